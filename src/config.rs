@@ -1,0 +1,510 @@
+//! The typed configuration of a `pilot-discovery discovery` process, built
+//! once at startup from its flags and istiod's environment variables. No
+//! code reads the environment after this.
+//!
+//! Defaults are istiod's (1.24 to 1.30, `pilot/pkg/features/*.go`); each
+//! field says where its default comes from. One deliberate difference: a
+//! variable istiod would log as invalid and then ignore (falling back to the
+//! default) is an error here, so a typo cannot go unnoticed. A variable that
+//! is set but empty counts as unset.
+
+pub mod duration;
+pub mod env;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{DiscoveryArgs, TlsVersion};
+use env::Vars;
+pub use env::{Env, ProcessEnv};
+
+/// Why the configuration could not be built. The process exits with
+/// status 2, as for a bad flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An environment variable has a value of the wrong form.
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// A flag's value is well-formed for its type but not acceptable.
+    #[error("flag --{flag}={value:?} is invalid: {reason}")]
+    Flag {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+/// Everything the server needs to know about how it was started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Where mesh state comes from.
+    pub source: Source,
+    /// `--registries`: service registries (istiod: Kubernetes, Mock).
+    pub registries: Vec<Registry>,
+    /// `--domain`: DNS suffix of service hostnames (`cluster.local`).
+    pub domain: String,
+    /// `--clusterID`, else `CLUSTER_ID`, else `Kubernetes` (features/pilot.go).
+    pub cluster_id: String,
+    /// `--clusterAliases`: alias to cluster ID.
+    pub cluster_aliases: BTreeMap<String, String>,
+    /// `--meshConfig`: mesh configuration file (built-in defaults if absent).
+    pub mesh_config: PathBuf,
+    /// `--networksConfig`: mesh networks file.
+    pub networks_config: PathBuf,
+    /// Listen addresses; `None` where istiod would not listen (empty flag).
+    pub listen: Listeners,
+    /// Serving certificate files (`--tlsCertFile`, `--tlsKeyFile`,
+    /// `--caCertFile`); empty when istiod's own CA issues them.
+    pub tls: TlsFiles,
+    /// gRPC keepalive and connection limits.
+    pub keepalive: Keepalive,
+    /// Push debounce and throttling.
+    pub push: PushTuning,
+    /// Where this istiod runs and what it is called.
+    pub identity: Identity,
+    /// The CA's certificate lifetimes.
+    pub ca: CaConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// `--shutdownDuration`: how long a graceful shutdown may take (10s).
+    pub shutdown_duration: Duration,
+    /// `--profile`: serve /debug/pprof (istiod: true).
+    pub profile: bool,
+    /// `--cores`: serving cores; `None` means every available core.
+    pub cores: Option<usize>,
+    /// `--kubernetesApiQPS` (80) and `--kubernetesApiBurst` (160).
+    pub kube_api_qps: f32,
+    /// See `kube_api_qps`.
+    pub kube_api_burst: u32,
+    /// `ISTIO_DELTA_XDS` (features/experimental.go): serve delta xDS;
+    /// true since Istio 1.22.
+    pub delta_xds: bool,
+    /// `PILOT_ENABLE_XDS_CACHE` (features/xds.go, true): cache generated
+    /// resources.
+    pub xds_cache: bool,
+}
+
+/// Where the mesh model is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--configDir`: a directory of YAML/JSON manifests.
+    ConfigDir(PathBuf),
+    /// A Kubernetes API server: `--kubeconfig`, or in-cluster config when
+    /// `None`.
+    Kubernetes {
+        /// The kubeconfig file.
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
+/// `--registries` values istiod accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    /// Services from Kubernetes (or `--configDir`).
+    Kubernetes,
+    /// istiod's in-memory test registry; accepted for compatibility and
+    /// empty here.
+    Mock,
+}
+
+/// A Go-style listen address: `host:port`, where an empty host means every
+/// local address (`:15010`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr {
+    /// Host name or IP literal (IPv6 without brackets); empty for all.
+    pub host: String,
+    /// TCP port; 0 asks the kernel for one.
+    pub port: u16,
+}
+
+impl ListenAddr {
+    /// Parses Go's `net.Listen` address form: `:8080`, `127.0.0.1:8080`,
+    /// `[::1]:8080`, `localhost:8080`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (host, port) =
+            s.rsplit_once(':').ok_or_else(|| "expected host:port, e.g. :15010 or 127.0.0.1:15010".to_owned())?;
+        let host = if let Some(inner) = host.strip_prefix('[') {
+            inner.strip_suffix(']').ok_or_else(|| "unbalanced [ in IPv6 host".to_owned())?
+        } else if host.contains(':') {
+            return Err("an IPv6 host must be in brackets, e.g. [::1]:15010".to_owned());
+        } else {
+            host
+        };
+        if host.contains(['[', ']', '/', ' ']) {
+            return Err(format!("invalid host {host:?}"));
+        }
+        let port = port.parse::<u16>().map_err(|_| format!("invalid port {port:?}: expected 0-65535"))?;
+        Ok(Self { host: host.to_owned(), port })
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The ports istiod listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listeners {
+    /// `--grpcAddr` (`:15010`): plaintext xDS.
+    pub grpc: Option<ListenAddr>,
+    /// `--secureGRPCAddr` (`:15012`): TLS xDS and CA.
+    pub secure_grpc: Option<ListenAddr>,
+    /// `--httpAddr` (`:8080`): debug endpoints and `/ready`.
+    pub http: Option<ListenAddr>,
+    /// `--httpsAddr` (`:15017`): injection and validation webhooks.
+    pub https: Option<ListenAddr>,
+    /// `--monitoringAddr` (`:15014`): Prometheus `/metrics`.
+    pub monitoring: Option<ListenAddr>,
+}
+
+/// Serving certificate files and TLS policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// `--tlsCertFile`.
+    pub cert: Option<PathBuf>,
+    /// `--tlsKeyFile`.
+    pub key: Option<PathBuf>,
+    /// `--caCertFile`.
+    pub ca_cert: Option<PathBuf>,
+    /// `--tls-min-version` (1.2).
+    pub min_version: TlsVersion,
+    /// `--tls-cipher-suites`: Go cipher suite names; empty for defaults.
+    pub cipher_suites: Vec<String>,
+}
+
+/// gRPC connection keepalive (istiod pkg/keepalive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keepalive {
+    /// `--keepaliveInterval`, else `GRPC_KEEPALIVE_INTERVAL`, else 30s: idle
+    /// time before a PING.
+    pub interval: Duration,
+    /// `--keepaliveTimeout`, else `GRPC_KEEPALIVE_TIMEOUT`, else 10s: how
+    /// long a PING may go unanswered.
+    pub timeout: Duration,
+    /// `--keepaliveMaxServerConnectionAge`: connection lifetime before a
+    /// graceful GOAWAY; `None` is unlimited (istiod: max int64).
+    pub max_connection_age: Option<Duration>,
+    /// Grace period after the age GOAWAY before the connection is closed;
+    /// istiod fixes it at 10s.
+    pub max_connection_age_grace: Duration,
+    /// `ISTIO_GPRC_MAXSTREAMS` (sic; features/tuning.go, 100000): concurrent
+    /// streams per connection.
+    pub max_concurrent_streams: u32,
+    /// `ISTIO_GPRC_MAXRECVMSGSIZE` (sic; 4 MiB): largest gRPC message
+    /// accepted.
+    pub max_recv_msg_size: u32,
+}
+
+/// When pushes happen (istiod features/tuning.go).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushTuning {
+    /// `PILOT_DEBOUNCE_AFTER` (100ms): quiet period after a change before
+    /// a push.
+    pub debounce_after: Duration,
+    /// `PILOT_DEBOUNCE_MAX` (10s): longest a push waits while changes keep
+    /// coming.
+    pub debounce_max: Duration,
+    /// `PILOT_ENABLE_EDS_DEBOUNCE` (true): endpoint-only changes are
+    /// debounced too; when false they push at once.
+    pub eds_debounce: bool,
+    /// `PILOT_PUSH_THROTTLE` (0 = automatic since 1.21): concurrent pushes.
+    /// Automatic is istiod's `min(15 + 5 * cores, 100)`.
+    pub push_throttle: u32,
+    /// `PILOT_MAX_REQUESTS_PER_SECOND` (0 = automatic since 1.21): new xDS
+    /// streams accepted per second, same automatic rule.
+    pub max_requests_per_second: f64,
+}
+
+/// Names and namespace of this istiod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `POD_NAME` (empty).
+    pub pod_name: String,
+    /// `POD_NAMESPACE` (`istio-system`), overridden by `--namespace`.
+    pub namespace: String,
+    /// `--cniNamespace`, else the namespace.
+    pub cni_namespace: String,
+    /// `--clusterRegistriesNamespace`, else the namespace.
+    pub cluster_registries_namespace: String,
+    /// `REVISION` (empty, meaning `default`): the `istio.io/rev` served.
+    pub revision: String,
+    /// `ISTIOD_CUSTOM_HOST`: extra hostnames for the serving certificate.
+    pub custom_hosts: Vec<String>,
+    /// `PILOT_CERT_PROVIDER` (`istiod`): who issues istiod's own
+    /// serving certificate.
+    pub cert_provider: String,
+}
+
+/// Certificate lifetimes (pilot/pkg/bootstrap/istio_ca.go).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaConfig {
+    /// `ENABLE_CA_SERVER` (true): serve `IstioCertificateService`.
+    pub enabled: bool,
+    /// `DEFAULT_WORKLOAD_CERT_TTL` (24h): TTL when a CSR asks for none.
+    pub default_workload_cert_ttl: Duration,
+    /// `MAX_WORKLOAD_CERT_TTL` (2160h = 90 days): longest TTL issued.
+    pub max_workload_cert_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (87600h = 10 years): the
+    /// self-signed root's lifetime.
+    pub self_signed_ca_cert_ttl: Duration,
+}
+
+/// Log levels istiod's `--log_output_level` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Nothing at all.
+    None,
+    /// Fatal errors only.
+    Fatal,
+    /// Errors.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// The default.
+    Info,
+    /// Everything.
+    Debug,
+}
+
+impl LogLevel {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "none" => Self::None,
+            "fatal" => Self::Fatal,
+            "error" => Self::Error,
+            "warn" => Self::Warn,
+            "info" => Self::Info,
+            "debug" => Self::Debug,
+            _ => return None,
+        })
+    }
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Level of scopes not named in `scopes` (istiod: `default:info`).
+    pub default: LogLevel,
+    /// Levels of named scopes (istiod's base sets `grpc:none`).
+    pub scopes: BTreeMap<String, LogLevel>,
+    /// `--log_as_json`.
+    pub json: bool,
+    /// `--log_target`: `stdout`, `stderr` or files.
+    pub targets: Vec<String>,
+    /// `--log_caller`: scopes that log their caller.
+    pub caller: Vec<String>,
+}
+
+impl LogConfig {
+    /// Parses `scope:level,...` on top of istiod's base `default:info,grpc:none`.
+    pub fn parse_levels(spec: &str) -> Result<(LogLevel, BTreeMap<String, LogLevel>), String> {
+        let mut default = LogLevel::Info;
+        let mut scopes = BTreeMap::from([("grpc".to_owned(), LogLevel::None)]);
+        let mut all = None;
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (scope, level) = item.rsplit_once(':').unwrap_or(("default", item));
+            let level = LogLevel::parse(level).ok_or_else(|| format!("invalid level {level:?} for scope {scope:?}"))?;
+            match scope {
+                "default" => default = level,
+                "all" => all = Some(level),
+                _ => {
+                    scopes.insert(scope.to_owned(), level);
+                }
+            }
+        }
+        if let Some(level) = all {
+            default = level;
+            scopes.values_mut().for_each(|l| *l = level);
+        }
+        Ok((default, scopes))
+    }
+}
+
+/// Default listen addresses must parse; a helper for the flags.
+fn listen(flag: &'static str, value: &str) -> Result<Option<ListenAddr>, ConfigError> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    ListenAddr::parse(value).map(Some).map_err(|reason| ConfigError::Flag { flag, value: value.to_owned(), reason })
+}
+
+fn opt_path(s: &str) -> Option<PathBuf> {
+    (!s.is_empty()).then(|| PathBuf::from(s))
+}
+
+impl Config {
+    /// Builds the configuration from parsed flags and an environment.
+    pub fn new(args: &DiscoveryArgs, env: &dyn Env) -> Result<Self, ConfigError> {
+        let vars = Vars::new(env);
+
+        let registries = args
+            .registries
+            .iter()
+            .map(|r| match r.as_str() {
+                "Kubernetes" => Ok(Registry::Kubernetes),
+                "Mock" => Ok(Registry::Mock),
+                _ => Err(ConfigError::Flag {
+                    flag: "registries",
+                    value: r.clone(),
+                    reason: "expected Kubernetes or Mock".into(),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut cluster_aliases = BTreeMap::new();
+        for alias in args.cluster_aliases.iter().filter(|a| !a.is_empty()) {
+            let bad = |reason: &str| ConfigError::Flag {
+                flag: "clusterAliases",
+                value: alias.clone(),
+                reason: reason.into(),
+            };
+            let (from, to) = alias.split_once('=').ok_or_else(|| bad("expected alias=clusterID"))?;
+            if cluster_aliases.values().any(|v| v == to) {
+                return Err(bad("a cluster ID may have only one alias"));
+            }
+            cluster_aliases.insert(from.to_owned(), to.to_owned());
+        }
+
+        let source = if args.config_dir.is_empty() {
+            Source::Kubernetes { kubeconfig: opt_path(&args.kubeconfig) }
+        } else {
+            Source::ConfigDir(PathBuf::from(&args.config_dir))
+        };
+
+        let namespace = args.namespace.clone().unwrap_or_else(|| vars.string("POD_NAMESPACE", "istio-system"));
+        let (default_level, scopes) = LogConfig::parse_levels(&args.log_output_level).map_err(|reason| {
+            ConfigError::Flag { flag: "log_output_level", value: args.log_output_level.clone(), reason }
+        })?;
+        LogConfig::parse_levels(&args.log_stacktrace_level).map_err(|reason| ConfigError::Flag {
+            flag: "log_stacktrace_level",
+            value: args.log_stacktrace_level.clone(),
+            reason,
+        })?;
+
+        let cores = match args.cores {
+            0 => None,
+            n => Some(n),
+        };
+        let max_recv_msg_size = vars.int("ISTIO_GPRC_MAXRECVMSGSIZE", 4 * 1024 * 1024_u32)?;
+        if max_recv_msg_size == 0 {
+            return Err(ConfigError::Env {
+                name: "ISTIO_GPRC_MAXRECVMSGSIZE",
+                value: "0".into(),
+                reason: "must be at least 1 byte".into(),
+            });
+        }
+
+        Ok(Self {
+            source,
+            registries,
+            domain: args.domain.clone(),
+            cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
+            cluster_aliases,
+            mesh_config: PathBuf::from(&args.mesh_config),
+            networks_config: PathBuf::from(&args.networks_config),
+            listen: Listeners {
+                grpc: listen("grpcAddr", &args.grpc_addr)?,
+                secure_grpc: listen("secureGRPCAddr", &args.secure_grpc_addr)?,
+                http: listen("httpAddr", &args.http_addr)?,
+                https: listen("httpsAddr", &args.https_addr)?,
+                monitoring: listen("monitoringAddr", &args.monitoring_addr)?,
+            },
+            tls: TlsFiles {
+                cert: opt_path(&args.tls_cert_file),
+                key: opt_path(&args.tls_key_file),
+                ca_cert: opt_path(&args.ca_cert_file),
+                min_version: args.tls_min_version,
+                cipher_suites: args.tls_cipher_suites.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            },
+            keepalive: Keepalive {
+                interval: match args.keepalive_interval {
+                    Some(d) => d,
+                    None => vars.duration("GRPC_KEEPALIVE_INTERVAL", Duration::from_secs(30))?,
+                },
+                timeout: match args.keepalive_timeout {
+                    Some(d) => d,
+                    None => vars.duration("GRPC_KEEPALIVE_TIMEOUT", Duration::from_secs(10))?,
+                },
+                max_connection_age: args.keepalive_max_server_connection_age,
+                max_connection_age_grace: Duration::from_secs(10),
+                max_concurrent_streams: vars.int("ISTIO_GPRC_MAXSTREAMS", 100_000)?,
+                max_recv_msg_size,
+            },
+            push: PushTuning {
+                debounce_after: vars.duration("PILOT_DEBOUNCE_AFTER", Duration::from_millis(100))?,
+                debounce_max: vars.duration("PILOT_DEBOUNCE_MAX", Duration::from_secs(10))?,
+                eds_debounce: vars.bool("PILOT_ENABLE_EDS_DEBOUNCE", true)?,
+                push_throttle: vars.int::<i64>("PILOT_PUSH_THROTTLE", 0)?.clamp(0, i64::from(u32::MAX)) as u32,
+                max_requests_per_second: vars.float("PILOT_MAX_REQUESTS_PER_SECOND", 0.0)?.max(0.0),
+            },
+            identity: Identity {
+                pod_name: vars.string("POD_NAME", ""),
+                cni_namespace: args.cni_namespace.clone().unwrap_or_else(|| namespace.clone()),
+                cluster_registries_namespace: args
+                    .cluster_registries_namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.clone()),
+                namespace,
+                revision: vars.string("REVISION", ""),
+                custom_hosts: vars
+                    .string("ISTIOD_CUSTOM_HOST", "")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                cert_provider: vars.string("PILOT_CERT_PROVIDER", "istiod"),
+            },
+            ca: CaConfig {
+                enabled: vars.bool("ENABLE_CA_SERVER", true)?,
+                default_workload_cert_ttl: vars
+                    .duration("DEFAULT_WORKLOAD_CERT_TTL", Duration::from_secs(24 * 3600))?,
+                max_workload_cert_ttl: vars.duration("MAX_WORKLOAD_CERT_TTL", Duration::from_secs(2160 * 3600))?,
+                self_signed_ca_cert_ttl: vars
+                    .duration("CITADEL_SELF_SIGNED_CA_CERT_TTL", Duration::from_secs(87_600 * 3600))?,
+            },
+            log: LogConfig {
+                default: default_level,
+                scopes,
+                json: args.log_as_json,
+                targets: args.log_target.clone(),
+                caller: args.log_caller.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+            },
+            shutdown_duration: args.shutdown_duration,
+            profile: args.profile,
+            cores,
+            kube_api_qps: args.kubernetes_api_qps,
+            kube_api_burst: args.kubernetes_api_burst,
+            delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
+            xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
+        })
+    }
+
+    /// istiod's automatic push concurrency and stream rate:
+    /// `min(15 + 5 * cores, 100)` (features/tuning.go), used when
+    /// `PILOT_PUSH_THROTTLE` / `PILOT_MAX_REQUESTS_PER_SECOND` are 0.
+    pub fn automatic_throttle(cores: usize) -> u32 {
+        (15 + 5 * cores).min(100) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! Where configuration strings come from: the process environment in
+//! production, a map in tests. Read once, at startup, through [`Env`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::ConfigError;
+use super::duration;
+
+/// A source of environment variables.
+pub trait Env {
+    /// The value of `name`, or `None` when it is not set.
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        // A value that is not UTF-8 is passed on as lossy text so that the
+        // parser rejects it with the variable's name instead of ignoring it.
+        std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+    }
+}
+
+impl<K: std::borrow::Borrow<str> + Ord, V: AsRef<str>> Env for BTreeMap<K, V> {
+    fn get(&self, name: &str) -> Option<String> {
+        BTreeMap::get(self, name).map(|v| v.as_ref().to_owned())
+    }
+}
+
+impl<K: std::borrow::Borrow<str> + std::hash::Hash + Eq, V: AsRef<str>> Env for HashMap<K, V> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).map(|v| v.as_ref().to_owned())
+    }
+}
+
+impl<E: Env + ?Sized> Env for &E {
+    fn get(&self, name: &str) -> Option<String> {
+        (**self).get(name)
+    }
+}
+
+/// Typed reads of variables, each failing with the variable's name, its
+/// value and what was expected. An empty value counts as unset, as in
+/// istiod's `env` package.
+pub(crate) struct Vars<'a> {
+    env: &'a dyn Env,
+}
+
+impl<'a> Vars<'a> {
+    pub(crate) fn new(env: &'a dyn Env) -> Self {
+        Self { env }
+    }
+
+    pub(crate) fn raw(&self, name: &'static str) -> Option<String> {
+        self.env.get(name).filter(|v| !v.is_empty())
+    }
+
+    pub(crate) fn string(&self, name: &'static str, default: &str) -> String {
+        self.raw(name).unwrap_or_else(|| default.to_owned())
+    }
+
+    pub(crate) fn duration(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => duration::parse(&v).map_err(|e| ConfigError::Env { name, value: v, reason: e.to_string() }),
+        }
+    }
+
+    pub(crate) fn bool(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => parse_bool(&v).ok_or_else(|| ConfigError::Env {
+                name,
+                value: v,
+                reason: "expected a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)".into(),
+            }),
+        }
+    }
+
+    pub(crate) fn int<T: std::str::FromStr>(&self, name: &'static str, default: T) -> Result<T, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+                name,
+                value: v,
+                reason: format!("expected an integer: {e}"),
+            }),
+        }
+    }
+
+    pub(crate) fn float(&self, name: &'static str, default: f64) -> Result<f64, ConfigError> {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<f64>() {
+                Ok(f) if f.is_finite() => Ok(f),
+                _ => Err(ConfigError::Env { name, value: v, reason: "expected a finite number".into() }),
+            },
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`, which istiod's `env` package uses: exactly
+/// these spellings, nothing else (`yes`, `on` are errors).
+pub(crate) fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}

@@ -1,0 +1,228 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::*;
+use crate::cli::{Cli, Command};
+
+fn args(flags: &[&str]) -> DiscoveryArgs {
+    let mut argv = vec!["pilot-discovery", "discovery"];
+    argv.extend_from_slice(flags);
+    match Cli::try_parse_from(argv).expect("flags parse").command {
+        Command::Discovery(a) => *a,
+        Command::Version(_) => unreachable!(),
+    }
+}
+
+fn build(flags: &[&str], env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let env: BTreeMap<&str, &str> = env.iter().copied().collect();
+    Config::new(&args(flags), &env)
+}
+
+#[test]
+fn defaults_are_istiods() {
+    let c = build(&[], &[]).unwrap();
+    assert_eq!(c.listen.grpc, Some(ListenAddr { host: String::new(), port: 15010 }));
+    assert_eq!(c.listen.secure_grpc.as_ref().unwrap().port, 15012);
+    assert_eq!(c.listen.http.as_ref().unwrap().port, 8080);
+    assert_eq!(c.listen.https.as_ref().unwrap().port, 15017);
+    assert_eq!(c.listen.monitoring.as_ref().unwrap().port, 15014);
+    assert_eq!(c.domain, "cluster.local");
+    assert_eq!(c.cluster_id, "Kubernetes");
+    assert_eq!(c.source, Source::Kubernetes { kubeconfig: None });
+    assert_eq!(c.registries, vec![Registry::Kubernetes]);
+    assert_eq!(c.push.debounce_after, Duration::from_millis(100));
+    assert_eq!(c.push.debounce_max, Duration::from_secs(10));
+    assert!(c.push.eds_debounce);
+    assert_eq!(c.push.push_throttle, 0);
+    assert_eq!(c.keepalive.interval, Duration::from_secs(30));
+    assert_eq!(c.keepalive.timeout, Duration::from_secs(10));
+    assert_eq!(c.keepalive.max_connection_age, None);
+    assert_eq!(c.keepalive.max_recv_msg_size, 4 << 20);
+    assert_eq!(c.keepalive.max_concurrent_streams, 100_000);
+    assert_eq!(c.identity.namespace, "istio-system");
+    assert_eq!(c.identity.cni_namespace, "istio-system");
+    assert_eq!(c.ca.default_workload_cert_ttl, Duration::from_secs(86_400));
+    assert_eq!(c.ca.max_workload_cert_ttl, Duration::from_secs(90 * 86_400));
+    assert_eq!(c.log.default, LogLevel::Info);
+    assert_eq!(c.log.scopes.get("grpc"), Some(&LogLevel::None));
+    assert!(c.delta_xds && c.xds_cache && c.profile);
+    assert_eq!(c.shutdown_duration, Duration::from_secs(10));
+}
+
+#[test]
+fn flags_as_the_helm_chart_passes_them() {
+    let c = build(
+        &[
+            "--configDir",
+            "examples/bookinfo",
+            "--grpcAddr=127.0.0.1:0",
+            "--secureGRPCAddr",
+            "",
+            "--httpAddr",
+            "[::1]:18080",
+            "--monitoringAddr=:0",
+            "--domain",
+            "mesh.example",
+            "--clusterID",
+            "east",
+            "--keepaliveMaxServerConnectionAge",
+            "30m",
+            "--log_output_level=default:debug,ads:warn",
+            "--log_as_json",
+            "--profile=false",
+            "--registries=Kubernetes,Mock",
+            "--clusterAliases=old=east",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(c.source, Source::ConfigDir("examples/bookinfo".into()));
+    assert_eq!(c.listen.grpc, Some(ListenAddr { host: "127.0.0.1".into(), port: 0 }));
+    assert_eq!(c.listen.secure_grpc, None, "an empty address disables the listener");
+    assert_eq!(c.listen.http, Some(ListenAddr { host: "::1".into(), port: 18080 }));
+    assert_eq!(c.listen.http.as_ref().unwrap().to_string(), "[::1]:18080");
+    assert_eq!(c.domain, "mesh.example");
+    assert_eq!(c.cluster_id, "east");
+    assert_eq!(c.keepalive.max_connection_age, Some(Duration::from_secs(1800)));
+    assert_eq!(c.log.default, LogLevel::Debug);
+    assert_eq!(c.log.scopes.get("ads"), Some(&LogLevel::Warn));
+    assert!(c.log.json);
+    assert!(!c.profile);
+    assert_eq!(c.registries, vec![Registry::Kubernetes, Registry::Mock]);
+    assert_eq!(c.cluster_aliases.get("old").map(String::as_str), Some("east"));
+}
+
+#[test]
+fn environment_variables_are_read_through_the_trait() {
+    let c = build(
+        &[],
+        &[
+            ("PILOT_DEBOUNCE_AFTER", "5ms"),
+            ("PILOT_DEBOUNCE_MAX", "1s"),
+            ("PILOT_ENABLE_EDS_DEBOUNCE", "false"),
+            ("PILOT_PUSH_THROTTLE", "42"),
+            ("PILOT_MAX_REQUESTS_PER_SECOND", "12.5"),
+            ("POD_NAMESPACE", "istio-canary"),
+            ("POD_NAME", "istiod-abc"),
+            ("CLUSTER_ID", "west"),
+            ("REVISION", "canary"),
+            ("ISTIOD_CUSTOM_HOST", "istiod.example, other.example"),
+            ("GRPC_KEEPALIVE_INTERVAL", "1m"),
+            ("ISTIO_DELTA_XDS", "0"),
+            ("DEFAULT_WORKLOAD_CERT_TTL", "12h"),
+            ("ISTIO_GPRC_MAXRECVMSGSIZE", "1048576"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.push.debounce_after, Duration::from_millis(5));
+    assert_eq!(c.push.debounce_max, Duration::from_secs(1));
+    assert!(!c.push.eds_debounce);
+    assert_eq!(c.push.push_throttle, 42);
+    assert_eq!(c.push.max_requests_per_second, 12.5);
+    assert_eq!(c.identity.namespace, "istio-canary");
+    assert_eq!(c.identity.cluster_registries_namespace, "istio-canary");
+    assert_eq!(c.identity.pod_name, "istiod-abc");
+    assert_eq!(c.identity.revision, "canary");
+    assert_eq!(c.identity.custom_hosts, vec!["istiod.example", "other.example"]);
+    assert_eq!(c.cluster_id, "west");
+    assert_eq!(c.keepalive.interval, Duration::from_secs(60));
+    assert!(!c.delta_xds);
+    assert_eq!(c.ca.default_workload_cert_ttl, Duration::from_secs(12 * 3600));
+    assert_eq!(c.keepalive.max_recv_msg_size, 1 << 20);
+}
+
+#[test]
+fn flags_win_over_environment() {
+    let c = build(
+        &["--clusterID=flag", "-n", "ns-flag", "--keepaliveInterval=5s"],
+        &[("CLUSTER_ID", "env"), ("POD_NAMESPACE", "ns-env"), ("GRPC_KEEPALIVE_INTERVAL", "1m")],
+    )
+    .unwrap();
+    assert_eq!(c.cluster_id, "flag");
+    assert_eq!(c.identity.namespace, "ns-flag");
+    assert_eq!(c.keepalive.interval, Duration::from_secs(5));
+}
+
+#[test]
+fn empty_environment_values_count_as_unset() {
+    let c = build(&[], &[("PILOT_DEBOUNCE_AFTER", ""), ("POD_NAMESPACE", "")]).unwrap();
+    assert_eq!(c.push.debounce_after, Duration::from_millis(100));
+    assert_eq!(c.identity.namespace, "istio-system");
+}
+
+#[test]
+fn bad_environment_values_name_the_variable() {
+    let cases = [
+        ("PILOT_DEBOUNCE_AFTER", "100"),
+        ("PILOT_DEBOUNCE_MAX", "ten seconds"),
+        ("PILOT_ENABLE_EDS_DEBOUNCE", "yes"),
+        ("PILOT_PUSH_THROTTLE", "1e3"),
+        ("PILOT_MAX_REQUESTS_PER_SECOND", "NaN"),
+        ("ISTIO_GPRC_MAXRECVMSGSIZE", "0"),
+        ("ISTIO_GPRC_MAXRECVMSGSIZE", "-1"),
+        ("MAX_WORKLOAD_CERT_TTL", "90d"),
+    ];
+    for (name, value) in cases {
+        let err = build(&[], &[(name, value)]).expect_err(name).to_string();
+        assert!(err.contains(name) && err.contains(value), "{name}={value}: {err}");
+    }
+}
+
+#[test]
+fn bad_flag_values_are_errors() {
+    for (flags, needle) in [
+        (&["--grpcAddr=15010"][..], "grpcAddr"),
+        (&["--httpAddr=::1:80"][..], "brackets"),
+        (&["--monitoringAddr=:99999"][..], "port"),
+        (&["--registries=Consul"][..], "Kubernetes or Mock"),
+        (&["--log_output_level=ads:loud"][..], "loud"),
+        (&["--clusterAliases=a=x,b=x"][..], "only one alias"),
+    ] {
+        let err = build(flags, &[]).expect_err(needle).to_string();
+        assert!(err.contains(needle), "{flags:?}: {err}");
+    }
+}
+
+#[test]
+fn clap_rejects_unknown_flags_and_malformed_values_with_exit_code_2() {
+    for argv in [
+        &["pilot-discovery", "discovery", "--grpcAdr=:1"][..],
+        &["pilot-discovery", "discovery", "--keepaliveMaxServerConnectionAge=forever"],
+        &["pilot-discovery", "discovery", "--profile=maybe"],
+        &["pilot-discovery", "discovery", "--tls-min-version=1.1"],
+        &["pilot-discovery", "discovery", "extra"],
+        &["pilot-discovery", "frobnicate"],
+    ] {
+        let err = Cli::try_parse_from(argv).expect_err("must fail");
+        assert_eq!(err.exit_code(), 2, "{argv:?}");
+    }
+}
+
+#[test]
+fn log_levels_follow_istio_rules() {
+    let (d, s) = LogConfig::parse_levels("debug").unwrap();
+    assert_eq!(d, LogLevel::Debug);
+    assert_eq!(s.get("grpc"), Some(&LogLevel::None));
+    let (d, s) = LogConfig::parse_levels("ads:debug,all:error").unwrap();
+    assert_eq!(d, LogLevel::Error);
+    assert_eq!(s.get("ads"), Some(&LogLevel::Error), "`all` overrides every scope");
+    assert!(LogConfig::parse_levels("default:verbose").is_err());
+}
+
+#[test]
+fn listen_addresses_parse_like_go() {
+    assert_eq!(ListenAddr::parse(":15010").unwrap(), ListenAddr { host: String::new(), port: 15010 });
+    assert_eq!(ListenAddr::parse("localhost:1").unwrap().host, "localhost");
+    assert_eq!(ListenAddr::parse("[::]:2").unwrap().host, "::");
+    for bad in ["", "15010", ":", ":-1", "[::1:5", "::1:5", "a b:1"] {
+        assert!(ListenAddr::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn automatic_throttle_matches_istiod() {
+    assert_eq!(Config::automatic_throttle(2), 25);
+    assert_eq!(Config::automatic_throttle(64), 100);
+}

@@ -1,0 +1,53 @@
+//! `pilot-discovery`: parses the command line, builds the configuration
+//! once, and runs the requested subcommand.
+#![forbid(unsafe_code)]
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser;
+use istiod::cli::{Cli, Command, DiscoveryArgs};
+use istiod::config::{Config, ProcessEnv, Source};
+use istiod::{logging, version};
+
+fn main() -> ExitCode {
+    // clap exits with status 2 on an unknown flag or a malformed value.
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version(args) => {
+            let out = version::render(&version::BUILD, &args);
+            match std::io::stdout().write_all(out.as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        Command::Discovery(args) => discovery(&args),
+    }
+}
+
+fn discovery(args: &DiscoveryArgs) -> ExitCode {
+    let config = match Config::new(args, &ProcessEnv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "pilot-discovery: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = logging::init(&config.log) {
+        let _ = writeln!(std::io::stderr(), "pilot-discovery: {e}");
+        return ExitCode::from(2);
+    }
+    tracing::info!(?config, "configuration");
+    if let Source::ConfigDir(dir) = &config.source
+        && !dir.is_dir()
+    {
+        tracing::error!(dir = %dir.display(), "--configDir is not a directory");
+        return ExitCode::from(2);
+    }
+    // Nothing serves yet. Say so plainly rather than pretend to run.
+    tracing::error!(
+        "pilot-discovery cannot serve yet: the HTTP/2 + gRPC layer (issue #3), the ADS engine (issue #4), \
+         the mesh model and --configDir loader (issue #5) and translation (issue #6) are not implemented"
+    );
+    ExitCode::FAILURE
+}

@@ -1,12 +1,19 @@
 //! The xDS serving layer: everything that runs on the serving cores.
 //!
-//! It will own the hand-rolled HTTP/2 + gRPC framing (a sans-I/O state
-//! machine with a thin glommio adapter), the ADS state of each proxy stream
-//! (state of the world and delta), the per-core cache of pre-encoded
-//! resources and the push queue. The hot path starts where a connection's
-//! bytes arrive and ends where a push is copied into its send buffer. Only
-//! this crate imports glommio.
+//! - [`h2`]: a hand-rolled HTTP/2 server connection, a sans-I/O state
+//!   machine (bytes and `now` in; events, frames and deadlines out);
+//! - [`grpc`]: gRPC calls on top of it (routing, message framing, status
+//!   trailers), still sans-I/O;
+//! - [`server`]: the thin glommio adapter: one executor per core,
+//!   `SO_REUSEPORT` listeners, plaintext h2c and TLS (rustls, ALPN `h2`);
+//! - [`metrics`]: counters of protocol violations.
 //!
-//! Nothing is implemented yet: the framing layer is issue #3, the ADS engine
-//! issue #4.
+//! The hot path starts in [`server`] where a connection's bytes arrive,
+//! runs through [`grpc::GrpcConnection::recv`], and ends where a response or
+//! push is copied into the connection's send buffer by
+//! [`h2::Connection::poll_transmit`]. Only this crate imports glommio.
 #![forbid(unsafe_code)]
+
+pub mod grpc;
+pub mod h2;
+pub mod metrics;

@@ -1,0 +1,371 @@
+//! gRPC over the HTTP/2 state machine (gRPC's PROTOCOL-HTTP2.md), still
+//! sans-I/O: request validation, routing by `:path`, length-prefixed
+//! messages reassembled across DATA frames, responses as pre-encoded
+//! headers, messages and trailers. Unary and streaming calls look the same
+//! here: a [`Service`] gets the stream's messages and answers whenever it
+//! likes, from a callback or later (a push).
+
+mod status;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+pub use status::{Code, Status, percent_encode};
+
+use crate::h2::{Connection, Event, Limits, Reason, Request, SendError, hpack};
+use crate::metrics::{self, Violation};
+
+/// Limits of the gRPC layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpcLimits {
+    /// Largest message accepted (istiod: `ISTIO_GPRC_MAXRECVMSGSIZE`, 4 MiB).
+    pub max_recv_message: usize,
+    /// Bytes of partial messages buffered across a connection's streams.
+    pub max_buffered: usize,
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        Self { max_recv_message: 4 << 20, max_buffered: 16 << 20 }
+    }
+}
+
+/// What the service sees of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// HTTP/2 stream id.
+    pub stream: u32,
+    /// The request head (`:path`, metadata).
+    pub request: Request,
+    /// `grpc-timeout` as an absolute deadline.
+    pub deadline: Option<Instant>,
+}
+
+/// The application behind a connection.
+pub trait Service {
+    /// A call opened. `Err` answers at once with that status (e.g.
+    /// UNIMPLEMENTED for an unknown `:path`).
+    fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status>;
+    /// A complete request message. `Err` ends the call with that status.
+    fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status>;
+    /// The client finished sending (END_STREAM).
+    fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32);
+    /// The call is gone: reset by the peer, cut off by the server, or its
+    /// deadline passed. No more sends are possible on it.
+    fn closed(&mut self, conn: &mut GrpcConnection, stream: u32);
+}
+
+#[derive(Debug)]
+struct CallState {
+    /// Partial message bytes (prefix included).
+    buf: BytesMut,
+    headers_sent: bool,
+    finished: bool,
+    deadline: Option<Instant>,
+}
+
+/// One gRPC server connection: the HTTP/2 connection and the calls on it.
+#[derive(Debug)]
+pub struct GrpcConnection {
+    h2: Connection,
+    limits: GrpcLimits,
+    calls: HashMap<u32, CallState>,
+    buffered: usize,
+    /// Pre-encoded `:status 200` + `content-type: application/grpc`.
+    response_headers: Bytes,
+}
+
+impl GrpcConnection {
+    /// A connection accepted at `now`.
+    pub fn new(limits: Limits, grpc: GrpcLimits, now: Instant) -> Self {
+        Self {
+            h2: Connection::new(limits, now),
+            limits: grpc,
+            calls: HashMap::new(),
+            buffered: 0,
+            response_headers: hpack::Encoder::new().indexed(8).indexed_name(31, b"application/grpc").finish(),
+        }
+    }
+
+    /// The HTTP/2 connection (for its output and timers).
+    pub fn h2(&mut self) -> &mut Connection {
+        &mut self.h2
+    }
+
+    /// Feeds bytes from the peer and runs the service on what they carry.
+    pub fn recv<S: Service + ?Sized>(&mut self, bytes: &[u8], now: Instant, svc: &mut S) -> bool {
+        let alive = self.h2.recv(bytes, now);
+        self.dispatch(now, svc);
+        alive
+    }
+
+    /// Runs due timers (HTTP/2 keepalive and age; call deadlines).
+    pub fn handle_timeout<S: Service + ?Sized>(&mut self, now: Instant, svc: &mut S) {
+        self.h2.handle_timeout(now);
+        let expired: Vec<u32> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now) && !c.finished)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in expired {
+            self.finish(id, &Status::new(Code::DeadlineExceeded, "deadline exceeded"));
+            svc.closed(self, id);
+        }
+        self.dispatch(now, svc);
+    }
+
+    /// The earliest of the HTTP/2 timers and the call deadlines.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let calls = self.calls.values().filter(|c| !c.finished).filter_map(|c| c.deadline).min();
+        match (self.h2.poll_timeout(), calls) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn dispatch<S: Service + ?Sized>(&mut self, now: Instant, svc: &mut S) {
+        while let Some(ev) = self.h2.poll_event() {
+            match ev {
+                Event::Request { stream, request, end_stream } => {
+                    self.on_request(stream, request, end_stream, now, svc)
+                }
+                Event::Data { stream, data, end_stream } => self.on_data(stream, data, end_stream, svc),
+                Event::Reset { stream, .. } => {
+                    if let Some(c) = self.calls.remove(&stream) {
+                        self.buffered -= c.buf.len();
+                        svc.closed(self, stream);
+                    }
+                }
+                Event::GoAway { .. } => {}
+            }
+        }
+    }
+
+    fn on_request<S: Service + ?Sized>(
+        &mut self,
+        id: u32,
+        request: Request,
+        end_stream: bool,
+        now: Instant,
+        svc: &mut S,
+    ) {
+        let early = |http: u16, status: Status| (http, status);
+        let rejected = if &request.method[..] != b"POST" {
+            Some(early(405, Status::new(Code::Internal, "gRPC requires :method POST")))
+        } else if !request.header("content-type").is_some_and(|ct| is_grpc_content_type(ct)) {
+            Some(early(415, Status::new(Code::Internal, "invalid gRPC request content-type")))
+        } else if let Some(enc) = request.header("grpc-encoding").filter(|e| &e[..] != b"identity") {
+            let enc = String::from_utf8_lossy(enc).into_owned();
+            Some(early(
+                200,
+                Status::new(Code::Unimplemented, format!("grpc-encoding {enc:?}: compression is not supported")),
+            ))
+        } else {
+            None
+        };
+        if let Some((http, status)) = rejected {
+            let _ = self.h2.send_headers(id, status.trailers_only(http), true);
+            return;
+        }
+        let deadline = match request.header("grpc-timeout").map(|t| parse_timeout(t)) {
+            None => None,
+            Some(Some(d)) => Some(now + d),
+            Some(None) => {
+                let status = Status::new(Code::Internal, "malformed grpc-timeout");
+                let _ = self.h2.send_headers(id, status.trailers_only(200), true);
+                return;
+            }
+        };
+        let call = Call { stream: id, request, deadline };
+        self.calls.insert(id, CallState { buf: BytesMut::new(), headers_sent: false, finished: false, deadline });
+        if let Err(status) = svc.open(self, &call) {
+            self.finish(id, &status);
+            svc.closed(self, id);
+            return;
+        }
+        if end_stream && self.calls.contains_key(&id) {
+            svc.half_close(self, id);
+        }
+    }
+
+    fn on_data<S: Service + ?Sized>(&mut self, id: u32, data: Bytes, end_stream: bool, svc: &mut S) {
+        let Some(call) = self.calls.get_mut(&id) else { return };
+        if call.finished {
+            return;
+        }
+        call.buf.extend_from_slice(&data);
+        self.buffered += data.len();
+        loop {
+            let Some(call) = self.calls.get_mut(&id) else { return };
+            if call.buf.len() < 5 {
+                break;
+            }
+            let flag = call.buf[0];
+            let len = u32::from_be_bytes([call.buf[1], call.buf[2], call.buf[3], call.buf[4]]) as usize;
+            let error = match flag {
+                0 if len > self.limits.max_recv_message => {
+                    metrics::count(Violation::MessageTooLarge);
+                    Some(Status::new(
+                        Code::ResourceExhausted,
+                        format!("grpc: received message larger than max ({len} vs. {})", self.limits.max_recv_message),
+                    ))
+                }
+                0 => None,
+                1 => Some(Status::new(
+                    Code::Unimplemented,
+                    "compressed messages are not supported (identity encoding only)",
+                )),
+                _ => Some(Status::new(Code::Internal, format!("invalid message flag {flag}"))),
+            };
+            if let Some(status) = error {
+                self.finish(id, &status);
+                svc.closed(self, id);
+                return;
+            }
+            if call.buf.len() < 5 + len {
+                if self.buffered > self.limits.max_buffered {
+                    metrics::count(Violation::ReceiveBufferFull);
+                    let status =
+                        Status::new(Code::ResourceExhausted, "too many bytes of partial messages on this connection");
+                    self.finish(id, &status);
+                    svc.closed(self, id);
+                    return;
+                }
+                call.buf.reserve(5 + len - call.buf.len());
+                break;
+            }
+            call.buf.advance(5);
+            let msg = call.buf.split_to(len).freeze();
+            self.buffered -= 5 + len;
+            if let Err(status) = svc.message(self, id, msg) {
+                self.finish(id, &status);
+                svc.closed(self, id);
+                return;
+            }
+        }
+        if end_stream && self.calls.get(&id).is_some_and(|c| !c.finished) {
+            let c = &self.calls[&id];
+            if !c.buf.is_empty() {
+                let status = Status::new(Code::Internal, "stream ended inside a message");
+                self.finish(id, &status);
+                svc.closed(self, id);
+                return;
+            }
+            svc.half_close(self, id);
+        }
+    }
+
+    /// Sends one message (the encoded protobuf, without the gRPC prefix).
+    /// Response headers go first if they have not.
+    pub fn send(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
+        let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
+        if call.finished {
+            return Err(SendError::StreamClosed);
+        }
+        if self.h2.queued() + msg.len() + 5 > self.h2.limits().max_queued_bytes {
+            metrics::count(Violation::SendQueueFull);
+            return Err(SendError::QueueFull);
+        }
+        if !call.headers_sent {
+            call.headers_sent = true;
+            self.h2.send_headers(id, self.response_headers.clone(), false)?;
+        }
+        let mut prefix = BytesMut::with_capacity(5);
+        prefix.put_u8(0);
+        prefix.put_u32(msg.len() as u32);
+        self.h2.send_data(id, prefix.freeze())?;
+        self.h2.send_data(id, msg)
+    }
+
+    /// Ends a call with `status`: trailers (or a trailers-only response if
+    /// nothing was sent). Idempotent.
+    pub fn finish(&mut self, id: u32, status: &Status) {
+        let Some(call) = self.calls.get_mut(&id) else { return };
+        if call.finished {
+            return;
+        }
+        call.finished = true;
+        let result = if call.headers_sent {
+            self.h2.send_trailers(id, status.trailers())
+        } else {
+            self.h2.send_headers(id, status.trailers_only(200), true)
+        };
+        if let Some(c) = self.calls.remove(&id) {
+            self.buffered -= c.buf.len();
+        }
+        if result.is_err() {
+            self.h2.reset(id, Reason::InternalError);
+        }
+    }
+
+    /// Calls open on this connection.
+    pub fn calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Starts a graceful shutdown.
+    pub fn go_away(&mut self, now: Instant) {
+        self.h2.go_away(now);
+    }
+}
+
+/// `application/grpc`, optionally `+proto` etc. or with parameters.
+fn is_grpc_content_type(ct: &[u8]) -> bool {
+    ct.strip_prefix(b"application/grpc").is_some_and(|rest| rest.is_empty() || rest[0] == b'+' || rest[0] == b';')
+}
+
+/// `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
+pub fn parse_timeout(v: &[u8]) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit[0] {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Maps `:path` to a method of the application's choosing.
+#[derive(Debug, Clone)]
+pub struct Router<M> {
+    routes: Vec<(&'static str, M)>,
+}
+
+impl<M: Copy> Router<M> {
+    /// An empty router.
+    pub fn new() -> Self {
+        Self { routes: Vec::new() }
+    }
+
+    /// Adds a method path (e.g. a generated `*_PATH` constant).
+    pub fn route(mut self, path: &'static str, method: M) -> Self {
+        self.routes.push((path, method));
+        self
+    }
+
+    /// The method for `path`, or the UNIMPLEMENTED status gRPC servers send.
+    pub fn lookup(&self, path: &[u8]) -> Result<M, Status> {
+        self.routes.iter().find(|(p, _)| p.as_bytes() == path).map(|(_, m)| *m).ok_or_else(|| {
+            Status::new(Code::Unimplemented, format!("unknown method {}", String::from_utf8_lossy(path)))
+        })
+    }
+}
+
+impl<M: Copy> Default for Router<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! gRPC status codes and the trailers that carry them (gRPC's
+//! PROTOCOL-HTTP2.md): `grpc-status`, and `grpc-message` percent-encoded.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use crate::h2::hpack::Encoder;
+
+/// gRPC status codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Code {
+    /// Success.
+    Ok = 0,
+    /// The operation was cancelled.
+    Cancelled = 1,
+    /// Unknown error.
+    Unknown = 2,
+    /// The client sent an invalid argument.
+    InvalidArgument = 3,
+    /// The deadline passed.
+    DeadlineExceeded = 4,
+    /// Not found.
+    NotFound = 5,
+    /// Already exists.
+    AlreadyExists = 6,
+    /// The caller may not do this.
+    PermissionDenied = 7,
+    /// Out of a resource (a size limit, a quota).
+    ResourceExhausted = 8,
+    /// The system is not in a state for this.
+    FailedPrecondition = 9,
+    /// Aborted.
+    Aborted = 10,
+    /// Out of range.
+    OutOfRange = 11,
+    /// Not implemented or not supported.
+    Unimplemented = 12,
+    /// Internal error.
+    Internal = 13,
+    /// Unavailable; retry.
+    Unavailable = 14,
+    /// Data loss.
+    DataLoss = 15,
+    /// Not authenticated.
+    Unauthenticated = 16,
+}
+
+/// A status: code and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The code.
+    pub code: Code,
+    /// Human-readable message (sent percent-encoded).
+    pub message: String,
+}
+
+impl Status {
+    /// A status with a message.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+
+    /// Success.
+    pub fn ok() -> Self {
+        Self::new(Code::Ok, "")
+    }
+
+    /// The trailer block (`grpc-status`, and `grpc-message` when not empty).
+    pub fn trailers(&self) -> Bytes {
+        self.fields(Encoder::new()).finish()
+    }
+
+    /// A trailers-only response (§ "Trailers-Only"): `:status`,
+    /// `content-type` and the status, in one block with END_STREAM.
+    pub fn trailers_only(&self, http_status: u16) -> Bytes {
+        let enc = Encoder::new().indexed_name(8, http_status.to_string().as_bytes());
+        self.fields(enc.indexed_name(31, b"application/grpc")).finish()
+    }
+
+    fn fields(&self, enc: Encoder) -> Encoder {
+        let enc = enc.field(b"grpc-status", (self.code as u8).to_string().as_bytes());
+        if self.message.is_empty() { enc } else { enc.field(b"grpc-message", percent_encode(&self.message).as_bytes()) }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+/// gRPC's percent-encoding of `grpc-message`: bytes outside 0x20..=0x7E,
+/// and `%` itself, become `%XX`.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::h2::hpack::Decoder;
+
+    #[test]
+    fn messages_are_percent_encoded() {
+        assert_eq!(percent_encode("plain text"), "plain text");
+        assert_eq!(percent_encode("100% sure"), "100%25 sure");
+        assert_eq!(percent_encode("línea\n"), "l%C3%ADnea%0A");
+    }
+
+    #[test]
+    fn trailers_only_block() {
+        let s = Status::new(Code::Unimplemented, "unknown method /a/b");
+        let (fields, _) = Decoder::default().decode(&s.trailers_only(200), usize::MAX).unwrap();
+        let names: Vec<_> = fields.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        assert_eq!(
+            names,
+            vec![
+                (":status".into(), "200".into()),
+                ("content-type".into(), "application/grpc".into()),
+                ("grpc-status".into(), "12".into()),
+                ("grpc-message".into(), "unknown method /a/b".into()),
+            ]
+        );
+        let (fields, _) = Decoder::default().decode(&Status::ok().trailers(), usize::MAX).unwrap();
+        assert_eq!(fields, vec![("grpc-status".into(), "0".into())]);
+    }
+}

@@ -55,6 +55,11 @@ pub trait Service {
     /// The call is gone: reset by the peer, cut off by the server, or its
     /// deadline passed. No more sends are possible on it.
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32);
+    /// A send failed with [`SendError::QueueFull`] earlier and the queue
+    /// has since drained to half: the service may send again.
+    fn drained(&mut self, conn: &mut GrpcConnection) {
+        let _ = conn;
+    }
 }
 
 #[derive(Debug)]
@@ -66,13 +71,26 @@ struct CallState {
     deadline: Option<Instant>,
 }
 
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// Unique on its core.
+    pub id: u64,
+    /// The peer's address.
+    pub peer: Option<std::net::SocketAddr>,
+}
+
 /// One gRPC server connection: the HTTP/2 connection and the calls on it.
 #[derive(Debug)]
 pub struct GrpcConnection {
+    /// Identity of the connection, for services that keep per-connection state.
+    pub info: ConnInfo,
     h2: Connection,
     limits: GrpcLimits,
     calls: HashMap<u32, CallState>,
     buffered: usize,
+    /// A send hit the queue cap; [`Service::drained`] is owed.
+    blocked: bool,
     /// Pre-encoded `:status 200` + `content-type: application/grpc`.
     response_headers: Bytes,
 }
@@ -81,10 +99,12 @@ impl GrpcConnection {
     /// A connection accepted at `now`.
     pub fn new(limits: Limits, grpc: GrpcLimits, now: Instant) -> Self {
         Self {
+            info: ConnInfo::default(),
             h2: Connection::new(limits, now),
             limits: grpc,
             calls: HashMap::new(),
             buffered: 0,
+            blocked: false,
             response_headers: hpack::Encoder::new().indexed(8).indexed_name(31, b"application/grpc").finish(),
         }
     }
@@ -267,6 +287,7 @@ impl GrpcConnection {
         }
         if self.h2.queued() + msg.len() + 5 > self.h2.limits().max_queued_bytes {
             metrics::count(Violation::SendQueueFull);
+            self.blocked = true;
             return Err(SendError::QueueFull);
         }
         if !call.headers_sent {
@@ -298,6 +319,28 @@ impl GrpcConnection {
         }
         if result.is_err() {
             self.h2.reset(id, Reason::InternalError);
+        }
+    }
+
+    /// Frames output into `out` (see [`Connection::poll_transmit`]) and
+    /// tells the service when a full queue has drained.
+    pub fn poll_transmit<S: Service + ?Sized>(&mut self, out: &mut Vec<u8>, budget: usize, svc: &mut S) {
+        self.h2.poll_transmit(out, budget);
+        if self.blocked && self.h2.queued() <= self.h2.limits().max_queued_bytes / 2 {
+            self.blocked = false;
+            svc.drained(self);
+            self.h2.poll_transmit(out, budget);
+        }
+    }
+
+    /// The transport is gone: every open call is closed for the service.
+    pub fn abort<S: Service + ?Sized>(&mut self, svc: &mut S) {
+        let ids: Vec<u32> = self.calls.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.calls.remove(&id) {
+                self.buffered -= c.buf.len();
+                svc.closed(self, id);
+            }
         }
     }
 

@@ -17,3 +17,4 @@
 pub mod grpc;
 pub mod h2;
 pub mod metrics;
+pub mod server;

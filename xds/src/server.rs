@@ -1,0 +1,247 @@
+//! The glommio adapter: one executor per serving core, each with its own
+//! `SO_REUSEPORT` listeners on the gRPC ports (the kernel spreads
+//! connections across cores), plaintext h2c with prior knowledge and TLS
+//! (rustls, ALPN `h2`) in front of the same [`GrpcConnection`] logic.
+//!
+//! Each connection is one task running one loop: it polls the socket for
+//! reads and writes, the connection's next deadline and a wake-up (for
+//! pushes) in a single `poll_fn`, so nothing is cancelled mid-operation
+//! (glommio's `poll_read`/`poll_write` keep their state in the stream). A
+//! write is one `send` of everything the state machine produced, not one
+//! per frame.
+
+mod conn;
+pub mod tls;
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use glommio::net::TcpListener;
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+
+use crate::grpc::{GrpcLimits, Service};
+use crate::h2::Limits;
+pub use conn::{ConnHandle, Registry};
+
+/// How the server runs.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Serving cores (executors). istiod-rs's `--cores`.
+    pub cores: usize,
+    /// Pin each executor to its CPU (production); tests leave them unbound.
+    pub pin: bool,
+    /// Listeners: every core binds each of them.
+    pub listeners: Vec<ListenerConfig>,
+    /// HTTP/2 limits of each connection.
+    pub limits: Limits,
+    /// gRPC limits of each connection.
+    pub grpc: GrpcLimits,
+}
+
+/// One listening port.
+#[derive(Clone)]
+pub struct ListenerConfig {
+    /// Address; port 0 picks one (the same for every core).
+    pub addr: SocketAddr,
+    /// TLS, or plaintext h2c when `None`.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// Makes each core's service.
+pub trait ServiceFactory: Send + Sync + 'static {
+    /// The per-core service; it sees every connection of its core.
+    type Service: Service + 'static;
+    /// Called once on each core's thread.
+    fn make(&self, core: usize, registry: Rc<Registry>) -> Self::Service;
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// io_uring (or the executor) could not be set up.
+    #[error("serving core {core} could not start: {reason}")]
+    Executor {
+        /// Which core.
+        core: usize,
+        /// What went wrong and what to do.
+        reason: String,
+    },
+    /// A port could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+pub struct ServerHandle {
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<ExecutorJoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address of each listener, in configuration order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Stops accepting, sends GOAWAY on every connection and returns once
+    /// every core has finished (connections get `max_connection_age_grace`).
+    pub fn shutdown(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How often a core checks the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Starts `cfg.cores` executors serving `factory`'s service.
+pub fn start<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerHandle, ServerError> {
+    let factory = Arc::new(factory);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Ports: bind core 0 first, so `:0` resolves once and every core binds
+    // the same port.
+    let mut addrs: Vec<SocketAddr> = cfg.listeners.iter().map(|l| l.addr).collect();
+    let mut threads = Vec::new();
+    for core in 0..cfg.cores.max(1) {
+        let (tx, rx) = mpsc::channel::<Result<Vec<SocketAddr>, ServerError>>();
+        let cfg = cfg.clone();
+        let bind = addrs.clone();
+        let factory = factory.clone();
+        let stop = stop.clone();
+        let placement = if cfg.pin { Placement::Fixed(core) } else { Placement::Unbound };
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("istiod-core{core}"))
+            // glommio registers this much memory with io_uring; it counts
+            // against RLIMIT_MEMLOCK, which is small in containers.
+            .io_memory(256 << 10)
+            .spawn(move || async move { run_core(core, cfg, bind, factory, stop, tx).await })
+            .map_err(|e| ServerError::Executor { core, reason: executor_error(&e.to_string()) })?;
+        match rx.recv() {
+            Ok(Ok(bound)) => addrs = bound,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                let reason = match handle.join() {
+                    Err(e) => executor_error(&e.to_string()),
+                    Ok(()) => "the executor exited during start-up".into(),
+                };
+                return Err(ServerError::Executor { core, reason });
+            }
+        }
+        threads.push(handle);
+    }
+    Ok(ServerHandle { addrs, stop, threads })
+}
+
+/// Says what to do about an executor that cannot start.
+fn executor_error(e: &str) -> String {
+    if e.contains("memlock") || e.contains("MemLock") || e.contains("locked memory") {
+        format!("{e}; raise the memlock limit (ulimit -l, or LimitMEMLOCK= in systemd)")
+    } else {
+        format!(
+            "{e}; io_uring may be blocked: container runtimes' default seccomp profiles deny io_uring_setup, \
+             so run with a profile that allows io_uring_setup, io_uring_enter and io_uring_register \
+             (Kubernetes: securityContext.seccompProfile), and check sysctl kernel.io_uring_disabled=0"
+        )
+    }
+}
+
+async fn run_core<F: ServiceFactory>(
+    core: usize,
+    cfg: ServerConfig,
+    bind: Vec<SocketAddr>,
+    factory: Arc<F>,
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<Result<Vec<SocketAddr>, ServerError>>,
+) {
+    let mut listeners = Vec::new();
+    let mut bound = Vec::new();
+    for addr in &bind {
+        match TcpListener::bind(addr) {
+            Ok(l) => {
+                bound.push(l.local_addr().unwrap_or(*addr));
+                listeners.push(l);
+            }
+            Err(e) => {
+                let source = std::io::Error::other(e.to_string());
+                let _ = ready.send(Err(ServerError::Bind { addr: *addr, source }));
+                return;
+            }
+        }
+    }
+    let registry = Rc::new(Registry::new(cfg.limits.clone(), cfg.grpc.clone()));
+    let svc = Rc::new(RefCell::new(factory.make(core, registry.clone())));
+    let _ = ready.send(Ok(bound));
+    drop(ready);
+
+    let mut accept_tasks = Vec::new();
+    for (l, spec) in listeners.into_iter().zip(cfg.listeners.iter()) {
+        let registry = registry.clone();
+        let svc = svc.clone();
+        let tls = spec.tls.clone().map(futures_rustls::TlsAcceptor::from);
+        accept_tasks.push(glommio::spawn_local(accept_loop(l, tls, registry, svc)).detach());
+    }
+    while !stop.load(Ordering::SeqCst) {
+        glommio::timer::sleep(STOP_POLL).await;
+    }
+    for t in accept_tasks {
+        t.cancel();
+    }
+    registry.go_away_all();
+    let deadline = std::time::Instant::now() + cfg.limits.max_connection_age_grace + Duration::from_secs(1);
+    while registry.len() > 0 && std::time::Instant::now() < deadline {
+        glommio::timer::sleep(STOP_POLL).await;
+    }
+}
+
+async fn accept_loop<S: Service + 'static>(
+    listener: TcpListener,
+    tls: Option<futures_rustls::TlsAcceptor>,
+    registry: Rc<Registry>,
+    svc: Rc<RefCell<S>>,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(target: "grpc", error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = stream.peer_addr().ok();
+        let registry = registry.clone();
+        let svc = svc.clone();
+        let tls = tls.clone();
+        glommio::spawn_local(async move {
+            match tls {
+                None => conn::serve(stream, peer, &registry, &svc).await,
+                Some(acceptor) => {
+                    let handshake = registry.limits().handshake_timeout;
+                    match glommio::timer::timeout(handshake, async {
+                        acceptor.accept(stream).await.map_err(|e| glommio::GlommioError::IoError(e))
+                    })
+                    .await
+                    {
+                        Ok(tls_stream) => conn::serve(tls_stream, peer, &registry, &svc).await,
+                        Err(e) => tracing::debug!(target: "grpc", ?peer, error = %e, "TLS handshake failed"),
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+}

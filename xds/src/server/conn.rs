@@ -1,0 +1,213 @@
+//! One connection's task, and the per-core registry of live connections
+//! (for pushes and for GOAWAY at shutdown).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, Future};
+use glommio::timer::Timer;
+
+use crate::grpc::{ConnInfo, GrpcConnection, GrpcLimits, Service};
+use crate::h2::Limits;
+use crate::metrics::{self, Violation};
+
+/// Bytes read per `recv`.
+const READ_BUF: usize = 16 * 1024;
+/// About this much is framed per write.
+const WRITE_BUDGET: usize = 256 * 1024;
+
+/// A live connection, shared between its task and the core's service.
+pub struct ConnShared {
+    /// The connection state. Borrowed by its task while it processes
+    /// input; a service may borrow it from elsewhere on the core (pushes)
+    /// and then call [`ConnShared::wake`].
+    pub conn: RefCell<GrpcConnection>,
+    woken: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl std::fmt::Debug for ConnShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnShared").field("woken", &self.woken.get()).finish_non_exhaustive()
+    }
+}
+
+/// A handle to a live connection.
+pub type ConnHandle = Rc<ConnShared>;
+
+impl ConnShared {
+    /// Asks the connection's task to flush what was queued from outside it.
+    pub fn wake(&self) {
+        self.woken.set(true);
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// The live connections of one core.
+#[derive(Debug)]
+pub struct Registry {
+    limits: Limits,
+    grpc: GrpcLimits,
+    next_id: Cell<u64>,
+    conns: RefCell<HashMap<u64, Weak<ConnShared>>>,
+}
+
+impl Registry {
+    pub(super) fn new(limits: Limits, grpc: GrpcLimits) -> Self {
+        Self { limits, grpc, next_id: Cell::new(1), conns: RefCell::new(HashMap::new()) }
+    }
+
+    /// The connection limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A live connection by id.
+    pub fn get(&self, id: u64) -> Option<ConnHandle> {
+        self.conns.borrow().get(&id).and_then(Weak::upgrade)
+    }
+
+    /// Live connections.
+    pub fn len(&self) -> usize {
+        self.conns.borrow().len()
+    }
+
+    /// No live connections.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn insert(&self, peer: Option<SocketAddr>) -> ConnHandle {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let mut conn = GrpcConnection::new(self.limits.clone(), self.grpc.clone(), Instant::now());
+        conn.info = ConnInfo { id, peer };
+        let shared = Rc::new(ConnShared { conn: RefCell::new(conn), woken: Cell::new(false), waker: Cell::new(None) });
+        self.conns.borrow_mut().insert(id, Rc::downgrade(&shared));
+        shared
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns.borrow_mut().remove(&id);
+    }
+
+    pub(super) fn go_away_all(&self) {
+        let now = Instant::now();
+        let conns: Vec<ConnHandle> = self.conns.borrow().values().filter_map(Weak::upgrade).collect();
+        for c in conns {
+            if let Ok(mut conn) = c.conn.try_borrow_mut() {
+                conn.go_away(now);
+            }
+            c.wake();
+        }
+    }
+}
+
+enum Ev {
+    Read(std::io::Result<usize>),
+    Wrote(std::io::Result<usize>),
+    Timer,
+    Wake,
+}
+
+/// Serves one connection until it ends.
+pub(super) async fn serve<IO, S>(mut io: IO, peer: Option<SocketAddr>, registry: &Rc<Registry>, svc: &Rc<RefCell<S>>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+    S: Service + ?Sized,
+{
+    let shared = registry.insert(peer);
+    let send_timeout = registry.limits.send_timeout;
+    let mut rbuf = vec![0u8; READ_BUF];
+    let mut wbuf: Vec<u8> = Vec::new();
+    let mut wpos = 0usize;
+    let mut last_progress = Instant::now();
+    let mut timer: Option<(Instant, Timer)> = None;
+    loop {
+        let now = Instant::now();
+        let (closed, mut deadline) = {
+            let mut c = shared.conn.borrow_mut();
+            if wpos == wbuf.len() {
+                wbuf.clear();
+                wpos = 0;
+                c.poll_transmit(&mut wbuf, WRITE_BUDGET, &mut *svc.borrow_mut());
+                if !wbuf.is_empty() {
+                    last_progress = now;
+                }
+                if wbuf.capacity() > 4 * WRITE_BUDGET && wbuf.is_empty() {
+                    wbuf = Vec::new(); // give back a burst's memory
+                }
+            }
+            (c.h2().is_closed(), c.poll_timeout())
+        };
+        if closed && wpos == wbuf.len() {
+            break;
+        }
+        if wpos < wbuf.len() {
+            let d = last_progress + send_timeout;
+            deadline = Some(deadline.map_or(d, |x| x.min(d)));
+        }
+        if timer.as_ref().map(|(at, _)| Some(*at)) != Some(deadline) {
+            timer = deadline.map(|at| (at, Timer::new(at.saturating_duration_since(now))));
+        }
+        let ev = poll_fn(|cx| {
+            if wpos < wbuf.len()
+                && let Poll::Ready(r) = Pin::new(&mut io).poll_write(cx, &wbuf[wpos..])
+            {
+                return Poll::Ready(Ev::Wrote(r));
+            }
+            if !closed && let Poll::Ready(r) = Pin::new(&mut io).poll_read(cx, &mut rbuf) {
+                return Poll::Ready(Ev::Read(r));
+            }
+            if let Some((_, t)) = timer.as_mut()
+                && Pin::new(t).poll(cx).is_ready()
+            {
+                return Poll::Ready(Ev::Timer);
+            }
+            if shared.woken.replace(false) {
+                return Poll::Ready(Ev::Wake);
+            }
+            shared.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+        let now = Instant::now();
+        match ev {
+            Ev::Wrote(Ok(n)) => {
+                wpos += n;
+                last_progress = now;
+            }
+            Ev::Read(Ok(0)) | Ev::Read(Err(_)) | Ev::Wrote(Err(_)) => break,
+            Ev::Read(Ok(n)) => {
+                let mut c = shared.conn.borrow_mut();
+                c.recv(&rbuf[..n], now, &mut *svc.borrow_mut());
+            }
+            Ev::Timer => {
+                timer = None;
+                if wpos < wbuf.len() && now >= last_progress + send_timeout {
+                    metrics::count(Violation::SendTimeout);
+                    tracing::debug!(target: "grpc", ?peer, "peer stopped reading; closing");
+                    break;
+                }
+                shared.conn.borrow_mut().handle_timeout(now, &mut *svc.borrow_mut());
+            }
+            Ev::Wake => {}
+        }
+    }
+    shared.conn.borrow_mut().abort(&mut *svc.borrow_mut());
+    registry.remove(shared.conn.borrow().info.id);
+    // Best effort: TLS close_notify, then FIN. A peer that does not read
+    // cannot hold this up for long.
+    let _ = glommio::timer::timeout(std::time::Duration::from_secs(1), async {
+        io.close().await.map_err(glommio::GlommioError::IoError)
+    })
+    .await;
+}

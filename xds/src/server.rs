@@ -200,7 +200,7 @@ async fn run_core<F: ServiceFactory>(
     }
     registry.go_away_all();
     let deadline = std::time::Instant::now() + cfg.limits.max_connection_age_grace + Duration::from_secs(1);
-    while registry.len() > 0 && std::time::Instant::now() < deadline {
+    while !registry.is_empty() && std::time::Instant::now() < deadline {
         glommio::timer::sleep(STOP_POLL).await;
     }
 }
@@ -232,7 +232,7 @@ async fn accept_loop<S: Service + 'static>(
                 Some(acceptor) => {
                     let handshake = registry.limits().handshake_timeout;
                     match glommio::timer::timeout(handshake, async {
-                        acceptor.accept(stream).await.map_err(|e| glommio::GlommioError::IoError(e))
+                        acceptor.accept(stream).await.map_err(glommio::GlommioError::IoError)
                     })
                     .await
                     {

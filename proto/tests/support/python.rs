@@ -1,3 +1,5 @@
+#![allow(dead_code, reason = "each test binary uses part of this support code")]
+
 //! Runs the Python side of the upstream tests (`tests/py/*.py`) with the
 //! venv that `scripts/test` prepares (grpcio, xds-protos).
 

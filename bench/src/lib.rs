@@ -1,6 +1,163 @@
-//! Criterion benchmarks of the hot paths (response assembly from the
-//! per-core cache and from scratch, snapshot builds, HTTP/2 framing of a
-//! push, HPACK) and the scenario files in `bench/testdata/` that `loadgen`
-//! plays. Benchmarks are explicit `[[bench]]` targets; none exist yet
-//! (issue #7), so this crate only reserves its place in the workspace.
+//! Criterion benchmarks of the hot paths and the scenario files in
+//! `bench/testdata/` that `loadgen` plays. Benchmarks are explicit
+//! `[[bench]]` targets (`autobenches = false`); figures and how they were
+//! measured are in `bench/README.md`.
+//!
+//! This library holds what the benchmarks share: an echo service for the
+//! glommio server, and the `h2`-crate baseline server and client that the
+//! loopback benchmark compares it with.
 #![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use istiod_xds::grpc::{Call, Code, GrpcConnection, GrpcLimits, Service, Status};
+use istiod_xds::h2::Limits;
+use istiod_xds::server::{self, ListenerConfig, Registry, ServerConfig, ServerHandle, ServiceFactory};
+
+/// Path of the echo method.
+pub const ECHO: &str = "/istiod.bench.Echo/Bidi";
+
+/// Echoes every message; finishes on half-close.
+pub struct Echo;
+
+impl Service for Echo {
+    fn open(&mut self, _: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
+        if &call.request.path[..] == ECHO.as_bytes() {
+            Ok(())
+        } else {
+            Err(Status::new(Code::Unimplemented, "echo only"))
+        }
+    }
+    fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
+        conn.send(stream, msg).map_err(|e| Status::new(Code::Unavailable, e.to_string()))
+    }
+    fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        conn.finish(stream, &Status::ok());
+    }
+    fn closed(&mut self, _: &mut GrpcConnection, _: u32) {}
+}
+
+struct EchoFactory;
+
+impl ServiceFactory for EchoFactory {
+    type Service = Echo;
+    fn make(&self, _: usize, _: Rc<Registry>) -> Echo {
+        Echo
+    }
+}
+
+/// Starts the glommio server with the echo service on one core.
+pub fn start_glommio() -> ServerHandle {
+    let cfg = ServerConfig {
+        cores: 1,
+        pin: false,
+        listeners: vec![ListenerConfig { addr: "127.0.0.1:0".parse().expect("addr"), tls: None }],
+        limits: Limits::default(),
+        grpc: GrpcLimits::default(),
+    };
+    server::start(cfg, EchoFactory).expect("glommio server starts")
+}
+
+/// Starts the baseline: the same echo over the `h2` crate's server on a
+/// tokio current-thread runtime in its own thread.
+pub fn start_h2_baseline() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("addr")).expect("send addr");
+            loop {
+                let (tcp, _) = listener.accept().await.expect("accept");
+                tokio::spawn(async move {
+                    let _ = tcp.set_nodelay(true);
+                    let mut conn = h2::server::Builder::new()
+                        .initial_window_size(1 << 20)
+                        .initial_connection_window_size(4 << 20)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .expect("h2 handshake");
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        tokio::spawn(baseline_echo(req, respond));
+                    }
+                });
+            }
+        });
+    });
+    rx.recv().expect("baseline address")
+}
+
+async fn baseline_echo(req: http::Request<h2::RecvStream>, mut respond: h2::server::SendResponse<Bytes>) {
+    let resp = http::Response::builder().status(200).header("content-type", "application/grpc").body(()).expect("resp");
+    let mut send = respond.send_response(resp, false).expect("send response");
+    let mut body = req.into_body();
+    while let Some(Ok(chunk)) = body.data().await {
+        let _ = body.flow_control().release_capacity(chunk.len());
+        // Echo bytes as they come: framing is preserved end to end.
+        send.reserve_capacity(chunk.len());
+        let _ = send.send_data(chunk, false);
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let _ = send.send_trailers(trailers);
+}
+
+/// One client stream: sends `n` messages of `size` bytes and reads all
+/// echoes back. Returns the bytes echoed.
+pub async fn client_round(addr: SocketAddr, n: usize, size: usize) -> usize {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = tcp.set_nodelay(true);
+    let (mut send, conn) = h2::client::Builder::new()
+        .initial_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .expect("handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://localhost{ECHO}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request");
+    let (resp, mut stream) = send.send_request(req, false).expect("send request");
+    let mut frame = BytesMut::with_capacity(5 + size);
+    frame.extend_from_slice(&[0]);
+    frame.extend_from_slice(&(size as u32).to_be_bytes());
+    frame.extend_from_slice(&vec![7u8; size]);
+    let frame = frame.freeze();
+    let writer = tokio::spawn(async move {
+        for _ in 0..n {
+            stream.reserve_capacity(frame.len());
+            let mut rest = frame.clone();
+            while !rest.is_empty() {
+                let cap = std::future::poll_fn(|cx| stream.poll_capacity(cx)).await.expect("capacity").expect("ok");
+                stream.send_data(rest.split_to(cap.min(rest.len())), false).expect("data");
+            }
+        }
+        stream.send_data(Bytes::new(), true).expect("end");
+    });
+    let mut body = resp.await.expect("response").into_body();
+    let mut got = 0;
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("chunk");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        buf.extend_from_slice(&chunk);
+        while buf.len() >= 5 {
+            let len = u32::from_be_bytes(buf[1..5].try_into().expect("4 bytes")) as usize;
+            if buf.len() < 5 + len {
+                break;
+            }
+            buf.advance(5 + len);
+            got += len;
+        }
+    }
+    writer.await.expect("writer");
+    got
+}

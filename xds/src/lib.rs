@@ -14,6 +14,8 @@
 //! [`h2::Connection::poll_transmit`]. Only this crate imports glommio.
 #![forbid(unsafe_code)]
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod h2;
 pub mod metrics;

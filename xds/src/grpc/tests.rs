@@ -101,6 +101,20 @@ fn unary_call() {
     assert_eq!(h.status_of(got.last().unwrap()), ("0".into(), String::new()));
 }
 
+/// Found by the grpc fuzz target: an empty message (a valid, empty
+/// protobuf) once left an empty chunk queued that no DATA frame could
+/// drain, and poll_transmit looped writing empty frames.
+#[test]
+fn empty_messages_echo() {
+    let mut h = Harness::new(GrpcLimits::default());
+    h.send(frames::headers(1, &frames::request("/test.Echo/Bidi"), false));
+    h.send(frames::data(1, &frames::grpc_message(b""), false));
+    h.send(frames::data(1, &frames::grpc_message(b""), true));
+    let got = h.frames();
+    assert_eq!(data_payload(&got), [frames::grpc_message(b""), frames::grpc_message(b"")].concat());
+    assert_eq!(h.status_of(got.last().unwrap()).0, "0");
+}
+
 #[test]
 fn messages_split_across_frames_and_frames_carrying_several() {
     let mut h = Harness::new(GrpcLimits::default());

@@ -629,6 +629,11 @@ impl Connection {
         if s.send != Send::Open {
             return Err(if s.send == Send::Idle { SendError::StreamClosed } else { SendError::HeadersSent });
         }
+        if data.is_empty() {
+            // Nothing to frame (an empty message's payload). Queued, it
+            // would look like pending data that no window can ever send.
+            return Ok(());
+        }
         self.queued += data.len();
         s.queued += data.len();
         s.data.push_back(data);

@@ -333,6 +333,12 @@ impl GrpcConnection {
         }
     }
 
+    /// Asks for [`Service::drained`] once the send queue is down to half
+    /// (at once on the next transmit if it already is).
+    pub fn notify_when_drained(&mut self) {
+        self.blocked = true;
+    }
+
     /// The transport is gone: every open call is closed for the service.
     pub fn abort<S: Service + ?Sized>(&mut self, svc: &mut S) {
         let ids: Vec<u32> = self.calls.keys().copied().collect();

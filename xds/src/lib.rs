@@ -14,6 +14,7 @@
 //! [`h2::Connection::poll_transmit`]. Only this crate imports glommio.
 #![forbid(unsafe_code)]
 
+pub mod ads;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod grpc;

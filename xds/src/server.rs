@@ -57,6 +57,11 @@ pub trait ServiceFactory: Send + Sync + 'static {
     type Service: Service + 'static;
     /// Called once on each core's thread.
     fn make(&self, core: usize, registry: Rc<Registry>) -> Self::Service;
+    /// Called once on each core's thread after [`ServiceFactory::make`],
+    /// to start the core's background tasks (e.g. receiving snapshots).
+    fn start(&self, core: usize, svc: Rc<RefCell<Self::Service>>) {
+        let _ = (core, svc);
+    }
 }
 
 /// Why the server could not start.
@@ -182,6 +187,7 @@ async fn run_core<F: ServiceFactory>(
     }
     let registry = Rc::new(Registry::new(cfg.limits.clone(), cfg.grpc.clone()));
     let svc = Rc::new(RefCell::new(factory.make(core, registry.clone())));
+    factory.start(core, svc.clone());
     let _ = ready.send(Ok(bound));
     drop(ready);
 

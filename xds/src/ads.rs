@@ -1,0 +1,435 @@
+//! The ADS engine on each serving core: both discovery protocols as a
+//! [`grpc::Service`], fed new snapshots by the watcher core through a
+//! per-core channel, pushing to exactly the connections a [`Delta`] can
+//! affect, in CDS, EDS, LDS, RDS order, from a per-core cache of
+//! pre-encoded resources.
+//!
+//! A connection has at most one push in flight: while bytes of an earlier
+//! one are still queued, a new snapshot only marks the stream dirty, and
+//! the newest state goes out when the queue drains.
+
+pub mod cache;
+pub mod node;
+pub mod snapshot;
+pub mod stream;
+pub mod wire;
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use istiod_proto::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DiscoveryRequest, aggregated_discovery_service as paths,
+};
+use istiod_proto::prost::Message;
+use serde_json::{Value, json};
+
+use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
+use crate::server::{Registry, ServiceFactory};
+use cache::Cache;
+use node::ProxyClass;
+pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot};
+use stream::{AdsStream, Ctx, Protocol, StreamError, sync_status};
+
+/// What the watcher core sends a serving core.
+#[derive(Debug)]
+pub enum Update {
+    /// A new snapshot and what changed since the previous one.
+    Snapshot(Arc<Snapshot>, Delta),
+    /// A debug question; the answer goes back on the channel.
+    Debug(DebugQuery, async_channel::Sender<Value>),
+}
+
+/// Debug questions the control thread asks every core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DebugQuery {
+    /// `/debug/adsz`: connections and their watches.
+    Adsz,
+    /// `/debug/syncz`: per proxy and type, SYNCED / STALE / NOT SENT / NACKED.
+    Syncz,
+    /// `/debug/config_dump?proxyID=`: what one proxy was sent.
+    ConfigDump(String),
+    /// Convergence histogram and cache counters.
+    Stats,
+}
+
+/// The watcher core's end of the per-core channels.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    cores: Vec<async_channel::Sender<Update>>,
+}
+
+/// Per-core receivers, handed to the cores when they start.
+#[derive(Debug)]
+pub struct Receivers(Mutex<Vec<Option<async_channel::Receiver<Update>>>>);
+
+/// One unbounded channel per core: a core that falls behind receives
+/// several updates at once and merges their deltas.
+pub fn channels(cores: usize) -> (Publisher, Receivers) {
+    let (tx, rx): (Vec<_>, Vec<_>) = (0..cores.max(1)).map(|_| async_channel::unbounded()).unzip();
+    (Publisher { cores: tx }, Receivers(Mutex::new(rx.into_iter().map(Some).collect())))
+}
+
+impl Publisher {
+    /// Sends a snapshot to every core. Never blocks.
+    pub fn publish(&self, snap: Arc<Snapshot>, delta: Delta) {
+        for c in &self.cores {
+            let _ = c.try_send(Update::Snapshot(snap.clone(), delta.clone()));
+        }
+    }
+
+    /// Asks every core and collects the answers (cores that are gone are
+    /// skipped).
+    pub async fn query(&self, q: DebugQuery) -> Vec<Value> {
+        let mut answers = Vec::new();
+        let mut pending = Vec::new();
+        for c in &self.cores {
+            let (tx, rx) = async_channel::bounded(1);
+            if c.try_send(Update::Debug(q.clone(), tx)).is_ok() {
+                pending.push(rx);
+            }
+        }
+        for rx in pending {
+            if let Ok(v) = rx.recv().await {
+                answers.push(v);
+            }
+        }
+        answers
+    }
+
+    /// Number of cores.
+    pub fn cores(&self) -> usize {
+        self.cores.len()
+    }
+}
+
+/// Makes the ADS service of each core.
+pub struct AdsFactory {
+    generator: Arc<dyn Generator>,
+    receivers: Receivers,
+    initial: Arc<Snapshot>,
+    control_plane: String,
+}
+
+impl AdsFactory {
+    /// Cores start from `initial` and follow what the publisher sends.
+    pub fn new(
+        generator: Arc<dyn Generator>,
+        receivers: Receivers,
+        initial: Arc<Snapshot>,
+        control_plane: &str,
+    ) -> Self {
+        Self { generator, receivers, initial, control_plane: control_plane.to_owned() }
+    }
+}
+
+impl ServiceFactory for AdsFactory {
+    type Service = AdsService;
+
+    fn make(&self, core: usize, registry: Rc<Registry>) -> AdsService {
+        AdsService {
+            core,
+            generator: self.generator.clone(),
+            snap: self.initial.clone(),
+            cache: Cache::default(),
+            classes: HashMap::new(),
+            streams: HashMap::new(),
+            by_conn: HashMap::new(),
+            deferred: HashSet::new(),
+            registry,
+            router: Router::new()
+                .route(paths::STREAM_AGGREGATED_RESOURCES, Protocol::Sotw)
+                .route(paths::DELTA_AGGREGATED_RESOURCES, Protocol::Delta),
+            nonce_seq: 0,
+            control_plane: self.control_plane.clone(),
+            convergence: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
+            pushes: 0,
+            nacks: 0,
+        }
+    }
+
+    fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService>>) {
+        let rx = self.receivers.0.lock().ok().and_then(|mut r| r.get_mut(core).and_then(Option::take));
+        if let Some(rx) = rx {
+            glommio::spawn_local(updates(svc, rx)).detach();
+        }
+    }
+}
+
+async fn updates(svc: Rc<std::cell::RefCell<AdsService>>, rx: async_channel::Receiver<Update>) {
+    while let Ok(first) = rx.recv().await {
+        // Drain what else is waiting: the newest snapshot wins, deltas merge.
+        let mut latest: Option<(Arc<Snapshot>, Delta)> = None;
+        let mut next = Some(first);
+        while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
+            match u {
+                Update::Snapshot(s, d) => match &mut latest {
+                    Some((snap, delta)) => {
+                        *snap = s;
+                        delta.merge(d);
+                    }
+                    None => latest = Some((s, d)),
+                },
+                Update::Debug(q, reply) => {
+                    let answer = svc.borrow().debug(&q);
+                    let _ = reply.try_send(answer);
+                }
+            }
+        }
+        if let Some((snap, delta)) = latest {
+            svc.borrow_mut().on_snapshot(snap, delta);
+        }
+    }
+}
+
+/// The ADS service of one core.
+pub struct AdsService {
+    core: usize,
+    generator: Arc<dyn Generator>,
+    snap: Arc<Snapshot>,
+    cache: Cache,
+    classes: HashMap<ProxyClass, Arc<ProxyClass>>,
+    streams: HashMap<(u64, u32), AdsStream>,
+    by_conn: HashMap<u64, Vec<u32>>,
+    /// Connections with a push waiting for their queue to drain.
+    deferred: HashSet<u64>,
+    registry: Rc<Registry>,
+    router: Router<Protocol>,
+    nonce_seq: u64,
+    control_plane: String,
+    /// Change seen by the watcher core to ACK, microseconds.
+    convergence: Histogram<u64>,
+    pushes: u64,
+    nacks: u64,
+}
+
+impl AdsService {
+    fn intern(classes: &mut HashMap<ProxyClass, Arc<ProxyClass>>, c: ProxyClass) -> Arc<ProxyClass> {
+        classes.entry(c.clone()).or_insert_with(|| Arc::new(c)).clone()
+    }
+
+    /// Builds and queues what is pending for the streams of one connection,
+    /// unless an earlier push is still queued there.
+    fn flush_conn(&mut self, conn: &mut GrpcConnection, cause: Option<Instant>) {
+        let id = conn.info.id;
+        if conn.h2().queued() > 0 {
+            self.deferred.insert(id);
+            conn.notify_when_drained();
+            return;
+        }
+        self.deferred.remove(&id);
+        let Some(stream_ids) = self.by_conn.get(&id).cloned() else { return };
+        let now = Instant::now();
+        let core = self.core;
+        let seq = &mut self.nonce_seq;
+        let mut nonce = move || -> Arc<str> {
+            *seq += 1;
+            format!("{core}-{id}-{seq}").into()
+        };
+        for sid in stream_ids {
+            let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue };
+            if !stream.is_dirty() {
+                continue;
+            }
+            let mut ctx = Ctx {
+                generator: &*self.generator,
+                snap: &self.snap,
+                cache: &mut self.cache,
+                nonce: &mut nonce,
+                control_plane: &self.control_plane,
+                now,
+            };
+            for out in stream.flush(&mut ctx, cause) {
+                self.pushes += 1;
+                if conn.send(sid, out.bytes).is_err() {
+                    // Queue full or stream gone: what was not sent stays
+                    // owed; a full queue notifies when it drains.
+                    self.deferred.insert(id);
+                    conn.notify_when_drained();
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Applies a new snapshot: marks affected streams and pushes.
+    pub fn on_snapshot(&mut self, snap: Arc<Snapshot>, delta: Delta) {
+        let cause = Some(snap.changed_at);
+        self.snap = snap;
+        let mut touched: HashSet<u64> = HashSet::new();
+        for ((conn, _), s) in self.streams.iter_mut() {
+            s.on_delta_update(&delta);
+            if s.is_dirty() {
+                touched.insert(*conn);
+            }
+        }
+        for id in touched {
+            let Some(shared) = self.registry.get(id) else { continue };
+            let Ok(mut conn) = shared.conn.try_borrow_mut() else {
+                self.deferred.insert(id);
+                continue;
+            };
+            self.flush_conn(&mut conn, cause);
+            drop(conn);
+            shared.wake();
+        }
+    }
+
+    fn debug(&self, q: &DebugQuery) -> Value {
+        match q {
+            DebugQuery::Adsz => {
+                let conns: Vec<Value> = self
+                    .streams
+                    .iter()
+                    .filter_map(|((conn, sid), s)| {
+                        let p = s.proxy.as_ref()?;
+                        let watched: Value = Kind::ALL
+                            .iter()
+                            .filter_map(|k| {
+                                let w = s.watches[*k as usize].as_ref()?;
+                                Some((
+                                    k.type_url().to_owned(),
+                                    json!({
+                                        "wildcard": w.wildcard,
+                                        "names": w.names.iter().map(|n| &**n).collect::<Vec<_>>(),
+                                        "sent": w.sent.len(),
+                                        "nonce_sent": w.sent_nonce.as_deref(),
+                                        "nonce_acked": w.acked.as_ref().map(|a| &*a.0),
+                                        "version_sent": w.sent_version.to_string(),
+                                        "version_acked": w.acked.as_ref().map(|a| a.1.to_string()),
+                                        "last_nack": w.nack.as_ref().map(|n| &n.1),
+                                        "responses": w.responses,
+                                    }),
+                                ))
+                            })
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                        Some(json!({
+                            "connectionId": format!("{}-{conn}-{sid}", self.core),
+                            "proxyId": &*p.id,
+                            "namespace": &*p.namespace,
+                            "protocol": if s.protocol == Protocol::Delta { "delta" } else { "sotw" },
+                            "connectedSecondsAgo": s.connected_at.elapsed().as_secs(),
+                            "watches": watched,
+                        }))
+                    })
+                    .collect();
+                json!({ "core": self.core, "clients": conns })
+            }
+            DebugQuery::Syncz => {
+                let rows: Vec<Value> = self
+                    .streams
+                    .values()
+                    .filter_map(|s| {
+                        let p = s.proxy.as_ref()?;
+                        let mut row = json!({ "proxy": &*p.id, "istio_version": &*p.istio_version, "cluster_id": &*p.cluster_id });
+                        for k in Kind::ALL {
+                            let status = s.watches[k as usize].as_ref().map_or("NOT SENT", sync_status);
+                            row[format!("{}_status", k.short().to_lowercase())] = json!(status);
+                        }
+                        Some(row)
+                    })
+                    .collect();
+                Value::Array(rows)
+            }
+            DebugQuery::ConfigDump(id) => {
+                let Some(s) = self.streams.values().find(|s| s.proxy.as_ref().is_some_and(|p| &*p.id == id)) else {
+                    return Value::Null;
+                };
+                let dumps: Vec<Value> = Kind::ALL
+                    .iter()
+                    .filter_map(|k| {
+                        let w = s.watches[*k as usize].as_ref()?;
+                        Some(json!({
+                            "type_url": k.type_url(),
+                            "version_info": w.sent_version.to_string(),
+                            "resources": w.sent.iter().map(|(n, v)| json!({"name": &**n, "version": &**v})).collect::<Vec<_>>(),
+                        }))
+                    })
+                    .collect();
+                json!({ "proxyId": id, "configs": dumps })
+            }
+            DebugQuery::Stats => {
+                let h = &self.convergence;
+                json!({
+                    "core": self.core,
+                    "snapshot_version": self.snap.version,
+                    "streams": self.streams.len(),
+                    "pushes": self.pushes,
+                    "nacks": self.nacks,
+                    "cache": { "entries": self.cache.len(), "hits": self.cache.hits, "misses": self.cache.misses },
+                    "convergence_us": {
+                        "count": h.len(),
+                        "p50": h.value_at_quantile(0.5),
+                        "p90": h.value_at_quantile(0.9),
+                        "p99": h.value_at_quantile(0.99),
+                        "max": h.max(),
+                    },
+                })
+            }
+        }
+    }
+}
+
+impl Service for AdsService {
+    fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
+        let protocol = self.router.lookup(&call.request.path)?;
+        let id = conn.info.id;
+        self.streams.insert((id, call.stream), AdsStream::new(protocol, Instant::now()));
+        self.by_conn.entry(id).or_default().push(call.stream);
+        Ok(())
+    }
+
+    fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
+        let key = (conn.info.id, stream);
+        let now = Instant::now();
+        let Some(s) = self.streams.get_mut(&key) else { return Ok(()) };
+        let classes = &mut self.classes;
+        let mut intern = |c: ProxyClass| Self::intern(classes, c);
+        let result = match s.protocol {
+            Protocol::Sotw => DiscoveryRequest::decode(msg)
+                .map_err(|e| StreamError::InvalidArgument(format!("invalid DiscoveryRequest: {e}")))
+                .and_then(|r| s.on_sotw(r, &mut intern, now)),
+            Protocol::Delta => DeltaDiscoveryRequest::decode(msg)
+                .map_err(|e| StreamError::InvalidArgument(format!("invalid DeltaDiscoveryRequest: {e}")))
+                .and_then(|r| s.on_delta(r, &mut intern, now)),
+        };
+        let acked = result.map_err(|StreamError::InvalidArgument(m)| Status::new(Code::InvalidArgument, m))?;
+        for us in acked.convergence_us {
+            let _ = self.convergence.record(us.max(1));
+        }
+        self.nacks += acked.nacks;
+        if self.streams.get(&key).is_some_and(AdsStream::is_dirty) {
+            self.flush_conn(conn, None);
+        }
+        Ok(())
+    }
+
+    fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        conn.finish(stream, &Status::ok());
+    }
+
+    fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        let id = conn.info.id;
+        self.streams.remove(&(id, stream));
+        if let Some(v) = self.by_conn.get_mut(&id) {
+            v.retain(|s| *s != stream);
+            if v.is_empty() {
+                self.by_conn.remove(&id);
+                self.deferred.remove(&id);
+            }
+        }
+    }
+
+    fn drained(&mut self, conn: &mut GrpcConnection) {
+        if self.deferred.contains(&conn.info.id) {
+            self.flush_conn(conn, Some(self.snap.changed_at));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

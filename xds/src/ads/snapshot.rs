@@ -1,0 +1,198 @@
+//! What the watcher core publishes to the serving cores: an immutable
+//! [`Snapshot`] of the mesh and a [`Delta`] saying what changed since the
+//! previous one, and the [`Generator`] interface that turns a snapshot into
+//! resources for a class of proxies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::node::ProxyClass;
+
+/// The xDS resource types the engine serves, in push order (§ make before
+/// break: clusters before the endpoints they use, listeners before routes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// CDS.
+    Cluster = 0,
+    /// EDS.
+    Endpoint = 1,
+    /// LDS.
+    Listener = 2,
+    /// RDS.
+    Route = 3,
+}
+
+impl Kind {
+    /// Every kind, in push order.
+    pub const ALL: [Kind; 4] = [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route];
+
+    /// The type URL on the wire.
+    pub fn type_url(self) -> &'static str {
+        use istiod_proto::type_url as t;
+        match self {
+            Kind::Cluster => t::CLUSTER,
+            Kind::Endpoint => t::CLUSTER_LOAD_ASSIGNMENT,
+            Kind::Listener => t::LISTENER,
+            Kind::Route => t::ROUTE_CONFIGURATION,
+        }
+    }
+
+    /// The kind of a type URL.
+    pub fn from_type_url(url: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.type_url() == url)
+    }
+
+    /// Types a proxy receives whole (wildcard) rather than by name.
+    pub fn is_wildcard(self) -> bool {
+        matches!(self, Kind::Cluster | Kind::Listener)
+    }
+
+    /// Short name for debug output (`CDS`, ...).
+    pub fn short(self) -> &'static str {
+        ["CDS", "EDS", "LDS", "RDS"][self as usize]
+    }
+}
+
+/// One resource of the simple model: its encoded message and the snapshot
+/// version in which it last changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleResource {
+    /// Snapshot version that last changed it.
+    pub generation: u64,
+    /// The encoded resource message (what goes in `Any.value`).
+    pub body: Bytes,
+}
+
+/// The mesh as the serving cores see it. Until the mesh model and
+/// translation exist, it carries ready-made resources per type; the engine
+/// only reads it through a [`Generator`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimpleModel {
+    /// Resources by kind (index: `Kind as usize`) and name.
+    pub resources: [BTreeMap<Arc<str>, SimpleResource>; 4],
+}
+
+/// An immutable view of the mesh at one version.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Increases with every publish; the SotW `version_info`.
+    pub version: u64,
+    /// When the watcher core saw the first change this snapshot carries
+    /// (convergence is measured from here to the proxy's ACK).
+    pub changed_at: Instant,
+    /// The content.
+    pub model: Arc<SimpleModel>,
+}
+
+impl Snapshot {
+    /// The empty snapshot the cores start with (version 0).
+    pub fn empty(now: Instant) -> Self {
+        Self { version: 0, changed_at: now, model: Arc::default() }
+    }
+}
+
+/// What changed between two snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// Anything may have changed: every connection is re-evaluated.
+    Full,
+    /// Exactly these resources changed or were removed.
+    Resources(Vec<(Kind, Arc<str>)>),
+}
+
+impl Delta {
+    /// Merges `other` into `self` (a core that fell behind applies the
+    /// union of the deltas it missed, against the newest snapshot).
+    pub fn merge(&mut self, other: Delta) {
+        match (&mut *self, other) {
+            (Delta::Full, _) => {}
+            (_, Delta::Full) => *self = Delta::Full,
+            (Delta::Resources(a), Delta::Resources(b)) => {
+                a.extend(b);
+                a.sort();
+                a.dedup();
+            }
+        }
+    }
+
+    /// Whether `(kind, name)` may have changed.
+    pub fn touches(&self, kind: Kind, name: &str) -> bool {
+        match self {
+            Delta::Full => true,
+            Delta::Resources(r) => r.iter().any(|(k, n)| *k == kind && &**n == name),
+        }
+    }
+
+    /// Whether any resource of `kind` may have changed.
+    pub fn touches_kind(&self, kind: Kind) -> bool {
+        match self {
+            Delta::Full => true,
+            Delta::Resources(r) => r.iter().any(|(k, _)| *k == kind),
+        }
+    }
+}
+
+/// Turns a snapshot into resources for a class of proxies. Implementations
+/// must be pure functions of (snapshot, class, kind, name): the per-core
+/// cache relies on it, and debug builds check every cache hit against a
+/// fresh generation.
+pub trait Generator: Send + Sync + 'static {
+    /// Names a proxy of `class` receives when it subscribes to all of
+    /// `kind` (CDS and LDS wildcard).
+    fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>>;
+    /// The generation of exactly the inputs `(kind, name)` reads for
+    /// `class`, or `None` when the resource does not exist. It is part of
+    /// the cache key and the resource's version.
+    fn input_generation(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64>;
+    /// The encoded resource message.
+    fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes>;
+}
+
+/// Serves the [`SimpleModel`]'s resources as they are, to every class.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimpleGenerator;
+
+impl Generator for SimpleGenerator {
+    fn wildcard_names(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        snap.model.resources[kind as usize].keys().cloned().collect()
+    }
+    fn input_generation(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+        snap.model.resources[kind as usize].get(name).map(|r| r.generation)
+    }
+    fn generate(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+        snap.model.resources[kind as usize].get(name).map(|r| r.body.clone())
+    }
+}
+
+impl SimpleModel {
+    /// The model after replacing, adding (`Some`) or removing (`None`)
+    /// resources at `version`, and the delta that describes it. Resources
+    /// whose bytes did not change keep their generation.
+    pub fn apply(&self, version: u64, changes: Vec<(Kind, Arc<str>, Option<Bytes>)>) -> (SimpleModel, Delta) {
+        let mut next = self.clone();
+        let mut delta = Vec::new();
+        for (kind, name, body) in changes {
+            let map = &mut next.resources[kind as usize];
+            match body {
+                Some(body) => {
+                    if map.get(&name).is_some_and(|r| r.body == body) {
+                        continue;
+                    }
+                    map.insert(name.clone(), SimpleResource { generation: version, body });
+                }
+                None => {
+                    if map.remove(&name).is_none() {
+                        continue;
+                    }
+                }
+            }
+            delta.push((kind, name));
+        }
+        delta.sort();
+        delta.dedup();
+        (next, Delta::Resources(delta))
+    }
+}

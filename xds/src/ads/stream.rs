@@ -1,0 +1,479 @@
+//! One ADS stream's protocol state, both variants, without I/O: requests
+//! in, response bytes out. istiod's rules (pilot/pkg/xds/ads.go,
+//! delta.go): the first request carries the node; a NACK is recorded and
+//! never answered (no retry loop); a stale nonce is ignored; an ACK is
+//! answered only when the subscription changed, or when the type must be
+//! re-sent after its parent (EDS after CDS, RDS after LDS).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::cache::Cache;
+use super::node::{Proxy, ProxyClass};
+use super::snapshot::{Delta, Generator, Kind, Snapshot};
+use super::wire::{self, Encoded};
+
+/// Which ADS method the stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `StreamAggregatedResources`.
+    Sotw,
+    /// `DeltaAggregatedResources`.
+    Delta,
+}
+
+/// What must be (re)sent for a type.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Dirty {
+    /// Nothing.
+    #[default]
+    Clean,
+    /// Everything subscribed.
+    All,
+    /// Only these names.
+    Names(BTreeSet<Arc<str>>),
+}
+
+impl Dirty {
+    fn add(&mut self, other: Dirty) {
+        match (&mut *self, other) {
+            (_, Dirty::Clean) | (Dirty::All, _) => {}
+            (s, Dirty::All) => *s = Dirty::All,
+            (Dirty::Clean, n) => *self = n,
+            (Dirty::Names(a), Dirty::Names(b)) => a.extend(b),
+        }
+    }
+}
+
+/// A proxy's subscription to one type and what was sent and acknowledged.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// Subscribed to every resource of the type.
+    pub wildcard: bool,
+    /// Explicitly subscribed names.
+    pub names: BTreeSet<Arc<str>>,
+    /// What the proxy has, by our account: name to version.
+    pub sent: BTreeMap<Arc<str>, Arc<str>>,
+    /// Nonce of the last response.
+    pub sent_nonce: Option<Arc<str>>,
+    /// Snapshot version of the last response.
+    pub sent_version: u64,
+    /// When the last response went out.
+    pub sent_at: Option<Instant>,
+    /// Last nonce the proxy ACKed, and the snapshot version it carried.
+    pub acked: Option<(Arc<str>, u64)>,
+    /// Last NACK: nonce and the proxy's error message.
+    pub nack: Option<(Arc<str>, String)>,
+    /// Responses sent.
+    pub responses: u64,
+    /// Answer the next ACK even if the subscription is unchanged (EDS after
+    /// CDS, RDS after LDS: Envoy re-requests them to warm).
+    pub always_respond: bool,
+    /// Pending work.
+    pub dirty: Dirty,
+    /// The watcher-core time of the change the in-flight response carries,
+    /// with its nonce, for convergence on ACK.
+    pub push_cause: Option<(Arc<str>, Instant)>,
+}
+
+/// Status of a type for `/debug/syncz`, from nonces (istiod's rules).
+pub fn sync_status(w: &Watch) -> &'static str {
+    match (&w.sent_nonce, &w.acked, &w.nack) {
+        (None, _, _) => "NOT SENT",
+        (Some(s), _, Some((n, _))) if n == s => "NACKED",
+        (Some(s), Some((a, _)), _) if a == s => "SYNCED",
+        _ => "STALE",
+    }
+}
+
+/// Why a request ends the stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// Bad node or undecodable request: INVALID_ARGUMENT.
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+/// A response to send, with the watcher time of its cause.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// Encoded `DiscoveryResponse` or `DeltaDiscoveryResponse`.
+    pub bytes: Bytes,
+}
+
+/// Everything a stream needs from its core to build responses.
+pub struct Ctx<'a> {
+    /// The generator.
+    pub generator: &'a dyn Generator,
+    /// The current snapshot.
+    pub snap: &'a Snapshot,
+    /// The core's cache.
+    pub cache: &'a mut Cache,
+    /// Makes a fresh nonce.
+    pub nonce: &'a mut dyn FnMut() -> Arc<str>,
+    /// `control_plane.identifier`.
+    pub control_plane: &'a str,
+    /// Now.
+    pub now: Instant,
+}
+
+/// One ADS stream.
+#[derive(Debug)]
+pub struct AdsStream {
+    /// Variant.
+    pub protocol: Protocol,
+    /// The proxy, once the first request named it.
+    pub proxy: Option<Proxy>,
+    /// Its interned class.
+    pub class: Option<Arc<ProxyClass>>,
+    /// When the stream opened.
+    pub connected_at: Instant,
+    /// Watches by kind.
+    pub watches: [Option<Watch>; 4],
+    /// Requests of types this server does not serve (ignored).
+    pub unknown_types: u64,
+    /// Stale nonces ignored.
+    pub stale: u64,
+}
+
+/// Outcome of a request for the core: convergence samples to record.
+#[derive(Debug, Default)]
+pub struct Acked {
+    /// Change-to-ACK durations, in microseconds.
+    pub convergence_us: Vec<u64>,
+    /// NACKs recorded.
+    pub nacks: u64,
+}
+
+impl AdsStream {
+    /// A stream opened at `now`.
+    pub fn new(protocol: Protocol, now: Instant) -> Self {
+        Self {
+            protocol,
+            proxy: None,
+            class: None,
+            connected_at: now,
+            watches: Default::default(),
+            unknown_types: 0,
+            stale: 0,
+        }
+    }
+
+    fn identify(
+        &mut self,
+        node: Option<&istiod_proto::envoy::config::core::v3::Node>,
+        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
+    ) -> Result<(), StreamError> {
+        if self.proxy.is_none() {
+            let p = Proxy::from_node(node).map_err(|e| StreamError::InvalidArgument(e.to_string()))?;
+            self.class = Some(intern(p.class.clone()));
+            self.proxy = Some(p);
+        }
+        Ok(())
+    }
+
+    fn record_ack(w: &mut Watch, nonce: &Arc<str>, now: Instant, acked: &mut Acked) {
+        w.acked = Some((nonce.clone(), w.sent_version));
+        if let Some((n, cause)) = w.push_cause.take() {
+            if &n == nonce {
+                acked.convergence_us.push(now.saturating_duration_since(cause).as_micros() as u64);
+            } else {
+                w.push_cause = Some((n, cause));
+            }
+        }
+    }
+
+    /// Handles a state-of-the-world request.
+    pub fn on_sotw(
+        &mut self,
+        req: istiod_proto::envoy::service::discovery::v3::DiscoveryRequest,
+        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
+        now: Instant,
+    ) -> Result<Acked, StreamError> {
+        self.identify(req.node.as_ref(), intern)?;
+        let mut acked = Acked::default();
+        let Some(kind) = Kind::from_type_url(&req.type_url) else {
+            self.unknown_types += 1;
+            return Ok(acked);
+        };
+        let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
+        let names: BTreeSet<Arc<str>> = req.resource_names.iter().map(|n| Arc::from(n.as_str())).collect();
+        let nonce: Arc<str> = req.response_nonce.as_str().into();
+        let first = w.sent_nonce.is_none();
+        if !req.response_nonce.is_empty() && !first && w.sent_nonce.as_ref() != Some(&nonce) {
+            // istiod: an expired nonce is ignored; the proxy will get the
+            // newer response it has not yet seen.
+            self.stale += 1;
+            return Ok(acked);
+        }
+        if let Some(err) = req.error_detail {
+            // NACK: record and wait for a new version (no retry loop).
+            w.nack = Some((nonce, err.message));
+            acked.nacks += 1;
+            return Ok(acked);
+        }
+        let wildcard = kind.is_wildcard() && (names.is_empty() || names.contains("*"));
+        if req.response_nonce.is_empty() || first {
+            // Initial request (or a reconnect carrying an old nonce).
+            w.wildcard = wildcard;
+            w.names = names;
+            w.names.remove("*");
+            w.dirty = Dirty::All;
+            return Ok(acked);
+        }
+        Self::record_ack(w, &nonce, now, &mut acked);
+        if !kind.is_wildcard() && names.is_empty() {
+            // Unsubscribe from everything of a named type.
+            w.names.clear();
+            w.sent.clear();
+            w.dirty = Dirty::Clean;
+            return Ok(acked);
+        }
+        let mut wanted = names;
+        wanted.remove("*");
+        if wildcard != w.wildcard || wanted != w.names {
+            let added: BTreeSet<Arc<str>> = wanted.difference(&w.names).cloned().collect();
+            w.wildcard = wildcard;
+            w.names = wanted;
+            w.sent.retain(|n, _| w.names.contains(n));
+            // New names must be sent; for SotW named types, the response
+            // carries what changed (istiod's incremental EDS).
+            w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::Names(added) });
+        } else if std::mem::take(&mut w.always_respond) {
+            w.dirty.add(Dirty::All);
+        }
+        Ok(acked)
+    }
+
+    /// Handles a delta request.
+    pub fn on_delta(
+        &mut self,
+        req: istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest,
+        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
+        now: Instant,
+    ) -> Result<Acked, StreamError> {
+        self.identify(req.node.as_ref(), intern)?;
+        let mut acked = Acked::default();
+        let Some(kind) = Kind::from_type_url(&req.type_url) else {
+            self.unknown_types += 1;
+            return Ok(acked);
+        };
+        let slot = &mut self.watches[kind as usize];
+        let first = slot.is_none();
+        let w = slot.get_or_insert_with(Watch::default);
+        if first {
+            // Legacy wildcard: a first request without names for CDS/LDS.
+            w.wildcard = kind.is_wildcard() && req.resource_names_subscribe.is_empty();
+            w.sent = req
+                .initial_resource_versions
+                .iter()
+                .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
+                .collect();
+            w.dirty = Dirty::All;
+        }
+        if !req.response_nonce.is_empty() {
+            let nonce: Arc<str> = req.response_nonce.as_str().into();
+            if w.sent_nonce.as_ref() != Some(&nonce) {
+                self.stale += 1;
+            } else if let Some(err) = &req.error_detail {
+                w.nack = Some((nonce, err.message.clone()));
+                acked.nacks += 1;
+            } else {
+                Self::record_ack(w, &nonce, now, &mut acked);
+            }
+        }
+        let mut added = BTreeSet::new();
+        for n in &req.resource_names_subscribe {
+            if n == "*" {
+                if !w.wildcard {
+                    w.wildcard = true;
+                    w.dirty.add(Dirty::All);
+                }
+            } else if w.names.insert(Arc::from(n.as_str())) {
+                added.insert(Arc::from(n.as_str()));
+            }
+        }
+        for n in &req.resource_names_unsubscribe {
+            if n == "*" {
+                w.wildcard = false;
+            } else {
+                w.names.remove(n.as_str());
+                // The proxy drops it; forget that it has it.
+                w.sent.remove(n.as_str());
+            }
+        }
+        if !added.is_empty() {
+            w.dirty.add(Dirty::Names(added));
+        }
+        Ok(acked)
+    }
+
+    /// Marks what a new snapshot's delta may have changed for this stream.
+    pub fn on_delta_update(&mut self, delta: &Delta) {
+        for kind in Kind::ALL {
+            let Some(w) = self.watches[kind as usize].as_mut() else { continue };
+            if !w.wildcard && w.names.is_empty() {
+                continue;
+            }
+            let dirty = match delta {
+                Delta::Full => Dirty::All,
+                Delta::Resources(r) => {
+                    let changed: BTreeSet<Arc<str>> = r
+                        .iter()
+                        .filter(|(k, n)| *k == kind && (w.wildcard || w.names.contains(n) || w.sent.contains_key(n)))
+                        .map(|(_, n)| n.clone())
+                        .collect();
+                    if changed.is_empty() {
+                        Dirty::Clean
+                    } else if self.protocol == Protocol::Sotw && kind.is_wildcard() {
+                        Dirty::All // SotW CDS/LDS responses carry the whole set
+                    } else {
+                        Dirty::Names(changed)
+                    }
+                }
+            };
+            w.dirty.add(dirty);
+        }
+    }
+
+    /// Whether anything is waiting to be sent.
+    pub fn is_dirty(&self) -> bool {
+        self.watches.iter().flatten().any(|w| w.dirty != Dirty::Clean)
+    }
+
+    /// Builds the pending responses, in push order (CDS, EDS, LDS, RDS).
+    /// `cause` is the watcher-core time of the change being pushed, or
+    /// `None` when answering a request.
+    pub fn flush(&mut self, ctx: &mut Ctx<'_>, cause: Option<Instant>) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        let Some(class) = self.class.clone() else { return out };
+        for kind in Kind::ALL {
+            let Some(w) = self.watches[kind as usize].as_mut() else { continue };
+            let dirty = std::mem::take(&mut w.dirty);
+            if dirty == Dirty::Clean {
+                continue;
+            }
+            let resp = match self.protocol {
+                Protocol::Sotw => sotw_response(w, kind, &dirty, &class, ctx),
+                Protocol::Delta => delta_response(w, kind, &dirty, &class, ctx),
+            };
+            let Some((bytes, nonce)) = resp else { continue };
+            tracing::trace!(target: "ads", ?kind, ?dirty, %nonce, "push");
+            w.sent_version = ctx.snap.version;
+            w.sent_at = Some(ctx.now);
+            w.responses += 1;
+            w.push_cause = cause.map(|c| (nonce.clone(), c));
+            w.sent_nonce = Some(nonce);
+            out.push(Outgoing { bytes });
+            // Envoy re-requests children after a parent update to warm them.
+            let child = match kind {
+                Kind::Cluster => Some(Kind::Endpoint),
+                Kind::Listener => Some(Kind::Route),
+                _ => None,
+            };
+            if let Some(c) = child.and_then(|c| self.watches[c as usize].as_mut()) {
+                c.always_respond = true;
+            }
+        }
+        out
+    }
+}
+
+fn names_for(w: &Watch, kind: Kind, dirty: &Dirty, class: &ProxyClass, ctx: &Ctx<'_>) -> BTreeSet<Arc<str>> {
+    match dirty {
+        Dirty::Clean => BTreeSet::new(),
+        Dirty::All => {
+            let mut all: BTreeSet<Arc<str>> = w.names.clone();
+            if w.wildcard {
+                all.extend(ctx.generator.wildcard_names(ctx.snap, class, kind));
+            }
+            all
+        }
+        Dirty::Names(n) => {
+            n.iter().filter(|n| w.wildcard || w.names.contains(*n) || w.sent.contains_key(*n)).cloned().collect()
+        }
+    }
+}
+
+fn sotw_response(
+    w: &mut Watch,
+    kind: Kind,
+    dirty: &Dirty,
+    class: &Arc<ProxyClass>,
+    ctx: &mut Ctx<'_>,
+) -> Option<(Bytes, Arc<str>)> {
+    // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
+    // changed (or all subscribed on a full push).
+    let names = if kind.is_wildcard() {
+        names_for(w, kind, &Dirty::All, class, ctx)
+    } else {
+        names_for(w, kind, dirty, class, ctx)
+    };
+    let mut resources: Vec<(Arc<str>, Encoded)> = Vec::with_capacity(names.len());
+    for n in &names {
+        if let Some(e) = ctx.cache.get(ctx.generator, ctx.snap, class, kind, n) {
+            resources.push((n.clone(), e));
+        }
+    }
+    if !kind.is_wildcard() && resources.is_empty() && w.sent_nonce.is_some() && !matches!(dirty, Dirty::All) {
+        return None; // nothing of what changed exists for this proxy
+    }
+    if kind.is_wildcard() {
+        w.sent.clear();
+    }
+    for (n, e) in &resources {
+        w.sent.insert(n.clone(), e.version.clone());
+    }
+    let nonce = (ctx.nonce)();
+    let refs: Vec<&Encoded> = resources.iter().map(|(_, e)| e).collect();
+    let version = ctx.snap.version.to_string();
+    Some((wire::sotw_response(&version, kind.type_url(), &nonce, &refs, ctx.control_plane), nonce))
+}
+
+fn delta_response(
+    w: &mut Watch,
+    kind: Kind,
+    dirty: &Dirty,
+    class: &Arc<ProxyClass>,
+    ctx: &mut Ctx<'_>,
+) -> Option<(Bytes, Arc<str>)> {
+    let mut candidates = names_for(w, kind, dirty, class, ctx);
+    if *dirty == Dirty::All {
+        // Anything the proxy has may have gone away.
+        candidates.extend(w.sent.keys().cloned());
+    }
+    let mut resources: Vec<(Arc<str>, Encoded)> = Vec::new();
+    let mut removed: Vec<Arc<str>> = Vec::new();
+    for n in candidates {
+        let subscribed = w.wildcard || w.names.contains(&n);
+        match ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).filter(|_| subscribed) {
+            Some(e) => {
+                if w.sent.get(&n) != Some(&e.version) {
+                    resources.push((n, e));
+                }
+            }
+            None => {
+                if w.sent.contains_key(&n) {
+                    removed.push(n);
+                }
+            }
+        }
+    }
+    if resources.is_empty() && removed.is_empty() && w.sent_nonce.is_some() {
+        return None;
+    }
+    for (n, e) in &resources {
+        w.sent.insert(n.clone(), e.version.clone());
+    }
+    for n in &removed {
+        w.sent.remove(n);
+    }
+    let nonce = (ctx.nonce)();
+    let refs: Vec<(&str, &Encoded)> = resources.iter().map(|(n, e)| (&**n, e)).collect();
+    let removed_refs: Vec<&str> = removed.iter().map(|n| &**n).collect();
+    let version = ctx.snap.version.to_string();
+    Some((wire::delta_response(&version, kind.type_url(), &nonce, &refs, &removed_refs, ctx.control_plane), nonce))
+}

@@ -1,0 +1,409 @@
+//! The ADS engine end to end over loopback: both protocols, istiod's
+//! ACK/NACK/nonce rules, pushes driven by published snapshots.
+
+#[path = "support/ads_client.rs"]
+mod client;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use client::{TestServer, cla, cluster, connect, names_of, runtime, sidecar};
+use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use istiod_proto::google::rpc::Status as RpcStatus;
+use istiod_proto::type_url;
+use istiod_xds::ads::{DebugQuery, Kind};
+use istiod_xds::h2::Limits;
+
+const QUIET: Duration = Duration::from_millis(200);
+
+fn mesh(s: &mut TestServer) {
+    s.apply_sync(vec![
+        (Kind::Cluster, "a", Some(cluster("a", 1))),
+        (Kind::Cluster, "b", Some(cluster("b", 1))),
+        (
+            Kind::Endpoint,
+            "outbound|9080||a.default.svc.cluster.local",
+            Some(cla("outbound|9080||a.default.svc.cluster.local", 1)),
+        ),
+        (
+            Kind::Endpoint,
+            "outbound|9080||b.default.svc.cluster.local",
+            Some(cla("outbound|9080||b.default.svc.cluster.local", 1)),
+        ),
+    ]);
+}
+
+const A: &str = "outbound|9080||a.default.svc.cluster.local";
+const B: &str = "outbound|9080||b.default.svc.cluster.local";
+
+fn cds(node: bool, n: u32) -> DiscoveryRequest {
+    DiscoveryRequest { node: node.then(|| sidecar(n)), type_url: type_url::CLUSTER.into(), ..Default::default() }
+}
+
+fn eds(names: &[&str]) -> DiscoveryRequest {
+    DiscoveryRequest {
+        type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+        resource_names: names.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn first_request_must_carry_a_node() {
+    let s = TestServer::start(1, Limits::default());
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(false, 0));
+        let (code, msg) = c.status().await;
+        assert_eq!(code, "3", "INVALID_ARGUMENT");
+        assert!(msg.contains("missing node"), "{msg}");
+        let mut c = connect(s.addr, true).await;
+        c.delta_req(DeltaDiscoveryRequest { type_url: type_url::CLUSTER.into(), ..Default::default() });
+        assert_eq!(c.status().await.0, "3");
+        let mut c = connect(s.addr, false).await;
+        c.sotw(DiscoveryRequest { node: Some(client::node("sidecar~1.2.3.4")), ..cds(false, 0) });
+        let (code, msg) = c.status().await;
+        assert_eq!(code, "3");
+        assert!(msg.contains("malformed node id"), "{msg}");
+    });
+}
+
+#[test]
+fn sotw_wildcard_cds_named_eds_ack_nack_stale() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 1));
+        let r = c.recv().await;
+        assert_eq!(r.type_url, type_url::CLUSTER);
+        assert_eq!(r.version_info, "1");
+        assert_eq!(names_of(&r), vec!["a", "b"]);
+        assert!(!r.nonce.is_empty());
+        c.ack(&r, &[]);
+        c.sotw(eds(&[A]));
+        let e = c.recv().await;
+        assert_eq!(names_of(&e), vec![A]);
+        assert_ne!(e.nonce, r.nonce, "nonces are unique");
+        c.ack(&e, &[A]);
+        c.expect_silence(QUIET).await; // an ACK with the same names gets nothing
+
+        // A stale nonce is ignored, even with new names.
+        c.sotw(DiscoveryRequest { response_nonce: "not-a-nonce".into(), ..eds(&[A, B]) });
+        c.expect_silence(QUIET).await;
+
+        // NACK: recorded, never answered.
+        c.nack(&e, &[A]);
+        c.expect_silence(QUIET).await;
+        let syncz = s.publisher.query(DebugQuery::Syncz).await;
+        let row = &syncz[0][0];
+        assert_eq!(row["eds_status"], "NACKED", "{syncz:?}");
+        assert_eq!(row["cds_status"], "SYNCED", "{syncz:?}");
+        assert_eq!(row["lds_status"], "NOT SENT", "{syncz:?}");
+
+        // Changing the names is answered with the new ones.
+        c.ack(&e, &[A, B]);
+        let e2 = c.recv().await;
+        assert_eq!(names_of(&e2), vec![B], "incremental: only the newly watched cluster");
+    });
+}
+
+#[test]
+fn endpoint_change_is_an_eds_push_of_that_cluster_alone() {
+    let mut s = TestServer::start(2, Limits::default());
+    mesh(&mut s);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 2));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        c.sotw(eds(&[A, B]));
+        let e = c.recv().await;
+        c.ack(&e, &[A, B]);
+        c.expect_silence(QUIET).await;
+        let v = s.apply(vec![(Kind::Endpoint, B, Some(cla(B, 7)))]);
+        let push = c.recv().await;
+        assert_eq!(push.type_url, type_url::CLUSTER_LOAD_ASSIGNMENT, "no CDS push for an endpoint change");
+        assert_eq!(names_of(&push), vec![B]);
+        assert_eq!(push.version_info, v.to_string());
+        c.ack(&push, &[A, B]);
+        c.expect_silence(QUIET).await;
+        // A change to something else entirely touches nobody.
+        s.apply(vec![(Kind::Endpoint, "outbound|1||unwatched", Some(cla("x", 1)))]);
+        c.expect_silence(QUIET).await;
+    });
+}
+
+#[test]
+fn eds_is_answered_again_after_a_cds_push() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 3));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        c.sotw(eds(&[A]));
+        let e = c.recv().await;
+        c.ack(&e, &[A]);
+        // A cluster changes: CDS is pushed; Envoy then re-requests EDS with
+        // unchanged names (an ACK of the old EDS nonce), which must be
+        // answered for the cluster to warm.
+        s.apply(vec![(Kind::Cluster, "a", Some(cluster("a", 2)))]);
+        let r2 = c.recv().await;
+        assert_eq!(r2.type_url, type_url::CLUSTER);
+        assert_eq!(names_of(&r2), vec!["a", "b"], "CDS carries the whole set");
+        c.ack(&r2, &[]);
+        c.ack(&e, &[A]);
+        let e2 = c.recv().await;
+        assert_eq!(e2.type_url, type_url::CLUSTER_LOAD_ASSIGNMENT);
+        assert_eq!(names_of(&e2), vec![A]);
+    });
+}
+
+#[test]
+fn empty_names_unsubscribe_a_named_type() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 4));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        c.sotw(eds(&[A]));
+        let e = c.recv().await;
+        c.ack(&e, &[]);
+        c.expect_silence(QUIET).await; // (the unsubscribe has landed)
+        s.apply(vec![(Kind::Endpoint, A, Some(cla(A, 9)))]);
+        c.expect_silence(QUIET).await;
+    });
+}
+
+#[test]
+fn removed_cluster_leaves_the_cds_set() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 5));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        s.apply(vec![(Kind::Cluster, "b", None)]);
+        let r2 = c.recv().await;
+        assert_eq!(names_of(&r2), vec!["a"]);
+    });
+}
+
+#[test]
+fn a_burst_of_changes_is_coalesced_and_ends_at_the_newest() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 6));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        c.sotw(eds(&[A]));
+        let e = c.recv().await;
+        c.ack(&e, &[A]);
+        let mut last = 0;
+        for i in 0..1000u32 {
+            last = s.apply(vec![(Kind::Endpoint, A, Some(cla(A, i + 10)))]);
+        }
+        let mut pushes = 0;
+        loop {
+            let p = c.recv().await;
+            pushes += 1;
+            c.ack(&p, &[A]);
+            if p.version_info == last.to_string() {
+                break;
+            }
+        }
+        assert!(pushes < 1000, "1000 changes, {pushes} pushes");
+        c.expect_silence(QUIET).await; // nothing after the newest
+    });
+}
+
+#[test]
+fn delta_protocol_rules() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, true).await;
+        c.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(7)),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        });
+        let r = c.recv_delta().await;
+        let mut names: Vec<_> = r.resources.iter().map(|r| r.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec!["a", "b"], "wildcard by default");
+        assert!(r.resources.iter().all(|x| x.version == "1"));
+        c.delta_req(DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        });
+        // Subscribe EDS by name.
+        c.delta_req(DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names_subscribe: vec![A.into()],
+            ..Default::default()
+        });
+        let e = c.recv_delta().await;
+        assert_eq!(e.resources.len(), 1);
+        assert_eq!(e.resources[0].name, A);
+        let ack = |nonce: &str| DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        };
+        c.delta_req(ack(&e.nonce));
+        c.expect_silence(QUIET).await;
+        // A change: only that resource, with its new version.
+        let v = s.apply(vec![(Kind::Endpoint, A, Some(cla(A, 5))), (Kind::Endpoint, B, Some(cla(B, 5)))]);
+        let p = c.recv_delta().await;
+        assert_eq!(p.resources.len(), 1, "B is not subscribed");
+        assert_eq!(p.resources[0].version, v.to_string());
+        // NACK recorded, not answered; stale nonce ignored.
+        c.delta_req(DeltaDiscoveryRequest {
+            error_detail: Some(RpcStatus { code: 3, message: "bad".into(), details: vec![] }),
+            ..ack(&p.nonce)
+        });
+        c.delta_req(ack("stale"));
+        c.expect_silence(QUIET).await;
+        // Cluster removal shows up in removed_resources.
+        s.apply(vec![(Kind::Cluster, "b", None)]);
+        let rm = c.recv_delta().await;
+        assert_eq!(rm.type_url, type_url::CLUSTER);
+        assert_eq!(rm.removed_resources, vec!["b"]);
+        assert!(rm.resources.is_empty());
+        // Unsubscribe: later changes are not sent.
+        c.delta_req(DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names_unsubscribe: vec![A.into()],
+            ..Default::default()
+        });
+        tokio::time::sleep(QUIET).await; // let the request land before the change
+        s.apply(vec![(Kind::Endpoint, A, Some(cla(A, 6)))]);
+        c.expect_silence(QUIET).await;
+    });
+}
+
+#[test]
+fn delta_reconnect_sends_only_what_differs() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    s.apply_sync(vec![(Kind::Cluster, "c", Some(cluster("c", 1)))]); // version 2
+    runtime().block_on(async {
+        let mut c = connect(s.addr, true).await;
+        // The proxy had a@1 (current), b@0 (stale) and gone@1 (deleted).
+        c.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(8)),
+            type_url: type_url::CLUSTER.into(),
+            initial_resource_versions: BTreeMap::from([
+                ("a".into(), "1".into()),
+                ("b".into(), "0".into()),
+                ("gone".into(), "1".into()),
+            ]),
+            ..Default::default()
+        });
+        let r = c.recv_delta().await;
+        let mut names: Vec<_> = r.resources.iter().map(|r| r.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec!["b", "c"]);
+        assert_eq!(r.removed_resources, vec!["gone"]);
+    });
+}
+
+#[test]
+fn full_push_reaches_every_watcher_across_cores() {
+    let mut s = TestServer::start(2, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut clients = Vec::new();
+        for n in 0..20 {
+            let mut c = connect(s.addr, n % 2 == 0).await;
+            if c.delta {
+                c.delta_req(DeltaDiscoveryRequest {
+                    node: Some(sidecar(100 + n)),
+                    type_url: type_url::CLUSTER.into(),
+                    ..Default::default()
+                });
+                let r = c.recv_delta().await;
+                c.delta_req(DeltaDiscoveryRequest {
+                    type_url: type_url::CLUSTER.into(),
+                    response_nonce: r.nonce,
+                    ..Default::default()
+                });
+            } else {
+                c.sotw(cds(true, 100 + n));
+                let r = c.recv().await;
+                c.ack(&r, &[]);
+            }
+            clients.push(c);
+        }
+        s.model.resources[Kind::Cluster as usize].get_mut("a").unwrap().generation = 99;
+        s.model.resources[Kind::Cluster as usize].get_mut("a").unwrap().body = cluster("a", 3);
+        s.publish_full();
+        for c in &mut clients {
+            if c.delta {
+                let r = c.recv_delta().await;
+                assert_eq!(r.resources.len(), 1, "only a changed version");
+                assert_eq!(r.resources[0].name, "a");
+            } else {
+                let r = c.recv().await;
+                assert_eq!(names_of(&r), vec!["a", "b"]);
+            }
+        }
+        let stats = s.publisher.query(DebugQuery::Stats).await;
+        let streams: u64 = stats.iter().map(|v| v["streams"].as_u64().unwrap()).sum();
+        assert_eq!(streams, 20);
+        let adsz = s.publisher.query(DebugQuery::Adsz).await;
+        let clients_seen: usize = adsz.iter().map(|v| v["clients"].as_array().unwrap().len()).sum();
+        assert_eq!(clients_seen, 20);
+    });
+}
+
+#[test]
+fn unknown_types_are_ignored() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(DiscoveryRequest {
+            node: Some(sidecar(9)),
+            type_url: "type.googleapis.com/foo.Bar".into(),
+            ..Default::default()
+        });
+        c.expect_silence(QUIET).await;
+        c.sotw(cds(false, 9));
+        assert_eq!(names_of(&c.recv().await), vec!["a", "b"]);
+    });
+}
+
+#[test]
+fn convergence_is_recorded_on_ack() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 10));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        s.apply(vec![(Kind::Cluster, "a", Some(cluster("a", 5)))]);
+        let p = c.recv().await;
+        c.ack(&p, &[]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let stats = s.publisher.query(DebugQuery::Stats).await;
+        assert_eq!(stats[0]["convergence_us"]["count"], 1, "{stats:?}");
+        let dump = s
+            .publisher
+            .query(DebugQuery::ConfigDump("sidecar~10.0.0.10~app-10.default~default.svc.cluster.local".into()))
+            .await;
+        assert_eq!(dump[0]["configs"][0]["resources"].as_array().unwrap().len(), 2, "{dump:?}");
+    });
+}

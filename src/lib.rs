@@ -10,5 +10,8 @@
 
 pub mod cli;
 pub mod config;
+pub mod control;
+pub mod discovery;
 pub mod logging;
+pub mod simple;
 pub mod version;

@@ -44,10 +44,12 @@ fn discovery(args: &DiscoveryArgs) -> ExitCode {
         tracing::error!(dir = %dir.display(), "--configDir is not a directory");
         return ExitCode::from(2);
     }
-    // Nothing serves yet. Say so plainly rather than pretend to run.
-    tracing::error!(
-        "pilot-discovery cannot serve yet: the HTTP/2 + gRPC layer (issue #3), the ADS engine (issue #4), \
-         the mesh model and --configDir loader (issue #5) and translation (issue #6) are not implemented"
-    );
-    ExitCode::FAILURE
+    match istiod::discovery::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            let _ = writeln!(std::io::stderr(), "pilot-discovery: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -46,16 +46,6 @@ fn missing_config_dir_exits_2() {
     assert!(stderr(&o).contains("--configDir is not a directory"), "{}", stderr(&o));
 }
 
-/// Until the serving issues land, `discovery` must say it cannot serve and
-/// fail, not pretend to run.
-#[test]
-fn discovery_says_what_is_missing() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo");
-    let o = run(&["discovery", "--configDir", dir, "--log_target=stderr"], &[]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("cannot serve yet"), "{}", stderr(&o));
-}
-
 #[test]
 fn version_json() {
     let o = run(&["version", "-o", "json"], &[]);

@@ -1,7 +1,12 @@
 //! Sources of mesh state for the control thread: Kubernetes watchers
 //! (kube-rs, tokio) and the `--configDir` directory of the same YAML
-//! manifests, both turned into one stream of typed object events.
+//! manifests, both turned into typed objects.
 //!
-//! It will also carry the fake Kubernetes API server used by tests (real
-//! list/watch over HTTP). Nothing is implemented yet: see issue #5.
+//! Today: [`config_dir`] reads Services and EndpointSlices (the kinds the
+//! first, simple translation uses) from a directory, once, with located
+//! errors. Watching, the other kinds, Istio CRDs, Kubernetes and the fake
+//! API server are issue #5.
 #![forbid(unsafe_code)]
+
+pub mod config_dir;
+pub mod objects;

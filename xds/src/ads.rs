@@ -66,6 +66,16 @@ pub struct Publisher {
 #[derive(Debug)]
 pub struct Receivers(Mutex<Vec<Option<async_channel::Receiver<Update>>>>);
 
+/// A core's end of its channel.
+pub type UpdateReceiver = async_channel::Receiver<Update>;
+
+impl Receivers {
+    /// Takes core `core`'s receiver (once).
+    pub fn take(&self, core: usize) -> Option<UpdateReceiver> {
+        self.0.lock().ok()?.get_mut(core)?.take()
+    }
+}
+
 /// One unbounded channel per core: a core that falls behind receives
 /// several updates at once and merges their deltas.
 pub fn channels(cores: usize) -> (Publisher, Receivers) {
@@ -152,8 +162,7 @@ impl ServiceFactory for AdsFactory {
     }
 
     fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService>>) {
-        let rx = self.receivers.0.lock().ok().and_then(|mut r| r.get_mut(core).and_then(Option::take));
-        if let Some(rx) = rx {
+        if let Some(rx) = self.receivers.take(core) {
             glommio::spawn_local(updates(svc, rx)).detach();
         }
     }

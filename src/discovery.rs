@@ -1,0 +1,249 @@
+//! `pilot-discovery discovery`: wires the serving cores (glommio, xDS on
+//! `--grpcAddr`) to the control thread (tokio, on the calling thread: the
+//! config store, debounce, publishing, debug and monitoring HTTP).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use istiod_xds::ads::{self, AdsFactory, DebugQuery, Publisher, SimpleGenerator, Snapshot};
+use istiod_xds::grpc::GrpcLimits;
+use istiod_xds::h2::Limits;
+use istiod_xds::server::{self, ListenerConfig, ServerConfig, tls};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::config::{Config, ListenAddr, Source};
+use crate::control::http::{self, Request, Response};
+use crate::control::{self, Control, debounce::Debouncer};
+use crate::simple;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A source that is not implemented yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// An address that does not resolve.
+    #[error("--{flag} {addr}: {reason}")]
+    Address {
+        /// Flag.
+        flag: &'static str,
+        /// Value.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The config directory could not be read.
+    #[error(transparent)]
+    ConfigDir(#[from] istiod_kubewatch::config_dir::LoadError),
+    /// The serving cores did not start.
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    /// TLS files.
+    #[error("TLS certificate files: {0}")]
+    Tls(String),
+    /// A debug or monitoring port.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// Address.
+        addr: SocketAddr,
+        /// Error.
+        source: std::io::Error,
+    },
+}
+
+fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError> {
+    // An empty host listens on every IPv4 address.
+    let host = if a.host.is_empty() { "0.0.0.0" } else { &a.host };
+    (host, a.port)
+        .to_socket_addrs()
+        .map_err(|e| StartError::Address { flag, addr: a.to_string(), reason: e.to_string() })?
+        .next()
+        .ok_or_else(|| StartError::Address { flag, addr: a.to_string(), reason: "resolves to nothing".into() })
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(config: Config) -> Result<(), StartError> {
+    let Source::ConfigDir(dir) = &config.source else {
+        return Err(StartError::Unsupported(
+            "reading a Kubernetes API server is not implemented yet (issue #5); run with --configDir DIR".into(),
+        ));
+    };
+    let loaded = istiod_kubewatch::config_dir::load(dir)?;
+    for e in &loaded.errors {
+        tracing::warn!(target: "model", error = %e, "rejected document");
+    }
+    let configz = json!({
+        "configDir": dir.display().to_string(),
+        "services": loaded.objects.services.len(),
+        "endpointSlices": loaded.objects.endpoint_slices.len(),
+        "skippedDocuments": loaded.skipped,
+        "errors": loaded.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    });
+    let resources = simple::translate(&loaded.objects, &config.domain);
+
+    let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let (publisher, receivers) = ads::channels(cores);
+    let control_plane =
+        format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
+    let factory = AdsFactory::new(
+        Arc::new(SimpleGenerator),
+        receivers,
+        Arc::new(Snapshot::empty(Instant::now())),
+        &control_plane,
+    );
+
+    let k = &config.keepalive;
+    let limits = Limits {
+        max_concurrent_streams: k.max_concurrent_streams,
+        keepalive_interval: k.interval,
+        keepalive_timeout: k.timeout,
+        max_connection_age: k.max_connection_age,
+        max_connection_age_grace: k.max_connection_age_grace,
+        ..Limits::default()
+    };
+    let mut listeners = Vec::new();
+    if let Some(a) = &config.listen.grpc {
+        listeners.push(ListenerConfig { addr: resolve("grpcAddr", a)?, tls: None });
+    }
+    if let Some(a) = &config.listen.secure_grpc {
+        match (&config.tls.cert, &config.tls.key) {
+            (Some(cert), Some(key)) => {
+                let read = |p: &std::path::Path| {
+                    std::fs::read(p).map_err(|e| StartError::Tls(format!("{}: {e}", p.display())))
+                };
+                let cfg = tls::server_config(&read(cert)?, &read(key)?).map_err(|e| StartError::Tls(e.to_string()))?;
+                listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
+            }
+            _ => tracing::warn!(
+                target: "default",
+                "--secureGRPCAddr is not served: istiod-rs's CA does not issue its own certificate yet; pass --tlsCertFile and --tlsKeyFile"
+            ),
+        }
+    }
+    let handle = server::start(
+        ServerConfig {
+            cores,
+            pin: false,
+            listeners,
+            limits,
+            grpc: GrpcLimits { max_recv_message: k.max_recv_msg_size as usize, ..GrpcLimits::default() },
+        },
+        factory,
+    )?;
+    for a in handle.addrs() {
+        tracing::info!(target: "default", addr = %a, cores, "serving xDS");
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let local = tokio::task::LocalSet::new();
+    let result = local.block_on(&rt, async {
+        let ready = Arc::new(AtomicBool::new(false));
+        let p = &config.push;
+        let control = Control::new(
+            publisher.clone(),
+            Debouncer::new(p.debounce_after, p.debounce_max, p.eds_debounce),
+            ready.clone(),
+        );
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(simple::diff(control.model(), &resources));
+        tokio::task::spawn_local(control::run(control, rx));
+
+        if let Some(a) = &config.listen.http {
+            let addr = resolve("httpAddr", a)?;
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+            tracing::info!(target: "default", addr = %l.local_addr().unwrap_or(addr), "serving debug HTTP");
+            let (publisher, ready, configz) = (publisher.clone(), ready.clone(), Arc::new(configz));
+            let handler: http::Handler = Arc::new(move |req| {
+                let (publisher, ready, configz) = (publisher.clone(), ready.clone(), configz.clone());
+                Box::pin(async move { debug(req, &publisher, &ready, &configz).await })
+            });
+            tokio::task::spawn_local(http::serve(l, handler));
+        }
+        if let Some(a) = &config.listen.monitoring {
+            let addr = resolve("monitoringAddr", a)?;
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+            let publisher = publisher.clone();
+            let handler: http::Handler = Arc::new(move |req| {
+                let publisher = publisher.clone();
+                Box::pin(async move { monitoring(req, &publisher).await })
+            });
+            tokio::task::spawn_local(http::serve(l, handler));
+        }
+        shutdown_signal().await;
+        tracing::info!(target: "default", "shutting down");
+        drop(tx);
+        Ok::<(), StartError>(())
+    });
+    handle.shutdown();
+    result
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+async fn debug(req: Request, publisher: &Publisher, ready: &AtomicBool, configz: &Value) -> Response {
+    match req.path.as_str() {
+        "/ready" => {
+            if ready.load(Ordering::SeqCst) {
+                Response::text(200, "ready\n")
+            } else {
+                Response::text(503, "not ready: no snapshot published yet\n")
+            }
+        }
+        "/debug/adsz" => {
+            let cores = publisher.query(DebugQuery::Adsz).await;
+            let clients: Vec<Value> =
+                cores.iter().flat_map(|c| c["clients"].as_array().cloned().unwrap_or_default()).collect();
+            Response::json(&json!({ "totalClients": clients.len(), "clients": clients }))
+        }
+        "/debug/syncz" => {
+            let rows: Vec<Value> = publisher
+                .query(DebugQuery::Syncz)
+                .await
+                .into_iter()
+                .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+                .collect();
+            Response::json(&Value::Array(rows))
+        }
+        "/debug/config_dump" => match req.param("proxyID") {
+            None => Response::text(400, "proxyID is required\n"),
+            Some(id) => {
+                match publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null()) {
+                    Some(v) => Response::json(&v),
+                    None => Response::text(404, format!("proxy {id} is not connected\n")),
+                }
+            }
+        },
+        "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
+        "/debug/configz" => Response::json(configz),
+        "/debug" => Response::text(
+            200,
+            "/ready\n/debug/adsz\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/stats\n",
+        ),
+        _ => Response::text(404, "not found\n"),
+    }
+}
+
+async fn monitoring(req: Request, publisher: &Publisher) -> Response {
+    if req.path != "/metrics" {
+        return Response::text(404, "not found\n");
+    }
+    let stats = publisher.query(DebugQuery::Stats).await;
+    let sum = |k: &str| stats.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let mut out = istiod_xds::metrics::render();
+    out.push_str("# HELP pilot_xds Number of endpoints connected to this pilot using XDS.\n# TYPE pilot_xds gauge\n");
+    out.push_str(&format!("pilot_xds {}\n", sum("streams")));
+    out.push_str("# HELP pilot_xds_pushes Pilot build and send errors for lds, rds, cds and eds.\n# TYPE pilot_xds_pushes counter\n");
+    out.push_str(&format!("pilot_xds_pushes {}\n", sum("pushes")));
+    out.push_str("# HELP pilot_total_xds_rejects Total number of XDS responses from pilot rejected by proxy.\n# TYPE pilot_total_xds_rejects counter\n");
+    out.push_str(&format!("pilot_total_xds_rejects {}\n", sum("nacks")));
+    Response { status: 200, content_type: "text/plain; version=0.0.4", body: out }
+}

@@ -363,7 +363,15 @@ impl AdsService {
             }
             DebugQuery::Stats => {
                 let h = &self.convergence;
+                let queued: usize = self
+                    .by_conn
+                    .keys()
+                    .filter_map(|id| self.registry.get(*id))
+                    .filter_map(|c| c.conn.try_borrow().ok().map(|c| c.queued()))
+                    .sum();
                 json!({
+                    "queued_bytes": queued,
+                    "deferred_connections": self.deferred.len(),
                     "core": self.core,
                     "snapshot_version": self.snap.version,
                     "streams": self.streams.len(),

@@ -350,6 +350,11 @@ impl GrpcConnection {
         }
     }
 
+    /// Bytes queued for sending on this connection.
+    pub fn queued(&self) -> usize {
+        self.h2.queued()
+    }
+
     /// Calls open on this connection.
     pub fn calls(&self) -> usize {
         self.calls.len()

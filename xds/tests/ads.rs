@@ -407,3 +407,82 @@ fn convergence_is_recorded_on_ack() {
         assert_eq!(dump[0]["configs"][0]["resources"].as_array().unwrap().len(), 2, "{dump:?}");
     });
 }
+
+/// One proxy stops reading; a hundred others keep converging on every
+/// change, and the stuck one holds at most one push's worth of queued
+/// bytes however many snapshots go by.
+#[test]
+fn a_stuck_reader_holds_bounded_memory_while_others_converge() {
+    use std::io::Write;
+
+    use istiod_proto::prost::Message;
+    use istiod_xds::h2::frame::{self, encode};
+
+    let limits = Limits { max_queued_bytes: 4 << 20, send_timeout: Duration::from_secs(120), ..Limits::default() };
+    let mut s = TestServer::start(1, limits);
+    // 40 clusters of ~25 KB: a CDS push is about 1 MB.
+    let big = |i: u32, v: u32| {
+        use istiod_proto::envoy::config::cluster::v3::Cluster;
+        let c = Cluster {
+            name: format!("c{i}"),
+            alt_stat_name: "x".repeat(25_000),
+            per_connection_buffer_limit_bytes: Some(v),
+            ..Default::default()
+        };
+        bytes::Bytes::from(c.encode_to_vec())
+    };
+    let names: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+    s.apply_sync(names.iter().enumerate().map(|(i, n)| (Kind::Cluster, n.as_str(), Some(big(i as u32, 0)))).collect());
+
+    // The stuck proxy: asks for CDS with wide-open windows, never reads.
+    let mut stuck = std::net::TcpStream::connect(s.addr).unwrap();
+    let mut out = frame::PREFACE.to_vec();
+    encode::settings(&mut out, &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW)]);
+    encode::window_update(&mut out, 0, frame::MAX_WINDOW - 65_535);
+    let block = istiod_xds::h2::hpack::Encoder::new()
+        .field(b":method", b"POST")
+        .field(b":scheme", b"http")
+        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
+        .field(b"content-type", b"application/grpc")
+        .finish();
+    encode::headers(&mut out, 1, &block, false, 16384);
+    let req = cds(true, 999).encode_to_vec();
+    let mut msg = vec![0];
+    msg.extend_from_slice(&(req.len() as u32).to_be_bytes());
+    msg.extend_from_slice(&req);
+    encode::data_head(&mut out, 1, msg.len(), false);
+    out.extend_from_slice(&msg);
+    stuck.write_all(&out).unwrap();
+
+    runtime().block_on(async {
+        let mut clients = Vec::new();
+        for n in 0..100 {
+            let mut c = connect(s.addr, false).await;
+            c.sotw(cds(true, n));
+            let r = c.recv().await;
+            c.ack(&r, &[]);
+            clients.push(c);
+        }
+        let mut last = 0;
+        for v in 1..=10u32 {
+            last = s.apply(vec![(Kind::Cluster, "c0", Some(big(0, v)))]);
+            // Every healthy proxy gets it and ACKs.
+            for c in &mut clients {
+                loop {
+                    let r = c.recv().await;
+                    c.ack(&r, &[]);
+                    if r.version_info == last.to_string() {
+                        break;
+                    }
+                }
+            }
+        }
+        let stats = s.publisher.query(DebugQuery::Stats).await;
+        let queued = stats[0]["queued_bytes"].as_u64().unwrap();
+        assert!(queued <= 2 << 20, "at most one ~1 MB push queued for the stuck proxy, got {queued} bytes");
+        assert_eq!(stats[0]["streams"], 101, "the stuck proxy is still connected: {stats:?}");
+        assert_eq!(stats[0]["deferred_connections"], 1, "its newest state waits for it to drain: {stats:?}");
+        assert!(last >= 11);
+    });
+    drop(stuck);
+}

@@ -161,3 +161,120 @@ pub async fn client_round(addr: SocketAddr, n: usize, size: usize) -> usize {
     writer.await.expect("writer");
     got
 }
+
+/// Fan-out clients for the ADS benchmark: `n` SotW proxies, one connection
+/// each, watching CDS (wildcard) and EDS for `eds_name`; every response is
+/// ACKed at once and the last version seen is stored per client.
+pub mod fanout {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    use bytes::{Buf, Bytes, BytesMut};
+    use istiod_proto::envoy::config::core::v3::Node;
+    use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+    use istiod_proto::prost::Message;
+    use istiod_proto::type_url;
+
+    /// What the client thread reports.
+    pub struct Clients {
+        /// Last EDS version each client ACKed.
+        pub acked: Arc<Vec<AtomicU64>>,
+        /// Clients that finished their initial sync.
+        pub synced: Arc<AtomicUsize>,
+    }
+
+    /// Starts `n` clients on a tokio thread of their own.
+    pub fn start(addr: SocketAddr, n: usize, eds_name: &str) -> Clients {
+        let acked: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let synced = Arc::new(AtomicUsize::new(0));
+        let (a, s, name) = (acked.clone(), synced.clone(), eds_name.to_owned());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let mut tasks = Vec::new();
+                for i in 0..n {
+                    let (a, s, name) = (a.clone(), s.clone(), name.clone());
+                    tasks.push(tokio::spawn(async move { client(addr, i, &name, &a, &s).await }));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            });
+        });
+        Clients { acked, synced }
+    }
+
+    fn frame(req: &DiscoveryRequest) -> Bytes {
+        let body = req.encode_to_vec();
+        let mut f = BytesMut::with_capacity(5 + body.len());
+        f.extend_from_slice(&[0]);
+        f.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        f.extend_from_slice(&body);
+        f.freeze()
+    }
+
+    async fn client(addr: SocketAddr, i: usize, eds_name: &str, acked: &[AtomicU64], synced: &AtomicUsize) {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut send, conn) = h2::client::handshake(tcp).await.expect("handshake");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("http://istiod/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("request");
+        let (resp, mut stream) = send.send_request(req, false).expect("send");
+        let node = Node {
+            id: format!("sidecar~10.1.{}.{}~p{i}.ns~ns.svc.cluster.local", i / 250, i % 250),
+            ..Default::default()
+        };
+        stream
+            .send_data(
+                frame(&DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() }),
+                false,
+            )
+            .expect("cds");
+        let mut body = resp.await.expect("response").into_body();
+        let mut buf = BytesMut::new();
+        let mut eds_requested = false;
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+            buf.extend_from_slice(&chunk);
+            while buf.len() >= 5 {
+                let len = u32::from_be_bytes(buf[1..5].try_into().expect("4")) as usize;
+                if buf.len() < 5 + len {
+                    break;
+                }
+                buf.advance(5);
+                let r = DiscoveryResponse::decode(buf.split_to(len)).expect("response decodes");
+                let names =
+                    if r.type_url == type_url::CLUSTER_LOAD_ASSIGNMENT { vec![eds_name.to_owned()] } else { vec![] };
+                let ack = DiscoveryRequest {
+                    type_url: r.type_url.clone(),
+                    version_info: r.version_info.clone(),
+                    response_nonce: r.nonce.clone(),
+                    resource_names: names,
+                    ..Default::default()
+                };
+                let _ = stream.send_data(frame(&ack), false);
+                if r.type_url == type_url::CLUSTER && !eds_requested {
+                    eds_requested = true;
+                    let eds = DiscoveryRequest {
+                        type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+                        resource_names: vec![eds_name.to_owned()],
+                        ..Default::default()
+                    };
+                    let _ = stream.send_data(frame(&eds), false);
+                } else if r.type_url == type_url::CLUSTER_LOAD_ASSIGNMENT {
+                    let v: u64 = r.version_info.parse().unwrap_or(0);
+                    if acked[i].swap(v, Ordering::SeqCst) == 0 {
+                        synced.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -82,7 +82,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         "skippedDocuments": loaded.skipped,
         "errors": loaded.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
     });
-    let resources = simple::translate(&loaded.objects, &config.domain);
+    let model = Arc::new(crate::model::Model::build(&loaded.objects, &config.domain));
+    let resources = simple::translate(&model);
 
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
@@ -156,9 +157,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", addr = %l.local_addr().unwrap_or(addr), "serving debug HTTP");
             let (publisher, ready, configz) = (publisher.clone(), ready.clone(), Arc::new(configz));
+            let model = model.clone();
             let handler: http::Handler = Arc::new(move |req| {
-                let (publisher, ready, configz) = (publisher.clone(), ready.clone(), configz.clone());
-                Box::pin(async move { debug(req, &publisher, &ready, &configz).await })
+                let (publisher, ready, configz, model) =
+                    (publisher.clone(), ready.clone(), configz.clone(), model.clone());
+                Box::pin(async move { debug(req, &publisher, &ready, &configz, &model).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }
@@ -189,7 +192,13 @@ async fn shutdown_signal() {
     }
 }
 
-async fn debug(req: Request, publisher: &Publisher, ready: &AtomicBool, configz: &Value) -> Response {
+async fn debug(
+    req: Request,
+    publisher: &Publisher,
+    ready: &AtomicBool,
+    configz: &Value,
+    model: &crate::model::Model,
+) -> Response {
     match req.path.as_str() {
         "/ready" => {
             if ready.load(Ordering::SeqCst) {
@@ -224,9 +233,12 @@ async fn debug(req: Request, publisher: &Publisher, ready: &AtomicBool, configz:
         },
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
         "/debug/configz" => Response::json(configz),
+        "/debug/registryz" => {
+            Response::json(&serde_json::to_value(model.services.values().collect::<Vec<_>>()).unwrap_or_default())
+        }
         "/debug" => Response::text(
             200,
-            "/ready\n/debug/adsz\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/stats\n",
+            "/ready\n/debug/adsz\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/registryz\n/debug/stats\n",
         ),
         _ => Response::text(404, "not found\n"),
     }

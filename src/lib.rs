@@ -13,5 +13,6 @@ pub mod config;
 pub mod control;
 pub mod discovery;
 pub mod logging;
+pub mod model;
 pub mod simple;
 pub mod version;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::objects::{EndpointSlice, Objects, Service};
+use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
 
 /// A document that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,6 +103,18 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
                 },
                 Some("EndpointSlice") => match EndpointSlice::deserialize(value) {
                     Ok(s) => loaded.objects.endpoint_slices.push(s),
+                    Err(e) => loaded.errors.push(err(e)),
+                },
+                Some("Pod") => match Pod::deserialize(value) {
+                    Ok(p) => loaded.objects.pods.push(p),
+                    Err(e) => loaded.errors.push(err(e)),
+                },
+                Some("Node") => match Node::deserialize(value) {
+                    Ok(n) => loaded.objects.nodes.push(n),
+                    Err(e) => loaded.errors.push(err(e)),
+                },
+                Some("Namespace") => match Namespace::deserialize(value) {
+                    Ok(n) => loaded.objects.namespaces.push(n),
                     Err(e) => loaded.errors.push(err(e)),
                 },
                 Some(_) => loaded.skipped += 1,

@@ -41,6 +41,14 @@ pub struct ServiceSpec {
     /// `clusterIP` (`None` for headless).
     #[serde(rename = "clusterIP")]
     pub cluster_ip: Option<String>,
+    /// `clusterIPs` (dual stack).
+    #[serde(rename = "clusterIPs")]
+    pub cluster_ips: Vec<String>,
+    /// `type` (ClusterIP, NodePort, LoadBalancer, ExternalName).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// `externalName` for ExternalName services.
+    pub external_name: Option<String>,
     /// Ports.
     pub ports: Vec<ServicePort>,
     /// Selector.
@@ -59,6 +67,18 @@ pub struct ServicePort {
     pub protocol: Option<String>,
     /// `appProtocol`.
     pub app_protocol: Option<String>,
+    /// `targetPort`: a number or a container port name.
+    pub target_port: Option<IntOrString>,
+}
+
+/// Kubernetes' `IntOrString`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    /// A number.
+    Int(i64),
+    /// A name.
+    String(String),
 }
 
 /// An EndpointSlice (discovery.k8s.io/v1).
@@ -90,6 +110,8 @@ pub struct EndpointPort {
     pub name: Option<String>,
     /// Port on the endpoints.
     pub port: Option<u16>,
+    /// `appProtocol`.
+    pub app_protocol: Option<String>,
 }
 
 /// `EndpointSlice.endpoints[]`.
@@ -104,6 +126,70 @@ pub struct Endpoint {
     pub zone: Option<String>,
     /// Node.
     pub node_name: Option<String>,
+    /// The Pod behind the endpoint.
+    pub target_ref: Option<ObjectRef>,
+}
+
+/// A reference to another object (`targetRef`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// Kind (`Pod`).
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: Option<String>,
+}
+
+/// A Pod (core/v1): what the model reads of a workload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Pod {
+    /// Metadata (labels select policies; `security.istio.io/tlsMode`,
+    /// `istio-locality`).
+    pub metadata: Meta,
+    /// Spec.
+    pub spec: PodSpec,
+    /// Status.
+    pub status: PodStatus,
+}
+
+/// `Pod.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodSpec {
+    /// Service account.
+    pub service_account_name: Option<String>,
+    /// Node.
+    pub node_name: Option<String>,
+}
+
+/// `Pod.status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodStatus {
+    /// Phase.
+    pub phase: Option<String>,
+    /// Primary IP.
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+}
+
+/// A Node (core/v1): its labels carry the locality.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Node {
+    /// Metadata.
+    pub metadata: Meta,
+}
+
+/// A Namespace (core/v1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Namespace {
+    /// Metadata.
+    pub metadata: Meta,
 }
 
 /// `EndpointSlice.endpoints[].conditions`; absent means unknown, which
@@ -120,10 +206,16 @@ pub struct Conditions {
 }
 
 /// Objects read from a source.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Objects {
     /// Services.
     pub services: Vec<Service>,
     /// EndpointSlices.
     pub endpoint_slices: Vec<EndpointSlice>,
+    /// Pods.
+    pub pods: Vec<Pod>,
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Namespaces.
+    pub namespaces: Vec<Namespace>,
 }

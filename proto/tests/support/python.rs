@@ -13,7 +13,12 @@ pub(crate) fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("ISTIOD_RS_PYTHON") {
         return PathBuf::from(p);
     }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    // The venv sits at the workspace root: above a member crate, or here.
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let venv = [here.join(".venv/bin/python"), here.join("../.venv/bin/python")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| here.join(".venv/bin/python"));
     assert!(
         venv.exists(),
         "no Python with xds-protos: run scripts/test (it creates .venv), or set ISTIOD_RS_PYTHON \

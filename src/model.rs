@@ -1,0 +1,362 @@
+//! The mesh model: services with their hostnames, addresses and ports, and
+//! their endpoints joined with Pods (labels, service account, mTLS mode)
+//! and Nodes (locality). Built from the objects a source read; immutable
+//! once built. Translation reads only this.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
+use serde::Serialize;
+
+/// Application protocol of a port (istiod's `protocol.Instance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Protocol {
+    /// HTTP/1.1 (and upgrades).
+    #[serde(rename = "HTTP")]
+    Http,
+    /// HTTP/2 (cleartext).
+    #[serde(rename = "HTTP2")]
+    Http2,
+    /// gRPC.
+    #[serde(rename = "GRPC")]
+    Grpc,
+    /// gRPC-Web.
+    #[serde(rename = "GRPC-Web")]
+    GrpcWeb,
+    /// HTTPS (TLS carrying HTTP).
+    #[serde(rename = "HTTPS")]
+    Https,
+    /// TLS.
+    #[serde(rename = "TLS")]
+    Tls,
+    /// Opaque TCP.
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// MongoDB.
+    #[serde(rename = "Mongo")]
+    Mongo,
+    /// Redis.
+    #[serde(rename = "Redis")]
+    Redis,
+    /// MySQL.
+    #[serde(rename = "MySQL")]
+    MySql,
+    /// UDP (not proxied).
+    #[serde(rename = "UDP")]
+    Udp,
+    /// Unknown: the proxy sniffs it.
+    #[serde(rename = "UnsupportedProtocol")]
+    Unsupported,
+}
+
+impl Protocol {
+    /// istiod's `protocol.Parse`: case-insensitive names.
+    pub fn parse(s: &str) -> Protocol {
+        match s.to_ascii_lowercase().as_str() {
+            "http" => Protocol::Http,
+            "http2" => Protocol::Http2,
+            "grpc" => Protocol::Grpc,
+            "grpc-web" => Protocol::GrpcWeb,
+            "https" => Protocol::Https,
+            "tls" => Protocol::Tls,
+            "tcp" => Protocol::Tcp,
+            "mongo" => Protocol::Mongo,
+            "redis" => Protocol::Redis,
+            "mysql" => Protocol::MySql,
+            "udp" => Protocol::Udp,
+            _ => Protocol::Unsupported,
+        }
+    }
+
+    /// A Kubernetes port's protocol, by istiod's precedence: `appProtocol`
+    /// (with Kubernetes' own `kubernetes.io/h2c`, `kubernetes.io/ws(s)`),
+    /// then the port name's prefix before `-` (`http-web`, `grpc`), then
+    /// UDP from the L4 protocol; anything else is sniffed.
+    pub fn of_port(name: Option<&str>, app_protocol: Option<&str>, l4: Option<&str>) -> Protocol {
+        if let Some(ap) = app_protocol {
+            let p = match ap {
+                "kubernetes.io/h2c" => Protocol::Http2,
+                "kubernetes.io/ws" | "kubernetes.io/wss" => Protocol::Http,
+                other => Protocol::parse(other),
+            };
+            if p != Protocol::Unsupported {
+                return p;
+            }
+        }
+        if l4.is_some_and(|p| p.eq_ignore_ascii_case("udp")) {
+            return Protocol::Udp;
+        }
+        if let Some(name) = name {
+            let prefix = name.split('-').next().unwrap_or(name);
+            let p = Protocol::parse(prefix);
+            if p != Protocol::Udp {
+                return p;
+            }
+        }
+        Protocol::Unsupported
+    }
+
+    /// HTTP-family protocols get HTTP listeners and routes.
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb)
+    }
+}
+
+/// How clients find a service's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Resolution {
+    /// Endpoints known to the control plane (EDS).
+    ClientSideLb,
+    /// DNS resolution by the proxy.
+    Dns,
+    /// DNS, round robin over the first address.
+    DnsRoundRobin,
+    /// The original destination (headless services, `NONE`).
+    Passthrough,
+}
+
+/// A service port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Port {
+    /// Name (may be empty for a single-port Service).
+    pub name: String,
+    /// Service port.
+    pub port: u16,
+    /// Application protocol.
+    pub protocol: Protocol,
+}
+
+/// Endpoint health, from EndpointSlice conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Health {
+    /// Ready.
+    Healthy,
+    /// Not ready.
+    Unhealthy,
+    /// Terminating but still serving.
+    Draining,
+}
+
+/// Where a workload runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Locality {
+    /// Region.
+    pub region: String,
+    /// Zone.
+    pub zone: String,
+    /// Subzone.
+    pub subzone: String,
+}
+
+/// One endpoint of one service port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// IP address.
+    pub address: String,
+    /// The service port it serves.
+    pub service_port: u16,
+    /// The port on the endpoint.
+    pub port: u16,
+    /// Health.
+    pub health: Health,
+    /// Workload labels.
+    pub labels: BTreeMap<String, String>,
+    /// Service account (`spiffe://<td>/ns/<ns>/sa/<sa>` is derived later).
+    pub service_account: String,
+    /// `security.istio.io/tlsMode` (`istio` when the workload has a sidecar).
+    pub tls_mode: String,
+    /// Locality.
+    pub locality: Locality,
+    /// The Pod, if known.
+    pub pod: Option<String>,
+}
+
+/// A service in the mesh.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Service {
+    /// `name.ns.svc.<domain>` (or a ServiceEntry host).
+    pub hostname: Arc<str>,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Addresses (cluster IPs, ServiceEntry addresses).
+    pub vips: Vec<String>,
+    /// Ports.
+    pub ports: Vec<Port>,
+    /// Resolution.
+    pub resolution: Resolution,
+    /// Outside the mesh (ServiceEntry `MESH_EXTERNAL`).
+    pub mesh_external: bool,
+    /// Endpoints, ordered.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// The model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Model {
+    /// Services by hostname.
+    pub services: BTreeMap<Arc<str>, Service>,
+    /// Namespace labels by name.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+const TLS_MODE: &str = "security.istio.io/tlsMode";
+
+/// Locality of a pod: its `istio-locality` label (`region.zone.subzone`),
+/// else its node's topology labels.
+fn locality(pod: Option<&Pod>, nodes: &BTreeMap<&str, &BTreeMap<String, String>>) -> Locality {
+    if let Some(l) = pod.and_then(|p| p.metadata.labels.get("istio-locality")) {
+        let mut parts = l.splitn(3, '.');
+        return Locality {
+            region: parts.next().unwrap_or_default().to_owned(),
+            zone: parts.next().unwrap_or_default().to_owned(),
+            subzone: parts.next().unwrap_or_default().to_owned(),
+        };
+    }
+    let Some(labels) = pod.and_then(|p| p.spec.node_name.as_deref()).and_then(|n| nodes.get(n)) else {
+        return Locality::default();
+    };
+    let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    Locality {
+        region: get("topology.kubernetes.io/region"),
+        zone: get("topology.kubernetes.io/zone"),
+        subzone: get("topology.istio.io/subzone"),
+    }
+}
+
+impl Model {
+    /// Builds the model from Kubernetes objects.
+    pub fn build(objs: &Objects, domain: &str) -> Model {
+        let mut model = Model::default();
+        for ns in &objs.namespaces {
+            model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
+        }
+        let nodes: BTreeMap<&str, &BTreeMap<String, String>> =
+            objs.nodes.iter().map(|n| (n.metadata.name.as_str(), &n.metadata.labels)).collect();
+        let pods: BTreeMap<(&str, &str), &Pod> =
+            objs.pods.iter().map(|p| ((p.metadata.ns(), p.metadata.name.as_str()), p)).collect();
+        let pods_by_ip: BTreeMap<&str, &Pod> =
+            objs.pods.iter().filter_map(|p| p.status.pod_ip.as_deref().map(|ip| (ip, p))).collect();
+        for svc in &objs.services {
+            let s = service(svc, domain, objs, &pods, &pods_by_ip, &nodes);
+            model.services.insert(s.hostname.clone(), s);
+        }
+        model
+    }
+}
+
+fn service(
+    svc: &KubeService,
+    domain: &str,
+    objs: &Objects,
+    pods: &BTreeMap<(&str, &str), &Pod>,
+    pods_by_ip: &BTreeMap<&str, &Pod>,
+    nodes: &BTreeMap<&str, &BTreeMap<String, String>>,
+) -> Service {
+    let ns = svc.metadata.ns().to_owned();
+    let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
+    let headless = svc.spec.cluster_ip.as_deref() == Some("None");
+    let external_name = svc.spec.kind.as_deref() == Some("ExternalName");
+    let mut vips: Vec<String> = if !svc.spec.cluster_ips.is_empty() {
+        svc.spec.cluster_ips.clone()
+    } else {
+        svc.spec.cluster_ip.iter().cloned().collect()
+    };
+    vips.retain(|v| v != "None" && !v.is_empty());
+    let ports: Vec<Port> = svc
+        .spec
+        .ports
+        .iter()
+        .map(|p| Port {
+            name: p.name.clone().unwrap_or_default(),
+            port: p.port,
+            protocol: Protocol::of_port(p.name.as_deref(), p.app_protocol.as_deref(), p.protocol.as_deref()),
+        })
+        .collect();
+    let slices: Vec<&EndpointSlice> = objs
+        .endpoint_slices
+        .iter()
+        .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(svc.metadata.name.as_str()))
+        .filter(|s| s.address_type != "FQDN")
+        .collect();
+    let mut endpoints = Vec::new();
+    for sp in &svc.spec.ports {
+        for slice in &slices {
+            let Some(ep_port) = slice_port(slice, sp) else { continue };
+            for ep in &slice.endpoints {
+                let c = &ep.conditions;
+                let health = if c.ready.unwrap_or(true) {
+                    Health::Healthy
+                } else if c.serving == Some(true) && c.terminating == Some(true) {
+                    Health::Draining
+                } else {
+                    Health::Unhealthy
+                };
+                for addr in &ep.addresses {
+                    let pod = ep
+                        .target_ref
+                        .as_ref()
+                        .filter(|r| r.kind == "Pod")
+                        .and_then(|r| pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied())
+                        .or_else(|| pods_by_ip.get(addr.as_str()).copied());
+                    let mut loc = locality(pod, nodes);
+                    if loc.zone.is_empty()
+                        && let Some(z) = &ep.zone
+                    {
+                        loc.zone = z.clone();
+                    }
+                    endpoints.push(Endpoint {
+                        address: addr.clone(),
+                        service_port: sp.port,
+                        port: ep_port,
+                        health,
+                        labels: pod.map(|p| p.metadata.labels.clone()).unwrap_or_default(),
+                        service_account: pod.and_then(|p| p.spec.service_account_name.clone()).unwrap_or_default(),
+                        tls_mode: pod
+                            .and_then(|p| p.metadata.labels.get(TLS_MODE).cloned())
+                            .unwrap_or_else(|| "disabled".into()),
+                        locality: loc,
+                        pod: pod.map(|p| p.metadata.name.clone()),
+                    });
+                }
+            }
+        }
+    }
+    endpoints.sort_by(|a, b| (a.service_port, &a.address, a.port).cmp(&(b.service_port, &b.address, b.port)));
+    endpoints.dedup_by(|a, b| (a.service_port, &a.address, a.port) == (b.service_port, &b.address, b.port));
+    Service {
+        hostname,
+        name: svc.metadata.name.clone(),
+        namespace: ns,
+        vips,
+        ports,
+        resolution: if headless {
+            Resolution::Passthrough
+        } else if external_name {
+            Resolution::Dns
+        } else {
+            Resolution::ClientSideLb
+        },
+        mesh_external: external_name,
+        endpoints,
+    }
+}
+
+/// The endpoint port of a Service port in a slice: matched by name (the
+/// EndpointSlice controller copies the Service port name), or for an
+/// unnamed single port, the only one.
+fn slice_port(slice: &EndpointSlice, sp: &ServicePort) -> Option<u16> {
+    let by_name = slice.ports.iter().find(|p| p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""));
+    if let Some(p) = by_name {
+        return p.port;
+    }
+    match &sp.target_port {
+        Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

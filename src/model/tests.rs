@@ -1,0 +1,168 @@
+//! Conversion tests from manifests written after the Kubernetes docs.
+
+use std::path::Path;
+
+use super::*;
+
+fn build(yaml: &str) -> Model {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    Model::build(&loaded.objects, "cluster.local")
+}
+
+#[test]
+fn protocol_detection_follows_istio() {
+    let p = |name: Option<&str>, ap: Option<&str>, l4: Option<&str>| Protocol::of_port(name, ap, l4);
+    assert_eq!(p(Some("http"), None, None), Protocol::Http);
+    assert_eq!(p(Some("http2-api"), None, None), Protocol::Http2);
+    assert_eq!(p(Some("grpc-web"), None, None), Protocol::Grpc, "prefix before the first dash");
+    assert_eq!(p(Some("GRPC"), None, None), Protocol::Grpc, "case-insensitive");
+    assert_eq!(p(Some("tcp-db"), None, None), Protocol::Tcp);
+    assert_eq!(p(Some("https"), None, None), Protocol::Https);
+    assert_eq!(p(Some("tls-x"), None, None), Protocol::Tls);
+    assert_eq!(p(Some("mongo"), None, None), Protocol::Mongo);
+    assert_eq!(p(Some("web"), None, None), Protocol::Unsupported, "unknown names are sniffed");
+    assert_eq!(p(None, None, None), Protocol::Unsupported);
+    assert_eq!(p(Some("tcp"), Some("grpc"), None), Protocol::Grpc, "appProtocol wins");
+    assert_eq!(p(Some("http"), Some("kubernetes.io/h2c"), None), Protocol::Http2);
+    assert_eq!(p(Some("http"), Some("kubernetes.io/ws"), None), Protocol::Http);
+    assert_eq!(
+        p(Some("http"), Some("custom.example/x"), None),
+        Protocol::Http,
+        "unknown appProtocol falls back to the name"
+    );
+    assert_eq!(p(Some("dns"), None, Some("UDP")), Protocol::Udp);
+}
+
+#[test]
+fn headless_service_with_named_target_ports_and_two_ports() {
+    let m = build(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: data}
+spec:
+  clusterIP: None
+  selector: {app: db}
+  ports:
+  - {name: tcp-client, port: 5432, targetPort: pg}
+  - {name: http-metrics, port: 9187, targetPort: 9187}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: db-abc
+  namespace: data
+  labels: {kubernetes.io/service-name: db}
+addressType: IPv4
+ports:
+- {name: tcp-client, port: 15432, protocol: TCP}
+- {name: http-metrics, port: 9187, protocol: TCP}
+endpoints:
+- addresses: [10.1.0.5]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: db-0, namespace: data}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: db-0
+  namespace: data
+  labels: {app: db, security.istio.io/tlsMode: istio}
+spec: {serviceAccountName: db, nodeName: n1}
+status: {podIP: 10.1.0.5, phase: Running}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+  labels: {topology.kubernetes.io/region: eu-west1, topology.kubernetes.io/zone: eu-west1-a, topology.istio.io/subzone: rack7}
+"#,
+    );
+    let s = &m.services["db.data.svc.cluster.local"];
+    assert_eq!(s.resolution, Resolution::Passthrough);
+    assert!(s.vips.is_empty(), "headless: no VIP");
+    assert_eq!(
+        s.ports.iter().map(|p| (p.port, p.protocol)).collect::<Vec<_>>(),
+        vec![(5432, Protocol::Tcp), (9187, Protocol::Http)]
+    );
+    let pg: Vec<&Endpoint> = s.endpoints.iter().filter(|e| e.service_port == 5432).collect();
+    assert_eq!(pg.len(), 1);
+    assert_eq!(pg[0].port, 15432, "the named target port resolved through the slice");
+    assert_eq!(pg[0].service_account, "db");
+    assert_eq!(pg[0].tls_mode, "istio");
+    assert_eq!(
+        pg[0].locality,
+        Locality { region: "eu-west1".into(), zone: "eu-west1-a".into(), subzone: "rack7".into() }
+    );
+    assert_eq!(pg[0].labels["app"], "db");
+}
+
+#[test]
+fn ipv6_and_terminating_endpoints_and_istio_locality_label() {
+    let m = build(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: fd00:10:96::a
+  clusterIPs: [fd00:10:96::a]
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv6
+ports: [{port: 8080}]
+endpoints:
+- addresses: ["fd00:10:244::5"]
+  conditions: {ready: false, serving: true, terminating: true}
+  zone: z1
+- addresses: ["fd00:10:244::6"]
+  conditions: {ready: false, serving: false, terminating: true}
+- addresses: ["fd00:10:244::7"]
+  targetRef: {kind: Pod, name: web-7}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-7, labels: {istio-locality: us.us-1.r2}}
+status: {podIP: "fd00:10:244::7"}
+"#,
+    );
+    let s = &m.services["web.default.svc.cluster.local"];
+    assert_eq!(s.namespace, "default");
+    assert_eq!(s.vips, vec!["fd00:10:96::a"]);
+    assert_eq!(s.ports[0].protocol, Protocol::Unsupported);
+    let h: Vec<(&str, Health)> = s.endpoints.iter().map(|e| (e.address.as_str(), e.health)).collect();
+    assert_eq!(
+        h,
+        vec![
+            ("fd00:10:244::5", Health::Draining),
+            ("fd00:10:244::6", Health::Unhealthy),
+            ("fd00:10:244::7", Health::Healthy)
+        ]
+    );
+    assert_eq!(s.endpoints[0].locality.zone, "z1", "slice zone when no node is known");
+    assert_eq!(s.endpoints[2].locality, Locality { region: "us".into(), zone: "us-1".into(), subzone: "r2".into() });
+    assert_eq!(s.endpoints[1].tls_mode, "disabled");
+}
+
+#[test]
+fn bundled_example() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let m = Model::build(&objs, "cluster.local");
+    let reviews = &m.services["reviews.bookinfo.svc.cluster.local"];
+    assert_eq!(reviews.vips, vec!["10.96.10.12"]);
+    assert_eq!(reviews.endpoints.len(), 4);
+    assert!(reviews.endpoints.iter().all(|e| e.tls_mode == "istio" && e.service_account == "bookinfo-reviews"));
+    assert!(reviews.endpoints.iter().all(|e| !e.locality.region.is_empty()));
+    let versions: std::collections::BTreeSet<&str> =
+        reviews.endpoints.iter().map(|e| e.labels["version"].as_str()).collect();
+    assert_eq!(versions.into_iter().collect::<Vec<_>>(), vec!["v1", "v2", "v3"]);
+    assert_eq!(m.services["inventory.bookinfo.svc.cluster.local"].ports[0].protocol, Protocol::Grpc);
+    assert!(m.namespaces.contains_key("bookinfo"));
+}

@@ -2,7 +2,9 @@
 //! `--grpcAddr`) to the control thread (tokio, on the calling thread: the
 //! config store, debounce, publishing, debug and monitoring HTTP).
 
+use std::cell::RefCell;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -17,7 +19,9 @@ use tokio::sync::mpsc;
 use crate::config::{Config, ListenAddr, Source};
 use crate::control::http::{self, Request, Response};
 use crate::control::{self, Control, debounce::Debouncer};
+use crate::model::Model;
 use crate::simple;
+use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -71,19 +75,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
             "reading a Kubernetes API server is not implemented yet (issue #5); run with --configDir DIR".into(),
         ));
     };
-    let loaded = istiod_kubewatch::config_dir::load(dir)?;
-    for e in &loaded.errors {
-        tracing::warn!(target: "model", error = %e, "rejected document");
-    }
-    let configz = json!({
-        "configDir": dir.display().to_string(),
-        "services": loaded.objects.services.len(),
-        "endpointSlices": loaded.objects.endpoint_slices.len(),
-        "skippedDocuments": loaded.skipped,
-        "errors": loaded.errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-    });
-    let model = Arc::new(crate::model::Model::build(&loaded.objects, &config.domain));
+    let mut source = ConfigDir::new(dir.clone());
+    let loaded = source.reload()?;
+    let model = Arc::new(Model::build(&loaded.objects, &config.domain));
     let resources = simple::translate(&model);
+    let configz = configz(dir, &loaded);
 
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
@@ -151,16 +147,30 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let _ = tx.send(simple::diff(control.model(), &resources));
         tokio::task::spawn_local(control::run(control, rx));
+        let state = Rc::new(RefCell::new(State { model, configz, resources }));
+        // Watch the directory: every change reloads it and sends what changed.
+        let (_watcher, events) = source.watch()?;
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            while events.recv().is_ok() {
+                if wake_tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::task::spawn_local(watch_dir(source, wake_rx, tx.clone(), state.clone(), config.domain.clone()));
 
         if let Some(a) = &config.listen.http {
             let addr = resolve("httpAddr", a)?;
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", addr = %l.local_addr().unwrap_or(addr), "serving debug HTTP");
-            let (publisher, ready, configz) = (publisher.clone(), ready.clone(), Arc::new(configz));
-            let model = model.clone();
+            let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
             let handler: http::Handler = Arc::new(move |req| {
-                let (publisher, ready, configz, model) =
-                    (publisher.clone(), ready.clone(), configz.clone(), model.clone());
+                let (publisher, ready) = (publisher.clone(), ready.clone());
+                let (configz, model) = {
+                    let s = state.borrow();
+                    (s.configz.clone(), s.model.clone())
+                };
                 Box::pin(async move { debug(req, &publisher, &ready, &configz, &model).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
@@ -182,6 +192,71 @@ pub fn run(config: Config) -> Result<(), StartError> {
     });
     handle.shutdown();
     result
+}
+
+/// What the debug endpoints show of the source and the model.
+struct State {
+    model: Arc<Model>,
+    configz: Value,
+    resources: std::collections::BTreeMap<(istiod_xds::ads::Kind, Arc<str>), bytes::Bytes>,
+}
+
+fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
+    for e in &loaded.errors {
+        tracing::warn!(target: "model", error = %e, "rejected document; its last good version stays in force");
+    }
+    json!({
+        "configDir": dir.display().to_string(),
+        "services": loaded.objects.services.len(),
+        "endpointSlices": loaded.objects.endpoint_slices.len(),
+        "pods": loaded.objects.pods.len(),
+        "nodes": loaded.objects.nodes.len(),
+        "namespaces": loaded.objects.namespaces.len(),
+        "skippedDocuments": loaded.skipped,
+        "errors": loaded.errors.iter().map(|e| json!({
+            "file": e.file.display().to_string(),
+            "document": e.index,
+            "message": e.message,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Reloads the directory on every burst of file events and sends the
+/// resulting resource changes to the store.
+async fn watch_dir(
+    mut source: ConfigDir,
+    mut wake: mpsc::UnboundedReceiver<()>,
+    tx: mpsc::UnboundedSender<Vec<simple::Change>>,
+    state: Rc<RefCell<State>>,
+    domain: String,
+) {
+    while wake.recv().await.is_some() {
+        // Editors write in several steps: let the burst settle.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        while wake.try_recv().is_ok() {}
+        let loaded = match source.reload() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state");
+                continue;
+            }
+        };
+        let model = Arc::new(Model::build(&loaded.objects, &domain));
+        let resources = simple::translate(&model);
+        let mut s = state.borrow_mut();
+        let changes = simple::diff_maps(&s.resources, &resources);
+        s.configz = configz(source_dir(&s.configz), &loaded);
+        s.model = model;
+        s.resources = resources;
+        if !changes.is_empty() {
+            tracing::info!(target: "model", changes = changes.len(), "config directory changed");
+            let _ = tx.send(changes);
+        }
+    }
+}
+
+fn source_dir(configz: &Value) -> &std::path::Path {
+    std::path::Path::new(configz["configDir"].as_str().unwrap_or_default())
 }
 
 async fn shutdown_signal() {

@@ -135,6 +135,17 @@ pub fn diff(model: &SimpleModel, want: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Ve
     changes
 }
 
+/// The changes from one set of resources to another.
+pub fn diff_maps(old: &BTreeMap<(Kind, Arc<str>), Bytes>, new: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Vec<Change> {
+    let mut changes: Vec<Change> = new
+        .iter()
+        .filter(|(k, b)| old.get(*k) != Some(*b))
+        .map(|((k, n), b)| (*k, n.clone(), Some(b.clone())))
+        .collect();
+    changes.extend(old.keys().filter(|k| !new.contains_key(*k)).map(|(k, n)| (*k, n.clone(), None)));
+    changes
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

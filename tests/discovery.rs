@@ -105,3 +105,66 @@ fn kubernetes_source_says_it_is_not_there_yet() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented yet (issue #5)"));
 }
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn config_dir_edits_are_served_and_bad_files_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")), dir.path());
+    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, grpc, http, monitoring };
+    wait_for("ready", || get(http, "/ready").map(|r| r.0) == Some(200));
+    let version = || {
+        let body = get(http, "/debug/stats").unwrap().1;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v[0]["snapshot_version"].as_u64().unwrap()
+    };
+    wait_for("first snapshot", || version() == 1);
+
+    // Add a service: it appears in the model and a new snapshot goes out.
+    std::fs::write(
+        dir.path().join("extra.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: extra, namespace: bookinfo}\nspec:\n  clusterIP: 10.96.10.99\n  ports: [{name: http, port: 8000}]\n",
+    )
+    .unwrap();
+    wait_for("the new service", || {
+        get(http, "/debug/registryz").unwrap().1.contains("extra.bookinfo.svc.cluster.local")
+    });
+    wait_for("second snapshot", || version() == 2);
+
+    // A broken document is reported with file and index; nothing changes.
+    std::fs::write(dir.path().join("broken.yaml"), "kind: Service\nmetadata: {name: b}\nspec: {ports: [{port: x}]}\n")
+        .unwrap();
+    wait_for("the error in configz", || get(http, "/debug/configz").unwrap().1.contains("broken.yaml"));
+    let configz = get(http, "/debug/configz").unwrap().1;
+    assert!(configz.contains("\"document\": 0"), "{configz}");
+    assert_eq!(version(), 2, "a bad document publishes nothing");
+
+    // Delete: the service leaves the model.
+    std::fs::remove_file(dir.path().join("extra.yaml")).unwrap();
+    wait_for("the service gone", || !get(http, "/debug/registryz").unwrap().1.contains("extra.bookinfo"));
+    wait_for("third snapshot", || version() == 3);
+    assert!(server.terminate().success());
+}

@@ -1,9 +1,15 @@
 //! `--configDir`: every `*.yaml`, `*.yml` and `*.json` below a directory,
-//! multi-document, read into typed objects. A document that does not parse
-//! is reported with its file, document index and the parser's location,
-//! and skipped; the rest of the directory still loads.
+//! multi-document, read into typed objects and watched for changes.
+//!
+//! A document that does not parse is reported with its file, document index
+//! and the parser's message, and the last good version of that document
+//! stays in force; the rest of the directory loads. A YAML syntax error
+//! ends the readable part of a file, so every document from there on keeps
+//! its last good version: a half-written file never deletes what it held.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use serde::Deserialize;
 
@@ -17,7 +23,7 @@ pub struct DocError {
     pub file: PathBuf,
     /// 0-based document index in the file.
     pub index: usize,
-    /// What was wrong, with the parser's line and column.
+    /// What was wrong, with the parser's location or the field path.
     pub message: String,
 }
 
@@ -32,16 +38,41 @@ pub enum LoadError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The directory cannot be watched.
+    #[error("cannot watch --configDir {}: {message}", dir.display())]
+    Watch {
+        /// The directory.
+        dir: PathBuf,
+        /// What the watcher said.
+        message: String,
+    },
+}
+
+/// One object read from a document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Object {
+    /// A Service.
+    Service(Service),
+    /// An EndpointSlice.
+    EndpointSlice(EndpointSlice),
+    /// A Pod.
+    Pod(Pod),
+    /// A Node.
+    Node(Node),
+    /// A Namespace.
+    Namespace(Namespace),
+    /// A kind this source does not read yet (counted, not an error).
+    Skipped(String),
 }
 
 /// The result of reading a directory.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    /// Objects of the kinds read.
+    /// Objects in force (the last good version of each document).
     pub objects: Objects,
-    /// Documents rejected (the others still count).
+    /// Documents rejected in this read.
     pub errors: Vec<DocError>,
-    /// Documents of kinds not read yet (counted, not errors).
+    /// Documents of kinds not read yet.
     pub skipped: usize,
 }
 
@@ -62,100 +93,144 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reads every manifest below `dir`.
-pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
-    let mut paths = Vec::new();
-    files(dir, &mut paths).map_err(|source| LoadError::Dir { dir: dir.to_owned(), source })?;
-    paths.sort();
-    let mut loaded = Loaded::default();
-    for file in paths {
-        let text = match std::fs::read_to_string(&file) {
-            Ok(t) => t,
+/// Parses one document's value into an object.
+pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
+    let kind = Head::deserialize(&value).map_err(|e| e.to_string())?.kind.ok_or("no kind")?;
+    let e = |e: serde_yaml_ng::Error| e.to_string();
+    Ok(match kind.as_str() {
+        "Service" => Object::Service(Service::deserialize(value).map_err(e)?),
+        "EndpointSlice" => Object::EndpointSlice(EndpointSlice::deserialize(value).map_err(e)?),
+        "Pod" => Object::Pod(Pod::deserialize(value).map_err(e)?),
+        "Node" => Object::Node(Node::deserialize(value).map_err(e)?),
+        "Namespace" => Object::Namespace(Namespace::deserialize(value).map_err(e)?),
+        other => Object::Skipped(other.to_owned()),
+    })
+}
+
+/// What one file holds: each document's result, and where a syntax error
+/// cut the file short.
+#[derive(Debug)]
+pub struct FileDocs {
+    /// Results in document order (up to a syntax error).
+    pub docs: Vec<Result<Option<Object>, String>>,
+    /// Index of the document where a YAML syntax error ended the file.
+    pub syntax_error: Option<(usize, String)>,
+}
+
+/// Parses a file's text (multi-document YAML or JSON). Empty documents are
+/// `Ok(None)`.
+pub fn parse_file(text: &str) -> FileDocs {
+    let mut docs = Vec::new();
+    let mut syntax_error = None;
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        match serde_yaml_ng::Value::deserialize(doc) {
+            Ok(v) if v.is_null() => docs.push(Ok(None)),
+            Ok(v) => docs.push(parse_value(v).map(Some)),
             Err(e) => {
-                loaded.errors.push(DocError { file, index: 0, message: e.to_string() });
-                continue;
-            }
-        };
-        for (index, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
-            let value = match serde_yaml_ng::Value::deserialize(doc) {
-                Ok(v) => v,
-                Err(e) => {
-                    // A syntax error ends the stream of documents of this file.
-                    loaded.errors.push(DocError { file: file.clone(), index, message: e.to_string() });
-                    break;
-                }
-            };
-            if value.is_null() {
-                continue; // empty document
-            }
-            let err = |e: serde_yaml_ng::Error| DocError { file: file.clone(), index, message: e.to_string() };
-            let kind = match Head::deserialize(&value) {
-                Ok(h) => h.kind,
-                Err(e) => {
-                    loaded.errors.push(err(e));
-                    continue;
-                }
-            };
-            match kind.as_deref() {
-                Some("Service") => match Service::deserialize(value) {
-                    Ok(s) => loaded.objects.services.push(s),
-                    Err(e) => loaded.errors.push(err(e)),
-                },
-                Some("EndpointSlice") => match EndpointSlice::deserialize(value) {
-                    Ok(s) => loaded.objects.endpoint_slices.push(s),
-                    Err(e) => loaded.errors.push(err(e)),
-                },
-                Some("Pod") => match Pod::deserialize(value) {
-                    Ok(p) => loaded.objects.pods.push(p),
-                    Err(e) => loaded.errors.push(err(e)),
-                },
-                Some("Node") => match Node::deserialize(value) {
-                    Ok(n) => loaded.objects.nodes.push(n),
-                    Err(e) => loaded.errors.push(err(e)),
-                },
-                Some("Namespace") => match Namespace::deserialize(value) {
-                    Ok(n) => loaded.objects.namespaces.push(n),
-                    Err(e) => loaded.errors.push(err(e)),
-                },
-                Some(_) => loaded.skipped += 1,
-                None => loaded.errors.push(DocError { file: file.clone(), index, message: "no kind".into() }),
+                syntax_error = Some((index, e.to_string()));
+                break;
             }
         }
     }
-    Ok(loaded)
+    FileDocs { docs, syntax_error }
+}
+
+/// A config directory and the last good version of each of its documents.
+#[derive(Debug)]
+pub struct ConfigDir {
+    dir: PathBuf,
+    last_good: BTreeMap<(PathBuf, usize), Object>,
+}
+
+impl ConfigDir {
+    /// A source for `dir` (nothing read yet).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into(), last_good: BTreeMap::new() }
+    }
+
+    /// Reads the directory again and returns what is in force.
+    pub fn reload(&mut self) -> Result<Loaded, LoadError> {
+        let mut paths = Vec::new();
+        files(&self.dir, &mut paths).map_err(|source| LoadError::Dir { dir: self.dir.clone(), source })?;
+        paths.sort();
+        let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
+        let mut errors = Vec::new();
+        for file in paths {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    // Unreadable now (e.g. replaced mid-read): keep it as it was.
+                    errors.push(DocError { file: file.clone(), index: 0, message: e.to_string() });
+                    self.keep_from(&file, 0, &mut next);
+                    continue;
+                }
+            };
+            let parsed = parse_file(&text);
+            for (index, doc) in parsed.docs.into_iter().enumerate() {
+                match doc {
+                    Ok(Some(obj)) => {
+                        next.insert((file.clone(), index), obj);
+                    }
+                    Ok(None) => {}
+                    Err(message) => {
+                        errors.push(DocError { file: file.clone(), index, message });
+                        if let Some(old) = self.last_good.get(&(file.clone(), index)) {
+                            next.insert((file.clone(), index), old.clone());
+                        }
+                    }
+                }
+            }
+            if let Some((index, message)) = parsed.syntax_error {
+                errors.push(DocError { file: file.clone(), index, message });
+                self.keep_from(&file, index, &mut next);
+            }
+        }
+        self.last_good = next;
+        let mut loaded = Loaded { errors, ..Loaded::default() };
+        for obj in self.last_good.values() {
+            match obj.clone() {
+                Object::Service(s) => loaded.objects.services.push(s),
+                Object::EndpointSlice(s) => loaded.objects.endpoint_slices.push(s),
+                Object::Pod(p) => loaded.objects.pods.push(p),
+                Object::Node(n) => loaded.objects.nodes.push(n),
+                Object::Namespace(n) => loaded.objects.namespaces.push(n),
+                Object::Skipped(_) => loaded.skipped += 1,
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Keeps the last good documents of `file` from `index` on.
+    fn keep_from(&self, file: &Path, index: usize, next: &mut BTreeMap<(PathBuf, usize), Object>) {
+        for ((f, i), obj) in self.last_good.range((file.to_owned(), index)..) {
+            if f != file {
+                break;
+            }
+            next.insert((f.clone(), *i), obj.clone());
+        }
+    }
+
+    /// Watches the directory (inotify); every change sends `()` on the
+    /// returned channel. Keep the watcher alive as long as events matter.
+    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<()>), LoadError> {
+        use notify::Watcher;
+        let (tx, rx) = mpsc::channel();
+        let err = |e: notify::Error| LoadError::Watch { dir: self.dir.clone(), message: e.to_string() };
+        let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if ev.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.send(());
+            }
+        })
+        .map_err(err)?;
+        w.watch(&self.dir, notify::RecursiveMode::Recursive).map_err(err)?;
+        Ok((w, rx))
+    }
+}
+
+/// Reads every manifest below `dir` once.
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    ConfigDir::new(dir).reload()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bundled_example_loads() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
-        let l = load(&dir).unwrap();
-        assert!(l.errors.is_empty(), "{:?}", l.errors);
-        assert!(l.objects.services.len() >= 5);
-        assert_eq!(l.objects.services.len(), l.objects.endpoint_slices.len());
-        let reviews = l.objects.endpoint_slices.iter().find(|s| s.service_name() == Some("reviews")).unwrap();
-        assert!(reviews.endpoints.iter().any(|e| e.conditions.terminating == Some(true)));
-    }
-
-    #[test]
-    fn bad_documents_are_located_and_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("a.yaml"),
-            "kind: Service\nmetadata: {name: ok}\n---\nkind: Service\nspec: {ports: [{port: notanumber}]}\n---\n# empty\n",
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("b.yml"), "kind: [unclosed\n").unwrap();
-        std::fs::write(dir.path().join("ignored.txt"), "kind: Service").unwrap();
-        let l = load(dir.path()).unwrap();
-        assert_eq!(l.objects.services.len(), 1);
-        assert_eq!(l.errors.len(), 2, "{:?}", l.errors);
-        let e = l.errors[0].to_string();
-        assert!(e.contains("a.yaml: document 1:") && e.contains("expected u16"), "{e}");
-        assert!(l.errors[1].to_string().contains("b.yml: document 0:"));
-        assert!(load(&dir.path().join("missing")).is_err());
-    }
-}
+mod tests;

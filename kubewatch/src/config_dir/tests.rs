@@ -1,0 +1,106 @@
+use std::time::Duration;
+
+use super::*;
+
+const SVC: &str = "kind: Service\nmetadata: {name: a, namespace: x}\nspec: {ports: [{port: 80}]}\n";
+
+fn names(l: &Loaded) -> Vec<String> {
+    l.objects.services.iter().map(|s| s.metadata.name.clone()).collect()
+}
+
+#[test]
+fn bundled_example_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let l = load(&dir).unwrap();
+    assert!(l.errors.is_empty(), "{:?}", l.errors);
+    assert!(l.objects.services.len() >= 5);
+    assert_eq!(l.objects.services.len(), l.objects.endpoint_slices.len());
+    assert!(!l.objects.pods.is_empty() && l.objects.nodes.len() == 3);
+    let reviews = l.objects.endpoint_slices.iter().find(|s| s.service_name() == Some("reviews")).unwrap();
+    assert!(reviews.endpoints.iter().any(|e| e.conditions.terminating == Some(true)));
+}
+
+#[test]
+fn bad_documents_are_located_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "kind: Service\nmetadata: {name: ok}\n---\nkind: Service\nspec: {ports: [{port: notanumber}]}\n---\n# empty\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("b.yml"), "kind: [unclosed\n").unwrap();
+    std::fs::write(dir.path().join("ignored.txt"), "kind: Service").unwrap();
+    let l = load(dir.path()).unwrap();
+    assert_eq!(names(&l), vec!["ok"]);
+    assert_eq!(l.errors.len(), 2, "{:?}", l.errors);
+    let e = l.errors[0].to_string();
+    assert!(e.contains("a.yaml: document 1:") && e.contains("expected u16"), "{e}");
+    assert!(l.errors[1].to_string().contains("b.yml: document 0:"));
+    assert!(load(&dir.path().join("missing")).is_err());
+}
+
+#[test]
+fn edit_rename_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["a"]);
+    // Edit: the new content wins.
+    std::fs::write(dir.path().join("s.yaml"), SVC.replace("name: a", "name: b")).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["b"]);
+    // Rename: same object, new file.
+    std::fs::rename(dir.path().join("s.yaml"), dir.path().join("t.yml")).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["b"]);
+    // Delete.
+    std::fs::remove_file(dir.path().join("t.yml")).unwrap();
+    assert!(names(&src.reload().unwrap()).is_empty());
+}
+
+#[test]
+fn a_broken_document_keeps_its_last_good_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    let two = format!("{SVC}---\n{}", SVC.replace("name: a", "name: z"));
+    std::fs::write(dir.path().join("s.yaml"), &two).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["a", "z"]);
+    // An invalid field in document 1: `z` stays as it was, `a` updates.
+    let bad = format!(
+        "{}---\nkind: Service\nmetadata: {{name: z}}\nspec: {{ports: [{{port: -1}}]}}\n",
+        SVC.replace("port: 80", "port: 81")
+    );
+    std::fs::write(dir.path().join("s.yaml"), bad).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), vec!["a", "z"]);
+    assert_eq!(l.objects.services[0].spec.ports[0].port, 81);
+    assert_eq!(l.objects.services[1].spec.ports[0].port, 80, "last good version of the broken document");
+    assert!(l.errors[0].to_string().contains("s.yaml: document 1:"), "{:?}", l.errors);
+}
+
+#[test]
+fn a_half_written_file_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    let two = format!("{SVC}---\n{}", SVC.replace("name: a", "name: z"));
+    std::fs::write(dir.path().join("s.yaml"), &two).unwrap();
+    src.reload().unwrap();
+    // An editor wrote half of the file: the second document is cut inside a flow mapping.
+    let cut = &two[..two.len() - 20];
+    std::fs::write(dir.path().join("s.yaml"), cut).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), vec!["a", "z"], "{:?}", l.errors);
+    assert_eq!(l.errors.len(), 1);
+    // Finished writing: everything is current again.
+    std::fs::write(dir.path().join("s.yaml"), &two).unwrap();
+    let l = src.reload().unwrap();
+    assert!(l.errors.is_empty());
+    assert_eq!(names(&l), vec!["a", "z"]);
+}
+
+#[test]
+fn the_watcher_reports_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = ConfigDir::new(dir.path());
+    let (_w, rx) = src.watch().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).expect("an event for the new file");
+}

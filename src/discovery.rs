@@ -165,7 +165,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", addr = %l.local_addr().unwrap_or(addr), "serving debug HTTP");
             let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
-            let handler: http::Handler = Arc::new(move |req| {
+            let handler: http::Handler = Rc::new(move |req| {
                 let (publisher, ready) = (publisher.clone(), ready.clone());
                 let (configz, model) = {
                     let s = state.borrow();
@@ -179,7 +179,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let addr = resolve("monitoringAddr", a)?;
             let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
             let publisher = publisher.clone();
-            let handler: http::Handler = Arc::new(move |req| {
+            let handler: http::Handler = Rc::new(move |req| {
                 let publisher = publisher.clone();
                 Box::pin(async move { monitoring(req, &publisher).await })
             });

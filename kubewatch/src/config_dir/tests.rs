@@ -104,3 +104,21 @@ fn the_watcher_reports_changes() {
     std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
     rx.recv_timeout(Duration::from_secs(5)).expect("an event for the new file");
 }
+
+/// Replays the config-parser fuzz target's kept inputs (seeds and crashes).
+#[test]
+fn fuzz_regressions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/config_parser");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(e.unwrap().path()).unwrap();
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            let parsed = parse_file(text);
+            if let Some((index, _)) = parsed.syntax_error {
+                assert_eq!(index, parsed.docs.len());
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 3);
+}

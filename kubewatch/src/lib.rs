@@ -9,4 +9,6 @@
 #![forbid(unsafe_code)]
 
 pub mod config_dir;
+pub mod fake;
+pub mod kube_source;
 pub mod objects;

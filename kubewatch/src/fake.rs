@@ -1,0 +1,357 @@
+//! A fake Kubernetes API server for tests: real HTTP/1.1 on loopback,
+//! list (with `limit`/`continue` and a `resourceVersion`), watch (chunked
+//! JSON events, bookmarks, `410 Gone` for a compacted version), and faults
+//! on demand: drop every watch, fail the next requests, or go down. It
+//! keeps objects as JSON, so any kind (and any CRD) can be served; a kind
+//! that is not installed answers 404 like an absent CRD.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// A resource the fake serves: `/api/v1/<plural>` (core, empty group) or
+/// `/apis/<group>/<version>/<plural>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// API group ("" for core).
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural name in the path.
+    pub plural: &'static str,
+    /// Kind of the objects.
+    pub kind: &'static str,
+}
+
+impl Resource {
+    fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Event {
+    rv: u64,
+    plural: &'static str,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rv: u64,
+    installed: BTreeMap<&'static str, Resource>,
+    /// (plural, namespace, name) -> object.
+    objects: BTreeMap<(&'static str, String, String), Value>,
+    log: Vec<Event>,
+    /// Versions at or below this are gone: watching from them is 410.
+    compacted: u64,
+    /// Every change bumps this; open watches end when it moves.
+    watch_epoch: u64,
+    fail_next: usize,
+    down: bool,
+    requests: u64,
+    gone: u64,
+}
+
+/// The fake server.
+#[derive(Clone)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    addr: SocketAddr,
+}
+
+/// How often open watches get a BOOKMARK.
+const BOOKMARK_EVERY: Duration = Duration::from_millis(200);
+
+impl FakeApi {
+    /// Starts on an ephemeral loopback port, on the current tokio runtime.
+    pub async fn start() -> std::io::Result<FakeApi> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let api = FakeApi {
+            state: Arc::new(Mutex::new(State { rv: 1, ..State::default() })),
+            changed: Arc::new(Notify::new()),
+            addr: listener.local_addr()?,
+        };
+        let served = api.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let api = served.clone();
+                tokio::spawn(async move {
+                    let _ = api.handle(stream).await;
+                });
+            }
+        });
+        Ok(api)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Serves `r` (an absent kind answers 404, like a CRD not installed).
+    pub fn install(&self, r: Resource) {
+        self.lock().installed.insert(r.plural, r);
+        self.changed.notify_waiters();
+    }
+
+    /// Creates or replaces an object (its kind must be installed).
+    pub fn apply(&self, plural: &'static str, mut object: Value) {
+        let mut s = self.lock();
+        let Some(r) = s.installed.get(plural).cloned() else { panic!("{plural} is not installed") };
+        s.rv += 1;
+        let rv = s.rv;
+        object["apiVersion"] = json!(r.api_version());
+        object["kind"] = json!(r.kind);
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let ns = object["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if object["metadata"]["uid"].is_null() {
+            object["metadata"]["uid"] = json!(format!("uid-{plural}-{ns}-{name}"));
+        }
+        let existed = s.objects.insert((plural, ns, name), object.clone()).is_some();
+        let kind = r.kind;
+        s.log.push(Event {
+            rv,
+            plural,
+            kind,
+            object: json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": object}),
+        });
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Deletes an object.
+    pub fn delete(&self, plural: &'static str, ns: &str, name: &str) {
+        let mut s = self.lock();
+        let Some(mut object) = s.objects.remove(&(plural, ns.to_owned(), name.to_owned())) else { return };
+        s.rv += 1;
+        let rv = s.rv;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let kind = s.installed.get(plural).map_or("", |r| r.kind);
+        s.log.push(Event { rv, plural, kind, object: json!({"type": "DELETED", "object": object}) });
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Forgets the event history (like etcd compaction): a watch from an
+    /// older version gets 410 Gone and the client must relist.
+    pub fn compact(&self) {
+        let mut s = self.lock();
+        s.compacted = s.rv;
+        s.log.clear();
+    }
+
+    /// Ends every open watch (the client re-watches from its last version).
+    pub fn drop_watches(&self) {
+        self.lock().watch_epoch += 1;
+        self.changed.notify_waiters();
+    }
+
+    /// Fails the next `n` requests with 500.
+    pub fn fail_next(&self, n: usize) {
+        self.lock().fail_next = n;
+    }
+
+    /// An outage: every request fails with 503 (and open watches end)
+    /// until `set_down(false)`.
+    pub fn set_down(&self, down: bool) {
+        let mut s = self.lock();
+        s.down = down;
+        s.watch_epoch += 1;
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Watches answered with 410 Gone so far.
+    pub fn gone(&self) -> u64 {
+        self.lock().gone
+    }
+
+    /// Requests served so far.
+    pub fn requests(&self) -> u64 {
+        self.lock().requests
+    }
+
+    async fn handle(&self, mut stream: TcpStream) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 || buf.len() > 64 * 1024 {
+                return Ok(());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let head = String::from_utf8_lossy(&buf).into_owned();
+        let target = head.lines().next().and_then(|l| l.split(' ').nth(1)).unwrap_or("/").to_owned();
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        let params: BTreeMap<String, String> = query
+            .split('&')
+            .filter_map(|p| p.split_once('=').map(|(k, v)| (k.to_owned(), v.replace("%2C", ",").replace("%3D", "="))))
+            .collect();
+        let fault = {
+            let mut s = self.lock();
+            s.requests += 1;
+            if s.down {
+                Some((503, status_json(503, "ServiceUnavailable", "the fake API server is down")))
+            } else if s.fail_next > 0 {
+                s.fail_next -= 1;
+                Some((500, status_json(500, "InternalError", "injected failure")))
+            } else {
+                None
+            }
+        };
+        if let Some((code, body)) = fault {
+            return respond(&mut stream, code, &body).await;
+        }
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (plural, namespace) = match segs.as_slice() {
+            ["api", "v1", "namespaces", ns, plural] | ["apis", _, _, "namespaces", ns, plural] => (*plural, Some(*ns)),
+            ["api", "v1", plural] | ["apis", _, _, plural] => (*plural, None),
+            _ => return respond(&mut stream, 404, &status_json(404, "NotFound", "no such path")).await,
+        };
+        let resource = self.lock().installed.get(plural).cloned();
+        let Some(resource) = resource else {
+            return respond(
+                &mut stream,
+                404,
+                &status_json(404, "NotFound", "the server could not find the requested resource"),
+            )
+            .await;
+        };
+        if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
+            self.watch(stream, resource, namespace.map(str::to_owned), &params).await
+        } else {
+            let body = self.list(&resource, namespace, &params);
+            respond(&mut stream, 200, &body).await
+        }
+    }
+
+    fn list(&self, r: &Resource, ns: Option<&str>, params: &BTreeMap<String, String>) -> Value {
+        let s = self.lock();
+        let items: Vec<&Value> = s
+            .objects
+            .iter()
+            .filter(|((p, o_ns, _), _)| *p == r.plural && ns.is_none_or(|n| n == o_ns))
+            .map(|(_, v)| v)
+            .collect();
+        let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+        let limit: usize = params.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+        let page: Vec<Value> = items.iter().skip(start).take(limit).map(|v| (*v).clone()).collect();
+        let mut meta = json!({ "resourceVersion": s.rv.to_string() });
+        if start.saturating_add(limit) < items.len() {
+            meta["continue"] = json!((start + limit).to_string());
+        }
+        json!({ "apiVersion": r.api_version(), "kind": format!("{}List", r.kind), "metadata": meta, "items": page })
+    }
+
+    async fn watch(
+        &self,
+        mut stream: TcpStream,
+        r: Resource,
+        ns: Option<String>,
+        params: &BTreeMap<String, String>,
+    ) -> std::io::Result<()> {
+        let mut cursor: u64 = params.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let bookmarks = params.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+        let timeout = Duration::from_secs(params.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(290));
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            .await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let epoch = self.lock().watch_epoch;
+        let compacted = self.lock().compacted;
+        if cursor < compacted {
+            self.lock().gone += 1;
+            let status = status_json(410, "Expired", &format!("too old resource version: {cursor} ({compacted})"));
+            chunk(&mut stream, &json!({"type": "ERROR", "object": status})).await?;
+            return stream.write_all(b"0\r\n\r\n").await;
+        }
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (events, ended, rv) = {
+                let s = self.lock();
+                let events: Vec<Event> = s
+                    .log
+                    .iter()
+                    .filter(|e| e.rv > cursor && e.plural == r.plural)
+                    .filter(|e| ns.as_deref().is_none_or(|n| e.object["object"]["metadata"]["namespace"] == n))
+                    .cloned()
+                    .collect();
+                (events, s.watch_epoch != epoch || s.down, s.rv)
+            };
+            if ended {
+                return Ok(()); // dropped mid-stream: no terminating chunk, like a broken connection
+            }
+            for e in &events {
+                chunk(&mut stream, &e.object).await?;
+                cursor = e.rv;
+            }
+            let tick = tokio::time::sleep(BOOKMARK_EVERY);
+            tokio::select! {
+                _ = notified => {}
+                _ = tick => {
+                    if bookmarks && rv > cursor {
+                        cursor = rv;
+                        let kind = events.first().map_or(r.kind, |e| e.kind);
+                        let obj = json!({"apiVersion": r.api_version(), "kind": kind, "metadata": {"resourceVersion": rv.to_string()}});
+                        chunk(&mut stream, &json!({"type": "BOOKMARK", "object": obj})).await?;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return stream.write_all(b"0\r\n\r\n").await,
+            }
+        }
+    }
+}
+
+fn status_json(code: u16, reason: &str, message: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
+}
+
+async fn chunk(stream: &mut TcpStream, v: &Value) -> std::io::Result<()> {
+    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    body.push(b'\n');
+    stream.write_all(format!("{:x}\r\n", body.len()).as_bytes()).await?;
+    stream.write_all(&body).await?;
+    stream.write_all(b"\r\n").await?;
+    stream.flush().await
+}
+
+async fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+    let body = serde_json::to_vec(body).unwrap_or_default();
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        if status == 200 { "OK" } else { "Error" },
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(&body).await?;
+    stream.shutdown().await
+}
+
+/// The core resources the model reads.
+pub fn core_resources() -> Vec<Resource> {
+    vec![
+        Resource { group: "", version: "v1", plural: "services", kind: "Service" },
+        Resource { group: "discovery.k8s.io", version: "v1", plural: "endpointslices", kind: "EndpointSlice" },
+        Resource { group: "", version: "v1", plural: "pods", kind: "Pod" },
+        Resource { group: "", version: "v1", plural: "nodes", kind: "Node" },
+        Resource { group: "", version: "v1", plural: "namespaces", kind: "Namespace" },
+    ]
+}

@@ -1,0 +1,236 @@
+//! Istio's configuration kinds (`networking.istio.io`, `security.istio.io`)
+//! as typed specs, read from the same YAML (or JSON) documents as the
+//! Kubernetes objects, and checked with istiod's validation rules.
+//!
+//! [`parse`] takes one document: it picks the kind from `apiVersion` and
+//! `kind`, reads `metadata` and `spec` (a field the kind does not have is an
+//! error, not silently dropped), then runs [`validate::validate`]. Every
+//! problem comes back as a [`validate::FieldError`] naming the offending
+//! field, `spec.http[0].route[1].weight` style: `.name` for a field, `[i]`
+//! for a list item, `[key]` for a map entry.
+//!
+//! Durations stay strings (`"10s"`), as written; the validation checks
+//! their syntax (Go's `time.ParseDuration`, which istiod uses) and istiod's
+//! limits (at least `1ms`, millisecond precision) where istiod has them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::objects::Meta;
+
+mod de;
+pub mod networking;
+pub mod security;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use validate::{FieldError, FieldErrors};
+
+/// The Istio kinds this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IstioKind {
+    /// `networking.istio.io` VirtualService.
+    VirtualService,
+    /// `networking.istio.io` DestinationRule.
+    DestinationRule,
+    /// `networking.istio.io` Gateway.
+    Gateway,
+    /// `networking.istio.io` ServiceEntry.
+    ServiceEntry,
+    /// `networking.istio.io` WorkloadEntry.
+    WorkloadEntry,
+    /// `networking.istio.io` Sidecar.
+    Sidecar,
+    /// `security.istio.io` PeerAuthentication.
+    PeerAuthentication,
+    /// `security.istio.io` AuthorizationPolicy.
+    AuthorizationPolicy,
+    /// `security.istio.io` RequestAuthentication.
+    RequestAuthentication,
+}
+
+impl IstioKind {
+    /// Every kind, networking first.
+    pub const ALL: [IstioKind; 9] = [
+        IstioKind::VirtualService,
+        IstioKind::DestinationRule,
+        IstioKind::Gateway,
+        IstioKind::ServiceEntry,
+        IstioKind::WorkloadEntry,
+        IstioKind::Sidecar,
+        IstioKind::PeerAuthentication,
+        IstioKind::AuthorizationPolicy,
+        IstioKind::RequestAuthentication,
+    ];
+
+    /// The kind of a document, from its `apiVersion` and `kind`. Every
+    /// served version of a group has the same schema, so
+    /// `networking.istio.io/{v1,v1beta1,v1alpha3}` and
+    /// `security.istio.io/{v1,v1beta1}` are read alike; anything else
+    /// (another group, version or kind) is `None`.
+    pub fn from_api(api_version: &str, kind: &str) -> Option<IstioKind> {
+        let Some((group, version)) = api_version.split_once('/') else {
+            return None;
+        };
+        let known_version = match group {
+            "networking.istio.io" => matches!(version, "v1" | "v1beta1" | "v1alpha3"),
+            "security.istio.io" => matches!(version, "v1" | "v1beta1"),
+            _ => false,
+        };
+        if !known_version {
+            return None;
+        }
+        IstioKind::ALL.into_iter().find(|k| k.group() == group && k.name() == kind)
+    }
+
+    /// The `kind` string.
+    pub fn name(self) -> &'static str {
+        match self {
+            IstioKind::VirtualService => "VirtualService",
+            IstioKind::DestinationRule => "DestinationRule",
+            IstioKind::Gateway => "Gateway",
+            IstioKind::ServiceEntry => "ServiceEntry",
+            IstioKind::WorkloadEntry => "WorkloadEntry",
+            IstioKind::Sidecar => "Sidecar",
+            IstioKind::PeerAuthentication => "PeerAuthentication",
+            IstioKind::AuthorizationPolicy => "AuthorizationPolicy",
+            IstioKind::RequestAuthentication => "RequestAuthentication",
+        }
+    }
+
+    /// The API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy | IstioKind::RequestAuthentication => {
+                "security.istio.io"
+            }
+            _ => "networking.istio.io",
+        }
+    }
+}
+
+/// The spec of an Istio object, one variant per kind.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "built once per document, never moved around in bulk")]
+pub enum IstioSpec {
+    /// VirtualService.
+    VirtualService(networking::VirtualService),
+    /// DestinationRule.
+    DestinationRule(networking::DestinationRule),
+    /// Gateway.
+    Gateway(networking::Gateway),
+    /// ServiceEntry.
+    ServiceEntry(networking::ServiceEntry),
+    /// WorkloadEntry.
+    WorkloadEntry(networking::WorkloadEntry),
+    /// Sidecar.
+    Sidecar(networking::Sidecar),
+    /// PeerAuthentication.
+    PeerAuthentication(security::PeerAuthentication),
+    /// AuthorizationPolicy.
+    AuthorizationPolicy(security::AuthorizationPolicy),
+    /// RequestAuthentication.
+    RequestAuthentication(security::RequestAuthentication),
+}
+
+impl IstioSpec {
+    /// The kind of this spec.
+    pub fn kind(&self) -> IstioKind {
+        match self {
+            IstioSpec::VirtualService(_) => IstioKind::VirtualService,
+            IstioSpec::DestinationRule(_) => IstioKind::DestinationRule,
+            IstioSpec::Gateway(_) => IstioKind::Gateway,
+            IstioSpec::ServiceEntry(_) => IstioKind::ServiceEntry,
+            IstioSpec::WorkloadEntry(_) => IstioKind::WorkloadEntry,
+            IstioSpec::Sidecar(_) => IstioKind::Sidecar,
+            IstioSpec::PeerAuthentication(_) => IstioKind::PeerAuthentication,
+            IstioSpec::AuthorizationPolicy(_) => IstioKind::AuthorizationPolicy,
+            IstioSpec::RequestAuthentication(_) => IstioKind::RequestAuthentication,
+        }
+    }
+}
+
+/// A parsed and validated Istio object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IstioObject {
+    /// Metadata.
+    pub meta: Meta,
+    /// Spec.
+    pub spec: IstioSpec,
+}
+
+impl IstioObject {
+    /// The kind.
+    pub fn kind(&self) -> IstioKind {
+        self.spec.kind()
+    }
+}
+
+/// `istio.type.v1beta1.WorkloadSelector`: the workloads (by pod labels) a
+/// DestinationRule or a security policy applies to. (The networking
+/// ServiceEntry and Sidecar use [`networking::WorkloadSelector`], whose
+/// field is `labels`.)
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct WorkloadSelector {
+    /// Labels a workload must carry (all of them).
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// `istio.type.v1beta1.PolicyTargetReference`: a policy attached to a
+/// Service, ServiceEntry, Gateway or GatewayClass instead of a selector.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyTargetReference {
+    /// API group (empty for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace (must be empty: no cross-namespace references).
+    pub namespace: String,
+}
+
+/// Reads one document (already parsed from YAML or JSON) as an Istio
+/// object and validates it. Fails with every problem found, each at its
+/// field; a document whose `apiVersion`/`kind` is not an Istio kind this
+/// crate reads fails at `kind` (callers can check
+/// [`IstioKind::from_api`] first to skip those quietly).
+pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
+    let text = |field: &str| value.get(field).and_then(serde_yaml_ng::Value::as_str).unwrap_or_default();
+    let (api_version, kind_name) = (text("apiVersion"), text("kind"));
+    let Some(kind) = IstioKind::from_api(api_version, kind_name) else {
+        let message = format!("{kind_name:?} of {api_version:?} is not an Istio kind read here");
+        return Err(FieldErrors(vec![FieldError::new("kind", message)]));
+    };
+    let present = |field: &str| value.get(field).filter(|v| !v.is_null());
+    let meta: Meta = de::read_or_default(present("metadata"), "metadata").map_err(one)?;
+    let spec = present("spec");
+    let spec = match kind {
+        IstioKind::VirtualService => IstioSpec::VirtualService(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::DestinationRule => IstioSpec::DestinationRule(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::Gateway => IstioSpec::Gateway(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::ServiceEntry => IstioSpec::ServiceEntry(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::WorkloadEntry => IstioSpec::WorkloadEntry(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::Sidecar => IstioSpec::Sidecar(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::PeerAuthentication => {
+            IstioSpec::PeerAuthentication(de::read_or_default(spec, "spec").map_err(one)?)
+        }
+        IstioKind::AuthorizationPolicy => {
+            IstioSpec::AuthorizationPolicy(de::read_or_default(spec, "spec").map_err(one)?)
+        }
+        IstioKind::RequestAuthentication => {
+            IstioSpec::RequestAuthentication(de::read_or_default(spec, "spec").map_err(one)?)
+        }
+    };
+    let errors = validate::validate(&meta, &spec);
+    if errors.is_empty() { Ok(IstioObject { meta, spec }) } else { Err(FieldErrors(errors)) }
+}
+
+fn one(error: FieldError) -> FieldErrors {
+    FieldErrors(vec![error])
+}

@@ -70,16 +70,16 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
-    let Source::ConfigDir(dir) = &config.source else {
-        return Err(StartError::Unsupported(
-            "reading a Kubernetes API server is not implemented yet (issue #5); run with --configDir DIR".into(),
-        ));
+    // The config directory is read before the cores start, so a bad
+    // directory fails fast; Kubernetes is watched on the control thread.
+    let mut dir_source = match &config.source {
+        Source::ConfigDir(dir) => {
+            let mut source = ConfigDir::new(dir.clone());
+            let loaded = source.reload()?;
+            Some((source, loaded))
+        }
+        Source::Kubernetes { .. } => None,
     };
-    let mut source = ConfigDir::new(dir.clone());
-    let loaded = source.reload()?;
-    let model = Arc::new(Model::build(&loaded.objects, &config.domain));
-    let resources = simple::translate(&model);
-    let configz = configz(dir, &loaded);
 
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
@@ -145,20 +145,39 @@ pub fn run(config: Config) -> Result<(), StartError> {
             ready.clone(),
         );
         let (tx, rx) = mpsc::unbounded_channel();
-        let _ = tx.send(simple::diff(control.model(), &resources));
         tokio::task::spawn_local(control::run(control, rx));
-        let state = Rc::new(RefCell::new(State { model, configz, resources }));
-        // Watch the directory: every change reloads it and sends what changed.
-        let (_watcher, events) = source.watch()?;
-        let (wake_tx, wake_rx) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            while events.recv().is_ok() {
-                if wake_tx.send(()).is_err() {
-                    return;
-                }
+        let state = Rc::new(RefCell::new(State::default()));
+        match (&config.source, dir_source.take()) {
+            (Source::ConfigDir(dir), Some((source, loaded))) => {
+                apply(&state, &loaded.objects, configz(dir, &loaded), &config.domain, &tx);
+                // Watch the directory: every change reloads it and sends what changed.
+                let (watcher, events) = source.watch()?;
+                let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+                std::thread::spawn(move || {
+                    let _watcher = watcher;
+                    while events.recv().is_ok() {
+                        if wake_tx.send(()).is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::task::spawn_local(watch_dir(
+                    source,
+                    dir.clone(),
+                    wake_rx,
+                    tx.clone(),
+                    state.clone(),
+                    config.domain.clone(),
+                ));
             }
-        });
-        tokio::task::spawn_local(watch_dir(source, wake_rx, tx.clone(), state.clone(), config.domain.clone()));
+            (Source::Kubernetes { kubeconfig }, _) => {
+                let client = kube_client(kubeconfig.as_deref()).await?;
+                let (otx, orx) = tokio::sync::watch::channel(None);
+                tokio::spawn(istiod_kubewatch::kube_source::run(client, otx));
+                tokio::task::spawn_local(watch_kube(orx, tx.clone(), state.clone(), config.domain.clone()));
+            }
+            _ => unreachable!("the config directory was read above"),
+        }
 
         if let Some(a) = &config.listen.http {
             let addr = resolve("httpAddr", a)?;
@@ -195,6 +214,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
 }
 
 /// What the debug endpoints show of the source and the model.
+#[derive(Default)]
 struct State {
     model: Arc<Model>,
     configz: Value,
@@ -221,10 +241,33 @@ fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
     })
 }
 
-/// Reloads the directory on every burst of file events and sends the
-/// resulting resource changes to the store.
+/// Rebuilds the model from `objects` and sends the resource changes.
+fn apply(
+    state: &RefCell<State>,
+    objects: &istiod_kubewatch::objects::Objects,
+    configz: Value,
+    domain: &str,
+    tx: &mpsc::UnboundedSender<Vec<simple::Change>>,
+) {
+    let model = Arc::new(Model::build(objects, domain));
+    let resources = simple::translate(&model);
+    let mut s = state.borrow_mut();
+    let changes = simple::diff_maps(&s.resources, &resources);
+    let first = s.configz.is_null();
+    s.configz = configz;
+    s.model = model;
+    s.resources = resources;
+    // The first state is published even when empty: it makes the server ready.
+    if first || !changes.is_empty() {
+        tracing::info!(target: "model", changes = changes.len(), "mesh changed");
+        let _ = tx.send(changes);
+    }
+}
+
+/// Reloads the directory on every burst of file events.
 async fn watch_dir(
     mut source: ConfigDir,
+    dir: std::path::PathBuf,
     mut wake: mpsc::UnboundedReceiver<()>,
     tx: mpsc::UnboundedSender<Vec<simple::Change>>,
     state: Rc<RefCell<State>>,
@@ -234,29 +277,48 @@ async fn watch_dir(
         // Editors write in several steps: let the burst settle.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         while wake.try_recv().is_ok() {}
-        let loaded = match source.reload() {
-            Ok(l) => l,
+        match source.reload() {
+            Ok(loaded) => apply(&state, &loaded.objects, configz(&dir, &loaded), &domain, &tx),
             Err(e) => {
-                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state");
-                continue;
+                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
             }
-        };
-        let model = Arc::new(Model::build(&loaded.objects, &domain));
-        let resources = simple::translate(&model);
-        let mut s = state.borrow_mut();
-        let changes = simple::diff_maps(&s.resources, &resources);
-        s.configz = configz(source_dir(&s.configz), &loaded);
-        s.model = model;
-        s.resources = resources;
-        if !changes.is_empty() {
-            tracing::info!(target: "model", changes = changes.len(), "config directory changed");
-            let _ = tx.send(changes);
         }
     }
 }
 
-fn source_dir(configz: &Value) -> &std::path::Path {
-    std::path::Path::new(configz["configDir"].as_str().unwrap_or_default())
+/// Follows the Kubernetes source: every complete object set rebuilds the model.
+async fn watch_kube(
+    mut rx: tokio::sync::watch::Receiver<Option<istiod_kubewatch::objects::Objects>>,
+    tx: mpsc::UnboundedSender<Vec<simple::Change>>,
+    state: Rc<RefCell<State>>,
+    domain: String,
+) {
+    while rx.changed().await.is_ok() {
+        let Some(objects) = rx.borrow_and_update().clone() else { continue };
+        let configz = json!({
+            "source": "kubernetes",
+            "services": objects.services.len(),
+            "endpointSlices": objects.endpoint_slices.len(),
+            "pods": objects.pods.len(),
+            "nodes": objects.nodes.len(),
+            "namespaces": objects.namespaces.len(),
+        });
+        apply(&state, &objects, configz, &domain, &tx);
+    }
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, StartError> {
+    let err = |e: String| StartError::Unsupported(format!("Kubernetes client: {e}"));
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(e.to_string()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| err(format!("no kubeconfig and not in a cluster: {e}")))?,
+    };
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
 async fn shutdown_signal() {

@@ -97,13 +97,74 @@ fn debug_endpoints() {
 }
 
 #[test]
-fn kubernetes_source_says_it_is_not_there_yet() {
+fn kubernetes_without_a_kubeconfig_says_so() {
+    let home = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--grpcAddr", &free_port().to_string(), "--httpAddr", "", "--monitoringAddr", ""])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", home.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented yet (issue #5)"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no kubeconfig and not in a cluster"), "{err}");
+}
+
+/// The fake API server on a runtime of its own.
+fn fake_api() -> istiod_kubewatch::fake::FakeApi {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            tx.send(istiod_kubewatch::fake::FakeApi::start().await.unwrap()).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+#[test]
+fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
+    use istiod_kubewatch::fake::core_resources;
+    let api = fake_api();
+    for r in core_resources().into_iter().filter(|r| r.plural != "nodes") {
+        api.install(r);
+    }
+    api.apply(
+        "services",
+        serde_json::json!({"metadata": {"name": "web", "namespace": "shop"}, "spec": {"clusterIP": "10.96.0.5", "ports": [{"name": "http", "port": 80}]}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, grpc, http, monitoring };
+    wait_for("the debug port", || get(http, "/ready").is_some());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(http, "/ready").unwrap().0, 503, "nodes have not synced: not ready");
+    api.install(core_resources().into_iter().find(|r| r.plural == "nodes").unwrap());
+    wait_for("ready", || get(http, "/ready").map(|r| r.0) == Some(200));
+    wait_for("the service", || get(http, "/debug/registryz").unwrap().1.contains("web.shop.svc.cluster.local"));
+    api.delete("services", "shop", "web");
+    wait_for("the service gone", || !get(http, "/debug/registryz").unwrap().1.contains("web.shop"));
+    assert!(server.terminate().success());
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {

@@ -8,8 +8,10 @@
 //! default) is an error here, so a typo cannot go unnoticed. A variable that
 //! is set but empty counts as unset.
 
-pub mod duration;
 pub mod env;
+
+/// Go duration syntax, shared with the Istio config validation.
+pub use istiod_kubewatch::duration;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -61,6 +61,8 @@ pub enum Object {
     Node(Node),
     /// A Namespace.
     Namespace(Namespace),
+    /// An Istio object, validated.
+    Istio(crate::istio::IstioObject),
     /// A kind this source does not read yet (counted, not an error).
     Skipped(String),
 }
@@ -77,7 +79,9 @@ pub struct Loaded {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Head {
+    api_version: Option<String>,
     kind: Option<String>,
 }
 
@@ -95,7 +99,11 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 /// Parses one document's value into an object.
 pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
-    let kind = Head::deserialize(&value).map_err(|e| e.to_string())?.kind.ok_or("no kind")?;
+    let head = Head::deserialize(&value).map_err(|e| e.to_string())?;
+    let kind = head.kind.ok_or("no kind")?;
+    if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {
+        return crate::istio::parse(&value).map(Object::Istio).map_err(|e| e.to_string());
+    }
     let e = |e: serde_yaml_ng::Error| e.to_string();
     Ok(match kind.as_str() {
         "Service" => Object::Service(Service::deserialize(value).map_err(e)?),
@@ -194,6 +202,7 @@ impl ConfigDir {
                 Object::Pod(p) => loaded.objects.pods.push(p),
                 Object::Node(n) => loaded.objects.nodes.push(n),
                 Object::Namespace(n) => loaded.objects.namespaces.push(n),
+                Object::Istio(o) => loaded.objects.istio.push(o),
                 Object::Skipped(_) => loaded.skipped += 1,
             }
         }

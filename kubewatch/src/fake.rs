@@ -355,3 +355,20 @@ pub fn core_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "namespaces", kind: "Namespace" },
     ]
 }
+
+/// Istio's CRDs (v1).
+pub fn istio_resources() -> Vec<Resource> {
+    let n = |kind, plural| Resource { group: "networking.istio.io", version: "v1", plural, kind };
+    let s = |kind, plural| Resource { group: "security.istio.io", version: "v1", plural, kind };
+    vec![
+        n("VirtualService", "virtualservices"),
+        n("DestinationRule", "destinationrules"),
+        n("Gateway", "gateways"),
+        n("ServiceEntry", "serviceentries"),
+        n("WorkloadEntry", "workloadentries"),
+        n("Sidecar", "sidecars"),
+        s("PeerAuthentication", "peerauthentications"),
+        s("AuthorizationPolicy", "authorizationpolicies"),
+        s("RequestAuthentication", "requestauthentications"),
+    ]
+}

@@ -217,9 +217,7 @@ pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
         IstioKind::ServiceEntry => IstioSpec::ServiceEntry(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::WorkloadEntry => IstioSpec::WorkloadEntry(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::Sidecar => IstioSpec::Sidecar(de::read_or_default(spec, "spec").map_err(one)?),
-        IstioKind::PeerAuthentication => {
-            IstioSpec::PeerAuthentication(de::read_or_default(spec, "spec").map_err(one)?)
-        }
+        IstioKind::PeerAuthentication => IstioSpec::PeerAuthentication(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::AuthorizationPolicy => {
             IstioSpec::AuthorizationPolicy(de::read_or_default(spec, "spec").map_err(one)?)
         }

@@ -20,19 +20,33 @@ use tokio::sync::watch;
 
 use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
 
-/// The kinds watched, in the order of [`Stores`]: (group, version, kind, plural).
-pub const KINDS: [(&str, &str, &str, &str); 5] = [
+/// The kinds watched, in the order of [`Stores`]: (group, version, kind,
+/// plural). The first five are Kubernetes' own; the rest are Istio CRDs,
+/// which may not be installed.
+pub const KINDS: [(&str, &str, &str, &str); 14] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
     ("", "v1", "Node", "nodes"),
     ("", "v1", "Namespace", "namespaces"),
+    ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
+    ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
+    ("networking.istio.io", "v1", "Gateway", "gateways"),
+    ("networking.istio.io", "v1", "ServiceEntry", "serviceentries"),
+    ("networking.istio.io", "v1", "WorkloadEntry", "workloadentries"),
+    ("networking.istio.io", "v1", "Sidecar", "sidecars"),
+    ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
+    ("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies"),
+    ("security.istio.io", "v1", "RequestAuthentication", "requestauthentications"),
 ];
+
+/// Kinds from here on are CRDs: absent ones count as synced and empty.
+const FIRST_CRD: usize = 5;
 
 #[derive(Default)]
 struct Stores {
-    objects: [BTreeMap<(String, String), Value>; 5],
-    synced: [bool; 5],
+    objects: [BTreeMap<(String, String), Value>; 14],
+    synced: [bool; 14],
 }
 
 fn key(v: &Value) -> (String, String) {
@@ -55,6 +69,17 @@ fn build(stores: &Stores) -> Objects {
     read::<Pod>(&stores.objects[2], &mut o.pods);
     read::<Node>(&stores.objects[3], &mut o.nodes);
     read::<Namespace>(&stores.objects[4], &mut o.namespaces);
+    for map in &stores.objects[FIRST_CRD..] {
+        for v in map.values() {
+            let parsed = serde_yaml_ng::to_value(v)
+                .map_err(|e| e.to_string())
+                .and_then(|y| crate::istio::parse(&y).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(obj) => o.istio.push(obj),
+                Err(e) => tracing::warn!(target: "model", object = ?key(v), error = %e, "rejected Istio object"),
+            }
+        }
+    }
     o
 }
 
@@ -74,8 +99,22 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
-                        // Outage or error: keep the last state; the watcher retries.
-                        tracing::warn!(target: "model", kind, error = %e, "watch failed; keeping the last state and retrying");
+                        let absent =
+                            matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404);
+                        if absent && i >= FIRST_CRD {
+                            // A CRD that is not installed: nothing of that kind,
+                            // and keep looking in case it appears.
+                            let mut s = stores.lock().unwrap_or_else(|e| e.into_inner());
+                            if !s.synced[i] {
+                                tracing::warn!(target: "model", kind, "CRD not installed; skipping it until it appears");
+                                s.synced[i] = true;
+                                drop(s);
+                                let _ = changed.send(());
+                            }
+                        } else {
+                            // Outage or error: keep the last state; the watcher retries.
+                            tracing::warn!(target: "model", kind, error = %e, "watch failed; keeping the last state and retrying");
+                        }
                         continue;
                     }
                 };

@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod config_dir;
+pub mod duration;
 pub mod fake;
+pub mod istio;
 pub mod kube_source;
 pub mod objects;

@@ -218,4 +218,6 @@ pub struct Objects {
     pub nodes: Vec<Node>,
     /// Namespaces.
     pub namespaces: Vec<Namespace>,
+    /// Istio configuration (networking.istio.io, security.istio.io), validated.
+    pub istio: Vec<crate::istio::IstioObject>,
 }

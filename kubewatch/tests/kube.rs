@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use istiod_kubewatch::fake::{FakeApi, core_resources};
+use istiod_kubewatch::fake::{FakeApi, core_resources, istio_resources};
 use istiod_kubewatch::kube_source;
 use istiod_kubewatch::objects::Objects;
 use serde::Deserialize;
@@ -20,6 +20,15 @@ fn plural(kind: &str) -> Option<&'static str> {
         "Pod" => "pods",
         "Node" => "nodes",
         "Namespace" => "namespaces",
+        "VirtualService" => "virtualservices",
+        "DestinationRule" => "destinationrules",
+        "Gateway" => "gateways",
+        "ServiceEntry" => "serviceentries",
+        "WorkloadEntry" => "workloadentries",
+        "Sidecar" => "sidecars",
+        "PeerAuthentication" => "peerauthentications",
+        "AuthorizationPolicy" => "authorizationpolicies",
+        "RequestAuthentication" => "requestauthentications",
         _ => return None,
     })
 }
@@ -53,6 +62,7 @@ fn canonical(mut o: Objects) -> Objects {
     o.pods.sort_by_key(|x| k(&x.metadata));
     o.nodes.sort_by_key(|x| k(&x.metadata));
     o.namespaces.sort_by_key(|x| k(&x.metadata));
+    o.istio.sort_by_key(|x| (x.kind(), k(&x.meta)));
     o
 }
 
@@ -73,7 +83,7 @@ async fn next_matching(rx: &mut watch::Receiver<Option<Objects>>, what: &str, f:
 
 async fn start() -> (FakeApi, watch::Receiver<Option<Objects>>) {
     let api = FakeApi::start().await.unwrap();
-    for r in core_resources() {
+    for r in core_resources().into_iter().chain(istio_resources()) {
         api.install(r);
     }
     load_examples(&api);
@@ -172,9 +182,34 @@ fn load_examples_partial(api: &FakeApi) {
         let text = std::fs::read_to_string(&path).unwrap();
         for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let v = Value::deserialize(doc).unwrap();
-            if let Some(p) = v["kind"].as_str().and_then(plural).filter(|p| *p != "nodes") {
+            if let Some(p) = v["kind"]
+                .as_str()
+                .and_then(plural)
+                .filter(|p| ["services", "endpointslices", "pods", "namespaces"].contains(p))
+            {
                 api.apply(p, v);
             }
         }
     }
+}
+
+#[tokio::test]
+async fn an_absent_crd_is_skipped_and_picked_up_when_it_appears() {
+    let api = FakeApi::start().await.unwrap();
+    for r in core_resources() {
+        api.install(r);
+    }
+    api.apply("services", service("web", 80));
+    let (tx, mut rx) = watch::channel(None);
+    tokio::spawn(kube_source::run(kube_source::client_for(&api.url()).unwrap(), tx));
+    // No Istio CRDs: the source is still complete.
+    next_matching(&mut rx, "sync without CRDs", |o| has_service(o, "web") && o.istio.is_empty()).await;
+    // The CRD appears (istioctl install) with an object in it.
+    let vs = istio_resources().into_iter().find(|r| r.plural == "virtualservices").unwrap();
+    api.install(vs);
+    api.apply(
+        "virtualservices",
+        json!({"metadata": {"name": "web", "namespace": "bookinfo"}, "spec": {"hosts": ["web"], "http": [{"route": [{"destination": {"host": "web"}}]}]}}),
+    );
+    next_matching(&mut rx, "the VirtualService", |o| o.istio.len() == 1).await;
 }

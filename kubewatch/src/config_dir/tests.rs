@@ -122,3 +122,21 @@ fn fuzz_regressions() {
     }
     assert!(n >= 3);
 }
+
+#[test]
+fn istio_config_is_read_and_validated_with_field_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vs.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r}\nspec:\n  hosts: [r]\n  http:\n  - route:\n    - {destination: {host: r, subset: a}, weight: 60}\n    - {destination: {host: r, subset: b}, weight: 60}\n",
+    )
+    .unwrap();
+    let l = load(dir.path()).unwrap();
+    assert!(l.objects.istio.is_empty());
+    assert_eq!(l.errors.len(), 1);
+    let e = l.errors[0].to_string();
+    assert!(e.contains("vs.yaml: document 0: spec.http[0].route: total destination weight 120 != 100"), "{e}");
+    let bundled = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo")).unwrap();
+    assert!(bundled.errors.is_empty(), "{:?}", bundled.errors);
+    assert!(bundled.objects.istio.len() >= 8);
+}

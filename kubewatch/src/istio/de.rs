@@ -281,7 +281,7 @@ impl<'de> KeyDe<'_, 'de> {
         } else {
             visitor.visit_borrowed_str(s)
         };
-        result.map_err(|e| e.at(self.path))
+        result.map_err(|e: DeError| e.at(self.path))
     }
 
     /// A string wanted: a YAML number or boolean key is read as its text.
@@ -291,7 +291,7 @@ impl<'de> KeyDe<'_, 'de> {
             Value::Bool(b) => visitor.visit_string(b.to_string()),
             _ => return de::Deserializer::deserialize_any(self, visitor),
         };
-        result.map_err(|e| e.at(self.path))
+        result.map_err(|e: DeError| e.at(self.path))
     }
 }
 
@@ -305,7 +305,7 @@ impl<'de> de::Deserializer<'de> for KeyDe<'_, 'de> {
             Value::Bool(b) => visitor.visit_bool(*b),
             other => Err(DeError::invalid_type(unexpected(other), &"a string or a number as key")),
         };
-        result.map_err(|e| e.at(self.path))
+        result.map_err(|e: DeError| e.at(self.path))
     }
 
     fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {

@@ -1,5 +1,5 @@
-//! Go's duration syntax (`time.ParseDuration`), which every istiod flag and
-//! environment variable of duration type uses: `100ms`, `10s`, `1h30m`,
+//! Go's duration syntax (`time.ParseDuration`), which every istiod flag,
+//! environment variable and Istio config duration uses: `100ms`, `10s`, `1h30m`,
 //! `1.5h`, `0`. Units: `ns`, `us` (or `µs`, `μs`), `ms`, `s`, `m`, `h`.
 //! Negative durations are rejected: no istiod knob means anything by them.
 

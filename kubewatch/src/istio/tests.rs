@@ -1,0 +1,191 @@
+//! Istio documents, valid and not, written after Istio's reference docs.
+
+use std::path::Path;
+
+use super::*;
+
+fn doc(yaml: &str) -> Result<IstioObject, FieldErrors> {
+    parse(&serde_yaml_ng::from_str(yaml).unwrap())
+}
+
+fn errs(yaml: &str) -> Vec<String> {
+    doc(yaml).expect_err("must be rejected").0.into_iter().map(|e| e.to_string()).collect()
+}
+
+fn has(errors: &[String], needle: &str) {
+    assert!(errors.iter().any(|e| e.contains(needle)), "{needle:?} not in {errors:?}");
+}
+
+const VS: &str = r#"
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  hosts: [reviews]
+  http:
+  - match: [{headers: {end-user: {exact: jason}}, uri: {prefix: /api}}]
+    route: [{destination: {host: reviews, subset: v2}}]
+    retries: {attempts: 3, perTryTimeout: 2s, retryOn: 5xx}
+    timeout: 10s
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: 70}
+    - {destination: {host: reviews, subset: v3}, weight: 30}
+    fault: {delay: {fixedDelay: 7s, percentage: {value: 10}}}
+"#;
+
+#[test]
+fn every_api_version_reads_alike() {
+    for v in ["v1", "v1beta1", "v1alpha3"] {
+        let o = doc(&VS.replace("networking.istio.io/v1", &format!("networking.istio.io/{v}"))).unwrap();
+        assert_eq!(o.kind(), IstioKind::VirtualService);
+        let IstioSpec::VirtualService(vs) = o.spec else { unreachable!() };
+        assert_eq!(vs.http[1].route[1].weight, 30);
+    }
+}
+
+#[test]
+fn virtual_service_errors_name_their_field() {
+    has(&errs(&VS.replace("weight: 30", "weight: 20")), "spec.http[1].route: total destination weight 90 != 100");
+    has(&errs(&VS.replace("weight: 70", "weight: 170")), "spec.http[1].route[0].weight");
+    has(&errs(&VS.replace("timeout: 10s", "timeout: 10x")), "spec.http[0].timeout: invalid duration");
+    has(&errs(&VS.replace("timeout: 10s", "timeout: 10")), "spec.http[0].timeout: invalid type");
+    has(&errs(&VS.replace("retryOn: 5xx", "retryOn: 5xx, tries: 3")), "spec.http[0].retries");
+    has(&errs(&VS.replace("hosts: [reviews]", "hosts: []")), "spec.hosts: virtual service must have at least one host");
+    has(
+        &errs(&VS.replace("percentage: {value: 10}", "percentage: {value: 110}")),
+        "spec.http[1].fault.delay.percentage.value",
+    );
+    let unknown = errs(&VS.replace("subset: v2}", "subset: v2, weigth: 1}"));
+    has(&unknown, "spec.http[0].route[0].destination");
+    has(&unknown, "weigth");
+}
+
+#[test]
+fn destination_rule() {
+    let dr = r#"
+apiVersion: networking.istio.io/v1beta1
+kind: DestinationRule
+metadata: {name: reviews}
+spec:
+  host: reviews
+  trafficPolicy:
+    loadBalancer: {simple: LEAST_REQUEST}
+    outlierDetection: {consecutive5xxErrors: 5, interval: 30s, baseEjectionTime: 1m, maxEjectionPercent: 50}
+    tls: {mode: ISTIO_MUTUAL}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}, trafficPolicy: {loadBalancer: {simple: ROUND_ROBIN}}}
+"#;
+    assert!(doc(dr).is_ok(), "{:?}", doc(dr));
+    has(&errs(&dr.replace("name: v2,", "name: v1,")), "spec.subsets[1].name: duplicate subset name");
+    has(&errs(&dr.replace("LEAST_REQUEST", "FASTEST")), "spec.trafficPolicy.loadBalancer.simple");
+    has(
+        &errs(&dr.replace("maxEjectionPercent: 50", "maxEjectionPercent: 150")),
+        "spec.trafficPolicy.outlierDetection.maxEjectionPercent",
+    );
+    has(&errs(&dr.replace("{mode: ISTIO_MUTUAL}", "{mode: MUTUAL}")), "spec.trafficPolicy.tls: MUTUAL needs");
+}
+
+#[test]
+fn service_entries_dns_and_static() {
+    let dns = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: httpbin, namespace: egress}
+spec:
+  hosts: [httpbin.org]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 443, name: https, protocol: TLS}]
+"#;
+    let o = doc(dns).unwrap();
+    let IstioSpec::ServiceEntry(se) = o.spec else { unreachable!() };
+    assert_eq!(se.resolution, networking::Resolution::Dns);
+    let stat = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db}
+spec:
+  hosts: [db.internal]
+  addresses: [192.0.2.10]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  endpoints: [{address: 10.0.0.7, labels: {app: db}}]
+"#;
+    assert!(doc(stat).is_ok());
+    has(
+        &errs(&stat.replace("address: 10.0.0.7", "address: db.example")),
+        "spec.endpoints[0].address: STATIC resolution needs an IP",
+    );
+    has(
+        &errs(&stat.replace("  endpoints: [{address: 10.0.0.7, labels: {app: db}}]\n", "")),
+        "spec.endpoints: STATIC resolution needs",
+    );
+    has(&errs(&dns.replace("resolution: DNS", "resolution: MAGIC")), "spec.resolution");
+    has(
+        &errs(&dns.replace(
+            "[{number: 443, name: https, protocol: TLS}]",
+            "[{number: 443, name: a, protocol: TLS}, {number: 443, name: b, protocol: TLS}]",
+        )),
+        "spec.ports[1].number: duplicate",
+    );
+}
+
+#[test]
+fn security_policies() {
+    let pa = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n";
+    assert!(doc(pa).is_ok());
+    has(&errs(&pa.replace("STRICT", "MAYBE")), "spec.mtls.mode");
+    has(
+        &errs(&pa.replace("{mtls: {mode: STRICT}}", "{portLevelMtls: {8080: {mode: DISABLE}}}")),
+        "spec.portLevelMtls: port level mTLS needs a workload selector",
+    );
+    let ap = r#"
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: details-viewer, namespace: bookinfo}
+spec:
+  selector: {matchLabels: {app: details}}
+  action: ALLOW
+  rules:
+  - from: [{source: {principals: [cluster.local/ns/bookinfo/sa/bookinfo-productpage]}}]
+    to: [{operation: {methods: [GET]}}]
+    when: [{key: "request.headers[x-token]", values: [abc]}]
+"#;
+    assert!(doc(ap).is_ok(), "{:?}", doc(ap));
+    has(
+        &errs(&ap.replace("\"request.headers[x-token]\"", "request.color")),
+        "spec.rules[0].when[0].key: unknown attribute",
+    );
+    has(&errs(&ap.replace("action: ALLOW", "action: CUSTOM")), "spec.provider: CUSTOM action needs a provider");
+    let ra = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: jwt}\nspec: {jwtRules: [{issuer: \"\", jwksUri: https://x/jwks}]}\n";
+    has(&errs(ra), "spec.jwtRules[0].issuer");
+}
+
+#[test]
+fn gateway_sidecar_workload_entry() {
+    let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
+    assert!(doc(gw).is_ok());
+    has(&errs(&gw.replace("number: 80", "number: 80000")), "spec.servers[0].port.number");
+    let sc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default}\nspec: {egress: [{hosts: [./*, istio-system/*]}]}\n";
+    assert!(doc(sc).is_ok());
+    has(&errs(&sc.replace("./*, ", "nonamespace, ")), "spec.egress[0].hosts[0]");
+    let we = "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm1}\nspec: {address: 10.0.0.9, labels: {app: vm}, serviceAccount: vm}\n";
+    assert!(doc(we).is_ok());
+    has(&errs(&we.replace("address: 10.0.0.9, ", "")), "spec.address: address is required");
+}
+
+#[test]
+fn the_bundled_mesh_is_valid() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo/networking.yaml"))
+            .unwrap();
+    let mut n = 0;
+    for d in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(d).unwrap();
+        parse(&v).unwrap_or_else(|e| panic!("{e}"));
+        n += 1;
+    }
+    assert!(n >= 8);
+}

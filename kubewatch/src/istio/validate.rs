@@ -1,0 +1,470 @@
+//! istiod's validation rules for the fields read here
+//! (pilot/pkg/config/validation), one function for both sources and the
+//! validation webhook. Every problem names its field.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+
+use super::IstioSpec;
+use super::networking::{
+    ClientTlsMode, ClientTlsSettings, DestinationRule, Gateway, HttpRoute, LoadBalancerSettings, OutlierDetection,
+    Resolution, RouteDestination, ServiceEntry, Sidecar, TrafficPolicy, VirtualService,
+};
+use super::security::{Action, AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
+use crate::duration;
+use crate::objects::Meta;
+
+/// A problem with one field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct FieldError {
+    /// `spec.http[0].route[1].weight` style.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into() }
+    }
+}
+
+/// Every problem of one document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldErrors(pub Vec<FieldError>);
+
+impl fmt::Display for FieldErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for FieldErrors {}
+
+struct V {
+    errors: Vec<FieldError>,
+}
+
+impl V {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(FieldError::new(path, message));
+    }
+
+    /// istiod's durations: Go syntax, at least 1ms.
+    fn duration(&mut self, path: &str, d: Option<&String>) {
+        let Some(d) = d else { return };
+        match duration::parse(d) {
+            Ok(v) if v < std::time::Duration::from_millis(1) => self.err(path, "duration must be at least 1ms"),
+            Ok(_) => {}
+            Err(e) => self.err(path, e.to_string()),
+        }
+    }
+
+    fn port(&mut self, path: &str, n: u32) {
+        if !(1..=65535).contains(&n) {
+            self.err(path, format!("port number {n} must be in the range 1..65535"));
+        }
+    }
+
+    fn percent(&mut self, path: &str, v: f64) {
+        if !(0.0..=100.0).contains(&v) {
+            self.err(path, format!("percentage {v} must be in the range 0..100"));
+        }
+    }
+}
+
+/// Validates a spec; empty when valid.
+pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
+    let mut v = V { errors: Vec::new() };
+    if meta.name.is_empty() {
+        v.err("metadata.name", "name is required");
+    }
+    match spec {
+        IstioSpec::VirtualService(s) => virtual_service(&mut v, s),
+        IstioSpec::DestinationRule(s) => destination_rule(&mut v, s),
+        IstioSpec::Gateway(s) => gateway(&mut v, s),
+        IstioSpec::ServiceEntry(s) => service_entry(&mut v, s),
+        IstioSpec::WorkloadEntry(s) => {
+            if s.address.is_empty() {
+                v.err("spec.address", "address is required");
+            }
+        }
+        IstioSpec::Sidecar(s) => sidecar(&mut v, s),
+        IstioSpec::PeerAuthentication(s) => peer_authentication(&mut v, s),
+        IstioSpec::AuthorizationPolicy(s) => authorization_policy(&mut v, s),
+        IstioSpec::RequestAuthentication(s) => request_authentication(&mut v, s),
+    }
+    v.errors
+}
+
+fn weights<'a>(v: &mut V, path: &str, dests: impl Iterator<Item = (i32, Option<&'a str>)>) {
+    let mut total = 0i64;
+    let mut n = 0;
+    for (i, (w, host)) in dests.enumerate() {
+        n += 1;
+        if !(0..=100).contains(&w) {
+            v.err(format!("{path}[{i}].weight"), format!("weight {w} must be in the range 0..100"));
+        }
+        total += i64::from(w);
+        match host {
+            None => v.err(format!("{path}[{i}].destination"), "destination is required"),
+            Some("") => v.err(format!("{path}[{i}].destination.host"), "destination host is required"),
+            Some(_) => {}
+        }
+    }
+    // istiod: with several destinations the weights must add up to 100
+    // (a single destination may leave its weight out).
+    if n > 1 && total != 100 {
+        v.err(path, format!("total destination weight {total} != 100"));
+    }
+}
+
+fn virtual_service(v: &mut V, s: &VirtualService) {
+    if s.hosts.is_empty() {
+        v.err("spec.hosts", "virtual service must have at least one host");
+    }
+    for (i, h) in s.hosts.iter().enumerate() {
+        if h.is_empty() {
+            v.err(format!("spec.hosts[{i}]"), "host must not be empty");
+        }
+    }
+    if s.http.is_empty() && s.tcp.is_empty() && s.tls.is_empty() {
+        v.err("spec", "http, tcp or tls must be provided in virtual service");
+    }
+    for (i, r) in s.http.iter().enumerate() {
+        http_route(v, &format!("spec.http[{i}]"), r);
+    }
+    let l4 = |v: &mut V, path: String, route: &[RouteDestination]| {
+        if route.is_empty() {
+            v.err(&path, "route is required");
+        }
+        weights(v, &path, route.iter().map(|d| (d.weight, d.destination.as_ref().map(|d| d.host.as_str()))));
+    };
+    for (i, r) in s.tcp.iter().enumerate() {
+        l4(v, format!("spec.tcp[{i}].route"), &r.route);
+    }
+    for (i, r) in s.tls.iter().enumerate() {
+        if r.matches.is_empty() {
+            v.err(format!("spec.tls[{i}].match"), "TLS route must have at least one match condition");
+        }
+        l4(v, format!("spec.tls[{i}].route"), &r.route);
+    }
+}
+
+fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
+    let targets = [!r.route.is_empty(), r.redirect.is_some(), r.direct_response.is_some(), r.delegate.is_some()];
+    match targets.iter().filter(|x| **x).count() {
+        0 => v.err(path, "HTTP route must have a route, a redirect, a direct response or a delegate"),
+        1 => {}
+        _ => v.err(path, "only one of route, redirect, direct response and delegate may be set"),
+    }
+    weights(
+        v,
+        &format!("{path}.route"),
+        r.route.iter().map(|d| (d.weight, d.destination.as_ref().map(|d| d.host.as_str()))),
+    );
+    for (i, m) in r.matches.iter().enumerate() {
+        if m.port != 0 {
+            v.port(&format!("{path}.match[{i}].port"), m.port);
+        }
+        for (name, sm) in &m.headers {
+            if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
+                v.err(format!("{path}.match[{i}].headers[{name}]"), "only one of exact, prefix and regex");
+            }
+        }
+    }
+    v.duration(&format!("{path}.timeout"), r.timeout.as_ref());
+    if let Some(retry) = &r.retries {
+        if retry.attempts < 0 {
+            v.err(format!("{path}.retries.attempts"), "attempts cannot be negative");
+        }
+        v.duration(&format!("{path}.retries.perTryTimeout"), retry.per_try_timeout.as_ref());
+    }
+    if let Some(f) = &r.fault {
+        if f.delay.is_none() && f.abort.is_none() {
+            v.err(format!("{path}.fault"), "fault must have a delay or an abort");
+        }
+        if let Some(d) = &f.delay {
+            if d.fixed_delay.is_none() && d.exponential_delay.is_none() {
+                v.err(format!("{path}.fault.delay"), "a delay needs fixedDelay");
+            }
+            v.duration(&format!("{path}.fault.delay.fixedDelay"), d.fixed_delay.as_ref());
+            if let Some(p) = &d.percentage {
+                v.percent(&format!("{path}.fault.delay.percentage.value"), p.value);
+            }
+        }
+        if let Some(a) = &f.abort {
+            match (a.http_status, &a.grpc_status) {
+                (Some(s), _) if !(200..=599).contains(&s) => {
+                    v.err(format!("{path}.fault.abort.httpStatus"), format!("invalid HTTP status {s}"))
+                }
+                (None, None) => v.err(format!("{path}.fault.abort"), "an abort needs httpStatus or grpcStatus"),
+                _ => {}
+            }
+            if let Some(p) = &a.percentage {
+                v.percent(&format!("{path}.fault.abort.percentage.value"), p.value);
+            }
+        }
+    }
+    if let Some(d) = &r.direct_response
+        && !(200..=599).contains(&d.status)
+    {
+        v.err(format!("{path}.directResponse.status"), format!("invalid HTTP status {}", d.status));
+    }
+    if let Some(p) = &r.mirror_percentage {
+        v.percent(&format!("{path}.mirrorPercentage.value"), p.value);
+    }
+    if let Some(m) = &r.mirror
+        && m.host.is_empty()
+    {
+        v.err(format!("{path}.mirror.host"), "mirror host is required");
+    }
+}
+
+fn destination_rule(v: &mut V, s: &DestinationRule) {
+    if s.host.is_empty() {
+        v.err("spec.host", "host is required");
+    }
+    if let Some(p) = &s.traffic_policy {
+        traffic_policy(v, "spec.trafficPolicy", p);
+    }
+    let mut names = BTreeSet::new();
+    for (i, sub) in s.subsets.iter().enumerate() {
+        if sub.name.is_empty() {
+            v.err(format!("spec.subsets[{i}].name"), "subset name is required");
+        } else if !names.insert(&sub.name) {
+            v.err(format!("spec.subsets[{i}].name"), format!("duplicate subset name {:?}", sub.name));
+        }
+        if let Some(p) = &sub.traffic_policy {
+            traffic_policy(v, &format!("spec.subsets[{i}].trafficPolicy"), p);
+        }
+    }
+}
+
+fn traffic_policy(v: &mut V, path: &str, p: &TrafficPolicy) {
+    if let Some(lb) = &p.load_balancer {
+        load_balancer(v, &format!("{path}.loadBalancer"), lb);
+    }
+    if let Some(o) = &p.outlier_detection {
+        outlier(v, &format!("{path}.outlierDetection"), o);
+    }
+    if let Some(t) = &p.tls {
+        client_tls(v, &format!("{path}.tls"), t);
+    }
+    if let Some(cp) = &p.connection_pool {
+        if let Some(tcp) = &cp.tcp {
+            v.duration(&format!("{path}.connectionPool.tcp.connectTimeout"), tcp.connect_timeout.as_ref());
+        }
+        if let Some(http) = &cp.http {
+            v.duration(&format!("{path}.connectionPool.http.idleTimeout"), http.idle_timeout.as_ref());
+        }
+    }
+    for (i, pl) in p.port_level_settings.iter().enumerate() {
+        let pp = format!("{path}.portLevelSettings[{i}]");
+        match &pl.port {
+            None => v.err(format!("{pp}.port"), "port is required"),
+            Some(port) => v.port(&format!("{pp}.port.number"), port.number),
+        }
+        if let Some(lb) = &pl.load_balancer {
+            load_balancer(v, &format!("{pp}.loadBalancer"), lb);
+        }
+        if let Some(o) = &pl.outlier_detection {
+            outlier(v, &format!("{pp}.outlierDetection"), o);
+        }
+        if let Some(t) = &pl.tls {
+            client_tls(v, &format!("{pp}.tls"), t);
+        }
+    }
+}
+
+fn load_balancer(v: &mut V, path: &str, lb: &LoadBalancerSettings) {
+    if lb.simple.is_some() && lb.consistent_hash.is_some() {
+        v.err(path, "only one of simple and consistentHash may be set");
+    }
+}
+
+fn outlier(v: &mut V, path: &str, o: &OutlierDetection) {
+    if !(0..=100).contains(&o.max_ejection_percent) {
+        v.err(format!("{path}.maxEjectionPercent"), "must be in the range 0..100");
+    }
+    if !(0..=100).contains(&o.min_health_percent) {
+        v.err(format!("{path}.minHealthPercent"), "must be in the range 0..100");
+    }
+    v.duration(&format!("{path}.interval"), o.interval.as_ref());
+    v.duration(&format!("{path}.baseEjectionTime"), o.base_ejection_time.as_ref());
+}
+
+fn client_tls(v: &mut V, path: &str, t: &ClientTlsSettings) {
+    if t.mode == ClientTlsMode::Mutual
+        && t.credential_name.is_empty()
+        && (t.client_certificate.is_empty() || t.private_key.is_empty())
+    {
+        v.err(path, "MUTUAL needs clientCertificate and privateKey, or credentialName");
+    }
+}
+
+fn gateway(v: &mut V, s: &Gateway) {
+    if s.servers.is_empty() {
+        v.err("spec.servers", "gateway must have at least one server");
+    }
+    for (i, srv) in s.servers.iter().enumerate() {
+        let path = format!("spec.servers[{i}]");
+        match &srv.port {
+            None => v.err(format!("{path}.port"), "port is required"),
+            Some(p) => {
+                v.port(&format!("{path}.port.number"), p.number);
+                if p.protocol.is_empty() {
+                    v.err(format!("{path}.port.protocol"), "protocol is required");
+                }
+            }
+        }
+        if srv.hosts.is_empty() {
+            v.err(format!("{path}.hosts"), "server must have at least one host");
+        }
+    }
+}
+
+fn service_entry(v: &mut V, s: &ServiceEntry) {
+    if s.hosts.is_empty() {
+        v.err("spec.hosts", "service entry must have at least one host");
+    }
+    for (i, h) in s.hosts.iter().enumerate() {
+        if h.is_empty() {
+            v.err(format!("spec.hosts[{i}]"), "host must not be empty");
+        } else if matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin)
+            && h.contains('*')
+            && s.endpoints.is_empty()
+        {
+            v.err(format!("spec.hosts[{i}]"), "DNS resolution of a wildcard host needs endpoints");
+        }
+    }
+    let (mut numbers, mut names) = (BTreeSet::new(), BTreeSet::new());
+    for (i, p) in s.ports.iter().enumerate() {
+        v.port(&format!("spec.ports[{i}].number"), p.number);
+        if !numbers.insert(p.number) {
+            v.err(format!("spec.ports[{i}].number"), format!("duplicate port number {}", p.number));
+        }
+        if !p.name.is_empty() && !names.insert(&p.name) {
+            v.err(format!("spec.ports[{i}].name"), format!("duplicate port name {:?}", p.name));
+        }
+        if p.protocol.is_empty() {
+            v.err(format!("spec.ports[{i}].protocol"), "protocol is required");
+        }
+    }
+    if !s.endpoints.is_empty() && s.workload_selector.is_some() {
+        v.err("spec.workloadSelector", "only one of endpoints and workloadSelector may be set");
+    }
+    if s.resolution == Resolution::Static && s.endpoints.is_empty() && s.workload_selector.is_none() {
+        v.err("spec.endpoints", "STATIC resolution needs endpoints or a workloadSelector");
+    }
+    for (i, e) in s.endpoints.iter().enumerate() {
+        let path = format!("spec.endpoints[{i}].address");
+        if e.address.is_empty() {
+            v.err(&path, "address is required");
+        } else if s.resolution == Resolution::Static
+            && !e.address.starts_with("unix://")
+            && e.address.parse::<IpAddr>().is_err()
+        {
+            v.err(&path, format!("STATIC resolution needs an IP address, got {:?}", e.address));
+        }
+        for (name, port) in &e.ports {
+            v.port(&format!("spec.endpoints[{i}].ports[{name}]"), *port);
+        }
+    }
+}
+
+fn sidecar(v: &mut V, s: &Sidecar) {
+    for (i, e) in s.egress.iter().enumerate() {
+        if e.hosts.is_empty() {
+            v.err(format!("spec.egress[{i}].hosts"), "egress listener must have at least one host");
+        }
+        for (j, h) in e.hosts.iter().enumerate() {
+            match h.split_once('/') {
+                Some((ns, host)) if !ns.is_empty() && !host.is_empty() => {}
+                _ => v.err(format!("spec.egress[{i}].hosts[{j}]"), format!("host {h:?} must be namespace/dnsName")),
+            }
+        }
+    }
+}
+
+fn peer_authentication(v: &mut V, s: &PeerAuthentication) {
+    if let Some(ports) = &s.port_level_mtls {
+        if s.selector.as_ref().is_none_or(|sel| sel.match_labels.is_empty()) {
+            v.err("spec.portLevelMtls", "port level mTLS needs a workload selector");
+        }
+        for port in ports.keys() {
+            v.port(&format!("spec.portLevelMtls[{port}]"), *port);
+        }
+    }
+}
+
+/// Keys istiod accepts in `when` conditions (prefix match where they end in `.` or `[`).
+const WHEN_KEYS: [&str; 11] = [
+    "request.headers[",
+    "source.ip",
+    "remote.ip",
+    "source.namespace",
+    "source.principal",
+    "request.auth.principal",
+    "request.auth.audiences",
+    "request.auth.presenter",
+    "request.auth.claims[",
+    "destination.ip",
+    "destination.port",
+];
+
+fn authorization_policy(v: &mut V, s: &AuthorizationPolicy) {
+    if s.action == Action::Custom && s.provider.is_none() {
+        v.err("spec.provider", "CUSTOM action needs a provider");
+    }
+    if s.action != Action::Custom && s.provider.is_some() {
+        v.err("spec.provider", "a provider is only allowed with the CUSTOM action");
+    }
+    if s.selector.is_some() && (s.target_ref.is_some() || !s.target_refs.is_empty()) {
+        v.err("spec.targetRef", "only one of selector and targetRef(s) may be set");
+    }
+    for (i, r) in s.rules.iter().enumerate() {
+        for (j, f) in r.from.iter().enumerate() {
+            if f.source.is_none() {
+                v.err(format!("spec.rules[{i}].from[{j}].source"), "source is required");
+            }
+        }
+        for (j, t) in r.to.iter().enumerate() {
+            if t.operation.is_none() {
+                v.err(format!("spec.rules[{i}].to[{j}].operation"), "operation is required");
+            }
+        }
+        for (j, c) in r.when.iter().enumerate() {
+            let ok = WHEN_KEYS.iter().any(|k| c.key == *k || (k.ends_with('[') && c.key.starts_with(k)))
+                || c.key == "connection.sni"
+                || c.key.starts_with("experimental.envoy.filters.");
+            if !ok {
+                v.err(format!("spec.rules[{i}].when[{j}].key"), format!("unknown attribute {:?}", c.key));
+            }
+            if c.values.is_empty() && c.not_values.is_empty() {
+                v.err(format!("spec.rules[{i}].when[{j}]"), "values or notValues is required");
+            }
+        }
+    }
+}
+
+fn request_authentication(v: &mut V, s: &RequestAuthentication) {
+    for (i, r) in s.jwt_rules.iter().enumerate() {
+        if r.issuer.is_empty() {
+            v.err(format!("spec.jwtRules[{i}].issuer"), "issuer is required");
+        }
+        if !r.jwks.is_empty() && !r.jwks_uri.is_empty() {
+            v.err(format!("spec.jwtRules[{i}]"), "only one of jwks and jwksUri may be set");
+        }
+        v.duration(&format!("spec.jwtRules[{i}].timeout"), r.timeout.as_ref());
+    }
+}

@@ -50,6 +50,7 @@ pub enum LoadError {
 
 /// One object read from a document.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one per document, kept in a map; boxing buys nothing")]
 pub enum Object {
     /// A Service.
     Service(Service),

@@ -72,9 +72,7 @@ impl IstioKind {
     /// `security.istio.io/{v1,v1beta1}` are read alike; anything else
     /// (another group, version or kind) is `None`.
     pub fn from_api(api_version: &str, kind: &str) -> Option<IstioKind> {
-        let Some((group, version)) = api_version.split_once('/') else {
-            return None;
-        };
+        let (group, version) = api_version.split_once('/')?;
         let known_version = match group {
             "networking.istio.io" => matches!(version, "v1" | "v1beta1" | "v1alpha3"),
             "security.istio.io" => matches!(version, "v1" | "v1beta1"),

@@ -232,6 +232,7 @@ fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
         "pods": loaded.objects.pods.len(),
         "nodes": loaded.objects.nodes.len(),
         "namespaces": loaded.objects.namespaces.len(),
+        "istioConfig": istio_counts(&loaded.objects),
         "skippedDocuments": loaded.skipped,
         "errors": loaded.errors.iter().map(|e| json!({
             "file": e.file.display().to_string(),
@@ -239,6 +240,15 @@ fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
             "message": e.message,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// Istio objects in force, by kind.
+fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
+    let mut counts = std::collections::BTreeMap::new();
+    for o in &objects.istio {
+        *counts.entry(format!("{:?}", o.kind())).or_insert(0u32) += 1;
+    }
+    json!(counts)
 }
 
 /// Rebuilds the model from `objects` and sends the resource changes.
@@ -302,6 +312,7 @@ async fn watch_kube(
             "pods": objects.pods.len(),
             "nodes": objects.nodes.len(),
             "namespaces": objects.namespaces.len(),
+            "istioConfig": istio_counts(&objects),
         });
         apply(&state, &objects, configz, &domain, &tx);
     }

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
+use istiod_kubewatch::istio::{IstioSpec, networking};
+use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).
@@ -243,8 +244,103 @@ impl Model {
             let s = service(svc, domain, objs, &pods, &pods_by_ip, &nodes);
             model.services.insert(s.hostname.clone(), s);
         }
+        for o in &objs.istio {
+            if let IstioSpec::ServiceEntry(se) = &o.spec {
+                for s in service_entry(&o.meta, se, objs) {
+                    // A Kubernetes Service of the same name wins, as in istiod.
+                    model.services.entry(s.hostname.clone()).or_insert(s);
+                }
+            }
+        }
         model
     }
+}
+
+/// The services a ServiceEntry declares: one per host.
+fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> Vec<Service> {
+    let ns = meta.ns().to_owned();
+    let resolution = match se.resolution {
+        networking::Resolution::None => Resolution::Passthrough,
+        networking::Resolution::Static => Resolution::ClientSideLb,
+        networking::Resolution::Dns | networking::Resolution::DynamicDns => Resolution::Dns,
+        networking::Resolution::DnsRoundRobin => Resolution::DnsRoundRobin,
+    };
+    let ports: Vec<Port> = se
+        .ports
+        .iter()
+        .map(|p| Port { name: p.name.clone(), port: p.number as u16, protocol: Protocol::parse(&p.protocol) })
+        .collect();
+    // Inline endpoints, or the WorkloadEntries the selector picks in the namespace.
+    let workloads: Vec<&networking::WorkloadEntry> = match &se.workload_selector {
+        Some(sel) => objs
+            .istio
+            .iter()
+            .filter(|o| o.meta.ns() == ns)
+            .filter_map(|o| match &o.spec {
+                IstioSpec::WorkloadEntry(we) => Some(we),
+                _ => None,
+            })
+            .filter(|we| sel.labels.iter().all(|(k, v)| we.labels.get(k) == Some(v)))
+            .collect(),
+        None => se.endpoints.iter().collect(),
+    };
+    se.hosts
+        .iter()
+        .map(|host| {
+            let mut endpoints = Vec::new();
+            for port in &se.ports {
+                let target = |we: &networking::WorkloadEntry| {
+                    we.ports.get(&port.name).copied().filter(|p| *p != 0).unwrap_or(if port.target_port != 0 {
+                        port.target_port
+                    } else {
+                        port.number
+                    }) as u16
+                };
+                for we in &workloads {
+                    let mut loc = we.locality.splitn(3, '/');
+                    endpoints.push(Endpoint {
+                        address: we.address.clone(),
+                        service_port: port.number as u16,
+                        port: target(we),
+                        health: Health::Healthy,
+                        labels: we.labels.clone(),
+                        service_account: we.service_account.clone(),
+                        tls_mode: we.labels.get(TLS_MODE).cloned().unwrap_or_else(|| "disabled".into()),
+                        locality: Locality {
+                            region: loc.next().unwrap_or_default().to_owned(),
+                            zone: loc.next().unwrap_or_default().to_owned(),
+                            subzone: loc.next().unwrap_or_default().to_owned(),
+                        },
+                        pod: None,
+                    });
+                }
+                if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
+                    // DNS without endpoints: the proxy resolves the host itself.
+                    endpoints.push(Endpoint {
+                        address: host.clone(),
+                        service_port: port.number as u16,
+                        port: port.number as u16,
+                        health: Health::Healthy,
+                        labels: BTreeMap::new(),
+                        service_account: String::new(),
+                        tls_mode: "disabled".into(),
+                        locality: Locality::default(),
+                        pod: None,
+                    });
+                }
+            }
+            Service {
+                hostname: host.as_str().into(),
+                name: meta.name.clone(),
+                namespace: ns.clone(),
+                vips: se.addresses.clone(),
+                ports: ports.clone(),
+                resolution,
+                mesh_external: se.location == networking::Location::MeshExternal,
+                endpoints,
+            }
+        })
+        .collect()
 }
 
 fn service(

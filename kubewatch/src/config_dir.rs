@@ -101,7 +101,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 /// Parses one document's value into an object.
 pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
     let head = Head::deserialize(&value).map_err(|e| e.to_string())?;
-    let kind = head.kind.ok_or("no kind")?;
+    let kind = head.kind.clone().ok_or("no kind")?;
     if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {
         return crate::istio::parse(&value).map(Object::Istio).map_err(|e| e.to_string());
     }
@@ -112,9 +112,52 @@ pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
         "Pod" => Object::Pod(Pod::deserialize(value).map_err(e)?),
         "Node" => Object::Node(Node::deserialize(value).map_err(e)?),
         "Namespace" => Object::Namespace(Namespace::deserialize(value).map_err(e)?),
-        other => Object::Skipped(other.to_owned()),
+        other if KNOWN_UNREAD.contains(&other) => Object::Skipped(other.to_owned()),
+        other => {
+            let api = head.api_version.unwrap_or_default();
+            return Err(format!("unknown kind {other:?} (apiVersion {api:?})"));
+        }
     })
 }
+
+/// Kinds that belong in a cluster's manifests but that the model does not
+/// read (yet): skipped without complaint. Anything else is a typo or a
+/// stray file, and is reported.
+const KNOWN_UNREAD: [&str; 33] = [
+    "ServiceAccount",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "CronJob",
+    "ConfigMap",
+    "Secret",
+    "Endpoints",
+    "Ingress",
+    "IngressClass",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "NetworkPolicy",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "LimitRange",
+    "ResourceQuota",
+    "CustomResourceDefinition",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "HTTPRoute",
+    "GRPCRoute",
+    "EnvoyFilter",
+    "Telemetry",
+    "WorkloadGroup",
+    "ProxyConfig",
+    "WasmPlugin",
+];
 
 /// What one file holds: each document's result, and where a syntax error
 /// cut the file short.

@@ -166,3 +166,68 @@ fn bundled_example() {
     assert_eq!(m.services["inventory.bookinfo.svc.cluster.local"].ports[0].protocol, Protocol::Grpc);
     assert!(m.namespaces.contains_key("bookinfo"));
 }
+
+#[test]
+fn service_entries_dns_static_and_selected_workload_entries() {
+    let m = build(
+        r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: httpbin, namespace: egress}
+spec:
+  hosts: [httpbin.org]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{number: 443, name: https, protocol: TLS}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: data}
+spec:
+  hosts: [db.internal]
+  addresses: [192.0.2.10]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 5432, name: tcp-pg, protocol: TCP, targetPort: 15432}]
+  endpoints:
+  - {address: 10.0.0.7, labels: {app: db, security.istio.io/tlsMode: istio}, locality: eu/eu-1/r1}
+  - {address: 10.0.0.8, ports: {tcp-pg: 6543}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vms, namespace: data}
+spec:
+  hosts: [vm.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  workloadSelector: {labels: {app: vm}}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: data}
+spec: {address: 10.1.1.1, labels: {app: vm}, serviceAccount: vm}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: other, namespace: data}
+spec: {address: 10.1.1.2, labels: {app: other}}
+"#,
+    );
+    let ext = &m.services["httpbin.org"];
+    assert_eq!(ext.resolution, Resolution::Dns);
+    assert!(ext.mesh_external);
+    assert_eq!(ext.ports[0].protocol, Protocol::Tls);
+    assert_eq!(ext.endpoints[0].address, "httpbin.org", "DNS without endpoints resolves the host");
+    let db = &m.services["db.internal"];
+    assert_eq!(db.resolution, Resolution::ClientSideLb);
+    assert_eq!(db.vips, vec!["192.0.2.10"]);
+    let eps: Vec<(&str, u16, &str)> =
+        db.endpoints.iter().map(|e| (e.address.as_str(), e.port, e.tls_mode.as_str())).collect();
+    assert_eq!(eps, vec![("10.0.0.7", 15432, "istio"), ("10.0.0.8", 6543, "disabled")]);
+    assert_eq!(db.endpoints[0].locality, Locality { region: "eu".into(), zone: "eu-1".into(), subzone: "r1".into() });
+    let vm = &m.services["vm.internal"];
+    assert_eq!(vm.endpoints.len(), 1, "only the selected WorkloadEntry");
+    assert_eq!(vm.endpoints[0].address, "10.1.1.1");
+    assert_eq!(vm.endpoints[0].service_account, "vm");
+}

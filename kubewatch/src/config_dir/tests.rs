@@ -140,3 +140,13 @@ fn istio_config_is_read_and_validated_with_field_paths() {
     assert!(bundled.errors.is_empty(), "{:?}", bundled.errors);
     assert!(bundled.objects.istio.len() >= 8);
 }
+
+#[test]
+fn unknown_kinds_are_errors_known_unread_ones_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.yaml"), "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa}\n---\napiVersion: v1\nkind: Servise\nmetadata: {name: typo}\n").unwrap();
+    let l = load(dir.path()).unwrap();
+    assert_eq!(l.skipped, 1);
+    assert_eq!(l.errors.len(), 1);
+    assert!(l.errors[0].to_string().contains("a.yaml: document 1: unknown kind \"Servise\""), "{}", l.errors[0]);
+}

@@ -58,6 +58,7 @@ struct State {
     down: bool,
     requests: u64,
     gone: u64,
+    continued: u64,
 }
 
 /// The fake server.
@@ -181,6 +182,11 @@ impl FakeApi {
         self.lock().gone
     }
 
+    /// List requests that carried a `continue` token (pages after the first).
+    pub fn continued(&self) -> u64 {
+        self.lock().continued
+    }
+
     /// Requests served so far.
     pub fn requests(&self) -> u64 {
         self.lock().requests
@@ -242,7 +248,10 @@ impl FakeApi {
     }
 
     fn list(&self, r: &Resource, ns: Option<&str>, params: &BTreeMap<String, String>) -> Value {
-        let s = self.lock();
+        let mut s = self.lock();
+        if params.contains_key("continue") {
+            s.continued += 1;
+        }
         let items: Vec<&Value> = s
             .objects
             .iter()

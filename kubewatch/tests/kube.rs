@@ -213,3 +213,23 @@ async fn an_absent_crd_is_skipped_and_picked_up_when_it_appears() {
     );
     next_matching(&mut rx, "the VirtualService", |o| o.istio.len() == 1).await;
 }
+
+#[tokio::test]
+async fn large_lists_come_in_pages() {
+    let api = FakeApi::start().await.unwrap();
+    for r in core_resources() {
+        api.install(r);
+    }
+    for i in 0..1200 {
+        api.apply("services", service(&format!("s{i:04}"), 80));
+    }
+    let (tx, mut rx) = watch::channel(None);
+    tokio::spawn(kube_source::run(kube_source::client_for(&api.url()).unwrap(), tx));
+    let o = next_matching(&mut rx, "all 1200 services", |o| o.services.len() == 1200).await;
+    let mut names: Vec<_> = o.services.iter().map(|s| s.metadata.name.clone()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 1200, "pages neither overlap nor skip");
+    // kube-rs pages by 500: 1200 services take two follow-up pages.
+    assert_eq!(api.continued(), 2);
+}

@@ -174,7 +174,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let client = kube_client(kubeconfig.as_deref()).await?;
                 let (otx, orx) = tokio::sync::watch::channel(None);
                 tokio::spawn(istiod_kubewatch::kube_source::run(client, otx));
-                tokio::task::spawn_local(watch_kube(orx, tx.clone(), state.clone(), config.domain.clone()));
+                tokio::task::spawn_local(watch_kube(
+                    orx,
+                    tx.clone(),
+                    state.clone(),
+                    config.domain.clone(),
+                    config.cluster_id.clone(),
+                ));
             }
             _ => unreachable!("the config directory was read above"),
         }
@@ -302,11 +308,13 @@ async fn watch_kube(
     tx: mpsc::UnboundedSender<Vec<simple::Change>>,
     state: Rc<RefCell<State>>,
     domain: String,
+    cluster_id: String,
 ) {
     while rx.changed().await.is_ok() {
         let Some(objects) = rx.borrow_and_update().clone() else { continue };
         let configz = json!({
             "source": "kubernetes",
+            "clusterID": cluster_id,
             "services": objects.services.len(),
             "endpointSlices": objects.endpoint_slices.len(),
             "pods": objects.pods.len(),

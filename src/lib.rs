@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod grpc_xds;
 pub mod logging;
 pub mod model;
 pub mod simple;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioSpec, networking};
+use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
 use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
@@ -195,12 +195,31 @@ pub struct Service {
 }
 
 /// The model.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Model {
     /// Services by hostname.
     pub services: BTreeMap<Arc<str>, Service>,
     /// Namespace labels by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// The DNS domain (`cluster.local`).
+    pub domain: String,
+    /// VirtualServices and DestinationRules, in a stable order
+    /// (namespace, name), for translation.
+    #[serde(skip)]
+    pub routing: Vec<IstioObject>,
+}
+
+impl Model {
+    /// The FQDN a host written in config means, as istiod resolves it:
+    /// `reviews` in namespace `ns` is `reviews.ns.svc.<domain>`, `reviews.ns`
+    /// is `reviews.ns.svc.<domain>`, anything with more dots is taken as is.
+    pub fn resolve_host(&self, host: &str, ns: &str) -> String {
+        match host.matches('.').count() {
+            0 => format!("{host}.{ns}.svc.{}", self.domain),
+            1 => format!("{host}.svc.{}", self.domain),
+            _ => host.to_owned(),
+        }
+    }
 }
 
 const TLS_MODE: &str = "security.istio.io/tlsMode";
@@ -230,7 +249,14 @@ fn locality(pod: Option<&Pod>, nodes: &BTreeMap<&str, &BTreeMap<String, String>>
 impl Model {
     /// Builds the model from Kubernetes objects.
     pub fn build(objs: &Objects, domain: &str) -> Model {
-        let mut model = Model::default();
+        let mut model = Model { domain: domain.to_owned(), ..Model::default() };
+        model.routing = objs
+            .istio
+            .iter()
+            .filter(|o| matches!(o.spec, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)))
+            .cloned()
+            .collect();
+        model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }

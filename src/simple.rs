@@ -18,6 +18,8 @@ use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::{Kind, SimpleModel};
 
+use istiod_kubewatch::istio::IstioSpec;
+
 use crate::model::{Health, Locality, Model, Protocol, Resolution, Service};
 
 /// One resource change for the engine's model.
@@ -27,60 +29,87 @@ pub type Change = (Kind, Arc<str>, Option<Bytes>);
 pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     let mut out = BTreeMap::new();
     for svc in model.services.values() {
+        let subsets = subsets(model, &svc.hostname);
         for port in &svc.ports {
             if port.protocol == Protocol::Udp {
                 continue; // not proxied
             }
-            let name: Arc<str> = format!("outbound|{}||{}", port.port, svc.hostname).into();
-            let mut c = Cluster {
-                name: name.to_string(),
-                connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
-                ..Default::default()
-            };
-            match svc.resolution {
-                Resolution::ClientSideLb => {
-                    c.cluster_discovery_type =
-                        Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
-                    c.eds_cluster_config = Some(cluster::EdsClusterConfig {
-                        eds_config: Some(core::ConfigSource {
-                            config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-                                core::AggregatedConfigSource {},
-                            )),
-                            resource_api_version: core::ApiVersion::V3 as i32,
-                            ..Default::default()
-                        }),
-                        service_name: name.to_string(),
-                    });
-                    out.insert(
-                        (Kind::Endpoint, name.clone()),
-                        Bytes::from(load_assignment(&name, svc, port.port).encode_to_vec()),
-                    );
+            for (subset, labels) in
+                std::iter::once((String::new(), None)).chain(subsets.iter().map(|(n, l)| (n.clone(), Some(l))))
+            {
+                let name: Arc<str> = format!("outbound|{}|{subset}|{}", port.port, svc.hostname).into();
+                let mut c = Cluster {
+                    name: name.to_string(),
+                    connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+                    ..Default::default()
+                };
+                match svc.resolution {
+                    Resolution::ClientSideLb => {
+                        c.cluster_discovery_type =
+                            Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
+                        c.eds_cluster_config = Some(cluster::EdsClusterConfig {
+                            eds_config: Some(core::ConfigSource {
+                                config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+                                    core::AggregatedConfigSource {},
+                                )),
+                                resource_api_version: core::ApiVersion::V3 as i32,
+                                ..Default::default()
+                            }),
+                            service_name: name.to_string(),
+                        });
+                        out.insert(
+                            (Kind::Endpoint, name.clone()),
+                            Bytes::from(load_assignment(&name, svc, port.port, labels).encode_to_vec()),
+                        );
+                    }
+                    Resolution::Passthrough => {
+                        // Headless: connect to the address the application dialed.
+                        c.cluster_discovery_type =
+                            Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32));
+                        c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+                    }
+                    Resolution::Dns | Resolution::DnsRoundRobin => {
+                        let t = if svc.resolution == Resolution::Dns {
+                            cluster::DiscoveryType::StrictDns
+                        } else {
+                            cluster::DiscoveryType::LogicalDns
+                        };
+                        c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(t as i32));
+                        c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
+                    }
                 }
-                Resolution::Passthrough => {
-                    // Headless: connect to the address the application dialed.
-                    c.cluster_discovery_type =
-                        Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32));
-                    c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
-                }
-                Resolution::Dns | Resolution::DnsRoundRobin => {
-                    let t = if svc.resolution == Resolution::Dns {
-                        cluster::DiscoveryType::StrictDns
-                    } else {
-                        cluster::DiscoveryType::LogicalDns
-                    };
-                    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(t as i32));
-                    c.load_assignment = Some(load_assignment(&name, svc, port.port));
-                }
+                out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
             }
-            out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
         }
     }
+    crate::grpc_xds::translate(model, &mut out);
     out
 }
 
-fn load_assignment(cluster: &str, svc: &Service, port: u16) -> ClusterLoadAssignment {
+/// DestinationRule subsets of `host`: name and labels.
+fn subsets(model: &Model, host: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    model
+        .routing
+        .iter()
+        .filter_map(|o| match &o.spec {
+            IstioSpec::DestinationRule(dr) if model.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
+            _ => None,
+        })
+        .take(1)
+        .flat_map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())))
+        .collect()
+}
+
+fn load_assignment(
+    cluster: &str,
+    svc: &Service,
+    port: u16,
+    subset: Option<&BTreeMap<String, String>>,
+) -> ClusterLoadAssignment {
     let mut by_locality: BTreeMap<&Locality, Vec<LbEndpoint>> = BTreeMap::new();
-    for ep in svc.endpoints.iter().filter(|e| e.service_port == port) {
+    let in_subset =
+        |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
+    for ep in svc.endpoints.iter().filter(|e| e.service_port == port).filter(in_subset) {
         let health = match ep.health {
             Health::Healthy => core::HealthStatus::Healthy,
             Health::Draining => core::HealthStatus::Draining,

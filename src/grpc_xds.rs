@@ -1,0 +1,297 @@
+//! Proxyless gRPC (node metadata `GENERATOR=grpc`): for every service port,
+//! an API listener `<host>:<port>` whose HttpConnectionManager takes its
+//! routes over RDS from `outbound|<port>||<host>`, and that route
+//! configuration, built from the VirtualService of the host (matches on
+//! path and headers, weighted destinations to subset clusters, fault
+//! injection) or a default route to the service's cluster. The clusters and
+//! endpoints are the same ones sidecars get (`simple.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_kubewatch::istio::networking::{HttpRoute, StringMatch, VirtualService};
+use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{ApiListener, Listener};
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::common::fault::v3 as common_fault;
+use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use istiod_proto::envoy::r#type::matcher::v3 as matcher;
+use istiod_proto::envoy::r#type::v3 as types;
+use istiod_proto::prost::{Message, Name};
+use istiod_proto::prost_types::{Any, Duration};
+use istiod_xds::ads::Kind;
+
+use crate::model::{Model, Service};
+
+const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
+fn any<M: Name>(m: &M) -> Any {
+    Any { type_url: M::type_url(), value: m.encode_to_vec() }
+}
+
+fn ads() -> Option<core::ConfigSource> {
+    Some(core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(core::AggregatedConfigSource {})),
+        resource_api_version: core::ApiVersion::V3 as i32,
+        ..Default::default()
+    })
+}
+
+/// The VirtualService that routes `host`, if any (the first by namespace
+/// and name, as istiod picks one when several claim a host).
+fn virtual_service<'a>(model: &'a Model, host: &str) -> Option<(&'a IstioObject, &'a VirtualService)> {
+    model.routing.iter().find_map(|o| match &o.spec {
+        IstioSpec::VirtualService(vs) if vs.hosts.iter().any(|h| model.resolve_host(h, o.meta.ns()) == host) => {
+            Some((o, vs))
+        }
+        _ => None,
+    })
+}
+
+/// Adds the gRPC listeners and route configurations of every service port.
+pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+    for svc in model.services.values() {
+        for port in &svc.ports {
+            let route_name = format!("outbound|{}||{}", port.port, svc.hostname);
+            let manager = hcm::HttpConnectionManager {
+                stat_prefix: route_name.clone(),
+                route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+                    config_source: ads(),
+                    route_config_name: route_name.clone(),
+                })),
+                http_filters: vec![
+                    hcm::HttpFilter {
+                        name: FAULT_FILTER.into(),
+                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
+                        ..Default::default()
+                    },
+                    hcm::HttpFilter {
+                        name: "envoy.filters.http.router".into(),
+                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            };
+            let listener_name = format!("{}:{}", svc.hostname, port.port);
+            let listener = Listener {
+                name: listener_name.clone(),
+                api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
+                ..Default::default()
+            };
+            out.insert((Kind::Listener, listener_name.into()), Bytes::from(listener.encode_to_vec()));
+            let rc = route::RouteConfiguration {
+                name: route_name.clone(),
+                virtual_hosts: vec![route::VirtualHost {
+                    name: format!("{}:{}", svc.hostname, port.port),
+                    domains: domains(model, svc, port.port),
+                    routes: routes(model, svc, port.port),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            out.insert((Kind::Route, route_name.into()), Bytes::from(rc.encode_to_vec()));
+        }
+    }
+}
+
+/// The names a client may dial: the FQDN and its short forms, with and
+/// without the port, and the VIPs with the port.
+fn domains(model: &Model, svc: &Service, port: u16) -> Vec<String> {
+    let mut names = vec![svc.hostname.to_string()];
+    let suffix = format!(".svc.{}", model.domain);
+    if let Some(short) = svc.hostname.strip_suffix(&suffix) {
+        names.push(format!("{short}.svc"));
+        names.push(short.to_owned());
+        if let Some((name, _)) = short.split_once('.') {
+            names.push(name.to_owned());
+        }
+    }
+    let mut out: Vec<String> = names.iter().flat_map(|n| [n.clone(), format!("{n}:{port}")]).collect();
+    out.extend(svc.vips.iter().map(|v| format!("{v}:{port}")));
+    out
+}
+
+fn string_match(m: &StringMatch) -> Option<matcher::StringMatcher> {
+    use matcher::string_matcher::MatchPattern;
+    let pattern = if let Some(e) = &m.exact {
+        MatchPattern::Exact(e.clone())
+    } else if let Some(p) = &m.prefix {
+        MatchPattern::Prefix(p.clone())
+    } else if let Some(r) = &m.regex {
+        MatchPattern::SafeRegex(matcher::RegexMatcher { regex: r.clone(), ..Default::default() })
+    } else {
+        return None;
+    };
+    Some(matcher::StringMatcher { match_pattern: Some(pattern), ignore_case: false })
+}
+
+fn header(name: &str, m: &StringMatch) -> Option<route::HeaderMatcher> {
+    Some(route::HeaderMatcher {
+        name: name.to_owned(),
+        header_match_specifier: Some(route::header_matcher::HeaderMatchSpecifier::StringMatch(string_match(m)?)),
+        ..Default::default()
+    })
+}
+
+/// gRPC status names as VirtualService writes them.
+fn grpc_code(name: &str) -> Option<u32> {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.iter().position(|n| *n == name).map(|i| i as u32)
+}
+
+fn percent(p: Option<f64>) -> Option<types::FractionalPercent> {
+    let v = p.unwrap_or(100.0).clamp(0.0, 100.0);
+    Some(types::FractionalPercent {
+        numerator: (v * 10_000.0).round() as u32,
+        denominator: types::fractional_percent::DenominatorType::Million as i32,
+    })
+}
+
+fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
+    let f = r.fault.as_ref()?;
+    let mut out = fault::HttpFault::default();
+    if let Some(a) = &f.abort {
+        let error_type = match (a.http_status, a.grpc_status.as_deref().and_then(grpc_code)) {
+            (Some(code), _) => fault::fault_abort::ErrorType::HttpStatus(code as u32),
+            (None, Some(code)) => fault::fault_abort::ErrorType::GrpcStatus(code),
+            (None, None) => return None,
+        };
+        out.abort = Some(fault::FaultAbort {
+            error_type: Some(error_type),
+            percentage: percent(a.percentage.as_ref().map(|p| p.value)),
+        });
+    }
+    if let Some(d) = &f.delay
+        && let Some(fixed) = d.fixed_delay.as_deref().and_then(|s| istiod_kubewatch::duration::parse(s).ok())
+    {
+        out.delay = Some(common_fault::FaultDelay {
+            fault_delay_secifier: Some(common_fault::fault_delay::FaultDelaySecifier::FixedDelay(Duration {
+                seconds: fixed.as_secs() as i64,
+                nanos: fixed.subsec_nanos() as i32,
+            })),
+            percentage: percent(d.percentage.as_ref().map(|p| p.value)),
+        });
+    }
+    Some(out)
+}
+
+fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
+    let default_cluster = format!("outbound|{port}||{}", svc.hostname);
+    let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
+        return vec![route::Route {
+            name: "default".into(),
+            r#match: Some(route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix(String::new())),
+                ..Default::default()
+            }),
+            action: Some(route::route::Action::Route(route::RouteAction {
+                cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(default_cluster)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }];
+    };
+    let ns = obj.meta.ns();
+    let mut out = Vec::new();
+    for (i, r) in vs.http.iter().enumerate() {
+        // Proxyless gRPC forwards only: redirects and direct responses are
+        // not supported by its xDS client, so such routes are left out.
+        if r.route.is_empty() {
+            continue;
+        }
+        let clusters: Vec<(String, u32)> = r
+            .route
+            .iter()
+            .filter_map(|d| {
+                let dest = d.destination.as_ref()?;
+                let host = model.resolve_host(&dest.host, ns);
+                let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
+                Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32))
+            })
+            .collect();
+        let specifier = if clusters.len() == 1 {
+            route::route_action::ClusterSpecifier::Cluster(clusters[0].0.clone())
+        } else {
+            let all_zero = clusters.iter().all(|(_, w)| *w == 0);
+            route::route_action::ClusterSpecifier::WeightedClusters(route::WeightedCluster {
+                clusters: clusters
+                    .iter()
+                    .map(|(name, w)| route::weighted_cluster::ClusterWeight {
+                        name: name.clone(),
+                        weight: Some(if all_zero { 1 } else { *w }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        };
+        let action = route::RouteAction { cluster_specifier: Some(specifier), ..Default::default() };
+        let mut per_filter = BTreeMap::new();
+        if let Some(f) = fault_config(r) {
+            per_filter.insert(FAULT_FILTER.to_owned(), any(&f));
+        }
+        let matches: Vec<route::RouteMatch> = if r.matches.is_empty() {
+            vec![route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix(String::new())),
+                ..Default::default()
+            }]
+        } else {
+            r.matches
+                .iter()
+                .map(|m| {
+                    use route::route_match::PathSpecifier;
+                    let path = match &m.uri {
+                        Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
+                        Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
+                        Some(StringMatch { regex: Some(re), .. }) => {
+                            PathSpecifier::SafeRegex(matcher::RegexMatcher { regex: re.clone(), ..Default::default() })
+                        }
+                        _ => PathSpecifier::Prefix(String::new()),
+                    };
+                    let mut headers: Vec<route::HeaderMatcher> =
+                        m.headers.iter().filter_map(|(n, v)| header(n, v)).collect();
+                    headers.extend(m.method.as_ref().and_then(|v| header(":method", v)));
+                    headers.extend(m.authority.as_ref().and_then(|v| header(":authority", v)));
+                    route::RouteMatch {
+                        path_specifier: Some(path),
+                        headers,
+                        case_sensitive: m.ignore_uri_case.then_some(false),
+                        ..Default::default()
+                    }
+                })
+                .collect()
+        };
+        for m in matches {
+            out.push(route::Route {
+                name: if r.name.is_empty() { format!("{}.{}.{i}", obj.meta.name, ns) } else { r.name.clone() },
+                r#match: Some(m),
+                action: Some(route::route::Action::Route(action.clone())),
+                typed_per_filter_config: per_filter.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}

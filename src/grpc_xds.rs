@@ -122,7 +122,7 @@ fn string_match(m: &StringMatch) -> Option<matcher::StringMatcher> {
     } else if let Some(p) = &m.prefix {
         MatchPattern::Prefix(p.clone())
     } else if let Some(r) = &m.regex {
-        MatchPattern::SafeRegex(matcher::RegexMatcher { regex: r.clone(), ..Default::default() })
+        MatchPattern::SafeRegex(matcher::RegexMatcher { regex: r.clone() })
     } else {
         return None;
     };
@@ -266,7 +266,7 @@ fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
                         Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
                         Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
                         Some(StringMatch { regex: Some(re), .. }) => {
-                            PathSpecifier::SafeRegex(matcher::RegexMatcher { regex: re.clone(), ..Default::default() })
+                            PathSpecifier::SafeRegex(matcher::RegexMatcher { regex: re.clone() })
                         }
                         _ => PathSpecifier::Prefix(String::new()),
                     };

@@ -92,6 +92,7 @@ endpoints:
 "#;
 
 #[test]
+#[allow(clippy::print_stdout, reason = "the measured split goes to the test log")]
 fn grpcio_xds_routes_by_the_mesh_config() {
     let backend_port = free_port("127.0.0.2").port();
     let dir = tempfile::tempdir().unwrap();

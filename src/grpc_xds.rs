@@ -100,7 +100,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
 
 /// The names a client may dial: the FQDN and its short forms, with and
 /// without the port, and the VIPs with the port.
-fn domains(model: &Model, svc: &Service, port: u16) -> Vec<String> {
+pub(crate) fn domains(model: &Model, svc: &Service, port: u16) -> Vec<String> {
     let mut names = vec![svc.hostname.to_string()];
     let suffix = format!(".svc.{}", model.domain);
     if let Some(short) = svc.hostname.strip_suffix(&suffix) {
@@ -197,13 +197,13 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
     Some(out)
 }
 
-fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
+pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
         return vec![route::Route {
             name: "default".into(),
             r#match: Some(route::RouteMatch {
-                path_specifier: Some(route::route_match::PathSpecifier::Prefix(String::new())),
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
                 ..Default::default()
             }),
             action: Some(route::route::Action::Route(route::RouteAction {
@@ -247,14 +247,34 @@ fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
                 ..Default::default()
             })
         };
-        let action = route::RouteAction { cluster_specifier: Some(specifier), ..Default::default() };
+        let duration = |d: Option<&String>| {
+            let d = istiod_kubewatch::duration::parse(d?).ok()?;
+            Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
+        };
+        let retry_policy = r.retries.as_ref().filter(|rt| rt.attempts > 0).map(|rt| route::RetryPolicy {
+            // istiod's default conditions when none are given.
+            retry_on: if rt.retry_on.is_empty() {
+                "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes".into()
+            } else {
+                rt.retry_on.clone()
+            },
+            num_retries: Some(rt.attempts as u32),
+            per_try_timeout: duration(rt.per_try_timeout.as_ref()),
+            ..Default::default()
+        });
+        let action = route::RouteAction {
+            cluster_specifier: Some(specifier),
+            timeout: duration(r.timeout.as_ref()),
+            retry_policy,
+            ..Default::default()
+        };
         let mut per_filter = BTreeMap::new();
         if let Some(f) = fault_config(r) {
             per_filter.insert(FAULT_FILTER.to_owned(), any(&f));
         }
         let matches: Vec<route::RouteMatch> = if r.matches.is_empty() {
             vec![route::RouteMatch {
-                path_specifier: Some(route::route_match::PathSpecifier::Prefix(String::new())),
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
                 ..Default::default()
             }]
         } else {
@@ -268,7 +288,7 @@ fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
                         Some(StringMatch { regex: Some(re), .. }) => {
                             PathSpecifier::SafeRegex(matcher::RegexMatcher { regex: re.clone() })
                         }
-                        _ => PathSpecifier::Prefix(String::new()),
+                        _ => PathSpecifier::Prefix("/".into()),
                     };
                     let mut headers: Vec<route::HeaderMatcher> =
                         m.headers.iter().filter_map(|(n, v)| header(n, v)).collect();

@@ -15,5 +15,6 @@ pub mod discovery;
 pub mod grpc_xds;
 pub mod logging;
 pub mod model;
+pub mod sidecar;
 pub mod simple;
 pub mod version;

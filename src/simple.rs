@@ -83,6 +83,7 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
         }
     }
     crate::grpc_xds::translate(model, &mut out);
+    crate::sidecar::translate(model, &mut out);
     out
 }
 

@@ -1,0 +1,264 @@
+//! Envoy sidecar listeners, routes and the fixed clusters, after istiod's
+//! `networking/core` (a first part): `virtualOutbound` on 0.0.0.0:15001 and
+//! `virtualInbound` on 0.0.0.0:15006 passing traffic through,
+//! `0.0.0.0_<port>` HTTP listeners using RDS `"<port>"`, `<VIP>_<port>` TCP
+//! listeners with tcp_proxy, route configurations `"<port>"` with a virtual
+//! host per service (VirtualService routes or a default route) and the
+//! `allow_any` passthrough host, and `BlackHoleCluster`,
+//! `PassthroughCluster`, `InboundPassthroughCluster`.
+//!
+//! Not yet: inbound listeners and clusters for the proxy's own workload,
+//! mTLS, Sidecar scoping and AuthorizationPolicy (they depend on the proxy,
+//! so they need per-class generation).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{
+    Filter, FilterChain, Listener, ListenerFilter, filter, listener_filter,
+};
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
+use istiod_proto::envoy::extensions::filters::listener::{
+    http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
+};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+use istiod_proto::prost::{Message, Name};
+use istiod_proto::prost_types::{Any, Duration};
+use istiod_xds::ads::Kind;
+
+use crate::model::{Model, Protocol, Resolution};
+
+/// Outbound capture port (istio-iptables `-p`).
+pub const OUTBOUND_PORT: u32 = 15001;
+/// Inbound capture port (istio-iptables `-z`).
+pub const INBOUND_PORT: u32 = 15006;
+
+fn any<M: Name>(m: &M) -> Any {
+    Any { type_url: M::type_url(), value: m.encode_to_vec() }
+}
+
+fn socket(ip: &str, port: u32) -> Option<core::Address> {
+    Some(core::Address {
+        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+            address: ip.to_owned(),
+            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(port)),
+            ..Default::default()
+        })),
+    })
+}
+
+fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
+    let t = tcp::TcpProxy {
+        stat_prefix: stat_prefix.to_owned(),
+        cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster.to_owned())),
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&t))),
+    }
+}
+
+fn listener_filter<M: Name>(name: &str, config: &M) -> ListenerFilter {
+    ListenerFilter {
+        name: name.to_owned(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(any(config))),
+        ..Default::default()
+    }
+}
+
+fn fixed_clusters(out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+    let timeout = Some(Duration { seconds: 10, nanos: 0 });
+    let black_hole = Cluster {
+        name: "BlackHoleCluster".into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),
+        connect_timeout: timeout,
+        ..Default::default()
+    };
+    let passthrough = |name: &str, bind: Option<&str>| Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
+        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
+        connect_timeout: timeout,
+        // Inbound passthrough leaves from 127.0.0.6 so iptables does not
+        // capture it again (istiod's InboundPassthroughBindIpv4).
+        upstream_bind_config: bind.map(|ip| core::BindConfig {
+            source_address: socket(ip, 0).and_then(|a| match a.address {
+                Some(core::address::Address::SocketAddress(s)) => Some(s),
+                _ => None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for c in [
+        black_hole,
+        passthrough("PassthroughCluster", None),
+        passthrough("InboundPassthroughCluster", Some("127.0.0.6")),
+    ] {
+        out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
+    }
+}
+
+/// Adds the sidecar listeners, routes and fixed clusters.
+pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+    fixed_clusters(out);
+    let virtual_outbound = Listener {
+        name: "virtualOutbound".into(),
+        address: socket("0.0.0.0", OUTBOUND_PORT),
+        use_original_dst: Some(true),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        // outboundTrafficPolicy ALLOW_ANY (mesh default): unknown
+        // destinations pass through.
+        filter_chains: vec![FilterChain {
+            name: "virtualOutbound-catchall-tcp".into(),
+            filters: vec![tcp_proxy("PassthroughCluster", "PassthroughCluster")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let virtual_inbound = Listener {
+        name: "virtualInbound".into(),
+        address: socket("0.0.0.0", INBOUND_PORT),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![
+            listener_filter("envoy.filters.listener.original_dst", &OriginalDst::default()),
+            listener_filter("envoy.filters.listener.tls_inspector", &TlsInspector::default()),
+            listener_filter("envoy.filters.listener.http_inspector", &HttpInspector::default()),
+        ],
+        filter_chains: vec![FilterChain {
+            name: "virtualInbound-catchall-tcp".into(),
+            filters: vec![tcp_proxy("InboundPassthroughCluster", "InboundPassthroughCluster")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for l in [virtual_outbound, virtual_inbound] {
+        out.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
+    }
+
+    // HTTP ports get one shared listener and route configuration per port;
+    // other ports a listener per service address.
+    let mut http_ports: BTreeSet<u16> = BTreeSet::new();
+    for svc in model.services.values() {
+        for port in &svc.ports {
+            match port.protocol {
+                p if p.is_http() => {
+                    http_ports.insert(port.port);
+                }
+                Protocol::Udp => {}
+                _ => {
+                    if svc.resolution == Resolution::Passthrough {
+                        continue; // headless TCP goes through virtualOutbound
+                    }
+                    for vip in &svc.vips {
+                        let name = format!("{vip}_{}", port.port);
+                        let cluster = format!("outbound|{}||{}", port.port, svc.hostname);
+                        let l = Listener {
+                            name: name.clone(),
+                            address: socket(vip, u32::from(port.port)),
+                            bind_to_port: Some(false),
+                            traffic_direction: core::TrafficDirection::Outbound as i32,
+                            filter_chains: vec![FilterChain {
+                                filters: vec![tcp_proxy(&cluster, &cluster)],
+                                ..Default::default()
+                            }],
+                            ..Default::default()
+                        };
+                        out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));
+                    }
+                }
+            }
+        }
+    }
+    for port in http_ports {
+        let name = format!("0.0.0.0_{port}");
+        let manager = hcm::HttpConnectionManager {
+            stat_prefix: format!("outbound_0.0.0.0_{port}"),
+            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+                config_source: Some(core::ConfigSource {
+                    config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+                        core::AggregatedConfigSource {},
+                    )),
+                    resource_api_version: core::ApiVersion::V3 as i32,
+                    ..Default::default()
+                }),
+                route_config_name: port.to_string(),
+            })),
+            http_filters: vec![
+                hcm::HttpFilter {
+                    name: "envoy.filters.http.fault".into(),
+                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
+                    ..Default::default()
+                },
+                hcm::HttpFilter {
+                    name: "envoy.filters.http.router".into(),
+                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
+                    ..Default::default()
+                },
+            ],
+            use_remote_address: Some(false),
+            normalize_path: Some(true),
+            ..Default::default()
+        };
+        let l = Listener {
+            name: name.clone(),
+            address: socket("0.0.0.0", u32::from(port)),
+            bind_to_port: Some(false),
+            traffic_direction: core::TrafficDirection::Outbound as i32,
+            filter_chains: vec![FilterChain {
+                filters: vec![Filter {
+                    name: "envoy.filters.network.http_connection_manager".into(),
+                    config_type: Some(filter::ConfigType::TypedConfig(any(&manager))),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));
+        let mut virtual_hosts: Vec<route::VirtualHost> = model
+            .services
+            .values()
+            .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
+            .map(|svc| route::VirtualHost {
+                name: format!("{}:{port}", svc.hostname),
+                domains: crate::grpc_xds::domains(model, svc, port),
+                routes: crate::grpc_xds::routes(model, svc, port),
+                include_request_attempt_count: true,
+                ..Default::default()
+            })
+            .collect();
+        virtual_hosts.push(route::VirtualHost {
+            name: "allow_any".into(),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                name: "allow_any".into(),
+                r#match: Some(route::RouteMatch {
+                    path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                    ..Default::default()
+                }),
+                action: Some(route::route::Action::Route(route::RouteAction {
+                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
+                        "PassthroughCluster".into(),
+                    )),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            include_request_attempt_count: true,
+            ..Default::default()
+        });
+        let rc = route::RouteConfiguration {
+            name: port.to_string(),
+            virtual_hosts,
+            validate_clusters: Some(false),
+            ..Default::default()
+        };
+        out.insert((Kind::Route, port.to_string().into()), Bytes::from(rc.encode_to_vec()));
+    }
+}

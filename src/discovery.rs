@@ -192,11 +192,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
             let handler: http::Handler = Rc::new(move |req| {
                 let (publisher, ready) = (publisher.clone(), ready.clone());
-                let (configz, model) = {
-                    let s = state.borrow();
-                    (s.configz.clone(), s.model.clone())
-                };
-                Box::pin(async move { debug(req, &publisher, &ready, &configz, &model).await })
+                let state = state.clone();
+                Box::pin(async move { debug(req, &publisher, &ready, &state).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }
@@ -348,13 +345,7 @@ async fn shutdown_signal() {
     }
 }
 
-async fn debug(
-    req: Request,
-    publisher: &Publisher,
-    ready: &AtomicBool,
-    configz: &Value,
-    model: &crate::model::Model,
-) -> Response {
+async fn debug(req: Request, publisher: &Publisher, ready: &AtomicBool, state: &Rc<RefCell<State>>) -> Response {
     match req.path.as_str() {
         "/ready" => {
             if ready.load(Ordering::SeqCst) {
@@ -382,14 +373,15 @@ async fn debug(
             None => Response::text(400, "proxyID is required\n"),
             Some(id) => {
                 match publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null()) {
-                    Some(v) => Response::json(&v),
+                    Some(v) => Response::json(&crate::config_dump::render(&v, &state.borrow().resources)),
                     None => Response::text(404, format!("proxy {id} is not connected\n")),
                 }
             }
         },
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
-        "/debug/configz" => Response::json(configz),
+        "/debug/configz" => Response::json(&state.borrow().configz),
         "/debug/registryz" => {
+            let model = state.borrow().model.clone();
             Response::json(&serde_json::to_value(model.services.values().collect::<Vec<_>>()).unwrap_or_default())
         }
         "/debug" => Response::text(

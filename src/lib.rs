@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod config_dump;
 pub mod control;
 pub mod discovery;
 pub mod grpc_xds;

@@ -108,7 +108,20 @@ def main():
         else:
             raise AssertionError(f"syncz never showed SYNCED: {rows}")
         dump = http_json(http_addr, "/debug/config_dump?proxyID=" + urllib.parse.quote(proxy))
-        assert dump["proxyId"] == proxy, dump
+        by_type = {c["@type"]: c for c in dump["configs"]}
+        clusters = by_type["type.googleapis.com/envoy.admin.v3.ClustersConfigDump"]["dynamic_active_clusters"]
+        assert REVIEWS in {c["cluster"]["name"] for c in clusters}, clusters
+        # Envoy's shape: each entry re-parses with the upstream types.
+        from google.protobuf import json_format
+        entry = next(c for c in clusters if c["cluster"]["name"] == REVIEWS)
+        from google.protobuf import any_pb2
+
+        packed = json_format.ParseDict(entry["cluster"], any_pb2.Any())
+        parsed = cluster_pb2.Cluster()
+        assert packed.Unpack(parsed), packed.type_url
+        assert parsed.eds_cluster_config.service_name == REVIEWS
+        eds = by_type["type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"]["dynamic_endpoint_configs"]
+        assert eds[0]["endpoint_config"]["clusterName"] == REVIEWS, eds
         s.close()
 
     def delta():

@@ -1,0 +1,109 @@
+//! `/debug/config_dump?proxyID=`: what a proxy was sent, as JSON in the
+//! shape of Envoy's own config dump (`envoy.admin.v3.*ConfigDump`), so the
+//! tools that read one read the other. The cores say which resources and
+//! versions a proxy has; the bytes come from the control thread's current
+//! resources and are rendered through the descriptors of `proto/` (Anys
+//! unpacked by type URL).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use istiod_xds::ads::Kind;
+use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use serde_json::{Value, json};
+
+fn pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        DescriptorPool::decode(istiod_proto::FILE_DESCRIPTOR_SET).expect("our own descriptor set decodes")
+    })
+}
+
+/// A resource as proto3 JSON with its `@type`, or an error note.
+pub fn to_json(kind: Kind, bytes: &Bytes) -> Value {
+    let name = kind.type_url().trim_start_matches(istiod_proto::type_url::PREFIX);
+    let Some(desc) = pool().get_message_by_name(name) else {
+        return json!({"error": format!("no descriptor for {name}")});
+    };
+    match DynamicMessage::decode(desc, bytes.clone()) {
+        Ok(msg) => {
+            let opts = SerializeOptions::new().stringify_64_bit_integers(true);
+            let mut ser = serde_json::Serializer::new(Vec::new());
+            match msg.serialize_with_options(&mut ser, &opts) {
+                Ok(()) => {
+                    let mut v: Value = serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null);
+                    if let Value::Object(m) = &mut v {
+                        m.insert("@type".into(), json!(kind.type_url()));
+                    }
+                    v
+                }
+                Err(e) => json!({"error": e.to_string()}),
+            }
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
+/// Builds the dump from a core's answer (`configs[]` of type URL, version
+/// and `[name, version]` resources) and the current resources.
+pub fn render(core_answer: &Value, resources: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Value {
+    let mut configs = Vec::new();
+    for c in core_answer["configs"].as_array().into_iter().flatten() {
+        let Some(kind) = c["type_url"].as_str().and_then(Kind::from_type_url) else { continue };
+        let version = c["version_info"].clone();
+        let items: Vec<(String, Value, Value)> = c["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                let name = r["name"].as_str()?.to_owned();
+                let body = resources.get(&(kind, Arc::from(name.as_str())))?;
+                Some((name, r["version"].clone(), to_json(kind, body)))
+            })
+            .collect();
+        configs.push(match kind {
+            Kind::Cluster => json!({
+                "@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump",
+                "version_info": version,
+                "dynamic_active_clusters": items.iter().map(|(_, v, b)| json!({"version_info": v, "cluster": b})).collect::<Vec<_>>(),
+            }),
+            Kind::Endpoint => json!({
+                "@type": "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump",
+                "dynamic_endpoint_configs": items.iter().map(|(_, v, b)| json!({"version_info": v, "endpoint_config": b})).collect::<Vec<_>>(),
+            }),
+            Kind::Listener => json!({
+                "@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump",
+                "version_info": version,
+                "dynamic_listeners": items.iter().map(|(n, v, b)| json!({"name": n, "active_state": {"version_info": v, "listener": b}})).collect::<Vec<_>>(),
+            }),
+            Kind::Route => json!({
+                "@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump",
+                "dynamic_route_configs": items.iter().map(|(_, v, b)| json!({"version_info": v, "route_config": b})).collect::<Vec<_>>(),
+            }),
+        });
+    }
+    json!({ "configs": configs })
+}
+
+#[cfg(test)]
+mod tests {
+    use istiod_proto::envoy::config::cluster::v3::Cluster;
+    use istiod_proto::prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn clusters_render_in_envoys_shape() {
+        let body = Bytes::from(Cluster { name: "outbound|80||a".into(), ..Default::default() }.encode_to_vec());
+        let resources = BTreeMap::from([((Kind::Cluster, Arc::from("outbound|80||a")), body)]);
+        let answer = json!({"configs": [{"type_url": Kind::Cluster.type_url(), "version_info": "3",
+                                         "resources": [{"name": "outbound|80||a", "version": "2"}]}]});
+        let dump = render(&answer, &resources);
+        let c = &dump["configs"][0];
+        assert_eq!(c["@type"], "type.googleapis.com/envoy.admin.v3.ClustersConfigDump");
+        assert_eq!(c["dynamic_active_clusters"][0]["version_info"], "2");
+        assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["name"], "outbound|80||a");
+        assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["@type"], Kind::Cluster.type_url());
+    }
+}

@@ -18,4 +18,5 @@ pub mod logging;
 pub mod model;
 pub mod sidecar;
 pub mod simple;
+pub mod traffic_policy;
 pub mod version;

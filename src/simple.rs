@@ -19,8 +19,10 @@ use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::{Kind, SimpleModel};
 
 use istiod_kubewatch::istio::IstioSpec;
+use istiod_kubewatch::istio::networking::DestinationRule;
 
 use crate::model::{Health, Locality, Model, Protocol, Resolution, Service};
+use crate::traffic_policy;
 
 /// One resource change for the engine's model.
 pub type Change = (Kind, Arc<str>, Option<Bytes>);
@@ -29,7 +31,9 @@ pub type Change = (Kind, Arc<str>, Option<Bytes>);
 pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     let mut out = BTreeMap::new();
     for svc in model.services.values() {
-        let subsets = subsets(model, &svc.hostname);
+        let dr = destination_rule(model, &svc.hostname);
+        let subsets: Vec<(String, BTreeMap<String, String>)> =
+            dr.map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect()).unwrap_or_default();
         for port in &svc.ports {
             if port.protocol == Protocol::Udp {
                 continue; // not proxied
@@ -78,6 +82,16 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                         c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
                     }
                 }
+                if let Some(dr) = dr {
+                    let top =
+                        dr.traffic_policy.as_ref().map(|p| traffic_policy::for_port(p, port.port)).unwrap_or_default();
+                    let sub = dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref());
+                    let policy = match sub {
+                        Some(sp) => traffic_policy::merge(&top, &traffic_policy::for_port(sp, port.port)),
+                        None => top,
+                    };
+                    traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
+                }
                 out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
             }
         }
@@ -87,18 +101,12 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     out
 }
 
-/// DestinationRule subsets of `host`: name and labels.
-fn subsets(model: &Model, host: &str) -> Vec<(String, BTreeMap<String, String>)> {
-    model
-        .routing
-        .iter()
-        .filter_map(|o| match &o.spec {
-            IstioSpec::DestinationRule(dr) if model.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
-            _ => None,
-        })
-        .take(1)
-        .flat_map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())))
-        .collect()
+/// The DestinationRule of `host` (the first by namespace and name).
+fn destination_rule<'a>(model: &'a Model, host: &str) -> Option<&'a DestinationRule> {
+    model.routing.iter().find_map(|o| match &o.spec {
+        IstioSpec::DestinationRule(dr) if model.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
+        _ => None,
+    })
 }
 
 fn load_assignment(

@@ -88,7 +88,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
                 virtual_hosts: vec![route::VirtualHost {
                     name: format!("{}:{}", svc.hostname, port.port),
                     domains: domains(model, svc, port.port),
-                    routes: routes(model, svc, port.port),
+                    routes: routes(model, svc, port.port, Flavor::Grpc),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -197,7 +197,78 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
     Some(out)
 }
 
-pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Route> {
+/// Who the routes are for: Envoy supports every action, proxyless gRPC
+/// only forwarding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// Envoy sidecars and gateways.
+    Envoy,
+    /// Proxyless gRPC.
+    Grpc,
+}
+
+fn header_ops(
+    h: Option<&istiod_kubewatch::istio::networking::HeaderOperations>,
+) -> (Vec<core::HeaderValueOption>, Vec<String>) {
+    let Some(h) = h else { return (Vec::new(), Vec::new()) };
+    let opt = |k: &String, v: &String, action: core::header_value_option::HeaderAppendAction| core::HeaderValueOption {
+        header: Some(core::HeaderValue { key: k.clone(), value: v.clone(), ..Default::default() }),
+        append_action: action as i32,
+        ..Default::default()
+    };
+    let mut add: Vec<core::HeaderValueOption> = h
+        .set
+        .iter()
+        .map(|(k, v)| opt(k, v, core::header_value_option::HeaderAppendAction::OverwriteIfExistsOrAdd))
+        .collect();
+    add.extend(
+        h.add.iter().map(|(k, v)| opt(k, v, core::header_value_option::HeaderAppendAction::AppendIfExistsOrAdd)),
+    );
+    (add, h.remove.clone())
+}
+
+fn envoy_action(r: &HttpRoute) -> Option<route::route::Action> {
+    if let Some(rd) = &r.redirect {
+        use route::redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier};
+        let code = match rd.redirect_code {
+            302 => RedirectResponseCode::Found,
+            303 => RedirectResponseCode::SeeOther,
+            307 => RedirectResponseCode::TemporaryRedirect,
+            308 => RedirectResponseCode::PermanentRedirect,
+            _ => RedirectResponseCode::MovedPermanently,
+        };
+        let path = if !rd.uri.is_empty() {
+            Some(PathRewriteSpecifier::PathRedirect(rd.uri.clone()))
+        } else if !rd.prefix_rewrite.is_empty() {
+            Some(PathRewriteSpecifier::PrefixRewrite(rd.prefix_rewrite.clone()))
+        } else {
+            None
+        };
+        return Some(route::route::Action::Redirect(route::RedirectAction {
+            host_redirect: rd.authority.clone(),
+            port_redirect: rd.port.unwrap_or(0),
+            response_code: code as i32,
+            scheme_rewrite_specifier: (!rd.scheme.is_empty())
+                .then(|| SchemeRewriteSpecifier::SchemeRedirect(rd.scheme.clone())),
+            path_rewrite_specifier: path,
+            ..Default::default()
+        }));
+    }
+    if let Some(d) = &r.direct_response {
+        let body = d.body.as_ref().and_then(|b| {
+            let specifier = match (&b.string, &b.bytes) {
+                (Some(s), _) => core::data_source::Specifier::InlineString(s.clone()),
+                (None, Some(b64)) => core::data_source::Specifier::InlineString(b64.clone()),
+                (None, None) => return None,
+            };
+            Some(core::DataSource { specifier: Some(specifier), ..Default::default() })
+        });
+        return Some(route::route::Action::DirectResponse(route::DirectResponseAction { status: d.status, body }));
+    }
+    None
+}
+
+pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<route::Route> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
         return vec![route::Route {
@@ -218,7 +289,8 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Rout
     for (i, r) in vs.http.iter().enumerate() {
         // Proxyless gRPC forwards only: redirects and direct responses are
         // not supported by its xDS client, so such routes are left out.
-        if r.route.is_empty() {
+        let fixed = if flavor == Flavor::Envoy { envoy_action(r) } else { None };
+        if r.route.is_empty() && fixed.is_none() {
             continue;
         }
         let clusters: Vec<(String, u32)> = r
@@ -231,7 +303,9 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Rout
                 Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32))
             })
             .collect();
-        let specifier = if clusters.len() == 1 {
+        let specifier = if clusters.is_empty() {
+            route::route_action::ClusterSpecifier::Cluster(default_cluster.clone())
+        } else if clusters.len() == 1 {
             route::route_action::ClusterSpecifier::Cluster(clusters[0].0.clone())
         } else {
             let all_zero = clusters.iter().all(|(_, w)| *w == 0);
@@ -262,12 +336,38 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Rout
             per_try_timeout: duration(rt.per_try_timeout.as_ref()),
             ..Default::default()
         });
-        let action = route::RouteAction {
+        let mut action = route::RouteAction {
             cluster_specifier: Some(specifier),
             timeout: duration(r.timeout.as_ref()),
             retry_policy,
             ..Default::default()
         };
+        if flavor == Flavor::Envoy {
+            if let Some(rw) = &r.rewrite {
+                action.prefix_rewrite = rw.uri.clone();
+                if !rw.authority.is_empty() {
+                    action.host_rewrite_specifier =
+                        Some(route::route_action::HostRewriteSpecifier::HostRewriteLiteral(rw.authority.clone()));
+                }
+            }
+            let mirrors = r.mirror.iter().map(|m| (m, r.mirror_percentage.as_ref().map(|p| p.value))).chain(
+                r.mirrors
+                    .iter()
+                    .filter_map(|m| m.destination.as_ref().map(|d| (d, m.percentage.as_ref().map(|p| p.value)))),
+            );
+            for (m, pct) in mirrors {
+                let host = model.resolve_host(&m.host, ns);
+                let mport = m.port.as_ref().map_or(port, |p| p.number as u16);
+                action.request_mirror_policies.push(route::route_action::RequestMirrorPolicy {
+                    cluster: format!("outbound|{mport}|{}|{host}", m.subset),
+                    runtime_fraction: Some(core::RuntimeFractionalPercent {
+                        default_value: percent(pct),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+            }
+        }
         let mut per_filter = BTreeMap::new();
         if let Some(f) = fault_config(r) {
             per_filter.insert(FAULT_FILTER.to_owned(), any(&f));
@@ -303,12 +403,54 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16) -> Vec<route::Rout
                 })
                 .collect()
         };
-        for m in matches {
+        if flavor == Flavor::Envoy
+            && let Some(c) = &r.cors_policy
+        {
+            let cors = istiod_proto::envoy::extensions::filters::http::cors::v3::CorsPolicy {
+                allow_origin_string_match: c.allow_origins.iter().filter_map(string_match).collect(),
+                allow_methods: c.allow_methods.join(","),
+                allow_headers: c.allow_headers.join(","),
+                expose_headers: c.expose_headers.join(","),
+                max_age: c
+                    .max_age
+                    .as_deref()
+                    .and_then(|d| istiod_kubewatch::duration::parse(d).ok())
+                    .map(|d| d.as_secs().to_string())
+                    .unwrap_or_default(),
+                allow_credentials: c.allow_credentials,
+                ..Default::default()
+            };
+            per_filter.insert("envoy.filters.http.cors".to_owned(), any(&cors));
+        }
+        let (req_add, req_remove) = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref()));
+        let (resp_add, resp_remove) = header_ops(r.headers.as_ref().and_then(|h| h.response.as_ref()));
+        let action = fixed.unwrap_or(route::route::Action::Route(action));
+        for (mut m, src) in matches.into_iter().zip(r.matches.iter().map(Some).chain(std::iter::repeat(None))) {
+            if let Some(src) = src {
+                m.query_parameters = src
+                    .query_params
+                    .iter()
+                    .filter_map(|(name, v)| {
+                        Some(route::QueryParameterMatcher {
+                            name: name.clone(),
+                            query_parameter_match_specifier: Some(
+                                route::query_parameter_matcher::QueryParameterMatchSpecifier::StringMatch(
+                                    string_match(v)?,
+                                ),
+                            ),
+                        })
+                    })
+                    .collect();
+            }
             out.push(route::Route {
                 name: if r.name.is_empty() { format!("{}.{}.{i}", obj.meta.name, ns) } else { r.name.clone() },
                 r#match: Some(m),
-                action: Some(route::route::Action::Route(action.clone())),
+                action: Some(action.clone()),
                 typed_per_filter_config: per_filter.clone(),
+                request_headers_to_add: req_add.clone(),
+                request_headers_to_remove: req_remove.clone(),
+                response_headers_to_add: resp_add.clone(),
+                response_headers_to_remove: resp_remove.clone(),
                 ..Default::default()
             });
         }

@@ -192,6 +192,13 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
             })),
             http_filters: vec![
                 hcm::HttpFilter {
+                    name: "envoy.filters.http.cors".into(),
+                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+                        &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+                    ))),
+                    ..Default::default()
+                },
+                hcm::HttpFilter {
                     name: "envoy.filters.http.fault".into(),
                     config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
                     ..Default::default()
@@ -228,7 +235,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
             .map(|svc| route::VirtualHost {
                 name: format!("{}:{port}", svc.hostname),
                 domains: crate::grpc_xds::domains(model, svc, port),
-                routes: crate::grpc_xds::routes(model, svc, port),
+                routes: crate::grpc_xds::routes(model, svc, port, crate::grpc_xds::Flavor::Envoy),
                 include_request_attempt_count: true,
                 ..Default::default()
             })

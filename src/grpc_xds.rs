@@ -197,6 +197,39 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
     Some(out)
 }
 
+/// The consistent-hash key of the first destination's DestinationRule
+/// (istiod puts it on the route; the cluster gets RING_HASH or MAGLEV).
+fn hash_policy(model: &Model, r: &HttpRoute, ns: &str, port: u16) -> Vec<route::route_action::HashPolicy> {
+    use route::route_action::hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter};
+    let Some(dest) = r.route.first().and_then(|d| d.destination.as_ref()) else { return Vec::new() };
+    let Some(dr) = model.destination_rule(&model.resolve_host(&dest.host, ns)) else { return Vec::new() };
+    let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
+    let top = dr.traffic_policy.as_ref().map(|p| crate::traffic_policy::for_port(p, dport)).unwrap_or_default();
+    let policy = match dr.subsets.iter().find(|s| s.name == dest.subset).and_then(|s| s.traffic_policy.as_ref()) {
+        Some(sp) => crate::traffic_policy::merge(&top, &crate::traffic_policy::for_port(sp, dport)),
+        None => top,
+    };
+    let Some(h) = policy.load_balancer.and_then(|lb| lb.consistent_hash) else { return Vec::new() };
+    let spec = if let Some(name) = h.http_header_name {
+        PolicySpecifier::Header(Header { header_name: name, ..Default::default() })
+    } else if let Some(c) = h.http_cookie {
+        let ttl = c.ttl.as_deref().and_then(|t| istiod_kubewatch::duration::parse(t).ok());
+        PolicySpecifier::Cookie(Cookie {
+            name: c.name,
+            path: c.path,
+            ttl: ttl.map(|d| Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }),
+            ..Default::default()
+        })
+    } else if h.use_source_ip == Some(true) {
+        PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
+    } else if let Some(q) = h.http_query_parameter_name {
+        PolicySpecifier::QueryParameter(QueryParameter { name: q })
+    } else {
+        return Vec::new();
+    };
+    vec![route::route_action::HashPolicy { policy_specifier: Some(spec), ..Default::default() }]
+}
+
 /// Who the routes are for: Envoy supports every action, proxyless gRPC
 /// only forwarding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -340,6 +373,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
             cluster_specifier: Some(specifier),
             timeout: duration(r.timeout.as_ref()),
             retry_policy,
+            hash_policy: hash_policy(model, r, ns, port),
             ..Default::default()
         };
         if flavor == Flavor::Envoy {

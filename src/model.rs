@@ -210,6 +210,14 @@ pub struct Model {
 }
 
 impl Model {
+    /// The DestinationRule of `host` (the first by namespace and name).
+    pub fn destination_rule(&self, host: &str) -> Option<&networking::DestinationRule> {
+        self.routing.iter().find_map(|o| match &o.spec {
+            IstioSpec::DestinationRule(dr) if self.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
+            _ => None,
+        })
+    }
+
     /// The FQDN a host written in config means, as istiod resolves it:
     /// `reviews` in namespace `ns` is `reviews.ns.svc.<domain>`, `reviews.ns`
     /// is `reviews.ns.svc.<domain>`, anything with more dots is taken as is.

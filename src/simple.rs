@@ -18,9 +18,6 @@ use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::{Kind, SimpleModel};
 
-use istiod_kubewatch::istio::IstioSpec;
-use istiod_kubewatch::istio::networking::DestinationRule;
-
 use crate::model::{Health, Locality, Model, Protocol, Resolution, Service};
 use crate::traffic_policy;
 
@@ -31,7 +28,7 @@ pub type Change = (Kind, Arc<str>, Option<Bytes>);
 pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     let mut out = BTreeMap::new();
     for svc in model.services.values() {
-        let dr = destination_rule(model, &svc.hostname);
+        let dr = model.destination_rule(&svc.hostname);
         let subsets: Vec<(String, BTreeMap<String, String>)> =
             dr.map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect()).unwrap_or_default();
         for port in &svc.ports {
@@ -99,14 +96,6 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     crate::grpc_xds::translate(model, &mut out);
     crate::sidecar::translate(model, &mut out);
     out
-}
-
-/// The DestinationRule of `host` (the first by namespace and name).
-fn destination_rule<'a>(model: &'a Model, host: &str) -> Option<&'a DestinationRule> {
-    model.routing.iter().find_map(|o| match &o.spec {
-        IstioSpec::DestinationRule(dr) if model.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
-        _ => None,
-    })
 }
 
 fn load_assignment(

@@ -50,5 +50,5 @@ fn check(input: &str, golden: &str) {
     let out = cmd.output().unwrap();
     let text = python::text(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("4 passed, 0 failed"), "{text}");
+    assert!(text.contains("5 passed, 0 failed"), "{text}");
 }

@@ -16,6 +16,24 @@ use tokio::sync::mpsc;
 use crate::simple::Change;
 use debounce::{Debouncer, Decision};
 
+/// What a source hands the store.
+#[derive(Default)]
+pub struct Input {
+    /// Shared resources that changed.
+    pub changes: Vec<Change>,
+    /// The translation input for per-class generation, when it changed.
+    pub mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Per-class resources whose inputs changed (they are generated on the
+    /// cores, so only their names are known here).
+    pub touched: Vec<(Kind, Arc<str>)>,
+}
+
+impl From<Vec<Change>> for Input {
+    fn from(changes: Vec<Change>) -> Self {
+        Input { changes, ..Input::default() }
+    }
+}
+
 /// The config store and publisher.
 pub struct Control {
     publisher: Publisher,
@@ -23,6 +41,8 @@ pub struct Control {
     version: u64,
     debouncer: Debouncer,
     pending: Vec<Change>,
+    pending_touched: Vec<(Kind, Arc<str>)>,
+    mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// When the oldest unpublished change arrived (convergence starts here).
     pending_since: Option<Instant>,
     ready: Arc<AtomicBool>,
@@ -37,6 +57,8 @@ impl Control {
             version: 0,
             debouncer,
             pending: Vec::new(),
+            pending_touched: Vec::new(),
+            mesh: None,
             pending_since: None,
             ready,
         }
@@ -48,12 +70,19 @@ impl Control {
     }
 
     /// Takes changes seen at `now`; returns when to look again.
-    pub fn submit(&mut self, changes: Vec<Change>, now: Instant) -> Decision {
-        if changes.is_empty() {
+    pub fn submit(&mut self, input: impl Into<Input>, now: Instant) -> Decision {
+        let Input { changes, mesh, touched } = input.into();
+        if let Some(m) = mesh {
+            self.mesh = Some(m);
+        }
+        // The very first input is published even when empty: it makes the
+        // server ready.
+        if changes.is_empty() && touched.is_empty() && self.version > 0 {
             return self.debouncer.poll(now);
         }
-        let endpoints_only = changes.iter().all(|(k, _, _)| *k == Kind::Endpoint);
+        let endpoints_only = touched.is_empty() && changes.iter().all(|(k, _, _)| *k == Kind::Endpoint);
         self.pending.extend(changes);
+        self.pending_touched.extend(touched);
         self.pending_since.get_or_insert(now);
         match self.debouncer.on_change(now, endpoints_only) {
             Decision::Publish => {
@@ -81,9 +110,19 @@ impl Control {
         let changes = std::mem::take(&mut self.pending);
         let changed_at = self.pending_since.take().unwrap_or_else(Instant::now);
         self.version += 1;
-        let (model, delta) = self.model.apply(self.version, changes);
+        let (model, mut delta) = self.model.apply(self.version, changes);
+        let touched = std::mem::take(&mut self.pending_touched);
+        if let istiod_xds::ads::Delta::Resources(r) = &mut delta
+            && !touched.is_empty()
+        {
+            r.extend(touched);
+            r.sort();
+            r.dedup();
+        }
         self.model = model;
-        let snap = Arc::new(Snapshot { version: self.version, changed_at, model: Arc::new(self.model.clone()) });
+        let mut snap = Snapshot::new(self.version, changed_at, Arc::new(self.model.clone()));
+        snap.mesh = self.mesh.clone();
+        let snap = Arc::new(snap);
         tracing::debug!(target: "ads", version = self.version, ?delta, "publish");
         self.publisher.publish(snap, delta);
         self.ready.store(true, Ordering::SeqCst);
@@ -92,7 +131,7 @@ impl Control {
 
 /// Runs the store: applies what arrives on `rx`, publishing as the
 /// debouncer says, until `rx` closes.
-pub async fn run(mut control: Control, mut rx: mpsc::UnboundedReceiver<Vec<Change>>) {
+pub async fn run(mut control: Control, mut rx: mpsc::UnboundedReceiver<Input>) {
     let mut wake: Option<Instant> = None;
     loop {
         let next = tokio::select! {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use istiod_xds::ads::{self, AdsFactory, DebugQuery, Publisher, SimpleGenerator, Snapshot};
+use istiod_xds::ads::{self, AdsFactory, DebugQuery, Publisher, Snapshot};
 use istiod_xds::grpc::GrpcLimits;
 use istiod_xds::h2::Limits;
 use istiod_xds::server::{self, ListenerConfig, ServerConfig, tls};
@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use crate::config::{Config, ListenAddr, Source};
 use crate::control::http::{self, Request, Response};
 use crate::control::{self, Control, debounce::Debouncer};
+use crate::inbound::{MeshGenerator, MeshInput};
 use crate::model::Model;
 use crate::simple;
 use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
@@ -85,12 +86,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
         format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
-    let factory = AdsFactory::new(
-        Arc::new(SimpleGenerator),
-        receivers,
-        Arc::new(Snapshot::empty(Instant::now())),
-        &control_plane,
-    );
+    let factory =
+        AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane);
 
     let k = &config.keepalive;
     let limits = Limits {
@@ -222,6 +219,7 @@ struct State {
     model: Arc<Model>,
     configz: Value,
     resources: std::collections::BTreeMap<(istiod_xds::ads::Kind, Arc<str>), bytes::Bytes>,
+    inbound_generation: Option<u64>,
 }
 
 fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
@@ -255,34 +253,39 @@ fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
 }
 
 /// Rebuilds the model from `objects` and sends the resource changes.
-fn apply(
-    state: &RefCell<State>,
-    objects: &istiod_kubewatch::objects::Objects,
-    configz: Value,
-    domain: &str,
-    tx: &mpsc::UnboundedSender<Vec<simple::Change>>,
-) {
+fn apply(state: &RefCell<State>, objects: &istiod_kubewatch::objects::Objects, configz: Value, domain: &str, tx: &Tx) {
     let model = Arc::new(Model::build(objects, domain));
     let resources = simple::translate(&model);
+    let mesh = Arc::new(MeshInput::new(model.clone()));
     let mut s = state.borrow_mut();
     let changes = simple::diff_maps(&s.resources, &resources);
+    // Per-class resources are generated on the cores: if their inputs
+    // changed, mark every name they may have, before and after.
+    let mut touched = Vec::new();
+    if s.inbound_generation != Some(mesh.inbound_generation) {
+        touched.extend(crate::inbound::all_names(&s.model));
+        touched.extend(crate::inbound::all_names(&model));
+    }
     let first = s.configz.is_null();
     s.configz = configz;
     s.model = model;
     s.resources = resources;
-    // The first state is published even when empty: it makes the server ready.
-    if first || !changes.is_empty() {
+    s.inbound_generation = Some(mesh.inbound_generation);
+    if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(target: "model", changes = changes.len(), "mesh changed");
-        let _ = tx.send(changes);
+        let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;
+        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched });
     }
 }
+
+type Tx = mpsc::UnboundedSender<crate::control::Input>;
 
 /// Reloads the directory on every burst of file events.
 async fn watch_dir(
     mut source: ConfigDir,
     dir: std::path::PathBuf,
     mut wake: mpsc::UnboundedReceiver<()>,
-    tx: mpsc::UnboundedSender<Vec<simple::Change>>,
+    tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
 ) {
@@ -302,7 +305,7 @@ async fn watch_dir(
 /// Follows the Kubernetes source: every complete object set rebuilds the model.
 async fn watch_kube(
     mut rx: tokio::sync::watch::Receiver<Option<istiod_kubewatch::objects::Objects>>,
-    tx: mpsc::UnboundedSender<Vec<simple::Change>>,
+    tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
     cluster_id: String,

@@ -14,6 +14,7 @@ pub mod config_dump;
 pub mod control;
 pub mod discovery;
 pub mod grpc_xds;
+pub mod inbound;
 pub mod logging;
 pub mod model;
 pub mod sidecar;

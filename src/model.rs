@@ -190,6 +190,8 @@ pub struct Service {
     pub resolution: Resolution,
     /// Outside the mesh (ServiceEntry `MESH_EXTERNAL`).
     pub mesh_external: bool,
+    /// Pod labels the service selects (Service `spec.selector`).
+    pub selector: BTreeMap<String, String>,
     /// Endpoints, ordered.
     pub endpoints: Vec<Endpoint>,
 }
@@ -207,6 +209,9 @@ pub struct Model {
     /// (namespace, name), for translation.
     #[serde(skip)]
     pub routing: Vec<IstioObject>,
+    /// PeerAuthentications and AuthorizationPolicies, same order.
+    #[serde(skip)]
+    pub security: Vec<IstioObject>,
 }
 
 impl Model {
@@ -265,6 +270,13 @@ impl Model {
             .cloned()
             .collect();
         model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+        model.security = objs
+            .istio
+            .iter()
+            .filter(|o| matches!(o.spec, IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_)))
+            .cloned()
+            .collect();
+        model.security.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }
@@ -371,6 +383,7 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
                 ports: ports.clone(),
                 resolution,
                 mesh_external: se.location == networking::Location::MeshExternal,
+                selector: BTreeMap::new(),
                 endpoints,
             }
         })
@@ -470,6 +483,7 @@ fn service(
             Resolution::ClientSideLb
         },
         mesh_external: external_name,
+        selector: svc.spec.selector.clone(),
         endpoints,
     }
 }

@@ -1,15 +1,14 @@
 //! Envoy sidecar listeners, routes and the fixed clusters, after istiod's
-//! `networking/core` (a first part): `virtualOutbound` on 0.0.0.0:15001 and
-//! `virtualInbound` on 0.0.0.0:15006 passing traffic through,
+//! `networking/core` (the parts every sidecar shares; `inbound.rs` makes
+//! the per-workload ones): `virtualOutbound` on 0.0.0.0:15001 passing
+//! unknown traffic through,
 //! `0.0.0.0_<port>` HTTP listeners using RDS `"<port>"`, `<VIP>_<port>` TCP
 //! listeners with tcp_proxy, route configurations `"<port>"` with a virtual
 //! host per service (VirtualService routes or a default route) and the
 //! `allow_any` passthrough host, and `BlackHoleCluster`,
 //! `PassthroughCluster`, `InboundPassthroughCluster`.
 //!
-//! Not yet: inbound listeners and clusters for the proxy's own workload,
-//! mTLS, Sidecar scoping and AuthorizationPolicy (they depend on the proxy,
-//! so they need per-class generation).
+//! Not yet: Sidecar scoping and AuthorizationPolicy.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,14 +16,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
-use istiod_proto::envoy::config::listener::v3::{
-    Filter, FilterChain, Listener, ListenerFilter, filter, listener_filter,
-};
+use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
-use istiod_proto::envoy::extensions::filters::listener::{
-    http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
-};
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
 use istiod_proto::prost::{Message, Name};
@@ -61,14 +55,6 @@ fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
     Filter {
         name: "envoy.filters.network.tcp_proxy".into(),
         config_type: Some(filter::ConfigType::TypedConfig(any(&t))),
-    }
-}
-
-fn listener_filter<M: Name>(name: &str, config: &M) -> ListenerFilter {
-    ListenerFilter {
-        name: name.to_owned(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(any(config))),
-        ..Default::default()
     }
 }
 
@@ -122,25 +108,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
         }],
         ..Default::default()
     };
-    let virtual_inbound = Listener {
-        name: "virtualInbound".into(),
-        address: socket("0.0.0.0", INBOUND_PORT),
-        traffic_direction: core::TrafficDirection::Inbound as i32,
-        listener_filters: vec![
-            listener_filter("envoy.filters.listener.original_dst", &OriginalDst::default()),
-            listener_filter("envoy.filters.listener.tls_inspector", &TlsInspector::default()),
-            listener_filter("envoy.filters.listener.http_inspector", &HttpInspector::default()),
-        ],
-        filter_chains: vec![FilterChain {
-            name: "virtualInbound-catchall-tcp".into(),
-            filters: vec![tcp_proxy("InboundPassthroughCluster", "InboundPassthroughCluster")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    for l in [virtual_outbound, virtual_inbound] {
-        out.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
-    }
+    out.insert((Kind::Listener, virtual_outbound.name.as_str().into()), Bytes::from(virtual_outbound.encode_to_vec()));
 
     // HTTP ports get one shared listener and route configuration per port;
     // other ports a listener per service address.

@@ -8,13 +8,15 @@ mod python;
 
 use std::path::Path;
 
+use istiod::inbound::{MeshGenerator, MeshInput};
 use istiod::model::Model;
 use istiod::simple;
-use istiod_xds::ads::Kind;
+use istiod_xds::ads::node::{NodeType, ProxyClass};
+use istiod_xds::ads::{Generator, Kind, Snapshot};
 
 #[test]
 fn bundled_mesh_matches_the_golden_files() {
-    check("examples/bookinfo", "tests/golden/bookinfo");
+    check("examples/bookinfo", "tests/golden/bookinfo", ("bookinfo", &[("app", "reviews"), ("version", "v1")]));
 }
 
 /// One of each translation feature: redirect, direct response, regex and
@@ -23,23 +25,42 @@ fn bundled_mesh_matches_the_golden_files() {
 /// headless and DNS services, TCP listeners.
 #[test]
 fn each_feature_matches_the_golden_files() {
-    check("tests/golden/features/input", "tests/golden/features");
+    check("tests/golden/features/input", "tests/golden/features", ("shop", &[("app", "web"), ("version", "v2")]));
 }
 
-fn check(input: &str, golden: &str) {
+/// Also generates the per-class resources of one sidecar (namespace,
+/// labels), named `<resource>@<labels>` in the golden files.
+fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let loaded = istiod_kubewatch::config_dir::load(&root.join(input)).unwrap();
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let objs = loaded.objects;
-    let resources = simple::translate(&Model::build(&objs, "cluster.local"));
+    let model = std::sync::Arc::new(Model::build(&objs, "cluster.local"));
+    let mut resources: Vec<((Kind, String), bytes::Bytes)> =
+        simple::translate(&model).into_iter().map(|((k, n), b)| ((k, n.to_string()), b)).collect();
+    let class = ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: ns.into(),
+        generator: "".into(),
+        labels: labels.iter().map(|(k, v)| (std::sync::Arc::from(*k), std::sync::Arc::from(*v))).collect(),
+    };
+    let mut snap = Snapshot::empty(std::time::Instant::now());
+    snap.mesh = Some(std::sync::Arc::new(MeshInput::new(model.clone())));
+    let tag = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    for kind in [Kind::Listener, Kind::Cluster] {
+        for name in MeshGenerator.wildcard_names(&snap, &class, kind) {
+            let body = MeshGenerator.generate(&snap, &class, kind, &name).expect("per-class resource");
+            resources.push(((kind, format!("{name}@{tag}")), body));
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut manifest = Vec::new();
     for (i, ((kind, name), bytes)) in resources.iter().enumerate() {
         let file = format!("{i}.bin");
         std::fs::write(dir.path().join(&file), bytes).unwrap();
-        manifest.push(serde_json::json!({"kind": kind.short().to_lowercase(), "name": &**name, "type": kind.type_url(), "file": file}));
+        manifest.push(serde_json::json!({"kind": kind.short().to_lowercase(), "name": name, "type": kind.type_url(), "file": file}));
     }
-    assert!(resources.keys().any(|(k, _)| *k == Kind::Listener), "listeners are generated");
+    assert!(resources.iter().any(|((k, n), _)| *k == Kind::Listener && n.starts_with("virtualInbound@")));
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_vec(&manifest).unwrap()).unwrap();
     let golden = root.join(golden);
     let mut cmd = std::process::Command::new(python::python());

@@ -46,8 +46,7 @@ fn fanout(c: &mut Criterion) {
     let cluster = Bytes::from(Cluster { name: EDS.into(), ..Default::default() }.encode_to_vec());
     let (mut model, delta) = SimpleModel::default()
         .apply(version, vec![(Kind::Cluster, EDS.into(), Some(cluster)), (Kind::Endpoint, EDS.into(), Some(cla(0)))]);
-    publisher
-        .publish(Arc::new(Snapshot { version, changed_at: Instant::now(), model: Arc::new(model.clone()) }), delta);
+    publisher.publish(Arc::new(Snapshot::new(version, Instant::now(), Arc::new(model.clone()))), delta);
     let clients = fanout::start(server.addrs()[0], PROXIES, EDS);
     let deadline = Instant::now() + Duration::from_secs(60);
     while clients.synced.load(Ordering::SeqCst) < PROXIES {
@@ -64,8 +63,7 @@ fn fanout(c: &mut Criterion) {
                 let (m, delta) = model.apply(version, vec![(Kind::Endpoint, EDS.into(), Some(cla(version as u32)))]);
                 model = m;
                 let start = Instant::now();
-                publisher
-                    .publish(Arc::new(Snapshot { version, changed_at: start, model: Arc::new(model.clone()) }), delta);
+                publisher.publish(Arc::new(Snapshot::new(version, start, Arc::new(model.clone()))), delta);
                 while clients.acked.iter().any(|a| a.load(Ordering::SeqCst) < version) {
                     std::hint::spin_loop();
                     std::thread::yield_now();

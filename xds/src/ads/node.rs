@@ -65,6 +65,9 @@ pub struct ProxyClass {
     pub namespace: Arc<str>,
     /// Generator (`GENERATOR` metadata; empty for Envoy).
     pub generator: Arc<str>,
+    /// Workload labels (`LABELS` metadata, sorted): they select the
+    /// proxy's services and policies.
+    pub labels: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -138,7 +141,12 @@ impl Proxy {
             ip: parts[1].into(),
             workload: workload.into(),
             domain: parts[3].into(),
-            class: ProxyClass { node_type, namespace: namespace.clone(), generator: generator.clone() },
+            class: ProxyClass {
+                node_type,
+                namespace: namespace.clone(),
+                generator: generator.clone(),
+                labels: labels.clone(),
+            },
             namespace,
             cluster_id: s("CLUSTER_ID"),
             istio_version: s("ISTIO_VERSION"),

@@ -76,21 +76,37 @@ pub struct SimpleModel {
 }
 
 /// An immutable view of the mesh at one version.
-#[derive(Debug)]
 pub struct Snapshot {
     /// Increases with every publish; the SotW `version_info`.
     pub version: u64,
     /// When the watcher core saw the first change this snapshot carries
     /// (convergence is measured from here to the proxy's ACK).
     pub changed_at: Instant,
-    /// The content.
+    /// Resources every proxy class shares, encoded once.
     pub model: Arc<SimpleModel>,
+    /// The translation's own input, for generators that build resources
+    /// per proxy class (opaque to the engine).
+    pub mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("version", &self.version)
+            .field("mesh", &self.mesh.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Snapshot {
+    /// A snapshot of shared resources only.
+    pub fn new(version: u64, changed_at: Instant, model: Arc<SimpleModel>) -> Self {
+        Self { version, changed_at, model, mesh: None }
+    }
+
     /// The empty snapshot the cores start with (version 0).
     pub fn empty(now: Instant) -> Self {
-        Self { version: 0, changed_at: now, model: Arc::default() }
+        Self::new(0, now, Arc::default())
     }
 }
 

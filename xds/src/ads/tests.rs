@@ -51,7 +51,7 @@ proptest! {
         let all: Vec<(Kind, Arc<str>, Option<Bytes>)> =
             (0..10u8).map(|n| (Kind::Endpoint, Arc::from(n.to_string()), Some(Bytes::from(vec![n])))).collect();
         model = model.apply(1, all).0;
-        let mut snap = Snapshot { version: 1, changed_at: Instant::now(), model: Arc::new(model.clone()) };
+        let mut snap = Snapshot::new(1, Instant::now(), Arc::new(model.clone()));
         let mut cache = Cache::default();
         let mut seq = 0u64;
         let mut nonce = || -> Arc<str> { seq += 1; seq.to_string().into() };
@@ -79,7 +79,7 @@ proptest! {
                 changed.extend(r.iter().map(|(_, n)| n.to_string()));
             }
             model = m;
-            snap = Snapshot { version, changed_at: Instant::now(), model: Arc::new(model.clone()) };
+            snap = Snapshot::new(version, Instant::now(), Arc::new(model.clone()));
             s.on_delta_update(&delta);
         }
         let out = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() }, Some(Instant::now()));

@@ -54,7 +54,7 @@ impl TestServer {
         let changes = changes.into_iter().map(|(k, n, b)| (k, Arc::from(n), b)).collect();
         let (model, delta) = self.model.apply(self.version, changes);
         self.model = model.clone();
-        let snap = Arc::new(Snapshot { version: self.version, changed_at: Instant::now(), model: Arc::new(model) });
+        let snap = Arc::new(Snapshot::new(self.version, Instant::now(), Arc::new(model)));
         self.publisher.publish(snap, delta);
         self.version
     }
@@ -82,11 +82,7 @@ impl TestServer {
 
     pub(crate) fn publish_full(&mut self) {
         self.version += 1;
-        let snap = Arc::new(Snapshot {
-            version: self.version,
-            changed_at: Instant::now(),
-            model: Arc::new(self.model.clone()),
-        });
+        let snap = Arc::new(Snapshot::new(self.version, Instant::now(), Arc::new(self.model.clone())));
         self.publisher.publish(snap, Delta::Full);
     }
 }

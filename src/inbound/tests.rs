@@ -1,0 +1,107 @@
+use std::path::Path;
+
+use istiod_proto::envoy::config::listener::v3::Listener;
+use istiod_xds::ads::node::NodeType;
+
+use super::*;
+
+fn bookinfo() -> Arc<Model> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    Arc::new(Model::build(&istiod_kubewatch::config_dir::load(&dir).unwrap().objects, "cluster.local"))
+}
+
+fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
+    ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: ns.into(),
+        generator: "".into(),
+        labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
+    }
+}
+
+fn with_security(model: &Model, yaml: &str) -> Model {
+    let mut m = model.clone();
+    for doc in istiod_kubewatch::config_dir::parse_file(yaml).docs {
+        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+        m.security.insert(0, o);
+    }
+    m
+}
+
+#[test]
+fn reviews_gets_its_port_under_the_mesh_wide_strict_policy() {
+    let m = bookinfo();
+    let c = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
+    let ports = inbound_ports(&m, &c);
+    assert_eq!(ports, vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict }]);
+    let l = virtual_inbound(&m, &c);
+    let names: Vec<&str> = l.filter_chains.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, vec!["inbound|9080-tls", "virtualInbound-catchall-tls"], "STRICT: TLS chains only");
+    assert!(l.filter_chains.iter().all(|f| f.transport_socket.is_some()));
+    assert_eq!(l.filter_chains[0].filter_chain_match.as_ref().unwrap().destination_port, Some(9080));
+    // A workload no service selects has only the catch-all.
+    assert_eq!(virtual_inbound(&m, &class("bookinfo", &[("app", "nothing")])).filter_chains.len(), 1);
+}
+
+#[test]
+fn namespace_and_port_level_policies_override_the_mesh() {
+    let m = with_security(
+        &bookinfo(),
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ns, namespace: bookinfo}\nspec: {mtls: {mode: PERMISSIVE}}\n---\n\
+         apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ratings, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: ratings}}, mtls: {mode: UNSET}, portLevelMtls: {9080: {mode: DISABLE}}}\n",
+    );
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    assert_eq!(mtls_mode(&m, &reviews, 9080), MtlsMode::Permissive);
+    let chains: Vec<String> = virtual_inbound(&m, &reviews).filter_chains.iter().map(|f| f.name.clone()).collect();
+    assert_eq!(
+        chains[..2],
+        ["inbound|9080-tls".to_owned(), "inbound|9080".to_owned()],
+        "PERMISSIVE: TLS and plaintext"
+    );
+    let ratings = class("bookinfo", &[("app", "ratings")]);
+    assert_eq!(mtls_mode(&m, &ratings, 9080), MtlsMode::Disable, "port-level wins");
+    assert_eq!(mtls_mode(&m, &ratings, 1234), MtlsMode::Permissive, "UNSET inherits from the namespace");
+}
+
+#[test]
+fn generator_serves_per_class_resources_and_shared_ones() {
+    let m = bookinfo();
+    let mut shared = SimpleModel_for(&m);
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(std::mem::take(&mut shared)));
+    let input = MeshInput::new(m.clone());
+    let generation = input.inbound_generation;
+    snap.mesh = Some(Arc::new(input));
+    let g = MeshGenerator;
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    let listeners = g.wildcard_names(&snap, &reviews, Kind::Listener);
+    assert!(listeners.iter().any(|n| &**n == VIRTUAL_INBOUND));
+    assert!(listeners.iter().any(|n| &**n == "0.0.0.0_9080"), "shared listeners too");
+    assert!(g.wildcard_names(&snap, &reviews, Kind::Cluster).iter().any(|n| &**n == "inbound|9080||"));
+    assert_eq!(g.input_generation(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND), Some(generation));
+    let l = Listener::decode(g.generate(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).unwrap()).unwrap();
+    assert_eq!(l.filter_chains.len(), 2);
+    // Proxyless gRPC gets none of it.
+    let grpc = ProxyClass { generator: "grpc".into(), ..reviews.clone() };
+    assert!(!g.wildcard_names(&snap, &grpc, Kind::Listener).iter().any(|n| &**n == VIRTUAL_INBOUND));
+    assert_eq!(g.generate(&snap, &grpc, Kind::Listener, VIRTUAL_INBOUND), None);
+    // Another class's inbound cluster does not exist for this one.
+    assert_eq!(g.input_generation(&snap, &reviews, Kind::Cluster, "inbound|27017||"), None);
+}
+
+#[allow(non_snake_case, reason = "reads as the type it builds")]
+fn SimpleModel_for(m: &Model) -> istiod_xds::ads::SimpleModel {
+    let changes = crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &crate::simple::translate(m));
+    istiod_xds::ads::SimpleModel::default().apply(1, changes).0
+}
+
+#[test]
+fn the_fingerprint_follows_inputs_only() {
+    let m = bookinfo();
+    assert_eq!(MeshInput::new(m.clone()).inbound_generation, MeshInput::new(bookinfo()).inbound_generation);
+    let changed = with_security(
+        &m,
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: x, namespace: bookinfo}\nspec: {mtls: {mode: DISABLE}}\n",
+    );
+    assert_ne!(MeshInput::new(m).inbound_generation, MeshInput::new(Arc::new(changed)).inbound_generation);
+}

@@ -15,7 +15,7 @@ use istiod_proto::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
 };
 use istiod_proto::prost::Message;
-use istiod_proto::prost_types::Duration;
+use istiod_proto::prost_types::{Duration, Struct, Value, value::Kind as ValueKind};
 use istiod_xds::ads::{Kind, SimpleModel};
 
 use crate::model::{Health, Locality, Model, Protocol, Resolution, Service};
@@ -79,6 +79,7 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                         c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
                     }
                 }
+                let mut explicit_tls = false;
                 if let Some(dr) = dr {
                     let top =
                         dr.traffic_policy.as_ref().map(|p| traffic_policy::for_port(p, port.port)).unwrap_or_default();
@@ -87,7 +88,11 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                         Some(sp) => traffic_policy::merge(&top, &traffic_policy::for_port(sp, port.port)),
                         None => top,
                     };
+                    explicit_tls = policy.tls.is_some();
                     traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
+                }
+                if !explicit_tls && !svc.mesh_external && svc.endpoints.iter().any(|e| e.tls_mode == "istio") {
+                    traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
                 }
                 out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
             }
@@ -126,7 +131,19 @@ fn load_assignment(
             })),
             health_status: health as i32,
             load_balancing_weight: Some(1),
-            ..Default::default()
+            // Picks the cluster's transport socket (auto mTLS).
+            metadata: (ep.tls_mode == "istio").then(|| core::Metadata {
+                filter_metadata: BTreeMap::from([(
+                    "envoy.transport_socket_match".to_owned(),
+                    Struct {
+                        fields: BTreeMap::from([(
+                            "tlsMode".to_owned(),
+                            Value { kind: Some(ValueKind::StringValue("istio".into())) },
+                        )]),
+                    },
+                )]),
+                ..Default::default()
+            }),
         });
     }
     ClusterLoadAssignment {

@@ -71,6 +71,37 @@ pub fn merge(base: &TrafficPolicy, over: &TrafficPolicy) -> TrafficPolicy {
     p
 }
 
+/// Auto mTLS (istiod's default): with no TLS setting in the
+/// DestinationRule, endpoints labelled `security.istio.io/tlsMode: istio`
+/// (they run a sidecar) get ISTIO_MUTUAL and the others plaintext, chosen
+/// per endpoint through `transport_socket_matches` and the endpoint
+/// metadata `envoy.transport_socket_match`.
+pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str) {
+    use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
+    let istio = ClientTlsSettings { mode: ClientTlsMode::IstioMutual, ..ClientTlsSettings::default() };
+    let criteria = Struct {
+        fields: BTreeMap::from([("tlsMode".to_owned(), Value { kind: Some(V::StringValue("istio".into())) })]),
+    };
+    let raw = core::TransportSocket {
+        name: "envoy.transport_sockets.raw_buffer".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(
+            &istiod_proto::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer::default(),
+        ))),
+    };
+    c.transport_socket_matches = vec![
+        cluster::TransportSocketMatch {
+            name: "tlsMode-istio".into(),
+            r#match: Some(criteria),
+            transport_socket: transport_socket(&istio, &format!("outbound_.{port}_.{subset}_.{sni_host}")),
+        },
+        cluster::TransportSocketMatch {
+            name: "tlsMode-disabled".into(),
+            r#match: Some(Struct::default()),
+            transport_socket: Some(raw),
+        },
+    ];
+}
+
 /// Applies `policy` to `c`.
 pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16, subset: &str) {
     if let Some(lb) = &policy.load_balancer {

@@ -218,9 +218,29 @@ fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
     }
 }
 
-fn network_filters(p: &InboundPort) -> Vec<Filter> {
+fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Filter> {
     let cluster = format!("inbound|{}||", p.port);
+    let rbacs = crate::authz::rbacs(model, class, p.protocol.is_http());
     if p.protocol.is_http() {
+        let mut http_filters: Vec<hcm::HttpFilter> = [rbacs.deny, rbacs.allow]
+            .into_iter()
+            .flatten()
+            .map(|rules| hcm::HttpFilter {
+                name: "envoy.filters.http.rbac".into(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+                    &istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
+                        rules: Some(rules),
+                        ..Default::default()
+                    },
+                ))),
+                ..Default::default()
+            })
+            .collect();
+        http_filters.push(hcm::HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
+            ..Default::default()
+        });
         let rc = route::RouteConfiguration {
             name: cluster.clone(),
             virtual_hosts: vec![route::VirtualHost {
@@ -247,11 +267,7 @@ fn network_filters(p: &InboundPort) -> Vec<Filter> {
         let manager = hcm::HttpConnectionManager {
             stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
-            http_filters: vec![hcm::HttpFilter {
-                name: "envoy.filters.http.router".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
-                ..Default::default()
-            }],
+            http_filters,
             ..Default::default()
         };
         vec![Filter {
@@ -300,7 +316,12 @@ fn chains(name: &str, port: Option<u16>, mode: MtlsMode, filters: Vec<Filter>) -
 pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     let mut filter_chains = Vec::new();
     for p in inbound_ports(model, class) {
-        filter_chains.extend(chains(&format!("inbound|{}", p.port), Some(p.port), p.mtls, network_filters(&p)));
+        filter_chains.extend(chains(
+            &format!("inbound|{}", p.port),
+            Some(p.port),
+            p.mtls,
+            network_filters(model, class, &p),
+        ));
     }
     let passthrough = tcp::TcpProxy {
         stat_prefix: "InboundPassthroughCluster".into(),

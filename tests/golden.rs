@@ -16,7 +16,7 @@ use istiod_xds::ads::{Generator, Kind, Snapshot};
 
 #[test]
 fn bundled_mesh_matches_the_golden_files() {
-    check("examples/bookinfo", "tests/golden/bookinfo", ("bookinfo", &[("app", "reviews"), ("version", "v1")]));
+    check("examples/bookinfo", "tests/golden/bookinfo", ("bookinfo", &[("app", "details"), ("version", "v1")]));
 }
 
 /// One of each translation feature: redirect, direct response, regex and

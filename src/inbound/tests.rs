@@ -105,3 +105,32 @@ fn the_fingerprint_follows_inputs_only() {
     );
     assert_ne!(MeshInput::new(m).inbound_generation, MeshInput::new(Arc::new(changed)).inbound_generation);
 }
+
+#[test]
+fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
+    use istiod_proto::envoy::config::listener::v3::filter::ConfigType;
+    use istiod_proto::envoy::config::rbac::v3::rbac::Action;
+    use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_filter,
+    };
+
+    let m = bookinfo();
+    let l = virtual_inbound(&m, &class("bookinfo", &[("app", "details"), ("version", "v1")]));
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters[0].config_type else { panic!() };
+    let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
+    let names: Vec<&str> = manager.http_filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, vec!["envoy.filters.http.rbac", "envoy.filters.http.router"]);
+    let Some(http_filter::ConfigType::TypedConfig(a)) = &manager.http_filters[0].config_type else { panic!() };
+    let rules = HttpRbac::decode(a.value.as_slice()).unwrap().rules.unwrap();
+    assert_eq!(rules.action, Action::Allow as i32);
+    let policy = &rules.policies["ns[bookinfo]-policy[details-allow-productpage-get]-rule[0]"];
+    let text = format!("{policy:?}");
+    assert!(text.contains("spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage"), "{text}");
+    assert!(text.contains(":method") && text.contains("GET"), "{text}");
+    // reviews is not selected by that policy: no RBAC filter.
+    let l = virtual_inbound(&m, &class("bookinfo", &[("app", "reviews")]));
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters[0].config_type else { panic!() };
+    let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
+    assert_eq!(manager.http_filters.len(), 1);
+}

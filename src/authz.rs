@@ -1,6 +1,6 @@
 //! AuthorizationPolicy as Envoy RBAC on a workload's inbound chains, after
 //! istiod's `authz/builder`: the policies of the workload (selector), its
-//! namespace and the mesh (`istio-system`), DENY before ALLOW; each rule a
+//! namespace and the mesh (the root namespace, `istio-system` by default), DENY before ALLOW; each rule a
 //! policy `ns[<ns>]-policy[<name>]-rule[<i>]` whose permissions are the
 //! `to` operations (methods, paths, hosts, ports, `request.headers[..]`
 //! conditions) and whose principals are the `from` sources (principals,
@@ -200,13 +200,13 @@ fn applies(model: &Model, class: &ProxyClass) -> Vec<(String, String, Authorizat
         let ns = o.meta.ns();
         let selected = match ap.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty()) {
             Some(sel) => {
-                ns == &*class.namespace
+                (ns == &*class.namespace || ns == model.mesh.root_namespace)
                     && sel.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
             }
             None => {
                 ap.target_ref.is_none()
                     && ap.target_refs.is_empty()
-                    && (ns == &*class.namespace || ns == "istio-system")
+                    && (ns == &*class.namespace || ns == model.mesh.root_namespace)
             }
         };
         if selected {

@@ -43,6 +43,9 @@ pub enum StartError {
     /// The config directory could not be read.
     #[error(transparent)]
     ConfigDir(#[from] istiod_kubewatch::config_dir::LoadError),
+    /// The mesh configuration file.
+    #[error(transparent)]
+    MeshConfig(#[from] crate::mesh::MeshConfigError),
     /// The serving cores did not start.
     #[error(transparent)]
     Server(#[from] server::ServerError),
@@ -71,6 +74,7 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
+    let mesh = Arc::new(crate::mesh::MeshSettings::load(&config.mesh_config)?);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.
     let mut dir_source = match &config.source {
@@ -146,7 +150,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let state = Rc::new(RefCell::new(State::default()));
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
-                apply(&state, &loaded.objects, configz(dir, &loaded), &config.domain, &tx);
+                apply(&state, &loaded.objects, configz(dir, &loaded), &config.domain, &mesh, &tx);
                 // Watch the directory: every change reloads it and sends what changed.
                 let (watcher, events) = source.watch()?;
                 let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -165,6 +169,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     tx.clone(),
                     state.clone(),
                     config.domain.clone(),
+                    mesh.clone(),
                 ));
             }
             (Source::Kubernetes { kubeconfig }, _) => {
@@ -176,6 +181,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     tx.clone(),
                     state.clone(),
                     config.domain.clone(),
+                    mesh.clone(),
                     config.cluster_id.clone(),
                 ));
             }
@@ -253,8 +259,15 @@ fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
 }
 
 /// Rebuilds the model from `objects` and sends the resource changes.
-fn apply(state: &RefCell<State>, objects: &istiod_kubewatch::objects::Objects, configz: Value, domain: &str, tx: &Tx) {
-    let model = Arc::new(Model::build(objects, domain));
+fn apply(
+    state: &RefCell<State>,
+    objects: &istiod_kubewatch::objects::Objects,
+    configz: Value,
+    domain: &str,
+    mesh: &Arc<crate::mesh::MeshSettings>,
+    tx: &Tx,
+) {
+    let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
     let resources = simple::translate(&model);
     let mesh = Arc::new(MeshInput::new(model.clone()));
     let mut s = state.borrow_mut();
@@ -288,13 +301,14 @@ async fn watch_dir(
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
+    mesh: Arc<crate::mesh::MeshSettings>,
 ) {
     while wake.recv().await.is_some() {
         // Editors write in several steps: let the burst settle.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         while wake.try_recv().is_ok() {}
         match source.reload() {
-            Ok(loaded) => apply(&state, &loaded.objects, configz(&dir, &loaded), &domain, &tx),
+            Ok(loaded) => apply(&state, &loaded.objects, configz(&dir, &loaded), &domain, &mesh, &tx),
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
             }
@@ -308,6 +322,7 @@ async fn watch_kube(
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
+    mesh: Arc<crate::mesh::MeshSettings>,
     cluster_id: String,
 ) {
     while rx.changed().await.is_ok() {
@@ -322,7 +337,7 @@ async fn watch_kube(
             "namespaces": objects.namespaces.len(),
             "istioConfig": istio_counts(&objects),
         });
-        apply(&state, &objects, configz, &domain, &tx);
+        apply(&state, &objects, configz, &domain, &mesh, &tx);
     }
 }
 

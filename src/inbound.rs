@@ -85,7 +85,7 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
 
 /// The mTLS mode of `port` for a workload: the workload's own
 /// PeerAuthentication (port-level first), else its namespace's, else the
-/// mesh-wide one in `istio-system`, else PERMISSIVE (istiod's rules; UNSET
+/// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET
 /// inherits from the level above).
 pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
     let mut workload = None;
@@ -101,7 +101,7 @@ pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
             None if o.meta.ns() == &*class.namespace => {
                 namespace.get_or_insert(pa);
             }
-            None if o.meta.ns() == "istio-system" => {
+            None if o.meta.ns() == model.mesh.root_namespace => {
                 mesh.get_or_insert(pa);
             }
             _ => {}

@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod grpc_xds;
 pub mod inbound;
 pub mod logging;
+pub mod mesh;
 pub mod model;
 pub mod sidecar;
 pub mod simple;

@@ -212,6 +212,9 @@ pub struct Model {
     /// PeerAuthentications and AuthorizationPolicies, same order.
     #[serde(skip)]
     pub security: Vec<IstioObject>,
+    /// The mesh configuration.
+    #[serde(skip)]
+    pub mesh: Arc<crate::mesh::MeshSettings>,
 }
 
 impl Model {
@@ -260,9 +263,15 @@ fn locality(pod: Option<&Pod>, nodes: &BTreeMap<&str, &BTreeMap<String, String>>
 }
 
 impl Model {
-    /// Builds the model from Kubernetes objects.
+    /// Builds the model from Kubernetes objects under the default mesh
+    /// configuration.
     pub fn build(objs: &Objects, domain: &str) -> Model {
-        let mut model = Model { domain: domain.to_owned(), ..Model::default() };
+        Model::build_in(objs, domain, Arc::default())
+    }
+
+    /// Builds the model from Kubernetes objects under `mesh`.
+    pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::mesh::MeshSettings>) -> Model {
+        let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
         model.routing = objs
             .istio
             .iter()

@@ -1,14 +1,14 @@
 //! Envoy sidecar listeners, routes and the fixed clusters, after istiod's
 //! `networking/core` (the parts every sidecar shares; `inbound.rs` makes
 //! the per-workload ones): `virtualOutbound` on 0.0.0.0:15001 passing
-//! unknown traffic through,
+//! unknown traffic through (or dropping it under REGISTRY_ONLY),
 //! `0.0.0.0_<port>` HTTP listeners using RDS `"<port>"`, `<VIP>_<port>` TCP
 //! listeners with tcp_proxy, route configurations `"<port>"` with a virtual
 //! host per service (VirtualService routes or a default route) and the
-//! `allow_any` passthrough host, and `BlackHoleCluster`,
+//! `allow_any` passthrough host (`block_all` under REGISTRY_ONLY), and `BlackHoleCluster`,
 //! `PassthroughCluster`, `InboundPassthroughCluster`.
 //!
-//! Not yet: Sidecar scoping and AuthorizationPolicy.
+//! Not yet: Sidecar scoping and `exportTo`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use istiod_proto::prost::{Message, Name};
 use istiod_proto::prost_types::{Any, Duration};
 use istiod_xds::ads::Kind;
 
+use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Protocol, Resolution};
 
 /// Outbound capture port (istio-iptables `-p`).
@@ -94,16 +95,20 @@ fn fixed_clusters(out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
 /// Adds the sidecar listeners, routes and fixed clusters.
 pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
     fixed_clusters(out);
+    // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
+    // the default) or are dropped (REGISTRY_ONLY).
+    let (catchall, allow_any) = match model.mesh.outbound {
+        OutboundPolicy::AllowAny => ("PassthroughCluster", true),
+        OutboundPolicy::RegistryOnly => ("BlackHoleCluster", false),
+    };
     let virtual_outbound = Listener {
         name: "virtualOutbound".into(),
         address: socket("0.0.0.0", OUTBOUND_PORT),
         use_original_dst: Some(true),
         traffic_direction: core::TrafficDirection::Outbound as i32,
-        // outboundTrafficPolicy ALLOW_ANY (mesh default): unknown
-        // destinations pass through.
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_proxy("PassthroughCluster", "PassthroughCluster")],
+            filters: vec![tcp_proxy(catchall, catchall)],
             ..Default::default()
         }],
         ..Default::default()
@@ -208,26 +213,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
                 ..Default::default()
             })
             .collect();
-        virtual_hosts.push(route::VirtualHost {
-            name: "allow_any".into(),
-            domains: vec!["*".into()],
-            routes: vec![route::Route {
-                name: "allow_any".into(),
-                r#match: Some(route::RouteMatch {
-                    path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
-                    ..Default::default()
-                }),
-                action: Some(route::route::Action::Route(route::RouteAction {
-                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
-                        "PassthroughCluster".into(),
-                    )),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
-            include_request_attempt_count: true,
-            ..Default::default()
-        });
+        virtual_hosts.push(fallback_host(allow_any));
         let rc = route::RouteConfiguration {
             name: port.to_string(),
             virtual_hosts,
@@ -235,5 +221,35 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
             ..Default::default()
         };
         out.insert((Kind::Route, port.to_string().into()), Bytes::from(rc.encode_to_vec()));
+    }
+}
+
+/// The last virtual host of every outbound route configuration: unknown
+/// hosts go to `PassthroughCluster` (`allow_any`) or get a 502
+/// (`block_all`, REGISTRY_ONLY), as istiod builds them.
+fn fallback_host(allow_any: bool) -> route::VirtualHost {
+    let name = if allow_any { "allow_any" } else { "block_all" };
+    let action = if allow_any {
+        route::route::Action::Route(route::RouteAction {
+            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster("PassthroughCluster".into())),
+            ..Default::default()
+        })
+    } else {
+        route::route::Action::DirectResponse(route::DirectResponseAction { status: 502, body: None })
+    };
+    route::VirtualHost {
+        name: name.into(),
+        domains: vec!["*".into()],
+        routes: vec![route::Route {
+            name: name.into(),
+            r#match: Some(route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                ..Default::default()
+            }),
+            action: Some(action),
+            ..Default::default()
+        }],
+        include_request_attempt_count: true,
+        ..Default::default()
     }
 }

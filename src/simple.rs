@@ -91,7 +91,11 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                     explicit_tls = policy.tls.is_some();
                     traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
                 }
-                if !explicit_tls && !svc.mesh_external && svc.endpoints.iter().any(|e| e.tls_mode == "istio") {
+                if !explicit_tls
+                    && model.mesh.enable_auto_mtls
+                    && !svc.mesh_external
+                    && svc.endpoints.iter().any(|e| e.tls_mode == "istio")
+                {
                     traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
                 }
                 out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
@@ -213,6 +217,50 @@ mod tests {
                 .iter()
                 .all(|l| l.locality.as_ref().is_some_and(|l| !l.zone.is_empty() && !l.region.is_empty()))
         );
+    }
+
+    #[test]
+    fn mesh_config_shapes_outbound_traffic_and_auto_mtls() {
+        use istiod_proto::envoy::config::listener::v3::Listener;
+        use istiod_proto::envoy::config::route::v3::{RouteConfiguration, route};
+        use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+        let catchall = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
+            let l = Listener::decode(r[&(Kind::Listener, Arc::from("virtualOutbound"))].clone()).unwrap();
+            let any = l.filter_chains[0].filters[0].config_type.clone();
+            let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) = any else {
+                panic!("no tcp_proxy config")
+            };
+            match TcpProxy::decode(any.value.as_slice()).unwrap().cluster_specifier {
+                Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let fallback = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
+            let rc = RouteConfiguration::decode(r[&(Kind::Route, Arc::from("9080"))].clone()).unwrap();
+            let vh = rc.virtual_hosts.last().unwrap().clone();
+            (vh.name, vh.routes[0].action.clone())
+        };
+        let details: Arc<str> = "outbound|9080||details.bookinfo.svc.cluster.local".into();
+
+        let open = translate(&Model::build(&objs, "cluster.local"));
+        assert_eq!(catchall(&open), "PassthroughCluster");
+        assert_eq!(fallback(&open).0, "allow_any");
+        let c = Cluster::decode(open[&(Kind::Cluster, details.clone())].clone()).unwrap();
+        assert!(!c.transport_socket_matches.is_empty(), "auto mTLS is on by default");
+
+        let mesh =
+            crate::mesh::MeshSettings::parse("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nenableAutoMtls: false\n")
+                .unwrap();
+        let closed = translate(&Model::build_in(&objs, "cluster.local", Arc::new(mesh)));
+        assert_eq!(catchall(&closed), "BlackHoleCluster");
+        let (name, action) = fallback(&closed);
+        assert_eq!(name, "block_all");
+        assert!(matches!(action, Some(route::Action::DirectResponse(d)) if d.status == 502));
+        let c = Cluster::decode(closed[&(Kind::Cluster, details)].clone()).unwrap();
+        assert!(c.transport_socket_matches.is_empty(), "enableAutoMtls: false");
     }
 
     #[test]

@@ -111,6 +111,23 @@ fn kubernetes_without_a_kubeconfig_says_so() {
     assert!(err.contains("no kubeconfig and not in a cluster"), "{err}");
 }
 
+#[test]
+fn an_invalid_mesh_config_stops_the_server_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = dir.path().join("mesh");
+    std::fs::write(&mesh, "outboundTrafficPolicy:\n  mode: SOMETIMES\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
+        .args(["--meshConfig", mesh.to_str().unwrap()])
+        .args(["--grpcAddr", &free_port().to_string(), "--httpAddr", "", "--monitoringAddr", ""])
+        .args(["--secureGRPCAddr", ""])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--meshConfig") && err.contains("SOMETIMES"), "{err}");
+}
+
 /// The fake API server on a runtime of its own.
 fn fake_api() -> istiod_kubewatch::fake::FakeApi {
     let (tx, rx) = std::sync::mpsc::channel();

@@ -1,0 +1,143 @@
+//! The mesh configuration (`--meshConfig`, istio's `MeshConfig` as YAML):
+//! the settings translation reads. Read once at start; a missing file means
+//! istiod's defaults, an unreadable or invalid one stops the server, as in
+//! istiod. Fields this server does not use are accepted and ignored.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// What sidecars do with traffic to hosts not in the registry
+/// (`outboundTrafficPolicy.mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum OutboundPolicy {
+    /// Pass it through to its original destination (the default).
+    #[default]
+    #[serde(rename = "ALLOW_ANY")]
+    AllowAny,
+    /// Drop it (`BlackHoleCluster`, `block_all`).
+    #[serde(rename = "REGISTRY_ONLY")]
+    RegistryOnly,
+}
+
+/// The mesh settings translation uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshSettings {
+    /// `rootNamespace`: where mesh-wide policies live (`istio-system`).
+    pub root_namespace: String,
+    /// `trustDomain` (`cluster.local`).
+    pub trust_domain: String,
+    /// `outboundTrafficPolicy.mode`.
+    pub outbound: OutboundPolicy,
+    /// `enableAutoMtls` (true).
+    pub enable_auto_mtls: bool,
+}
+
+impl Default for MeshSettings {
+    fn default() -> Self {
+        MeshSettings {
+            root_namespace: "istio-system".into(),
+            trust_domain: "cluster.local".into(),
+            outbound: OutboundPolicy::AllowAny,
+            enable_auto_mtls: true,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    root_namespace: Option<String>,
+    trust_domain: Option<String>,
+    outbound_traffic_policy: Option<RawOutbound>,
+    enable_auto_mtls: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RawOutbound {
+    mode: Option<OutboundPolicy>,
+}
+
+/// Why the mesh configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("--meshConfig {path}: {reason}")]
+pub struct MeshConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl MeshSettings {
+    /// Parses mesh configuration YAML over the defaults; empty means defaults.
+    pub fn parse(yaml: &str) -> Result<MeshSettings, String> {
+        let mut m = MeshSettings::default();
+        if yaml.trim().is_empty() {
+            return Ok(m);
+        }
+        let raw: Raw = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
+        if let Some(ns) = raw.root_namespace.filter(|s| !s.is_empty()) {
+            m.root_namespace = ns;
+        }
+        if let Some(td) = raw.trust_domain.filter(|s| !s.is_empty()) {
+            m.trust_domain = td;
+        }
+        if let Some(mode) = raw.outbound_traffic_policy.and_then(|o| o.mode) {
+            m.outbound = mode;
+        }
+        if let Some(b) = raw.enable_auto_mtls {
+            m.enable_auto_mtls = b;
+        }
+        Ok(m)
+    }
+
+    /// Reads `path`: defaults when it does not exist.
+    pub fn load(path: &Path) -> Result<MeshSettings, MeshConfigError> {
+        let err = |reason: String| MeshConfigError { path: path.display().to_string(), reason };
+        match std::fs::read_to_string(path) {
+            Ok(text) => MeshSettings::parse(&text).map_err(err),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::info!(target: "default", path = %path.display(), "no mesh configuration file; using defaults");
+                Ok(MeshSettings::default())
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(MeshSettings::parse("").unwrap(), MeshSettings::default());
+        let m = MeshSettings::parse(
+            "rootNamespace: mesh-root\ntrustDomain: example.org\noutboundTrafficPolicy:\n  mode: REGISTRY_ONLY\n\
+             enableAutoMtls: false\naccessLogFile: /dev/stdout\ndefaultConfig:\n  discoveryAddress: istiod:15012\n",
+        )
+        .unwrap();
+        assert_eq!(m.root_namespace, "mesh-root");
+        assert_eq!(m.trust_domain, "example.org");
+        assert_eq!(m.outbound, OutboundPolicy::RegistryOnly);
+        assert!(!m.enable_auto_mtls);
+    }
+
+    #[test]
+    fn invalid_values_are_errors() {
+        assert!(MeshSettings::parse("outboundTrafficPolicy:\n  mode: SOMETIMES\n").is_err());
+        assert!(MeshSettings::parse("enableAutoMtls: [1]\n").is_err());
+        assert!(MeshSettings::parse(": : :\n- x").is_err());
+    }
+
+    #[test]
+    fn a_missing_file_means_defaults() {
+        let m = MeshSettings::load(Path::new("/nonexistent/istiod-rs/mesh")).unwrap();
+        assert_eq!(m, MeshSettings::default());
+        let dir = std::env::temp_dir().join(format!("istiod-rs-mesh-{}", std::process::id()));
+        std::fs::write(&dir, "outboundTrafficPolicy: {mode: nope}\n").unwrap();
+        let e = MeshSettings::load(&dir).unwrap_err();
+        std::fs::remove_file(&dir).unwrap();
+        assert!(e.to_string().contains("--meshConfig"), "{e}");
+    }
+}

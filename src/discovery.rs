@@ -226,6 +226,7 @@ struct State {
     configz: Value,
     resources: std::collections::BTreeMap<(istiod_xds::ads::Kind, Arc<str>), bytes::Bytes>,
     inbound_generation: Option<u64>,
+    scope_generation: Option<u64>,
 }
 
 fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
@@ -279,11 +280,21 @@ fn apply(
         touched.extend(crate::inbound::all_names(&s.model));
         touched.extend(crate::inbound::all_names(&model));
     }
+    // What each proxy may see changed: every outbound name may have
+    // appeared or gone for some of them.
+    if s.scope_generation.is_some_and(|g| g != mesh.scope_generation) {
+        let outbound = |k: &(ads::Kind, Arc<str>)| {
+            matches!(k.0, ads::Kind::Cluster | ads::Kind::Endpoint | ads::Kind::Listener | ads::Kind::Route)
+        };
+        touched.extend(s.resources.keys().filter(|k| outbound(k)).cloned());
+        touched.extend(resources.keys().filter(|k| outbound(k)).cloned());
+    }
     let first = s.configz.is_null();
     s.configz = configz;
     s.model = model;
     s.resources = resources;
     s.inbound_generation = Some(mesh.inbound_generation);
+    s.scope_generation = Some(mesh.scope_generation);
     if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(target: "model", changes = changes.len(), "mesh changed");
         let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;

@@ -45,6 +45,10 @@ pub struct MeshInput {
     /// per-class resources, and what tells the control thread to mark
     /// them changed.
     pub inbound_generation: u64,
+    /// Which services each proxy may see.
+    pub scoping: crate::scope::Scoping,
+    /// A fingerprint of the inputs of scoping (Sidecars, exportTo).
+    pub scope_generation: u64,
 }
 
 impl MeshInput {
@@ -59,7 +63,16 @@ impl MeshInput {
             }
         }
         format!("{:?}", model.security).hash(&mut h);
-        Self { model, inbound_generation: h.finish() }
+        let inbound_generation = h.finish();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{:?}", model.sidecars).hash(&mut h);
+        model.mesh.root_namespace.hash(&mut h);
+        for s in model.services.values() {
+            (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
+        }
+        let scope_generation = h.finish();
+        let scoping = crate::scope::Scoping::new(&model);
+        Self { model, inbound_generation, scoping, scope_generation }
     }
 }
 
@@ -380,7 +393,11 @@ fn inbound_name(kind: Kind, name: &str) -> bool {
 impl Generator for MeshGenerator {
     fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = SimpleGenerator.wildcard_names(snap, class, kind);
-        if let Some(m) = mesh(snap).filter(|_| per_class(class)) {
+        let Some(m) = mesh(snap) else { return names };
+        if m.scoping.active {
+            names.retain(|n| m.scoping.allows(&m.model, class, kind, n));
+        }
+        if per_class(class) {
             match kind {
                 Kind::Listener => names.push(VIRTUAL_INBOUND.into()),
                 Kind::Cluster => names
@@ -401,7 +418,17 @@ impl Generator for MeshGenerator {
             }
             return Some(m.inbound_generation);
         }
-        SimpleGenerator.input_generation(snap, class, kind, name)
+        let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        match mesh(snap).filter(|m| m.scoping.active) {
+            Some(m) if !m.scoping.allows(&m.model, class, kind, name) => None,
+            // A scoped route configuration also depends on the scope.
+            Some(m) if kind == Kind::Route => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (shared, m.scope_generation).hash(&mut h);
+                Some(h.finish())
+            }
+            _ => Some(shared),
+        }
     }
 
     fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
@@ -415,7 +442,21 @@ impl Generator for MeshGenerator {
                     .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
             };
         }
-        SimpleGenerator.generate(snap, class, kind, name)
+        let shared = SimpleGenerator.generate(snap, class, kind, name)?;
+        let Some(m) = mesh(snap).filter(|m| m.scoping.active) else { return Some(shared) };
+        if !m.scoping.allows(&m.model, class, kind, name) {
+            return None;
+        }
+        if kind != Kind::Route {
+            return Some(shared);
+        }
+        let mut rc = route::RouteConfiguration::decode(shared).ok()?;
+        let before = rc.virtual_hosts.len();
+        rc.virtual_hosts.retain(|vh| m.scoping.keeps_virtual_host(&m.model, class, &vh.name));
+        if rc.virtual_hosts.len() == before {
+            return SimpleGenerator.generate(snap, class, kind, name);
+        }
+        Some(Bytes::from(rc.encode_to_vec()))
     }
 }
 

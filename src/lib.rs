@@ -19,6 +19,7 @@ pub mod inbound;
 pub mod logging;
 pub mod mesh;
 pub mod model;
+pub mod scope;
 pub mod sidecar;
 pub mod simple;
 pub mod traffic_policy;

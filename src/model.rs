@@ -190,6 +190,10 @@ pub struct Service {
     pub resolution: Resolution,
     /// Outside the mesh (ServiceEntry `MESH_EXTERNAL`).
     pub mesh_external: bool,
+    /// Namespaces it is exported to (`exportTo`, or a Kubernetes Service's
+    /// `networking.istio.io/exportTo` annotation): `*` every namespace, `.`
+    /// its own, `~` none; empty means `*`.
+    pub export_to: Vec<String>,
     /// Pod labels the service selects (Service `spec.selector`).
     pub selector: BTreeMap<String, String>,
     /// Endpoints, ordered.
@@ -212,6 +216,9 @@ pub struct Model {
     /// PeerAuthentications and AuthorizationPolicies, same order.
     #[serde(skip)]
     pub security: Vec<IstioObject>,
+    /// Sidecars, same order.
+    #[serde(skip)]
+    pub sidecars: Vec<IstioObject>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
@@ -286,6 +293,8 @@ impl Model {
             .cloned()
             .collect();
         model.security.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+        model.sidecars = objs.istio.iter().filter(|o| matches!(o.spec, IstioSpec::Sidecar(_))).cloned().collect();
+        model.sidecars.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }
@@ -392,6 +401,7 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
                 ports: ports.clone(),
                 resolution,
                 mesh_external: se.location == networking::Location::MeshExternal,
+                export_to: se.export_to.clone(),
                 selector: BTreeMap::new(),
                 endpoints,
             }
@@ -492,6 +502,12 @@ fn service(
             Resolution::ClientSideLb
         },
         mesh_external: external_name,
+        export_to: svc
+            .metadata
+            .annotations
+            .get("networking.istio.io/exportTo")
+            .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default(),
         selector: svc.spec.selector.clone(),
         endpoints,
     }

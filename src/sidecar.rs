@@ -8,7 +8,7 @@
 //! `allow_any` passthrough host (`block_all` under REGISTRY_ONLY), and `BlackHoleCluster`,
 //! `PassthroughCluster`, `InboundPassthroughCluster`.
 //!
-//! Not yet: Sidecar scoping and `exportTo`.
+//! Sidecar scoping and `exportTo` filter these per proxy (`scope.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

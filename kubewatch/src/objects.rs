@@ -15,6 +15,8 @@ pub struct Meta {
     pub namespace: Option<String>,
     /// Labels.
     pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl Meta {

@@ -134,3 +134,55 @@ fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
     let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
     assert_eq!(manager.http_filters.len(), 1);
 }
+
+#[test]
+fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
+    // Bookinfo plus a service in another namespace: bookinfo's Sidecar
+    // (`./*`, `istio-system/*`) hides it from bookinfo's proxies.
+    let mut model = (*bookinfo()).clone();
+    let mut other = model.services["reviews.bookinfo.svc.cluster.local"].clone();
+    other.hostname = "reviews.other.svc.cluster.local".into();
+    other.namespace = "other".into();
+    other.vips = vec!["10.96.99.99".into()];
+    model.services.insert(other.hostname.clone(), other);
+    let mut db = model.services["mongodb.bookinfo.svc.cluster.local"].clone();
+    db.hostname = "mongodb.other.svc.cluster.local".into();
+    db.namespace = "other".into();
+    db.vips = vec!["10.96.99.98".into()];
+    model.services.insert(db.hostname.clone(), db);
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+
+    let hidden = "outbound|9080||reviews.other.svc.cluster.local";
+    let bookinfo_proxy = class("bookinfo", &[("app", "productpage")]);
+    let other_proxy = class("other", &[("app", "x")]);
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    assert!(cds(&other_proxy).iter().any(|n| &**n == hidden));
+    assert!(!cds(&bookinfo_proxy).iter().any(|n| &**n == hidden));
+    assert!(cds(&bookinfo_proxy).iter().any(|n| &**n == "outbound|9080||reviews.bookinfo.svc.cluster.local"));
+    assert_eq!(MeshGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Endpoint, hidden), None);
+    assert!(MeshGenerator.generate(&snap, &other_proxy, Kind::Endpoint, hidden).is_some());
+    // The TCP/VIP listener and the virtual host follow.
+    let lds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Listener);
+    assert!(lds(&other_proxy).iter().any(|n| &**n == "10.96.99.98_27017"));
+    assert!(!lds(&bookinfo_proxy).iter().any(|n| &**n == "10.96.99.98_27017"));
+    assert!(lds(&bookinfo_proxy).iter().any(|n| n.ends_with("_27017")), "bookinfo's own mongodb stays");
+    let vhosts = |c: &ProxyClass| {
+        let b = MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap();
+        let rc = route::RouteConfiguration::decode(b).unwrap();
+        rc.virtual_hosts.into_iter().map(|v| v.name).collect::<Vec<_>>()
+    };
+    assert!(vhosts(&other_proxy).contains(&"reviews.other.svc.cluster.local:9080".to_owned()));
+    let mine = vhosts(&bookinfo_proxy);
+    assert!(!mine.contains(&"reviews.other.svc.cluster.local:9080".to_owned()), "{mine:?}");
+    assert!(mine.contains(&"reviews.bookinfo.svc.cluster.local:9080".to_owned()), "{mine:?}");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Route, "9080"),
+        SimpleGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Route, "9080"),
+        "a scoped route configuration's generation covers the scope"
+    );
+}

@@ -1,0 +1,167 @@
+//! What a proxy may see of the mesh, as istiod's `SidecarScope` decides it:
+//! a service is visible to a proxy in namespace `ns` when it is exported to
+//! `ns` (`exportTo` on a ServiceEntry, the `networking.istio.io/exportTo`
+//! annotation on a Kubernetes Service) and the proxy's Sidecar, if any,
+//! lists it among its egress hosts. The Sidecar in force is the one in the
+//! proxy's namespace whose `workloadSelector` matches the proxy's labels,
+//! else that namespace's selector-less one, else the root namespace's
+//! selector-less one.
+//!
+//! Scoping applies to names: clusters, endpoints, listeners and API
+//! listeners of invisible services are withheld, and route configurations
+//! lose their virtual hosts. Not yet: egress `port` (every port of a listed
+//! host is visible), `exportTo` of VirtualServices and DestinationRules.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use istiod_kubewatch::istio::{IstioSpec, networking};
+use istiod_xds::ads::Kind;
+use istiod_xds::ads::node::ProxyClass;
+
+use crate::model::{Model, Service};
+
+/// The visibility index of one model.
+#[derive(Debug, Default)]
+pub struct Scoping {
+    /// Whether anything restricts visibility at all; when not, every proxy
+    /// sees everything and nothing is filtered.
+    pub active: bool,
+    /// Hostname of each service address.
+    by_vip: HashMap<String, Arc<str>>,
+}
+
+impl Scoping {
+    /// Indexes `model`.
+    pub fn new(model: &Model) -> Scoping {
+        let restricted = |e: &Vec<String>| !e.is_empty() && !e.iter().any(|x| x == "*");
+        let active = model.services.values().any(|s| restricted(&s.export_to))
+            || model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if !sc.egress.is_empty()));
+        let mut by_vip = HashMap::new();
+        if active {
+            for s in model.services.values() {
+                for v in &s.vips {
+                    by_vip.entry(v.clone()).or_insert_with(|| s.hostname.clone());
+                }
+            }
+        }
+        Scoping { active, by_vip }
+    }
+
+    /// Whether a proxy of `class` receives the resource `(kind, name)`.
+    /// Names that are not about one service (fixed clusters, inbound
+    /// resources, shared route configurations) are always visible.
+    pub fn allows(&self, model: &Model, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        if !self.active {
+            return true;
+        }
+        let host_visible = |host: &str| model.services.get(host).is_none_or(|s| visible(model, class, s));
+        match kind {
+            Kind::Cluster | Kind::Endpoint | Kind::Route => match name.strip_prefix("outbound|") {
+                Some(rest) => rest.rsplit('|').next().is_none_or(host_visible),
+                None => true,
+            },
+            Kind::Listener => {
+                if let Some((addr, port)) = name.rsplit_once('_') {
+                    let Ok(port) = port.parse::<u16>() else { return true };
+                    if addr == "0.0.0.0" {
+                        // The shared HTTP listener of a port stays while any
+                        // visible service has an HTTP port there.
+                        return model.services.values().any(|s| {
+                            s.ports.iter().any(|p| p.port == port && p.protocol.is_http()) && visible(model, class, s)
+                        });
+                    }
+                    return self.by_vip.get(addr).is_none_or(|h| host_visible(h));
+                }
+                // Proxyless gRPC API listener `<host>:<port>`.
+                match name.rsplit_once(':') {
+                    Some((host, _)) if model.services.contains_key(host) => host_visible(host),
+                    Some((host, _)) => host_visible(&model.resolve_host(host, &class.namespace)),
+                    None => true,
+                }
+            }
+        }
+    }
+
+    /// Whether the virtual host `vh_name` (`<host>:<port>`) of a route
+    /// configuration stays for `class`.
+    pub fn keeps_virtual_host(&self, model: &Model, class: &ProxyClass, vh_name: &str) -> bool {
+        if !self.active {
+            return true;
+        }
+        match vh_name.rsplit_once(':') {
+            Some((host, _)) => model.services.get(host).is_none_or(|s| visible(model, class, s)),
+            None => true,
+        }
+    }
+}
+
+/// Whether `svc` is exported to `ns`.
+pub fn exported(svc: &Service, ns: &str) -> bool {
+    svc.export_to.is_empty()
+        || svc.export_to.iter().any(|e| match e.as_str() {
+            "*" => true,
+            "." => svc.namespace == ns,
+            "~" => false,
+            other => other == ns,
+        })
+}
+
+/// The Sidecar in force for `class`.
+pub fn sidecar<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a networking::Sidecar> {
+    let of = |o: &'a istiod_kubewatch::istio::IstioObject| match &o.spec {
+        IstioSpec::Sidecar(sc) => Some(sc),
+        _ => None,
+    };
+    let in_ns = || model.sidecars.iter().filter(|o| o.meta.ns() == &*class.namespace).filter_map(of);
+    in_ns()
+        .find(|sc| {
+            selector(sc).is_some_and(|sel| {
+                sel.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
+            })
+        })
+        .or_else(|| in_ns().find(|sc| selector(sc).is_none()))
+        .or_else(|| {
+            model
+                .sidecars
+                .iter()
+                .filter(|o| o.meta.ns() == model.mesh.root_namespace)
+                .filter_map(of)
+                .find(|sc| selector(sc).is_none())
+        })
+}
+
+fn selector(sc: &networking::Sidecar) -> Option<&std::collections::BTreeMap<String, String>> {
+    sc.workload_selector.as_ref().map(|w| &w.labels).filter(|l| !l.is_empty())
+}
+
+/// Whether a proxy of `class` sees `svc`.
+pub fn visible(model: &Model, class: &ProxyClass, svc: &Service) -> bool {
+    if !exported(svc, &class.namespace) {
+        return false;
+    }
+    let Some(sc) = sidecar(model, class).filter(|sc| !sc.egress.is_empty()) else { return true };
+    sc.egress.iter().flat_map(|e| &e.hosts).any(|h| egress_host_matches(h, &class.namespace, svc))
+}
+
+/// istiod's egress host syntax: `namespace/dnsName`, the namespace `*`
+/// (any), `.` (the proxy's own) or `~` (none), the name `*`, `*.suffix` or
+/// a hostname.
+fn egress_host_matches(entry: &str, proxy_ns: &str, svc: &Service) -> bool {
+    let Some((ns, host)) = entry.split_once('/') else { return false };
+    let ns_ok = match ns {
+        "*" => true,
+        "." => svc.namespace == proxy_ns,
+        "~" => false,
+        other => svc.namespace == other,
+    };
+    ns_ok
+        && match host {
+            "*" => true,
+            h if h.starts_with("*.") => svc.hostname.ends_with(&h[1..]),
+            h => *svc.hostname == *h,
+        }
+}
+
+#[cfg(test)]
+mod tests;

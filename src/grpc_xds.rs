@@ -301,6 +301,50 @@ fn envoy_action(r: &HttpRoute) -> Option<route::route::Action> {
     None
 }
 
+/// Route metadata key under which a match's `sourceLabels` and
+/// `sourceNamespace` travel from the shared translation to the per-class
+/// generator, which keeps the route only for matching proxies and strips
+/// the key (`inbound.rs`). No proxy ever receives it.
+pub const SOURCE_KEY: &str = "istiod-rs.source";
+
+fn source_selector(labels: &std::collections::BTreeMap<String, String>, namespace: &str) -> Option<core::Metadata> {
+    use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
+    if labels.is_empty() && namespace.is_empty() {
+        return None;
+    }
+    let string = |s: &str| Value { kind: Some(V::StringValue(s.to_owned())) };
+    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.clone(), string(v))).collect() };
+    let sel = Struct {
+        fields: [
+            ("labels".to_owned(), Value { kind: Some(V::StructValue(labels)) }),
+            ("namespace".to_owned(), string(namespace)),
+        ]
+        .into(),
+    };
+    Some(core::Metadata { filter_metadata: [(SOURCE_KEY.to_owned(), sel)].into(), ..Default::default() })
+}
+
+/// Whether a route may be served to `class`, by its source selector; the
+/// selector is removed.
+pub fn take_source_match(r: &mut route::Route, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+    use istiod_proto::prost_types::value::Kind as V;
+    let Some(sel) = r.metadata.as_mut().and_then(|m| m.filter_metadata.remove(SOURCE_KEY)) else { return true };
+    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
+        r.metadata = None;
+    }
+    let ns_ok = match sel.fields.get("namespace").and_then(|v| v.kind.as_ref()) {
+        Some(V::StringValue(ns)) => ns.is_empty() || ns == namespace,
+        _ => true,
+    };
+    let labels_ok = match sel.fields.get("labels").and_then(|v| v.kind.as_ref()) {
+        Some(V::StructValue(want)) => want.fields.iter().all(|(k, v)| {
+            matches!(&v.kind, Some(V::StringValue(v)) if labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
+        }),
+        _ => true,
+    };
+    ns_ok && labels_ok
+}
+
 pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<route::Route> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
@@ -478,6 +522,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
             }
             out.push(route::Route {
                 name: if r.name.is_empty() { format!("{}.{}.{i}", obj.meta.name, ns) } else { r.name.clone() },
+                metadata: src.and_then(|s| source_selector(&s.source_labels, &s.source_namespace)),
                 r#match: Some(m),
                 action: Some(action.clone()),
                 typed_per_filter_config: per_filter.clone(),

@@ -49,6 +49,9 @@ pub struct MeshInput {
     pub scoping: crate::scope::Scoping,
     /// A fingerprint of the inputs of scoping (Sidecars, exportTo).
     pub scope_generation: u64,
+    /// Whether some VirtualService route matches on `sourceLabels` or
+    /// `sourceNamespace`, making route configurations per class.
+    pub source_matching: bool,
 }
 
 impl MeshInput {
@@ -72,7 +75,15 @@ impl MeshInput {
         }
         let scope_generation = h.finish();
         let scoping = crate::scope::Scoping::new(&model);
-        Self { model, inbound_generation, scoping, scope_generation }
+        let source_matching = model.routing.iter().any(|o| match &o.spec {
+            IstioSpec::VirtualService(vs) => vs
+                .http
+                .iter()
+                .flat_map(|r| &r.matches)
+                .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty()),
+            _ => false,
+        });
+        Self { model, inbound_generation, scoping, scope_generation, source_matching }
     }
 }
 
@@ -419,16 +430,17 @@ impl Generator for MeshGenerator {
             return Some(m.inbound_generation);
         }
         let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
-        match mesh(snap).filter(|m| m.scoping.active) {
-            Some(m) if !m.scoping.allows(&m.model, class, kind, name) => None,
-            // A scoped route configuration also depends on the scope.
-            Some(m) if kind == Kind::Route => {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                (shared, m.scope_generation).hash(&mut h);
-                Some(h.finish())
-            }
-            _ => Some(shared),
+        let Some(m) = mesh(snap).filter(|m| m.scoping.active || m.source_matching) else { return Some(shared) };
+        if !m.scoping.allows(&m.model, class, kind, name) {
+            return None;
         }
+        if kind == Kind::Route {
+            // A route configuration filtered per class also depends on the scope.
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (shared, m.scope_generation, m.source_matching).hash(&mut h);
+            return Some(h.finish());
+        }
+        Some(shared)
     }
 
     fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
@@ -443,7 +455,7 @@ impl Generator for MeshGenerator {
             };
         }
         let shared = SimpleGenerator.generate(snap, class, kind, name)?;
-        let Some(m) = mesh(snap).filter(|m| m.scoping.active) else { return Some(shared) };
+        let Some(m) = mesh(snap).filter(|m| m.scoping.active || m.source_matching) else { return Some(shared) };
         if !m.scoping.allows(&m.model, class, kind, name) {
             return None;
         }
@@ -451,10 +463,11 @@ impl Generator for MeshGenerator {
             return Some(shared);
         }
         let mut rc = route::RouteConfiguration::decode(shared).ok()?;
-        let before = rc.virtual_hosts.len();
         rc.virtual_hosts.retain(|vh| m.scoping.keeps_virtual_host(&m.model, class, &vh.name));
-        if rc.virtual_hosts.len() == before {
-            return SimpleGenerator.generate(snap, class, kind, name);
+        if m.source_matching {
+            for vh in &mut rc.virtual_hosts {
+                vh.routes.retain_mut(|r| crate::grpc_xds::take_source_match(r, &class.namespace, &class.labels));
+            }
         }
         Some(Bytes::from(rc.encode_to_vec()))
     }

@@ -186,3 +186,40 @@ fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
         "a scoped route configuration's generation covers the scope"
     );
 }
+
+#[test]
+fn source_label_matches_reach_only_the_proxies_they_name() {
+    let mut model = (*bookinfo()).clone();
+    let docs = istiod_kubewatch::config_dir::parse_file(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
+         spec:\n  hosts: [details]\n  http:\n  - name: from-productpage\n    match: [{sourceLabels: {app: productpage}}]\n\
+         \x20   route: [{destination: {host: details, subset: v1}}]\n  - name: from-elsewhere\n\
+         \x20   match: [{sourceNamespace: other}]\n    route: [{destination: {host: details}}]\n  - name: rest\n\
+         \x20   route: [{destination: {host: details}}]\n",
+    );
+    for doc in docs.docs {
+        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    let input = MeshInput::new(model.clone());
+    assert!(input.source_matching);
+    snap.mesh = Some(Arc::new(input));
+    let details_routes = |c: &ProxyClass| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap()).unwrap();
+        let vh = rc.virtual_hosts.into_iter().find(|v| v.name.starts_with("details.")).unwrap();
+        assert!(vh.routes.iter().all(|r| r.metadata.is_none()), "the selector never reaches a proxy");
+        vh.routes.into_iter().map(|r| r.name).collect::<Vec<_>>()
+    };
+    assert_eq!(details_routes(&class("bookinfo", &[("app", "productpage")])), ["from-productpage", "rest"]);
+    assert_eq!(details_routes(&class("bookinfo", &[("app", "reviews")])), ["rest"]);
+    assert_eq!(
+        details_routes(&class("other", &[("app", "productpage")])),
+        ["from-productpage", "from-elsewhere", "rest"]
+    );
+}

@@ -65,10 +65,11 @@ impl Scoping {
                 if let Some((addr, port)) = name.rsplit_once('_') {
                     let Ok(port) = port.parse::<u16>() else { return true };
                     if addr == "0.0.0.0" {
-                        // The shared HTTP listener of a port stays while any
-                        // visible service has an HTTP port there.
+                        // The shared HTTP (or SNI) listener of a port stays
+                        // while any visible service is served by it.
                         return model.services.values().any(|s| {
-                            s.ports.iter().any(|p| p.port == port && p.protocol.is_http()) && visible(model, class, s)
+                            s.ports.iter().any(|p| p.port == port && (p.protocol.is_http() || sni_port(s, p)))
+                                && visible(model, class, s)
                         });
                     }
                     return self.by_vip.get(addr).is_none_or(|h| host_visible(h));
@@ -94,6 +95,11 @@ impl Scoping {
             None => true,
         }
     }
+}
+
+/// A TLS port of a service without addresses (`sidecar.rs`'s SNI listener).
+fn sni_port(s: &Service, p: &crate::model::Port) -> bool {
+    s.vips.is_empty() && matches!(p.protocol, crate::model::Protocol::Tls | crate::model::Protocol::Https)
 }
 
 /// Whether `svc` is exported to `ns`.

@@ -118,6 +118,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
     // HTTP ports get one shared listener and route configuration per port;
     // other ports a listener per service address.
     let mut http_ports: BTreeSet<u16> = BTreeSet::new();
+    let mut sni: BTreeMap<u16, Vec<Arc<str>>> = BTreeMap::new();
     for svc in model.services.values() {
         for port in &svc.ports {
             match port.protocol {
@@ -128,6 +129,12 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
                 _ => {
                     if svc.resolution == Resolution::Passthrough {
                         continue; // headless TCP goes through virtualOutbound
+                    }
+                    if svc.vips.is_empty() && matches!(port.protocol, Protocol::Tls | Protocol::Https) {
+                        // No address to match on: the TLS server name tells
+                        // the hosts apart (external TLS ServiceEntries).
+                        sni.entry(port.port).or_default().push(svc.hostname.clone());
+                        continue;
                     }
                     for vip in &svc.vips {
                         let name = format!("{vip}_{}", port.port);
@@ -148,6 +155,15 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
                 }
             }
         }
+    }
+    for (port, hosts) in sni {
+        if http_ports.contains(&port) {
+            // One listener per port: HTTP wins, as in istiod's conflict rules.
+            tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
+            continue;
+        }
+        let l = sni_listener(port, &hosts);
+        out.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
     }
     for port in http_ports {
         let name = format!("0.0.0.0_{port}");
@@ -250,6 +266,41 @@ fn fallback_host(allow_any: bool) -> route::VirtualHost {
             ..Default::default()
         }],
         include_request_attempt_count: true,
+        ..Default::default()
+    }
+}
+
+/// `0.0.0.0_<port>` for TLS hosts without addresses: the tls_inspector reads
+/// the client's server name and a filter chain per host forwards to its
+/// cluster (`*.example.com` hosts match as Envoy matches wildcard names).
+fn sni_listener(port: u16, hosts: &[Arc<str>]) -> Listener {
+    use istiod_proto::envoy::config::listener::v3::{FilterChainMatch, ListenerFilter, listener_filter};
+    use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+    Listener {
+        name: format!("0.0.0.0_{port}"),
+        address: socket("0.0.0.0", u32::from(port)),
+        bind_to_port: Some(false),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        listener_filters: vec![ListenerFilter {
+            name: "envoy.filters.listener.tls_inspector".into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(any(&TlsInspector::default()))),
+            ..Default::default()
+        }],
+        filter_chains: hosts
+            .iter()
+            .map(|h| {
+                let cluster = format!("outbound|{port}||{h}");
+                FilterChain {
+                    name: cluster.clone(),
+                    filter_chain_match: Some(FilterChainMatch {
+                        server_names: vec![h.to_string()],
+                        ..Default::default()
+                    }),
+                    filters: vec![tcp_proxy(&cluster, &cluster)],
+                    ..Default::default()
+                }
+            })
+            .collect(),
         ..Default::default()
     }
 }

@@ -22,7 +22,8 @@ fn bundled_mesh_matches_the_golden_files() {
 /// One of each translation feature: redirect, direct response, regex and
 /// query matches, rewrite, header operations, mirror, CORS, retries and
 /// timeouts, consistent hash, port-level and subset policies, SIMPLE TLS,
-/// headless and DNS services, TCP listeners.
+/// headless and DNS services, TCP listeners, SNI listeners for TLS hosts
+/// without addresses.
 #[test]
 fn each_feature_matches_the_golden_files() {
     check("tests/golden/features/input", "tests/golden/features", ("shop", &[("app", "web"), ("version", "v2")]));

@@ -536,3 +536,63 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     }
     out
 }
+
+/// A shared (Envoy) cluster as istiod's gRPC generator would send it:
+/// no per-endpoint `transport_socket_matches` (no auto mTLS for proxyless
+/// clients: istiod cannot know the client uses xDS credentials), ISTIO_MUTUAL
+/// through the `default` certificate provider instance (certificate
+/// `default`, roots `ROOTCA`, in both the current and the deprecated fields
+/// gRPC reads), and no transport socket for other TLS modes, which gRPC's
+/// xDS client cannot carry out.
+pub fn for_grpc_client(
+    mut c: istiod_proto::envoy::config::cluster::v3::Cluster,
+) -> istiod_proto::envoy::config::cluster::v3::Cluster {
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    c.transport_socket_matches.clear();
+    let Some(ts) = c.transport_socket.take() else { return c };
+    let Some(core::transport_socket::ConfigType::TypedConfig(any_cfg)) = &ts.config_type else { return c };
+    let Ok(upstream) = tls::UpstreamTlsContext::decode(any_cfg.value.as_slice()) else { return c };
+    let common = upstream.common_tls_context.unwrap_or_default();
+    let istio_mutual = common.tls_certificate_sds_secret_configs.iter().any(|s| s.name == "default");
+    if !istio_mutual {
+        return c;
+    }
+    let sans = match common.validation_context_type {
+        Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
+            v.default_validation_context.map(|d| d.match_subject_alt_names).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let old = |name: &str| tls::common_tls_context::CertificateProviderInstance {
+        instance_name: "default".into(),
+        certificate_name: name.into(),
+    };
+    let new = |name: &str| tls::CertificateProviderPluginInstance {
+        instance_name: "default".into(),
+        certificate_name: name.into(),
+    };
+    let ctx = tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_certificate_provider_instance: Some(old("default")),
+            tls_certificate_provider_instance: Some(new("default")),
+            validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
+                tls::common_tls_context::CombinedCertificateValidationContext {
+                    default_validation_context: Some(tls::CertificateValidationContext {
+                        match_subject_alt_names: sans,
+                        ca_certificate_provider_instance: Some(new("ROOTCA")),
+                        ..Default::default()
+                    }),
+                    validation_context_certificate_provider_instance: Some(old("ROOTCA")),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    c.transport_socket = Some(core::TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
+    });
+    c
+}

@@ -454,7 +454,11 @@ impl Generator for MeshGenerator {
                     .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
             };
         }
-        let shared = SimpleGenerator.generate(snap, class, kind, name)?;
+        let mut shared = SimpleGenerator.generate(snap, class, kind, name)?;
+        if kind == Kind::Cluster && &*class.generator == "grpc" {
+            let c = crate::grpc_xds::for_grpc_client(Cluster::decode(shared).ok()?);
+            shared = Bytes::from(c.encode_to_vec());
+        }
         let Some(m) = mesh(snap).filter(|m| m.scoping.active || m.source_matching) else { return Some(shared) };
         if !m.scoping.allows(&m.model, class, kind, name) {
             return None;

@@ -223,3 +223,48 @@ fn source_label_matches_reach_only_the_proxies_they_name() {
         ["from-productpage", "from-elsewhere", "rest"]
     );
 }
+
+#[test]
+fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    let model = bookinfo();
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let mut grpc = class("bookinfo", &[("app", "productpage")]);
+    grpc.generator = "grpc".into();
+    let envoy = class("bookinfo", &[("app", "productpage")]);
+    let cluster = |c: &ProxyClass, name: &str| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, name).unwrap()).unwrap()
+    };
+
+    // Auto mTLS (details: no DestinationRule TLS) is for Envoy only.
+    let details = "outbound|9080||details.bookinfo.svc.cluster.local";
+    assert!(!cluster(&envoy, details).transport_socket_matches.is_empty());
+    let g = cluster(&grpc, details);
+    assert!(g.transport_socket_matches.is_empty() && g.transport_socket.is_none());
+
+    // ISTIO_MUTUAL by DestinationRule (reviews): certificate providers, not SDS.
+    let reviews = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    let ts = cluster(&grpc, reviews).transport_socket.expect("ISTIO_MUTUAL");
+    assert_eq!(ts.name, "envoy.transport_sockets.tls");
+    let Some(core::transport_socket::ConfigType::TypedConfig(a)) = ts.config_type else { panic!() };
+    let ctx = tls::UpstreamTlsContext::decode(a.value.as_slice()).unwrap().common_tls_context.unwrap();
+    assert!(ctx.tls_certificate_sds_secret_configs.is_empty());
+    assert_eq!(ctx.tls_certificate_provider_instance.as_ref().unwrap().instance_name, "default");
+    assert_eq!(ctx.tls_certificate_certificate_provider_instance.as_ref().unwrap().certificate_name, "default");
+    let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
+        ctx.validation_context_type
+    else {
+        panic!("combined validation context")
+    };
+    assert_eq!(v.validation_context_certificate_provider_instance.unwrap().certificate_name, "ROOTCA");
+    assert_eq!(
+        v.default_validation_context.unwrap().ca_certificate_provider_instance.unwrap().certificate_name,
+        "ROOTCA"
+    );
+    // Envoy still gets SDS.
+    assert!(cluster(&envoy, reviews).transport_socket.is_some());
+}

@@ -107,6 +107,29 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
         && selector.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k.as_str() && &**lv == v.as_str()))
 }
 
+/// The mTLS mode a service's workloads accept on `port`, as far as it can
+/// be known without looking at each workload (istiod's
+/// `BestEffortInferServiceMTLSMode`): unknown (`None`) when some
+/// workload-level PeerAuthentication exists in the service's namespace,
+/// else the namespace's or the mesh's mode. Auto mTLS sends plaintext to a
+/// service known to be DISABLE.
+pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) -> Option<MtlsMode> {
+    let workload_level = model.security.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::PeerAuthentication(pa)
+            if o.meta.ns() == svc.namespace && pa.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty()))
+    });
+    if workload_level {
+        return None;
+    }
+    let class = ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: svc.namespace.as_str().into(),
+        generator: "".into(),
+        labels: Vec::new(),
+    };
+    Some(mtls_mode(model, &class, port))
+}
+
 /// The mTLS mode of `port` for a workload: the workload's own
 /// PeerAuthentication (port-level first), else its namespace's, else the
 /// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET

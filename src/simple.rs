@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::{
@@ -94,6 +95,7 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                 if !explicit_tls
                     && model.mesh.enable_auto_mtls
                     && !svc.mesh_external
+                    && crate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
                     && svc.endpoints.iter().any(|e| e.tls_mode == "istio")
                 {
                     traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);

@@ -268,3 +268,28 @@ fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
     // Envoy still gets SDS.
     assert!(cluster(&envoy, reviews).transport_socket.is_some());
 }
+
+#[test]
+fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
+    let details = Arc::<str>::from("outbound|9080||details.bookinfo.svc.cluster.local");
+    let matches = |m: &Model| {
+        let r = crate::simple::translate(m);
+        !Cluster::decode(r[&(Kind::Cluster, details.clone())].clone()).unwrap().transport_socket_matches.is_empty()
+    };
+    assert!(matches(&bookinfo()), "mesh-wide STRICT: auto mTLS by endpoint label");
+    let ns_disable = with_security(
+        &bookinfo(),
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ns, namespace: bookinfo}\nspec: {mtls: {mode: DISABLE}}\n",
+    );
+    assert_eq!(
+        service_mtls_mode(&ns_disable, &ns_disable.services["details.bookinfo.svc.cluster.local"], 9080),
+        Some(MtlsMode::Disable)
+    );
+    assert!(!matches(&ns_disable), "the namespace disables mTLS: plaintext");
+    let mixed = with_security(
+        &ns_disable,
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: w, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: details}}, mtls: {mode: STRICT}}\n",
+    );
+    assert!(matches(&mixed), "a workload-level policy makes the mode unknown: back to endpoint labels");
+}

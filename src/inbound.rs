@@ -52,6 +52,16 @@ pub struct MeshInput {
     /// Whether some VirtualService route matches on `sourceLabels` or
     /// `sourceNamespace`, making route configurations per class.
     pub source_matching: bool,
+    /// Whether some Sidecar sets its own `outboundTrafficPolicy`, making
+    /// `virtualOutbound` and the route configurations' fallback per class.
+    pub outbound_overrides: bool,
+}
+
+impl MeshInput {
+    /// Whether shared resources may differ between classes at all.
+    fn per_class_outbound(&self) -> bool {
+        self.scoping.active || self.source_matching || self.outbound_overrides
+    }
 }
 
 impl MeshInput {
@@ -83,7 +93,11 @@ impl MeshInput {
                 .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty()),
             _ => false,
         });
-        Self { model, inbound_generation, scoping, scope_generation, source_matching }
+        let outbound_overrides = model
+            .sidecars
+            .iter()
+            .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
+        Self { model, inbound_generation, scoping, scope_generation, source_matching, outbound_overrides }
     }
 }
 
@@ -453,11 +467,11 @@ impl Generator for MeshGenerator {
             return Some(m.inbound_generation);
         }
         let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
-        let Some(m) = mesh(snap).filter(|m| m.scoping.active || m.source_matching) else { return Some(shared) };
+        let Some(m) = mesh(snap).filter(|m| m.per_class_outbound()) else { return Some(shared) };
         if !m.scoping.allows(&m.model, class, kind, name) {
             return None;
         }
-        if kind == Kind::Route {
+        if kind == Kind::Route || (kind == Kind::Listener && name == "virtualOutbound") {
             // A route configuration filtered per class also depends on the scope.
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (shared, m.scope_generation, m.source_matching).hash(&mut h);
@@ -482,15 +496,34 @@ impl Generator for MeshGenerator {
             let c = crate::grpc_xds::for_grpc_client(Cluster::decode(shared).ok()?);
             shared = Bytes::from(c.encode_to_vec());
         }
-        let Some(m) = mesh(snap).filter(|m| m.scoping.active || m.source_matching) else { return Some(shared) };
+        let Some(m) = mesh(snap).filter(|m| m.per_class_outbound()) else { return Some(shared) };
         if !m.scoping.allows(&m.model, class, kind, name) {
             return None;
+        }
+        let policy = crate::scope::outbound_policy(&m.model, class);
+        if kind == Kind::Listener && name == "virtualOutbound" && policy != m.model.mesh.outbound {
+            // The Sidecar overrides the mesh's policy for unknown destinations.
+            let mut l = Listener::decode(shared).ok()?;
+            let catchall = match policy {
+                crate::mesh::OutboundPolicy::AllowAny => "PassthroughCluster",
+                crate::mesh::OutboundPolicy::RegistryOnly => "BlackHoleCluster",
+            };
+            for fc in &mut l.filter_chains {
+                fc.filters = vec![crate::sidecar::tcp_proxy(catchall, catchall)];
+            }
+            return Some(Bytes::from(l.encode_to_vec()));
         }
         if kind != Kind::Route {
             return Some(shared);
         }
         let mut rc = route::RouteConfiguration::decode(shared).ok()?;
         rc.virtual_hosts.retain(|vh| m.scoping.keeps_virtual_host(&m.model, class, &vh.name));
+        if policy != m.model.mesh.outbound
+            && let Some(last) = rc.virtual_hosts.last_mut()
+            && matches!(last.name.as_str(), "allow_any" | "block_all")
+        {
+            *last = crate::sidecar::fallback_host(policy == crate::mesh::OutboundPolicy::AllowAny);
+        }
         if m.source_matching {
             for vh in &mut rc.virtual_hosts {
                 vh.routes.retain_mut(|r| crate::grpc_xds::take_source_match(r, &class.namespace, &class.labels));

@@ -141,6 +141,16 @@ fn selector(sc: &networking::Sidecar) -> Option<&std::collections::BTreeMap<Stri
     sc.workload_selector.as_ref().map(|w| &w.labels).filter(|l| !l.is_empty())
 }
 
+/// The outbound traffic policy of `class`: its Sidecar's, else the mesh's.
+pub fn outbound_policy(model: &Model, class: &ProxyClass) -> crate::mesh::OutboundPolicy {
+    use crate::mesh::OutboundPolicy;
+    match sidecar(model, class).and_then(|sc| sc.outbound_traffic_policy.as_ref()).map(|p| p.mode) {
+        Some(networking::OutboundTrafficMode::AllowAny) => OutboundPolicy::AllowAny,
+        Some(networking::OutboundTrafficMode::RegistryOnly) => OutboundPolicy::RegistryOnly,
+        None => model.mesh.outbound,
+    }
+}
+
 /// Whether a proxy of `class` sees `svc`.
 pub fn visible(model: &Model, class: &ProxyClass, svc: &Service) -> bool {
     if !exported(svc, &class.namespace) {

@@ -47,7 +47,7 @@ fn socket(ip: &str, port: u32) -> Option<core::Address> {
     })
 }
 
-fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
+pub(crate) fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
     let t = tcp::TcpProxy {
         stat_prefix: stat_prefix.to_owned(),
         cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster.to_owned())),
@@ -243,7 +243,7 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
 /// The last virtual host of every outbound route configuration: unknown
 /// hosts go to `PassthroughCluster` (`allow_any`) or get a 502
 /// (`block_all`, REGISTRY_ONLY), as istiod builds them.
-fn fallback_host(allow_any: bool) -> route::VirtualHost {
+pub(crate) fn fallback_host(allow_any: bool) -> route::VirtualHost {
     let name = if allow_any { "allow_any" } else { "block_all" };
     let action = if allow_any {
         route::route::Action::Route(route::RouteAction {

@@ -293,3 +293,48 @@ fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
     );
     assert!(matches(&mixed), "a workload-level policy makes the mode unknown: back to endpoint labels");
 }
+
+#[test]
+fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
+    use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+    let mut model = (*bookinfo()).clone();
+    let docs = istiod_kubewatch::config_dir::parse_file(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: locked, namespace: bookinfo}\n\
+         spec: {workloadSelector: {labels: {app: ratings}}, outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n",
+    );
+    for doc in docs.docs {
+        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+        model.sidecars.push(o);
+    }
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let catchall = |c: &ProxyClass| {
+        let l = Listener::decode(MeshGenerator.generate(&snap, c, Kind::Listener, "virtualOutbound").unwrap()).unwrap();
+        let Some(filter::ConfigType::TypedConfig(a)) = l.filter_chains[0].filters[0].config_type.clone() else {
+            panic!()
+        };
+        match TcpProxy::decode(a.value.as_slice()).unwrap().cluster_specifier {
+            Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+            other => panic!("{other:?}"),
+        }
+    };
+    let fallback = |c: &ProxyClass| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap()).unwrap();
+        rc.virtual_hosts.last().unwrap().name.clone()
+    };
+    let ratings = class("bookinfo", &[("app", "ratings")]);
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    assert_eq!(catchall(&ratings), "BlackHoleCluster");
+    assert_eq!(fallback(&ratings), "block_all");
+    assert_eq!(catchall(&reviews), "PassthroughCluster", "the mesh default (ALLOW_ANY)");
+    assert_eq!(fallback(&reviews), "allow_any");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
+        SimpleGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
+    );
+}

@@ -139,3 +139,57 @@ fn grpcio_xds_routes_by_the_mesh_config() {
     assert!(text.contains("5 passed, 0 failed"), "{text}");
     println!("{text}");
 }
+
+/// A Sidecar whose egress lists only istio-system hides `echo` from the
+/// proxies it selects: grpcio gets no listener for it and fails, while a
+/// proxy the Sidecar does not select still reaches it.
+#[test]
+fn grpcio_sees_only_what_its_sidecar_allows() {
+    let backend_port = free_port("127.0.0.2").port();
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = MESH.replace("PORT", &backend_port.to_string())
+        + "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: locked, namespace: default}\n\
+           spec: {workloadSelector: {labels: {app: locked}}, egress: [{hosts: [\"istio-system/*\"]}]}\n";
+    std::fs::write(dir.path().join("mesh.yaml"), mesh).unwrap();
+    std::fs::write(dir.path().join("slices.yaml"), SLICES.replace("PORT", &backend_port.to_string())).unwrap();
+    let (grpc, http) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready(http) {
+        assert!(Instant::now() < deadline, "pilot-discovery never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = |app: &str, expect: &str| {
+        let bootstrap = dir.path().join(format!("bootstrap-{app}.json"));
+        std::fs::write(
+            &bootstrap,
+            format!(
+                r#"{{"xds_servers": [{{"server_uri": "{grpc}", "channel_creds": [{{"type": "insecure"}}], "server_features": ["xds_v3"]}}],
+                   "node": {{"id": "sidecar~127.0.0.1~{app}.default~default.svc.cluster.local",
+                            "metadata": {{"GENERATOR": "grpc", "NAMESPACE": "default", "LABELS": {{"app": "{app}"}}}}}}}}"#
+            ),
+        )
+        .unwrap();
+        let out = Command::new(python::python())
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/grpc_scope.py"))
+            .arg(&bootstrap)
+            .arg(backend_port.to_string())
+            .arg(expect)
+            .output()
+            .unwrap();
+        (out.status.success(), python::text(&out))
+    };
+    let locked = run("locked", "hidden");
+    let free = run("free", "reach");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(locked.0, "{}", locked.1);
+    assert!(free.0, "{}", free.1);
+}

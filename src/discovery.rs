@@ -227,6 +227,7 @@ struct State {
     resources: std::collections::BTreeMap<(istiod_xds::ads::Kind, Arc<str>), bytes::Bytes>,
     inbound_generation: Option<u64>,
     scope_generation: Option<u64>,
+    routing_generation: Option<u64>,
 }
 
 fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
@@ -280,6 +281,11 @@ fn apply(
         touched.extend(crate::inbound::all_names(&s.model));
         touched.extend(crate::inbound::all_names(&model));
     }
+    // DestinationRules changed: endpoints balanced by locality may differ.
+    if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
+        touched.extend(s.resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
+        touched.extend(resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
+    }
     // What each proxy may see changed: every outbound name may have
     // appeared or gone for some of them.
     if s.scope_generation.is_some_and(|g| g != mesh.scope_generation) {
@@ -295,6 +301,7 @@ fn apply(
     s.resources = resources;
     s.inbound_generation = Some(mesh.inbound_generation);
     s.scope_generation = Some(mesh.scope_generation);
+    s.routing_generation = Some(mesh.routing_generation);
     if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(target: "model", changes = changes.len(), "mesh changed");
         let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;

@@ -55,6 +55,9 @@ pub struct MeshInput {
     /// Whether some Sidecar sets its own `outboundTrafficPolicy`, making
     /// `virtualOutbound` and the route configurations' fallback per class.
     pub outbound_overrides: bool,
+    /// A fingerprint of the DestinationRules: locality load balancing makes
+    /// endpoints depend on them.
+    pub routing_generation: u64,
 }
 
 impl MeshInput {
@@ -97,7 +100,22 @@ impl MeshInput {
             .sidecars
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
-        Self { model, inbound_generation, scoping, scope_generation, source_matching, outbound_overrides }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for o in &model.routing {
+            if let IstioSpec::DestinationRule(dr) = &o.spec {
+                (o.meta.ns(), &o.meta.name, format!("{dr:?}")).hash(&mut h);
+            }
+        }
+        let routing_generation = h.finish();
+        Self {
+            model,
+            inbound_generation,
+            scoping,
+            scope_generation,
+            source_matching,
+            outbound_overrides,
+            routing_generation,
+        }
     }
 }
 
@@ -140,6 +158,7 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         namespace: svc.namespace.as_str().into(),
         generator: "".into(),
         labels: Vec::new(),
+        locality: "".into(),
     };
     Some(mtls_mode(model, &class, port))
 }
@@ -466,7 +485,16 @@ impl Generator for MeshGenerator {
             }
             return Some(m.inbound_generation);
         }
-        let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        let mut shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        if kind == Kind::Endpoint
+            && !class.locality.is_empty()
+            && let Some(m) = mesh(snap)
+        {
+            // Locality load balancing reads the DestinationRules.
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (shared, m.routing_generation).hash(&mut h);
+            shared = h.finish();
+        }
         let Some(m) = mesh(snap).filter(|m| m.per_class_outbound()) else { return Some(shared) };
         if !m.scoping.allows(&m.model, class, kind, name) {
             return None;
@@ -492,6 +520,13 @@ impl Generator for MeshGenerator {
             };
         }
         let mut shared = SimpleGenerator.generate(snap, class, kind, name)?;
+        if kind == Kind::Endpoint
+            && !class.locality.is_empty()
+            && let Some(m) = mesh(snap)
+            && let Some(local) = crate::locality::endpoints_for(&m.model, &class.locality, name, &shared)
+        {
+            shared = local;
+        }
         if kind == Kind::Cluster && &*class.generator == "grpc" {
             let c = crate::grpc_xds::for_grpc_client(Cluster::decode(shared).ok()?);
             shared = Bytes::from(c.encode_to_vec());

@@ -16,6 +16,7 @@ pub mod control;
 pub mod discovery;
 pub mod grpc_xds;
 pub mod inbound;
+pub mod locality;
 pub mod logging;
 pub mod mesh;
 pub mod model;

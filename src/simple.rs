@@ -82,13 +82,7 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                 }
                 let mut explicit_tls = false;
                 if let Some(dr) = dr {
-                    let top =
-                        dr.traffic_policy.as_ref().map(|p| traffic_policy::for_port(p, port.port)).unwrap_or_default();
-                    let sub = dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref());
-                    let policy = match sub {
-                        Some(sp) => traffic_policy::merge(&top, &traffic_policy::for_port(sp, port.port)),
-                        None => top,
-                    };
+                    let policy = traffic_policy::effective(dr, port.port, &subset);
                     explicit_tls = policy.tls.is_some();
                     traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
                 }

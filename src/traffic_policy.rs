@@ -118,7 +118,25 @@ pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16,
     }
 }
 
+/// The policy in force for one port and subset of a DestinationRule:
+/// the top-level policy with its port-level settings, overridden by the
+/// subset's (with its own port-level settings).
+pub fn effective(dr: &istiod_kubewatch::istio::networking::DestinationRule, port: u16, subset: &str) -> TrafficPolicy {
+    let top = dr.traffic_policy.as_ref().map(|p| for_port(p, port)).unwrap_or_default();
+    match dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref()) {
+        Some(sp) => merge(&top, &for_port(sp, port)),
+        None => top,
+    }
+}
+
 fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
+    if lb.locality_lb_setting.as_ref().is_some_and(|l| !l.distribute.is_empty()) {
+        // Weights per locality come with the endpoints (`locality.rs`).
+        c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =
+            Some(cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                cluster::common_lb_config::LocalityWeightedLbConfig {},
+            ));
+    }
     if let Some(simple) = &lb.simple {
         c.lb_policy = match simple {
             SimpleLb::LeastRequest | SimpleLb::LeastConn => cluster::LbPolicy::LeastRequest,

@@ -44,6 +44,7 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         namespace: ns.into(),
         generator: "".into(),
         labels: labels.iter().map(|(k, v)| (std::sync::Arc::from(*k), std::sync::Arc::from(*v))).collect(),
+        locality: "".into(),
     };
     let mut snap = Snapshot::empty(std::time::Instant::now());
     snap.mesh = Some(std::sync::Arc::new(MeshInput::new(model.clone())));

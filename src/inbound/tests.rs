@@ -16,6 +16,7 @@ fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         namespace: ns.into(),
         generator: "".into(),
         labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
+        locality: "".into(),
     }
 }
 
@@ -336,5 +337,52 @@ fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
     assert_ne!(
         MeshGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
         SimpleGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
+    );
+}
+
+#[test]
+fn locality_failover_orders_endpoints_by_the_proxys_locality() {
+    use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    let mut model = (*bookinfo()).clone();
+    let docs = istiod_kubewatch::config_dir::parse_file(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a-reviews, namespace: bookinfo}\n\
+         spec: {host: reviews, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}}\n",
+    );
+    for doc in docs.docs {
+        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let name = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let priorities = |c: &ProxyClass| {
+        let cla =
+            ClusterLoadAssignment::decode(MeshGenerator.generate(&snap, c, Kind::Endpoint, name).unwrap()).unwrap();
+        let mut v: Vec<(String, u32)> =
+            cla.endpoints.iter().map(|e| (e.locality.clone().unwrap_or_default().zone, e.priority)).collect();
+        v.sort();
+        v
+    };
+    let mut local = class("bookinfo", &[("app", "productpage")]);
+    local.locality = "us-east1/us-east1-c/rack-c1".into();
+    let nowhere = class("bookinfo", &[("app", "productpage")]);
+    assert_eq!(
+        priorities(&local),
+        [("us-east1-b".to_owned(), 1), ("us-east1-c".to_owned(), 0), ("us-east1-d".to_owned(), 1)]
+    );
+    assert!(priorities(&nowhere).iter().all(|(_, p)| *p == 0), "no locality: the shared endpoints");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &local, Kind::Endpoint, name),
+        MeshGenerator.input_generation(&snap, &nowhere, Kind::Endpoint, name),
+    );
+    // Without outlier detection (ratings) nothing changes.
+    let ratings = "outbound|9080||ratings.bookinfo.svc.cluster.local";
+    assert_eq!(
+        MeshGenerator.generate(&snap, &local, Kind::Endpoint, ratings),
+        SimpleGenerator.generate(&snap, &local, Kind::Endpoint, ratings)
     );
 }

@@ -10,6 +10,7 @@ fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         namespace: ns.into(),
         generator: "".into(),
         labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
+        locality: "".into(),
     }
 }
 

@@ -68,6 +68,9 @@ pub struct ProxyClass {
     /// Workload labels (`LABELS` metadata, sorted): they select the
     /// proxy's services and policies.
     pub labels: Vec<(Arc<str>, Arc<str>)>,
+    /// The node's locality as `region/zone/subzone` (empty when unknown):
+    /// locality load balancing orders endpoints by it.
+    pub locality: Arc<str>,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -146,6 +149,12 @@ impl Proxy {
                 namespace: namespace.clone(),
                 generator: generator.clone(),
                 labels: labels.clone(),
+                locality: match &node.locality {
+                    Some(l) if !(l.region.is_empty() && l.zone.is_empty() && l.sub_zone.is_empty()) => {
+                        format!("{}/{}/{}", l.region, l.zone, l.sub_zone).into()
+                    }
+                    _ => "".into(),
+                },
             },
             namespace,
             cluster_id: s("CLUSTER_ID"),
@@ -198,6 +207,15 @@ mod tests {
         assert_eq!(&*p.cluster_id, "Kubernetes");
         assert_eq!(p.labels[0], ("app".into(), "reviews".into()));
         assert_eq!(p.class.namespace, p.namespace);
+        assert_eq!(&*p.class.locality, "", "no locality sent");
+        let mut n = n;
+        n.locality = Some(istiod_proto::envoy::config::core::v3::Locality {
+            region: "us-east1".into(),
+            zone: "us-east1-b".into(),
+            sub_zone: String::new(),
+        });
+        let p = Proxy::from_node(Some(&n)).unwrap();
+        assert_eq!(&*p.class.locality, "us-east1/us-east1-b/", "the class carries the locality");
     }
 
     #[test]

@@ -345,22 +345,95 @@ pub fn take_source_match(r: &mut route::Route, namespace: &str, labels: &[(Arc<s
     ns_ok && labels_ok
 }
 
+fn default_route(cluster: String) -> route::Route {
+    route::Route {
+        name: "default".into(),
+        r#match: Some(route::RouteMatch {
+            path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+            ..Default::default()
+        }),
+        action: Some(route::route::Action::Route(route::RouteAction {
+            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Route metadata key carrying a VirtualService's `exportTo` when it is
+/// not exported everywhere: its routes are kept for proxies in the listed
+/// namespaces, and a trailing default route (`fallback`) for the others.
+/// The per-class generator applies and strips it (`inbound.rs`).
+pub const EXPORT_KEY: &str = "istiod-rs.export";
+
+fn export_marker(namespaces: &[String], fallback: bool) -> core::Metadata {
+    use istiod_proto::prost_types::{ListValue, Struct, Value, value::Kind as V};
+    let list =
+        ListValue { values: namespaces.iter().map(|n| Value { kind: Some(V::StringValue(n.clone())) }).collect() };
+    let sel = Struct {
+        fields: [
+            ("namespaces".to_owned(), Value { kind: Some(V::ListValue(list)) }),
+            ("fallback".to_owned(), Value { kind: Some(V::BoolValue(fallback)) }),
+        ]
+        .into(),
+    };
+    core::Metadata { filter_metadata: [(EXPORT_KEY.to_owned(), sel)].into(), ..Default::default() }
+}
+
+/// Whether a route may be served to a proxy in `namespace`, by its export
+/// marker; the marker is removed.
+pub fn take_export_match(r: &mut route::Route, namespace: &str) -> bool {
+    use istiod_proto::prost_types::value::Kind as V;
+    let Some(sel) = r.metadata.as_mut().and_then(|m| m.filter_metadata.remove(EXPORT_KEY)) else { return true };
+    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
+        r.metadata = None;
+    }
+    let visible = match sel.fields.get("namespaces").and_then(|v| v.kind.as_ref()) {
+        Some(V::ListValue(l)) => {
+            l.values.iter().any(|v| matches!(&v.kind, Some(V::StringValue(n)) if n == "*" || n == namespace))
+        }
+        _ => true,
+    };
+    let fallback = matches!(sel.fields.get("fallback").and_then(|v| v.kind.as_ref()), Some(V::BoolValue(true)));
+    visible != fallback
+}
+
+/// The namespaces a VirtualService is exported to (`.` resolved), or
+/// `None` when it is exported everywhere.
+pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
+    if vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*") {
+        return None;
+    }
+    Some(vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect())
+}
+
 pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<route::Route> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
-        return vec![route::Route {
-            name: "default".into(),
-            r#match: Some(route::RouteMatch {
-                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
-                ..Default::default()
-            }),
-            action: Some(route::route::Action::Route(route::RouteAction {
-                cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(default_cluster)),
-                ..Default::default()
-            })),
-            ..Default::default()
-        }];
+        return vec![default_route(default_cluster)];
     };
+    let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster);
+    if let Some(namespaces) = vs_export(vs, obj.meta.ns()) {
+        for r in &mut out {
+            let m = r.metadata.get_or_insert_with(Default::default);
+            m.filter_metadata.extend(export_marker(&namespaces, false).filter_metadata);
+        }
+        let mut fallback = default_route(default_cluster);
+        fallback.metadata = Some(export_marker(&namespaces, true));
+        out.push(fallback);
+    }
+    out
+}
+
+fn vs_routes(
+    model: &Model,
+    obj: &IstioObject,
+    vs: &VirtualService,
+    port: u16,
+    flavor: Flavor,
+    default_cluster: &str,
+) -> Vec<route::Route> {
+    let default_cluster = default_cluster.to_owned();
     let ns = obj.meta.ns();
     let mut out = Vec::new();
     for (i, r) in vs.http.iter().enumerate() {

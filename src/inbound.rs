@@ -55,6 +55,9 @@ pub struct MeshInput {
     /// Whether some Sidecar sets its own `outboundTrafficPolicy`, making
     /// `virtualOutbound` and the route configurations' fallback per class.
     pub outbound_overrides: bool,
+    /// Whether some VirtualService is not exported everywhere, making its
+    /// hosts' routes per namespace.
+    pub vs_export: bool,
     /// A fingerprint of the DestinationRules: locality load balancing makes
     /// endpoints depend on them.
     pub routing_generation: u64,
@@ -63,7 +66,7 @@ pub struct MeshInput {
 impl MeshInput {
     /// Whether shared resources may differ between classes at all.
     fn per_class_outbound(&self) -> bool {
-        self.scoping.active || self.source_matching || self.outbound_overrides
+        self.scoping.active || self.source_matching || self.outbound_overrides || self.vs_export
     }
 }
 
@@ -100,6 +103,10 @@ impl MeshInput {
             .sidecars
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
+        let vs_export = model.routing.iter().any(|o| match &o.spec {
+            IstioSpec::VirtualService(vs) => crate::grpc_xds::vs_export(vs, o.meta.ns()).is_some(),
+            _ => false,
+        });
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for o in &model.routing {
             if let IstioSpec::DestinationRule(dr) = &o.spec {
@@ -114,6 +121,7 @@ impl MeshInput {
             scope_generation,
             source_matching,
             outbound_overrides,
+            vs_export,
             routing_generation,
         }
     }
@@ -559,9 +567,13 @@ impl Generator for MeshGenerator {
         {
             *last = crate::sidecar::fallback_host(policy == crate::mesh::OutboundPolicy::AllowAny);
         }
-        if m.source_matching {
+        if m.source_matching || m.vs_export {
             for vh in &mut rc.virtual_hosts {
-                vh.routes.retain_mut(|r| crate::grpc_xds::take_source_match(r, &class.namespace, &class.labels));
+                vh.routes.retain_mut(|r| {
+                    let export = crate::grpc_xds::take_export_match(r, &class.namespace);
+                    let source = crate::grpc_xds::take_source_match(r, &class.namespace, &class.labels);
+                    export && source
+                });
             }
         }
         Some(Bytes::from(rc.encode_to_vec()))

@@ -9,8 +9,9 @@
 //!
 //! Scoping applies to names: clusters, endpoints, listeners and API
 //! listeners of invisible services are withheld, and route configurations
-//! lose their virtual hosts. Not yet: egress `port` (every port of a listed
-//! host is visible), `exportTo` of VirtualServices and DestinationRules.
+//! lose their virtual hosts. A VirtualService's own `exportTo` is applied to
+//! its routes (`grpc_xds.rs`). Not yet: egress `port` (every port of a
+//! listed host is visible), `exportTo` of DestinationRules.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -386,3 +386,43 @@ fn locality_failover_orders_endpoints_by_the_proxys_locality() {
         SimpleGenerator.generate(&snap, &local, Kind::Endpoint, ratings)
     );
 }
+
+#[test]
+fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
+    let mut model = (*bookinfo()).clone();
+    let docs = istiod_kubewatch::config_dir::parse_file(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
+         spec: {hosts: [details], exportTo: [\".\"], http: [{name: local-only, route: [{destination: {host: details, subset: v1}}]}]}\n",
+    );
+    for doc in docs.docs {
+        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    let input = MeshInput::new(model.clone());
+    assert!(input.vs_export);
+    snap.mesh = Some(Arc::new(input));
+    let details_routes = |c: &ProxyClass, name: &str| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, name).unwrap()).unwrap();
+        let vh = rc.virtual_hosts.into_iter().find(|v| v.name.starts_with("details.")).unwrap();
+        assert!(vh.routes.iter().all(|r| r.metadata.is_none()), "the marker never reaches a proxy");
+        vh.routes.into_iter().map(|r| r.name).collect::<Vec<_>>()
+    };
+    let inside = class("bookinfo", &[("app", "productpage")]);
+    let outside = class("other", &[("app", "x")]);
+    assert_eq!(details_routes(&inside, "9080"), ["local-only"]);
+    assert_eq!(details_routes(&outside, "9080"), ["default"]);
+    // Proxyless gRPC route configurations too.
+    let mut grpc = outside.clone();
+    grpc.generator = "grpc".into();
+    let grpc_name = "outbound|9080||details.bookinfo.svc.cluster.local";
+    assert_eq!(details_routes(&grpc, grpc_name), ["default"]);
+    let mut grpc_inside = inside.clone();
+    grpc_inside.generator = "grpc".into();
+    assert_eq!(details_routes(&grpc_inside, grpc_name), ["local-only"]);
+}

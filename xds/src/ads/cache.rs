@@ -18,10 +18,22 @@ type Key = (Kind, Arc<str>, Arc<ProxyClass>);
 /// small next to the mesh itself).
 const MAX_ENTRIES: usize = 200_000;
 
+/// Which snapshot a wildcard name list was computed from: its version and
+/// the address of its resource model (versions alone repeat in tests that
+/// build snapshots by hand).
+type SnapId = (u64, usize);
+
+/// Wildcard names by (type, class), with the snapshot they come from.
+type WildcardNames = HashMap<(Kind, Arc<ProxyClass>), (SnapId, Arc<[Arc<str>]>)>;
+
 /// One core's cache.
 #[derive(Debug, Default)]
 pub struct Cache {
     map: HashMap<Key, (u64, Encoded)>,
+    /// Wildcard (CDS/LDS) names per class, for the snapshot they were
+    /// computed from: every SotW push of a wildcard type needs them, and
+    /// with per-class scoping they cost a visibility check per name.
+    wildcard: WildcardNames,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -64,6 +76,30 @@ impl Cache {
         }
         self.map.insert(key, (input, e.clone()));
         Some(e)
+    }
+
+    /// The names a proxy of `class` receives on a wildcard subscription to
+    /// `kind`, computed once per class and snapshot.
+    pub fn wildcard_names(
+        &mut self,
+        generator: &dyn Generator,
+        snap: &Snapshot,
+        class: &Arc<ProxyClass>,
+        kind: Kind,
+    ) -> Arc<[Arc<str>]> {
+        let id: SnapId = (snap.version, Arc::as_ptr(&snap.model) as usize);
+        let key = (kind, class.clone());
+        if let Some((at, names)) = self.wildcard.get(&key)
+            && *at == id
+        {
+            return names.clone();
+        }
+        let names: Arc<[Arc<str>]> = generator.wildcard_names(snap, class, kind).into();
+        if self.wildcard.len() >= MAX_ENTRIES / 10 {
+            self.wildcard.clear();
+        }
+        self.wildcard.insert(key, (id, names.clone()));
+        names
     }
 
     /// Entries held.

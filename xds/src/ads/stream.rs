@@ -382,13 +382,13 @@ impl AdsStream {
     }
 }
 
-fn names_for(w: &Watch, kind: Kind, dirty: &Dirty, class: &ProxyClass, ctx: &Ctx<'_>) -> BTreeSet<Arc<str>> {
+fn names_for(w: &Watch, kind: Kind, dirty: &Dirty, class: &Arc<ProxyClass>, ctx: &mut Ctx<'_>) -> BTreeSet<Arc<str>> {
     match dirty {
         Dirty::Clean => BTreeSet::new(),
         Dirty::All => {
             let mut all: BTreeSet<Arc<str>> = w.names.clone();
             if w.wildcard {
-                all.extend(ctx.generator.wildcard_names(ctx.snap, class, kind));
+                all.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
             }
             all
         }

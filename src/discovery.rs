@@ -281,6 +281,12 @@ fn apply(
         touched.extend(crate::inbound::all_names(&s.model));
         touched.extend(crate::inbound::all_names(&model));
     }
+    // A cluster without its DestinationRule stands in for the real name.
+    for (k, n, _) in &changes {
+        if let Some(base) = n.strip_suffix(crate::simple::NO_DR) {
+            touched.push((*k, Arc::from(base)));
+        }
+    }
     // DestinationRules changed: endpoints balanced by locality may differ.
     if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
         touched.extend(s.resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());

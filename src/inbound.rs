@@ -58,12 +58,38 @@ pub struct MeshInput {
     /// Whether some VirtualService is not exported everywhere, making its
     /// hosts' routes per namespace.
     pub vs_export: bool,
+    /// Hosts whose DestinationRule is exported only to these namespaces.
+    pub dr_export: std::collections::HashMap<Arc<str>, Vec<String>>,
     /// A fingerprint of the DestinationRules: locality load balancing makes
     /// endpoints depend on them.
     pub routing_generation: u64,
 }
 
 impl MeshInput {
+    /// The shared resource that stands for `(kind, name)` for `class`:
+    /// the same name, the cluster without its DestinationRule where that
+    /// rule is not exported to the class's namespace, or `None` for the
+    /// subset clusters (and their endpoints) of such a rule.
+    fn shared_name<'a>(&self, class: &ProxyClass, kind: Kind, name: &'a str) -> Option<std::borrow::Cow<'a, str>> {
+        use std::borrow::Cow;
+        if self.dr_export.is_empty() || !matches!(kind, Kind::Cluster | Kind::Endpoint) {
+            return Some(Cow::Borrowed(name));
+        }
+        if name.ends_with(crate::simple::NO_DR) {
+            return None; // never served under its own name
+        }
+        let Some(rest) = name.strip_prefix("outbound|") else { return Some(Cow::Borrowed(name)) };
+        let mut parts = rest.splitn(3, '|');
+        let (_, subset, host) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let hidden = self.dr_export.get(host).is_some_and(|ns| !ns.iter().any(|n| **n == *class.namespace));
+        match (hidden, subset.is_empty(), kind) {
+            (false, _, _) => Some(Cow::Borrowed(name)),
+            (true, false, _) => None,
+            (true, true, Kind::Cluster) => Some(Cow::Owned(format!("{name}{}", crate::simple::NO_DR))),
+            (true, true, _) => Some(Cow::Borrowed(name)),
+        }
+    }
+
     /// Whether shared resources may differ between classes at all.
     fn per_class_outbound(&self) -> bool {
         self.scoping.active || self.source_matching || self.outbound_overrides || self.vs_export
@@ -107,6 +133,8 @@ impl MeshInput {
             IstioSpec::VirtualService(vs) => crate::grpc_xds::vs_export(vs, o.meta.ns()).is_some(),
             _ => false,
         });
+        let dr_export =
+            model.services.keys().filter_map(|h| model.destination_rule_export(h).map(|ns| (h.clone(), ns))).collect();
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for o in &model.routing {
             if let IstioSpec::DestinationRule(dr) = &o.spec {
@@ -122,6 +150,7 @@ impl MeshInput {
             source_matching,
             outbound_overrides,
             vs_export,
+            dr_export,
             routing_generation,
         }
     }
@@ -469,6 +498,9 @@ impl Generator for MeshGenerator {
     fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = SimpleGenerator.wildcard_names(snap, class, kind);
         let Some(m) = mesh(snap) else { return names };
+        if !m.dr_export.is_empty() {
+            names.retain(|n| !n.ends_with(crate::simple::NO_DR) && m.shared_name(class, kind, n).is_some());
+        }
         if m.scoping.active {
             names.retain(|n| m.scoping.allows(&m.model, class, kind, n));
         }
@@ -493,7 +525,11 @@ impl Generator for MeshGenerator {
             }
             return Some(m.inbound_generation);
         }
-        let mut shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        let lookup = match mesh(snap) {
+            Some(m) => m.shared_name(class, kind, name)?,
+            None => std::borrow::Cow::Borrowed(name),
+        };
+        let mut shared = SimpleGenerator.input_generation(snap, class, kind, &lookup)?;
         if kind == Kind::Endpoint
             && !class.locality.is_empty()
             && let Some(m) = mesh(snap)
@@ -527,7 +563,11 @@ impl Generator for MeshGenerator {
                     .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
             };
         }
-        let mut shared = SimpleGenerator.generate(snap, class, kind, name)?;
+        let lookup = match mesh(snap) {
+            Some(m) => m.shared_name(class, kind, name)?,
+            None => std::borrow::Cow::Borrowed(name),
+        };
+        let mut shared = SimpleGenerator.generate(snap, class, kind, &lookup)?;
         if kind == Kind::Endpoint
             && !class.locality.is_empty()
             && let Some(m) = mesh(snap)

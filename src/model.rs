@@ -233,6 +233,27 @@ impl Model {
         })
     }
 
+    /// The namespaces the DestinationRule of `host` is exported to (`.`
+    /// resolved to its own), or `None` when there is none or it is exported
+    /// everywhere.
+    pub fn destination_rule_export(&self, host: &str) -> Option<Vec<String>> {
+        self.routing.iter().find_map(|o| match &o.spec {
+            IstioSpec::DestinationRule(dr) if self.resolve_host(&dr.host, o.meta.ns()) == host => {
+                Some(if dr.export_to.is_empty() || dr.export_to.iter().any(|e| e == "*") {
+                    None
+                } else {
+                    Some(
+                        dr.export_to
+                            .iter()
+                            .map(|e| if e == "." { o.meta.ns().to_owned() } else { e.clone() })
+                            .collect(),
+                    )
+                })
+            }
+            _ => None,
+        })?
+    }
+
     /// The FQDN a host written in config means, as istiod resolves it:
     /// `reviews` in namespace `ns` is `reviews.ns.svc.<domain>`, `reviews.ns`
     /// is `reviews.ns.svc.<domain>`, anything with more dots is taken as is.

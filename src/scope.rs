@@ -11,7 +11,8 @@
 //! listeners of invisible services are withheld, and route configurations
 //! lose their virtual hosts. A VirtualService's own `exportTo` is applied to
 //! its routes (`grpc_xds.rs`). Not yet: egress `port` (every port of a
-//! listed host is visible), `exportTo` of DestinationRules.
+//! listed host is visible). A DestinationRule's `exportTo` is applied by
+//! serving its host's cluster without it (`simple::NO_DR`) elsewhere.
 
 use std::collections::HashMap;
 use std::sync::Arc;

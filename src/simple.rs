@@ -25,11 +25,17 @@ use crate::traffic_policy;
 /// One resource change for the engine's model.
 pub type Change = (Kind, Arc<str>, Option<Bytes>);
 
+/// Suffix of the shadow cluster a DestinationRule with a narrow `exportTo`
+/// leaves for the namespaces it is not exported to: `<cluster>#nodr`, never
+/// listed or served under that name.
+pub const NO_DR: &str = "#nodr";
+
 /// Every resource the model describes.
 pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
     let mut out = BTreeMap::new();
     for svc in model.services.values() {
         let dr = model.destination_rule(&svc.hostname);
+        let dr_hidden_somewhere = model.destination_rule_export(&svc.hostname).is_some();
         let subsets: Vec<(String, BTreeMap<String, String>)> =
             dr.map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect()).unwrap_or_default();
         for port in &svc.ports {
@@ -80,18 +86,26 @@ pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
                         c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
                     }
                 }
+                let auto_mtls = model.mesh.enable_auto_mtls
+                    && !svc.mesh_external
+                    && crate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
+                    && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
+                if subset.is_empty() && dr_hidden_somewhere {
+                    // The cluster as namespaces the DestinationRule is not
+                    // exported to see it (served by `inbound.rs`).
+                    let mut plain = c.clone();
+                    if auto_mtls {
+                        traffic_policy::auto_mtls(&mut plain, &svc.hostname, port.port, &subset);
+                    }
+                    out.insert((Kind::Cluster, format!("{name}{NO_DR}").into()), Bytes::from(plain.encode_to_vec()));
+                }
                 let mut explicit_tls = false;
                 if let Some(dr) = dr {
                     let policy = traffic_policy::effective(dr, port.port, &subset);
                     explicit_tls = policy.tls.is_some();
                     traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
                 }
-                if !explicit_tls
-                    && model.mesh.enable_auto_mtls
-                    && !svc.mesh_external
-                    && crate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
-                    && svc.endpoints.iter().any(|e| e.tls_mode == "istio")
-                {
+                if !explicit_tls && auto_mtls {
                     traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
                 }
                 out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));

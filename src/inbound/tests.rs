@@ -426,3 +426,40 @@ fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
     grpc_inside.generator = "grpc".into();
     assert_eq!(details_routes(&grpc_inside, grpc_name), ["local-only"]);
 }
+
+#[test]
+fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
+    let mut model = (*bookinfo()).clone();
+    // reviews' DestinationRule (ISTIO_MUTUAL, LEAST_REQUEST, subsets v1-v3)
+    // becomes private to bookinfo.
+    for o in &mut model.routing {
+        if let IstioSpec::DestinationRule(dr) = &mut o.spec
+            && dr.host == "reviews"
+        {
+            dr.export_to = vec![".".into()];
+        }
+    }
+    let model = Arc::new(model);
+    let resources = crate::simple::translate(&model);
+    let (shared, _) = istiod_xds::ads::SimpleModel::default()
+        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let inside = class("bookinfo", &[("app", "productpage")]);
+    let outside = class("other", &[("app", "x")]);
+    let default = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let v1 = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    assert!(cds(&inside).iter().any(|n| &**n == v1));
+    assert!(!cds(&outside).iter().any(|n| &**n == v1), "subsets of a rule not exported here");
+    assert!(cds(&outside).iter().any(|n| &**n == default));
+    assert!(!cds(&inside).iter().chain(cds(&outside).iter()).any(|n| n.contains('#')), "shadows are never listed");
+    assert!(MeshGenerator.generate(&snap, &outside, Kind::Endpoint, v1).is_none());
+    let lb = |c: &ProxyClass| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
+    };
+    assert_eq!(lb(&inside), cluster::LbPolicy::LeastRequest as i32, "the rule applies in bookinfo");
+    assert_eq!(lb(&outside), cluster::LbPolicy::RoundRobin as i32, "and not elsewhere");
+    let shadow = format!("{default}{}", crate::simple::NO_DR);
+    assert!(MeshGenerator.generate(&snap, &outside, Kind::Cluster, &shadow).is_none());
+}

@@ -10,8 +10,8 @@
 //! Scoping applies to names: clusters, endpoints, listeners and API
 //! listeners of invisible services are withheld, and route configurations
 //! lose their virtual hosts. A VirtualService's own `exportTo` is applied to
-//! its routes (`grpc_xds.rs`). Not yet: egress `port` (every port of a
-//! listed host is visible). A DestinationRule's `exportTo` is applied by
+//! its routes (`grpc_xds.rs`). An egress listener with a `port` makes its
+//! hosts visible on that port only. A DestinationRule's `exportTo` is applied by
 //! serving its host's cluster without it (`simple::NO_DR`) elsewhere.
 
 use std::collections::HashMap;
@@ -57,10 +57,14 @@ impl Scoping {
         if !self.active {
             return true;
         }
-        let host_visible = |host: &str| model.services.get(host).is_none_or(|s| visible(model, class, s));
+        let host_visible =
+            |host: &str, port: Option<u16>| model.services.get(host).is_none_or(|s| visible_on(model, class, s, port));
         match kind {
             Kind::Cluster | Kind::Endpoint | Kind::Route => match name.strip_prefix("outbound|") {
-                Some(rest) => rest.rsplit('|').next().is_none_or(host_visible),
+                Some(rest) => {
+                    let port = rest.split('|').next().and_then(|p| p.parse().ok());
+                    rest.rsplit('|').next().is_none_or(|h| host_visible(h, port))
+                }
                 None => true,
             },
             Kind::Listener => {
@@ -71,15 +75,21 @@ impl Scoping {
                         // while any visible service is served by it.
                         return model.services.values().any(|s| {
                             s.ports.iter().any(|p| p.port == port && (p.protocol.is_http() || sni_port(s, p)))
-                                && visible(model, class, s)
+                                && visible_on(model, class, s, Some(port))
                         });
                     }
-                    return self.by_vip.get(addr).is_none_or(|h| host_visible(h));
+                    return self.by_vip.get(addr).is_none_or(|h| host_visible(h, Some(port)));
                 }
                 // Proxyless gRPC API listener `<host>:<port>`.
                 match name.rsplit_once(':') {
-                    Some((host, _)) if model.services.contains_key(host) => host_visible(host),
-                    Some((host, _)) => host_visible(&model.resolve_host(host, &class.namespace)),
+                    Some((host, port)) => {
+                        let port = port.parse().ok();
+                        if model.services.contains_key(host) {
+                            host_visible(host, port)
+                        } else {
+                            host_visible(&model.resolve_host(host, &class.namespace), port)
+                        }
+                    }
                     None => true,
                 }
             }
@@ -93,7 +103,9 @@ impl Scoping {
             return true;
         }
         match vh_name.rsplit_once(':') {
-            Some((host, _)) => model.services.get(host).is_none_or(|s| visible(model, class, s)),
+            Some((host, port)) => {
+                model.services.get(host).is_none_or(|s| visible_on(model, class, s, port.parse().ok()))
+            }
             None => true,
         }
     }
@@ -153,13 +165,26 @@ pub fn outbound_policy(model: &Model, class: &ProxyClass) -> crate::mesh::Outbou
     }
 }
 
-/// Whether a proxy of `class` sees `svc`.
+/// Whether a proxy of `class` sees `svc` on some port.
 pub fn visible(model: &Model, class: &ProxyClass, svc: &Service) -> bool {
+    visible_on(model, class, svc, None)
+}
+
+/// Whether a proxy of `class` sees `svc` on `port` (`None`: on any port).
+/// An egress listener with a `port` lists hosts for that port only.
+pub fn visible_on(model: &Model, class: &ProxyClass, svc: &Service, port: Option<u16>) -> bool {
     if !exported(svc, &class.namespace) {
         return false;
     }
     let Some(sc) = sidecar(model, class).filter(|sc| !sc.egress.is_empty()) else { return true };
-    sc.egress.iter().flat_map(|e| &e.hosts).any(|h| egress_host_matches(h, &class.namespace, svc))
+    sc.egress
+        .iter()
+        .filter(|e| match (port, e.port.as_ref()) {
+            (Some(p), Some(ep)) => ep.number == u32::from(p),
+            _ => true,
+        })
+        .flat_map(|e| &e.hosts)
+        .any(|h| egress_host_matches(h, &class.namespace, svc))
 }
 
 /// istiod's egress host syntax: `namespace/dnsName`, the namespace `*`

@@ -117,3 +117,25 @@ fn the_bundled_sidecar_keeps_bookinfo_to_its_namespace_and_the_root() {
     assert!(!s.allows(&m, &reviews, Kind::Cluster, "outbound|9080||api.other.svc.cluster.local"));
     assert!(s.allows(&m, &class("other", &[]), Kind::Cluster, "outbound|9080||api.other.svc.cluster.local"));
 }
+
+#[test]
+fn an_egress_port_limits_its_hosts_to_that_port() {
+    let mut m = bookinfo_with(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: narrow, namespace: bookinfo}\n\
+         spec: {egress: [{port: {number: 9080, protocol: HTTP, name: http}, hosts: [\"./reviews.bookinfo.svc.cluster.local\"]},\n\
+         {hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}]}\n",
+    );
+    // reviews also listens on 9090 for this test.
+    let reviews = m.services.get_mut(REVIEWS).unwrap();
+    let mut extra = reviews.ports[0].clone();
+    extra.port = 9090;
+    reviews.ports.push(extra);
+    let s = Scoping::new(&m);
+    let c = class("bookinfo", &[("app", "productpage")]);
+    assert!(s.allows(&m, &c, Kind::Cluster, &format!("outbound|9080||{REVIEWS}")));
+    assert!(!s.allows(&m, &c, Kind::Cluster, &format!("outbound|9090||{REVIEWS}")), "not listed for 9090");
+    assert!(s.allows(&m, &c, Kind::Cluster, &format!("outbound|9080||{RATINGS}")), "the catch-all listener");
+    assert!(s.keeps_virtual_host(&m, &c, &format!("{REVIEWS}:9080")));
+    assert!(!s.keeps_virtual_host(&m, &c, &format!("{REVIEWS}:9090")));
+    assert!(s.allows(&m, &c, Kind::Listener, "0.0.0.0_9080"));
+}

@@ -2,7 +2,8 @@
 
 usage: grpc_scope.py BOOTSTRAP BACKEND_PORT reach|hidden
 
-Starts an echo backend on 127.0.0.2:BACKEND_PORT and dials
+Starts echo backends on 127.0.0.2 and 127.0.0.3 (the mesh splits between
+them) at BACKEND_PORT and dials
 xds:///echo.default.svc.cluster.local:7070 with the node in BOOTSTRAP.
 `reach`: the RPC succeeds. `hidden`: the proxy's Sidecar does not list the
 host, so the server withholds its listener (grpc may log that the LDS
@@ -24,10 +25,11 @@ import grpc  # noqa: E402  (after the bootstrap is set)
 def main():
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
     handler = grpc.method_handlers_generic_handler(
-        "istiod.test.Echo", {"Who": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"v1")}
+        "istiod.test.Echo", {"Who": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"echo")}
     )
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.2:{PORT}")
+    server.add_insecure_port(f"127.0.0.3:{PORT}")
     server.start()
     channel = grpc.insecure_channel("xds:///echo.default.svc.cluster.local:7070")
     who = channel.unary_unary("/istiod.test.Echo/Who")

@@ -1,5 +1,10 @@
 //! `loadgen`: plays thousands of simulated Envoys (one ADS stream each)
 //! against a running `pilot-discovery` while it changes the mesh, and
-//! reports how fast every proxy converged. Nothing is implemented yet:
-//! see issue #7. It decodes xDS with the `istiod-proto` types.
+//! reports how fast every proxy converged (issue #7). What exists so far:
+//! the scenarios ([`scenario`], presets in `bench/testdata/`) and
+//! `loadgen mesh`, which writes a scenario's mesh as a config directory
+//! ([`mesh`]). The simulated proxies (`loadgen run`) are not written yet.
 #![forbid(unsafe_code)]
+
+pub mod mesh;
+pub mod scenario;

@@ -89,7 +89,7 @@ fn service_docs(s: &Scenario, i: u32, ns: &str, out: &mut String) {
     );
     let mut endpoints = String::new();
     for (k, p) in pods_of(s, i).enumerate() {
-        let version = if k % 2 == 0 { "v1" } else { "v2" };
+        let version = if k.is_multiple_of(2) { "v1" } else { "v2" };
         let ip = pod_ip(p);
         let pod = format!("{name}-{p}");
         let node = p % s.zones;

@@ -28,7 +28,8 @@ use crate::model::{Model, Service};
 
 const FAULT_FILTER: &str = "envoy.filters.http.fault";
 
-fn any<M: Name>(m: &M) -> Any {
+/// `m` packed as a `google.protobuf.Any` (shared by the translators).
+pub(crate) fn any<M: Name>(m: &M) -> Any {
     Any { type_url: M::type_url(), value: m.encode_to_vec() }
 }
 
@@ -324,14 +325,20 @@ fn source_selector(labels: &std::collections::BTreeMap<String, String>, namespac
     Some(core::Metadata { filter_metadata: [(SOURCE_KEY.to_owned(), sel)].into(), ..Default::default() })
 }
 
+/// Removes the route metadata `key` (and the metadata, if that was all).
+fn take_marker(r: &mut route::Route, key: &str) -> Option<istiod_proto::prost_types::Struct> {
+    let sel = r.metadata.as_mut()?.filter_metadata.remove(key)?;
+    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
+        r.metadata = None;
+    }
+    Some(sel)
+}
+
 /// Whether a route may be served to `class`, by its source selector; the
 /// selector is removed.
 pub fn take_source_match(r: &mut route::Route, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
     use istiod_proto::prost_types::value::Kind as V;
-    let Some(sel) = r.metadata.as_mut().and_then(|m| m.filter_metadata.remove(SOURCE_KEY)) else { return true };
-    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
-        r.metadata = None;
-    }
+    let Some(sel) = take_marker(r, SOURCE_KEY) else { return true };
     let ns_ok = match sel.fields.get("namespace").and_then(|v| v.kind.as_ref()) {
         Some(V::StringValue(ns)) => ns.is_empty() || ns == namespace,
         _ => true,
@@ -384,10 +391,7 @@ fn export_marker(namespaces: &[String], fallback: bool) -> core::Metadata {
 /// marker; the marker is removed.
 pub fn take_export_match(r: &mut route::Route, namespace: &str) -> bool {
     use istiod_proto::prost_types::value::Kind as V;
-    let Some(sel) = r.metadata.as_mut().and_then(|m| m.filter_metadata.remove(EXPORT_KEY)) else { return true };
-    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
-        r.metadata = None;
-    }
+    let Some(sel) = take_marker(r, EXPORT_KEY) else { return true };
     let visible = match sel.fields.get("namespaces").and_then(|v| v.kind.as_ref()) {
         Some(V::ListValue(l)) => {
             l.values.iter().any(|v| matches!(&v.kind, Some(V::StringValue(n)) if n == "*" || n == namespace))

@@ -25,7 +25,7 @@ use istiod_proto::envoy::extensions::filters::listener::{
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
-use istiod_proto::prost::{Message, Name};
+use istiod_proto::prost::Message;
 use istiod_proto::prost_types::{Any, Duration};
 use istiod_xds::ads::node::{NodeType, ProxyClass};
 use istiod_xds::ads::{Generator, Kind, SimpleGenerator, Snapshot};
@@ -156,9 +156,7 @@ impl MeshInput {
     }
 }
 
-fn any<M: Name>(m: &M) -> Any {
-    Any { type_url: M::type_url(), value: m.encode_to_vec() }
-}
+use crate::grpc_xds::any;
 
 /// An inbound port of a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,40 +284,16 @@ fn inbound_cluster(port: u16) -> Cluster {
     }
 }
 
-fn sds(name: &str) -> tls::SdsSecretConfig {
-    tls::SdsSecretConfig {
-        name: name.into(),
-        sds_config: Some(core::ConfigSource {
-            config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::ApiConfigSource(
-                core::ApiConfigSource {
-                    api_type: core::api_config_source::ApiType::Grpc as i32,
-                    transport_api_version: core::ApiVersion::V3 as i32,
-                    set_node_on_first_message_only: true,
-                    grpc_services: vec![core::GrpcService {
-                        target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(
-                            core::grpc_service::EnvoyGrpc { cluster_name: "sds-grpc".into(), ..Default::default() },
-                        )),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                },
-            )),
-            resource_api_version: core::ApiVersion::V3 as i32,
-            ..Default::default()
-        }),
-    }
-}
-
 /// istiod's inbound mTLS: the workload certificate from SDS `default`,
 /// peers verified against `ROOTCA`, a client certificate required.
 fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
     let ctx = tls::DownstreamTlsContext {
         common_tls_context: Some(tls::CommonTlsContext {
-            tls_certificate_sds_secret_configs: vec![sds("default")],
+            tls_certificate_sds_secret_configs: vec![crate::traffic_policy::sds("default")],
             validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
                 tls::common_tls_context::CombinedCertificateValidationContext {
                     default_validation_context: Some(tls::CertificateValidationContext::default()),
-                    validation_context_sds_secret_config: Some(sds("ROOTCA")),
+                    validation_context_sds_secret_config: Some(crate::traffic_policy::sds("ROOTCA")),
                     ..Default::default()
                 },
             )),

@@ -21,8 +21,8 @@ use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
-use istiod_proto::prost::{Message, Name};
-use istiod_proto::prost_types::{Any, Duration};
+use istiod_proto::prost::Message;
+use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::Kind;
 
 use crate::mesh::OutboundPolicy;
@@ -33,9 +33,7 @@ pub const OUTBOUND_PORT: u32 = 15001;
 /// Inbound capture port (istio-iptables `-z`).
 pub const INBOUND_PORT: u32 = 15006;
 
-fn any<M: Name>(m: &M) -> Any {
-    Any { type_url: M::type_url(), value: m.encode_to_vec() }
-}
+use crate::grpc_xds::any;
 
 fn socket(ip: &str, port: u32) -> Option<core::Address> {
     Some(core::Address {

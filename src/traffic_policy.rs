@@ -19,12 +19,9 @@ use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::envoy::extensions::upstreams::http::v3 as upstream_http;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
-use istiod_proto::prost::Name;
-use istiod_proto::prost_types::{Any, Duration};
+use istiod_proto::prost_types::Duration;
 
-fn any<M: Name>(m: &M) -> Any {
-    Any { type_url: M::type_url(), value: m.encode_to_vec() }
-}
+use crate::grpc_xds::any;
 
 fn dur(s: Option<&String>) -> Option<Duration> {
     let d = istiod_kubewatch::duration::parse(s?).ok()?;
@@ -236,7 +233,9 @@ fn outlier(o: &OutlierDetection) -> EnvoyOutlier {
     out
 }
 
-fn sds(name: &str) -> tls::SdsSecretConfig {
+/// The SDS reference istio-agent serves (`default`, `ROOTCA`) over the
+/// `sds-grpc` cluster.
+pub(crate) fn sds(name: &str) -> tls::SdsSecretConfig {
     tls::SdsSecretConfig {
         name: name.to_owned(),
         sds_config: Some(core::ConfigSource {

@@ -22,8 +22,7 @@ fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
 
 fn with_security(model: &Model, yaml: &str) -> Model {
     let mut m = model.clone();
-    for doc in istiod_kubewatch::config_dir::parse_file(yaml).docs {
-        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+    for o in istio_objects(yaml) {
         m.security.insert(0, o);
     }
     m
@@ -96,6 +95,25 @@ fn SimpleModel_for(m: &Model) -> istiod_xds::ads::SimpleModel {
     istiod_xds::ads::SimpleModel::default().apply(1, changes).0
 }
 
+/// A snapshot serving `model`'s shared resources, with its mesh input.
+fn snapshot(model: &Arc<Model>) -> Snapshot {
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel_for(model)));
+    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    snap
+}
+
+/// The Istio objects of a YAML text.
+fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObject> {
+    istiod_kubewatch::config_dir::parse_file(yaml)
+        .docs
+        .into_iter()
+        .map(|doc| match doc {
+            Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) => o,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 #[test]
 fn the_fingerprint_follows_inputs_only() {
     let m = bookinfo();
@@ -152,11 +170,7 @@ fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
     db.vips = vec!["10.96.99.98".into()];
     model.services.insert(db.hostname.clone(), db);
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let snap = snapshot(&model);
 
     let hidden = "outbound|9080||reviews.other.svc.cluster.local";
     let bookinfo_proxy = class("bookinfo", &[("app", "productpage")]);
@@ -191,25 +205,18 @@ fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
 #[test]
 fn source_label_matches_reach_only_the_proxies_they_name() {
     let mut model = (*bookinfo()).clone();
-    let docs = istiod_kubewatch::config_dir::parse_file(
+    for o in istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
          spec:\n  hosts: [details]\n  http:\n  - name: from-productpage\n    match: [{sourceLabels: {app: productpage}}]\n\
          \x20   route: [{destination: {host: details, subset: v1}}]\n  - name: from-elsewhere\n\
          \x20   match: [{sourceNamespace: other}]\n    route: [{destination: {host: details}}]\n  - name: rest\n\
          \x20   route: [{destination: {host: details}}]\n",
-    );
-    for doc in docs.docs {
-        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+    ) {
         model.routing.insert(0, o);
     }
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    let input = MeshInput::new(model.clone());
-    assert!(input.source_matching);
-    snap.mesh = Some(Arc::new(input));
+    let snap = snapshot(&model);
+    assert!(mesh(&snap).unwrap().source_matching);
     let details_routes = |c: &ProxyClass| {
         let rc =
             route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap()).unwrap();
@@ -229,11 +236,7 @@ fn source_label_matches_reach_only_the_proxies_they_name() {
 fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
     let model = bookinfo();
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let snap = snapshot(&model);
     let mut grpc = class("bookinfo", &[("app", "productpage")]);
     grpc.generator = "grpc".into();
     let envoy = class("bookinfo", &[("app", "productpage")]);
@@ -299,20 +302,12 @@ fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
 fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
     use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
     let mut model = (*bookinfo()).clone();
-    let docs = istiod_kubewatch::config_dir::parse_file(
+    model.sidecars.extend(istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: locked, namespace: bookinfo}\n\
          spec: {workloadSelector: {labels: {app: ratings}}, outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n",
-    );
-    for doc in docs.docs {
-        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
-        model.sidecars.push(o);
-    }
+    ));
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let snap = snapshot(&model);
     let catchall = |c: &ProxyClass| {
         let l = Listener::decode(MeshGenerator.generate(&snap, c, Kind::Listener, "virtualOutbound").unwrap()).unwrap();
         let Some(filter::ConfigType::TypedConfig(a)) = l.filter_chains[0].filters[0].config_type.clone() else {
@@ -344,20 +339,14 @@ fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
 fn locality_failover_orders_endpoints_by_the_proxys_locality() {
     use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
     let mut model = (*bookinfo()).clone();
-    let docs = istiod_kubewatch::config_dir::parse_file(
+    for o in istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a-reviews, namespace: bookinfo}\n\
          spec: {host: reviews, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}}\n",
-    );
-    for doc in docs.docs {
-        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+    ) {
         model.routing.insert(0, o);
     }
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let snap = snapshot(&model);
     let name = "outbound|9080||reviews.bookinfo.svc.cluster.local";
     let priorities = |c: &ProxyClass| {
         let cla =
@@ -390,22 +379,15 @@ fn locality_failover_orders_endpoints_by_the_proxys_locality() {
 #[test]
 fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
     let mut model = (*bookinfo()).clone();
-    let docs = istiod_kubewatch::config_dir::parse_file(
+    for o in istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
          spec: {hosts: [details], exportTo: [\".\"], http: [{name: local-only, route: [{destination: {host: details, subset: v1}}]}]}\n",
-    );
-    for doc in docs.docs {
-        let Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) = doc else { panic!("{doc:?}") };
+    ) {
         model.routing.insert(0, o);
     }
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    let input = MeshInput::new(model.clone());
-    assert!(input.vs_export);
-    snap.mesh = Some(Arc::new(input));
+    let snap = snapshot(&model);
+    assert!(mesh(&snap).unwrap().vs_export);
     let details_routes = |c: &ProxyClass, name: &str| {
         let rc =
             route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, name).unwrap()).unwrap();
@@ -440,11 +422,7 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
         }
     }
     let model = Arc::new(model);
-    let resources = crate::simple::translate(&model);
-    let (shared, _) = istiod_xds::ads::SimpleModel::default()
-        .apply(1, crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &resources));
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(shared));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
+    let snap = snapshot(&model);
     let inside = class("bookinfo", &[("app", "productpage")]);
     let outside = class("other", &[("app", "x")]);
     let default = "outbound|9080||reviews.bookinfo.svc.cluster.local";

@@ -23,6 +23,27 @@ fn ready(addr: SocketAddr) -> bool {
     out.starts_with("HTTP/1.1 200")
 }
 
+/// Starts pilot-discovery on `dir` (10 ms debounce) and waits until it is
+/// ready; returns the process and its gRPC address.
+fn serve(dir: &std::path::Path) -> (std::process::Child, SocketAddr) {
+    let (grpc, http) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
+    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", dir.to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .env("PILOT_DEBOUNCE_AFTER", "10ms")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready(http) {
+        assert!(Instant::now() < deadline, "pilot-discovery never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, grpc)
+}
+
 const MESH: &str = r#"
 apiVersion: v1
 kind: Namespace
@@ -99,21 +120,7 @@ fn grpcio_xds_routes_by_the_mesh_config() {
     std::fs::write(dir.path().join("mesh.yaml"), MESH.replace("PORT", &backend_port.to_string())).unwrap();
     let slices = dir.path().join("slices.yaml");
     std::fs::write(&slices, SLICES.replace("PORT", &backend_port.to_string())).unwrap();
-    let (grpc, http) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
-        .env("PILOT_DEBOUNCE_AFTER", "10ms")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready(http) {
-        assert!(Instant::now() < deadline, "pilot-discovery never became ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, grpc) = serve(dir.path());
     let bootstrap = dir.path().join("bootstrap.json");
     std::fs::write(
         &bootstrap,
@@ -152,20 +159,7 @@ fn grpcio_sees_only_what_its_sidecar_allows() {
            spec: {workloadSelector: {labels: {app: locked}}, egress: [{hosts: [\"istio-system/*\"]}]}\n";
     std::fs::write(dir.path().join("mesh.yaml"), mesh).unwrap();
     std::fs::write(dir.path().join("slices.yaml"), SLICES.replace("PORT", &backend_port.to_string())).unwrap();
-    let (grpc, http) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready(http) {
-        assert!(Instant::now() < deadline, "pilot-discovery never became ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, grpc) = serve(dir.path());
     let run = |app: &str, expect: &str| {
         let bootstrap = dir.path().join(format!("bootstrap-{app}.json"));
         std::fs::write(

@@ -95,6 +95,40 @@ fn request(
     }
 }
 
+/// The EDS service names of the EDS clusters in a CDS response.
+fn eds_names(r: &DiscoveryResponse) -> Vec<String> {
+    r.resources
+        .iter()
+        .filter_map(|a| Cluster::decode(a.value.as_slice()).ok())
+        .filter_map(|c| c.eds_cluster_config.map(|e| if e.service_name.is_empty() { c.name } else { e.service_name }))
+        .collect()
+}
+
+/// The RDS route configuration names of the HTTP connection managers in
+/// an LDS response, sorted and unique.
+fn rds_names(r: &DiscoveryResponse) -> Vec<String> {
+    let mut names: Vec<String> = r
+        .resources
+        .iter()
+        .filter_map(|a| Listener::decode(a.value.as_slice()).ok())
+        .flat_map(|l| l.filter_chains)
+        .flat_map(|fc| fc.filters)
+        .filter_map(|f| match f.config_type {
+            Some(filter::ConfigType::TypedConfig(a)) if a.type_url == HttpConnectionManager::type_url() => {
+                HttpConnectionManager::decode(a.value.as_slice()).ok()
+            }
+            _ => None,
+        })
+        .filter_map(|h| match h.route_specifier {
+            Some(http_connection_manager::RouteSpecifier::Rds(r)) => Some(r.route_config_name),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// One proxy's result.
 struct Outcome {
     connected: bool,
@@ -132,7 +166,7 @@ async fn proxy(server: SocketAddr, node: Node, deadline: Instant) -> (Outcome, O
         // Seen: CDS, LDS; EDS and RDS when their names were asked for.
         let (mut got_cds, mut got_lds, mut want_eds, mut want_rds) = (false, false, None::<bool>, None::<bool>);
         // SotW ACKs of named types repeat the names.
-        let (mut eds_names, mut rds_names) = (Vec::new(), Vec::new());
+        let (mut eds_asked, mut rds_asked) = (Vec::new(), Vec::new());
         while let Some(data) = body.data().await {
             let data = data.map_err(|e| format!("read: {e}"))?;
             let _ = body.flow_control().release_capacity(data.len());
@@ -149,15 +183,7 @@ async fn proxy(server: SocketAddr, node: Node, deadline: Instant) -> (Outcome, O
                 let ack = |names: Vec<String>| frame(&request(None, r.type_url.clone(), names, Some(&r)));
                 if r.type_url == cds {
                     got_cds = true;
-                    let names: Vec<String> = r
-                        .resources
-                        .iter()
-                        .filter_map(|a| Cluster::decode(a.value.as_slice()).ok())
-                        .filter_map(|c| {
-                            c.eds_cluster_config
-                                .map(|e| if e.service_name.is_empty() { c.name } else { e.service_name })
-                        })
-                        .collect();
+                    let names = eds_names(&r);
                     send.send_data(ack(vec![]), false).map_err(|e| e.to_string())?;
                     if want_eds.is_none() {
                         want_eds = Some(names.is_empty());
@@ -165,31 +191,11 @@ async fn proxy(server: SocketAddr, node: Node, deadline: Instant) -> (Outcome, O
                             send.send_data(frame(&request(None, eds.clone(), names.clone(), None)), false)
                                 .map_err(|e| e.to_string())?;
                         }
-                        eds_names = names;
+                        eds_asked = names;
                     }
                 } else if r.type_url == lds {
                     got_lds = true;
-                    let mut names: Vec<String> = r
-                        .resources
-                        .iter()
-                        .filter_map(|a| Listener::decode(a.value.as_slice()).ok())
-                        .flat_map(|l| l.filter_chains)
-                        .flat_map(|fc| fc.filters)
-                        .filter_map(|f| match f.config_type {
-                            Some(filter::ConfigType::TypedConfig(a))
-                                if a.type_url == HttpConnectionManager::type_url() =>
-                            {
-                                HttpConnectionManager::decode(a.value.as_slice()).ok()
-                            }
-                            _ => None,
-                        })
-                        .filter_map(|h| match h.route_specifier {
-                            Some(http_connection_manager::RouteSpecifier::Rds(r)) => Some(r.route_config_name),
-                            _ => None,
-                        })
-                        .collect();
-                    names.sort();
-                    names.dedup();
+                    let names = rds_names(&r);
                     send.send_data(ack(vec![]), false).map_err(|e| e.to_string())?;
                     if want_rds.is_none() {
                         want_rds = Some(names.is_empty());
@@ -197,14 +203,14 @@ async fn proxy(server: SocketAddr, node: Node, deadline: Instant) -> (Outcome, O
                             send.send_data(frame(&request(None, rds.clone(), names.clone(), None)), false)
                                 .map_err(|e| e.to_string())?;
                         }
-                        rds_names = names;
+                        rds_asked = names;
                     }
                 } else if r.type_url == eds {
                     want_eds = Some(true);
-                    send.send_data(ack(eds_names.clone()), false).map_err(|e| e.to_string())?;
+                    send.send_data(ack(eds_asked.clone()), false).map_err(|e| e.to_string())?;
                 } else if r.type_url == rds {
                     want_rds = Some(true);
-                    send.send_data(ack(rds_names.clone()), false).map_err(|e| e.to_string())?;
+                    send.send_data(ack(rds_asked.clone()), false).map_err(|e| e.to_string())?;
                 }
                 if got_cds && got_lds && want_eds == Some(true) && want_rds == Some(true) {
                     o.sync = Some(started.elapsed());

@@ -1,57 +1,314 @@
 //! loadgen against the real binary: a scenario's mesh written by `loadgen
 //! mesh`, served by pilot-discovery, synced by simulated sidecars that
-//! follow Envoy's start-up sequence (CDS/LDS wildcard, EDS and RDS by
-//! name, every response ACKed).
+//! follow Envoy's sequence (CDS/LDS wildcard, EDS and RDS by name, every
+//! response ACKed), in state of the world and delta, plaintext and TLS,
+//! while loadgen changes the mesh and measures convergence; and the ways a
+//! run ends badly (unreachable server, a server that refuses streams).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use istiod_loadgen::{mesh, run, scenario::Scenario};
+use istiod_loadgen::run::{self, Options};
+use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
+use istiod_loadgen::{mesh, proxy};
 
 fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-#[test]
-fn simulated_sidecars_sync_against_the_binary() {
-    let s = Scenario { services: 40, sidecars: 60, namespaces: 4, ..Scenario::load("istio-perf").unwrap() };
-    let dir = tempfile::tempdir().unwrap();
-    mesh::write(&s, dir.path()).unwrap();
+fn small() -> Scenario {
+    Scenario { services: 40, sidecars: 60, namespaces: 4, ..Scenario::load("istio-perf").unwrap() }
+}
+
+/// pilot-discovery serving `dir` on one core; killed on drop.
+struct Server {
+    child: Child,
+    grpc: SocketAddr,
+    secure: Option<SocketAddr>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Server {
     let (grpc, http) = (free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
+    let secure = tls.map(|_| free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"));
+    cmd.args(["discovery", "--configDir", dir.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", "", "--cores", "1"])
+        .env("PILOT_DEBOUNCE_AFTER", "10ms")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    match (tls, secure) {
+        (Some((cert, key)), Some(addr)) => {
+            cmd.args(["--secureGRPCAddr", &addr.to_string()])
+                .args(["--tlsCertFile", cert.to_str().unwrap(), "--tlsKeyFile", key.to_str().unwrap()]);
+        }
+        _ => {
+            cmd.args(["--secureGRPCAddr", ""]);
+        }
+    }
+    let server = Server { child: cmd.spawn().unwrap(), grpc, secure };
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(grpc).is_err() {
+    while TcpStream::connect(server.secure.unwrap_or(grpc)).is_err() {
         assert!(Instant::now() < deadline, "pilot-discovery never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let report = rt.block_on(run::run(&s, grpc, 60, 20, Duration::from_secs(60)));
-    let _ = child.kill();
-    let _ = child.wait();
-    assert_eq!(report.errors, Vec::<String>::new());
-    assert_eq!((report.connected, report.synced), (60, 60));
-    assert_eq!(report.sync_us.len(), 60);
-    assert!(report.bytes_received > 60 * 1000, "every proxy got its clusters, endpoints, listeners and routes");
-    let j = report.json("small");
+    server
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+fn sync_and_sample(delta: bool) {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let server = serve(dir.path(), None);
+    let mut o = Options::new(server.grpc, 60);
+    o.concurrency = 20;
+    o.delta = delta;
+    o.server_pid = Some(server.child.id());
+    let report = block_on(run::run(&s, &o));
+    let l = &report.live;
+    assert_eq!(l.errors, Vec::<String>::new());
+    assert_eq!((l.connected, l.synced, l.open_at_end, l.open), (60, 60, 60, 0), "all synced; closed by the end");
+    assert_eq!(l.sync.len(), 60);
+    assert!(l.bytes > 60 * 1000, "every proxy got its clusters, endpoints, listeners and routes");
+    let j = report.json();
+    assert_eq!(j["delta"], delta);
     assert_eq!(j["sync_ms"]["count"], 60);
     assert!(j["sync_ms"]["p50"].as_f64().unwrap() <= j["sync_ms"]["max"].as_f64().unwrap());
+    let usage = report.server.as_ref().unwrap();
+    assert!(usage.cpu_s() > 0.0, "serving 60 proxies takes some CPU: {usage:?}");
+    assert!(usage.rss_max > 1 << 20, "{usage:?}");
+    assert!(j["server_rss_bytes_max"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn sotw_sidecars_sync_against_the_binary() {
+    sync_and_sample(false);
+}
+
+#[test]
+fn delta_sidecars_sync_against_the_binary() {
+    sync_and_sample(true);
+}
+
+/// Churns the mesh and checks every proxy that could see a change ACKed a
+/// response carrying it.
+fn churn(kind: ChurnKind, delta: bool) {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let server = serve(dir.path(), None);
+    let mut o = Options::new(server.grpc, 60);
+    o.delta = delta;
+    o.config_dir = Some(dir.path().to_owned());
+    o.churn = Some(Churn { kind, per_second: 10.0 });
+    o.churn_for = Duration::from_secs(2);
+    let report = block_on(run::run(&s, &o));
+    let l = &report.live;
+    assert_eq!(l.errors, Vec::<String>::new());
+    assert_eq!(l.synced, 60);
+    assert!(report.changes.len() >= 10, "{} changes", report.changes.len());
+    let expected: u32 = report.changes.iter().map(|c| c.expected).sum();
+    assert!(expected > 0, "some proxies see the changed services");
+    assert_eq!(report.missed(), 0, "{:?}", report.changes);
+    assert!(l.convergence.len() > 0);
+    let j = report.json();
+    assert!(j["convergence_ms"]["p99"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["per_change"].as_array().unwrap().len(), report.changes.len());
+    let html = report.html();
+    assert!(html.contains("<svg") && html.contains("Convergence per change"));
+}
+
+#[test]
+fn endpoint_churn_converges_delta() {
+    churn(ChurnKind::Eds, true);
+}
+
+#[test]
+fn virtual_service_churn_converges_sotw() {
+    churn(ChurnKind::Config, false);
+}
+
+#[test]
+fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let server = serve(dir.path(), None);
+    let mut o = Options::new(server.grpc, 60);
+    o.nack_fraction = 0.5;
+    o.config_dir = Some(dir.path().to_owned());
+    o.churn = Some(Churn { kind: ChurnKind::Eds, per_second: 20.0 });
+    o.churn_for = Duration::from_secs(2);
+    o.settle = Duration::from_secs(1);
+    let report = block_on(run::run(&s, &o));
+    let l = &report.live;
+    assert_eq!((l.synced, l.disconnects), (60, 0), "{:?}", l.errors);
+    assert!(l.nacks > 0, "half the pushes after sync are NACKed");
+    assert!(l.convergence.len() > 0, "the ACKed half still converges");
+}
+
+#[test]
+fn tls_sidecars_sync_against_the_binary() {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["istiod.istio-system.svc".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let server = serve(dir.path(), Some((&cert_file, &key_file)));
+    let mut o = Options::new(server.secure.unwrap(), 20);
+    o.tls = Some(proxy::tls(&cert_file, "istiod.istio-system.svc").unwrap());
+    let report = block_on(run::run(&s, &o));
+    assert_eq!(report.live.errors, Vec::<String>::new());
+    assert_eq!(report.live.synced, 20);
+    // The wrong name fails the handshake, with a message that says so.
+    o.tls = Some(proxy::tls(&cert_file, "someone-else.example").unwrap());
+    o.proxies = 2;
+    o.duration = Duration::from_secs(3);
+    let report = block_on(run::run(&s, &o));
+    assert_eq!(report.live.synced, 0);
+    assert!(report.live.errors[0].contains("TLS"), "{:?}", report.live.errors);
+    assert!(proxy::tls(&dir.path().join("ns-0/00-namespace.yaml"), "x").is_err(), "not a certificate");
 }
 
 #[test]
 fn an_unreachable_server_ends_the_run_with_errors_not_a_hang() {
     let s = Scenario::load("istio-perf").unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let started = Instant::now();
-    let report = rt.block_on(run::run(&s, free_port(), 5, 5, Duration::from_secs(10)));
-    assert!(started.elapsed() < Duration::from_secs(15));
-    assert_eq!((report.connected, report.synced, report.error_count), (0, 0, 5));
-    assert!(report.errors[0].contains("connect"), "{:?}", report.errors);
+    let mut o = Options::new(free_port(), 5);
+    o.duration = Duration::from_secs(30);
+    let report = block_on(run::run(&s, &o));
+    assert!(started.elapsed() < Duration::from_secs(15), "gives up when nothing connects");
+    assert_eq!((report.live.connected, report.live.synced), (0, 0));
+    assert!(report.live.error_count >= 5);
+    assert!(report.live.errors.iter().all(|e| e.contains("connect")), "{:?}", report.live.errors);
+}
+
+#[test]
+fn a_server_that_refuses_streams_is_reported_with_its_status() {
+    // An HTTP/2 server that answers every stream with grpc-status 14.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else { return };
+                    while let Some(Ok((_, mut respond))) = conn.accept().await {
+                        let resp = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-status", "14")
+                            .header("grpc-message", "going away")
+                            .body(())
+                            .unwrap();
+                        let _ = respond.send_response(resp, true);
+                    }
+                });
+            }
+        });
+        let mut o = Options::new(addr, 3);
+        o.duration = Duration::from_secs(3);
+        run::run(&Scenario::load("istio-perf").unwrap(), &o).await
+    });
+    assert_eq!(report.live.synced, 0);
+    assert!(
+        report.live.errors.iter().any(|e| e.contains("grpc-status") && e.contains("going away")),
+        "{:?}",
+        report.live.errors
+    );
+}
+
+/// The `loadgen` binary, built beside pilot-discovery (a workspace build
+/// has it; a build of this package alone gets it built here).
+fn loadgen_bin() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_pilot-discovery")).with_file_name("loadgen");
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "istiod-loadgen", "--bin", "loadgen"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    path
+}
+
+#[test]
+fn the_command_exits_non_zero_on_bad_input() {
+    let loadgen = loadgen_bin();
+    let out = Command::new(&loadgen).args(["run", "--scenario", "no-such"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario"));
+    let out = Command::new(&loadgen)
+        .args(["run", "--scenario", "istio-perf", "--proxies", "2", "--duration", "5", "--quiet"])
+        .args(["--server", &free_port().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no proxy could connect"));
+    let out = Command::new(&loadgen).args(["run", "--scenario", "eds-churn", "--quiet"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a churn without the directory to edit");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config-dir"));
+}
+
+#[test]
+fn the_command_writes_json_and_html() {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let file = dir.path().join("scenario.yaml.txt");
+    std::fs::write(&file, "name: small\nnamespaces: 4\nservices: 40\nsidecars: 60\nisolated_fraction: 1.0\nzones: 3\n")
+        .unwrap();
+    let server = serve(dir.path(), None);
+    let out_dir = tempfile::tempdir().unwrap();
+    let (json, html) = (out_dir.path().join("r.json"), out_dir.path().join("r.html"));
+    let out = Command::new(loadgen_bin())
+        .args(["run", "--scenario", file.to_str().unwrap(), "--server", &server.grpc.to_string()])
+        .args(["--config-dir", dir.path().to_str().unwrap(), "--churn", "eds", "--churn-rate", "10"])
+        .args(["--churn-seconds", "1", "--duration", "30", "--delta", "false"])
+        .args(["--server-pid", &server.child.id().to_string()])
+        .args(["--json", json.to_str().unwrap(), "--html", html.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("convergence p50"));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for key in [
+        "scenario",
+        "proxies",
+        "delta",
+        "connected",
+        "synced",
+        "sync_ms",
+        "convergence_ms",
+        "server_cpu_s",
+        "server_rss_bytes_max",
+        "bytes_received",
+        "nacks",
+        "errors",
+    ] {
+        assert!(!j[key].is_null(), "{key} missing: {j}");
+    }
+    assert_eq!((j["scenario"].as_str(), j["synced"].as_u64(), j["delta"].as_bool()), (Some("small"), Some(60), Some(false)));
+    assert!(j["convergence_ms"]["count"].as_u64().unwrap() > 0);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.matches("<svg").count() >= 4, "sync, convergence, timeline, server");
 }

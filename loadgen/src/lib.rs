@@ -1,12 +1,15 @@
-//! `loadgen`: plays thousands of simulated Envoys (one ADS stream each)
-//! against a running `pilot-discovery` while it changes the mesh, and
-//! reports how fast every proxy converged (issue #7). What exists so far:
-//! the scenarios ([`scenario`], presets in `bench/testdata/`) and
-//! `loadgen mesh`, which writes a scenario's mesh as a config directory
-//! ([`mesh`]), and the first part of `loadgen run` ([`run`]): SotW
-//! sidecars that connect, sync and report their sync times.
+//! `loadgen`: plays thousands of simulated Envoys (one ADS stream each,
+//! delta or state of the world) against a running `pilot-discovery` while
+//! it changes the mesh, and reports how fast every proxy converged (issue
+//! #7). [`scenario`]: the shapes (presets in `bench/testdata/`); [`mesh`]:
+//! a scenario's mesh as a config directory; [`proxy`]: one simulated
+//! sidecar; [`churn`]: edits to the mesh, stamped; [`run`]: a whole run;
+//! [`stats`]: what it measures and the report.
 #![forbid(unsafe_code)]
 
+pub mod churn;
 pub mod mesh;
+pub mod proxy;
 pub mod run;
 pub mod scenario;
+pub mod stats;

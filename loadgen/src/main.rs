@@ -2,9 +2,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use istiod_loadgen::{mesh, run, scenario::Scenario};
+use clap::{ArgAction, Parser, Subcommand};
+use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
+use istiod_loadgen::{mesh, proxy, run};
 
 #[derive(Parser)]
 #[command(name = "loadgen", about = "Simulated Envoys and meshes for istiod-rs")]
@@ -25,83 +27,152 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Connects simulated sidecars to a running pilot-discovery (serving
-    /// the scenario's mesh) and reports how fast they synced.
-    Run {
-        /// A preset or a scenario file (the proxies are its pods).
-        #[arg(long)]
-        scenario: String,
-        /// pilot-discovery's gRPC address.
-        #[arg(long, default_value = "127.0.0.1:15010")]
-        server: std::net::SocketAddr,
-        /// Proxies to run [default: the scenario's sidecars].
-        #[arg(long)]
-        proxies: Option<u32>,
-        /// Proxies connecting at the same time.
-        #[arg(long, default_value_t = 200)]
-        concurrency: usize,
-        /// Upper bound of the run, in seconds.
-        #[arg(long, default_value_t = 120)]
-        duration: u64,
-        /// Also write the report as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    /// Connects simulated sidecars to a running pilot-discovery serving the
+    /// scenario's mesh, changes the mesh, and reports how fast they synced
+    /// and converged.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// A preset or a scenario file (the proxies are its pods).
+    #[arg(long)]
+    scenario: String,
+    /// pilot-discovery's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    server: std::net::SocketAddr,
+    /// Proxies to run [default: the scenario's sidecars].
+    #[arg(long)]
+    proxies: Option<u32>,
+    /// Proxies connecting at the same time (a `connect: storm` scenario
+    /// connects all at once).
+    #[arg(long, default_value_t = 200)]
+    concurrency: usize,
+    /// Upper bound of the whole run, in seconds.
+    #[arg(long, default_value_t = 120)]
+    duration: u64,
+    /// Delta xDS (`--delta false`: state of the world).
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    delta: bool,
+    /// Fraction of pushes NACKed once a proxy synced (0 to 1).
+    #[arg(long, default_value_t = 0.0)]
+    nack_fraction: f64,
+    /// Connect with TLS, trusting the CA certificates in this PEM file.
+    #[arg(long)]
+    tls: Option<PathBuf>,
+    /// The name the server's certificate must carry.
+    #[arg(long, default_value = "istiod.istio-system.svc")]
+    tls_server_name: String,
+    /// The config directory the server serves (written by `loadgen
+    /// mesh`); the churn edits it.
+    #[arg(long)]
+    config_dir: Option<PathBuf>,
+    /// The churn: eds or config [default: the scenario's].
+    #[arg(long)]
+    churn: Option<String>,
+    /// Changes per second [default: the scenario's].
+    #[arg(long)]
+    churn_rate: Option<f64>,
+    /// Seconds of churn.
+    #[arg(long, default_value_t = 10)]
+    churn_seconds: u64,
+    /// The server's pid: samples its CPU time and RSS from /proc.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the report as an HTML page (histograms, timelines) here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
-fn run_cmd(
-    scenario: &str,
-    server: std::net::SocketAddr,
-    proxies: Option<u32>,
-    concurrency: usize,
-    duration: u64,
-    json: Option<PathBuf>,
-) -> ExitCode {
-    let s = match Scenario::load(scenario) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("loadgen: {e}");
-            return ExitCode::from(2);
-        }
+fn run_cmd(a: RunArgs) -> ExitCode {
+    let fail = |code: u8, msg: String| {
+        eprintln!("loadgen: {msg}");
+        ExitCode::from(code)
     };
-    let proxies = proxies.unwrap_or(s.sidecars);
+    let s = match Scenario::load(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    if !(0.0..=1.0).contains(&a.nack_fraction) {
+        return fail(2, format!("--nack-fraction {} is not within 0..1", a.nack_fraction));
+    }
+    let mut o = run::Options::new(a.server, a.proxies.unwrap_or(s.sidecars));
+    o.concurrency = a.concurrency;
+    o.duration = Duration::from_secs(a.duration.max(1));
+    o.delta = a.delta;
+    o.nack_fraction = a.nack_fraction;
+    o.churn_for = Duration::from_secs(a.churn_seconds);
+    o.server_pid = a.server_pid;
+    o.progress = !a.quiet;
+    o.config_dir = a.config_dir;
+    if let Some(path) = &a.tls {
+        match proxy::tls(path, &a.tls_server_name) {
+            Ok(t) => o.tls = Some(t),
+            Err(e) => return fail(2, format!("--tls: {e}")),
+        }
+    }
+    let kind = match a.churn.as_deref() {
+        None => s.churn.as_ref().map(|c| c.kind),
+        Some("eds") => Some(ChurnKind::Eds),
+        Some("config") => Some(ChurnKind::Config),
+        Some(k) => return fail(2, format!("--churn {k:?}: eds or config")),
+    };
+    if let Some(kind) = kind {
+        let per_second = a.churn_rate.or(s.churn.as_ref().map(|c| c.per_second)).unwrap_or(1.0);
+        if !(per_second > 0.0 && per_second <= 10_000.0) {
+            return fail(2, format!("--churn-rate {per_second}: between 0 and 10000 per second"));
+        }
+        if o.config_dir.is_none() {
+            return fail(2, "a churn needs --config-dir (the directory the server serves)".into());
+        }
+        o.churn = Some(Churn { kind, per_second });
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("loadgen: runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(1, format!("runtime: {e}")),
     };
-    let report =
-        rt.block_on(run::run(&s, server, proxies, concurrency, std::time::Duration::from_secs(duration.max(1))));
-    let j = report.json(&s.name);
-    println!(
-        "loadgen: {} proxies, {} connected, {} synced; sync ms {}; {} bytes; {} errors",
-        report.proxies, report.connected, report.synced, j["sync_ms"], report.bytes_received, report.error_count
-    );
-    for e in &report.errors {
+    let report = rt.block_on(run::run(&s, &o));
+    print!("{}", report.text());
+    for e in &report.live.errors {
         eprintln!("loadgen: error: {e}");
     }
-    if let Some(path) = json
-        && let Err(e) = std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap_or_default())
+    if let Some(path) = &a.json
+        && let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&report.json()).unwrap_or_default())
     {
-        eprintln!("loadgen: cannot write {}: {e}", path.display());
-        return ExitCode::from(1);
+        return fail(1, format!("cannot write {}: {e}", path.display()));
     }
-    if report.connected == 0 {
-        eprintln!("loadgen: no proxy could connect to {server}");
-        return ExitCode::from(1);
+    if let Some(path) = &a.html
+        && let Err(e) = std::fs::write(path, report.html())
+    {
+        return fail(1, format!("cannot write {}: {e}", path.display()));
     }
-    if report.synced < report.proxies { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    let l = &report.live;
+    if l.connected == 0 {
+        return fail(1, format!("no proxy could connect to {}", a.server));
+    }
+    if l.synced < report.proxies {
+        return fail(1, format!("{} of {} proxies never synced", report.proxies - l.synced, report.proxies));
+    }
+    if l.open_at_end < report.proxies {
+        return fail(1, format!("{} proxies were not connected at the end", report.proxies - l.open_at_end));
+    }
+    if report.missed() > 0 {
+        return fail(1, format!("{} proxy-changes never converged", report.missed()));
+    }
+    ExitCode::SUCCESS
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { scenario, server, proxies, concurrency, duration, json } => {
-            run_cmd(&scenario, server, proxies, concurrency, duration, json)
-        }
+        Command::Run(a) => run_cmd(a),
         Command::Mesh { scenario, out } => {
             let s = match Scenario::load(&scenario) {
                 Ok(s) => s,

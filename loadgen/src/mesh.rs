@@ -1,10 +1,12 @@
 //! `loadgen mesh`: writes a scenario's mesh as a `--configDir` directory:
-//! Namespaces, Nodes with zone labels, and per namespace its Services (one
-//! HTTP port), Pods (`app`, `version` v1/v2, `security.istio.io/tlsMode`),
-//! EndpointSlices, a DestinationRule with subsets v1 and v2 and a
-//! VirtualService splitting 90/10 per service, and a Sidecar where the
-//! namespace is isolated. Deterministic: the same scenario writes the same
-//! bytes.
+//! `00-cluster.yaml` with the Nodes (zone labels), and a folder per
+//! namespace with its Namespace and, where the namespace is isolated, its
+//! Sidecar (`00-namespace.yaml`), and one file per service: the Service
+//! (one HTTP port), its Pods (`app`, `version` v1/v2,
+//! `security.istio.io/tlsMode`), EndpointSlice, a DestinationRule with
+//! subsets v1 and v2 and a VirtualService splitting 90/10. One file per
+//! service keeps a churn edit to one service's objects, as a Kubernetes
+//! event would be. Deterministic: the same scenario writes the same bytes.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -46,6 +48,34 @@ pub fn pods_of(s: &Scenario, i: u32) -> impl Iterator<Item = u32> + '_ {
     (0..s.sidecars).skip(i as usize).step_by(s.services as usize)
 }
 
+/// How a churn has changed one service from what `write` wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tweak {
+    /// Pods left out of the service's EndpointSlice (scaled down).
+    pub dropped_endpoints: u32,
+    /// The VirtualService's weight of subset v1 (v2 gets the rest).
+    pub v1_weight: u32,
+}
+
+impl Default for Tweak {
+    fn default() -> Self {
+        Tweak { dropped_endpoints: 0, v1_weight: 90 }
+    }
+}
+
+/// The file of service `i`, relative to the mesh directory.
+pub fn service_file(s: &Scenario, i: u32) -> std::path::PathBuf {
+    let (n, name) = service(s, i);
+    Path::new(&namespace(n)).join(format!("{name}.yaml"))
+}
+
+/// The documents of service `i` as `tweak` leaves them.
+pub fn service_yaml(s: &Scenario, i: u32, tweak: Tweak) -> String {
+    let mut out = String::new();
+    service_docs(s, i, &namespace(service(s, i).0), tweak, &mut out);
+    out
+}
+
 /// Writes the mesh into `dir` (created if needed). Returns the files written.
 pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
     std::fs::create_dir_all(dir)?;
@@ -70,16 +100,18 @@ pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
                  spec: {{egress: [{{hosts: [\"./*\", \"istio-system/*\"]}}]}}\n"
             );
         }
-        for i in (n..s.services).step_by(s.namespaces as usize) {
-            service_docs(s, i, &ns, &mut out);
-        }
-        std::fs::write(dir.join(format!("{ns}.yaml")), out)?;
+        std::fs::create_dir_all(dir.join(&ns))?;
+        std::fs::write(dir.join(&ns).join("00-namespace.yaml"), out)?;
         files += 1;
+        for i in (n..s.services).step_by(s.namespaces as usize) {
+            std::fs::write(dir.join(service_file(s, i)), service_yaml(s, i, Tweak::default()))?;
+            files += 1;
+        }
     }
     Ok(files)
 }
 
-fn service_docs(s: &Scenario, i: u32, ns: &str, out: &mut String) {
+fn service_docs(s: &Scenario, i: u32, ns: &str, tweak: Tweak, out: &mut String) {
     let (_, name) = service(s, i);
     let vip = vip(i);
     let _ = write!(
@@ -88,6 +120,7 @@ fn service_docs(s: &Scenario, i: u32, ns: &str, out: &mut String) {
          spec: {{clusterIP: {vip}, selector: {{app: {name}}}, ports: [{{name: http-web, port: {PORT}, targetPort: {TARGET_PORT}}}]}}\n"
     );
     let mut endpoints = String::new();
+    let kept = pods_of(s, i).count().saturating_sub(tweak.dropped_endpoints as usize);
     for (k, p) in pods_of(s, i).enumerate() {
         let version = if k.is_multiple_of(2) { "v1" } else { "v2" };
         let ip = pod_ip(p);
@@ -99,25 +132,30 @@ fn service_docs(s: &Scenario, i: u32, ns: &str, out: &mut String) {
              {{app: {name}, version: {version}, security.istio.io/tlsMode: istio}}\n\
              spec: {{nodeName: node-{node}, serviceAccountName: {name}}}\nstatus: {{podIP: {ip}}}\n"
         );
+        if k >= kept {
+            continue;
+        }
         let _ = write!(
             endpoints,
             "- addresses: [{ip}]\n  conditions: {{ready: true}}\n  targetRef: {{kind: Pod, name: {pod}, namespace: {ns}}}\n"
         );
     }
-    if !endpoints.is_empty() {
+    if pods_of(s, i).next().is_some() {
         let _ = write!(
             out,
             "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  \
              labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\n\
-             ports: [{{name: http-web, port: {TARGET_PORT}}}]\nendpoints:\n{endpoints}"
+             ports: [{{name: http-web, port: {TARGET_PORT}}}]\nendpoints:{}",
+            if endpoints.is_empty() { " []\n".to_owned() } else { format!("\n{endpoints}") }
         );
     }
+    let (w1, w2) = (tweak.v1_weight.min(100), 100 - tweak.v1_weight.min(100));
     let _ = write!(
         out,
         "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: {ns}}}\n\
          spec: {{host: {name}, subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]}}\n\
          ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-         spec:\n  hosts: [{name}]\n  http:\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: 90}}\n    \
-         - {{destination: {{host: {name}, subset: v2}}, weight: 10}}\n"
+         spec:\n  hosts: [{name}]\n  http:\n  - route:\n    - {{destination: {{host: {name}, subset: v1}}, weight: {w1}}}\n    \
+         - {{destination: {{host: {name}, subset: v2}}, weight: {w2}}}\n"
     );
 }

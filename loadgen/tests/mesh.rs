@@ -50,8 +50,8 @@ fn partial_isolation_and_determinism() {
     let small = Scenario { services: 40, sidecars: 100, ..s };
     mesh::write(&small, a.path()).unwrap();
     mesh::write(&small, b.path()).unwrap();
-    for n in 0..small.namespaces {
-        let f = format!("{}.yaml", mesh::namespace(n));
+    for i in 0..small.services {
+        let f = mesh::service_file(&small, i);
         assert_eq!(std::fs::read(a.path().join(&f)).unwrap(), std::fs::read(b.path().join(&f)).unwrap());
     }
     let loaded = istiod_kubewatch::config_dir::load(a.path()).unwrap();
@@ -80,7 +80,8 @@ fn the_binary_writes_a_preset_and_rejects_an_unknown_one() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(dir.path().join("ns-0.yaml").exists());
+    assert!(dir.path().join("ns-0/00-namespace.yaml").exists());
+    assert!(dir.path().join("ns-0/svc-0.yaml").exists());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
         .args(["mesh", "--scenario", "nope", "--out"])
         .arg(dir.path())
@@ -88,4 +89,29 @@ fn the_binary_writes_a_preset_and_rejects_an_unknown_one() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario"));
+}
+
+#[test]
+fn a_tweaked_service_file_scales_its_endpoints_and_shifts_its_weights() {
+    let s = Scenario { services: 4, sidecars: 12, namespaces: 2, ..Scenario::load("istio-perf").unwrap() };
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let tweak = mesh::Tweak { dropped_endpoints: 2, v1_weight: 63 };
+    std::fs::write(dir.path().join(mesh::service_file(&s, 1)), mesh::service_yaml(&s, 1, tweak)).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let o = &loaded.objects;
+    let endpoints = |svc: &str| {
+        let e = o.endpoint_slices.iter().find(|e| e.metadata.name == format!("{svc}-1")).unwrap();
+        e.endpoints.len()
+    };
+    assert_eq!((endpoints("svc-0"), endpoints("svc-1")), (3, 1), "3 pods each, 2 of svc-1's left out");
+    assert_eq!(o.pods.len(), 12, "the pods themselves stay");
+    let text = std::fs::read_to_string(dir.path().join(mesh::service_file(&s, 1))).unwrap();
+    assert!(text.contains("weight: 63") && text.contains("weight: 37"), "{text}");
+    // Every endpoint dropped: an empty slice, still valid.
+    let none = mesh::Tweak { dropped_endpoints: 9, ..mesh::Tweak::default() };
+    std::fs::write(dir.path().join(mesh::service_file(&s, 1)), mesh::service_yaml(&s, 1, none)).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
 }

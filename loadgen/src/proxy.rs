@@ -1,0 +1,645 @@
+//! One simulated sidecar: one TCP (or TLS) connection with one ADS stream,
+//! state of the world or delta, following Envoy's sequence: CDS and LDS
+//! wildcard, EDS for the EDS clusters received, RDS for the route names in
+//! the listeners; every response ACKed (or, at the configured fraction,
+//! NACKed) with its version and nonce. It decodes only what the protocol
+//! needs (cluster and listener names, EDS and RDS names) and, when a change
+//! it can see is pending, the one resource that must carry it. Lost
+//! connections are retried with backoff; a delta stream resumes with the
+//! versions it holds (`initial_resource_versions`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use istiod_proto::envoy::config::cluster::v3::Cluster;
+use istiod_proto::envoy::config::core::v3::Node;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use istiod_proto::envoy::config::listener::v3::{Listener, filter};
+use istiod_proto::envoy::config::route::v3::{RouteConfiguration, route, route_action};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager,
+};
+use istiod_proto::envoy::service::discovery::v3::aggregated_discovery_service as ads;
+use istiod_proto::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use istiod_proto::google::rpc::Status;
+use istiod_proto::prost::{Message, Name};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::churn::{Change, Changes, Expect};
+use crate::stats::Live;
+
+/// The four types, in push order.
+const CDS: usize = 0;
+const EDS: usize = 1;
+const LDS: usize = 2;
+const RDS: usize = 3;
+
+fn type_urls() -> [String; 4] {
+    [Cluster::type_url(), ClusterLoadAssignment::type_url(), Listener::type_url(), RouteConfiguration::type_url()]
+}
+
+/// TLS towards the server.
+#[derive(Clone)]
+pub struct Tls {
+    /// The connector (roots from `--tls`, ALPN h2).
+    pub connector: tokio_rustls::TlsConnector,
+    /// The name the server's certificate must carry.
+    pub server_name: rustls::pki_types::ServerName<'static>,
+}
+
+/// What every proxy of a run shares.
+pub struct Shared {
+    /// The server's address.
+    pub server: SocketAddr,
+    /// Delta xDS (else state of the world).
+    pub delta: bool,
+    /// Fraction of responses NACKed once synced.
+    pub nack_fraction: f64,
+    /// TLS, if any.
+    pub tls: Option<Tls>,
+    /// The run's end: every proxy stops by then.
+    pub deadline: Instant,
+    /// Set when the run ends.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    /// The changes made so far.
+    pub changes: Changes,
+    /// Ticks after every change, so that proxies take it at once.
+    pub changed: tokio::sync::watch::Receiver<u32>,
+    /// Counters and histograms.
+    pub live: Arc<Mutex<Live>>,
+}
+
+/// A proxy's state, kept across reconnects.
+struct State {
+    node: Node,
+    rng: u64,
+    synced_once: bool,
+    connected_once: bool,
+    /// Cluster name -> EDS service name (None: not an EDS cluster).
+    clusters: BTreeMap<String, Option<String>>,
+    /// Listener name -> its RDS names.
+    listeners: BTreeMap<String, Vec<String>>,
+    /// Delta: name -> version held, per type.
+    versions: [BTreeMap<String, String>; 4],
+    /// SotW: the last ACKed version and the last nonce, per type.
+    acked: [String; 4],
+    nonce: [String; 4],
+    /// Subscribed EDS and RDS names.
+    eds: BTreeSet<String>,
+    rds: BTreeSet<String>,
+    /// Changes seen so far (an index into the shared list) and the ones
+    /// this proxy must still converge on.
+    cursor: usize,
+    pending: Vec<Arc<Change>>,
+}
+
+/// How a session ended.
+enum End {
+    /// The run is over.
+    Stopped,
+    /// The connection or stream failed.
+    Lost(String),
+}
+
+fn frame(body: Vec<u8>) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + body.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out.freeze()
+}
+
+/// A response of either protocol, as far as the proxy reads it.
+struct Resp {
+    t: usize,
+    version: String,
+    nonce: String,
+    /// (name if the protocol says it, serialized resource).
+    resources: Vec<(Option<String>, Vec<u8>, String)>,
+    removed: Vec<String>,
+}
+
+fn xorshift(x: &mut u64) -> f64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    (*x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The EDS service name of a cluster, if it is an EDS cluster.
+fn eds_name(c: &Cluster) -> Option<String> {
+    c.eds_cluster_config
+        .as_ref()
+        .map(|e| if e.service_name.is_empty() { c.name.clone() } else { e.service_name.clone() })
+}
+
+/// The RDS names of a listener's HTTP connection managers.
+fn rds_names(l: &Listener) -> Vec<String> {
+    l.filter_chains
+        .iter()
+        .flat_map(|fc| &fc.filters)
+        .filter_map(|f| match &f.config_type {
+            Some(filter::ConfigType::TypedConfig(a)) if a.type_url == HttpConnectionManager::type_url() => {
+                HttpConnectionManager::decode(a.value.as_slice()).ok()
+            }
+            _ => None,
+        })
+        .filter_map(|h| match h.route_specifier {
+            Some(http_connection_manager::RouteSpecifier::Rds(r)) => Some(r.route_config_name),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `bytes` (a resource of `change`'s type) is `change.resource`
+/// and carries what the change expects.
+fn carries(change: &Change, name: Option<&str>, bytes: &[u8]) -> bool {
+    if name.is_some_and(|n| n != change.resource) {
+        return false;
+    }
+    match &change.expect {
+        Expect::Endpoints(n) => ClusterLoadAssignment::decode(bytes).is_ok_and(|c| {
+            c.cluster_name == change.resource && c.endpoints.iter().map(|l| l.lb_endpoints.len()).sum::<usize>() == *n
+        }),
+        Expect::Weight { cluster, weight } => RouteConfiguration::decode(bytes).is_ok_and(|r| {
+            r.name == change.resource
+                && r.virtual_hosts.iter().flat_map(|v| &v.routes).any(|rt| match &rt.action {
+                    Some(route::Action::Route(a)) => match &a.cluster_specifier {
+                        Some(route_action::ClusterSpecifier::WeightedClusters(w)) => {
+                            w.clusters.iter().any(|c| c.name == *cluster && c.weight == Some(*weight))
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                })
+        }),
+    }
+}
+
+impl State {
+    fn new(node: Node, seed: u64) -> State {
+        State {
+            node,
+            rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            synced_once: false,
+            connected_once: false,
+            clusters: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            versions: Default::default(),
+            acked: Default::default(),
+            nonce: Default::default(),
+            eds: BTreeSet::new(),
+            rds: BTreeSet::new(),
+            cursor: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Takes the changes made since the last look; keeps the ones this
+    /// proxy can see, a newer change to a resource replacing an older one.
+    fn pull_changes(&mut self, changes: &Changes, live: &Mutex<Live>) {
+        let new: Vec<Arc<Change>> = match changes.lock() {
+            Ok(c) if c.len() > self.cursor => c[self.cursor..].to_vec(),
+            _ => return,
+        };
+        self.cursor += new.len();
+        for c in new {
+            if !self.clusters.contains_key(&c.cluster) {
+                continue;
+            }
+            let before = self.pending.len();
+            self.pending.retain(|p| !(p.resource == c.resource && p.cluster == c.cluster));
+            if let Ok(mut l) = live.lock() {
+                l.superseded += (before - self.pending.len()) as u64;
+                l.expected(c.id);
+            }
+            self.pending.push(c);
+        }
+    }
+
+    /// Applies a CDS or LDS response; returns whether the EDS or RDS
+    /// subscription changed.
+    fn apply(&mut self, r: &Resp) -> bool {
+        match r.t {
+            CDS => {
+                // State of the world (a version): the response is all of it.
+                if r.version.is_empty() {
+                    for n in &r.removed {
+                        self.clusters.remove(n);
+                    }
+                } else {
+                    self.clusters.clear();
+                }
+                for (_, bytes, _) in &r.resources {
+                    if let Ok(c) = Cluster::decode(bytes.as_slice()) {
+                        let e = eds_name(&c);
+                        self.clusters.insert(c.name, e);
+                    }
+                }
+                let eds: BTreeSet<String> = self.clusters.values().flatten().cloned().collect();
+                let changed = eds != self.eds;
+                self.eds = eds;
+                changed
+            }
+            LDS => {
+                if r.version.is_empty() {
+                    for n in &r.removed {
+                        self.listeners.remove(n);
+                    }
+                } else {
+                    self.listeners.clear();
+                }
+                for (_, bytes, _) in &r.resources {
+                    if let Ok(l) = Listener::decode(bytes.as_slice()) {
+                        let names = rds_names(&l);
+                        self.listeners.insert(l.name, names);
+                    }
+                }
+                let rds: BTreeSet<String> = self.listeners.values().flatten().cloned().collect();
+                let changed = rds != self.rds;
+                self.rds = rds;
+                changed
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A request frame of the stream's protocol.
+struct Requests {
+    delta: bool,
+    urls: [String; 4],
+}
+
+impl Requests {
+    fn sotw(&self, st: &State, t: usize, node: bool, nack: bool) -> Bytes {
+        let names: Vec<String> = match t {
+            EDS => st.eds.iter().cloned().collect(),
+            RDS => st.rds.iter().cloned().collect(),
+            _ => Vec::new(),
+        };
+        frame(
+            DiscoveryRequest {
+                node: node.then(|| st.node.clone()),
+                type_url: self.urls[t].clone(),
+                version_info: st.acked[t].clone(),
+                resource_names: names,
+                response_nonce: st.nonce[t].clone(),
+                error_detail: nack.then(|| Status { code: 3, message: "loadgen: NACK by design".into(), details: vec![] }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+    }
+
+    fn delta_subscribe(&self, st: &State, t: usize, node: bool, add: Vec<String>, remove: Vec<String>) -> Bytes {
+        frame(
+            DeltaDiscoveryRequest {
+                node: node.then(|| st.node.clone()),
+                type_url: self.urls[t].clone(),
+                resource_names_subscribe: add,
+                resource_names_unsubscribe: remove,
+                initial_resource_versions: if node || t == EDS || t == RDS {
+                    st.versions[t].clone().into_iter().collect()
+                } else {
+                    BTreeMap::new()
+                },
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+    }
+
+    fn delta_ack(&self, t: usize, nonce: &str, nack: bool) -> Bytes {
+        frame(
+            DeltaDiscoveryRequest {
+                type_url: self.urls[t].clone(),
+                response_nonce: nonce.to_owned(),
+                error_detail: nack.then(|| Status { code: 3, message: "loadgen: NACK by design".into(), details: vec![] }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+    }
+
+    fn decode(&self, msg: Bytes) -> Result<Resp, String> {
+        let t_of = |url: &str| self.urls.iter().position(|u| u == url);
+        if self.delta {
+            let r = DeltaDiscoveryResponse::decode(msg).map_err(|e| format!("decode: {e}"))?;
+            let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
+            Ok(Resp {
+                t,
+                version: String::new(),
+                nonce: r.nonce,
+                resources: r
+                    .resources
+                    .into_iter()
+                    .map(|x| (Some(x.name), x.resource.map(|a| a.value).unwrap_or_default(), x.version))
+                    .collect(),
+                removed: r.removed_resources,
+            })
+        } else {
+            let r = DiscoveryResponse::decode(msg).map_err(|e| format!("decode: {e}"))?;
+            let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
+            // SotW has no empty version: mark it so that `apply` replaces.
+            let version = if r.version_info.is_empty() { " ".to_owned() } else { r.version_info };
+            Ok(Resp {
+                t,
+                version,
+                nonce: r.nonce,
+                resources: r.resources.into_iter().map(|a| (None, a.value, String::new())).collect(),
+                removed: Vec::new(),
+            })
+        }
+    }
+}
+
+/// Runs proxy `i` until the run stops: connects, syncs (holding a
+/// `gate` permit until then), follows every push, reconnects with backoff.
+pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync::Semaphore>) {
+    let mut st = State::new(node, u64::from(i) + 1);
+    let mut permit = gate.acquire_owned().await.ok();
+    let mut backoff = Duration::from_millis(100);
+    let mut stop = shared.stop.clone();
+    loop {
+        if *stop.borrow() || Instant::now() >= shared.deadline {
+            break;
+        }
+        let end = session(&mut st, &shared, &mut permit).await;
+        let End::Lost(why) = end else { break };
+        if let Ok(mut l) = shared.live.lock() {
+            l.error(why);
+            if st.synced_once {
+                l.disconnects += 1;
+            }
+        }
+        permit = None;
+        // Back off (with jitter), unless the run ends first.
+        let wait = backoff.mul_f64(0.5 + xorshift(&mut st.rng));
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => break,
+        }
+    }
+    // Changes this proxy could see and never got count as missed.
+    st.pull_changes(&shared.changes, &shared.live);
+}
+
+async fn session(st: &mut State, shared: &Shared, permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> End {
+    let started = Instant::now();
+    let tcp = match tokio::time::timeout_at(shared.deadline.into(), tokio::net::TcpStream::connect(shared.server)).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return End::Lost(format!("connect {}: {e}", shared.server)),
+        Err(_) => return End::Stopped,
+    };
+    let _ = tcp.set_nodelay(true);
+    match &shared.tls {
+        None => stream(tcp, st, shared, permit, started).await,
+        Some(tls) => match tls.connector.connect(tls.server_name.clone(), tcp).await {
+            Ok(io) => stream(io, st, shared, permit, started).await,
+            Err(e) => End::Lost(format!("TLS handshake: {e}")),
+        },
+    }
+}
+
+async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: T,
+    st: &mut State,
+    shared: &Shared,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+) -> End {
+    let (client, conn) = match h2::client::Builder::new().initial_window_size(1 << 20).handshake(io).await {
+        Ok(x) => x,
+        Err(e) => return End::Lost(format!("HTTP/2 handshake: {e}")),
+    };
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut client = match client.ready().await {
+        Ok(c) => c,
+        Err(e) => return End::Lost(format!("HTTP/2: {e}")),
+    };
+    let path = if shared.delta { ads::DELTA_AGGREGATED_RESOURCES } else { ads::STREAM_AGGREGATED_RESOURCES };
+    let scheme = if shared.tls.is_some() { "https" } else { "http" };
+    let Ok(req) = http::Request::builder()
+        .method("POST")
+        .uri(format!("{scheme}://{}{path}", shared.server))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+    else {
+        return End::Lost("request".into());
+    };
+    let (resp, mut send) = match client.send_request(req, false) {
+        Ok(x) => x,
+        Err(e) => return End::Lost(format!("stream: {e}")),
+    };
+    let rq = Requests { delta: shared.delta, urls: type_urls() };
+    // Wildcard CDS and LDS; on a reconnect also the EDS and RDS names held.
+    let mut first = Vec::new();
+    for t in [CDS, EDS, LDS, RDS] {
+        let names: Vec<String> = match t {
+            EDS => st.eds.iter().cloned().collect(),
+            RDS => st.rds.iter().cloned().collect(),
+            _ => Vec::new(),
+        };
+        if (t == EDS || t == RDS) && names.is_empty() {
+            continue;
+        }
+        first.push(if rq.delta { rq.delta_subscribe(st, t, t == CDS, names, vec![]) } else { rq.sotw(st, t, t == CDS, false) });
+    }
+    for f in first {
+        if let Err(e) = send.send_data(f, false) {
+            return End::Lost(format!("send: {e}"));
+        }
+    }
+    let mut stop = shared.stop.clone();
+    let resp = tokio::select! {
+        r = resp => r,
+        _ = stop.changed() => return End::Stopped,
+        () = tokio::time::sleep_until(shared.deadline.into()) => return End::Stopped,
+    };
+    let mut body = match resp {
+        Ok(r) => {
+            if let Some(s) = r.headers().get("grpc-status") {
+                let msg = r.headers().get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default();
+                return End::Lost(format!("the server refused the stream: grpc-status {s:?} {msg}"));
+            }
+            r.into_body()
+        }
+        Err(e) => return End::Lost(format!("response: {e}")),
+    };
+    if let Ok(mut l) = shared.live.lock() {
+        l.stream(true, !st.connected_once);
+    }
+    st.connected_once = true;
+    let end = follow(&mut body, &mut send, st, shared, &rq, permit, started, &mut stop).await;
+    if let Ok(mut l) = shared.live.lock() {
+        l.stream(false, false);
+    }
+    match end {
+        End::Lost(why) if why.is_empty() => {
+            // The server ended the stream: say with which status.
+            let status = match tokio::time::timeout(Duration::from_secs(1), body.trailers()).await {
+                Ok(Ok(Some(t))) => format!(
+                    "grpc-status {} {}",
+                    t.get("grpc-status").and_then(|v| v.to_str().ok()).unwrap_or("?"),
+                    t.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default()
+                ),
+                _ => "no status".into(),
+            };
+            End::Lost(format!("the server closed the stream ({status})"))
+        }
+        e => e,
+    }
+}
+
+#[allow(clippy::too_many_arguments, reason = "one session's parts, borrowed from its caller")]
+async fn follow(
+    body: &mut h2::RecvStream,
+    send: &mut h2::SendStream<Bytes>,
+    st: &mut State,
+    shared: &Shared,
+    rq: &Requests,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> End {
+    let mut buf = BytesMut::new();
+    let mut got = [false; 4];
+    let mut synced = false;
+    let mut changed = shared.changed.clone();
+    loop {
+        let data = tokio::select! {
+            d = body.data() => d,
+            _ = changed.changed() => {
+                st.pull_changes(&shared.changes, &shared.live);
+                continue;
+            }
+            _ = stop.changed() => return End::Stopped,
+            () = tokio::time::sleep_until(shared.deadline.into()) => return End::Stopped,
+        };
+        let data = match data {
+            None => return End::Lost(String::new()),
+            Some(Err(e)) => return End::Lost(format!("read: {e}")),
+            Some(Ok(d)) => d,
+        };
+        let _ = body.flow_control().release_capacity(data.len());
+        buf.extend_from_slice(&data);
+        while buf.len() >= 5 {
+            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf.len() < 5 + len {
+                break;
+            }
+            buf.advance(5);
+            let msg = buf.split_to(len).freeze();
+            let r = match rq.decode(msg) {
+                Ok(r) => r,
+                Err(e) => return End::Lost(e),
+            };
+            st.pull_changes(&shared.changes, &shared.live);
+            let nack = synced && shared.nack_fraction > 0.0 && xorshift(&mut st.rng) < shared.nack_fraction;
+            let mut out = Vec::new();
+            let mut converged = Vec::new();
+            if nack {
+                out.push(if rq.delta { rq.delta_ack(r.t, &r.nonce, true) } else { rq.sotw(st, r.t, false, true) });
+                st.nonce[r.t].clone_from(&r.nonce);
+            } else {
+                let before = (st.eds.clone(), st.rds.clone());
+                let resubscribe = st.apply(&r);
+                if rq.delta {
+                    for n in &r.removed {
+                        st.versions[r.t].remove(n);
+                    }
+                    for (name, _, v) in &r.resources {
+                        if let Some(name) = name {
+                            st.versions[r.t].insert(name.clone(), v.clone());
+                        }
+                    }
+                }
+                // Pending changes this response carries.
+                st.pending.retain(|c| {
+                    let t = if matches!(c.expect, Expect::Endpoints(_)) { EDS } else { RDS };
+                    if t == r.t && r.resources.iter().any(|(n, b, _)| carries(c, n.as_deref(), b)) {
+                        converged.push(c.clone());
+                        false
+                    } else {
+                        true
+                    }
+                });
+                st.acked[r.t].clone_from(&r.version);
+                st.nonce[r.t].clone_from(&r.nonce);
+                out.push(if rq.delta { rq.delta_ack(r.t, &r.nonce, false) } else { rq.sotw(st, r.t, false, false) });
+                if resubscribe {
+                    let (t, old, new) = if r.t == CDS { (EDS, &before.0, &st.eds) } else { (RDS, &before.1, &st.rds) };
+                    out.push(if rq.delta {
+                        let add = new.difference(old).cloned().collect();
+                        let remove = old.difference(new).cloned().collect();
+                        rq.delta_subscribe(st, t, false, add, remove)
+                    } else {
+                        rq.sotw(st, t, false, false)
+                    });
+                }
+                got[r.t] = true;
+            }
+            for f in out {
+                if let Err(e) = send.send_data(f, false) {
+                    return End::Lost(format!("send: {e}"));
+                }
+            }
+            let now = Instant::now();
+            let just_synced = !synced
+                && got[CDS]
+                && got[LDS]
+                && (st.eds.is_empty() || got[EDS])
+                && (st.rds.is_empty() || got[RDS]);
+            if let Ok(mut l) = shared.live.lock() {
+                l.response(len as u64, nack);
+                for c in &converged {
+                    l.converged(c.id, now.saturating_duration_since(c.at));
+                }
+                if just_synced {
+                    l.synced(now - started, !st.synced_once);
+                }
+            }
+            if just_synced {
+                synced = true;
+                st.synced_once = true;
+                // The next proxy may start connecting.
+                *permit = None;
+            }
+        }
+    }
+}
+
+/// TLS towards a server whose certificate chains to the CA in `ca_file`
+/// and names `server_name`.
+pub fn tls(ca_file: &std::path::Path, server_name: &str) -> Result<Tls, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca_file)
+        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    for c in certs {
+        let c = c.map_err(|e| format!("{}: {e}", ca_file.display()))?;
+        roots.add(c).map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no certificate", ca_file.display()));
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let server_name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(|e| format!("server name {server_name:?}: {e}"))?;
+    Ok(Tls { connector: tokio_rustls::TlsConnector::from(Arc::new(config)), server_name })
+}

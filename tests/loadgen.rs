@@ -237,18 +237,19 @@ fn a_server_that_refuses_streams_is_reported_with_its_status() {
     );
 }
 
-/// The `loadgen` binary, built beside pilot-discovery (a workspace build
-/// has it; a build of this package alone gets it built here).
+/// The `loadgen` binary, beside pilot-discovery. Cargo only builds the
+/// binaries of the package under test, so make sure it is there and fresh
+/// (a no-op after a workspace build).
 fn loadgen_bin() -> std::path::PathBuf {
-    let path = std::path::Path::new(env!("CARGO_BIN_EXE_pilot-discovery")).with_file_name("loadgen");
-    if !path.exists() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
         let status = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "-p", "istiod-loadgen", "--bin", "loadgen"])
             .status()
             .unwrap();
         assert!(status.success());
-    }
-    path
+    });
+    std::path::Path::new(env!("CARGO_BIN_EXE_pilot-discovery")).with_file_name("loadgen")
 }
 
 #[test]

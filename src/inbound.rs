@@ -63,6 +63,9 @@ pub struct MeshInput {
     /// A fingerprint of the DestinationRules: locality load balancing makes
     /// endpoints depend on them.
     pub routing_generation: u64,
+    /// Whether a Sidecar selects workloads by label (then a proxy's scope
+    /// depends on its labels).
+    pub selecting_sidecars: bool,
 }
 
 impl MeshInput {
@@ -129,6 +132,9 @@ impl MeshInput {
             .sidecars
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
+        let selecting_sidecars = model.sidecars.iter().any(|o| {
+            matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
+        });
         let vs_export = model.routing.iter().any(|o| match &o.spec {
             IstioSpec::VirtualService(vs) => crate::grpc_xds::vs_export(vs, o.meta.ns()).is_some(),
             _ => false,
@@ -152,6 +158,7 @@ impl MeshInput {
             vs_export,
             dr_export,
             routing_generation,
+            selecting_sidecars,
         }
     }
 }
@@ -470,6 +477,12 @@ fn inbound_name(kind: Kind, name: &str) -> bool {
 
 impl Generator for MeshGenerator {
     fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        let mut names = self.shared_wildcard_names(snap, class, kind);
+        names.extend(self.class_wildcard_names(snap, class, kind));
+        names
+    }
+
+    fn shared_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = SimpleGenerator.wildcard_names(snap, class, kind);
         let Some(m) = mesh(snap) else { return names };
         if !m.dr_export.is_empty() {
@@ -478,15 +491,36 @@ impl Generator for MeshGenerator {
         if m.scoping.active {
             names.retain(|n| m.scoping.allows(&m.model, class, kind, n));
         }
-        if per_class(class) {
-            match kind {
-                Kind::Listener => names.push(VIRTUAL_INBOUND.into()),
-                Kind::Cluster => names
-                    .extend(inbound_ports(&m.model, class).iter().map(|p| Arc::from(format!("inbound|{}||", p.port)))),
-                _ => {}
-            }
-        }
         names
+    }
+
+    fn class_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
+        match kind {
+            Kind::Listener => vec![VIRTUAL_INBOUND.into()],
+            Kind::Cluster => {
+                inbound_ports(&m.model, class).iter().map(|p| Arc::from(format!("inbound|{}||", p.port))).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Outbound resources read the class's namespace, generator and node
+    /// type; its labels only where a Sidecar selects workloads or a
+    /// VirtualService matches source labels; its locality only for
+    /// endpoints. Proxies that differ in nothing else share them.
+    fn reduce(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+        let m = mesh(snap)?;
+        let labels = m.source_matching || m.selecting_sidecars;
+        Some(ProxyClass {
+            labels: if labels { class.labels.clone() } else { Vec::new() },
+            locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
+            ..class.clone()
+        })
+    }
+
+    fn whole_class(&self, kind: Kind, name: &str) -> bool {
+        inbound_name(kind, name)
     }
 
     fn input_generation(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {

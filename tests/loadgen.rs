@@ -47,8 +47,12 @@ fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)
         .stderr(Stdio::null());
     match (tls, secure) {
         (Some((cert, key)), Some(addr)) => {
-            cmd.args(["--secureGRPCAddr", &addr.to_string()])
-                .args(["--tlsCertFile", cert.to_str().unwrap(), "--tlsKeyFile", key.to_str().unwrap()]);
+            cmd.args(["--secureGRPCAddr", &addr.to_string()]).args([
+                "--tlsCertFile",
+                cert.to_str().unwrap(),
+                "--tlsKeyFile",
+                key.to_str().unwrap(),
+            ]);
         }
         _ => {
             cmd.args(["--secureGRPCAddr", ""]);
@@ -165,10 +169,8 @@ fn tls_sidecars_sync_against_the_binary() {
     let dir = tempfile::tempdir().unwrap();
     mesh::write(&s, dir.path()).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["istiod.istio-system.svc".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let cert =
+        rcgen::CertificateParams::new(vec!["istiod.istio-system.svc".to_owned()]).unwrap().self_signed(&key).unwrap();
     let certs = tempfile::tempdir().unwrap();
     let (cert_file, key_file) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
     std::fs::write(&cert_file, cert.pem()).unwrap();
@@ -308,7 +310,10 @@ fn the_command_writes_json_and_html() {
     ] {
         assert!(!j[key].is_null(), "{key} missing: {j}");
     }
-    assert_eq!((j["scenario"].as_str(), j["synced"].as_u64(), j["delta"].as_bool()), (Some("small"), Some(60), Some(false)));
+    assert_eq!(
+        (j["scenario"].as_str(), j["synced"].as_u64(), j["delta"].as_bool()),
+        (Some("small"), Some(60), Some(false))
+    );
     assert!(j["convergence_ms"]["count"].as_u64().unwrap() > 0);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.matches("<svg").count() >= 4, "sync, convergence, timeline, server");

@@ -102,8 +102,14 @@ impl Driver {
                 (t, mesh::PORT.to_string(), Expect::Weight { cluster: cluster(&self.s, i, "v1"), weight: w })
             }
         };
-        let change =
-            Arc::new(Change { id, at: Instant::now(), kind: self.kind, cluster: cluster(&self.s, i, ""), resource, expect });
+        let change = Arc::new(Change {
+            id,
+            at: Instant::now(),
+            kind: self.kind,
+            cluster: cluster(&self.s, i, ""),
+            resource,
+            expect,
+        });
         // Registered before the file lands, so that no proxy can see the
         // new state before the change is known.
         if let Ok(mut c) = self.changes.lock() {

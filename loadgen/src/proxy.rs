@@ -290,7 +290,11 @@ impl Requests {
                 version_info: st.acked[t].clone(),
                 resource_names: names,
                 response_nonce: st.nonce[t].clone(),
-                error_detail: nack.then(|| Status { code: 3, message: "loadgen: NACK by design".into(), details: vec![] }),
+                error_detail: nack.then(|| Status {
+                    code: 3,
+                    message: "loadgen: NACK by design".into(),
+                    details: vec![],
+                }),
                 ..Default::default()
             }
             .encode_to_vec(),
@@ -320,7 +324,11 @@ impl Requests {
             DeltaDiscoveryRequest {
                 type_url: self.urls[t].clone(),
                 response_nonce: nonce.to_owned(),
-                error_detail: nack.then(|| Status { code: 3, message: "loadgen: NACK by design".into(), details: vec![] }),
+                error_detail: nack.then(|| Status {
+                    code: 3,
+                    message: "loadgen: NACK by design".into(),
+                    details: vec![],
+                }),
                 ..Default::default()
             }
             .encode_to_vec(),
@@ -393,7 +401,8 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
 
 async fn session(st: &mut State, shared: &Shared, permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> End {
     let started = Instant::now();
-    let tcp = match tokio::time::timeout_at(shared.deadline.into(), tokio::net::TcpStream::connect(shared.server)).await {
+    let tcp = match tokio::time::timeout_at(shared.deadline.into(), tokio::net::TcpStream::connect(shared.server)).await
+    {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return End::Lost(format!("connect {}: {e}", shared.server)),
         Err(_) => return End::Stopped,
@@ -453,7 +462,11 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         if (t == EDS || t == RDS) && names.is_empty() {
             continue;
         }
-        first.push(if rq.delta { rq.delta_subscribe(st, t, t == CDS, names, vec![]) } else { rq.sotw(st, t, t == CDS, false) });
+        first.push(if rq.delta {
+            rq.delta_subscribe(st, t, t == CDS, names, vec![])
+        } else {
+            rq.sotw(st, t, t == CDS, false)
+        });
     }
     for f in first {
         if let Err(e) = send.send_data(f, false) {
@@ -595,11 +608,8 @@ async fn follow(
                 }
             }
             let now = Instant::now();
-            let just_synced = !synced
-                && got[CDS]
-                && got[LDS]
-                && (st.eds.is_empty() || got[EDS])
-                && (st.rds.is_empty() || got[RDS]);
+            let just_synced =
+                !synced && got[CDS] && got[LDS] && (st.eds.is_empty() || got[EDS]) && (st.rds.is_empty() || got[RDS]);
             if let Ok(mut l) = shared.live.lock() {
                 l.response(len as u64, nack);
                 for c in &converged {
@@ -624,8 +634,8 @@ async fn follow(
 pub fn tls(ca_file: &std::path::Path, server_name: &str) -> Result<Tls, String> {
     use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();
-    let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca_file)
-        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+    let certs =
+        rustls::pki_types::CertificateDer::pem_file_iter(ca_file).map_err(|e| format!("{}: {e}", ca_file.display()))?;
     for c in certs {
         let c = c.map_err(|e| format!("{}: {e}", ca_file.display()))?;
         roots.add(c).map_err(|e| format!("{}: {e}", ca_file.display()))?;

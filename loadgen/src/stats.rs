@@ -377,7 +377,8 @@ impl Report {
             out.push_str("<h2>Change to ACK (every proxy, every change)</h2>");
             out.push_str(&histogram_svg(&self.live.convergence));
             out.push_str("<h2>Convergence per change</h2><p>p50 (blue), p99 (orange), max (red), by when the change was made</p>");
-            let pts: Vec<(f64, [f64; 3])> = self.changes.iter().filter(|c| c.converged > 0).map(|c| (c.at_s, c.ms)).collect();
+            let pts: Vec<(f64, [f64; 3])> =
+                self.changes.iter().filter(|c| c.converged > 0).map(|c| (c.at_s, c.ms)).collect();
             out.push_str(&timeline_svg(&pts));
         }
         if let Some(u) = &self.server {
@@ -419,9 +420,15 @@ fn histogram_svg(h: &Histogram<u64>) -> String {
             bw - 2.0
         );
         let label = if i < EDGES_MS.len() { format!("<{}", EDGES_MS[i]) } else { "more".into() };
-        let _ = write!(s, "<text x={:.1} y={:.1} font-size=9 text-anchor=middle>{label}</text>", x + bw / 2.0, ht - 10.0);
+        let _ =
+            write!(s, "<text x={:.1} y={:.1} font-size=9 text-anchor=middle>{label}</text>", x + bw / 2.0, ht - 10.0);
         if *c > 0 {
-            let _ = write!(s, "<text x={:.1} y={:.1} font-size=9 text-anchor=middle>{c}</text>", x + bw / 2.0, ht - pad - bh - 3.0);
+            let _ = write!(
+                s,
+                "<text x={:.1} y={:.1} font-size=9 text-anchor=middle>{c}</text>",
+                x + bw / 2.0,
+                ht - pad - bh - 3.0
+            );
         }
     }
     s.push_str("<text x=5 y=12 font-size=10>proxies per bucket (ms)</text></svg>");

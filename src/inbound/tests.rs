@@ -441,3 +441,47 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     let shadow = format!("{default}{}", crate::simple::NO_DR);
     assert!(MeshGenerator.generate(&snap, &outside, Kind::Cluster, &shadow).is_none());
 }
+
+#[test]
+fn proxies_that_differ_only_in_labels_share_outbound_resources() {
+    use istiod_xds::ads::cache::Cache;
+    let model = bookinfo();
+    let snap = snapshot(&model);
+    let (productpage, reviews) = (
+        Arc::new(class("bookinfo", &[("app", "productpage"), ("version", "v1")])),
+        Arc::new(class("bookinfo", &[("app", "reviews"), ("version", "v2")])),
+    );
+    let mut cache = Cache::default();
+    let route: Arc<str> = "9080".into();
+    let a = cache.get(&MeshGenerator, &snap, &productpage, Kind::Route, &route).unwrap();
+    let misses = cache.misses;
+    let b = cache.get(&MeshGenerator, &snap, &reviews, Kind::Route, &route).unwrap();
+    assert_eq!((cache.misses, a.any), (misses, b.any), "one generation serves both");
+    // Their inbound resources stay their own.
+    let inbound: Arc<str> = VIRTUAL_INBOUND.into();
+    let misses = cache.misses;
+    cache.get(&MeshGenerator, &snap, &productpage, Kind::Listener, &inbound).unwrap();
+    cache.get(&MeshGenerator, &snap, &reviews, Kind::Listener, &inbound).unwrap();
+    assert_eq!(cache.misses, misses + 2, "generated for each class");
+    // Wildcard names: the shared part plus each class's inbound clusters,
+    // the same as the generator gives for the whole class.
+    for c in [&productpage, &reviews] {
+        let names = cache.wildcard_names(&MeshGenerator, &snap, c, Kind::Cluster);
+        assert_eq!(&*names, &*MeshGenerator.wildcard_names(&snap, c, Kind::Cluster));
+        assert!(names.iter().any(|n| n.starts_with("inbound|")));
+    }
+
+    // A Sidecar that selects reviews by label: their scopes differ now.
+    let mut m = (*model).clone();
+    m.sidecars.extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: reviews, namespace: bookinfo}\n\
+         spec: {workloadSelector: {labels: {app: reviews}}, egress: [{hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}]}\n",
+    ));
+    let snap = snapshot(&Arc::new(m));
+    let mut cache = Cache::default();
+    let a = cache.get(&MeshGenerator, &snap, &productpage, Kind::Route, &route).unwrap();
+    let misses = cache.misses;
+    let b = cache.get(&MeshGenerator, &snap, &reviews, Kind::Route, &route).unwrap();
+    assert_eq!(cache.misses, misses + 1, "generated for reviews' own scope");
+    assert_ne!(a.any, b.any);
+}

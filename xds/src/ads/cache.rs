@@ -26,6 +26,14 @@ type SnapId = (u64, usize);
 /// Wildcard names by (type, class), with the snapshot they come from.
 type WildcardNames = HashMap<(Kind, Arc<ProxyClass>), (SnapId, Arc<[Arc<str>]>)>;
 
+/// Reduced classes by (type, address of the proxy's class), with the
+/// snapshot and the class they were computed for.
+type Reduced = HashMap<(Kind, usize), (SnapId, Arc<ProxyClass>, Arc<ProxyClass>)>;
+
+fn snap_id(snap: &Snapshot) -> SnapId {
+    (snap.version, Arc::as_ptr(&snap.model) as usize)
+}
+
 /// One core's cache.
 #[derive(Debug, Default)]
 pub struct Cache {
@@ -34,6 +42,12 @@ pub struct Cache {
     /// computed from: every SotW push of a wildcard type needs them, and
     /// with per-class scoping they cost a visibility check per name.
     wildcard: WildcardNames,
+    /// The shared part of the wildcard names, per reduced class.
+    shared_wildcard: WildcardNames,
+    /// The reduced class of each proxy class, per type (see
+    /// `Generator::reduce`), and one `Arc` per distinct reduced class.
+    reduced: Reduced,
+    interned: HashMap<ProxyClass, Arc<ProxyClass>>,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -52,7 +66,7 @@ impl Cache {
         name: &Arc<str>,
     ) -> Option<Encoded> {
         let input = generator.input_generation(snap, class, kind, name)?;
-        let key = (kind, name.clone(), class.clone());
+        let key = (kind, name.clone(), self.class_for(generator, snap, class, kind, name));
         if let Some((generation, e)) = self.map.get(&key)
             && *generation == input
         {
@@ -78,8 +92,46 @@ impl Cache {
         Some(e)
     }
 
+    /// The class `(kind, name)` is generated and cached for: the
+    /// generator's reduction of `class`, one `Arc` per distinct value.
+    fn class_for(
+        &mut self,
+        generator: &dyn Generator,
+        snap: &Snapshot,
+        class: &Arc<ProxyClass>,
+        kind: Kind,
+        name: &str,
+    ) -> Arc<ProxyClass> {
+        if generator.whole_class(kind, name) {
+            return class.clone();
+        }
+        let id = snap_id(snap);
+        let key = (kind, Arc::as_ptr(class) as usize);
+        if let Some((at, of, reduced)) = self.reduced.get(&key)
+            && *at == id
+            && Arc::ptr_eq(of, class)
+        {
+            return reduced.clone();
+        }
+        let reduced = match generator.reduce(snap, class, kind) {
+            None => class.clone(),
+            Some(r) => {
+                if self.interned.len() >= MAX_ENTRIES / 10 {
+                    self.interned.clear();
+                }
+                self.interned.entry(r.clone()).or_insert_with(|| Arc::new(r)).clone()
+            }
+        };
+        if self.reduced.len() >= MAX_ENTRIES / 10 {
+            self.reduced.clear();
+        }
+        self.reduced.insert(key, (id, class.clone(), reduced.clone()));
+        reduced
+    }
+
     /// The names a proxy of `class` receives on a wildcard subscription to
-    /// `kind`, computed once per class and snapshot.
+    /// `kind`: the shared part computed once per reduced class and
+    /// snapshot, the class's own names once per class and snapshot.
     pub fn wildcard_names(
         &mut self,
         generator: &dyn Generator,
@@ -87,14 +139,32 @@ impl Cache {
         class: &Arc<ProxyClass>,
         kind: Kind,
     ) -> Arc<[Arc<str>]> {
-        let id: SnapId = (snap.version, Arc::as_ptr(&snap.model) as usize);
+        let id = snap_id(snap);
         let key = (kind, class.clone());
         if let Some((at, names)) = self.wildcard.get(&key)
             && *at == id
         {
             return names.clone();
         }
-        let names: Arc<[Arc<str>]> = generator.wildcard_names(snap, class, kind).into();
+        let names: Arc<[Arc<str>]> = match generator.reduce(snap, class, kind) {
+            None => generator.wildcard_names(snap, class, kind).into(),
+            Some(_) => {
+                let reduced = self.class_for(generator, snap, class, kind, "");
+                let shared = match self.shared_wildcard.get(&(kind, reduced.clone())) {
+                    Some((at, names)) if *at == id => names.clone(),
+                    _ => {
+                        let names: Arc<[Arc<str>]> = generator.shared_wildcard_names(snap, &reduced, kind).into();
+                        if self.shared_wildcard.len() >= MAX_ENTRIES / 10 {
+                            self.shared_wildcard.clear();
+                        }
+                        self.shared_wildcard.insert((kind, reduced), (id, names.clone()));
+                        names
+                    }
+                };
+                let own = generator.class_wildcard_names(snap, class, kind);
+                if own.is_empty() { shared } else { shared.iter().cloned().chain(own).collect() }
+            }
+        };
         if self.wildcard.len() >= MAX_ENTRIES / 10 {
             self.wildcard.clear();
         }

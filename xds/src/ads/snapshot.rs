@@ -165,6 +165,34 @@ pub trait Generator: Send + Sync + 'static {
     fn input_generation(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64>;
     /// The encoded resource message.
     fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes>;
+
+    /// The part of `class` that resources of `kind` depend on, when it is
+    /// less than the whole class (say the namespace, but not the labels):
+    /// proxies whose classes reduce to the same value share one cache
+    /// entry and one generation. Names for which [`Generator::whole_class`]
+    /// holds always use the whole class. `None`: the whole class matters.
+    /// Debug builds check every cache hit against a generation for the
+    /// proxy's own class, so a reduction that drops an input fails there.
+    fn reduce(&self, _snap: &Snapshot, _class: &ProxyClass, _kind: Kind) -> Option<ProxyClass> {
+        None
+    }
+
+    /// Whether resource `(kind, name)` depends on the whole class (it is
+    /// never shared through [`Generator::reduce`]).
+    fn whole_class(&self, _kind: Kind, _name: &str) -> bool {
+        false
+    }
+
+    /// The wildcard names that depend only on the reduced class (the rest
+    /// come from [`Generator::class_wildcard_names`]). Default: all of them.
+    fn shared_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        self.wildcard_names(snap, class, kind)
+    }
+
+    /// The wildcard names that depend on the whole class. Default: none.
+    fn class_wildcard_names(&self, _snap: &Snapshot, _class: &ProxyClass, _kind: Kind) -> Vec<Arc<str>> {
+        Vec::new()
+    }
 }
 
 /// Serves the [`SimpleModel`]'s resources as they are, to every class.

@@ -224,6 +224,12 @@ impl AdsService {
     /// unless an earlier push is still queued there.
     fn flush_conn(&mut self, conn: &mut GrpcConnection, cause: Option<Instant>) {
         let id = conn.info.id;
+        if self.snap.version == 0 {
+            // Nothing published yet (the server is still reading its
+            // sources): answering now would tell the proxy the mesh is
+            // empty. Its requests wait; the first snapshot flushes them.
+            return;
+        }
         if conn.h2().queued() > 0 {
             self.deferred.insert(id);
             conn.notify_when_drained();

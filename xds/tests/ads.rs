@@ -69,6 +69,36 @@ fn first_request_must_carry_a_node() {
 }
 
 #[test]
+fn requests_before_the_first_snapshot_wait_for_it() {
+    // A proxy that connects while the server is still reading its sources
+    // must not be told that the mesh is empty.
+    let mut s = TestServer::start(1, Limits::default());
+    let rt = runtime();
+    let (mut sotw, mut delta) = rt.block_on(async {
+        let mut sotw = connect(s.addr, false).await;
+        sotw.sotw(cds(true, 1));
+        let mut delta = connect(s.addr, true).await;
+        delta.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(2)),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        });
+        sotw.expect_silence(QUIET).await;
+        delta.expect_silence(QUIET).await;
+        (sotw, delta)
+    });
+    mesh(&mut s);
+    rt.block_on(async {
+        let r = sotw.recv().await;
+        assert_eq!((r.version_info.as_str(), names_of(&r)), ("1", vec!["a".to_owned(), "b".to_owned()]));
+        let d = delta.recv_delta().await;
+        let mut names: Vec<&str> = d.resources.iter().map(|r| r.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec!["a", "b"]);
+    });
+}
+
+#[test]
 fn sotw_wildcard_cds_named_eds_ack_nack_stale() {
     let mut s = TestServer::start(1, Limits::default());
     mesh(&mut s);

@@ -76,6 +76,9 @@ struct RunArgs {
     /// Seconds of churn.
     #[arg(long, default_value_t = 10)]
     churn_seconds: u64,
+    /// Seconds to stay connected after syncing and churning.
+    #[arg(long, default_value_t = 0)]
+    hold: u64,
     /// The server's pid: samples its CPU time and RSS from /proc.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -110,6 +113,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
     o.nack_fraction = a.nack_fraction;
     o.churn_for = Duration::from_secs(a.churn_seconds);
     o.server_pid = a.server_pid;
+    o.hold = Duration::from_secs(a.hold);
     o.progress = !a.quiet;
     o.config_dir = a.config_dir;
     if let Some(path) = &a.tls {

@@ -84,6 +84,9 @@ pub struct Options {
     pub churn_for: Duration,
     /// How long to wait for the last changes to converge.
     pub settle: Duration,
+    /// How long to stay connected after the proxies synced and the churn
+    /// settled (to see the server idle with every proxy connected).
+    pub hold: Duration,
     /// The server's pid, to sample its CPU time and RSS from `/proc`.
     pub server_pid: Option<u32>,
     /// Print a live progress line on standard error.
@@ -105,6 +108,7 @@ impl Options {
             churn: None,
             churn_for: Duration::from_secs(10),
             settle: Duration::from_secs(5),
+            hold: Duration::ZERO,
             server_pid: None,
             progress: false,
         }
@@ -224,6 +228,11 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
             show(false);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+    let hold_end = (Instant::now() + o.hold).min(deadline);
+    while Instant::now() < hold_end {
+        show(false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     show(true);
     if o.progress && tty {

@@ -306,6 +306,8 @@ impl Report {
             "superseded": l.superseded,
             "server_cpu_s": self.server.as_ref().map(Usage::cpu_s),
             "server_rss_bytes_max": self.server.as_ref().map(|u| u.rss_max),
+            "server_rss_bytes_start": self.server.as_ref().and_then(|u| u.samples.first()).map(|s| s.2),
+            "server_rss_bytes_end": self.server.as_ref().and_then(|u| u.samples.last()).map(|s| s.2),
             "bytes_received": l.bytes,
             "bytes_per_proxy": if self.proxies == 0 { 0 } else { l.bytes / u64::from(self.proxies) },
             "responses": l.responses,
@@ -357,7 +359,16 @@ impl Report {
             l.responses, l.bytes, j["bytes_per_proxy"], l.nacks, l.error_count
         );
         if let Some(u) = &self.server {
-            let _ = writeln!(out, "  server: {:.2} CPU s, peak RSS {:.1} MiB", u.cpu_s(), u.rss_max as f64 / 1048576.0);
+            let mib = |b: u64| b as f64 / 1048576.0;
+            let (first, last) = (u.samples.first().map_or(0, |s| s.2), u.samples.last().map_or(0, |s| s.2));
+            let _ = writeln!(
+                out,
+                "  server: {:.2} CPU s; RSS {:.1} MiB at the start, {:.1} MiB at the end, peak {:.1} MiB",
+                u.cpu_s(),
+                mib(first),
+                mib(last),
+                mib(u.rss_max)
+            );
         }
         out
     }

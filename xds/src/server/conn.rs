@@ -21,6 +21,8 @@ use crate::metrics::{self, Violation};
 const READ_BUF: usize = 16 * 1024;
 /// About this much is framed per write.
 const WRITE_BUDGET: usize = 256 * 1024;
+/// Write buffer capacity an idle connection may keep.
+const IDLE_WBUF: usize = 16 * 1024;
 
 /// A live connection, shared between its task and the core's service.
 pub struct ConnShared {
@@ -142,8 +144,10 @@ where
                 if !wbuf.is_empty() {
                     last_progress = now;
                 }
-                if wbuf.capacity() > 4 * WRITE_BUDGET && wbuf.is_empty() {
-                    wbuf = Vec::new(); // give back a burst's memory
+                if wbuf.is_empty() && wbuf.capacity() > IDLE_WBUF {
+                    // Idle: give back a burst's memory. Thousands of idle
+                    // proxies must cost kilobytes each, not a push's size.
+                    wbuf = Vec::new();
                 }
             }
             (c.h2().is_closed(), c.poll_timeout())

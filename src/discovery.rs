@@ -261,6 +261,29 @@ fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
 }
 
 /// Rebuilds the model from `objects` and sends the resource changes.
+/// What the control thread derives from one set of objects: the model,
+/// the shared resources, and the inputs of the per-class generators.
+pub struct Built {
+    /// The mesh model.
+    pub model: Arc<Model>,
+    /// The shared resources, encoded.
+    pub resources: std::collections::BTreeMap<(ads::Kind, Arc<str>), bytes::Bytes>,
+    /// The per-class generators' inputs.
+    pub mesh: Arc<MeshInput>,
+}
+
+/// Builds the model and everything served from it.
+pub fn build(
+    objects: &istiod_kubewatch::objects::Objects,
+    domain: &str,
+    mesh: &Arc<crate::mesh::MeshSettings>,
+) -> Built {
+    let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
+    let resources = simple::translate(&model);
+    let mesh = Arc::new(MeshInput::new(model.clone()));
+    Built { model, resources, mesh }
+}
+
 fn apply(
     state: &RefCell<State>,
     objects: &istiod_kubewatch::objects::Objects,
@@ -269,9 +292,8 @@ fn apply(
     mesh: &Arc<crate::mesh::MeshSettings>,
     tx: &Tx,
 ) {
-    let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
-    let resources = simple::translate(&model);
-    let mesh = Arc::new(MeshInput::new(model.clone()));
+    let started = std::time::Instant::now();
+    let Built { model, resources, mesh } = build(objects, domain, mesh);
     let mut s = state.borrow_mut();
     let changes = simple::diff_maps(&s.resources, &resources);
     // Per-class resources are generated on the cores: if their inputs
@@ -309,7 +331,13 @@ fn apply(
     s.scope_generation = Some(mesh.scope_generation);
     s.routing_generation = Some(mesh.routing_generation);
     if first || !changes.is_empty() || !touched.is_empty() {
-        tracing::info!(target: "model", changes = changes.len(), "mesh changed");
+        tracing::info!(
+            target: "model",
+            changes = changes.len(),
+            touched = touched.len(),
+            build_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "mesh changed"
+        );
         let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched });
     }

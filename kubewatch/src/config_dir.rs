@@ -161,7 +161,7 @@ const KNOWN_UNREAD: [&str; 33] = [
 
 /// What one file holds: each document's result, and where a syntax error
 /// cut the file short.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FileDocs {
     /// Results in document order (up to a syntax error).
     pub docs: Vec<Result<Option<Object>, String>>,
@@ -187,17 +187,69 @@ pub fn parse_file(text: &str) -> FileDocs {
     FileDocs { docs, syntax_error }
 }
 
+/// What identifies a file's content without reading it: size, change
+/// time, modification time and inode (a rename-into-place changes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: Option<std::time::SystemTime>,
+    ctime: (i64, i64),
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp { len: m.len(), mtime: m.modified().ok(), ctime: (m.ctime(), m.ctime_nsec()), ino: m.ino() })
+}
+
+/// How long before a parse a file must have been last written for its
+/// stamp to be trusted: file times are coarse (a kernel tick), so a write
+/// within the same tick as an earlier one may leave the stamp unchanged.
+const RACY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A config directory and the last good version of each of its documents.
 #[derive(Debug)]
 pub struct ConfigDir {
     dir: PathBuf,
     last_good: BTreeMap<(PathBuf, usize), Object>,
+    /// Each file's parse, with its stamp, when the stamp can be trusted
+    /// (written well before it was parsed): a reload re-reads only the
+    /// files that changed.
+    parsed: std::collections::HashMap<PathBuf, (Stamp, FileDocs)>,
 }
 
 impl ConfigDir {
     /// A source for `dir` (nothing read yet).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), last_good: BTreeMap::new() }
+        Self { dir: dir.into(), last_good: BTreeMap::new(), parsed: std::collections::HashMap::new() }
+    }
+
+    /// A file's documents: from the last parse if its stamp is unchanged,
+    /// else read and parsed now.
+    fn parse(&mut self, file: &Path) -> std::io::Result<FileDocs> {
+        let before = stamp(file);
+        if let (Some(st), Some((cached, docs))) = (before, self.parsed.get(file))
+            && st == *cached
+        {
+            return Ok(docs.clone());
+        }
+        let started = std::time::SystemTime::now();
+        let text = std::fs::read_to_string(file)?;
+        let docs = parse_file(&text);
+        // Trust the stamp only if the file did not change while it was
+        // read and was last written well before.
+        match (before, stamp(file)) {
+            (Some(a), Some(b))
+                if a == b && a.mtime.is_some_and(|m| started.duration_since(m).is_ok_and(|d| d > RACY)) =>
+            {
+                self.parsed.insert(file.to_owned(), (a, docs.clone()));
+            }
+            _ => {
+                self.parsed.remove(file);
+            }
+        }
+        Ok(docs)
     }
 
     /// Reads the directory again and returns what is in force.
@@ -207,9 +259,10 @@ impl ConfigDir {
         paths.sort();
         let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
         let mut errors = Vec::new();
+        self.parsed.retain(|f, _| paths.binary_search(f).is_ok());
         for file in paths {
-            let text = match std::fs::read_to_string(&file) {
-                Ok(t) => t,
+            let parsed = match self.parse(&file) {
+                Ok(p) => p,
                 Err(e) => {
                     // Unreadable now (e.g. replaced mid-read): keep it as it was.
                     errors.push(DocError { file: file.clone(), index: 0, message: e.to_string() });
@@ -217,7 +270,6 @@ impl ConfigDir {
                     continue;
                 }
             };
-            let parsed = parse_file(&text);
             for (index, doc) in parsed.docs.into_iter().enumerate() {
                 match doc {
                     Ok(Some(obj)) => {

@@ -150,3 +150,31 @@ fn unknown_kinds_are_errors_known_unread_ones_are_skipped() {
     assert_eq!(l.errors.len(), 1);
     assert!(l.errors[0].to_string().contains("a.yaml: document 1: unknown kind \"Servise\""), "{}", l.errors[0]);
 }
+
+#[test]
+fn unchanged_files_are_not_parsed_again_and_changed_ones_always_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    std::fs::write(&a, SVC).unwrap();
+    std::fs::write(&b, SVC.replace("name: a", "name: b")).unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    // Written just now: too recent for the stamps to be trusted.
+    assert_eq!(names(&src.reload().unwrap()), vec!["a", "b"]);
+    assert!(src.parsed.is_empty());
+    std::thread::sleep(RACY * 2);
+    src.reload().unwrap();
+    assert_eq!(src.parsed.len(), 2, "stable files are remembered");
+    // An in-place edit of the same length, right after: seen.
+    std::fs::write(&a, SVC.replace("name: a", "name: c")).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["c", "b"]);
+    assert!(!src.parsed.contains_key(&a), "too recent to remember");
+    // Renamed into place: a new inode, seen.
+    let tmp = dir.path().join("b.yaml.tmp");
+    std::fs::write(&tmp, SVC.replace("name: a", "name: d")).unwrap();
+    std::fs::rename(&tmp, &b).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["c", "d"]);
+    // Deleted: forgotten.
+    std::fs::remove_file(&a).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["d"]);
+    assert!(!src.parsed.contains_key(&a));
+}

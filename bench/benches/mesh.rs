@@ -1,0 +1,268 @@
+//! The control plane's hot paths on the `istio-perf` mesh (1,000 services,
+//! 2,000 sidecars, every namespace isolated) and `large` (10,000 pods):
+//!
+//! - `snapshot/build+diff/*`: objects -> model -> shared resources ->
+//!   per-class inputs -> diff against the previous build (what the control
+//!   thread does for every change, before the debounced publish);
+//! - `assemble/*`: a sidecar's CDS/EDS/LDS/RDS state-of-the-world response,
+//!   from a warm per-core cache and from scratch (empty cache);
+//! - `core/one_endpoint_change_1000_streams`: a serving core applying a
+//!   snapshot delta (one endpoint changed) to 1,000 SotW streams of
+//!   distinct proxies and building the pushes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use istiod::discovery::{self, Built};
+use istiod::inbound::MeshGenerator;
+use istiod::mesh::MeshSettings;
+use istiod_kubewatch::objects::Objects;
+use istiod_loadgen::scenario::Scenario;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use istiod_proto::prost::Message;
+use istiod_xds::ads::cache::Cache;
+use istiod_xds::ads::node::{Proxy, ProxyClass};
+use istiod_xds::ads::stream::{AdsStream, Ctx, Protocol};
+use istiod_xds::ads::wire::{self, Encoded};
+use istiod_xds::ads::{Kind, SimpleModel, Snapshot};
+
+fn objects(scenario: &str) -> Objects {
+    let s = Scenario::load(scenario).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    istiod_loadgen::mesh::write(&s, dir.path()).unwrap();
+    istiod_kubewatch::config_dir::load(dir.path()).unwrap().objects
+}
+
+fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
+    let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
+    snap.mesh = Some(built.mesh.clone());
+    snap
+}
+
+fn class_of(s: &Scenario, i: u32) -> Arc<ProxyClass> {
+    Arc::new(Proxy::from_node(Some(&istiod_loadgen::run::node(s, i))).unwrap().class)
+}
+
+fn build(c: &mut Criterion) {
+    let settings = Arc::new(MeshSettings::default());
+    let mut g = c.benchmark_group("snapshot");
+    g.sample_size(10);
+    for scenario in ["istio-perf", "large"] {
+        // Set up only when this benchmark runs (not when filtered out).
+        let mut setup = None;
+        g.bench_function(format!("build+diff/{scenario}"), |b| {
+            let (objs, prev) = setup.get_or_insert_with(|| {
+                let objs = objects(scenario);
+                let prev = discovery::build(&objs, "cluster.local", &settings);
+                (objs, prev)
+            });
+            b.iter(|| {
+                let next = discovery::build(objs, "cluster.local", &settings);
+                istiod::simple::diff_maps(&prev.resources, &next.resources).len()
+            });
+        });
+    }
+    g.finish();
+}
+
+/// A SotW response of `names` for `class`, through `cache`.
+fn response(cache: &mut Cache, snap: &Snapshot, class: &Arc<ProxyClass>, kind: Kind, names: &[Arc<str>]) -> Bytes {
+    let got: Vec<Encoded> = names.iter().filter_map(|n| cache.get(&MeshGenerator, snap, class, kind, n)).collect();
+    let refs: Vec<&Encoded> = got.iter().collect();
+    wire::sotw_response("1", kind.type_url(), "nonce", &refs, "istiod-rs")
+}
+
+/// What the `assemble` benchmarks share: the istio-perf snapshot, one
+/// sidecar's class, a warm cache and the names of each type.
+struct Assemble {
+    snap: Snapshot,
+    class: Arc<ProxyClass>,
+    warm: Cache,
+    names: [Vec<Arc<str>>; 4],
+}
+
+fn assemble_setup() -> Assemble {
+    let s = Scenario::load("istio-perf").unwrap();
+    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
+    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
+    let snap = snapshot(1, model, &built);
+    let class = class_of(&s, 7);
+    let mut warm = Cache::default();
+    let clusters = warm.wildcard_names(&MeshGenerator, &snap, &class, Kind::Cluster).to_vec();
+    let listeners = warm.wildcard_names(&MeshGenerator, &snap, &class, Kind::Listener).to_vec();
+    let endpoints: Vec<Arc<str>> = clusters
+        .iter()
+        .filter(|n| warm.get(&MeshGenerator, &snap, &class, Kind::Endpoint, n).is_some())
+        .cloned()
+        .collect();
+    let routes = vec![Arc::from(istiod_loadgen::mesh::PORT.to_string())];
+    let mut a = Assemble { snap, class, warm, names: [clusters, endpoints, listeners, routes] };
+    for kind in Kind::ALL {
+        let names = a.names[kind as usize].clone();
+        response(&mut a.warm, &a.snap, &a.class, kind, &names);
+    }
+    a
+}
+
+fn assemble(c: &mut Criterion) {
+    let setup = std::cell::OnceCell::new();
+    let shared = || setup.get_or_init(|| std::cell::RefCell::new(assemble_setup()));
+    let mut g = c.benchmark_group("assemble");
+    for kind in Kind::ALL {
+        let label = match kind {
+            Kind::Cluster => "cds",
+            Kind::Endpoint => "eds",
+            Kind::Listener => "lds",
+            Kind::Route => "rds",
+        };
+        g.bench_function(format!("{label}/cached"), |b| {
+            let mut a = shared().borrow_mut();
+            let a = &mut *a;
+            let names = &a.names[kind as usize];
+            b.iter(|| response(&mut a.warm, &a.snap, &a.class, kind, names).len());
+        });
+        g.bench_function(format!("{label}/scratch"), |b| {
+            let a = shared().borrow();
+            b.iter_batched(
+                Cache::default,
+                |mut cold| {
+                    let names: Vec<Arc<str>> = if kind.is_wildcard() {
+                        cold.wildcard_names(&MeshGenerator, &a.snap, &a.class, kind).to_vec()
+                    } else {
+                        a.names[kind as usize].clone()
+                    };
+                    response(&mut cold, &a.snap, &a.class, kind, &names).len()
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    g.finish();
+}
+
+/// A serving core's state: 1,000 SotW streams that hold CDS and EDS.
+struct Core {
+    built: Built,
+    model: SimpleModel,
+    cache: Cache,
+    streams: Vec<AdsStream>,
+    target: Arc<str>,
+    bodies: [Bytes; 2],
+    version: u64,
+}
+
+fn core_setup() -> Core {
+    let s = Scenario::load("istio-perf").unwrap();
+    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
+    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
+    let snap = snapshot(1, model.clone(), &built);
+    let mut cache = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = move || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let now = Instant::now();
+    // 1,000 streams: CDS wildcard, then EDS for their EDS clusters, ACKed.
+    let mut streams = Vec::new();
+    for i in 0..1000 {
+        let mut st = AdsStream::new(Protocol::Sotw, now);
+        let node = istiod_loadgen::run::node(&s, i);
+        let cds =
+            DiscoveryRequest { node: Some(node), type_url: Kind::Cluster.type_url().into(), ..Default::default() };
+        st.on_sotw(cds, &mut |c| Arc::new(c), now).unwrap();
+        let mut ctx = Ctx {
+            generator: &MeshGenerator,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "b",
+            now,
+        };
+        let out = st.flush(&mut ctx, None);
+        let r = DiscoveryResponse::decode(out[0].bytes.clone()).unwrap();
+        let class = st.class.clone().unwrap();
+        let eds: Vec<String> = ctx
+            .cache
+            .wildcard_names(&MeshGenerator, &snap, &class, Kind::Cluster)
+            .iter()
+            .filter(|n| model.resources[Kind::Endpoint as usize].contains_key(*n))
+            .map(|n| n.to_string())
+            .collect();
+        let ack = DiscoveryRequest {
+            type_url: Kind::Cluster.type_url().into(),
+            version_info: r.version_info.clone(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        };
+        st.on_sotw(ack, &mut |c| Arc::new(c), now).unwrap();
+        let req =
+            DiscoveryRequest { type_url: Kind::Endpoint.type_url().into(), resource_names: eds, ..Default::default() };
+        st.on_sotw(req, &mut |c| Arc::new(c), now).unwrap();
+        let mut ctx = Ctx {
+            generator: &MeshGenerator,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "b",
+            now,
+        };
+        st.flush(&mut ctx, None);
+        streams.push(st);
+    }
+    let target: Arc<str> = istiod_loadgen::churn::cluster(&s, 0, "").into();
+    let original = model.resources[Kind::Endpoint as usize][&target].body.clone();
+    let mut scaled = ClusterLoadAssignment::decode(original.clone()).unwrap();
+    scaled.endpoints.truncate(1);
+    assert_ne!(scaled.encode_to_vec(), original.to_vec(), "one endpoint fewer");
+    let scaled = Bytes::from(scaled.encode_to_vec());
+    Core { built, model, cache, streams, target, bodies: [scaled, original], version: 1 }
+}
+
+fn core_delta(c: &mut Criterion) {
+    let mut setup = None;
+    let mut g = c.benchmark_group("core");
+    g.bench_function("one_endpoint_change_1000_streams", |b| {
+        let core = setup.get_or_insert_with(core_setup);
+        let now = Instant::now();
+        let mut seq = 0u64;
+        let mut nonce = move || -> Arc<str> {
+            seq += 1;
+            seq.to_string().into()
+        };
+        b.iter(|| {
+            core.version += 1;
+            let body = core.bodies[(core.version % 2) as usize].clone();
+            let (next, delta) = core.model.apply(core.version, vec![(Kind::Endpoint, core.target.clone(), Some(body))]);
+            core.model = next;
+            let snap = snapshot(core.version, core.model.clone(), &core.built);
+            let mut ctx = Ctx {
+                generator: &MeshGenerator,
+                snap: &snap,
+                cache: &mut core.cache,
+                nonce: &mut nonce,
+                control_plane: "b",
+                now,
+            };
+            let mut bytes = 0;
+            let mut pushed = 0;
+            for st in &mut core.streams {
+                st.on_delta_update(&delta);
+                if st.is_dirty() {
+                    pushed += 1;
+                    bytes += st.flush(&mut ctx, Some(now)).iter().map(|o| o.bytes.len()).sum::<usize>();
+                }
+            }
+            assert!(pushed > 0, "the proxies of the changed service's namespace get a push");
+            bytes
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, build, assemble, core_delta);
+criterion_main!(benches);

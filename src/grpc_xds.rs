@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use istiod_kubewatch::istio::IstioObject;
 use istiod_kubewatch::istio::networking::{HttpRoute, StringMatch, VirtualService};
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{ApiListener, Listener};
 use istiod_proto::envoy::config::route::v3 as route;
@@ -44,12 +44,7 @@ fn ads() -> Option<core::ConfigSource> {
 /// The VirtualService that routes `host`, if any (the first by namespace
 /// and name, as istiod picks one when several claim a host).
 fn virtual_service<'a>(model: &'a Model, host: &str) -> Option<(&'a IstioObject, &'a VirtualService)> {
-    model.routing.iter().find_map(|o| match &o.spec {
-        IstioSpec::VirtualService(vs) if vs.hosts.iter().any(|h| model.resolve_host(h, o.meta.ns()) == host) => {
-            Some((o, vs))
-        }
-        _ => None,
-    })
+    model.virtual_service(host)
 }
 
 /// Adds the gRPC listeners and route configurations of every service port.

@@ -99,21 +99,40 @@ impl MeshInput {
     }
 }
 
+/// Feeds `v`'s Debug rendering to `h` as it is written, without building
+/// the string (the Istio types have floats and do not derive `Hash`).
+fn hash_debug(h: &mut impl Hasher, v: &impl std::fmt::Debug) {
+    struct W<'a, H>(&'a mut H);
+    impl<H: Hasher> std::fmt::Write for W<'_, H> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    let _ = std::fmt::Write::write_fmt(&mut W(h), format_args!("{v:?}"));
+}
+
 impl MeshInput {
     /// Wraps a model.
     pub fn new(model: Arc<Model>) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for s in model.services.values() {
-            (&s.hostname, &s.namespace, &s.selector, format!("{:?}", s.ports)).hash(&mut h);
-            // Target ports of the endpoints (named target ports resolve there).
+            (&s.hostname, &s.namespace, &s.selector).hash(&mut h);
+            hash_debug(&mut h, &s.ports);
+            // Endpoints tell a workload its port only where the Service
+            // does not (named target ports): scaling a Service with a
+            // numeric target port changes no proxy's inbound side.
             for e in &s.endpoints {
-                (e.service_port, e.port, &e.labels).hash(&mut h);
+                let spec = s.ports.iter().find(|p| p.port == e.service_port).map(|p| p.target_port.unwrap_or(p.port));
+                if spec != Some(e.port) {
+                    (e.service_port, e.port, &e.labels).hash(&mut h);
+                }
             }
         }
-        format!("{:?}", model.security).hash(&mut h);
+        hash_debug(&mut h, &model.security);
         let inbound_generation = h.finish();
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        format!("{:?}", model.sidecars).hash(&mut h);
+        hash_debug(&mut h, &model.sidecars);
         model.mesh.root_namespace.hash(&mut h);
         for s in model.services.values() {
             (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
@@ -144,7 +163,8 @@ impl MeshInput {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for o in &model.routing {
             if let IstioSpec::DestinationRule(dr) = &o.spec {
-                (o.meta.ns(), &o.meta.name, format!("{dr:?}")).hash(&mut h);
+                (o.meta.ns(), &o.meta.name).hash(&mut h);
+                hash_debug(&mut h, dr);
             }
         }
         let routing_generation = h.finish();
@@ -254,7 +274,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     {
         for p in &svc.ports {
             // The workload's own port: from an endpoint of this workload,
-            // else the service port.
+            // else the Service's numeric target port, else the port.
             let target = svc
                 .endpoints
                 .iter()
@@ -262,7 +282,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                     e.service_port == p.port
                         && class.labels.iter().all(|(k, v)| e.labels.get(&**k).is_some_and(|ev| **ev == **v))
                 })
-                .map_or(p.port, |e| e.port);
+                .map_or(p.target_port.unwrap_or(p.port), |e| e.port);
             ports.entry(target).or_insert(InboundPort {
                 port: target,
                 protocol: p.protocol,

@@ -126,6 +126,10 @@ pub struct Port {
     pub port: u16,
     /// Application protocol.
     pub protocol: Protocol,
+    /// The workloads' port when the Service names it by number (or not at
+    /// all: then it is `port`); `None` for a named target port, which each
+    /// workload resolves (its endpoints say which).
+    pub target_port: Option<u16>,
 }
 
 /// Endpoint health, from EndpointSlice conditions.
@@ -222,36 +226,95 @@ pub struct Model {
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
+    /// The first DestinationRule and the first VirtualService of each host
+    /// (indexes into `routing`), built on first use with the length of
+    /// `routing` then: a model whose `routing` grew or shrank since falls
+    /// back to a scan. Lookups per service made translation quadratic.
+    #[serde(skip)]
+    routing_index: LazyIndex,
+}
+
+/// A cache, not part of the model's value: equal whether built or not.
+#[derive(Debug, Clone, Default)]
+struct LazyIndex(std::sync::OnceLock<RoutingIndex>);
+
+impl PartialEq for LazyIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// See `Model::routing_index`.
+#[derive(Debug, Clone, Default)]
+struct RoutingIndex {
+    len: usize,
+    destination_rules: std::collections::HashMap<String, usize>,
+    virtual_services: std::collections::HashMap<String, usize>,
 }
 
 impl Model {
+    fn index(&self) -> Option<&RoutingIndex> {
+        let index = self.routing_index.0.get_or_init(|| {
+            let mut ix = RoutingIndex { len: self.routing.len(), ..RoutingIndex::default() };
+            for (i, o) in self.routing.iter().enumerate() {
+                match &o.spec {
+                    IstioSpec::DestinationRule(dr) => {
+                        ix.destination_rules.entry(self.resolve_host(&dr.host, o.meta.ns())).or_insert(i);
+                    }
+                    IstioSpec::VirtualService(vs) => {
+                        for h in &vs.hosts {
+                            ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            ix
+        });
+        (index.len == self.routing.len()).then_some(index)
+    }
+
+    /// The routing object (DestinationRule or VirtualService) of `host`.
+    fn routing_object(&self, host: &str, dr: bool) -> Option<&IstioObject> {
+        if let Some(ix) = self.index() {
+            let map = if dr { &ix.destination_rules } else { &ix.virtual_services };
+            return map.get(host).map(|i| &self.routing[*i]);
+        }
+        self.routing.iter().find(|o| match &o.spec {
+            IstioSpec::DestinationRule(d) if dr => self.resolve_host(&d.host, o.meta.ns()) == host,
+            IstioSpec::VirtualService(vs) if !dr => vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host),
+            _ => false,
+        })
+    }
+
+    /// The VirtualService that routes `host`, if any (the first by
+    /// namespace and name, as istiod picks one when several claim a host).
+    pub fn virtual_service(&self, host: &str) -> Option<(&IstioObject, &networking::VirtualService)> {
+        let o = self.routing_object(host, false)?;
+        match &o.spec {
+            IstioSpec::VirtualService(vs) => Some((o, vs)),
+            _ => None,
+        }
+    }
+
     /// The DestinationRule of `host` (the first by namespace and name).
     pub fn destination_rule(&self, host: &str) -> Option<&networking::DestinationRule> {
-        self.routing.iter().find_map(|o| match &o.spec {
-            IstioSpec::DestinationRule(dr) if self.resolve_host(&dr.host, o.meta.ns()) == host => Some(dr),
+        match &self.routing_object(host, true)?.spec {
+            IstioSpec::DestinationRule(dr) => Some(dr),
             _ => None,
-        })
+        }
     }
 
     /// The namespaces the DestinationRule of `host` is exported to (`.`
     /// resolved to its own), or `None` when there is none or it is exported
     /// everywhere.
     pub fn destination_rule_export(&self, host: &str) -> Option<Vec<String>> {
-        self.routing.iter().find_map(|o| match &o.spec {
-            IstioSpec::DestinationRule(dr) if self.resolve_host(&dr.host, o.meta.ns()) == host => {
-                Some(if dr.export_to.is_empty() || dr.export_to.iter().any(|e| e == "*") {
-                    None
-                } else {
-                    Some(
-                        dr.export_to
-                            .iter()
-                            .map(|e| if e == "." { o.meta.ns().to_owned() } else { e.clone() })
-                            .collect(),
-                    )
-                })
-            }
-            _ => None,
-        })?
+        let o = self.routing_object(host, true)?;
+        let IstioSpec::DestinationRule(dr) = &o.spec else { return None };
+        if dr.export_to.is_empty() || dr.export_to.iter().any(|e| e == "*") {
+            return None;
+        }
+        Some(dr.export_to.iter().map(|e| if e == "." { o.meta.ns().to_owned() } else { e.clone() }).collect())
     }
 
     /// The FQDN a host written in config means, as istiod resolves it:
@@ -353,7 +416,12 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
     let ports: Vec<Port> = se
         .ports
         .iter()
-        .map(|p| Port { name: p.name.clone(), port: p.number as u16, protocol: Protocol::parse(&p.protocol) })
+        .map(|p| Port {
+            name: p.name.clone(),
+            port: p.number as u16,
+            protocol: Protocol::parse(&p.protocol),
+            target_port: Some(p.number as u16),
+        })
         .collect();
     // Inline endpoints, or the WorkloadEntries the selector picks in the namespace.
     let workloads: Vec<&networking::WorkloadEntry> = match &se.workload_selector {
@@ -456,6 +524,11 @@ fn service(
             name: p.name.clone().unwrap_or_default(),
             port: p.port,
             protocol: Protocol::of_port(p.name.as_deref(), p.app_protocol.as_deref(), p.protocol.as_deref()),
+            target_port: match &p.target_port {
+                None => Some(p.port),
+                Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                Some(_) => None,
+            },
         })
         .collect();
     let slices: Vec<&EndpointSlice> = objs

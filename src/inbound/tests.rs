@@ -122,7 +122,31 @@ fn the_fingerprint_follows_inputs_only() {
         &m,
         "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: x, namespace: bookinfo}\nspec: {mtls: {mode: DISABLE}}\n",
     );
-    assert_ne!(MeshInput::new(m).inbound_generation, MeshInput::new(Arc::new(changed)).inbound_generation);
+    assert_ne!(MeshInput::new(m.clone()).inbound_generation, MeshInput::new(Arc::new(changed)).inbound_generation);
+
+    // Scaling a service whose Service gives the target port by number
+    // changes no proxy's inbound side (its pods' port is known without
+    // their endpoints); with a named target port it may.
+    let generation = |m: &Model| MeshInput::new(Arc::new(m.clone())).inbound_generation;
+    let host = "reviews.bookinfo.svc.cluster.local";
+    let reviews = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
+    let mut scaled = (*m).clone();
+    let svc = scaled.services.get_mut(host).unwrap();
+    assert!(svc.ports.iter().all(|p| p.target_port.is_some()), "{:?}", svc.ports);
+    svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
+    assert_eq!(generation(&m), generation(&scaled));
+    assert_eq!(inbound_ports(&m, &reviews), inbound_ports(&scaled, &reviews), "the Service's port, endpoint or not");
+    // A named target port that resolves to 9999 on the pods.
+    let mut named = (*m).clone();
+    let svc = named.services.get_mut(host).unwrap();
+    svc.ports.iter_mut().for_each(|p| p.target_port = None);
+    svc.endpoints.iter_mut().for_each(|e| e.port = 9999);
+    let mut named_scaled = named.clone();
+    let svc = named_scaled.services.get_mut(host).unwrap();
+    svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
+    assert_ne!(generation(&named), generation(&named_scaled));
+    assert_eq!(inbound_ports(&named, &reviews)[0].port, 9999);
+    assert_ne!(inbound_ports(&named_scaled, &reviews)[0].port, 9999, "v1's pod is not in the endpoints any more");
 }
 
 #[test]

@@ -126,6 +126,13 @@ fn churn(kind: ChurnKind, delta: bool) {
     let expected: u32 = report.changes.iter().map(|c| c.expected).sum();
     assert!(expected > 0, "some proxies see the changed services");
     assert_eq!(report.missed(), 0, "{:?}", report.changes);
+    // Only the proxies that see a change get a push for it: every
+    // namespace is isolated, so a change reaches a quarter of them.
+    assert!(
+        l.responses <= 4 * 60 + u64::from(expected),
+        "{} responses for 240 at sync and {expected} proxy-changes",
+        l.responses
+    );
     assert!(l.convergence.len() > 0);
     let j = report.json();
     assert!(j["convergence_ms"]["p99"].as_f64().unwrap() > 0.0);

@@ -8,7 +8,7 @@
 //! connections are retried with backoff; a delta stream resumes with the
 //! versions it holds (`initial_resource_versions`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,6 +72,58 @@ pub struct Shared {
     pub changed: tokio::sync::watch::Receiver<u32>,
     /// Counters and histograms.
     pub live: Arc<Mutex<Live>>,
+    /// Names decoded from resources, by the resources' bytes.
+    pub decoded: Mutex<Decoded>,
+}
+
+/// Cluster and listener names decoded from resources, by a hash of the
+/// resource's bytes: thousands of proxies receive the same resources, and
+/// one loadgen core must keep up with what one server sends all of them.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    clusters: HashMap<(u64, usize), (Arc<str>, Option<Arc<str>>)>,
+    listeners: HashMap<(u64, usize), (Arc<str>, Arc<[Arc<str>]>)>,
+}
+
+fn key(bytes: &[u8]) -> (u64, usize) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    (h.finish(), bytes.len())
+}
+
+impl Decoded {
+    const MAX: usize = 200_000;
+
+    /// A cluster's name and EDS service name.
+    fn cluster(&mut self, bytes: &[u8]) -> Option<(Arc<str>, Option<Arc<str>>)> {
+        let k = key(bytes);
+        if let Some(v) = self.clusters.get(&k) {
+            return Some(v.clone());
+        }
+        let c = Cluster::decode(bytes).ok()?;
+        let v = (Arc::from(c.name.as_str()), eds_name(&c).map(Arc::from));
+        if self.clusters.len() >= Self::MAX {
+            self.clusters.clear();
+        }
+        self.clusters.insert(k, v.clone());
+        Some(v)
+    }
+
+    /// A listener's name and the RDS names of its connection managers.
+    fn listener(&mut self, bytes: &[u8]) -> Option<(Arc<str>, Arc<[Arc<str>]>)> {
+        let k = key(bytes);
+        if let Some(v) = self.listeners.get(&k) {
+            return Some(v.clone());
+        }
+        let l = Listener::decode(bytes).ok()?;
+        let v = (Arc::from(l.name.as_str()), rds_names(&l).into_iter().map(Arc::from).collect());
+        if self.listeners.len() >= Self::MAX {
+            self.listeners.clear();
+        }
+        self.listeners.insert(k, v.clone());
+        Some(v)
+    }
 }
 
 /// A proxy's state, kept across reconnects.
@@ -81,17 +133,17 @@ struct State {
     synced_once: bool,
     connected_once: bool,
     /// Cluster name -> EDS service name (None: not an EDS cluster).
-    clusters: BTreeMap<String, Option<String>>,
+    clusters: BTreeMap<Arc<str>, Option<Arc<str>>>,
     /// Listener name -> its RDS names.
-    listeners: BTreeMap<String, Vec<String>>,
+    listeners: BTreeMap<Arc<str>, Arc<[Arc<str>]>>,
     /// Delta: name -> version held, per type.
     versions: [BTreeMap<String, String>; 4],
     /// SotW: the last ACKed version and the last nonce, per type.
     acked: [String; 4],
     nonce: [String; 4],
     /// Subscribed EDS and RDS names.
-    eds: BTreeSet<String>,
-    rds: BTreeSet<String>,
+    eds: BTreeSet<Arc<str>>,
+    rds: BTreeSet<Arc<str>>,
     /// Changes seen so far (an index into the shared list) and the ones
     /// this proxy must still converge on.
     cursor: usize,
@@ -209,7 +261,7 @@ impl State {
         };
         self.cursor += new.len();
         for c in new {
-            if !self.clusters.contains_key(&c.cluster) {
+            if !self.clusters.contains_key(c.cluster.as_str()) {
                 continue;
             }
             let before = self.pending.len();
@@ -224,24 +276,24 @@ impl State {
 
     /// Applies a CDS or LDS response; returns whether the EDS or RDS
     /// subscription changed.
-    fn apply(&mut self, r: &Resp) -> bool {
+    fn apply(&mut self, r: &Resp, decoded: &Mutex<Decoded>) -> bool {
+        let Ok(mut decoded) = decoded.lock() else { return false };
         match r.t {
             CDS => {
                 // State of the world (a version): the response is all of it.
                 if r.version.is_empty() {
                     for n in &r.removed {
-                        self.clusters.remove(n);
+                        self.clusters.remove(n.as_str());
                     }
                 } else {
                     self.clusters.clear();
                 }
                 for (_, bytes, _) in &r.resources {
-                    if let Ok(c) = Cluster::decode(bytes.as_slice()) {
-                        let e = eds_name(&c);
-                        self.clusters.insert(c.name, e);
+                    if let Some((name, eds)) = decoded.cluster(bytes) {
+                        self.clusters.insert(name, eds);
                     }
                 }
-                let eds: BTreeSet<String> = self.clusters.values().flatten().cloned().collect();
+                let eds: BTreeSet<Arc<str>> = self.clusters.values().flatten().cloned().collect();
                 let changed = eds != self.eds;
                 self.eds = eds;
                 changed
@@ -249,18 +301,17 @@ impl State {
             LDS => {
                 if r.version.is_empty() {
                     for n in &r.removed {
-                        self.listeners.remove(n);
+                        self.listeners.remove(n.as_str());
                     }
                 } else {
                     self.listeners.clear();
                 }
                 for (_, bytes, _) in &r.resources {
-                    if let Ok(l) = Listener::decode(bytes.as_slice()) {
-                        let names = rds_names(&l);
-                        self.listeners.insert(l.name, names);
+                    if let Some((name, names)) = decoded.listener(bytes) {
+                        self.listeners.insert(name, names);
                     }
                 }
-                let rds: BTreeSet<String> = self.listeners.values().flatten().cloned().collect();
+                let rds: BTreeSet<Arc<str>> = self.listeners.values().flat_map(|v| v.iter().cloned()).collect();
                 let changed = rds != self.rds;
                 self.rds = rds;
                 changed
@@ -279,8 +330,8 @@ struct Requests {
 impl Requests {
     fn sotw(&self, st: &State, t: usize, node: bool, nack: bool) -> Bytes {
         let names: Vec<String> = match t {
-            EDS => st.eds.iter().cloned().collect(),
-            RDS => st.rds.iter().cloned().collect(),
+            EDS => st.eds.iter().map(|n| n.to_string()).collect(),
+            RDS => st.rds.iter().map(|n| n.to_string()).collect(),
             _ => Vec::new(),
         };
         frame(
@@ -455,8 +506,8 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let mut first = Vec::new();
     for t in [CDS, EDS, LDS, RDS] {
         let names: Vec<String> = match t {
-            EDS => st.eds.iter().cloned().collect(),
-            RDS => st.rds.iter().cloned().collect(),
+            EDS => st.eds.iter().map(|n| n.to_string()).collect(),
+            RDS => st.rds.iter().map(|n| n.to_string()).collect(),
             _ => Vec::new(),
         };
         if (t == EDS || t == RDS) && names.is_empty() {
@@ -566,7 +617,7 @@ async fn follow(
                 st.nonce[r.t].clone_from(&r.nonce);
             } else {
                 let before = (st.eds.clone(), st.rds.clone());
-                let resubscribe = st.apply(&r);
+                let resubscribe = st.apply(&r, &shared.decoded);
                 if rq.delta {
                     for n in &r.removed {
                         st.versions[r.t].remove(n);
@@ -593,8 +644,8 @@ async fn follow(
                 if resubscribe {
                     let (t, old, new) = if r.t == CDS { (EDS, &before.0, &st.eds) } else { (RDS, &before.1, &st.rds) };
                     out.push(if rq.delta {
-                        let add = new.difference(old).cloned().collect();
-                        let remove = old.difference(new).cloned().collect();
+                        let add = new.difference(old).map(|n| n.to_string()).collect();
+                        let remove = old.difference(new).map(|n| n.to_string()).collect();
                         rq.delta_subscribe(st, t, false, add, remove)
                     } else {
                         rq.sotw(st, t, false, false)

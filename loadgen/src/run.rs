@@ -152,6 +152,7 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
         changes: changes.clone(),
         changed: changed_rx,
         live: live.clone(),
+        decoded: Mutex::default(),
     });
     let sampler = o.server_pid.map(|pid| tokio::spawn(stats::sample(pid, Duration::from_millis(250), stop_rx.clone())));
     let concurrency = if sc.connect == Connect::Storm { o.proxies as usize } else { o.concurrency };

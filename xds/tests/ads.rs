@@ -271,7 +271,10 @@ fn delta_protocol_rules() {
         let mut names: Vec<_> = r.resources.iter().map(|r| r.name.clone()).collect();
         names.sort();
         assert_eq!(names, vec!["a", "b"], "wildcard by default");
-        assert!(r.resources.iter().all(|x| x.version == "1"));
+        // Versions are hashes of the resource's bytes: different clusters,
+        // different versions.
+        assert!(r.resources.iter().all(|x| x.version.len() == 16), "{:?}", r.resources);
+        assert_ne!(r.resources[0].version, r.resources[1].version);
         c.delta_req(DeltaDiscoveryRequest {
             type_url: type_url::CLUSTER.into(),
             response_nonce: r.nonce.clone(),
@@ -294,10 +297,10 @@ fn delta_protocol_rules() {
         c.delta_req(ack(&e.nonce));
         c.expect_silence(QUIET).await;
         // A change: only that resource, with its new version.
-        let v = s.apply(vec![(Kind::Endpoint, A, Some(cla(A, 5))), (Kind::Endpoint, B, Some(cla(B, 5)))]);
+        s.apply(vec![(Kind::Endpoint, A, Some(cla(A, 5))), (Kind::Endpoint, B, Some(cla(B, 5)))]);
         let p = c.recv_delta().await;
         assert_eq!(p.resources.len(), 1, "B is not subscribed");
-        assert_eq!(p.resources[0].version, v.to_string());
+        assert_ne!(p.resources[0].version, e.resources[0].version);
         // NACK recorded, not answered; stale nonce ignored.
         c.delta_req(DeltaDiscoveryRequest {
             error_detail: Some(RpcStatus { code: 3, message: "bad".into(), details: vec![] }),
@@ -329,13 +332,22 @@ fn delta_reconnect_sends_only_what_differs() {
     mesh(&mut s);
     s.apply_sync(vec![(Kind::Cluster, "c", Some(cluster("c", 1)))]); // version 2
     runtime().block_on(async {
+        // The version `a` has now, as a first connection learns it.
+        let mut first = connect(s.addr, true).await;
+        first.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(9)),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        });
+        let all = first.recv_delta().await;
+        let a_version = all.resources.iter().find(|r| r.name == "a").unwrap().version.clone();
         let mut c = connect(s.addr, true).await;
         // The proxy had a@1 (current), b@0 (stale) and gone@1 (deleted).
         c.delta_req(DeltaDiscoveryRequest {
             node: Some(sidecar(8)),
             type_url: type_url::CLUSTER.into(),
             initial_resource_versions: BTreeMap::from([
-                ("a".into(), "1".into()),
+                ("a".into(), a_version),
                 ("b".into(), "0".into()),
                 ("gone".into(), "1".into()),
             ]),

@@ -84,7 +84,16 @@ impl Cache {
         }
         self.misses += 1;
         let body = generator.generate(snap, class, kind, name)?;
-        let e = Encoded { any: wire::any(kind.type_url(), &body), version: input.to_string().into() };
+        // The version is a hash of the bytes: two inputs that make the same
+        // resource make the same version, so a proxy is not sent again
+        // what it has.
+        let version = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            body.hash(&mut h);
+            format!("{:016x}", h.finish())
+        };
+        let e = Encoded { any: wire::any(kind.type_url(), &body), version: version.into() };
         if self.map.len() >= MAX_ENTRIES {
             self.map.clear();
         }

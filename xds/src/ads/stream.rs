@@ -74,6 +74,9 @@ pub struct Watch {
     pub always_respond: bool,
     /// Pending work.
     pub dirty: Dirty,
+    /// Part of the pending work answers a request (which is answered even
+    /// when nothing differs from what was sent).
+    pub requested: bool,
     /// The watcher-core time of the change the in-flight response carries,
     /// with its nonce, for convergence on ACK.
     pub push_cause: Option<(Arc<str>, Instant)>,
@@ -222,6 +225,7 @@ impl AdsStream {
             w.names = names;
             w.names.remove("*");
             w.dirty = Dirty::All;
+            w.requested = true;
             return Ok(acked);
         }
         Self::record_ack(w, &nonce, now, &mut acked);
@@ -242,8 +246,10 @@ impl AdsStream {
             // New names must be sent; for SotW named types, the response
             // carries what changed (istiod's incremental EDS).
             w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::Names(added) });
+            w.requested = true;
         } else if std::mem::take(&mut w.always_respond) {
             w.dirty.add(Dirty::All);
+            w.requested = true;
         }
         Ok(acked)
     }
@@ -353,11 +359,12 @@ impl AdsStream {
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             let dirty = std::mem::take(&mut w.dirty);
+            let push = !std::mem::take(&mut w.requested);
             if dirty == Dirty::Clean {
                 continue;
             }
             let resp = match self.protocol {
-                Protocol::Sotw => sotw_response(w, kind, &dirty, &class, ctx),
+                Protocol::Sotw => sotw_response(w, kind, &dirty, &class, ctx, push),
                 Protocol::Delta => delta_response(w, kind, &dirty, &class, ctx),
             };
             let Some((bytes, nonce)) = resp else { continue };
@@ -404,6 +411,7 @@ fn sotw_response(
     dirty: &Dirty,
     class: &Arc<ProxyClass>,
     ctx: &mut Ctx<'_>,
+    push: bool,
 ) -> Option<(Bytes, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
     // changed (or all subscribed on a full push).
@@ -420,6 +428,22 @@ fn sotw_response(
     }
     if !kind.is_wildcard() && resources.is_empty() && w.sent_nonce.is_some() && !matches!(dirty, Dirty::All) {
         return None; // nothing of what changed exists for this proxy
+    }
+    if push && w.sent_nonce.is_some() {
+        // A change elsewhere that leaves this proxy's resources as they
+        // were (versions are content hashes) is not pushed: a shared
+        // resource changed, but not this class's variant of it.
+        let unchanged = |(n, e): &(Arc<str>, Encoded)| w.sent.get(n) == Some(&e.version);
+        if kind.is_wildcard() {
+            if resources.len() == w.sent.len() && resources.iter().all(unchanged) {
+                return None;
+            }
+        } else {
+            resources.retain(|r| !unchanged(r));
+            if resources.is_empty() {
+                return None;
+            }
+        }
     }
     if kind.is_wildcard() {
         w.sent.clear();

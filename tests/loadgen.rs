@@ -133,7 +133,7 @@ fn churn(kind: ChurnKind, delta: bool) {
         "{} responses for 240 at sync and {expected} proxy-changes",
         l.responses
     );
-    assert!(l.convergence.len() > 0);
+    assert!(!l.convergence.is_empty());
     let j = report.json();
     assert!(j["convergence_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert_eq!(j["per_change"].as_array().unwrap().len(), report.changes.len());
@@ -167,7 +167,7 @@ fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
     let l = &report.live;
     assert_eq!((l.synced, l.disconnects), (60, 0), "{:?}", l.errors);
     assert!(l.nacks > 0, "half the pushes after sync are NACKed");
-    assert!(l.convergence.len() > 0, "the ACKed half still converges");
+    assert!(!l.convergence.is_empty(), "the ACKed half still converges");
 }
 
 #[test]

@@ -68,7 +68,7 @@ impl Driver {
     pub fn new(s: &Scenario, dir: PathBuf, kind: ChurnKind, changes: Changes) -> Driver {
         // Visit the services in a scattered order that reaches them all
         // before one is changed again: a stride coprime with their count.
-        let stride = [7919, 7907, 7901].into_iter().find(|p| s.services % p != 0).unwrap_or(1);
+        let stride = [7919, 7907, 7901].into_iter().find(|p| !s.services.is_multiple_of(*p)).unwrap_or(1);
         Driver { s: s.clone(), dir, kind, tweaks: BTreeMap::new(), stride, next: 0, changes }
     }
 

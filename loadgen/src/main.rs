@@ -30,7 +30,7 @@ enum Command {
     /// Connects simulated sidecars to a running pilot-discovery serving the
     /// scenario's mesh, changes the mesh, and reports how fast they synced
     /// and converged.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(clap::Args)]
@@ -176,7 +176,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(a) => run_cmd(a),
+        Command::Run(a) => run_cmd(*a),
         Command::Mesh { scenario, out } => {
             let s = match Scenario::load(&scenario) {
                 Ok(s) => s,

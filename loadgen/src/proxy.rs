@@ -81,9 +81,14 @@ pub struct Shared {
 /// one loadgen core must keep up with what one server sends all of them.
 #[derive(Debug, Default)]
 pub struct Decoded {
-    clusters: HashMap<(u64, usize), (Arc<str>, Option<Arc<str>>)>,
-    listeners: HashMap<(u64, usize), (Arc<str>, Arc<[Arc<str>]>)>,
+    clusters: HashMap<(u64, usize), ClusterNames>,
+    listeners: HashMap<(u64, usize), ListenerNames>,
 }
+
+/// A cluster's name and EDS service name (if it is an EDS cluster).
+type ClusterNames = (Arc<str>, Option<Arc<str>>);
+/// A listener's name and its RDS names.
+type ListenerNames = (Arc<str>, Arc<[Arc<str>]>);
 
 fn key(bytes: &[u8]) -> (u64, usize) {
     use std::hash::{Hash, Hasher};
@@ -96,7 +101,7 @@ impl Decoded {
     const MAX: usize = 200_000;
 
     /// A cluster's name and EDS service name.
-    fn cluster(&mut self, bytes: &[u8]) -> Option<(Arc<str>, Option<Arc<str>>)> {
+    fn cluster(&mut self, bytes: &[u8]) -> Option<ClusterNames> {
         let k = key(bytes);
         if let Some(v) = self.clusters.get(&k) {
             return Some(v.clone());
@@ -111,7 +116,7 @@ impl Decoded {
     }
 
     /// A listener's name and the RDS names of its connection managers.
-    fn listener(&mut self, bytes: &[u8]) -> Option<(Arc<str>, Arc<[Arc<str>]>)> {
+    fn listener(&mut self, bytes: &[u8]) -> Option<ListenerNames> {
         let k = key(bytes);
         if let Some(v) = self.listeners.get(&k) {
             return Some(v.clone());

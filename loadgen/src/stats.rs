@@ -243,6 +243,7 @@ pub struct Report {
 
 impl Report {
     /// Builds the report from the changes made and what the proxies saw.
+    #[allow(clippy::too_many_arguments, reason = "the parts of one run, each named")]
     pub fn new(
         scenario: &str,
         proxies: u32,

@@ -23,5 +23,7 @@ pub mod model;
 pub mod scope;
 pub mod sidecar;
 pub mod simple;
+#[cfg(test)]
+mod testing;
 pub mod traffic_policy;
 pub mod version;

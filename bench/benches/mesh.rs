@@ -43,6 +43,25 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
     snap
 }
 
+/// istio-perf built as the control thread builds it, its shared
+/// resources as the first published model, and that snapshot.
+fn istio_perf() -> (Built, SimpleModel, Snapshot) {
+    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
+    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
+    let snap = snapshot(1, model.clone(), &built);
+    (built, model, snap)
+}
+
+/// What a serving core hands its streams when they flush.
+fn core_ctx<'a>(
+    snap: &'a Snapshot,
+    cache: &'a mut Cache,
+    nonce: &'a mut dyn FnMut() -> Arc<str>,
+    now: Instant,
+) -> Ctx<'a> {
+    Ctx { generator: &MeshGenerator, snap, cache, nonce, control_plane: "bench", now }
+}
+
 fn class_of(s: &Scenario, i: u32) -> Arc<ProxyClass> {
     Arc::new(Proxy::from_node(Some(&istiod_loadgen::run::node(s, i))).unwrap().class)
 }
@@ -87,9 +106,7 @@ struct Assemble {
 
 fn assemble_setup() -> Assemble {
     let s = Scenario::load("istio-perf").unwrap();
-    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
-    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
-    let snap = snapshot(1, model, &built);
+    let (_, _, snap) = istio_perf();
     let class = class_of(&s, 7);
     let mut warm = Cache::default();
     let clusters = warm.wildcard_names(&MeshGenerator, &snap, &class, Kind::Cluster).to_vec();
@@ -157,9 +174,7 @@ struct Core {
 
 fn core_setup() -> Core {
     let s = Scenario::load("istio-perf").unwrap();
-    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
-    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
-    let snap = snapshot(1, model.clone(), &built);
+    let (built, model, snap) = istio_perf();
     let mut cache = Cache::default();
     let mut seq = 0u64;
     let mut nonce = move || -> Arc<str> {
@@ -175,14 +190,7 @@ fn core_setup() -> Core {
         let cds =
             DiscoveryRequest { node: Some(node), type_url: Kind::Cluster.type_url().into(), ..Default::default() };
         st.on_sotw(cds, &mut |c| Arc::new(c), now).unwrap();
-        let mut ctx = Ctx {
-            generator: &MeshGenerator,
-            snap: &snap,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "b",
-            now,
-        };
+        let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
         let out = st.flush(&mut ctx, None);
         let r = DiscoveryResponse::decode(out[0].bytes.clone()).unwrap();
         let class = st.class.clone().unwrap();
@@ -203,14 +211,7 @@ fn core_setup() -> Core {
         let req =
             DiscoveryRequest { type_url: Kind::Endpoint.type_url().into(), resource_names: eds, ..Default::default() };
         st.on_sotw(req, &mut |c| Arc::new(c), now).unwrap();
-        let mut ctx = Ctx {
-            generator: &MeshGenerator,
-            snap: &snap,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "b",
-            now,
-        };
+        let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
         st.flush(&mut ctx, None);
         streams.push(st);
     }
@@ -240,14 +241,7 @@ fn core_delta(c: &mut Criterion) {
             let (next, delta) = core.model.apply(core.version, vec![(Kind::Endpoint, core.target.clone(), Some(body))]);
             core.model = next;
             let snap = snapshot(core.version, core.model.clone(), &core.built);
-            let mut ctx = Ctx {
-                generator: &MeshGenerator,
-                snap: &snap,
-                cache: &mut core.cache,
-                nonce: &mut nonce,
-                control_plane: "b",
-                now,
-            };
+            let mut ctx = core_ctx(&snap, &mut core.cache, &mut nonce, now);
             let mut bytes = 0;
             let mut pushed = 0;
             for st in &mut core.streams {

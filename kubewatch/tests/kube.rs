@@ -39,6 +39,11 @@ fn example_dir() -> std::path::PathBuf {
 
 /// Loads the bundled example's objects into the fake.
 fn load_examples(api: &FakeApi) {
+    load_examples_where(api, |_| true);
+}
+
+/// Loads the bundled example's objects of the kinds (plurals) `keep` takes.
+fn load_examples_where(api: &FakeApi, keep: impl Fn(&str) -> bool) {
     for e in std::fs::read_dir(example_dir()).unwrap() {
         let path = e.unwrap().path();
         if path.extension().is_none_or(|x| x != "yaml") {
@@ -47,7 +52,7 @@ fn load_examples(api: &FakeApi) {
         let text = std::fs::read_to_string(&path).unwrap();
         for doc in serde_yaml_ng::Deserializer::from_str(&text) {
             let v = Value::deserialize(doc).unwrap();
-            if let Some(p) = v["kind"].as_str().and_then(plural) {
+            if let Some(p) = v["kind"].as_str().and_then(plural).filter(|p| keep(p)) {
                 api.apply(p, v);
             }
         }
@@ -164,33 +169,13 @@ async fn not_ready_until_every_kind_synced() {
     for r in core_resources().into_iter().filter(|r| r.plural != "nodes") {
         api.install(r);
     }
-    load_examples_partial(&api);
+    load_examples_where(&api, |p| ["services", "endpointslices", "pods", "namespaces"].contains(&p));
     let (tx, mut rx) = watch::channel(None);
     tokio::spawn(kube_source::run(kube_source::client_for(&api.url()).unwrap(), tx));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(rx.borrow().is_none(), "no objects before every kind has synced");
     api.install(core_resources().into_iter().find(|r| r.plural == "nodes").unwrap());
     next_matching(&mut rx, "sync after the kind appears", |o| o.services.len() >= 5).await;
-}
-
-fn load_examples_partial(api: &FakeApi) {
-    for e in std::fs::read_dir(example_dir()).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_none_or(|x| x != "yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).unwrap();
-            if let Some(p) = v["kind"]
-                .as_str()
-                .and_then(plural)
-                .filter(|p| ["services", "endpointslices", "pods", "namespaces"].contains(p))
-            {
-                api.apply(p, v);
-            }
-        }
-    }
 }
 
 #[tokio::test]

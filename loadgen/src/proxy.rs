@@ -174,6 +174,9 @@ fn frame(body: Vec<u8>) -> Bytes {
 /// A response of either protocol, as far as the proxy reads it.
 struct Resp {
     t: usize,
+    /// State of the world: the response holds every resource of its type
+    /// (else a delta: these changed, `removed` went away).
+    full: bool,
     version: String,
     nonce: String,
     /// (name if the protocol says it, serialized resource).
@@ -285,45 +288,50 @@ impl State {
         let Ok(mut decoded) = decoded.lock() else { return false };
         match r.t {
             CDS => {
-                // State of the world (a version): the response is all of it.
-                if r.version.is_empty() {
-                    for n in &r.removed {
-                        self.clusters.remove(n.as_str());
-                    }
-                } else {
-                    self.clusters.clear();
-                }
-                for (_, bytes, _) in &r.resources {
-                    if let Some((name, eds)) = decoded.cluster(bytes) {
-                        self.clusters.insert(name, eds);
-                    }
-                }
+                merge(&mut self.clusters, r, |b| decoded.cluster(b));
                 let eds: BTreeSet<Arc<str>> = self.clusters.values().flatten().cloned().collect();
-                let changed = eds != self.eds;
-                self.eds = eds;
-                changed
+                std::mem::replace(&mut self.eds, eds) != self.eds
             }
             LDS => {
-                if r.version.is_empty() {
-                    for n in &r.removed {
-                        self.listeners.remove(n.as_str());
-                    }
-                } else {
-                    self.listeners.clear();
-                }
-                for (_, bytes, _) in &r.resources {
-                    if let Some((name, names)) = decoded.listener(bytes) {
-                        self.listeners.insert(name, names);
-                    }
-                }
+                merge(&mut self.listeners, r, |b| decoded.listener(b));
                 let rds: BTreeSet<Arc<str>> = self.listeners.values().flat_map(|v| v.iter().cloned()).collect();
-                let changed = rds != self.rds;
-                self.rds = rds;
-                changed
+                std::mem::replace(&mut self.rds, rds) != self.rds
             }
             _ => false,
         }
     }
+
+    /// The names this proxy subscribes to by name (EDS, RDS), as a request
+    /// carries them.
+    fn subscribed(&self, t: usize) -> Vec<String> {
+        let names = match t {
+            EDS => &self.eds,
+            RDS => &self.rds,
+            _ => return Vec::new(),
+        };
+        names.iter().map(|n| n.to_string()).collect()
+    }
+}
+
+/// Applies a response to what a proxy holds of its type: a state-of-the-
+/// world response replaces it all, a delta adds and removes.
+fn merge<V>(held: &mut BTreeMap<Arc<str>, V>, r: &Resp, mut decode: impl FnMut(&[u8]) -> Option<(Arc<str>, V)>) {
+    if r.full {
+        held.clear();
+    }
+    for n in &r.removed {
+        held.remove(n.as_str());
+    }
+    for (_, bytes, _) in &r.resources {
+        if let Some((name, v)) = decode(bytes) {
+            held.insert(name, v);
+        }
+    }
+}
+
+/// The error a NACK carries.
+fn nack_status() -> Status {
+    Status { code: 3, message: "loadgen: NACK by design".into(), details: vec![] }
 }
 
 /// A request frame of the stream's protocol.
@@ -334,23 +342,14 @@ struct Requests {
 
 impl Requests {
     fn sotw(&self, st: &State, t: usize, node: bool, nack: bool) -> Bytes {
-        let names: Vec<String> = match t {
-            EDS => st.eds.iter().map(|n| n.to_string()).collect(),
-            RDS => st.rds.iter().map(|n| n.to_string()).collect(),
-            _ => Vec::new(),
-        };
         frame(
             DiscoveryRequest {
                 node: node.then(|| st.node.clone()),
                 type_url: self.urls[t].clone(),
                 version_info: st.acked[t].clone(),
-                resource_names: names,
+                resource_names: st.subscribed(t),
                 response_nonce: st.nonce[t].clone(),
-                error_detail: nack.then(|| Status {
-                    code: 3,
-                    message: "loadgen: NACK by design".into(),
-                    details: vec![],
-                }),
+                error_detail: nack.then(nack_status),
                 ..Default::default()
             }
             .encode_to_vec(),
@@ -380,11 +379,7 @@ impl Requests {
             DeltaDiscoveryRequest {
                 type_url: self.urls[t].clone(),
                 response_nonce: nonce.to_owned(),
-                error_detail: nack.then(|| Status {
-                    code: 3,
-                    message: "loadgen: NACK by design".into(),
-                    details: vec![],
-                }),
+                error_detail: nack.then(nack_status),
                 ..Default::default()
             }
             .encode_to_vec(),
@@ -398,6 +393,7 @@ impl Requests {
             let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
             Ok(Resp {
                 t,
+                full: false,
                 version: String::new(),
                 nonce: r.nonce,
                 resources: r
@@ -410,11 +406,10 @@ impl Requests {
         } else {
             let r = DiscoveryResponse::decode(msg).map_err(|e| format!("decode: {e}"))?;
             let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
-            // SotW has no empty version: mark it so that `apply` replaces.
-            let version = if r.version_info.is_empty() { " ".to_owned() } else { r.version_info };
             Ok(Resp {
                 t,
-                version,
+                full: true,
+                version: r.version_info,
                 nonce: r.nonce,
                 resources: r.resources.into_iter().map(|a| (None, a.value, String::new())).collect(),
                 removed: Vec::new(),
@@ -510,11 +505,7 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     // Wildcard CDS and LDS; on a reconnect also the EDS and RDS names held.
     let mut first = Vec::new();
     for t in [CDS, EDS, LDS, RDS] {
-        let names: Vec<String> = match t {
-            EDS => st.eds.iter().map(|n| n.to_string()).collect(),
-            RDS => st.rds.iter().map(|n| n.to_string()).collect(),
-            _ => Vec::new(),
-        };
+        let names = st.subscribed(t);
         if (t == EDS || t == RDS) && names.is_empty() {
             continue;
         }

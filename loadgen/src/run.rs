@@ -218,11 +218,7 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
         tokio::task::yield_now().await;
         let settle_end = (Instant::now() + o.settle).min(deadline);
         while Instant::now() < settle_end {
-            let done = read(&|l| {
-                let expected: u64 = l.changes.iter().map(|c| u64::from(c.expected)).sum();
-                let converged: u64 = l.changes.iter().map(|c| c.samples.len() as u64).sum();
-                expected > 0 && converged + l.superseded >= expected
-            });
+            let done = read(&|l| l.changes.iter().any(|c| c.expected > 0) && l.outstanding() == 0);
             if done {
                 break;
             }

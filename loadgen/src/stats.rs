@@ -131,6 +131,14 @@ impl Live {
         self.change(id).samples.push(us);
     }
 
+    /// Proxy-changes still owed: seen as applicable, neither ACKed nor
+    /// replaced by a newer change to the same resource.
+    pub fn outstanding(&self) -> u64 {
+        let expected: u64 = self.changes.iter().map(|c| u64::from(c.expected)).sum();
+        let converged: u64 = self.changes.iter().map(|c| c.samples.len() as u64).sum();
+        expected.saturating_sub(converged + self.superseded)
+    }
+
     /// Something went wrong.
     pub fn error(&mut self, e: String) {
         self.error_count += 1;
@@ -283,9 +291,7 @@ impl Report {
     /// Changes a proxy could see but never ACKed (neither converged nor
     /// replaced by a newer change before the run ended).
     pub fn missed(&self) -> u64 {
-        let expected: u64 = self.changes.iter().map(|c| u64::from(c.expected)).sum();
-        let converged: u64 = self.changes.iter().map(|c| u64::from(c.converged)).sum();
-        expected.saturating_sub(converged + self.live.superseded)
+        self.live.outstanding()
     }
 
     /// The JSON report.

@@ -1,7 +1,6 @@
 use std::path::Path;
 
 use istiod_proto::envoy::config::listener::v3::Listener;
-use istiod_xds::ads::node::NodeType;
 
 use super::*;
 
@@ -10,15 +9,7 @@ fn bookinfo() -> Arc<Model> {
     Arc::new(Model::build(&istiod_kubewatch::config_dir::load(&dir).unwrap().objects, "cluster.local"))
 }
 
-fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
-    ProxyClass {
-        node_type: NodeType::Sidecar,
-        namespace: ns.into(),
-        generator: "".into(),
-        labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
-        locality: "".into(),
-    }
-}
+use crate::testing::class;
 
 fn with_security(model: &Model, yaml: &str) -> Model {
     let mut m = model.clone();

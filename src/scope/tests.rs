@@ -1,18 +1,8 @@
 use std::path::Path;
 
-use istiod_xds::ads::node::NodeType;
-
 use super::*;
 
-fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
-    ProxyClass {
-        node_type: NodeType::Sidecar,
-        namespace: ns.into(),
-        generator: "".into(),
-        labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
-        locality: "".into(),
-    }
-}
+use crate::testing::class;
 
 /// Bookinfo without its namespace Sidecar, plus `yaml` (more documents).
 fn bookinfo_with(yaml: &str) -> Model {

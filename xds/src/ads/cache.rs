@@ -155,24 +155,24 @@ impl Cache {
         {
             return names.clone();
         }
-        let names: Arc<[Arc<str>]> = match generator.reduce(snap, class, kind) {
-            None => generator.wildcard_names(snap, class, kind).into(),
-            Some(_) => {
-                let reduced = self.class_for(generator, snap, class, kind, "");
-                let shared = match self.shared_wildcard.get(&(kind, reduced.clone())) {
-                    Some((at, names)) if *at == id => names.clone(),
-                    _ => {
-                        let names: Arc<[Arc<str>]> = generator.shared_wildcard_names(snap, &reduced, kind).into();
-                        if self.shared_wildcard.len() >= MAX_ENTRIES / 10 {
-                            self.shared_wildcard.clear();
-                        }
-                        self.shared_wildcard.insert((kind, reduced), (id, names.clone()));
-                        names
+        let reduced = self.class_for(generator, snap, class, kind, "");
+        let names: Arc<[Arc<str>]> = if Arc::ptr_eq(&reduced, class) {
+            // Not reduced: the generator's names for the whole class.
+            generator.wildcard_names(snap, class, kind).into()
+        } else {
+            let shared = match self.shared_wildcard.get(&(kind, reduced.clone())) {
+                Some((at, names)) if *at == id => names.clone(),
+                _ => {
+                    let names: Arc<[Arc<str>]> = generator.shared_wildcard_names(snap, &reduced, kind).into();
+                    if self.shared_wildcard.len() >= MAX_ENTRIES / 10 {
+                        self.shared_wildcard.clear();
                     }
-                };
-                let own = generator.class_wildcard_names(snap, class, kind);
-                if own.is_empty() { shared } else { shared.iter().cloned().chain(own).collect() }
-            }
+                    self.shared_wildcard.insert((kind, reduced), (id, names.clone()));
+                    names
+                }
+            };
+            let own = generator.class_wildcard_names(snap, class, kind);
+            if own.is_empty() { shared } else { shared.iter().cloned().chain(own).collect() }
         };
         if self.wildcard.len() >= MAX_ENTRIES / 10 {
             self.wildcard.clear();

@@ -96,6 +96,34 @@ fn debug_endpoints() {
     assert!(server.terminate().success());
 }
 
+/// Issue #18: the cores bind with SO_REUSEPORT among themselves, which let
+/// a second server on the same address take half the proxies silently. It
+/// must fail at start, as istiod does, and leave the first one serving.
+#[test]
+fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
+    let server = Server::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
+        .args(["--grpcAddr", &server.grpc.to_string(), "--httpAddr", &free_port().to_string()])
+        .args(["--monitoringAddr", &free_port().to_string(), "--secureGRPCAddr", "", "--cores", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&server.grpc.to_string()) && err.contains("in use"), "{err}");
+    // The first one still answers on both ports.
+    assert_eq!(get(server.http, "/ready").map(|r| r.0), Some(200));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/ads_binary.py");
+    let ads = Command::new(python::python())
+        .arg(script)
+        .arg(server.grpc.to_string())
+        .arg(server.http.to_string())
+        .output()
+        .unwrap();
+    assert!(ads.status.success(), "{}", python::text(&ads));
+    assert!(server.terminate().success());
+}
+
 #[test]
 fn kubernetes_without_a_kubeconfig_says_so() {
     let home = tempfile::tempdir().unwrap();

@@ -1,9 +1,12 @@
 //! When to publish (istiod's `PILOT_DEBOUNCE_AFTER`, `PILOT_DEBOUNCE_MAX`,
 //! `PILOT_ENABLE_EDS_DEBOUNCE`), as a pure state machine driven by the
 //! caller's clock. Unlike istiod, the first change after a quiet period is
-//! published at once (a lone endpoint change does not wait 100ms); the
-//! changes that follow it within `after` are coalesced until `after` has
-//! passed without one, or `max` since the first of them.
+//! published at once (a lone endpoint change does not wait 100ms), and the
+//! changes that follow it are throttled, not debounced: what has
+//! accumulated is published `after` past the first change not yet
+//! published, however many follow. istiod waits for `after` without a
+//! change, so a change every 100ms starves every push until `max` (10s);
+//! here `max` stays an upper bound that only an `after` above it reaches.
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +53,10 @@ impl Debouncer {
     /// Whether a pending publish is due at `now`.
     pub fn poll(&self, now: Instant) -> Decision {
         let (Some(first), Some(last)) = (self.first_pending, self.last_change) else { return Decision::Idle };
-        let due = (last + self.after).min(first + self.max);
+        // A throttle: changes keep arriving (`last` moves) without moving
+        // the deadline of the oldest unpublished one.
+        debug_assert!(last >= first);
+        let due = first + self.after.min(self.max);
         if now >= due { Decision::Publish } else { Decision::WaitUntil(due) }
     }
 
@@ -87,9 +93,23 @@ mod tests {
         d.published();
         let ms = Duration::from_millis;
         assert_eq!(d.on_change(t + ms(10), false), Decision::WaitUntil(t + ms(110)));
-        assert_eq!(d.on_change(t + ms(50), false), Decision::WaitUntil(t + ms(150)));
-        assert_eq!(d.poll(t + ms(149)), Decision::WaitUntil(t + ms(150)));
-        assert_eq!(d.poll(t + ms(150)), Decision::Publish);
+        // A later change does not push the deadline back (a throttle).
+        assert_eq!(d.on_change(t + ms(50), false), Decision::WaitUntil(t + ms(110)));
+        assert_eq!(d.poll(t + ms(109)), Decision::WaitUntil(t + ms(110)));
+        assert_eq!(d.poll(t + ms(110)), Decision::Publish);
+    }
+
+    /// Issue #18: a change every 100ms (eds-churn at 10/s) left istiod's
+    /// debouncer no quiet window, so every push waited for `max` (10s).
+    #[test]
+    fn sustained_churn_is_published_every_after() {
+        let gaps = vec![100u64; 100];
+        let (changes, publishes) = simulate(&gaps, AFTER, MAX);
+        for c in &changes {
+            let p = publishes.iter().find(|p| *p >= c).expect("published");
+            assert!(*p - *c <= AFTER, "change at {c:?} published at {p:?}");
+        }
+        assert!(publishes.len() >= changes.len() / 2, "{} publishes for {} changes", publishes.len(), changes.len());
     }
 
     #[test]
@@ -162,13 +182,20 @@ mod tests {
             let (changes, publishes) = simulate(&gaps, after, max);
             prop_assert!(!publishes.is_empty());
             prop_assert!(publishes.len() <= changes.len(), "never more publishes than changes");
-            // Every change is covered by a publish no later than
-            // min(its own time + after... the burst bound): within `after`
-            // of the burst's last change, and within `max` of its first.
+            // Every change is covered by a publish within `after` (and
+            // `max`) of its own arrival, whatever follows it.
             for c in &changes {
                 let p = publishes.iter().find(|p| *p >= c);
                 prop_assert!(p.is_some(), "change at {c:?} never published");
-                prop_assert!(*p.unwrap() <= *c + after.max(max), "change at {c:?} waited until {:?}", p.unwrap());
+                prop_assert!(*p.unwrap() <= *c + after.min(max), "change at {c:?} waited until {:?}", p.unwrap());
+            }
+            // Bursts are coalesced: two publishes closer than `after.min(max)`
+            // only where the second is a leading edge (a change at its own
+            // instant after a quiet period).
+            for w in publishes.windows(2) {
+                let gap = w[1] - w[0];
+                prop_assert!(gap >= after.min(max) || changes.contains(&w[1]),
+                    "publishes at {:?} and {:?}", w[0], w[1]);
             }
             // The last publish is not before the last change.
             prop_assert!(publishes.last() >= changes.last());
@@ -190,14 +217,14 @@ mod tests {
         }
 
         #[test]
-        fn a_steady_stream_still_publishes_by_max(n in 50usize..300) {
-            // A change every 50ms never leaves a 100ms quiet period.
-            let gaps = vec![50u64; n];
-            let max = Duration::from_secs(1);
-            let (changes, publishes) = simulate(&gaps, Duration::from_millis(100), max);
-            prop_assert!(publishes.len() >= (changes.len() * 50 / 1000).saturating_sub(1));
+        fn a_steady_stream_publishes_every_after(n in 50usize..300, gap in 1u64..100) {
+            // A change every `gap` ms never leaves a 100ms quiet period;
+            // the throttle still publishes at least every 100ms + gap.
+            let gaps = vec![gap; n];
+            let after = Duration::from_millis(100);
+            let (_, publishes) = simulate(&gaps, after, MAX);
             for w in publishes.windows(2) {
-                prop_assert!(w[1] - w[0] <= max + Duration::from_millis(50));
+                prop_assert!(w[1] - w[0] <= after + Duration::from_millis(gap));
             }
         }
     }

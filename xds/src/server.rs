@@ -118,6 +118,13 @@ pub fn start<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerH
     // Ports: bind core 0 first, so `:0` resolves once and every core binds
     // the same port.
     let mut addrs: Vec<SocketAddr> = cfg.listeners.iter().map(|l| l.addr).collect();
+    // The cores bind with SO_REUSEPORT among themselves, which would also
+    // let a second server on the same address take half the connections
+    // silently. A plain bind first (no SO_REUSEPORT) fails with "address in
+    // use" while anyone else listens there, as istiod's start does.
+    for addr in addrs.iter().filter(|a| a.port() != 0) {
+        std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: *addr, source })?;
+    }
     let mut threads = Vec::new();
     for core in 0..cfg.cores.max(1) {
         let (tx, rx) = mpsc::channel::<Result<Vec<SocketAddr>, ServerError>>();

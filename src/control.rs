@@ -13,7 +13,7 @@ use std::time::Instant;
 use istiod_xds::ads::{Kind, Publisher, SimpleModel, Snapshot};
 use tokio::sync::mpsc;
 
-use crate::simple::Change;
+use crate::translate::Change;
 use debounce::{Debouncer, Decision};
 
 /// What a source hands the store.

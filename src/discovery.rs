@@ -19,9 +19,9 @@ use tokio::sync::mpsc;
 use crate::config::{Config, ListenAddr, Source};
 use crate::control::http::{self, Request, Response};
 use crate::control::{self, Control, debounce::Debouncer};
-use crate::inbound::{MeshGenerator, MeshInput};
+use crate::generator::{MeshGenerator, MeshInput};
 use crate::model::Model;
-use crate::simple;
+use crate::translate;
 use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
 
 /// Why the server could not start.
@@ -121,6 +121,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
             ),
         }
     }
+    // Every port is bound before anything is served or published: a port in
+    // use stops the start with the address named, and nothing half-runs.
+    let bind_http = |flag: &'static str, a: &Option<ListenAddr>| -> Result<Option<std::net::TcpListener>, StartError> {
+        let Some(a) = a else { return Ok(None) };
+        let addr = resolve(flag, a)?;
+        let l = std::net::TcpListener::bind(addr).map_err(|source| StartError::Listen { addr, source })?;
+        l.set_nonblocking(true).map_err(|source| StartError::Listen { addr, source })?;
+        Ok(Some(l))
+    };
+    let http_listener = bind_http("httpAddr", &config.listen.http)?;
+    let monitoring_listener = bind_http("monitoringAddr", &config.listen.monitoring)?;
     let handle = server::start(
         ServerConfig {
             cores,
@@ -148,6 +159,33 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::task::spawn_local(control::run(control, rx));
         let state = Rc::new(RefCell::new(State::default()));
+        let tokio_listener = |l: std::net::TcpListener| {
+            let addr =
+                l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
+            tokio::net::TcpListener::from_std(l).map_err(|source| StartError::Listen { addr, source })
+        };
+        if let Some(l) = http_listener {
+            let l = tokio_listener(l)?;
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(target: "default", %addr, "serving debug HTTP");
+            }
+            let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
+            let handler: http::Handler = Rc::new(move |req| {
+                let (publisher, ready) = (publisher.clone(), ready.clone());
+                let state = state.clone();
+                Box::pin(async move { debug(req, &publisher, &ready, &state).await })
+            });
+            tokio::task::spawn_local(http::serve(l, handler));
+        }
+        if let Some(l) = monitoring_listener {
+            let l = tokio_listener(l)?;
+            let publisher = publisher.clone();
+            let handler: http::Handler = Rc::new(move |req| {
+                let publisher = publisher.clone();
+                Box::pin(async move { monitoring(req, &publisher).await })
+            });
+            tokio::task::spawn_local(http::serve(l, handler));
+        }
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 apply(&state, &loaded.objects, configz(dir, &loaded), &config.domain, &mesh, &tx);
@@ -188,28 +226,6 @@ pub fn run(config: Config) -> Result<(), StartError> {
             _ => unreachable!("the config directory was read above"),
         }
 
-        if let Some(a) = &config.listen.http {
-            let addr = resolve("httpAddr", a)?;
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
-            tracing::info!(target: "default", addr = %l.local_addr().unwrap_or(addr), "serving debug HTTP");
-            let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
-            let handler: http::Handler = Rc::new(move |req| {
-                let (publisher, ready) = (publisher.clone(), ready.clone());
-                let state = state.clone();
-                Box::pin(async move { debug(req, &publisher, &ready, &state).await })
-            });
-            tokio::task::spawn_local(http::serve(l, handler));
-        }
-        if let Some(a) = &config.listen.monitoring {
-            let addr = resolve("monitoringAddr", a)?;
-            let l = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
-            let publisher = publisher.clone();
-            let handler: http::Handler = Rc::new(move |req| {
-                let publisher = publisher.clone();
-                Box::pin(async move { monitoring(req, &publisher).await })
-            });
-            tokio::task::spawn_local(http::serve(l, handler));
-        }
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
         drop(tx);
@@ -279,7 +295,7 @@ pub fn build(
     mesh: &Arc<crate::mesh::MeshSettings>,
 ) -> Built {
     let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
-    let resources = simple::translate(&model);
+    let resources = translate::translate(&model);
     let mesh = Arc::new(MeshInput::new(model.clone()));
     Built { model, resources, mesh }
 }
@@ -295,17 +311,17 @@ fn apply(
     let started = std::time::Instant::now();
     let Built { model, resources, mesh } = build(objects, domain, mesh);
     let mut s = state.borrow_mut();
-    let changes = simple::diff_maps(&s.resources, &resources);
+    let changes = translate::diff_maps(&s.resources, &resources);
     // Per-class resources are generated on the cores: if their inputs
     // changed, mark every name they may have, before and after.
     let mut touched = Vec::new();
     if s.inbound_generation != Some(mesh.inbound_generation) {
-        touched.extend(crate::inbound::all_names(&s.model));
-        touched.extend(crate::inbound::all_names(&model));
+        touched.extend(crate::generator::all_names(&s.model));
+        touched.extend(crate::generator::all_names(&model));
     }
     // A cluster without its DestinationRule stands in for the real name.
     for (k, n, _) in &changes {
-        if let Some(base) = n.strip_suffix(crate::simple::NO_DR) {
+        if let Some(base) = n.strip_suffix(crate::translate::cluster::NO_DR) {
             touched.push((*k, Arc::from(base)));
         }
     }

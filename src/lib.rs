@@ -8,22 +8,16 @@
 //! hands it to the serving layer (`istiod-xds`).
 #![forbid(unsafe_code)]
 
-pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod config_dump;
 pub mod control;
 pub mod discovery;
-pub mod grpc_xds;
-pub mod inbound;
-pub mod locality;
+pub mod generator;
 pub mod logging;
 pub mod mesh;
 pub mod model;
-pub mod scope;
-pub mod sidecar;
-pub mod simple;
 #[cfg(test)]
 mod testing;
-pub mod traffic_policy;
+pub mod translate;
 pub mod version;

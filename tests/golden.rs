@@ -8,9 +8,9 @@ mod python;
 
 use std::path::Path;
 
-use istiod::inbound::{MeshGenerator, MeshInput};
+use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::model::Model;
-use istiod::simple;
+use istiod::translate;
 use istiod_xds::ads::node::{NodeType, ProxyClass};
 use istiod_xds::ads::{Generator, Kind, Snapshot};
 
@@ -38,7 +38,7 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
     let objs = loaded.objects;
     let model = std::sync::Arc::new(Model::build(&objs, "cluster.local"));
     let mut resources: Vec<((Kind, String), bytes::Bytes)> =
-        simple::translate(&model).into_iter().map(|((k, n), b)| ((k, n.to_string()), b)).collect();
+        translate::translate(&model).into_iter().map(|((k, n), b)| ((k, n.to_string()), b)).collect();
     let class = ProxyClass {
         node_type: NodeType::Sidecar,
         namespace: ns.into(),

@@ -17,7 +17,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use istiod::discovery::{self, Built};
-use istiod::inbound::MeshGenerator;
+use istiod::generator::MeshGenerator;
 use istiod::mesh::MeshSettings;
 use istiod_kubewatch::objects::Objects;
 use istiod_loadgen::scenario::Scenario;
@@ -47,7 +47,7 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
 /// resources as the first published model, and that snapshot.
 fn istio_perf() -> (Built, SimpleModel, Snapshot) {
     let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
-    let (model, _) = SimpleModel::default().apply(1, istiod::simple::diff_maps(&BTreeMap::new(), &built.resources));
+    let (model, _) = SimpleModel::default().apply(1, istiod::translate::diff_maps(&BTreeMap::new(), &built.resources));
     let snap = snapshot(1, model.clone(), &built);
     (built, model, snap)
 }
@@ -81,7 +81,7 @@ fn build(c: &mut Criterion) {
             });
             b.iter(|| {
                 let next = discovery::build(objs, "cluster.local", &settings);
-                istiod::simple::diff_maps(&prev.resources, &next.resources).len()
+                istiod::translate::diff_maps(&prev.resources, &next.resources).len()
             });
         });
     }

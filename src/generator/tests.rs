@@ -2,7 +2,14 @@ use std::path::Path;
 
 use istiod_proto::envoy::config::listener::v3::Listener;
 
+use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::filter;
+
 use super::*;
+use crate::model::Protocol;
+use crate::translate::inbound::{InboundPort, mtls_mode, service_mtls_mode};
 
 fn bookinfo() -> Arc<Model> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
@@ -82,7 +89,7 @@ fn generator_serves_per_class_resources_and_shared_ones() {
 
 #[allow(non_snake_case, reason = "reads as the type it builds")]
 fn SimpleModel_for(m: &Model) -> istiod_xds::ads::SimpleModel {
-    let changes = crate::simple::diff(&istiod_xds::ads::SimpleModel::default(), &crate::simple::translate(m));
+    let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &crate::translate::translate(m));
     istiod_xds::ads::SimpleModel::default().apply(1, changes).0
 }
 
@@ -292,7 +299,7 @@ fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
 fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
     let details = Arc::<str>::from("outbound|9080||details.bookinfo.svc.cluster.local");
     let matches = |m: &Model| {
-        let r = crate::simple::translate(m);
+        let r = crate::translate::translate(m);
         !Cluster::decode(r[&(Kind::Cluster, details.clone())].clone()).unwrap().transport_socket_matches.is_empty()
     };
     assert!(matches(&bookinfo()), "mesh-wide STRICT: auto mTLS by endpoint label");
@@ -453,7 +460,7 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     };
     assert_eq!(lb(&inside), cluster::LbPolicy::LeastRequest as i32, "the rule applies in bookinfo");
     assert_eq!(lb(&outside), cluster::LbPolicy::RoundRobin as i32, "and not elsewhere");
-    let shadow = format!("{default}{}", crate::simple::NO_DR);
+    let shadow = format!("{default}{}", crate::translate::cluster::NO_DR);
     assert!(MeshGenerator.generate(&snap, &outside, Kind::Cluster, &shadow).is_none());
 }
 

@@ -127,7 +127,7 @@ pub fn endpoints_for(
     let subset = parts.next()?;
     let host = parts.next()?;
     let dr = model.destination_rule(host)?;
-    let policy = crate::traffic_policy::effective(dr, port, subset);
+    let policy = crate::translate::traffic_policy::effective(dr, port, subset);
     let setting = policy.load_balancer.as_ref().and_then(|l| l.locality_lb_setting.as_ref());
     if setting.is_none() && policy.outlier_detection.is_none() {
         return None;

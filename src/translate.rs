@@ -1,0 +1,147 @@
+//! Translation of the mesh model into Envoy and proxyless-gRPC resources,
+//! after istiod's `pilot/pkg/networking/core`: one module per resource type
+//! ([`cluster`], [`endpoint`], [`listener`], [`route`]), the sidecar's own
+//! workload side ([`inbound`], [`authz`]), proxyless gRPC ([`grpc`]), what
+//! a proxy may see ([`scope`], [`locality`]), and the Envoy builders they
+//! share ([`envoy`]). [`translate`] makes the resources every proxy class
+//! shares; `generator.rs` makes the per-class ones on the serving cores.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_xds::ads::{Kind, SimpleModel};
+
+use crate::model::Model;
+
+pub mod authz;
+pub mod cluster;
+pub mod endpoint;
+pub mod envoy;
+pub mod grpc;
+pub mod inbound;
+pub mod listener;
+pub mod locality;
+pub mod route;
+pub mod scope;
+pub mod traffic_policy;
+
+/// One resource change for the engine's model.
+pub type Change = (Kind, Arc<str>, Option<Bytes>);
+
+/// Every resource the model describes that proxy classes share.
+pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
+    let mut out = BTreeMap::new();
+    cluster::outbound(model, &mut out);
+    cluster::fixed(&mut out);
+    grpc::translate(model, &mut out);
+    listener::translate(model, &mut out);
+    out
+}
+
+/// The changes that turn `model` into exactly `want`.
+pub fn diff(model: &SimpleModel, want: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Vec<Change> {
+    let mut changes: Vec<Change> = want.iter().map(|((k, n), b)| (*k, n.clone(), Some(b.clone()))).collect();
+    for kind in Kind::ALL {
+        for name in model.resources[kind as usize].keys() {
+            if !want.contains_key(&(kind, name.clone())) {
+                changes.push((kind, name.clone(), None));
+            }
+        }
+    }
+    changes
+}
+
+/// The changes from one set of resources to another.
+pub fn diff_maps(old: &BTreeMap<(Kind, Arc<str>), Bytes>, new: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Vec<Change> {
+    let mut changes: Vec<Change> = new
+        .iter()
+        .filter(|(k, b)| old.get(*k) != Some(*b))
+        .map(|((k, n), b)| (*k, n.clone(), Some(b.clone())))
+        .collect();
+    changes.extend(old.keys().filter(|k| !new.contains_key(*k)).map(|(k, n)| (*k, n.clone(), None)));
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use istiod_proto::envoy::config::cluster::v3::Cluster;
+    use istiod_proto::envoy::config::core::v3 as core;
+    use istiod_proto::envoy::config::endpoint::v3::{ClusterLoadAssignment, LbEndpoint};
+    use istiod_proto::prost::Message;
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn bookinfo_clusters_and_endpoints() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+        let r = translate(&Model::build(&objs, "cluster.local"));
+        let reviews: Arc<str> = "outbound|9080||reviews.bookinfo.svc.cluster.local".into();
+        let c = Cluster::decode(r[&(Kind::Cluster, reviews.clone())].clone()).unwrap();
+        assert_eq!(c.eds_cluster_config.unwrap().service_name, &*reviews);
+        let cla = ClusterLoadAssignment::decode(r[&(Kind::Endpoint, reviews)].clone()).unwrap();
+        let eps: Vec<&LbEndpoint> = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).collect();
+        assert_eq!(eps.len(), 4, "reviews v1, v2 x2, v3");
+        assert_eq!(eps.iter().filter(|e| e.health_status == core::HealthStatus::Draining as i32).count(), 1);
+        assert!(
+            cla.endpoints
+                .iter()
+                .all(|l| l.locality.as_ref().is_some_and(|l| !l.zone.is_empty() && !l.region.is_empty()))
+        );
+    }
+
+    #[test]
+    fn mesh_config_shapes_outbound_traffic_and_auto_mtls() {
+        use istiod_proto::envoy::config::listener::v3::Listener;
+        use istiod_proto::envoy::config::route::v3::{RouteConfiguration, route};
+        use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+        let catchall = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
+            let l = Listener::decode(r[&(Kind::Listener, Arc::from("virtualOutbound"))].clone()).unwrap();
+            let any = l.filter_chains[0].filters[0].config_type.clone();
+            let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) = any else {
+                panic!("no tcp_proxy config")
+            };
+            match TcpProxy::decode(any.value.as_slice()).unwrap().cluster_specifier {
+                Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let fallback = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
+            let rc = RouteConfiguration::decode(r[&(Kind::Route, Arc::from("9080"))].clone()).unwrap();
+            let vh = rc.virtual_hosts.last().unwrap().clone();
+            (vh.name, vh.routes[0].action.clone())
+        };
+        let details: Arc<str> = "outbound|9080||details.bookinfo.svc.cluster.local".into();
+
+        let open = translate(&Model::build(&objs, "cluster.local"));
+        assert_eq!(catchall(&open), "PassthroughCluster");
+        assert_eq!(fallback(&open).0, "allow_any");
+        let c = Cluster::decode(open[&(Kind::Cluster, details.clone())].clone()).unwrap();
+        assert!(!c.transport_socket_matches.is_empty(), "auto mTLS is on by default");
+
+        let mesh =
+            crate::mesh::MeshSettings::parse("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nenableAutoMtls: false\n")
+                .unwrap();
+        let closed = translate(&Model::build_in(&objs, "cluster.local", Arc::new(mesh)));
+        assert_eq!(catchall(&closed), "BlackHoleCluster");
+        let (name, action) = fallback(&closed);
+        assert_eq!(name, "block_all");
+        assert!(matches!(action, Some(route::Action::DirectResponse(d)) if d.status == 502));
+        let c = Cluster::decode(closed[&(Kind::Cluster, details)].clone()).unwrap();
+        assert!(c.transport_socket_matches.is_empty(), "enableAutoMtls: false");
+    }
+
+    #[test]
+    fn diff_removes_what_is_gone() {
+        let mut want = BTreeMap::new();
+        want.insert((Kind::Cluster, Arc::<str>::from("a")), Bytes::from_static(b"1"));
+        let (model, _) = SimpleModel::default().apply(1, diff(&SimpleModel::default(), &want));
+        let changes = diff(&model, &BTreeMap::new());
+        assert_eq!(changes, vec![(Kind::Cluster, Arc::from("a"), None)]);
+    }
+}

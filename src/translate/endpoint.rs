@@ -1,0 +1,80 @@
+//! EDS: the `ClusterLoadAssignment` of a cluster, endpoints grouped by
+//! locality (always set: grpcio rejects a group without one), with health,
+//! weights and the `tlsMode` metadata auto mTLS matches on; a subset keeps
+//! the endpoints whose labels it names. Per-proxy locality load balancing is
+//! in `locality.rs`.
+
+use std::collections::BTreeMap;
+
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
+
+use crate::model::{Health, Locality, Service};
+
+/// The load assignment of `cluster`: `svc`'s endpoints on `port`, those of
+/// the subset with `subset` labels when given.
+pub(crate) fn load_assignment(
+    cluster: &str,
+    svc: &Service,
+    port: u16,
+    subset: Option<&BTreeMap<String, String>>,
+) -> ClusterLoadAssignment {
+    let mut by_locality: BTreeMap<&Locality, Vec<LbEndpoint>> = BTreeMap::new();
+    let in_subset =
+        |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
+    for ep in svc.endpoints.iter().filter(|e| e.service_port == port).filter(in_subset) {
+        let health = match ep.health {
+            Health::Healthy => core::HealthStatus::Healthy,
+            Health::Draining => core::HealthStatus::Draining,
+            Health::Unhealthy => core::HealthStatus::Unhealthy,
+        };
+        by_locality.entry(&ep.locality).or_default().push(LbEndpoint {
+            host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                address: Some(core::Address {
+                    address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                        address: ep.address.clone(),
+                        port_specifier: Some(core::socket_address::PortSpecifier::PortValue(u32::from(ep.port))),
+                        ..Default::default()
+                    })),
+                }),
+                ..Default::default()
+            })),
+            health_status: health as i32,
+            load_balancing_weight: Some(1),
+            // Picks the cluster's transport socket (auto mTLS).
+            metadata: (ep.tls_mode == "istio").then(|| core::Metadata {
+                filter_metadata: BTreeMap::from([(
+                    "envoy.transport_socket_match".to_owned(),
+                    Struct {
+                        fields: BTreeMap::from([(
+                            "tlsMode".to_owned(),
+                            Value { kind: Some(ValueKind::StringValue("istio".into())) },
+                        )]),
+                    },
+                )]),
+                ..Default::default()
+            }),
+        });
+    }
+    ClusterLoadAssignment {
+        cluster_name: cluster.to_owned(),
+        endpoints: by_locality
+            .into_iter()
+            .map(|(l, lb_endpoints)| LocalityLbEndpoints {
+                // grpcio rejects a group without a locality: always set it.
+                locality: Some(core::Locality {
+                    region: l.region.clone(),
+                    zone: l.zone.clone(),
+                    sub_zone: l.subzone.clone(),
+                }),
+                load_balancing_weight: Some(lb_endpoints.len() as u32),
+                lb_endpoints,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}

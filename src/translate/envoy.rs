@@ -1,0 +1,72 @@
+//! Envoy builders every translator shares: `Any` packing, the ADS config
+//! source, socket addresses, the tcp_proxy filter and istio-agent's SDS
+//! references.
+
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{Filter, filter};
+use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+use istiod_proto::prost::Name;
+use istiod_proto::prost_types::Any;
+
+/// `m` packed as a `google.protobuf.Any` (shared by the translators).
+pub(crate) fn any<M: Name>(m: &M) -> Any {
+    Any { type_url: M::type_url(), value: m.encode_to_vec() }
+}
+
+pub(crate) fn ads() -> Option<core::ConfigSource> {
+    Some(core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(core::AggregatedConfigSource {})),
+        resource_api_version: core::ApiVersion::V3 as i32,
+        ..Default::default()
+    })
+}
+
+/// A socket address.
+pub(crate) fn socket(ip: &str, port: u32) -> Option<core::Address> {
+    Some(core::Address {
+        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+            address: ip.to_owned(),
+            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(port)),
+            ..Default::default()
+        })),
+    })
+}
+
+pub(crate) fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
+    let t = tcp::TcpProxy {
+        stat_prefix: stat_prefix.to_owned(),
+        cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster.to_owned())),
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&t))),
+    }
+}
+
+/// The SDS reference istio-agent serves (`default`, `ROOTCA`) over the
+/// `sds-grpc` cluster.
+pub(crate) fn sds(name: &str) -> tls::SdsSecretConfig {
+    tls::SdsSecretConfig {
+        name: name.to_owned(),
+        sds_config: Some(core::ConfigSource {
+            config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::ApiConfigSource(
+                core::ApiConfigSource {
+                    api_type: core::api_config_source::ApiType::Grpc as i32,
+                    transport_api_version: core::ApiVersion::V3 as i32,
+                    set_node_on_first_message_only: true,
+                    grpc_services: vec![core::GrpcService {
+                        target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(
+                            core::grpc_service::EnvoyGrpc { cluster_name: "sds-grpc".into(), ..Default::default() },
+                        )),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            )),
+            resource_api_version: core::ApiVersion::V3 as i32,
+            ..Default::default()
+        }),
+    }
+}

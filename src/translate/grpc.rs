@@ -1,0 +1,131 @@
+//! Proxyless gRPC (node metadata `GENERATOR=grpc`): for every service port,
+//! an API listener `<host>:<port>` whose HttpConnectionManager takes its
+//! routes over RDS from `outbound|<port>||<host>`, and that route
+//! configuration, built from the VirtualService of the host (matches on
+//! path and headers, weighted destinations to subset clusters, fault
+//! injection) or a default route to the service's cluster. The clusters and
+//! endpoints are the same ones sidecars get (`cluster.rs`, `endpoint.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{ApiListener, Listener};
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use istiod_proto::prost::Message;
+use istiod_xds::ads::Kind;
+
+use crate::model::Model;
+
+use super::envoy::{ads, any};
+use super::route::{FAULT_FILTER, Flavor, domains, routes};
+
+/// Adds the gRPC listeners and route configurations of every service port.
+pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+    for svc in model.services.values() {
+        for port in &svc.ports {
+            let route_name = format!("outbound|{}||{}", port.port, svc.hostname);
+            let manager = hcm::HttpConnectionManager {
+                stat_prefix: route_name.clone(),
+                route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+                    config_source: ads(),
+                    route_config_name: route_name.clone(),
+                })),
+                http_filters: vec![
+                    hcm::HttpFilter {
+                        name: FAULT_FILTER.into(),
+                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
+                        ..Default::default()
+                    },
+                    hcm::HttpFilter {
+                        name: "envoy.filters.http.router".into(),
+                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            };
+            let listener_name = format!("{}:{}", svc.hostname, port.port);
+            let listener = Listener {
+                name: listener_name.clone(),
+                api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
+                ..Default::default()
+            };
+            out.insert((Kind::Listener, listener_name.into()), Bytes::from(listener.encode_to_vec()));
+            let rc = route::RouteConfiguration {
+                name: route_name.clone(),
+                virtual_hosts: vec![route::VirtualHost {
+                    name: format!("{}:{}", svc.hostname, port.port),
+                    domains: domains(model, svc, port.port),
+                    routes: routes(model, svc, port.port, Flavor::Grpc),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            out.insert((Kind::Route, route_name.into()), Bytes::from(rc.encode_to_vec()));
+        }
+    }
+}
+
+/// A shared (Envoy) cluster as istiod's gRPC generator would send it:
+/// no per-endpoint `transport_socket_matches` (no auto mTLS for proxyless
+/// clients: istiod cannot know the client uses xDS credentials), ISTIO_MUTUAL
+/// through the `default` certificate provider instance (certificate
+/// `default`, roots `ROOTCA`, in both the current and the deprecated fields
+/// gRPC reads), and no transport socket for other TLS modes, which gRPC's
+/// xDS client cannot carry out.
+pub fn for_grpc_client(
+    mut c: istiod_proto::envoy::config::cluster::v3::Cluster,
+) -> istiod_proto::envoy::config::cluster::v3::Cluster {
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    c.transport_socket_matches.clear();
+    let Some(ts) = c.transport_socket.take() else { return c };
+    let Some(core::transport_socket::ConfigType::TypedConfig(any_cfg)) = &ts.config_type else { return c };
+    let Ok(upstream) = tls::UpstreamTlsContext::decode(any_cfg.value.as_slice()) else { return c };
+    let common = upstream.common_tls_context.unwrap_or_default();
+    let istio_mutual = common.tls_certificate_sds_secret_configs.iter().any(|s| s.name == "default");
+    if !istio_mutual {
+        return c;
+    }
+    let sans = match common.validation_context_type {
+        Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
+            v.default_validation_context.map(|d| d.match_subject_alt_names).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let old = |name: &str| tls::common_tls_context::CertificateProviderInstance {
+        instance_name: "default".into(),
+        certificate_name: name.into(),
+    };
+    let new = |name: &str| tls::CertificateProviderPluginInstance {
+        instance_name: "default".into(),
+        certificate_name: name.into(),
+    };
+    let ctx = tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_certificate_provider_instance: Some(old("default")),
+            tls_certificate_provider_instance: Some(new("default")),
+            validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
+                tls::common_tls_context::CombinedCertificateValidationContext {
+                    default_validation_context: Some(tls::CertificateValidationContext {
+                        match_subject_alt_names: sans,
+                        ca_certificate_provider_instance: Some(new("ROOTCA")),
+                        ..Default::default()
+                    }),
+                    validation_context_certificate_provider_instance: Some(old("ROOTCA")),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    c.transport_socket = Some(core::TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
+    });
+    c
+}

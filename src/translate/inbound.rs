@@ -1,0 +1,328 @@
+//! What a sidecar receives about its own workload: the `virtualInbound`
+//! listener with a filter chain per inbound port, mTLS as PeerAuthentication
+//! says (STRICT: TLS only; PERMISSIVE: TLS and plaintext, told apart by the
+//! tls_inspector; DISABLE: plaintext), AuthorizationPolicy as RBAC filters,
+//! and an `inbound|<port>||` cluster per port.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use istiod_kubewatch::istio::IstioSpec;
+use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
+};
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::http::router::v3::Router;
+use istiod_proto::envoy::extensions::filters::listener::{
+    http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
+};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+use istiod_proto::prost_types::{Any, Duration};
+use istiod_xds::ads::node::{NodeType, ProxyClass};
+
+use crate::model::{Model, Protocol};
+
+/// The inbound listener's name.
+use super::envoy::any;
+
+pub const VIRTUAL_INBOUND: &str = "virtualInbound";
+
+/// An inbound port of a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboundPort {
+    /// Port the workload listens on.
+    pub port: u16,
+    /// Protocol of the service port.
+    pub protocol: Protocol,
+    /// mTLS mode in force for it.
+    pub mtls: MtlsMode,
+}
+
+fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+    !selector.is_empty()
+        && selector.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k.as_str() && &**lv == v.as_str()))
+}
+
+/// The mTLS mode a service's workloads accept on `port`, as far as it can
+/// be known without looking at each workload (istiod's
+/// `BestEffortInferServiceMTLSMode`): unknown (`None`) when some
+/// workload-level PeerAuthentication exists in the service's namespace,
+/// else the namespace's or the mesh's mode. Auto mTLS sends plaintext to a
+/// service known to be DISABLE.
+pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) -> Option<MtlsMode> {
+    let workload_level = model.security.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::PeerAuthentication(pa)
+            if o.meta.ns() == svc.namespace && pa.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty()))
+    });
+    if workload_level {
+        return None;
+    }
+    let class = ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: svc.namespace.as_str().into(),
+        generator: "".into(),
+        labels: Vec::new(),
+        locality: "".into(),
+    };
+    Some(mtls_mode(model, &class, port))
+}
+
+/// The mTLS mode of `port` for a workload: the workload's own
+/// PeerAuthentication (port-level first), else its namespace's, else the
+/// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET
+/// inherits from the level above).
+pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
+    let mut workload = None;
+    let mut namespace = None;
+    let mut mesh = None;
+    for o in &model.security {
+        let IstioSpec::PeerAuthentication(pa) = &o.spec else { continue };
+        let sel = pa.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty());
+        match sel {
+            Some(sel) if o.meta.ns() == &*class.namespace && selects(sel, &class.labels) => {
+                workload.get_or_insert(pa);
+            }
+            None if o.meta.ns() == &*class.namespace => {
+                namespace.get_or_insert(pa);
+            }
+            None if o.meta.ns() == model.mesh.root_namespace => {
+                mesh.get_or_insert(pa);
+            }
+            _ => {}
+        }
+    }
+    if let Some(mode) = workload
+        .and_then(|pa| pa.port_level_mtls.as_ref())
+        .and_then(|ports| ports.get(&u32::from(port)))
+        .map(|m| m.mode)
+        .filter(|m| *m != MtlsMode::Unset)
+    {
+        return mode;
+    }
+    [workload, namespace, mesh]
+        .into_iter()
+        .flatten()
+        .filter_map(|pa| pa.mtls.as_ref().map(|m| m.mode))
+        .find(|m| *m != MtlsMode::Unset)
+        .unwrap_or(MtlsMode::Permissive)
+}
+
+/// The workload's inbound ports: target ports of the services in its
+/// namespace whose selector matches its labels.
+pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
+    let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
+    for svc in
+        model.services.values().filter(|s| s.namespace == *class.namespace && selects(&s.selector, &class.labels))
+    {
+        for p in &svc.ports {
+            // The workload's own port: from an endpoint of this workload,
+            // else the Service's numeric target port, else the port.
+            let target = svc
+                .endpoints
+                .iter()
+                .find(|e| {
+                    e.service_port == p.port
+                        && class.labels.iter().all(|(k, v)| e.labels.get(&**k).is_some_and(|ev| **ev == **v))
+                })
+                .map_or(p.target_port.unwrap_or(p.port), |e| e.port);
+            ports.entry(target).or_insert(InboundPort {
+                port: target,
+                protocol: p.protocol,
+                mtls: mtls_mode(model, class, target),
+            });
+        }
+    }
+    ports.into_values().collect()
+}
+
+pub(crate) fn inbound_cluster(port: u16) -> Cluster {
+    Cluster {
+        name: format!("inbound|{port}||"),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
+        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
+        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+        upstream_bind_config: Some(core::BindConfig {
+            source_address: Some(core::SocketAddress {
+                address: "127.0.0.6".into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(0)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// istiod's inbound mTLS: the workload certificate from SDS `default`,
+/// peers verified against `ROOTCA`, a client certificate required.
+fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
+    let ctx = tls::DownstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![crate::translate::envoy::sds("default")],
+            validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
+                tls::common_tls_context::CombinedCertificateValidationContext {
+                    default_validation_context: Some(tls::CertificateValidationContext::default()),
+                    validation_context_sds_secret_config: Some(crate::translate::envoy::sds("ROOTCA")),
+                    ..Default::default()
+                },
+            )),
+            alpn_protocols: alpn.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(true),
+        ..Default::default()
+    };
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
+    }
+}
+
+fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Filter> {
+    let cluster = format!("inbound|{}||", p.port);
+    let rbacs = crate::translate::authz::rbacs(model, class, p.protocol.is_http());
+    if p.protocol.is_http() {
+        let mut http_filters: Vec<hcm::HttpFilter> = [rbacs.deny, rbacs.allow]
+            .into_iter()
+            .flatten()
+            .map(|rules| hcm::HttpFilter {
+                name: "envoy.filters.http.rbac".into(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+                    &istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
+                        rules: Some(rules),
+                        ..Default::default()
+                    },
+                ))),
+                ..Default::default()
+            })
+            .collect();
+        http_filters.push(hcm::HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
+            ..Default::default()
+        });
+        let rc = route::RouteConfiguration {
+            name: cluster.clone(),
+            virtual_hosts: vec![route::VirtualHost {
+                name: format!("inbound|http|{}", p.port),
+                domains: vec!["*".into()],
+                routes: vec![route::Route {
+                    name: "default".into(),
+                    r#match: Some(route::RouteMatch {
+                        path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                        ..Default::default()
+                    }),
+                    action: Some(route::route::Action::Route(route::RouteAction {
+                        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.clone())),
+                        timeout: Some(Duration::default()),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            validate_clusters: Some(false),
+            ..Default::default()
+        };
+        let manager = hcm::HttpConnectionManager {
+            stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
+            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
+            http_filters,
+            ..Default::default()
+        };
+        vec![Filter {
+            name: "envoy.filters.network.http_connection_manager".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(any(&manager))),
+        }]
+    } else {
+        let t = tcp::TcpProxy {
+            stat_prefix: cluster.clone(),
+            cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        };
+        vec![Filter {
+            name: "envoy.filters.network.tcp_proxy".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(any(&t))),
+        }]
+    }
+}
+
+/// Filter chains for one port (or the passthrough when `port` is `None`),
+/// by mTLS mode.
+fn chains(name: &str, port: Option<u16>, mode: MtlsMode, filters: Vec<Filter>) -> Vec<FilterChain> {
+    let chain = |tls: bool| FilterChain {
+        name: format!("{name}{}", if tls { "-tls" } else { "" }),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: port.map(u32::from),
+            transport_protocol: if mode == MtlsMode::Permissive || mode == MtlsMode::Strict {
+                (if tls { "tls" } else { "raw_buffer" }).into()
+            } else {
+                String::new()
+            },
+            ..Default::default()
+        }),
+        filters: filters.clone(),
+        transport_socket: tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+        ..Default::default()
+    };
+    match mode {
+        MtlsMode::Strict => vec![chain(true)],
+        MtlsMode::Permissive | MtlsMode::Unset => vec![chain(true), chain(false)],
+        MtlsMode::Disable => vec![chain(false)],
+    }
+}
+
+/// The `virtualInbound` listener of a workload.
+pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
+    let mut filter_chains = Vec::new();
+    for p in inbound_ports(model, class) {
+        filter_chains.extend(chains(
+            &format!("inbound|{}", p.port),
+            Some(p.port),
+            p.mtls,
+            network_filters(model, class, &p),
+        ));
+    }
+    let passthrough = tcp::TcpProxy {
+        stat_prefix: "InboundPassthroughCluster".into(),
+        cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster("InboundPassthroughCluster".into())),
+        ..Default::default()
+    };
+    let passthrough = vec![Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(&passthrough))),
+    }];
+    // Ports no service names follow the workload-wide mode.
+    let mode = mtls_mode(model, class, 0);
+    filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));
+    let lf = |name: &str, a: Any| ListenerFilter {
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(a)),
+        ..Default::default()
+    };
+    Listener {
+        name: VIRTUAL_INBOUND.into(),
+        address: Some(core::Address {
+            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                address: "0.0.0.0".into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
+                    crate::translate::listener::INBOUND_PORT,
+                )),
+                ..Default::default()
+            })),
+        }),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        listener_filters: vec![
+            lf("envoy.filters.listener.original_dst", any(&OriginalDst::default())),
+            lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default())),
+            lf("envoy.filters.listener.http_inspector", any(&HttpInspector::default())),
+        ],
+        filter_chains,
+        ..Default::default()
+    }
+}

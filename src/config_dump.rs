@@ -5,8 +5,7 @@
 //! resources and are rendered through the descriptors of `proto/` (Anys
 //! unpacked by type URL).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use istiod_xds::ads::Kind;
@@ -46,8 +45,9 @@ pub fn to_json(kind: Kind, bytes: &Bytes) -> Value {
 }
 
 /// Builds the dump from a core's answer (`configs[]` of type URL, version
-/// and `[name, version]` resources) and the current resources.
-pub fn render(core_answer: &Value, resources: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Value {
+/// and resources with their name, version and body in hex, as the core
+/// generates them for the proxy's class).
+pub fn render(core_answer: &Value) -> Value {
     let mut configs = Vec::new();
     for c in core_answer["configs"].as_array().into_iter().flatten() {
         let Some(kind) = c["type_url"].as_str().and_then(Kind::from_type_url) else { continue };
@@ -58,8 +58,8 @@ pub fn render(core_answer: &Value, resources: &BTreeMap<(Kind, Arc<str>), Bytes>
             .flatten()
             .filter_map(|r| {
                 let name = r["name"].as_str()?.to_owned();
-                let body = resources.get(&(kind, Arc::from(name.as_str())))?;
-                Some((name, r["version"].clone(), to_json(kind, body)))
+                let body = unhex(r["body"].as_str()?)?;
+                Some((name, r["version"].clone(), to_json(kind, &body)))
             })
             .collect();
         configs.push(match kind {
@@ -86,6 +86,15 @@ pub fn render(core_answer: &Value, resources: &BTreeMap<(Kind, Arc<str>), Bytes>
     json!({ "configs": configs })
 }
 
+fn unhex(s: &str) -> Option<Bytes> {
+    let b = s.as_bytes();
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    b.chunks(2)
+        .map(|p| Some(digit(*p.first()?)? << 4 | digit(*p.get(1)?)?))
+        .collect::<Option<Vec<u8>>>()
+        .map(Bytes::from)
+}
+
 #[cfg(test)]
 mod tests {
     use istiod_proto::envoy::config::cluster::v3::Cluster;
@@ -96,10 +105,10 @@ mod tests {
     #[test]
     fn clusters_render_in_envoys_shape() {
         let body = Bytes::from(Cluster { name: "outbound|80||a".into(), ..Default::default() }.encode_to_vec());
-        let resources = BTreeMap::from([((Kind::Cluster, Arc::from("outbound|80||a")), body)]);
+        let hex: String = body.iter().map(|x| format!("{x:02x}")).collect();
         let answer = json!({"configs": [{"type_url": Kind::Cluster.type_url(), "version_info": "3",
-                                         "resources": [{"name": "outbound|80||a", "version": "2"}]}]});
-        let dump = render(&answer, &resources);
+                                         "resources": [{"name": "outbound|80||a", "version": "2", "body": hex}]}]});
+        let dump = render(&answer);
         let c = &dump["configs"][0];
         assert_eq!(c["@type"], "type.googleapis.com/envoy.admin.v3.ClustersConfigDump");
         assert_eq!(c["dynamic_active_clusters"][0]["version_info"], "2");

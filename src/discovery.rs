@@ -295,8 +295,8 @@ pub fn build(
     mesh: &Arc<crate::mesh::MeshSettings>,
 ) -> Built {
     let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
-    let resources = translate::translate(&model);
     let mesh = Arc::new(MeshInput::new(model.clone()));
+    let resources = mesh.translation.resources.clone();
     Built { model, resources, mesh }
 }
 
@@ -318,12 +318,6 @@ fn apply(
     if s.inbound_generation != Some(mesh.inbound_generation) {
         touched.extend(crate::generator::all_names(&s.model));
         touched.extend(crate::generator::all_names(&model));
-    }
-    // A cluster without its DestinationRule stands in for the real name.
-    for (k, n, _) in &changes {
-        if let Some(base) = n.strip_suffix(crate::translate::cluster::NO_DR) {
-            touched.push((*k, Arc::from(base)));
-        }
     }
     // DestinationRules changed: endpoints balanced by locality may differ.
     if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
@@ -459,7 +453,7 @@ async fn debug(req: Request, publisher: &Publisher, ready: &AtomicBool, state: &
             None => Response::text(400, "proxyID is required\n"),
             Some(id) => {
                 match publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null()) {
-                    Some(v) => Response::json(&crate::config_dump::render(&v, &state.borrow().resources)),
+                    Some(v) => Response::json(&crate::config_dump::render(&v)),
                     None => Response::text(404, format!("proxy {id} is not connected\n")),
                 }
             }

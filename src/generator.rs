@@ -9,9 +9,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_kubewatch::istio::IstioSpec;
-use istiod_proto::envoy::config::cluster::v3::Cluster;
-use istiod_proto::envoy::config::listener::v3::Listener;
-use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::node::{NodeType, ProxyClass};
 use istiod_xds::ads::{Generator, Kind, SimpleGenerator, Snapshot};
@@ -19,7 +16,12 @@ use istiod_xds::ads::{Generator, Kind, SimpleGenerator, Snapshot};
 use crate::model::Model;
 
 /// The inbound listener's name.
+use crate::translate::Translation;
+use crate::translate::cluster::ClusterForm;
+use crate::translate::grpc::for_grpc_client;
 use crate::translate::inbound::{VIRTUAL_INBOUND, inbound_cluster, inbound_ports, virtual_inbound};
+use crate::translate::listener::{VIRTUAL_OUTBOUND, virtual_outbound};
+use crate::translate::locality::endpoints_for;
 
 /// What the cores need to generate per-class resources.
 #[derive(Debug)]
@@ -44,44 +46,39 @@ pub struct MeshInput {
     /// Whether some VirtualService is not exported everywhere, making its
     /// hosts' routes per namespace.
     pub vs_export: bool,
-    /// Hosts whose DestinationRule is exported only to these namespaces.
-    pub dr_export: std::collections::HashMap<Arc<str>, Vec<String>>,
+    /// What translation made of the model.
+    pub translation: Translation,
     /// A fingerprint of the DestinationRules: locality load balancing makes
     /// endpoints depend on them.
     pub routing_generation: u64,
-    /// Whether a Sidecar selects workloads by label (then a proxy's scope
-    /// depends on its labels).
+    /// Whether a Sidecar or a DestinationRule selects workloads by label
+    /// (then a proxy's scope or rules depend on its labels).
     pub selecting_sidecars: bool,
 }
 
 impl MeshInput {
-    /// The shared resource that stands for `(kind, name)` for `class`:
-    /// the same name, the cluster without its DestinationRule where that
-    /// rule is not exported to the class's namespace, or `None` for the
-    /// subset clusters (and their endpoints) of such a rule.
-    fn shared_name<'a>(&self, class: &ProxyClass, kind: Kind, name: &'a str) -> Option<std::borrow::Cow<'a, str>> {
-        use std::borrow::Cow;
-        if self.dr_export.is_empty() || !matches!(kind, Kind::Cluster | Kind::Endpoint) {
-            return Some(Cow::Borrowed(name));
-        }
-        if name.ends_with(crate::translate::cluster::NO_DR) {
-            return None; // never served under its own name
-        }
-        let Some(rest) = name.strip_prefix("outbound|") else { return Some(Cow::Borrowed(name)) };
-        let mut parts = rest.splitn(3, '|');
-        let (_, subset, host) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-        let hidden = self.dr_export.get(host).is_some_and(|ns| !ns.iter().any(|n| **n == *class.namespace));
-        match (hidden, subset.is_empty(), kind) {
-            (false, _, _) => Some(Cow::Borrowed(name)),
-            (true, false, _) => None,
-            (true, true, Kind::Cluster) => Some(Cow::Owned(format!("{name}{}", crate::translate::cluster::NO_DR))),
-            (true, true, _) => Some(Cow::Borrowed(name)),
+    /// The form of outbound cluster `name` a proxy of `class` gets: the one
+    /// of the DestinationRule in force for its namespace (and labels).
+    fn cluster_form(&self, class: &ProxyClass, name: &str) -> Option<&ClusterForm> {
+        let forms = self.translation.clusters.get(name)?;
+        forms.form(self.model.rule_index_for(&class.namespace, &class.labels, &forms.host))
+    }
+
+    /// Whether `(kind, name)` exists for `class`, before scoping: outbound
+    /// clusters where their form exists, API listeners for proxyless gRPC
+    /// only and every other listener for Envoy only.
+    fn exists(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        match kind {
+            Kind::Cluster if self.translation.clusters.contains_key(name) => self.cluster_form(class, name).is_some(),
+            Kind::Endpoint => self.cluster_form(class, name).is_some_and(|f| f.endpoints.is_some()),
+            Kind::Listener => self.translation.api_listeners.contains(name) == is_grpc(class),
+            _ => true,
         }
     }
 
     /// Whether shared resources may differ between classes at all.
     fn per_class_outbound(&self) -> bool {
-        self.scoping.active || self.source_matching || self.outbound_overrides || self.vs_export
+        self.scoping.active || self.outbound_overrides
     }
 }
 
@@ -144,8 +141,8 @@ impl MeshInput {
             IstioSpec::VirtualService(vs) => crate::translate::route::vs_export(vs, o.meta.ns()).is_some(),
             _ => false,
         });
-        let dr_export =
-            model.services.keys().filter_map(|h| model.destination_rule_export(h).map(|ns| (h.clone(), ns))).collect();
+        let translation = crate::translate::translate(&model);
+        let selecting_sidecars = selecting_sidecars || model.destination_rules().selecting;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for o in &model.routing {
             if let IstioSpec::DestinationRule(dr) = &o.spec {
@@ -162,7 +159,7 @@ impl MeshInput {
             source_matching,
             outbound_overrides,
             vs_export,
-            dr_export,
+            translation,
             routing_generation,
             selecting_sidecars,
         }
@@ -178,12 +175,22 @@ fn mesh(snap: &Snapshot) -> Option<&MeshInput> {
     snap.mesh.as_ref()?.downcast_ref::<MeshInput>()
 }
 
+fn is_grpc(class: &ProxyClass) -> bool {
+    &*class.generator == "grpc"
+}
+
 fn per_class(class: &ProxyClass) -> bool {
-    class.node_type == NodeType::Sidecar && &*class.generator != "grpc"
+    class.node_type == NodeType::Sidecar && !is_grpc(class)
 }
 
 fn inbound_name(kind: Kind, name: &str) -> bool {
     (kind == Kind::Listener && name == VIRTUAL_INBOUND) || (kind == Kind::Cluster && name.starts_with("inbound|"))
+}
+
+fn mix(parts: impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
 }
 
 impl Generator for MeshGenerator {
@@ -196,9 +203,7 @@ impl Generator for MeshGenerator {
     fn shared_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = SimpleGenerator.wildcard_names(snap, class, kind);
         let Some(m) = mesh(snap) else { return names };
-        if !m.dr_export.is_empty() {
-            names.retain(|n| !n.ends_with(crate::translate::cluster::NO_DR) && m.shared_name(class, kind, n).is_some());
-        }
+        names.retain(|n| m.exists(class, kind, n));
         if m.scoping.active {
             names.retain(|n| m.scoping.allows(&m.model, class, kind, n));
         }
@@ -217,9 +222,9 @@ impl Generator for MeshGenerator {
     }
 
     /// Outbound resources read the class's namespace, generator and node
-    /// type; its labels only where a Sidecar selects workloads or a
-    /// VirtualService matches source labels; its locality only for
-    /// endpoints. Proxies that differ in nothing else share them.
+    /// type; its labels only where a Sidecar or DestinationRule selects
+    /// workloads or a VirtualService matches source labels; its locality
+    /// only for endpoints. Proxies that differ in nothing else share them.
     fn reduce(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
         let m = mesh(snap)?;
         let labels = m.source_matching || m.selecting_sidecars;
@@ -244,31 +249,20 @@ impl Generator for MeshGenerator {
             }
             return Some(m.inbound_generation);
         }
-        let lookup = match mesh(snap) {
-            Some(m) => m.shared_name(class, kind, name)?,
-            None => std::borrow::Cow::Borrowed(name),
-        };
-        let mut shared = SimpleGenerator.input_generation(snap, class, kind, &lookup)?;
-        if kind == Kind::Endpoint
-            && !class.locality.is_empty()
-            && let Some(m) = mesh(snap)
-        {
-            // Locality load balancing reads the DestinationRules.
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (shared, m.routing_generation).hash(&mut h);
-            shared = h.finish();
-        }
-        let Some(m) = mesh(snap).filter(|m| m.per_class_outbound()) else { return Some(shared) };
-        if !m.scoping.allows(&m.model, class, kind, name) {
+        let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        let Some(m) = mesh(snap) else { return Some(shared) };
+        if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
             return None;
         }
-        if kind == Kind::Route || (kind == Kind::Listener && name == "virtualOutbound") {
-            // A route configuration filtered per class also depends on the scope.
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (shared, m.scope_generation, m.source_matching).hash(&mut h);
-            return Some(h.finish());
-        }
-        Some(shared)
+        Some(match kind {
+            // Locality load balancing reads the DestinationRules.
+            Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation)),
+            // Rendered per class: the scope decides the virtual hosts and
+            // the rules the hash policies.
+            Kind::Route => mix((shared, m.scope_generation, m.routing_generation)),
+            Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_generation)),
+            _ => shared,
+        })
     }
 
     fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
@@ -282,60 +276,37 @@ impl Generator for MeshGenerator {
                     .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
             };
         }
-        let lookup = match mesh(snap) {
-            Some(m) => m.shared_name(class, kind, name)?,
-            None => std::borrow::Cow::Borrowed(name),
-        };
-        let mut shared = SimpleGenerator.generate(snap, class, kind, &lookup)?;
-        if kind == Kind::Endpoint
-            && !class.locality.is_empty()
-            && let Some(m) = mesh(snap)
-            && let Some(local) = crate::translate::locality::endpoints_for(&m.model, &class.locality, name, &shared)
-        {
-            shared = local;
-        }
-        if kind == Kind::Cluster && &*class.generator == "grpc" {
-            let c = crate::translate::grpc::for_grpc_client(Cluster::decode(shared).ok()?);
-            shared = Bytes::from(c.encode_to_vec());
-        }
-        let Some(m) = mesh(snap).filter(|m| m.per_class_outbound()) else { return Some(shared) };
-        if !m.scoping.allows(&m.model, class, kind, name) {
+        let Some(m) = mesh(snap) else { return SimpleGenerator.generate(snap, class, kind, name) };
+        if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
             return None;
         }
         let policy = crate::translate::scope::outbound_policy(&m.model, class);
-        if kind == Kind::Listener && name == "virtualOutbound" && policy != m.model.mesh.outbound {
-            // The Sidecar overrides the mesh's policy for unknown destinations.
-            let mut l = Listener::decode(shared).ok()?;
-            let catchall = match policy {
-                crate::mesh::OutboundPolicy::AllowAny => "PassthroughCluster",
-                crate::mesh::OutboundPolicy::RegistryOnly => "BlackHoleCluster",
-            };
-            for fc in &mut l.filter_chains {
-                fc.filters = vec![crate::translate::envoy::tcp_proxy(catchall, catchall)];
+        match kind {
+            Kind::Cluster => match m.cluster_form(class, name) {
+                Some(form) if is_grpc(class) => {
+                    Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec()))
+                }
+                Some(form) => Some(form.bytes.clone()),
+                None => m.translation.resources.get(&(kind, Arc::from(name))).cloned(),
+            },
+            Kind::Endpoint => {
+                let form = m.cluster_form(class, name)?;
+                let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
+                local.or_else(|| form.endpoints.as_ref().map(|e| e.1.clone()))
             }
-            return Some(Bytes::from(l.encode_to_vec()));
-        }
-        if kind != Kind::Route {
-            return Some(shared);
-        }
-        let mut rc = route::RouteConfiguration::decode(shared).ok()?;
-        rc.virtual_hosts.retain(|vh| m.scoping.keeps_virtual_host(&m.model, class, &vh.name));
-        if policy != m.model.mesh.outbound
-            && let Some(last) = rc.virtual_hosts.last_mut()
-            && matches!(last.name.as_str(), "allow_any" | "block_all")
-        {
-            *last = crate::translate::route::fallback_host(policy == crate::mesh::OutboundPolicy::AllowAny);
-        }
-        if m.source_matching || m.vs_export {
-            for vh in &mut rc.virtual_hosts {
-                vh.routes.retain_mut(|r| {
-                    let export = crate::translate::route::take_export_match(r, &class.namespace);
-                    let source = crate::translate::route::take_source_match(r, &class.namespace, &class.labels);
-                    export && source
-                });
+            Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
+                // The Sidecar overrides the mesh's policy for unknown destinations.
+                Some(Bytes::from(virtual_outbound(policy).encode_to_vec()))
+            }
+            Kind::Listener => m.translation.resources.get(&(kind, Arc::from(name))).cloned(),
+            Kind::Route => {
+                let table = m.translation.routes.get(name)?;
+                let visible = |svc: &crate::model::Service, port: u16| {
+                    !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
+                };
+                Some(Bytes::from(table.render(&m.model, class, policy, visible).encode_to_vec()))
             }
         }
-        Some(Bytes::from(rc.encode_to_vec()))
     }
 }
 

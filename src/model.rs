@@ -10,6 +10,8 @@ use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
 use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
+pub mod destination_rules;
+
 /// Application protocol of a port (istiod's `protocol.Instance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Protocol {
@@ -226,8 +228,8 @@ pub struct Model {
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
-    /// The first DestinationRule and the first VirtualService of each host
-    /// (indexes into `routing`), built on first use with the length of
+    /// The DestinationRules by namespace and the first VirtualService of
+    /// each host (an index into `routing`), built on first use with the length of
     /// `routing` then: a model whose `routing` grew or shrank since falls
     /// back to a scan. Lookups per service made translation quadratic.
     #[serde(skip)]
@@ -248,25 +250,25 @@ impl PartialEq for LazyIndex {
 #[derive(Debug, Clone, Default)]
 struct RoutingIndex {
     len: usize,
-    destination_rules: std::collections::HashMap<String, usize>,
+    destination_rules: destination_rules::DestinationRules,
     virtual_services: std::collections::HashMap<String, usize>,
 }
 
 impl Model {
     fn index(&self) -> Option<&RoutingIndex> {
         let index = self.routing_index.0.get_or_init(|| {
-            let mut ix = RoutingIndex { len: self.routing.len(), ..RoutingIndex::default() };
+            let mut ix = RoutingIndex {
+                len: self.routing.len(),
+                destination_rules: destination_rules::DestinationRules::build(&self.routing, |h, ns| {
+                    self.resolve_host(h, ns)
+                }),
+                ..RoutingIndex::default()
+            };
             for (i, o) in self.routing.iter().enumerate() {
-                match &o.spec {
-                    IstioSpec::DestinationRule(dr) => {
-                        ix.destination_rules.entry(self.resolve_host(&dr.host, o.meta.ns())).or_insert(i);
+                if let IstioSpec::VirtualService(vs) = &o.spec {
+                    for h in &vs.hosts {
+                        ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
                     }
-                    IstioSpec::VirtualService(vs) => {
-                        for h in &vs.hosts {
-                            ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
-                        }
-                    }
-                    _ => {}
                 }
             }
             ix
@@ -274,47 +276,60 @@ impl Model {
         (index.len == self.routing.len()).then_some(index)
     }
 
-    /// The routing object (DestinationRule or VirtualService) of `host`.
-    fn routing_object(&self, host: &str, dr: bool) -> Option<&IstioObject> {
-        if let Some(ix) = self.index() {
-            let map = if dr { &ix.destination_rules } else { &ix.virtual_services };
-            return map.get(host).map(|i| &self.routing[*i]);
+    /// Forgets the indexes, after a test edited `routing` in place.
+    #[cfg(test)]
+    pub(crate) fn reindex(&mut self) {
+        self.routing_index = LazyIndex::default();
+    }
+
+    /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].
+    pub fn destination_rules(&self) -> std::borrow::Cow<'_, destination_rules::DestinationRules> {
+        match self.index() {
+            Some(ix) => std::borrow::Cow::Borrowed(&ix.destination_rules),
+            None => std::borrow::Cow::Owned(destination_rules::DestinationRules::build(&self.routing, |h, ns| {
+                self.resolve_host(h, ns)
+            })),
         }
-        self.routing.iter().find(|o| match &o.spec {
-            IstioSpec::DestinationRule(d) if dr => self.resolve_host(&d.host, o.meta.ns()) == host,
-            IstioSpec::VirtualService(vs) if !dr => vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host),
-            _ => false,
-        })
+    }
+
+    /// The index (in [`Model::destination_rules`]) of the DestinationRule in
+    /// force for traffic from a proxy in `proxy_ns` with `labels` to `host`
+    /// (see `destination_rules.rs`).
+    pub fn rule_index_for(&self, proxy_ns: &str, labels: &[(Arc<str>, Arc<str>)], host: &str) -> Option<usize> {
+        let rules = self.destination_rules();
+        let svc_ns = self.services.get(host).map_or("", |s| s.namespace.as_str());
+        let selects = |sel: &BTreeMap<String, String>| {
+            sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
+        };
+        rules.select(proxy_ns, &selects, &self.mesh.root_namespace, host, svc_ns)
+    }
+
+    /// The DestinationRule in force for traffic from a proxy in `proxy_ns`
+    /// with `labels` to `host`.
+    pub fn destination_rule_for(
+        &self,
+        proxy_ns: &str,
+        labels: &[(Arc<str>, Arc<str>)],
+        host: &str,
+    ) -> Option<destination_rules::AppliedRule> {
+        let i = self.rule_index_for(proxy_ns, labels, host)?;
+        Some(self.destination_rules().get(i).clone())
     }
 
     /// The VirtualService that routes `host`, if any (the first by
     /// namespace and name, as istiod picks one when several claim a host).
     pub fn virtual_service(&self, host: &str) -> Option<(&IstioObject, &networking::VirtualService)> {
-        let o = self.routing_object(host, false)?;
+        let o = match self.index() {
+            Some(ix) => &self.routing[*ix.virtual_services.get(host)?],
+            None => self.routing.iter().find(|o| match &o.spec {
+                IstioSpec::VirtualService(vs) => vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host),
+                _ => false,
+            })?,
+        };
         match &o.spec {
             IstioSpec::VirtualService(vs) => Some((o, vs)),
             _ => None,
         }
-    }
-
-    /// The DestinationRule of `host` (the first by namespace and name).
-    pub fn destination_rule(&self, host: &str) -> Option<&networking::DestinationRule> {
-        match &self.routing_object(host, true)?.spec {
-            IstioSpec::DestinationRule(dr) => Some(dr),
-            _ => None,
-        }
-    }
-
-    /// The namespaces the DestinationRule of `host` is exported to (`.`
-    /// resolved to its own), or `None` when there is none or it is exported
-    /// everywhere.
-    pub fn destination_rule_export(&self, host: &str) -> Option<Vec<String>> {
-        let o = self.routing_object(host, true)?;
-        let IstioSpec::DestinationRule(dr) = &o.spec else { return None };
-        if dr.export_to.is_empty() || dr.export_to.iter().any(|e| e == "*") {
-            return None;
-        }
-        Some(dr.export_to.iter().map(|e| if e == "." { o.meta.ns().to_owned() } else { e.clone() }).collect())
     }
 
     /// The FQDN a host written in config means, as istiod resolves it:

@@ -2,7 +2,12 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use istiod_xds::ads::node::{NodeType, ProxyClass};
+use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
+
+use crate::generator::{MeshGenerator, MeshInput};
+use crate::model::Model;
 
 /// A sidecar's class: namespace and labels, no locality.
 pub(crate) fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
@@ -13,4 +18,31 @@ pub(crate) fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
         locality: "".into(),
     }
+}
+
+/// The Istio objects of a YAML text.
+pub(crate) fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObject> {
+    istiod_kubewatch::config_dir::parse_file(yaml)
+        .docs
+        .into_iter()
+        .map(|doc| match doc {
+            Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) => o,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// A snapshot serving `model`, as the control thread publishes it: the
+/// translation's resources in the engine's model, and the mesh input.
+pub(crate) fn snapshot(model: &Arc<Model>) -> Snapshot {
+    let mesh = MeshInput::new(model.clone());
+    let changes = crate::translate::diff(&SimpleModel::default(), &mesh.translation.resources);
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel::default().apply(1, changes).0));
+    snap.mesh = Some(Arc::new(mesh));
+    snap
+}
+
+/// What a proxy of `class` is served for `(kind, name)` from `model`.
+pub(crate) fn served(model: &Arc<Model>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    MeshGenerator.generate(&snapshot(model), class, kind, name)
 }

@@ -6,7 +6,7 @@
 //! share ([`envoy`]). [`translate`] makes the resources every proxy class
 //! shares; `generator.rs` makes the per-class ones on the serving cores.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,14 +29,43 @@ pub mod traffic_policy;
 /// One resource change for the engine's model.
 pub type Change = (Kind, Arc<str>, Option<Bytes>);
 
-/// Every resource the model describes that proxy classes share.
-pub fn translate(model: &Model) -> BTreeMap<(Kind, Arc<str>), Bytes> {
-    let mut out = BTreeMap::new();
-    cluster::outbound(model, &mut out);
-    cluster::fixed(&mut out);
-    grpc::translate(model, &mut out);
-    listener::translate(model, &mut out);
-    out
+/// What translation makes of one model: typed values that the generator
+/// renders per proxy class, and for every resource name bytes that change
+/// when the resource may change for some proxy.
+#[derive(Debug, Default)]
+pub struct Translation {
+    /// Every resource name. Where all proxies get the same resource (fixed
+    /// clusters, outbound and API listeners) these are its encoded bytes,
+    /// served as they are; otherwise a digest of what rendering reads
+    /// (outbound clusters and endpoints: [`cluster::ClusterForms::digest`];
+    /// routes: [`route::RouteTable::digest`]). The control thread diffs
+    /// them to find what changed.
+    pub resources: BTreeMap<(Kind, Arc<str>), Bytes>,
+    /// Outbound clusters and their load assignments, a form per
+    /// DestinationRule that may apply.
+    pub clusters: HashMap<Arc<str>, cluster::ClusterForms>,
+    /// Route configurations, before rendering per proxy.
+    pub routes: HashMap<Arc<str>, route::RouteTable>,
+    /// The proxyless gRPC API listeners (never sent to Envoy).
+    pub api_listeners: HashSet<Arc<str>>,
+}
+
+/// Translates `model`.
+pub fn translate(model: &Model) -> Translation {
+    let mut t = Translation { clusters: cluster::outbound(model), ..Translation::default() };
+    for (name, forms) in &t.clusters {
+        t.resources.insert((Kind::Cluster, name.clone()), forms.digest(Kind::Cluster));
+        if forms.forms.iter().any(|f| f.endpoints.is_some()) {
+            t.resources.insert((Kind::Endpoint, name.clone()), forms.digest(Kind::Endpoint));
+        }
+    }
+    cluster::fixed(&mut t.resources);
+    grpc::translate(model, &mut t);
+    listener::translate(model, &mut t);
+    for (name, table) in &t.routes {
+        t.resources.insert((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest(model).to_be_bytes()));
+    }
+    t
 }
 
 /// The changes that turn `model` into exactly `want`.
@@ -77,11 +106,13 @@ mod tests {
     fn bookinfo_clusters_and_endpoints() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
         let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
-        let r = translate(&Model::build(&objs, "cluster.local"));
-        let reviews: Arc<str> = "outbound|9080||reviews.bookinfo.svc.cluster.local".into();
-        let c = Cluster::decode(r[&(Kind::Cluster, reviews.clone())].clone()).unwrap();
-        assert_eq!(c.eds_cluster_config.unwrap().service_name, &*reviews);
-        let cla = ClusterLoadAssignment::decode(r[&(Kind::Endpoint, reviews)].clone()).unwrap();
+        let model = Arc::new(Model::build(&objs, "cluster.local"));
+        let client = crate::testing::class("bookinfo", &[("app", "productpage")]);
+        let served = |kind, name: &str| crate::testing::served(&model, &client, kind, name).unwrap();
+        let reviews = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+        let c = Cluster::decode(served(Kind::Cluster, reviews)).unwrap();
+        assert_eq!(c.eds_cluster_config.unwrap().service_name, reviews);
+        let cla = ClusterLoadAssignment::decode(served(Kind::Endpoint, reviews)).unwrap();
         let eps: Vec<&LbEndpoint> = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).collect();
         assert_eq!(eps.len(), 4, "reviews v1, v2 x2, v3");
         assert_eq!(eps.iter().filter(|e| e.health_status == core::HealthStatus::Draining as i32).count(), 1);
@@ -100,8 +131,11 @@ mod tests {
 
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
         let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
-        let catchall = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
-            let l = Listener::decode(r[&(Kind::Listener, Arc::from("virtualOutbound"))].clone()).unwrap();
+        let client = crate::testing::class("bookinfo", &[("app", "productpage")]);
+        let served =
+            |m: &Model, kind, name: &str| crate::testing::served(&Arc::new(m.clone()), &client, kind, name).unwrap();
+        let catchall = |m: &Model| {
+            let l = Listener::decode(served(m, Kind::Listener, "virtualOutbound")).unwrap();
             let any = l.filter_chains[0].filters[0].config_type.clone();
             let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) = any else {
                 panic!("no tcp_proxy config")
@@ -111,28 +145,28 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let fallback = |r: &BTreeMap<(Kind, Arc<str>), Bytes>| {
-            let rc = RouteConfiguration::decode(r[&(Kind::Route, Arc::from("9080"))].clone()).unwrap();
+        let fallback = |m: &Model| {
+            let rc = RouteConfiguration::decode(served(m, Kind::Route, "9080")).unwrap();
             let vh = rc.virtual_hosts.last().unwrap().clone();
             (vh.name, vh.routes[0].action.clone())
         };
         let details: Arc<str> = "outbound|9080||details.bookinfo.svc.cluster.local".into();
 
-        let open = translate(&Model::build(&objs, "cluster.local"));
+        let open = Model::build(&objs, "cluster.local");
         assert_eq!(catchall(&open), "PassthroughCluster");
         assert_eq!(fallback(&open).0, "allow_any");
-        let c = Cluster::decode(open[&(Kind::Cluster, details.clone())].clone()).unwrap();
+        let c = Cluster::decode(served(&open, Kind::Cluster, &details)).unwrap();
         assert!(!c.transport_socket_matches.is_empty(), "auto mTLS is on by default");
 
         let mesh =
             crate::mesh::MeshSettings::parse("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nenableAutoMtls: false\n")
                 .unwrap();
-        let closed = translate(&Model::build_in(&objs, "cluster.local", Arc::new(mesh)));
+        let closed = Model::build_in(&objs, "cluster.local", Arc::new(mesh));
         assert_eq!(catchall(&closed), "BlackHoleCluster");
         let (name, action) = fallback(&closed);
         assert_eq!(name, "block_all");
         assert!(matches!(action, Some(route::Action::DirectResponse(d)) if d.status == 502));
-        let c = Cluster::decode(closed[&(Kind::Cluster, details)].clone()).unwrap();
+        let c = Cluster::decode(served(&closed, Kind::Cluster, &details)).unwrap();
         assert!(c.transport_socket_matches.is_empty(), "enableAutoMtls: false");
     }
 

@@ -78,7 +78,7 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     let metrics = get(server.monitoring, "/metrics").unwrap().1;
     let status = server.terminate();
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("3 passed, 0 failed"), "{text}");
+    assert!(text.contains("4 passed, 0 failed"), "{text}");
     assert!(metrics.contains("pilot_xds "), "{metrics}");
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }

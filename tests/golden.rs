@@ -12,7 +12,7 @@ use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::model::Model;
 use istiod::translate;
 use istiod_xds::ads::node::{NodeType, ProxyClass};
-use istiod_xds::ads::{Generator, Kind, Snapshot};
+use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
 
 #[test]
 fn bundled_mesh_matches_the_golden_files() {
@@ -37,8 +37,6 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let objs = loaded.objects;
     let model = std::sync::Arc::new(Model::build(&objs, "cluster.local"));
-    let mut resources: Vec<((Kind, String), bytes::Bytes)> =
-        translate::translate(&model).into_iter().map(|((k, n), b)| ((k, n.to_string()), b)).collect();
     let class = ProxyClass {
         node_type: NodeType::Sidecar,
         namespace: ns.into(),
@@ -46,11 +44,29 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         labels: labels.iter().map(|(k, v)| (std::sync::Arc::from(*k), std::sync::Arc::from(*v))).collect(),
         locality: "".into(),
     };
-    let mut snap = Snapshot::empty(std::time::Instant::now());
-    snap.mesh = Some(std::sync::Arc::new(MeshInput::new(model.clone())));
+    let grpc = ProxyClass { generator: "grpc".into(), ..class.clone() };
+    let mesh = MeshInput::new(model.clone());
+    let names: Vec<(Kind, std::sync::Arc<str>)> = mesh.translation.resources.keys().cloned().collect();
+    let changes = translate::diff(&SimpleModel::default(), &mesh.translation.resources);
+    let mut snap =
+        Snapshot::new(1, std::time::Instant::now(), std::sync::Arc::new(SimpleModel::default().apply(1, changes).0));
+    let api_listeners = mesh.translation.api_listeners.clone();
+    snap.mesh = Some(std::sync::Arc::new(mesh));
+    // Every resource as a proxy of this namespace is served it: proxyless
+    // gRPC's API listeners and route configurations as a gRPC client, the
+    // rest as the sidecar.
+    let mut resources: Vec<((Kind, String), bytes::Bytes)> = Vec::new();
+    for (kind, name) in names {
+        let proxyless = (kind == Kind::Listener && api_listeners.contains(&name))
+            || (kind == Kind::Route && name.starts_with("outbound|"));
+        let who = if proxyless { &grpc } else { &class };
+        if let Some(body) = MeshGenerator.generate(&snap, who, kind, &name) {
+            resources.push(((kind, name.to_string()), body));
+        }
+    }
     let tag = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     for kind in [Kind::Listener, Kind::Cluster] {
-        for name in MeshGenerator.wildcard_names(&snap, &class, kind) {
+        for name in MeshGenerator.class_wildcard_names(&snap, &class, kind) {
             let body = MeshGenerator.generate(&snap, &class, kind, &name).expect("per-class resource");
             resources.push(((kind, format!("{name}@{tag}")), body));
         }

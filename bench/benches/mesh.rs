@@ -17,11 +17,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use istiod::discovery::{self, Built};
-use istiod::generator::MeshGenerator;
+use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::mesh::MeshSettings;
 use istiod_kubewatch::objects::Objects;
 use istiod_loadgen::scenario::Scenario;
-use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use istiod_proto::prost::Message;
 use istiod_xds::ads::cache::Cache;
@@ -163,12 +162,13 @@ fn assemble(c: &mut Criterion) {
 
 /// A serving core's state: 1,000 SotW streams that hold CDS and EDS.
 struct Core {
-    built: Built,
+    /// The mesh with one endpoint fewer, and as it was.
+    builts: [Built; 2],
     model: SimpleModel,
     cache: Cache,
     streams: Vec<AdsStream>,
-    target: Arc<str>,
-    bodies: [Bytes; 2],
+    /// The changes to the one, and back to the other.
+    changes: [Vec<istiod::translate::Change>; 2],
     version: u64,
 }
 
@@ -216,12 +216,25 @@ fn core_setup() -> Core {
         streams.push(st);
     }
     let target: Arc<str> = istiod_loadgen::churn::cluster(&s, 0, "").into();
-    let original = model.resources[Kind::Endpoint as usize][&target].body.clone();
-    let mut scaled = ClusterLoadAssignment::decode(original.clone()).unwrap();
-    scaled.endpoints.truncate(1);
-    assert_ne!(scaled.encode_to_vec(), original.to_vec(), "one endpoint fewer");
-    let scaled = Bytes::from(scaled.encode_to_vec());
-    Core { built, model, cache, streams, target, bodies: [scaled, original], version: 1 }
+    // The same mesh with one endpoint fewer in the target's service, as the
+    // control thread would build it after that EndpointSlice changed.
+    let host = target.rsplit('|').next().unwrap().to_owned();
+    let mut fewer = (*built.model).clone();
+    let svc = fewer.services.get_mut(host.as_str()).unwrap();
+    let drop_ip = svc.endpoints[0].address.clone();
+    svc.endpoints.retain(|e| e.address != drop_ip);
+    let fewer_mesh = Arc::new(MeshInput::new(Arc::new(fewer)));
+    let scaled = Built {
+        model: fewer_mesh.model.clone(),
+        resources: fewer_mesh.translation.resources.clone(),
+        mesh: fewer_mesh,
+    };
+    let changes = [
+        istiod::translate::diff_maps(&built.resources, &scaled.resources),
+        istiod::translate::diff_maps(&scaled.resources, &built.resources),
+    ];
+    assert!(changes[0].iter().any(|(k, n, _)| *k == Kind::Endpoint && *n == target), "one endpoint fewer");
+    Core { builts: [scaled, built], model, cache, streams, changes, version: 1 }
 }
 
 fn core_delta(c: &mut Criterion) {
@@ -237,10 +250,10 @@ fn core_delta(c: &mut Criterion) {
         };
         b.iter(|| {
             core.version += 1;
-            let body = core.bodies[(core.version % 2) as usize].clone();
-            let (next, delta) = core.model.apply(core.version, vec![(Kind::Endpoint, core.target.clone(), Some(body))]);
+            let which = (core.version % 2) as usize;
+            let (next, delta) = core.model.apply(core.version, core.changes[which].clone());
             core.model = next;
-            let snap = snapshot(core.version, core.model.clone(), &core.built);
+            let snap = snapshot(core.version, core.model.clone(), &core.builts[which]);
             let mut ctx = core_ctx(&snap, &mut core.cache, &mut nonce, now);
             let mut bytes = 0;
             let mut pushed = 0;

@@ -5,7 +5,9 @@ use istiod_proto::envoy::config::listener::v3::Listener;
 use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use istiod_proto::envoy::config::listener::v3::filter;
+use istiod_proto::envoy::config::route::v3 as route;
 
 use super::*;
 use crate::model::Protocol;
@@ -16,7 +18,7 @@ fn bookinfo() -> Arc<Model> {
     Arc::new(Model::build(&istiod_kubewatch::config_dir::load(&dir).unwrap().objects, "cluster.local"))
 }
 
-use crate::testing::class;
+use crate::testing::{class, istio_objects, served, snapshot};
 
 fn with_security(model: &Model, yaml: &str) -> Model {
     let mut m = model.clone();
@@ -65,11 +67,8 @@ fn namespace_and_port_level_policies_override_the_mesh() {
 #[test]
 fn generator_serves_per_class_resources_and_shared_ones() {
     let m = bookinfo();
-    let mut shared = SimpleModel_for(&m);
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(std::mem::take(&mut shared)));
-    let input = MeshInput::new(m.clone());
-    let generation = input.inbound_generation;
-    snap.mesh = Some(Arc::new(input));
+    let snap = snapshot(&m);
+    let generation = mesh(&snap).unwrap().inbound_generation;
     let g = MeshGenerator;
     let reviews = class("bookinfo", &[("app", "reviews")]);
     let listeners = g.wildcard_names(&snap, &reviews, Kind::Listener);
@@ -85,31 +84,6 @@ fn generator_serves_per_class_resources_and_shared_ones() {
     assert_eq!(g.generate(&snap, &grpc, Kind::Listener, VIRTUAL_INBOUND), None);
     // Another class's inbound cluster does not exist for this one.
     assert_eq!(g.input_generation(&snap, &reviews, Kind::Cluster, "inbound|27017||"), None);
-}
-
-#[allow(non_snake_case, reason = "reads as the type it builds")]
-fn SimpleModel_for(m: &Model) -> istiod_xds::ads::SimpleModel {
-    let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &crate::translate::translate(m));
-    istiod_xds::ads::SimpleModel::default().apply(1, changes).0
-}
-
-/// A snapshot serving `model`'s shared resources, with its mesh input.
-fn snapshot(model: &Arc<Model>) -> Snapshot {
-    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel_for(model)));
-    snap.mesh = Some(Arc::new(MeshInput::new(model.clone())));
-    snap
-}
-
-/// The Istio objects of a YAML text.
-fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObject> {
-    istiod_kubewatch::config_dir::parse_file(yaml)
-        .docs
-        .into_iter()
-        .map(|doc| match doc {
-            Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) => o,
-            other => panic!("{other:?}"),
-        })
-        .collect()
 }
 
 #[test]
@@ -299,8 +273,8 @@ fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
 fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
     let details = Arc::<str>::from("outbound|9080||details.bookinfo.svc.cluster.local");
     let matches = |m: &Model| {
-        let r = crate::translate::translate(m);
-        !Cluster::decode(r[&(Kind::Cluster, details.clone())].clone()).unwrap().transport_socket_matches.is_empty()
+        let c = served(&Arc::new(m.clone()), &class("bookinfo", &[("app", "productpage")]), Kind::Cluster, &details);
+        !Cluster::decode(c.unwrap()).unwrap().transport_socket_matches.is_empty()
     };
     assert!(matches(&bookinfo()), "mesh-wide STRICT: auto mTLS by endpoint label");
     let ns_disable = with_security(
@@ -394,7 +368,7 @@ fn locality_failover_orders_endpoints_by_the_proxys_locality() {
     let ratings = "outbound|9080||ratings.bookinfo.svc.cluster.local";
     assert_eq!(
         MeshGenerator.generate(&snap, &local, Kind::Endpoint, ratings),
-        SimpleGenerator.generate(&snap, &local, Kind::Endpoint, ratings)
+        MeshGenerator.generate(&snap, &nowhere, Kind::Endpoint, ratings)
     );
 }
 
@@ -443,6 +417,7 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
             dr.export_to = vec![".".into()];
         }
     }
+    model.reindex();
     let model = Arc::new(model);
     let snap = snapshot(&model);
     let inside = class("bookinfo", &[("app", "productpage")]);
@@ -453,15 +428,48 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     assert!(cds(&inside).iter().any(|n| &**n == v1));
     assert!(!cds(&outside).iter().any(|n| &**n == v1), "subsets of a rule not exported here");
     assert!(cds(&outside).iter().any(|n| &**n == default));
-    assert!(!cds(&inside).iter().chain(cds(&outside).iter()).any(|n| n.contains('#')), "shadows are never listed");
     assert!(MeshGenerator.generate(&snap, &outside, Kind::Endpoint, v1).is_none());
+    assert_eq!(MeshGenerator.input_generation(&snap, &outside, Kind::Endpoint, v1), None);
     let lb = |c: &ProxyClass| {
         Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
     };
     assert_eq!(lb(&inside), cluster::LbPolicy::LeastRequest as i32, "the rule applies in bookinfo");
     assert_eq!(lb(&outside), cluster::LbPolicy::RoundRobin as i32, "and not elsewhere");
-    let shadow = format!("{default}{}", crate::translate::cluster::NO_DR);
-    assert!(MeshGenerator.generate(&snap, &outside, Kind::Cluster, &shadow).is_none());
+}
+
+/// Issue #11: which DestinationRule applies when several name a host is
+/// istiod's (pilot/pkg/model/push_context.go `destinationRule`): the
+/// client's namespace, then the service's, then the root namespace.
+#[test]
+fn the_clients_own_destination_rule_wins_over_the_services() {
+    let mut model = (*bookinfo()).clone();
+    model.routing.extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-from-web, namespace: web}\n\
+         spec:\n  host: reviews.bookinfo.svc.cluster.local\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n\
+         \x20 subsets: [{name: canary, labels: {version: v3}}]\n",
+    ));
+    model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    model.reindex();
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    let web = class("web", &[("app", "web")]);
+    let bookinfo_client = class("bookinfo", &[("app", "productpage")]);
+    let elsewhere = class("other", &[("app", "x")]);
+    let default = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let lb = |c: &ProxyClass| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
+    };
+    assert_eq!(lb(&web), cluster::LbPolicy::Random as i32, "web's own rule");
+    assert_eq!(lb(&bookinfo_client), cluster::LbPolicy::LeastRequest as i32, "the service namespace's rule");
+    assert_eq!(lb(&elsewhere), cluster::LbPolicy::LeastRequest as i32, "exported everywhere");
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    let canary = "outbound|9080|canary|reviews.bookinfo.svc.cluster.local";
+    let v1 = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    assert!(cds(&web).iter().any(|n| &**n == canary) && !cds(&web).iter().any(|n| &**n == v1));
+    assert!(cds(&elsewhere).iter().any(|n| &**n == v1) && !cds(&elsewhere).iter().any(|n| &**n == canary));
+    let cla =
+        ClusterLoadAssignment::decode(MeshGenerator.generate(&snap, &web, Kind::Endpoint, canary).unwrap()).unwrap();
+    assert_eq!(cla.endpoints.iter().map(|l| l.lb_endpoints.len()).sum::<usize>(), 1, "reviews-v3 only");
 }
 
 #[test]

@@ -4,13 +4,15 @@
 //! policy or auto mTLS, and the fixed `BlackHoleCluster`,
 //! `PassthroughCluster` and `InboundPassthroughCluster`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting;
 use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::Kind;
@@ -19,94 +21,155 @@ use super::envoy::socket;
 use super::{endpoint::load_assignment, traffic_policy};
 use crate::model::{Model, Protocol, Resolution};
 
-/// Suffix of the shadow cluster a DestinationRule with a narrow `exportTo`
-/// leaves for the namespaces it is not exported to: `<cluster>#nodr`, never
-/// listed or served under that name.
-pub const NO_DR: &str = "#nodr";
+/// One form of an outbound cluster: as it is where DestinationRule `rule`
+/// applies (`None`: where none does), with its load assignment.
+#[derive(Debug, Clone)]
+pub struct ClusterForm {
+    /// Index of the rule in `Model::destination_rules()`.
+    pub rule: Option<usize>,
+    /// The cluster (proxyless gRPC clients get a variant of it).
+    pub cluster: Arc<Cluster>,
+    /// The cluster encoded, as Envoy receives it.
+    pub bytes: Bytes,
+    /// The load assignment of an EDS cluster, and its encoding.
+    pub endpoints: Option<(Arc<ClusterLoadAssignment>, Bytes)>,
+    /// Locality load balancing the rule asks for (per proxy locality).
+    pub locality: Option<LocalityLoadBalancerSetting>,
+    /// Whether the rule sets outlier detection (locality failover needs it).
+    pub outlier_detection: bool,
+}
 
-/// Every resource the model describes.
-/// The outbound clusters of every service port, and the load assignments
-/// of the EDS ones.
-pub fn outbound(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
-    for svc in model.services.values() {
-        let dr = model.destination_rule(&svc.hostname);
-        let dr_hidden_somewhere = model.destination_rule_export(&svc.hostname).is_some();
-        let subsets: Vec<(String, BTreeMap<String, String>)> =
-            dr.map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect()).unwrap_or_default();
-        for port in &svc.ports {
-            if port.protocol == Protocol::Udp {
-                continue; // not proxied
+/// The forms of one outbound cluster name: one per DestinationRule that may
+/// apply to its host (a subset cluster exists only where a rule that
+/// defines the subset applies).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterForms {
+    /// The service's hostname.
+    pub host: Arc<str>,
+    /// The forms.
+    pub forms: Vec<ClusterForm>,
+}
+
+impl ClusterForms {
+    /// The form where `rule` applies.
+    pub fn form(&self, rule: Option<usize>) -> Option<&ClusterForm> {
+        self.forms.iter().find(|f| f.rule == rule)
+    }
+
+    /// A digest of every form's cluster (`kind == Cluster`) or load
+    /// assignment: it changes when some proxy's may. (A change of locality
+    /// settings alone is found by the DestinationRules' generation.)
+    pub fn digest(&self, kind: Kind) -> Bytes {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &self.forms {
+            f.rule.hash(&mut h);
+            match kind {
+                Kind::Endpoint => f.endpoints.as_ref().map(|e| &e.1).hash(&mut h),
+                _ => f.bytes.hash(&mut h),
             }
-            for (subset, labels) in
-                std::iter::once((String::new(), None)).chain(subsets.iter().map(|(n, l)| (n.clone(), Some(l))))
-            {
-                let name: Arc<str> = format!("outbound|{}|{subset}|{}", port.port, svc.hostname).into();
-                let mut c = Cluster {
-                    name: name.to_string(),
-                    connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
-                    ..Default::default()
-                };
-                match svc.resolution {
-                    Resolution::ClientSideLb => {
-                        c.cluster_discovery_type =
-                            Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
-                        c.eds_cluster_config = Some(cluster::EdsClusterConfig {
-                            eds_config: Some(core::ConfigSource {
-                                config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-                                    core::AggregatedConfigSource {},
-                                )),
-                                resource_api_version: core::ApiVersion::V3 as i32,
-                                ..Default::default()
-                            }),
-                            service_name: name.to_string(),
-                        });
-                        out.insert(
-                            (Kind::Endpoint, name.clone()),
-                            Bytes::from(load_assignment(&name, svc, port.port, labels).encode_to_vec()),
-                        );
-                    }
-                    Resolution::Passthrough => {
-                        // Headless: connect to the address the application dialed.
-                        c.cluster_discovery_type =
-                            Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32));
-                        c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
-                    }
-                    Resolution::Dns | Resolution::DnsRoundRobin => {
-                        let t = if svc.resolution == Resolution::Dns {
-                            cluster::DiscoveryType::StrictDns
-                        } else {
-                            cluster::DiscoveryType::LogicalDns
-                        };
-                        c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(t as i32));
-                        c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
-                    }
+        }
+        Bytes::copy_from_slice(&h.finish().to_be_bytes())
+    }
+}
+
+/// The outbound clusters of every service port, each in a form per
+/// DestinationRule that may apply to its host.
+pub fn outbound(model: &Model) -> HashMap<Arc<str>, ClusterForms> {
+    let rules = model.destination_rules();
+    let mut out: HashMap<Arc<str>, ClusterForms> = HashMap::new();
+    for svc in model.services.values() {
+        let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(Some));
+        for rule in choices {
+            let dr = rule.map(|i| &rules.get(i).rule);
+            let subsets: Vec<(String, BTreeMap<String, String>)> = dr
+                .map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect())
+                .unwrap_or_default();
+            for port in &svc.ports {
+                if port.protocol == Protocol::Udp {
+                    continue; // not proxied
                 }
-                let auto_mtls = model.mesh.enable_auto_mtls
-                    && !svc.mesh_external
-                    && crate::translate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
-                    && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
-                if subset.is_empty() && dr_hidden_somewhere {
-                    // The cluster as namespaces the DestinationRule is not
-                    // exported to see it (served by `inbound.rs`).
-                    let mut plain = c.clone();
-                    if auto_mtls {
-                        traffic_policy::auto_mtls(&mut plain, &svc.hostname, port.port, &subset);
+                for (subset, labels) in
+                    std::iter::once((String::new(), None)).chain(subsets.iter().map(|(n, l)| (n.clone(), Some(l))))
+                {
+                    let mut endpoints = None;
+                    let name: Arc<str> = format!("outbound|{}|{subset}|{}", port.port, svc.hostname).into();
+                    let mut c = Cluster {
+                        name: name.to_string(),
+                        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+                        ..Default::default()
+                    };
+                    match svc.resolution {
+                        Resolution::ClientSideLb => {
+                            c.cluster_discovery_type =
+                                Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
+                            c.eds_cluster_config = Some(cluster::EdsClusterConfig {
+                                eds_config: Some(core::ConfigSource {
+                                    config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+                                        core::AggregatedConfigSource {},
+                                    )),
+                                    resource_api_version: core::ApiVersion::V3 as i32,
+                                    ..Default::default()
+                                }),
+                                service_name: name.to_string(),
+                            });
+                            endpoints = Some(Arc::new(load_assignment(&name, svc, port.port, labels)));
+                        }
+                        Resolution::Passthrough => {
+                            // Headless: connect to the address the application dialed.
+                            c.cluster_discovery_type =
+                                Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32));
+                            c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+                        }
+                        Resolution::Dns | Resolution::DnsRoundRobin => {
+                            let t = if svc.resolution == Resolution::Dns {
+                                cluster::DiscoveryType::StrictDns
+                            } else {
+                                cluster::DiscoveryType::LogicalDns
+                            };
+                            c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(t as i32));
+                            c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
+                        }
                     }
-                    out.insert((Kind::Cluster, format!("{name}{NO_DR}").into()), Bytes::from(plain.encode_to_vec()));
+                    let auto_mtls = model.mesh.enable_auto_mtls
+                        && !svc.mesh_external
+                        && crate::translate::inbound::service_mtls_mode(model, svc, port.port)
+                            != Some(MtlsMode::Disable)
+                        && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
+                    let mut explicit_tls = false;
+                    let mut locality = None;
+                    let mut outlier_detection = false;
+                    if let Some(dr) = dr {
+                        let policy = traffic_policy::effective(dr, port.port, &subset);
+                        explicit_tls = policy.tls.is_some();
+                        locality = policy.load_balancer.as_ref().and_then(|l| l.locality_lb_setting.clone());
+                        outlier_detection = policy.outlier_detection.is_some();
+                        traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
+                    }
+                    if !explicit_tls && auto_mtls {
+                        traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
+                    }
+                    let bytes = Bytes::from(c.encode_to_vec());
+                    let endpoints = endpoints.map(|e| {
+                        let b = Bytes::from(e.encode_to_vec());
+                        (e, b)
+                    });
+                    let entry = out
+                        .entry(name)
+                        .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() });
+                    entry.forms.push(ClusterForm {
+                        rule,
+                        cluster: Arc::new(c),
+                        bytes,
+                        endpoints,
+                        locality,
+                        outlier_detection,
+                    });
                 }
-                let mut explicit_tls = false;
-                if let Some(dr) = dr {
-                    let policy = traffic_policy::effective(dr, port.port, &subset);
-                    explicit_tls = policy.tls.is_some();
-                    traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
-                }
-                if !explicit_tls && auto_mtls {
-                    traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
-                }
-                out.insert((Kind::Cluster, name.clone()), Bytes::from(c.encode_to_vec()));
             }
         }
     }
+    out
 }
 
 /// The clusters every sidecar has.

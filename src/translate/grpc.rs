@@ -6,13 +6,11 @@
 //! injection) or a default route to the service's cluster. The clusters and
 //! endpoints are the same ones sidecars get (`cluster.rs`, `endpoint.rs`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{ApiListener, Listener};
-use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
@@ -21,10 +19,10 @@ use istiod_xds::ads::Kind;
 use crate::model::Model;
 
 use super::envoy::{ads, any};
-use super::route::{FAULT_FILTER, Flavor, domains, routes};
+use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes, routes};
 
 /// Adds the gRPC listeners and route configurations of every service port.
-pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+pub fn translate(model: &Model, t: &mut super::Translation) {
     for svc in model.services.values() {
         for port in &svc.ports {
             let route_name = format!("outbound|{}||{}", port.port, svc.hostname);
@@ -54,18 +52,15 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
                 api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
                 ..Default::default()
             };
-            out.insert((Kind::Listener, listener_name.into()), Bytes::from(listener.encode_to_vec()));
-            let rc = route::RouteConfiguration {
-                name: route_name.clone(),
-                virtual_hosts: vec![route::VirtualHost {
-                    name: format!("{}:{}", svc.hostname, port.port),
-                    domains: domains(model, svc, port.port),
-                    routes: routes(model, svc, port.port, Flavor::Grpc),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            };
-            out.insert((Kind::Route, route_name.into()), Bytes::from(rc.encode_to_vec()));
+            let listener_name: Arc<str> = listener_name.into();
+            t.api_listeners.insert(listener_name.clone());
+            t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
+            let hosts = vec![ServiceRoutes {
+                host: svc.hostname.clone(),
+                port: port.port,
+                routes: routes(model, svc, port.port, Flavor::Grpc),
+            }];
+            t.routes.insert(route_name.clone().into(), RouteTable { name: route_name, flavor: Flavor::Grpc, hosts });
         }
     }
 }

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
-use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
@@ -27,32 +26,20 @@ use crate::model::{Model, Protocol, Resolution};
 
 /// Outbound capture port (istio-iptables `-p`).
 pub const OUTBOUND_PORT: u32 = 15001;
+/// The outbound capture listener's name.
+pub const VIRTUAL_OUTBOUND: &str = "virtualOutbound";
 /// Inbound capture port (istio-iptables `-z`).
 pub const INBOUND_PORT: u32 = 15006;
 
 use super::envoy::{any, socket, tcp_proxy};
-use super::route::fallback_host;
+use super::route::{Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the sidecar outbound listeners and their route configurations.
-pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+pub fn translate(model: &Model, t: &mut super::Translation) {
+    let (out, routes) = (&mut t.resources, &mut t.routes);
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
-    let (catchall, allow_any) = match model.mesh.outbound {
-        OutboundPolicy::AllowAny => ("PassthroughCluster", true),
-        OutboundPolicy::RegistryOnly => ("BlackHoleCluster", false),
-    };
-    let virtual_outbound = Listener {
-        name: "virtualOutbound".into(),
-        address: socket("0.0.0.0", OUTBOUND_PORT),
-        use_original_dst: Some(true),
-        traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain {
-            name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_proxy(catchall, catchall)],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let virtual_outbound = virtual_outbound(model.mesh.outbound);
     out.insert((Kind::Listener, virtual_outbound.name.as_str().into()), Bytes::from(virtual_outbound.encode_to_vec()));
 
     // HTTP ports get one shared listener and route configuration per port;
@@ -157,26 +144,40 @@ pub fn translate(model: &Model, out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
             ..Default::default()
         };
         out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));
-        let mut virtual_hosts: Vec<route::VirtualHost> = model
+        let hosts = model
             .services
             .values()
             .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
-            .map(|svc| route::VirtualHost {
-                name: format!("{}:{port}", svc.hostname),
-                domains: super::route::domains(model, svc, port),
-                routes: super::route::routes(model, svc, port, super::route::Flavor::Envoy),
-                include_request_attempt_count: true,
-                ..Default::default()
+            .map(|svc| ServiceRoutes {
+                host: svc.hostname.clone(),
+                port,
+                routes: super::route::routes(model, svc, port, Flavor::Envoy),
             })
             .collect();
-        virtual_hosts.push(fallback_host(allow_any));
-        let rc = route::RouteConfiguration {
-            name: port.to_string(),
-            virtual_hosts,
-            validate_clusters: Some(false),
+        routes.insert(port.to_string().into(), RouteTable { name: port.to_string(), flavor: Flavor::Envoy, hosts });
+    }
+}
+
+/// `virtualOutbound` on 0.0.0.0:15001, where iptables sends every outbound
+/// connection: `use_original_dst` hands it to the listener of its original
+/// destination; what none takes passes through (ALLOW_ANY) or is dropped
+/// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
+pub fn virtual_outbound(policy: OutboundPolicy) -> Listener {
+    let catchall = match policy {
+        OutboundPolicy::AllowAny => "PassthroughCluster",
+        OutboundPolicy::RegistryOnly => "BlackHoleCluster",
+    };
+    Listener {
+        name: VIRTUAL_OUTBOUND.into(),
+        address: socket("0.0.0.0", OUTBOUND_PORT),
+        use_original_dst: Some(true),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        filter_chains: vec![FilterChain {
+            name: "virtualOutbound-catchall-tcp".into(),
+            filters: vec![tcp_proxy(catchall, catchall)],
             ..Default::default()
-        };
-        out.insert((Kind::Route, port.to_string().into()), Bytes::from(rc.encode_to_vec()));
+        }],
+        ..Default::default()
     }
 }
 

@@ -112,28 +112,17 @@ fn distribute(cla: &mut ClusterLoadAssignment, proxy: &Locality, rules: &[Locali
     true
 }
 
-/// The endpoints of `name` (`outbound|<port>|<subset>|<host>`) for a proxy
-/// at `proxy_locality`, when its DestinationRule asks for locality load
-/// balancing; `None` when the shared endpoints stand as they are.
-pub fn endpoints_for(
-    model: &crate::model::Model,
-    proxy_locality: &str,
-    name: &str,
-    shared: &[u8],
-) -> Option<bytes::Bytes> {
+/// The endpoints of a cluster `form` for a proxy at `proxy_locality`, when
+/// its DestinationRule asks for locality load balancing; `None` when the
+/// shared endpoints stand as they are.
+pub fn endpoints_for(form: &crate::translate::cluster::ClusterForm, proxy_locality: &str) -> Option<bytes::Bytes> {
     use istiod_proto::prost::Message;
-    let mut parts = name.strip_prefix("outbound|")?.splitn(3, '|');
-    let port: u16 = parts.next()?.parse().ok()?;
-    let subset = parts.next()?;
-    let host = parts.next()?;
-    let dr = model.destination_rule(host)?;
-    let policy = crate::translate::traffic_policy::effective(dr, port, subset);
-    let setting = policy.load_balancer.as_ref().and_then(|l| l.locality_lb_setting.as_ref());
-    if setting.is_none() && policy.outlier_detection.is_none() {
+    let (shared, _) = form.endpoints.as_ref()?;
+    if form.locality.is_none() && !form.outlier_detection {
         return None;
     }
-    let mut cla = ClusterLoadAssignment::decode(shared).ok()?;
-    apply(&mut cla, &parse(proxy_locality), setting, policy.outlier_detection.is_some())
+    let mut cla = (**shared).clone();
+    apply(&mut cla, &parse(proxy_locality), form.locality.as_ref(), form.outlier_detection)
         .then(|| bytes::Bytes::from(cla.encode_to_vec()))
 }
 

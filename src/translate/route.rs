@@ -10,15 +10,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use istiod_kubewatch::istio::IstioObject;
-use istiod_kubewatch::istio::networking::{HttpRoute, StringMatch, VirtualService};
+use istiod_kubewatch::istio::networking::{DestinationRule, HttpRoute, StringMatch, VirtualService};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::common::fault::v3 as common_fault;
 use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 use istiod_proto::envoy::r#type::v3 as types;
+use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 
+use istiod_xds::ads::node::ProxyClass;
+
+use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Service};
 
 use super::envoy::any;
@@ -32,21 +36,48 @@ fn virtual_service<'a>(model: &'a Model, host: &str) -> Option<(&'a IstioObject,
     model.virtual_service(host)
 }
 
-/// The names a client may dial: the FQDN and its short forms, with and
-/// without the port, and the VIPs with the port.
-pub(crate) fn domains(model: &Model, svc: &Service, port: u16) -> Vec<String> {
-    let mut names = vec![svc.hostname.to_string()];
+/// The names a client in namespace `proxy_ns` may dial to reach `svc` on
+/// `port`, as istiod's `generateVirtualHostDomains` (httproute.go) makes
+/// them: the FQDN and its absolute form (`<fqdn>.`), the short names a
+/// resolver's search path completes (`reviews`, `reviews.ns.svc`,
+/// `reviews.ns` from the service's own namespace; `reviews.ns`,
+/// `reviews.ns.svc` from others), `*.`-prefixed forms for headless
+/// Kubernetes services, and the VIPs (IPv6 in brackets). Envoy sidecars
+/// match hosts without the port (the route configuration sets
+/// `ignore_port_in_host_matching`); proxyless gRPC matches the
+/// `:authority` it dialed, so each name is followed by its `:<port>` form.
+pub(crate) fn domains(model: &Model, svc: &Service, port: u16, proxy_ns: &str, flavor: Flavor) -> Vec<String> {
+    let mut names = vec![svc.hostname.to_string(), format!("{}.", svc.hostname)];
     let suffix = format!(".svc.{}", model.domain);
-    if let Some(short) = svc.hostname.strip_suffix(&suffix) {
-        names.push(format!("{short}.svc"));
-        names.push(short.to_owned());
-        if let Some((name, _)) = short.split_once('.') {
-            names.push(name.to_owned());
+    if let Some((name, ns)) = svc.hostname.strip_suffix(&suffix).and_then(|short| short.split_once('.'))
+        && !ns.contains('.')
+    {
+        if ns == proxy_ns {
+            names.extend([name.to_owned(), format!("{name}.{ns}.svc"), format!("{name}.{ns}")]);
+        } else {
+            names.extend([format!("{name}.{ns}"), format!("{name}.{ns}.svc")]);
         }
     }
-    let mut out: Vec<String> = names.iter().flat_map(|n| [n.clone(), format!("{n}:{port}")]).collect();
-    out.extend(svc.vips.iter().map(|v| format!("{v}:{port}")));
-    out
+    if svc.resolution == crate::model::Resolution::Passthrough && !svc.mesh_external {
+        let wild: Vec<String> = names.iter().map(|n| format!("*.{n}")).collect();
+        names.extend(wild);
+    }
+    names.extend(
+        svc.vips
+            .iter()
+            .filter(|v| !v.is_empty() && *v != "0.0.0.0")
+            .map(|v| if v.contains(':') { format!("[{v}]") } else { v.clone() }),
+    );
+    match flavor {
+        Flavor::Envoy => names,
+        Flavor::Grpc => names
+            .into_iter()
+            .flat_map(|n| {
+                let with_port = format!("{n}:{port}");
+                [n, with_port]
+            })
+            .collect(),
+    }
 }
 
 fn string_match(m: &StringMatch) -> Option<matcher::StringMatcher> {
@@ -131,21 +162,11 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
     Some(out)
 }
 
-/// The consistent-hash key of the first destination's DestinationRule
-/// (istiod puts it on the route; the cluster gets RING_HASH or MAGLEV).
-fn hash_policy(model: &Model, r: &HttpRoute, ns: &str, port: u16) -> Vec<route::route_action::HashPolicy> {
+/// The consistent-hash key of a destination's DestinationRule (istiod puts
+/// it on the route; the cluster gets RING_HASH or MAGLEV).
+fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<route::route_action::HashPolicy> {
     use route::route_action::hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter};
-    let Some(dest) = r.route.first().and_then(|d| d.destination.as_ref()) else { return Vec::new() };
-    let Some(dr) = model.destination_rule(&model.resolve_host(&dest.host, ns)) else { return Vec::new() };
-    let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
-    let top =
-        dr.traffic_policy.as_ref().map(|p| crate::translate::traffic_policy::for_port(p, dport)).unwrap_or_default();
-    let policy = match dr.subsets.iter().find(|s| s.name == dest.subset).and_then(|s| s.traffic_policy.as_ref()) {
-        Some(sp) => {
-            crate::translate::traffic_policy::merge(&top, &crate::translate::traffic_policy::for_port(sp, dport))
-        }
-        None => top,
-    };
+    let policy = crate::translate::traffic_policy::effective(dr, port, subset);
     let Some(h) = policy.load_balancer.and_then(|lb| lb.consistent_hash) else { return Vec::new() };
     let spec = if let Some(name) = h.http_header_name {
         PolicySpecifier::Header(Header { header_name: name, ..Default::default() })
@@ -169,8 +190,8 @@ fn hash_policy(model: &Model, r: &HttpRoute, ns: &str, port: u16) -> Vec<route::
 
 /// Who the routes are for: Envoy supports every action, proxyless gRPC
 /// only forwarding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flavor {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
     /// Envoy sidecars and gateways.
     Envoy,
     /// Proxyless gRPC.
@@ -238,54 +259,160 @@ fn envoy_action(r: &HttpRoute) -> Option<route::route::Action> {
     None
 }
 
-/// Route metadata key under which a match's `sourceLabels` and
-/// `sourceNamespace` travel from the shared translation to the per-class
-/// generator, which keeps the route only for matching proxies and strips
-/// the key (`inbound.rs`). No proxy ever receives it.
-pub const SOURCE_KEY: &str = "istiod-rs.source";
-
-fn source_selector(labels: &std::collections::BTreeMap<String, String>, namespace: &str) -> Option<core::Metadata> {
-    use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
-    if labels.is_empty() && namespace.is_empty() {
-        return None;
-    }
-    let string = |s: &str| Value { kind: Some(V::StringValue(s.to_owned())) };
-    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.clone(), string(v))).collect() };
-    let sel = Struct {
-        fields: [
-            ("labels".to_owned(), Value { kind: Some(V::StructValue(labels)) }),
-            ("namespace".to_owned(), string(namespace)),
-        ]
-        .into(),
-    };
-    Some(core::Metadata { filter_metadata: [(SOURCE_KEY.to_owned(), sel)].into(), ..Default::default() })
+/// Which proxies a route is for, beyond its virtual host's visibility:
+/// a match's `sourceLabels` / `sourceNamespace`, and the VirtualService's
+/// `exportTo` (a proxy it is not exported to gets the default route).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RouteScope {
+    /// Labels the proxy must carry.
+    pub source_labels: BTreeMap<String, String>,
+    /// Namespace the proxy must be in (empty: any).
+    pub source_namespace: String,
+    /// Namespaces the VirtualService is exported to; `None`: everywhere.
+    pub export: Option<Vec<String>>,
+    /// The default route that stands where the VirtualService is not
+    /// exported.
+    pub fallback: bool,
 }
 
-/// Removes the route metadata `key` (and the metadata, if that was all).
-fn take_marker(r: &mut route::Route, key: &str) -> Option<istiod_proto::prost_types::Struct> {
-    let sel = r.metadata.as_mut()?.filter_metadata.remove(key)?;
-    if r.metadata.as_ref().is_some_and(|m| m.filter_metadata.is_empty() && m.typed_filter_metadata.is_empty()) {
-        r.metadata = None;
+impl RouteScope {
+    /// Whether a proxy in `namespace` with `labels` gets the route.
+    pub fn admits(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+        let exported = self.export.as_ref().is_none_or(|e| e.iter().any(|n| n == "*" || n == namespace));
+        let source = (self.source_namespace.is_empty() || self.source_namespace == namespace)
+            && self.source_labels.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v));
+        exported != self.fallback && source
     }
-    Some(sel)
+
+    /// Whether the route is the same for every proxy.
+    pub fn is_everyone(&self) -> bool {
+        *self == RouteScope::default()
+    }
 }
 
-/// Whether a route may be served to `class`, by its source selector; the
-/// selector is removed.
-pub fn take_source_match(r: &mut route::Route, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
-    use istiod_proto::prost_types::value::Kind as V;
-    let Some(sel) = take_marker(r, SOURCE_KEY) else { return true };
-    let ns_ok = match sel.fields.get("namespace").and_then(|v| v.kind.as_ref()) {
-        Some(V::StringValue(ns)) => ns.is_empty() || ns == namespace,
-        _ => true,
-    };
-    let labels_ok = match sel.fields.get("labels").and_then(|v| v.kind.as_ref()) {
-        Some(V::StructValue(want)) => want.fields.iter().all(|(k, v)| {
-            matches!(&v.kind, Some(V::StringValue(v)) if labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
-        }),
-        _ => true,
-    };
-    ns_ok && labels_ok
+/// A route before it is filtered for a proxy: the Envoy route, who it is
+/// for, and the destination whose DestinationRule (in force for the
+/// proxy's namespace) may add a consistent-hash policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopedRoute {
+    /// The route, without its hash policy.
+    pub route: route::Route,
+    /// Who gets it.
+    pub scope: RouteScope,
+    /// `(host, port, subset)` of the first destination.
+    pub hash_destination: Option<(String, u16, String)>,
+}
+
+/// A virtual host before it is rendered for a proxy: domains and the
+/// DestinationRules' hash policies depend on the proxy's namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceRoutes {
+    /// The service.
+    pub host: Arc<str>,
+    /// The service port.
+    pub port: u16,
+    /// Its routes.
+    pub routes: Vec<ScopedRoute>,
+}
+
+/// A route configuration before it is rendered for a proxy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteTable {
+    /// Its name (`"<port>"`, or `outbound|<port>||<host>` for proxyless gRPC).
+    pub name: String,
+    /// Envoy or proxyless gRPC.
+    pub flavor: Flavor,
+    /// A virtual host per service.
+    pub hosts: Vec<ServiceRoutes>,
+}
+
+impl RouteTable {
+    /// Whether any route depends on the proxy's labels.
+    pub fn reads_labels(&self) -> bool {
+        self.hosts.iter().flat_map(|h| &h.routes).any(|r| !r.scope.source_labels.is_empty())
+    }
+
+    /// A digest of everything rendering reads from the table (the control
+    /// thread compares digests to find changed route configurations).
+    pub fn digest(&self, model: &Model) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&self.name, self.flavor).hash(&mut h);
+        for vh in &self.hosts {
+            (&vh.host, vh.port).hash(&mut h);
+            // The domains read the service's addresses and resolution.
+            if let Some(svc) = model.services.get(&vh.host) {
+                (&svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.mesh_external).hash(&mut h);
+            }
+            for r in &vh.routes {
+                r.route.encode_to_vec().hash(&mut h);
+                (&r.scope, &r.hash_destination).hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+
+    /// The route configuration a proxy of `class` receives: the virtual
+    /// hosts it may see (`visible`), each with the domains it may dial
+    /// ([`domains`]) and the routes meant for it; for Envoy the fallback
+    /// host of its outbound traffic policy and `ignore_port_in_host_matching`
+    /// (istiod's `buildSidecarOutboundHTTPRouteConfig`).
+    pub fn render(
+        &self,
+        model: &Model,
+        class: &ProxyClass,
+        policy: OutboundPolicy,
+        visible: impl Fn(&Service, u16) -> bool,
+    ) -> route::RouteConfiguration {
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut virtual_hosts = Vec::new();
+        for vh in &self.hosts {
+            let Some(svc) = model.services.get(&vh.host) else { continue };
+            if !visible(svc, vh.port) {
+                continue;
+            }
+            // istiod's dedupeDomains: a domain an earlier host took is dropped.
+            let domains: Vec<String> = domains(model, svc, vh.port, &class.namespace, self.flavor)
+                .into_iter()
+                .filter(|d| seen.insert(d.clone()))
+                .collect();
+            let routes = vh
+                .routes
+                .iter()
+                .filter(|r| r.scope.admits(&class.namespace, &class.labels))
+                .map(|r| {
+                    let mut out = r.route.clone();
+                    if let Some((host, port, subset)) = &r.hash_destination
+                        && let Some(i) = model.rule_index_for(&class.namespace, &class.labels, host)
+                        && let Some(route::route::Action::Route(a)) = &mut out.action
+                    {
+                        a.hash_policy = hash_policy(&model.destination_rules().get(i).rule, *port, subset);
+                    }
+                    out
+                })
+                .collect();
+            virtual_hosts.push(route::VirtualHost {
+                name: format!("{}:{}", vh.host, vh.port),
+                domains,
+                routes,
+                include_request_attempt_count: self.flavor == Flavor::Envoy,
+                ..Default::default()
+            });
+        }
+        match self.flavor {
+            Flavor::Grpc => route::RouteConfiguration { name: self.name.clone(), virtual_hosts, ..Default::default() },
+            Flavor::Envoy => {
+                virtual_hosts.push(fallback_host(policy == OutboundPolicy::AllowAny));
+                route::RouteConfiguration {
+                    name: self.name.clone(),
+                    virtual_hosts,
+                    validate_clusters: Some(false),
+                    ignore_port_in_host_matching: true,
+                    ..Default::default()
+                }
+            }
+        }
+    }
 }
 
 fn default_route(cluster: String) -> route::Route {
@@ -303,41 +430,6 @@ fn default_route(cluster: String) -> route::Route {
     }
 }
 
-/// Route metadata key carrying a VirtualService's `exportTo` when it is
-/// not exported everywhere: its routes are kept for proxies in the listed
-/// namespaces, and a trailing default route (`fallback`) for the others.
-/// The per-class generator applies and strips it (`inbound.rs`).
-pub const EXPORT_KEY: &str = "istiod-rs.export";
-
-fn export_marker(namespaces: &[String], fallback: bool) -> core::Metadata {
-    use istiod_proto::prost_types::{ListValue, Struct, Value, value::Kind as V};
-    let list =
-        ListValue { values: namespaces.iter().map(|n| Value { kind: Some(V::StringValue(n.clone())) }).collect() };
-    let sel = Struct {
-        fields: [
-            ("namespaces".to_owned(), Value { kind: Some(V::ListValue(list)) }),
-            ("fallback".to_owned(), Value { kind: Some(V::BoolValue(fallback)) }),
-        ]
-        .into(),
-    };
-    core::Metadata { filter_metadata: [(EXPORT_KEY.to_owned(), sel)].into(), ..Default::default() }
-}
-
-/// Whether a route may be served to a proxy in `namespace`, by its export
-/// marker; the marker is removed.
-pub fn take_export_match(r: &mut route::Route, namespace: &str) -> bool {
-    use istiod_proto::prost_types::value::Kind as V;
-    let Some(sel) = take_marker(r, EXPORT_KEY) else { return true };
-    let visible = match sel.fields.get("namespaces").and_then(|v| v.kind.as_ref()) {
-        Some(V::ListValue(l)) => {
-            l.values.iter().any(|v| matches!(&v.kind, Some(V::StringValue(n)) if n == "*" || n == namespace))
-        }
-        _ => true,
-    };
-    let fallback = matches!(sel.fields.get("fallback").and_then(|v| v.kind.as_ref()), Some(V::BoolValue(true)));
-    visible != fallback
-}
-
 /// The namespaces a VirtualService is exported to (`.` resolved), or
 /// `None` when it is exported everywhere.
 pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
@@ -347,19 +439,21 @@ pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
     Some(vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect())
 }
 
-pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<route::Route> {
+/// The routes of `svc`'s `port`: its VirtualService's HTTP routes, or a
+/// default route to the port's cluster.
+pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<ScopedRoute> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
+    let everyone = |route| ScopedRoute { route, scope: RouteScope::default(), hash_destination: None };
     let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
-        return vec![default_route(default_cluster)];
+        return vec![everyone(default_route(default_cluster))];
     };
     let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster);
     if let Some(namespaces) = vs_export(vs, obj.meta.ns()) {
         for r in &mut out {
-            let m = r.metadata.get_or_insert_with(Default::default);
-            m.filter_metadata.extend(export_marker(&namespaces, false).filter_metadata);
+            r.scope.export = Some(namespaces.clone());
         }
-        let mut fallback = default_route(default_cluster);
-        fallback.metadata = Some(export_marker(&namespaces, true));
+        let mut fallback = everyone(default_route(default_cluster));
+        fallback.scope = RouteScope { export: Some(namespaces), fallback: true, ..RouteScope::default() };
         out.push(fallback);
     }
     out
@@ -372,7 +466,7 @@ fn vs_routes(
     port: u16,
     flavor: Flavor,
     default_cluster: &str,
-) -> Vec<route::Route> {
+) -> Vec<ScopedRoute> {
     let default_cluster = default_cluster.to_owned();
     let ns = obj.meta.ns();
     let mut out = Vec::new();
@@ -383,6 +477,10 @@ fn vs_routes(
         if r.route.is_empty() && fixed.is_none() {
             continue;
         }
+        let hash_destination = r.route.first().and_then(|d| d.destination.as_ref()).map(|dest| {
+            let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
+            (model.resolve_host(&dest.host, ns), dport, dest.subset.clone())
+        });
         let clusters: Vec<(String, u32)> = r
             .route
             .iter()
@@ -430,7 +528,6 @@ fn vs_routes(
             cluster_specifier: Some(specifier),
             timeout: duration(r.timeout.as_ref()),
             retry_policy,
-            hash_policy: hash_policy(model, r, ns, port),
             ..Default::default()
         };
         if flavor == Flavor::Envoy {
@@ -533,9 +630,8 @@ fn vs_routes(
                     })
                     .collect();
             }
-            out.push(route::Route {
+            let route = route::Route {
                 name: if r.name.is_empty() { format!("{}.{}.{i}", obj.meta.name, ns) } else { r.name.clone() },
-                metadata: src.and_then(|s| source_selector(&s.source_labels, &s.source_namespace)),
                 r#match: Some(m),
                 action: Some(action.clone()),
                 typed_per_filter_config: per_filter.clone(),
@@ -544,7 +640,13 @@ fn vs_routes(
                 response_headers_to_add: resp_add.clone(),
                 response_headers_to_remove: resp_remove.clone(),
                 ..Default::default()
-            });
+            };
+            let scope = RouteScope {
+                source_labels: src.map(|s| s.source_labels.clone()).unwrap_or_default(),
+                source_namespace: src.map(|s| s.source_namespace.clone()).unwrap_or_default(),
+                ..RouteScope::default()
+            };
+            out.push(ScopedRoute { route, scope, hash_destination: hash_destination.clone() });
         }
     }
     out

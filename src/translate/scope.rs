@@ -10,9 +10,9 @@
 //! Scoping applies to names: clusters, endpoints, listeners and API
 //! listeners of invisible services are withheld, and route configurations
 //! lose their virtual hosts. A VirtualService's own `exportTo` is applied to
-//! its routes (`grpc_xds.rs`). An egress listener with a `port` makes its
-//! hosts visible on that port only. A DestinationRule's `exportTo` is applied by
-//! serving its host's cluster without it (`simple::NO_DR`) elsewhere.
+//! its routes (`route.rs`, `RouteScope`). An egress listener with a `port`
+//! makes its hosts visible on that port only. Which DestinationRule shapes a
+//! cluster for a proxy is `model/destination_rules.rs`'s choice.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -111,7 +111,7 @@ impl Scoping {
     }
 }
 
-/// A TLS port of a service without addresses (`sidecar.rs`'s SNI listener).
+/// A TLS port of a service without addresses (`listener.rs`'s SNI listener).
 fn sni_port(s: &Service, p: &crate::model::Port) -> bool {
     s.vips.is_empty() && matches!(p.protocol, crate::model::Protocol::Tls | crate::model::Protocol::Https)
 }

@@ -15,12 +15,21 @@ import grpc
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.http.fault.v3 import fault_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
+RDS = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 REVIEWS = "outbound|9080||reviews.bookinfo.svc.cluster.local"
 RATINGS = "outbound|9080||ratings.bookinfo.svc.cluster.local"
@@ -142,6 +151,54 @@ def main():
         s.send(discovery_pb2.DeltaDiscoveryRequest(type_url=EDS, response_nonce=e.nonce))
         s.close()
 
+    def sidecar_listeners():
+        """What a sidecar's wildcard LDS holds, as istiod builds it
+        (pilot/pkg/networking/core/listener.go, listener_builder.go): the
+        capture listeners virtualOutbound (15001, binds, hands connections
+        to the listener of their original destination) and virtualInbound
+        (15006), an HTTP listener 0.0.0.0_<port> per HTTP port and a TCP
+        listener <VIP>_<port> per TCP service port, neither binding; no
+        proxyless gRPC API listener. Then the route configuration of port
+        9080 (httproute.go): no port in the domains, the port ignored in
+        host matching, short names of the proxy's own namespace."""
+        s = Stream(stub.StreamAggregatedResources)
+        s.send(discovery_pb2.DiscoveryRequest(node=node(12), type_url=LDS))
+        r = s.recv()
+        assert r.type_url == LDS, r.type_url
+        listeners = {}
+        for a in r.resources:
+            lst = listener_pb2.Listener()
+            assert a.Unpack(lst), a.type_url
+            listeners[lst.name] = lst
+        want = {"virtualOutbound", "virtualInbound", "0.0.0.0_9080", "0.0.0.0_7070", "10.96.10.20_27017"}
+        assert want <= set(listeners), sorted(listeners)
+        assert not [n for n in listeners if ":" in n], f"API listeners sent to a sidecar: {sorted(listeners)}"
+        out = listeners["virtualOutbound"]
+        assert out.address.socket_address.port_value == 15001 and out.use_original_dst.value, out
+        assert not out.HasField("bind_to_port"), "virtualOutbound must bind"
+        assert listeners["virtualInbound"].address.socket_address.port_value == 15006
+        for name in ("0.0.0.0_9080", "10.96.10.20_27017"):
+            assert listeners[name].HasField("bind_to_port") and not listeners[name].bind_to_port.value, name
+        s.send(discovery_pb2.DiscoveryRequest(type_url=LDS, version_info=r.version_info, response_nonce=r.nonce))
+        s.send(discovery_pb2.DiscoveryRequest(type_url=RDS, resource_names=["9080"]))
+        rr = s.recv()
+        assert rr.type_url == RDS and len(rr.resources) == 1, rr
+        rc = route_pb2.RouteConfiguration()
+        assert rr.resources[0].Unpack(rc)
+        assert rc.ignore_port_in_host_matching, rc
+        vh = next(v for v in rc.virtual_hosts if v.name == "reviews.bookinfo.svc.cluster.local:9080")
+        assert list(vh.domains) == [
+            "reviews.bookinfo.svc.cluster.local",
+            "reviews.bookinfo.svc.cluster.local.",
+            "reviews",
+            "reviews.bookinfo.svc",
+            "reviews.bookinfo",
+            "10.96.10.12",
+        ], list(vh.domains)
+        assert not any(r.HasField("metadata") for v in rc.virtual_hosts for r in v.routes), "internal markers served"
+        assert rc.virtual_hosts[-1].name == "allow_any", rc.virtual_hosts[-1].name
+        s.close()
+
     def missing_node():
         s = Stream(stub.StreamAggregatedResources)
         s.send(discovery_pb2.DiscoveryRequest(type_url=CDS))
@@ -156,6 +213,7 @@ def main():
 
     check("sotw", sotw)
     check("delta", delta)
+    check("sidecar_listeners", sidecar_listeners)
     check("missing_node", missing_node)
     channel.close()
     failed = sum(1 for _, e in results if e)

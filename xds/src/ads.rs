@@ -358,10 +358,16 @@ impl AdsService {
                     .iter()
                     .filter_map(|k| {
                         let w = s.watches[*k as usize].as_ref()?;
+                        // The bodies as this proxy's class is served them
+                        // now (hex), for the control thread to render.
+                        let body = |n: &str| {
+                            let b = s.class.as_ref().and_then(|c| self.generator.generate(&self.snap, c, *k, n));
+                            b.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+                        };
                         Some(json!({
                             "type_url": k.type_url(),
                             "version_info": w.sent_version.to_string(),
-                            "resources": w.sent.iter().map(|(n, v)| json!({"name": &**n, "version": &**v})).collect::<Vec<_>>(),
+                            "resources": w.sent.iter().map(|(n, v)| json!({"name": &**n, "version": &**v, "body": body(n)})).collect::<Vec<_>>(),
                         }))
                     })
                     .collect();

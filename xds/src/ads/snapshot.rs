@@ -200,15 +200,8 @@ pub trait Generator: Send + Sync + 'static {
 pub struct SimpleGenerator;
 
 impl Generator for SimpleGenerator {
-    fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-        let names = snap.model.resources[kind as usize].keys();
-        if kind == Kind::Listener && &*class.generator != "grpc" {
-            // Proxyless gRPC API listeners are named `<host>:<port>` (no `_`,
-            // which no DNS name has); Envoy's are `<address>_<port>`. A
-            // wildcard Envoy subscription must not receive the former.
-            return names.filter(|n| n.contains('_')).cloned().collect();
-        }
-        names.cloned().collect()
+    fn wildcard_names(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        snap.model.resources[kind as usize].keys().cloned().collect()
     }
     fn input_generation(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
         snap.model.resources[kind as usize].get(name).map(|r| r.generation)

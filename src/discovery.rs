@@ -23,6 +23,7 @@ use crate::generator::{MeshGenerator, MeshInput};
 use crate::model::Model;
 use crate::translate;
 use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
+use istiod_kubewatch::objects::EndpointSlice;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +189,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
-                apply(&state, &loaded.objects, configz(dir, &loaded), &config.domain, &mesh, &tx);
+                let configz = configz(dir, &loaded);
+                apply(&state, loaded.objects, configz, &config.domain, &mesh, &tx);
                 // Watch the directory: every change reloads it and sends what changed.
                 let (watcher, events) = source.watch()?;
                 let (wake_tx, wake_rx) = mpsc::unbounded_channel();
@@ -240,10 +242,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
 struct State {
     model: Arc<Model>,
     configz: Value,
-    resources: std::collections::BTreeMap<(istiod_xds::ads::Kind, Arc<str>), bytes::Bytes>,
+    resources: crate::translate::Resources,
     inbound_generation: Option<u64>,
     scope_generation: Option<u64>,
     routing_generation: Option<u64>,
+    /// The source's objects the model was last built from.
+    objects: Option<istiod_kubewatch::objects::Objects>,
+    /// The generators' input last published.
+    mesh: Option<Arc<MeshInput>>,
 }
 
 fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
@@ -283,7 +289,7 @@ pub struct Built {
     /// The mesh model.
     pub model: Arc<Model>,
     /// The shared resources, encoded.
-    pub resources: std::collections::BTreeMap<(ads::Kind, Arc<str>), bytes::Bytes>,
+    pub resources: crate::translate::Resources,
     /// The per-class generators' inputs.
     pub mesh: Arc<MeshInput>,
 }
@@ -300,16 +306,72 @@ pub fn build(
     Built { model, resources, mesh }
 }
 
+/// The Services whose EndpointSlices differ between `old` and `new`, as
+/// (namespace, name), when nothing else differs; `None` otherwise.
+fn endpoint_only_change(
+    old: &istiod_kubewatch::objects::Objects,
+    new: &istiod_kubewatch::objects::Objects,
+) -> Option<Vec<(String, String)>> {
+    if old.services != new.services
+        || old.pods != new.pods
+        || old.nodes != new.nodes
+        || old.namespaces != new.namespaces
+        || old.istio != new.istio
+    {
+        return None;
+    }
+    fn index(o: &istiod_kubewatch::objects::Objects) -> std::collections::HashMap<(&str, &str), &EndpointSlice> {
+        o.endpoint_slices.iter().map(|s| ((s.metadata.ns(), s.metadata.name.as_str()), s)).collect()
+    }
+    let (a, b) = (index(old), index(new));
+    let mut services = std::collections::BTreeSet::new();
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        for (key, slice) in x {
+            if y.get(key) != Some(slice) {
+                // A slice without its service label serves nothing.
+                if let Some(svc) = slice.service_name() {
+                    services.insert((key.0.to_owned(), svc.to_owned()));
+                }
+            }
+        }
+    }
+    Some(services.into_iter().collect())
+}
+
+/// The mesh built from `objects`, given what it was built from before
+/// (`prev`): when only EndpointSlices changed, only their services are
+/// rebuilt and re-translated (O(changed), the rest shared); anything else
+/// rebuilds the model. Says which it did.
+pub fn update(
+    prev: Option<(&istiod_kubewatch::objects::Objects, &Arc<MeshInput>)>,
+    objects: &istiod_kubewatch::objects::Objects,
+    domain: &str,
+    settings: &Arc<crate::mesh::MeshSettings>,
+) -> (Built, bool) {
+    let fast =
+        prev.and_then(|(old, m)| endpoint_only_change(old, objects).map(|svcs| m.with_endpoints(objects, &svcs).0));
+    match fast {
+        Some(m) => {
+            (Built { model: m.model.clone(), resources: m.translation.resources.clone(), mesh: Arc::new(m) }, true)
+        }
+        None => (build(objects, domain, settings), false),
+    }
+}
+
 fn apply(
     state: &RefCell<State>,
-    objects: &istiod_kubewatch::objects::Objects,
+    objects: istiod_kubewatch::objects::Objects,
     configz: Value,
     domain: &str,
     mesh: &Arc<crate::mesh::MeshSettings>,
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
-    let Built { model, resources, mesh } = build(objects, domain, mesh);
+    let (Built { model, resources, mesh }, incremental) = {
+        let s = state.borrow();
+        let prev = s.objects.as_ref().zip(s.mesh.as_ref());
+        update(prev, &objects, domain, mesh)
+    };
     let mut s = state.borrow_mut();
     let changes = translate::diff_maps(&s.resources, &resources);
     // Per-class resources are generated on the cores: if their inputs
@@ -337,6 +399,8 @@ fn apply(
     s.configz = configz;
     s.model = model;
     s.resources = resources;
+    s.objects = Some(objects);
+    s.mesh = Some(mesh.clone());
     s.inbound_generation = Some(mesh.inbound_generation);
     s.scope_generation = Some(mesh.scope_generation);
     s.routing_generation = Some(mesh.routing_generation);
@@ -345,6 +409,7 @@ fn apply(
             target: "model",
             changes = changes.len(),
             touched = touched.len(),
+            incremental,
             build_ms = started.elapsed().as_secs_f64() * 1000.0,
             "mesh changed"
         );
@@ -370,7 +435,10 @@ async fn watch_dir(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         while wake.try_recv().is_ok() {}
         match source.reload() {
-            Ok(loaded) => apply(&state, &loaded.objects, configz(&dir, &loaded), &domain, &mesh, &tx),
+            Ok(loaded) => {
+                let configz = configz(&dir, &loaded);
+                apply(&state, loaded.objects, configz, &domain, &mesh, &tx)
+            }
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
             }
@@ -399,7 +467,7 @@ async fn watch_kube(
             "namespaces": objects.namespaces.len(),
             "istioConfig": istio_counts(&objects),
         });
-        apply(&state, &objects, configz, &domain, &mesh, &tx);
+        apply(&state, objects, configz, &domain, &mesh, &tx);
     }
 }
 

@@ -23,8 +23,10 @@ use crate::translate::inbound::{VIRTUAL_INBOUND, inbound_cluster, inbound_ports,
 use crate::translate::listener::{VIRTUAL_OUTBOUND, virtual_outbound};
 use crate::translate::locality::endpoints_for;
 
-/// What the cores need to generate per-class resources.
-#[derive(Debug)]
+/// What the cores need to generate per-class resources. Cloning is cheap
+/// (shared model parts, persistent maps): an endpoint change clones it and
+/// replaces one service's parts ([`MeshInput::with_endpoints`]).
+#[derive(Debug, Clone)]
 pub struct MeshInput {
     /// The model.
     pub model: Arc<Model>,
@@ -33,8 +35,14 @@ pub struct MeshInput {
     /// per-class resources, and what tells the control thread to mark
     /// them changed.
     pub inbound_generation: u64,
+    /// Each service's part of `inbound_generation`.
+    inbound_parts: imbl::HashMap<Arc<str>, u64>,
+    /// The security policies' part of `inbound_generation`.
+    security_hash: u64,
+    /// The sum of `inbound_parts` (a sum, so one part is replaced in O(1)).
+    inbound_sum: u64,
     /// Which services each proxy may see.
-    pub scoping: crate::translate::scope::Scoping,
+    pub scoping: Arc<crate::translate::scope::Scoping>,
     /// A fingerprint of the inputs of scoping (Sidecars, exportTo).
     pub scope_generation: u64,
     /// Whether some VirtualService route matches on `sourceLabels` or
@@ -98,22 +106,13 @@ fn hash_debug(h: &mut impl Hasher, v: &impl std::fmt::Debug) {
 impl MeshInput {
     /// Wraps a model.
     pub fn new(model: Arc<Model>) -> Self {
+        let inbound_parts: imbl::HashMap<Arc<str>, u64> =
+            model.services.iter().map(|(h, s)| (h.clone(), inbound_part(s))).collect();
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for s in model.services.values() {
-            (&s.hostname, &s.namespace, &s.selector).hash(&mut h);
-            hash_debug(&mut h, &s.ports);
-            // Endpoints tell a workload its port only where the Service
-            // does not (named target ports): scaling a Service with a
-            // numeric target port changes no proxy's inbound side.
-            for e in &s.endpoints {
-                let spec = s.ports.iter().find(|p| p.port == e.service_port).map(|p| p.target_port.unwrap_or(p.port));
-                if spec != Some(e.port) {
-                    (e.service_port, e.port, &e.labels).hash(&mut h);
-                }
-            }
-        }
         hash_debug(&mut h, &model.security);
-        let inbound_generation = h.finish();
+        let security_hash = h.finish();
+        let inbound_sum = inbound_parts.values().fold(0u64, |a, b| a.wrapping_add(*b));
+        let inbound_generation = mix((security_hash, inbound_sum));
         let mut h = std::collections::hash_map::DefaultHasher::new();
         hash_debug(&mut h, &model.sidecars);
         model.mesh.root_namespace.hash(&mut h);
@@ -121,7 +120,7 @@ impl MeshInput {
             (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
         }
         let scope_generation = h.finish();
-        let scoping = crate::translate::scope::Scoping::new(&model);
+        let scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
         let source_matching = model.routing.iter().any(|o| match &o.spec {
             IstioSpec::VirtualService(vs) => vs
                 .http
@@ -144,7 +143,7 @@ impl MeshInput {
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting_sidecars || model.destination_rules().selecting;
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for o in &model.routing {
+        for o in model.routing.iter() {
             if let IstioSpec::DestinationRule(dr) = &o.spec {
                 (o.meta.ns(), &o.meta.name).hash(&mut h);
                 hash_debug(&mut h, dr);
@@ -154,6 +153,9 @@ impl MeshInput {
         Self {
             model,
             inbound_generation,
+            inbound_parts,
+            security_hash,
+            inbound_sum,
             scoping,
             scope_generation,
             source_matching,
@@ -164,6 +166,53 @@ impl MeshInput {
             selecting_sidecars,
         }
     }
+}
+
+impl MeshInput {
+    /// The mesh after the EndpointSlices of the Services `changed`
+    /// (namespace, name) changed in `objs`, and nothing else: those
+    /// services are rebuilt in the model, their clusters and load
+    /// assignments re-translated and their part of the inbound fingerprint
+    /// replaced; everything else is shared with `self`. Returns the names
+    /// whose bytes changed. Costs O(changed services), not O(mesh).
+    pub fn with_endpoints(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[(String, String)],
+    ) -> (MeshInput, Vec<(Kind, Arc<str>)>) {
+        let (model, hosts) = self.model.with_endpoints_of(objs, changed);
+        let model = Arc::new(model);
+        let mut next = MeshInput { model: model.clone(), ..self.clone() };
+        let mut names = Vec::new();
+        for host in &hosts {
+            names.extend(next.translation.update_service(&model, host));
+            let old = match model.services.get(host) {
+                Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
+                None => next.inbound_parts.remove(host),
+            };
+            let new = next.inbound_parts.get(host).copied().unwrap_or(0);
+            next.inbound_sum = next.inbound_sum.wrapping_sub(old.unwrap_or(0)).wrapping_add(new);
+        }
+        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
+        (next, names)
+    }
+}
+
+/// What inbound generation reads of one service: its selector and ports,
+/// and the endpoints that tell a workload its port where the Service does
+/// not (named target ports): scaling a Service with a numeric target port
+/// changes no proxy's inbound side.
+fn inbound_part(s: &crate::model::Service) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&s.hostname, &s.namespace, &s.selector).hash(&mut h);
+    hash_debug(&mut h, &s.ports);
+    for e in &s.endpoints {
+        let spec = s.ports.iter().find(|p| p.port == e.service_port).map(|p| p.target_port.unwrap_or(p.port));
+        if spec != Some(e.port) {
+            (e.service_port, e.port, &e.labels).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// Shared resources from the snapshot, and per sidecar class its

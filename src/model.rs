@@ -3,7 +3,7 @@
 //! and Nodes (locality). Built from the objects a source read; immutable
 //! once built. Translation reads only this.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
@@ -209,8 +209,9 @@ pub struct Service {
 /// The model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Model {
-    /// Services by hostname.
-    pub services: BTreeMap<Arc<str>, Service>,
+    /// Services by hostname (a persistent map: a model that changes one
+    /// service shares the others with its predecessor).
+    pub services: imbl::OrdMap<Arc<str>, Service>,
     /// Namespace labels by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The DNS domain (`cluster.local`).
@@ -218,13 +219,13 @@ pub struct Model {
     /// VirtualServices and DestinationRules, in a stable order
     /// (namespace, name), for translation.
     #[serde(skip)]
-    pub routing: Vec<IstioObject>,
+    pub routing: Arc<Vec<IstioObject>>,
     /// PeerAuthentications and AuthorizationPolicies, same order.
     #[serde(skip)]
-    pub security: Vec<IstioObject>,
+    pub security: Arc<Vec<IstioObject>>,
     /// Sidecars, same order.
     #[serde(skip)]
-    pub sidecars: Vec<IstioObject>,
+    pub sidecars: Arc<Vec<IstioObject>>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
@@ -237,8 +238,9 @@ pub struct Model {
 }
 
 /// A cache, not part of the model's value: equal whether built or not.
+/// Models that share their routing objects share it.
 #[derive(Debug, Clone, Default)]
-struct LazyIndex(std::sync::OnceLock<RoutingIndex>);
+struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
 
 impl PartialEq for LazyIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -348,7 +350,62 @@ const TLS_MODE: &str = "security.istio.io/tlsMode";
 
 /// Locality of a pod: its `istio-locality` label (`region.zone.subzone`),
 /// else its node's topology labels.
-fn locality(pod: Option<&Pod>, nodes: &BTreeMap<&str, &BTreeMap<String, String>>) -> Locality {
+/// The Pods and Nodes endpoints are joined with, by the keys they are
+/// looked up by.
+struct Workloads<'a> {
+    pods: HashMap<(&'a str, &'a str), &'a Pod>,
+    by_ip: HashMap<&'a str, &'a Pod>,
+    nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
+}
+
+impl<'a> Workloads<'a> {
+    /// Every Pod and Node of `objs`.
+    fn all(objs: &'a Objects) -> Self {
+        Workloads {
+            pods: objs.pods.iter().map(|p| ((p.metadata.ns(), p.metadata.name.as_str()), p)).collect(),
+            by_ip: objs.pods.iter().filter_map(|p| p.status.pod_ip.as_deref().map(|ip| (ip, p))).collect(),
+            nodes: objs.nodes.iter().map(|n| (n.metadata.name.as_str(), &n.metadata.labels)).collect(),
+        }
+    }
+
+    /// Only the Pods (and their Nodes) that `slices` name or address: one
+    /// pass over the Pods instead of an index of all of them.
+    fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
+        let mut names: HashSet<(&str, &str)> = HashSet::new();
+        let mut ips: HashSet<&str> = HashSet::new();
+        for s in slices {
+            for ep in &s.endpoints {
+                if let Some(r) = ep.target_ref.as_ref().filter(|r| r.kind == "Pod") {
+                    names.insert((r.namespace.as_deref().unwrap_or(s.metadata.ns()), r.name.as_str()));
+                }
+                ips.extend(ep.addresses.iter().map(String::as_str));
+            }
+        }
+        let mut w = Workloads { pods: HashMap::new(), by_ip: HashMap::new(), nodes: HashMap::new() };
+        let mut node_names: HashSet<&str> = HashSet::new();
+        for p in &objs.pods {
+            let key = (p.metadata.ns(), p.metadata.name.as_str());
+            let ip = p.status.pod_ip.as_deref();
+            let wanted = names.contains(&key) || ip.is_some_and(|ip| ips.contains(ip));
+            if wanted {
+                w.pods.insert(key, p);
+                if let Some(ip) = ip {
+                    w.by_ip.insert(ip, p);
+                }
+                node_names.extend(p.spec.node_name.as_deref());
+            }
+        }
+        w.nodes = objs
+            .nodes
+            .iter()
+            .filter(|n| node_names.contains(n.metadata.name.as_str()))
+            .map(|n| (n.metadata.name.as_str(), &n.metadata.labels))
+            .collect();
+        w
+    }
+}
+
+fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>) -> Locality {
     if let Some(l) = pod.and_then(|p| p.metadata.labels.get("istio-locality")) {
         let mut parts = l.splitn(3, '.');
         return Locality {
@@ -378,33 +435,22 @@ impl Model {
     /// Builds the model from Kubernetes objects under `mesh`.
     pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::mesh::MeshSettings>) -> Model {
         let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
-        model.routing = objs
-            .istio
-            .iter()
-            .filter(|o| matches!(o.spec, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)))
-            .cloned()
-            .collect();
-        model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
-        model.security = objs
-            .istio
-            .iter()
-            .filter(|o| matches!(o.spec, IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_)))
-            .cloned()
-            .collect();
-        model.security.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
-        model.sidecars = objs.istio.iter().filter(|o| matches!(o.spec, IstioSpec::Sidecar(_))).cloned().collect();
-        model.sidecars.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+        let of = |want: fn(&IstioSpec) -> bool| {
+            let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
+            v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+            Arc::new(v)
+        };
+        model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
+        model.security = of(|s| matches!(s, IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_)));
+        model.sidecars = of(|s| matches!(s, IstioSpec::Sidecar(_)));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }
-        let nodes: BTreeMap<&str, &BTreeMap<String, String>> =
-            objs.nodes.iter().map(|n| (n.metadata.name.as_str(), &n.metadata.labels)).collect();
-        let pods: BTreeMap<(&str, &str), &Pod> =
-            objs.pods.iter().map(|p| ((p.metadata.ns(), p.metadata.name.as_str()), p)).collect();
-        let pods_by_ip: BTreeMap<&str, &Pod> =
-            objs.pods.iter().filter_map(|p| p.status.pod_ip.as_deref().map(|ip| (ip, p))).collect();
+        let workloads = Workloads::all(objs);
+        let slices = slices_by_service(objs);
         for svc in &objs.services {
-            let s = service(svc, domain, objs, &pods, &pods_by_ip, &nodes);
+            let key = (svc.metadata.ns(), svc.metadata.name.as_str());
+            let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
             model.services.insert(s.hostname.clone(), s);
         }
         for o in &objs.istio {
@@ -416,6 +462,42 @@ impl Model {
             }
         }
         model
+    }
+}
+
+/// The EndpointSlices of each Service, by (namespace, service name).
+fn slices_by_service(objs: &Objects) -> HashMap<(&str, &str), Vec<&EndpointSlice>> {
+    let mut out: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    for s in &objs.endpoint_slices {
+        if let Some(name) = s.service_name() {
+            out.entry((s.metadata.ns(), name)).or_default().push(s);
+        }
+    }
+    out
+}
+
+impl Model {
+    /// The model after the EndpointSlices of the Services `changed`
+    /// (namespace, name) changed in `objs`, nothing else having changed:
+    /// those services are rebuilt, every other part is shared with `self`.
+    /// Returns the hostnames rebuilt.
+    pub fn with_endpoints_of(&self, objs: &Objects, changed: &[(String, String)]) -> (Model, Vec<Arc<str>>) {
+        let mut model = self.clone();
+        let mut hosts = Vec::new();
+        for (ns, name) in changed {
+            let Some(svc) = objs.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == *name) else {
+                continue; // a slice without its Service serves nothing
+            };
+            let slices: Vec<&EndpointSlice> = objs
+                .endpoint_slices
+                .iter()
+                .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name.as_str()))
+                .collect();
+            let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+            hosts.push(s.hostname.clone());
+            model.services.insert(s.hostname.clone(), s);
+        }
+        (model, hosts)
     }
 }
 
@@ -513,14 +595,7 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
         .collect()
 }
 
-fn service(
-    svc: &KubeService,
-    domain: &str,
-    objs: &Objects,
-    pods: &BTreeMap<(&str, &str), &Pod>,
-    pods_by_ip: &BTreeMap<&str, &Pod>,
-    nodes: &BTreeMap<&str, &BTreeMap<String, String>>,
-) -> Service {
+fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
     let ns = svc.metadata.ns().to_owned();
     let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
     let headless = svc.spec.cluster_ip.as_deref() == Some("None");
@@ -546,12 +621,7 @@ fn service(
             },
         })
         .collect();
-    let slices: Vec<&EndpointSlice> = objs
-        .endpoint_slices
-        .iter()
-        .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(svc.metadata.name.as_str()))
-        .filter(|s| s.address_type != "FQDN")
-        .collect();
+    let slices: Vec<&EndpointSlice> = slices.iter().copied().filter(|s| s.address_type != "FQDN").collect();
     let mut endpoints = Vec::new();
     for sp in &svc.spec.ports {
         for slice in &slices {
@@ -570,9 +640,9 @@ fn service(
                         .target_ref
                         .as_ref()
                         .filter(|r| r.kind == "Pod")
-                        .and_then(|r| pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied())
-                        .or_else(|| pods_by_ip.get(addr.as_str()).copied());
-                    let mut loc = locality(pod, nodes);
+                        .and_then(|r| w.pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied())
+                        .or_else(|| w.by_ip.get(addr.as_str()).copied());
+                    let mut loc = locality(pod, &w.nodes);
                     if loc.zone.is_empty()
                         && let Some(z) = &ep.zone
                     {

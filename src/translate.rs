@@ -6,7 +6,7 @@
 //! share ([`envoy`]). [`translate`] makes the resources every proxy class
 //! shares; `generator.rs` makes the per-class ones on the serving cores.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -29,10 +29,14 @@ pub mod traffic_policy;
 /// One resource change for the engine's model.
 pub type Change = (Kind, Arc<str>, Option<Bytes>);
 
+/// Every resource name with its bytes (see [`Translation::resources`]).
+pub type Resources = imbl::OrdMap<(Kind, Arc<str>), Bytes>;
+
 /// What translation makes of one model: typed values that the generator
 /// renders per proxy class, and for every resource name bytes that change
-/// when the resource may change for some proxy.
-#[derive(Debug, Default)]
+/// when the resource may change for some proxy. Cloning is cheap (persistent
+/// maps and shared tables): an update clones and changes a few entries.
+#[derive(Debug, Clone, Default)]
 pub struct Translation {
     /// Every resource name. Where all proxies get the same resource (fixed
     /// clusters, outbound and API listeners) these are its encoded bytes,
@@ -40,36 +44,78 @@ pub struct Translation {
     /// (outbound clusters and endpoints: [`cluster::ClusterForms::digest`];
     /// routes: [`route::RouteTable::digest`]). The control thread diffs
     /// them to find what changed.
-    pub resources: BTreeMap<(Kind, Arc<str>), Bytes>,
+    pub resources: Resources,
     /// Outbound clusters and their load assignments, a form per
     /// DestinationRule that may apply.
-    pub clusters: HashMap<Arc<str>, cluster::ClusterForms>,
+    pub clusters: imbl::HashMap<Arc<str>, cluster::ClusterForms>,
     /// Route configurations, before rendering per proxy.
-    pub routes: HashMap<Arc<str>, route::RouteTable>,
+    pub routes: Arc<HashMap<Arc<str>, route::RouteTable>>,
     /// The proxyless gRPC API listeners (never sent to Envoy).
-    pub api_listeners: HashSet<Arc<str>>,
+    pub api_listeners: Arc<HashSet<Arc<str>>>,
+    /// The outbound cluster names of each service.
+    pub by_host: imbl::HashMap<Arc<str>, Vec<Arc<str>>>,
+}
+
+impl Translation {
+    /// Replaces the outbound clusters of `host` (and their load
+    /// assignments) with what `model` makes of it now; returns the names
+    /// whose bytes changed. Routes and listeners do not read endpoints, so
+    /// an endpoint-only change of a service ends here.
+    pub fn update_service(&mut self, model: &Model, host: &Arc<str>) -> Vec<(Kind, Arc<str>)> {
+        let after = model.services.get(host).map(|svc| cluster::outbound_of(model, svc)).unwrap_or_default();
+        let before = self.by_host.get(host).cloned().unwrap_or_default();
+        let mut changed = Vec::new();
+        let mut set = |resources: &mut Resources, key: (Kind, Arc<str>), bytes: Option<Bytes>| {
+            if resources.get(&key) == bytes.as_ref() {
+                return;
+            }
+            match bytes {
+                Some(b) => resources.insert(key.clone(), b),
+                None => resources.remove(&key),
+            };
+            changed.push(key);
+        };
+        for name in before.iter().filter(|n| !after.iter().any(|(a, _)| a == *n)) {
+            self.clusters.remove(name);
+            set(&mut self.resources, (Kind::Cluster, name.clone()), None);
+            set(&mut self.resources, (Kind::Endpoint, name.clone()), None);
+        }
+        let names: Vec<Arc<str>> = after.iter().map(|(n, _)| n.clone()).collect();
+        for (name, forms) in after {
+            set(&mut self.resources, (Kind::Cluster, name.clone()), Some(forms.digest(Kind::Cluster)));
+            let eds = forms.forms.iter().any(|f| f.endpoints.is_some()).then(|| forms.digest(Kind::Endpoint));
+            set(&mut self.resources, (Kind::Endpoint, name.clone()), eds);
+            self.clusters.insert(name, forms);
+        }
+        if names.is_empty() {
+            self.by_host.remove(host);
+        } else {
+            self.by_host.insert(host.clone(), names);
+        }
+        changed
+    }
 }
 
 /// Translates `model`.
 pub fn translate(model: &Model) -> Translation {
-    let mut t = Translation { clusters: cluster::outbound(model), ..Translation::default() };
-    for (name, forms) in &t.clusters {
-        t.resources.insert((Kind::Cluster, name.clone()), forms.digest(Kind::Cluster));
-        if forms.forms.iter().any(|f| f.endpoints.is_some()) {
-            t.resources.insert((Kind::Endpoint, name.clone()), forms.digest(Kind::Endpoint));
-        }
+    let mut t = Translation::default();
+    for host in model.services.keys() {
+        t.update_service(model, host);
     }
     cluster::fixed(&mut t.resources);
     grpc::translate(model, &mut t);
     listener::translate(model, &mut t);
-    for (name, table) in &t.routes {
-        t.resources.insert((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest(model).to_be_bytes()));
-    }
+    let digests: Vec<_> = t
+        .routes
+        .iter()
+        .map(|(name, table)| ((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest(model).to_be_bytes())))
+        .collect();
+    t.resources.extend(digests);
     t
 }
 
 /// The changes that turn `model` into exactly `want`.
-pub fn diff(model: &SimpleModel, want: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Vec<Change> {
+pub fn diff(model: &SimpleModel, want: &Resources) -> Vec<Change> {
     let mut changes: Vec<Change> = want.iter().map(|((k, n), b)| (*k, n.clone(), Some(b.clone()))).collect();
     for kind in Kind::ALL {
         for name in model.resources[kind as usize].keys() {
@@ -81,15 +127,16 @@ pub fn diff(model: &SimpleModel, want: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Ve
     changes
 }
 
-/// The changes from one set of resources to another.
-pub fn diff_maps(old: &BTreeMap<(Kind, Arc<str>), Bytes>, new: &BTreeMap<(Kind, Arc<str>), Bytes>) -> Vec<Change> {
-    let mut changes: Vec<Change> = new
-        .iter()
-        .filter(|(k, b)| old.get(*k) != Some(*b))
-        .map(|((k, n), b)| (*k, n.clone(), Some(b.clone())))
-        .collect();
-    changes.extend(old.keys().filter(|k| !new.contains_key(*k)).map(|(k, n)| (*k, n.clone(), None)));
-    changes
+/// The changes from one set of resources to another: O(changed) where the
+/// two share structure (one was made from the other).
+pub fn diff_maps(old: &Resources, new: &Resources) -> Vec<Change> {
+    use imbl::ordmap::DiffItem;
+    old.diff(new)
+        .map(|d| match d {
+            DiffItem::Add((k, n), b) | DiffItem::Update { new: ((k, n), b), .. } => (*k, n.clone(), Some(b.clone())),
+            DiffItem::Remove((k, n), _) => (*k, n.clone(), None),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -172,10 +219,10 @@ mod tests {
 
     #[test]
     fn diff_removes_what_is_gone() {
-        let mut want = BTreeMap::new();
+        let mut want = Resources::new();
         want.insert((Kind::Cluster, Arc::<str>::from("a")), Bytes::from_static(b"1"));
         let (model, _) = SimpleModel::default().apply(1, diff(&SimpleModel::default(), &want));
-        let changes = diff(&model, &BTreeMap::new());
+        let changes = diff(&model, &Resources::new());
         assert_eq!(changes, vec![(Kind::Cluster, Arc::from("a"), None)]);
     }
 }

@@ -10,7 +10,6 @@
 //!   snapshot delta (one endpoint changed) to 1,000 SotW streams of
 //!   distinct proxies and building the pushes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,7 +45,8 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
 /// resources as the first published model, and that snapshot.
 fn istio_perf() -> (Built, SimpleModel, Snapshot) {
     let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
-    let (model, _) = SimpleModel::default().apply(1, istiod::translate::diff_maps(&BTreeMap::new(), &built.resources));
+    let (model, _) =
+        SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &built.resources));
     let snap = snapshot(1, model.clone(), &built);
     (built, model, snap)
 }
@@ -271,5 +271,102 @@ fn core_delta(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, build, assemble, core_delta);
+/// One change from the source to the snapshot the cores receive: the
+/// source's objects compared with the previous ones, the model and
+/// translation updated (incrementally for EndpointSlices, rebuilt for
+/// anything else), the changed names found and applied to the published
+/// model. Alternates between two versions of the mesh.
+struct Change {
+    objs: [Objects; 2],
+    builts: [Built; 2],
+    model: SimpleModel,
+    version: u64,
+    settings: Arc<MeshSettings>,
+}
+
+impl Change {
+    fn new(scenario: &str, edit: fn(&mut Objects)) -> Change {
+        let settings = Arc::new(MeshSettings::default());
+        let a = objects(scenario);
+        let mut b = a.clone();
+        edit(&mut b);
+        assert!(a != b, "the edit changes something");
+        let builts =
+            [discovery::build(&a, "cluster.local", &settings), discovery::build(&b, "cluster.local", &settings)];
+        let (model, _) =
+            SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &builts[0].resources));
+        Change { objs: [a, b], builts, model, version: 1, settings }
+    }
+
+    /// Applies the change from the current version to the other; returns
+    /// how many names changed and whether the update was incremental.
+    fn step(&mut self) -> (usize, bool) {
+        let from = (self.version % 2) as usize;
+        let to = 1 - from;
+        let (next, incremental) = discovery::update(
+            Some((&self.objs[from], &self.builts[from].mesh)),
+            &self.objs[to],
+            "cluster.local",
+            &self.settings,
+        );
+        let changes = istiod::translate::diff_maps(&self.builts[from].resources, &next.resources);
+        let n = changes.len();
+        self.version += 1;
+        let (model, _delta) = self.model.apply(self.version, changes);
+        // Only the base is kept: the next iteration starts from it again.
+        let snap = snapshot(self.version, model, &next);
+        assert!(snap.version > 0);
+        (n, incremental)
+    }
+}
+
+/// One endpoint fewer in the first EndpointSlice (a scale-down).
+fn drop_endpoint(o: &mut Objects) {
+    let slice = o.endpoint_slices.iter_mut().find(|s| s.endpoints.len() > 1).expect("a slice with two endpoints");
+    slice.endpoints.pop();
+}
+
+/// The first VirtualService's first weighted destination shifted by one.
+fn shift_weight(o: &mut Objects) {
+    use istiod_kubewatch::istio::IstioSpec;
+    let vs = o
+        .istio
+        .iter_mut()
+        .find_map(|x| match &mut x.spec {
+            IstioSpec::VirtualService(vs) if vs.http.first().is_some_and(|r| r.route.len() > 1) => Some(vs),
+            _ => None,
+        })
+        .expect("a VirtualService with a weighted route");
+    let r = &mut vs.http[0].route;
+    r[0].weight -= 1;
+    r[1].weight += 1;
+}
+
+fn change(c: &mut Criterion) {
+    let mut g = c.benchmark_group("change");
+    g.sample_size(20);
+    for scenario in ["istio-perf", "large"] {
+        let mut setup = None;
+        g.bench_function(format!("one_endpoint/{scenario}"), |b| {
+            let st = setup.get_or_insert_with(|| Change::new(scenario, drop_endpoint));
+            b.iter(|| {
+                let (n, incremental) = st.step();
+                assert!(incremental && n > 0, "an incremental update that changes something");
+                n
+            });
+        });
+        let mut setup = None;
+        g.bench_function(format!("one_virtual_service/{scenario}"), |b| {
+            let st = setup.get_or_insert_with(|| Change::new(scenario, shift_weight));
+            b.iter(|| {
+                let (n, _) = st.step();
+                assert!(n > 0);
+                n
+            });
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, build, change, assemble, core_delta);
 criterion_main!(benches);

@@ -23,7 +23,7 @@ use crate::testing::{class, istio_objects, served, snapshot};
 fn with_security(model: &Model, yaml: &str) -> Model {
     let mut m = model.clone();
     for o in istio_objects(yaml) {
-        m.security.insert(0, o);
+        Arc::make_mut(&mut m.security).insert(0, o);
     }
     m
 }
@@ -208,7 +208,7 @@ fn source_label_matches_reach_only_the_proxies_they_name() {
          \x20   match: [{sourceNamespace: other}]\n    route: [{destination: {host: details}}]\n  - name: rest\n\
          \x20   route: [{destination: {host: details}}]\n",
     ) {
-        model.routing.insert(0, o);
+        Arc::make_mut(&mut model.routing).insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -298,7 +298,7 @@ fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
 fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
     use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
     let mut model = (*bookinfo()).clone();
-    model.sidecars.extend(istio_objects(
+    Arc::make_mut(&mut model.sidecars).extend(istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: locked, namespace: bookinfo}\n\
          spec: {workloadSelector: {labels: {app: ratings}}, outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n",
     ));
@@ -339,7 +339,7 @@ fn locality_failover_orders_endpoints_by_the_proxys_locality() {
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a-reviews, namespace: bookinfo}\n\
          spec: {host: reviews, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}}\n",
     ) {
-        model.routing.insert(0, o);
+        Arc::make_mut(&mut model.routing).insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -379,7 +379,7 @@ fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
          spec: {hosts: [details], exportTo: [\".\"], http: [{name: local-only, route: [{destination: {host: details, subset: v1}}]}]}\n",
     ) {
-        model.routing.insert(0, o);
+        Arc::make_mut(&mut model.routing).insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -410,7 +410,7 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     let mut model = (*bookinfo()).clone();
     // reviews' DestinationRule (ISTIO_MUTUAL, LEAST_REQUEST, subsets v1-v3)
     // becomes private to bookinfo.
-    for o in &mut model.routing {
+    for o in Arc::make_mut(&mut model.routing).iter_mut() {
         if let IstioSpec::DestinationRule(dr) = &mut o.spec
             && dr.host == "reviews"
         {
@@ -443,12 +443,12 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
 #[test]
 fn the_clients_own_destination_rule_wins_over_the_services() {
     let mut model = (*bookinfo()).clone();
-    model.routing.extend(istio_objects(
+    Arc::make_mut(&mut model.routing).extend(istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-from-web, namespace: web}\n\
          spec:\n  host: reviews.bookinfo.svc.cluster.local\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n\
          \x20 subsets: [{name: canary, labels: {version: v3}}]\n",
     ));
-    model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    Arc::make_mut(&mut model.routing).sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
     model.reindex();
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -503,7 +503,7 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
 
     // A Sidecar that selects reviews by label: their scopes differ now.
     let mut m = (*model).clone();
-    m.sidecars.extend(istio_objects(
+    Arc::make_mut(&mut m.sidecars).extend(istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: reviews, namespace: bookinfo}\n\
          spec: {workloadSelector: {labels: {app: reviews}}, egress: [{hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}]}\n",
     ));
@@ -514,4 +514,61 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
     let b = cache.get(&MeshGenerator, &snap, &reviews, Kind::Route, &route).unwrap();
     assert_eq!(cache.misses, misses + 1, "generated for reviews' own scope");
     assert_ne!(a.any, b.any);
+}
+
+/// The endpoint fast path (`MeshInput::with_endpoints`) serves exactly what
+/// a full rebuild serves: every resource name, every class's bytes and the
+/// inbound fingerprint.
+#[test]
+fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::mesh::MeshSettings::default());
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    for edit in [
+        // reviews loses an endpoint; details' only slice goes away.
+        |o: &mut istiod_kubewatch::objects::Objects| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
+            s.endpoints.pop();
+        },
+        |o: &mut istiod_kubewatch::objects::Objects| o.endpoint_slices.retain(|s| s.service_name() != Some("details")),
+    ] {
+        let mut after = before.clone();
+        edit(&mut after);
+        let (fast, incremental) =
+            crate::discovery::update(Some((&before, &old.mesh)), &after, "cluster.local", &settings);
+        assert!(incremental, "only EndpointSlices changed");
+        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        assert_eq!(fast.resources, full.resources);
+        assert_eq!(fast.mesh.inbound_generation, full.mesh.inbound_generation);
+        assert_ne!(fast.resources, old.resources, "the edit shows");
+        let snap = |b: &crate::discovery::Built| {
+            let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
+            let mut s = Snapshot::new(
+                1,
+                std::time::Instant::now(),
+                Arc::new(istiod_xds::ads::SimpleModel::default().apply(1, changes).0),
+            );
+            s.mesh = Some(b.mesh.clone());
+            s
+        };
+        let (a, b) = (snap(&fast), snap(&full));
+        for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
+            for kind in Kind::ALL {
+                for (k, name) in full.resources.keys() {
+                    if *k == kind {
+                        assert_eq!(
+                            MeshGenerator.generate(&a, &c, kind, name),
+                            MeshGenerator.generate(&b, &c, kind, name),
+                            "{name}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Anything else rebuilds.
+    let mut other = before.clone();
+    other.services.pop();
+    assert!(!crate::discovery::update(Some((&before, &old.mesh)), &other, "cluster.local", &settings).1);
 }

@@ -195,7 +195,7 @@ fn rule(r: &Rule) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool) {
 
 fn applies(model: &Model, class: &ProxyClass) -> Vec<(String, String, AuthorizationPolicy)> {
     let mut out = Vec::new();
-    for o in &model.security {
+    for o in model.security.iter() {
         let IstioSpec::AuthorizationPolicy(ap) = &o.spec else { continue };
         let ns = o.meta.ns();
         let selected = match ap.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty()) {

@@ -4,7 +4,7 @@
 //! policy or auto mTLS, and the fixed `BlackHoleCluster`,
 //! `PassthroughCluster` and `InboundPassthroughCluster`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -73,12 +73,12 @@ impl ClusterForms {
     }
 }
 
-/// The outbound clusters of every service port, each in a form per
-/// DestinationRule that may apply to its host.
-pub fn outbound(model: &Model) -> HashMap<Arc<str>, ClusterForms> {
+/// The outbound clusters of `svc`'s ports, each in a form per
+/// DestinationRule that may apply to its host, in a stable order.
+pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>, ClusterForms)> {
     let rules = model.destination_rules();
-    let mut out: HashMap<Arc<str>, ClusterForms> = HashMap::new();
-    for svc in model.services.values() {
+    let mut out: BTreeMap<Arc<str>, ClusterForms> = BTreeMap::new();
+    {
         let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(Some));
         for rule in choices {
             let dr = rule.map(|i| &rules.get(i).rule);
@@ -169,11 +169,11 @@ pub fn outbound(model: &Model) -> HashMap<Arc<str>, ClusterForms> {
             }
         }
     }
-    out
+    out.into_iter().collect()
 }
 
 /// The clusters every sidecar has.
-pub fn fixed(out: &mut BTreeMap<(Kind, Arc<str>), Bytes>) {
+pub fn fixed(out: &mut super::Resources) {
     let timeout = Some(Duration { seconds: 10, nanos: 0 });
     let black_hole = Cluster {
         name: "BlackHoleCluster".into(),

@@ -53,14 +53,15 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
                 ..Default::default()
             };
             let listener_name: Arc<str> = listener_name.into();
-            t.api_listeners.insert(listener_name.clone());
+            Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
             t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
             let hosts = vec![ServiceRoutes {
                 host: svc.hostname.clone(),
                 port: port.port,
                 routes: routes(model, svc, port.port, Flavor::Grpc),
             }];
-            t.routes.insert(route_name.clone().into(), RouteTable { name: route_name, flavor: Flavor::Grpc, hosts });
+            Arc::make_mut(&mut t.routes)
+                .insert(route_name.clone().into(), RouteTable { name: route_name, flavor: Flavor::Grpc, hosts });
         }
     }
 }

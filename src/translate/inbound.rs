@@ -80,7 +80,7 @@ pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
     let mut workload = None;
     let mut namespace = None;
     let mut mesh = None;
-    for o in &model.security {
+    for o in model.security.iter() {
         let IstioSpec::PeerAuthentication(pa) = &o.spec else { continue };
         let sel = pa.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty());
         match sel {

@@ -36,7 +36,7 @@ use super::route::{Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the sidecar outbound listeners and their route configurations.
 pub fn translate(model: &Model, t: &mut super::Translation) {
-    let (out, routes) = (&mut t.resources, &mut t.routes);
+    let (out, routes) = (&mut t.resources, Arc::make_mut(&mut t.routes));
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
     let virtual_outbound = virtual_outbound(model.mesh.outbound);

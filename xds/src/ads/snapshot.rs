@@ -3,7 +3,6 @@
 //! previous one, and the [`Generator`] interface that turns a snapshot into
 //! resources for a class of proxies.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -71,8 +70,10 @@ pub struct SimpleResource {
 /// only reads it through a [`Generator`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimpleModel {
-    /// Resources by kind (index: `Kind as usize`) and name.
-    pub resources: [BTreeMap<Arc<str>, SimpleResource>; 4],
+    /// Resources by kind (index: `Kind as usize`) and name; persistent
+    /// maps, so a snapshot that changes a few resources shares the rest
+    /// with the previous one (O(changed), not O(mesh)).
+    pub resources: [imbl::OrdMap<Arc<str>, SimpleResource>; 4],
 }
 
 /// An immutable view of the mesh at one version.

@@ -353,6 +353,49 @@ fn opt_path(s: &str) -> Option<PathBuf> {
 }
 
 impl Config {
+    /// The settings given that istiod-rs accepts, as istiod does, but does
+    /// not act on yet: one line each, for the log at start (istiod logs the
+    /// settings it deprecates the same way). Defaults are not listed, but
+    /// for `--profile`, whose default asks for something not served.
+    pub fn not_yet_supported(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let p = &self.push;
+        if p.push_throttle != 0 {
+            out.push(format!(
+                "PILOT_PUSH_THROTTLE={}: pushes are not limited by count (each core pushes what its connections' queues take)",
+                p.push_throttle
+            ));
+        }
+        if p.max_requests_per_second != 0.0 {
+            out.push(format!(
+                "PILOT_MAX_REQUESTS_PER_SECOND={}: new xDS streams are not rate-limited",
+                p.max_requests_per_second
+            ));
+        }
+        if !self.delta_xds {
+            out.push("ISTIO_DELTA_XDS=false: delta xDS is served all the same".into());
+        }
+        if !self.xds_cache {
+            out.push("PILOT_ENABLE_XDS_CACHE=false: generated resources are cached all the same".into());
+        }
+        if self.kube_api_qps != 80.0 || self.kube_api_burst != 160 {
+            out.push(format!(
+                "--kubernetesApiQPS={} --kubernetesApiBurst={}: the Kubernetes client is not rate-limited",
+                self.kube_api_qps, self.kube_api_burst
+            ));
+        }
+        if self.shutdown_duration != std::time::Duration::from_secs(10) {
+            out.push(format!(
+                "--shutdownDuration={:?}: shutdown waits for the connections' grace period (--keepaliveMaxServerConnectionAge grace), not this",
+                self.shutdown_duration
+            ));
+        }
+        if self.profile {
+            out.push("--profile=true: /debug/pprof is not served".into());
+        }
+        out
+    }
+
     /// Builds the configuration from parsed flags and an environment.
     pub fn new(args: &DiscoveryArgs, env: &dyn Env) -> Result<Self, ConfigError> {
         let vars = Vars::new(env);

@@ -211,6 +211,38 @@ fn an_unreachable_server_ends_the_run_with_errors_not_a_hang() {
     assert!(report.live.errors.iter().all(|e| e.contains("connect")), "{:?}", report.live.errors);
 }
 
+/// Issue #18: loadgen started before the server listens waits for it:
+/// connection attempts refused before a proxy's first connection are
+/// retries, not errors, and the run that follows is clean. A run whose
+/// proxies lose connections reports errors (and the command exits 1).
+#[test]
+fn a_server_that_starts_after_loadgen_is_waited_for() {
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let grpc = free_port();
+    let mut o = Options::new(grpc, 20);
+    o.duration = Duration::from_secs(30);
+    let run = std::thread::spawn(move || block_on(run::run(&s, &o)));
+    std::thread::sleep(Duration::from_millis(1500));
+    let http = free_port();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let report = run.join().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let l = &report.live;
+    assert!(l.connect_retries > 0, "the first attempts were refused");
+    assert_eq!(l.error_count, 0, "{:?}", l.errors);
+    assert_eq!((l.connected, l.synced), (20, 20));
+}
+
 #[test]
 fn a_server_that_refuses_streams_is_reported_with_its_status() {
     // An HTTP/2 server that answers every stream with grpc-status 14.

@@ -87,19 +87,33 @@ impl Driver {
         let pods = mesh::pods_of(&self.s, i).count();
         let old = self.tweaks.get(&i).copied().unwrap_or_default();
         let id = self.changes.lock().map(|c| c.len() as u32).unwrap_or(0);
-        let (tweak, resource, expect) = match self.kind {
+        let file = self.dir.join(mesh::service_file(&self.s, i));
+        // What is on disk may not be what this driver last wrote (a run
+        // before this one on the same directory): a write that leaves the
+        // file as it is would change nothing, so take the other tweak.
+        let on_disk = std::fs::read(&file).ok();
+        let candidates = match self.kind {
             ChurnKind::Eds => {
                 let dropped = 1 - old.dropped_endpoints.min(1);
-                let t = Tweak { dropped_endpoints: dropped, ..old };
-                (t, cluster(&self.s, i, ""), Expect::Endpoints(pods - dropped as usize))
+                [Tweak { dropped_endpoints: dropped, ..old }, Tweak { dropped_endpoints: 1 - dropped, ..old }]
             }
             ChurnKind::Config => {
                 let mut w = 50 + id % 45;
                 if w == old.v1_weight {
                     w += 1;
                 }
-                let t = Tweak { v1_weight: w, ..old };
-                (t, mesh::PORT.to_string(), Expect::Weight { cluster: cluster(&self.s, i, "v1"), weight: w })
+                [Tweak { v1_weight: w, ..old }, Tweak { v1_weight: if w == 95 { 50 } else { w + 1 }, ..old }]
+            }
+        };
+        let (tweak, yaml) = candidates
+            .into_iter()
+            .map(|t| (t, mesh::service_yaml(&self.s, i, t)))
+            .find(|(_, y)| on_disk.as_deref() != Some(y.as_bytes()))
+            .unwrap_or_else(|| (candidates[0], mesh::service_yaml(&self.s, i, candidates[0])));
+        let (resource, expect) = match self.kind {
+            ChurnKind::Eds => (cluster(&self.s, i, ""), Expect::Endpoints(pods - tweak.dropped_endpoints as usize)),
+            ChurnKind::Config => {
+                (mesh::PORT.to_string(), Expect::Weight { cluster: cluster(&self.s, i, "v1"), weight: tweak.v1_weight })
             }
         };
         let change = Arc::new(Change {
@@ -115,9 +129,8 @@ impl Driver {
         if let Ok(mut c) = self.changes.lock() {
             c.push(change.clone());
         }
-        let file = self.dir.join(mesh::service_file(&self.s, i));
         let tmp = file.with_extension("yaml.tmp");
-        std::fs::write(&tmp, mesh::service_yaml(&self.s, i, tweak))?;
+        std::fs::write(&tmp, yaml)?;
         std::fs::rename(&tmp, &file)?;
         self.tweaks.insert(i, tweak);
         Ok(change)

@@ -170,6 +170,12 @@ fn run_cmd(a: RunArgs) -> ExitCode {
     if report.missed() > 0 {
         return fail(1, format!("{} proxy-changes never converged", report.missed()));
     }
+    if l.error_count > 0 {
+        // Figures measured while proxies lost their connections are not
+        // figures of a healthy run.
+        let first = l.errors.first().map(String::as_str).unwrap_or("");
+        return fail(1, format!("{} connection errors during the run (first: {first})", l.error_count));
+    }
     ExitCode::SUCCESS
 }
 

@@ -424,6 +424,7 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
     let mut st = State::new(node, u64::from(i) + 1);
     let mut permit = gate.acquire_owned().await.ok();
     let mut backoff = Duration::from_millis(100);
+    let mut never_connected: Option<String> = None;
     let mut stop = shared.stop.clone();
     loop {
         if *stop.borrow() || Instant::now() >= shared.deadline {
@@ -432,9 +433,16 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
         let end = session(&mut st, &shared, &mut permit).await;
         let End::Lost(why) = end else { break };
         if let Ok(mut l) = shared.live.lock() {
-            l.error(why);
-            if st.synced_once {
-                l.disconnects += 1;
+            if st.connected_once {
+                l.error(why);
+                if st.synced_once {
+                    l.disconnects += 1;
+                }
+            } else {
+                // The server is not there yet (started after loadgen):
+                // waiting for it is not an error, never reaching it is.
+                l.connect_retries += 1;
+                never_connected = Some(why);
             }
         }
         permit = None;
@@ -445,6 +453,9 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
             () = tokio::time::sleep(wait) => {}
             _ = stop.changed() => break,
         }
+    }
+    if let (false, Some(why), Ok(mut l)) = (st.connected_once, never_connected, shared.live.lock()) {
+        l.error(why);
     }
     // Changes this proxy could see and never got count as missed.
     st.pull_changes(&shared.changes, &shared.live);

@@ -57,6 +57,10 @@ pub struct Live {
     pub changes: Vec<ChangeStat>,
     /// Errors in all, and the first few.
     pub error_count: u64,
+    /// Connection attempts that failed before a proxy's first connection
+    /// (the server not listening yet); errors only for proxies that never
+    /// connected.
+    pub connect_retries: u64,
     /// The first 20 errors.
     pub errors: Vec<String>,
 }
@@ -78,6 +82,7 @@ impl Default for Live {
             convergence: histogram(),
             changes: Vec::new(),
             error_count: 0,
+            connect_retries: 0,
             errors: Vec::new(),
         }
     }
@@ -228,6 +233,8 @@ pub struct ChangeRow {
     pub converged: u32,
     /// p50, p99, max in milliseconds.
     pub ms: [f64; 3],
+    /// The first proxy's ACK, milliseconds after the change.
+    pub first_ms: f64,
 }
 
 /// What a run measured.
@@ -282,6 +289,7 @@ impl Report {
                     expected: stat.expected,
                     converged: v.len() as u32,
                     ms: [q(0.5), q(0.99), q(1.0)],
+                    first_ms: v.first().map_or(0.0, |f| *f as f64 / 1000.0),
                 }
             })
             .collect();
@@ -321,10 +329,12 @@ impl Report {
             "nacks": l.nacks,
             "disconnects": l.disconnects,
             "errors": l.error_count,
+            "connect_retries": l.connect_retries,
             "error_samples": l.errors,
             "per_change": self.changes.iter().map(|c| serde_json::json!({
                 "id": c.id, "at_s": c.at_s, "kind": format!("{:?}", c.kind).to_lowercase(), "resource": c.resource,
-                "expected": c.expected, "converged": c.converged, "p50_ms": c.ms[0], "p99_ms": c.ms[1], "max_ms": c.ms[2],
+                "expected": c.expected, "converged": c.converged, "first_ack_ms": c.first_ms, "last_ack_ms": c.ms[2],
+                "p50_ms": c.ms[0], "p99_ms": c.ms[1], "max_ms": c.ms[2],
             })).collect::<Vec<_>>(),
         })
     }
@@ -359,6 +369,31 @@ impl Report {
                 self.missed(),
                 l.superseded
             );
+        }
+        if !self.changes.is_empty() {
+            // Per change: a stall (a change everyone got late, or nobody
+            // got) shows at a glance.
+            const ROWS: usize = 200;
+            let _ = writeln!(
+                out,
+                "  {:>5} {:>8} {:>9} {:>10} {:>10}  resource",
+                "id", "at s", "reached", "first ms", "last ms"
+            );
+            for c in self.changes.iter().take(ROWS) {
+                let _ = writeln!(
+                    out,
+                    "  {:>5} {:>8.2} {:>9} {:>10.1} {:>10.1}  {}",
+                    c.id,
+                    c.at_s,
+                    format!("{}/{}", c.converged, c.expected),
+                    c.first_ms,
+                    c.ms[2],
+                    c.resource
+                );
+            }
+            if self.changes.len() > ROWS {
+                let _ = writeln!(out, "  ... {} more changes (--json has them all)", self.changes.len() - ROWS);
+            }
         }
         let _ = writeln!(
             out,

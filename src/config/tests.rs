@@ -226,3 +226,19 @@ fn automatic_throttle_matches_istiod() {
     assert_eq!(Config::automatic_throttle(2), 25);
     assert_eq!(Config::automatic_throttle(64), 100);
 }
+
+#[test]
+fn settings_without_effect_are_listed_for_the_log() {
+    let quiet = build(&["--profile=false"], &[]).unwrap();
+    assert_eq!(quiet.not_yet_supported(), Vec::<String>::new());
+    let c = build(
+        &["--profile=false", "--kubernetesApiQPS", "10"],
+        &[("PILOT_PUSH_THROTTLE", "20"), ("PILOT_ENABLE_XDS_CACHE", "false")],
+    )
+    .unwrap();
+    let lines = c.not_yet_supported();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].starts_with("PILOT_PUSH_THROTTLE=20"), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("--kubernetesApiQPS=10")), "{lines:?}");
+    assert!(build(&[], &[]).unwrap().not_yet_supported().iter().any(|l| l.starts_with("--profile")));
+}

@@ -1,0 +1,195 @@
+//! The sources the control thread follows (`--configDir` or Kubernetes),
+//! what it keeps of them for the debug endpoints, and how each new set of
+//! objects reaches the store.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use istiod_xds::ads;
+
+use super::StartError;
+use super::update::{Built, update};
+use crate::generator::MeshInput;
+use crate::model::Model;
+use crate::translate;
+
+/// What the debug endpoints show of the source and the model.
+#[derive(Default)]
+pub(super) struct State {
+    /// The model last built.
+    pub(super) model: Arc<Model>,
+    /// What `/debug/configz` shows of the source.
+    pub(super) configz: Value,
+    resources: crate::translate::Resources,
+    inbound_generation: Option<u64>,
+    scope_generation: Option<u64>,
+    routing_generation: Option<u64>,
+    /// The source's objects the model was last built from.
+    objects: Option<istiod_kubewatch::objects::Objects>,
+    /// The generators' input last published.
+    mesh: Option<Arc<MeshInput>>,
+}
+
+/// `/debug/configz` for a config directory (its errors are logged too).
+pub(super) fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
+    for e in &loaded.errors {
+        tracing::warn!(target: "model", error = %e, "rejected document; its last good version stays in force");
+    }
+    json!({
+        "configDir": dir.display().to_string(),
+        "services": loaded.objects.services.len(),
+        "endpointSlices": loaded.objects.endpoint_slices.len(),
+        "pods": loaded.objects.pods.len(),
+        "nodes": loaded.objects.nodes.len(),
+        "namespaces": loaded.objects.namespaces.len(),
+        "istioConfig": istio_counts(&loaded.objects),
+        "skippedDocuments": loaded.skipped,
+        "errors": loaded.errors.iter().map(|e| json!({
+            "file": e.file.display().to_string(),
+            "document": e.index,
+            "message": e.message,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Istio objects in force, by kind.
+fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
+    let mut counts = std::collections::BTreeMap::new();
+    for o in &objects.istio {
+        *counts.entry(format!("{:?}", o.kind())).or_insert(0u32) += 1;
+    }
+    json!(counts)
+}
+
+/// Rebuilds the model from `objects` and sends the resource changes.
+pub(super) fn apply(
+    state: &RefCell<State>,
+    objects: istiod_kubewatch::objects::Objects,
+    configz: Value,
+    domain: &str,
+    mesh: &Arc<crate::mesh::MeshSettings>,
+    tx: &Tx,
+) {
+    let started = std::time::Instant::now();
+    let (Built { model, resources, mesh }, incremental) = {
+        let s = state.borrow();
+        let prev = s.objects.as_ref().zip(s.mesh.as_ref());
+        update(prev, &objects, domain, mesh)
+    };
+    let mut s = state.borrow_mut();
+    let changes = translate::diff_maps(&s.resources, &resources);
+    // Per-class resources are generated on the cores: if their inputs
+    // changed, mark every name they may have, before and after.
+    let mut touched = Vec::new();
+    if s.inbound_generation != Some(mesh.inbound_generation) {
+        touched.extend(crate::generator::all_names(&s.model));
+        touched.extend(crate::generator::all_names(&model));
+    }
+    // DestinationRules changed: endpoints balanced by locality may differ.
+    if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
+        touched.extend(s.resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
+        touched.extend(resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
+    }
+    // What each proxy may see changed: every outbound name may have
+    // appeared or gone for some of them.
+    if s.scope_generation.is_some_and(|g| g != mesh.scope_generation) {
+        let outbound = |k: &(ads::Kind, Arc<str>)| {
+            matches!(k.0, ads::Kind::Cluster | ads::Kind::Endpoint | ads::Kind::Listener | ads::Kind::Route)
+        };
+        touched.extend(s.resources.keys().filter(|k| outbound(k)).cloned());
+        touched.extend(resources.keys().filter(|k| outbound(k)).cloned());
+    }
+    let first = s.configz.is_null();
+    s.configz = configz;
+    s.model = model;
+    s.resources = resources;
+    s.objects = Some(objects);
+    s.mesh = Some(mesh.clone());
+    s.inbound_generation = Some(mesh.inbound_generation);
+    s.scope_generation = Some(mesh.scope_generation);
+    s.routing_generation = Some(mesh.routing_generation);
+    if first || !changes.is_empty() || !touched.is_empty() {
+        tracing::info!(
+            target: "model",
+            changes = changes.len(),
+            touched = touched.len(),
+            incremental,
+            build_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "mesh changed"
+        );
+        let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;
+        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched });
+    }
+}
+
+pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;
+
+/// Reloads the directory on every burst of file events.
+pub(super) async fn watch_dir(
+    mut source: ConfigDir,
+    dir: std::path::PathBuf,
+    mut wake: mpsc::UnboundedReceiver<()>,
+    tx: Tx,
+    state: Rc<RefCell<State>>,
+    domain: String,
+    mesh: Arc<crate::mesh::MeshSettings>,
+) {
+    while wake.recv().await.is_some() {
+        // Editors write in several steps: let the burst settle.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        while wake.try_recv().is_ok() {}
+        match source.reload() {
+            Ok(loaded) => {
+                let configz = configz(&dir, &loaded);
+                apply(&state, loaded.objects, configz, &domain, &mesh, &tx)
+            }
+            Err(e) => {
+                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
+            }
+        }
+    }
+}
+
+/// Follows the Kubernetes source: every complete object set rebuilds the model.
+pub(super) async fn watch_kube(
+    mut rx: tokio::sync::watch::Receiver<Option<istiod_kubewatch::objects::Objects>>,
+    tx: Tx,
+    state: Rc<RefCell<State>>,
+    domain: String,
+    mesh: Arc<crate::mesh::MeshSettings>,
+    cluster_id: String,
+) {
+    while rx.changed().await.is_ok() {
+        let Some(objects) = rx.borrow_and_update().clone() else { continue };
+        let configz = json!({
+            "source": "kubernetes",
+            "clusterID": cluster_id,
+            "services": objects.services.len(),
+            "endpointSlices": objects.endpoint_slices.len(),
+            "pods": objects.pods.len(),
+            "nodes": objects.nodes.len(),
+            "namespaces": objects.namespaces.len(),
+            "istioConfig": istio_counts(&objects),
+        });
+        apply(&state, objects, configz, &domain, &mesh, &tx);
+    }
+}
+
+pub(super) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, StartError> {
+    let err = |e: String| StartError::Unsupported(format!("Kubernetes client: {e}"));
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(e.to_string()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| err(format!("no kubeconfig and not in a cluster: {e}")))?,
+    };
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}

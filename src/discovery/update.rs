@@ -1,0 +1,85 @@
+//! What the control thread makes of one set of objects: the model, the
+//! translation and the generators' input, rebuilt or, when only
+//! EndpointSlices changed, updated in place.
+
+use std::sync::Arc;
+
+use istiod_kubewatch::objects::EndpointSlice;
+
+use crate::generator::MeshInput;
+use crate::model::Model;
+
+/// What the control thread derives from one set of objects: the model,
+/// the shared resources, and the inputs of the per-class generators.
+pub struct Built {
+    /// The mesh model.
+    pub model: Arc<Model>,
+    /// The shared resources, encoded.
+    pub resources: crate::translate::Resources,
+    /// The per-class generators' inputs.
+    pub mesh: Arc<MeshInput>,
+}
+
+/// Builds the model and everything served from it.
+pub fn build(
+    objects: &istiod_kubewatch::objects::Objects,
+    domain: &str,
+    mesh: &Arc<crate::mesh::MeshSettings>,
+) -> Built {
+    let model = Arc::new(Model::build_in(objects, domain, mesh.clone()));
+    let mesh = Arc::new(MeshInput::new(model.clone()));
+    let resources = mesh.translation.resources.clone();
+    Built { model, resources, mesh }
+}
+
+/// The Services whose EndpointSlices differ between `old` and `new`, as
+/// (namespace, name), when nothing else differs; `None` otherwise.
+fn endpoint_only_change(
+    old: &istiod_kubewatch::objects::Objects,
+    new: &istiod_kubewatch::objects::Objects,
+) -> Option<Vec<(String, String)>> {
+    if old.services != new.services
+        || old.pods != new.pods
+        || old.nodes != new.nodes
+        || old.namespaces != new.namespaces
+        || old.istio != new.istio
+    {
+        return None;
+    }
+    fn index(o: &istiod_kubewatch::objects::Objects) -> std::collections::HashMap<(&str, &str), &EndpointSlice> {
+        o.endpoint_slices.iter().map(|s| ((s.metadata.ns(), s.metadata.name.as_str()), s)).collect()
+    }
+    let (a, b) = (index(old), index(new));
+    let mut services = std::collections::BTreeSet::new();
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        for (key, slice) in x {
+            if y.get(key) != Some(slice) {
+                // A slice without its service label serves nothing.
+                if let Some(svc) = slice.service_name() {
+                    services.insert((key.0.to_owned(), svc.to_owned()));
+                }
+            }
+        }
+    }
+    Some(services.into_iter().collect())
+}
+
+/// The mesh built from `objects`, given what it was built from before
+/// (`prev`): when only EndpointSlices changed, only their services are
+/// rebuilt and re-translated (O(changed), the rest shared); anything else
+/// rebuilds the model. Says which it did.
+pub fn update(
+    prev: Option<(&istiod_kubewatch::objects::Objects, &Arc<MeshInput>)>,
+    objects: &istiod_kubewatch::objects::Objects,
+    domain: &str,
+    settings: &Arc<crate::mesh::MeshSettings>,
+) -> (Built, bool) {
+    let fast =
+        prev.and_then(|(old, m)| endpoint_only_change(old, objects).map(|svcs| m.with_endpoints(objects, &svcs).0));
+    match fast {
+        Some(m) => {
+            (Built { model: m.model.clone(), resources: m.translation.resources.clone(), mesh: Arc::new(m) }, true)
+        }
+        None => (build(objects, domain, settings), false),
+    }
+}

@@ -200,7 +200,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 let configz = configz(dir, &loaded);
-                apply(&state, loaded.objects, configz, &config.domain, &mesh, &tx);
+                apply(&state, loaded.objects, Some(loaded.changed), configz, &config.domain, &mesh, &tx);
                 // Watch the directory: every change reloads it and sends what changed.
                 let (watcher, events) = source.watch()?;
                 let (wake_tx, wake_rx) = mpsc::unbounded_channel();

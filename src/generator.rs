@@ -69,6 +69,11 @@ impl MeshInput {
     /// of the DestinationRule in force for its namespace (and labels).
     fn cluster_form(&self, class: &ProxyClass, name: &str) -> Option<&ClusterForm> {
         let forms = self.translation.clusters.get(name)?;
+        if let [only] = forms.forms.as_slice()
+            && only.rule.is_none()
+        {
+            return Some(only); // no rule names the host: nothing to choose
+        }
         forms.form(self.model.rule_index_for(&class.namespace, &class.labels, &forms.host))
     }
 
@@ -121,24 +126,13 @@ impl MeshInput {
         }
         let scope_generation = h.finish();
         let scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
-        let source_matching = model.routing.iter().any(|o| match &o.spec {
-            IstioSpec::VirtualService(vs) => vs
-                .http
-                .iter()
-                .flat_map(|r| &r.matches)
-                .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty()),
-            _ => false,
-        });
+        let (source_matching, vs_export) = route_flags(&model);
         let outbound_overrides = model
             .sidecars
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
         let selecting_sidecars = model.sidecars.iter().any(|o| {
             matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
-        });
-        let vs_export = model.routing.iter().any(|o| match &o.spec {
-            IstioSpec::VirtualService(vs) => crate::translate::route::vs_export(vs, o.meta.ns()).is_some(),
-            _ => false,
         });
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting_sidecars || model.destination_rules().selecting;
@@ -194,6 +188,59 @@ impl MeshInput {
             next.inbound_sum = next.inbound_sum.wrapping_sub(old.unwrap_or(0)).wrapping_add(new);
         }
         next.inbound_generation = mix((next.security_hash, next.inbound_sum));
+        (next, names)
+    }
+}
+
+/// Whether some VirtualService route matches on `sourceLabels` or
+/// `sourceNamespace`, and whether some VirtualService is not exported
+/// everywhere.
+fn route_flags(model: &Model) -> (bool, bool) {
+    let (mut source, mut export) = (false, false);
+    for o in model.routing.iter() {
+        if let IstioSpec::VirtualService(vs) = &o.spec {
+            source |= vs
+                .http
+                .iter()
+                .flat_map(|r| &r.matches)
+                .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty());
+            export |= crate::translate::route::vs_export(vs, o.meta.ns()).is_some();
+        }
+    }
+    (source, export)
+}
+
+impl MeshInput {
+    /// The mesh after the VirtualServices `changed` (namespace, name) were
+    /// added, changed or removed in `objs`, and nothing else: the routing
+    /// list is updated in place and the virtual hosts of every host those
+    /// VirtualServices name (before and after) re-translated; clusters,
+    /// listeners and the fingerprints are shared with `self`. Returns the
+    /// names whose bytes changed.
+    pub fn with_virtual_services(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[(String, String)],
+    ) -> (MeshInput, Vec<(Kind, Arc<str>)>) {
+        let hosts_of = |model: &Model| {
+            let mut out = std::collections::BTreeSet::new();
+            for o in model.routing.iter() {
+                if let IstioSpec::VirtualService(vs) = &o.spec
+                    && changed.iter().any(|(ns, name)| o.meta.ns() == ns && o.meta.name == *name)
+                {
+                    out.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
+                }
+            }
+            out
+        };
+        let mut hosts = hosts_of(&self.model);
+        let keys: Vec<(String, String, String)> =
+            changed.iter().map(|(ns, name)| ("VirtualService".to_owned(), ns.clone(), name.clone())).collect();
+        let model = Arc::new(self.model.with_routing_of(objs, &keys));
+        hosts.extend(hosts_of(&model));
+        let mut next = MeshInput { model: model.clone(), ..self.clone() };
+        let names = next.translation.update_routes(&model, &hosts);
+        (next.source_matching, next.vs_export) = route_flags(&model);
         (next, names)
     }
 }

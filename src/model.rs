@@ -219,7 +219,7 @@ pub struct Model {
     /// VirtualServices and DestinationRules, in a stable order
     /// (namespace, name), for translation.
     #[serde(skip)]
-    pub routing: Arc<Vec<IstioObject>>,
+    pub routing: imbl::Vector<IstioObject>,
     /// PeerAuthentications and AuthorizationPolicies, same order.
     #[serde(skip)]
     pub security: Arc<Vec<IstioObject>>,
@@ -261,7 +261,7 @@ impl Model {
         let index = self.routing_index.0.get_or_init(|| {
             let mut ix = RoutingIndex {
                 len: self.routing.len(),
-                destination_rules: destination_rules::DestinationRules::build(&self.routing, |h, ns| {
+                destination_rules: destination_rules::DestinationRules::build(self.routing.iter(), |h, ns| {
                     self.resolve_host(h, ns)
                 }),
                 ..RoutingIndex::default()
@@ -288,9 +288,11 @@ impl Model {
     pub fn destination_rules(&self) -> std::borrow::Cow<'_, destination_rules::DestinationRules> {
         match self.index() {
             Some(ix) => std::borrow::Cow::Borrowed(&ix.destination_rules),
-            None => std::borrow::Cow::Owned(destination_rules::DestinationRules::build(&self.routing, |h, ns| {
-                self.resolve_host(h, ns)
-            })),
+            None => {
+                std::borrow::Cow::Owned(destination_rules::DestinationRules::build(self.routing.iter(), |h, ns| {
+                    self.resolve_host(h, ns)
+                }))
+            }
         }
     }
 
@@ -440,7 +442,8 @@ impl Model {
             v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
             Arc::new(v)
         };
-        model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
+        model.routing =
+            of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).iter().cloned().collect();
         model.security = of(|s| matches!(s, IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_)));
         model.sidecars = of(|s| matches!(s, IstioSpec::Sidecar(_)));
         for ns in &objs.namespaces {
@@ -498,6 +501,53 @@ impl Model {
             model.services.insert(s.hostname.clone(), s);
         }
         (model, hosts)
+    }
+}
+
+impl Model {
+    /// The model after the VirtualServices and DestinationRules `changed`
+    /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
+    /// else having changed: the routing list is updated in place (it stays
+    /// ordered by namespace and name) and re-indexed; services and the
+    /// other configuration are shared with `self`.
+    pub fn with_routing_of(&self, objs: &Objects, changed: &[(String, String, String)]) -> Model {
+        let mut model = self.clone();
+        for (kind, ns, name) in changed {
+            let is = |o: &IstioObject| o.kind().name() == kind && o.meta.ns() == ns && o.meta.name == *name;
+            let now = objs.istio.iter().find(|o| is(o));
+            // A VirtualService and a DestinationRule may share a name: find
+            // the run of (namespace, name), then the kind within it.
+            let key = (ns.as_str(), name.as_str());
+            let at = model.routing.binary_search_by(|o| (o.meta.ns(), o.meta.name.as_str()).cmp(&key));
+            let (start, end) = match at {
+                Ok(i) => {
+                    let same =
+                        |j: usize| model.routing.get(j).is_some_and(|o| (o.meta.ns(), o.meta.name.as_str()) == key);
+                    let mut start = i;
+                    while start > 0 && same(start - 1) {
+                        start -= 1;
+                    }
+                    let mut end = i;
+                    while same(end) {
+                        end += 1;
+                    }
+                    (start, end)
+                }
+                Err(i) => (i, i),
+            };
+            match ((start..end).find(|j| is(&model.routing[*j])), now) {
+                (Some(j), Some(o)) => {
+                    model.routing.set(j, o.clone());
+                }
+                (Some(j), None) => {
+                    model.routing.remove(j);
+                }
+                (None, Some(o)) => model.routing.insert(end, o.clone()),
+                (None, None) => {}
+            }
+        }
+        model.routing_index = LazyIndex::default();
+        model
     }
 }
 

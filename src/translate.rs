@@ -96,6 +96,49 @@ impl Translation {
     }
 }
 
+impl Translation {
+    /// Re-translates the virtual hosts of `hosts` (their VirtualServices
+    /// changed) in the sidecar route tables of their HTTP ports and in
+    /// their proxyless gRPC tables; other hosts' entries are shared.
+    /// Returns the route configurations whose bytes changed.
+    pub fn update_routes(
+        &mut self,
+        model: &Model,
+        hosts: &std::collections::BTreeSet<Arc<str>>,
+    ) -> Vec<(Kind, Arc<str>)> {
+        let tables = Arc::make_mut(&mut self.routes);
+        let mut touched = std::collections::BTreeSet::new();
+        for host in hosts {
+            let Some(svc) = model.services.get(host) else { continue };
+            for port in &svc.ports {
+                if port.protocol.is_http()
+                    && let Some(t) = tables.get_mut(port.port.to_string().as_str())
+                    && let Ok(i) = t.hosts.binary_search_by(|vh| vh.host.cmp(host))
+                {
+                    t.hosts[i] = route::ServiceRoutes::new(model, svc, port.port, route::Flavor::Envoy);
+                    touched.insert(Arc::<str>::from(port.port.to_string()));
+                }
+                let grpc = format!("outbound|{}||{host}", port.port);
+                if let Some(t) = tables.get_mut(grpc.as_str()) {
+                    t.hosts = vec![route::ServiceRoutes::new(model, svc, port.port, route::Flavor::Grpc)];
+                    touched.insert(Arc::from(grpc));
+                }
+            }
+        }
+        let mut changed = Vec::new();
+        for name in touched {
+            let Some(t) = tables.get(&name) else { continue };
+            let digest = Bytes::copy_from_slice(&t.digest().to_be_bytes());
+            let key = (Kind::Route, name);
+            if self.resources.get(&key) != Some(&digest) {
+                self.resources.insert(key.clone(), digest);
+                changed.push(key);
+            }
+        }
+        changed
+    }
+}
+
 /// Translates `model`.
 pub fn translate(model: &Model) -> Translation {
     let mut t = Translation::default();
@@ -108,7 +151,7 @@ pub fn translate(model: &Model) -> Translation {
     let digests: Vec<_> = t
         .routes
         .iter()
-        .map(|(name, table)| ((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest(model).to_be_bytes())))
+        .map(|(name, table)| ((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest().to_be_bytes())))
         .collect();
     t.resources.extend(digests);
     t

@@ -278,6 +278,8 @@ fn core_delta(c: &mut Criterion) {
 /// model. Alternates between two versions of the mesh.
 struct Change {
     objs: [Objects; 2],
+    /// What the source reports changed (as the config directory does).
+    refs: Vec<istiod_kubewatch::config_dir::ObjectRef>,
     builts: [Built; 2],
     model: SimpleModel,
     version: u64,
@@ -285,17 +287,17 @@ struct Change {
 }
 
 impl Change {
-    fn new(scenario: &str, edit: fn(&mut Objects)) -> Change {
+    fn new(scenario: &str, edit: fn(&mut Objects) -> istiod_kubewatch::config_dir::ObjectRef) -> Change {
         let settings = Arc::new(MeshSettings::default());
         let a = objects(scenario);
         let mut b = a.clone();
-        edit(&mut b);
+        let refs = vec![edit(&mut b)];
         assert!(a != b, "the edit changes something");
         let builts =
             [discovery::build(&a, "cluster.local", &settings), discovery::build(&b, "cluster.local", &settings)];
         let (model, _) =
             SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &builts[0].resources));
-        Change { objs: [a, b], builts, model, version: 1, settings }
+        Change { objs: [a, b], refs, builts, model, version: 1, settings }
     }
 
     /// Applies the change from the current version to the other; returns
@@ -306,6 +308,7 @@ impl Change {
         let (next, incremental) = discovery::update(
             Some((&self.objs[from], &self.builts[from].mesh)),
             &self.objs[to],
+            Some(&self.refs),
             "cluster.local",
             &self.settings,
         );
@@ -321,25 +324,28 @@ impl Change {
 }
 
 /// One endpoint fewer in the first EndpointSlice (a scale-down).
-fn drop_endpoint(o: &mut Objects) {
+fn drop_endpoint(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
     let slice = o.endpoint_slices.iter_mut().find(|s| s.endpoints.len() > 1).expect("a slice with two endpoints");
     slice.endpoints.pop();
+    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::EndpointSlice(slice.clone()))
 }
 
 /// The first VirtualService's first weighted destination shifted by one.
-fn shift_weight(o: &mut Objects) {
+fn shift_weight(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
     use istiod_kubewatch::istio::IstioSpec;
-    let vs = o
+    let obj = o
         .istio
         .iter_mut()
-        .find_map(|x| match &mut x.spec {
-            IstioSpec::VirtualService(vs) if vs.http.first().is_some_and(|r| r.route.len() > 1) => Some(vs),
-            _ => None,
-        })
+        .find(
+            |x| matches!(&x.spec, IstioSpec::VirtualService(vs) if vs.http.first().is_some_and(|r| r.route.len() > 1)),
+        )
         .expect("a VirtualService with a weighted route");
-    let r = &mut vs.http[0].route;
-    r[0].weight -= 1;
-    r[1].weight += 1;
+    if let IstioSpec::VirtualService(vs) = &mut obj.spec {
+        let r = &mut vs.http[0].route;
+        r[0].weight -= 1;
+        r[1].weight += 1;
+    }
+    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::Istio(obj.clone()))
 }
 
 fn change(c: &mut Criterion) {
@@ -359,8 +365,8 @@ fn change(c: &mut Criterion) {
         g.bench_function(format!("one_virtual_service/{scenario}"), |b| {
             let st = setup.get_or_insert_with(|| Change::new(scenario, shift_weight));
             b.iter(|| {
-                let (n, _) = st.step();
-                assert!(n > 0);
+                let (n, incremental) = st.step();
+                assert!(incremental && n > 0, "an incremental update that changes something");
                 n
             });
         });

@@ -73,10 +73,51 @@ pub enum Object {
 pub struct Loaded {
     /// Objects in force (the last good version of each document).
     pub objects: Objects,
+    /// The objects that differ from the previous read (added, changed or
+    /// removed), found by comparing only the documents of files read anew.
+    pub changed: Vec<ObjectRef>,
     /// Documents rejected in this read.
     pub errors: Vec<DocError>,
     /// Documents of kinds not read yet.
     pub skipped: usize,
+}
+
+/// Names one object: its kind, namespace and name, and for an
+/// EndpointSlice the Service it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `Service`, `EndpointSlice`, `Pod`, `Node`, `Namespace`, or the Istio
+    /// kind; `Skipped` for kinds not read.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// For an EndpointSlice: its `kubernetes.io/service-name` label.
+    pub service: Option<String>,
+}
+
+impl ObjectRef {
+    /// The reference of `obj`.
+    pub fn of(obj: &Object) -> ObjectRef {
+        let (kind, meta, service) = match obj {
+            Object::Service(s) => ("Service".to_owned(), Some(&s.metadata), None),
+            Object::EndpointSlice(s) => {
+                ("EndpointSlice".to_owned(), Some(&s.metadata), s.service_name().map(str::to_owned))
+            }
+            Object::Pod(p) => ("Pod".to_owned(), Some(&p.metadata), None),
+            Object::Node(n) => ("Node".to_owned(), Some(&n.metadata), None),
+            Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
+            Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
+            Object::Skipped(k) => (format!("Skipped:{k}"), None, None),
+        };
+        ObjectRef {
+            kind,
+            namespace: meta.map(|m| m.ns().to_owned()).unwrap_or_default(),
+            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
+            service,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -227,12 +268,14 @@ impl ConfigDir {
 
     /// A file's documents: from the last parse if its stamp is unchanged,
     /// else read and parsed now.
-    fn parse(&mut self, file: &Path) -> std::io::Result<FileDocs> {
+    /// The documents of `file`, and whether they were read anew (not
+    /// the cached parse of an unchanged file).
+    fn parse(&mut self, file: &Path) -> std::io::Result<(FileDocs, bool)> {
         let before = stamp(file);
         if let (Some(st), Some((cached, docs))) = (before, self.parsed.get(file))
             && st == *cached
         {
-            return Ok(docs.clone());
+            return Ok((docs.clone(), false));
         }
         let started = std::time::SystemTime::now();
         let text = std::fs::read_to_string(file)?;
@@ -249,7 +292,7 @@ impl ConfigDir {
                 self.parsed.remove(file);
             }
         }
-        Ok(docs)
+        Ok((docs, true))
     }
 
     /// Reads the directory again and returns what is in force.
@@ -260,9 +303,18 @@ impl ConfigDir {
         let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
         let mut errors = Vec::new();
         self.parsed.retain(|f, _| paths.binary_search(f).is_ok());
+        // Files whose documents may differ from the last read: read anew,
+        // or gone.
+        let mut dirty: std::collections::BTreeSet<PathBuf> =
+            self.last_good.keys().map(|(f, _)| f.clone()).filter(|f| paths.binary_search(f).is_err()).collect();
         for file in paths {
             let parsed = match self.parse(&file) {
-                Ok(p) => p,
+                Ok((p, fresh)) => {
+                    if fresh {
+                        dirty.insert(file.clone());
+                    }
+                    p
+                }
                 Err(e) => {
                     // Unreadable now (e.g. replaced mid-read): keep it as it was.
                     errors.push(DocError { file: file.clone(), index: 0, message: e.to_string() });
@@ -289,8 +341,25 @@ impl ConfigDir {
                 self.keep_from(&file, index, &mut next);
             }
         }
+        let mut changed = std::collections::BTreeSet::new();
+        for file in &dirty {
+            fn docs<'a>(m: &'a BTreeMap<(PathBuf, usize), Object>, file: &Path) -> Vec<(usize, &'a Object)> {
+                m.range((file.to_owned(), 0)..=(file.to_owned(), usize::MAX)).map(|((_, i), o)| (*i, o)).collect()
+            }
+            let (old, new) = (docs(&self.last_good, file), docs(&next, file));
+            for (i, o) in &old {
+                if new.iter().find(|(j, _)| j == i).map(|(_, n)| *n) != Some(*o) {
+                    changed.insert(ObjectRef::of(o));
+                }
+            }
+            for (i, n) in &new {
+                if old.iter().find(|(j, _)| j == i).map(|(_, o)| *o) != Some(*n) {
+                    changed.insert(ObjectRef::of(n));
+                }
+            }
+        }
         self.last_good = next;
-        let mut loaded = Loaded { errors, ..Loaded::default() };
+        let mut loaded = Loaded { errors, changed: changed.into_iter().collect(), ..Loaded::default() };
         for obj in self.last_good.values() {
             match obj.clone() {
                 Object::Service(s) => loaded.objects.services.push(s),

@@ -70,6 +70,7 @@ fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
 pub(super) fn apply(
     state: &RefCell<State>,
     objects: istiod_kubewatch::objects::Objects,
+    changed: Option<Vec<istiod_kubewatch::config_dir::ObjectRef>>,
     configz: Value,
     domain: &str,
     mesh: &Arc<crate::mesh::MeshSettings>,
@@ -79,7 +80,7 @@ pub(super) fn apply(
     let (Built { model, resources, mesh }, incremental) = {
         let s = state.borrow();
         let prev = s.objects.as_ref().zip(s.mesh.as_ref());
-        update(prev, &objects, domain, mesh)
+        update(prev, &objects, changed.as_deref(), domain, mesh)
     };
     let mut s = state.borrow_mut();
     let changes = translate::diff_maps(&s.resources, &resources);
@@ -146,7 +147,7 @@ pub(super) async fn watch_dir(
         match source.reload() {
             Ok(loaded) => {
                 let configz = configz(&dir, &loaded);
-                apply(&state, loaded.objects, configz, &domain, &mesh, &tx)
+                apply(&state, loaded.objects, Some(loaded.changed), configz, &domain, &mesh, &tx)
             }
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
@@ -176,7 +177,7 @@ pub(super) async fn watch_kube(
             "namespaces": objects.namespaces.len(),
             "istioConfig": istio_counts(&objects),
         });
-        apply(&state, objects, configz, &domain, &mesh, &tx);
+        apply(&state, objects, None, configz, &domain, &mesh, &tx);
     }
 }
 

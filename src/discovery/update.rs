@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use istiod_kubewatch::config_dir::ObjectRef;
 use istiod_kubewatch::objects::EndpointSlice;
 
 use crate::generator::MeshInput;
@@ -33,11 +34,22 @@ pub fn build(
 }
 
 /// The Services whose EndpointSlices differ between `old` and `new`, as
-/// (namespace, name), when nothing else differs; `None` otherwise.
+/// (namespace, name), when nothing else differs; `None` otherwise. A
+/// source that knows which objects changed (`changed`, the config
+/// directory) saves the comparison of every object.
 fn endpoint_only_change(
     old: &istiod_kubewatch::objects::Objects,
     new: &istiod_kubewatch::objects::Objects,
+    changed: Option<&[ObjectRef]>,
 ) -> Option<Vec<(String, String)>> {
+    if let Some(changed) = changed {
+        if changed.iter().any(|r| r.kind != "EndpointSlice") {
+            return None;
+        }
+        let services: std::collections::BTreeSet<(String, String)> =
+            changed.iter().filter_map(|r| Some((r.namespace.clone(), r.service.clone()?))).collect();
+        return Some(services.into_iter().collect());
+    }
     if old.services != new.services
         || old.pods != new.pods
         || old.nodes != new.nodes
@@ -65,17 +77,26 @@ fn endpoint_only_change(
 }
 
 /// The mesh built from `objects`, given what it was built from before
-/// (`prev`): when only EndpointSlices changed, only their services are
-/// rebuilt and re-translated (O(changed), the rest shared); anything else
-/// rebuilds the model. Says which it did.
+/// (`prev`) and, when the source knows, which objects changed: when only
+/// EndpointSlices changed, only their services are rebuilt and
+/// re-translated; when only VirtualServices changed (a source that names
+/// them), only the virtual hosts of their hosts; both O(changed), the rest
+/// shared. Anything else rebuilds the model. Says which it did.
 pub fn update(
     prev: Option<(&istiod_kubewatch::objects::Objects, &Arc<MeshInput>)>,
     objects: &istiod_kubewatch::objects::Objects,
+    changed: Option<&[ObjectRef]>,
     domain: &str,
     settings: &Arc<crate::mesh::MeshSettings>,
 ) -> (Built, bool) {
-    let fast =
-        prev.and_then(|(old, m)| endpoint_only_change(old, objects).map(|svcs| m.with_endpoints(objects, &svcs).0));
+    let virtual_services = changed.filter(|c| !c.is_empty() && c.iter().all(|r| r.kind == "VirtualService"));
+    let fast = prev.and_then(|(old, m)| match virtual_services {
+        Some(vs) => {
+            let keys: Vec<(String, String)> = vs.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
+            Some(m.with_virtual_services(objects, &keys).0)
+        }
+        None => endpoint_only_change(old, objects, changed).map(|svcs| m.with_endpoints(objects, &svcs).0),
+    });
     match fast {
         Some(m) => {
             (Built { model: m.model.clone(), resources: m.translation.resources.clone(), mesh: Arc::new(m) }, true)

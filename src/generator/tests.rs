@@ -208,7 +208,7 @@ fn source_label_matches_reach_only_the_proxies_they_name() {
          \x20   match: [{sourceNamespace: other}]\n    route: [{destination: {host: details}}]\n  - name: rest\n\
          \x20   route: [{destination: {host: details}}]\n",
     ) {
-        Arc::make_mut(&mut model.routing).insert(0, o);
+        model.routing.insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -339,7 +339,7 @@ fn locality_failover_orders_endpoints_by_the_proxys_locality() {
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a-reviews, namespace: bookinfo}\n\
          spec: {host: reviews, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}}\n",
     ) {
-        Arc::make_mut(&mut model.routing).insert(0, o);
+        model.routing.insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -379,7 +379,7 @@ fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
          spec: {hosts: [details], exportTo: [\".\"], http: [{name: local-only, route: [{destination: {host: details, subset: v1}}]}]}\n",
     ) {
-        Arc::make_mut(&mut model.routing).insert(0, o);
+        model.routing.insert(0, o);
     }
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -410,7 +410,7 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     let mut model = (*bookinfo()).clone();
     // reviews' DestinationRule (ISTIO_MUTUAL, LEAST_REQUEST, subsets v1-v3)
     // becomes private to bookinfo.
-    for o in Arc::make_mut(&mut model.routing).iter_mut() {
+    for o in model.routing.iter_mut() {
         if let IstioSpec::DestinationRule(dr) = &mut o.spec
             && dr.host == "reviews"
         {
@@ -443,12 +443,12 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
 #[test]
 fn the_clients_own_destination_rule_wins_over_the_services() {
     let mut model = (*bookinfo()).clone();
-    Arc::make_mut(&mut model.routing).extend(istio_objects(
+    model.routing.extend(istio_objects(
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-from-web, namespace: web}\n\
          spec:\n  host: reviews.bookinfo.svc.cluster.local\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n\
          \x20 subsets: [{name: canary, labels: {version: v3}}]\n",
     ));
-    Arc::make_mut(&mut model.routing).sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
     model.reindex();
     let model = Arc::new(model);
     let snap = snapshot(&model);
@@ -536,7 +536,7 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
         let mut after = before.clone();
         edit(&mut after);
         let (fast, incremental) =
-            crate::discovery::update(Some((&before, &old.mesh)), &after, "cluster.local", &settings);
+            crate::discovery::update(Some((&before, &old.mesh)), &after, None, "cluster.local", &settings);
         assert!(incremental, "only EndpointSlices changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.resources, full.resources);
@@ -570,5 +570,74 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     // Anything else rebuilds.
     let mut other = before.clone();
     other.services.pop();
-    assert!(!crate::discovery::update(Some((&before, &old.mesh)), &other, "cluster.local", &settings).1);
+    assert!(!crate::discovery::update(Some((&before, &old.mesh)), &other, None, "cluster.local", &settings).1);
+}
+
+/// The VirtualService fast path (`MeshInput::with_virtual_services`)
+/// serves exactly what a full rebuild serves: a weight shifted, a
+/// VirtualService deleted, one added for a host that had none (inventory).
+#[test]
+fn a_virtual_service_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::mesh::MeshSettings::default());
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 3] = [
+        |o| {
+            let vs =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "VirtualService").unwrap();
+            if let IstioSpec::VirtualService(v) = &mut vs.spec {
+                let r = &mut v.http.last_mut().unwrap().route;
+                r[0].weight -= 10;
+                r[1].weight += 10;
+            }
+            vec![ObjectRef::of(&Object::Istio(vs.clone()))]
+        },
+        |o| {
+            let i =
+                o.istio.iter().position(|x| x.meta.name == "details" && x.kind().name() == "VirtualService").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: inventory, namespace: bookinfo}\n\
+                 spec: {hosts: [inventory], http: [{timeout: 3s, route: [{destination: {host: inventory}}]}]}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+    ];
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::discovery::update(Some((&before, &old.mesh)), &after, Some(&refs), "cluster.local", &settings);
+        assert!(incremental, "only VirtualServices changed");
+        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        assert_eq!(fast.resources, full.resources);
+        assert_ne!(fast.resources, old.resources, "the edit shows");
+        assert_eq!((fast.mesh.source_matching, fast.mesh.vs_export), (full.mesh.source_matching, full.mesh.vs_export));
+        let snap = |b: &crate::discovery::Built| {
+            let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
+            let mut s = Snapshot::new(
+                1,
+                std::time::Instant::now(),
+                Arc::new(istiod_xds::ads::SimpleModel::default().apply(1, changes).0),
+            );
+            s.mesh = Some(b.mesh.clone());
+            s
+        };
+        let (a, b) = (snap(&fast), snap(&full));
+        for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
+            for (kind, name) in full.resources.keys() {
+                assert_eq!(
+                    MeshGenerator.generate(&a, &c, *kind, name),
+                    MeshGenerator.generate(&b, &c, *kind, name),
+                    "{name}"
+                );
+            }
+        }
+    }
 }

@@ -52,11 +52,24 @@ impl AppliedRule {
 /// Tests a rule's `workloadSelector` against the proxy's labels.
 pub type Selects<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> bool;
 
-/// Every DestinationRule of a model, indexed by namespace.
+/// The rules of one namespace: by exact host, and the wildcard ones.
+#[derive(Debug, Clone, Default)]
+struct NamespaceRules {
+    exact: HashMap<String, Vec<usize>>,
+    wildcard: Vec<usize>,
+}
+
+impl NamespaceRules {
+    fn all(&self) -> impl Iterator<Item = usize> + '_ {
+        self.exact.values().flatten().chain(&self.wildcard).copied()
+    }
+}
+
+/// Every DestinationRule of a model, indexed by namespace and host.
 #[derive(Debug, Clone, Default)]
 pub struct DestinationRules {
     rules: Vec<AppliedRule>,
-    by_namespace: HashMap<String, Vec<usize>>,
+    by_namespace: HashMap<String, NamespaceRules>,
     /// Whether some rule has a `workloadSelector` (then which rule applies
     /// depends on the proxy's labels, not only its namespace).
     pub selecting: bool,
@@ -80,7 +93,10 @@ impl DestinationRules {
     /// Indexes the DestinationRules among `routing` (ordered by namespace
     /// and name); `resolve` turns a host written in namespace `ns` into an
     /// FQDN.
-    pub fn build(routing: &[IstioObject], resolve: impl Fn(&str, &str) -> String) -> Self {
+    pub fn build<'a>(
+        routing: impl IntoIterator<Item = &'a IstioObject>,
+        resolve: impl Fn(&str, &str) -> String,
+    ) -> Self {
         let mut out = DestinationRules::default();
         for o in routing {
             let IstioSpec::DestinationRule(dr) = &o.spec else { continue };
@@ -102,7 +118,7 @@ impl DestinationRules {
             };
             out.selecting |= !selector.is_empty();
             let slots = out.by_namespace.entry(ns.clone()).or_default();
-            let same = slots.iter().copied().find(|i| {
+            let same = slots.all().find(|i| {
                 let r = &out.rules[*i];
                 r.host == host && r.export == export && r.selector == selector
             });
@@ -120,7 +136,12 @@ impl DestinationRules {
                     }
                 }
                 None => {
-                    slots.push(out.rules.len());
+                    let i = out.rules.len();
+                    if host.starts_with('*') {
+                        slots.wildcard.push(i);
+                    } else {
+                        slots.exact.entry(host.clone()).or_default().push(i);
+                    }
                     out.rules.push(AppliedRule {
                         namespace: ns,
                         host,
@@ -143,7 +164,18 @@ impl DestinationRules {
 
     /// Every rule that may apply to `host` for some proxy.
     pub fn candidates(&self, host: &str) -> Vec<usize> {
-        (0..self.rules.len()).filter(|i| host_matches(&self.rules[*i].host, host)).collect()
+        let mut out: Vec<usize> = self
+            .by_namespace
+            .values()
+            .flat_map(|ns| {
+                let exact = ns.exact.get(host).into_iter().flatten().copied();
+                exact.chain(ns.wildcard.iter().copied().filter(|i| host_matches(&self.rules[*i].host, host)))
+            })
+            .collect();
+        // In rule order: forms and their digests must not depend on a
+        // hash map's iteration order.
+        out.sort_unstable();
+        out
     }
 
     /// The rule in force for traffic from a proxy in `proxy_ns` (whose
@@ -184,13 +216,20 @@ impl DestinationRules {
         labels: Option<Selects<'_>>,
     ) -> Option<usize> {
         let slots = self.by_namespace.get(ns)?;
-        let best = slots
-            .iter()
-            .map(|i| &self.rules[*i].host)
-            .filter(|p| host_matches(p, host))
-            .max_by_key(|p| specificity(p))?;
-        let at_best = || slots.iter().copied().filter(|i| self.rules[*i].host == *best);
-        let candidates: Vec<usize> = at_best().filter(|i| visible(&self.rules[*i])).collect();
+        // An exact host is the most specific; else the longest wildcard.
+        let at_best: Vec<usize> = match slots.exact.get(host) {
+            Some(exact) => exact.clone(),
+            None => {
+                let best = slots
+                    .wildcard
+                    .iter()
+                    .map(|i| &self.rules[*i].host)
+                    .filter(|p| host_matches(p, host))
+                    .max_by_key(|p| specificity(p))?;
+                slots.wildcard.iter().copied().filter(|i| self.rules[*i].host == *best).collect()
+            }
+        };
+        let candidates: Vec<usize> = at_best.into_iter().filter(|i| visible(&self.rules[*i])).collect();
         if let Some(labels) = labels
             && let Some(i) = candidates.iter().copied().find(|i| {
                 let r = &self.rules[*i];

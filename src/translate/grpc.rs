@@ -19,7 +19,7 @@ use istiod_xds::ads::Kind;
 use crate::model::Model;
 
 use super::envoy::{ads, any};
-use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes, routes};
+use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the gRPC listeners and route configurations of every service port.
 pub fn translate(model: &Model, t: &mut super::Translation) {
@@ -55,11 +55,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
             let listener_name: Arc<str> = listener_name.into();
             Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
             t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
-            let hosts = vec![ServiceRoutes {
-                host: svc.hostname.clone(),
-                port: port.port,
-                routes: routes(model, svc, port.port, Flavor::Grpc),
-            }];
+            let hosts = vec![ServiceRoutes::new(model, svc, port.port, Flavor::Grpc)];
             Arc::make_mut(&mut t.routes)
                 .insert(route_name.clone().into(), RouteTable { name: route_name, flavor: Flavor::Grpc, hosts });
         }

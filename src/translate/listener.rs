@@ -148,11 +148,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
             .services
             .values()
             .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
-            .map(|svc| ServiceRoutes {
-                host: svc.hostname.clone(),
-                port,
-                routes: super::route::routes(model, svc, port, Flavor::Envoy),
-            })
+            .map(|svc| ServiceRoutes::new(model, svc, port, Flavor::Envoy))
             .collect();
         routes.insert(port.to_string().into(), RouteTable { name: port.to_string(), flavor: Flavor::Envoy, hosts });
     }

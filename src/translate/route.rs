@@ -313,6 +313,26 @@ pub struct ServiceRoutes {
     pub port: u16,
     /// Its routes.
     pub routes: Vec<ScopedRoute>,
+    /// A digest of what rendering reads of it (see [`ServiceRoutes::new`]).
+    pub digest: u64,
+}
+
+impl ServiceRoutes {
+    /// The virtual host of `svc`'s `port` for `flavor`, with its digest:
+    /// the routes, who each is for, and the service's addresses and
+    /// resolution, which the domains read.
+    pub fn new(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Arc<ServiceRoutes> {
+        use std::hash::{Hash, Hasher};
+        let routes = routes(model, svc, port, flavor);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.mesh_external)
+            .hash(&mut h);
+        for r in &routes {
+            r.route.encode_to_vec().hash(&mut h);
+            (&r.scope, &r.hash_destination).hash(&mut h);
+        }
+        Arc::new(ServiceRoutes { host: svc.hostname.clone(), port, routes, digest: h.finish() })
+    }
 }
 
 /// A route configuration before it is rendered for a proxy.
@@ -322,8 +342,9 @@ pub struct RouteTable {
     pub name: String,
     /// Envoy or proxyless gRPC.
     pub flavor: Flavor,
-    /// A virtual host per service.
-    pub hosts: Vec<ServiceRoutes>,
+    /// A virtual host per service, in hostname order (shared between
+    /// tables: a change replaces the hosts it touches).
+    pub hosts: Vec<Arc<ServiceRoutes>>,
 }
 
 impl RouteTable {
@@ -334,20 +355,12 @@ impl RouteTable {
 
     /// A digest of everything rendering reads from the table (the control
     /// thread compares digests to find changed route configurations).
-    pub fn digest(&self, model: &Model) -> u64 {
+    pub fn digest(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&self.name, self.flavor).hash(&mut h);
         for vh in &self.hosts {
-            (&vh.host, vh.port).hash(&mut h);
-            // The domains read the service's addresses and resolution.
-            if let Some(svc) = model.services.get(&vh.host) {
-                (&svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.mesh_external).hash(&mut h);
-            }
-            for r in &vh.routes {
-                r.route.encode_to_vec().hash(&mut h);
-                (&r.scope, &r.hash_destination).hash(&mut h);
-            }
+            vh.digest.hash(&mut h);
         }
         h.finish()
     }

@@ -178,3 +178,26 @@ fn unchanged_files_are_not_parsed_again_and_changed_ones_always_are() {
     assert_eq!(names(&src.reload().unwrap()), vec!["d"]);
     assert!(!src.parsed.contains_key(&a));
 }
+
+/// What the control thread's endpoint fast path reads: which objects a
+/// reload changed, found from the files read anew only.
+#[test]
+fn a_reload_names_the_objects_that_changed() {
+    const SLICE: &str = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+        metadata: {name: a-1, namespace: x, labels: {kubernetes.io/service-name: a}}\n\
+        addressType: IPv4\nports: [{port: 80}]\nendpoints: [{addresses: [10.0.0.1]}, {addresses: [10.0.0.2]}]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    std::fs::write(dir.path().join("e.yaml"), SLICE).unwrap();
+    let kinds =
+        |l: &Loaded| l.changed.iter().map(|r| format!("{}/{}/{}", r.kind, r.namespace, r.name)).collect::<Vec<_>>();
+    assert_eq!(kinds(&src.reload().unwrap()), ["EndpointSlice/x/a-1", "Service/x/a"], "everything is new");
+    assert!(src.reload().unwrap().changed.is_empty(), "files read again but unchanged");
+    std::fs::write(dir.path().join("e.yaml"), SLICE.replace(", {addresses: [10.0.0.2]}", "")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(kinds(&l), ["EndpointSlice/x/a-1"]);
+    assert_eq!(l.changed[0].service.as_deref(), Some("a"));
+    std::fs::remove_file(dir.path().join("s.yaml")).unwrap();
+    assert_eq!(kinds(&src.reload().unwrap()), ["Service/x/a"], "a removed object is a change");
+}

@@ -254,6 +254,8 @@ pub struct Report {
     pub changes: Vec<ChangeRow>,
     /// The server's usage, when its pid was given.
     pub server: Option<Usage>,
+    /// CPU seconds loadgen itself used during the run.
+    pub client_cpu_s: f64,
 }
 
 impl Report {
@@ -293,7 +295,16 @@ impl Report {
                 }
             })
             .collect();
-        Report { scenario: scenario.to_owned(), proxies, delta, elapsed, live, changes: rows, server }
+        Report {
+            scenario: scenario.to_owned(),
+            proxies,
+            delta,
+            elapsed,
+            live,
+            changes: rows,
+            server,
+            client_cpu_s: 0.0,
+        }
     }
 
     /// Changes a proxy could see but never ACKed (neither converged nor
@@ -320,6 +331,7 @@ impl Report {
             "missed": self.missed(),
             "superseded": l.superseded,
             "server_cpu_s": self.server.as_ref().map(Usage::cpu_s),
+            "client_cpu_s": self.client_cpu_s,
             "server_rss_bytes_max": self.server.as_ref().map(|u| u.rss_max),
             "server_rss_bytes_start": self.server.as_ref().and_then(|u| u.samples.first()).map(|s| s.2),
             "server_rss_bytes_end": self.server.as_ref().and_then(|u| u.samples.last()).map(|s| s.2),
@@ -405,8 +417,9 @@ impl Report {
             let (first, last) = (u.samples.first().map_or(0, |s| s.2), u.samples.last().map_or(0, |s| s.2));
             let _ = writeln!(
                 out,
-                "  server: {:.2} CPU s; RSS {:.1} MiB at the start, {:.1} MiB at the end, peak {:.1} MiB",
+                "  server: {:.2} CPU s (loadgen: {:.2} CPU s); RSS {:.1} MiB at the start, {:.1} MiB at the end, peak {:.1} MiB",
                 u.cpu_s(),
+                self.client_cpu_s,
                 mib(first),
                 mib(last),
                 mib(u.rss_max)

@@ -516,6 +516,27 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
     assert_ne!(a.any, b.any);
 }
 
+/// Two builds serve the same bytes to two classes for every name.
+fn serves_alike(a: &crate::discovery::Built, b: &crate::discovery::Built) {
+    let snap = |b: &crate::discovery::Built| {
+        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
+        let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+        s.mesh = Some(b.mesh.clone());
+        s
+    };
+    let (x, y) = (snap(a), snap(b));
+    for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
+        for (kind, name) in b.resources.keys() {
+            assert_eq!(
+                MeshGenerator.generate(&x, &c, *kind, name),
+                MeshGenerator.generate(&y, &c, *kind, name),
+                "{name}"
+            );
+        }
+    }
+}
+
 /// The endpoint fast path (`MeshInput::with_endpoints`) serves exactly what
 /// a full rebuild serves: every resource name, every class's bytes and the
 /// inbound fingerprint.
@@ -542,30 +563,7 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
         assert_eq!(fast.resources, full.resources);
         assert_eq!(fast.mesh.inbound_generation, full.mesh.inbound_generation);
         assert_ne!(fast.resources, old.resources, "the edit shows");
-        let snap = |b: &crate::discovery::Built| {
-            let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
-            let mut s = Snapshot::new(
-                1,
-                std::time::Instant::now(),
-                Arc::new(istiod_xds::ads::SimpleModel::default().apply(1, changes).0),
-            );
-            s.mesh = Some(b.mesh.clone());
-            s
-        };
-        let (a, b) = (snap(&fast), snap(&full));
-        for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
-            for kind in Kind::ALL {
-                for (k, name) in full.resources.keys() {
-                    if *k == kind {
-                        assert_eq!(
-                            MeshGenerator.generate(&a, &c, kind, name),
-                            MeshGenerator.generate(&b, &c, kind, name),
-                            "{name}"
-                        );
-                    }
-                }
-            }
-        }
+        serves_alike(&fast, &full);
     }
     // Anything else rebuilds.
     let mut other = before.clone();
@@ -619,25 +617,6 @@ fn a_virtual_service_change_updated_in_place_equals_a_rebuild() {
         assert_eq!(fast.resources, full.resources);
         assert_ne!(fast.resources, old.resources, "the edit shows");
         assert_eq!((fast.mesh.source_matching, fast.mesh.vs_export), (full.mesh.source_matching, full.mesh.vs_export));
-        let snap = |b: &crate::discovery::Built| {
-            let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
-            let mut s = Snapshot::new(
-                1,
-                std::time::Instant::now(),
-                Arc::new(istiod_xds::ads::SimpleModel::default().apply(1, changes).0),
-            );
-            s.mesh = Some(b.mesh.clone());
-            s
-        };
-        let (a, b) = (snap(&fast), snap(&full));
-        for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
-            for (kind, name) in full.resources.keys() {
-                assert_eq!(
-                    MeshGenerator.generate(&a, &c, *kind, name),
-                    MeshGenerator.generate(&b, &c, *kind, name),
-                    "{name}"
-                );
-            }
-        }
+        serves_alike(&fast, &full);
     }
 }

@@ -96,6 +96,9 @@ pub struct Config {
     /// `PILOT_ENABLE_XDS_CACHE` (features/xds.go, true): cache generated
     /// resources.
     pub xds_cache: bool,
+    /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
+    /// fetches): who fetches a RequestAuthentication's `jwksUri`.
+    pub jwks_fetch: crate::translate::authn::JwksFetch,
 }
 
 /// Where the mesh model is read from.
@@ -540,6 +543,9 @@ impl Config {
             kube_api_burst: args.kubernetes_api_burst,
             delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
+            jwks_fetch: crate::translate::authn::JwksFetch::parse(
+                &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
+            ),
         })
     }
 

@@ -85,7 +85,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }
-    let mesh = Arc::new(crate::mesh::MeshSettings::load(&config.mesh_config)?);
+    let mut mesh = crate::mesh::MeshSettings::load(&config.mesh_config)?;
+    mesh.jwks_fetch = config.jwks_fetch;
+    let mesh = Arc::new(mesh);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.
     let mut dir_source = match &config.source {

@@ -20,7 +20,8 @@ pub enum OutboundPolicy {
     RegistryOnly,
 }
 
-/// The mesh settings translation uses.
+/// The mesh settings translation uses (from the mesh configuration, and
+/// the few istiod environment variables that shape translation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeshSettings {
     /// `rootNamespace`: where mesh-wide policies live (`istio-system`).
@@ -31,6 +32,8 @@ pub struct MeshSettings {
     pub outbound: OutboundPolicy,
     /// `enableAutoMtls` (true).
     pub enable_auto_mtls: bool,
+    /// `PILOT_JWT_ENABLE_REMOTE_JWKS`: who fetches a `jwksUri`.
+    pub jwks_fetch: crate::translate::authn::JwksFetch,
 }
 
 impl Default for MeshSettings {
@@ -40,6 +43,7 @@ impl Default for MeshSettings {
             trust_domain: "cluster.local".into(),
             outbound: OutboundPolicy::AllowAny,
             enable_auto_mtls: true,
+            jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
         }
     }
 }

@@ -444,7 +444,14 @@ impl Model {
         };
         model.routing =
             of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).iter().cloned().collect();
-        model.security = of(|s| matches!(s, IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_)));
+        model.security = of(|s| {
+            matches!(
+                s,
+                IstioSpec::PeerAuthentication(_)
+                    | IstioSpec::AuthorizationPolicy(_)
+                    | IstioSpec::RequestAuthentication(_)
+            )
+        });
         model.sidecars = of(|s| matches!(s, IstioSpec::Sidecar(_)));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());

@@ -14,6 +14,7 @@ use istiod_xds::ads::{Kind, SimpleModel};
 
 use crate::model::Model;
 
+pub mod authn;
 pub mod authz;
 pub mod cluster;
 pub mod endpoint;

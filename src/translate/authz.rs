@@ -94,6 +94,101 @@ fn namespace_id(ns: &str) -> rbac::Principal {
     })
 }
 
+/// A match on the verified JWT payload, where jwt_authn put it
+/// (`request.auth.*`, istiod's MetadataStringMatcherForJWTClaim).
+fn claim(path: &[&str], value: matcher::value_matcher::MatchPattern) -> rbac::Principal {
+    use matcher::metadata_matcher::{PathSegment, path_segment::Segment};
+    let path = std::iter::once(crate::translate::authn::PAYLOAD)
+        .chain(path.iter().copied())
+        .map(|k| PathSegment { segment: Some(Segment::Key(k.to_owned())) })
+        .collect();
+    rbac::Principal {
+        identifier: Some(rbac::principal::Identifier::Metadata(matcher::MetadataMatcher {
+            filter: crate::translate::authn::JWT_FILTER.into(),
+            path,
+            value: Some(matcher::ValueMatcher { match_pattern: Some(value) }),
+            invert: false,
+        })),
+    }
+}
+
+fn regex_any() -> matcher::StringMatcher {
+    matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(matcher::RegexMatcher {
+            regex: ".+".into(),
+        })),
+        ignore_case: false,
+    }
+}
+
+/// `requestPrincipals` / `request.auth.principal`: `<iss>/<sub>` (split at
+/// the last `/`) as matches on the payload's `iss` and `sub`, with istiod's
+/// wildcards (generator.go requestPrincipalGenerator).
+fn request_principal(v: &str) -> rbac::Principal {
+    use matcher::string_matcher::MatchPattern as P;
+    let m = |p: P| matcher::StringMatcher { match_pattern: Some(p), ignore_case: false };
+    let exact = |s: &str| m(P::Exact(s.to_owned()));
+    let (iss, sub) = if v == "*" {
+        (regex_any(), regex_any())
+    } else if let Some(rest) = v.strip_prefix('*') {
+        match v.rsplit_once('/') {
+            Some((i, s)) => (if i == "*" { regex_any() } else { m(P::Suffix(i[1..].to_owned())) }, exact(s)),
+            None => (regex_any(), m(P::Suffix(rest.to_owned()))),
+        }
+    } else if let Some(rest) = v.strip_suffix('*') {
+        match v.rsplit_once('/') {
+            Some((i, s)) => (exact(i), if s == "*" { regex_any() } else { m(P::Prefix(s[..s.len() - 1].to_owned())) }),
+            None => (m(P::Prefix(rest.to_owned())), regex_any()),
+        }
+    } else {
+        match v.rsplit_once('/') {
+            Some((i, s)) => (exact(i), exact(s)),
+            None => (exact(v), exact("")),
+        }
+    };
+    use matcher::value_matcher::MatchPattern as V;
+    rbac::Principal {
+        identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set {
+            ids: vec![claim(&["iss"], V::StringMatch(iss)), claim(&["sub"], V::StringMatch(sub))],
+        })),
+    }
+}
+
+/// `request.auth.audiences`, `.presenter`, `.claims[..]`: the claim at
+/// `path` equal to one of `values`, whether the claim is a list or a
+/// string (istiod's MetadataListMatcher: or(list one_of V, V)).
+fn claim_values(path: &[&str], values: &[String]) -> rbac::Principal {
+    use matcher::value_matcher::MatchPattern as V;
+    let one = |v: &String| matcher::ValueMatcher { match_pattern: Some(V::StringMatch(string(v))) };
+    let v = if values.len() == 1 {
+        one(&values[0])
+    } else {
+        matcher::ValueMatcher {
+            match_pattern: Some(V::OrMatch(matcher::OrMatcher { value_matchers: values.iter().map(one).collect() })),
+        }
+    };
+    let list = matcher::ValueMatcher {
+        match_pattern: Some(V::ListMatch(Box::new(matcher::ListMatcher {
+            match_pattern: Some(matcher::list_matcher::MatchPattern::OneOf(Box::new(v.clone()))),
+        }))),
+    };
+    claim(path, V::OrMatch(matcher::OrMatcher { value_matchers: vec![list, v] }))
+}
+
+/// The payload path of a `request.auth.*` condition key, when it is one.
+fn auth_key(key: &str) -> Option<Vec<String>> {
+    match key {
+        "request.auth.audiences" => Some(vec!["aud".into()]),
+        "request.auth.presenter" => Some(vec!["azp".into()]),
+        _ => {
+            let rest = key.strip_prefix("request.auth.claims")?;
+            let parts: Vec<String> =
+                rest.split(']').filter(|p| !p.is_empty()).map(|p| p.trim_start_matches('[').to_owned()).collect();
+            (!parts.is_empty() && rest.starts_with('[')).then_some(parts)
+        }
+    }
+}
+
 fn cidr(block: &str) -> Option<rbac::Principal> {
     let (addr, len) = match block.split_once('/') {
         Some((a, l)) => (a, l.parse().ok()?),
@@ -107,8 +202,11 @@ fn cidr(block: &str) -> Option<rbac::Principal> {
     })
 }
 
-/// Returns (permissions, principals, whether it uses HTTP fields).
-fn rule(r: &Rule) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool) {
+/// Returns (permissions, principals, whether it uses HTTP fields). On a
+/// TCP chain (`tcp`) the HTTP-only conditions on the source (JWT claims)
+/// are left out: an ALLOW rule that uses them is dropped by the caller, a
+/// DENY rule matches more broadly, as in istiod.
+fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool) {
     let mut http = false;
     let mut perms = Vec::new();
     let mut to_alts = Vec::new();
@@ -172,11 +270,44 @@ fn rule(r: &Rule) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool) {
         add(&src.not_namespaces, true, &|n| Some(namespace_id(n)));
         add(&src.ip_blocks, false, &cidr);
         add(&src.not_ip_blocks, true, &cidr);
+        if !src.request_principals.is_empty() || !src.not_request_principals.is_empty() {
+            http = true;
+            if !tcp {
+                add(&src.request_principals, false, &|p| Some(request_principal(p)));
+                add(&src.not_request_principals, true, &|p| Some(request_principal(p)));
+            }
+        }
         from_alts.push(rbac::Principal {
             identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set { ids: all })),
         });
     }
     for c in &r.when {
+        let auth = c.key == "request.auth.principal" || auth_key(&c.key).is_some();
+        if auth {
+            http = true;
+            if tcp {
+                continue;
+            }
+        }
+        if c.key == "request.auth.principal" {
+            if !c.values.is_empty() {
+                ids.push(or_ids(c.values.iter().map(|v| request_principal(v)).collect()));
+            }
+            if !c.not_values.is_empty() {
+                ids.push(not_id(or_ids(c.not_values.iter().map(|v| request_principal(v)).collect())));
+            }
+            continue;
+        }
+        if let Some(path) = auth_key(&c.key) {
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            if !c.values.is_empty() {
+                ids.push(claim_values(&path, &c.values));
+            }
+            if !c.not_values.is_empty() {
+                ids.push(not_id(claim_values(&path, &c.not_values)));
+            }
+            continue;
+        }
         match c.key.as_str() {
             "source.namespace" => ids.push(or_ids(c.values.iter().map(|n| namespace_id(n)).collect())),
             "source.principal" => ids.push(or_ids(c.values.iter().map(|p| spiffe(p)).collect())),
@@ -235,7 +366,7 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
             continue; // ALLOW with no rules allows nothing; DENY with none denies nothing
         }
         for (i, r) in ap.rules.iter().enumerate() {
-            let (permissions, principals, uses_http) = rule(r);
+            let (permissions, principals, uses_http) = rule(r, !http);
             if uses_http && !http && ap.action == Action::Allow {
                 continue;
             }

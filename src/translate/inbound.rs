@@ -187,20 +187,20 @@ fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Fi
     let cluster = format!("inbound|{}||", p.port);
     let rbacs = crate::translate::authz::rbacs(model, class, p.protocol.is_http());
     if p.protocol.is_http() {
-        let mut http_filters: Vec<hcm::HttpFilter> = [rbacs.deny, rbacs.allow]
-            .into_iter()
-            .flatten()
-            .map(|rules| hcm::HttpFilter {
-                name: "envoy.filters.http.rbac".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
-                    &istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
-                        rules: Some(rules),
-                        ..Default::default()
-                    },
-                ))),
-                ..Default::default()
-            })
-            .collect();
+        // jwt_authn before RBAC, which reads what it verified
+        // (listener_builder.go: authn, then authz).
+        let jwt = crate::translate::authn::jwt_filter(model, class);
+        let mut http_filters: Vec<hcm::HttpFilter> = jwt.into_iter().collect();
+        http_filters.extend([rbacs.deny, rbacs.allow].into_iter().flatten().map(|rules| hcm::HttpFilter {
+            name: "envoy.filters.http.rbac".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
+                &istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
+                    rules: Some(rules),
+                    ..Default::default()
+                },
+            ))),
+            ..Default::default()
+        }));
         http_filters.push(hcm::HttpFilter {
             name: "envoy.filters.http.router".into(),
             config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),

@@ -1,0 +1,175 @@
+use std::sync::Arc;
+
+use istiod_kubewatch::istio::IstioSpec;
+use istiod_proto::envoy::config::listener::v3::{Listener, filter};
+use istiod_proto::envoy::config::rbac::v3 as rbac;
+use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac;
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use istiod_proto::prost::Message;
+use istiod_xds::ads::Kind;
+
+use super::*;
+use crate::testing::{class, istio_objects, served};
+
+fn bookinfo_with(yaml: &str, fetch: JwksFetch) -> Arc<Model> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let mesh = crate::mesh::MeshSettings { jwks_fetch: fetch, ..Default::default() };
+    let mut m = Model::build_in(&objs, "cluster.local", Arc::new(mesh));
+    Arc::make_mut(&mut m.security).extend(istio_objects(yaml));
+    Arc::new(m)
+}
+
+const RA: &str = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: jwt, namespace: bookinfo}\n\
+    spec:\n  selector: {matchLabels: {app: reviews}}\n  jwtRules:\n  - issuer: b-issuer\n    jwks: '{\"keys\":[]}'\n\
+    \x20 - issuer: a-issuer\n    jwksUri: https://keys.example.com:8443/jwks\n";
+
+/// The HTTP filters of reviews' inbound chain for port 9080, as served.
+fn http_filters(m: &Arc<Model>) -> Vec<hcm::HttpFilter> {
+    let l = Listener::decode(
+        served(m, &class("bookinfo", &[("app", "reviews")]), Kind::Listener, "virtualInbound").unwrap(),
+    )
+    .unwrap();
+    let chain = l.filter_chains.iter().find(|c| c.name.starts_with("inbound|9080")).expect("a chain of 9080");
+    let Some(filter::ConfigType::TypedConfig(a)) = &chain.filters[0].config_type else { panic!() };
+    HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
+}
+
+fn jwt_config(filters: &[hcm::HttpFilter]) -> jwt::JwtAuthentication {
+    let f = filters.iter().find(|f| f.name == JWT_FILTER).expect("a jwt_authn filter");
+    let Some(hcm::http_filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+    jwt::JwtAuthentication::decode(a.value.as_slice()).unwrap()
+}
+
+/// policy_applier.go: providers `origins-<i>` by issuer order, payload in
+/// metadata, any one token or none, every present one valid.
+#[test]
+fn request_authentication_becomes_jwt_authn_before_rbac() {
+    let deny = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: no-admin, namespace: bookinfo}\n\
+        spec: {selector: {matchLabels: {app: reviews}}, action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}\n";
+    let m = bookinfo_with(&format!("{RA}---\n{deny}"), JwksFetch::Istiod);
+    let filters = http_filters(&m);
+    let names: Vec<&str> = filters.iter().map(|f| f.name.as_str()).collect();
+    let jwt_at = names.iter().position(|n| *n == JWT_FILTER).expect("jwt_authn");
+    let rbac_at = names.iter().position(|n| *n == "envoy.filters.http.rbac").expect("the DENY policy");
+    assert!(jwt_at < rbac_at, "{names:?}");
+    let c = jwt_config(&filters);
+    assert_eq!(c.providers.keys().collect::<Vec<_>>(), ["origins-0", "origins-1"]);
+    assert_eq!(c.providers["origins-0"].issuer, "a-issuer", "sorted by issuer");
+    assert_eq!(c.providers["origins-0"].payload_in_metadata, PAYLOAD);
+    assert!(c.bypass_cors_preflight);
+    let inline = |p: &jwt::JwtProvider| match &p.jwks_source_specifier {
+        Some(jwt::jwt_provider::JwksSourceSpecifier::LocalJwks(d)) => match &d.specifier {
+            Some(core::data_source::Specifier::InlineString(s)) => s.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(inline(&c.providers["origins-1"]), "{\"keys\":[]}");
+    assert_eq!(
+        inline(&c.providers["origins-0"]),
+        PUBLIC_ONLY_JWKS,
+        "a URI istiod-rs does not fetch: no token verifies"
+    );
+    use jwt::jwt_requirement::RequiresType as R;
+    let Some(jwt::requirement_rule::RequirementType::Requires(req)) = &c.rules[0].requirement_type else { panic!() };
+    let Some(R::RequiresAny(any)) = &req.requires_type else { panic!("{req:?}") };
+    assert_eq!(any.requirements.len(), 3, "each provider, then all present tokens valid");
+    assert!(matches!(&any.requirements[2].requires_type, Some(R::RequiresAll(all)) if all.requirements.len() == 2));
+    // Workloads it does not select get no filter.
+    let l = served(&m, &class("bookinfo", &[("app", "ratings")]), Kind::Listener, "virtualInbound").unwrap();
+    assert!(
+        !Listener::decode(l).unwrap().encode_to_vec().windows(JWT_FILTER.len()).any(|w| w == JWT_FILTER.as_bytes())
+    );
+}
+
+#[test]
+fn envoy_fetches_the_keys_when_told_to() {
+    let c = jwt_config(&http_filters(&bookinfo_with(RA, JwksFetch::Envoy)));
+    let Some(jwt::jwt_provider::JwksSourceSpecifier::RemoteJwks(r)) = &c.providers["origins-0"].jwks_source_specifier
+    else {
+        panic!()
+    };
+    let uri = r.http_uri.as_ref().unwrap();
+    assert_eq!(uri.uri, "https://keys.example.com:8443/jwks");
+    assert_eq!(
+        uri.http_upstream_type,
+        Some(core::http_uri::HttpUpstreamType::Cluster("outbound|8443||keys.example.com".into()))
+    );
+    assert_eq!(uri.timeout, Some(Duration { seconds: 5, nanos: 0 }));
+    // Hybrid: Envoy only for a host of the mesh.
+    let c = jwt_config(&http_filters(&bookinfo_with(RA, JwksFetch::Hybrid)));
+    assert!(matches!(
+        c.providers["origins-0"].jwks_source_specifier,
+        Some(jwt::jwt_provider::JwksSourceSpecifier::LocalJwks(_))
+    ));
+    assert_eq!(JwksFetch::parse("true"), JwksFetch::Hybrid);
+    assert_eq!(JwksFetch::parse("false"), JwksFetch::Istiod);
+    assert_eq!(jwks_host("http://[::1]/k"), Some(("::1".into(), 80)));
+    assert_eq!(jwks_host("https://h:9/k?x"), Some(("h".into(), 9)));
+    assert_eq!(jwks_host("ftp://h/k"), None);
+}
+
+/// generator.go requestPrincipalGenerator and the claim matchers: metadata
+/// of the jwt_authn filter under `payload`.
+#[test]
+fn request_principals_and_claims_match_the_verified_payload() {
+    let ap = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: jwt-only, namespace: bookinfo}\n\
+        spec:\n  selector: {matchLabels: {app: reviews}}\n  rules:\n  - from: [{source: {requestPrincipals: [\"iss.example/alice\"]}}]\n\
+        \x20   when: [{key: \"request.auth.claims[groups]\", values: [admins]}]\n";
+    let m = bookinfo_with(&format!("{RA}---\n{ap}"), JwksFetch::Istiod);
+    let filters = http_filters(&m);
+    let allow = filters
+        .iter()
+        .filter(|f| f.name == "envoy.filters.http.rbac")
+        .filter_map(|f| match &f.config_type {
+            Some(hcm::http_filter::ConfigType::TypedConfig(a)) => Rbac::decode(a.value.as_slice()).ok()?.rules,
+            _ => None,
+        })
+        .find(|r| r.action == rbac::rbac::Action::Allow as i32)
+        .unwrap();
+    let policy = &allow.policies["ns[bookinfo]-policy[jwt-only]-rule[0]"];
+    let text = format!("{:?}", policy.principals);
+    for want in [
+        "filter: \"envoy.filters.http.jwt_authn\"",
+        "Key(\"payload\")",
+        "Key(\"iss\")",
+        "Exact(\"iss.example\")",
+        "Key(\"sub\")",
+        "Exact(\"alice\")",
+        "Key(\"groups\")",
+        "ListMatch",
+        "Exact(\"admins\")",
+    ] {
+        assert!(text.contains(want), "{want} missing from {text}");
+    }
+    // A TCP port: an ALLOW rule on JWT claims cannot match there; it is left out.
+    let tcp = rbac_tcp(&m);
+    assert!(!tcp.iter().any(|p| p.contains("jwt-only")), "{tcp:?}");
+}
+
+/// The names of the policies of the ALLOW RBAC on reviews' TCP chains.
+fn rbac_tcp(m: &Arc<Model>) -> Vec<String> {
+    let mut m = (**m).clone();
+    // Make reviews' port TCP.
+    let s = m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap();
+    for p in &mut s.ports {
+        p.protocol = crate::model::Protocol::Tcp;
+    }
+    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), false);
+    rb.allow.map(|a| a.policies.keys().cloned().collect()).unwrap_or_default()
+}
+
+#[test]
+fn the_selection_follows_namespace_and_selector() {
+    let ns_wide = "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: all, namespace: bookinfo}\n\
+        spec: {jwtRules: [{issuer: x, jwks: '{\"keys\":[]}'}]}\n---\napiVersion: security.istio.io/v1\nkind: RequestAuthentication\n\
+        metadata: {name: other, namespace: elsewhere}\nspec: {jwtRules: [{issuer: y, jwks: '{\"keys\":[]}'}]}\n";
+    let m = bookinfo_with(ns_wide, JwksFetch::Istiod);
+    let issuers =
+        |ns: &str| jwt_rules(&m, &class(ns, &[("app", "z")])).into_iter().map(|r| r.issuer).collect::<Vec<_>>();
+    assert_eq!(issuers("bookinfo"), ["x"]);
+    assert_eq!(issuers("elsewhere"), ["y"]);
+    assert!(issuers("third").is_empty());
+    assert!(m.security.iter().any(|o| matches!(o.spec, IstioSpec::RequestAuthentication(_))));
+}

@@ -31,6 +31,14 @@ struct Server {
     monitoring: SocketAddr,
 }
 
+/// A server a failed assertion leaves behind is killed, not leaked.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Server {
     fn start() -> Self {
         let (grpc, http, monitoring) = (free_port(), free_port(), free_port());

@@ -226,8 +226,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Source::Kubernetes { kubeconfig }, _) => {
                 let client = kube_client(kubeconfig.as_deref()).await?;
-                let (otx, orx) = tokio::sync::watch::channel(None);
-                tokio::spawn(istiod_kubewatch::kube_source::run(client, otx));
+                let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
+                tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, otx));
                 tokio::task::spawn_local(watch_kube(
                     orx,
                     tx.clone(),

@@ -3,7 +3,10 @@
 //! keeping a store that is swapped whole on a relist, so a relist neither
 //! loses nor duplicates objects. Objects arrive as JSON and are read into
 //! the same typed structs as the config directory's, so both sources give
-//! the same model for the same objects.
+//! the same model for the same objects; each object is converted once, when
+//! its event arrives, and every update names the objects that changed since
+//! the previous one (`Update::changed`), so the control thread need not
+//! compare them.
 //!
 //! During an API outage the last state stays in force (the watchers retry
 //! with backoff); the source is ready once every kind has been listed.
@@ -18,6 +21,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::config_dir::{Object, ObjectRef};
 use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
 
 /// The kinds watched, in the order of [`Stores`]: (group, version, kind,
@@ -43,10 +47,22 @@ pub const KINDS: [(&str, &str, &str, &str); 14] = [
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
 const FIRST_CRD: usize = 5;
 
+/// What the source hands the control thread.
+#[derive(Debug, Clone)]
+pub struct Update {
+    /// Every object in force.
+    pub objects: Objects,
+    /// The objects added, changed or removed since the previous update;
+    /// `None` when that is not known (the first update, a relist).
+    pub changed: Option<Vec<ObjectRef>>,
+}
+
 #[derive(Default)]
 struct Stores {
-    objects: [BTreeMap<(String, String), Value>; 14],
+    objects: [BTreeMap<(String, String), Object>; 14],
     synced: [bool; 14],
+    /// Since the last update; `None`: unknown.
+    changed: Option<std::collections::BTreeSet<ObjectRef>>,
 }
 
 fn key(v: &Value) -> (String, String) {
@@ -54,38 +70,58 @@ fn key(v: &Value) -> (String, String) {
     (m["namespace"].as_str().unwrap_or_default().to_owned(), m["name"].as_str().unwrap_or_default().to_owned())
 }
 
-fn build(stores: &Stores) -> Objects {
-    fn read<T: serde::de::DeserializeOwned>(map: &BTreeMap<(String, String), Value>, out: &mut Vec<T>) {
-        for v in map.values() {
-            match serde_json::from_value(v.clone()) {
-                Ok(t) => out.push(t),
-                Err(e) => tracing::warn!(target: "model", object = ?key(v), error = %e, "rejected object"),
-            }
-        }
+/// The typed object of kind `i` (an index into [`KINDS`]), or why not.
+fn convert(i: usize, v: &Value) -> Result<Object, String> {
+    fn read<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
+        serde_json::from_value(v.clone()).map_err(|e| e.to_string())
     }
+    Ok(match i {
+        0 => Object::Service(read::<Service>(v)?),
+        1 => Object::EndpointSlice(read::<EndpointSlice>(v)?),
+        2 => Object::Pod(read::<Pod>(v)?),
+        3 => Object::Node(read::<Node>(v)?),
+        4 => Object::Namespace(read::<Namespace>(v)?),
+        _ => {
+            let y = serde_yaml_ng::to_value(v).map_err(|e| e.to_string())?;
+            Object::Istio(crate::istio::parse(&y).map_err(|e| e.to_string())?)
+        }
+    })
+}
+
+/// Every object in force.
+fn build(stores: &Stores) -> Objects {
     let mut o = Objects::default();
-    read::<Service>(&stores.objects[0], &mut o.services);
-    read::<EndpointSlice>(&stores.objects[1], &mut o.endpoint_slices);
-    read::<Pod>(&stores.objects[2], &mut o.pods);
-    read::<Node>(&stores.objects[3], &mut o.nodes);
-    read::<Namespace>(&stores.objects[4], &mut o.namespaces);
-    for map in &stores.objects[FIRST_CRD..] {
-        for v in map.values() {
-            let parsed = serde_yaml_ng::to_value(v)
-                .map_err(|e| e.to_string())
-                .and_then(|y| crate::istio::parse(&y).map_err(|e| e.to_string()));
-            match parsed {
-                Ok(obj) => o.istio.push(obj),
-                Err(e) => tracing::warn!(target: "model", object = ?key(v), error = %e, "rejected Istio object"),
+    for map in &stores.objects {
+        for obj in map.values() {
+            match obj.clone() {
+                Object::Service(s) => o.services.push(s),
+                Object::EndpointSlice(s) => o.endpoint_slices.push(s),
+                Object::Pod(p) => o.pods.push(p),
+                Object::Node(n) => o.nodes.push(n),
+                Object::Namespace(n) => o.namespaces.push(n),
+                Object::Istio(x) => o.istio.push(x),
+                Object::Skipped(_) => {}
             }
         }
     }
     o
 }
 
-/// Watches every kind and publishes the full object set, once all kinds
-/// have synced and after every change. Runs until the receiver is gone.
+/// Follows every kind and sends the objects whole whenever they change,
+/// once all kinds have been listed (see [`run_updates`]).
 pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
+    let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(run_updates(client, utx));
+    while let Some(u) = urx.recv().await {
+        if tx.send(Some(u.objects)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Follows every kind and sends an [`Update`] whenever objects change,
+/// once all kinds have been listed.
+pub async fn run_updates(client: kube::Client, tx: tokio::sync::mpsc::UnboundedSender<Update>) {
     let stores = Arc::new(Mutex::new(Stores::default()));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     for (i, (group, version, kind, plural)) in KINDS.into_iter().enumerate() {
@@ -93,7 +129,7 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let (stores, changed) = (stores.clone(), changed_tx.clone());
         tokio::spawn(async move {
-            let mut buffer: BTreeMap<(String, String), Value> = BTreeMap::new();
+            let mut buffer: BTreeMap<(String, String), Object> = BTreeMap::new();
             let mut events = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
             while let Some(ev) = events.next().await {
                 let ev = match ev {
@@ -119,26 +155,55 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
                     }
                 };
                 let json = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+                // Converted once, here; a rejected object is not in force.
+                let typed = |v: &Value| match convert(i, v) {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        tracing::warn!(target: "model", kind, object = ?key(v), error = %e, "rejected object");
+                        None
+                    }
+                };
                 let mut s = stores.lock().unwrap_or_else(|e| e.into_inner());
                 match ev {
                     Event::Init => buffer.clear(),
                     Event::InitApply(o) => {
                         let v = json(&o);
-                        buffer.insert(key(&v), v);
+                        if let Some(t) = typed(&v) {
+                            buffer.insert(key(&v), t);
+                        }
                         continue;
                     }
                     Event::InitDone => {
-                        // A (re)list is complete: it replaces the store whole.
+                        // A (re)list: what changed is not known.
                         s.objects[i] = std::mem::take(&mut buffer);
                         s.synced[i] = true;
+                        s.changed = None;
                     }
                     Event::Apply(o) => {
                         let v = json(&o);
-                        s.objects[i].insert(key(&v), v);
+                        let k = key(&v);
+                        let old = match typed(&v) {
+                            Some(t) => {
+                                let r = ObjectRef::of(&t);
+                                let old = s.objects[i].insert(k, t);
+                                if let Some(c) = s.changed.as_mut() {
+                                    c.insert(r);
+                                }
+                                old
+                            }
+                            None => s.objects[i].remove(&k),
+                        };
+                        if let (Some(o), Some(c)) = (old, s.changed.as_mut()) {
+                            c.insert(ObjectRef::of(&o));
+                        }
                     }
                     Event::Delete(o) => {
                         let v = json(&o);
-                        s.objects[i].remove(&key(&v));
+                        if let Some(old) = s.objects[i].remove(&key(&v))
+                            && let Some(c) = s.changed.as_mut()
+                        {
+                            c.insert(ObjectRef::of(&old));
+                        }
                     }
                 }
                 drop(s);
@@ -151,14 +216,15 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
     drop(changed_tx);
     while changed_rx.recv().await.is_some() {
         while changed_rx.try_recv().is_ok() {}
-        let objects = {
-            let s = stores.lock().unwrap_or_else(|e| e.into_inner());
+        let update = {
+            let mut s = stores.lock().unwrap_or_else(|e| e.into_inner());
             if !s.synced.iter().all(|x| *x) {
                 continue;
             }
-            build(&s)
+            let changed = s.changed.replace(Default::default()).map(|c| c.into_iter().collect());
+            Update { objects: build(&s), changed }
         };
-        if tx.send(Some(objects)).is_err() {
+        if tx.send(update).is_err() {
             return;
         }
     }

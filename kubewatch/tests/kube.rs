@@ -218,3 +218,39 @@ async fn large_lists_come_in_pages() {
     // kube-rs pages by 500: 1200 services take two follow-up pages.
     assert_eq!(api.continued(), 2);
 }
+
+async fn next_update(rx: &mut tokio::sync::mpsc::UnboundedReceiver<kube_source::Update>) -> kube_source::Update {
+    tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("an update").expect("source alive")
+}
+
+/// Each update names what changed since the previous one, so the control
+/// thread need not compare every object (its endpoint and VirtualService
+/// fast paths read this); a relist says it does not know.
+#[tokio::test]
+async fn updates_name_the_objects_that_changed() {
+    let api = FakeApi::start().await.unwrap();
+    for r in core_resources().into_iter().chain(istio_resources()) {
+        api.install(r);
+    }
+    load_examples(&api);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(kube_source::run_updates(kube_source::client_for(&api.url()).unwrap(), tx));
+    let first = next_update(&mut rx).await;
+    assert!(first.changed.is_none(), "the first list: everything is new");
+    assert!(!first.objects.services.is_empty());
+    api.apply("services", service("extra", 8000));
+    let u = next_update(&mut rx).await;
+    let names: Vec<String> =
+        u.changed.unwrap().iter().map(|r| format!("{}/{}/{}", r.kind, r.namespace, r.name)).collect();
+    assert_eq!(names, ["Service/bookinfo/extra"]);
+    api.apply(
+        "virtualservices",
+        json!({"metadata": {"name": "extra", "namespace": "bookinfo"}, "spec": {"hosts": ["extra"], "http": [{"route": [{"destination": {"host": "extra"}}]}]}}),
+    );
+    let u = next_update(&mut rx).await;
+    assert_eq!(u.changed.unwrap().iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["VirtualService"]);
+    assert_eq!(u.objects.istio.iter().filter(|o| o.meta.name == "extra").count(), 1, "converted once, in force");
+    api.delete("services", "bookinfo", "extra");
+    let u = next_update(&mut rx).await;
+    assert_eq!(u.changed.unwrap().len(), 1, "a deletion is a change");
+}

@@ -158,15 +158,30 @@ pub(super) async fn watch_dir(
 
 /// Follows the Kubernetes source: every complete object set rebuilds the model.
 pub(super) async fn watch_kube(
-    mut rx: tokio::sync::watch::Receiver<Option<istiod_kubewatch::objects::Objects>>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<istiod_kubewatch::kube_source::Update>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
     mesh: Arc<crate::mesh::MeshSettings>,
     cluster_id: String,
 ) {
-    while rx.changed().await.is_ok() {
-        let Some(objects) = rx.borrow_and_update().clone() else { continue };
+    while let Some(mut update) = rx.recv().await {
+        // Updates that queued up while the last one was applied: the newest
+        // objects, and every change any of them named (unknown if one did
+        // not know).
+        while let Ok(next) = rx.try_recv() {
+            let changed = match (update.changed.take(), next.changed) {
+                (Some(mut a), Some(b)) => {
+                    a.extend(b);
+                    a.sort();
+                    a.dedup();
+                    Some(a)
+                }
+                _ => None,
+            };
+            update = istiod_kubewatch::kube_source::Update { objects: next.objects, changed };
+        }
+        let objects = update.objects;
         let configz = json!({
             "source": "kubernetes",
             "clusterID": cluster_id,
@@ -177,7 +192,7 @@ pub(super) async fn watch_kube(
             "namespaces": objects.namespaces.len(),
             "istioConfig": istio_counts(&objects),
         });
-        apply(&state, objects, None, configz, &domain, &mesh, &tx);
+        apply(&state, objects, update.changed, configz, &domain, &mesh, &tx);
     }
 }
 

@@ -388,7 +388,7 @@ impl Generator for MeshGenerator {
             Kind::Endpoint => {
                 let form = m.cluster_form(class, name)?;
                 let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
-                local.or_else(|| form.endpoints.as_ref().map(|e| e.1.clone()))
+                local.or_else(|| form.endpoints.clone())
             }
             Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
                 // The Sidecar overrides the mesh's policy for unknown destinations.

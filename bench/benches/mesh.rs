@@ -306,7 +306,8 @@ impl Change {
         let from = (self.version % 2) as usize;
         let to = 1 - from;
         let (next, incremental) = discovery::update(
-            Some((&self.objs[from], &self.builts[from].mesh)),
+            Some(&self.builts[from].mesh),
+            Some(&self.objs[from]),
             &self.objs[to],
             Some(&self.refs),
             "cluster.local",

@@ -29,8 +29,6 @@ pub(super) struct State {
     inbound_generation: Option<u64>,
     scope_generation: Option<u64>,
     routing_generation: Option<u64>,
-    /// The source's objects the model was last built from.
-    objects: Option<istiod_kubewatch::objects::Objects>,
     /// The generators' input last published.
     mesh: Option<Arc<MeshInput>>,
 }
@@ -79,8 +77,9 @@ pub(super) fn apply(
     let started = std::time::Instant::now();
     let (Built { model, resources, mesh }, incremental) = {
         let s = state.borrow();
-        let prev = s.objects.as_ref().zip(s.mesh.as_ref());
-        update(prev, &objects, changed.as_deref(), domain, mesh)
+        // Both sources name what changed; when they cannot (a first list,
+        // a relist), the model is rebuilt rather than compared.
+        update(s.mesh.as_ref(), None, &objects, changed.as_deref(), domain, mesh)
     };
     let mut s = state.borrow_mut();
     let changes = translate::diff_maps(&s.resources, &resources);
@@ -109,7 +108,6 @@ pub(super) fn apply(
     s.configz = configz;
     s.model = model;
     s.resources = resources;
-    s.objects = Some(objects);
     s.mesh = Some(mesh.clone());
     s.inbound_generation = Some(mesh.inbound_generation);
     s.scope_generation = Some(mesh.scope_generation);

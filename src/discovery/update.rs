@@ -38,7 +38,7 @@ pub fn build(
 /// source that knows which objects changed (`changed`, the config
 /// directory) saves the comparison of every object.
 fn endpoint_only_change(
-    old: &istiod_kubewatch::objects::Objects,
+    old: Option<&istiod_kubewatch::objects::Objects>,
     new: &istiod_kubewatch::objects::Objects,
     changed: Option<&[ObjectRef]>,
 ) -> Option<Vec<(String, String)>> {
@@ -50,6 +50,7 @@ fn endpoint_only_change(
             changed.iter().filter_map(|r| Some((r.namespace.clone(), r.service.clone()?))).collect();
         return Some(services.into_iter().collect());
     }
+    let old = old?;
     if old.services != new.services
         || old.pods != new.pods
         || old.nodes != new.nodes
@@ -76,26 +77,28 @@ fn endpoint_only_change(
     Some(services.into_iter().collect())
 }
 
-/// The mesh built from `objects`, given what it was built from before
-/// (`prev`) and, when the source knows, which objects changed: when only
+/// The mesh built from `objects`, given the previous one (`prev`) and,
+/// when the source knows, which objects changed (else, when given, the
+/// objects it was built from, to compare): when only
 /// EndpointSlices changed, only their services are rebuilt and
 /// re-translated; when only VirtualServices changed (a source that names
 /// them), only the virtual hosts of their hosts; both O(changed), the rest
 /// shared. Anything else rebuilds the model. Says which it did.
 pub fn update(
-    prev: Option<(&istiod_kubewatch::objects::Objects, &Arc<MeshInput>)>,
+    prev: Option<&Arc<MeshInput>>,
+    prev_objects: Option<&istiod_kubewatch::objects::Objects>,
     objects: &istiod_kubewatch::objects::Objects,
     changed: Option<&[ObjectRef]>,
     domain: &str,
     settings: &Arc<crate::mesh::MeshSettings>,
 ) -> (Built, bool) {
     let virtual_services = changed.filter(|c| !c.is_empty() && c.iter().all(|r| r.kind == "VirtualService"));
-    let fast = prev.and_then(|(old, m)| match virtual_services {
+    let fast = prev.and_then(|m| match virtual_services {
         Some(vs) => {
             let keys: Vec<(String, String)> = vs.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
             Some(m.with_virtual_services(objects, &keys).0)
         }
-        None => endpoint_only_change(old, objects, changed).map(|svcs| m.with_endpoints(objects, &svcs).0),
+        None => endpoint_only_change(prev_objects, objects, changed).map(|svcs| m.with_endpoints(objects, &svcs).0),
     });
     match fast {
         Some(m) => {

@@ -557,7 +557,7 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
         let mut after = before.clone();
         edit(&mut after);
         let (fast, incremental) =
-            crate::discovery::update(Some((&before, &old.mesh)), &after, None, "cluster.local", &settings);
+            crate::discovery::update(Some(&old.mesh), Some(&before), &after, None, "cluster.local", &settings);
         assert!(incremental, "only EndpointSlices changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.resources, full.resources);
@@ -568,7 +568,7 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     // Anything else rebuilds.
     let mut other = before.clone();
     other.services.pop();
-    assert!(!crate::discovery::update(Some((&before, &old.mesh)), &other, None, "cluster.local", &settings).1);
+    assert!(!crate::discovery::update(Some(&old.mesh), Some(&before), &other, None, "cluster.local", &settings).1);
 }
 
 /// The VirtualService fast path (`MeshInput::with_virtual_services`)
@@ -611,7 +611,7 @@ fn a_virtual_service_change_updated_in_place_equals_a_rebuild() {
         let mut after = before.clone();
         let refs = edit(&mut after);
         let (fast, incremental) =
-            crate::discovery::update(Some((&before, &old.mesh)), &after, Some(&refs), "cluster.local", &settings);
+            crate::discovery::update(Some(&old.mesh), Some(&before), &after, Some(&refs), "cluster.local", &settings);
         assert!(incremental, "only VirtualServices changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.resources, full.resources);

@@ -31,8 +31,11 @@ pub struct ClusterForm {
     pub cluster: Arc<Cluster>,
     /// The cluster encoded, as Envoy receives it.
     pub bytes: Bytes,
-    /// The load assignment of an EDS cluster, and its encoding.
-    pub endpoints: Option<(Arc<ClusterLoadAssignment>, Bytes)>,
+    /// The encoded load assignment of an EDS cluster.
+    pub endpoints: Option<Bytes>,
+    /// The load assignment itself, kept only where the rule balances by
+    /// locality (the only per-proxy variant of it).
+    pub endpoints_typed: Option<Arc<ClusterLoadAssignment>>,
     /// Locality load balancing the rule asks for (per proxy locality).
     pub locality: Option<LocalityLoadBalancerSetting>,
     /// Whether the rule sets outlier detection (locality failover needs it).
@@ -65,7 +68,7 @@ impl ClusterForms {
         for f in &self.forms {
             f.rule.hash(&mut h);
             match kind {
-                Kind::Endpoint => f.endpoints.as_ref().map(|e| &e.1).hash(&mut h),
+                Kind::Endpoint => f.endpoints.hash(&mut h),
                 _ => f.bytes.hash(&mut h),
             }
         }
@@ -150,10 +153,9 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                         traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
                     }
                     let bytes = Bytes::from(c.encode_to_vec());
-                    let endpoints = endpoints.map(|e| {
-                        let b = Bytes::from(e.encode_to_vec());
-                        (e, b)
-                    });
+                    let local = locality.is_some() || outlier_detection;
+                    let endpoints_typed = endpoints.clone().filter(|_| local);
+                    let endpoints = endpoints.map(|e| Bytes::from(e.encode_to_vec()));
                     let entry = out
                         .entry(name)
                         .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() });
@@ -162,6 +164,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                         cluster: Arc::new(c),
                         bytes,
                         endpoints,
+                        endpoints_typed,
                         locality,
                         outlier_detection,
                     });

@@ -117,7 +117,7 @@ fn distribute(cla: &mut ClusterLoadAssignment, proxy: &Locality, rules: &[Locali
 /// shared endpoints stand as they are.
 pub fn endpoints_for(form: &crate::translate::cluster::ClusterForm, proxy_locality: &str) -> Option<bytes::Bytes> {
     use istiod_proto::prost::Message;
-    let (shared, _) = form.endpoints.as_ref()?;
+    let shared = form.endpoints_typed.as_ref()?;
     if form.locality.is_none() && !form.outlier_detection {
         return None;
     }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use istiod_xds::ads::{Kind, Publisher, SimpleModel, Snapshot};
 use tokio::sync::mpsc;
 
+use crate::generator::MeshInput;
 use crate::translate::Change;
 use debounce::{Debouncer, Decision};
 
@@ -22,7 +23,7 @@ pub struct Input {
     /// Shared resources that changed.
     pub changes: Vec<Change>,
     /// The translation input for per-class generation, when it changed.
-    pub mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    pub mesh: Option<Arc<MeshInput>>,
     /// Per-class resources whose inputs changed (they are generated on the
     /// cores, so only their names are known here).
     pub touched: Vec<(Kind, Arc<str>)>,
@@ -36,13 +37,13 @@ impl From<Vec<Change>> for Input {
 
 /// The config store and publisher.
 pub struct Control {
-    publisher: Publisher,
+    publisher: Publisher<MeshInput>,
     model: SimpleModel,
     version: u64,
     debouncer: Debouncer,
     pending: Vec<Change>,
     pending_touched: Vec<(Kind, Arc<str>)>,
-    mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    mesh: Option<Arc<MeshInput>>,
     /// When the oldest unpublished change arrived (convergence starts here).
     pending_since: Option<Instant>,
     ready: Arc<AtomicBool>,
@@ -50,7 +51,7 @@ pub struct Control {
 
 impl Control {
     /// A store that publishes through `publisher`.
-    pub fn new(publisher: Publisher, debouncer: Debouncer, ready: Arc<AtomicBool>) -> Self {
+    pub fn new(publisher: Publisher<MeshInput>, debouncer: Debouncer, ready: Arc<AtomicBool>) -> Self {
         Self {
             publisher,
             model: SimpleModel::default(),

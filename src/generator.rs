@@ -11,7 +11,7 @@ use bytes::Bytes;
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::node::{NodeType, ProxyClass};
-use istiod_xds::ads::{Generator, Kind, SimpleGenerator, Snapshot};
+use istiod_xds::ads::{Generator, Kind, Snapshot};
 
 use crate::model::Model;
 
@@ -267,8 +267,8 @@ fn inbound_part(s: &crate::model::Service) -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MeshGenerator;
 
-fn mesh(snap: &Snapshot) -> Option<&MeshInput> {
-    snap.mesh.as_ref()?.downcast_ref::<MeshInput>()
+fn mesh(snap: &Snapshot<MeshInput>) -> Option<&MeshInput> {
+    snap.mesh.as_deref()
 }
 
 fn is_grpc(class: &ProxyClass) -> bool {
@@ -290,14 +290,16 @@ fn mix(parts: impl Hash) -> u64 {
 }
 
 impl Generator for MeshGenerator {
-    fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    type Mesh = MeshInput;
+
+    fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = self.shared_wildcard_names(snap, class, kind);
         names.extend(self.class_wildcard_names(snap, class, kind));
         names
     }
 
-    fn shared_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-        let mut names = SimpleGenerator.wildcard_names(snap, class, kind);
+    fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        let mut names = snap.shared_names(kind);
         let Some(m) = mesh(snap) else { return names };
         names.retain(|n| m.exists(class, kind, n));
         if m.scoping.active {
@@ -306,7 +308,7 @@ impl Generator for MeshGenerator {
         names
     }
 
-    fn class_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
         match kind {
             Kind::Listener => vec![VIRTUAL_INBOUND.into()],
@@ -321,7 +323,7 @@ impl Generator for MeshGenerator {
     /// type; its labels only where a Sidecar or DestinationRule selects
     /// workloads or a VirtualService matches source labels; its locality
     /// only for endpoints. Proxies that differ in nothing else share them.
-    fn reduce(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+    fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
         let m = mesh(snap)?;
         let labels = m.source_matching || m.selecting_sidecars;
         Some(ProxyClass {
@@ -335,7 +337,7 @@ impl Generator for MeshGenerator {
         inbound_name(kind, name)
     }
 
-    fn input_generation(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
         if inbound_name(kind, name) {
             let m = mesh(snap).filter(|_| per_class(class))?;
             if kind == Kind::Cluster
@@ -345,7 +347,7 @@ impl Generator for MeshGenerator {
             }
             return Some(m.inbound_generation);
         }
-        let shared = SimpleGenerator.input_generation(snap, class, kind, name)?;
+        let shared = snap.shared_generation(kind, name)?;
         let Some(m) = mesh(snap) else { return Some(shared) };
         if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
             return None;
@@ -361,7 +363,7 @@ impl Generator for MeshGenerator {
         })
     }
 
-    fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
         if inbound_name(kind, name) {
             let m = mesh(snap).filter(|_| per_class(class))?;
             return match kind {
@@ -372,7 +374,7 @@ impl Generator for MeshGenerator {
                     .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
             };
         }
-        let Some(m) = mesh(snap) else { return SimpleGenerator.generate(snap, class, kind, name) };
+        let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
         if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
             return None;
         }

@@ -34,7 +34,7 @@ pub(crate) fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObj
 
 /// A snapshot serving `model`, as the control thread publishes it: the
 /// translation's resources in the engine's model, and the mesh input.
-pub(crate) fn snapshot(model: &Arc<Model>) -> Snapshot {
+pub(crate) fn snapshot(model: &Arc<Model>) -> Snapshot<MeshInput> {
     let mesh = MeshInput::new(model.clone());
     let changes = crate::translate::diff(&SimpleModel::default(), &mesh.translation.resources);
     let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel::default().apply(1, changes).0));

@@ -35,7 +35,10 @@ fn objects(scenario: &str) -> Objects {
     istiod_kubewatch::config_dir::load(dir.path()).unwrap().objects
 }
 
-fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
+/// What the cores receive: the engine's model and the generator's input.
+type Snap = Snapshot<MeshInput>;
+
+fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snap {
     let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
     snap.mesh = Some(built.mesh.clone());
     snap
@@ -43,7 +46,7 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snapshot {
 
 /// istio-perf built as the control thread builds it, its shared
 /// resources as the first published model, and that snapshot.
-fn istio_perf() -> (Built, SimpleModel, Snapshot) {
+fn istio_perf() -> (Built, SimpleModel, Snap) {
     let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
     let (model, _) =
         SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &built.resources));
@@ -53,11 +56,11 @@ fn istio_perf() -> (Built, SimpleModel, Snapshot) {
 
 /// What a serving core hands its streams when they flush.
 fn core_ctx<'a>(
-    snap: &'a Snapshot,
+    snap: &'a Snap,
     cache: &'a mut Cache,
     nonce: &'a mut dyn FnMut() -> Arc<str>,
     now: Instant,
-) -> Ctx<'a> {
+) -> Ctx<'a, MeshInput> {
     Ctx { generator: &MeshGenerator, snap, cache, nonce, control_plane: "bench", now }
 }
 
@@ -88,7 +91,7 @@ fn build(c: &mut Criterion) {
 }
 
 /// A SotW response of `names` for `class`, through `cache`.
-fn response(cache: &mut Cache, snap: &Snapshot, class: &Arc<ProxyClass>, kind: Kind, names: &[Arc<str>]) -> Bytes {
+fn response(cache: &mut Cache, snap: &Snap, class: &Arc<ProxyClass>, kind: Kind, names: &[Arc<str>]) -> Bytes {
     let got: Vec<Encoded> = names.iter().filter_map(|n| cache.get(&MeshGenerator, snap, class, kind, n)).collect();
     let refs: Vec<&Encoded> = got.iter().collect();
     wire::sotw_response("1", kind.type_url(), "nonce", &refs, "istiod-rs")
@@ -97,7 +100,7 @@ fn response(cache: &mut Cache, snap: &Snapshot, class: &Arc<ProxyClass>, kind: K
 /// What the `assemble` benchmarks share: the istio-perf snapshot, one
 /// sidecar's class, a warm cache and the names of each type.
 struct Assemble {
-    snap: Snapshot,
+    snap: Snap,
     class: Arc<ProxyClass>,
     warm: Cache,
     names: [Vec<Arc<str>>; 4],

@@ -14,7 +14,7 @@ use crate::control::http::{Request, Response};
 
 pub(super) async fn debug(
     req: Request,
-    publisher: &Publisher,
+    publisher: &Publisher<crate::generator::MeshInput>,
     ready: &AtomicBool,
     state: &Rc<RefCell<State>>,
 ) -> Response {
@@ -64,7 +64,7 @@ pub(super) async fn debug(
     }
 }
 
-pub(super) async fn monitoring(req: Request, publisher: &Publisher) -> Response {
+pub(super) async fn monitoring(req: Request, publisher: &Publisher<crate::generator::MeshInput>) -> Response {
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
     }

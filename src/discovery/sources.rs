@@ -121,7 +121,6 @@ pub(super) fn apply(
             build_ms = started.elapsed().as_secs_f64() * 1000.0,
             "mesh changed"
         );
-        let mesh: Arc<dyn std::any::Any + Send + Sync> = mesh;
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched });
     }
 }

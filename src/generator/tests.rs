@@ -193,7 +193,7 @@ fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
     assert!(mine.contains(&"reviews.bookinfo.svc.cluster.local:9080".to_owned()), "{mine:?}");
     assert_ne!(
         MeshGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Route, "9080"),
-        SimpleGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Route, "9080"),
+        snap.shared_generation(Kind::Route, "9080"),
         "a scoped route configuration's generation covers the scope"
     );
 }
@@ -327,7 +327,7 @@ fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
     assert_eq!(fallback(&reviews), "allow_any");
     assert_ne!(
         MeshGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
-        SimpleGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
+        snap.shared_generation(Kind::Listener, "virtualOutbound"),
     );
 }
 

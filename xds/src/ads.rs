@@ -36,9 +36,9 @@ use stream::{AdsStream, Ctx, Protocol, StreamError, sync_status};
 
 /// What the watcher core sends a serving core.
 #[derive(Debug)]
-pub enum Update {
+pub enum Update<M = ()> {
     /// A new snapshot and what changed since the previous one.
-    Snapshot(Arc<Snapshot>, Delta),
+    Snapshot(Arc<Snapshot<M>>, Delta),
     /// A debug question; the answer goes back on the channel.
     Debug(DebugQuery, async_channel::Sender<Value>),
 }
@@ -57,35 +57,41 @@ pub enum DebugQuery {
 }
 
 /// The watcher core's end of the per-core channels.
-#[derive(Debug, Clone)]
-pub struct Publisher {
-    cores: Vec<async_channel::Sender<Update>>,
+#[derive(Debug)]
+pub struct Publisher<M = ()> {
+    cores: Vec<async_channel::Sender<Update<M>>>,
+}
+
+impl<M> Clone for Publisher<M> {
+    fn clone(&self) -> Self {
+        Publisher { cores: self.cores.clone() }
+    }
 }
 
 /// Per-core receivers, handed to the cores when they start.
 #[derive(Debug)]
-pub struct Receivers(Mutex<Vec<Option<async_channel::Receiver<Update>>>>);
+pub struct Receivers<M = ()>(Mutex<Vec<Option<async_channel::Receiver<Update<M>>>>>);
 
 /// A core's end of its channel.
-pub type UpdateReceiver = async_channel::Receiver<Update>;
+pub type UpdateReceiver<M = ()> = async_channel::Receiver<Update<M>>;
 
-impl Receivers {
+impl<M> Receivers<M> {
     /// Takes core `core`'s receiver (once).
-    pub fn take(&self, core: usize) -> Option<UpdateReceiver> {
+    pub fn take(&self, core: usize) -> Option<UpdateReceiver<M>> {
         self.0.lock().ok()?.get_mut(core)?.take()
     }
 }
 
 /// One unbounded channel per core: a core that falls behind receives
 /// several updates at once and merges their deltas.
-pub fn channels(cores: usize) -> (Publisher, Receivers) {
+pub fn channels<M>(cores: usize) -> (Publisher<M>, Receivers<M>) {
     let (tx, rx): (Vec<_>, Vec<_>) = (0..cores.max(1)).map(|_| async_channel::unbounded()).unzip();
     (Publisher { cores: tx }, Receivers(Mutex::new(rx.into_iter().map(Some).collect())))
 }
 
-impl Publisher {
+impl<M> Publisher<M> {
     /// Sends a snapshot to every core. Never blocks.
-    pub fn publish(&self, snap: Arc<Snapshot>, delta: Delta) {
+    pub fn publish(&self, snap: Arc<Snapshot<M>>, delta: Delta) {
         for c in &self.cores {
             let _ = c.try_send(Update::Snapshot(snap.clone(), delta.clone()));
         }
@@ -117,29 +123,29 @@ impl Publisher {
 }
 
 /// Makes the ADS service of each core.
-pub struct AdsFactory {
-    generator: Arc<dyn Generator>,
-    receivers: Receivers,
-    initial: Arc<Snapshot>,
+pub struct AdsFactory<M = ()> {
+    generator: Arc<dyn Generator<Mesh = M>>,
+    receivers: Receivers<M>,
+    initial: Arc<Snapshot<M>>,
     control_plane: String,
 }
 
-impl AdsFactory {
+impl<M> AdsFactory<M> {
     /// Cores start from `initial` and follow what the publisher sends.
     pub fn new(
-        generator: Arc<dyn Generator>,
-        receivers: Receivers,
-        initial: Arc<Snapshot>,
+        generator: Arc<dyn Generator<Mesh = M>>,
+        receivers: Receivers<M>,
+        initial: Arc<Snapshot<M>>,
         control_plane: &str,
     ) -> Self {
         Self { generator, receivers, initial, control_plane: control_plane.to_owned() }
     }
 }
 
-impl ServiceFactory for AdsFactory {
-    type Service = AdsService;
+impl<M: Send + Sync + 'static> ServiceFactory for AdsFactory<M> {
+    type Service = AdsService<M>;
 
-    fn make(&self, core: usize, registry: Rc<Registry>) -> AdsService {
+    fn make(&self, core: usize, registry: Rc<Registry>) -> AdsService<M> {
         AdsService {
             core,
             generator: self.generator.clone(),
@@ -161,17 +167,20 @@ impl ServiceFactory for AdsFactory {
         }
     }
 
-    fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService>>) {
+    fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService<M>>>) {
         if let Some(rx) = self.receivers.take(core) {
             glommio::spawn_local(updates(svc, rx)).detach();
         }
     }
 }
 
-async fn updates(svc: Rc<std::cell::RefCell<AdsService>>, rx: async_channel::Receiver<Update>) {
+async fn updates<M: Send + Sync + 'static>(
+    svc: Rc<std::cell::RefCell<AdsService<M>>>,
+    rx: async_channel::Receiver<Update<M>>,
+) {
     while let Ok(first) = rx.recv().await {
         // Drain what else is waiting: the newest snapshot wins, deltas merge.
-        let mut latest: Option<(Arc<Snapshot>, Delta)> = None;
+        let mut latest: Option<(Arc<Snapshot<M>>, Delta)> = None;
         let mut next = Some(first);
         while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
             match u {
@@ -195,10 +204,10 @@ async fn updates(svc: Rc<std::cell::RefCell<AdsService>>, rx: async_channel::Rec
 }
 
 /// The ADS service of one core.
-pub struct AdsService {
+pub struct AdsService<M = ()> {
     core: usize,
-    generator: Arc<dyn Generator>,
-    snap: Arc<Snapshot>,
+    generator: Arc<dyn Generator<Mesh = M>>,
+    snap: Arc<Snapshot<M>>,
     cache: Cache,
     classes: HashMap<ProxyClass, Arc<ProxyClass>>,
     streams: HashMap<(u64, u32), AdsStream>,
@@ -215,7 +224,7 @@ pub struct AdsService {
     nacks: u64,
 }
 
-impl AdsService {
+impl<M: Send + Sync + 'static> AdsService<M> {
     fn intern(classes: &mut HashMap<ProxyClass, Arc<ProxyClass>>, c: ProxyClass) -> Arc<ProxyClass> {
         classes.entry(c.clone()).or_insert_with(|| Arc::new(c)).clone()
     }
@@ -271,7 +280,7 @@ impl AdsService {
     }
 
     /// Applies a new snapshot: marks affected streams and pushes.
-    pub fn on_snapshot(&mut self, snap: Arc<Snapshot>, delta: Delta) {
+    pub fn on_snapshot(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) {
         let cause = Some(snap.changed_at);
         self.snap = snap;
         let mut touched: HashSet<u64> = HashSet::new();
@@ -403,7 +412,7 @@ impl AdsService {
     }
 }
 
-impl Service for AdsService {
+impl<M: Send + Sync + 'static> Service for AdsService<M> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         let protocol = self.router.lookup(&call.request.path)?;
         let id = conn.info.id;

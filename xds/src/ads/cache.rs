@@ -30,7 +30,7 @@ type WildcardNames = HashMap<(Kind, Arc<ProxyClass>), (SnapId, Arc<[Arc<str>]>)>
 /// snapshot and the class they were computed for.
 type Reduced = HashMap<(Kind, usize), (SnapId, Arc<ProxyClass>, Arc<ProxyClass>)>;
 
-fn snap_id(snap: &Snapshot) -> SnapId {
+fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
 }
 
@@ -57,10 +57,10 @@ pub struct Cache {
 impl Cache {
     /// The encoded resource, from the cache or freshly generated; `None`
     /// when it does not exist in `snap`.
-    pub fn get(
+    pub fn get<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator,
-        snap: &Snapshot,
+        generator: &dyn Generator<Mesh = M>,
+        snap: &Snapshot<M>,
         class: &Arc<ProxyClass>,
         kind: Kind,
         name: &Arc<str>,
@@ -103,10 +103,10 @@ impl Cache {
 
     /// The class `(kind, name)` is generated and cached for: the
     /// generator's reduction of `class`, one `Arc` per distinct value.
-    fn class_for(
+    fn class_for<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator,
-        snap: &Snapshot,
+        generator: &dyn Generator<Mesh = M>,
+        snap: &Snapshot<M>,
         class: &Arc<ProxyClass>,
         kind: Kind,
         name: &str,
@@ -141,10 +141,10 @@ impl Cache {
     /// The names a proxy of `class` receives on a wildcard subscription to
     /// `kind`: the shared part computed once per reduced class and
     /// snapshot, the class's own names once per class and snapshot.
-    pub fn wildcard_names(
+    pub fn wildcard_names<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator,
-        snap: &Snapshot,
+        generator: &dyn Generator<Mesh = M>,
+        snap: &Snapshot<M>,
         class: &Arc<ProxyClass>,
         kind: Kind,
     ) -> Arc<[Arc<str>]> {

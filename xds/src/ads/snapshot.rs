@@ -76,8 +76,9 @@ pub struct SimpleModel {
     pub resources: [imbl::OrdMap<Arc<str>, SimpleResource>; 4],
 }
 
-/// An immutable view of the mesh at one version.
-pub struct Snapshot {
+/// An immutable view of the mesh at one version. `M` is the generator's
+/// own input (the translated mesh); the engine never looks inside it.
+pub struct Snapshot<M = ()> {
     /// Increases with every publish; the SotW `version_info`.
     pub version: u64,
     /// When the watcher core saw the first change this snapshot carries
@@ -85,12 +86,12 @@ pub struct Snapshot {
     pub changed_at: Instant,
     /// Resources every proxy class shares, encoded once.
     pub model: Arc<SimpleModel>,
-    /// The translation's own input, for generators that build resources
-    /// per proxy class (opaque to the engine).
-    pub mesh: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The generator's own input, for generators that build resources per
+    /// proxy class (opaque to the engine).
+    pub mesh: Option<Arc<M>>,
 }
 
-impl std::fmt::Debug for Snapshot {
+impl<M> std::fmt::Debug for Snapshot<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshot")
             .field("version", &self.version)
@@ -99,7 +100,7 @@ impl std::fmt::Debug for Snapshot {
     }
 }
 
-impl Snapshot {
+impl<M> Snapshot<M> {
     /// A snapshot of shared resources only.
     pub fn new(version: u64, changed_at: Instant, model: Arc<SimpleModel>) -> Self {
         Self { version, changed_at, model, mesh: None }
@@ -157,15 +158,18 @@ impl Delta {
 /// cache relies on it, and debug builds check every cache hit against a
 /// fresh generation.
 pub trait Generator: Send + Sync + 'static {
+    /// The generator's own input, carried by every snapshot.
+    type Mesh: Send + Sync + 'static;
+
     /// Names a proxy of `class` receives when it subscribes to all of
     /// `kind` (CDS and LDS wildcard).
-    fn wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>>;
+    fn wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>>;
     /// The generation of exactly the inputs `(kind, name)` reads for
     /// `class`, or `None` when the resource does not exist. It is part of
     /// the cache key and the resource's version.
-    fn input_generation(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64>;
+    fn input_generation(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64>;
     /// The encoded resource message.
-    fn generate(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes>;
+    fn generate(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes>;
 
     /// The part of `class` that resources of `kind` depend on, when it is
     /// less than the whole class (say the namespace, but not the labels):
@@ -174,7 +178,7 @@ pub trait Generator: Send + Sync + 'static {
     /// holds always use the whole class. `None`: the whole class matters.
     /// Debug builds check every cache hit against a generation for the
     /// proxy's own class, so a reduction that drops an input fails there.
-    fn reduce(&self, _snap: &Snapshot, _class: &ProxyClass, _kind: Kind) -> Option<ProxyClass> {
+    fn reduce(&self, _snap: &Snapshot<Self::Mesh>, _class: &ProxyClass, _kind: Kind) -> Option<ProxyClass> {
         None
     }
 
@@ -186,12 +190,12 @@ pub trait Generator: Send + Sync + 'static {
 
     /// The wildcard names that depend only on the reduced class (the rest
     /// come from [`Generator::class_wildcard_names`]). Default: all of them.
-    fn shared_wildcard_names(&self, snap: &Snapshot, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    fn shared_wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         self.wildcard_names(snap, class, kind)
     }
 
     /// The wildcard names that depend on the whole class. Default: none.
-    fn class_wildcard_names(&self, _snap: &Snapshot, _class: &ProxyClass, _kind: Kind) -> Vec<Arc<str>> {
+    fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &ProxyClass, _kind: Kind) -> Vec<Arc<str>> {
         Vec::new()
     }
 }
@@ -201,14 +205,32 @@ pub trait Generator: Send + Sync + 'static {
 pub struct SimpleGenerator;
 
 impl Generator for SimpleGenerator {
+    type Mesh = ();
     fn wildcard_names(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-        snap.model.resources[kind as usize].keys().cloned().collect()
+        snap.shared_names(kind)
     }
     fn input_generation(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
-        snap.model.resources[kind as usize].get(name).map(|r| r.generation)
+        snap.shared_generation(kind, name)
     }
     fn generate(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
-        snap.model.resources[kind as usize].get(name).map(|r| r.body.clone())
+        snap.shared_body(kind, name)
+    }
+}
+
+impl<M> Snapshot<M> {
+    /// Every name of `kind` in the shared model.
+    pub fn shared_names(&self, kind: Kind) -> Vec<Arc<str>> {
+        self.model.resources[kind as usize].keys().cloned().collect()
+    }
+
+    /// The version in which shared `(kind, name)` last changed.
+    pub fn shared_generation(&self, kind: Kind, name: &str) -> Option<u64> {
+        self.model.resources[kind as usize].get(name).map(|r| r.generation)
+    }
+
+    /// The bytes of shared `(kind, name)`.
+    pub fn shared_body(&self, kind: Kind, name: &str) -> Option<Bytes> {
+        self.model.resources[kind as usize].get(name).map(|r| r.body.clone())
     }
 }
 

@@ -108,11 +108,11 @@ pub struct Outgoing {
 }
 
 /// Everything a stream needs from its core to build responses.
-pub struct Ctx<'a> {
+pub struct Ctx<'a, M: Send + Sync + 'static = ()> {
     /// The generator.
-    pub generator: &'a dyn Generator,
+    pub generator: &'a dyn Generator<Mesh = M>,
     /// The current snapshot.
-    pub snap: &'a Snapshot,
+    pub snap: &'a Snapshot<M>,
     /// The core's cache.
     pub cache: &'a mut Cache,
     /// Makes a fresh nonce.
@@ -353,7 +353,7 @@ impl AdsStream {
     /// Builds the pending responses, in push order (CDS, EDS, LDS, RDS).
     /// `cause` is the watcher-core time of the change being pushed, or
     /// `None` when answering a request.
-    pub fn flush(&mut self, ctx: &mut Ctx<'_>, cause: Option<Instant>) -> Vec<Outgoing> {
+    pub fn flush<M: Send + Sync + 'static>(&mut self, ctx: &mut Ctx<'_, M>, cause: Option<Instant>) -> Vec<Outgoing> {
         let mut out = Vec::new();
         let Some(class) = self.class.clone() else { return out };
         for kind in Kind::ALL {
@@ -389,7 +389,13 @@ impl AdsStream {
     }
 }
 
-fn names_for(w: &Watch, kind: Kind, dirty: &Dirty, class: &Arc<ProxyClass>, ctx: &mut Ctx<'_>) -> BTreeSet<Arc<str>> {
+fn names_for<M: Send + Sync + 'static>(
+    w: &Watch,
+    kind: Kind,
+    dirty: &Dirty,
+    class: &Arc<ProxyClass>,
+    ctx: &mut Ctx<'_, M>,
+) -> BTreeSet<Arc<str>> {
     match dirty {
         Dirty::Clean => BTreeSet::new(),
         Dirty::All => {
@@ -405,12 +411,12 @@ fn names_for(w: &Watch, kind: Kind, dirty: &Dirty, class: &Arc<ProxyClass>, ctx:
     }
 }
 
-fn sotw_response(
+fn sotw_response<M: Send + Sync + 'static>(
     w: &mut Watch,
     kind: Kind,
     dirty: &Dirty,
     class: &Arc<ProxyClass>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, M>,
     push: bool,
 ) -> Option<(Bytes, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
@@ -457,12 +463,12 @@ fn sotw_response(
     Some((wire::sotw_response(&version, kind.type_url(), &nonce, &refs, ctx.control_plane), nonce))
 }
 
-fn delta_response(
+fn delta_response<M: Send + Sync + 'static>(
     w: &mut Watch,
     kind: Kind,
     dirty: &Dirty,
     class: &Arc<ProxyClass>,
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Ctx<'_, M>,
 ) -> Option<(Bytes, Arc<str>)> {
     let mut candidates = names_for(w, kind, dirty, class, ctx);
     if *dirty == Dirty::All {

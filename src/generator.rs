@@ -74,7 +74,9 @@ impl MeshInput {
         {
             return Some(only); // no rule names the host: nothing to choose
         }
-        forms.form(self.model.rule_index_for(&class.namespace, &class.labels, &forms.host))
+        let rule = self.model.rule_index_for(&class.namespace, &class.labels, &forms.host);
+        let rules = self.model.destination_rules();
+        forms.form(rule.map(|i| &*rules.get(i).id))
     }
 
     /// Whether `(kind, name)` exists for `class`, before scoping: outbound
@@ -131,19 +133,9 @@ impl MeshInput {
             .sidecars
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
-        let selecting_sidecars = model.sidecars.iter().any(|o| {
-            matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
-        });
         let translation = crate::translate::translate(&model);
-        let selecting_sidecars = selecting_sidecars || model.destination_rules().selecting;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for o in model.routing.iter() {
-            if let IstioSpec::DestinationRule(dr) = &o.spec {
-                (o.meta.ns(), &o.meta.name).hash(&mut h);
-                hash_debug(&mut h, dr);
-            }
-        }
-        let routing_generation = h.finish();
+        let selecting_sidecars = selecting(&model);
+        let routing_generation = routing_generation(&model);
         Self {
             model,
             inbound_generation,
@@ -211,38 +203,82 @@ fn route_flags(model: &Model) -> (bool, bool) {
 }
 
 impl MeshInput {
-    /// The mesh after the VirtualServices `changed` (namespace, name) were
-    /// added, changed or removed in `objs`, and nothing else: the routing
-    /// list is updated in place and the virtual hosts of every host those
-    /// VirtualServices name (before and after) re-translated; clusters,
-    /// listeners and the fingerprints are shared with `self`. Returns the
-    /// names whose bytes changed.
-    pub fn with_virtual_services(
+    /// The mesh after the VirtualServices and DestinationRules `changed`
+    /// (kind, namespace, name) were added, changed or removed in `objs`,
+    /// and nothing else: the routing list is updated in place; the virtual
+    /// hosts of every host those VirtualServices name, and the clusters of
+    /// every service those DestinationRules name (before and after), are
+    /// re-translated; listeners, the other services and the scope are
+    /// shared with `self`. Returns the names whose bytes changed.
+    pub fn with_routing(
         &self,
         objs: &istiod_kubewatch::objects::Objects,
-        changed: &[(String, String)],
+        changed: &[(String, String, String)],
     ) -> (MeshInput, Vec<(Kind, Arc<str>)>) {
+        let named = |o: &istiod_kubewatch::istio::IstioObject| {
+            changed.iter().any(|(k, ns, name)| o.kind().name() == k && o.meta.ns() == ns && o.meta.name == *name)
+        };
+        // (hosts whose virtual hosts change, services whose clusters change)
         let hosts_of = |model: &Model| {
-            let mut out = std::collections::BTreeSet::new();
-            for o in model.routing.iter() {
-                if let IstioSpec::VirtualService(vs) = &o.spec
-                    && changed.iter().any(|(ns, name)| o.meta.ns() == ns && o.meta.name == *name)
-                {
-                    out.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
+            let (mut routes, mut clusters) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+            for o in model.routing.iter().filter(|o| named(o)) {
+                match &o.spec {
+                    IstioSpec::VirtualService(vs) => {
+                        routes.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
+                    }
+                    IstioSpec::DestinationRule(dr) => match dr.host.strip_prefix('*') {
+                        // A wildcard host shapes every service under it.
+                        Some(suffix) => {
+                            clusters.extend(model.services.keys().filter(|h| h.ends_with(suffix)).cloned());
+                        }
+                        None => {
+                            clusters.insert(Arc::<str>::from(model.resolve_host(&dr.host, o.meta.ns())));
+                        }
+                    },
+                    _ => {}
                 }
             }
-            out
+            (routes, clusters)
         };
-        let mut hosts = hosts_of(&self.model);
-        let keys: Vec<(String, String, String)> =
-            changed.iter().map(|(ns, name)| ("VirtualService".to_owned(), ns.clone(), name.clone())).collect();
-        let model = Arc::new(self.model.with_routing_of(objs, &keys));
-        hosts.extend(hosts_of(&model));
+        let (mut routes, mut clusters) = hosts_of(&self.model);
+        let model = Arc::new(self.model.with_routing_of(objs, changed));
+        let (r, c) = hosts_of(&model);
+        routes.extend(r);
+        clusters.extend(c);
         let mut next = MeshInput { model: model.clone(), ..self.clone() };
-        let names = next.translation.update_routes(&model, &hosts);
+        let mut names = next.translation.update_routes(&model, &routes);
+        for host in &clusters {
+            names.extend(next.translation.update_service(&model, host));
+        }
         (next.source_matching, next.vs_export) = route_flags(&model);
+        if !clusters.is_empty() {
+            // Locality load balancing and route hash policies read the
+            // rules; so does the choice of rule by workload labels.
+            next.routing_generation = routing_generation(&model);
+            next.selecting_sidecars = selecting(&model);
+        }
         (next, names)
     }
+}
+
+/// Whether a Sidecar or a DestinationRule selects workloads by label.
+fn selecting(model: &Model) -> bool {
+    model.sidecars.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
+    }) || model.destination_rules().selecting
+}
+
+/// A fingerprint of the DestinationRules (what locality load balancing and
+/// route hash policies read when rendered per class).
+fn routing_generation(model: &Model) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for o in model.routing.iter() {
+        if let IstioSpec::DestinationRule(dr) = &o.spec {
+            (o.meta.ns(), &o.meta.name).hash(&mut h);
+            hash_debug(&mut h, dr);
+        }
+    }
+    h.finish()
 }
 
 /// What inbound generation reads of one service: its selector and ports,

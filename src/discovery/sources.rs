@@ -90,10 +90,12 @@ pub(super) fn apply(
         touched.extend(crate::generator::all_names(&s.model));
         touched.extend(crate::generator::all_names(&model));
     }
-    // DestinationRules changed: endpoints balanced by locality may differ.
+    // DestinationRules changed: endpoints balanced by locality, and the
+    // hash policies routes are rendered with per class, may differ.
     if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
-        touched.extend(s.resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
-        touched.extend(resources.keys().filter(|k| k.0 == ads::Kind::Endpoint).cloned());
+        let per_class = |k: &&(ads::Kind, Arc<str>)| matches!(k.0, ads::Kind::Endpoint | ads::Kind::Route);
+        touched.extend(s.resources.keys().filter(per_class).cloned());
+        touched.extend(resources.keys().filter(per_class).cloned());
     }
     // What each proxy may see changed: every outbound name may have
     // appeared or gone for some of them.

@@ -81,9 +81,9 @@ fn endpoint_only_change(
 /// when the source knows, which objects changed (else, when given, the
 /// objects it was built from, to compare): when only
 /// EndpointSlices changed, only their services are rebuilt and
-/// re-translated; when only VirtualServices changed (a source that names
-/// them), only the virtual hosts of their hosts; both O(changed), the rest
-/// shared. Anything else rebuilds the model. Says which it did.
+/// re-translated; when only VirtualServices and DestinationRules changed
+/// (a source that names them), only the virtual hosts and clusters of
+/// their hosts; both O(changed), the rest shared. Anything else rebuilds the model. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     prev_objects: Option<&istiod_kubewatch::objects::Objects>,
@@ -92,11 +92,13 @@ pub fn update(
     domain: &str,
     settings: &Arc<crate::mesh::MeshSettings>,
 ) -> (Built, bool) {
-    let virtual_services = changed.filter(|c| !c.is_empty() && c.iter().all(|r| r.kind == "VirtualService"));
-    let fast = prev.and_then(|m| match virtual_services {
-        Some(vs) => {
-            let keys: Vec<(String, String)> = vs.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
-            Some(m.with_virtual_services(objects, &keys).0)
+    let routing = changed
+        .filter(|c| !c.is_empty() && c.iter().all(|r| r.kind == "VirtualService" || r.kind == "DestinationRule"));
+    let fast = prev.and_then(|m| match routing {
+        Some(refs) => {
+            let keys: Vec<(String, String, String)> =
+                refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
+            Some(m.with_routing(objects, &keys).0)
         }
         None => endpoint_only_change(prev_objects, objects, changed).map(|svcs| m.with_endpoints(objects, &svcs).0),
     });

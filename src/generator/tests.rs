@@ -571,18 +571,44 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     assert!(!crate::discovery::update(Some(&old.mesh), Some(&before), &other, None, "cluster.local", &settings).1);
 }
 
-/// The VirtualService fast path (`MeshInput::with_virtual_services`)
-/// serves exactly what a full rebuild serves: a weight shifted, a
-/// VirtualService deleted, one added for a host that had none (inventory).
+/// The routing fast path (`MeshInput::with_routing`) serves exactly what a
+/// full rebuild serves: DestinationRules changed, added (also a wildcard
+/// one) and deleted; a VirtualService's weight shifted, one deleted, one
+/// added for a host that had none (inventory).
 #[test]
-fn a_virtual_service_change_updated_in_place_equals_a_rebuild() {
+fn a_routing_change_updated_in_place_equals_a_rebuild() {
     use istiod_kubewatch::config_dir::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::mesh::MeshSettings::default());
     let old = crate::discovery::build(&before, "cluster.local", &settings);
     type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
-    let edits: [Edit; 3] = [
+    let edits: [Edit; 6] = [
+        // DestinationRules: a policy changed, one added in the client's
+        // namespace for a host (and a wildcard one), one deleted.
+        |o| {
+            let dr =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "DestinationRule").unwrap();
+            if let IstioSpec::DestinationRule(d) = &mut dr.spec {
+                d.subsets.pop();
+            }
+            vec![ObjectRef::of(&Object::Istio(dr.clone()))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: from-other, namespace: other}\n\
+                 spec: {host: reviews.bookinfo.svc.cluster.local, subsets: [{name: canary, labels: {version: v3}}]}\n---\n\
+                 apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: all, namespace: other}\n\
+                 spec: {host: '*.bookinfo.svc.cluster.local', trafficPolicy: {loadBalancer: {simple: RANDOM}}}\n",
+            );
+            o.istio.extend(added.clone());
+            added.iter().map(|a| ObjectRef::of(&Object::Istio(a.clone()))).collect()
+        },
+        |o| {
+            let i =
+                o.istio.iter().position(|x| x.meta.name == "ratings" && x.kind().name() == "DestinationRule").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
         |o| {
             let vs =
                 o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "VirtualService").unwrap();
@@ -612,11 +638,15 @@ fn a_virtual_service_change_updated_in_place_equals_a_rebuild() {
         let refs = edit(&mut after);
         let (fast, incremental) =
             crate::discovery::update(Some(&old.mesh), Some(&before), &after, Some(&refs), "cluster.local", &settings);
-        assert!(incremental, "only VirtualServices changed");
+        assert!(incremental, "only VirtualServices and DestinationRules changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.resources, full.resources);
         assert_ne!(fast.resources, old.resources, "the edit shows");
         assert_eq!((fast.mesh.source_matching, fast.mesh.vs_export), (full.mesh.source_matching, full.mesh.vs_export));
+        assert_eq!(
+            (fast.mesh.routing_generation, fast.mesh.selecting_sidecars),
+            (full.mesh.routing_generation, full.mesh.selecting_sidecars)
+        );
         serves_alike(&fast, &full);
     }
 }

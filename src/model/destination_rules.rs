@@ -16,6 +16,7 @@
 //! top-level traffic policy stands.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking::DestinationRule};
 
@@ -23,6 +24,10 @@ use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking::DestinationRul
 /// host, merged.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppliedRule {
+    /// A name for it that does not depend on the other rules:
+    /// `<namespace>/<first rule's name>` (cluster forms are keyed by it, so
+    /// adding or removing another rule leaves them valid).
+    pub id: Arc<str>,
     /// Namespace of the rules.
     pub namespace: String,
     /// The host they name, resolved (`*.ns.svc.cluster.local` stays a
@@ -143,6 +148,7 @@ impl DestinationRules {
                         slots.exact.entry(host.clone()).or_default().push(i);
                     }
                     out.rules.push(AppliedRule {
+                        id: format!("{ns}/{}", o.meta.name).into(),
                         namespace: ns,
                         host,
                         names: vec![o.meta.name.clone()],

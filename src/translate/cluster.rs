@@ -25,8 +25,8 @@ use crate::model::{Model, Protocol, Resolution};
 /// applies (`None`: where none does), with its load assignment.
 #[derive(Debug, Clone)]
 pub struct ClusterForm {
-    /// Index of the rule in `Model::destination_rules()`.
-    pub rule: Option<usize>,
+    /// The rule's id (`AppliedRule::id`).
+    pub rule: Option<Arc<str>>,
     /// The cluster (proxyless gRPC clients get a variant of it).
     pub cluster: Arc<Cluster>,
     /// The cluster encoded, as Envoy receives it.
@@ -54,9 +54,9 @@ pub struct ClusterForms {
 }
 
 impl ClusterForms {
-    /// The form where `rule` applies.
-    pub fn form(&self, rule: Option<usize>) -> Option<&ClusterForm> {
-        self.forms.iter().find(|f| f.rule == rule)
+    /// The form where rule `rule` (its id) applies.
+    pub fn form(&self, rule: Option<&str>) -> Option<&ClusterForm> {
+        self.forms.iter().find(|f| f.rule.as_deref() == rule)
     }
 
     /// A digest of every form's cluster (`kind == Cluster`) or load
@@ -160,7 +160,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                         .entry(name)
                         .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() });
                     entry.forms.push(ClusterForm {
-                        rule,
+                        rule: rule.map(|i| rules.get(i).id.clone()),
                         cluster: Arc::new(c),
                         bytes,
                         endpoints,

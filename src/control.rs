@@ -79,7 +79,9 @@ impl Control {
         // The very first input is published even when empty: it makes the
         // server ready.
         if changes.is_empty() && touched.is_empty() && self.version > 0 {
-            return self.debouncer.poll(now);
+            // Nothing new; but a publish that fell due meanwhile happens
+            // now (the caller only waits when told to).
+            return self.tick(now);
         }
         let endpoints_only = touched.is_empty() && changes.iter().all(|(k, _, _)| *k == Kind::Endpoint);
         self.pending.extend(changes);

@@ -182,19 +182,20 @@ pub async fn run_updates(client: kube::Client, tx: tokio::sync::mpsc::UnboundedS
                     Event::Apply(o) => {
                         let v = json(&o);
                         let k = key(&v);
-                        let old = match typed(&v) {
-                            Some(t) => {
-                                let r = ObjectRef::of(&t);
-                                let old = s.objects[i].insert(k, t);
-                                if let Some(c) = s.changed.as_mut() {
-                                    c.insert(r);
-                                }
-                                old
-                            }
+                        let new = typed(&v);
+                        if s.objects[i].get(&k) == new.as_ref() {
+                            // Nothing we read changed (a status or a
+                            // field we do not keep): no update.
+                            continue;
+                        }
+                        let refs: Vec<ObjectRef> = new.iter().map(ObjectRef::of).collect();
+                        let old = match new {
+                            Some(t) => s.objects[i].insert(k, t),
                             None => s.objects[i].remove(&k),
                         };
-                        if let (Some(o), Some(c)) = (old, s.changed.as_mut()) {
-                            c.insert(ObjectRef::of(&o));
+                        if let Some(c) = s.changed.as_mut() {
+                            c.extend(refs);
+                            c.extend(old.as_ref().map(ObjectRef::of));
                         }
                     }
                     Event::Delete(o) => {

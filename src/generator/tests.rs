@@ -583,7 +583,17 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
     let settings = Arc::new(crate::mesh::MeshSettings::default());
     let old = crate::discovery::build(&before, "cluster.local", &settings);
     type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
-    let edits: [Edit; 6] = [
+    let edits: [Edit; 7] = [
+        // Only who sees a rule changes (exportTo): no form's bytes change,
+        // but proxies elsewhere move to another form.
+        |o| {
+            let dr =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "DestinationRule").unwrap();
+            if let IstioSpec::DestinationRule(d) = &mut dr.spec {
+                d.export_to = vec![".".into()];
+            }
+            vec![ObjectRef::of(&Object::Istio(dr.clone()))]
+        },
         // DestinationRules: a policy changed, one added in the client's
         // namespace for a host (and a wildcard one), one deleted.
         |o| {

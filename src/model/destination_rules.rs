@@ -52,6 +52,11 @@ impl AppliedRule {
     fn local(&self) -> bool {
         self.exported_to(&self.namespace)
     }
+
+    /// Visible in its own namespace only (exportTo `.` or that namespace).
+    fn private(&self) -> bool {
+        self.export.as_ref().is_some_and(|e| e.len() == 1 && e[0] == self.namespace)
+    }
 }
 
 /// Tests a rule's `workloadSelector` against the proxy's labels.
@@ -194,16 +199,20 @@ impl DestinationRules {
         host: &str,
         svc_ns: &str,
     ) -> Option<usize> {
-        // 1. The proxy's namespace: what is visible there.
-        if let Some(i) = self.in_namespace(proxy_ns, host, |r| r.local(), Some(labels)) {
+        // 1. The proxy's namespace: what is visible there. A proxy of the
+        //    root namespace sees here only the root's private rules
+        //    (istiod's rootNamespaceLocal); its public ones come in step 3.
+        let own: &dyn Fn(&AppliedRule) -> bool =
+            if proxy_ns == root_ns { &|r: &AppliedRule| r.private() } else { &|r: &AppliedRule| r.local() };
+        if let Some(i) = self.in_namespace(proxy_ns, host, own, Some(labels)) {
             return Some(i);
         }
         // 2 and 3. The service's, then the root namespace: what they export.
         for ns in [svc_ns, root_ns] {
-            if ns == proxy_ns || ns.is_empty() {
+            if ns.is_empty() || (ns == proxy_ns && ns != root_ns) {
                 continue;
             }
-            if let Some(i) = self.in_namespace(ns, host, |r| r.exported_to(proxy_ns), None) {
+            if let Some(i) = self.in_namespace(ns, host, &|r: &AppliedRule| r.exported_to(proxy_ns), None) {
                 return Some(i);
             }
         }
@@ -218,24 +227,27 @@ impl DestinationRules {
         &self,
         ns: &str,
         host: &str,
-        visible: impl Fn(&AppliedRule) -> bool,
+        visible: &dyn Fn(&AppliedRule) -> bool,
         labels: Option<Selects<'_>>,
     ) -> Option<usize> {
         let slots = self.by_namespace.get(ns)?;
-        // An exact host is the most specific; else the longest wildcard.
-        let at_best: Vec<usize> = match slots.exact.get(host) {
-            Some(exact) => exact.clone(),
-            None => {
-                let best = slots
-                    .wildcard
-                    .iter()
-                    .map(|i| &self.rules[*i].host)
-                    .filter(|p| host_matches(p, host))
-                    .max_by_key(|p| specificity(p))?;
-                slots.wildcard.iter().copied().filter(|i| self.rules[*i].host == *best).collect()
-            }
+        // Among the visible rules only (istiod indexes by visibility, then
+        // matches): an exact host is the most specific; else the longest
+        // wildcard.
+        let exact: Vec<usize> =
+            slots.exact.get(host).into_iter().flatten().copied().filter(|i| visible(&self.rules[*i])).collect();
+        let candidates: Vec<usize> = if !exact.is_empty() {
+            exact
+        } else {
+            let seen: Vec<usize> = slots
+                .wildcard
+                .iter()
+                .copied()
+                .filter(|i| visible(&self.rules[*i]) && host_matches(&self.rules[*i].host, host))
+                .collect();
+            let best = seen.iter().map(|i| &self.rules[*i].host).max_by_key(|p| specificity(p))?.clone();
+            seen.into_iter().filter(|i| self.rules[*i].host == best).collect()
         };
-        let candidates: Vec<usize> = at_best.into_iter().filter(|i| visible(&self.rules[*i])).collect();
         if let Some(labels) = labels
             && let Some(i) = candidates.iter().copied().find(|i| {
                 let r = &self.rules[*i];
@@ -314,6 +326,31 @@ mod tests {
         assert!(merged.rule.traffic_policy.is_some(), "the first traffic policy present stands");
         let other = r.select("shop", NONE, "istio-system", "ratings.shop.svc.cluster.local", "shop").unwrap();
         assert_eq!(r.get(other).names, ["a-wide"], "the wildcard covers the rest");
+    }
+
+    /// push_context.go: visibility first, then the most specific host; a
+    /// root-namespace proxy sees the root's private rules first and its
+    /// public ones only after the service's namespace.
+    #[test]
+    fn visibility_comes_before_specificity_and_the_root_proxy_is_last() {
+        let r = rules(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: private, namespace: shop}\nspec: {host: reviews, exportTo: [.]}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: wide, namespace: shop}\nspec: {host: '*.shop.svc.cluster.local'}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: mesh, namespace: istio-system}\nspec: {host: '*.local'}\n",
+        );
+        let host = "reviews.shop.svc.cluster.local";
+        let sel = |ns: &str| names(&r, r.select(ns, NONE, "istio-system", host, "shop"));
+        assert_eq!(sel("web").as_deref(), Some("shop/wide"), "the private exact host is not visible from web");
+        assert_eq!(sel("shop").as_deref(), Some("shop/private"));
+        assert_eq!(
+            sel("istio-system").as_deref(),
+            Some("shop/wide"),
+            "the service's namespace before the root's public rule"
+        );
+        assert_eq!(
+            names(&r, r.select("istio-system", NONE, "istio-system", "x.other.svc.cluster.local", "other")).as_deref(),
+            Some("istio-system/mesh")
+        );
     }
 
     #[test]

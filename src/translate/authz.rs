@@ -202,6 +202,9 @@ fn cidr(block: &str) -> Option<rbac::Principal> {
     })
 }
 
+/// Makes the principal one value of a source field or condition names.
+type MakePrincipal = dyn Fn(&str) -> Option<rbac::Principal>;
+
 /// Returns (permissions, principals, whether it uses HTTP fields). On a
 /// TCP chain (`tcp`) the HTTP-only conditions on the source (JWT claims)
 /// are left out: an ALLOW rule that uses them is dropped by the caller, a
@@ -218,6 +221,12 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
                 return;
             }
             http |= is_http;
+            if is_http && tcp {
+                // HTTP fields cannot match on a TCP chain: an ALLOW rule
+                // using them is dropped by the caller, a DENY rule loses
+                // them and matches more broadly (istiod's builder).
+                return;
+            }
             let p = or_perms(items.iter().map(|v| make(v)).collect());
             all.push(if negate { not_perm(p) } else { p });
         };
@@ -231,8 +240,10 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
             |p: &str| rbac::Permission { rule: Some(rbac::permission::Rule::DestinationPort(p.parse().unwrap_or(0))) };
         field(&op.ports, false, &port, false);
         field(&op.not_ports, true, &port, false);
-        to_alts.push(rbac::Permission {
-            rule: Some(rbac::permission::Rule::AndRules(rbac::permission::Set { rules: all })),
+        to_alts.push(if all.is_empty() {
+            rbac::Permission { rule: Some(rbac::permission::Rule::Any(true)) }
+        } else {
+            rbac::Permission { rule: Some(rbac::permission::Rule::AndRules(rbac::permission::Set { rules: all })) }
         });
     }
     if !to_alts.is_empty() {
@@ -241,6 +252,9 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
     for c in &r.when {
         if let Some(h) = c.key.strip_prefix("request.headers[").and_then(|k| k.strip_suffix(']')) {
             http = true;
+            if tcp {
+                continue;
+            }
             if !c.values.is_empty() {
                 perms.push(or_perms(c.values.iter().map(|v| header_perm(h, v)).collect()));
             }
@@ -277,8 +291,12 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
                 add(&src.not_request_principals, true, &|p| Some(request_principal(p)));
             }
         }
-        from_alts.push(rbac::Principal {
-            identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set { ids: all })),
+        // A source left with nothing to match (only HTTP-only fields on a
+        // TCP chain) matches everyone; Envoy rejects an empty set.
+        from_alts.push(if all.is_empty() {
+            rbac::Principal { identifier: Some(rbac::principal::Identifier::Any(true)) }
+        } else {
+            rbac::Principal { identifier: Some(rbac::principal::Identifier::AndIds(rbac::principal::Set { ids: all })) }
         });
     }
     for c in &r.when {
@@ -308,11 +326,19 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
             }
             continue;
         }
-        match c.key.as_str() {
-            "source.namespace" => ids.push(or_ids(c.values.iter().map(|n| namespace_id(n)).collect())),
-            "source.principal" => ids.push(or_ids(c.values.iter().map(|p| spiffe(p)).collect())),
-            "source.ip" => ids.push(or_ids(c.values.iter().filter_map(|b| cidr(b)).collect())),
-            _ => {}
+        let make: Option<&MakePrincipal> = match c.key.as_str() {
+            "source.namespace" => Some(&|n| Some(namespace_id(n))),
+            "source.principal" => Some(&|p| Some(spiffe(p))),
+            "source.ip" => Some(&cidr),
+            _ => None,
+        };
+        if let Some(make) = make {
+            if !c.values.is_empty() {
+                ids.push(or_ids(c.values.iter().filter_map(|v| make(v)).collect()));
+            }
+            if !c.not_values.is_empty() {
+                ids.push(not_id(or_ids(c.not_values.iter().filter_map(|v| make(v)).collect())));
+            }
         }
     }
     if !from_alts.is_empty() {

@@ -40,6 +40,10 @@ pub struct ClusterForm {
     pub locality: Option<LocalityLoadBalancerSetting>,
     /// Whether the rule sets outlier detection (locality failover needs it).
     pub outlier_detection: bool,
+    /// A hash of what decides which proxies get this form (the rule's
+    /// namespace, host, exportTo and workload selector): a change there
+    /// moves proxies between forms without changing any form's bytes.
+    pub selection: u64,
 }
 
 /// The forms of one outbound cluster name: one per DestinationRule that may
@@ -66,7 +70,7 @@ impl ClusterForms {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for f in &self.forms {
-            f.rule.hash(&mut h);
+            (&f.rule, f.selection).hash(&mut h);
             match kind {
                 Kind::Endpoint => f.endpoints.hash(&mut h),
                 _ => f.bytes.hash(&mut h),
@@ -85,6 +89,13 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
         let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(Some));
         for rule in choices {
             let dr = rule.map(|i| &rules.get(i).rule);
+            let selection = rule.map_or(0, |i| {
+                use std::hash::{Hash, Hasher};
+                let r = rules.get(i);
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (&r.namespace, &r.host, &r.export, &r.selector).hash(&mut h);
+                h.finish()
+            });
             let subsets: Vec<(String, BTreeMap<String, String>)> = dr
                 .map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect())
                 .unwrap_or_default();
@@ -161,6 +172,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                         .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() });
                     entry.forms.push(ClusterForm {
                         rule: rule.map(|i| rules.get(i).id.clone()),
+                        selection,
                         cluster: Arc::new(c),
                         bytes,
                         endpoints,

@@ -173,3 +173,22 @@ fn the_selection_follows_namespace_and_selector() {
     assert!(issuers("third").is_empty());
     assert!(m.security.iter().any(|o| matches!(o.spec, IstioSpec::RequestAuthentication(_))));
 }
+
+/// A DENY rule whose source is only `notRequestPrincipals` keeps, on a TCP
+/// chain, a principal that matches everyone (the HTTP-only field dropped,
+/// the rule broader, as in istiod) rather than an empty set Envoy rejects.
+#[test]
+fn a_jwt_only_deny_source_on_tcp_is_not_an_empty_set() {
+    let deny = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: require-jwt, namespace: bookinfo}\n\
+        spec: {action: DENY, rules: [{from: [{source: {notRequestPrincipals: [\"*\"]}}]}]}\n";
+    let mut m = (*bookinfo_with(deny, JwksFetch::Istiod)).clone();
+    let s = m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap();
+    for p in &mut s.ports {
+        p.protocol = crate::model::Protocol::Tcp;
+    }
+    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), false);
+    let policy = &rb.deny.expect("the DENY policy stays on TCP").policies["ns[bookinfo]-policy[require-jwt]-rule[0]"];
+    let text = format!("{:?}", policy.principals);
+    assert!(!text.contains("ids: []"), "{text}");
+    assert!(text.contains("Any(true)"), "{text}");
+}

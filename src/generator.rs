@@ -290,7 +290,10 @@ fn inbound_part(s: &crate::model::Service) -> u64 {
     (&s.hostname, &s.namespace, &s.selector).hash(&mut h);
     hash_debug(&mut h, &s.ports);
     for e in &s.endpoints {
-        let spec = s.ports.iter().find(|p| p.port == e.service_port).map(|p| p.target_port.unwrap_or(p.port));
+        // A numeric target port tells the workload its port: an endpoint
+        // that agrees adds nothing. A named one (None) is resolved from
+        // the endpoints, so every one of them counts.
+        let spec = s.ports.iter().find(|p| p.port == e.service_port).and_then(|p| p.target_port);
         if spec != Some(e.port) {
             (e.service_port, e.port, &e.labels).hash(&mut h);
         }

@@ -184,6 +184,9 @@ pub struct Endpoint {
 pub struct Service {
     /// `name.ns.svc.<domain>` (or a ServiceEntry host).
     pub hostname: Arc<str>,
+    /// A Kubernetes Service (not a ServiceEntry): istiod's registry
+    /// `Kubernetes`, which some rules read (headless wildcard domains).
+    pub kubernetes: bool,
     /// Name.
     pub name: String,
     /// Namespace.
@@ -638,6 +641,7 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
             }
             Service {
                 hostname: host.as_str().into(),
+                kubernetes: false,
                 name: meta.name.clone(),
                 namespace: ns.clone(),
                 vips: se.addresses.clone(),
@@ -726,6 +730,7 @@ fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workl
     endpoints.dedup_by(|a, b| (a.service_port, &a.address, a.port) == (b.service_port, &b.address, b.port));
     Service {
         hostname,
+        kubernetes: true,
         name: svc.metadata.name.clone(),
         namespace: ns,
         vips,

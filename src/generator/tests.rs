@@ -660,3 +660,29 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
         serves_alike(&fast, &full);
     }
 }
+
+/// httproute.go: `*.`-prefixed domains are for headless Kubernetes
+/// services only; a ServiceEntry with resolution NONE does not claim the
+/// names under its host (they would bypass REGISTRY_ONLY's block_all).
+#[test]
+fn only_headless_kubernetes_services_get_wildcard_domains() {
+    use crate::translate::route::{Flavor, domains};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    objs.istio.extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: bookinfo}\n\
+         spec: {hosts: [example.com], location: MESH_INTERNAL, resolution: NONE, ports: [{number: 80, name: http, protocol: HTTP}]}\n",
+    ));
+    let svc = |yaml: &str| -> istiod_kubewatch::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
+    objs.services.push(svc(
+        "metadata: {name: db, namespace: bookinfo}\nspec: {clusterIP: None, ports: [{name: http, port: 80}]}\n",
+    ));
+    let m = Model::build(&objs, "cluster.local");
+    let of = |host: &str| domains(&m, &m.services[host], 80, "bookinfo", Flavor::Envoy);
+    assert!(
+        of("db.bookinfo.svc.cluster.local").contains(&"*.db".to_owned()),
+        "{:?}",
+        of("db.bookinfo.svc.cluster.local")
+    );
+    assert!(!of("example.com").iter().any(|d| d.starts_with('*')), "{:?}", of("example.com"));
+}

@@ -42,7 +42,7 @@ fn virtual_service<'a>(model: &'a Model, host: &str) -> Option<(&'a IstioObject,
 /// resolver's search path completes (`reviews`, `reviews.ns.svc`,
 /// `reviews.ns` from the service's own namespace; `reviews.ns`,
 /// `reviews.ns.svc` from others), `*.`-prefixed forms for headless
-/// Kubernetes services, and the VIPs (IPv6 in brackets). Envoy sidecars
+/// Kubernetes services (not ServiceEntries), and the VIPs (IPv6 in brackets). Envoy sidecars
 /// match hosts without the port (the route configuration sets
 /// `ignore_port_in_host_matching`); proxyless gRPC matches the
 /// `:authority` it dialed, so each name is followed by its `:<port>` form.
@@ -58,7 +58,9 @@ pub(crate) fn domains(model: &Model, svc: &Service, port: u16, proxy_ns: &str, f
             names.extend([format!("{name}.{ns}"), format!("{name}.{ns}.svc")]);
         }
     }
-    if svc.resolution == crate::model::Resolution::Passthrough && !svc.mesh_external {
+    // Headless Kubernetes services: their pods' own names (istiod adds these
+    // for the Kubernetes registry only).
+    if svc.resolution == crate::model::Resolution::Passthrough && svc.kubernetes {
         let wild: Vec<String> = names.iter().map(|n| format!("*.{n}")).collect();
         names.extend(wild);
     }
@@ -325,7 +327,7 @@ impl ServiceRoutes {
         use std::hash::{Hash, Hasher};
         let routes = routes(model, svc, port, flavor);
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.mesh_external)
+        (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.kubernetes)
             .hash(&mut h);
         for r in &routes {
             r.route.encode_to_vec().hash(&mut h);

@@ -454,7 +454,12 @@ pub fn all_names(model: &Model) -> Vec<(Kind, Arc<str>)> {
     let mut ports: Vec<u16> = model
         .services
         .values()
-        .flat_map(|s| s.endpoints.iter().map(|e| e.port).chain(s.ports.iter().map(|p| p.port)))
+        .flat_map(|s| {
+            // A workload's inbound port is its endpoints', else the
+            // Service's numeric target port, else the service port.
+            let spec = s.ports.iter().flat_map(|p| [Some(p.port), p.target_port]).flatten();
+            s.endpoints.iter().map(|e| e.port).chain(spec)
+        })
         .collect();
     ports.sort_unstable();
     ports.dedup();

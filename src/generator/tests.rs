@@ -686,3 +686,19 @@ fn only_headless_kubernetes_services_get_wildcard_domains() {
     );
     assert!(!of("example.com").iter().any(|d| d.starts_with('*')), "{:?}", of("example.com"));
 }
+
+/// What a change of inbound inputs marks touched covers a Service's
+/// numeric target port before any endpoint carries it (a workload takes it
+/// as its inbound port), so delta clients learn of `inbound|<port>||`.
+#[test]
+fn touched_inbound_names_include_numeric_target_ports() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let svc: istiod_kubewatch::objects::Service = serde_yaml_ng::from_str(
+        "metadata: {name: fresh, namespace: bookinfo}\nspec: {clusterIP: 10.96.30.1, selector: {app: fresh}, ports: [{name: http, port: 80, targetPort: 8123}]}\n",
+    )
+    .unwrap();
+    objs.services.push(svc);
+    let names = all_names(&Model::build(&objs, "cluster.local"));
+    assert!(names.iter().any(|(k, n)| *k == Kind::Cluster && &**n == "inbound|8123||"), "{names:?}");
+}

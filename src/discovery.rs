@@ -8,7 +8,7 @@ mod debug;
 mod sources;
 mod update;
 
-pub use update::{Built, build, update};
+pub use update::{build, update};
 
 use debug::{debug, monitoring};
 use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};

@@ -15,7 +15,6 @@ use istiod_xds::ads::{Generator, Kind, Snapshot};
 
 use crate::model::Model;
 
-/// The inbound listener's name.
 use crate::translate::Translation;
 use crate::translate::cluster::ClusterForm;
 use crate::translate::grpc::for_grpc_client;
@@ -91,6 +90,12 @@ impl MeshInput {
         }
     }
 
+    /// Whether a proxy of `class` is served `(kind, name)`: it exists for
+    /// the class and the class's scope lets it see it.
+    fn serves(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        self.exists(class, kind, name) && self.scoping.allows(&self.model, class, kind, name)
+    }
+
     /// Whether shared resources may differ between classes at all.
     fn per_class_outbound(&self) -> bool {
         self.scoping.active || self.outbound_overrides
@@ -134,6 +139,7 @@ impl MeshInput {
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
         let translation = crate::translate::translate(&model);
+        crate::translate::authn::warn_unfetched(&model);
         let selecting_sidecars = selecting(&model);
         let routing_generation = routing_generation(&model);
         Self {
@@ -159,19 +165,14 @@ impl MeshInput {
     /// (namespace, name) changed in `objs`, and nothing else: those
     /// services are rebuilt in the model, their clusters and load
     /// assignments re-translated and their part of the inbound fingerprint
-    /// replaced; everything else is shared with `self`. Returns the names
-    /// whose bytes changed. Costs O(changed services), not O(mesh).
-    pub fn with_endpoints(
-        &self,
-        objs: &istiod_kubewatch::objects::Objects,
-        changed: &[(String, String)],
-    ) -> (MeshInput, Vec<(Kind, Arc<str>)>) {
+    /// replaced; everything else is shared with `self`. Costs O(changed
+    /// services), not O(mesh).
+    pub fn with_endpoints(&self, objs: &istiod_kubewatch::objects::Objects, changed: &[(String, String)]) -> MeshInput {
         let (model, hosts) = self.model.with_endpoints_of(objs, changed);
         let model = Arc::new(model);
         let mut next = MeshInput { model: model.clone(), ..self.clone() };
-        let mut names = Vec::new();
         for host in &hosts {
-            names.extend(next.translation.update_service(&model, host));
+            next.translation.update_service(&model, host);
             let old = match model.services.get(host) {
                 Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
                 None => next.inbound_parts.remove(host),
@@ -180,7 +181,7 @@ impl MeshInput {
             next.inbound_sum = next.inbound_sum.wrapping_sub(old.unwrap_or(0)).wrapping_add(new);
         }
         next.inbound_generation = mix((next.security_hash, next.inbound_sum));
-        (next, names)
+        next
     }
 }
 
@@ -209,12 +210,12 @@ impl MeshInput {
     /// hosts of every host those VirtualServices name, and the clusters of
     /// every service those DestinationRules name (before and after), are
     /// re-translated; listeners, the other services and the scope are
-    /// shared with `self`. Returns the names whose bytes changed.
+    /// shared with `self`.
     pub fn with_routing(
         &self,
         objs: &istiod_kubewatch::objects::Objects,
         changed: &[(String, String, String)],
-    ) -> (MeshInput, Vec<(Kind, Arc<str>)>) {
+    ) -> MeshInput {
         let named = |o: &istiod_kubewatch::istio::IstioObject| {
             changed.iter().any(|(k, ns, name)| o.kind().name() == k && o.meta.ns() == ns && o.meta.name == *name)
         };
@@ -246,9 +247,9 @@ impl MeshInput {
         routes.extend(r);
         clusters.extend(c);
         let mut next = MeshInput { model: model.clone(), ..self.clone() };
-        let mut names = next.translation.update_routes(&model, &routes);
+        next.translation.update_routes(&model, &routes);
         for host in &clusters {
-            names.extend(next.translation.update_service(&model, host));
+            next.translation.update_service(&model, host);
         }
         (next.source_matching, next.vs_export) = route_flags(&model);
         if !clusters.is_empty() {
@@ -257,7 +258,7 @@ impl MeshInput {
             next.routing_generation = routing_generation(&model);
             next.selecting_sidecars = selecting(&model);
         }
-        (next, names)
+        next
     }
 }
 
@@ -340,10 +341,7 @@ impl Generator for MeshGenerator {
     fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = snap.shared_names(kind);
         let Some(m) = mesh(snap) else { return names };
-        names.retain(|n| m.exists(class, kind, n));
-        if m.scoping.active {
-            names.retain(|n| m.scoping.allows(&m.model, class, kind, n));
-        }
+        names.retain(|n| m.serves(class, kind, n));
         names
     }
 
@@ -388,7 +386,7 @@ impl Generator for MeshGenerator {
         }
         let shared = snap.shared_generation(kind, name)?;
         let Some(m) = mesh(snap) else { return Some(shared) };
-        if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
+        if !m.serves(class, kind, name) {
             return None;
         }
         Some(match kind {
@@ -414,7 +412,7 @@ impl Generator for MeshGenerator {
             };
         }
         let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
-        if !m.exists(class, kind, name) || (m.scoping.active && !m.scoping.allows(&m.model, class, kind, name)) {
+        if !m.serves(class, kind, name) {
             return None;
         }
         let policy = crate::translate::scope::outbound_policy(&m.model, class);
@@ -424,7 +422,7 @@ impl Generator for MeshGenerator {
                     Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec()))
                 }
                 Some(form) => Some(form.bytes.clone()),
-                None => m.translation.resources.get(&(kind, Arc::from(name))).cloned(),
+                None => snap.shared_body(kind, name),
             },
             Kind::Endpoint => {
                 let form = m.cluster_form(class, name)?;
@@ -435,9 +433,10 @@ impl Generator for MeshGenerator {
                 // The Sidecar overrides the mesh's policy for unknown destinations.
                 Some(Bytes::from(virtual_outbound(policy).encode_to_vec()))
             }
-            Kind::Listener => m.translation.resources.get(&(kind, Arc::from(name))).cloned(),
+            Kind::Listener => snap.shared_body(kind, name),
             Kind::Route => {
                 let table = m.translation.routes.get(name)?;
+                // (Without scoping every service is visible: skip the lookups.)
                 let visible = |svc: &crate::model::Service, port: u16| {
                     !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
                 };

@@ -305,22 +305,8 @@ impl Model {
     pub fn rule_index_for(&self, proxy_ns: &str, labels: &[(Arc<str>, Arc<str>)], host: &str) -> Option<usize> {
         let rules = self.destination_rules();
         let svc_ns = self.services.get(host).map_or("", |s| s.namespace.as_str());
-        let selects = |sel: &BTreeMap<String, String>| {
-            sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
-        };
+        let selects = |sel: &BTreeMap<String, String>| has_labels(labels, sel);
         rules.select(proxy_ns, &selects, &self.mesh.root_namespace, host, svc_ns)
-    }
-
-    /// The DestinationRule in force for traffic from a proxy in `proxy_ns`
-    /// with `labels` to `host`.
-    pub fn destination_rule_for(
-        &self,
-        proxy_ns: &str,
-        labels: &[(Arc<str>, Arc<str>)],
-        host: &str,
-    ) -> Option<destination_rules::AppliedRule> {
-        let i = self.rule_index_for(proxy_ns, labels, host)?;
-        Some(self.destination_rules().get(i).clone())
     }
 
     /// The VirtualService that routes `host`, if any (the first by
@@ -349,6 +335,12 @@ impl Model {
             _ => host.to_owned(),
         }
     }
+}
+
+/// Whether `labels` (a proxy's, sorted pairs) carry every label of
+/// `selector` (a workload selector matches).
+pub fn has_labels(labels: &[(Arc<str>, Arc<str>)], selector: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
 }
 
 const TLS_MODE: &str = "security.istio.io/tlsMode";
@@ -443,19 +435,18 @@ impl Model {
         let of = |want: fn(&IstioSpec) -> bool| {
             let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
             v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
-            Arc::new(v)
+            v
         };
-        model.routing =
-            of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).iter().cloned().collect();
-        model.security = of(|s| {
+        model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
+        model.security = Arc::new(of(|s| {
             matches!(
                 s,
                 IstioSpec::PeerAuthentication(_)
                     | IstioSpec::AuthorizationPolicy(_)
                     | IstioSpec::RequestAuthentication(_)
             )
-        });
-        model.sidecars = of(|s| matches!(s, IstioSpec::Sidecar(_)));
+        }));
+        model.sidecars = Arc::new(of(|s| matches!(s, IstioSpec::Sidecar(_))));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }

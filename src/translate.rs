@@ -58,34 +58,32 @@ pub struct Translation {
 }
 
 impl Translation {
-    /// Replaces the outbound clusters of `host` (and their load
-    /// assignments) with what `model` makes of it now; returns the names
-    /// whose bytes changed. Routes and listeners do not read endpoints, so
-    /// an endpoint-only change of a service ends here.
-    pub fn update_service(&mut self, model: &Model, host: &Arc<str>) -> Vec<(Kind, Arc<str>)> {
-        let after = model.services.get(host).map(|svc| cluster::outbound_of(model, svc)).unwrap_or_default();
-        let before = self.by_host.get(host).cloned().unwrap_or_default();
-        let mut changed = Vec::new();
-        let mut set = |resources: &mut Resources, key: (Kind, Arc<str>), bytes: Option<Bytes>| {
-            if resources.get(&key) == bytes.as_ref() {
-                return;
-            }
-            match bytes {
-                Some(b) => resources.insert(key.clone(), b),
-                None => resources.remove(&key),
-            };
-            changed.push(key);
+    /// Sets (or with `None` removes) the bytes of `key`.
+    fn set(&mut self, key: (Kind, Arc<str>), bytes: Option<Bytes>) {
+        match bytes {
+            Some(b) => self.resources.insert(key, b),
+            None => self.resources.remove(&key),
         };
-        for name in before.iter().filter(|n| !after.iter().any(|(a, _)| a == *n)) {
-            self.clusters.remove(name);
-            set(&mut self.resources, (Kind::Cluster, name.clone()), None);
-            set(&mut self.resources, (Kind::Endpoint, name.clone()), None);
+    }
+
+    /// Replaces the outbound clusters of `host` (and their load
+    /// assignments) with what `model` makes of it now. Routes and listeners
+    /// do not read endpoints, so an endpoint-only change of a service ends
+    /// here.
+    pub fn update_service(&mut self, model: &Model, host: &Arc<str>) {
+        let after = model.services.get(host).map(|svc| cluster::outbound_of(model, svc)).unwrap_or_default();
+        for name in self.by_host.get(host).cloned().unwrap_or_default() {
+            if !after.iter().any(|(a, _)| *a == name) {
+                self.clusters.remove(&name);
+                self.set((Kind::Cluster, name.clone()), None);
+                self.set((Kind::Endpoint, name), None);
+            }
         }
         let names: Vec<Arc<str>> = after.iter().map(|(n, _)| n.clone()).collect();
         for (name, forms) in after {
-            set(&mut self.resources, (Kind::Cluster, name.clone()), Some(forms.digest(Kind::Cluster)));
+            self.set((Kind::Cluster, name.clone()), Some(forms.digest(Kind::Cluster)));
             let eds = forms.forms.iter().any(|f| f.endpoints.is_some()).then(|| forms.digest(Kind::Endpoint));
-            set(&mut self.resources, (Kind::Endpoint, name.clone()), eds);
+            self.set((Kind::Endpoint, name.clone()), eds);
             self.clusters.insert(name, forms);
         }
         if names.is_empty() {
@@ -93,20 +91,12 @@ impl Translation {
         } else {
             self.by_host.insert(host.clone(), names);
         }
-        changed
     }
-}
 
-impl Translation {
     /// Re-translates the virtual hosts of `hosts` (their VirtualServices
     /// changed) in the sidecar route tables of their HTTP ports and in
     /// their proxyless gRPC tables; other hosts' entries are shared.
-    /// Returns the route configurations whose bytes changed.
-    pub fn update_routes(
-        &mut self,
-        model: &Model,
-        hosts: &std::collections::BTreeSet<Arc<str>>,
-    ) -> Vec<(Kind, Arc<str>)> {
+    pub fn update_routes(&mut self, model: &Model, hosts: &std::collections::BTreeSet<Arc<str>>) {
         let tables = Arc::make_mut(&mut self.routes);
         let mut touched = std::collections::BTreeSet::new();
         for host in hosts {
@@ -126,17 +116,10 @@ impl Translation {
                 }
             }
         }
-        let mut changed = Vec::new();
         for name in touched {
-            let Some(t) = tables.get(&name) else { continue };
-            let digest = Bytes::copy_from_slice(&t.digest().to_be_bytes());
-            let key = (Kind::Route, name);
-            if self.resources.get(&key) != Some(&digest) {
-                self.resources.insert(key.clone(), digest);
-                changed.push(key);
-            }
+            let digest = self.routes.get(&name).map(route::RouteTable::digest);
+            self.set((Kind::Route, name), digest);
         }
-        changed
     }
 }
 
@@ -149,11 +132,7 @@ pub fn translate(model: &Model) -> Translation {
     cluster::fixed(&mut t.resources);
     grpc::translate(model, &mut t);
     listener::translate(model, &mut t);
-    let digests: Vec<_> = t
-        .routes
-        .iter()
-        .map(|(name, table)| ((Kind::Route, name.clone()), Bytes::copy_from_slice(&table.digest().to_be_bytes())))
-        .collect();
+    let digests: Vec<_> = t.routes.iter().map(|(name, table)| ((Kind::Route, name.clone()), table.digest())).collect();
     t.resources.extend(digests);
     t
 }

@@ -15,7 +15,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use istiod::discovery::{self, Built};
+use istiod::discovery;
+
+/// What the control thread builds from one set of objects.
+type Built = Arc<MeshInput>;
 use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::mesh::MeshSettings;
 use istiod_kubewatch::objects::Objects;
@@ -40,7 +43,7 @@ type Snap = Snapshot<MeshInput>;
 
 fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snap {
     let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
-    snap.mesh = Some(built.mesh.clone());
+    snap.mesh = Some(built.clone());
     snap
 }
 
@@ -48,8 +51,8 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snap {
 /// resources as the first published model, and that snapshot.
 fn istio_perf() -> (Built, SimpleModel, Snap) {
     let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
-    let (model, _) =
-        SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &built.resources));
+    let (model, _) = SimpleModel::default()
+        .apply(1, istiod::translate::diff_maps(&Default::default(), &built.translation.resources));
     let snap = snapshot(1, model.clone(), &built);
     (built, model, snap)
 }
@@ -83,7 +86,7 @@ fn build(c: &mut Criterion) {
             });
             b.iter(|| {
                 let next = discovery::build(objs, "cluster.local", &settings);
-                istiod::translate::diff_maps(&prev.resources, &next.resources).len()
+                istiod::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len()
             });
         });
     }
@@ -226,15 +229,10 @@ fn core_setup() -> Core {
     let svc = fewer.services.get_mut(host.as_str()).unwrap();
     let drop_ip = svc.endpoints[0].address.clone();
     svc.endpoints.retain(|e| e.address != drop_ip);
-    let fewer_mesh = Arc::new(MeshInput::new(Arc::new(fewer)));
-    let scaled = Built {
-        model: fewer_mesh.model.clone(),
-        resources: fewer_mesh.translation.resources.clone(),
-        mesh: fewer_mesh,
-    };
+    let scaled: Built = Arc::new(MeshInput::new(Arc::new(fewer)));
     let changes = [
-        istiod::translate::diff_maps(&built.resources, &scaled.resources),
-        istiod::translate::diff_maps(&scaled.resources, &built.resources),
+        istiod::translate::diff_maps(&built.translation.resources, &scaled.translation.resources),
+        istiod::translate::diff_maps(&scaled.translation.resources, &built.translation.resources),
     ];
     assert!(changes[0].iter().any(|(k, n, _)| *k == Kind::Endpoint && *n == target), "one endpoint fewer");
     Core { builts: [scaled, built], model, cache, streams, changes, version: 1 }
@@ -298,8 +296,8 @@ impl Change {
         assert!(a != b, "the edit changes something");
         let builts =
             [discovery::build(&a, "cluster.local", &settings), discovery::build(&b, "cluster.local", &settings)];
-        let (model, _) =
-            SimpleModel::default().apply(1, istiod::translate::diff_maps(&Default::default(), &builts[0].resources));
+        let (model, _) = SimpleModel::default()
+            .apply(1, istiod::translate::diff_maps(&Default::default(), &builts[0].translation.resources));
         Change { objs: [a, b], refs, builts, model, version: 1, settings }
     }
 
@@ -309,14 +307,14 @@ impl Change {
         let from = (self.version % 2) as usize;
         let to = 1 - from;
         let (next, incremental) = discovery::update(
-            Some(&self.builts[from].mesh),
-            Some(&self.objs[from]),
+            Some(&self.builts[from]),
             &self.objs[to],
             Some(&self.refs),
             "cluster.local",
             &self.settings,
         );
-        let changes = istiod::translate::diff_maps(&self.builts[from].resources, &next.resources);
+        let changes =
+            istiod::translate::diff_maps(&self.builts[from].translation.resources, &next.translation.resources);
         let n = changes.len();
         self.version += 1;
         let (model, _delta) = self.model.apply(self.version, changes);

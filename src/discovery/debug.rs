@@ -53,8 +53,10 @@ pub(super) async fn debug(
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
         "/debug/configz" => Response::json(&state.borrow().configz),
         "/debug/registryz" => {
-            let model = state.borrow().model.clone();
-            Response::json(&serde_json::to_value(model.services.values().collect::<Vec<_>>()).unwrap_or_default())
+            let mesh = state.borrow().mesh.clone();
+            let services: Vec<&crate::model::Service> =
+                mesh.as_ref().map(|m| m.model.services.values().collect()).unwrap_or_default();
+            Response::json(&serde_json::to_value(services).unwrap_or_default())
         }
         "/debug" => Response::text(
             200,

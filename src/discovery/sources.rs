@@ -13,24 +13,19 @@ use tokio::sync::mpsc;
 use istiod_xds::ads;
 
 use super::StartError;
-use super::update::{Built, update};
+use super::update::update;
 use crate::generator::MeshInput;
-use crate::model::Model;
 use crate::translate;
 
-/// What the debug endpoints show of the source and the model.
+/// What the control thread keeps between changes, and the debug endpoints
+/// show.
 #[derive(Default)]
 pub(super) struct State {
-    /// The model last built.
-    pub(super) model: Arc<Model>,
     /// What `/debug/configz` shows of the source.
     pub(super) configz: Value,
-    resources: crate::translate::Resources,
-    inbound_generation: Option<u64>,
-    scope_generation: Option<u64>,
-    routing_generation: Option<u64>,
-    /// The generators' input last published.
-    mesh: Option<Arc<MeshInput>>,
+    /// The generators' input last published (its model, translation and
+    /// fingerprints are what the next change is compared with).
+    pub(super) mesh: Option<Arc<MeshInput>>,
 }
 
 /// `/debug/configz` for a config directory (its errors are logged too).
@@ -75,45 +70,36 @@ pub(super) fn apply(
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
-    let (Built { model, resources, mesh }, incremental) = {
-        let s = state.borrow();
-        // Both sources name what changed; when they cannot (a first list,
-        // a relist), the model is rebuilt rather than compared.
-        update(s.mesh.as_ref(), None, &objects, changed.as_deref(), domain, mesh)
-    };
-    let mut s = state.borrow_mut();
-    let changes = translate::diff_maps(&s.resources, &resources);
+    let prev = state.borrow().mesh.clone();
+    let (mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh);
+    let empty = translate::Resources::default();
+    let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
+    let changes = translate::diff_maps(old, new);
     // Per-class resources are generated on the cores: if their inputs
     // changed, mark every name they may have, before and after.
     let mut touched = Vec::new();
-    if s.inbound_generation != Some(mesh.inbound_generation) {
-        touched.extend(crate::generator::all_names(&s.model));
-        touched.extend(crate::generator::all_names(&model));
+    let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
+    if prev.as_ref().is_none_or(|p| p.inbound_generation != mesh.inbound_generation) {
+        touched.extend(prev.as_ref().map(|p| crate::generator::all_names(&p.model)).unwrap_or_default());
+        touched.extend(crate::generator::all_names(&mesh.model));
     }
+    let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
+        touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());
+    };
     // DestinationRules changed: endpoints balanced by locality, and the
     // hash policies routes are rendered with per class, may differ.
-    if s.routing_generation.is_some_and(|g| g != mesh.routing_generation) {
-        let per_class = |k: &&(ads::Kind, Arc<str>)| matches!(k.0, ads::Kind::Endpoint | ads::Kind::Route);
-        touched.extend(s.resources.keys().filter(per_class).cloned());
-        touched.extend(resources.keys().filter(per_class).cloned());
+    if differs(|m| m.routing_generation) {
+        touch(&|k| matches!(k, ads::Kind::Endpoint | ads::Kind::Route));
     }
     // What each proxy may see changed: every outbound name may have
     // appeared or gone for some of them.
-    if s.scope_generation.is_some_and(|g| g != mesh.scope_generation) {
-        let outbound = |k: &(ads::Kind, Arc<str>)| {
-            matches!(k.0, ads::Kind::Cluster | ads::Kind::Endpoint | ads::Kind::Listener | ads::Kind::Route)
-        };
-        touched.extend(s.resources.keys().filter(|k| outbound(k)).cloned());
-        touched.extend(resources.keys().filter(|k| outbound(k)).cloned());
+    if differs(|m| m.scope_generation) {
+        touch(&|_| true);
     }
+    let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;
-    s.model = model;
-    s.resources = resources;
     s.mesh = Some(mesh.clone());
-    s.inbound_generation = Some(mesh.inbound_generation);
-    s.scope_generation = Some(mesh.scope_generation);
-    s.routing_generation = Some(mesh.routing_generation);
     if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(
             target: "model",

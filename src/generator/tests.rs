@@ -517,17 +517,17 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
 }
 
 /// Two builds serve the same bytes to two classes for every name.
-fn serves_alike(a: &crate::discovery::Built, b: &crate::discovery::Built) {
-    let snap = |b: &crate::discovery::Built| {
-        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.resources);
+fn serves_alike(a: &Arc<MeshInput>, b: &Arc<MeshInput>) {
+    let snap = |b: &Arc<MeshInput>| {
+        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.translation.resources);
         let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
         let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
-        s.mesh = Some(b.mesh.clone());
+        s.mesh = Some(b.clone());
         s
     };
     let (x, y) = (snap(a), snap(b));
     for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
-        for (kind, name) in b.resources.keys() {
+        for (kind, name) in b.translation.resources.keys() {
             assert_eq!(
                 MeshGenerator.generate(&x, &c, *kind, name),
                 MeshGenerator.generate(&y, &c, *kind, name),
@@ -546,29 +546,38 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::mesh::MeshSettings::default());
     let old = crate::discovery::build(&before, "cluster.local", &settings);
-    for edit in [
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let slice_ref = |s: &istiod_kubewatch::objects::EndpointSlice| ObjectRef::of(&Object::EndpointSlice(s.clone()));
+    let edits: [Edit; 2] = [
         // reviews loses an endpoint; details' only slice goes away.
-        |o: &mut istiod_kubewatch::objects::Objects| {
+        |o| {
             let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
             s.endpoints.pop();
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
         },
-        |o: &mut istiod_kubewatch::objects::Objects| o.endpoint_slices.retain(|s| s.service_name() != Some("details")),
-    ] {
+        |o| {
+            let i = o.endpoint_slices.iter().position(|s| s.service_name() == Some("details")).unwrap();
+            vec![ObjectRef::of(&Object::EndpointSlice(o.endpoint_slices.remove(i)))]
+        },
+    ];
+    for edit in edits {
         let mut after = before.clone();
-        edit(&mut after);
-        let (fast, incremental) =
-            crate::discovery::update(Some(&old.mesh), Some(&before), &after, None, "cluster.local", &settings);
+        let refs = edit(&mut after);
+        let (fast, incremental) = crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings);
         assert!(incremental, "only EndpointSlices changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
-        assert_eq!(fast.resources, full.resources);
-        assert_eq!(fast.mesh.inbound_generation, full.mesh.inbound_generation);
-        assert_ne!(fast.resources, old.resources, "the edit shows");
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.inbound_generation, full.inbound_generation);
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
         serves_alike(&fast, &full);
     }
-    // Anything else rebuilds.
+    // Anything else, or not knowing what changed, rebuilds.
     let mut other = before.clone();
-    other.services.pop();
-    assert!(!crate::discovery::update(Some(&old.mesh), Some(&before), &other, None, "cluster.local", &settings).1);
+    let gone = other.services.pop().unwrap();
+    let refs = [ObjectRef::of(&Object::Service(gone)), slice_ref(&other.endpoint_slices[0])];
+    assert!(!crate::discovery::update(Some(&old), &other, Some(&refs), "cluster.local", &settings).1);
+    assert!(!crate::discovery::update(Some(&old), &before, None, "cluster.local", &settings).1);
 }
 
 /// The routing fast path (`MeshInput::with_routing`) serves exactly what a
@@ -646,16 +655,15 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
     for edit in edits {
         let mut after = before.clone();
         let refs = edit(&mut after);
-        let (fast, incremental) =
-            crate::discovery::update(Some(&old.mesh), Some(&before), &after, Some(&refs), "cluster.local", &settings);
+        let (fast, incremental) = crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings);
         assert!(incremental, "only VirtualServices and DestinationRules changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
-        assert_eq!(fast.resources, full.resources);
-        assert_ne!(fast.resources, old.resources, "the edit shows");
-        assert_eq!((fast.mesh.source_matching, fast.mesh.vs_export), (full.mesh.source_matching, full.mesh.vs_export));
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
+        assert_eq!((fast.source_matching, fast.vs_export), (full.source_matching, full.vs_export));
         assert_eq!(
-            (fast.mesh.routing_generation, fast.mesh.selecting_sidecars),
-            (full.mesh.routing_generation, full.mesh.selecting_sidecars)
+            (fast.routing_generation, fast.selecting_sidecars),
+            (full.routing_generation, full.selecting_sidecars)
         );
         serves_alike(&fast, &full);
     }

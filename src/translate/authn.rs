@@ -17,7 +17,6 @@ use istiod_proto::envoy::extensions::filters::network::http_connection_manager::
 use istiod_proto::prost_types::Duration;
 use istiod_xds::ads::node::ProxyClass;
 
-use super::envoy::any;
 use crate::model::Model;
 
 /// The filter's name; RBAC's metadata matchers name it too.
@@ -61,14 +60,9 @@ pub fn jwt_rules(model: &Model, class: &ProxyClass) -> Vec<JwtRule> {
     let mut rules = Vec::new();
     for o in model.security.iter() {
         let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
-        let ns = o.meta.ns();
-        if ns != &*class.namespace && ns != model.mesh.root_namespace {
-            continue;
-        }
-        let selected = match ra.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty()) {
-            Some(sel) => sel.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v)),
-            None => ra.target_ref.is_none() && ra.target_refs.is_empty(),
-        };
+        let selector = ra.selector.as_ref().map(|s| &s.match_labels);
+        let targeted = ra.target_ref.is_some() || !ra.target_refs.is_empty();
+        let selected = super::authz::policy_applies(model, class, o.meta.ns(), selector, targeted);
         if selected {
             rules.extend(ra.jwt_rules.iter().cloned());
         }
@@ -103,10 +97,6 @@ fn jwks(model: &Model, rule: &JwtRule, timeout: Duration) -> jwt::jwt_provider::
         if !rule.jwks.is_empty() {
             return inline(&rule.jwks);
         }
-        if !rule.jwks_uri.is_empty() {
-            tracing::warn!(target: "authn", issuer = %rule.issuer, uri = %rule.jwks_uri,
-                "istiod-rs does not fetch JWKS yet (PILOT_JWT_ENABLE_REMOTE_JWKS=istiod): tokens of this issuer are rejected; set it to envoy or hybrid, or put the keys in jwks");
-        }
         return inline(PUBLIC_ONLY_JWKS);
     }
     let Some((host, port)) = jwks_host(&rule.jwks_uri) else { return inline(PUBLIC_ONLY_JWKS) };
@@ -115,6 +105,24 @@ fn jwks(model: &Model, rule: &JwtRule, timeout: Duration) -> jwt::jwt_provider::
         (JwksFetch::Hybrid, false) if !rule.jwks.is_empty() => inline(&rule.jwks),
         (JwksFetch::Hybrid, false) => inline(PUBLIC_ONLY_JWKS),
         _ => remote(format!("outbound|{port}||{host}")),
+    }
+}
+
+/// Warns, once per model (on the control thread, not per proxy class),
+/// about each JWT rule whose keys istiod would fetch and istiod-rs does
+/// not: its tokens are all rejected.
+pub fn warn_unfetched(model: &Model) {
+    for o in model.security.iter() {
+        let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
+        for rule in ra.jwt_rules.iter().filter(|r| r.jwks.is_empty() && !r.jwks_uri.is_empty()) {
+            let served = jwks(model, rule, Duration::default());
+            let unfetched = matches!(&served, jwt::jwt_provider::JwksSourceSpecifier::LocalJwks(d)
+                if matches!(&d.specifier, Some(core::data_source::Specifier::InlineString(k)) if k == PUBLIC_ONLY_JWKS));
+            if unfetched {
+                tracing::warn!(target: "authn", policy = %format!("{}/{}", o.meta.ns(), o.meta.name), issuer = %rule.issuer, uri = %rule.jwks_uri,
+                    "istiod-rs does not fetch JWKS itself yet: tokens of this issuer are rejected; set PILOT_JWT_ENABLE_REMOTE_JWKS=envoy (or hybrid, for a mesh host) or put the keys in jwks");
+            }
+        }
     }
 }
 
@@ -234,11 +242,7 @@ pub fn jwt_filter(model: &Model, class: &ProxyClass) -> Option<hcm::HttpFilter> 
         bypass_cors_preflight: true,
         ..Default::default()
     };
-    Some(hcm::HttpFilter {
-        name: JWT_FILTER.into(),
-        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&config))),
-        ..Default::default()
-    })
+    Some(super::envoy::http_filter(JWT_FILTER, &config))
 }
 
 #[cfg(test)]

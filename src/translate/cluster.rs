@@ -85,106 +85,93 @@ impl ClusterForms {
 pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>, ClusterForms)> {
     let rules = model.destination_rules();
     let mut out: BTreeMap<Arc<str>, ClusterForms> = BTreeMap::new();
-    {
-        let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(Some));
-        for rule in choices {
-            let dr = rule.map(|i| &rules.get(i).rule);
-            let selection = rule.map_or(0, |i| {
-                use std::hash::{Hash, Hasher};
-                let r = rules.get(i);
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                (&r.namespace, &r.host, &r.export, &r.selector).hash(&mut h);
-                h.finish()
-            });
-            let subsets: Vec<(String, BTreeMap<String, String>)> = dr
-                .map(|dr| dr.subsets.iter().map(|s| (s.name.clone(), s.labels.clone())).collect())
-                .unwrap_or_default();
-            for port in &svc.ports {
-                if port.protocol == Protocol::Udp {
-                    continue; // not proxied
-                }
-                for (subset, labels) in
-                    std::iter::once((String::new(), None)).chain(subsets.iter().map(|(n, l)| (n.clone(), Some(l))))
-                {
-                    let mut endpoints = None;
-                    let name: Arc<str> = format!("outbound|{}|{subset}|{}", port.port, svc.hostname).into();
-                    let mut c = Cluster {
-                        name: name.to_string(),
-                        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
-                        ..Default::default()
-                    };
-                    match svc.resolution {
-                        Resolution::ClientSideLb => {
-                            c.cluster_discovery_type =
-                                Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
-                            c.eds_cluster_config = Some(cluster::EdsClusterConfig {
-                                eds_config: Some(core::ConfigSource {
-                                    config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-                                        core::AggregatedConfigSource {},
-                                    )),
-                                    resource_api_version: core::ApiVersion::V3 as i32,
-                                    ..Default::default()
-                                }),
-                                service_name: name.to_string(),
-                            });
-                            endpoints = Some(Arc::new(load_assignment(&name, svc, port.port, labels)));
-                        }
-                        Resolution::Passthrough => {
-                            // Headless: connect to the address the application dialed.
-                            c.cluster_discovery_type =
-                                Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32));
-                            c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
-                        }
-                        Resolution::Dns | Resolution::DnsRoundRobin => {
-                            let t = if svc.resolution == Resolution::Dns {
-                                cluster::DiscoveryType::StrictDns
-                            } else {
-                                cluster::DiscoveryType::LogicalDns
-                            };
-                            c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(t as i32));
-                            c.load_assignment = Some(load_assignment(&name, svc, port.port, labels));
-                        }
-                    }
-                    let auto_mtls = model.mesh.enable_auto_mtls
-                        && !svc.mesh_external
-                        && crate::translate::inbound::service_mtls_mode(model, svc, port.port)
-                            != Some(MtlsMode::Disable)
-                        && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
-                    let mut explicit_tls = false;
-                    let mut locality = None;
-                    let mut outlier_detection = false;
-                    if let Some(dr) = dr {
-                        let policy = traffic_policy::effective(dr, port.port, &subset);
-                        explicit_tls = policy.tls.is_some();
-                        locality = policy.load_balancer.as_ref().and_then(|l| l.locality_lb_setting.clone());
-                        outlier_detection = policy.outlier_detection.is_some();
-                        traffic_policy::apply(&mut c, &policy, &svc.hostname, port.port, &subset);
-                    }
-                    if !explicit_tls && auto_mtls {
-                        traffic_policy::auto_mtls(&mut c, &svc.hostname, port.port, &subset);
-                    }
-                    let bytes = Bytes::from(c.encode_to_vec());
-                    let local = locality.is_some() || outlier_detection;
-                    let endpoints_typed = endpoints.clone().filter(|_| local);
-                    let endpoints = endpoints.map(|e| Bytes::from(e.encode_to_vec()));
-                    let entry = out
-                        .entry(name)
-                        .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() });
-                    entry.forms.push(ClusterForm {
-                        rule: rule.map(|i| rules.get(i).id.clone()),
-                        selection,
-                        cluster: Arc::new(c),
-                        bytes,
-                        endpoints,
-                        endpoints_typed,
-                        locality,
-                        outlier_detection,
-                    });
-                }
+    let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(|i| Some(rules.get(i))));
+    for rule in choices {
+        let subsets = rule.map_or(&[][..], |r| r.rule.subsets.as_slice());
+        for port in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
+            // Auto mTLS, unless the service's workloads are known to refuse it.
+            let auto_mtls = model.mesh.enable_auto_mtls
+                && !svc.mesh_external
+                && crate::translate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
+                && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
+            let plain = std::iter::once(("", None));
+            for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
+                let (name, form) = form(svc, port.port, subset, labels, rule, auto_mtls);
+                out.entry(name)
+                    .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() })
+                    .forms
+                    .push(form);
             }
         }
     }
     out.into_iter().collect()
+}
+
+/// The cluster `outbound|<port>|<subset>|<host>` as it is where `rule`
+/// applies (`None`: no rule), with its load assignment.
+fn form(
+    svc: &crate::model::Service,
+    port: u16,
+    subset: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    rule: Option<&crate::model::destination_rules::AppliedRule>,
+    auto_mtls: bool,
+) -> (Arc<str>, ClusterForm) {
+    let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
+    let mut c = Cluster {
+        name: name.to_string(),
+        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+        ..Default::default()
+    };
+    let mut endpoints = None;
+    let discovery = match svc.resolution {
+        Resolution::ClientSideLb => {
+            c.eds_cluster_config =
+                Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
+            endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels)));
+            cluster::DiscoveryType::Eds
+        }
+        Resolution::Passthrough => {
+            // Headless: connect to the address the application dialed.
+            c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+            cluster::DiscoveryType::OriginalDst
+        }
+        Resolution::Dns | Resolution::DnsRoundRobin => {
+            c.load_assignment = Some(load_assignment(&name, svc, port, labels));
+            if svc.resolution == Resolution::Dns {
+                cluster::DiscoveryType::StrictDns
+            } else {
+                cluster::DiscoveryType::LogicalDns
+            }
+        }
+    };
+    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(discovery as i32));
+    let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
+    if let Some(policy) = &policy {
+        traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
+    }
+    if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
+        traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
+    }
+    let locality = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
+    let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
+    let selection = rule.map_or(0, |r| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&r.namespace, &r.host, &r.export, &r.selector).hash(&mut h);
+        h.finish()
+    });
+    let form = ClusterForm {
+        rule: rule.map(|r| r.id.clone()),
+        selection,
+        bytes: Bytes::from(c.encode_to_vec()),
+        cluster: Arc::new(c),
+        endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
+        endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection),
+        locality,
+        outlier_detection,
+    };
+    (name, form)
 }
 
 /// The clusters every sidecar has.

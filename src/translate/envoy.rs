@@ -4,6 +4,8 @@
 
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{Filter, filter};
+use istiod_proto::envoy::extensions::filters::http::router::v3::Router;
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost::Name;
@@ -31,6 +33,28 @@ pub(crate) fn socket(ip: &str, port: u32) -> Option<core::Address> {
             ..Default::default()
         })),
     })
+}
+
+/// The HTTP filter `name` with typed config `config`.
+pub(crate) fn http_filter<M: Name>(name: &str, config: &M) -> hcm::HttpFilter {
+    hcm::HttpFilter {
+        name: name.into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(config))),
+        ..Default::default()
+    }
+}
+
+/// The router, last of every HTTP filter chain.
+pub(crate) fn router() -> hcm::HttpFilter {
+    http_filter("envoy.filters.http.router", &Router::default())
+}
+
+/// An HttpConnectionManager as a listener's network filter.
+pub(crate) fn http_connection_manager(manager: &hcm::HttpConnectionManager) -> Filter {
+    Filter {
+        name: "envoy.filters.network.http_connection_manager".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(manager))),
+    }
 }
 
 pub(crate) fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {

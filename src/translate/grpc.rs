@@ -11,14 +11,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{ApiListener, Listener};
-use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
+use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::Kind;
 
 use crate::model::Model;
 
-use super::envoy::{ads, any};
+use super::envoy::{ads, any, http_filter, router};
 use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the gRPC listeners and route configurations of every service port.
@@ -32,18 +32,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
                     config_source: ads(),
                     route_config_name: route_name.clone(),
                 })),
-                http_filters: vec![
-                    hcm::HttpFilter {
-                        name: FAULT_FILTER.into(),
-                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
-                        ..Default::default()
-                    },
-                    hcm::HttpFilter {
-                        name: "envoy.filters.http.router".into(),
-                        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
-                        ..Default::default()
-                    },
-                ],
+                http_filters: vec![http_filter(FAULT_FILTER, &fault::HttpFault::default()), router()],
                 ..Default::default()
             };
             let listener_name = format!("{}:{}", svc.hostname, port.port);

@@ -15,7 +15,6 @@ use istiod_proto::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
 use istiod_proto::envoy::config::route::v3 as route;
-use istiod_proto::envoy::extensions::filters::http::router::v3::Router;
 use istiod_proto::envoy::extensions::filters::listener::{
     http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
 };
@@ -28,7 +27,7 @@ use istiod_xds::ads::node::{NodeType, ProxyClass};
 use crate::model::{Model, Protocol};
 
 /// The inbound listener's name.
-use super::envoy::any;
+use super::envoy::{any, http_connection_manager, http_filter, router};
 
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 
@@ -44,8 +43,7 @@ pub struct InboundPort {
 }
 
 fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
-    !selector.is_empty()
-        && selector.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k.as_str() && &**lv == v.as_str()))
+    !selector.is_empty() && crate::model::has_labels(labels, selector)
 }
 
 /// The mTLS mode a service's workloads accept on `port`, as far as it can
@@ -191,21 +189,14 @@ fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Fi
         // (listener_builder.go: authn, then authz).
         let jwt = crate::translate::authn::jwt_filter(model, class);
         let mut http_filters: Vec<hcm::HttpFilter> = jwt.into_iter().collect();
-        http_filters.extend([rbacs.deny, rbacs.allow].into_iter().flatten().map(|rules| hcm::HttpFilter {
-            name: "envoy.filters.http.rbac".into(),
-            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
-                &istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
-                    rules: Some(rules),
-                    ..Default::default()
-                },
-            ))),
-            ..Default::default()
+        http_filters.extend([rbacs.deny, rbacs.allow].into_iter().flatten().map(|rules| {
+            let rbac = istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
+                rules: Some(rules),
+                ..Default::default()
+            };
+            http_filter("envoy.filters.http.rbac", &rbac)
         }));
-        http_filters.push(hcm::HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
-            ..Default::default()
-        });
+        http_filters.push(router());
         let rc = route::RouteConfiguration {
             name: cluster.clone(),
             virtual_hosts: vec![route::VirtualHost {
@@ -235,10 +226,7 @@ fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Fi
             http_filters,
             ..Default::default()
         };
-        vec![Filter {
-            name: "envoy.filters.network.http_connection_manager".into(),
-            config_type: Some(filter::ConfigType::TypedConfig(any(&manager))),
-        }]
+        vec![http_connection_manager(&manager)]
     } else {
         let t = tcp::TcpProxy {
             stat_prefix: cluster.clone(),

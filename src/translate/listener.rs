@@ -1,12 +1,11 @@
-//! Envoy sidecar listeners, routes and the fixed clusters, after istiod's
-//! `networking/core` (the parts every sidecar shares; `inbound.rs` makes
-//! the per-workload ones): `virtualOutbound` on 0.0.0.0:15001 passing
-//! unknown traffic through (or dropping it under REGISTRY_ONLY),
-//! `0.0.0.0_<port>` HTTP listeners using RDS `"<port>"`, `<VIP>_<port>` TCP
-//! listeners with tcp_proxy, route configurations `"<port>"` with a virtual
-//! host per service (VirtualService routes or a default route) and the
-//! `allow_any` passthrough host (`block_all` under REGISTRY_ONLY), and `BlackHoleCluster`,
-//! `PassthroughCluster`, `InboundPassthroughCluster`.
+//! Envoy sidecar outbound listeners, after istiod's `networking/core`
+//! (the parts every sidecar shares; `inbound.rs` makes the per-workload
+//! ones): `virtualOutbound` on 0.0.0.0:15001 passing unknown traffic
+//! through (or dropping it under REGISTRY_ONLY), `0.0.0.0_<port>` HTTP
+//! listeners using RDS `"<port>"` (whose route tables, a virtual host per
+//! service, are made here and rendered by `route.rs`), `<VIP>_<port>` TCP
+//! listeners with tcp_proxy, and SNI listeners for TLS hosts without
+//! addresses.
 //!
 //! Sidecar scoping and `exportTo` filter these per proxy (`scope.rs`).
 
@@ -15,8 +14,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_proto::envoy::config::core::v3 as core;
-use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
-use istiod_proto::envoy::extensions::filters::http::{fault::v3 as fault, router::v3::Router};
+use istiod_proto::envoy::config::listener::v3::{FilterChain, Listener};
+use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::Kind;
@@ -31,7 +30,7 @@ pub const VIRTUAL_OUTBOUND: &str = "virtualOutbound";
 /// Inbound capture port (istio-iptables `-z`).
 pub const INBOUND_PORT: u32 = 15006;
 
-use super::envoy::{any, socket, tcp_proxy};
+use super::envoy::{ads, any, http_connection_manager, http_filter, router, socket, tcp_proxy};
 use super::route::{Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the sidecar outbound listeners and their route configurations.
@@ -97,33 +96,16 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
         let manager = hcm::HttpConnectionManager {
             stat_prefix: format!("outbound_0.0.0.0_{port}"),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
-                config_source: Some(core::ConfigSource {
-                    config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
-                        core::AggregatedConfigSource {},
-                    )),
-                    resource_api_version: core::ApiVersion::V3 as i32,
-                    ..Default::default()
-                }),
+                config_source: ads(),
                 route_config_name: port.to_string(),
             })),
             http_filters: vec![
-                hcm::HttpFilter {
-                    name: "envoy.filters.http.cors".into(),
-                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(
-                        &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
-                    ))),
-                    ..Default::default()
-                },
-                hcm::HttpFilter {
-                    name: "envoy.filters.http.fault".into(),
-                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&fault::HttpFault::default()))),
-                    ..Default::default()
-                },
-                hcm::HttpFilter {
-                    name: "envoy.filters.http.router".into(),
-                    config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(&Router::default()))),
-                    ..Default::default()
-                },
+                http_filter(
+                    "envoy.filters.http.cors",
+                    &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+                ),
+                http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
+                router(),
             ],
             use_remote_address: Some(false),
             normalize_path: Some(true),
@@ -134,13 +116,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
             address: socket("0.0.0.0", u32::from(port)),
             bind_to_port: Some(false),
             traffic_direction: core::TrafficDirection::Outbound as i32,
-            filter_chains: vec![FilterChain {
-                filters: vec![Filter {
-                    name: "envoy.filters.network.http_connection_manager".into(),
-                    config_type: Some(filter::ConfigType::TypedConfig(any(&manager))),
-                }],
-                ..Default::default()
-            }],
+            filter_chains: vec![FilterChain { filters: vec![http_connection_manager(&manager)], ..Default::default() }],
             ..Default::default()
         };
         out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));

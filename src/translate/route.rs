@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use istiod_kubewatch::istio::IstioObject;
 use istiod_kubewatch::istio::networking::{DestinationRule, HttpRoute, StringMatch, VirtualService};
 use istiod_proto::envoy::config::core::v3 as core;
@@ -29,12 +30,6 @@ use super::envoy::any;
 
 /// Envoy's fault filter (also in proxyless gRPC's filter chain).
 pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
-
-/// The VirtualService that routes `host`, if any (the first by namespace
-/// and name, as istiod picks one when several claim a host).
-fn virtual_service<'a>(model: &'a Model, host: &str) -> Option<(&'a IstioObject, &'a VirtualService)> {
-    model.virtual_service(host)
-}
 
 /// The names a client in namespace `proxy_ns` may dial to reach `svc` on
 /// `port`, as istiod's `generateVirtualHostDomains` (httproute.go) makes
@@ -282,13 +277,8 @@ impl RouteScope {
     pub fn admits(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
         let exported = self.export.as_ref().is_none_or(|e| e.iter().any(|n| n == "*" || n == namespace));
         let source = (self.source_namespace.is_empty() || self.source_namespace == namespace)
-            && self.source_labels.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v));
+            && crate::model::has_labels(labels, &self.source_labels);
         exported != self.fallback && source
-    }
-
-    /// Whether the route is the same for every proxy.
-    pub fn is_everyone(&self) -> bool {
-        *self == RouteScope::default()
     }
 }
 
@@ -350,21 +340,16 @@ pub struct RouteTable {
 }
 
 impl RouteTable {
-    /// Whether any route depends on the proxy's labels.
-    pub fn reads_labels(&self) -> bool {
-        self.hosts.iter().flat_map(|h| &h.routes).any(|r| !r.scope.source_labels.is_empty())
-    }
-
     /// A digest of everything rendering reads from the table (the control
     /// thread compares digests to find changed route configurations).
-    pub fn digest(&self) -> u64 {
+    pub fn digest(&self) -> Bytes {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&self.name, self.flavor).hash(&mut h);
         for vh in &self.hosts {
             vh.digest.hash(&mut h);
         }
-        h.finish()
+        Bytes::copy_from_slice(&h.finish().to_be_bytes())
     }
 
     /// The route configuration a proxy of `class` receives: the virtual
@@ -459,7 +444,7 @@ pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
 pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<ScopedRoute> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let everyone = |route| ScopedRoute { route, scope: RouteScope::default(), hash_destination: None };
-    let Some((obj, vs)) = virtual_service(model, &svc.hostname) else {
+    let Some((obj, vs)) = model.virtual_service(&svc.hostname) else {
         return vec![everyone(default_route(default_cluster))];
     };
     let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster);

@@ -135,11 +135,7 @@ pub fn sidecar<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a networkin
     };
     let in_ns = || model.sidecars.iter().filter(|o| o.meta.ns() == &*class.namespace).filter_map(of);
     in_ns()
-        .find(|sc| {
-            selector(sc).is_some_and(|sel| {
-                sel.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
-            })
-        })
+        .find(|sc| selector(sc).is_some_and(|sel| crate::model::has_labels(&class.labels, sel)))
         .or_else(|| in_ns().find(|sc| selector(sc).is_none()))
         .or_else(|| {
             model

@@ -20,7 +20,8 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.fault.v3 import fault_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401 (Any in listeners)
-from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_authn_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
@@ -177,6 +178,20 @@ def main():
         assert out.address.socket_address.port_value == 15001 and out.use_original_dst.value, out
         assert not out.HasField("bind_to_port"), "virtualOutbound must bind"
         assert listeners["virtualInbound"].address.socket_address.port_value == 15006
+        # productpage's RequestAuthentication (examples/bookinfo): the
+        # jwt_authn filter on its inbound HTTP chain, before RBAC and the
+        # router, with the rule's issuer and inline keys
+        # (pilot/pkg/security/authn/policy_applier.go).
+        chain = next(c for c in listeners["virtualInbound"].filter_chains if c.name.startswith("inbound|9080"))
+        hcm = http_connection_manager_pb2.HttpConnectionManager()
+        assert chain.filters[0].typed_config.Unpack(hcm), chain.filters[0].name
+        names = [f.name for f in hcm.http_filters]
+        assert names[0] == "envoy.filters.http.jwt_authn" and names[-1] == "envoy.filters.http.router", names
+        jwt = jwt_authn_pb2.JwtAuthentication()
+        assert hcm.http_filters[0].typed_config.Unpack(jwt)
+        provider = jwt.providers["origins-0"]
+        assert provider.issuer == "https://auth.bookinfo.example", provider
+        assert provider.payload_in_metadata == "payload" and provider.local_jwks.inline_string.startswith('{"keys"')
         for name in ("0.0.0.0_9080", "10.96.10.20_27017"):
             assert listeners[name].HasField("bind_to_port") and not listeners[name].bind_to_port.value, name
         s.send(discovery_pb2.DiscoveryRequest(type_url=LDS, version_info=r.version_info, response_nonce=r.nonce))

@@ -7,10 +7,12 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use crate::node::{NodeType, Proxy, ProxyClass};
 use bytes::Bytes;
 use istiod_kubewatch::istio::IstioSpec;
+use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
-use istiod_xds::ads::node::{NodeType, ProxyClass};
+use istiod_xds::ads::node::Classified;
 use istiod_xds::ads::{Generator, Kind, Snapshot};
 
 use crate::model::Model;
@@ -331,6 +333,11 @@ fn mix(parts: impl Hash) -> u64 {
 
 impl Generator for MeshGenerator {
     type Mesh = MeshInput;
+    type Class = ProxyClass;
+
+    fn classify(&self, node: Option<&Node>) -> Result<Classified<ProxyClass>, String> {
+        Proxy::classify(node)
+    }
 
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = self.shared_wildcard_names(snap, class, kind);

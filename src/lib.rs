@@ -17,6 +17,7 @@ pub mod generator;
 pub mod logging;
 pub mod mesh;
 pub mod model;
+pub mod node;
 #[cfg(test)]
 mod testing;
 pub mod translate;

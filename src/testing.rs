@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::node::{NodeType, ProxyClass};
 use bytes::Bytes;
-use istiod_xds::ads::node::{NodeType, ProxyClass};
 use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
 
 use crate::generator::{MeshGenerator, MeshInput};

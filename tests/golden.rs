@@ -10,8 +10,8 @@ use std::path::Path;
 
 use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::model::Model;
+use istiod::node::{NodeType, ProxyClass};
 use istiod::translate;
-use istiod_xds::ads::node::{NodeType, ProxyClass};
 use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
 
 #[test]

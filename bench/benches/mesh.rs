@@ -21,12 +21,14 @@ use istiod::discovery;
 type Built = Arc<MeshInput>;
 use istiod::generator::{MeshGenerator, MeshInput};
 use istiod::mesh::MeshSettings;
+use istiod::node::{Proxy, ProxyClass};
 use istiod_kubewatch::objects::Objects;
 use istiod_loadgen::scenario::Scenario;
+use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use istiod_proto::prost::Message;
 use istiod_xds::ads::cache::Cache;
-use istiod_xds::ads::node::{Proxy, ProxyClass};
+use istiod_xds::ads::node::Peer;
 use istiod_xds::ads::stream::{AdsStream, Ctx, Protocol};
 use istiod_xds::ads::wire::{self, Encoded};
 use istiod_xds::ads::{Kind, SimpleModel, Snapshot};
@@ -60,11 +62,17 @@ fn istio_perf() -> (Built, SimpleModel, Snap) {
 /// What a serving core hands its streams when they flush.
 fn core_ctx<'a>(
     snap: &'a Snap,
-    cache: &'a mut Cache,
+    cache: &'a mut Cache<ProxyClass>,
     nonce: &'a mut dyn FnMut() -> Arc<str>,
     now: Instant,
-) -> Ctx<'a, MeshInput> {
+) -> Ctx<'a, MeshInput, ProxyClass> {
     Ctx { generator: &MeshGenerator, snap, cache, nonce, control_plane: "bench", now }
+}
+
+/// A serving core's classification, without interning.
+fn identify(node: Option<&Node>) -> Result<(Peer, Arc<ProxyClass>), String> {
+    let c = Proxy::classify(node)?;
+    Ok((c.peer, Arc::new(c.class)))
 }
 
 fn class_of(s: &Scenario, i: u32) -> Arc<ProxyClass> {
@@ -94,7 +102,13 @@ fn build(c: &mut Criterion) {
 }
 
 /// A SotW response of `names` for `class`, through `cache`.
-fn response(cache: &mut Cache, snap: &Snap, class: &Arc<ProxyClass>, kind: Kind, names: &[Arc<str>]) -> Bytes {
+fn response(
+    cache: &mut Cache<ProxyClass>,
+    snap: &Snap,
+    class: &Arc<ProxyClass>,
+    kind: Kind,
+    names: &[Arc<str>],
+) -> Bytes {
     let got: Vec<Encoded> = names.iter().filter_map(|n| cache.get(&MeshGenerator, snap, class, kind, n)).collect();
     let refs: Vec<&Encoded> = got.iter().collect();
     wire::sotw_response("1", kind.type_url(), "nonce", &refs, "istiod-rs")
@@ -105,7 +119,7 @@ fn response(cache: &mut Cache, snap: &Snap, class: &Arc<ProxyClass>, kind: Kind,
 struct Assemble {
     snap: Snap,
     class: Arc<ProxyClass>,
-    warm: Cache,
+    warm: Cache<ProxyClass>,
     names: [Vec<Arc<str>>; 4],
 }
 
@@ -171,8 +185,8 @@ struct Core {
     /// The mesh with one endpoint fewer, and as it was.
     builts: [Built; 2],
     model: SimpleModel,
-    cache: Cache,
-    streams: Vec<AdsStream>,
+    cache: Cache<ProxyClass>,
+    streams: Vec<AdsStream<ProxyClass>>,
     /// The changes to the one, and back to the other.
     changes: [Vec<istiod::translate::Change>; 2],
     version: u64,
@@ -195,7 +209,7 @@ fn core_setup() -> Core {
         let node = istiod_loadgen::run::node(&s, i);
         let cds =
             DiscoveryRequest { node: Some(node), type_url: Kind::Cluster.type_url().into(), ..Default::default() };
-        st.on_sotw(cds, &mut |c| Arc::new(c), now).unwrap();
+        st.on_sotw(cds, &mut identify, now).unwrap();
         let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
         let out = st.flush(&mut ctx, None);
         let r = DiscoveryResponse::decode(out[0].bytes.clone()).unwrap();
@@ -213,10 +227,10 @@ fn core_setup() -> Core {
             response_nonce: r.nonce.clone(),
             ..Default::default()
         };
-        st.on_sotw(ack, &mut |c| Arc::new(c), now).unwrap();
+        st.on_sotw(ack, &mut identify, now).unwrap();
         let req =
             DiscoveryRequest { type_url: Kind::Endpoint.type_url().into(), resource_names: eds, ..Default::default() };
-        st.on_sotw(req, &mut |c| Arc::new(c), now).unwrap();
+        st.on_sotw(req, &mut identify, now).unwrap();
         let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
         st.flush(&mut ctx, None);
         streams.push(st);

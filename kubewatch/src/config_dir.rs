@@ -127,16 +127,103 @@ struct Head {
     kind: Option<String>,
 }
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// What `--configDir` reads at most, so that a careless or hostile file
+/// costs memory in proportion to what it may legitimately hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest file read (`ISTIOD_RS_CONFIG_MAX_FILE_BYTES`, 32 MiB; the
+    /// API server's objects are at most 1.5 MiB each).
+    pub max_file_bytes: u64,
+    /// Most documents read from one file (`ISTIOD_RS_CONFIG_MAX_DOCUMENTS`,
+    /// 10,000); the documents after the limit keep their last good
+    /// version, as after a syntax error.
+    pub max_documents: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_file_bytes: 32 << 20, max_documents: 10_000 }
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+}
+
+/// The manifests below `dir`. Symbolic links are followed (a Kubernetes
+/// ConfigMap mount links each key through `..data`), but every directory is
+/// read once, by device and inode, so a link loop (`a -> .`) ends the walk
+/// instead of multiplying it. Hidden entries are skipped: editors' swap
+/// files, and the `..data` / `..<timestamp>` directories of a ConfigMap
+/// mount, whose files the top-level links already reach. A manifest name
+/// that is not a regular file (a FIFO, a device, a socket) is reported and
+/// never opened.
+fn files(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    skipped: &mut Vec<DocError>,
+    seen: &mut std::collections::HashSet<(u64, u64)>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(dir)?;
+    if !seen.insert((m.dev(), m.ino())) {
+        return Ok(());
+    }
     for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            files(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json") {
-            out.push(path);
+        let entry = entry?;
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        // Follows links; a dangling link is skipped like a missing file.
+        let Ok(m) = std::fs::metadata(&path) else { continue };
+        if m.is_dir() {
+            // A subdirectory that vanished or cannot be read is skipped;
+            // only the top directory must be readable.
+            if let Err(e) = files(&path, out, skipped, seen) {
+                skipped.push(DocError { file: path, index: 0, message: format!("cannot read directory: {e}") });
+            }
+        } else if is_manifest(&path) {
+            if m.is_file() {
+                out.push(path);
+            } else {
+                skipped.push(DocError {
+                    file: path,
+                    index: 0,
+                    message: "not a regular file (a FIFO, device or socket): skipped".into(),
+                });
+            }
         }
     }
     Ok(())
+}
+
+/// Reads a manifest: opened without blocking (a FIFO swapped in after the
+/// walk does not hang the reader), checked to be a regular file within the
+/// size limit, and read no further than the limit.
+fn read_manifest(path: &Path, limits: &Limits) -> std::io::Result<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(std::io::Error::other("not a regular file (a FIFO, device or socket): skipped"));
+    }
+    let too_big = |n: u64| {
+        std::io::Error::other(format!(
+            "file is {n} bytes, over the limit of {} (ISTIOD_RS_CONFIG_MAX_FILE_BYTES): not read",
+            limits.max_file_bytes
+        ))
+    };
+    if m.len() > limits.max_file_bytes {
+        return Err(too_big(m.len()));
+    }
+    let mut buf = Vec::with_capacity(m.len() as usize);
+    f.take(limits.max_file_bytes + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limits.max_file_bytes {
+        return Err(too_big(buf.len() as u64));
+    }
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Parses one document's value into an object.
@@ -213,9 +300,25 @@ pub struct FileDocs {
 /// Parses a file's text (multi-document YAML or JSON). Empty documents are
 /// `Ok(None)`.
 pub fn parse_file(text: &str) -> FileDocs {
+    parse_file_limited(text, Limits::default().max_documents)
+}
+
+/// [`parse_file`], reading at most `max_documents` documents (one at a
+/// time); the document after the last one read is reported as where the
+/// file was cut.
+pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
     let mut docs = Vec::new();
     let mut syntax_error = None;
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        if index >= max_documents {
+            syntax_error = Some((
+                index,
+                format!(
+                    "more than {max_documents} documents (ISTIOD_RS_CONFIG_MAX_DOCUMENTS): this one and the rest are not read"
+                ),
+            ));
+            break;
+        }
         match serde_yaml_ng::Value::deserialize(doc) {
             Ok(v) if v.is_null() => docs.push(Ok(None)),
             Ok(v) => docs.push(parse_value(v).map(Some)),
@@ -253,6 +356,7 @@ const RACY: std::time::Duration = std::time::Duration::from_millis(50);
 #[derive(Debug)]
 pub struct ConfigDir {
     dir: PathBuf,
+    limits: Limits,
     last_good: BTreeMap<(PathBuf, usize), Object>,
     /// Each file's parse, with its stamp, when the stamp can be trusted
     /// (written well before it was parsed): a reload re-reads only the
@@ -263,7 +367,18 @@ pub struct ConfigDir {
 impl ConfigDir {
     /// A source for `dir` (nothing read yet).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), last_good: BTreeMap::new(), parsed: std::collections::HashMap::new() }
+        Self {
+            dir: dir.into(),
+            limits: Limits::default(),
+            last_good: BTreeMap::new(),
+            parsed: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Reads within `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// A file's documents: from the last parse if its stamp is unchanged,
@@ -278,8 +393,8 @@ impl ConfigDir {
             return Ok((docs.clone(), false));
         }
         let started = std::time::SystemTime::now();
-        let text = std::fs::read_to_string(file)?;
-        let docs = parse_file(&text);
+        let text = read_manifest(file, &self.limits)?;
+        let docs = parse_file_limited(&text, self.limits.max_documents);
         // Trust the stamp only if the file did not change while it was
         // read and was last written well before.
         match (before, stamp(file)) {
@@ -298,10 +413,17 @@ impl ConfigDir {
     /// Reads the directory again and returns what is in force.
     pub fn reload(&mut self) -> Result<Loaded, LoadError> {
         let mut paths = Vec::new();
-        files(&self.dir, &mut paths).map_err(|source| LoadError::Dir { dir: self.dir.clone(), source })?;
-        paths.sort();
-        let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
         let mut errors = Vec::new();
+        files(&self.dir, &mut paths, &mut errors, &mut Default::default())
+            .map_err(|source| LoadError::Dir { dir: self.dir.clone(), source })?;
+        paths.sort();
+        paths.dedup();
+        let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
+        // A manifest that became something else than a regular file keeps
+        // what it held.
+        for e in &errors {
+            self.keep_from(&e.file, 0, &mut next);
+        }
         self.parsed.retain(|f, _| paths.binary_search(f).is_ok());
         // Files whose documents may differ from the last read: read anew,
         // or gone.

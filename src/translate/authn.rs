@@ -8,6 +8,7 @@
 //! with an invalid token is rejected (401); one without a token passes
 //! (`allow_missing`): requiring one is AuthorizationPolicy's job.
 
+use crate::node::ProxyClass;
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_kubewatch::istio::security::JwtRule;
 use istiod_proto::envoy::config::core::v3 as core;
@@ -15,7 +16,6 @@ use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::jwt_authn::v3 as jwt;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost_types::Duration;
-use istiod_xds::ads::node::ProxyClass;
 
 use crate::model::Model;
 

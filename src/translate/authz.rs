@@ -10,13 +10,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::node::ProxyClass;
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_kubewatch::istio::security::{Action, AuthorizationPolicy, Rule};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
-use istiod_xds::ads::node::ProxyClass;
 
 use crate::model::Model;
 

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::node::{NodeType, ProxyClass};
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
@@ -22,7 +23,6 @@ use istiod_proto::envoy::extensions::filters::network::http_connection_manager::
 use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost_types::{Any, Duration};
-use istiod_xds::ads::node::{NodeType, ProxyClass};
 
 use crate::model::{Model, Protocol};
 

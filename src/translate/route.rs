@@ -21,7 +21,7 @@ use istiod_proto::envoy::r#type::v3 as types;
 use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 
-use istiod_xds::ads::node::ProxyClass;
+use crate::node::ProxyClass;
 
 use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Service};

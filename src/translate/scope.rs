@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::node::ProxyClass;
 use istiod_kubewatch::istio::{IstioSpec, networking};
 use istiod_xds::ads::Kind;
-use istiod_xds::ads::node::ProxyClass;
 
 use crate::model::{Model, Service};
 

@@ -28,11 +28,15 @@ use istiod_proto::prost::Message;
 use serde_json::{Value, json};
 
 use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
+use crate::h2::SendError;
 use crate::server::{Registry, ServiceFactory};
 use cache::Cache;
-use node::ProxyClass;
 pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot};
 use stream::{AdsStream, Ctx, Protocol, StreamError, sync_status};
+
+/// Bounds on what a class needs: the per-core cache keys on it.
+pub trait Class: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {}
+impl<T: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static> Class for T {}
 
 /// What the watcher core sends a serving core.
 #[derive(Debug)]
@@ -123,35 +127,50 @@ impl<M> Publisher<M> {
 }
 
 /// Makes the ADS service of each core.
-pub struct AdsFactory<M = ()> {
-    generator: Arc<dyn Generator<Mesh = M>>,
+pub struct AdsFactory<M = (), C = ()> {
+    generator: Arc<dyn Generator<Mesh = M, Class = C>>,
     receivers: Receivers<M>,
     initial: Arc<Snapshot<M>>,
     control_plane: String,
+    max_node_bytes: usize,
 }
 
-impl<M> AdsFactory<M> {
+impl<M, C> AdsFactory<M, C> {
     /// Cores start from `initial` and follow what the publisher sends.
     pub fn new(
-        generator: Arc<dyn Generator<Mesh = M>>,
+        generator: Arc<dyn Generator<Mesh = M, Class = C>>,
         receivers: Receivers<M>,
         initial: Arc<Snapshot<M>>,
         control_plane: &str,
     ) -> Self {
-        Self { generator, receivers, initial, control_plane: control_plane.to_owned() }
+        Self {
+            generator,
+            receivers,
+            initial,
+            control_plane: control_plane.to_owned(),
+            max_node_bytes: node::DEFAULT_MAX_NODE_BYTES,
+        }
+    }
+
+    /// Refuse first requests whose node encodes to more than `bytes`.
+    pub fn max_node_bytes(mut self, bytes: usize) -> Self {
+        self.max_node_bytes = bytes;
+        self
     }
 }
 
-impl<M: Send + Sync + 'static> ServiceFactory for AdsFactory<M> {
-    type Service = AdsService<M>;
+impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
+    type Service = AdsService<M, C>;
 
-    fn make(&self, core: usize, registry: Rc<Registry>) -> AdsService<M> {
+    fn make(&self, core: usize, registry: Rc<Registry>) -> AdsService<M, C> {
         AdsService {
             core,
             generator: self.generator.clone(),
             snap: self.initial.clone(),
             cache: Cache::default(),
             classes: HashMap::new(),
+            retired_classes: 0,
+            max_node_bytes: self.max_node_bytes,
             streams: HashMap::new(),
             by_conn: HashMap::new(),
             deferred: HashSet::new(),
@@ -167,15 +186,15 @@ impl<M: Send + Sync + 'static> ServiceFactory for AdsFactory<M> {
         }
     }
 
-    fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService<M>>>) {
+    fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService<M, C>>>) {
         if let Some(rx) = self.receivers.take(core) {
             glommio::spawn_local(updates(svc, rx)).detach();
         }
     }
 }
 
-async fn updates<M: Send + Sync + 'static>(
-    svc: Rc<std::cell::RefCell<AdsService<M>>>,
+async fn updates<M: Send + Sync + 'static, C: Class>(
+    svc: Rc<std::cell::RefCell<AdsService<M, C>>>,
     rx: async_channel::Receiver<Update<M>>,
 ) {
     while let Ok(first) = rx.recv().await {
@@ -204,13 +223,20 @@ async fn updates<M: Send + Sync + 'static>(
 }
 
 /// The ADS service of one core.
-pub struct AdsService<M = ()> {
+pub struct AdsService<M = (), C = ()> {
     core: usize,
-    generator: Arc<dyn Generator<Mesh = M>>,
+    generator: Arc<dyn Generator<Mesh = M, Class = C>>,
     snap: Arc<Snapshot<M>>,
-    cache: Cache,
-    classes: HashMap<ProxyClass, Arc<ProxyClass>>,
-    streams: HashMap<(u64, u32), AdsStream>,
+    cache: Cache<C>,
+    /// Interned classes and the number of open streams of each: a class
+    /// leaves the table (and, in batches, the cache) with its last stream,
+    /// so clients cannot grow a core's memory by connecting with ever new
+    /// labels.
+    classes: HashMap<C, (Arc<C>, usize)>,
+    /// Classes retired since the cache was last pruned.
+    retired_classes: usize,
+    max_node_bytes: usize,
+    streams: HashMap<(u64, u32), AdsStream<C>>,
     by_conn: HashMap<u64, Vec<u32>>,
     /// Connections with a push waiting for their queue to drain.
     deferred: HashSet<u64>,
@@ -224,9 +250,42 @@ pub struct AdsService<M = ()> {
     nacks: u64,
 }
 
-impl<M: Send + Sync + 'static> AdsService<M> {
-    fn intern(classes: &mut HashMap<ProxyClass, Arc<ProxyClass>>, c: ProxyClass) -> Arc<ProxyClass> {
-        classes.entry(c.clone()).or_insert_with(|| Arc::new(c)).clone()
+/// Classes retired between two prunings of the cache (a pruning walks the
+/// whole cache).
+const PRUNE_AFTER_RETIRED: usize = 16;
+
+impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
+    fn intern(classes: &mut HashMap<C, (Arc<C>, usize)>, c: C) -> Arc<C> {
+        let e = classes.entry(c.clone()).or_insert_with(|| (Arc::new(c), 0));
+        e.1 += 1;
+        e.0.clone()
+    }
+
+    /// A stream of `class` closed: the class goes when its last stream
+    /// does, and every few such classes the cache forgets what it held for
+    /// them.
+    fn release(&mut self, class: &Arc<C>) {
+        let gone = match self.classes.get_mut(&**class) {
+            Some(e) if Arc::ptr_eq(&e.0, class) => {
+                e.1 = e.1.saturating_sub(1);
+                e.1 == 0
+            }
+            _ => false,
+        };
+        if gone {
+            self.classes.remove(&**class);
+            self.retired_classes += 1;
+            if self.retired_classes >= PRUNE_AFTER_RETIRED {
+                self.retired_classes = 0;
+                let live: HashSet<usize> = self.classes.values().map(|(c, _)| Arc::as_ptr(c) as usize).collect();
+                self.cache.retain_classes(&live);
+            }
+        }
+    }
+
+    /// Distinct classes of open streams on this core.
+    pub fn classes(&self) -> usize {
+        self.classes.len()
     }
 
     /// Builds and queues what is pending for the streams of one connection,
@@ -253,27 +312,53 @@ impl<M: Send + Sync + 'static> AdsService<M> {
             *seq += 1;
             format!("{core}-{id}-{seq}").into()
         };
-        for sid in stream_ids {
-            let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue };
-            if !stream.is_dirty() {
-                continue;
-            }
-            let mut ctx = Ctx {
-                generator: &*self.generator,
-                snap: &self.snap,
-                cache: &mut self.cache,
-                nonce: &mut nonce,
-                control_plane: &self.control_plane,
-                now,
-            };
-            for out in stream.flush(&mut ctx, cause) {
-                self.pushes += 1;
-                if conn.send(sid, out.bytes).is_err() {
-                    // Queue full or stream gone: what was not sent stays
-                    // owed; a full queue notifies when it drains.
+        let cap = conn.h2().limits().max_queued_bytes;
+        'streams: for sid in stream_ids {
+            loop {
+                let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue 'streams };
+                if !stream.is_dirty() {
+                    continue 'streams;
+                }
+                if conn.queued() >= cap {
+                    // Full: the rest stays pending (not built, so never
+                    // lost) and goes out when the queue drains.
                     self.deferred.insert(id);
                     conn.notify_when_drained();
-                    break;
+                    return;
+                }
+                let mut ctx = Ctx {
+                    generator: &*self.generator,
+                    snap: &self.snap,
+                    cache: &mut self.cache,
+                    nonce: &mut nonce,
+                    control_plane: &self.control_plane,
+                    now,
+                };
+                let Some(out) = stream.flush_next(&mut ctx, cause) else { continue 'streams };
+                let kind = out.kind;
+                match conn.send_admitted(sid, out.bytes) {
+                    Ok(()) => self.pushes += 1,
+                    Err(SendError::TooLarge { len, limit }) => {
+                        // A real limit: the proxy is told, and the log
+                        // names it; its other streams and every other
+                        // proxy go on.
+                        let proxy = stream.proxy.as_ref().map_or("?", |p| &*p.id);
+                        tracing::warn!(
+                            target: "ads",
+                            proxy,
+                            len,
+                            limit,
+                            "{} response of {len} bytes is over the limit of {limit} (ISTIOD_RS_MAX_RESPONSE_BYTES): stream ended",
+                            kind.short()
+                        );
+                        let msg = format!(
+                            "{} response of {len} bytes is over the server's limit of {limit} bytes",
+                            kind.short()
+                        );
+                        conn.finish(sid, &Status::new(Code::ResourceExhausted, msg));
+                        continue 'streams;
+                    }
+                    Err(_) => continue 'streams, // stream gone
                 }
             }
         }
@@ -331,14 +416,17 @@ impl<M: Send + Sync + 'static> AdsService<M> {
                             })
                             .collect::<serde_json::Map<_, _>>()
                             .into();
-                        Some(json!({
+                        let mut row = json!({
                             "connectionId": format!("{}-{conn}-{sid}", self.core),
                             "proxyId": &*p.id,
-                            "namespace": &*p.namespace,
                             "protocol": if s.protocol == Protocol::Delta { "delta" } else { "sotw" },
                             "connectedSecondsAgo": s.connected_at.elapsed().as_secs(),
                             "watches": watched,
-                        }))
+                        });
+                        for (k, v) in &p.info {
+                            row[*k] = json!(&**v);
+                        }
+                        Some(row)
                     })
                     .collect();
                 json!({ "core": self.core, "clients": conns })
@@ -349,7 +437,10 @@ impl<M: Send + Sync + 'static> AdsService<M> {
                     .values()
                     .filter_map(|s| {
                         let p = s.proxy.as_ref()?;
-                        let mut row = json!({ "proxy": &*p.id, "istio_version": &*p.istio_version, "cluster_id": &*p.cluster_id });
+                        let mut row = json!({ "proxy": &*p.id });
+                        for (k, v) in &p.info {
+                            row[*k] = json!(&**v);
+                        }
                         for k in Kind::ALL {
                             let status = s.watches[k as usize].as_ref().map_or("NOT SENT", sync_status);
                             row[format!("{}_status", k.short().to_lowercase())] = json!(status);
@@ -396,6 +487,7 @@ impl<M: Send + Sync + 'static> AdsService<M> {
                     "core": self.core,
                     "snapshot_version": self.snap.version,
                     "streams": self.streams.len(),
+                    "classes": self.classes.len(),
                     "pushes": self.pushes,
                     "nacks": self.nacks,
                     "cache": { "entries": self.cache.len(), "hits": self.cache.hits, "misses": self.cache.misses },
@@ -412,7 +504,7 @@ impl<M: Send + Sync + 'static> AdsService<M> {
     }
 }
 
-impl<M: Send + Sync + 'static> Service for AdsService<M> {
+impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         let protocol = self.router.lookup(&call.request.path)?;
         let id = conn.info.id;
@@ -426,7 +518,13 @@ impl<M: Send + Sync + 'static> Service for AdsService<M> {
         let now = Instant::now();
         let Some(s) = self.streams.get_mut(&key) else { return Ok(()) };
         let classes = &mut self.classes;
-        let mut intern = |c: ProxyClass| Self::intern(classes, c);
+        let generator = &*self.generator;
+        let limit = self.max_node_bytes;
+        let mut intern = |node: Option<&istiod_proto::envoy::config::core::v3::Node>| {
+            node::check_size(node, limit)?;
+            let c = generator.classify(node)?;
+            Ok((c.peer, Self::intern(classes, c.class)))
+        };
         let result = match s.protocol {
             Protocol::Sotw => DiscoveryRequest::decode(msg)
                 .map_err(|e| StreamError::InvalidArgument(format!("invalid DiscoveryRequest: {e}")))
@@ -452,7 +550,9 @@ impl<M: Send + Sync + 'static> Service for AdsService<M> {
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
         let id = conn.info.id;
-        self.streams.remove(&(id, stream));
+        if let Some(class) = self.streams.remove(&(id, stream)).and_then(|s| s.class) {
+            self.release(&class);
+        }
         if let Some(v) = self.by_conn.get_mut(&id) {
             v.retain(|s| *s != stream);
             if v.is_empty() {

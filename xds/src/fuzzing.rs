@@ -98,7 +98,7 @@ pub fn grpc(data: &[u8]) {
         fn closed(&mut self, _: &mut GrpcConnection, _: u32) {}
     }
     let now = Instant::now();
-    let grpc = GrpcLimits { max_recv_message: 64 * 1024, max_buffered: 256 * 1024 };
+    let grpc = GrpcLimits { max_recv_message: 64 * 1024, max_buffered: 256 * 1024, ..GrpcLimits::default() };
     let mut c = GrpcConnection::new(Limits::default(), grpc, now);
     let mut hello = frame::PREFACE.to_vec();
     frame::encode::settings(&mut hello, &[]);

@@ -24,11 +24,14 @@ pub struct GrpcLimits {
     pub max_recv_message: usize,
     /// Bytes of partial messages buffered across a connection's streams.
     pub max_buffered: usize,
+    /// Largest message sent (`ISTIOD_RS_MAX_RESPONSE_BYTES`; gRPC's length
+    /// prefix allows 4 GiB - 1, grpc-go's default send limit is 2 GiB - 1).
+    pub max_send_message: usize,
 }
 
 impl Default for GrpcLimits {
     fn default() -> Self {
-        Self { max_recv_message: 4 << 20, max_buffered: 16 << 20 }
+        Self { max_recv_message: 4 << 20, max_buffered: 16 << 20, max_send_message: (1 << 31) - 1 }
     }
 }
 
@@ -281,14 +284,33 @@ impl GrpcConnection {
     /// Sends one message (the encoded protobuf, without the gRPC prefix).
     /// Response headers go first if they have not.
     pub fn send(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
+        // The queue's cap bounds what waits behind a message, not the
+        // message: an empty queue takes one of any size, sent as the
+        // peer's windows allow (a large CDS must not wait forever).
+        let queued = self.h2.queued();
+        if queued > 0
+            && queued + msg.len() + 5 > self.h2.limits().max_queued_bytes
+            && self.calls.get(&id).is_some_and(|c| !c.finished)
+        {
+            metrics::count(Violation::SendQueueFull);
+            self.blocked = true;
+            return Err(SendError::QueueFull);
+        }
+        self.send_admitted(id, msg)
+    }
+
+    /// Sends one message the caller admitted itself: it checked that the
+    /// queue was under its cap before building the message, so the
+    /// message is queued whatever its size (up to the send limit). The
+    /// queue then exceeds the cap by at most one message, and nothing the
+    /// caller built is dropped.
+    pub fn send_admitted(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
         let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if call.finished {
             return Err(SendError::StreamClosed);
         }
-        if self.h2.queued() + msg.len() + 5 > self.h2.limits().max_queued_bytes {
-            metrics::count(Violation::SendQueueFull);
-            self.blocked = true;
-            return Err(SendError::QueueFull);
+        if msg.len() > self.limits.max_send_message {
+            return Err(SendError::TooLarge { len: msg.len(), limit: self.limits.max_send_message });
         }
         if !call.headers_sent {
             call.headers_sent = true;
@@ -297,8 +319,8 @@ impl GrpcConnection {
         let mut prefix = BytesMut::with_capacity(5);
         prefix.put_u8(0);
         prefix.put_u32(msg.len() as u32);
-        self.h2.send_data(id, prefix.freeze())?;
-        self.h2.send_data(id, msg)
+        self.h2.send_data_uncapped(id, prefix.freeze())?;
+        self.h2.send_data_uncapped(id, msg)
     }
 
     /// Ends a call with `status`: trailers (or a trailers-only response if

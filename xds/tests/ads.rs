@@ -60,11 +60,16 @@ fn first_request_must_carry_a_node() {
         let mut c = connect(s.addr, true).await;
         c.delta_req(DeltaDiscoveryRequest { type_url: type_url::CLUSTER.into(), ..Default::default() });
         assert_eq!(c.status().await.0, "3");
+        // What a node id means is the generator's business (istiod's rules
+        // are tested in the istiod crate, src/node.rs); the engine bounds
+        // the node's size for every generator.
         let mut c = connect(s.addr, false).await;
-        c.sotw(DiscoveryRequest { node: Some(client::node("sidecar~1.2.3.4")), ..cds(false, 0) });
+        let mut node = client::node("sidecar~1.2.3.4~a.b~c");
+        node.user_agent_name = "x".repeat(istiod_xds::ads::node::DEFAULT_MAX_NODE_BYTES);
+        c.sotw(DiscoveryRequest { node: Some(node), ..cds(false, 0) });
         let (code, msg) = c.status().await;
         assert_eq!(code, "3");
-        assert!(msg.contains("malformed node id"), "{msg}");
+        assert!(msg.contains("over the limit of 65536 (ISTIOD_RS_MAX_NODE_BYTES)"), "{msg}");
     });
 }
 
@@ -527,4 +532,45 @@ fn a_stuck_reader_holds_bounded_memory_while_others_converge() {
         assert!(last >= 11);
     });
     drop(stuck);
+}
+
+#[test]
+fn a_response_larger_than_the_queue_cap_is_sent_and_pushes_go_on() {
+    // Issue #19, item 2: a CDS over the per-connection queue cap was never
+    // sent (no log, the proxy waited, syncz said STALE).
+    let cap = 256 * 1024;
+    let mut s = TestServer::start(1, Limits { max_queued_bytes: cap, ..Limits::default() });
+    mesh(&mut s);
+    let big = istiod_proto::envoy::config::cluster::v3::Cluster {
+        name: "big".into(),
+        alt_stat_name: "x".repeat(2 << 20),
+        ..Default::default()
+    };
+    s.apply_sync(vec![(Kind::Cluster, "big", Some(istiod_proto::prost::Message::encode_to_vec(&big).into()))]);
+    runtime().block_on(async {
+        let (mut c1, mut c2) = (connect(s.addr, false).await, connect(s.addr, true).await);
+        c1.sotw(cds(true, 1));
+        c2.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(2)),
+            type_url: type_url::CLUSTER.into(),
+            ..Default::default()
+        });
+        let r = c1.recv().await;
+        assert_eq!(names_of(&r), vec!["a", "b", "big"]);
+        assert!(istiod_proto::prost::Message::encoded_len(&r) > 8 * cap);
+        c1.ack(&r, &[]);
+        let d = c2.recv_delta().await;
+        assert_eq!(d.resources.len(), 3);
+        c2.delta_req(DeltaDiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            response_nonce: d.nonce.clone(),
+            ..Default::default()
+        });
+        // The next change reaches both.
+        s.apply(vec![(Kind::Cluster, "a", Some(cluster("a", 2)))]);
+        let r = c1.recv().await;
+        assert_eq!(names_of(&r), vec!["a", "b", "big"]);
+        let d = c2.recv_delta().await;
+        assert_eq!(d.resources.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), vec!["a"]);
+    });
 }

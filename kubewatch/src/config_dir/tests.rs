@@ -201,3 +201,119 @@ fn a_reload_names_the_objects_that_changed() {
     std::fs::remove_file(dir.path().join("s.yaml")).unwrap();
     assert_eq!(kinds(&src.reload().unwrap()), ["Service/x/a"], "a removed object is a change");
 }
+
+// Hostile directories (issue #19, items 3-5). Each of these hung, looped or
+// exhausted memory before the walk checked file types, visited directories
+// and sizes.
+
+fn mkfifo(path: &Path) {
+    assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+#[test]
+fn a_fifo_named_like_a_manifest_is_reported_not_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    let fifo = dir.path().join("pipe.yaml");
+    mkfifo(&fifo);
+    // Opening the FIFO for reading would block until a writer came; the
+    // reload returns (on a thread, so a regression fails instead of hanging).
+    let path = dir.path().to_owned();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(load(&path).map(|l| (names(&l), l.errors))).unwrap());
+    let (names, errors) = rx.recv_timeout(Duration::from_secs(10)).expect("reload hung on a FIFO").unwrap();
+    assert_eq!(names, vec!["a"]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].to_string().contains("pipe.yaml") && errors[0].message.contains("not a regular file"));
+}
+
+#[test]
+fn a_link_to_a_device_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    let l = load(dir.path()).unwrap();
+    assert_eq!(names(&l), vec!["a"]);
+    assert!(l.errors.iter().any(|e| e.file.ends_with("zero.yaml") && e.message.contains("not a regular file")));
+}
+
+#[test]
+fn a_manifest_replaced_by_a_fifo_keeps_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    let file = dir.path().join("s.yaml");
+    std::fs::write(&file, SVC).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["a"]);
+    std::fs::remove_file(&file).unwrap();
+    mkfifo(&file);
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), vec!["a"], "last good version kept");
+    assert!(l.changed.is_empty(), "{:?}", l.changed);
+}
+
+#[test]
+fn link_loops_read_each_directory_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("ns");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(sub.join("s.yaml"), SVC).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("a")).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("b")).unwrap();
+    std::os::unix::fs::symlink("..", sub.join("up")).unwrap();
+    // Before: a/b/a/b/... doubled at every level until ELOOP (minutes of
+    // CPU and millions of paths); now each directory is read once.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = dir.path().to_owned();
+    std::thread::spawn(move || tx.send(load(&path).map(|l| (names(&l), l.errors.len()))).unwrap());
+    let (names, errors) = rx.recv_timeout(Duration::from_secs(10)).expect("walk did not end").unwrap();
+    assert_eq!(names, vec!["a"], "one object, read once");
+    assert_eq!(errors, 0);
+}
+
+#[test]
+fn configmap_mount_links_are_followed_and_hidden_dirs_not_read_twice() {
+    // kubelet's layout: ..<timestamp>/ holds the files, ..data -> it, and
+    // each key is a link through ..data.
+    let dir = tempfile::tempdir().unwrap();
+    let ts = dir.path().join("..2026_12_01_00_00_00.1");
+    std::fs::create_dir(&ts).unwrap();
+    std::fs::write(ts.join("mesh.yaml"), SVC).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01_00_00_00.1", dir.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/mesh.yaml", dir.path().join("mesh.yaml")).unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), vec!["a"], "once, through the key's link");
+    // An update swaps ..data to a new directory.
+    let ts2 = dir.path().join("..2026_12_01_00_01_00.2");
+    std::fs::create_dir(&ts2).unwrap();
+    std::fs::write(ts2.join("mesh.yaml"), SVC.replace("name: a", "name: b")).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01_00_01_00.2", dir.path().join("..data_tmp")).unwrap();
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["b"]);
+}
+
+#[test]
+fn oversized_files_are_refused_with_the_limit_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { max_file_bytes: 1000, max_documents: 10 };
+    std::fs::write(dir.path().join("big.yaml"), format!("{SVC}---\n").repeat(20)).unwrap();
+    let l = ConfigDir::new(dir.path()).with_limits(limits).reload().unwrap();
+    assert!(l.objects.services.is_empty());
+    let e = l.errors[0].to_string();
+    assert!(
+        e.contains("big.yaml") && e.contains("over the limit of 1000") && e.contains("ISTIOD_RS_CONFIG_MAX_FILE_BYTES"),
+        "{e}"
+    );
+}
+
+#[test]
+fn documents_past_the_limit_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs: String = (0..50).map(|i| SVC.replace("name: a", &format!("name: s{i}")) + "---\n").collect();
+    std::fs::write(dir.path().join("many.yaml"), docs).unwrap();
+    let l =
+        ConfigDir::new(dir.path()).with_limits(Limits { max_file_bytes: 1 << 20, max_documents: 10 }).reload().unwrap();
+    assert_eq!(l.objects.services.len(), 10);
+    assert_eq!(l.errors.len(), 1);
+    assert!(l.errors[0].to_string().contains("document 10: more than 10 documents"), "{}", l.errors[0]);
+}

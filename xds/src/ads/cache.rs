@@ -8,11 +8,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::node::ProxyClass;
 use super::snapshot::{Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
 
-type Key = (Kind, Arc<str>, Arc<ProxyClass>);
+type Key<C> = (Kind, Arc<str>, Arc<C>);
 
 /// Entries above which the cache is cleared (a crude bound; entries are
 /// small next to the mesh itself).
@@ -24,44 +23,58 @@ const MAX_ENTRIES: usize = 200_000;
 type SnapId = (u64, usize);
 
 /// Wildcard names by (type, class), with the snapshot they come from.
-type WildcardNames = HashMap<(Kind, Arc<ProxyClass>), (SnapId, Arc<[Arc<str>]>)>;
+type WildcardNames<C> = HashMap<(Kind, Arc<C>), (SnapId, Arc<[Arc<str>]>)>;
 
 /// Reduced classes by (type, address of the proxy's class), with the
 /// snapshot and the class they were computed for.
-type Reduced = HashMap<(Kind, usize), (SnapId, Arc<ProxyClass>, Arc<ProxyClass>)>;
+type Reduced<C> = HashMap<(Kind, usize), (SnapId, Arc<C>, Arc<C>)>;
 
 fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
 }
 
-/// One core's cache.
-#[derive(Debug, Default)]
-pub struct Cache {
-    map: HashMap<Key, (u64, Encoded)>,
+/// One core's cache, for proxy classes `C`.
+#[derive(Debug)]
+pub struct Cache<C = ()> {
+    map: HashMap<Key<C>, (u64, Encoded)>,
     /// Wildcard (CDS/LDS) names per class, for the snapshot they were
     /// computed from: every SotW push of a wildcard type needs them, and
     /// with per-class scoping they cost a visibility check per name.
-    wildcard: WildcardNames,
+    wildcard: WildcardNames<C>,
     /// The shared part of the wildcard names, per reduced class.
-    shared_wildcard: WildcardNames,
+    shared_wildcard: WildcardNames<C>,
     /// The reduced class of each proxy class, per type (see
     /// `Generator::reduce`), and one `Arc` per distinct reduced class.
-    reduced: Reduced,
-    interned: HashMap<ProxyClass, Arc<ProxyClass>>,
+    reduced: Reduced<C>,
+    interned: HashMap<C, Arc<C>>,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
     pub misses: u64,
 }
 
-impl Cache {
+impl<C> Default for Cache<C> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            wildcard: HashMap::new(),
+            shared_wildcard: HashMap::new(),
+            reduced: HashMap::new(),
+            interned: HashMap::new(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+}
+
+impl<C: super::Class> Cache<C> {
     /// The encoded resource, from the cache or freshly generated; `None`
     /// when it does not exist in `snap`.
     pub fn get<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator<Mesh = M>,
+        generator: &dyn Generator<Mesh = M, Class = C>,
         snap: &Snapshot<M>,
-        class: &Arc<ProxyClass>,
+        class: &Arc<C>,
         kind: Kind,
         name: &Arc<str>,
     ) -> Option<Encoded> {
@@ -105,12 +118,12 @@ impl Cache {
     /// generator's reduction of `class`, one `Arc` per distinct value.
     fn class_for<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator<Mesh = M>,
+        generator: &dyn Generator<Mesh = M, Class = C>,
         snap: &Snapshot<M>,
-        class: &Arc<ProxyClass>,
+        class: &Arc<C>,
         kind: Kind,
         name: &str,
-    ) -> Arc<ProxyClass> {
+    ) -> Arc<C> {
         if generator.whole_class(kind, name) {
             return class.clone();
         }
@@ -143,9 +156,9 @@ impl Cache {
     /// snapshot, the class's own names once per class and snapshot.
     pub fn wildcard_names<M: Send + Sync + 'static>(
         &mut self,
-        generator: &dyn Generator<Mesh = M>,
+        generator: &dyn Generator<Mesh = M, Class = C>,
         snap: &Snapshot<M>,
-        class: &Arc<ProxyClass>,
+        class: &Arc<C>,
         kind: Kind,
     ) -> Arc<[Arc<str>]> {
         let id = snap_id(snap);
@@ -179,6 +192,21 @@ impl Cache {
         }
         self.wildcard.insert(key, (id, names.clone()));
         names
+    }
+
+    /// Forgets everything generated for classes that are neither in
+    /// `live` (addresses of the classes of open streams) nor the reduction
+    /// of one that is: a class whose last stream closed leaves nothing
+    /// behind.
+    pub fn retain_classes(&mut self, live: &std::collections::HashSet<usize>) {
+        let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
+        self.reduced.retain(|(_, of), _| live.contains(of));
+        let mut kept = live.clone();
+        kept.extend(self.reduced.values().map(|(_, _, r)| ptr(r)));
+        self.interned.retain(|_, c| kept.contains(&ptr(c)));
+        self.map.retain(|(_, _, c), _| kept.contains(&ptr(c)));
+        self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
+        self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
     }
 
     /// Entries held.

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::node::ProxyClass;
+use istiod_proto::envoy::config::core::v3::Node;
+
+use super::node::{Classified, Peer};
 
 /// The xDS resource types the engine serves, in push order (§ make before
 /// break: clusters before the endpoints they use, listeners before routes).
@@ -160,16 +162,25 @@ impl Delta {
 pub trait Generator: Send + Sync + 'static {
     /// The generator's own input, carried by every snapshot.
     type Mesh: Send + Sync + 'static;
+    /// What a proxy's resources depend on besides the snapshot: proxies of
+    /// equal class share cached bytes, so every input a generator reads for
+    /// a proxy must be in its class.
+    type Class: super::Class;
+
+    /// Classifies the node of a stream's first request, or says why it is
+    /// refused (the stream ends with INVALID_ARGUMENT and the message).
+    fn classify(&self, node: Option<&Node>) -> Result<Classified<Self::Class>, String>;
 
     /// Names a proxy of `class` receives when it subscribes to all of
     /// `kind` (CDS and LDS wildcard).
-    fn wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>>;
+    fn wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &Self::Class, kind: Kind) -> Vec<Arc<str>>;
     /// The generation of exactly the inputs `(kind, name)` reads for
     /// `class`, or `None` when the resource does not exist. It is part of
     /// the cache key and the resource's version.
-    fn input_generation(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64>;
+    fn input_generation(&self, snap: &Snapshot<Self::Mesh>, class: &Self::Class, kind: Kind, name: &str)
+    -> Option<u64>;
     /// The encoded resource message.
-    fn generate(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes>;
+    fn generate(&self, snap: &Snapshot<Self::Mesh>, class: &Self::Class, kind: Kind, name: &str) -> Option<Bytes>;
 
     /// The part of `class` that resources of `kind` depend on, when it is
     /// less than the whole class (say the namespace, but not the labels):
@@ -178,7 +189,7 @@ pub trait Generator: Send + Sync + 'static {
     /// holds always use the whole class. `None`: the whole class matters.
     /// Debug builds check every cache hit against a generation for the
     /// proxy's own class, so a reduction that drops an input fails there.
-    fn reduce(&self, _snap: &Snapshot<Self::Mesh>, _class: &ProxyClass, _kind: Kind) -> Option<ProxyClass> {
+    fn reduce(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _kind: Kind) -> Option<Self::Class> {
         None
     }
 
@@ -190,12 +201,12 @@ pub trait Generator: Send + Sync + 'static {
 
     /// The wildcard names that depend only on the reduced class (the rest
     /// come from [`Generator::class_wildcard_names`]). Default: all of them.
-    fn shared_wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    fn shared_wildcard_names(&self, snap: &Snapshot<Self::Mesh>, class: &Self::Class, kind: Kind) -> Vec<Arc<str>> {
         self.wildcard_names(snap, class, kind)
     }
 
     /// The wildcard names that depend on the whole class. Default: none.
-    fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &ProxyClass, _kind: Kind) -> Vec<Arc<str>> {
+    fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _kind: Kind) -> Vec<Arc<str>> {
         Vec::new()
     }
 }
@@ -206,13 +217,20 @@ pub struct SimpleGenerator;
 
 impl Generator for SimpleGenerator {
     type Mesh = ();
-    fn wildcard_names(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    type Class = ();
+    fn classify(&self, node: Option<&Node>) -> Result<Classified<()>, String> {
+        match node.filter(|n| !n.id.is_empty()) {
+            Some(n) => Ok(Classified { peer: Peer { id: n.id.as_str().into(), info: Vec::new() }, class: () }),
+            None => Err("missing node information".into()),
+        }
+    }
+    fn wildcard_names(&self, snap: &Snapshot, _: &(), kind: Kind) -> Vec<Arc<str>> {
         snap.shared_names(kind)
     }
-    fn input_generation(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    fn input_generation(&self, snap: &Snapshot, _: &(), kind: Kind, name: &str) -> Option<u64> {
         snap.shared_generation(kind, name)
     }
-    fn generate(&self, snap: &Snapshot, _: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    fn generate(&self, snap: &Snapshot, _: &(), kind: Kind, name: &str) -> Option<Bytes> {
         snap.shared_body(kind, name)
     }
 }

@@ -12,7 +12,9 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::cache::Cache;
-use super::node::{Proxy, ProxyClass};
+use istiod_proto::envoy::config::core::v3::Node;
+
+use super::node::Peer;
 use super::snapshot::{Delta, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
 
@@ -105,16 +107,18 @@ pub enum StreamError {
 pub struct Outgoing {
     /// Encoded `DiscoveryResponse` or `DeltaDiscoveryResponse`.
     pub bytes: Bytes,
+    /// Its resource type.
+    pub kind: Kind,
 }
 
 /// Everything a stream needs from its core to build responses.
-pub struct Ctx<'a, M: Send + Sync + 'static = ()> {
+pub struct Ctx<'a, M: Send + Sync + 'static = (), C = ()> {
     /// The generator.
-    pub generator: &'a dyn Generator<Mesh = M>,
+    pub generator: &'a dyn Generator<Mesh = M, Class = C>,
     /// The current snapshot.
     pub snap: &'a Snapshot<M>,
     /// The core's cache.
-    pub cache: &'a mut Cache,
+    pub cache: &'a mut Cache<C>,
     /// Makes a fresh nonce.
     pub nonce: &'a mut dyn FnMut() -> Arc<str>,
     /// `control_plane.identifier`.
@@ -125,13 +129,13 @@ pub struct Ctx<'a, M: Send + Sync + 'static = ()> {
 
 /// One ADS stream.
 #[derive(Debug)]
-pub struct AdsStream {
+pub struct AdsStream<C = ()> {
     /// Variant.
     pub protocol: Protocol,
     /// The proxy, once the first request named it.
-    pub proxy: Option<Proxy>,
+    pub proxy: Option<Peer>,
     /// Its interned class.
-    pub class: Option<Arc<ProxyClass>>,
+    pub class: Option<Arc<C>>,
     /// When the stream opened.
     pub connected_at: Instant,
     /// Watches by kind.
@@ -151,7 +155,11 @@ pub struct Acked {
     pub nacks: u64,
 }
 
-impl AdsStream {
+/// Classifies the node of a stream's first request and interns its class
+/// (the core's [`Generator::classify`] and class table).
+pub type Identify<'a, C> = dyn FnMut(Option<&Node>) -> Result<(Peer, Arc<C>), String> + 'a;
+
+impl<C: super::Class> AdsStream<C> {
     /// A stream opened at `now`.
     pub fn new(protocol: Protocol, now: Instant) -> Self {
         Self {
@@ -165,15 +173,11 @@ impl AdsStream {
         }
     }
 
-    fn identify(
-        &mut self,
-        node: Option<&istiod_proto::envoy::config::core::v3::Node>,
-        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
-    ) -> Result<(), StreamError> {
+    fn identify(&mut self, node: Option<&Node>, identify: &mut Identify<'_, C>) -> Result<(), StreamError> {
         if self.proxy.is_none() {
-            let p = Proxy::from_node(node).map_err(|e| StreamError::InvalidArgument(e.to_string()))?;
-            self.class = Some(intern(p.class.clone()));
-            self.proxy = Some(p);
+            let (peer, class) = identify(node).map_err(StreamError::InvalidArgument)?;
+            self.class = Some(class);
+            self.proxy = Some(peer);
         }
         Ok(())
     }
@@ -193,10 +197,10 @@ impl AdsStream {
     pub fn on_sotw(
         &mut self,
         req: istiod_proto::envoy::service::discovery::v3::DiscoveryRequest,
-        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
+        identify: &mut Identify<'_, C>,
         now: Instant,
     ) -> Result<Acked, StreamError> {
-        self.identify(req.node.as_ref(), intern)?;
+        self.identify(req.node.as_ref(), identify)?;
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
@@ -258,10 +262,10 @@ impl AdsStream {
     pub fn on_delta(
         &mut self,
         req: istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest,
-        intern: &mut dyn FnMut(ProxyClass) -> Arc<ProxyClass>,
+        identify: &mut Identify<'_, C>,
         now: Instant,
     ) -> Result<Acked, StreamError> {
-        self.identify(req.node.as_ref(), intern)?;
+        self.identify(req.node.as_ref(), identify)?;
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
@@ -353,9 +357,24 @@ impl AdsStream {
     /// Builds the pending responses, in push order (CDS, EDS, LDS, RDS).
     /// `cause` is the watcher-core time of the change being pushed, or
     /// `None` when answering a request.
-    pub fn flush<M: Send + Sync + 'static>(&mut self, ctx: &mut Ctx<'_, M>, cause: Option<Instant>) -> Vec<Outgoing> {
-        let mut out = Vec::new();
-        let Some(class) = self.class.clone() else { return out };
+    pub fn flush<M: Send + Sync + 'static>(
+        &mut self,
+        ctx: &mut Ctx<'_, M, C>,
+        cause: Option<Instant>,
+    ) -> Vec<Outgoing> {
+        std::iter::from_fn(|| self.flush_next(ctx, cause)).collect()
+    }
+
+    /// Builds the next pending response in push order, or `None` when
+    /// nothing is left to send. The core builds one at a time so that it
+    /// can stop while the connection's queue is full: what is not built
+    /// stays pending, never lost.
+    pub fn flush_next<M: Send + Sync + 'static>(
+        &mut self,
+        ctx: &mut Ctx<'_, M, C>,
+        cause: Option<Instant>,
+    ) -> Option<Outgoing> {
+        let class = self.class.clone()?;
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             let dirty = std::mem::take(&mut w.dirty);
@@ -374,7 +393,6 @@ impl AdsStream {
             w.responses += 1;
             w.push_cause = cause.map(|c| (nonce.clone(), c));
             w.sent_nonce = Some(nonce);
-            out.push(Outgoing { bytes });
             // Envoy re-requests children after a parent update to warm them.
             let child = match kind {
                 Kind::Cluster => Some(Kind::Endpoint),
@@ -384,17 +402,18 @@ impl AdsStream {
             if let Some(c) = child.and_then(|c| self.watches[c as usize].as_mut()) {
                 c.always_respond = true;
             }
+            return Some(Outgoing { bytes, kind });
         }
-        out
+        None
     }
 }
 
-fn names_for<M: Send + Sync + 'static>(
+fn names_for<M: Send + Sync + 'static, C: super::Class>(
     w: &Watch,
     kind: Kind,
     dirty: &Dirty,
-    class: &Arc<ProxyClass>,
-    ctx: &mut Ctx<'_, M>,
+    class: &Arc<C>,
+    ctx: &mut Ctx<'_, M, C>,
 ) -> BTreeSet<Arc<str>> {
     match dirty {
         Dirty::Clean => BTreeSet::new(),
@@ -411,12 +430,12 @@ fn names_for<M: Send + Sync + 'static>(
     }
 }
 
-fn sotw_response<M: Send + Sync + 'static>(
+fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     w: &mut Watch,
     kind: Kind,
     dirty: &Dirty,
-    class: &Arc<ProxyClass>,
-    ctx: &mut Ctx<'_, M>,
+    class: &Arc<C>,
+    ctx: &mut Ctx<'_, M, C>,
     push: bool,
 ) -> Option<(Bytes, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
@@ -463,12 +482,12 @@ fn sotw_response<M: Send + Sync + 'static>(
     Some((wire::sotw_response(&version, kind.type_url(), &nonce, &refs, ctx.control_plane), nonce))
 }
 
-fn delta_response<M: Send + Sync + 'static>(
+fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     w: &mut Watch,
     kind: Kind,
     dirty: &Dirty,
-    class: &Arc<ProxyClass>,
-    ctx: &mut Ctx<'_, M>,
+    class: &Arc<C>,
+    ctx: &mut Ctx<'_, M, C>,
 ) -> Option<(Bytes, Arc<str>)> {
     let mut candidates = names_for(w, kind, dirty, class, ctx);
     if *dirty == Dirty::All {

@@ -13,12 +13,14 @@ use istiod_proto::prost::Message;
 use proptest::prelude::*;
 
 use super::cache::Cache;
-use super::node::ProxyClass;
+use super::node::Peer;
 use super::snapshot::{Delta, Kind, SimpleGenerator, SimpleModel, Snapshot};
 use super::stream::{AdsStream, Ctx, Protocol};
 
-fn intern(c: ProxyClass) -> Arc<ProxyClass> {
-    Arc::new(c)
+fn intern(node: Option<&Node>) -> Result<(Peer, Arc<()>), String> {
+    use super::snapshot::Generator;
+    let c = SimpleGenerator.classify(node)?;
+    Ok((c.peer, Arc::new(())))
 }
 
 proptest! {

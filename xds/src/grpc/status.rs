@@ -81,7 +81,11 @@ impl Status {
 
     fn fields(&self, enc: Encoder) -> Encoder {
         let enc = enc.field(b"grpc-status", (self.code as u8).to_string().as_bytes());
-        if self.message.is_empty() { enc } else { enc.field(b"grpc-message", percent_encode(&self.message).as_bytes()) }
+        if self.message.is_empty() {
+            enc
+        } else {
+            enc.field(b"grpc-message", percent_encode(&truncate(&self.message)).as_bytes())
+        }
     }
 }
 
@@ -89,6 +93,25 @@ impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}: {}", self.code, self.message)
     }
+}
+
+/// Longest `grpc-message` sent, in bytes before encoding. A message that
+/// quotes client input (a node id, a resource name) must not make the
+/// trailers larger than the client's header list limit (grpcio: 16 KiB),
+/// or the client reports that instead of the status.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 512;
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary, saying
+/// how long it was.
+pub(crate) fn truncate(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.into();
+    }
+    let mut end = MAX_MESSAGE_BYTES - 40;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... (truncated, {} bytes)", &message[..end], message.len()).into()
 }
 
 /// gRPC's percent-encoding of `grpc-message`: bytes outside 0x20..=0x7E,
@@ -115,6 +138,18 @@ mod tests {
         assert_eq!(percent_encode("plain text"), "plain text");
         assert_eq!(percent_encode("100% sure"), "100%25 sure");
         assert_eq!(percent_encode("línea\n"), "l%C3%ADnea%0A");
+    }
+
+    #[test]
+    fn long_messages_are_truncated() {
+        // A 3 MiB node id echoed whole made 3 MB trailers (issue #19, item 9).
+        let s = Status::new(Code::InvalidArgument, format!("malformed node id {:?}", "é".repeat(1 << 20)));
+        let (fields, _) = Decoder::default().decode(&s.trailers(), usize::MAX).unwrap();
+        let msg = String::from_utf8(fields.iter().find(|(n, _)| n == "grpc-message").unwrap().1.to_vec()).unwrap();
+        assert!(msg.len() < 3 * MAX_MESSAGE_BYTES, "{} bytes", msg.len());
+        assert!(msg.starts_with("malformed node id"), "{msg}");
+        assert!(msg.ends_with("(truncated, 2097172 bytes)"), "{msg}");
+        assert_eq!(truncate("short"), "short");
     }
 
     #[test]

@@ -45,11 +45,15 @@ struct Harness {
 
 impl Harness {
     fn new(grpc: GrpcLimits) -> Self {
+        Self::with(Limits::default(), grpc)
+    }
+
+    fn with(limits: Limits, grpc: GrpcLimits) -> Self {
         // The peer drives the raw h2 handshake; then its connection moves
         // into a GrpcConnection with the same state.
-        let mut peer = Peer::open(Limits::default());
-        let h2 = std::mem::replace(&mut peer.conn, Connection::new(Limits::default(), peer.now));
-        let mut grpc_conn = GrpcConnection::new(Limits::default(), grpc, peer.now);
+        let mut peer = Peer::open(limits.clone());
+        let h2 = std::mem::replace(&mut peer.conn, Connection::new(limits.clone(), peer.now));
+        let mut grpc_conn = GrpcConnection::new(limits, grpc, peer.now);
         grpc_conn.h2 = h2;
         Self { peer, grpc: grpc_conn, svc: Echo::default() }
     }
@@ -242,8 +246,40 @@ fn peer_reset_closes_the_call() {
 }
 
 #[test]
+fn a_message_larger_than_the_queue_cap_is_sent_not_dropped() {
+    // Issue #19, item 2: a response over the per-connection cap was refused
+    // forever, even with nothing queued, and the proxy waited for it.
+    let cap = 64 * 1024;
+    let mut h = Harness::with(Limits { max_queued_bytes: cap, ..Limits::default() }, GrpcLimits::default());
+    h.send(frames::headers(1, &frames::request("/test.Echo/Bidi"), false));
+    let big = Bytes::from(vec![7u8; 1 << 20]);
+    assert_eq!(h.grpc.send(1, big.clone()), Ok(()), "an empty queue takes a message of any size");
+    assert!(h.grpc.queued() > cap);
+    assert_eq!(h.grpc.send(1, Bytes::from("more")), Err(SendError::QueueFull), "nothing more behind it");
+    // The peer reads with open windows: every byte arrives.
+    let mut got = 0;
+    for _ in 0..100 {
+        h.send(frames::window_update(0, 1 << 20));
+        h.send(frames::window_update(1, 1 << 20));
+        got += h.frames().iter().map(|f| if let Frame::Data { data, .. } = f { data.len() } else { 0 }).sum::<usize>();
+        if h.grpc.queued() == 0 {
+            break;
+        }
+    }
+    assert_eq!(got, (1 << 20) + 5, "the whole message, with its prefix");
+}
+
+#[test]
+fn a_message_over_the_send_limit_is_refused_with_its_size() {
+    let mut h = Harness::new(GrpcLimits { max_send_message: 1000, ..GrpcLimits::default() });
+    h.send(frames::headers(1, &frames::request("/test.Echo/Bidi"), false));
+    assert_eq!(h.grpc.send(1, Bytes::from(vec![0u8; 1001])), Err(SendError::TooLarge { len: 1001, limit: 1000 }));
+    assert_eq!(h.grpc.queued(), 0);
+}
+
+#[test]
 fn partial_message_buffer_is_bounded_per_connection() {
-    let mut h = Harness::new(GrpcLimits { max_recv_message: 1 << 20, max_buffered: 100_000 });
+    let mut h = Harness::new(GrpcLimits { max_recv_message: 1 << 20, max_buffered: 100_000, ..GrpcLimits::default() });
     for id in [1u32, 3, 5] {
         h.send(frames::headers(id, &frames::request("/test.Echo/Bidi"), false));
         let mut head = vec![0];

@@ -73,6 +73,14 @@ pub enum SendError {
     /// Response headers were already sent, or trailers were.
     #[error("headers already sent")]
     HeadersSent,
+    /// A message over the configured send limit (never queued).
+    #[error("message of {len} bytes is over the send limit of {limit} bytes")]
+    TooLarge {
+        /// The message's size.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,7 +342,13 @@ impl Connection {
                 Ok(())
             }
             Frame::RstStream { stream, code } => {
-                if !self.reset_bucket.take(now) {
+                // Rapid reset (CVE-2023-44487) is opening streams and
+                // resetting them before they are answered, so that the
+                // server works for nothing. As Envoy and nginx do, only
+                // such resets count: a client cancelling streams it got
+                // answers on (a grpc client's ordinary cancel) does not.
+                let unanswered = self.streams.get(&stream).is_some_and(|s| s.send == Send::Idle);
+                if unanswered && !self.reset_bucket.take(now) {
                     metrics::count(Violation::ResetFlood);
                     return Err(conn(Reason::EnhanceYourCalm, "too many RST_STREAM frames"));
                 }
@@ -625,6 +639,17 @@ impl Connection {
             metrics::count(Violation::SendQueueFull);
             return Err(SendError::QueueFull);
         }
+        self.queue_data(id, data)
+    }
+
+    /// Queues body bytes whatever the queue holds: for a caller that
+    /// bounds the queue itself (gRPC admits a message larger than the cap
+    /// into an empty queue; it is then sent as the peer's windows allow).
+    pub fn send_data_uncapped(&mut self, id: u32, data: Bytes) -> Result<(), SendError> {
+        self.queue_data(id, data)
+    }
+
+    fn queue_data(&mut self, id: u32, data: Bytes) -> Result<(), SendError> {
         let s = self.streams.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if s.send != Send::Open {
             return Err(if s.send == Send::Idle { SendError::StreamClosed } else { SendError::HeadersSent });

@@ -256,6 +256,36 @@ fn rapid_reset_ends_the_connection() {
 }
 
 #[test]
+fn cancelling_answered_streams_is_not_a_rapid_reset() {
+    // A grpc client cancelling streams it got answers on (issue #19, item
+    // 10: ~250 such cancels tripped the guard).
+    let mut p = Peer::open(limits());
+    let n = 5 * limits().reset_rate.burst;
+    for i in 0..n {
+        let id = 1 + 2 * i;
+        p.send(frames::headers(id, &frames::request("/svc/M"), false));
+        p.conn.send_headers(id, Bytes::from_static(&[0x88]), false).unwrap(); // :status 200
+    }
+    p.frames();
+    let mut resets = Vec::new();
+    for i in 0..n {
+        resets.extend(frames::rst(1 + 2 * i, Reason::Cancel));
+    }
+    p.send(resets);
+    assert!(!p.conn.is_closed(), "answered streams may be cancelled at any rate");
+    assert_eq!(p.events().iter().filter(|e| matches!(e, Event::Reset { .. })).count(), n as usize);
+    // Unanswered ones still count.
+    let mut flood = Vec::new();
+    for i in 0..=limits().reset_rate.burst {
+        let id = 1 + 2 * (n + i);
+        flood.extend(frames::headers(id, &frames::request("/svc/M"), false));
+        flood.extend(frames::rst(id, Reason::Cancel));
+    }
+    p.send(flood);
+    p.expect_goaway(Reason::EnhanceYourCalm);
+}
+
+#[test]
 fn resets_at_a_sustained_low_rate_are_fine() {
     let mut p = Peer::open(limits());
     for i in 0..1000u32 {

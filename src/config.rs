@@ -99,6 +99,29 @@ pub struct Config {
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
     /// fetches): who fetches a RequestAuthentication's `jwksUri`.
     pub jwks_fetch: crate::translate::authn::JwksFetch,
+    /// istiod-rs's own bounds on what clients and files may cost
+    /// (docs/security.md).
+    pub limits: InputLimits,
+}
+
+/// Bounds on hostile or careless input that istiod has no setting for
+/// (`ISTIOD_RS_*`; docs/security.md lists each with what a client sees).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputLimits {
+    /// `ISTIOD_RS_MAX_NODE_BYTES` (64 KiB): largest node (id and metadata)
+    /// a stream's first request may carry.
+    pub max_node_bytes: usize,
+    /// `ISTIOD_RS_MAX_RESPONSE_BYTES` (2 GiB - 1, grpc-go's send limit):
+    /// largest xDS response; a larger one ends its stream with
+    /// RESOURCE_EXHAUSTED.
+    pub max_response_bytes: usize,
+    /// `ISTIOD_RS_MAX_NAMES_PER_STREAM` (200,000): resource names one xDS
+    /// stream may subscribe to.
+    pub max_names_per_stream: usize,
+    /// `ISTIOD_RS_CONFIG_MAX_FILE_BYTES` (32 MiB) and
+    /// `ISTIOD_RS_CONFIG_MAX_DOCUMENTS` (10,000): what `--configDir` reads
+    /// of one file.
+    pub config_dir: istiod_kubewatch::config_dir::Limits,
 }
 
 /// Where the mesh model is read from.
@@ -351,6 +374,20 @@ fn listen(flag: &'static str, value: &str) -> Result<Option<ListenAddr>, ConfigE
     ListenAddr::parse(value).map(Some).map_err(|reason| ConfigError::Flag { flag, value: value.to_owned(), reason })
 }
 
+/// A duration where zero stands for `default` (grpc-go's reading of a zero
+/// keepalive setting).
+fn nonzero(d: Duration, default: Duration) -> Duration {
+    if d.is_zero() { default } else { d }
+}
+
+/// A size or count that must be at least 1.
+fn positive(vars: &Vars<'_>, name: &'static str, default: usize) -> Result<usize, ConfigError> {
+    match vars.int(name, default)? {
+        0 => Err(ConfigError::Env { name, value: "0".into(), reason: "must be at least 1".into() }),
+        n => Ok(n),
+    }
+}
+
 fn opt_path(s: &str) -> Option<PathBuf> {
     (!s.is_empty()).then(|| PathBuf::from(s))
 }
@@ -385,12 +422,6 @@ impl Config {
             out.push(format!(
                 "--kubernetesApiQPS={} --kubernetesApiBurst={}: the Kubernetes client is not rate-limited",
                 self.kube_api_qps, self.kube_api_burst
-            ));
-        }
-        if self.shutdown_duration != std::time::Duration::from_secs(10) {
-            out.push(format!(
-                "--shutdownDuration={:?}: shutdown waits for the connections' grace period (--keepaliveMaxServerConnectionAge grace), not this",
-                self.shutdown_duration
             ));
         }
         if self.profile {
@@ -482,18 +513,30 @@ impl Config {
                 min_version: args.tls_min_version,
                 cipher_suites: args.tls_cipher_suites.iter().filter(|s| !s.is_empty()).cloned().collect(),
             },
+            // Zero means what it means to grpc-go, which istiod hands these
+            // to (internal/transport/http2_server.go): keepalive time 2h,
+            // timeout 20s, no connection age limit, no stream limit.
             keepalive: Keepalive {
-                interval: match args.keepalive_interval {
-                    Some(d) => d,
-                    None => vars.duration("GRPC_KEEPALIVE_INTERVAL", Duration::from_secs(30))?,
-                },
-                timeout: match args.keepalive_timeout {
-                    Some(d) => d,
-                    None => vars.duration("GRPC_KEEPALIVE_TIMEOUT", Duration::from_secs(10))?,
-                },
-                max_connection_age: args.keepalive_max_server_connection_age,
+                interval: nonzero(
+                    match args.keepalive_interval {
+                        Some(d) => d,
+                        None => vars.duration("GRPC_KEEPALIVE_INTERVAL", Duration::from_secs(30))?,
+                    },
+                    Duration::from_secs(2 * 3600),
+                ),
+                timeout: nonzero(
+                    match args.keepalive_timeout {
+                        Some(d) => d,
+                        None => vars.duration("GRPC_KEEPALIVE_TIMEOUT", Duration::from_secs(10))?,
+                    },
+                    Duration::from_secs(20),
+                ),
+                max_connection_age: args.keepalive_max_server_connection_age.filter(|d| !d.is_zero()),
                 max_connection_age_grace: Duration::from_secs(10),
-                max_concurrent_streams: vars.int("ISTIO_GPRC_MAXSTREAMS", 100_000)?,
+                max_concurrent_streams: match vars.int("ISTIO_GPRC_MAXSTREAMS", 100_000)? {
+                    0 => u32::MAX,
+                    n => n,
+                },
                 max_recv_msg_size,
             },
             push: PushTuning {
@@ -546,6 +589,15 @@ impl Config {
             jwks_fetch: crate::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),
+            limits: InputLimits {
+                max_node_bytes: positive(&vars, "ISTIOD_RS_MAX_NODE_BYTES", 64 * 1024)?,
+                max_response_bytes: positive(&vars, "ISTIOD_RS_MAX_RESPONSE_BYTES", (1 << 31) - 1)?,
+                max_names_per_stream: positive(&vars, "ISTIOD_RS_MAX_NAMES_PER_STREAM", 200_000)?,
+                config_dir: istiod_kubewatch::config_dir::Limits {
+                    max_file_bytes: positive(&vars, "ISTIOD_RS_CONFIG_MAX_FILE_BYTES", 32 << 20)? as u64,
+                    max_documents: positive(&vars, "ISTIOD_RS_CONFIG_MAX_DOCUMENTS", 10_000)?,
+                },
+            },
         })
     }
 

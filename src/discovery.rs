@@ -92,7 +92,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // directory fails fast; Kubernetes is watched on the control thread.
     let mut dir_source = match &config.source {
         Source::ConfigDir(dir) => {
-            let mut source = ConfigDir::new(dir.clone());
+            let mut source = ConfigDir::new(dir.clone()).with_limits(config.limits.config_dir);
             let loaded = source.reload()?;
             Some((source, loaded))
         }
@@ -104,7 +104,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let control_plane =
         format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
     let factory =
-        AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane);
+        AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
+            .max_node_bytes(config.limits.max_node_bytes)
+            .max_names(config.limits.max_names_per_stream);
 
     let k = &config.keepalive;
     let limits = Limits {
@@ -151,7 +153,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
             pin: false,
             listeners,
             limits,
-            grpc: GrpcLimits { max_recv_message: k.max_recv_msg_size as usize, ..GrpcLimits::default() },
+            grpc: GrpcLimits {
+                max_recv_message: k.max_recv_msg_size as usize,
+                max_send_message: config.limits.max_response_bytes,
+                ..GrpcLimits::default()
+            },
+            shutdown: config.shutdown_duration,
         },
         factory,
     )?;

@@ -40,6 +40,7 @@ fn fanout(c: &mut Criterion) {
         listeners: vec![ListenerConfig { addr: "127.0.0.1:0".parse().unwrap(), tls: None }],
         limits: Limits::default(),
         grpc: GrpcLimits::default(),
+        shutdown: std::time::Duration::from_secs(10),
     };
     let server = server::start(cfg, factory).unwrap();
     let mut version = 1;

@@ -56,6 +56,7 @@ pub fn start_glommio() -> ServerHandle {
         listeners: vec![ListenerConfig { addr: "127.0.0.1:0".parse().expect("addr"), tls: None }],
         limits: Limits::default(),
         grpc: GrpcLimits::default(),
+        shutdown: std::time::Duration::from_secs(10),
     };
     server::start(cfg, EchoFactory).expect("glommio server starts")
 }

@@ -242,3 +242,31 @@ fn settings_without_effect_are_listed_for_the_log() {
     assert!(lines.iter().any(|l| l.starts_with("--kubernetesApiQPS=10")), "{lines:?}");
     assert!(build(&[], &[]).unwrap().not_yet_supported().iter().any(|l| l.starts_with("--profile")));
 }
+
+#[test]
+fn zero_keepalive_and_stream_settings_mean_what_they_mean_to_grpc_go() {
+    // Issue #19, item 6: zero sent a PING per event-loop turn, killed every
+    // connection at its first PING or at once, or opened no stream.
+    let c = build(
+        &["--keepaliveInterval=0s", "--keepaliveTimeout=0s", "--keepaliveMaxServerConnectionAge=0s"],
+        &[("ISTIO_GPRC_MAXSTREAMS", "0")],
+    )
+    .unwrap();
+    assert_eq!(c.keepalive.interval, Duration::from_secs(7200), "grpc-go's defaultServerKeepaliveTime");
+    assert_eq!(c.keepalive.timeout, Duration::from_secs(20), "grpc-go's defaultServerKeepaliveTimeout");
+    assert_eq!(c.keepalive.max_connection_age, None, "no age limit");
+    assert_eq!(c.keepalive.max_concurrent_streams, u32::MAX, "no stream limit");
+    let c = build(&[], &[("GRPC_KEEPALIVE_INTERVAL", "0s"), ("GRPC_KEEPALIVE_TIMEOUT", "0")]).unwrap();
+    assert_eq!((c.keepalive.interval, c.keepalive.timeout), (Duration::from_secs(7200), Duration::from_secs(20)));
+}
+
+#[test]
+fn input_limits_have_defaults_and_refuse_zero() {
+    let c = build(&[], &[]).unwrap();
+    assert_eq!(c.limits.max_node_bytes, 64 * 1024);
+    assert_eq!(c.limits.config_dir, istiod_kubewatch::config_dir::Limits::default());
+    let c = build(&[], &[("ISTIOD_RS_CONFIG_MAX_DOCUMENTS", "5"), ("ISTIOD_RS_MAX_NODE_BYTES", "1000")]).unwrap();
+    assert_eq!((c.limits.config_dir.max_documents, c.limits.max_node_bytes), (5, 1000));
+    let e = build(&[], &[("ISTIOD_RS_MAX_NODE_BYTES", "0")]).unwrap_err().to_string();
+    assert!(e.contains("ISTIOD_RS_MAX_NODE_BYTES") && e.contains("at least 1"), "{e}");
+}

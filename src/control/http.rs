@@ -59,19 +59,69 @@ pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>
 
 const MAX_REQUEST: usize = 16 * 1024;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A response must be written within this, or the connection is dropped
+/// (a client that never reads holds no body for long).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; past it new ones are closed on accept.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Responses above [`LARGE_BODY`] being written at once; past it a large
+/// answer is replaced by a 503, so slow readers cannot pin many copies of
+/// a big debug document.
+pub const MAX_LARGE_WRITES: usize = 8;
+/// What counts as a large body.
+pub const LARGE_BODY: usize = 256 * 1024;
+/// Pause after a failed accept (EMFILE: out of file descriptors), instead
+/// of retrying at once in a loop that would starve the control thread.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Counts something in use while alive.
+struct Slot(Rc<std::cell::Cell<usize>>);
+
+impl Slot {
+    fn take(c: &Rc<std::cell::Cell<usize>>, max: usize) -> Option<Slot> {
+        (c.get() < max).then(|| {
+            c.set(c.get() + 1);
+            Slot(c.clone())
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
 
 /// Serves `listener` forever on the current (local) runtime.
 pub async fn serve(listener: TcpListener, handler: Handler) {
+    let conns = Rc::new(std::cell::Cell::new(0));
+    let large = Rc::new(std::cell::Cell::new(0));
+    let mut failures = 0u64;
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let handler = handler.clone();
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                failures += 1;
+                if failures.is_power_of_two() {
+                    tracing::warn!(target: "default", error = %e, failures, "debug port: accept failed; backing off");
+                }
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Some(slot) = Slot::take(&conns, MAX_CONNECTIONS) else {
+            drop(stream); // over the limit: closed at once
+            continue;
+        };
+        let (handler, large) = (handler.clone(), large.clone());
         tokio::task::spawn_local(async move {
-            let _ = handle(stream, handler).await;
+            let _ = handle(stream, handler, &large).await;
+            drop(slot);
         });
     }
 }
 
-async fn handle(mut stream: TcpStream, handler: Handler) -> std::io::Result<()> {
+async fn handle(mut stream: TcpStream, handler: Handler, large: &Rc<std::cell::Cell<usize>>) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let head_end = loop {
         let mut chunk = [0u8; 1024];
@@ -99,6 +149,18 @@ async fn handle(mut stream: TcpStream, handler: Handler) -> std::io::Result<()> 
     } else {
         handler(parse_target(target)).await
     };
+    let _large_slot = if resp.body.len() > LARGE_BODY {
+        match Slot::take(large, MAX_LARGE_WRITES) {
+            Some(s) => Some(s),
+            None => {
+                drop(resp);
+                let busy = Response::text(503, "too many large debug responses in flight; retry\n");
+                return write(&mut stream, &busy).await;
+            }
+        }
+    } else {
+        None
+    };
     write(&mut stream, &resp).await
 }
 
@@ -117,9 +179,14 @@ async fn write(stream: &mut TcpStream, r: &Response) -> std::io::Result<()> {
         r.content_type,
         r.body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(r.body.as_bytes()).await?;
-    stream.shutdown().await
+    let io = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(r.body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, io)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "debug response not read in time")))
 }
 
 /// Splits `/path?a=b&c=d`, percent-decoding the parameters.

@@ -133,6 +133,7 @@ pub struct AdsFactory<M = (), C = ()> {
     initial: Arc<Snapshot<M>>,
     control_plane: String,
     max_node_bytes: usize,
+    max_names: usize,
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -149,7 +150,14 @@ impl<M, C> AdsFactory<M, C> {
             initial,
             control_plane: control_plane.to_owned(),
             max_node_bytes: node::DEFAULT_MAX_NODE_BYTES,
+            max_names: DEFAULT_MAX_NAMES,
         }
+    }
+
+    /// End streams that subscribe to more than `names` resource names.
+    pub fn max_names(mut self, names: usize) -> Self {
+        self.max_names = names;
+        self
     }
 
     /// Refuse first requests whose node encodes to more than `bytes`.
@@ -171,6 +179,7 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             classes: HashMap::new(),
             retired_classes: 0,
             max_node_bytes: self.max_node_bytes,
+            max_names: self.max_names,
             streams: HashMap::new(),
             by_conn: HashMap::new(),
             deferred: HashSet::new(),
@@ -236,6 +245,7 @@ pub struct AdsService<M = (), C = ()> {
     /// Classes retired since the cache was last pruned.
     retired_classes: usize,
     max_node_bytes: usize,
+    max_names: usize,
     streams: HashMap<(u64, u32), AdsStream<C>>,
     by_conn: HashMap<u64, Vec<u32>>,
     /// Connections with a push waiting for their queue to drain.
@@ -249,6 +259,11 @@ pub struct AdsService<M = (), C = ()> {
     pushes: u64,
     nacks: u64,
 }
+
+/// Names one stream may subscribe to, unless configured otherwise
+/// (`ISTIOD_RS_MAX_NAMES_PER_STREAM`): a sidecar of a mesh with 100,000
+/// clusters stays under it; four million names cost ~480 MiB.
+pub const DEFAULT_MAX_NAMES: usize = 200_000;
 
 /// Classes retired between two prunings of the cache (a pruning walks the
 /// whole cache).
@@ -534,6 +549,16 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
                 .and_then(|r| s.on_delta(r, &mut intern, now)),
         };
         let acked = result.map_err(|StreamError::InvalidArgument(m)| Status::new(Code::InvalidArgument, m))?;
+        let names = s.subscribed();
+        if names > self.max_names {
+            return Err(Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "stream subscribes to {names} resource names, over the limit of {} (ISTIOD_RS_MAX_NAMES_PER_STREAM)",
+                    self.max_names
+                ),
+            ));
+        }
         for us in acked.convergence_us {
             let _ = self.convergence.record(us.max(1));
         }

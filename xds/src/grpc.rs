@@ -386,6 +386,11 @@ impl GrpcConnection {
     pub fn go_away(&mut self, now: Instant) {
         self.h2.go_away(now);
     }
+
+    /// Starts a graceful shutdown that ends the connection `grace` from now.
+    pub fn go_away_within(&mut self, now: Instant, grace: Duration) {
+        self.h2.go_away_within(now, grace);
+    }
 }
 
 /// `application/grpc`, optionally `+proto` etc. or with parameters.

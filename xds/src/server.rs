@@ -40,6 +40,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// gRPC limits of each connection.
     pub grpc: GrpcLimits,
+    /// How long a shutdown may take (istiod's `--shutdownDuration`, 10s):
+    /// connections are ended spread over it.
+    pub shutdown: Duration,
 }
 
 /// One listening port.
@@ -211,8 +214,8 @@ async fn run_core<F: ServiceFactory>(
     for t in accept_tasks {
         t.cancel();
     }
-    registry.go_away_all();
-    let deadline = std::time::Instant::now() + cfg.limits.max_connection_age_grace + Duration::from_secs(1);
+    registry.go_away_all(cfg.shutdown);
+    let deadline = std::time::Instant::now() + cfg.shutdown + Duration::from_secs(1);
     while !registry.is_empty() && std::time::Instant::now() < deadline {
         glommio::timer::sleep(STOP_POLL).await;
     }

@@ -574,3 +574,26 @@ fn a_response_larger_than_the_queue_cap_is_sent_and_pushes_go_on() {
         assert_eq!(d.resources.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), vec!["a"]);
     });
 }
+
+#[test]
+fn a_stream_subscribing_to_too_many_names_is_ended_others_go_on() {
+    // Issue #19: one delta stream subscribed to four million names (478 MiB).
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut bad = connect(s.addr, true).await;
+        let names: Vec<String> = (0..=istiod_xds::ads::DEFAULT_MAX_NAMES).map(|i| format!("n{i}")).collect();
+        bad.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(1)),
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        });
+        let (code, msg) = bad.status().await;
+        assert_eq!(code, "8", "RESOURCE_EXHAUSTED: {msg}");
+        assert!(msg.contains("200001 resource names") && msg.contains("ISTIOD_RS_MAX_NAMES_PER_STREAM"), "{msg}");
+        let mut good = connect(s.addr, false).await;
+        good.sotw(cds(true, 2));
+        assert_eq!(names_of(&good.recv().await), vec!["a", "b"]);
+    });
+}

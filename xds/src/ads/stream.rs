@@ -349,6 +349,11 @@ impl<C: super::Class> AdsStream<C> {
         }
     }
 
+    /// Names the stream subscribes to, over every type.
+    pub fn subscribed(&self) -> usize {
+        self.watches.iter().flatten().map(|w| w.names.len()).sum()
+    }
+
     /// Whether anything is waiting to be sent.
     pub fn is_dirty(&self) -> bool {
         self.watches.iter().flatten().any(|w| w.dirty != Dirty::Clean)

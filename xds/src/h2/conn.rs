@@ -11,7 +11,7 @@ mod request;
 mod stream;
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -151,6 +151,8 @@ pub struct Connection {
     ping_seq: u64,
     settings_sent: Option<Instant>,
     drain_started: Option<Instant>,
+    /// How long streams may go on after the first GOAWAY.
+    drain_grace: Duration,
 
     // Flood protection.
     settings_bucket: Bucket,
@@ -203,6 +205,7 @@ impl Connection {
             ping_seq: 0,
             settings_sent: Some(now),
             drain_started: None,
+            drain_grace: limits.max_connection_age_grace,
             settings_bucket: Bucket::new(limits.settings_rate, now),
             ping_bucket: Bucket::new(limits.ping_rate, now),
             reset_bucket: Bucket::new(limits.reset_rate, now),
@@ -706,9 +709,18 @@ impl Connection {
     /// last stream accepted. Streams already open may finish until
     /// `max_connection_age_grace` has passed.
     pub fn go_away(&mut self, now: Instant) {
+        self.go_away_within(now, self.limits.max_connection_age_grace);
+    }
+
+    /// [`Connection::go_away`] with its own grace period: a server shutting
+    /// down gives each connection a different one, so that its proxies
+    /// leave (and reconnect elsewhere) spread over the shutdown instead of
+    /// all at once.
+    pub fn go_away_within(&mut self, now: Instant, grace: Duration) {
         if matches!(self.phase, Phase::Closed | Phase::Draining { .. }) {
             return;
         }
+        self.drain_grace = grace;
         if matches!(self.phase, Phase::Preface(_) | Phase::FirstSettings) {
             self.phase = Phase::Closed;
             return;
@@ -911,7 +923,7 @@ impl Connection {
             at(self.created + age);
         }
         if let Some(started) = self.drain_started {
-            at(started + l.max_connection_age_grace);
+            at(started + self.drain_grace);
             if let Phase::Draining { final_sent: false } = self.phase {
                 // The PING may never come back: send the final GOAWAY anyway.
                 at(started + DRAIN_PING_WAIT);
@@ -970,7 +982,7 @@ impl Connection {
             if now >= started + DRAIN_PING_WAIT {
                 self.send_final_goaway();
             }
-            if now >= started + l.max_connection_age_grace && self.phase != Phase::Closed {
+            if now >= started + self.drain_grace && self.phase != Phase::Closed {
                 // Grace is over: whatever is still open is cut off.
                 for (id, s) in self.streams.drain() {
                     self.queued -= s.queued;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::task::{Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt, Future};
 use glommio::timer::Timer;
@@ -101,12 +101,19 @@ impl Registry {
         self.conns.borrow_mut().remove(&id);
     }
 
-    pub(super) fn go_away_all(&self) {
+    /// Sends every connection a GOAWAY now and ends them one after another
+    /// over `within` (istiod's `--shutdownDuration`): the i-th of n closes
+    /// at `within * (i + 1) / n`, so their proxies reconnect to another
+    /// replica spread over the period rather than all at the same instant.
+    pub(super) fn go_away_all(&self, within: Duration) {
         let now = Instant::now();
-        let conns: Vec<ConnHandle> = self.conns.borrow().values().filter_map(Weak::upgrade).collect();
-        for c in conns {
+        let mut conns: Vec<(u64, ConnHandle)> =
+            self.conns.borrow().iter().filter_map(|(id, c)| Some((*id, c.upgrade()?))).collect();
+        conns.sort_by_key(|(id, _)| *id);
+        let n = conns.len().max(1) as u32;
+        for (i, (_, c)) in conns.into_iter().enumerate() {
             if let Ok(mut conn) = c.conn.try_borrow_mut() {
-                conn.go_away(now);
+                conn.go_away_within(now, within * (i as u32 + 1) / n);
             }
             c.wake();
         }

@@ -42,6 +42,7 @@ impl TestServer {
             listeners: vec![ListenerConfig { addr: "127.0.0.1:0".parse().unwrap(), tls: None }],
             limits,
             grpc: GrpcLimits::default(),
+            shutdown: std::time::Duration::from_secs(10),
         };
         let handle = server::start(cfg, factory).expect("server starts");
         let addr = handle.addrs()[0];

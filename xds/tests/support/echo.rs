@@ -124,7 +124,14 @@ pub(crate) fn start(cores: usize, limits: Limits, tls: Option<Arc<rustls::Server
     if let Some(tls) = tls {
         listeners.push(ListenerConfig { addr: any, tls: Some(tls) });
     }
-    let cfg = ServerConfig { cores, pin: false, listeners, limits, grpc: GrpcLimits::default() };
+    let cfg = ServerConfig {
+        cores,
+        pin: false,
+        listeners,
+        limits,
+        grpc: GrpcLimits::default(),
+        shutdown: std::time::Duration::from_secs(10),
+    };
     server::start(cfg, EchoFactory).expect("server starts")
 }
 

@@ -226,8 +226,56 @@ fn read_manifest(path: &Path, limits: &Limits) -> std::io::Result<String> {
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// Checks names as the API server does (apimachinery's validation): a
+/// namespace, a Service's and a Namespace's name are DNS-1123 labels (63
+/// characters), other names DNS-1123 subdomains (253). Names become parts
+/// of cluster and route names; an unbounded one makes unbounded responses.
+fn check_names(obj: &Object) -> Result<(), String> {
+    fn label(what: &str, s: &str) -> Result<(), String> {
+        let ok = s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-');
+        if ok { Ok(()) } else { Err(invalid(what, s, "a DNS-1123 label (at most 63 of a-z, 0-9 and '-')")) }
+    }
+    fn subdomain(what: &str, s: &str) -> Result<(), String> {
+        if s.len() <= 253 && s.split('.').all(|p| !p.is_empty() && label(what, p).is_ok()) {
+            Ok(())
+        } else {
+            Err(invalid(what, s, "a DNS-1123 subdomain (at most 253 characters)"))
+        }
+    }
+    fn invalid(what: &str, s: &str, want: &str) -> String {
+        let shown: String = s.chars().take(64).collect();
+        let more = if shown.len() < s.len() { format!("... ({} bytes)", s.len()) } else { String::new() };
+        format!("invalid {what} {shown:?}{more}: must be {want}")
+    }
+    let (meta, name_is_label) = match obj {
+        Object::Service(s) => (&s.metadata, true),
+        Object::Namespace(n) => (&n.metadata, true),
+        Object::EndpointSlice(s) => (&s.metadata, false),
+        Object::Pod(p) => (&p.metadata, false),
+        Object::Node(n) => (&n.metadata, false),
+        Object::Istio(o) => (&o.meta, false),
+        Object::Skipped(_) => return Ok(()),
+    };
+    if let Some(ns) = &meta.namespace {
+        label("metadata.namespace", ns)?;
+    }
+    if meta.name.is_empty() {
+        return Ok(()); // reported by the kinds that need a name
+    }
+    if name_is_label { label("metadata.name", &meta.name) } else { subdomain("metadata.name", &meta.name) }
+}
+
 /// Parses one document's value into an object.
 pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
+    let obj = parse_kind(value)?;
+    check_names(&obj)?;
+    Ok(obj)
+}
+
+fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
     let head = Head::deserialize(&value).map_err(|e| e.to_string())?;
     let kind = head.kind.clone().ok_or("no kind")?;
     if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {

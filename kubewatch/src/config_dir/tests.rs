@@ -317,3 +317,26 @@ fn documents_past_the_limit_are_not_read() {
     assert_eq!(l.errors.len(), 1);
     assert!(l.errors[0].to_string().contains("document 10: more than 10 documents"), "{}", l.errors[0]);
 }
+
+#[test]
+fn names_are_bounded_as_the_api_server_bounds_them() {
+    // Issue #19, item 2: one Service with a 10 MiB name made a 10 MiB CDS.
+    let long = "a".repeat(64);
+    for (doc, want) in [
+        (SVC.replace("name: a", &format!("name: {long}")), "invalid metadata.name \"aaaa"),
+        (SVC.replace("name: a", "name: A_b"), "DNS-1123 label"),
+        (SVC.replace("namespace: x", &format!("namespace: {long}")), "invalid metadata.namespace"),
+        (
+            format!("kind: Pod\nmetadata: {{name: {}, namespace: x}}\n", "b".repeat(10 << 20)),
+            "(10485760 bytes): must be a DNS-1123 subdomain",
+        ),
+    ] {
+        let parsed = parse_file(&doc);
+        let e = parsed.docs[0].as_ref().unwrap_err();
+        assert!(e.contains(want), "{e}");
+        assert!(e.len() < 300, "the message does not quote the whole name: {} bytes", e.len());
+    }
+    // Subdomains may be long and dotted; labels may not.
+    let ok = format!("kind: Pod\nmetadata: {{name: a.{}.c, namespace: x}}\n", "b".repeat(63));
+    assert!(parse_file(&ok).docs[0].is_ok());
+}

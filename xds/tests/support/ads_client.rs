@@ -169,6 +169,18 @@ impl AdsClient {
         self.write(req.encode_to_vec());
     }
 
+    /// Waits up to `wait` for the stream to end (trailers, a reset or the
+    /// connection's loss), skipping messages; whether it ended in time.
+    pub(crate) async fn ended_within(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if self.next(left).await.is_none() {
+                return tokio::time::Instant::now() < deadline;
+            }
+        }
+    }
+
     /// Next message, or `None` after `wait` (or at the end of the stream).
     async fn next(&mut self, wait: Duration) -> Option<Bytes> {
         let deadline = tokio::time::Instant::now() + wait;

@@ -1,0 +1,438 @@
+//! Hostile and careless inputs against the `pilot-discovery` binary
+//! (issue #19), loopback only: special files, link loops and oversized
+//! files in `--configDir`; ADS clients with unique labels, huge node ids,
+//! oversized responses and rapid cancels; file-descriptor exhaustion
+//! through the debug port; and `--shutdownDuration`. Each case failed
+//! before its fix (hung, spun, grew without bound or lost the status); the
+//! server must keep serving everyone else, and say why in its log.
+
+#[path = "../xds/tests/support/ads_client.rs"]
+mod client;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use client::{connect, names_of, runtime};
+use istiod_proto::envoy::config::core::v3::Node;
+use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
+use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
+use istiod_proto::type_url;
+
+const BOOKINFO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo");
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split(' ').nth(1)?.parse().ok()?;
+    Some((status, out.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+struct Server {
+    child: Child,
+    grpc: SocketAddr,
+    http: SocketAddr,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts the binary on `config_dir` with extra flags and environment,
+    /// under `nofile` open files when given, and waits for `/ready`.
+    fn start(config_dir: &Path, flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
+        let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr.log");
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(env!("CARGO_BIN_EXE_pilot-discovery"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_pilot-discovery")),
+        };
+        cmd.args(["discovery", "--configDir", config_dir.to_str().unwrap()])
+            .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "2"])
+            .args(["--log_target", "stderr"])
+            .args(flags)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().unwrap();
+        let mut s = Self { child, grpc, http, log, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(http, "/ready").map(|r| r.0) != Some(200) {
+            if let Some(status) = s.child.try_wait().unwrap() {
+                panic!("server exited with {status}: {}", s.log());
+            }
+            assert!(Instant::now() < deadline, "server never became ready: {}", s.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory, from /proc.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// User + system CPU time, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
+    fn sigterm(&self) -> Instant {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        Instant::now()
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}: {}", self.log());
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < within, "no exit after SIGTERM: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sum of a counter over the cores' `/debug/stats`.
+    fn stat(&self, key: &str) -> u64 {
+        let (_, body) = get(self.http, "/debug/stats").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v.as_array().unwrap().iter().map(|c| c[key].as_u64().unwrap_or_else(|| panic!("no {key} in {c}"))).sum()
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir(to.join(e.file_name())).unwrap();
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+fn service(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{ports: [{{port: 80, name: http}}], clusterIP: 10.96.99.1}}\n"
+    )
+}
+
+#[test]
+fn config_dir_special_files_loops_and_oversized_files() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(Path::new(BOOKINFO), dir.path());
+    let d = dir.path();
+    mkfifo(&d.join("pipe.yaml")); // (3) blocked open() at start
+    std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap(); // (3) > 3 GiB in 2 s
+    std::os::unix::fs::symlink(".", d.join("a")).unwrap(); // (4) a/b/a/b/...
+    std::os::unix::fs::symlink(".", d.join("b")).unwrap();
+    std::fs::write(d.join("big.yaml"), "# padding\n".repeat(40_000)).unwrap(); // (5) 400 KB
+    let many: String =
+        (0..5_000).map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n---\n")).collect();
+    std::fs::write(d.join("many.yaml"), many).unwrap(); // (5) documents
+    let started = Instant::now();
+    let mut s = Server::start(
+        d,
+        &[],
+        &[("ISTIOD_RS_CONFIG_MAX_FILE_BYTES", "300000"), ("ISTIOD_RS_CONFIG_MAX_DOCUMENTS", "1000")],
+        None,
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let log = s.log();
+    for want in [
+        "pipe.yaml",
+        "zero.yaml",
+        "not a regular file",
+        "big.yaml",
+        "over the limit of 300000 (ISTIOD_RS_CONFIG_MAX_FILE_BYTES)",
+        "more than 1000 documents (ISTIOD_RS_CONFIG_MAX_DOCUMENTS)",
+    ] {
+        assert!(log.contains(want), "log lacks {want:?}: {log}");
+    }
+    assert!(log.matches("productpage.yaml").count() <= 1, "each file read once despite the loops");
+    let (_, registry) = get(s.http, "/debug/registryz").unwrap();
+    assert!(registry.contains("productpage.bookinfo.svc.cluster.local"), "the mesh loaded");
+
+    // At run time: a FIFO appears, then a real change. The control thread
+    // neither blocks nor misses the change; /ready and /metrics answer.
+    mkfifo(&d.join("late.yaml"));
+    std::fs::write(d.join("added.yaml"), service("added")).unwrap();
+    wait_for("the added Service", Duration::from_secs(10), || {
+        get(s.http, "/debug/registryz").is_some_and(|(_, b)| b.contains("added.default.svc.cluster.local"))
+    });
+    assert_eq!(get(s.http, "/ready").map(|r| r.0), Some(200));
+    // Removing the loops changes nothing that was read.
+    std::fs::remove_file(d.join("a")).unwrap();
+    std::fs::remove_file(d.join("b")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss = s.rss_kib();
+    assert!(rss < 256 * 1024, "RSS {rss} KiB");
+    let t = s.sigterm();
+    s.wait_exit(Duration::from_secs(15));
+    assert!(t.elapsed() < Duration::from_secs(15));
+}
+
+fn labelled_node(id: &str, label_bytes: usize, unique: u32) -> Node {
+    let labels = Struct {
+        fields: BTreeMap::from([
+            ("app".to_owned(), Value { kind: Some(ValueKind::StringValue(format!("x{unique}"))) }),
+            ("pad".to_owned(), Value { kind: Some(ValueKind::StringValue("p".repeat(label_bytes))) }),
+        ]),
+    };
+    Node {
+        id: id.into(),
+        metadata: Some(Struct {
+            fields: BTreeMap::from([("LABELS".to_owned(), Value { kind: Some(ValueKind::StructValue(labels)) })]),
+        }),
+        ..Default::default()
+    }
+}
+
+fn cds(node: Node) -> DiscoveryRequest {
+    DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() }
+}
+
+const SIDECAR: &str = "sidecar~10.244.0.9~x.bookinfo~bookinfo.svc.cluster.local";
+
+#[test]
+fn ads_unique_labels_huge_nodes_and_cancels() {
+    let s = Server::start(Path::new(BOOKINFO), &[], &[], None);
+    let rt = runtime();
+    rt.block_on(async {
+        // Warm up, so the baseline includes the cores' caches.
+        let mut c = connect(s.grpc, false).await;
+        c.sotw(cds(labelled_node(SIDECAR, 10, 0)));
+        assert!(!names_of(&c.recv().await).is_empty());
+    });
+    let before = s.rss_kib();
+    // (1) 300 streams, each with labels no other had (32 KiB), each closed
+    // after its CDS. Every class left behind before: RSS grew per stream.
+    rt.block_on(async {
+        for i in 1..=300 {
+            let mut c = connect(s.grpc, i % 2 == 0).await;
+            if c.delta {
+                c.delta_req(istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+                    node: Some(labelled_node(SIDECAR, 32 * 1024, i)),
+                    type_url: type_url::CLUSTER.into(),
+                    ..Default::default()
+                });
+                assert!(!c.recv_delta().await.resources.is_empty());
+            } else {
+                c.sotw(cds(labelled_node(SIDECAR, 32 * 1024, i)));
+                assert!(!names_of(&c.recv().await).is_empty());
+            }
+        }
+        // Let the clients' connection tasks send their resets and close.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    });
+    wait_for("every class released", Duration::from_secs(10), || s.stat("classes") == 0);
+    let grown = s.rss_kib().saturating_sub(before);
+    assert!(grown < 48 * 1024, "RSS grew {grown} KiB over 300 closed streams");
+
+    rt.block_on(async {
+        // A node over the cap: INVALID_ARGUMENT naming the limit.
+        let mut c = connect(s.grpc, false).await;
+        c.sotw(cds(labelled_node(SIDECAR, 1 << 20, 9999)));
+        let (code, msg) = c.status().await;
+        assert_eq!(code, "3", "{msg}");
+        assert!(msg.contains("ISTIOD_RS_MAX_NODE_BYTES"), "{msg}");
+        // (9) A malformed id is not echoed whole: the status survives.
+        for id in ["x".repeat(3 << 20), format!("{}~1", "y".repeat(60_000))] {
+            let mut c = connect(s.grpc, false).await;
+            c.sotw(cds(Node { id, ..Default::default() }));
+            let (code, msg) = c.status().await;
+            assert_eq!(code, "3", "{msg}");
+            assert!(msg.len() < 1024, "grpc-message of {} bytes", msg.len());
+        }
+    });
+
+    // (10) A client cancelling hundreds of answered streams on one
+    // connection is not a rapid-reset attack: its connection goes on.
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(s.grpc).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        let driver = tokio::spawn(conn);
+        let mut send = send.ready().await.unwrap();
+        for i in 0..400u32 {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("http://istiod/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let (resp, mut body_tx) = send.send_request(req, false).unwrap();
+            let msg = istiod_proto::prost::Message::encode_to_vec(&cds(labelled_node(SIDECAR, 10, 0)));
+            let mut frame = vec![0u8];
+            frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+            frame.extend_from_slice(&msg);
+            body_tx.send_data(frame.into(), false).unwrap();
+            let resp = resp.await.unwrap_or_else(|e| panic!("stream {i}: {e}"));
+            let mut body = resp.into_body();
+            assert!(body.data().await.is_some(), "stream {i} answered");
+            drop(body); // cancel: RST_STREAM(CANCEL) of an answered stream
+            drop(body_tx);
+            send = send.ready().await.unwrap_or_else(|e| panic!("connection closed after {i} cancels: {e}"));
+        }
+        assert!(!driver.is_finished(), "the connection is still up");
+    });
+}
+
+#[test]
+fn a_response_over_the_send_limit_ends_that_stream_only() {
+    // (2) A real limit is an error the proxy sees and the log names.
+    let s = Server::start(Path::new(BOOKINFO), &[], &[("ISTIOD_RS_MAX_RESPONSE_BYTES", "4096")], None);
+    runtime().block_on(async {
+        let mut big = connect(s.grpc, false).await;
+        big.sotw(cds(labelled_node(SIDECAR, 10, 1)));
+        let (code, msg) = big.status().await;
+        assert_eq!(code, "8", "RESOURCE_EXHAUSTED: {msg}");
+        assert!(msg.contains("CDS response of") && msg.contains("over the server's limit of 4096 bytes"), "{msg}");
+        // Another proxy's small EDS request is answered.
+        let mut small = connect(s.grpc, false).await;
+        small.sotw(DiscoveryRequest {
+            node: Some(labelled_node(SIDECAR, 10, 2)),
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names: vec!["outbound|9080||ratings.bookinfo.svc.cluster.local".into()],
+            ..Default::default()
+        });
+        assert_eq!(small.recv().await.resources.len(), 1);
+    });
+    assert!(s.log().contains("ISTIOD_RS_MAX_RESPONSE_BYTES"), "{}", s.log());
+}
+
+#[test]
+fn debug_port_survives_descriptor_exhaustion() {
+    // (7) With nofile reached, the accept loop spun at 100% CPU and /ready
+    // timed out.
+    let s = Server::start(Path::new(BOOKINFO), &[], &[], Some(128));
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        match TcpStream::connect_timeout(&s.http, Duration::from_millis(500)) {
+            Ok(c) => held.push(c),
+            Err(_) => break,
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let ticks = s.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(2));
+    let used = s.cpu_ticks() - ticks;
+    assert!(used < 50, "{used} ticks of CPU in 2 s with descriptors exhausted");
+    drop(held);
+    wait_for("/ready after the clients left", Duration::from_secs(15), || {
+        get(s.http, "/ready").map(|r| r.0) == Some(200)
+    });
+    assert!(s.log().contains("accept failed"), "the exhaustion is logged: {}", s.log());
+}
+
+#[test]
+fn shutdown_duration_is_honoured_and_departures_spread() {
+    // (8) Exit was always at ~10 s and every stream cut at the same instant.
+    let mut s = Server::start(Path::new(BOOKINFO), &["--shutdownDuration", "3s"], &[], None);
+    let rt = runtime();
+    let ends = rt.block_on(async {
+        let mut clients = Vec::new();
+        for i in 0..20 {
+            let mut c = connect(s.grpc, false).await;
+            c.sotw(cds(labelled_node(SIDECAR, 10, i)));
+            assert!(!names_of(&c.recv().await).is_empty());
+            clients.push(c);
+        }
+        let t = s.sigterm();
+        let waits = clients.into_iter().map(|mut c| async move {
+            assert!(c.ended_within(Duration::from_secs(8)).await, "stream never ended");
+            t.elapsed()
+        });
+        futures_join(waits.collect()).await
+    });
+    let exit = s.wait_exit(Duration::from_secs(10));
+    let (first, last) = (ends.iter().min().unwrap(), ends.iter().max().unwrap());
+    assert!(*last >= Duration::from_millis(2000) && *last < Duration::from_millis(4500), "last departure {last:?}");
+    assert!(*first < Duration::from_millis(1800), "first departure {first:?}: spread over the period");
+    assert!(exit < Duration::from_secs(6), "exit {exit:?} after the streams ended");
+}
+
+/// Awaits every future (no `futures` dependency in the root crate's tests).
+async fn futures_join<F: std::future::Future<Output = Duration> + 'static>(fs: Vec<F>) -> Vec<Duration> {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let handles: Vec<_> = fs.into_iter().map(tokio::task::spawn_local).collect();
+            let mut out = Vec::new();
+            for h in handles {
+                out.push(h.await.unwrap());
+            }
+            out
+        })
+        .await
+}
+
+#[test]
+fn zero_settings_do_not_break_connections() {
+    // (6) Zero keepalive / age / stream settings: PING storms, every
+    // connection killed, or no stream at all.
+    let s = Server::start(
+        Path::new(BOOKINFO),
+        &["--keepaliveInterval", "0s", "--keepaliveTimeout", "0s", "--keepaliveMaxServerConnectionAge", "0s"],
+        &[("ISTIO_GPRC_MAXSTREAMS", "0")],
+        None,
+    );
+    runtime().block_on(async {
+        let mut c = connect(s.grpc, false).await;
+        c.sotw(cds(labelled_node(SIDECAR, 10, 1)));
+        assert!(!names_of(&c.recv().await).is_empty());
+        let ticks = s.cpu_ticks();
+        // Still connected and quiet two seconds later.
+        assert!(!c.ended_within(Duration::from_secs(2)).await, "the connection was cut");
+        assert!(s.cpu_ticks() - ticks < 50, "a PING storm burns CPU");
+    });
+}

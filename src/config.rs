@@ -99,6 +99,9 @@ pub struct Config {
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
     /// fetches): who fetches a RequestAuthentication's `jwksUri`.
     pub jwks_fetch: crate::translate::authn::JwksFetch,
+    /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (features/pilot.go, 20m): how
+    /// often istiod refetches the key sets it fetched.
+    pub jwks_refresh: Duration,
     /// istiod-rs's own bounds on what clients and files may cost
     /// (docs/security.md).
     pub limits: InputLimits,
@@ -588,6 +591,10 @@ impl Config {
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             jwks_fetch: crate::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
+            ),
+            jwks_refresh: nonzero(
+                vars.duration("PILOT_JWT_PUB_KEY_REFRESH_INTERVAL", Duration::from_secs(20 * 60))?,
+                Duration::from_secs(20 * 60),
             ),
             limits: InputLimits {
                 max_node_bytes: positive(&vars, "ISTIOD_RS_MAX_NODE_BYTES", 64 * 1024)?,

@@ -5,6 +5,7 @@
 //! debug endpoints in `debug.rs`.
 
 mod debug;
+mod jwks;
 mod sources;
 mod update;
 
@@ -206,6 +207,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }
+        // The JWKS resolver hears which key sets each new model wants.
+        let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();
+        state.borrow_mut().jwks_wanted = Some(jwks_tx);
+        tokio::task::spawn_local(jwks::run(jwks_rx, state.clone(), tx.clone(), config.jwks_refresh));
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 let configz = configz(dir, &loaded);

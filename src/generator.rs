@@ -122,9 +122,7 @@ impl MeshInput {
     pub fn new(model: Arc<Model>) -> Self {
         let inbound_parts: imbl::HashMap<Arc<str>, u64> =
             model.services.iter().map(|(h, s)| (h.clone(), inbound_part(s))).collect();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        hash_debug(&mut h, &model.security);
-        let security_hash = h.finish();
+        let security_hash = security_hash(&model);
         let inbound_sum = inbound_parts.values().fold(0u64, |a, b| a.wrapping_add(*b));
         let inbound_generation = mix((security_hash, inbound_sum));
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -141,7 +139,6 @@ impl MeshInput {
             .iter()
             .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
         let translation = crate::translate::translate(&model);
-        crate::translate::authn::warn_unfetched(&model);
         let selecting_sidecars = selecting(&model);
         let routing_generation = routing_generation(&model);
         Self {
@@ -162,7 +159,29 @@ impl MeshInput {
     }
 }
 
+/// The security policies' part of the inbound fingerprint: the policies and
+/// the key sets fetched for them.
+fn security_hash(model: &Model) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    hash_debug(&mut h, &model.security);
+    model.jwks.hash(&mut h);
+    h.finish()
+}
+
 impl MeshInput {
+    /// The mesh with the JWT key sets istiod fetched replaced: only the
+    /// inbound listeners read them (jwt_authn), so only the inbound
+    /// fingerprint changes; everything else is shared with `self`.
+    pub fn with_jwks(&self, jwks: Arc<crate::translate::authn::FetchedJwks>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.jwks = jwks;
+        let model = Arc::new(model);
+        let mut next = MeshInput { model, ..self.clone() };
+        next.security_hash = security_hash(&next.model);
+        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
+        next
+    }
+
     /// The mesh after the EndpointSlices of the Services `changed`
     /// (namespace, name) changed in `objs`, and nothing else: those
     /// services are rebuilt in the model, their clusters and load

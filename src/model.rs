@@ -232,6 +232,11 @@ pub struct Model {
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
+    /// The JWT key sets istiod-rs fetched for RequestAuthentications
+    /// (`jwksUri` or OpenID discovery), as the control thread's resolver
+    /// last had them.
+    #[serde(skip)]
+    pub jwks: Arc<crate::translate::authn::FetchedJwks>,
     /// The DestinationRules by namespace and the first VirtualService of
     /// each host (an index into `routing`), built on first use with the length of
     /// `routing` then: a model whose `routing` grew or shrank since falls

@@ -326,6 +326,7 @@ impl Change {
             Some(&self.refs),
             "cluster.local",
             &self.settings,
+            &Arc::default(),
         );
         let changes =
             istiod::translate::diff_maps(&self.builts[from].translation.resources, &next.translation.resources);

@@ -26,6 +26,11 @@ pub(super) struct State {
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
+    /// The JWT key sets the resolver has (`jwks.rs`); every model built
+    /// carries them.
+    pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
+    /// Tells the resolver which key sets the newest model wants.
+    pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<crate::translate::authn::JwksKey>>>,
 }
 
 /// `/debug/configz` for a config directory (its errors are logged too).
@@ -70,8 +75,14 @@ pub(super) fn apply(
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
-    let prev = state.borrow().mesh.clone();
-    let (mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh);
+    let (prev, jwks) = {
+        let s = state.borrow();
+        (s.mesh.clone(), s.jwks.clone())
+    };
+    let (mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
+    if let Some(w) = &state.borrow().jwks_wanted {
+        let _ = w.send(translate::authn::wanted_jwks(&mesh.model));
+    }
     let empty = translate::Resources::default();
     let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
     let changes = translate::diff_maps(old, new);

@@ -12,7 +12,19 @@ use crate::model::Model;
 
 /// Builds the model and everything served from it.
 pub fn build(objects: &Objects, domain: &str, settings: &Arc<crate::mesh::MeshSettings>) -> Arc<MeshInput> {
-    Arc::new(MeshInput::new(Arc::new(Model::build_in(objects, domain, settings.clone()))))
+    build_with(objects, domain, settings, &Arc::default())
+}
+
+/// [`build`], with the JWT key sets fetched so far.
+pub(super) fn build_with(
+    objects: &Objects,
+    domain: &str,
+    settings: &Arc<crate::mesh::MeshSettings>,
+    jwks: &Arc<crate::translate::authn::FetchedJwks>,
+) -> Arc<MeshInput> {
+    let mut model = Model::build_in(objects, domain, settings.clone());
+    model.jwks = jwks.clone();
+    Arc::new(MeshInput::new(Arc::new(model)))
 }
 
 /// The mesh built from `objects`, given the previous one (`prev`) and the
@@ -27,9 +39,12 @@ pub fn update(
     changed: Option<&[ObjectRef]>,
     domain: &str,
     settings: &Arc<crate::mesh::MeshSettings>,
+    jwks: &Arc<crate::translate::authn::FetchedJwks>,
 ) -> (Arc<MeshInput>, bool) {
     let all = |kinds: &[&str]| changed.filter(|c| c.iter().all(|r| kinds.contains(&r.kind.as_str())));
-    let fast = prev.and_then(|m| {
+    // The fast paths keep the previous model's key sets: only the resolver
+    // changes them, and it updates the previous model itself.
+    let fast = prev.filter(|m| m.model.jwks == *jwks).and_then(|m| {
         if let Some(refs) = all(&["EndpointSlice"]) {
             // A slice without its service label serves nothing.
             let services: std::collections::BTreeSet<(String, String)> =
@@ -43,6 +58,6 @@ pub fn update(
     });
     match fast {
         Some(m) => (Arc::new(m), true),
-        None => (build(objects, domain, settings), false),
+        None => (build_with(objects, domain, settings, jwks), false),
     }
 }

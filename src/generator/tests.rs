@@ -564,7 +564,8 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     for edit in edits {
         let mut after = before.clone();
         let refs = edit(&mut after);
-        let (fast, incremental) = crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings);
+        let (fast, incremental) =
+            crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only EndpointSlices changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);
@@ -576,8 +577,8 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     let mut other = before.clone();
     let gone = other.services.pop().unwrap();
     let refs = [ObjectRef::of(&Object::Service(gone)), slice_ref(&other.endpoint_slices[0])];
-    assert!(!crate::discovery::update(Some(&old), &other, Some(&refs), "cluster.local", &settings).1);
-    assert!(!crate::discovery::update(Some(&old), &before, None, "cluster.local", &settings).1);
+    assert!(!crate::discovery::update(Some(&old), &other, Some(&refs), "cluster.local", &settings, &Arc::default()).1);
+    assert!(!crate::discovery::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
 }
 
 /// The routing fast path (`MeshInput::with_routing`) serves exactly what a
@@ -655,7 +656,8 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
     for edit in edits {
         let mut after = before.clone();
         let refs = edit(&mut after);
-        let (fast, incremental) = crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings);
+        let (fast, incremental) =
+            crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only VirtualServices and DestinationRules changed");
         let full = crate::discovery::build(&after, "cluster.local", &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);

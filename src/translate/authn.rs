@@ -50,10 +50,64 @@ impl JwksFetch {
 }
 
 /// A key set no token verifies against: an RSA public key whose private key
-/// nobody has. istiod serves the same kind of key set (`PublicOnlyJwks`)
-/// when it cannot fetch one: every token is rejected, requests without one
-/// still pass.
-pub const PUBLIC_ONLY_JWKS: &str = r#"{"keys":[{"kty":"RSA","e":"AQAB","n":"4qysDcu5BnC389pcO6VzZCPfEAwaNynIZ1q4V1IjCQtxqEsgq30ayIr5dHKiBexextz4orgm-beGvFUqw06AyOvmiZwz3cU2sNBU3vvMgtq4HRjqwWXoOCQLnDcMoyfSwZ0RMRS079qo0FcXkSsnRLlN5heHgKpvesQBEz0lFoMHw6oup2XqCfSQIvw4-f_KPdfD0zbuwLqMPE4oWhLzvO2LUkd0m-ZVD40O8xN2TyqS1LOfFxBU6H_YxS0ULS2spbGgiugRG7ObVasTyBgenAswhO4AdyCwVLCIDiALZ7xOkbZJdanIKd3SANMGv875FI3ig9S4ndnnDXq__sIPCw"}]}"#;
+/// was discarded. istiod serves this very text (`model.PublicOnlyJwks`,
+/// pilot/pkg/model/jwks_resolver.go) when it has no key set for a rule:
+/// every token is rejected, requests without one still pass.
+pub const PUBLIC_ONLY_JWKS: &str = r#"{
+  "keys": [
+    {
+      "kty": "RSA",
+      "e": "AQAB",
+      "n": "0xObjM0UvS_oaazjpEYlAbwctEJ4L8pH3OuTb7qth7gUwqet-EzQB4dgFdvSdMgrLnSncQGRjpEYz3F3viIbH-3EN3TxSlPNviHxeOdyiBVfumN8dMxbLvVJUpfNOnvmMxJcl-8NNjAwcOjk4otSALaYgYYyOPyvKtgVdrQr-FoubWX4yrjxW-MJ2-7OBeepUUNOsVwGV23YX03sVkkyvY3otRflkBcY3_HKpBxJl9wk2GyOShN4_PNUF9-vwfnvOXMbCDX-w4PTef4geeb_GiT40YCKHTKMSPVanGRn5GExIWmki-mmqh94-mPTJyBR74ShspL3BxPZitDL574T1w"
+    }
+  ]
+}"#;
+
+/// What istiod fetches a key set for: a rule's issuer and `jwksUri` (empty:
+/// found through the issuer's OpenID discovery document), istiod's
+/// `jwtKey`.
+pub type JwksKey = (String, String);
+
+/// Key sets istiod-rs fetched, by [`JwksKey`] (the control thread's
+/// resolver fills it; translation only reads it).
+pub type FetchedJwks = std::collections::BTreeMap<JwksKey, String>;
+
+/// The key sets translation wants istiod to fetch: rules without inline
+/// keys whose keys istiod (not Envoy) fetches in `model`'s mode.
+pub fn wanted_jwks(model: &Model) -> std::collections::BTreeSet<JwksKey> {
+    let mut out = std::collections::BTreeSet::new();
+    for o in model.security.iter() {
+        let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
+        for rule in &ra.jwt_rules {
+            if rule.jwks.is_empty()
+                && !(rule.issuer.is_empty() && rule.jwks_uri.is_empty())
+                && istiod_fetches(model, rule)
+            {
+                out.insert((rule.issuer.clone(), rule.jwks_uri.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether istiod (rather than Envoy) fetches `rule`'s keys.
+fn istiod_fetches(model: &Model, rule: &JwtRule) -> bool {
+    if rule.jwks_uri.is_empty() {
+        return true; // OpenID discovery is istiod's
+    }
+    match model.mesh.jwks_fetch {
+        JwksFetch::Istiod => true,
+        JwksFetch::Envoy => false,
+        JwksFetch::Hybrid => !mesh_host(model, &rule.jwks_uri),
+    }
+}
+
+/// Whether a URI's host and port are a service of the mesh.
+fn mesh_host(model: &Model, uri: &str) -> bool {
+    jwks_host(uri).is_some_and(|(host, port)| {
+        model.services.get(host.as_str()).is_some_and(|s| s.ports.iter().any(|p| p.port == port))
+    })
+}
 
 /// The JWT rules in force for `class`, sorted by issuer.
 pub fn jwt_rules(model: &Model, class: &ProxyClass) -> Vec<JwtRule> {
@@ -71,10 +125,10 @@ pub fn jwt_rules(model: &Model, class: &ProxyClass) -> Vec<JwtRule> {
     rules
 }
 
-/// Where a provider gets its keys: inline when the rule carries them;
-/// `remote_jwks` when Envoy fetches; else istiod's fetch, which istiod-rs
-/// does not do yet (the key set no token verifies, as istiod when a fetch
-/// fails).
+/// Where a provider gets its keys (istiod's `buildJwtProvider`): inline
+/// when the rule carries them; `remote_jwks` when Envoy fetches; else the
+/// key set istiod fetched (`model.jwks`), or [`PUBLIC_ONLY_JWKS`] until it
+/// has one, as istiod's `BuildLocalJwks`.
 fn jwks(model: &Model, rule: &JwtRule, timeout: Duration) -> jwt::jwt_provider::JwksSourceSpecifier {
     use jwt::jwt_provider::JwksSourceSpecifier as S;
     let inline = |s: &str| {
@@ -83,51 +137,26 @@ fn jwks(model: &Model, rule: &JwtRule, timeout: Duration) -> jwt::jwt_provider::
             ..Default::default()
         })
     };
-    let remote = |cluster: String| {
-        S::RemoteJwks(jwt::RemoteJwks {
-            http_uri: Some(core::HttpUri {
-                uri: rule.jwks_uri.clone(),
-                http_upstream_type: Some(core::http_uri::HttpUpstreamType::Cluster(cluster)),
-                timeout: Some(timeout),
-            }),
-            cache_duration: Some(Duration { seconds: 300, nanos: 0 }),
-        })
-    };
-    if rule.jwks_uri.is_empty() || model.mesh.jwks_fetch == JwksFetch::Istiod {
-        if !rule.jwks.is_empty() {
-            return inline(&rule.jwks);
-        }
-        return inline(PUBLIC_ONLY_JWKS);
+    if !rule.jwks.is_empty() {
+        return inline(&rule.jwks);
+    }
+    if istiod_fetches(model, rule) {
+        let key = (rule.issuer.clone(), rule.jwks_uri.clone());
+        return inline(model.jwks.get(&key).map_or(PUBLIC_ONLY_JWKS, String::as_str));
     }
     let Some((host, port)) = jwks_host(&rule.jwks_uri) else { return inline(PUBLIC_ONLY_JWKS) };
-    let known = model.services.get(host.as_str()).is_some_and(|s| s.ports.iter().any(|p| p.port == port));
-    match (model.mesh.jwks_fetch, known) {
-        (JwksFetch::Hybrid, false) if !rule.jwks.is_empty() => inline(&rule.jwks),
-        (JwksFetch::Hybrid, false) => inline(PUBLIC_ONLY_JWKS),
-        _ => remote(format!("outbound|{port}||{host}")),
-    }
-}
-
-/// Warns, once per model (on the control thread, not per proxy class),
-/// about each JWT rule whose keys istiod would fetch and istiod-rs does
-/// not: its tokens are all rejected.
-pub fn warn_unfetched(model: &Model) {
-    for o in model.security.iter() {
-        let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
-        for rule in ra.jwt_rules.iter().filter(|r| r.jwks.is_empty() && !r.jwks_uri.is_empty()) {
-            let served = jwks(model, rule, Duration::default());
-            let unfetched = matches!(&served, jwt::jwt_provider::JwksSourceSpecifier::LocalJwks(d)
-                if matches!(&d.specifier, Some(core::data_source::Specifier::InlineString(k)) if k == PUBLIC_ONLY_JWKS));
-            if unfetched {
-                tracing::warn!(target: "authn", policy = %format!("{}/{}", o.meta.ns(), o.meta.name), issuer = %rule.issuer, uri = %rule.jwks_uri,
-                    "istiod-rs does not fetch JWKS itself yet: tokens of this issuer are rejected; set PILOT_JWT_ENABLE_REMOTE_JWKS=envoy (or hybrid, for a mesh host) or put the keys in jwks");
-            }
-        }
-    }
+    S::RemoteJwks(jwt::RemoteJwks {
+        http_uri: Some(core::HttpUri {
+            uri: rule.jwks_uri.clone(),
+            http_upstream_type: Some(core::http_uri::HttpUpstreamType::Cluster(format!("outbound|{port}||{host}"))),
+            timeout: Some(timeout),
+        }),
+        cache_duration: Some(Duration { seconds: 300, nanos: 0 }),
+    })
 }
 
 /// The host and port of an http(s) URI (istiod's `ParseJwksURI`).
-fn jwks_host(uri: &str) -> Option<(String, u16)> {
+pub fn jwks_host(uri: &str) -> Option<(String, u16)> {
     let (rest, default) = match uri.split_once("://")? {
         ("https", r) => (r, 443),
         ("http", r) => (r, 80),

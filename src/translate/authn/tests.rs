@@ -69,8 +69,21 @@ fn request_authentication_becomes_jwt_authn_before_rbac() {
     assert_eq!(
         inline(&c.providers["origins-0"]),
         PUBLIC_ONLY_JWKS,
-        "a URI istiod-rs does not fetch: no token verifies"
+        "keys istiod has not fetched (yet): no token verifies"
     );
+    // Once the resolver has them, they are inlined.
+    assert_eq!(
+        wanted_jwks(&m).into_iter().collect::<Vec<_>>(),
+        vec![("a-issuer".to_owned(), "https://keys.example.com:8443/jwks".to_owned())]
+    );
+    let keys = r#"{"keys":[{"kid":"fetched"}]}"#;
+    let mut fetched = (*m).clone();
+    fetched.jwks = Arc::new(FetchedJwks::from([(
+        ("a-issuer".to_owned(), "https://keys.example.com:8443/jwks".to_owned()),
+        keys.to_owned(),
+    )]));
+    let fetched = Arc::new(fetched);
+    assert_eq!(inline(&jwt_config(&http_filters(&fetched)).providers["origins-0"]), keys);
     use jwt::jwt_requirement::RequiresType as R;
     let Some(jwt::requirement_rule::RequirementType::Requires(req)) = &c.rules[0].requirement_type else { panic!() };
     let Some(R::RequiresAny(any)) = &req.requires_type else { panic!("{req:?}") };

@@ -1,0 +1,146 @@
+//! The `pilot-discovery` binary as the integration tests start it: on a
+//! config directory, with extra flags and environment, its log in a file,
+//! and what /proc says of it.
+
+#![allow(dead_code, reason = "each test binary uses part of the support code")]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The bundled example mesh.
+pub(crate) const BOOKINFO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo");
+
+pub(crate) fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+pub(crate) fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split(' ').nth(1)?.parse().ok()?;
+    Some((status, out.split_once("\r\n\r\n")?.1.to_owned()))
+}
+
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) grpc: SocketAddr,
+    pub(crate) http: SocketAddr,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts the binary on `config_dir` with extra flags and environment,
+    /// under `nofile` open files when given, and waits for `/ready`.
+    pub(crate) fn start(config_dir: &Path, flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
+        let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr.log");
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(env!("CARGO_BIN_EXE_pilot-discovery"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_pilot-discovery")),
+        };
+        cmd.args(["discovery", "--configDir", config_dir.to_str().unwrap()])
+            .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "2"])
+            .args(["--log_target", "stderr"])
+            .args(flags)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().unwrap();
+        let mut s = Self { child, grpc, http, log, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(http, "/ready").map(|r| r.0) != Some(200) {
+            if let Some(status) = s.child.try_wait().unwrap() {
+                panic!("server exited with {status}: {}", s.log());
+            }
+            assert!(Instant::now() < deadline, "server never became ready: {}", s.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory, from /proc.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// User + system CPU time, in clock ticks.
+    pub(crate) fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
+    pub(crate) fn sigterm(&self) -> Instant {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        Instant::now()
+    }
+
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}: {}", self.log());
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < within, "no exit after SIGTERM: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sum of a counter over the cores' `/debug/stats`.
+    pub(crate) fn stat(&self, key: &str) -> u64 {
+        let (_, body) = get(self.http, "/debug/stats").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v.as_array().unwrap().iter().map(|c| c[key].as_u64().unwrap_or_else(|| panic!("no {key} in {c}"))).sum()
+    }
+}
+
+pub(crate) fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir(to.join(e.file_name())).unwrap();
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}

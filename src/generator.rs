@@ -182,6 +182,18 @@ impl MeshInput {
         next
     }
 
+    /// The mesh after security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
+    /// nothing else: only the inbound resources read them, so the shared
+    /// translation is kept and only the inbound fingerprint changes.
+    /// A pass over the Istio objects, not a rebuild.
+    pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let mut next = MeshInput { model: Arc::new(self.model.with_security_of(objs)), ..self.clone() };
+        next.security_hash = security_hash(&next.model);
+        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
+        next
+    }
+
     /// The mesh after the EndpointSlices of the Services `changed`
     /// (namespace, name) changed in `objs`, and nothing else: those
     /// services are rebuilt in the model, their clusters and load

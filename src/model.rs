@@ -427,6 +427,14 @@ fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>)
     }
 }
 
+/// The kinds the model keeps in `security`.
+pub fn is_security(s: &IstioSpec) -> bool {
+    matches!(
+        s,
+        IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_) | IstioSpec::RequestAuthentication(_)
+    )
+}
+
 impl Model {
     /// Builds the model from Kubernetes objects under the default mesh
     /// configuration.
@@ -443,14 +451,7 @@ impl Model {
             v
         };
         model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
-        model.security = Arc::new(of(|s| {
-            matches!(
-                s,
-                IstioSpec::PeerAuthentication(_)
-                    | IstioSpec::AuthorizationPolicy(_)
-                    | IstioSpec::RequestAuthentication(_)
-            )
-        }));
+        model.security = Arc::new(of(is_security));
         model.sidecars = Arc::new(of(|s| matches!(s, IstioSpec::Sidecar(_))));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
@@ -511,6 +512,15 @@ impl Model {
 }
 
 impl Model {
+    /// The model with its security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
+    /// and nothing else: a pass over the Istio objects, no rebuild.
+    pub fn with_security_of(&self, objs: &Objects) -> Model {
+        let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| is_security(&o.spec)).cloned().collect();
+        v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+        Model { security: Arc::new(v), ..self.clone() }
+    }
+
     /// The model after the VirtualServices and DestinationRules `changed`
     /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
     /// else having changed: the routing list is updated in place (it stays

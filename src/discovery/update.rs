@@ -31,8 +31,9 @@ pub(super) fn build_with(
 /// objects the source says changed since (`None`: it does not know, after a
 /// first list or a relist): only EndpointSlices -> only their services are
 /// rebuilt and re-translated; only VirtualServices and DestinationRules ->
-/// only the virtual hosts and clusters of their hosts; both O(changed), the
-/// rest shared. Anything else rebuilds the model. Says which it did.
+/// only the virtual hosts and clusters of their hosts; only security
+/// policies -> only the policy list and the inbound fingerprint; each
+/// O(changed), the rest shared. Anything else rebuilds the model. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     objects: &Objects,
@@ -50,6 +51,9 @@ pub fn update(
             let services: std::collections::BTreeSet<(String, String)> =
                 refs.iter().filter_map(|r| Some((r.namespace.clone(), r.service.clone()?))).collect();
             return Some(m.with_endpoints(objects, &services.into_iter().collect::<Vec<_>>()));
+        }
+        if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
+            return Some(m.with_security(objects));
         }
         let refs = all(&["VirtualService", "DestinationRule"])?;
         let keys: Vec<(String, String, String)> =

@@ -712,3 +712,63 @@ fn touched_inbound_names_include_numeric_target_ports() {
     let names = all_names(&Model::build(&objs, "cluster.local"));
     assert!(names.iter().any(|(k, n)| *k == Kind::Cluster && &**n == "inbound|8123||"), "{names:?}");
 }
+
+/// The security fast path (`MeshInput::with_security`) serves what a full
+/// rebuild serves, inbound listeners included: an AuthorizationPolicy
+/// added, a namespace PeerAuthentication relaxing the mesh's STRICT, the
+/// RequestAuthentication
+/// deleted.
+#[test]
+fn a_security_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::mesh::MeshSettings::default());
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 3] = [
+        |o| {
+            let added = istio_objects(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: deny-admin, namespace: bookinfo}\n\
+                 spec: {selector: {matchLabels: {app: productpage}}, action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: permissive, namespace: bookinfo}\n\
+                 spec: {mtls: {mode: PERMISSIVE}}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+        |o| {
+            let i = o.istio.iter().position(|x| x.kind().name() == "RequestAuthentication").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+    ];
+    let inbound = |m: &Arc<MeshInput>, c: &ProxyClass| {
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::default());
+        s.mesh = Some(m.clone());
+        MeshGenerator.generate(&s, c, Kind::Listener, VIRTUAL_INBOUND)
+    };
+    let productpage = class("bookinfo", &[("app", "productpage"), ("version", "v1")]);
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only security policies changed");
+        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.inbound_generation, full.inbound_generation);
+        assert_ne!(fast.inbound_generation, old.inbound_generation, "the inbound fingerprint moves");
+        assert_ne!(inbound(&full, &productpage), inbound(&old, &productpage), "the edit shows in a rebuild");
+        assert_ne!(inbound(&fast, &productpage), inbound(&old, &productpage), "the edit shows");
+        for c in [productpage.clone(), class("bookinfo", &[("app", "reviews")]), class("other", &[("app", "x")])] {
+            assert_eq!(inbound(&fast, &c), inbound(&full, &c));
+        }
+        serves_alike(&fast, &full);
+    }
+}

@@ -265,6 +265,9 @@ pub struct AdsService<M = (), C = ()> {
 /// clusters stays under it; four million names cost ~480 MiB.
 pub const DEFAULT_MAX_NAMES: usize = 200_000;
 
+/// Names `/debug/adsz` lists per watch (the rest are counted).
+pub const ADSZ_NAMES: usize = 100;
+
 /// Classes retired between two prunings of the cache (a pruning walks the
 /// whole cache).
 const PRUNE_AFTER_RETIRED: usize = 16;
@@ -418,7 +421,11 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                                     k.type_url().to_owned(),
                                     json!({
                                         "wildcard": w.wildcard,
-                                        "names": w.names.iter().map(|n| &**n).collect::<Vec<_>>(),
+                                        // A stream may hold 200,000 names: the
+                                        // answer lists the first few and counts
+                                        // the rest, so it stays small on the core.
+                                        "names": w.names.iter().take(ADSZ_NAMES).map(|n| &**n).collect::<Vec<_>>(),
+                                        "namesTotal": w.names.len(),
                                         "sent": w.sent.len(),
                                         "nonce_sent": w.sent_nonce.as_deref(),
                                         "nonce_acked": w.acked.as_ref().map(|a| &*a.0),

@@ -597,3 +597,27 @@ fn a_stream_subscribing_to_too_many_names_is_ended_others_go_on() {
         assert_eq!(names_of(&good.recv().await), vec!["a", "b"]);
     });
 }
+
+#[test]
+fn adsz_lists_a_few_names_per_watch_and_counts_the_rest() {
+    // Issue #19: /debug/adsz of one stream with millions of names was 43.7 MB,
+    // built on a serving core.
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, true).await;
+        let names: Vec<String> = (0..150_000).map(|i| format!("n{i}")).collect();
+        c.delta_req(DeltaDiscoveryRequest {
+            node: Some(sidecar(1)),
+            type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        });
+        let _ = c.recv_delta().await;
+        let adsz = s.publisher.query(DebugQuery::Adsz).await;
+        let watch = &adsz[0]["clients"][0]["watches"][type_url::CLUSTER_LOAD_ASSIGNMENT];
+        assert_eq!(watch["namesTotal"], 150_000);
+        assert_eq!(watch["names"].as_array().unwrap().len(), istiod_xds::ads::ADSZ_NAMES);
+        assert!(adsz[0].to_string().len() < 64 * 1024, "{} bytes", adsz[0].to_string().len());
+    });
+}

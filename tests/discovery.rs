@@ -4,25 +4,14 @@
 
 #[path = "../proto/tests/support/python.rs"]
 mod python;
+#[path = "support/server.rs"]
+mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status = out.split(' ').nth(1)?.parse().ok()?;
-    Some((status, out.split_once("\r\n\r\n")?.1.to_owned()))
-}
+use support::{free_port, get};
 
 struct Server {
     child: Child,
@@ -220,19 +209,10 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
     assert!(server.terminate().success());
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let p = e.unwrap().path();
-        std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
-    }
-}
+use support::copy_dir;
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for(what: &str, f: impl FnMut() -> bool) {
+    support::wait_for(what, Duration::from_secs(10), f)
 }
 
 #[test]

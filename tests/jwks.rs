@@ -62,28 +62,36 @@ fn productpage() -> Node {
     }
 }
 
-#[test]
-fn istiod_fetches_inlines_and_refreshes_the_key_set() {
-    let body = Arc::new(Mutex::new(keys("first-kid")));
-    let uri = jwks_server(body.clone());
+/// The bundled mesh plus a RequestAuthentication on productpage whose keys
+/// are at `uri`, served with `env`.
+fn mesh_with_rule(issuer: &str, uri: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     copy_dir(Path::new(BOOKINFO), dir.path());
     std::fs::write(
         dir.path().join("jwt-remote.yaml"),
         format!(
             "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: remote, namespace: bookinfo}}\n\
-             spec: {{selector: {{matchLabels: {{app: productpage}}}}, jwtRules: [{{issuer: https://remote.example, jwksUri: \"{uri}\"}}]}}\n"
+             spec: {{selector: {{matchLabels: {{app: productpage}}}}, jwtRules: [{{issuer: \"{issuer}\", jwksUri: \"{uri}\"}}]}}\n"
         ),
     )
     .unwrap();
-    let s = Server::start(dir.path(), &[], &[("PILOT_JWT_PUB_KEY_REFRESH_INTERVAL", "1s")], None);
+    (Server::start(dir.path(), &[], env, None), dir)
+}
+
+/// A SotW stream of productpage asking for its listeners.
+async fn lds(s: &Server) -> client::AdsClient {
+    let mut c = connect(s.grpc, false).await;
+    c.sotw(DiscoveryRequest { node: Some(productpage()), type_url: type_url::LISTENER.into(), ..Default::default() });
+    c
+}
+
+#[test]
+fn istiod_fetches_inlines_and_refreshes_the_key_set() {
+    let body = Arc::new(Mutex::new(keys("first-kid")));
+    let uri = jwks_server(body.clone());
+    let (s, _dir) = mesh_with_rule("https://remote.example", &uri, &[("PILOT_JWT_PUB_KEY_REFRESH_INTERVAL", "1s")]);
     runtime().block_on(async {
-        let mut c = connect(s.grpc, false).await;
-        c.sotw(DiscoveryRequest {
-            node: Some(productpage()),
-            type_url: type_url::LISTENER.into(),
-            ..Default::default()
-        });
+        let mut c = lds(&s).await;
         // The first answer may predate the fetch (the public-only key set,
         // as istiod before its first fetch completes); the fetched one is
         // pushed.
@@ -111,22 +119,9 @@ fn istiod_fetches_inlines_and_refreshes_the_key_set() {
 
 #[test]
 fn an_unreachable_jwks_uri_serves_the_public_only_key_set_and_says_why() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(Path::new(BOOKINFO), dir.path());
-    std::fs::write(
-        dir.path().join("jwt-remote.yaml"),
-        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: remote, namespace: bookinfo}\n\
-         spec: {selector: {matchLabels: {app: productpage}}, jwtRules: [{issuer: https://down.example, jwksUri: \"http://127.0.0.1:1/jwks\"}]}\n",
-    )
-    .unwrap();
-    let s = Server::start(dir.path(), &[], &[], None);
+    let (s, _dir) = mesh_with_rule("https://down.example", "http://127.0.0.1:1/jwks", &[]);
     runtime().block_on(async {
-        let mut c = connect(s.grpc, false).await;
-        c.sotw(DiscoveryRequest {
-            node: Some(productpage()),
-            type_url: type_url::LISTENER.into(),
-            ..Default::default()
-        });
+        let mut c = lds(&s).await;
         let r = c.recv().await;
         // istiod's PublicOnlyJwks modulus.
         let marker = b"0xObjM0UvS_oaazjpEYlAbwctEJ4L8pH3";

@@ -189,16 +189,51 @@ fn auth_key(key: &str) -> Option<Vec<String>> {
     }
 }
 
-fn cidr(block: &str) -> Option<rbac::Principal> {
+/// An address or CIDR block (`10.1.2.3`, `10.1.0.0/16`, `::1`).
+fn cidr_range(block: &str) -> Option<core::CidrRange> {
     let (addr, len) = match block.split_once('/') {
         Some((a, l)) => (a, l.parse().ok()?),
         None => (block, if block.contains(':') { 128 } else { 32 }),
     };
-    Some(rbac::Principal {
-        identifier: Some(rbac::principal::Identifier::DirectRemoteIp(core::CidrRange {
-            address_prefix: addr.into(),
-            prefix_len: Some(len),
-        })),
+    Some(core::CidrRange { address_prefix: addr.into(), prefix_len: Some(len) })
+}
+
+fn cidr(block: &str) -> Option<rbac::Principal> {
+    Some(rbac::Principal { identifier: Some(rbac::principal::Identifier::DirectRemoteIp(cidr_range(block)?)) })
+}
+
+/// `remote.ip`: the original client address (X-Forwarded-For or PROXY
+/// protocol), istiod's `principalRemoteIP`.
+fn remote_cidr(block: &str) -> Option<rbac::Principal> {
+    Some(rbac::Principal { identifier: Some(rbac::principal::Identifier::RemoteIp(cidr_range(block)?)) })
+}
+
+/// Why a rule cannot be built as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// A `when` key istiod does not know: istiod skips the rule
+    /// ("skipped invalid rule"), whatever the action.
+    Invalid,
+    /// A key istiod knows and istiod-rs does not build yet
+    /// (`source.serviceAccount`, `source.trustDomain`,
+    /// `experimental.envoy.filters.*`): an ALLOW rule is left out (it
+    /// allows less, never more); a DENY rule keeps its other conditions
+    /// and denies more broadly.
+    Unsupported,
+}
+
+/// A `when` condition's permission (destination side), for the keys istiod
+/// makes permissions of (model.go: destination.ip, destination.port,
+/// connection.sni).
+fn when_permission(key: &str, v: &str) -> Option<Option<rbac::Permission>> {
+    use rbac::permission::Rule;
+    Some(match key {
+        "destination.ip" => cidr_range(v).map(|c| rbac::Permission { rule: Some(Rule::DestinationIp(c)) }),
+        "destination.port" => {
+            v.parse::<u16>().ok().map(|p| rbac::Permission { rule: Some(Rule::DestinationPort(p.into())) })
+        }
+        "connection.sni" => Some(rbac::Permission { rule: Some(Rule::RequestedServerName(string(v))) }),
+        _ => return None,
     })
 }
 
@@ -209,7 +244,30 @@ type MakePrincipal = dyn Fn(&str) -> Option<rbac::Principal>;
 /// TCP chain (`tcp`) the HTTP-only conditions on the source (JWT claims)
 /// are left out: an ALLOW rule that uses them is dropped by the caller, a
 /// DENY rule matches more broadly, as in istiod.
-fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool) {
+fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool, Option<Skip>) {
+    let mut skip = None;
+    for c in &r.when {
+        let k = c.key.as_str();
+        let known = k.starts_with("request.headers[")
+            || k == "request.auth.principal"
+            || auth_key(k).is_some()
+            || matches!(k, "source.namespace" | "source.principal" | "source.ip" | "remote.ip")
+            || when_permission(k, "").is_some();
+        let istiod_only =
+            matches!(k, "source.serviceAccount" | "source.trustDomain") || k.starts_with("experimental.envoy.filters.");
+        // A value that does not parse makes the rule invalid too (istiod's
+        // generators return an error; an empty set would be NACKed).
+        let bad_value = c.values.iter().chain(&c.not_values).any(|v| match k {
+            "source.ip" | "remote.ip" => cidr_range(v).is_none(),
+            _ => matches!(when_permission(k, v), Some(None)),
+        });
+        if istiod_only {
+            skip = skip.or(Some(Skip::Unsupported));
+        }
+        if !(known || istiod_only) || bad_value {
+            skip = Some(Skip::Invalid);
+        }
+    }
     let mut http = false;
     let mut perms = Vec::new();
     let mut to_alts = Vec::new();
@@ -250,6 +308,16 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
         perms.push(or_perms(to_alts));
     }
     for c in &r.when {
+        let make = |v: &String| when_permission(&c.key, v).flatten();
+        if when_permission(&c.key, "").is_some() {
+            if !c.values.is_empty() {
+                perms.push(or_perms(c.values.iter().filter_map(make).collect()));
+            }
+            if !c.not_values.is_empty() {
+                perms.push(not_perm(or_perms(c.not_values.iter().filter_map(make).collect())));
+            }
+            continue;
+        }
         if let Some(h) = c.key.strip_prefix("request.headers[").and_then(|k| k.strip_suffix(']')) {
             http = true;
             if tcp {
@@ -330,6 +398,7 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
             "source.namespace" => Some(&|n| Some(namespace_id(n))),
             "source.principal" => Some(&|p| Some(spiffe(p))),
             "source.ip" => Some(&cidr),
+            "remote.ip" => Some(&remote_cidr),
             _ => None,
         };
         if let Some(make) = make {
@@ -347,7 +416,7 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
     if ids.is_empty() {
         ids.push(rbac::Principal { identifier: Some(rbac::principal::Identifier::Any(true)) });
     }
-    (perms, ids, http)
+    (perms, ids, http, skip)
 }
 
 /// Whether a workload policy of namespace `ns` applies to `class`, as
@@ -401,9 +470,13 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
             continue; // ALLOW with no rules allows nothing; DENY with none denies nothing
         }
         for (i, r) in ap.rules.iter().enumerate() {
-            let (permissions, principals, uses_http) = rule(r, !http);
+            let (permissions, principals, uses_http, skip) = rule(r, !http);
             if uses_http && !http && ap.action == Action::Allow {
                 continue;
+            }
+            match (skip, ap.action) {
+                (Some(Skip::Invalid), _) | (Some(Skip::Unsupported), Action::Allow) => continue,
+                _ => {}
             }
             target.insert(format!("ns[{ns}]-policy[{name}]-rule[{i}]"), rbac::Policy { permissions, principals });
         }

@@ -408,11 +408,13 @@ fn peer_authentication(v: &mut V, s: &PeerAuthentication) {
 }
 
 /// Keys istiod accepts in `when` conditions (prefix match where they end in `.` or `[`).
-const WHEN_KEYS: [&str; 11] = [
+const WHEN_KEYS: [&str; 13] = [
     "request.headers[",
     "source.ip",
     "remote.ip",
     "source.namespace",
+    "source.serviceAccount",
+    "source.trustDomain",
     "source.principal",
     "request.auth.principal",
     "request.auth.audiences",

@@ -203,3 +203,47 @@ fn a_jwt_only_deny_source_on_tcp_is_not_an_empty_set() {
     assert!(!text.contains("ids: []"), "{text}");
     assert!(text.contains("Any(true)"), "{text}");
 }
+
+/// model.go `New`: `when` keys become permissions (destination.ip,
+/// destination.port, connection.sni) or principals (remote.ip, source.*);
+/// a value that does not parse skips the rule for either action ("skipped
+/// invalid rule"; unknown keys are refused when the policy is read); a key
+/// istiod knows and
+/// istiod-rs does not build leaves an ALLOW rule out (never allowing more
+/// than istiod) and makes a DENY rule broader.
+#[test]
+fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
+    let ap = |name: &str, action: &str, key: &str, value: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: bookinfo}}\n\
+             spec: {{selector: {{matchLabels: {{app: reviews}}}}, action: {action}, rules: [{{from: [{{source: {{namespaces: [bookinfo]}}}}], when: [{{key: \"{key}\", values: [\"{value}\"]}}]}}]}}\n"
+        )
+    };
+    let yaml = [
+        ap("dst-port", "ALLOW", "destination.port", "9080"),
+        ap("dst-ip", "ALLOW", "destination.ip", "10.0.0.0/8"),
+        ap("sni", "ALLOW", "connection.sni", "*.example.com"),
+        ap("remote", "ALLOW", "remote.ip", "192.168.0.1"),
+        ap("bad-port", "ALLOW", "destination.port", "http"),
+        ap("sa-allow", "ALLOW", "source.serviceAccount", "bookinfo/productpage"),
+        ap("sa-deny", "DENY", "source.serviceAccount", "bookinfo/productpage"),
+    ]
+    .join("---\n");
+    let m = bookinfo_with(&yaml, JwksFetch::Istiod);
+    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), true);
+    let allow = rb.allow.unwrap().policies;
+    let deny = rb.deny.unwrap().policies;
+    let key = |n: &str| format!("ns[bookinfo]-policy[{n}]-rule[0]");
+    let text = |p: &rbac::Policy| format!("{p:?}");
+    assert!(text(&allow[&key("dst-port")]).contains("DestinationPort(9080)"));
+    assert!(text(&allow[&key("dst-ip")]).contains("DestinationIp(CidrRange { address_prefix: \"10.0.0.0\""));
+    let sni = text(&allow[&key("sni")]);
+    assert!(sni.contains("RequestedServerName(") && sni.contains("Suffix(\".example.com\")"), "{sni}");
+    assert!(text(&allow[&key("remote")]).contains("RemoteIp(CidrRange { address_prefix: \"192.168.0.1\""));
+    for skipped in ["bad-port", "sa-allow"] {
+        assert!(!allow.contains_key(&key(skipped)), "{skipped} is left out");
+    }
+    // Unsupported on DENY: the rule stays, without the condition (broader).
+    let d = text(&deny[&key("sa-deny")]);
+    assert!(d.contains("bookinfo") && !d.contains("productpage"), "{d}");
+}

@@ -125,19 +125,10 @@ impl MeshInput {
         let security_hash = security_hash(&model);
         let inbound_sum = inbound_parts.values().fold(0u64, |a, b| a.wrapping_add(*b));
         let inbound_generation = mix((security_hash, inbound_sum));
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        hash_debug(&mut h, &model.sidecars);
-        model.mesh.root_namespace.hash(&mut h);
-        for s in model.services.values() {
-            (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
-        }
-        let scope_generation = h.finish();
+        let scope_generation = scope_generation(&model);
         let scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
         let (source_matching, vs_export) = route_flags(&model);
-        let outbound_overrides = model
-            .sidecars
-            .iter()
-            .any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()));
+        let outbound_overrides = outbound_overrides(&model);
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting(&model);
         let routing_generation = routing_generation(&model);
@@ -157,6 +148,23 @@ impl MeshInput {
             selecting_sidecars,
         }
     }
+}
+
+/// A fingerprint of what scoping reads: Sidecars, the root namespace, and
+/// each service's name, namespace, exportTo and VIPs.
+fn scope_generation(model: &Model) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    hash_debug(&mut h, &model.sidecars);
+    model.mesh.root_namespace.hash(&mut h);
+    for s in model.services.values() {
+        (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Whether some Sidecar sets its own `outboundTrafficPolicy`.
+fn outbound_overrides(model: &Model) -> bool {
+    model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()))
 }
 
 /// The security policies' part of the inbound fingerprint: the policies and
@@ -180,6 +188,23 @@ impl MeshInput {
         next.security_hash = security_hash(&next.model);
         next.inbound_generation = mix((next.security_hash, next.inbound_sum));
         next
+    }
+
+    /// The mesh after Sidecars changed in `objs`, and nothing else: they
+    /// shape what each proxy sees (scoping) and its outbound fallback, both
+    /// applied per class on the cores; the shared translation does not
+    /// read them and is kept. A pass over the Istio objects and a new
+    /// scoping, not a rebuild.
+    pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_sidecars_of(objs));
+        MeshInput {
+            scope_generation: scope_generation(&model),
+            scoping: Arc::new(crate::translate::scope::Scoping::new(&model)),
+            outbound_overrides: outbound_overrides(&model),
+            selecting_sidecars: selecting(&model),
+            model,
+            ..self.clone()
+        }
     }
 
     /// The mesh after security policies (PeerAuthentication,

@@ -427,6 +427,14 @@ fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>)
     }
 }
 
+/// The Istio objects of the kinds `want` selects, ordered by namespace and
+/// name.
+fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
+    let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
+    v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    v
+}
+
 /// The kinds the model keeps in `security`.
 pub fn is_security(s: &IstioSpec) -> bool {
     matches!(
@@ -445,11 +453,7 @@ impl Model {
     /// Builds the model from Kubernetes objects under `mesh`.
     pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::mesh::MeshSettings>) -> Model {
         let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
-        let of = |want: fn(&IstioSpec) -> bool| {
-            let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
-            v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
-            v
-        };
+        let of = |want: fn(&IstioSpec) -> bool| sorted(objs, want);
         model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
         model.security = Arc::new(of(is_security));
         model.sidecars = Arc::new(of(|s| matches!(s, IstioSpec::Sidecar(_))));
@@ -516,9 +520,12 @@ impl Model {
     /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
     /// and nothing else: a pass over the Istio objects, no rebuild.
     pub fn with_security_of(&self, objs: &Objects) -> Model {
-        let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| is_security(&o.spec)).cloned().collect();
-        v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
-        Model { security: Arc::new(v), ..self.clone() }
+        Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
+    }
+
+    /// The model with its Sidecars read again from `objs` and nothing else.
+    pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
+        Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
     }
 
     /// The model after the VirtualServices and DestinationRules `changed`

@@ -32,7 +32,8 @@ pub(super) fn build_with(
 /// first list or a relist): only EndpointSlices -> only their services are
 /// rebuilt and re-translated; only VirtualServices and DestinationRules ->
 /// only the virtual hosts and clusters of their hosts; only security
-/// policies -> only the policy list and the inbound fingerprint; each
+/// policies -> only the policy list and the inbound fingerprint; only
+/// Sidecars -> only the scoping; each
 /// O(changed), the rest shared. Anything else rebuilds the model. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
@@ -54,6 +55,9 @@ pub fn update(
         }
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
             return Some(m.with_security(objects));
+        }
+        if all(&["Sidecar"]).is_some() {
+            return Some(m.with_sidecars(objects));
         }
         let refs = all(&["VirtualService", "DestinationRule"])?;
         let keys: Vec<(String, String, String)> =

@@ -597,12 +597,28 @@ impl Config {
                 Duration::from_secs(20 * 60),
             ),
             limits: InputLimits {
-                max_node_bytes: positive(&vars, "ISTIOD_RS_MAX_NODE_BYTES", 64 * 1024)?,
-                max_response_bytes: positive(&vars, "ISTIOD_RS_MAX_RESPONSE_BYTES", (1 << 31) - 1)?,
-                max_names_per_stream: positive(&vars, "ISTIOD_RS_MAX_NAMES_PER_STREAM", 200_000)?,
-                config_dir: istiod_kubewatch::config_dir::Limits {
-                    max_file_bytes: positive(&vars, "ISTIOD_RS_CONFIG_MAX_FILE_BYTES", 32 << 20)? as u64,
-                    max_documents: positive(&vars, "ISTIOD_RS_CONFIG_MAX_DOCUMENTS", 10_000)?,
+                max_node_bytes: positive(
+                    &vars,
+                    "ISTIOD_RS_MAX_NODE_BYTES",
+                    istiod_xds::ads::node::DEFAULT_MAX_NODE_BYTES,
+                )?,
+                max_response_bytes: positive(
+                    &vars,
+                    "ISTIOD_RS_MAX_RESPONSE_BYTES",
+                    istiod_xds::grpc::GrpcLimits::default().max_send_message,
+                )?,
+                max_names_per_stream: positive(
+                    &vars,
+                    "ISTIOD_RS_MAX_NAMES_PER_STREAM",
+                    istiod_xds::ads::DEFAULT_MAX_NAMES,
+                )?,
+                config_dir: {
+                    let d = istiod_kubewatch::config_dir::Limits::default();
+                    istiod_kubewatch::config_dir::Limits {
+                        max_file_bytes: positive(&vars, "ISTIOD_RS_CONFIG_MAX_FILE_BYTES", d.max_file_bytes as usize)?
+                            as u64,
+                        max_documents: positive(&vars, "ISTIOD_RS_CONFIG_MAX_DOCUMENTS", d.max_documents)?,
+                    }
                 },
             },
         })

@@ -238,10 +238,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Source::Kubernetes { kubeconfig }, _) => {
                 let client = kube_client(kubeconfig.as_deref()).await?;
-                let (otx, orx) = tokio::sync::mpsc::unbounded_channel();
-                tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, otx));
+                let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
+                tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, updates.clone()));
                 tokio::task::spawn_local(watch_kube(
-                    orx,
+                    updates,
                     tx.clone(),
                     state.clone(),
                     config.domain.clone(),

@@ -183,8 +183,13 @@ impl MeshInput {
     pub fn with_jwks(&self, jwks: Arc<crate::translate::authn::FetchedJwks>) -> MeshInput {
         let mut model = (*self.model).clone();
         model.jwks = jwks;
-        let model = Arc::new(model);
-        let mut next = MeshInput { model, ..self.clone() };
+        self.with_security_inputs(model)
+    }
+
+    /// `self` with `model`, which differs only in what the security part of
+    /// the inbound fingerprint reads (policies, fetched key sets).
+    fn with_security_inputs(&self, model: Model) -> MeshInput {
+        let mut next = MeshInput { model: Arc::new(model), ..self.clone() };
         next.security_hash = security_hash(&next.model);
         next.inbound_generation = mix((next.security_hash, next.inbound_sum));
         next
@@ -213,10 +218,7 @@ impl MeshInput {
     /// translation is kept and only the inbound fingerprint changes.
     /// A pass over the Istio objects, not a rebuild.
     pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
-        let mut next = MeshInput { model: Arc::new(self.model.with_security_of(objs)), ..self.clone() };
-        next.security_hash = security_hash(&next.model);
-        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
-        next
+        self.with_security_inputs(self.model.with_security_of(objs))
     }
 
     /// The mesh after the EndpointSlices of the Services `changed`

@@ -223,7 +223,8 @@ pub struct Model {
     /// (namespace, name), for translation.
     #[serde(skip)]
     pub routing: imbl::Vector<IstioObject>,
-    /// PeerAuthentications and AuthorizationPolicies, same order.
+    /// PeerAuthentications, AuthorizationPolicies and
+    /// RequestAuthentications, same order.
     #[serde(skip)]
     pub security: Arc<Vec<IstioObject>>,
     /// Sidecars, same order.
@@ -436,7 +437,7 @@ fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
 }
 
 /// The kinds the model keeps in `security`.
-pub fn is_security(s: &IstioSpec) -> bool {
+fn is_security(s: &IstioSpec) -> bool {
     matches!(
         s,
         IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_) | IstioSpec::RequestAuthentication(_)
@@ -453,10 +454,10 @@ impl Model {
     /// Builds the model from Kubernetes objects under `mesh`.
     pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::mesh::MeshSettings>) -> Model {
         let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
-        let of = |want: fn(&IstioSpec) -> bool| sorted(objs, want);
-        model.routing = of(|s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
-        model.security = Arc::new(of(is_security));
-        model.sidecars = Arc::new(of(|s| matches!(s, IstioSpec::Sidecar(_))));
+        model.routing =
+            sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
+        model.security = Arc::new(sorted(objs, is_security));
+        model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }

@@ -120,6 +120,10 @@ fn istiod_fetches_inlines_and_refreshes_the_key_set() {
 #[test]
 fn an_unreachable_jwks_uri_serves_the_public_only_key_set_and_says_why() {
     let (s, _dir) = mesh_with_rule("https://down.example", "http://127.0.0.1:1/jwks", &[]);
+    // After the fetch has failed (not merely before it is done), the
+    // public-only key set is what the proxy gets.
+    server::wait_for("the fetch error in the log", Duration::from_secs(10), || s.log().contains("cannot fetch JWKS"));
+    assert!(s.log().contains("http://127.0.0.1:1/jwks"), "{}", s.log());
     runtime().block_on(async {
         let mut c = lds(&s).await;
         let r = c.recv().await;
@@ -127,6 +131,4 @@ fn an_unreachable_jwks_uri_serves_the_public_only_key_set_and_says_why() {
         let marker = b"0xObjM0UvS_oaazjpEYlAbwctEJ4L8pH3";
         assert!(r.resources.iter().any(|a| a.value.windows(marker.len()).any(|w| w == marker)));
     });
-    server::wait_for("the fetch error in the log", Duration::from_secs(10), || s.log().contains("cannot fetch JWKS"));
-    assert!(s.log().contains("http://127.0.0.1:1/jwks"), "{}", s.log());
 }

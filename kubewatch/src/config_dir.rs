@@ -87,7 +87,7 @@ pub struct Loaded {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectRef {
     /// `Service`, `EndpointSlice`, `Pod`, `Node`, `Namespace`, or the Istio
-    /// kind; `Skipped` for kinds not read.
+    /// kind, or the kind not read for a skipped document.
     pub kind: String,
     /// Namespace (empty for cluster-scoped objects).
     pub namespace: String,
@@ -109,7 +109,7 @@ impl ObjectRef {
             Object::Node(n) => ("Node".to_owned(), Some(&n.metadata), None),
             Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
             Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
-            Object::Skipped(k) => (format!("Skipped:{k}"), None, None),
+            Object::Skipped(k) => (k.clone(), None, None),
         };
         ObjectRef {
             kind,
@@ -465,7 +465,6 @@ impl ConfigDir {
         files(&self.dir, &mut paths, &mut errors, &mut Default::default())
             .map_err(|source| LoadError::Dir { dir: self.dir.clone(), source })?;
         paths.sort();
-        paths.dedup();
         let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
         // A manifest that became something else than a regular file keeps
         // what it held.
@@ -513,18 +512,14 @@ impl ConfigDir {
         }
         let mut changed = std::collections::BTreeSet::new();
         for file in &dirty {
-            fn docs<'a>(m: &'a BTreeMap<(PathBuf, usize), Object>, file: &Path) -> Vec<(usize, &'a Object)> {
-                m.range((file.to_owned(), 0)..=(file.to_owned(), usize::MAX)).map(|((_, i), o)| (*i, o)).collect()
-            }
-            let (old, new) = (docs(&self.last_good, file), docs(&next, file));
-            for (i, o) in &old {
-                if new.iter().find(|(j, _)| j == i).map(|(_, n)| *n) != Some(*o) {
-                    changed.insert(ObjectRef::of(o));
-                }
-            }
-            for (i, n) in &new {
-                if old.iter().find(|(j, _)| j == i).map(|(_, o)| *o) != Some(*n) {
-                    changed.insert(ObjectRef::of(n));
+            // A document whose object differs (or is gone, or new) names
+            // that object; kinds not read change nothing served, so a
+            // ConfigMap edit does not cost a rebuild.
+            for (m, other) in [(&self.last_good, &next), (&next, &self.last_good)] {
+                for ((_, i), o) in m.range((file.clone(), 0)..=(file.clone(), usize::MAX)) {
+                    if !matches!(o, Object::Skipped(_)) && other.get(&(file.clone(), *i)) != Some(o) {
+                        changed.insert(ObjectRef::of(o));
+                    }
                 }
             }
         }

@@ -57,6 +57,54 @@ pub struct Update {
     pub changed: Option<Vec<ObjectRef>>,
 }
 
+impl Update {
+    /// `self` followed by `newer`, as one update: the newer objects, and
+    /// every change either named (unknown if either did not know).
+    fn then(self, newer: Update) -> Update {
+        let changed = match (self.changed, newer.changed) {
+            (Some(mut a), Some(b)) => {
+                a.extend(b);
+                a.sort();
+                a.dedup();
+                Some(a)
+            }
+            _ => None,
+        };
+        Update { objects: newer.objects, changed }
+    }
+}
+
+/// Where the source leaves updates for the control thread: one slot, so
+/// updates the consumer has not taken yet are merged into one (one copy of
+/// the objects, every change named) instead of queueing a copy each.
+#[derive(Default)]
+pub struct Updates {
+    slot: Mutex<Option<Update>>,
+    ready: tokio::sync::Notify,
+}
+
+impl Updates {
+    fn put(&self, u: Update) {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(match slot.take() {
+            Some(older) => older.then(u),
+            None => u,
+        });
+        drop(slot);
+        self.ready.notify_one();
+    }
+
+    /// The next update: everything since the last one taken.
+    pub async fn next(&self) -> Update {
+        loop {
+            if let Some(u) = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return u;
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
 #[derive(Default)]
 struct Stores {
     objects: [BTreeMap<(String, String), Object>; 14],
@@ -110,18 +158,18 @@ fn build(stores: &Stores) -> Objects {
 /// Follows every kind and sends the objects whole whenever they change,
 /// once all kinds have been listed (see [`run_updates`]).
 pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
-    let (utx, mut urx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(run_updates(client, utx));
-    while let Some(u) = urx.recv().await {
-        if tx.send(Some(u.objects)).is_err() {
+    let updates = Arc::new(Updates::default());
+    tokio::spawn(run_updates(client, updates.clone()));
+    loop {
+        if tx.send(Some(updates.next().await.objects)).is_err() {
             return;
         }
     }
 }
 
-/// Follows every kind and sends an [`Update`] whenever objects change,
-/// once all kinds have been listed.
-pub async fn run_updates(client: kube::Client, tx: tokio::sync::mpsc::UnboundedSender<Update>) {
+/// Follows every kind and leaves an [`Update`] in `out` whenever objects
+/// change, once all kinds have been listed.
+pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
     let stores = Arc::new(Mutex::new(Stores::default()));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     for (i, (group, version, kind, plural)) in KINDS.into_iter().enumerate() {
@@ -225,9 +273,7 @@ pub async fn run_updates(client: kube::Client, tx: tokio::sync::mpsc::UnboundedS
             let changed = s.changed.replace(Default::default()).map(|c| c.into_iter().collect());
             Update { objects: build(&s), changed }
         };
-        if tx.send(update).is_err() {
-            return;
-        }
+        out.put(update);
     }
 }
 

@@ -30,7 +30,8 @@ use crate::translate::authn::{FetchedJwks, JwksKey};
 const OPENID_SUFFIX: &str = "/.well-known/openid-configuration";
 /// Largest key set or discovery document read (a JWKS is kilobytes).
 const MAX_BODY: usize = 1 << 20;
-/// A fetch's time limit (istiod: the rule's `timeout`, 5s by default).
+/// A fetch's time limit (istiod's default for a rule without `timeout`;
+/// a rule's own `timeout` is not read for istiod's fetch yet).
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// istiod's `JwtPubKeyRefreshIntervalOnFailure`, doubled after each failed
 /// round up to `JwtPubKeyRefreshIntervalOnFailureResetThreshold`.
@@ -164,16 +165,8 @@ pub(super) async fn run(
                 // istiod's refreshCache: the default interval after a clean
                 // round; after a failed one a minute, doubling while rounds
                 // keep failing, up to an hour.
-                let wait = if !errors {
-                    retry = RETRY_FIRST;
-                    refresh
-                } else if failing {
-                    retry = (retry * 2).min(RETRY_MAX);
-                    retry
-                } else {
-                    retry = RETRY_FIRST;
-                    retry
-                };
+                retry = if errors && failing { (retry * 2).min(RETRY_MAX) } else { RETRY_FIRST };
+                let wait = if errors { retry } else { refresh };
                 failing = errors;
                 next_round = tokio::time::Instant::now() + wait;
                 changed
@@ -200,7 +193,7 @@ async fn fetch_all(fetcher: &Fetcher, which: &[JwksKey], into: &mut FetchedJwks)
                 issuer = %k.0,
                 uri = %k.1,
                 error = %e,
-                "cannot fetch JWKS; the public-only key set is served (tokens of this issuer are rejected)"
+                "cannot fetch JWKS; its last good key set stays, or, never fetched, the public-only one (tokens of this issuer are rejected)"
             ),
         }
     }

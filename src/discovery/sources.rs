@@ -152,31 +152,20 @@ pub(super) async fn watch_dir(
     }
 }
 
-/// Follows the Kubernetes source: every complete object set rebuilds the model.
+/// Follows the Kubernetes source: every update is applied (in place where
+/// it names only objects a fast path handles).
 pub(super) async fn watch_kube(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<istiod_kubewatch::kube_source::Update>,
+    updates: Arc<istiod_kubewatch::kube_source::Updates>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
     mesh: Arc<crate::mesh::MeshSettings>,
     cluster_id: String,
 ) {
-    while let Some(mut update) = rx.recv().await {
-        // Updates that queued up while the last one was applied: the newest
-        // objects, and every change any of them named (unknown if one did
-        // not know).
-        while let Ok(next) = rx.try_recv() {
-            let changed = match (update.changed.take(), next.changed) {
-                (Some(mut a), Some(b)) => {
-                    a.extend(b);
-                    a.sort();
-                    a.dedup();
-                    Some(a)
-                }
-                _ => None,
-            };
-            update = istiod_kubewatch::kube_source::Update { objects: next.objects, changed };
-        }
+    loop {
+        // Everything since the last update taken (the source merges what
+        // queued up while the last one was applied).
+        let update = updates.next().await;
         let objects = update.objects;
         let configz = json!({
             "source": "kubernetes",

@@ -1,6 +1,7 @@
 //! What the control thread makes of one set of objects: the generators'
-//! input (model and translation), rebuilt or, when only EndpointSlices or
-//! only VirtualServices and DestinationRules changed, updated in place.
+//! input (model and translation), rebuilt or, when only EndpointSlices,
+//! only VirtualServices and DestinationRules, only security policies or
+//! only Sidecars changed, updated in place.
 
 use std::sync::Arc;
 
@@ -33,8 +34,8 @@ pub(super) fn build_with(
 /// rebuilt and re-translated; only VirtualServices and DestinationRules ->
 /// only the virtual hosts and clusters of their hosts; only security
 /// policies -> only the policy list and the inbound fingerprint; only
-/// Sidecars -> only the scoping; each
-/// O(changed), the rest shared. Anything else rebuilds the model. Says which it did.
+/// Sidecars -> only the scoping. None of these rebuilds the model or the
+/// translation. Anything else does. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     objects: &Objects,
@@ -44,9 +45,9 @@ pub fn update(
     jwks: &Arc<crate::translate::authn::FetchedJwks>,
 ) -> (Arc<MeshInput>, bool) {
     let all = |kinds: &[&str]| changed.filter(|c| c.iter().all(|r| kinds.contains(&r.kind.as_str())));
-    // The fast paths keep the previous model's key sets: only the resolver
-    // changes them, and it updates the previous model itself.
-    let fast = prev.filter(|m| m.model.jwks == *jwks).and_then(|m| {
+    // The fast paths keep the previous model's key sets, which are `jwks`:
+    // the resolver replaces both together (jwks.rs `publish`).
+    let fast = prev.and_then(|m| {
         if let Some(refs) = all(&["EndpointSlice"]) {
             // A slice without its service label serves nothing.
             let services: std::collections::BTreeSet<(String, String)> =

@@ -1,12 +1,13 @@
-//! AuthorizationPolicy as Envoy RBAC on a workload's inbound chains, after
-//! istiod's `authz/builder`: the policies of the workload (selector), its
-//! namespace and the mesh (the root namespace, `istio-system` by default), DENY before ALLOW; each rule a
-//! policy `ns[<ns>]-policy[<name>]-rule[<i>]` whose permissions are the
-//! `to` operations (methods, paths, hosts, ports, `request.headers[..]`
-//! conditions) and whose principals are the `from` sources (principals,
-//! namespaces, IP blocks). A TCP chain keeps only rules without HTTP
-//! fields: an ALLOW rule that needs HTTP cannot match plain TCP, so it is
-//! dropped; a DENY rule keeps its TCP part and is broader, as in istiod.
+//! AuthorizationPolicy as Envoy RBAC on a workload's inbound chains (the
+//! HTTP filter on HTTP ports, the network filter on TCP ports and the
+//! catch-all chains), after istiod's `authz/builder`: the policies of the
+//! workload (selector), its namespace and the mesh (the root namespace,
+//! `istio-system` by default), DENY before ALLOW; each rule a policy
+//! `ns[<ns>]-policy[<name>]-rule[<i>]` whose permissions are the `to`
+//! operations and the destination `when` conditions and whose principals
+//! are the `from` sources and the source `when` conditions. On a TCP chain
+//! an ALLOW rule that needs HTTP fields cannot match, so it is dropped; a
+//! DENY rule loses those fields and is broader, as in istiod.
 
 use std::collections::BTreeMap;
 
@@ -112,15 +113,6 @@ fn claim(path: &[&str], value: matcher::value_matcher::MatchPattern) -> rbac::Pr
     }
 }
 
-fn regex_any() -> matcher::StringMatcher {
-    matcher::StringMatcher {
-        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(matcher::RegexMatcher {
-            regex: ".+".into(),
-        })),
-        ignore_case: false,
-    }
-}
-
 /// `requestPrincipals` / `request.auth.principal`: `<iss>/<sub>` (split at
 /// the last `/`) as matches on the payload's `iss` and `sub`, with istiod's
 /// wildcards (generator.go requestPrincipalGenerator).
@@ -129,16 +121,16 @@ fn request_principal(v: &str) -> rbac::Principal {
     let m = |p: P| matcher::StringMatcher { match_pattern: Some(p), ignore_case: false };
     let exact = |s: &str| m(P::Exact(s.to_owned()));
     let (iss, sub) = if v == "*" {
-        (regex_any(), regex_any())
+        (string("*"), string("*"))
     } else if let Some(rest) = v.strip_prefix('*') {
         match v.rsplit_once('/') {
-            Some((i, s)) => (if i == "*" { regex_any() } else { m(P::Suffix(i[1..].to_owned())) }, exact(s)),
-            None => (regex_any(), m(P::Suffix(rest.to_owned()))),
+            Some((i, s)) => (if i == "*" { string("*") } else { m(P::Suffix(i[1..].to_owned())) }, exact(s)),
+            None => (string("*"), m(P::Suffix(rest.to_owned()))),
         }
     } else if let Some(rest) = v.strip_suffix('*') {
         match v.rsplit_once('/') {
-            Some((i, s)) => (exact(i), if s == "*" { regex_any() } else { m(P::Prefix(s[..s.len() - 1].to_owned())) }),
-            None => (m(P::Prefix(rest.to_owned())), regex_any()),
+            Some((i, s)) => (exact(i), if s == "*" { string("*") } else { m(P::Prefix(s[..s.len() - 1].to_owned())) }),
+            None => (m(P::Prefix(rest.to_owned())), string("*")),
         }
     } else {
         match v.rsplit_once('/') {
@@ -211,8 +203,9 @@ fn remote_cidr(block: &str) -> Option<rbac::Principal> {
 /// Why a rule cannot be built as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Skip {
-    /// A `when` key istiod does not know: istiod skips the rule
-    /// ("skipped invalid rule"), whatever the action.
+    /// A `when` key istiod does not know, or a value that does not parse
+    /// (an address, a port): istiod skips the rule ("skipped invalid
+    /// rule"), whatever the action.
     Invalid,
     /// A key istiod knows and istiod-rs does not build yet
     /// (`source.serviceAccount`, `source.trustDomain`,
@@ -240,10 +233,11 @@ fn when_permission(key: &str, v: &str) -> Option<Option<rbac::Permission>> {
 /// Makes the principal one value of a source field or condition names.
 type MakePrincipal = dyn Fn(&str) -> Option<rbac::Principal>;
 
-/// Returns (permissions, principals, whether it uses HTTP fields). On a
-/// TCP chain (`tcp`) the HTTP-only conditions on the source (JWT claims)
-/// are left out: an ALLOW rule that uses them is dropped by the caller, a
-/// DENY rule matches more broadly, as in istiod.
+/// Returns (permissions, principals, whether it uses HTTP fields, why it
+/// cannot be built as written). On a TCP chain (`tcp`) the HTTP-only fields
+/// (methods, paths, hosts, `request.headers`, request principals and JWT
+/// claims) are left out: an ALLOW rule that uses them is dropped by the
+/// caller, a DENY rule matches more broadly, as in istiod.
 fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool, Option<Skip>) {
     let mut skip = None;
     for c in &r.when {

@@ -34,7 +34,8 @@ pub struct ClusterForm {
     /// The encoded load assignment of an EDS cluster.
     pub endpoints: Option<Bytes>,
     /// The load assignment itself, kept only where the rule balances by
-    /// locality (the only per-proxy variant of it).
+    /// locality or sets outlier detection (what the per-proxy variant by
+    /// locality reads).
     pub endpoints_typed: Option<Arc<ClusterLoadAssignment>>,
     /// Locality load balancing the rule asks for (per proxy locality).
     pub locality: Option<LocalityLoadBalancerSetting>,

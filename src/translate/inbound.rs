@@ -20,14 +20,13 @@ use istiod_proto::envoy::extensions::filters::listener::{
     http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
 };
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
-use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost_types::{Any, Duration};
 
 use crate::model::{Model, Protocol};
 
 /// The inbound listener's name.
-use super::envoy::{any, http_connection_manager, http_filter, router};
+use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy};
 
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 
@@ -228,16 +227,30 @@ fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Fi
         };
         vec![http_connection_manager(&manager)]
     } else {
-        let t = tcp::TcpProxy {
-            stat_prefix: cluster.clone(),
-            cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster)),
-            ..Default::default()
-        };
-        vec![Filter {
-            name: "envoy.filters.network.tcp_proxy".into(),
-            config_type: Some(filter::ConfigType::TypedConfig(any(&t))),
-        }]
+        tcp_filters(rbacs, &cluster, &cluster)
     }
+}
+
+/// A TCP chain's filters: the class's RBAC (DENY, then ALLOW) as network
+/// filters, then the tcp_proxy (istiod: `authz.Builder.BuildTCP`, stat
+/// prefix `tcp.`). Without them an AuthorizationPolicy was not enforced
+/// on TCP ports at all.
+fn tcp_filters(rbacs: crate::translate::authz::Rbacs, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac;
+    let mut out: Vec<Filter> = [rbacs.deny, rbacs.allow]
+        .into_iter()
+        .flatten()
+        .map(|rules| Filter {
+            name: "envoy.filters.network.rbac".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(any(&Rbac {
+                rules: Some(rules),
+                stat_prefix: "tcp.".into(),
+                ..Default::default()
+            }))),
+        })
+        .collect();
+    out.push(tcp_proxy(stat_prefix, cluster));
+    out
 }
 
 /// Filter chains for one port (or the passthrough when `port` is `None`),
@@ -276,15 +289,13 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
             network_filters(model, class, &p),
         ));
     }
-    let passthrough = tcp::TcpProxy {
-        stat_prefix: "InboundPassthroughCluster".into(),
-        cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster("InboundPassthroughCluster".into())),
-        ..Default::default()
-    };
-    let passthrough = vec![Filter {
-        name: "envoy.filters.network.tcp_proxy".into(),
-        config_type: Some(filter::ConfigType::TypedConfig(any(&passthrough))),
-    }];
+    // The catch-all chains enforce the class's policies too (istiod's
+    // inbound passthrough chains carry the TCP authz filters).
+    let passthrough = tcp_filters(
+        crate::translate::authz::rbacs(model, class, false),
+        "InboundPassthroughCluster",
+        "InboundPassthroughCluster",
+    );
     // Ports no service names follow the workload-wide mode.
     let mode = mtls_mode(model, class, 0);
     filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));

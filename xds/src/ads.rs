@@ -279,31 +279,31 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         e.0.clone()
     }
 
-    /// A stream of `class` closed: the class goes when its last stream
-    /// does, and every few such classes the cache forgets what it held for
-    /// them.
-    fn release(&mut self, class: &Arc<C>) {
-        let gone = match self.classes.get_mut(&**class) {
-            Some(e) if Arc::ptr_eq(&e.0, class) => {
-                e.1 = e.1.saturating_sub(1);
+    /// Forgets stream `sid` of connection `id`: its class goes when its
+    /// last stream does, and every few such classes the cache forgets what
+    /// it held for them.
+    fn remove_stream(&mut self, id: u64, sid: u32) {
+        if let Some(class) = self.streams.remove(&(id, sid)).and_then(|s| s.class) {
+            let gone = self.classes.get_mut(&*class).is_some_and(|e| {
+                e.1 -= 1;
                 e.1 == 0
-            }
-            _ => false,
-        };
-        if gone {
-            self.classes.remove(&**class);
-            self.retired_classes += 1;
-            if self.retired_classes >= PRUNE_AFTER_RETIRED {
-                self.retired_classes = 0;
-                let live: HashSet<usize> = self.classes.values().map(|(c, _)| Arc::as_ptr(c) as usize).collect();
-                self.cache.retain_classes(&live);
+            });
+            if gone {
+                self.classes.remove(&*class);
+                self.retired_classes += 1;
+                if self.retired_classes >= PRUNE_AFTER_RETIRED {
+                    self.retired_classes = 0;
+                    self.cache.retain_classes(self.classes.values().map(|(c, _)| Arc::as_ptr(c) as usize).collect());
+                }
             }
         }
-    }
-
-    /// Distinct classes of open streams on this core.
-    pub fn classes(&self) -> usize {
-        self.classes.len()
+        if let Some(v) = self.by_conn.get_mut(&id) {
+            v.retain(|s| *s != sid);
+            if v.is_empty() {
+                self.by_conn.remove(&id);
+                self.deferred.remove(&id);
+            }
+        }
     }
 
     /// Builds and queues what is pending for the streams of one connection,
@@ -330,19 +330,16 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             *seq += 1;
             format!("{core}-{id}-{seq}").into()
         };
-        let cap = conn.h2().limits().max_queued_bytes;
+        let mut ended = Vec::new();
         'streams: for sid in stream_ids {
-            loop {
-                let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue 'streams };
-                if !stream.is_dirty() {
-                    continue 'streams;
-                }
-                if conn.queued() >= cap {
+            let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue };
+            while stream.is_dirty() {
+                if !conn.has_room() {
                     // Full: the rest stays pending (not built, so never
                     // lost) and goes out when the queue drains.
                     self.deferred.insert(id);
                     conn.notify_when_drained();
-                    return;
+                    break 'streams;
                 }
                 let mut ctx = Ctx {
                     generator: &*self.generator,
@@ -352,7 +349,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     control_plane: &self.control_plane,
                     now,
                 };
-                let Some(out) = stream.flush_next(&mut ctx, cause) else { continue 'streams };
+                let Some(out) = stream.flush_next(&mut ctx, cause) else { break };
                 let kind = out.kind;
                 match conn.send_admitted(sid, out.bytes) {
                     Ok(()) => self.pushes += 1,
@@ -360,25 +357,22 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                         // A real limit: the proxy is told, and the log
                         // names it; its other streams and every other
                         // proxy go on.
-                        let proxy = stream.proxy.as_ref().map_or("?", |p| &*p.id);
-                        tracing::warn!(
-                            target: "ads",
-                            proxy,
-                            len,
-                            limit,
-                            "{} response of {len} bytes is over the limit of {limit} (ISTIOD_RS_MAX_RESPONSE_BYTES): stream ended",
-                            kind.short()
-                        );
                         let msg = format!(
                             "{} response of {len} bytes is over the server's limit of {limit} bytes",
                             kind.short()
                         );
+                        let proxy = stream.proxy.as_ref().map_or("?", |p| &*p.id);
+                        tracing::warn!(target: "ads", proxy, "{msg} (ISTIOD_RS_MAX_RESPONSE_BYTES): stream ended");
                         conn.finish(sid, &Status::new(Code::ResourceExhausted, msg));
-                        continue 'streams;
+                        ended.push(sid);
+                        break;
                     }
-                    Err(_) => continue 'streams, // stream gone
+                    Err(_) => break, // stream gone
                 }
             }
+        }
+        for sid in ended {
+            self.remove_stream(id, sid);
         }
     }
 
@@ -445,9 +439,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             "connectedSecondsAgo": s.connected_at.elapsed().as_secs(),
                             "watches": watched,
                         });
-                        for (k, v) in &p.info {
-                            row[*k] = json!(&**v);
-                        }
+                        p.annotate(&mut row);
                         Some(row)
                     })
                     .collect();
@@ -460,9 +452,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .filter_map(|s| {
                         let p = s.proxy.as_ref()?;
                         let mut row = json!({ "proxy": &*p.id });
-                        for (k, v) in &p.info {
-                            row[*k] = json!(&**v);
-                        }
+                        p.annotate(&mut row);
                         for k in Kind::ALL {
                             let status = s.watches[k as usize].as_ref().map_or("NOT SENT", sync_status);
                             row[format!("{}_status", k.short().to_lowercase())] = json!(status);
@@ -581,17 +571,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        let id = conn.info.id;
-        if let Some(class) = self.streams.remove(&(id, stream)).and_then(|s| s.class) {
-            self.release(&class);
-        }
-        if let Some(v) = self.by_conn.get_mut(&id) {
-            v.retain(|s| *s != stream);
-            if v.is_empty() {
-                self.by_conn.remove(&id);
-                self.deferred.remove(&id);
-            }
-        }
+        self.remove_stream(conn.info.id, stream);
     }
 
     fn drained(&mut self, conn: &mut GrpcConnection) {

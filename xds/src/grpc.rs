@@ -281,17 +281,21 @@ impl GrpcConnection {
         }
     }
 
-    /// Sends one message (the encoded protobuf, without the gRPC prefix).
-    /// Response headers go first if they have not.
+    /// Whether the send queue is under its cap (`max_queued_bytes`): the
+    /// one admission rule for messages. A message admitted under the cap is
+    /// queued whatever its size (sent as the peer's windows allow), so the
+    /// queue exceeds the cap by at most one message, and a response larger
+    /// than the cap is never refused forever.
+    pub fn has_room(&self) -> bool {
+        self.h2.queued() < self.h2.limits().max_queued_bytes
+    }
+
+    /// Sends one message (the encoded protobuf, without the gRPC prefix)
+    /// if the queue [has room](Self::has_room); else `QueueFull`, and the
+    /// service hears `drained` when it has again. Response headers go
+    /// first if they have not.
     pub fn send(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
-        // The queue's cap bounds what waits behind a message, not the
-        // message: an empty queue takes one of any size, sent as the
-        // peer's windows allow (a large CDS must not wait forever).
-        let queued = self.h2.queued();
-        if queued > 0
-            && queued + msg.len() + 5 > self.h2.limits().max_queued_bytes
-            && self.calls.get(&id).is_some_and(|c| !c.finished)
-        {
+        if !self.has_room() {
             metrics::count(Violation::SendQueueFull);
             self.blocked = true;
             return Err(SendError::QueueFull);
@@ -299,11 +303,10 @@ impl GrpcConnection {
         self.send_admitted(id, msg)
     }
 
-    /// Sends one message the caller admitted itself: it checked that the
-    /// queue was under its cap before building the message, so the
-    /// message is queued whatever its size (up to the send limit). The
-    /// queue then exceeds the cap by at most one message, and nothing the
-    /// caller built is dropped.
+    /// Sends one message the caller admitted itself: it checked
+    /// [`Self::has_room`] before building it (and so built nothing it
+    /// cannot send). Up to the send limit, the message is queued whatever
+    /// its size.
     pub fn send_admitted(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
         let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if call.finished {
@@ -380,11 +383,6 @@ impl GrpcConnection {
     /// Calls open on this connection.
     pub fn calls(&self) -> usize {
         self.calls.len()
-    }
-
-    /// Starts a graceful shutdown.
-    pub fn go_away(&mut self, now: Instant) {
-        self.h2.go_away(now);
     }
 
     /// Starts a graceful shutdown that ends the connection `grace` from now.

@@ -340,3 +340,20 @@ fn names_are_bounded_as_the_api_server_bounds_them() {
     let ok = format!("kind: Pod\nmetadata: {{name: a.{}.c, namespace: x}}\n", "b".repeat(63));
     assert!(parse_file(&ok).docs[0].is_ok());
 }
+
+#[test]
+fn edits_to_kinds_not_read_name_no_object() {
+    // A ConfigMap beside the mesh: editing it changes nothing served, so a
+    // reload must not name it (a named unknown kind forces a rebuild).
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = ConfigDir::new(dir.path());
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\ndata: {a: b}\n";
+    std::fs::write(dir.path().join("cm.yaml"), cm).unwrap();
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    src.reload().unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    std::fs::write(dir.path().join("cm.yaml"), cm.replace("a: b", "a: c")).unwrap();
+    let l = src.reload().unwrap();
+    assert!(l.changed.is_empty(), "{:?}", l.changed);
+    assert_eq!(l.skipped, 1);
+}

@@ -1,6 +1,5 @@
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::IstioSpec;
 use istiod_proto::envoy::config::listener::v3::{Listener, filter};
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac;
@@ -159,16 +158,36 @@ fn request_principals_and_claims_match_the_verified_payload() {
     assert!(!tcp.iter().any(|p| p.contains("jwt-only")), "{tcp:?}");
 }
 
-/// The names of the policies of the ALLOW RBAC on reviews' TCP chains.
-fn rbac_tcp(m: &Arc<Model>) -> Vec<String> {
+/// The RBAC of `action` on reviews' port 9080 made TCP, as served: the
+/// network RBAC filter of that chain of virtualInbound.
+fn served_tcp_rbac(m: &Arc<Model>, action: rbac::rbac::Action) -> Option<rbac::Rbac> {
+    use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
     let mut m = (**m).clone();
-    // Make reviews' port TCP.
     let s = m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap();
     for p in &mut s.ports {
         p.protocol = crate::model::Protocol::Tcp;
     }
-    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), false);
-    rb.allow.map(|a| a.policies.keys().cloned().collect()).unwrap_or_default()
+    let l = Listener::decode(
+        served(&Arc::new(m), &class("bookinfo", &[("app", "reviews")]), Kind::Listener, "virtualInbound").unwrap(),
+    )
+    .unwrap();
+    let chain = l.filter_chains.iter().find(|c| c.name.starts_with("inbound|9080")).expect("a chain of 9080");
+    assert_eq!(chain.filters.last().unwrap().name, "envoy.filters.network.tcp_proxy", "RBAC before the proxy");
+    chain
+        .filters
+        .iter()
+        .filter(|f| f.name == "envoy.filters.network.rbac")
+        .filter_map(|f| match &f.config_type {
+            Some(filter::ConfigType::TypedConfig(a)) => NetworkRbac::decode(a.value.as_slice()).ok()?.rules,
+            _ => None,
+        })
+        .find(|r| r.action == action as i32)
+}
+
+/// The names of the ALLOW policies on reviews' TCP chain, as served.
+fn rbac_tcp(m: &Arc<Model>) -> Vec<String> {
+    let allow = served_tcp_rbac(m, rbac::rbac::Action::Allow).expect("an ALLOW RBAC on the TCP chain");
+    allow.policies.keys().cloned().collect()
 }
 
 #[test]
@@ -182,7 +201,6 @@ fn the_selection_follows_namespace_and_selector() {
     assert_eq!(issuers("bookinfo"), ["x"]);
     assert_eq!(issuers("elsewhere"), ["y"]);
     assert!(issuers("third").is_empty());
-    assert!(m.security.iter().any(|o| matches!(o.spec, IstioSpec::RequestAuthentication(_))));
 }
 
 /// A DENY rule whose source is only `notRequestPrincipals` keeps, on a TCP
@@ -192,13 +210,9 @@ fn the_selection_follows_namespace_and_selector() {
 fn a_jwt_only_deny_source_on_tcp_is_not_an_empty_set() {
     let deny = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: require-jwt, namespace: bookinfo}\n\
         spec: {action: DENY, rules: [{from: [{source: {notRequestPrincipals: [\"*\"]}}]}]}\n";
-    let mut m = (*bookinfo_with(deny, JwksFetch::Istiod)).clone();
-    let s = m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap();
-    for p in &mut s.ports {
-        p.protocol = crate::model::Protocol::Tcp;
-    }
-    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), false);
-    let policy = &rb.deny.expect("the DENY policy stays on TCP").policies["ns[bookinfo]-policy[require-jwt]-rule[0]"];
+    let m = bookinfo_with(deny, JwksFetch::Istiod);
+    let deny = served_tcp_rbac(&m, rbac::rbac::Action::Deny).expect("the DENY policy stays on TCP");
+    let policy = &deny.policies["ns[bookinfo]-policy[require-jwt]-rule[0]"];
     let text = format!("{:?}", policy.principals);
     assert!(!text.contains("ids: []"), "{text}");
     assert!(text.contains("Any(true)"), "{text}");
@@ -208,9 +222,8 @@ fn a_jwt_only_deny_source_on_tcp_is_not_an_empty_set() {
 /// destination.port, connection.sni) or principals (remote.ip, source.*);
 /// a value that does not parse skips the rule for either action ("skipped
 /// invalid rule"; unknown keys are refused when the policy is read); a key
-/// istiod knows and
-/// istiod-rs does not build leaves an ALLOW rule out (never allowing more
-/// than istiod) and makes a DENY rule broader.
+/// istiod knows and istiod-rs does not build leaves an ALLOW rule out (never
+/// allowing more than istiod) and makes a DENY rule broader.
 #[test]
 fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
     let ap = |name: &str, action: &str, key: &str, value: &str| {

@@ -198,14 +198,15 @@ impl<C: super::Class> Cache<C> {
     /// `live` (addresses of the classes of open streams) nor the reduction
     /// of one that is: a class whose last stream closed leaves nothing
     /// behind.
-    pub fn retain_classes(&mut self, live: &std::collections::HashSet<usize>) {
+    pub fn retain_classes(&mut self, live: std::collections::HashSet<usize>) {
         let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
         self.reduced.retain(|(_, of), _| live.contains(of));
-        let mut kept = live.clone();
+        self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
+        // What live classes reduce to stays too.
+        let mut kept = live;
         kept.extend(self.reduced.values().map(|(_, _, r)| ptr(r)));
         self.interned.retain(|_, c| kept.contains(&ptr(c)));
         self.map.retain(|(_, _, c), _| kept.contains(&ptr(c)));
-        self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
     }
 

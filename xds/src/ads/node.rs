@@ -24,6 +24,15 @@ pub struct Peer {
     pub info: Vec<(&'static str, Arc<str>)>,
 }
 
+impl Peer {
+    /// Adds the generator's fields to a debug row about this peer.
+    pub fn annotate(&self, row: &mut serde_json::Value) {
+        for (k, v) in &self.info {
+            row[*k] = serde_json::Value::from(&**v);
+        }
+    }
+}
+
 /// What [`Generator::classify`](super::Generator::classify) makes of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified<C> {

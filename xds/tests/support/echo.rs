@@ -7,7 +7,7 @@
 
 #![allow(dead_code, reason = "each test binary uses part of the support code")]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -33,6 +33,9 @@ pub(crate) struct Echo {
     calls: HashMap<(u64, u32), Method>,
     /// Push calls waiting for the queue to drain: (count left, size).
     pushes: HashMap<(u64, u32), (u32, u32)>,
+    /// Bidi echoes waiting for the queue to drain, and whether the client
+    /// has half-closed (the call finishes once they are sent).
+    echoes: HashMap<(u64, u32), (VecDeque<Bytes>, bool)>,
 }
 
 impl Echo {
@@ -53,6 +56,30 @@ impl Echo {
         self.pushes.remove(&key);
         conn.finish(stream, &Status::ok());
     }
+
+    /// Sends what a Bidi call owes while the queue takes it (backpressure
+    /// as `push`); finishes the call when it is all sent after a half-close.
+    fn echo(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        let key = (conn.info.id, stream);
+        let Some((owed, half_closed)) = self.echoes.get_mut(&key) else { return };
+        while let Some(msg) = owed.pop_front() {
+            match conn.send(stream, msg.clone()) {
+                Ok(()) => {}
+                Err(SendError::QueueFull) => {
+                    owed.push_front(msg); // resumes in drained()
+                    return;
+                }
+                Err(_) => {
+                    self.echoes.remove(&key);
+                    return;
+                }
+            }
+        }
+        if *half_closed {
+            self.echoes.remove(&key);
+            conn.finish(stream, &Status::ok());
+        }
+    }
 }
 
 impl Service for Echo {
@@ -68,11 +95,9 @@ impl Service for Echo {
                 conn.send(stream, msg).map_err(|e| Status::new(Code::Internal, e.to_string()))?;
                 conn.finish(stream, &Status::ok());
             }
-            // Every echo is queued: the client reads its answers while it
-            // sends, and a full queue here only means it is behind for a
-            // moment (refusing made the bidi test flaky).
             Some(Method::Bidi) => {
-                conn.send_admitted(stream, msg).map_err(|e| Status::new(Code::Unavailable, e.to_string()))?
+                self.echoes.entry((conn.info.id, stream)).or_default().0.push_back(msg);
+                self.echo(conn, stream);
             }
             Some(Method::Push) => {
                 if msg.len() != 8 {
@@ -90,13 +115,15 @@ impl Service for Echo {
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
         if self.calls.get(&(conn.info.id, stream)) == Some(&Method::Bidi) {
-            conn.finish(stream, &Status::ok());
+            self.echoes.entry((conn.info.id, stream)).or_default().1 = true;
+            self.echo(conn, stream);
         }
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
         self.calls.remove(&(conn.info.id, stream));
         self.pushes.remove(&(conn.info.id, stream));
+        self.echoes.remove(&(conn.info.id, stream));
     }
 
     fn drained(&mut self, conn: &mut GrpcConnection) {
@@ -104,6 +131,10 @@ impl Service for Echo {
         let streams: Vec<u32> = self.pushes.keys().filter(|(c, _)| *c == id).map(|(_, s)| *s).collect();
         for s in streams {
             self.push(conn, s);
+        }
+        let streams: Vec<u32> = self.echoes.keys().filter(|(c, _)| *c == id).map(|(_, s)| *s).collect();
+        for s in streams {
+            self.echo(conn, s);
         }
     }
 }
@@ -117,6 +148,7 @@ impl ServiceFactory for EchoFactory {
             router: Router::new().route(UNARY, Method::Unary).route(BIDI, Method::Bidi).route(PUSH, Method::Push),
             calls: HashMap::new(),
             pushes: HashMap::new(),
+            echoes: HashMap::new(),
         }
     }
 }

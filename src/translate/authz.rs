@@ -22,7 +22,7 @@ use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 use crate::model::Model;
 
 /// An RBAC configuration per action, for one workload and protocol.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Rbacs {
     /// DENY policies (checked first).
     pub deny: Option<rbac::Rbac>,

@@ -180,14 +180,21 @@ fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
     }
 }
 
-fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Filter> {
+/// What a workload's chains enforce, the same on every port of a protocol:
+/// built once per class, not once per port.
+struct Policies {
+    jwt: Option<hcm::HttpFilter>,
+    http: crate::translate::authz::Rbacs,
+    tcp: crate::translate::authz::Rbacs,
+}
+
+fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
     let cluster = format!("inbound|{}||", p.port);
-    let rbacs = crate::translate::authz::rbacs(model, class, p.protocol.is_http());
     if p.protocol.is_http() {
         // jwt_authn before RBAC, which reads what it verified
         // (listener_builder.go: authn, then authz).
-        let jwt = crate::translate::authn::jwt_filter(model, class);
-        let mut http_filters: Vec<hcm::HttpFilter> = jwt.into_iter().collect();
+        let mut http_filters: Vec<hcm::HttpFilter> = policies.jwt.iter().cloned().collect();
+        let rbacs = policies.http.clone();
         http_filters.extend([rbacs.deny, rbacs.allow].into_iter().flatten().map(|rules| {
             let rbac = istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
                 rules: Some(rules),
@@ -227,7 +234,7 @@ fn network_filters(model: &Model, class: &ProxyClass, p: &InboundPort) -> Vec<Fi
         };
         vec![http_connection_manager(&manager)]
     } else {
-        tcp_filters(rbacs, &cluster, &cluster)
+        tcp_filters(policies.tcp.clone(), &cluster, &cluster)
     }
 }
 
@@ -280,22 +287,23 @@ fn chains(name: &str, port: Option<u16>, mode: MtlsMode, filters: Vec<Filter>) -
 
 /// The `virtualInbound` listener of a workload.
 pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
+    let policies = Policies {
+        jwt: crate::translate::authn::jwt_filter(model, class),
+        http: crate::translate::authz::rbacs(model, class, true),
+        tcp: crate::translate::authz::rbacs(model, class, false),
+    };
     let mut filter_chains = Vec::new();
     for p in inbound_ports(model, class) {
         filter_chains.extend(chains(
             &format!("inbound|{}", p.port),
             Some(p.port),
             p.mtls,
-            network_filters(model, class, &p),
+            network_filters(&policies, &p),
         ));
     }
     // The catch-all chains enforce the class's policies too (istiod's
     // inbound passthrough chains carry the TCP authz filters).
-    let passthrough = tcp_filters(
-        crate::translate::authz::rbacs(model, class, false),
-        "InboundPassthroughCluster",
-        "InboundPassthroughCluster",
-    );
+    let passthrough = tcp_filters(policies.tcp, "InboundPassthroughCluster", "InboundPassthroughCluster");
     // Ports no service names follow the workload-wide mode.
     let mode = mtls_mode(model, class, 0);
     filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));

@@ -5,6 +5,9 @@
 //! outbound traffic policy).
 
 use std::hash::{Hash, Hasher};
+
+mod deps;
+pub use deps::{Changes, Dep};
 use std::sync::Arc;
 
 use crate::node::{NodeType, Proxy, ProxyClass};
@@ -31,21 +34,15 @@ use crate::translate::locality::endpoints_for;
 pub struct MeshInput {
     /// The model.
     pub model: Arc<Model>,
-    /// A fingerprint of every input of inbound generation (services,
-    /// selectors, ports, security policy): the input generation of the
-    /// per-class resources, and what tells the control thread to mark
-    /// them changed.
-    pub inbound_generation: u64,
-    /// Each service's part of `inbound_generation`.
+    /// When each dependency of the per-class resources last changed
+    /// (`deps.rs`): their input generations.
+    pub changes: deps::Changes,
+    /// What inbound generation reads of each service (a hash of its
+    /// selector, ports and the endpoints' ports), to tell which namespaces'
+    /// workloads an update of services concerns.
     inbound_parts: imbl::HashMap<Arc<str>, u64>,
-    /// The security policies' part of `inbound_generation`.
-    security_hash: u64,
-    /// The sum of `inbound_parts` (a sum, so one part is replaced in O(1)).
-    inbound_sum: u64,
     /// Which services each proxy may see.
     pub scoping: Arc<crate::translate::scope::Scoping>,
-    /// A fingerprint of the inputs of scoping (Sidecars, exportTo).
-    pub scope_generation: u64,
     /// Whether some VirtualService route matches on `sourceLabels` or
     /// `sourceNamespace`, making route configurations per class.
     pub source_matching: bool,
@@ -57,9 +54,6 @@ pub struct MeshInput {
     pub vs_export: bool,
     /// What translation made of the model.
     pub translation: Translation,
-    /// A fingerprint of the DestinationRules: locality load balancing makes
-    /// endpoints depend on them.
-    pub routing_generation: u64,
     /// Whether a Sidecar or a DestinationRule selects workloads by label
     /// (then a proxy's scope or rules depend on its labels).
     pub selecting_sidecars: bool,
@@ -104,62 +98,76 @@ impl MeshInput {
     }
 }
 
-/// Feeds `v`'s Debug rendering to `h` as it is written, without building
-/// the string (the Istio types have floats and do not derive `Hash`).
-fn hash_debug(h: &mut impl Hasher, v: &impl std::fmt::Debug) {
-    struct W<'a, H>(&'a mut H);
-    impl<H: Hasher> std::fmt::Write for W<'_, H> {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            self.0.write(s.as_bytes());
-            Ok(())
-        }
-    }
-    let _ = std::fmt::Write::write_fmt(&mut W(h), format_args!("{v:?}"));
-}
-
 impl MeshInput {
-    /// Wraps a model.
+    /// Wraps a model, as a first update (every dependency changed).
     pub fn new(model: Arc<Model>) -> Self {
-        let inbound_parts: imbl::HashMap<Arc<str>, u64> =
-            model.services.iter().map(|(h, s)| (h.clone(), inbound_part(s))).collect();
-        let security_hash = security_hash(&model);
-        let inbound_sum = inbound_parts.values().fold(0u64, |a, b| a.wrapping_add(*b));
-        let inbound_generation = mix((security_hash, inbound_sum));
-        let scope_generation = scope_generation(&model);
+        Self::build(model, deps::Changes::first())
+    }
+
+    /// Wraps `model`, the next update after `prev`: what changed between
+    /// the two models is recorded against its dependency keys.
+    pub fn after(prev: &MeshInput, model: Arc<Model>) -> Self {
+        let mut next = Self::build(model, prev.changes.next());
+        deps::touch_models(&mut next.changes, &prev.model, &next.model, inbound_part);
+        next
+    }
+
+    fn build(model: Arc<Model>, changes: deps::Changes) -> Self {
+        let inbound_parts = model.services.iter().map(|(h, s)| (h.clone(), inbound_part(s))).collect();
         let scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
         let (source_matching, vs_export) = route_flags(&model);
         let outbound_overrides = outbound_overrides(&model);
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting(&model);
-        let routing_generation = routing_generation(&model);
         Self {
             model,
-            inbound_generation,
+            changes,
             inbound_parts,
-            security_hash,
-            inbound_sum,
             scoping,
-            scope_generation,
             source_matching,
             outbound_overrides,
             vs_export,
             translation,
-            routing_generation,
             selecting_sidecars,
         }
     }
-}
 
-/// A fingerprint of what scoping reads: Sidecars, the root namespace, and
-/// each service's name, namespace, exportTo and VIPs.
-fn scope_generation(model: &Model) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    hash_debug(&mut h, &model.sidecars);
-    model.mesh.root_namespace.hash(&mut h);
-    for s in model.services.values() {
-        (&s.hostname, &s.namespace, &s.export_to, &s.vips).hash(&mut h);
+    /// The last change of anything a per-class inbound resource reads, in
+    /// any namespace (the control thread marks the inbound names when it
+    /// moves).
+    pub fn inbound_generation(&self) -> u64 {
+        let c = &self.changes;
+        c.latest(Dep::Security).max(c.latest(Dep::Workloads)).max(c.latest(Dep::Services))
     }
-    h.finish()
+
+    /// The last change of what scoping reads (Sidecars, services).
+    pub fn scope_generation(&self) -> u64 {
+        self.changes.latest(Dep::Sidecar).max(self.changes.latest(Dep::Services))
+    }
+
+    /// The last change of a DestinationRule.
+    pub fn routing_generation(&self) -> u64 {
+        self.changes.latest(Dep::DestinationRule)
+    }
+
+    /// The input generation of a proxy of `class`'s inbound resources: the
+    /// security policies of its namespace (and the root's), the Services
+    /// of its namespace, and where Envoy fetches JWT keys from mesh
+    /// services, the services.
+    fn inbound_input(&self, class: &ProxyClass) -> u64 {
+        let (c, ns) = (&self.changes, &*class.namespace);
+        let services = match self.model.mesh.jwks_fetch {
+            crate::translate::authn::JwksFetch::Istiod => 0,
+            _ => c.latest(Dep::Services),
+        };
+        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), services))
+    }
+
+    /// The input generation of what scoping gives a proxy of `class`: the
+    /// Sidecars of its namespace (and the root's) and the services.
+    fn scope_input(&self, class: &ProxyClass) -> u64 {
+        mix((self.changes.at(Dep::Sidecar, &class.namespace), self.changes.latest(Dep::Services)))
+    }
 }
 
 /// Whether some Sidecar sets its own `outboundTrafficPolicy`.
@@ -167,43 +175,31 @@ fn outbound_overrides(model: &Model) -> bool {
     model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()))
 }
 
-/// The security policies' part of the inbound fingerprint: the policies and
-/// the key sets fetched for them.
-fn security_hash(model: &Model) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    hash_debug(&mut h, &model.security);
-    model.jwks.hash(&mut h);
-    h.finish()
-}
-
 impl MeshInput {
     /// The mesh with the JWT key sets istiod fetched replaced: only the
-    /// inbound listeners read them (jwt_authn), so only the inbound
-    /// fingerprint changes; everything else is shared with `self`.
+    /// inbound listeners read them (jwt_authn); everything else is shared
+    /// with `self`.
     pub fn with_jwks(&self, jwks: Arc<crate::translate::authn::FetchedJwks>) -> MeshInput {
         let mut model = (*self.model).clone();
         model.jwks = jwks;
-        self.with_security_inputs(model)
-    }
-
-    /// `self` with `model`, which differs only in what the security part of
-    /// the inbound fingerprint reads (policies, fetched key sets).
-    fn with_security_inputs(&self, model: Model) -> MeshInput {
-        let mut next = MeshInput { model: Arc::new(model), ..self.clone() };
-        next.security_hash = security_hash(&next.model);
-        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
-        next
+        let mut changes = self.changes.next();
+        changes.touch_everywhere(Dep::Security);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 
     /// The mesh after Sidecars changed in `objs`, and nothing else: they
     /// shape what each proxy sees (scoping) and its outbound fallback, both
     /// applied per class on the cores; the shared translation does not
     /// read them and is kept. A pass over the Istio objects and a new
-    /// scoping, not a rebuild.
+    /// scoping, not a rebuild. The namespaces whose Sidecars changed are
+    /// recorded.
     pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_sidecars_of(objs));
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Sidecar, &self.model.sidecars, &model.sidecars, root);
         MeshInput {
-            scope_generation: scope_generation(&model),
+            changes,
             scoping: Arc::new(crate::translate::scope::Scoping::new(&model)),
             outbound_overrides: outbound_overrides(&model),
             selecting_sidecars: selecting(&model),
@@ -215,33 +211,54 @@ impl MeshInput {
     /// The mesh after security policies (PeerAuthentication,
     /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
     /// nothing else: only the inbound resources read them, so the shared
-    /// translation is kept and only the inbound fingerprint changes.
-    /// A pass over the Istio objects, not a rebuild.
+    /// translation is kept and only the namespaces whose policies changed
+    /// are recorded. A pass over the Istio objects, not a rebuild.
     pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
-        self.with_security_inputs(self.model.with_security_of(objs))
+        let model = self.model.with_security_of(objs);
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 
     /// The mesh after the EndpointSlices of the Services `changed`
     /// (namespace, name) changed in `objs`, and nothing else: those
     /// services are rebuilt in the model, their clusters and load
-    /// assignments re-translated and their part of the inbound fingerprint
-    /// replaced; everything else is shared with `self`. Costs O(changed
-    /// services), not O(mesh).
+    /// assignments re-translated and, where what inbound reads of them
+    /// changed, their namespace's workloads recorded; everything else is
+    /// shared with `self`. Costs O(changed services), not O(mesh).
     pub fn with_endpoints(&self, objs: &istiod_kubewatch::objects::Objects, changed: &[(String, String)]) -> MeshInput {
         let (model, hosts) = self.model.with_endpoints_of(objs, changed);
-        let model = Arc::new(model);
-        let mut next = MeshInput { model: model.clone(), ..self.clone() };
-        for host in &hosts {
+        self.with_services_rebuilt(Arc::new(model), &hosts)
+    }
+
+    /// `self` with `model`, in which only the services `hosts` were
+    /// rebuilt (from new endpoints or Pods; not their Service objects).
+    fn with_services_rebuilt(&self, model: Arc<Model>, hosts: &[Arc<str>]) -> MeshInput {
+        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
+        for host in hosts {
             next.translation.update_service(&model, host);
             let old = match model.services.get(host) {
                 Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
                 None => next.inbound_parts.remove(host),
             };
-            let new = next.inbound_parts.get(host).copied().unwrap_or(0);
-            next.inbound_sum = next.inbound_sum.wrapping_sub(old.unwrap_or(0)).wrapping_add(new);
+            if old != next.inbound_parts.get(host).copied() {
+                let ns = model.services.get(host).or_else(|| self.model.services.get(host)).map(|s| &*s.namespace);
+                next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
+            }
         }
-        next.inbound_generation = mix((next.security_hash, next.inbound_sum));
         next
+    }
+
+    /// The mesh after the Pods `changed` (namespace, name) changed in
+    /// `objs`, and nothing else: the services whose endpoints are those
+    /// Pods are rebuilt (their endpoints carry the Pods' labels, service
+    /// account, mTLS mode and locality), as for an endpoint change. A Pod
+    /// no endpoint names yet serves nothing until its EndpointSlice names
+    /// it, which is an endpoint change of its own.
+    pub fn with_pods(&self, objs: &istiod_kubewatch::objects::Objects, changed: &[(String, String)]) -> MeshInput {
+        let (model, hosts) = self.model.with_pods_of(objs, changed);
+        self.with_services_rebuilt(Arc::new(model), &hosts)
     }
 }
 
@@ -306,16 +323,16 @@ impl MeshInput {
         let (r, c) = hosts_of(&model);
         routes.extend(r);
         clusters.extend(c);
-        let mut next = MeshInput { model: model.clone(), ..self.clone() };
+        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
         next.translation.update_routes(&model, &routes);
         for host in &clusters {
             next.translation.update_service(&model, host);
         }
         (next.source_matching, next.vs_export) = route_flags(&model);
-        if !clusters.is_empty() {
+        if changed.iter().any(|(k, _, _)| k == "DestinationRule") {
             // Locality load balancing and route hash policies read the
             // rules; so does the choice of rule by workload labels.
-            next.routing_generation = routing_generation(&model);
+            next.changes.touch_everywhere(Dep::DestinationRule);
             next.selecting_sidecars = selecting(&model);
         }
         next
@@ -329,27 +346,13 @@ fn selecting(model: &Model) -> bool {
     }) || model.destination_rules().selecting
 }
 
-/// A fingerprint of the DestinationRules (what locality load balancing and
-/// route hash policies read when rendered per class).
-fn routing_generation(model: &Model) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for o in model.routing.iter() {
-        if let IstioSpec::DestinationRule(dr) = &o.spec {
-            (o.meta.ns(), &o.meta.name).hash(&mut h);
-            hash_debug(&mut h, dr);
-        }
-    }
-    h.finish()
-}
-
 /// What inbound generation reads of one service: its selector and ports,
 /// and the endpoints that tell a workload its port where the Service does
 /// not (named target ports): scaling a Service with a numeric target port
 /// changes no proxy's inbound side.
 fn inbound_part(s: &crate::model::Service) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&s.hostname, &s.namespace, &s.selector).hash(&mut h);
-    hash_debug(&mut h, &s.ports);
+    (&s.hostname, &s.namespace, &s.selector, &s.ports).hash(&mut h);
     for e in &s.endpoints {
         // A numeric target port tells the workload its port: an endpoint
         // that agrees adds nothing. A named one (None) is resolved from
@@ -447,7 +450,7 @@ impl Generator for MeshGenerator {
             {
                 return None;
             }
-            return Some(m.inbound_generation);
+            return Some(m.inbound_input(class));
         }
         let shared = snap.shared_generation(kind, name)?;
         let Some(m) = mesh(snap) else { return Some(shared) };
@@ -456,11 +459,11 @@ impl Generator for MeshGenerator {
         }
         Some(match kind {
             // Locality load balancing reads the DestinationRules.
-            Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation)),
+            Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation())),
             // Rendered per class: the scope decides the virtual hosts and
             // the rules the hash policies.
-            Kind::Route => mix((shared, m.scope_generation, m.routing_generation)),
-            Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_generation)),
+            Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
+            Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
             _ => shared,
         })
     }

@@ -90,7 +90,7 @@ pub(super) fn apply(
     // changed, mark every name they may have, before and after.
     let mut touched = Vec::new();
     let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
-    if prev.as_ref().is_none_or(|p| p.inbound_generation != mesh.inbound_generation) {
+    if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
         touched.extend(prev.as_ref().map(|p| crate::generator::all_names(&p.model)).unwrap_or_default());
         touched.extend(crate::generator::all_names(&mesh.model));
     }
@@ -99,12 +99,12 @@ pub(super) fn apply(
     };
     // DestinationRules changed: endpoints balanced by locality, and the
     // hash policies routes are rendered with per class, may differ.
-    if differs(|m| m.routing_generation) {
+    if differs(MeshInput::routing_generation) {
         touch(&|k| matches!(k, ads::Kind::Endpoint | ads::Kind::Route));
     }
     // What each proxy may see changed: every outbound name may have
     // appeared or gone for some of them.
-    if differs(|m| m.scope_generation) {
+    if differs(MeshInput::scope_generation) {
         touch(&|_| true);
     }
     let mut s = state.borrow_mut();

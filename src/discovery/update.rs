@@ -1,7 +1,8 @@
 //! What the control thread makes of one set of objects: the generators'
 //! input (model and translation), rebuilt or, when only EndpointSlices,
-//! only VirtualServices and DestinationRules, only security policies or
-//! only Sidecars changed, updated in place.
+//! only Pods, only VirtualServices and DestinationRules, only security
+//! policies or only Sidecars changed, updated in place. Either way the
+//! dependency keys the change touched are recorded (`generator/deps.rs`).
 
 use std::sync::Arc;
 
@@ -31,7 +32,8 @@ pub(super) fn build_with(
 /// The mesh built from `objects`, given the previous one (`prev`) and the
 /// objects the source says changed since (`None`: it does not know, after a
 /// first list or a relist): only EndpointSlices -> only their services are
-/// rebuilt and re-translated; only VirtualServices and DestinationRules ->
+/// rebuilt and re-translated; only Pods -> the same for the services whose
+/// endpoints they are; only VirtualServices and DestinationRules ->
 /// only the virtual hosts and clusters of their hosts; only security
 /// policies -> only the policy list and the inbound fingerprint; only
 /// Sidecars -> only the scoping. None of these rebuilds the model or the
@@ -54,6 +56,10 @@ pub fn update(
                 refs.iter().filter_map(|r| Some((r.namespace.clone(), r.service.clone()?))).collect();
             return Some(m.with_endpoints(objects, &services.into_iter().collect::<Vec<_>>()));
         }
+        if let Some(refs) = all(&["Pod"]) {
+            let pods: Vec<(String, String)> = refs.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
+            return Some(m.with_pods(objects, &pods));
+        }
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
             return Some(m.with_security(objects));
         }
@@ -65,8 +71,13 @@ pub fn update(
             refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
         Some(m.with_routing(objects, &keys))
     });
-    match fast {
-        Some(m) => (Arc::new(m), true),
-        None => (build_with(objects, domain, settings, jwks), false),
+    match (fast, prev) {
+        (Some(m), _) => (Arc::new(m), true),
+        (None, Some(prev)) => {
+            let mut model = Model::build_in(objects, domain, settings.clone());
+            model.jwks = jwks.clone();
+            (Arc::new(MeshInput::after(prev, Arc::new(model))), false)
+        }
+        (None, None) => (build_with(objects, domain, settings, jwks), false),
     }
 }

@@ -68,14 +68,13 @@ fn namespace_and_port_level_policies_override_the_mesh() {
 fn generator_serves_per_class_resources_and_shared_ones() {
     let m = bookinfo();
     let snap = snapshot(&m);
-    let generation = mesh(&snap).unwrap().inbound_generation;
     let g = MeshGenerator;
     let reviews = class("bookinfo", &[("app", "reviews")]);
     let listeners = g.wildcard_names(&snap, &reviews, Kind::Listener);
     assert!(listeners.iter().any(|n| &**n == VIRTUAL_INBOUND));
     assert!(listeners.iter().any(|n| &**n == "0.0.0.0_9080"), "shared listeners too");
     assert!(g.wildcard_names(&snap, &reviews, Kind::Cluster).iter().any(|n| &**n == "inbound|9080||"));
-    assert_eq!(g.input_generation(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND), Some(generation));
+    assert!(g.input_generation(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).is_some());
     let l = Listener::decode(g.generate(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).unwrap()).unwrap();
     assert_eq!(l.filter_chains.len(), 2);
     // Proxyless gRPC gets none of it.
@@ -86,27 +85,59 @@ fn generator_serves_per_class_resources_and_shared_ones() {
     assert_eq!(g.input_generation(&snap, &reviews, Kind::Cluster, "inbound|27017||"), None);
 }
 
+/// The dependency keys an update records (`deps.rs`), compared model to
+/// model: nothing for an identical model; a namespace's PeerAuthentication
+/// that namespace's proxies only (proxy_dependencies.go: a policy concerns
+/// the proxies of its namespace, the root namespace's all of them).
 #[test]
-fn the_fingerprint_follows_inputs_only() {
+fn an_update_records_exactly_the_keys_it_changed() {
     let m = bookinfo();
-    assert_eq!(MeshInput::new(m.clone()).inbound_generation, MeshInput::new(bookinfo()).inbound_generation);
-    let changed = with_security(
-        &m,
-        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: x, namespace: bookinfo}\nspec: {mtls: {mode: DISABLE}}\n",
+    let old = MeshInput::new(m.clone());
+    let touched = |next: &Model| MeshInput::after(&old, Arc::new(next.clone())).changes.touched();
+    assert_eq!(touched(&m), vec![], "the same model changes nothing");
+    let pa = |ns: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: x, namespace: {ns}}}\nspec: {{mtls: {{mode: DISABLE}}}}\n"
+        )
+    };
+    let in_bookinfo = with_security(&m, &pa("bookinfo"));
+    assert_eq!(touched(&in_bookinfo), vec![(Dep::Security, Some(Arc::from("bookinfo")))]);
+    assert_eq!(touched(&with_security(&m, &pa("istio-system"))), vec![(Dep::Security, None)], "root: everywhere");
+
+    // What the cores see: the inbound generation of bookinfo's proxies
+    // moves, another namespace's does not, and the bytes agree.
+    let next = Arc::new(MeshInput::after(&old, Arc::new(in_bookinfo)));
+    let snap = |mesh: &Arc<MeshInput>| {
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::default());
+        s.mesh = Some(mesh.clone());
+        s
+    };
+    let (before, after) = (snap(&Arc::new(old.clone())), snap(&next));
+    let generation = |s: &Snapshot<MeshInput>, c: &ProxyClass| {
+        MeshGenerator.input_generation(s, c, Kind::Listener, VIRTUAL_INBOUND).unwrap()
+    };
+    let (reviews, other) = (class("bookinfo", &[("app", "reviews")]), class("other", &[("app", "reviews")]));
+    assert_ne!(generation(&before, &reviews), generation(&after, &reviews));
+    assert_eq!(generation(&before, &other), generation(&after, &other));
+    assert_eq!(
+        MeshGenerator.generate(&before, &other, Kind::Listener, VIRTUAL_INBOUND),
+        MeshGenerator.generate(&after, &other, Kind::Listener, VIRTUAL_INBOUND),
+        "what the other namespace is not regenerated for is indeed the same"
     );
-    assert_ne!(MeshInput::new(m.clone()).inbound_generation, MeshInput::new(Arc::new(changed)).inbound_generation);
+    // Two meshes built apart never share a generation.
+    let apart = snap(&Arc::new(MeshInput::new(m.clone())));
+    assert_ne!(generation(&before, &other), generation(&apart, &other));
 
     // Scaling a service whose Service gives the target port by number
     // changes no proxy's inbound side (its pods' port is known without
     // their endpoints); with a named target port it may.
-    let generation = |m: &Model| MeshInput::new(Arc::new(m.clone())).inbound_generation;
     let host = "reviews.bookinfo.svc.cluster.local";
     let reviews = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
     let mut scaled = (*m).clone();
     let svc = scaled.services.get_mut(host).unwrap();
     assert!(svc.ports.iter().all(|p| p.target_port.is_some()), "{:?}", svc.ports);
     svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
-    assert_eq!(generation(&m), generation(&scaled));
+    assert_eq!(touched(&scaled), vec![]);
     assert_eq!(inbound_ports(&m, &reviews), inbound_ports(&scaled, &reviews), "the Service's port, endpoint or not");
     // A named target port that resolves to 9999 on the pods.
     let mut named = (*m).clone();
@@ -116,7 +147,9 @@ fn the_fingerprint_follows_inputs_only() {
     let mut named_scaled = named.clone();
     let svc = named_scaled.services.get_mut(host).unwrap();
     svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
-    assert_ne!(generation(&named), generation(&named_scaled));
+    let named_input = MeshInput::after(&old, Arc::new(named.clone()));
+    let step = MeshInput::after(&named_input, Arc::new(named_scaled.clone())).changes.touched();
+    assert_eq!(step, vec![(Dep::Workloads, Some(Arc::from("bookinfo")))]);
     assert_eq!(inbound_ports(&named, &reviews)[0].port, 9999);
     assert_ne!(inbound_ports(&named_scaled, &reviews)[0].port, 9999, "v1's pod is not in the endpoints any more");
 }
@@ -517,6 +550,18 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
 }
 
 /// Two builds serve the same bytes to two classes for every name.
+/// The mesh a full rebuild makes of `after`, following `old`.
+fn rebuilt(
+    old: &Arc<MeshInput>,
+    after: &istiod_kubewatch::objects::Objects,
+    settings: &Arc<crate::mesh::MeshSettings>,
+) -> Arc<MeshInput> {
+    let (full, incremental) =
+        crate::discovery::update(Some(old), after, None, "cluster.local", settings, &Arc::default());
+    assert!(!incremental, "not knowing what changed rebuilds");
+    full
+}
+
 fn serves_alike(a: &Arc<MeshInput>, b: &Arc<MeshInput>) {
     let snap = |b: &Arc<MeshInput>| {
         let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.translation.resources);
@@ -567,9 +612,9 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
         let (fast, incremental) =
             crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only EndpointSlices changed");
-        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        let full = rebuilt(&old, &after, &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);
-        assert_eq!(fast.inbound_generation, full.inbound_generation);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
         assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
         serves_alike(&fast, &full);
     }
@@ -579,6 +624,51 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     let refs = [ObjectRef::of(&Object::Service(gone)), slice_ref(&other.endpoint_slices[0])];
     assert!(!crate::discovery::update(Some(&old), &other, Some(&refs), "cluster.local", &settings, &Arc::default()).1);
     assert!(!crate::discovery::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
+}
+
+/// The Pod fast path (`MeshInput::with_pods`) serves what a full rebuild
+/// serves: a pod's labels change (its endpoints' labels and so the subsets
+/// it is in), a pod's sidecar goes away (tlsMode), a pod is deleted.
+#[test]
+fn a_pod_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::mesh::MeshSettings::default());
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    fn pod<'a>(o: &'a mut istiod_kubewatch::objects::Objects, prefix: &str) -> &'a mut istiod_kubewatch::objects::Pod {
+        o.pods.iter_mut().find(|p| p.metadata.name.starts_with(prefix)).unwrap()
+    }
+    let edits: [Edit; 3] = [
+        |o| {
+            let p = pod(o, "reviews-v1");
+            p.metadata.labels.insert("version".into(), "v3".into());
+            vec![ObjectRef::of(&Object::Pod(p.clone()))]
+        },
+        |o| {
+            let p = pod(o, "ratings");
+            p.metadata.labels.remove("security.istio.io/tlsMode");
+            vec![ObjectRef::of(&Object::Pod(p.clone()))]
+        },
+        |o| {
+            let i = o.pods.iter().position(|p| p.metadata.name.starts_with("details")).unwrap();
+            vec![ObjectRef::of(&Object::Pod(o.pods.remove(i)))]
+        },
+    ];
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only Pods changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert_ne!(fast.model.services, old.model.services, "the edit shows");
+        serves_alike(&fast, &full);
+    }
 }
 
 /// The routing fast path (`MeshInput::with_routing`) serves exactly what a
@@ -659,13 +749,13 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
         let (fast, incremental) =
             crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only VirtualServices and DestinationRules changed");
-        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        let full = rebuilt(&old, &after, &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);
         assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
         assert_eq!((fast.source_matching, fast.vs_export), (full.source_matching, full.vs_export));
         assert_eq!(
-            (fast.routing_generation, fast.selecting_sidecars),
-            (full.routing_generation, full.selecting_sidecars)
+            (fast.changes.touched(), fast.selecting_sidecars),
+            (full.changes.touched(), full.selecting_sidecars)
         );
         serves_alike(&fast, &full);
     }
@@ -760,10 +850,11 @@ fn a_security_change_updated_in_place_equals_a_rebuild() {
         let (fast, incremental) =
             crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only security policies changed");
-        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        let full = rebuilt(&old, &after, &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);
-        assert_eq!(fast.inbound_generation, full.inbound_generation);
-        assert_ne!(fast.inbound_generation, old.inbound_generation, "the inbound fingerprint moves");
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert!(fast.changes.touched().iter().all(|(d, _)| *d == Dep::Security), "{:?}", fast.changes.touched());
+        assert_ne!(fast.inbound_generation(), old.inbound_generation(), "the inbound generation moves");
         assert_ne!(inbound(&full, &productpage), inbound(&old, &productpage), "the edit shows in a rebuild");
         assert_ne!(inbound(&fast, &productpage), inbound(&old, &productpage), "the edit shows");
         for c in [productpage.clone(), class("bookinfo", &[("app", "reviews")]), class("other", &[("app", "x")])] {
@@ -825,13 +916,14 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
         let (fast, incremental) =
             crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only Sidecars changed");
-        let full = crate::discovery::build(&after, "cluster.local", &settings);
+        let full = rebuilt(&old, &after, &settings);
         assert_eq!(fast.translation.resources, full.translation.resources);
         assert_eq!(
-            (fast.scope_generation, fast.outbound_overrides, fast.selecting_sidecars, fast.inbound_generation),
-            (full.scope_generation, full.outbound_overrides, full.selecting_sidecars, full.inbound_generation)
+            (fast.changes.touched(), fast.outbound_overrides, fast.selecting_sidecars),
+            (full.changes.touched(), full.outbound_overrides, full.selecting_sidecars)
         );
-        assert_ne!(fast.scope_generation, old.scope_generation, "the edit shows");
+        assert_ne!(fast.scope_generation(), old.scope_generation(), "the edit shows");
+        assert!(fast.changes.touched().iter().all(|(d, _)| *d == Dep::Sidecar), "{:?}", fast.changes.touched());
         let (f, r, o) = (snap(&fast), snap(&full), snap(&old));
         let mut differs = false;
         for c in &classes {

@@ -221,44 +221,45 @@ impl MeshInput {
         MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 
-    /// The mesh after the EndpointSlices of the Services `changed`
-    /// (namespace, name) changed in `objs`, and nothing else: those
-    /// services are rebuilt in the model, their clusters and load
-    /// assignments re-translated and, where what inbound reads of them
-    /// changed, their namespace's workloads recorded; everything else is
-    /// shared with `self`. Costs O(changed services), not O(mesh).
-    pub fn with_endpoints(&self, objs: &istiod_kubewatch::objects::Objects, changed: &[(String, String)]) -> MeshInput {
-        let (model, hosts) = self.model.with_endpoints_of(objs, changed);
-        self.with_services_rebuilt(Arc::new(model), &hosts)
-    }
-
-    /// `self` with `model`, in which only the services `hosts` were
-    /// rebuilt (from new endpoints or Pods; not their Service objects).
-    fn with_services_rebuilt(&self, model: Arc<Model>, hosts: &[Arc<str>]) -> MeshInput {
+    /// The mesh after Services, ServiceEntries, EndpointSlices or Pods
+    /// (`changed`) changed in `objs`, and nothing else: the services they
+    /// concern are rebuilt in the model and their clusters and load
+    /// assignments re-translated; where a service's outbound shape
+    /// (addresses, ports, resolution, exportTo) changed, or it came or
+    /// went, its listeners and virtual hosts too, and the scoping. Where
+    /// what inbound reads of a service changed, its namespace's workloads
+    /// are recorded. Everything else is shared with `self`: an endpoint
+    /// change costs O(changed services), not O(mesh).
+    pub fn with_services(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[istiod_kubewatch::config_dir::ObjectRef],
+    ) -> MeshInput {
+        let (model, hosts) = self.model.with_services_of(objs, changed);
+        let model = Arc::new(model);
         let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
-        for host in hosts {
+        let mut reshaped = Vec::new();
+        for host in &hosts {
             next.translation.update_service(&model, host);
-            let old = match model.services.get(host) {
+            let (before, after) = (self.model.services.get(host), model.services.get(host));
+            if before.map(deps::shape) != after.map(deps::shape) {
+                reshaped.push(host.clone());
+            }
+            let old = match after {
                 Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
                 None => next.inbound_parts.remove(host),
             };
             if old != next.inbound_parts.get(host).copied() {
-                let ns = model.services.get(host).or_else(|| self.model.services.get(host)).map(|s| &*s.namespace);
+                let ns = after.or(before).map(|s| &*s.namespace);
                 next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
             }
         }
+        if !reshaped.is_empty() {
+            next.translation.update_hosts(&self.model, &model, &reshaped);
+            next.changes.touch_everywhere(Dep::Services);
+            next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
+        }
         next
-    }
-
-    /// The mesh after the Pods `changed` (namespace, name) changed in
-    /// `objs`, and nothing else: the services whose endpoints are those
-    /// Pods are rebuilt (their endpoints carry the Pods' labels, service
-    /// account, mTLS mode and locality), as for an endpoint change. A Pod
-    /// no endpoint names yet serves nothing until its EndpointSlice names
-    /// it, which is an endpoint change of its own.
-    pub fn with_pods(&self, objs: &istiod_kubewatch::objects::Objects, changed: &[(String, String)]) -> MeshInput {
-        let (model, hosts) = self.model.with_pods_of(objs, changed);
-        self.with_services_rebuilt(Arc::new(model), &hosts)
     }
 }
 

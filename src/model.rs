@@ -11,6 +11,7 @@ use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, 
 use serde::Serialize;
 
 pub mod destination_rules;
+mod update;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -489,68 +490,6 @@ fn slices_by_service(objs: &Objects) -> HashMap<(&str, &str), Vec<&EndpointSlice
         }
     }
     out
-}
-
-impl Model {
-    /// The model after the EndpointSlices of the Services `changed`
-    /// (namespace, name) changed in `objs`, nothing else having changed:
-    /// those services are rebuilt, every other part is shared with `self`.
-    /// Returns the hostnames rebuilt.
-    pub fn with_endpoints_of(&self, objs: &Objects, changed: &[(String, String)]) -> (Model, Vec<Arc<str>>) {
-        let mut model = self.clone();
-        let mut hosts = Vec::new();
-        for (ns, name) in changed {
-            let Some(svc) = objs.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == *name) else {
-                continue; // a slice without its Service serves nothing
-            };
-            let slices: Vec<&EndpointSlice> = objs
-                .endpoint_slices
-                .iter()
-                .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name.as_str()))
-                .collect();
-            let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-            hosts.push(s.hostname.clone());
-            model.services.insert(s.hostname.clone(), s);
-        }
-        (model, hosts)
-    }
-
-    /// The model after the Pods `changed` (namespace, name) changed in
-    /// `objs`, nothing else having changed: the services whose
-    /// EndpointSlices name those Pods (by reference or by the address they
-    /// have now or had) are rebuilt, as [`Model::with_endpoints_of`] does.
-    pub fn with_pods_of(&self, objs: &Objects, changed: &[(String, String)]) -> (Model, Vec<Arc<str>>) {
-        let names: HashSet<(&str, &str)> = changed.iter().map(|(ns, n)| (ns.as_str(), n.as_str())).collect();
-        let mut ips: HashSet<&str> = objs
-            .pods
-            .iter()
-            .filter(|p| names.contains(&(p.metadata.ns(), p.metadata.name.as_str())))
-            .filter_map(|p| p.status.pod_ip.as_deref())
-            .collect();
-        // The addresses they had: a deleted Pod is found by its old one.
-        for s in self.services.values() {
-            for e in &s.endpoints {
-                if e.pod.as_deref().is_some_and(|p| names.contains(&(s.namespace.as_str(), p))) {
-                    ips.insert(&e.address);
-                }
-            }
-        }
-        let mut services: Vec<(String, String)> = Vec::new();
-        for slice in &objs.endpoint_slices {
-            let Some(svc) = slice.service_name() else { continue };
-            let ns = slice.metadata.ns();
-            let names_one = slice.endpoints.iter().any(|ep| {
-                let by_ref = ep.target_ref.as_ref().is_some_and(|r| {
-                    r.kind == "Pod" && names.contains(&(r.namespace.as_deref().unwrap_or(ns), r.name.as_str()))
-                });
-                by_ref || ep.addresses.iter().any(|a| ips.contains(a.as_str()))
-            });
-            if names_one && !services.iter().any(|(n, s)| n == ns && s == svc) {
-                services.push((ns.to_owned(), svc.to_owned()));
-            }
-        }
-        self.with_endpoints_of(objs, &services)
-    }
 }
 
 impl Model {

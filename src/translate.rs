@@ -93,6 +93,18 @@ impl Translation {
         }
     }
 
+    /// Brings everything translated of the services `hosts` from `old` to
+    /// `new`, where their shape (addresses, ports, resolution) changed or
+    /// they came or went: clusters, load assignments, outbound listeners,
+    /// virtual hosts, proxyless gRPC listeners and routes.
+    pub fn update_hosts(&mut self, old: &Model, new: &Model, hosts: &[Arc<str>]) {
+        for host in hosts {
+            self.update_service(new, host);
+        }
+        grpc::update_hosts(old, new, hosts, self);
+        listener::update_hosts(old, new, hosts, self);
+    }
+
     /// Re-translates the virtual hosts of `hosts` (their VirtualServices
     /// changed) in the sidecar route tables of their HTTP ports and in
     /// their proxyless gRPC tables; other hosts' entries are shared.

@@ -288,7 +288,7 @@ fn core_delta(c: &mut Criterion) {
 
 /// One change from the source to the snapshot the cores receive: the
 /// source's objects compared with the previous ones, the model and
-/// translation updated (incrementally for EndpointSlices, rebuilt for
+/// translation updated (in place where a fast path takes the change, rebuilt for
 /// anything else), the changed names found and applied to the published
 /// model. Alternates between two versions of the mesh.
 struct Change {
@@ -365,6 +365,19 @@ fn shift_weight(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
     istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::Istio(obj.clone()))
 }
 
+/// The first Service with a cluster IP gets another address (a new VIP:
+/// its listeners, virtual hosts and scoping change, not only endpoints).
+fn readdress_service(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
+    let svc = o
+        .services
+        .iter_mut()
+        .find(|s| s.spec.cluster_ip.as_deref().is_some_and(|ip| ip != "None"))
+        .expect("a Service with a cluster IP");
+    svc.spec.cluster_ip = Some("10.255.255.254".into());
+    svc.spec.cluster_ips = vec!["10.255.255.254".into()];
+    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::Service(svc.clone()))
+}
+
 fn change(c: &mut Criterion) {
     let mut g = c.benchmark_group("change");
     g.sample_size(20);
@@ -381,6 +394,15 @@ fn change(c: &mut Criterion) {
         let mut setup = None;
         g.bench_function(format!("one_virtual_service/{scenario}"), |b| {
             let st = setup.get_or_insert_with(|| Change::new(scenario, shift_weight));
+            b.iter(|| {
+                let (n, incremental) = st.step();
+                assert!(incremental && n > 0, "an incremental update that changes something");
+                n
+            });
+        });
+        let mut setup = None;
+        g.bench_function(format!("one_service_address/{scenario}"), |b| {
+            let st = setup.get_or_insert_with(|| Change::new(scenario, readdress_service));
             b.iter(|| {
                 let (n, incremental) = st.step();
                 assert!(incremental && n > 0, "an incremental update that changes something");

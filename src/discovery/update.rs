@@ -1,8 +1,9 @@
 //! What the control thread makes of one set of objects: the generators'
-//! input (model and translation), rebuilt or, when only EndpointSlices,
-//! only Pods, only VirtualServices and DestinationRules, only security
-//! policies or only Sidecars changed, updated in place. Either way the
-//! dependency keys the change touched are recorded (`generator/deps.rs`).
+//! input (model and translation), rebuilt or, when only services (Services,
+//! ServiceEntries, EndpointSlices, Pods), only VirtualServices and
+//! DestinationRules, only security policies or only Sidecars changed,
+//! updated in place. Either way the dependency keys the change touched are
+//! recorded (`generator/deps.rs`).
 
 use std::sync::Arc;
 
@@ -31,13 +32,15 @@ pub(super) fn build_with(
 
 /// The mesh built from `objects`, given the previous one (`prev`) and the
 /// objects the source says changed since (`None`: it does not know, after a
-/// first list or a relist): only EndpointSlices -> only their services are
-/// rebuilt and re-translated; only Pods -> the same for the services whose
-/// endpoints they are; only VirtualServices and DestinationRules ->
-/// only the virtual hosts and clusters of their hosts; only security
-/// policies -> only the policy list and the inbound fingerprint; only
-/// Sidecars -> only the scoping. None of these rebuilds the model or the
-/// translation. Anything else does. Says which it did.
+/// first list or a relist): only Services, ServiceEntries, EndpointSlices
+/// and Pods -> only the services they concern are rebuilt and
+/// re-translated (their listeners and virtual hosts too where their
+/// addresses or ports changed); only VirtualServices and DestinationRules
+/// -> only the virtual hosts and clusters of their hosts; only security
+/// policies -> only the policy list; only Sidecars -> only the scoping.
+/// None of these rebuilds the model or the translation. Anything else
+/// (Namespaces, Nodes, WorkloadEntries, a mix of groups, an unknown change)
+/// does. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     objects: &Objects,
@@ -50,15 +53,8 @@ pub fn update(
     // The fast paths keep the previous model's key sets, which are `jwks`:
     // the resolver replaces both together (jwks.rs `publish`).
     let fast = prev.and_then(|m| {
-        if let Some(refs) = all(&["EndpointSlice"]) {
-            // A slice without its service label serves nothing.
-            let services: std::collections::BTreeSet<(String, String)> =
-                refs.iter().filter_map(|r| Some((r.namespace.clone(), r.service.clone()?))).collect();
-            return Some(m.with_endpoints(objects, &services.into_iter().collect::<Vec<_>>()));
-        }
-        if let Some(refs) = all(&["Pod"]) {
-            let pods: Vec<(String, String)> = refs.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
-            return Some(m.with_pods(objects, &pods));
+        if let Some(refs) = all(&Model::SERVICE_KINDS) {
+            return Some(m.with_services(objects, refs));
         }
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
             return Some(m.with_security(objects));

@@ -141,9 +141,13 @@ pub(super) fn touch_lists(changes: &mut Changes, dep: Dep, old: &[IstioObject], 
     }
 }
 
-/// What scoping reads of one service.
-fn visible_part(s: &Service) -> impl PartialEq + '_ {
-    (&s.hostname, &s.namespace, &s.export_to, &s.vips, &s.ports)
+/// What scoping, the outbound listeners and the virtual hosts read of one
+/// service (all of it but its endpoints).
+pub(super) fn shape(s: &Service) -> impl PartialEq + '_ {
+    (
+        (&s.hostname, s.kubernetes, &s.name, &s.namespace, &s.vips),
+        (&s.ports, s.resolution, s.mesh_external, &s.export_to),
+    )
 }
 
 /// Records what changed between `old` and `new` in everything per-class
@@ -176,7 +180,7 @@ pub(super) fn touch_models(changes: &mut Changes, old: &Model, new: &Model, inbo
     for (host, s) in new.services.iter() {
         match old.services.get(host) {
             Some(o) => {
-                scope |= visible_part(o) != visible_part(s);
+                scope |= shape(o) != shape(s);
                 if inbound(o) != inbound(s) {
                     changes.touch(Dep::Workloads, &o.namespace, "");
                     changes.touch(Dep::Workloads, &s.namespace, "");

@@ -619,11 +619,121 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
         serves_alike(&fast, &full);
     }
     // Anything else, or not knowing what changed, rebuilds.
-    let mut other = before.clone();
-    let gone = other.services.pop().unwrap();
-    let refs = [ObjectRef::of(&Object::Service(gone)), slice_ref(&other.endpoint_slices[0])];
+    let node = ObjectRef { kind: "Node".into(), namespace: String::new(), name: "worker-a".into(), service: None };
+    let refs = [node, slice_ref(&before.endpoint_slices[0])];
+    let other = before.clone();
     assert!(!crate::discovery::update(Some(&old), &other, Some(&refs), "cluster.local", &settings, &Arc::default()).1);
     assert!(!crate::discovery::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
+}
+
+/// The service fast path (`MeshInput::with_services`) serves what a full
+/// rebuild serves when Services and ServiceEntries come, go or change
+/// shape: an HTTP port added to reviews (a new port listener and route
+/// table), details deleted, a TCP Service added (its `<VIP>_<port>`
+/// listener), productpage's address changed, an external TLS host without
+/// address (an SNI listener), and an HTTP ServiceEntry shadowed by a
+/// Kubernetes Service of the same name (the Service wins, as in istiod).
+#[test]
+fn a_service_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::mesh::MeshSettings::default());
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    fn add(o: &mut istiod_kubewatch::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
+        let mut refs = Vec::new();
+        for doc in parse_file(yaml).docs {
+            let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
+            refs.push(ObjectRef::of(&obj));
+            match obj {
+                Object::Service(s) => o.services.push(s),
+                Object::Istio(x) => o.istio.push(x),
+                other => panic!("{other:?}"),
+            }
+        }
+        refs
+    }
+    fn service<'a>(
+        o: &'a mut istiod_kubewatch::objects::Objects,
+        name: &str,
+    ) -> &'a mut istiod_kubewatch::objects::Service {
+        o.services.iter_mut().find(|s| s.metadata.name == name).unwrap()
+    }
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 6] = [
+        |o| {
+            let s = service(o, "reviews");
+            let mut p = s.spec.ports[0].clone();
+            (p.port, p.name) = (9081, Some("http-admin".into()));
+            s.spec.ports.push(p);
+            vec![ObjectRef::of(&Object::Service(s.clone()))]
+        },
+        |o| {
+            let i = o.services.iter().position(|s| s.metadata.name == "details").unwrap();
+            vec![ObjectRef::of(&Object::Service(o.services.remove(i)))]
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: v1\nkind: Service\nmetadata: {name: mongo, namespace: bookinfo}\n\
+                 spec: {clusterIP: 10.96.99.1, ports: [{name: tcp-mongo, port: 27017}], selector: {app: mongo}}\n",
+            )
+        },
+        |o| {
+            let s = service(o, "productpage");
+            s.spec.cluster_ip = Some("10.96.10.99".into());
+            s.spec.cluster_ips = vec!["10.96.10.99".into()];
+            vec![ObjectRef::of(&Object::Service(s.clone()))]
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: bookinfo}\n\
+                 spec: {hosts: [api.example.com, api.example.org], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, location: MESH_EXTERNAL}\n",
+            )
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: shadow, namespace: bookinfo}\n\
+                 spec: {hosts: [ratings.bookinfo.svc.cluster.local, web.example.com], addresses: [240.0.0.7], ports: [{number: 8000, name: http, protocol: HTTP}], resolution: STATIC, endpoints: [{address: 10.1.1.1}]}\n",
+            )
+        },
+    ];
+    let expected = [
+        "0.0.0.0_9081",
+        "outbound|9080||details.bookinfo.svc.cluster.local",
+        "10.96.99.1_27017",
+        "",
+        "0.0.0.0_443",
+        "0.0.0.0_8000",
+    ];
+    for (edit, name) in edits.into_iter().zip(expected) {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only Services and ServiceEntries changed");
+        // The name each edit adds or removes (`ratings` stays the
+        // Service's: the models are compared below). A new address of an
+        // HTTP service shows in its virtual host's digest.
+        let has = |m: &MeshInput| m.translation.resources.keys().any(|(_, n)| &**n == name);
+        if name.is_empty() {
+            let route = |m: &MeshInput| m.translation.resources.get(&(Kind::Route, Arc::from("9080"))).cloned();
+            assert_ne!(route(&fast), route(&old));
+        } else {
+            assert_ne!(has(&fast), has(&old), "{name}");
+        }
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.translation.routes, full.translation.routes);
+        assert_eq!(fast.translation.api_listeners, full.translation.api_listeners);
+        assert_eq!(fast.translation.by_host, full.translation.by_host);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
+        serves_alike(&fast, &full);
+    }
 }
 
 /// The Pod fast path (`MeshInput::with_pods`) serves what a full rebuild

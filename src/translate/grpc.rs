@@ -24,30 +24,56 @@ use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 /// Adds the gRPC listeners and route configurations of every service port.
 pub fn translate(model: &Model, t: &mut super::Translation) {
     for svc in model.services.values() {
+        add_service(model, svc, t);
+    }
+}
+
+/// Replaces the gRPC listeners and route configurations of the services
+/// `hosts` (as `old` had them) with what `new` makes of them.
+pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
+    for svc in hosts.iter().filter_map(|h| old.services.get(h)) {
         for port in &svc.ports {
-            let route_name = format!("outbound|{}||{}", port.port, svc.hostname);
-            let manager = hcm::HttpConnectionManager {
-                stat_prefix: route_name.clone(),
-                route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
-                    config_source: ads(),
-                    route_config_name: route_name.clone(),
-                })),
-                http_filters: vec![http_filter(FAULT_FILTER, &fault::HttpFault::default()), router()],
-                ..Default::default()
-            };
-            let listener_name = format!("{}:{}", svc.hostname, port.port);
-            let listener = Listener {
-                name: listener_name.clone(),
-                api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
-                ..Default::default()
-            };
-            let listener_name: Arc<str> = listener_name.into();
-            Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
-            t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
-            let hosts = vec![ServiceRoutes::new(model, svc, port.port, Flavor::Grpc)];
-            Arc::make_mut(&mut t.routes)
-                .insert(route_name.clone().into(), RouteTable { name: route_name, flavor: Flavor::Grpc, hosts });
+            let (listener, route) = names(svc, port.port);
+            Arc::make_mut(&mut t.api_listeners).remove(&*listener);
+            t.resources.remove(&(Kind::Listener, listener.into()));
+            Arc::make_mut(&mut t.routes).remove(&*route);
+            t.resources.remove(&(Kind::Route, route.into()));
         }
+    }
+    for svc in hosts.iter().filter_map(|h| new.services.get(h)) {
+        add_service(new, svc, t);
+    }
+}
+
+/// The API listener's and the route configuration's names for a port.
+fn names(svc: &crate::model::Service, port: u16) -> (String, String) {
+    (format!("{}:{port}", svc.hostname), format!("outbound|{port}||{}", svc.hostname))
+}
+
+fn add_service(model: &Model, svc: &crate::model::Service, t: &mut super::Translation) {
+    for port in &svc.ports {
+        let (listener_name, route_name) = names(svc, port.port);
+        let manager = hcm::HttpConnectionManager {
+            stat_prefix: route_name.clone(),
+            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+                config_source: ads(),
+                route_config_name: route_name.clone(),
+            })),
+            http_filters: vec![http_filter(FAULT_FILTER, &fault::HttpFault::default()), router()],
+            ..Default::default()
+        };
+        let listener = Listener {
+            name: listener_name.clone(),
+            api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
+            ..Default::default()
+        };
+        let listener_name: Arc<str> = listener_name.into();
+        Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
+        t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
+        let hosts = vec![ServiceRoutes::new(model, svc, port.port, Flavor::Grpc)];
+        let table = RouteTable { name: route_name.clone(), flavor: Flavor::Grpc, hosts };
+        t.resources.insert((Kind::Route, route_name.as_str().into()), table.digest());
+        Arc::make_mut(&mut t.routes).insert(route_name.into(), table);
     }
 }
 

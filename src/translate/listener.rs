@@ -9,7 +9,7 @@
 //!
 //! Sidecar scoping and `exportTo` filter these per proxy (`scope.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,7 +21,7 @@ use istiod_proto::prost::Message;
 use istiod_xds::ads::Kind;
 
 use crate::mesh::OutboundPolicy;
-use crate::model::{Model, Protocol, Resolution};
+use crate::model::{Model, Port, Protocol, Resolution, Service};
 
 /// Outbound capture port (istio-iptables `-p`).
 pub const OUTBOUND_PORT: u32 = 15001;
@@ -33,100 +33,207 @@ pub const INBOUND_PORT: u32 = 15006;
 use super::envoy::{ads, any, http_connection_manager, http_filter, router, socket, tcp_proxy};
 use super::route::{Flavor, RouteTable, ServiceRoutes};
 
+/// What one service port contributes to the outbound listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The port's shared `0.0.0.0_<port>` HTTP listener and route table.
+    Http,
+    /// A `<VIP>_<port>` tcp_proxy listener per address.
+    Tcp,
+    /// A filter chain of the port's SNI listener (TLS, no address).
+    Sni,
+    /// Nothing: UDP, or headless TCP (virtualOutbound takes it).
+    None,
+}
+
+fn role(svc: &Service, port: &Port) -> Role {
+    match port.protocol {
+        p if p.is_http() => Role::Http,
+        Protocol::Udp => Role::None,
+        // Headless TCP goes through virtualOutbound.
+        _ if svc.resolution == Resolution::Passthrough => Role::None,
+        // No address to match on: the TLS server name tells the hosts
+        // apart (external TLS ServiceEntries).
+        Protocol::Tls | Protocol::Https if svc.vips.is_empty() => Role::Sni,
+        _ => Role::Tcp,
+    }
+}
+
 /// Adds the sidecar outbound listeners and their route configurations.
 pub fn translate(model: &Model, t: &mut super::Translation) {
-    let (out, routes) = (&mut t.resources, Arc::make_mut(&mut t.routes));
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
     let virtual_outbound = virtual_outbound(model.mesh.outbound);
-    out.insert((Kind::Listener, virtual_outbound.name.as_str().into()), Bytes::from(virtual_outbound.encode_to_vec()));
+    let name = virtual_outbound.name.as_str().into();
+    t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
     // HTTP ports get one shared listener and route configuration per port;
     // other ports a listener per service address.
-    let mut http_ports: BTreeSet<u16> = BTreeSet::new();
-    let mut sni: BTreeMap<u16, Vec<Arc<str>>> = BTreeMap::new();
+    let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in model.services.values() {
         for port in &svc.ports {
-            match port.protocol {
-                p if p.is_http() => {
-                    http_ports.insert(port.port);
+            match role(svc, port) {
+                Role::Http | Role::Sni => {
+                    ports.insert(port.port);
                 }
-                Protocol::Udp => {}
-                _ => {
-                    if svc.resolution == Resolution::Passthrough {
-                        continue; // headless TCP goes through virtualOutbound
-                    }
-                    if svc.vips.is_empty() && matches!(port.protocol, Protocol::Tls | Protocol::Https) {
-                        // No address to match on: the TLS server name tells
-                        // the hosts apart (external TLS ServiceEntries).
-                        sni.entry(port.port).or_default().push(svc.hostname.clone());
-                        continue;
-                    }
+                Role::Tcp => {
                     for vip in &svc.vips {
-                        let name = format!("{vip}_{}", port.port);
-                        let cluster = format!("outbound|{}||{}", port.port, svc.hostname);
-                        let l = Listener {
-                            name: name.clone(),
-                            address: socket(vip, u32::from(port.port)),
-                            bind_to_port: Some(false),
-                            traffic_direction: core::TrafficDirection::Outbound as i32,
-                            filter_chains: vec![FilterChain {
-                                filters: vec![tcp_proxy(&cluster, &cluster)],
-                                ..Default::default()
-                            }],
-                            ..Default::default()
-                        };
-                        out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));
+                        let l = tcp_listener(svc, vip, port.port);
+                        t.resources.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
                     }
                 }
+                Role::None => {}
             }
         }
     }
-    for (port, hosts) in sni {
-        if http_ports.contains(&port) {
+    for port in ports {
+        shared_port(model, port, t);
+    }
+}
+
+/// Makes `0.0.0.0_<port>` (and route table `"<port>"`) what `model` says,
+/// from every service with the port: the HTTP listener if one is HTTP,
+/// else the SNI listener of the TLS hosts without addresses, else nothing.
+fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
+    let name: Arc<str> = format!("0.0.0.0_{port}").into();
+    let table: Arc<str> = port.to_string().into();
+    let mut sni: Vec<Arc<str>> = Vec::new();
+    let mut http: Vec<Arc<ServiceRoutes>> = Vec::new();
+    for svc in model.services.values() {
+        let mut roles = svc.ports.iter().filter(|p| p.port == port).map(|p| role(svc, p));
+        match roles.clone().any(|r| r == Role::Http) {
+            true => http.push(ServiceRoutes::new(model, svc, port, Flavor::Envoy)),
+            false if roles.any(|r| r == Role::Sni) => sni.push(svc.hostname.clone()),
+            false => {}
+        }
+    }
+    let routes = Arc::make_mut(&mut t.routes);
+    if !http.is_empty() {
+        if !sni.is_empty() {
             // One listener per port: HTTP wins, as in istiod's conflict rules.
             tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
-            continue;
         }
-        let l = sni_listener(port, &hosts);
-        out.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
+        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port).encode_to_vec()));
+        let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
+        t.resources.insert((Kind::Route, table.clone()), rt.digest());
+        routes.insert(table, rt);
+        return;
     }
-    for port in http_ports {
-        let name = format!("0.0.0.0_{port}");
-        let manager = hcm::HttpConnectionManager {
-            stat_prefix: format!("outbound_0.0.0.0_{port}"),
-            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
-                config_source: ads(),
-                route_config_name: port.to_string(),
-            })),
-            http_filters: vec![
-                http_filter(
-                    "envoy.filters.http.cors",
-                    &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
-                ),
-                http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
-                router(),
-            ],
-            use_remote_address: Some(false),
-            normalize_path: Some(true),
-            ..Default::default()
-        };
-        let l = Listener {
-            name: name.clone(),
-            address: socket("0.0.0.0", u32::from(port)),
-            bind_to_port: Some(false),
-            traffic_direction: core::TrafficDirection::Outbound as i32,
-            filter_chains: vec![FilterChain { filters: vec![http_connection_manager(&manager)], ..Default::default() }],
-            ..Default::default()
-        };
-        out.insert((Kind::Listener, name.into()), Bytes::from(l.encode_to_vec()));
-        let hosts = model
+    routes.remove(&table);
+    t.resources.remove(&(Kind::Route, table));
+    match sni.is_empty() {
+        true => t.resources.remove(&(Kind::Listener, name)),
+        false => t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni).encode_to_vec())),
+    };
+}
+
+/// Brings the outbound listeners and route tables of `old` up to `new`,
+/// where only the services `hosts` changed (added, removed or edited):
+/// their `<VIP>_<port>` listeners, and the shared listener and route table
+/// of each port they had or have. A port that stays HTTP only has the
+/// hosts' virtual hosts replaced; the other ports are rebuilt from the
+/// services that have them.
+pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
+    let mut tcp: BTreeSet<(String, u16)> = BTreeSet::new();
+    let mut ports: BTreeSet<u16> = BTreeSet::new();
+    for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
+        for port in &svc.ports {
+            match role(svc, port) {
+                Role::Tcp => tcp.extend(svc.vips.iter().map(|v| (v.clone(), port.port))),
+                Role::Http | Role::Sni => {
+                    ports.insert(port.port);
+                }
+                Role::None => {}
+            }
+        }
+    }
+    // A `<VIP>_<port>` name is the last service's that makes it, as in
+    // `translate`.
+    for (vip, port) in tcp {
+        let maker = new
             .services
             .values()
-            .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
-            .map(|svc| ServiceRoutes::new(model, svc, port, Flavor::Envoy))
-            .collect();
-        routes.insert(port.to_string().into(), RouteTable { name: port.to_string(), flavor: Flavor::Envoy, hosts });
+            .rev()
+            .find(|s| s.vips.contains(&vip) && s.ports.iter().any(|p| p.port == port && role(s, p) == Role::Tcp));
+        let key = (Kind::Listener, Arc::<str>::from(format!("{vip}_{port}")));
+        match maker {
+            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port).encode_to_vec())),
+            None => t.resources.remove(&key),
+        };
+    }
+    for port in ports {
+        let http =
+            |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()));
+        let table: Arc<str> = port.to_string().into();
+        if !(http(old) && http(new) && t.routes.contains_key(&table)) {
+            shared_port(new, port, t);
+            continue;
+        }
+        // Still HTTP: replace the hosts' virtual hosts, in hostname order.
+        let routes = Arc::make_mut(&mut t.routes);
+        let Some(rt) = routes.get_mut(&table) else { continue };
+        for host in hosts {
+            let at = rt.hosts.binary_search_by(|vh| vh.host.cmp(host));
+            let now = new
+                .services
+                .get(host)
+                .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
+                .map(|s| ServiceRoutes::new(new, s, port, Flavor::Envoy));
+            match (at, now) {
+                (Ok(i), Some(vh)) => rt.hosts[i] = vh,
+                (Ok(i), None) => {
+                    rt.hosts.remove(i);
+                }
+                (Err(i), Some(vh)) => rt.hosts.insert(i, vh),
+                (Err(_), None) => {}
+            }
+        }
+        let digest = rt.digest();
+        t.resources.insert((Kind::Route, table), digest);
+    }
+}
+
+/// `0.0.0.0_<port>`: the HTTP listener of a port, taking its routes from
+/// route configuration `"<port>"` over RDS.
+fn http_listener(port: u16) -> Listener {
+    let manager = hcm::HttpConnectionManager {
+        stat_prefix: format!("outbound_0.0.0.0_{port}"),
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+            config_source: ads(),
+            route_config_name: port.to_string(),
+        })),
+        http_filters: vec![
+            http_filter(
+                "envoy.filters.http.cors",
+                &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+            ),
+            http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
+            router(),
+        ],
+        use_remote_address: Some(false),
+        normalize_path: Some(true),
+        ..Default::default()
+    };
+    Listener {
+        name: format!("0.0.0.0_{port}"),
+        address: socket("0.0.0.0", u32::from(port)),
+        bind_to_port: Some(false),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        filter_chains: vec![FilterChain { filters: vec![http_connection_manager(&manager)], ..Default::default() }],
+        ..Default::default()
+    }
+}
+
+/// `<vip>_<port>`: tcp_proxy to the service's cluster.
+fn tcp_listener(svc: &Service, vip: &str, port: u16) -> Listener {
+    let cluster = format!("outbound|{port}||{}", svc.hostname);
+    Listener {
+        name: format!("{vip}_{port}"),
+        address: socket(vip, u32::from(port)),
+        bind_to_port: Some(false),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        filter_chains: vec![FilterChain { filters: vec![tcp_proxy(&cluster, &cluster)], ..Default::default() }],
+        ..Default::default()
     }
 }
 

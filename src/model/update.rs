@@ -1,0 +1,127 @@
+//! The model after a change of services only: Services, ServiceEntries,
+//! EndpointSlices or Pods. The services they concern are rebuilt from the
+//! objects (by the rules a full build follows, so the result is the same);
+//! everything else is shared with the previous model.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use istiod_kubewatch::config_dir::ObjectRef;
+use istiod_kubewatch::istio::IstioSpec;
+use istiod_kubewatch::objects::{EndpointSlice, Objects};
+
+use super::{Model, Service, Workloads, service, service_entry};
+
+impl Model {
+    /// The kinds [`Model::with_services_of`] takes.
+    pub const SERVICE_KINDS: [&'static str; 4] = ["Service", "ServiceEntry", "EndpointSlice", "Pod"];
+
+    /// The model after the objects `changed` (of [`Model::SERVICE_KINDS`])
+    /// changed in `objs`, nothing else having changed: every service they
+    /// concern, before or after, is rebuilt from `objs`, every other part
+    /// is shared with `self`. Returns the hostnames concerned. Costs
+    /// O(changed services) lookups plus one pass over the EndpointSlices
+    /// when Pods changed.
+    pub fn with_services_of(&self, objs: &Objects, changed: &[ObjectRef]) -> (Model, Vec<Arc<str>>) {
+        let hosts = self.hosts_of(objs, changed);
+        let mut model = self.clone();
+        for host in &hosts {
+            match self.service_for_host(objs, host) {
+                Some(s) => model.services.insert(host.clone(), s),
+                None => model.services.remove(host),
+            };
+        }
+        (model, hosts.into_iter().collect())
+    }
+
+    /// The hostnames `changed` concerns, in `self` or in `objs`.
+    fn hosts_of(&self, objs: &Objects, changed: &[ObjectRef]) -> BTreeSet<Arc<str>> {
+        let kube = |ns: &str, name: &str| Arc::<str>::from(format!("{name}.{ns}.svc.{}", self.domain));
+        let mut hosts = BTreeSet::new();
+        let mut pods: HashSet<(&str, &str)> = HashSet::new();
+        for r in changed {
+            let (ns, name) = (r.namespace.as_str(), r.name.as_str());
+            match r.kind.as_str() {
+                "Service" => {
+                    hosts.insert(kube(ns, name));
+                }
+                // A slice without its service label serves nothing.
+                "EndpointSlice" => hosts.extend(r.service.as_deref().map(|svc| kube(ns, svc))),
+                "Pod" => {
+                    pods.insert((ns, name));
+                }
+                _ => {
+                    // A ServiceEntry: the hosts it made, and those it names now.
+                    let made = self.services.values().filter(|s| !s.kubernetes && s.namespace == ns && s.name == name);
+                    hosts.extend(made.map(|s| s.hostname.clone()));
+                    for o in objs.istio.iter().filter(|o| o.meta.ns() == ns && o.meta.name == name) {
+                        if let IstioSpec::ServiceEntry(se) = &o.spec {
+                            hosts.extend(se.hosts.iter().map(|h| Arc::from(h.as_str())));
+                        }
+                    }
+                }
+            }
+        }
+        if !pods.is_empty() {
+            hosts.extend(self.hosts_of_pods(objs, &pods).into_iter().map(|(ns, svc)| kube(ns, svc)));
+        }
+        hosts
+    }
+
+    /// The (namespace, service) of every EndpointSlice that names one of
+    /// `pods`, by reference or by the address the Pod has now or had (a
+    /// deleted Pod is found by its old one).
+    fn hosts_of_pods<'a>(&self, objs: &'a Objects, pods: &HashSet<(&str, &str)>) -> BTreeSet<(&'a str, &'a str)> {
+        let mut ips: HashSet<&str> = objs
+            .pods
+            .iter()
+            .filter(|p| pods.contains(&(p.metadata.ns(), p.metadata.name.as_str())))
+            .filter_map(|p| p.status.pod_ip.as_deref())
+            .collect();
+        for s in self.services.values() {
+            for e in &s.endpoints {
+                if e.pod.as_deref().is_some_and(|p| pods.contains(&(s.namespace.as_str(), p))) {
+                    ips.insert(&e.address);
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        for slice in &objs.endpoint_slices {
+            let Some(svc) = slice.service_name() else { continue };
+            let ns = slice.metadata.ns();
+            let names_one = slice.endpoints.iter().any(|ep| {
+                let by_ref = ep.target_ref.as_ref().is_some_and(|r| {
+                    r.kind == "Pod" && pods.contains(&(r.namespace.as_deref().unwrap_or(ns), r.name.as_str()))
+                });
+                by_ref || ep.addresses.iter().any(|a| ips.contains(a.as_str()))
+            });
+            if names_one {
+                out.insert((ns, svc));
+            }
+        }
+        out
+    }
+
+    /// The service `objs` makes for `host`, as a full build decides it: a
+    /// Kubernetes Service of that name wins, else the first ServiceEntry
+    /// (in the objects' order) that names the host.
+    fn service_for_host(&self, objs: &Objects, host: &str) -> Option<Service> {
+        let suffix = format!(".svc.{}", self.domain);
+        if let Some((name, ns)) = host.strip_suffix(&suffix).and_then(|r| r.split_once('.'))
+            && let Some(svc) = objs.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == name)
+        {
+            let slices: Vec<&EndpointSlice> = objs
+                .endpoint_slices
+                .iter()
+                .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
+                .collect();
+            return Some(service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices)));
+        }
+        objs.istio.iter().find_map(|o| match &o.spec {
+            IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {
+                service_entry(&o.meta, se, objs).into_iter().find(|s| &*s.hostname == host)
+            }
+            _ => None,
+        })
+    }
+}

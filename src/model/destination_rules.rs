@@ -69,12 +69,6 @@ struct NamespaceRules {
     wildcard: Vec<usize>,
 }
 
-impl NamespaceRules {
-    fn all(&self) -> impl Iterator<Item = usize> + '_ {
-        self.exact.values().flatten().chain(&self.wildcard).copied()
-    }
-}
-
 /// Every DestinationRule of a model, indexed by namespace and host.
 #[derive(Debug, Clone, Default)]
 pub struct DestinationRules {
@@ -128,7 +122,13 @@ impl DestinationRules {
             };
             out.selecting |= !selector.is_empty();
             let slots = out.by_namespace.entry(ns.clone()).or_default();
-            let same = slots.all().find(|i| {
+            // Only the rules of the same host can merge: look there, not
+            // through the whole namespace (quadratic in its rules).
+            let same_host: &[usize] = match host.starts_with('*') {
+                true => &slots.wildcard,
+                false => slots.exact.get(&host).map_or(&[], Vec::as_slice),
+            };
+            let same = same_host.iter().copied().find(|i| {
                 let r = &out.rules[*i];
                 r.host == host && r.export == export && r.selector == selector
             });

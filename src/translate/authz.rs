@@ -5,7 +5,8 @@
 //! `istio-system` by default), DENY before ALLOW; each rule a policy
 //! `ns[<ns>]-policy[<name>]-rule[<i>]` whose permissions are the `to`
 //! operations and the destination `when` conditions and whose principals
-//! are the `from` sources and the source `when` conditions. On a TCP chain
+//! are the `from` sources and the source `when` conditions, built as
+//! istiod's `authz/model/generator.go` builds each key. On a TCP chain
 //! an ALLOW rule that needs HTTP fields cannot match, so it is dropped; a
 //! DENY rule loses those fields and is broader, as in istiod.
 
@@ -86,13 +87,54 @@ fn spiffe(p: &str) -> rbac::Principal {
     principal_name(string(&format!("spiffe://{p}")))
 }
 
-fn namespace_id(ns: &str) -> rbac::Principal {
+/// Go's `regexp.QuoteMeta`: `s` as a literal in an RE2 pattern.
+fn quote_meta(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn regex_id(regex: String) -> rbac::Principal {
     principal_name(matcher::StringMatcher {
-        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(matcher::RegexMatcher {
-            regex: format!(".*/ns/{}/.*", ns.replace('.', "\\\\.")),
-        })),
+        match_pattern: Some(matcher::string_matcher::MatchPattern::SafeRegex(matcher::RegexMatcher { regex })),
         ignore_case: false,
     })
+}
+
+/// `source.namespace` / `namespaces` (generator.go `srcNamespaceGenerator`):
+/// `*` in the value matches anything.
+fn namespace_id(ns: &str) -> rbac::Principal {
+    let literal: Vec<String> = ns.split('*').map(quote_meta).collect();
+    regex_id(format!(".*/ns/{}/.*", literal.join(".*")))
+}
+
+/// `source.serviceAccount` / `serviceAccounts` (generator.go
+/// `serviceAccountRegex`): `<sa>` in the policy's namespace or `<ns>/<sa>`.
+fn service_account_id(policy_ns: &str, value: &str) -> rbac::Principal {
+    let (ns, sa) = value.split_once('/').unwrap_or((policy_ns, value));
+    regex_id(format!("spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?", quote_meta(ns), quote_meta(sa)))
+}
+
+/// `source.trustDomain` / `trustDomains` (generator.go
+/// `srcTrustDomainGenerator`): `*` any, a plain value by prefix, one `*`
+/// within a label by regex.
+fn trust_domain_id(value: &str) -> rbac::Principal {
+    let prefix = |p: String| {
+        principal_name(matcher::StringMatcher {
+            match_pattern: Some(matcher::string_matcher::MatchPattern::Prefix(p)),
+            ignore_case: false,
+        })
+    };
+    match value.split_once('*') {
+        _ if value == "*" => prefix("spiffe://".into()),
+        None => prefix(format!("spiffe://{value}/")),
+        Some((a, b)) => regex_id(format!("spiffe://{}[^/]*{}/.*", quote_meta(a), quote_meta(b))),
+    }
 }
 
 /// A match on the verified JWT payload, where jwt_authn put it
@@ -208,8 +250,7 @@ enum Skip {
     /// rule"), whatever the action.
     Invalid,
     /// A key istiod knows and istiod-rs does not build yet
-    /// (`source.serviceAccount`, `source.trustDomain`,
-    /// `experimental.envoy.filters.*`): an ALLOW rule is left out (it
+    /// (`experimental.envoy.filters.*`): an ALLOW rule is left out (it
     /// allows less, never more); a DENY rule keeps its other conditions
     /// and denies more broadly.
     Unsupported,
@@ -231,24 +272,38 @@ fn when_permission(key: &str, v: &str) -> Option<Option<rbac::Permission>> {
 }
 
 /// Makes the principal one value of a source field or condition names.
-type MakePrincipal = dyn Fn(&str) -> Option<rbac::Principal>;
+type MakePrincipal<'a> = Box<dyn Fn(&str) -> Option<rbac::Principal> + 'a>;
+
+/// The principal maker of a source `when` key (model.go: source.ip,
+/// remote.ip, source.namespace, source.trustDomain, source.serviceAccount,
+/// source.principal), for a policy of namespace `ns`.
+fn source_key<'a>(key: &str, ns: &'a str) -> Option<MakePrincipal<'a>> {
+    Some(match key {
+        "source.namespace" => Box::new(|n| Some(namespace_id(n))),
+        "source.principal" => Box::new(|p| Some(spiffe(p))),
+        "source.serviceAccount" => Box::new(move |a| Some(service_account_id(ns, a))),
+        "source.trustDomain" => Box::new(|t| Some(trust_domain_id(t))),
+        "source.ip" => Box::new(cidr),
+        "remote.ip" => Box::new(remote_cidr),
+        _ => return None,
+    })
+}
 
 /// Returns (permissions, principals, whether it uses HTTP fields, why it
 /// cannot be built as written). On a TCP chain (`tcp`) the HTTP-only fields
 /// (methods, paths, hosts, `request.headers`, request principals and JWT
 /// claims) are left out: an ALLOW rule that uses them is dropped by the
 /// caller, a DENY rule matches more broadly, as in istiod.
-fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool, Option<Skip>) {
+fn rule(r: &Rule, ns: &str, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bool, Option<Skip>) {
     let mut skip = None;
     for c in &r.when {
         let k = c.key.as_str();
         let known = k.starts_with("request.headers[")
             || k == "request.auth.principal"
             || auth_key(k).is_some()
-            || matches!(k, "source.namespace" | "source.principal" | "source.ip" | "remote.ip")
+            || source_key(k, ns).is_some()
             || when_permission(k, "").is_some();
-        let istiod_only =
-            matches!(k, "source.serviceAccount" | "source.trustDomain") || k.starts_with("experimental.envoy.filters.");
+        let istiod_only = k.starts_with("experimental.envoy.filters.");
         // A value that does not parse makes the rule invalid too (istiod's
         // generators return an error; an empty set would be NACKed).
         let bad_value = c.values.iter().chain(&c.not_values).any(|v| match k {
@@ -346,6 +401,12 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
         add(&src.not_namespaces, true, &|n| Some(namespace_id(n)));
         add(&src.ip_blocks, false, &cidr);
         add(&src.not_ip_blocks, true, &cidr);
+        add(&src.remote_ip_blocks, false, &remote_cidr);
+        add(&src.not_remote_ip_blocks, true, &remote_cidr);
+        add(&src.trust_domains, false, &|t| Some(trust_domain_id(t)));
+        add(&src.not_trust_domains, true, &|t| Some(trust_domain_id(t)));
+        add(&src.service_accounts, false, &|a| Some(service_account_id(ns, a)));
+        add(&src.not_service_accounts, true, &|a| Some(service_account_id(ns, a)));
         if !src.request_principals.is_empty() || !src.not_request_principals.is_empty() {
             http = true;
             if !tcp {
@@ -388,14 +449,7 @@ fn rule(r: &Rule, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Principal>, bo
             }
             continue;
         }
-        let make: Option<&MakePrincipal> = match c.key.as_str() {
-            "source.namespace" => Some(&|n| Some(namespace_id(n))),
-            "source.principal" => Some(&|p| Some(spiffe(p))),
-            "source.ip" => Some(&cidr),
-            "remote.ip" => Some(&remote_cidr),
-            _ => None,
-        };
-        if let Some(make) = make {
+        if let Some(make) = source_key(&c.key, ns) {
             if !c.values.is_empty() {
                 ids.push(or_ids(c.values.iter().filter_map(|v| make(v)).collect()));
             }
@@ -464,7 +518,7 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
             continue; // ALLOW with no rules allows nothing; DENY with none denies nothing
         }
         for (i, r) in ap.rules.iter().enumerate() {
-            let (permissions, principals, uses_http, skip) = rule(r, !http);
+            let (permissions, principals, uses_http, skip) = rule(r, &ns, !http);
             if uses_http && !http && ap.action == Action::Allow {
                 continue;
             }

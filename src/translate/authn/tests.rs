@@ -222,8 +222,10 @@ fn a_jwt_only_deny_source_on_tcp_is_not_an_empty_set() {
 /// destination.port, connection.sni) or principals (remote.ip, source.*);
 /// a value that does not parse skips the rule for either action ("skipped
 /// invalid rule"; unknown keys are refused when the policy is read); a key
-/// istiod knows and istiod-rs does not build leaves an ALLOW rule out (never
-/// allowing more than istiod) and makes a DENY rule broader.
+/// istiod knows and istiod-rs does not build (`experimental.envoy.filters.*`)
+/// leaves an ALLOW rule out (never allowing more than istiod) and makes a
+/// DENY rule broader. Service accounts and trust domains as generator.go
+/// builds them, in `when` and in `from`.
 #[test]
 fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
     let ap = |name: &str, action: &str, key: &str, value: &str| {
@@ -238,8 +240,15 @@ fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
         ap("sni", "ALLOW", "connection.sni", "*.example.com"),
         ap("remote", "ALLOW", "remote.ip", "192.168.0.1"),
         ap("bad-port", "ALLOW", "destination.port", "http"),
-        ap("sa-allow", "ALLOW", "source.serviceAccount", "bookinfo/productpage"),
-        ap("sa-deny", "DENY", "source.serviceAccount", "bookinfo/productpage"),
+        ap("sa", "ALLOW", "source.serviceAccount", "productpage"),
+        ap("sa-other-ns", "ALLOW", "source.serviceAccount", "other/productpage"),
+        ap("td", "ALLOW", "source.trustDomain", "cluster.local"),
+        ap("td-wild", "ALLOW", "source.trustDomain", "*.example.com"),
+        ap("filter-allow", "ALLOW", "experimental.envoy.filters.network.mysql_proxy[db.table]", "[update]"),
+        ap("filter-deny", "DENY", "experimental.envoy.filters.network.mysql_proxy[db.table]", "[update]"),
+        "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: from-fields, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: reviews}}, rules: [{from: [{source: {serviceAccounts: [ratings], notTrustDomains: [evil.org], remoteIpBlocks: [10.1.0.0/16]}}]}]}\n"
+            .to_owned(),
     ]
     .join("---\n");
     let m = bookinfo_with(&yaml, JwksFetch::Istiod);
@@ -253,10 +262,24 @@ fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
     let sni = text(&allow[&key("sni")]);
     assert!(sni.contains("RequestedServerName(") && sni.contains("Suffix(\".example.com\")"), "{sni}");
     assert!(text(&allow[&key("remote")]).contains("RemoteIp(CidrRange { address_prefix: \"192.168.0.1\""));
-    for skipped in ["bad-port", "sa-allow"] {
+    for skipped in ["bad-port", "filter-allow"] {
         assert!(!allow.contains_key(&key(skipped)), "{skipped} is left out");
     }
     // Unsupported on DENY: the rule stays, without the condition (broader).
-    let d = text(&deny[&key("sa-deny")]);
-    assert!(d.contains("bookinfo") && !d.contains("productpage"), "{d}");
+    let d = text(&deny[&key("filter-deny")]);
+    assert!(d.contains("bookinfo") && !d.contains("mysql"), "{d}");
+    // The policy's namespace when the value names none.
+    let sa = text(&allow[&key("sa")]);
+    assert!(sa.contains(r#"regex: "spiffe://.+/ns/bookinfo/(.+/|)sa/productpage(/.+)?""#), "{sa}");
+    let sa = text(&allow[&key("sa-other-ns")]);
+    assert!(sa.contains(r#"regex: "spiffe://.+/ns/other/(.+/|)sa/productpage(/.+)?""#), "{sa}");
+    assert!(text(&allow[&key("td")]).contains(r#"Prefix("spiffe://cluster.local/")"#));
+    let wild = text(&allow[&key("td-wild")]);
+    assert!(wild.contains(r#"regex: "spiffe://[^/]*\\.example\\.com/.*""#), "{wild}");
+    // `from` fields are built, none silently dropped (an ALLOW on
+    // serviceAccounts alone once allowed everyone).
+    let from = text(&allow[&key("from-fields")]);
+    for part in ["sa/ratings", "NotId", "spiffe://evil.org/", "RemoteIp(CidrRange { address_prefix: \"10.1.0.0\""] {
+        assert!(from.contains(part), "{part} in {from}");
+    }
 }

@@ -376,27 +376,44 @@ impl<'a> Workloads<'a> {
     /// pass over the Pods instead of an index of all of them.
     fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
         let mut names: HashSet<(&str, &str)> = HashSet::new();
-        let mut ips: HashSet<&str> = HashSet::new();
         for s in slices {
             for ep in &s.endpoints {
                 if let Some(r) = ep.target_ref.as_ref().filter(|r| r.kind == "Pod") {
                     names.insert((r.namespace.as_deref().unwrap_or(s.metadata.ns()), r.name.as_str()));
                 }
-                ips.extend(ep.addresses.iter().map(String::as_str));
             }
         }
         let mut w = Workloads { pods: HashMap::new(), by_ip: HashMap::new(), nodes: HashMap::new() };
         let mut node_names: HashSet<&str> = HashSet::new();
-        for p in &objs.pods {
-            let key = (p.metadata.ns(), p.metadata.name.as_str());
-            let ip = p.status.pod_ip.as_deref();
-            let wanted = names.contains(&key) || ip.is_some_and(|ip| ips.contains(ip));
-            if wanted {
-                w.pods.insert(key, p);
-                if let Some(ip) = ip {
-                    w.by_ip.insert(ip, p);
+        let mut take = |w: &mut Workloads<'a>, p: &'a Pod| {
+            w.pods.insert((p.metadata.ns(), p.metadata.name.as_str()), p);
+            if let Some(ip) = p.status.pod_ip.as_deref() {
+                w.by_ip.insert(ip, p);
+            }
+            node_names.extend(p.spec.node_name.as_deref());
+        };
+        // The Pods named by reference, in one pass; then, only if some
+        // endpoint names none that exists, the Pods by address (what
+        // `service` falls back to).
+        if !names.is_empty() {
+            for p in objs.pods.iter().filter(|p| names.contains(&(p.metadata.ns(), p.metadata.name.as_str()))) {
+                take(&mut w, p);
+            }
+        }
+        let mut ips: HashSet<&str> = HashSet::new();
+        for s in slices {
+            for ep in &s.endpoints {
+                let found = ep.target_ref.as_ref().filter(|r| r.kind == "Pod").is_some_and(|r| {
+                    w.pods.contains_key(&(r.namespace.as_deref().unwrap_or(s.metadata.ns()), r.name.as_str()))
+                });
+                if !found {
+                    ips.extend(ep.addresses.iter().map(String::as_str));
                 }
-                node_names.extend(p.spec.node_name.as_deref());
+            }
+        }
+        if !ips.is_empty() {
+            for p in objs.pods.iter().filter(|p| p.status.pod_ip.as_deref().is_some_and(|ip| ips.contains(ip))) {
+                take(&mut w, p);
             }
         }
         w.nodes = objs

@@ -594,11 +594,25 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     use istiod_kubewatch::config_dir::{Object, ObjectRef};
     type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
     let slice_ref = |s: &istiod_kubewatch::objects::EndpointSlice| ObjectRef::of(&Object::EndpointSlice(s.clone()));
-    let edits: [Edit; 2] = [
-        // reviews loses an endpoint; details' only slice goes away.
+    let edits: [Edit; 4] = [
+        // reviews loses an endpoint; details' only slice goes away; a
+        // ratings endpoint names no Pod (joined by its address) and one
+        // names a Pod that does not exist (the address again).
         |o| {
             let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
             s.endpoints.pop();
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("ratings")).unwrap();
+            s.endpoints[0].target_ref = None;
+            s.endpoints[0].conditions.ready = Some(false);
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("ratings")).unwrap();
+            s.endpoints[0].target_ref.as_mut().unwrap().name = "gone".into();
+            s.endpoints[0].conditions.ready = Some(false);
             vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
         },
         |o| {
@@ -613,6 +627,7 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
             crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
         assert!(incremental, "only EndpointSlices changed");
         let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services, "the endpoints joined with the same Pods");
         assert_eq!(fast.translation.resources, full.translation.resources);
         assert_eq!(fast.changes.touched(), full.changes.touched());
         assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");

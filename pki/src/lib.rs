@@ -1,7 +1,9 @@
 //! Workload identity: the Istio CA that signs short-lived SPIFFE
-//! certificates for `istio.v1.auth.IstioCertificateService`, the root
-//! certificate it distributes, and the rustls configuration of the TLS
-//! listeners (:15012, :15017).
-//!
-//! Nothing is implemented yet; the CSR service is a later issue.
+//! certificates for `istio.v1.auth.IstioCertificateService`, its own
+//! serving certificate, and the root it distributes ([`ca`]).
 #![forbid(unsafe_code)]
+
+pub mod ca;
+mod duration;
+
+pub use ca::{Ca, CaError, Settings, SignError};

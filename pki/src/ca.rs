@@ -1,0 +1,432 @@
+//! The Istio CA, as istiod runs it (`security/pkg/pki/ca/ca.go`,
+//! `security/pkg/pki/util/generate_cert.go`, `pilot/pkg/bootstrap/istio_ca.go`):
+//!
+//! - plugged-in certificates from `ROOT_CA_DIR` (`ca-cert.pem`, `ca-key.pem`,
+//!   `root-cert.pem`, `cert-chain.pem`), or
+//! - a self-signed root (ECDSA P-256, `CITADEL_SELF_SIGNED_CA_CERT_TTL`, ten
+//!   years by default) kept where the next start finds it again.
+//!
+//! [`Ca::sign`] verifies a CSR (PEM, its own signature, an ECDSA P-256/P-384
+//! or RSA >= 2048 key), refuses a CSR that names any identity but the
+//! caller's, and issues a leaf whose only SANs are the caller's SPIFFE
+//! identities: no subject, SAN critical, digital signature and key
+//! encipherment, server and client auth, valid from two minutes ago
+//! (istiod's clock-skew grace) for the requested TTL (the default when not
+//! positive; over the maximum is an error, as in istiod), never past the
+//! signing certificate. The chain answered is istiod's: the leaf, each
+//! certificate of `cert-chain.pem`, then the root bundle.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
+};
+use time::OffsetDateTime;
+use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::extensions::{GeneralName, ParsedExtension};
+use x509_parser::prelude::FromDer;
+use x509_parser::public_key::PublicKey;
+
+use crate::duration;
+
+/// istiod's `ClockSkewGracePeriod`: certificates are valid from this long
+/// before they are issued.
+pub const CLOCK_SKEW_GRACE: Duration = Duration::from_secs(120);
+
+/// The largest CSR accepted (istio-agent's are under 2 KiB).
+pub const MAX_CSR_BYTES: usize = 64 * 1024;
+
+/// How the CA issues.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The mesh's trust domain (the self-signed root's organization).
+    pub trust_domain: String,
+    /// `DEFAULT_WORKLOAD_CERT_TTL` (24h): for requests without a TTL.
+    pub default_ttl: Duration,
+    /// `MAX_WORKLOAD_CERT_TTL` (90 days): longer requests are refused.
+    pub max_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (10 years).
+    pub self_signed_ttl: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            trust_domain: "cluster.local".into(),
+            default_ttl: Duration::from_secs(24 * 3600),
+            max_ttl: Duration::from_secs(90 * 24 * 3600),
+            self_signed_ttl: Duration::from_secs(10 * 365 * 24 * 3600),
+        }
+    }
+}
+
+/// Why the CA could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file does not hold what it should (the key's bytes never appear).
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The signing certificate has expired.
+    #[error("the CA certificate {path} expired at {not_after}")]
+    Expired {
+        /// The file.
+        path: PathBuf,
+        /// When.
+        not_after: OffsetDateTime,
+    },
+    /// Generating the self-signed root failed.
+    #[error("generating the self-signed root: {0}")]
+    Generate(String),
+}
+
+/// Why a CSR was not signed; each maps to istiod's gRPC status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignError {
+    /// The CSR does not parse, its signature does not verify, or its key is
+    /// not accepted (istiod's `CSRError`: INVALID_ARGUMENT).
+    #[error("{0}")]
+    Csr(String),
+    /// The requested lifetime is over the maximum (`TTLError`:
+    /// INVALID_ARGUMENT).
+    #[error("requested TTL {requested} is greater than the max allowed TTL {max}")]
+    Ttl {
+        /// Requested, in Go's notation.
+        requested: String,
+        /// The maximum, in Go's notation.
+        max: String,
+    },
+    /// The CSR names an identity the caller does not have
+    /// (PERMISSION_DENIED).
+    #[error("the CSR asks for {asked}, but the caller is {caller}")]
+    Identity {
+        /// What the CSR names.
+        asked: String,
+        /// The caller's identities.
+        caller: String,
+    },
+    /// Issuing failed (`CertGenError`: INTERNAL).
+    #[error("{0}")]
+    Issue(String),
+}
+
+/// A CSR's subject public key, as rcgen signs it.
+struct CsrKey {
+    raw: Vec<u8>,
+    alg: &'static SignatureAlgorithm,
+}
+
+impl PublicKeyData for CsrKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.raw
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        self.alg
+    }
+}
+
+/// The certificate authority.
+pub struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    /// The signing certificate's end: no leaf outlives it.
+    not_after: OffsetDateTime,
+    /// `cert-chain.pem`, one PEM per certificate (empty for a self-signed
+    /// root).
+    chain: Vec<String>,
+    /// `root-cert.pem` as given: the trust bundle.
+    root: String,
+    settings: Settings,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("Ca").field("not_after", &self.not_after).field("chain", &self.chain.len()).finish()
+    }
+}
+
+fn read(path: &Path) -> Result<String, CaError> {
+    std::fs::read_to_string(path).map_err(|source| CaError::Io { path: path.to_owned(), source })
+}
+
+/// The PEM blocks of `text` labelled `label`, each re-encoded with a final
+/// newline.
+fn pem_blocks(text: &str, label: &str) -> Vec<String> {
+    let (begin, end) = (format!("-----BEGIN {label}-----"), format!("-----END {label}-----"));
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(b) = rest.find(&begin) {
+        let Some(e) = rest[b..].find(&end) else { break };
+        let stop = b + e + end.len();
+        out.push(format!("{}\n", &rest[b..stop]));
+        rest = &rest[stop..];
+    }
+    out
+}
+
+/// The end of validity of a PEM certificate.
+fn not_after(pem: &str, path: &Path) -> Result<OffsetDateTime, CaError> {
+    let invalid = |reason: String| CaError::Invalid { path: path.to_owned(), reason };
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| invalid(format!("not a PEM certificate: {e}")))?;
+    let cert = block.parse_x509().map_err(|e| invalid(format!("not an X.509 certificate: {e}")))?;
+    Ok(cert.validity().not_after.to_datetime())
+}
+
+impl Ca {
+    /// The plugged-in CA of `dir` (istiod's `ROOT_CA_DIR`, the `cacerts`
+    /// Secret mounted), or `None` when it holds no `ca-key.pem`.
+    /// `cert-chain.pem` is optional; `root-cert.pem` defaults to
+    /// `ca-cert.pem` (a root used directly).
+    pub fn plugged(dir: &Path, settings: Settings) -> Result<Option<Ca>, CaError> {
+        let key_path = dir.join("ca-key.pem");
+        if !key_path.exists() {
+            return Ok(None);
+        }
+        let cert_path = dir.join("ca-cert.pem");
+        let cert = read(&cert_path)?;
+        let key = KeyPair::from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
+            path: key_path.clone(),
+            reason: format!("not a usable private key: {e}"),
+        })?;
+        let root_path = dir.join("root-cert.pem");
+        let root = if root_path.exists() { read(&root_path)? } else { cert.clone() };
+        let chain_path = dir.join("cert-chain.pem");
+        let chain = if chain_path.exists() { pem_blocks(&read(&chain_path)?, "CERTIFICATE") } else { Vec::new() };
+        Self::from_parts(&cert_path, &cert, key, chain, root, settings).map(Some)
+    }
+
+    /// The self-signed CA kept in `dir` (`ca-cert.pem`, `ca-key.pem`): read
+    /// when there, else generated and written (the key 0600), so a restart
+    /// keeps the root every workload trusts. istiod keeps it in the
+    /// `istio-ca-secret` Secret; this is the same without Kubernetes.
+    pub fn self_signed_in(dir: &Path, settings: Settings) -> Result<Ca, CaError> {
+        let (cert_path, key_path) = (dir.join("ca-cert.pem"), dir.join("ca-key.pem"));
+        if key_path.exists() && cert_path.exists() {
+            let cert = read(&cert_path)?;
+            let key = KeyPair::from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
+                path: key_path.clone(),
+                reason: format!("not a usable private key: {e}"),
+            })?;
+            return Self::from_parts(&cert_path, &cert, key, Vec::new(), cert.clone(), settings);
+        }
+        let (cert, key) = Self::generate_root(&settings)?;
+        fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CaError + '_ {
+            move |source| CaError::Io { path: path.to_owned(), source }
+        }
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
+        std::fs::write(&cert_path, &cert).map_err(io(&cert_path))?;
+        tracing::info!(target: "ca", dir = %dir.display(), "generated a self-signed root CA");
+        Self::from_parts(&cert_path, &cert, key, Vec::new(), cert.clone(), settings)
+    }
+
+    /// A new self-signed CA held in memory only.
+    pub fn generate(settings: Settings) -> Result<Ca, CaError> {
+        let (cert, key) = Self::generate_root(&settings)?;
+        Self::from_parts(Path::new("<generated>"), &cert, key, Vec::new(), cert.clone(), settings)
+    }
+
+    /// istiod's self-signed root: organization the trust domain, a CA
+    /// that may sign (key usage cert sign and CRL sign), the configured
+    /// lifetime, backdated by the clock-skew grace.
+    fn generate_root(settings: &Settings) -> Result<(String, KeyPair), CaError> {
+        let key = KeyPair::generate().map_err(|e| CaError::Generate(e.to_string()))?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, settings.trust_domain.clone());
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - CLOCK_SKEW_GRACE;
+        params.not_after = now + settings.self_signed_ttl;
+        params.serial_number = Some(serial().map_err(CaError::Generate)?);
+        let cert = params.self_signed(&key).map_err(|e| CaError::Generate(e.to_string()))?;
+        Ok((cert.pem(), key))
+    }
+
+    fn from_parts(
+        cert_path: &Path,
+        cert: &str,
+        key: KeyPair,
+        chain: Vec<String>,
+        root: String,
+        settings: Settings,
+    ) -> Result<Ca, CaError> {
+        let not_after = not_after(cert, cert_path)?;
+        if not_after <= OffsetDateTime::now_utc() {
+            return Err(CaError::Expired { path: cert_path.to_owned(), not_after });
+        }
+        let issuer = Issuer::from_ca_cert_pem(cert, key).map_err(|e| CaError::Invalid {
+            path: cert_path.to_owned(),
+            reason: format!("not a usable CA certificate: {e}"),
+        })?;
+        Ok(Ca { issuer, not_after, chain, root, settings })
+    }
+
+    /// The trust bundle (`root-cert.pem`): what workloads verify against
+    /// and the `istio-ca-root-cert` ConfigMap carries.
+    pub fn root_pem(&self) -> &str {
+        &self.root
+    }
+
+    /// What the CA issues under.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The lifetime a request for `requested_secs` gets: the default when
+    /// not positive, an error over the maximum.
+    fn lifetime(&self, requested_secs: i64) -> Result<Duration, SignError> {
+        if requested_secs <= 0 {
+            return Ok(self.settings.default_ttl);
+        }
+        let requested = Duration::from_secs(requested_secs as u64);
+        if requested > self.settings.max_ttl {
+            return Err(SignError::Ttl {
+                requested: duration::go(requested),
+                max: duration::go(self.settings.max_ttl),
+            });
+        }
+        Ok(requested)
+    }
+
+    /// Signs `csr_pem` for a caller with SPIFFE `identities`, for
+    /// `requested_secs` (the request's `validity_duration`). Returns the
+    /// chain istiod answers: leaf, intermediates, root bundle.
+    pub fn sign(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<Vec<String>, SignError> {
+        let lifetime = self.lifetime(requested_secs)?;
+        let key = verified_key(csr_pem, identities)?;
+        let mut params = CertificateParams::default();
+        params.subject_alt_names = identities
+            .iter()
+            .map(|id| {
+                id.as_str().try_into().map(SanType::URI).map_err(|e| SignError::Issue(format!("identity {id}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        params.distinguished_name = DistinguishedName::new();
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let leaf = self.issue_params(params, &key, lifetime)?;
+        let mut out = Vec::with_capacity(self.chain.len() + 2);
+        out.push(leaf);
+        out.extend(self.chain.iter().cloned());
+        out.push(self.root.clone());
+        Ok(out)
+    }
+
+    /// A key and certificate for istiod itself (`GenKeyCert`): DNS SANs
+    /// `dns_names`, server and client auth, `ttl`. Returns (certificate
+    /// chain PEM: leaf then `cert-chain.pem`, private key PEM).
+    pub fn issue_server(&self, dns_names: &[String], ttl: Duration) -> Result<(String, String), SignError> {
+        let key = KeyPair::generate().map_err(|e| SignError::Issue(e.to_string()))?;
+        let mut params = CertificateParams::new(dns_names.to_vec()).map_err(|e| SignError::Issue(e.to_string()))?;
+        params.distinguished_name = DistinguishedName::new();
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        let csr_key = CsrKey { raw: key.public_key_raw().to_vec(), alg: key.algorithm() };
+        let mut chain = self.issue_params(params, &csr_key, ttl)?;
+        for c in &self.chain {
+            chain.push_str(c);
+        }
+        Ok((chain, key.serialize_pem()))
+    }
+
+    fn issue_params(&self, mut params: CertificateParams, key: &CsrKey, ttl: Duration) -> Result<String, SignError> {
+        let now = OffsetDateTime::now_utc();
+        if now >= self.not_after {
+            return Err(SignError::Issue(format!("signing certificate has expired at {}", self.not_after)));
+        }
+        params.not_before = now - CLOCK_SKEW_GRACE;
+        params.not_after = (now + ttl).min(self.not_after);
+        params.serial_number = Some(serial().map_err(SignError::Issue)?);
+        params.is_ca = IsCa::ExplicitNoCa;
+        let cert = params.signed_by(key, &self.issuer).map_err(|e| SignError::Issue(e.to_string()))?;
+        Ok(cert.pem())
+    }
+}
+
+/// A 128-bit random serial number (istiod's `genSerialNum`), positive.
+fn serial() -> Result<SerialNumber, String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| "no randomness for a serial number".to_owned())?;
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01; // never zero, never a shorter encoding
+    Ok(SerialNumber::from_slice(&bytes))
+}
+
+/// Writes a private key readable by its owner only.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(bytes)
+}
+
+/// The public key of `csr_pem` once its signature verifies, its key is
+/// one istiod-rs signs for, and every SAN it asks for is one of
+/// `identities`.
+fn verified_key(csr_pem: &[u8], identities: &[String]) -> Result<CsrKey, SignError> {
+    if csr_pem.len() > MAX_CSR_BYTES {
+        return Err(SignError::Csr(format!("the CSR is {} bytes, over the limit of {MAX_CSR_BYTES}", csr_pem.len())));
+    }
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(csr_pem).map_err(|e| SignError::Csr(format!("the CSR is not PEM: {e}")))?;
+    if block.label != "CERTIFICATE REQUEST" && block.label != "NEW CERTIFICATE REQUEST" {
+        return Err(SignError::Csr(format!("the PEM block is a {}, not a CERTIFICATE REQUEST", block.label)));
+    }
+    let (_, csr) = X509CertificationRequest::from_der(&block.contents)
+        .map_err(|e| SignError::Csr(format!("the CSR does not parse: {e}")))?;
+    csr.verify_signature().map_err(|e| SignError::Csr(format!("the CSR's signature does not verify: {e}")))?;
+    let spki = &csr.certification_request_info.subject_pki;
+    let alg = match spki.parsed().map_err(|e| SignError::Csr(format!("the CSR's public key: {e}")))? {
+        PublicKey::RSA(rsa) if rsa.key_size() >= 2048 => &rcgen::PKCS_RSA_SHA256,
+        PublicKey::RSA(rsa) => {
+            return Err(SignError::Csr(format!("RSA keys of {} bits are refused: 2048 at least", rsa.key_size())));
+        }
+        PublicKey::EC(_) => {
+            let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok()).map(|o| o.to_id_string());
+            match curve.as_deref() {
+                Some("1.2.840.10045.3.1.7") => &rcgen::PKCS_ECDSA_P256_SHA256,
+                Some("1.3.132.0.34") => &rcgen::PKCS_ECDSA_P384_SHA384,
+                other => return Err(SignError::Csr(format!("elliptic curve {other:?} is refused: P-256 or P-384"))),
+            }
+        }
+        _ => return Err(SignError::Csr("only ECDSA and RSA keys are signed".into())),
+    };
+    for ext in csr.requested_extensions().into_iter().flatten() {
+        let ParsedExtension::SubjectAlternativeName(san) = ext else { continue };
+        for name in &san.general_names {
+            let asked = match name {
+                GeneralName::URI(uri) if identities.iter().any(|i| i == uri) => continue,
+                GeneralName::URI(uri) => (*uri).to_owned(),
+                other => other.to_string(),
+            };
+            return Err(SignError::Identity { asked, caller: identities.join(",") });
+        }
+    }
+    Ok(CsrKey { raw: spki.subject_public_key.data.to_vec(), alg })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+use super::*;
+use rcgen::{CertificateParams, KeyPair};
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+const ID: &str = "spiffe://cluster.local/ns/bookinfo/sa/reviews";
+
+fn csr(sans: &[SanType]) -> String {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::default();
+    p.subject_alt_names = sans.to_vec();
+    p.serialize_request(&key).unwrap().pem().unwrap()
+}
+
+fn uri(s: &str) -> SanType {
+    SanType::URI(s.try_into().unwrap())
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap().1.contents
+}
+
+#[test]
+fn a_csr_for_the_callers_identity_gets_a_leaf_signed_by_the_root() {
+    let ca = Ca::generate(Settings::default()).unwrap();
+    let chain = ca.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 3600).unwrap();
+    assert_eq!(chain.len(), 2, "leaf and root (a self-signed root has no chain)");
+    assert_eq!(chain[1], ca.root_pem());
+    let (leaf_der, root_der) = (der(&chain[0]), der(&chain[1]));
+    let (_, leaf) = X509Certificate::from_der(&leaf_der).unwrap();
+    let (_, root) = X509Certificate::from_der(&root_der).unwrap();
+    leaf.verify_signature(Some(root.public_key())).expect("signed by the root");
+    assert!(!leaf.is_ca());
+    assert_eq!(leaf.subject().iter().count(), 0, "no subject");
+    let san = leaf.subject_alternative_name().unwrap().unwrap();
+    assert!(san.critical, "SAN critical with an empty subject");
+    assert_eq!(format!("{:?}", san.value.general_names), format!("{:?}", [GeneralName::URI(ID)]));
+    let eku = leaf.extended_key_usage().unwrap().unwrap().value;
+    assert!(eku.server_auth && eku.client_auth);
+    let v = leaf.validity();
+    let life = (v.not_after.timestamp() - v.not_before.timestamp()) as u64;
+    assert_eq!(life, 3600 + CLOCK_SKEW_GRACE.as_secs(), "the TTL, backdated by the grace");
+    // Two leaves for the same key differ in serial.
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::default();
+    p.subject_alt_names = vec![uri(ID)];
+    let same = p.serialize_request(&key).unwrap().pem().unwrap();
+    let serial = |pem: &str| X509Certificate::from_der(&der(pem)).unwrap().1.raw_serial().to_vec();
+    let (a, b) =
+        (ca.sign(same.as_bytes(), &[ID.into()], 0).unwrap(), ca.sign(same.as_bytes(), &[ID.into()], 0).unwrap());
+    assert_ne!(serial(&a[0]), serial(&b[0]));
+    // Without a TTL: the default.
+    let a0 = der(&a[0]);
+    let (_, leaf) = X509Certificate::from_der(&a0).unwrap();
+    let life = (leaf.validity().not_after.timestamp() - leaf.validity().not_before.timestamp()) as u64;
+    assert_eq!(life, 24 * 3600 + CLOCK_SKEW_GRACE.as_secs());
+}
+
+#[test]
+fn bad_requests_are_refused_with_istiods_reasons() {
+    let ca = Ca::generate(Settings::default()).unwrap();
+    let me = [ID.to_owned()];
+    let other = csr(&[uri("spiffe://cluster.local/ns/bookinfo/sa/ratings")]);
+    assert!(matches!(ca.sign(other.as_bytes(), &me, 0), Err(SignError::Identity { .. })));
+    let dns = csr(&[uri(ID), SanType::DnsName("evil.example.com".try_into().unwrap())]);
+    assert!(matches!(ca.sign(dns.as_bytes(), &me, 0), Err(SignError::Identity { .. })));
+    // TTL over the maximum: istiod's wording, Go's durations.
+    let err = ca.sign(csr(&[]).as_bytes(), &me, 91 * 24 * 3600).unwrap_err();
+    assert_eq!(err.to_string(), "requested TTL 2184h0m0s is greater than the max allowed TTL 2160h0m0s");
+    // Garbage, a certificate instead of a CSR, a 1 MiB CSR.
+    assert!(matches!(ca.sign(b"not pem", &me, 0), Err(SignError::Csr(_))));
+    assert!(
+        matches!(ca.sign(ca.root_pem().as_bytes(), &me, 0), Err(SignError::Csr(m)) if m.contains("not a CERTIFICATE REQUEST"))
+    );
+    let huge = vec![b'A'; 1 << 20];
+    assert!(matches!(ca.sign(&huge, &me, 0), Err(SignError::Csr(m)) if m.contains("over the limit")));
+    // A CSR whose signature does not verify: one bit of the signature flipped.
+    let good = csr(&[uri(ID)]);
+    let mut bytes = der(&good);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let tampered =
+        format!("-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n", base64(&bytes));
+    assert!(matches!(ca.sign(tampered.as_bytes(), &me, 0), Err(SignError::Csr(m)) if m.contains("signature")));
+    // The key's bytes never show.
+    assert!(!format!("{ca:?}").contains("PRIVATE"));
+}
+
+#[test]
+fn a_plugged_in_intermediate_answers_leaf_chain_and_root() {
+    // root -> intermediate (ca-cert.pem), as Istio's plugged-in certs docs make them.
+    let root_key = KeyPair::generate().unwrap();
+    let mut rp = CertificateParams::default();
+    rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    rp.distinguished_name.push(DnType::CommonName, "Root CA");
+    let root = rp.self_signed(&root_key).unwrap();
+    let int_key = KeyPair::generate().unwrap();
+    let mut ip = CertificateParams::default();
+    ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ip.distinguished_name.push(DnType::CommonName, "Intermediate CA");
+    let root_issuer = Issuer::from_params(&rp, &root_key);
+    let int = ip.signed_by(&int_key, &root_issuer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca-cert.pem"), int.pem()).unwrap();
+    std::fs::write(dir.path().join("ca-key.pem"), int_key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("root-cert.pem"), root.pem()).unwrap();
+    std::fs::write(dir.path().join("cert-chain.pem"), format!("{}{}", int.pem(), root.pem())).unwrap();
+    let ca = Ca::plugged(dir.path(), Settings::default()).unwrap().expect("a plugged-in CA");
+    let chain = ca.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 600).unwrap();
+    assert_eq!(chain.len(), 4, "leaf, intermediate, root (cert-chain.pem), root bundle");
+    assert_eq!(chain[3], root.pem());
+    let leaf_der = der(&chain[0]);
+    let (_, leaf) = X509Certificate::from_der(&leaf_der).unwrap();
+    let int_der = der(&chain[1]);
+    let (_, int_cert) = X509Certificate::from_der(&int_der).unwrap();
+    leaf.verify_signature(Some(int_cert.public_key())).expect("signed by the intermediate");
+    // No ca-key.pem: not plugged in.
+    assert!(Ca::plugged(tempfile::tempdir().unwrap().path(), Settings::default()).unwrap().is_none());
+}
+
+#[test]
+fn the_self_signed_root_is_kept_across_starts_with_a_private_key_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let first = Ca::self_signed_in(dir.path(), Settings::default()).unwrap();
+    let mode = std::fs::metadata(dir.path().join("ca-key.pem")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let again = Ca::self_signed_in(dir.path(), Settings::default()).unwrap();
+    assert_eq!(first.root_pem(), again.root_pem(), "the same root after a restart");
+    let root_der = der(first.root_pem());
+    let (_, root) = X509Certificate::from_der(&root_der).unwrap();
+    assert!(root.is_ca());
+    assert_eq!(root.subject().iter_organization().next().unwrap().as_str().unwrap(), "cluster.local");
+}
+
+#[test]
+fn istiods_own_certificate_names_its_hosts() {
+    let ca = Ca::generate(Settings::default()).unwrap();
+    let names = vec!["istiod.istio-system.svc".to_owned(), "istiod-canary.istio-system.svc".to_owned()];
+    let (chain, key) = ca.issue_server(&names, Duration::from_secs(3600)).unwrap();
+    assert!(key.contains("PRIVATE KEY"));
+    let leaf_der = der(&chain);
+    let (_, leaf) = X509Certificate::from_der(&leaf_der).unwrap();
+    let san = format!("{:?}", leaf.subject_alternative_name().unwrap().unwrap().value.general_names);
+    assert!(san.contains("istiod.istio-system.svc") && san.contains("istiod-canary"), "{san}");
+}
+
+/// Standard base64 (the tests' PEM writer).
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

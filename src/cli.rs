@@ -34,8 +34,10 @@ pub enum Command {
 
 /// Flags of `pilot-discovery discovery`, istiod's names and defaults.
 /// Options whose default comes from an environment variable are `None`
-/// here and resolved in [`crate::config`].
+/// here and resolved in [`crate::config`]. A flag given twice takes its
+/// last value, as Go's flag packages do.
 #[derive(Debug, Args)]
+#[command(args_override_self = true)]
 pub struct DiscoveryArgs {
     /// Comma-separated list of platform service registries to read from
     /// (Kubernetes, Mock).

@@ -296,6 +296,16 @@ pub struct CaConfig {
     /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (87600h = 10 years): the
     /// self-signed root's lifetime.
     pub self_signed_ca_cert_ttl: Duration,
+    /// `ROOT_CA_DIR` (`./etc/cacerts`): plugged-in CA certificates
+    /// (`ca-cert.pem`, `ca-key.pem`, `root-cert.pem`, `cert-chain.pem`).
+    pub root_ca_dir: PathBuf,
+    /// `ISTIOD_RS_SELF_SIGNED_CA_DIR`: where the self-signed root is kept
+    /// when nothing is plugged in (istiod keeps it in the `istio-ca-secret`
+    /// Secret); unset, it lives in memory and a restart makes a new one.
+    pub self_signed_dir: Option<PathBuf>,
+    /// `JWT_RULE`: the issuer whose tokens authenticate CSRs, its key set
+    /// and audiences (JSON, as istiod reads it).
+    pub jwt_rule: Option<crate::ca::jwt::JwtRule>,
 }
 
 /// Log levels istiod's `--log_output_level` accepts.
@@ -574,6 +584,16 @@ impl Config {
                 max_workload_cert_ttl: vars.duration("MAX_WORKLOAD_CERT_TTL", Duration::from_secs(2160 * 3600))?,
                 self_signed_ca_cert_ttl: vars
                     .duration("CITADEL_SELF_SIGNED_CA_CERT_TTL", Duration::from_secs(87_600 * 3600))?,
+                root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
+                self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
+                jwt_rule: match vars.raw("JWT_RULE") {
+                    None => None,
+                    Some(v) => Some(serde_json::from_str(&v).map_err(|e| ConfigError::Env {
+                        name: "JWT_RULE",
+                        value: v.clone(),
+                        reason: format!("expected {{\"issuer\": ..., \"jwks_uri\": ..., \"audiences\": [...]}}: {e}"),
+                    })?),
+                },
             },
             log: LogConfig {
                 default: default_level,

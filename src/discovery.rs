@@ -9,6 +9,7 @@ mod jwks;
 mod sources;
 mod update;
 
+pub(crate) use jwks::Fetcher as JwksFetcher;
 pub use update::{build, update};
 
 use debug::{debug, monitoring};
@@ -24,7 +25,7 @@ use std::time::Instant;
 use istiod_xds::ads::{self, AdsFactory, Snapshot};
 use istiod_xds::grpc::GrpcLimits;
 use istiod_xds::h2::Limits;
-use istiod_xds::server::{self, ListenerConfig, ServerConfig, tls};
+use istiod_xds::server::{self, ListenerConfig, MuxFactory, ServerConfig, tls};
 use tokio::sync::mpsc;
 
 use crate::config::{Config, ListenAddr, Source};
@@ -61,6 +62,9 @@ pub enum StartError {
     /// TLS files.
     #[error("TLS certificate files: {0}")]
     Tls(String),
+    /// The CA could not be set up.
+    #[error("CA: {0}")]
+    Ca(String),
     /// A debug or monitoring port.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -100,6 +104,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         Source::Kubernetes { .. } => None,
     };
 
+    let ca_server = crate::ca::from_config(&config, &mesh.trust_domain).map_err(|e| StartError::Ca(e.to_string()))?;
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
@@ -108,6 +113,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
             .max_node_bytes(config.limits.max_node_bytes)
             .max_names(config.limits.max_names_per_stream);
+    // ADS and, on the same ports, the CA (which answers over TLS only).
+    let factory = MuxFactory::new(factory, crate::ca::CaFactory(ca_server.clone()), crate::ca::PATHS);
 
     let k = &config.keepalive;
     let limits = Limits {
@@ -123,18 +130,35 @@ pub fn run(config: Config) -> Result<(), StartError> {
         listeners.push(ListenerConfig { addr: resolve("grpcAddr", a)?, tls: None });
     }
     if let Some(a) = &config.listen.secure_grpc {
-        match (&config.tls.cert, &config.tls.key) {
-            (Some(cert), Some(key)) => {
+        let pair = match (&config.tls.cert, &config.tls.key, &ca_server) {
+            (Some(cert), Some(key), _) => {
                 let read = |p: &std::path::Path| {
                     std::fs::read(p).map_err(|e| StartError::Tls(format!("{}: {e}", p.display())))
                 };
-                let cfg = tls::server_config(&read(cert)?, &read(key)?).map_err(|e| StartError::Tls(e.to_string()))?;
-                listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
+                Some((read(cert)?, read(key)?))
             }
-            _ => tracing::warn!(
-                target: "default",
-                "--secureGRPCAddr is not served: istiod-rs's CA does not issue its own certificate yet; pass --tlsCertFile and --tlsKeyFile"
-            ),
+            // istiod's own certificate, from its CA. Not renewed yet: it
+            // lasts MAX_WORKLOAD_CERT_TTL (90 days by default).
+            (_, _, Some(ca)) => {
+                let names = crate::ca::istiod_dns_names(&config.identity);
+                let (chain, key) = ca
+                    .ca
+                    .issue_server(&names, config.ca.max_workload_cert_ttl)
+                    .map_err(|e| StartError::Tls(format!("istiod's certificate: {e}")))?;
+                tracing::info!(target: "ca", ?names, "istiod's serving certificate issued by its CA");
+                Some((chain.into_bytes(), key.into_bytes()))
+            }
+            _ => {
+                tracing::warn!(
+                    target: "default",
+                    "--secureGRPCAddr is not served: no --tlsCertFile/--tlsKeyFile and the CA is disabled"
+                );
+                None
+            }
+        };
+        if let Some((cert, key)) = pair {
+            let cfg = tls::server_config(&cert, &key).map_err(|e| StartError::Tls(e.to_string()))?;
+            listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
         }
     }
     // Every port is bound before anything is served or published: a port in
@@ -211,6 +235,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();
         state.borrow_mut().jwks_wanted = Some(jwks_tx);
         tokio::task::spawn_local(jwks::run(jwks_rx, state.clone(), tx.clone(), config.jwks_refresh));
+        if let Some(auth) = ca_server.as_ref().and_then(|c| c.jwt.clone()) {
+            tokio::task::spawn_local(crate::ca::refresh_keys(auth, config.jwks_refresh));
+        }
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 let configz = configz(dir, &loaded);

@@ -8,6 +8,7 @@
 //! hands it to the serving layer (`istiod-xds`).
 #![forbid(unsafe_code)]
 
+pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod config_dump;

@@ -9,8 +9,6 @@ mod client;
 mod server;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,27 +18,7 @@ use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
 use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
 use istiod_proto::type_url;
-use server::{BOOKINFO, Server, copy_dir};
-
-/// A JWKS server on loopback answering every GET with the current body.
-fn jwks_server(body: Arc<Mutex<String>>) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let b = body.lock().unwrap().clone();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
-                b.len()
-            );
-        }
-    });
-    format!("http://{addr}/jwks.json")
-}
+use server::{BOOKINFO, Server, copy_dir, http_body_server};
 
 fn keys(kid: &str) -> String {
     format!(r#"{{"keys":[{{"kty":"RSA","kid":"{kid}","e":"AQAB","n":"xyz"}}]}}"#)
@@ -88,7 +66,7 @@ async fn lds(s: &Server) -> client::AdsClient {
 #[test]
 fn istiod_fetches_inlines_and_refreshes_the_key_set() {
     let body = Arc::new(Mutex::new(keys("first-kid")));
-    let uri = jwks_server(body.clone());
+    let uri = http_body_server(body.clone());
     let (s, _dir) = mesh_with_rule("https://remote.example", &uri, &[("PILOT_JWT_PUB_KEY_REFRESH_INTERVAL", "1s")]);
     runtime().block_on(async {
         let mut c = lds(&s).await;

@@ -144,3 +144,24 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A server on loopback answering every GET with the current `body` (a
+/// JWKS, a discovery document); returns `http://<addr>/jwks.json`.
+pub(crate) fn http_body_server(body: std::sync::Arc<std::sync::Mutex<String>>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let b = body.lock().unwrap().clone();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
+                b.len()
+            );
+        }
+    });
+    format!("http://{addr}/jwks.json")
+}

@@ -81,6 +81,9 @@ pub struct ConnInfo {
     pub id: u64,
     /// The peer's address.
     pub peer: Option<std::net::SocketAddr>,
+    /// Whether the connection is TLS (services that take credentials,
+    /// such as bearer tokens, refuse them in the clear).
+    pub secure: bool,
 }
 
 /// One gRPC server connection: the HTTP/2 connection and the calls on it.

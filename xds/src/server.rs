@@ -11,6 +11,7 @@
 //! per frame.
 
 mod conn;
+mod mux;
 pub mod tls;
 
 use std::cell::RefCell;
@@ -26,6 +27,7 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use crate::grpc::{GrpcLimits, Service};
 use crate::h2::Limits;
 pub use conn::{ConnHandle, Registry};
+pub use mux::{Mux, MuxFactory};
 
 /// How the server runs.
 #[derive(Clone)]
@@ -244,7 +246,7 @@ async fn accept_loop<S: Service + 'static>(
         let tls = tls.clone();
         glommio::spawn_local(async move {
             match tls {
-                None => conn::serve(stream, peer, &registry, &svc).await,
+                None => conn::serve(stream, peer, false, &registry, &svc).await,
                 Some(acceptor) => {
                     let handshake = registry.limits().handshake_timeout;
                     match glommio::timer::timeout(handshake, async {
@@ -252,7 +254,7 @@ async fn accept_loop<S: Service + 'static>(
                     })
                     .await
                     {
-                        Ok(tls_stream) => conn::serve(tls_stream, peer, &registry, &svc).await,
+                        Ok(tls_stream) => conn::serve(tls_stream, peer, true, &registry, &svc).await,
                         Err(e) => tracing::debug!(target: "grpc", ?peer, error = %e, "TLS handshake failed"),
                     }
                 }

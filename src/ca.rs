@@ -1,0 +1,246 @@
+//! istiod's CA server (`security/pkg/server/ca/server.go`):
+//! `istio.v1.auth.IstioCertificateService/CreateCertificate` on the
+//! serving cores, over TLS only (`--secureGRPCAddr`). The caller is
+//! authenticated by a bearer token ([`jwt`], istiod's `JWT_RULE`); the
+//! leaf names the caller's SPIFFE identity, `spiffe://<trust domain>/ns/<namespace>/sa/<account>`,
+//! and nothing else; refusals carry istiod's status codes and messages.
+//! The key set of `JWT_RULE` is fetched by the control thread
+//! ([`refresh_keys`]) and read by the cores.
+
+pub mod jwt;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use istiod_pki::{Ca, SignError};
+use istiod_proto::istio::v1::auth::{IstioCertificateRequest, IstioCertificateResponse};
+use istiod_proto::prost::Message;
+use istiod_xds::grpc::{Call, Code, GrpcConnection, Service, Status};
+use istiod_xds::server::{Registry, ServiceFactory};
+
+/// The method's path.
+pub const CREATE_CERTIFICATE: &str = "/istio.v1.auth.IstioCertificateService/CreateCertificate";
+
+/// The paths the CA serves (for [`istiod_xds::server::MuxFactory`]).
+pub const PATHS: &[&str] = &[CREATE_CERTIFICATE];
+
+/// `JWT_RULE` with the key set last fetched for it.
+#[derive(Debug)]
+pub struct JwtAuthenticator {
+    /// The rule.
+    pub rule: jwt::JwtRule,
+    /// Its key set (empty until the first fetch).
+    pub keys: RwLock<Arc<jwt::KeySet>>,
+}
+
+/// What every core's CA service shares.
+#[derive(Debug)]
+pub struct CaServer {
+    /// The CA.
+    pub ca: Ca,
+    /// Identities are `spiffe://<trust_domain>/...`.
+    pub trust_domain: String,
+    /// `JWT_RULE`, if set.
+    pub jwt: Option<Arc<JwtAuthenticator>>,
+}
+
+/// istiod's answer to a caller it could not authenticate.
+fn unauthenticated() -> Status {
+    Status::new(Code::Unauthenticated, "request authenticate failure")
+}
+
+impl CaServer {
+    /// The caller's identities, or why not (logged, never answered: istiod
+    /// answers every authentication failure alike).
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
+        let token = bearer.ok_or("no bearer token in the authorization header")?;
+        let auth = self.jwt.as_ref().ok_or("no authenticator takes bearer tokens here (JWT_RULE is not set)")?;
+        let keys = auth.keys.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if keys.is_empty() {
+            return Err(format!("the key set of issuer {:?} has not been fetched", auth.rule.issuer));
+        }
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let (ns, sa) = jwt::verify(token, &auth.rule, &keys, now)?;
+        Ok(vec![format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)])
+    }
+
+    /// Answers one request from a caller who sent `bearer`.
+    pub fn create_certificate(
+        &self,
+        bearer: Option<&str>,
+        peer: Option<std::net::SocketAddr>,
+        req: &IstioCertificateRequest,
+    ) -> Result<IstioCertificateResponse, Status> {
+        let ids = self.authenticate(bearer).map_err(|reason| {
+            tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+            unauthenticated()
+        })?;
+        let chain = self.ca.sign(req.csr.as_bytes(), &ids, req.validity_duration).map_err(|e| {
+            tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
+            let code = match e {
+                SignError::Identity { .. } => Code::PermissionDenied,
+                SignError::Csr(_) | SignError::Ttl { .. } => Code::InvalidArgument,
+                SignError::Issue(_) => Code::Internal,
+            };
+            Status::new(code, format!("CSR signing error ({e})"))
+        })?;
+        tracing::debug!(target: "ca", identity = %ids.join(","), "issued a workload certificate");
+        Ok(IstioCertificateResponse { cert_chain: chain })
+    }
+}
+
+/// A call in progress: the token it came with, whether it was answered.
+struct Pending {
+    bearer: Option<String>,
+    answered: bool,
+}
+
+/// One core's CA service.
+pub struct CaService {
+    server: Option<Arc<CaServer>>,
+    calls: HashMap<(u64, u32), Pending>,
+}
+
+/// The token of an `authorization: Bearer <token>` header (istiod's
+/// `ExtractBearerToken`).
+fn bearer(call: &Call) -> Option<String> {
+    let (_, v) = call.request.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(b"authorization"))?;
+    let v = std::str::from_utf8(v).ok()?;
+    v.strip_prefix("Bearer ").map(str::to_owned)
+}
+
+impl Service for CaService {
+    fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
+        if &call.request.path[..] != CREATE_CERTIFICATE.as_bytes() {
+            return Err(Status::new(Code::Unimplemented, "unknown method"));
+        }
+        if self.server.is_none() {
+            return Err(Status::new(Code::Unimplemented, "the CA is not served (ENABLE_CA_SERVER=false)"));
+        }
+        if !conn.info.secure {
+            // A token in the clear would be given away: istiod serves the
+            // CA on its TLS port only.
+            return Err(Status::new(Code::Unavailable, "the CA is served over TLS only (--secureGRPCAddr)"));
+        }
+        self.calls.insert((conn.info.id, call.stream), Pending { bearer: bearer(call), answered: false });
+        Ok(())
+    }
+
+    fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
+        let Some(p) = self.calls.get_mut(&(conn.info.id, stream)) else { return Ok(()) };
+        if p.answered {
+            return Err(Status::new(Code::InvalidArgument, "CreateCertificate takes one request"));
+        }
+        let req = IstioCertificateRequest::decode(msg)
+            .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
+        let Some(server) = &self.server else { return Err(Status::new(Code::Unimplemented, "the CA is not served")) };
+        let resp = server.create_certificate(p.bearer.as_deref(), conn.info.peer, &req)?;
+        p.answered = true;
+        conn.send(stream, Bytes::from(resp.encode_to_vec())).map_err(|e| Status::new(Code::Internal, e.to_string()))
+    }
+
+    fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        match self.calls.get(&(conn.info.id, stream)) {
+            Some(p) if p.answered => conn.finish(stream, &Status::ok()),
+            Some(_) => conn.finish(stream, &Status::new(Code::InvalidArgument, "CreateCertificate needs a request")),
+            None => {}
+        }
+    }
+
+    fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        self.calls.remove(&(conn.info.id, stream));
+    }
+}
+
+/// Makes each core's [`CaService`] (`None`: the CA is disabled, calls
+/// are UNIMPLEMENTED).
+pub struct CaFactory(pub Option<Arc<CaServer>>);
+
+impl ServiceFactory for CaFactory {
+    type Service = CaService;
+
+    fn make(&self, _core: usize, _registry: Rc<Registry>) -> CaService {
+        CaService { server: self.0.clone(), calls: HashMap::new() }
+    }
+}
+
+/// The CA of `config`: plugged-in certificates from `ROOT_CA_DIR`, else a
+/// self-signed root (kept in `ISTIOD_RS_SELF_SIGNED_CA_DIR` when set);
+/// `None` when `ENABLE_CA_SERVER` is false.
+pub fn from_config(
+    config: &crate::config::Config,
+    trust_domain: &str,
+) -> Result<Option<Arc<CaServer>>, istiod_pki::CaError> {
+    let c = &config.ca;
+    if !c.enabled {
+        return Ok(None);
+    }
+    let settings = istiod_pki::Settings {
+        trust_domain: trust_domain.to_owned(),
+        default_ttl: c.default_workload_cert_ttl,
+        max_ttl: c.max_workload_cert_ttl,
+        self_signed_ttl: c.self_signed_ca_cert_ttl,
+    };
+    let ca = match Ca::plugged(&c.root_ca_dir, settings.clone())? {
+        Some(ca) => {
+            tracing::info!(target: "ca", dir = %c.root_ca_dir.display(), "using the plugged-in CA certificates");
+            ca
+        }
+        None => match &c.self_signed_dir {
+            Some(dir) => Ca::self_signed_in(dir, settings)?,
+            None => {
+                tracing::warn!(target: "ca", "self-signed root held in memory: a restart makes a new one; set ISTIOD_RS_SELF_SIGNED_CA_DIR to keep it");
+                Ca::generate(settings)?
+            }
+        },
+    };
+    let jwt = c.jwt_rule.clone().map(|rule| Arc::new(JwtAuthenticator { rule, keys: RwLock::default() }));
+    if jwt.is_none() {
+        tracing::warn!(target: "ca", "JWT_RULE is not set: no caller can be authenticated, every CSR is refused");
+    }
+    Ok(Some(Arc::new(CaServer { ca, trust_domain: trust_domain.to_owned(), jwt })))
+}
+
+/// istiod's serving certificate names (`getDNSNames`): `ISTIOD_CUSTOM_HOST`
+/// and `istiod`, `istiod-remote`, `istio-pilot` (and `istiod-<revision>`)
+/// in `<namespace>.svc`, sorted.
+pub fn istiod_dns_names(id: &crate::config::Identity) -> Vec<String> {
+    let mut known = vec!["istiod".to_owned(), "istiod-remote".into(), "istio-pilot".into()];
+    if !id.revision.is_empty() && id.revision != "default" {
+        known.push(format!("istiod-{}", id.revision));
+    }
+    let mut names: Vec<String> = known.iter().map(|h| format!("{h}.{}.svc", id.namespace)).collect();
+    names.extend(id.custom_hosts.iter().cloned());
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Keeps `auth`'s key set fetched: at once, then every `refresh`; failed
+/// fetches are retried after a second, doubling to a minute, and the last
+/// good set stays meanwhile.
+pub(crate) async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration) {
+    let fetcher = crate::discovery::JwksFetcher::new();
+    let key = (auth.rule.issuer.clone(), auth.rule.jwks_uri.clone());
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let wait = match fetcher.key_set(&key).await.and_then(|body| jwt::KeySet::parse(&body)) {
+            Ok(keys) => {
+                tracing::info!(target: "ca", issuer = %key.0, keys = keys.len(), "JWT_RULE key set fetched");
+                *auth.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+                backoff = Duration::from_secs(1);
+                refresh
+            }
+            Err(e) => {
+                tracing::warn!(target: "ca", issuer = %key.0, error = %e, "cannot fetch the JWT_RULE key set; tokens of this issuer are refused until it is");
+                let w = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                w
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}

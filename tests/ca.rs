@@ -1,0 +1,167 @@
+//! The CA end to end (issue #12): Python's grpcio and `cryptography` (no
+//! code of ours) obtain a workload certificate from the running binary over
+//! TLS on `--secureGRPCAddr`, as istio-agent does, with a `JWT_RULE` token,
+//! and verify the chain. istiod's server.go and generate_cert.go are the
+//! reference: the leaf names the token's service account only; a CSR for
+//! another identity, a forged or missing token, or the plaintext port get
+//! no certificate.
+
+#[path = "../proto/tests/support/python.rs"]
+mod python;
+#[path = "support/server.rs"]
+mod server;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use server::{BOOKINFO, Server, free_port, http_body_server};
+
+/// An ES256 token issuer and its JWKS.
+struct Issuer {
+    key: EcdsaKeyPair,
+    jwks: String,
+}
+
+impl Issuer {
+    fn new() -> Issuer {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+        let p = key.public_key().as_ref();
+        let (x, y) = (URL_SAFE_NO_PAD.encode(&p[1..33]), URL_SAFE_NO_PAD.encode(&p[33..]));
+        let jwks = format!(r#"{{"keys":[{{"kty":"EC","kid":"k1","crv":"P-256","x":"{x}","y":"{y}"}}]}}"#);
+        Issuer { key, jwks }
+    }
+
+    fn token(&self, iss: &str, sub: &str) -> String {
+        let exp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() + 600;
+        let claims = serde_json::json!({"iss": iss, "sub": sub, "aud": ["istio-ca"], "exp": exp});
+        let signed = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"ES256","kid":"k1"}"#),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let sig = self.key.sign(&SystemRandom::new(), signed.as_bytes()).unwrap();
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+    }
+}
+
+fn ask(addr: std::net::SocketAddr, root: &str, token: &str, identity: &str, ttl: u64) -> serde_json::Value {
+    let out = python::run(
+        "ca_client.py",
+        &[addr.to_string().as_ref(), root.as_ref(), token.as_ref(), identity.as_ref(), ttl.to_string().as_ref()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ca_client.py failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Starts the binary with its CA: `JWT_RULE` for an issuer served on
+/// loopback, the CA kept in `ca_dir` (self-signed) or plugged in from it.
+fn start(issuer: &Issuer, ca_env: (&str, &str)) -> (Server, std::net::SocketAddr, String) {
+    let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks.clone())));
+    let iss = "https://issuer.test".to_owned();
+    let rule = format!(r#"{{"issuer":"{iss}","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
+    let secure = free_port();
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[("JWT_RULE", &rule), ca_env],
+        None,
+    );
+    server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
+    (s, secure, iss)
+}
+
+const ID: &str = "spiffe://cluster.local/ns/bookinfo/sa/reviews";
+
+#[test]
+fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = Issuer::new();
+    let (s, secure, iss) = start(&issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    let root = dir.path().join("ca-cert.pem");
+    let root = root.to_str().unwrap();
+    let token = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");
+
+    // The CSR names the caller's identity; a TTL of an hour.
+    let got = ask(secure, root, &token, ID, 3600);
+    assert_eq!(got["code"], "OK", "{got}");
+    assert_eq!(got["sans"], serde_json::json!([ID]));
+    assert_eq!(got["san_critical"], true);
+    assert_eq!(got["is_ca"], false);
+    assert_eq!(got["lifetime"], 3600 + 120, "the TTL asked, backdated two minutes");
+    assert_eq!(got["chain"], 2, "leaf and root");
+    assert_eq!(got["verified"], true, "the chain verifies to the root kept in the CA directory");
+    assert_eq!(got["own_key"], true);
+    // No SAN in the CSR and no TTL: the caller's identity, the default TTL.
+    let got = ask(secure, root, &token, "-", 0);
+    assert_eq!(
+        (&got["code"], &got["sans"], &got["lifetime"]),
+        (&"OK".into(), &serde_json::json!([ID]), &(86400 + 120).into())
+    );
+
+    // Another identity in the CSR: refused.
+    let other = ask(secure, root, &token, "spiffe://cluster.local/ns/kube-system/sa/admin", 0);
+    assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
+    // Over MAX_WORKLOAD_CERT_TTL: istiod's wording.
+    let long = ask(secure, root, &token, ID, 100 * 86400);
+    assert_eq!(long["code"], "INVALID_ARGUMENT");
+    assert!(long["details"].as_str().unwrap().contains("is greater than the max allowed TTL 2160h0m0s"), "{long}");
+    // A token signed by someone else, a wrong issuer, none at all.
+    let forged = Issuer::new().token(&iss, "system:serviceaccount:bookinfo:reviews");
+    for (token, why) in [
+        (forged.as_str(), "forged"),
+        (&issuer.token("https://other", "system:serviceaccount:a:b"), "issuer"),
+        ("-", "none"),
+    ] {
+        let got = ask(secure, root, token, "-", 0);
+        assert_eq!(got["code"], "UNAUTHENTICATED", "{why}: {got}");
+        assert_eq!(got["details"], "request authenticate failure");
+    }
+    // The plaintext port gives no certificate, even for a good token.
+    let clear = ask(s.grpc, "-", &token, ID, 0);
+    assert_eq!(clear["code"], "UNAVAILABLE", "{clear}");
+    // A restart keeps the root: a certificate issued after it verifies
+    // against the same file.
+    drop(s);
+    let (_s, secure, _) = start(&issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    let again = ask(secure, root, &token, ID, 0);
+    assert_eq!((&again["code"], &again["verified"]), (&"OK".into(), &true.into()), "{again}");
+}
+
+/// ROOT_CA_DIR with an intermediate, as Istio's "plug in CA certificates"
+/// task makes it: the answer is leaf, cert-chain.pem's certificates, root.
+#[test]
+fn plugged_in_certificates_sign_through_their_intermediate() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer as RcIssuer, KeyPair as RcKey};
+    let root_key = RcKey::generate().unwrap();
+    let mut rp = CertificateParams::default();
+    rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    rp.distinguished_name.push(DnType::CommonName, "Root CA");
+    let root = rp.self_signed(&root_key).unwrap();
+    let int_key = RcKey::generate().unwrap();
+    let mut ip = CertificateParams::default();
+    ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ip.distinguished_name.push(DnType::CommonName, "Intermediate CA");
+    let int = ip.signed_by(&int_key, &RcIssuer::from_params(&rp, &root_key)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca-cert.pem"), int.pem()).unwrap();
+    std::fs::write(dir.path().join("ca-key.pem"), int_key.serialize_pem()).unwrap();
+    std::fs::write(dir.path().join("root-cert.pem"), root.pem()).unwrap();
+    std::fs::write(dir.path().join("cert-chain.pem"), format!("{}{}", int.pem(), root.pem())).unwrap();
+
+    let issuer = Issuer::new();
+    let (_s, secure, iss) = start(&issuer, ("ROOT_CA_DIR", dir.path().to_str().unwrap()));
+    let token = issuer.token(&iss, "system:serviceaccount:bookinfo:ratings");
+    let root_path = dir.path().join("root-cert.pem");
+    let got = ask(secure, root_path.to_str().unwrap(), &token, "-", 0);
+    assert_eq!(got["code"], "OK", "{got}");
+    assert_eq!(got["sans"], serde_json::json!(["spiffe://cluster.local/ns/bookinfo/sa/ratings"]));
+    assert_eq!(got["chain"], 4, "leaf, intermediate, root (cert-chain.pem), root-cert.pem");
+    assert_eq!(got["verified"], true, "leaf -> intermediate -> plugged-in root");
+}

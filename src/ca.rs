@@ -8,6 +8,7 @@
 //! ([`refresh_keys`]) and read by the cores.
 
 pub mod jwt;
+pub mod tokenreview;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -45,6 +46,9 @@ pub struct CaServer {
     pub trust_domain: String,
     /// `JWT_RULE`, if set.
     pub jwt: Option<Arc<JwtAuthenticator>>,
+    /// The control thread's TokenReview queue, once a Kubernetes client
+    /// exists (istiod's Kubernetes JWT authenticator).
+    pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
 }
 
 /// istiod's answer to a caller it could not authenticate.
@@ -53,11 +57,11 @@ fn unauthenticated() -> Status {
 }
 
 impl CaServer {
-    /// The caller's identities, or why not (logged, never answered: istiod
-    /// answers every authentication failure alike).
+    /// The caller's identities by `JWT_RULE`, or why not (logged, never
+    /// answered: istiod answers every authentication failure alike).
     fn authenticate(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
         let token = bearer.ok_or("no bearer token in the authorization header")?;
-        let auth = self.jwt.as_ref().ok_or("no authenticator takes bearer tokens here (JWT_RULE is not set)")?;
+        let auth = self.jwt.as_ref().ok_or("JWT_RULE is not set")?;
         let keys = auth.keys.read().unwrap_or_else(|e| e.into_inner()).clone();
         if keys.is_empty() {
             return Err(format!("the key set of issuer {:?} has not been fetched", auth.rule.issuer));
@@ -67,18 +71,19 @@ impl CaServer {
         Ok(vec![format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)])
     }
 
-    /// Answers one request from a caller who sent `bearer`.
-    pub fn create_certificate(
+    /// The SPIFFE identity of a service account.
+    fn identity(&self, ns: &str, sa: &str) -> String {
+        format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)
+    }
+
+    /// Signs `req` for a caller with `ids`.
+    fn sign_for(
         &self,
-        bearer: Option<&str>,
+        ids: &[String],
         peer: Option<std::net::SocketAddr>,
         req: &IstioCertificateRequest,
     ) -> Result<IstioCertificateResponse, Status> {
-        let ids = self.authenticate(bearer).map_err(|reason| {
-            tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
-            unauthenticated()
-        })?;
-        let chain = self.ca.sign(req.csr.as_bytes(), &ids, req.validity_duration).map_err(|e| {
+        let chain = self.ca.sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
             tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
             let code = match e {
                 SignError::Identity { .. } => Code::PermissionDenied,
@@ -92,16 +97,21 @@ impl CaServer {
     }
 }
 
-/// A call in progress: the token it came with, whether it was answered.
+/// A call in progress: the token it came with, whether it was answered
+/// or waits for a TokenReview.
 struct Pending {
     bearer: Option<String>,
     answered: bool,
+    waiting: bool,
 }
+
+type Calls = Rc<std::cell::RefCell<HashMap<(u64, u32), Pending>>>;
 
 /// One core's CA service.
 pub struct CaService {
     server: Option<Arc<CaServer>>,
-    calls: HashMap<(u64, u32), Pending>,
+    registry: Rc<Registry>,
+    calls: Calls,
 }
 
 /// The token of an `authorization: Bearer <token>` header (istiod's
@@ -125,33 +135,107 @@ impl Service for CaService {
             // CA on its TLS port only.
             return Err(Status::new(Code::Unavailable, "the CA is served over TLS only (--secureGRPCAddr)"));
         }
-        self.calls.insert((conn.info.id, call.stream), Pending { bearer: bearer(call), answered: false });
+        let pending = Pending { bearer: bearer(call), answered: false, waiting: false };
+        self.calls.borrow_mut().insert((conn.info.id, call.stream), pending);
         Ok(())
     }
 
     fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
-        let Some(p) = self.calls.get_mut(&(conn.info.id, stream)) else { return Ok(()) };
-        if p.answered {
+        let Some(server) = self.server.clone() else {
+            return Err(Status::new(Code::Unimplemented, "the CA is not served"));
+        };
+        let key = (conn.info.id, stream);
+        let mut calls = self.calls.borrow_mut();
+        let Some(p) = calls.get_mut(&key) else { return Ok(()) };
+        if p.answered || p.waiting {
             return Err(Status::new(Code::InvalidArgument, "CreateCertificate takes one request"));
         }
         let req = IstioCertificateRequest::decode(msg)
             .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
-        let Some(server) = &self.server else { return Err(Status::new(Code::Unimplemented, "the CA is not served")) };
-        let resp = server.create_certificate(p.bearer.as_deref(), conn.info.peer, &req)?;
+        let peer = conn.info.peer;
+        let ids = match server.authenticate(p.bearer.as_deref()) {
+            Ok(ids) => ids,
+            Err(reason) => match (p.bearer.clone(), server.reviewer.get()) {
+                // Not a JWT_RULE token: the API server reviews it; the
+                // answer comes back to this core.
+                (Some(token), Some(reviews)) => {
+                    let (reply, answer) = async_channel::bounded(1);
+                    if reviews.send(tokenreview::Review { token, reply }).is_err() {
+                        return Err(Status::new(Code::Unavailable, "the token reviewer is gone"));
+                    }
+                    p.waiting = true;
+                    // glommio runs a spawned task at once, up to its first
+                    // wait, from inside this call (the connection and the
+                    // call table are borrowed): it yields first, so that
+                    // what follows runs from the executor, never from here.
+                    drop(calls);
+                    let (registry, calls) = (self.registry.clone(), self.calls.clone());
+                    glommio::spawn_local(async move {
+                        futures_lite::future::yield_now().await;
+                        let outcome = match answer.recv().await {
+                            Ok(Ok((ns, sa))) => server.sign_for(&[server.identity(&ns, &sa)], peer, &req),
+                            Ok(Err(tokenreview::Refusal::Denied(reason))) => {
+                                tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                                Err(unauthenticated())
+                            }
+                            Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
+                                tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
+                                Err(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
+                            }
+                            Err(async_channel::RecvError) => {
+                                tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
+                                Err(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
+                            }
+                        };
+                        calls.borrow_mut().remove(&key);
+                        let Some(h) = registry.get(key.0) else { return };
+                        {
+                            let mut c = h.conn.borrow_mut();
+                            match outcome {
+                                Ok(resp) => match c.send(stream, Bytes::from(resp.encode_to_vec())) {
+                                    Ok(()) => c.finish(stream, &Status::ok()),
+                                    Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
+                                },
+                                Err(status) => c.finish(stream, &status),
+                            }
+                        }
+                        h.wake();
+                    })
+                    .detach();
+                    return Ok(());
+                }
+                _ => {
+                    tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                    return Err(unauthenticated());
+                }
+            },
+        };
+        let resp = server.sign_for(&ids, peer, &req)?;
         p.answered = true;
         conn.send(stream, Bytes::from(resp.encode_to_vec())).map_err(|e| Status::new(Code::Internal, e.to_string()))
     }
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        match self.calls.get(&(conn.info.id, stream)) {
-            Some(p) if p.answered => conn.finish(stream, &Status::ok()),
-            Some(_) => conn.finish(stream, &Status::new(Code::InvalidArgument, "CreateCertificate needs a request")),
+        let key = (conn.info.id, stream);
+        let mut calls = self.calls.borrow_mut();
+        match calls.get(&key) {
+            // The review's task answers.
+            Some(p) if p.waiting => {}
+            Some(p) => {
+                let status = if p.answered {
+                    Status::ok()
+                } else {
+                    Status::new(Code::InvalidArgument, "CreateCertificate needs a request")
+                };
+                calls.remove(&key);
+                conn.finish(stream, &status);
+            }
             None => {}
         }
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        self.calls.remove(&(conn.info.id, stream));
+        self.calls.borrow_mut().remove(&(conn.info.id, stream));
     }
 }
 
@@ -162,8 +246,8 @@ pub struct CaFactory(pub Option<Arc<CaServer>>);
 impl ServiceFactory for CaFactory {
     type Service = CaService;
 
-    fn make(&self, _core: usize, _registry: Rc<Registry>) -> CaService {
-        CaService { server: self.0.clone(), calls: HashMap::new() }
+    fn make(&self, _core: usize, registry: Rc<Registry>) -> CaService {
+        CaService { server: self.0.clone(), registry, calls: Calls::default() }
     }
 }
 
@@ -199,9 +283,9 @@ pub fn from_config(
     };
     let jwt = c.jwt_rule.clone().map(|rule| Arc::new(JwtAuthenticator { rule, keys: RwLock::default() }));
     if jwt.is_none() {
-        tracing::warn!(target: "ca", "JWT_RULE is not set: no caller can be authenticated, every CSR is refused");
+        tracing::info!(target: "ca", "JWT_RULE is not set: callers are authenticated by TokenReview (Kubernetes) only");
     }
-    Ok(Some(Arc::new(CaServer { ca, trust_domain: trust_domain.to_owned(), jwt })))
+    Ok(Some(Arc::new(CaServer { ca, trust_domain: trust_domain.to_owned(), jwt, reviewer: Default::default() })))
 }
 
 /// istiod's serving certificate names (`getDNSNames`): `ISTIOD_CUSTOM_HOST`

@@ -306,6 +306,9 @@ pub struct CaConfig {
     /// `JWT_RULE`: the issuer whose tokens authenticate CSRs, its key set
     /// and audiences (JSON, as istiod reads it).
     pub jwt_rule: Option<crate::ca::jwt::JwtRule>,
+    /// `TOKEN_AUDIENCES` (`istio-ca`, comma-separated): the audiences a
+    /// Kubernetes token is reviewed for.
+    pub token_audiences: Vec<String>,
 }
 
 /// Log levels istiod's `--log_output_level` accepts.
@@ -586,6 +589,13 @@ impl Config {
                     .duration("CITADEL_SELF_SIGNED_CA_CERT_TTL", Duration::from_secs(87_600 * 3600))?,
                 root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
                 self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
+                token_audiences: vars
+                    .string("TOKEN_AUDIENCES", "istio-ca")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
                 jwt_rule: match vars.raw("JWT_RULE") {
                     None => None,
                     Some(v) => Some(serde_json::from_str(&v).map_err(|e| ConfigError::Env {

@@ -265,6 +265,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Source::Kubernetes { kubeconfig }, _) => {
                 let client = kube_client(kubeconfig.as_deref()).await?;
+                if let Some(ca) = &ca_server {
+                    // istiod's Kubernetes JWT authenticator: the cores send
+                    // tokens here for a TokenReview.
+                    let (reviews, rx) = mpsc::unbounded_channel();
+                    let _ = ca.reviewer.set(reviews);
+                    let audiences = config.ca.token_audiences.clone();
+                    tokio::task::spawn_local(crate::ca::tokenreview::run(client.clone(), audiences, rx));
+                }
                 let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, updates.clone()));
                 tokio::task::spawn_local(watch_kube(

@@ -165,3 +165,54 @@ fn plugged_in_certificates_sign_through_their_intermediate() {
     assert_eq!(got["chain"], 4, "leaf, intermediate, root (cert-chain.pem), root-cert.pem");
     assert_eq!(got["verified"], true, "leaf -> intermediate -> plugged-in root");
 }
+
+/// istiod's default authenticator in a cluster: the token is reviewed by
+/// the API server (here the fake one, speaking the TokenReview API), for
+/// the `istio-ca` audience, and must be a service account's. A result is
+/// cached for the token's life: a second request costs no review, and the
+/// API server going down does not refuse a caller already reviewed; a new
+/// token meanwhile is UNAVAILABLE, not refused, and works once it is back.
+#[test]
+fn kubernetes_tokens_are_reviewed_by_the_api_server() {
+    use istiod_kubewatch::fake::core_resources;
+    let api = server::fake_api();
+    for r in core_resources() {
+        api.install(r);
+    }
+    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    api.add_token("tok-other-audience", "system:serviceaccount:bookinfo:reviews", &["kubernetes"]);
+    api.add_token("tok-user", "alice", &["istio-ca"]);
+    api.add_token("tok-later", "system:serviceaccount:bookinfo:ratings", &["istio-ca"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let ca_dir = dir.path().join("ca");
+    let secure = free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap())],
+        None,
+    );
+    let root = ca_dir.join("ca-cert.pem");
+    let root = root.to_str().unwrap();
+
+    let got = ask(secure, root, "tok-reviews", ID, 0);
+    assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}\n{}", s.log());
+    assert_eq!(got["sans"], serde_json::json!([ID]));
+    let reviews = api.token_reviews();
+    let again = ask(secure, root, "tok-reviews", ID, 0);
+    assert_eq!(again["code"], "OK", "{again}\n{}", s.log());
+    assert_eq!(api.token_reviews(), reviews, "the second request is answered from the cache");
+    for token in ["tok-other-audience", "tok-user", "tok-unknown"] {
+        let got = ask(secure, root, token, "-", 0);
+        assert_eq!(got["code"], "UNAUTHENTICATED", "{token}: {got}");
+    }
+    api.set_down(true);
+    assert_eq!(ask(secure, root, "tok-reviews", ID, 0)["code"], "OK", "reviewed before: cached");
+    let down = ask(secure, root, "tok-later", "-", 0);
+    assert_eq!(down["code"], "UNAVAILABLE", "{down}\n{}", s.log());
+    api.set_down(false);
+    let later = ask(secure, root, "tok-later", "-", 0);
+    assert_eq!(later["code"], "OK", "nothing was cached as refused: {later}");
+    assert_eq!(later["sans"], serde_json::json!(["spiffe://cluster.local/ns/bookinfo/sa/ratings"]));
+}

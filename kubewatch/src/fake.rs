@@ -59,6 +59,9 @@ struct State {
     requests: u64,
     gone: u64,
     continued: u64,
+    /// Tokens the TokenReview API knows: token -> (username, audiences).
+    tokens: BTreeMap<String, (String, Vec<String>)>,
+    token_reviews: u64,
 }
 
 /// The fake server.
@@ -101,6 +104,48 @@ impl FakeApi {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the TokenReview API authenticate `token` as `username`
+    /// (`system:serviceaccount:<ns>:<sa>` for a service account) for
+    /// `audiences`.
+    pub fn add_token(&self, token: &str, username: &str, audiences: &[&str]) {
+        let auds = audiences.iter().map(|a| (*a).to_owned()).collect();
+        self.lock().tokens.insert(token.to_owned(), (username.to_owned(), auds));
+    }
+
+    /// TokenReviews answered.
+    pub fn token_reviews(&self) -> u64 {
+        self.lock().token_reviews
+    }
+
+    /// As the API server reviews `review` (a TokenReview): authenticated
+    /// when the token is known and one of its audiences is asked for (or
+    /// none is asked), with the groups a service account has.
+    fn review(&self, review: &Value) -> Value {
+        let mut s = self.lock();
+        s.token_reviews += 1;
+        let token = review["spec"]["token"].as_str().unwrap_or_default();
+        let asked: Vec<String> = review["spec"]["audiences"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        let status = match s.tokens.get(token) {
+            None => json!({"authenticated": false, "error": "[invalid bearer token, token lookup failed]"}),
+            Some((_, auds)) if !asked.is_empty() && !asked.iter().any(|a| auds.contains(a)) => json!({
+                "authenticated": false,
+                "error": format!("[invalid bearer token, token audiences {auds:?} is invalid for the target audiences {asked:?}]"),
+            }),
+            Some((user, auds)) => {
+                let mut groups = vec!["system:authenticated".to_owned()];
+                if let Some(ns) = user.strip_prefix("system:serviceaccount:").and_then(|r| r.split(':').next()) {
+                    groups.push("system:serviceaccounts".into());
+                    groups.push(format!("system:serviceaccounts:{ns}"));
+                }
+                json!({"authenticated": true, "user": {"username": user, "groups": groups}, "audiences": auds})
+            }
+        };
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": review["spec"], "status": status})
     }
 
     /// Serves `r` (an absent kind answers 404, like a CRD not installed).
@@ -204,6 +249,35 @@ impl FakeApi {
         }
         let head = String::from_utf8_lossy(&buf).into_owned();
         let target = head.lines().next().and_then(|l| l.split(' ').nth(1)).unwrap_or("/").to_owned();
+        if head.starts_with("POST ") && target.starts_with("/apis/authentication.k8s.io/v1/tokenreviews") {
+            // The body follows the head: what was read with it, then the rest.
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let at = buf.windows(4).position(|w| w == b"\r\n\r\n").map_or(buf.len(), |i| i + 4);
+            let mut body = buf[at..].to_vec();
+            while body.len() < length.min(1 << 20) {
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            if self.lock().down {
+                self.lock().requests += 1;
+                return respond(
+                    &mut stream,
+                    503,
+                    &status_json(503, "ServiceUnavailable", "the fake API server is down"),
+                )
+                .await;
+            }
+            let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let answer = self.review(&review);
+            return respond(&mut stream, 201, &answer).await;
+        }
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));
         let params: BTreeMap<String, String> = query
             .split('&')
@@ -346,7 +420,11 @@ async fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::
     let body = serde_json::to_vec(body).unwrap_or_default();
     let head = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        if status == 200 { "OK" } else { "Error" },
+        match status {
+            200 => "OK",
+            201 => "Created",
+            _ => "Error",
+        },
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -46,6 +46,11 @@ impl Server {
     /// Starts the binary on `config_dir` with extra flags and environment,
     /// under `nofile` open files when given, and waits for `/ready`.
     pub(crate) fn start(config_dir: &Path, flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
+        Self::start_on(&["--configDir", config_dir.to_str().unwrap()], flags, env, nofile)
+    }
+
+    /// [`Server::start`] on another source (`--kubeconfig <file>`).
+    pub(crate) fn start_on(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
         let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("stderr.log");
@@ -57,7 +62,8 @@ impl Server {
             }
             None => Command::new(env!("CARGO_BIN_EXE_pilot-discovery")),
         };
-        cmd.args(["discovery", "--configDir", config_dir.to_str().unwrap()])
+        cmd.arg("discovery")
+            .args(source)
             .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
             .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "2"])
             .args(["--log_target", "stderr"])
@@ -164,4 +170,31 @@ pub(crate) fn http_body_server(body: std::sync::Arc<std::sync::Mutex<String>>) -
         }
     });
     format!("http://{addr}/jwks.json")
+}
+
+/// The fake Kubernetes API server on a runtime of its own.
+pub(crate) fn fake_api() -> istiod_kubewatch::fake::FakeApi {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            tx.send(istiod_kubewatch::fake::FakeApi::start().await.unwrap()).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// A kubeconfig in `dir` pointing at `url` (no credentials).
+pub(crate) fn kubeconfig(dir: &Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
 }

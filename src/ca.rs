@@ -12,6 +12,7 @@ pub mod tokenreview;
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -37,6 +38,23 @@ pub struct JwtAuthenticator {
     pub keys: RwLock<Arc<jwt::KeySet>>,
 }
 
+/// istiod's CA counters (`security/pkg/server/ca/monitoring.go`).
+#[derive(Debug, Default)]
+pub struct CaMetrics {
+    csr: AtomicU64,
+    authn_error: AtomicU64,
+    success: AtomicU64,
+    /// `citadel_server_csr_sign_err_count` by istiod's error types:
+    /// CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR.
+    sign_errors: [AtomicU64; 3],
+}
+
+const SIGN_ERROR_TYPES: [&str; 3] = ["CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR"];
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
 /// What every core's CA service shares.
 #[derive(Debug)]
 pub struct CaServer {
@@ -49,10 +67,13 @@ pub struct CaServer {
     /// The control thread's TokenReview queue, once a Kubernetes client
     /// exists (istiod's Kubernetes JWT authenticator).
     pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
+    /// Counters for `/metrics`.
+    pub metrics: CaMetrics,
 }
 
 /// istiod's answer to a caller it could not authenticate.
-fn unauthenticated() -> Status {
+fn unauthenticated(server: &CaServer) -> Status {
+    bump(&server.metrics.authn_error);
     Status::new(Code::Unauthenticated, "request authenticate failure")
 }
 
@@ -85,14 +106,17 @@ impl CaServer {
     ) -> Result<IstioCertificateResponse, Status> {
         let chain = self.ca.sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
             tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
-            let code = match e {
-                SignError::Identity { .. } => Code::PermissionDenied,
-                SignError::Csr(_) | SignError::Ttl { .. } => Code::InvalidArgument,
-                SignError::Issue(_) => Code::Internal,
+            let (code, kind) = match e {
+                SignError::Identity { .. } => (Code::PermissionDenied, 0),
+                SignError::Csr(_) => (Code::InvalidArgument, 0),
+                SignError::Ttl { .. } => (Code::InvalidArgument, 1),
+                SignError::Issue(_) => (Code::Internal, 2),
             };
+            bump(&self.metrics.sign_errors[kind]);
             Status::new(code, format!("CSR signing error ({e})"))
         })?;
         tracing::debug!(target: "ca", identity = %ids.join(","), "issued a workload certificate");
+        bump(&self.metrics.success);
         Ok(IstioCertificateResponse { cert_chain: chain })
     }
 }
@@ -150,6 +174,7 @@ impl Service for CaService {
         if p.answered || p.waiting {
             return Err(Status::new(Code::InvalidArgument, "CreateCertificate takes one request"));
         }
+        bump(&server.metrics.csr);
         let req = IstioCertificateRequest::decode(msg)
             .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
         let peer = conn.info.peer;
@@ -176,7 +201,7 @@ impl Service for CaService {
                             Ok(Ok((ns, sa))) => server.sign_for(&[server.identity(&ns, &sa)], peer, &req),
                             Ok(Err(tokenreview::Refusal::Denied(reason))) => {
                                 tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
-                                Err(unauthenticated())
+                                Err(unauthenticated(&server))
                             }
                             Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
                                 tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
@@ -206,7 +231,7 @@ impl Service for CaService {
                 }
                 _ => {
                     tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
-                    return Err(unauthenticated());
+                    return Err(unauthenticated(&server));
                 }
             },
         };
@@ -236,6 +261,71 @@ impl Service for CaService {
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
         self.calls.borrow_mut().remove(&(conn.info.id, stream));
+    }
+}
+
+impl CaServer {
+    /// The CA's series in Prometheus text, with istiod's names.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let m = &self.metrics;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n");
+        };
+        counter("citadel_server_csr_count", "The number of CSRs received by Citadel server.", get(&m.csr));
+        counter(
+            "citadel_server_authentication_failure_count",
+            "The number of authentication failures.",
+            get(&m.authn_error),
+        );
+        counter(
+            "citadel_server_success_cert_issuance_count",
+            "The number of certificates issuances that have succeeded.",
+            get(&m.success),
+        );
+        counter(
+            "citadel_server_csr_parsing_err_count",
+            "The number of errors occurred when parsing the CSR.",
+            get(&m.sign_errors[0]),
+        );
+        let _ = write!(
+            out,
+            "# HELP citadel_server_csr_sign_err_count The number of errors occurred when signing the CSR.\n# TYPE citadel_server_csr_sign_err_count counter\n"
+        );
+        for (t, c) in SIGN_ERROR_TYPES.iter().zip(&m.sign_errors) {
+            let _ = writeln!(out, "citadel_server_csr_sign_err_count{{error=\"{t}\"}} {}", get(c));
+        }
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut gauge = |name: &str, help: &str, v: i64| {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n");
+        };
+        if let Some(root) = self.ca.root_not_after() {
+            let t = root.unix_timestamp();
+            gauge(
+                "citadel_server_root_cert_expiry_timestamp",
+                "The unix timestamp, in seconds, when the root cert will expire.",
+                t,
+            );
+            gauge(
+                "citadel_server_root_cert_expiry_seconds",
+                "The time remaining, in seconds, before the root cert will expire. A negative value indicates the cert is expired.",
+                t - now,
+            );
+        }
+        let t = self.ca.not_after().unix_timestamp();
+        gauge(
+            "citadel_server_cert_chain_expiry_timestamp",
+            "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
+            t,
+        );
+        gauge(
+            "citadel_server_cert_chain_expiry_seconds",
+            "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
+            t - now,
+        );
+        out
     }
 }
 
@@ -285,7 +375,13 @@ pub fn from_config(
     if jwt.is_none() {
         tracing::info!(target: "ca", "JWT_RULE is not set: callers are authenticated by TokenReview (Kubernetes) only");
     }
-    Ok(Some(Arc::new(CaServer { ca, trust_domain: trust_domain.to_owned(), jwt, reviewer: Default::default() })))
+    Ok(Some(Arc::new(CaServer {
+        ca,
+        trust_domain: trust_domain.to_owned(),
+        jwt,
+        reviewer: Default::default(),
+        metrics: CaMetrics::default(),
+    })))
 }
 
 /// istiod's serving certificate names (`getDNSNames`): `ISTIOD_CUSTOM_HOST`

@@ -224,10 +224,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         if let Some(l) = monitoring_listener {
             let l = tokio_listener(l)?;
-            let publisher = publisher.clone();
+            let (publisher, ca) = (publisher.clone(), ca_server.clone());
             let handler: http::Handler = Rc::new(move |req| {
-                let publisher = publisher.clone();
-                Box::pin(async move { monitoring(req, &publisher).await })
+                let (publisher, ca) = (publisher.clone(), ca.clone());
+                Box::pin(async move { monitoring(req, &publisher, ca.as_deref()).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }

@@ -126,6 +126,20 @@ fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
     // The plaintext port gives no certificate, even for a good token.
     let clear = ask(s.grpc, "-", &token, ID, 0);
     assert_eq!(clear["code"], "UNAVAILABLE", "{clear}");
+    // istiod's counters: 7 requests (the plaintext one never reached the
+    // CA), 2 issued, 3 authentication failures, the identity refusal a CSR
+    // error, the long TTL a TTL error.
+    let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
+    for line in [
+        "citadel_server_csr_count 7",
+        "citadel_server_success_cert_issuance_count 2",
+        "citadel_server_authentication_failure_count 3",
+        "citadel_server_csr_sign_err_count{error=\"CSR_ERROR\"} 1",
+        "citadel_server_csr_sign_err_count{error=\"TTL_ERROR\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.contains("citadel_server_root_cert_expiry_timestamp "), "{metrics}");
     // A restart keeps the root: a certificate issued after it verifies
     // against the same file.
     drop(s);

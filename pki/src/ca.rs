@@ -287,6 +287,16 @@ impl Ca {
         &self.root
     }
 
+    /// When the signing certificate expires.
+    pub fn not_after(&self) -> OffsetDateTime {
+        self.not_after
+    }
+
+    /// When the first certificate of the root bundle expires.
+    pub fn root_not_after(&self) -> Option<OffsetDateTime> {
+        not_after(&self.root, Path::new("root-cert.pem")).ok()
+    }
+
     /// What the CA issues under.
     pub fn settings(&self) -> &Settings {
         &self.settings

@@ -66,7 +66,11 @@ pub(super) async fn debug(
     }
 }
 
-pub(super) async fn monitoring(req: Request, publisher: &Publisher<crate::generator::MeshInput>) -> Response {
+pub(super) async fn monitoring(
+    req: Request,
+    publisher: &Publisher<crate::generator::MeshInput>,
+    ca: Option<&crate::ca::CaServer>,
+) -> Response {
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
     }
@@ -79,5 +83,8 @@ pub(super) async fn monitoring(req: Request, publisher: &Publisher<crate::genera
     out.push_str(&format!("pilot_xds_pushes {}\n", sum("pushes")));
     out.push_str("# HELP pilot_total_xds_rejects Total number of XDS responses from pilot rejected by proxy.\n# TYPE pilot_total_xds_rejects counter\n");
     out.push_str(&format!("pilot_total_xds_rejects {}\n", sum("nacks")));
+    if let Some(ca) = ca {
+        out.push_str(&ca.render_metrics());
+    }
     Response { status: 200, content_type: "text/plain; version=0.0.4", body: out }
 }

@@ -31,6 +31,7 @@ pub(crate) struct Server {
     pub(crate) child: Child,
     pub(crate) grpc: SocketAddr,
     pub(crate) http: SocketAddr,
+    pub(crate) monitoring: SocketAddr,
     log: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -72,7 +73,7 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = cmd.spawn().unwrap();
-        let mut s = Self { child, grpc, http, log, _dir: dir };
+        let mut s = Self { child, grpc, http, monitoring, log, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(30);
         while get(http, "/ready").map(|r| r.0) != Some(200) {
             if let Some(status) = s.child.try_wait().unwrap() {

@@ -178,7 +178,15 @@ impl Service for CaService {
         let req = IstioCertificateRequest::decode(msg)
             .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
         let peer = conn.info.peer;
-        let ids = match server.authenticate(p.bearer.as_deref()) {
+        // istiod's authenticators in its order: the client certificate the
+        // TLS layer verified against this CA's roots (a workload renewing),
+        // then the token.
+        let by_cert = conn.info.peer_certificate.as_deref().map(istiod_pki::uri_sans).filter(|ids| !ids.is_empty());
+        let authenticated = match by_cert {
+            Some(ids) => Ok(ids),
+            None => server.authenticate(p.bearer.as_deref()),
+        };
+        let ids = match authenticated {
             Ok(ids) => ids,
             Err(reason) => match (p.bearer.clone(), server.reviewer.get()) {
                 // Not a JWT_RULE token: the API server reviews it; the

@@ -157,7 +157,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
         };
         if let Some((cert, key)) = pair {
-            let cfg = tls::server_config(&cert, &key).map_err(|e| StartError::Tls(e.to_string()))?;
+            // Clients may present a certificate of this CA (a workload
+            // renewing with its current one).
+            let roots = ca_server.as_ref().map(|c| c.ca.root_pem().as_bytes());
+            let cfg =
+                tls::server_config_with_clients(&cert, &key, roots).map_err(|e| StartError::Tls(e.to_string()))?;
             listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
         }
     }

@@ -51,10 +51,25 @@ impl Issuer {
 }
 
 fn ask(addr: std::net::SocketAddr, root: &str, token: &str, identity: &str, ttl: u64) -> serde_json::Value {
-    let out = python::run(
-        "ca_client.py",
-        &[addr.to_string().as_ref(), root.as_ref(), token.as_ref(), identity.as_ref(), ttl.to_string().as_ref()],
-    );
+    ask_with(addr, root, token, identity, ttl, &[])
+}
+
+/// [`ask`] with `CA_CLIENT_KEY` / `CA_CLIENT_CHAIN` / `CA_SAVE` set.
+fn ask_with(
+    addr: std::net::SocketAddr,
+    root: &str,
+    token: &str,
+    identity: &str,
+    ttl: u64,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/ca_client.py");
+    let out = std::process::Command::new(python::python())
+        .arg(script)
+        .args([addr.to_string(), root.to_owned(), token.to_owned(), identity.to_owned(), ttl.to_string()])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ca_client.py failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
@@ -140,6 +155,32 @@ fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
     assert!(metrics.contains("citadel_server_root_cert_expiry_timestamp "), "{metrics}");
+    // Renewal with the current certificate (istiod's client-certificate
+    // authenticator): no token, the identity of the certificate presented.
+    let saved = dir.path().join("reviews");
+    let saved = saved.to_str().unwrap();
+    assert_eq!(ask_with(secure, root, &token, ID, 0, &[("CA_SAVE", saved)])["code"], "OK");
+    let (key, chain) = (format!("{saved}.key"), format!("{saved}.chain"));
+    let renewed = ask_with(secure, root, "-", "-", 0, &[("CA_CLIENT_KEY", &key), ("CA_CLIENT_CHAIN", &chain)]);
+    assert_eq!((&renewed["code"], &renewed["sans"]), (&"OK".into(), &serde_json::json!([ID])), "{renewed}");
+    // A certificate of another CA does not get through the handshake.
+    let other = istiod_pki::Ca::generate(istiod_pki::Settings::default()).unwrap();
+    let (foreign_chain, foreign_key) =
+        other.issue_server(&["reviews.bookinfo".to_owned()], Duration::from_secs(3600)).unwrap();
+    std::fs::write(dir.path().join("foreign.key"), foreign_key).unwrap();
+    std::fs::write(dir.path().join("foreign.chain"), foreign_chain).unwrap();
+    let foreign = ask_with(
+        secure,
+        root,
+        "-",
+        "-",
+        0,
+        &[
+            ("CA_CLIENT_KEY", dir.path().join("foreign.key").to_str().unwrap()),
+            ("CA_CLIENT_CHAIN", dir.path().join("foreign.chain").to_str().unwrap()),
+        ],
+    );
+    assert_eq!(foreign["code"], "UNAVAILABLE", "the handshake fails: {foreign}");
     // A restart keeps the root: a certificate issued after it verifies
     // against the same file.
     drop(s);

@@ -375,6 +375,21 @@ impl Ca {
     }
 }
 
+/// The URI SANs of a DER certificate (istiod's `ExtractIDs`, for the
+/// client-certificate authenticator); empty when it does not parse.
+pub fn uri_sans(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::certificate::X509Certificate::from_der(der) else { return Vec::new() };
+    let Ok(Some(san)) = cert.subject_alternative_name() else { return Vec::new() };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A 128-bit random serial number (istiod's `genSerialNum`), positive.
 fn serial() -> Result<SerialNumber, String> {
     use ring::rand::SecureRandom;

@@ -6,4 +6,4 @@
 pub mod ca;
 mod duration;
 
-pub use ca::{Ca, CaError, Settings, SignError};
+pub use ca::{Ca, CaError, Settings, SignError, uri_sans};

@@ -9,9 +9,14 @@ length, and whether each certificate verifies with the next one (with the
 `cryptography` package) and the last one is the root given.
 
 Usage: ca_client.py ADDR (ROOT_PEM|-) TOKEN|- IDENTITY|- TTL_SECONDS
+
+Environment: CA_CLIENT_KEY and CA_CLIENT_CHAIN (PEM files) present a client
+certificate; CA_SAVE=PREFIX writes the new key and chain to PREFIX.key and
+PREFIX.chain.
 """
 
 import json
+import os
 import sys
 
 import grpc
@@ -75,7 +80,15 @@ def main():
         root = None
     else:
         root = open(root_path, "rb").read()
-        creds = grpc.ssl_channel_credentials(root_certificates=root)
+        client_key, client_chain = os.environ.get("CA_CLIENT_KEY"), os.environ.get("CA_CLIENT_CHAIN")
+        if client_key and client_chain:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=root,
+                private_key=open(client_key, "rb").read(),
+                certificate_chain=open(client_chain, "rb").read(),
+            )
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=root)
         channel = grpc.secure_channel(
             addr, creds, options=[("grpc.ssl_target_name_override", "istiod.istio-system.svc")]
         )
@@ -87,6 +100,16 @@ def main():
         print(json.dumps({"code": e.code().name, "details": e.details()}))
         return
     chain = chain_of(resp)
+    save = os.environ.get("CA_SAVE")
+    if save:
+        with open(save + ".key", "wb") as f:
+            f.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
+            )
+        with open(save + ".chain", "w") as f:
+            f.write("".join(chain[:-1]))
     certs = [x509.load_pem_x509_certificate(c.encode()) for c in chain]
     verified = True
     for child, parent in zip(certs, certs[1:]):

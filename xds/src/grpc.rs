@@ -84,6 +84,9 @@ pub struct ConnInfo {
     /// Whether the connection is TLS (services that take credentials,
     /// such as bearer tokens, refuse them in the clear).
     pub secure: bool,
+    /// The client's certificate (DER), when it presented one the
+    /// listener's client roots verified.
+    pub peer_certificate: Option<Bytes>,
 }
 
 /// One gRPC server connection: the HTTP/2 connection and the calls on it.

@@ -246,7 +246,7 @@ async fn accept_loop<S: Service + 'static>(
         let tls = tls.clone();
         glommio::spawn_local(async move {
             match tls {
-                None => conn::serve(stream, peer, false, &registry, &svc).await,
+                None => conn::serve(stream, peer, false, None, &registry, &svc).await,
                 Some(acceptor) => {
                     let handshake = registry.limits().handshake_timeout;
                     match glommio::timer::timeout(handshake, async {
@@ -254,7 +254,17 @@ async fn accept_loop<S: Service + 'static>(
                     })
                     .await
                     {
-                        Ok(tls_stream) => conn::serve(tls_stream, peer, true, &registry, &svc).await,
+                        Ok(tls_stream) => {
+                            // A client certificate is here only if the
+                            // listener's client roots verified it.
+                            let leaf = tls_stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(|c| bytes::Bytes::copy_from_slice(c.as_ref()));
+                            conn::serve(tls_stream, peer, true, leaf, &registry, &svc).await
+                        }
                         Err(e) => tracing::debug!(target: "grpc", ?peer, error = %e, "TLS handshake failed"),
                     }
                 }

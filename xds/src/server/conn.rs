@@ -87,11 +87,11 @@ impl Registry {
         self.len() == 0
     }
 
-    fn insert(&self, peer: Option<SocketAddr>, secure: bool) -> ConnHandle {
+    fn insert(&self, peer: Option<SocketAddr>, secure: bool, peer_certificate: Option<bytes::Bytes>) -> ConnHandle {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let mut conn = GrpcConnection::new(self.limits.clone(), self.grpc.clone(), Instant::now());
-        conn.info = ConnInfo { id, peer, secure };
+        conn.info = ConnInfo { id, peer, secure, peer_certificate };
         let shared = Rc::new(ConnShared { conn: RefCell::new(conn), woken: Cell::new(false), waker: Cell::new(None) });
         self.conns.borrow_mut().insert(id, Rc::downgrade(&shared));
         shared
@@ -132,13 +132,14 @@ pub(super) async fn serve<IO, S>(
     mut io: IO,
     peer: Option<SocketAddr>,
     secure: bool,
+    peer_certificate: Option<bytes::Bytes>,
     registry: &Rc<Registry>,
     svc: &Rc<RefCell<S>>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin,
     S: Service + ?Sized,
 {
-    let shared = registry.insert(peer, secure);
+    let shared = registry.insert(peer, secure, peer_certificate);
     let send_timeout = registry.limits.send_timeout;
     let mut rbuf = vec![0u8; READ_BUF];
     let mut wbuf: Vec<u8> = Vec::new();

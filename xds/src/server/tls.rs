@@ -22,6 +22,18 @@ pub enum TlsError {
 /// A server configuration presenting `cert_chain` (PEM) with `key` (PEM),
 /// offering only ALPN `h2`.
 pub fn server_config(cert_chain: &[u8], key: &[u8]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_with_clients(cert_chain, key, None)
+}
+
+/// [`server_config`], also asking clients for a certificate that
+/// `client_roots` (PEM) verifies: optional (a client without one is served
+/// as before), and one that does not verify fails the handshake. The
+/// verified leaf reaches the service as `ConnInfo::peer_certificate`.
+pub fn server_config_with_clients(
+    cert_chain: &[u8],
+    key: &[u8],
+    client_roots: Option<&[u8]>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_chain)
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Certs(e.to_string()))?;
@@ -30,10 +42,24 @@ pub fn server_config(cert_chain: &[u8], key: &[u8]) -> Result<Arc<rustls::Server
     }
     let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Key(e.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let builder =
+        rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = match client_roots {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem) {
+                let c = c.map_err(|e| TlsError::Certs(format!("client roots: {e}")))?;
+                roots.add(c).map_err(|e| TlsError::Certs(format!("client roots: {e}")))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::Certs(format!("client roots: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_single_cert(certs, key)?;
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(cfg))
 }

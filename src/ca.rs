@@ -58,8 +58,9 @@ fn bump(c: &AtomicU64) {
 /// What every core's CA service shares.
 #[derive(Debug)]
 pub struct CaServer {
-    /// The CA.
-    pub ca: Ca,
+    /// The CA: replaced whole when plugged-in certificates change
+    /// ([`watch_plugged`]).
+    ca: RwLock<Arc<Ca>>,
     /// Identities are `spiffe://<trust_domain>/...`.
     pub trust_domain: String,
     /// `JWT_RULE`, if set.
@@ -92,6 +93,11 @@ impl CaServer {
         Ok(vec![format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)])
     }
 
+    /// The CA in force.
+    pub fn ca(&self) -> Arc<Ca> {
+        self.ca.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The SPIFFE identity of a service account.
     fn identity(&self, ns: &str, sa: &str) -> String {
         format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)
@@ -104,7 +110,7 @@ impl CaServer {
         peer: Option<std::net::SocketAddr>,
         req: &IstioCertificateRequest,
     ) -> Result<IstioCertificateResponse, Status> {
-        let chain = self.ca.sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
+        let chain = self.ca().sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
             tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
             let (code, kind) = match e {
                 SignError::Identity { .. } => (Code::PermissionDenied, 0),
@@ -309,7 +315,8 @@ impl CaServer {
         let mut gauge = |name: &str, help: &str, v: i64| {
             let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n");
         };
-        if let Some(root) = self.ca.root_not_after() {
+        let ca = self.ca();
+        if let Some(root) = ca.root_not_after() {
             let t = root.unix_timestamp();
             gauge(
                 "citadel_server_root_cert_expiry_timestamp",
@@ -322,7 +329,7 @@ impl CaServer {
                 t - now,
             );
         }
-        let t = self.ca.not_after().unix_timestamp();
+        let t = ca.not_after().unix_timestamp();
         gauge(
             "citadel_server_cert_chain_expiry_timestamp",
             "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
@@ -384,7 +391,7 @@ pub fn from_config(
         tracing::info!(target: "ca", "JWT_RULE is not set: callers are authenticated by TokenReview (Kubernetes) only");
     }
     Ok(Some(Arc::new(CaServer {
-        ca,
+        ca: RwLock::new(Arc::new(ca)),
         trust_domain: trust_domain.to_owned(),
         jwt,
         reviewer: Default::default(),
@@ -430,5 +437,44 @@ pub(crate) async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration)
             }
         };
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// What identifies the contents of a plugged-in CA directory: each file's
+/// length and modification time (a Secret update swaps them all at once).
+fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
+    ["ca-cert.pem", "ca-key.pem", "root-cert.pem", "cert-chain.pem"]
+        .iter()
+        .map(|f| std::fs::metadata(dir.join(f)).ok().map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH))))
+        .collect()
+}
+
+/// Watches `ROOT_CA_DIR` (checked every `every`): when its files change,
+/// the CA is read again and replaces the one in force, so a rotation of
+/// the plugged-in certificates takes effect without a restart; files that
+/// do not make a CA (half-written, mismatched) keep the last good one and
+/// say why. (istiod's serving certificate and the client roots of :15012
+/// stay those of the start.)
+pub(crate) async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every: Duration) {
+    let mut seen = plugged_signature(&dir);
+    let every = every.max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        let now = plugged_signature(&dir);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let settings = server.ca().settings().clone();
+        match Ca::plugged(&dir, settings) {
+            Ok(Some(ca)) => {
+                *server.ca.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ca);
+                tracing::info!(target: "ca", dir = %dir.display(), "plugged-in CA certificates reloaded");
+            }
+            Ok(None) => tracing::warn!(target: "ca", dir = %dir.display(), "ca-key.pem is gone; the CA in force stays"),
+            Err(e) => {
+                tracing::warn!(target: "ca", error = %e, "cannot reload the plugged-in CA; the CA in force stays")
+            }
+        }
     }
 }

@@ -309,6 +309,9 @@ pub struct CaConfig {
     /// `TOKEN_AUDIENCES` (`istio-ca`, comma-separated): the audiences a
     /// Kubernetes token is reviewed for.
     pub token_audiences: Vec<String>,
+    /// `ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL` (5s): how often `ROOT_CA_DIR`
+    /// is checked for rotated certificates.
+    pub plugged_check_interval: Duration,
 }
 
 /// Log levels istiod's `--log_output_level` accepts.
@@ -589,6 +592,7 @@ impl Config {
                     .duration("CITADEL_SELF_SIGNED_CA_CERT_TTL", Duration::from_secs(87_600 * 3600))?,
                 root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
                 self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
+                plugged_check_interval: vars.duration("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", Duration::from_secs(5))?,
                 token_audiences: vars
                     .string("TOKEN_AUDIENCES", "istio-ca")
                     .split(',')

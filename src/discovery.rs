@@ -142,7 +142,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             (_, _, Some(ca)) => {
                 let names = crate::ca::istiod_dns_names(&config.identity);
                 let (chain, key) = ca
-                    .ca
+                    .ca()
                     .issue_server(&names, config.ca.max_workload_cert_ttl)
                     .map_err(|e| StartError::Tls(format!("istiod's certificate: {e}")))?;
                 tracing::info!(target: "ca", ?names, "istiod's serving certificate issued by its CA");
@@ -159,9 +159,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some((cert, key)) = pair {
             // Clients may present a certificate of this CA (a workload
             // renewing with its current one).
-            let roots = ca_server.as_ref().map(|c| c.ca.root_pem().as_bytes());
-            let cfg =
-                tls::server_config_with_clients(&cert, &key, roots).map_err(|e| StartError::Tls(e.to_string()))?;
+            let roots = ca_server.as_ref().map(|c| c.ca().root_pem().to_owned());
+            let cfg = tls::server_config_with_clients(&cert, &key, roots.as_deref().map(str::as_bytes))
+                .map_err(|e| StartError::Tls(e.to_string()))?;
             listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
         }
     }
@@ -241,6 +241,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tokio::task::spawn_local(jwks::run(jwks_rx, state.clone(), tx.clone(), config.jwks_refresh));
         if let Some(auth) = ca_server.as_ref().and_then(|c| c.jwt.clone()) {
             tokio::task::spawn_local(crate::ca::refresh_keys(auth, config.jwks_refresh));
+        }
+        if let Some(ca) = ca_server.as_ref().filter(|_| config.ca.root_ca_dir.join("ca-key.pem").exists()) {
+            let dir = config.ca.root_ca_dir.clone();
+            tokio::task::spawn_local(crate::ca::watch_plugged(ca.clone(), dir, config.ca.plugged_check_interval));
         }
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {

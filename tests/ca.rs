@@ -189,36 +189,82 @@ fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
     assert_eq!((&again["code"], &again["verified"]), (&"OK".into(), &true.into()), "{again}");
 }
 
-/// ROOT_CA_DIR with an intermediate, as Istio's "plug in CA certificates"
-/// task makes it: the answer is leaf, cert-chain.pem's certificates, root.
-#[test]
-fn plugged_in_certificates_sign_through_their_intermediate() {
+/// Writes plugged-in CA files into `dir` as Istio's "plug in CA
+/// certificates" task makes them (a root, an intermediate signing);
+/// returns the root's PEM.
+fn plug_in(dir: &std::path::Path, name: &str) -> String {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer as RcIssuer, KeyPair as RcKey};
     let root_key = RcKey::generate().unwrap();
     let mut rp = CertificateParams::default();
     rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    rp.distinguished_name.push(DnType::CommonName, "Root CA");
+    rp.distinguished_name.push(DnType::CommonName, format!("{name} Root CA"));
     let root = rp.self_signed(&root_key).unwrap();
     let int_key = RcKey::generate().unwrap();
     let mut ip = CertificateParams::default();
     ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ip.distinguished_name.push(DnType::CommonName, "Intermediate CA");
+    ip.distinguished_name.push(DnType::CommonName, format!("{name} Intermediate CA"));
     let int = ip.signed_by(&int_key, &RcIssuer::from_params(&rp, &root_key)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("ca-cert.pem"), int.pem()).unwrap();
-    std::fs::write(dir.path().join("ca-key.pem"), int_key.serialize_pem()).unwrap();
-    std::fs::write(dir.path().join("root-cert.pem"), root.pem()).unwrap();
-    std::fs::write(dir.path().join("cert-chain.pem"), format!("{}{}", int.pem(), root.pem())).unwrap();
+    // Written aside and renamed in, as a Secret update swaps files.
+    let write = |file: &str, body: String| {
+        let tmp = dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(tmp, dir.join(file)).unwrap();
+    };
+    write("ca-key.pem", int_key.serialize_pem());
+    write("root-cert.pem", root.pem());
+    write("cert-chain.pem", format!("{}{}", int.pem(), root.pem()));
+    write("ca-cert.pem", int.pem());
+    root.pem()
+}
 
+/// ROOT_CA_DIR with an intermediate: the answer is leaf, cert-chain.pem's
+/// certificates, root; a rotation of the files takes effect without a
+/// restart.
+#[test]
+fn plugged_in_certificates_sign_through_their_intermediate_and_rotate() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_root = plug_in(dir.path(), "first");
     let issuer = Issuer::new();
-    let (_s, secure, iss) = start(&issuer, ("ROOT_CA_DIR", dir.path().to_str().unwrap()));
-    let token = issuer.token(&iss, "system:serviceaccount:bookinfo:ratings");
-    let root_path = dir.path().join("root-cert.pem");
-    let got = ask(secure, root_path.to_str().unwrap(), &token, "-", 0);
+    let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks.clone())));
+    let rule = format!(r#"{{"issuer":"https://issuer.test","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
+    let secure = free_port();
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[
+            ("JWT_RULE", &rule),
+            ("ROOT_CA_DIR", dir.path().to_str().unwrap()),
+            ("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", "100ms"),
+        ],
+        None,
+    );
+    server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
+    let token = issuer.token("https://issuer.test", "system:serviceaccount:bookinfo:ratings");
+    // Trust both roots: :15012 keeps the first CA's serving certificate.
+    let bundle = dir.path().join("trusted.pem");
+    std::fs::write(&bundle, &first_root).unwrap();
+    let got = ask(secure, bundle.to_str().unwrap(), &token, "-", 0);
     assert_eq!(got["code"], "OK", "{got}");
     assert_eq!(got["sans"], serde_json::json!(["spiffe://cluster.local/ns/bookinfo/sa/ratings"]));
     assert_eq!(got["chain"], 4, "leaf, intermediate, root (cert-chain.pem), root-cert.pem");
     assert_eq!(got["verified"], true, "leaf -> intermediate -> plugged-in root");
+
+    // New files: the next certificate chains to the new root, not the old.
+    let second_root = plug_in(dir.path(), "second");
+    server::wait_for("the reload", Duration::from_secs(10), || s.log().contains("plugged-in CA certificates reloaded"));
+    let (first, second) = (dir.path().join("first.pem"), dir.path().join("second.pem"));
+    std::fs::write(&first, &first_root).unwrap();
+    std::fs::write(&second, &second_root).unwrap();
+    let tls = bundle.to_str().unwrap();
+    let rotated = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", second.to_str().unwrap())]);
+    assert_eq!((&rotated["code"], &rotated["verified"]), (&"OK".into(), &true.into()), "{rotated}");
+    let old = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", first.to_str().unwrap())]);
+    assert_eq!(old["verified"], false, "the old root does not end the new chain: {old}");
+    // A half-written rotation (a key that does not parse) keeps the CA in force.
+    std::fs::write(dir.path().join("ca-key.pem"), "-----BEGIN PRIVATE KEY-----\ngarbage\n").unwrap();
+    server::wait_for("the refusal", Duration::from_secs(10), || s.log().contains("cannot reload the plugged-in CA"));
+    let kept = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", second.to_str().unwrap())]);
+    assert_eq!((&kept["code"], &kept["verified"]), (&"OK".into(), &true.into()), "{kept}");
 }
 
 /// istiod's default authenticator in a cluster: the token is reviewed by

@@ -153,23 +153,10 @@ fn an_invalid_mesh_config_stops_the_server_with_the_reason() {
     assert!(err.contains("--meshConfig") && err.contains("SOMETIMES"), "{err}");
 }
 
-/// The fake API server on a runtime of its own.
-fn fake_api() -> istiod_kubewatch::fake::FakeApi {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            tx.send(istiod_kubewatch::fake::FakeApi::start().await.unwrap()).unwrap();
-            std::future::pending::<()>().await;
-        });
-    });
-    rx.recv().unwrap()
-}
-
 #[test]
 fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
     use istiod_kubewatch::fake::core_resources;
-    let api = fake_api();
+    let api = support::fake_api();
     for r in core_resources().into_iter().filter(|r| r.plural != "nodes") {
         api.install(r);
     }

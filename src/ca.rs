@@ -187,7 +187,15 @@ impl Service for CaService {
         // istiod's authenticators in its order: the client certificate the
         // TLS layer verified against this CA's roots (a workload renewing),
         // then the token.
-        let by_cert = conn.info.peer_certificate.as_deref().map(istiod_pki::uri_sans).filter(|ids| !ids.is_empty());
+        // (Issued by the CA in force and still valid: the handshake used
+        // the roots of the start.)
+        let by_cert = conn
+            .info
+            .peer_certificate
+            .as_deref()
+            .filter(|leaf| server.ca().issued(leaf))
+            .map(istiod_pki::uri_sans)
+            .filter(|ids| !ids.is_empty());
         let authenticated = match by_cert {
             Some(ids) => Ok(ids),
             None => server.authenticate(p.bearer.as_deref()),
@@ -231,7 +239,9 @@ impl Service for CaService {
                         {
                             let mut c = h.conn.borrow_mut();
                             match outcome {
-                                Ok(resp) => match c.send(stream, Bytes::from(resp.encode_to_vec())) {
+                                // A small answer to a call that waited: sent
+                                // whatever the queue holds.
+                                Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
                                     Ok(()) => c.finish(stream, &Status::ok()),
                                     Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
                                 },
@@ -251,7 +261,9 @@ impl Service for CaService {
         };
         let resp = server.sign_for(&ids, peer, &req)?;
         p.answered = true;
-        conn.send(stream, Bytes::from(resp.encode_to_vec())).map_err(|e| Status::new(Code::Internal, e.to_string()))
+        // A small answer, bounded: sent even when ADS pushes fill the queue.
+        conn.send_admitted(stream, Bytes::from(resp.encode_to_vec()))
+            .map_err(|e| Status::new(Code::Internal, e.to_string()))
     }
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {

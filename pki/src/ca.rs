@@ -150,6 +150,8 @@ pub struct Ca {
     chain: Vec<String>,
     /// `root-cert.pem` as given: the trust bundle.
     root: String,
+    /// The signing certificate (DER), to recognise what this CA issued.
+    signer: Vec<u8>,
     settings: Settings,
 }
 
@@ -274,17 +276,45 @@ impl Ca {
         if not_after <= OffsetDateTime::now_utc() {
             return Err(CaError::Expired { path: cert_path.to_owned(), not_after });
         }
+        // istiod's verified key-cert bundle: the key is the certificate's,
+        // and the certificate may sign. A rotation caught half-way (a new
+        // certificate with the old key) is refused, not put in force.
+        let invalid = |reason: &str| CaError::Invalid { path: cert_path.to_owned(), reason: reason.to_owned() };
+        let (_, block) =
+            x509_parser::pem::parse_x509_pem(cert.as_bytes()).map_err(|_| invalid("not a PEM certificate"))?;
+        let parsed = block.parse_x509().map_err(|_| invalid("not an X.509 certificate"))?;
+        if parsed.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+            return Err(invalid("the private key (ca-key.pem) is not this certificate's"));
+        }
+        if !parsed.is_ca() {
+            return Err(invalid("the certificate is not a CA (basicConstraints)"));
+        }
         let issuer = Issuer::from_ca_cert_pem(cert, key).map_err(|e| CaError::Invalid {
             path: cert_path.to_owned(),
             reason: format!("not a usable CA certificate: {e}"),
         })?;
-        Ok(Ca { issuer, not_after, chain, root, settings })
+        Ok(Ca { issuer, not_after, chain, root, signer: block.contents.clone(), settings })
     }
 
     /// The trust bundle (`root-cert.pem`): what workloads verify against
     /// and the `istio-ca-root-cert` ConfigMap carries.
     pub fn root_pem(&self) -> &str {
         &self.root
+    }
+
+    /// Whether `leaf` (DER) is a certificate this CA's signing certificate
+    /// issued and still valid now: what a client certificate must be to
+    /// stand for its identities (the TLS layer checked it against the
+    /// roots of the start; the CA may have rotated since, and a long-lived
+    /// connection may outlive the certificate).
+    pub fn issued(&self, leaf: &[u8]) -> bool {
+        use x509_parser::certificate::X509Certificate;
+        let (Ok((_, leaf)), Ok((_, signer))) =
+            (X509Certificate::from_der(leaf), X509Certificate::from_der(&self.signer))
+        else {
+            return false;
+        };
+        leaf.validity().is_valid() && leaf.verify_signature(Some(signer.public_key())).is_ok()
     }
 
     /// When the signing certificate expires.
@@ -405,6 +435,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // `mode` applies to a new file only: an existing one is narrowed too.
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     f.write_all(bytes)
 }
 

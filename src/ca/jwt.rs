@@ -158,9 +158,9 @@ pub fn verify(token: &str, rule: &JwtRule, keys: &KeySet, now: u64) -> Result<(S
 /// Whether `sig` over `signed` verifies with `key` under `alg`; an error
 /// for an algorithm or key istiod-rs does not take.
 fn check(alg: &str, key: &Jwk, signed: &[u8], sig: &[u8]) -> Result<bool, String> {
-    let field = |v: &Option<String>, name: &str| {
-        v.as_deref().ok_or_else(|| format!("key without {name}")).and_then(|s| b64(s, name))
-    };
+    // A key missing a field, or with one that does not decode, verifies
+    // nothing; the other keys are still tried.
+    let field = |v: &Option<String>, name: &str| v.as_deref().and_then(|s| b64(s, name).ok());
     match (alg, key.kty.as_str()) {
         ("RS256" | "RS384" | "RS512", "RSA") => {
             let params = match alg {
@@ -168,7 +168,8 @@ fn check(alg: &str, key: &Jwk, signed: &[u8], sig: &[u8]) -> Result<bool, String
                 "RS384" => &signature::RSA_PKCS1_2048_8192_SHA384,
                 _ => &signature::RSA_PKCS1_2048_8192_SHA512,
             };
-            let pk = signature::RsaPublicKeyComponents { n: field(&key.n, "n")?, e: field(&key.e, "e")? };
+            let (Some(n), Some(e)) = (field(&key.n, "n"), field(&key.e, "e")) else { return Ok(false) };
+            let pk = signature::RsaPublicKeyComponents { n, e };
             Ok(pk.verify(params, signed, sig).is_ok())
         }
         ("ES256" | "ES384", "EC") => {
@@ -179,9 +180,10 @@ fn check(alg: &str, key: &Jwk, signed: &[u8], sig: &[u8]) -> Result<bool, String
             if key.crv.as_deref() != Some(crv) {
                 return Ok(false);
             }
+            let (Some(x), Some(y)) = (field(&key.x, "x"), field(&key.y, "y")) else { return Ok(false) };
             let mut point = vec![4u8];
-            point.extend(field(&key.x, "x")?);
-            point.extend(field(&key.y, "y")?);
+            point.extend(x);
+            point.extend(y);
             Ok(signature::UnparsedPublicKey::new(params, point).verify(signed, sig).is_ok())
         }
         ("RS256" | "RS384" | "RS512" | "ES256" | "ES384", _) => Ok(false),

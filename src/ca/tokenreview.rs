@@ -3,9 +3,12 @@
 //! the API server (a TokenReview for `TOKEN_AUDIENCES`, `istio-ca` by
 //! default); an authenticated service account is the identity. Runs on the
 //! control thread, which owns the Kubernetes client; the serving cores
-//! send it [`Review`]s. Results are cached until the token expires (at
-//! most an hour, at most 100,000 tokens), so a restart storm costs one
-//! review per pod; a failed or unreachable review is not cached.
+//! send it [`Review`]s. Results are cached until the token expires, at
+//! most five minutes (a token revoked with its pod stops working soon) and
+//! 100,000 tokens, so a restart storm costs one review per pod; a failed
+//! or unreachable review is not cached. At most 256 reviews are in flight;
+//! more are answered UNAVAILABLE at once (the agent retries), so random
+//! tokens cannot flood the API server or this thread.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -38,7 +41,9 @@ const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Cached results, bounded.
 const MAX_CACHED: usize = 100_000;
-const MAX_CACHE_TIME: Duration = Duration::from_secs(3600);
+const MAX_CACHE_TIME: Duration = Duration::from_secs(300);
+/// Reviews in flight at once.
+const MAX_IN_FLIGHT: usize = 256;
 
 /// The token's `exp` claim, unverified (only to bound the cache: the API
 /// server verified the token).
@@ -89,6 +94,7 @@ type Cache = HashMap<String, ((String, String), Instant)>;
 /// Answers the cores' reviews until they are gone.
 pub(crate) async fn run(client: kube::Client, audiences: Vec<String>, mut rx: mpsc::UnboundedReceiver<Review>) {
     let cache: std::rc::Rc<std::cell::RefCell<Cache>> = Default::default();
+    let in_flight: std::rc::Rc<std::cell::Cell<usize>> = Default::default();
     while let Some(r) = rx.recv().await {
         let now = Instant::now();
         let hit = cache.borrow().get(&r.token).filter(|(_, until)| *until > now).map(|(id, _)| id.clone());
@@ -96,9 +102,16 @@ pub(crate) async fn run(client: kube::Client, audiences: Vec<String>, mut rx: mp
             let _ = r.reply.try_send(Ok(id));
             continue;
         }
-        let (client, audiences, cache) = (client.clone(), audiences.clone(), cache.clone());
+        if in_flight.get() >= MAX_IN_FLIGHT {
+            let _ = r.reply.try_send(Err(Refusal::Unavailable(format!("{MAX_IN_FLIGHT} token reviews in flight"))));
+            continue;
+        }
+        in_flight.set(in_flight.get() + 1);
+        let (client, audiences, cache, in_flight) =
+            (client.clone(), audiences.clone(), cache.clone(), in_flight.clone());
         tokio::task::spawn_local(async move {
             let result = review(&client, &r.token, &audiences).await;
+            in_flight.set(in_flight.get() - 1);
             if let Ok(id) = &result {
                 let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                 let left = expiry(&r.token)

@@ -567,7 +567,10 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
     }
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        // Finishing a call does not call `closed`: forget the stream here,
+        // or a client that half-closes leaves it (and its class) behind.
         conn.finish(stream, &Status::ok());
+        self.remove_stream(conn.info.id, stream);
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {

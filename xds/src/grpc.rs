@@ -332,6 +332,11 @@ impl GrpcConnection {
         self.h2.send_data_uncapped(id, msg)
     }
 
+    /// Whether call `id` is open (not finished, reset or expired).
+    pub fn is_open(&self, id: u32) -> bool {
+        self.calls.contains_key(&id)
+    }
+
     /// Ends a call with `status`: trailers (or a trailers-only response if
     /// nothing was sent). Idempotent.
     pub fn finish(&mut self, id: u32, status: &Status) {

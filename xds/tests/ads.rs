@@ -415,6 +415,31 @@ fn full_push_reaches_every_watcher_across_cores() {
     });
 }
 
+/// A stream the client half-closes is finished by the server and leaves
+/// nothing in the core's tables (finishing a call does not call `closed`;
+/// the streams used to stay, with their classes, until the process ended).
+#[test]
+fn half_closed_streams_leave_nothing_behind() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut clients = Vec::new();
+        for n in 0..10 {
+            let mut c = connect(s.addr, false).await;
+            c.sotw(cds(true, 200 + n));
+            let _ = c.recv().await;
+            c.half_close();
+            clients.push(c);
+        }
+        for c in &mut clients {
+            assert!(c.ended_within(Duration::from_secs(5)).await, "the server finishes the call");
+        }
+        let stats = s.publisher.query(DebugQuery::Stats).await;
+        assert_eq!(stats[0]["streams"], 0, "every half-closed stream is forgotten: {stats:?}");
+        assert_eq!(stats[0]["classes"], 0, "and its class: {stats:?}");
+    });
+}
+
 #[test]
 fn unknown_types_are_ignored() {
     let mut s = TestServer::start(1, Limits::default());

@@ -48,6 +48,11 @@ fn a_csr_for_the_callers_identity_gets_a_leaf_signed_by_the_root() {
     let (a, b) =
         (ca.sign(same.as_bytes(), &[ID.into()], 0).unwrap(), ca.sign(same.as_bytes(), &[ID.into()], 0).unwrap());
     assert_ne!(serial(&a[0]), serial(&b[0]));
+    // What it issued it recognises; another CA's leaf it does not.
+    assert!(ca.issued(&der(&a[0])));
+    let other = Ca::generate(Settings::default()).unwrap();
+    let theirs = other.sign(same.as_bytes(), &[ID.into()], 0).unwrap();
+    assert!(!ca.issued(&der(&theirs[0])));
     // Without a TTL: the default.
     let a0 = der(&a[0]);
     let (_, leaf) = X509Certificate::from_der(&a0).unwrap();
@@ -160,4 +165,16 @@ fn base64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+#[test]
+fn a_key_that_is_not_the_certificates_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Ca::self_signed_in(dir.path(), Settings::default()).unwrap();
+    // A rotation caught half-way: another key beside the certificate.
+    std::fs::write(dir.path().join("ca-key.pem"), KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let err = Ca::plugged(dir.path(), Settings::default()).unwrap_err();
+    assert!(err.to_string().contains("is not this certificate's"), "{err}");
+    assert!(!err.to_string().contains("PRIVATE"), "no key material in the error");
+    drop(first);
 }

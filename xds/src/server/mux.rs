@@ -4,7 +4,7 @@
 //! `IstioCertificateService` on the same port this way.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use bytes::Bytes;
@@ -23,13 +23,37 @@ pub struct Mux<A, B> {
     a: Rc<RefCell<A>>,
     b: Rc<RefCell<B>>,
     b_paths: &'static [&'static str],
-    /// Calls the second service owns, by (connection, stream).
-    b_calls: HashSet<(u64, u32)>,
+    /// Calls the second service owns, by connection. A service may finish
+    /// a call itself (then `closed` is never called for it), so entries of
+    /// calls no longer open are dropped as the connection opens others,
+    /// and those of gone connections every [`PRUNE_EVERY`] calls.
+    b_calls: HashMap<u64, HashSet<u32>>,
+    registry: Rc<Registry>,
+    opened: u64,
 }
+
+/// How many of the second service's calls between sweeps of connections
+/// that are gone.
+const PRUNE_EVERY: u64 = 256;
 
 impl<A, B> Mux<A, B> {
     fn side(&self, conn: &GrpcConnection, stream: u32) -> Side {
-        if self.b_calls.contains(&(conn.info.id, stream)) { Side::B } else { Side::A }
+        match self.b_calls.get(&conn.info.id) {
+            Some(s) if s.contains(&stream) => Side::B,
+            _ => Side::A,
+        }
+    }
+
+    /// Forgets `stream` of `conn` once the call is over.
+    fn settle(&mut self, conn: &GrpcConnection, stream: u32) {
+        if !conn.is_open(stream)
+            && let Some(s) = self.b_calls.get_mut(&conn.info.id)
+        {
+            s.remove(&stream);
+            if s.is_empty() {
+                self.b_calls.remove(&conn.info.id);
+            }
+        }
     }
 }
 
@@ -37,7 +61,14 @@ impl<A: Service, B: Service> Service for Mux<A, B> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         if self.b_paths.iter().any(|p| p.as_bytes() == &call.request.path[..]) {
             self.b.borrow_mut().open(conn, call)?;
-            self.b_calls.insert((conn.info.id, call.stream));
+            self.opened += 1;
+            if self.opened.is_multiple_of(PRUNE_EVERY) {
+                let registry = &self.registry;
+                self.b_calls.retain(|id, _| registry.get(*id).is_some());
+            }
+            let calls = self.b_calls.entry(conn.info.id).or_default();
+            calls.retain(|s| conn.is_open(*s));
+            calls.insert(call.stream);
             return Ok(());
         }
         self.a.borrow_mut().open(conn, call)
@@ -46,19 +77,30 @@ impl<A: Service, B: Service> Service for Mux<A, B> {
     fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
         match self.side(conn, stream) {
             Side::A => self.a.borrow_mut().message(conn, stream, msg),
-            Side::B => self.b.borrow_mut().message(conn, stream, msg),
+            Side::B => {
+                let r = self.b.borrow_mut().message(conn, stream, msg);
+                self.settle(conn, stream);
+                r
+            }
         }
     }
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
         match self.side(conn, stream) {
             Side::A => self.a.borrow_mut().half_close(conn, stream),
-            Side::B => self.b.borrow_mut().half_close(conn, stream),
+            Side::B => {
+                self.b.borrow_mut().half_close(conn, stream);
+                self.settle(conn, stream);
+            }
         }
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        match self.b_calls.remove(&(conn.info.id, stream)) {
+        let ours = self.b_calls.get_mut(&conn.info.id).is_some_and(|s| s.remove(&stream));
+        if self.b_calls.get(&conn.info.id).is_some_and(HashSet::is_empty) {
+            self.b_calls.remove(&conn.info.id);
+        }
+        match ours {
             false => self.a.borrow_mut().closed(conn, stream),
             true => self.b.borrow_mut().closed(conn, stream),
         }
@@ -90,9 +132,11 @@ impl<FA: ServiceFactory, FB: ServiceFactory> ServiceFactory for MuxFactory<FA, F
     fn make(&self, core: usize, registry: Rc<Registry>) -> Self::Service {
         Mux {
             a: Rc::new(RefCell::new(self.a.make(core, registry.clone()))),
-            b: Rc::new(RefCell::new(self.b.make(core, registry))),
+            b: Rc::new(RefCell::new(self.b.make(core, registry.clone()))),
             b_paths: self.b_paths,
-            b_calls: HashSet::new(),
+            b_calls: HashMap::new(),
+            registry,
+            opened: 0,
         }
     }
 

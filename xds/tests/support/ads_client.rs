@@ -161,6 +161,11 @@ impl AdsClient {
         self.send.send_data(f.freeze(), false).unwrap();
     }
 
+    /// Ends the request side (END_STREAM), keeping the connection.
+    pub(crate) fn half_close(&mut self) {
+        self.send.send_data(Bytes::new(), true).unwrap();
+    }
+
     pub(crate) fn sotw(&mut self, req: DiscoveryRequest) {
         self.write(req.encode_to_vec());
     }

@@ -108,7 +108,7 @@ impl MeshInput {
     /// the two models is recorded against its dependency keys.
     pub fn after(prev: &MeshInput, model: Arc<Model>) -> Self {
         let mut next = Self::build(model, prev.changes.next());
-        deps::touch_models(&mut next.changes, &prev.model, &next.model, inbound_part);
+        deps::touch_models(&mut next.changes, &prev.model, &next.model, &prev.inbound_parts, &next.inbound_parts);
         next
     }
 
@@ -137,7 +137,16 @@ impl MeshInput {
     /// moves).
     pub fn inbound_generation(&self) -> u64 {
         let c = &self.changes;
-        c.latest(Dep::Security).max(c.latest(Dep::Workloads)).max(c.latest(Dep::Services))
+        c.latest(Dep::Security).max(c.latest(Dep::Workloads)).max(self.inbound_services())
+    }
+
+    /// The services' part of the inbound inputs: only where Envoy fetches
+    /// JWT keys from mesh services does inbound read other services.
+    fn inbound_services(&self) -> u64 {
+        match self.model.mesh.jwks_fetch {
+            crate::translate::authn::JwksFetch::Istiod => 0,
+            _ => self.changes.latest(Dep::Services),
+        }
     }
 
     /// The last change of what scoping reads (Sidecars, services).
@@ -156,11 +165,7 @@ impl MeshInput {
     /// services, the services.
     fn inbound_input(&self, class: &ProxyClass) -> u64 {
         let (c, ns) = (&self.changes, &*class.namespace);
-        let services = match self.model.mesh.jwks_fetch {
-            crate::translate::authn::JwksFetch::Istiod => 0,
-            _ => c.latest(Dep::Services),
-        };
-        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), services))
+        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), self.inbound_services()))
     }
 
     /// The input generation of what scoping gives a proxy of `class`: the

@@ -153,7 +153,15 @@ pub(super) fn shape(s: &Service) -> impl PartialEq + '_ {
 /// Records what changed between `old` and `new` in everything per-class
 /// resources read, comparing the two models: the full-rebuild path
 /// (the fast paths record their own part).
-pub(super) fn touch_models(changes: &mut Changes, old: &Model, new: &Model, inbound: impl Fn(&Service) -> u64) {
+/// `old_parts` / `new_parts`: what inbound reads of each service (the
+/// inputs' `inbound_parts`, already computed).
+pub(super) fn touch_models(
+    changes: &mut Changes,
+    old: &Model,
+    new: &Model,
+    old_parts: &imbl::HashMap<Arc<str>, u64>,
+    new_parts: &imbl::HashMap<Arc<str>, u64>,
+) {
     let root = new.mesh.root_namespace.as_str();
     touch_lists(changes, Dep::Security, &old.security, &new.security, root);
     if old.jwks != new.jwks {
@@ -181,7 +189,7 @@ pub(super) fn touch_models(changes: &mut Changes, old: &Model, new: &Model, inbo
         match old.services.get(host) {
             Some(o) => {
                 scope |= shape(o) != shape(s);
-                if inbound(o) != inbound(s) {
+                if old_parts.get(host) != new_parts.get(host) {
                     changes.touch(Dep::Workloads, &o.namespace, "");
                     changes.touch(Dep::Workloads, &s.namespace, "");
                 }

@@ -9,6 +9,7 @@
 
 pub mod jwt;
 pub mod tokenreview;
+pub mod xds_auth;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -78,10 +79,21 @@ fn unauthenticated(server: &CaServer) -> Status {
     Status::new(Code::Unauthenticated, "request authenticate failure")
 }
 
+/// What authenticating a caller gave.
+pub(crate) enum Authn {
+    /// Its identities.
+    Ids(Vec<String>),
+    /// The API server reviews its token; `(namespace, service account)`
+    /// or the refusal comes on this channel.
+    Review(async_channel::Receiver<Result<(String, String), tokenreview::Refusal>>),
+    /// Not authenticated, and why (logged, never answered: istiod answers
+    /// every authentication failure alike).
+    Refused(String),
+}
+
 impl CaServer {
-    /// The caller's identities by `JWT_RULE`, or why not (logged, never
-    /// answered: istiod answers every authentication failure alike).
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
+    /// The caller's identities by `JWT_RULE`, or why not.
+    fn authenticate_jwt(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
         let token = bearer.ok_or("no bearer token in the authorization header")?;
         let auth = self.jwt.as_ref().ok_or("JWT_RULE is not set")?;
         let keys = auth.keys.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -93,13 +105,45 @@ impl CaServer {
         Ok(vec![format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)])
     }
 
+    /// Authenticates a caller as istiod's authenticators do, in its order
+    /// (shared by the CA and xDS on :15012): the client certificate the
+    /// TLS layer verified (a workload renewing: issued by the CA in force
+    /// and still valid; the handshake used the roots of the start), then
+    /// a `JWT_RULE` token, then a TokenReview of the token by the API
+    /// server (Kubernetes only).
+    pub(crate) fn authenticate(&self, info: &istiod_xds::grpc::ConnInfo, bearer: Option<&str>) -> Authn {
+        let by_cert = info
+            .peer_certificate
+            .as_deref()
+            .filter(|leaf| self.ca().issued(leaf))
+            .map(istiod_pki::uri_sans)
+            .filter(|ids| !ids.is_empty());
+        if let Some(ids) = by_cert {
+            return Authn::Ids(ids);
+        }
+        let reason = match self.authenticate_jwt(bearer) {
+            Ok(ids) => return Authn::Ids(ids),
+            Err(reason) => reason,
+        };
+        match (bearer, self.reviewer.get()) {
+            (Some(token), Some(reviews)) => {
+                let (reply, answer) = async_channel::bounded(1);
+                match reviews.send(tokenreview::Review { token: token.to_owned(), reply }) {
+                    Ok(()) => Authn::Review(answer),
+                    Err(_) => Authn::Refused("the token reviewer is gone".into()),
+                }
+            }
+            _ => Authn::Refused(reason),
+        }
+    }
+
     /// The CA in force.
     pub fn ca(&self) -> Arc<Ca> {
         self.ca.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The SPIFFE identity of a service account.
-    fn identity(&self, ns: &str, sa: &str) -> String {
+    pub(crate) fn identity(&self, ns: &str, sa: &str) -> String {
         format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)
     }
 
@@ -146,7 +190,7 @@ pub struct CaService {
 
 /// The token of an `authorization: Bearer <token>` header (istiod's
 /// `ExtractBearerToken`).
-fn bearer(call: &Call) -> Option<String> {
+pub(crate) fn bearer(call: &Call) -> Option<String> {
     let (_, v) = call.request.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(b"authorization"))?;
     let v = std::str::from_utf8(v).ok()?;
     v.strip_prefix("Bearer ").map(str::to_owned)
@@ -184,80 +228,58 @@ impl Service for CaService {
         let req = IstioCertificateRequest::decode(msg)
             .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
         let peer = conn.info.peer;
-        // istiod's authenticators in its order: the client certificate the
-        // TLS layer verified against this CA's roots (a workload renewing),
-        // then the token.
-        // (Issued by the CA in force and still valid: the handshake used
-        // the roots of the start.)
-        let by_cert = conn
-            .info
-            .peer_certificate
-            .as_deref()
-            .filter(|leaf| server.ca().issued(leaf))
-            .map(istiod_pki::uri_sans)
-            .filter(|ids| !ids.is_empty());
-        let authenticated = match by_cert {
-            Some(ids) => Ok(ids),
-            None => server.authenticate(p.bearer.as_deref()),
-        };
-        let ids = match authenticated {
-            Ok(ids) => ids,
-            Err(reason) => match (p.bearer.clone(), server.reviewer.get()) {
-                // Not a JWT_RULE token: the API server reviews it; the
-                // answer comes back to this core.
-                (Some(token), Some(reviews)) => {
-                    let (reply, answer) = async_channel::bounded(1);
-                    if reviews.send(tokenreview::Review { token, reply }).is_err() {
-                        return Err(Status::new(Code::Unavailable, "the token reviewer is gone"));
-                    }
-                    p.waiting = true;
-                    // glommio runs a spawned task at once, up to its first
-                    // wait, from inside this call (the connection and the
-                    // call table are borrowed): it yields first, so that
-                    // what follows runs from the executor, never from here.
-                    drop(calls);
-                    let (registry, calls) = (self.registry.clone(), self.calls.clone());
-                    glommio::spawn_local(async move {
-                        futures_lite::future::yield_now().await;
-                        let outcome = match answer.recv().await {
-                            Ok(Ok((ns, sa))) => server.sign_for(&[server.identity(&ns, &sa)], peer, &req),
-                            Ok(Err(tokenreview::Refusal::Denied(reason))) => {
-                                tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
-                                Err(unauthenticated(&server))
-                            }
-                            Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
-                                tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
-                                Err(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
-                            }
-                            Err(async_channel::RecvError) => {
-                                tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
-                                Err(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
-                            }
-                        };
-                        calls.borrow_mut().remove(&key);
-                        let Some(h) = registry.get(key.0) else { return };
-                        {
-                            let mut c = h.conn.borrow_mut();
-                            match outcome {
-                                // A small answer to a call that waited: sent
-                                // whatever the queue holds.
-                                Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
-                                    Ok(()) => c.finish(stream, &Status::ok()),
-                                    Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
-                                },
-                                Err(status) => c.finish(stream, &status),
-                            }
+        let ids = match server.authenticate(&conn.info, p.bearer.as_deref()) {
+            Authn::Ids(ids) => ids,
+            // Not a JWT_RULE token: the API server reviews it; the answer
+            // comes back to this core.
+            Authn::Review(answer) => {
+                p.waiting = true;
+                // glommio runs a spawned task at once, up to its first
+                // wait, from inside this call (the connection and the
+                // call table are borrowed): it yields first, so that
+                // what follows runs from the executor, never from here.
+                drop(calls);
+                let (registry, calls) = (self.registry.clone(), self.calls.clone());
+                glommio::spawn_local(async move {
+                    futures_lite::future::yield_now().await;
+                    let outcome = match answer.recv().await {
+                        Ok(Ok((ns, sa))) => server.sign_for(&[server.identity(&ns, &sa)], peer, &req),
+                        Ok(Err(tokenreview::Refusal::Denied(reason))) => {
+                            tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                            Err(unauthenticated(&server))
                         }
-                        h.wake();
-                    })
-                    .detach();
-                    return Ok(());
-                }
-                _ => {
-                    tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
-                    return Err(unauthenticated(&server));
-                }
-            },
+                        Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
+                            tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
+                            Err(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
+                        }
+                        Err(async_channel::RecvError) => {
+                            tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
+                            Err(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
+                        }
+                    };
+                    calls.borrow_mut().remove(&key);
+                    let Some(h) = registry.get(key.0) else { return };
+                    {
+                        let mut c = h.conn.borrow_mut();
+                        match outcome {
+                            // A small answer to a call that waited: sent
+                            // whatever the queue holds.
+                            Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
+                                Ok(()) => c.finish(stream, &Status::ok()),
+                                Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
+                            },
+                            Err(status) => c.finish(stream, &status),
+                        }
+                    }
+                    h.wake();
+                })
+                .detach();
+                return Ok(());
+            }
+            Authn::Refused(reason) => {
+                tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                return Err(unauthenticated(&server));
+            }
         };
         let resp = server.sign_for(&ids, peer, &req)?;
         p.answered = true;

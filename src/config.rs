@@ -312,6 +312,15 @@ pub struct CaConfig {
     /// `ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL` (5s): how often `ROOT_CA_DIR`
     /// is checked for rotated certificates.
     pub plugged_check_interval: Duration,
+    /// `XDS_AUTH` (true): xDS over TLS (`--secureGRPCAddr`) needs a token
+    /// or a client certificate of this CA (pilot/pkg/features).
+    pub xds_auth: bool,
+    /// `XDS_AUTH_PLAINTEXT` (false): authenticate plaintext xDS too.
+    pub xds_auth_plaintext: bool,
+    /// `PILOT_ENABLE_XDS_IDENTITY_CHECK` (true): an authenticated proxy
+    /// may only claim a node in its identity's namespace (and service
+    /// account, when the node names one).
+    pub xds_identity_check: bool,
 }
 
 /// Log levels istiod's `--log_output_level` accepts.
@@ -593,6 +602,9 @@ impl Config {
                 root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
                 self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
                 plugged_check_interval: vars.duration("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", Duration::from_secs(5))?,
+                xds_auth: vars.bool("XDS_AUTH", true)?,
+                xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
+                xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,
                 token_audiences: vars
                     .string("TOKEN_AUDIENCES", "istio-ca")
                     .split(',')

@@ -114,6 +114,16 @@ pub fn run(config: Config) -> Result<(), StartError> {
             .max_node_bytes(config.limits.max_node_bytes)
             .max_names(config.limits.max_names_per_stream);
     // ADS and, on the same ports, the CA (which answers over TLS only).
+    let auth = crate::ca::xds_auth::XdsAuth {
+        server: ca_server.clone(),
+        enabled: config.ca.xds_auth,
+        plaintext: config.ca.xds_auth_plaintext,
+        identity_check: config.ca.xds_identity_check,
+    };
+    if auth.enabled && auth.server.is_none() {
+        tracing::warn!(target: "default", "XDS_AUTH is on but the CA is disabled: xDS streams are not authenticated");
+    }
+    let factory = crate::ca::xds_auth::AuthFactory::new(factory, auth);
     let factory = MuxFactory::new(factory, crate::ca::CaFactory(ca_server.clone()), crate::ca::PATHS);
 
     let k = &config.keepalive;

@@ -71,7 +71,7 @@ pub enum NodeError {
     BadType(String),
 }
 
-fn meta_str(node: &Node, key: &str) -> Option<String> {
+pub(crate) fn meta_str(node: &Node, key: &str) -> Option<String> {
     let v = node.metadata.as_ref()?.fields.get(key)?;
     match v.kind.as_ref()? {
         ValueKind::StringValue(s) => Some(s.clone()),

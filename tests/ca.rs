@@ -189,6 +189,75 @@ fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
     assert_eq!((&again["code"], &again["verified"]), (&"OK".into(), &true.into()), "{again}");
 }
 
+/// One ADS stream by tests/py/ads_auth.py: a sidecar of `namespace` asks
+/// for its clusters.
+fn ads(
+    addr: std::net::SocketAddr,
+    root: &str,
+    token: &str,
+    namespace: &str,
+    delta: bool,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_auth.py");
+    let protocol = if delta { "delta" } else { "sotw" };
+    let out = std::process::Command::new(python::python())
+        .arg(script)
+        .args([addr.to_string(), root.to_owned(), token.to_owned(), namespace.to_owned(), protocol.to_owned()])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ads_auth.py failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// xDS on the TLS port as istiod (pilot/pkg/xds/auth.go): a stream needs
+/// a token or a certificate of this CA (UNAUTHENTICATED "authentication
+/// failure"), and its node must be in the caller's namespace and service
+/// account (PERMISSION_DENIED "authorization failed: no identities ...",
+/// checkConnectionIdentity); the plaintext port asks nothing.
+#[test]
+fn xds_on_the_tls_port_serves_only_nodes_of_the_callers_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = Issuer::new();
+    let (s, secure, iss) = start(&issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    let root = dir.path().join("ca-cert.pem");
+    let root = root.to_str().unwrap();
+    let token = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");
+    for delta in [false, true] {
+        let ok = ads(secure, root, &token, "bookinfo", delta, &[]);
+        assert_eq!(ok["code"], "OK", "delta={delta}: {ok}\n{}", s.log());
+        assert!(ok["clusters"].as_u64().unwrap() > 3, "{ok}");
+        let other = ads(secure, root, &token, "default", delta, &[]);
+        assert_eq!(other["code"], "PERMISSION_DENIED", "delta={delta}: {other}");
+        assert_eq!(
+            other["details"],
+            format!("authorization failed: no identities ([{ID}]) matched default/"),
+            "istiod's wording"
+        );
+        let none = ads(secure, root, "-", "bookinfo", delta, &[]);
+        assert_eq!((&none["code"], &none["details"]), (&"UNAUTHENTICATED".into(), &"authentication failure".into()));
+        let forged = Issuer::new().token(&iss, "system:serviceaccount:bookinfo:reviews");
+        assert_eq!(ads(secure, root, &forged, "bookinfo", delta, &[])["code"], "UNAUTHENTICATED");
+    }
+    // The node's service account must be the identity's too.
+    let sa = ads(secure, root, &token, "bookinfo", false, &[("ADS_SERVICE_ACCOUNT", "ratings")]);
+    assert_eq!(sa["code"], "PERMISSION_DENIED", "{sa}");
+    assert_eq!(ads(secure, root, &token, "bookinfo", false, &[("ADS_SERVICE_ACCOUNT", "reviews")])["code"], "OK");
+    // A workload certificate of this CA authenticates as its identity.
+    let saved = dir.path().join("reviews");
+    let saved = saved.to_str().unwrap();
+    assert_eq!(ask_with(secure, root, &token, ID, 0, &[("CA_SAVE", saved)])["code"], "OK");
+    let (key, chain) = (format!("{saved}.key"), format!("{saved}.chain"));
+    let cert = [("ADS_CLIENT_KEY", key.as_str()), ("ADS_CLIENT_CHAIN", chain.as_str())];
+    assert_eq!(ads(secure, root, "-", "bookinfo", false, &cert)["code"], "OK");
+    assert_eq!(ads(secure, root, "-", "default", true, &cert)["code"], "PERMISSION_DENIED");
+    // 15010 stays plaintext and unauthenticated, as in istiod.
+    let clear = ads(s.grpc, "-", "-", "default", false, &[]);
+    assert_eq!(clear["code"], "OK", "{clear}");
+}
+
 /// Writes plugged-in CA files into `dir` as Istio's "plug in CA
 /// certificates" task makes them (a root, an intermediate signing);
 /// returns the root's PEM.
@@ -316,4 +385,15 @@ fn kubernetes_tokens_are_reviewed_by_the_api_server() {
     let later = ask(secure, root, "tok-later", "-", 0);
     assert_eq!(later["code"], "OK", "nothing was cached as refused: {later}");
     assert_eq!(later["sans"], serde_json::json!(["spiffe://cluster.local/ns/bookinfo/sa/ratings"]));
+    // xDS on the TLS port: the stream waits for its token's review, then
+    // serves a node of the reviewed namespace only.
+    api.add_token("tok-ads", "system:serviceaccount:bookinfo:details", &["istio-ca"]);
+    api.add_token("tok-ads-delta", "system:serviceaccount:bookinfo:details", &["istio-ca"]);
+    api.add_token("tok-ads-other", "system:serviceaccount:bookinfo:details", &["istio-ca"]);
+    let ok = ads(secure, root, "tok-ads", "bookinfo", false, &[]);
+    assert_eq!(ok["code"], "OK", "{ok}\n{}", s.log());
+    assert_eq!(ads(secure, root, "tok-ads-delta", "bookinfo", true, &[])["code"], "OK");
+    let other = ads(secure, root, "tok-ads-other", "default", false, &[]);
+    assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
+    assert_eq!(ads(secure, root, "tok-user", "bookinfo", false, &[])["code"], "UNAUTHENTICATED");
 }

@@ -8,6 +8,9 @@
 //! ([`refresh_keys`]) and read by the cores.
 
 pub mod jwt;
+pub mod kapi;
+pub mod namespaces;
+pub mod store;
 pub mod tokenreview;
 pub mod xds_auth;
 
@@ -71,6 +74,9 @@ pub struct CaServer {
     pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
     /// Counters for `/metrics`.
     pub metrics: CaMetrics,
+    /// Bumped whenever the CA in force is replaced: istiod's serving
+    /// certificate, the TLS client roots and the root ConfigMaps follow.
+    pub changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// istiod's answer to a caller it could not authenticate.
@@ -140,6 +146,12 @@ impl CaServer {
     /// The CA in force.
     pub fn ca(&self) -> Arc<Ca> {
         self.ca.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `ca` in force and tells whoever follows it.
+    pub fn set_ca(&self, ca: Ca) {
+        *self.ca.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ca);
+        self.changed.send_modify(|n| *n += 1);
     }
 
     /// The SPIFFE identity of a service account.
@@ -390,13 +402,15 @@ impl ServiceFactory for CaFactory {
     }
 }
 
-/// The CA of `config`: plugged-in certificates from `ROOT_CA_DIR`, else a
-/// self-signed root (kept in `ISTIOD_RS_SELF_SIGNED_CA_DIR` when set);
-/// `None` when `ENABLE_CA_SERVER` is false.
-pub fn from_config(
+/// The CA of `config`, from `store` (plugged-in certificates from
+/// `ROOT_CA_DIR`, else a self-signed root in the `istio-ca-secret`
+/// Secret, in `ISTIOD_RS_SELF_SIGNED_CA_DIR`, or in memory); `None` when
+/// `ENABLE_CA_SERVER` is false.
+pub async fn from_config(
     config: &crate::config::Config,
     trust_domain: &str,
-) -> Result<Option<Arc<CaServer>>, istiod_pki::CaError> {
+    store: &store::RootStore,
+) -> Result<Option<Arc<CaServer>>, String> {
     let c = &config.ca;
     if !c.enabled {
         return Ok(None);
@@ -407,18 +421,18 @@ pub fn from_config(
         max_ttl: c.max_workload_cert_ttl,
         self_signed_ttl: c.self_signed_ca_cert_ttl,
     };
-    let ca = match Ca::plugged(&c.root_ca_dir, settings.clone())? {
-        Some(ca) => {
-            tracing::info!(target: "ca", dir = %c.root_ca_dir.display(), "using the plugged-in CA certificates");
-            ca
+    let ca = match store {
+        store::RootStore::Plugged(dir) => {
+            let ca = Ca::plugged(dir, settings).map_err(|e| e.to_string())?;
+            tracing::info!(target: "ca", dir = %dir.display(), "using the plugged-in CA certificates");
+            ca.ok_or_else(|| format!("{}: ca-key.pem is gone", dir.display()))?
         }
-        None => match &c.self_signed_dir {
-            Some(dir) => Ca::self_signed_in(dir, settings)?,
-            None => {
-                tracing::warn!(target: "ca", "self-signed root held in memory: a restart makes a new one; set ISTIOD_RS_SELF_SIGNED_CA_DIR to keep it");
-                Ca::generate(settings)?
-            }
-        },
+        store::RootStore::Dir(dir) => Ca::self_signed_in(dir, settings).map_err(|e| e.to_string())?,
+        store::RootStore::Secret { api, namespace } => store::load_secret_ca(api, namespace, &settings).await?,
+        store::RootStore::Memory => {
+            tracing::warn!(target: "ca", "self-signed root held in memory: a restart makes a new one; set ISTIOD_RS_SELF_SIGNED_CA_DIR to keep it");
+            Ca::generate(settings).map_err(|e| e.to_string())?
+        }
     };
     let jwt = c.jwt_rule.clone().map(|rule| Arc::new(JwtAuthenticator { rule, keys: RwLock::default() }));
     if jwt.is_none() {
@@ -430,6 +444,7 @@ pub fn from_config(
         jwt,
         reviewer: Default::default(),
         metrics: CaMetrics::default(),
+        changed: tokio::sync::watch::Sender::new(0),
     })))
 }
 
@@ -502,7 +517,7 @@ pub(crate) async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf
         let settings = server.ca().settings().clone();
         match Ca::plugged(&dir, settings) {
             Ok(Some(ca)) => {
-                *server.ca.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ca);
+                server.set_ca(ca);
                 tracing::info!(target: "ca", dir = %dir.display(), "plugged-in CA certificates reloaded");
             }
             Ok(None) => tracing::warn!(target: "ca", dir = %dir.display(), "ca-key.pem is gone; the CA in force stays"),

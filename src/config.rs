@@ -312,6 +312,12 @@ pub struct CaConfig {
     /// `ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL` (5s): how often `ROOT_CA_DIR`
     /// is checked for rotated certificates.
     pub plugged_check_interval: Duration,
+    /// `CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL` (1h): how often the
+    /// self-signed root is checked for rotation.
+    pub root_check_interval: Duration,
+    /// `CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE` (20): the
+    /// root is renewed in the last this-many percent of its lifetime.
+    pub root_grace_percentile: u32,
     /// `XDS_AUTH` (true): xDS over TLS (`--secureGRPCAddr`) needs a token
     /// or a client certificate of this CA (pilot/pkg/features).
     pub xds_auth: bool,
@@ -602,6 +608,16 @@ impl Config {
                 root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
                 self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
                 plugged_check_interval: vars.duration("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", Duration::from_secs(5))?,
+                root_check_interval: vars
+                    .duration("CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", Duration::from_secs(3600))?,
+                root_grace_percentile: {
+                    let v = vars.string("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "20");
+                    v.trim().parse::<u32>().ok().filter(|p| *p <= 100).ok_or_else(|| ConfigError::Env {
+                        name: "CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE",
+                        value: v.clone(),
+                        reason: "expected a percentage, 0 to 100".into(),
+                    })?
+                },
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,

@@ -104,7 +104,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
         Source::Kubernetes { .. } => None,
     };
 
-    let ca_server = crate::ca::from_config(&config, &mesh.trust_domain).map_err(|e| StartError::Ca(e.to_string()))?;
+    // The control thread's runtime, made first: in Kubernetes the CA's
+    // root is read from (or created in) the API server before anything
+    // is served.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let kube = match &config.source {
+        Source::Kubernetes { kubeconfig } => Some(rt.block_on(kube_client(kubeconfig.as_deref()))?),
+        Source::ConfigDir(_) => None,
+    };
+    let root_store = crate::ca::store::RootStore::of(&config, kube.as_ref());
+    let ca_server =
+        rt.block_on(crate::ca::from_config(&config, &mesh.trust_domain, &root_store)).map_err(StartError::Ca)?;
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
@@ -139,26 +149,28 @@ pub fn run(config: Config) -> Result<(), StartError> {
     if let Some(a) = &config.listen.grpc {
         listeners.push(ListenerConfig { addr: resolve("grpcAddr", a)?, tls: None });
     }
+    // istiod's own certificate, from its CA (no flags needed), or the
+    // files given; kept current by `store::serve_tls`.
+    let mut serving = None;
     if let Some(a) = &config.listen.secure_grpc {
-        let pair = match (&config.tls.cert, &config.tls.key, &ca_server) {
-            (Some(cert), Some(key), _) => {
+        let files = match (&config.tls.cert, &config.tls.key) {
+            (Some(cert), Some(key)) => {
                 let read = |p: &std::path::Path| {
                     std::fs::read(p).map_err(|e| StartError::Tls(format!("{}: {e}", p.display())))
                 };
                 Some((read(cert)?, read(key)?))
             }
-            // istiod's own certificate, from its CA. Not renewed yet: it
-            // lasts MAX_WORKLOAD_CERT_TTL (90 days by default).
-            (_, _, Some(ca)) => {
-                let names = crate::ca::istiod_dns_names(&config.identity);
-                let (chain, key) = ca
-                    .ca()
-                    .issue_server(&names, config.ca.max_workload_cert_ttl)
-                    .map_err(|e| StartError::Tls(format!("istiod's certificate: {e}")))?;
-                tracing::info!(target: "ca", ?names, "istiod's serving certificate issued by its CA");
-                Some((chain.into_bytes(), key.into_bytes()))
-            }
-            _ => {
+            _ => None,
+        };
+        let cert = crate::ca::store::ServingCert {
+            names: crate::ca::istiod_dns_names(&config.identity),
+            ttl: config.ca.max_workload_cert_ttl,
+            files,
+        };
+        let cfg = match (&ca_server, &cert.files) {
+            (Some(ca), _) => Some(cert.tls_config(&ca.ca()).map_err(StartError::Tls)?),
+            (None, Some((c, k))) => Some(tls::server_config(c, k).map_err(|e| StartError::Tls(e.to_string()))?),
+            (None, None) => {
                 tracing::warn!(
                     target: "default",
                     "--secureGRPCAddr is not served: no --tlsCertFile/--tlsKeyFile and the CA is disabled"
@@ -166,13 +178,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 None
             }
         };
-        if let Some((cert, key)) = pair {
-            // Clients may present a certificate of this CA (a workload
-            // renewing with its current one).
-            let roots = ca_server.as_ref().map(|c| c.ca().root_pem().to_owned());
-            let cfg = tls::server_config_with_clients(&cert, &key, roots.as_deref().map(str::as_bytes))
-                .map_err(|e| StartError::Tls(e.to_string()))?;
-            listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(cfg) });
+        if let Some(cfg) = cfg {
+            if cert.files.is_none() {
+                tracing::info!(target: "ca", names = ?cert.names, "istiod's serving certificate issued by its CA");
+            }
+            let reloadable = tls::Reloadable::new(cfg);
+            listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(reloadable.clone()) });
+            serving = Some((cert, reloadable));
         }
     }
     // Every port is bound before anything is served or published: a port in
@@ -205,7 +217,6 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tracing::info!(target: "default", addr = %a, cores, "serving xDS");
     }
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async {
         let ready = Arc::new(AtomicBool::new(false));
@@ -252,9 +263,45 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some(auth) = ca_server.as_ref().and_then(|c| c.jwt.clone()) {
             tokio::task::spawn_local(crate::ca::refresh_keys(auth, config.jwks_refresh));
         }
-        if let Some(ca) = ca_server.as_ref().filter(|_| config.ca.root_ca_dir.join("ca-key.pem").exists()) {
-            let dir = config.ca.root_ca_dir.clone();
-            tokio::task::spawn_local(crate::ca::watch_plugged(ca.clone(), dir, config.ca.plugged_check_interval));
+        if let Some(ca) = &ca_server {
+            use crate::ca::store::{self, RootStore};
+            match &root_store {
+                RootStore::Plugged(dir) => {
+                    let every = config.ca.plugged_check_interval;
+                    tokio::task::spawn_local(crate::ca::watch_plugged(ca.clone(), dir.clone(), every));
+                }
+                RootStore::Secret { .. } | RootStore::Dir(_) => {
+                    let (every, grace) = (config.ca.root_check_interval, config.ca.root_grace_percentile);
+                    tokio::task::spawn_local(store::rotate_roots(ca.clone(), root_store.clone(), every, grace));
+                }
+                RootStore::Memory => {}
+            }
+            if let Some((cert, tls)) = serving.take() {
+                tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, tls));
+            }
+            match (&root_store, &kube) {
+                // One replica keeps the root ConfigMaps.
+                (_, Some(client)) => {
+                    let me = if config.identity.pod_name.is_empty() {
+                        format!("istiod-rs-{}", std::process::id())
+                    } else {
+                        config.identity.pod_name.clone()
+                    };
+                    tokio::task::spawn_local(crate::ca::namespaces::run(
+                        crate::ca::kapi::Api::new(client.clone()),
+                        config.identity.namespace.clone(),
+                        me,
+                        ca.clone(),
+                        mesh.clone(),
+                        crate::ca::namespaces::Timings::istiod(),
+                    ));
+                }
+                // Without Kubernetes, a file next to the self-signed CA.
+                (RootStore::Dir(dir), None) => {
+                    tokio::task::spawn_local(store::write_root_file(ca.clone(), dir.clone()));
+                }
+                _ => {}
+            }
         }
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
@@ -281,8 +328,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     mesh.clone(),
                 ));
             }
-            (Source::Kubernetes { kubeconfig }, _) => {
-                let client = kube_client(kubeconfig.as_deref()).await?;
+            (Source::Kubernetes { .. }, _) => {
+                let client = kube.clone().expect("a Kubernetes client was made at start");
                 if let Some(ca) = &ca_server {
                     // istiod's Kubernetes JWT authenticator: the cores send
                     // tokens here for a TokenReview.

@@ -34,6 +34,58 @@ pub struct MeshSettings {
     pub enable_auto_mtls: bool,
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS`: who fetches a `jwksUri`.
     pub jwks_fetch: crate::translate::authn::JwksFetch,
+    /// `discoverySelectors`: the namespaces istiod looks after (any
+    /// selector matching; none means all). Used for the root ConfigMaps.
+    pub discovery_selectors: Vec<LabelSelector>,
+}
+
+/// A Kubernetes label selector (`matchLabels`, `matchExpressions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must be present with these values.
+    #[serde(default)]
+    pub match_labels: std::collections::BTreeMap<String, String>,
+    /// Expressions that must all hold.
+    #[serde(default)]
+    pub match_expressions: Vec<LabelExpression>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct LabelExpression {
+    /// The label.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    pub operator: String,
+    /// For `In` and `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    /// Whether `labels` are selected (an empty selector selects all).
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| {
+                let got = labels.get(&e.key);
+                match e.operator.as_str() {
+                    "In" => got.is_some_and(|v| e.values.contains(v)),
+                    "NotIn" => got.is_none_or(|v| !e.values.contains(v)),
+                    "Exists" => got.is_some(),
+                    "DoesNotExist" => got.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+impl MeshSettings {
+    /// Whether a namespace with `labels` is selected by
+    /// `discoverySelectors`.
+    pub fn discovers(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.discovery_selectors.is_empty() || self.discovery_selectors.iter().any(|s| s.matches(labels))
+    }
 }
 
 impl Default for MeshSettings {
@@ -44,6 +96,7 @@ impl Default for MeshSettings {
             outbound: OutboundPolicy::AllowAny,
             enable_auto_mtls: true,
             jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
+            discovery_selectors: Vec::new(),
         }
     }
 }
@@ -55,6 +108,7 @@ struct Raw {
     trust_domain: Option<String>,
     outbound_traffic_policy: Option<RawOutbound>,
     enable_auto_mtls: Option<bool>,
+    discovery_selectors: Option<Vec<LabelSelector>>,
 }
 
 #[derive(Deserialize)]
@@ -92,6 +146,14 @@ impl MeshSettings {
         if let Some(b) = raw.enable_auto_mtls {
             m.enable_auto_mtls = b;
         }
+        m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
+        for s in &m.discovery_selectors {
+            for e in &s.match_expressions {
+                if !["In", "NotIn", "Exists", "DoesNotExist"].contains(&e.operator.as_str()) {
+                    return Err(format!("discoverySelectors: unknown operator {:?}", e.operator));
+                }
+            }
+        }
         Ok(m)
     }
 
@@ -125,6 +187,21 @@ mod tests {
         assert_eq!(m.trust_domain, "example.org");
         assert_eq!(m.outbound, OutboundPolicy::RegistryOnly);
         assert!(!m.enable_auto_mtls);
+    }
+
+    #[test]
+    fn discovery_selectors_select_namespaces() {
+        let m = MeshSettings::parse(
+            "discoverySelectors:\n- matchLabels: {team: a}\n- matchExpressions:\n  - {key: env, operator: In, values: [prod]}\n  - {key: skip, operator: DoesNotExist}\n",
+        )
+        .unwrap();
+        let l = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        assert!(m.discovers(&l(&[("team", "a")])));
+        assert!(m.discovers(&l(&[("env", "prod")])));
+        assert!(!m.discovers(&l(&[("env", "prod"), ("skip", "")])));
+        assert!(!m.discovers(&l(&[("team", "b")])));
+        assert!(MeshSettings::default().discovers(&l(&[])), "no selectors: every namespace");
+        assert!(MeshSettings::parse("discoverySelectors:\n- matchExpressions: [{key: a, operator: Near}]\n").is_err());
     }
 
     #[test]

@@ -309,7 +309,6 @@ fn plugged_in_certificates_sign_through_their_intermediate_and_rotate() {
     );
     server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
     let token = issuer.token("https://issuer.test", "system:serviceaccount:bookinfo:ratings");
-    // Trust both roots: :15012 keeps the first CA's serving certificate.
     let bundle = dir.path().join("trusted.pem");
     std::fs::write(&bundle, &first_root).unwrap();
     let got = ask(secure, bundle.to_str().unwrap(), &token, "-", 0);
@@ -324,7 +323,14 @@ fn plugged_in_certificates_sign_through_their_intermediate_and_rotate() {
     let (first, second) = (dir.path().join("first.pem"), dir.path().join("second.pem"));
     std::fs::write(&first, &first_root).unwrap();
     std::fs::write(&second, &second_root).unwrap();
-    let tls = bundle.to_str().unwrap();
+    // :15012 is served with a certificate of the new CA: a client that
+    // trusts only the old root no longer connects.
+    let tls = second.to_str().unwrap();
+    server::wait_for("the new serving certificate", Duration::from_secs(10), || {
+        s.log().contains("istiod's serving certificate reissued")
+    });
+    let stale = ask(secure, first.to_str().unwrap(), &token, "-", 0);
+    assert_eq!(stale["code"], "UNAVAILABLE", "the handshake fails with the old root: {stale}");
     let rotated = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", second.to_str().unwrap())]);
     assert_eq!((&rotated["code"], &rotated["verified"]), (&"OK".into(), &true.into()), "{rotated}");
     let old = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", first.to_str().unwrap())]);
@@ -396,4 +402,182 @@ fn kubernetes_tokens_are_reviewed_by_the_api_server() {
     let other = ads(secure, root, "tok-ads-other", "default", false, &[]);
     assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
     assert_eq!(ads(secure, root, "tok-user", "bookinfo", false, &[])["code"], "UNAUTHENTICATED");
+}
+
+/// The objects of `plural` named `name`, by namespace.
+fn named(
+    api: &istiod_kubewatch::fake::FakeApi,
+    plural: &str,
+    name: &str,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    api.objects(plural)
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == name)
+        .map(|o| (o["metadata"]["namespace"].as_str().unwrap().to_owned(), o))
+        .collect()
+}
+
+fn b64(v: &serde_json::Value) -> String {
+    use base64::engine::general_purpose::STANDARD;
+    String::from_utf8(STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap()
+}
+
+/// A fake API with the mesh's core kinds, namespaces (one ignored by
+/// istiod, one outside the discoverySelectors) and a reviewed token.
+fn cluster() -> (istiod_kubewatch::fake::FakeApi, tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    use istiod_kubewatch::fake::core_resources;
+    let api = server::fake_api();
+    for r in core_resources() {
+        api.install(r);
+    }
+    for (ns, labels) in [
+        ("istio-system", serde_json::json!({})),
+        ("bookinfo", serde_json::json!({"istio-injection": "enabled"})),
+        ("default", serde_json::json!({})),
+        ("kube-public", serde_json::json!({})),
+        ("outside", serde_json::json!({"mesh": "no"})),
+    ] {
+        api.apply(
+            "namespaces",
+            serde_json::json!({"metadata": {"name": ns, "labels": labels}, "status": {"phase": "Active"}}),
+        );
+    }
+    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let mesh = dir.path().join("mesh.yaml");
+    std::fs::write(
+        &mesh,
+        "discoverySelectors:\n- matchExpressions:\n  - {key: mesh, operator: NotIn, values: [\"no\"]}\n",
+    )
+    .unwrap();
+    (api, dir, kubeconfig, mesh)
+}
+
+/// istiod's self-signed CA in a cluster (security/pkg/pki/ca/ca.go,
+/// namespacecontroller.go, pilot/pkg/leaderelection): two replicas against
+/// one API server share one `istio-ca-secret` (read before created; the
+/// loser of the create race reads the winner's), one holds the
+/// `istio-namespace-controller-election` Lease, and the
+/// `istio-ca-root-cert` ConfigMaps (every selected namespace but the
+/// ignored ones) carry the root both sign under.
+#[test]
+fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
+    let (api, _dir, kubeconfig, mesh) = cluster();
+    let start = |pod: &str| {
+        let secure = free_port();
+        let s = Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
+            &[("POD_NAME", pod), ("POD_NAMESPACE", "istio-system")],
+            None,
+        );
+        (s, secure)
+    };
+    let ((a, secure_a), (b, secure_b)) = std::thread::scope(|t| {
+        let a = t.spawn(|| start("istiod-a"));
+        let b = t.spawn(|| start("istiod-b"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let secrets = api.objects("secrets");
+    assert_eq!(secrets.len(), 1, "one istio-ca-secret: {secrets:?}");
+    let secret = &secrets[0];
+    assert_eq!(secret["metadata"]["name"], "istio-ca-secret");
+    assert_eq!(secret["metadata"]["namespace"], "istio-system");
+    assert_eq!(secret["type"], "istio.io/ca-root");
+    let root = b64(&secret["data"]["ca-cert.pem"]);
+    assert!(root.contains("BEGIN CERTIFICATE") && b64(&secret["data"]["ca-key.pem"]).contains("PRIVATE KEY"));
+
+    let want: Vec<String> = ["bookinfo", "default", "istio-system"].iter().map(|s| (*s).to_owned()).collect();
+    server::wait_for("the root ConfigMaps", Duration::from_secs(20), || {
+        named(&api, "configmaps", "istio-ca-root-cert").keys().cloned().collect::<Vec<_>>() == want
+    });
+    let maps = named(&api, "configmaps", "istio-ca-root-cert");
+    for (ns, cm) in &maps {
+        assert_eq!(cm["data"]["root-cert.pem"], root.as_str(), "{ns}: the Secret's root");
+        assert_eq!(cm["metadata"]["labels"]["istio.io/config"], "true");
+    }
+    let leases = named(&api, "leases", "istio-namespace-controller-election");
+    assert_eq!(leases.len(), 1);
+    let holder = leases["istio-system"]["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    assert!(holder == "istiod-a" || holder == "istiod-b", "{holder}");
+    let (leader, follower) = if holder == "istiod-a" { (&a, &b) } else { (&b, &a) };
+    server::wait_for("the leader's log", Duration::from_secs(5), || leader.log().contains("leader election: leading"));
+    assert!(!follower.log().contains("leader election: leading"), "only one leads:\n{}", follower.log());
+
+    // Both replicas sign under the ConfigMap's root, and serve :15012 with
+    // a certificate it verifies.
+    let published = _dir.path().join("published-root.pem");
+    std::fs::write(&published, maps["bookinfo"]["data"]["root-cert.pem"].as_str().unwrap()).unwrap();
+    for secure in [secure_a, secure_b] {
+        let got = ask(secure, published.to_str().unwrap(), "tok-reviews", ID, 0);
+        assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}");
+    }
+    // A ConfigMap edited by hand is put back; one deleted is made again.
+    let mut edited = maps["default"].clone();
+    edited["data"]["root-cert.pem"] = "tampered".into();
+    api.apply("configmaps", edited);
+    api.delete("configmaps", "bookinfo", "istio-ca-root-cert");
+    server::wait_for("the repair", Duration::from_secs(20), || {
+        let m = named(&api, "configmaps", "istio-ca-root-cert");
+        m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == root.as_str())
+    });
+}
+
+/// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the
+/// last CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE of its life is
+/// renewed for the same key and written back to the Secret; the old root
+/// stays in the trust bundle (the ConfigMaps carry both), certificates
+/// issued before still verify, and :15012 is served with a certificate of
+/// the new root.
+#[test]
+fn a_self_signed_root_near_its_end_is_renewed_and_the_old_one_kept() {
+    use base64::engine::general_purpose::STANDARD;
+    let (api, dir, kubeconfig, mesh) = cluster();
+    // A root with a minute left (and two minutes behind it).
+    let short = istiod_pki::Settings { self_signed_ttl: Duration::from_secs(60), ..Default::default() };
+    let (old_root, key) = istiod_pki::Ca::generate_root_pem(&short).unwrap();
+    api.apply(
+        "secrets",
+        serde_json::json!({
+            "metadata": {"name": "istio-ca-secret", "namespace": "istio-system"},
+            "type": "istio.io/ca-root",
+            "data": {"ca-cert.pem": STANDARD.encode(&old_root), "ca-key.pem": STANDARD.encode(&key)},
+        }),
+    );
+    let old_file = dir.path().join("old-root.pem");
+    std::fs::write(&old_file, &old_root).unwrap();
+    let secure = free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
+        &[
+            ("POD_NAMESPACE", "istio-system"),
+            ("CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", "200ms"),
+            ("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "50"),
+        ],
+        None,
+    );
+    server::wait_for("the rotation", Duration::from_secs(20), || {
+        s.log().contains("Root certificate rotation is completed successfully")
+    });
+    let secret = api.get("secrets", "istio-system", "istio-ca-secret").unwrap();
+    let new_root = b64(&secret["data"]["ca-cert.pem"]);
+    assert_ne!(new_root, old_root, "a new certificate");
+    assert_eq!(b64(&secret["data"]["ca-key.pem"]), key, "for the same key");
+    // The ConfigMaps carry the new root, then the old one.
+    server::wait_for("the ConfigMaps", Duration::from_secs(20), || {
+        let m = named(&api, "configmaps", "istio-ca-root-cert");
+        m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == format!("{new_root}{old_root}").as_str())
+    });
+    let new_file = dir.path().join("new-root.pem");
+    std::fs::write(&new_file, &new_root).unwrap();
+    // :15012 now presents a certificate of the new root; the chain ends
+    // at the new root and, same key and subject, verifies under both.
+    let got = ask_with(secure, new_file.to_str().unwrap(), "tok-reviews", ID, 0, &[]);
+    assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}\n{}", s.log());
+    // No second rotation: the renewed root has ten years.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(s.log().matches("Root certificate rotation is completed successfully").count(), 1);
+    let _ = old_file;
 }

@@ -5,7 +5,7 @@
 //! while loadgen changes the mesh and measures convergence; and the ways a
 //! run ends badly (unreachable server, a server that refuses streams).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,9 @@ use istiod_loadgen::run::{self, Options};
 use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
 use istiod_loadgen::{mesh, proxy};
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+#[path = "support/server.rs"]
+mod support;
+use support::free_port;
 
 fn small() -> Scenario {
     Scenario { services: 40, sidecars: 60, namespaces: 4, ..Scenario::load("istio-perf").unwrap() }

@@ -62,6 +62,7 @@ struct State {
     /// Tokens the TokenReview API knows: token -> (username, audiences).
     tokens: BTreeMap<String, (String, Vec<String>)>,
     token_reviews: u64,
+    conflicts: u64,
 }
 
 /// The fake server.
@@ -155,9 +156,37 @@ impl FakeApi {
     }
 
     /// Creates or replaces an object (its kind must be installed).
-    pub fn apply(&self, plural: &'static str, mut object: Value) {
+    pub fn apply(&self, plural: &'static str, object: Value) {
+        let installed = self.lock().installed.get(plural).cloned();
+        let Some(r) = installed else { panic!("{plural} is not installed") };
+        self.store(&r, object);
+    }
+
+    /// One object of `plural` in `ns`, as the API server holds it.
+    pub fn get(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .objects
+            .iter()
+            .find(|((p, o_ns, o_name), _)| *p == plural && o_ns == ns && o_name == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Every object of `plural`, in every namespace.
+    pub fn objects(&self, plural: &str) -> Vec<Value> {
+        self.lock().objects.iter().filter(|((p, _, _), _)| *p == plural).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Writes that lost a race: 409 answers to creates of existing
+    /// objects and to updates of an older `resourceVersion`.
+    pub fn conflicts(&self) -> u64 {
+        self.lock().conflicts
+    }
+
+    /// Stores `object` as a new version: a new `resourceVersion`, an ADDED
+    /// or MODIFIED event; returns what is stored.
+    fn store(&self, r: &Resource, mut object: Value) -> Value {
+        let plural = r.plural;
         let mut s = self.lock();
-        let Some(r) = s.installed.get(plural).cloned() else { panic!("{plural} is not installed") };
         s.rv += 1;
         let rv = s.rv;
         object["apiVersion"] = json!(r.api_version());
@@ -174,10 +203,56 @@ impl FakeApi {
             rv,
             plural,
             kind,
-            object: json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": object}),
+            object: json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": object.clone()}),
         });
         drop(s);
         self.changed.notify_waiters();
+        object
+    }
+
+    /// A create (POST to a namespaced collection) or an update (PUT to an
+    /// object) with the API server's concurrency rules: a create of a
+    /// name that exists is 409 AlreadyExists; an update of an absent
+    /// object is 404, and one whose `resourceVersion` is not the stored
+    /// one is 409 Conflict.
+    fn write(&self, r: &Resource, ns: &str, name: Option<&str>, body: &[u8]) -> (u16, Value) {
+        let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
+        };
+        if !object.is_object() {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
+        }
+        object["metadata"]["namespace"] = json!(ns);
+        let Some(obj_name) = object["metadata"]["name"].as_str().map(str::to_owned) else {
+            return (422, status_json(422, "Invalid", "metadata.name is required"));
+        };
+        let key = (r.plural, ns.to_owned(), obj_name.clone());
+        let current = self.lock().objects.get(&key).cloned();
+        match (name, current) {
+            (None, Some(_)) => {
+                self.lock().conflicts += 1;
+                let msg = format!("{} {obj_name:?} already exists", r.plural);
+                (409, status_json(409, "AlreadyExists", &msg))
+            }
+            (None, None) => (201, self.store(r, object)),
+            (Some(name), _) if name != obj_name => {
+                (400, status_json(400, "BadRequest", "the name in the body is not the one in the path"))
+            }
+            (Some(_), None) => (404, status_json(404, "NotFound", &format!("{} {obj_name:?} not found", r.plural))),
+            (Some(_), Some(cur)) => {
+                let given = object["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+                if !given.is_empty() && cur["metadata"]["resourceVersion"] != json!(given) {
+                    self.lock().conflicts += 1;
+                    let msg = format!(
+                        "Operation cannot be fulfilled on {} {obj_name:?}: the object has been modified; please apply your changes to the latest version and try again",
+                        r.plural
+                    );
+                    return (409, status_json(409, "Conflict", &msg));
+                }
+                object["metadata"]["uid"] = cur["metadata"]["uid"].clone();
+                (200, self.store(r, object))
+            }
+        }
     }
 
     /// Deletes an object.
@@ -249,22 +324,23 @@ impl FakeApi {
         }
         let head = String::from_utf8_lossy(&buf).into_owned();
         let target = head.lines().next().and_then(|l| l.split(' ').nth(1)).unwrap_or("/").to_owned();
-        if head.starts_with("POST ") && target.starts_with("/apis/authentication.k8s.io/v1/tokenreviews") {
-            // The body follows the head: what was read with it, then the rest.
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let at = buf.windows(4).position(|w| w == b"\r\n\r\n").map_or(buf.len(), |i| i + 4);
-            let mut body = buf[at..].to_vec();
-            while body.len() < length.min(1 << 20) {
-                let n = stream.read(&mut chunk).await?;
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
+        let method = head.split(' ').next().unwrap_or("GET").to_owned();
+        // The body follows the head: what was read with it, then the rest.
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let at = buf.windows(4).position(|w| w == b"\r\n\r\n").map_or(buf.len(), |i| i + 4);
+        let mut body = buf[at..].to_vec();
+        while body.len() < length.min(1 << 20) {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
             }
+            body.extend_from_slice(&chunk[..n]);
+        }
+        if method == "POST" && target.starts_with("/apis/authentication.k8s.io/v1/tokenreviews") {
             if self.lock().down {
                 self.lock().requests += 1;
                 return respond(
@@ -299,9 +375,14 @@ impl FakeApi {
             return respond(&mut stream, code, &body).await;
         }
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let (plural, namespace) = match segs.as_slice() {
-            ["api", "v1", "namespaces", ns, plural] | ["apis", _, _, "namespaces", ns, plural] => (*plural, Some(*ns)),
-            ["api", "v1", plural] | ["apis", _, _, plural] => (*plural, None),
+        let (plural, namespace, name) = match segs.as_slice() {
+            ["api", "v1", "namespaces", ns, plural, name] | ["apis", _, _, "namespaces", ns, plural, name] => {
+                (*plural, Some(*ns), Some(*name))
+            }
+            ["api", "v1", "namespaces", ns, plural] | ["apis", _, _, "namespaces", ns, plural] => {
+                (*plural, Some(*ns), None)
+            }
+            ["api", "v1", plural] | ["apis", _, _, plural] => (*plural, None, None),
             _ => return respond(&mut stream, 404, &status_json(404, "NotFound", "no such path")).await,
         };
         let resource = self.lock().installed.get(plural).cloned();
@@ -313,6 +394,23 @@ impl FakeApi {
             )
             .await;
         };
+        match (method.as_str(), namespace, name) {
+            ("POST", Some(ns), None) | ("PUT", Some(ns), Some(_)) => {
+                let (code, body) = self.write(&resource, ns, name, &body);
+                return respond(&mut stream, code, &body).await;
+            }
+            ("GET", Some(ns), Some(name)) => {
+                return match self.get(plural, ns, name) {
+                    Some(o) => respond(&mut stream, 200, &o).await,
+                    None => {
+                        let msg = format!("{plural} {name:?} not found");
+                        respond(&mut stream, 404, &status_json(404, "NotFound", &msg)).await
+                    }
+                };
+            }
+            ("GET", _, None) => {}
+            _ => return respond(&mut stream, 405, &status_json(405, "MethodNotAllowed", "not served")).await,
+        }
         if params.get("watch").is_some_and(|w| w == "true" || w == "1") {
             self.watch(stream, resource, namespace.map(str::to_owned), &params).await
         } else {
@@ -423,6 +521,8 @@ async fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::
         match status {
             200 => "OK",
             201 => "Created",
+            404 => "Not Found",
+            409 => "Conflict",
             _ => "Error",
         },
         body.len()
@@ -440,6 +540,16 @@ pub fn core_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "pods", kind: "Pod" },
         Resource { group: "", version: "v1", plural: "nodes", kind: "Node" },
         Resource { group: "", version: "v1", plural: "namespaces", kind: "Namespace" },
+    ]
+}
+
+/// What istiod writes: its CA Secret, the root ConfigMaps, the election
+/// Lease.
+pub fn write_resources() -> Vec<Resource> {
+    vec![
+        Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
+        Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
+        Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
     ]
 }
 

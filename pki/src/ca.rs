@@ -152,6 +152,8 @@ pub struct Ca {
     root: String,
     /// The signing certificate (DER), to recognise what this CA issued.
     signer: Vec<u8>,
+    /// The signing certificate (PEM).
+    cert_pem: String,
     settings: Settings,
 }
 
@@ -238,6 +240,73 @@ impl Ca {
         Self::from_parts(&cert_path, &cert, key, Vec::new(), cert.clone(), settings)
     }
 
+    /// A new self-signed root for a store outside this process (istiod's
+    /// `istio-ca-secret`): (certificate PEM, private key PEM).
+    pub fn generate_root_pem(settings: &Settings) -> Result<(String, String), CaError> {
+        let (cert, key) = Self::generate_root(settings)?;
+        Ok((cert, key.serialize_pem()))
+    }
+
+    /// The self-signed CA of a certificate and key given as PEM (read from
+    /// `source`, named in errors); the trust bundle is the certificate
+    /// followed by `older_roots` (roots still trusted after a rotation).
+    pub fn self_signed_from_pem(
+        cert: &str,
+        key: &str,
+        older_roots: &[String],
+        settings: Settings,
+        source: &str,
+    ) -> Result<Ca, CaError> {
+        let path = Path::new(source);
+        let key = KeyPair::from_pem(key).map_err(|e| CaError::Invalid {
+            path: path.to_owned(),
+            reason: format!("ca-key.pem is not a usable private key: {e}"),
+        })?;
+        let mut bundle = cert.to_owned();
+        if !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        for old in older_roots {
+            bundle.push_str(old);
+        }
+        Self::from_parts(path, cert, key, Vec::new(), bundle, settings)
+    }
+
+    /// istiod's root rotation (`GenRootCertFromExistingKey`): a new
+    /// self-signed certificate for the same key and subject, so every
+    /// certificate the old one signed verifies under the new one too.
+    pub fn renew_root_pem(cert: &str, key: &str, settings: &Settings) -> Result<String, CaError> {
+        let invalid = |reason: String| CaError::Invalid { path: PathBuf::from("ca-cert.pem"), reason };
+        let key = KeyPair::from_pem(key).map_err(|e| invalid(format!("ca-key.pem: {e}")))?;
+        let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).map_err(|e| invalid(e.to_string()))?;
+        let parsed = block.parse_x509().map_err(|e| invalid(e.to_string()))?;
+        // The same subject (istiod's roots carry O = the trust domain, a
+        // plugged-in one may carry CN too).
+        let mut dn = DistinguishedName::new();
+        for o in parsed.subject().iter_organization() {
+            dn.push(DnType::OrganizationName, o.as_str().map_err(|e| invalid(e.to_string()))?);
+        }
+        for cn in parsed.subject().iter_common_name() {
+            dn.push(DnType::CommonName, cn.as_str().map_err(|e| invalid(e.to_string()))?);
+        }
+        let mut params = CertificateParams::default();
+        params.distinguished_name = dn;
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - CLOCK_SKEW_GRACE;
+        params.not_after = now + settings.self_signed_ttl;
+        params.serial_number = Some(serial().map_err(CaError::Generate)?);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let cert = params.self_signed(&key).map_err(|e| CaError::Generate(e.to_string()))?;
+        Ok(cert.pem())
+    }
+
+    /// The signing certificate (PEM), as loaded.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
     /// A new self-signed CA held in memory only.
     pub fn generate(settings: Settings) -> Result<Ca, CaError> {
         let (cert, key) = Self::generate_root(&settings)?;
@@ -293,7 +362,7 @@ impl Ca {
             path: cert_path.to_owned(),
             reason: format!("not a usable CA certificate: {e}"),
         })?;
-        Ok(Ca { issuer, not_after, chain, root, signer: block.contents.clone(), settings })
+        Ok(Ca { issuer, not_after, chain, root, signer: block.contents.clone(), cert_pem: cert.to_owned(), settings })
     }
 
     /// The trust bundle (`root-cert.pem`): what workloads verify against
@@ -403,6 +472,28 @@ impl Ca {
         let cert = params.signed_by(key, &self.issuer).map_err(|e| SignError::Issue(e.to_string()))?;
         Ok(cert.pem())
     }
+}
+
+/// istiod's root check (`certutil.GetWaitTime`): whether the certificate
+/// `pem` is within the last `grace_percent` of its lifetime at `now` (or
+/// does not parse), when a self-signed root is renewed.
+pub fn root_due(pem: &str, grace_percent: u32, now: OffsetDateTime) -> bool {
+    let Ok((_, block)) = x509_parser::pem::parse_x509_pem(pem.as_bytes()) else { return true };
+    let Ok(cert) = block.parse_x509() else { return true };
+    let (from, to) = (cert.validity().not_before.to_datetime(), cert.validity().not_after.to_datetime());
+    let grace = (to - from) * (grace_percent.min(100) as f64 / 100.0);
+    to - grace <= now
+}
+
+/// The end of validity of each certificate in a PEM bundle.
+pub fn not_afters(pem: &str) -> Vec<(String, OffsetDateTime)> {
+    pem_blocks(pem, "CERTIFICATE")
+        .into_iter()
+        .filter_map(|c| {
+            let t = not_after(&c, Path::new("bundle")).ok()?;
+            Some((c, t))
+        })
+        .collect()
 }
 
 /// The URI SANs of a DER certificate (istiod's `ExtractIDs`, for the

@@ -13,7 +13,20 @@ use std::time::{Duration, Instant};
 /// The bundled example mesh.
 pub(crate) const BOOKINFO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo");
 
+/// A loopback port free now, below the kernel's ephemeral range (32768
+/// and up), so an outgoing connection of some other test cannot take it
+/// between this check and the server's bind; picked at random, so tests
+/// running at once rarely pick the same.
 pub(crate) fn free_port() -> SocketAddr {
+    use std::hash::{BuildHasher, Hasher};
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+        let port = 20_000 + (h.finish() % 12_000) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            return l.local_addr().unwrap();
+        }
+    }
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
@@ -173,8 +186,18 @@ pub(crate) fn http_body_server(body: std::sync::Arc<std::sync::Mutex<String>>) -
     format!("http://{addr}/jwks.json")
 }
 
-/// The fake Kubernetes API server on a runtime of its own.
+/// The fake Kubernetes API server on a runtime of its own, serving what
+/// every API server has for istiod's writes (Secrets, ConfigMaps, Leases).
 pub(crate) fn fake_api() -> istiod_kubewatch::fake::FakeApi {
+    let api = bare_fake_api();
+    for r in istiod_kubewatch::fake::write_resources() {
+        api.install(r);
+    }
+    api
+}
+
+/// The fake Kubernetes API server with nothing installed.
+pub(crate) fn bare_fake_api() -> istiod_kubewatch::fake::FakeApi {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

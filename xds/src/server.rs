@@ -53,7 +53,7 @@ pub struct ListenerConfig {
     /// Address; port 0 picks one (the same for every core).
     pub addr: SocketAddr,
     /// TLS, or plaintext h2c when `None`.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<tls::Reloadable>,
 }
 
 /// Makes each core's service.
@@ -207,7 +207,7 @@ async fn run_core<F: ServiceFactory>(
     for (l, spec) in listeners.into_iter().zip(cfg.listeners.iter()) {
         let registry = registry.clone();
         let svc = svc.clone();
-        let tls = spec.tls.clone().map(futures_rustls::TlsAcceptor::from);
+        let tls = spec.tls.clone();
         accept_tasks.push(glommio::spawn_local(accept_loop(l, tls, registry, svc)).detach());
     }
     while !stop.load(Ordering::SeqCst) {
@@ -225,7 +225,7 @@ async fn run_core<F: ServiceFactory>(
 
 async fn accept_loop<S: Service + 'static>(
     listener: TcpListener,
-    tls: Option<futures_rustls::TlsAcceptor>,
+    tls: Option<tls::Reloadable>,
     registry: Rc<Registry>,
     svc: Rc<RefCell<S>>,
 ) {
@@ -243,7 +243,8 @@ async fn accept_loop<S: Service + 'static>(
         let peer = stream.peer_addr().ok();
         let registry = registry.clone();
         let svc = svc.clone();
-        let tls = tls.clone();
+        // The configuration in force at the accept.
+        let tls = tls.as_ref().map(|t| futures_rustls::TlsAcceptor::from(t.get()));
         glommio::spawn_local(async move {
             match tls {
                 None => conn::serve(stream, peer, false, None, &registry, &svc).await,

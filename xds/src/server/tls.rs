@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 
+pub use rustls::ServerConfig;
+
 /// Why a TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -17,6 +19,41 @@ pub enum TlsError {
     /// rustls refused the pair (e.g. the key does not match).
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+}
+
+/// A listener's TLS configuration, replaceable while it serves: each new
+/// connection is handshaken with the one current when it is accepted
+/// (istiod's own certificate is renewed, the CA's roots rotate).
+#[derive(Clone)]
+pub struct Reloadable(Arc<std::sync::RwLock<Arc<rustls::ServerConfig>>>);
+
+impl Reloadable {
+    /// Starts with `cfg`.
+    pub fn new(cfg: Arc<rustls::ServerConfig>) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(cfg)))
+    }
+
+    /// The configuration in force.
+    pub fn get(&self) -> Arc<rustls::ServerConfig> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces it for connections accepted from now on.
+    pub fn set(&self, cfg: Arc<rustls::ServerConfig>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = cfg;
+    }
+}
+
+impl From<Arc<rustls::ServerConfig>> for Reloadable {
+    fn from(cfg: Arc<rustls::ServerConfig>) -> Self {
+        Self::new(cfg)
+    }
+}
+
+impl std::fmt::Debug for Reloadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reloadable(rustls::ServerConfig)")
+    }
 }
 
 /// A server configuration presenting `cert_chain` (PEM) with `key` (PEM),

@@ -159,7 +159,7 @@ pub(crate) fn start(cores: usize, limits: Limits, tls: Option<Arc<rustls::Server
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut listeners = vec![ListenerConfig { addr: any, tls: None }];
     if let Some(tls) = tls {
-        listeners.push(ListenerConfig { addr: any, tls: Some(tls) });
+        listeners.push(ListenerConfig { addr: any, tls: Some(tls.into()) });
     }
     let cfg = ServerConfig {
         cores,

@@ -1,0 +1,251 @@
+//! Root distribution in Kubernetes, as istiod's namespace controller
+//! (`pilot/pkg/serviceregistry/kube/controller/namespacecontroller.go`):
+//! the `istio-ca-root-cert` ConfigMap (`root-cert.pem`, label
+//! `istio.io/config: "true"`) in every namespace the mesh's
+//! `discoverySelectors` select (but `kube-public`, `kube-node-lease`,
+//! `local-path-storage` and terminating ones), kept equal to the CA's
+//! trust bundle: created where missing, updated where different.
+//!
+//! One replica does it: the holder of the `istio-namespace-controller-election`
+//! Lease in istiod's namespace (`pilot/pkg/leaderelection`: 30 s lease,
+//! renewed every 7.5 s, given up when not renewed for 15 s). A lease is
+//! taken over only when its holder has not renewed it for its whole
+//! duration, as seen by this replica's clock (client-go's rule: the
+//! holder's timestamps are not compared with ours). Writes race safely:
+//! a stale `resourceVersion` is a 409 and the next round reads again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+use super::CaServer;
+use super::kapi::{Api, Write};
+use crate::mesh::MeshSettings;
+
+/// The Lease's name.
+pub const ELECTION: &str = "istio-namespace-controller-election";
+/// The ConfigMap's name and key.
+pub const ROOT_CONFIGMAP: &str = "istio-ca-root-cert";
+const ROOT_KEY: &str = "root-cert.pem";
+
+/// istiod's election timings.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// How long a lease holds without renewal (30 s).
+    pub lease: Duration,
+    /// How long a leader keeps leading without a successful renewal (15 s).
+    pub renew_deadline: Duration,
+    /// How often it tries (7.5 s); also how often the ConfigMaps are
+    /// reconciled.
+    pub retry: Duration,
+}
+
+impl Timings {
+    /// istiod's: a 30 s TTL, renew deadline half, retry a quarter.
+    pub fn istiod() -> Timings {
+        let ttl = Duration::from_secs(30);
+        Timings { lease: ttl, renew_deadline: ttl / 2, retry: ttl / 4 }
+    }
+}
+
+/// Namespaces istiod never writes to (`inject.IgnoredNamespaces` but
+/// kube-system).
+const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
+
+/// RFC 3339 with microseconds, UTC (Kubernetes' `MicroTime`).
+fn micro_time(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let (secs, micros) = (d.as_secs() as i64, d.subsec_micros());
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// One replica's view of the election.
+struct Elector {
+    api: Api,
+    path: String,
+    namespace: String,
+    me: String,
+    timings: Timings,
+    /// The last record seen (holder, renew time, version) and when this
+    /// replica saw it change.
+    observed: Option<(Value, Instant)>,
+    /// When this replica last renewed as leader.
+    renewed: Option<Instant>,
+}
+
+impl Elector {
+    /// One try to acquire or renew (client-go's `tryAcquireOrRenew`):
+    /// whether this replica leads now.
+    async fn try_lead(&mut self) -> Result<bool, String> {
+        let now = SystemTime::now();
+        let secs = self.timings.lease.as_secs().max(1);
+        let Some(mut lease) = self.api.get(&self.path).await? else {
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": ELECTION, "namespace": self.namespace},
+                "spec": {
+                    "holderIdentity": self.me,
+                    "leaseDurationSeconds": secs,
+                    "acquireTime": micro_time(now),
+                    "renewTime": micro_time(now),
+                    "leaseTransitions": 0,
+                },
+            });
+            let coll = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", self.namespace);
+            return Ok(matches!(self.api.create(&coll, &lease).await?, Write::Done(_)));
+        };
+        let spec = lease["spec"].clone();
+        let holder = spec["holderIdentity"].as_str().unwrap_or_default().to_owned();
+        let record = json!([holder, spec["renewTime"], lease["metadata"]["resourceVersion"]]);
+        let seen_at = match &self.observed {
+            Some((r, at)) if *r == record => *at,
+            _ => {
+                self.observed = Some((record, Instant::now()));
+                Instant::now()
+            }
+        };
+        let held_for = spec["leaseDurationSeconds"].as_u64().map_or(self.timings.lease, Duration::from_secs);
+        if !holder.is_empty() && holder != self.me && seen_at.elapsed() < held_for {
+            return Ok(false);
+        }
+        let mine = holder == self.me;
+        let transitions = spec["leaseTransitions"].as_u64().unwrap_or(0) + u64::from(!mine);
+        lease["spec"]["holderIdentity"] = json!(self.me);
+        lease["spec"]["leaseDurationSeconds"] = json!(secs);
+        lease["spec"]["renewTime"] = json!(micro_time(now));
+        lease["spec"]["leaseTransitions"] = json!(transitions);
+        if !mine {
+            lease["spec"]["acquireTime"] = json!(micro_time(now));
+        }
+        Ok(matches!(self.api.replace(&self.path, &lease).await?, Write::Done(_)))
+    }
+}
+
+/// Creates or updates the root ConfigMap of every selected namespace;
+/// returns how many it wrote.
+pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str) -> Result<usize, String> {
+    let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
+    let maps = api
+        .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{ROOT_CONFIGMAP}"))
+        .await?
+        .ok_or("cannot list configmaps")?;
+    let mut existing: BTreeMap<String, Value> = BTreeMap::new();
+    for cm in maps["items"].as_array().into_iter().flatten() {
+        if cm["metadata"]["name"] == ROOT_CONFIGMAP
+            && let Some(ns) = cm["metadata"]["namespace"].as_str()
+        {
+            existing.insert(ns.to_owned(), cm.clone());
+        }
+    }
+    let mut wrote = 0;
+    for ns in namespaces["items"].as_array().into_iter().flatten() {
+        let Some(name) = ns["metadata"]["name"].as_str() else { continue };
+        if IGNORED.contains(&name) || ns["status"]["phase"] == "Terminating" {
+            continue;
+        }
+        let labels: BTreeMap<String, String> = ns["metadata"]["labels"]
+            .as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        if !mesh.discovers(&labels) {
+            continue;
+        }
+        let written = match existing.remove(name) {
+            None => {
+                let cm = json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": ROOT_CONFIGMAP, "namespace": name, "labels": {"istio.io/config": "true"}},
+                    "data": {ROOT_KEY: root},
+                });
+                api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await?
+            }
+            Some(cm) if cm["data"][ROOT_KEY] == root => continue,
+            // istiod's InsertDataToConfigMap: the key set, the rest kept.
+            Some(mut cm) => {
+                cm["data"][ROOT_KEY] = json!(root);
+                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{ROOT_CONFIGMAP}"), &cm).await?
+            }
+        };
+        match written {
+            Write::Done(_) => wrote += 1,
+            Write::Conflict => {
+                tracing::debug!(target: "ca", namespace = name, "root ConfigMap changed meanwhile; next round")
+            }
+        }
+    }
+    Ok(wrote)
+}
+
+/// Runs the election and, while leading, keeps the root ConfigMaps: at
+/// once on winning, whenever the CA changes, and every retry period (new
+/// namespaces, edited or deleted ConfigMaps).
+pub async fn run(
+    api: Api,
+    namespace: String,
+    me: String,
+    server: Arc<CaServer>,
+    mesh: Arc<MeshSettings>,
+    timings: Timings,
+) {
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{ELECTION}");
+    let mut elector = Elector { api: api.clone(), path, namespace, me, timings, observed: None, renewed: None };
+    let mut changed = server.changed.subscribe();
+    let mut leading = false;
+    loop {
+        match elector.try_lead().await {
+            Ok(true) => elector.renewed = Some(Instant::now()),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(target: "ca", error = %e, "leader election: cannot reach the Lease"),
+        }
+        let now_leading = elector.renewed.is_some_and(|t| t.elapsed() < elector.timings.renew_deadline);
+        if now_leading != leading {
+            leading = now_leading;
+            if leading {
+                tracing::info!(target: "ca", lease = ELECTION, "leader election: leading; keeping the root ConfigMaps");
+            } else {
+                tracing::info!(target: "ca", lease = ELECTION, "leader election: not leading");
+            }
+        }
+        if leading {
+            let root = server.ca().root_pem().to_owned();
+            match reconcile(&api, &mesh, &root).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
+                Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(elector.timings.retry) => {}
+            r = changed.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micro_time_is_rfc3339_utc() {
+        assert_eq!(micro_time(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456);
+        assert_eq!(micro_time(t), "2026-11-18T11:06:40.123456Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(micro_time(leap), "2000-02-29T00:00:00.000000Z");
+    }
+}

@@ -240,6 +240,65 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    fn elector(api: &Api, me: &str, timings: Timings) -> Elector {
+        Elector {
+            api: api.clone(),
+            path: format!("/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/{ELECTION}"),
+            namespace: "istio-system".into(),
+            me: me.into(),
+            timings,
+            observed: None,
+            renewed: None,
+        }
+    }
+
+    /// client-go's rules against a fake API server: the first to create
+    /// the Lease leads; the other waits while the holder renews, takes
+    /// over once the lease went unrenewed for its duration (by its own
+    /// clock), and the old holder, back, finds it held.
+    #[test]
+    fn one_replica_leads_and_another_takes_over_a_lapsed_lease() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let fake = istiod_kubewatch::fake::FakeApi::start().await.unwrap();
+            for r in istiod_kubewatch::fake::write_resources() {
+                fake.install(r);
+            }
+            let config = kube::Config::new(fake.url().parse().unwrap());
+            let api = Api::new(kube::Client::try_from(config).unwrap());
+            let timings = Timings {
+                lease: Duration::from_millis(1000),
+                renew_deadline: Duration::from_millis(500),
+                retry: Duration::from_millis(100),
+            };
+            let (mut a, mut b) = (elector(&api, "a", timings), elector(&api, "b", timings));
+            assert!(a.try_lead().await.unwrap(), "a creates the lease");
+            assert!(!b.try_lead().await.unwrap(), "b sees it held");
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                assert!(a.try_lead().await.unwrap(), "a renews");
+                assert!(!b.try_lead().await.unwrap(), "a renewed within the lease: b waits");
+            }
+            // a stops renewing: b takes over once a full lease passed
+            // since b saw the record change.
+            assert!(!b.try_lead().await.unwrap());
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            assert!(b.try_lead().await.unwrap(), "b takes over a lapsed lease");
+            let lease = fake.get("leases", "istio-system", ELECTION).unwrap();
+            assert_eq!(lease["spec"]["holderIdentity"], "b");
+            assert_eq!(lease["spec"]["leaseTransitions"], 1);
+            assert!(!a.try_lead().await.unwrap(), "a finds b holding it");
+            // Two writers of one version: one gets a 409 and does not lead.
+            let before = fake.conflicts();
+            let (mut c, mut d) = (elector(&api, "c", timings), elector(&api, "d", timings));
+            let _ = (c.try_lead().await, d.try_lead().await);
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            let (rc, rd) = tokio::join!(c.try_lead(), d.try_lead());
+            assert_eq!(u8::from(rc.unwrap()) + u8::from(rd.unwrap()), 1, "exactly one of two racers wins");
+            assert!(fake.conflicts() > before, "the loser got a 409");
+        });
+    }
+
     #[test]
     fn micro_time_is_rfc3339_utc() {
         assert_eq!(micro_time(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");

@@ -178,3 +178,37 @@ fn a_key_that_is_not_the_certificates_is_refused() {
     assert!(!err.to_string().contains("PRIVATE"), "no key material in the error");
     drop(first);
 }
+
+/// istiod's rotation (selfsignedcarootcertrotator.go): the renewed root
+/// has the old one's key and subject, so what the old root signed
+/// verifies under the new one; the bundle keeps the old root after the
+/// new; `root_due` follows certutil.GetWaitTime's grace percentile.
+#[test]
+fn a_renewed_root_keeps_its_key_and_verifies_what_the_old_one_signed() {
+    let short = Settings { self_signed_ttl: Duration::from_secs(600), ..Settings::default() };
+    let (old_cert, key) = Ca::generate_root_pem(&short).unwrap();
+    let old = Ca::self_signed_from_pem(&old_cert, &key, &[], short.clone(), "test").unwrap();
+    let leaf = old.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 300).unwrap();
+
+    let new_cert = Ca::renew_root_pem(&old_cert, &key, &Settings::default()).unwrap();
+    assert_ne!(new_cert, old_cert);
+    let new = Ca::self_signed_from_pem(&new_cert, &key, &[old_cert.clone()], Settings::default(), "test").unwrap();
+    assert_eq!(new.root_pem(), format!("{new_cert}{old_cert}"), "the new root first, then the old");
+    assert!(new.issued(&der(&leaf[0])), "a leaf of the old root stands under the new");
+    let (new_der, leaf_der) = (der(&new_cert), der(&leaf[0]));
+    let (_, new_parsed) = X509Certificate::from_der(&new_der).unwrap();
+    let (_, leaf_parsed) = X509Certificate::from_der(&leaf_der).unwrap();
+    leaf_parsed.verify_signature(Some(new_parsed.public_key())).expect("same key");
+    assert_eq!(leaf_parsed.issuer(), new_parsed.subject(), "same subject");
+    assert!(new_parsed.is_ca());
+
+    // 600 s ahead and 120 s behind: 83% of the life is left.
+    let now = OffsetDateTime::now_utc();
+    assert!(!root_due(&old_cert, 80, now));
+    assert!(root_due(&old_cert, 90, now));
+    assert!(root_due(&old_cert, 0, now + Duration::from_secs(601)), "expired");
+    assert!(root_due("garbage", 20, now), "an unreadable root is renewed");
+    // A key that is not the certificate's is refused.
+    let (_, other_key) = Ca::generate_root_pem(&short).unwrap();
+    assert!(Ca::self_signed_from_pem(&new_cert, &other_key, &[], Settings::default(), "test").is_err());
+}

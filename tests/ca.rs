@@ -581,3 +581,43 @@ fn a_self_signed_root_near_its_end_is_renewed_and_the_old_one_kept() {
     assert_eq!(s.log().matches("Root certificate rotation is completed successfully").count(), 1);
     let _ = old_file;
 }
+
+/// `loadgen csr` against the binary: every workload of a storm gets a
+/// certificate naming it, and the CA's counters agree.
+#[test]
+fn a_loadgen_csr_storm_gets_every_workload_its_certificate() {
+    use istiod_loadgen::csr;
+    let issuer = csr::Issuer::generate("https://loadgen.test").unwrap();
+    let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks())));
+    let rule = format!(r#"{{"issuer":"https://loadgen.test","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
+    let dir = tempfile::tempdir().unwrap();
+    let secure = free_port();
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[("JWT_RULE", &rule), ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap())],
+        None,
+    );
+    server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
+    let tls = istiod_loadgen::proxy::tls(&dir.path().join("ca-cert.pem"), "istiod.istio-system.svc").unwrap();
+    let o = csr::Options {
+        server: secure,
+        tls,
+        workloads: 200,
+        concurrency: 200,
+        namespaces: 4,
+        trust_domain: "cluster.local".into(),
+        issuer,
+        duration: Duration::from_secs(30),
+        server_pid: Some(s.pid()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(csr::run(o)).unwrap();
+    assert_eq!(report.ok, 200, "{:?}\n{}", report.errors, s.log());
+    let json = report.json();
+    assert_eq!(json["latency_ms"]["count"], 200);
+    assert!(json["certs_per_second"].as_f64().unwrap() > 0.0);
+    assert!(json["server_cpu_s"].as_f64().is_some(), "{json}");
+    let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
+    assert!(metrics.contains("citadel_server_success_cert_issuance_count 200"), "{metrics}");
+}

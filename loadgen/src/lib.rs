@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod churn;
+pub mod csr;
 pub mod mesh;
 pub mod proxy;
 pub mod run;

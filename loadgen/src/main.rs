@@ -31,6 +31,108 @@ enum Command {
     /// scenario's mesh, changes the mesh, and reports how fast they synced
     /// and converged.
     Run(Box<RunArgs>),
+    /// Writes a token issuer (issuer.json, its key) and its JWKS
+    /// (jwks.json) for `loadgen csr`; the server's JWT_RULE names the
+    /// issuer and a jwks_uri serving jwks.json.
+    Issuer {
+        /// The directory to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// The tokens' `iss`.
+        #[arg(long, default_value = "https://loadgen.test")]
+        issuer: String,
+    },
+    /// N workloads ask the CA for a certificate at once (a restart of
+    /// every pod): throughput and latency.
+    Csr(Box<CsrArgs>),
+}
+
+#[derive(clap::Args)]
+struct CsrArgs {
+    /// pilot-discovery's TLS gRPC address (--secureGRPCAddr).
+    #[arg(long, default_value = "127.0.0.1:15012")]
+    server: std::net::SocketAddr,
+    /// The CA's root (PEM): the server's certificate must chain to it.
+    #[arg(long)]
+    tls: PathBuf,
+    /// The name the server's certificate must carry.
+    #[arg(long, default_value = "istiod.istio-system.svc")]
+    tls_server_name: String,
+    /// The directory `loadgen issuer` wrote.
+    #[arg(long)]
+    issuer: PathBuf,
+    /// Workloads.
+    #[arg(long, default_value_t = 1000)]
+    workloads: u32,
+    /// Of them at once [default: all].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Namespaces they are spread over.
+    #[arg(long, default_value_t = 10)]
+    namespaces: u32,
+    /// The mesh's trust domain.
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// Upper bound of one workload's request, in seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// The server's pid: its CPU time during the storm.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
+fn csr_cmd(a: CsrArgs) -> ExitCode {
+    let fail = |code: u8, msg: String| {
+        eprintln!("loadgen: {msg}");
+        ExitCode::from(code)
+    };
+    let tls = match proxy::tls(&a.tls, &a.tls_server_name) {
+        Ok(t) => t,
+        Err(e) => return fail(2, format!("--tls: {e}")),
+    };
+    let issuer = match istiod_loadgen::csr::Issuer::load(&a.issuer) {
+        Ok(i) => i,
+        Err(e) => return fail(2, format!("--issuer: {e}")),
+    };
+    let o = istiod_loadgen::csr::Options {
+        server: a.server,
+        tls,
+        workloads: a.workloads,
+        concurrency: a.concurrency.unwrap_or(a.workloads as usize),
+        namespaces: a.namespaces,
+        trust_domain: a.trust_domain,
+        issuer,
+        duration: Duration::from_secs(a.timeout.max(1)),
+        server_pid: a.server_pid,
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, format!("runtime: {e}")),
+    };
+    let report = match rt.block_on(istiod_loadgen::csr::run(o)) {
+        Ok(r) => r,
+        Err(e) => return fail(1, e),
+    };
+    print!("{}", report.text());
+    for (e, n) in &report.errors {
+        eprintln!("loadgen: {n} x {e}");
+    }
+    if let Some(path) = &a.json
+        && let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&report.json()).unwrap_or_default())
+    {
+        return fail(1, format!("cannot write {}: {e}", path.display()));
+    }
+    if report.ok < u64::from(report.workloads) {
+        return fail(
+            1,
+            format!("{} of {} workloads got no certificate", u64::from(report.workloads) - report.ok, report.workloads),
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 #[derive(clap::Args)]
@@ -183,6 +285,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => run_cmd(*a),
+        Command::Csr(a) => csr_cmd(*a),
+        Command::Issuer { out, issuer } => {
+            #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
+            match istiod_loadgen::csr::Issuer::generate(&issuer).and_then(|i| i.save(&out).map_err(|e| e.to_string())) {
+                Ok(()) => {
+                    println!("loadgen: wrote issuer {issuer} to {}", out.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("loadgen: cannot write {}: {e}", out.display());
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Mesh { scenario, out } => {
             let s = match Scenario::load(&scenario) {
                 Ok(s) => s,

@@ -192,7 +192,7 @@ fn a_renewed_root_keeps_its_key_and_verifies_what_the_old_one_signed() {
 
     let new_cert = Ca::renew_root_pem(&old_cert, &key, &Settings::default()).unwrap();
     assert_ne!(new_cert, old_cert);
-    let new = Ca::self_signed_from_pem(&new_cert, &key, &[old_cert.clone()], Settings::default(), "test").unwrap();
+    let new = Ca::self_signed_from_pem(&new_cert, &key, std::slice::from_ref(&old_cert), Settings::default(), "test").unwrap();
     assert_eq!(new.root_pem(), format!("{new_cert}{old_cert}"), "the new root first, then the old");
     assert!(new.issued(&der(&leaf[0])), "a leaf of the old root stands under the new");
     let (new_der, leaf_der) = (der(&new_cert), der(&leaf[0]));

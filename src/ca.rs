@@ -420,6 +420,7 @@ pub async fn from_config(
         default_ttl: c.default_workload_cert_ttl,
         max_ttl: c.max_workload_cert_ttl,
         self_signed_ttl: c.self_signed_ca_cert_ttl,
+        rsa_key_bits: c.self_signed_rsa_bits,
     };
     let ca = match store {
         store::RootStore::Plugged(dir) => {

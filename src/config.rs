@@ -296,6 +296,10 @@ pub struct CaConfig {
     /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (87600h = 10 years): the
     /// self-signed root's lifetime.
     pub self_signed_ca_cert_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE`: when set, a new self-signed
+    /// root gets an RSA key of this size (istiod's choice); unset, ECDSA
+    /// P-256.
+    pub self_signed_rsa_bits: Option<usize>,
     /// `ROOT_CA_DIR` (`./etc/cacerts`): plugged-in CA certificates
     /// (`ca-cert.pem`, `ca-key.pem`, `root-cert.pem`, `cert-chain.pem`).
     pub root_ca_dir: PathBuf,
@@ -605,6 +609,23 @@ impl Config {
                 max_workload_cert_ttl: vars.duration("MAX_WORKLOAD_CERT_TTL", Duration::from_secs(2160 * 3600))?,
                 self_signed_ca_cert_ttl: vars
                     .duration("CITADEL_SELF_SIGNED_CA_CERT_TTL", Duration::from_secs(87_600 * 3600))?,
+                self_signed_rsa_bits: match vars.raw("CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE") {
+                    None => None,
+                    Some(v) => Some(
+                        v.trim()
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|b| (2048..=istiod_pki::ca::MAX_RSA_BITS).contains(b))
+                            .ok_or_else(|| ConfigError::Env {
+                                name: "CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE",
+                                value: v.clone(),
+                                reason: format!(
+                                    "expected an RSA key size, 2048 to {} bits",
+                                    istiod_pki::ca::MAX_RSA_BITS
+                                ),
+                            })?,
+                    ),
+                },
                 root_ca_dir: PathBuf::from(vars.string("ROOT_CA_DIR", "./etc/cacerts")),
                 self_signed_dir: vars.raw("ISTIOD_RS_SELF_SIGNED_CA_DIR").map(PathBuf::from),
                 plugged_check_interval: vars.duration("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", Duration::from_secs(5))?,

@@ -469,7 +469,8 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         let s = Server::start_on(
             &["--kubeconfig", kubeconfig.to_str().unwrap()],
             &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
-            &[("POD_NAME", pod), ("POD_NAMESPACE", "istio-system")],
+            // istiod's RSA root, as CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE asks.
+            &[("POD_NAME", pod), ("POD_NAMESPACE", "istio-system"), ("CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", "2048")],
             None,
         );
         (s, secure)
@@ -486,6 +487,8 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
     assert_eq!(secret["metadata"]["namespace"], "istio-system");
     assert_eq!(secret["type"], "istio.io/ca-root");
     let root = b64(&secret["data"]["ca-cert.pem"]);
+    // An RSA-2048 root's PEM is about 1.1 KB, an ECDSA P-256 one 0.6 KB.
+    assert!(root.len() > 1000, "an RSA root: {root}");
     assert!(root.contains("BEGIN CERTIFICATE") && b64(&secret["data"]["ca-key.pem"]).contains("PRIVATE KEY"));
 
     let want: Vec<String> = ["bookinfo", "default", "istio-system"].iter().map(|s| (*s).to_owned()).collect();

@@ -49,6 +49,9 @@ pub struct Settings {
     pub max_ttl: Duration,
     /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (10 years).
     pub self_signed_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE`: a self-signed root with an
+    /// RSA key of this many bits; `None`, ECDSA P-256.
+    pub rsa_key_bits: Option<usize>,
 }
 
 impl Default for Settings {
@@ -58,6 +61,7 @@ impl Default for Settings {
             default_ttl: Duration::from_secs(24 * 3600),
             max_ttl: Duration::from_secs(90 * 24 * 3600),
             self_signed_ttl: Duration::from_secs(10 * 365 * 24 * 3600),
+            rsa_key_bits: None,
         }
     }
 }
@@ -317,7 +321,10 @@ impl Ca {
     /// that may sign (key usage cert sign and CRL sign), the configured
     /// lifetime, backdated by the clock-skew grace.
     fn generate_root(settings: &Settings) -> Result<(String, KeyPair), CaError> {
-        let key = KeyPair::generate().map_err(|e| CaError::Generate(e.to_string()))?;
+        let key = match settings.rsa_key_bits {
+            None => KeyPair::generate().map_err(|e| CaError::Generate(e.to_string()))?,
+            Some(bits) => rsa_key(bits)?,
+        };
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, settings.trust_domain.clone());
@@ -472,6 +479,56 @@ impl Ca {
         let cert = params.signed_by(key, &self.issuer).map_err(|e| SignError::Issue(e.to_string()))?;
         Ok(cert.pem())
     }
+}
+
+/// ring's system RNG for the rsa crate.
+struct SystemRng(ring::rand::SystemRandom);
+
+#[derive(Debug)]
+struct RngError;
+
+impl std::fmt::Display for RngError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the system RNG failed")
+    }
+}
+
+impl std::error::Error for RngError {}
+
+impl rsa::rand_core::TryRng for SystemRng {
+    type Error = RngError;
+    fn try_next_u32(&mut self) -> Result<u32, RngError> {
+        let mut b = [0u8; 4];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    fn try_next_u64(&mut self) -> Result<u64, RngError> {
+        let mut b = [0u8; 8];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), RngError> {
+        ring::rand::SecureRandom::fill(&self.0, dst).map_err(|_| RngError)
+    }
+}
+
+impl rsa::rand_core::TryCryptoRng for SystemRng {}
+
+/// The largest RSA root key made (istiod accepts any size; keys this
+/// large already take seconds to generate).
+pub const MAX_RSA_BITS: usize = 8192;
+
+/// A new RSA key of `bits` (2048 to [`MAX_RSA_BITS`]) for rcgen.
+fn rsa_key(bits: usize) -> Result<KeyPair, CaError> {
+    use rsa::pkcs8::EncodePrivateKey;
+    if !(2048..=MAX_RSA_BITS).contains(&bits) {
+        return Err(CaError::Generate(format!("RSA key size {bits}: 2048 to {MAX_RSA_BITS} bits")));
+    }
+    let key = rsa::PrivateKey::new(&mut SystemRng(ring::rand::SystemRandom::new()), bits)
+        .map_err(|e| CaError::Generate(format!("RSA key: {e}")))?;
+    let der = key.to_pkcs8_der().map_err(|e| CaError::Generate(format!("RSA key: {e}")))?;
+    let der = rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_bytes().to_vec());
+    KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256).map_err(|e| CaError::Generate(e.to_string()))
 }
 
 /// istiod's root check (`certutil.GetWaitTime`): whether the certificate

@@ -163,6 +163,11 @@ fn bad_environment_values_name_the_variable() {
         ("ISTIO_GPRC_MAXRECVMSGSIZE", "0"),
         ("ISTIO_GPRC_MAXRECVMSGSIZE", "-1"),
         ("MAX_WORKLOAD_CERT_TTL", "90d"),
+        ("CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", "1024"),
+        ("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "120"),
+        ("CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", "hourly"),
+        ("XDS_AUTH", "maybe"),
+        ("PILOT_ENABLE_XDS_IDENTITY_CHECK", "2"),
     ];
     for (name, value) in cases {
         let err = build(&[], &[(name, value)]).expect_err(name).to_string();

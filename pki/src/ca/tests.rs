@@ -192,7 +192,8 @@ fn a_renewed_root_keeps_its_key_and_verifies_what_the_old_one_signed() {
 
     let new_cert = Ca::renew_root_pem(&old_cert, &key, &Settings::default()).unwrap();
     assert_ne!(new_cert, old_cert);
-    let new = Ca::self_signed_from_pem(&new_cert, &key, std::slice::from_ref(&old_cert), Settings::default(), "test").unwrap();
+    let new = Ca::self_signed_from_pem(&new_cert, &key, std::slice::from_ref(&old_cert), Settings::default(), "test")
+        .unwrap();
     assert_eq!(new.root_pem(), format!("{new_cert}{old_cert}"), "the new root first, then the old");
     assert!(new.issued(&der(&leaf[0])), "a leaf of the old root stands under the new");
     let (new_der, leaf_der) = (der(&new_cert), der(&leaf[0]));
@@ -211,4 +212,25 @@ fn a_renewed_root_keeps_its_key_and_verifies_what_the_old_one_signed() {
     // A key that is not the certificate's is refused.
     let (_, other_key) = Ca::generate_root_pem(&short).unwrap();
     assert!(Ca::self_signed_from_pem(&new_cert, &other_key, &[], Settings::default(), "test").is_err());
+}
+
+/// CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE: an RSA root (its key kept as
+/// PKCS#8 PEM, read back) signs workload leaves; sizes under 2048 are
+/// refused.
+#[test]
+fn an_rsa_root_signs_workload_certificates() {
+    let settings = Settings { rsa_key_bits: Some(2048), ..Settings::default() };
+    let (cert, key) = Ca::generate_root_pem(&settings).unwrap();
+    assert!(key.contains("BEGIN PRIVATE KEY"));
+    let ca = Ca::self_signed_from_pem(&cert, &key, &[], settings.clone(), "test").unwrap();
+    let root_der = der(&cert);
+    let (_, root) = X509Certificate::from_der(&root_der).unwrap();
+    assert!(matches!(root.public_key().parsed().unwrap(), PublicKey::RSA(_)), "an RSA root");
+    let chain = ca.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 600).unwrap();
+    let leaf_der = der(&chain[0]);
+    let (_, leaf) = X509Certificate::from_der(&leaf_der).unwrap();
+    leaf.verify_signature(Some(root.public_key())).expect("signed with the RSA key");
+    assert!(ca.issued(&leaf_der));
+    let small = Settings { rsa_key_bits: Some(1024), ..Settings::default() };
+    assert!(Ca::generate_root_pem(&small).is_err());
 }

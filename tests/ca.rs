@@ -63,15 +63,17 @@ fn ask_with(
     ttl: u64,
     env: &[(&str, &str)],
 ) -> serde_json::Value {
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/ca_client.py");
-    let out = std::process::Command::new(python::python())
-        .arg(script)
-        .args([addr.to_string(), root.to_owned(), token.to_owned(), identity.to_owned(), ttl.to_string()])
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let args = [addr.to_string(), root.to_owned(), token.to_owned(), identity.to_owned(), ttl.to_string()];
+    py_json("ca_client.py", &args, env)
+}
+
+/// Runs tests/py/`script` with `args` and `env`; its one line of JSON.
+fn py_json(script: &str, args: &[String], env: &[(&str, &str)]) -> serde_json::Value {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(script);
+    let out =
+        std::process::Command::new(python::python()).arg(path).args(args).envs(env.iter().copied()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ca_client.py failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{script} failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
@@ -199,17 +201,9 @@ fn ads(
     delta: bool,
     env: &[(&str, &str)],
 ) -> serde_json::Value {
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_auth.py");
     let protocol = if delta { "delta" } else { "sotw" };
-    let out = std::process::Command::new(python::python())
-        .arg(script)
-        .args([addr.to_string(), root.to_owned(), token.to_owned(), namespace.to_owned(), protocol.to_owned()])
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ads_auth.py failed: {}\n{}", text, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+    let args = [addr.to_string(), root.to_owned(), token.to_owned(), namespace.to_owned(), protocol.to_owned()];
+    py_json("ads_auth.py", &args, env)
 }
 
 /// xDS on the TLS port as istiod (pilot/pkg/xds/auth.go): a stream needs

@@ -74,6 +74,10 @@ pub struct CaServer {
     pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
     /// Counters for `/metrics`.
     pub metrics: CaMetrics,
+    /// Whether this CA signs (`ENABLE_CA_SERVER`). With the CA disabled
+    /// and `XDS_AUTH` on, a server that does not sign still holds the
+    /// token authenticators for xDS (as istiod does).
+    pub signing: bool,
     /// Bumped whenever the CA in force is replaced: istiod's serving
     /// certificate, the TLS client roots and the root ConfigMaps follow.
     pub changed: tokio::sync::watch::Sender<u64>,
@@ -412,7 +416,7 @@ pub async fn from_config(
     store: &store::RootStore,
 ) -> Result<Option<Arc<CaServer>>, String> {
     let c = &config.ca;
-    if !c.enabled {
+    if !c.enabled && !c.xds_auth {
         return Ok(None);
     }
     let settings = istiod_pki::Settings {
@@ -422,6 +426,7 @@ pub async fn from_config(
         self_signed_ttl: c.self_signed_ca_cert_ttl,
         rsa_key_bits: c.self_signed_rsa_bits,
     };
+    let store = if c.enabled { store } else { &store::RootStore::Memory };
     let ca = match store {
         store::RootStore::Plugged(dir) => {
             let ca = Ca::plugged(dir, settings).map_err(|e| e.to_string())?;
@@ -430,6 +435,10 @@ pub async fn from_config(
         }
         store::RootStore::Dir(dir) => Ca::self_signed_in(dir, settings).map_err(|e| e.to_string())?,
         store::RootStore::Secret { api, namespace } => store::load_secret_ca(api, namespace, &settings).await?,
+        store::RootStore::Memory if !c.enabled => {
+            // Never signs: only its token authenticators are used.
+            Ca::generate(istiod_pki::Settings { rsa_key_bits: None, ..settings }).map_err(|e| e.to_string())?
+        }
         store::RootStore::Memory => {
             tracing::warn!(target: "ca", "self-signed root held in memory: a restart makes a new one; set ISTIOD_RS_SELF_SIGNED_CA_DIR to keep it");
             Ca::generate(settings).map_err(|e| e.to_string())?
@@ -445,6 +454,7 @@ pub async fn from_config(
         jwt,
         reviewer: Default::default(),
         metrics: CaMetrics::default(),
+        signing: c.enabled,
         changed: tokio::sync::watch::Sender::new(0),
     })))
 }

@@ -319,6 +319,9 @@ pub struct CaConfig {
     /// `CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL` (1h): how often the
     /// self-signed root is checked for rotation.
     pub root_check_interval: Duration,
+    /// `CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR` (true): the first
+    /// check waits a random part of the interval.
+    pub root_check_jitter: bool,
     /// `CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE` (20): the
     /// root is renewed in the last this-many percent of its lifetime.
     pub root_grace_percentile: u32,
@@ -631,6 +634,7 @@ impl Config {
                 plugged_check_interval: vars.duration("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", Duration::from_secs(5))?,
                 root_check_interval: vars
                     .duration("CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL", Duration::from_secs(3600))?,
+                root_check_jitter: vars.bool("CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR", true)?,
                 root_grace_percentile: {
                     let v = vars.string("CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", "20");
                     v.trim().parse::<u32>().ok().filter(|p| *p <= 100).ok_or_else(|| ConfigError::Env {

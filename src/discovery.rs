@@ -113,8 +113,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
         Source::ConfigDir(_) => None,
     };
     let root_store = crate::ca::store::RootStore::of(&config, kube.as_ref());
+    // `ca_server` authenticates (xDS and the CA); `ca_signing` is it when
+    // it also signs (ENABLE_CA_SERVER).
     let ca_server =
         rt.block_on(crate::ca::from_config(&config, &mesh.trust_domain, &root_store)).map_err(StartError::Ca)?;
+    let ca_signing = ca_server.clone().filter(|c| c.signing);
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
@@ -130,11 +133,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         plaintext: config.ca.xds_auth_plaintext,
         identity_check: config.ca.xds_identity_check,
     };
-    if auth.enabled && auth.server.is_none() {
-        tracing::warn!(target: "default", "XDS_AUTH is on but the CA is disabled: xDS streams are not authenticated");
-    }
     let factory = crate::ca::xds_auth::AuthFactory::new(factory, auth);
-    let factory = MuxFactory::new(factory, crate::ca::CaFactory(ca_server.clone()), crate::ca::PATHS);
+    let factory = MuxFactory::new(factory, crate::ca::CaFactory(ca_signing.clone()), crate::ca::PATHS);
 
     let k = &config.keepalive;
     let limits = Limits {
@@ -167,7 +167,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             ttl: config.ca.max_workload_cert_ttl,
             files,
         };
-        let cfg = match (&ca_server, &cert.files) {
+        let cfg = match (&ca_signing, &cert.files) {
             (Some(ca), _) => Some(cert.tls_config(&ca.ca()).map_err(StartError::Tls)?),
             (None, Some((c, k))) => Some(tls::server_config(c, k).map_err(|e| StartError::Tls(e.to_string()))?),
             (None, None) => {
@@ -249,7 +249,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         if let Some(l) = monitoring_listener {
             let l = tokio_listener(l)?;
-            let (publisher, ca) = (publisher.clone(), ca_server.clone());
+            let (publisher, ca) = (publisher.clone(), ca_signing.clone());
             let handler: http::Handler = Rc::new(move |req| {
                 let (publisher, ca) = (publisher.clone(), ca.clone());
                 Box::pin(async move { monitoring(req, &publisher, ca.as_deref()).await })
@@ -263,7 +263,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some(auth) = ca_server.as_ref().and_then(|c| c.jwt.clone()) {
             tokio::task::spawn_local(crate::ca::refresh_keys(auth, config.jwks_refresh));
         }
-        if let Some(ca) = &ca_server {
+        if let Some(ca) = &ca_signing {
             use crate::ca::store::{self, RootStore};
             match &root_store {
                 RootStore::Plugged(dir) => {
@@ -272,7 +272,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 }
                 RootStore::Secret { .. } | RootStore::Dir(_) => {
                     let (every, grace) = (config.ca.root_check_interval, config.ca.root_grace_percentile);
-                    tokio::task::spawn_local(store::rotate_roots(ca.clone(), root_store.clone(), every, grace));
+                    let jitter = config.ca.root_check_jitter;
+                    tokio::task::spawn_local(store::rotate_roots(ca.clone(), root_store.clone(), every, grace, jitter));
                 }
                 RootStore::Memory => {}
             }
@@ -282,11 +283,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             match (&root_store, &kube) {
                 // One replica keeps the root ConfigMaps.
                 (_, Some(client)) => {
-                    let me = if config.identity.pod_name.is_empty() {
-                        format!("istiod-rs-{}", std::process::id())
-                    } else {
-                        config.identity.pod_name.clone()
-                    };
+                    let me = crate::ca::namespaces::identity(&config.identity.pod_name);
                     tokio::task::spawn_local(crate::ca::namespaces::run(
                         crate::ca::kapi::Api::new(client.clone()),
                         config.identity.namespace.clone(),

@@ -396,6 +396,18 @@ fn kubernetes_tokens_are_reviewed_by_the_api_server() {
     let other = ads(secure, root, "tok-ads-other", "default", false, &[]);
     assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
     assert_eq!(ads(secure, root, "tok-user", "bookinfo", false, &[])["code"], "UNAUTHENTICATED");
+    // Streams half-closed before any request, one waiting for its review:
+    // ended cleanly, the server serves on.
+    api.add_token("tok-ads-empty", "system:serviceaccount:bookinfo:details", &["istio-ca"]);
+    for token in ["tok-ads-empty", "tok-ads"] {
+        let empty = py_json(
+            "ads_auth.py",
+            &[secure.to_string(), root.into(), token.into(), "bookinfo".into(), "sotw-empty".into()],
+            &[],
+        );
+        assert_eq!(empty["code"], "OK", "{token}: {empty}");
+    }
+    assert_eq!(ads(secure, root, "tok-ads", "bookinfo", true, &[])["code"], "OK");
 }
 
 /// The objects of `plural` named `name`, by namespace.
@@ -500,7 +512,10 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
     assert!(holder == "istiod-a" || holder == "istiod-b", "{holder}");
     let (leader, follower) = if holder == "istiod-a" { (&a, &b) } else { (&b, &a) };
     server::wait_for("the leader's log", Duration::from_secs(5), || leader.log().contains("leader election: leading"));
-    assert!(!follower.log().contains("leader election: leading"), "only one leads:\n{}", follower.log());
+    // One created the Secret; the other read it (before creating, or after
+    // losing the create race).
+    let created = |s: &Server| s.log().contains("created istio-system/istio-ca-secret");
+    assert_eq!(u8::from(created(&a)) + u8::from(created(&b)), 1, "one replica created the Secret");
 
     // Both replicas sign under the ConfigMap's root, and serve :15012 with
     // a certificate it verifies.
@@ -519,6 +534,14 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         let m = named(&api, "configmaps", "istio-ca-root-cert");
         m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == root.as_str())
     });
+    // Seconds later, still one leader all along: the lease never changed
+    // hands and the follower never led.
+    let lease = &named(&api, "leases", "istio-namespace-controller-election")["istio-system"];
+    assert_eq!(
+        (&lease["spec"]["holderIdentity"], &lease["spec"]["leaseTransitions"]),
+        (&holder.as_str().into(), &0.into())
+    );
+    assert!(!follower.log().contains("leader election: leading"), "only one leads:\n{}", follower.log());
 }
 
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the

@@ -184,9 +184,17 @@ impl FakeApi {
 
     /// Stores `object` as a new version: a new `resourceVersion`, an ADDED
     /// or MODIFIED event; returns what is stored.
-    fn store(&self, r: &Resource, mut object: Value) -> Value {
-        let plural = r.plural;
+    fn store(&self, r: &Resource, object: Value) -> Value {
         let mut s = self.lock();
+        let stored = Self::store_locked(&mut s, r, object);
+        drop(s);
+        self.changed.notify_waiters();
+        stored
+    }
+
+    /// [`FakeApi::store`] under a lock already held.
+    fn store_locked(s: &mut State, r: &Resource, mut object: Value) -> Value {
+        let plural = r.plural;
         s.rv += 1;
         let rv = s.rv;
         object["apiVersion"] = json!(r.api_version());
@@ -205,8 +213,6 @@ impl FakeApi {
             kind,
             object: json!({"type": if existed { "MODIFIED" } else { "ADDED" }, "object": object.clone()}),
         });
-        drop(s);
-        self.changed.notify_waiters();
         object
     }
 
@@ -222,19 +228,34 @@ impl FakeApi {
         if !object.is_object() {
             return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
         }
-        object["metadata"]["namespace"] = json!(ns);
+        match object["metadata"]["namespace"].as_str() {
+            Some(given) if given != ns => {
+                let msg = "the namespace of the provided object does not match the namespace sent on the request";
+                return (400, status_json(400, "BadRequest", msg));
+            }
+            _ => object["metadata"]["namespace"] = json!(ns),
+        }
+        if name.is_none() && object["metadata"]["resourceVersion"].as_str().is_some_and(|v| !v.is_empty()) {
+            return (
+                500,
+                status_json(500, "InternalError", "resourceVersion should not be set on objects to be created"),
+            );
+        }
         let Some(obj_name) = object["metadata"]["name"].as_str().map(str::to_owned) else {
             return (422, status_json(422, "Invalid", "metadata.name is required"));
         };
         let key = (r.plural, ns.to_owned(), obj_name.clone());
-        let current = self.lock().objects.get(&key).cloned();
-        match (name, current) {
+        // Looked up, compared and stored under one lock, as etcd's
+        // compare-and-swap.
+        let mut s = self.lock();
+        let current = s.objects.get(&key).cloned();
+        let answer = match (name, current) {
             (None, Some(_)) => {
-                self.lock().conflicts += 1;
+                s.conflicts += 1;
                 let msg = format!("{} {obj_name:?} already exists", r.plural);
                 (409, status_json(409, "AlreadyExists", &msg))
             }
-            (None, None) => (201, self.store(r, object)),
+            (None, None) => (201, Self::store_locked(&mut s, r, object)),
             (Some(name), _) if name != obj_name => {
                 (400, status_json(400, "BadRequest", "the name in the body is not the one in the path"))
             }
@@ -242,17 +263,24 @@ impl FakeApi {
             (Some(_), Some(cur)) => {
                 let given = object["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
                 if !given.is_empty() && cur["metadata"]["resourceVersion"] != json!(given) {
-                    self.lock().conflicts += 1;
+                    s.conflicts += 1;
                     let msg = format!(
                         "Operation cannot be fulfilled on {} {obj_name:?}: the object has been modified; please apply your changes to the latest version and try again",
                         r.plural
                     );
-                    return (409, status_json(409, "Conflict", &msg));
+                    (409, status_json(409, "Conflict", &msg))
+                } else {
+                    object["metadata"]["uid"] = cur["metadata"]["uid"].clone();
+                    (200, Self::store_locked(&mut s, r, object))
                 }
-                object["metadata"]["uid"] = cur["metadata"]["uid"].clone();
-                (200, self.store(r, object))
             }
+        };
+        let wrote = matches!(answer.0, 200 | 201);
+        drop(s);
+        if wrote {
+            self.changed.notify_waiters();
         }
+        answer
     }
 
     /// Deletes an object.

@@ -272,13 +272,18 @@ async fn one(o: &Options, w: &Workload) -> Result<(Duration, Duration), String> 
     Ok(took)
 }
 
-/// Whether the leaf's text names `identity` (a cheap check: the SAN's
-/// bytes are in the DER as they are).
+/// Whether the leaf carries exactly `identity` as a URI SAN: the DER
+/// GeneralName `[6] IA5String` with its length, so `.../sa-1` does not
+/// match a leaf for `.../sa-10`.
 fn leaf_names(pem: &str, identity: &str) -> bool {
+    let Ok(len) = u8::try_from(identity.len()) else { return false };
+    if len >= 0x80 {
+        return false;
+    }
+    let mut want = vec![0x86, len];
+    want.extend_from_slice(identity.as_bytes());
     let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
-    base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .is_ok_and(|der| der.windows(identity.len()).any(|w| w == identity.as_bytes()))
+    base64::engine::general_purpose::STANDARD.decode(b64).is_ok_and(|der| der.windows(want.len()).any(|w| w == want))
 }
 
 /// Runs the storm.

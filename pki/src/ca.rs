@@ -208,7 +208,7 @@ impl Ca {
         }
         let cert_path = dir.join("ca-cert.pem");
         let cert = read(&cert_path)?;
-        let key = KeyPair::from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
+        let key = key_from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
             path: key_path.clone(),
             reason: format!("not a usable private key: {e}"),
         })?;
@@ -227,7 +227,7 @@ impl Ca {
         let (cert_path, key_path) = (dir.join("ca-cert.pem"), dir.join("ca-key.pem"));
         if key_path.exists() && cert_path.exists() {
             let cert = read(&cert_path)?;
-            let key = KeyPair::from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
+            let key = key_from_pem(&read(&key_path)?).map_err(|e| CaError::Invalid {
                 path: key_path.clone(),
                 reason: format!("not a usable private key: {e}"),
             })?;
@@ -262,7 +262,7 @@ impl Ca {
         source: &str,
     ) -> Result<Ca, CaError> {
         let path = Path::new(source);
-        let key = KeyPair::from_pem(key).map_err(|e| CaError::Invalid {
+        let key = key_from_pem(key).map_err(|e| CaError::Invalid {
             path: path.to_owned(),
             reason: format!("ca-key.pem is not a usable private key: {e}"),
         })?;
@@ -281,7 +281,7 @@ impl Ca {
     /// certificate the old one signed verifies under the new one too.
     pub fn renew_root_pem(cert: &str, key: &str, settings: &Settings) -> Result<String, CaError> {
         let invalid = |reason: String| CaError::Invalid { path: PathBuf::from("ca-cert.pem"), reason };
-        let key = KeyPair::from_pem(key).map_err(|e| invalid(format!("ca-key.pem: {e}")))?;
+        let key = key_from_pem(key).map_err(|e| invalid(format!("ca-key.pem: {e}")))?;
         let (_, block) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).map_err(|e| invalid(e.to_string()))?;
         let parsed = block.parse_x509().map_err(|e| invalid(e.to_string()))?;
         // The same subject (istiod's roots carry O = the trust domain, a
@@ -479,6 +479,56 @@ impl Ca {
         let cert = params.signed_by(key, &self.issuer).map_err(|e| SignError::Issue(e.to_string()))?;
         Ok(cert.pem())
     }
+}
+
+/// A DER element: `tag`, definite length, `content`.
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let n = content.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes: Vec<u8> = n.to_be_bytes().iter().copied().skip_while(|b| *b == 0).collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// `key` (a PKCS#1 or SEC1 private key) as PKCS#8 with `alg_id`.
+fn pkcs8(alg_id: &[u8], key: &[u8]) -> Vec<u8> {
+    let version = [0x02, 0x01, 0x00];
+    der(0x30, &[&version[..], alg_id, &der(0x04, key)].concat())
+}
+
+/// rsaEncryption, NULL parameters.
+const RSA_ALG_ID: &[u8] = &[0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00];
+/// id-ecPublicKey with prime256v1, then with secp384r1.
+const EC_ALG_IDS: [&[u8]; 2] = [
+    &[
+        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d,
+        0x03, 0x01, 0x07,
+    ],
+    &[0x30, 0x10, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22],
+];
+
+/// A private key from PEM in any of the forms istiod writes and reads
+/// (`ParsePemEncodedKey`): PKCS#8 (`PRIVATE KEY`), PKCS#1 (`RSA PRIVATE
+/// KEY`, istiod's self-signed RSA root) or SEC1 (`EC PRIVATE KEY`); rcgen
+/// and ring take PKCS#8 only, so the others are wrapped.
+pub fn key_from_pem(pem: &str) -> Result<KeyPair, String> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|_| "not a PEM block".to_owned())?;
+    let key = &block.contents;
+    let parsed = match block.label.as_str() {
+        "PRIVATE KEY" => KeyPair::try_from(&key[..]),
+        "RSA PRIVATE KEY" => KeyPair::try_from(pkcs8(RSA_ALG_ID, key)),
+        "EC PRIVATE KEY" => {
+            KeyPair::try_from(pkcs8(EC_ALG_IDS[0], key)).or_else(|_| KeyPair::try_from(pkcs8(EC_ALG_IDS[1], key)))
+        }
+        other => return Err(format!("a {other:?} PEM block is not a private key")),
+    };
+    parsed.map_err(|e| e.to_string())
 }
 
 /// ring's system RNG for the rsa crate.

@@ -74,7 +74,8 @@ impl Api {
         match self.send(http::Method::PUT, path, Some(object)).await? {
             Ok(v) => Ok(Write::Done(v)),
             Err(409) => Ok(Write::Conflict),
-            Err(code) => Err(format!("PUT {path}: {code} (the object is gone)")),
+            Err(404) => Err(format!("PUT {path}: 404, the object is gone")),
+            Err(code) => Err(format!("PUT {path}: {code}")),
         }
     }
 }

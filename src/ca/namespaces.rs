@@ -72,6 +72,21 @@ fn micro_time(t: SystemTime) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// This replica's name in the Lease: `POD_NAME`, else istiod's
+/// `unknown-<hostname>` with a random suffix (containers all run as pid 1,
+/// and two replicas must never share a name).
+pub fn identity(pod_name: &str) -> String {
+    if !pod_name.is_empty() {
+        return pod_name.to_owned();
+    }
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    format!("unknown-{}-{:08x}", host.trim(), h.finish() as u32)
+}
+
 /// One replica's view of the election.
 struct Elector {
     api: Api,
@@ -135,9 +150,11 @@ impl Elector {
     }
 }
 
-/// Creates or updates the root ConfigMap of every selected namespace;
-/// returns how many it wrote.
-pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str) -> Result<usize, String> {
+/// Creates or updates the root ConfigMap of every selected namespace,
+/// writing only while this replica leads (until `lead_until`: a long pass
+/// stops when the lease may have passed to another replica); returns how
+/// many it wrote. A namespace whose write fails is logged and skipped.
+pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: Instant) -> Result<usize, String> {
     let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
     let maps = api
         .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{ROOT_CONFIGMAP}"))
@@ -164,7 +181,15 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str) -> Result<usi
         if !mesh.discovers(&labels) {
             continue;
         }
-        let written = match existing.remove(name) {
+        let current = existing.remove(name);
+        if current.as_ref().is_some_and(|cm| cm["data"][ROOT_KEY] == root) {
+            continue;
+        }
+        if Instant::now() >= lead_until {
+            tracing::info!(target: "ca", "leadership may have lapsed: the root ConfigMaps wait for the next round");
+            break;
+        }
+        let written = match current {
             None => {
                 let cm = json!({
                     "apiVersion": "v1",
@@ -172,20 +197,20 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str) -> Result<usi
                     "metadata": {"name": ROOT_CONFIGMAP, "namespace": name, "labels": {"istio.io/config": "true"}},
                     "data": {ROOT_KEY: root},
                 });
-                api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await?
+                api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await
             }
-            Some(cm) if cm["data"][ROOT_KEY] == root => continue,
             // istiod's InsertDataToConfigMap: the key set, the rest kept.
             Some(mut cm) => {
                 cm["data"][ROOT_KEY] = json!(root);
-                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{ROOT_CONFIGMAP}"), &cm).await?
+                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{ROOT_CONFIGMAP}"), &cm).await
             }
         };
         match written {
-            Write::Done(_) => wrote += 1,
-            Write::Conflict => {
+            Ok(Write::Done(_)) => wrote += 1,
+            Ok(Write::Conflict) => {
                 tracing::debug!(target: "ca", namespace = name, "root ConfigMap changed meanwhile; next round")
             }
+            Err(e) => tracing::warn!(target: "ca", namespace = name, error = %e, "cannot write the root ConfigMap"),
         }
     }
     Ok(wrote)
@@ -221,9 +246,9 @@ pub async fn run(
                 tracing::info!(target: "ca", lease = ELECTION, "leader election: not leading");
             }
         }
-        if leading {
+        if let (true, Some(renewed)) = (leading, elector.renewed) {
             let root = server.ca().root_pem().to_owned();
-            match reconcile(&api, &mesh, &root).await {
+            match reconcile(&api, &mesh, &root, renewed + elector.timings.renew_deadline).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),

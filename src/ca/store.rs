@@ -135,6 +135,14 @@ pub async fn load_secret_ca(api: &Api, namespace: &str, settings: &Settings) -> 
     let store = RootStore::Secret { api: api.clone(), namespace: namespace.to_owned() };
     let start = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(200);
+    // Made once, off this thread (an RSA key takes a while), used only if
+    // the Secret is absent.
+    let made = {
+        let settings = settings.clone();
+        tokio::task::spawn_blocking(move || Ca::generate_root_pem(&settings))
+    };
+    let mut made = Some(made);
+    let mut fresh: Option<(String, String)> = None;
     loop {
         let attempt = async {
             if let Some((cert, key, _)) = store.read().await? {
@@ -144,7 +152,10 @@ pub async fn load_secret_ca(api: &Api, namespace: &str, settings: &Settings) -> 
                 return Ok(Some(ca));
             }
             tracing::info!(target: "ca", "CASecret {CA_SECRET} not found, will create one");
-            let (cert, key) = Ca::generate_root_pem(settings).map_err(|e| e.to_string())?;
+            if let Some(task) = made.take() {
+                fresh = Some(task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?);
+            }
+            let (cert, key) = fresh.clone().ok_or("no root was made")?;
             let secret = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -172,7 +183,9 @@ pub async fn load_secret_ca(api: &Api, namespace: &str, settings: &Settings) -> 
         let attempt: Result<Option<Ca>, String> = attempt.await;
         match attempt {
             Ok(Some(ca)) => return Ok(ca),
-            Ok(None) => continue,
+            // Lost the create race: read the winner's (soon, not at once).
+            Ok(None) if start.elapsed() < LOAD_DEADLINE => tokio::time::sleep(Duration::from_millis(50)).await,
+            Ok(None) => return Err(format!("{namespace}/{CA_SECRET} is created and gone again")),
             Err(e) if start.elapsed() < LOAD_DEADLINE => {
                 tracing::warn!(target: "ca", error = %e, "cannot load {namespace}/{CA_SECRET}; retrying");
                 tokio::time::sleep(backoff).await;
@@ -195,10 +208,19 @@ fn older_roots(bundle: &str, new_cert: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a check of the root came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// Nothing more to do this round.
+    Done,
+    /// Another replica wrote first: read again now.
+    Again,
+}
+
 /// One check of the self-signed root: renewed when due, reloaded when
 /// another replica renewed it.
-pub async fn check_root(server: &CaServer, store: &RootStore, grace_percent: u32) -> Result<(), String> {
-    let Some((cert, key, secret)) = store.read().await? else { return Ok(()) };
+pub async fn check_root(server: &CaServer, store: &RootStore, grace_percent: u32) -> Result<Checked, String> {
+    let Some((cert, key, secret)) = store.read().await? else { return Ok(Checked::Done) };
     let current = server.ca();
     let settings = current.settings().clone();
     let now = OffsetDateTime::now_utc();
@@ -206,15 +228,15 @@ pub async fn check_root(server: &CaServer, store: &RootStore, grace_percent: u32
         tracing::info!(target: "ca", "Refresh root certificate, root cert is about to expire");
         let renewed = Ca::renew_root_pem(&cert, &key, &settings).map_err(|e| e.to_string())?;
         if !store.write_renewed(&renewed, &key, secret).await? {
-            tracing::info!(target: "ca", "another replica renewed the root first; reading it next round");
-            return Ok(());
+            tracing::info!(target: "ca", "another replica renewed the root first; reading it");
+            return Ok(Checked::Again);
         }
         let older = older_roots(current.root_pem(), &renewed);
         let ca =
             Ca::self_signed_from_pem(&renewed, &key, &older, settings, "renewed root").map_err(|e| e.to_string())?;
         server.set_ca(ca);
         tracing::info!(target: "ca", kept = older.len(), "Root certificate rotation is completed successfully.");
-        return Ok(());
+        return Ok(Checked::Done);
     }
     if cert.trim() != current.cert_pem().trim() {
         tracing::warn!(target: "ca", "CA cert in KeyCertBundle does not match CA cert in the store. Start to reload root cert into KeyCertBundle");
@@ -222,16 +244,35 @@ pub async fn check_root(server: &CaServer, store: &RootStore, grace_percent: u32
         let ca = Ca::self_signed_from_pem(&cert, &key, &older, settings, "stored root").map_err(|e| e.to_string())?;
         server.set_ca(ca);
     }
-    Ok(())
+    Ok(Checked::Done)
 }
 
-/// Checks the self-signed root every `every` (istiod's root cert rotator).
-pub async fn rotate_roots(server: Arc<CaServer>, store: RootStore, every: Duration, grace_percent: u32) {
-    let every = every.max(Duration::from_millis(100));
+/// Checks the self-signed root every `every` (istiod's root cert rotator;
+/// zero disables it, as in istiod), starting after a random part of the
+/// interval so replicas started together do not check together
+/// (`CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR`).
+pub async fn rotate_roots(server: Arc<CaServer>, store: RootStore, every: Duration, grace_percent: u32, jitter: bool) {
+    if every.is_zero() {
+        tracing::info!(target: "ca", "CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL is 0: the root is not rotated");
+        return;
+    }
+    if jitter {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        tokio::time::sleep(every.mul_f64((h.finish() % 1000) as f64 / 1000.0)).await;
+    }
     loop {
         tokio::time::sleep(every).await;
-        if let Err(e) = check_root(&server, &store, grace_percent).await {
-            tracing::warn!(target: "ca", error = %e, "root certificate check failed; the CA in force stays");
+        for _ in 0..3 {
+            match check_root(&server, &store, grace_percent).await {
+                Ok(Checked::Done) => break,
+                Ok(Checked::Again) => continue,
+                Err(e) => {
+                    tracing::warn!(target: "ca", error = %e, "root certificate check failed; the CA in force stays");
+                    break;
+                }
+            }
         }
     }
 }

@@ -30,15 +30,21 @@ use istiod_xds::server::{Registry, ServiceFactory};
 
 use super::{Authn, CaServer, bearer, tokenreview::Refusal};
 
-/// What may be held for a stream while its token is reviewed.
-const MAX_HELD_MESSAGES: usize = 8;
-const MAX_HELD_BYTES: usize = 4 << 20;
+/// What may be held for a stream while its token is reviewed (a proxy
+/// sends one request, a few at most, before its first answer)...
+const MAX_HELD_MESSAGES: usize = 4;
+const MAX_HELD_BYTES: usize = 256 << 10;
+/// ...and for all the waiting streams of a core: anyone can send a bearer
+/// string, so what waiting costs is bounded whoever sends it.
+const MAX_HELD_BYTES_PER_CORE: usize = 16 << 20;
+/// How many streams between sweeps of gates whose connection is gone.
+const PRUNE_EVERY: u64 = 1024;
 
 /// How xDS streams are authenticated.
 #[derive(Debug, Clone)]
 pub struct XdsAuth {
-    /// The CA's authenticators; `None`: nothing to authenticate with
-    /// (the CA is disabled), every stream passes.
+    /// The authenticators (a non-signing [`CaServer`] when
+    /// `ENABLE_CA_SERVER` is false); `None` only when `XDS_AUTH` is off.
     pub server: Option<Arc<CaServer>>,
     /// `XDS_AUTH`.
     pub enabled: bool,
@@ -78,6 +84,9 @@ pub struct AuthedAds<S> {
     auth: XdsAuth,
     gates: Gates,
     registry: Rc<Registry>,
+    /// Bytes held for all waiting streams of this core.
+    held: Rc<std::cell::Cell<usize>>,
+    opened: u64,
 }
 
 impl<F: ServiceFactory> ServiceFactory for AuthFactory<F> {
@@ -89,6 +98,8 @@ impl<F: ServiceFactory> ServiceFactory for AuthFactory<F> {
             auth: self.auth.clone(),
             gates: Gates::default(),
             registry,
+            held: Rc::default(),
+            opened: 0,
         }
     }
 
@@ -152,6 +163,7 @@ impl<S: Service + 'static> AuthedAds<S> {
         answer: async_channel::Receiver<Result<(String, String), Refusal>>,
     ) {
         let (gates, registry, inner) = (self.gates.clone(), self.registry.clone(), self.inner.clone());
+        let held_total = self.held.clone();
         let identity_check = self.auth.identity_check;
         // glommio runs a spawned task at once, up to its first wait, from
         // inside this call: it yields first, so what follows runs from the
@@ -159,7 +171,10 @@ impl<S: Service + 'static> AuthedAds<S> {
         glommio::spawn_local(async move {
             futures_lite::future::yield_now().await;
             let outcome = answer.recv().await;
-            let Some(Gate::Waiting { call, held, half_closed, .. }) = gates.borrow_mut().remove(&key) else { return };
+            let Some(Gate::Waiting { call, held, held_bytes, half_closed }) = gates.borrow_mut().remove(&key) else {
+                return;
+            };
+            held_total.set(held_total.get().saturating_sub(held_bytes));
             let Some(h) = registry.get(key.0) else { return };
             {
                 let mut c = h.conn.borrow_mut();
@@ -189,11 +204,11 @@ impl<S: Service + 'static> AuthedAds<S> {
                         }
                         svc.message(&mut c, key.1, msg)?;
                     }
-                    if let Some(ids) = unchecked {
-                        gates.borrow_mut().insert(key, Gate::Check { ids, delta });
-                    }
                     if half_closed {
+                        // Over (the ADS service finishes it): nothing to check.
                         svc.half_close(&mut c, key.1);
+                    } else if let Some(ids) = unchecked {
+                        gates.borrow_mut().insert(key, Gate::Check { ids, delta });
                     }
                     Ok(())
                 })();
@@ -211,9 +226,27 @@ impl<S: Service + 'static> AuthedAds<S> {
 
 impl<S: Service + 'static> Service for AuthedAds<S> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
-        let Some(server) = self.authenticator(conn) else { return self.inner.borrow_mut().open(conn, call) };
+        let path = &call.request.path[..];
+        let delta = path == paths::DELTA_AGGREGATED_RESOURCES.as_bytes();
+        let ads = delta || path == paths::STREAM_AGGREGATED_RESOURCES.as_bytes();
+        // Unknown paths are the ADS service's to refuse (UNIMPLEMENTED),
+        // without a review.
+        let Some(server) = self.authenticator(conn).filter(|_| ads) else {
+            return self.inner.borrow_mut().open(conn, call);
+        };
+        self.opened += 1;
+        if self.opened.is_multiple_of(PRUNE_EVERY) {
+            let registry = &self.registry;
+            let held = &self.held;
+            self.gates.borrow_mut().retain(|(id, _), g| {
+                let keep = registry.get(*id).is_some();
+                if let (false, Gate::Waiting { held_bytes, .. }) = (keep, g) {
+                    held.set(held.get().saturating_sub(*held_bytes));
+                }
+                keep
+            });
+        }
         let key = (conn.info.id, call.stream);
-        let delta = &call.request.path[..] == paths::DELTA_AGGREGATED_RESOURCES.as_bytes();
         match server.authenticate(&conn.info, bearer(call).as_deref()) {
             Authn::Ids(ids) => {
                 tracing::debug!(target: "ads", peer = ?conn.info.peer, identities = ?ids, "Authenticated XDS");
@@ -242,14 +275,21 @@ impl<S: Service + 'static> Service for AuthedAds<S> {
                 self.inner.borrow_mut().message(conn, stream, msg)
             }
             Some(Gate::Waiting { held, held_bytes, .. }) => {
-                *held_bytes += msg.len();
-                if held.len() >= MAX_HELD_MESSAGES || *held_bytes > MAX_HELD_BYTES {
+                let total = self.held.get();
+                if held.len() >= MAX_HELD_MESSAGES
+                    || *held_bytes + msg.len() > MAX_HELD_BYTES
+                    || total + msg.len() > MAX_HELD_BYTES_PER_CORE
+                {
+                    let freed = *held_bytes;
                     gates.remove(&key);
+                    self.held.set(total.saturating_sub(freed));
                     return Err(Status::new(
                         Code::ResourceExhausted,
                         "too many requests before the stream was authenticated",
                     ));
                 }
+                *held_bytes += msg.len();
+                self.held.set(total + msg.len());
                 held.push(msg);
                 Ok(())
             }
@@ -263,15 +303,23 @@ impl<S: Service + 'static> Service for AuthedAds<S> {
     }
 
     fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        if let Some(Gate::Waiting { half_closed, .. }) = self.gates.borrow_mut().get_mut(&(conn.info.id, stream)) {
+        let key = (conn.info.id, stream);
+        let mut gates = self.gates.borrow_mut();
+        if let Some(Gate::Waiting { half_closed, .. }) = gates.get_mut(&key) {
             *half_closed = true;
             return;
         }
+        // The ADS service finishes the call (then `closed` never comes):
+        // nothing of it may stay here.
+        gates.remove(&key);
+        drop(gates);
         self.inner.borrow_mut().half_close(conn, stream);
     }
 
     fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
-        self.gates.borrow_mut().remove(&(conn.info.id, stream));
+        if let Some(Gate::Waiting { held_bytes, .. }) = self.gates.borrow_mut().remove(&(conn.info.id, stream)) {
+            self.held.set(self.held.get().saturating_sub(held_bytes));
+        }
         self.inner.borrow_mut().closed(conn, stream);
     }
 

@@ -3,7 +3,7 @@ and asks for its clusters, over TLS with a bearer token and/or a client
 certificate, or in the clear. Prints one JSON line: the gRPC status code
 and details, and for an answer the number of clusters.
 
-Usage: ads_auth.py ADDR (ROOT_PEM|-) (TOKEN|-) NAMESPACE (sotw|delta)
+Usage: ads_auth.py ADDR (ROOT_PEM|-) (TOKEN|-) NAMESPACE (sotw|delta)[-empty]
 
 Environment: ADS_CLIENT_KEY and ADS_CLIENT_CHAIN (PEM files) present a
 client certificate; ADS_SERVICE_ACCOUNT sets the node's SERVICE_ACCOUNT.
@@ -48,12 +48,17 @@ def main():
     metadata = [] if token == "-" else [("authorization", "Bearer " + token)]
     done = threading.Event()
 
+    empty = protocol.endswith("-empty")
+
     def requests(req):
-        # The stream stays open until the answer is read, as a proxy's.
+        # The stream stays open until the answer is read, as a proxy's;
+        # "-empty": half-closed before any request.
+        if empty:
+            return
         yield req
         done.wait(10)
 
-    if protocol == "delta":
+    if protocol.startswith("delta"):
         req = discovery_pb2.DeltaDiscoveryRequest(node=node, type_url=CDS)
         call = stub.DeltaAggregatedResources(requests(req), metadata=metadata, timeout=10)
     else:

@@ -234,3 +234,39 @@ fn an_rsa_root_signs_workload_certificates() {
     let small = Settings { rsa_key_bits: Some(1024), ..Settings::default() };
     assert!(Ca::generate_root_pem(&small).is_err());
 }
+
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap()).collect();
+    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+}
+
+/// An `istio-ca-secret` written by istiod itself: its RSA root's key is
+/// PKCS#1 (`RSA PRIVATE KEY`), an EC key SEC1 (`EC PRIVATE KEY`); both load
+/// (wrapped into PKCS#8 for rcgen) and sign.
+#[test]
+fn keys_in_istiods_pkcs1_and_sec1_forms_load() {
+    use rsa::pkcs1::EncodeRsaPrivateKey;
+    use rsa::pkcs8::DecodePrivateKey;
+    // RSA: the PKCS#8 key of a fresh RSA root, re-encoded as PKCS#1.
+    let settings = Settings { rsa_key_bits: Some(2048), ..Settings::default() };
+    let (cert, key8) = Ca::generate_root_pem(&settings).unwrap();
+    let der8 = x509_parser::pem::parse_x509_pem(key8.as_bytes()).unwrap().1.contents;
+    let rsa_key = rsa::PrivateKey::from_pkcs8_der(&der8).unwrap();
+    let pkcs1 = pem("RSA PRIVATE KEY", rsa_key.to_pkcs1_der().unwrap().as_bytes());
+    let ca = Ca::self_signed_from_pem(&cert, &pkcs1, &[], settings, "istio-ca-secret").unwrap();
+    assert!(ca.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 60).is_ok());
+    // EC: the SEC1 key inside a PKCS#8 P-256 key (its last element).
+    let (cert, key8) = Ca::generate_root_pem(&Settings::default()).unwrap();
+    let der8 = x509_parser::pem::parse_x509_pem(key8.as_bytes()).unwrap().1.contents;
+    let (_, outer) = x509_parser::der_parser::der::parse_der_sequence(&der8).unwrap();
+    let items = outer.as_sequence().unwrap();
+    let sec1 = items.last().unwrap().as_slice().unwrap();
+    let ca = Ca::self_signed_from_pem(&cert, &pem("EC PRIVATE KEY", sec1), &[], Settings::default(), "test").unwrap();
+    assert!(ca.sign(csr(&[uri(ID)]).as_bytes(), &[ID.to_owned()], 60).is_ok());
+    // Anything else says what it is.
+    let err = key_from_pem(&pem("CERTIFICATE", b"x")).unwrap_err();
+    assert!(err.contains("CERTIFICATE"), "{err}");
+    assert!(key_from_pem(&pem("RSA PRIVATE KEY", b"garbage")).is_err());
+}

@@ -149,44 +149,50 @@ pub fn run(config: Config) -> Result<(), StartError> {
     if let Some(a) = &config.listen.grpc {
         listeners.push(ListenerConfig { addr: resolve("grpcAddr", a)?, tls: None });
     }
-    // istiod's own certificate, from its CA (no flags needed), or the
-    // files given; kept current by `store::serve_tls`.
-    let mut serving = None;
-    if let Some(a) = &config.listen.secure_grpc {
-        let files = match (&config.tls.cert, &config.tls.key) {
-            (Some(cert), Some(key)) => {
-                let read = |p: &std::path::Path| {
-                    std::fs::read(p).map_err(|e| StartError::Tls(format!("{}: {e}", p.display())))
-                };
-                Some((read(cert)?, read(key)?))
-            }
-            _ => None,
-        };
-        let cert = crate::ca::store::ServingCert {
-            names: crate::ca::istiod_dns_names(&config.identity),
-            ttl: config.ca.max_workload_cert_ttl,
-            files,
-        };
-        let cfg = match (&ca_signing, &cert.files) {
-            (Some(ca), _) => Some(cert.tls_config(&ca.ca()).map_err(StartError::Tls)?),
-            (None, Some((c, k))) => Some(tls::server_config(c, k).map_err(|e| StartError::Tls(e.to_string()))?),
-            (None, None) => {
-                tracing::warn!(
-                    target: "default",
-                    "--secureGRPCAddr is not served: no --tlsCertFile/--tlsKeyFile and the CA is disabled"
-                );
-                None
-            }
-        };
-        if let Some(cfg) = cfg {
-            if cert.files.is_none() {
-                tracing::info!(target: "ca", names = ?cert.names, "istiod's serving certificate issued by its CA");
-            }
-            let reloadable = tls::Reloadable::new(cfg);
+    // istiod's own certificate for :15012 and the webhooks, from its CA
+    // (no flags needed), or the files given; kept current by
+    // `store::serve_tls`.
+    let files = match (&config.tls.cert, &config.tls.key) {
+        (Some(cert), Some(key)) => {
+            let read =
+                |p: &std::path::Path| std::fs::read(p).map_err(|e| StartError::Tls(format!("{}: {e}", p.display())));
+            Some((read(cert)?, read(key)?))
+        }
+        _ => None,
+    };
+    let cert = crate::ca::store::ServingCert {
+        names: crate::ca::istiod_dns_names(&config.identity),
+        ttl: config.ca.max_workload_cert_ttl,
+        files,
+    };
+    let wanted = config.listen.secure_grpc.is_some() || config.listen.https.is_some();
+    let tls_configs = match (&ca_signing, &cert.files) {
+        _ if !wanted => None,
+        (Some(ca), _) => Some(cert.tls_configs(&ca.ca()).map_err(StartError::Tls)?),
+        (None, Some(_)) => Some(cert.tls_configs_from_files().map_err(StartError::Tls)?),
+        (None, None) => {
+            tracing::warn!(
+                target: "default",
+                "--secureGRPCAddr and --httpsAddr are not served: no --tlsCertFile/--tlsKeyFile and the CA is disabled"
+            );
+            None
+        }
+    };
+    let (mut grpc_tls, mut webhook_tls) = (None, None);
+    if let Some((grpc_cfg, webhook_cfg)) = tls_configs {
+        if cert.files.is_none() {
+            tracing::info!(target: "ca", names = ?cert.names, "istiod's serving certificate issued by its CA");
+        }
+        if let Some(a) = &config.listen.secure_grpc {
+            let reloadable = tls::Reloadable::new(grpc_cfg);
             listeners.push(ListenerConfig { addr: resolve("secureGRPCAddr", a)?, tls: Some(reloadable.clone()) });
-            serving = Some((cert, reloadable));
+            grpc_tls = Some(reloadable);
+        }
+        if config.listen.https.is_some() {
+            webhook_tls = Some(tls::Reloadable::new(webhook_cfg));
         }
     }
+    let mut serving = Some((cert, grpc_tls, webhook_tls.clone()));
     // Every port is bound before anything is served or published: a port in
     // use stops the start with the address named, and nothing half-runs.
     let bind_http = |flag: &'static str, a: &Option<ListenAddr>| -> Result<Option<std::net::TcpListener>, StartError> {
@@ -198,6 +204,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
     };
     let http_listener = bind_http("httpAddr", &config.listen.http)?;
     let monitoring_listener = bind_http("monitoringAddr", &config.listen.monitoring)?;
+    let https_listener = match webhook_tls {
+        Some(_) => bind_http("httpsAddr", &config.listen.https)?,
+        None => None,
+    };
+    let webhooks = Rc::new(crate::webhook::Webhooks::default());
     let handle = server::start(
         ServerConfig {
             cores,
@@ -249,12 +260,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         if let Some(l) = monitoring_listener {
             let l = tokio_listener(l)?;
-            let (publisher, ca) = (publisher.clone(), ca_signing.clone());
+            let (publisher, ca, hooks) = (publisher.clone(), ca_signing.clone(), webhooks.clone());
             let handler: http::Handler = Rc::new(move |req| {
-                let (publisher, ca) = (publisher.clone(), ca.clone());
-                Box::pin(async move { monitoring(req, &publisher, ca.as_deref()).await })
+                let (publisher, ca, hooks) = (publisher.clone(), ca.clone(), hooks.clone());
+                Box::pin(async move { monitoring(req, &publisher, ca.as_deref(), &hooks).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
+        }
+        if let (Some(l), Some(tls)) = (https_listener, webhook_tls) {
+            let l = tokio_listener(l)?;
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(target: "default", %addr, "serving the webhooks (HTTPS)");
+            }
+            tokio::task::spawn_local(crate::webhook::serve(l, tls, webhooks.clone()));
         }
         // The JWKS resolver hears which key sets each new model wants.
         let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();
@@ -277,8 +295,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 }
                 RootStore::Memory => {}
             }
-            if let Some((cert, tls)) = serving.take() {
-                tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, tls));
+            if let Some((cert, grpc, webhook)) = serving.take() {
+                tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, grpc, webhook));
             }
             match (&root_store, &kube) {
                 // One replica keeps the root ConfigMaps.

@@ -23,3 +23,4 @@ pub mod node;
 mod testing;
 pub mod translate;
 pub mod version;
+pub mod webhook;

@@ -34,7 +34,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
             .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
             .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "2"])
+            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "2"])
             .args(["--log_target", "stderr"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -102,7 +102,7 @@ fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
     let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
         .args(["--grpcAddr", &server.grpc.to_string(), "--httpAddr", &free_port().to_string()])
-        .args(["--monitoringAddr", &free_port().to_string(), "--secureGRPCAddr", "", "--cores", "2"])
+        .args(["--monitoringAddr", &free_port().to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "2"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -145,7 +145,7 @@ fn an_invalid_mesh_config_stops_the_server_with_the_reason() {
         .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
         .args(["--meshConfig", mesh.to_str().unwrap()])
         .args(["--grpcAddr", &free_port().to_string(), "--httpAddr", "", "--monitoringAddr", ""])
-        .args(["--secureGRPCAddr", ""])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", ""])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -179,7 +179,7 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
     let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -210,7 +210,7 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
     let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

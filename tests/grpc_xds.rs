@@ -30,7 +30,7 @@ fn serve(dir: &std::path::Path) -> (std::process::Child, SocketAddr) {
     let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", dir.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
         .env("PILOT_DEBOUNCE_AFTER", "10ms")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

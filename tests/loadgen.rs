@@ -41,7 +41,7 @@ fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"));
     cmd.args(["discovery", "--configDir", dir.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", "", "--httpsAddr", "", "--cores", "1"])
         .env("PILOT_DEBOUNCE_AFTER", "10ms")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -232,7 +232,7 @@ fn a_server_that_starts_after_loadgen_is_waited_for() {
     let mut server = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use super::CaServer;
 use super::kapi::{Api, Write};
+use istiod_xds::server::tls::Reloadable;
 
 /// The Secret istiod keeps its self-signed root in.
 pub const CA_SECRET: &str = "istio-ca-secret";
@@ -299,19 +300,44 @@ impl ServingCert {
         Ok((chain.into_bytes(), key.into_bytes()))
     }
 
-    /// The TLS configuration of :15012 for `ca`: the certificate, and
-    /// client certificates verified against the CA's trust bundle.
-    pub fn tls_config(&self, ca: &Ca) -> Result<Arc<istiod_xds::server::tls::ServerConfig>, String> {
+    /// The TLS configurations for `ca`, of one new certificate: :15012's
+    /// (ALPN h2, client certificates verified against the CA's trust
+    /// bundle) and the webhooks' (ALPN h2 and http/1.1).
+    pub fn tls_configs(&self, ca: &Ca) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
         let (cert, key) = self.issue(ca)?;
-        istiod_xds::server::tls::server_config_with_clients(&cert, &key, Some(ca.root_pem().as_bytes()))
-            .map_err(|e| e.to_string())
+        Self::configs(&cert, &key, Some(ca.root_pem().as_bytes()))
+    }
+
+    /// [`ServingCert::tls_configs`] of the files given (no CA: no client
+    /// certificates).
+    pub fn tls_configs_from_files(&self) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
+        let (cert, key) = self.files.as_ref().ok_or("no --tlsCertFile/--tlsKeyFile")?;
+        Self::configs(cert, key, None)
+    }
+
+    fn configs(
+        cert: &[u8],
+        key: &[u8],
+        roots: Option<&[u8]>,
+    ) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
+        use istiod_xds::server::tls::server_config_alpn;
+        let grpc = server_config_alpn(cert, key, roots, &[b"h2"]).map_err(|e| e.to_string())?;
+        let webhook = server_config_alpn(cert, key, None, &[b"h2", b"http/1.1"]).map_err(|e| e.to_string())?;
+        Ok((grpc, webhook))
     }
 }
 
-/// Keeps :15012's TLS configuration current: a new certificate (and
-/// client roots) when the CA changes, and a new certificate when 80% of
+type ServerConfig = istiod_xds::server::tls::ServerConfig;
+
+/// Keeps the TLS configurations of :15012 and the webhooks current: a
+/// new certificate (and client roots) when the CA changes, and a new certificate when 80% of
 /// the last one's life has passed.
-pub async fn serve_tls(server: Arc<CaServer>, cert: ServingCert, tls: istiod_xds::server::tls::Reloadable) {
+pub async fn serve_tls(
+    server: Arc<CaServer>,
+    cert: ServingCert,
+    grpc: Option<Reloadable>,
+    webhook: Option<Reloadable>,
+) {
     let mut changed = server.changed.subscribe();
     let renew_after = |ttl: Duration| ttl.mul_f64(0.8).max(Duration::from_secs(1));
     let mut wait = renew_after(cert.ttl);
@@ -329,9 +355,14 @@ pub async fn serve_tls(server: Arc<CaServer>, cert: ServingCert, tls: istiod_xds
             wait = Duration::from_secs(3600);
             continue;
         }
-        match cert.tls_config(&server.ca()) {
-            Ok(cfg) => {
-                tls.set(cfg);
+        match cert.tls_configs(&server.ca()) {
+            Ok((grpc_cfg, webhook_cfg)) => {
+                if let Some(t) = &grpc {
+                    t.set(grpc_cfg);
+                }
+                if let Some(t) = &webhook {
+                    t.set(webhook_cfg);
+                }
                 wait = renew_after(cert.ttl);
                 let why = if ca_changed { "the CA changed" } else { "renewal" };
                 tracing::info!(target: "ca", names = ?cert.names, why, "istiod's serving certificate reissued");

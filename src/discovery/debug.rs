@@ -70,6 +70,7 @@ pub(super) async fn monitoring(
     req: Request,
     publisher: &Publisher<crate::generator::MeshInput>,
     ca: Option<&crate::ca::CaServer>,
+    webhooks: &crate::webhook::Webhooks,
 ) -> Response {
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
@@ -86,5 +87,6 @@ pub(super) async fn monitoring(
     if let Some(ca) = ca {
         out.push_str(&ca.render_metrics());
     }
+    out.push_str(&webhooks.render_metrics());
     Response { status: 200, content_type: "text/plain; version=0.0.4", body: out }
 }

@@ -71,6 +71,17 @@ pub fn server_config_with_clients(
     key: &[u8],
     client_roots: Option<&[u8]>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_alpn(cert_chain, key, client_roots, &[b"h2"])
+}
+
+/// [`server_config_with_clients`] offering the ALPN protocols `alpn`
+/// (the webhooks take `h2` and `http/1.1`).
+pub fn server_config_alpn(
+    cert_chain: &[u8],
+    key: &[u8],
+    client_roots: Option<&[u8]>,
+    alpn: &[&[u8]],
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_chain)
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Certs(e.to_string()))?;
@@ -97,6 +108,6 @@ pub fn server_config_with_clients(
         }
     };
     let mut cfg = builder.with_single_cert(certs, key)?;
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(cfg))
 }

@@ -1,0 +1,194 @@
+//! Config validation as istiod's webhook does it
+//! (`pkg/webhooks/validation/server/server.go`), with the validators the
+//! config sources use (`istiod_kubewatch::istio::parse`): CREATE and
+//! UPDATE of an Istio object are judged, other operations allowed; an
+//! invalid object is refused with every problem at its field; top-level
+//! fields other than `apiVersion`, `kind`, `metadata`, `spec` and `status`
+//! are refused. Istio kinds this server does not read yet (EnvoyFilter,
+//! Telemetry, WasmPlugin, ...) are allowed with a warning saying they were
+//! not validated; kinds of other groups are refused as istiod does
+//! (`unrecognized type`).
+
+use std::collections::BTreeMap;
+
+use istiod_kubewatch::istio::{self, IstioKind};
+
+use super::admission::{AdmissionRequest, AdmissionResponse};
+
+/// istiod's reasons (`monitoring.go`).
+const UNSUPPORTED_OPERATION: &str = "unsupported_operation";
+const YAML_DECODE_ERROR: &str = "yaml_decode_error";
+const UNKNOWN_TYPE: &str = "unknown_type";
+const INVALID_CONFIG: &str = "invalid_resource";
+
+/// The groups whose kinds istiod validates.
+const ISTIO_GROUPS: [&str; 4] =
+    ["networking.istio.io", "security.istio.io", "telemetry.istio.io", "extensions.istio.io"];
+
+/// `galley_validation_passed` and `galley_validation_failed` by labels.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    passed: BTreeMap<(String, String, String), u64>,
+    failed: BTreeMap<(String, String, String, &'static str), u64>,
+}
+
+impl Metrics {
+    fn pass(&mut self, r: &AdmissionRequest) {
+        let k = (r.resource.group.clone(), r.resource.version.clone(), r.resource.resource.clone());
+        *self.passed.entry(k).or_default() += 1;
+    }
+
+    fn fail(&mut self, r: &AdmissionRequest, reason: &'static str) {
+        // istiod counts no dry run.
+        if r.dry_run == Some(true) {
+            return;
+        }
+        let k = (r.resource.group.clone(), r.resource.version.clone(), r.resource.resource.clone(), reason);
+        *self.failed.entry(k).or_default() += 1;
+    }
+
+    /// In Prometheus text.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if !self.passed.is_empty() {
+            out.push_str(
+                "# HELP galley_validation_passed Resource is valid\n# TYPE galley_validation_passed counter\n",
+            );
+            for ((g, v, r), n) in &self.passed {
+                let _ = writeln!(out, "galley_validation_passed{{group=\"{g}\",resource=\"{r}\",version=\"{v}\"}} {n}");
+            }
+        }
+        if !self.failed.is_empty() {
+            out.push_str(
+                "# HELP galley_validation_failed Resource validation failed\n# TYPE galley_validation_failed counter\n",
+            );
+            for ((g, v, r, reason), n) in &self.failed {
+                let _ = writeln!(
+                    out,
+                    "galley_validation_failed{{group=\"{g}\",reason=\"{reason}\",resource=\"{r}\",version=\"{v}\"}} {n}"
+                );
+            }
+        }
+        out
+    }
+}
+
+const VALID_FIELDS: [&str; 5] = ["apiVersion", "kind", "metadata", "spec", "status"];
+
+/// Judges one request.
+pub fn validate(request: &AdmissionRequest, metrics: &mut Metrics) -> AdmissionResponse {
+    let dry = if request.dry_run == Some(true) { " (dry run)" } else { "" };
+    match request.operation.as_str() {
+        "CREATE" | "UPDATE" => {}
+        other => {
+            tracing::warn!(target: "validation", "Unsupported webhook operation {other}{dry}");
+            metrics.fail(request, UNSUPPORTED_OPERATION);
+            return AdmissionResponse::allow();
+        }
+    }
+    let obj = &request.object;
+    let Some(fields) = obj.as_object() else {
+        metrics.fail(request, YAML_DECODE_ERROR);
+        return AdmissionResponse::deny("cannot decode configuration: the object is not a JSON object");
+    };
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    if IstioKind::from_api(api_version, kind).is_none() {
+        if ISTIO_GROUPS.contains(&group) && !kind.is_empty() {
+            metrics.pass(request);
+            return AdmissionResponse {
+                warnings: vec![format!("{kind} of {api_version} is not validated by istiod-rs yet")],
+                ..AdmissionResponse::allow()
+            };
+        }
+        tracing::info!(target: "validation", "unrecognized type {api_version}, Kind={kind}{dry}");
+        metrics.fail(request, UNKNOWN_TYPE);
+        return AdmissionResponse::deny(format!("unrecognized type {api_version}, Kind={kind}"));
+    }
+    let yaml = match serde_yaml_ng::to_value(obj) {
+        Ok(v) => v,
+        Err(e) => {
+            metrics.fail(request, YAML_DECODE_ERROR);
+            return AdmissionResponse::deny(format!("cannot decode configuration: {e}"));
+        }
+    };
+    if let Err(e) = istio::parse(&yaml) {
+        tracing::info!(target: "validation", "configuration is invalid: {e}{dry}");
+        metrics.fail(request, INVALID_CONFIG);
+        return AdmissionResponse::deny(format!("configuration is invalid: {e}"));
+    }
+    if let Some(key) = fields.keys().find(|k| !VALID_FIELDS.contains(&k.as_str())) {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        metrics.fail(request, INVALID_CONFIG);
+        return AdmissionResponse::deny(format!(
+            "unknown field {key:?} on {} resource {}/{name}",
+            request.kind.kind, request.namespace
+        ));
+    }
+    metrics.pass(request);
+    AdmissionResponse::allow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn request(op: &str, object: Value) -> AdmissionRequest {
+        serde_json::from_value(json!({
+            "uid": "u",
+            "kind": {"group": "networking.istio.io", "version": "v1", "kind": object["kind"]},
+            "resource": {"group": "networking.istio.io", "version": "v1", "resource": "virtualservices"},
+            "namespace": "default",
+            "operation": op,
+            "object": object,
+        }))
+        .unwrap()
+    }
+
+    fn vs(spec: Value) -> Value {
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "metadata": {"name": "r", "namespace": "default"}, "spec": spec})
+    }
+
+    /// pkg/webhooks/validation/server/server.go `validate`.
+    #[test]
+    fn istio_objects_are_judged_as_istiod_judges_them() {
+        let mut m = Metrics::default();
+        let good = vs(json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}]}]}));
+        assert!(validate(&request("CREATE", good.clone()), &mut m).allowed);
+        let bad = vs(
+            json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}, "weight": -1}]}]}),
+        );
+        let r = validate(&request("UPDATE", bad.clone()), &mut m);
+        assert!(!r.allowed);
+        let msg = r.message.unwrap();
+        assert!(msg.starts_with("configuration is invalid: ") && msg.contains("spec.http[0].route[0].weight"), "{msg}");
+        // Deleting is not judged.
+        assert!(validate(&request("DELETE", bad), &mut m).allowed);
+        // A top-level field of its own.
+        let mut extra = good;
+        extra["extra"] = json!(1);
+        let r = validate(&request("CREATE", extra), &mut m);
+        assert_eq!(r.message.as_deref(), Some(r#"unknown field "extra" on VirtualService resource default/r"#));
+        // Istio kinds not read here pass with a warning; others are refused.
+        let ef = json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter", "metadata": {"name": "f"}, "spec": {}});
+        let r = validate(&request("CREATE", ef), &mut m);
+        assert!(r.allowed && r.warnings[0].contains("not validated"), "{r:?}");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        assert_eq!(
+            validate(&request("CREATE", pod), &mut m).message.as_deref(),
+            Some("unrecognized type v1, Kind=Pod")
+        );
+        let text = m.render();
+        for line in [
+            "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 2",
+            "galley_validation_failed{group=\"networking.istio.io\",reason=\"invalid_resource\",resource=\"virtualservices\",version=\"v1\"} 2",
+            "galley_validation_failed{group=\"networking.istio.io\",reason=\"unsupported_operation\",resource=\"virtualservices\",version=\"v1\"} 1",
+            "galley_validation_failed{group=\"networking.istio.io\",reason=\"unknown_type\",resource=\"virtualservices\",version=\"v1\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The validation webhook end to end (issue #13): AdmissionReviews over
+//! HTTPS on `--httpsAddr`, with istiod's certificate from its CA, through
+//! Python's ssl over HTTP/1.1 and the `h2` crate over HTTP/2, the two ways
+//! the API server calls a webhook. istiod's
+//! pkg/webhooks/validation/server/server.go is the reference: the answer
+//! has the request's version and uid, an invalid object is refused naming
+//! the field, bad requests get HTTP errors, and the server serves on.
+
+#[path = "../proto/tests/support/python.rs"]
+mod python;
+#[path = "support/server.rs"]
+mod server;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use server::{BOOKINFO, Server, free_port};
+
+/// One request through tests/py/webhook_client.py.
+fn http1(addr: SocketAddr, root: &std::path::Path, req: &Value) -> Value {
+    use std::io::Write;
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/webhook_client.py");
+    let mut child = std::process::Command::new(python::python())
+        .arg(script)
+        .args([addr.to_string(), root.to_str().unwrap().to_owned()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "webhook_client.py: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// One POST over HTTP/2 (the `h2` crate over rustls, ALPN h2).
+fn http2(addr: SocketAddr, root: &std::path::Path, path: &str, body: &Value) -> (u16, Value) {
+    let tls = istiod_loadgen::proxy::tls(root, "istiod.istio-system.svc").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let io = tls.connector.connect(tls.server_name.clone(), tcp).await.unwrap();
+        assert_eq!(io.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 negotiated");
+        let (client, conn) = h2::client::handshake(io).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("https://istiod.istio-system.svc{path}"))
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(bytes::Bytes::from(body.to_string()), true).unwrap();
+        let resp = resp.await.unwrap();
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        (status, serde_json::from_slice(&data).unwrap_or(Value::Null))
+    })
+}
+
+fn review(version: &str, uid: &str, op: &str, object: Value) -> Value {
+    json!({
+        "apiVersion": format!("admission.k8s.io/{version}"),
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "networking.istio.io", "version": "v1", "kind": object["kind"]},
+            "resource": {"group": "networking.istio.io", "version": "v1", "resource": "virtualservices"},
+            "namespace": "bookinfo",
+            "operation": op,
+            "object": object,
+        },
+    })
+}
+
+fn vs(weight: i64) -> Value {
+    json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": "reviews", "namespace": "bookinfo"},
+        "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}, "weight": weight}]}]},
+    })
+}
+
+#[test]
+fn the_validation_webhook_judges_istio_objects_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let https = free_port();
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--httpsAddr", &https.to_string()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap())],
+        None,
+    );
+    let root = dir.path().join("ca-cert.pem");
+    server::wait_for("the webhook port", Duration::from_secs(10), || std::net::TcpStream::connect(https).is_ok());
+
+    // HTTP/1.1: a valid object, v1; the uid echoed.
+    let post = |body: &Value| json!({"method": "POST", "path": "/validate", "body": body.to_string()});
+    let ok = http1(https, &root, &post(&review("v1", "u-1", "CREATE", vs(100))));
+    assert_eq!((ok["status"].as_u64(), ok["alpn"].as_str()), (Some(200), Some("http/1.1")), "{ok}");
+    let answer: Value = serde_json::from_str(ok["body"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["response"], json!({"uid": "u-1", "allowed": true}));
+    // An invalid one, v1beta1: refused, the field named.
+    let bad = http1(https, &root, &post(&review("v1beta1", "u-2", "UPDATE", vs(-5))));
+    let answer: Value = serde_json::from_str(bad["body"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&answer["apiVersion"], &answer["response"]["uid"]),
+        (&json!("admission.k8s.io/v1beta1"), &json!("u-2"))
+    );
+    assert_eq!(answer["response"]["allowed"], false);
+    let msg = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("configuration is invalid: ") && msg.contains("spec.http[0].route[0].weight"), "{msg}");
+
+    // HTTP/2, the same answers.
+    let (status, answer) = http2(https, &root, "/validate", &review("v1", "u-3", "CREATE", vs(100)));
+    assert_eq!((status, &answer["response"]), (200, &json!({"uid": "u-3", "allowed": true})));
+    let (_, answer) = http2(https, &root, "/validate/", &review("v1", "u-4", "CREATE", vs(-5)));
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+
+    // Bad requests: HTTP errors, istiod's wording where it has one.
+    for (req, want) in [
+        (json!({"method": "POST", "path": "/validate", "content_type": "text/yaml", "body": "{}"}), 415),
+        (json!({"method": "POST", "path": "/validate", "body": ""}), 400),
+        (json!({"method": "POST", "path": "/validate", "body_size": 7 << 20}), 413),
+        (json!({"method": "GET", "path": "/validate", "body": ""}), 405),
+        (json!({"method": "POST", "path": "/inject", "body": "{}"}), 404),
+    ] {
+        let got = http1(https, &root, &req);
+        assert_eq!(got["status"].as_u64(), Some(want), "{req}: {got}");
+    }
+    // Not an AdmissionReview: a refusal saying why.
+    let got = http1(https, &root, &json!({"method": "POST", "path": "/validate", "body": "{\"kind\":\"Pod\"}"}));
+    let answer: Value = serde_json::from_str(got["body"].as_str().unwrap()).unwrap();
+    assert!(answer["response"]["status"]["message"].as_str().unwrap().starts_with("could not decode body"), "{answer}");
+    // A client that never finishes its handshake holds nothing up.
+    let _idle = std::net::TcpStream::connect(https).unwrap();
+    let again = http1(https, &root, &post(&review("v1", "u-5", "CREATE", vs(100))));
+    assert_eq!(again["status"].as_u64(), Some(200));
+
+    // istiod's counters.
+    let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
+    for line in [
+        "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 3",
+        "galley_validation_failed{group=\"networking.istio.io\",reason=\"invalid_resource\",resource=\"virtualservices\",version=\"v1\"} 2",
+        "galley_validation_http_error{status=\"415\"} 1",
+        "galley_validation_http_error{status=\"413\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+}

@@ -209,6 +209,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         None => None,
     };
     let webhooks = Rc::new(crate::webhook::Webhooks::default());
+    let webhooks_served = https_listener.is_some();
     let handle = server::start(
         ServerConfig {
             cores,
@@ -309,6 +310,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         ca.clone(),
                         mesh.clone(),
                         crate::ca::namespaces::Timings::istiod(),
+                        Some(crate::ca::namespaces::Webhooks {
+                            revision: config.identity.revision.clone(),
+                            serving: webhooks_served,
+                        }),
                     ));
                 }
                 // Without Kubernetes, a file next to the self-signed CA.

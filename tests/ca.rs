@@ -449,6 +449,27 @@ fn cluster() -> (istiod_kubewatch::fake::FakeApi, tempfile::TempDir, std::path::
         );
     }
     api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    // The chart's webhook configurations, caBundle empty, validation
+    // failing open until istiod says it serves.
+    for r in istiod_kubewatch::fake::webhook_resources() {
+        api.install(r);
+    }
+    api.apply(
+        "mutatingwebhookconfigurations",
+        serde_json::json!({"metadata": {"name": "istio-sidecar-injector", "labels": {"istio.io/rev": "default"}},
+            "webhooks": [{"name": "rev.namespace.sidecar-injector.istio.io", "clientConfig": {"service": {"name": "istiod"}}},
+                         {"name": "other.example.com", "clientConfig": {"caBundle": "dGhlaXJz"}}]}),
+    );
+    api.apply(
+        "validatingwebhookconfigurations",
+        serde_json::json!({"metadata": {"name": "istio-validator-istio-system", "labels": {"istio.io/rev": "default"}},
+            "webhooks": [{"name": "rev.validation.istio.io", "failurePolicy": "Ignore", "clientConfig": {"service": {"name": "istiod"}}}]}),
+    );
+    api.apply(
+        "mutatingwebhookconfigurations",
+        serde_json::json!({"metadata": {"name": "istio-sidecar-injector-canary", "labels": {"istio.io/rev": "canary"}},
+            "webhooks": [{"name": "rev.namespace.sidecar-injector.istio.io", "clientConfig": {}}]}),
+    );
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let mesh = dir.path().join("mesh.yaml");
@@ -474,7 +495,14 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         let secure = free_port();
         let s = Server::start_on(
             &["--kubeconfig", kubeconfig.to_str().unwrap()],
-            &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
+            &[
+                "--secureGRPCAddr",
+                &secure.to_string(),
+                "--meshConfig",
+                mesh.to_str().unwrap(),
+                "--httpsAddr",
+                &free_port().to_string(),
+            ],
             // istiod's RSA root, as CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE asks.
             &[("POD_NAME", pod), ("POD_NAMESPACE", "istio-system"), ("CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE", "2048")],
             None,
@@ -534,6 +562,23 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         let m = named(&api, "configmaps", "istio-ca-root-cert");
         m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == root.as_str())
     });
+    // The webhook configurations of this revision carry the root, the
+    // validator fails closed; others are left alone; written once.
+    let b64root = base64::engine::general_purpose::STANDARD.encode(&root);
+    let hooks = |plural: &str, name: &str| api.get(plural, "", name).unwrap();
+    server::wait_for("the caBundle", Duration::from_secs(20), || {
+        hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["failurePolicy"]
+            == "Fail"
+    });
+    let injector = hooks("mutatingwebhookconfigurations", "istio-sidecar-injector");
+    assert_eq!(injector["webhooks"][0]["clientConfig"]["caBundle"], b64root.as_str());
+    assert_eq!(injector["webhooks"][1]["clientConfig"]["caBundle"], "dGhlaXJz", "not an istiod webhook");
+    let validator = hooks("validatingwebhookconfigurations", "istio-validator-istio-system");
+    assert_eq!(validator["webhooks"][0]["clientConfig"]["caBundle"], b64root.as_str());
+    let canary = hooks("mutatingwebhookconfigurations", "istio-sidecar-injector-canary");
+    assert!(canary["webhooks"][0]["clientConfig"]["caBundle"].is_null(), "another revision's");
+    let versions = (injector["metadata"]["resourceVersion"].clone(), validator["metadata"]["resourceVersion"].clone());
+
     // Seconds later, still one leader all along: the lease never changed
     // hands and the follower never led.
     let lease = &named(&api, "leases", "istio-namespace-controller-election")["istio-system"];
@@ -542,6 +587,11 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         (&holder.as_str().into(), &0.into())
     );
     assert!(!follower.log().contains("leader election: leading"), "only one leads:\n{}", follower.log());
+    let again = (
+        hooks("mutatingwebhookconfigurations", "istio-sidecar-injector")["metadata"]["resourceVersion"].clone(),
+        hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["metadata"]["resourceVersion"].clone(),
+    );
+    assert_eq!(again, versions, "nothing rewritten while the root stays");
 }
 
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the
@@ -589,6 +639,11 @@ fn a_self_signed_root_near_its_end_is_renewed_and_the_old_one_kept() {
     server::wait_for("the ConfigMaps", Duration::from_secs(20), || {
         let m = named(&api, "configmaps", "istio-ca-root-cert");
         m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == format!("{new_root}{old_root}").as_str())
+    });
+    // The injector's caBundle follows the bundle.
+    server::wait_for("the caBundle", Duration::from_secs(20), || {
+        let injector = api.get("mutatingwebhookconfigurations", "", "istio-sidecar-injector").unwrap();
+        injector["webhooks"][0]["clientConfig"]["caBundle"] == STANDARD.encode(format!("{new_root}{old_root}")).as_str()
     });
     let new_file = dir.path().join("new-root.pem");
     std::fs::write(&new_file, &new_root).unwrap();

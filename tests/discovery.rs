@@ -34,7 +34,16 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
             .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
             .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "2"])
+            .args([
+                "--monitoringAddr",
+                &monitoring.to_string(),
+                "--secureGRPCAddr",
+                "",
+                "--httpsAddr",
+                "",
+                "--cores",
+                "2",
+            ])
             .args(["--log_target", "stderr"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -233,6 +233,7 @@ impl FakeApi {
                 let msg = "the namespace of the provided object does not match the namespace sent on the request";
                 return (400, status_json(400, "BadRequest", msg));
             }
+            _ if ns.is_empty() => {}
             _ => object["metadata"]["namespace"] = json!(ns),
         }
         if name.is_none() && object["metadata"]["resourceVersion"].as_str().is_some_and(|v| !v.is_empty()) {
@@ -411,6 +412,8 @@ impl FakeApi {
                 (*plural, Some(*ns), None)
             }
             ["api", "v1", plural] | ["apis", _, _, plural] => (*plural, None, None),
+            // A cluster-scoped object (a Namespace, a webhook configuration).
+            ["api", "v1", plural, name] | ["apis", _, _, plural, name] => (*plural, None, Some(*name)),
             _ => return respond(&mut stream, 404, &status_json(404, "NotFound", "no such path")).await,
         };
         let resource = self.lock().installed.get(plural).cloned();
@@ -423,12 +426,12 @@ impl FakeApi {
             .await;
         };
         match (method.as_str(), namespace, name) {
-            ("POST", Some(ns), None) | ("PUT", Some(ns), Some(_)) => {
-                let (code, body) = self.write(&resource, ns, name, &body);
+            ("POST", ns, None) | ("PUT", ns, Some(_)) => {
+                let (code, body) = self.write(&resource, ns.unwrap_or_default(), name, &body);
                 return respond(&mut stream, code, &body).await;
             }
-            ("GET", Some(ns), Some(name)) => {
-                return match self.get(plural, ns, name) {
+            ("GET", ns, Some(name)) => {
+                return match self.get(plural, ns.unwrap_or_default(), name) {
                     Some(o) => respond(&mut stream, 200, &o).await,
                     None => {
                         let msg = format!("{plural} {name:?} not found");
@@ -578,6 +581,15 @@ pub fn write_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
         Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
         Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
+    ]
+}
+
+/// The webhook configurations istiod patches (cluster-scoped).
+pub fn webhook_resources() -> Vec<Resource> {
+    let a = |kind, plural| Resource { group: "admissionregistration.k8s.io", version: "v1", plural, kind };
+    vec![
+        a("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
+        a("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
     ]
 }
 

@@ -72,6 +72,15 @@ fn micro_time(t: SystemTime) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// What the leader keeps of the webhook configurations.
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    /// `REVISION` (the `istio.io/rev` label; empty is `default`).
+    pub revision: String,
+    /// This server's validation webhook is serving (`--httpsAddr`).
+    pub serving: bool,
+}
+
 /// This replica's name in the Lease: `POD_NAME`, else istiod's
 /// `unknown-<hostname>` with a random suffix (containers all run as pid 1,
 /// and two replicas must never share a name).
@@ -216,7 +225,8 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
     Ok(wrote)
 }
 
-/// Runs the election and, while leading, keeps the root ConfigMaps: at
+/// Runs the election and, while leading, keeps the root ConfigMaps (and
+/// the webhook configurations' `caBundle`, [`crate::webhook::patch`]): at
 /// once on winning, whenever the CA changes, and every retry period (new
 /// namespaces, edited or deleted ConfigMaps).
 pub async fn run(
@@ -226,6 +236,7 @@ pub async fn run(
     server: Arc<CaServer>,
     mesh: Arc<MeshSettings>,
     timings: Timings,
+    webhooks: Option<Webhooks>,
 ) {
     let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{ELECTION}");
     let mut elector = Elector { api: api.clone(), path, namespace, me, timings, observed: None, renewed: None };
@@ -252,6 +263,11 @@ pub async fn run(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
+            }
+            if let Some(w) = webhooks.as_ref().filter(|_| Instant::now() < renewed + elector.timings.renew_deadline) {
+                if let Err(e) = crate::webhook::patch::reconcile(&api, &w.revision, &root, w.serving).await {
+                    tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
+                }
             }
         }
         tokio::select! {

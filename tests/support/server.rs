@@ -79,7 +79,16 @@ impl Server {
         cmd.arg("discovery")
             .args(source)
             .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-            .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "2"])
+            .args([
+                "--monitoringAddr",
+                &monitoring.to_string(),
+                "--secureGRPCAddr",
+                "",
+                "--httpsAddr",
+                "",
+                "--cores",
+                "2",
+            ])
             .args(["--log_target", "stderr"])
             .args(flags)
             .envs(env.iter().copied())

@@ -264,10 +264,10 @@ pub async fn run(
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
             }
-            if let Some(w) = webhooks.as_ref().filter(|_| Instant::now() < renewed + elector.timings.renew_deadline) {
-                if let Err(e) = crate::webhook::patch::reconcile(&api, &w.revision, &root, w.serving).await {
-                    tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
-                }
+            if let Some(w) = webhooks.as_ref().filter(|_| Instant::now() < renewed + elector.timings.renew_deadline)
+                && let Err(e) = crate::webhook::patch::reconcile(&api, &w.revision, &root, w.serving).await
+            {
+                tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
             }
         }
         tokio::select! {

@@ -181,3 +181,23 @@ mod tests {
         }
     }
 }
+
+/// Replays what the `admission_review` fuzz target keeps (seeds and fixed
+/// crashes under fuzz/regressions/admission_review/).
+#[cfg(test)]
+mod fuzz_regressions {
+    #[test]
+    fn kept_inputs_get_an_answer() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/admission_review");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            let mut metrics = super::super::validate::Metrics::default();
+            let out = super::serve(&data, |r| super::super::validate::validate(r, &mut metrics));
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert!(v["response"]["allowed"].is_boolean());
+            n += 1;
+        }
+        assert!(n >= 2, "the seeds are there");
+    }
+}

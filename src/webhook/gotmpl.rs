@@ -271,7 +271,8 @@ impl Template {
 
     /// Renders with `data` as dot.
     pub fn render(&self, data: &Value) -> Result<String, Error> {
-        let mut st = State { t: self, vars: vec![("$".to_owned(), data.clone())], out: String::new(), depth: 0 };
+        let mut st =
+            State { t: self, vars: vec![("$".to_owned(), data.clone())], out: String::new(), depth: 0, steps: 0 };
         st.walk(&self.tree.root, data).map_err(|mut e| {
             e.name = self.name.clone();
             e
@@ -285,14 +286,36 @@ struct State<'a> {
     vars: Vec<(String, Value)>,
     out: String,
     depth: usize,
+    steps: usize,
 }
 
 /// How deep `template` calls may nest.
 const MAX_DEPTH: usize = 100;
+/// Steps (nodes and iterations) one render may take, and bytes it may
+/// write: a template that would loop or grow without end fails instead.
+const MAX_STEPS: usize = 5_000_000;
+const MAX_OUTPUT: usize = 8 << 20;
 
 impl State<'_> {
+    fn step(&mut self, line: usize) -> Result<(), Error> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return Err(Error::at(line, format!("the template took more than {MAX_STEPS} steps")));
+        }
+        if self.out.len() > MAX_OUTPUT {
+            return Err(Error::at(line, format!("the template wrote more than {MAX_OUTPUT} bytes")));
+        }
+        Ok(())
+    }
+
     fn walk(&mut self, nodes: &[Node], dot: &Value) -> Result<(), Error> {
         for n in nodes {
+            let line = match n {
+                Node::Action(p) | Node::If(p, ..) | Node::With(p, ..) | Node::Range(p, ..) => p.line,
+                Node::Template(line, ..) => *line,
+                Node::Text(_) => 0,
+            };
+            self.step(line)?;
             match n {
                 Node::Text(s) => self.out.push_str(s),
                 Node::Action(p) => {
@@ -323,7 +346,7 @@ impl State<'_> {
                         Value::Invalid | Value::Nil => Vec::new(),
                         Value::List(l) => l.into_iter().enumerate().map(|(i, e)| (Value::Num(i as f64), e)).collect(),
                         Value::Map(m, _) => m.into_iter().map(|(k, e)| (Value::Str(k), e)).collect(),
-                        Value::Num(n) if n >= 0.0 && n.fract() == 0.0 => {
+                        Value::Num(n) if n >= 0.0 && n.fract() == 0.0 && n <= MAX_STEPS as f64 => {
                             (0..n as i64).map(|i| (Value::Num(i as f64), Value::Num(i as f64))).collect()
                         }
                         other => return Err(Error::at(p.line, format!("range can't iterate over {}", print(&other)))),
@@ -332,6 +355,7 @@ impl State<'_> {
                         self.walk(els, dot)?;
                     }
                     for (k, e) in items {
+                        self.step(p.line)?;
                         let inner = self.vars.len();
                         match p.vars.as_slice() {
                             [v] => self.vars.push((v.clone(), e.clone())),

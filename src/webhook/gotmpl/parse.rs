@@ -73,7 +73,13 @@ struct Parser {
     toks: Vec<Token>,
     pos: usize,
     defines: HashMap<String, Vec<Node>>,
+    /// Blocks and parentheses open now: bounded, so no input overflows
+    /// the stack.
+    depth: usize,
 }
+
+/// How deeply blocks and parentheses may nest.
+const MAX_NESTING: usize = 100;
 
 /// How a list ended.
 enum Stop {
@@ -85,7 +91,7 @@ enum Stop {
 
 /// Parses the tokens of one template.
 pub(super) fn parse(toks: Vec<Token>) -> Result<Tree, Error> {
-    let mut p = Parser { toks, pos: 0, defines: HashMap::new() };
+    let mut p = Parser { toks, pos: 0, defines: HashMap::new(), depth: 0 };
     let (root, end) = p.list()?;
     match end {
         Stop::Eof => Ok(Tree { root, defines: p.defines }),
@@ -117,6 +123,16 @@ impl Parser {
 
     /// Nodes up to `{{end}}`, `{{else}}` or the end.
     fn list(&mut self) -> Result<(Vec<Node>, Stop), Error> {
+        self.depth += 1;
+        let r = self.list_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn list_inner(&mut self) -> Result<(Vec<Node>, Stop), Error> {
+        if self.depth > MAX_NESTING {
+            return Err(Error::at(self.line(), format!("blocks nest deeper than {MAX_NESTING}")));
+        }
         let mut out = Vec::new();
         while let Some(t) = self.next() {
             match t.tok {
@@ -210,7 +226,16 @@ impl Parser {
                 els
             }
             // `else if` is an `if` inside the else, sharing its end.
-            Stop::ElseIf(p) => vec![self.branch("if", p)?],
+            Stop::ElseIf(p) => {
+                self.depth += 1;
+                let nested = if self.depth > MAX_NESTING {
+                    Err(Error::at(line, format!("else if chains nest deeper than {MAX_NESTING}")))
+                } else {
+                    self.branch("if", p)
+                };
+                self.depth -= 1;
+                vec![nested?]
+            }
             Stop::Eof => return Err(Error::at(line, format!("unexpected EOF: {keyword} without end"))),
         };
         Ok(match keyword {
@@ -290,7 +315,13 @@ impl Parser {
                 Tok::Bool(b) => args.push(Arg::Bool(b)),
                 Tok::Nil => args.push(Arg::Nil),
                 Tok::LParen => {
-                    let inner = self.pipe_until(t.line, false, true)?;
+                    if self.depth > MAX_NESTING {
+                        return Err(Error::at(t.line, format!("parentheses nest deeper than {MAX_NESTING}")));
+                    }
+                    self.depth += 1;
+                    let inner = self.pipe_until(t.line, false, true);
+                    self.depth -= 1;
+                    let inner = inner?;
                     let chain = self.chain();
                     args.push(Arg::Paren(Box::new(inner), chain));
                 }

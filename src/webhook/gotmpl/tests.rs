@@ -137,6 +137,19 @@ fn bad_templates_fail_with_the_line() {
         assert!(e.to_string().contains(want), "{src}: {e}");
         assert!(e.to_string().starts_with("template: t:"), "{e}");
     }
+    // Nesting is bounded (no stack overflow).
+    assert!(render(&"{{ if 1 }}".repeat(100_000), json!({})).unwrap_err().to_string().contains("nest deeper"));
+    assert!(render(&format!("{{{{ {}1{} }}}}", "(".repeat(100_000), ")".repeat(100_000)), json!({})).is_err());
+    let chain = format!("{{{{ if 0 }}}}{}{{{{ end }}}}", "{{ else if 0 }}".repeat(100_000));
+    assert!(render(&chain, json!({})).is_err());
+    // Loops and output are bounded.
+    for src in [
+        "{{ range 100000 }}{{ range 100000 }}{{ end }}{{ end }}",
+        "{{ range 1e12 }}x{{ end }}",
+        "{{ range 3000000 }}xxxxxxxxxx{{ end }}",
+    ] {
+        assert!(render(src, json!({})).is_err(), "{src}");
+    }
     // Recursion is bounded.
     let e = render("{{ define \"a\" }}{{ template \"a\" . }}{{ end }}{{ template \"a\" . }}", json!({})).unwrap_err();
     assert!(e.to_string().contains("maximum template depth"), "{e}");

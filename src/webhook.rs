@@ -8,6 +8,7 @@
 //! answered without injecting would let pods run without their sidecar.
 
 pub mod admission;
+pub mod funcs;
 pub mod gotmpl;
 pub mod patch;
 pub mod validate;

@@ -83,6 +83,16 @@ pub struct CaServer {
     pub changed: tokio::sync::watch::Sender<u64>,
 }
 
+/// A random number for names and jitter (not for keys): std's per-process
+/// random hasher keys, mixed with the time and the pid.
+pub(crate) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 /// istiod's answer to a caller it could not authenticate.
 fn unauthenticated(server: &CaServer) -> Status {
     bump(&server.metrics.authn_error);
@@ -101,7 +111,39 @@ pub(crate) enum Authn {
     Refused(String),
 }
 
+/// What a TokenReview's answer means for the caller.
+pub(crate) enum Reviewed {
+    /// The reviewed service account's identity.
+    Ids(Vec<String>),
+    /// Refused, and why: each protocol answers it as its authentication
+    /// failures (the reason is logged, never sent).
+    Denied(String),
+    /// The API server could not be asked: UNAVAILABLE, nothing cached,
+    /// the agent retries.
+    Unavailable(Status),
+}
+
 impl CaServer {
+    /// The meaning of a review's `answer` (an [`Authn::Review`] channel's).
+    pub(crate) fn reviewed(
+        &self,
+        answer: Result<Result<(String, String), tokenreview::Refusal>, async_channel::RecvError>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Reviewed {
+        match answer {
+            Ok(Ok((ns, sa))) => Reviewed::Ids(vec![self.identity(&ns, &sa)]),
+            Ok(Err(tokenreview::Refusal::Denied(reason))) => Reviewed::Denied(reason),
+            Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
+                tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
+                Reviewed::Unavailable(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
+            }
+            Err(async_channel::RecvError) => {
+                tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
+                Reviewed::Unavailable(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
+            }
+        }
+    }
+
     /// The caller's identities by `JWT_RULE`, or why not.
     fn authenticate_jwt(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
         let token = bearer.ok_or("no bearer token in the authorization header")?;
@@ -258,20 +300,13 @@ impl Service for CaService {
                 let (registry, calls) = (self.registry.clone(), self.calls.clone());
                 glommio::spawn_local(async move {
                     futures_lite::future::yield_now().await;
-                    let outcome = match answer.recv().await {
-                        Ok(Ok((ns, sa))) => server.sign_for(&[server.identity(&ns, &sa)], peer, &req),
-                        Ok(Err(tokenreview::Refusal::Denied(reason))) => {
+                    let outcome = match server.reviewed(answer.recv().await, peer) {
+                        Reviewed::Ids(ids) => server.sign_for(&ids, peer, &req),
+                        Reviewed::Denied(reason) => {
                             tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
                             Err(unauthenticated(&server))
                         }
-                        Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
-                            tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
-                            Err(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
-                        }
-                        Err(async_channel::RecvError) => {
-                            tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
-                            Err(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
-                        }
+                        Reviewed::Unavailable(status) => Err(status),
                     };
                     calls.borrow_mut().remove(&key);
                     let Some(h) = registry.get(key.0) else { return };
@@ -409,7 +444,8 @@ impl ServiceFactory for CaFactory {
 /// The CA of `config`, from `store` (plugged-in certificates from
 /// `ROOT_CA_DIR`, else a self-signed root in the `istio-ca-secret`
 /// Secret, in `ISTIOD_RS_SELF_SIGNED_CA_DIR`, or in memory); `None` when
-/// `ENABLE_CA_SERVER` is false.
+/// `ENABLE_CA_SERVER` and `XDS_AUTH` are both false. With the CA disabled
+/// and `XDS_AUTH` on, a server that does not sign (it only authenticates).
 pub async fn from_config(
     config: &crate::config::Config,
     trust_domain: &str,

@@ -192,7 +192,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             webhook_tls = Some(tls::Reloadable::new(webhook_cfg));
         }
     }
-    let mut serving = Some((cert, grpc_tls, webhook_tls.clone()));
+    // Only what is served is kept current.
+    let serving = (grpc_tls.is_some() || webhook_tls.is_some()).then(|| (cert, grpc_tls, webhook_tls.clone()));
     // Every port is bound before anything is served or published: a port in
     // use stops the start with the address named, and nothing half-runs.
     let bind_http = |flag: &'static str, a: &Option<ListenAddr>| -> Result<Option<std::net::TcpListener>, StartError> {
@@ -296,7 +297,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 }
                 RootStore::Memory => {}
             }
-            if let Some((cert, grpc, webhook)) = serving.take() {
+            if let Some((cert, grpc, webhook)) = serving {
                 tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, grpc, webhook));
             }
             match (&root_store, &kube) {
@@ -310,10 +311,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         ca.clone(),
                         mesh.clone(),
                         crate::ca::namespaces::Timings::istiod(),
-                        Some(crate::ca::namespaces::Webhooks {
+                        crate::ca::namespaces::Webhooks {
                             revision: config.identity.revision.clone(),
                             serving: webhooks_served,
-                        }),
+                        },
                     ));
                 }
                 // Without Kubernetes, a file next to the self-signed CA.

@@ -94,13 +94,20 @@ fn start(issuer: &Issuer, ca_env: (&str, &str)) -> (Server, std::net::SocketAddr
     (s, secure, iss)
 }
 
+/// [`start`] with a self-signed CA kept in a new directory (its
+/// `ca-cert.pem` is the root to trust).
+fn start_self_signed(issuer: &Issuer) -> (tempfile::TempDir, Server, std::net::SocketAddr, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, secure, iss) = start(issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    (dir, s, secure, iss)
+}
+
 const ID: &str = "spiffe://cluster.local/ns/bookinfo/sa/reviews";
 
 #[test]
 fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
-    let dir = tempfile::tempdir().unwrap();
     let issuer = Issuer::new();
-    let (s, secure, iss) = start(&issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    let (dir, s, secure, iss) = start_self_signed(&issuer);
     let root = dir.path().join("ca-cert.pem");
     let root = root.to_str().unwrap();
     let token = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");
@@ -213,9 +220,8 @@ fn ads(
 /// checkConnectionIdentity); the plaintext port asks nothing.
 #[test]
 fn xds_on_the_tls_port_serves_only_nodes_of_the_callers_identity() {
-    let dir = tempfile::tempdir().unwrap();
     let issuer = Issuer::new();
-    let (s, secure, iss) = start(&issuer, ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap()));
+    let (dir, s, secure, iss) = start_self_signed(&issuer);
     let root = dir.path().join("ca-cert.pem");
     let root = root.to_str().unwrap();
     let token = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");

@@ -116,7 +116,7 @@ pub struct Options {
     pub trust_domain: String,
     /// The token issuer.
     pub issuer: Issuer,
-    /// Upper bound of the run.
+    /// Upper bound of one workload's request (connect, TLS and the call).
     pub duration: Duration,
     /// The server's pid, for its CPU time.
     pub server_pid: Option<u32>,

@@ -88,12 +88,8 @@ pub fn identity(pod_name: &str) -> String {
     if !pod_name.is_empty() {
         return pod_name.to_owned();
     }
-    use std::hash::{BuildHasher, Hasher};
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.write_u32(std::process::id());
-    format!("unknown-{}-{:08x}", host.trim(), h.finish() as u32)
+    format!("unknown-{}-{:08x}", host.trim(), super::random_u64() as u32)
 }
 
 /// One replica's view of the election.
@@ -111,6 +107,12 @@ struct Elector {
 }
 
 impl Elector {
+    /// A replica named `me` in the election of `namespace`.
+    fn new(api: Api, namespace: String, me: String, timings: Timings) -> Elector {
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{ELECTION}");
+        Elector { api, path, namespace, me, timings, observed: None, renewed: None }
+    }
+
     /// One try to acquire or renew (client-go's `tryAcquireOrRenew`):
     /// whether this replica leads now.
     async fn try_lead(&mut self) -> Result<bool, String> {
@@ -236,10 +238,9 @@ pub async fn run(
     server: Arc<CaServer>,
     mesh: Arc<MeshSettings>,
     timings: Timings,
-    webhooks: Option<Webhooks>,
+    webhooks: Webhooks,
 ) {
-    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{ELECTION}");
-    let mut elector = Elector { api: api.clone(), path, namespace, me, timings, observed: None, renewed: None };
+    let mut elector = Elector::new(api.clone(), namespace, me, timings);
     let mut changed = server.changed.subscribe();
     let mut leading = false;
     loop {
@@ -258,14 +259,16 @@ pub async fn run(
             }
         }
         if let (true, Some(renewed)) = (leading, elector.renewed) {
+            let lead_until = renewed + elector.timings.renew_deadline;
             let root = server.ca().root_pem().to_owned();
-            match reconcile(&api, &mesh, &root, renewed + elector.timings.renew_deadline).await {
+            match reconcile(&api, &mesh, &root, lead_until).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
             }
-            if let Some(w) = webhooks.as_ref().filter(|_| Instant::now() < renewed + elector.timings.renew_deadline)
-                && let Err(e) = crate::webhook::patch::reconcile(&api, &w.revision, &root, w.serving).await
+            if Instant::now() < lead_until
+                && let Err(e) =
+                    crate::webhook::patch::reconcile(&api, &webhooks.revision, &root, webhooks.serving).await
             {
                 tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
             }
@@ -282,15 +285,7 @@ mod tests {
     use super::*;
 
     fn elector(api: &Api, me: &str, timings: Timings) -> Elector {
-        Elector {
-            api: api.clone(),
-            path: format!("/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/{ELECTION}"),
-            namespace: "istio-system".into(),
-            me: me.into(),
-            timings,
-            observed: None,
-            renewed: None,
-        }
+        Elector::new(api.clone(), "istio-system".into(), me.into(), timings)
     }
 
     /// client-go's rules against a fake API server: the first to create

@@ -111,14 +111,21 @@ impl RootStore {
             }
             RootStore::Dir(dir) => {
                 let path = dir.join("ca-cert.pem");
-                let tmp = dir.join(".ca-cert.pem.tmp");
-                std::fs::write(&tmp, cert).map_err(|e| format!("{}: {e}", tmp.display()))?;
-                std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
+                replace_file(&path, cert).map_err(|e| format!("{}: {e}", path.display()))?;
                 Ok(true)
             }
             RootStore::Plugged(_) | RootStore::Memory => Ok(false),
         }
     }
+}
+
+/// Writes `path` whole: aside, then renamed over it, so a reader sees the
+/// old contents or the new, never half.
+fn replace_file(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn secret_path(namespace: &str) -> String {
@@ -136,13 +143,8 @@ pub async fn load_secret_ca(api: &Api, namespace: &str, settings: &Settings) -> 
     let store = RootStore::Secret { api: api.clone(), namespace: namespace.to_owned() };
     let start = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(200);
-    // Made once, off this thread (an RSA key takes a while), used only if
-    // the Secret is absent.
-    let made = {
-        let settings = settings.clone();
-        tokio::task::spawn_blocking(move || Ca::generate_root_pem(&settings))
-    };
-    let mut made = Some(made);
+    // Made only when the Secret is absent, once, off this thread (an RSA
+    // key takes a while).
     let mut fresh: Option<(String, String)> = None;
     loop {
         let attempt = async {
@@ -153,10 +155,17 @@ pub async fn load_secret_ca(api: &Api, namespace: &str, settings: &Settings) -> 
                 return Ok(Some(ca));
             }
             tracing::info!(target: "ca", "CASecret {CA_SECRET} not found, will create one");
-            if let Some(task) = made.take() {
-                fresh = Some(task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?);
-            }
-            let (cert, key) = fresh.clone().ok_or("no root was made")?;
+            let (cert, key) = match &fresh {
+                Some(made) => made.clone(),
+                None => {
+                    let settings = settings.clone();
+                    let made = tokio::task::spawn_blocking(move || Ca::generate_root_pem(&settings))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?;
+                    fresh.insert(made).clone()
+                }
+            };
             let secret = json!({
                 "apiVersion": "v1",
                 "kind": "Secret",
@@ -258,10 +267,7 @@ pub async fn rotate_roots(server: Arc<CaServer>, store: RootStore, every: Durati
         return;
     }
     if jitter {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        tokio::time::sleep(every.mul_f64((h.finish() % 1000) as f64 / 1000.0)).await;
+        tokio::time::sleep(every.mul_f64((super::random_u64() % 1000) as f64 / 1000.0)).await;
     }
     loop {
         tokio::time::sleep(every).await;
@@ -381,11 +387,10 @@ pub async fn write_root_file(server: Arc<CaServer>, dir: PathBuf) {
     let mut changed = server.changed.subscribe();
     loop {
         let path = dir.join("root-cert.pem");
-        let tmp = dir.join(".root-cert.pem.tmp");
         let root = server.ca().root_pem().to_owned();
         let same = std::fs::read_to_string(&path).is_ok_and(|r| r == root);
         if !same {
-            match std::fs::write(&tmp, &root).and_then(|()| std::fs::rename(&tmp, &path)) {
+            match replace_file(&path, &root) {
                 Ok(()) => tracing::info!(target: "ca", path = %path.display(), "root certificate written"),
                 Err(e) => {
                     tracing::warn!(target: "ca", path = %path.display(), error = %e, "cannot write the root certificate")

@@ -28,7 +28,7 @@ use istiod_proto::prost::Message;
 use istiod_xds::grpc::{Call, Code, GrpcConnection, Service, Status};
 use istiod_xds::server::{Registry, ServiceFactory};
 
-use super::{Authn, CaServer, bearer, tokenreview::Refusal};
+use super::{Authn, CaServer, Reviewed, bearer, tokenreview::Refusal};
 
 /// What may be held for a stream while its token is reviewed (a proxy
 /// sends one request, a few at most, before its first answer)...
@@ -185,16 +185,10 @@ impl<S: Service + 'static> AuthedAds<S> {
                 let delta = &call.request.path[..] == paths::DELTA_AGGREGATED_RESOURCES.as_bytes();
                 let mut svc = inner.borrow_mut();
                 let result = (|| {
-                    let ids = match outcome {
-                        Ok(Ok((ns, sa))) => vec![server.identity(&ns, &sa)],
-                        Ok(Err(Refusal::Denied(reason))) => return Err(unauthenticated(peer, &reason)),
-                        Ok(Err(Refusal::Unavailable(reason))) => {
-                            tracing::warn!(target: "ads", ?peer, %reason, "cannot review the token");
-                            return Err(Status::new(Code::Unavailable, "the token could not be reviewed; retry"));
-                        }
-                        Err(async_channel::RecvError) => {
-                            return Err(Status::new(Code::Unavailable, "the token reviewer is gone; retry"));
-                        }
+                    let ids = match server.reviewed(outcome, peer) {
+                        Reviewed::Ids(ids) => ids,
+                        Reviewed::Denied(reason) => return Err(unauthenticated(peer, &reason)),
+                        Reviewed::Unavailable(status) => return Err(status),
                     };
                     svc.open(&mut c, &call)?;
                     let mut unchecked = identity_check.then_some(ids);

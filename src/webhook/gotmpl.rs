@@ -5,7 +5,9 @@
 //!
 //! - data is JSON-like ([`Value`]); a missing map key is an *invalid*
 //!   value (printed `<no value>`, false, and chains on it stay invalid),
-//!   a field of `null` is an error, as Go's `nil pointer evaluating`;
+//!   a field of `null` within a chain is an error, as Go's `nil pointer
+//!   evaluating`, and a `null` a command yields becomes invalid (Go digs
+//!   into the empty interface after each command);
 //! - truth: false, 0, "", empty lists and maps, nil and invalid are false;
 //! - `and`/`or` short-circuit and return the deciding value; `eq` takes
 //!   several operands; `index` of a missing key is the map's zero value
@@ -379,7 +381,8 @@ impl State<'_> {
                         .ok_or_else(|| Error::at(*line, format!("no such template {name:?}")))?;
                     let arg = match p {
                         Some(p) => self.pipe(p, dot)?,
-                        None => Value::Nil,
+                        // Go evaluates an absent pipeline to an invalid dot.
+                        None => Value::Invalid,
                     };
                     if self.depth >= MAX_DEPTH {
                         return Err(Error::at(*line, "exceeded maximum template depth"));
@@ -409,7 +412,12 @@ impl State<'_> {
     fn pipe(&mut self, p: &Pipe, dot: &Value) -> Result<Value, Error> {
         let mut last: Option<Value> = None;
         for cmd in &p.cmds {
-            last = Some(self.command(cmd, dot, last, p.line)?);
+            // Go's evalPipeline digs into an empty interface after each
+            // command: a nil there is an invalid value from then on.
+            last = Some(match self.command(cmd, dot, last, p.line)? {
+                Value::Nil => Value::Invalid,
+                v => v,
+            });
         }
         let v = last.unwrap_or(Value::Invalid);
         match (p.vars.as_slice(), p.assign) {

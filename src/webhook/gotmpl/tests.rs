@@ -37,7 +37,7 @@ fn values_print_as_go_prints_them() {
     let d = json!({"port": 15020, "big": 1000000, "half": 0.5, "tiny": 0.00001, "neg": -3, "n": null,
                    "m": {"b": "x", "a": 1}, "l": [1, "two", true], "t": true, "s": "str"});
     assert_eq!(ok("{{.port}} {{.big}} {{.half}} {{.tiny}} {{.neg}}", d.clone()), "15020 1e+06 0.5 1e-05 -3");
-    assert_eq!(ok("{{.missing}}|{{.n}}|{{.t}}|{{.s}}", d.clone()), "<no value>|<nil>|true|str");
+    assert_eq!(ok("{{.missing}}|{{.n}}|{{.t}}|{{.s}}", d.clone()), "<no value>|<no value>|true|str");
     assert_eq!(ok("{{.m}} {{.l}}", d.clone()), "map[a:1 b:x] [1 two true]");
     assert_eq!(ok("{{ 3 }} {{ 1.5 }} {{ \"q\" }} {{ `r` }}", d), "3 1.5 q r");
 }
@@ -100,10 +100,13 @@ fn fields_indexes_and_nil() {
     );
     let e = render("{{ .n.x }}", d.clone()).unwrap_err();
     assert!(e.to_string().contains("nil pointer evaluating interface {}.x"), "{e}");
+    // A null out of a command is invalid: a field of it is invalid too
+    // (the chart's `(.Values.pilot.env).ENABLE_...` with `env: null`).
+    assert_eq!(ok("{{ (.n).x }}|{{ if (.n).x }}y{{ else }}n{{ end }}", d.clone()), "<no value>|n");
     // index: a string map's missing key is "", another map's nil.
     assert_eq!(
         ok("[{{ index .meta.labels \"none\" }}]|{{ index .vals \"none\" }}|{{ index .vals \"k\" }}", d.clone()),
-        "[]|<nil>|1"
+        "[]|<no value>|1"
     );
     assert_eq!(ok("{{ (.meta).labels.app }} {{ with .meta.labels }}{{ .app }}{{ end }}", d.clone()), "x x");
     assert_eq!(ok("{{ index .l 1 }}", json!({"l": ["a", "b"]})), "b");

@@ -59,23 +59,15 @@ impl std::fmt::Debug for Reloadable {
 /// A server configuration presenting `cert_chain` (PEM) with `key` (PEM),
 /// offering only ALPN `h2`.
 pub fn server_config(cert_chain: &[u8], key: &[u8]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    server_config_with_clients(cert_chain, key, None)
+    server_config_alpn(cert_chain, key, None, &[b"h2"])
 }
 
-/// [`server_config`], also asking clients for a certificate that
-/// `client_roots` (PEM) verifies: optional (a client without one is served
-/// as before), and one that does not verify fails the handshake. The
-/// verified leaf reaches the service as `ConnInfo::peer_certificate`.
-pub fn server_config_with_clients(
-    cert_chain: &[u8],
-    key: &[u8],
-    client_roots: Option<&[u8]>,
-) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    server_config_alpn(cert_chain, key, client_roots, &[b"h2"])
-}
-
-/// [`server_config_with_clients`] offering the ALPN protocols `alpn`
-/// (the webhooks take `h2` and `http/1.1`).
+/// A server configuration presenting `cert_chain` with `key` (PEM),
+/// offering the ALPN protocols `alpn` (gRPC takes `h2`, the webhooks `h2`
+/// and `http/1.1`). With `client_roots` (PEM) it asks clients for a
+/// certificate those roots verify: optional (a client without one is
+/// served as before), and one that does not verify fails the handshake.
+/// The verified leaf reaches the service as `ConnInfo::peer_certificate`.
 pub fn server_config_alpn(
     cert_chain: &[u8],
     key: &[u8],

@@ -52,6 +52,11 @@ pub struct DiscoveryArgs {
     /// Mesh configuration file; built-in defaults when it does not exist.
     #[arg(long = "meshConfig", default_value = "./etc/istio/config/mesh")]
     pub mesh_config: String,
+    /// The sidecar injector's configuration directory (the mounted
+    /// `istio-sidecar-injector` ConfigMap: files `config` and `values`);
+    /// istiod's fixed `./var/lib/istio/inject`.
+    #[arg(long = "injectionDir", default_value = "./var/lib/istio/inject")]
+    pub injection_dir: String,
     /// Mesh networks configuration file.
     #[arg(long = "networksConfig", default_value = "./etc/istio/config/meshNetworks")]
     pub networks_config: String,

@@ -65,6 +65,9 @@ pub struct Config {
     pub mesh_config: PathBuf,
     /// `--networksConfig`: mesh networks file.
     pub networks_config: PathBuf,
+    /// `--injectionDir`: the injector's `config` and `values`; `None` when
+    /// `INJECT_ENABLED` is false.
+    pub injection_dir: Option<PathBuf>,
     /// Listen addresses; `None` where istiod would not listen (empty flag).
     pub listen: Listeners,
     /// Serving certificate files (`--tlsCertFile`, `--tlsKeyFile`,
@@ -540,6 +543,7 @@ impl Config {
             cluster_aliases,
             mesh_config: PathBuf::from(&args.mesh_config),
             networks_config: PathBuf::from(&args.networks_config),
+            injection_dir: vars.bool("INJECT_ENABLED", true)?.then(|| PathBuf::from(&args.injection_dir)),
             listen: Listeners {
                 grpc: listen("grpcAddr", &args.grpc_addr)?,
                 secure_grpc: listen("secureGRPCAddr", &args.secure_grpc_addr)?,

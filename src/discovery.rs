@@ -275,6 +275,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 tracing::info!(target: "default", %addr, "serving the webhooks (HTTPS)");
             }
             tokio::task::spawn_local(crate::webhook::serve(l, tls, webhooks.clone()));
+            if let Some(dir) = &config.injection_dir {
+                let env = crate::webhook::inject::Env::from_env();
+                tokio::task::spawn_local(crate::webhook::watch_injector(
+                    webhooks.clone(),
+                    dir.clone(),
+                    config.mesh_config.clone(),
+                    env,
+                ));
+            }
         }
         // The JWKS resolver hears which key sets each new model wants.
         let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();

@@ -1,16 +1,21 @@
 //! istiod's webhooks on `--httpsAddr` (:15017): an HTTPS server on the
 //! control thread (hyper, HTTP/1.1 and h2, as the API server uses both),
 //! with istiod's own certificate from its CA (replaced when the CA changes,
-//! read at each accept), serving `/validate` (istiod's
-//! `pkg/webhooks/validation/server`) and `/ready`.
+//! read at each accept), serving `/inject` (istiod's `pkg/kube/inject`,
+//! see [`inject`]), `/validate` (istiod's `pkg/webhooks/validation/server`)
+//! and `/ready`.
 //!
-//! Sidecar injection (`/inject`) is not served yet: a webhook that
-//! answered without injecting would let pods run without their sidecar.
+//! Without an injector configuration (no `config`/`values` in the
+//! injection directory) `/inject` answers 503, so the API server's
+//! `failurePolicy` decides, rather than admitting pods without a sidecar.
 
 pub mod admission;
 pub mod funcs;
 pub mod gotmpl;
+pub mod inject;
+pub mod jsonpatch;
 pub mod patch;
+pub mod smp;
 pub mod validate;
 
 use std::cell::RefCell;
@@ -41,6 +46,42 @@ pub struct Webhooks {
     /// Requests answered with an HTTP error, by status
     /// (`galley_validation_http_error`).
     pub http_errors: RefCell<std::collections::BTreeMap<u16, u64>>,
+    /// The injector, once its configuration loaded (replaced on change).
+    pub injector: RefCell<Option<Rc<inject::Injector>>>,
+    /// Injection counters.
+    pub injection: RefCell<InjectionMetrics>,
+}
+
+/// istiod's `sidecar_injection_*` counters.
+#[derive(Debug, Default, Clone)]
+pub struct InjectionMetrics {
+    /// `sidecar_injection_requests_total`.
+    pub requests: u64,
+    /// `sidecar_injection_success_total`.
+    pub success: u64,
+    /// `sidecar_injection_skip_total`.
+    pub skip: u64,
+    /// `sidecar_injection_failure_total`: requests answered with an HTTP
+    /// error (istiod's `handleError`; a refused pod is an answered request
+    /// and counts as a success, as in istiod).
+    pub failure: u64,
+    /// `sidecar_injection_time_seconds`: count per bucket, sum, count.
+    pub time: ([u64; 8], f64, u64),
+}
+
+/// istiod's buckets for `sidecar_injection_time_seconds`.
+const INJECTION_TIME_BUCKETS: [f64; 8] = [0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0];
+
+impl InjectionMetrics {
+    fn observe(&mut self, seconds: f64) {
+        for (i, b) in INJECTION_TIME_BUCKETS.iter().enumerate() {
+            if seconds <= *b {
+                self.time.0[i] += 1;
+            }
+        }
+        self.time.1 += seconds;
+        self.time.2 += 1;
+    }
 }
 
 impl Webhooks {
@@ -48,6 +89,25 @@ impl Webhooks {
     pub fn render_metrics(&self) -> String {
         let mut out = self.validation.borrow().render();
         use std::fmt::Write;
+        let m = self.injection.borrow();
+        for (name, help, v) in [
+            ("sidecar_injection_requests_total", "Total number of sidecar injection requests.", m.requests),
+            ("sidecar_injection_success_total", "Total number of successful sidecar injection requests.", m.success),
+            ("sidecar_injection_skip_total", "Total number of skipped sidecar injection requests.", m.skip),
+            ("sidecar_injection_failure_total", "Total number of failed sidecar injection requests.", m.failure),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let name = "sidecar_injection_time_seconds";
+        let _ = writeln!(out, "# HELP {name} Total time taken for injection in seconds.\n# TYPE {name} histogram");
+        for (b, n) in INJECTION_TIME_BUCKETS.iter().zip(m.time.0) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
+            m.time.2, m.time.1, m.time.2
+        );
         let errors = self.http_errors.borrow();
         if !errors.is_empty() {
             out.push_str("# HELP galley_validation_http_error Resource validation http serve errors\n");
@@ -75,10 +135,22 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
     match path.as_str() {
         "/ready" => return Ok(text(StatusCode::OK, "")),
         "/validate" | "/validate/" => {}
+        p if p == "/inject" || p.starts_with("/inject/") => {}
         _ => return Ok(text(StatusCode::NOT_FOUND, "404 page not found\n")),
     }
+    let injecting = path.starts_with("/inject");
+    let started = std::time::Instant::now();
+    if injecting {
+        hooks.injection.borrow_mut().requests += 1;
+    }
     let fail = |status: StatusCode, msg: String| {
-        *hooks.http_errors.borrow_mut().entry(status.as_u16()).or_default() += 1;
+        if injecting {
+            let mut m = hooks.injection.borrow_mut();
+            m.failure += 1;
+            m.observe(started.elapsed().as_secs_f64());
+        } else {
+            *hooks.http_errors.borrow_mut().entry(status.as_u16()).or_default() += 1;
+        }
         Ok(text(status, format!("{msg}\n")))
     };
     if req.method() != http::Method::POST {
@@ -98,10 +170,45 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
     if content_type != "application/json" {
         return fail(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid Content-Type, want `application/json`".into());
     }
-    let answer = admission::serve(&body, |request| validate::validate(request, &mut hooks.validation.borrow_mut()));
+    let answer = if injecting {
+        let injector = hooks.injector.borrow().clone();
+        let Some(injector) = injector else {
+            return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector has no configuration".into());
+        };
+        let answer = admission::serve(&body, |request| admit_pod(&hooks, &injector, request, &path));
+        let mut m = hooks.injection.borrow_mut();
+        m.success += 1;
+        m.observe(started.elapsed().as_secs_f64());
+        answer
+    } else {
+        admission::serve(&body, |request| validate::validate(request, &mut hooks.validation.borrow_mut()))
+    };
     let mut r = Response::new(Full::new(Bytes::from(answer)));
     r.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
     Ok(r)
+}
+
+/// One pod through the injector (istiod's `Webhook.inject`).
+fn admit_pod(
+    hooks: &Webhooks,
+    injector: &inject::Injector,
+    request: &admission::AdmissionRequest,
+    path: &str,
+) -> admission::AdmissionResponse {
+    match inject::inject(injector, &request.object, &request.namespace, path) {
+        Ok(inject::Outcome::Skipped) => {
+            hooks.injection.borrow_mut().skip += 1;
+            admission::AdmissionResponse::allow()
+        }
+        Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
+            patch: Some(serde_json::to_vec(&ops).unwrap_or_default()),
+            ..admission::AdmissionResponse::allow()
+        },
+        Err(e) => {
+            tracing::warn!(target: "injection", namespace = %request.namespace, name = %request.name, error = %e, "injection failed");
+            admission::AdmissionResponse::deny(e)
+        }
+    }
 }
 
 /// hyper's executor for the h2 streams of a connection: tasks on this
@@ -150,5 +257,48 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
             }
             open.set(open.get() - 1);
         });
+    }
+}
+
+/// Keeps `hooks.injector` current with the injector's files (`config`,
+/// `values` in `dir`) and the mesh configuration: read every second (a
+/// ConfigMap update arrives as a symlink swap), reloaded when their bytes
+/// change; a configuration that does not load keeps the last good one and
+/// the log says why.
+pub async fn watch_injector(hooks: Rc<Webhooks>, dir: std::path::PathBuf, mesh: std::path::PathBuf, env: inject::Env) {
+    let mut last: Option<[Vec<u8>; 3]> = None;
+    loop {
+        let read = |p: std::path::PathBuf| std::fs::read(p);
+        let files = (
+            read(dir.join("config")),
+            read(dir.join("values")),
+            read(mesh.clone()).or_else(|_| Ok::<_, std::io::Error>(Vec::new())),
+        );
+        match files {
+            (Ok(c), Ok(v), Ok(m)) => {
+                let now = [c, v, m];
+                if last.as_ref() != Some(&now) {
+                    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                    let loaded = inject::MeshInputs::parse(&text(&now[2]))
+                        .map_err(inject::LoadError)
+                        .and_then(|mesh| inject::Injector::new(&text(&now[0]), &text(&now[1]), mesh, env.clone()));
+                    match loaded {
+                        Ok(i) => {
+                            tracing::info!(target: "injection", dir = %dir.display(), templates = ?i.template_names(), "injector configuration loaded");
+                            *hooks.injector.borrow_mut() = Some(Rc::new(i));
+                        }
+                        Err(e) => {
+                            tracing::error!(target: "injection", dir = %dir.display(), error = %e, "injector configuration not loaded; keeping the last good one");
+                        }
+                    }
+                    last = Some(now);
+                }
+            }
+            (Err(e), _, _) | (_, Err(e), _) if last.is_none() => {
+                tracing::debug!(target: "injection", dir = %dir.display(), error = %e, "no injector configuration yet");
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

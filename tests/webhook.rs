@@ -136,7 +136,8 @@ fn the_validation_webhook_judges_istio_objects_over_https() {
         (json!({"method": "POST", "path": "/validate", "body": ""}), 400),
         (json!({"method": "POST", "path": "/validate", "body_size": 7 << 20}), 413),
         (json!({"method": "GET", "path": "/validate", "body": ""}), 405),
-        (json!({"method": "POST", "path": "/inject", "body": "{}"}), 404),
+        (json!({"method": "POST", "path": "/inject", "body": "{}"}), 503),
+        (json!({"method": "POST", "path": "/other", "body": "{}"}), 404),
     ] {
         let got = http1(https, &root, &req);
         assert_eq!(got["status"].as_u64(), Some(want), "{req}: {got}");

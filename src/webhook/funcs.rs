@@ -39,7 +39,231 @@ pub fn funcs() -> HashMap<&'static str, Func> {
     f.insert("strdict", strdict);
     f.insert("mergeMaps", merge_maps);
     f.insert("toJsonMap", |a| Ok(Value::Str(merge_maps(a)?.to_json().to_string())));
+    f.insert("structToJSON", struct_to_json);
+    f.insert("protoToJSON", proto_to_json);
+    f.insert("otelResourceAttributes", otel_resource_attributes);
+    f.insert("formatDuration", |a| Ok(one(a, "formatDuration")?.clone()));
+    f.insert("includeInboundPorts", |a| container_ports(a, false));
+    f.insert("applicationPorts", |a| container_ports(a, true));
+    f.insert("kubevirtInterfaces", |a| Ok(Value::Str(string(a, 0, "kubevirtInterfaces")?.to_owned())));
+    f.insert("excludeInterfaces", |a| Ok(Value::Str(string(a, 0, "excludeInterfaces")?.to_owned())));
     f
+}
+
+/// Go's JSON name of a field (`ContainerPort` → `containerPort`).
+fn json_name(k: &str) -> String {
+    let mut c = k.chars();
+    c.next().map(|f| f.to_ascii_lowercase()).into_iter().chain(c).collect()
+}
+
+/// A template value with Go field names back to its JSON form; maps of
+/// data (string maps) keep their keys.
+fn to_go_json(v: &Value) -> serde_json::Value {
+    match v {
+        Value::Map(m, false) => m.iter().map(|(k, v)| (json_name(k), to_go_json(v))).collect(),
+        Value::List(l) => l.iter().map(to_go_json).collect(),
+        v => v.to_json(),
+    }
+}
+
+/// `structToJSON v`: `json.Marshal` of a Kubernetes struct; container
+/// ports in `corev1.ContainerPort`'s field order.
+fn struct_to_json(a: &[Value]) -> Result<Value, String> {
+    let v = one(a, "structToJSON")?;
+    if matches!(v, Value::Invalid | Value::Nil) {
+        return Ok(Value::Str("{}".into()));
+    }
+    let j = to_go_json(v);
+    let port_fields = ["name", "hostPort", "containerPort", "protocol", "hostIP"];
+    if let Some(m) =
+        j.as_object().filter(|m| m.contains_key("containerPort") && m.keys().all(|k| port_fields.contains(&k.as_str())))
+    {
+        let mut out = String::from("{");
+        for f in port_fields {
+            let Some(x) = m.get(f) else { continue };
+            let zero = x.is_null() || *x == serde_json::json!("") || *x == serde_json::json!(0);
+            if zero && f != "containerPort" {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(&format!("{}:{}", serde_json::json!(f), x));
+        }
+        out.push('}');
+        return Ok(Value::Str(out));
+    }
+    Ok(Value::Str(j.to_string()))
+}
+
+/// ProxyConfig's fields in declaration order (`mesh/v1alpha1/proxy.proto`),
+/// the order Go's protojson writes them in.
+const PROXY_CONFIG_FIELDS: [&str; 39] = [
+    "configPath",
+    "binaryPath",
+    "serviceCluster",
+    "tracingServiceName",
+    "drainDuration",
+    "discoveryAddress",
+    "discoveryRefreshDelay",
+    "zipkinAddress",
+    "statsdUdpAddress",
+    "envoyMetricsServiceAddress",
+    "proxyAdminPort",
+    "availabilityZone",
+    "controlPlaneAuthPolicy",
+    "customConfigFile",
+    "statNameLength",
+    "concurrency",
+    "proxyBootstrapTemplatePath",
+    "interceptionMode",
+    "tracing",
+    "sds",
+    "envoyAccessLogService",
+    "envoyMetricsService",
+    "proxyMetadata",
+    "runtimeValues",
+    "statusPort",
+    "extraStatTags",
+    "gatewayTopology",
+    "terminationDrainDuration",
+    "meshId",
+    "readinessProbe",
+    "proxyStatsMatcher",
+    "holdApplicationUntilProxyStarts",
+    "caCertificatesPem",
+    "image",
+    "privateKeyProvider",
+    "proxyHeaders",
+    "fileFlushInterval",
+    "fileFlushMinSizeKb",
+    "statsCompression",
+];
+
+/// `protoToJSON proxyConfig`: istiod's `cleanProxyConfig` (fields equal to
+/// `mesh.DefaultProxyConfig()` dropped) then compact proto JSON in field
+/// order.
+fn proto_to_json(a: &[Value]) -> Result<Value, String> {
+    let v = one(a, "protoToJSON")?;
+    let serde_json::Value::Object(mut m) = to_go_json(v) else {
+        return Ok(Value::Str("{}".into()));
+    };
+    let defaults = super::inject::default_proxy_config();
+    m.retain(|k, v| defaults.get(k) != Some(v));
+    if m.get("interceptionMode").and_then(serde_json::Value::as_str) == Some("REDIRECT") {
+        m.remove("interceptionMode");
+    }
+    for k in ["proxyMetadata", "runtimeValues"] {
+        if m.get(k).and_then(serde_json::Value::as_object).is_some_and(serde_json::Map::is_empty) {
+            m.remove(k);
+        }
+    }
+    let mut out = String::from("{");
+    let mut fields: Vec<&String> = m.keys().collect();
+    fields.sort_by_key(|k| PROXY_CONFIG_FIELDS.iter().position(|f| f == k).unwrap_or(usize::MAX));
+    for k in fields {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&format!("{}:{}", serde_json::json!(k), m[k]));
+    }
+    out.push('}');
+    Ok(Value::Str(out))
+}
+
+fn str_at<'a>(m: &'a Value, k: &str) -> &'a str {
+    match m {
+        Value::Map(m, _) => m.get(k).and_then(Value::as_str).unwrap_or_default(),
+        _ => "",
+    }
+}
+
+/// `otelResourceAttributes mesh annotations labels namespace containers`:
+/// the OTel resource attributes when an OpenTelemetry provider asks for
+/// semantic conventions, else "".
+fn otel_resource_attributes(a: &[Value]) -> Result<Value, String> {
+    arity(a, 5, "otelResourceAttributes")?;
+    let providers = match &a[0] {
+        Value::Map(m, _) => m.get("ExtensionProviders").cloned().unwrap_or(Value::Invalid),
+        _ => Value::Invalid,
+    };
+    let enriched = match &providers {
+        Value::List(l) => l.iter().any(|p| {
+            let j = p.to_json();
+            j.pointer("/opentelemetry/serviceAttributeEnrichment").and_then(serde_json::Value::as_str)
+                == Some("OTEL_SEMANTIC_CONVENTIONS")
+        }),
+        _ => false,
+    };
+    if !enriched {
+        return Ok(Value::Str(String::new()));
+    }
+    let (annos, labels) = (&a[1], &a[2]);
+    let ns = a[3].as_str().unwrap_or_default();
+    let containers = match &a[4] {
+        Value::List(l) => l.as_slice(),
+        _ => &[],
+    };
+    let mut attrs = Vec::new();
+    let ns_attr = Some(str_at(annos, "resource.opentelemetry.io/service.namespace"))
+        .filter(|s| !s.is_empty())
+        .or(Some(ns).filter(|s| !s.is_empty()));
+    if let Some(n) = ns_attr {
+        attrs.push(format!("service.namespace={n}"));
+    }
+    let mut version = str_at(annos, "resource.opentelemetry.io/service.version").to_owned();
+    if version.is_empty() {
+        version = str_at(labels, "app.kubernetes.io/version").to_owned();
+    }
+    if version.is_empty() && containers.len() == 1 {
+        let image = str_at(&containers[0], "Image");
+        let (rest, digest) = image.split_once('@').map_or((image, ""), |(r, d)| (r, d));
+        let after_slash = rest.rsplit_once('/').map_or(rest, |(_, r)| r);
+        let tag = after_slash.rsplit_once(':').map_or("", |(_, t)| t);
+        version = match (tag, digest) {
+            ("", d) => d.to_owned(),
+            (t, "") => t.to_owned(),
+            (t, d) => format!("{t}@{d}"),
+        };
+    }
+    if !version.is_empty() {
+        attrs.push(format!("service.version={version}"));
+    }
+    let instance = str_at(annos, "resource.opentelemetry.io/service.instance.id");
+    if !instance.is_empty() {
+        attrs.push(format!("service.instance.id={instance}"));
+    } else if let Some(c) = containers.first() {
+        attrs.push(format!("service.instance.id={ns}.$(POD_NAME).{}", str_at(c, "Name")));
+    }
+    Ok(Value::Str(attrs.join(",")))
+}
+
+/// `includeInboundPorts containers` / `applicationPorts containers`: the
+/// containers' TCP ports, comma-joined (the latter without the proxy's).
+fn container_ports(a: &[Value], skip_proxy: bool) -> Result<Value, String> {
+    let mut ports = Vec::new();
+    if let Value::List(cs) = one(a, "includeInboundPorts")? {
+        for c in cs {
+            if skip_proxy && str_at(c, "Name") == "istio-proxy" {
+                continue;
+            }
+            if let Value::Map(m, _) = c
+                && let Some(Value::List(ps)) = m.get("Ports")
+            {
+                for p in ps {
+                    if matches!(str_at(p, "Protocol"), "UDP" | "SCTP") {
+                        continue;
+                    }
+                    if let Value::Map(pm, _) = p
+                        && let Some(Value::Num(n)) = pm.get("ContainerPort")
+                    {
+                        ports.push(format!("{n}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(Value::Str(ports.join(",")))
 }
 
 fn arity(a: &[Value], n: usize, name: &str) -> Result<(), String> {

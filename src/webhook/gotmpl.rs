@@ -523,6 +523,9 @@ fn field(v: &Value, name: &str) -> Result<Value, String> {
         Value::Nil if getter.is_some() => Ok(Value::Invalid),
         Value::Nil => Err(format!("nil pointer evaluating interface {{}}.{name}")),
         Value::Str(s) if name == "String" => Ok(Value::Str(s.clone())),
+        // A wrapper type's `GetValue` (`BoolValue`, `Int32Value`): the
+        // JSON form holds the bare value.
+        Value::Bool(_) | Value::Num(_) if name == "GetValue" => Ok(v.clone()),
         other => Err(format!("can't evaluate field {name} in type {}", other.kind())),
     }
 }

@@ -1,0 +1,712 @@
+//! Sidecar injection (`/inject`), as istiod's `pkg/kube/inject` does it:
+//! the injector's configuration and values as the chart's
+//! `istio-sidecar-injector` ConfigMap gives them (files `config` and
+//! `values`), istiod's policy (`injectRequired`), the chart's own templates
+//! rendered by our Go template engine over the data istiod gives them
+//! (`SidecarTemplateData`, with Go's field names), each rendered pod laid
+//! over the original by strategic merge, then istiod's post-processing
+//! ([`post`]) and a JSONPatch from the pod the API server sent to the
+//! injected one.
+//!
+//! Facts and file names are in docs/injection-notes.md.
+
+pub mod post;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{Map, Value as Json, json};
+
+use super::gotmpl::{Template, Value};
+use super::{funcs, jsonpatch, smp};
+use crate::mesh::LabelSelector;
+
+/// The status annotation istiod writes on an injected pod.
+pub const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
+/// Namespaces istiod never injects (`initializer.go`).
+const IGNORED_NAMESPACES: [&str; 4] = ["kube-system", "kube-public", "kube-node-lease", "local-path-storage"];
+
+/// The injector's `config` (istiod's `inject.Config`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RawConfig {
+    policy: String,
+    default_templates: Vec<String>,
+    templates: BTreeMap<String, String>,
+    aliases: BTreeMap<String, Vec<String>>,
+    never_inject_selector: Option<Vec<LabelSelector>>,
+    always_inject_selector: Option<Vec<LabelSelector>>,
+    injected_annotations: Option<BTreeMap<String, String>>,
+}
+
+/// What istiod reads from the mesh configuration to inject.
+#[derive(Debug, Clone)]
+pub struct MeshInputs {
+    /// `defaultConfig` laid over istiod's default ProxyConfig (proto JSON).
+    pub default_config: Map<String, Json>,
+    /// `enablePrometheusMerge` (true).
+    pub prometheus_merge: bool,
+    /// `inboundTrafficPolicy.mode == LOCALHOST`.
+    pub inbound_localhost: bool,
+    /// `proxyListenPort`, `proxyInboundListenPort`.
+    pub listen_ports: (u16, u16),
+    /// `trustDomain`.
+    pub trust_domain: String,
+    /// `extensionProviders` (for `otelResourceAttributes`).
+    pub extension_providers: Json,
+}
+
+impl MeshInputs {
+    /// From the mesh configuration's YAML (empty: istiod's defaults).
+    pub fn parse(yaml: &str) -> Result<MeshInputs, String> {
+        let raw: Json = if yaml.trim().is_empty() {
+            json!({})
+        } else {
+            serde_yaml_ng::from_str(yaml).map_err(|e| format!("mesh config: {e}"))?
+        };
+        let raw = if raw.is_null() { json!({}) } else { raw };
+        let mut default_config = default_proxy_config();
+        if let Some(d) = raw.get("defaultConfig").and_then(Json::as_object) {
+            overlay_proxy_config(&mut default_config, d);
+        }
+        let port = |k: &str, d: u16| raw.get(k).and_then(Json::as_u64).map_or(d, |p| p as u16);
+        Ok(MeshInputs {
+            default_config,
+            prometheus_merge: raw.get("enablePrometheusMerge").and_then(Json::as_bool).unwrap_or(true),
+            inbound_localhost: raw.pointer("/inboundTrafficPolicy/mode").and_then(Json::as_str) == Some("LOCALHOST"),
+            listen_ports: (port("proxyListenPort", 15001), port("proxyInboundListenPort", 15006)),
+            trust_domain: raw.get("trustDomain").and_then(Json::as_str).unwrap_or("cluster.local").to_owned(),
+            extension_providers: raw.get("extensionProviders").cloned().unwrap_or(json!([])),
+        })
+    }
+}
+
+/// istiod's `mesh.DefaultProxyConfig()` in proto JSON.
+pub fn default_proxy_config() -> Map<String, Json> {
+    let Json::Object(m) = json!({
+        "configPath": "./etc/istio/proxy",
+        "binaryPath": "/usr/local/bin/envoy",
+        "serviceCluster": "istio-proxy",
+        "drainDuration": "45s",
+        "terminationDrainDuration": "5s",
+        "proxyAdminPort": 15000,
+        "controlPlaneAuthPolicy": "MUTUAL_TLS",
+        "discoveryAddress": "istiod.istio-system.svc:15012",
+        "statNameLength": 189,
+        "statusPort": 15020,
+    }) else {
+        unreachable!()
+    };
+    m
+}
+
+/// Lays `over` on `pc` as istiod's `ApplyYAML` + `MergeProxyConfig` do:
+/// fields given replace, `proxyMetadata` merges key by key.
+pub fn overlay_proxy_config(pc: &mut Map<String, Json>, over: &Map<String, Json>) {
+    for (k, v) in over {
+        match (k.as_str(), pc.get_mut(k), v) {
+            ("proxyMetadata", Some(Json::Object(old)), Json::Object(new)) => {
+                old.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            _ => {
+                pc.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Settings from istiod's environment that shape injection.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `REVISION` ("" is the default revision).
+    pub revision: String,
+    /// `ENABLE_NATIVE_SIDECARS`: `true`, `false` or `auto` (the default:
+    /// istiod then asks the nodes' kubelet versions; this server has no
+    /// node informer and answers as istiod does for an empty node list:
+    /// native sidecars on).
+    pub native_sidecars: bool,
+    /// `COMPLIANCE_POLICY`.
+    pub compliance_policy: String,
+}
+
+impl Env {
+    /// From the process environment.
+    pub fn from_env() -> Env {
+        let native = std::env::var("ENABLE_NATIVE_SIDECARS").unwrap_or_default();
+        Env {
+            revision: std::env::var("REVISION").unwrap_or_default(),
+            native_sidecars: !native.eq_ignore_ascii_case("false"),
+            compliance_policy: std::env::var("COMPLIANCE_POLICY").unwrap_or_default(),
+        }
+    }
+}
+
+/// A loaded injector: configuration, parsed templates, values, mesh.
+pub struct Injector {
+    policy: String,
+    default_templates: Vec<String>,
+    aliases: BTreeMap<String, Vec<String>>,
+    never: Vec<LabelSelector>,
+    always: Vec<LabelSelector>,
+    injected_annotations: BTreeMap<String, String>,
+    /// Each template, or why it did not parse (istiod refuses the whole
+    /// configuration for one bad template; here only the pods that ask
+    /// for a bad one are refused, and the log says why at load).
+    templates: BTreeMap<String, Result<Template, String>>,
+    values: Json,
+    values_data: Value,
+    mesh: MeshInputs,
+    env: Env,
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LoadError(pub String);
+
+impl Injector {
+    /// From the ConfigMap's `config` and `values` texts.
+    pub fn new(config: &str, values: &str, mesh: MeshInputs, env: Env) -> Result<Injector, LoadError> {
+        let raw: RawConfig = serde_yaml_ng::from_str::<Option<RawConfig>>(config)
+            .map_err(|e| LoadError(format!("config: {e}")))?
+            .unwrap_or_default();
+        let values: Json = if values.trim().is_empty() {
+            json!({})
+        } else {
+            serde_yaml_ng::from_str(values).map_err(|e| LoadError(format!("values: {e}")))?
+        };
+        if !values.is_object() {
+            return Err(LoadError("values: not a map".into()));
+        }
+        let templates = raw
+            .templates
+            .iter()
+            .map(|(name, src)| {
+                let t = Template::parse(name, src, funcs::funcs()).map_err(|e| e.to_string());
+                if let Err(e) = &t {
+                    tracing::warn!(target: "injection", template = %name, error = %e, "injection template does not parse");
+                }
+                (name.clone(), t)
+            })
+            .collect();
+        let values_data = Value::from(&values);
+        Ok(Injector {
+            policy: raw.policy,
+            default_templates: if raw.default_templates.is_empty() {
+                vec!["sidecar".into()]
+            } else {
+                raw.default_templates
+            },
+            aliases: raw.aliases,
+            never: raw.never_inject_selector.unwrap_or_default(),
+            always: raw.always_inject_selector.unwrap_or_default(),
+            injected_annotations: raw.injected_annotations.unwrap_or_default(),
+            templates,
+            values,
+            values_data,
+            mesh,
+            env,
+        })
+    }
+
+    /// From a directory holding `config` and `values` (the mounted
+    /// ConfigMap, `/var/lib/istio/inject`).
+    pub fn load(dir: &Path, mesh: MeshInputs, env: Env) -> Result<Injector, LoadError> {
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f)).map_err(|e| LoadError(format!("{}: {e}", dir.join(f).display())))
+        };
+        Injector::new(&read("config")?, &read("values")?, mesh, env)
+    }
+
+    /// Names of the templates that parsed.
+    pub fn template_names(&self) -> Vec<&str> {
+        self.templates.iter().filter(|(_, t)| t.is_ok()).map(|(n, _)| n.as_str()).collect()
+    }
+
+    fn value(&self, pointer: &str) -> Option<&Json> {
+        self.values.pointer(pointer)
+    }
+}
+
+/// What became of one pod.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Left alone by policy.
+    Skipped,
+    /// Injected: the JSONPatch.
+    Patched(Vec<Json>),
+}
+
+fn string_map(v: Option<&Json>) -> BTreeMap<String, String> {
+    v.and_then(Json::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect())
+        .unwrap_or_default()
+}
+
+/// istiod's `injectRequired`.
+pub fn inject_required(inj: &Injector, pod: &Json) -> bool {
+    if pod.pointer("/spec/hostNetwork").and_then(Json::as_bool) == Some(true) {
+        return false;
+    }
+    let ns = pod.pointer("/metadata/namespace").and_then(Json::as_str).unwrap_or_default();
+    if IGNORED_NAMESPACES.contains(&ns) {
+        return false;
+    }
+    let labels = string_map(pod.pointer("/metadata/labels"));
+    let annotations = string_map(pod.pointer("/metadata/annotations"));
+    let selector = labels.get("sidecar.istio.io/inject").or_else(|| annotations.get("sidecar.istio.io/inject"));
+    let (mut inject, mut use_default) = (false, false);
+    match selector.map(|s| s.to_ascii_lowercase()).as_deref() {
+        Some("true") => inject = true,
+        Some("false") => {}
+        _ => use_default = true,
+    }
+    let empty = |s: &LabelSelector| s.match_labels.is_empty() && s.match_expressions.is_empty();
+    if use_default && inj.never.iter().any(|s| !empty(s) && s.matches(&labels)) {
+        (inject, use_default) = (false, false);
+    }
+    if use_default && inj.always.iter().any(|s| !empty(s) && s.matches(&labels)) {
+        (inject, use_default) = (true, false);
+    }
+    match inj.policy.as_str() {
+        "enabled" => use_default || inject,
+        "disabled" => !use_default && inject,
+        other => {
+            tracing::error!(target: "injection", policy = other, "invalid injection policy; not injecting");
+            false
+        }
+    }
+}
+
+/// `W:parseInjectEnvs`: `/inject/cluster/c1/net/n1` and `:ENV:` forms.
+pub fn path_envs(path: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let parts: Vec<&str> = path.trim_end_matches('/').splitn(3, '/').collect();
+    if parts.len() < 3 {
+        return out;
+    }
+    let mut put = |k: &str, v: String| {
+        let k = match k {
+            "cluster" => "ISTIO_META_CLUSTER_ID".to_owned(),
+            "net" => "ISTIO_META_NETWORK".to_owned(),
+            k => k.to_uppercase(),
+        };
+        out.insert(k, v);
+    };
+    if let Some(rest) = parts[2].strip_prefix(":ENV:") {
+        for kv in rest.split(":ENV:") {
+            if let Some((k, v)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) {
+                put(k, v.to_owned());
+            }
+        }
+    } else {
+        let items: Vec<&str> = parts[2].split('/').collect();
+        for pair in items.chunks_exact(2) {
+            put(pair[0], pair[1].replace("--slash--", "/"));
+        }
+    }
+    out
+}
+
+/// The injection status istiod records (`SidecarInjectionStatus`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Status {
+    init_containers: Option<Vec<String>>,
+    containers: Option<Vec<String>>,
+}
+
+fn status_of(pod: &Json) -> Option<Status> {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(STATUS_ANNOTATION))
+        .and_then(Json::as_str)
+        .and_then(|s| serde_json::from_str(s).ok())
+}
+
+/// `I:stripPod` + `W:reinsertOverrides`: the pod as it was before an
+/// earlier injection, for the template data.
+fn strip_pod(pod: &Json, status_port: &str) -> Json {
+    let mut p = pod.clone();
+    if let Some(status) = status_of(pod) {
+        for (field, names) in [("containers", status.containers), ("initContainers", status.init_containers)] {
+            let names = names.unwrap_or_default();
+            if let Some(Json::Array(list)) = p.pointer_mut(&format!("/spec/{field}")) {
+                list.retain(|c| !c["name"].as_str().is_some_and(|n| names.iter().any(|x| x == n)));
+            }
+        }
+        if let Some(Json::Object(a)) = p.pointer_mut("/metadata/annotations") {
+            let port = a.iter().find(|(k, _)| post::sanitize(k) == "prometheus_io_port").map(|(_, v)| v.clone());
+            if port.as_ref().and_then(Json::as_str) == Some(status_port) {
+                a.retain(|k, _| !post::PROMETHEUS_KEYS.contains(&post::sanitize(k).as_str()));
+            }
+            a.remove(STATUS_ANNOTATION);
+        }
+    }
+    // Containers the user overrode come back.
+    let overrides = pod
+        .pointer("/metadata/annotations/proxy.istio.io~1overrides")
+        .and_then(Json::as_str)
+        .and_then(|s| serde_json::from_str::<Json>(s).ok());
+    if let Some(o) = overrides {
+        for field in ["containers", "initContainers"] {
+            for c in o.get(field).and_then(Json::as_array).into_iter().flatten() {
+                let list = p["spec"].as_object_mut().map(|s| s.entry(field).or_insert_with(|| json!([])));
+                if let Some(Json::Array(list)) = list
+                    && !list.iter().any(|x| x["name"] == c["name"])
+                {
+                    list.push(c.clone());
+                }
+            }
+        }
+    }
+    p
+}
+
+/// `kube.GetDeployMetaFromPod`: (name, namespace, kind, apiVersion).
+fn deploy_meta(pod: &Json) -> (String, String, String, String) {
+    let meta = &pod["metadata"];
+    let s = |v: &Json| v.as_str().unwrap_or_default().to_owned();
+    let (mut name, ns) = (s(&meta["name"]), s(&meta["namespace"]));
+    let (mut kind, mut api) = ("Pod".to_owned(), "v1".to_owned());
+    let controller = meta["ownerReferences"]
+        .as_array()
+        .and_then(|refs| refs.iter().find(|r| r["controller"].as_bool() == Some(true)));
+    if !s(&meta["generateName"]).is_empty()
+        && let Some(r) = controller
+    {
+        (api, kind, name) = (s(&r["apiVersion"]), s(&r["kind"]), s(&r["name"]));
+        let label = |k: &str| meta["labels"].get(k).and_then(Json::as_str).map(str::to_owned);
+        match kind.as_str() {
+            "ReplicaSet" => {
+                if let Some(h) = label("pod-template-hash")
+                    && let Some(n) = name.strip_suffix(&format!("-{h}"))
+                {
+                    (name, kind) = (n.to_owned(), "Deployment".into());
+                } else if label("rollouts-pod-template-hash").is_some() {
+                    (kind, api) = ("Rollout".into(), "v1alpha1".into());
+                }
+            }
+            "ReplicationController" => {
+                if let Some(dc) = label("deploymentconfig") {
+                    (name, kind) = (dc, "DeploymentConfig".into());
+                }
+            }
+            "Job" => {
+                // (.+)-\d{8,10}$
+                if let Some((base, digits)) = name.rsplit_once('-')
+                    && (8..=10).contains(&digits.len())
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && !base.is_empty()
+                {
+                    (name, kind, api) = (base.to_owned(), "CronJob".into(), "batch/v1".into());
+                }
+            }
+            _ => {}
+        }
+    }
+    if name.is_empty() {
+        name = s(&meta["name"]);
+    }
+    (name, ns, kind, api)
+}
+
+/// Go's field name for a JSON key (`serviceAccountName` →
+/// `ServiceAccountName`).
+fn go_name(k: &str) -> String {
+    let mut c = k.chars();
+    c.next().map(|f| f.to_ascii_uppercase()).into_iter().chain(c).collect()
+}
+
+/// JSON key → template value with Go's field names; maps of data (labels,
+/// annotations, node selectors, quantities) keep their keys and are
+/// string maps.
+fn go_struct(v: &Json) -> Value {
+    match v {
+        Json::Object(m) => Value::Map(
+            m.iter()
+                .map(|(k, v)| {
+                    let inner = match k.as_str() {
+                        "labels" | "annotations" | "nodeSelector" | "proxyMetadata" => {
+                            Value::string_map(&string_map(Some(v)))
+                        }
+                        "limits" | "requests" | "runtimeValues" => Value::from(v),
+                        _ => go_struct(v),
+                    };
+                    (go_name(k), inner)
+                })
+                .collect(),
+            false,
+        ),
+        Json::Array(a) => Value::List(a.iter().map(go_struct).collect()),
+        v => Value::from(v),
+    }
+}
+
+fn set(m: &mut Value, k: &str, v: Value) {
+    if let Value::Map(m, _) = m {
+        m.insert(k.to_owned(), v);
+    }
+}
+
+fn set_default(m: &mut Value, k: &str, v: Value) {
+    if let Value::Map(m, _) = m {
+        m.entry(k.to_owned()).or_insert(v);
+    }
+}
+
+/// `I:ProxyImage` / `ProxyInitImage`.
+fn proxy_image(inj: &Injector, init: bool, image_type: Option<&str>, annotations: &BTreeMap<String, String>) -> String {
+    let hub = inj.value("/global/hub").and_then(Json::as_str).unwrap_or_default();
+    let ptr = if init { "/global/proxy_init/image" } else { "/global/proxy/image" };
+    let name = inj.value(ptr).and_then(Json::as_str).filter(|s| !s.is_empty()).unwrap_or("proxyv2");
+    let tag = match inj.value("/global/tag") {
+        Some(Json::String(s)) => s.clone(),
+        Some(Json::Null) | None => String::new(),
+        Some(v) => super::gotmpl::print(&Value::from(v)),
+    };
+    let mut image_type = image_type
+        .map(str::to_owned)
+        .unwrap_or_else(|| inj.value("/global/variant").and_then(Json::as_str).unwrap_or_default().to_owned());
+    if let Some(t) = annotations.get("sidecar.istio.io/proxyImageType") {
+        image_type = t.clone();
+    }
+    let tag = if image_type.is_empty() {
+        tag
+    } else {
+        let base = tag.strip_suffix("-distroless").or_else(|| tag.strip_suffix("-debug")).unwrap_or(&tag).to_owned();
+        if image_type == "default" { base } else { format!("{base}-{image_type}") }
+    };
+    if name.contains('/') { format!("{name}:{tag}") } else { format!("{hub}/{name}:{tag}") }
+}
+
+/// The effective ProxyConfig of a pod: mesh default + annotation.
+fn proxy_config(inj: &Injector, annotations: &BTreeMap<String, String>) -> Result<Map<String, Json>, String> {
+    let mut pc = inj.mesh.default_config.clone();
+    if let Some(a) = annotations.get("proxy.istio.io/config") {
+        let over: Json = serde_yaml_ng::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
+        match over {
+            Json::Object(m) => overlay_proxy_config(&mut pc, &m),
+            Json::Null => {}
+            _ => return Err("proxy.istio.io/config: not a map".into()),
+        }
+    }
+    Ok(pc)
+}
+
+/// The template data istiod passes (`SidecarTemplateData`).
+fn template_data(
+    inj: &Injector,
+    stripped: &Json,
+    pc: &Map<String, Json>,
+    native: bool,
+    meta: &(String, String, String, String),
+) -> Value {
+    let annotations = string_map(stripped.pointer("/metadata/annotations"));
+    let mut object_meta = go_struct(stripped.get("metadata").unwrap_or(&json!({})));
+    for k in ["Labels", "Annotations"] {
+        set_default(&mut object_meta, k, Value::Map(BTreeMap::new(), true));
+    }
+    for k in ["Name", "Namespace", "GenerateName"] {
+        set_default(&mut object_meta, k, Value::Str(String::new()));
+    }
+    let mut spec = go_struct(stripped.get("spec").unwrap_or(&json!({})));
+    set_default(&mut spec, "ServiceAccountName", Value::Str(String::new()));
+    set_default(&mut spec, "Containers", Value::List(Vec::new()));
+    let mut proxy = go_struct(&Json::Object(pc.clone()));
+    set_default(&mut proxy, "InterceptionMode", Value::Str("REDIRECT".into()));
+    set_default(&mut proxy, "ProxyMetadata", Value::Map(BTreeMap::new(), true));
+    let mut mesh = Value::Map(BTreeMap::new(), false);
+    set(&mut mesh, "ProxyListenPort", Value::Num(f64::from(inj.mesh.listen_ports.0)));
+    set(&mut mesh, "ProxyInboundListenPort", Value::Num(f64::from(inj.mesh.listen_ports.1)));
+    set(&mut mesh, "TrustDomain", Value::Str(inj.mesh.trust_domain.clone()));
+    set(&mut mesh, "ExtensionProviders", Value::from(&inj.mesh.extension_providers));
+    let image_type = pc.get("image").and_then(|i| i.get("imageType")).and_then(Json::as_str);
+    let (name, ns, kind, api) = meta;
+    let mut d = Value::Map(BTreeMap::new(), false);
+    let type_meta = Value::Map(
+        [("APIVersion".to_owned(), Value::Str(api.clone())), ("Kind".to_owned(), Value::Str(kind.clone()))].into(),
+        false,
+    );
+    let deploy_meta = Value::Map(
+        [("Name".to_owned(), Value::Str(name.clone())), ("Namespace".to_owned(), Value::Str(ns.clone()))].into(),
+        false,
+    );
+    set(&mut d, "TypeMeta", type_meta);
+    set(&mut d, "DeploymentMeta", deploy_meta);
+    set(&mut d, "ObjectMeta", object_meta);
+    set(&mut d, "Spec", spec);
+    set(&mut d, "ProxyConfig", proxy);
+    set(&mut d, "MeshConfig", mesh);
+    set(&mut d, "Values", inj.values_data.clone());
+    set(&mut d, "Revision", Value::Str(inj.env.revision.clone()));
+    set(&mut d, "NativeSidecars", Value::Bool(native));
+    set(&mut d, "ProxyImage", Value::Str(proxy_image(inj, false, image_type, &annotations)));
+    set(&mut d, "ProxyInitImage", Value::Str(proxy_image(inj, true, None, &annotations)));
+    set(&mut d, "ProxyUID", Value::Num(1337.0));
+    set(&mut d, "ProxyGID", Value::Num(1337.0));
+    let mode = if inj.mesh.inbound_localhost { "localhost" } else { "passthrough" };
+    set(&mut d, "InboundTrafficPolicyMode", Value::Str(mode.into()));
+    set(&mut d, "CompliancePolicy", Value::Str(inj.env.compliance_policy.clone()));
+    d
+}
+
+/// `I:selectTemplates` + `resolveAliases`.
+fn select_templates(inj: &Injector, annotations: &BTreeMap<String, String>) -> Vec<String> {
+    let names: Vec<String> = match annotations.get("inject.istio.io/templates") {
+        Some(list) => list.split(',').map(|s| s.trim().to_owned()).collect(),
+        None => inj.default_templates.clone(),
+    };
+    names.into_iter().flat_map(|n| inj.aliases.get(&n).cloned().unwrap_or_else(|| vec![n])).collect()
+}
+
+/// Parses a rendered template: YAML of a partial pod.
+fn parse_rendered(text: &str) -> Result<Json, String> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    let v: Json = serde_yaml_ng::from_str(text).map_err(|e| {
+        format!("failed parsing generated injected YAML (check Istio sidecar injector configuration): {e}")
+    })?;
+    match v {
+        Json::Null => Ok(json!({})),
+        Json::Object(_) => Ok(v),
+        _ => {
+            Err("failed parsing generated injected YAML (check Istio sidecar injector configuration): not a map".into())
+        }
+    }
+}
+
+fn container_index(pod: &Json, field: &str, name: &str) -> Option<usize> {
+    pod.pointer(&format!("/spec/{field}"))?.as_array()?.iter().position(|c| c["name"] == name)
+}
+
+/// What Go's typed round trip drops from the injected containers: their
+/// probes' `omitempty` integers at 0 (a template writes
+/// `initialDelaySeconds: 0`; istiod's pod never shows it) and empty env
+/// values.
+fn drop_zero_probe_fields(pod: &mut Json, template_pod: &Json) {
+    for field in ["containers", "initContainers"] {
+        let injected: Vec<Json> = template_pod
+            .pointer(&format!("/spec/{field}"))
+            .and_then(Json::as_array)
+            .map(|l| l.iter().map(|c| c["name"].clone()).collect())
+            .unwrap_or_default();
+        for f in ["containers", "initContainers"] {
+            let Some(list) = pod.pointer_mut(&format!("/spec/{f}")).and_then(Json::as_array_mut) else { continue };
+            for c in list.iter_mut().filter(|c| injected.contains(&c["name"])) {
+                // EnvVar's `value` is omitempty too.
+                for e in c.get_mut("env").and_then(Json::as_array_mut).into_iter().flatten() {
+                    if let Some(e) = e.as_object_mut()
+                        && e.get("value") == Some(&json!(""))
+                    {
+                        e.remove("value");
+                    }
+                }
+                for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+                    if let Some(p) = c.get_mut(probe).and_then(Json::as_object_mut) {
+                        p.retain(|k, v| {
+                            !(matches!(
+                                k.as_str(),
+                                "initialDelaySeconds"
+                                    | "timeoutSeconds"
+                                    | "periodSeconds"
+                                    | "successThreshold"
+                                    | "failureThreshold"
+                            ) && v.as_i64() == Some(0))
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Injects `pod` (as the API server sent it): the JSONPatch, or why not.
+/// `path` is the request's URL path (for `/inject/cluster/c/net/n`).
+pub fn inject(inj: &Injector, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
+    let mut pod = pod.clone();
+    if !pod.is_object() {
+        return Err("the object is not a pod".into());
+    }
+    if let Some(m) = pod.get_mut("metadata").and_then(Json::as_object_mut) {
+        m.remove("managedFields");
+    }
+    if pod.pointer("/metadata/namespace").and_then(Json::as_str).unwrap_or_default().is_empty() {
+        let meta = pod.as_object_mut().map(|p| p.entry("metadata").or_insert_with(|| json!({})));
+        if let Some(Json::Object(m)) = meta {
+            m.insert("namespace".into(), json!(namespace));
+        }
+    }
+    if !inject_required(inj, &pod) {
+        return Ok(Outcome::Skipped);
+    }
+    let original = pod.clone();
+    let annotations = string_map(pod.pointer("/metadata/annotations"));
+    post::validate_annotations(&annotations)?;
+    let pc = proxy_config(inj, &annotations)?;
+    let status_port = pc.get("statusPort").and_then(Json::as_u64).unwrap_or(15020).to_string();
+
+    // Cluster and network: values, then the URL, then the pod's label.
+    let mut proxy_envs = path_envs(path);
+    let cluster = proxy_envs.get("ISTIO_META_CLUSTER_ID").cloned().unwrap_or_else(|| {
+        inj.value("/global/multiCluster/clusterName").and_then(Json::as_str).unwrap_or_default().to_owned()
+    });
+    let mut network = proxy_envs
+        .get("ISTIO_META_NETWORK")
+        .cloned()
+        .unwrap_or_else(|| inj.value("/global/network").and_then(Json::as_str).unwrap_or_default().to_owned());
+    if let Some(n) = pod.pointer("/metadata/labels/topology.istio.io~1network").and_then(Json::as_str) {
+        network = n.to_owned();
+    }
+    if !cluster.is_empty() {
+        proxy_envs.insert("ISTIO_META_CLUSTER_ID".into(), cluster);
+    }
+    if !network.is_empty() {
+        proxy_envs.insert("ISTIO_META_NETWORK".into(), network);
+    }
+
+    let stripped = strip_pod(&pod, &status_port);
+    let meta = deploy_meta(&stripped);
+    let native = match annotations.get("sidecar.istio.io/nativeSidecar").map(String::as_str) {
+        Some("true") => true,
+        Some("false") => false,
+        _ => inj.env.native_sidecars,
+    };
+    let data = template_data(inj, &stripped, &pc, inj.env.native_sidecars, &meta);
+    let mut template_pod = json!({});
+    let mut merged = pod;
+    for name in select_templates(inj, &annotations) {
+        let t = match inj.templates.get(&name) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return Err(format!("template {name:?} does not parse: {e}")),
+            None => {
+                let have: Vec<&str> = inj.templates.keys().map(String::as_str).collect();
+                return Err(format!("requested template {name:?} not found; have {}", have.join(", ")));
+            }
+        };
+        let text = t.render(&data).map_err(|e| format!("failed to run injection template: {e}"))?;
+        let overlay = parse_rendered(&text)?;
+        smp::merge_pod(&mut template_pod, &overlay);
+        // A native sidecar the user customised in containers follows the
+        // proxy into initContainers (`W:moveContainer`).
+        if native
+            && container_index(&template_pod, "initContainers", "istio-proxy").is_some()
+            && let Some(i) = container_index(&merged, "containers", "istio-proxy")
+            && let Some(Json::Array(cs)) = merged.pointer_mut("/spec/containers")
+        {
+            let c = cs.remove(i);
+            if let Some(spec) = merged["spec"].as_object_mut() {
+                let init = spec.entry("initContainers").or_insert_with(|| json!([]));
+                if let Json::Array(init) = init {
+                    init.push(c);
+                }
+            }
+        }
+        smp::merge_pod(&mut merged, &overlay);
+    }
+    drop_zero_probe_fields(&mut merged, &template_pod);
+    post::reapply_overwritten_containers(&mut merged, &original, &template_pod, &pc)?;
+    post::post_process(inj, &mut merged, &template_pod, &proxy_envs, &pc, &status_port)?;
+    Ok(Outcome::Patched(jsonpatch::diff(&original, &merged)))
+}

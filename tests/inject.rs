@@ -344,3 +344,436 @@ fn istios_default_injection_cases_in_process() {
     }
     assert!(failures.is_empty(), "{} of {pods} pods differ:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// One AdmissionReview of a pod, as the API server sends it for a CREATE.
+fn pod_review(uid: &str, ns: &str, pod: &Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": ns,
+            "operation": "CREATE",
+            "object": pod,
+        },
+    })
+}
+
+/// POSTs each body over one HTTP/2 connection (the `h2` crate over rustls,
+/// ALPN h2, as the API server calls webhooks): status and JSON answer.
+fn post_all(addr: std::net::SocketAddr, root: &Path, path: &str, bodies: &[Vec<u8>]) -> Vec<(u16, Value)> {
+    let tls = istiod_loadgen::proxy::tls(root, "istiod.istio-system.svc").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let io = tls.connector.connect(tls.server_name.clone(), tcp).await.unwrap();
+        assert_eq!(io.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 negotiated");
+        let (client, conn) = h2::client::handshake(io).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut out = Vec::new();
+        for body in bodies {
+            let mut client = client.clone().ready().await.unwrap();
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("https://istiod.istio-system.svc{path}"))
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let (resp, mut send) = client.send_request(req, false).unwrap();
+            send.send_data(bytes::Bytes::from(body.clone()), true).unwrap();
+            let resp = resp.await.unwrap();
+            let status = resp.status().as_u16();
+            let mut body = resp.into_body();
+            let mut data = Vec::new();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.unwrap();
+                let _ = body.flow_control().release_capacity(chunk.len());
+                data.extend_from_slice(&chunk);
+            }
+            out.push((status, serde_json::from_slice(&data).unwrap_or(Value::Null)));
+        }
+        out
+    })
+}
+
+fn decoded_patch(answer: &Value) -> Option<Vec<Value>> {
+    use base64::Engine;
+    let p = answer["response"]["patch"].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+#[test]
+fn istios_cases_through_the_https_webhook() {
+    let dir = tempfile::tempdir().unwrap();
+    let inject_dir = dir.path().join("inject");
+    std::fs::create_dir(&inject_dir).unwrap();
+    std::fs::write(inject_dir.join("config"), config(&[])).unwrap();
+    std::fs::write(inject_dir.join("values"), values().to_string()).unwrap();
+    let mesh = dir.path().join("mesh");
+    std::fs::write(&mesh, MESH).unwrap();
+    let ca = dir.path().join("ca");
+    let https = server::free_port();
+    let s = server::Server::start(
+        Path::new(server::BOOKINFO),
+        &[
+            "--httpsAddr",
+            &https.to_string(),
+            "--injectionDir",
+            inject_dir.to_str().unwrap(),
+            "--meshConfig",
+            mesh.to_str().unwrap(),
+        ],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap()), ("REVISION", "default")],
+        None,
+    );
+    let root = ca.join("ca-cert.pem");
+    server::wait_for("the webhook port", std::time::Duration::from_secs(10), || {
+        std::net::TcpStream::connect(https).is_ok()
+    });
+    // The injector loads within its first poll.
+    // Before it has, /inject answers 503 (the API server's failurePolicy
+    // decides), counted as a failure.
+    let mut unavailable = 0;
+    server::wait_for("the injector", std::time::Duration::from_secs(10), || {
+        let probe = pod_review(
+            "probe",
+            "default",
+            &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}),
+        );
+        let status = post_all(https, &root, "/inject", &[probe.to_string().into_bytes()])[0].0;
+        if status == 503 {
+            unavailable += 1;
+        }
+        status == 200
+    });
+
+    let mut pods = Vec::new();
+    for name in DEFAULT_CASES {
+        for (pod, ns, want) in case(name) {
+            pods.push((name, pod, ns, want));
+        }
+    }
+    let bodies: Vec<Vec<u8>> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, (_, pod, ns, _))| pod_review(&format!("u-{i}"), ns, pod).to_string().into_bytes())
+        .collect();
+    let answers = post_all(https, &root, "/inject", &bodies);
+    let mut failures = Vec::new();
+    let mut patched = 0;
+    for (i, ((name, pod, _, want), (status, answer))) in pods.iter().zip(&answers).enumerate() {
+        assert_eq!(*status, 200, "{name}: {answer}");
+        assert_eq!(answer["response"]["uid"], format!("u-{i}"), "{name}: the uid is echoed");
+        assert_eq!(answer["response"]["allowed"], true, "{name}: {answer}");
+        let patch = decoded_patch(answer);
+        if patch.is_some() {
+            assert_eq!(answer["response"]["patchType"], "JSONPatch");
+            patched += 1;
+        }
+        if let Err(e) = check(name, pod, patch.as_deref(), want) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} pods differ:\n{}", failures.len(), pods.len(), failures.join("\n"));
+    // hello-ignore (sidecar.istio.io/inject: "false") and
+    // hello-host-network are left alone: no patch.
+    assert_eq!(patched, pods.len() - 2, "every other pod is patched");
+
+    // Bad input: a clear answer, and the server serves on.
+    let broken = pod_review(
+        "bad-1",
+        "default",
+        &json!({"metadata": {"name": "x", "annotations": {
+        "traffic.sidecar.istio.io/includeInboundPorts": "80,notaport"}}, "spec": {"containers": [{"name": "a"}]}}),
+    );
+    let missing = pod_review(
+        "bad-2",
+        "default",
+        &json!({"metadata": {"name": "x", "annotations": {
+        "inject.istio.io/templates": "sidecar,nosuch"}}, "spec": {"containers": [{"name": "a"}]}}),
+    );
+    let not_a_pod = pod_review("bad-3", "default", &json!("a string"));
+    let answers = post_all(
+        https,
+        &root,
+        "/inject/cluster/c1/net/n1",
+        &[
+            broken.to_string().into_bytes(),
+            missing.to_string().into_bytes(),
+            not_a_pod.to_string().into_bytes(),
+            b"{".to_vec(),
+        ],
+    );
+    let message = |a: &Value| a["response"]["status"]["message"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(answers[0].1["response"]["allowed"], false);
+    assert!(message(&answers[0].1).contains("includeInboundPorts invalid"), "{}", answers[0].1);
+    assert!(message(&answers[1].1).contains("requested template \"nosuch\" not found"), "{}", answers[1].1);
+    assert_eq!(answers[2].1["response"]["allowed"], false, "{}", answers[2].1);
+    assert!(message(&answers[3].1).starts_with("could not decode body"), "{}", answers[3].1);
+
+    // The URL's cluster and network reach the proxy's environment.
+    let hello = &case("hello")[0];
+    let answer = &post_all(
+        https,
+        &root,
+        "/inject/cluster/c1/net/n1",
+        &[pod_review("n", "default", &hello.0).to_string().into_bytes()],
+    )[0]
+    .1;
+    let mut got = hello.0.clone();
+    let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(answer).unwrap())).unwrap();
+    json_patch::patch(&mut got, &p).unwrap();
+    let proxy = got["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "istio-proxy").unwrap();
+    let env: Vec<&Value> = proxy["env"].as_array().unwrap().iter().rev().take(2).collect();
+    assert_eq!(
+        env,
+        [
+            &json!({"name": "ISTIO_META_NETWORK", "value": "n1"}),
+            &json!({"name": "ISTIO_META_CLUSTER_ID", "value": "c1"})
+        ]
+    );
+    assert_eq!(got["metadata"]["labels"]["topology.istio.io/network"], "n1");
+
+    // istiod's counters: every review answered counts as a success, the
+    // undecodable body included (istiod counts written answers).
+    let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
+    let n = pods.len() + 1 + 4 + 1;
+    for line in [
+        format!("sidecar_injection_success_total {}", n),
+        "sidecar_injection_skip_total 2".to_owned(),
+        format!("sidecar_injection_failure_total {unavailable}"),
+    ] {
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(metrics.contains("sidecar_injection_time_seconds_count"), "{metrics}");
+}
+
+/// A setting a case changes: `values` at a JSON pointer, the mesh
+/// config's YAML at a pointer, or the environment.
+enum Set {
+    Values(&'static str, Value),
+    Mesh(&'static str, Value),
+    NativeOff,
+    Compliance(&'static str),
+}
+
+fn set_pointer(root: &mut Value, pointer: &str, v: Value) {
+    let mut cur = root;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, p) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        let m = cur.as_object_mut().unwrap();
+        if i == parts.len() - 1 {
+            m.insert((*p).to_owned(), v);
+            return;
+        }
+        cur = m.entry((*p).to_owned()).or_insert_with(|| json!({}));
+    }
+}
+
+fn injector_with(sets: &[Set]) -> Injector {
+    let mut values = values();
+    let mut mesh: Value = serde_yaml_ng::from_str(MESH).unwrap();
+    let mut env = default_env();
+    for s in sets {
+        match s {
+            Set::Values(p, v) => set_pointer(&mut values, p, v.clone()),
+            Set::Mesh(p, v) => set_pointer(&mut mesh, p, v.clone()),
+            Set::NativeOff => env.native_sidecars = false,
+            Set::Compliance(c) => env.compliance_policy = (*c).to_owned(),
+        }
+    }
+    injector(&[], values, &serde_yaml_ng::to_string(&mesh).unwrap(), env)
+}
+
+/// Istio's cases with settings (inject_test.go's explicit cases), each
+/// with what it sets there.
+#[test]
+fn istios_injection_cases_with_settings() {
+    use Set::*;
+    let hold = || Values("/global/proxy/holdApplicationUntilProxyStarts", json!(true));
+    let status = || {
+        vec![
+            Values("/global/proxy/statusPort", json!(123)),
+            Values("/global/proxy/readinessInitialDelaySeconds", json!(100)),
+            Values("/global/proxy/readinessPeriodSeconds", json!(200)),
+            Values("/global/proxy/readinessFailureThreshold", json!(300)),
+        ]
+    };
+    let secrets = || Values("/global/imagePullSecrets", json!(["barSecret"]));
+    let multus = || vec![Values("/pilot/cni/enabled", json!(true)), Values("/pilot/cni/provider", json!("multus"))];
+    let cases: Vec<(&str, &str, Vec<Set>)> = vec![
+        (
+            "hello.yaml",
+            "hello.yaml.cni.injected",
+            vec![
+                Values("/pilot/cni/enabled", json!(true)),
+                Values("/pilot/cni/provider", json!("default")),
+                Values("/global/network", json!("network1")),
+            ],
+        ),
+        ("hello.yaml", "hello.yaml.proxyImageName.injected", vec![Values("/global/proxy/image", json!("proxyTest"))]),
+        (
+            "hello.yaml",
+            "hello.yaml.proxyInitImageName.injected",
+            vec![Values("/global/proxy_init/image", json!("proxyInitTest"))],
+        ),
+        ("hello.yaml", "hello-tproxy.yaml.injected", vec![Mesh("/defaultConfig/interceptionMode", json!("TPROXY"))]),
+        ("hello.yaml", "hello-always.yaml.injected", vec![Values("/global/imagePullPolicy", json!("Always"))]),
+        ("hello.yaml", "hello-never.yaml.injected", vec![Values("/global/imagePullPolicy", json!("Never"))]),
+        ("hello.yaml", "hello-old-version.yaml.injected", vec![NativeOff]),
+        (
+            "format-duration.yaml",
+            "format-duration.yaml.injected",
+            vec![Mesh("/defaultConfig/drainDuration", json!("23s"))],
+        ),
+        (
+            "traffic-params.yaml",
+            "traffic-params.yaml.injected",
+            vec![
+                Values("/global/proxy/includeIPRanges", json!("127.0.0.1/24,10.96.0.1/24")),
+                Values("/global/proxy/excludeIPRanges", json!("10.96.0.2/24,10.96.0.3/24")),
+                Values("/global/proxy/excludeInboundPorts", json!("4,5,6")),
+                Values("/global/proxy/statusPort", json!(0)),
+            ],
+        ),
+        ("status_params.yaml", "status_params.yaml.injected", status()),
+        ("kubevirtInterfaces.yaml", "kubevirtInterfaces.yaml.injected", status()),
+        ("reroute-virtual-interfaces.yaml", "reroute-virtual-interfaces.yaml.injected", status()),
+        ("hello.yaml", "hello-image-secrets-in-values.yaml.injected", vec![secrets()]),
+        ("hello-image-pull-secret.yaml", "hello-multiple-image-secrets.yaml.injected", vec![secrets()]),
+        ("hello.yaml", "hello-mount-mtls-certs.yaml.injected", vec![Values("/global/mountMtlsCerts", json!(true))]),
+        ("hello.yaml", "hello-cncf-networks.yaml.injected", multus()),
+        ("hello-existing-cncf-networks.yaml", "hello-existing-cncf-networks.yaml.injected", multus()),
+        ("hello-existing-cncf-networks-json.yaml", "hello-existing-cncf-networks-json.yaml.injected", multus()),
+        ("hello.yaml", "hello.proxyHoldsApplication.yaml.injected", vec![hold()]),
+        ("hello-probes.yaml", "hello-probes.proxyHoldsApplication.yaml.injected", vec![hold()]),
+        (
+            "hello-probes-proxyHoldApplication-ProxyConfig.yaml",
+            "hello-probes-proxyHoldApplication-ProxyConfig.yaml.injected",
+            vec![],
+        ),
+        (
+            "hello-probes-noProxyHoldApplication-ProxyConfig.yaml",
+            "hello-probes-noProxyHoldApplication-ProxyConfig.yaml.injected",
+            vec![hold()],
+        ),
+        ("daemonset.yaml", "daemonset-old-version.yaml.injected", vec![NativeOff]),
+        ("job.yaml", "job-old-version.yaml.injected", vec![NativeOff]),
+        ("pod.yaml", "pod-old-version.yaml.injected", vec![NativeOff]),
+        ("replicaset.yaml", "replicaset-old-version.yaml.injected", vec![NativeOff]),
+        ("statefulset.yaml", "statefulset-old-version.yaml.injected", vec![NativeOff]),
+        (
+            "traffic-annotations.yaml",
+            "traffic-annotations.yaml.injected",
+            vec![Mesh(
+                "/defaultConfig/proxyMetadata",
+                json!({"ISTIO_META_TLS_CLIENT_KEY": "/etc/identity/client/keys/client-key.pem"}),
+            )],
+        ),
+        (
+            "proxy-override-runas.yaml",
+            "proxy-override-runas.yaml.cni.injected",
+            vec![Values("/pilot/cni/enabled", json!(true))],
+        ),
+        (
+            "proxy-override-runas.yaml",
+            "proxy-override-runas.yaml.tproxy.injected",
+            vec![Mesh("/defaultConfig/interceptionMode", json!("TPROXY"))],
+        ),
+        ("proxy-override-args.yaml", "proxy-override-args-native.yaml.injected", vec![]),
+        ("native-sidecar.yaml", "native-sidecar-old-version.yaml.injected", vec![NativeOff]),
+        ("native-sidecar-opt-in.yaml", "native-sidecar-opt-in.yaml.injected", vec![NativeOff]),
+        ("native-sidecar-opt-out.yaml", "native-sidecar-opt-out.yaml.injected", vec![NativeOff]),
+        (
+            "hello-probes-localhost.yaml",
+            "hello-probes-localhost.yaml.injected",
+            vec![Mesh("/inboundTrafficPolicy/mode", json!("LOCALHOST"))],
+        ),
+        (
+            "hello-tracing-disabled.yaml",
+            "hello-tracing-disabled.yaml.injected",
+            vec![Mesh("/defaultConfig/tracing", json!({}))],
+        ),
+        ("merge-probers.yaml", "merge-probers.yaml.injected", vec![hold()]),
+        ("hello.yaml", "hello-fips-140-3.yaml.injected", vec![Compliance("fips-140-3")]),
+        (
+            "hello-otel-semconv.yaml",
+            "hello-otel-semconv.yaml.injected",
+            vec![Mesh(
+                "/extensionProviders",
+                json!([{"name": "otel", "opentelemetry": {"service": "otel-collector.observability.svc.cluster.local",
+                    "port": 4317, "serviceAttributeEnrichment": "OTEL_SEMANTIC_CONVENTIONS"}}]),
+            )],
+        ),
+        (
+            "proxy-resources-null.yaml",
+            "proxy-resources-null.yaml.injected",
+            vec![Values(
+                "/global/proxy/resources",
+                json!({"limits": {"memory": "500Mi"}, "requests": {"memory": "150Mi"}}),
+            )],
+        ),
+        (
+            "proxy-resources-zero.yaml",
+            "proxy-resources-zero.yaml.injected",
+            vec![Values(
+                "/global/proxy/resources",
+                json!({"limits": {"cpu": "0", "memory": "500Mi"}, "requests": {"cpu": "0", "memory": "150Mi"}}),
+            )],
+        ),
+    ];
+    let mut failures = Vec::new();
+    let n = cases.len();
+    for (input, want, sets) in cases {
+        let inj = injector_with(&sets);
+        let ins = documents(&data("inject").join(input));
+        let wants = documents(&data("inject").join(want));
+        for (i, w) in ins.iter().zip(&wants) {
+            let (Some(pod), Some(want_pod)) = (object_to_pod(i), object_to_pod(w)) else { continue };
+            let ns = i["metadata"]["namespace"].as_str().unwrap_or_default();
+            let r = match inject::inject(&inj, &pod, ns, "") {
+                Ok(inject::Outcome::Skipped) => check(want, &pod, None, &want_pod),
+                Ok(inject::Outcome::Patched(ops)) => check(want, &pod, Some(&ops), &want_pod),
+                Err(e) => Err(format!("{want}: refused: {e}")),
+            };
+            if let Err(e) = r {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {n} cases differ:\n{}", failures.len(), failures.join("\n"));
+
+    // The comparison tells settings apart: without them, the same inputs
+    // do not give those pods.
+    let plain = injector_with(&[]);
+    for want in [
+        "hello.yaml.cni.injected",
+        "hello-tproxy.yaml.injected",
+        "hello-old-version.yaml.injected",
+        "hello-fips-140-3.yaml.injected",
+    ] {
+        let pod = object_to_pod(&documents(&data("inject/hello.yaml"))[0]).unwrap();
+        let want_pod = object_to_pod(&documents(&data("inject").join(want))[0]).unwrap();
+        let inject::Outcome::Patched(ops) = inject::inject(&plain, &pod, "", "").unwrap() else { panic!() };
+        assert!(check(want, &pod, Some(&ops), &want_pod).is_err(), "{want} is told apart");
+    }
+
+    // Bad traffic annotations are refused naming the field (expectedError).
+    let inj = injector_with(&[]);
+    for field in
+        ["includeipranges", "excludeipranges", "includeinboundports", "excludeinboundports", "excludeoutboundports"]
+    {
+        let doc = &documents(&data("inject").join(format!("traffic-annotations-bad-{field}.yaml")))[0];
+        let pod = object_to_pod(doc).unwrap();
+        let err = inject::inject(&inj, &pod, "default", "").err().unwrap_or_else(|| panic!("{field}: injected"));
+        assert!(err.to_lowercase().contains(field), "{field}: {err}");
+    }
+}

@@ -777,3 +777,70 @@ fn istios_injection_cases_with_settings() {
         assert!(err.to_lowercase().contains(field), "{field}: {err}");
     }
 }
+
+/// The injector's files are watched: a change takes effect without a
+/// restart (as a ConfigMap update, a symlink swap), a broken one keeps
+/// the last good configuration.
+#[test]
+fn the_injector_follows_its_configmap() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    // The mounted ConfigMap: files are symlinks into a data directory that
+    // the kubelet swaps.
+    let mount = dir.path().join("inject");
+    std::fs::create_dir(&mount).unwrap();
+    let publish = |version: &str, config: &str| {
+        let data_dir = mount.join(format!("..{version}"));
+        std::fs::create_dir(&data_dir).unwrap();
+        std::fs::write(data_dir.join("config"), config).unwrap();
+        std::fs::write(data_dir.join("values"), values().to_string()).unwrap();
+        let tmp = mount.join("..data_tmp");
+        std::os::unix::fs::symlink(format!("..{version}"), &tmp).unwrap();
+        std::fs::rename(&tmp, mount.join("..data")).unwrap();
+        for f in ["config", "values"] {
+            if !mount.join(f).exists() {
+                std::os::unix::fs::symlink(format!("..data/{f}"), mount.join(f)).unwrap();
+            }
+        }
+    };
+    let with_annotation = |v: &str| {
+        config(&[]).replace("injectedAnnotations: {}", &format!("injectedAnnotations:\n  team/version: \"{v}\""))
+    };
+    publish("1", &with_annotation("one"));
+    let https = server::free_port();
+    let s = server::Server::start(
+        Path::new(server::BOOKINFO),
+        &["--httpsAddr", &https.to_string(), "--injectionDir", mount.to_str().unwrap()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap())],
+        None,
+    );
+    let root = ca.join("ca-cert.pem");
+    server::wait_for("the webhook port", std::time::Duration::from_secs(10), || {
+        std::net::TcpStream::connect(https).is_ok()
+    });
+    let hello = case("hello").remove(0).0;
+    let annotation = || -> Option<String> {
+        let (status, answer) =
+            post_all(https, &root, "/inject", &[pod_review("r", "default", &hello).to_string().into_bytes()]).remove(0);
+        if status != 200 {
+            return None;
+        }
+        let ops = decoded_patch(&answer)?;
+        let mut got = hello.clone();
+        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+        json_patch::patch(&mut got, &p).unwrap();
+        got["metadata"]["annotations"]["team/version"].as_str().map(str::to_owned)
+    };
+    server::wait_for("the first configuration", std::time::Duration::from_secs(10), || {
+        annotation().as_deref() == Some("one")
+    });
+    publish("2", &with_annotation("two"));
+    server::wait_for("the new configuration", std::time::Duration::from_secs(10), || {
+        annotation().as_deref() == Some("two")
+    });
+    // A broken configuration: the last good one stays.
+    publish("3", "templates: [not, a, map");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(annotation().as_deref(), Some("two"));
+    assert!(s.log().contains("injector configuration not loaded; keeping the last good one"), "{}", s.log());
+}

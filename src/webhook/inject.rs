@@ -710,3 +710,124 @@ pub fn inject(inj: &Injector, pod: &Json, namespace: &str, path: &str) -> Result
     post::post_process(inj, &mut merged, &template_pod, &proxy_envs, &pc, &status_port)?;
     Ok(Outcome::Patched(jsonpatch::diff(&original, &merged)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn injector(config: &str) -> Injector {
+        Injector::new(config, "{}", MeshInputs::parse("").unwrap(), Env::default()).unwrap()
+    }
+
+    fn pod(ns: &str, labels: Json, annotations: Json, host_network: bool) -> Json {
+        json!({"metadata": {"namespace": ns, "labels": labels, "annotations": annotations},
+            "spec": {"hostNetwork": host_network, "containers": [{"name": "a"}]}})
+    }
+
+    /// istiod's `TestInjectRequired` rules (pkg/kube/inject/inject_test.go).
+    #[test]
+    fn inject_required_follows_istiods_policy() {
+        let enabled = injector("policy: enabled");
+        let disabled = injector("policy: disabled");
+        let none = json!({});
+        let cases = [
+            // (policy injector, pod, want)
+            (&enabled, pod("app", none.clone(), none.clone(), false), true),
+            (&disabled, pod("app", none.clone(), none.clone(), false), false),
+            (&enabled, pod("app", none.clone(), none.clone(), true), false),
+            (&enabled, pod("kube-system", none.clone(), none.clone(), false), false),
+            (&enabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "false"}), false), false),
+            (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "true"}), false), true),
+            (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "TRUE"}), false), true),
+            // The label wins over the annotation.
+            (
+                &enabled,
+                pod(
+                    "app",
+                    json!({"sidecar.istio.io/inject": "false"}),
+                    json!({"sidecar.istio.io/inject": "true"}),
+                    false,
+                ),
+                false,
+            ),
+            // Other values use the policy.
+            (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "yes"}), false), false),
+            (&enabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "yes"}), false), true),
+        ];
+        for (i, (inj, p, want)) in cases.into_iter().enumerate() {
+            assert_eq!(inject_required(inj, &p), want, "case {i}: {p}");
+        }
+        // Selectors decide only when the pod did not; never wins over always.
+        let sel = injector(
+            "policy: disabled\nalwaysInjectSelector:\n- matchLabels: {app: on}\n- matchExpressions: [{key: both, operator: Exists}]\n\
+             neverInjectSelector:\n- matchLabels: {app: off}\n- matchExpressions: [{key: both, operator: Exists}]\n- {}\n",
+        );
+        assert!(inject_required(&sel, &pod("x", json!({"app": "on"}), none.clone(), false)));
+        assert!(!inject_required(&sel, &pod("x", json!({"app": "off"}), none.clone(), false)));
+        assert!(!inject_required(&sel, &pod("x", json!({"both": "1"}), none.clone(), false)));
+        assert!(
+            !inject_required(&sel, &pod("x", json!({"other": "1"}), none.clone(), false)),
+            "an empty selector matches nothing"
+        );
+        assert!(!inject_required(
+            &sel,
+            &pod("x", json!({"app": "on"}), json!({"sidecar.istio.io/inject": "false"}), false)
+        ));
+        // No policy: nothing is injected, as istiod.
+        assert!(!inject_required(
+            &injector(""),
+            &pod("app", none.clone(), json!({"sidecar.istio.io/inject": "true"}), false)
+        ));
+    }
+
+    /// istiod's `TestParseInjectEnvs`.
+    #[test]
+    fn url_paths_give_proxy_envs() {
+        let e = |p: &str| path_envs(p).into_iter().collect::<Vec<_>>();
+        assert!(e("/inject").is_empty());
+        assert!(e("/inject/").is_empty());
+        assert_eq!(
+            e("/inject/cluster/cluster1/net/network1"),
+            [("ISTIO_META_CLUSTER_ID".into(), "cluster1".into()), ("ISTIO_META_NETWORK".into(), "network1".into())]
+        );
+        assert_eq!(
+            e("/inject/cluster/c1/net/n1/foo"),
+            e("/inject/cluster/c1/net/n1"),
+            "a key without a value is ignored"
+        );
+        assert_eq!(e("/inject/foo/a--slash--b"), [("FOO".into(), "a/b".into())]);
+        assert_eq!(
+            e("/inject/:ENV:cluster=c2:ENV:net=n2:ENV:EMPTY=:ENV:=x"),
+            [
+                ("EMPTY".into(), String::new()),
+                ("ISTIO_META_CLUSTER_ID".into(), "c2".into()),
+                ("ISTIO_META_NETWORK".into(), "n2".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_and_bad_templates_only_refuse_their_pods() {
+        assert!(Injector::new("policy: [", "{}", MeshInputs::parse("").unwrap(), Env::default()).is_err());
+        assert!(Injector::new("policy: enabled", "[1]", MeshInputs::parse("").unwrap(), Env::default()).is_err());
+        let inj = injector(
+            "policy: enabled\ntemplates:\n  sidecar: '{{ nosuchfunc }}'\n  ok: 'metadata: {labels: {x: y}}'\n",
+        );
+        assert_eq!(inj.template_names(), ["ok"]);
+        let p = pod("app", json!({}), json!({}), false);
+        let err = inject(&inj, &p, "app", "").unwrap_err();
+        assert!(err.contains("template \"sidecar\" does not parse"), "{err}");
+        let p = pod("app", json!({}), json!({"inject.istio.io/templates": "ok"}), false);
+        let Ok(Outcome::Patched(ops)) = inject(&inj, &p, "app", "") else { panic!("injected") };
+        assert!(ops.iter().any(|o| o["path"] == "/metadata/labels/x"), "{ops:?}");
+        // A template whose output is not a pod's YAML refuses the pod.
+        let inj = injector("policy: enabled\ntemplates:\n  sidecar: 'a: [b'\n");
+        let err = inject(&inj, &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+        assert!(err.starts_with("failed parsing generated injected YAML"), "{err}");
+        // So does one that fails to render.
+        let inj =
+            injector("policy: enabled\ntemplates:\n  sidecar: '{{ .Values.a.b.c }}{{ index .Spec.Containers 9 }}'\n");
+        let err = inject(&inj, &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+        assert!(err.starts_with("failed to run injection template"), "{err}");
+    }
+}

@@ -844,3 +844,44 @@ fn the_injector_follows_its_configmap() {
     assert_eq!(annotation().as_deref(), Some("two"));
     assert!(s.log().contains("injector configuration not loaded; keeping the last good one"), "{}", s.log());
 }
+
+/// Replays what the `inject_pod` fuzz target keeps (seeds and fixed
+/// crashes under fuzz/regressions/inject_pod/): each gets an answer, and a
+/// patch that applies to its pod.
+#[test]
+fn kept_fuzz_inputs_get_an_answer() {
+    use istiod::webhook::admission;
+    let inj = injector(
+        &[],
+        values(),
+        "",
+        Env { revision: String::new(), native_sidecars: true, compliance_policy: String::new() },
+    );
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/inject_pod");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let mut pod = None;
+        let out = admission::serve(&data, |r| {
+            pod = Some(r.object.clone());
+            match inject::inject(&inj, &r.object, &r.namespace, "/inject") {
+                Ok(inject::Outcome::Skipped) => admission::AdmissionResponse::allow(),
+                Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
+                    patch: Some(serde_json::to_vec(&ops).unwrap()),
+                    ..admission::AdmissionResponse::allow()
+                },
+                Err(e) => admission::AdmissionResponse::deny(e),
+            }
+        });
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["response"]["allowed"].is_boolean(), "{}", path.display());
+        if let (Some(ops), Some(pod)) = (decoded_patch(&v), pod) {
+            let mut p = pod;
+            let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+            json_patch::patch(&mut p, &patch).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+        n += 1;
+    }
+    assert!(n >= 3, "the seeds are there");
+}

@@ -35,8 +35,18 @@ pub const MAX_BODY: usize = 6 << 20;
 const MAX_CONNECTIONS: usize = 512;
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A connection lives at most this long (the API server reconnects).
+/// A connection lives at most this long (the API server reconnects); it
+/// is then drained (GOAWAY, in-flight requests finish) for up to
+/// [`DRAIN`].
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
+const DRAIN: Duration = Duration::from_secs(10);
+/// An HTTP/1.1 request head must arrive within this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request body must arrive within this.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// h2 streams at once on one connection (hyper's default is 200; one
+/// AdmissionReview each, the API server opens few).
+const MAX_STREAMS: u32 = 32;
 
 /// What the webhooks share on the control thread.
 #[derive(Default)]
@@ -157,12 +167,13 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
         return fail(StatusCode::METHOD_NOT_ALLOWED, format!("{} is not POST", req.method()));
     }
     let content_type = req.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    let body = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), MAX_BODY).collect()).await {
+        Err(_) => return fail(StatusCode::REQUEST_TIMEOUT, format!("the body did not arrive within {BODY_TIMEOUT:?}")),
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return fail(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over the limit of {MAX_BODY} bytes"));
         }
-        Err(e) => return fail(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")),
+        Ok(Err(e)) => return fail(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")),
     };
     if body.is_empty() {
         return fail(StatusCode::BAD_REQUEST, "no body found".into());
@@ -246,9 +257,24 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
                     let service = hyper::service::service_fn(move |req| handle(hooks.clone(), req));
-                    let builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+                    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+                    builder.http2().timer(hyper_util::rt::TokioTimer::new()).max_concurrent_streams(MAX_STREAMS);
                     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                    if let Ok(Err(e)) = tokio::time::timeout(MAX_CONNECTION_AGE, conn).await {
+                    tokio::pin!(conn);
+                    let ended = tokio::select! {
+                        r = conn.as_mut() => Some(r),
+                        _ = tokio::time::sleep(MAX_CONNECTION_AGE) => None,
+                    };
+                    let ended = match ended {
+                        Some(r) => r,
+                        None => {
+                            // Old enough: drain it (GOAWAY; requests in flight finish).
+                            conn.as_mut().graceful_shutdown();
+                            tokio::time::timeout(DRAIN, conn.as_mut()).await.unwrap_or(Ok(()))
+                        }
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!(target: "webhook", %peer, error = %e, "connection ended");
                     }
                 }

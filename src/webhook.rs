@@ -206,7 +206,12 @@ fn admit_pod(
     request: &admission::AdmissionRequest,
     path: &str,
 ) -> admission::AdmissionResponse {
-    match inject::inject(injector, &request.object, &request.namespace, path) {
+    // A bug must not take the webhook down: a panic refuses the pod.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        inject::inject(injector, &request.object, &request.namespace, path)
+    }))
+    .unwrap_or_else(|_| Err("internal error: the injector panicked".into()));
+    match result {
         Ok(inject::Outcome::Skipped) => {
             hooks.injection.borrow_mut().skip += 1;
             admission::AdmissionResponse::allow()
@@ -253,7 +258,16 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
         let (hooks, open) = (hooks.clone(), open.clone());
         open.set(open.get() + 1);
+        // The slot is given back however the task ends.
+        struct Slot(Rc<std::cell::Cell<usize>>);
+        impl Drop for Slot {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        let slot = Slot(open);
         tokio::task::spawn_local(async move {
+            let _slot = slot;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
                     let service = hyper::service::service_fn(move |req| handle(hooks.clone(), req));
@@ -281,7 +295,6 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
                 Ok(Err(e)) => tracing::debug!(target: "webhook", %peer, error = %e, "TLS handshake failed"),
                 Err(_) => tracing::debug!(target: "webhook", %peer, "TLS handshake timed out"),
             }
-            open.set(open.get() - 1);
         });
     }
 }

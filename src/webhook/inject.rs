@@ -330,9 +330,9 @@ fn strip_pod(pod: &Json, status_port: &str) -> Json {
     let mut p = pod.clone();
     if let Some(status) = status_of(pod) {
         for (field, names) in [("containers", status.containers), ("initContainers", status.init_containers)] {
-            let names = names.unwrap_or_default();
+            let names: std::collections::HashSet<String> = names.unwrap_or_default().into_iter().collect();
             if let Some(Json::Array(list)) = p.pointer_mut(&format!("/spec/{field}")) {
-                list.retain(|c| !c["name"].as_str().is_some_and(|n| names.iter().any(|x| x == n)));
+                list.retain(|c| !c["name"].as_str().is_some_and(|n| names.contains(n)));
             }
         }
         if let Some(Json::Object(a)) = p.pointer_mut("/metadata/annotations") {
@@ -349,13 +349,16 @@ fn strip_pod(pod: &Json, status_port: &str) -> Json {
         .and_then(Json::as_str)
         .and_then(|s| serde_json::from_str::<Json>(s).ok());
     if let Some(o) = overrides {
+        let mut seen: BTreeMap<&str, std::collections::HashSet<String>> = BTreeMap::new();
         for field in ["containers", "initContainers"] {
             for c in o.get(field).and_then(Json::as_array).into_iter().flatten() {
                 let list = p["spec"].as_object_mut().map(|s| s.entry(field).or_insert_with(|| json!([])));
-                if let Some(Json::Array(list)) = list
-                    && !list.iter().any(|x| x["name"] == c["name"])
-                {
-                    list.push(c.clone());
+                if let Some(Json::Array(list)) = list {
+                    let have: &mut std::collections::HashSet<String> =
+                        seen.entry(field).or_insert_with(|| list.iter().map(|x| x["name"].to_string()).collect());
+                    if have.insert(c["name"].to_string()) {
+                        list.push(c.clone());
+                    }
                 }
             }
         }
@@ -551,13 +554,22 @@ fn template_data(
     d
 }
 
+/// Templates one pod may ask for (istiod has no bound; each is a render
+/// and a merge of the whole pod, on the webhook's thread).
+const MAX_TEMPLATES: usize = 32;
+
 /// `I:selectTemplates` + `resolveAliases`.
-fn select_templates(inj: &Injector, annotations: &BTreeMap<String, String>) -> Vec<String> {
+fn select_templates(inj: &Injector, annotations: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
     let names: Vec<String> = match annotations.get("inject.istio.io/templates") {
-        Some(list) => list.split(',').map(|s| s.trim().to_owned()).collect(),
+        Some(list) => list.split(',').take(MAX_TEMPLATES + 1).map(|s| s.trim().to_owned()).collect(),
         None => inj.default_templates.clone(),
     };
-    names.into_iter().flat_map(|n| inj.aliases.get(&n).cloned().unwrap_or_else(|| vec![n])).collect()
+    let names: Vec<String> =
+        names.into_iter().flat_map(|n| inj.aliases.get(&n).cloned().unwrap_or_else(|| vec![n])).collect();
+    if names.len() > MAX_TEMPLATES {
+        return Err(format!("inject.istio.io/templates: more than {MAX_TEMPLATES} templates"));
+    }
+    Ok(names)
 }
 
 /// Parses a rendered template: YAML of a partial pod.
@@ -676,7 +688,7 @@ pub fn inject(inj: &Injector, pod: &Json, namespace: &str, path: &str) -> Result
     let data = template_data(inj, &stripped, &pc, inj.env.native_sidecars, &meta);
     let mut template_pod = json!({});
     let mut merged = pod;
-    for name in select_templates(inj, &annotations) {
+    for name in select_templates(inj, &annotations)? {
         let t = match inj.templates.get(&name) {
             Some(Ok(t)) => t,
             Some(Err(e)) => return Err(format!("template {name:?} does not parse: {e}")),

@@ -130,6 +130,9 @@ fn key_of(item: &Value, kind: ListKind) -> Option<&Value> {
     }
 }
 
+/// An item with its place in the patch and in the original.
+type Placed = (Option<usize>, Option<usize>, Value);
+
 fn merge_list<'a>(target: &mut Vec<Value>, patch: &'a [Value], kind: ListKind, path: &mut Vec<&'a str>) {
     if patch.iter().any(|p| p.get("$patch").and_then(Value::as_str) == Some("replace")) {
         *target = patch.iter().filter(|v| !is_directive(v)).map(clean).collect();
@@ -140,46 +143,68 @@ fn merge_list<'a>(target: &mut Vec<Value>, patch: &'a [Value], kind: ListKind, p
     if patch.is_empty() {
         return;
     }
-    let server: Vec<Value> = target.clone();
+    // Items are found by key through maps built once: a pod's lists can
+    // be long, and a linear search per item made this quadratic.
+    let key_str = |v: &Value| key_of(v, kind).map(Value::to_string);
+    let server_index: std::collections::HashMap<String, usize> = {
+        let mut m = std::collections::HashMap::new();
+        for (i, s) in target.iter().enumerate() {
+            if let Some(k) = key_str(s) {
+                m.entry(k).or_insert(i);
+            }
+        }
+        m
+    };
     let mut merged = std::mem::take(target);
-    let mut patch_order: Vec<&Value> = Vec::new();
+    let mut merged_index: std::collections::HashMap<String, usize> = server_index.clone();
+    let mut patch_index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for p in patch {
-        let Some(key) = key_of(p, kind) else {
+        let Some(key) = key_str(p) else {
             // An item without its merge key cannot be placed: apimachinery
             // refuses the patch; keep the original item list as it is.
             continue;
         };
         if p.get("$patch").and_then(Value::as_str) == Some("delete") {
-            merged.retain(|t| key_of(t, kind) != Some(key));
+            merged.retain(|t| key_str(t).as_ref() != Some(&key));
+            merged_index = merged.iter().enumerate().filter_map(|(i, t)| Some((key_str(t)?, i))).rev().collect();
             continue;
         }
-        patch_order.push(key);
-        match merged.iter_mut().find(|t| key_of(t, kind) == Some(key)) {
-            Some(t) if kind != ListKind::Primitive => merge_value(t, p, path),
+        let n = patch_index.len();
+        patch_index.entry(key.clone()).or_insert(n);
+        match merged_index.get(&key) {
+            Some(&i) if kind != ListKind::Primitive => merge_value(&mut merged[i], p, path),
             Some(_) => {}
-            None => merged.push(clean(p)),
+            None => {
+                merged_index.insert(key, merged.len());
+                merged.push(clean(p));
+            }
         }
     }
     // apimachinery's normalizeElementOrder + mergeSortedSlice.
-    let index_in = |list: &[&Value], item: &Value| key_of(item, kind).and_then(|k| list.iter().position(|x| *x == k));
-    let server_keys: Vec<&Value> = server.iter().filter_map(|s| key_of(s, kind)).collect();
-    let (mut left, mut right): (Vec<Value>, Vec<Value>) =
-        merged.into_iter().partition(|m| key_of(m, kind).is_some_and(|k| patch_order.contains(&k)));
-    left.sort_by_key(|m| index_in(&patch_order, m));
-    right.sort_by_key(|m| index_in(&server_keys, m));
+    let (mut left, mut right): (Vec<Placed>, Vec<Placed>) = merged
+        .into_iter()
+        .map(|m| {
+            let k = key_str(&m);
+            let pi = k.as_ref().and_then(|k| patch_index.get(k).copied());
+            let si = k.as_ref().and_then(|k| server_index.get(k).copied());
+            (pi, si, m)
+        })
+        .partition(|(pi, _, _)| pi.is_some());
+    left.sort_by_key(|(pi, _, _)| *pi);
+    right.sort_by_key(|(_, si, _)| *si);
     let (mut li, mut ri) = (left.into_iter().peekable(), right.into_iter().peekable());
     loop {
         let take_right = match (li.peek(), ri.peek()) {
             (None, None) => break,
             (None, Some(_)) => true,
             (Some(_), None) => false,
-            (Some(l), Some(r)) => match (index_in(&server_keys, l), index_in(&server_keys, r)) {
+            (Some((_, a, _)), Some((_, b, _))) => match (a, b) {
                 (Some(a), Some(b)) => b < a,
                 _ => false,
             },
         };
         let next = if take_right { ri.next() } else { li.next() };
-        target.extend(next);
+        target.extend(next.map(|(_, _, v)| v));
     }
 }
 

@@ -354,6 +354,9 @@ fn adjust_init_container_user(merged: &mut Json, original: &Json, pc: &Map<Strin
     };
     if !tproxy && init.get("name") == Some(&json!("istio-validation")) {
         let sc = init.entry("securityContext").or_insert_with(|| json!({}));
+        if !sc.is_object() {
+            *sc = json!({});
+        }
         if let Some(u) = &run_as_user {
             sc["runAsUser"] = u.clone();
         }

@@ -277,12 +277,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
             tokio::task::spawn_local(crate::webhook::serve(l, tls, webhooks.clone()));
             if let Some(dir) = &config.injection_dir {
                 let env = crate::webhook::inject::Env::from_env();
-                tokio::task::spawn_local(crate::webhook::watch_injector(
-                    webhooks.clone(),
-                    dir.clone(),
-                    config.mesh_config.clone(),
-                    env,
-                ));
+                let api = kube.as_ref().map(|client| {
+                    let name = crate::webhook::injector_configmap_name(&config.identity.revision);
+                    (crate::ca::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
+                });
+                let src =
+                    crate::webhook::InjectorSource { dir: dir.clone(), mesh: config.mesh_config.clone(), api, env };
+                tokio::task::spawn_local(crate::webhook::watch_injector(webhooks.clone(), src));
             }
         }
         // The JWKS resolver hears which key sets each new model wants.

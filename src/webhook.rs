@@ -29,7 +29,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use istiod_xds::server::tls::Reloadable;
 
-/// istiod's `MaxRequestBodyBytes`: larger bodies are 413.
+/// istiod's `MaxRequestBodyBytes`: larger bodies are refused with 400, as
+/// istiod's `HTTPConfigReader` does.
 pub const MAX_BODY: usize = 6 << 20;
 /// Connections served at once; past it new ones are closed on accept.
 const MAX_CONNECTIONS: usize = 512;
@@ -171,7 +172,8 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
         Err(_) => return fail(StatusCode::REQUEST_TIMEOUT, format!("the body did not arrive within {BODY_TIMEOUT:?}")),
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return fail(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is over the limit of {MAX_BODY} bytes"));
+            // istiod: 400 with apimachinery's RequestEntityTooLarge text.
+            return fail(StatusCode::BAD_REQUEST, format!("Request entity too large: limit is {MAX_BODY}"));
         }
         Ok(Err(e)) => return fail(StatusCode::BAD_REQUEST, format!("cannot read the body: {e}")),
     };
@@ -299,45 +301,87 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
     }
 }
 
-/// Keeps `hooks.injector` current with the injector's files (`config`,
-/// `values` in `dir`) and the mesh configuration: read every second (a
-/// ConfigMap update arrives as a symlink swap), reloaded when their bytes
-/// change; a configuration that does not load keeps the last good one and
-/// the log says why.
-pub async fn watch_injector(hooks: Rc<Webhooks>, dir: std::path::PathBuf, mesh: std::path::PathBuf, env: inject::Env) {
+/// Where the injector's configuration comes from.
+pub struct InjectorSource {
+    /// The mounted ConfigMap's directory (`config`, `values`).
+    pub dir: std::path::PathBuf,
+    /// The mesh configuration file.
+    pub mesh: std::path::PathBuf,
+    /// Without the mounted files: the ConfigMap read from the API server
+    /// (namespace, name), as istiod's `NewConfigMapWatcher`.
+    pub api: Option<(crate::ca::kapi::Api, String, String)>,
+    /// istiod's environment.
+    pub env: inject::Env,
+}
+
+/// istiod's `getInjectorConfigMapName`.
+pub fn injector_configmap_name(revision: &str) -> String {
+    if revision.is_empty() || revision == "default" {
+        "istio-sidecar-injector".into()
+    } else {
+        format!("istio-sidecar-injector-{revision}")
+    }
+}
+
+/// The injector's `config` and `values`: the files, else the ConfigMap.
+async fn injector_texts(src: &InjectorSource) -> Result<[Vec<u8>; 2], String> {
+    let files = (std::fs::read(src.dir.join("config")), std::fs::read(src.dir.join("values")));
+    let file_error = match files {
+        (Ok(c), Ok(v)) => return Ok([c, v]),
+        (Err(e), _) | (_, Err(e)) => format!("{}: {e}", src.dir.display()),
+    };
+    let Some((api, ns, name)) = &src.api else { return Err(file_error) };
+    let cm = api
+        .get(&format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
+        .await?
+        .ok_or_else(|| format!("{file_error}; no ConfigMap {ns}/{name}"))?;
+    let key = |k: &str| -> Result<Vec<u8>, String> {
+        cm.pointer(&format!("/data/{k}"))
+            .and_then(serde_json::Value::as_str)
+            .map(|s| s.as_bytes().to_vec())
+            .ok_or_else(|| format!("ConfigMap {ns}/{name} has no {k}"))
+    };
+    Ok([key("config")?, key("values")?])
+}
+
+/// Keeps `hooks.injector` current with the injector's configuration (the
+/// mounted ConfigMap's files, else the ConfigMap from the API server) and
+/// the mesh configuration: read every second (a ConfigMap update arrives
+/// as a symlink swap; the API is asked every 5 seconds), reloaded when
+/// their bytes change; a configuration that does not load keeps the last
+/// good one and the log says why.
+pub async fn watch_injector(hooks: Rc<Webhooks>, src: InjectorSource) {
     let mut last: Option<[Vec<u8>; 3]> = None;
+    let mut logged_missing = false;
     loop {
-        let read = |p: std::path::PathBuf| std::fs::read(p);
-        let files = (
-            read(dir.join("config")),
-            read(dir.join("values")),
-            read(mesh.clone()).or_else(|_| Ok::<_, std::io::Error>(Vec::new())),
-        );
-        match files {
-            (Ok(c), Ok(v), Ok(m)) => {
-                let now = [c, v, m];
+        let mesh = std::fs::read(&src.mesh).unwrap_or_default();
+        match injector_texts(&src).await {
+            Ok([c, v]) => {
+                let now = [c, v, mesh];
                 if last.as_ref() != Some(&now) {
                     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
                     let loaded = inject::MeshInputs::parse(&text(&now[2]))
                         .map_err(inject::LoadError)
-                        .and_then(|mesh| inject::Injector::new(&text(&now[0]), &text(&now[1]), mesh, env.clone()));
+                        .and_then(|mesh| inject::Injector::new(&text(&now[0]), &text(&now[1]), mesh, src.env.clone()));
                     match loaded {
                         Ok(i) => {
-                            tracing::info!(target: "injection", dir = %dir.display(), templates = ?i.template_names(), "injector configuration loaded");
+                            tracing::info!(target: "injection", dir = %src.dir.display(), templates = ?i.template_names(), "injector configuration loaded");
                             *hooks.injector.borrow_mut() = Some(Rc::new(i));
                         }
                         Err(e) => {
-                            tracing::error!(target: "injection", dir = %dir.display(), error = %e, "injector configuration not loaded; keeping the last good one");
+                            tracing::error!(target: "injection", dir = %src.dir.display(), error = %e, "injector configuration not loaded; keeping the last good one");
                         }
                     }
                     last = Some(now);
                 }
             }
-            (Err(e), _, _) | (_, Err(e), _) if last.is_none() => {
-                tracing::debug!(target: "injection", dir = %dir.display(), error = %e, "no injector configuration yet");
+            Err(e) if !logged_missing && last.is_none() => {
+                tracing::info!(target: "injection", error = %e, "no injector configuration yet; /inject answers 503");
+                logged_missing = true;
             }
-            _ => {}
+            Err(_) => {}
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let every = if src.api.is_some() && !src.dir.join("config").exists() { 5 } else { 1 };
+        tokio::time::sleep(Duration::from_secs(every)).await;
     }
 }

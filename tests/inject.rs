@@ -885,3 +885,55 @@ fn kept_fuzz_inputs_get_an_answer() {
     }
     assert!(n >= 3, "the seeds are there");
 }
+
+/// With no mounted files, the injector's configuration is the
+/// `istio-sidecar-injector` ConfigMap read from the API server (istiod's
+/// `NewConfigMapWatcher`), and its changes are followed.
+#[test]
+fn without_files_the_configmap_comes_from_the_api_server() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    let cm = |v: &str| {
+        let config =
+            config(&[]).replace("injectedAnnotations: {}", &format!("injectedAnnotations:\n  team/version: \"{v}\""));
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "istio-sidecar-injector", "namespace": "istio-system"},
+            "data": {"config": config, "values": values().to_string()}})
+    };
+    api.apply("configmaps", cm("api-1"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let ca = dir.path().join("ca");
+    let https = server::free_port();
+    let s = server::Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--httpsAddr", &https.to_string(), "--injectionDir", dir.path().join("absent").to_str().unwrap()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap())],
+        None,
+    );
+    let root = ca.join("ca-cert.pem");
+    server::wait_for("the webhook port", std::time::Duration::from_secs(10), || {
+        std::net::TcpStream::connect(https).is_ok()
+    });
+    let hello = case("hello").remove(0).0;
+    let annotation = || -> Option<String> {
+        let (status, answer) =
+            post_all(https, &root, "/inject", &[pod_review("r", "default", &hello).to_string().into_bytes()]).remove(0);
+        if status != 200 {
+            return None;
+        }
+        let ops = decoded_patch(&answer)?;
+        let mut got = hello.clone();
+        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+        json_patch::patch(&mut got, &p).unwrap();
+        got["metadata"]["annotations"]["team/version"].as_str().map(str::to_owned)
+    };
+    server::wait_for("the ConfigMap's configuration", std::time::Duration::from_secs(15), || {
+        annotation().as_deref() == Some("api-1")
+    });
+    api.apply("configmaps", cm("api-2"));
+    server::wait_for("its update", std::time::Duration::from_secs(15), || annotation().as_deref() == Some("api-2"));
+    assert!(s.log().contains("injector configuration loaded"), "{}", s.log());
+}

@@ -134,7 +134,7 @@ fn the_validation_webhook_judges_istio_objects_over_https() {
     for (req, want) in [
         (json!({"method": "POST", "path": "/validate", "content_type": "text/yaml", "body": "{}"}), 415),
         (json!({"method": "POST", "path": "/validate", "body": ""}), 400),
-        (json!({"method": "POST", "path": "/validate", "body_size": 7 << 20}), 413),
+        (json!({"method": "POST", "path": "/validate", "body_size": 7 << 20}), 400),
         (json!({"method": "GET", "path": "/validate", "body": ""}), 405),
         (json!({"method": "POST", "path": "/inject", "body": "{}"}), 503),
         (json!({"method": "POST", "path": "/other", "body": "{}"}), 404),
@@ -157,7 +157,7 @@ fn the_validation_webhook_judges_istio_objects_over_https() {
         "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 3",
         "galley_validation_failed{group=\"networking.istio.io\",reason=\"invalid_resource\",resource=\"virtualservices\",version=\"v1\"} 2",
         "galley_validation_http_error{status=\"415\"} 1",
-        "galley_validation_http_error{status=\"413\"} 1",
+        "galley_validation_http_error{status=\"400\"} 2",
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }

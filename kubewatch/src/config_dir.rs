@@ -299,7 +299,7 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
 /// Kinds that belong in a cluster's manifests but that the model does not
 /// read (yet): skipped without complaint. Anything else is a typo or a
 /// stray file, and is reported.
-const KNOWN_UNREAD: [&str; 33] = [
+const KNOWN_UNREAD: [&str; 28] = [
     "ServiceAccount",
     "Deployment",
     "ReplicaSet",
@@ -328,11 +328,6 @@ const KNOWN_UNREAD: [&str; 33] = [
     "ValidatingWebhookConfiguration",
     "HTTPRoute",
     "GRPCRoute",
-    "EnvoyFilter",
-    "Telemetry",
-    "WorkloadGroup",
-    "ProxyConfig",
-    "WasmPlugin",
 ];
 
 /// What one file holds: each document's result, and where a syntax error

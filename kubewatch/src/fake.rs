@@ -607,5 +607,10 @@ pub fn istio_resources() -> Vec<Resource> {
         s("PeerAuthentication", "peerauthentications"),
         s("AuthorizationPolicy", "authorizationpolicies"),
         s("RequestAuthentication", "requestauthentications"),
+        Resource { group: "networking.istio.io", version: "v1alpha3", plural: "envoyfilters", kind: "EnvoyFilter" },
+        n("WorkloadGroup", "workloadgroups"),
+        Resource { group: "networking.istio.io", version: "v1beta1", plural: "proxyconfigs", kind: "ProxyConfig" },
+        Resource { group: "telemetry.istio.io", version: "v1", plural: "telemetries", kind: "Telemetry" },
+        Resource { group: "extensions.istio.io", version: "v1alpha1", plural: "wasmplugins", kind: "WasmPlugin" },
     ]
 }

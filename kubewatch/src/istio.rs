@@ -20,6 +20,7 @@ use serde::Deserialize;
 use crate::objects::Meta;
 
 mod de;
+pub mod ext;
 pub mod networking;
 pub mod security;
 pub mod validate;
@@ -50,11 +51,21 @@ pub enum IstioKind {
     AuthorizationPolicy,
     /// `security.istio.io` RequestAuthentication.
     RequestAuthentication,
+    /// `networking.istio.io` EnvoyFilter (stored and validated).
+    EnvoyFilter,
+    /// `networking.istio.io` WorkloadGroup (stored and validated).
+    WorkloadGroup,
+    /// `networking.istio.io` ProxyConfig (stored and validated).
+    ProxyConfig,
+    /// `telemetry.istio.io` Telemetry (stored and validated).
+    Telemetry,
+    /// `extensions.istio.io` WasmPlugin (stored and validated).
+    WasmPlugin,
 }
 
 impl IstioKind {
     /// Every kind, networking first.
-    pub const ALL: [IstioKind; 9] = [
+    pub const ALL: [IstioKind; 14] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::Gateway,
@@ -64,24 +75,48 @@ impl IstioKind {
         IstioKind::PeerAuthentication,
         IstioKind::AuthorizationPolicy,
         IstioKind::RequestAuthentication,
+        IstioKind::EnvoyFilter,
+        IstioKind::WorkloadGroup,
+        IstioKind::ProxyConfig,
+        IstioKind::Telemetry,
+        IstioKind::WasmPlugin,
     ];
 
     /// The kind of a document, from its `apiVersion` and `kind`. Every
-    /// served version of a group has the same schema, so
-    /// `networking.istio.io/{v1,v1beta1,v1alpha3}` and
-    /// `security.istio.io/{v1,v1beta1}` are read alike; anything else
+    /// served version of a kind has the same schema, so they are read
+    /// alike (`networking.istio.io/{v1,v1beta1,v1alpha3}` for most of that
+    /// group, `security.istio.io/{v1,v1beta1}`, ...); anything else
     /// (another group, version or kind) is `None`.
     pub fn from_api(api_version: &str, kind: &str) -> Option<IstioKind> {
         let (group, version) = api_version.split_once('/')?;
-        let known_version = match group {
-            "networking.istio.io" => matches!(version, "v1" | "v1beta1" | "v1alpha3"),
-            "security.istio.io" => matches!(version, "v1" | "v1beta1"),
-            _ => false,
-        };
-        if !known_version {
-            return None;
+        let k = IstioKind::ALL.into_iter().find(|k| k.group() == group && k.name() == kind)?;
+        k.versions().contains(&version).then_some(k)
+    }
+
+    /// The versions the API server serves (the CRDs of Istio's chart).
+    pub fn versions(self) -> &'static [&'static str] {
+        match self {
+            IstioKind::EnvoyFilter => &["v1alpha3"],
+            IstioKind::ProxyConfig => &["v1beta1"],
+            IstioKind::Telemetry => &["v1", "v1alpha1"],
+            IstioKind::WasmPlugin => &["v1alpha1"],
+            IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy | IstioKind::RequestAuthentication => {
+                &["v1", "v1beta1"]
+            }
+            _ => &["v1", "v1beta1", "v1alpha3"],
         }
-        IstioKind::ALL.into_iter().find(|k| k.group() == group && k.name() == kind)
+    }
+
+    /// The kinds stored and validated but not translated yet.
+    pub fn ext(self) -> Option<ext::ExtKind> {
+        Some(match self {
+            IstioKind::EnvoyFilter => ext::ExtKind::EnvoyFilter,
+            IstioKind::WorkloadGroup => ext::ExtKind::WorkloadGroup,
+            IstioKind::ProxyConfig => ext::ExtKind::ProxyConfig,
+            IstioKind::Telemetry => ext::ExtKind::Telemetry,
+            IstioKind::WasmPlugin => ext::ExtKind::WasmPlugin,
+            _ => return None,
+        })
     }
 
     /// The `kind` string.
@@ -96,6 +131,11 @@ impl IstioKind {
             IstioKind::PeerAuthentication => "PeerAuthentication",
             IstioKind::AuthorizationPolicy => "AuthorizationPolicy",
             IstioKind::RequestAuthentication => "RequestAuthentication",
+            IstioKind::EnvoyFilter => "EnvoyFilter",
+            IstioKind::WorkloadGroup => "WorkloadGroup",
+            IstioKind::ProxyConfig => "ProxyConfig",
+            IstioKind::Telemetry => "Telemetry",
+            IstioKind::WasmPlugin => "WasmPlugin",
         }
     }
 
@@ -105,6 +145,8 @@ impl IstioKind {
             IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy | IstioKind::RequestAuthentication => {
                 "security.istio.io"
             }
+            IstioKind::Telemetry => "telemetry.istio.io",
+            IstioKind::WasmPlugin => "extensions.istio.io",
             _ => "networking.istio.io",
         }
     }
@@ -132,6 +174,9 @@ pub enum IstioSpec {
     AuthorizationPolicy(security::AuthorizationPolicy),
     /// RequestAuthentication.
     RequestAuthentication(security::RequestAuthentication),
+    /// A kind stored and validated, not translated yet: its spec as
+    /// written.
+    Ext(IstioKind, ext::ExtSpec),
 }
 
 impl IstioSpec {
@@ -147,6 +192,7 @@ impl IstioSpec {
             IstioSpec::PeerAuthentication(_) => IstioKind::PeerAuthentication,
             IstioSpec::AuthorizationPolicy(_) => IstioKind::AuthorizationPolicy,
             IstioSpec::RequestAuthentication(_) => IstioKind::RequestAuthentication,
+            IstioSpec::Ext(k, _) => *k,
         }
     }
 }
@@ -222,9 +268,20 @@ pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
         IstioKind::RequestAuthentication => {
             IstioSpec::RequestAuthentication(de::read_or_default(spec, "spec").map_err(one)?)
         }
+        k => IstioSpec::Ext(k, de::read_or_default(spec, "spec").map_err(one)?),
     };
     let errors = validate::validate(&meta, &spec);
     if errors.is_empty() { Ok(IstioObject { meta, spec }) } else { Err(FieldErrors(errors)) }
+}
+
+/// istiod's warnings for a valid object (returned by the validation
+/// webhook as AdmissionReview warnings): only the kinds of [`ext`] have
+/// any.
+pub fn warnings(o: &IstioObject) -> Vec<String> {
+    match &o.spec {
+        IstioSpec::Ext(k, spec) => k.ext().map(|e| ext::check(e, &spec.0).1).unwrap_or_default(),
+        _ => Vec::new(),
+    }
 }
 
 fn one(error: FieldError) -> FieldErrors {

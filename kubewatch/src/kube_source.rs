@@ -27,7 +27,7 @@ use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
 /// The kinds watched, in the order of [`Stores`]: (group, version, kind,
 /// plural). The first five are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 14] = [
+pub const KINDS: [(&str, &str, &str, &str); 19] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -42,6 +42,11 @@ pub const KINDS: [(&str, &str, &str, &str); 14] = [
     ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
     ("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies"),
     ("security.istio.io", "v1", "RequestAuthentication", "requestauthentications"),
+    ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters"),
+    ("networking.istio.io", "v1", "WorkloadGroup", "workloadgroups"),
+    ("networking.istio.io", "v1beta1", "ProxyConfig", "proxyconfigs"),
+    ("telemetry.istio.io", "v1", "Telemetry", "telemetries"),
+    ("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
 ];
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
@@ -107,8 +112,8 @@ impl Updates {
 
 #[derive(Default)]
 struct Stores {
-    objects: [BTreeMap<(String, String), Object>; 14],
-    synced: [bool; 14],
+    objects: [BTreeMap<(String, String), Object>; 19],
+    synced: [bool; 19],
     /// Since the last update; `None`: unknown.
     changed: Option<std::collections::BTreeSet<ObjectRef>>,
 }

@@ -4,10 +4,13 @@
 //! UPDATE of an Istio object are judged, other operations allowed; an
 //! invalid object is refused with every problem at its field; top-level
 //! fields other than `apiVersion`, `kind`, `metadata`, `spec` and `status`
-//! are refused. Istio kinds this server does not read yet (EnvoyFilter,
-//! Telemetry, WasmPlugin, ...) are allowed with a warning saying they were
-//! not validated; kinds of other groups are refused as istiod does
-//! (`unrecognized type`).
+//! are refused. Every Istio kind istiod validates is judged (the ones not
+//! translated yet, EnvoyFilter, WorkloadGroup, ProxyConfig, Telemetry and
+//! WasmPlugin, too), whatever its version, since istiod finds the
+//! validator by group and kind; istiod's warnings come back as the
+//! answer's warnings. Other Istio kinds are allowed with a warning that
+//! they were not validated; kinds of other groups are refused as istiod
+//! does (`unrecognized type`).
 
 use std::collections::BTreeMap;
 
@@ -95,7 +98,9 @@ pub fn validate(request: &AdmissionRequest, metrics: &mut Metrics) -> AdmissionR
     let api_version = obj["apiVersion"].as_str().unwrap_or_default();
     let kind = obj["kind"].as_str().unwrap_or_default();
     let group = api_version.split_once('/').map_or("", |(g, _)| g);
-    if IstioKind::from_api(api_version, kind).is_none() {
+    // istiod finds the validator by group and kind, whatever the version.
+    let known = IstioKind::ALL.into_iter().find(|k| k.group() == group && k.name() == kind);
+    if known.is_none() {
         if ISTIO_GROUPS.contains(&group) && !kind.is_empty() {
             metrics.pass(request);
             return AdmissionResponse {
@@ -107,18 +112,25 @@ pub fn validate(request: &AdmissionRequest, metrics: &mut Metrics) -> AdmissionR
         metrics.fail(request, UNKNOWN_TYPE);
         return AdmissionResponse::deny(format!("unrecognized type {api_version}, Kind={kind}"));
     }
-    let yaml = match serde_yaml_ng::to_value(obj) {
+    let mut as_read = obj.clone();
+    if let Some(k) = known.filter(|_| IstioKind::from_api(api_version, kind).is_none()) {
+        as_read["apiVersion"] = format!("{group}/{}", k.versions()[0]).into();
+    }
+    let yaml = match serde_yaml_ng::to_value(&as_read) {
         Ok(v) => v,
         Err(e) => {
             metrics.fail(request, YAML_DECODE_ERROR);
             return AdmissionResponse::deny(format!("cannot decode configuration: {e}"));
         }
     };
-    if let Err(e) = istio::parse(&yaml) {
-        tracing::info!(target: "validation", "configuration is invalid: {e}{dry}");
-        metrics.fail(request, INVALID_CONFIG);
-        return AdmissionResponse::deny(format!("configuration is invalid: {e}"));
-    }
+    let parsed = match istio::parse(&yaml) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::info!(target: "validation", "configuration is invalid: {e}{dry}");
+            metrics.fail(request, INVALID_CONFIG);
+            return AdmissionResponse::deny(format!("configuration is invalid: {e}"));
+        }
+    };
     if let Some(key) = fields.keys().find(|k| !VALID_FIELDS.contains(&k.as_str())) {
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         metrics.fail(request, INVALID_CONFIG);
@@ -128,7 +140,7 @@ pub fn validate(request: &AdmissionRequest, metrics: &mut Metrics) -> AdmissionR
         ));
     }
     metrics.pass(request);
-    AdmissionResponse::allow()
+    AdmissionResponse { warnings: istio::warnings(&parsed), ..AdmissionResponse::allow() }
 }
 
 #[cfg(test)]
@@ -172,9 +184,24 @@ mod tests {
         extra["extra"] = json!(1);
         let r = validate(&request("CREATE", extra), &mut m);
         assert_eq!(r.message.as_deref(), Some(r#"unknown field "extra" on VirtualService resource default/r"#));
-        // Istio kinds not read here pass with a warning; others are refused.
+        // EnvoyFilter is judged, with istiod's warning, in any version.
         let ef = json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter", "metadata": {"name": "f"}, "spec": {}});
         let r = validate(&request("CREATE", ef), &mut m);
+        assert!(r.allowed && r.warnings[0].starts_with("EnvoyFilter exposes internal implementation details"), "{r:?}");
+        let ef = json!({"apiVersion": "networking.istio.io/v1", "kind": "EnvoyFilter", "metadata": {"name": "f"},
+            "spec": {"configPatches": [{"applyTo": "CLUSTER", "patch": {"operation": "MERGE"}}]}});
+        let r = validate(&request("CREATE", ef), &mut m);
+        let msg = r.message.unwrap_or_default();
+        assert!(
+            msg.contains(
+                "spec.configPatches[0].patch.value: Envoy filter: missing patch value for non-remove operation"
+            ),
+            "{msg}"
+        );
+        // Istio kinds not known here pass with a warning; others are refused.
+        let other =
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "NewKind", "metadata": {"name": "f"}, "spec": {}});
+        let r = validate(&request("CREATE", other), &mut m);
         assert!(r.allowed && r.warnings[0].contains("not validated"), "{r:?}");
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
         assert_eq!(
@@ -183,8 +210,8 @@ mod tests {
         );
         let text = m.render();
         for line in [
-            "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 2",
-            "galley_validation_failed{group=\"networking.istio.io\",reason=\"invalid_resource\",resource=\"virtualservices\",version=\"v1\"} 2",
+            "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 3",
+            "galley_validation_failed{group=\"networking.istio.io\",reason=\"invalid_resource\",resource=\"virtualservices\",version=\"v1\"} 3",
             "galley_validation_failed{group=\"networking.istio.io\",reason=\"unsupported_operation\",resource=\"virtualservices\",version=\"v1\"} 1",
             "galley_validation_failed{group=\"networking.istio.io\",reason=\"unknown_type\",resource=\"virtualservices\",version=\"v1\"} 1",
         ] {

@@ -102,6 +102,11 @@ pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
         IstioSpec::PeerAuthentication(s) => peer_authentication(&mut v, s),
         IstioSpec::AuthorizationPolicy(s) => authorization_policy(&mut v, s),
         IstioSpec::RequestAuthentication(s) => request_authentication(&mut v, s),
+        IstioSpec::Ext(k, s) => {
+            if let Some(e) = k.ext() {
+                v.errors.extend(super::ext::check(e, &s.0).0);
+            }
+        }
     }
     v.errors
 }

@@ -242,6 +242,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::task::spawn_local(control::run(control, rx));
         let state = Rc::new(RefCell::new(State::default()));
+        state.borrow_mut().webhooks = Some(webhooks.clone());
         let tokio_listener = |l: std::net::TcpListener| {
             let addr =
                 l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;

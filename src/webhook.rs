@@ -61,6 +61,8 @@ pub struct Webhooks {
     pub injector: RefCell<Option<Rc<inject::Injector>>>,
     /// Injection counters.
     pub injection: RefCell<InjectionMetrics>,
+    /// The ProxyConfig resources in force (kept by the config source).
+    pub proxy_configs: RefCell<Rc<inject::ProxyConfigs>>,
 }
 
 /// istiod's `sidecar_injection_*` counters.
@@ -209,8 +211,9 @@ fn admit_pod(
     path: &str,
 ) -> admission::AdmissionResponse {
     // A bug must not take the webhook down: a panic refuses the pod.
+    let crs = hooks.proxy_configs.borrow().clone();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        inject::inject(injector, &request.object, &request.namespace, path)
+        inject::inject(injector, &crs, &request.object, &request.namespace, path)
     }))
     .unwrap_or_else(|_| Err("internal error: the injector panicked".into()));
     match result {

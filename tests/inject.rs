@@ -332,7 +332,7 @@ fn istios_default_injection_cases_in_process() {
     for name in DEFAULT_CASES {
         for (pod, ns, want) in case(name) {
             pods += 1;
-            let r = match inject::inject(&inj, &pod, &ns, "") {
+            let r = match inject::inject(&inj, &Default::default(), &pod, &ns, "") {
                 Ok(inject::Outcome::Skipped) => check(name, &pod, None, &want),
                 Ok(inject::Outcome::Patched(ops)) => check(name, &pod, Some(&ops), &want),
                 Err(e) => Err(format!("{name}: refused: {e}")),
@@ -739,7 +739,7 @@ fn istios_injection_cases_with_settings() {
         for (i, w) in ins.iter().zip(&wants) {
             let (Some(pod), Some(want_pod)) = (object_to_pod(i), object_to_pod(w)) else { continue };
             let ns = i["metadata"]["namespace"].as_str().unwrap_or_default();
-            let r = match inject::inject(&inj, &pod, ns, "") {
+            let r = match inject::inject(&inj, &Default::default(), &pod, ns, "") {
                 Ok(inject::Outcome::Skipped) => check(want, &pod, None, &want_pod),
                 Ok(inject::Outcome::Patched(ops)) => check(want, &pod, Some(&ops), &want_pod),
                 Err(e) => Err(format!("{want}: refused: {e}")),
@@ -762,7 +762,9 @@ fn istios_injection_cases_with_settings() {
     ] {
         let pod = object_to_pod(&documents(&data("inject/hello.yaml"))[0]).unwrap();
         let want_pod = object_to_pod(&documents(&data("inject").join(want))[0]).unwrap();
-        let inject::Outcome::Patched(ops) = inject::inject(&plain, &pod, "", "").unwrap() else { panic!() };
+        let inject::Outcome::Patched(ops) = inject::inject(&plain, &Default::default(), &pod, "", "").unwrap() else {
+            panic!()
+        };
         assert!(check(want, &pod, Some(&ops), &want_pod).is_err(), "{want} is told apart");
     }
 
@@ -773,7 +775,9 @@ fn istios_injection_cases_with_settings() {
     {
         let doc = &documents(&data("inject").join(format!("traffic-annotations-bad-{field}.yaml")))[0];
         let pod = object_to_pod(doc).unwrap();
-        let err = inject::inject(&inj, &pod, "default", "").err().unwrap_or_else(|| panic!("{field}: injected"));
+        let err = inject::inject(&inj, &Default::default(), &pod, "default", "")
+            .err()
+            .unwrap_or_else(|| panic!("{field}: injected"));
         assert!(err.to_lowercase().contains(field), "{field}: {err}");
     }
 }
@@ -807,9 +811,20 @@ fn the_injector_follows_its_configmap() {
         config(&[]).replace("injectedAnnotations: {}", &format!("injectedAnnotations:\n  team/version: \"{v}\""))
     };
     publish("1", &with_annotation("one"));
+    // The config directory holds a ProxyConfig for the pods' namespace:
+    // injection sees it (istiod's EffectiveProxyConfig).
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir(&config_dir).unwrap();
+    server::copy_dir(Path::new(server::BOOKINFO), &config_dir);
+    std::fs::write(
+        config_dir.join("proxyconfig.yaml"),
+        "apiVersion: networking.istio.io/v1beta1\nkind: ProxyConfig\nmetadata: {name: pc, namespace: default}\n\
+         spec: {environmentVariables: {FROM_PROXY_CONFIG: 'yes'}}\n",
+    )
+    .unwrap();
     let https = server::free_port();
     let s = server::Server::start(
-        Path::new(server::BOOKINFO),
+        &config_dir,
         &["--httpsAddr", &https.to_string(), "--injectionDir", mount.to_str().unwrap()],
         &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap())],
         None,
@@ -834,6 +849,17 @@ fn the_injector_follows_its_configmap() {
     server::wait_for("the first configuration", std::time::Duration::from_secs(10), || {
         annotation().as_deref() == Some("one")
     });
+    let (_, answer) =
+        post_all(https, &root, "/inject", &[pod_review("pc", "default", &hello).to_string().into_bytes()]).remove(0);
+    let mut got = hello.clone();
+    let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(&answer).unwrap())).unwrap();
+    json_patch::patch(&mut got, &p).unwrap();
+    let proxy = got["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "istio-proxy").unwrap();
+    assert!(
+        proxy["env"].as_array().unwrap().contains(&json!({"name": "FROM_PROXY_CONFIG", "value": "yes"})),
+        "the ProxyConfig's environment reaches the proxy: {}",
+        proxy["env"]
+    );
     publish("2", &with_annotation("two"));
     server::wait_for("the new configuration", std::time::Duration::from_secs(10), || {
         annotation().as_deref() == Some("two")
@@ -865,7 +891,7 @@ fn kept_fuzz_inputs_get_an_answer() {
         let mut pod = None;
         let out = admission::serve(&data, |r| {
             pod = Some(r.object.clone());
-            match inject::inject(&inj, &r.object, &r.namespace, "/inject") {
+            match inject::inject(&inj, &Default::default(), &r.object, &r.namespace, "/inject") {
                 Ok(inject::Outcome::Skipped) => admission::AdmissionResponse::allow(),
                 Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
                     patch: Some(serde_json::to_vec(&ops).unwrap()),

@@ -50,7 +50,7 @@ fn review() -> Vec<u8> {
 }
 
 fn answer(inj: &inject::Injector, body: &[u8]) -> Vec<u8> {
-    admission::serve(body, |r| match inject::inject(inj, &r.object, &r.namespace, "/inject") {
+    admission::serve(body, |r| match inject::inject(inj, &Default::default(), &r.object, &r.namespace, "/inject") {
         Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
             patch: Some(serde_json::to_vec(&ops).unwrap()),
             ..admission::AdmissionResponse::allow()

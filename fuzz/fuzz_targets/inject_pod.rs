@@ -19,7 +19,7 @@ thread_local! {
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     INJECTOR.with(|inj| {
-        let out = admission::serve(data, |r| match inject::inject(inj, &r.object, &r.namespace, "/inject") {
+        let out = admission::serve(data, |r| match inject::inject(inj, &Default::default(), &r.object, &r.namespace, "/inject") {
             Ok(inject::Outcome::Skipped) => admission::AdmissionResponse::allow(),
             Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
                 patch: Some(serde_json::to_vec(&ops).unwrap()),

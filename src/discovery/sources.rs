@@ -31,6 +31,8 @@ pub(super) struct State {
     pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
     /// Tells the resolver which key sets the newest model wants.
     pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<crate::translate::authn::JwksKey>>>,
+    /// The webhooks, which read the ProxyConfig resources in force.
+    pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
 }
 
 /// `/debug/configz` for a config directory (its errors are logged too).
@@ -75,6 +77,21 @@ pub(super) fn apply(
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
+    if let Some(hooks) = &state.borrow().webhooks {
+        use istiod_kubewatch::istio::{IstioKind, IstioSpec};
+        let items = objects
+            .istio
+            .iter()
+            .filter_map(|o| match &o.spec {
+                IstioSpec::Ext(IstioKind::ProxyConfig, spec) => {
+                    Some(crate::webhook::inject::ProxyConfigResource::from_spec(o.meta.ns(), &o.meta.name, &spec.0))
+                }
+                _ => None,
+            })
+            .collect();
+        let crs = crate::webhook::inject::ProxyConfigs { root_namespace: mesh.root_namespace.clone(), items };
+        *hooks.proxy_configs.borrow_mut() = std::rc::Rc::new(crs);
+    }
     let (prev, jwks) = {
         let s = state.borrow();
         (s.mesh.clone(), s.jwks.clone())

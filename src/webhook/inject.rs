@@ -116,6 +116,49 @@ pub fn overlay_proxy_config(pc: &mut Map<String, Json>, over: &Map<String, Json>
     }
 }
 
+/// The ProxyConfig resources in force (`networking.istio.io/v1beta1`),
+/// as istiod's `ProxyConfigs` keeps them for `EffectiveProxyConfig`.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyConfigs {
+    /// The mesh's root namespace (its selector-less configs apply mesh-wide).
+    pub root_namespace: String,
+    /// Every resource, by namespace and name.
+    pub items: Vec<ProxyConfigResource>,
+}
+
+/// One ProxyConfig resource, in MeshConfig's ProxyConfig terms
+/// (`toMeshConfigProxyConfig`: concurrency, environmentVariables as
+/// proxyMetadata, image).
+#[derive(Debug, Clone)]
+pub struct ProxyConfigResource {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `selector.matchLabels`; `None` for a namespace-wide one.
+    pub selector: Option<BTreeMap<String, String>>,
+    /// The fields it sets.
+    pub config: Map<String, Json>,
+}
+
+impl ProxyConfigResource {
+    /// From a resource's spec.
+    pub fn from_spec(namespace: &str, name: &str, spec: &Json) -> Self {
+        let mut config = Map::new();
+        if let Some(c) = spec.get("concurrency").filter(|c| !c.is_null()) {
+            config.insert("concurrency".into(), c.clone());
+        }
+        if let Some(e) = spec.get("environmentVariables").filter(|e| e.is_object()) {
+            config.insert("proxyMetadata".into(), e.clone());
+        }
+        if let Some(i) = spec.get("image").filter(|i| !i.is_null()) {
+            config.insert("image".into(), i.clone());
+        }
+        let selector = spec.get("selector").filter(|s| !s.is_null()).map(|s| string_map(s.get("matchLabels")));
+        ProxyConfigResource { namespace: namespace.into(), name: name.into(), selector, config }
+    }
+}
+
 /// Settings from istiod's environment that shape injection.
 #[derive(Debug, Clone, Default)]
 pub struct Env {
@@ -483,17 +526,48 @@ fn proxy_image(inj: &Injector, init: bool, image_type: Option<&str>, annotations
     if name.contains('/') { format!("{name}:{tag}") } else { format!("{hub}/{name}:{tag}") }
 }
 
-/// The effective ProxyConfig of a pod: mesh default + annotation.
-fn proxy_config(inj: &Injector, annotations: &BTreeMap<String, String>) -> Result<Map<String, Json>, String> {
+/// The effective ProxyConfig of a pod, istiod's `EffectiveProxyConfig`:
+/// istiod's defaults < the mesh's `defaultConfig` < selector-less
+/// ProxyConfigs of the root namespace < those of the pod's namespace <
+/// the `proxy.istio.io/config` annotation < ProxyConfigs selecting the
+/// pod's labels.
+fn proxy_config(
+    inj: &Injector,
+    crs: &ProxyConfigs,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<Map<String, Json>, String> {
     let mut pc = inj.mesh.default_config.clone();
+    let root = crs.root_namespace.as_str();
+    let level = |ns: &str, pc: &mut Map<String, Json>| {
+        for r in crs.items.iter().filter(|r| r.namespace == ns && r.selector.is_none()) {
+            overlay_proxy_config(pc, &r.config);
+        }
+    };
+    if !root.is_empty() {
+        level(root, &mut pc);
+    }
+    if namespace != root {
+        level(namespace, &mut pc);
+    }
+    let mut workload = Map::new();
     if let Some(a) = annotations.get("proxy.istio.io/config") {
         let over: Json = serde_yaml_ng::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         match over {
-            Json::Object(m) => overlay_proxy_config(&mut pc, &m),
+            Json::Object(m) => overlay_proxy_config(&mut workload, &m),
             Json::Null => {}
             _ => return Err("proxy.istio.io/config: not a map".into()),
         }
     }
+    for r in crs.items.iter().filter(|r| r.namespace == namespace) {
+        if let Some(sel) = &r.selector
+            && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+        {
+            overlay_proxy_config(&mut workload, &r.config);
+        }
+    }
+    overlay_proxy_config(&mut pc, &workload);
     Ok(pc)
 }
 
@@ -636,7 +710,7 @@ fn drop_zero_probe_fields(pod: &mut Json, template_pod: &Json) {
 
 /// Injects `pod` (as the API server sent it): the JSONPatch, or why not.
 /// `path` is the request's URL path (for `/inject/cluster/c/net/n`).
-pub fn inject(inj: &Injector, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
+pub fn inject(inj: &Injector, crs: &ProxyConfigs, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
     let mut pod = pod.clone();
     if !pod.is_object() {
         return Err("the object is not a pod".into());
@@ -656,7 +730,8 @@ pub fn inject(inj: &Injector, pod: &Json, namespace: &str, path: &str) -> Result
     let original = pod.clone();
     let annotations = string_map(pod.pointer("/metadata/annotations"));
     post::validate_annotations(&annotations)?;
-    let pc = proxy_config(inj, &annotations)?;
+    let pod_ns = pod.pointer("/metadata/namespace").and_then(Json::as_str).unwrap_or_default().to_owned();
+    let pc = proxy_config(inj, crs, &pod_ns, &string_map(pod.pointer("/metadata/labels")), &annotations)?;
     let status_port = pc.get("statusPort").and_then(Json::as_u64).unwrap_or(15020).to_string();
 
     // Cluster and network: values, then the URL, then the pod's label.
@@ -792,6 +867,49 @@ mod tests {
         ));
     }
 
+    /// pilot/pkg/model/proxy_config.go `EffectiveProxyConfig`: root
+    /// namespace < pod namespace < annotation < workload selector.
+    #[test]
+    fn proxy_config_resources_apply_in_istiods_order() {
+        let inj = Injector::new(
+            "policy: enabled\ntemplates:\n  sidecar: |\n    metadata:\n      annotations:\n        pc: '{{ protoToJSON .ProxyConfig }}'\n",
+            "{}",
+            MeshInputs::parse("defaultConfig: {concurrency: 1}").unwrap(),
+            Env::default(),
+        )
+        .unwrap();
+        let r = |ns: &str, name: &str, spec: Json| ProxyConfigResource::from_spec(ns, name, &spec);
+        let crs = ProxyConfigs {
+            root_namespace: "istio-system".into(),
+            items: vec![
+                r(
+                    "istio-system",
+                    "mesh",
+                    json!({"concurrency": 2, "environmentVariables": {"A": "root", "B": "root"}}),
+                ),
+                r("app", "ns", json!({"concurrency": 3, "environmentVariables": {"B": "ns"}})),
+                r(
+                    "app",
+                    "wl",
+                    json!({"selector": {"matchLabels": {"app": "r"}}, "image": {"imageType": "distroless"}}),
+                ),
+                r("other", "ns", json!({"concurrency": 9})),
+            ],
+        };
+        let pc_of = |labels: Json, annotations: Json| -> Json {
+            let p = pod("app", labels, annotations, false);
+            let Ok(Outcome::Patched(ops)) = inject(&inj, &crs, &p, "app", "") else { panic!("injected") };
+            let op = ops.iter().find(|o| o["path"] == "/metadata/annotations/pc").expect("the annotation added");
+            serde_json::from_str(op["value"].as_str().unwrap()).unwrap()
+        };
+        assert_eq!(pc_of(json!({}), json!({})), json!({"concurrency": 3, "proxyMetadata": {"A": "root", "B": "ns"}}));
+        assert_eq!(
+            pc_of(json!({"app": "r"}), json!({"proxy.istio.io/config": "concurrency: 5\nimage: {imageType: debug}"})),
+            json!({"concurrency": 5, "proxyMetadata": {"A": "root", "B": "ns"}, "image": {"imageType": "distroless"}}),
+            "the annotation wins over namespaces, a selecting resource over the annotation"
+        );
+    }
+
     /// istiod's `TestParseInjectEnvs`.
     #[test]
     fn url_paths_give_proxy_envs() {
@@ -827,19 +945,23 @@ mod tests {
         );
         assert_eq!(inj.template_names(), ["ok"]);
         let p = pod("app", json!({}), json!({}), false);
-        let err = inject(&inj, &p, "app", "").unwrap_err();
+        let err = inject(&inj, &ProxyConfigs::default(), &p, "app", "").unwrap_err();
         assert!(err.contains("template \"sidecar\" does not parse"), "{err}");
         let p = pod("app", json!({}), json!({"inject.istio.io/templates": "ok"}), false);
-        let Ok(Outcome::Patched(ops)) = inject(&inj, &p, "app", "") else { panic!("injected") };
+        let Ok(Outcome::Patched(ops)) = inject(&inj, &ProxyConfigs::default(), &p, "app", "") else {
+            panic!("injected")
+        };
         assert!(ops.iter().any(|o| o["path"] == "/metadata/labels/x"), "{ops:?}");
         // A template whose output is not a pod's YAML refuses the pod.
         let inj = injector("policy: enabled\ntemplates:\n  sidecar: 'a: [b'\n");
-        let err = inject(&inj, &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+        let err =
+            inject(&inj, &ProxyConfigs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
         assert!(err.starts_with("failed parsing generated injected YAML"), "{err}");
         // So does one that fails to render.
         let inj =
             injector("policy: enabled\ntemplates:\n  sidecar: '{{ .Values.a.b.c }}{{ index .Spec.Containers 9 }}'\n");
-        let err = inject(&inj, &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+        let err =
+            inject(&inj, &ProxyConfigs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
         assert!(err.starts_with("failed to run injection template"), "{err}");
     }
 }

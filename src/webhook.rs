@@ -58,11 +58,30 @@ pub struct Webhooks {
     /// (`galley_validation_http_error`).
     pub http_errors: RefCell<std::collections::BTreeMap<u16, u64>>,
     /// The injector, once its configuration loaded (replaced on change).
-    pub injector: RefCell<Option<Rc<inject::Injector>>>,
+    pub injector: RefCell<Option<std::sync::Arc<inject::Injector>>>,
     /// Injection counters.
     pub injection: RefCell<InjectionMetrics>,
     /// The ProxyConfig resources in force (kept by the config source).
-    pub proxy_configs: RefCell<Rc<inject::ProxyConfigs>>,
+    pub proxy_configs: RefCell<std::sync::Arc<inject::ProxyConfigs>>,
+    /// Injections run at once, off the control thread.
+    pub inject_slots: InjectSlots,
+}
+
+/// Injections run on tokio's blocking threads, at most this many at once
+/// (the others wait their turn), so a slow render holds neither the
+/// control thread nor an unbounded number of threads.
+pub const INJECT_CONCURRENCY: usize = 4;
+/// An injection that takes longer is answered with an error (the API
+/// server gives the webhook 10 s by default).
+pub const INJECT_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// The permits for [`INJECT_CONCURRENCY`].
+pub struct InjectSlots(pub std::sync::Arc<tokio::sync::Semaphore>);
+
+impl Default for InjectSlots {
+    fn default() -> Self {
+        InjectSlots(std::sync::Arc::new(tokio::sync::Semaphore::new(INJECT_CONCURRENCY)))
+    }
 }
 
 /// istiod's `sidecar_injection_*` counters.
@@ -190,9 +209,33 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
         let Some(injector) = injector else {
             return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector has no configuration".into());
         };
-        let answer = admission::serve(&body, |request| admit_pod(&hooks, &injector, request, &path));
+        let crs = hooks.proxy_configs.borrow().clone();
+        let Ok(permit) = hooks.inject_slots.0.clone().acquire_owned().await else {
+            return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector is shutting down".into());
+        };
+        let job = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let mut skipped = false;
+            let answer = admission::serve(&body, |request| {
+                let (r, skip) = admit_pod(&injector, &crs, request, &path);
+                skipped = skip;
+                r
+            });
+            (answer, skipped)
+        });
+        let (answer, skipped) = match tokio::time::timeout(INJECT_TIMEOUT, job).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => return fail(StatusCode::INTERNAL_SERVER_ERROR, format!("injection failed: {e}")),
+            Err(_) => {
+                return fail(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("injection took longer than {INJECT_TIMEOUT:?}"),
+                );
+            }
+        };
         let mut m = hooks.injection.borrow_mut();
         m.success += 1;
+        m.skip += u64::from(skipped);
         m.observe(started.elapsed().as_secs_f64());
         answer
     } else {
@@ -203,31 +246,31 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
     Ok(r)
 }
 
-/// One pod through the injector (istiod's `Webhook.inject`).
+/// One pod through the injector (istiod's `Webhook.inject`): the answer,
+/// and whether policy skipped the pod.
 fn admit_pod(
-    hooks: &Webhooks,
     injector: &inject::Injector,
+    crs: &inject::ProxyConfigs,
     request: &admission::AdmissionRequest,
     path: &str,
-) -> admission::AdmissionResponse {
+) -> (admission::AdmissionResponse, bool) {
     // A bug must not take the webhook down: a panic refuses the pod.
-    let crs = hooks.proxy_configs.borrow().clone();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        inject::inject(injector, &crs, &request.object, &request.namespace, path)
+        inject::inject(injector, crs, &request.object, &request.namespace, path)
     }))
     .unwrap_or_else(|_| Err("internal error: the injector panicked".into()));
     match result {
-        Ok(inject::Outcome::Skipped) => {
-            hooks.injection.borrow_mut().skip += 1;
-            admission::AdmissionResponse::allow()
-        }
-        Ok(inject::Outcome::Patched(ops)) => admission::AdmissionResponse {
-            patch: Some(serde_json::to_vec(&ops).unwrap_or_default()),
-            ..admission::AdmissionResponse::allow()
-        },
+        Ok(inject::Outcome::Skipped) => (admission::AdmissionResponse::allow(), true),
+        Ok(inject::Outcome::Patched(ops)) => (
+            admission::AdmissionResponse {
+                patch: Some(serde_json::to_vec(&ops).unwrap_or_default()),
+                ..admission::AdmissionResponse::allow()
+            },
+            false,
+        ),
         Err(e) => {
             tracing::warn!(target: "injection", namespace = %request.namespace, name = %request.name, error = %e, "injection failed");
-            admission::AdmissionResponse::deny(e)
+            (admission::AdmissionResponse::deny(e), false)
         }
     }
 }
@@ -369,7 +412,7 @@ pub async fn watch_injector(hooks: Rc<Webhooks>, src: InjectorSource) {
                     match loaded {
                         Ok(i) => {
                             tracing::info!(target: "injection", dir = %src.dir.display(), templates = ?i.template_names(), "injector configuration loaded");
-                            *hooks.injector.borrow_mut() = Some(Rc::new(i));
+                            *hooks.injector.borrow_mut() = Some(std::sync::Arc::new(i));
                         }
                         Err(e) => {
                             tracing::error!(target: "injection", dir = %src.dir.display(), error = %e, "injector configuration not loaded; keeping the last good one");

@@ -90,7 +90,7 @@ pub(super) fn apply(
             })
             .collect();
         let crs = crate::webhook::inject::ProxyConfigs { root_namespace: mesh.root_namespace.clone(), items };
-        *hooks.proxy_configs.borrow_mut() = std::rc::Rc::new(crs);
+        *hooks.proxy_configs.borrow_mut() = std::sync::Arc::new(crs);
     }
     let (prev, jwks) = {
         let s = state.borrow();

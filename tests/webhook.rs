@@ -162,3 +162,55 @@ fn the_validation_webhook_judges_istio_objects_over_https() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
 }
+
+/// Clients that stall are cut off, and others are served meanwhile: a
+/// request head that does not arrive within 10 s closes the connection,
+/// a body that does not arrive within 30 s is answered 408.
+#[test]
+fn stalled_clients_are_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let https = free_port();
+    let _s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--httpsAddr", &https.to_string()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap())],
+        None,
+    );
+    let root = dir.path().join("ca-cert.pem");
+    server::wait_for("the webhook port", Duration::from_secs(10), || std::net::TcpStream::connect(https).is_ok());
+    let body = review("v1", "u-s", "CREATE", vs(100)).to_string();
+    let (r1, r2) = (root.clone(), root.clone());
+    // Half a request line and head: "POST /validate HTTP/1.1\r\nHost".
+    let head = std::thread::spawn(move || {
+        http1(https, &r1, &json!({"method": "POST", "path": "/validate", "body": "{}", "send_only": 30, "timeout": 40}))
+    });
+    // The whole head and 10 bytes of the body.
+    let body_len = body.len();
+    let slow_body = std::thread::spawn(move || {
+        let head_len = format!(
+            "POST /validate HTTP/1.1\r\nHost: istiod.istio-system.svc\r\nContent-Type: application/json\r\n\
+             Content-Length: {body_len}\r\nConnection: close\r\n\r\n"
+        )
+        .len();
+        http1(
+            https,
+            &r2,
+            &json!({"method": "POST", "path": "/validate", "body": body, "send_only": head_len + 10, "timeout": 60}),
+        )
+    });
+    // Meanwhile the webhook answers others.
+    std::thread::sleep(Duration::from_secs(1));
+    let ok = http1(
+        https,
+        &root,
+        &json!({"method": "POST", "path": "/validate", "body": review("v1", "u-ok", "CREATE", vs(100)).to_string()}),
+    );
+    assert_eq!(ok["status"].as_u64(), Some(200), "{ok}");
+    let head = head.join().unwrap();
+    let elapsed = head["elapsed"].as_f64().unwrap();
+    assert!((9.0..20.0).contains(&elapsed), "the stalled head is closed after 10 s: {head}");
+    let slow_body = slow_body.join().unwrap();
+    assert_eq!(slow_body["status"].as_u64(), Some(408), "{slow_body}");
+    let elapsed = slow_body["elapsed"].as_f64().unwrap();
+    assert!((29.0..45.0).contains(&elapsed), "the stalled body is answered after 30 s: {slow_body}");
+}

@@ -28,6 +28,18 @@ const INVALID_CONFIG: &str = "invalid_resource";
 const ISTIO_GROUPS: [&str; 4] =
     ["networking.istio.io", "security.istio.io", "telemetry.istio.io", "extensions.istio.io"];
 
+/// Series kept per counter: the labels come from the request, so a caller
+/// that is not the API server could otherwise grow them without bound.
+const MAX_SERIES: usize = 512;
+
+/// A label value from the request: API group, version and resource names
+/// (`[a-z0-9.-]`, at most 253 characters) as they are, anything else
+/// `invalid`, so nothing needs escaping in the exposition.
+fn label(v: &str) -> String {
+    let ok = v.len() <= 253 && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    if ok { v.to_owned() } else { "invalid".to_owned() }
+}
+
 /// `galley_validation_passed` and `galley_validation_failed` by labels.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -37,8 +49,10 @@ pub struct Metrics {
 
 impl Metrics {
     fn pass(&mut self, r: &AdmissionRequest) {
-        let k = (r.resource.group.clone(), r.resource.version.clone(), r.resource.resource.clone());
-        *self.passed.entry(k).or_default() += 1;
+        let k = (label(&r.resource.group), label(&r.resource.version), label(&r.resource.resource));
+        if self.passed.len() < MAX_SERIES || self.passed.contains_key(&k) {
+            *self.passed.entry(k).or_default() += 1;
+        }
     }
 
     fn fail(&mut self, r: &AdmissionRequest, reason: &'static str) {
@@ -46,8 +60,10 @@ impl Metrics {
         if r.dry_run == Some(true) {
             return;
         }
-        let k = (r.resource.group.clone(), r.resource.version.clone(), r.resource.resource.clone(), reason);
-        *self.failed.entry(k).or_default() += 1;
+        let k = (label(&r.resource.group), label(&r.resource.version), label(&r.resource.resource), reason);
+        if self.failed.len() < MAX_SERIES || self.failed.contains_key(&k) {
+            *self.failed.entry(k).or_default() += 1;
+        }
     }
 
     /// In Prometheus text.
@@ -208,6 +224,12 @@ mod tests {
             validate(&request("CREATE", pod), &mut m).message.as_deref(),
             Some("unrecognized type v1, Kind=Pod")
         );
+        // Labels from the request are not taken as they are.
+        let mut hostile = request("CREATE", vs(json!({"hosts": ["r"]})));
+        hostile.resource.resource = "x\"} 1\nfake_metric{a=\"".into();
+        validate(&hostile, &mut m);
+        assert!(m.render().contains("resource=\"invalid\""), "{}", m.render());
+        assert!(!m.render().contains("fake_metric"));
         let text = m.render();
         for line in [
             "galley_validation_passed{group=\"networking.istio.io\",resource=\"virtualservices\",version=\"v1\"} 3",

@@ -460,6 +460,11 @@ fn cluster() -> (istiod_kubewatch::fake::FakeApi, tempfile::TempDir, std::path::
     for r in istiod_kubewatch::fake::webhook_resources() {
         api.install(r);
     }
+    // Istio's CRDs, so the validation controller's dry run has a Gateway
+    // collection to write to.
+    for r in istiod_kubewatch::fake::istio_resources() {
+        api.install(r);
+    }
     api.apply(
         "mutatingwebhookconfigurations",
         serde_json::json!({"metadata": {"name": "istio-sidecar-injector", "labels": {"istio.io/rev": "default"}},
@@ -568,11 +573,26 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         let m = named(&api, "configmaps", "istio-ca-root-cert");
         m.len() == 3 && m.values().all(|cm| cm["data"]["root-cert.pem"] == root.as_str())
     });
-    // The webhook configurations of this revision carry the root, the
-    // validator fails closed; others are left alone; written once.
+    // The webhook configurations of this revision carry the root; the
+    // validator fails closed only once the API server is seen to reach the
+    // webhook (istiod's dry run of an invalid Gateway is refused): while
+    // dry runs pass (no webhook called), it stays open.
     let b64root = base64::engine::general_purpose::STANDARD.encode(&root);
     let hooks = |plural: &str, name: &str| api.get(plural, "", name).unwrap();
     server::wait_for("the caBundle", Duration::from_secs(20), || {
+        hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["clientConfig"]["caBundle"]
+            == b64root.as_str()
+    });
+    assert!(api.dry_runs() > 0, "the leader tried its dry run");
+    assert_eq!(
+        hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["failurePolicy"],
+        "Ignore",
+        "not seen to be reached: validation stays open"
+    );
+    api.deny_dry_runs(Some(
+        "admission webhook \"rev.validation.istio.io\" denied the request: configuration is invalid: \"internal.istio.io/webhook-always-reject\" annotation found, rejecting",
+    ));
+    server::wait_for("fail-closed validation", Duration::from_secs(20), || {
         hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["failurePolicy"]
             == "Fail"
     });

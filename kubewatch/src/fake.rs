@@ -55,6 +55,11 @@ struct State {
     /// Every change bumps this; open watches end when it moves.
     watch_epoch: u64,
     fail_next: usize,
+    /// A dry-run write is refused with this (as a validating webhook's
+    /// denial); `None`: dry runs succeed, nothing stored.
+    deny_dry_runs: Option<String>,
+    /// Dry-run writes seen.
+    dry_runs: u64,
     down: bool,
     requests: u64,
     gone: u64,
@@ -316,6 +321,18 @@ impl FakeApi {
         self.lock().fail_next = n;
     }
 
+    /// From now on dry-run writes (`?dryRun=All`) are refused with
+    /// `message` (as the API server relays a validating webhook's denial),
+    /// or, with `None`, succeed without storing anything (no webhook).
+    pub fn deny_dry_runs(&self, message: Option<&str>) {
+        self.lock().deny_dry_runs = message.map(str::to_owned);
+    }
+
+    /// Dry-run writes seen.
+    pub fn dry_runs(&self) -> u64 {
+        self.lock().dry_runs
+    }
+
     /// An outage: every request fails with 503 (and open watches end)
     /// until `set_down(false)`.
     pub fn set_down(&self, down: bool) {
@@ -425,7 +442,22 @@ impl FakeApi {
             )
             .await;
         };
+        let dry_run = params.get("dryRun").is_some_and(|d| d == "All");
         match (method.as_str(), namespace, name) {
+            ("POST", _, None) | ("PUT", _, Some(_)) if dry_run => {
+                let deny = {
+                    let mut s = self.lock();
+                    s.dry_runs += 1;
+                    s.deny_dry_runs.clone()
+                };
+                return match deny {
+                    Some(m) => respond(&mut stream, 400, &status_json(400, "BadRequest", &m)).await,
+                    None => {
+                        let object: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        respond(&mut stream, 201, &object).await
+                    }
+                };
+            }
             ("POST", ns, None) | ("PUT", ns, Some(_)) => {
                 let (code, body) = self.write(&resource, ns.unwrap_or_default(), name, &body);
                 return respond(&mut stream, code, &body).await;

@@ -240,9 +240,12 @@ pub async fn run(
     timings: Timings,
     webhooks: Webhooks,
 ) {
-    let mut elector = Elector::new(api.clone(), namespace, me, timings);
+    let mut elector = Elector::new(api.clone(), namespace.clone(), me, timings);
     let mut changed = server.changed.subscribe();
     let mut leading = false;
+    // Validation fails closed only once the API server is seen to reach
+    // this webhook (istiod's dry run of an invalid Gateway).
+    let mut fail_closed = false;
     loop {
         match elector.try_lead().await {
             Ok(true) => elector.renewed = Some(Instant::now()),
@@ -267,8 +270,15 @@ pub async fn run(
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
             }
             if Instant::now() < lead_until
-                && let Err(e) =
-                    crate::webhook::patch::reconcile(&api, &webhooks.revision, &root, webhooks.serving).await
+                && let Err(e) = crate::webhook::patch::reconcile(
+                    &api,
+                    &namespace,
+                    &webhooks.revision,
+                    &root,
+                    webhooks.serving,
+                    &mut fail_closed,
+                )
+                .await
             {
                 tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
             }

@@ -4,7 +4,9 @@
 //! gets the CA's trust bundle in the `caBundle` of each webhook named
 //! `*sidecar-injector.istio.io`; every ValidatingWebhookConfiguration with
 //! that label gets it in every webhook, and its `failurePolicy` is set to
-//! `Fail` once this server's validation webhook is serving. Updates carry
+//! `Fail` once this server's validation webhook serves and the API server
+//! was seen to reach it (a dry-run create of an invalid Gateway refused by
+//! a webhook, istiod's `isDryRunOfInvalidConfigRejected`). Updates carry
 //! the `resourceVersion` read (a 409 waits for the next round) and are
 //! made only where something differs, so a configuration is written once
 //! per root change. The replica holding the election Lease does it.
@@ -45,10 +47,68 @@ fn patch_config(config: &mut Value, bundle_b64: &str, pick: impl Fn(&str) -> boo
     changed
 }
 
+/// istiod's `isDryRunOfInvalidConfigRejected`: a dry-run create of an
+/// invalid Gateway through the API server must be refused by a validating
+/// webhook (`denied the request`) before validation may fail closed: only
+/// then is it known that the API server reaches this webhook. A missing
+/// Gateway CRD or a webhook without dry-run support count as ready, as in
+/// istiod; anything else (the create succeeding, another error) does not.
+pub async fn dry_run_rejected(api: &Api, namespace: &str, revision: &str) -> Result<(), String> {
+    let gateway = json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {
+            "name": "invalid-gateway",
+            "namespace": namespace,
+            "labels": {"istio.io/rev": rev(revision)},
+            "annotations": {"internal.istio.io/webhook-always-reject": "true"},
+        },
+        "spec": {},
+    });
+    let collection = format!("/apis/networking.istio.io/v1/namespaces/{namespace}/gateways");
+    let mut result = api.create(&format!("{collection}?dryRun=All"), &gateway).await;
+    if let Ok(Write::Conflict) = result {
+        result = api.replace(&format!("{collection}/invalid-gateway?dryRun=All"), &gateway).await;
+    }
+    match result {
+        Ok(_) => Err("dummy invalid config not rejected".into()),
+        Err(e) if e.contains("denied the request") => Ok(()),
+        Err(e) if e.contains("404") || e.contains("the server could not find the requested resource") => {
+            tracing::warn!(target: "webhook", "Missing Gateway CRD, cannot perform validation check. Assuming validation is ready");
+            Ok(())
+        }
+        Err(e) if e.contains("does not support dry run") => {
+            tracing::warn!(target: "webhook", error = %e, "One of the validating webhooks does not support DryRun, cannot perform validation check. Assuming validation is ready");
+            Ok(())
+        }
+        Err(e) => Err(format!("dummy invalid rejected for the wrong reason: {e}")),
+    }
+}
+
 /// One round: returns how many configurations were written. `serving`:
-/// this server's validation webhook answers (istiod checks that a dry run
-/// of an invalid object is refused; this server knows it directly).
-pub async fn reconcile(api: &Api, revision: &str, bundle: &str, serving: bool) -> Result<usize, String> {
+/// this server's validation webhook answers; `fail_closed` (kept by the
+/// caller across rounds): the API server was seen to reach it
+/// ([`dry_run_rejected`]), checked each round until it holds.
+pub async fn reconcile(
+    api: &Api,
+    namespace: &str,
+    revision: &str,
+    bundle: &str,
+    serving: bool,
+    fail_closed: &mut bool,
+) -> Result<usize, String> {
+    if serving && !*fail_closed {
+        match dry_run_rejected(api, namespace, revision).await {
+            Ok(()) => {
+                tracing::info!(target: "webhook", "Endpoint successfully rejected invalid config. Switching to fail-close.");
+                *fail_closed = true;
+            }
+            Err(reason) => {
+                tracing::info!(target: "webhook", %reason, "Not ready to switch validation to fail-closed");
+            }
+        }
+    }
+    let serving = serving && *fail_closed;
     let b64 = STANDARD.encode(bundle);
     let mut wrote = 0;
     for (plural, validating) in [("mutatingwebhookconfigurations", false), ("validatingwebhookconfigurations", true)] {

@@ -189,3 +189,33 @@ fn the_bundled_mesh_is_valid() {
     }
     assert!(n >= 8);
 }
+
+/// pkg/config/validation/validation.go `validateMetadata`.
+#[test]
+fn metadata_annotations_as_istiod_checks_them() {
+    let ap = |action: &str, dry: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: p, namespace: ns, annotations: {{istio.io/dry-run: '{dry}'}}}}\nspec: {{action: {action}}}\n"
+        )
+    };
+    assert!(doc(&ap("DENY", "true")).is_ok());
+    has(&errs(&ap("DENY", "maybe")), "ns/p has annotation istio.io/dry-run with invalid value (maybe)");
+    has(
+        &errs(&ap("AUDIT", "true")),
+        "the annotation istio.io/dry-run currently only supports action ALLOW/DENY, found action AUDIT in ns/p",
+    );
+    let gw = |ann: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: invalid-gateway, namespace: istio-system, annotations: {{{ann}: 'true'}}}}\nspec: {{servers: [{{port: {{number: 80, name: http, protocol: HTTP}}, hosts: ['*']}}]}}\n"
+        )
+    };
+    has(&errs(&gw("istio.io/dry-run")), "istio-system/invalid-gateway has unsupported annotation istio.io/dry-run");
+    has(
+        &errs(&gw("internal.istio.io/webhook-always-reject")),
+        "\"internal.istio.io/webhook-always-reject\" annotation found, rejecting",
+    );
+    has(
+        &errs(&gw("internal.istio.io/parents")),
+        "\"internal.istio.io/parents\" annotation found, this may not be set by users",
+    );
+}

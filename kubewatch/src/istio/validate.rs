@@ -88,6 +88,7 @@ pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
     if meta.name.is_empty() {
         v.err("metadata.name", "name is required");
     }
+    metadata(&mut v, meta, spec);
     match spec {
         IstioSpec::VirtualService(s) => virtual_service(&mut v, s),
         IstioSpec::DestinationRule(s) => destination_rule(&mut v, s),
@@ -109,6 +110,53 @@ pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
         }
     }
     v.errors
+}
+
+/// istiod's `validateMetadata`: annotations only istiod may set, and
+/// `istio.io/dry-run` only on an ALLOW or DENY AuthorizationPolicy.
+fn metadata(v: &mut V, meta: &Meta, spec: &IstioSpec) {
+    let (ns, name) = (meta.ns(), meta.name.as_str());
+    if let Some(val) = meta.annotations.get("istio.io/dry-run") {
+        match spec {
+            IstioSpec::AuthorizationPolicy(ap) => match ap.action {
+                Action::Allow | Action::Deny => {
+                    if !matches!(val.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True" | "0" | "f" | "F" | "FALSE" | "false" | "False") {
+                        v.err(
+                            "metadata.annotations",
+                            format!(
+                                "{ns}/{name} has annotation istio.io/dry-run with invalid value ({val}): strconv.ParseBool: parsing {val:?}: invalid syntax"
+                            ),
+                        );
+                    }
+                }
+                other => v.err(
+                    "metadata.annotations",
+                    format!(
+                        "the annotation istio.io/dry-run currently only supports action ALLOW/DENY, found action {} in {ns}/{name}",
+                        match other {
+                            Action::Audit => "AUDIT",
+                            _ => "CUSTOM",
+                        }
+                    ),
+                ),
+            },
+            _ => v.err(
+                "metadata.annotations",
+                format!("{ns}/{name} has unsupported annotation istio.io/dry-run, please remove the annotation"),
+            ),
+        }
+    }
+    // istiod's own dry run of an invalid object (the validation
+    // controller's readiness check) carries this.
+    const ALWAYS_REJECT: &str = "internal.istio.io/webhook-always-reject";
+    if meta.annotations.contains_key(ALWAYS_REJECT) {
+        v.err("metadata.annotations", format!("{ALWAYS_REJECT:?} annotation found, rejecting"));
+    }
+    for internal in ["internal.istio.io/parent-namespace", "internal.istio.io/parents"] {
+        if meta.annotations.contains_key(internal) {
+            v.err("metadata.annotations", format!("{internal:?} annotation found, this may not be set by users"));
+        }
+    }
 }
 
 fn weights<'a>(v: &mut V, path: &str, dests: impl Iterator<Item = (i32, Option<&'a str>)>) {

@@ -563,6 +563,25 @@ pub struct LoadBalancerSettings {
     pub warmup_duration_secs: Option<String>,
     /// Slow start settings.
     pub warmup: Option<WarmupConfiguration>,
+    /// Utilization-based balancing from ORCA metrics (kept as written;
+    /// not translated yet).
+    pub backend_utilization: Option<BackendUtilization>,
+}
+
+/// `LoadBalancerSettings.BackendUtilization`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackendUtilization {
+    /// Penalty for endpoints returning errors, in percent of utilization.
+    pub error_utilization_penalty_percent: Option<u32>,
+    /// ORCA metric names the utilization is computed from.
+    pub metric_names_for_computing_utilization: Vec<String>,
+    /// Weight expiry (duration).
+    pub weight_expiration_period: Option<String>,
+    /// Blackout before a new weight is trusted (duration).
+    pub weight_stabilization_period: Option<String>,
+    /// Weight recomputation period (duration).
+    pub weight_update_period: Option<String>,
 }
 
 /// `LoadBalancerSettings.SimpleLB`.
@@ -947,6 +966,8 @@ pub struct ServerTlsSettings {
     pub cipher_suites: Vec<String>,
     /// Do not verify client certificates.
     pub insecure_skip_verify: Option<bool>,
+    /// ECDH curves offered.
+    pub ecdh_curves: Vec<String>,
 }
 
 /// `ServerTLSSettings.TLSmode`.

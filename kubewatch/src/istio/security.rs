@@ -250,6 +250,20 @@ pub struct JwtRule {
     pub timeout: Option<String>,
     /// Claims whose value is a space-separated list.
     pub space_delimited_claims: Vec<String>,
+    /// Whether the token must be present (`OPTIONAL`, `REQUIRED`); kept,
+    /// not translated yet.
+    pub presence: Option<JwtPresence>,
+}
+
+/// `JWTRule.presence`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum JwtPresence {
+    /// The token may be absent.
+    #[serde(rename = "OPTIONAL")]
+    Optional,
+    /// The token must be present.
+    #[serde(rename = "REQUIRED")]
+    Required,
 }
 
 /// `JWTHeader`.

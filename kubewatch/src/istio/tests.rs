@@ -219,3 +219,95 @@ fn metadata_annotations_as_istiod_checks_them() {
         "\"internal.istio.io/parents\" annotation found, this may not be set by users",
     );
 }
+
+/// What the CRDs' OpenAPI and CEL rules refuse
+/// (manifests/charts/base/files/crd-all.gen.yaml), which a --configDir has
+/// no API server to apply, and fields of the current API that were once
+/// refused as unknown.
+#[test]
+fn crd_rules_are_enforced_and_current_fields_read() {
+    let se = |spec: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: s, namespace: ns}}\nspec: {spec}\n"
+        )
+    };
+    has(&errs(&se("{hosts: ['*'], ports: [{number: 80, name: http, protocol: HTTP}]}")), "hostname cannot be wildcard");
+    has(
+        &errs(&se(
+            "{hosts: [a.com], resolution: NONE, ports: [{number: 80, name: http, protocol: HTTP}], endpoints: [{address: 1.1.1.1}]}",
+        )),
+        "NONE mode cannot set endpoints",
+    );
+    has(
+        &errs(&se(
+            "{hosts: [a.com], addresses: [10.0.0.0/8], resolution: DNS, ports: [{number: 80, name: http, protocol: HTTP}]}",
+        )),
+        "CIDR addresses are allowed only for NONE/STATIC resolution types",
+    );
+    has(
+        &errs(&se(
+            "{hosts: [a.com], resolution: DNS_ROUND_ROBIN, ports: [{number: 80, name: http, protocol: HTTP}], endpoints: [{address: a.com}, {address: b.com}]}",
+        )),
+        "DNS_ROUND_ROBIN mode cannot have multiple endpoints",
+    );
+    has(
+        &errs(&se(
+            "{hosts: [a.com], resolution: STATIC, ports: [{number: 80, name: http, protocol: HTTP}], endpoints: [{address: 'unix://rel/'}]}",
+        )),
+        "UDS must be an absolute path or abstract socket",
+    );
+    // An endpoint reached through its network's gateway needs no address.
+    assert!(doc(&se("{hosts: [a.com], resolution: STATIC, ports: [{number: 80, name: http, protocol: HTTP}], endpoints: [{network: n2}]}")).is_ok());
+    let we = |spec: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: w, namespace: ns}}\nspec: {spec}\n"
+        )
+    };
+    assert!(doc(&we("{network: n2, labels: {app: a}}")).is_ok());
+    has(&errs(&we("{address: 'unix:///var/s.sock', ports: {http: 80}}")), "UDS may not include ports");
+    has(&errs(&we("{address: 1.1.1.1, ports: {http: 70000}}")), "port must be between 1-65535");
+    has(&errs(&we("{address: 1.1.1.1, ports: {'bad name': 80}}")), "port name must be valid");
+
+    let ap = |spec: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: p, namespace: ns}}\nspec: {spec}\n"
+        )
+    };
+    has(
+        &errs(&ap("{rules: [{from: [{source: {serviceAccounts: [ns/sa], namespaces: [ns]}}]}]}")),
+        "Cannot set serviceAccounts with namespaces or principals",
+    );
+    has(&errs(&ap("{selector: {matchLabels: {app: '*'}}}")), "wildcard is not supported in selector");
+    has(
+        &errs(&ap(
+            "{targetRef: {kind: Gateway, group: gateway.networking.k8s.io, name: g}, targetRefs: [{kind: Service, name: s}]}",
+        )),
+        "only one of targetRefs or selector can be set",
+    );
+    has(
+        &errs(&ap("{targetRefs: [{kind: Service, name: s, namespace: other}]}")),
+        "cross namespace referencing is not currently supported",
+    );
+    let ra = |spec: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: r, namespace: ns}}\nspec: {spec}\n"
+        )
+    };
+    has(&errs(&ra("{jwtRules: [{issuer: i, jwksUri: 'ftp://keys'}]}")), "url must have scheme http:// or https://");
+    has(
+        &errs(&ra("{selector: {matchLabels: {a: b}}, targetRefs: [{kind: Service, name: s}]}")),
+        "only one of targetRefs or selector can be set",
+    );
+    has(
+        &errs(&ra("{jwtRules: [{issuer: i, outputClaimToHeaders: [{header: 'x y', claim: sub}]}]}")),
+        "header must match",
+    );
+    assert!(doc(&ra("{jwtRules: [{issuer: i, jwksUri: 'https://k/jwks.json', presence: REQUIRED}]}")).is_ok());
+    let pa = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: ns}\nspec: {selector: {matchLabels: {app: a}}, portLevelMtls: {}}\n";
+    has(&errs(pa), "portLevelMtls must have at least one port");
+    // Fields of the current API.
+    let dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec: {host: r, trafficPolicy: {loadBalancer: {backendUtilization: {weightUpdatePeriod: 1s}}}}\n";
+    assert!(doc(dr).is_ok(), "{:?}", doc(dr).err());
+    let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c, ecdhCurves: [P-256]}}]}\n";
+    assert!(doc(gw).is_ok(), "{:?}", doc(gw).err());
+}

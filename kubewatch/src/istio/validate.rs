@@ -95,9 +95,12 @@ pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
         IstioSpec::Gateway(s) => gateway(&mut v, s),
         IstioSpec::ServiceEntry(s) => service_entry(&mut v, s),
         IstioSpec::WorkloadEntry(s) => {
-            if s.address.is_empty() {
+            // validateWorkloadEntry: an address, unless a network is given
+            // (reached through that network's gateway).
+            if s.address.is_empty() && s.network.is_empty() {
                 v.err("spec.address", "address is required");
             }
+            workload_address(&mut v, "spec", &s.address, &s.ports);
         }
         IstioSpec::Sidecar(s) => sidecar(&mut v, s),
         IstioSpec::PeerAuthentication(s) => peer_authentication(&mut v, s),
@@ -155,6 +158,36 @@ fn metadata(v: &mut V, meta: &Meta, spec: &IstioSpec) {
     for internal in ["internal.istio.io/parent-namespace", "internal.istio.io/parents"] {
         if meta.annotations.contains_key(internal) {
             v.err("metadata.annotations", format!("{internal:?} annotation found, this may not be set by users"));
+        }
+    }
+}
+
+/// The CRD's rules on a WorkloadEntry's (or endpoint's) address and ports:
+/// a `unix://` socket is absolute or abstract, not a directory, and has no
+/// ports; ports are 1..65535 under valid names.
+fn workload_address(v: &mut V, path: &str, address: &str, ports: &std::collections::BTreeMap<String, u32>) {
+    if let Some(uds) = address.strip_prefix("unix://") {
+        if !(uds.starts_with('/') || uds.starts_with('@')) {
+            v.err(format!("{path}.address"), "UDS must be an absolute path or abstract socket");
+        }
+        if uds.ends_with('/') {
+            v.err(format!("{path}.address"), "UDS may not be a dir");
+        }
+        if !ports.is_empty() {
+            v.err(format!("{path}.ports"), "UDS may not include ports");
+        }
+    }
+    for (name, port) in ports {
+        let valid_name = name.len() < 63
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !name.starts_with('-')
+            && !name.ends_with('-')
+            && !name.is_empty();
+        if !valid_name {
+            v.err(format!("{path}.ports"), "port name must be valid");
+        }
+        if !(1..=65535).contains(port) {
+            v.err(format!("{path}.ports[{name}]"), "port must be between 1-65535");
         }
     }
 }
@@ -284,6 +317,9 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
 }
 
 fn destination_rule(v: &mut V, s: &DestinationRule) {
+    if let Some(sel) = &s.workload_selector {
+        match_labels(v, "spec.workloadSelector.matchLabels", &sel.match_labels);
+    }
     if s.host.is_empty() {
         v.err("spec.host", "host is required");
     }
@@ -387,12 +423,17 @@ fn gateway(v: &mut V, s: &Gateway) {
 }
 
 fn service_entry(v: &mut V, s: &ServiceEntry) {
+    if let Some(sel) = &s.workload_selector {
+        match_labels(v, "spec.workloadSelector.labels", &sel.labels);
+    }
     if s.hosts.is_empty() {
         v.err("spec.hosts", "service entry must have at least one host");
     }
     for (i, h) in s.hosts.iter().enumerate() {
         if h.is_empty() {
             v.err(format!("spec.hosts[{i}]"), "host must not be empty");
+        } else if h == "*" {
+            v.err(format!("spec.hosts[{i}]"), "hostname cannot be wildcard");
         } else if matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin)
             && h.contains('*')
             && s.endpoints.is_empty()
@@ -416,14 +457,26 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
     if !s.endpoints.is_empty() && s.workload_selector.is_some() {
         v.err("spec.workloadSelector", "only one of endpoints and workloadSelector may be set");
     }
+    // The CRD's rules.
+    if s.addresses.iter().any(|a| a.contains('/')) && !matches!(s.resolution, Resolution::Static | Resolution::None) {
+        v.err("spec", "CIDR addresses are allowed only for NONE/STATIC resolution types");
+    }
+    if s.resolution == Resolution::None && !s.endpoints.is_empty() {
+        v.err("spec", "NONE mode cannot set endpoints");
+    }
+    if s.resolution == Resolution::DnsRoundRobin && s.endpoints.len() > 1 {
+        v.err("spec", "DNS_ROUND_ROBIN mode cannot have multiple endpoints");
+    }
     if s.resolution == Resolution::Static && s.endpoints.is_empty() && s.workload_selector.is_none() {
         v.err("spec.endpoints", "STATIC resolution needs endpoints or a workloadSelector");
     }
     for (i, e) in s.endpoints.iter().enumerate() {
         let path = format!("spec.endpoints[{i}].address");
-        if e.address.is_empty() {
+        workload_address(v, &format!("spec.endpoints[{i}]"), &e.address, &e.ports);
+        if e.address.is_empty() && e.network.is_empty() {
             v.err(&path, "address is required");
-        } else if s.resolution == Resolution::Static
+        } else if !e.address.is_empty()
+            && s.resolution == Resolution::Static
             && !e.address.starts_with("unix://")
             && e.address.parse::<IpAddr>().is_err()
         {
@@ -436,6 +489,9 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
 }
 
 fn sidecar(v: &mut V, s: &Sidecar) {
+    if let Some(sel) = &s.workload_selector {
+        match_labels(v, "spec.workloadSelector.labels", &sel.labels);
+    }
     for (i, e) in s.egress.iter().enumerate() {
         if e.hosts.is_empty() {
             v.err(format!("spec.egress[{i}].hosts"), "egress listener must have at least one host");
@@ -449,7 +505,80 @@ fn sidecar(v: &mut V, s: &Sidecar) {
     }
 }
 
+/// The CRD's `matchLabels` rules (and istiod's `validateWorkloadSelector`):
+/// no empty key, no `*` in a key or value, values of at most 63 characters.
+fn match_labels(v: &mut V, path: &str, labels: &std::collections::BTreeMap<String, String>) {
+    for (k, val) in labels {
+        if k.is_empty() {
+            v.err(path, format!("empty key is not supported in selector: {:?}", format!("{k}={val}")));
+        }
+        if k.contains('*') || val.contains('*') {
+            v.err(path, format!("wildcard is not supported in selector: {:?}", format!("{k}={val}")));
+        }
+        if val.len() > 63 {
+            v.err(format!("{path}[{k}]"), "label value may not be longer than 63 characters");
+        }
+    }
+}
+
+/// A policy's `selector`, `targetRef` and `targetRefs`: at most one, and
+/// each reference as the CRD shapes it.
+fn policy_target(
+    v: &mut V,
+    selector: Option<&super::WorkloadSelector>,
+    target_ref: Option<&super::PolicyTargetReference>,
+    target_refs: &[super::PolicyTargetReference],
+) {
+    let set =
+        usize::from(selector.is_some()) + usize::from(target_ref.is_some()) + usize::from(!target_refs.is_empty());
+    if set > 1 {
+        v.err("spec", "only one of targetRefs or selector can be set");
+    }
+    if let Some(sel) = selector {
+        match_labels(v, "spec.selector.matchLabels", &sel.match_labels);
+    }
+    if target_refs.len() > 16 {
+        v.err("spec.targetRefs", "may not have more than 16 items");
+    }
+    let refs = target_ref
+        .map(|r| ("spec.targetRef".to_owned(), r))
+        .into_iter()
+        .chain(target_refs.iter().enumerate().map(|(i, r)| (format!("spec.targetRefs[{i}]"), r)));
+    for (path, r) in refs {
+        if !r.namespace.is_empty() {
+            v.err(format!("{path}.namespace"), "cross namespace referencing is not currently supported");
+        }
+        let kind_ok = r.kind.len() <= 63
+            && r.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+            && r.kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !r.kind.ends_with('-');
+        if !kind_ok {
+            v.err(format!("{path}.kind"), format!("invalid kind {:?}", r.kind));
+        }
+        if r.name.is_empty() || r.name.len() > 253 {
+            v.err(format!("{path}.name"), "name is required (at most 253 characters)");
+        }
+        let group_ok = r.group.is_empty()
+            || (r.group.len() <= 253
+                && r.group.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                        && !l.starts_with('-')
+                        && !l.ends_with('-')
+                }));
+        if !group_ok {
+            v.err(format!("{path}.group"), format!("invalid group {:?}", r.group));
+        }
+    }
+}
+
 fn peer_authentication(v: &mut V, s: &PeerAuthentication) {
+    if let Some(sel) = &s.selector {
+        match_labels(v, "spec.selector.matchLabels", &sel.match_labels);
+    }
+    if s.port_level_mtls.as_ref().is_some_and(|p| p.is_empty()) {
+        v.err("spec.portLevelMtls", "portLevelMtls must have at least one port");
+    }
     if let Some(ports) = &s.port_level_mtls {
         if s.selector.as_ref().is_none_or(|sel| sel.match_labels.is_empty()) {
             v.err("spec.portLevelMtls", "port level mTLS needs a workload selector");
@@ -484,13 +613,37 @@ fn authorization_policy(v: &mut V, s: &AuthorizationPolicy) {
     if s.action != Action::Custom && s.provider.is_some() {
         v.err("spec.provider", "a provider is only allowed with the CUSTOM action");
     }
-    if s.selector.is_some() && (s.target_ref.is_some() || !s.target_refs.is_empty()) {
-        v.err("spec.targetRef", "only one of selector and targetRef(s) may be set");
+    policy_target(v, s.selector.as_ref(), s.target_ref.as_ref(), &s.target_refs);
+    if s.rules.len() > 512 {
+        v.err("spec.rules", "may not have more than 512 items");
     }
     for (i, r) in s.rules.iter().enumerate() {
+        if r.from.len() > 512 {
+            v.err(format!("spec.rules[{i}].from"), "may not have more than 512 items");
+        }
         for (j, f) in r.from.iter().enumerate() {
-            if f.source.is_none() {
-                v.err(format!("spec.rules[{i}].from[{j}].source"), "source is required");
+            let path = format!("spec.rules[{i}].from[{j}].source");
+            let Some(src) = &f.source else {
+                v.err(path, "source is required");
+                continue;
+            };
+            let accounts = !src.service_accounts.is_empty() || !src.not_service_accounts.is_empty();
+            let others = !src.principals.is_empty()
+                || !src.not_principals.is_empty()
+                || !src.namespaces.is_empty()
+                || !src.not_namespaces.is_empty();
+            if accounts && others {
+                v.err(&path, "Cannot set serviceAccounts with namespaces or principals");
+            }
+            for (field, list) in
+                [("serviceAccounts", &src.service_accounts), ("notServiceAccounts", &src.not_service_accounts)]
+            {
+                if list.len() > 16 {
+                    v.err(format!("{path}.{field}"), "may not have more than 16 items");
+                }
+                if list.iter().any(|a| a.len() > 320) {
+                    v.err(format!("{path}.{field}"), "items may not be longer than 320 characters");
+                }
             }
         }
         for (j, t) in r.to.iter().enumerate() {
@@ -513,7 +666,48 @@ fn authorization_policy(v: &mut V, s: &AuthorizationPolicy) {
 }
 
 fn request_authentication(v: &mut V, s: &RequestAuthentication) {
+    policy_target(v, s.selector.as_ref(), s.target_ref.as_ref(), &s.target_refs);
+    if s.jwt_rules.len() > 4096 {
+        v.err("spec.jwtRules", "may not have more than 4096 items");
+    }
     for (i, r) in s.jwt_rules.iter().enumerate() {
+        let path = format!("spec.jwtRules[{i}]");
+        if !r.jwks_uri.is_empty() {
+            let lower = r.jwks_uri.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                v.err(format!("{path}.jwksUri"), "url must have scheme http:// or https://");
+            }
+            if r.jwks_uri.len() > 2048 {
+                v.err(format!("{path}.jwksUri"), "may not be longer than 2048 characters");
+            }
+        }
+        for (j, h) in r.from_headers.iter().enumerate() {
+            if h.name.is_empty() {
+                v.err(format!("{path}.fromHeaders[{j}].name"), "name is required");
+            }
+        }
+        for (j, c) in r.output_claim_to_headers.iter().enumerate() {
+            let cpath = format!("{path}.outputClaimToHeaders[{j}]");
+            if c.header.is_empty() || !c.header.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+                v.err(format!("{cpath}.header"), "header must match ^[-_A-Za-z0-9]+$");
+            }
+            if c.claim.is_empty() {
+                v.err(format!("{cpath}.claim"), "claim is required");
+            }
+        }
+        for (field, list) in [
+            ("audiences", &r.audiences),
+            ("fromParams", &r.from_params),
+            ("fromCookies", &r.from_cookies),
+            ("spaceDelimitedClaims", &r.space_delimited_claims),
+        ] {
+            if list.iter().any(String::is_empty) {
+                v.err(format!("{path}.{field}"), "items may not be empty");
+            }
+        }
+        if r.space_delimited_claims.len() > 64 {
+            v.err(format!("{path}.spaceDelimitedClaims"), "may not have more than 64 items");
+        }
         if r.issuer.is_empty() {
             v.err(format!("spec.jwtRules[{i}].issuer"), "issuer is required");
         }

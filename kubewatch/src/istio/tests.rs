@@ -311,3 +311,52 @@ fn crd_rules_are_enforced_and_current_fields_read() {
     let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c, ecdhCurves: [P-256]}}]}\n";
     assert!(doc(gw).is_ok(), "{:?}", doc(gw).err());
 }
+
+/// The CRDs' one-of rules and durations on routes and traffic policies.
+#[test]
+fn crd_one_ofs_and_durations() {
+    let vs = |http: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: v, namespace: ns}}\nspec: {{hosts: [r], http: [{http}]}}\n"
+        )
+    };
+    let route = "route: [{destination: {host: r}}]";
+    has(
+        &errs(&vs(&format!("{{match: [{{uri: {{exact: /a, prefix: /}}}}], {route}}}"))),
+        "spec.http[0].match[0].uri: only one of exact, prefix and regex",
+    );
+    has(
+        &errs(&vs(&format!("{{match: [{{queryParams: {{q: {{exact: a, regex: b}}}}}}], {route}}}"))),
+        "spec.http[0].match[0].queryParams[q]",
+    );
+    has(&errs(&vs(&format!("{{retries: {{attempts: 1, backoff: 0.1ms}}, {route}}}"))), "spec.http[0].retries.backoff");
+    has(
+        &errs(&vs(&format!("{{fault: {{abort: {{httpStatus: 503, grpcStatus: UNAVAILABLE}}}}, {route}}}"))),
+        "only one of httpStatus, grpcStatus and http2Error",
+    );
+    has(
+        &errs(&vs("{redirect: {uri: /x, port: 8080, derivePort: FROM_REQUEST_PORT}}")),
+        "only one of port and derivePort",
+    );
+    has(&errs(&vs("{directResponse: {status: 200, body: {string: a, bytes: YQ==}}}")), "only one of string and bytes");
+    let dr = |tp: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: d, namespace: ns}}\nspec: {{host: r, trafficPolicy: {tp}}}\n"
+        )
+    };
+    has(
+        &errs(&dr("{connectionPool: {tcp: {tcpKeepalive: {time: 1x}}}}")),
+        "spec.trafficPolicy.connectionPool.tcp.tcpKeepalive.time",
+    );
+    has(
+        &errs(&dr("{portLevelSettings: [{port: {number: 80}, connectionPool: {http: {idleTimeout: 0s}}}]}")),
+        "spec.trafficPolicy.portLevelSettings[0].connectionPool.http.idleTimeout",
+    );
+    has(
+        &errs(&dr("{loadBalancer: {consistentHash: {httpHeaderName: x, useSourceIp: true}}}")),
+        "only one of httpHeaderName, httpCookie, useSourceIp and httpQueryParameterName",
+    );
+    has(&errs(&dr("{loadBalancer: {warmupDurationSecs: soon}}")), "spec.trafficPolicy.loadBalancer.warmupDurationSecs");
+    let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: a, credentialNames: [b]}}]}\n";
+    has(&errs(gw), "only one of credentialName or credentialNames can be set");
+}

@@ -258,15 +258,36 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
         &format!("{path}.route"),
         r.route.iter().map(|d| (d.weight, d.destination.as_ref().map(|d| d.host.as_str()))),
     );
-    for (i, m) in r.matches.iter().enumerate() {
-        if m.port != 0 {
-            v.port(&format!("{path}.match[{i}].port"), m.port);
+    // The CRD's oneOf: one of exact, prefix and regex in a StringMatch.
+    let string_match = |v: &mut V, p: String, sm: &super::networking::StringMatch| {
+        if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
+            v.err(p, "only one of exact, prefix and regex");
         }
-        for (name, sm) in &m.headers {
-            if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
-                v.err(format!("{path}.match[{i}].headers[{name}]"), "only one of exact, prefix and regex");
+    };
+    for (i, m) in r.matches.iter().enumerate() {
+        let mp = format!("{path}.match[{i}]");
+        if m.port != 0 {
+            v.port(&format!("{mp}.port"), m.port);
+        }
+        for (field, sm) in [("uri", &m.uri), ("scheme", &m.scheme), ("method", &m.method), ("authority", &m.authority)]
+        {
+            if let Some(sm) = sm {
+                string_match(v, format!("{mp}.{field}"), sm);
             }
         }
+        for (field, map) in
+            [("headers", &m.headers), ("queryParams", &m.query_params), ("withoutHeaders", &m.without_headers)]
+        {
+            for (name, sm) in map {
+                string_match(v, format!("{mp}.{field}[{name}]"), sm);
+            }
+        }
+    }
+    if let Some(c) = &r.cors_policy {
+        for (j, sm) in c.allow_origins.iter().enumerate() {
+            string_match(v, format!("{path}.corsPolicy.allowOrigins[{j}]"), sm);
+        }
+        v.duration(&format!("{path}.corsPolicy.maxAge"), c.max_age.as_ref());
     }
     v.duration(&format!("{path}.timeout"), r.timeout.as_ref());
     if let Some(retry) = &r.retries {
@@ -274,6 +295,19 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
             v.err(format!("{path}.retries.attempts"), "attempts cannot be negative");
         }
         v.duration(&format!("{path}.retries.perTryTimeout"), retry.per_try_timeout.as_ref());
+        v.duration(&format!("{path}.retries.backoff"), retry.backoff.as_ref());
+    }
+    if let Some(rd) = &r.redirect
+        && rd.port.is_some()
+        && rd.derive_port.is_some()
+    {
+        v.err(format!("{path}.redirect"), "only one of port and derivePort may be set");
+    }
+    if let Some(body) = r.direct_response.as_ref().and_then(|d| d.body.as_ref())
+        && body.string.is_some()
+        && body.bytes.is_some()
+    {
+        v.err(format!("{path}.directResponse.body"), "only one of string and bytes may be set");
     }
     if let Some(f) = &r.fault {
         if f.delay.is_none() && f.abort.is_none() {
@@ -283,12 +317,23 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
             if d.fixed_delay.is_none() && d.exponential_delay.is_none() {
                 v.err(format!("{path}.fault.delay"), "a delay needs fixedDelay");
             }
+            if d.fixed_delay.is_some() && d.exponential_delay.is_some() {
+                v.err(format!("{path}.fault.delay"), "only one of fixedDelay and exponentialDelay may be set");
+            }
             v.duration(&format!("{path}.fault.delay.fixedDelay"), d.fixed_delay.as_ref());
+            v.duration(&format!("{path}.fault.delay.exponentialDelay"), d.exponential_delay.as_ref());
             if let Some(p) = &d.percentage {
                 v.percent(&format!("{path}.fault.delay.percentage.value"), p.value);
             }
         }
         if let Some(a) = &f.abort {
+            if usize::from(a.http_status.is_some())
+                + usize::from(a.grpc_status.is_some())
+                + usize::from(a.http2_error.is_some())
+                > 1
+            {
+                v.err(format!("{path}.fault.abort"), "only one of httpStatus, grpcStatus and http2Error may be set");
+            }
             match (a.http_status, &a.grpc_status) {
                 (Some(s), _) if !(200..=599).contains(&s) => {
                     v.err(format!("{path}.fault.abort.httpStatus"), format!("invalid HTTP status {s}"))
@@ -350,12 +395,7 @@ fn traffic_policy(v: &mut V, path: &str, p: &TrafficPolicy) {
         client_tls(v, &format!("{path}.tls"), t);
     }
     if let Some(cp) = &p.connection_pool {
-        if let Some(tcp) = &cp.tcp {
-            v.duration(&format!("{path}.connectionPool.tcp.connectTimeout"), tcp.connect_timeout.as_ref());
-        }
-        if let Some(http) = &cp.http {
-            v.duration(&format!("{path}.connectionPool.http.idleTimeout"), http.idle_timeout.as_ref());
-        }
+        connection_pool(v, &format!("{path}.connectionPool"), cp);
     }
     for (i, pl) in p.port_level_settings.iter().enumerate() {
         let pp = format!("{path}.portLevelSettings[{i}]");
@@ -372,12 +412,59 @@ fn traffic_policy(v: &mut V, path: &str, p: &TrafficPolicy) {
         if let Some(t) = &pl.tls {
             client_tls(v, &format!("{pp}.tls"), t);
         }
+        if let Some(cp) = &pl.connection_pool {
+            connection_pool(v, &format!("{pp}.connectionPool"), cp);
+        }
+    }
+}
+
+/// Every duration of a connection pool (at least 1 ms, as the CRD says).
+fn connection_pool(v: &mut V, path: &str, cp: &super::networking::ConnectionPoolSettings) {
+    if let Some(tcp) = &cp.tcp {
+        v.duration(&format!("{path}.tcp.connectTimeout"), tcp.connect_timeout.as_ref());
+        v.duration(&format!("{path}.tcp.maxConnectionDuration"), tcp.max_connection_duration.as_ref());
+        v.duration(&format!("{path}.tcp.idleTimeout"), tcp.idle_timeout.as_ref());
+        if let Some(k) = &tcp.tcp_keepalive {
+            v.duration(&format!("{path}.tcp.tcpKeepalive.time"), k.time.as_ref());
+            v.duration(&format!("{path}.tcp.tcpKeepalive.interval"), k.interval.as_ref());
+        }
+    }
+    if let Some(http) = &cp.http {
+        v.duration(&format!("{path}.http.idleTimeout"), http.idle_timeout.as_ref());
+        if let Some(k) = &http.http2_keep_alive {
+            v.duration(&format!("{path}.http.http2KeepAlive.interval"), k.interval.as_ref());
+            v.duration(&format!("{path}.http.http2KeepAlive.timeout"), k.timeout.as_ref());
+        }
     }
 }
 
 fn load_balancer(v: &mut V, path: &str, lb: &LoadBalancerSettings) {
     if lb.simple.is_some() && lb.consistent_hash.is_some() {
         v.err(path, "only one of simple and consistentHash may be set");
+    }
+    v.duration(&format!("{path}.warmupDurationSecs"), lb.warmup_duration_secs.as_ref());
+    if let Some(w) = &lb.warmup {
+        v.duration(&format!("{path}.warmup.duration"), w.duration.as_ref());
+    }
+    if let Some(h) = &lb.consistent_hash {
+        let keys = usize::from(h.http_header_name.is_some())
+            + usize::from(h.http_cookie.is_some())
+            + usize::from(h.use_source_ip.is_some())
+            + usize::from(h.http_query_parameter_name.is_some());
+        if keys > 1 {
+            v.err(
+                format!("{path}.consistentHash"),
+                "only one of httpHeaderName, httpCookie, useSourceIp and httpQueryParameterName may be set",
+            );
+        }
+        if h.ring_hash.is_some() && h.maglev.is_some() {
+            v.err(format!("{path}.consistentHash"), "only one of ringHash and maglev may be set");
+        }
+        if let Some(c) = &h.http_cookie
+            && c.name.is_empty()
+        {
+            v.err(format!("{path}.consistentHash.httpCookie.name"), "name is required");
+        }
     }
 }
 
@@ -419,6 +506,25 @@ fn gateway(v: &mut V, s: &Gateway) {
         if srv.hosts.is_empty() {
             v.err(format!("{path}.hosts"), "server must have at least one host");
         }
+        if let Some(t) = &srv.tls {
+            server_tls(v, &format!("{path}.tls"), t);
+        }
+    }
+}
+
+/// The CRD's rules on ServerTLSSettings.
+fn server_tls(v: &mut V, path: &str, t: &super::networking::ServerTlsSettings) {
+    if !t.tls_certificates.is_empty() && !t.credential_names.is_empty() {
+        v.err(path, "only one of credentialNames or tlsCertificates can be set");
+    }
+    if !t.credential_name.is_empty() && !t.credential_names.is_empty() {
+        v.err(path, "only one of credentialName or credentialNames can be set");
+    }
+    if t.credential_names.len() > 2 {
+        v.err(format!("{path}.credentialNames"), "may not have more than 2 items");
+    }
+    if t.tls_certificates.len() > 2 {
+        v.err(format!("{path}.tlsCertificates"), "may not have more than 2 items");
     }
 }
 
@@ -489,6 +595,17 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
 }
 
 fn sidecar(v: &mut V, s: &Sidecar) {
+    if let Some(cp) = &s.inbound_connection_pool {
+        connection_pool(v, "spec.inboundConnectionPool", cp);
+    }
+    for (i, l) in s.ingress.iter().enumerate() {
+        if let Some(cp) = &l.connection_pool {
+            connection_pool(v, &format!("spec.ingress[{i}].connectionPool"), cp);
+        }
+        if let Some(t) = &l.tls {
+            server_tls(v, &format!("spec.ingress[{i}].tls"), t);
+        }
+    }
     if let Some(sel) = &s.workload_selector {
         match_labels(v, "spec.workloadSelector.labels", &sel.labels);
     }

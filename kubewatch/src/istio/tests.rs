@@ -360,3 +360,29 @@ fn crd_one_ofs_and_durations() {
     let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: a, credentialNames: [b]}}]}\n";
     has(&errs(gw), "only one of credentialName or credentialNames can be set");
 }
+
+/// The CRDs' required fields and ranges.
+#[test]
+fn crd_required_fields_and_ranges() {
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: v, namespace: ns}\nspec: {hosts: [r], tls: [{match: [{port: 443}], route: [{destination: {host: r}}]}], http: [{route: [{destination: {host: r}}], mirrors: [{percentage: {value: 5}}]}]}\n";
+    let e = errs(vs);
+    has(&e, "spec.tls[0].match[0].sniHosts");
+    has(&e, "spec.http[0].mirrors[0].destination.host: mirror host is required");
+    let dr = |tp: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: d, namespace: ns}}\nspec: {{host: r, trafficPolicy: {tp}}}\n"
+        )
+    };
+    has(&errs(&dr("{tunnel: {protocol: CONNECT}}")), "spec.trafficPolicy.tunnel.targetHost: targetHost is required");
+    has(&errs(&dr("{outlierDetection: {outlierDetectionHttpErrorCodes: [99]}}")), "invalid HTTP status 99");
+    has(
+        &errs(&dr("{loadBalancer: {warmup: {minimumPercent: 10}}}")),
+        "spec.trafficPolicy.loadBalancer.warmup.duration: duration is required",
+    );
+    let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec: {servers: [{port: {number: 80, protocol: HTTP}, hosts: ['*']}]}\n";
+    has(&errs(gw), "spec.servers[0].port.name: port name is required");
+    let sc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec: {ingress: [{defaultEndpoint: '127.0.0.1:8080'}], outboundTrafficPolicy: {mode: ALLOW_ANY, egressProxy: {port: {number: 80}}}}\n";
+    let e = errs(sc);
+    has(&e, "spec.ingress[0].port: port is required");
+    has(&e, "spec.outboundTrafficPolicy.egressProxy.host: host is required");
+}

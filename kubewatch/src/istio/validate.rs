@@ -242,6 +242,11 @@ fn virtual_service(v: &mut V, s: &VirtualService) {
         if r.matches.is_empty() {
             v.err(format!("spec.tls[{i}].match"), "TLS route must have at least one match condition");
         }
+        for (j, m) in r.matches.iter().enumerate() {
+            if m.sni_hosts.is_empty() {
+                v.err(format!("spec.tls[{i}].match[{j}].sniHosts"), "TLS match must have at least one SNI host");
+            }
+        }
         l4(v, format!("spec.tls[{i}].route"), &r.route);
     }
 }
@@ -359,6 +364,14 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
     {
         v.err(format!("{path}.mirror.host"), "mirror host is required");
     }
+    for (j, m) in r.mirrors.iter().enumerate() {
+        if m.destination.as_ref().is_none_or(|d| d.host.is_empty()) {
+            v.err(format!("{path}.mirrors[{j}].destination.host"), "mirror host is required");
+        }
+        if let Some(p) = &m.percentage {
+            v.percent(&format!("{path}.mirrors[{j}].percentage.value"), p.value);
+        }
+    }
 }
 
 fn destination_rule(v: &mut V, s: &DestinationRule) {
@@ -385,6 +398,22 @@ fn destination_rule(v: &mut V, s: &DestinationRule) {
 }
 
 fn traffic_policy(v: &mut V, path: &str, p: &TrafficPolicy) {
+    if let Some(t) = &p.tunnel {
+        if t.target_host.is_empty() {
+            v.err(format!("{path}.tunnel.targetHost"), "targetHost is required");
+        }
+        if t.target_port == 0 {
+            v.err(format!("{path}.tunnel.targetPort"), "targetPort is required");
+        } else {
+            v.port(&format!("{path}.tunnel.targetPort"), t.target_port);
+        }
+    }
+    if let Some(pct) = p.retry_budget.as_ref().and_then(|b| b.percent) {
+        v.percent(&format!("{path}.retryBudget.percent"), pct);
+    }
+    if p.port_level_settings.len() > 4096 {
+        v.err(format!("{path}.portLevelSettings"), "may not have more than 4096 items");
+    }
     if let Some(lb) = &p.load_balancer {
         load_balancer(v, &format!("{path}.loadBalancer"), lb);
     }
@@ -444,7 +473,16 @@ fn load_balancer(v: &mut V, path: &str, lb: &LoadBalancerSettings) {
     }
     v.duration(&format!("{path}.warmupDurationSecs"), lb.warmup_duration_secs.as_ref());
     if let Some(w) = &lb.warmup {
+        if w.duration.is_none() {
+            v.err(format!("{path}.warmup.duration"), "duration is required");
+        }
         v.duration(&format!("{path}.warmup.duration"), w.duration.as_ref());
+        if let Some(m) = w.minimum_percent {
+            v.percent(&format!("{path}.warmup.minimumPercent"), m);
+        }
+        if w.aggression.is_some_and(|a| a < 0.0) {
+            v.err(format!("{path}.warmup.aggression"), "aggression may not be negative");
+        }
     }
     if let Some(h) = &lb.consistent_hash {
         let keys = usize::from(h.http_header_name.is_some())
@@ -460,10 +498,15 @@ fn load_balancer(v: &mut V, path: &str, lb: &LoadBalancerSettings) {
         if h.ring_hash.is_some() && h.maglev.is_some() {
             v.err(format!("{path}.consistentHash"), "only one of ringHash and maglev may be set");
         }
-        if let Some(c) = &h.http_cookie
-            && c.name.is_empty()
-        {
-            v.err(format!("{path}.consistentHash.httpCookie.name"), "name is required");
+        if let Some(c) = &h.http_cookie {
+            if c.name.is_empty() {
+                v.err(format!("{path}.consistentHash.httpCookie.name"), "name is required");
+            }
+            for (j, a) in c.attributes.iter().enumerate() {
+                if a.name.is_empty() {
+                    v.err(format!("{path}.consistentHash.httpCookie.attributes[{j}].name"), "name is required");
+                }
+            }
         }
     }
 }
@@ -477,6 +520,11 @@ fn outlier(v: &mut V, path: &str, o: &OutlierDetection) {
     }
     v.duration(&format!("{path}.interval"), o.interval.as_ref());
     v.duration(&format!("{path}.baseEjectionTime"), o.base_ejection_time.as_ref());
+    for (j, c) in o.outlier_detection_http_error_codes.iter().enumerate() {
+        if !(100..=599).contains(c) {
+            v.err(format!("{path}.outlierDetectionHttpErrorCodes[{j}]"), format!("invalid HTTP status {c}"));
+        }
+    }
 }
 
 fn client_tls(v: &mut V, path: &str, t: &ClientTlsSettings) {
@@ -500,6 +548,9 @@ fn gateway(v: &mut V, s: &Gateway) {
                 v.port(&format!("{path}.port.number"), p.number);
                 if p.protocol.is_empty() {
                     v.err(format!("{path}.port.protocol"), "protocol is required");
+                }
+                if p.name.is_empty() {
+                    v.err(format!("{path}.port.name"), "port name is required");
                 }
             }
         }
@@ -535,6 +586,16 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
     if s.hosts.is_empty() {
         v.err("spec.hosts", "service entry must have at least one host");
     }
+    for (field, n, max) in [
+        ("hosts", s.hosts.len(), 256),
+        ("addresses", s.addresses.len(), 256),
+        ("ports", s.ports.len(), 256),
+        ("endpoints", s.endpoints.len(), 4096),
+    ] {
+        if n > max {
+            v.err(format!("spec.{field}"), format!("may not have more than {max} items"));
+        }
+    }
     for (i, h) in s.hosts.iter().enumerate() {
         if h.is_empty() {
             v.err(format!("spec.hosts[{i}]"), "host must not be empty");
@@ -558,6 +619,12 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
         }
         if p.protocol.is_empty() {
             v.err(format!("spec.ports[{i}].protocol"), "protocol is required");
+        }
+        if p.name.is_empty() {
+            v.err(format!("spec.ports[{i}].name"), "port name is required");
+        }
+        if p.target_port != 0 {
+            v.port(&format!("spec.ports[{i}].targetPort"), p.target_port);
         }
     }
     if !s.endpoints.is_empty() && s.workload_selector.is_some() {
@@ -598,7 +665,15 @@ fn sidecar(v: &mut V, s: &Sidecar) {
     if let Some(cp) = &s.inbound_connection_pool {
         connection_pool(v, "spec.inboundConnectionPool", cp);
     }
+    if let Some(proxy) = s.outbound_traffic_policy.as_ref().and_then(|o| o.egress_proxy.as_ref())
+        && proxy.host.is_empty()
+    {
+        v.err("spec.outboundTrafficPolicy.egressProxy.host", "host is required");
+    }
     for (i, l) in s.ingress.iter().enumerate() {
+        if l.port.is_none() {
+            v.err(format!("spec.ingress[{i}].port"), "port is required");
+        }
         if let Some(cp) = &l.connection_pool {
             connection_pool(v, &format!("spec.ingress[{i}].connectionPool"), cp);
         }

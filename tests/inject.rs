@@ -11,9 +11,10 @@
 //! (status annotation and `fieldRef.apiVersion` ignored) and Go's typed
 //! round trip (nulls and empty structs dropped, quantities canonical).
 //!
-//! The default cases go through the server's HTTPS webhook over HTTP/2;
-//! the cases that need other settings go through the same injector in
-//! process, with the settings istiod's test gives them.
+//! Every case goes through the server's HTTPS webhook over HTTP/2 (the
+//! ones with settings through servers whose injector files and mesh
+//! configuration are changed between cases, and whose environment is the
+//! case's), and through the injector in process.
 
 #[path = "support/server.rs"]
 mod server;
@@ -578,7 +579,8 @@ fn set_pointer(root: &mut Value, pointer: &str, v: Value) {
     }
 }
 
-fn injector_with(sets: &[Set]) -> Injector {
+/// The values, mesh configuration (YAML) and environment of `sets`.
+fn settings(sets: &[Set]) -> (Value, String, Env) {
     let mut values = values();
     let mut mesh: Value = serde_yaml_ng::from_str(MESH).unwrap();
     let mut env = default_env();
@@ -590,13 +592,17 @@ fn injector_with(sets: &[Set]) -> Injector {
             Set::Compliance(c) => env.compliance_policy = (*c).to_owned(),
         }
     }
-    injector(&[], values, &serde_yaml_ng::to_string(&mesh).unwrap(), env)
+    (values, serde_yaml_ng::to_string(&mesh).unwrap(), env)
+}
+
+fn injector_with(sets: &[Set]) -> Injector {
+    let (values, mesh, env) = settings(sets);
+    injector(&[], values, &mesh, env)
 }
 
 /// Istio's cases with settings (inject_test.go's explicit cases), each
-/// with what it sets there.
-#[test]
-fn istios_injection_cases_with_settings() {
+/// with what it sets there: (input, expected, settings).
+fn settings_cases() -> Vec<(&'static str, &'static str, Vec<Set>)> {
     use Set::*;
     let hold = || Values("/global/proxy/holdApplicationUntilProxyStarts", json!(true));
     let status = || {
@@ -609,7 +615,7 @@ fn istios_injection_cases_with_settings() {
     };
     let secrets = || Values("/global/imagePullSecrets", json!(["barSecret"]));
     let multus = || vec![Values("/pilot/cni/enabled", json!(true)), Values("/pilot/cni/provider", json!("multus"))];
-    let cases: Vec<(&str, &str, Vec<Set>)> = vec![
+    vec![
         (
             "hello.yaml",
             "hello.yaml.cni.injected",
@@ -729,7 +735,13 @@ fn istios_injection_cases_with_settings() {
                 json!({"limits": {"cpu": "0", "memory": "500Mi"}, "requests": {"cpu": "0", "memory": "150Mi"}}),
             )],
         ),
-    ];
+    ]
+}
+
+/// The cases with settings, in process.
+#[test]
+fn istios_injection_cases_with_settings() {
+    let cases = settings_cases();
     let mut failures = Vec::new();
     let n = cases.len();
     for (input, want, sets) in cases {
@@ -962,4 +974,122 @@ fn without_files_the_configmap_comes_from_the_api_server() {
     api.apply("configmaps", cm("api-2"));
     server::wait_for("its update", std::time::Duration::from_secs(15), || annotation().as_deref() == Some("api-2"));
     assert!(s.log().contains("injector configuration loaded"), "{}", s.log());
+}
+
+/// The cases with settings through the server's HTTPS webhook: one server
+/// per environment (native sidecars off, a compliance policy), the values
+/// and mesh configuration changed through the watched files between
+/// cases; a marker annotation in the injector's configuration tells when
+/// the server has taken each change.
+#[test]
+fn istios_cases_with_settings_through_the_https_webhook() {
+    let cases = settings_cases();
+    let env_of = |sets: &[Set]| {
+        let (_, _, env) = settings(sets);
+        (env.native_sidecars, env.compliance_policy)
+    };
+    let mut groups: Vec<((bool, String), Vec<&(&str, &str, Vec<Set>)>)> = Vec::new();
+    for c in &cases {
+        let key = env_of(&c.2);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, list)) => list.push(c),
+            None => groups.push((key, vec![c])),
+        }
+    }
+    assert!(groups.len() >= 3, "cases in several environments");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for ((native, compliance), group) in groups {
+        let dir = tempfile::tempdir().unwrap();
+        let inject_dir = dir.path().join("inject");
+        std::fs::create_dir(&inject_dir).unwrap();
+        let mesh_file = dir.path().join("mesh");
+        let write = |marker: usize, sets: &[Set]| {
+            let (values, mesh, _) = settings(sets);
+            let config = config(&[])
+                .replace("injectedAnnotations: {}", &format!("injectedAnnotations:\n  test/case: \"{marker}\""));
+            // The configuration, with the marker, is written last.
+            std::fs::write(&mesh_file, mesh).unwrap();
+            std::fs::write(inject_dir.join("values"), values.to_string()).unwrap();
+            std::fs::write(inject_dir.join("config"), config).unwrap();
+        };
+        write(0, &[]);
+        let ca = dir.path().join("ca");
+        let https = server::free_port();
+        let mut env =
+            vec![("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap().to_owned()), ("REVISION", "default".to_owned())];
+        if !native {
+            env.push(("ENABLE_NATIVE_SIDECARS", "false".to_owned()));
+        }
+        if !compliance.is_empty() {
+            env.push(("COMPLIANCE_POLICY", compliance.clone()));
+        }
+        let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let _s = server::Server::start(
+            Path::new(server::BOOKINFO),
+            &[
+                "--httpsAddr",
+                &https.to_string(),
+                "--injectionDir",
+                inject_dir.to_str().unwrap(),
+                "--meshConfig",
+                mesh_file.to_str().unwrap(),
+            ],
+            &env_refs,
+            None,
+        );
+        let root = ca.join("ca-cert.pem");
+        server::wait_for("the webhook port", std::time::Duration::from_secs(10), || {
+            std::net::TcpStream::connect(https).is_ok()
+        });
+        let probe = pod_review(
+            "probe",
+            "default",
+            &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}),
+        );
+        let marker = || -> Option<String> {
+            let (status, answer) = post_all(https, &root, "/inject", &[probe.to_string().into_bytes()]).remove(0);
+            if status != 200 {
+                return None;
+            }
+            let mut got = probe["request"]["object"].clone();
+            let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(&answer)?)).unwrap();
+            json_patch::patch(&mut got, &p).ok()?;
+            got["metadata"]["annotations"]["test/case"].as_str().map(str::to_owned)
+        };
+        for (i, (input, want, sets)) in group.into_iter().enumerate() {
+            let marker_value = i + 1;
+            write(marker_value, sets);
+            // Taken when the marker shows: the configuration (written last)
+            // was read after the values and the mesh were.
+            server::wait_for("the case's settings", std::time::Duration::from_secs(15), || {
+                marker().as_deref() == Some(marker_value.to_string().as_str())
+            });
+            let ins = documents(&data("inject").join(input));
+            let wants = documents(&data("inject").join(want));
+            for (doc, w) in ins.iter().zip(&wants) {
+                let (Some(pod), Some(want_pod)) = (object_to_pod(doc), object_to_pod(w)) else { continue };
+                let ns = doc["metadata"]["namespace"].as_str().unwrap_or_default();
+                let (status, answer) =
+                    post_all(https, &root, "/inject", &[pod_review("c", ns, &pod).to_string().into_bytes()]).remove(0);
+                assert_eq!(status, 200, "{want}: {answer}");
+                let patch = decoded_patch(&answer);
+                let mut got = pod.clone();
+                if let Some(ops) = &patch {
+                    let p: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
+                    json_patch::patch(&mut got, &p).unwrap();
+                }
+                // The marker is ours, not istiod's.
+                if let Some(a) = got["metadata"]["annotations"].as_object_mut() {
+                    a.remove("test/case");
+                }
+                checked += 1;
+                if let Err(e) = check(want, &got, None, &want_pod) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {checked} pods differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(checked >= 40, "every case ran: {checked}");
 }

@@ -554,6 +554,9 @@ fn istios_cases_through_the_https_webhook() {
     assert!(metrics.contains("sidecar_injection_time_seconds_count"), "{metrics}");
 }
 
+/// A case: input file, expected file, settings.
+type Case = (&'static str, &'static str, Vec<Set>);
+
 /// A setting a case changes: `values` at a JSON pointer, the mesh
 /// config's YAML at a pointer, or the environment.
 enum Set {
@@ -602,7 +605,7 @@ fn injector_with(sets: &[Set]) -> Injector {
 
 /// Istio's cases with settings (inject_test.go's explicit cases), each
 /// with what it sets there: (input, expected, settings).
-fn settings_cases() -> Vec<(&'static str, &'static str, Vec<Set>)> {
+fn settings_cases() -> Vec<Case> {
     use Set::*;
     let hold = || Values("/global/proxy/holdApplicationUntilProxyStarts", json!(true));
     let status = || {
@@ -988,7 +991,7 @@ fn istios_cases_with_settings_through_the_https_webhook() {
         let (_, _, env) = settings(sets);
         (env.native_sidecars, env.compliance_policy)
     };
-    let mut groups: Vec<((bool, String), Vec<&(&str, &str, Vec<Set>)>)> = Vec::new();
+    let mut groups: Vec<((bool, String), Vec<&Case>)> = Vec::new();
     for c in &cases {
         let key = env_of(&c.2);
         match groups.iter_mut().find(|(k, _)| *k == key) {

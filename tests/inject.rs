@@ -16,6 +16,8 @@
 //! configuration are changed between cases, and whose environment is the
 //! case's), and through the injector in process.
 
+#[path = "support/h2post.rs"]
+mod h2post;
 #[path = "support/server.rs"]
 mod server;
 
@@ -362,50 +364,26 @@ fn pod_review(uid: &str, ns: &str, pod: &Value) -> Value {
     })
 }
 
-/// POSTs each body over one HTTP/2 connection (the `h2` crate over rustls,
-/// ALPN h2, as the API server calls webhooks): status and JSON answer.
-fn post_all(addr: std::net::SocketAddr, root: &Path, path: &str, bodies: &[Vec<u8>]) -> Vec<(u16, Value)> {
-    let tls = istiod_loadgen::proxy::tls(root, "istiod.istio-system.svc").unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let io = tls.connector.connect(tls.server_name.clone(), tcp).await.unwrap();
-        assert_eq!(io.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 negotiated");
-        let (client, conn) = h2::client::handshake(io).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut out = Vec::new();
-        for body in bodies {
-            let mut client = client.clone().ready().await.unwrap();
-            let req = http::Request::builder()
-                .method("POST")
-                .uri(format!("https://istiod.istio-system.svc{path}"))
-                .header("content-type", "application/json")
-                .body(())
-                .unwrap();
-            let (resp, mut send) = client.send_request(req, false).unwrap();
-            send.send_data(bytes::Bytes::from(body.clone()), true).unwrap();
-            let resp = resp.await.unwrap();
-            let status = resp.status().as_u16();
-            let mut body = resp.into_body();
-            let mut data = Vec::new();
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.unwrap();
-                let _ = body.flow_control().release_capacity(chunk.len());
-                data.extend_from_slice(&chunk);
-            }
-            out.push((status, serde_json::from_slice(&data).unwrap_or(Value::Null)));
-        }
-        out
-    })
-}
-
 fn decoded_patch(answer: &Value) -> Option<Vec<Value>> {
     use base64::Engine;
     let p = answer["response"]["patch"].as_str()?;
     let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
     Some(serde_json::from_slice(&bytes).unwrap())
+}
+
+/// `pod` injected through the webhook at `https` (one review over h2, the
+/// patch applied); `None` when the answer is not 200 or has no patch.
+fn injected(https: std::net::SocketAddr, root: &Path, path: &str, ns: &str, pod: &Value) -> Option<Value> {
+    let (status, answer) =
+        h2post::post_all(https, root, path, &[pod_review("r", ns, pod).to_string().into_bytes()]).remove(0);
+    if status != 200 {
+        return None;
+    }
+    let ops = decoded_patch(&answer)?;
+    let mut got = pod.clone();
+    let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+    json_patch::patch(&mut got, &p).unwrap();
+    Some(got)
 }
 
 #[test]
@@ -446,7 +424,7 @@ fn istios_cases_through_the_https_webhook() {
             "default",
             &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}),
         );
-        let status = post_all(https, &root, "/inject", &[probe.to_string().into_bytes()])[0].0;
+        let status = h2post::post_all(https, &root, "/inject", &[probe.to_string().into_bytes()])[0].0;
         if status == 503 {
             unavailable += 1;
         }
@@ -464,7 +442,7 @@ fn istios_cases_through_the_https_webhook() {
         .enumerate()
         .map(|(i, (_, pod, ns, _))| pod_review(&format!("u-{i}"), ns, pod).to_string().into_bytes())
         .collect();
-    let answers = post_all(https, &root, "/inject", &bodies);
+    let answers = h2post::post_all(https, &root, "/inject", &bodies);
     let mut failures = Vec::new();
     let mut patched = 0;
     for (i, ((name, pod, _, want), (status, answer))) in pods.iter().zip(&answers).enumerate() {
@@ -499,7 +477,7 @@ fn istios_cases_through_the_https_webhook() {
         "inject.istio.io/templates": "sidecar,nosuch"}}, "spec": {"containers": [{"name": "a"}]}}),
     );
     let not_a_pod = pod_review("bad-3", "default", &json!("a string"));
-    let answers = post_all(
+    let answers = h2post::post_all(
         https,
         &root,
         "/inject/cluster/c1/net/n1",
@@ -519,16 +497,7 @@ fn istios_cases_through_the_https_webhook() {
 
     // The URL's cluster and network reach the proxy's environment.
     let hello = &case("hello")[0];
-    let answer = &post_all(
-        https,
-        &root,
-        "/inject/cluster/c1/net/n1",
-        &[pod_review("n", "default", &hello.0).to_string().into_bytes()],
-    )[0]
-    .1;
-    let mut got = hello.0.clone();
-    let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(answer).unwrap())).unwrap();
-    json_patch::patch(&mut got, &p).unwrap();
+    let got = injected(https, &root, "/inject/cluster/c1/net/n1", "default", &hello.0).unwrap();
     let proxy = got["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "istio-proxy").unwrap();
     let env: Vec<&Value> = proxy["env"].as_array().unwrap().iter().rev().take(2).collect();
     assert_eq!(
@@ -850,25 +819,13 @@ fn the_injector_follows_its_configmap() {
     });
     let hello = case("hello").remove(0).0;
     let annotation = || -> Option<String> {
-        let (status, answer) =
-            post_all(https, &root, "/inject", &[pod_review("r", "default", &hello).to_string().into_bytes()]).remove(0);
-        if status != 200 {
-            return None;
-        }
-        let ops = decoded_patch(&answer)?;
-        let mut got = hello.clone();
-        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
-        json_patch::patch(&mut got, &p).unwrap();
+        let got = injected(https, &root, "/inject", "default", &hello)?;
         got["metadata"]["annotations"]["team/version"].as_str().map(str::to_owned)
     };
     server::wait_for("the first configuration", std::time::Duration::from_secs(10), || {
         annotation().as_deref() == Some("one")
     });
-    let (_, answer) =
-        post_all(https, &root, "/inject", &[pod_review("pc", "default", &hello).to_string().into_bytes()]).remove(0);
-    let mut got = hello.clone();
-    let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(&answer).unwrap())).unwrap();
-    json_patch::patch(&mut got, &p).unwrap();
+    let got = injected(https, &root, "/inject", "default", &hello).unwrap();
     let proxy = got["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "istio-proxy").unwrap();
     assert!(
         proxy["env"].as_array().unwrap().contains(&json!({"name": "FROM_PROXY_CONFIG", "value": "yes"})),
@@ -960,15 +917,7 @@ fn without_files_the_configmap_comes_from_the_api_server() {
     });
     let hello = case("hello").remove(0).0;
     let annotation = || -> Option<String> {
-        let (status, answer) =
-            post_all(https, &root, "/inject", &[pod_review("r", "default", &hello).to_string().into_bytes()]).remove(0);
-        if status != 200 {
-            return None;
-        }
-        let ops = decoded_patch(&answer)?;
-        let mut got = hello.clone();
-        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
-        json_patch::patch(&mut got, &p).unwrap();
+        let got = injected(https, &root, "/inject", "default", &hello)?;
         got["metadata"]["annotations"]["team/version"].as_str().map(str::to_owned)
     };
     server::wait_for("the ConfigMap's configuration", std::time::Duration::from_secs(15), || {
@@ -1045,19 +994,9 @@ fn istios_cases_with_settings_through_the_https_webhook() {
         server::wait_for("the webhook port", std::time::Duration::from_secs(10), || {
             std::net::TcpStream::connect(https).is_ok()
         });
-        let probe = pod_review(
-            "probe",
-            "default",
-            &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}),
-        );
+        let probe = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}});
         let marker = || -> Option<String> {
-            let (status, answer) = post_all(https, &root, "/inject", &[probe.to_string().into_bytes()]).remove(0);
-            if status != 200 {
-                return None;
-            }
-            let mut got = probe["request"]["object"].clone();
-            let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(&answer)?)).unwrap();
-            json_patch::patch(&mut got, &p).ok()?;
+            let got = injected(https, &root, "/inject", "default", &probe)?;
             got["metadata"]["annotations"]["test/case"].as_str().map(str::to_owned)
         };
         for (i, (input, want, sets)) in group.into_iter().enumerate() {
@@ -1074,7 +1013,8 @@ fn istios_cases_with_settings_through_the_https_webhook() {
                 let (Some(pod), Some(want_pod)) = (object_to_pod(doc), object_to_pod(w)) else { continue };
                 let ns = doc["metadata"]["namespace"].as_str().unwrap_or_default();
                 let (status, answer) =
-                    post_all(https, &root, "/inject", &[pod_review("c", ns, &pod).to_string().into_bytes()]).remove(0);
+                    h2post::post_all(https, &root, "/inject", &[pod_review("c", ns, &pod).to_string().into_bytes()])
+                        .remove(0);
                 assert_eq!(status, 200, "{want}: {answer}");
                 let patch = decoded_patch(&answer);
                 let mut got = pod.clone();

@@ -6,6 +6,8 @@
 //! has the request's version and uid, an invalid object is refused naming
 //! the field, bad requests get HTTP errors, and the server serves on.
 
+#[path = "support/h2post.rs"]
+mod h2post;
 #[path = "../proto/tests/support/python.rs"]
 mod python;
 #[path = "support/server.rs"]
@@ -36,38 +38,9 @@ fn http1(addr: SocketAddr, root: &std::path::Path, req: &Value) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// One POST over HTTP/2 (the `h2` crate over rustls, ALPN h2).
+/// One POST over HTTP/2.
 fn http2(addr: SocketAddr, root: &std::path::Path, path: &str, body: &Value) -> (u16, Value) {
-    let tls = istiod_loadgen::proxy::tls(root, "istiod.istio-system.svc").unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let io = tls.connector.connect(tls.server_name.clone(), tcp).await.unwrap();
-        assert_eq!(io.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 negotiated");
-        let (client, conn) = h2::client::handshake(io).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut client = client.ready().await.unwrap();
-        let req = http::Request::builder()
-            .method("POST")
-            .uri(format!("https://istiod.istio-system.svc{path}"))
-            .header("content-type", "application/json")
-            .body(())
-            .unwrap();
-        let (resp, mut send) = client.send_request(req, false).unwrap();
-        send.send_data(bytes::Bytes::from(body.to_string()), true).unwrap();
-        let resp = resp.await.unwrap();
-        let status = resp.status().as_u16();
-        let mut body = resp.into_body();
-        let mut data = Vec::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.unwrap();
-            let _ = body.flow_control().release_capacity(chunk.len());
-            data.extend_from_slice(&chunk);
-        }
-        (status, serde_json::from_slice(&data).unwrap_or(Value::Null))
-    })
+    h2post::post_all(addr, root, path, &[body.to_string().into_bytes()]).remove(0)
 }
 
 fn review(version: &str, uid: &str, op: &str, object: Value) -> Value {

@@ -62,7 +62,7 @@ pub struct Webhooks {
     /// Injection counters.
     pub injection: RefCell<InjectionMetrics>,
     /// The ProxyConfig resources in force (kept by the config source).
-    pub proxy_configs: RefCell<std::sync::Arc<inject::ProxyConfigs>>,
+    pub proxy_configs: RefCell<std::sync::Arc<inject::ClusterInputs>>,
     /// Injections run at once, off the control thread.
     pub inject_slots: InjectSlots,
 }
@@ -94,8 +94,9 @@ pub struct InjectionMetrics {
     /// `sidecar_injection_skip_total`.
     pub skip: u64,
     /// `sidecar_injection_failure_total`: requests answered with an HTTP
-    /// error (istiod's `handleError`; a refused pod is an answered request
-    /// and counts as a success, as in istiod).
+    /// error, refused pods and reviews that do not decode (istiod's
+    /// `handleError`; an answered review counts as a success too, as in
+    /// istiod).
     pub failure: u64,
     /// `sidecar_injection_time_seconds`: count per bucket, sum, count.
     pub time: ([u64; 8], f64, u64),
@@ -210,20 +211,31 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
             return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector has no configuration".into());
         };
         let crs = hooks.proxy_configs.borrow().clone();
-        let Ok(permit) = hooks.inject_slots.0.clone().acquire_owned().await else {
-            return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector is shutting down".into());
+        // One deadline for waiting a turn and injecting.
+        let deadline = tokio::time::Instant::now() + INJECT_TIMEOUT;
+        let permit = match tokio::time::timeout_at(deadline, hooks.inject_slots.0.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector is shutting down".into()),
+            Err(_) => {
+                return fail(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("too many injections in flight for {INJECT_TIMEOUT:?}"),
+                );
+            }
         };
         let job = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let mut skipped = false;
+            // (skipped by policy, refused): istiod counts a refused pod, or
+            // a review it cannot decode, as a failure too.
+            let mut outcome = (false, true);
             let answer = admission::serve(&body, |request| {
                 let (r, skip) = admit_pod(&injector, &crs, request, &path);
-                skipped = skip;
+                outcome = (skip, !r.allowed);
                 r
             });
-            (answer, skipped)
+            (answer, outcome)
         });
-        let (answer, skipped) = match tokio::time::timeout(INJECT_TIMEOUT, job).await {
+        let (answer, (skipped, refused)) = match tokio::time::timeout_at(deadline, job).await {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => return fail(StatusCode::INTERNAL_SERVER_ERROR, format!("injection failed: {e}")),
             Err(_) => {
@@ -236,6 +248,7 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
         let mut m = hooks.injection.borrow_mut();
         m.success += 1;
         m.skip += u64::from(skipped);
+        m.failure += u64::from(refused);
         m.observe(started.elapsed().as_secs_f64());
         answer
     } else {
@@ -250,7 +263,7 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
 /// and whether policy skipped the pod.
 fn admit_pod(
     injector: &inject::Injector,
-    crs: &inject::ProxyConfigs,
+    crs: &inject::ClusterInputs,
     request: &admission::AdmissionRequest,
     path: &str,
 ) -> (admission::AdmissionResponse, bool) {

@@ -252,7 +252,7 @@ fn injector(extra: &[(&str, &str)], values: Value, mesh: &str, env: Env) -> Inje
 
 fn default_env() -> Env {
     // istiod's webhook subtest: revision "default", nodes on kubelet 1.33+.
-    Env { revision: "default".into(), native_sidecars: true, compliance_policy: String::new() }
+    Env { revision: "default".into(), native_sidecars: Some(true), compliance_policy: String::new() }
 }
 
 /// Istio's cases that run with the defaults (inject_test.go's
@@ -407,7 +407,11 @@ fn istios_cases_through_the_https_webhook() {
             "--meshConfig",
             mesh.to_str().unwrap(),
         ],
-        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap()), ("REVISION", "default")],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap()),
+            ("REVISION", "default"),
+            ("ENABLE_NATIVE_SIDECARS", "true"),
+        ],
         None,
     );
     let root = ca.join("ca-cert.pem");
@@ -516,7 +520,8 @@ fn istios_cases_through_the_https_webhook() {
     for line in [
         format!("sidecar_injection_success_total {}", n),
         "sidecar_injection_skip_total 2".to_owned(),
-        format!("sidecar_injection_failure_total {unavailable}"),
+        // The 503s before the injector loaded, and the four bad reviews.
+        format!("sidecar_injection_failure_total {}", unavailable + 4),
     ] {
         assert!(metrics.contains(&line), "{line} in\n{metrics}");
     }
@@ -560,7 +565,7 @@ fn settings(sets: &[Set]) -> (Value, String, Env) {
         match s {
             Set::Values(p, v) => set_pointer(&mut values, p, v.clone()),
             Set::Mesh(p, v) => set_pointer(&mut mesh, p, v.clone()),
-            Set::NativeOff => env.native_sidecars = false,
+            Set::NativeOff => env.native_sidecars = Some(false),
             Set::Compliance(c) => env.compliance_policy = (*c).to_owned(),
         }
     }
@@ -810,7 +815,7 @@ fn the_injector_follows_its_configmap() {
     let s = server::Server::start(
         &config_dir,
         &["--httpsAddr", &https.to_string(), "--injectionDir", mount.to_str().unwrap()],
-        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap())],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap()), ("ENABLE_NATIVE_SIDECARS", "true")],
         None,
     );
     let root = ca.join("ca-cert.pem");
@@ -853,7 +858,7 @@ fn kept_fuzz_inputs_get_an_answer() {
         &[],
         values(),
         "",
-        Env { revision: String::new(), native_sidecars: true, compliance_policy: String::new() },
+        Env { revision: String::new(), native_sidecars: Some(true), compliance_policy: String::new() },
     );
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/inject_pod");
     let mut n = 0;
@@ -901,6 +906,11 @@ fn without_files_the_configmap_comes_from_the_api_server() {
             "data": {"config": config, "values": values().to_string()}})
     };
     api.apply("configmaps", cm("api-1"));
+    // ENABLE_NATIVE_SIDECARS is istiod's default, auto: a node on an older
+    // kubelet turns native sidecars off (istiod's TestInjectionOlderVersion).
+    for (name, version) in [("node-1", "v1.33.0"), ("node-2", "v1.28.0")] {
+        api.apply("nodes", json!({"metadata": {"name": name}, "status": {"nodeInfo": {"kubeletVersion": version}}}));
+    }
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let ca = dir.path().join("ca");
@@ -923,6 +933,12 @@ fn without_files_the_configmap_comes_from_the_api_server() {
     server::wait_for("the ConfigMap's configuration", std::time::Duration::from_secs(15), || {
         annotation().as_deref() == Some("api-1")
     });
+    let got = injected(https, &root, "/inject", "default", &hello).unwrap();
+    let names = |f: &str| -> Vec<Value> {
+        got["spec"][f].as_array().into_iter().flatten().map(|c| c["name"].clone()).collect()
+    };
+    assert!(names("containers").contains(&json!("istio-proxy")), "not native: {:?}", names("containers"));
+    assert!(!names("initContainers").contains(&json!("istio-proxy")));
     api.apply("configmaps", cm("api-2"));
     server::wait_for("its update", std::time::Duration::from_secs(15), || annotation().as_deref() == Some("api-2"));
     assert!(s.log().contains("injector configuration loaded"), "{}", s.log());
@@ -940,7 +956,9 @@ fn istios_cases_with_settings_through_the_https_webhook() {
         let (_, _, env) = settings(sets);
         (env.native_sidecars, env.compliance_policy)
     };
-    let mut groups: Vec<((bool, String), Vec<&Case>)> = Vec::new();
+    // (native sidecars, compliance policy) → the cases run with them.
+    type Environment = (Option<bool>, String);
+    let mut groups: Vec<(Environment, Vec<&Case>)> = Vec::new();
     for c in &cases {
         let key = env_of(&c.2);
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -970,9 +988,10 @@ fn istios_cases_with_settings_through_the_https_webhook() {
         let https = server::free_port();
         let mut env =
             vec![("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap().to_owned()), ("REVISION", "default".to_owned())];
-        if !native {
-            env.push(("ENABLE_NATIVE_SIDECARS", "false".to_owned()));
-        }
+        // istiod's test cluster runs kubelet 1.33 and 1.34: native
+        // sidecars unless the case turns them off.
+        let native = if native == Some(false) { "false" } else { "true" };
+        env.push(("ENABLE_NATIVE_SIDECARS", native.to_owned()));
         if !compliance.is_empty() {
             env.push(("COMPLIANCE_POLICY", compliance.clone()));
         }

@@ -27,7 +27,7 @@ fn injector() -> inject::Injector {
     let values = std::fs::read_to_string(data("inject/values.json")).unwrap();
     let mesh =
         inject::MeshInputs::parse("defaultConfig:\n  discoveryAddress: istiod.istio-system.svc:15012\n").unwrap();
-    let env = inject::Env { revision: String::new(), native_sidecars: true, compliance_policy: String::new() };
+    let env = inject::Env { revision: String::new(), native_sidecars: Some(true), compliance_policy: String::new() };
     inject::Injector::new(&config, &values, mesh, env).unwrap()
 }
 

@@ -12,7 +12,7 @@ thread_local! {
         let template = include_str!("../../tests/data/istio-chart/injection-template.yaml");
         let config = serde_json::json!({"policy": "enabled", "templates": {"sidecar": template}}).to_string();
         let values = include_str!("../../tests/data/inject/values.json");
-        let env = inject::Env { revision: String::new(), native_sidecars: true, compliance_policy: String::new() };
+        let env = inject::Env { revision: String::new(), native_sidecars: Some(true), compliance_policy: String::new() };
         inject::Injector::new(&config, values, inject::MeshInputs::parse("").unwrap(), env).unwrap()
     };
 }

@@ -184,6 +184,24 @@ pub struct PodStatus {
 pub struct Node {
     /// Metadata.
     pub metadata: Meta,
+    /// Status (the kubelet's version, for native sidecars).
+    pub status: NodeStatus,
+}
+
+/// `Node.status`, the part read here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// `nodeInfo`.
+    pub node_info: NodeInfo,
+}
+
+/// `Node.status.nodeInfo`, the part read here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeInfo {
+    /// `kubeletVersion` (`v1.33.0`).
+    pub kubelet_version: String,
 }
 
 /// A Namespace (core/v1).

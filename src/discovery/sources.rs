@@ -89,7 +89,16 @@ pub(super) fn apply(
                 _ => None,
             })
             .collect();
-        let crs = crate::webhook::inject::ProxyConfigs { root_namespace: mesh.root_namespace.clone(), items };
+        let nodes = objects
+            .nodes
+            .iter()
+            .map(|n| (n.metadata.name.clone(), n.status.node_info.kubelet_version.clone()))
+            .collect();
+        let crs = crate::webhook::inject::ClusterInputs {
+            root_namespace: mesh.root_namespace.clone(),
+            items,
+            nodes: Some(nodes),
+        };
         *hooks.proxy_configs.borrow_mut() = std::sync::Arc::new(crs);
     }
     let (prev, jwks) = {

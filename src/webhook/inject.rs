@@ -116,14 +116,41 @@ pub fn overlay_proxy_config(pc: &mut Map<String, Json>, over: &Map<String, Json>
     }
 }
 
-/// The ProxyConfig resources in force (`networking.istio.io/v1beta1`),
-/// as istiod's `ProxyConfigs` keeps them for `EffectiveProxyConfig`.
+/// What injection reads of the cluster besides the pod: the ProxyConfig
+/// resources in force (`networking.istio.io/v1beta1`, as istiod's
+/// `ProxyConfigs` keeps them for `EffectiveProxyConfig`) and the nodes'
+/// kubelet versions (for `ENABLE_NATIVE_SIDECARS=auto`).
 #[derive(Debug, Clone, Default)]
-pub struct ProxyConfigs {
+pub struct ClusterInputs {
     /// The mesh's root namespace (its selector-less configs apply mesh-wide).
     pub root_namespace: String,
-    /// Every resource, by namespace and name.
+    /// Every ProxyConfig resource, by namespace and name.
     pub items: Vec<ProxyConfigResource>,
+    /// Node name → `status.nodeInfo.kubeletVersion`; `None` before the
+    /// config source has said (istiod's nil node client).
+    pub nodes: Option<BTreeMap<String, String>>,
+}
+
+/// istiod's `DetectNativeSidecar` for `auto`: the pod's node when it is
+/// known, else every node, must run kubelet 1.33 or later (an empty node
+/// list qualifies); no node information disqualifies.
+fn detect_native(nodes: Option<&BTreeMap<String, String>>, node_name: &str) -> bool {
+    let Some(nodes) = nodes else {
+        tracing::warn!(target: "injection", "configured to auto detect native sidecar support, but couldn't find a client");
+        return false;
+    };
+    // hashicorp go-version: `v1.33.0` → segments [1, 33, 0].
+    let ok = |v: &str| {
+        let v = v.trim_start_matches(['v', 'V']);
+        let minor = v.split(['.', '-', '+']).nth(1).and_then(|m| m.parse::<u32>().ok());
+        minor.is_some_and(|m| m >= 33)
+    };
+    if !node_name.is_empty()
+        && let Some(v) = nodes.get(node_name)
+    {
+        return ok(v);
+    }
+    nodes.values().all(|v| ok(v))
 }
 
 /// One ProxyConfig resource, in MeshConfig's ProxyConfig terms
@@ -164,11 +191,10 @@ impl ProxyConfigResource {
 pub struct Env {
     /// `REVISION` ("" is the default revision).
     pub revision: String,
-    /// `ENABLE_NATIVE_SIDECARS`: `true`, `false` or `auto` (the default:
-    /// istiod then asks the nodes' kubelet versions; this server has no
-    /// node informer and answers as istiod does for an empty node list:
-    /// native sidecars on).
-    pub native_sidecars: bool,
+    /// `ENABLE_NATIVE_SIDECARS`: `Some(true)` for `true`, `Some(false)`
+    /// for `false` or a value istiod does not know, `None` for `auto` (the
+    /// default: the nodes' kubelet versions decide, [`detect_native`]).
+    pub native_sidecars: Option<bool>,
     /// `COMPLIANCE_POLICY`.
     pub compliance_policy: String,
 }
@@ -176,10 +202,19 @@ pub struct Env {
 impl Env {
     /// From the process environment.
     pub fn from_env() -> Env {
-        let native = std::env::var("ENABLE_NATIVE_SIDECARS").unwrap_or_default();
+        let native = std::env::var("ENABLE_NATIVE_SIDECARS").unwrap_or_else(|_| "auto".into());
+        let native_sidecars = match native.as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            "auto" => None,
+            other => {
+                tracing::warn!(target: "injection", value = other, "Unknown value for ENABLE_NATIVE_SIDECARS, defaulting to false");
+                Some(false)
+            }
+        };
         Env {
             revision: std::env::var("REVISION").unwrap_or_default(),
-            native_sidecars: !native.eq_ignore_ascii_case("false"),
+            native_sidecars,
             compliance_policy: std::env::var("COMPLIANCE_POLICY").unwrap_or_default(),
         }
     }
@@ -300,7 +335,7 @@ pub fn inject_required(inj: &Injector, pod: &Json) -> bool {
     let annotations = string_map(pod.pointer("/metadata/annotations"));
     let selector = labels.get("sidecar.istio.io/inject").or_else(|| annotations.get("sidecar.istio.io/inject"));
     let (mut inject, mut use_default) = (false, false);
-    match selector.map(|s| s.to_ascii_lowercase()).as_deref() {
+    match selector.map(String::as_str) {
         Some("true") => inject = true,
         Some("false") => {}
         _ => use_default = true,
@@ -533,7 +568,7 @@ fn proxy_image(inj: &Injector, init: bool, image_type: Option<&str>, annotations
 /// pod's labels.
 fn proxy_config(
     inj: &Injector,
-    crs: &ProxyConfigs,
+    crs: &ClusterInputs,
     namespace: &str,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
@@ -710,7 +745,7 @@ fn drop_zero_probe_fields(pod: &mut Json, template_pod: &Json) {
 
 /// Injects `pod` (as the API server sent it): the JSONPatch, or why not.
 /// `path` is the request's URL path (for `/inject/cluster/c/net/n`).
-pub fn inject(inj: &Injector, crs: &ProxyConfigs, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
+pub fn inject(inj: &Injector, crs: &ClusterInputs, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
     let mut pod = pod.clone();
     if !pod.is_object() {
         return Err("the object is not a pod".into());
@@ -755,12 +790,15 @@ pub fn inject(inj: &Injector, crs: &ProxyConfigs, pod: &Json, namespace: &str, p
 
     let stripped = strip_pod(&pod, &status_port);
     let meta = deploy_meta(&stripped);
+    let detected = inj.env.native_sidecars.unwrap_or_else(|| {
+        detect_native(crs.nodes.as_ref(), pod.pointer("/spec/nodeName").and_then(Json::as_str).unwrap_or_default())
+    });
     let native = match annotations.get("sidecar.istio.io/nativeSidecar").map(String::as_str) {
         Some("true") => true,
         Some("false") => false,
-        _ => inj.env.native_sidecars,
+        _ => detected,
     };
-    let data = template_data(inj, &stripped, &pc, inj.env.native_sidecars, &meta);
+    let data = template_data(inj, &stripped, &pc, detected, &meta);
     let mut template_pod = json!({});
     let mut merged = pod;
     for name in select_templates(inj, &annotations)? {
@@ -825,7 +863,9 @@ mod tests {
             (&enabled, pod("kube-system", none.clone(), none.clone(), false), false),
             (&enabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "false"}), false), false),
             (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "true"}), false), true),
-            (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "TRUE"}), false), true),
+            // Only the exact words count: "TRUE" falls back to the policy.
+            (&disabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "TRUE"}), false), false),
+            (&enabled, pod("app", none.clone(), json!({"sidecar.istio.io/inject": "FALSE"}), false), true),
             // The label wins over the annotation.
             (
                 &enabled,
@@ -879,7 +919,8 @@ mod tests {
         )
         .unwrap();
         let r = |ns: &str, name: &str, spec: Json| ProxyConfigResource::from_spec(ns, name, &spec);
-        let crs = ProxyConfigs {
+        let crs = ClusterInputs {
+            nodes: None,
             root_namespace: "istio-system".into(),
             items: vec![
                 r(
@@ -908,6 +949,22 @@ mod tests {
             json!({"concurrency": 5, "proxyMetadata": {"A": "root", "B": "ns"}, "image": {"imageType": "distroless"}}),
             "the annotation wins over namespaces, a selecting resource over the annotation"
         );
+    }
+
+    /// pkg/kube/inject/webhook.go `DetectNativeSidecar`.
+    #[test]
+    fn native_sidecars_follow_the_nodes_kubelets() {
+        let nodes =
+            |v: &[(&str, &str)]| v.iter().map(|(n, k)| ((*n).to_owned(), (*k).to_owned())).collect::<BTreeMap<_, _>>();
+        assert!(!detect_native(None, ""), "no node information: off");
+        assert!(detect_native(Some(&nodes(&[])), ""), "no nodes: on");
+        let mixed = nodes(&[("node-1", "v1.33.0"), ("node-2", "v1.28.0")]);
+        assert!(!detect_native(Some(&mixed), ""), "one old node: off");
+        assert!(detect_native(Some(&mixed), "node-1"), "the pod's node decides");
+        assert!(!detect_native(Some(&mixed), "node-2"));
+        assert!(!detect_native(Some(&mixed), "node-9"), "an unknown node: all nodes decide");
+        assert!(detect_native(Some(&nodes(&[("a", "v1.33.0"), ("b", "v1.34.1-gke.100")])), ""));
+        assert!(!detect_native(Some(&nodes(&[("a", "garbage")])), ""), "an unreadable version: off");
     }
 
     /// istiod's `TestParseInjectEnvs`.
@@ -945,23 +1002,23 @@ mod tests {
         );
         assert_eq!(inj.template_names(), ["ok"]);
         let p = pod("app", json!({}), json!({}), false);
-        let err = inject(&inj, &ProxyConfigs::default(), &p, "app", "").unwrap_err();
+        let err = inject(&inj, &ClusterInputs::default(), &p, "app", "").unwrap_err();
         assert!(err.contains("template \"sidecar\" does not parse"), "{err}");
         let p = pod("app", json!({}), json!({"inject.istio.io/templates": "ok"}), false);
-        let Ok(Outcome::Patched(ops)) = inject(&inj, &ProxyConfigs::default(), &p, "app", "") else {
+        let Ok(Outcome::Patched(ops)) = inject(&inj, &ClusterInputs::default(), &p, "app", "") else {
             panic!("injected")
         };
         assert!(ops.iter().any(|o| o["path"] == "/metadata/labels/x"), "{ops:?}");
         // A template whose output is not a pod's YAML refuses the pod.
         let inj = injector("policy: enabled\ntemplates:\n  sidecar: 'a: [b'\n");
         let err =
-            inject(&inj, &ProxyConfigs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+            inject(&inj, &ClusterInputs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
         assert!(err.starts_with("failed parsing generated injected YAML"), "{err}");
         // So does one that fails to render.
         let inj =
             injector("policy: enabled\ntemplates:\n  sidecar: '{{ .Values.a.b.c }}{{ index .Spec.Containers 9 }}'\n");
         let err =
-            inject(&inj, &ProxyConfigs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
+            inject(&inj, &ClusterInputs::default(), &pod("app", json!({}), json!({}), false), "app", "").unwrap_err();
         assert!(err.starts_with("failed to run injection template"), "{err}");
     }
 }

@@ -386,3 +386,11 @@ fn crd_required_fields_and_ranges() {
     has(&e, "spec.ingress[0].port: port is required");
     has(&e, "spec.outboundTrafficPolicy.egressProxy.host: host is required");
 }
+
+/// A TCP idle timeout of 0s turns it off (istiod's validation.go skips it).
+#[test]
+fn a_zero_tcp_idle_timeout_is_valid() {
+    let dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec: {host: r, trafficPolicy: {connectionPool: {tcp: {idleTimeout: 0s}}}}\n";
+    assert!(doc(dr).is_ok(), "{:?}", doc(dr).err());
+    has(&errs(&dr.replace("0s", "0.1ms")), "spec.trafficPolicy.connectionPool.tcp.idleTimeout");
+}

@@ -452,7 +452,11 @@ fn connection_pool(v: &mut V, path: &str, cp: &super::networking::ConnectionPool
     if let Some(tcp) = &cp.tcp {
         v.duration(&format!("{path}.tcp.connectTimeout"), tcp.connect_timeout.as_ref());
         v.duration(&format!("{path}.tcp.maxConnectionDuration"), tcp.max_connection_duration.as_ref());
-        v.duration(&format!("{path}.tcp.idleTimeout"), tcp.idle_timeout.as_ref());
+        // istiod checks it only when set to more than zero ("0s" turns
+        // the timeout off), and the CRD has no rule on it.
+        if tcp.idle_timeout.as_deref().and_then(|d| duration::parse(d).ok()).is_none_or(|d| !d.is_zero()) {
+            v.duration(&format!("{path}.tcp.idleTimeout"), tcp.idle_timeout.as_ref());
+        }
         if let Some(k) = &tcp.tcp_keepalive {
             v.duration(&format!("{path}.tcp.tcpKeepalive.time"), k.time.as_ref());
             v.duration(&format!("{path}.tcp.tcpKeepalive.interval"), k.interval.as_ref());

@@ -11,6 +11,7 @@ use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, 
 use serde::Serialize;
 
 pub mod destination_rules;
+pub mod gateway;
 mod update;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).

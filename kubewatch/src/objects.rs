@@ -17,6 +17,10 @@ pub struct Meta {
     pub labels: BTreeMap<String, String>,
     /// Annotations.
     pub annotations: BTreeMap<String, String>,
+    /// `creationTimestamp` (RFC 3339, so it sorts as it reads; `null` in
+    /// manifests written by kubectl); istiod orders Gateways and other
+    /// configs by it.
+    pub creation_timestamp: Option<String>,
 }
 
 impl Meta {

@@ -1,0 +1,434 @@
+//! Istio Gateways for a router proxy, selected and merged as istiod's
+//! `PushContext.mergeGateways` and `model/gateway.go MergeGateways` do
+//! (facts in docs/gateway-notes.md §1): which Gateways apply to a proxy,
+//! the servers each listener port carries, istiod's conflict rules (a TLS
+//! host claimed twice on a port, protocols that cannot share a port, HTTPS
+//! route names that collide), the RDS route names, and the SNI hosts.
+//!
+//! Pure: the listener and route builders of issue #14 read its result.
+//! Gateways are taken oldest first (creation time, then name, then
+//! namespace), so the oldest wins every conflict, as in istiod.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use istiod_kubewatch::istio::networking::{Gateway, Server, ServerTlsMode};
+use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+
+/// A listener key: the resolved port, the protocol, the bind address.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerPort {
+    /// The port the listener binds (the server's port resolved to the
+    /// gateway Service's target port).
+    pub number: u32,
+    /// The server's protocol, upper case.
+    pub protocol: String,
+    /// The server's bind address ("" for any).
+    pub bind: String,
+}
+
+/// A server kept, with the Gateway it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergedServer {
+    /// The server, its hosts sanitized (`./h` → `<ns>/h`, `*/h` → `h`).
+    pub server: Server,
+    /// `<namespace>/<name>` of its Gateway.
+    pub gateway: String,
+    /// Its RDS route name ("" for TCP, TLS and passthrough servers).
+    pub route_name: String,
+    /// Its hosts without namespace prefixes, de-duplicated and sorted
+    /// (`GetSNIHostsForServer`).
+    pub sni_hosts: Vec<String>,
+}
+
+/// A server dropped by a conflict rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// `<namespace>/<name>` of its Gateway.
+    pub gateway: String,
+    /// The server's port number.
+    pub port: u32,
+    /// Why (istiod's reason, in our words).
+    pub reason: String,
+}
+
+/// The Gateways of one router, merged (`MergedGateway`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergedGateway {
+    /// Listener keys in first-seen order.
+    pub ports: Vec<ServerPort>,
+    /// The servers of each key.
+    pub servers: BTreeMap<ServerPort, Vec<MergedServer>>,
+    /// RDS name → the servers it serves.
+    pub by_route: BTreeMap<String, Vec<MergedServer>>,
+    /// Whether some server is AUTO_PASSTHROUGH, and their hosts.
+    pub auto_passthrough_hosts: Vec<String>,
+    /// Servers dropped, each with its reason
+    /// (`pilot_total_rejected_configs{type="gateway"}`).
+    pub rejected: Vec<Rejected>,
+}
+
+/// `protocol.IsHTTP`: HTTP, HTTP2, GRPC, GRPC-Web (case-insensitive).
+pub fn is_http(protocol: &str) -> bool {
+    matches!(protocol.to_ascii_uppercase().as_str(), "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB" | "HTTP_PROXY")
+}
+
+fn passthrough(s: &Server) -> bool {
+    s.tls.as_ref().is_some_and(|t| matches!(t.mode, ServerTlsMode::Passthrough | ServerTlsMode::AutoPassthrough))
+}
+
+fn protocol(s: &Server) -> String {
+    s.port.as_ref().map(|p| p.protocol.to_ascii_uppercase()).unwrap_or_default()
+}
+
+/// `IsTLSServer`: TLS settings on a protocol that is not HTTP-like.
+pub fn is_tls_server(s: &Server) -> bool {
+    s.tls.is_some() && !is_http(&protocol(s))
+}
+
+/// `IsHTTPServer`: HTTP-like, or HTTPS that terminates TLS.
+pub fn is_http_server(s: &Server) -> bool {
+    let p = protocol(s);
+    is_http(&p) || (p == "HTTPS" && !passthrough(s))
+}
+
+/// `gatewayRDSRouteName`: `http.<resolved port>` for HTTP-like servers,
+/// `https.<declared port>.<port name>.<gateway>.<namespace>` for HTTPS
+/// that terminates TLS, "" otherwise; `.<bind>` appended when bound.
+pub fn route_name(s: &Server, resolved_port: u32, gateway: &str, namespace: &str) -> String {
+    let Some(port) = &s.port else { return String::new() };
+    let p = port.protocol.to_ascii_uppercase();
+    let mut name = if is_http(&p) {
+        format!("http.{resolved_port}")
+    } else if p == "HTTPS" && !passthrough(s) {
+        format!("https.{}.{}.{gateway}.{namespace}", port.number, port.name)
+    } else {
+        return String::new();
+    };
+    if !s.bind.is_empty() {
+        name.push('.');
+        name.push_str(&s.bind);
+    }
+    name
+}
+
+/// `sanitizeServerHostNamespace`: `./h` is the Gateway's namespace, `*/h`
+/// any namespace (`h`); `*/*` makes the whole list `*`.
+fn sanitize_hosts(hosts: &[String], gateway_ns: &str) -> Vec<String> {
+    if hosts.iter().any(|h| h == "*/*") {
+        return vec!["*".into()];
+    }
+    hosts
+        .iter()
+        .map(|h| match h.split_once('/') {
+            Some((".", host)) => format!("{gateway_ns}/{host}"),
+            Some(("*", host)) => host.to_owned(),
+            _ => h.clone(),
+        })
+        .collect()
+}
+
+/// `GetSNIHostsForServer`.
+fn sni_hosts(hosts: &[String]) -> Vec<String> {
+    let set: BTreeSet<String> =
+        hosts.iter().map(|h| h.rsplit_once('/').map_or(h.as_str(), |(_, x)| x).to_owned()).collect();
+    set.into_iter().collect()
+}
+
+/// The Gateways that apply to a router with `labels` in `namespace`
+/// (`mergeGateways`' selection: no selector applies to every router, else
+/// the selector's labels must be the proxy's), oldest first; with
+/// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE` only the proxy's namespace's.
+pub fn select<'a>(
+    objects: impl IntoIterator<Item = &'a IstioObject>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    scope_to_namespace: bool,
+) -> Vec<(&'a IstioObject, &'a Gateway)> {
+    let mut out: Vec<(&IstioObject, &Gateway)> = objects
+        .into_iter()
+        .filter_map(|o| match &o.spec {
+            IstioSpec::Gateway(g) => Some((o, g)),
+            _ => None,
+        })
+        .filter(|(o, _)| !scope_to_namespace || o.meta.ns() == namespace)
+        .filter(|(_, g)| g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .collect();
+    out.sort_by(|(a, _), (b, _)| {
+        let key = |o: &IstioObject| {
+            (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone(), o.meta.ns().to_owned())
+        };
+        key(a).cmp(&key(b))
+    });
+    out
+}
+
+/// Merges the selected Gateways. `resolve` maps a server's port to the
+/// port the router listens on (the gateway Service's targetPort for that
+/// port, as istiod's legacy `resolvePorts`; the number itself when no
+/// Service port matches).
+pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32) -> MergedGateway {
+    let mut m = MergedGateway::default();
+    // (resolved port, bind) → TLS hosts claimed there.
+    let mut tls_hosts: BTreeMap<(u32, String), BTreeSet<String>> = BTreeMap::new();
+    // resolved port → the plaintext key on it.
+    let mut plaintext: BTreeMap<u32, Vec<ServerPort>> = BTreeMap::new();
+    let mut auto_hosts = BTreeSet::new();
+    for (o, g) in selected {
+        let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+        let gateway = format!("{ns}/{name}");
+        for s in &g.servers {
+            let Some(port) = &s.port else { continue };
+            let mut server = s.clone();
+            server.hosts = sanitize_hosts(&s.hosts, ns);
+            let resolved = resolve(port.number);
+            let proto = port.protocol.to_ascii_uppercase();
+            let key = ServerPort { number: resolved, protocol: proto.clone(), bind: s.bind.clone() };
+            let route = route_name(&server, resolved, name, ns);
+            let merged = MergedServer {
+                sni_hosts: sni_hosts(&server.hosts),
+                server: server.clone(),
+                gateway: gateway.clone(),
+                route_name: route.clone(),
+            };
+            let reject = |m: &mut MergedGateway, reason: &str| {
+                tracing::warn!(target: "model", gateway = %gateway, port = port.number, reason, "gateway server rejected");
+                m.rejected.push(Rejected { gateway: gateway.clone(), port: port.number, reason: reason.into() });
+            };
+            // 1. A TLS host claimed twice on a port and bind drops the server.
+            if server.tls.is_some() {
+                let claimed = tls_hosts.entry((resolved, s.bind.clone())).or_default();
+                if server.hosts.iter().any(|h| claimed.contains(h)) {
+                    reject(&mut m, "duplicate host names for a TLS server on this port");
+                    continue;
+                }
+                claimed.extend(server.hosts.iter().cloned());
+                if server.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::AutoPassthrough) {
+                    auto_hosts.extend(server.hosts.iter().cloned());
+                }
+            }
+            let port_known = m.ports.iter().any(|p| p.number == resolved);
+            if !port_known {
+                // 2. The first server on this port.
+                m.ports.push(key.clone());
+                if !is_tls_server(&server) {
+                    plaintext.entry(resolved).or_default().push(key.clone());
+                }
+                if is_http_server(&server) {
+                    m.by_route.insert(route.clone(), vec![merged.clone()]);
+                }
+                m.servers.entry(key).or_default().push(merged);
+                continue;
+            }
+            if let Some(keys) = plaintext.get(&resolved).cloned() {
+                // 3. The port has a plaintext server.
+                match keys.iter().find(|k| k.bind == s.bind) {
+                    Some(existing) => {
+                        let mergeable = (is_http(&existing.protocol) && is_http(&proto)) || existing.protocol == proto;
+                        if !mergeable {
+                            reject(
+                                &mut m,
+                                "this port's protocol cannot carry the server's (another Gateway's server holds it)",
+                            );
+                            continue;
+                        }
+                        if route.is_empty() {
+                            reject(&mut m, "a TCP server cannot share a port with another");
+                            continue;
+                        }
+                        let existing = existing.clone();
+                        let existing_route =
+                            m.servers[&existing].first().map(|x| x.route_name.clone()).unwrap_or_default();
+                        m.by_route.entry(existing_route).or_default().push(merged.clone());
+                        m.servers.entry(existing).or_default().push(merged);
+                    }
+                    None => {
+                        // Another bind address: a listener of its own.
+                        if !m.ports.contains(&key) {
+                            m.ports.push(key.clone());
+                        }
+                        plaintext.entry(resolved).or_default().push(key.clone());
+                        if is_http_server(&server) {
+                            m.by_route.entry(route).or_default().push(merged.clone());
+                        }
+                        m.servers.entry(key).or_default().push(merged);
+                    }
+                }
+                continue;
+            }
+            // 4. The port is held by TLS servers only.
+            if !is_tls_server(&server) {
+                if !m.ports.contains(&key) {
+                    m.ports.push(key.clone());
+                }
+                plaintext.entry(resolved).or_default().push(key.clone());
+                if is_http_server(&server) {
+                    m.by_route.entry(route).or_default().push(merged.clone());
+                }
+                m.servers.entry(key).or_default().push(merged);
+                continue;
+            }
+            if is_http_server(&server) {
+                if m.by_route.contains_key(&route) {
+                    reject(&mut m, "non unique port name for an HTTPS server");
+                    continue;
+                }
+                m.by_route.insert(route, vec![merged.clone()]);
+            }
+            if !m.ports.contains(&key) {
+                m.ports.push(key.clone());
+            }
+            m.servers.entry(key).or_default().push(merged);
+        }
+    }
+    m.auto_passthrough_hosts = auto_hosts.into_iter().collect();
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gw(name: &str, ns: &str, created: &str, spec: &str) -> IstioObject {
+        let doc = format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: '{created}'}}\nspec: {spec}\n"
+        );
+        istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+    }
+
+    fn keys(m: &MergedGateway) -> Vec<(u32, &str)> {
+        m.ports.iter().map(|p| (p.number, p.protocol.as_str())).collect()
+    }
+
+    fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    const HTTP80: &str = "{selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}";
+
+    #[test]
+    fn selection_by_labels_and_namespace_oldest_first() {
+        let objs = [
+            gw("b", "ns1", "2026-01-02T00:00:00Z", HTTP80),
+            gw("a", "ns2", "2026-01-01T00:00:00Z", HTTP80),
+            gw(
+                "other",
+                "ns1",
+                "2026-01-01T00:00:00Z",
+                "{selector: {istio: egress}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}",
+            ),
+            gw(
+                "all",
+                "ns3",
+                "2026-01-03T00:00:00Z",
+                "{servers: [{port: {number: 81, name: http, protocol: HTTP}, hosts: ['*']}]}",
+            ),
+        ];
+        let l = labels(&[("istio", "ingressgateway"), ("app", "x")]);
+        let names: Vec<&str> = select(&objs, "ns1", &l, false).iter().map(|(o, _)| o.meta.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "all"], "oldest first; no selector applies to every router");
+        let names: Vec<&str> = select(&objs, "ns1", &l, true).iter().map(|(o, _)| o.meta.name.as_str()).collect();
+        assert_eq!(names, ["b"], "PILOT_SCOPE_GATEWAY_TO_NAMESPACE");
+        // kubectl writes `creationTimestamp: null`: read as no time.
+        let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: n, creationTimestamp: null}\nspec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
+        let o = istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
+        assert_eq!(o.meta.creation_timestamp, None);
+    }
+
+    #[test]
+    fn route_names_and_port_resolution() {
+        let o = gw(
+            "gw",
+            "ns",
+            "",
+            "{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['./a.com']},\
+             {port: {number: 443, name: https-a, protocol: HTTPS}, hosts: ['*/b.com', 'ns2/c.com'], tls: {mode: SIMPLE, credentialName: c}},\
+             {port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}]}",
+        );
+        let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
+        let m = merge(&[(&o, g)], |p| {
+            if p == 80 {
+                8080
+            } else if p == 443 {
+                8443
+            } else {
+                p
+            }
+        });
+        assert_eq!(keys(&m), [(8080, "HTTP"), (8443, "HTTPS"), (15443, "TLS")]);
+        let http = &m.servers[&m.ports[0]][0];
+        assert_eq!(http.route_name, "http.8080", "the resolved port");
+        assert_eq!(http.server.hosts, ["ns/a.com"]);
+        let https = &m.servers[&m.ports[1]][0];
+        assert_eq!(https.route_name, "https.443.https-a.gw.ns", "the declared port");
+        assert_eq!(https.sni_hosts, ["b.com", "c.com"]);
+        assert_eq!(m.servers[&m.ports[2]][0].route_name, "");
+        assert_eq!(m.auto_passthrough_hosts, ["*.local"]);
+        assert_eq!(m.by_route.keys().collect::<Vec<_>>(), ["http.8080", "https.443.https-a.gw.ns"]);
+    }
+
+    /// model/gateway.go mergeGateways' conflict rules.
+    #[test]
+    fn conflicts_as_istiod_resolves_them() {
+        let id = |p: u32| p;
+        // HTTP servers of two Gateways on one port share one route.
+        let a = gw("a", "ns", "1", "{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [a.com]}]}");
+        let b = gw("b", "ns", "2", "{servers: [{port: {number: 80, name: http2, protocol: HTTP2}, hosts: [b.com]}]}");
+        let c = gw("c", "ns", "3", "{servers: [{port: {number: 80, name: tcp, protocol: TCP}, hosts: ['*']}]}");
+        let g = |o: &IstioObject| match &o.spec {
+            IstioSpec::Gateway(g) => g.clone(),
+            _ => unreachable!(),
+        };
+        let (ga, gb, gc) = (g(&a), g(&b), g(&c));
+        let m = merge(&[(&a, &ga), (&b, &gb), (&c, &gc)], id);
+        assert_eq!(m.by_route["http.80"].len(), 2, "HTTP and HTTP2 merge");
+        assert_eq!(m.rejected.len(), 1, "TCP cannot join an HTTP port");
+        assert_eq!(m.rejected[0].gateway, "ns/c");
+        // A TLS host claimed twice on a port: the younger server goes.
+        let t1 = gw(
+            "t1",
+            "ns",
+            "1",
+            "{servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.com], tls: {mode: SIMPLE}}]}",
+        );
+        let t2 = gw(
+            "t2",
+            "ns",
+            "2",
+            "{servers: [{port: {number: 443, name: https2, protocol: HTTPS}, hosts: [a.com, b.com], tls: {mode: SIMPLE}}]}",
+        );
+        let (g1, g2) = (g(&t1), g(&t2));
+        let m = merge(&[(&t1, &g1), (&t2, &g2)], id);
+        assert_eq!(m.rejected.iter().map(|r| r.gateway.as_str()).collect::<Vec<_>>(), ["ns/t2"]);
+        // HTTPS first then HTTP on one port: both stay, one listener port.
+        let h = gw("h", "ns", "3", "{servers: [{port: {number: 443, name: http, protocol: HTTP}, hosts: [c.com]}]}");
+        let gh = g(&h);
+        let m = merge(&[(&t1, &g1), (&h, &gh)], id);
+        assert!(m.rejected.is_empty(), "{:?}", m.rejected);
+        assert_eq!(keys(&m), [(443, "HTTPS"), (443, "HTTP")]);
+        // HTTP first then HTTPS: the HTTPS server goes.
+        let m = merge(&[(&h, &gh), (&t1, &g1)], id);
+        assert_eq!(m.rejected.len(), 1);
+        // Two HTTPS servers whose route names collide: the second goes.
+        let d1 = gw(
+            "d",
+            "ns",
+            "1",
+            "{servers: [{port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.com], tls: {mode: SIMPLE}},\
+             {port: {number: 443, name: https, protocol: HTTPS}, hosts: [b.com], tls: {mode: SIMPLE}}]}",
+        );
+        let gd = g(&d1);
+        let m = merge(&[(&d1, &gd)], id);
+        assert_eq!(m.rejected.len(), 1, "non unique port name");
+        // Another bind address is a listener of its own.
+        let x = gw(
+            "x",
+            "ns",
+            "4",
+            "{servers: [{port: {number: 80, name: tcp, protocol: TCP}, bind: 10.0.0.1, hosts: ['*']}]}",
+        );
+        let gx = g(&x);
+        let m = merge(&[(&a, &ga), (&x, &gx)], id);
+        assert!(m.rejected.is_empty());
+        assert_eq!(m.ports.len(), 2);
+    }
+}

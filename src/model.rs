@@ -10,6 +10,7 @@ use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
 use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
+pub mod credentials;
 pub mod destination_rules;
 pub mod gateway;
 mod update;

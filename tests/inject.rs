@@ -16,8 +16,10 @@
 //! configuration are changed between cases, and whose environment is the
 //! case's), and through the injector in process.
 
-#[path = "support/h2post.rs"]
-mod h2post;
+#[path = "support/webhook_client.rs"]
+mod client;
+#[path = "../proto/tests/support/python.rs"]
+mod python;
 #[path = "support/server.rs"]
 mod server;
 
@@ -375,7 +377,7 @@ fn decoded_patch(answer: &Value) -> Option<Vec<Value>> {
 /// patch applied); `None` when the answer is not 200 or has no patch.
 fn injected(https: std::net::SocketAddr, root: &Path, path: &str, ns: &str, pod: &Value) -> Option<Value> {
     let (status, answer) =
-        h2post::post_all(https, root, path, &[pod_review("r", ns, pod).to_string().into_bytes()]).remove(0);
+        client::post_all(https, root, path, &[pod_review("r", ns, pod).to_string().into_bytes()]).remove(0);
     if status != 200 {
         return None;
     }
@@ -428,7 +430,7 @@ fn istios_cases_through_the_https_webhook() {
             "default",
             &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "a"}]}}),
         );
-        let status = h2post::post_all(https, &root, "/inject", &[probe.to_string().into_bytes()])[0].0;
+        let status = client::post_all(https, &root, "/inject", &[probe.to_string().into_bytes()])[0].0;
         if status == 503 {
             unavailable += 1;
         }
@@ -446,7 +448,7 @@ fn istios_cases_through_the_https_webhook() {
         .enumerate()
         .map(|(i, (_, pod, ns, _))| pod_review(&format!("u-{i}"), ns, pod).to_string().into_bytes())
         .collect();
-    let answers = h2post::post_all(https, &root, "/inject", &bodies);
+    let answers = client::post_all(https, &root, "/inject", &bodies);
     let mut failures = Vec::new();
     let mut patched = 0;
     for (i, ((name, pod, _, want), (status, answer))) in pods.iter().zip(&answers).enumerate() {
@@ -481,7 +483,7 @@ fn istios_cases_through_the_https_webhook() {
         "inject.istio.io/templates": "sidecar,nosuch"}}, "spec": {"containers": [{"name": "a"}]}}),
     );
     let not_a_pod = pod_review("bad-3", "default", &json!("a string"));
-    let answers = h2post::post_all(
+    let answers = client::post_all(
         https,
         &root,
         "/inject/cluster/c1/net/n1",
@@ -499,8 +501,21 @@ fn istios_cases_through_the_https_webhook() {
     assert_eq!(answers[2].1["response"]["allowed"], false, "{}", answers[2].1);
     assert!(message(&answers[3].1).starts_with("could not decode body"), "{}", answers[3].1);
 
-    // The URL's cluster and network reach the proxy's environment.
+    // HTTP/1.1 (the API server's other way): the same answer.
     let hello = &case("hello")[0];
+    let over_h1 = client::http1(
+        https,
+        &root,
+        &json!({"method": "POST", "path": "/inject", "body": pod_review("h1", "default", &hello.0).to_string()}),
+    );
+    assert_eq!((over_h1["status"].as_u64(), over_h1["alpn"].as_str()), (Some(200), Some("http/1.1")), "{over_h1}");
+    let answer: Value = serde_json::from_str(over_h1["body"].as_str().unwrap()).unwrap();
+    let mut got = hello.0.clone();
+    let p: json_patch::Patch = serde_json::from_value(Value::Array(decoded_patch(&answer).unwrap())).unwrap();
+    json_patch::patch(&mut got, &p).unwrap();
+    check("hello over HTTP/1.1", &got, None, &hello.2).unwrap();
+
+    // The URL's cluster and network reach the proxy's environment.
     let got = injected(https, &root, "/inject/cluster/c1/net/n1", "default", &hello.0).unwrap();
     let proxy = got["spec"]["initContainers"].as_array().unwrap().iter().find(|c| c["name"] == "istio-proxy").unwrap();
     let env: Vec<&Value> = proxy["env"].as_array().unwrap().iter().rev().take(2).collect();
@@ -516,7 +531,9 @@ fn istios_cases_through_the_https_webhook() {
     // istiod's counters: every review answered counts as a success, the
     // undecodable body included (istiod counts written answers).
     let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
-    let n = pods.len() + 1 + 4 + 1;
+    // The cases, the probe that saw the injector loaded, four bad reviews,
+    // one over HTTP/1.1 and one with path envs.
+    let n = pods.len() + 1 + 4 + 1 + 1;
     for line in [
         format!("sidecar_injection_success_total {}", n),
         "sidecar_injection_skip_total 2".to_owned(),
@@ -1032,7 +1049,7 @@ fn istios_cases_with_settings_through_the_https_webhook() {
                 let (Some(pod), Some(want_pod)) = (object_to_pod(doc), object_to_pod(w)) else { continue };
                 let ns = doc["metadata"]["namespace"].as_str().unwrap_or_default();
                 let (status, answer) =
-                    h2post::post_all(https, &root, "/inject", &[pod_review("c", ns, &pod).to_string().into_bytes()])
+                    client::post_all(https, &root, "/inject", &[pod_review("c", ns, &pod).to_string().into_bytes()])
                         .remove(0);
                 assert_eq!(status, 200, "{want}: {answer}");
                 let patch = decoded_patch(&answer);

@@ -6,8 +6,8 @@
 //! has the request's version and uid, an invalid object is refused naming
 //! the field, bad requests get HTTP errors, and the server serves on.
 
-#[path = "support/h2post.rs"]
-mod h2post;
+#[path = "support/webhook_client.rs"]
+mod client;
 #[path = "../proto/tests/support/python.rs"]
 mod python;
 #[path = "support/server.rs"]
@@ -19,28 +19,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use server::{BOOKINFO, Server, free_port};
 
-/// One request through tests/py/webhook_client.py.
-fn http1(addr: SocketAddr, root: &std::path::Path, req: &Value) -> Value {
-    use std::io::Write;
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/webhook_client.py");
-    let mut child = std::process::Command::new(python::python())
-        .arg(script)
-        .args([addr.to_string(), root.to_str().unwrap().to_owned()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "webhook_client.py: {text}\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
+use client::http1;
 
 /// One POST over HTTP/2.
 fn http2(addr: SocketAddr, root: &std::path::Path, path: &str, body: &Value) -> (u16, Value) {
-    h2post::post_all(addr, root, path, &[body.to_string().into_bytes()]).remove(0)
+    client::post_all(addr, root, path, &[body.to_string().into_bytes()]).remove(0)
 }
 
 fn review(version: &str, uid: &str, op: &str, object: Value) -> Value {

@@ -1,6 +1,7 @@
-//! POSTs to the webhook port over HTTP/2, as the API server calls
-//! webhooks: the `h2` crate over rustls (ALPN h2), the server's name
-//! checked against the given root.
+//! Clients of the webhook port, the two ways the API server calls
+//! webhooks: HTTP/2 (the `h2` crate over rustls, ALPN h2) and HTTP/1.1
+//! (Python's ssl, tests/py/webhook_client.py), the server's name checked
+//! against the given root. A test crate using it declares `mod python`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -44,4 +45,23 @@ pub(crate) fn post_all(addr: SocketAddr, root: &Path, path: &str, bodies: &[Vec<
         }
         out
     })
+}
+
+/// One request through tests/py/webhook_client.py.
+pub(crate) fn http1(addr: SocketAddr, root: &Path, req: &Value) -> Value {
+    use std::io::Write;
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/webhook_client.py");
+    let mut child = std::process::Command::new(crate::python::python())
+        .arg(script)
+        .args([addr.to_string(), root.to_str().unwrap().to_owned()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "webhook_client.py: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -394,3 +394,20 @@ fn a_zero_tcp_idle_timeout_is_valid() {
     assert!(doc(dr).is_ok(), "{:?}", doc(dr).err());
     has(&errs(&dr.replace("0s", "0.1ms")), "spec.trafficPolicy.connectionPool.tcp.idleTimeout");
 }
+
+/// The CRDs' lengths and sizes on entries and selectors.
+#[test]
+fn crd_lengths_and_sizes() {
+    let we = format!(
+        "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: w, namespace: ns}}\nspec: {{address: 1.1.1.1, serviceAccount: '{}'}}\n",
+        "a".repeat(254)
+    );
+    has(&errs(&we), "spec.serviceAccount: may not be longer than 253 characters");
+    let se = format!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: s, namespace: ns}}\nspec: {{hosts: [a.com], addresses: ['{}'], ports: [{{number: 80, name: http, protocol: HTTP}}]}}\n",
+        "1".repeat(65)
+    );
+    has(&errs(&se), "addresses may not be longer than 64 characters");
+    let dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec: {host: r, trafficPolicy: {loadBalancer: {zoneAwareLbSetting: {minClusterSize: 0}}}}\n";
+    has(&errs(dr), "minClusterSize: must be in the range 1..4294967295");
+}

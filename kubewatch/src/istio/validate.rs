@@ -101,6 +101,7 @@ pub fn validate(meta: &Meta, spec: &IstioSpec) -> Vec<FieldError> {
                 v.err("spec.address", "address is required");
             }
             workload_address(&mut v, "spec", &s.address, &s.ports);
+            workload_entry_sizes(&mut v, "spec", s);
         }
         IstioSpec::Sidecar(s) => sidecar(&mut v, s),
         IstioSpec::PeerAuthentication(s) => peer_authentication(&mut v, s),
@@ -165,6 +166,27 @@ fn metadata(v: &mut V, meta: &Meta, spec: &IstioSpec) {
 /// The CRD's rules on a WorkloadEntry's (or endpoint's) address and ports:
 /// a `unix://` socket is absolute or abstract, not a directory, and has no
 /// ports; ports are 1..65535 under valid names.
+/// The CRD's lengths and sizes on a WorkloadEntry (or a ServiceEntry
+/// endpoint).
+fn workload_entry_sizes(v: &mut V, path: &str, e: &super::networking::WorkloadEntry) {
+    for (field, value, max) in [
+        ("address", &e.address, 256),
+        ("locality", &e.locality, 2048),
+        ("network", &e.network, 2048),
+        ("serviceAccount", &e.service_account, 253),
+    ] {
+        if value.len() > max {
+            v.err(format!("{path}.{field}"), format!("may not be longer than {max} characters"));
+        }
+    }
+    if e.labels.len() > 256 {
+        v.err(format!("{path}.labels"), "may not have more than 256 labels");
+    }
+    if e.ports.len() > 128 {
+        v.err(format!("{path}.ports"), "may not have more than 128 ports");
+    }
+}
+
 fn workload_address(v: &mut V, path: &str, address: &str, ports: &std::collections::BTreeMap<String, u32>) {
     if let Some(uds) = address.strip_prefix("unix://") {
         if !(uds.starts_with('/') || uds.starts_with('@')) {
@@ -475,6 +497,11 @@ fn load_balancer(v: &mut V, path: &str, lb: &LoadBalancerSettings) {
     if lb.simple.is_some() && lb.consistent_hash.is_some() {
         v.err(path, "only one of simple and consistentHash may be set");
     }
+    if let Some(size) = lb.zone_aware_lb_setting.as_ref().and_then(|z| z.min_cluster_size)
+        && !(1..=u64::from(u32::MAX)).contains(&size)
+    {
+        v.err(format!("{path}.zoneAwareLbSetting.minClusterSize"), "must be in the range 1..4294967295");
+    }
     v.duration(&format!("{path}.warmupDurationSecs"), lb.warmup_duration_secs.as_ref());
     if let Some(w) = &lb.warmup {
         if w.duration.is_none() {
@@ -586,6 +613,9 @@ fn server_tls(v: &mut V, path: &str, t: &super::networking::ServerTlsSettings) {
 fn service_entry(v: &mut V, s: &ServiceEntry) {
     if let Some(sel) = &s.workload_selector {
         match_labels(v, "spec.workloadSelector.labels", &sel.labels);
+        if sel.labels.len() > 256 {
+            v.err("spec.workloadSelector.labels", "may not have more than 256 labels");
+        }
     }
     if s.hosts.is_empty() {
         v.err("spec.hosts", "service entry must have at least one host");
@@ -627,6 +657,9 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
         if p.name.is_empty() {
             v.err(format!("spec.ports[{i}].name"), "port name is required");
         }
+        if p.name.len() > 256 || p.protocol.len() > 256 {
+            v.err(format!("spec.ports[{i}]"), "name and protocol may not be longer than 256 characters");
+        }
         if p.target_port != 0 {
             v.port(&format!("spec.ports[{i}].targetPort"), p.target_port);
         }
@@ -635,6 +668,9 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
         v.err("spec.workloadSelector", "only one of endpoints and workloadSelector may be set");
     }
     // The CRD's rules.
+    if s.addresses.iter().any(|a| a.len() > 64) {
+        v.err("spec.addresses", "addresses may not be longer than 64 characters");
+    }
     if s.addresses.iter().any(|a| a.contains('/')) && !matches!(s.resolution, Resolution::Static | Resolution::None) {
         v.err("spec", "CIDR addresses are allowed only for NONE/STATIC resolution types");
     }
@@ -650,6 +686,7 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
     for (i, e) in s.endpoints.iter().enumerate() {
         let path = format!("spec.endpoints[{i}].address");
         workload_address(v, &format!("spec.endpoints[{i}]"), &e.address, &e.ports);
+        workload_entry_sizes(v, &format!("spec.endpoints[{i}]"), e);
         if e.address.is_empty() && e.network.is_empty() {
             v.err(&path, "address is required");
         } else if !e.address.is_empty()
@@ -687,6 +724,9 @@ fn sidecar(v: &mut V, s: &Sidecar) {
     }
     if let Some(sel) = &s.workload_selector {
         match_labels(v, "spec.workloadSelector.labels", &sel.labels);
+        if sel.labels.len() > 256 {
+            v.err("spec.workloadSelector.labels", "may not have more than 256 labels");
+        }
     }
     for (i, e) in s.egress.iter().enumerate() {
         if e.hosts.is_empty() {
@@ -704,6 +744,9 @@ fn sidecar(v: &mut V, s: &Sidecar) {
 /// The CRD's `matchLabels` rules (and istiod's `validateWorkloadSelector`):
 /// no empty key, no `*` in a key or value, values of at most 63 characters.
 fn match_labels(v: &mut V, path: &str, labels: &std::collections::BTreeMap<String, String>) {
+    if labels.len() > 4096 {
+        v.err(path, "may not have more than 4096 labels");
+    }
     for (k, val) in labels {
         if k.is_empty() {
             v.err(path, format!("empty key is not supported in selector: {:?}", format!("{k}={val}")));

@@ -19,6 +19,7 @@ pub mod authz;
 pub mod cluster;
 pub mod endpoint;
 pub mod envoy;
+pub mod gateway;
 pub mod grpc;
 pub mod inbound;
 pub mod listener;

@@ -284,6 +284,158 @@ pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32
     m
 }
 
+/// `ResolveVirtualServiceShortnames` / `resolveGatewayName`: the Gateways
+/// a VirtualService binds to, as `ns/name` (`mesh` when none are given).
+pub fn bound_gateways(vs_gateways: &[String], vs_ns: &str) -> Vec<String> {
+    if vs_gateways.is_empty() {
+        return vec!["mesh".into()];
+    }
+    vs_gateways
+        .iter()
+        .map(|g| {
+            if g == "mesh" {
+                return g.clone();
+            }
+            if let Some(name) = g.strip_prefix("./") {
+                return format!("{vs_ns}/{name}");
+            }
+            if g.contains('/') {
+                return g.clone();
+            }
+            // The legacy FQDN form `name.ns.svc.<domain>`.
+            let parts: Vec<&str> = g.split('.').collect();
+            if parts.len() >= 3 && parts[2] == "svc" {
+                return format!("{}/{}", parts[1], parts[0]);
+            }
+            format!("{vs_ns}/{g}")
+        })
+        .collect()
+}
+
+/// Whether host pattern `a` and `b` overlap (wildcards in both
+/// directions), and the more specific one when they do (`Names.Intersection`).
+pub fn host_intersection(a: &str, b: &str) -> Option<String> {
+    let covers = |wild: &str, h: &str| match wild.strip_prefix('*') {
+        Some(suffix) => h.ends_with(suffix) && h.len() > suffix.len() || wild == "*" || h == wild,
+        None => wild == h,
+    };
+    if a == b {
+        return Some(a.to_owned());
+    }
+    if covers(a, b) {
+        return Some(b.to_owned());
+    }
+    if covers(b, a) {
+        return Some(a.to_owned());
+    }
+    None
+}
+
+/// What one virtual host of a gateway route configuration holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostPlan {
+    /// `<host>:<declared port>`.
+    pub name: String,
+    /// The host (lower case), its only domain.
+    pub domain: String,
+    /// The VirtualServices whose HTTP routes it carries, in order, as
+    /// `ns/name`.
+    pub virtual_services: Vec<String>,
+    /// From a server with `httpsRedirect`: `require_tls: ALL`.
+    pub require_tls: bool,
+}
+
+/// The virtual hosts of gateway route configuration `route`
+/// (`buildGatewayHTTPRouteConfig`): for each of its servers, the
+/// VirtualServices bound to the server's Gateway and visible in
+/// `proxy_ns` whose hosts meet the server's (a `ns/h` server host only
+/// for VirtualServices of `ns`); one vhost per host met; `httpsRedirect`
+/// servers require TLS and keep a vhost for each of their hosts; none at
+/// all is istiod's `blackhole:<port>` vhost on `*`, answering 404.
+pub fn virtual_hosts<'a>(
+    m: &MergedGateway,
+    route: &str,
+    virtual_services: impl IntoIterator<Item = &'a IstioObject> + Clone,
+    proxy_ns: &str,
+) -> Vec<VhostPlan> {
+    let Some(servers) = m.by_route.get(route) else { return Vec::new() };
+    let visible = |o: &IstioObject, export: &[String]| {
+        let ns = o.meta.ns();
+        export.is_empty() || export.iter().any(|e| e == "*" || (e == "." && ns == proxy_ns) || e == proxy_ns)
+    };
+    let mut vhosts: Vec<VhostPlan> = Vec::new();
+    let mut port = 0;
+    for s in servers {
+        let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+        port = declared;
+        let redirect = s.server.tls.as_ref().is_some_and(|t| t.https_redirect);
+        let mut bound: Vec<(&IstioObject, &istiod_kubewatch::istio::networking::VirtualService)> = virtual_services
+            .clone()
+            .into_iter()
+            .filter_map(|o| match &o.spec {
+                IstioSpec::VirtualService(vs) => Some((o, vs)),
+                _ => None,
+            })
+            .filter(|(o, vs)| {
+                visible(o, &vs.export_to) && bound_gateways(&vs.gateways, o.meta.ns()).contains(&s.gateway)
+            })
+            .collect();
+        bound.sort_by_key(|(o, _)| (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone()));
+        for (o, vs) in bound {
+            let vs_ns = o.meta.ns();
+            for server_host in &s.server.hosts {
+                let (host_ns, h) = server_host.split_once('/').unwrap_or(("*", server_host.as_str()));
+                if host_ns != "*" && host_ns != vs_ns {
+                    continue;
+                }
+                for vh in &vs.hosts {
+                    let Some(met) = host_intersection(h, vh) else { continue };
+                    let met = met.to_ascii_lowercase();
+                    let key = format!("{met}:{declared}");
+                    let name = format!("{vs_ns}/{}", o.meta.name);
+                    match vhosts.iter_mut().find(|v| v.name == key) {
+                        Some(v) => {
+                            if !v.virtual_services.contains(&name) {
+                                v.virtual_services.push(name);
+                            }
+                            v.require_tls |= redirect;
+                        }
+                        None => vhosts.push(VhostPlan {
+                            name: key,
+                            domain: met,
+                            virtual_services: vec![name],
+                            require_tls: redirect,
+                        }),
+                    }
+                }
+            }
+        }
+        if redirect {
+            for h in &s.server.hosts {
+                let key = format!("{h}:{declared}");
+                if !vhosts.iter().any(|v| v.name == key) {
+                    vhosts.push(VhostPlan {
+                        name: key,
+                        domain: h.clone(),
+                        virtual_services: Vec::new(),
+                        require_tls: true,
+                    });
+                }
+            }
+        }
+    }
+    if vhosts.is_empty() {
+        vhosts.push(VhostPlan {
+            name: format!("blackhole:{port}"),
+            domain: "*".into(),
+            virtual_services: Vec::new(),
+            require_tls: false,
+        });
+    }
+    vhosts.sort_by(|a, b| a.name.cmp(&b.name));
+    vhosts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -430,5 +582,81 @@ mod tests {
         let m = merge(&[(&a, &ga), (&x, &gx)], id);
         assert!(m.rejected.is_empty());
         assert_eq!(m.ports.len(), 2);
+    }
+
+    #[test]
+    fn virtual_services_bind_and_hosts_meet_as_in_istiod() {
+        assert_eq!(bound_gateways(&[], "ns"), ["mesh"]);
+        assert_eq!(
+            bound_gateways(
+                &["gw".into(), "./g2".into(), "other/g3".into(), "g4.ns9.svc.cluster.local".into(), "mesh".into()],
+                "ns"
+            ),
+            ["ns/gw", "ns/g2", "other/g3", "ns9/g4", "mesh"]
+        );
+        assert_eq!(host_intersection("*.example.com", "a.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(host_intersection("a.example.com", "*.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(host_intersection("*", "x.y").as_deref(), Some("x.y"));
+        assert_eq!(host_intersection("a.com", "b.com"), None);
+
+        let g = gw(
+            "gw",
+            "istio-system",
+            "1",
+            "{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*.example.com', 'bookinfo/reviews.local']},\
+             {port: {number: 80, name: http2, protocol: HTTP}, hosts: [secure.example.com], tls: {httpsRedirect: true}}]}",
+        );
+        let IstioSpec::Gateway(spec) = &g.spec else { unreachable!() };
+        let m = merge(&[(&g, spec)], |p| p + 8000);
+        let vs = |name: &str, ns: &str, body: &str| {
+            let doc = format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {body}\n"
+            );
+            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        };
+        let objs = [
+            vs(
+                "a",
+                "apps",
+                "{hosts: [a.example.com], gateways: [istio-system/gw], http: [{route: [{destination: {host: a}}]}]}",
+            ),
+            vs(
+                "r",
+                "bookinfo",
+                "{hosts: [reviews.local], gateways: [istio-system/gw], http: [{route: [{destination: {host: r}}]}]}",
+            ),
+            // reviews.local is claimed for bookinfo only.
+            vs(
+                "r2",
+                "other",
+                "{hosts: [reviews.local], gateways: [istio-system/gw], http: [{route: [{destination: {host: r}}]}]}",
+            ),
+            vs("mesh-only", "apps", "{hosts: [m.example.com], http: [{route: [{destination: {host: m}}]}]}"),
+            vs(
+                "hidden",
+                "apps",
+                "{hosts: [h.example.com], gateways: [istio-system/gw], exportTo: [.], http: [{route: [{destination: {host: h}}]}]}",
+            ),
+        ];
+        let plan = virtual_hosts(&m, "http.8080", &objs, "istio-system");
+        let names: Vec<(&str, &[String], bool)> =
+            plan.iter().map(|v| (v.name.as_str(), v.virtual_services.as_slice(), v.require_tls)).collect();
+        assert_eq!(
+            names,
+            [
+                ("a.example.com:80", &["apps/a".to_owned()][..], false),
+                ("reviews.local:80", &["bookinfo/r".to_owned()][..], false),
+                ("secure.example.com:80", &[][..], true),
+            ]
+        );
+        // A route name with no servers: nothing; servers with no VirtualService: the 404 blackhole.
+        assert!(virtual_hosts(&m, "http.9999", &objs, "istio-system").is_empty());
+        let plan = virtual_hosts(&m, "http.8080", &objs[3..4], "istio-system");
+        assert_eq!(plan.len(), 1);
+        assert_eq!((plan[0].name.as_str(), plan[0].domain.as_str()), ("secure.example.com:80", "secure.example.com"));
+        let lonely = gw("l", "ns", "1", "{servers: [{port: {number: 81, name: http, protocol: HTTP}, hosts: ['*']}]}");
+        let IstioSpec::Gateway(ls) = &lonely.spec else { unreachable!() };
+        let lm = merge(&[(&lonely, ls)], |p| p);
+        assert_eq!(virtual_hosts(&lm, "http.81", &objs, "ns")[0].name, "blackhole:81");
     }
 }

@@ -7,22 +7,27 @@
 //! over ADS for SIMPLE and MUTUAL, the agent's `default`/`ROOTCA` for
 //! ISTIO_MUTUAL) and RDS `https.<port>.<name>.<gateway>.<ns>`.
 //!
-//! Groundwork of issue #14: TCP, TLS-terminating TCP and passthrough
-//! chains (which read VirtualServices' `tcp` and `tls` routes) come next,
-//! and routers are not served these yet.
+//! TCP servers take their `tcp_proxy` from the first VirtualService `tcp`
+//! block bound to the Gateway that matches the port; PASSTHROUGH servers
+//! get a chain per matching `tls[].match[]`, by SNI, with no TLS context
+//! (`buildGatewayNetworkFiltersFromTCPRoutes`, `...FromTLSRoutes`).
+//!
+//! Groundwork of issue #14: routers are not served these yet;
+//! TLS-terminating TCP and AUTO_PASSTHROUGH chains come next.
 
-use istiod_kubewatch::istio::networking::{Server, ServerTlsMode, ServerTlsSettings};
+use istiod_kubewatch::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
+use istiod_kubewatch::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{
-    FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
 };
 use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost_types::Duration;
 
-use super::envoy::{ads, any, http_connection_manager, http_filter, router, sds, socket};
-use crate::model::gateway::{MergedGateway, MergedServer, ServerPort, is_http};
+use super::envoy::{ads, any, http_connection_manager, http_filter, router, sds, socket, tcp_proxy};
+use crate::model::gateway::{MergedGateway, MergedServer, ServerPort, bound_gateways, host_intersection, is_http};
 
 /// A listener's name: `<bind or 0.0.0.0>_<port>`.
 pub fn listener_name(p: &ServerPort) -> String {
@@ -190,9 +195,147 @@ fn https_chain(listener: &str, s: &MergedServer) -> Option<FilterChain> {
     })
 }
 
+/// What the L4 chains read of the mesh: the VirtualServices, and how a
+/// destination's host and port resolve (short names to FQDNs; the port
+/// when the destination gives none: the service's single port, else the
+/// server's).
+pub struct L4Inputs<'a> {
+    /// The VirtualServices.
+    pub virtual_services: Vec<&'a IstioObject>,
+    /// The proxy's namespace (exportTo is checked from it).
+    pub proxy_ns: &'a str,
+    /// (host, VirtualService namespace) → FQDN.
+    pub resolve_host: &'a dyn Fn(&str, &str) -> String,
+    /// FQDN → its single port, if it has exactly one.
+    pub single_port: &'a dyn Fn(&str) -> Option<u32>,
+}
+
+/// `tcp_proxy` to a route's destinations (`buildOutboundNetworkFilters`):
+/// one cluster, or weighted clusters.
+fn l4_proxy(inputs: &L4Inputs<'_>, vs_ns: &str, route: &[RouteDestination], server_port: u32) -> Option<Filter> {
+    let clusters: Vec<(String, u32)> = route
+        .iter()
+        .filter_map(|d| {
+            let dest = d.destination.as_ref()?;
+            let host = (inputs.resolve_host)(&dest.host, vs_ns);
+            let port =
+                dest.port.as_ref().map(|p| p.number).or_else(|| (inputs.single_port)(&host)).unwrap_or(server_port);
+            Some((format!("outbound|{port}|{}|{host}", dest.subset), d.weight.max(0) as u32))
+        })
+        .collect();
+    match clusters.as_slice() {
+        [] => None,
+        [(c, _)] => Some(tcp_proxy(c, c)),
+        many => {
+            use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+            let all_zero = many.iter().all(|(_, w)| *w == 0);
+            let t = tcp::TcpProxy {
+                stat_prefix: many[0].0.clone(),
+                cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::WeightedClusters(
+                    tcp::tcp_proxy::WeightedCluster {
+                        clusters: many
+                            .iter()
+                            .map(|(name, w)| tcp::tcp_proxy::weighted_cluster::ClusterWeight {
+                                name: name.clone(),
+                                weight: if all_zero { 1 } else { *w },
+                                ..Default::default()
+                            })
+                            .collect(),
+                    },
+                )),
+                ..Default::default()
+            };
+            Some(Filter {
+                name: "envoy.filters.network.tcp_proxy".into(),
+                config_type: Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any(&t))),
+            })
+        }
+    }
+}
+
+/// The VirtualServices bound to a server's Gateway, visible from the
+/// proxy's namespace, whose hosts meet the server's (`pickMatchingGatewayHosts`).
+fn bound<'a>(inputs: &L4Inputs<'a>, s: &MergedServer) -> Vec<(&'a IstioObject, &'a VirtualService)> {
+    let mut out: Vec<(&IstioObject, &VirtualService)> = inputs
+        .virtual_services
+        .iter()
+        .filter_map(|o| match &o.spec {
+            IstioSpec::VirtualService(vs) => Some((*o, vs)),
+            _ => None,
+        })
+        .filter(|(o, vs)| {
+            let ns = o.meta.ns();
+            let visible = vs.export_to.is_empty()
+                || vs.export_to.iter().any(|e| e == "*" || (e == "." && ns == inputs.proxy_ns) || e == inputs.proxy_ns);
+            visible
+                && bound_gateways(&vs.gateways, ns).contains(&s.gateway)
+                && s.server.hosts.iter().any(|sh| {
+                    let (host_ns, h) = sh.split_once('/').unwrap_or(("*", sh.as_str()));
+                    (host_ns == "*" || host_ns == ns) && vs.hosts.iter().any(|vh| host_intersection(h, vh).is_some())
+                })
+        })
+        .collect();
+    out.sort_by_key(|(o, _)| (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone()));
+    out
+}
+
+/// A match block's gateway and port conditions (`isGatewayMatch`,
+/// `isPortMatch`).
+fn l4_applies(gateways: &[String], port: u32, vs_ns: &str, s: &MergedServer) -> bool {
+    let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+    (port == 0 || port == declared) && (gateways.is_empty() || bound_gateways(gateways, vs_ns).contains(&s.gateway))
+}
+
+fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
+    let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+    for (o, vs) in bound(inputs, s) {
+        for r in &vs.tcp {
+            let applies =
+                r.matches.is_empty() || r.matches.iter().any(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s));
+            if applies && let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) {
+                return Some(FilterChain { filters: vec![f], ..Default::default() });
+            }
+        }
+    }
+    tracing::warn!(target: "model", gateway = %s.gateway, port = declared, "no VirtualService routes the gateway's TCP server");
+    None
+}
+
+fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Vec<String>) -> Vec<FilterChain> {
+    let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+    let mut out = Vec::new();
+    for (o, vs) in bound(inputs, s) {
+        for r in &vs.tls {
+            for m in r.matches.iter().filter(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s)) {
+                // An SNI host already routed on this port is skipped (CheckDuplicates).
+                let sni: Vec<String> = m.sni_hosts.iter().filter(|h| !seen_sni.contains(h)).cloned().collect();
+                if sni.is_empty() {
+                    continue;
+                }
+                let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) else { continue };
+                seen_sni.extend(sni.iter().cloned());
+                let mut sorted = sni;
+                sorted.sort();
+                out.push(FilterChain {
+                    filter_chain_match: sni_match(&sorted),
+                    filters: vec![f],
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The listeners of a router's merged Gateways (HTTP and TLS-terminating
 /// HTTPS servers; see the module's note for what comes next).
 pub fn listeners(m: &MergedGateway) -> Vec<Listener> {
+    listeners_with(m, None)
+}
+
+/// [`listeners`], with TCP and PASSTHROUGH servers' chains from the
+/// VirtualServices in `l4`.
+pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Listener> {
     let mut out: Vec<Listener> = Vec::new();
     for key in &m.ports {
         let name = listener_name(key);
@@ -207,6 +350,17 @@ pub fn listeners(m: &MergedGateway) -> Vec<Listener> {
             }
         } else if key.protocol == "HTTPS" {
             chains.extend(servers.iter().filter(|s| !passthrough(&s.server)).filter_map(|s| https_chain(&name, s)));
+        }
+        if let Some(l4) = l4 {
+            let mut seen_sni = Vec::new();
+            for s in servers {
+                if passthrough(&s.server) && s.server.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::Passthrough)
+                {
+                    chains.extend(passthrough_chains(l4, s, &mut seen_sni));
+                } else if s.server.tls.is_none() && !is_http(&key.protocol) {
+                    chains.extend(tcp_chain(l4, s));
+                }
+            }
         }
         if chains.is_empty() {
             continue;
@@ -322,6 +476,76 @@ mod tests {
             panic!("combined validation")
         };
         assert_eq!(v.validation_context_sds_secret_config.as_ref().unwrap().name, "kubernetes://b-cert-cacert");
+    }
+
+    #[test]
+    fn tcp_and_passthrough_servers_route_by_virtual_service() {
+        let o = gateway(
+            "{servers: [{port: {number: 31400, name: tcp, protocol: TCP}, hosts: ['*']},\
+             {port: {number: 443, name: tls, protocol: TLS}, hosts: ['*.example.com'], tls: {mode: PASSTHROUGH}}]}",
+        );
+        let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
+        let m = merge(&[(&o, g)], |p| p);
+        let vs = |name: &str, body: &str| {
+            let doc = format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
+            );
+            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        };
+        let objs = [
+            vs(
+                "tcp",
+                "{hosts: ['*'], gateways: [gw], tcp: [{match: [{port: 31400}], route: [{destination: {host: db, port: {number: 5432}}}]}]}",
+            ),
+            vs(
+                "tls",
+                "{hosts: [a.example.com, b.example.com], gateways: [gw], tls: [\
+                {match: [{sniHosts: [a.example.com]}], route: [{destination: {host: a}}]},\
+                {match: [{sniHosts: [b.example.com], port: 8443}], route: [{destination: {host: b}}]}]}",
+            ),
+            vs(
+                "zdup",
+                "{hosts: [a.example.com], gateways: [gw], tls: [{match: [{sniHosts: [a.example.com]}], route: [{destination: {host: z}}]}]}",
+            ),
+        ];
+        let resolve =
+            |h: &str, ns: &str| if h.contains('.') { h.to_owned() } else { format!("{h}.{ns}.svc.cluster.local") };
+        let single = |h: &str| (h == "a.ns.svc.cluster.local").then_some(9443);
+        let inputs = L4Inputs {
+            virtual_services: objs.iter().collect(),
+            proxy_ns: "ns",
+            resolve_host: &resolve,
+            single_port: &single,
+        };
+        let ls = listeners_with(&m, Some(&inputs));
+        let names: Vec<&str> = ls.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["0.0.0.0_31400", "0.0.0.0_443"]);
+        let cluster = |c: &FilterChain| {
+            use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+            let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(a)) =
+                &c.filters[0].config_type
+            else {
+                panic!()
+            };
+            match tcp::TcpProxy::decode(a.value.as_slice()).unwrap().cluster_specifier {
+                Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(cluster(&ls[0].filter_chains[0]), "outbound|5432||db.ns.svc.cluster.local");
+        // One chain per matching tls block (oldest VirtualService first, then
+        // by name): b's asks port 8443, a's
+        // duplicate in another VirtualService is skipped.
+        let tls = &ls[1];
+        assert_eq!(tls.filter_chains.len(), 1);
+        assert_eq!(tls.filter_chains[0].filter_chain_match.as_ref().unwrap().server_names, ["a.example.com"]);
+        assert_eq!(
+            cluster(&tls.filter_chains[0]),
+            "outbound|9443||a.ns.svc.cluster.local",
+            "the service's single port"
+        );
+        assert!(tls.filter_chains[0].transport_socket.is_none(), "passed through");
+        assert_eq!(tls.listener_filters[0].name, "envoy.filters.listener.tls_inspector");
     }
 
     #[test]

@@ -392,6 +392,63 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
     out
 }
 
+/// A gateway route configuration (`buildGatewayHTTPRouteConfig`):
+/// the virtual hosts [`crate::model::gateway::virtual_hosts`] plans, each
+/// with its VirtualServices' routes for the server's Gateway and port;
+/// an unknown name is an empty configuration, as istiod answers.
+pub fn route_configuration(
+    model: &crate::model::Model,
+    m: &MergedGateway,
+    route_name: &str,
+    virtual_services: &[&IstioObject],
+    proxy_ns: &str,
+) -> istiod_proto::envoy::config::route::v3::RouteConfiguration {
+    use istiod_proto::envoy::config::route::v3 as route;
+    let plans = crate::model::gateway::virtual_hosts(m, route_name, virtual_services.iter().copied(), proxy_ns);
+    let servers = m.by_route.get(route_name).map(Vec::as_slice).unwrap_or_default();
+    let mut vhosts = Vec::new();
+    for plan in plans {
+        let mut routes = Vec::new();
+        for vs_name in &plan.virtual_services {
+            let Some(obj) = virtual_services.iter().find(|o| format!("{}/{}", o.meta.ns(), o.meta.name) == *vs_name)
+            else {
+                continue;
+            };
+            let IstioSpec::VirtualService(vs) = &obj.spec else { continue };
+            // The servers of this route whose hosts gave this vhost.
+            for s in servers {
+                let port = s.server.port.as_ref().map_or(0, |p| p.number) as u16;
+                if plan.name.ends_with(&format!(":{port}"))
+                    && bound_gateways(&vs.gateways, obj.meta.ns()).contains(&s.gateway)
+                {
+                    routes.extend(super::route::gateway_routes(model, obj, vs, &s.gateway, port));
+                    break;
+                }
+            }
+        }
+        vhosts.push(route::VirtualHost {
+            name: plan.name.clone(),
+            domains: vec![plan.domain.clone()],
+            routes,
+            require_tls: if plan.require_tls {
+                route::virtual_host::TlsRequirementType::All as i32
+            } else {
+                route::virtual_host::TlsRequirementType::None as i32
+            },
+            include_request_attempt_count: true,
+            ..Default::default()
+        });
+    }
+    route::RouteConfiguration {
+        name: route_name.to_owned(),
+        virtual_hosts: vhosts,
+        validate_clusters: Some(false),
+        ignore_port_in_host_matching: true,
+        max_direct_response_body_size_bytes: m.by_route.contains_key(route_name).then_some(1_048_576),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use istiod_kubewatch::istio::{IstioObject, IstioSpec};
@@ -546,6 +603,52 @@ mod tests {
         );
         assert!(tls.filter_chains[0].transport_socket.is_none(), "passed through");
         assert_eq!(tls.listener_filters[0].name, "envoy.filters.listener.tls_inspector");
+    }
+
+    #[test]
+    fn a_gateway_route_configuration_carries_its_virtual_services() {
+        let o = gateway("{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*.example.com']}]}");
+        let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
+        let m = merge(&[(&o, g)], |p| p + 8000);
+        let vs = |name: &str, body: &str| {
+            let doc = format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
+            );
+            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        };
+        let objs = [vs(
+            "web",
+            "{hosts: [web.example.com], gateways: [gw, mesh], http: [\
+              {match: [{uri: {prefix: /api}, gateways: [mesh]}], route: [{destination: {host: api}}]},\
+              {match: [{uri: {prefix: /other}, port: 81}], route: [{destination: {host: other}}]},\
+              {route: [{destination: {host: web, port: {number: 8000}}}]}]}",
+        )];
+        let refs: Vec<&IstioObject> = objs.iter().collect();
+        let model = crate::model::Model::default();
+        let rc = route_configuration(&model, &m, "http.8080", &refs, "ns");
+        assert_eq!(rc.name, "http.8080");
+        assert_eq!(rc.virtual_hosts.len(), 1);
+        let vh = &rc.virtual_hosts[0];
+        assert_eq!(
+            (vh.name.as_str(), vh.domains.as_slice()),
+            ("web.example.com:80", &["web.example.com".to_owned()][..])
+        );
+        // The mesh-only match and the other port's are not the gateway's.
+        assert_eq!(vh.routes.len(), 1, "{:?}", vh.routes);
+        let Some(istiod_proto::envoy::config::route::v3::route::Action::Route(a)) = &vh.routes[0].action else {
+            panic!()
+        };
+        assert!(
+            matches!(
+                &a.cluster_specifier,
+                Some(istiod_proto::envoy::config::route::v3::route_action::ClusterSpecifier::Cluster(c)) if c.starts_with("outbound|8000||web")
+            ),
+            "{:?}",
+            a.cluster_specifier
+        );
+        assert!(rc.ignore_port_in_host_matching);
+        // An unknown name: an empty configuration.
+        assert!(route_configuration(&model, &m, "http.1", &refs, "ns").virtual_hosts.is_empty());
     }
 
     #[test]

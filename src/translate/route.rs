@@ -284,6 +284,34 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     out
 }
 
+/// A VirtualService's HTTP routes on gateway `gateway` (`ns/name`) for a
+/// server declared on `server_port` (`BuildHTTPRoutesForVirtualService`
+/// for a gateway): a match block counts when its `port` is unset or the
+/// server's and its `gateways` (normalized) name the Gateway; a route
+/// whose every match block is dropped is left out.
+pub(crate) fn gateway_routes(
+    model: &Model,
+    obj: &istiod_kubewatch::istio::IstioObject,
+    vs: &VirtualService,
+    gateway: &str,
+    server_port: u16,
+) -> Vec<route::Route> {
+    let ns = obj.meta.ns();
+    let mut filtered = vs.clone();
+    filtered.http.retain_mut(|r| {
+        if r.matches.is_empty() {
+            return true;
+        }
+        r.matches.retain(|m| {
+            (m.port == 0 || m.port == u32::from(server_port))
+                && (m.gateways.is_empty()
+                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == gateway))
+        });
+        !r.matches.is_empty()
+    });
+    http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "").into_iter().map(|r| r.route).collect()
+}
+
 /// The last virtual host of every outbound route configuration: unknown
 /// hosts go to `PassthroughCluster` (`allow_any`) or get a 502
 /// (`block_all`, REGISTRY_ONLY), as istiod builds them.

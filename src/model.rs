@@ -268,6 +268,11 @@ struct RoutingIndex {
     virtual_services: std::collections::HashMap<String, usize>,
 }
 
+/// Whether a VirtualService applies to sidecars: bound to `mesh`.
+pub fn for_mesh(vs: &networking::VirtualService, ns: &str) -> bool {
+    gateway::bound_gateways(&vs.gateways, ns).iter().any(|g| g == "mesh")
+}
+
 impl Model {
     fn index(&self) -> Option<&RoutingIndex> {
         let index = self.routing_index.0.get_or_init(|| {
@@ -279,7 +284,12 @@ impl Model {
                 ..RoutingIndex::default()
             };
             for (i, o) in self.routing.iter().enumerate() {
-                if let IstioSpec::VirtualService(vs) = &o.spec {
+                // Sidecars read the VirtualServices bound to `mesh` (no
+                // `gateways`, or `mesh` among them); the others are a
+                // gateway's alone (istiod's getGatewayNames).
+                if let IstioSpec::VirtualService(vs) = &o.spec
+                    && for_mesh(vs, o.meta.ns())
+                {
                     for h in &vs.hosts {
                         ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
                     }
@@ -324,7 +334,9 @@ impl Model {
         let o = match self.index() {
             Some(ix) => &self.routing[*ix.virtual_services.get(host)?],
             None => self.routing.iter().find(|o| match &o.spec {
-                IstioSpec::VirtualService(vs) => vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host),
+                IstioSpec::VirtualService(vs) => {
+                    for_mesh(vs, o.meta.ns()) && vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host)
+                }
                 _ => false,
             })?,
         };

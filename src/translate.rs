@@ -253,6 +253,44 @@ mod tests {
         assert!(c.transport_socket_matches.is_empty(), "enableAutoMtls: false");
     }
 
+    /// A VirtualService bound to a Gateway only is not a sidecar's, and a
+    /// match block naming gateways is a sidecar's only with `mesh` among
+    /// them (istiod's getGatewayNames and mesh route building).
+    #[test]
+    fn gateway_bound_routes_stay_off_sidecars() {
+        use istiod_proto::envoy::config::route::v3::{Route, RouteConfiguration, route, route_match};
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+        objs.istio.retain(|o| !matches!(&o.spec, istiod_kubewatch::istio::IstioSpec::VirtualService(_)));
+        objs.istio.extend(crate::testing::istio_objects(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: edge, namespace: bookinfo}\n\
+             spec: {hosts: [reviews], gateways: [bookinfo-gateway], http: [{route: [{destination: {host: reviews, subset: v3}}]}]}\n\
+             ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: both, namespace: bookinfo}\n\
+             spec: {hosts: [ratings], gateways: [bookinfo-gateway, mesh], http: [\
+             {match: [{uri: {prefix: /edge}, gateways: [bookinfo-gateway]}], route: [{destination: {host: ratings, subset: v2}}]},\
+             {route: [{destination: {host: ratings, subset: v1}}]}]}\n",
+        ));
+        let model = Arc::new(Model::build(&objs, "cluster.local"));
+        let client = crate::testing::class("bookinfo", &[("app", "productpage")]);
+        let rc =
+            RouteConfiguration::decode(crate::testing::served(&model, &client, Kind::Route, "9080").unwrap()).unwrap();
+        let routes_of = |host: &str| {
+            rc.virtual_hosts.iter().find(|v| v.domains.iter().any(|d| d.starts_with(host))).unwrap().routes.clone()
+        };
+        let cluster = |r: &Route| match &r.action {
+            Some(route::Action::Route(a)) => format!("{:?}", a.cluster_specifier),
+            other => format!("{other:?}"),
+        };
+        let reviews = routes_of("reviews.bookinfo");
+        assert!(reviews.iter().all(|r| !cluster(r).contains("|v3|")), "the gateway's VirtualService: {reviews:?}");
+        let ratings = routes_of("ratings.bookinfo");
+        assert_eq!(ratings.len(), 1, "the gateway's match block is left out: {ratings:?}");
+        assert!(cluster(&ratings[0]).contains("|v1|"));
+        assert!(
+            matches!(ratings[0].r#match.as_ref().and_then(|m| m.path_specifier.as_ref()), Some(route_match::PathSpecifier::Prefix(p)) if p == "/")
+        );
+    }
+
     #[test]
     fn diff_removes_what_is_gone() {
         let mut want = Resources::new();

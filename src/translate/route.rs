@@ -272,6 +272,27 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     let Some((obj, vs)) = model.virtual_service(&svc.hostname) else {
         return vec![everyone(default_route(default_cluster))];
     };
+    // Match blocks naming gateways apply to sidecars only when `mesh` is
+    // among them (istiod's route building for the mesh gateway).
+    let mesh_only;
+    let vs = if vs.http.iter().any(|r| r.matches.iter().any(|m| !m.gateways.is_empty())) {
+        let ns = obj.meta.ns();
+        let mut filtered = vs.clone();
+        filtered.http.retain_mut(|r| {
+            if r.matches.is_empty() {
+                return true;
+            }
+            r.matches.retain(|m| {
+                m.gateways.is_empty()
+                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == "mesh")
+            });
+            !r.matches.is_empty()
+        });
+        mesh_only = filtered;
+        &mesh_only
+    } else {
+        vs
+    };
     let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster);
     if let Some(namespaces) = vs_export(vs, obj.meta.ns()) {
         for r in &mut out {

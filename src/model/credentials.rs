@@ -74,6 +74,8 @@ pub fn parse(resource: &str, proxy_namespace: &str) -> Option<Resource> {
     }
     if let Some(rest) = resource.strip_prefix("configmap://") {
         let (namespace, name) = ns_name(rest)?;
+        // GetConfigMapCaCert reads the ConfigMap without the suffix.
+        let (name, _) = split(&name);
         return Some(Resource::ConfigMap { namespace, name });
     }
     None
@@ -88,6 +90,8 @@ pub struct CertInfo {
     pub key: Vec<u8>,
     /// Revocation list, when the Secret has one.
     pub crl: Option<Vec<u8>>,
+    /// OCSP staple (`tls.ocsp-staple` of a TLS Secret).
+    pub staple: Option<Vec<u8>>,
 }
 
 /// A Secret's `data`, decoded (the API sends base64; the config source
@@ -102,10 +106,15 @@ fn non_empty<'a>(d: &'a SecretData, k: &str) -> Option<&'a Vec<u8>> {
 /// TLS Secret's `tls.crt` + `tls.key` (and `ca.crl`); both non-empty.
 pub fn cert_info(d: &SecretData) -> Result<CertInfo, String> {
     if let (Some(cert), Some(key)) = (non_empty(d, "cert"), non_empty(d, "key")) {
-        return Ok(CertInfo { cert: cert.clone(), key: key.clone(), crl: non_empty(d, "crl").cloned() });
+        return Ok(CertInfo { cert: cert.clone(), key: key.clone(), crl: non_empty(d, "crl").cloned(), staple: None });
     }
     if let (Some(cert), Some(key)) = (non_empty(d, "tls.crt"), non_empty(d, "tls.key")) {
-        return Ok(CertInfo { cert: cert.clone(), key: key.clone(), crl: non_empty(d, "ca.crl").cloned() });
+        return Ok(CertInfo {
+            cert: cert.clone(),
+            key: key.clone(),
+            crl: non_empty(d, "ca.crl").cloned(),
+            staple: non_empty(d, "tls.ocsp-staple").cloned(),
+        });
     }
     let keys: Vec<&str> = d.keys().map(String::as_str).collect();
     Err(format!(

@@ -341,6 +341,9 @@ pub struct VhostPlan {
     /// The VirtualServices whose HTTP routes it carries, in order, as
     /// `ns/name`.
     pub virtual_services: Vec<String>,
+    /// For each of them, the Gateway (`ns/name`) and declared port of the
+    /// server that bound it.
+    pub bound_by: Vec<(String, u32)>,
     /// From a server with `httpsRedirect`: `require_tls: ALL`.
     pub require_tls: bool,
 }
@@ -364,10 +367,12 @@ pub fn virtual_hosts<'a>(
         export.is_empty() || export.iter().any(|e| e == "*" || (e == "." && ns == proxy_ns) || e == proxy_ns)
     };
     let mut vhosts: Vec<VhostPlan> = Vec::new();
-    let mut port = 0;
+    // istiod keys virtual hosts by host (lower case); the name takes the
+    // port of the server that made it first; the 404 fallback the first
+    // server's.
+    let first_port = servers.first().and_then(|s| s.server.port.as_ref()).map_or(0, |p| p.number);
     for s in servers {
         let declared = s.server.port.as_ref().map_or(0, |p| p.number);
-        port = declared;
         let redirect = s.server.tls.as_ref().is_some_and(|t| t.https_redirect);
         let mut bound: Vec<(&IstioObject, &istiod_kubewatch::istio::networking::VirtualService)> = virtual_services
             .clone()
@@ -391,19 +396,20 @@ pub fn virtual_hosts<'a>(
                 for vh in &vs.hosts {
                     let Some(met) = host_intersection(h, vh) else { continue };
                     let met = met.to_ascii_lowercase();
-                    let key = format!("{met}:{declared}");
                     let name = format!("{vs_ns}/{}", o.meta.name);
-                    match vhosts.iter_mut().find(|v| v.name == key) {
+                    match vhosts.iter_mut().find(|v| v.domain == met) {
                         Some(v) => {
                             if !v.virtual_services.contains(&name) {
                                 v.virtual_services.push(name);
+                                v.bound_by.push((s.gateway.clone(), declared));
                             }
                             v.require_tls |= redirect;
                         }
                         None => vhosts.push(VhostPlan {
-                            name: key,
+                            name: format!("{met}:{declared}"),
                             domain: met,
                             virtual_services: vec![name],
+                            bound_by: vec![(s.gateway.clone(), declared)],
                             require_tls: redirect,
                         }),
                     }
@@ -412,12 +418,13 @@ pub fn virtual_hosts<'a>(
         }
         if redirect {
             for h in &s.server.hosts {
-                let key = format!("{h}:{declared}");
-                if !vhosts.iter().any(|v| v.name == key) {
+                let h = h.to_ascii_lowercase();
+                if !vhosts.iter().any(|v| v.domain == h) {
                     vhosts.push(VhostPlan {
-                        name: key,
-                        domain: h.clone(),
+                        name: format!("{h}:{declared}"),
+                        domain: h,
                         virtual_services: Vec::new(),
+                        bound_by: Vec::new(),
                         require_tls: true,
                     });
                 }
@@ -426,9 +433,10 @@ pub fn virtual_hosts<'a>(
     }
     if vhosts.is_empty() {
         vhosts.push(VhostPlan {
-            name: format!("blackhole:{port}"),
+            name: format!("blackhole:{first_port}"),
             domain: "*".into(),
             virtual_services: Vec::new(),
+            bound_by: Vec::new(),
             require_tls: false,
         });
     }

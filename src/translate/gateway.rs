@@ -307,11 +307,12 @@ fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Ve
     for (o, vs) in bound(inputs, s) {
         for r in &vs.tls {
             for m in r.matches.iter().filter(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s)) {
-                // An SNI host already routed on this port is skipped (CheckDuplicates).
-                let sni: Vec<String> = m.sni_hosts.iter().filter(|h| !seen_sni.contains(h)).cloned().collect();
-                if sni.is_empty() {
+                // A match naming an SNI host already routed on this port
+                // is skipped whole (istiod's CheckDuplicates).
+                if m.sni_hosts.is_empty() || m.sni_hosts.iter().any(|h| seen_sni.contains(h)) {
                     continue;
                 }
+                let sni = m.sni_hosts.clone();
                 let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) else { continue };
                 seen_sni.extend(sni.iter().cloned());
                 let mut sorted = sni;
@@ -337,6 +338,8 @@ pub fn listeners(m: &MergedGateway) -> Vec<Listener> {
 /// VirtualServices in `l4`.
 pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Listener> {
     let mut out: Vec<Listener> = Vec::new();
+    // SNI hosts routed so far, per listener (every key of a port shares it).
+    let mut seen_sni_by_listener: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for key in &m.ports {
         let name = listener_name(key);
         let servers = m.servers.get(key).map(Vec::as_slice).unwrap_or_default();
@@ -352,11 +355,11 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
             chains.extend(servers.iter().filter(|s| !passthrough(&s.server)).filter_map(|s| https_chain(&name, s)));
         }
         if let Some(l4) = l4 {
-            let mut seen_sni = Vec::new();
+            let seen_sni = seen_sni_by_listener.entry(name.clone()).or_default();
             for s in servers {
                 if passthrough(&s.server) && s.server.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::Passthrough)
                 {
-                    chains.extend(passthrough_chains(l4, s, &mut seen_sni));
+                    chains.extend(passthrough_chains(l4, s, seen_sni));
                 } else if s.server.tls.is_none() && !is_http(&key.protocol) {
                     chains.extend(tcp_chain(l4, s));
                 }
@@ -380,7 +383,15 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
         }
     }
     for l in &mut out {
-        if l.filter_chains.iter().any(|c| c.filter_chain_match.as_ref().is_some_and(|m| !m.server_names.is_empty())) {
+        // istiod sets it on every gateway chain.
+        for c in &mut l.filter_chains {
+            c.transport_socket_connect_timeout = Some(Duration { seconds: 15, nanos: 0 });
+        }
+        // The TLS inspector when a chain matches names or carries a TLS
+        // context (with ALPN).
+        if l.filter_chains.iter().any(|c| {
+            c.filter_chain_match.as_ref().is_some_and(|m| !m.server_names.is_empty()) || c.transport_socket.is_some()
+        }) {
             use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
             l.listener_filters.push(ListenerFilter {
                 name: "envoy.filters.listener.tls_inspector".into(),
@@ -405,27 +416,33 @@ pub fn route_configuration(
 ) -> istiod_proto::envoy::config::route::v3::RouteConfiguration {
     use istiod_proto::envoy::config::route::v3 as route;
     let plans = crate::model::gateway::virtual_hosts(m, route_name, virtual_services.iter().copied(), proxy_ns);
-    let servers = m.by_route.get(route_name).map(Vec::as_slice).unwrap_or_default();
     let mut vhosts = Vec::new();
     for plan in plans {
         let mut routes = Vec::new();
-        for vs_name in &plan.virtual_services {
+        for (vs_name, (gateway, port)) in plan.virtual_services.iter().zip(&plan.bound_by) {
             let Some(obj) = virtual_services.iter().find(|o| format!("{}/{}", o.meta.ns(), o.meta.name) == *vs_name)
             else {
                 continue;
             };
             let IstioSpec::VirtualService(vs) = &obj.spec else { continue };
-            // The servers of this route whose hosts gave this vhost.
-            for s in servers {
-                let port = s.server.port.as_ref().map_or(0, |p| p.number) as u16;
-                if plan.name.ends_with(&format!(":{port}"))
-                    && bound_gateways(&vs.gateways, obj.meta.ns()).contains(&s.gateway)
-                {
-                    routes.extend(super::route::gateway_routes(model, obj, vs, &s.gateway, port));
-                    break;
-                }
-            }
+            routes.extend(super::route::gateway_routes(model, obj, vs, gateway, *port as u16));
         }
+        // istiod's SortVHostRoutes: catch-all routes go last, the others
+        // keep their order.
+        let catch_all = |r: &route::Route| {
+            r.r#match.as_ref().is_some_and(|m| {
+                m.headers.is_empty()
+                    && m.query_parameters.is_empty()
+                    && match &m.path_specifier {
+                        Some(route::route_match::PathSpecifier::Prefix(p)) => p == "/",
+                        Some(route::route_match::PathSpecifier::SafeRegex(re)) => re.regex == ".*",
+                        _ => false,
+                    }
+            })
+        };
+        let (mut rest, last): (Vec<_>, Vec<_>) = routes.into_iter().partition(|r| !catch_all(r));
+        rest.extend(last);
+        let routes = rest;
         vhosts.push(route::VirtualHost {
             name: plan.name.clone(),
             domains: vec![plan.domain.clone()],
@@ -443,7 +460,7 @@ pub fn route_configuration(
         name: route_name.to_owned(),
         virtual_hosts: vhosts,
         validate_clusters: Some(false),
-        ignore_port_in_host_matching: true,
+        ignore_port_in_host_matching: m.by_route.contains_key(route_name),
         max_direct_response_body_size_bytes: m.by_route.contains_key(route_name).then_some(1_048_576),
         ..Default::default()
     }
@@ -499,6 +516,11 @@ mod tests {
         assert_eq!((h.stat_prefix.as_str(), rds(&h)), ("outbound_0.0.0.0_8080;", "http.8080"));
         assert_eq!((h.use_remote_address, h.server_name.as_str()), (Some(true), "istio-envoy"));
         assert_eq!(h.upgrade_configs[0].upgrade_type, "websocket");
+        assert_eq!(
+            http.filter_chains[0].transport_socket_connect_timeout,
+            Some(Duration { seconds: 15, nanos: 0 }),
+            "every chain"
+        );
         // HTTPS: a chain per server, by SNI, each with its TLS context.
         let https = &ls[1];
         assert_eq!(https.listener_filters[0].name, "envoy.filters.listener.tls_inspector");
@@ -621,7 +643,8 @@ mod tests {
             "{hosts: [web.example.com], gateways: [gw, mesh], http: [\
               {match: [{uri: {prefix: /api}, gateways: [mesh]}], route: [{destination: {host: api}}]},\
               {match: [{uri: {prefix: /other}, port: 81}], route: [{destination: {host: other}}]},\
-              {route: [{destination: {host: web, port: {number: 8000}}}]}]}",
+              {route: [{destination: {host: web, port: {number: 8000}}}]},\
+              {match: [{uri: {prefix: /late}}], route: [{destination: {host: late}}]}]}",
         )];
         let refs: Vec<&IstioObject> = objs.iter().collect();
         let model = crate::model::Model::default();
@@ -633,9 +656,14 @@ mod tests {
             (vh.name.as_str(), vh.domains.as_slice()),
             ("web.example.com:80", &["web.example.com".to_owned()][..])
         );
-        // The mesh-only match and the other port's are not the gateway's.
-        assert_eq!(vh.routes.len(), 1, "{:?}", vh.routes);
-        let Some(istiod_proto::envoy::config::route::v3::route::Action::Route(a)) = &vh.routes[0].action else {
+        // The mesh-only match and the other port's are not the gateway's;
+        // the catch-all goes after /late (istiod's SortVHostRoutes).
+        assert_eq!(vh.routes.len(), 2, "{:?}", vh.routes);
+        assert!(matches!(
+            vh.routes[0].r#match.as_ref().and_then(|m| m.path_specifier.as_ref()),
+            Some(istiod_proto::envoy::config::route::v3::route_match::PathSpecifier::Prefix(p)) if p == "/late"
+        ));
+        let Some(istiod_proto::envoy::config::route::v3::route::Action::Route(a)) = &vh.routes[1].action else {
             panic!()
         };
         assert!(

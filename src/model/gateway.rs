@@ -162,6 +162,25 @@ pub fn select<'a>(
     out
 }
 
+/// `addPlainTextServer`: a plaintext server as a key of its own on a port
+/// that has one already (another bind, or TLS servers only).
+fn add_plaintext(
+    m: &mut MergedGateway,
+    plaintext: &mut BTreeMap<u32, Vec<ServerPort>>,
+    key: ServerPort,
+    route: String,
+    merged: MergedServer,
+) {
+    if !m.ports.contains(&key) {
+        m.ports.push(key.clone());
+    }
+    plaintext.entry(key.number).or_default().push(key.clone());
+    if is_http_server(&merged.server) {
+        m.by_route.entry(route).or_default().push(merged.clone());
+    }
+    m.servers.entry(key).or_default().push(merged);
+}
+
 /// Merges the selected Gateways. `resolve` maps a server's port to the
 /// port the router listens on (the gateway Service's targetPort for that
 /// port, as istiod's legacy `resolvePorts`; the number itself when no
@@ -241,30 +260,14 @@ pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32
                         m.by_route.entry(existing_route).or_default().push(merged.clone());
                         m.servers.entry(existing).or_default().push(merged);
                     }
-                    None => {
-                        // Another bind address: a listener of its own.
-                        if !m.ports.contains(&key) {
-                            m.ports.push(key.clone());
-                        }
-                        plaintext.entry(resolved).or_default().push(key.clone());
-                        if is_http_server(&server) {
-                            m.by_route.entry(route).or_default().push(merged.clone());
-                        }
-                        m.servers.entry(key).or_default().push(merged);
-                    }
+                    // Another bind address: a listener of its own.
+                    None => add_plaintext(&mut m, &mut plaintext, key, route, merged),
                 }
                 continue;
             }
             // 4. The port is held by TLS servers only.
             if !is_tls_server(&server) {
-                if !m.ports.contains(&key) {
-                    m.ports.push(key.clone());
-                }
-                plaintext.entry(resolved).or_default().push(key.clone());
-                if is_http_server(&server) {
-                    m.by_route.entry(route).or_default().push(merged.clone());
-                }
-                m.servers.entry(key).or_default().push(merged);
+                add_plaintext(&mut m, &mut plaintext, key, route, merged);
                 continue;
             }
             if is_http_server(&server) {
@@ -331,6 +334,31 @@ pub fn host_intersection(a: &str, b: &str) -> Option<String> {
     None
 }
 
+/// The VirtualServices bound to `gateway` (`ns/name`) and visible from
+/// `proxy_ns` (exportTo), oldest first (istiod's
+/// `VirtualServicesForGateway`).
+pub fn bound_virtual_services<'a>(
+    virtual_services: impl IntoIterator<Item = &'a IstioObject>,
+    proxy_ns: &str,
+    gateway: &str,
+) -> Vec<(&'a IstioObject, &'a istiod_kubewatch::istio::networking::VirtualService)> {
+    let mut bound: Vec<_> = virtual_services
+        .into_iter()
+        .filter_map(|o| match &o.spec {
+            IstioSpec::VirtualService(vs) => Some((o, vs)),
+            _ => None,
+        })
+        .filter(|(o, vs)| {
+            let ns = o.meta.ns();
+            let visible = vs.export_to.is_empty()
+                || vs.export_to.iter().any(|e| e == "*" || (e == "." && ns == proxy_ns) || e == proxy_ns);
+            visible && bound_gateways(&vs.gateways, ns).iter().any(|g| g == gateway)
+        })
+        .collect();
+    bound.sort_by_key(|(o, _)| (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone()));
+    bound
+}
+
 /// What one virtual host of a gateway route configuration holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VhostPlan {
@@ -362,10 +390,6 @@ pub fn virtual_hosts<'a>(
     proxy_ns: &str,
 ) -> Vec<VhostPlan> {
     let Some(servers) = m.by_route.get(route) else { return Vec::new() };
-    let visible = |o: &IstioObject, export: &[String]| {
-        let ns = o.meta.ns();
-        export.is_empty() || export.iter().any(|e| e == "*" || (e == "." && ns == proxy_ns) || e == proxy_ns)
-    };
     let mut vhosts: Vec<VhostPlan> = Vec::new();
     // istiod keys virtual hosts by host (lower case); the name takes the
     // port of the server that made it first; the 404 fallback the first
@@ -374,18 +398,7 @@ pub fn virtual_hosts<'a>(
     for s in servers {
         let declared = s.server.port.as_ref().map_or(0, |p| p.number);
         let redirect = s.server.tls.as_ref().is_some_and(|t| t.https_redirect);
-        let mut bound: Vec<(&IstioObject, &istiod_kubewatch::istio::networking::VirtualService)> = virtual_services
-            .clone()
-            .into_iter()
-            .filter_map(|o| match &o.spec {
-                IstioSpec::VirtualService(vs) => Some((o, vs)),
-                _ => None,
-            })
-            .filter(|(o, vs)| {
-                visible(o, &vs.export_to) && bound_gateways(&vs.gateways, o.meta.ns()).contains(&s.gateway)
-            })
-            .collect();
-        bound.sort_by_key(|(o, _)| (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone()));
+        let bound = bound_virtual_services(virtual_services.clone(), proxy_ns, &s.gateway);
         for (o, vs) in bound {
             let vs_ns = o.meta.ns();
             for server_host in &s.server.hosts {

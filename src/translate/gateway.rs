@@ -256,26 +256,17 @@ fn l4_proxy(inputs: &L4Inputs<'_>, vs_ns: &str, route: &[RouteDestination], serv
 /// The VirtualServices bound to a server's Gateway, visible from the
 /// proxy's namespace, whose hosts meet the server's (`pickMatchingGatewayHosts`).
 fn bound<'a>(inputs: &L4Inputs<'a>, s: &MergedServer) -> Vec<(&'a IstioObject, &'a VirtualService)> {
-    let mut out: Vec<(&IstioObject, &VirtualService)> = inputs
-        .virtual_services
-        .iter()
-        .filter_map(|o| match &o.spec {
-            IstioSpec::VirtualService(vs) => Some((*o, vs)),
-            _ => None,
+    let mut out = crate::model::gateway::bound_virtual_services(
+        inputs.virtual_services.iter().copied(),
+        inputs.proxy_ns,
+        &s.gateway,
+    );
+    out.retain(|(o, vs)| {
+        s.server.hosts.iter().any(|sh| {
+            let (host_ns, h) = sh.split_once('/').unwrap_or(("*", sh.as_str()));
+            (host_ns == "*" || host_ns == o.meta.ns()) && vs.hosts.iter().any(|vh| host_intersection(h, vh).is_some())
         })
-        .filter(|(o, vs)| {
-            let ns = o.meta.ns();
-            let visible = vs.export_to.is_empty()
-                || vs.export_to.iter().any(|e| e == "*" || (e == "." && ns == inputs.proxy_ns) || e == inputs.proxy_ns);
-            visible
-                && bound_gateways(&vs.gateways, ns).contains(&s.gateway)
-                && s.server.hosts.iter().any(|sh| {
-                    let (host_ns, h) = sh.split_once('/').unwrap_or(("*", sh.as_str()));
-                    (host_ns == "*" || host_ns == ns) && vs.hosts.iter().any(|vh| host_intersection(h, vh).is_some())
-                })
-        })
-        .collect();
-    out.sort_by_key(|(o, _)| (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.name.clone()));
+    });
     out
 }
 

@@ -276,19 +276,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     // among them (istiod's route building for the mesh gateway).
     let mesh_only;
     let vs = if vs.http.iter().any(|r| r.matches.iter().any(|m| !m.gateways.is_empty())) {
-        let ns = obj.meta.ns();
-        let mut filtered = vs.clone();
-        filtered.http.retain_mut(|r| {
-            if r.matches.is_empty() {
-                return true;
-            }
-            r.matches.retain(|m| {
-                m.gateways.is_empty()
-                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == "mesh")
-            });
-            !r.matches.is_empty()
-        });
-        mesh_only = filtered;
+        mesh_only = for_gateway(vs, obj.meta.ns(), "mesh", None);
         &mesh_only
     } else {
         vs
@@ -305,6 +293,26 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     out
 }
 
+/// `vs` (of namespace `ns`) with only the HTTP match blocks that apply to
+/// `gateway` (`ns/name`, or `mesh`) on `port`: a block counts when its
+/// `gateways` (normalized) are unset or name the gateway, and its `port`
+/// is unset or the given one; a route left with no block is dropped.
+fn for_gateway(vs: &VirtualService, ns: &str, gateway: &str, port: Option<u16>) -> VirtualService {
+    let mut filtered = vs.clone();
+    filtered.http.retain_mut(|r| {
+        if r.matches.is_empty() {
+            return true;
+        }
+        r.matches.retain(|m| {
+            port.is_none_or(|p| m.port == 0 || m.port == u32::from(p))
+                && (m.gateways.is_empty()
+                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == gateway))
+        });
+        !r.matches.is_empty()
+    });
+    filtered
+}
+
 /// A VirtualService's HTTP routes on gateway `gateway` (`ns/name`) for a
 /// server declared on `server_port` (`BuildHTTPRoutesForVirtualService`
 /// for a gateway): a match block counts when its `port` is unset or the
@@ -317,19 +325,7 @@ pub(crate) fn gateway_routes(
     gateway: &str,
     server_port: u16,
 ) -> Vec<route::Route> {
-    let ns = obj.meta.ns();
-    let mut filtered = vs.clone();
-    filtered.http.retain_mut(|r| {
-        if r.matches.is_empty() {
-            return true;
-        }
-        r.matches.retain(|m| {
-            (m.port == 0 || m.port == u32::from(server_port))
-                && (m.gateways.is_empty()
-                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == gateway))
-        });
-        !r.matches.is_empty()
-    });
+    let filtered = for_gateway(vs, obj.meta.ns(), gateway, Some(server_port));
     http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "").into_iter().map(|r| r.route).collect()
 }
 

@@ -102,6 +102,9 @@ pub struct Config {
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
     /// fetches): who fetches a RequestAuthentication's `jwksUri`.
     pub jwks_fetch: crate::translate::authn::JwksFetch,
+    /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`: a router only takes the
+    /// Gateways of its own namespace.
+    pub scope_gateway_to_namespace: bool,
     /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (features/pilot.go, 20m): how
     /// often istiod refetches the key sets it fetched.
     pub jwks_refresh: Duration,
@@ -680,6 +683,7 @@ impl Config {
             kube_api_burst: args.kubernetes_api_burst,
             delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
+            scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             jwks_fetch: crate::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),

@@ -81,9 +81,29 @@ pub fn render(core_answer: &Value) -> Value {
                 "@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump",
                 "dynamic_route_configs": items.iter().map(|(_, v, b)| json!({"version_info": v, "route_config": b})).collect::<Vec<_>>(),
             }),
+            // Private keys never leave: Envoy's own dump shows them as
+            // "[redacted]".
+            Kind::Secret => json!({
+                "@type": "type.googleapis.com/envoy.admin.v3.SecretsConfigDump",
+                "dynamic_active_secrets": items.iter().map(|(n, v, b)| json!({"name": n, "version_info": v, "secret": redact(b.clone())})).collect::<Vec<_>>(),
+            }),
         });
     }
     json!({ "configs": configs })
+}
+
+/// A Secret's JSON with its private key replaced by `[redacted]`.
+fn redact(mut secret: Value) -> Value {
+    for cert in ["tlsCertificate", "tls_certificate"] {
+        if let Some(c) = secret.get_mut(cert).and_then(Value::as_object_mut) {
+            for key in ["privateKey", "private_key"] {
+                if c.contains_key(key) {
+                    c.insert(key.into(), json!({"inlineString": "[redacted]"}));
+                }
+            }
+        }
+    }
+    secret
 }
 
 fn unhex(s: &str) -> Option<Bytes> {
@@ -114,5 +134,37 @@ mod tests {
         assert_eq!(c["dynamic_active_clusters"][0]["version_info"], "2");
         assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["name"], "outbound|80||a");
         assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["@type"], Kind::Cluster.type_url());
+    }
+
+    #[test]
+    fn secrets_are_dumped_without_their_private_key() {
+        use istiod_proto::envoy::config::core::v3::{DataSource, data_source::Specifier};
+        use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+        let inline =
+            |b: &[u8]| Some(DataSource { specifier: Some(Specifier::InlineBytes(b.to_vec())), ..Default::default() });
+        let secret = tls::Secret {
+            name: "kubernetes://cert".into(),
+            r#type: Some(tls::secret::Type::TlsCertificate(tls::TlsCertificate {
+                certificate_chain: inline(b"CERT"),
+                private_key: inline(b"SECRET-KEY"),
+                ..Default::default()
+            })),
+        };
+        let hex: String = secret.encode_to_vec().iter().map(|x| format!("{x:02x}")).collect();
+        let answer = json!({"configs": [{"type_url": Kind::Secret.type_url(), "version_info": "1",
+                                         "resources": [{"name": "kubernetes://cert", "version": "1", "body": hex}]}]});
+        let dump = render(&answer);
+        let text = dump.to_string();
+        let c = &dump["configs"][0];
+        assert_eq!(c["@type"], "type.googleapis.com/envoy.admin.v3.SecretsConfigDump");
+        assert_eq!(c["dynamic_active_secrets"][0]["name"], "kubernetes://cert");
+        assert!(!text.contains(&base64_of(b"SECRET-KEY")), "{text}");
+        assert!(text.contains("[redacted]"), "{text}");
+        assert!(text.contains(&base64_of(b"CERT")), "the certificate stays: {text}");
+    }
+
+    fn base64_of(b: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(b)
     }
 }

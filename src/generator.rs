@@ -7,7 +7,9 @@
 use std::hash::{Hash, Hasher};
 
 mod deps;
+pub mod router;
 pub use deps::{Changes, Dep};
+use router::is_router;
 use std::sync::Arc;
 
 use crate::node::{NodeType, Proxy, ProxyClass};
@@ -154,6 +156,13 @@ impl MeshInput {
         self.changes.latest(Dep::Sidecar).max(self.changes.latest(Dep::Services))
     }
 
+    /// The last change of anything a router's listeners and routes read,
+    /// in any namespace.
+    pub fn router_generation(&self) -> u64 {
+        let c = &self.changes;
+        mix((c.latest(Dep::Gateway), c.latest(Dep::Services), c.latest(Dep::DestinationRule), c.latest(Dep::Workloads)))
+    }
+
     /// The last change of a DestinationRule.
     pub fn routing_generation(&self) -> u64 {
         self.changes.latest(Dep::DestinationRule)
@@ -211,6 +220,13 @@ impl MeshInput {
             model,
             ..self.clone()
         }
+    }
+
+    /// The mesh after Secrets changed in `objs`, and nothing else: only
+    /// SDS reads them (by content hash), so nothing else is recorded.
+    pub fn with_secrets(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
 
     /// The mesh after security policies (PeerAuthentication,
@@ -335,6 +351,11 @@ impl MeshInput {
             next.translation.update_service(&model, host);
         }
         (next.source_matching, next.vs_export) = route_flags(&model);
+        // Routers read VirtualServices bound to Gateways, before or after.
+        let gateway_bound = |model: &Model| model.routing.iter().filter(|o| named(o)).any(deps::is_gateway_bound);
+        if gateway_bound(&self.model) || gateway_bound(&model) {
+            next.changes.touch_everywhere(Dep::Gateway);
+        }
         if changed.iter().any(|(k, _, _)| k == "DestinationRule") {
             // Locality load balancing and route hash policies read the
             // rules; so does the choice of rule by workload labels.
@@ -402,8 +423,8 @@ impl Generator for MeshGenerator {
     type Mesh = MeshInput;
     type Class = ProxyClass;
 
-    fn classify(&self, node: Option<&Node>) -> Result<Classified<ProxyClass>, String> {
-        Proxy::classify(node)
+    fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
+        Proxy::classify(node, verified)
     }
 
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
@@ -413,13 +434,23 @@ impl Generator for MeshGenerator {
     }
 
     fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if is_router(class) && kind == Kind::Listener {
+            return Vec::new(); // a router's listeners are its Gateways'
+        }
         let mut names = snap.shared_names(kind);
         let Some(m) = mesh(snap) else { return names };
         names.retain(|n| m.serves(class, kind, n));
+        if is_router(class) {
+            names.retain(|n| !router::router_skips_cluster(n));
+        }
         names
     }
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if is_router(class) && kind == Kind::Listener {
+            let Some(m) = mesh(snap) else { return Vec::new() };
+            return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
+        }
         let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
         match kind {
             Kind::Listener => vec![VIRTUAL_INBOUND.into()],
@@ -436,7 +467,8 @@ impl Generator for MeshGenerator {
     /// only for endpoints. Proxies that differ in nothing else share them.
     fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
         let m = mesh(snap)?;
-        let labels = m.source_matching || m.selecting_sidecars;
+        // Gateways select routers by label.
+        let labels = m.source_matching || m.selecting_sidecars || is_router(class);
         Some(ProxyClass {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
@@ -449,6 +481,23 @@ impl Generator for MeshGenerator {
     }
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+        if kind == Kind::Secret {
+            return router::secret(&mesh(snap)?.model, class, name).map(|(h, _)| h);
+        }
+        if is_router(class) {
+            let m = mesh(snap)?;
+            match kind {
+                Kind::Listener => {
+                    let listeners = router::listeners(&m.model, class);
+                    let l = listeners.iter().find(|l| l.name == name)?;
+                    return Some(mix((router::input(m, class), l.encoded_len())));
+                }
+                // Every name has an answer (an unknown one is empty).
+                Kind::Route => return Some(router::input(m, class)),
+                Kind::Cluster if router::router_skips_cluster(name) => return None,
+                _ => {}
+            }
+        }
         if inbound_name(kind, name) {
             let m = mesh(snap).filter(|_| per_class(class))?;
             if kind == Kind::Cluster
@@ -475,6 +524,22 @@ impl Generator for MeshGenerator {
     }
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+        if kind == Kind::Secret {
+            let (_, secret) = router::secret(&mesh(snap)?.model, class, name)?;
+            return Some(Bytes::from(secret.encode_to_vec()));
+        }
+        if is_router(class) {
+            let m = mesh(snap)?;
+            match kind {
+                Kind::Listener => {
+                    let l = router::listeners(&m.model, class).into_iter().find(|l| l.name == name)?;
+                    return Some(Bytes::from(l.encode_to_vec()));
+                }
+                Kind::Route => return Some(Bytes::from(router::route(&m.model, class, name).encode_to_vec())),
+                Kind::Cluster if router::router_skips_cluster(name) => return None,
+                _ => {}
+            }
+        }
         if inbound_name(kind, name) {
             let m = mesh(snap).filter(|_| per_class(class))?;
             return match kind {
@@ -507,7 +572,7 @@ impl Generator for MeshGenerator {
                 // The Sidecar overrides the mesh's policy for unknown destinations.
                 Some(Bytes::from(virtual_outbound(policy).encode_to_vec()))
             }
-            Kind::Listener => snap.shared_body(kind, name),
+            Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
             Kind::Route => {
                 let table = m.translation.routes.get(name)?;
                 // (Without scoping every service is visible: skip the lookups.)

@@ -34,6 +34,8 @@ pub struct MeshSettings {
     pub enable_auto_mtls: bool,
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS`: who fetches a `jwksUri`.
     pub jwks_fetch: crate::translate::authn::JwksFetch,
+    /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`.
+    pub scope_gateway_to_namespace: bool,
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all). Used for the root ConfigMaps.
     pub discovery_selectors: Vec<LabelSelector>,
@@ -96,6 +98,7 @@ impl Default for MeshSettings {
             outbound: OutboundPolicy::AllowAny,
             enable_auto_mtls: true,
             jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
+            scope_gateway_to_namespace: false,
             discovery_selectors: Vec::new(),
         }
     }

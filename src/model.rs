@@ -233,6 +233,13 @@ pub struct Model {
     /// Sidecars, same order.
     #[serde(skip)]
     pub sidecars: Arc<Vec<IstioObject>>,
+    /// Gateways (networking.istio.io), same order (a router sorts the
+    /// ones it takes oldest first).
+    #[serde(skip)]
+    pub gateways: Arc<Vec<IstioObject>>,
+    /// Secrets (gateway credentials) by (namespace, name).
+    #[serde(skip)]
+    pub secrets: Arc<Secrets>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
@@ -266,6 +273,39 @@ struct RoutingIndex {
     len: usize,
     destination_rules: destination_rules::DestinationRules,
     virtual_services: std::collections::HashMap<String, usize>,
+}
+
+/// Secrets by (namespace, name): their data decoded, and a hash of it (the
+/// input generation of what is served from them).
+pub type Secrets = BTreeMap<(String, String), Arc<StoredSecret>>;
+
+/// One Secret as SDS reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredSecret {
+    /// `data` and `stringData`, decoded.
+    pub data: credentials::SecretData,
+    /// A hash of `data`.
+    pub hash: u64,
+}
+
+impl std::fmt::Debug for StoredSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredSecret").field("keys", &self.data.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// The Secrets of `objs`.
+pub fn secrets_of(objs: &Objects) -> Secrets {
+    use std::hash::{Hash, Hasher};
+    objs.secrets
+        .iter()
+        .map(|s| {
+            let data = s.decoded();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
+        })
+        .collect()
 }
 
 /// Whether a VirtualService applies to sidecars: bound to `mesh`.
@@ -490,6 +530,8 @@ impl Model {
             sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
         model.security = Arc::new(sorted(objs, is_security));
         model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
+        model.gateways = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Gateway(_))));
+        model.secrets = Arc::new(secrets_of(objs));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }
@@ -529,6 +571,11 @@ impl Model {
     /// and nothing else: a pass over the Istio objects, no rebuild.
     pub fn with_security_of(&self, objs: &Objects) -> Model {
         Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
+    }
+
+    /// The model with its Secrets read again from `objs` and nothing else.
+    pub fn with_secrets_of(&self, objs: &Objects) -> Model {
+        Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
     }
 
     /// The model with its Sidecars read again from `objs` and nothing else.

@@ -55,6 +55,10 @@ pub struct ProxyClass {
     /// The node's locality as `region/zone/subzone` (empty when unknown):
     /// locality load balancing orders endpoints by it.
     pub locality: Arc<str>,
+    /// Whether the stream's caller was authenticated and its namespace
+    /// checked (istiod's `VerifiedIdentity`): gateway credentials (SDS)
+    /// are served only then.
+    pub verified: bool,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -135,6 +139,7 @@ impl Proxy {
                     }
                     _ => "".into(),
                 },
+                verified: false,
             },
             cluster_id: s("CLUSTER_ID"),
             istio_version: s("ISTIO_VERSION"),
@@ -158,8 +163,9 @@ impl Proxy {
     /// The engine's view: the id, the fields the debug endpoints show, and
     /// the class. (A long id quoted in the error is cut by the gRPC status
     /// layer, like every status message.)
-    pub fn classify(node: Option<&Node>) -> Result<Classified<ProxyClass>, String> {
-        let p = Proxy::from_node(node).map_err(|e| e.to_string())?;
+    pub fn classify(node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
+        let mut p = Proxy::from_node(node).map_err(|e| e.to_string())?;
+        p.class.verified = verified;
         Ok(Classified {
             peer: Peer {
                 id: p.id.clone(),

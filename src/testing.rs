@@ -17,6 +17,7 @@ pub(crate) fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         generator: "".into(),
         labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
         locality: "".into(),
+        verified: false,
     }
 }
 

@@ -62,6 +62,8 @@ pub enum Object {
     Node(Node),
     /// A Namespace.
     Namespace(Namespace),
+    /// A Secret.
+    Secret(crate::objects::Secret),
     /// An Istio object, validated.
     Istio(crate::istio::IstioObject),
     /// A kind this source does not read yet (counted, not an error).
@@ -108,6 +110,7 @@ impl ObjectRef {
             Object::Pod(p) => ("Pod".to_owned(), Some(&p.metadata), None),
             Object::Node(n) => ("Node".to_owned(), Some(&n.metadata), None),
             Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
+            Object::Secret(n) => ("Secret".to_owned(), Some(&n.metadata), None),
             Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
             Object::Skipped(k) => (k.clone(), None, None),
         };
@@ -256,6 +259,7 @@ fn check_names(obj: &Object) -> Result<(), String> {
         Object::EndpointSlice(s) => (&s.metadata, false),
         Object::Pod(p) => (&p.metadata, false),
         Object::Node(n) => (&n.metadata, false),
+        Object::Secret(n) => (&n.metadata, false),
         Object::Istio(o) => (&o.meta, false),
         Object::Skipped(_) => return Ok(()),
     };
@@ -288,6 +292,10 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
         "Pod" => Object::Pod(Pod::deserialize(value).map_err(e)?),
         "Node" => Object::Node(Node::deserialize(value).map_err(e)?),
         "Namespace" => Object::Namespace(Namespace::deserialize(value).map_err(e)?),
+        "Secret" => match crate::objects::Secret::deserialize(value).map_err(e)? {
+            s if s.is_read() => Object::Secret(s),
+            _ => Object::Skipped(kind),
+        },
         other if KNOWN_UNREAD.contains(&other) => Object::Skipped(other.to_owned()),
         other => {
             let api = head.api_version.unwrap_or_default();
@@ -299,7 +307,7 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
 /// Kinds that belong in a cluster's manifests but that the model does not
 /// read (yet): skipped without complaint. Anything else is a typo or a
 /// stray file, and is reported.
-const KNOWN_UNREAD: [&str; 28] = [
+const KNOWN_UNREAD: [&str; 27] = [
     "ServiceAccount",
     "Deployment",
     "ReplicaSet",
@@ -308,7 +316,6 @@ const KNOWN_UNREAD: [&str; 28] = [
     "Job",
     "CronJob",
     "ConfigMap",
-    "Secret",
     "Endpoints",
     "Ingress",
     "IngressClass",
@@ -527,6 +534,7 @@ impl ConfigDir {
                 Object::Pod(p) => loaded.objects.pods.push(p),
                 Object::Node(n) => loaded.objects.nodes.push(n),
                 Object::Namespace(n) => loaded.objects.namespaces.push(n),
+                Object::Secret(n) => loaded.objects.secrets.push(n),
                 Object::Istio(o) => loaded.objects.istio.push(o),
                 Object::Skipped(_) => loaded.skipped += 1,
             }

@@ -595,7 +595,7 @@ async fn respond(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::
     stream.shutdown().await
 }
 
-/// The core resources the model reads.
+/// The core resources the model reads (Secrets: gateway credentials).
 pub fn core_resources() -> Vec<Resource> {
     vec![
         Resource { group: "", version: "v1", plural: "services", kind: "Service" },
@@ -603,6 +603,7 @@ pub fn core_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "pods", kind: "Pod" },
         Resource { group: "", version: "v1", plural: "nodes", kind: "Node" },
         Resource { group: "", version: "v1", plural: "namespaces", kind: "Namespace" },
+        Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
     ]
 }
 

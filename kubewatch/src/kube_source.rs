@@ -22,17 +22,18 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::config_dir::{Object, ObjectRef};
-use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
+use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Secret, Service};
 
 /// The kinds watched, in the order of [`Stores`]: (group, version, kind,
-/// plural). The first five are Kubernetes' own; the rest are Istio CRDs,
+/// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 19] = [
+pub const KINDS: [(&str, &str, &str, &str); 20] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
     ("", "v1", "Node", "nodes"),
     ("", "v1", "Namespace", "namespaces"),
+    ("", "v1", "Secret", "secrets"),
     ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
     ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
     ("networking.istio.io", "v1", "Gateway", "gateways"),
@@ -50,7 +51,7 @@ pub const KINDS: [(&str, &str, &str, &str); 19] = [
 ];
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
-const FIRST_CRD: usize = 5;
+const FIRST_CRD: usize = 6;
 
 /// What the source hands the control thread.
 #[derive(Debug, Clone)]
@@ -112,8 +113,8 @@ impl Updates {
 
 #[derive(Default)]
 struct Stores {
-    objects: [BTreeMap<(String, String), Object>; 19],
-    synced: [bool; 19],
+    objects: [BTreeMap<(String, String), Object>; KINDS.len()],
+    synced: [bool; KINDS.len()],
     /// Since the last update; `None`: unknown.
     changed: Option<std::collections::BTreeSet<ObjectRef>>,
 }
@@ -134,6 +135,11 @@ fn convert(i: usize, v: &Value) -> Result<Object, String> {
         2 => Object::Pod(read::<Pod>(v)?),
         3 => Object::Node(read::<Node>(v)?),
         4 => Object::Namespace(read::<Namespace>(v)?),
+        // istiod's informer leaves Helm releases and tokens out.
+        5 => match read::<Secret>(v)? {
+            s if s.is_read() => Object::Secret(s),
+            _ => Object::Skipped("Secret".into()),
+        },
         _ => {
             let y = serde_yaml_ng::to_value(v).map_err(|e| e.to_string())?;
             Object::Istio(crate::istio::parse(&y).map_err(|e| e.to_string())?)
@@ -152,6 +158,7 @@ fn build(stores: &Stores) -> Objects {
                 Object::Pod(p) => o.pods.push(p),
                 Object::Node(n) => o.nodes.push(n),
                 Object::Namespace(n) => o.namespaces.push(n),
+                Object::Secret(n) => o.secrets.push(n),
                 Object::Istio(x) => o.istio.push(x),
                 Object::Skipped(_) => {}
             }

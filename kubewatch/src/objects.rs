@@ -229,6 +229,55 @@ pub struct Conditions {
     pub terminating: Option<bool>,
 }
 
+/// A Secret (core/v1): gateway credentials (`tls.crt`/`tls.key`/`ca.crt`,
+/// generic `cert`/`key`/`cacert`). `data` arrives base64 (decoded here);
+/// `stringData`, which the API server folds into `data`, is read as well
+/// so a manifest in `--configDir` may use either.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Secret {
+    /// Metadata.
+    pub metadata: Meta,
+    /// `type` (`kubernetes.io/tls`, `Opaque`, ...).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `data`, decoded.
+    pub data: BTreeMap<String, k8s_openapi::ByteString>,
+    /// `stringData`.
+    pub string_data: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Secret {
+    // Never print key material.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&String> = self.data.keys().chain(self.string_data.keys()).collect();
+        f.debug_struct("Secret")
+            .field("metadata", &self.metadata)
+            .field("type", &self.type_)
+            .field("keys", &keys)
+            .finish()
+    }
+}
+
+impl Secret {
+    /// Types istiod's Secret informer leaves out (Helm releases and
+    /// service account tokens): never credentials, often large.
+    pub const IGNORED_TYPES: [&'static str; 2] = ["helm.sh/release.v1", "kubernetes.io/service-account-token"];
+
+    /// Whether istiod reads Secrets of this one's type.
+    pub fn is_read(&self) -> bool {
+        !Self::IGNORED_TYPES.contains(&self.type_.as_str())
+    }
+
+    /// `data` and `stringData` merged (`stringData` wins, as the API
+    /// server merges them).
+    pub fn decoded(&self) -> BTreeMap<String, Vec<u8>> {
+        let mut out: BTreeMap<String, Vec<u8>> = self.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
+        out.extend(self.string_data.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())));
+        out
+    }
+}
+
 /// Objects read from a source.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Objects {
@@ -244,4 +293,6 @@ pub struct Objects {
     pub namespaces: Vec<Namespace>,
     /// Istio configuration (networking.istio.io, security.istio.io), validated.
     pub istio: Vec<crate::istio::IstioObject>,
+    /// Secrets of the types istiod reads (gateway credentials).
+    pub secrets: Vec<Secret>,
 }

@@ -190,7 +190,7 @@ impl<S: Service + 'static> AuthedAds<S> {
                         Reviewed::Denied(reason) => return Err(unauthenticated(peer, &reason)),
                         Reviewed::Unavailable(status) => return Err(status),
                     };
-                    svc.open(&mut c, &call)?;
+                    svc.open(&mut c, &Call { verified: identity_check, ..call.clone() })?;
                     let mut unchecked = identity_check.then_some(ids);
                     for msg in held {
                         if let Some(ids) = unchecked.take() {
@@ -244,7 +244,9 @@ impl<S: Service + 'static> Service for AuthedAds<S> {
         match server.authenticate(&conn.info, bearer(call).as_deref()) {
             Authn::Ids(ids) => {
                 tracing::debug!(target: "ads", peer = ?conn.info.peer, identities = ?ids, "Authenticated XDS");
-                self.inner.borrow_mut().open(conn, call)?;
+                // The node's namespace is checked against `ids` at the
+                // first message, before the service sees it.
+                self.inner.borrow_mut().open(conn, &Call { verified: self.auth.identity_check, ..call.clone() })?;
                 if self.auth.identity_check {
                     self.gates.borrow_mut().insert(key, Gate::Check { ids, delta });
                 }

@@ -133,6 +133,16 @@ pub(super) fn apply(
     if differs(MeshInput::scope_generation) {
         touch(&|_| true);
     }
+    // What routers read changed: every listener and route name a router
+    // may have, before and after.
+    if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
+        touched.extend(prev.as_ref().map(|p| crate::generator::router::all_names(&p.model)).unwrap_or_default());
+        touched.extend(crate::generator::router::all_names(&mesh.model));
+    }
+    // Secrets: the SDS names of the ones that changed, and only those.
+    if let Some(p) = &prev {
+        touched.extend(crate::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
+    }
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;

@@ -59,6 +59,9 @@ pub fn update(
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
             return Some(m.with_security(objects));
         }
+        if all(&["Secret"]).is_some() {
+            return Some(m.with_secrets(objects));
+        }
         if all(&["Sidecar"]).is_some() {
             return Some(m.with_sidecars(objects));
         }

@@ -43,9 +43,16 @@ pub enum Dep {
     /// DestinationRules (which one applies, locality balancing, hash
     /// policies): mesh-wide, a rule may apply to clients anywhere.
     DestinationRule,
+    /// Gateways and the VirtualServices routers read: mesh-wide (a
+    /// Gateway selects routers by label, anywhere).
+    Gateway,
 }
 
-const DEPS: usize = 5;
+const DEPS: usize = 6;
+
+/// Every dependency kind.
+pub(super) const ALL_DEPS: [Dep; DEPS] =
+    [Dep::Security, Dep::Workloads, Dep::Sidecar, Dep::Services, Dep::DestinationRule, Dep::Gateway];
 
 /// Process-wide source of update ids.
 static EPOCHS: AtomicU64 = AtomicU64::new(1);
@@ -110,7 +117,7 @@ impl Changes {
 
     /// The keys this update changed (`None`: every namespace), in order.
     pub fn touched(&self) -> Vec<(Dep, Option<Arc<str>>)> {
-        let all = [Dep::Security, Dep::Workloads, Dep::Sidecar, Dep::Services, Dep::DestinationRule];
+        let all = ALL_DEPS;
         let mut out: Vec<(Dep, Option<Arc<str>>)> =
             all.into_iter().filter(|d| self.everywhere[*d as usize] == self.epoch).map(|d| (d, None)).collect();
         let mut own: Vec<_> =
@@ -138,6 +145,22 @@ pub(super) fn touch_lists(changes: &mut Changes, dep: Dep, old: &[IstioObject], 
         if a.get(ns) != b.get(ns) {
             changes.touch(dep, ns, root);
         }
+    }
+}
+
+/// The VirtualServices bound to some Gateway (not only to `mesh`): what
+/// routers read of the routing objects.
+pub(super) fn gateway_bound(model: &Model) -> Vec<&IstioObject> {
+    model.routing.iter().filter(|o| is_gateway_bound(o)).collect()
+}
+
+/// Whether `o` is a VirtualService bound to some Gateway.
+pub(super) fn is_gateway_bound(o: &IstioObject) -> bool {
+    match &o.spec {
+        istiod_kubewatch::istio::IstioSpec::VirtualService(vs) => {
+            crate::model::gateway::bound_gateways(&vs.gateways, o.meta.ns()).iter().any(|g| g != "mesh")
+        }
+        _ => false,
     }
 }
 
@@ -178,9 +201,14 @@ pub(super) fn touch_models(
     if rules(old) != rules(new) {
         changes.touch_everywhere(Dep::DestinationRule);
     }
+    // Routers read the Gateways and the VirtualServices (any of them may
+    // be bound to a Gateway).
+    if old.gateways != new.gateways || gateway_bound(old) != gateway_bound(new) {
+        changes.touch_everywhere(Dep::Gateway);
+    }
     if old.namespaces != new.namespaces || old.mesh != new.mesh {
         // Namespace labels and the mesh settings: anything may read them.
-        for d in [Dep::Security, Dep::Workloads, Dep::Sidecar, Dep::Services, Dep::DestinationRule] {
+        for d in ALL_DEPS {
             changes.touch_everywhere(d);
         }
     }

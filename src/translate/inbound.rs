@@ -65,6 +65,7 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         generator: "".into(),
         labels: Vec::new(),
         locality: "".into(),
+        verified: false,
     };
     Some(mtls_mode(model, &class, port))
 }

@@ -520,7 +520,9 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         let protocol = self.router.lookup(&call.request.path)?;
         let id = conn.info.id;
-        self.streams.insert((id, call.stream), AdsStream::new(protocol, Instant::now()));
+        let mut stream = AdsStream::new(protocol, Instant::now());
+        stream.verified = call.verified;
+        self.streams.insert((id, call.stream), stream);
         self.by_conn.entry(id).or_default().push(call.stream);
         Ok(())
     }
@@ -532,9 +534,10 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
         let classes = &mut self.classes;
         let generator = &*self.generator;
         let limit = self.max_node_bytes;
+        let verified = s.verified;
         let mut intern = |node: Option<&istiod_proto::envoy::config::core::v3::Node>| {
             node::check_size(node, limit)?;
-            let c = generator.classify(node)?;
+            let c = generator.classify(node, verified)?;
             Ok((c.peer, Self::intern(classes, c.class)))
         };
         let result = match s.protocol {

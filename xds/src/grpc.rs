@@ -44,6 +44,11 @@ pub struct Call {
     pub request: Request,
     /// `grpc-timeout` as an absolute deadline.
     pub deadline: Option<Instant>,
+    /// Set by an authenticating wrapper around a service (never from the
+    /// wire): the caller is authenticated and its node's namespace is
+    /// checked against its identity before its first message reaches the
+    /// service (istiod's `VerifiedIdentity`, which SDS requires).
+    pub verified: bool,
 }
 
 /// The application behind a connection.
@@ -208,7 +213,7 @@ impl GrpcConnection {
                 return;
             }
         };
-        let call = Call { stream: id, request, deadline };
+        let call = Call { stream: id, request, deadline, verified: false };
         self.calls.insert(id, CallState { buf: BytesMut::new(), headers_sent: false, finished: false, deadline });
         if let Err(status) = svc.open(self, &call) {
             self.finish(id, &status);

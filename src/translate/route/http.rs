@@ -211,8 +211,9 @@ pub(super) fn vs_routes(
             continue;
         }
         let hash_destination = r.route.first().and_then(|d| d.destination.as_ref()).map(|dest| {
-            let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
-            (model.resolve_host(&dest.host, ns), dport, dest.subset.clone())
+            let host = model.resolve_host(&dest.host, ns);
+            let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port);
+            (host, dport, dest.subset.clone())
         });
         let clusters: Vec<(String, u32)> = r
             .route
@@ -220,7 +221,7 @@ pub(super) fn vs_routes(
             .filter_map(|d| {
                 let dest = d.destination.as_ref()?;
                 let host = model.resolve_host(&dest.host, ns);
-                let dport = dest.port.as_ref().map_or(port, |p| p.number as u16);
+                let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port);
                 Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32))
             })
             .collect();
@@ -278,7 +279,7 @@ pub(super) fn vs_routes(
             );
             for (m, pct) in mirrors {
                 let host = model.resolve_host(&m.host, ns);
-                let mport = m.port.as_ref().map_or(port, |p| p.number as u16);
+                let mport = destination_port(model, m.port.as_ref().map(|p| p.number), &host, port);
                 action.request_mirror_policies.push(route::route_action::RequestMirrorPolicy {
                     cluster: format!("outbound|{mport}|{}|{host}", m.subset),
                     runtime_fraction: Some(core::RuntimeFractionalPercent {
@@ -383,4 +384,15 @@ pub(super) fn vs_routes(
         }
     }
     out
+}
+
+/// A destination's port (istiod's `GetDestinationCluster`): the one it
+/// names, else the port of a service that has exactly one, else the
+/// listener's.
+pub(crate) fn destination_port(model: &Model, named: Option<u32>, host: &str, listener_port: u16) -> u16 {
+    match (named, model.services.get(host).map(|s| s.ports.as_slice())) {
+        (Some(p), _) => p as u16,
+        (None, Some([only])) => only.port,
+        _ => listener_port,
+    }
 }

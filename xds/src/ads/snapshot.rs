@@ -24,11 +24,13 @@ pub enum Kind {
     Listener = 2,
     /// RDS.
     Route = 3,
+    /// SDS (gateway credentials), last as in istiod's push order.
+    Secret = 4,
 }
 
 impl Kind {
     /// Every kind, in push order.
-    pub const ALL: [Kind; 4] = [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route];
+    pub const ALL: [Kind; 5] = [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route, Kind::Secret];
 
     /// The type URL on the wire.
     pub fn type_url(self) -> &'static str {
@@ -38,6 +40,7 @@ impl Kind {
             Kind::Endpoint => t::CLUSTER_LOAD_ASSIGNMENT,
             Kind::Listener => t::LISTENER,
             Kind::Route => t::ROUTE_CONFIGURATION,
+            Kind::Secret => t::SECRET,
         }
     }
 
@@ -53,7 +56,7 @@ impl Kind {
 
     /// Short name for debug output (`CDS`, ...).
     pub fn short(self) -> &'static str {
-        ["CDS", "EDS", "LDS", "RDS"][self as usize]
+        ["CDS", "EDS", "LDS", "RDS", "SDS"][self as usize]
     }
 }
 
@@ -75,7 +78,7 @@ pub struct SimpleModel {
     /// Resources by kind (index: `Kind as usize`) and name; persistent
     /// maps, so a snapshot that changes a few resources shares the rest
     /// with the previous one (O(changed), not O(mesh)).
-    pub resources: [imbl::OrdMap<Arc<str>, SimpleResource>; 4],
+    pub resources: [imbl::OrdMap<Arc<str>, SimpleResource>; Kind::ALL.len()],
 }
 
 /// An immutable view of the mesh at one version. `M` is the generator's
@@ -169,7 +172,9 @@ pub trait Generator: Send + Sync + 'static {
 
     /// Classifies the node of a stream's first request, or says why it is
     /// refused (the stream ends with INVALID_ARGUMENT and the message).
-    fn classify(&self, node: Option<&Node>) -> Result<Classified<Self::Class>, String>;
+    /// `verified`: the stream's caller was authenticated and the node's
+    /// namespace checked against its identity ([`crate::grpc::Call::verified`]).
+    fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<Self::Class>, String>;
 
     /// Names a proxy of `class` receives when it subscribes to all of
     /// `kind` (CDS and LDS wildcard).
@@ -218,7 +223,7 @@ pub struct SimpleGenerator;
 impl Generator for SimpleGenerator {
     type Mesh = ();
     type Class = ();
-    fn classify(&self, node: Option<&Node>) -> Result<Classified<()>, String> {
+    fn classify(&self, node: Option<&Node>, _verified: bool) -> Result<Classified<()>, String> {
         match node.filter(|n| !n.id.is_empty()) {
             Some(n) => Ok(Classified { peer: Peer { id: n.id.as_str().into(), info: Vec::new() }, class: () }),
             None => Err("missing node information".into()),

@@ -139,7 +139,10 @@ pub struct AdsStream<C = ()> {
     /// When the stream opened.
     pub connected_at: Instant,
     /// Watches by kind.
-    pub watches: [Option<Watch>; 4],
+    pub watches: [Option<Watch>; Kind::ALL.len()],
+    /// Whether the caller's identity was verified (see
+    /// [`crate::grpc::Call::verified`]).
+    pub verified: bool,
     /// Requests of types this server does not serve (ignored).
     pub unknown_types: u64,
     /// Stale nonces ignored.
@@ -168,6 +171,7 @@ impl<C: super::Class> AdsStream<C> {
             class: None,
             connected_at: now,
             watches: Default::default(),
+            verified: false,
             unknown_types: 0,
             stale: 0,
         }

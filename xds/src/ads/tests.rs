@@ -19,7 +19,7 @@ use super::stream::{AdsStream, Ctx, Protocol};
 
 fn intern(node: Option<&Node>) -> Result<(Peer, Arc<()>), String> {
     use super::snapshot::Generator;
-    let c = SimpleGenerator.classify(node)?;
+    let c = SimpleGenerator.classify(node, false)?;
     Ok((c.peer, Arc::new(())))
 }
 

@@ -80,9 +80,25 @@ pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
     };
     let m = merge(&selected, resolve);
     for r in &m.rejected {
-        tracing::debug!(target: "model", gateway = %r.gateway, port = r.port, reason = %r.reason, "gateway server left out");
+        warn_once(r);
     }
     m
+}
+
+/// Logs a rejected server once (the merge runs for every router class
+/// and generation; the conflict is the same each time), within a bounded
+/// memory of what was said.
+fn warn_once(r: &crate::model::gateway::Rejected) {
+    static SAID: std::sync::Mutex<Option<std::collections::HashSet<(String, u32, String)>>> =
+        std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    let set = said.get_or_insert_with(Default::default);
+    if set.len() >= 4096 {
+        set.clear();
+    }
+    if set.insert((r.gateway.clone(), r.port, r.reason.clone())) {
+        tracing::warn!(target: "model", gateway = %r.gateway, port = r.port, reason = %r.reason, "gateway server rejected");
+    }
 }
 
 fn virtual_services(model: &Model) -> Vec<&IstioObject> {

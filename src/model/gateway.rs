@@ -210,7 +210,6 @@ pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32
                 route_name: route.clone(),
             };
             let reject = |m: &mut MergedGateway, reason: &str| {
-                tracing::warn!(target: "model", gateway = %gateway, port = port.number, reason, "gateway server rejected");
                 m.rejected.push(Rejected { gateway: gateway.clone(), port: port.number, reason: reason.into() });
             };
             // 1. A TLS host claimed twice on a port and bind drops the server.

@@ -105,6 +105,9 @@ pub struct Config {
     /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`: a router only takes the
     /// Gateways of its own namespace.
     pub scope_gateway_to_namespace: bool,
+    /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`: a gateway's virtual
+    /// hosts with the same routes become one.
+    pub route_collapse: bool,
     /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (features/pilot.go, 20m): how
     /// often istiod refetches the key sets it fetched.
     pub jwks_refresh: Duration,
@@ -684,6 +687,7 @@ impl Config {
             delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
+            route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
             jwks_fetch: crate::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),

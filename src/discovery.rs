@@ -93,6 +93,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let mut mesh = crate::mesh::MeshSettings::load(&config.mesh_config)?;
     mesh.jwks_fetch = config.jwks_fetch;
     mesh.scope_gateway_to_namespace = config.scope_gateway_to_namespace;
+    mesh.route_collapse = config.route_collapse;
     let mesh = Arc::new(mesh);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.

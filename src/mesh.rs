@@ -36,6 +36,8 @@ pub struct MeshSettings {
     pub jwks_fetch: crate::translate::authn::JwksFetch,
     /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`.
     pub scope_gateway_to_namespace: bool,
+    /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
+    pub route_collapse: bool,
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all). Used for the root ConfigMaps.
     pub discovery_selectors: Vec<LabelSelector>,
@@ -99,6 +101,7 @@ impl Default for MeshSettings {
             enable_auto_mtls: true,
             jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
             scope_gateway_to_namespace: false,
+            route_collapse: true,
             discovery_selectors: Vec::new(),
         }
     }

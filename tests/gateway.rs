@@ -38,6 +38,9 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     (HTTP, "BookInfo.Example.com", "/static/style.css", PRODUCTPAGE),
     (HTTP, "bookinfo.example.com", "/api/v1/products/1", PRODUCTPAGE),
     (HTTP, "bookinfo.example.com", "/reviews/0", REVIEWS),
+    (HTTP, "www.bookinfo.example.com", "/productpage", PRODUCTPAGE),
+    // Only the port-80 server names www: not on 443.
+    (HTTPS, "www.bookinfo.example.com", "/productpage", "404"),
     (HTTP, "bookinfo.example.com", "/", "redirect:/productpage"),
     // The mesh-only VirtualService for the same host is not on the gateway.
     (HTTP, "bookinfo.example.com", "/mesh", "404"),
@@ -169,6 +172,25 @@ fn a_gateway_is_served_its_listeners_routes_and_credentials_and_a_rotation() {
     let clusters = report["clusters"].as_array().unwrap();
     assert!(clusters.contains(&json!("outbound|9080||productpage.bookinfo.svc.cluster.local")), "{clusters:?}");
     assert!(!clusters.iter().any(|c| c.as_str().unwrap().contains("Passthrough")), "{clusters:?}");
+
+    // /debug/config_dump for the gateway: its listeners, routes and
+    // credentials, private keys redacted as Envoy's own dump shows them.
+    let id = "router~10.1.0.20~istio-ingressgateway-5d8f.istio-system~istio-system.svc.cluster.local";
+    let (status, body) = server::get(g.server.http, &format!("/debug/config_dump?proxyID={id}")).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let dump: Value = serde_json::from_str(&body).unwrap();
+    let config = |t: &str| dump["configs"].as_array().unwrap().iter().find(|c| c["@type"] == t).cloned().unwrap();
+    let listeners = config("type.googleapis.com/envoy.admin.v3.ListenersConfigDump");
+    assert_eq!(listeners["dynamic_listeners"].as_array().unwrap().len(), 4, "{listeners}");
+    let routes = config("type.googleapis.com/envoy.admin.v3.RoutesConfigDump");
+    assert_eq!(routes["dynamic_route_configs"].as_array().unwrap().len(), 3);
+    let secrets = config("type.googleapis.com/envoy.admin.v3.SecretsConfigDump");
+    let dumped = secrets["dynamic_active_secrets"].as_array().unwrap();
+    assert_eq!(dumped.len(), 3, "{secrets}");
+    for s in dumped.iter().filter(|s| s["secret"].get("tlsCertificate").is_some()) {
+        assert_eq!(s["secret"]["tlsCertificate"]["privateKey"], json!({"inlineString": "[redacted]"}), "{s}");
+        assert!(s["secret"]["tlsCertificate"]["certificateChain"]["inlineBytes"].is_string(), "{s}");
+    }
 
     // Rotation: a new certificate for bookinfo-cert reaches the gateway
     // over SDS, and only that name is pushed.

@@ -373,6 +373,9 @@ pub struct VhostPlan {
     pub bound_by: Vec<(String, u32)>,
     /// From a server with `httpsRedirect`: `require_tls: ALL`.
     pub require_tls: bool,
+    /// Hosts whose virtual hosts were collapsed into this one
+    /// ([`collapse`]): more domains, the same routes.
+    pub more_domains: Vec<String>,
 }
 
 /// The virtual hosts of gateway route configuration `route`
@@ -423,6 +426,7 @@ pub fn virtual_hosts<'a>(
                             virtual_services: vec![name],
                             bound_by: vec![(s.gateway.clone(), declared)],
                             require_tls: redirect,
+                            more_domains: Vec::new(),
                         }),
                     }
                 }
@@ -438,6 +442,7 @@ pub fn virtual_hosts<'a>(
                         virtual_services: Vec::new(),
                         bound_by: Vec::new(),
                         require_tls: true,
+                        more_domains: Vec::new(),
                     });
                 }
             }
@@ -450,10 +455,38 @@ pub fn virtual_hosts<'a>(
             virtual_services: Vec::new(),
             bound_by: Vec::new(),
             require_tls: false,
+            more_domains: Vec::new(),
         });
     }
     vhosts.sort_by(|a, b| a.name.cmp(&b.name));
     vhosts
+}
+
+/// `host.MoreSpecific`: longest first, then alphabetical, wildcards last.
+fn more_specific(a: &str, b: &str) -> std::cmp::Ordering {
+    (a.starts_with('*'), std::cmp::Reverse(a.len()), a).cmp(&(b.starts_with('*'), std::cmp::Reverse(b.len()), b))
+}
+
+/// istiod's `collapseDuplicateRoutes` (`PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`):
+/// virtual hosts whose routes are the same (istiod compares the routes it
+/// built once per VirtualService: the same VirtualServices, bound by the
+/// same servers, in the same order) and that agree on `require_tls` become
+/// one, named after the most specific host, with every host as a domain.
+/// Sorted by name again after.
+pub fn collapse(mut plans: Vec<VhostPlan>) -> Vec<VhostPlan> {
+    plans.sort_by(|a, b| more_specific(&a.domain, &b.domain));
+    let mut out: Vec<VhostPlan> = Vec::with_capacity(plans.len());
+    for p in plans {
+        let same = |k: &VhostPlan| {
+            k.virtual_services == p.virtual_services && k.bound_by == p.bound_by && k.require_tls == p.require_tls
+        };
+        match out.iter_mut().find(|k| same(k)) {
+            Some(k) => k.more_domains.push(p.domain),
+            None => out.push(p),
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 #[cfg(test)]
@@ -678,5 +711,34 @@ mod tests {
         let IstioSpec::Gateway(ls) = &lonely.spec else { unreachable!() };
         let lm = merge(&[(&lonely, ls)], |p| p);
         assert_eq!(virtual_hosts(&lm, "http.81", &objs, "ns")[0].name, "blackhole:81");
+    }
+
+    #[test]
+    fn virtual_hosts_with_the_same_routes_collapse_into_the_most_specific() {
+        let plan = |domain: &str, vs: &[&str], tls: bool| VhostPlan {
+            name: format!("{domain}:80"),
+            domain: domain.into(),
+            virtual_services: vs.iter().map(|v| v.to_string()).collect(),
+            bound_by: vs.iter().map(|_| ("ns/gw".to_owned(), 80)).collect(),
+            require_tls: tls,
+            more_domains: Vec::new(),
+        };
+        let out = collapse(vec![
+            plan("a.example.com", &["ns/one"], false),
+            plan("*.example.com", &["ns/one"], false),
+            plan("long.example.com", &["ns/one"], false),
+            plan("b.example.com", &["ns/two"], false),
+            plan("c.example.com", &["ns/one"], true),
+        ]);
+        let got: Vec<(&str, &[String])> = out.iter().map(|p| (p.name.as_str(), p.more_domains.as_slice())).collect();
+        assert_eq!(
+            got,
+            [
+                ("b.example.com:80", &[][..]),
+                ("c.example.com:80", &[][..]),
+                ("long.example.com:80", &["a.example.com".to_owned(), "*.example.com".to_owned()][..]),
+            ],
+            "longest host first, wildcards last; another VirtualService or require_tls keeps its own"
+        );
     }
 }

@@ -12,8 +12,9 @@
 //! get a chain per matching `tls[].match[]`, by SNI, with no TLS context
 //! (`buildGatewayNetworkFiltersFromTCPRoutes`, `...FromTLSRoutes`).
 //!
-//! Groundwork of issue #14: routers are not served these yet;
-//! TLS-terminating TCP and AUTO_PASSTHROUGH chains come next.
+//! TLS servers that terminate TLS proxy their TCP routes behind their TLS
+//! context. Served to routers by `generator/router.rs`. Not built yet:
+//! AUTO_PASSTHROUGH chains and their SNI-DNAT clusters.
 
 use istiod_kubewatch::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
 use istiod_kubewatch::istio::{IstioObject, IstioSpec};
@@ -50,12 +51,23 @@ fn ads_sds(name: &str) -> tls::SdsSecretConfig {
     tls::SdsSecretConfig { name: name.to_owned(), sds_config: ads() }
 }
 
-/// The TLS context of an HTTPS server (`BuildListenerTLSContext`).
-pub fn tls_context(t: &ServerTlsSettings) -> tls::DownstreamTlsContext {
+/// The TLS context of a TLS-terminating server (`BuildListenerTLSContext`):
+/// ISTIO_MUTUAL takes the agent's `default` certificate and `ROOTCA`;
+/// `credentialName(s)` the Secrets over ADS (`kubernetes://<name>`, the
+/// CA `<name>-cacert`, or `caCertCredentialName`); otherwise the files
+/// of `serverCertificate`/`privateKey`/`caCertificates` (or
+/// `tlsCertificates`) through the agent (`file-cert:<cert>~<key>`,
+/// `file-root:<ca>`). SIMPLE, MUTUAL and OPTIONAL_MUTUAL then get the
+/// server's protocol versions, curves and cipher suites.
+/// `tcp_istio_mutual`: a non-HTTP server terminating ISTIO_MUTUAL, whose
+/// ALPN offers Istio's peer exchange first.
+pub fn tls_context(t: &ServerTlsSettings, tcp_istio_mutual: bool) -> tls::DownstreamTlsContext {
     use tls::common_tls_context::{CombinedCertificateValidationContext, ValidationContextType};
-    let validation = |ca: Option<tls::SdsSecretConfig>| tls::CertificateValidationContext {
-        match_subject_alt_names: t
-            .subject_alt_names
+    let require = matches!(t.mode, ServerTlsMode::Mutual | ServerTlsMode::IstioMutual);
+    let validate_client = require || t.mode == ServerTlsMode::OptionalMutual;
+    let insecure = t.insecure_skip_verify == Some(true);
+    let sans = || {
+        t.subject_alt_names
             .iter()
             .map(|s| istiod_proto::envoy::r#type::matcher::v3::StringMatcher {
                 match_pattern: Some(istiod_proto::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Exact(
@@ -63,65 +75,121 @@ pub fn tls_context(t: &ServerTlsSettings) -> tls::DownstreamTlsContext {
                 )),
                 ..Default::default()
             })
-            .collect(),
-        verify_certificate_spki: if ca.is_some() { t.verify_certificate_spki.clone() } else { Vec::new() },
-        verify_certificate_hash: if ca.is_some() { t.verify_certificate_hash.clone() } else { Vec::new() },
-        ..Default::default()
+            .collect()
     };
-    let mut common =
-        tls::CommonTlsContext { alpn_protocols: vec!["h2".into(), "http/1.1".into()], ..Default::default() };
-    let builtin = t.credential_name == "builtin://";
-    match t.mode {
-        ServerTlsMode::IstioMutual => {
-            common.tls_certificate_sds_secret_configs = vec![sds("default")];
-            common.validation_context_type =
-                Some(ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
-                    default_validation_context: Some(validation(None)),
-                    validation_context_sds_secret_config: Some(sds("ROOTCA")),
+    let untrusted = |v: &mut tls::CertificateValidationContext| {
+        if insecure {
+            v.trust_chain_verification =
+                tls::certificate_validation_context::TrustChainVerification::AcceptUntrusted as i32;
+        }
+    };
+    let combined = |default: tls::CertificateValidationContext, ca: tls::SdsSecretConfig| {
+        Some(ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
+            default_validation_context: Some(default),
+            validation_context_sds_secret_config: Some(ca),
+            ..Default::default()
+        }))
+    };
+    let alpn = if tcp_istio_mutual && t.mode == ServerTlsMode::IstioMutual {
+        vec!["istio-peer-exchange".into(), "h2".into(), "http/1.1".into()]
+    } else {
+        vec!["h2".into(), "http/1.1".into()]
+    };
+    let mut common = tls::CommonTlsContext { alpn_protocols: alpn, ..Default::default() };
+    // `ApplyToCommonTLSContext`: the agent's SDS, from files or its own
+    // workload certificate.
+    let agent = |common: &mut tls::CommonTlsContext, cert: &str, key: &str, ca: &str| {
+        let file_cert = |c: &str, k: &str| {
+            if c.is_empty() || k.is_empty() { "default".to_owned() } else { format!("file-cert:{c}~{k}") }
+        };
+        common.tls_certificate_sds_secret_configs = if t.tls_certificates.is_empty() {
+            vec![sds(&file_cert(cert, key))]
+        } else {
+            t.tls_certificates.iter().map(|c| sds(&file_cert(&c.server_certificate, &c.private_key))).collect()
+        };
+        if validate_client {
+            let mut v = tls::CertificateValidationContext { match_subject_alt_names: sans(), ..Default::default() };
+            if !t.ca_crl.is_empty() {
+                v.crl = Some(core::DataSource {
+                    specifier: Some(core::data_source::Specifier::Filename(t.ca_crl.clone())),
                     ..Default::default()
-                }));
-        }
-        _ if builtin => {
-            common.tls_certificate_sds_secret_configs = vec![sds("default")];
-            if matches!(t.mode, ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
-                common.validation_context_type =
-                    Some(ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
-                        default_validation_context: Some(validation(Some(sds("ROOTCA")))),
-                        validation_context_sds_secret_config: Some(sds("ROOTCA")),
-                        ..Default::default()
-                    }));
+                });
             }
+            untrusted(&mut v);
+            let root = if ca.is_empty() { "ROOTCA".to_owned() } else { format!("file-root:{ca}") };
+            common.validation_context_type = combined(v, sds(&root));
         }
-        mode => {
-            let names: Vec<&str> = if t.credential_names.is_empty() {
-                vec![t.credential_name.as_str()]
+    };
+    let names: Vec<&str> = if t.credential_names.is_empty() {
+        Some(t.credential_name.as_str()).filter(|n| !n.is_empty()).into_iter().collect()
+    } else {
+        t.credential_names.iter().map(String::as_str).collect()
+    };
+    if t.mode == ServerTlsMode::IstioMutual {
+        agent(&mut common, "", "", "");
+    } else if names.first() == Some(&"builtin://") {
+        common.tls_certificate_sds_secret_configs = vec![sds("default")];
+        if validate_client {
+            let mut v = tls::CertificateValidationContext { match_subject_alt_names: sans(), ..Default::default() };
+            untrusted(&mut v);
+            common.validation_context_type = combined(v, sds("ROOTCA"));
+        }
+    } else if !names.is_empty() {
+        // `ApplyCredentialSDSToServerCommonTLSContext`.
+        common.tls_certificate_sds_secret_configs = names.iter().map(|n| ads_sds(&credential_resource(n))).collect();
+        let mut v = tls::CertificateValidationContext { match_subject_alt_names: sans(), ..Default::default() };
+        if validate_client {
+            v.verify_certificate_spki = t.verify_certificate_spki.clone();
+            v.verify_certificate_hash = t.verify_certificate_hash.clone();
+            untrusted(&mut v);
+            let ca = if t.ca_cert_credential_name.is_empty() {
+                format!("{}-cacert", credential_resource(names[0]))
             } else {
-                t.credential_names.iter().map(String::as_str).collect()
+                credential_resource(&t.ca_cert_credential_name)
             };
-            common.tls_certificate_sds_secret_configs =
-                names.iter().filter(|n| !n.is_empty()).map(|n| ads_sds(&credential_resource(n))).collect();
-            if matches!(mode, ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
-                let ca = if t.ca_cert_credential_name.is_empty() {
-                    format!("{}{}", credential_resource(names.first().copied().unwrap_or_default()), "-cacert")
-                } else {
-                    credential_resource(&t.ca_cert_credential_name)
-                };
-                common.validation_context_type =
-                    Some(ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
-                        default_validation_context: Some(validation(Some(ads_sds(&ca)))),
-                        validation_context_sds_secret_config: Some(ads_sds(&ca)),
-                        ..Default::default()
-                    }));
-            } else if !t.subject_alt_names.is_empty() {
-                common.validation_context_type = Some(ValidationContextType::ValidationContext(validation(None)));
-            }
+            common.validation_context_type = combined(v, ads_sds(&ca));
+        } else if !t.subject_alt_names.is_empty() {
+            common.validation_context_type = Some(ValidationContextType::ValidationContext(v));
         }
+    } else {
+        agent(&mut common, &t.server_certificate, &t.private_key, &t.ca_certificates);
+    }
+    if matches!(t.mode, ServerTlsMode::Simple | ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
+        common.tls_params = tls_params(t);
     }
     tls::DownstreamTlsContext {
         common_tls_context: Some(common),
-        require_client_certificate: Some(matches!(t.mode, ServerTlsMode::Mutual | ServerTlsMode::IstioMutual)),
+        require_client_certificate: Some(require),
         ..Default::default()
     }
+}
+
+/// `applyServerTLSSettings`: the server's protocol versions, curves and
+/// cipher suites (duplicates dropped, as `FilterCipherSuites`), when any
+/// is set.
+fn tls_params(t: &ServerTlsSettings) -> Option<tls::TlsParameters> {
+    use istiod_kubewatch::istio::networking::TlsProtocol;
+    let version = |v: TlsProtocol| match v {
+        TlsProtocol::Auto => tls::tls_parameters::TlsProtocol::TlsAuto,
+        TlsProtocol::Tls10 => tls::tls_parameters::TlsProtocol::TlSv10,
+        TlsProtocol::Tls11 => tls::tls_parameters::TlsProtocol::TlSv11,
+        TlsProtocol::Tls12 => tls::tls_parameters::TlsProtocol::TlSv12,
+        TlsProtocol::Tls13 => tls::tls_parameters::TlsProtocol::TlSv13,
+    } as i32;
+    let mut ciphers: Vec<String> = Vec::new();
+    for c in &t.cipher_suites {
+        if !ciphers.contains(c) {
+            ciphers.push(c.clone());
+        }
+    }
+    let p = tls::TlsParameters {
+        tls_minimum_protocol_version: version(t.min_protocol_version),
+        tls_maximum_protocol_version: version(t.max_protocol_version),
+        cipher_suites: ciphers,
+        ecdh_curves: t.ecdh_curves.clone(),
+        ..Default::default()
+    };
+    (p != tls::TlsParameters::default()).then_some(p)
 }
 
 /// The HTTP connection manager of a gateway chain
@@ -179,17 +247,20 @@ fn sni_match(hosts: &[String]) -> Option<FilterChainMatch> {
     Some(FilterChainMatch { server_names: hosts.to_vec(), ..Default::default() })
 }
 
+fn downstream_tls(ctx: &tls::DownstreamTlsContext) -> core::TransportSocket {
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(ctx))),
+    }
+}
+
 fn https_chain(listener: &str, s: &MergedServer) -> Option<FilterChain> {
     let t = s.server.tls.as_ref()?;
     let stat = if s.server.name.is_empty() { format!("outbound_{listener};") } else { s.server.name.clone() };
-    let ctx = tls_context(t);
     Some(FilterChain {
         filter_chain_match: sni_match(&s.sni_hosts),
         filters: vec![http_connection_manager(&manager(stat, &s.route_name))],
-        transport_socket: Some(core::TransportSocket {
-            name: "envoy.transport_sockets.tls".into(),
-            config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
-        }),
+        transport_socket: Some(downstream_tls(&tls_context(t, false))),
         transport_socket_connect_timeout: Some(Duration { seconds: 15, nanos: 0 }),
         ..Default::default()
     })
@@ -353,6 +424,19 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
                     chains.extend(passthrough_chains(l4, s, seen_sni));
                 } else if s.server.tls.is_none() && !is_http(&key.protocol) {
                     chains.extend(tcp_chain(l4, s));
+                } else if let Some(t) = s
+                    .server
+                    .tls
+                    .as_ref()
+                    .filter(|_| !passthrough(&s.server) && !is_http(&key.protocol) && key.protocol != "HTTPS")
+                {
+                    // `IsTCPServerWithTLSTermination`: tcp_proxy behind
+                    // the server's TLS context, matched by SNI.
+                    chains.extend(tcp_chain(l4, s).map(|mut c| {
+                        c.filter_chain_match = sni_match(&s.sni_hosts);
+                        c.transport_socket = Some(downstream_tls(&tls_context(t, true)));
+                        c
+                    }));
                 }
             }
         }
@@ -406,7 +490,10 @@ pub fn route_configuration(
     proxy_ns: &str,
 ) -> istiod_proto::envoy::config::route::v3::RouteConfiguration {
     use istiod_proto::envoy::config::route::v3 as route;
-    let plans = crate::model::gateway::virtual_hosts(m, route_name, virtual_services.iter().copied(), proxy_ns);
+    let mut plans = crate::model::gateway::virtual_hosts(m, route_name, virtual_services.iter().copied(), proxy_ns);
+    if model.mesh.route_collapse {
+        plans = crate::model::gateway::collapse(plans);
+    }
     let mut vhosts = Vec::new();
     for plan in plans {
         let mut routes = Vec::new();
@@ -436,7 +523,7 @@ pub fn route_configuration(
         let routes = rest;
         vhosts.push(route::VirtualHost {
             name: plan.name.clone(),
-            domains: vec![plan.domain.clone()],
+            domains: std::iter::once(&plan.domain).chain(&plan.more_domains).cloned().collect(),
             routes,
             require_tls: if plan.require_tls {
                 route::virtual_host::TlsRequirementType::All as i32
@@ -673,7 +760,7 @@ mod tests {
     #[test]
     fn istio_mutual_uses_the_agents_secrets() {
         let t = ServerTlsSettings { mode: ServerTlsMode::IstioMutual, ..Default::default() };
-        let ctx = tls_context(&t);
+        let ctx = tls_context(&t, false);
         let common = ctx.common_tls_context.unwrap();
         assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
         let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
@@ -683,5 +770,81 @@ mod tests {
         };
         assert_eq!(v.validation_context_sds_secret_config.unwrap().name, "ROOTCA");
         assert_eq!(ctx.require_client_certificate, Some(true));
+        assert!(common.tls_params.is_none(), "ISTIO_MUTUAL takes no server TLS parameters");
+        // A TCP server terminating ISTIO_MUTUAL offers the peer exchange.
+        let tcp = tls_context(&t, true).common_tls_context.unwrap();
+        assert_eq!(tcp.alpn_protocols, ["istio-peer-exchange", "h2", "http/1.1"]);
+    }
+
+    /// istiod's listener.go BuildListenerTLSContext, the file branch of
+    /// authentication.go ApplyToCommonTLSContext, applyServerTLSSettings.
+    #[test]
+    fn file_certificates_tls_parameters_and_insecure_skip_verify() {
+        use istiod_kubewatch::istio::networking::TlsProtocol;
+        let t = ServerTlsSettings {
+            mode: ServerTlsMode::Mutual,
+            server_certificate: "/etc/certs/cert.pem".into(),
+            private_key: "/etc/certs/key.pem".into(),
+            ca_certificates: "/etc/certs/ca.pem".into(),
+            ca_crl: "/etc/certs/crl.pem".into(),
+            insecure_skip_verify: Some(true),
+            min_protocol_version: TlsProtocol::Tls12,
+            max_protocol_version: TlsProtocol::Tls13,
+            cipher_suites: vec!["ECDHE-ECDSA-AES256-GCM-SHA384".into(), "ECDHE-ECDSA-AES256-GCM-SHA384".into()],
+            ecdh_curves: vec!["P-256".into()],
+            ..Default::default()
+        };
+        let common = tls_context(&t, false).common_tls_context.unwrap();
+        let names: Vec<&str> = common.tls_certificate_sds_secret_configs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["file-cert:/etc/certs/cert.pem~/etc/certs/key.pem"]);
+        let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
+            &common.validation_context_type
+        else {
+            panic!()
+        };
+        assert_eq!(v.validation_context_sds_secret_config.as_ref().unwrap().name, "file-root:/etc/certs/ca.pem");
+        let d = v.default_validation_context.as_ref().unwrap();
+        assert_eq!(
+            d.trust_chain_verification,
+            tls::certificate_validation_context::TrustChainVerification::AcceptUntrusted as i32
+        );
+        assert!(d.crl.is_some());
+        let p = common.tls_params.unwrap();
+        assert_eq!(p.tls_minimum_protocol_version, tls::tls_parameters::TlsProtocol::TlSv12 as i32);
+        assert_eq!(p.tls_maximum_protocol_version, tls::tls_parameters::TlsProtocol::TlSv13 as i32);
+        assert_eq!(p.cipher_suites, ["ECDHE-ECDSA-AES256-GCM-SHA384"], "duplicates dropped");
+        assert_eq!(p.ecdh_curves, ["P-256"]);
+        // SIMPLE with nothing set: no parameters at all.
+        let simple =
+            ServerTlsSettings { mode: ServerTlsMode::Simple, credential_name: "c".into(), ..Default::default() };
+        assert!(tls_context(&simple, false).common_tls_context.unwrap().tls_params.is_none());
+    }
+
+    /// A TLS server terminating SIMPLE (`IsTCPServerWithTLSTermination`):
+    /// its TCP route behind its TLS context, matched by SNI.
+    #[test]
+    fn a_tls_server_terminating_tls_proxies_tcp_behind_its_context() {
+        let g = gateway(
+            "{selector: {app: gw}, servers: [{port: {number: 9443, name: tls, protocol: TLS}, hosts: [db.example.com], \
+             tls: {mode: SIMPLE, credentialName: db-cert}}]}",
+        );
+        let IstioSpec::Gateway(spec) = &g.spec else { panic!() };
+        let m = merge(&[(&g, spec)], |p| p);
+        let vs = crate::testing::istio_objects(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: ns}\n\
+             spec: {hosts: [db.example.com], gateways: [gw], tcp: [{route: [{destination: {host: db, port: {number: 5432}}}]}]}\n",
+        );
+        let l4 = L4Inputs {
+            virtual_services: vs.iter().collect(),
+            proxy_ns: "ns",
+            resolve_host: &|h, ns| format!("{h}.{ns}.svc.cluster.local"),
+            single_port: &|_| None,
+        };
+        let ls = listeners_with(&m, Some(&l4));
+        assert_eq!(ls.len(), 1);
+        let chain = &ls[0].filter_chains[0];
+        assert_eq!(chain.filter_chain_match.as_ref().unwrap().server_names, ["db.example.com"]);
+        assert!(chain.transport_socket.is_some());
+        assert!(ls[0].listener_filters.iter().any(|f| f.name == "envoy.filters.listener.tls_inspector"));
     }
 }

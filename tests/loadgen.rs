@@ -154,6 +154,39 @@ fn virtual_service_churn_converges_sotw() {
     churn(ChurnKind::Config, false);
 }
 
+/// Ingress gateways next to sidecars (the `gateway` scenario, small):
+/// routers sync their Gateway's listener and its route configuration of
+/// every bound VirtualService's host, and a VirtualService churn of the
+/// mesh reaches the sidecars, not the gateways.
+#[test]
+fn gateways_sync_and_mesh_churn_passes_them_by() {
+    let s = Scenario { gateway_routes: 30, gateways: 2, ..small() };
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let server = serve(dir.path(), None);
+    let mut o = Options::new(server.grpc, 20);
+    o.config_dir = Some(dir.path().to_owned());
+    o.churn = Some(Churn { kind: ChurnKind::Config, per_second: 10.0 });
+    o.churn_for = Duration::from_secs(2);
+    let report = block_on(run::run(&s, &o));
+    let l = &report.live;
+    assert_eq!(l.errors, Vec::<String>::new());
+    assert_eq!(l.synced, 20);
+    assert_eq!(report.missed(), 0, "{:?}", report.changes);
+    // A gateway alone: its listener and route configuration.
+    let mut o = Options::new(server.grpc, 1);
+    o.duration = Duration::from_secs(3);
+    let report = block_on(run::run(&s, &o));
+    assert_eq!(report.live.synced, 1, "{:?}", report.live.errors);
+    // Clusters, endpoints, its listener, and the route configuration the
+    // listener names: four responses (three if it had no listener).
+    assert!(report.live.responses >= 4, "{} responses", report.live.responses);
+    let gateway = run::node(&s, 0);
+    assert!(gateway.id.starts_with("router~"), "{}", gateway.id);
+    let yaml = mesh::gateway_yaml(&s);
+    assert_eq!(yaml.matches("kind: VirtualService").count(), 30);
+}
+
 #[test]
 fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
     let s = small();

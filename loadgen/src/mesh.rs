@@ -90,6 +90,10 @@ pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
     common.push_str("apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n");
     std::fs::write(dir.join("00-cluster.yaml"), common)?;
     let mut files = 1;
+    if s.gateways > 0 || s.gateway_routes > 0 {
+        std::fs::write(dir.join("01-gateway.yaml"), gateway_yaml(s))?;
+        files += 1;
+    }
     for n in 0..s.namespaces {
         let ns = namespace(n);
         let mut out = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n");
@@ -109,6 +113,29 @@ pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
         }
     }
     Ok(files)
+}
+
+/// The ingress gateway: its Service (80 → 8080), a Gateway on port 80 for
+/// every host, and `gateway_routes` VirtualServices bound to it
+/// (`route-<k>.example.com` → service `k mod services`).
+pub fn gateway_yaml(s: &Scenario) -> String {
+    let mut out = String::from(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: istio-ingressgateway, namespace: istio-system}\n\
+         spec: {clusterIP: 10.95.0.1, selector: {istio: ingressgateway}, ports: [{name: http2, port: 80, targetPort: 8080}]}\n\
+         ---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ingress, namespace: istio-system}\n\
+         spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"]}]}\n",
+    );
+    for k in 0..s.gateway_routes {
+        let (n, name) = service(s, k % s.services);
+        let ns = namespace(n);
+        let _ = write!(
+            out,
+            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: route-{k}, namespace: istio-system}}\n\
+             spec: {{hosts: [route-{k}.example.com], gateways: [ingress], \
+             http: [{{match: [{{uri: {{prefix: /api}}}}], route: [{{destination: {{host: {name}.{ns}.svc.cluster.local, port: {{number: {PORT}}}}}}}]}}]}}\n"
+        );
+    }
+    out
 }
 
 fn service_docs(s: &Scenario, i: u32, ns: &str, tweak: Tweak, out: &mut String) {

@@ -272,6 +272,11 @@ impl State {
             if !self.clusters.contains_key(c.cluster.as_str()) {
                 continue;
             }
+            // A route change reaches the proxies that hold that route
+            // configuration (a gateway's routes are its own).
+            if matches!(c.expect, Expect::Weight { .. }) && !self.rds.contains(c.resource.as_str()) {
+                continue;
+            }
             let before = self.pending.len();
             self.pending.retain(|p| !(p.resource == c.resource && p.cluster == c.cluster));
             if let Ok(mut l) = live.lock() {

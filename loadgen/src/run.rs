@@ -22,10 +22,36 @@ fn s(v: &str) -> Value {
     Value { kind: Some(V::StringValue(v.to_owned())) }
 }
 
-/// The node proxy `i` presents, as a sidecar of one of the scenario's
+/// The node of ingress gateway `i`: a router of `istio-system` labelled
+/// `istio=ingressgateway`.
+fn gateway_node(i: u32) -> Node {
+    let labels = Struct { fields: [("istio".to_owned(), s("ingressgateway"))].into() };
+    let ip = format!("10.127.{}.{}", (i >> 8) & 0xff, i & 0xff);
+    Node {
+        id: format!("router~{ip}~istio-ingressgateway-{i}.istio-system~istio-system.svc.cluster.local"),
+        cluster: "istio-ingressgateway".into(),
+        metadata: Some(Struct {
+            fields: [
+                ("NAMESPACE".to_owned(), s("istio-system")),
+                ("LABELS".to_owned(), Value { kind: Some(V::StructValue(labels)) }),
+                ("INSTANCE_IPS".to_owned(), s(&ip)),
+                ("CLUSTER_ID".to_owned(), s("Kubernetes")),
+                ("ISTIO_VERSION".to_owned(), s("1.28.0")),
+            ]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The node proxy `i` presents (the first `gateways` are ingress
+/// gateways), as a sidecar of one of the scenario's
 /// Pods sends it: id `sidecar~<ip>~<pod>.<ns>~<ns>.svc.cluster.local`,
 /// NAMESPACE, LABELS, INSTANCE_IPS, CLUSTER_ID, ISTIO_VERSION.
 pub fn node(sc: &Scenario, i: u32) -> Node {
+    if i < sc.gateways {
+        return gateway_node(i);
+    }
     let p = i % sc.sidecars.max(1);
     let svc = p % sc.services;
     let (n, name) = mesh::service(sc, svc);

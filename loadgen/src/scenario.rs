@@ -61,6 +61,14 @@ pub struct Scenario {
     /// How the proxies connect.
     #[serde(default)]
     pub connect: Connect,
+    /// Ingress gateways (routers of `istio-system` labelled
+    /// `istio=ingressgateway`): the first proxies of a run play them.
+    #[serde(default)]
+    pub gateways: u32,
+    /// VirtualServices bound to the ingress Gateway, one host and one
+    /// route each, to the scenario's services in turn.
+    #[serde(default)]
+    pub gateway_routes: u32,
 }
 
 fn one() -> u32 {
@@ -84,7 +92,7 @@ pub enum ScenarioError {
 }
 
 /// The presets in `bench/testdata/`.
-pub const PRESETS: &[&str] = &["istio-perf", "large", "eds-churn", "config-churn", "connect-storm"];
+pub const PRESETS: &[&str] = &["istio-perf", "large", "eds-churn", "config-churn", "connect-storm", "gateway"];
 
 /// The directory of the presets.
 pub fn presets_dir() -> PathBuf {
@@ -112,6 +120,9 @@ impl Scenario {
         }
         if self.services < self.namespaces {
             return Err(format!("{} services cannot fill {} namespaces", self.services, self.namespaces));
+        }
+        if self.gateways > 10_000 || self.gateway_routes > 100_000 {
+            return Err("at most 10,000 gateways and 100,000 gateway routes".into());
         }
         if self.services > 60_000 || self.sidecars > 1_000_000 {
             return Err("at most 60,000 services and 1,000,000 sidecars".into());

@@ -76,6 +76,9 @@ impl Driver {
     /// toggles one of its endpoints or moves its v1 weight, and writes its
     /// file. Returns the change.
     pub fn step(&mut self) -> std::io::Result<Arc<Change>> {
+        if self.kind == ChurnKind::Gateway {
+            return self.step_gateway();
+        }
         let mut i = 0;
         for _ in 0..self.s.services {
             i = ((u64::from(self.next) * u64::from(self.stride)) % u64::from(self.s.services)) as u32;
@@ -97,7 +100,7 @@ impl Driver {
                 let dropped = 1 - old.dropped_endpoints.min(1);
                 [Tweak { dropped_endpoints: dropped, ..old }, Tweak { dropped_endpoints: 1 - dropped, ..old }]
             }
-            ChurnKind::Config => {
+            ChurnKind::Config | ChurnKind::Gateway => {
                 let mut w = 50 + id % 45;
                 if w == old.v1_weight {
                     w += 1;
@@ -112,7 +115,7 @@ impl Driver {
             .unwrap_or_else(|| (candidates[0], mesh::service_yaml(&self.s, i, candidates[0])));
         let (resource, expect) = match self.kind {
             ChurnKind::Eds => (cluster(&self.s, i, ""), Expect::Endpoints(pods - tweak.dropped_endpoints as usize)),
-            ChurnKind::Config => {
+            ChurnKind::Config | ChurnKind::Gateway => {
                 (mesh::PORT.to_string(), Expect::Weight { cluster: cluster(&self.s, i, "v1"), weight: tweak.v1_weight })
             }
         };
@@ -133,6 +136,42 @@ impl Driver {
         std::fs::write(&tmp, yaml)?;
         std::fs::rename(&tmp, &file)?;
         self.tweaks.insert(i, tweak);
+        Ok(change)
+    }
+
+    /// A gateway churn step: moves the v1 weight of the next gateway route.
+    fn step_gateway(&mut self) -> std::io::Result<Arc<Change>> {
+        let routes = self.s.gateway_routes.max(1);
+        let k = ((u64::from(self.next) * u64::from(self.stride)) % u64::from(routes)) as u32;
+        self.next += 1;
+        let id = self.changes.lock().map(|c| c.len() as u32).unwrap_or(0);
+        let old = self.tweaks.get(&k).copied().unwrap_or_default();
+        let file = self.dir.join(mesh::gateway_route_file(k));
+        let on_disk = std::fs::read(&file).ok();
+        let mut w = 50 + id % 45;
+        if w == old.v1_weight {
+            w += 1;
+        }
+        let yaml = |w| mesh::gateway_route_yaml(&self.s, k, w);
+        if on_disk.as_deref() == Some(yaml(w).as_bytes()) {
+            w = if w == 95 { 50 } else { w + 1 };
+        }
+        let svc = mesh::gateway_route_service(&self.s, k);
+        let change = Arc::new(Change {
+            id,
+            at: Instant::now(),
+            kind: self.kind,
+            cluster: cluster(&self.s, svc, ""),
+            resource: "http.8080".into(),
+            expect: Expect::Weight { cluster: cluster(&self.s, svc, "v1"), weight: w },
+        });
+        if let Ok(mut c) = self.changes.lock() {
+            c.push(change.clone());
+        }
+        let tmp = file.with_extension("yaml.tmp");
+        std::fs::write(&tmp, yaml(w))?;
+        std::fs::rename(&tmp, &file)?;
+        self.tweaks.insert(k, Tweak { v1_weight: w, ..old });
         Ok(change)
     }
 }

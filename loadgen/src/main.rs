@@ -169,7 +169,7 @@ struct RunArgs {
     /// mesh`); the churn edits it.
     #[arg(long)]
     config_dir: Option<PathBuf>,
-    /// The churn: eds or config [default: the scenario's].
+    /// The churn: eds, config or gateway [default: the scenario's].
     #[arg(long)]
     churn: Option<String>,
     /// Changes per second [default: the scenario's].
@@ -228,7 +228,8 @@ fn run_cmd(a: RunArgs) -> ExitCode {
         None => s.churn.as_ref().map(|c| c.kind),
         Some("eds") => Some(ChurnKind::Eds),
         Some("config") => Some(ChurnKind::Config),
-        Some(k) => return fail(2, format!("--churn {k:?}: eds or config")),
+        Some("gateway") if s.gateway_routes > 0 => Some(ChurnKind::Gateway),
+        Some(k) => return fail(2, format!("--churn {k:?}: eds, config, or gateway (a scenario with gateway_routes)")),
     };
     if let Some(kind) = kind {
         let per_second = a.churn_rate.or(s.churn.as_ref().map(|c| c.per_second)).unwrap_or(1.0);

@@ -91,8 +91,13 @@ pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
     std::fs::write(dir.join("00-cluster.yaml"), common)?;
     let mut files = 1;
     if s.gateways > 0 || s.gateway_routes > 0 {
-        std::fs::write(dir.join("01-gateway.yaml"), gateway_yaml(s))?;
+        std::fs::create_dir_all(dir.join("istio-system"))?;
+        std::fs::write(dir.join("01-gateway.yaml"), gateway_yaml())?;
         files += 1;
+        for k in 0..s.gateway_routes {
+            std::fs::write(dir.join(gateway_route_file(k)), gateway_route_yaml(s, k, Tweak::default().v1_weight))?;
+            files += 1;
+        }
     }
     for n in 0..s.namespaces {
         let ns = namespace(n);
@@ -115,27 +120,38 @@ pub fn write(s: &Scenario, dir: &Path) -> std::io::Result<usize> {
     Ok(files)
 }
 
-/// The ingress gateway: its Service (80 → 8080), a Gateway on port 80 for
-/// every host, and `gateway_routes` VirtualServices bound to it
-/// (`route-<k>.example.com` → service `k mod services`).
-pub fn gateway_yaml(s: &Scenario) -> String {
-    let mut out = String::from(
-        "apiVersion: v1\nkind: Service\nmetadata: {name: istio-ingressgateway, namespace: istio-system}\n\
-         spec: {clusterIP: 10.95.0.1, selector: {istio: ingressgateway}, ports: [{name: http2, port: 80, targetPort: 8080}]}\n\
-         ---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ingress, namespace: istio-system}\n\
-         spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"]}]}\n",
-    );
-    for k in 0..s.gateway_routes {
-        let (n, name) = service(s, k % s.services);
-        let ns = namespace(n);
-        let _ = write!(
-            out,
-            "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: route-{k}, namespace: istio-system}}\n\
-             spec: {{hosts: [route-{k}.example.com], gateways: [ingress], \
-             http: [{{match: [{{uri: {{prefix: /api}}}}], route: [{{destination: {{host: {name}.{ns}.svc.cluster.local, port: {{number: {PORT}}}}}}}]}}]}}\n"
-        );
-    }
-    out
+/// The ingress gateway: its Service (80 → 8080) and a Gateway on port 80
+/// for every host; its routes are in [`gateway_route_file`]s.
+pub fn gateway_yaml() -> String {
+    "apiVersion: v1\nkind: Service\nmetadata: {name: istio-ingressgateway, namespace: istio-system}\n\
+     spec: {clusterIP: 10.95.0.1, selector: {istio: ingressgateway}, ports: [{name: http2, port: 80, targetPort: 8080}]}\n\
+     ---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ingress, namespace: istio-system}\n\
+     spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"]}]}\n"
+        .to_owned()
+}
+
+/// The service gateway route `k` sends to.
+pub fn gateway_route_service(s: &Scenario, k: u32) -> u32 {
+    k % s.services
+}
+
+/// The file of gateway route `k`, relative to the mesh directory.
+pub fn gateway_route_file(k: u32) -> std::path::PathBuf {
+    Path::new("istio-system").join(format!("route-{k}.yaml"))
+}
+
+/// Gateway route `k`: a VirtualService bound to the ingress Gateway for
+/// host `route-<k>.example.com`, `/api` split between the subsets of its
+/// service, `v1_weight` to v1.
+pub fn gateway_route_yaml(s: &Scenario, k: u32, v1_weight: u32) -> String {
+    let (n, name) = service(s, gateway_route_service(s, k));
+    let host = format!("{name}.{}.svc.cluster.local", namespace(n));
+    let (w1, w2) = (v1_weight.min(100), 100 - v1_weight.min(100));
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: route-{k}, namespace: istio-system}}\n\
+         spec:\n  hosts: [route-{k}.example.com]\n  gateways: [ingress]\n  http:\n  - match: [{{uri: {{prefix: /api}}}}]\n    route:\n    \
+         - {{destination: {{host: {host}, subset: v1}}, weight: {w1}}}\n    - {{destination: {{host: {host}, subset: v2}}, weight: {w2}}}\n"
+    )
 }
 
 fn service_docs(s: &Scenario, i: u32, ns: &str, tweak: Tweak, out: &mut String) {

@@ -13,6 +13,9 @@ pub enum ChurnKind {
     Eds,
     /// VirtualService weights changed.
     Config,
+    /// The weights of VirtualServices bound to the ingress Gateway changed
+    /// (only the gateways see them).
+    Gateway,
 }
 
 /// A churn setting.
@@ -134,6 +137,9 @@ impl Scenario {
             && !(c.per_second > 0.0 && c.per_second.is_finite())
         {
             return Err(format!("churn per_second {} must be positive", c.per_second));
+        }
+        if self.churn.as_ref().is_some_and(|c| c.kind == ChurnKind::Gateway) && self.gateway_routes == 0 {
+            return Err("a gateway churn needs gateway_routes".into());
         }
         Ok(())
     }

@@ -397,6 +397,8 @@ pub fn virtual_hosts<'a>(
     // port of the server that made it first; the 404 fallback the first
     // server's.
     let first_port = servers.first().and_then(|s| s.server.port.as_ref()).map_or(0, |p| p.number);
+    // Domain → index in `vhosts` (a gateway may carry thousands).
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for s in servers {
         let declared = s.server.port.as_ref().map_or(0, |p| p.number);
         let redirect = s.server.tls.as_ref().is_some_and(|t| t.https_redirect);
@@ -412,7 +414,7 @@ pub fn virtual_hosts<'a>(
                     let Some(met) = host_intersection(h, vh) else { continue };
                     let met = met.to_ascii_lowercase();
                     let name = format!("{vs_ns}/{}", o.meta.name);
-                    match vhosts.iter_mut().find(|v| v.domain == met) {
+                    match index.get(&met).map(|i| &mut vhosts[*i]) {
                         Some(v) => {
                             if !v.virtual_services.contains(&name) {
                                 v.virtual_services.push(name);
@@ -420,14 +422,17 @@ pub fn virtual_hosts<'a>(
                             }
                             v.require_tls |= redirect;
                         }
-                        None => vhosts.push(VhostPlan {
-                            name: format!("{met}:{declared}"),
-                            domain: met,
-                            virtual_services: vec![name],
-                            bound_by: vec![(s.gateway.clone(), declared)],
-                            require_tls: redirect,
-                            more_domains: Vec::new(),
-                        }),
+                        None => {
+                            index.insert(met.clone(), vhosts.len());
+                            vhosts.push(VhostPlan {
+                                name: format!("{met}:{declared}"),
+                                domain: met,
+                                virtual_services: vec![name],
+                                bound_by: vec![(s.gateway.clone(), declared)],
+                                require_tls: redirect,
+                                more_domains: Vec::new(),
+                            });
+                        }
                     }
                 }
             }
@@ -435,7 +440,12 @@ pub fn virtual_hosts<'a>(
         if redirect {
             for h in &s.server.hosts {
                 let h = h.to_ascii_lowercase();
-                if !vhosts.iter().any(|v| v.domain == h) {
+                if let Some(i) = index.get(&h) {
+                    // istiod: an existing virtual host of the host requires
+                    // TLS, whichever server made it.
+                    vhosts[*i].require_tls = true;
+                } else {
+                    index.insert(h.clone(), vhosts.len());
                     vhosts.push(VhostPlan {
                         name: format!("{h}:{declared}"),
                         domain: h,

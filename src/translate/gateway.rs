@@ -494,14 +494,13 @@ pub fn route_configuration(
     if model.mesh.route_collapse {
         plans = crate::model::gateway::collapse(plans);
     }
+    let by_name: std::collections::HashMap<String, &IstioObject> =
+        virtual_services.iter().map(|o| (format!("{}/{}", o.meta.ns(), o.meta.name), *o)).collect();
     let mut vhosts = Vec::new();
     for plan in plans {
         let mut routes = Vec::new();
         for (vs_name, (gateway, port)) in plan.virtual_services.iter().zip(&plan.bound_by) {
-            let Some(obj) = virtual_services.iter().find(|o| format!("{}/{}", o.meta.ns(), o.meta.name) == *vs_name)
-            else {
-                continue;
-            };
+            let Some(obj) = by_name.get(vs_name) else { continue };
             let IstioSpec::VirtualService(vs) = &obj.spec else { continue };
             routes.extend(super::route::gateway_routes(model, obj, vs, gateway, *port as u16));
         }

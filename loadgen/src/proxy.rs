@@ -268,6 +268,11 @@ impl State {
             _ => return,
         };
         self.cursor += new.len();
+        if let Ok(mut l) = live.lock() {
+            for c in &new {
+                l.looked(c.id);
+            }
+        }
         for c in new {
             if !self.clusters.contains_key(c.cluster.as_str()) {
                 continue;

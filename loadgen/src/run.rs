@@ -247,7 +247,11 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
         tokio::task::yield_now().await;
         let settle_end = (Instant::now() + o.settle).min(deadline);
         while Instant::now() < settle_end {
-            let done = read(&|l| l.changes.iter().any(|c| c.expected > 0) && l.outstanding() == 0);
+            let made = changes.lock().map(|c| c.len()).unwrap_or(0);
+            // Every open stream must have taken every change into account
+            // first: the last change may not be expected by anyone yet.
+            let done =
+                read(&|l| l.all_looked(made) && l.changes.iter().any(|c| c.expected > 0) && l.outstanding() == 0);
             if done {
                 break;
             }

@@ -21,6 +21,9 @@ fn histogram() -> Histogram<u64> {
 pub struct ChangeStat {
     /// Proxies that held the changed service's cluster when it changed.
     pub expected: u32,
+    /// Proxies that took the change into account (whether or not it
+    /// concerns them): a run settles only once every open stream has.
+    pub looked: u32,
     /// Change-to-ACK times in microseconds.
     pub samples: Vec<u64>,
 }
@@ -122,6 +125,17 @@ impl Live {
             self.changes.resize(i + 1, ChangeStat::default());
         }
         &mut self.changes[i]
+    }
+
+    /// A proxy took change `id` into account.
+    pub fn looked(&mut self, id: u32) {
+        self.change(id).looked += 1;
+    }
+
+    /// Whether every open stream took each of the `made` changes into
+    /// account (else a change just made may not be expected by anyone yet).
+    pub fn all_looked(&self, made: usize) -> bool {
+        self.changes.len() >= made && self.changes.iter().all(|c| c.looked >= self.open)
     }
 
     /// A proxy that can see change `id` is waiting for it.

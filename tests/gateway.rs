@@ -192,6 +192,20 @@ fn a_gateway_is_served_its_listeners_routes_and_credentials_and_a_rotation() {
         assert!(s["secret"]["tlsCertificate"]["certificateChain"]["inlineBytes"].is_string(), "{s}");
     }
 
+    // /debug/configz reports what is wrong: the conflicting server, the
+    // keyless credential (none of the Gateways names it, so nothing), and
+    // no missing backend.
+    let (_, body) = server::get(g.server.http, "/debug/configz").unwrap();
+    let configz: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        configz["gateways"]["rejectedServers"],
+        json!([{"gateway": "istio-system/conflicting-gateway", "port": 31400,
+                "reason": "this port's protocol cannot carry the server's (another Gateway's server holds it)"}]),
+        "{configz}"
+    );
+    assert_eq!(configz["gateways"]["credentials"], json!([]), "{configz}");
+    assert_eq!(configz["gateways"]["missingBackends"], json!([]), "{configz}");
+
     // Rotation: a new certificate for bookinfo-cert reaches the gateway
     // over SDS, and only that name is pushed.
     let key = rcgen::KeyPair::generate().unwrap();

@@ -143,6 +143,16 @@ pub(super) fn apply(
     if let Some(p) = &prev {
         touched.extend(crate::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
     }
+    let mut configz = configz;
+    let gateways = crate::generator::router::report(&mesh.model);
+    if state.borrow().configz.get("gateways") != Some(&gateways) {
+        for (what, items) in gateways.as_object().into_iter().flatten() {
+            for item in items.as_array().into_iter().flatten() {
+                tracing::warn!(target: "model", kind = %what, "gateway configuration problem: {item}");
+            }
+        }
+    }
+    configz["gateways"] = gateways;
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;

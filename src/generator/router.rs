@@ -277,3 +277,178 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
         }
     }
 }
+
+/// What is wrong with the Gateways, for `/debug/configz` and the log, as
+/// a router in each Gateway's namespace labelled with exactly its
+/// selector would see them (the usual deployment: one gateway Deployment
+/// per selector): servers left out by istiod's merge rules, credentials
+/// that name no Secret there or a Secret without a certificate and key,
+/// and VirtualServices bound to a Gateway that route to no known service.
+pub fn report(model: &Model) -> serde_json::Value {
+    use serde_json::json;
+    let mut rejected = Vec::new();
+    let mut credentials = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for o in model.gateways.iter() {
+        let IstioSpec::Gateway(g) = &o.spec else { continue };
+        let ns = o.meta.ns();
+        if seen.insert((ns.to_owned(), g.selector.clone())) {
+            let class = ProxyClass {
+                node_type: NodeType::Router,
+                namespace: ns.into(),
+                generator: "".into(),
+                labels: g.selector.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect(),
+                locality: "".into(),
+                verified: true,
+            };
+            for r in merged(model, &class).rejected {
+                rejected.push(json!({"gateway": r.gateway, "port": r.port, "reason": r.reason}));
+            }
+        }
+        for s in &g.servers {
+            let Some(t) = &s.tls else { continue };
+            let names = if t.credential_names.is_empty() {
+                vec![&t.credential_name]
+            } else {
+                t.credential_names.iter().collect()
+            };
+            for name in names.into_iter().filter(|n| !n.is_empty() && !n.contains("://")) {
+                let problem = match model.secrets.get(&(ns.to_owned(), name.clone())) {
+                    None => "no such Secret in the Gateway's namespace: the server's listener waits for it".to_owned(),
+                    Some(secret) => match credentials::cert_info(&secret.data) {
+                        Ok(_) => continue,
+                        Err(e) => e,
+                    },
+                };
+                credentials.push(json!({
+                    "gateway": format!("{ns}/{}", o.meta.name),
+                    "credentialName": name,
+                    "problem": problem,
+                }));
+            }
+        }
+    }
+    let mut backends = Vec::new();
+    for o in virtual_services(model).into_iter().filter(|o| super::deps::is_gateway_bound(o)) {
+        let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        let dests = vs.http.iter().flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref()));
+        let dests = dests
+            .chain(vs.tcp.iter().flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref())))
+            .chain(vs.tls.iter().flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref())));
+        for d in dests {
+            let host = model.resolve_host(&d.host, o.meta.ns());
+            if !model.services.contains_key(host.as_str()) {
+                backends.push(json!({"virtualService": format!("{}/{}", o.meta.ns(), o.meta.name), "host": host}));
+            }
+        }
+    }
+    backends.dedup();
+    json!({"rejectedServers": rejected, "credentials": credentials, "missingBackends": backends})
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use istiod_kubewatch::config_dir::Object;
+    use istiod_kubewatch::objects::Objects;
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::snapshot;
+    use istiod_xds::ads::{Generator, Kind};
+
+    fn objects(yaml: &str) -> Objects {
+        let mut o = Objects::default();
+        for doc in istiod_kubewatch::config_dir::parse_file(yaml).docs {
+            match doc.unwrap().unwrap() {
+                Object::Istio(x) => o.istio.push(x),
+                Object::Secret(s) => o.secrets.push(s),
+                Object::Service(s) => o.services.push(s),
+                other => panic!("{other:?}"),
+            }
+        }
+        o
+    }
+
+    fn router(ns: &str, verified: bool) -> ProxyClass {
+        ProxyClass {
+            node_type: NodeType::Router,
+            namespace: ns.into(),
+            generator: "".into(),
+            labels: vec![("app".into(), "gw".into())],
+            locality: "".into(),
+            verified,
+        }
+    }
+
+    const MESH: &str = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: edge}\n\
+        spec: {selector: {app: gw}, servers: [\
+          {port: {number: 443, name: a, protocol: HTTPS}, hosts: [a.example.com], tls: {mode: SIMPLE, credentialName: missing}},\
+          {port: {number: 443, name: b, protocol: HTTPS}, hosts: [b.example.com], tls: {mode: SIMPLE, credentialName: keyless}},\
+          {port: {number: 443, name: c, protocol: HTTPS}, hosts: [c.example.com], tls: {mode: MUTUAL, credentialName: good}}]}\n\
+        ---\napiVersion: v1\nkind: Secret\nmetadata: {name: keyless, namespace: edge}\nstringData: {tls.crt: CERT}\n\
+        ---\napiVersion: v1\nkind: Secret\nmetadata: {name: good, namespace: edge}\nstringData: {cert: CERT, key: KEY, cacert: CA}\n\
+        ---\napiVersion: v1\nkind: Secret\nmetadata: {name: good, namespace: other}\nstringData: {cert: OTHER, key: KEY}\n\
+        ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a, namespace: edge}\n\
+        spec: {hosts: [a.example.com], gateways: [gw], http: [{route: [{destination: {host: nowhere}}]}]}\n";
+
+    /// istiod's sds.go: a verified router reads the Secrets of its own
+    /// namespace only; generic keys (cert/key/cacert) as well as TLS ones.
+    #[test]
+    fn credentials_are_served_to_a_verified_router_of_their_namespace_only() {
+        let model = Arc::new(Model::build(&objects(MESH), "cluster.local"));
+        let snap = snapshot(&model);
+        let g = crate::generator::MeshGenerator;
+        let cert = |class: &ProxyClass, name: &str| {
+            g.generate(&snap, class, Kind::Secret, name).map(|b| {
+                use istiod_proto::prost::Message;
+                tls::Secret::decode(b).unwrap()
+            })
+        };
+        let edge = router("edge", true);
+        let s = cert(&edge, "kubernetes://good").expect("its own namespace's Secret");
+        let Some(tls::secret::Type::TlsCertificate(c)) = s.r#type else { panic!("{s:?}") };
+        assert_eq!(c.certificate_chain.unwrap().specifier, Some(Specifier::InlineBytes(b"CERT".to_vec())));
+        let ca = cert(&edge, "kubernetes://good-cacert").expect("the CA, from the same Secret's cacert");
+        assert!(matches!(ca.r#type, Some(tls::secret::Type::ValidationContext(_))));
+        assert!(cert(&edge, "kubernetes://other/good").is_none(), "another namespace's");
+        assert!(cert(&edge, "kubernetes://keyless").is_none(), "no key");
+        assert!(cert(&edge, "kubernetes://missing").is_none());
+        assert!(cert(&router("edge", false), "kubernetes://good").is_none(), "not verified");
+        assert!(cert(&router("other", true), "kubernetes://good").is_some(), "its own namespace's Secret of that name");
+        // Input generations follow the Secret's content.
+        let before = g.input_generation(&snap, &edge, Kind::Secret, "kubernetes://good");
+        let mut o = objects(MESH);
+        o.secrets
+            .iter_mut()
+            .find(|s| s.metadata.ns() == "edge" && s.metadata.name == "good")
+            .unwrap()
+            .string_data
+            .insert("cert".into(), "NEW".into());
+        let after = snapshot(&Arc::new(Model::build(&o, "cluster.local")));
+        assert_ne!(before, g.input_generation(&after, &edge, Kind::Secret, "kubernetes://good"));
+    }
+
+    #[test]
+    fn the_report_names_missing_credentials_and_backends() {
+        let model = Model::build(&objects(MESH), "cluster.local");
+        let r = report(&model);
+        assert_eq!(r["rejectedServers"], json!([]));
+        let creds: Vec<(&str, &str)> = r["credentials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["credentialName"].as_str().unwrap(), c["problem"].as_str().unwrap()))
+            .collect();
+        assert_eq!(creds.len(), 2, "{r}");
+        assert_eq!(creds[0].0, "missing");
+        assert!(creds[0].1.starts_with("no such Secret"), "{r}");
+        assert_eq!(creds[1].0, "keyless");
+        assert!(creds[1].1.contains("didn't have expected keys"), "{r}");
+        assert_eq!(
+            r["missingBackends"],
+            json!([{"virtualService": "edge/a", "host": "nowhere.edge.svc.cluster.local"}])
+        );
+    }
+}

@@ -256,3 +256,31 @@ async fn updates_name_the_objects_that_changed() {
         u.changed.unwrap().iter().map(|r| format!("{}/{}/{}", r.kind, r.namespace, r.name)).collect();
     assert_eq!(names, ["Service/bookinfo/extra"], "a deletion is a change");
 }
+
+/// Secrets as istiod's informer reads them (pilot/pkg/credentials/kube/
+/// secrets.go): every type but Helm releases and service account tokens,
+/// `data` decoded from base64; an update arrives like any object's.
+#[tokio::test]
+async fn secrets_of_the_types_istiod_reads() {
+    let (api, mut rx) = start().await;
+    next_matching(&mut rx, "initial sync", |o| !o.services.is_empty()).await;
+    let secret = |name: &str, ty: &str, data: Value| json!({"metadata": {"name": name, "namespace": "istio-system"}, "type": ty, "data": data});
+    // "CERT" and "KEY" in base64.
+    api.apply("secrets", secret("tls", "kubernetes.io/tls", json!({"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"})));
+    api.apply("secrets", secret("generic", "Opaque", json!({"cert": "Q0VSVA==", "key": "S0VZ"})));
+    api.apply("secrets", secret("release", "helm.sh/release.v1", json!({"release": "S0VZ"})));
+    api.apply("secrets", secret("token", "kubernetes.io/service-account-token", json!({"token": "S0VZ"})));
+    let o = next_matching(&mut rx, "the secrets", |o| o.secrets.len() >= 2).await;
+    let mut names: Vec<&str> = o.secrets.iter().map(|s| s.metadata.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["generic", "tls"]);
+    let tls = o.secrets.iter().find(|s| s.metadata.name == "tls").unwrap();
+    assert_eq!(tls.decoded().get("tls.crt").map(Vec::as_slice), Some(&b"CERT"[..]));
+    api.apply("secrets", secret("tls", "kubernetes.io/tls", json!({"tls.crt": "TkVX", "tls.key": "S0VZ"})));
+    next_matching(&mut rx, "the rotated secret", |o| {
+        o.secrets
+            .iter()
+            .any(|s| s.metadata.name == "tls" && s.decoded().get("tls.crt").map(Vec::as_slice) == Some(b"NEW"))
+    })
+    .await;
+}

@@ -451,6 +451,10 @@ impl Generator for MeshGenerator {
             let Some(m) = mesh(snap) else { return Vec::new() };
             return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
         }
+        if is_router(class) && kind == Kind::Cluster {
+            let Some(m) = mesh(snap).filter(|m| router::auto_passthrough(&m.model, class)) else { return Vec::new() };
+            return router::sni_dnat(&m.model, class, None).into_iter().map(|(n, _)| Arc::from(n)).collect();
+        }
         let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
         match kind {
             Kind::Listener => vec![VIRTUAL_INBOUND.into()],
@@ -490,11 +494,17 @@ impl Generator for MeshGenerator {
                 Kind::Listener => {
                     let listeners = router::listeners(&m.model, class);
                     let l = listeners.iter().find(|l| l.name == name)?;
-                    return Some(mix((router::input(m, class), l.encoded_len())));
+                    return Some(mix((router::input(m, class), l.encode_to_vec())));
                 }
                 // Every name has an answer (an unknown one is empty).
                 Kind::Route => return Some(router::input(m, class)),
                 Kind::Cluster if router::router_skips_cluster(name) => return None,
+                Kind::Cluster if name.starts_with("outbound_.") => {
+                    // The copied cluster's bytes: a DNS service's cluster
+                    // carries its endpoints.
+                    let c = router::sni_dnat_cluster(m, class, name)?;
+                    return Some(mix(("sni-dnat", c.encode_to_vec())));
+                }
                 _ => {}
             }
         }
@@ -537,6 +547,9 @@ impl Generator for MeshGenerator {
                 }
                 Kind::Route => return Some(Bytes::from(router::route(&m.model, class, name).encode_to_vec())),
                 Kind::Cluster if router::router_skips_cluster(name) => return None,
+                Kind::Cluster if name.starts_with("outbound_.") => {
+                    return router::sni_dnat_cluster(m, class, name).map(|c| Bytes::from(c.encode_to_vec()));
+                }
                 _ => {}
             }
         }

@@ -139,6 +139,14 @@ pub(super) fn apply(
         touched.extend(prev.as_ref().map(|p| crate::generator::router::all_names(&p.model)).unwrap_or_default());
         touched.extend(crate::generator::router::all_names(&mesh.model));
     }
+    // AUTO_PASSTHROUGH routers' SNI-DNAT clusters copy outbound clusters:
+    // when any cluster or what routers read changed, every such name.
+    let clusters_changed = changes.iter().any(|(k, _, _)| *k == ads::Kind::Cluster);
+    if clusters_changed || prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
+        touched
+            .extend(prev.as_ref().map(|p| crate::generator::router::all_sni_dnat_names(&p.model)).unwrap_or_default());
+        touched.extend(crate::generator::router::all_sni_dnat_names(&mesh.model));
+    }
     // Secrets: the SDS names of the ones that changed, and only those.
     if let Some(p) = &prev {
         touched.extend(crate::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));

@@ -116,13 +116,81 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         Some([only]) => Some(u32::from(only.port)),
         _ => None,
     };
+    let auto = |hosts: &[String]| sni_dnat(model, class, Some(hosts)).into_iter().map(|(name, _)| name).collect();
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),
         proxy_ns: &class.namespace,
         resolve_host: &resolve_host,
         single_port: &single_port,
+        auto_passthrough: &auto,
     };
     listeners_with(&m, Some(&l4))
+}
+
+/// `host.Name.SubsetOf`: `host` is `pattern` or under its wildcard.
+fn subset_of(host: &str, pattern: &str) -> bool {
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.ends_with(suffix),
+        None => host == pattern,
+    }
+}
+
+/// The SNI-DNAT clusters of an AUTO_PASSTHROUGH router
+/// (`buildOutboundSniDnatClusters`, `BuildDNSSrvSubsetKey`): for each
+/// service it sees that is not mesh-external (under one of `hosts`, when
+/// given) and each port but UDP, `outbound_.<port>_._.<host>` and one per
+/// subset of its DestinationRule, each with the outbound cluster it
+/// copies (`outbound|<port>|<subset>|<host>`).
+pub fn sni_dnat(model: &Model, class: &ProxyClass, hosts: Option<&[String]>) -> Vec<(String, String)> {
+    let rules = model.destination_rules();
+    let mut out = Vec::new();
+    for svc in model.services.values() {
+        if svc.mesh_external || !crate::translate::scope::visible_on(model, class, svc, None) {
+            continue;
+        }
+        if hosts.is_some_and(|hs| !hs.iter().any(|h| subset_of(&svc.hostname, h))) {
+            continue;
+        }
+        let subsets: Vec<String> = model
+            .rule_index_for(&class.namespace, &class.labels, &svc.hostname)
+            .map(|i| rules.get(i).rule.subsets.iter().map(|s| s.name.clone()).collect())
+            .unwrap_or_default();
+        for p in svc.ports.iter().filter(|p| p.protocol != crate::model::Protocol::Udp) {
+            for subset in std::iter::once("").chain(subsets.iter().map(String::as_str)) {
+                out.push((
+                    format!("outbound_.{}_.{subset}_.{}", p.port, svc.hostname),
+                    format!("outbound|{}|{subset}|{}", p.port, svc.hostname),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether some Gateway of a router of `class` is AUTO_PASSTHROUGH.
+pub fn auto_passthrough(model: &Model, class: &ProxyClass) -> bool {
+    !merged(model, class).auto_passthrough_hosts.is_empty()
+}
+
+/// SNI-DNAT cluster `name` (`outbound_.<port>_.<subset>_.<host>`) for a
+/// router of `class`: the outbound cluster it copies, renamed, without TLS
+/// (the client's mTLS passes through), its endpoints those of the
+/// outbound cluster.
+pub fn sni_dnat_cluster(
+    m: &MeshInput,
+    class: &ProxyClass,
+    name: &str,
+) -> Option<istiod_proto::envoy::config::cluster::v3::Cluster> {
+    let outbound = sni_dnat(&m.model, class, None).into_iter().find(|(n, _)| n == name)?.1;
+    let form = m.cluster_form(class, &outbound)?;
+    let mut c = (*form.cluster).clone();
+    c.name = name.to_owned();
+    c.transport_socket = None;
+    c.transport_socket_matches.clear();
+    if let Some(eds) = c.eds_cluster_config.as_mut() {
+        eds.service_name = outbound;
+    }
+    Some(c)
 }
 
 /// A router's route configuration `name` (an unknown name is an empty
@@ -176,6 +244,40 @@ pub fn all_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<st
         }
     }
     out.into_iter().map(|(k, n)| (k, std::sync::Arc::from(n))).collect()
+}
+
+/// Every SNI-DNAT cluster name some AUTO_PASSTHROUGH router may have
+/// (every service and port, every subset of a rule naming the service):
+/// none when no Gateway is AUTO_PASSTHROUGH.
+pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
+    use istiod_kubewatch::istio::networking::ServerTlsMode;
+    let auto = model.gateways.iter().any(|o| match &o.spec {
+        IstioSpec::Gateway(g) => {
+            g.servers.iter().any(|s| s.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::AutoPassthrough))
+        }
+        _ => false,
+    });
+    if !auto {
+        return Vec::new();
+    }
+    let mut subsets: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in model.routing.iter() {
+        if let IstioSpec::DestinationRule(dr) = &o.spec {
+            let host = model.resolve_host(&dr.host, o.meta.ns());
+            subsets.entry(host).or_default().extend(dr.subsets.iter().map(|s| s.name.clone()));
+        }
+    }
+    let mut out = Vec::new();
+    for svc in model.services.values().filter(|s| !s.mesh_external) {
+        let names = subsets.get(&*svc.hostname).map(Vec::as_slice).unwrap_or_default();
+        for p in svc.ports.iter().filter(|p| p.protocol != crate::model::Protocol::Udp) {
+            for subset in std::iter::once("").chain(names.iter().map(String::as_str)) {
+                let name = format!("outbound_.{}_.{subset}_.{}", p.port, svc.hostname);
+                out.push((istiod_xds::ads::Kind::Cluster, std::sync::Arc::from(name)));
+            }
+        }
+    }
+    out
 }
 
 /// The SDS names a change of Secret `ns/name` may change: the plain and
@@ -450,5 +552,59 @@ mod tests {
             r["missingBackends"],
             json!([{"virtualService": "edge/a", "host": "nowhere.edge.svc.cluster.local"}])
         );
+    }
+
+    /// An east-west gateway (istiod's gateway.go
+    /// builtAutoPassthroughFilterChains, cluster_builder.go
+    /// buildOutboundSniDnatClusters): per service under the server's hosts
+    /// and port but UDP, and per subset, a chain matching the SNI-DNAT name
+    /// and Istio's mTLS ALPNs, proxying to the cluster of that name: the
+    /// outbound cluster without TLS, its endpoints the outbound cluster's.
+    #[test]
+    fn auto_passthrough_routes_sni_dnat_names_to_copies_of_the_outbound_clusters() {
+        let yaml = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: ew, namespace: edge}\n\
+            spec: {selector: {app: gw}, servers: [{port: {number: 15443, name: tls, protocol: TLS}, hosts: [\"*.local\"], tls: {mode: AUTO_PASSTHROUGH}}]}\n\
+            ---\napiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: shop}\n\
+            spec: {clusterIP: 10.0.0.1, selector: {app: reviews}, ports: [{name: http, port: 9080}, {name: udp-x, port: 53, protocol: UDP}]}\n\
+            ---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: shop}\n\
+            spec: {host: reviews, subsets: [{name: v1, labels: {version: v1}}]}\n\
+            ---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: shop}\n\
+            spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, location: MESH_EXTERNAL}\n";
+        let model = Arc::new(Model::build(&objects(yaml), "cluster.local"));
+        let class = router("edge", false);
+        let ls = listeners(&model, &class);
+        assert_eq!(ls.len(), 1);
+        let sni: Vec<(&str, &[String])> = ls[0]
+            .filter_chains
+            .iter()
+            .map(|c| {
+                let m = c.filter_chain_match.as_ref().unwrap();
+                (m.server_names[0].as_str(), m.application_protocols.as_slice())
+            })
+            .collect();
+        let names: Vec<&str> = sni.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            ["outbound_.9080_._.reviews.shop.svc.cluster.local", "outbound_.9080_.v1_.reviews.shop.svc.cluster.local"],
+            "no UDP port, no mesh-external service"
+        );
+        assert_eq!(sni[0].1, ["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"]);
+        assert!(ls[0].filter_chains.iter().all(|c| c.transport_socket.is_none()), "the TLS passes through");
+        let snap = snapshot(&model);
+        let g = crate::generator::MeshGenerator;
+        let clusters = g.wildcard_names(&snap, &class, Kind::Cluster);
+        assert!(clusters.iter().any(|n| &**n == "outbound_.9080_.v1_.reviews.shop.svc.cluster.local"), "{clusters:?}");
+        let body =
+            g.generate(&snap, &class, Kind::Cluster, "outbound_.9080_.v1_.reviews.shop.svc.cluster.local").unwrap();
+        use istiod_proto::prost::Message;
+        let c = istiod_proto::envoy::config::cluster::v3::Cluster::decode(body).unwrap();
+        assert_eq!(c.name, "outbound_.9080_.v1_.reviews.shop.svc.cluster.local");
+        assert!(c.transport_socket.is_none() && c.transport_socket_matches.is_empty());
+        assert_eq!(c.eds_cluster_config.unwrap().service_name, "outbound|9080|v1|reviews.shop.svc.cluster.local");
+        // A router the Gateway does not select gets none.
+        let other = ProxyClass { labels: vec![("app".into(), "other".into())], ..router("edge", false) };
+        assert!(!g.wildcard_names(&snap, &other, Kind::Cluster).iter().any(|n| n.starts_with("outbound_.")));
+        let touched = all_sni_dnat_names(&model);
+        assert_eq!(touched.len(), 2, "{touched:?}");
     }
 }

@@ -13,8 +13,9 @@
 //! (`buildGatewayNetworkFiltersFromTCPRoutes`, `...FromTLSRoutes`).
 //!
 //! TLS servers that terminate TLS proxy their TCP routes behind their TLS
-//! context. Served to routers by `generator/router.rs`. Not built yet:
-//! AUTO_PASSTHROUGH chains and their SNI-DNAT clusters.
+//! context; AUTO_PASSTHROUGH servers get a chain per SNI-DNAT cluster of
+//! the services under their hosts. Served to routers by
+//! `generator/router.rs`.
 
 use istiod_kubewatch::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
 use istiod_kubewatch::istio::{IstioObject, IstioSpec};
@@ -279,6 +280,31 @@ pub struct L4Inputs<'a> {
     pub resolve_host: &'a dyn Fn(&str, &str) -> String,
     /// FQDN → its single port, if it has exactly one.
     pub single_port: &'a dyn Fn(&str) -> Option<u32>,
+    /// An AUTO_PASSTHROUGH server's hosts → the SNI-DNAT cluster names of
+    /// the services under them (`outbound_.<port>_.<subset>_.<host>`).
+    pub auto_passthrough: &'a dyn Fn(&[String]) -> Vec<String>,
+}
+
+/// The ALPNs of Istio's mTLS (`allIstioMtlsALPNs`): an AUTO_PASSTHROUGH
+/// chain takes only mTLS from other Istio proxies.
+const ISTIO_MTLS_ALPNS: [&str; 5] = ["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"];
+
+/// `builtAutoPassthroughFilterChains`: per SNI-DNAT cluster, a chain
+/// matching its name as SNI and Istio's mTLS ALPNs, proxying TCP to it,
+/// with no TLS context (the TLS passes through).
+fn auto_passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer) -> Vec<FilterChain> {
+    (inputs.auto_passthrough)(&s.sni_hosts)
+        .into_iter()
+        .map(|name| FilterChain {
+            filter_chain_match: Some(FilterChainMatch {
+                server_names: vec![name.clone()],
+                application_protocols: ISTIO_MTLS_ALPNS.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            }),
+            filters: vec![tcp_proxy(&name, &name)],
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// `tcp_proxy` to a route's destinations (`buildOutboundNetworkFilters`):
@@ -419,9 +445,11 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
         if let Some(l4) = l4 {
             let seen_sni = seen_sni_by_listener.entry(name.clone()).or_default();
             for s in servers {
-                if passthrough(&s.server) && s.server.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::Passthrough)
-                {
+                let mode = s.server.tls.as_ref().map(|t| t.mode);
+                if mode == Some(ServerTlsMode::Passthrough) {
                     chains.extend(passthrough_chains(l4, s, seen_sni));
+                } else if mode == Some(ServerTlsMode::AutoPassthrough) {
+                    chains.extend(auto_passthrough_chains(l4, s));
                 } else if s.server.tls.is_none() && !is_http(&key.protocol) {
                     chains.extend(tcp_chain(l4, s));
                 } else if let Some(t) = s
@@ -672,6 +700,7 @@ mod tests {
             proxy_ns: "ns",
             resolve_host: &resolve,
             single_port: &single,
+            auto_passthrough: &|_| Vec::new(),
         };
         let ls = listeners_with(&m, Some(&inputs));
         let names: Vec<&str> = ls.iter().map(|l| l.name.as_str()).collect();
@@ -838,6 +867,7 @@ mod tests {
             proxy_ns: "ns",
             resolve_host: &|h, ns| format!("{h}.{ns}.svc.cluster.local"),
             single_port: &|_| None,
+            auto_passthrough: &|_| Vec::new(),
         };
         let ls = listeners_with(&m, Some(&l4));
         assert_eq!(ls.len(), 1);

@@ -13,6 +13,7 @@ use serde::Serialize;
 pub mod credentials;
 pub mod destination_rules;
 pub mod gateway;
+pub mod gateway_api;
 mod update;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).
@@ -240,6 +241,10 @@ pub struct Model {
     /// Secrets (gateway credentials) by (namespace, name).
     #[serde(skip)]
     pub secrets: Arc<Secrets>,
+    /// The Kubernetes Gateway API: its ReferenceGrants and what was
+    /// refused (its Gateways and routes are in `gateways` and `routing`).
+    #[serde(skip)]
+    pub gateway_api: Arc<GatewayApi>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::mesh::MeshSettings>,
@@ -278,6 +283,16 @@ struct RoutingIndex {
 /// Secrets by (namespace, name): their data decoded, and a hash of it (the
 /// input generation of what is served from them).
 pub type Secrets = BTreeMap<(String, String), Arc<StoredSecret>>;
+
+/// What the model keeps of the Gateway API besides the Istio objects it
+/// made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewayApi {
+    /// ReferenceGrants.
+    pub grants: Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
+    /// Listeners, routes and references refused, with istiod's reasons.
+    pub problems: Vec<serde_json::Value>,
+}
 
 /// One Secret as SDS reads it.
 #[derive(Clone, PartialEq, Eq)]
@@ -526,15 +541,25 @@ impl Model {
     /// Builds the model from Kubernetes objects under `mesh`.
     pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::mesh::MeshSettings>) -> Model {
         let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
-        model.routing =
-            sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_))).into();
-        model.security = Arc::new(sorted(objs, is_security));
-        model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
-        model.gateways = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Gateway(_))));
-        model.secrets = Arc::new(secrets_of(objs));
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
         }
+        // The Gateway API, as the Istio Gateways and VirtualServices istiod
+        // makes of it, kept in the same (namespace, name) order.
+        let api = gateway_api::convert(&objs.gateway_api, &model.namespaces, domain);
+        let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));
+        let mut routing = sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
+        routing.extend(api.virtual_services);
+        routing.sort_by(by_name);
+        model.routing = routing.into();
+        model.security = Arc::new(sorted(objs, is_security));
+        model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
+        let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
+        gateways.extend(api.gateways);
+        gateways.sort_by(by_name);
+        model.gateways = Arc::new(gateways);
+        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems });
+        model.secrets = Arc::new(secrets_of(objs));
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);
         for svc in &objs.services {

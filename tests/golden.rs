@@ -36,15 +36,53 @@ fn each_feature_matches_the_golden_files() {
 /// servers (istiod's pilot/pkg/networking/core/gateway.go, xds/sds.go).
 #[test]
 fn ingress_gateway_matches_the_golden_files() {
+    let (merged, names) = check_router(
+        "tests/golden/gateway/input",
+        "tests/golden/gateway",
+        ("istio-system", ("istio", "ingressgateway")),
+        &["kubernetes://bookinfo-cert", "kubernetes://secure-cert", "kubernetes://secure-cert-cacert"],
+    );
+    assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443", "0.0.0.0_31400", "0.0.0.0_15443"]);
+    assert_eq!(merged.rejected.len(), 1, "the conflicting Gateway's server: {:?}", merged.rejected);
+}
+
+/// The Kubernetes Gateway API (issue #14): the router behind a Gateway of
+/// class istio is served what istiod makes of its listeners, HTTPRoutes
+/// (matches, header filter, weights, redirect, prefix rewrite, timeout,
+/// a granted and an ungranted cross-namespace backend) and GRPCRoute
+/// (pilot/pkg/config/kube/gateway/conversion.go), and its certificate as
+/// `kubernetes-gateway://`.
+#[test]
+fn gateway_api_matches_the_golden_files() {
+    let (merged, names) = check_router(
+        "tests/golden/gateway-api/input",
+        "tests/golden/gateway-api",
+        ("gateways", ("gateway.networking.k8s.io/gateway-name", "gw")),
+        &["kubernetes-gateway://gateways/secure-cert"],
+    );
+    assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443"]);
+    assert!(merged.rejected.is_empty(), "{:?}", merged.rejected);
+}
+
+/// Generates what a verified router of `ns` with one label is served
+/// (listeners, clusters, the route configurations its servers name and
+/// the credentials `secrets`) and checks it against the golden files.
+/// Returns its merged Gateways and listener names.
+fn check_router(
+    input: &str,
+    golden: &str,
+    (ns, label): (&str, (&str, &str)),
+    secrets: &[&str],
+) -> (istiod::model::gateway::MergedGateway, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let loaded = istiod_kubewatch::config_dir::load(&root.join("tests/golden/gateway/input")).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(&root.join(input)).unwrap();
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let model = std::sync::Arc::new(Model::build(&loaded.objects, "cluster.local"));
     let router = ProxyClass {
         node_type: NodeType::Router,
-        namespace: "istio-system".into(),
+        namespace: ns.into(),
         generator: "".into(),
-        labels: vec![("istio".into(), "ingressgateway".into())],
+        labels: vec![(label.0.into(), label.1.into())],
         locality: "".into(),
         verified: true,
     };
@@ -59,9 +97,7 @@ fn ingress_gateway_matches_the_golden_files() {
         names.extend(MeshGenerator.wildcard_names(&snap, &router, kind).iter().map(|n| (kind, n.to_string())));
     }
     names.extend(merged.by_route.keys().map(|n| (Kind::Route, n.clone())));
-    for secret in ["kubernetes://bookinfo-cert", "kubernetes://secure-cert", "kubernetes://secure-cert-cacert"] {
-        names.push((Kind::Secret, secret.to_owned()));
-    }
+    names.extend(secrets.iter().map(|s| (Kind::Secret, s.to_string())));
     let resources: Vec<((Kind, String), bytes::Bytes)> = names
         .into_iter()
         .map(|(kind, name)| {
@@ -69,11 +105,10 @@ fn ingress_gateway_matches_the_golden_files() {
             ((kind, name), body)
         })
         .collect();
-    let listeners: Vec<&str> =
-        resources.iter().filter(|((k, _), _)| *k == Kind::Listener).map(|((_, n), _)| n.as_str()).collect();
-    assert_eq!(listeners, ["0.0.0.0_8080", "0.0.0.0_8443", "0.0.0.0_31400", "0.0.0.0_15443"]);
-    assert_eq!(merged.rejected.len(), 1, "the conflicting Gateway's server: {:?}", merged.rejected);
-    run_golden(&resources, &root.join("tests/golden/gateway"));
+    let listeners: Vec<String> =
+        resources.iter().filter(|((k, _), _)| *k == Kind::Listener).map(|((_, n), _)| n.clone()).collect();
+    run_golden(&resources, &root.join(golden));
+    (merged, listeners)
 }
 
 /// Also generates the per-class resources of one sidecar (namespace,

@@ -64,6 +64,8 @@ pub enum Object {
     Namespace(Namespace),
     /// A Secret.
     Secret(crate::objects::Secret),
+    /// A Kubernetes Gateway API object.
+    GatewayApi(crate::gateway_api::GatewayApiObject),
     /// An Istio object, validated.
     Istio(crate::istio::IstioObject),
     /// A kind this source does not read yet (counted, not an error).
@@ -111,6 +113,7 @@ impl ObjectRef {
             Object::Node(n) => ("Node".to_owned(), Some(&n.metadata), None),
             Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
             Object::Secret(n) => ("Secret".to_owned(), Some(&n.metadata), None),
+            Object::GatewayApi(o) => (format!("{}.{}", o.kind(), crate::gateway_api::GROUP), Some(&o.meta), None),
             Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
             Object::Skipped(k) => (k.clone(), None, None),
         };
@@ -260,6 +263,7 @@ fn check_names(obj: &Object) -> Result<(), String> {
         Object::Pod(p) => (&p.metadata, false),
         Object::Node(n) => (&n.metadata, false),
         Object::Secret(n) => (&n.metadata, false),
+        Object::GatewayApi(o) => (&o.meta, false),
         Object::Istio(o) => (&o.meta, false),
         Object::Skipped(_) => return Ok(()),
     };
@@ -285,6 +289,13 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
     if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {
         return crate::istio::parse(&value).map(Object::Istio).map_err(|e| e.to_string());
     }
+    if crate::gateway_api::is_gateway_api(head.api_version.as_deref().unwrap_or_default()) {
+        if !crate::gateway_api::reads(&kind) {
+            return Ok(Object::Skipped(kind));
+        }
+        let json = serde_json::to_value(&value).map_err(|e| e.to_string())?;
+        return crate::gateway_api::parse(&kind, json).map(Object::GatewayApi);
+    }
     let e = |e: serde_yaml_ng::Error| e.to_string();
     Ok(match kind.as_str() {
         "Service" => Object::Service(Service::deserialize(value).map_err(e)?),
@@ -307,7 +318,7 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
 /// Kinds that belong in a cluster's manifests but that the model does not
 /// read (yet): skipped without complaint. Anything else is a typo or a
 /// stray file, and is reported.
-const KNOWN_UNREAD: [&str; 27] = [
+const KNOWN_UNREAD: [&str; 25] = [
     "ServiceAccount",
     "Deployment",
     "ReplicaSet",
@@ -333,8 +344,6 @@ const KNOWN_UNREAD: [&str; 27] = [
     "CustomResourceDefinition",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
-    "HTTPRoute",
-    "GRPCRoute",
 ];
 
 /// What one file holds: each document's result, and where a syntax error
@@ -535,6 +544,7 @@ impl ConfigDir {
                 Object::Node(n) => loaded.objects.nodes.push(n),
                 Object::Namespace(n) => loaded.objects.namespaces.push(n),
                 Object::Secret(n) => loaded.objects.secrets.push(n),
+                Object::GatewayApi(o) => loaded.objects.gateway_api.push(o),
                 Object::Istio(o) => loaded.objects.istio.push(o),
                 Object::Skipped(_) => loaded.skipped += 1,
             }

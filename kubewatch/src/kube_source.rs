@@ -27,7 +27,7 @@ use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Secret, Servi
 /// The kinds watched, in the order of [`Stores`]: (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 20] = [
+pub const KINDS: [(&str, &str, &str, &str); 25] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -48,6 +48,11 @@ pub const KINDS: [(&str, &str, &str, &str); 20] = [
     ("networking.istio.io", "v1beta1", "ProxyConfig", "proxyconfigs"),
     ("telemetry.istio.io", "v1", "Telemetry", "telemetries"),
     ("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
+    ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"),
+    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
+    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
+    ("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes"),
+    ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
 ];
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
@@ -140,6 +145,9 @@ fn convert(i: usize, v: &Value) -> Result<Object, String> {
             s if s.is_read() => Object::Secret(s),
             _ => Object::Skipped("Secret".into()),
         },
+        _ if KINDS[i].0 == crate::gateway_api::GROUP => {
+            Object::GatewayApi(crate::gateway_api::parse(KINDS[i].2, v.clone())?)
+        }
         _ => {
             let y = serde_yaml_ng::to_value(v).map_err(|e| e.to_string())?;
             Object::Istio(crate::istio::parse(&y).map_err(|e| e.to_string())?)
@@ -159,6 +167,7 @@ fn build(stores: &Stores) -> Objects {
                 Object::Node(n) => o.nodes.push(n),
                 Object::Namespace(n) => o.namespaces.push(n),
                 Object::Secret(n) => o.secrets.push(n),
+                Object::GatewayApi(x) => o.gateway_api.push(x),
                 Object::Istio(x) => o.istio.push(x),
                 Object::Skipped(_) => {}
             }

@@ -11,6 +11,7 @@
 pub mod config_dir;
 pub mod duration;
 pub mod fake;
+pub mod gateway_api;
 pub mod istio;
 pub mod kube_source;
 pub mod objects;

@@ -295,4 +295,6 @@ pub struct Objects {
     pub istio: Vec<crate::istio::IstioObject>,
     /// Secrets of the types istiod reads (gateway credentials).
     pub secrets: Vec<Secret>,
+    /// Kubernetes Gateway API objects.
+    pub gateway_api: Vec<crate::gateway_api::GatewayApiObject>,
 }

@@ -62,21 +62,26 @@ fn targets<'a>(model: &'a Model, class: &ProxyClass, labels: &BTreeMap<String, S
 /// router's 8080).
 pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
     let labels = labels(class);
-    let selected = select(model.gateways.iter(), &class.namespace, &labels, model.mesh.scope_gateway_to_namespace);
+    let targets = targets(model, class, &labels);
+    let hosts: Vec<&str> = targets.iter().map(|s| &*s.hostname).collect();
+    let selected =
+        select(model.gateways.iter(), &class.namespace, &labels, model.mesh.scope_gateway_to_namespace, &hosts);
     if selected.is_empty() {
         return MergedGateway::default();
     }
-    let targets = targets(model, class, &labels);
-    let resolve = |n: u32| {
-        targets
+    let resolve = |o: &IstioObject, n: u32| {
+        // A Gateway API Gateway's ports are its Services' ports.
+        let services = crate::model::gateway::gateway_services(o);
+        let target = targets
             .iter()
+            .filter(|s| services.as_ref().is_none_or(|names| names.contains(&&*s.hostname)))
             .find_map(|s| {
                 let p = s.ports.iter().find(|p| u32::from(p.port) == n)?;
                 // A named target port: the endpoints say the number.
                 let named = || s.endpoints.iter().find(|e| e.service_port == p.port).map(|e| e.port);
                 p.target_port.or_else(named).map(u32::from)
-            })
-            .unwrap_or(n)
+            });
+        if services.is_some() { target } else { Some(target.unwrap_or(n)) }
     };
     let m = merge(&selected, resolve);
     for r in &m.rejected {
@@ -289,6 +294,8 @@ pub fn secret_names(ns: &str, name: &str) -> Vec<std::sync::Arc<str>> {
         format!("kubernetes://{name}{}", credentials::CA_SUFFIX),
         format!("kubernetes://{ns}/{name}"),
         format!("kubernetes://{ns}/{name}{}", credentials::CA_SUFFIX),
+        format!("kubernetes-gateway://{ns}/{name}"),
+        format!("kubernetes-gateway://{ns}/{name}{}", credentials::CA_SUFFIX),
     ]
     .into_iter()
     .map(std::sync::Arc::from)
@@ -310,6 +317,44 @@ pub fn changed_secret_names(
         .collect()
 }
 
+/// The `kubernetes-gateway://` credentials a router of `class` may read
+/// (`mergeGateways`' VerifiedCertificateReferences): those its Gateways of
+/// its own namespace name, with their `-cacert` for MUTUAL servers, when
+/// the Secret is in that namespace or a ReferenceGrant lets the Gateway
+/// refer to it.
+fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
+    use istiod_kubewatch::istio::networking::ServerTlsMode;
+    let mut out = Vec::new();
+    for servers in merged(model, class).servers.values() {
+        for s in servers {
+            let gw_ns = s.gateway.split_once('/').map_or("", |(ns, _)| ns);
+            let Some(t) = s.server.tls.as_ref().filter(|_| gw_ns == &*class.namespace) else { continue };
+            let names = if t.credential_names.is_empty() {
+                vec![&t.credential_name]
+            } else {
+                t.credential_names.iter().collect()
+            };
+            for n in names {
+                let Some(Resource::KubernetesGateway { namespace, name, .. }) = credentials::parse(n, &class.namespace)
+                else {
+                    continue;
+                };
+                let grants = &model.gateway_api.grants;
+                if namespace != *class.namespace
+                    && !crate::model::gateway_api::granted(grants, "Gateway", gw_ns, "Secret", &namespace, &name)
+                {
+                    continue;
+                }
+                out.push(n.clone());
+                if matches!(t.mode, ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
+                    out.push(format!("{n}{}", credentials::CA_SUFFIX));
+                }
+            }
+        }
+    }
+    out
+}
+
 fn inline(bytes: &[u8]) -> Option<DataSource> {
     Some(DataSource { specifier: Some(Specifier::InlineBytes(bytes.to_vec())), ..Default::default() })
 }
@@ -326,13 +371,21 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
         return None;
     }
     let resource = credentials::parse(name, &class.namespace)?;
-    if !credentials::authorized(&resource, &class.namespace, || true) {
+    let allowed = match &resource {
+        // istiod's VerifiedCertificateReferences: named by a Gateway of the
+        // proxy's namespace, in that namespace or through a ReferenceGrant.
+        Resource::KubernetesGateway { .. } => verified_references(model, class).iter().any(|r| r == name),
+        r => credentials::authorized(r, &class.namespace, || true),
+    };
+    if !allowed {
         tracing::warn!(target: "ads", name, namespace = %class.namespace, "proxy is not authorized to read this credential");
         return None;
     }
-    let Resource::Kubernetes { namespace, name: secret_name, ca_only } = resource else {
-        // ConfigMap CAs and Gateway API references are not served yet.
-        return None;
+    let (namespace, secret_name, ca_only) = match resource {
+        Resource::Kubernetes { namespace, name, ca_only }
+        | Resource::KubernetesGateway { namespace, name, ca_only } => (namespace, name, ca_only),
+        // ConfigMap CAs are not served yet.
+        Resource::ConfigMap { .. } => return None,
     };
     let get = |n: &str| model.secrets.get(&(namespace.clone(), n.to_owned()));
     if ca_only {
@@ -445,7 +498,12 @@ pub fn report(model: &Model) -> serde_json::Value {
         }
     }
     backends.dedup();
-    json!({"rejectedServers": rejected, "credentials": credentials, "missingBackends": backends})
+    json!({
+        "rejectedServers": rejected,
+        "credentials": credentials,
+        "missingBackends": backends,
+        "gatewayApi": model.gateway_api.problems,
+    })
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ pub fn select<'a>(
     namespace: &str,
     labels: &BTreeMap<String, String>,
     scope_to_namespace: bool,
+    service_hosts: &[&str],
 ) -> Vec<(&'a IstioObject, &'a Gateway)> {
     let mut out: Vec<(&IstioObject, &Gateway)> = objects
         .into_iter()
@@ -151,7 +152,12 @@ pub fn select<'a>(
             _ => None,
         })
         .filter(|(o, _)| !scope_to_namespace || o.meta.ns() == namespace)
-        .filter(|(_, g)| g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .filter(|(o, g)| match gateway_services(o) {
+            // From the Gateway API: the routers behind its Service, in its
+            // namespace (istiod's `internal.istio.io/gateway-service`).
+            Some(services) => o.meta.ns() == namespace && services.iter().any(|s| service_hosts.contains(s)),
+            None => g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        })
         .collect();
     out.sort_by(|(a, _), (b, _)| {
         let key = |o: &IstioObject| {
@@ -160,6 +166,15 @@ pub fn select<'a>(
         key(a).cmp(&key(b))
     });
     out
+}
+
+/// The Services of a Gateway translated from the Gateway API (its
+/// `internal.istio.io/gateway-service` annotation), if it is one.
+pub fn gateway_services(o: &IstioObject) -> Option<Vec<&str>> {
+    o.meta
+        .annotations
+        .get(super::gateway_api::GATEWAY_SERVICE)
+        .map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
 }
 
 /// `addPlainTextServer`: a plaintext server as a key of its own on a port
@@ -181,11 +196,14 @@ fn add_plaintext(
     m.servers.entry(key).or_default().push(merged);
 }
 
-/// Merges the selected Gateways. `resolve` maps a server's port to the
-/// port the router listens on (the gateway Service's targetPort for that
-/// port, as istiod's legacy `resolvePorts`; the number itself when no
-/// Service port matches).
-pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32) -> MergedGateway {
+/// Merges the selected Gateways. `resolve` maps a Gateway's server port to
+/// the port the router listens on (`resolvePorts`: the gateway Service's
+/// targetPort for that port; without one, the number itself for an Istio
+/// Gateway, and no port, so no server, for one from the Gateway API).
+pub fn merge(
+    selected: &[(&IstioObject, &Gateway)],
+    resolve: impl Fn(&IstioObject, u32) -> Option<u32>,
+) -> MergedGateway {
     let mut m = MergedGateway::default();
     // (resolved port, bind) → TLS hosts claimed there.
     let mut tls_hosts: BTreeMap<(u32, String), BTreeSet<String>> = BTreeMap::new();
@@ -199,7 +217,7 @@ pub fn merge(selected: &[(&IstioObject, &Gateway)], resolve: impl Fn(u32) -> u32
             let Some(port) = &s.port else { continue };
             let mut server = s.clone();
             server.hosts = sanitize_hosts(&s.hosts, ns);
-            let resolved = resolve(port.number);
+            let Some(resolved) = resolve(o, port.number) else { continue };
             let proto = port.protocol.to_ascii_uppercase();
             let key = ServerPort { number: resolved, protocol: proto.clone(), bind: s.bind.clone() };
             let route = route_name(&server, resolved, name, ns);
@@ -539,9 +557,9 @@ mod tests {
             ),
         ];
         let l = labels(&[("istio", "ingressgateway"), ("app", "x")]);
-        let names: Vec<&str> = select(&objs, "ns1", &l, false).iter().map(|(o, _)| o.meta.name.as_str()).collect();
+        let names: Vec<&str> = select(&objs, "ns1", &l, false, &[]).iter().map(|(o, _)| o.meta.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "all"], "oldest first; no selector applies to every router");
-        let names: Vec<&str> = select(&objs, "ns1", &l, true).iter().map(|(o, _)| o.meta.name.as_str()).collect();
+        let names: Vec<&str> = select(&objs, "ns1", &l, true, &[]).iter().map(|(o, _)| o.meta.name.as_str()).collect();
         assert_eq!(names, ["b"], "PILOT_SCOPE_GATEWAY_TO_NAMESPACE");
         // kubectl writes `creationTimestamp: null`: read as no time.
         let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: n, creationTimestamp: null}\nspec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
@@ -560,14 +578,14 @@ mod tests {
              {port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}]}",
         );
         let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
-        let m = merge(&[(&o, g)], |p| {
-            if p == 80 {
+        let m = merge(&[(&o, g)], |_, p| {
+            Some(if p == 80 {
                 8080
             } else if p == 443 {
                 8443
             } else {
                 p
-            }
+            })
         });
         assert_eq!(keys(&m), [(8080, "HTTP"), (8443, "HTTPS"), (15443, "TLS")]);
         let http = &m.servers[&m.ports[0]][0];
@@ -584,7 +602,7 @@ mod tests {
     /// model/gateway.go mergeGateways' conflict rules.
     #[test]
     fn conflicts_as_istiod_resolves_them() {
-        let id = |p: u32| p;
+        let id = |_: &IstioObject, p: u32| Some(p);
         // HTTP servers of two Gateways on one port share one route.
         let a = gw("a", "ns", "1", "{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [a.com]}]}");
         let b = gw("b", "ns", "2", "{servers: [{port: {number: 80, name: http2, protocol: HTTP2}, hosts: [b.com]}]}");
@@ -670,7 +688,7 @@ mod tests {
              {port: {number: 80, name: http2, protocol: HTTP}, hosts: [secure.example.com], tls: {httpsRedirect: true}}]}",
         );
         let IstioSpec::Gateway(spec) = &g.spec else { unreachable!() };
-        let m = merge(&[(&g, spec)], |p| p + 8000);
+        let m = merge(&[(&g, spec)], |_, p| Some(p + 8000));
         let vs = |name: &str, ns: &str, body: &str| {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {body}\n"
@@ -719,7 +737,7 @@ mod tests {
         assert_eq!((plan[0].name.as_str(), plan[0].domain.as_str()), ("secure.example.com:80", "secure.example.com"));
         let lonely = gw("l", "ns", "1", "{servers: [{port: {number: 81, name: http, protocol: HTTP}, hosts: ['*']}]}");
         let IstioSpec::Gateway(ls) = &lonely.spec else { unreachable!() };
-        let lm = merge(&[(&lonely, ls)], |p| p);
+        let lm = merge(&[(&lonely, ls)], |_, p| Some(p));
         assert_eq!(virtual_hosts(&lm, "http.81", &objs, "ns")[0].name, "blackhole:81");
     }
 

@@ -610,7 +610,7 @@ mod tests {
              {port: {number: 443, name: https-b, protocol: HTTPS}, hosts: [b.example.com], name: b-server, tls: {mode: MUTUAL, credentialName: b-cert}}]}",
         );
         let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
-        let m = merge(&[(&o, g)], |p| p + 8000);
+        let m = merge(&[(&o, g)], |_, p| Some(p + 8000));
         let ls = listeners(&m);
         let names: Vec<&str> = ls.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443"]);
@@ -669,7 +669,7 @@ mod tests {
              {port: {number: 443, name: tls, protocol: TLS}, hosts: ['*.example.com'], tls: {mode: PASSTHROUGH}}]}",
         );
         let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
-        let m = merge(&[(&o, g)], |p| p);
+        let m = merge(&[(&o, g)], |_, p| Some(p));
         let vs = |name: &str, body: &str| {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
@@ -737,7 +737,7 @@ mod tests {
     fn a_gateway_route_configuration_carries_its_virtual_services() {
         let o = gateway("{servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*.example.com']}]}");
         let IstioSpec::Gateway(g) = &o.spec else { unreachable!() };
-        let m = merge(&[(&o, g)], |p| p + 8000);
+        let m = merge(&[(&o, g)], |_, p| Some(p + 8000));
         let vs = |name: &str, body: &str| {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
@@ -857,7 +857,7 @@ mod tests {
              tls: {mode: SIMPLE, credentialName: db-cert}}]}",
         );
         let IstioSpec::Gateway(spec) = &g.spec else { panic!() };
-        let m = merge(&[(&g, spec)], |p| p);
+        let m = merge(&[(&g, spec)], |_, p| Some(p));
         let vs = crate::testing::istio_objects(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: ns}\n\
              spec: {hosts: [db.example.com], gateways: [gw], tcp: [{route: [{destination: {host: db, port: {number: 5432}}}]}]}\n",

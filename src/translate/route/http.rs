@@ -202,6 +202,11 @@ pub(super) fn vs_routes(
 ) -> Vec<ScopedRoute> {
     let default_cluster = default_cluster.to_owned();
     let ns = obj.meta.ns();
+    // Routes translated from the Gateway API (istiod's
+    // `UseGatewaySemantics`): prefixes match whole path segments, and a
+    // backend that does not exist answers 500, not 503.
+    let gateway_semantics =
+        obj.meta.annotations.get("internal.istio.io/route-semantics").is_some_and(|v| v == "gateway");
     let mut out = Vec::new();
     for (i, r) in vs.http.iter().enumerate() {
         // Proxyless gRPC forwards only: redirects and direct responses are
@@ -264,9 +269,32 @@ pub(super) fn vs_routes(
             retry_policy,
             ..Default::default()
         };
+        if gateway_semantics {
+            action.cluster_not_found_response_code =
+                route::route_action::ClusterNotFoundResponseCode::InternalServerError as i32;
+        }
         if flavor == Flavor::Envoy {
             if let Some(rw) = &r.rewrite {
                 action.prefix_rewrite = rw.uri.clone();
+                let prefix = r.matches.first().and_then(|m| m.uri.as_ref()).and_then(|u| u.prefix.as_deref());
+                if let Some(rr) = &rw.uri_regex_rewrite {
+                    action.prefix_rewrite.clear();
+                    action.regex_rewrite = Some(matcher::RegexMatchAndSubstitute {
+                        pattern: Some(matcher::RegexMatcher { regex: rr.pattern.clone() }),
+                        substitution: rr.rewrite.clone(),
+                    });
+                } else if gateway_semantics
+                    && rw.uri == "/"
+                    && let Some(p) = prefix.filter(|p| *p != "/")
+                {
+                    // istiod: replacing a prefix by "/" strips it and the
+                    // slash after it.
+                    action.prefix_rewrite.clear();
+                    action.regex_rewrite = Some(matcher::RegexMatchAndSubstitute {
+                        pattern: Some(matcher::RegexMatcher { regex: format!("^{}(/?)(.*)", regex_quote(p)) }),
+                        substitution: "/\\2".into(),
+                    });
+                }
                 if !rw.authority.is_empty() {
                     action.host_rewrite_specifier =
                         Some(route::route_action::HostRewriteSpecifier::HostRewriteLiteral(rw.authority.clone()));
@@ -306,6 +334,9 @@ pub(super) fn vs_routes(
                     use route::route_match::PathSpecifier;
                     let path = match &m.uri {
                         Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
+                        Some(StringMatch { prefix: Some(p), .. }) if gateway_semantics && p != "/" => {
+                            PathSpecifier::PathSeparatedPrefix(p.trim_end_matches('/').to_owned())
+                        }
                         Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
                         Some(StringMatch { regex: Some(re), .. }) => {
                             PathSpecifier::SafeRegex(matcher::RegexMatcher { regex: re.clone() })
@@ -395,4 +426,16 @@ pub(crate) fn destination_port(model: &Model, named: Option<u32>, host: &str, li
         (None, Some([only])) => only.port,
         _ => listener_port,
     }
+}
+
+/// `regexp.QuoteMeta`: `s` matched literally in an RE2 pattern.
+fn regex_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -160,7 +160,13 @@ impl MeshInput {
     /// in any namespace.
     pub fn router_generation(&self) -> u64 {
         let c = &self.changes;
-        mix((c.latest(Dep::Gateway), c.latest(Dep::Services), c.latest(Dep::DestinationRule), c.latest(Dep::Workloads)))
+        mix((
+            c.latest(Dep::Gateway),
+            c.latest(Dep::Services),
+            c.latest(Dep::DestinationRule),
+            c.latest(Dep::Workloads),
+            c.latest(Dep::Security),
+        ))
     }
 
     /// The last change of a DestinationRule.

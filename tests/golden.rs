@@ -107,7 +107,8 @@ fn check_router(
         .collect();
     let listeners: Vec<String> =
         resources.iter().filter(|((k, _), _)| *k == Kind::Listener).map(|((_, n), _)| n.clone()).collect();
-    run_golden(&resources, &root.join(golden));
+    let out = run_golden(&resources, &root.join(golden));
+    assert!(out.contains("5 passed, 0 failed"), "Envoy's rules and four kinds (lds, cds, rds, sds): {out}");
     (merged, listeners)
 }
 

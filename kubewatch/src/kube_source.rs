@@ -199,7 +199,14 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
         let (stores, changed) = (stores.clone(), changed_tx.clone());
         tokio::spawn(async move {
             let mut buffer: BTreeMap<(String, String), Object> = BTreeMap::new();
-            let mut events = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let mut config = watcher::Config::default();
+            if kind == "Secret" {
+                // istiod's informer: Helm releases (up to 1 MiB each) and
+                // tokens are never credentials; the API server leaves them
+                // out (convert drops them too, for servers that do not).
+                config = config.fields("type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token");
+            }
+            let mut events = watcher::watcher(api, config).default_backoff().boxed();
             while let Some(ev) = events.next().await {
                 let ev = match ev {
                     Ok(ev) => ev,

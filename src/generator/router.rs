@@ -122,22 +122,25 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         _ => None,
     };
     let auto = |hosts: &[String]| sni_dnat(model, class, Some(hosts)).into_iter().map(|(name, _)| name).collect();
+    let policies = crate::translate::gateway::GatewayPolicies {
+        jwt: crate::translate::authn::jwt_filter(model, class),
+        http: crate::translate::authz::rbacs(model, class, true),
+        tcp: crate::translate::authz::rbacs(model, class, false),
+    };
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),
         proxy_ns: &class.namespace,
         resolve_host: &resolve_host,
         single_port: &single_port,
         auto_passthrough: &auto,
+        policies: Some(&policies),
     };
     listeners_with(&m, Some(&l4))
 }
 
 /// `host.Name.SubsetOf`: `host` is `pattern` or under its wildcard.
 fn subset_of(host: &str, pattern: &str) -> bool {
-    match pattern.strip_prefix('*') {
-        Some(suffix) => host.ends_with(suffix),
-        None => host == pattern,
-    }
+    crate::model::destination_rules::host_matches(pattern, host)
 }
 
 /// The SNI-DNAT clusters of an AUTO_PASSTHROUGH router
@@ -186,7 +189,27 @@ pub fn sni_dnat_cluster(
     class: &ProxyClass,
     name: &str,
 ) -> Option<istiod_proto::envoy::config::cluster::v3::Cluster> {
-    let outbound = sni_dnat(&m.model, class, None).into_iter().find(|(n, _)| n == name)?.1;
+    // `outbound_.<port>_.<subset>_.<host>`, checked against the service
+    // (one lookup, not a pass over every service).
+    let rest = name.strip_prefix("outbound_.")?;
+    let (port, rest) = rest.split_once("_.")?;
+    let (subset, host) = rest.split_once("_.")?;
+    let port: u16 = port.parse().ok()?;
+    let svc = m.model.services.get(host)?;
+    if svc.mesh_external
+        || !crate::translate::scope::visible_on(&m.model, class, svc, None)
+        || !svc.ports.iter().any(|p| p.port == port && p.protocol != crate::model::Protocol::Udp)
+    {
+        return None;
+    }
+    if !subset.is_empty() {
+        let rules = m.model.destination_rules();
+        let i = m.model.rule_index_for(&class.namespace, &class.labels, host)?;
+        if !rules.get(i).rule.subsets.iter().any(|s| s.name == subset) {
+            return None;
+        }
+    }
+    let outbound = format!("outbound|{port}|{subset}|{host}");
     let form = m.cluster_form(class, &outbound)?;
     let mut c = (*form.cluster).clone();
     c.name = name.to_owned();
@@ -210,6 +233,9 @@ pub(super) fn input(m: &MeshInput, class: &ProxyClass) -> u64 {
     let c = &m.changes;
     mix((
         "router",
+        // RequestAuthentication and AuthorizationPolicy of its namespace
+        // (and the root's), and the JWT key sets.
+        c.at(Dep::Security, &class.namespace),
         c.latest(Dep::Gateway),
         c.latest(Dep::Services),
         c.latest(Dep::DestinationRule),
@@ -265,18 +291,19 @@ pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::syn
     if !auto {
         return Vec::new();
     }
-    let mut subsets: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for o in model.routing.iter() {
-        if let IstioSpec::DestinationRule(dr) = &o.spec {
-            let host = model.resolve_host(&dr.host, o.meta.ns());
-            subsets.entry(host).or_default().extend(dr.subsets.iter().map(|s| s.name.clone()));
-        }
-    }
+    let rules = model.destination_rules();
     let mut out = Vec::new();
     for svc in model.services.values().filter(|s| !s.mesh_external) {
-        let names = subsets.get(&*svc.hostname).map(Vec::as_slice).unwrap_or_default();
+        // Every rule that may apply to the service, wildcard hosts too.
+        let mut names: Vec<&str> = rules
+            .candidates(&svc.hostname)
+            .into_iter()
+            .flat_map(|i| rules.get(i).rule.subsets.iter().map(|s| s.name.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
         for p in svc.ports.iter().filter(|p| p.protocol != crate::model::Protocol::Udp) {
-            for subset in std::iter::once("").chain(names.iter().map(String::as_str)) {
+            for subset in std::iter::once("").chain(names.iter().copied()) {
                 let name = format!("outbound_.{}_.{subset}_.{}", p.port, svc.hostname);
                 out.push((istiod_xds::ads::Kind::Cluster, std::sync::Arc::from(name)));
             }
@@ -366,8 +393,11 @@ fn inline(bytes: &[u8]) -> Option<DataSource> {
 /// `kubernetes://` names of its own namespace (istiod's
 /// `filterAuthorizedResources`).
 pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls::Secret)> {
-    if !class.verified {
-        tracing::debug!(target: "ads", name, "SDS asked on an unauthenticated stream: nothing served");
+    if !class.verified || !is_router(class) {
+        // istiod checks, besides the namespace, that the caller's service
+        // account may list Secrets there (a SubjectAccessReview), which a
+        // sidecar's does not: istiod-rs serves gateways only.
+        tracing::debug!(target: "ads", name, "SDS asked by a proxy that is not a verified gateway: nothing served");
         return None;
     }
     let resource = credentials::parse(name, &class.namespace)?;
@@ -664,5 +694,44 @@ mod tests {
         assert!(!g.wildcard_names(&snap, &other, Kind::Cluster).iter().any(|n| n.starts_with("outbound_.")));
         let touched = all_sni_dnat_names(&model);
         assert_eq!(touched.len(), 2, "{touched:?}");
+    }
+
+    /// Gateways enforce the AuthorizationPolicies that select them (a
+    /// DENY on the gateway's labels is an RBAC filter before the router),
+    /// take no Sidecar (istiod's doGetSidecarScope: "Gateways always use
+    /// default sidecar scope"), and a sidecar of the same namespace gets no
+    /// credentials.
+    #[test]
+    fn gateways_enforce_policies_ignore_sidecars_and_keep_credentials_to_themselves() {
+        let yaml = format!(
+            "{MESH}---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: deny-admin, namespace: edge}}\n\
+             spec: {{selector: {{matchLabels: {{app: gw}}}}, action: DENY, rules: [{{to: [{{operation: {{paths: [/admin]}}}}]}}]}}\n\
+             ---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: istio-system}}\n\
+             spec: {{egress: [{{hosts: [./*]}}]}}\n\
+             ---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: shop}}\n\
+             spec: {{clusterIP: 10.0.0.9, selector: {{app: web}}, ports: [{{name: http, port: 80}}]}}\n"
+        );
+        let model = Arc::new(Model::build(&objects(&yaml), "cluster.local"));
+        let edge = router("edge", true);
+        let ls = listeners(&model, &edge);
+        let hcm = ls[0].filter_chains.iter().find_map(|c| {
+            c.filters.iter().find_map(|f| match &f.config_type {
+                Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(a)) => {
+                    use istiod_proto::prost::Message;
+                    istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager::decode(&a.value[..]).ok()
+                }
+                _ => None,
+            })
+        });
+        let names: Vec<String> = hcm.unwrap().http_filters.iter().map(|f| f.name.clone()).collect();
+        assert_eq!(names[0], "envoy.filters.http.rbac", "{names:?}");
+        assert_eq!(names.last().map(String::as_str), Some("envoy.filters.http.router"));
+        let snap = snapshot(&model);
+        let g = crate::generator::MeshGenerator;
+        let clusters = g.wildcard_names(&snap, &edge, Kind::Cluster);
+        assert!(clusters.iter().any(|n| n.ends_with("web.shop.svc.cluster.local")), "{clusters:?}");
+        let sidecar = ProxyClass { node_type: NodeType::Sidecar, ..edge.clone() };
+        assert!(g.generate(&snap, &edge, Kind::Secret, "kubernetes://good").is_some());
+        assert!(g.generate(&snap, &sidecar, Kind::Secret, "kubernetes://good").is_none());
     }
 }

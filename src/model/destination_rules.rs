@@ -80,7 +80,7 @@ pub struct DestinationRules {
 }
 
 /// Whether `pattern` (a host or `*.suffix` / `*`) covers `host`.
-fn host_matches(pattern: &str, host: &str) -> bool {
+pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix('*') {
         Some(suffix) => host.ends_with(suffix),
         None => pattern == host,

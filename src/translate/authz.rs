@@ -31,6 +31,44 @@ pub struct Rbacs {
     pub allow: Option<rbac::Rbac>,
 }
 
+impl Rbacs {
+    /// As HTTP filters: DENY, then ALLOW.
+    pub fn http_filters(
+        &self,
+    ) -> Vec<istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter> {
+        [&self.deny, &self.allow]
+            .into_iter()
+            .flatten()
+            .map(|rules| {
+                let rbac = istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
+                    rules: Some(rules.clone()),
+                    ..Default::default()
+                };
+                super::envoy::http_filter("envoy.filters.http.rbac", &rbac)
+            })
+            .collect()
+    }
+
+    /// As network filters (before a tcp_proxy): DENY, then ALLOW, stat
+    /// prefix `tcp.` (istiod's `authz.Builder.BuildTCP`).
+    pub fn network_filters(&self) -> Vec<istiod_proto::envoy::config::listener::v3::Filter> {
+        use istiod_proto::envoy::config::listener::v3::{Filter, filter};
+        use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac;
+        [&self.deny, &self.allow]
+            .into_iter()
+            .flatten()
+            .map(|rules| Filter {
+                name: "envoy.filters.network.rbac".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(super::envoy::any(&Rbac {
+                    rules: Some(rules.clone()),
+                    stat_prefix: "tcp.".into(),
+                    ..Default::default()
+                }))),
+            })
+            .collect()
+    }
+}
+
 fn string(p: &str) -> matcher::StringMatcher {
     use matcher::string_matcher::MatchPattern;
     // istiod's wildcard rules: `*` alone is presence, `x*` prefix, `*x` suffix.

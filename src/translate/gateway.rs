@@ -195,7 +195,27 @@ fn tls_params(t: &ServerTlsSettings) -> Option<tls::TlsParameters> {
 
 /// The HTTP connection manager of a gateway chain
 /// (`buildGatewayConnectionManager`).
-fn manager(stat_prefix: String, route: &str) -> hcm::HttpConnectionManager {
+/// What a gateway's chains enforce for its workload (namespace and
+/// labels), as on a sidecar's inbound side: RequestAuthentication's JWT
+/// filter, then AuthorizationPolicy's RBAC (DENY, then ALLOW), for HTTP
+/// and for TCP (istiod's listener builder: authn, then authz, on gateways
+/// as on sidecars).
+#[derive(Debug, Clone, Default)]
+pub struct GatewayPolicies {
+    /// The jwt_authn filter.
+    pub jwt: Option<hcm::HttpFilter>,
+    /// HTTP RBAC.
+    pub http: super::authz::Rbacs,
+    /// Network RBAC.
+    pub tcp: super::authz::Rbacs,
+}
+
+fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>) -> hcm::HttpConnectionManager {
+    let mut filters: Vec<hcm::HttpFilter> = Vec::new();
+    if let Some(p) = policies {
+        filters.extend(p.jwt.iter().cloned());
+        filters.extend(p.http.http_filters());
+    }
     use hcm::http_connection_manager::{ForwardClientCertDetails, RouteSpecifier, ServerHeaderTransformation};
     let mut source = ads();
     if let Some(s) = source.as_mut() {
@@ -224,14 +244,17 @@ fn manager(stat_prefix: String, route: &str) -> hcm::HttpConnectionManager {
             ..Default::default()
         }],
         stream_idle_timeout: Some(Duration { seconds: 0, nanos: 0 }),
-        http_filters: vec![
-            http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
-            http_filter(
-                "envoy.filters.http.cors",
-                &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
-            ),
-            router(),
-        ],
+        http_filters: filters
+            .into_iter()
+            .chain([
+                http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
+                http_filter(
+                    "envoy.filters.http.cors",
+                    &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+                ),
+                router(),
+            ])
+            .collect(),
         ..Default::default()
     }
 }
@@ -255,12 +278,12 @@ fn downstream_tls(ctx: &tls::DownstreamTlsContext) -> core::TransportSocket {
     }
 }
 
-fn https_chain(listener: &str, s: &MergedServer) -> Option<FilterChain> {
+fn https_chain(listener: &str, s: &MergedServer, policies: Option<&GatewayPolicies>) -> Option<FilterChain> {
     let t = s.server.tls.as_ref()?;
     let stat = if s.server.name.is_empty() { format!("outbound_{listener};") } else { s.server.name.clone() };
     Some(FilterChain {
         filter_chain_match: sni_match(&s.sni_hosts),
-        filters: vec![http_connection_manager(&manager(stat, &s.route_name))],
+        filters: vec![http_connection_manager(&manager(stat, &s.route_name, policies))],
         transport_socket: Some(downstream_tls(&tls_context(t, false))),
         transport_socket_connect_timeout: Some(Duration { seconds: 15, nanos: 0 }),
         ..Default::default()
@@ -283,6 +306,8 @@ pub struct L4Inputs<'a> {
     /// An AUTO_PASSTHROUGH server's hosts → the SNI-DNAT cluster names of
     /// the services under them (`outbound_.<port>_.<subset>_.<host>`).
     pub auto_passthrough: &'a dyn Fn(&[String]) -> Vec<String>,
+    /// What the router's chains enforce.
+    pub policies: Option<&'a GatewayPolicies>,
 }
 
 /// The ALPNs of Istio's mTLS (`allIstioMtlsALPNs`): an AUTO_PASSTHROUGH
@@ -374,6 +399,13 @@ fn l4_applies(gateways: &[String], port: u32, vs_ns: &str, s: &MergedServer) -> 
     (port == 0 || port == declared) && (gateways.is_empty() || bound_gateways(gateways, vs_ns).contains(&s.gateway))
 }
 
+/// The router's network RBAC, then `proxy`.
+fn with_rbac(inputs: &L4Inputs<'_>, proxy: Filter) -> Vec<Filter> {
+    let mut out = inputs.policies.map(|p| p.tcp.network_filters()).unwrap_or_default();
+    out.push(proxy);
+    out
+}
+
 fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
     let declared = s.server.port.as_ref().map_or(0, |p| p.number);
     for (o, vs) in bound(inputs, s) {
@@ -381,7 +413,7 @@ fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
             let applies =
                 r.matches.is_empty() || r.matches.iter().any(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s));
             if applies && let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) {
-                return Some(FilterChain { filters: vec![f], ..Default::default() });
+                return Some(FilterChain { filters: with_rbac(inputs, f), ..Default::default() });
             }
         }
     }
@@ -407,7 +439,7 @@ fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Ve
                 sorted.sort();
                 out.push(FilterChain {
                     filter_chain_match: sni_match(&sorted),
-                    filters: vec![f],
+                    filters: with_rbac(inputs, f),
                     ..Default::default()
                 });
             }
@@ -425,6 +457,7 @@ pub fn listeners(m: &MergedGateway) -> Vec<Listener> {
 /// [`listeners`], with TCP and PASSTHROUGH servers' chains from the
 /// VirtualServices in `l4`.
 pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Listener> {
+    let policies = l4.and_then(|l| l.policies);
     let mut out: Vec<Listener> = Vec::new();
     // SNI hosts routed so far, per listener (every key of a port shares it).
     let mut seen_sni_by_listener: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -435,12 +468,18 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
         if is_http(&key.protocol) {
             if let Some(first) = servers.first() {
                 chains.push(FilterChain {
-                    filters: vec![http_connection_manager(&manager(format!("outbound_{name};"), &first.route_name))],
+                    filters: vec![http_connection_manager(&manager(
+                        format!("outbound_{name};"),
+                        &first.route_name,
+                        policies,
+                    ))],
                     ..Default::default()
                 });
             }
         } else if key.protocol == "HTTPS" {
-            chains.extend(servers.iter().filter(|s| !passthrough(&s.server)).filter_map(|s| https_chain(&name, s)));
+            chains.extend(
+                servers.iter().filter(|s| !passthrough(&s.server)).filter_map(|s| https_chain(&name, s, policies)),
+            );
         }
         if let Some(l4) = l4 {
             let seen_sni = seen_sni_by_listener.entry(name.clone()).or_default();
@@ -701,6 +740,7 @@ mod tests {
             resolve_host: &resolve,
             single_port: &single,
             auto_passthrough: &|_| Vec::new(),
+            policies: None,
         };
         let ls = listeners_with(&m, Some(&inputs));
         let names: Vec<&str> = ls.iter().map(|l| l.name.as_str()).collect();
@@ -868,6 +908,7 @@ mod tests {
             resolve_host: &|h, ns| format!("{h}.{ns}.svc.cluster.local"),
             single_port: &|_| None,
             auto_passthrough: &|_| Vec::new(),
+            policies: None,
         };
         let ls = listeners_with(&m, Some(&l4));
         assert_eq!(ls.len(), 1);

@@ -13,7 +13,7 @@ use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{
-    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
 };
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::listener::{
@@ -26,7 +26,7 @@ use istiod_proto::prost_types::{Any, Duration};
 use crate::model::{Model, Protocol};
 
 /// The inbound listener's name.
-use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy};
+use super::envoy::{any, http_connection_manager, router, tcp_proxy};
 
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 
@@ -195,14 +195,7 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
         // jwt_authn before RBAC, which reads what it verified
         // (listener_builder.go: authn, then authz).
         let mut http_filters: Vec<hcm::HttpFilter> = policies.jwt.iter().cloned().collect();
-        let rbacs = policies.http.clone();
-        http_filters.extend([rbacs.deny, rbacs.allow].into_iter().flatten().map(|rules| {
-            let rbac = istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
-                rules: Some(rules),
-                ..Default::default()
-            };
-            http_filter("envoy.filters.http.rbac", &rbac)
-        }));
+        http_filters.extend(policies.http.http_filters());
         http_filters.push(router());
         let rc = route::RouteConfiguration {
             name: cluster.clone(),
@@ -244,19 +237,7 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
 /// prefix `tcp.`). Without them an AuthorizationPolicy was not enforced
 /// on TCP ports at all.
 fn tcp_filters(rbacs: crate::translate::authz::Rbacs, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
-    use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac;
-    let mut out: Vec<Filter> = [rbacs.deny, rbacs.allow]
-        .into_iter()
-        .flatten()
-        .map(|rules| Filter {
-            name: "envoy.filters.network.rbac".into(),
-            config_type: Some(filter::ConfigType::TypedConfig(any(&Rbac {
-                rules: Some(rules),
-                stat_prefix: "tcp.".into(),
-                ..Default::default()
-            }))),
-        })
-        .collect();
+    let mut out = rbacs.network_filters();
     out.push(tcp_proxy(stat_prefix, cluster));
     out
 }

@@ -281,7 +281,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     } else {
         vs
     };
-    let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster);
+    let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster, false);
     if let Some(namespaces) = vs_export(vs, obj.meta.ns()) {
         for r in &mut out {
             r.scope.export = Some(namespaces.clone());
@@ -326,7 +326,7 @@ pub(crate) fn gateway_routes(
     server_port: u16,
 ) -> Vec<route::Route> {
     let filtered = for_gateway(vs, obj.meta.ns(), gateway, Some(server_port));
-    http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "").into_iter().map(|r| r.route).collect()
+    http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "", true).into_iter().map(|r| r.route).collect()
 }
 
 /// The last virtual host of every outbound route configuration: unknown

@@ -128,8 +128,14 @@ pub fn exported(svc: &Service, ns: &str) -> bool {
         })
 }
 
-/// The Sidecar in force for `class`.
+/// The Sidecar in force for `class`; none for gateways and waypoints
+/// (istiod's `doGetSidecarScope`: "Gateways always use default sidecar
+/// scope").
 pub fn sidecar<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a networking::Sidecar> {
+    use crate::node::NodeType;
+    if matches!(class.node_type, NodeType::Router | NodeType::Waypoint) {
+        return None;
+    }
     let of = |o: &'a istiod_kubewatch::istio::IstioObject| match &o.spec {
         IstioSpec::Sidecar(sc) => Some(sc),
         _ => None,

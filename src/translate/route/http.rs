@@ -199,6 +199,7 @@ pub(super) fn vs_routes(
     port: u16,
     flavor: Flavor,
     default_cluster: &str,
+    single_port: bool,
 ) -> Vec<ScopedRoute> {
     let default_cluster = default_cluster.to_owned();
     let ns = obj.meta.ns();
@@ -217,7 +218,7 @@ pub(super) fn vs_routes(
         }
         let hash_destination = r.route.first().and_then(|d| d.destination.as_ref()).map(|dest| {
             let host = model.resolve_host(&dest.host, ns);
-            let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port);
+            let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port, single_port);
             (host, dport, dest.subset.clone())
         });
         let clusters: Vec<(String, u32)> = r
@@ -226,7 +227,7 @@ pub(super) fn vs_routes(
             .filter_map(|d| {
                 let dest = d.destination.as_ref()?;
                 let host = model.resolve_host(&dest.host, ns);
-                let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port);
+                let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port, single_port);
                 Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32))
             })
             .collect();
@@ -307,7 +308,7 @@ pub(super) fn vs_routes(
             );
             for (m, pct) in mirrors {
                 let host = model.resolve_host(&m.host, ns);
-                let mport = destination_port(model, m.port.as_ref().map(|p| p.number), &host, port);
+                let mport = destination_port(model, m.port.as_ref().map(|p| p.number), &host, port, single_port);
                 action.request_mirror_policies.push(route::route_action::RequestMirrorPolicy {
                     cluster: format!("outbound|{mport}|{}|{host}", m.subset),
                     runtime_fraction: Some(core::RuntimeFractionalPercent {
@@ -418,12 +419,21 @@ pub(super) fn vs_routes(
 }
 
 /// A destination's port (istiod's `GetDestinationCluster`): the one it
-/// names, else the port of a service that has exactly one, else the
-/// listener's.
-pub(crate) fn destination_port(model: &Model, named: Option<u32>, host: &str, listener_port: u16) -> u16 {
+/// names, else (`single_port`) the port of a service that has exactly one,
+/// else the listener's. Sidecar route tables do not take the single-port
+/// rule yet: their entries are rebuilt per host, and a destination's
+/// ports changing would not rebuild the hosts that route to it; gateway
+/// routes are rebuilt whenever services change shape.
+pub(crate) fn destination_port(
+    model: &Model,
+    named: Option<u32>,
+    host: &str,
+    listener_port: u16,
+    single_port: bool,
+) -> u16 {
     match (named, model.services.get(host).map(|s| s.ports.as_slice())) {
         (Some(p), _) => p as u16,
-        (None, Some([only])) => only.port,
+        (None, Some([only])) if single_port => only.port,
         _ => listener_port,
     }
 }

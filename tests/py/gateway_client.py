@@ -94,6 +94,10 @@ def decide(rc, host, path, tls):
         hit = (
             (which == "prefix" and path.startswith(m.prefix))
             or (which == "path" and path == m.path)
+            or (
+                which == "path_separated_prefix"
+                and (path == m.path_separated_prefix or path.startswith(m.path_separated_prefix + "/"))
+            )
             or (which == "safe_regex" and __import__("re").fullmatch(m.safe_regex.regex, path))
         )
         if not hit or len(m.headers) or len(m.query_parameters):
@@ -124,6 +128,7 @@ def secret_summary(s):
 
 def main():
     addr, root_path, token, namespace, labels = sys.argv[1:6]
+    pod = os.environ.get("POD", "istio-ingressgateway-5d8f")
     if root_path == "-":
         channel = grpc.insecure_channel(addr)
     else:
@@ -132,7 +137,7 @@ def main():
     meta = struct_pb2.Struct()
     meta.update({"NAMESPACE": namespace, "LABELS": json.loads(labels), "ISTIO_VERSION": "1.28.0"})
     node = base_pb2.Node(
-        id=f"router~10.1.0.20~istio-ingressgateway-5d8f.{namespace}~{namespace}.svc.cluster.local", metadata=meta
+        id=f"router~10.1.0.20~{pod}.{namespace}~{namespace}.svc.cluster.local", metadata=meta
     )
     out = queue.Queue()
     out.put(discovery_pb2.DiscoveryRequest(node=node, type_url=CDS))

@@ -5,6 +5,7 @@
 //! debug endpoints in `debug.rs`.
 
 mod debug;
+mod gateway_status;
 mod jwks;
 mod sources;
 mod update;
@@ -245,6 +246,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tokio::task::spawn_local(control::run(control, rx));
         let state = Rc::new(RefCell::new(State::default()));
         state.borrow_mut().webhooks = Some(webhooks.clone());
+        // Gateway API status: written by the elected replica (Kubernetes only).
+        if let Some(client) = &kube {
+            let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+            state.borrow_mut().gateway_status = Some(status_tx);
+            let me = crate::ca::namespaces::identity(&config.identity.pod_name);
+            tokio::task::spawn_local(gateway_status::run(
+                crate::ca::kapi::Api::new(client.clone()),
+                config.identity.namespace.clone(),
+                me,
+                status_rx,
+            ));
+        }
         let tokio_listener = |l: std::net::TcpListener| {
             let addr =
                 l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;

@@ -292,6 +292,8 @@ pub struct GatewayApi {
     pub grants: Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
     /// Listeners, routes and references refused, with istiod's reasons.
     pub problems: Vec<serde_json::Value>,
+    /// The status each Gateway API object should have.
+    pub statuses: Vec<gateway_api::ObjectStatus>,
 }
 
 /// One Secret as SDS reads it.
@@ -558,7 +560,7 @@ impl Model {
         gateways.extend(api.gateways);
         gateways.sort_by(by_name);
         model.gateways = Arc::new(gateways);
-        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems });
+        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses: api.statuses });
         model.secrets = Arc::new(secrets_of(objs));
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);

@@ -336,3 +336,90 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
     );
     assert!(problems.iter().any(|p| p["reason"] == "RefNotPermitted"), "{problems:?}");
 }
+
+/// The Gateway API's status in Kubernetes (istiod's conditions.go, written
+/// by the holder of the `istio-gateway-status-leader` Lease): the
+/// GatewayClass accepted; the Gateway accepted and programmed with its
+/// Service as address, each listener with its attached routes; a route
+/// accepted by its listener with its references resolved, one refused
+/// (NotAllowedByListeners), one with a backend it may not reference
+/// (RefNotPermitted). Against the fake API server, which speaks list/watch
+/// and the status subresource.
+#[test]
+fn gateway_api_status_is_written_as_istiod_writes_it() {
+    use istiod_kubewatch::fake::{K8S_GATEWAYS, core_resources, gateway_api_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(gateway_api_resources()) {
+        api.install(r);
+    }
+    for entry in std::fs::read_dir(API_INPUT).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            let plural = match v["kind"].as_str().unwrap_or_default() {
+                "Namespace" => "namespaces",
+                "Service" => "services",
+                "Secret" => "secrets",
+                "GatewayClass" => "gatewayclasses",
+                "Gateway" => K8S_GATEWAYS,
+                "HTTPRoute" => "httproutes",
+                "GRPCRoute" => "grpcroutes",
+                "ReferenceGrant" => "referencegrants",
+                _ => continue,
+            };
+            api.apply(plural, v);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", ""],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    let condition = |status: &Value, t: &str| {
+        status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == t).cloned().unwrap_or(Value::Null)
+    };
+    let programmed = || {
+        api.get(K8S_GATEWAYS, "gateways", "gw")
+            .is_some_and(|g| condition(&g["status"], "Programmed")["status"] == "True")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !programmed() {
+        assert!(std::time::Instant::now() < deadline, "no Gateway status:\n{}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gw = api.get(K8S_GATEWAYS, "gateways", "gw").unwrap();
+    let status = &gw["status"];
+    assert_eq!(condition(status, "Accepted")["reason"], "Accepted", "{status}\n{}", s.log());
+    assert_eq!(status["addresses"], json!([{"type": "Hostname", "value": "gw-istio.gateways.svc.cluster.local"}]));
+    let listeners = status["listeners"].as_array().unwrap();
+    let attached: Vec<(&str, u64)> =
+        listeners.iter().map(|l| (l["name"].as_str().unwrap(), l["attachedRoutes"].as_u64().unwrap())).collect();
+    assert_eq!(attached, [("http", 2), ("https", 1)], "web and greeter; secure (not the intruder)");
+    assert!(condition(status, "Accepted")["lastTransitionTime"].is_string());
+    let route = |name: &str, ns: &str| {
+        server::wait_for(name, Duration::from_secs(10), || {
+            api.get("httproutes", ns, name).is_some_and(|r| r["status"]["parents"].is_array())
+        });
+        api.get("httproutes", ns, name).unwrap()["status"]["parents"][0].clone()
+    };
+    let web = route("web", "apps");
+    assert_eq!(web["controllerName"], "istio.io/gateway-controller");
+    assert_eq!(web["parentRef"]["sectionName"], "http");
+    assert_eq!(condition(&web, "Accepted")["status"], "True");
+    assert_eq!(condition(&web, "ResolvedRefs")["status"], "True");
+    let intruder = route("intruder", "other");
+    assert_eq!(condition(&intruder, "Accepted")["reason"], "NotAllowedByListeners", "{intruder}");
+    let secure = route("secure", "apps");
+    assert_eq!(condition(&secure, "ResolvedRefs")["reason"], "RefNotPermitted", "{secure}");
+    let class = api.get("gatewayclasses", "", "istio").unwrap();
+    assert_eq!(condition(&class["status"], "Accepted")["message"], "Handled by Istio controller");
+    let lease = api.get("leases", "istio-system", "istio-gateway-status-leader").unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "istiod-a");
+    // Nothing is written again while nothing changes.
+    let version = api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"].clone();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"], version);
+}

@@ -226,6 +226,26 @@ impl FakeApi {
     /// name that exists is 409 AlreadyExists; an update of an absent
     /// object is 404, and one whose `resourceVersion` is not the stored
     /// one is 409 Conflict.
+    /// PUT on `.../<name>/status`: the stored object with the body's
+    /// `status`, if the body's `resourceVersion` (when given) is current.
+    fn write_status(&self, r: &Resource, ns: &str, name: &str, body: &[u8]) -> (u16, Value) {
+        let Ok(given) = serde_json::from_slice::<Value>(body) else {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
+        };
+        let current = self.lock().objects.get(&(r.plural, ns.to_owned(), name.to_owned())).cloned();
+        let Some(mut object) = current else {
+            return (404, status_json(404, "NotFound", &format!("{} {name:?} not found", r.plural)));
+        };
+        let version = given["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+        if !version.is_empty() && object["metadata"]["resourceVersion"] != json!(version) {
+            self.lock().conflicts += 1;
+            return (409, status_json(409, "Conflict", "the object has been modified"));
+        }
+        object["status"] = given["status"].clone();
+        let mut s = self.lock();
+        (200, Self::store_locked(&mut s, r, object))
+    }
+
     fn write(&self, r: &Resource, ns: &str, name: Option<&str>, body: &[u8]) -> (u16, Value) {
         let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
             return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
@@ -420,7 +440,31 @@ impl FakeApi {
         if let Some((code, body)) = fault {
             return respond(&mut stream, code, &body).await;
         }
-        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let mut segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // Istio's and the Gateway API's Gateways share a plural: the
+        // latter is kept under its own (see `gateway_api_resources`).
+        if segs.get(1) == Some(&crate::gateway_api::GROUP) {
+            let at = if segs.get(3) == Some(&"namespaces") { 5 } else { 3 };
+            if let Some(s) = segs.get_mut(at).filter(|s| **s == "gateways") {
+                *s = K8S_GATEWAYS;
+            }
+        }
+        // The status subresource: only `status` of the body is stored
+        // (the API server's rule), with the same version check as a PUT.
+        let status_of = match segs.as_slice() {
+            ["apis", _, _, "namespaces", ns, plural, name, "status"] => Some((*ns, *plural, *name)),
+            ["apis", _, _, plural, name, "status"] => Some(("", *plural, *name)),
+            _ => None,
+        };
+        if let Some((ns, plural, name)) = status_of {
+            let resource = self.lock().installed.get(plural).cloned();
+            let (code, body) = match (method.as_str(), resource) {
+                ("PUT", Some(r)) => self.write_status(&r, ns, name, &body),
+                (_, None) => (404, status_json(404, "NotFound", "the server could not find the requested resource")),
+                _ => (405, status_json(405, "MethodNotAllowed", "not served")),
+            };
+            return respond(&mut stream, code, &body).await;
+        }
         let (plural, namespace, name) = match segs.as_slice() {
             ["api", "v1", "namespaces", ns, plural, name] | ["apis", _, _, "namespaces", ns, plural, name] => {
                 (*plural, Some(*ns), Some(*name))
@@ -614,6 +658,22 @@ pub fn write_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
         Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
         Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
+    ]
+}
+
+/// What this fake stores the Gateway API's Gateways under (its URLs say
+/// `gateways`, as Istio's do): pass it to [`FakeApi::apply`].
+pub const K8S_GATEWAYS: &str = "k8s-gateways";
+
+/// The Kubernetes Gateway API's kinds.
+pub fn gateway_api_resources() -> Vec<Resource> {
+    let g = |version, kind, plural| Resource { group: "gateway.networking.k8s.io", version, plural, kind };
+    vec![
+        g("v1", "GatewayClass", "gatewayclasses"),
+        g("v1", "Gateway", K8S_GATEWAYS),
+        g("v1", "HTTPRoute", "httproutes"),
+        g("v1", "GRPCRoute", "grpcroutes"),
+        g("v1beta1", "ReferenceGrant", "referencegrants"),
     ]
 }
 

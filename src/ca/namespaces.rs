@@ -92,9 +92,10 @@ pub fn identity(pod_name: &str) -> String {
     format!("unknown-{}-{:08x}", host.trim(), super::random_u64() as u32)
 }
 
-/// One replica's view of the election.
-struct Elector {
+/// One replica's view of an election (a Lease in istiod's namespace).
+pub(crate) struct Elector {
     api: Api,
+    lease: &'static str,
     path: String,
     namespace: String,
     me: String,
@@ -103,14 +104,32 @@ struct Elector {
     /// replica saw it change.
     observed: Option<(Value, Instant)>,
     /// When this replica last renewed as leader.
-    renewed: Option<Instant>,
+    pub(crate) renewed: Option<Instant>,
 }
 
 impl Elector {
     /// A replica named `me` in the election of `namespace`.
     fn new(api: Api, namespace: String, me: String, timings: Timings) -> Elector {
-        let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{ELECTION}");
-        Elector { api, path, namespace, me, timings, observed: None, renewed: None }
+        Elector::named(api, ELECTION, namespace, me, timings)
+    }
+
+    /// A replica named `me` in the election `lease` of `namespace`.
+    pub(crate) fn named(api: Api, lease: &'static str, namespace: String, me: String, timings: Timings) -> Elector {
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}");
+        Elector { api, lease, path, namespace, me, timings, observed: None, renewed: None }
+    }
+
+    /// Tries to lead; whether this replica leads now (it renewed within
+    /// the renew deadline).
+    pub(crate) async fn lead(&mut self) -> bool {
+        match self.try_lead().await {
+            Ok(true) => self.renewed = Some(Instant::now()),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(target: "ca", lease = self.lease, error = %e, "leader election: cannot reach the Lease")
+            }
+        }
+        self.renewed.is_some_and(|t| t.elapsed() < self.timings.renew_deadline)
     }
 
     /// One try to acquire or renew (client-go's `tryAcquireOrRenew`):
@@ -122,7 +141,7 @@ impl Elector {
             let lease = json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": ELECTION, "namespace": self.namespace},
+                "metadata": {"name": self.lease, "namespace": self.namespace},
                 "spec": {
                     "holderIdentity": self.me,
                     "leaseDurationSeconds": secs,

@@ -33,6 +33,8 @@ pub(super) struct State {
     pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<crate::translate::authn::JwksKey>>>,
     /// The webhooks, which read the ProxyConfig resources in force.
     pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
+    /// Where the Gateway API statuses go (the elected replica writes them).
+    pub(super) gateway_status: Option<tokio::sync::watch::Sender<Arc<Vec<crate::model::gateway_api::ObjectStatus>>>>,
 }
 
 /// `/debug/configz` for a config directory (its errors are logged too).
@@ -161,6 +163,16 @@ pub(super) fn apply(
         }
     }
     configz["gateways"] = gateways;
+    if let Some(tx) = &state.borrow().gateway_status {
+        let statuses = &mesh.model.gateway_api.statuses;
+        tx.send_if_modified(|current| {
+            let changed = current.as_slice() != statuses.as_slice();
+            if changed {
+                *current = Arc::new(statuses.clone());
+            }
+            changed
+        });
+    }
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;

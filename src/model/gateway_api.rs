@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use istiod_kubewatch::gateway_api::{
-    GatewayApiObject, GatewayApiSpec, GatewaySpec, GrpcRouteRule, HttpRouteFilter, HttpRouteRule, Listener,
+    GROUP, GatewayApiObject, GatewayApiSpec, GatewaySpec, GrpcRouteRule, HttpRouteFilter, HttpRouteRule, Listener,
     ObjectReference, ParentReference,
 };
 use istiod_kubewatch::istio::{IstioObject, IstioSpec};
@@ -49,6 +49,8 @@ pub struct Converted {
     pub grants: Vec<GatewayApiObject>,
     /// What was refused, and why (istiod's status reasons).
     pub problems: Vec<Value>,
+    /// The status istiod writes on each object it handles.
+    pub statuses: Vec<ObjectStatus>,
 }
 
 fn by_age(objs: &mut [&GatewayApiObject]) {
@@ -172,8 +174,149 @@ pub fn convert(
             });
         }
     }
-    routes(objs, &attachable, domain, &mut out);
+    let mut attachments = BTreeMap::new();
+    routes(objs, &attachable, domain, &mut out, &mut attachments);
+    gateway_statuses(objs, &ours, domain, &attachments, &mut out);
     out
+}
+
+/// The first backend problem of route `r` (ResolvedRefs), if any.
+fn backend_problems_of(problems: &[Value], kind: &str, r: &GatewayApiObject) -> Option<(&'static str, String)> {
+    let name = format!("{kind}/{}/{}", r.meta.ns(), r.meta.name);
+    problems.iter().find(|p| p["route"] == name.as_str() && p.get("parent").is_none()).map(|p| {
+        let reason = match p["reason"].as_str() {
+            Some("RefNotPermitted") => "RefNotPermitted",
+            Some("InvalidKind") => "InvalidKind",
+            Some("InvalidFilter") => "InvalidFilter",
+            Some("InvalidDestination") => "InvalidDestination",
+            _ => "InvalidConfiguration",
+        };
+        (reason, p["message"].as_str().unwrap_or_default().to_owned())
+    })
+}
+
+/// A route's status: per parentRef, Accepted (or why not) and ResolvedRefs
+/// (`conditions.go createRouteStatus`).
+fn route_status(
+    r: &GatewayApiObject,
+    kind: &str,
+    outcomes: &[(Value, Option<(&'static str, String)>)],
+    refs: Option<(&'static str, String)>,
+) -> ObjectStatus {
+    let plural = if kind == "GRPCRoute" { "grpcroutes" } else { "httproutes" };
+    let resolved = match &refs {
+        None => condition("ResolvedRefs", true, "ResolvedRefs", "All references resolved"),
+        Some((reason, message)) => condition("ResolvedRefs", false, reason, message),
+    };
+    let parents: Vec<Value> = outcomes
+        .iter()
+        .map(|(parent, refused)| {
+            let accepted = match refused {
+                None => condition("Accepted", true, "Accepted", "Route was valid"),
+                Some((reason, message)) => condition("Accepted", false, reason, message),
+            };
+            json!({"parentRef": parent, "controllerName": CONTROLLER, "conditions": [accepted, resolved.clone()]})
+        })
+        .collect();
+    ObjectStatus {
+        path: format!("/apis/{GROUP}/v1/namespaces/{}/{plural}/{}", r.meta.ns(), r.meta.name),
+        status: json!({"parents": parents}),
+    }
+}
+
+/// The status of the GatewayClasses of istiod's controller and of each
+/// Gateway it handles (`reportGatewayStatus`): Accepted and Programmed,
+/// the Service addresses, and per listener its supported kinds, attached
+/// routes and conditions.
+fn gateway_statuses(
+    objs: &[GatewayApiObject],
+    ours: &[&str],
+    domain: &str,
+    attachments: &BTreeMap<String, u32>,
+    out: &mut Converted,
+) {
+    for o in objs {
+        match &o.spec {
+            GatewayApiSpec::GatewayClass(c) if c.controller_name == CONTROLLER => out.statuses.push(ObjectStatus {
+                path: format!("/apis/{GROUP}/v1/gatewayclasses/{}", o.meta.name),
+                status: json!({"conditions": [condition("Accepted", true, "Accepted", "Handled by Istio controller")]}),
+            }),
+            GatewayApiSpec::Gateway(g)
+                if g.gateway_class_name == CLASS || ours.contains(&g.gateway_class_name.as_str()) =>
+            {
+                let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+                let mut valid = 0;
+                let listeners: Vec<Value> = g
+                    .listeners
+                    .iter()
+                    .map(|l| {
+                        let problem = out.problems.iter().find(|p| {
+                            p["gateway"] == format!("{ns}/{name}").as_str() && p["listener"] == l.name.as_str()
+                        });
+                        let kinds = match l.protocol.as_str() {
+                            "HTTP" | "HTTPS" => vec!["HTTPRoute", "GRPCRoute"],
+                            "TCP" => vec!["TCPRoute"],
+                            "TLS" => vec!["TLSRoute"],
+                            _ => vec![],
+                        };
+                        let reason = problem.and_then(|p| p["reason"].as_str()).unwrap_or_default();
+                        let message = problem.and_then(|p| p["message"].as_str()).unwrap_or_default();
+                        let conditions = match reason {
+                            "" => {
+                                valid += 1;
+                                vec![
+                                    condition("Accepted", true, "Accepted", "No errors found"),
+                                    condition("Programmed", true, "Programmed", "No errors found"),
+                                    condition("ResolvedRefs", true, "ResolvedRefs", "No errors found"),
+                                    condition("Conflicted", false, "NoConflicts", "No errors found"),
+                                ]
+                            }
+                            "UnsupportedProtocol" => vec![
+                                condition("Accepted", false, "UnsupportedProtocol", message),
+                                condition("Programmed", false, "Invalid", message),
+                                condition("ResolvedRefs", true, "ResolvedRefs", "No errors found"),
+                                condition("Conflicted", false, "NoConflicts", "No errors found"),
+                            ],
+                            other => vec![
+                                condition("Accepted", true, "Accepted", "No errors found"),
+                                condition("Programmed", false, "Invalid", "Bad TLS configuration"),
+                                condition("ResolvedRefs", false, other, message),
+                                condition("Conflicted", false, "NoConflicts", "No errors found"),
+                            ],
+                        };
+                        let reference = format!("{ns}/{name}~{INFIX}~{}", l.name);
+                        json!({
+                            "name": l.name,
+                            "supportedKinds": kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
+                            "attachedRoutes": attachments.get(&reference).copied().unwrap_or(0),
+                            "conditions": conditions,
+                        })
+                    })
+                    .collect();
+                let services = gateway_services(o, g, domain);
+                let accepted = if valid == 0 && !g.listeners.is_empty() {
+                    condition("Accepted", false, "ListenersNotValid", "No listeners are valid")
+                } else {
+                    condition("Accepted", true, "Accepted", "Resource accepted")
+                };
+                let programmed = condition(
+                    "Programmed",
+                    true,
+                    "Programmed",
+                    &format!("Resource programmed, assigned to service(s) {}", services.join(", ")),
+                );
+                out.statuses.push(ObjectStatus {
+                    path: format!("/apis/{GROUP}/v1/namespaces/{ns}/gateways/{name}"),
+                    status: json!({
+                        "addresses": services.iter().map(|s| json!({"type": "Hostname", "value": s})).collect::<Vec<_>>(),
+                        "conditions": [accepted, programmed],
+                        "listeners": listeners,
+                    }),
+                });
+            }
+            _ => {}
+        }
+    }
 }
 
 fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
@@ -298,6 +441,7 @@ fn accepted<'a>(
     hostnames: &[String],
     attachable: &'a [Attachable<'a>],
     problems: &mut Vec<Value>,
+    outcomes: &mut Vec<(Value, Option<(&'static str, String)>)>,
 ) -> Vec<&'a Attachable<'a>> {
     let route_ns = route.meta.ns();
     let mut out = Vec::new();
@@ -347,6 +491,13 @@ fn accepted<'a>(
             }
             out.push(a);
         }
+        let mut parent_ref = json!({"group": GROUP, "kind": "Gateway", "name": p.name, "namespace": ns});
+        if let Some(s) = &p.section_name {
+            parent_ref["sectionName"] = json!(s);
+        }
+        if let Some(port) = p.port {
+            parent_ref["port"] = json!(port);
+        }
         if out.len() == before {
             problems.push(json!({
                 "route": format!("{kind}/{route_ns}/{}", route.meta.name),
@@ -354,14 +505,37 @@ fn accepted<'a>(
                 "reason": reason.0,
                 "message": reason.1,
             }));
+            outcomes.push((parent_ref, Some(reason)));
+        } else {
+            outcomes.push((parent_ref, None));
         }
     }
     out
 }
 
+/// A status condition (its time and generation are stamped when written).
+fn condition(type_: &str, ok: bool, reason: &str, message: &str) -> Value {
+    json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason, "message": message})
+}
+
+/// What the status writer sets on one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectStatus {
+    /// The object's API path (`/apis/gateway.networking.k8s.io/v1/...`).
+    pub path: String,
+    /// Its `status`, conditions without times.
+    pub status: Value,
+}
+
 /// The HTTPRoutes and GRPCRoutes, attached and merged into one
 /// VirtualService per listener and hostname (`mergeHTTPRoutes`).
-fn routes(objs: &[GatewayApiObject], attachable: &[Attachable<'_>], domain: &str, out: &mut Converted) {
+fn routes(
+    objs: &[GatewayApiObject],
+    attachable: &[Attachable<'_>],
+    domain: &str,
+    out: &mut Converted,
+    attachments: &mut BTreeMap<String, u32>,
+) {
     let mut routes: Vec<&GatewayApiObject> =
         objs.iter().filter(|o| matches!(o.spec, GatewayApiSpec::HttpRoute(_) | GatewayApiSpec::GrpcRoute(_))).collect();
     by_age(&mut routes);
@@ -382,12 +556,22 @@ fn routes(objs: &[GatewayApiObject], attachable: &[Attachable<'_>], domain: &str
             Ok(x) => x,
             Err((reason, message)) => {
                 out.problems.push(json!({"route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name), "reason": reason, "message": message}));
+                let mut outcomes = Vec::new();
+                accepted(r, kind, parents, hostnames, attachable, &mut Vec::new(), &mut outcomes);
+                out.statuses.push(route_status(r, kind, &outcomes, Some((reason, message))));
                 continue;
             }
         };
         out.problems.extend(backend_problems);
         let hosts: Vec<String> = if hostnames.is_empty() { vec!["*".into()] } else { hostnames.clone() };
-        for a in accepted(r, kind, parents, hostnames, attachable, &mut out.problems) {
+        let mut outcomes = Vec::new();
+        let attached = accepted(r, kind, parents, hostnames, attachable, &mut out.problems, &mut outcomes);
+        let refs = backend_problems_of(&out.problems, kind, r);
+        out.statuses.push(route_status(r, kind, &outcomes, refs));
+        for a in &attached {
+            *attachments.entry(a.reference.clone()).or_default() += 1;
+        }
+        for a in attached {
             for host in &hosts {
                 let key = format!("{}/{host}", a.reference);
                 let entry = merged.entry(key.clone()).or_insert_with(|| {

@@ -1,0 +1,185 @@
+//! Gateway API status, written as istiod writes it
+//! (`pilot/pkg/status`, `pilot/pkg/config/kube/gateway/conditions.go`): by
+//! the replica holding the `istio-gateway-status-leader` Lease only, each
+//! object's `status` through its status subresource when what istiod would
+//! say changed. A condition keeps its `lastTransitionTime` while its
+//! status, reason and message stay; `observedGeneration` is the object's
+//! generation. Route parents of other controllers are kept.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::ca::kapi::{Api, Write};
+use crate::ca::namespaces::{Elector, Timings};
+use crate::model::gateway_api::{CONTROLLER, ObjectStatus};
+
+/// istiod's lease for status writes.
+pub(super) const ELECTION: &str = "istio-gateway-status-leader";
+
+fn now() -> String {
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    // RFC 3339, UTC, seconds (metav1.Time).
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    let (y, m, d) = civil(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Conditions compared without their times and generations.
+fn bare(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "lastTransitionTime" && *k != "observedGeneration")
+                .map(|(k, v)| (k.clone(), bare(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(bare).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Stamps `desired`'s conditions: the existing time where a condition of
+/// the same type says the same, else `now`; the generation.
+fn stamp(desired: &mut Value, existing: &Value, now: &str, generation: &Value) {
+    if let Some(conds) = desired.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conds {
+            let same = existing["conditions"].as_array().into_iter().flatten().find(|e| {
+                e["type"] == c["type"]
+                    && e["status"] == c["status"]
+                    && e["reason"] == c["reason"]
+                    && e["message"] == c["message"]
+            });
+            c["lastTransitionTime"] = same.map_or(json!(now), |e| e["lastTransitionTime"].clone());
+            if !generation.is_null() {
+                c["observedGeneration"] = generation.clone();
+            }
+        }
+    }
+    for (list, key) in [("listeners", "name"), ("parents", "parentRef")] {
+        if let Some(items) = desired.get_mut(list).and_then(Value::as_array_mut) {
+            for item in items {
+                let old = existing[list].as_array().into_iter().flatten().find(|e| e[key] == item[key]).cloned();
+                stamp(item, &old.unwrap_or(Value::Null), now, generation);
+            }
+        }
+    }
+}
+
+/// The status to write on `object` for `desired`, or `None` when it says
+/// that already.
+fn next_status(object: &Value, desired: &Value) -> Option<Value> {
+    let existing = &object["status"];
+    let mut want = desired.clone();
+    // Keep other controllers' route parents.
+    if let Some(parents) = want.get_mut("parents").and_then(Value::as_array_mut) {
+        let others =
+            existing["parents"].as_array().into_iter().flatten().filter(|p| p["controllerName"] != CONTROLLER).cloned();
+        parents.extend(others.collect::<Vec<_>>());
+    }
+    if bare(existing) == bare(&want) {
+        return None;
+    }
+    stamp(&mut want, existing, &now(), &object["metadata"]["generation"]);
+    Some(want)
+}
+
+/// Writes one status if it changed; whether it now says what is desired.
+async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
+    let Some(mut object) = api.get(&s.path).await? else { return Ok(false) };
+    let Some(status) = next_status(&object, &s.status) else { return Ok(true) };
+    object["status"] = status;
+    match api.replace(&format!("{}/status", s.path), &object).await? {
+        Write::Done(_) => Ok(true),
+        Write::Conflict => Ok(false), // read again next round
+    }
+}
+
+/// Runs the election and, while leading, keeps the statuses of `desired`.
+pub(super) async fn run(api: Api, namespace: String, me: String, mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>) {
+    let timings = Timings::istiod();
+    let mut elector = Elector::named(api.clone(), ELECTION, namespace, me, timings);
+    // What was last written (or found) per path: not read again until it
+    // changes.
+    let mut done: BTreeMap<String, Value> = BTreeMap::new();
+    let mut leading = false;
+    loop {
+        let now_leading = elector.lead().await;
+        if now_leading != leading {
+            leading = now_leading;
+            done.clear();
+            tracing::info!(target: "model", lease = ELECTION, leading, "leader election for Gateway API status");
+        }
+        if leading {
+            let statuses = desired.borrow_and_update().clone();
+            for s in statuses.iter() {
+                if done.get(&s.path) == Some(&s.status) {
+                    continue;
+                }
+                match write(&api, s).await {
+                    Ok(true) => {
+                        done.insert(s.path.clone(), s.status.clone());
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(target: "model", path = %s.path, error = %e, "cannot write Gateway API status")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(timings.retry) => {}
+            r = desired.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_kept_while_a_condition_says_the_same() {
+        let desired = json!({"conditions": [
+            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok"},
+            {"type": "Programmed", "status": "False", "reason": "Invalid", "message": "bad"},
+        ]});
+        let object = json!({"metadata": {"generation": 3}, "status": {"conditions": [
+            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+            {"type": "Programmed", "status": "True", "reason": "Programmed", "message": "fine", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+        ]}});
+        let s = next_status(&object, &desired).unwrap();
+        assert_eq!(s["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_ne!(s["conditions"][1]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(s["conditions"][1]["observedGeneration"], 3);
+        let written = json!({"metadata": {"generation": 3}, "status": s});
+        assert!(next_status(&written, &desired).is_none(), "nothing to write when it says the same");
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(20_000), (2024, 10, 4));
+    }
+
+    #[test]
+    fn other_controllers_route_parents_are_kept() {
+        let desired =
+            json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": CONTROLLER, "conditions": []}]});
+        let object = json!({"status": {"parents": [{"parentRef": {"name": "other"}, "controllerName": "example.com/gw", "conditions": []}]}});
+        let s = next_status(&object, &desired).unwrap();
+        assert_eq!(s["parents"].as_array().unwrap().len(), 2);
+    }
+}

@@ -482,6 +482,7 @@ impl Generator for MeshGenerator {
         Some(ProxyClass {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
+            service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
             ..class.clone()
         })
     }

@@ -59,6 +59,11 @@ pub struct ProxyClass {
     /// checked (istiod's `VerifiedIdentity`): gateway credentials (SDS)
     /// are served only then.
     pub verified: bool,
+    /// The `SERVICE_ACCOUNT` the node names (checked against the caller's
+    /// identity when `verified`): a Gateway API gateway's credentials go to
+    /// its service account only. Resources other than credentials do not
+    /// read it.
+    pub service_account: Arc<str>,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -140,6 +145,7 @@ impl Proxy {
                     _ => "".into(),
                 },
                 verified: false,
+                service_account: s("SERVICE_ACCOUNT"),
             },
             cluster_id: s("CLUSTER_ID"),
             istio_version: s("ISTIO_VERSION"),

@@ -18,6 +18,7 @@ pub(crate) fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
         locality: "".into(),
         verified: false,
+        service_account: "".into(),
     }
 }
 

@@ -55,7 +55,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
 ];
 
 struct Gateway {
-    _issuer: Issuer,
+    issuer: Issuer,
     dir: tempfile::TempDir,
     server: Server,
     secure: std::net::SocketAddr,
@@ -88,7 +88,14 @@ fn start(input: &str, (ns, sa): (&str, &str)) -> Gateway {
     });
     let token = issuer.token(iss, &format!("system:serviceaccount:{ns}:{sa}"));
     let root = ca.join("ca-cert.pem").to_str().unwrap().to_owned();
-    Gateway { _issuer: issuer, dir, server, secure, root, token }
+    Gateway { issuer, dir, server, secure, root, token }
+}
+
+impl Gateway {
+    /// A token of the test issuer for `sub`.
+    fn issuer_token(&self, sub: &str) -> String {
+        self.issuer.token("https://issuer.test", sub)
+    }
 }
 
 fn client(addr: std::net::SocketAddr, root: &str, token: &str, env: &[(&str, String)]) -> std::process::Child {
@@ -291,7 +298,8 @@ const API_TABLE: &[(&str, &str, &str, &str)] = &[
     (API_HTTP, "grpc.example.com", "/helloworld.Greeter/Other", "404"),
     (API_HTTP, "other.org", "/", "404"),
     (API_HTTPS, "secure.example.com", "/reports/1", "cluster:outbound|80||reports.other.svc.cluster.local"),
-    (API_HTTPS, "secure.example.com", "/ungranted", "cluster:outbound|80||ref-not-permitted.invalid.svc.cluster.local"),
+    // No object can take this name: nothing receives the refused traffic.
+    (API_HTTPS, "secure.example.com", "/ungranted", "cluster:outbound|80||ref~not~permitted.gateway-api.invalid"),
     (API_HTTPS, "secure.example.com", "/", "cluster:outbound|80||web.apps.svc.cluster.local"),
 ];
 
@@ -303,8 +311,14 @@ const API_TABLE: &[(&str, &str, &str, &str)] = &[
 fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
     let g = start(API_INPUT, ("gateways", "gw-istio"));
     let labels = r#"{"gateway.networking.k8s.io/gateway-name": "gw"}"#;
-    let mut c =
-        client_of(g.secure, &g.root, &g.token, ("gateways", labels), API_TABLE, &[("POD", "gw-istio-7c9f".into())]);
+    let mut c = client_of(
+        g.secure,
+        &g.root,
+        &g.token,
+        ("gateways", labels),
+        API_TABLE,
+        &[("SERVICE_ACCOUNT", "gw-istio".into())],
+    );
     let line = lines(&mut c).next().and_then(Result::ok).unwrap_or_default();
     let report: Value = match serde_json::from_str(&line) {
         Ok(v) => v,
@@ -327,6 +341,15 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
         json!({"type": "certificate", "cn": "secure.example.com", "key_matches": true})
     );
     let _ = c.wait();
+    // Another service account of the namespace, even verified, does not get
+    // the Gateway's key (istiod's mergeGateways: the Gateway's service
+    // account only).
+    let other = g.issuer_token("system:serviceaccount:gateways:other");
+    let mut c = client_of(g.secure, &g.root, &other, ("gateways", labels), &[], &[("SERVICE_ACCOUNT", "other".into())]);
+    let line = lines(&mut c).next().and_then(Result::ok).unwrap_or_default();
+    let report: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}\n{}", stderr(c)));
+    assert_eq!(report["listeners"].as_object().map(|l| l.len()), Some(2), "{report}");
+    assert_eq!(report["secrets"], json!({}), "{report}");
     let (_, body) = server::get(g.server.http, "/debug/configz").unwrap();
     let configz: Value = serde_json::from_str(&body).unwrap();
     let problems = configz["gateways"]["gatewayApi"].as_array().unwrap();
@@ -418,8 +441,13 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     assert_eq!(condition(&class["status"], "Accepted")["message"], "Handled by Istio controller");
     let lease = api.get("leases", "istio-system", "istio-gateway-status-leader").unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "istiod-a");
-    // Nothing is written again while nothing changes.
+    // A change that alters no status writes nothing.
     let version = api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"].clone();
-    std::thread::sleep(Duration::from_millis(500));
+    api.apply(
+        "services",
+        json!({"metadata": {"name": "extra", "namespace": "apps"}, "spec": {"clusterIP": "10.96.9.9", "ports": [{"name": "http", "port": 80}]}}),
+    );
+    server::wait_for("the change applied", Duration::from_secs(10), || s.log().matches("mesh changed").count() >= 2);
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"], version);
 }

@@ -39,7 +39,7 @@ fn ingress_gateway_matches_the_golden_files() {
     let (merged, names) = check_router(
         "tests/golden/gateway/input",
         "tests/golden/gateway",
-        ("istio-system", ("istio", "ingressgateway")),
+        ("istio-system", ("istio", "ingressgateway"), ""),
         &["kubernetes://bookinfo-cert", "kubernetes://secure-cert", "kubernetes://secure-cert-cacert"],
     );
     assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443", "0.0.0.0_31400", "0.0.0.0_15443"]);
@@ -57,7 +57,7 @@ fn gateway_api_matches_the_golden_files() {
     let (merged, names) = check_router(
         "tests/golden/gateway-api/input",
         "tests/golden/gateway-api",
-        ("gateways", ("gateway.networking.k8s.io/gateway-name", "gw")),
+        ("gateways", ("gateway.networking.k8s.io/gateway-name", "gw"), "gw-istio"),
         &["kubernetes-gateway://gateways/secure-cert"],
     );
     assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443"]);
@@ -71,7 +71,7 @@ fn gateway_api_matches_the_golden_files() {
 fn check_router(
     input: &str,
     golden: &str,
-    (ns, label): (&str, (&str, &str)),
+    (ns, label, service_account): (&str, (&str, &str), &str),
     secrets: &[&str],
 ) -> (istiod::model::gateway::MergedGateway, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -85,6 +85,7 @@ fn check_router(
         labels: vec![(label.0.into(), label.1.into())],
         locality: "".into(),
         verified: true,
+        service_account: service_account.into(),
     };
     let mesh = MeshInput::new(model.clone());
     let changes = translate::diff(&SimpleModel::default(), &mesh.translation.resources);
@@ -127,6 +128,7 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         labels: labels.iter().map(|(k, v)| (std::sync::Arc::from(*k), std::sync::Arc::from(*v))).collect(),
         locality: "".into(),
         verified: false,
+        service_account: "".into(),
     };
     let grpc = ProxyClass { generator: "grpc".into(), ..class.clone() };
     let mesh = MeshInput::new(model.clone());

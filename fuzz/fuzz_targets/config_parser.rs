@@ -1,5 +1,7 @@
 //! Fuzz target: the --configDir parser (multi-document YAML/JSON into typed
-//! objects) on arbitrary text: errors, never panics.
+//! objects) on arbitrary text: errors, never panics. What it reads is then
+//! built into a model (the Gateway API translated into Istio objects) and a
+//! router's listeners and routes: never a panic either.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -8,6 +10,37 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         // A syntax error ends the file: no document is reported after it.
         if let Some((index, _)) = parsed.syntax_error {
             assert_eq!(index, parsed.docs.len());
+        }
+        let mut objects = istiod_kubewatch::objects::Objects::default();
+        for doc in parsed.docs.into_iter().flatten().flatten() {
+            use istiod_kubewatch::config_dir::Object;
+            match doc {
+                Object::Service(s) => objects.services.push(s),
+                Object::Istio(o) => objects.istio.push(o),
+                Object::GatewayApi(o) => objects.gateway_api.push(o),
+                Object::Secret(s) => objects.secrets.push(s),
+                Object::Namespace(n) => objects.namespaces.push(n),
+                _ => {}
+            }
+        }
+        let model = istiod::model::Model::build(&objects, "cluster.local");
+        for g in model.gateways.iter() {
+            if let istiod_kubewatch::istio::IstioSpec::Gateway(spec) = &g.spec {
+                let class = istiod::node::ProxyClass {
+                    node_type: istiod::node::NodeType::Router,
+                    namespace: g.meta.ns().into(),
+                    generator: "".into(),
+                    labels: spec.selector.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect(),
+                    locality: "".into(),
+                    verified: true,
+                    service_account: "".into(),
+                };
+                let m = istiod::generator::router::merged(&model, &class);
+                let _ = istiod::generator::router::listeners(&model, &class);
+                for name in m.by_route.keys() {
+                    let _ = istiod::generator::router::route(&model, &class, name);
+                }
+            }
         }
     }
 });

@@ -196,12 +196,41 @@ pub struct RouteNamespaces {
     pub selector: Option<LabelSelector>,
 }
 
-/// A label selector (`matchLabels`).
+/// A label selector (`matchLabels`, `matchExpressions`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Labels to match.
     pub match_labels: BTreeMap<String, String>,
+    /// Expressions to match.
+    pub match_expressions: Vec<LabelExpression>,
+}
+
+/// A selector requirement.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelExpression {
+    /// Label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    pub operator: String,
+    /// Values.
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    /// Whether `labels` match (`metav1.LabelSelectorAsSelector`); an
+    /// unknown operator matches nothing.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| match e.operator.as_str() {
+                "In" => labels.get(&e.key).is_some_and(|v| e.values.contains(v)),
+                "NotIn" => labels.get(&e.key).is_none_or(|v| !e.values.contains(v)),
+                "Exists" => labels.contains_key(&e.key),
+                "DoesNotExist" => !labels.contains_key(&e.key),
+                _ => false,
+            })
+    }
 }
 
 /// `RouteGroupKind`.

@@ -21,6 +21,8 @@ pub struct Meta {
     /// manifests written by kubectl); istiod orders Gateways and other
     /// configs by it.
     pub creation_timestamp: Option<String>,
+    /// `generation` (status conditions report it as `observedGeneration`).
+    pub generation: Option<i64>,
 }
 
 impl Meta {

@@ -41,14 +41,11 @@ fn civil(days: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// Conditions compared without their times and generations.
+/// Conditions compared without their times.
 fn bare(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| *k != "lastTransitionTime" && *k != "observedGeneration")
-                .map(|(k, v)| (k.clone(), bare(v)))
-                .collect(),
+            m.iter().filter(|(k, _)| *k != "lastTransitionTime").map(|(k, v)| (k.clone(), bare(v))).collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(bare).collect()),
         other => other.clone(),
@@ -93,11 +90,8 @@ fn next_status(object: &Value, desired: &Value) -> Option<Value> {
             existing["parents"].as_array().into_iter().flatten().filter(|p| p["controllerName"] != CONTROLLER).cloned();
         parents.extend(others.collect::<Vec<_>>());
     }
-    if bare(existing) == bare(&want) {
-        return None;
-    }
     stamp(&mut want, existing, &now(), &object["metadata"]["generation"]);
-    Some(want)
+    (bare(existing) != bare(&want)).then_some(want)
 }
 
 /// Writes one status if it changed; whether it now says what is desired.
@@ -117,7 +111,7 @@ pub(super) async fn run(api: Api, namespace: String, me: String, mut desired: wa
     let mut elector = Elector::named(api.clone(), ELECTION, namespace, me, timings);
     // What was last written (or found) per path: not read again until it
     // changes.
-    let mut done: BTreeMap<String, Value> = BTreeMap::new();
+    let mut done: BTreeMap<String, ObjectStatus> = BTreeMap::new();
     let mut leading = false;
     loop {
         let now_leading = elector.lead().await;
@@ -129,12 +123,12 @@ pub(super) async fn run(api: Api, namespace: String, me: String, mut desired: wa
         if leading {
             let statuses = desired.borrow_and_update().clone();
             for s in statuses.iter() {
-                if done.get(&s.path) == Some(&s.status) {
+                if done.get(&s.path) == Some(s) {
                     continue;
                 }
                 match write(&api, s).await {
                     Ok(true) => {
-                        done.insert(s.path.clone(), s.status.clone());
+                        done.insert(s.path.clone(), s.clone());
                     }
                     Ok(false) => {}
                     Err(e) => {
@@ -170,6 +164,10 @@ mod tests {
         assert_eq!(s["conditions"][1]["observedGeneration"], 3);
         let written = json!({"metadata": {"generation": 3}, "status": s});
         assert!(next_status(&written, &desired).is_none(), "nothing to write when it says the same");
+        let edited = json!({"metadata": {"generation": 4}, "status": written["status"]});
+        let again = next_status(&edited, &desired).expect("a new generation is reported");
+        assert_eq!(again["conditions"][0]["observedGeneration"], 4);
+        assert_eq!(again["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z", "the time stays");
         assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(civil(20_000), (2024, 10, 4));
     }

@@ -356,6 +356,17 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
         for s in servers {
             let gw_ns = s.gateway.split_once('/').map_or("", |(ns, _)| ns);
             let Some(t) = s.server.tls.as_ref().filter(|_| gw_ns == &*class.namespace) else { continue };
+            // A Gateway API gateway's credentials go to its service
+            // account (`internal.istio.io/service-account-name`), when set.
+            let sa = model
+                .gateways
+                .iter()
+                .find(|o| format!("{}/{}", o.meta.ns(), o.meta.name) == s.gateway)
+                .and_then(|o| o.meta.annotations.get("internal.istio.io/service-account-name"))
+                .filter(|sa| !sa.is_empty());
+            if sa.is_some_and(|sa| **sa != *class.service_account) {
+                continue;
+            }
             let names = if t.credential_names.is_empty() {
                 vec![&t.credential_name]
             } else {
@@ -485,6 +496,7 @@ pub fn report(model: &Model) -> serde_json::Value {
                 labels: g.selector.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect(),
                 locality: "".into(),
                 verified: true,
+                service_account: "".into(),
             };
             for r in merged(model, &class).rejected {
                 rejected.push(json!({"gateway": r.gateway, "port": r.port, "reason": r.reason}));
@@ -569,6 +581,7 @@ mod tests {
             labels: vec![("app".into(), "gw".into())],
             locality: "".into(),
             verified,
+            service_account: "".into(),
         }
     }
 

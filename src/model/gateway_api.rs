@@ -36,7 +36,10 @@ const PARENTS: &str = "internal.istio.io/parents";
 const SERVICE_ACCOUNT: &str = "internal.istio.io/service-account-name";
 /// The host of a backend a route may not reference: no such cluster, so
 /// Envoy answers 500 (istiod writes `destination: {}`).
-pub const NOT_PERMITTED_HOST: &str = "ref-not-permitted.invalid";
+/// A name no Service or ServiceEntry can take (`~` is not a DNS
+/// character, and two dots keep it from being qualified), so nothing can
+/// receive what a refused backend would have.
+pub const NOT_PERMITTED_HOST: &str = "ref~not~permitted.gateway-api.invalid";
 
 /// What the Gateway API objects make.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -108,16 +111,22 @@ pub fn convert(
             _ => None,
         })
         .collect();
+    // The built-in class is ours unless a GatewayClass of that name says
+    // otherwise (istiod's `FetchGatewayClass`).
+    let foreign_builtin = objs.iter().any(|o| {
+        matches!(&o.spec, GatewayApiSpec::GatewayClass(c) if o.meta.name == CLASS && c.controller_name != CONTROLLER)
+    });
+    let handled = |class: &str| ours.contains(&class) || (class == CLASS && !foreign_builtin);
     let mut gateways: Vec<&GatewayApiObject> = objs
         .iter()
         .filter(|o| match &o.spec {
-            GatewayApiSpec::Gateway(g) => {
-                g.gateway_class_name == CLASS || ours.contains(&g.gateway_class_name.as_str())
-            }
+            GatewayApiSpec::Gateway(g) => handled(&g.gateway_class_name),
             _ => false,
         })
         .collect();
     by_age(&mut gateways);
+    let handled_keys: std::collections::BTreeSet<(String, String)> =
+        gateways.iter().map(|o| (o.meta.ns().to_owned(), o.meta.name.clone())).collect();
     let mut attachable = Vec::new();
     for o in gateways {
         let GatewayApiSpec::Gateway(g) = &o.spec else { continue };
@@ -175,8 +184,9 @@ pub fn convert(
         }
     }
     let mut attachments = BTreeMap::new();
-    routes(objs, &attachable, domain, &mut out, &mut attachments);
-    gateway_statuses(objs, &ours, domain, &attachments, &mut out);
+    let handled_gateways = handled_keys;
+    routes(objs, &handled_gateways, &attachable, domain, &mut out, &mut attachments);
+    gateway_statuses(objs, &handled, domain, &attachments, &mut out);
     out
 }
 
@@ -221,6 +231,7 @@ fn route_status(
     ObjectStatus {
         path: format!("/apis/{GROUP}/v1/namespaces/{}/{plural}/{}", r.meta.ns(), r.meta.name),
         status: json!({"parents": parents}),
+        generation: r.meta.generation,
     }
 }
 
@@ -230,7 +241,7 @@ fn route_status(
 /// routes and conditions.
 fn gateway_statuses(
     objs: &[GatewayApiObject],
-    ours: &[&str],
+    handled: &dyn Fn(&str) -> bool,
     domain: &str,
     attachments: &BTreeMap<String, u32>,
     out: &mut Converted,
@@ -240,10 +251,9 @@ fn gateway_statuses(
             GatewayApiSpec::GatewayClass(c) if c.controller_name == CONTROLLER => out.statuses.push(ObjectStatus {
                 path: format!("/apis/{GROUP}/v1/gatewayclasses/{}", o.meta.name),
                 status: json!({"conditions": [condition("Accepted", true, "Accepted", "Handled by Istio controller")]}),
+                generation: o.meta.generation,
             }),
-            GatewayApiSpec::Gateway(g)
-                if g.gateway_class_name == CLASS || ours.contains(&g.gateway_class_name.as_str()) =>
-            {
+            GatewayApiSpec::Gateway(g) if handled(&g.gateway_class_name) => {
                 let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
                 let mut valid = 0;
                 let listeners: Vec<Value> = g
@@ -312,6 +322,7 @@ fn gateway_statuses(
                         "conditions": [accepted, programmed],
                         "listeners": listeners,
                     }),
+                    generation: o.meta.generation,
                 });
             }
             _ => {}
@@ -374,13 +385,14 @@ fn listener_hosts(gw_ns: &str, l: &Listener, namespaces: &BTreeMap<String, BTree
     match from.and_then(|f| f.from.as_deref()) {
         Some("All") => vec![format!("*/{h}")],
         Some("Selector") => {
-            let selector = from.and_then(|f| f.selector.as_ref()).map(|s| s.match_labels.clone()).unwrap_or_default();
+            let selector = from.and_then(|f| f.selector.clone()).unwrap_or_default();
             let matching: Vec<String> = namespaces
                 .iter()
                 .filter(|(name, labels)| {
-                    selector
-                        .iter()
-                        .all(|(k, v)| labels.get(k) == Some(v) || (k == "kubernetes.io/metadata.name" && v == *name))
+                    // The API server sets this label on every Namespace.
+                    let mut labels = (*labels).clone();
+                    labels.insert("kubernetes.io/metadata.name".into(), (*name).clone());
+                    selector.matches(&labels)
                 })
                 .map(|(name, _)| format!("{name}/{h}"))
                 .collect();
@@ -434,7 +446,9 @@ fn listener_tls(
 /// A route's parents that accept it (`referenceAllowed`): per listener, the
 /// port and section name, the hostnames and namespace the listener allows,
 /// and the kind.
+#[allow(clippy::too_many_arguments, reason = "one route against the listeners; each input named")]
 fn accepted<'a>(
+    handled: &std::collections::BTreeSet<(String, String)>,
     route: &GatewayApiObject,
     kind: &str,
     parents: &[ParentReference],
@@ -445,20 +459,35 @@ fn accepted<'a>(
 ) -> Vec<&'a Attachable<'a>> {
     let route_ns = route.meta.ns();
     let mut out = Vec::new();
+    // istiod reports the most telling refusal (createRouteStatus).
+    let rank = |r: &str| match r {
+        "NotAllowedByListeners" => 3,
+        "NoMatchingListenerHostname" => 2,
+        _ => 1,
+    };
     for p in parents {
         if p.kind.as_deref().is_some_and(|k| k != "Gateway") {
             continue;
         }
         let ns = p.namespace.as_deref().unwrap_or(route_ns);
-        let mut reason = ("NoMatchingParent", format!("parent {ns}/{} not found", p.name));
+        // Another controller's Gateway, or none: not ours to report on.
+        if !handled.contains(&(ns.to_owned(), p.name.clone())) {
+            continue;
+        }
+        let mut reason = ("NoMatchingParent", format!("parent {ns}/{} has no valid listener", p.name));
+        let refuse = |r: (&'static str, String), reason: &mut (&'static str, String)| {
+            if rank(r.0) >= rank(reason.0) {
+                *reason = r;
+            }
+        };
         let before = out.len();
         for a in attachable.iter().filter(|a| a.gateway.meta.name == p.name && a.gateway.meta.ns() == ns) {
             if p.port.is_some_and(|port| port != a.listener.port) {
-                reason = ("NoMatchingParent", format!("port {} not found", p.port.unwrap_or_default()));
+                refuse(("NoMatchingParent", format!("port {} not found", p.port.unwrap_or_default())), &mut reason);
                 continue;
             }
             if p.section_name.as_deref().is_some_and(|s| s != a.listener.name) {
-                reason = ("NoMatchingParent", format!("sectionName {:?} not found", p.section_name));
+                refuse(("NoMatchingParent", format!("sectionName {:?} not found", p.section_name)), &mut reason);
                 continue;
             }
             let wanted: Vec<&str> =
@@ -473,11 +502,14 @@ fn accepted<'a>(
                     && wanted.iter().any(|w| super::gateway::host_intersection(h, w).is_some())
             });
             if !host_match {
-                reason = ("NoMatchingListenerHostname", "no hostnames matched parent hostname".into());
+                refuse(("NoMatchingListenerHostname", "no hostnames matched parent hostname".into()), &mut reason);
                 continue;
             }
             if !ns_match {
-                reason = ("NotAllowedByListeners", format!("namespace {route_ns} is not allowed by the parent"));
+                refuse(
+                    ("NotAllowedByListeners", format!("namespace {route_ns} is not allowed by the parent")),
+                    &mut reason,
+                );
                 continue;
             }
             let kinds: &[&str] = match a.listener.protocol.as_str() {
@@ -486,7 +518,7 @@ fn accepted<'a>(
             };
             let allowed = a.listener.allowed_routes.as_ref().map(|r| r.kinds.as_slice()).unwrap_or_default();
             if !kinds.contains(&kind) || (!allowed.is_empty() && !allowed.iter().any(|k| k.kind == kind)) {
-                reason = ("NotAllowedByListeners", format!("kind {kind} is not allowed"));
+                refuse(("NotAllowedByListeners", format!("kind {kind} is not allowed")), &mut reason);
                 continue;
             }
             out.push(a);
@@ -525,12 +557,16 @@ pub struct ObjectStatus {
     pub path: String,
     /// Its `status`, conditions without times.
     pub status: Value,
+    /// The object's generation it answers (a spec edit that changes no
+    /// condition still moves `observedGeneration`).
+    pub generation: Option<i64>,
 }
 
 /// The HTTPRoutes and GRPCRoutes, attached and merged into one
 /// VirtualService per listener and hostname (`mergeHTTPRoutes`).
 fn routes(
     objs: &[GatewayApiObject],
+    handled: &std::collections::BTreeSet<(String, String)>,
     attachable: &[Attachable<'_>],
     domain: &str,
     out: &mut Converted,
@@ -557,17 +593,21 @@ fn routes(
             Err((reason, message)) => {
                 out.problems.push(json!({"route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name), "reason": reason, "message": message}));
                 let mut outcomes = Vec::new();
-                accepted(r, kind, parents, hostnames, attachable, &mut Vec::new(), &mut outcomes);
-                out.statuses.push(route_status(r, kind, &outcomes, Some((reason, message))));
+                accepted(handled, r, kind, parents, hostnames, attachable, &mut Vec::new(), &mut outcomes);
+                if !outcomes.is_empty() {
+                    out.statuses.push(route_status(r, kind, &outcomes, Some((reason, message))));
+                }
                 continue;
             }
         };
         out.problems.extend(backend_problems);
         let hosts: Vec<String> = if hostnames.is_empty() { vec!["*".into()] } else { hostnames.clone() };
         let mut outcomes = Vec::new();
-        let attached = accepted(r, kind, parents, hostnames, attachable, &mut out.problems, &mut outcomes);
+        let attached = accepted(handled, r, kind, parents, hostnames, attachable, &mut out.problems, &mut outcomes);
         let refs = backend_problems_of(&out.problems, kind, r);
-        out.statuses.push(route_status(r, kind, &outcomes, refs));
+        if !outcomes.is_empty() {
+            out.statuses.push(route_status(r, kind, &outcomes, refs));
+        }
         for a in &attached {
             *attachments.entry(a.reference.clone()).or_default() += 1;
         }
@@ -687,7 +727,15 @@ fn weighted(
     Ok(out)
 }
 
-fn header_ops(m: &istiod_kubewatch::gateway_api::HeaderModifier) -> Value {
+/// istiod's `isValidHeaderValue`: no control characters but tab.
+fn valid_header_value(v: &str) -> bool {
+    !v.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}')
+}
+
+fn header_ops(m: &istiod_kubewatch::gateway_api::HeaderModifier) -> Result<Value, (&'static str, String)> {
+    if let Some(h) = m.set.iter().chain(&m.add).find(|h| !valid_header_value(&h.value)) {
+        return Err(("InvalidFilter", format!("invalid header value for header {:?}", h.name)));
+    }
     let map = |v: &[istiod_kubewatch::gateway_api::HeaderValue]| {
         let mut out = serde_json::Map::new();
         for h in v {
@@ -705,7 +753,7 @@ fn header_ops(m: &istiod_kubewatch::gateway_api::HeaderModifier) -> Value {
     if !m.remove.is_empty() {
         ops["remove"] = json!(m.remove);
     }
-    ops
+    Ok(ops)
 }
 
 /// Applies a rule's filters to its Istio route (`convertHTTPRoute`).
@@ -720,12 +768,12 @@ fn apply_filters(
         match f.type_.as_str() {
             "RequestHeaderModifier" => {
                 if let Some(m) = &f.request_header_modifier {
-                    r["headers"]["request"] = header_ops(m);
+                    r["headers"]["request"] = header_ops(m)?;
                 }
             }
             "ResponseHeaderModifier" => {
                 if let Some(m) = &f.response_header_modifier {
-                    r["headers"]["response"] = header_ops(m);
+                    r["headers"]["response"] = header_ops(m)?;
                 }
             }
             "RequestRedirect" if !grpc => {
@@ -766,7 +814,7 @@ fn apply_filters(
                     match p.type_.as_str() {
                         "ReplacePrefixMatch" => {
                             let v = p.replace_prefix_match.clone().unwrap_or_default();
-                            let v = v.trim_end_matches('/');
+                            let v = v.strip_suffix('/').unwrap_or(&v);
                             out["uri"] = json!(if v.is_empty() { "/" } else { v });
                         }
                         "ReplaceFullPath" => {
@@ -780,7 +828,16 @@ fn apply_filters(
             }
             "RequestMirror" => {
                 let Some(m) = &f.request_mirror else { continue };
-                let dest = destination(cx, &m.backend_ref, problems)?;
+                // A mirror that cannot be built is left out (istiod: a
+                // soft error), the route kept.
+                let dest = match destination(cx, &m.backend_ref, problems) {
+                    Ok(d) => d,
+                    Err((reason, message)) => {
+                        let route = format!("{}/{}/{}", cx.kind, cx.route.meta.ns(), cx.route.meta.name);
+                        problems.push(json!({"route": route, "reason": reason, "message": message}));
+                        continue;
+                    }
+                };
                 let mut mirror = json!({"destination": dest});
                 let pct = match (&m.fraction, m.percent) {
                     (Some(fr), _) => {
@@ -850,7 +907,8 @@ fn http_rules(route: &GatewayApiObject, rules: &[HttpRouteRule], domain: &str, g
                     Some("Exact") => mv["uri"] = json!({"exact": value}),
                     Some("RegularExpression") => mv["uri"] = json!({"regex": value}),
                     _ => {
-                        let v = if value == "/" { value.as_str() } else { value.trim_end_matches('/') };
+                        let v = if value == "/" { value.as_str() } else { value.strip_suffix('/').unwrap_or(&value) };
+                        let v = if v.is_empty() { "/" } else { v };
                         mv["uri"] = json!({"prefix": v});
                     }
                 }
@@ -1142,5 +1200,44 @@ mod tests {
         assert_eq!(v1.rewrite.as_ref().unwrap().uri, "/");
         assert_eq!(v1.direct_response.as_ref().map(|d| d.status), Some(500), "every backend at weight 0");
         assert!(vs.http[1].matches[0].method.is_some());
+    }
+
+    /// Review findings, each as istiod behaves: a Selector with
+    /// expressions; a header value with a control character refused
+    /// (isValidHeaderValue); no status for a parent that is not ours; the
+    /// most telling refusal reported whatever the listener order.
+    #[test]
+    fn selectors_headers_foreign_parents_and_refusal_reasons() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: gws}\n\
+            spec:\n  gatewayClassName: istio\n  listeners:\n  \
+            - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: Selector, selector: {matchExpressions: [{key: team, operator: In, values: [a]}]}}}}\n  \
+            - {name: other, port: 81, protocol: HTTP}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: ok, namespace: team-a}\n\
+            spec: {parentRefs: [{name: gw, namespace: gws, sectionName: http}], rules: [{backendRefs: [{name: web, port: 80}]}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: no, namespace: team-b}\n\
+            spec: {parentRefs: [{name: gw, namespace: gws, sectionName: http}], rules: [{backendRefs: [{name: web, port: 80}]}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: bad-header, namespace: team-a}\n\
+            spec: {parentRefs: [{name: gw, namespace: gws, sectionName: http}], rules: [{filters: [{type: RequestHeaderModifier, \
+            requestHeaderModifier: {set: [{name: x, value: \"a\\nb\"}]}}], backendRefs: [{name: web, port: 80}]}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: elsewhere, namespace: team-a}\n\
+            spec: {parentRefs: [{name: not-ours, namespace: gws}], rules: [{backendRefs: [{name: web, port: 80}]}]}\n";
+        let namespaces = BTreeMap::from([
+            ("team-a".to_owned(), BTreeMap::from([("team".to_owned(), "a".to_owned())])),
+            ("team-b".to_owned(), BTreeMap::from([("team".to_owned(), "b".to_owned())])),
+        ]);
+        let c = convert(&objects(yaml), &namespaces, "cluster.local");
+        let IstioSpec::Gateway(g) = &c.gateways[0].spec else { panic!() };
+        assert_eq!(g.servers[0].hosts, ["team-a/*"], "matchExpressions select team-a only");
+        let hosts: Vec<&str> = c.virtual_services.iter().map(|v| v.meta.annotations[PARENTS].as_str()).collect();
+        assert_eq!(hosts, ["HTTPRoute/ok.team-a"], "the bad header drops that route; team-b is not allowed");
+        let status = |name: &str| c.statuses.iter().find(|s| s.path.ends_with(&format!("/httproutes/{name}"))).cloned();
+        let no = status("no").unwrap();
+        assert_eq!(
+            no.status["parents"][0]["conditions"][0]["reason"], "NotAllowedByListeners",
+            "not the other listener's sectionName mismatch"
+        );
+        let bad = status("bad-header").unwrap();
+        assert_eq!(bad.status["parents"][0]["conditions"][1]["reason"], "InvalidFilter");
+        assert!(status("elsewhere").is_none(), "a Gateway that is not ours: no status");
     }
 }

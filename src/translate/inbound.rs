@@ -66,6 +66,7 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         labels: Vec::new(),
         locality: "".into(),
         verified: false,
+        service_account: "".into(),
     };
     Some(mtls_mode(model, &class, port))
 }

@@ -9,6 +9,7 @@ Usage: gateway_client.py ADDR (ROOT_PEM|-) (TOKEN|-) NAMESPACE LABELS_JSON
 Environment:
   REQUESTS   JSON list of [route_name, host, path]: each decided
   EXTRA_SDS  JSON list of SDS names asked besides the listeners' own
+  SERVICE_ACCOUNT  the node's service account
   FOLLOW     seconds to keep the stream open after the first report,
              printing one line per further response (pushes)
 
@@ -136,6 +137,8 @@ def main():
         channel = grpc.secure_channel(addr, creds, options=[("grpc.ssl_target_name_override", "istiod.istio-system.svc")])
     meta = struct_pb2.Struct()
     meta.update({"NAMESPACE": namespace, "LABELS": json.loads(labels), "ISTIO_VERSION": "1.28.0"})
+    if os.environ.get("SERVICE_ACCOUNT"):
+        meta.update({"SERVICE_ACCOUNT": os.environ["SERVICE_ACCOUNT"]})
     node = base_pb2.Node(
         id=f"router~10.1.0.20~{pod}.{namespace}~{namespace}.svc.cluster.local", metadata=meta
     )

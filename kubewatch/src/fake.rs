@@ -674,6 +674,8 @@ pub fn gateway_api_resources() -> Vec<Resource> {
         g("v1", "HTTPRoute", "httproutes"),
         g("v1", "GRPCRoute", "grpcroutes"),
         g("v1beta1", "ReferenceGrant", "referencegrants"),
+        g("v1alpha2", "TCPRoute", "tcproutes"),
+        g("v1alpha2", "TLSRoute", "tlsroutes"),
     ]
 }
 

@@ -36,6 +36,10 @@ pub enum GatewayApiSpec {
     GrpcRoute(GrpcRouteSpec),
     /// ReferenceGrant.
     ReferenceGrant(ReferenceGrantSpec),
+    /// TCPRoute (v1alpha2).
+    TcpRoute(L4RouteSpec),
+    /// TLSRoute (v1alpha2).
+    TlsRoute(L4RouteSpec),
 }
 
 impl GatewayApiObject {
@@ -47,6 +51,8 @@ impl GatewayApiObject {
             GatewayApiSpec::HttpRoute(_) => "HTTPRoute",
             GatewayApiSpec::GrpcRoute(_) => "GRPCRoute",
             GatewayApiSpec::ReferenceGrant(_) => "ReferenceGrant",
+            GatewayApiSpec::TcpRoute(_) => "TCPRoute",
+            GatewayApiSpec::TlsRoute(_) => "TLSRoute",
         }
     }
 }
@@ -84,6 +90,8 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         "HTTPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::HttpRoute(s)))?,
         "GRPCRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::GrpcRoute(s)))?,
         "ReferenceGrant" => read(value).map(|(m, s)| (m, GatewayApiSpec::ReferenceGrant(s)))?,
+        "TCPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TcpRoute(s)))?,
+        "TLSRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TlsRoute(s)))?,
         other => return Err(format!("{other:?} of {GROUP} is not read here")),
     };
     if meta.name.is_empty() {
@@ -94,7 +102,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
 
 /// Whether istiod-rs reads `kind` of the Gateway API.
 pub fn reads(kind: &str) -> bool {
-    matches!(kind, "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant")
+    matches!(kind, "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" | "TCPRoute" | "TLSRoute")
 }
 
 /// `GatewayClassSpec`.
@@ -487,6 +495,28 @@ pub struct GrpcMethodMatch {
     pub service: Option<String>,
     /// Method.
     pub method: Option<String>,
+}
+
+/// `TCPRouteSpec` and `TLSRouteSpec` (TCP routes have no hostnames).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct L4RouteSpec {
+    /// Parents.
+    pub parent_refs: Vec<ParentReference>,
+    /// SNI hostnames (TLSRoute).
+    pub hostnames: Vec<String>,
+    /// Rules.
+    pub rules: Vec<L4RouteRule>,
+}
+
+/// `TCPRouteRule`, `TLSRouteRule`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct L4RouteRule {
+    /// Name.
+    pub name: Option<String>,
+    /// Backends.
+    pub backend_refs: Vec<ObjectReference>,
 }
 
 /// `ReferenceGrantSpec`.

@@ -27,7 +27,7 @@ use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Secret, Servi
 /// The kinds watched, in the order of [`Stores`]: (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 25] = [
+pub const KINDS: [(&str, &str, &str, &str); 27] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -53,6 +53,8 @@ pub const KINDS: [(&str, &str, &str, &str); 25] = [
     ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
     ("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes"),
     ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
+    ("gateway.networking.k8s.io", "v1alpha2", "TCPRoute", "tcproutes"),
+    ("gateway.networking.k8s.io", "v1alpha2", "TLSRoute", "tlsroutes"),
 ];
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.

@@ -567,6 +567,8 @@ mod tests {
                 Object::Istio(x) => o.istio.push(x),
                 Object::Secret(s) => o.secrets.push(s),
                 Object::Service(s) => o.services.push(s),
+                Object::GatewayApi(g) => o.gateway_api.push(g),
+                Object::Namespace(n) => o.namespaces.push(n),
                 other => panic!("{other:?}"),
             }
         }
@@ -746,5 +748,62 @@ mod tests {
         let sidecar = ProxyClass { node_type: NodeType::Sidecar, ..edge.clone() };
         assert!(g.generate(&snap, &edge, Kind::Secret, "kubernetes://good").is_some());
         assert!(g.generate(&snap, &sidecar, Kind::Secret, "kubernetes://good").is_none());
+    }
+
+    /// TCPRoute and TLSRoute (istiod's convertTCPRoute, convertTLSRoute):
+    /// a TCP listener proxies to the TCPRoute's backend; a Passthrough TLS
+    /// listener routes the TLSRoute's SNI host to its backend.
+    #[test]
+    fn tcp_and_tls_routes_reach_the_router() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: gw-istio, namespace: edge}\n\
+            spec: {clusterIP: 10.0.0.1, selector: {app: gw}, ports: [{name: tcp, port: 9000}, {name: tls, port: 443, targetPort: 8443}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: edge}\n\
+            spec:\n  gatewayClassName: istio\n  listeners:\n  - {name: db, port: 9000, protocol: TCP}\n  \
+            - {name: tls, port: 443, protocol: TLS, hostname: '*.tls.example.com', tls: {mode: Passthrough}}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {name: db, namespace: edge}\n\
+            spec: {parentRefs: [{name: gw, sectionName: db}], rules: [{backendRefs: [{name: postgres, port: 5432}]}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata: {name: app, namespace: edge}\n\
+            spec: {parentRefs: [{name: gw, sectionName: tls}], hostnames: [a.tls.example.com], rules: [{backendRefs: [{name: app, port: 443}]}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TLSRoute\nmetadata: {name: wrong-kind, namespace: edge}\n\
+            spec: {parentRefs: [{name: gw, sectionName: db}], hostnames: [b.tls.example.com], rules: [{backendRefs: [{name: app, port: 443}]}]}\n";
+        let model = Model::build(&objects(yaml), "cluster.local");
+        let class = ProxyClass {
+            labels: vec![("app".into(), "gw".into())],
+            service_account: "gw-istio".into(),
+            ..router("edge", true)
+        };
+        let ls = listeners(&model, &class);
+        let names: Vec<&str> = ls.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["0.0.0.0_9000", "0.0.0.0_8443"], "{names:?}");
+        let proxied = |l: &istiod_proto::envoy::config::listener::v3::Listener| -> Vec<(Vec<String>, String)> {
+            use istiod_proto::prost::Message;
+            l.filter_chains
+                .iter()
+                .map(|c| {
+                    let sni = c.filter_chain_match.as_ref().map(|m| m.server_names.clone()).unwrap_or_default();
+                    let f = c.filters.last().unwrap();
+                    let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(a)) = &f.config_type
+                    else {
+                        panic!()
+                    };
+                    let t = istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy::decode(&a.value[..]).unwrap();
+                    let Some(istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier::Cluster(c)) =
+                        t.cluster_specifier
+                    else {
+                        panic!()
+                    };
+                    (sni, c)
+                })
+                .collect()
+        };
+        assert_eq!(
+            proxied(&ls[1]),
+            [(vec!["a.tls.example.com".to_owned()], "outbound|443||app.edge.svc.cluster.local".to_owned())]
+        );
+        assert_eq!(proxied(&ls[0]), [(vec![], "outbound|5432||postgres.edge.svc.cluster.local".to_owned())]);
+        let refused: Vec<&str> = model.gateway_api.problems.iter().filter_map(|p| p["reason"].as_str()).collect();
+        assert_eq!(refused, ["NotAllowedByListeners"], "a TLSRoute on a TCP listener");
+        let status = model.gateway_api.statuses.iter().find(|s| s.path.ends_with("/tcproutes/db")).unwrap();
+        assert!(status.path.starts_with("/apis/gateway.networking.k8s.io/v1alpha2/"));
     }
 }

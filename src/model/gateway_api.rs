@@ -58,6 +58,13 @@ pub struct Converted {
     pub statuses: Vec<ObjectStatus>,
 }
 
+/// The objects of the kinds `want` takes, oldest first.
+fn oldest_first(objs: &[GatewayApiObject], want: fn(&GatewayApiSpec) -> bool) -> Vec<&GatewayApiObject> {
+    let mut out: Vec<&GatewayApiObject> = objs.iter().filter(|o| want(&o.spec)).collect();
+    by_age(&mut out);
+    out
+}
+
 fn by_age(objs: &mut [&GatewayApiObject]) {
     objs.sort_by(|a, b| {
         let key = |o: &GatewayApiObject| {
@@ -587,9 +594,7 @@ fn routes(
     out: &mut Converted,
     attachments: &mut BTreeMap<String, u32>,
 ) {
-    let mut routes: Vec<&GatewayApiObject> =
-        objs.iter().filter(|o| matches!(o.spec, GatewayApiSpec::HttpRoute(_) | GatewayApiSpec::GrpcRoute(_))).collect();
-    by_age(&mut routes);
+    let routes = oldest_first(objs, |s| matches!(s, GatewayApiSpec::HttpRoute(_) | GatewayApiSpec::GrpcRoute(_)));
     let mut merged: BTreeMap<String, MergedVs> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
     for r in routes {
@@ -684,10 +689,7 @@ fn l4_routes(
     out: &mut Converted,
     attachments: &mut BTreeMap<String, u32>,
 ) {
-    let mut routes: Vec<&GatewayApiObject> =
-        objs.iter().filter(|o| matches!(o.spec, GatewayApiSpec::TcpRoute(_) | GatewayApiSpec::TlsRoute(_))).collect();
-    by_age(&mut routes);
-    for r in routes {
+    for r in oldest_first(objs, |s| matches!(s, GatewayApiSpec::TcpRoute(_) | GatewayApiSpec::TlsRoute(_))) {
         let (kind, spec, tag) = match &r.spec {
             GatewayApiSpec::TcpRoute(s) => ("TCPRoute", s, "tcp"),
             GatewayApiSpec::TlsRoute(s) => ("TLSRoute", s, "tls"),

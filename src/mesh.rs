@@ -38,9 +38,24 @@ pub struct MeshSettings {
     pub scope_gateway_to_namespace: bool,
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
     pub route_collapse: bool,
+    /// `tlsDefaults`: what gateways' SIMPLE and MUTUAL servers take unless
+    /// the server says otherwise.
+    pub tls_defaults: TlsDefaults,
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all). Used for the root ConfigMaps.
     pub discovery_selectors: Vec<LabelSelector>,
+}
+
+/// `MeshConfig.TLSConfig` (`tlsDefaults`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TlsDefaults {
+    /// `TLS_AUTO` (none), `TLSV1_2` or `TLSV1_3`.
+    pub min_protocol_version: Option<String>,
+    /// ECDH curves.
+    pub ecdh_curves: Vec<String>,
+    /// Cipher suites.
+    pub cipher_suites: Vec<String>,
 }
 
 /// A Kubernetes label selector (`matchLabels`, `matchExpressions`).
@@ -102,6 +117,7 @@ impl Default for MeshSettings {
             jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
             scope_gateway_to_namespace: false,
             route_collapse: true,
+            tls_defaults: TlsDefaults::default(),
             discovery_selectors: Vec::new(),
         }
     }
@@ -110,6 +126,7 @@ impl Default for MeshSettings {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Raw {
+    tls_defaults: Option<TlsDefaults>,
     root_namespace: Option<String>,
     trust_domain: Option<String>,
     outbound_traffic_policy: Option<RawOutbound>,
@@ -151,6 +168,14 @@ impl MeshSettings {
         }
         if let Some(b) = raw.enable_auto_mtls {
             m.enable_auto_mtls = b;
+        }
+        if let Some(t) = raw.tls_defaults {
+            if let Some(v) =
+                t.min_protocol_version.as_deref().filter(|v| !["TLS_AUTO", "TLSV1_2", "TLSV1_3"].contains(v))
+            {
+                return Err(format!("tlsDefaults.minProtocolVersion: unknown version {v:?}"));
+            }
+            m.tls_defaults = t;
         }
         m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
         for s in &m.discovery_selectors {
@@ -208,6 +233,17 @@ mod tests {
         assert!(!m.discovers(&l(&[("team", "b")])));
         assert!(MeshSettings::default().discovers(&l(&[])), "no selectors: every namespace");
         assert!(MeshSettings::parse("discoverySelectors:\n- matchExpressions: [{key: a, operator: Near}]\n").is_err());
+    }
+
+    #[test]
+    fn tls_defaults_are_read_and_checked() {
+        let m = MeshSettings::parse("tlsDefaults:\n  minProtocolVersion: TLSV1_3\n  ecdhCurves: [P-256]\n").unwrap();
+        assert_eq!(m.tls_defaults.min_protocol_version.as_deref(), Some("TLSV1_3"));
+        assert_eq!(m.tls_defaults.ecdh_curves, ["P-256"]);
+        assert!(
+            MeshSettings::parse("tlsDefaults: {minProtocolVersion: TLSV1_0}\n").is_err(),
+            "istiod allows 1.2 and 1.3"
+        );
     }
 
     #[test]

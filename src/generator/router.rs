@@ -126,6 +126,7 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
+        tls_defaults: model.mesh.tls_defaults.clone(),
     };
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),

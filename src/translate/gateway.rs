@@ -62,7 +62,11 @@ fn ads_sds(name: &str) -> tls::SdsSecretConfig {
 /// server's protocol versions, curves and cipher suites.
 /// `tcp_istio_mutual`: a non-HTTP server terminating ISTIO_MUTUAL, whose
 /// ALPN offers Istio's peer exchange first.
-pub fn tls_context(t: &ServerTlsSettings, tcp_istio_mutual: bool) -> tls::DownstreamTlsContext {
+pub fn tls_context(
+    t: &ServerTlsSettings,
+    tcp_istio_mutual: bool,
+    defaults: Option<&crate::mesh::TlsDefaults>,
+) -> tls::DownstreamTlsContext {
     use tls::common_tls_context::{CombinedCertificateValidationContext, ValidationContextType};
     let require = matches!(t.mode, ServerTlsMode::Mutual | ServerTlsMode::IstioMutual);
     let validate_client = require || t.mode == ServerTlsMode::OptionalMutual;
@@ -156,7 +160,7 @@ pub fn tls_context(t: &ServerTlsSettings, tcp_istio_mutual: bool) -> tls::Downst
         agent(&mut common, &t.server_certificate, &t.private_key, &t.ca_certificates);
     }
     if matches!(t.mode, ServerTlsMode::Simple | ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
-        common.tls_params = tls_params(t);
+        common.tls_params = tls_params(t, defaults);
     }
     tls::DownstreamTlsContext {
         common_tls_context: Some(common),
@@ -165,10 +169,11 @@ pub fn tls_context(t: &ServerTlsSettings, tcp_istio_mutual: bool) -> tls::Downst
     }
 }
 
-/// `applyServerTLSSettings`: the server's protocol versions, curves and
-/// cipher suites (duplicates dropped, as `FilterCipherSuites`), when any
-/// is set.
-fn tls_params(t: &ServerTlsSettings) -> Option<tls::TlsParameters> {
+/// `applyDownstreamTLSDefaults` then `applyServerTLSSettings`: the mesh's
+/// `tlsDefaults`, then the server's protocol versions, curves and cipher
+/// suites where it sets them (duplicates dropped, as
+/// `FilterCipherSuites`); none when nothing is set.
+fn tls_params(t: &ServerTlsSettings, defaults: Option<&crate::mesh::TlsDefaults>) -> Option<tls::TlsParameters> {
     use istiod_kubewatch::istio::networking::TlsProtocol;
     let version = |v: TlsProtocol| match v {
         TlsProtocol::Auto => tls::tls_parameters::TlsProtocol::TlsAuto,
@@ -177,24 +182,37 @@ fn tls_params(t: &ServerTlsSettings) -> Option<tls::TlsParameters> {
         TlsProtocol::Tls12 => tls::tls_parameters::TlsProtocol::TlSv12,
         TlsProtocol::Tls13 => tls::tls_parameters::TlsProtocol::TlSv13,
     } as i32;
-    let mut ciphers: Vec<String> = Vec::new();
-    for c in &t.cipher_suites {
-        if !ciphers.contains(c) {
-            ciphers.push(c.clone());
-        }
+    let mut p = tls::TlsParameters::default();
+    if let Some(d) = defaults {
+        p.ecdh_curves = d.ecdh_curves.clone();
+        p.cipher_suites = d.cipher_suites.clone();
+        p.tls_minimum_protocol_version = match d.min_protocol_version.as_deref() {
+            Some("TLSV1_2") => tls::tls_parameters::TlsProtocol::TlSv12 as i32,
+            Some("TLSV1_3") => tls::tls_parameters::TlsProtocol::TlSv13 as i32,
+            _ => tls::tls_parameters::TlsProtocol::TlsAuto as i32,
+        };
     }
-    let p = tls::TlsParameters {
-        tls_minimum_protocol_version: version(t.min_protocol_version),
-        tls_maximum_protocol_version: version(t.max_protocol_version),
-        cipher_suites: ciphers,
-        ecdh_curves: t.ecdh_curves.clone(),
-        ..Default::default()
-    };
+    if t.min_protocol_version != TlsProtocol::Auto {
+        p.tls_minimum_protocol_version = version(t.min_protocol_version);
+    }
+    if t.max_protocol_version != TlsProtocol::Auto {
+        p.tls_maximum_protocol_version = version(t.max_protocol_version);
+    }
+    if !t.ecdh_curves.is_empty() {
+        p.ecdh_curves = t.ecdh_curves.clone();
+    }
+    if !t.cipher_suites.is_empty() {
+        let mut ciphers: Vec<String> = Vec::new();
+        for c in &t.cipher_suites {
+            if !ciphers.contains(c) {
+                ciphers.push(c.clone());
+            }
+        }
+        p.cipher_suites = ciphers;
+    }
     (p != tls::TlsParameters::default()).then_some(p)
 }
 
-/// The HTTP connection manager of a gateway chain
-/// (`buildGatewayConnectionManager`).
 /// What a gateway's chains enforce for its workload (namespace and
 /// labels), as on a sidecar's inbound side: RequestAuthentication's JWT
 /// filter, then AuthorizationPolicy's RBAC (DENY, then ALLOW), for HTTP
@@ -208,8 +226,12 @@ pub struct GatewayPolicies {
     pub http: super::authz::Rbacs,
     /// Network RBAC.
     pub tcp: super::authz::Rbacs,
+    /// The mesh's `tlsDefaults`.
+    pub tls_defaults: crate::mesh::TlsDefaults,
 }
 
+/// The HTTP connection manager of a gateway chain
+/// (`buildGatewayConnectionManager`).
 fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>) -> hcm::HttpConnectionManager {
     let mut filters: Vec<hcm::HttpFilter> = Vec::new();
     if let Some(p) = policies {
@@ -284,7 +306,7 @@ fn https_chain(listener: &str, s: &MergedServer, policies: Option<&GatewayPolici
     Some(FilterChain {
         filter_chain_match: sni_match(&s.sni_hosts),
         filters: vec![http_connection_manager(&manager(stat, &s.route_name, policies))],
-        transport_socket: Some(downstream_tls(&tls_context(t, false))),
+        transport_socket: Some(downstream_tls(&tls_context(t, false, policies.map(|p| &p.tls_defaults)))),
         transport_socket_connect_timeout: Some(Duration { seconds: 15, nanos: 0 }),
         ..Default::default()
     })
@@ -501,7 +523,8 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
                     // the server's TLS context, matched by SNI.
                     chains.extend(tcp_chain(l4, s).map(|mut c| {
                         c.filter_chain_match = sni_match(&s.sni_hosts);
-                        c.transport_socket = Some(downstream_tls(&tls_context(t, true)));
+                        c.transport_socket =
+                            Some(downstream_tls(&tls_context(t, true, policies.map(|p| &p.tls_defaults))));
                         c
                     }));
                 }
@@ -828,7 +851,7 @@ mod tests {
     #[test]
     fn istio_mutual_uses_the_agents_secrets() {
         let t = ServerTlsSettings { mode: ServerTlsMode::IstioMutual, ..Default::default() };
-        let ctx = tls_context(&t, false);
+        let ctx = tls_context(&t, false, None);
         let common = ctx.common_tls_context.unwrap();
         assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
         let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
@@ -840,7 +863,7 @@ mod tests {
         assert_eq!(ctx.require_client_certificate, Some(true));
         assert!(common.tls_params.is_none(), "ISTIO_MUTUAL takes no server TLS parameters");
         // A TCP server terminating ISTIO_MUTUAL offers the peer exchange.
-        let tcp = tls_context(&t, true).common_tls_context.unwrap();
+        let tcp = tls_context(&t, true, None).common_tls_context.unwrap();
         assert_eq!(tcp.alpn_protocols, ["istio-peer-exchange", "h2", "http/1.1"]);
     }
 
@@ -862,7 +885,7 @@ mod tests {
             ecdh_curves: vec!["P-256".into()],
             ..Default::default()
         };
-        let common = tls_context(&t, false).common_tls_context.unwrap();
+        let common = tls_context(&t, false, None).common_tls_context.unwrap();
         let names: Vec<&str> = common.tls_certificate_sds_secret_configs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["file-cert:/etc/certs/cert.pem~/etc/certs/key.pem"]);
         let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
@@ -885,7 +908,23 @@ mod tests {
         // SIMPLE with nothing set: no parameters at all.
         let simple =
             ServerTlsSettings { mode: ServerTlsMode::Simple, credential_name: "c".into(), ..Default::default() };
-        assert!(tls_context(&simple, false).common_tls_context.unwrap().tls_params.is_none());
+        assert!(tls_context(&simple, false, None).common_tls_context.unwrap().tls_params.is_none());
+        // The mesh's tlsDefaults first (applyDownstreamTLSDefaults), the
+        // server's own settings over them; ISTIO_MUTUAL takes neither.
+        let defaults = crate::mesh::TlsDefaults {
+            min_protocol_version: Some("TLSV1_3".into()),
+            ecdh_curves: vec!["X25519".into()],
+            cipher_suites: vec!["ECDHE-RSA-AES128-GCM-SHA256".into()],
+        };
+        let p = tls_context(&simple, false, Some(&defaults)).common_tls_context.unwrap().tls_params.unwrap();
+        assert_eq!(p.tls_minimum_protocol_version, tls::tls_parameters::TlsProtocol::TlSv13 as i32);
+        assert_eq!((p.ecdh_curves.as_slice(), p.cipher_suites.len()), (&["X25519".to_owned()][..], 1));
+        let own = ServerTlsSettings { ecdh_curves: vec!["P-384".into()], ..simple.clone() };
+        let p = tls_context(&own, false, Some(&defaults)).common_tls_context.unwrap().tls_params.unwrap();
+        assert_eq!(p.ecdh_curves, ["P-384"], "the server's own");
+        assert_eq!(p.tls_minimum_protocol_version, tls::tls_parameters::TlsProtocol::TlSv13 as i32, "the mesh's");
+        let istio = ServerTlsSettings { mode: ServerTlsMode::IstioMutual, ..Default::default() };
+        assert!(tls_context(&istio, false, Some(&defaults)).common_tls_context.unwrap().tls_params.is_none());
     }
 
     /// A TLS server terminating SIMPLE (`IsTCPServerWithTLSTermination`):

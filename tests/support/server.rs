@@ -63,8 +63,21 @@ impl Server {
         Self::start_on(&["--configDir", config_dir.to_str().unwrap()], flags, env, nofile)
     }
 
-    /// [`Server::start`] on another source (`--kubeconfig <file>`).
+    /// [`Server::start`] on another source (`--kubeconfig <file>`). A port
+    /// taken between [`free_port`] and the server's bind (tests run in
+    /// parallel) is a retry with other ports, not a failure.
     pub(crate) fn start_on(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
+        for attempt in 1.. {
+            match Self::try_start(source, flags, env, nofile) {
+                Ok(s) => return s,
+                Err(log) if attempt < 5 && log.contains("Address already in use") => continue,
+                Err(log) => panic!("server exited: {log}"),
+            }
+        }
+        unreachable!()
+    }
+
+    fn try_start(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Result<Self, String> {
         let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("stderr.log");
@@ -99,12 +112,12 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(30);
         while get(http, "/ready").map(|r| r.0) != Some(200) {
             if let Some(status) = s.child.try_wait().unwrap() {
-                panic!("server exited with {status}: {}", s.log());
+                return Err(format!("{status}: {}", s.log()));
             }
             assert!(Instant::now() < deadline, "server never became ready: {}", s.log());
             std::thread::sleep(Duration::from_millis(50));
         }
-        s
+        Ok(s)
     }
 
     pub(crate) fn log(&self) -> String {

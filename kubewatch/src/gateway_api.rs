@@ -353,6 +353,26 @@ pub struct HttpRouteFilter {
     pub url_rewrite: Option<UrlRewrite>,
     /// `RequestMirror`.
     pub request_mirror: Option<RequestMirror>,
+    /// `CORS`.
+    pub cors: Option<CorsFilter>,
+}
+
+/// `HTTPCORSFilter`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CorsFilter {
+    /// Origins (`*` wildcards).
+    pub allow_origins: Vec<String>,
+    /// Credentials.
+    pub allow_credentials: Option<bool>,
+    /// Methods.
+    pub allow_methods: Vec<String>,
+    /// Request headers.
+    pub allow_headers: Vec<String>,
+    /// Response headers exposed.
+    pub expose_headers: Vec<String>,
+    /// Seconds.
+    pub max_age: Option<i64>,
 }
 
 /// `HTTPHeaderFilter`.

@@ -12,7 +12,7 @@
 //! TCPRoutes and TLSRoutes become VirtualServices with `tcp` and `tls`
 //! routes. Status is computed here and written by `discovery/gateway_status.rs`.
 //! Not done: the automated deployment, the listener hostname isolation of
-//! wildcard listeners, CORS and per-backend filters.
+//! wildcard listeners, per-backend filters.
 
 use std::collections::BTreeMap;
 
@@ -970,10 +970,52 @@ fn apply_filters(
                     a.push(mirror);
                 }
             }
+            "CORS" if !grpc => {
+                let Some(c) = &f.cors else { continue };
+                r["corsPolicy"] = cors_policy(c);
+            }
             other => return Err(("InvalidFilter", format!("unsupported filter type {other:?}"))),
         }
     }
     Ok(())
+}
+
+/// `createCorsFilter`: `*` any well-formed origin, a trailing `*` a
+/// prefix, other wildcards a regex, the rest exact; preflights that match
+/// no origin are left to the backend (IGNORE).
+fn cors_policy(c: &istiod_kubewatch::gateway_api::CorsFilter) -> Value {
+    let origins: Vec<Value> = c
+        .allow_origins
+        .iter()
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            if o == "*" {
+                json!({"regex": r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+$"})
+            } else if !o.contains('*') {
+                json!({"exact": o})
+            } else if o.matches('*').count() == 1 && o.ends_with('*') {
+                json!({"prefix": o.trim_end_matches('*')})
+            } else {
+                let re = crate::translate::route::regex_quote(o).replace("\\*", ".*");
+                json!({"regex": format!("^{re}$")})
+            }
+        })
+        .collect();
+    let mut p = json!({"allowOrigins": origins, "unmatchedPreflights": "IGNORE"});
+    if c.allow_credentials == Some(true) {
+        p["allowCredentials"] = json!(true);
+    }
+    for (k, v) in
+        [("allowMethods", &c.allow_methods), ("allowHeaders", &c.allow_headers), ("exposeHeaders", &c.expose_headers)]
+    {
+        if !v.is_empty() {
+            p[k] = json!(v);
+        }
+    }
+    if let Some(age) = c.max_age.filter(|a| *a > 0) {
+        p["maxAge"] = json!(format!("{age}s"));
+    }
+    p
 }
 
 fn string_match(type_: Option<&str>, value: &str) -> Value {
@@ -1353,5 +1395,45 @@ mod tests {
         let bad = status("bad-header").unwrap();
         assert_eq!(bad.status["parents"][0]["conditions"][1]["reason"], "InvalidFilter");
         assert!(status("elsewhere").is_none(), "a Gateway that is not ours: no status");
+    }
+
+    /// istiod's createCorsFilter: `*` any well-formed origin, a trailing
+    /// wildcard a prefix, an inner one a quoted regex, the rest exact.
+    #[test]
+    fn the_cors_filter_converts_as_istiods() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: gws}\n\
+            spec: {gatewayClassName: istio, listeners: [{name: http, port: 80, protocol: HTTP}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: gws}\n\
+            spec: {parentRefs: [{name: gw}], rules: [{filters: [{type: CORS, cors: {allowOrigins: ['*', 'https://a.example.com', \
+            'https://b.example.com:*', 'https://*.c.example.com'], allowCredentials: true, allowMethods: [GET], maxAge: 60}}], \
+            backendRefs: [{name: web, port: 80}]}]}\n";
+        let c = convert(&objects(yaml), &BTreeMap::new(), "cluster.local");
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        let IstioSpec::VirtualService(vs) = &c.virtual_services[0].spec else { panic!() };
+        let cors = vs.http[0].cors_policy.as_ref().unwrap();
+        let origins: Vec<String> = cors
+            .allow_origins
+            .iter()
+            .map(|m| {
+                m.exact
+                    .clone()
+                    .map(|e| format!("exact {e}"))
+                    .or(m.prefix.clone().map(|p| format!("prefix {p}")))
+                    .or(m.regex.clone().map(|r| format!("regex {r}")))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            origins,
+            [
+                r"regex ^[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s?#]+$".to_owned(),
+                "exact https://a.example.com".to_owned(),
+                "prefix https://b.example.com:".to_owned(),
+                r"regex ^https://.*\.c\.example\.com$".to_owned(),
+            ]
+        );
+        assert_eq!(cors.allow_credentials, Some(true));
+        assert_eq!(cors.max_age.as_deref(), Some("60s"));
+        assert_eq!(cors.unmatched_preflights, istiod_kubewatch::istio::networking::UnmatchedPreflights::Ignore);
     }
 }

@@ -19,6 +19,7 @@ use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Service};
 
 mod http;
+pub(crate) use http::regex_quote;
 
 use http::{hash_policy, vs_routes};
 

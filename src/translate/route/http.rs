@@ -439,7 +439,7 @@ pub(crate) fn destination_port(
 }
 
 /// `regexp.QuoteMeta`: `s` matched literally in an RE2 pattern.
-fn regex_quote(s: &str) -> String {
+pub(crate) fn regex_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if "\\.+*?()|[]{}^$".contains(c) {

@@ -499,9 +499,10 @@ impl Generator for MeshGenerator {
             let m = mesh(snap)?;
             match kind {
                 Kind::Listener => {
-                    let listeners = router::listeners(&m.model, class);
-                    let l = listeners.iter().find(|l| l.name == name)?;
-                    return Some(mix((router::input(m, class), l.encode_to_vec())));
+                    // router::input covers everything a router's listeners
+                    // read; the build only says whether `name` exists.
+                    router::listeners(&m.model, class).iter().find(|l| l.name == name)?;
+                    return Some(router::input(m, class));
                 }
                 // Every name has an answer (an unknown one is empty).
                 Kind::Route => return Some(router::input(m, class)),

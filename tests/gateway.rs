@@ -129,6 +129,20 @@ fn lines(child: &mut std::process::Child) -> std::io::Lines<std::io::BufReader<s
     std::io::BufReader::new(child.stdout.take().unwrap()).lines()
 }
 
+/// The client's first line, its report (on failure, what the client and
+/// the server logged).
+fn first_report(child: &mut std::process::Child, server: &Server) -> Value {
+    let line = lines(child).next().and_then(Result::ok).unwrap_or_default();
+    serde_json::from_str(&line).unwrap_or_else(|e| {
+        let _ = child.kill();
+        let mut err = String::new();
+        if let Some(mut s) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut s, &mut err);
+        }
+        panic!("{e}: {line:?}\n{err}\n{}", server.log())
+    })
+}
+
 fn stderr(mut child: std::process::Child) -> String {
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
@@ -260,8 +274,7 @@ fn a_gateway_is_served_its_listeners_routes_and_credentials_and_a_rotation() {
     // The plaintext port serves the same router's listeners but no
     // credentials: SDS needs a verified identity (istiod's sds.go).
     let mut plain = client(g.server.grpc, "-", "-", &[]);
-    let line = lines(&mut plain).next().and_then(Result::ok).unwrap_or_default();
-    let report: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    let report = first_report(&mut plain, &g.server);
     assert_eq!(report["listeners"].as_object().map(|l| l.len()), Some(4), "{report}");
     assert_eq!(report["secrets"], json!({}), "{report}");
     let _ = plain.wait();
@@ -319,11 +332,7 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
         API_TABLE,
         &[("SERVICE_ACCOUNT", "gw-istio".into())],
     );
-    let line = lines(&mut c).next().and_then(Result::ok).unwrap_or_default();
-    let report: Value = match serde_json::from_str(&line) {
-        Ok(v) => v,
-        Err(e) => panic!("{e}: {line:?}\n{}\n{}", stderr(c), g.server.log()),
-    };
+    let report = first_report(&mut c, &g.server);
     let listeners: Vec<&String> = report["listeners"].as_object().unwrap().keys().collect();
     assert_eq!(listeners, ["0.0.0.0_8080", "0.0.0.0_8443"], "{report}");
     assert_eq!(
@@ -346,8 +355,7 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
     // account only).
     let other = g.issuer_token("system:serviceaccount:gateways:other");
     let mut c = client_of(g.secure, &g.root, &other, ("gateways", labels), &[], &[("SERVICE_ACCOUNT", "other".into())]);
-    let line = lines(&mut c).next().and_then(Result::ok).unwrap_or_default();
-    let report: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}\n{}", stderr(c)));
+    let report = first_report(&mut c, &g.server);
     assert_eq!(report["listeners"].as_object().map(|l| l.len()), Some(2), "{report}");
     assert_eq!(report["secrets"], json!({}), "{report}");
     let (_, body) = server::get(g.server.http, "/debug/configz").unwrap();

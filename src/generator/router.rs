@@ -44,14 +44,14 @@ fn labels(class: &ProxyClass) -> BTreeMap<String, String> {
 
 /// The router's Services (istiod's `ServiceTargets`): those of its
 /// namespace whose selector its labels satisfy.
-fn targets<'a>(model: &'a Model, class: &ProxyClass, labels: &BTreeMap<String, String>) -> Vec<&'a Service> {
+fn targets<'a>(model: &'a Model, class: &ProxyClass) -> Vec<&'a Service> {
     model
         .services
         .values()
         .filter(|s| {
             s.namespace == *class.namespace
                 && !s.selector.is_empty()
-                && s.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                && crate::model::has_labels(&class.labels, &s.selector)
         })
         .collect()
 }
@@ -62,7 +62,7 @@ fn targets<'a>(model: &'a Model, class: &ProxyClass, labels: &BTreeMap<String, S
 /// router's 8080).
 pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
     let labels = labels(class);
-    let targets = targets(model, class, &labels);
+    let targets = targets(model, class);
     let hosts: Vec<&str> = targets.iter().map(|s| &*s.hostname).collect();
     let selected =
         select(model.gateways.iter(), &class.namespace, &labels, model.mesh.scope_gateway_to_namespace, &hosts);
@@ -139,11 +139,6 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
     listeners_with(&m, Some(&l4))
 }
 
-/// `host.Name.SubsetOf`: `host` is `pattern` or under its wildcard.
-fn subset_of(host: &str, pattern: &str) -> bool {
-    crate::model::destination_rules::host_matches(pattern, host)
-}
-
 /// The SNI-DNAT clusters of an AUTO_PASSTHROUGH router
 /// (`buildOutboundSniDnatClusters`, `BuildDNSSrvSubsetKey`): for each
 /// service it sees that is not mesh-external (under one of `hosts`, when
@@ -157,7 +152,7 @@ pub fn sni_dnat(model: &Model, class: &ProxyClass, hosts: Option<&[String]>) -> 
         if svc.mesh_external || !crate::translate::scope::visible_on(model, class, svc, None) {
             continue;
         }
-        if hosts.is_some_and(|hs| !hs.iter().any(|h| subset_of(&svc.hostname, h))) {
+        if hosts.is_some_and(|hs| !hs.iter().any(|h| crate::model::destination_rules::host_matches(h, &svc.hostname))) {
             continue;
         }
         let subsets: Vec<String> = model
@@ -265,9 +260,10 @@ pub fn all_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<st
             }
             resolved.sort_unstable();
             resolved.dedup();
-            let bind = if s.bind.is_empty() { "0.0.0.0" } else { s.bind.as_str() };
             for r in resolved {
-                out.insert((Kind::Listener, format!("{bind}_{r}")));
+                let key =
+                    crate::model::gateway::ServerPort { number: r, protocol: String::new(), bind: s.bind.clone() };
+                out.insert((Kind::Listener, crate::translate::gateway::listener_name(&key)));
                 let route = crate::model::gateway::route_name(s, r, &o.meta.name, o.meta.ns());
                 if !route.is_empty() {
                     out.insert((Kind::Route, route));

@@ -162,7 +162,7 @@ pub fn convert(
             let generated = format!("{name}~{INFIX}~{}", l.name);
             let mut server = json!({
                 "port": {"number": l.port, "name": "default", "protocol": l.protocol},
-                "hosts": hosts,
+                "hosts": &hosts,
             });
             if let Some(t) = tls {
                 server["tls"] = t;
@@ -181,15 +181,17 @@ pub fn convert(
                 ..Meta::default()
             };
             match typed::<istiod_kubewatch::istio::networking::Gateway>(json!({"servers": [server]})) {
-                Ok(spec) => out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec) }),
+                Ok(spec) => {
+                    out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec) });
+                    attachable.push(Attachable {
+                        gateway: o,
+                        listener: l,
+                        hosts,
+                        reference: format!("{ns}/{generated}"),
+                    });
+                }
                 Err(e) => out.problems.push(problem("Invalid", e)),
             }
-            attachable.push(Attachable {
-                gateway: o,
-                listener: l,
-                hosts: server_hosts(&out.gateways, &generated, ns),
-                reference: format!("{ns}/{generated}"),
-            });
         }
     }
     let mut attachments = BTreeMap::new();
@@ -342,18 +344,6 @@ fn gateway_statuses(
 
 fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
     serde_json::from_value(v).map_err(|e| e.to_string())
-}
-
-fn server_hosts(gateways: &[IstioObject], name: &str, ns: &str) -> Vec<String> {
-    gateways
-        .iter()
-        .rev()
-        .find(|g| g.meta.name == name && g.meta.ns() == ns)
-        .and_then(|g| match &g.spec {
-            IstioSpec::Gateway(s) => s.servers.first().map(|s| s.hosts.clone()),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 /// `extractGatewayServices`: a managed Gateway's Service is
@@ -1018,6 +1008,28 @@ fn cors_policy(c: &istiod_kubewatch::gateway_api::CorsFilter) -> Value {
     p
 }
 
+/// Header or query parameter matches, by name.
+fn named_matches(m: &[istiod_kubewatch::gateway_api::NamedMatch]) -> Value {
+    m.iter()
+        .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// One Istio route per match of a rule (istiod splits rules so that each
+/// has at most one), or the rule's route alone when it has none.
+fn per_match(base: Value, matches: Vec<Value>, out: &mut Vec<Value>) {
+    if matches.is_empty() {
+        out.push(base);
+        return;
+    }
+    for m in matches {
+        let mut r = base.clone();
+        r["match"] = json!([m]);
+        out.push(r);
+    }
+}
+
 fn string_match(type_: Option<&str>, value: &str) -> Value {
     match type_ {
         Some("RegularExpression") => json!({"regex": value}),
@@ -1069,20 +1081,10 @@ fn http_rules(route: &GatewayApiObject, rules: &[HttpRouteRule], domain: &str, g
                     }
                 }
                 if !m.headers.is_empty() {
-                    mv["headers"] = m
-                        .headers
-                        .iter()
-                        .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
-                        .collect::<serde_json::Map<_, _>>()
-                        .into();
+                    mv["headers"] = named_matches(&m.headers);
                 }
                 if !m.query_params.is_empty() {
-                    mv["queryParams"] = m
-                        .query_params
-                        .iter()
-                        .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
-                        .collect::<serde_json::Map<_, _>>()
-                        .into();
+                    mv["queryParams"] = named_matches(&m.query_params);
                 }
                 if let Some(method) = &m.method {
                     mv["method"] = json!({"exact": method});
@@ -1090,15 +1092,7 @@ fn http_rules(route: &GatewayApiObject, rules: &[HttpRouteRule], domain: &str, g
                 mv
             })
             .collect();
-        if matches.is_empty() {
-            out.push(base);
-        } else {
-            for m in matches {
-                let mut r = base.clone();
-                r["match"] = json!([m]);
-                out.push(r);
-            }
-        }
+        per_match(base, matches, &mut out);
     }
     Ok((out, problems))
 }
@@ -1138,24 +1132,11 @@ fn grpc_rules(route: &GatewayApiObject, rules: &[GrpcRouteRule], domain: &str, g
                 };
             }
             if !m.headers.is_empty() {
-                mv["headers"] = m
-                    .headers
-                    .iter()
-                    .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
-                    .collect::<serde_json::Map<_, _>>()
-                    .into();
+                mv["headers"] = named_matches(&m.headers);
             }
             matches.push(mv);
         }
-        if matches.is_empty() {
-            out.push(base);
-        } else {
-            for m in matches {
-                let mut r = base.clone();
-                r["match"] = json!([m]);
-                out.push(r);
-            }
-        }
+        per_match(base, matches, &mut out);
     }
     Ok((out, problems))
 }

@@ -7,6 +7,7 @@
 mod debug;
 mod gateway_status;
 mod jwks;
+mod secret_access;
 mod sources;
 mod update;
 
@@ -385,6 +386,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     let audiences = config.ca.token_audiences.clone();
                     tokio::task::spawn_local(crate::ca::tokenreview::run(client.clone(), audiences, rx));
                 }
+                // Which gateways may read Secrets: the API server says
+                // (before the first model, so none is served unasked).
+                let (asks, asked) = mpsc::unbounded_channel();
+                state.borrow_mut().secret_access =
+                    Arc::new(crate::model::credentials::SecretAccess { asks: Some(asks), ..Default::default() });
+                tokio::task::spawn_local(secret_access::run(
+                    crate::ca::kapi::Api::new(client.clone()),
+                    asked,
+                    state.clone(),
+                    tx.clone(),
+                    secret_access::Ttl::istiod(),
+                ));
                 let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, updates.clone()));
                 tokio::task::spawn_local(watch_kube(

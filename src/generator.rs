@@ -235,6 +235,14 @@ impl MeshInput {
         MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
 
+    /// The mesh with the API server's answers on who may read Secrets
+    /// (`access`); only SDS reads them, so nothing else is recorded.
+    pub fn with_secret_access(&self, access: Arc<crate::model::credentials::SecretAccess>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.secret_access = access;
+        MeshInput { model: Arc::new(model), ..self.clone() }
+    }
+
     /// The mesh after security policies (PeerAuthentication,
     /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
     /// nothing else: only the inbound resources read them, so the shared

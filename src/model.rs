@@ -253,6 +253,10 @@ pub struct Model {
     /// last had them.
     #[serde(skip)]
     pub jwks: Arc<crate::translate::authn::FetchedJwks>,
+    /// Which gateways' service accounts may read their namespace's
+    /// Secrets, as the API server last said (kept across rebuilds).
+    #[serde(skip)]
+    pub secret_access: Arc<credentials::SecretAccess>,
     /// The DestinationRules by namespace and the first VirtualService of
     /// each host (an index into `routing`), built on first use with the length of
     /// `routing` then: a model whose `routing` grew or shrank since falls

@@ -280,6 +280,110 @@ fn a_gateway_is_served_its_listeners_routes_and_credentials_and_a_rotation() {
     let _ = plain.wait();
 }
 
+/// The objects of a test mesh directory, applied to the fake API server.
+fn apply_dir(api: &istiod_kubewatch::fake::FakeApi, dir: &str) {
+    use istiod_kubewatch::fake::K8S_GATEWAYS;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            let api_version = v["apiVersion"].as_str().unwrap_or_default();
+            let plural = match v["kind"].as_str().unwrap_or_default() {
+                "Namespace" => "namespaces",
+                "Service" => "services",
+                "Secret" => "secrets",
+                "VirtualService" => "virtualservices",
+                "DestinationRule" => "destinationrules",
+                "Gateway" if api_version.starts_with("gateway.networking.k8s.io") => K8S_GATEWAYS,
+                "Gateway" => "gateways",
+                "GatewayClass" => "gatewayclasses",
+                "HTTPRoute" => "httproutes",
+                "GRPCRoute" => "grpcroutes",
+                "ReferenceGrant" => "referencegrants",
+                _ => continue,
+            };
+            api.apply(plural, v);
+        }
+    }
+}
+
+/// In a cluster, istiod asks the API server whether a gateway's service
+/// account may list the Secrets of its namespace before it serves one of
+/// them (pilot/pkg/credentials/kube/secrets.go `Authorize`, a
+/// SubjectAccessReview; pilot/pkg/xds/sds.go `filterAuthorizedResources`):
+/// a gateway whose account may gets its certificates; one whose account
+/// may not gets only the CA (public), and the review istiod makes is the
+/// one the API server saw.
+#[test]
+fn in_a_cluster_a_gateway_reads_secrets_only_if_rbac_lets_its_service_account() {
+    use istiod_kubewatch::fake::{core_resources, istio_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(istio_resources()) {
+        api.install(r);
+    }
+    apply_dir(&api, INPUT);
+    let allowed = "system:serviceaccount:istio-system:ingress";
+    let denied = "system:serviceaccount:istio-system:no-secrets";
+    api.add_token("tok-allowed", allowed, &["istio-ca"]);
+    api.add_token("tok-denied", denied, &["istio-ca"]);
+    api.grant(allowed, "istio-system", "list", "secrets");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let ca = dir.path().join("ca");
+    let secure = free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.to_str().unwrap())],
+        None,
+    );
+    let root = ca.join("ca-cert.pem").to_str().unwrap().to_owned();
+    // Every credential a router was served, on its first report and the
+    // pushes after it, until `done` says so or the client ends.
+    let served = |token: &str, sa: &str, follow: bool, done: &dyn Fn(&serde_json::Map<String, Value>) -> bool| {
+        let follow = if follow { "15" } else { "0" };
+        let env = [("FOLLOW", follow.to_owned()), ("SERVICE_ACCOUNT", sa.to_owned()), ("POD", format!("{sa}-pod"))];
+        let mut c = client(secure, &root, token, &env);
+        let mut out = lines(&mut c);
+        let first = out.next().and_then(Result::ok).unwrap_or_default();
+        let report: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first:?}\n{}", s.log()));
+        assert!(report.get("code").is_none(), "{report}");
+        let mut secrets = report["secrets"].as_object().cloned().unwrap_or_default();
+        while !done(&secrets) {
+            let Some(Ok(line)) = out.next() else { break };
+            let push: Value = serde_json::from_str(&line).unwrap();
+            secrets.extend(push["secrets"].as_object().cloned().unwrap_or_default());
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        secrets
+    };
+    let mine = served("tok-allowed", "ingress", true, &|s| s.contains_key("kubernetes://bookinfo-cert"));
+    assert_eq!(
+        mine.get("kubernetes://bookinfo-cert"),
+        Some(&json!({"type": "certificate", "cn": "bookinfo.example.com", "key_matches": true})),
+        "{mine:?}\n{}",
+        s.log()
+    );
+    assert_eq!(mine["kubernetes://secure-cert"]["cn"], "secure.example.com");
+    // Refused: only the CA, which needs no review.
+    let theirs = served("tok-denied", "no-secrets", false, &|_| true);
+    let names: Vec<&String> = theirs.keys().collect();
+    assert_eq!(names, ["kubernetes://secure-cert-cacert"], "{theirs:?}");
+    server::wait_for("the refusal logged", Duration::from_secs(10), || {
+        s.log().contains("no-secrets/istio-system is not authorized to read secrets")
+    });
+    let reviews = api.access_reviews();
+    for user in [allowed, denied] {
+        let asked: Vec<&Value> = reviews.iter().filter(|r| r["user"] == user).collect();
+        assert_eq!(asked.len(), 1, "one review per service account, cached: {reviews:?}");
+        assert_eq!(
+            asked[0]["resourceAttributes"],
+            json!({"namespace": "istio-system", "verb": "list", "resource": "secrets"})
+        );
+    }
+}
+
 /// `text` without the YAML document that contains `marker`.
 fn remove_document(text: &str, marker: &str) -> String {
     text.split("\n---\n").filter(|d| !d.contains(marker)).collect::<Vec<_>>().join("\n---\n")

@@ -67,6 +67,11 @@ struct State {
     /// Tokens the TokenReview API knows: token -> (username, audiences).
     tokens: BTreeMap<String, (String, Vec<String>)>,
     token_reviews: u64,
+    /// Who may do what, for SubjectAccessReviews: (user, namespace, verb,
+    /// resource).
+    grants: std::collections::BTreeSet<(String, String, String, String)>,
+    /// The SubjectAccessReviews asked, in order.
+    access_reviews: Vec<Value>,
     conflicts: u64,
 }
 
@@ -152,6 +157,38 @@ impl FakeApi {
             }
         };
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": review["spec"], "status": status})
+    }
+
+    /// Lets `user` do `verb` on `resource` in `namespace`, as RBAC would
+    /// (what SubjectAccessReviews answer).
+    pub fn grant(&self, user: &str, namespace: &str, verb: &str, resource: &str) {
+        self.lock().grants.insert((user.into(), namespace.into(), verb.into(), resource.into()));
+    }
+
+    /// Takes back a [`FakeApi::grant`].
+    pub fn revoke(&self, user: &str, namespace: &str, verb: &str, resource: &str) {
+        self.lock().grants.remove(&(user.into(), namespace.into(), verb.into(), resource.into()));
+    }
+
+    /// The SubjectAccessReviews asked so far (their `spec`s).
+    pub fn access_reviews(&self) -> Vec<Value> {
+        self.lock().access_reviews.clone()
+    }
+
+    /// As the API server's authorizer answers a SubjectAccessReview.
+    fn authorize(&self, review: &Value) -> Value {
+        let mut s = self.lock();
+        let spec = &review["spec"];
+        s.access_reviews.push(spec.clone());
+        let attr = &spec["resourceAttributes"];
+        let field = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let key = (field(&spec["user"]), field(&attr["namespace"]), field(&attr["verb"]), field(&attr["resource"]));
+        let status = if s.grants.contains(&key) {
+            json!({"allowed": true, "reason": "granted by the fake API server"})
+        } else {
+            json!({"allowed": false})
+        };
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec, "status": status})
     }
 
     /// Serves `r` (an absent kind answers 404, like a CRD not installed).
@@ -418,6 +455,11 @@ impl FakeApi {
             }
             let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let answer = self.review(&review);
+            return respond(&mut stream, 201, &answer).await;
+        }
+        if method == "POST" && target.starts_with("/apis/authorization.k8s.io/v1/subjectaccessreviews") {
+            let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let answer = self.authorize(&review);
             return respond(&mut stream, 201, &answer).await;
         }
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));

@@ -31,6 +31,9 @@ pub(super) struct State {
     pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
     /// Tells the resolver which key sets the newest model wants.
     pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<crate::translate::authn::JwksKey>>>,
+    /// Which gateways may read Secrets, as the API server said
+    /// (`secret_access.rs`); every model built carries it.
+    pub(super) secret_access: Arc<crate::model::credentials::SecretAccess>,
     /// The webhooks, which read the ProxyConfig resources in force.
     pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
     /// Where the Gateway API statuses go (the elected replica writes them).
@@ -107,7 +110,11 @@ pub(super) fn apply(
         let s = state.borrow();
         (s.mesh.clone(), s.jwks.clone())
     };
-    let (mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
+    let (mut mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
+    let access = state.borrow().secret_access.clone();
+    if !Arc::ptr_eq(&mesh.model.secret_access, &access) {
+        mesh = Arc::new(mesh.with_secret_access(access));
+    }
     if let Some(w) = &state.borrow().jwks_wanted {
         let _ = w.send(translate::authn::wanted_jwks(&mesh.model));
     }

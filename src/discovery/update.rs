@@ -75,6 +75,7 @@ pub fn update(
         (None, Some(prev)) => {
             let mut model = Model::build_in(objects, domain, settings.clone());
             model.jwks = jwks.clone();
+            model.secret_access = prev.model.secret_access.clone();
             (Arc::new(MeshInput::after(prev, Arc::new(model))), false)
         }
         (None, None) => (build_with(objects, domain, settings, jwks), false),

@@ -341,6 +341,18 @@ pub fn changed_secret_names(
         .collect()
 }
 
+/// The `kubernetes://` SDS names of the Secrets of `namespace` (what an
+/// answer on a service account of that namespace may change).
+pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
+    model
+        .secrets
+        .keys()
+        .filter(|(ns, _)| ns == namespace)
+        .flat_map(|(ns, name)| secret_names(ns, name))
+        .map(|n| (istiod_xds::ads::Kind::Secret, n))
+        .collect()
+}
+
 /// The `kubernetes-gateway://` credentials a router of `class` may read
 /// (`mergeGateways`' VerifiedCertificateReferences): those its Gateways of
 /// its own namespace name, with their `-cacert` for MUTUAL servers, when
@@ -402,19 +414,29 @@ fn inline(bytes: &[u8]) -> Option<DataSource> {
 /// `filterAuthorizedResources`).
 pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls::Secret)> {
     if !class.verified || !is_router(class) {
-        // istiod checks, besides the namespace, that the caller's service
-        // account may list Secrets there (a SubjectAccessReview), which a
-        // sidecar's does not: istiod-rs serves gateways only.
+        // istiod serves any verified proxy whose service account may list
+        // Secrets; istiod-rs serves gateways only.
         tracing::debug!(target: "ads", name, "SDS asked by a proxy that is not a verified gateway: nothing served");
         return None;
     }
     let resource = credentials::parse(name, &class.namespace)?;
+    let mut pending = false;
     let allowed = match &resource {
         // istiod's VerifiedCertificateReferences: named by a Gateway of the
         // proxy's namespace, in that namespace or through a ReferenceGrant.
         Resource::KubernetesGateway { .. } => verified_references(model, class).iter().any(|r| r == name),
-        r => credentials::authorized(r, &class.namespace, || true),
+        // Its own namespace, and a CA, or a service account the API server
+        // lets list Secrets there (istiod's SubjectAccessReview).
+        r => credentials::authorized(r, &class.namespace, || {
+            let answer = model.secret_access.allows(&class.namespace, &class.service_account);
+            pending = answer.is_none();
+            answer == Some(true)
+        }),
     };
+    if pending {
+        tracing::debug!(target: "ads", name, "waiting for the API server to say whether the gateway may read Secrets");
+        return None;
+    }
     if !allowed {
         tracing::warn!(target: "ads", name, namespace = %class.namespace, "proxy is not authorized to read this credential");
         return None;

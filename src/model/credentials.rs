@@ -5,7 +5,7 @@
 //! ExtractCertInfo`, `ExtractRoot`), and which names a proxy may read
 //! (`xds/sds.go filterAuthorizedResources` for `kubernetes://` names).
 //!
-//! Pure: the SDS generator of issue #14 uses it.
+//! The SDS generator (`generator/router.rs`) uses it.
 
 use std::collections::BTreeMap;
 
@@ -157,9 +157,78 @@ pub fn authorized(r: &Resource, proxy_namespace: &str, can_list_secrets: impl Fn
     }
 }
 
+/// istiod's `CredentialsController.Authorize`: whether a gateway's service
+/// account may list the Secrets of its namespace, which it must to read a
+/// `kubernetes://` credential that is not only a CA. The API server
+/// decides (a SubjectAccessReview, asked by the control thread,
+/// `discovery/secret_access.rs`); the answers it gave are part of the
+/// model, so a changed answer is pushed like any change. Without an API
+/// server (`--configDir`) there is no RBAC to ask and a verified gateway
+/// reads its namespace's Secrets.
+#[derive(Clone, Default)]
+pub struct SecretAccess {
+    /// Where a gateway whose service account has no answer yet is asked
+    /// about (`None`: nothing to ask, every verified gateway may read).
+    pub asks: Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
+    /// The answers in force, by (namespace, service account).
+    pub answers: BTreeMap<(String, String), bool>,
+}
+
+impl SecretAccess {
+    /// Whether service account `sa` of `namespace` may read its
+    /// namespace's Secrets: `None` while the API server has not said (it
+    /// is asked; the answer is pushed when it comes).
+    pub fn allows(&self, namespace: &str, sa: &str) -> Option<bool> {
+        let Some(asks) = &self.asks else { return Some(true) };
+        if sa.is_empty() {
+            return Some(false);
+        }
+        let key = (namespace.to_owned(), sa.to_owned());
+        match self.answers.get(&key) {
+            Some(a) => Some(*a),
+            None => {
+                let _ = asks.send(key);
+                None
+            }
+        }
+    }
+}
+
+impl PartialEq for SecretAccess {
+    fn eq(&self, other: &Self) -> bool {
+        self.asks.is_some() == other.asks.is_some() && self.answers == other.answers
+    }
+}
+
+impl std::fmt::Debug for SecretAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretAccess").field("reviewed", &self.asks.is_some()).field("answers", &self.answers).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without an API server every verified gateway may read; with one,
+    /// an unknown service account is asked about (and not served
+    /// meanwhile), an answer is kept, and a gateway without a service
+    /// account never reads.
+    #[test]
+    fn secret_access_asks_the_api_server_once_it_is_there() {
+        assert_eq!(SecretAccess::default().allows("edge", "gw"), Some(true));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut access = SecretAccess { asks: Some(tx), ..Default::default() };
+        assert_eq!(access.allows("edge", "gw"), None);
+        assert_eq!(rx.try_recv().unwrap(), ("edge".to_owned(), "gw".to_owned()));
+        assert_eq!(access.allows("edge", ""), Some(false));
+        assert!(rx.try_recv().is_err(), "no service account: nothing to ask");
+        access.answers.insert(("edge".into(), "gw".into()), true);
+        access.answers.insert(("edge".into(), "other".into()), false);
+        assert_eq!(access.allows("edge", "gw"), Some(true));
+        assert_eq!(access.allows("edge", "other"), Some(false));
+        assert!(rx.try_recv().is_err());
+    }
 
     #[test]
     fn resource_names_as_istiod_parses_them() {

@@ -72,6 +72,9 @@ struct State {
     grants: std::collections::BTreeSet<(String, String, String, String)>,
     /// The SubjectAccessReviews asked, in order.
     access_reviews: Vec<Value>,
+    /// Server-side applies: (plural, namespace, name, subresource, field
+    /// manager, force).
+    applies: Vec<(String, String, String, String, String, bool)>,
     conflicts: u64,
 }
 
@@ -173,6 +176,96 @@ impl FakeApi {
     /// The SubjectAccessReviews asked so far (their `spec`s).
     pub fn access_reviews(&self) -> Vec<Value> {
         self.lock().access_reviews.clone()
+    }
+
+    /// The server-side applies made so far: (plural, namespace, name,
+    /// subresource, field manager, force).
+    pub fn applies(&self) -> Vec<(String, String, String, String, String, bool)> {
+        self.lock().applies.clone()
+    }
+
+    /// A server-side apply (`PATCH` with `application/apply-patch+yaml`),
+    /// simplified: an absent object is created; a present one keeps what
+    /// the applied configuration does not name (labels and annotations
+    /// are merged key by key, other top-level fields replaced), with the
+    /// resource version checked when the configuration carries one. On
+    /// the `status` subresource only annotations and status are taken.
+    fn apply_patch(
+        &self,
+        r: &Resource,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        params: &BTreeMap<String, String>,
+        body: &[u8],
+    ) -> (u16, Value) {
+        let Some(manager) = params.get("fieldManager").filter(|m| !m.is_empty()) else {
+            return (400, status_json(400, "BadRequest", "PATCH, fieldManager is required for apply requests"));
+        };
+        let Ok(mut given) = serde_json::from_slice::<Value>(body) else {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
+        };
+        if !given.is_object() {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON object"));
+        }
+        if given["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+            return (400, status_json(400, "BadRequest", "the name in the body is not the one in the path"));
+        }
+        if given["kind"].as_str().is_some_and(|k| k != r.kind) {
+            return (400, status_json(400, "BadRequest", &format!("the kind is not {}", r.kind)));
+        }
+        let force = params.get("force").is_some_and(|f| f == "true");
+        let mut s = self.lock();
+        s.applies.push((r.plural.to_owned(), ns.to_owned(), name.to_owned(), sub.to_owned(), manager.clone(), force));
+        let key = (r.plural, ns.to_owned(), name.to_owned());
+        let current = s.objects.get(&key).cloned();
+        let version = given["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+        let object = match current {
+            None if !sub.is_empty() => {
+                return (404, status_json(404, "NotFound", &format!("{} {name:?} not found", r.plural)));
+            }
+            None => {
+                given["metadata"]["name"] = json!(name);
+                if !ns.is_empty() {
+                    given["metadata"]["namespace"] = json!(ns);
+                }
+                if let Some(m) = given["metadata"].as_object_mut() {
+                    m.remove("resourceVersion");
+                }
+                given
+            }
+            Some(cur) if !version.is_empty() && cur["metadata"]["resourceVersion"] != json!(version) => {
+                s.conflicts += 1;
+                drop(s);
+                return (409, status_json(409, "Conflict", "the object has been modified"));
+            }
+            Some(mut cur) => {
+                for k in ["labels", "annotations"] {
+                    for (k2, v) in given["metadata"][k].as_object().cloned().unwrap_or_default() {
+                        cur["metadata"][k][k2] = v;
+                    }
+                }
+                if sub == "status" {
+                    if given.get("status").is_some() {
+                        cur["status"] = given["status"].clone();
+                    }
+                } else {
+                    if let Some(refs) = given["metadata"].get("ownerReferences") {
+                        cur["metadata"]["ownerReferences"] = refs.clone();
+                    }
+                    for (k, v) in given.as_object().cloned().unwrap_or_default() {
+                        if !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+                            cur[k] = v;
+                        }
+                    }
+                }
+                cur
+            }
+        };
+        let stored = Self::store_locked(&mut s, r, object);
+        drop(s);
+        self.changed.notify_waiters();
+        (200, stored)
     }
 
     /// As the API server's authorizer answers a SubjectAccessReview.
@@ -434,6 +527,10 @@ impl FakeApi {
             .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let content_type = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type:").map(|v| v.trim().to_owned()))
+            .unwrap_or_default();
         let at = buf.windows(4).position(|w| w == b"\r\n\r\n").map_or(buf.len(), |i| i + 4);
         let mut body = buf[at..].to_vec();
         while body.len() < length.min(1 << 20) {
@@ -502,6 +599,9 @@ impl FakeApi {
             let resource = self.lock().installed.get(plural).cloned();
             let (code, body) = match (method.as_str(), resource) {
                 ("PUT", Some(r)) => self.write_status(&r, ns, name, &body),
+                ("PATCH", Some(r)) if content_type == "application/apply-patch+yaml" => {
+                    self.apply_patch(&r, ns, name, "status", &params, &body)
+                }
                 (_, None) => (404, status_json(404, "NotFound", "the server could not find the requested resource")),
                 _ => (405, status_json(405, "MethodNotAllowed", "not served")),
             };
@@ -556,6 +656,18 @@ impl FakeApi {
                         respond(&mut stream, 404, &status_json(404, "NotFound", &msg)).await
                     }
                 };
+            }
+            ("PATCH", ns, Some(name)) if content_type == "application/apply-patch+yaml" => {
+                let (code, body) = self.apply_patch(&resource, ns.unwrap_or_default(), name, "", &params, &body);
+                return respond(&mut stream, code, &body).await;
+            }
+            ("PATCH", _, _) => {
+                return respond(
+                    &mut stream,
+                    415,
+                    &status_json(415, "UnsupportedMediaType", "only server-side apply is served"),
+                )
+                .await;
             }
             ("GET", _, None) => {}
             _ => return respond(&mut stream, 405, &status_json(405, "MethodNotAllowed", "not served")).await,
@@ -700,6 +812,22 @@ pub fn write_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
         Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
         Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
+    ]
+}
+
+/// What the Gateway API's deployment controller applies.
+pub fn deployment_resources() -> Vec<Resource> {
+    vec![
+        Resource { group: "apps", version: "v1", plural: "deployments", kind: "Deployment" },
+        Resource { group: "", version: "v1", plural: "serviceaccounts", kind: "ServiceAccount" },
+        Resource { group: "", version: "v1", plural: "services", kind: "Service" },
+        Resource {
+            group: "autoscaling",
+            version: "v2",
+            plural: "horizontalpodautoscalers",
+            kind: "HorizontalPodAutoscaler",
+        },
+        Resource { group: "policy", version: "v1", plural: "poddisruptionbudgets", kind: "PodDisruptionBudget" },
     ]
 }
 

@@ -86,7 +86,10 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
     }
     let (meta, spec) = match kind {
         "GatewayClass" => read(value).map(|(m, s)| (m, GatewayApiSpec::GatewayClass(s)))?,
-        "Gateway" => read(value).map(|(m, s)| (m, GatewayApiSpec::Gateway(s)))?,
+        "Gateway" => {
+            let uid = value["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+            read(value).map(|(m, s)| (m, GatewayApiSpec::Gateway(GatewaySpec { uid, ..s })))?
+        }
         "HTTPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::HttpRoute(s)))?,
         "GRPCRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::GrpcRoute(s)))?,
         "ReferenceGrant" => read(value).map(|(m, s)| (m, GatewayApiSpec::ReferenceGrant(s)))?,
@@ -123,6 +126,37 @@ pub struct GatewaySpec {
     pub listeners: Vec<Listener>,
     /// Addresses.
     pub addresses: Vec<GatewayAddress>,
+    /// `infrastructure`: labels, annotations and parameters for what the
+    /// deployment controller makes.
+    pub infrastructure: Option<GatewayInfrastructure>,
+    /// The Gateway's `metadata.uid` (what its deployment's owner
+    /// references name), copied here by [`parse`].
+    #[serde(skip)]
+    pub uid: String,
+}
+
+/// `GatewayInfrastructure`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    /// Labels for the generated objects (`None`: not given).
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations for the generated objects (`None`: not given).
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// A ConfigMap of overlays (`group`, `kind`, `name`).
+    pub parameters_ref: Option<ParametersRef>,
+}
+
+/// `LocalParametersReference`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ParametersRef {
+    /// Group ("" for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
 }
 
 /// `GatewaySpecAddress`.

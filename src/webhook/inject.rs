@@ -10,6 +10,7 @@
 //!
 //! Facts and file names are in docs/injection-notes.md.
 
+pub mod gateway;
 pub mod post;
 
 use std::collections::BTreeMap;

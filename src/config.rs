@@ -108,6 +108,14 @@ pub struct Config {
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`: a gateway's virtual
     /// hosts with the same routes become one.
     pub route_collapse: bool,
+    /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
+    /// Gateways get a Deployment, Service and ServiceAccount.
+    pub gateway_deployment: bool,
+    /// The deployment controller's other switches
+    /// (`PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS`,
+    /// `PILOT_ENABLE_AMBIENT_WAYPOINTS`,
+    /// `ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT`, `CLUSTER_ID`).
+    pub gateway_deployment_settings: crate::webhook::inject::gateway::Settings,
     /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (features/pilot.go, 20m): how
     /// often istiod refetches the key sets it fetched.
     pub jwks_refresh: Duration,
@@ -688,6 +696,14 @@ impl Config {
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
+            gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
+            gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
+                cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
+                kube_version: -1,
+                copy_labels_annotations: vars.bool("PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS", true)?,
+                ambient_waypoints: vars.bool("PILOT_ENABLE_AMBIENT_WAYPOINTS", true)?,
+                manual_deployment: vars.bool("ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT", true)?,
+            },
             jwks_fetch: crate::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),

@@ -5,6 +5,7 @@
 //! debug endpoints in `debug.rs`.
 
 mod debug;
+mod gateway_deploy;
 mod gateway_status;
 mod jwks;
 mod secret_access;
@@ -292,16 +293,30 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 tracing::info!(target: "default", %addr, "serving the webhooks (HTTPS)");
             }
             tokio::task::spawn_local(crate::webhook::serve(l, tls, webhooks.clone()));
-            if let Some(dir) = &config.injection_dir {
-                let env = crate::webhook::inject::Env::from_env();
-                let api = kube.as_ref().map(|client| {
-                    let name = crate::webhook::injector_configmap_name(&config.identity.revision);
-                    (crate::ca::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
-                });
-                let src =
-                    crate::webhook::InjectorSource { dir: dir.clone(), mesh: config.mesh_config.clone(), api, env };
-                tokio::task::spawn_local(crate::webhook::watch_injector(webhooks.clone(), src));
-            }
+        }
+        // The injector's configuration: the webhook's, and the Gateway API
+        // deployment controller's templates.
+        let deploying = kube.is_some() && config.gateway_deployment;
+        if let Some(dir) = config.injection_dir.as_ref().filter(|_| webhooks_served || deploying) {
+            let env = crate::webhook::inject::Env::from_env();
+            let api = kube.as_ref().map(|client| {
+                let name = crate::webhook::injector_configmap_name(&config.identity.revision);
+                (crate::ca::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
+            });
+            let src = crate::webhook::InjectorSource { dir: dir.clone(), mesh: config.mesh_config.clone(), api, env };
+            tokio::task::spawn_local(crate::webhook::watch_injector(webhooks.clone(), src));
+        }
+        if let Some(client) = kube.as_ref().filter(|_| deploying) {
+            let (deploy_tx, deploy_rx) = tokio::sync::watch::channel(Arc::new(gateway_deploy::Desired::default()));
+            state.borrow_mut().gateway_deploy = Some((deploy_tx, config.identity.revision.clone()));
+            let cx = gateway_deploy::Context {
+                api: crate::ca::kapi::Api::new(client.clone()),
+                namespace: config.identity.namespace.clone(),
+                me: crate::ca::namespaces::identity(&config.identity.pod_name),
+                webhooks: webhooks.clone(),
+                settings: config.gateway_deployment_settings.clone(),
+            };
+            tokio::task::spawn_local(gateway_deploy::run(cx, deploy_rx));
         }
         // The JWKS resolver hears which key sets each new model wants.
         let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();

@@ -427,7 +427,7 @@ fn inbound_name(kind: Kind, name: &str) -> bool {
     (kind == Kind::Listener && name == VIRTUAL_INBOUND) || (kind == Kind::Cluster && name.starts_with("inbound|"))
 }
 
-fn mix(parts: impl Hash) -> u64 {
+pub(crate) fn mix(parts: impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut h);
     h.finish()

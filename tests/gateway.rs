@@ -563,3 +563,117 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"], version);
 }
+
+/// istiod's Gateway API deployment controller against the fake API server
+/// (pilot/pkg/config/kube/gatewaycommon/deploymentcontroller.go): the
+/// elected replica applies the chart's kube-gateway template (read from
+/// the injector's configuration, with the chart's default values) for each
+/// Gateway of class `istio` that names no existing deployment, as server
+/// side applies by `istio.io/gateway-controller`, after writing its
+/// controller version on the Gateway; an object someone else made is left
+/// alone; a changed Gateway is applied again.
+#[test]
+fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
+    use istiod_kubewatch::fake::{K8S_GATEWAYS, core_resources, deployment_resources, gateway_api_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(gateway_api_resources()).chain(deployment_resources()) {
+        api.install(r);
+    }
+    let gw = |name: &str, class: &str, uid: &str, spec: Value| {
+        let mut g = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": "apps", "uid": uid},
+            "spec": {"gatewayClassName": class, "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP"},
+                {"name": "https.main", "port": 443, "protocol": "HTTPS", "tls": {"certificateRefs": [{"name": "cert"}]}}]}});
+        for (k, v) in spec.as_object().cloned().unwrap_or_default() {
+            g["spec"][k] = v;
+        }
+        g
+    };
+    api.apply("namespaces", json!({"metadata": {"name": "apps"}}));
+    api.apply(K8S_GATEWAYS, gw("web", "istio", "uid-web", json!({})));
+    api.apply(
+        K8S_GATEWAYS,
+        gw("manual", "istio", "uid-manual", json!({"addresses": [{"type": "Hostname", "value": "lb.example.com"}]})),
+    );
+    api.apply(K8S_GATEWAYS, gw("elsewhere", "nginx", "uid-nginx", json!({})));
+    api.apply(K8S_GATEWAYS, gw("taken", "istio", "uid-taken", json!({})));
+    // A Service of that name made by someone else.
+    api.apply(
+        "services",
+        json!({"metadata": {"name": "taken-istio", "namespace": "apps", "labels": {"owner": "me"}},
+        "spec": {"clusterIP": "10.96.0.50", "ports": [{"name": "http", "port": 80}]}}),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let inject = dir.path().join("inject");
+    std::fs::create_dir(&inject).unwrap();
+    let template =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio-chart/kube-gateway.yaml"))
+            .unwrap();
+    std::fs::write(
+        inject.join("config"),
+        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
+    )
+    .unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/inject/values.json"), inject.join("values"))
+        .unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--injectionDir", inject.to_str().unwrap()],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    server::wait_for("the gateway's Deployment", Duration::from_secs(30), || {
+        api.get("deployments", "apps", "web-istio").is_some() && api.get("services", "apps", "web-istio").is_some()
+    });
+    let d = api.get("deployments", "apps", "web-istio").unwrap();
+    assert_eq!(d["metadata"]["labels"]["gateway.istio.io/managed"], "istio.io-gateway-controller", "{d}");
+    assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], "uid-web");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "web-istio");
+    assert_eq!(pod["containers"][0]["image"], "registry.istio.io/testing/proxyv2:latest");
+    assert_eq!(pod["containers"][0]["args"][1], "router");
+    assert_eq!(d["spec"]["selector"]["matchLabels"], json!({"gateway.networking.k8s.io/gateway-name": "web"}));
+    let svc = api.get("services", "apps", "web-istio").unwrap();
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    let ports: Vec<(&str, u64, &str)> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["port"].as_u64().unwrap(), p["appProtocol"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ports, [("status-port", 15021, "tcp"), ("http", 80, "http"), ("https-main", 443, "https")]);
+    let sa = api.get("serviceaccounts", "apps", "web-istio").expect("the ServiceAccount");
+    assert_eq!(sa["metadata"]["ownerReferences"][0]["name"], "web", "the API server is 1.30: {sa}");
+    let g = api.get(K8S_GATEWAYS, "apps", "web").unwrap();
+    assert_eq!(g["metadata"]["annotations"]["gateway.istio.io/controller-version"], "5");
+    let applies = api.applies();
+    assert!(
+        applies.iter().all(|(_, _, _, _, manager, force)| manager == "istio.io/gateway-controller" && *force),
+        "{applies:?}"
+    );
+    assert!(applies.iter().any(|(p, _, n, sub, _, _)| p == K8S_GATEWAYS && n == "web" && sub == "status"));
+    let lease = api.get("leases", "istio-system", "istio-gateway-deployment").unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "istiod-a");
+    // Not ours: an existing deployment named by address, another class.
+    server::wait_for("the taken gateway's Deployment", Duration::from_secs(10), || {
+        api.get("deployments", "apps", "taken-istio").is_some()
+    });
+    assert!(api.get("deployments", "apps", "manual-istio").is_none());
+    assert!(api.get("deployments", "apps", "elsewhere-nginx").is_none());
+    let taken = api.get("services", "apps", "taken-istio").unwrap();
+    assert_eq!(taken["metadata"]["labels"], json!({"owner": "me"}), "someone else's Service: {taken}");
+    assert!(!applies.iter().any(|(p, _, n, _, _, _)| p == "services" && n == "taken-istio"));
+
+    // A new listener: the Service is applied again with its port.
+    let mut web = api.get(K8S_GATEWAYS, "apps", "web").unwrap();
+    web["spec"]["listeners"].as_array_mut().unwrap().push(json!({"name": "admin", "port": 8080, "protocol": "HTTP"}));
+    api.apply(K8S_GATEWAYS, web);
+    server::wait_for("the new port", Duration::from_secs(15), || {
+        api.get("services", "apps", "web-istio")
+            .is_some_and(|s| s["spec"]["ports"].as_array().is_some_and(|p| p.iter().any(|p| p["port"] == 8080)))
+    });
+    assert!(s.log().contains("gateway deployment updated"), "{}", s.log());
+}

@@ -554,6 +554,10 @@ impl FakeApi {
             let answer = self.review(&review);
             return respond(&mut stream, 201, &answer).await;
         }
+        if method == "GET" && target == "/version" {
+            let v = json!({"major": "1", "minor": "30", "gitVersion": "v1.30.0-fake", "platform": "linux/amd64"});
+            return respond(&mut stream, 200, &v).await;
+        }
         if method == "POST" && target.starts_with("/apis/authorization.k8s.io/v1/subjectaccessreviews") {
             let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let answer = self.authorize(&review);
@@ -562,7 +566,7 @@ impl FakeApi {
         let (path, query) = target.split_once('?').unwrap_or((&target, ""));
         let params: BTreeMap<String, String> = query
             .split('&')
-            .filter_map(|p| p.split_once('=').map(|(k, v)| (k.to_owned(), v.replace("%2C", ",").replace("%3D", "="))))
+            .filter_map(|p| p.split_once('=').map(|(k, v)| (k.to_owned(), percent_decode(v))))
             .collect();
         let fault = {
             let mut s = self.lock();
@@ -813,6 +817,27 @@ pub fn write_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
         Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
     ]
+}
+
+/// A query value with its `%XX` escapes decoded.
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What the Gateway API's deployment controller applies.

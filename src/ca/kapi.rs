@@ -68,6 +68,23 @@ impl Api {
         }
     }
 
+    /// Server-side applies `object` at `path` as `manager`, taking over
+    /// fields others own (`force`); the object as stored.
+    pub async fn apply(&self, path: &str, object: &Value, manager: &str) -> Result<Value, String> {
+        let uri = format!("{path}?fieldManager={}&force=true", manager.replace('/', "%2F"));
+        let req = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri(&uri)
+            .header("content-type", "application/apply-patch+yaml")
+            .body(serde_json::to_vec(object).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(TIMEOUT, self.client.request::<Value>(req)).await {
+            Err(_) => Err(format!("PATCH {path}: timed out")),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(format!("PATCH {path}: {e}")),
+        }
+    }
+
     /// Replaces the object at `path` with `object`, whose
     /// `metadata.resourceVersion` must still be the stored one.
     pub async fn replace(&self, path: &str, object: &Value) -> Result<Write, String> {

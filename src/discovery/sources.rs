@@ -36,6 +36,9 @@ pub(super) struct State {
     pub(super) secret_access: Arc<crate::model::credentials::SecretAccess>,
     /// The webhooks, which read the ProxyConfig resources in force.
     pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
+    /// Where the Gateways to deploy go (the elected replica deploys
+    /// them), with this instance's revision.
+    pub(super) gateway_deploy: Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, String)>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status: Option<tokio::sync::watch::Sender<Arc<Vec<crate::model::gateway_api::ObjectStatus>>>>,
 }
@@ -170,6 +173,16 @@ pub(super) fn apply(
         }
     }
     configz["gateways"] = gateways;
+    if let Some((tx, revision)) = &state.borrow().gateway_deploy {
+        let desired = super::gateway_deploy::desired(&objects, revision);
+        tx.send_if_modified(|current| {
+            let changed = **current != desired;
+            if changed {
+                *current = Arc::new(desired);
+            }
+            changed
+        });
+    }
     if let Some(tx) = &state.borrow().gateway_status {
         let statuses = &mesh.model.gateway_api.statuses;
         tx.send_if_modified(|current| {

@@ -28,7 +28,7 @@ pub const MANAGED_LABEL: &str = "gateway.istio.io/managed";
 pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 
 /// The deployment controller's switches (istiod's features).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// `CLUSTER_ID`.
     pub cluster_id: String,

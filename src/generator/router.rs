@@ -94,16 +94,22 @@ pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
 /// and generation; the conflict is the same each time), within a bounded
 /// memory of what was said.
 fn warn_once(r: &crate::model::gateway::Rejected) {
-    static SAID: std::sync::Mutex<Option<std::collections::HashSet<(String, u32, String)>>> =
-        std::sync::Mutex::new(None);
+    if first_time(format!("rejected {} {} {}", r.gateway, r.port, r.reason)) {
+        tracing::warn!(target: "model", gateway = %r.gateway, port = r.port, reason = %r.reason, "gateway server rejected");
+    }
+}
+
+/// Whether `what` is said for the first time (in this process, among the
+/// last 4096 things said): a problem found on every push of every proxy
+/// is logged once, not per push and per resource built.
+fn first_time(what: String) -> bool {
+    static SAID: std::sync::Mutex<Option<std::collections::HashSet<String>>> = std::sync::Mutex::new(None);
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     let set = said.get_or_insert_with(Default::default);
     if set.len() >= 4096 {
         set.clear();
     }
-    if set.insert((r.gateway.clone(), r.port, r.reason.clone())) {
-        tracing::warn!(target: "model", gateway = %r.gateway, port = r.port, reason = %r.reason, "gateway server rejected");
-    }
+    set.insert(what)
 }
 
 fn virtual_services(model: &Model) -> Vec<&IstioObject> {
@@ -438,7 +444,9 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
         return None;
     }
     if !allowed {
-        tracing::warn!(target: "ads", name, namespace = %class.namespace, "proxy is not authorized to read this credential");
+        if first_time(format!("unauthorized {name} {} {}", class.namespace, class.service_account)) {
+            tracing::warn!(target: "ads", name, namespace = %class.namespace, "proxy is not authorized to read this credential");
+        }
         return None;
     }
     let (namespace, secret_name, ca_only) = match resource {
@@ -463,7 +471,9 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
                     return Some((mix((name, &candidate, s.hash)), secret));
                 }
                 Err(e) => {
-                    tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{candidate}"), "{e}");
+                    if first_time(format!("invalid {namespace}/{candidate} {} {e}", s.hash)) {
+                        tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{candidate}"), "{e}");
+                    }
                     return None;
                 }
             }
@@ -487,7 +497,9 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
             Some((mix((name, s.hash)), secret))
         }
         Err(e) => {
-            tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{secret_name}"), "{e}");
+            if first_time(format!("invalid {namespace}/{secret_name} {} {e}", s.hash)) {
+                tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{secret_name}"), "{e}");
+            }
             None
         }
     }

@@ -701,7 +701,9 @@ impl Config {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
                 kube_version: -1,
                 copy_labels_annotations: vars.bool("PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS", true)?,
-                ambient_waypoints: vars.bool("PILOT_ENABLE_AMBIENT_WAYPOINTS", true)?,
+                // registerAmbient: only with PILOT_ENABLE_AMBIENT.
+                ambient_waypoints: vars.bool("PILOT_ENABLE_AMBIENT", false)?
+                    && vars.bool("PILOT_ENABLE_AMBIENT_WAYPOINTS", true)?,
                 manual_deployment: vars.bool("ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT", true)?,
             },
             jwks_fetch: crate::translate::authn::JwksFetch::parse(

@@ -257,6 +257,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 crate::ca::kapi::Api::new(client.clone()),
                 config.identity.namespace.clone(),
                 me,
+                config.identity.revision.clone(),
                 status_rx,
             ));
         }
@@ -313,6 +314,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 api: crate::ca::kapi::Api::new(client.clone()),
                 namespace: config.identity.namespace.clone(),
                 me: crate::ca::namespaces::identity(&config.identity.pod_name),
+                revision: config.identity.revision.clone(),
                 webhooks: webhooks.clone(),
                 settings: config.gateway_deployment_settings.clone(),
             };

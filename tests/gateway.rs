@@ -373,6 +373,14 @@ fn in_a_cluster_a_gateway_reads_secrets_only_if_rbac_lets_its_service_account() 
     server::wait_for("the refusal logged", Duration::from_secs(10), || {
         s.log().contains("no-secrets/istio-system is not authorized to read secrets")
     });
+    // With the refusal in force (not pending), a new stream of that
+    // service account still gets only the CA; one of the allowed account
+    // gets its certificate at once.
+    let again = served("tok-denied", "no-secrets", false, &|_| true);
+    let names: Vec<&String> = again.keys().collect();
+    assert_eq!(names, ["kubernetes://secure-cert-cacert"], "{again:?}");
+    let mine_again = served("tok-allowed", "ingress", false, &|_| true);
+    assert!(mine_again.contains_key("kubernetes://bookinfo-cert"), "{mine_again:?}");
     let reviews = api.access_reviews();
     for user in [allowed, denied] {
         let asked: Vec<&Value> = reviews.iter().filter(|r| r["user"] == user).collect();
@@ -473,7 +481,7 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
 }
 
 /// The Gateway API's status in Kubernetes (istiod's conditions.go, written
-/// by the holder of the `istio-gateway-status-leader` Lease): the
+/// by the holder of the `istio-gateway-status-leader-default` Lease): the
 /// GatewayClass accepted; the Gateway accepted and programmed with its
 /// Service as address, each listener with its attached routes; a route
 /// accepted by its listener with its references resolved, one refused
@@ -551,7 +559,7 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     assert_eq!(condition(&secure, "ResolvedRefs")["reason"], "RefNotPermitted", "{secure}");
     let class = api.get("gatewayclasses", "", "istio").unwrap();
     assert_eq!(condition(&class["status"], "Accepted")["message"], "Handled by Istio controller");
-    let lease = api.get("leases", "istio-system", "istio-gateway-status-leader").unwrap();
+    let lease = api.get("leases", "istio-system", "istio-gateway-status-leader-default").unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "istiod-a");
     // A change that alters no status writes nothing.
     let version = api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"].clone();
@@ -630,6 +638,7 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
     });
     let d = api.get("deployments", "apps", "web-istio").unwrap();
     assert_eq!(d["metadata"]["labels"]["gateway.istio.io/managed"], "istio.io-gateway-controller", "{d}");
+    assert!(d["metadata"]["labels"].get("istio.io/dataplane-mode").is_none(), "ambient is off: {d}");
     assert_eq!(d["metadata"]["ownerReferences"][0]["uid"], "uid-web");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "web-istio");
@@ -655,7 +664,7 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
         "{applies:?}"
     );
     assert!(applies.iter().any(|(p, _, n, sub, _, _)| p == K8S_GATEWAYS && n == "web" && sub == "status"));
-    let lease = api.get("leases", "istio-system", "istio-gateway-deployment").unwrap();
+    let lease = api.get("leases", "istio-system", "istio-gateway-deployment-default").unwrap();
     assert_eq!(lease["spec"]["holderIdentity"], "istiod-a");
     // Not ours: an existing deployment named by address, another class.
     server::wait_for("the taken gateway's Deployment", Duration::from_secs(10), || {
@@ -665,7 +674,7 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
     assert!(api.get("deployments", "apps", "elsewhere-nginx").is_none());
     let taken = api.get("services", "apps", "taken-istio").unwrap();
     assert_eq!(taken["metadata"]["labels"], json!({"owner": "me"}), "someone else's Service: {taken}");
-    assert!(!applies.iter().any(|(p, _, n, _, _, _)| p == "services" && n == "taken-istio"));
+    assert!(!api.applies().iter().any(|(p, _, n, _, _, _)| p == "services" && n == "taken-istio"));
 
     // A new listener: the Service is applied again with its port.
     let mut web = api.get(K8S_GATEWAYS, "apps", "web").unwrap();

@@ -95,7 +95,7 @@ pub fn identity(pod_name: &str) -> String {
 /// One replica's view of an election (a Lease in istiod's namespace).
 pub(crate) struct Elector {
     api: Api,
-    lease: &'static str,
+    lease: String,
     path: String,
     namespace: String,
     me: String,
@@ -110,11 +110,18 @@ pub(crate) struct Elector {
 impl Elector {
     /// A replica named `me` in the election of `namespace`.
     fn new(api: Api, namespace: String, me: String, timings: Timings) -> Elector {
-        Elector::named(api, ELECTION, namespace, me, timings)
+        Elector::named(api, ELECTION.to_owned(), namespace, me, timings)
+    }
+
+    /// istiod's `NewPerRevisionLeaderElection` name: `<election>-<revision>`,
+    /// `default` for the default revision (each revision elects its own
+    /// leader).
+    pub(crate) fn per_revision(election: &str, revision: &str) -> String {
+        format!("{election}-{}", if revision.is_empty() { "default" } else { revision })
     }
 
     /// A replica named `me` in the election `lease` of `namespace`.
-    pub(crate) fn named(api: Api, lease: &'static str, namespace: String, me: String, timings: Timings) -> Elector {
+    pub(crate) fn named(api: Api, lease: String, namespace: String, me: String, timings: Timings) -> Elector {
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}");
         Elector { api, lease, path, namespace, me, timings, observed: None, renewed: None }
     }
@@ -126,7 +133,7 @@ impl Elector {
             Ok(true) => self.renewed = Some(Instant::now()),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(target: "ca", lease = self.lease, error = %e, "leader election: cannot reach the Lease")
+                tracing::warn!(target: "ca", lease = %self.lease, error = %e, "leader election: cannot reach the Lease")
             }
         }
         self.renewed.is_some_and(|t| t.elapsed() < self.timings.renew_deadline)

@@ -3,17 +3,19 @@
 //! `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER`: for every Gateway of
 //! the `istio` class (or a GatewayClass of `istio.io/gateway-controller`)
 //! that names no existing deployment, the replica holding the
-//! `istio-gateway-deployment` Lease applies (server-side, field manager
+//! `istio-gateway-deployment-<revision>` Lease applies (server-side, field manager
 //! `istio.io/gateway-controller`, forced) the ServiceAccount, Deployment
 //! and Service the chart's `kube-gateway` template makes
 //! (`webhook/inject/gateway.rs`), after recording its controller version
 //! on the Gateway. An object that exists without the managed label is
 //! someone else's and left alone.
 //!
-//! istiod re-applies when a Gateway, the injection configuration or an
-//! object it made changes; istiod-rs watches the first two and, for the
-//! third, applies everything again every [`RESYNC`] (a no-op for the API
-//! server when nothing drifted).
+//! istiod re-applies when a Gateway, the injection configuration, an
+//! overlay ConfigMap or an object it made changes; istiod-rs watches the
+//! first two (and the ProxyConfigs) and, for the others, applies
+//! everything again every [`RESYNC`] (a no-op for the API server when
+//! nothing drifted). A failed apply is retried after [`FIRST_RETRY`],
+//! doubling; a Gateway that cannot be rendered waits for a change.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -56,9 +58,20 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, revision: &s
             _ => None,
         })
         .collect();
-    let mine = |labels: &BTreeMap<String, String>| match labels.get("istio.io/rev") {
-        None => revision.is_empty() || revision == "default",
-        Some(r) => r == revision || (r == "default" && revision.is_empty()),
+    // tagWatcher.IsMine, without tags: the Gateway's `istio.io/rev`, else
+    // its namespace's; none is the default revision's.
+    let ns_rev: BTreeMap<&str, &str> = objects
+        .namespaces
+        .iter()
+        .filter_map(|n| n.metadata.labels.get("istio.io/rev").map(|r| (n.metadata.name.as_str(), r.as_str())))
+        .collect();
+    let default = revision.is_empty() || revision == "default";
+    let mine = |meta: &istiod_kubewatch::objects::Meta| {
+        let selected = meta.labels.get("istio.io/rev").map(String::as_str).or_else(|| ns_rev.get(meta.ns()).copied());
+        match selected.unwrap_or_default() {
+            "" => default,
+            r => r == revision || (r == "default" && default),
+        }
     };
     let mut gateways: Vec<Json> = objects
         .gateway_api
@@ -69,8 +82,7 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, revision: &s
                     .get(g.gateway_class_name.as_str())
                     .copied()
                     .or((g.gateway_class_name == gateway::DEFAULT_CLASS).then_some(gateway::CONTROLLER));
-                (controller == Some(gateway::CONTROLLER) && mine(&o.meta.labels))
-                    .then(|| gateway::gateway_json(&o.meta, g))
+                (controller == Some(gateway::CONTROLLER) && mine(&o.meta)).then(|| gateway::gateway_json(&o.meta, g))
             }
             _ => None,
         })
@@ -196,74 +208,117 @@ pub(super) struct Context {
     pub(super) namespace: String,
     /// This replica's identity in the election.
     pub(super) me: String,
+    /// `REVISION` (the Lease is per revision).
+    pub(super) revision: String,
     /// The injection configuration (templates, values, mesh) and the
     /// ProxyConfigs.
     pub(super) webhooks: Rc<crate::webhook::Webhooks>,
     pub(super) settings: Settings,
 }
 
+/// The first retry after an apply failed; each failure doubles it, up to
+/// [`RESYNC`].
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+
+/// Where one Gateway stands.
+enum Outcome {
+    /// Applied, from these inputs.
+    Applied(u64),
+    /// Not deployable from these inputs (a rendering error): not tried
+    /// again until they change.
+    Refused(u64),
+    /// The apply failed; tried again at `next` (or when the inputs change).
+    Failed { input: u64, attempts: u32, next: Instant },
+}
+
+/// An `Arc` seen before, numbered: a new one (not the same allocation)
+/// gets the next number, so inputs are compared without hashing them.
+struct Seen<T> {
+    held: Option<Arc<T>>,
+    generation: u64,
+}
+
+impl<T> Seen<T> {
+    fn new() -> Self {
+        Seen { held: None, generation: 0 }
+    }
+
+    fn see(&mut self, now: Option<&Arc<T>>) -> u64 {
+        let same = match (&self.held, now) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.held = now.cloned();
+            self.generation += 1;
+        }
+        self.generation
+    }
+}
+
 /// Runs the election and, while leading, keeps the Gateways' deployments.
 pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>) {
     let timings = Timings::istiod();
-    let mut elector = Elector::named(cx.api.clone(), ELECTION, cx.namespace.clone(), cx.me.clone(), timings);
+    let lease = Elector::per_revision(ELECTION, &cx.revision);
+    let mut elector = Elector::named(cx.api.clone(), lease.clone(), cx.namespace.clone(), cx.me.clone(), timings);
     let mut settings = cx.settings.clone();
-    settings.kube_version = kube_version(&cx.api).await;
-    // Per Gateway: the fingerprint of what was last applied for it.
-    let mut done: BTreeMap<String, u64> = BTreeMap::new();
-    // Per Gateway: the last refusal logged (logged again only when it changes).
-    let mut refused: BTreeMap<String, String> = BTreeMap::new();
-    let mut leading = false;
+    let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
+    let (mut injectors, mut proxy_configs) = (Seen::new(), Seen::new());
+    let mut lead_until: Option<Instant> = None;
     let mut last_lead: Option<Instant> = None;
     let mut last_resync = Instant::now();
     let mut missing_logged = false;
-    // What the last pass saw (the Gateways, the injector, the
-    // ProxyConfigs), and whether an apply failed and is to be retried.
-    let mut last_pass: Option<(usize, usize, usize)> = None;
-    let mut retry_at: Option<Instant> = None;
     loop {
         if last_lead.is_none_or(|t| t.elapsed() >= timings.retry) {
-            let now_leading = elector.lead().await;
+            let was = lead_until.is_some_and(|t| t > Instant::now());
+            let leads = elector.lead().await;
             last_lead = Some(Instant::now());
-            if now_leading != leading {
-                leading = now_leading;
-                done.clear();
-                tracing::info!(target: "model", lease = ELECTION, leading, "leader election for Gateway API deployments");
+            lead_until = leads.then(|| Instant::now() + timings.renew_deadline);
+            if leads != was {
+                // A new term starts from what the cluster holds.
+                outcomes.clear();
+                tracing::info!(target: "model", lease = %lease, leading = leads, "leader election for Gateway API deployments");
             }
         }
         if last_resync.elapsed() >= RESYNC {
-            done.clear();
-            last_pass = None;
+            // Objects are not watched: apply everything again (and ask
+            // again for ConfigMaps a refusal named).
+            outcomes.clear();
             last_resync = Instant::now();
         }
+        let leading = lead_until.is_some_and(|t| t > Instant::now());
         let injector = cx.webhooks.injector.borrow().clone();
-        let crs = cx.webhooks.proxy_configs.borrow().clone();
-        let gateways = desired.borrow_and_update().clone();
-        let seen = (
-            Arc::as_ptr(&gateways) as usize,
-            injector.as_ref().map_or(0, |i| Arc::as_ptr(i) as usize),
-            Arc::as_ptr(&crs) as usize,
-        );
-        let due = !leading
-            || last_pass != Some(seen)
-            || done.is_empty() && !gateways.gateways.is_empty()
-            || retry_at.is_some_and(|t| t <= Instant::now());
-        if !due {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                r = desired.changed() => if r.is_err() { return },
-            }
-            continue;
-        }
         match (&injector, leading) {
             (Some(inj), true) => {
-                last_pass = Some(seen);
-                retry_at = None;
+                if settings.kube_version < 0 {
+                    settings.kube_version = kube_version(&cx.api).await;
+                }
+                let crs = cx.webhooks.proxy_configs.borrow().clone();
+                let generations = (injectors.see(injector.as_ref()), proxy_configs.see(Some(&crs)));
+                let gateways = desired.borrow_and_update().clone();
                 for gw in &gateways.gateways {
+                    if lead_until.is_none_or(|t| t <= Instant::now()) {
+                        // The lease may have passed on: renew before more writes.
+                        last_lead = None;
+                        break;
+                    }
                     let k = key(gw);
+                    let input = crate::generator::mix((gw.to_string(), generations, &settings));
+                    let now = Instant::now();
+                    let (attempts, skip) = match outcomes.get(&k) {
+                        Some(Outcome::Applied(i) | Outcome::Refused(i)) if *i == input => (0, true),
+                        Some(Outcome::Failed { input: i, attempts, next }) if *i == input => (*attempts, *next > now),
+                        _ => (0, false),
+                    };
+                    if skip {
+                        continue;
+                    }
                     let take_over = match gateway::managed(gw, &settings) {
                         Ok(t) => t,
                         Err(why) => {
                             tracing::debug!(target: "model", gateway = %k, "not deployed: {why}");
+                            outcomes.insert(k, Outcome::Refused(input));
                             continue;
                         }
                     };
@@ -274,34 +329,27 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                     let objects = match rendered {
                         Ok(o) => o,
                         Err(e) => {
-                            // Not retried until something changes (istiod:
-                            // rendering errors are not ephemeral).
-                            if refused.get(&k) != Some(&e) {
-                                tracing::error!(target: "model", gateway = %k, error = %e, "cannot deploy the gateway");
-                                refused.insert(k.clone(), e);
-                            }
+                            // Not tried again until something changes
+                            // (istiod: rendering errors are not ephemeral).
+                            tracing::error!(target: "model", gateway = %k, error = %e, "cannot deploy the gateway");
+                            outcomes.insert(k, Outcome::Refused(input));
                             continue;
                         }
                     };
-                    refused.remove(&k);
-                    let fingerprint =
-                        crate::generator::mix((take_over, serde_json::to_vec(&objects).unwrap_or_default()));
-                    if done.get(&k) == Some(&fingerprint) {
-                        continue;
-                    }
                     match apply(&cx.api, gw, take_over, objects).await {
                         Ok(()) => {
                             tracing::info!(target: "model", gateway = %k, "gateway deployment updated");
-                            done.insert(k, fingerprint);
+                            outcomes.insert(k, Outcome::Applied(input));
                         }
                         Err(e) => {
-                            tracing::warn!(target: "model", gateway = %k, error = %e, "cannot deploy the gateway");
-                            retry_at = Some(Instant::now() + timings.retry);
+                            let wait = (FIRST_RETRY * 2u32.saturating_pow(attempts.min(16))).min(RESYNC);
+                            tracing::warn!(target: "model", gateway = %k, error = %e, retry_in = ?wait, "cannot deploy the gateway");
+                            outcomes.insert(k, Outcome::Failed { input, attempts: attempts + 1, next: now + wait });
                         }
                     }
                 }
                 let keys: std::collections::BTreeSet<String> = gateways.gateways.iter().map(key).collect();
-                done.retain(|k, _| keys.contains(k));
+                outcomes.retain(|k, _| keys.contains(k));
             }
             (None, true) if !missing_logged => {
                 tracing::warn!(target: "model", "Gateway API deployments wait for the injector's configuration (its kube-gateway template)");

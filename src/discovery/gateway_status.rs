@@ -1,6 +1,7 @@
 //! Gateway API status, written as istiod writes it
 //! (`pilot/pkg/status`, `pilot/pkg/config/kube/gateway/conditions.go`): by
-//! the replica holding the `istio-gateway-status-leader` Lease only, each
+//! the replica holding the `istio-gateway-status-leader-<revision>` Lease
+//! only (istiod's per-revision election), each
 //! object's `status` through its status subresource when what istiod would
 //! say changed. A condition keeps its `lastTransitionTime` while its
 //! status, reason and message stay; `observedGeneration` is the object's
@@ -106,9 +107,16 @@ async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
 }
 
 /// Runs the election and, while leading, keeps the statuses of `desired`.
-pub(super) async fn run(api: Api, namespace: String, me: String, mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>) {
+pub(super) async fn run(
+    api: Api,
+    namespace: String,
+    me: String,
+    revision: String,
+    mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>,
+) {
     let timings = Timings::istiod();
-    let mut elector = Elector::named(api.clone(), ELECTION, namespace, me, timings);
+    let lease = Elector::per_revision(ELECTION, &revision);
+    let mut elector = Elector::named(api.clone(), lease.clone(), namespace, me, timings);
     // What was last written (or found) per path: not read again until it
     // changes.
     let mut done: BTreeMap<String, ObjectStatus> = BTreeMap::new();
@@ -118,7 +126,7 @@ pub(super) async fn run(api: Api, namespace: String, me: String, mut desired: wa
         if now_leading != leading {
             leading = now_leading;
             done.clear();
-            tracing::info!(target: "model", lease = ELECTION, leading, "leader election for Gateway API status");
+            tracing::info!(target: "model", lease = %lease, leading, "leader election for Gateway API status");
         }
         if leading {
             let statuses = desired.borrow_and_update().clone();

@@ -8,8 +8,10 @@
 //! becomes part of the model and the namespace's SDS names are pushed.
 //!
 //! As istiod caches them: an allowed answer holds five minutes, a refusal
-//! (or an API server that could not answer) one minute; then the service
-//! account is reviewed again, and a changed answer is pushed. At most
+//! (or an API server that could not answer) one minute; then, if a gateway
+//! read it meanwhile, the service account is reviewed again (the answer
+//! holding until the new one comes) and a changed answer is pushed; an
+//! answer nobody read is dropped (istiod's `clearExpiredCache`). At most
 //! [`MAX_ANSWERS`] service accounts are kept (only verified gateways ask,
 //! so a few in practice).
 
@@ -22,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::sources::{State, Tx};
-use crate::model::credentials::SecretAccess;
+use crate::model::credentials::{Answer, SecretAccess};
 
 /// Service accounts with an answer, at most.
 pub(super) const MAX_ANSWERS: usize = 4096;
@@ -77,8 +79,8 @@ pub(super) async fn run(
     tx: Tx,
     ttl: Ttl,
 ) {
-    // (namespace, service account) → (allowed, until when).
-    let mut answers: BTreeMap<(String, String), (bool, Instant)> = BTreeMap::new();
+    // (namespace, service account) → (the answer, until when).
+    let mut answers: BTreeMap<(String, String), (Answer, Instant)> = BTreeMap::new();
     let mut asked: BTreeSet<(String, String)> = BTreeSet::new();
     let (done_tx, mut done) = mpsc::unbounded_channel::<((String, String), Result<(), String>)>();
     let mut in_flight = 0usize;
@@ -108,19 +110,36 @@ pub(super) async fn run(
                         answers.remove(&k);
                     }
                 }
-                let before = answers.insert(key.clone(), (allowed, until)).map(|(a, _)| a);
+                let answer = match answers.get(&key) {
+                    // Same answer: its use is still tracked.
+                    Some((a, _)) if a.allowed == allowed => a.clone(),
+                    _ => Answer::new(allowed),
+                };
+                let before = answers.insert(key.clone(), (answer, until)).map(|(a, _)| a.allowed);
                 if before != Some(allowed) {
-                    publish(&state, &tx, &answers, &key.0);
+                    publish(&state, &tx, &answers, Some(&key.0));
                 }
             }
             _ = tick.tick() => {
-                // Expired answers are reviewed again (the last one holds
-                // meanwhile).
+                // Expired answers a gateway read are reviewed again (the
+                // last one holds meanwhile); the others are dropped.
                 let now = Instant::now();
-                for (key, (_, until)) in &answers {
-                    if *until <= now && asked.len() < MAX_ANSWERS && asked.insert(key.clone()) {
+                let before = answers.len();
+                answers.retain(|key, (a, until)| {
+                    if *until > now || asked.contains(key) {
+                        return true;
+                    }
+                    if !a.used.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                        return false;
+                    }
+                    if asked.len() < MAX_ANSWERS && asked.insert(key.clone()) {
                         waiting.push(key.clone());
                     }
+                    true
+                });
+                if answers.len() != before {
+                    // Nobody reads these: nothing to push.
+                    publish(&state, &tx, &answers, None);
                 }
             }
         }
@@ -137,18 +156,23 @@ pub(super) async fn run(
 }
 
 /// Makes `answers` the ones in force and pushes the SDS names of
-/// `namespace`, whose gateways they concern.
-fn publish(state: &RefCell<State>, tx: &Tx, answers: &BTreeMap<(String, String), (bool, Instant)>, namespace: &str) {
+/// `namespace`, whose gateways they concern (none: nothing to push).
+fn publish(
+    state: &RefCell<State>,
+    tx: &Tx,
+    answers: &BTreeMap<(String, String), (Answer, Instant)>,
+    namespace: Option<&str>,
+) {
     let mut s = state.borrow_mut();
     let access = Arc::new(SecretAccess {
         asks: s.secret_access.asks.clone(),
-        answers: answers.iter().map(|(k, (a, _))| (k.clone(), *a)).collect(),
+        answers: answers.iter().map(|(k, (a, _))| (k.clone(), a.clone())).collect(),
     });
     s.secret_access = access.clone();
     let Some(prev) = s.mesh.clone() else { return };
     let next = Arc::new(prev.with_secret_access(access));
     s.mesh = Some(next.clone());
-    let touched = crate::generator::router::secret_names_in(&next.model, namespace);
+    let touched = namespace.map(|ns| crate::generator::router::secret_names_in(&next.model, ns)).unwrap_or_default();
     let _ = tx.send(crate::control::Input { changes: Vec::new(), mesh: Some(next), touched });
 }
 
@@ -194,7 +218,7 @@ mod tests {
             objs.secrets.push(secret);
             state.borrow_mut().mesh = Some(crate::discovery::build(&objs, "cluster.local", &Arc::default()));
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let ttl = Ttl { allowed: Duration::from_millis(300), denied: Duration::from_secs(60) };
+            let ttl = Ttl { allowed: Duration::from_millis(300), denied: Duration::from_millis(300) };
             tokio::task::spawn_local(run(api, asked, state.clone(), tx, ttl));
             let access = state.borrow().secret_access.clone();
             assert_eq!(access.allows("edge", "gw"), None, "asked");
@@ -205,9 +229,28 @@ mod tests {
             assert!(input.touched.iter().any(|(_, n)| &**n == "kubernetes://cert"), "{:?}", input.touched);
             assert_eq!(fake.access_reviews().len(), 1);
             fake.revoke(user, "edge", "list", "secrets");
+            // Read (by the allows above): reviewed again once expired.
             let input = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
-            assert_eq!(input.mesh.unwrap().model.secret_access.allows("edge", "gw"), Some(false), "revoked");
-            assert!(fake.access_reviews().len() >= 2);
+            let mesh = input.mesh.unwrap();
+            assert_eq!(mesh.model.secret_access.allows("edge", "gw"), Some(false), "revoked");
+            let reviews = fake.access_reviews().len();
+            assert!(reviews >= 2);
+            // Read once more (above), then no more: reviewed once again,
+            // then dropped once expired unread.
+            let gone = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let input = rx.recv().await.unwrap();
+                    if input.mesh.as_ref().is_some_and(|m| m.model.secret_access.answers.is_empty()) {
+                        return input;
+                    }
+                }
+            })
+            .await
+            .expect("the unread answer is dropped");
+            assert!(gone.touched.is_empty(), "nothing to push: {:?}", gone.touched);
+            let settled = fake.access_reviews().len();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            assert_eq!(fake.access_reviews().len(), settled, "no more reviews for an answer nobody reads");
         });
     }
 }

@@ -171,7 +171,31 @@ pub struct SecretAccess {
     /// about (`None`: nothing to ask, every verified gateway may read).
     pub asks: Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
     /// The answers in force, by (namespace, service account).
-    pub answers: BTreeMap<(String, String), bool>,
+    pub answers: BTreeMap<(String, String), Answer>,
+}
+
+/// One answer of the API server, and whether a gateway read it since the
+/// control thread last looked (an expired answer nobody reads is dropped,
+/// not reviewed again).
+#[derive(Clone, Debug, Default)]
+pub struct Answer {
+    /// May list Secrets.
+    pub allowed: bool,
+    /// Read by a core since last cleared.
+    pub used: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Answer {
+    /// An answer, not read yet.
+    pub fn new(allowed: bool) -> Answer {
+        Answer { allowed, used: Default::default() }
+    }
+}
+
+impl PartialEq for Answer {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+    }
 }
 
 impl SecretAccess {
@@ -185,7 +209,10 @@ impl SecretAccess {
         }
         let key = (namespace.to_owned(), sa.to_owned());
         match self.answers.get(&key) {
-            Some(a) => Some(*a),
+            Some(a) => {
+                a.used.store(true, std::sync::atomic::Ordering::Relaxed);
+                Some(a.allowed)
+            }
             None => {
                 let _ = asks.send(key);
                 None
@@ -223,9 +250,10 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap(), ("edge".to_owned(), "gw".to_owned()));
         assert_eq!(access.allows("edge", ""), Some(false));
         assert!(rx.try_recv().is_err(), "no service account: nothing to ask");
-        access.answers.insert(("edge".into(), "gw".into()), true);
-        access.answers.insert(("edge".into(), "other".into()), false);
+        access.answers.insert(("edge".into(), "gw".into()), Answer::new(true));
+        access.answers.insert(("edge".into(), "other".into()), Answer::new(false));
         assert_eq!(access.allows("edge", "gw"), Some(true));
+        assert!(access.answers[&("edge".to_owned(), "gw".to_owned())].used.load(std::sync::atomic::Ordering::Relaxed));
         assert_eq!(access.allows("edge", "other"), Some(false));
         assert!(rx.try_recv().is_err());
     }

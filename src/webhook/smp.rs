@@ -29,7 +29,7 @@ enum ListKind {
     Primitive,
 }
 
-/// The Pod's merge lists, by the path of object keys leading to them
+/// The Pod's merge lists (and a Service's and a ServiceAccount's), by the path of object keys leading to them
 /// (array positions are not part of the path).
 fn list_kind(path: &[&str]) -> Option<ListKind> {
     use ListKind::*;
@@ -54,6 +54,10 @@ fn list_kind(path: &[&str]) -> Option<ListKind> {
         ["spec", "containers" | "initContainers" | "ephemeralContainers", rest @ ..] => container_field(rest),
         ["spec", "volumes" | "imagePullSecrets" | "resourceClaims" | "schedulingGates"] => Some(Keyed("name")),
         ["spec", "hostAliases"] => Some(Keyed("ip")),
+        // A Service's ports and a ServiceAccount's secrets (the gateway
+        // deployment controller's overlays; a Pod has neither path).
+        ["spec", "ports"] => Some(Keyed("port")),
+        ["secrets" | "imagePullSecrets"] => Some(Keyed("name")),
         _ => None,
     }
 }

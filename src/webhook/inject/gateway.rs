@@ -28,7 +28,7 @@ pub const MANAGED_LABEL: &str = "gateway.istio.io/managed";
 pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 
 /// The deployment controller's switches (istiod's features).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Settings {
     /// `CLUSTER_ID`.
     pub cluster_id: String,
@@ -37,8 +37,9 @@ pub struct Settings {
     pub kube_version: i64,
     /// `PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS` (true).
     pub copy_labels_annotations: bool,
-    /// `PILOT_ENABLE_AMBIENT_WAYPOINTS` (true): gateways are marked out
-    /// of ambient redirection.
+    /// `PILOT_ENABLE_AMBIENT_WAYPOINTS`, which only counts with
+    /// `PILOT_ENABLE_AMBIENT` (then true by default, else false): gateways
+    /// are marked out of ambient redirection.
     pub ambient_waypoints: bool,
     /// `ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT` (true): a Gateway with a
     /// hostname address (or several addresses) names an existing
@@ -52,7 +53,7 @@ impl Default for Settings {
             cluster_id: "Kubernetes".into(),
             kube_version: -1,
             copy_labels_annotations: true,
-            ambient_waypoints: true,
+            ambient_waypoints: false,
             manual_deployment: true,
         }
     }
@@ -137,8 +138,8 @@ fn service_ports(gw: &Json) -> Vec<Json> {
         if !ports.insert(port) {
             continue;
         }
-        let mut name: String = s(&l["name"]).replace('.', "-");
-        name.truncate(63);
+        let name: String = s(&l["name"]).replace('.', "-").chars().take(63).collect();
+        let mut name = name;
         if name.is_empty() {
             name = format!("{}-{i}", s(&l["protocol"]).to_lowercase());
         }
@@ -157,8 +158,8 @@ fn unique_port_name(name: &str, port: i64, used: &mut BTreeSet<String>) -> Strin
     let mut candidate = name.clone();
     let mut suffix = format!("-{port}");
     while used.contains(&candidate) {
-        let keep = 63usize.saturating_sub(suffix.len()).min(name.len());
-        candidate = format!("{}{suffix}", &name[..keep]);
+        let keep = 63usize.saturating_sub(suffix.len());
+        candidate = format!("{}{suffix}", name.chars().take(keep).collect::<String>());
         suffix.push('x');
     }
     used.insert(candidate.clone());
@@ -308,16 +309,9 @@ fn apply_overlays(mut obj: Json, key: &str, overlays: &[BTreeMap<String, String>
         if !patch.is_object() {
             return Err("strategic merge patch failed: not a map".into());
         }
-        let mut patch = patch;
-        let template = patch.get_mut("spec").and_then(|s| s.as_object_mut()).and_then(|s| s.remove("template"));
+        // The Pod's merge keys apply in a Deployment's pod template; a
+        // Service's ports merge by port.
         super::super::smp::merge_pod(&mut obj, &patch);
-        if let Some(t) = template {
-            let target = obj.pointer_mut("/spec/template");
-            match target {
-                Some(target) => super::super::smp::merge_pod(target, &t),
-                None => obj["spec"]["template"] = t,
-            }
-        }
         applied = true;
     }
     if !applied && matches!(key, "horizontalPodAutoscaler" | "podDisruptionBudget") {
@@ -612,7 +606,13 @@ mod tests {
         ];
         let crs = ClusterInputs::default();
         for (case, gw, values, copy) in cases {
-            let st = Settings { kube_version: 128, copy_labels_annotations: copy, ..Settings::default() };
+            // istiod's test turns PILOT_ENABLE_AMBIENT_WAYPOINTS on.
+            let st = Settings {
+                kube_version: 128,
+                copy_labels_annotations: copy,
+                ambient_waypoints: true,
+                ..Settings::default()
+            };
             let got = applied(&injector(values), &crs, &gw, &st, &[]);
             let want = expected(case);
             assert_eq!(got.len(), want.len(), "{case}: {got:#?}");
@@ -637,7 +637,7 @@ mod tests {
             ..ClusterInputs::default()
         };
         let gw = gateway("default", "istio", Json::Null, Json::Null, Json::Null);
-        let st = Settings { kube_version: 128, ..Settings::default() };
+        let st = Settings { kube_version: 128, ambient_waypoints: true, ..Settings::default() };
         let got = applied(&injector(""), &crs, &gw, &st, &[]);
         let want = expected("proxy-config-crd");
         assert_eq!(got, want);
@@ -665,7 +665,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let st = Settings { kube_version: 128, ..Settings::default() };
+        let st = Settings { kube_version: 128, ambient_waypoints: true, ..Settings::default() };
         // istiod's test gives no values here: its defaults (hub and tag).
         let inj = injector("");
         let got = applied(&inj, &ClusterInputs::default(), &gw, &st, &[data]);
@@ -678,6 +678,16 @@ mod tests {
             [("deployment".to_owned(), "metadata:\n  name: not-allowed".to_owned())].into();
         let err = render(&inj, &ClusterInputs::default(), &gw, &st, &[rename]).unwrap_err();
         assert_eq!(err, "illegal metadata change");
+        // A Service overlay merges ports by port (as corev1.Service's
+        // patch strategy), keeping the others.
+        let svc: BTreeMap<String, String> =
+            [("service".to_owned(), "spec:\n  ports:\n  - port: 15021\n    nodePort: 30021".to_owned())].into();
+        let out = render(&inj, &ClusterInputs::default(), &gw, &st, &[svc]).unwrap();
+        let service = out.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(
+            service["spec"]["ports"],
+            json!([{"name": "status-port", "port": 15021, "protocol": "TCP", "appProtocol": "tcp", "nodePort": 30021}])
+        );
         let unknown: BTreeMap<String, String> = [("configMap".to_owned(), "{}".to_owned())].into();
         assert!(
             render(&inj, &ClusterInputs::default(), &gw, &st, &[unknown])

@@ -4,7 +4,8 @@
 //! #7). [`scenario`]: the shapes (presets in `bench/testdata/`); [`mesh`]:
 //! a scenario's mesh as a config directory; [`proxy`]: one simulated
 //! sidecar; [`churn`]: edits to the mesh, stamped; [`run`]: a whole run;
-//! [`stats`]: what it measures and the report.
+//! [`stats`]: what it measures and the report; [`wire`]: responses read
+//! without copying their resources.
 #![forbid(unsafe_code)]
 
 pub mod churn;
@@ -14,3 +15,4 @@ pub mod proxy;
 pub mod run;
 pub mod scenario;
 pub mod stats;
+pub mod wire;

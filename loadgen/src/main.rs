@@ -193,6 +193,10 @@ struct RunArgs {
     /// No live progress line.
     #[arg(long)]
     quiet: bool,
+    /// Worker threads [default: every core]: one thread cannot absorb
+    /// what a server sends thousands of proxies.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
@@ -241,7 +245,8 @@ fn run_cmd(a: RunArgs) -> ExitCode {
         }
         o.churn = Some(Churn { kind, per_second });
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    o.threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(o.threads).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(1, format!("runtime: {e}")),
     };

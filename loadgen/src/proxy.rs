@@ -23,15 +23,14 @@ use istiod_proto::envoy::extensions::filters::network::http_connection_manager::
     HttpConnectionManager, http_connection_manager,
 };
 use istiod_proto::envoy::service::discovery::v3::aggregated_discovery_service as ads;
-use istiod_proto::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
+use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use istiod_proto::google::rpc::Status;
 use istiod_proto::prost::{Message, Name};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::churn::{Change, Changes, Expect};
 use crate::stats::Live;
+use crate::wire;
 
 /// The four types, in push order.
 const CDS: usize = 0;
@@ -83,6 +82,8 @@ pub struct Shared {
 pub struct Decoded {
     clusters: HashMap<(u64, usize), ClusterNames>,
     listeners: HashMap<(u64, usize), ListenerNames>,
+    /// Whether a resource carries a change, by (resource, change id).
+    carries: HashMap<((u64, usize), u32), bool>,
 }
 
 /// A cluster's name and EDS service name (if it is an EDS cluster).
@@ -179,8 +180,9 @@ struct Resp {
     full: bool,
     version: String,
     nonce: String,
-    /// (name if the protocol says it, serialized resource).
-    resources: Vec<(Option<String>, Vec<u8>, String)>,
+    /// (name if the protocol says it, serialized resource (a slice of the
+    /// message, not a copy), version).
+    resources: Vec<(Option<String>, Bytes, String)>,
     removed: Vec<String>,
 }
 
@@ -217,11 +219,27 @@ fn rds_names(l: &Listener) -> Vec<String> {
 }
 
 /// Whether `bytes` (a resource of `change`'s type) is `change.resource`
-/// and carries what the change expects.
-fn carries(change: &Change, name: Option<&str>, bytes: &[u8]) -> bool {
+/// and carries what the change expects; decoded once per distinct
+/// resource and change (every proxy receives the same bytes).
+fn carries(change: &Change, name: Option<&str>, bytes: &[u8], decoded: &Mutex<Decoded>) -> bool {
     if name.is_some_and(|n| n != change.resource) {
         return false;
     }
+    let k = (key(bytes), change.id);
+    if let Some(known) = decoded.lock().ok().and_then(|d| d.carries.get(&k).copied()) {
+        return known;
+    }
+    let answer = carries_decoded(change, bytes);
+    if let Ok(mut d) = decoded.lock() {
+        if d.carries.len() >= Decoded::MAX {
+            d.carries.clear();
+        }
+        d.carries.insert(k, answer);
+    }
+    answer
+}
+
+fn carries_decoded(change: &Change, bytes: &[u8]) -> bool {
     match &change.expect {
         Expect::Endpoints(n) => ClusterLoadAssignment::decode(bytes).is_ok_and(|c| {
             c.cluster_name == change.resource && c.endpoints.iter().map(|l| l.lb_endpoints.len()).sum::<usize>() == *n
@@ -396,35 +414,43 @@ impl Requests {
         )
     }
 
+    /// A response, read from the wire without copying its resources: only
+    /// the fields a proxy acts on (type, version, nonce, names, the
+    /// resources' values as slices of `msg`).
     fn decode(&self, msg: Bytes) -> Result<Resp, String> {
-        let t_of = |url: &str| self.urls.iter().position(|u| u == url);
-        if self.delta {
-            let r = DeltaDiscoveryResponse::decode(msg).map_err(|e| format!("decode: {e}"))?;
-            let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
-            Ok(Resp {
-                t,
-                full: false,
-                version: String::new(),
-                nonce: r.nonce,
-                resources: r
-                    .resources
-                    .into_iter()
-                    .map(|x| (Some(x.name), x.resource.map(|a| a.value).unwrap_or_default(), x.version))
-                    .collect(),
-                removed: r.removed_resources,
-            })
-        } else {
-            let r = DiscoveryResponse::decode(msg).map_err(|e| format!("decode: {e}"))?;
-            let t = t_of(&r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
-            Ok(Resp {
-                t,
-                full: true,
-                version: r.version_info,
-                nonce: r.nonce,
-                resources: r.resources.into_iter().map(|a| (None, a.value, String::new())).collect(),
-                removed: Vec::new(),
-            })
+        let bad = |e: wire::Error| format!("decode: {e}");
+        let text = |b: &Bytes| String::from_utf8(b.to_vec()).map_err(|_| "decode: a string is not UTF-8".to_owned());
+        let (mut type_url, mut version, mut nonce) = (String::new(), String::new(), String::new());
+        let (mut resources, mut removed) = (Vec::new(), Vec::new());
+        for field in wire::fields(&msg) {
+            let (number, value) = field.map_err(bad)?;
+            match (self.delta, number) {
+                (false, 1) => version = text(&value)?,
+                (_, 4) => type_url = text(&value)?,
+                (_, 5) => nonce = text(&value)?,
+                // Any: its value (2).
+                (false, 2) => {
+                    resources.push((None, wire::field(&value, 2).map_err(bad)?.unwrap_or_default(), String::new()))
+                }
+                // Resource: version (1), resource Any (2), name (3).
+                (true, 2) => {
+                    let (mut name, mut v, mut any) = (String::new(), String::new(), Bytes::new());
+                    for f in wire::fields(&value) {
+                        match f.map_err(bad)? {
+                            (1, b) => v = text(&b)?,
+                            (2, b) => any = wire::field(&b, 2).map_err(bad)?.unwrap_or_default(),
+                            (3, b) => name = text(&b)?,
+                            _ => {}
+                        }
+                    }
+                    resources.push((Some(name), any, v));
+                }
+                (true, 6) => removed.push(text(&value)?),
+                _ => {}
+            }
         }
+        let t = self.urls.iter().position(|u| *u == type_url).ok_or_else(|| format!("unexpected type {type_url}"))?;
+        Ok(Resp { t, full: !self.delta, version, nonce, resources, removed })
     }
 }
 
@@ -648,7 +674,7 @@ async fn follow(
                 // Pending changes this response carries.
                 st.pending.retain(|c| {
                     let t = if matches!(c.expect, Expect::Endpoints(_)) { EDS } else { RDS };
-                    if t == r.t && r.resources.iter().any(|(n, b, _)| carries(c, n.as_deref(), b)) {
+                    if t == r.t && r.resources.iter().any(|(n, b, _)| carries(c, n.as_deref(), b, &shared.decoded)) {
                         converged.push(c.clone());
                         false
                     } else {
@@ -680,6 +706,10 @@ async fn follow(
                 !synced && got[CDS] && got[LDS] && (st.eds.is_empty() || got[EDS]) && (st.rds.is_empty() || got[RDS]);
             if let Ok(mut l) = shared.live.lock() {
                 l.response(len as u64, nack);
+                if !converged.is_empty() {
+                    l.change_responses += 1;
+                    l.change_bytes += len as u64;
+                }
                 for c in &converged {
                     l.converged(c.id, now.saturating_duration_since(c.at));
                 }

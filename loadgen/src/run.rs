@@ -117,6 +117,9 @@ pub struct Options {
     pub server_pid: Option<u32>,
     /// Print a live progress line on standard error.
     pub progress: bool,
+    /// Worker threads the run's runtime has (reported, to judge whether
+    /// loadgen was the limit).
+    pub threads: usize,
 }
 
 impl Options {
@@ -137,6 +140,7 @@ impl Options {
             hold: Duration::ZERO,
             server_pid: None,
             progress: false,
+            threads: 1,
         }
     }
 }
@@ -181,6 +185,7 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
         decoded: Mutex::default(),
     });
     let sampler = o.server_pid.map(|pid| tokio::spawn(stats::sample(pid, Duration::from_millis(250), stop_rx.clone())));
+    let own = tokio::spawn(stats::sample(std::process::id(), Duration::from_millis(250), stop_rx.clone()));
     // loadgen's own CPU, reported next to the server's: a client that
     // saturates measures itself, not the server.
     let own_cpu_at_start = stats::proc_sample(std::process::id()).map_or(0.0, |s| s.0);
@@ -281,5 +286,7 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
     let changes = changes.lock().map(|c| c.clone()).unwrap_or_default();
     let mut report = Report::new(&sc.name, o.proxies, o.delta, start.elapsed(), start, live, &changes, server);
     report.client_cpu_s = stats::proc_sample(std::process::id()).map_or(0.0, |s| s.0) - own_cpu_at_start;
+    report.client = own.await.ok();
+    report.client_threads = o.threads;
     report
 }

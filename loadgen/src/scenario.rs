@@ -95,7 +95,8 @@ pub enum ScenarioError {
 }
 
 /// The presets in `bench/testdata/`.
-pub const PRESETS: &[&str] = &["istio-perf", "large", "eds-churn", "config-churn", "connect-storm", "gateway"];
+pub const PRESETS: &[&str] =
+    &["istio-perf", "large", "eds-churn", "config-churn", "connect-storm", "gateway", "fanout"];
 
 /// The directory of the presets.
 pub fn presets_dir() -> PathBuf {

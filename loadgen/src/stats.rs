@@ -45,6 +45,11 @@ pub struct Live {
     pub responses: u64,
     /// Bytes of gRPC messages received.
     pub bytes: u64,
+    /// Responses that carried a change, and their bytes (what one change
+    /// costs to send one proxy: the raw floor is measured with that size).
+    pub change_responses: u64,
+    /// Their bytes.
+    pub change_bytes: u64,
     /// Responses NACKed.
     pub nacks: u64,
     /// Streams lost after a proxy had synced.
@@ -78,6 +83,8 @@ impl Default for Live {
             resynced: 0,
             responses: 0,
             bytes: 0,
+            change_responses: 0,
+            change_bytes: 0,
             nacks: 0,
             disconnects: 0,
             superseded: 0,
@@ -187,6 +194,23 @@ impl Usage {
     pub fn cpu_s(&self) -> f64 {
         self.samples.last().map_or(0.0, |s| s.1)
     }
+
+    /// The busiest second or so of the run: CPU seconds per wall second
+    /// over the busiest window of at least `window` seconds.
+    pub fn peak_cpus(&self, window: f64) -> f64 {
+        let mut best = 0.0f64;
+        let mut j = 0;
+        for i in 0..self.samples.len() {
+            while j < i && self.samples[i].0 - self.samples[j + 1].0 >= window {
+                j += 1;
+            }
+            let (a, b) = (self.samples[j], self.samples[i]);
+            if b.0 - a.0 >= window {
+                best = best.max((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+        best
+    }
 }
 
 /// Reads (CPU seconds, RSS bytes, peak RSS bytes) of process `pid`.
@@ -270,7 +294,16 @@ pub struct Report {
     pub server: Option<Usage>,
     /// CPU seconds loadgen itself used during the run.
     pub client_cpu_s: f64,
+    /// loadgen's own CPU and memory over the run, and its threads: a run
+    /// whose client was saturated measured the client.
+    pub client: Option<Usage>,
+    /// Worker threads loadgen ran on.
+    pub client_threads: usize,
 }
+
+/// A client busier than this share of its threads over its busiest second
+/// may have held the server back.
+pub const SATURATED: f64 = 0.85;
 
 impl Report {
     /// Builds the report from the changes made and what the proxies saw.
@@ -318,6 +351,8 @@ impl Report {
             changes: rows,
             server,
             client_cpu_s: 0.0,
+            client: None,
+            client_threads: 1,
         }
     }
 
@@ -327,10 +362,28 @@ impl Report {
         self.live.outstanding()
     }
 
+    /// Per change every proxy that could see it took, its fan-out: from
+    /// the first ACK to the last (the server's push to all of them, without
+    /// the time it took to notice the change and publish it); the median
+    /// and the largest, in ms.
+    pub fn fanout_ms(&self) -> Option<(f64, f64)> {
+        let mut v: Vec<f64> = self
+            .changes
+            .iter()
+            .filter(|c| c.expected > 0 && c.converged == c.expected)
+            .map(|c| c.ms[2] - c.first_ms)
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some((v[v.len() / 2], v[v.len() - 1]))
+    }
+
     /// The JSON report.
     pub fn json(&self) -> serde_json::Value {
         let l = &self.live;
-        serde_json::json!({
+        let mut j = serde_json::json!({
             "scenario": self.scenario,
             "proxies": self.proxies,
             "delta": self.delta,
@@ -362,7 +415,26 @@ impl Report {
                 "expected": c.expected, "converged": c.converged, "first_ack_ms": c.first_ms, "last_ack_ms": c.ms[2],
                 "p50_ms": c.ms[0], "p99_ms": c.ms[1], "max_ms": c.ms[2],
             })).collect::<Vec<_>>(),
-        })
+        });
+        j["bytes_per_change_response"] = serde_json::json!(l.change_bytes.checked_div(l.change_responses));
+        j["fanout_ms"] = match self.fanout_ms() {
+            Some((p50, max)) => serde_json::json!({"p50": p50, "max": max}),
+            None => serde_json::Value::Null,
+        };
+        // The client's own load, kept apart (json! has a recursion limit).
+        j["client_threads"] = serde_json::json!(self.client_threads);
+        j["client_peak_busy"] = serde_json::json!(self.client_peak_busy());
+        j["client_saturated"] = serde_json::json!(self.client_peak_busy() >= SATURATED);
+        j["client_rss_bytes_max"] = serde_json::json!(self.client.as_ref().map(|u| u.rss_max));
+        j["client_rss_bytes_per_proxy"] =
+            serde_json::json!(self.client.as_ref().map(|u| u.rss_max / u64::from(self.proxies.max(1))));
+        j["bytes_per_second_received"] = serde_json::json!(l.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9));
+        j
+    }
+
+    /// The share of its threads loadgen kept busy over its busiest second.
+    pub fn client_peak_busy(&self) -> f64 {
+        self.client.as_ref().map_or(0.0, |u| u.peak_cpus(1.0) / self.client_threads.max(1) as f64)
     }
 
     /// The text summary.
@@ -395,6 +467,9 @@ impl Report {
                 self.missed(),
                 l.superseded
             );
+            if let Some((p50, max)) = self.fanout_ms() {
+                let _ = writeln!(out, "  fan-out (first to last ACK of a change) median {p50:.1} ms, max {max:.1} ms");
+            }
         }
         if !self.changes.is_empty() {
             // Per change: a stall (a change everyone got late, or nobody
@@ -426,6 +501,24 @@ impl Report {
             "  received {} responses, {} bytes ({} per proxy); {} NACKs; {} errors",
             l.responses, l.bytes, j["bytes_per_proxy"], l.nacks, l.error_count
         );
+        if let Some(c) = &self.client {
+            let busy = self.client_peak_busy();
+            let _ = writeln!(
+                out,
+                "  loadgen: {:.2} CPU s on {} threads, busiest second {:.0}% of them{}; RSS peak {:.1} MiB ({:.1} KiB per proxy); absorbed {:.1} MB/s",
+                self.client_cpu_s,
+                self.client_threads,
+                busy * 100.0,
+                if busy >= SATURATED {
+                    " (SATURATED: these figures measure loadgen as much as the server)"
+                } else {
+                    ""
+                },
+                c.rss_max as f64 / 1048576.0,
+                c.rss_max as f64 / 1024.0 / f64::from(self.proxies.max(1)),
+                l.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6,
+            );
+        }
         if let Some(u) = &self.server {
             let mib = |b: u64| b as f64 / 1048576.0;
             let (first, last) = (u.samples.first().map_or(0, |s| s.2), u.samples.last().map_or(0, |s| s.2));

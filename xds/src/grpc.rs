@@ -273,6 +273,10 @@ impl GrpcConnection {
             }
             call.buf.advance(5);
             let msg = call.buf.split_to(len).freeze();
+            if call.buf.is_empty() {
+                // Nothing partial: the allocation goes with the message.
+                call.buf = BytesMut::new();
+            }
             self.buffered -= 5 + len;
             if let Err(status) = svc.message(self, id, msg) {
                 self.finish(id, &status);

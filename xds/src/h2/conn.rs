@@ -268,6 +268,11 @@ impl Connection {
                 self.on_error(e);
             }
         }
+        if self.rbuf.is_empty() {
+            // Nothing partial: give back the allocation (an idle
+            // connection keeps no read memory).
+            self.rbuf = BytesMut::new();
+        }
         self.phase != Phase::Closed
     }
 

@@ -86,6 +86,24 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("4 passed, 0 failed"), "{text}");
     assert!(metrics.contains("pilot_xds "), "{metrics}");
+    // istiod's push metrics (pilot/pkg/xds/monitoring.go): per type, with
+    // its buckets; the first publish is a full ("global") push.
+    let value = |line: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {line} in\n{metrics}"))
+    };
+    for t in ["cds", "lds"] {
+        assert!(value(&format!("pilot_xds_pushes{{type=\"{t}\"}}")) > 0.0, "{t}");
+        assert!(value(&format!("pilot_xds_push_time_count{{type=\"{t}\"}}")) > 0.0, "{t}");
+    }
+    assert!(metrics.contains("pilot_xds_push_time_bucket{type=\"eds\",le=\"0.01\"}"), "{metrics}");
+    assert!(value("pilot_proxy_queue_time_count") >= 0.0);
+    assert!(metrics.contains("pilot_proxy_convergence_time_bucket{le=\"30\"}"), "{metrics}");
+    assert!(value("pilot_pushcontext_init_seconds_count") >= 1.0);
+    assert!(value("pilot_debounce_time_count") >= 1.0);
+    assert!(value("pilot_push_triggers{type=\"global\"}") >= 1.0);
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }
 
@@ -243,6 +261,9 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
         get(http, "/debug/registryz").unwrap().1.contains("extra.bookinfo.svc.cluster.local")
     });
     wait_for("second snapshot", || version() == 2);
+    // The push it caused is counted as istiod counts it: a service update.
+    let metrics = get(monitoring, "/metrics").unwrap().1;
+    assert!(metrics.contains("pilot_push_triggers{type=\"service\"} 1\n"), "{metrics}");
 
     // A broken document is reported with file and index; nothing changes.
     std::fs::write(dir.path().join("broken.yaml"), "kind: Service\nmetadata: {name: b}\nspec: {ports: [{port: x}]}\n")

@@ -647,6 +647,11 @@ async fn follow(
             }
             buf.advance(5);
             let msg = buf.split_to(len).freeze();
+            if buf.is_empty() {
+                // The allocation goes with the message: an idle proxy
+                // keeps no read memory.
+                buf = BytesMut::new();
+            }
             let r = match rq.decode(msg) {
                 Ok(r) => r,
                 Err(e) => return End::Lost(e),

@@ -78,10 +78,9 @@ pub(super) async fn monitoring(
     let stats = publisher.query(DebugQuery::Stats).await;
     let sum = |k: &str| stats.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum::<u64>();
     let mut out = istiod_xds::metrics::render();
+    out.push_str(&crate::control::metrics::render());
     out.push_str("# HELP pilot_xds Number of endpoints connected to this pilot using XDS.\n# TYPE pilot_xds gauge\n");
     out.push_str(&format!("pilot_xds {}\n", sum("streams")));
-    out.push_str("# HELP pilot_xds_pushes Pilot build and send errors for lds, rds, cds and eds.\n# TYPE pilot_xds_pushes counter\n");
-    out.push_str(&format!("pilot_xds_pushes {}\n", sum("pushes")));
     out.push_str("# HELP pilot_total_xds_rejects Total number of XDS responses from pilot rejected by proxy.\n# TYPE pilot_total_xds_rejects counter\n");
     out.push_str(&format!("pilot_total_xds_rejects {}\n", sum("nacks")));
     if let Some(ca) = ca {

@@ -206,8 +206,30 @@ pub(super) fn apply(
             build_ms = started.elapsed().as_secs_f64() * 1000.0,
             "mesh changed"
         );
-        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched });
+        crate::control::metrics::PUSHCONTEXT_INIT.record(started.elapsed());
+        // The first publish is a full push.
+        let reasons = if first { vec!["global"] } else { push_reasons(changed.as_deref()) };
+        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons });
     }
+}
+
+/// istiod's push trigger reasons for the objects that changed (`None`: a
+/// first list or relist, a full push).
+fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> Vec<&'static str> {
+    let Some(changed) = changed else { return vec!["global"] };
+    let mut out: Vec<&'static str> = changed
+        .iter()
+        .map(|r| match r.kind.as_str() {
+            "EndpointSlice" | "Endpoints" | "Pod" | "WorkloadEntry" => "endpoint",
+            "Service" | "ServiceEntry" => "service",
+            "Secret" => "secret",
+            "Namespace" => "namespace",
+            _ => "config",
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;

@@ -349,10 +349,15 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     control_plane: &self.control_plane,
                     now,
                 };
+                let started = Instant::now();
                 let Some(out) = stream.flush_next(&mut ctx, cause) else { break };
                 let kind = out.kind;
                 match conn.send_admitted(sid, out.bytes) {
-                    Ok(()) => self.pushes += 1,
+                    Ok(()) => {
+                        self.pushes += 1;
+                        crate::metrics::PUSHES[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        crate::metrics::PUSH_TIME[kind as usize].record(started.elapsed());
+                    }
                     Err(SendError::TooLarge { len, limit }) => {
                         // A real limit: the proxy is told, and the log
                         // names it; its other streams and every other
@@ -379,6 +384,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// Applies a new snapshot: marks affected streams and pushes.
     pub fn on_snapshot(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) {
         let cause = Some(snap.changed_at);
+        let arrived = Instant::now();
         self.snap = snap;
         let mut touched: HashSet<u64> = HashSet::new();
         for ((conn, _), s) in self.streams.iter_mut() {
@@ -393,6 +399,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 self.deferred.insert(id);
                 continue;
             };
+            crate::metrics::QUEUE_TIME.record(arrived.elapsed());
             self.flush_conn(&mut conn, cause);
             drop(conn);
             shared.wake();
@@ -560,6 +567,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             ));
         }
         for us in acked.convergence_us {
+            crate::metrics::CONVERGENCE_TIME.record(std::time::Duration::from_micros(us));
             let _ = self.convergence.record(us.max(1));
         }
         self.nacks += acked.nacks;

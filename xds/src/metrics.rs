@@ -81,6 +81,91 @@ static COUNTS: [AtomicU64; 20] = [const { AtomicU64::new(0) }; 20];
 static RESETS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 static GOAWAYS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 
+/// A Prometheus histogram with fixed buckets (istiod's), shared by every
+/// core: relaxed atomic adds, a handful per push.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: [AtomicU64; 12],
+    /// Sum, in microseconds.
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// With `bounds` (seconds, ascending, at most 12).
+    pub const fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: [const { AtomicU64::new(0) }; 12],
+            sum_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation.
+    pub fn record(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The exposition lines of this histogram as `name` with `labels`
+    /// (`type="eds"`, or empty): cumulative buckets, sum, count.
+    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, b) in self.bounds.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{braces} {count}");
+    }
+}
+
+/// istiod's xDS type label (`model.GetMetricType`), by the index of
+/// [`crate::ads::Kind`].
+pub const KIND_LABELS: [&str; 5] = ["cds", "eds", "lds", "rds", "sds"];
+
+/// Responses sent, by type (`pilot_xds_pushes{type}`).
+pub static PUSHES: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+/// Time to build a response, by type (`pilot_xds_push_time{type}`).
+pub static PUSH_TIME: [Histogram; 5] =
+    [const { Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]) }; 5];
+/// From a snapshot reaching a core to a proxy's push starting
+/// (`pilot_proxy_queue_time`).
+pub static QUEUE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
+/// From a change to a proxy's ACK of it (`pilot_proxy_convergence_time`).
+pub static CONVERGENCE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
+
+/// Entries and bytes of the cores' caches of encoded resources (the
+/// cores add and subtract what they hold).
+static CACHE_ENTRIES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+static CACHE_BYTES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// A core's cache grew (or shrank) by `entries` holding `bytes`.
+pub fn cache_delta(entries: i64, bytes: i64) {
+    CACHE_ENTRIES.fetch_add(entries, Ordering::Relaxed);
+    CACHE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Entries and bytes in the cores' caches.
+pub fn cache_size() -> (i64, i64) {
+    (CACHE_ENTRIES.load(Ordering::Relaxed), CACHE_BYTES.load(Ordering::Relaxed))
+}
+
 /// Counts one violation.
 pub fn count(v: Violation) {
     COUNTS[v as usize].fetch_add(1, Ordering::Relaxed);
@@ -121,6 +206,27 @@ pub fn render() -> String {
             }
         }
     }
+    out.push_str("# HELP pilot_xds_pushes Pilot build and send errors for lds, rds, cds and eds.\n# TYPE pilot_xds_pushes counter\n");
+    for (i, t) in KIND_LABELS.iter().enumerate() {
+        let _ = writeln!(out, "pilot_xds_pushes{{type=\"{t}\"}} {}", PUSHES[i].load(Ordering::Relaxed));
+    }
+    out.push_str("# HELP pilot_xds_push_time Total time in seconds Pilot takes to push lds, rds, cds and eds.\n# TYPE pilot_xds_push_time histogram\n");
+    for (i, t) in KIND_LABELS.iter().enumerate() {
+        PUSH_TIME[i].render(&mut out, "pilot_xds_push_time", &format!("type=\"{t}\""));
+    }
+    out.push_str("# HELP pilot_proxy_queue_time Time in seconds, a proxy is in the push queue before being dequeued.\n# TYPE pilot_proxy_queue_time histogram\n");
+    QUEUE_TIME.render(&mut out, "pilot_proxy_queue_time", "");
+    out.push_str("# HELP pilot_proxy_convergence_time Delay in seconds between config change and a proxy receiving all required configuration.\n# TYPE pilot_proxy_convergence_time histogram\n");
+    CONVERGENCE_TIME.render(&mut out, "pilot_proxy_convergence_time", "");
+    let (entries, bytes) = cache_size();
+    let _ = writeln!(
+        out,
+        "# HELP pilot_xds_cache_size Current size of xds cache\n# TYPE pilot_xds_cache_size gauge\npilot_xds_cache_size {entries}"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP istiod_rs_xds_cache_bytes Bytes of encoded resources in the cores' caches.\n# TYPE istiod_rs_xds_cache_bytes gauge\nistiod_rs_xds_cache_bytes {bytes}"
+    );
     out
 }
 
@@ -143,5 +249,20 @@ mod tests {
         assert!(text.contains("istiod_rs_h2_violations_total{kind=\"ping_flood\"}"));
         assert!(text.contains("istiod_rs_h2_goaway_sent_total{code=\"ENHANCE_YOUR_CALM\"}"));
         assert_eq!(text.matches("istiod_rs_h2_violations_total{").count(), VIOLATIONS.len());
+    }
+
+    #[test]
+    fn histograms_render_cumulative_buckets_as_prometheus() {
+        static H: Histogram = Histogram::new(&[0.1, 1.0]);
+        H.record(std::time::Duration::from_millis(50));
+        H.record(std::time::Duration::from_millis(500));
+        H.record(std::time::Duration::from_secs(5));
+        let mut out = String::new();
+        H.render(&mut out, "x", "type=\"eds\"");
+        assert_eq!(
+            out,
+            "x_bucket{type=\"eds\",le=\"0.1\"} 1\nx_bucket{type=\"eds\",le=\"1\"} 2\nx_bucket{type=\"eds\",le=\"+Inf\"} 3\n\
+             x_sum{type=\"eds\"} 5.55\nx_count{type=\"eds\"} 3\n"
+        );
     }
 }

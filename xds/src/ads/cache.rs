@@ -67,6 +67,13 @@ impl<C> Default for Cache<C> {
     }
 }
 
+impl<C> Drop for Cache<C> {
+    fn drop(&mut self) {
+        let bytes: i64 = self.map.values().map(|(_, e)| e.any.len() as i64).sum();
+        crate::metrics::cache_delta(-(self.map.len() as i64), -bytes);
+    }
+}
+
 impl<C: super::Class> Cache<C> {
     /// The encoded resource, from the cache or freshly generated; `None`
     /// when it does not exist in `snap`.
@@ -108,9 +115,13 @@ impl<C: super::Class> Cache<C> {
         };
         let e = Encoded { any: wire::any(kind.type_url(), &body), version: version.into() };
         if self.map.len() >= MAX_ENTRIES {
-            self.map.clear();
+            self.clear_map();
         }
-        self.map.insert(key, (input, e.clone()));
+        let len = e.any.len() as i64;
+        match self.map.insert(key, (input, e.clone())) {
+            Some((_, old)) => crate::metrics::cache_delta(0, len - old.any.len() as i64),
+            None => crate::metrics::cache_delta(1, len),
+        }
         Some(e)
     }
 
@@ -206,8 +217,23 @@ impl<C: super::Class> Cache<C> {
         let mut kept = live;
         kept.extend(self.reduced.values().map(|(_, _, r)| ptr(r)));
         self.interned.retain(|_, c| kept.contains(&ptr(c)));
-        self.map.retain(|(_, _, c), _| kept.contains(&ptr(c)));
+        let (mut entries, mut bytes) = (0i64, 0i64);
+        self.map.retain(|(_, _, c), (_, e)| {
+            let keep = kept.contains(&ptr(c));
+            if !keep {
+                entries += 1;
+                bytes += e.any.len() as i64;
+            }
+            keep
+        });
+        crate::metrics::cache_delta(-entries, -bytes);
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
+    }
+
+    fn clear_map(&mut self) {
+        let bytes: i64 = self.map.values().map(|(_, e)| e.any.len() as i64).sum();
+        crate::metrics::cache_delta(-(self.map.len() as i64), -bytes);
+        self.map.clear();
     }
 
     /// Entries held.

@@ -190,9 +190,7 @@ pub(super) async fn serve<IO, S>(
             {
                 return Poll::Ready(Ev::Wrote(r));
             }
-            if !closed
-                && let Poll::Ready(r) = READ.with(|b| Pin::new(&mut io).poll_read(cx, &mut b.borrow_mut()[..]))
-            {
+            if !closed && let Poll::Ready(r) = READ.with(|b| Pin::new(&mut io).poll_read(cx, &mut b.borrow_mut()[..])) {
                 return Poll::Ready(Ev::Read(r));
             }
             if let Some((_, t)) = timer.as_mut()

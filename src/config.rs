@@ -273,7 +273,9 @@ pub struct PushTuning {
     /// `PILOT_ENABLE_EDS_DEBOUNCE` (true): endpoint-only changes are
     /// debounced too; when false they push at once.
     pub eds_debounce: bool,
-    /// `PILOT_PUSH_THROTTLE` (0 = automatic since 1.21): concurrent pushes.
+    /// `PILOT_PUSH_THROTTLE` (0 = automatic since 1.21, istiod's
+    /// `min(15 + 5 * cores, 100)`): connections a core pushes a snapshot to
+    /// before it lets its connections read and write again.
     /// Automatic is istiod's `min(15 + 5 * cores, 100)`.
     pub push_throttle: u32,
     /// `PILOT_MAX_REQUESTS_PER_SECOND` (0 = automatic since 1.21): new xDS
@@ -458,12 +460,6 @@ impl Config {
     pub fn not_yet_supported(&self) -> Vec<String> {
         let mut out = Vec::new();
         let p = &self.push;
-        if p.push_throttle != 0 {
-            out.push(format!(
-                "PILOT_PUSH_THROTTLE={}: pushes are not limited by count (each core pushes what its connections' queues take)",
-                p.push_throttle
-            ));
-        }
         if p.max_requests_per_second != 0.0 {
             out.push(format!(
                 "PILOT_MAX_REQUESTS_PER_SECOND={}: new xDS streams are not rate-limited",

@@ -130,7 +130,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let factory =
         AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
             .max_node_bytes(config.limits.max_node_bytes)
-            .max_names(config.limits.max_names_per_stream);
+            .max_names(config.limits.max_names_per_stream)
+            .push_throttle(match config.push.push_throttle {
+                0 => Config::automatic_throttle(cores) as usize,
+                n => n as usize,
+            });
     // ADS and, on the same ports, the CA (which answers over TLS only).
     let auth = crate::ca::xds_auth::XdsAuth {
         server: ca_server.clone(),

@@ -134,6 +134,7 @@ pub struct AdsFactory<M = (), C = ()> {
     control_plane: String,
     max_node_bytes: usize,
     max_names: usize,
+    push_throttle: usize,
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -151,7 +152,17 @@ impl<M, C> AdsFactory<M, C> {
             control_plane: control_plane.to_owned(),
             max_node_bytes: node::DEFAULT_MAX_NODE_BYTES,
             max_names: DEFAULT_MAX_NAMES,
+            // istiod's automatic PILOT_PUSH_THROTTLE on two cores.
+            push_throttle: 25,
         }
+    }
+
+    /// Connections a core pushes a new snapshot to before it lets its
+    /// connections read and write (`PILOT_PUSH_THROTTLE`): a push to
+    /// thousands of proxies does not hold ACKs and new streams back.
+    pub fn push_throttle(mut self, n: usize) -> Self {
+        self.push_throttle = n.max(1);
+        self
     }
 
     /// End streams that subscribe to more than `names` resource names.
@@ -192,12 +203,13 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             convergence: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             pushes: 0,
             nacks: 0,
+            snap_arrived: Instant::now(),
         }
     }
 
     fn start(&self, core: usize, svc: Rc<std::cell::RefCell<AdsService<M, C>>>) {
         if let Some(rx) = self.receivers.take(core) {
-            glommio::spawn_local(updates(svc, rx)).detach();
+            glommio::spawn_local(updates(svc, rx, self.push_throttle)).detach();
         }
     }
 }
@@ -205,11 +217,24 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
 async fn updates<M: Send + Sync + 'static, C: Class>(
     svc: Rc<std::cell::RefCell<AdsService<M, C>>>,
     rx: async_channel::Receiver<Update<M>>,
+    throttle: usize,
 ) {
-    while let Ok(first) = rx.recv().await {
+    // Connections with a push owed, in the order their snapshot touched them.
+    let mut queue: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    let mut queued: HashSet<u64> = HashSet::new();
+    loop {
+        // Wait for news only when no push is owed.
+        let first = if queue.is_empty() {
+            match rx.recv().await {
+                Ok(u) => Some(u),
+                Err(_) => return,
+            }
+        } else {
+            rx.try_recv().ok()
+        };
         // Drain what else is waiting: the newest snapshot wins, deltas merge.
         let mut latest: Option<(Arc<Snapshot<M>>, Delta)> = None;
-        let mut next = Some(first);
+        let mut next = first;
         while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
             match u {
                 Update::Snapshot(s, d) => match &mut latest {
@@ -226,7 +251,23 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
             }
         }
         if let Some((snap, delta)) = latest {
-            svc.borrow_mut().on_snapshot(snap, delta);
+            // A connection already owed a push takes the newest snapshot
+            // with it (its streams are marked again).
+            for id in svc.borrow_mut().mark(snap, delta) {
+                if queued.insert(id) {
+                    queue.push_back(id);
+                }
+            }
+        }
+        for _ in 0..throttle {
+            let Some(id) = queue.pop_front() else { break };
+            queued.remove(&id);
+            svc.borrow_mut().push_conn(id);
+        }
+        if !queue.is_empty() {
+            // Let the connections write what was queued and read their
+            // ACKs before the next batch.
+            futures_lite::future::yield_now().await;
         }
     }
 }
@@ -256,6 +297,9 @@ pub struct AdsService<M = (), C = ()> {
     control_plane: String,
     /// Change seen by the watcher core to ACK, microseconds.
     convergence: Histogram<u64>,
+    /// When the current snapshot reached this core (`pilot_proxy_queue_time`
+    /// counts from it).
+    snap_arrived: Instant,
     pushes: u64,
     nacks: u64,
 }
@@ -381,29 +425,43 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         }
     }
 
-    /// Applies a new snapshot: marks affected streams and pushes.
+    /// Applies a new snapshot and pushes to every affected connection at
+    /// once (tests; the core's task pushes in batches, see [`Self::mark`]).
     pub fn on_snapshot(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) {
-        let cause = Some(snap.changed_at);
-        let arrived = Instant::now();
+        for id in self.mark(snap, delta) {
+            self.push_conn(id);
+        }
+    }
+
+    /// Takes a new snapshot and marks the affected streams; returns the
+    /// connections that owe a push ([`Self::push_conn`]).
+    pub fn mark(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) -> Vec<u64> {
+        self.snap_arrived = Instant::now();
         self.snap = snap;
-        let mut touched: HashSet<u64> = HashSet::new();
+        let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {
             s.on_delta_update(&delta);
             if s.is_dirty() {
-                touched.insert(*conn);
+                touched.push(*conn);
             }
         }
-        for id in touched {
-            let Some(shared) = self.registry.get(id) else { continue };
-            let Ok(mut conn) = shared.conn.try_borrow_mut() else {
-                self.deferred.insert(id);
-                continue;
-            };
-            crate::metrics::QUEUE_TIME.record(arrived.elapsed());
-            self.flush_conn(&mut conn, cause);
-            drop(conn);
-            shared.wake();
-        }
+        touched.sort_unstable();
+        touched.dedup();
+        touched
+    }
+
+    /// Pushes what connection `id`'s streams owe.
+    pub fn push_conn(&mut self, id: u64) {
+        let Some(shared) = self.registry.get(id) else { return };
+        let Ok(mut conn) = shared.conn.try_borrow_mut() else {
+            self.deferred.insert(id);
+            return;
+        };
+        crate::metrics::QUEUE_TIME.record(self.snap_arrived.elapsed());
+        let cause = Some(self.snap.changed_at);
+        self.flush_conn(&mut conn, cause);
+        drop(conn);
+        shared.wake();
     }
 
     fn debug(&self, q: &DebugQuery) -> Value {

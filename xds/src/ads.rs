@@ -9,6 +9,7 @@
 //! the newest state goes out when the queue drains.
 
 pub mod cache;
+pub mod names;
 pub mod node;
 pub mod snapshot;
 pub mod stream;
@@ -558,7 +559,18 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .filter_map(|id| self.registry.get(*id))
                     .filter_map(|c| c.conn.try_borrow().ok().map(|c| c.queued()))
                     .sum();
+                // What the streams track per resource name (memory per
+                // proxy grows with it).
+                let (mut sent, mut names) = (0usize, 0usize);
+                for st in self.streams.values() {
+                    for w in st.watches.iter().flatten() {
+                        sent += w.sent.len();
+                        names += w.names.len();
+                    }
+                }
                 json!({
+                    "tracked_sent": sent,
+                    "tracked_names": names,
                     "queued_bytes": queued,
                     "deferred_connections": self.deferred.len(),
                     "core": self.core,

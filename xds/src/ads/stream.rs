@@ -5,7 +5,7 @@
 //! answered only when the subscription changed, or when the type must be
 //! re-sent after its parent (EDS after CDS, RDS after LDS).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +14,7 @@ use bytes::Bytes;
 use super::cache::Cache;
 use istiod_proto::envoy::config::core::v3::Node;
 
+use super::names::{NameMap, NameSet, intern};
 use super::node::Peer;
 use super::snapshot::{Delta, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
@@ -56,9 +57,9 @@ pub struct Watch {
     /// Subscribed to every resource of the type.
     pub wildcard: bool,
     /// Explicitly subscribed names.
-    pub names: BTreeSet<Arc<str>>,
+    pub names: NameSet,
     /// What the proxy has, by our account: name to version.
-    pub sent: BTreeMap<Arc<str>, Arc<str>>,
+    pub sent: NameMap,
     /// Nonce of the last response.
     pub sent_nonce: Option<Arc<str>>,
     /// Snapshot version of the last response.
@@ -211,7 +212,7 @@ impl<C: super::Class> AdsStream<C> {
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
-        let names: BTreeSet<Arc<str>> = req.resource_names.iter().map(|n| Arc::from(n.as_str())).collect();
+        let names: NameSet = req.resource_names.iter().map(|n| intern(n)).collect();
         let nonce: Arc<str> = req.response_nonce.as_str().into();
         let first = w.sent_nonce.is_none();
         if !req.response_nonce.is_empty() && !first && w.sent_nonce.as_ref() != Some(&nonce) {
@@ -250,7 +251,8 @@ impl<C: super::Class> AdsStream<C> {
             let added: BTreeSet<Arc<str>> = wanted.difference(&w.names).cloned().collect();
             w.wildcard = wildcard;
             w.names = wanted;
-            w.sent.retain(|n, _| w.names.contains(n));
+            let names = &w.names;
+            w.sent.retain(|n| names.contains(n));
             // New names must be sent; for SotW named types, the response
             // carries what changed (istiod's incremental EDS).
             w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::Names(added) });
@@ -281,11 +283,7 @@ impl<C: super::Class> AdsStream<C> {
         if first {
             // Legacy wildcard: a first request without names for CDS/LDS.
             w.wildcard = kind.is_wildcard() && req.resource_names_subscribe.is_empty();
-            w.sent = req
-                .initial_resource_versions
-                .iter()
-                .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
-                .collect();
+            w.sent = req.initial_resource_versions.iter().map(|(k, v)| (intern(k), Arc::from(v.as_str()))).collect();
             w.dirty = Dirty::All;
         }
         if !req.response_nonce.is_empty() {
@@ -306,8 +304,11 @@ impl<C: super::Class> AdsStream<C> {
                     w.wildcard = true;
                     w.dirty.add(Dirty::All);
                 }
-            } else if w.names.insert(Arc::from(n.as_str())) {
-                added.insert(Arc::from(n.as_str()));
+            } else {
+                let n = intern(n);
+                if w.names.insert(n.clone()) {
+                    added.insert(n);
+                }
             }
         }
         for n in &req.resource_names_unsubscribe {
@@ -427,7 +428,7 @@ fn names_for<M: Send + Sync + 'static, C: super::Class>(
     match dirty {
         Dirty::Clean => BTreeSet::new(),
         Dirty::All => {
-            let mut all: BTreeSet<Arc<str>> = w.names.clone();
+            let mut all: BTreeSet<Arc<str>> = w.names.iter().cloned().collect();
             if w.wildcard {
                 all.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
             }

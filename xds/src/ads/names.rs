@@ -1,0 +1,223 @@
+//! What a stream tracks per resource name, compactly: 10,000 proxies each
+//! subscribed to hundreds of names and holding hundreds of resources made
+//! these sets and maps the bulk of the server's memory (about 115 bytes an
+//! entry with B-trees and a string per proxy per name). Here a name is one
+//! shared allocation per core ([`intern`]), a set is a sorted vector of
+//! them (16 bytes an entry) and a map of versions a sorted vector of pairs
+//! (32 bytes an entry). Lookups are binary searches; an insert shifts the
+//! tail, which for the few names a push changes costs less than the
+//! allocation a tree node would.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+thread_local! {
+    /// The core's names, and the size above which the unused ones are
+    /// dropped.
+    static NAMES: RefCell<(HashSet<Arc<str>>, usize)> = RefCell::new((HashSet::new(), 4096));
+}
+
+/// `name`, as the one allocation this core shares for it.
+pub fn intern(name: &str) -> Arc<str> {
+    NAMES.with(|n| {
+        let (set, limit) = &mut *n.borrow_mut();
+        if let Some(a) = set.get(name) {
+            return a.clone();
+        }
+        if set.len() >= *limit {
+            // Names no stream holds any more go.
+            set.retain(|a| Arc::strong_count(a) > 1);
+            *limit = (set.len() * 2).max(4096);
+        }
+        let a: Arc<str> = Arc::from(name);
+        set.insert(a.clone());
+        a
+    })
+}
+
+/// A set of names, sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NameSet(Vec<Arc<str>>);
+
+impl NameSet {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|n| (**n).cmp(name))
+    }
+
+    /// Adds `name`; whether it was new.
+    pub fn insert(&mut self, name: Arc<str>) -> bool {
+        match self.find(&name) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, name);
+                true
+            }
+        }
+    }
+
+    /// Removes `name`; whether it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        match self.find(name) {
+            Ok(i) => {
+                self.0.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `name` is in.
+    pub fn contains(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Names.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No names.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Empties it.
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    /// The names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter()
+    }
+
+    /// The names of `self` not in `other`.
+    pub fn difference<'a>(&'a self, other: &'a NameSet) -> impl Iterator<Item = &'a Arc<str>> {
+        self.0.iter().filter(|n| !other.contains(n))
+    }
+}
+
+impl FromIterator<Arc<str>> for NameSet {
+    fn from_iter<I: IntoIterator<Item = Arc<str>>>(iter: I) -> Self {
+        let mut v: Vec<Arc<str>> = iter.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        v.shrink_to_fit();
+        NameSet(v)
+    }
+}
+
+/// Names to versions, sorted by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NameMap(Vec<(Arc<str>, Arc<str>)>);
+
+impl NameMap {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
+    }
+
+    /// The version of `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<str>> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Whether `name` is in.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Sets the version of `name`.
+    pub fn insert(&mut self, name: Arc<str>, version: Arc<str>) {
+        match self.find(&name) {
+            Ok(i) => self.0[i].1 = version,
+            Err(i) => self.0.insert(i, (name, version)),
+        }
+    }
+
+    /// Removes `name`.
+    pub fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.find(name) {
+            self.0.remove(i);
+        }
+    }
+
+    /// Keeps the names `keep` says.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Arc<str>) -> bool) {
+        self.0.retain(|(n, _)| keep(n));
+    }
+
+    /// Empties it.
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// (name, version), in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+        self.0.iter().map(|(n, v)| (n, v))
+    }
+
+    /// The names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(n, _)| n)
+    }
+}
+
+impl FromIterator<(Arc<str>, Arc<str>)> for NameMap {
+    fn from_iter<I: IntoIterator<Item = (Arc<str>, Arc<str>)>>(iter: I) -> Self {
+        let mut v: Vec<(Arc<str>, Arc<str>)> = iter.into_iter().collect();
+        // The last of equal names wins, as a map's insert would.
+        v.reverse();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        v.shrink_to_fit();
+        NameMap(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_and_maps_behave_as_the_btree_ones_they_replace() {
+        let mut s: NameSet = ["b", "a", "c", "a"].into_iter().map(intern).collect();
+        assert_eq!(s.iter().map(|n| &**n).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(!s.insert(intern("b")) && s.insert(intern("d")) && s.contains("d"));
+        assert!(s.remove("a") && !s.remove("a"));
+        let other: NameSet = ["c"].into_iter().map(intern).collect();
+        assert_eq!(s.difference(&other).map(|n| &**n).collect::<Vec<_>>(), ["b", "d"]);
+        let mut m: NameMap = [("x", "1"), ("y", "2"), ("x", "3")].into_iter().map(|(n, v)| (intern(n), Arc::from(v))).collect();
+        assert_eq!(m.get("x").map(|v| &**v), Some("3"), "the last wins");
+        m.insert(intern("a"), "0".into());
+        m.insert(intern("y"), "9".into());
+        assert_eq!(m.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>(), ["a=0", "x=3", "y=9"]);
+        m.retain(|n| &**n != "x");
+        m.remove("a");
+        assert_eq!(m.keys().map(|n| &**n).collect::<Vec<_>>(), ["y"]);
+        assert!(m.contains_key("y") && !m.contains_key("x"));
+    }
+
+    #[test]
+    fn a_name_is_one_allocation_per_core_and_unused_ones_go() {
+        let a = intern("outbound|80||a.svc");
+        let b = intern(&String::from("outbound|80||a.svc"));
+        assert!(Arc::ptr_eq(&a, &b));
+        for i in 0..10_000 {
+            drop(intern(&format!("n{i}")));
+        }
+        let held = NAMES.with(|n| n.borrow().0.len());
+        assert!(held < 10_000, "dropped names were pruned: {held}");
+        assert!(Arc::ptr_eq(&a, &intern("outbound|80||a.svc")), "a held name stays");
+    }
+}

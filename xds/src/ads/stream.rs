@@ -435,7 +435,7 @@ fn names_for<M: Send + Sync + 'static, C: super::Class>(
             all
         }
         Dirty::Names(n) => {
-            n.iter().filter(|n| w.wildcard || w.names.contains(*n) || w.sent.contains_key(*n)).cloned().collect()
+            n.iter().filter(|n| w.wildcard || w.names.contains(n) || w.sent.contains_key(n)).cloned().collect()
         }
     }
 }

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use istiod::discovery;
 
@@ -108,7 +107,7 @@ fn response(
     class: &Arc<ProxyClass>,
     kind: Kind,
     names: &[Arc<str>],
-) -> Bytes {
+) -> wire::Chain {
     let got: Vec<Encoded> = names.iter().filter_map(|n| cache.get(&MeshGenerator, snap, class, kind, n)).collect();
     let refs: Vec<&Encoded> = got.iter().collect();
     wire::sotw_response("1", kind.type_url(), "nonce", &refs, "istiod-rs")
@@ -213,7 +212,7 @@ fn core_setup() -> Core {
         st.on_sotw(cds, &mut identify, now).unwrap();
         let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
         let out = st.flush(&mut ctx, None);
-        let r = DiscoveryResponse::decode(out[0].bytes.clone()).unwrap();
+        let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
         let class = st.class.clone().unwrap();
         let eds: Vec<String> = ctx
             .cache

@@ -322,13 +322,15 @@ impl GrpcConnection {
     /// [`Self::has_room`] before building it (and so built nothing it
     /// cannot send). Up to the send limit, the message is queued whatever
     /// its size.
-    pub fn send_admitted(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
+    pub fn send_admitted(&mut self, id: u32, msg: impl Into<crate::ads::wire::Chain>) -> Result<(), SendError> {
+        let msg = msg.into();
         let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if call.finished {
             return Err(SendError::StreamClosed);
         }
-        if msg.len() > self.limits.max_send_message {
-            return Err(SendError::TooLarge { len: msg.len(), limit: self.limits.max_send_message });
+        let len = msg.len();
+        if len > self.limits.max_send_message {
+            return Err(SendError::TooLarge { len, limit: self.limits.max_send_message });
         }
         if !call.headers_sent {
             call.headers_sent = true;
@@ -336,9 +338,13 @@ impl GrpcConnection {
         }
         let mut prefix = BytesMut::with_capacity(5);
         prefix.put_u8(0);
-        prefix.put_u32(msg.len() as u32);
+        prefix.put_u32(len as u32);
         self.h2.send_data_uncapped(id, prefix.freeze())?;
-        self.h2.send_data_uncapped(id, msg)
+        // The pieces as they are: shared bytes stay shared until framed.
+        for piece in msg.0 {
+            self.h2.send_data_uncapped(id, piece)?;
+        }
+        Ok(())
     }
 
     /// Whether call `id` is open (not finished, reset or expired).

@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 
 use super::cache::Cache;
 use istiod_proto::envoy::config::core::v3::Node;
@@ -106,8 +105,9 @@ pub enum StreamError {
 /// A response to send, with the watcher time of its cause.
 #[derive(Debug)]
 pub struct Outgoing {
-    /// Encoded `DiscoveryResponse` or `DeltaDiscoveryResponse`.
-    pub bytes: Bytes,
+    /// Encoded `DiscoveryResponse` or `DeltaDiscoveryResponse`, in pieces
+    /// (the resources shared with the cache).
+    pub bytes: wire::Chain,
     /// Its resource type.
     pub kind: Kind,
 }
@@ -447,7 +447,7 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
     push: bool,
-) -> Option<(Bytes, Arc<str>)> {
+) -> Option<(wire::Chain, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
     // changed (or all subscribed on a full push).
     let names = if kind.is_wildcard() {
@@ -498,7 +498,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     dirty: &Dirty,
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
-) -> Option<(Bytes, Arc<str>)> {
+) -> Option<(wire::Chain, Arc<str>)> {
     let mut candidates = names_for(w, kind, dirty, class, ctx);
     if *dirty == Dirty::All {
         // Anything the proxy has may have gone away.

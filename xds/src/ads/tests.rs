@@ -90,7 +90,7 @@ proptest! {
             prop_assert!(out.is_empty(), "nothing watched changed: no push");
         } else {
             prop_assert_eq!(out.len(), 1, "one push for all the snapshots that went by");
-            let r = DiscoveryResponse::decode(out[0].bytes.clone()).unwrap();
+            let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
             prop_assert_eq!(r.version_info, snap.version.to_string(), "the newest version");
             for a in &r.resources {
                 // Bodies here are raw bytes standing in for resources.

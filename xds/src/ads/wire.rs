@@ -51,25 +51,105 @@ pub fn any(type_url: &str, value: &[u8]) -> Bytes {
     buf.freeze()
 }
 
+/// An encoded message in pieces: the resources' bytes are the cache's own
+/// (shared by every connection a push goes to, refcounted, never copied);
+/// only the few bytes around them (field tags, lengths, nonce, names) are
+/// this response's. The h2 layer queues the pieces as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chain(pub Vec<Bytes>);
+
+impl Chain {
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    /// Empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The message in one piece (a copy: tests, debugging).
+    pub fn to_bytes(&self) -> Bytes {
+        if let [one] = self.0.as_slice() {
+            return one.clone();
+        }
+        let mut b = BytesMut::with_capacity(self.len());
+        for p in &self.0 {
+            b.extend_from_slice(p);
+        }
+        b.freeze()
+    }
+
+    /// Bytes of this message's own (not shared with other messages).
+    pub fn own_bytes(&self, shared: impl Fn(&Bytes) -> bool) -> usize {
+        self.0.iter().filter(|p| !shared(p)).map(Bytes::len).sum()
+    }
+}
+
+impl From<Bytes> for Chain {
+    fn from(b: Bytes) -> Chain {
+        Chain(vec![b])
+    }
+}
+
+/// Builds a [`Chain`]: small bytes written here, shared pieces referenced.
+struct ChainBuilder {
+    small: BytesMut,
+    /// (end of the small bytes before it, the shared piece).
+    shared: Vec<(usize, Bytes)>,
+}
+
+impl ChainBuilder {
+    fn new(small: usize, shared: usize) -> Self {
+        ChainBuilder { small: BytesMut::with_capacity(small), shared: Vec::with_capacity(shared) }
+    }
+
+    fn share(&mut self, b: &Bytes) {
+        self.shared.push((self.small.len(), b.clone()));
+    }
+
+    fn finish(self) -> Chain {
+        let small = self.small.freeze();
+        let mut out = Vec::with_capacity(self.shared.len() * 2 + 1);
+        let mut at = 0;
+        for (end, b) in self.shared {
+            if end > at {
+                out.push(small.slice(at..end));
+            }
+            out.push(b);
+            at = end;
+        }
+        if small.len() > at {
+            out.push(small.slice(at..));
+        }
+        Chain(out)
+    }
+}
+
 /// A state-of-the-world `DiscoveryResponse`: version_info (1), resources
 /// (2), type_url (4), nonce (5), control_plane.identifier (6.1).
-pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&Encoded], control_plane: &str) -> Bytes {
+pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&Encoded], control_plane: &str) -> Chain {
     let mut len = field_len(1, version.len()) + field_len(4, type_url.len()) + field_len(5, nonce.len());
     len += resources.iter().map(|r| field_len(2, r.any.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(6, cp_inner);
-    let mut buf = BytesMut::with_capacity(len);
-    field_bytes(&mut buf, 1, version.as_bytes());
+    let shared: usize = resources.iter().map(|r| r.any.len()).sum();
+    let mut c = ChainBuilder::new(len - shared, resources.len());
+    field_bytes(&mut c.small, 1, version.as_bytes());
     for r in resources {
-        field_bytes(&mut buf, 2, &r.any);
+        varint(&mut c.small, u64::from(2u32 << 3 | 2));
+        varint(&mut c.small, r.any.len() as u64);
+        c.share(&r.any);
     }
-    field_bytes(&mut buf, 4, type_url.as_bytes());
-    field_bytes(&mut buf, 5, nonce.as_bytes());
-    varint(&mut buf, u64::from(6u32 << 3 | 2));
-    varint(&mut buf, cp_inner as u64);
-    field_bytes(&mut buf, 1, control_plane.as_bytes());
-    debug_assert_eq!(buf.len(), len);
-    buf.freeze()
+    field_bytes(&mut c.small, 4, type_url.as_bytes());
+    field_bytes(&mut c.small, 5, nonce.as_bytes());
+    varint(&mut c.small, u64::from(6u32 << 3 | 2));
+    varint(&mut c.small, cp_inner as u64);
+    field_bytes(&mut c.small, 1, control_plane.as_bytes());
+    let chain = c.finish();
+    debug_assert_eq!(chain.len(), len);
+    chain
 }
 
 /// A `DeltaDiscoveryResponse`: system_version_info (1), resources (2, each a
@@ -82,7 +162,7 @@ pub fn delta_response(
     resources: &[(&str, &Encoded)],
     removed: &[&str],
     control_plane: &str,
-) -> Bytes {
+) -> Chain {
     let inner =
         |name: &str, r: &Encoded| field_len(1, r.version.len()) + field_len(2, r.any.len()) + field_len(3, name.len());
     let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len()) + field_len(5, nonce.len());
@@ -90,25 +170,29 @@ pub fn delta_response(
     len += removed.iter().map(|n| field_len(6, n.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(7, cp_inner);
-    let mut buf = BytesMut::with_capacity(len);
-    field_bytes(&mut buf, 1, system_version.as_bytes());
+    let shared: usize = resources.iter().map(|(_, r)| r.any.len()).sum();
+    let mut c = ChainBuilder::new(len - shared, resources.len());
+    field_bytes(&mut c.small, 1, system_version.as_bytes());
     for (name, r) in resources {
-        varint(&mut buf, u64::from(2u32 << 3 | 2));
-        varint(&mut buf, inner(name, r) as u64);
-        field_bytes(&mut buf, 1, r.version.as_bytes());
-        field_bytes(&mut buf, 2, &r.any);
-        field_bytes(&mut buf, 3, name.as_bytes());
+        varint(&mut c.small, u64::from(2u32 << 3 | 2));
+        varint(&mut c.small, inner(name, r) as u64);
+        field_bytes(&mut c.small, 1, r.version.as_bytes());
+        varint(&mut c.small, u64::from(2u32 << 3 | 2));
+        varint(&mut c.small, r.any.len() as u64);
+        c.share(&r.any);
+        field_bytes(&mut c.small, 3, name.as_bytes());
     }
-    field_bytes(&mut buf, 4, type_url.as_bytes());
-    field_bytes(&mut buf, 5, nonce.as_bytes());
+    field_bytes(&mut c.small, 4, type_url.as_bytes());
+    field_bytes(&mut c.small, 5, nonce.as_bytes());
     for n in removed {
-        field_bytes(&mut buf, 6, n.as_bytes());
+        field_bytes(&mut c.small, 6, n.as_bytes());
     }
-    varint(&mut buf, u64::from(7u32 << 3 | 2));
-    varint(&mut buf, cp_inner as u64);
-    field_bytes(&mut buf, 1, control_plane.as_bytes());
-    debug_assert_eq!(buf.len(), len);
-    buf.freeze()
+    varint(&mut c.small, u64::from(7u32 << 3 | 2));
+    varint(&mut c.small, cp_inner as u64);
+    field_bytes(&mut c.small, 1, control_plane.as_bytes());
+    let chain = c.finish();
+    debug_assert_eq!(chain.len(), len);
+    chain
 }
 
 #[cfg(test)]
@@ -129,8 +213,12 @@ mod tests {
     fn sotw_response_decodes_with_prost() {
         let big = "x".repeat(300); // multi-byte varint lengths
         let (a, b) = (cluster("a"), cluster(&big));
-        let bytes = sotw_response("42", type_url::CLUSTER, "n-1", &[&a, &b], "istiod-rs");
-        let r = DiscoveryResponse::decode(bytes).unwrap();
+        let chain = sotw_response("42", type_url::CLUSTER, "n-1", &[&a, &b], "istiod-rs");
+        // The resources are the cache's bytes, not copies.
+        assert!(chain.0.iter().any(|p| p.as_ptr() == a.any.as_ptr() && p.len() == a.any.len()));
+        assert!(chain.0.iter().any(|p| p.as_ptr() == b.any.as_ptr()));
+        assert_eq!(chain.own_bytes(|p| p.as_ptr() == a.any.as_ptr() || p.as_ptr() == b.any.as_ptr()), chain.len() - a.any.len() - b.any.len());
+        let r = DiscoveryResponse::decode(chain.to_bytes()).unwrap();
         assert_eq!(r.version_info, "42");
         assert_eq!(r.type_url, type_url::CLUSTER);
         assert_eq!(r.nonce, "n-1");
@@ -144,8 +232,9 @@ mod tests {
     #[test]
     fn delta_response_decodes_with_prost() {
         let a = cluster("a");
-        let bytes = delta_response("9", type_url::CLUSTER, "n-2", &[("a", &a)], &["gone", "also-gone"], "cp");
-        let r = DeltaDiscoveryResponse::decode(bytes).unwrap();
+        let chain = delta_response("9", type_url::CLUSTER, "n-2", &[("a", &a)], &["gone", "also-gone"], "cp");
+        assert!(chain.0.iter().any(|p| p.as_ptr() == a.any.as_ptr()), "shared, not copied");
+        let r = DeltaDiscoveryResponse::decode(chain.to_bytes()).unwrap();
         assert_eq!(r.system_version_info, "9");
         assert_eq!(r.nonce, "n-2");
         assert_eq!(r.removed_resources, vec!["gone", "also-gone"]);

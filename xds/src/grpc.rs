@@ -339,6 +339,7 @@ impl GrpcConnection {
         let mut prefix = BytesMut::with_capacity(5);
         prefix.put_u8(0);
         prefix.put_u32(len as u32);
+        self.h2.reserve_pieces(id, msg.0.len() + 1);
         self.h2.send_data_uncapped(id, prefix.freeze())?;
         // The pieces as they are: shared bytes stay shared until framed.
         for piece in msg.0 {

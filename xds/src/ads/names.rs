@@ -135,6 +135,42 @@ impl NameMap {
         }
     }
 
+    /// Sets the versions of many names at once (a response's): one merge,
+    /// not a shifting insert each (a first push of thousands of resources
+    /// moved the tail thousands of times).
+    pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) {
+        let mut new: Vec<(Arc<str>, Arc<str>)> = entries.into_iter().collect();
+        if new.len() <= 8 {
+            for (n, v) in new {
+                self.insert(n, v);
+            }
+            return;
+        }
+        new.reverse();
+        new.sort_by(|a, b| a.0.cmp(&b.0));
+        new.dedup_by(|a, b| a.0 == b.0);
+        let old = std::mem::take(&mut self.0);
+        let mut out = Vec::with_capacity(old.len() + new.len());
+        let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                    std::cmp::Ordering::Less => out.extend(a.next()),
+                    std::cmp::Ordering::Greater => out.extend(b.next()),
+                    std::cmp::Ordering::Equal => {
+                        a.next();
+                        out.extend(b.next());
+                    }
+                },
+                (Some(_), None) => out.extend(a.next()),
+                (None, Some(_)) => out.extend(b.next()),
+                (None, None) => break,
+            }
+        }
+        out.shrink_to_fit();
+        self.0 = out;
+    }
+
     /// Removes `name`.
     pub fn remove(&mut self, name: &str) {
         if let Ok(i) = self.find(name) {
@@ -202,6 +238,14 @@ mod tests {
         m.insert(intern("a"), "0".into());
         m.insert(intern("y"), "9".into());
         assert_eq!(m.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>(), ["a=0", "x=3", "y=9"]);
+        let many: Vec<(Arc<str>, Arc<str>)> = (0..20).map(|i| (intern(&format!("m{i:02}")), Arc::from("v"))).collect();
+        m.insert_many(many.clone().into_iter().chain([(intern("y"), Arc::from("10"))]));
+        assert_eq!(m.len(), 23);
+        assert_eq!(m.get("y").map(|v| &**v), Some("10"), "a new version replaces the old");
+        assert!(m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b), "sorted, no duplicates");
+        for (n, _) in &many {
+            m.remove(n);
+        }
         m.retain(|n| &**n != "x");
         m.remove("a");
         assert_eq!(m.keys().map(|n| &**n).collect::<Vec<_>>(), ["y"]);

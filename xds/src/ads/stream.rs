@@ -483,9 +483,7 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     if kind.is_wildcard() {
         w.sent.clear();
     }
-    for (n, e) in &resources {
-        w.sent.insert(n.clone(), e.version.clone());
-    }
+    w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
     let nonce = (ctx.nonce)();
     let refs: Vec<&Encoded> = resources.iter().map(|(_, e)| e).collect();
     let version = ctx.snap.version.to_string();
@@ -524,9 +522,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     if resources.is_empty() && removed.is_empty() && w.sent_nonce.is_some() {
         return None;
     }
-    for (n, e) in &resources {
-        w.sent.insert(n.clone(), e.version.clone());
-    }
+    w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
     for n in &removed {
         w.sent.remove(n);
     }

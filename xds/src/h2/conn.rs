@@ -650,6 +650,15 @@ impl Connection {
         self.queue_data(id, data)
     }
 
+    /// Makes room for `pieces` more chunks on stream `id` at once (a
+    /// message queued in pieces would otherwise grow the queue by
+    /// doubling, up to twice what it holds).
+    pub fn reserve_pieces(&mut self, id: u32, pieces: usize) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.data.reserve_exact(pieces);
+        }
+    }
+
     /// Queues body bytes whatever the queue holds: for a caller that
     /// bounds the queue itself (gRPC admits a message larger than the cap
     /// into an empty queue; it is then sent as the peer's windows allow).
@@ -866,6 +875,11 @@ impl Connection {
                         s.data.pop_front();
                     }
                     left -= take;
+                }
+                if s.data.is_empty() && s.data.capacity() > 16 {
+                    // A response of thousands of pieces is out: its deque
+                    // goes with it (an idle stream keeps no queue memory).
+                    s.data = VecDeque::new();
                 }
             }
             if s.data.is_empty() && !s.sent_end && s.send == Send::Done {

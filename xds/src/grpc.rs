@@ -77,6 +77,11 @@ struct CallState {
     headers_sent: bool,
     finished: bool,
     deadline: Option<Instant>,
+    /// Message bytes queued on the stream so far (prefixes included)...
+    enqueued: u64,
+    /// ...and, for each message not yet framed, where it ends and when it
+    /// was queued (`pilot_xds_send_time`).
+    sends: std::collections::VecDeque<(u64, Instant)>,
 }
 
 /// Who is on the other end of a connection.
@@ -214,7 +219,17 @@ impl GrpcConnection {
             }
         };
         let call = Call { stream: id, request, deadline, verified: false };
-        self.calls.insert(id, CallState { buf: BytesMut::new(), headers_sent: false, finished: false, deadline });
+        self.calls.insert(
+            id,
+            CallState {
+                buf: BytesMut::new(),
+                headers_sent: false,
+                finished: false,
+                deadline,
+                enqueued: 0,
+                sends: std::collections::VecDeque::new(),
+            },
+        );
         if let Err(status) = svc.open(self, &call) {
             self.finish(id, &status);
             svc.closed(self, id);
@@ -345,6 +360,10 @@ impl GrpcConnection {
         for piece in msg.0 {
             self.h2.send_data_uncapped(id, piece)?;
         }
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.enqueued += 5 + len as u64;
+            call.sends.push_back((call.enqueued, Instant::now()));
+        }
         Ok(())
     }
 
@@ -382,6 +401,22 @@ impl GrpcConnection {
             self.blocked = false;
             svc.drained(self);
             self.h2.poll_transmit(out, budget);
+        }
+        self.record_sent();
+    }
+
+    /// `pilot_xds_send_time`: each message whose last byte is now framed,
+    /// from when it was queued (the connection frames only once its socket
+    /// took what was framed before).
+    fn record_sent(&mut self) {
+        let now = Instant::now();
+        for (id, c) in self.calls.iter_mut().filter(|(_, c)| !c.sends.is_empty()) {
+            let sent = c.enqueued.saturating_sub(self.h2.stream_queued(*id).unwrap_or(0) as u64);
+            while c.sends.front().is_some_and(|(end, _)| *end <= sent) {
+                if let Some((_, at)) = c.sends.pop_front() {
+                    metrics::SEND_TIME.record(now.saturating_duration_since(at));
+                }
+            }
         }
     }
 

@@ -147,6 +147,9 @@ pub static PUSH_TIME: [Histogram; 5] =
 /// From a snapshot reaching a core to a proxy's push starting
 /// (`pilot_proxy_queue_time`).
 pub static QUEUE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
+/// From a response being queued to its last byte framed for the socket
+/// (`pilot_xds_send_time`).
+pub static SEND_TIME: Histogram = Histogram::new(&[0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
 /// From a change to a proxy's ACK of it (`pilot_proxy_convergence_time`).
 pub static CONVERGENCE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
 
@@ -214,6 +217,8 @@ pub fn render() -> String {
     for (i, t) in KIND_LABELS.iter().enumerate() {
         PUSH_TIME[i].render(&mut out, "pilot_xds_push_time", &format!("type=\"{t}\""));
     }
+    out.push_str("# HELP pilot_xds_send_time Total time in seconds Pilot takes to send generated configuration.\n# TYPE pilot_xds_send_time histogram\n");
+    SEND_TIME.render(&mut out, "pilot_xds_send_time", "");
     out.push_str("# HELP pilot_proxy_queue_time Time in seconds, a proxy is in the push queue before being dequeued.\n# TYPE pilot_proxy_queue_time histogram\n");
     QUEUE_TIME.render(&mut out, "pilot_proxy_queue_time", "");
     out.push_str("# HELP pilot_proxy_convergence_time Delay in seconds between config change and a proxy receiving all required configuration.\n# TYPE pilot_proxy_convergence_time histogram\n");

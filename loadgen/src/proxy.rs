@@ -132,6 +132,23 @@ impl Decoded {
     }
 }
 
+/// `s` as the one allocation the run shares for it (names and versions
+/// repeat across thousands of proxies).
+fn intern(s: &str) -> Arc<str> {
+    static NAMES: std::sync::LazyLock<Mutex<std::collections::HashSet<Arc<str>>>> =
+        std::sync::LazyLock::new(Mutex::default);
+    let mut set = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(a) = set.get(s) {
+        return a.clone();
+    }
+    if set.len() >= 2_000_000 {
+        set.retain(|a| Arc::strong_count(a) > 1);
+    }
+    let a: Arc<str> = Arc::from(s);
+    set.insert(a.clone());
+    a
+}
+
 /// A proxy's state, kept across reconnects.
 struct State {
     node: Node,
@@ -142,8 +159,9 @@ struct State {
     clusters: BTreeMap<Arc<str>, Option<Arc<str>>>,
     /// Listener name -> its RDS names.
     listeners: BTreeMap<Arc<str>, Arc<[Arc<str>]>>,
-    /// Delta: name -> version held, per type.
-    versions: [BTreeMap<String, String>; 4],
+    /// Delta: name -> version held, per type (interned: every proxy holds
+    /// the same names and mostly the same versions).
+    versions: [BTreeMap<Arc<str>, Arc<str>>; 4],
     /// SotW: the last ACKed version and the last nonce, per type.
     acked: [String; 4],
     nonce: [String; 4],
@@ -392,7 +410,7 @@ impl Requests {
                 resource_names_subscribe: add,
                 resource_names_unsubscribe: remove,
                 initial_resource_versions: if node || t == EDS || t == RDS {
-                    st.versions[t].clone().into_iter().collect()
+                    st.versions[t].iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
                 } else {
                     BTreeMap::new()
                 },
@@ -668,11 +686,11 @@ async fn follow(
                 let resubscribe = st.apply(&r, &shared.decoded);
                 if rq.delta {
                     for n in &r.removed {
-                        st.versions[r.t].remove(n);
+                        st.versions[r.t].remove(n.as_str());
                     }
                     for (name, _, v) in &r.resources {
                         if let Some(name) = name {
-                            st.versions[r.t].insert(name.clone(), v.clone());
+                            st.versions[r.t].insert(intern(name), intern(v));
                         }
                     }
                 }

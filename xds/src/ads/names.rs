@@ -233,7 +233,8 @@ mod tests {
         assert!(s.remove("a") && !s.remove("a"));
         let other: NameSet = ["c"].into_iter().map(intern).collect();
         assert_eq!(s.difference(&other).map(|n| &**n).collect::<Vec<_>>(), ["b", "d"]);
-        let mut m: NameMap = [("x", "1"), ("y", "2"), ("x", "3")].into_iter().map(|(n, v)| (intern(n), Arc::from(v))).collect();
+        let mut m: NameMap =
+            [("x", "1"), ("y", "2"), ("x", "3")].into_iter().map(|(n, v)| (intern(n), Arc::from(v))).collect();
         assert_eq!(m.get("x").map(|v| &**v), Some("3"), "the last wins");
         m.insert(intern("a"), "0".into());
         m.insert(intern("y"), "9".into());

@@ -9,7 +9,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-
 use super::cache::Cache;
 use istiod_proto::envoy::config::core::v3::Node;
 

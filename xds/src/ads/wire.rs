@@ -217,7 +217,10 @@ mod tests {
         // The resources are the cache's bytes, not copies.
         assert!(chain.0.iter().any(|p| p.as_ptr() == a.any.as_ptr() && p.len() == a.any.len()));
         assert!(chain.0.iter().any(|p| p.as_ptr() == b.any.as_ptr()));
-        assert_eq!(chain.own_bytes(|p| p.as_ptr() == a.any.as_ptr() || p.as_ptr() == b.any.as_ptr()), chain.len() - a.any.len() - b.any.len());
+        assert_eq!(
+            chain.own_bytes(|p| p.as_ptr() == a.any.as_ptr() || p.as_ptr() == b.any.as_ptr()),
+            chain.len() - a.any.len() - b.any.len()
+        );
         let r = DiscoveryResponse::decode(chain.to_bytes()).unwrap();
         assert_eq!(r.version_info, "42");
         assert_eq!(r.type_url, type_url::CLUSTER);

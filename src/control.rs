@@ -41,8 +41,10 @@ pub mod metrics {
 
     use istiod_xds::metrics::Histogram;
 
-    /// From the first change of a publish to the publish
-    /// (`pilot_debounce_time`; istiod includes the push context init).
+    /// From the first change of a publish reaching the debouncer to the
+    /// publish (`pilot_debounce_time`; istiod's also covers building the
+    /// push context, which here happens before, in
+    /// `pilot_pushcontext_init_seconds`).
     pub static DEBOUNCE_TIME: Histogram = Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
     /// Building the model and translation of a change
     /// (`pilot_pushcontext_init_seconds`).

@@ -135,14 +135,17 @@ impl Decoded {
 /// `s` as the one allocation the run shares for it (names and versions
 /// repeat across thousands of proxies).
 fn intern(s: &str) -> Arc<str> {
-    static NAMES: std::sync::LazyLock<Mutex<std::collections::HashSet<Arc<str>>>> =
-        std::sync::LazyLock::new(Mutex::default);
-    let mut set = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    type Names = (std::collections::HashSet<Arc<str>>, usize);
+    static NAMES: std::sync::LazyLock<Mutex<Names>> =
+        std::sync::LazyLock::new(|| Mutex::new((std::collections::HashSet::new(), 1 << 20)));
+    let mut guard = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (set, limit) = &mut *guard;
     if let Some(a) = set.get(s) {
         return a.clone();
     }
-    if set.len() >= 2_000_000 {
+    if set.len() >= *limit {
         set.retain(|a| Arc::strong_count(a) > 1);
+        *limit = (set.len() * 2).max(1 << 20);
     }
     let a: Arc<str> = Arc::from(s);
     set.insert(a.clone());

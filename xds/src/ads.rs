@@ -204,7 +204,6 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             convergence: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             pushes: 0,
             nacks: 0,
-            snap_arrived: Instant::now(),
         }
     }
 
@@ -220,8 +219,9 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
     rx: async_channel::Receiver<Update<M>>,
     throttle: usize,
 ) {
-    // Connections with a push owed, in the order their snapshot touched them.
-    let mut queue: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    // Connections with a push owed, in the order their snapshot touched
+    // them, with when they were queued.
+    let mut queue: std::collections::VecDeque<(u64, Instant)> = std::collections::VecDeque::new();
     let mut queued: HashSet<u64> = HashSet::new();
     loop {
         // Wait for news only when no push is owed.
@@ -254,21 +254,23 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
         if let Some((snap, delta)) = latest {
             // A connection already owed a push takes the newest snapshot
             // with it (its streams are marked again).
+            let now = Instant::now();
             for id in svc.borrow_mut().mark(snap, delta) {
                 if queued.insert(id) {
-                    queue.push_back(id);
+                    queue.push_back((id, now));
                 }
             }
         }
         for _ in 0..throttle {
-            let Some(id) = queue.pop_front() else { break };
+            let Some((id, at)) = queue.pop_front() else { break };
             queued.remove(&id);
-            svc.borrow_mut().push_conn(id);
+            svc.borrow_mut().push_conn(id, at);
         }
         if !queue.is_empty() {
-            // Let the connections write what was queued and read their
-            // ACKs before the next batch.
-            futures_lite::future::yield_now().await;
+            // Let the reactor run (sockets written, ACKs read, accepts)
+            // before the next batch: a plain yield would stay in this task
+            // queue, which glommio runs to its end before it polls I/O.
+            glommio::executor().yield_task_queue_now().await;
         }
     }
 }
@@ -298,9 +300,6 @@ pub struct AdsService<M = (), C = ()> {
     control_plane: String,
     /// Change seen by the watcher core to ACK, microseconds.
     convergence: Histogram<u64>,
-    /// When the current snapshot reached this core (`pilot_proxy_queue_time`
-    /// counts from it).
-    snap_arrived: Instant,
     pushes: u64,
     nacks: u64,
 }
@@ -429,20 +428,22 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// Applies a new snapshot and pushes to every affected connection at
     /// once (tests; the core's task pushes in batches, see [`Self::mark`]).
     pub fn on_snapshot(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) {
+        let now = Instant::now();
         for id in self.mark(snap, delta) {
-            self.push_conn(id);
+            self.push_conn(id, now);
         }
     }
 
     /// Takes a new snapshot and marks the affected streams; returns the
     /// connections that owe a push ([`Self::push_conn`]).
     pub fn mark(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) -> Vec<u64> {
-        self.snap_arrived = Instant::now();
+        let changed_at = snap.changed_at;
         self.snap = snap;
         let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {
             s.on_delta_update(&delta);
             if s.is_dirty() {
+                s.owed_cause.get_or_insert(changed_at);
                 touched.push(*conn);
             }
         }
@@ -451,14 +452,15 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         touched
     }
 
-    /// Pushes what connection `id`'s streams owe.
-    pub fn push_conn(&mut self, id: u64) {
+    /// Pushes what connection `id`'s streams owe (queued for it at
+    /// `queued_at`).
+    pub fn push_conn(&mut self, id: u64, queued_at: Instant) {
         let Some(shared) = self.registry.get(id) else { return };
         let Ok(mut conn) = shared.conn.try_borrow_mut() else {
             self.deferred.insert(id);
             return;
         };
-        crate::metrics::QUEUE_TIME.record(self.snap_arrived.elapsed());
+        crate::metrics::QUEUE_TIME.record(queued_at.elapsed());
         let cause = Some(self.snap.changed_at);
         self.flush_conn(&mut conn, cause);
         drop(conn);

@@ -106,11 +106,13 @@ impl Histogram {
     /// Records one observation.
     pub fn record(&self, d: std::time::Duration) {
         let secs = d.as_secs_f64();
+        // The count first: a scrape in between sees +Inf at least every
+        // bucket (the exposition stays monotonic).
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
         if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
             self.counts[i].fetch_add(1, Ordering::Relaxed);
         }
-        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Observations so far.
@@ -226,7 +228,7 @@ pub fn render() -> String {
     let (entries, bytes) = cache_size();
     let _ = writeln!(
         out,
-        "# HELP pilot_xds_cache_size Current size of xds cache\n# TYPE pilot_xds_cache_size gauge\npilot_xds_cache_size {entries}"
+        "# HELP xds_cache_size Current size of xds cache\n# TYPE xds_cache_size gauge\nxds_cache_size {entries}"
     );
     let _ = writeln!(
         out,

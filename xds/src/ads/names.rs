@@ -92,6 +92,37 @@ impl NameSet {
         self.0.iter()
     }
 
+    /// Adds many names at once (one sort and merge, not a shifting insert
+    /// each: a subscribe of 100,000 names would move the tail 100,000
+    /// times); returns the ones that were new.
+    pub fn insert_many(&mut self, names: impl IntoIterator<Item = Arc<str>>) -> Vec<Arc<str>> {
+        let mut new: Vec<Arc<str>> = names.into_iter().filter(|n| !self.contains(n)).collect();
+        new.sort_unstable();
+        new.dedup();
+        if new.is_empty() {
+            return new;
+        }
+        let mut merged = Vec::with_capacity(self.0.len() + new.len());
+        let (mut a, mut b) = (std::mem::take(&mut self.0).into_iter().peekable(), new.iter().cloned().peekable());
+        while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+            if x < y { merged.extend(a.next()) } else { merged.extend(b.next()) }
+        }
+        merged.extend(a);
+        merged.extend(b);
+        self.0 = merged;
+        new
+    }
+
+    /// Removes many names at once (one pass).
+    pub fn remove_many(&mut self, names: &[&str]) {
+        if names.is_empty() {
+            return;
+        }
+        let mut gone: Vec<&str> = names.to_vec();
+        gone.sort_unstable();
+        self.0.retain(|n| gone.binary_search(&&**n).is_err());
+    }
+
     /// The names of `self` not in `other`.
     pub fn difference<'a>(&'a self, other: &'a NameSet) -> impl Iterator<Item = &'a Arc<str>> {
         self.0.iter().filter(|n| !other.contains(n))
@@ -169,6 +200,16 @@ impl NameMap {
         }
         out.shrink_to_fit();
         self.0 = out;
+    }
+
+    /// Removes many names at once (one pass, not a shifting remove each).
+    pub fn remove_many(&mut self, names: &[&str]) {
+        if names.is_empty() {
+            return;
+        }
+        let mut gone: Vec<&str> = names.to_vec();
+        gone.sort_unstable();
+        self.0.retain(|(n, _)| gone.binary_search(&&**n).is_err());
     }
 
     /// Removes `name`.
@@ -251,6 +292,76 @@ mod tests {
         m.remove("a");
         assert_eq!(m.keys().map(|n| &**n).collect::<Vec<_>>(), ["y"]);
         assert!(m.contains_key("y") && !m.contains_key("x"));
+    }
+
+    /// Random operations against the B-tree set and map they replaced.
+    #[test]
+    fn random_operations_match_the_btree_ones() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let (mut set, mut bset) = (NameSet::default(), BTreeSet::<String>::new());
+        let (mut map, mut bmap) = (NameMap::default(), BTreeMap::<String, String>::new());
+        for round in 0..2_000 {
+            let name = |i: u64| format!("n{i}");
+            let batch: Vec<String> = (0..next(20)).map(|_| name(next(200))).collect();
+            match next(6) {
+                0 => {
+                    let added = set.insert_many(batch.iter().map(|n| intern(n)));
+                    let mut want: Vec<String> = batch.iter().filter(|n| !bset.contains(*n)).cloned().collect();
+                    want.sort();
+                    want.dedup();
+                    assert_eq!(added.iter().map(|n| n.to_string()).collect::<Vec<_>>(), want);
+                    bset.extend(batch);
+                }
+                1 => {
+                    let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    set.remove_many(&refs);
+                    for n in &batch {
+                        bset.remove(n);
+                    }
+                }
+                2 => {
+                    map.insert_many(batch.iter().map(|n| (intern(n), Arc::from(format!("{round}")))));
+                    for n in &batch {
+                        bmap.insert(n.clone(), format!("{round}"));
+                    }
+                }
+                3 => {
+                    let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                    map.remove_many(&refs);
+                    for n in &batch {
+                        bmap.remove(n);
+                    }
+                }
+                4 => {
+                    if let Some(n) = batch.first() {
+                        map.insert(intern(n), "single".into());
+                        bmap.insert(n.clone(), "single".into());
+                        set.insert(intern(n));
+                        bset.insert(n.clone());
+                    }
+                }
+                _ => {
+                    if let Some(n) = batch.first() {
+                        map.remove(n);
+                        bmap.remove(n);
+                        set.remove(n);
+                        bset.remove(n);
+                    }
+                }
+            }
+            assert_eq!(set.iter().map(|n| n.to_string()).collect::<Vec<_>>(), bset.iter().cloned().collect::<Vec<_>>());
+            assert_eq!(
+                map.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<Vec<_>>(),
+                bmap.iter().map(|(n, v)| (n.clone(), v.clone())).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]

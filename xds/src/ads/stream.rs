@@ -147,6 +147,9 @@ pub struct AdsStream<C = ()> {
     pub unknown_types: u64,
     /// Stale nonces ignored.
     pub stale: u64,
+    /// When the oldest change this stream still owes a push for was made
+    /// (convergence is measured from it, whichever flush sends it).
+    pub owed_cause: Option<Instant>,
 }
 
 /// Outcome of a request for the core: convergence samples to record.
@@ -174,6 +177,7 @@ impl<C: super::Class> AdsStream<C> {
             verified: false,
             unknown_types: 0,
             stale: 0,
+            owed_cause: None,
         }
     }
 
@@ -296,29 +300,23 @@ impl<C: super::Class> AdsStream<C> {
                 Self::record_ack(w, &nonce, now, &mut acked);
             }
         }
-        let mut added = BTreeSet::new();
-        for n in &req.resource_names_subscribe {
-            if n == "*" {
-                if !w.wildcard {
-                    w.wildcard = true;
-                    w.dirty.add(Dirty::All);
-                }
-            } else {
-                let n = intern(n);
-                if w.names.insert(n.clone()) {
-                    added.insert(n);
-                }
-            }
+        if req.resource_names_subscribe.iter().any(|n| n == "*") && !w.wildcard {
+            w.wildcard = true;
+            w.dirty.add(Dirty::All);
         }
-        for n in &req.resource_names_unsubscribe {
-            if n == "*" {
-                w.wildcard = false;
-            } else {
-                w.names.remove(n.as_str());
-                // The proxy drops it; forget that it has it.
-                w.sent.remove(n.as_str());
-            }
+        // Many names at once: one merge, not a shifting insert each.
+        let added: BTreeSet<Arc<str>> = w
+            .names
+            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| intern(n)))
+            .into_iter()
+            .collect();
+        if req.resource_names_unsubscribe.iter().any(|n| n == "*") {
+            w.wildcard = false;
         }
+        let gone: Vec<&str> = req.resource_names_unsubscribe.iter().filter(|n| *n != "*").map(String::as_str).collect();
+        w.names.remove_many(&gone);
+        // The proxy drops them; forget that it has them.
+        w.sent.remove_many(&gone);
         if !added.is_empty() {
             w.dirty.add(Dirty::Names(added));
         }
@@ -384,6 +382,10 @@ impl<C: super::Class> AdsStream<C> {
         cause: Option<Instant>,
     ) -> Option<Outgoing> {
         let class = self.class.clone()?;
+        // The oldest change owed, not the newest snapshot's (a connection
+        // waits its turn under the push throttle) nor none (a request may
+        // flush what a change made dirty).
+        let cause = self.owed_cause.or(cause);
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             let dirty = std::mem::take(&mut w.dirty);
@@ -413,6 +415,8 @@ impl<C: super::Class> AdsStream<C> {
             }
             return Some(Outgoing { bytes, kind });
         }
+        // Nothing more to send: nothing owed.
+        self.owed_cause = None;
         None
     }
 }
@@ -522,9 +526,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         return None;
     }
     w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
-    for n in &removed {
-        w.sent.remove(n);
-    }
+    w.sent.remove_many(&removed.iter().map(|n| &**n).collect::<Vec<_>>());
     let nonce = (ctx.nonce)();
     let refs: Vec<(&str, &Encoded)> = resources.iter().map(|(n, e)| (&**n, e)).collect();
     let removed_refs: Vec<&str> = removed.iter().map(|n| &**n).collect();

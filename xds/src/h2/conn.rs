@@ -655,7 +655,7 @@ impl Connection {
     /// doubling, up to twice what it holds).
     pub fn reserve_pieces(&mut self, id: u32, pieces: usize) {
         if let Some(s) = self.streams.get_mut(&id) {
-            s.data.reserve_exact(pieces);
+            s.data.reserve(pieces);
         }
     }
 

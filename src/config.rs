@@ -276,7 +276,6 @@ pub struct PushTuning {
     /// `PILOT_PUSH_THROTTLE` (0 = automatic since 1.21, istiod's
     /// `min(15 + 5 * cores, 100)`): connections a core pushes a snapshot to
     /// before it lets its connections read and write again.
-    /// Automatic is istiod's `min(15 + 5 * cores, 100)`.
     pub push_throttle: u32,
     /// `PILOT_MAX_REQUESTS_PER_SECOND` (0 = automatic since 1.21): new xDS
     /// streams accepted per second, same automatic rule.

@@ -114,7 +114,6 @@ impl Control {
     /// Takes changes seen at `now`; returns when to look again.
     pub fn submit(&mut self, input: impl Into<Input>, now: Instant) -> Decision {
         let Input { changes, mesh, touched, reasons } = input.into();
-        self.pending_reasons.extend(reasons);
         if let Some(m) = mesh {
             self.mesh = Some(m);
         }
@@ -125,6 +124,9 @@ impl Control {
             // now (the caller only waits when told to).
             return self.tick(now);
         }
+        // Counted only for what is pushed (an input that changes nothing
+        // triggers no push).
+        self.pending_reasons.extend(reasons);
         let endpoints_only = touched.is_empty() && changes.iter().all(|(k, _, _)| *k == Kind::Endpoint);
         self.pending.extend(changes);
         self.pending_touched.extend(touched);

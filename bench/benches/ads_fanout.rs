@@ -32,8 +32,11 @@ fn cla(weight: u32) -> Bytes {
 
 fn fanout(c: &mut Criterion) {
     let (publisher, receivers) = ads::channels(1);
+    // istiod's automatic PILOT_PUSH_THROTTLE on two cores: a change goes
+    // out in 40 batches, with the core's I/O polled between them.
     let factory =
-        AdsFactory::new(Arc::new(SimpleGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), "bench");
+        AdsFactory::new(Arc::new(SimpleGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), "bench")
+            .push_throttle(25);
     let cfg = ServerConfig {
         cores: 1,
         pin: false,

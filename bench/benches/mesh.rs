@@ -211,7 +211,7 @@ fn core_setup() -> Core {
             DiscoveryRequest { node: Some(node), type_url: Kind::Cluster.type_url().into(), ..Default::default() };
         st.on_sotw(cds, &mut identify, now).unwrap();
         let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
-        let out = st.flush(&mut ctx, None);
+        let out = st.flush(&mut ctx);
         let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
         let class = st.class.clone().unwrap();
         let eds: Vec<String> = ctx
@@ -232,7 +232,7 @@ fn core_setup() -> Core {
             DiscoveryRequest { type_url: Kind::Endpoint.type_url().into(), resource_names: eds, ..Default::default() };
         st.on_sotw(req, &mut identify, now).unwrap();
         let mut ctx = core_ctx(&snap, &mut cache, &mut nonce, now);
-        st.flush(&mut ctx, None);
+        st.flush(&mut ctx);
         streams.push(st);
     }
     let target: Arc<str> = istiod_loadgen::churn::cluster(&s, 0, "").into();
@@ -273,10 +273,10 @@ fn core_delta(c: &mut Criterion) {
             let mut bytes = 0;
             let mut pushed = 0;
             for st in &mut core.streams {
-                st.on_delta_update(&delta);
+                st.on_delta_update(&delta, now);
                 if st.is_dirty() {
                     pushed += 1;
-                    bytes += st.flush(&mut ctx, Some(now)).iter().map(|o| o.bytes.len()).sum::<usize>();
+                    bytes += st.flush(&mut ctx).iter().map(|o| o.bytes.len()).sum::<usize>();
                 }
             }
             assert!(pushed > 0, "the proxies of the changed service's namespace get a push");

@@ -185,10 +185,9 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
         decoded: Mutex::default(),
     });
     let sampler = o.server_pid.map(|pid| tokio::spawn(stats::sample(pid, Duration::from_millis(250), stop_rx.clone())));
+    // loadgen's own CPU and memory, reported next to the server's: a
+    // client that saturates measures itself, not the server.
     let own = tokio::spawn(stats::sample(std::process::id(), Duration::from_millis(250), stop_rx.clone()));
-    // loadgen's own CPU, reported next to the server's: a client that
-    // saturates measures itself, not the server.
-    let own_cpu_at_start = stats::proc_sample(std::process::id()).map_or(0.0, |s| s.0);
     let concurrency = if sc.connect == Connect::Storm { o.proxies as usize } else { o.concurrency };
     let gate = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -285,7 +284,6 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
     let live = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     let changes = changes.lock().map(|c| c.clone()).unwrap_or_default();
     let mut report = Report::new(&sc.name, o.proxies, o.delta, start.elapsed(), start, live, &changes, server);
-    report.client_cpu_s = stats::proc_sample(std::process::id()).map_or(0.0, |s| s.0) - own_cpu_at_start;
     report.client = own.await.ok();
     report.client_threads = o.threads;
     report

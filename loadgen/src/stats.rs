@@ -292,8 +292,6 @@ pub struct Report {
     pub changes: Vec<ChangeRow>,
     /// The server's usage, when its pid was given.
     pub server: Option<Usage>,
-    /// CPU seconds loadgen itself used during the run.
-    pub client_cpu_s: f64,
     /// loadgen's own CPU and memory over the run, and its threads: a run
     /// whose client was saturated measured the client.
     pub client: Option<Usage>,
@@ -350,7 +348,6 @@ impl Report {
             live,
             changes: rows,
             server,
-            client_cpu_s: 0.0,
             client: None,
             client_threads: 1,
         }
@@ -398,7 +395,7 @@ impl Report {
             "missed": self.missed(),
             "superseded": l.superseded,
             "server_cpu_s": self.server.as_ref().map(Usage::cpu_s),
-            "client_cpu_s": self.client_cpu_s,
+            "client_cpu_s": self.client_cpu_s(),
             "server_rss_bytes_max": self.server.as_ref().map(|u| u.rss_max),
             "server_rss_bytes_start": self.server.as_ref().and_then(|u| u.samples.first()).map(|s| s.2),
             "server_rss_bytes_end": self.server.as_ref().and_then(|u| u.samples.last()).map(|s| s.2),
@@ -430,6 +427,11 @@ impl Report {
             serde_json::json!(self.client.as_ref().map(|u| u.rss_max / u64::from(self.proxies.max(1))));
         j["bytes_per_second_received"] = serde_json::json!(l.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9));
         j
+    }
+
+    /// CPU seconds loadgen itself used during the run.
+    pub fn client_cpu_s(&self) -> f64 {
+        self.client.as_ref().map_or(0.0, Usage::cpu_s)
     }
 
     /// The share of its threads loadgen kept busy over its busiest second.
@@ -506,7 +508,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "  loadgen: {:.2} CPU s on {} threads, busiest second {:.0}% of them{}; RSS peak {:.1} MiB ({:.1} KiB per proxy); absorbed {:.1} MB/s",
-                self.client_cpu_s,
+                self.client_cpu_s(),
                 self.client_threads,
                 busy * 100.0,
                 if busy >= SATURATED {
@@ -516,7 +518,7 @@ impl Report {
                 },
                 c.rss_max as f64 / 1048576.0,
                 c.rss_max as f64 / 1024.0 / f64::from(self.proxies.max(1)),
-                l.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e6,
+                j["bytes_per_second_received"].as_f64().unwrap_or_default() / 1e6,
             );
         }
         if let Some(u) = &self.server {
@@ -526,7 +528,7 @@ impl Report {
                 out,
                 "  server: {:.2} CPU s (loadgen: {:.2} CPU s); RSS {:.1} MiB at the start, {:.1} MiB at the end, peak {:.1} MiB",
                 u.cpu_s(),
-                self.client_cpu_s,
+                self.client_cpu_s(),
                 mib(first),
                 mib(last),
                 mib(u.rss_max)

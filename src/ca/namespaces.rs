@@ -136,6 +136,13 @@ impl Elector {
                 tracing::warn!(target: "ca", lease = %self.lease, error = %e, "leader election: cannot reach the Lease")
             }
         }
+        self.still_leading()
+    }
+
+    /// Whether this replica's last renewal is within the renew deadline
+    /// (without asking the API server: a long run of writes checks it
+    /// between writes).
+    pub(crate) fn still_leading(&self) -> bool {
         self.renewed.is_some_and(|t| t.elapsed() < self.timings.renew_deadline)
     }
 

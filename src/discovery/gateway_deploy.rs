@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::ca::kapi::Api;
 use crate::ca::namespaces::{Elector, Timings};
-use crate::webhook::inject::gateway::{self, Settings};
+use crate::webhook::inject::gateway::{self, Settings, s};
 
 /// istiod's lease for the deployment controller.
 pub(super) const ELECTION: &str = "istio-gateway-deployment";
@@ -41,8 +41,9 @@ const RESYNC: Duration = Duration::from_secs(300);
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Desired {
     /// Each Gateway of a class this controller handles, as the API server
-    /// serves it.
-    pub(crate) gateways: Vec<Json>,
+    /// serves it, with a hash of it (computed once here, not on every
+    /// pass of the controller).
+    pub(crate) gateways: Vec<(Json, u64)>,
 }
 
 /// The Gateways of `objects` this controller handles: class `istio`
@@ -50,14 +51,7 @@ pub(crate) struct Desired {
 /// controller is istiod's, and this revision's (`istio.io/rev`).
 pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, revision: &str) -> Desired {
     use istiod_kubewatch::gateway_api::GatewayApiSpec;
-    let classes: BTreeMap<&str, &str> = objects
-        .gateway_api
-        .iter()
-        .filter_map(|o| match &o.spec {
-            GatewayApiSpec::GatewayClass(c) => Some((o.meta.name.as_str(), c.controller_name.as_str())),
-            _ => None,
-        })
-        .collect();
+    let handled = crate::model::gateway_api::handled_classes(&objects.gateway_api);
     // tagWatcher.IsMine, without tags: the Gateway's `istio.io/rev`, else
     // its namespace's; none is the default revision's.
     let ns_rev: BTreeMap<&str, &str> = objects
@@ -73,21 +67,19 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, revision: &s
             r => r == revision || (r == "default" && default),
         }
     };
-    let mut gateways: Vec<Json> = objects
+    let mut gateways: Vec<(Json, u64)> = objects
         .gateway_api
         .iter()
         .filter_map(|o| match &o.spec {
-            GatewayApiSpec::Gateway(g) => {
-                let controller = classes
-                    .get(g.gateway_class_name.as_str())
-                    .copied()
-                    .or((g.gateway_class_name == gateway::DEFAULT_CLASS).then_some(gateway::CONTROLLER));
-                (controller == Some(gateway::CONTROLLER) && mine(&o.meta)).then(|| gateway::gateway_json(&o.meta, g))
-            }
+            GatewayApiSpec::Gateway(g) => (handled(&g.gateway_class_name) && mine(&o.meta)).then(|| {
+                let gw = gateway::gateway_json(&o.meta, g);
+                let hash = crate::generator::mix(gw.to_string());
+                (gw, hash)
+            }),
             _ => None,
         })
         .collect();
-    gateways.sort_by_key(key);
+    gateways.sort_by_key(|(gw, _)| key(gw));
     Desired { gateways }
 }
 
@@ -97,10 +89,6 @@ fn key(gw: &Json) -> String {
         gw["metadata"]["namespace"].as_str().unwrap_or_default(),
         gw["metadata"]["name"].as_str().unwrap_or_default()
     )
-}
-
-fn s(v: &Json) -> &str {
-    v.as_str().unwrap_or_default()
 }
 
 /// The API path of a generated object.
@@ -265,20 +253,19 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
     let mut settings = cx.settings.clone();
     let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
     let (mut injectors, mut proxy_configs) = (Seen::new(), Seen::new());
-    let mut lead_until: Option<Instant> = None;
+    let mut leading = false;
     let mut last_lead: Option<Instant> = None;
     let mut last_resync = Instant::now();
     let mut missing_logged = false;
     loop {
         if last_lead.is_none_or(|t| t.elapsed() >= timings.retry) {
-            let was = lead_until.is_some_and(|t| t > Instant::now());
             let leads = elector.lead().await;
             last_lead = Some(Instant::now());
-            lead_until = leads.then(|| Instant::now() + timings.renew_deadline);
-            if leads != was {
+            if leads != leading {
                 // A new term starts from what the cluster holds.
+                leading = leads;
                 outcomes.clear();
-                tracing::info!(target: "model", lease = %lease, leading = leads, "leader election for Gateway API deployments");
+                tracing::info!(target: "model", lease = %lease, leading, "leader election for Gateway API deployments");
             }
         }
         if last_resync.elapsed() >= RESYNC {
@@ -287,9 +274,9 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
             outcomes.clear();
             last_resync = Instant::now();
         }
-        let leading = lead_until.is_some_and(|t| t > Instant::now());
+        let lead_now = elector.still_leading();
         let injector = cx.webhooks.injector.borrow().clone();
-        match (&injector, leading) {
+        match (&injector, lead_now) {
             (Some(inj), true) => {
                 if settings.kube_version < 0 {
                     settings.kube_version = kube_version(&cx.api).await;
@@ -297,14 +284,14 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                 let crs = cx.webhooks.proxy_configs.borrow().clone();
                 let generations = (injectors.see(injector.as_ref()), proxy_configs.see(Some(&crs)));
                 let gateways = desired.borrow_and_update().clone();
-                for gw in &gateways.gateways {
-                    if lead_until.is_none_or(|t| t <= Instant::now()) {
+                for (gw, hash) in &gateways.gateways {
+                    if !elector.still_leading() {
                         // The lease may have passed on: renew before more writes.
                         last_lead = None;
                         break;
                     }
                     let k = key(gw);
-                    let input = crate::generator::mix((gw.to_string(), generations, &settings));
+                    let input = crate::generator::mix((hash, generations, &settings));
                     let now = Instant::now();
                     let (attempts, skip) = match outcomes.get(&k) {
                         Some(Outcome::Applied(i) | Outcome::Refused(i)) if *i == input => (0, true),
@@ -348,7 +335,8 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                         }
                     }
                 }
-                let keys: std::collections::BTreeSet<String> = gateways.gateways.iter().map(key).collect();
+                let keys: std::collections::BTreeSet<String> =
+                    gateways.gateways.iter().map(|(gw, _)| key(gw)).collect();
                 outcomes.retain(|k, _| keys.contains(k));
             }
             (None, true) if !missing_logged => {

@@ -373,10 +373,11 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
             let Some(t) = s.server.tls.as_ref().filter(|_| gw_ns == &*class.namespace) else { continue };
             // A Gateway API gateway's credentials go to its service
             // account (`internal.istio.io/service-account-name`), when set.
+            let gw_name = s.gateway.split_once('/').map_or("", |(_, n)| n);
             let sa = model
                 .gateways
                 .iter()
-                .find(|o| format!("{}/{}", o.meta.ns(), o.meta.name) == s.gateway)
+                .find(|o| o.meta.ns() == gw_ns && o.meta.name == gw_name)
                 .and_then(|o| o.meta.annotations.get("internal.istio.io/service-account-name"))
                 .filter(|sa| !sa.is_empty());
             if sa.is_some_and(|sa| **sa != *class.service_account) {

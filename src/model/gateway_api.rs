@@ -101,6 +101,24 @@ struct Attachable<'a> {
     reference: String,
 }
 
+/// Which Gateway classes istiod's controller handles, given the
+/// GatewayClasses among `objs`: those naming `istio.io/gateway-controller`,
+/// and the built-in `istio` unless a GatewayClass of that name says
+/// otherwise (istiod's `FetchGatewayClass`).
+pub fn handled_classes(objs: &[GatewayApiObject]) -> impl Fn(&str) -> bool + '_ {
+    let ours: Vec<&str> = objs
+        .iter()
+        .filter_map(|o| match &o.spec {
+            GatewayApiSpec::GatewayClass(c) if c.controller_name == CONTROLLER => Some(o.meta.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let foreign_builtin = objs.iter().any(|o| {
+        matches!(&o.spec, GatewayApiSpec::GatewayClass(c) if o.meta.name == CLASS && c.controller_name != CONTROLLER)
+    });
+    move |class: &str| ours.contains(&class) || (class == CLASS && !foreign_builtin)
+}
+
 /// Translates the Gateway API objects (`namespaces`: labels by name, for
 /// `allowedRoutes` selectors).
 pub fn convert(
@@ -112,19 +130,7 @@ pub fn convert(
         grants: objs.iter().filter(|o| matches!(o.spec, GatewayApiSpec::ReferenceGrant(_))).cloned().collect(),
         ..Converted::default()
     };
-    let ours: Vec<&str> = objs
-        .iter()
-        .filter_map(|o| match &o.spec {
-            GatewayApiSpec::GatewayClass(c) if c.controller_name == CONTROLLER => Some(o.meta.name.as_str()),
-            _ => None,
-        })
-        .collect();
-    // The built-in class is ours unless a GatewayClass of that name says
-    // otherwise (istiod's `FetchGatewayClass`).
-    let foreign_builtin = objs.iter().any(|o| {
-        matches!(&o.spec, GatewayApiSpec::GatewayClass(c) if o.meta.name == CLASS && c.controller_name != CONTROLLER)
-    });
-    let handled = |class: &str| ours.contains(&class) || (class == CLASS && !foreign_builtin);
+    let handled = handled_classes(objs);
     let mut gateways: Vec<&GatewayApiObject> = objs
         .iter()
         .filter(|o| match &o.spec {

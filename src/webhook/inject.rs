@@ -496,6 +496,10 @@ fn deploy_meta(pod: &Json) -> (String, String, String, String) {
 /// Go's field name for a JSON key (`serviceAccountName` →
 /// `ServiceAccountName`).
 fn go_name(k: &str) -> String {
+    // Go spells this initialism in capitals (metav1.ObjectMeta.UID).
+    if k == "uid" {
+        return "UID".into();
+    }
     let mut c = k.chars();
     c.next().map(|f| f.to_ascii_uppercase()).into_iter().chain(c).collect()
 }
@@ -607,6 +611,25 @@ fn proxy_config(
     Ok(pc)
 }
 
+/// `.ProxyConfig` as the templates read it (the proto's defaults for the
+/// fields they call methods on).
+fn proxy_config_value(pc: &Map<String, Json>) -> Value {
+    let mut proxy = go_struct(&Json::Object(pc.clone()));
+    set_default(&mut proxy, "InterceptionMode", Value::Str("REDIRECT".into()));
+    set_default(&mut proxy, "ProxyMetadata", Value::Map(BTreeMap::new(), true));
+    proxy
+}
+
+/// `.MeshConfig`: the fields the templates read.
+fn mesh_config_value(inj: &Injector) -> Value {
+    let mut mesh = Value::Map(BTreeMap::new(), false);
+    set(&mut mesh, "ProxyListenPort", Value::Num(f64::from(inj.mesh.listen_ports.0)));
+    set(&mut mesh, "ProxyInboundListenPort", Value::Num(f64::from(inj.mesh.listen_ports.1)));
+    set(&mut mesh, "TrustDomain", Value::Str(inj.mesh.trust_domain.clone()));
+    set(&mut mesh, "ExtensionProviders", Value::from(&inj.mesh.extension_providers));
+    mesh
+}
+
 /// The template data istiod passes (`SidecarTemplateData`).
 fn template_data(
     inj: &Injector,
@@ -626,14 +649,8 @@ fn template_data(
     let mut spec = go_struct(stripped.get("spec").unwrap_or(&json!({})));
     set_default(&mut spec, "ServiceAccountName", Value::Str(String::new()));
     set_default(&mut spec, "Containers", Value::List(Vec::new()));
-    let mut proxy = go_struct(&Json::Object(pc.clone()));
-    set_default(&mut proxy, "InterceptionMode", Value::Str("REDIRECT".into()));
-    set_default(&mut proxy, "ProxyMetadata", Value::Map(BTreeMap::new(), true));
-    let mut mesh = Value::Map(BTreeMap::new(), false);
-    set(&mut mesh, "ProxyListenPort", Value::Num(f64::from(inj.mesh.listen_ports.0)));
-    set(&mut mesh, "ProxyInboundListenPort", Value::Num(f64::from(inj.mesh.listen_ports.1)));
-    set(&mut mesh, "TrustDomain", Value::Str(inj.mesh.trust_domain.clone()));
-    set(&mut mesh, "ExtensionProviders", Value::from(&inj.mesh.extension_providers));
+    let proxy = proxy_config_value(pc);
+    let mesh = mesh_config_value(inj);
     let image_type = pc.get("image").and_then(|i| i.get("imageType")).and_then(Json::as_str);
     let (name, ns, kind, api) = meta;
     let mut d = Value::Map(BTreeMap::new(), false);

@@ -352,7 +352,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
 
     /// Builds and queues what is pending for the streams of one connection,
     /// unless an earlier push is still queued there.
-    fn flush_conn(&mut self, conn: &mut GrpcConnection, cause: Option<Instant>) {
+    fn flush_conn(&mut self, conn: &mut GrpcConnection) {
         let id = conn.info.id;
         if self.snap.version == 0 {
             // Nothing published yet (the server is still reading its
@@ -394,7 +394,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     now,
                 };
                 let started = Instant::now();
-                let Some(out) = stream.flush_next(&mut ctx, cause) else { break };
+                let Some(out) = stream.flush_next(&mut ctx) else { break };
                 let kind = out.kind;
                 match conn.send_admitted(sid, out.bytes) {
                     Ok(()) => {
@@ -441,9 +441,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         self.snap = snap;
         let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {
-            s.on_delta_update(&delta);
+            s.on_delta_update(&delta, changed_at);
             if s.is_dirty() {
-                s.owed_cause.get_or_insert(changed_at);
                 touched.push(*conn);
             }
         }
@@ -461,8 +460,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             return;
         };
         crate::metrics::QUEUE_TIME.record(queued_at.elapsed());
-        let cause = Some(self.snap.changed_at);
-        self.flush_conn(&mut conn, cause);
+        self.flush_conn(&mut conn);
         drop(conn);
         shared.wake();
     }
@@ -486,7 +484,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                                         // A stream may hold 200,000 names: the
                                         // answer lists the first few and counts
                                         // the rest, so it stays small on the core.
-                                        "names": w.names.iter().take(ADSZ_NAMES).map(|n| &**n).collect::<Vec<_>>(),
+                                        "names": w.names.keys().take(ADSZ_NAMES).map(|n| &**n).collect::<Vec<_>>(),
                                         "namesTotal": w.names.len(),
                                         "sent": w.sent.len(),
                                         "nonce_sent": w.sent_nonce.as_deref(),
@@ -644,7 +642,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
         }
         self.nacks += acked.nacks;
         if self.streams.get(&key).is_some_and(AdsStream::is_dirty) {
-            self.flush_conn(conn, None);
+            self.flush_conn(conn);
         }
         Ok(())
     }
@@ -662,7 +660,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
 
     fn drained(&mut self, conn: &mut GrpcConnection) {
         if self.deferred.contains(&conn.info.id) {
-            self.flush_conn(conn, Some(self.snap.changed_at));
+            self.flush_conn(conn);
         }
     }
 }

@@ -10,12 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value as Json, json};
 
 use super::super::gotmpl::Value;
-use super::{ClusterInputs, Injector, go_struct, proxy_config, proxy_image, set, string_map};
+use super::{
+    ClusterInputs, Injector, go_struct, mesh_config_value, proxy_config, proxy_config_value, proxy_image, set,
+    set_default, string_map,
+};
 
-/// The controller of the `istio` class (`features.ManagedGatewayController`).
-pub const CONTROLLER: &str = "istio.io/gateway-controller";
-/// The builtin class handled by [`CONTROLLER`] without a GatewayClass.
-pub const DEFAULT_CLASS: &str = "istio";
+pub use crate::model::gateway_api::CONTROLLER;
 /// The class's template.
 pub const TEMPLATE: &str = "kube-gateway";
 /// `ControllerVersionAnnotation` and `ControllerVersion`.
@@ -96,7 +96,14 @@ fn default_name(gw: &Json) -> String {
     format!("{}-{}", s(&gw["metadata"]["name"]), s(&gw["spec"]["gatewayClassName"]))
 }
 
-fn s(v: &Json) -> &str {
+/// The managed label's value (and the template's `ControllerLabel`): the
+/// controller's name with `-` for `/`.
+fn managed_value() -> String {
+    CONTROLLER.replace('/', "-")
+}
+
+/// A JSON string, or "".
+pub(crate) fn s(v: &Json) -> &str {
     v.as_str().unwrap_or_default()
 }
 
@@ -138,8 +145,7 @@ fn service_ports(gw: &Json) -> Vec<Json> {
         if !ports.insert(port) {
             continue;
         }
-        let name: String = s(&l["name"]).replace('.', "-").chars().take(63).collect();
-        let mut name = name;
+        let mut name: String = s(&l["name"]).replace('.', "-").chars().take(63).collect();
         if name.is_empty() {
             name = format!("{}-{i}", s(&l["protocol"]).to_lowercase());
         }
@@ -194,27 +200,15 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
 
     let mut object_meta = go_struct(gw.get("metadata").unwrap_or(&json!({})));
     for k in ["Labels", "Annotations"] {
-        if let Value::Map(m, _) = &mut object_meta {
-            m.entry(k.to_owned()).or_insert(Value::Map(BTreeMap::new(), true));
-        }
+        set_default(&mut object_meta, k, Value::Map(BTreeMap::new(), true));
     }
     for k in ["Name", "Namespace", "UID"] {
-        if let Value::Map(m, _) = &mut object_meta {
-            m.entry(k.to_owned()).or_insert(Value::Str(String::new()));
-        }
-    }
-    // Go's field name for `uid` is UID.
-    if let Value::Map(m, _) = &mut object_meta
-        && let Some(uid) = m.remove("Uid")
-    {
-        m.insert("UID".into(), uid);
+        set_default(&mut object_meta, k, Value::Str(String::new()));
     }
     let mut d = object_meta.clone();
     set(&mut d, "ObjectMeta", object_meta);
     let mut spec = go_struct(gw.get("spec").unwrap_or(&json!({})));
-    if let Value::Map(m, _) = &mut spec {
-        m.entry("Addresses".to_owned()).or_insert(Value::List(Vec::new()));
-    }
+    set_default(&mut spec, "Addresses", Value::List(Vec::new()));
     set(&mut d, "Spec", spec);
     let type_meta = Value::Map(
         [
@@ -241,20 +235,10 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
     set(&mut d, "InfrastructureAnnotations", Value::string_map(&annotations));
     set(&mut d, "GatewayNameLabel", Value::Str(GATEWAY_NAME_LABEL.into()));
     set(&mut d, "IsEastWestGateway", Value::Bool(false));
-    set(&mut d, "ControllerLabel", Value::Str("istio.io-gateway-controller".into()));
+    set(&mut d, "ControllerLabel", Value::Str(managed_value()));
     set(&mut d, "ProxyImage", Value::Str(proxy_image(inj, false, image_type, &gw_annotations)));
-    let mut proxy = go_struct(&Json::Object(pc));
-    if let Value::Map(m, _) = &mut proxy {
-        m.entry("InterceptionMode".to_owned()).or_insert(Value::Str("REDIRECT".into()));
-        m.entry("ProxyMetadata".to_owned()).or_insert(Value::Map(BTreeMap::new(), true));
-    }
-    set(&mut d, "ProxyConfig", proxy);
-    let mut mesh = Value::Map(BTreeMap::new(), false);
-    set(&mut mesh, "ProxyListenPort", Value::Num(f64::from(inj.mesh.listen_ports.0)));
-    set(&mut mesh, "ProxyInboundListenPort", Value::Num(f64::from(inj.mesh.listen_ports.1)));
-    set(&mut mesh, "TrustDomain", Value::Str(inj.mesh.trust_domain.clone()));
-    set(&mut mesh, "ExtensionProviders", Value::from(&inj.mesh.extension_providers));
-    set(&mut d, "MeshConfig", mesh);
+    set(&mut d, "ProxyConfig", proxy_config_value(&pc));
+    set(&mut d, "MeshConfig", mesh_config_value(inj));
     set(&mut d, "Values", inj.values_data.clone());
     Ok(d)
 }
@@ -374,7 +358,7 @@ pub fn render(
             if !labels.is_object() {
                 *labels = json!({});
             }
-            labels[MANAGED_LABEL] = json!(CONTROLLER.replace('/', "-"));
+            labels[MANAGED_LABEL] = json!(managed_value());
         }
         out.push(obj);
     }

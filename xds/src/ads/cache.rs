@@ -67,10 +67,18 @@ impl<C> Default for Cache<C> {
     }
 }
 
-impl<C> Drop for Cache<C> {
-    fn drop(&mut self) {
+impl<C> Cache<C> {
+    /// Forgets every entry, and tells the cache gauges.
+    fn clear_map(&mut self) {
         let bytes: i64 = self.map.values().map(|(_, e)| e.any.len() as i64).sum();
         crate::metrics::cache_delta(-(self.map.len() as i64), -bytes);
+        self.map.clear();
+    }
+}
+
+impl<C> Drop for Cache<C> {
+    fn drop(&mut self) {
+        self.clear_map();
     }
 }
 
@@ -228,12 +236,6 @@ impl<C: super::Class> Cache<C> {
         });
         crate::metrics::cache_delta(-entries, -bytes);
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
-    }
-
-    fn clear_map(&mut self) {
-        let bytes: i64 = self.map.values().map(|(_, e)| e.any.len() as i64).sum();
-        crate::metrics::cache_delta(-(self.map.len() as i64), -bytes);
-        self.map.clear();
     }
 
     /// Entries held.

@@ -4,9 +4,8 @@
 //! entry with B-trees and a string per proxy per name). Here a name is one
 //! shared allocation per core ([`intern`]), a set is a sorted vector of
 //! them (16 bytes an entry) and a map of versions a sorted vector of pairs
-//! (32 bytes an entry). Lookups are binary searches; an insert shifts the
-//! tail, which for the few names a push changes costs less than the
-//! allocation a tree node would.
+//! (32 bytes an entry), one type ([`Names`]) for both. Lookups are binary
+//! searches; many names change at once by a merge.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -36,24 +35,99 @@ pub fn intern(name: &str) -> Arc<str> {
     })
 }
 
-/// A set of names, sorted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NameSet(Vec<Arc<str>>);
+/// Names, sorted, each with a value: a set of names is `Names<()>` (16
+/// bytes an entry), names to versions `Names<Arc<str>>` (32 bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names<V>(Vec<(Arc<str>, V)>);
 
-impl NameSet {
+/// Subscribed names.
+pub type NameSet = Names<()>;
+/// Names to the versions a proxy holds.
+pub type NameMap = Names<Arc<str>>;
+
+impl<V> Default for Names<V> {
+    fn default() -> Self {
+        Names(Vec::new())
+    }
+}
+
+impl<V> Names<V> {
     fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|n| (**n).cmp(name))
+        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
     }
 
-    /// Adds `name`; whether it was new.
-    pub fn insert(&mut self, name: Arc<str>) -> bool {
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Whether `name` is in.
+    pub fn contains(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Sets `name` to `value`; whether the name was new.
+    pub fn insert(&mut self, name: Arc<str>, value: V) -> bool {
         match self.find(&name) {
-            Ok(_) => false,
+            Ok(i) => {
+                self.0[i].1 = value;
+                false
+            }
             Err(i) => {
-                self.0.insert(i, name);
+                self.0.insert(i, (name, value));
                 true
             }
         }
+    }
+
+    /// Sets many names at once (a response's, a subscription's): one sort
+    /// and merge, not a shifting insert each (a first push of thousands of
+    /// resources, or a subscribe of 100,000 names, moved the tail that
+    /// many times). The last value of a name given twice wins. Returns the
+    /// names that were new.
+    pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, V)>) -> Vec<Arc<str>> {
+        let mut new: Vec<(Arc<str>, V)> = entries.into_iter().collect();
+        if new.len() <= 8 {
+            // A few: shifting in place costs less than a new vector.
+            let mut added = Vec::new();
+            for (n, v) in new {
+                if self.insert(n.clone(), v) && !added.contains(&n) {
+                    added.push(n);
+                }
+            }
+            added.sort_unstable();
+            return added;
+        }
+        new.reverse();
+        new.sort_by(|a, b| a.0.cmp(&b.0));
+        new.dedup_by(|a, b| a.0 == b.0);
+        let mut added = Vec::new();
+        let mut out = Vec::with_capacity(self.0.len() + new.len());
+        let (mut a, mut b) = (std::mem::take(&mut self.0).into_iter().peekable(), new.into_iter().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                    std::cmp::Ordering::Less => out.extend(a.next()),
+                    std::cmp::Ordering::Greater => {
+                        added.extend(b.peek().map(|y| y.0.clone()));
+                        out.extend(b.next());
+                    }
+                    std::cmp::Ordering::Equal => {
+                        a.next();
+                        out.extend(b.next());
+                    }
+                },
+                (Some(_), None) => out.extend(a.next()),
+                (None, Some(y)) => {
+                    added.push(y.0.clone());
+                    out.extend(b.next());
+                }
+                (None, None) => break,
+            }
+        }
+        out.shrink_to_fit();
+        self.0 = out;
+        added
     }
 
     /// Removes `name`; whether it was there.
@@ -67,141 +141,6 @@ impl NameSet {
         }
     }
 
-    /// Whether `name` is in.
-    pub fn contains(&self, name: &str) -> bool {
-        self.find(name).is_ok()
-    }
-
-    /// Names.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// No names.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Empties it.
-    pub fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    /// The names, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.0.iter()
-    }
-
-    /// Adds many names at once (one sort and merge, not a shifting insert
-    /// each: a subscribe of 100,000 names would move the tail 100,000
-    /// times); returns the ones that were new.
-    pub fn insert_many(&mut self, names: impl IntoIterator<Item = Arc<str>>) -> Vec<Arc<str>> {
-        let mut new: Vec<Arc<str>> = names.into_iter().filter(|n| !self.contains(n)).collect();
-        new.sort_unstable();
-        new.dedup();
-        if new.is_empty() {
-            return new;
-        }
-        let mut merged = Vec::with_capacity(self.0.len() + new.len());
-        let (mut a, mut b) = (std::mem::take(&mut self.0).into_iter().peekable(), new.iter().cloned().peekable());
-        while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
-            if x < y { merged.extend(a.next()) } else { merged.extend(b.next()) }
-        }
-        merged.extend(a);
-        merged.extend(b);
-        self.0 = merged;
-        new
-    }
-
-    /// Removes many names at once (one pass).
-    pub fn remove_many(&mut self, names: &[&str]) {
-        if names.is_empty() {
-            return;
-        }
-        let mut gone: Vec<&str> = names.to_vec();
-        gone.sort_unstable();
-        self.0.retain(|n| gone.binary_search(&&**n).is_err());
-    }
-
-    /// The names of `self` not in `other`.
-    pub fn difference<'a>(&'a self, other: &'a NameSet) -> impl Iterator<Item = &'a Arc<str>> {
-        self.0.iter().filter(|n| !other.contains(n))
-    }
-}
-
-impl FromIterator<Arc<str>> for NameSet {
-    fn from_iter<I: IntoIterator<Item = Arc<str>>>(iter: I) -> Self {
-        let mut v: Vec<Arc<str>> = iter.into_iter().collect();
-        v.sort_unstable();
-        v.dedup();
-        v.shrink_to_fit();
-        NameSet(v)
-    }
-}
-
-/// Names to versions, sorted by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NameMap(Vec<(Arc<str>, Arc<str>)>);
-
-impl NameMap {
-    fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
-    }
-
-    /// The version of `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<str>> {
-        self.find(name).ok().map(|i| &self.0[i].1)
-    }
-
-    /// Whether `name` is in.
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.find(name).is_ok()
-    }
-
-    /// Sets the version of `name`.
-    pub fn insert(&mut self, name: Arc<str>, version: Arc<str>) {
-        match self.find(&name) {
-            Ok(i) => self.0[i].1 = version,
-            Err(i) => self.0.insert(i, (name, version)),
-        }
-    }
-
-    /// Sets the versions of many names at once (a response's): one merge,
-    /// not a shifting insert each (a first push of thousands of resources
-    /// moved the tail thousands of times).
-    pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) {
-        let mut new: Vec<(Arc<str>, Arc<str>)> = entries.into_iter().collect();
-        if new.len() <= 8 {
-            for (n, v) in new {
-                self.insert(n, v);
-            }
-            return;
-        }
-        new.reverse();
-        new.sort_by(|a, b| a.0.cmp(&b.0));
-        new.dedup_by(|a, b| a.0 == b.0);
-        let old = std::mem::take(&mut self.0);
-        let mut out = Vec::with_capacity(old.len() + new.len());
-        let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
-        loop {
-            match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) => match x.0.cmp(&y.0) {
-                    std::cmp::Ordering::Less => out.extend(a.next()),
-                    std::cmp::Ordering::Greater => out.extend(b.next()),
-                    std::cmp::Ordering::Equal => {
-                        a.next();
-                        out.extend(b.next());
-                    }
-                },
-                (Some(_), None) => out.extend(a.next()),
-                (None, Some(_)) => out.extend(b.next()),
-                (None, None) => break,
-            }
-        }
-        out.shrink_to_fit();
-        self.0 = out;
-    }
-
     /// Removes many names at once (one pass, not a shifting remove each).
     pub fn remove_many(&mut self, names: &[&str]) {
         if names.is_empty() {
@@ -212,19 +151,12 @@ impl NameMap {
         self.0.retain(|(n, _)| gone.binary_search(&&**n).is_err());
     }
 
-    /// Removes `name`.
-    pub fn remove(&mut self, name: &str) {
-        if let Ok(i) = self.find(name) {
-            self.0.remove(i);
-        }
-    }
-
     /// Keeps the names `keep` says.
     pub fn retain(&mut self, mut keep: impl FnMut(&Arc<str>) -> bool) {
         self.0.retain(|(n, _)| keep(n));
     }
 
-    /// Empties it.
+    /// Empties it (and gives back its memory).
     pub fn clear(&mut self) {
         self.0 = Vec::new();
     }
@@ -239,8 +171,8 @@ impl NameMap {
         self.0.is_empty()
     }
 
-    /// (name, version), in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+    /// (name, value), in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &V)> {
         self.0.iter().map(|(n, v)| (n, v))
     }
 
@@ -248,17 +180,24 @@ impl NameMap {
     pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
         self.0.iter().map(|(n, _)| n)
     }
+
+    /// The names of `self` not in `other`.
+    pub fn keys_not_in<'a, W>(&'a self, other: &'a Names<W>) -> impl Iterator<Item = &'a Arc<str>> {
+        self.keys().filter(|n| !other.contains(n))
+    }
 }
 
-impl FromIterator<(Arc<str>, Arc<str>)> for NameMap {
-    fn from_iter<I: IntoIterator<Item = (Arc<str>, Arc<str>)>>(iter: I) -> Self {
-        let mut v: Vec<(Arc<str>, Arc<str>)> = iter.into_iter().collect();
-        // The last of equal names wins, as a map's insert would.
-        v.reverse();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v.dedup_by(|a, b| a.0 == b.0);
-        v.shrink_to_fit();
-        NameMap(v)
+impl<V> FromIterator<(Arc<str>, V)> for Names<V> {
+    fn from_iter<I: IntoIterator<Item = (Arc<str>, V)>>(iter: I) -> Self {
+        let mut n = Names::default();
+        n.insert_many(iter);
+        n
+    }
+}
+
+impl FromIterator<Arc<str>> for NameSet {
+    fn from_iter<I: IntoIterator<Item = Arc<str>>>(iter: I) -> Self {
+        iter.into_iter().map(|n| (n, ())).collect()
     }
 }
 
@@ -269,11 +208,11 @@ mod tests {
     #[test]
     fn sets_and_maps_behave_as_the_btree_ones_they_replace() {
         let mut s: NameSet = ["b", "a", "c", "a"].into_iter().map(intern).collect();
-        assert_eq!(s.iter().map(|n| &**n).collect::<Vec<_>>(), ["a", "b", "c"]);
-        assert!(!s.insert(intern("b")) && s.insert(intern("d")) && s.contains("d"));
+        assert_eq!(s.keys().map(|n| &**n).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(!s.insert(intern("b"), ()) && s.insert(intern("d"), ()) && s.contains("d"));
         assert!(s.remove("a") && !s.remove("a"));
         let other: NameSet = ["c"].into_iter().map(intern).collect();
-        assert_eq!(s.difference(&other).map(|n| &**n).collect::<Vec<_>>(), ["b", "d"]);
+        assert_eq!(s.keys_not_in(&other).map(|n| &**n).collect::<Vec<_>>(), ["b", "d"]);
         let mut m: NameMap =
             [("x", "1"), ("y", "2"), ("x", "3")].into_iter().map(|(n, v)| (intern(n), Arc::from(v))).collect();
         assert_eq!(m.get("x").map(|v| &**v), Some("3"), "the last wins");
@@ -281,7 +220,8 @@ mod tests {
         m.insert(intern("y"), "9".into());
         assert_eq!(m.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>(), ["a=0", "x=3", "y=9"]);
         let many: Vec<(Arc<str>, Arc<str>)> = (0..20).map(|i| (intern(&format!("m{i:02}")), Arc::from("v"))).collect();
-        m.insert_many(many.clone().into_iter().chain([(intern("y"), Arc::from("10"))]));
+        let added = m.insert_many(many.clone().into_iter().chain([(intern("y"), Arc::from("10"))]));
+        assert_eq!(added.len(), 20, "y was there: only the 20 new names are new");
         assert_eq!(m.len(), 23);
         assert_eq!(m.get("y").map(|v| &**v), Some("10"), "a new version replaces the old");
         assert!(m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b), "sorted, no duplicates");
@@ -291,7 +231,7 @@ mod tests {
         m.retain(|n| &**n != "x");
         m.remove("a");
         assert_eq!(m.keys().map(|n| &**n).collect::<Vec<_>>(), ["y"]);
-        assert!(m.contains_key("y") && !m.contains_key("x"));
+        assert!(m.contains("y") && !m.contains("x"));
     }
 
     /// Random operations against the B-tree set and map they replaced.
@@ -312,7 +252,7 @@ mod tests {
             let batch: Vec<String> = (0..next(20)).map(|_| name(next(200))).collect();
             match next(6) {
                 0 => {
-                    let added = set.insert_many(batch.iter().map(|n| intern(n)));
+                    let added = set.insert_many(batch.iter().map(|n| (intern(n), ())));
                     let mut want: Vec<String> = batch.iter().filter(|n| !bset.contains(*n)).cloned().collect();
                     want.sort();
                     want.dedup();
@@ -343,7 +283,7 @@ mod tests {
                     if let Some(n) = batch.first() {
                         map.insert(intern(n), "single".into());
                         bmap.insert(n.clone(), "single".into());
-                        set.insert(intern(n));
+                        set.insert(intern(n), ());
                         bset.insert(n.clone());
                     }
                 }
@@ -356,7 +296,7 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(set.iter().map(|n| n.to_string()).collect::<Vec<_>>(), bset.iter().cloned().collect::<Vec<_>>());
+            assert_eq!(set.keys().map(|n| n.to_string()).collect::<Vec<_>>(), bset.iter().cloned().collect::<Vec<_>>());
             assert_eq!(
                 map.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<Vec<_>>(),
                 bmap.iter().map(|(n, v)| (n.clone(), v.clone())).collect::<Vec<_>>()

@@ -251,7 +251,7 @@ impl<C: super::Class> AdsStream<C> {
         let mut wanted = names;
         wanted.remove("*");
         if wildcard != w.wildcard || wanted != w.names {
-            let added: BTreeSet<Arc<str>> = wanted.difference(&w.names).cloned().collect();
+            let added: BTreeSet<Arc<str>> = wanted.keys_not_in(&w.names).cloned().collect();
             w.wildcard = wildcard;
             w.names = wanted;
             let names = &w.names;
@@ -307,7 +307,7 @@ impl<C: super::Class> AdsStream<C> {
         // Many names at once: one merge, not a shifting insert each.
         let added: BTreeSet<Arc<str>> = w
             .names
-            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| intern(n)))
+            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())))
             .into_iter()
             .collect();
         if req.resource_names_unsubscribe.iter().any(|n| n == "*") {
@@ -323,8 +323,10 @@ impl<C: super::Class> AdsStream<C> {
         Ok(acked)
     }
 
-    /// Marks what a new snapshot's delta may have changed for this stream.
-    pub fn on_delta_update(&mut self, delta: &Delta) {
+    /// Marks what a new snapshot's delta, for a change made at
+    /// `changed_at`, may have changed for this stream; the push it owes
+    /// counts its convergence from the oldest such change.
+    pub fn on_delta_update(&mut self, delta: &Delta, changed_at: Instant) {
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             if !w.wildcard && w.names.is_empty() {
@@ -335,7 +337,7 @@ impl<C: super::Class> AdsStream<C> {
                 Delta::Resources(r) => {
                     let changed: BTreeSet<Arc<str>> = r
                         .iter()
-                        .filter(|(k, n)| *k == kind && (w.wildcard || w.names.contains(n) || w.sent.contains_key(n)))
+                        .filter(|(k, n)| *k == kind && (w.wildcard || w.names.contains(n) || w.sent.contains(n)))
                         .map(|(_, n)| n.clone())
                         .collect();
                     if changed.is_empty() {
@@ -347,6 +349,9 @@ impl<C: super::Class> AdsStream<C> {
                     }
                 }
             };
+            if dirty != Dirty::Clean {
+                self.owed_cause.get_or_insert(changed_at);
+            }
             w.dirty.add(dirty);
         }
     }
@@ -361,31 +366,22 @@ impl<C: super::Class> AdsStream<C> {
         self.watches.iter().flatten().any(|w| w.dirty != Dirty::Clean)
     }
 
-    /// Builds the pending responses, in push order (CDS, EDS, LDS, RDS).
-    /// `cause` is the watcher-core time of the change being pushed, or
-    /// `None` when answering a request.
-    pub fn flush<M: Send + Sync + 'static>(
-        &mut self,
-        ctx: &mut Ctx<'_, M, C>,
-        cause: Option<Instant>,
-    ) -> Vec<Outgoing> {
-        std::iter::from_fn(|| self.flush_next(ctx, cause)).collect()
+    /// Builds the pending responses, in push order (CDS, EDS, LDS, RDS);
+    /// convergence counts from the oldest change they carry
+    /// (`owed_cause`).
+    pub fn flush<M: Send + Sync + 'static>(&mut self, ctx: &mut Ctx<'_, M, C>) -> Vec<Outgoing> {
+        std::iter::from_fn(|| self.flush_next(ctx)).collect()
     }
 
     /// Builds the next pending response in push order, or `None` when
     /// nothing is left to send. The core builds one at a time so that it
     /// can stop while the connection's queue is full: what is not built
     /// stays pending, never lost.
-    pub fn flush_next<M: Send + Sync + 'static>(
-        &mut self,
-        ctx: &mut Ctx<'_, M, C>,
-        cause: Option<Instant>,
-    ) -> Option<Outgoing> {
+    pub fn flush_next<M: Send + Sync + 'static>(&mut self, ctx: &mut Ctx<'_, M, C>) -> Option<Outgoing> {
         let class = self.class.clone()?;
-        // The oldest change owed, not the newest snapshot's (a connection
-        // waits its turn under the push throttle) nor none (a request may
-        // flush what a change made dirty).
-        let cause = self.owed_cause.or(cause);
+        // The oldest change owed (whether the push throttle's turn or a
+        // request flushes it); none for a response to a request alone.
+        let cause = self.owed_cause;
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             let dirty = std::mem::take(&mut w.dirty);
@@ -431,14 +427,14 @@ fn names_for<M: Send + Sync + 'static, C: super::Class>(
     match dirty {
         Dirty::Clean => BTreeSet::new(),
         Dirty::All => {
-            let mut all: BTreeSet<Arc<str>> = w.names.iter().cloned().collect();
+            let mut all: BTreeSet<Arc<str>> = w.names.keys().cloned().collect();
             if w.wildcard {
                 all.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
             }
             all
         }
         Dirty::Names(n) => {
-            n.iter().filter(|n| w.wildcard || w.names.contains(n) || w.sent.contains_key(n)).cloned().collect()
+            n.iter().filter(|n| w.wildcard || w.names.contains(n) || w.sent.contains(n)).cloned().collect()
         }
     }
 }
@@ -516,7 +512,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
                 }
             }
             None => {
-                if w.sent.contains_key(&n) {
+                if w.sent.contains(&n) {
                     removed.push(n);
                 }
             }

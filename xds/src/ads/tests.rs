@@ -65,7 +65,7 @@ proptest! {
             resource_names: watched.clone(),
             ..Default::default()
         }, &mut intern, Instant::now()).unwrap();
-        let first = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() }, None);
+        let first = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() });
         prop_assert_eq!(first.len(), 1);
 
         // Snapshots go by without a flush (the connection is busy).
@@ -82,9 +82,9 @@ proptest! {
             }
             model = m;
             snap = Snapshot::new(version, Instant::now(), Arc::new(model.clone()));
-            s.on_delta_update(&delta);
+            s.on_delta_update(&delta, Instant::now());
         }
-        let out = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() }, Some(Instant::now()));
+        let out = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() });
         let want: BTreeSet<String> = changed.into_iter().filter(|n| watched.contains(n)).collect();
         if want.is_empty() {
             prop_assert!(out.is_empty(), "nothing watched changed: no push");

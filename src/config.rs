@@ -280,6 +280,11 @@ pub struct PushTuning {
     /// `PILOT_MAX_REQUESTS_PER_SECOND` (0 = automatic since 1.21): new xDS
     /// streams accepted per second, same automatic rule.
     pub max_requests_per_second: f64,
+    /// `ISTIOD_RS_WRITE_COPY_BELOW` (32; istiod-rs only, for benchmarks):
+    /// response pieces shorter than this are copied next to the frame
+    /// heads, longer ones written from where they are (shared by every
+    /// connection). A huge value copies everything into one buffer.
+    pub write_copy_below: usize,
 }
 
 /// Names and namespace of this istiod.
@@ -599,6 +604,9 @@ impl Config {
                 eds_debounce: vars.bool("PILOT_ENABLE_EDS_DEBOUNCE", true)?,
                 push_throttle: vars.int::<i64>("PILOT_PUSH_THROTTLE", 0)?.clamp(0, i64::from(u32::MAX)) as u32,
                 max_requests_per_second: vars.float("PILOT_MAX_REQUESTS_PER_SECOND", 0.0)?.max(0.0),
+                write_copy_below: vars
+                    .int::<i64>("ISTIOD_RS_WRITE_COPY_BELOW", istiod_xds::h2::out::COPY_BELOW as i64)?
+                    .max(0) as usize,
             },
             identity: Identity {
                 pod_name: vars.string("POD_NAME", ""),

@@ -152,6 +152,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         keepalive_timeout: k.timeout,
         max_connection_age: k.max_connection_age,
         max_connection_age_grace: k.max_connection_age_grace,
+        write_copy_below: config.push.write_copy_below,
         ..Limits::default()
     };
     let mut listeners = Vec::new();

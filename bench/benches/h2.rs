@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use istiod_xds::grpc::{Call, GrpcConnection, GrpcLimits, Service, Status};
+use istiod_bench::sansio::{self, Sink};
+use istiod_xds::grpc::GrpcConnection;
 use istiod_xds::h2::frame::{self, Frame, Head, encode};
 use istiod_xds::h2::{Limits, hpack};
 
@@ -29,15 +30,7 @@ fn mixed_frames() -> Vec<u8> {
 }
 
 fn request_block() -> Bytes {
-    hpack::Encoder::new()
-        .field(b":method", b"POST")
-        .field(b":scheme", b"http")
-        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources")
-        .field(b":authority", b"istiod.istio-system.svc:15012")
-        .field(b"content-type", b"application/grpc")
-        .field(b"te", b"trailers")
-        .field(b"user-agent", b"grpc-c++/1.66.0")
-        .finish()
+    sansio::request_block("DeltaAggregatedResources")
 }
 
 fn frames(c: &mut Criterion) {
@@ -71,34 +64,9 @@ fn hpack_decode(c: &mut Criterion) {
     });
 }
 
-struct Sink;
-impl Service for Sink {
-    fn open(&mut self, _: &mut GrpcConnection, _: &Call) -> Result<(), Status> {
-        Ok(())
-    }
-    fn message(&mut self, _: &mut GrpcConnection, _: u32, _: Bytes) -> Result<(), Status> {
-        Ok(())
-    }
-    fn half_close(&mut self, _: &mut GrpcConnection, _: u32) {}
-    fn closed(&mut self, _: &mut GrpcConnection, _: u32) {}
-}
-
 /// A connection with one open call and wide-open client windows.
 fn open_connection() -> GrpcConnection {
-    let now = Instant::now();
-    let mut c =
-        GrpcConnection::new(Limits { max_queued_bytes: 64 << 20, ..Limits::default() }, GrpcLimits::default(), now);
-    let mut hello = frame::PREFACE.to_vec();
-    encode::settings(
-        &mut hello,
-        &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW), (frame::setting::MAX_FRAME_SIZE, 1 << 20)],
-    );
-    encode::window_update(&mut hello, 0, frame::MAX_WINDOW - 65_535);
-    encode::headers(&mut hello, 1, &request_block(), false, 16384);
-    c.recv(&hello, now, &mut Sink);
-    let mut out = Vec::new();
-    c.poll_transmit(&mut out, usize::MAX, &mut Sink);
-    c
+    sansio::open_connection(Limits { max_queued_bytes: 64 << 20, ..Limits::default() }, frame::MAX_WINDOW, 1 << 20)
 }
 
 fn push(c: &mut Criterion) {

@@ -4,8 +4,9 @@
 //! measured are in `bench/README.md`.
 //!
 //! This library holds what the benchmarks share: an echo service for the
-//! glommio server, and the `h2`-crate baseline server and client that the
-//! loopback benchmark compares it with.
+//! glommio server, the `h2`-crate baseline server and client that the
+//! loopback benchmark compares it with, and a connection without I/O with
+//! one call open ([`sansio`]).
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -277,5 +278,60 @@ pub mod fanout {
                 }
             }
         }
+    }
+}
+
+/// A gRPC connection driven without I/O, for benchmarks of the send path.
+pub mod sansio {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+    use istiod_xds::grpc::{Call, GrpcConnection, GrpcLimits, Service, Status};
+    use istiod_xds::h2::frame::{self, encode};
+    use istiod_xds::h2::{Limits, hpack};
+
+    /// Accepts every call and ignores what arrives.
+    pub struct Sink;
+
+    impl Service for Sink {
+        fn open(&mut self, _: &mut GrpcConnection, _: &Call) -> Result<(), Status> {
+            Ok(())
+        }
+        fn message(&mut self, _: &mut GrpcConnection, _: u32, _: Bytes) -> Result<(), Status> {
+            Ok(())
+        }
+        fn half_close(&mut self, _: &mut GrpcConnection, _: u32) {}
+        fn closed(&mut self, _: &mut GrpcConnection, _: u32) {}
+    }
+
+    /// Envoy's request header block for an ADS method.
+    pub fn request_block(method: &str) -> Bytes {
+        hpack::Encoder::new()
+            .field(b":method", b"POST")
+            .field(b":scheme", b"http")
+            .field(b":path", format!("/envoy.service.discovery.v3.AggregatedDiscoveryService/{method}").as_bytes())
+            .field(b":authority", b"istiod.istio-system.svc:15012")
+            .field(b"content-type", b"application/grpc")
+            .field(b"te", b"trailers")
+            .field(b"user-agent", b"grpc-c++/1.66.0")
+            .finish()
+    }
+
+    /// A connection with one ADS call open on stream 1, whose client
+    /// allows `window` bytes per stream and frames of `max_frame`.
+    pub fn open_connection(limits: Limits, window: u32, max_frame: u32) -> GrpcConnection {
+        let now = Instant::now();
+        let mut c = GrpcConnection::new(limits, GrpcLimits::default(), now);
+        let mut hello = frame::PREFACE.to_vec();
+        encode::settings(
+            &mut hello,
+            &[(frame::setting::INITIAL_WINDOW_SIZE, window), (frame::setting::MAX_FRAME_SIZE, max_frame)],
+        );
+        encode::window_update(&mut hello, 0, window - 65_535);
+        encode::headers(&mut hello, 1, &request_block("StreamAggregatedResources"), false, 16384);
+        c.recv(&hello, now, &mut Sink);
+        let mut out = Vec::new();
+        c.poll_transmit(&mut out, usize::MAX, &mut Sink);
+        c
     }
 }

@@ -395,7 +395,12 @@ impl GrpcConnection {
 
     /// Frames output into `out` (see [`Connection::poll_transmit`]) and
     /// tells the service when a full queue has drained.
-    pub fn poll_transmit<S: Service + ?Sized>(&mut self, out: &mut Vec<u8>, budget: usize, svc: &mut S) {
+    pub fn poll_transmit<S: Service + ?Sized>(
+        &mut self,
+        out: &mut impl crate::h2::Transmit,
+        budget: usize,
+        svc: &mut S,
+    ) {
         self.h2.poll_transmit(out, budget);
         if self.blocked && self.h2.queued() <= self.h2.limits().max_queued_bytes / 2 {
             self.blocked = false;

@@ -11,9 +11,11 @@ pub mod error;
 pub mod frame;
 pub mod hpack;
 pub mod limits;
+pub mod out;
 #[cfg(test)]
 pub(crate) mod testing;
 
 pub use conn::{Connection, Event, Request, SendError};
 pub use error::{Error, Reason};
 pub use limits::{Limits, Rate};
+pub use out::{Segments, Transmit};

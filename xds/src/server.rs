@@ -12,6 +12,7 @@
 
 mod conn;
 mod mux;
+mod socket;
 pub mod tls;
 
 use std::cell::RefCell;
@@ -247,11 +248,11 @@ async fn accept_loop<S: Service + 'static>(
         let tls = tls.as_ref().map(|t| futures_rustls::TlsAcceptor::from(t.get()));
         glommio::spawn_local(async move {
             match tls {
-                None => conn::serve(stream, peer, false, None, &registry, &svc).await,
+                None => conn::serve(socket::Plain(stream), peer, false, None, &registry, &svc).await,
                 Some(acceptor) => {
                     let handshake = registry.limits().handshake_timeout;
                     match glommio::timer::timeout(handshake, async {
-                        acceptor.accept(stream).await.map_err(glommio::GlommioError::IoError)
+                        acceptor.accept(socket::Plain(stream)).await.map_err(glommio::GlommioError::IoError)
                     })
                     .await
                     {

@@ -302,3 +302,38 @@ fn grpc_timeout_syntax() {
         assert_eq!(parse_timeout(bad), None, "{bad:?}");
     }
 }
+
+/// Issue #15: a response whose resources are shared with the core's cache
+/// reaches the socket's output as those same allocations; only the small
+/// per-response pieces are copied, and the bytes on the wire are intact.
+#[test]
+fn shared_pieces_are_written_from_where_they_are() {
+    use crate::h2::out::{MAX_IOV, copied_bytes};
+    use crate::h2::{Segments, Transmit};
+    use std::io::IoSlice;
+
+    let mut h = Harness::new(GrpcLimits::default());
+    h.send(frames::headers(1, &frames::request("/test.Echo/Bidi"), false));
+    h.frames();
+    let shared = Bytes::from(vec![9u8; 4000]);
+    let chain = crate::ads::wire::Chain(vec![Bytes::from_static(b"\x0a\x03abc"), shared.clone(), shared.slice(..100)]);
+    h.grpc.send_admitted(1, chain).unwrap();
+    let before = copied_bytes();
+    let mut out = Segments::default();
+    h.grpc.poll_transmit(&mut out, usize::MAX, &mut h.svc);
+    assert_eq!(copied_bytes() - before, 5 + 5, "the gRPC prefix and the 5-byte field, nothing shared");
+    let mut iov = [IoSlice::new(&[]); MAX_IOV];
+    let n = out.slices(&mut iov);
+    assert!(iov[..n].iter().any(|s| s.as_ptr() == shared.as_ptr() && s.len() == 4000));
+    assert!(iov[..n].iter().any(|s| s.as_ptr() == shared.as_ptr() && s.len() == 100));
+    // What the socket would receive decodes to the message.
+    let wire: Vec<u8> = iov[..n].iter().flat_map(|s| s.iter().copied()).collect();
+    let len = out.written();
+    out.advance(len);
+    assert_eq!(wire.len(), len);
+    let peer_view = crate::h2::testing::Peer::parse(&wire);
+    let mut want = b"\x0a\x03abc".to_vec();
+    want.extend_from_slice(&shared);
+    want.extend_from_slice(&shared[..100]);
+    assert_eq!(data_payload(&peer_view), frames::grpc_message(&want));
+}

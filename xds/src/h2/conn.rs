@@ -13,7 +13,7 @@ mod stream;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub use request::Request;
 use stream::{Recv, Send, Stream};
@@ -22,6 +22,7 @@ use super::error::{Error, Reason};
 use super::frame::{self, Frame, Head, encode, setting};
 use super::hpack;
 use super::limits::{Bucket, Limits};
+use super::out::Transmit;
 use crate::metrics::{self, Violation};
 
 /// What the connection tells the application.
@@ -842,17 +843,17 @@ impl Connection {
     /// Appends frames to `out`, about `budget` bytes at most (one frame may
     /// go over). Control frames first, then streams round-robin, one frame
     /// each per turn, within both flow-control windows.
-    pub fn poll_transmit(&mut self, out: &mut Vec<u8>, budget: usize) {
-        out.extend_from_slice(&self.ctrl);
+    pub fn poll_transmit(&mut self, out: &mut impl Transmit, budget: usize) {
+        out.buf().put_slice(&self.ctrl);
         self.ctrl.clear();
         let mut turns = self.ready.len();
-        while out.len() < budget && turns > 0 {
+        while out.written() < budget && turns > 0 {
             let Some(id) = self.ready.pop_front() else { break };
             turns -= 1;
             let Some(s) = self.streams.get_mut(&id) else { continue };
             if let Some(block) = s.pending_headers.take() {
                 let end = s.end_stream_queued && s.data.is_empty() && s.trailers.is_none();
-                encode::headers(out, id, &block, end, self.peer_max_frame);
+                encode::headers(out.buf(), id, &block, end, self.peer_max_frame);
                 if end {
                     s.sent_end = true;
                 }
@@ -864,13 +865,12 @@ impl Connection {
                 self.send_window -= n as i64;
                 s.queued -= n;
                 self.queued -= n;
-                encode::data_head(out, id, n, false);
+                encode::data_head(out.buf(), id, n, false);
                 let mut left = n;
                 while left > 0 {
                     let chunk = s.data.front_mut().expect("queued bytes are in the deque");
                     let take = left.min(chunk.len());
-                    out.extend_from_slice(&chunk[..take]);
-                    chunk.advance(take);
+                    out.body(chunk.split_to(take));
                     if chunk.is_empty() {
                         s.data.pop_front();
                     }
@@ -884,8 +884,8 @@ impl Connection {
             }
             if s.data.is_empty() && !s.sent_end && s.send == Send::Done {
                 match s.trailers.take() {
-                    Some(t) => encode::headers(out, id, &t, true, self.peer_max_frame),
-                    None => encode::data_head(out, id, 0, true),
+                    Some(t) => encode::headers(out.buf(), id, &t, true, self.peer_max_frame),
+                    None => encode::data_head(out.buf(), id, 0, true),
                 }
                 s.sent_end = true;
             }
@@ -893,7 +893,7 @@ impl Connection {
                 s.in_ready = false;
                 if s.recv == Recv::Open {
                     // §8.1: the response is complete; ask the client to stop sending.
-                    encode::rst_stream(out, id, Reason::NoError.code());
+                    encode::rst_stream(out.buf(), id, Reason::NoError.code());
                     self.streams.remove(&id);
                     self.note_idle(self.last_recv);
                 } else {

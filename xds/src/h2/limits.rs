@@ -60,6 +60,10 @@ pub struct Limits {
     pub local_reset_rate: Rate,
     /// DATA frames that are empty and do not end the stream.
     pub empty_data_rate: Rate,
+    /// Body pieces shorter than this are copied into the write buffer;
+    /// longer ones are written from where they are
+    /// ([`Segments`](super::Segments)).
+    pub write_copy_below: usize,
 }
 
 /// A token bucket's shape: `burst` tokens, refilled at `per_sec`.
@@ -98,6 +102,7 @@ impl Default for Limits {
             reset_rate: rate(200, 100),
             local_reset_rate: rate(100, 50),
             empty_data_rate: rate(200, 100),
+            write_copy_below: super::out::COPY_BELOW,
         }
     }
 }

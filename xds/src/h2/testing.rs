@@ -132,8 +132,14 @@ impl Peer {
 
     pub(crate) fn frames_budget(&mut self, budget: usize) -> Vec<Frame> {
         self.conn.poll_transmit(&mut self.pending, budget);
+        let out = Self::parse(&self.pending);
+        self.pending.clear();
+        out
+    }
+
+    /// Server bytes as frames (whole frames only).
+    pub(crate) fn parse(mut buf: &[u8]) -> Vec<Frame> {
         let mut out = Vec::new();
-        let mut buf = &self.pending[..];
         while buf.len() >= 9 {
             let head = Head::parse(buf[..9].try_into().unwrap());
             let end = 9 + head.len as usize;
@@ -142,7 +148,6 @@ impl Peer {
             buf = &buf[end..];
         }
         assert!(buf.is_empty(), "server wrote a partial frame header");
-        self.pending.clear();
         out
     }
 

@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -15,6 +16,7 @@ use glommio::timer::Timer;
 
 use crate::grpc::{ConnInfo, GrpcConnection, GrpcLimits, Service};
 use crate::h2::Limits;
+use crate::h2::out::{MAX_IOV, Segments};
 use crate::metrics::{self, Violation};
 
 /// Bytes read per `recv`.
@@ -30,7 +32,7 @@ thread_local! {
 }
 /// About this much is framed per write.
 const WRITE_BUDGET: usize = 256 * 1024;
-/// Write buffer capacity an idle connection may keep (a push's buffer is
+/// Gathering buffer capacity an idle connection may keep (a push's is
 /// given back once written: thousands of idle proxies must cost little).
 const IDLE_WBUF: usize = 1024;
 
@@ -151,33 +153,32 @@ pub(super) async fn serve<IO, S>(
 {
     let shared = registry.insert(peer, secure, peer_certificate);
     let send_timeout = registry.limits.send_timeout;
-    let mut wbuf: Vec<u8> = Vec::new();
-    let mut wpos = 0usize;
+    // What is framed and not yet written: frame heads and small pieces
+    // gathered, response pieces referenced where the core's cache holds
+    // them (written with one vectored call, never copied per connection).
+    let mut out = Segments::new(registry.limits.write_copy_below);
     let mut last_progress = Instant::now();
     let mut timer: Option<(Instant, Timer)> = None;
     loop {
         let now = Instant::now();
         let (closed, mut deadline) = {
             let mut c = shared.conn.borrow_mut();
-            if wpos == wbuf.len() {
-                wbuf.clear();
-                wpos = 0;
-                c.poll_transmit(&mut wbuf, WRITE_BUDGET, &mut *svc.borrow_mut());
-                if !wbuf.is_empty() {
-                    last_progress = now;
-                }
-                if wbuf.is_empty() && wbuf.capacity() > IDLE_WBUF {
+            if out.is_empty() {
+                c.poll_transmit(&mut out, WRITE_BUDGET, &mut *svc.borrow_mut());
+                if out.is_empty() {
                     // Idle: give back a burst's memory. Thousands of idle
                     // proxies must cost kilobytes each, not a push's size.
-                    wbuf = Vec::new();
+                    out.shrink(IDLE_WBUF);
+                } else {
+                    last_progress = now;
                 }
             }
             (c.h2().is_closed(), c.poll_timeout())
         };
-        if closed && wpos == wbuf.len() {
+        if closed && out.is_empty() {
             break;
         }
-        if wpos < wbuf.len() {
+        if !out.is_empty() {
             let d = last_progress + send_timeout;
             deadline = Some(deadline.map_or(d, |x| x.min(d)));
         }
@@ -185,10 +186,12 @@ pub(super) async fn serve<IO, S>(
             timer = deadline.map(|at| (at, Timer::new(at.saturating_duration_since(now))));
         }
         let ev = poll_fn(|cx| {
-            if wpos < wbuf.len()
-                && let Poll::Ready(r) = Pin::new(&mut io).poll_write(cx, &wbuf[wpos..])
-            {
-                return Poll::Ready(Ev::Wrote(r));
+            if !out.is_empty() {
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                let n = out.slices(&mut iov);
+                if let Poll::Ready(r) = Pin::new(&mut io).poll_write_vectored(cx, &iov[..n]) {
+                    return Poll::Ready(Ev::Wrote(r));
+                }
             }
             if !closed && let Poll::Ready(r) = READ.with(|b| Pin::new(&mut io).poll_read(cx, &mut b.borrow_mut()[..])) {
                 return Poll::Ready(Ev::Read(r));
@@ -208,7 +211,7 @@ pub(super) async fn serve<IO, S>(
         let now = Instant::now();
         match ev {
             Ev::Wrote(Ok(n)) => {
-                wpos += n;
+                out.advance(n);
                 last_progress = now;
             }
             Ev::Read(Ok(0)) | Ev::Read(Err(_)) | Ev::Wrote(Err(_)) => break,
@@ -220,7 +223,7 @@ pub(super) async fn serve<IO, S>(
             }
             Ev::Timer => {
                 timer = None;
-                if wpos < wbuf.len() && now >= last_progress + send_timeout {
+                if !out.is_empty() && now >= last_progress + send_timeout {
                     metrics::count(Violation::SendTimeout);
                     tracing::debug!(target: "grpc", ?peer, "peer stopped reading; closing");
                     break;

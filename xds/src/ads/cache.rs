@@ -33,6 +33,61 @@ fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
 }
 
+/// A lookup of one snapshot, by the identity of its name and reduced
+/// class: names come from the core's interned lists and reduced classes
+/// are interned, so thousands of proxies of a class ask with the same
+/// pointers. The key holds both `Arc`s, so an address is not reused while
+/// its entry lives.
+#[derive(Debug)]
+struct MemoKey<C> {
+    kind: Kind,
+    name: Arc<str>,
+    class: Arc<C>,
+}
+
+impl<C> MemoKey<C> {
+    fn addrs(&self) -> (usize, usize) {
+        (Arc::as_ptr(&self.name) as *const u8 as usize, Arc::as_ptr(&self.class) as usize)
+    }
+}
+
+impl<C> PartialEq for MemoKey<C> {
+    fn eq(&self, o: &Self) -> bool {
+        self.kind == o.kind && self.addrs() == o.addrs()
+    }
+}
+impl<C> Eq for MemoKey<C> {}
+
+impl<C> std::hash::Hash for MemoKey<C> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let (name, class) = self.addrs();
+        h.write_usize(self.kind as usize);
+        h.write_usize(name);
+        h.write_usize(class);
+    }
+}
+
+/// FxHash's step, for keys that are addresses (SipHash costs more than
+/// the lookup it guards, and addresses are not chosen by a peer).
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize(usize::from(b));
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Memo<C> = HashMap<MemoKey<C>, Option<Encoded>, std::hash::BuildHasherDefault<AddrHasher>>;
+
 /// One core's cache, for proxy classes `C`.
 #[derive(Debug)]
 pub struct Cache<C = ()> {
@@ -47,6 +102,12 @@ pub struct Cache<C = ()> {
     /// `Generator::reduce`), and one `Arc` per distinct reduced class.
     reduced: Reduced<C>,
     interned: HashMap<C, Arc<C>>,
+    /// The answers [`Cache::get`] gave for the snapshot `memo_of`: a
+    /// connect storm asks the same (kind, name, reduced class) once per
+    /// proxy, and deciding whether a proxy is served a name and from which
+    /// inputs costs more than the answer.
+    memo: Memo<C>,
+    memo_of: SnapId,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -61,6 +122,8 @@ impl<C> Default for Cache<C> {
             shared_wildcard: HashMap::new(),
             reduced: HashMap::new(),
             interned: HashMap::new(),
+            memo: Memo::default(),
+            memo_of: (0, 0),
             hits: 0,
             misses: 0,
         }
@@ -85,6 +148,11 @@ impl<C> Drop for Cache<C> {
 impl<C: super::Class> Cache<C> {
     /// The encoded resource, from the cache or freshly generated; `None`
     /// when it does not exist in `snap`.
+    ///
+    /// The answer is remembered for the snapshot by (kind, name, reduced
+    /// class): the generator's reduction keeps everything a resource and
+    /// its inputs depend on (debug builds check each remembered answer
+    /// against a fresh lookup for the asking class).
     pub fn get<M: Send + Sync + 'static>(
         &mut self,
         generator: &dyn Generator<Mesh = M, Class = C>,
@@ -93,8 +161,49 @@ impl<C: super::Class> Cache<C> {
         kind: Kind,
         name: &Arc<str>,
     ) -> Option<Encoded> {
+        let id = snap_id(snap);
+        if self.memo_of != id {
+            self.memo.clear();
+            self.memo_of = id;
+        }
+        let reduced = self.class_for(generator, snap, class, kind, name);
+        let key = MemoKey { kind, name: name.clone(), class: reduced };
+        if let Some(answer) = self.memo.get(&key) {
+            self.hits += 1;
+            let answer = answer.clone();
+            #[cfg(debug_assertions)]
+            {
+                let counts = (self.hits, self.misses);
+                let fresh = self.lookup(generator, snap, class, kind, name, key.class.clone());
+                (self.hits, self.misses) = counts;
+                assert_eq!(
+                    fresh.as_ref().map(|e| &e.any),
+                    answer.as_ref().map(|e| &e.any),
+                    "remembered {kind:?} {name} differs from a fresh lookup for the class"
+                );
+            }
+            return answer;
+        }
+        let answer = self.lookup(generator, snap, class, kind, name, key.class.clone());
+        if self.memo.len() >= MAX_ENTRIES {
+            self.memo.clear();
+        }
+        self.memo.insert(key, answer.clone());
+        answer
+    }
+
+    /// [`Cache::get`] without the snapshot's memo.
+    fn lookup<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        class: &Arc<C>,
+        kind: Kind,
+        name: &Arc<str>,
+        reduced: Arc<C>,
+    ) -> Option<Encoded> {
         let input = generator.input_generation(snap, class, kind, name)?;
-        let key = (kind, name.clone(), self.class_for(generator, snap, class, kind, name));
+        let key = (kind, name.clone(), reduced);
         if let Some((generation, e)) = self.map.get(&key)
             && *generation == input
         {
@@ -219,6 +328,7 @@ impl<C: super::Class> Cache<C> {
     /// behind.
     pub fn retain_classes(&mut self, live: std::collections::HashSet<usize>) {
         let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
+        self.memo.clear();
         self.reduced.retain(|(_, of), _| live.contains(of));
         self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
         // What live classes reduce to stays too.

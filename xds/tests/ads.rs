@@ -646,3 +646,72 @@ fn adsz_lists_a_few_names_per_watch_and_counts_the_rest() {
         assert!(adsz[0].to_string().len() < 64 * 1024, "{} bytes", adsz[0].to_string().len());
     });
 }
+
+/// istiod's `PILOT_PUSH_THROTTLE` (issue #15): a core pushes a snapshot to
+/// `throttle` connections at a time and reads its connections between
+/// batches, so a full push cannot starve requests and ACKs
+/// (`xds/src/ads.rs`, `updates`). One more client asks for EDS again and
+/// again while the push runs; nonces count up per core, so an answer whose
+/// nonce falls between the first and the last push's was read and answered
+/// in between. With a throttle above the number of connections the push is
+/// one batch and no answer falls inside it: the assertion can fail.
+#[test]
+fn requests_are_read_between_push_batches() {
+    const CLIENTS: u32 = 300;
+    // (throttle, whether a request is answered while the push runs)
+    for (throttle, interleaved) in [(1, true), (100_000, false)] {
+        let mut s = TestServer::start_throttled(1, Limits::default(), throttle);
+        mesh(&mut s);
+        runtime().block_on(async {
+            let seq = |nonce: &str| nonce.rsplit('-').next().unwrap().parse::<u64>().unwrap();
+            let mut tasks = tokio::task::JoinSet::new();
+            for n in 0..CLIENTS {
+                let mut c = connect(s.addr, false).await;
+                c.sotw(cds(true, 100 + n));
+                let r = c.recv().await;
+                c.ack(&r, &[]);
+                tasks.spawn(async move {
+                    let push = c.recv().await;
+                    assert_eq!(push.type_url, type_url::CLUSTER);
+                    seq(&push.nonce)
+                });
+            }
+            let mut asker = connect(s.addr, false).await;
+            asker.sotw(DiscoveryRequest { node: Some(sidecar(1)), ..eds(&[A]) });
+            asker.recv().await;
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stop = done.clone();
+            let answers = tokio::spawn(async move {
+                let mut nonces = Vec::new();
+                let mut names = [A, B].into_iter().cycle();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    asker.sotw(eds(&[names.next().unwrap()]));
+                    let r = asker.recv().await;
+                    nonces.push(seq(&r.nonce));
+                }
+                nonces
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            s.model.resources[Kind::Cluster as usize].get_mut("a").unwrap().generation = 99;
+            s.model.resources[Kind::Cluster as usize].get_mut("a").unwrap().body = cluster("a", 3);
+            s.publish_full();
+            let (mut first, mut last, mut pushed) = (u64::MAX, 0, 0);
+            while let Some(r) = tasks.join_next().await {
+                pushed += 1;
+                let n = r.unwrap();
+                first = first.min(n);
+                last = last.max(n);
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            let answers = answers.await.unwrap();
+            assert_eq!(pushed, CLIENTS);
+            let inside = answers.iter().filter(|n| (first..last).contains(n)).count();
+            assert_eq!(
+                inside > 0,
+                interleaved,
+                "throttle {throttle}: {inside} of {} answers between push nonces {first} and {last}",
+                answers.len()
+            );
+        });
+    }
+}

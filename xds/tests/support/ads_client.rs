@@ -33,9 +33,16 @@ pub(crate) struct TestServer {
 
 impl TestServer {
     pub(crate) fn start(cores: usize, limits: Limits) -> Self {
+        Self::start_throttled(cores, limits, 25)
+    }
+
+    /// A server whose cores push a snapshot to `throttle` connections at a
+    /// time (`PILOT_PUSH_THROTTLE`).
+    pub(crate) fn start_throttled(cores: usize, limits: Limits, throttle: usize) -> Self {
         let (publisher, receivers) = ads::channels(cores);
         let initial = Arc::new(Snapshot::empty(Instant::now()));
-        let factory = AdsFactory::new(Arc::new(SimpleGenerator), receivers, initial, "istiod-rs-test");
+        let factory =
+            AdsFactory::new(Arc::new(SimpleGenerator), receivers, initial, "istiod-rs-test").push_throttle(throttle);
         let cfg = ServerConfig {
             cores,
             pin: false,

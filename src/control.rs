@@ -28,17 +28,14 @@ pub struct Input {
     /// cores, so only their names are known here).
     pub touched: Vec<(Kind, Arc<str>)>,
     /// Why (istiod's push trigger reasons: `endpoint`, `service`,
-    /// `config`, `secret`, `namespace`, ...), counted once per publish in
-    /// `pilot_push_triggers`.
-    pub reasons: Vec<&'static str>,
+    /// `config`, `secret`, `namespace`, ...) with event counts; the cores
+    /// count them in `pilot_push_triggers` for each proxy they push.
+    pub reasons: istiod_xds::metrics::Reasons,
 }
 
 /// The control thread's metrics, with istiod's names and buckets
 /// (`pilot/pkg/xds/monitoring.go`).
 pub mod metrics {
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-
     use istiod_xds::metrics::Histogram;
 
     /// From the first change of a publish reaching the debouncer to the
@@ -49,8 +46,6 @@ pub mod metrics {
     /// Building the model and translation of a change
     /// (`pilot_pushcontext_init_seconds`).
     pub static PUSHCONTEXT_INIT: Histogram = Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0]);
-    /// Publishes by reason (`pilot_push_triggers{type}`).
-    pub static TRIGGERS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
     /// The exposition text.
     pub fn render() -> String {
@@ -59,10 +54,6 @@ pub mod metrics {
         DEBOUNCE_TIME.render(&mut out, "pilot_debounce_time", "");
         out.push_str("# HELP pilot_pushcontext_init_seconds Total time in seconds Pilot takes to init pushContext.\n# TYPE pilot_pushcontext_init_seconds histogram\n");
         PUSHCONTEXT_INIT.render(&mut out, "pilot_pushcontext_init_seconds", "");
-        out.push_str("# HELP pilot_push_triggers Total number of times a push was triggered, labeled by reason for the push.\n# TYPE pilot_push_triggers counter\n");
-        for (reason, n) in TRIGGERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
-            out.push_str(&format!("pilot_push_triggers{{type=\"{reason}\"}} {n}\n"));
-        }
         out
     }
 }
@@ -85,7 +76,7 @@ pub struct Control {
     /// When the oldest unpublished change arrived (convergence starts here).
     pending_since: Option<Instant>,
     /// The reasons of the unpublished changes.
-    pending_reasons: Vec<&'static str>,
+    pending_reasons: istiod_xds::metrics::Reasons,
     ready: Arc<AtomicBool>,
 }
 
@@ -101,7 +92,7 @@ impl Control {
             pending_touched: Vec::new(),
             mesh: None,
             pending_since: None,
-            pending_reasons: Vec::new(),
+            pending_reasons: Default::default(),
             ready,
         }
     }
@@ -126,7 +117,7 @@ impl Control {
         }
         // Counted only for what is pushed (an input that changes nothing
         // triggers no push).
-        self.pending_reasons.extend(reasons);
+        self.pending_reasons.merge(&reasons);
         let endpoints_only = touched.is_empty() && changes.iter().all(|(k, _, _)| *k == Kind::Endpoint);
         self.pending.extend(changes);
         self.pending_touched.extend(touched);
@@ -157,15 +148,6 @@ impl Control {
         let changes = std::mem::take(&mut self.pending);
         let changed_at = self.pending_since.take().unwrap_or_else(Instant::now);
         metrics::DEBOUNCE_TIME.record(changed_at.elapsed());
-        {
-            let mut reasons = std::mem::take(&mut self.pending_reasons);
-            reasons.sort_unstable();
-            reasons.dedup();
-            let mut t = metrics::TRIGGERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for r in reasons {
-                *t.entry(r).or_default() += 1;
-            }
-        }
         self.version += 1;
         let (model, mut delta) = self.model.apply(self.version, changes);
         let touched = std::mem::take(&mut self.pending_touched);
@@ -179,6 +161,7 @@ impl Control {
         self.model = model;
         let mut snap = Snapshot::new(self.version, changed_at, Arc::new(self.model.clone()));
         snap.mesh = self.mesh.clone();
+        snap.reasons = std::mem::take(&mut self.pending_reasons);
         let snap = Arc::new(snap);
         tracing::debug!(target: "ads", version = self.version, ?delta, "publish");
         self.publisher.publish(snap, delta);

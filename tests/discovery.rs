@@ -104,7 +104,8 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     assert!(metrics.contains("pilot_proxy_convergence_time_bucket{le=\"30\"}"), "{metrics}");
     assert!(value("pilot_pushcontext_init_seconds_count") >= 1.0);
     assert!(value("pilot_debounce_time_count") >= 1.0);
-    assert!(value("pilot_push_triggers{type=\"global\"}") >= 1.0);
+    // pilot_push_triggers counts proxies pushed (tests/loadgen.rs); these
+    // proxies connected after the only publish, so there were none.
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }
 
@@ -262,9 +263,11 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
         get(http, "/debug/registryz").unwrap().1.contains("extra.bookinfo.svc.cluster.local")
     });
     wait_for("second snapshot", || version() == 2);
-    // The push it caused is counted as istiod counts it: a service update.
+    // istiod counts a push's reasons for each proxy it pushes
+    // (`recordPushTriggers` in `doSendPushes`): with none connected, this
+    // service update counts nothing (tests/loadgen.rs counts with proxies).
     let metrics = get(monitoring, "/metrics").unwrap().1;
-    assert!(metrics.contains("pilot_push_triggers{type=\"service\"} 1\n"), "{metrics}");
+    assert!(!metrics.contains("pilot_push_triggers{type=\"service\"}"), "{metrics}");
 
     // A broken document is reported with file and index; nothing changes.
     std::fs::write(dir.path().join("broken.yaml"), "kind: Service\nmetadata: {name: b}\nspec: {ports: [{port: x}]}\n")

@@ -26,6 +26,7 @@ struct Server {
     child: Child,
     grpc: SocketAddr,
     secure: Option<SocketAddr>,
+    monitoring: SocketAddr,
 }
 
 impl Drop for Server {
@@ -36,12 +37,12 @@ impl Drop for Server {
 }
 
 fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Server {
-    let (grpc, http) = (free_port(), free_port());
+    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
     let secure = tls.map(|_| free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"));
     cmd.args(["discovery", "--configDir", dir.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", "", "--httpsAddr", "", "--cores", "1"])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--httpsAddr", "", "--cores", "1"])
         .env("PILOT_DEBOUNCE_AFTER", "10ms")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -61,7 +62,7 @@ fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)
             cmd.args(["--secureGRPCAddr", ""]);
         }
     }
-    let server = Server { child: cmd.spawn().unwrap(), grpc, secure };
+    let server = Server { child: cmd.spawn().unwrap(), grpc, secure, monitoring };
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(server.secure.unwrap_or(grpc)).is_err() {
         assert!(Instant::now() < deadline, "pilot-discovery never listened");
@@ -137,6 +138,24 @@ fn churn(kind: ChurnKind, delta: bool) {
         l.responses
     );
     assert!(!l.convergence.is_empty());
+    // istiod counts a push's reasons once per proxy it pushes, each by its
+    // event count (`recordPushTriggers` in pilot/pkg/xds/discovery.go):
+    // one changed object per change, so at least one count per
+    // proxy-change that arrived, and at most one per change per proxy
+    // connected (a proxy whose subscription a change touched is counted
+    // even if nothing it holds changed, as istiod counts every proxy it
+    // dequeues).
+    let metrics = support::get(server.monitoring, "/metrics").unwrap().1;
+    let reason = if kind == ChurnKind::Eds { "endpoint" } else { "config" };
+    let triggers: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("pilot_push_triggers{{type=\"{reason}\"}} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no pilot_push_triggers{{type={reason:?}}} in\n{metrics}"));
+    let most = 60 * report.changes.len() as u64;
+    assert!(
+        triggers >= u64::from(expected) && triggers <= most,
+        "{triggers} {reason} triggers for {expected} proxy-changes, at most {most}"
+    );
     let j = report.json();
     assert!(j["convergence_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert_eq!(j["per_change"].as_array().unwrap().len(), report.changes.len());

@@ -212,7 +212,12 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
     let next = Arc::new(prev.with_jwks(keys));
     s.mesh = Some(next.clone());
     let touched = crate::generator::all_names(&next.model);
-    let _ = tx.send(crate::control::Input { changes: Vec::new(), mesh: Some(next), touched, reasons: vec!["config"] });
+    let _ = tx.send(crate::control::Input {
+        changes: Vec::new(),
+        mesh: Some(next),
+        touched,
+        reasons: istiod_xds::metrics::Reasons::one("config"),
+    });
 }
 
 #[cfg(test)]

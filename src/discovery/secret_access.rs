@@ -173,7 +173,12 @@ fn publish(
     let next = Arc::new(prev.with_secret_access(access));
     s.mesh = Some(next.clone());
     let touched = namespace.map(|ns| crate::generator::router::secret_names_in(&next.model, ns)).unwrap_or_default();
-    let _ = tx.send(crate::control::Input { changes: Vec::new(), mesh: Some(next), touched, reasons: vec!["secret"] });
+    let _ = tx.send(crate::control::Input {
+        changes: Vec::new(),
+        mesh: Some(next),
+        touched,
+        reasons: istiod_xds::metrics::Reasons::one("secret"),
+    });
 }
 
 #[cfg(test)]

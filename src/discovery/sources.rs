@@ -208,27 +208,31 @@ pub(super) fn apply(
         );
         crate::control::metrics::PUSHCONTEXT_INIT.record(started.elapsed());
         // The first publish is a full push.
-        let reasons = if first { vec!["global"] } else { push_reasons(changed.as_deref()) };
+        let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons });
     }
 }
 
-/// istiod's push trigger reasons for the objects that changed (`None`: a
-/// first list or relist, a full push).
-fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> Vec<&'static str> {
-    let Some(changed) = changed else { return vec!["global"] };
-    let mut out: Vec<&'static str> = changed
-        .iter()
-        .map(|r| match r.kind.as_str() {
-            "EndpointSlice" | "Endpoints" | "Pod" | "WorkloadEntry" => "endpoint",
-            "Service" | "ServiceEntry" => "service",
-            "Secret" => "secret",
-            "Namespace" => "namespace",
-            _ => "config",
-        })
-        .collect();
-    out.sort_unstable();
-    out.dedup();
+/// istiod's push trigger reasons for the objects that changed, one event
+/// per object (`None`: a first list or relist, a full push).
+fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> istiod_xds::metrics::Reasons {
+    let mut out = istiod_xds::metrics::Reasons::default();
+    let Some(changed) = changed else {
+        out.add("global", 1);
+        return out;
+    };
+    for r in changed {
+        out.add(
+            match r.kind.as_str() {
+                "EndpointSlice" | "Endpoints" | "Pod" | "WorkloadEntry" => "endpoint",
+                "Service" | "ServiceEntry" => "service",
+                "Secret" => "secret",
+                "Namespace" => "namespace",
+                _ => "config",
+            },
+            1,
+        );
+    }
     out
 }
 

@@ -226,7 +226,9 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
     // Connections with a push owed, in the order their snapshot touched
     // them, with when they were queued.
     let mut queue: std::collections::VecDeque<(u64, Instant)> = std::collections::VecDeque::new();
-    let mut queued: HashSet<u64> = HashSet::new();
+    // What each queued connection's push is for (merged when a newer
+    // snapshot marks it again, as istiod's push queue merges requests).
+    let mut owed: HashMap<u64, crate::metrics::Reasons> = HashMap::new();
     loop {
         // Wait for news only when no push is owed.
         let first = if queue.is_empty() {
@@ -239,16 +241,20 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
         };
         // Drain what else is waiting: the newest snapshot wins, deltas merge.
         let mut latest: Option<(Arc<Snapshot<M>>, Delta)> = None;
+        let mut reasons = crate::metrics::Reasons::default();
         let mut next = first;
         while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
             match u {
-                Update::Snapshot(s, d) => match &mut latest {
-                    Some((snap, delta)) => {
-                        *snap = s;
-                        delta.merge(d);
+                Update::Snapshot(s, d) => {
+                    reasons.merge(&s.reasons);
+                    match &mut latest {
+                        Some((snap, delta)) => {
+                            *snap = s;
+                            delta.merge(d);
+                        }
+                        None => latest = Some((s, d)),
                     }
-                    None => latest = Some((s, d)),
-                },
+                }
                 Update::Debug(q, reply) => {
                     let answer = svc.borrow().debug(&q);
                     let _ = reply.try_send(answer);
@@ -260,14 +266,21 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
             // with it (its streams are marked again).
             let now = Instant::now();
             for id in svc.borrow_mut().mark(snap, delta) {
-                if queued.insert(id) {
-                    queue.push_back((id, now));
+                match owed.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(&reasons),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(reasons.clone());
+                        queue.push_back((id, now));
+                    }
                 }
             }
         }
         for _ in 0..throttle {
             let Some((id, at)) = queue.pop_front() else { break };
-            queued.remove(&id);
+            if let Some(reasons) = owed.remove(&id) {
+                // istiod counts each proxy it dequeues for a push.
+                crate::metrics::record_push_triggers(&reasons);
+            }
             svc.borrow_mut().push_conn(id, at);
         }
         if !queue.is_empty() {

@@ -155,6 +155,81 @@ pub static SEND_TIME: Histogram = Histogram::new(&[0.01, 0.1, 1.0, 3.0, 5.0, 10.
 /// From a change to a proxy's ACK of it (`pilot_proxy_convergence_time`).
 pub static CONVERGENCE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
 
+/// istiod's push trigger reasons (`model.TriggerReason`), the labels of
+/// `pilot_push_triggers`.
+pub const TRIGGER_REASONS: [&str; 16] = [
+    "endpoint",
+    "headlessendpoint",
+    "config",
+    "service",
+    "proxy",
+    "global",
+    "ambient",
+    "unknown",
+    "debug",
+    "secret",
+    "networks",
+    "proxyrequest",
+    "depdendentresource",
+    "namespace",
+    "cluster",
+    "tag",
+];
+
+/// Push trigger counts by the index of [`TRIGGER_REASONS`].
+static TRIGGERS: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
+
+/// Reasons for a push with their event counts (istiod's `ReasonStats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reasons(Vec<(&'static str, u32)>);
+
+impl Reasons {
+    /// One event of `reason`.
+    pub fn one(reason: &'static str) -> Self {
+        Reasons(vec![(reason, 1)])
+    }
+
+    /// Adds `n` events of `reason`.
+    pub fn add(&mut self, reason: &'static str, n: u32) {
+        match self.0.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, c)) => *c = c.saturating_add(n),
+            None => self.0.push((reason, n)),
+        }
+    }
+
+    /// Adds another push's reasons (istiod's `PushRequest.Merge`).
+    pub fn merge(&mut self, other: &Reasons) {
+        for (r, n) in &other.0 {
+            self.add(r, *n);
+        }
+    }
+
+    /// No reason recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The reasons and counts.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+/// Counts one proxy's push for `reasons` (istiod's `recordPushTriggers`,
+/// called for every proxy it dequeues): each reason by its event count.
+/// A reason istiod does not know counts as `unknown`.
+pub fn record_push_triggers(reasons: &Reasons) {
+    for (r, n) in reasons.iter() {
+        let i = TRIGGER_REASONS.iter().position(|k| *k == r).unwrap_or(7);
+        TRIGGERS[i].fetch_add(u64::from(n), Ordering::Relaxed);
+    }
+}
+
+/// The count of a push trigger reason.
+pub fn push_triggers(reason: &str) -> u64 {
+    TRIGGER_REASONS.iter().position(|k| *k == reason).map_or(0, |i| TRIGGERS[i].load(Ordering::Relaxed))
+}
+
 /// Entries and bytes of the cores' caches of encoded resources (the
 /// cores add and subtract what they hold).
 static CACHE_ENTRIES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
@@ -218,6 +293,13 @@ pub fn render() -> String {
     out.push_str("# HELP pilot_xds_push_time Total time in seconds Pilot takes to push lds, rds, cds and eds.\n# TYPE pilot_xds_push_time histogram\n");
     for (i, t) in KIND_LABELS.iter().enumerate() {
         PUSH_TIME[i].render(&mut out, "pilot_xds_push_time", &format!("type=\"{t}\""));
+    }
+    out.push_str("# HELP pilot_push_triggers Total number of times a push was triggered, labeled by reason for the push.\n# TYPE pilot_push_triggers counter\n");
+    for (i, r) in TRIGGER_REASONS.iter().enumerate() {
+        let n = TRIGGERS[i].load(Ordering::Relaxed);
+        if n > 0 {
+            let _ = writeln!(out, "pilot_push_triggers{{type=\"{r}\"}} {n}");
+        }
     }
     out.push_str("# HELP pilot_xds_send_time Total time in seconds Pilot takes to send generated configuration.\n# TYPE pilot_xds_send_time histogram\n");
     SEND_TIME.render(&mut out, "pilot_xds_send_time", "");

@@ -94,6 +94,10 @@ pub struct Snapshot<M = ()> {
     /// The generator's own input, for generators that build resources per
     /// proxy class (opaque to the engine).
     pub mesh: Option<Arc<M>>,
+    /// Why it was published: istiod's push trigger reasons with their
+    /// event counts (`model.ReasonStats`), counted in
+    /// `pilot_push_triggers` once per proxy pushed, as istiod does.
+    pub reasons: crate::metrics::Reasons,
 }
 
 impl<M> std::fmt::Debug for Snapshot<M> {
@@ -108,7 +112,7 @@ impl<M> std::fmt::Debug for Snapshot<M> {
 impl<M> Snapshot<M> {
     /// A snapshot of shared resources only.
     pub fn new(version: u64, changed_at: Instant, model: Arc<SimpleModel>) -> Self {
-        Self { version, changed_at, model, mesh: None }
+        Self { version, changed_at, model, mesh: None, reasons: Default::default() }
     }
 
     /// The empty snapshot the cores start with (version 0).

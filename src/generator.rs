@@ -441,6 +441,29 @@ impl Generator for MeshGenerator {
         Proxy::classify(node, verified)
     }
 
+    /// istiod's `AdsClient.labels` and `locality` (a `core.Locality` as Go's
+    /// encoding/json writes it: `region`, `zone`, `sub_zone`, empty ones
+    /// left out).
+    fn describe(&self, class: &ProxyClass) -> serde_json::Map<String, serde_json::Value> {
+        let mut out = serde_json::Map::new();
+        if !class.labels.is_empty() {
+            let labels: serde_json::Map<String, serde_json::Value> =
+                class.labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(&**v))).collect();
+            out.insert("labels".into(), labels.into());
+        }
+        if !class.locality.is_empty() {
+            let mut parts = class.locality.splitn(3, '/');
+            let mut l = serde_json::Map::new();
+            for key in ["region", "zone", "sub_zone"] {
+                if let Some(v) = parts.next().filter(|v| !v.is_empty()) {
+                    l.insert(key.into(), v.into());
+                }
+            }
+            out.insert("locality".into(), l.into());
+        }
+        out
+    }
+
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = self.shared_wildcard_names(snap, class, kind);
         names.extend(self.class_wildcard_names(snap, class, kind));

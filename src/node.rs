@@ -28,6 +28,8 @@ pub enum NodeType {
 pub struct Proxy {
     /// The node id as sent.
     pub id: Arc<str>,
+    /// istiod's `Proxy.ID`: the id's third field, `pod.namespace`.
+    pub name: Arc<str>,
     /// Node type (first field of the id).
     pub node_type: NodeType,
     /// `CLUSTER_ID` metadata.
@@ -132,6 +134,7 @@ impl Proxy {
         let s = |k: &str| Arc::<str>::from(meta_str(node, k).unwrap_or_default());
         Ok(Proxy {
             id: node.id.as_str().into(),
+            name: parts[2].into(),
             node_type,
             class: ProxyClass {
                 node_type,
@@ -175,6 +178,7 @@ impl Proxy {
         Ok(Classified {
             peer: Peer {
                 id: p.id.clone(),
+                name: p.name.clone(),
                 info: vec![
                     ("proxy_type", p.node_type.as_str().into()),
                     ("namespace", p.class.namespace.clone()),

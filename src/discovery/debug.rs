@@ -26,27 +26,49 @@ pub(super) async fn debug(
                 Response::text(503, "not ready: no snapshot published yet\n")
             }
         }
+        // istiod's AdsClients (pilot/pkg/xds/debug.go `adsz`); with
+        // `?proxyID=` only that proxy's connection.
         "/debug/adsz" => {
-            let cores = publisher.query(DebugQuery::Adsz).await;
-            let clients: Vec<Value> =
-                cores.iter().flat_map(|c| c["clients"].as_array().cloned().unwrap_or_default()).collect();
-            Response::json(&json!({ "totalClients": clients.len(), "clients": clients }))
+            let mut clients = clients(publisher).await;
+            if let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) {
+                clients.retain(|c| matches(id, c));
+                if clients.is_empty() {
+                    return not_connected();
+                }
+            }
+            Response::json(&ads_clients(clients))
         }
+        // istiod's `connectionsHandler`: AdsClients with only the
+        // connection id, the time connected and the peer's address.
+        "/debug/connections" => {
+            let clients: Vec<Value> = clients(publisher)
+                .await
+                .into_iter()
+                .map(|c| json!({ "connectionId": c["connectionId"], "connectedAt": c["connectedAt"], "address": c["address"] }))
+                .collect();
+            Response::json(&ads_clients(clients))
+        }
+        // istiod's `Syncz`: a SyncStatus per proxy, `?namespace=` keeps
+        // that namespace's.
         "/debug/syncz" => {
-            let rows: Vec<Value> = publisher
+            let namespace = req.param("namespace").unwrap_or("");
+            let mut rows: Vec<Value> = publisher
                 .query(DebugQuery::Syncz)
                 .await
                 .into_iter()
                 .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+                .filter(|r| namespace.is_empty() || r["namespace"] == namespace)
+                .map(|mut r| r["status"].take())
                 .collect();
+            rows.sort_by(|a, b| a["proxy"].as_str().cmp(&b["proxy"].as_str()));
             Response::json(&Value::Array(rows))
         }
-        "/debug/config_dump" => match req.param("proxyID") {
-            None => Response::text(400, "proxyID is required\n"),
+        "/debug/config_dump" => match req.param("proxyID").filter(|id| !id.is_empty()) {
+            None => missing_proxy_id(),
             Some(id) => {
                 match publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null()) {
                     Some(v) => Response::json(&crate::config_dump::render(&v)),
-                    None => Response::text(404, format!("proxy {id} is not connected\n")),
+                    None => not_connected(),
                 }
             }
         },
@@ -60,10 +82,47 @@ pub(super) async fn debug(
         }
         "/debug" => Response::text(
             200,
-            "/ready\n/debug/adsz\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/registryz\n/debug/stats\n",
+            "/ready\n/debug/adsz\n/debug/connections\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/registryz\n/debug/stats\n",
         ),
         _ => Response::text(404, "not found\n"),
     }
+}
+
+/// Every core's connections, sorted by connection id.
+async fn clients(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<Value> {
+    let cores = publisher.query(DebugQuery::Adsz).await;
+    let mut clients: Vec<Value> =
+        cores.iter().flat_map(|c| c["clients"].as_array().cloned().unwrap_or_default()).collect();
+    clients.sort_by(|a, b| a["connectionId"].as_str().cmp(&b["connectionId"].as_str()));
+    clients
+}
+
+/// istiod's `AdsClients`: `totalClients`, and `clients` unless empty.
+fn ads_clients(clients: Vec<Value>) -> Value {
+    let mut out = json!({ "totalClients": clients.len() });
+    if !clients.is_empty() {
+        out["clients"] = Value::Array(clients);
+    }
+    out
+}
+
+/// Whether `proxyID` names client row `c` (istiod's `getProxyConnection`).
+fn matches(id: &str, c: &Value) -> bool {
+    istiod_xds::ads::proxy_id_matches(
+        id,
+        c["connectionId"].as_str().unwrap_or(""),
+        c["istiodRs"]["node"].as_str().unwrap_or(""),
+    )
+}
+
+/// istiod's answers (`debug.go` `errorHandler`) when a per-proxy path has
+/// no `proxyID`, and when no connection matches it.
+fn missing_proxy_id() -> Response {
+    Response::text(400, "You must provide a proxyID in the query string\n")
+}
+
+fn not_connected() -> Response {
+    Response::text(404, "Proxy not connected to this Pilot instance. It may be connected to another instance.\n")
 }
 
 pub(super) async fn monitoring(

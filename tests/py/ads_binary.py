@@ -9,6 +9,7 @@ Prints "ok NAME" / "FAIL NAME: why" per check, then "N passed, N failed".
 import json
 import queue
 import sys
+import urllib.error
 import urllib.request
 
 import grpc
@@ -108,17 +109,61 @@ def main():
         assert sum(ep.health_status == health_check_pb2.DRAINING for ep in eps) == 1
         assert all(loc.locality.zone for loc in cla.endpoints)
         s.send(discovery_pb2.DiscoveryRequest(type_url=EDS, resource_names=[REVIEWS], version_info=e.version_info, response_nonce=e.nonce))
-        # The server's view of this proxy, from its debug endpoint.
+        # The server's view of this proxy, from its debug endpoints, in
+        # istiod's shapes (pilot/pkg/xds/debug.go): syncz rows are
+        # SyncStatus, what `istioctl proxy-status` parses (SYNCED when a
+        # type's sent nonce was ACKed).
         proxy = node(10).id
+        short = "productpage-v1-10.bookinfo"  # istiod's Proxy.ID: pod.namespace
         for _ in range(50):
-            rows = [row for row in http_json(http_addr, "/debug/syncz") if row["proxy"] == proxy]
-            if rows and rows[0]["cds_status"] == "SYNCED" and rows[0]["eds_status"] == "SYNCED":
+            rows = [row for row in http_json(http_addr, "/debug/syncz") if row["proxy"] == short]
+            if rows and all(rows[0].get(f"{t}_sent") == rows[0].get(f"{t}_acked") for t in ("cluster", "endpoint")):
                 break
             import time
 
             time.sleep(0.1)
         else:
-            raise AssertionError(f"syncz never showed SYNCED: {rows}")
+            raise AssertionError(f"syncz never showed CDS and EDS ACKed: {rows}")
+        row = rows[0]
+        sync_status = {  # SyncStatus's json tags
+            "cluster_id", "proxy", "proxy_type", "proxy_version", "istio_version", "cluster_sent", "cluster_acked",
+            "listener_sent", "listener_acked", "route_sent", "route_acked", "endpoint_sent", "endpoint_acked",
+            "extensionconfig_sent", "extensionconfig_acked", "resources",
+        }
+        assert set(row) <= sync_status, set(row) - sync_status
+        assert row["proxy_type"] == "sidecar" and row["istio_version"] == "1.28.0", row
+        assert "listener_sent" not in row, "omitempty: LDS was never asked for"
+        status = row["resources"][CDS]
+        assert set(status) <= {"sent", "acked", "sentTime", "lastError"} and status["sent"] == status["acked"], status
+        assert status["sentTime"].endswith("Z"), status
+        assert [r for r in http_json(http_addr, "/debug/syncz?namespace=bookinfo") if r["proxy"] == short]
+        assert not http_json(http_addr, "/debug/syncz?namespace=other")
+        # adsz and connections: AdsClients / AdsClient.
+        adsz = http_json(http_addr, "/debug/adsz?proxyID=" + short)
+        assert adsz["totalClients"] == 1, adsz
+        client = adsz["clients"][0]
+        assert client["connectionId"].startswith(short + "-"), client
+        assert client["labels"] == {"app": "productpage"}, client
+        assert client["watches"][EDS] == [REVIEWS], client
+        assert client["address"].startswith("127.0.0.1:"), client
+        conns = http_json(http_addr, "/debug/connections")
+        mine = [c for c in conns["clients"] if c["connectionId"] == client["connectionId"]]
+        assert conns["totalClients"] >= 1 and mine and set(mine[0]) == {"connectionId", "connectedAt", "address"}, conns
+        # proxyID as istioctl sends it: pod.namespace, the connection id, or
+        # the full node id; a missing or unknown one gets istiod's answers.
+        for pid in (short, client["connectionId"], proxy):
+            d = http_json(http_addr, "/debug/config_dump?proxyID=" + urllib.parse.quote(pid))
+            assert d["configs"], pid
+        for path, code, text in (
+            ("/debug/config_dump", 400, "You must provide a proxyID in the query string\n"),
+            ("/debug/config_dump?proxyID=nobody.nowhere", 404,
+             "Proxy not connected to this Pilot instance. It may be connected to another instance.\n"),
+        ):
+            try:
+                urllib.request.urlopen(f"http://{http_addr}{path}", timeout=10)
+                raise AssertionError(f"{path} answered 200")
+            except urllib.error.HTTPError as e:
+                assert (e.code, e.read().decode()) == (code, text), (path, e.code)
         dump = http_json(http_addr, "/debug/config_dump?proxyID=" + urllib.parse.quote(proxy))
         by_type = {c["@type"]: c for c in dump["configs"]}
         clusters = by_type["type.googleapis.com/envoy.admin.v3.ClustersConfigDump"]["dynamic_active_clusters"]

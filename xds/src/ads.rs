@@ -33,7 +33,7 @@ use crate::h2::SendError;
 use crate::server::{Registry, ServiceFactory};
 use cache::Cache;
 pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot};
-use stream::{AdsStream, Ctx, Protocol, StreamError, sync_status};
+use stream::{AdsStream, Ctx, Protocol, StreamError};
 
 /// Bounds on what a class needs: the per-core cache keys on it.
 pub trait Class: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {}
@@ -51,11 +51,16 @@ pub enum Update<M = ()> {
 /// Debug questions the control thread asks every core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DebugQuery {
-    /// `/debug/adsz`: connections and their watches.
+    /// `/debug/adsz` and `/debug/connections`: connections and their
+    /// watches, as istiod's `AdsClient` (`pilot/pkg/xds/debug.go`).
     Adsz,
-    /// `/debug/syncz`: per proxy and type, SYNCED / STALE / NOT SENT / NACKED.
+    /// `/debug/syncz`: a `SyncStatus` per stream (sent and ACKed nonces
+    /// per type, as `istioctl proxy-status` reads them), each with the
+    /// proxy's namespace for the `?namespace=` filter.
     Syncz,
-    /// `/debug/config_dump?proxyID=`: what one proxy was sent.
+    /// `/debug/config_dump?proxyID=`: what one proxy was sent. The id is
+    /// matched as istiod's `getProxyConnection` matches it (see
+    /// [`proxy_id_matches`]).
     ConfigDump(String),
     /// Convergence histogram and cache counters.
     Stats,
@@ -334,6 +339,80 @@ pub const DEFAULT_MAX_NAMES: usize = 200_000;
 /// Names `/debug/adsz` lists per watch (the rest are counted).
 pub const ADSZ_NAMES: usize = 100;
 
+/// A stream's connection id as istiod forms it (`ads.go`
+/// `connectionID`: the proxy's `pod.namespace`, a dash, a number unique on
+/// this server): here the number is the connection's on its core times
+/// 256 plus the core.
+pub fn connection_id(name: &str, conn: u64, core: usize) -> String {
+    format!("{name}-{}", conn * 256 + core as u64)
+}
+
+/// A stream's row of `/debug/syncz`: istiod's `SyncStatus`
+/// (`pilot/pkg/xds/debug.go`), empty fields left out as its `omitempty`
+/// tags leave them out.
+fn sync_row<C>(s: &AdsStream<C>, p: &node::Peer) -> Value {
+    let mut row = serde_json::Map::new();
+    let mut put = |k: &str, v: &str| {
+        if !v.is_empty() {
+            row.insert(k.to_owned(), json!(v));
+        }
+    };
+    put("cluster_id", p.info("cluster_id"));
+    put("proxy", &p.name);
+    put("proxy_type", p.info("proxy_type"));
+    put("istio_version", p.info("istio_version"));
+    let nonces = |k: Kind| {
+        let w = s.watches[k as usize].as_ref();
+        let sent = w.and_then(|w| w.sent_nonce.as_deref()).unwrap_or("");
+        let acked = w.and_then(|w| w.acked.as_ref()).map_or("", |a| &*a.0);
+        (sent, acked)
+    };
+    for (k, field) in
+        [(Kind::Cluster, "cluster"), (Kind::Listener, "listener"), (Kind::Route, "route"), (Kind::Endpoint, "endpoint")]
+    {
+        let (sent, acked) = nonces(k);
+        put(&format!("{field}_sent"), sent);
+        put(&format!("{field}_acked"), acked);
+    }
+    let resources: serde_json::Map<String, Value> = Kind::ALL
+        .iter()
+        .filter_map(|k| {
+            let w = s.watches[*k as usize].as_ref()?;
+            let mut r = serde_json::Map::new();
+            if let Some(n) = &w.sent_nonce {
+                r.insert("sent".into(), json!(&**n));
+            }
+            if let Some((n, _)) = &w.acked {
+                r.insert("acked".into(), json!(&**n));
+            }
+            // Go's time.Time is a struct: omitempty keeps its zero value.
+            let sent_time =
+                w.sent_at.map_or_else(|| GO_ZERO_TIME.to_owned(), |t| crate::time::rfc3339(crate::time::wall(t)));
+            r.insert("sentTime".into(), json!(sent_time));
+            if let Some((_, e)) = &w.nack {
+                r.insert("lastError".into(), json!(e));
+            }
+            Some((k.type_url().to_owned(), Value::Object(r)))
+        })
+        .collect();
+    if !resources.is_empty() {
+        row.insert("resources".into(), Value::Object(resources));
+    }
+    Value::Object(row)
+}
+
+/// Go's zero `time.Time` in JSON.
+const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// Whether debug query `proxy_id` names the stream with connection id
+/// `conn_id` and node id `node_id`. istiod's `getProxyConnection`
+/// (`debug.go`) takes any substring of the connection id, so `pod.ns`
+/// finds the proxy; istioctl may also send the full node id
+/// (`sidecar~ip~pod.ns~ns.svc.cluster.local`), matched whole.
+pub fn proxy_id_matches(proxy_id: &str, conn_id: &str, node_id: &str) -> bool {
+    !proxy_id.is_empty() && (proxy_id == node_id || conn_id.contains(proxy_id))
+}
+
 /// Classes retired between two prunings of the cache (a pruning walks the
 /// whole cache).
 const PRUNE_AFTER_RETIRED: usize = 16;
@@ -493,9 +572,20 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 let conns: Vec<Value> = self
                     .streams
                     .iter()
-                    .filter_map(|((conn, sid), s)| {
+                    .filter_map(|((conn, _), s)| {
                         let p = s.proxy.as_ref()?;
-                        let watched: Value = Kind::ALL
+                        // istiod's AdsClient (debug.go): watches as names
+                        // per type. A stream may hold 200,000 names: the
+                        // first few are listed and `istiodRs` counts them.
+                        let watches: serde_json::Map<String, Value> = Kind::ALL
+                            .iter()
+                            .filter_map(|k| {
+                                let w = s.watches[*k as usize].as_ref()?;
+                                let names: Vec<&str> = w.names.keys().take(ADSZ_NAMES).map(|n| &**n).collect();
+                                Some((k.type_url().to_owned(), json!(names)))
+                            })
+                            .collect();
+                        let detail: serde_json::Map<String, Value> = Kind::ALL
                             .iter()
                             .filter_map(|k| {
                                 let w = s.watches[*k as usize].as_ref()?;
@@ -503,31 +593,37 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                                     k.type_url().to_owned(),
                                     json!({
                                         "wildcard": w.wildcard,
-                                        // A stream may hold 200,000 names: the
-                                        // answer lists the first few and counts
-                                        // the rest, so it stays small on the core.
-                                        "names": w.names.keys().take(ADSZ_NAMES).map(|n| &**n).collect::<Vec<_>>(),
                                         "namesTotal": w.names.len(),
                                         "sent": w.sent.len(),
-                                        "nonce_sent": w.sent_nonce.as_deref(),
-                                        "nonce_acked": w.acked.as_ref().map(|a| &*a.0),
-                                        "version_sent": w.sent_version.to_string(),
-                                        "version_acked": w.acked.as_ref().map(|a| a.1.to_string()),
-                                        "last_nack": w.nack.as_ref().map(|n| &n.1),
+                                        "nonceSent": w.sent_nonce.as_deref(),
+                                        "nonceAcked": w.acked.as_ref().map(|a| &*a.0),
+                                        "versionSent": w.sent_version.to_string(),
+                                        "versionAcked": w.acked.as_ref().map(|a| a.1.to_string()),
+                                        "lastNack": w.nack.as_ref().map(|n| &n.1),
                                         "responses": w.responses,
                                     }),
                                 ))
                             })
-                            .collect::<serde_json::Map<_, _>>()
-                            .into();
+                            .collect();
                         let mut row = json!({
-                            "connectionId": format!("{}-{conn}-{sid}", self.core),
-                            "proxyId": &*p.id,
-                            "protocol": if s.protocol == Protocol::Delta { "delta" } else { "sotw" },
-                            "connectedSecondsAgo": s.connected_at.elapsed().as_secs(),
-                            "watches": watched,
+                            "connectionId": connection_id(&p.name, *conn, self.core),
+                            "connectedAt": crate::time::rfc3339(crate::time::wall(s.connected_at)),
+                            "address": s.address.map(|a| a.to_string()).unwrap_or_default(),
                         });
-                        p.annotate(&mut row);
+                        if let (Some(class), Value::Object(o)) = (s.class.as_ref(), &mut row) {
+                            o.extend(self.generator.describe(class));
+                        }
+                        if !watches.is_empty() {
+                            row["watches"] = Value::Object(watches);
+                        }
+                        // Beyond istiod: the node id, the protocol and each
+                        // watch's nonces and counts.
+                        row["istiodRs"] = json!({
+                            "node": &*p.id,
+                            "core": self.core,
+                            "protocol": if s.protocol == Protocol::Delta { "delta" } else { "sotw" },
+                            "watches": detail,
+                        });
                         Some(row)
                     })
                     .collect();
@@ -539,19 +635,16 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .values()
                     .filter_map(|s| {
                         let p = s.proxy.as_ref()?;
-                        let mut row = json!({ "proxy": &*p.id });
-                        p.annotate(&mut row);
-                        for k in Kind::ALL {
-                            let status = s.watches[k as usize].as_ref().map_or("NOT SENT", sync_status);
-                            row[format!("{}_status", k.short().to_lowercase())] = json!(status);
-                        }
-                        Some(row)
+                        Some(json!({ "namespace": p.info("namespace"), "status": sync_row(s, p) }))
                     })
                     .collect();
                 Value::Array(rows)
             }
             DebugQuery::ConfigDump(id) => {
-                let Some(s) = self.streams.values().find(|s| s.proxy.as_ref().is_some_and(|p| &*p.id == id)) else {
+                let Some(s) = self.streams.iter().find_map(|((conn, _), s)| {
+                    let p = s.proxy.as_ref()?;
+                    proxy_id_matches(id, &connection_id(&p.name, *conn, self.core), &p.id).then_some(s)
+                }) else {
                     return Value::Null;
                 };
                 let dumps: Vec<Value> = Kind::ALL
@@ -571,7 +664,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                         }))
                     })
                     .collect();
-                json!({ "proxyId": id, "configs": dumps })
+                let proxy = s.proxy.as_ref().map(|p| &*p.id);
+                json!({ "proxyId": proxy, "configs": dumps })
             }
             DebugQuery::Stats => {
                 let h = &self.convergence;
@@ -621,6 +715,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
         let id = conn.info.id;
         let mut stream = AdsStream::new(protocol, Instant::now());
         stream.verified = call.verified;
+        stream.address = conn.info.peer;
         self.streams.insert((id, call.stream), stream);
         self.by_conn.entry(id).or_default().push(call.stream);
         Ok(())

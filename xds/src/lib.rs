@@ -10,8 +10,9 @@
 //!
 //! The hot path starts in [`server`] where a connection's bytes arrive,
 //! runs through [`grpc::GrpcConnection::recv`], and ends where a response or
-//! push is copied into the connection's send buffer by
-//! [`h2::Connection::poll_transmit`]. Only this crate imports glommio.
+//! push is framed by [`h2::Connection::poll_transmit`] into pieces that
+//! reference the core's cache and go to the socket in one vectored write.
+//! Only this crate imports glommio.
 #![forbid(unsafe_code)]
 
 pub mod ads;
@@ -21,3 +22,4 @@ pub mod grpc;
 pub mod h2;
 pub mod metrics;
 pub mod server;
+pub mod time;

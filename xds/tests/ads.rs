@@ -131,11 +131,16 @@ fn sotw_wildcard_cds_named_eds_ack_nack_stale() {
         // NACK: recorded, never answered.
         c.nack(&e, &[A]);
         c.expect_silence(QUIET).await;
+        // syncz as istiod's SyncStatus (pilot/pkg/xds/debug.go): a NACK
+        // leaves the ACKed nonce as it was (pkg/xds/server.go
+        // `ShouldRespond` records only the error); CDS is ACKed; LDS was
+        // never sent (omitempty).
         let syncz = s.publisher.query(DebugQuery::Syncz).await;
-        let row = &syncz[0][0];
-        assert_eq!(row["eds_status"], "NACKED", "{syncz:?}");
-        assert_eq!(row["cds_status"], "SYNCED", "{syncz:?}");
-        assert_eq!(row["lds_status"], "NOT SENT", "{syncz:?}");
+        let row = &syncz[0][0]["status"];
+        assert_eq!(row["endpoint_sent"], e.nonce.as_str(), "{syncz:?}");
+        assert!(row["resources"][type_url::CLUSTER_LOAD_ASSIGNMENT]["lastError"].is_string(), "{syncz:?}");
+        assert_eq!(row["cluster_sent"], row["cluster_acked"], "{syncz:?}");
+        assert!(row.get("listener_sent").is_none(), "{syncz:?}");
 
         // Changing the names is answered with the new ones.
         c.ack(&e, &[A, B]);
@@ -640,9 +645,10 @@ fn adsz_lists_a_few_names_per_watch_and_counts_the_rest() {
         });
         let _ = c.recv_delta().await;
         let adsz = s.publisher.query(DebugQuery::Adsz).await;
-        let watch = &adsz[0]["clients"][0]["watches"][type_url::CLUSTER_LOAD_ASSIGNMENT];
-        assert_eq!(watch["namesTotal"], 150_000);
-        assert_eq!(watch["names"].as_array().unwrap().len(), istiod_xds::ads::ADSZ_NAMES);
+        let client = &adsz[0]["clients"][0];
+        assert_eq!(client["istiodRs"]["watches"][type_url::CLUSTER_LOAD_ASSIGNMENT]["namesTotal"], 150_000);
+        let names = client["watches"][type_url::CLUSTER_LOAD_ASSIGNMENT].as_array().unwrap();
+        assert_eq!(names.len(), istiod_xds::ads::ADSZ_NAMES);
         assert!(adsz[0].to_string().len() < 64 * 1024, "{} bytes", adsz[0].to_string().len());
     });
 }

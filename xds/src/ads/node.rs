@@ -19,17 +19,19 @@ pub const DEFAULT_MAX_NODE_BYTES: usize = 64 * 1024;
 pub struct Peer {
     /// The node id as sent.
     pub id: Arc<str>,
+    /// istiod's `Proxy.ID`: the third part of a node id (`pod.namespace`),
+    /// which `/debug/syncz` shows and connection ids start with; the whole
+    /// id for other ids.
+    pub name: Arc<str>,
     /// Fields the generator adds to the peer's rows in `/debug/syncz` and
     /// `/debug/adsz` (`istio_version`, `cluster_id`, ...).
     pub info: Vec<(&'static str, Arc<str>)>,
 }
 
 impl Peer {
-    /// Adds the generator's fields to a debug row about this peer.
-    pub fn annotate(&self, row: &mut serde_json::Value) {
-        for (k, v) in &self.info {
-            row[*k] = serde_json::Value::from(&**v);
-        }
+    /// The generator's field `key`, or "".
+    pub fn info(&self, key: &str) -> &str {
+        self.info.iter().find(|(k, _)| *k == key).map_or("", |(_, v)| v)
     }
 }
 

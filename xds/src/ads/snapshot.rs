@@ -202,6 +202,12 @@ pub trait Generator: Send + Sync + 'static {
         None
     }
 
+    /// What `/debug/adsz` shows of a class beside its connection:
+    /// istiod's `AdsClient` fields `labels`, `metadata`, `locality`.
+    fn describe(&self, _class: &Self::Class) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+
     /// Whether resource `(kind, name)` depends on the whole class (it is
     /// never shared through [`Generator::reduce`]).
     fn whole_class(&self, _kind: Kind, _name: &str) -> bool {
@@ -229,7 +235,10 @@ impl Generator for SimpleGenerator {
     type Class = ();
     fn classify(&self, node: Option<&Node>, _verified: bool) -> Result<Classified<()>, String> {
         match node.filter(|n| !n.id.is_empty()) {
-            Some(n) => Ok(Classified { peer: Peer { id: n.id.as_str().into(), info: Vec::new() }, class: () }),
+            Some(n) => {
+                let id: Arc<str> = n.id.as_str().into();
+                Ok(Classified { peer: Peer { name: id.clone(), id, info: Vec::new() }, class: () })
+            }
             None => Err("missing node information".into()),
         }
     }

@@ -83,16 +83,6 @@ pub struct Watch {
     pub push_cause: Option<(Arc<str>, Instant)>,
 }
 
-/// Status of a type for `/debug/syncz`, from nonces (istiod's rules).
-pub fn sync_status(w: &Watch) -> &'static str {
-    match (&w.sent_nonce, &w.acked, &w.nack) {
-        (None, _, _) => "NOT SENT",
-        (Some(s), _, Some((n, _))) if n == s => "NACKED",
-        (Some(s), Some((a, _)), _) if a == s => "SYNCED",
-        _ => "STALE",
-    }
-}
-
 /// Why a request ends the stream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StreamError {
@@ -132,6 +122,8 @@ pub struct Ctx<'a, M: Send + Sync + 'static = (), C = ()> {
 pub struct AdsStream<C = ()> {
     /// Variant.
     pub protocol: Protocol,
+    /// The peer's address (`/debug/adsz`).
+    pub address: Option<std::net::SocketAddr>,
     /// The proxy, once the first request named it.
     pub proxy: Option<Peer>,
     /// Its interned class.
@@ -170,6 +162,7 @@ impl<C: super::Class> AdsStream<C> {
     pub fn new(protocol: Protocol, now: Instant) -> Self {
         Self {
             protocol,
+            address: None,
             proxy: None,
             class: None,
             connected_at: now,

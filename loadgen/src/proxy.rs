@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use istiod_proto::envoy::config::cluster::v3::Cluster;
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -193,7 +193,9 @@ fn frame(body: Vec<u8>) -> Bytes {
     out.freeze()
 }
 
-/// A response of either protocol, as far as the proxy reads it.
+/// A response of either protocol, as far as the proxy reads it: what it
+/// acts on, gathered field by field while the response arrives (its
+/// resources are decoded as they come and dropped).
 struct Resp {
     t: usize,
     /// State of the world: the response holds every resource of its type
@@ -201,9 +203,26 @@ struct Resp {
     full: bool,
     version: String,
     nonce: String,
-    /// (name if the protocol says it, serialized resource (a slice of the
-    /// message, not a copy), version).
-    resources: Vec<(Option<String>, Bytes, String)>,
+    /// Delta: each resource's name and version.
+    versions: Vec<(Arc<str>, Arc<str>)>,
+    /// CDS: each cluster's names; LDS: each listener's.
+    clusters: Vec<ClusterNames>,
+    listeners: Vec<ListenerNames>,
+    /// The pending changes (ids) a resource of the response carries.
+    carried: Vec<u32>,
+    removed: Vec<String>,
+}
+
+/// A response being read.
+#[derive(Default)]
+struct Reading {
+    type_url: String,
+    version: String,
+    nonce: String,
+    versions: Vec<(Arc<str>, Arc<str>)>,
+    clusters: Vec<ClusterNames>,
+    listeners: Vec<ListenerNames>,
+    carried: Vec<u32>,
     removed: Vec<String>,
 }
 
@@ -333,16 +352,15 @@ impl State {
 
     /// Applies a CDS or LDS response; returns whether the EDS or RDS
     /// subscription changed.
-    fn apply(&mut self, r: &Resp, decoded: &Mutex<Decoded>) -> bool {
-        let Ok(mut decoded) = decoded.lock() else { return false };
+    fn apply(&mut self, r: &Resp) -> bool {
         match r.t {
             CDS => {
-                merge(&mut self.clusters, r, |b| decoded.cluster(b));
+                merge(&mut self.clusters, r, r.clusters.iter().cloned());
                 let eds: BTreeSet<Arc<str>> = self.clusters.values().flatten().cloned().collect();
                 std::mem::replace(&mut self.eds, eds) != self.eds
             }
             LDS => {
-                merge(&mut self.listeners, r, |b| decoded.listener(b));
+                merge(&mut self.listeners, r, r.listeners.iter().cloned());
                 let rds: BTreeSet<Arc<str>> = self.listeners.values().flat_map(|v| v.iter().cloned()).collect();
                 std::mem::replace(&mut self.rds, rds) != self.rds
             }
@@ -364,18 +382,14 @@ impl State {
 
 /// Applies a response to what a proxy holds of its type: a state-of-the-
 /// world response replaces it all, a delta adds and removes.
-fn merge<V>(held: &mut BTreeMap<Arc<str>, V>, r: &Resp, mut decode: impl FnMut(&[u8]) -> Option<(Arc<str>, V)>) {
+fn merge<V>(held: &mut BTreeMap<Arc<str>, V>, r: &Resp, items: impl Iterator<Item = (Arc<str>, V)>) {
     if r.full {
         held.clear();
     }
     for n in &r.removed {
         held.remove(n.as_str());
     }
-    for (_, bytes, _) in &r.resources {
-        if let Some((name, v)) = decode(bytes) {
-            held.insert(name, v);
-        }
-    }
+    held.extend(items);
 }
 
 /// The error a NACK carries.
@@ -435,44 +449,100 @@ impl Requests {
         )
     }
 
-    /// A response, read from the wire without copying its resources: only
-    /// the fields a proxy acts on (type, version, nonce, names, the
-    /// resources' values as slices of `msg`).
-    fn decode(&self, msg: Bytes) -> Result<Resp, String> {
+    /// Reads one top-level field of a response (SotW: version 1, resource
+    /// 2, type 4, nonce 5; delta: resource 2, type 4, nonce 5, removed 6)
+    /// into `r`. A resource is decoded here, as far as the proxy needs it,
+    /// and dropped: its bytes are slices of what arrived, never a copy.
+    fn field(
+        &self,
+        r: &mut Reading,
+        number: u32,
+        value: Bytes,
+        st: &State,
+        decoded: &Mutex<Decoded>,
+    ) -> Result<(), String> {
         let bad = |e: wire::Error| format!("decode: {e}");
-        let text = |b: &Bytes| String::from_utf8(b.to_vec()).map_err(|_| "decode: a string is not UTF-8".to_owned());
-        let (mut type_url, mut version, mut nonce) = (String::new(), String::new(), String::new());
-        let (mut resources, mut removed) = (Vec::new(), Vec::new());
-        for field in wire::fields(&msg) {
-            let (number, value) = field.map_err(bad)?;
-            match (self.delta, number) {
-                (false, 1) => version = text(&value)?,
-                (_, 4) => type_url = text(&value)?,
-                (_, 5) => nonce = text(&value)?,
-                // Any: its value (2).
-                (false, 2) => {
-                    resources.push((None, wire::field(&value, 2).map_err(bad)?.unwrap_or_default(), String::new()))
-                }
-                // Resource: version (1), resource Any (2), name (3).
-                (true, 2) => {
-                    let (mut name, mut v, mut any) = (String::new(), String::new(), Bytes::new());
-                    for f in wire::fields(&value) {
-                        match f.map_err(bad)? {
-                            (1, b) => v = text(&b)?,
-                            (2, b) => any = wire::field(&b, 2).map_err(bad)?.unwrap_or_default(),
-                            (3, b) => name = text(&b)?,
-                            _ => {}
-                        }
+        match (self.delta, number) {
+            (false, 1) => r.version = text(&value)?,
+            (_, 4) => r.type_url = text(&value)?,
+            (_, 5) => r.nonce = text(&value)?,
+            (false, 2) => self.resource(r, &value, None, st, decoded).map_err(bad)?,
+            // Resource: version (1), resource Any (2), name (3).
+            (true, 2) => {
+                let (mut name, mut v, mut any) = (String::new(), String::new(), Bytes::new());
+                for f in wire::fields(&value) {
+                    match f.map_err(bad)? {
+                        (1, b) => v = text(&b)?,
+                        (2, b) => any = b,
+                        (3, b) => name = text(&b)?,
+                        _ => {}
                     }
-                    resources.push((Some(name), any, v));
                 }
-                (true, 6) => removed.push(text(&value)?),
+                self.resource(r, &any, Some((name, v)), st, decoded).map_err(bad)?;
+            }
+            (true, 6) => r.removed.push(text(&value)?),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// One resource (an `Any`, with its delta name and version).
+    fn resource(
+        &self,
+        r: &mut Reading,
+        any: &Bytes,
+        named: Option<(String, String)>,
+        st: &State,
+        decoded: &Mutex<Decoded>,
+    ) -> Result<(), wire::Error> {
+        let (mut url, mut body) = (Bytes::new(), Bytes::new());
+        for f in wire::fields(any) {
+            match f? {
+                (1, b) => url = b,
+                (2, b) => body = b,
                 _ => {}
             }
         }
-        let t = self.urls.iter().position(|u| *u == type_url).ok_or_else(|| format!("unexpected type {type_url}"))?;
-        Ok(Resp { t, full: !self.delta, version, nonce, resources, removed })
+        let name = named.as_ref().map(|(n, _)| n.as_str());
+        if let Some((n, v)) = &named {
+            r.versions.push((intern(n), intern(v)));
+        }
+        let Some(t) = self.urls.iter().position(|u| u.as_bytes() == &url[..]) else { return Ok(()) };
+        match t {
+            CDS => r.clusters.extend(decoded.lock().ok().and_then(|mut d| d.cluster(&body))),
+            LDS => r.listeners.extend(decoded.lock().ok().and_then(|mut d| d.listener(&body))),
+            _ => {
+                for c in &st.pending {
+                    let ct = if matches!(c.expect, Expect::Endpoints(_)) { EDS } else { RDS };
+                    if ct == t && carries(c, name, &body, decoded) {
+                        r.carried.push(c.id);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
+
+    /// The response read.
+    fn finish(&self, r: Reading) -> Result<Resp, String> {
+        let t =
+            self.urls.iter().position(|u| *u == r.type_url).ok_or_else(|| format!("unexpected type {}", r.type_url))?;
+        Ok(Resp {
+            t,
+            full: !self.delta,
+            version: r.version,
+            nonce: r.nonce,
+            versions: r.versions,
+            clusters: r.clusters,
+            listeners: r.listeners,
+            carried: r.carried,
+            removed: r.removed,
+        })
+    }
+}
+
+fn text(b: &Bytes) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|_| "decode: a string is not UTF-8".to_owned())
 }
 
 /// Runs proxy `i` until the run stops: connects, syncs (holding a
@@ -640,7 +710,8 @@ async fn follow(
     started: Instant,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> End {
-    let mut buf = BytesMut::new();
+    let mut stream = wire::MessageStream::default();
+    let mut reading: Option<Reading> = None;
     let mut got = [false; 4];
     let mut synced = false;
     let mut changed = shared.changed.clone();
@@ -660,24 +731,33 @@ async fn follow(
             Some(Ok(d)) => d,
         };
         let _ = body.flow_control().release_capacity(data.len());
-        buf.extend_from_slice(&data);
-        while buf.len() >= 5 {
-            let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-            if buf.len() < 5 + len {
-                break;
-            }
-            buf.advance(5);
-            let msg = buf.split_to(len).freeze();
-            if buf.is_empty() {
-                // The allocation goes with the message: an idle proxy
-                // keeps no read memory.
-                buf = BytesMut::new();
-            }
-            let r = match rq.decode(msg) {
+        stream.push(data);
+        loop {
+            let len = match stream.read() {
+                Ok(None) => break,
+                Err(e) => return End::Lost(format!("decode: {e}")),
+                Ok(Some(wire::Event::Field(number, value))) => {
+                    // A response starts: the changes it may carry are
+                    // known before its resources are read.
+                    let r = reading.get_or_insert_with(|| {
+                        st.pull_changes(&shared.changes, &shared.live);
+                        Reading::default()
+                    });
+                    if let Err(e) = rq.field(r, number, value, st, &shared.decoded) {
+                        return End::Lost(e);
+                    }
+                    continue;
+                }
+                Ok(Some(wire::Event::End(len))) => len,
+            };
+            let done = reading.take().unwrap_or_else(|| {
+                st.pull_changes(&shared.changes, &shared.live);
+                Reading::default()
+            });
+            let r = match rq.finish(done) {
                 Ok(r) => r,
                 Err(e) => return End::Lost(e),
             };
-            st.pull_changes(&shared.changes, &shared.live);
             let nack = synced && shared.nack_fraction > 0.0 && xorshift(&mut st.rng) < shared.nack_fraction;
             let mut out = Vec::new();
             let mut converged = Vec::new();
@@ -686,21 +766,16 @@ async fn follow(
                 st.nonce[r.t].clone_from(&r.nonce);
             } else {
                 let before = (st.eds.clone(), st.rds.clone());
-                let resubscribe = st.apply(&r, &shared.decoded);
+                let resubscribe = st.apply(&r);
                 if rq.delta {
                     for n in &r.removed {
                         st.versions[r.t].remove(n.as_str());
                     }
-                    for (name, _, v) in &r.resources {
-                        if let Some(name) = name {
-                            st.versions[r.t].insert(intern(name), intern(v));
-                        }
-                    }
+                    st.versions[r.t].extend(r.versions.iter().cloned());
                 }
                 // Pending changes this response carries.
                 st.pending.retain(|c| {
-                    let t = if matches!(c.expect, Expect::Endpoints(_)) { EDS } else { RDS };
-                    if t == r.t && r.resources.iter().any(|(n, b, _)| carries(c, n.as_deref(), b, &shared.decoded)) {
+                    if r.carried.contains(&c.id) {
                         converged.push(c.clone());
                         false
                     } else {

@@ -8,7 +8,7 @@
 //! connections are retried with backoff; a delta stream resumes with the
 //! versions it holds (`initial_resource_versions`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,10 +86,11 @@ pub struct Decoded {
     carries: HashMap<((u64, usize), u32), bool>,
 }
 
-/// A cluster's name and EDS service name (if it is an EDS cluster).
-type ClusterNames = (Arc<str>, Option<Arc<str>>);
+/// A cluster's name and EDS service name ([`NONE`]: not an EDS cluster),
+/// as [`id`]s.
+type ClusterNames = (u32, u32);
 /// A listener's name and its RDS names.
-type ListenerNames = (Arc<str>, Arc<[Arc<str>]>);
+type ListenerNames = (Arc<str>, Arc<[u32]>);
 
 fn key(bytes: &[u8]) -> (u64, usize) {
     use std::hash::{Hash, Hasher};
@@ -105,14 +106,14 @@ impl Decoded {
     fn cluster(&mut self, bytes: &[u8]) -> Option<ClusterNames> {
         let k = key(bytes);
         if let Some(v) = self.clusters.get(&k) {
-            return Some(v.clone());
+            return Some(*v);
         }
         let c = Cluster::decode(bytes).ok()?;
-        let v = (Arc::from(c.name.as_str()), eds_name(&c).map(Arc::from));
+        let v = (id(&c.name), eds_name(&c).map_or(NONE, |e| id(&e)));
         if self.clusters.len() >= Self::MAX {
             self.clusters.clear();
         }
-        self.clusters.insert(k, v.clone());
+        self.clusters.insert(k, v);
         Some(v)
     }
 
@@ -123,7 +124,7 @@ impl Decoded {
             return Some(v.clone());
         }
         let l = Listener::decode(bytes).ok()?;
-        let v = (Arc::from(l.name.as_str()), rds_names(&l).into_iter().map(Arc::from).collect());
+        let v = (Arc::from(l.name.as_str()), rds_names(&l).iter().map(|n| id(n)).collect());
         if self.listeners.len() >= Self::MAX {
             self.listeners.clear();
         }
@@ -132,24 +133,50 @@ impl Decoded {
     }
 }
 
-/// `s` as the one allocation the run shares for it (names and versions
-/// repeat across thousands of proxies).
-fn intern(s: &str) -> Arc<str> {
-    type Names = (std::collections::HashSet<Arc<str>>, usize);
-    static NAMES: std::sync::LazyLock<Mutex<Names>> =
-        std::sync::LazyLock::new(|| Mutex::new((std::collections::HashSet::new(), 1 << 20)));
-    let mut guard = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (set, limit) = &mut *guard;
-    if let Some(a) = set.get(s) {
-        return a.clone();
+/// "No name" among [`id`]s.
+const NONE: u32 = u32::MAX;
+
+/// The run's names and versions, numbered: every proxy holds the same
+/// names and mostly the same versions, so a proxy keeps 4-byte numbers
+/// (a resource it holds costs 8 bytes with its version, in a sorted
+/// vector) and the strings are kept once.
+#[derive(Default)]
+struct Ids {
+    names: Vec<Arc<str>>,
+    index: HashMap<Arc<str>, u32>,
+}
+
+static IDS: std::sync::LazyLock<std::sync::RwLock<Ids>> = std::sync::LazyLock::new(Default::default);
+
+/// The number of `s`, given one if it has none.
+fn id(s: &str) -> u32 {
+    if let Some(i) = lookup(s) {
+        return i;
     }
-    if set.len() >= *limit {
-        set.retain(|a| Arc::strong_count(a) > 1);
-        *limit = (set.len() * 2).max(1 << 20);
+    let mut ids = IDS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(i) = ids.index.get(s) {
+        return *i;
     }
+    let i = ids.names.len() as u32;
     let a: Arc<str> = Arc::from(s);
-    set.insert(a.clone());
-    a
+    ids.names.push(a.clone());
+    ids.index.insert(a, i);
+    i
+}
+
+/// The number of `s`, if it has one.
+fn lookup(s: &str) -> Option<u32> {
+    IDS.read().unwrap_or_else(std::sync::PoisonError::into_inner).index.get(s).copied()
+}
+
+/// The string numbered `i`.
+fn name(i: u32) -> Arc<str> {
+    IDS.read().unwrap_or_else(std::sync::PoisonError::into_inner).names[i as usize].clone()
+}
+
+/// Whether sorted `v` holds `x`.
+fn has(v: &[u32], x: u32) -> bool {
+    v.binary_search(&x).is_ok()
 }
 
 /// A proxy's state, kept across reconnects.
@@ -158,19 +185,19 @@ struct State {
     rng: u64,
     synced_once: bool,
     connected_once: bool,
-    /// Cluster name -> EDS service name (None: not an EDS cluster).
-    clusters: BTreeMap<Arc<str>, Option<Arc<str>>>,
+    /// Clusters held and their EDS service names ([`NONE`]: not an EDS
+    /// cluster), sorted by cluster.
+    clusters: Vec<(u32, u32)>,
     /// Listener name -> its RDS names.
-    listeners: BTreeMap<Arc<str>, Arc<[Arc<str>]>>,
-    /// Delta: name -> version held, per type (interned: every proxy holds
-    /// the same names and mostly the same versions).
-    versions: [BTreeMap<Arc<str>, Arc<str>>; 4],
+    listeners: BTreeMap<Arc<str>, Arc<[u32]>>,
+    /// Delta: the names held and their versions, per type, sorted.
+    versions: [Vec<(u32, u32)>; 4],
     /// SotW: the last ACKed version and the last nonce, per type.
     acked: [String; 4],
     nonce: [String; 4],
-    /// Subscribed EDS and RDS names.
-    eds: BTreeSet<Arc<str>>,
-    rds: BTreeSet<Arc<str>>,
+    /// Subscribed EDS and RDS names, sorted.
+    eds: Vec<u32>,
+    rds: Vec<u32>,
     /// Changes seen so far (an index into the shared list) and the ones
     /// this proxy must still converge on.
     cursor: usize,
@@ -204,7 +231,7 @@ struct Resp {
     version: String,
     nonce: String,
     /// Delta: each resource's name and version.
-    versions: Vec<(Arc<str>, Arc<str>)>,
+    versions: Vec<(u32, u32)>,
     /// CDS: each cluster's names; LDS: each listener's.
     clusters: Vec<ClusterNames>,
     listeners: Vec<ListenerNames>,
@@ -219,7 +246,7 @@ struct Reading {
     type_url: String,
     version: String,
     nonce: String,
-    versions: Vec<(Arc<str>, Arc<str>)>,
+    versions: Vec<(u32, u32)>,
     clusters: Vec<ClusterNames>,
     listeners: Vec<ListenerNames>,
     carried: Vec<u32>,
@@ -306,13 +333,13 @@ impl State {
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             synced_once: false,
             connected_once: false,
-            clusters: BTreeMap::new(),
+            clusters: Vec::new(),
             listeners: BTreeMap::new(),
             versions: Default::default(),
             acked: Default::default(),
             nonce: Default::default(),
-            eds: BTreeSet::new(),
-            rds: BTreeSet::new(),
+            eds: Vec::new(),
+            rds: Vec::new(),
             cursor: 0,
             pending: Vec::new(),
         }
@@ -332,12 +359,14 @@ impl State {
             }
         }
         for c in new {
-            if !self.clusters.contains_key(c.cluster.as_str()) {
+            let held = lookup(&c.cluster).and_then(|i| self.clusters.binary_search_by_key(&i, |(n, _)| *n).ok());
+            if held.is_none() {
                 continue;
             }
             // A route change reaches the proxies that hold that route
             // configuration (a gateway's routes are its own).
-            if matches!(c.expect, Expect::Weight { .. }) && !self.rds.contains(c.resource.as_str()) {
+            let routed = lookup(&c.resource).is_some_and(|i| has(&self.rds, i));
+            if matches!(c.expect, Expect::Weight { .. }) && !routed {
                 continue;
             }
             let before = self.pending.len();
@@ -355,13 +384,17 @@ impl State {
     fn apply(&mut self, r: &Resp) -> bool {
         match r.t {
             CDS => {
-                merge(&mut self.clusters, r, r.clusters.iter().cloned());
-                let eds: BTreeSet<Arc<str>> = self.clusters.values().flatten().cloned().collect();
+                merge_sorted(&mut self.clusters, r, r.clusters.iter().copied());
+                let mut eds: Vec<u32> = self.clusters.iter().map(|(_, e)| *e).filter(|e| *e != NONE).collect();
+                eds.sort_unstable();
+                eds.dedup();
                 std::mem::replace(&mut self.eds, eds) != self.eds
             }
             LDS => {
                 merge(&mut self.listeners, r, r.listeners.iter().cloned());
-                let rds: BTreeSet<Arc<str>> = self.listeners.values().flat_map(|v| v.iter().cloned()).collect();
+                let mut rds: Vec<u32> = self.listeners.values().flat_map(|v| v.iter().copied()).collect();
+                rds.sort_unstable();
+                rds.dedup();
                 std::mem::replace(&mut self.rds, rds) != self.rds
             }
             _ => false,
@@ -376,7 +409,7 @@ impl State {
             RDS => &self.rds,
             _ => return Vec::new(),
         };
-        names.iter().map(|n| n.to_string()).collect()
+        names.iter().map(|n| name(*n).to_string()).collect()
     }
 }
 
@@ -390,6 +423,38 @@ fn merge<V>(held: &mut BTreeMap<Arc<str>, V>, r: &Resp, items: impl Iterator<Ite
         held.remove(n.as_str());
     }
     held.extend(items);
+}
+
+/// [`merge`] for a sorted vector of (name, value) numbers.
+fn merge_sorted(held: &mut Vec<(u32, u32)>, r: &Resp, items: impl Iterator<Item = (u32, u32)>) {
+    if r.full {
+        held.clear();
+    }
+    let removed: Vec<u32> = r.removed.iter().filter_map(|n| lookup(n)).collect();
+    held.retain(|(n, _)| !removed.contains(n));
+    let mut added: Vec<(u32, u32)> = items.collect();
+    added.sort_unstable_by_key(|(n, _)| *n);
+    added.dedup_by_key(|(n, _)| *n);
+    if added.is_empty() {
+        return;
+    }
+    // One merge: the new value wins for a name in both.
+    let old = std::mem::take(held);
+    held.reserve_exact(old.len() + added.len());
+    let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.0 < y.0 => held.push(a.next().expect("peeked")),
+            (Some(x), Some(y)) if x.0 == y.0 => {
+                a.next();
+                held.push(b.next().expect("peeked"));
+            }
+            (_, Some(_)) => held.push(b.next().expect("peeked")),
+            (Some(_), None) => held.push(a.next().expect("peeked")),
+            (None, None) => break,
+        }
+    }
+    held.shrink_to_fit();
 }
 
 /// The error a NACK carries.
@@ -427,7 +492,7 @@ impl Requests {
                 resource_names_subscribe: add,
                 resource_names_unsubscribe: remove,
                 initial_resource_versions: if node || t == EDS || t == RDS {
-                    st.versions[t].iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+                    st.versions[t].iter().map(|(n, v)| (name(*n).to_string(), name(*v).to_string())).collect()
                 } else {
                     BTreeMap::new()
                 },
@@ -505,7 +570,7 @@ impl Requests {
         }
         let name = named.as_ref().map(|(n, _)| n.as_str());
         if let Some((n, v)) = &named {
-            r.versions.push((intern(n), intern(v)));
+            r.versions.push((id(n), id(v)));
         }
         let Some(t) = self.urls.iter().position(|u| u.as_bytes() == &url[..]) else { return Ok(()) };
         match t {
@@ -768,10 +833,7 @@ async fn follow(
                 let before = (st.eds.clone(), st.rds.clone());
                 let resubscribe = st.apply(&r);
                 if rq.delta {
-                    for n in &r.removed {
-                        st.versions[r.t].remove(n.as_str());
-                    }
-                    st.versions[r.t].extend(r.versions.iter().cloned());
+                    merge_sorted(&mut st.versions[r.t], &r, r.versions.iter().copied());
                 }
                 // Pending changes this response carries.
                 st.pending.retain(|c| {
@@ -788,8 +850,8 @@ async fn follow(
                 if resubscribe {
                     let (t, old, new) = if r.t == CDS { (EDS, &before.0, &st.eds) } else { (RDS, &before.1, &st.rds) };
                     out.push(if rq.delta {
-                        let add = new.difference(old).map(|n| n.to_string()).collect();
-                        let remove = old.difference(new).map(|n| n.to_string()).collect();
+                        let add = new.iter().filter(|n| !has(old, **n)).map(|n| name(*n).to_string()).collect();
+                        let remove = old.iter().filter(|n| !has(new, **n)).map(|n| name(*n).to_string()).collect();
                         rq.delta_subscribe(st, t, false, add, remove)
                     } else {
                         rq.sotw(st, t, false, false)

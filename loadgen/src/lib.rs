@@ -5,11 +5,13 @@
 //! a scenario's mesh as a config directory; [`proxy`]: one simulated
 //! sidecar; [`churn`]: edits to the mesh, stamped; [`run`]: a whole run;
 //! [`stats`]: what it measures and the report; [`wire`]: responses read
-//! without copying their resources.
+//! as they stream in, without copying their resources; [`lean`]: the lean
+//! HTTP/2 client of plaintext runs.
 #![forbid(unsafe_code)]
 
 pub mod churn;
 pub mod csr;
+pub mod lean;
 pub mod mesh;
 pub mod proxy;
 pub mod run;

@@ -197,6 +197,10 @@ struct RunArgs {
     /// what a server sends thousands of proxies.
     #[arg(long)]
     threads: Option<usize>,
+    /// HTTP/2 client of plaintext runs: `lean` (loadgen's own, kilobytes
+    /// per proxy) or `h2` (the h2 crate, as TLS runs use).
+    #[arg(long, default_value = "lean", value_parser = ["lean", "h2"])]
+    client: String,
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
@@ -222,6 +226,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
     o.hold = Duration::from_secs(a.hold);
     o.progress = !a.quiet;
     o.config_dir = a.config_dir;
+    o.h2_client = a.client == "h2";
     if let Some(path) = &a.tls {
         match proxy::tls(path, &a.tls_server_name) {
             Ok(t) => o.tls = Some(t),

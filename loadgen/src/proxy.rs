@@ -55,6 +55,8 @@ pub struct Tls {
 pub struct Shared {
     /// The server's address.
     pub server: SocketAddr,
+    /// Plaintext runs with the `h2` crate instead of the lean client.
+    pub h2_client: bool,
     /// Delta xDS (else state of the world).
     pub delta: bool,
     /// Fraction of responses NACKed once synced.
@@ -181,7 +183,9 @@ fn has(v: &[u32], x: u32) -> bool {
 
 /// A proxy's state, kept across reconnects.
 struct State {
-    node: Node,
+    /// The node, encoded once (a decoded `Node` with its metadata costs a
+    /// proxy more than the rest of its state); requests append it.
+    node: Bytes,
     rng: u64,
     synced_once: bool,
     connected_once: bool,
@@ -210,6 +214,24 @@ enum End {
     Stopped,
     /// The connection or stream failed.
     Lost(String),
+}
+
+/// `msg` with field `number` (a `Node`, already encoded) appended, if
+/// given: protobuf reads fields in any order.
+fn with_node(mut msg: Vec<u8>, node: Option<(u32, &Bytes)>) -> Vec<u8> {
+    if let Some((number, node)) = node {
+        let mut varint = |mut v: u64| {
+            while v >= 0x80 {
+                msg.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            msg.push(v as u8);
+        };
+        varint(u64::from(number << 3 | 2));
+        varint(node.len() as u64);
+        msg.extend_from_slice(node);
+    }
+    msg
 }
 
 fn frame(body: Vec<u8>) -> Bytes {
@@ -327,9 +349,9 @@ fn carries_decoded(change: &Change, bytes: &[u8]) -> bool {
 }
 
 impl State {
-    fn new(node: Node, seed: u64) -> State {
+    fn new(node: &Node, seed: u64) -> State {
         State {
-            node,
+            node: node.encode_to_vec().into(),
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             synced_once: false,
             connected_once: false,
@@ -470,9 +492,8 @@ struct Requests {
 
 impl Requests {
     fn sotw(&self, st: &State, t: usize, node: bool, nack: bool) -> Bytes {
-        frame(
+        frame(with_node(
             DiscoveryRequest {
-                node: node.then(|| st.node.clone()),
                 type_url: self.urls[t].clone(),
                 version_info: st.acked[t].clone(),
                 resource_names: st.subscribed(t),
@@ -481,13 +502,13 @@ impl Requests {
                 ..Default::default()
             }
             .encode_to_vec(),
-        )
+            node.then_some((2, &st.node)),
+        ))
     }
 
     fn delta_subscribe(&self, st: &State, t: usize, node: bool, add: Vec<String>, remove: Vec<String>) -> Bytes {
-        frame(
+        frame(with_node(
             DeltaDiscoveryRequest {
-                node: node.then(|| st.node.clone()),
                 type_url: self.urls[t].clone(),
                 resource_names_subscribe: add,
                 resource_names_unsubscribe: remove,
@@ -499,7 +520,8 @@ impl Requests {
                 ..Default::default()
             }
             .encode_to_vec(),
-        )
+            node.then_some((1, &st.node)),
+        ))
     }
 
     fn delta_ack(&self, t: usize, nonce: &str, nack: bool) -> Bytes {
@@ -613,7 +635,8 @@ fn text(b: &Bytes) -> Result<String, String> {
 /// Runs proxy `i` until the run stops: connects, syncs (holding a
 /// `gate` permit until then), follows every push, reconnects with backoff.
 pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync::Semaphore>) {
-    let mut st = State::new(node, u64::from(i) + 1);
+    let mut st = State::new(&node, u64::from(i) + 1);
+    drop(node);
     let mut permit = gate.acquire_owned().await.ok();
     let mut backoff = Duration::from_millis(100);
     let mut never_connected: Option<String> = None;
@@ -663,11 +686,19 @@ async fn session(st: &mut State, shared: &Shared, permit: &mut Option<tokio::syn
     };
     let _ = tcp.set_nodelay(true);
     match &shared.tls {
-        None => stream(tcp, st, shared, permit, started).await,
-        Some(tls) => match tls.connector.connect(tls.server_name.clone(), tcp).await {
-            Ok(io) => stream(io, st, shared, permit, started).await,
-            Err(e) => End::Lost(format!("TLS handshake: {e}")),
-        },
+        None if !shared.h2_client => lean_stream(tcp, st, shared, permit, started).await,
+        // The h2 crate's futures are large: boxed, they cost a lean proxy's
+        // task nothing.
+        None => Box::pin(stream(tcp, st, shared, permit, started)).await,
+        Some(tls) => {
+            Box::pin(async move {
+                match tls.connector.connect(tls.server_name.clone(), tcp).await {
+                    Ok(io) => stream(io, st, shared, permit, started).await,
+                    Err(e) => End::Lost(format!("TLS handshake: {e}")),
+                }
+            })
+            .await
+        }
     }
 }
 
@@ -705,7 +736,58 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         Err(e) => return End::Lost(format!("stream: {e}")),
     };
     let rq = Requests { delta: shared.delta, urls: type_urls() };
-    // Wildcard CDS and LDS; on a reconnect also the EDS and RDS names held.
+    for f in first_requests(st, &rq) {
+        if let Err(e) = send.send_data(f, false) {
+            return End::Lost(format!("send: {e}"));
+        }
+    }
+    let mut stop = shared.stop.clone();
+    let resp = tokio::select! {
+        r = resp => r,
+        _ = stop.changed() => return End::Stopped,
+        () = tokio::time::sleep_until(shared.deadline.into()) => return End::Stopped,
+    };
+    let body = match resp {
+        Ok(r) => {
+            if let Some(s) = r.headers().get("grpc-status") {
+                let msg = r.headers().get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default();
+                return End::Lost(format!("the server refused the stream: grpc-status {s:?} {msg}"));
+            }
+            r.into_body()
+        }
+        Err(e) => return End::Lost(format!("response: {e}")),
+    };
+    let mut conn = Conn::H2 { body, send };
+    follow_stream(&mut conn, st, shared, &rq, permit, started, &mut stop).await
+}
+
+/// [`stream`] with the lean client ([`crate::lean`]).
+async fn lean_stream(
+    tcp: tokio::net::TcpStream,
+    st: &mut State,
+    shared: &Shared,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+) -> End {
+    let path = if shared.delta { ads::DELTA_AGGREGATED_RESOURCES } else { ads::STREAM_AGGREGATED_RESOURCES };
+    let client = match crate::lean::Client::open(tcp, &shared.server.to_string(), path).await {
+        Ok(c) => c,
+        Err(e) => return End::Lost(format!("HTTP/2 handshake: {e}")),
+    };
+    let mut conn = Conn::Lean(Box::new(client));
+    let rq = Requests { delta: shared.delta, urls: type_urls() };
+    for f in first_requests(st, &rq) {
+        if let Err(e) = conn.send(f).await {
+            return End::Lost(e);
+        }
+    }
+    let mut stop = shared.stop.clone();
+    follow_stream(&mut conn, st, shared, &rq, permit, started, &mut stop).await
+}
+
+/// The first requests of a stream: wildcard CDS and LDS; on a reconnect
+/// also the EDS and RDS names held.
+fn first_requests(st: &State, rq: &Requests) -> Vec<Bytes> {
     let mut first = Vec::new();
     for t in [CDS, EDS, LDS, RDS] {
         let names = st.subscribed(t);
@@ -718,46 +800,88 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             rq.sotw(st, t, t == CDS, false)
         });
     }
-    for f in first {
-        if let Err(e) = send.send_data(f, false) {
-            return End::Lost(format!("send: {e}"));
-        }
-    }
-    let mut stop = shared.stop.clone();
-    let resp = tokio::select! {
-        r = resp => r,
-        _ = stop.changed() => return End::Stopped,
-        () = tokio::time::sleep_until(shared.deadline.into()) => return End::Stopped,
-    };
-    let mut body = match resp {
-        Ok(r) => {
-            if let Some(s) = r.headers().get("grpc-status") {
-                let msg = r.headers().get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or_default();
-                return End::Lost(format!("the server refused the stream: grpc-status {s:?} {msg}"));
+    first
+}
+
+/// One stream's transport: the `h2` crate (TLS, `--client h2`) or the
+/// lean client.
+enum Conn {
+    H2 { body: h2::RecvStream, send: h2::SendStream<Bytes> },
+    Lean(Box<crate::lean::Client>),
+}
+
+impl Conn {
+    /// Waits for what arrives next and hands it to `messages`; `Err("")`
+    /// when the server ended the stream, else why it was lost.
+    async fn read(&mut self, messages: &mut wire::MessageStream) -> Result<(), String> {
+        match self {
+            Conn::H2 { body, .. } => match body.data().await {
+                None => Err(String::new()),
+                Some(Err(e)) => Err(format!("read: {e}")),
+                Some(Ok(d)) => {
+                    let _ = body.flow_control().release_capacity(d.len());
+                    messages.push(d);
+                    Ok(())
+                }
+            },
+            Conn::Lean(c) => {
+                if c.read(messages).await {
+                    Ok(())
+                } else {
+                    Err(String::new())
+                }
             }
-            r.into_body()
         }
-        Err(e) => return End::Lost(format!("response: {e}")),
-    };
-    if let Ok(mut l) = shared.live.lock() {
-        l.stream(true, !st.connected_once);
     }
-    st.connected_once = true;
-    let end = follow(&mut body, &mut send, st, shared, &rq, permit, started, &mut stop).await;
-    if let Ok(mut l) = shared.live.lock() {
-        l.stream(false, false);
+
+    async fn send(&mut self, f: Bytes) -> Result<(), String> {
+        match self {
+            Conn::H2 { send, .. } => send.send_data(f, false).map_err(|e| format!("send: {e}")),
+            Conn::Lean(c) => c.send(f).await.map_err(|e| format!("send: {e}")),
+        }
     }
-    match end {
-        End::Lost(why) if why.is_empty() => {
-            // The server ended the stream: say with which status.
-            let status = match tokio::time::timeout(Duration::from_secs(1), body.trailers()).await {
+
+    /// Why an ended stream ended: its gRPC status.
+    async fn status(&mut self) -> String {
+        match self {
+            Conn::H2 { body, .. } => match tokio::time::timeout(Duration::from_secs(1), body.trailers()).await {
                 Ok(Ok(Some(t))) => format!(
                     "grpc-status {} {}",
                     t.get("grpc-status").and_then(|v| v.to_str().ok()).unwrap_or("?"),
                     t.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default()
                 ),
                 _ => "no status".into(),
-            };
+            },
+            Conn::Lean(c) => c.ended.clone().unwrap_or_else(|| "no status".into()),
+        }
+    }
+}
+
+/// Counts the stream, follows it, and says how it ended.
+async fn follow_stream(
+    conn: &mut Conn,
+    st: &mut State,
+    shared: &Shared,
+    rq: &Requests,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+    started: Instant,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> End {
+    if let Ok(mut l) = shared.live.lock() {
+        l.stream(true, !st.connected_once);
+    }
+    st.connected_once = true;
+    let end = follow(conn, st, shared, rq, permit, started, stop).await;
+    if let Ok(mut l) = shared.live.lock() {
+        l.stream(false, false);
+    }
+    match end {
+        End::Lost(why) if why.is_empty() => {
+            // The server ended the stream: say with which status.
+            let status = conn.status().await;
+            if status.starts_with("the server refused") {
+                return End::Lost(status);
+            }
             End::Lost(format!("the server closed the stream ({status})"))
         }
         e => e,
@@ -766,8 +890,7 @@ async fn stream<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 
 #[allow(clippy::too_many_arguments, reason = "one session's parts, borrowed from its caller")]
 async fn follow(
-    body: &mut h2::RecvStream,
-    send: &mut h2::SendStream<Bytes>,
+    conn: &mut Conn,
     st: &mut State,
     shared: &Shared,
     rq: &Requests,
@@ -781,8 +904,8 @@ async fn follow(
     let mut synced = false;
     let mut changed = shared.changed.clone();
     loop {
-        let data = tokio::select! {
-            d = body.data() => d,
+        let read = tokio::select! {
+            r = conn.read(&mut stream) => r,
             _ = changed.changed() => {
                 st.pull_changes(&shared.changes, &shared.live);
                 continue;
@@ -790,13 +913,9 @@ async fn follow(
             _ = stop.changed() => return End::Stopped,
             () = tokio::time::sleep_until(shared.deadline.into()) => return End::Stopped,
         };
-        let data = match data {
-            None => return End::Lost(String::new()),
-            Some(Err(e)) => return End::Lost(format!("read: {e}")),
-            Some(Ok(d)) => d,
-        };
-        let _ = body.flow_control().release_capacity(data.len());
-        stream.push(data);
+        if let Err(why) = read {
+            return End::Lost(why);
+        }
         loop {
             let len = match stream.read() {
                 Ok(None) => break,
@@ -860,8 +979,8 @@ async fn follow(
                 got[r.t] = true;
             }
             for f in out {
-                if let Err(e) = send.send_data(f, false) {
-                    return End::Lost(format!("send: {e}"));
+                if let Err(e) = conn.send(f).await {
+                    return End::Lost(e);
                 }
             }
             let now = Instant::now();

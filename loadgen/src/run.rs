@@ -120,6 +120,8 @@ pub struct Options {
     /// Worker threads the run's runtime has (reported, to judge whether
     /// loadgen was the limit).
     pub threads: usize,
+    /// Plaintext proxies use the `h2` crate (else the lean client).
+    pub h2_client: bool,
 }
 
 impl Options {
@@ -133,6 +135,7 @@ impl Options {
             delta: true,
             nack_fraction: 0.0,
             tls: None,
+            h2_client: false,
             config_dir: None,
             churn: None,
             churn_for: Duration::from_secs(10),
@@ -174,6 +177,7 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
     let (changed_tx, changed_rx) = tokio::sync::watch::channel(0u32);
     let shared = Arc::new(Shared {
         server: o.server,
+        h2_client: o.h2_client,
         delta: o.delta,
         nack_fraction: o.nack_fraction,
         tls: o.tls.clone(),

@@ -1,0 +1,414 @@
+//! A lean HTTP/2 client for one gRPC bidirectional stream over plaintext
+//! TCP: what a simulated proxy needs and no more, so that 10,000 of them
+//! cost kilobytes each. The `h2` crate keeps a 16 KiB write buffer, read
+//! buffers and HPACK tables per connection (about 28 KiB); here a
+//! connection reads into its thread's buffer, keeps only a partial frame
+//! head between reads, and hands DATA payloads straight to the message
+//! reader. TLS runs (and `--client h2`) use the `h2` crate.
+//!
+//! It speaks RFC 9113 as a client: the preface and SETTINGS, one request
+//! stream (id 1), DATA within the peer's windows and frame size,
+//! WINDOW_UPDATE as it consumes, SETTINGS and PING acknowledged, GOAWAY and
+//! RST_STREAM ending the stream, header blocks (with CONTINUATION) decoded
+//! with HPACK for the status.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::wire::MessageStream;
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const WINDOW_UPDATE: u8 = 8;
+const CONTINUATION: u8 = 9;
+
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+/// What we let the server send before we acknowledge it (per stream and,
+/// after the first WINDOW_UPDATE, per connection). What arrives is read
+/// at once, so this bounds the kernel's buffers, not ours.
+const WINDOW: u32 = 1 << 20;
+/// Largest header block accepted (the server's are a few hundred bytes).
+const MAX_HEADER_BLOCK: usize = 64 * 1024;
+
+thread_local! {
+    /// The thread's read buffer: a connection reads into it and consumes
+    /// what it read before it awaits again.
+    static READ: RefCell<Vec<u8>> = RefCell::new(vec![0; 64 * 1024]);
+}
+
+/// One connection with its one stream.
+pub struct Client {
+    tcp: TcpStream,
+    /// A frame head cut by the end of a read.
+    head: [u8; 9],
+    head_len: usize,
+    /// The frame being read.
+    frame: Option<Frame>,
+    /// A header block being gathered (HEADERS + CONTINUATION), rare.
+    block: Vec<u8>,
+    block_end_stream: bool,
+    hpack: loona_hpack::Decoder<'static>,
+    /// Bytes consumed and not yet returned with WINDOW_UPDATE.
+    unacked: u32,
+    /// The peer's windows and frame size.
+    send_conn: i64,
+    send_stream: i64,
+    peer_initial: i64,
+    peer_max_frame: usize,
+    /// Request bytes waiting for window.
+    waiting: VecDeque<Bytes>,
+    /// Frames to write (acknowledgements, window updates).
+    out: Vec<u8>,
+    /// Response headers seen (status 200).
+    pub responded: bool,
+    /// Why the stream ended, once it has: a gRPC status or the
+    /// connection's fate.
+    pub ended: Option<String>,
+}
+
+/// A frame whose payload is being read.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    ty: u8,
+    flags: u8,
+    stream: u32,
+    /// Payload bytes still to read (padding included).
+    left: usize,
+    /// A padded DATA frame's padding length, once its first byte was read.
+    pad: Option<usize>,
+}
+
+fn head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, stream: u32) {
+    out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+    out.push(ty);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+}
+
+impl Client {
+    /// Opens the connection and the stream: preface, SETTINGS, the
+    /// connection window, the request's HEADERS.
+    pub async fn open(mut tcp: TcpStream, authority: &str, path: &str) -> std::io::Result<Client> {
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // ENABLE_PUSH 0, INITIAL_WINDOW_SIZE.
+        head(&mut out, 12, SETTINGS, 0, 0);
+        out.extend_from_slice(&[0, 2, 0, 0, 0, 0]);
+        out.extend_from_slice(&[0, 4]);
+        out.extend_from_slice(&WINDOW.to_be_bytes());
+        head(&mut out, 4, WINDOW_UPDATE, 0, 0);
+        out.extend_from_slice(&(WINDOW - 65_535).to_be_bytes());
+        let block = loona_hpack::Encoder::new().encode([
+            (&b":method"[..], &b"POST"[..]),
+            (b":scheme", b"http"),
+            (b":path", path.as_bytes()),
+            (b":authority", authority.as_bytes()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]);
+        head(&mut out, block.len(), HEADERS, END_HEADERS, 1);
+        out.extend_from_slice(&block);
+        tcp.write_all(&out).await?;
+        Ok(Client {
+            tcp,
+            head: [0; 9],
+            head_len: 0,
+            frame: None,
+            block: Vec::new(),
+            block_end_stream: false,
+            hpack: loona_hpack::Decoder::new(),
+            unacked: 0,
+            send_conn: 65_535,
+            send_stream: 65_535,
+            peer_initial: 65_535,
+            peer_max_frame: 16_384,
+            waiting: VecDeque::new(),
+            out: Vec::new(),
+            responded: false,
+            ended: None,
+        })
+    }
+
+    /// Sends gRPC message bytes on the stream, as the windows allow (the
+    /// rest waits for the server's WINDOW_UPDATE).
+    pub async fn send(&mut self, msg: Bytes) -> std::io::Result<()> {
+        self.waiting.push_back(msg);
+        self.frame_waiting();
+        self.flush().await
+    }
+
+    fn frame_waiting(&mut self) {
+        while let Some(front) = self.waiting.front_mut() {
+            let room = self.send_conn.min(self.send_stream).min(self.peer_max_frame as i64);
+            if room <= 0 {
+                return;
+            }
+            let n = front.len().min(room as usize);
+            let chunk = front.split_to(n);
+            if front.is_empty() {
+                self.waiting.pop_front();
+            }
+            head(&mut self.out, n, DATA, 0, 1);
+            self.out.extend_from_slice(&chunk);
+            self.send_conn -= n as i64;
+            self.send_stream -= n as i64;
+        }
+    }
+
+    /// Writes everything pending (not cancel-safe: called from the
+    /// proxy's own sequence, never raced).
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            let out = std::mem::take(&mut self.out);
+            self.tcp.write_all(&out).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what it can of [`Client::out`] without waiting.
+    fn write_some(&mut self) -> Result<(), String> {
+        while !self.out.is_empty() {
+            match self.tcp.try_write(&self.out) {
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(format!("write: {e}")),
+            }
+        }
+        if self.out.is_empty() {
+            self.out = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Waits for bytes and reads what arrived: DATA of the stream goes to
+    /// `messages`. False once the stream has ended ([`Client::ended`]).
+    /// Cancel-safe (it waits only for readiness; reading, acknowledging
+    /// and writing happen without waiting), so it can race other events.
+    pub async fn read(&mut self, messages: &mut MessageStream) -> bool {
+        use tokio::io::Interest;
+        loop {
+            if self.ended.is_some() {
+                return false;
+            }
+            let interest =
+                if self.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            let ready = match self.tcp.ready(interest).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.ended = Some(format!("read: {e}"));
+                    return false;
+                }
+            };
+            if ready.is_writable()
+                && let Err(e) = self.write_some()
+            {
+                self.ended = Some(e);
+                return false;
+            }
+            if !ready.is_readable() {
+                continue;
+            }
+            let got = READ.with(|b| {
+                let mut buf = b.borrow_mut();
+                match self.tcp.try_read(&mut buf) {
+                    Ok(0) => Err("the server closed the connection".to_owned()),
+                    Ok(n) => self.input(&buf[..n], messages).map(|()| true),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+                    Err(e) => Err(format!("read: {e}")),
+                }
+            });
+            match got {
+                Ok(false) => continue,
+                Ok(true) => break,
+                Err(e) => {
+                    self.ended.get_or_insert(e);
+                    return false;
+                }
+            }
+        }
+        if self.unacked >= WINDOW / 2 {
+            head(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
+            self.out.extend_from_slice(&self.unacked.to_be_bytes());
+            head(&mut self.out, 4, WINDOW_UPDATE, 0, 1);
+            self.out.extend_from_slice(&self.unacked.to_be_bytes());
+            self.unacked = 0;
+        }
+        self.frame_waiting();
+        if let Err(e) = self.write_some() {
+            self.ended.get_or_insert(e);
+        }
+        // What arrived before the end is still the caller's to read.
+        true
+    }
+
+    /// Consumes bytes read: frame heads, payloads.
+    fn input(&mut self, mut b: &[u8], messages: &mut MessageStream) -> Result<(), String> {
+        while !b.is_empty() {
+            let Some(mut f) = self.frame else {
+                let take = (9 - self.head_len).min(b.len());
+                self.head[self.head_len..self.head_len + take].copy_from_slice(&b[..take]);
+                self.head_len += take;
+                b = &b[take..];
+                if self.head_len < 9 {
+                    return Ok(());
+                }
+                self.head_len = 0;
+                let h = self.head;
+                let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+                let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                if h[3] == DATA {
+                    // Flow control counts the whole payload, padding too.
+                    self.unacked = self.unacked.saturating_add(len as u32);
+                }
+                self.frame = Some(Frame { ty: h[3], flags: h[4], stream, left: len, pad: None });
+                if len == 0 {
+                    self.frame_done()?;
+                }
+                continue;
+            };
+            if f.ty == DATA {
+                if f.flags & PADDED != 0 && f.pad.is_none() {
+                    let pad = usize::from(b[0]);
+                    f.left -= 1;
+                    b = &b[1..];
+                    if pad > f.left {
+                        return Err("DATA padding longer than the frame".into());
+                    }
+                    f.pad = Some(pad);
+                } else {
+                    let data_left = f.left - f.pad.unwrap_or(0);
+                    let take = data_left.min(b.len());
+                    if take > 0 && f.stream == 1 {
+                        messages.push(Bytes::copy_from_slice(&b[..take]));
+                    }
+                    b = &b[take..];
+                    f.left -= take;
+                    if take == data_left {
+                        let skip = f.left.min(b.len());
+                        b = &b[skip..];
+                        f.left -= skip;
+                    }
+                }
+            } else {
+                let take = f.left.min(b.len());
+                if self.block.len() + take > MAX_HEADER_BLOCK {
+                    return Err("frame payload too large".into());
+                }
+                self.block.extend_from_slice(&b[..take]);
+                b = &b[take..];
+                f.left -= take;
+            }
+            self.frame = Some(f);
+            if f.left == 0 {
+                self.frame_done()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A frame's payload is complete (`self.block` holds it unless DATA).
+    fn frame_done(&mut self) -> Result<(), String> {
+        let Some(Frame { ty, flags, stream, .. }) = self.frame.take() else { return Ok(()) };
+        let payload = if ty == DATA { Vec::new() } else { std::mem::take(&mut self.block) };
+        match ty {
+            DATA if stream == 1 && flags & END_STREAM != 0 => {
+                self.ended.get_or_insert_with(|| "the server ended the stream without trailers".into());
+            }
+            SETTINGS if flags & ACK == 0 => {
+                for s in payload.chunks_exact(6) {
+                    let v = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+                    match u16::from_be_bytes([s[0], s[1]]) {
+                        4 => {
+                            self.send_stream += i64::from(v) - self.peer_initial;
+                            self.peer_initial = i64::from(v);
+                        }
+                        5 => self.peer_max_frame = v as usize,
+                        _ => {}
+                    }
+                }
+                head(&mut self.out, 0, SETTINGS, ACK, 0);
+            }
+            PING if flags & ACK == 0 && payload.len() == 8 => {
+                head(&mut self.out, 8, PING, ACK, 0);
+                self.out.extend_from_slice(&payload);
+            }
+            WINDOW_UPDATE if payload.len() == 4 => {
+                let inc = i64::from(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff);
+                match stream {
+                    0 => self.send_conn += inc,
+                    1 => self.send_stream += inc,
+                    _ => {}
+                }
+            }
+            GOAWAY => {
+                let code = payload.get(4..8).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                let debug = String::from_utf8_lossy(payload.get(8..).unwrap_or_default()).into_owned();
+                self.ended.get_or_insert_with(|| format!("GOAWAY (error code {code}) {debug}"));
+            }
+            RST_STREAM if stream == 1 => {
+                let code = payload.get(..4).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                self.ended.get_or_insert_with(|| format!("the server reset the stream (error code {code})"));
+            }
+            HEADERS | CONTINUATION if stream == 1 => {
+                let mut block = payload;
+                if ty == HEADERS {
+                    self.block_end_stream = flags & END_STREAM != 0;
+                    let mut start = 0;
+                    let mut pad = 0;
+                    if flags & PADDED != 0 {
+                        pad = usize::from(*block.first().unwrap_or(&0));
+                        start = 1;
+                    }
+                    if flags & PRIORITY != 0 {
+                        start += 5;
+                    }
+                    if start + pad > block.len() {
+                        return Err("malformed HEADERS".into());
+                    }
+                    block = block[start..block.len() - pad].to_vec();
+                }
+                if flags & END_HEADERS == 0 {
+                    // CONTINUATION follows: keep gathering.
+                    self.block = block;
+                    return Ok(());
+                }
+                let fields = self.hpack.decode(&block).map_err(|e| format!("HPACK: {e}"))?;
+                let get = |k: &str| {
+                    fields.iter().find(|(n, _)| n == k.as_bytes()).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                };
+                match get("grpc-status") {
+                    Some(status) if self.block_end_stream || !self.responded => {
+                        let message = get("grpc-message").unwrap_or_default();
+                        self.ended = Some(if self.responded {
+                            format!("grpc-status {status} {message}")
+                        } else {
+                            format!("the server refused the stream: grpc-status {status:?} {message}")
+                        });
+                    }
+                    _ => {
+                        self.responded = true;
+                        if self.block_end_stream {
+                            self.ended.get_or_insert_with(|| "no status".into());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

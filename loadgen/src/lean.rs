@@ -52,6 +52,13 @@ thread_local! {
 /// One connection with its one stream.
 pub struct Client {
     tcp: TcpStream,
+    /// The connection's state, without the socket.
+    pub framer: Framer,
+}
+
+/// A connection's HTTP/2 state without I/O: bytes read go in
+/// ([`Framer::input`]), frames to write come out in `out`.
+pub struct Framer {
     /// A frame head cut by the end of a read.
     head: [u8; 9],
     head_len: usize,
@@ -77,6 +84,28 @@ pub struct Client {
     /// Why the stream ended, once it has: a gRPC status or the
     /// connection's fate.
     pub ended: Option<String>,
+}
+
+impl Default for Framer {
+    fn default() -> Self {
+        Framer {
+            head: [0; 9],
+            head_len: 0,
+            frame: None,
+            block: Vec::new(),
+            block_end_stream: false,
+            hpack: loona_hpack::Decoder::new(),
+            unacked: 0,
+            send_conn: 65_535,
+            send_stream: 65_535,
+            peer_initial: 65_535,
+            peer_max_frame: 16_384,
+            waiting: VecDeque::new(),
+            out: Vec::new(),
+            responded: false,
+            ended: None,
+        }
+    }
 }
 
 /// A frame whose payload is being read.
@@ -121,35 +150,39 @@ impl Client {
         head(&mut out, block.len(), HEADERS, END_HEADERS, 1);
         out.extend_from_slice(&block);
         tcp.write_all(&out).await?;
-        Ok(Client {
-            tcp,
-            head: [0; 9],
-            head_len: 0,
-            frame: None,
-            block: Vec::new(),
-            block_end_stream: false,
-            hpack: loona_hpack::Decoder::new(),
-            unacked: 0,
-            send_conn: 65_535,
-            send_stream: 65_535,
-            peer_initial: 65_535,
-            peer_max_frame: 16_384,
-            waiting: VecDeque::new(),
-            out: Vec::new(),
-            responded: false,
-            ended: None,
-        })
+        Ok(Client { tcp, framer: Framer::default() })
     }
 
     /// Sends gRPC message bytes on the stream, as the windows allow (the
     /// rest waits for the server's WINDOW_UPDATE).
     pub async fn send(&mut self, msg: Bytes) -> std::io::Result<()> {
-        self.waiting.push_back(msg);
-        self.frame_waiting();
+        self.framer.waiting.push_back(msg);
+        self.framer.frame_waiting();
         self.flush().await
     }
 
-    fn frame_waiting(&mut self) {
+    /// Why the stream ended, if it has.
+    pub fn ended(&self) -> Option<&str> {
+        self.framer.ended.as_deref()
+    }
+}
+
+impl Framer {
+    /// After a read: returns the window credit consumed once it is half
+    /// the window, and frames what the windows now allow.
+    pub fn after_read(&mut self) {
+        if self.unacked >= WINDOW / 2 {
+            head(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
+            self.out.extend_from_slice(&self.unacked.to_be_bytes());
+            head(&mut self.out, 4, WINDOW_UPDATE, 0, 1);
+            self.out.extend_from_slice(&self.unacked.to_be_bytes());
+            self.unacked = 0;
+        }
+        self.frame_waiting();
+    }
+
+    /// Frames request bytes waiting, as the windows allow.
+    pub fn frame_waiting(&mut self) {
         while let Some(front) = self.waiting.front_mut() {
             let room = self.send_conn.min(self.send_stream).min(self.peer_max_frame as i64);
             if room <= 0 {
@@ -167,96 +200,8 @@ impl Client {
         }
     }
 
-    /// Writes everything pending (not cancel-safe: called from the
-    /// proxy's own sequence, never raced).
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.out.is_empty() {
-            let out = std::mem::take(&mut self.out);
-            self.tcp.write_all(&out).await?;
-        }
-        Ok(())
-    }
-
-    /// Writes what it can of [`Client::out`] without waiting.
-    fn write_some(&mut self) -> Result<(), String> {
-        while !self.out.is_empty() {
-            match self.tcp.try_write(&self.out) {
-                Ok(n) => {
-                    self.out.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(format!("write: {e}")),
-            }
-        }
-        if self.out.is_empty() {
-            self.out = Vec::new();
-        }
-        Ok(())
-    }
-
-    /// Waits for bytes and reads what arrived: DATA of the stream goes to
-    /// `messages`. False once the stream has ended ([`Client::ended`]).
-    /// Cancel-safe (it waits only for readiness; reading, acknowledging
-    /// and writing happen without waiting), so it can race other events.
-    pub async fn read(&mut self, messages: &mut MessageStream) -> bool {
-        use tokio::io::Interest;
-        loop {
-            if self.ended.is_some() {
-                return false;
-            }
-            let interest =
-                if self.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-            let ready = match self.tcp.ready(interest).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.ended = Some(format!("read: {e}"));
-                    return false;
-                }
-            };
-            if ready.is_writable()
-                && let Err(e) = self.write_some()
-            {
-                self.ended = Some(e);
-                return false;
-            }
-            if !ready.is_readable() {
-                continue;
-            }
-            let got = READ.with(|b| {
-                let mut buf = b.borrow_mut();
-                match self.tcp.try_read(&mut buf) {
-                    Ok(0) => Err("the server closed the connection".to_owned()),
-                    Ok(n) => self.input(&buf[..n], messages).map(|()| true),
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
-                    Err(e) => Err(format!("read: {e}")),
-                }
-            });
-            match got {
-                Ok(false) => continue,
-                Ok(true) => break,
-                Err(e) => {
-                    self.ended.get_or_insert(e);
-                    return false;
-                }
-            }
-        }
-        if self.unacked >= WINDOW / 2 {
-            head(&mut self.out, 4, WINDOW_UPDATE, 0, 0);
-            self.out.extend_from_slice(&self.unacked.to_be_bytes());
-            head(&mut self.out, 4, WINDOW_UPDATE, 0, 1);
-            self.out.extend_from_slice(&self.unacked.to_be_bytes());
-            self.unacked = 0;
-        }
-        self.frame_waiting();
-        if let Err(e) = self.write_some() {
-            self.ended.get_or_insert(e);
-        }
-        // What arrived before the end is still the caller's to read.
-        true
-    }
-
     /// Consumes bytes read: frame heads, payloads.
-    fn input(&mut self, mut b: &[u8], messages: &mut MessageStream) -> Result<(), String> {
+    pub fn input(&mut self, mut b: &[u8], messages: &mut MessageStream) -> Result<(), String> {
         while !b.is_empty() {
             let Some(mut f) = self.frame else {
                 let take = (9 - self.head_len).min(b.len());
@@ -290,17 +235,20 @@ impl Client {
                     }
                     f.pad = Some(pad);
                 } else {
-                    let data_left = f.left - f.pad.unwrap_or(0);
+                    // `left` counts the padding still to skip (`pad`).
+                    let pad = f.pad.unwrap_or(0);
+                    let data_left = f.left - pad;
                     let take = data_left.min(b.len());
                     if take > 0 && f.stream == 1 {
                         messages.push(Bytes::copy_from_slice(&b[..take]));
                     }
                     b = &b[take..];
                     f.left -= take;
-                    if take == data_left {
-                        let skip = f.left.min(b.len());
+                    if take == data_left && pad > 0 {
+                        let skip = pad.min(b.len());
                         b = &b[skip..];
                         f.left -= skip;
+                        f.pad = Some(pad - skip);
                     }
                 }
             } else {
@@ -410,5 +358,234 @@ impl Client {
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Client {
+    /// Writes everything pending (not cancel-safe: called from the
+    /// proxy's own sequence, never raced).
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.framer.out.is_empty() {
+            let out = std::mem::take(&mut self.framer.out);
+            self.tcp.write_all(&out).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what it can of [`Client::out`] without waiting.
+    fn write_some(&mut self) -> Result<(), String> {
+        while !self.framer.out.is_empty() {
+            match self.tcp.try_write(&self.framer.out) {
+                Ok(n) => {
+                    self.framer.out.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(format!("write: {e}")),
+            }
+        }
+        if self.framer.out.is_empty() {
+            self.framer.out = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Waits for bytes and reads what arrived: DATA of the stream goes to
+    /// `messages`. False once the stream has ended ([`Client::ended`]).
+    /// Cancel-safe (it waits only for readiness; reading, acknowledging
+    /// and writing happen without waiting), so it can race other events.
+    pub async fn read(&mut self, messages: &mut MessageStream) -> bool {
+        use tokio::io::Interest;
+        loop {
+            if self.framer.ended.is_some() {
+                return false;
+            }
+            let interest =
+                if self.framer.out.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            let ready = match self.tcp.ready(interest).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.framer.ended = Some(format!("read: {e}"));
+                    return false;
+                }
+            };
+            if ready.is_writable()
+                && let Err(e) = self.write_some()
+            {
+                self.framer.ended = Some(e);
+                return false;
+            }
+            if !ready.is_readable() {
+                continue;
+            }
+            let got = READ.with(|b| {
+                let mut buf = b.borrow_mut();
+                match self.tcp.try_read(&mut buf) {
+                    Ok(0) => Err("the server closed the connection".to_owned()),
+                    Ok(n) => self.framer.input(&buf[..n], messages).map(|()| true),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+                    Err(e) => Err(format!("read: {e}")),
+                }
+            });
+            match got {
+                Ok(false) => continue,
+                Ok(true) => break,
+                Err(e) => {
+                    self.framer.ended.get_or_insert(e);
+                    return false;
+                }
+            }
+        }
+        self.framer.after_read();
+        if let Err(e) = self.write_some() {
+            self.framer.ended.get_or_insert(e);
+        }
+        // What arrived before the end is still the caller's to read.
+        true
+    }
+}
+
+/// Fuzzing entry: arbitrary server bytes, fed in pieces whose sizes the
+/// input's first byte picks, through the frame reader and the message
+/// reader; answers and errors, never a panic, and bounded memory.
+#[doc(hidden)]
+pub fn fuzz(data: &[u8]) {
+    let Some((&step, rest)) = data.split_first() else { return };
+    let step = usize::from(step % 64) + 1;
+    let mut f = Framer::default();
+    let mut m = MessageStream::default();
+    for piece in rest.chunks(step) {
+        if f.input(piece, &mut m).is_err() {
+            return;
+        }
+        f.after_read();
+        while let Ok(Some(_)) = m.read() {}
+        assert!(f.block.len() <= MAX_HEADER_BLOCK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Event;
+
+    fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        head(&mut out, payload.len(), ty, flags, stream);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn grpc(msg: &[u8]) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        out.extend_from_slice(msg);
+        out
+    }
+
+    /// Feeds `bytes` one piece of `step` at a time; the events read.
+    fn feed(f: &mut Framer, bytes: &[u8], step: usize) -> Vec<Event> {
+        let mut m = MessageStream::default();
+        let mut got = Vec::new();
+        for piece in bytes.chunks(step) {
+            f.input(piece, &mut m).unwrap();
+            while let Some(e) = m.read().unwrap() {
+                got.push(e);
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn data_padded_or_split_reaches_the_message_reader_and_control_frames_are_answered() {
+        // A message (field 4 = "t") in a padded DATA frame, then split over
+        // two frames; a PING and a SETTINGS between them.
+        let msg = grpc(&[0x22, 0x01, b't']);
+        let mut padded = vec![3u8];
+        padded.extend_from_slice(&msg);
+        padded.extend_from_slice(&[0, 0, 0]);
+        let mut bytes = frame(DATA, PADDED, 1, &padded);
+        bytes.extend(frame(PING, 0, 0, b"12345678"));
+        bytes.extend(frame(SETTINGS, 0, 0, &[0, 5, 0, 1, 0, 0, 0, 4, 0, 1, 0, 0]));
+        bytes.extend(frame(DATA, 0, 1, &msg[..4]));
+        bytes.extend(frame(DATA, 0, 1, &msg[4..]));
+        for step in [1, 2, 5, 1000] {
+            let mut f = Framer::default();
+            let got = feed(&mut f, &bytes, step);
+            let want = vec![Event::Field(4, Bytes::from_static(b"t")), Event::End(3)];
+            assert_eq!(got, [want.clone(), want].concat(), "pieces of {step}");
+            // PING ACK with its payload, SETTINGS ACK.
+            let mut acks = frame(PING, ACK, 0, b"12345678");
+            acks.extend(frame(SETTINGS, ACK, 0, &[]));
+            assert_eq!(f.out, acks);
+            assert_eq!(f.peer_max_frame, 16_384 * 4, "MAX_FRAME_SIZE");
+            assert_eq!(f.send_stream, 65_536, "INITIAL_WINDOW_SIZE moves the stream window");
+            assert_eq!(f.unacked as usize, padded.len() + msg.len(), "flow control counts padding");
+        }
+    }
+
+    #[test]
+    fn trailers_after_continuation_end_the_stream_with_their_status() {
+        let mut enc = loona_hpack::Encoder::new();
+        let headers = enc.encode([(&b":status"[..], &b"200"[..]), (b"content-type", b"application/grpc")]);
+        let trailers = enc.encode([(&b"grpc-status"[..], &b"14"[..]), (b"grpc-message", b"going away")]);
+        let mut bytes = frame(HEADERS, END_HEADERS, 1, &headers);
+        bytes.extend(frame(HEADERS, END_STREAM, 1, &trailers[..3]));
+        bytes.extend(frame(CONTINUATION, END_HEADERS, 1, &trailers[3..]));
+        let mut f = Framer::default();
+        feed(&mut f, &bytes, 7);
+        assert!(f.responded);
+        assert_eq!(f.ended.as_deref(), Some("grpc-status 14 going away"));
+        // A trailers-only answer is a refusal.
+        let mut f = Framer::default();
+        let only = loona_hpack::Encoder::new().encode([(&b"grpc-status"[..], &b"14"[..])]);
+        feed(&mut f, &frame(HEADERS, END_STREAM | END_HEADERS, 1, &only), 100);
+        assert_eq!(f.ended.as_deref(), Some("the server refused the stream: grpc-status \"14\" "));
+    }
+
+    #[test]
+    fn requests_wait_for_window_and_go_out_in_frames_the_peer_allows() {
+        let mut f = Framer { send_conn: 10, ..Framer::default() };
+        f.waiting.push_back(Bytes::from(vec![1u8; 25]));
+        f.frame_waiting();
+        assert_eq!(f.out, frame(DATA, 0, 1, &[1u8; 10]), "10 bytes of window");
+        f.out.clear();
+        feed(&mut f, &frame(WINDOW_UPDATE, 0, 0, &100u32.to_be_bytes()), 100);
+        f.frame_waiting();
+        assert_eq!(f.out, frame(DATA, 0, 1, &[1u8; 15]));
+        assert!(f.waiting.is_empty());
+        // GOAWAY and a reset end the stream.
+        let mut f = Framer::default();
+        feed(&mut f, &frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0, b'b', b'y', b'e']), 100);
+        assert_eq!(f.ended.as_deref(), Some("GOAWAY (error code 0) bye"));
+    }
+
+    /// The inputs kept under `fuzz/regressions/lean_client/` (seeds, and
+    /// crashes once fixed) through the fuzz target's entry point.
+    #[test]
+    fn fuzz_regressions_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/lean_client");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            fuzz(&std::fs::read(entry.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n > 0);
+    }
+
+    #[test]
+    fn hostile_bytes_are_refused_not_followed() {
+        let mut f = Framer::default();
+        let mut m = MessageStream::default();
+        // Padding longer than its DATA frame.
+        assert!(f.input(&frame(DATA, PADDED, 1, &[9, 1, 2]), &mut m).is_err());
+        // A header block over the limit.
+        let mut f = Framer::default();
+        let big = vec![0u8; MAX_HEADER_BLOCK + 1];
+        assert!(f.input(&frame(HEADERS, 0, 1, &big), &mut m).is_err());
+        for seed in 0..200u32 {
+            let bytes: Vec<u8> =
+                (0..300u32).map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed * 97) >> 13) as u8).collect();
+            fuzz(&bytes);
+        }
     }
 }

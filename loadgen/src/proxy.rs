@@ -852,7 +852,7 @@ impl Conn {
                 ),
                 _ => "no status".into(),
             },
-            Conn::Lean(c) => c.ended.clone().unwrap_or_else(|| "no status".into()),
+            Conn::Lean(c) => c.ended().unwrap_or("no status").to_owned(),
         }
     }
 }

@@ -99,6 +99,10 @@ pub enum Event {
     End(usize),
 }
 
+/// Largest field [`MessageStream`] gathers (a resource; the server's
+/// largest are route configurations of a few MB).
+pub const MAX_FIELD: usize = 64 << 20;
+
 /// Reads a stream of gRPC messages one top-level field at a time, as the
 /// bytes arrive: a response's resources are read and dropped one by one,
 /// so a proxy holds one resource of a large response, not the whole
@@ -202,6 +206,9 @@ impl MessageStream {
                 Err(Error::Truncated) if n < 20.min(left) => return Ok(None),
                 Err(e) => return Err(e),
             };
+            if len > MAX_FIELD {
+                return Err(Error::Malformed);
+            }
             let total = at.checked_add(len).ok_or(Error::Malformed)?;
             if total > left {
                 return Err(Error::Truncated);

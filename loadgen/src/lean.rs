@@ -303,9 +303,15 @@ impl Framer {
                 }
             }
             GOAWAY => {
+                let last = payload.get(..4).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) & 0x7fff_ffff);
                 let code = payload.get(4..8).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-                let debug = String::from_utf8_lossy(payload.get(8..).unwrap_or_default()).into_owned();
-                self.ended.get_or_insert_with(|| format!("GOAWAY (error code {code}) {debug}"));
+                // A graceful GOAWAY that keeps stream 1 (a draining server
+                // spreads its closes over its shutdown period) is noted, and
+                // the stream goes on until the server ends it or closes.
+                if code != 0 || last < 1 {
+                    let debug = String::from_utf8_lossy(payload.get(8..).unwrap_or_default()).into_owned();
+                    self.ended.get_or_insert_with(|| format!("GOAWAY (error code {code}) {debug}"));
+                }
             }
             RST_STREAM if stream == 1 => {
                 let code = payload.get(..4).map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
@@ -334,7 +340,21 @@ impl Framer {
                     self.block = block;
                     return Ok(());
                 }
-                let fields = self.hpack.decode(&block).map_err(|e| format!("HPACK: {e}"))?;
+                // Decoded with a bound: references to a large table entry
+                // could otherwise expand a 64 KiB block a thousandfold.
+                let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+                let mut size = 0usize;
+                self.hpack
+                    .decode_with_cb(&block, |n, v| {
+                        size += n.len() + v.len() + 32;
+                        if size <= MAX_HEADER_BLOCK {
+                            fields.push((n.into_owned(), v.into_owned()));
+                        }
+                    })
+                    .map_err(|e| format!("HPACK: {e}"))?;
+                if size > MAX_HEADER_BLOCK {
+                    return Err(format!("a header list of {size} bytes"));
+                }
                 let get = |k: &str| {
                     fields.iter().find(|(n, _)| n == k.as_bytes()).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
                 };
@@ -346,6 +366,10 @@ impl Framer {
                         } else {
                             format!("the server refused the stream: grpc-status {status:?} {message}")
                         });
+                    }
+                    _ if !self.responded && get(":status").as_deref() != Some("200") => {
+                        self.ended =
+                            Some(format!("the server answered HTTP status {}", get(":status").unwrap_or_default()));
                     }
                     _ => {
                         self.responded = true;
@@ -553,10 +577,16 @@ mod tests {
         f.frame_waiting();
         assert_eq!(f.out, frame(DATA, 0, 1, &[1u8; 15]));
         assert!(f.waiting.is_empty());
-        // GOAWAY and a reset end the stream.
+        // A graceful GOAWAY that keeps stream 1 lets it go on; one that
+        // does not, or an error, ends it.
         let mut f = Framer::default();
-        feed(&mut f, &frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0, b'b', b'y', b'e']), 100);
+        feed(&mut f, &frame(GOAWAY, 0, 0, &[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0]), 100);
+        assert_eq!(f.ended, None);
+        feed(&mut f, &frame(GOAWAY, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0, b'b', b'y', b'e']), 100);
         assert_eq!(f.ended.as_deref(), Some("GOAWAY (error code 0) bye"));
+        let mut f = Framer::default();
+        feed(&mut f, &frame(GOAWAY, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 11]), 100);
+        assert_eq!(f.ended.as_deref(), Some("GOAWAY (error code 11) "));
     }
 
     /// The inputs kept under `fuzz/regressions/lean_client/` (seeds, and

@@ -452,8 +452,11 @@ fn merge_sorted(held: &mut Vec<(u32, u32)>, r: &Resp, items: impl Iterator<Item 
     if r.full {
         held.clear();
     }
-    let removed: Vec<u32> = r.removed.iter().filter_map(|n| lookup(n)).collect();
-    held.retain(|(n, _)| !removed.contains(n));
+    if !r.removed.is_empty() {
+        let mut removed: Vec<u32> = r.removed.iter().filter_map(|n| lookup(n)).collect();
+        removed.sort_unstable();
+        held.retain(|(n, _)| removed.binary_search(n).is_err());
+    }
     let mut added: Vec<(u32, u32)> = items.collect();
     added.sort_unstable_by_key(|(n, _)| *n);
     added.dedup_by_key(|(n, _)| *n);
@@ -946,8 +949,10 @@ async fn follow(
             let mut out = Vec::new();
             let mut converged = Vec::new();
             if nack {
-                out.push(if rq.delta { rq.delta_ack(r.t, &r.nonce, true) } else { rq.sotw(st, r.t, false, true) });
+                // The NACK names the response it refuses (its nonce) and
+                // the version still held.
                 st.nonce[r.t].clone_from(&r.nonce);
+                out.push(if rq.delta { rq.delta_ack(r.t, &r.nonce, true) } else { rq.sotw(st, r.t, false, true) });
             } else {
                 let before = (st.eds.clone(), st.rds.clone());
                 let resubscribe = st.apply(&r);

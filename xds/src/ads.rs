@@ -341,10 +341,12 @@ pub const ADSZ_NAMES: usize = 100;
 
 /// A stream's connection id as istiod forms it (`ads.go`
 /// `connectionID`: the proxy's `pod.namespace`, a dash, a number unique on
-/// this server): here the number is the connection's on its core times
-/// 256 plus the core.
-pub fn connection_id(name: &str, conn: u64, core: usize) -> String {
-    format!("{name}-{}", conn * 256 + core as u64)
+/// this server; istiod has one stream per connection): here the number is
+/// the connection's on its core times 4096 plus the core, and a second
+/// ADS stream on one HTTP/2 connection adds its stream id.
+pub fn connection_id(name: &str, conn: u64, sid: u32, core: usize) -> String {
+    let n = conn * 4096 + core as u64;
+    if sid <= 1 { format!("{name}-{n}") } else { format!("{name}-{n}.{sid}") }
 }
 
 /// A stream's row of `/debug/syncz`: istiod's `SyncStatus`
@@ -572,7 +574,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 let conns: Vec<Value> = self
                     .streams
                     .iter()
-                    .filter_map(|((conn, _), s)| {
+                    .filter_map(|((conn, sid), s)| {
                         let p = s.proxy.as_ref()?;
                         // istiod's AdsClient (debug.go): watches as names
                         // per type. A stream may hold 200,000 names: the
@@ -606,7 +608,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             })
                             .collect();
                         let mut row = json!({
-                            "connectionId": connection_id(&p.name, *conn, self.core),
+                            "connectionId": connection_id(&p.name, *conn, *sid, self.core),
                             "connectedAt": crate::time::rfc3339(crate::time::wall(s.connected_at)),
                             "address": s.address.map(|a| a.to_string()).unwrap_or_default(),
                         });
@@ -641,9 +643,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 Value::Array(rows)
             }
             DebugQuery::ConfigDump(id) => {
-                let Some(s) = self.streams.iter().find_map(|((conn, _), s)| {
+                let Some(s) = self.streams.iter().find_map(|((conn, sid), s)| {
                     let p = s.proxy.as_ref()?;
-                    proxy_id_matches(id, &connection_id(&p.name, *conn, self.core), &p.id).then_some(s)
+                    proxy_id_matches(id, &connection_id(&p.name, *conn, *sid, self.core), &p.id).then_some(s)
                 }) else {
                     return Value::Null;
                 };

@@ -163,7 +163,13 @@ impl<C: super::Class> Cache<C> {
     ) -> Option<Encoded> {
         let id = snap_id(snap);
         if self.memo_of != id {
-            self.memo.clear();
+            // A connect storm's memo can hold 200,000 answers: its table
+            // goes with the snapshot, not just its entries.
+            if self.memo.capacity() > 4096 {
+                self.memo = Memo::default();
+            } else {
+                self.memo.clear();
+            }
             self.memo_of = id;
         }
         let reduced = self.class_for(generator, snap, class, kind, name);
@@ -328,7 +334,7 @@ impl<C: super::Class> Cache<C> {
     /// behind.
     pub fn retain_classes(&mut self, live: std::collections::HashSet<usize>) {
         let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
-        self.memo.clear();
+        self.memo = Memo::default();
         self.reduced.retain(|(_, of), _| live.contains(of));
         self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
         // What live classes reduce to stays too.

@@ -66,6 +66,9 @@ pub const MAX_IOV: usize = 256;
 #[derive(Debug)]
 pub struct Segments {
     head: BytesMut,
+    /// `head` was split since it was last replaced: its capacity no longer
+    /// says how large its allocation is.
+    split: bool,
     parts: VecDeque<Bytes>,
     /// Bytes in `parts`.
     len: usize,
@@ -82,7 +85,7 @@ impl Segments {
     /// Chunks shorter than `copy_below` are copied; `usize::MAX` copies
     /// everything (one contiguous buffer, for comparison).
     pub fn new(copy_below: usize) -> Self {
-        Segments { head: BytesMut::new(), parts: VecDeque::new(), len: 0, copy_below }
+        Segments { head: BytesMut::new(), split: false, parts: VecDeque::new(), len: 0, copy_below }
     }
 
     /// Nothing left to write.
@@ -97,6 +100,7 @@ impl Segments {
 
     fn seal(&mut self) {
         if !self.head.is_empty() {
+            self.split = true;
             let b = self.head.split().freeze();
             self.len += b.len();
             self.parts.push_back(b);
@@ -134,8 +138,9 @@ impl Segments {
     /// buffer beyond `keep` bytes and the piece queue's slots.
     pub fn shrink(&mut self, keep: usize) {
         if self.is_empty() {
-            if self.head.capacity() > keep {
+            if self.split || self.head.capacity() > keep {
                 self.head = BytesMut::new();
+                self.split = false;
             }
             if self.parts.capacity() > 16 {
                 self.parts = VecDeque::new();
@@ -150,6 +155,12 @@ impl Transmit for Segments {
         self.len()
     }
     fn buf(&mut self) -> &mut BytesMut {
+        // Frame heads go into chunks of a few KiB (after a split the rest
+        // of an allocation is shared with pieces in flight; a head of 9
+        // bytes must not cost an allocation of its own).
+        if self.head.capacity() - self.head.len() < 64 {
+            self.head.reserve(4096);
+        }
         &mut self.head
     }
     fn body(&mut self, chunk: Bytes) {

@@ -135,6 +135,7 @@ impl Registry {
 enum Ev {
     Read(std::io::Result<usize>),
     Wrote(std::io::Result<usize>),
+    Flushed(std::io::Result<()>),
     Timer,
     Wake,
 }
@@ -157,6 +158,10 @@ pub(super) async fn serve<IO, S>(
     // gathered, response pieces referenced where the core's cache holds
     // them (written with one vectored call, never copied per connection).
     let mut out = Segments::new(registry.limits.write_copy_below);
+    // Bytes a write took that the stream may still hold (rustls keeps the
+    // records a full socket did not take, and says the write succeeded):
+    // flushed before the connection counts as idle.
+    let mut unflushed = false;
     let mut last_progress = Instant::now();
     let mut timer: Option<(Instant, Timer)> = None;
     loop {
@@ -175,10 +180,10 @@ pub(super) async fn serve<IO, S>(
             }
             (c.h2().is_closed(), c.poll_timeout())
         };
-        if closed && out.is_empty() {
+        if closed && out.is_empty() && !unflushed {
             break;
         }
-        if !out.is_empty() {
+        if !out.is_empty() || unflushed {
             let d = last_progress + send_timeout;
             deadline = Some(deadline.map_or(d, |x| x.min(d)));
         }
@@ -192,6 +197,8 @@ pub(super) async fn serve<IO, S>(
                 if let Poll::Ready(r) = Pin::new(&mut io).poll_write_vectored(cx, &iov[..n]) {
                     return Poll::Ready(Ev::Wrote(r));
                 }
+            } else if unflushed && let Poll::Ready(r) = Pin::new(&mut io).poll_flush(cx) {
+                return Poll::Ready(Ev::Flushed(r));
             }
             if !closed && let Poll::Ready(r) = READ.with(|b| Pin::new(&mut io).poll_read(cx, &mut b.borrow_mut()[..])) {
                 return Poll::Ready(Ev::Read(r));
@@ -212,9 +219,14 @@ pub(super) async fn serve<IO, S>(
         match ev {
             Ev::Wrote(Ok(n)) => {
                 out.advance(n);
+                unflushed = true;
                 last_progress = now;
             }
-            Ev::Read(Ok(0)) | Ev::Read(Err(_)) | Ev::Wrote(Err(_)) => break,
+            Ev::Flushed(Ok(())) => {
+                unflushed = false;
+                last_progress = now;
+            }
+            Ev::Read(Ok(0)) | Ev::Read(Err(_)) | Ev::Wrote(Err(_)) | Ev::Flushed(Err(_)) => break,
             Ev::Read(Ok(n)) => {
                 // Consumed before this task yields: no other connection
                 // of the core reads meanwhile.
@@ -223,7 +235,7 @@ pub(super) async fn serve<IO, S>(
             }
             Ev::Timer => {
                 timer = None;
-                if !out.is_empty() && now >= last_progress + send_timeout {
+                if (!out.is_empty() || unflushed) && now >= last_progress + send_timeout {
                     metrics::count(Violation::SendTimeout);
                     tracing::debug!(target: "grpc", ?peer, "peer stopped reading; closing");
                     break;

@@ -90,6 +90,7 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
+    crate::version::mark_start();
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }

@@ -39,6 +39,39 @@ pub const BUILD: BuildInfo = BuildInfo {
     },
 };
 
+impl BuildInfo {
+    /// istiod's `BuildInfo.String()` (`pkg/version/version.go`):
+    /// `version-revision-status`, what `/version` on the monitoring port
+    /// answers and `pilot_info` carries.
+    pub fn short(&self) -> String {
+        format!("{}-{}-{}", self.version, self.git_revision, self.build_status)
+    }
+}
+
+/// When the server started (`istiod_uptime_seconds`).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Notes the server's start (the first call wins).
+pub fn mark_start() {
+    STARTED.get_or_init(std::time::Instant::now);
+}
+
+/// istiod's build and uptime metrics: `istio_build{component,tag}`
+/// (`pkg/version/stats.go`, recorded for component `pilot`),
+/// `istiod_uptime_seconds` and `pilot_info{version}`
+/// (`pilot/pkg/bootstrap/monitoring.go`).
+pub fn render_metrics(info: &BuildInfo) -> String {
+    let uptime = STARTED.get().map_or(0.0, |s| s.elapsed().as_secs_f64());
+    let label = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        "# HELP istio_build Istio component build info\n# TYPE istio_build gauge\nistio_build{{component=\"pilot\",tag=\"{}\"}} 1\n\
+         # HELP istiod_uptime_seconds Current istiod server uptime in seconds\n# TYPE istiod_uptime_seconds gauge\nistiod_uptime_seconds {uptime}\n\
+         # HELP pilot_info Pilot version and build information.\n# TYPE pilot_info gauge\npilot_info{{version=\"{}\"}} 1\n",
+        label(info.git_tag),
+        label(&info.short()),
+    )
+}
+
 /// Renders `version` output for the given flags.
 pub fn render(info: &BuildInfo, args: &VersionArgs) -> String {
     let q = |s: &str| format!("{s:?}");

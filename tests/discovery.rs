@@ -82,8 +82,21 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
         .unwrap();
     let text = python::text(&out);
     let metrics = get(server.monitoring, "/metrics").unwrap().1;
+    let version = get(server.monitoring, "/version").unwrap();
     let status = server.terminate();
     assert!(out.status.success(), "{text}");
+    // istiod's build and uptime metrics (pkg/version/stats.go,
+    // pilot/pkg/bootstrap/monitoring.go) and /version on the monitoring
+    // port (`BuildInfo.String()`: version-revision-status).
+    assert_eq!(version.0, 200);
+    assert!(version.1.starts_with(concat!(env!("CARGO_PKG_VERSION"), "-")), "{version:?}");
+    assert!(metrics.contains(&format!("pilot_info{{version=\"{}\"}} 1\n", version.1)), "{metrics}");
+    assert!(metrics.contains("istio_build{component=\"pilot\",tag=\""), "{metrics}");
+    let uptime: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("istiod_uptime_seconds ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no istiod_uptime_seconds in\n{metrics}"));
+    assert!(uptime > 0.0);
     assert!(text.contains("4 passed, 0 failed"), "{text}");
     assert!(metrics.contains("pilot_xds "), "{metrics}");
     // istiod's push metrics (pilot/pkg/xds/monitoring.go): per type, with

@@ -131,12 +131,18 @@ pub(super) async fn monitoring(
     ca: Option<&crate::ca::CaServer>,
     webhooks: &crate::webhook::Webhooks,
 ) -> Response {
+    // istiod's monitoring mux: /metrics, and /version with its
+    // `BuildInfo.String()`.
+    if req.path == "/version" {
+        return Response::text(200, crate::version::BUILD.short());
+    }
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
     }
     let stats = publisher.query(DebugQuery::Stats).await;
     let sum = |k: &str| stats.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum::<u64>();
     let mut out = istiod_xds::metrics::render();
+    out.push_str(&crate::version::render_metrics(&crate::version::BUILD));
     out.push_str(&crate::control::metrics::render());
     out.push_str("# HELP pilot_xds Number of endpoints connected to this pilot using XDS.\n# TYPE pilot_xds gauge\n");
     out.push_str(&format!("pilot_xds {}\n", sum("streams")));

@@ -220,21 +220,38 @@ fn gateways_sync_and_only_they_see_their_route_changes() {
 
 #[test]
 fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
-    let s = small();
-    let dir = tempfile::tempdir().unwrap();
-    mesh::write(&s, dir.path()).unwrap();
-    let server = serve(dir.path(), None);
-    let mut o = Options::new(server.grpc, 60);
-    o.nack_fraction = 0.5;
-    o.config_dir = Some(dir.path().to_owned());
-    o.churn = Some(Churn { kind: ChurnKind::Eds, per_second: 20.0 });
-    o.churn_for = Duration::from_secs(2);
-    o.settle = Duration::from_secs(1);
-    let report = block_on(run::run(&s, &o));
-    let l = &report.live;
-    assert_eq!((l.synced, l.disconnects), (60, 0), "{:?}", l.errors);
-    assert!(l.nacks > 0, "half the pushes after sync are NACKed");
-    assert!(!l.convergence.is_empty(), "the ACKed half still converges");
+    // Both protocols: a NACK names the response it refuses, and the server
+    // counts it by type as istiod does (pilot_total_xds_rejects{type},
+    // pkg/xds/monitoring.go); a NACK naming an older response would be
+    // counted as an expired nonce instead.
+    for delta in [true, false] {
+        let s = small();
+        let dir = tempfile::tempdir().unwrap();
+        mesh::write(&s, dir.path()).unwrap();
+        let server = serve(dir.path(), None);
+        let mut o = Options::new(server.grpc, 60);
+        o.delta = delta;
+        o.nack_fraction = 0.5;
+        o.config_dir = Some(dir.path().to_owned());
+        o.churn = Some(Churn { kind: ChurnKind::Eds, per_second: 20.0 });
+        o.churn_for = Duration::from_secs(2);
+        o.settle = Duration::from_secs(1);
+        let report = block_on(run::run(&s, &o));
+        let l = &report.live;
+        assert_eq!((l.synced, l.disconnects), (60, 0), "{:?}", l.errors);
+        assert!(l.nacks > 0, "half the pushes after sync are NACKed");
+        assert!(!l.convergence.is_empty(), "the ACKed half still converges");
+        let metrics = support::get(server.monitoring, "/metrics").unwrap().1;
+        let rejects: u64 = metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix("pilot_total_xds_rejects{type=")?.split_once("} ")?.1.parse::<u64>().ok())
+            .sum();
+        assert!(
+            metrics.contains("pilot_total_xds_rejects{type=\"eds\"}") && rejects <= l.nacks && rejects * 2 >= l.nacks,
+            "delta {delta}: {rejects} rejects counted for {} NACKs sent\n{metrics}",
+            l.nacks
+        );
+    }
 }
 
 #[test]

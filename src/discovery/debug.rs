@@ -140,14 +140,21 @@ pub(super) async fn monitoring(
         return Response::text(404, "not found\n");
     }
     let stats = publisher.query(DebugQuery::Stats).await;
-    let sum = |k: &str| stats.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum::<u64>();
     let mut out = istiod_xds::metrics::render();
     out.push_str(&crate::version::render_metrics(&crate::version::BUILD));
     out.push_str(&crate::control::metrics::render());
+    // istiod's `recordXDSClients`: connected proxies by their Istio version.
+    let mut versions = std::collections::BTreeMap::<String, u64>::new();
+    for s in &stats {
+        for (v, n) in s["versions"].as_object().into_iter().flatten() {
+            *versions.entry(v.clone()).or_default() += n.as_u64().unwrap_or(0);
+        }
+    }
     out.push_str("# HELP pilot_xds Number of endpoints connected to this pilot using XDS.\n# TYPE pilot_xds gauge\n");
-    out.push_str(&format!("pilot_xds {}\n", sum("streams")));
-    out.push_str("# HELP pilot_total_xds_rejects Total number of XDS responses from pilot rejected by proxy.\n# TYPE pilot_total_xds_rejects counter\n");
-    out.push_str(&format!("pilot_total_xds_rejects {}\n", sum("nacks")));
+    for (v, n) in &versions {
+        let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        out.push_str(&format!("pilot_xds{{version=\"{v}\"}} {n}\n"));
+    }
     if let Some(ca) = ca {
         out.push_str(&ca.render_metrics());
     }

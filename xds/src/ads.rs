@@ -15,7 +15,7 @@ pub mod snapshot;
 pub mod stream;
 pub mod wire;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -686,6 +686,10 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                         names += w.names.len();
                     }
                 }
+                let mut versions: BTreeMap<&str, u64> = BTreeMap::new();
+                for p in self.streams.values().filter_map(|s| s.proxy.as_ref()) {
+                    *versions.entry(p.info("istio_version")).or_default() += 1;
+                }
                 json!({
                     "tracked_sent": sent,
                     "tracked_names": names,
@@ -694,6 +698,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     "core": self.core,
                     "snapshot_version": self.snap.version,
                     "streams": self.streams.len(),
+                    // Streams by their proxy's Istio version (`pilot_xds{version}`).
+                    "versions": versions,
                     "classes": self.classes.len(),
                     "pushes": self.pushes,
                     "nacks": self.nacks,

@@ -141,6 +141,11 @@ impl Histogram {
 /// [`crate::ads::Kind`].
 pub const KIND_LABELS: [&str; 5] = ["cds", "eds", "lds", "rds", "sds"];
 
+/// NACKs by type (`pilot_total_xds_rejects{type}`).
+pub static REJECTS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+/// Requests with an expired nonce, by type (`pilot_xds_expired_nonce{type}`).
+pub static EXPIRED_NONCE: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+
 /// Responses sent, by type (`pilot_xds_pushes{type}`).
 pub static PUSHES: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 /// Time to build a response, by type (`pilot_xds_push_time{type}`).
@@ -293,6 +298,19 @@ pub fn render() -> String {
     out.push_str("# HELP pilot_xds_push_time Total time in seconds Pilot takes to push lds, rds, cds and eds.\n# TYPE pilot_xds_push_time histogram\n");
     for (i, t) in KIND_LABELS.iter().enumerate() {
         PUSH_TIME[i].render(&mut out, "pilot_xds_push_time", &format!("type=\"{t}\""));
+    }
+    // istiod's pkg/xds/monitoring.go: sums by xDS type, shown once counted.
+    for (metric, help, counts) in [
+        ("pilot_total_xds_rejects", "Total number of XDS responses from pilot rejected by proxy.", &REJECTS),
+        ("pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", &EXPIRED_NONCE),
+    ] {
+        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for (i, t) in KIND_LABELS.iter().enumerate() {
+            let n = counts[i].load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(out, "{metric}{{type=\"{t}\"}} {n}");
+            }
+        }
     }
     out.push_str("# HELP pilot_push_triggers Total number of times a push was triggered, labeled by reason for the push.\n# TYPE pilot_push_triggers counter\n");
     for (i, r) in TRIGGER_REASONS.iter().enumerate() {

@@ -215,12 +215,14 @@ impl<C: super::Class> AdsStream<C> {
             // istiod: an expired nonce is ignored; the proxy will get the
             // newer response it has not yet seen.
             self.stale += 1;
+            crate::metrics::EXPIRED_NONCE[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(acked);
         }
         if let Some(err) = req.error_detail {
             // NACK: record and wait for a new version (no retry loop).
             w.nack = Some((nonce, err.message));
             acked.nacks += 1;
+            crate::metrics::REJECTS[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(acked);
         }
         let wildcard = kind.is_wildcard() && (names.is_empty() || names.contains("*"));
@@ -286,9 +288,11 @@ impl<C: super::Class> AdsStream<C> {
             let nonce: Arc<str> = req.response_nonce.as_str().into();
             if w.sent_nonce.as_ref() != Some(&nonce) {
                 self.stale += 1;
+                crate::metrics::EXPIRED_NONCE[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             } else if let Some(err) = &req.error_detail {
                 w.nack = Some((nonce, err.message.clone()));
                 acked.nacks += 1;
+                crate::metrics::REJECTS[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             } else {
                 Self::record_ack(w, &nonce, now, &mut acked);
             }

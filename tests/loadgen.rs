@@ -310,20 +310,26 @@ fn a_server_that_starts_after_loadgen_is_waited_for() {
     let run = std::thread::spawn(move || block_on(run::run(&s, &o)));
     std::thread::sleep(Duration::from_millis(1500));
     let http = free_port();
+    let log = tempfile::NamedTempFile::new().unwrap();
     let mut server = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", dir.path().to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
         .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().unwrap())
         .spawn()
         .unwrap();
     let report = run.join().unwrap();
+    // Said when the run failed: whether the server was still up, and what
+    // it logged (a CI run once saw no proxy ever connect).
+    let exited = server.try_wait().unwrap();
     let _ = server.kill();
     let _ = server.wait();
     let l = &report.live;
+    let why =
+        || format!("server exit: {exited:?}; its log:\n{}", std::fs::read_to_string(log.path()).unwrap_or_default());
     assert!(l.connect_retries > 0, "the first attempts were refused");
-    assert_eq!(l.error_count, 0, "{:?}", l.errors);
+    assert_eq!(l.error_count, 0, "{:?}\n{}", l.errors, why());
     assert_eq!((l.connected, l.synced), (20, 20));
 }
 

@@ -666,7 +666,10 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
         permit = None;
         // Back off (with jitter), unless the run ends first.
         let wait = backoff.mul_f64(0.5 + xorshift(&mut st.rng));
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        // A server not yet up is tried every second or so (the run gives up
+        // after 10 s if no proxy reaches it); a lost one backs off to 5 s.
+        let cap = if st.connected_once { Duration::from_secs(5) } else { Duration::from_secs(1) };
+        backoff = (backoff * 2).min(cap);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             _ = stop.changed() => break,

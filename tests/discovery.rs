@@ -78,6 +78,7 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
         .arg(script)
         .arg(server.grpc.to_string())
         .arg(server.http.to_string())
+        .arg(server.monitoring.to_string())
         .output()
         .unwrap();
     let text = python::text(&out);
@@ -159,6 +160,7 @@ fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
         .arg(script)
         .arg(server.grpc.to_string())
         .arg(server.http.to_string())
+        .arg(server.monitoring.to_string())
         .output()
         .unwrap();
     assert!(ads.status.success(), "{}", python::text(&ads));

@@ -55,10 +55,6 @@ impl Timings {
 const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
 
 /// RFC 3339 with microseconds, UTC (Kubernetes' `MicroTime`).
-fn micro_time(t: SystemTime) -> String {
-    istiod_xds::time::rfc3339(t)
-}
-
 /// What the leader keeps of the webhook configurations.
 #[derive(Debug, Clone)]
 pub struct Webhooks {
@@ -146,8 +142,8 @@ impl Elector {
                 "spec": {
                     "holderIdentity": self.me,
                     "leaseDurationSeconds": secs,
-                    "acquireTime": micro_time(now),
-                    "renewTime": micro_time(now),
+                    "acquireTime": istiod_xds::time::rfc3339(now),
+                    "renewTime": istiod_xds::time::rfc3339(now),
                     "leaseTransitions": 0,
                 },
             });
@@ -172,10 +168,10 @@ impl Elector {
         let transitions = spec["leaseTransitions"].as_u64().unwrap_or(0) + u64::from(!mine);
         lease["spec"]["holderIdentity"] = json!(self.me);
         lease["spec"]["leaseDurationSeconds"] = json!(secs);
-        lease["spec"]["renewTime"] = json!(micro_time(now));
+        lease["spec"]["renewTime"] = json!(istiod_xds::time::rfc3339(now));
         lease["spec"]["leaseTransitions"] = json!(transitions);
         if !mine {
-            lease["spec"]["acquireTime"] = json!(micro_time(now));
+            lease["spec"]["acquireTime"] = json!(istiod_xds::time::rfc3339(now));
         }
         Ok(matches!(self.api.replace(&self.path, &lease).await?, Write::Done(_)))
     }

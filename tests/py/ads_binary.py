@@ -73,7 +73,7 @@ def http_json(addr, path):
 
 
 def main():
-    grpc_addr, http_addr = sys.argv[1], sys.argv[2]
+    grpc_addr, http_addr, monitoring_addr = sys.argv[1], sys.argv[2], sys.argv[3]
     channel = grpc.insecure_channel(grpc_addr)
     stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
     results = []
@@ -138,6 +138,12 @@ def main():
         assert status["sentTime"].endswith("Z"), status
         assert [r for r in http_json(http_addr, "/debug/syncz?namespace=bookinfo") if r["proxy"] == short]
         assert not http_json(http_addr, "/debug/syncz?namespace=other")
+        # pilot_xds counts connected proxies by ISTIO_VERSION, as istiod's
+        # recordXDSClients does: this one says 1.28.0.
+        with urllib.request.urlopen(f"http://{monitoring_addr}/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        connected = [l for l in metrics.splitlines() if l.startswith('pilot_xds{version="1.28.0"} ')]
+        assert connected and int(connected[0].split()[-1]) >= 1, metrics
         # adsz and connections: AdsClients / AdsClient.
         adsz = http_json(http_addr, "/debug/adsz?proxyID=" + short)
         assert adsz["totalClients"] == 1, adsz

@@ -364,15 +364,11 @@ impl Service for CaService {
 }
 
 impl CaServer {
-    /// The CA's series in Prometheus text, with istiod's names.
-    pub fn render_metrics(&self) -> String {
-        use std::fmt::Write;
+    /// Adds the CA's series, with istiod's names.
+    pub fn collect_metrics(&self, out: &mut istiod_xds::metrics::Exposition) {
         let m = &self.metrics;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n");
-        };
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+        let mut counter = |name: &str, help: &str, v: f64| out.counter(name, help, [(vec![], v)]);
         counter("citadel_server_csr_count", "The number of CSRs received by Citadel server.", get(&m.csr));
         counter(
             "citadel_server_authentication_failure_count",
@@ -389,17 +385,13 @@ impl CaServer {
             "The number of errors occurred when parsing the CSR.",
             get(&m.sign_errors[0]),
         );
-        let _ = write!(
-            out,
-            "# HELP citadel_server_csr_sign_err_count The number of errors occurred when signing the CSR.\n# TYPE citadel_server_csr_sign_err_count counter\n"
+        out.counter(
+            "citadel_server_csr_sign_err_count",
+            "The number of errors occurred when signing the CSR.",
+            SIGN_ERROR_TYPES.iter().zip(&m.sign_errors).map(|(t, c)| (istiod_xds::metrics::label("error", *t), get(c))),
         );
-        for (t, c) in SIGN_ERROR_TYPES.iter().zip(&m.sign_errors) {
-            let _ = writeln!(out, "citadel_server_csr_sign_err_count{{error=\"{t}\"}} {}", get(c));
-        }
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let mut gauge = |name: &str, help: &str, v: i64| {
-            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n");
-        };
+        let mut gauge = |name: &str, help: &str, v: i64| out.gauge(name, help, [(vec![], v as f64)]);
         let ca = self.ca();
         if let Some(root) = ca.root_not_after() {
             let t = root.unix_timestamp();
@@ -425,7 +417,6 @@ impl CaServer {
             "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
             t - now,
         );
-        out
     }
 }
 

@@ -47,14 +47,69 @@ pub mod metrics {
     /// (`pilot_pushcontext_init_seconds`).
     pub static PUSHCONTEXT_INIT: Histogram = Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0]);
 
-    /// The exposition text.
-    pub fn render() -> String {
-        let mut out = String::new();
-        out.push_str("# HELP pilot_debounce_time Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue (includes pushcontext_init_seconds).\n# TYPE pilot_debounce_time histogram\n");
-        DEBOUNCE_TIME.render(&mut out, "pilot_debounce_time", "");
-        out.push_str("# HELP pilot_pushcontext_init_seconds Total time in seconds Pilot takes to init pushContext.\n# TYPE pilot_pushcontext_init_seconds histogram\n");
-        PUSHCONTEXT_INIT.render(&mut out, "pilot_pushcontext_init_seconds", "");
-        out
+    /// The last published model's counts.
+    pub static MESH: std::sync::Mutex<crate::model::MeshStats> = std::sync::Mutex::new(crate::model::MeshStats {
+        services: 0,
+        virtual_services: 0,
+        duplicate_subset_hosts: 0,
+        clusters_without_instances: 0,
+    });
+
+    /// Updates received, by istiod's kind (`pilot_inbound_updates{type}`:
+    /// `config`, `eds`, `svc`, `svcdelete`).
+    pub static INBOUND_UPDATES: [std::sync::atomic::AtomicU64; 4] = [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+    /// The labels of [`INBOUND_UPDATES`].
+    pub const INBOUND_KINDS: [&str; 4] = ["config", "eds", "svc", "svcdelete"];
+
+    /// Counts an update of `kind` (one of [`INBOUND_KINDS`]).
+    pub fn inbound_update(kind: &str) {
+        if let Some(i) = INBOUND_KINDS.iter().position(|k| *k == kind) {
+            INBOUND_UPDATES[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Adds the control thread's series.
+    pub fn collect(out: &mut istiod_xds::metrics::Exposition) {
+        let m = *MESH.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, help, v) in [
+            ("pilot_services", "Total services known to pilot.", m.services),
+            ("pilot_virt_services", "Total virtual services known to pilot.", m.virtual_services),
+            (
+                "pilot_destrule_subsets",
+                "Duplicate subsets across destination rules for same host",
+                m.duplicate_subset_hosts,
+            ),
+            ("pilot_eds_no_instances", "Number of clusters without instances.", m.clusters_without_instances),
+        ] {
+            out.gauge(name, help, [(vec![], v as f64)]);
+        }
+        out.counter(
+            "pilot_inbound_updates",
+            "Total number of updates received by pilot.",
+            INBOUND_KINDS.iter().zip(&INBOUND_UPDATES).map(|(k, n)| {
+                (istiod_xds::metrics::label("type", *k), n.load(std::sync::atomic::Ordering::Relaxed) as f64)
+            }),
+        );
+        for (name, help, events) in [
+            ("pilot_k8s_cfg_events", "Events from k8s config.", istiod_kubewatch::events::config()),
+            ("pilot_k8s_reg_events", "Events from k8s registry.", istiod_kubewatch::events::registry()),
+        ] {
+            out.counter(
+                name,
+                help,
+                events.into_iter().map(|(t, e, n)| (vec![("type", t.to_owned()), ("event", e.to_owned())], n as f64)),
+            );
+        }
+        out.histogram(
+            "pilot_debounce_time",
+            "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue (includes pushcontext_init_seconds).",
+            [(vec![], &DEBOUNCE_TIME)],
+        );
+        out.histogram(
+            "pilot_pushcontext_init_seconds",
+            "Total time in seconds Pilot takes to init pushContext.",
+            [(vec![], &PUSHCONTEXT_INIT)],
+        );
     }
 }
 

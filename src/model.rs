@@ -213,6 +213,20 @@ pub struct Service {
     pub endpoints: Vec<Endpoint>,
 }
 
+/// Counts istiod reports as gauges, see [`Model::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    /// `pilot_services`.
+    pub services: usize,
+    /// `pilot_virt_services`.
+    pub virtual_services: usize,
+    /// `pilot_destrule_subsets`: hosts whose merged DestinationRules name a
+    /// subset twice.
+    pub duplicate_subset_hosts: usize,
+    /// `pilot_eds_no_instances`.
+    pub clusters_without_instances: usize,
+}
+
 /// The model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Model {
@@ -368,6 +382,26 @@ impl Model {
     }
 
     /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].
+    /// What istiod reports of a push context as gauges
+    /// (`pilot/pkg/model/push_context.go`, `pilot/pkg/xds/ads.go`).
+    pub fn stats(&self) -> MeshStats {
+        MeshStats {
+            services: self.services.len(),
+            virtual_services: self.routing.iter().filter(|o| matches!(o.spec, IstioSpec::VirtualService(_))).count(),
+            duplicate_subset_hosts: self.destination_rules().duplicate_subsets.len(),
+            // istiod's EDS builder counts each cluster it finds no
+            // instance for: here, each port of a service whose endpoints
+            // the control plane knows (not DNS, not passthrough) that has
+            // none.
+            clusters_without_instances: self
+                .services
+                .values()
+                .filter(|s| s.resolution == Resolution::ClientSideLb)
+                .map(|s| s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)).count())
+                .sum(),
+        }
+    }
+
     pub fn destination_rules(&self) -> std::borrow::Cow<'_, destination_rules::DestinationRules> {
         match self.index() {
             Some(ix) => std::borrow::Cow::Borrowed(&ix.destination_rules),

@@ -60,16 +60,16 @@ pub fn mark_start() {
 /// (`pkg/version/stats.go`, recorded for component `pilot`),
 /// `istiod_uptime_seconds` and `pilot_info{version}`
 /// (`pilot/pkg/bootstrap/monitoring.go`).
-pub fn render_metrics(info: &BuildInfo) -> String {
+pub fn collect_metrics(info: &BuildInfo, out: &mut istiod_xds::metrics::Exposition) {
+    use istiod_xds::metrics::label;
     let uptime = STARTED.get().map_or(0.0, |s| s.elapsed().as_secs_f64());
-    let label = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "# HELP istio_build Istio component build info\n# TYPE istio_build gauge\nistio_build{{component=\"pilot\",tag=\"{}\"}} 1\n\
-         # HELP istiod_uptime_seconds Current istiod server uptime in seconds\n# TYPE istiod_uptime_seconds gauge\nistiod_uptime_seconds {uptime}\n\
-         # HELP pilot_info Pilot version and build information.\n# TYPE pilot_info gauge\npilot_info{{version=\"{}\"}} 1\n",
-        label(info.git_tag),
-        label(&info.short()),
-    )
+    out.gauge(
+        "istio_build",
+        "Istio component build info",
+        [(vec![("component", "pilot".to_owned()), ("tag", info.git_tag.to_owned())], 1.0)],
+    );
+    out.gauge("istiod_uptime_seconds", "Current istiod server uptime in seconds", [(vec![], uptime)]);
+    out.gauge("pilot_info", "Pilot version and build information.", [(label("version", info.short()), 1.0)]);
 }
 
 /// Renders `version` output for the given flags.

@@ -118,10 +118,9 @@ impl InjectionMetrics {
 }
 
 impl Webhooks {
-    /// The webhooks' series in Prometheus text, with istiod's names.
-    pub fn render_metrics(&self) -> String {
-        let mut out = self.validation.borrow().render();
-        use std::fmt::Write;
+    /// Adds the webhooks' series, with istiod's names.
+    pub fn collect_metrics(&self, out: &mut istiod_xds::metrics::Exposition) {
+        self.validation.borrow().collect(out);
         let m = self.injection.borrow();
         for (name, help, v) in [
             ("sidecar_injection_requests_total", "Total number of sidecar injection requests.", m.requests),
@@ -129,27 +128,23 @@ impl Webhooks {
             ("sidecar_injection_skip_total", "Total number of skipped sidecar injection requests.", m.skip),
             ("sidecar_injection_failure_total", "Total number of failed sidecar injection requests.", m.failure),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            out.counter(name, help, [(vec![], v as f64)]);
         }
-        let name = "sidecar_injection_time_seconds";
-        let _ = writeln!(out, "# HELP {name} Total time taken for injection in seconds.\n# TYPE {name} histogram");
-        for (b, n) in INJECTION_TIME_BUCKETS.iter().zip(m.time.0) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
-            m.time.2, m.time.1, m.time.2
+        let buckets: Vec<(f64, u64)> = INJECTION_TIME_BUCKETS.iter().copied().zip(m.time.0).collect();
+        out.histogram_of(
+            "sidecar_injection_time_seconds",
+            "Total time taken for injection in seconds.",
+            vec![],
+            &buckets,
+            m.time.1,
+            m.time.2,
         );
         let errors = self.http_errors.borrow();
-        if !errors.is_empty() {
-            out.push_str("# HELP galley_validation_http_error Resource validation http serve errors\n");
-            out.push_str("# TYPE galley_validation_http_error counter\n");
-            for (status, n) in errors.iter() {
-                let _ = writeln!(out, "galley_validation_http_error{{status=\"{status}\"}} {n}");
-            }
-        }
-        out
+        out.counter(
+            "galley_validation_http_error",
+            "Resource validation http serve errors",
+            errors.iter().map(|(status, n)| (istiod_xds::metrics::label("status", status.to_string()), *n as f64)),
+        );
     }
 }
 

@@ -99,9 +99,8 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
         .unwrap_or_else(|| panic!("no istiod_uptime_seconds in\n{metrics}"));
     assert!(uptime > 0.0);
     assert!(text.contains("4 passed, 0 failed"), "{text}");
-    // pilot_xds by the proxies' Istio version (istiod's recordXDSClients);
-    // the script's proxies say 1.28.0 and are gone once it ends.
-    assert!(metrics.contains("# TYPE pilot_xds gauge"), "{metrics}");
+    // pilot_xds by the proxies' Istio version (istiod's recordXDSClients)
+    // is checked by the script while its proxies are connected.
     // istiod's push metrics (pilot/pkg/xds/monitoring.go): per type, with
     // its buckets; the first publish is a full ("global") push.
     let value = |line: &str| -> f64 {
@@ -120,6 +119,11 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     assert!(metrics.contains("pilot_proxy_convergence_time_bucket{le=\"30\"}"), "{metrics}");
     assert!(value("pilot_pushcontext_init_seconds_count") >= 1.0);
     assert!(value("pilot_debounce_time_count") >= 1.0);
+    // The push context's gauges (pilot/pkg/model/push_context.go).
+    assert!(value("pilot_services ") > 0.0);
+    assert!(value("pilot_inbound_updates{type=\"svc\"}") > 0.0);
+    // Go's process collector.
+    assert!(value("process_resident_memory_bytes ") > 0.0);
     // pilot_push_triggers counts proxies pushed (tests/loadgen.rs); these
     // proxies connected after the only publish, so there were none.
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
@@ -239,6 +243,19 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
     wait_for("the service", || get(http, "/debug/registryz").unwrap().1.contains("web.shop.svc.cluster.local"));
     api.delete("services", "shop", "web");
     wait_for("the service gone", || !get(http, "/debug/registryz").unwrap().1.contains("web.shop"));
+    // istiod counts informer events by kind and event
+    // (pilot/pkg/serviceregistry/kube/controller/controller.go
+    // registerHandlers: "Services"; the list's objects are adds) and the
+    // service updates it handles (pilot/pkg/xds/monitoring.go).
+    let metrics = get(monitoring, "/metrics").unwrap().1;
+    for line in [
+        "pilot_k8s_reg_events{type=\"Services\",event=\"add\"} 1\n",
+        "pilot_k8s_reg_events{type=\"Services\",event=\"delete\"} 1\n",
+        "pilot_inbound_updates{type=\"svcdelete\"} 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(!metrics.contains("pilot_k8s_cfg_events{"), "no Istio config in this cluster:\n{metrics}");
     assert!(server.terminate().success());
 }
 

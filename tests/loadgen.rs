@@ -13,6 +13,8 @@ use istiod_loadgen::run::{self, Options};
 use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
 use istiod_loadgen::{mesh, proxy};
 
+#[path = "../proto/tests/support/python.rs"]
+mod python;
 #[path = "support/server.rs"]
 mod support;
 use support::free_port;
@@ -221,10 +223,12 @@ fn gateways_sync_and_only_they_see_their_route_changes() {
 #[test]
 fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
     // Both protocols: a NACK names the response it refuses, and the server
-    // counts it by type as istiod does (pilot_total_xds_rejects{type},
+    // counts it by type as istiod does (pilot_total_xds_rejects{type} and
+    // the per-type pilot_xds_<type>_reject{node,err} gauges,
     // pkg/xds/monitoring.go); a NACK naming an older response would be
-    // counted as an expired nonce instead.
-    for delta in [true, false] {
+    // counted as an expired nonce instead. Delta churns endpoints (EDS
+    // pushes), state of the world VirtualServices (RDS pushes).
+    for (delta, kind, reject) in [(true, ChurnKind::Eds, "eds"), (false, ChurnKind::Config, "rds")] {
         let s = small();
         let dir = tempfile::tempdir().unwrap();
         mesh::write(&s, dir.path()).unwrap();
@@ -233,7 +237,7 @@ fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
         o.delta = delta;
         o.nack_fraction = 0.5;
         o.config_dir = Some(dir.path().to_owned());
-        o.churn = Some(Churn { kind: ChurnKind::Eds, per_second: 20.0 });
+        o.churn = Some(Churn { kind, per_second: 20.0 });
         o.churn_for = Duration::from_secs(2);
         o.settle = Duration::from_secs(1);
         let report = block_on(run::run(&s, &o));
@@ -241,16 +245,35 @@ fn nacked_pushes_are_counted_and_the_server_keeps_serving() {
         assert_eq!((l.synced, l.disconnects), (60, 0), "{:?}", l.errors);
         assert!(l.nacks > 0, "half the pushes after sync are NACKed");
         assert!(!l.convergence.is_empty(), "the ACKed half still converges");
+        // Scraped while the proxies are still connected.
         let metrics = support::get(server.monitoring, "/metrics").unwrap().1;
         let rejects: u64 = metrics
             .lines()
             .filter_map(|l| l.strip_prefix("pilot_total_xds_rejects{type=")?.split_once("} ")?.1.parse::<u64>().ok())
             .sum();
         assert!(
-            metrics.contains("pilot_total_xds_rejects{type=\"eds\"}") && rejects <= l.nacks && rejects * 2 >= l.nacks,
+            metrics.contains(&format!("pilot_total_xds_rejects{{type=\"{reject}\"}}"))
+                && rejects <= l.nacks
+                && rejects * 2 >= l.nacks,
             "delta {delta}: {rejects} rejects counted for {} NACKs sent\n{metrics}",
             l.nacks
         );
+        // The gauge names the proxy as istiod's proxy ID (pod.namespace)
+        // and loadgen's code 3 as Go's codes.Code.String().
+        let gauge = format!("pilot_xds_{reject}_reject{{node=\"");
+        let line =
+            metrics.lines().find(|l| l.starts_with(&gauge)).unwrap_or_else(|| panic!("no {gauge} in\n{metrics}"));
+        assert!(line.contains(",err=\"InvalidArgument\"}") && !line.contains('~'), "{line}");
+        // Every name of istiod's that the scrape must have, with its type
+        // and labels, parsed by prometheus_client as a scraper would.
+        let file = dir.path().join("metrics.txt");
+        std::fs::write(&file, &metrics).unwrap();
+        let name = format!("pilot_xds_{reject}_reject");
+        let extra: Vec<&std::ffi::OsStr> =
+            [file.as_os_str(), "pilot_total_xds_rejects".as_ref(), name.as_ref(), "pilot_virt_services".as_ref()]
+                .to_vec();
+        let out = python::run("metrics_check.py", &extra);
+        assert!(out.status.success(), "delta {delta}:\n{}", python::text(&out));
     }
 }
 

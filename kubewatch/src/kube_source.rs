@@ -245,6 +245,7 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
                 match ev {
                     Event::Init => buffer.clear(),
                     Event::InitApply(o) => {
+                        crate::events::count(i, crate::events::Event::Add);
                         let v = json(&o);
                         if let Some(t) = typed(&v) {
                             buffer.insert(key(&v), t);
@@ -260,6 +261,9 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
                     Event::Apply(o) => {
                         let v = json(&o);
                         let k = key(&v);
+                        let seen = s.objects[i].contains_key(&k);
+                        let event = if seen { crate::events::Event::Update } else { crate::events::Event::Add };
+                        crate::events::count(i, event);
                         let new = typed(&v);
                         if s.objects[i].get(&k) == new.as_ref() {
                             // Nothing we read changed (a status or a
@@ -277,6 +281,7 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
                         }
                     }
                     Event::Delete(o) => {
+                        crate::events::count(i, crate::events::Event::Delete);
                         let v = json(&o);
                         if let Some(old) = s.objects[i].remove(&key(&v))
                             && let Some(c) = s.changed.as_mut()

@@ -10,6 +10,7 @@
 
 pub mod config_dir;
 pub mod duration;
+pub mod events;
 pub mod fake;
 pub mod gateway_api;
 pub mod istio;

@@ -140,24 +140,31 @@ pub(super) async fn monitoring(
         return Response::text(404, "not found\n");
     }
     let stats = publisher.query(DebugQuery::Stats).await;
-    let mut out = istiod_xds::metrics::render();
-    out.push_str(&crate::version::render_metrics(&crate::version::BUILD));
-    out.push_str(&crate::control::metrics::render());
-    // istiod's `recordXDSClients`: connected proxies by their Istio version.
-    let mut versions = std::collections::BTreeMap::<String, u64>::new();
+    let mut out = istiod_xds::metrics::Exposition::new();
+    istiod_xds::metrics::collect(&mut out);
+    crate::version::collect_metrics(&crate::version::BUILD, &mut out);
+    crate::control::metrics::collect(&mut out);
+    // istiod's `recordXDSClients`: connected proxies by their Istio version;
+    // a version seen once keeps its series, at 0 when none is connected.
+    let mut versions: std::collections::BTreeMap<String, u64> =
+        istiod_xds::metrics::versions_seen().into_iter().map(|v| (v, 0)).collect();
     for s in &stats {
         for (v, n) in s["versions"].as_object().into_iter().flatten() {
             *versions.entry(v.clone()).or_default() += n.as_u64().unwrap_or(0);
         }
     }
-    out.push_str("# HELP pilot_xds Number of endpoints connected to this pilot using XDS.\n# TYPE pilot_xds gauge\n");
-    for (v, n) in &versions {
-        let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-        out.push_str(&format!("pilot_xds{{version=\"{v}\"}} {n}\n"));
-    }
+    out.gauge(
+        "pilot_xds",
+        "Number of endpoints connected to this pilot using XDS.",
+        versions.into_iter().map(|(v, n)| (istiod_xds::metrics::label("version", v), n as f64)),
+    );
     if let Some(ca) = ca {
-        out.push_str(&ca.render_metrics());
+        ca.collect_metrics(&mut out);
     }
-    out.push_str(&webhooks.render_metrics());
-    Response { status: 200, content_type: "text/plain; version=0.0.4", body: out }
+    webhooks.collect_metrics(&mut out);
+    // Go's process collector: CPU, memory, file descriptors, start time.
+    static PROCESS: std::sync::LazyLock<prometheus::process_collector::ProcessCollector> =
+        std::sync::LazyLock::new(prometheus::process_collector::ProcessCollector::for_self);
+    out.extend(prometheus::core::Collector::collect(&*PROCESS));
+    Response { status: 200, content_type: "text/plain; version=0.0.4; charset=utf-8", body: out.encode() }
 }

@@ -113,7 +113,9 @@ pub(super) fn apply(
         let s = state.borrow();
         (s.mesh.clone(), s.jwks.clone())
     };
+    count_inbound_updates(&objects, changed.as_deref());
     let (mut mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
+    *crate::control::metrics::MESH.lock().unwrap_or_else(|e| e.into_inner()) = mesh.model.stats();
     let access = state.borrow().secret_access.clone();
     if !Arc::ptr_eq(&mesh.model.secret_access, &access) {
         mesh = Arc::new(mesh.with_secret_access(access));
@@ -210,6 +212,44 @@ pub(super) fn apply(
         // The first publish is a full push.
         let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons });
+    }
+}
+
+/// istiod's `pilot_inbound_updates`: one per object changed (`None`: a
+/// list, every object), as its `ConfigUpdate`, `EDSUpdate` and `SvcUpdate`
+/// handlers count them: endpoints as `eds`, Services and ServiceEntries as
+/// `svc` (`svcdelete` when gone), everything else as `config`.
+fn count_inbound_updates(
+    objects: &istiod_kubewatch::objects::Objects,
+    changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>,
+) {
+    use crate::control::metrics::inbound_update;
+    let Some(changed) = changed else {
+        for _ in &objects.services {
+            inbound_update("svc");
+        }
+        for _ in 0..objects.endpoint_slices.len() + objects.pods.len() {
+            inbound_update("eds");
+        }
+        for o in &objects.istio {
+            let service = o.kind() == istiod_kubewatch::istio::IstioKind::ServiceEntry;
+            inbound_update(if service { "svc" } else { "config" });
+        }
+        return;
+    };
+    for r in changed {
+        inbound_update(match r.kind.as_str() {
+            "EndpointSlice" | "Endpoints" | "Pod" | "WorkloadEntry" => "eds",
+            "Service" => {
+                let present = objects
+                    .services
+                    .iter()
+                    .any(|s| s.metadata.name == r.name && s.metadata.namespace.as_deref().unwrap_or("") == r.namespace);
+                if present { "svc" } else { "svcdelete" }
+            }
+            "ServiceEntry" => "svc",
+            _ => "config",
+        });
     }
 }
 

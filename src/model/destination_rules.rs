@@ -77,6 +77,9 @@ pub struct DestinationRules {
     /// Whether some rule has a `workloadSelector` (then which rule applies
     /// depends on the proxy's labels, not only its namespace).
     pub selecting: bool,
+    /// Hosts whose merged rules named a subset twice (the later one was
+    /// dropped): istiod's `pilot_destrule_subsets`.
+    pub duplicate_subsets: std::collections::BTreeSet<String>,
 }
 
 /// Whether `pattern` (a host or `*.suffix` / `*`) covers `host`.
@@ -139,6 +142,8 @@ impl DestinationRules {
                     for s in &dr.subsets {
                         if !merged.rule.subsets.iter().any(|m| m.name == s.name) {
                             merged.rule.subsets.push(s.clone());
+                        } else {
+                            out.duplicate_subsets.insert(merged.host.clone());
                         }
                     }
                     if merged.rule.traffic_policy.is_none() {
@@ -323,6 +328,8 @@ mod tests {
         let subsets: Vec<(&str, &str)> =
             merged.rule.subsets.iter().map(|s| (s.name.as_str(), s.labels["version"].as_str())).collect();
         assert_eq!(subsets, [("v1", "v1"), ("v2", "v2")], "the first keeps a duplicated subset");
+        // istiod's pilot_destrule_subsets counts the host.
+        assert_eq!(r.duplicate_subsets.iter().collect::<Vec<_>>(), ["reviews.shop.svc.cluster.local"]);
         assert!(merged.rule.traffic_policy.is_some(), "the first traffic policy present stands");
         let other = r.select("shop", NONE, "istio-system", "ratings.shop.svc.cluster.local", "shop").unwrap();
         assert_eq!(r.get(other).names, ["a-wide"], "the wildcard covers the rest");

@@ -66,30 +66,38 @@ impl Metrics {
         }
     }
 
-    /// In Prometheus text.
-    pub fn render(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        if !self.passed.is_empty() {
-            out.push_str(
-                "# HELP galley_validation_passed Resource is valid\n# TYPE galley_validation_passed counter\n",
-            );
-            for ((g, v, r), n) in &self.passed {
-                let _ = writeln!(out, "galley_validation_passed{{group=\"{g}\",resource=\"{r}\",version=\"{v}\"}} {n}");
-            }
-        }
-        if !self.failed.is_empty() {
-            out.push_str(
-                "# HELP galley_validation_failed Resource validation failed\n# TYPE galley_validation_failed counter\n",
-            );
-            for ((g, v, r, reason), n) in &self.failed {
-                let _ = writeln!(
-                    out,
-                    "galley_validation_failed{{group=\"{g}\",reason=\"{reason}\",resource=\"{r}\",version=\"{v}\"}} {n}"
-                );
-            }
-        }
-        out
+    /// Adds the validation series.
+    pub fn collect(&self, out: &mut istiod_xds::metrics::Exposition) {
+        out.counter(
+            "galley_validation_passed",
+            "Resource is valid",
+            self.passed.iter().map(|((g, v, r), n)| {
+                (vec![("group", g.to_string()), ("resource", r.to_string()), ("version", v.to_string())], *n as f64)
+            }),
+        );
+        out.counter(
+            "galley_validation_failed",
+            "Resource validation failed",
+            self.failed.iter().map(|((g, v, r, reason), n)| {
+                (
+                    vec![
+                        ("group", g.to_string()),
+                        ("reason", reason.to_string()),
+                        ("resource", r.to_string()),
+                        ("version", v.to_string()),
+                    ],
+                    *n as f64,
+                )
+            }),
+        );
+    }
+
+    /// In Prometheus text (tests).
+    #[cfg(test)]
+    fn render(&self) -> String {
+        let mut out = istiod_xds::metrics::Exposition::new();
+        self.collect(&mut out);
+        out.encode()
     }
 }
 

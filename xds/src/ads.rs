@@ -499,11 +499,13 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 let started = Instant::now();
                 let Some(out) = stream.flush_next(&mut ctx) else { break };
                 let kind = out.kind;
+                let size = out.bytes.len();
                 match conn.send_admitted(sid, out.bytes) {
                     Ok(()) => {
                         self.pushes += 1;
                         crate::metrics::PUSHES[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         crate::metrics::PUSH_TIME[kind as usize].record(started.elapsed());
+                        crate::metrics::CONFIG_SIZE[kind as usize].observe(size as f64);
                     }
                     Err(SendError::TooLarge { len, limit }) => {
                         // A real limit: the proxy is told, and the log
@@ -514,6 +516,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             kind.short()
                         );
                         let proxy = stream.proxy.as_ref().map_or("?", |p| &*p.id);
+                        // A generated response that cannot be delivered:
+                        // istiod counts a failed push as an internal error.
+                        crate::metrics::INTERNAL_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!(target: "ads", proxy, "{msg} (ISTIOD_RS_MAX_RESPONSE_BYTES): stream ended");
                         conn.finish(sid, &Status::new(Code::ResourceExhausted, msg));
                         ended.push(sid);

@@ -1,9 +1,8 @@
 //! Counters of the serving layer, shared by every core. They are touched
 //! only when something goes wrong (a protocol violation, a reset), so
 //! relaxed atomics cost nothing on the hot path. The monitoring endpoint
-//! renders them with [`render`].
+//! collects them with [`collect`] into an [`Exposition`].
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::h2::Reason;
@@ -87,8 +86,11 @@ static GOAWAYS: [AtomicU64; 14] = [const { AtomicU64::new(0) }; 14];
 pub struct Histogram {
     bounds: &'static [f64],
     counts: [AtomicU64; 12],
-    /// Sum, in microseconds.
-    sum_us: AtomicU64,
+    /// Sum, in units of `1 / scale`.
+    sum: AtomicU64,
+    /// Units of the sum per unit observed (a million for seconds kept as
+    /// microseconds, one for bytes).
+    scale: f64,
     count: AtomicU64,
 }
 
@@ -98,19 +100,29 @@ impl Histogram {
         Histogram {
             bounds,
             counts: [const { AtomicU64::new(0) }; 12],
-            sum_us: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            scale: 1e6,
             count: AtomicU64::new(0),
         }
     }
 
-    /// Records one observation.
+    /// Of sizes in bytes, with `bounds` (ascending, at most 12).
+    pub const fn bytes(bounds: &'static [f64]) -> Histogram {
+        Histogram { scale: 1.0, ..Histogram::new(bounds) }
+    }
+
+    /// Records one duration.
     pub fn record(&self, d: std::time::Duration) {
-        let secs = d.as_secs_f64();
+        self.observe(d.as_secs_f64());
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, v: f64) {
         // The count first: a scrape in between sees +Inf at least every
         // bucket (the exposition stays monotonic).
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
+        self.sum.fetch_add((v * self.scale) as u64, Ordering::Relaxed);
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
             self.counts[i].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -120,20 +132,26 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
-    /// The exposition lines of this histogram as `name` with `labels`
-    /// (`type="eds"`, or empty): cumulative buckets, sum, count.
-    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
+    /// Cumulative buckets, sum and count, for the exposition.
+    fn snapshot(&self) -> prometheus::proto::Histogram {
+        let mut h = prometheus::proto::Histogram::default();
         let mut cumulative = 0;
-        for (i, b) in self.bounds.iter().enumerate() {
-            cumulative += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
-        }
-        let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count{braces} {count}");
+        let buckets = self
+            .bounds
+            .iter()
+            .zip(&self.counts)
+            .map(|(b, c)| {
+                cumulative += c.load(Ordering::Relaxed);
+                let mut bucket = prometheus::proto::Bucket::default();
+                bucket.set_upper_bound(*b);
+                bucket.set_cumulative_count(cumulative);
+                bucket
+            })
+            .collect();
+        h.set_bucket(buckets);
+        h.set_sample_count(self.count());
+        h.set_sample_sum(self.sum.load(Ordering::Relaxed) as f64 / self.scale);
+        h
     }
 }
 
@@ -271,70 +289,333 @@ pub fn get(v: Violation) -> u64 {
     COUNTS[v as usize].load(Ordering::Relaxed)
 }
 
-/// Prometheus text exposition of these counters.
-pub fn render() -> String {
-    let mut out = String::new();
-    out.push_str("# HELP istiod_rs_h2_violations_total Protocol violations by HTTP/2 and gRPC peers, by kind.\n");
-    out.push_str("# TYPE istiod_rs_h2_violations_total counter\n");
-    for (v, name) in VIOLATIONS {
-        let _ = writeln!(out, "istiod_rs_h2_violations_total{{kind=\"{name}\"}} {}", get(v));
+/// The metrics of one scrape, encoded by the `prometheus` crate in the
+/// classic text format (what istiod's exporter serves; counters keep
+/// their names, without a `_total` suffix added). Families without a
+/// series are left out, as istiod's exporter leaves them out.
+#[derive(Default)]
+pub struct Exposition {
+    families: Vec<prometheus::proto::MetricFamily>,
+}
+
+/// A series' labels, in order: static names, values.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One label.
+pub fn label(name: &'static str, value: impl Into<String>) -> Labels {
+    vec![(name, value.into())]
+}
+
+fn labelled(labels: Labels) -> prometheus::proto::Metric {
+    let pairs = labels
+        .into_iter()
+        .map(|(k, v)| {
+            let mut l = prometheus::proto::LabelPair::default();
+            l.set_name(k.to_owned());
+            l.set_value(v);
+            l
+        })
+        .collect();
+    prometheus::proto::Metric::from_label(pairs)
+}
+
+impl Exposition {
+    /// Nothing yet.
+    pub fn new() -> Self {
+        Self::default()
     }
+
+    fn family(&mut self, name: &str, help: &str, t: prometheus::proto::MetricType, m: Vec<prometheus::proto::Metric>) {
+        if m.is_empty() {
+            return;
+        }
+        let mut f = prometheus::proto::MetricFamily::default();
+        f.set_name(name.to_owned());
+        f.set_help(help.to_owned());
+        f.set_field_type(t);
+        f.set_metric(m);
+        self.families.push(f);
+    }
+
+    /// A counter family.
+    pub fn counter(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, f64)>) {
+        let m = series
+            .into_iter()
+            .map(|(l, v)| {
+                let mut m = labelled(l);
+                let mut c = prometheus::proto::Counter::default();
+                c.set_value(v);
+                m.set_counter(c);
+                m
+            })
+            .collect();
+        self.family(name, help, prometheus::proto::MetricType::COUNTER, m);
+    }
+
+    /// A gauge family.
+    pub fn gauge(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, f64)>) {
+        let m = series
+            .into_iter()
+            .map(|(l, v)| {
+                let mut m = labelled(l);
+                let mut g = prometheus::proto::Gauge::default();
+                g.set_value(v);
+                m.set_gauge(g);
+                m
+            })
+            .collect();
+        self.family(name, help, prometheus::proto::MetricType::GAUGE, m);
+    }
+
+    /// A histogram family.
+    pub fn histogram<'h>(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, &'h Histogram)>) {
+        let m = series
+            .into_iter()
+            .map(|(l, h)| {
+                let mut m = labelled(l);
+                m.set_histogram(h.snapshot());
+                m
+            })
+            .collect();
+        self.family(name, help, prometheus::proto::MetricType::HISTOGRAM, m);
+    }
+
+    /// A histogram of one series kept elsewhere: `buckets` are (upper
+    /// bound, cumulative count) pairs.
+    pub fn histogram_of(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: Labels,
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        let mut h = prometheus::proto::Histogram::default();
+        h.set_bucket(
+            buckets
+                .iter()
+                .map(|(b, n)| {
+                    let mut bucket = prometheus::proto::Bucket::default();
+                    bucket.set_upper_bound(*b);
+                    bucket.set_cumulative_count(*n);
+                    bucket
+                })
+                .collect(),
+        );
+        h.set_sample_count(count);
+        h.set_sample_sum(sum);
+        let mut m = labelled(labels);
+        m.set_histogram(h);
+        self.family(name, help, prometheus::proto::MetricType::HISTOGRAM, vec![m]);
+    }
+
+    /// Families collected elsewhere (the process collector).
+    pub fn extend(&mut self, families: impl IntoIterator<Item = prometheus::proto::MetricFamily>) {
+        self.families.extend(families.into_iter().filter(|f| !f.get_metric().is_empty() && !f.name().is_empty()));
+    }
+
+    /// The names of the families so far.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.families.iter().map(|f| f.name())
+    }
+
+    /// The text exposition (format 0.0.4).
+    pub fn encode(&self) -> String {
+        // Only empty or unnamed families fail to encode; neither is kept.
+        prometheus::TextEncoder::new().encode_to_string(&self.families).unwrap_or_default()
+    }
+}
+
+/// Go's `codes.Code.String()`: the `err` label of istiod's per-type reject
+/// gauges.
+pub fn grpc_code_name(code: i32) -> String {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    match usize::try_from(code).ok().and_then(|c| NAMES.get(c)) {
+        Some(n) => (*n).to_owned(),
+        None => format!("Code({code})"),
+    }
+}
+
+/// Series kept per reject gauge: istiod labels them by proxy, which is
+/// unbounded; past this many (proxy, code) pairs new ones are not added
+/// (`pilot_total_xds_rejects` still counts every NACK).
+pub const MAX_REJECT_SERIES: usize = 1000;
+
+type RejectSeries = std::collections::BTreeMap<(String, String), u64>;
+
+/// NACKs by proxy and code for CDS, EDS, LDS and RDS
+/// (`pilot_xds_{cds,eds,lds,rds}_reject`, by the index of [`KIND_LABELS`]).
+static REJECT_SERIES: std::sync::Mutex<[RejectSeries; 4]> = std::sync::Mutex::new([const { RejectSeries::new() }; 4]);
+
+/// Counts a NACK of `kind` (an index of [`KIND_LABELS`]) from proxy `node`
+/// (`pod.namespace`, istiod's proxy ID) with gRPC code `code`, as istiod's
+/// `IncrementXDSRejects` counts it.
+pub fn count_reject(kind: usize, node: &str, code: i32) {
+    REJECTS[kind].fetch_add(1, Ordering::Relaxed);
+    // istiod's per-type gauges exist for CDS, EDS, LDS and RDS only.
+    if kind >= 4 {
+        return;
+    }
+    let mut all = REJECT_SERIES.lock().unwrap_or_else(|e| e.into_inner());
+    let series = &mut all[kind];
+    let key = (node.to_owned(), grpc_code_name(code));
+    if let Some(n) = series.get_mut(&key) {
+        *n += 1;
+    } else if series.len() < MAX_REJECT_SERIES {
+        series.insert(key, 1);
+    }
+}
+
+/// Istio versions of the proxies seen so far: istiod's `pilot_xds{version}`
+/// keeps a version's series, at 0 once none of its proxies is connected.
+static VERSIONS_SEEN: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// Versions remembered at most (proxies choose the label).
+const MAX_VERSIONS: usize = 256;
+
+/// A proxy of Istio version `v` connected (once per stream).
+pub fn version_seen(v: &str) {
+    let mut seen = VERSIONS_SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.len() < MAX_VERSIONS && !seen.contains(v) {
+        seen.insert(v.to_owned());
+    }
+}
+
+/// The versions seen so far.
+pub fn versions_seen() -> Vec<String> {
+    VERSIONS_SEEN.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+}
+
+/// Responses that could not be built (`pilot_total_xds_internal_errors`).
+pub static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Sizes of the responses pushed, by type (`pilot_xds_config_size_bytes`).
+pub static CONFIG_SIZE: [Histogram; 5] =
+    [const { Histogram::bytes(&[1.0, 10000.0, 1000000.0, 4000000.0, 10000000.0, 40000000.0]) }; 5];
+
+/// Adds the serving layer's series to `out`, with istiod's names, help
+/// and buckets (`pkg/xds/monitoring.go`, `pilot/pkg/xds/monitoring.go`).
+pub fn collect(out: &mut Exposition) {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+    out.counter(
+        "istiod_rs_h2_violations_total",
+        "Protocol violations by HTTP/2 and gRPC peers, by kind.",
+        VIOLATIONS.iter().map(|(v, name)| (label("kind", *name), get(*v) as f64)),
+    );
     for (metric, help, counts) in [
         ("istiod_rs_h2_rst_stream_sent_total", "Streams reset for a peer's fault, by error code.", &RESETS),
         ("istiod_rs_h2_goaway_sent_total", "Connections ended for a peer's fault, by error code.", &GOAWAYS),
     ] {
-        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
-        for (code, c) in counts.iter().enumerate() {
-            let n = c.load(Ordering::Relaxed);
-            if n > 0 {
-                let _ = writeln!(out, "{metric}{{code=\"{}\"}} {n}", Reason::name_of(code as u32));
-            }
+        out.counter(
+            metric,
+            help,
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| load(c) > 0.0)
+                .map(|(code, c)| (label("code", Reason::name_of(code as u32)), load(c))),
+        );
+    }
+    let by_kind = |counts: &'static [AtomicU64; 5], all: bool| {
+        KIND_LABELS
+            .iter()
+            .zip(counts)
+            .filter(move |(_, c)| all || c.load(Ordering::Relaxed) > 0)
+            .map(|(t, c)| (label("type", *t), c.load(Ordering::Relaxed) as f64))
+    };
+    out.counter("pilot_xds_pushes", "Pilot build and send errors for lds, rds, cds and eds.", by_kind(&PUSHES, true));
+    out.histogram(
+        "pilot_xds_push_time",
+        "Total time in seconds Pilot takes to push lds, rds, cds and eds.",
+        KIND_LABELS.iter().zip(&PUSH_TIME).map(|(t, h)| (label("type", *t), h)),
+    );
+    out.histogram(
+        "pilot_xds_config_size_bytes",
+        "Distribution of configuration sizes pushed to clients",
+        KIND_LABELS.iter().zip(&CONFIG_SIZE).filter(|(_, h)| h.count() > 0).map(|(t, h)| (label("type", *t), h)),
+    );
+    out.counter(
+        "pilot_total_xds_rejects",
+        "Total number of XDS responses from pilot rejected by proxy.",
+        by_kind(&REJECTS, false),
+    );
+    out.counter(
+        "pilot_xds_expired_nonce",
+        "Total number of XDS requests with an expired nonce.",
+        by_kind(&EXPIRED_NONCE, false),
+    );
+    {
+        let all = REJECT_SERIES.lock().unwrap_or_else(|e| e.into_inner());
+        for (series, (name, help)) in all.iter().zip([
+            ("pilot_xds_cds_reject", "Pilot rejected CDS configs."),
+            ("pilot_xds_eds_reject", "Pilot rejected EDS."),
+            ("pilot_xds_lds_reject", "Pilot rejected LDS."),
+            ("pilot_xds_rds_reject", "Pilot rejected RDS."),
+        ]) {
+            out.gauge(
+                name,
+                help,
+                series.iter().map(|((node, err), n)| (vec![("node", node.clone()), ("err", err.clone())], *n as f64)),
+            );
         }
     }
-    out.push_str("# HELP pilot_xds_pushes Pilot build and send errors for lds, rds, cds and eds.\n# TYPE pilot_xds_pushes counter\n");
-    for (i, t) in KIND_LABELS.iter().enumerate() {
-        let _ = writeln!(out, "pilot_xds_pushes{{type=\"{t}\"}} {}", PUSHES[i].load(Ordering::Relaxed));
-    }
-    out.push_str("# HELP pilot_xds_push_time Total time in seconds Pilot takes to push lds, rds, cds and eds.\n# TYPE pilot_xds_push_time histogram\n");
-    for (i, t) in KIND_LABELS.iter().enumerate() {
-        PUSH_TIME[i].render(&mut out, "pilot_xds_push_time", &format!("type=\"{t}\""));
-    }
-    // istiod's pkg/xds/monitoring.go: sums by xDS type, shown once counted.
-    for (metric, help, counts) in [
-        ("pilot_total_xds_rejects", "Total number of XDS responses from pilot rejected by proxy.", &REJECTS),
-        ("pilot_xds_expired_nonce", "Total number of XDS requests with an expired nonce.", &EXPIRED_NONCE),
-    ] {
-        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
-        for (i, t) in KIND_LABELS.iter().enumerate() {
-            let n = counts[i].load(Ordering::Relaxed);
-            if n > 0 {
-                let _ = writeln!(out, "{metric}{{type=\"{t}\"}} {n}");
-            }
-        }
-    }
-    out.push_str("# HELP pilot_push_triggers Total number of times a push was triggered, labeled by reason for the push.\n# TYPE pilot_push_triggers counter\n");
-    for (i, r) in TRIGGER_REASONS.iter().enumerate() {
-        let n = TRIGGERS[i].load(Ordering::Relaxed);
-        if n > 0 {
-            let _ = writeln!(out, "pilot_push_triggers{{type=\"{r}\"}} {n}");
-        }
-    }
-    out.push_str("# HELP pilot_xds_send_time Total time in seconds Pilot takes to send generated configuration.\n# TYPE pilot_xds_send_time histogram\n");
-    SEND_TIME.render(&mut out, "pilot_xds_send_time", "");
-    out.push_str("# HELP pilot_proxy_queue_time Time in seconds, a proxy is in the push queue before being dequeued.\n# TYPE pilot_proxy_queue_time histogram\n");
-    QUEUE_TIME.render(&mut out, "pilot_proxy_queue_time", "");
-    out.push_str("# HELP pilot_proxy_convergence_time Delay in seconds between config change and a proxy receiving all required configuration.\n# TYPE pilot_proxy_convergence_time histogram\n");
-    CONVERGENCE_TIME.render(&mut out, "pilot_proxy_convergence_time", "");
+    out.counter(
+        "pilot_total_xds_internal_errors",
+        "Total number of internal XDS errors in pilot.",
+        [(vec![], load(&INTERNAL_ERRORS))],
+    );
+    // Sends that made no progress for the send timeout: the proxy stopped
+    // reading.
+    out.counter(
+        "pilot_xds_write_timeout",
+        "Pilot XDS response write timeouts.",
+        [(vec![], get(Violation::SendTimeout) as f64)],
+    );
+    out.counter(
+        "pilot_push_triggers",
+        "Total number of times a push was triggered, labeled by reason for the push.",
+        TRIGGER_REASONS.iter().zip(&TRIGGERS).filter(|(_, c)| load(c) > 0.0).map(|(r, c)| (label("type", *r), load(c))),
+    );
+    out.histogram(
+        "pilot_xds_send_time",
+        "Total time in seconds Pilot takes to send generated configuration.",
+        [(vec![], &SEND_TIME)],
+    );
+    out.histogram(
+        "pilot_proxy_queue_time",
+        "Time in seconds, a proxy is in the push queue before being dequeued.",
+        [(vec![], &QUEUE_TIME)],
+    );
+    out.histogram(
+        "pilot_proxy_convergence_time",
+        "Delay in seconds between config change and a proxy receiving all required configuration.",
+        [(vec![], &CONVERGENCE_TIME)],
+    );
     let (entries, bytes) = cache_size();
-    let _ = writeln!(
-        out,
-        "# HELP xds_cache_size Current size of xds cache\n# TYPE xds_cache_size gauge\nxds_cache_size {entries}"
+    out.gauge("xds_cache_size", "Current size of xds cache", [(vec![], entries as f64)]);
+    out.gauge(
+        "istiod_rs_xds_cache_bytes",
+        "Bytes of encoded resources in the cores' caches.",
+        [(vec![], bytes as f64)],
     );
-    let _ = writeln!(
-        out,
-        "# HELP istiod_rs_xds_cache_bytes Bytes of encoded resources in the cores' caches.\n# TYPE istiod_rs_xds_cache_bytes gauge\nistiod_rs_xds_cache_bytes {bytes}"
-    );
-    out
 }
 
 #[cfg(test)]
@@ -349,12 +630,14 @@ mod tests {
     }
 
     #[test]
-    fn render_names_every_kind() {
+    fn collect_names_every_kind() {
         count(Violation::PingFlood);
         count_goaway(Reason::EnhanceYourCalm);
-        let text = render();
-        assert!(text.contains("istiod_rs_h2_violations_total{kind=\"ping_flood\"}"));
-        assert!(text.contains("istiod_rs_h2_goaway_sent_total{code=\"ENHANCE_YOUR_CALM\"}"));
+        let mut e = Exposition::new();
+        collect(&mut e);
+        let text = e.encode();
+        assert!(text.contains("istiod_rs_h2_violations_total{kind=\"ping_flood\"}"), "{text}");
+        assert!(text.contains("istiod_rs_h2_goaway_sent_total{code=\"ENHANCE_YOUR_CALM\"}"), "{text}");
         assert_eq!(text.matches("istiod_rs_h2_violations_total{").count(), VIOLATIONS.len());
     }
 
@@ -364,12 +647,39 @@ mod tests {
         H.record(std::time::Duration::from_millis(50));
         H.record(std::time::Duration::from_millis(500));
         H.record(std::time::Duration::from_secs(5));
-        let mut out = String::new();
-        H.render(&mut out, "x", "type=\"eds\"");
+        static B: Histogram = Histogram::bytes(&[10.0]);
+        B.observe(4.0);
+        B.observe(4000.0);
+        let mut e = Exposition::new();
+        e.histogram("x", "X.", [(label("type", "eds"), &H)]);
+        e.histogram("y", "Y.", [(vec![], &B)]);
+        e.counter("z", "Has \\ and \n.", [(label("v", "a\"b"), 2.0)]);
+        e.gauge("empty", "Left out.", []);
         assert_eq!(
-            out,
-            "x_bucket{type=\"eds\",le=\"0.1\"} 1\nx_bucket{type=\"eds\",le=\"1\"} 2\nx_bucket{type=\"eds\",le=\"+Inf\"} 3\n\
-             x_sum{type=\"eds\"} 5.55\nx_count{type=\"eds\"} 3\n"
+            e.encode(),
+            "# HELP x X.\n# TYPE x histogram\n\
+             x_bucket{type=\"eds\",le=\"0.1\"} 1\nx_bucket{type=\"eds\",le=\"1\"} 2\nx_bucket{type=\"eds\",le=\"+Inf\"} 3\n\
+             x_sum{type=\"eds\"} 5.55\nx_count{type=\"eds\"} 3\n\
+             # HELP y Y.\n# TYPE y histogram\ny_bucket{le=\"10\"} 1\ny_bucket{le=\"+Inf\"} 2\ny_sum 4004\ny_count 2\n\
+             # HELP z Has \\\\ and \\n.\n# TYPE z counter\nz{v=\"a\\\"b\"} 2\n"
         );
+    }
+
+    #[test]
+    fn rejects_are_counted_by_proxy_and_code_within_a_bound() {
+        count_reject(0, "a.ns", 13);
+        count_reject(0, "a.ns", 13);
+        count_reject(4, "a.ns", 3); // SDS: only the total
+        assert_eq!(grpc_code_name(3), "InvalidArgument");
+        assert_eq!(grpc_code_name(99), "Code(99)");
+        for i in 0..MAX_REJECT_SERIES + 10 {
+            count_reject(3, &format!("p{i}.ns"), 2);
+        }
+        let mut e = Exposition::new();
+        collect(&mut e);
+        let text = e.encode();
+        assert!(text.contains("pilot_xds_cds_reject{node=\"a.ns\",err=\"Internal\"} 2"), "{text}");
+        assert_eq!(text.matches("pilot_xds_rds_reject{").count(), MAX_REJECT_SERIES);
+        assert!(REJECTS[4].load(Ordering::Relaxed) >= 1);
     }
 }

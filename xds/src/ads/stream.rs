@@ -177,6 +177,7 @@ impl<C: super::Class> AdsStream<C> {
     fn identify(&mut self, node: Option<&Node>, identify: &mut Identify<'_, C>) -> Result<(), StreamError> {
         if self.proxy.is_none() {
             let (peer, class) = identify(node).map_err(StreamError::InvalidArgument)?;
+            crate::metrics::version_seen(peer.info("istio_version"));
             self.class = Some(class);
             self.proxy = Some(peer);
         }
@@ -220,9 +221,10 @@ impl<C: super::Class> AdsStream<C> {
         }
         if let Some(err) = req.error_detail {
             // NACK: record and wait for a new version (no retry loop).
+            let proxy = self.proxy.as_ref().map_or("", |p| &*p.name);
+            crate::metrics::count_reject(kind as usize, proxy, err.code);
             w.nack = Some((nonce, err.message));
             acked.nacks += 1;
-            crate::metrics::REJECTS[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(acked);
         }
         let wildcard = kind.is_wildcard() && (names.is_empty() || names.contains("*"));
@@ -292,7 +294,8 @@ impl<C: super::Class> AdsStream<C> {
             } else if let Some(err) = &req.error_detail {
                 w.nack = Some((nonce, err.message.clone()));
                 acked.nacks += 1;
-                crate::metrics::REJECTS[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let proxy = self.proxy.as_ref().map_or("", |p| &*p.name);
+                crate::metrics::count_reject(kind as usize, proxy, err.code);
             } else {
                 Self::record_ack(w, &nonce, now, &mut acked);
             }

@@ -1,0 +1,88 @@
+//! Watch events by kind, as istiod counts them: `pilot_k8s_reg_events`
+//! for the registry's informers (Services, EndpointSlices, Pods, Nodes,
+//! Namespaces; `pilot/pkg/serviceregistry/kube/controller/controller.go`
+//! `registerHandlers`) and `pilot_k8s_cfg_events` for the config kinds
+//! (`pilot/pkg/config/kube/crdclient`, labelled by the object's kind).
+//! Every informer event counts, the initial list's as `add`, whether or
+//! not it changed anything served.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::kube_source::KINDS;
+
+/// An informer event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A new object (or one of a list).
+    Add,
+    /// A changed object.
+    Update,
+    /// A deleted object.
+    Delete,
+}
+
+const EVENTS: [&str; 3] = ["add", "update", "delete"];
+
+static COUNTS: [[AtomicU64; 3]; KINDS.len()] = [const { [const { AtomicU64::new(0) }; 3] }; KINDS.len()];
+
+/// istiod's type label of the registry kinds, by the index of [`KINDS`]
+/// (Secrets are read by the credentials controller, which counts none).
+const REGISTRY: [Option<&str>; 6] =
+    [Some("Services"), Some("EndpointSlice"), Some("Pods"), Some("Nodes"), Some("Namespaces"), None];
+
+/// Counts an event of the kind at `index` of [`KINDS`].
+pub fn count(index: usize, event: Event) {
+    if let Some(c) = COUNTS.get(index) {
+        c[event as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn collect(
+    range: std::ops::Range<usize>,
+    label: impl Fn(usize) -> Option<&'static str>,
+) -> Vec<(&'static str, &'static str, u64)> {
+    let mut out: Vec<(&'static str, &'static str, u64)> = Vec::new();
+    for i in range {
+        let Some(t) = label(i) else { continue };
+        for (e, c) in EVENTS.iter().zip(&COUNTS[i]) {
+            let n = c.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
+            // Two groups' kinds of one name (Gateway) share a series.
+            match out.iter_mut().find(|(t2, e2, _)| *t2 == t && e2 == e) {
+                Some(x) => x.2 += n,
+                None => out.push((t, e, n)),
+            }
+        }
+    }
+    out
+}
+
+/// `(type, event, count)` of the registry kinds seen so far.
+pub fn registry() -> Vec<(&'static str, &'static str, u64)> {
+    collect(0..REGISTRY.len(), |i| REGISTRY[i])
+}
+
+/// `(type, event, count)` of the config kinds seen so far.
+pub fn config() -> Vec<(&'static str, &'static str, u64)> {
+    collect(REGISTRY.len()..KINDS.len(), |i| Some(KINDS[i].2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_labelled_as_istiod_labels_them() {
+        count(0, Event::Add);
+        count(5, Event::Add); // a Secret: not a registry event
+        count(8, Event::Update); // networking.istio.io Gateway
+        count(21, Event::Update); // gateway.networking.k8s.io Gateway
+        assert_eq!(KINDS[8].2, "Gateway");
+        assert_eq!(KINDS[21].2, "Gateway");
+        assert!(registry().contains(&("Services", "add", 1)));
+        assert!(!registry().iter().any(|(t, _, _)| *t == "Secret"));
+        assert!(config().contains(&("Gateway", "update", 2)));
+    }
+}

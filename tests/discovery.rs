@@ -132,9 +132,40 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
 #[test]
 fn debug_endpoints() {
     let server = Server::start();
-    let (code, body) = get(server.http, "/debug/configz").unwrap();
+    let (code, body) = get(server.http, "/debug/config_report").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("\"services\": 6"), "{body}");
+    // istiod's configz (pilot/pkg/xds/debug.go `configz`): every config
+    // object in its Kubernetes form (crd.ConvertConfig), here the example
+    // mesh's 12 Istio objects, sorted by apiVersion, kind, namespace, name.
+    let (code, body) = get(server.http, "/debug/configz").unwrap();
+    assert_eq!(code, 200);
+    let configz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let items = configz.as_array().unwrap_or_else(|| panic!("an array: {body}"));
+    let kinds: Vec<&str> = items.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "DestinationRule",
+            "DestinationRule",
+            "DestinationRule",
+            "DestinationRule",
+            "Sidecar",
+            "VirtualService",
+            "VirtualService",
+            "VirtualService",
+            "VirtualService",
+            "AuthorizationPolicy",
+            "PeerAuthentication",
+            "RequestAuthentication"
+        ],
+        "{body}"
+    );
+    for o in items {
+        assert!(o["apiVersion"].as_str().unwrap().contains(".istio.io/"), "{o}");
+        assert!(o["metadata"]["name"].is_string() && o["metadata"]["namespace"].is_string(), "{o}");
+        assert!(o["spec"].is_object() && o.get("status").is_none(), "{o}");
+    }
     assert!(get(server.http, "/debug/adsz").unwrap().1.contains("\"totalClients\": 0"));
     assert_eq!(get(server.http, "/debug/config_dump?proxyID=nobody").unwrap().0, 404);
     assert_eq!(get(server.http, "/debug/config_dump").unwrap().0, 400);
@@ -306,8 +337,8 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
     // A broken document is reported with file and index; nothing changes.
     std::fs::write(dir.path().join("broken.yaml"), "kind: Service\nmetadata: {name: b}\nspec: {ports: [{port: x}]}\n")
         .unwrap();
-    wait_for("the error in configz", || get(http, "/debug/configz").unwrap().1.contains("broken.yaml"));
-    let configz = get(http, "/debug/configz").unwrap().1;
+    wait_for("the error in the report", || get(http, "/debug/config_report").unwrap().1.contains("broken.yaml"));
+    let configz = get(http, "/debug/config_report").unwrap().1;
     assert!(configz.contains("\"document\": 0"), "{configz}");
     assert_eq!(version(), 2, "a bad document publishes nothing");
 

@@ -231,7 +231,7 @@ fn a_gateway_is_served_its_listeners_routes_and_credentials_and_a_rotation() {
     // /debug/configz reports what is wrong: the conflicting server, the
     // keyless credential (none of the Gateways names it, so nothing), and
     // no missing backend.
-    let (_, body) = server::get(g.server.http, "/debug/configz").unwrap();
+    let (_, body) = server::get(g.server.http, "/debug/config_report").unwrap();
     let configz: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         configz["gateways"]["rejectedServers"],
@@ -470,7 +470,7 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
     let report = first_report(&mut c, &g.server);
     assert_eq!(report["listeners"].as_object().map(|l| l.len()), Some(2), "{report}");
     assert_eq!(report["secrets"], json!({}), "{report}");
-    let (_, body) = server::get(g.server.http, "/debug/configz").unwrap();
+    let (_, body) = server::get(g.server.http, "/debug/config_report").unwrap();
     let configz: Value = serde_json::from_str(&body).unwrap();
     let problems = configz["gateways"]["gatewayApi"].as_array().unwrap();
     assert!(

@@ -68,7 +68,7 @@ fn config_dir_special_files_loops_and_oversized_files() {
     }
     // Read once despite the loops: through a/ and b/ every file would be
     // found again (under another path) and every object counted twice.
-    let (_, configz) = get(s.http, "/debug/configz").unwrap();
+    let (_, configz) = get(s.http, "/debug/config_report").unwrap();
     let configz: serde_json::Value = serde_json::from_str(&configz).unwrap();
     let bookinfo: serde_json::Value = {
         let l = istiod_kubewatch::config_dir::load(Path::new(BOOKINFO)).unwrap();

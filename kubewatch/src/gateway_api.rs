@@ -21,6 +21,8 @@ pub struct GatewayApiObject {
     pub meta: Meta,
     /// Spec.
     pub spec: GatewayApiSpec,
+    /// As written.
+    pub raw: crate::objects::Raw,
 }
 
 /// The kinds read.
@@ -84,6 +86,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         let _ = d.kind;
         Ok((d.metadata, d.spec))
     }
+    let raw = crate::objects::Raw::of(&value);
     let (meta, spec) = match kind {
         "GatewayClass" => read(value).map(|(m, s)| (m, GatewayApiSpec::GatewayClass(s)))?,
         "Gateway" => {
@@ -100,7 +103,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
     if meta.name.is_empty() {
         return Err("metadata.name is required".into());
     }
-    Ok(GatewayApiObject { meta, spec })
+    Ok(GatewayApiObject { meta, spec, raw })
 }
 
 /// Whether istiod-rs reads `kind` of the Gateway API.

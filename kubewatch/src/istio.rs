@@ -204,6 +204,8 @@ pub struct IstioObject {
     pub meta: Meta,
     /// Spec.
     pub spec: IstioSpec,
+    /// As written.
+    pub raw: crate::objects::Raw,
 }
 
 impl IstioObject {
@@ -271,7 +273,11 @@ pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
         k => IstioSpec::Ext(k, de::read_or_default(spec, "spec").map_err(one)?),
     };
     let errors = validate::validate(&meta, &spec);
-    if errors.is_empty() { Ok(IstioObject { meta, spec }) } else { Err(FieldErrors(errors)) }
+    if !errors.is_empty() {
+        return Err(FieldErrors(errors));
+    }
+    let raw = serde_json::to_value(value).map(|v| crate::objects::Raw::of(&v)).unwrap_or_default();
+    Ok(IstioObject { meta, spec, raw })
 }
 
 /// istiod's warnings for a valid object (returned by the validation

@@ -73,7 +73,13 @@ pub(super) async fn debug(
             }
         },
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
-        "/debug/configz" => Response::json(&state.borrow().configz),
+        // istiod's `configz`: every config object in its Kubernetes form
+        // (`kubernetesConfig`, crd.ConvertConfig), by kind then
+        // namespace and name.
+        "/debug/configz" => Response::json(&configz(&state.borrow().config)),
+        // What the source read and refused: counts, rejected documents
+        // (file and index, or object and reason), gateway problems.
+        "/debug/config_report" => Response::json(&state.borrow().configz),
         "/debug/registryz" => {
             let mesh = state.borrow().mesh.clone();
             let services: Vec<&crate::model::Service> =
@@ -82,10 +88,27 @@ pub(super) async fn debug(
         }
         "/debug" => Response::text(
             200,
-            "/ready\n/debug/adsz\n/debug/connections\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/registryz\n/debug/stats\n",
+            "/ready\n/debug/adsz\n/debug/connections\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/config_report\n/debug/registryz\n/debug/stats\n",
         ),
         _ => Response::text(404, "not found\n"),
     }
+}
+
+/// istiod's `/debug/configz` array.
+fn configz(
+    (istio, gateway_api): &(
+        Vec<istiod_kubewatch::istio::IstioObject>,
+        Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
+    ),
+) -> Value {
+    let mut items: Vec<Value> =
+        istio.iter().map(|o| &o.raw).chain(gateway_api.iter().map(|o| &o.raw)).filter_map(|r| r.value()).collect();
+    let key = |v: &Value| {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
+        (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+    };
+    items.sort_by_cached_key(key);
+    Value::Array(items)
 }
 
 /// Every core's connections, sorted by connection id.

@@ -21,8 +21,12 @@ use crate::translate;
 /// show.
 #[derive(Default)]
 pub(super) struct State {
-    /// What `/debug/configz` shows of the source.
+    /// What `/debug/config_report` shows of the source: counts, rejected
+    /// documents, gateway problems.
     pub(super) configz: Value,
+    /// The Istio and Gateway API objects in force, for `/debug/configz`.
+    pub(super) config:
+        (Vec<istiod_kubewatch::istio::IstioObject>, Vec<istiod_kubewatch::gateway_api::GatewayApiObject>),
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
@@ -43,7 +47,8 @@ pub(super) struct State {
     pub(super) gateway_status: Option<tokio::sync::watch::Sender<Arc<Vec<crate::model::gateway_api::ObjectStatus>>>>,
 }
 
-/// `/debug/configz` for a config directory (its errors are logged too).
+/// `/debug/config_report` for a config directory (its errors are logged
+/// too).
 pub(super) fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
     for e in &loaded.errors {
         tracing::warn!(target: "model", error = %e, "rejected document; its last good version stays in force");
@@ -198,6 +203,7 @@ pub(super) fn apply(
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;
+    s.config = (objects.istio, objects.gateway_api);
     s.mesh = Some(mesh.clone());
     if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(

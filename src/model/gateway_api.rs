@@ -187,7 +187,7 @@ pub fn convert(
             };
             match typed::<istiod_kubewatch::istio::networking::Gateway>(json!({"servers": [server]})) {
                 Ok(spec) => {
-                    out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec) });
+                    out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec), raw: Default::default() });
                     attachable.push(Attachable {
                         gateway: o,
                         listener: l,
@@ -665,7 +665,11 @@ fn routes(
         match typed::<istiod_kubewatch::istio::networking::VirtualService>(
             json!({"hosts": [host], "gateways": [gateway], "http": http}),
         ) {
-            Ok(spec) => out.virtual_services.push(IstioObject { meta, spec: IstioSpec::VirtualService(spec) }),
+            Ok(spec) => out.virtual_services.push(IstioObject {
+                meta,
+                spec: IstioSpec::VirtualService(spec),
+                raw: Default::default(),
+            }),
             Err(e) => out.problems.push(json!({"virtualService": meta.name, "reason": "Invalid", "message": e})),
         }
     }
@@ -815,7 +819,11 @@ fn l4_routes(
                 count += 1;
                 let spec = json!({"hosts": [host], "gateways": [a.reference], tag: l4});
                 match typed::<istiod_kubewatch::istio::networking::VirtualService>(spec) {
-                    Ok(vs) => out.virtual_services.push(IstioObject { meta, spec: IstioSpec::VirtualService(vs) }),
+                    Ok(vs) => out.virtual_services.push(IstioObject {
+                        meta,
+                        spec: IstioSpec::VirtualService(vs),
+                        raw: Default::default(),
+                    }),
                     Err(e) => {
                         out.problems.push(json!({"virtualService": meta.name, "reason": "Invalid", "message": e}))
                     }

@@ -15,7 +15,14 @@ use serde_json::{Value, json};
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        DescriptorPool::decode(istiod_proto::FILE_DESCRIPTOR_SET).expect("our own descriptor set decodes")
+        let mut pool =
+            DescriptorPool::decode(istiod_proto::FILE_DESCRIPTOR_SET).expect("our own descriptor set decodes");
+        // istio-proxy's own filter configs (the stats filter, the ALPN
+        // override), which are not among the schema files.
+        for f in crate::translate::telemetry::descriptors() {
+            pool.add_file_descriptor_proto(f).expect("istio-proxy's descriptors fit the pool");
+        }
+        pool
     })
 }
 

@@ -44,6 +44,14 @@ pub struct MeshSettings {
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all). Used for the root ConfigMaps.
     pub discovery_selectors: Vec<LabelSelector>,
+    /// `defaultProviders.metrics`: the providers sidecars report metrics
+    /// to when no Telemetry names one (istiod's Go default: none; the
+    /// Helm chart's: `prometheus`).
+    pub default_metrics_providers: Vec<String>,
+    /// `extensionProviders` by name, with the kind of each (`prometheus`,
+    /// `envoyFileAccessLog`, ...), over istiod's built-in `prometheus`,
+    /// `stackdriver` and `envoy`.
+    pub extension_providers: std::collections::BTreeMap<String, String>,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -119,7 +127,23 @@ impl Default for MeshSettings {
             route_collapse: true,
             tls_defaults: TlsDefaults::default(),
             discovery_selectors: Vec::new(),
+            default_metrics_providers: Vec::new(),
+            extension_providers: [
+                ("prometheus", "prometheus"),
+                ("stackdriver", "stackdriver"),
+                ("envoy", "envoyFileAccessLog"),
+            ]
+            .into_iter()
+            .map(|(n, k)| (n.to_owned(), k.to_owned()))
+            .collect(),
         }
+    }
+}
+
+impl MeshSettings {
+    /// Whether the provider called `name` is a Prometheus one.
+    pub fn is_prometheus(&self, name: &str) -> bool {
+        self.extension_providers.get(name).is_some_and(|k| k == "prometheus")
     }
 }
 
@@ -132,6 +156,13 @@ struct Raw {
     outbound_traffic_policy: Option<RawOutbound>,
     enable_auto_mtls: Option<bool>,
     discovery_selectors: Option<Vec<LabelSelector>>,
+    default_providers: Option<RawDefaultProviders>,
+    extension_providers: Option<Vec<serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+struct RawDefaultProviders {
+    metrics: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +207,17 @@ impl MeshSettings {
                 return Err(format!("tlsDefaults.minProtocolVersion: unknown version {v:?}"));
             }
             m.tls_defaults = t;
+        }
+        if let Some(metrics) = raw.default_providers.and_then(|d| d.metrics) {
+            m.default_metrics_providers = metrics;
+        }
+        for p in raw.extension_providers.unwrap_or_default() {
+            let Some(name) = p.get("name").and_then(serde_json::Value::as_str) else {
+                return Err("extensionProviders: a provider without a name".into());
+            };
+            // The provider's kind is its one key besides `name`.
+            let kind = p.as_object().and_then(|o| o.keys().find(|k| *k != "name").cloned()).unwrap_or_default();
+            m.extension_providers.insert(name.to_owned(), kind);
         }
         m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
         for s in &m.discovery_selectors {

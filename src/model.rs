@@ -248,6 +248,9 @@ pub struct Model {
     /// Sidecars, same order.
     #[serde(skip)]
     pub sidecars: Arc<Vec<IstioObject>>,
+    /// Telemetries, oldest first (istiod applies them in creation order).
+    #[serde(skip)]
+    pub telemetries: Arc<Vec<IstioObject>>,
     /// Gateways (networking.istio.io), same order (a router sorts the
     /// ones it takes oldest first).
     #[serde(skip)]
@@ -594,6 +597,15 @@ impl Model {
         model.routing = routing.into();
         model.security = Arc::new(sorted(objs, is_security));
         model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
+        let mut telemetries = sorted(objs, |s| s.kind() == istiod_kubewatch::istio::IstioKind::Telemetry);
+        telemetries.sort_by(|a, b| {
+            (&a.meta.creation_timestamp, a.meta.ns(), &a.meta.name).cmp(&(
+                &b.meta.creation_timestamp,
+                b.meta.ns(),
+                &b.meta.name,
+            ))
+        });
+        model.telemetries = Arc::new(telemetries);
         let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
         gateways.extend(api.gateways);
         gateways.sort_by(by_name);

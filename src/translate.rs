@@ -26,6 +26,7 @@ pub mod listener;
 pub mod locality;
 pub mod route;
 pub mod scope;
+pub mod telemetry;
 pub mod traffic_policy;
 
 /// One resource change for the engine's model.

@@ -23,7 +23,9 @@ fn bundled_mesh_matches_the_golden_files() {
 /// query matches, rewrite, header operations, mirror, CORS, retries and
 /// timeouts, consistent hash, port-level and subset policies, SIMPLE TLS,
 /// headless and DNS services, TCP listeners, SNI listeners for TLS hosts
-/// without addresses.
+/// without addresses; the telemetry filters under the chart's mesh config
+/// (`defaultProviders.metrics: [prometheus]`) and a Telemetry selecting
+/// the sidecar.
 #[test]
 fn each_feature_matches_the_golden_files() {
     check("tests/golden/features/input", "tests/golden/features", ("shop", &[("app", "web"), ("version", "v2")]));
@@ -120,7 +122,11 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
     let loaded = istiod_kubewatch::config_dir::load(&root.join(input)).unwrap();
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let objs = loaded.objects;
-    let model = std::sync::Arc::new(Model::build(&objs, "cluster.local"));
+    // The golden directory's mesh config, if any (the bundled mesh runs on
+    // istiod's defaults).
+    let mesh = std::fs::read_to_string(root.join(golden).join("mesh.yaml")).unwrap_or_default();
+    let mesh = std::sync::Arc::new(istiod::mesh::MeshSettings::parse(&mesh).unwrap());
+    let model = std::sync::Arc::new(Model::build_in(&objs, "cluster.local", mesh));
     let class = ProxyClass {
         node_type: NodeType::Sidecar,
         namespace: ns.into(),

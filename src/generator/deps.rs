@@ -187,6 +187,9 @@ pub(super) fn touch_models(
 ) {
     let root = new.mesh.root_namespace.as_str();
     touch_lists(changes, Dep::Security, &old.security, &new.security, root);
+    // Telemetries: the stats filter of the namespace's inbound side (the
+    // outbound side is shared, diffed with the translation).
+    touch_lists(changes, Dep::Security, &old.telemetries, &new.telemetries, root);
     if old.jwks != new.jwks {
         changes.touch_everywhere(Dep::Security);
     }

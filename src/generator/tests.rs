@@ -165,11 +165,24 @@ fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
 
     let m = bookinfo();
     let l = virtual_inbound(&m, &class("bookinfo", &[("app", "details"), ("version", "v1")]));
-    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters[0].config_type else { panic!() };
+    // The HCM is the chain's last network filter (metadata exchange first).
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
     let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
     let names: Vec<&str> = manager.http_filters.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, vec!["envoy.filters.http.rbac", "envoy.filters.http.router"]);
-    let Some(http_filter::ConfigType::TypedConfig(a)) = &manager.http_filters[0].config_type else { panic!() };
+    // istiod's inbound order (listener_builder.go; listener_test.go):
+    // metadata exchange, authorization, gRPC stats, fault, CORS, router.
+    assert_eq!(
+        names,
+        vec![
+            "istio.metadata_exchange",
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "envoy.filters.http.router"
+        ]
+    );
+    let Some(http_filter::ConfigType::TypedConfig(a)) = &manager.http_filters[1].config_type else { panic!() };
     let rules = HttpRbac::decode(a.value.as_slice()).unwrap().rules.unwrap();
     assert_eq!(rules.action, Action::Allow as i32);
     let policy = &rules.policies["ns[bookinfo]-policy[details-allow-productpage-get]-rule[0]"];
@@ -178,9 +191,9 @@ fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
     assert!(text.contains(":method") && text.contains("GET"), "{text}");
     // reviews is not selected by that policy: no RBAC filter.
     let l = virtual_inbound(&m, &class("bookinfo", &[("app", "reviews")]));
-    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters[0].config_type else { panic!() };
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
     let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
-    assert_eq!(manager.http_filters.len(), 1);
+    assert!(!manager.http_filters.iter().any(|f| f.name == "envoy.filters.http.rbac"));
 }
 
 #[test]

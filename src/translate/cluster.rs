@@ -122,6 +122,9 @@ fn form(
     let mut c = Cluster {
         name: name.to_string(),
         connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+        // istiod's applyMetadataExchange (cluster_builder.go): the peer's
+        // metadata over ALPN istio-peer-exchange, for TCP telemetry.
+        filters: vec![super::telemetry::mx_cluster()],
         ..Default::default()
     };
     let mut endpoints = None;
@@ -189,6 +192,8 @@ pub fn fixed(out: &mut super::Resources) {
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
         connect_timeout: timeout,
+        // Outbound passthrough exchanges metadata as service clusters do.
+        filters: if bind.is_none() { vec![super::telemetry::mx_cluster()] } else { Vec::new() },
         // Inbound passthrough leaves from 127.0.0.6 so iptables does not
         // capture it again (istiod's InboundPassthroughBindIpv4).
         upstream_bind_config: bind.map(|ip| core::BindConfig {

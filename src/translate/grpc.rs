@@ -88,6 +88,8 @@ pub fn for_grpc_client(
     mut c: istiod_proto::envoy::config::cluster::v3::Cluster,
 ) -> istiod_proto::envoy::config::cluster::v3::Cluster {
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    // Envoy's upstream filters (metadata exchange) are not gRPC's.
+    c.filters.clear();
     c.transport_socket_matches.clear();
     let Some(ts) = c.transport_socket.take() else { return c };
     let Some(core::transport_socket::ConfigType::TypedConfig(any_cfg)) = &ts.config_type else { return c };

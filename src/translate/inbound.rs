@@ -26,7 +26,10 @@ use istiod_proto::prost_types::{Any, Duration};
 use crate::model::{Model, Protocol};
 
 /// The inbound listener's name.
-use super::envoy::{any, http_connection_manager, router, tcp_proxy};
+use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy};
+use super::telemetry;
+use istiod_proto::envoy::extensions::filters::http::cors::v3::Cors;
+use istiod_proto::envoy::extensions::filters::http::fault::v3::HttpFault;
 
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 
@@ -188,15 +191,23 @@ struct Policies {
     jwt: Option<hcm::HttpFilter>,
     http: crate::translate::authz::Rbacs,
     tcp: crate::translate::authz::Rbacs,
+    /// The stats filter's config, where a metrics provider applies.
+    stats: Option<crate::translate::telemetry::PluginConfig>,
 }
 
 fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
     let cluster = format!("inbound|{}||", p.port);
     if p.protocol.is_http() {
-        // jwt_authn before RBAC, which reads what it verified
-        // (listener_builder.go: authn, then authz).
-        let mut http_filters: Vec<hcm::HttpFilter> = policies.jwt.iter().cloned().collect();
+        // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
+        // metadata exchange, jwt_authn before RBAC (which reads what it
+        // verified), gRPC stats, fault, CORS, stats, the router.
+        let mut http_filters = vec![telemetry::mx_http(true)];
+        http_filters.extend(policies.jwt.iter().cloned());
         http_filters.extend(policies.http.http_filters());
+        http_filters.push(telemetry::grpc_stats());
+        http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
+        http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
+        http_filters.extend(policies.stats.as_ref().map(telemetry::stats_http));
         http_filters.push(router());
         let rc = route::RouteConfiguration {
             name: cluster.clone(),
@@ -227,9 +238,9 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
             http_filters,
             ..Default::default()
         };
-        vec![http_connection_manager(&manager)]
+        vec![telemetry::mx_network(), http_connection_manager(&manager)]
     } else {
-        tcp_filters(policies.tcp.clone(), &cluster, &cluster)
+        tcp_filters(policies, &cluster, &cluster)
     }
 }
 
@@ -237,8 +248,11 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
 /// filters, then the tcp_proxy (istiod: `authz.Builder.BuildTCP`, stat
 /// prefix `tcp.`). Without them an AuthorizationPolicy was not enforced
 /// on TCP ports at all.
-fn tcp_filters(rbacs: crate::translate::authz::Rbacs, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
-    let mut out = rbacs.network_filters();
+fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    // networkfilter.go: metadata exchange, authorization, stats, tcp_proxy.
+    let mut out = vec![telemetry::mx_network()];
+    out.extend(policies.tcp.clone().network_filters());
+    out.extend(policies.stats.as_ref().map(telemetry::stats_network));
     out.push(tcp_proxy(stat_prefix, cluster));
     out
 }
@@ -274,6 +288,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
+        stats: telemetry::metrics(model, &class.namespace, Some(&class.labels)).server,
     };
     let mut filter_chains = Vec::new();
     for p in inbound_ports(model, class) {
@@ -286,7 +301,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     }
     // The catch-all chains enforce the class's policies too (istiod's
     // inbound passthrough chains carry the TCP authz filters).
-    let passthrough = tcp_filters(policies.tcp, "InboundPassthroughCluster", "InboundPassthroughCluster");
+    let passthrough = tcp_filters(&policies, "InboundPassthroughCluster", "InboundPassthroughCluster");
     // Ports no service names follow the workload-wide mode.
     let mode = mtls_mode(model, class, 0);
     filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));

@@ -14,12 +14,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_proto::envoy::config::core::v3 as core;
-use istiod_proto::envoy::config::listener::v3::{FilterChain, Listener};
+use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain, Listener};
 use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::Kind;
 
+use super::telemetry::{self, PluginConfig};
 use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Port, Protocol, Resolution, Service};
 
@@ -63,7 +64,8 @@ fn role(svc: &Service, port: &Port) -> Role {
 pub fn translate(model: &Model, t: &mut super::Translation) {
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
-    let virtual_outbound = virtual_outbound(model.mesh.outbound);
+    let stats = super::telemetry::mesh_metrics(model).client;
+    let virtual_outbound = virtual_outbound(model.mesh.outbound, stats.as_ref());
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
@@ -78,7 +80,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
                 }
                 Role::Tcp => {
                     for vip in &svc.vips {
-                        let l = tcp_listener(svc, vip, port.port);
+                        let l = tcp_listener(svc, vip, port.port, stats.as_ref());
                         t.resources.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
                     }
                 }
@@ -113,7 +115,8 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
             // One listener per port: HTTP wins, as in istiod's conflict rules.
             tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
         }
-        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port).encode_to_vec()));
+        let stats = super::telemetry::mesh_metrics(model).client;
+        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, stats.as_ref()).encode_to_vec()));
         let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
         t.resources.insert((Kind::Route, table.clone()), rt.digest());
         routes.insert(table, rt);
@@ -123,7 +126,11 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
     t.resources.remove(&(Kind::Route, table));
     match sni.is_empty() {
         true => t.resources.remove(&(Kind::Listener, name)),
-        false => t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni).encode_to_vec())),
+        false => {
+            let stats = super::telemetry::mesh_metrics(model).client;
+            t.resources
+                .insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, stats.as_ref()).encode_to_vec()))
+        }
     };
 }
 
@@ -134,6 +141,7 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
 /// hosts' virtual hosts replaced; the other ports are rebuilt from the
 /// services that have them.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
+    let stats = super::telemetry::mesh_metrics(new).client;
     let mut tcp: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
@@ -157,7 +165,9 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             .find(|s| s.vips.contains(&vip) && s.ports.iter().any(|p| p.port == port && role(s, p) == Role::Tcp));
         let key = (Kind::Listener, Arc::<str>::from(format!("{vip}_{port}")));
         match maker {
-            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port).encode_to_vec())),
+            Some(svc) => {
+                t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, stats.as_ref()).encode_to_vec()))
+            }
             None => t.resources.remove(&key),
         };
     }
@@ -194,22 +204,30 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
 }
 
 /// `0.0.0.0_<port>`: the HTTP listener of a port, taking its routes from
-/// route configuration `"<port>"` over RDS.
-fn http_listener(port: u16) -> Listener {
+/// route configuration `"<port>"` over RDS. Its filters are istiod's for a
+/// sidecar's outbound HTTP (listener_builder.go): metadata exchange, gRPC
+/// stats, the ALPN override, fault, CORS, the stats filter where a metrics
+/// provider applies, the router.
+fn http_listener(port: u16, stats: Option<&PluginConfig>) -> Listener {
+    let mut http_filters = vec![
+        telemetry::mx_http(false),
+        telemetry::grpc_stats(),
+        telemetry::alpn(),
+        http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
+        http_filter(
+            "envoy.filters.http.cors",
+            &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+        ),
+    ];
+    http_filters.extend(stats.map(telemetry::stats_http));
+    http_filters.push(router());
     let manager = hcm::HttpConnectionManager {
         stat_prefix: format!("outbound_0.0.0.0_{port}"),
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
             config_source: ads(),
             route_config_name: port.to_string(),
         })),
-        http_filters: vec![
-            http_filter(
-                "envoy.filters.http.cors",
-                &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
-            ),
-            http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
-            router(),
-        ],
+        http_filters,
         use_remote_address: Some(false),
         normalize_path: Some(true),
         ..Default::default()
@@ -224,15 +242,24 @@ fn http_listener(port: u16) -> Listener {
     }
 }
 
+/// An outbound TCP chain's filters: the stats filter where a metrics
+/// provider applies, then the tcp_proxy (networkfilter.go; outbound
+/// metadata exchange is on the cluster).
+fn outbound_tcp(stats: Option<&PluginConfig>, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    let mut filters: Vec<Filter> = stats.map(telemetry::stats_network).into_iter().collect();
+    filters.push(tcp_proxy(stat_prefix, cluster));
+    filters
+}
+
 /// `<vip>_<port>`: tcp_proxy to the service's cluster.
-fn tcp_listener(svc: &Service, vip: &str, port: u16) -> Listener {
+fn tcp_listener(svc: &Service, vip: &str, port: u16, stats: Option<&PluginConfig>) -> Listener {
     let cluster = format!("outbound|{port}||{}", svc.hostname);
     Listener {
         name: format!("{vip}_{port}"),
         address: socket(vip, u32::from(port)),
         bind_to_port: Some(false),
         traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain { filters: vec![tcp_proxy(&cluster, &cluster)], ..Default::default() }],
+        filter_chains: vec![FilterChain { filters: outbound_tcp(stats, &cluster, &cluster), ..Default::default() }],
         ..Default::default()
     }
 }
@@ -241,7 +268,7 @@ fn tcp_listener(svc: &Service, vip: &str, port: u16) -> Listener {
 /// connection: `use_original_dst` hands it to the listener of its original
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
-pub fn virtual_outbound(policy: OutboundPolicy) -> Listener {
+pub fn virtual_outbound(policy: OutboundPolicy, stats: Option<&PluginConfig>) -> Listener {
     let catchall = match policy {
         OutboundPolicy::AllowAny => "PassthroughCluster",
         OutboundPolicy::RegistryOnly => "BlackHoleCluster",
@@ -253,7 +280,7 @@ pub fn virtual_outbound(policy: OutboundPolicy) -> Listener {
         traffic_direction: core::TrafficDirection::Outbound as i32,
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_proxy(catchall, catchall)],
+            filters: outbound_tcp(stats, catchall, catchall),
             ..Default::default()
         }],
         ..Default::default()
@@ -263,7 +290,7 @@ pub fn virtual_outbound(policy: OutboundPolicy) -> Listener {
 /// `0.0.0.0_<port>` for TLS hosts without addresses: the tls_inspector reads
 /// the client's server name and a filter chain per host forwards to its
 /// cluster (`*.example.com` hosts match as Envoy matches wildcard names).
-fn sni_listener(port: u16, hosts: &[Arc<str>]) -> Listener {
+fn sni_listener(port: u16, hosts: &[Arc<str>], stats: Option<&PluginConfig>) -> Listener {
     use istiod_proto::envoy::config::listener::v3::{FilterChainMatch, ListenerFilter, listener_filter};
     use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
     Listener {
@@ -286,7 +313,7 @@ fn sni_listener(port: u16, hosts: &[Arc<str>]) -> Listener {
                         server_names: vec![h.to_string()],
                         ..Default::default()
                     }),
-                    filters: vec![tcp_proxy(&cluster, &cluster)],
+                    filters: outbound_tcp(stats, &cluster, &cluster),
                     ..Default::default()
                 }
             })

@@ -21,6 +21,7 @@ from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.fault.v3 import fault_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.http.grpc_stats.v3 import config_pb2 as grpc_stats_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_authn_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
@@ -28,6 +29,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
+from udpa.type.v1 import typed_struct_pb2
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -183,6 +185,10 @@ def main():
         parsed = cluster_pb2.Cluster()
         assert packed.Unpack(parsed), packed.type_url
         assert parsed.eds_cluster_config.service_name == REVIEWS
+        # istiod's applyMetadataExchange (cluster_builder.go): upstream
+        # metadata exchange on every outbound cluster.
+        assert [f.name for f in parsed.filters] == ["istio.metadata_exchange"], parsed.filters
+        assert '"error"' not in json.dumps(dump), "config_dump renders every resource"
         eds = by_type["type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"]["dynamic_endpoint_configs"]
         assert eds[0]["endpoint_config"]["clusterName"] == REVIEWS, eds
         s.close()
@@ -234,12 +240,24 @@ def main():
         # router, with the rule's issuer and inline keys
         # (pilot/pkg/security/authn/policy_applier.go).
         chain = next(c for c in listeners["virtualInbound"].filter_chains if c.name.startswith("inbound|9080"))
+        # istiod's inbound HTTP chain (listener_inbound.go): metadata
+        # exchange over TCP, then the HCM; in it metadata exchange over
+        # headers first, jwt_authn next (pilot/pkg/xds/filters/filters.go).
+        assert [f.name for f in chain.filters] == [
+            "istio.metadata_exchange",
+            "envoy.filters.network.http_connection_manager",
+        ], [f.name for f in chain.filters]
+        mx = typed_struct_pb2.TypedStruct()
+        assert chain.filters[0].typed_config.Unpack(mx)
+        assert mx.type_url == "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange", mx
+        assert mx.value["protocol"] == "istio-peer-exchange" and mx.value["enable_discovery"], mx
         hcm = http_connection_manager_pb2.HttpConnectionManager()
-        assert chain.filters[0].typed_config.Unpack(hcm), chain.filters[0].name
+        assert chain.filters[1].typed_config.Unpack(hcm), chain.filters[1].name
         names = [f.name for f in hcm.http_filters]
-        assert names[0] == "envoy.filters.http.jwt_authn" and names[-1] == "envoy.filters.http.router", names
+        assert names[:2] == ["istio.metadata_exchange", "envoy.filters.http.jwt_authn"], names
+        assert names[-1] == "envoy.filters.http.router", names
         jwt = jwt_authn_pb2.JwtAuthentication()
-        assert hcm.http_filters[0].typed_config.Unpack(jwt)
+        assert hcm.http_filters[1].typed_config.Unpack(jwt)
         provider = jwt.providers["origins-0"]
         assert provider.issuer == "https://auth.bookinfo.example", provider
         assert provider.payload_in_metadata == "payload" and provider.local_jwks.inline_string.startswith('{"keys"')

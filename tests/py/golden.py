@@ -69,13 +69,66 @@ def envoy_errors(pgv, pool, msg, path):
     return errors
 
 
+def add_istio_proxy_types(pool):
+    """istio-proxy's own filter configs, which xds-protos does not carry:
+    transcribed here from istio/proxy (source/extensions/filters/http/
+    istio_stats/config.proto: stats.PluginConfig and MetricConfig;
+    source/extensions/filters/http/alpn/config.proto: the ALPN override),
+    with their field numbers, so the golden files decode what Envoy would."""
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+
+    def field(m, name, number, typ, label=F.LABEL_OPTIONAL, type_name=None):
+        f = m.field.add(name=name, number=number, type=typ, label=label)
+        if type_name:
+            f.type_name = type_name
+
+    stats = descriptor_pb2.FileDescriptorProto(name="istio_proxy/stats.proto", package="stats", syntax="proto3")
+    stats.dependency.append("google/protobuf/duration.proto")
+    mc = stats.message_type.add(name="MetricConfig")
+    entry = mc.nested_type.add(name="DimensionsEntry")
+    entry.options.map_entry = True
+    field(entry, "key", 1, F.TYPE_STRING)
+    field(entry, "value", 2, F.TYPE_STRING)
+    field(mc, "dimensions", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, ".stats.MetricConfig.DimensionsEntry")
+    field(mc, "name", 2, F.TYPE_STRING)
+    field(mc, "tags_to_remove", 3, F.TYPE_STRING, F.LABEL_REPEATED)
+    field(mc, "match", 4, F.TYPE_STRING)
+    field(mc, "drop", 5, F.TYPE_BOOL)
+    reporter = stats.enum_type.add(name="Reporter")
+    reporter.value.add(name="UNSPECIFIED", number=0)
+    reporter.value.add(name="SERVER_GATEWAY", number=1)
+    pc = stats.message_type.add(name="PluginConfig")
+    field(pc, "disable_host_header_fallback", 6, F.TYPE_BOOL)
+    field(pc, "tcp_reporting_duration", 7, F.TYPE_MESSAGE, type_name=".google.protobuf.Duration")
+    field(pc, "metrics", 8, F.TYPE_MESSAGE, F.LABEL_REPEATED, ".stats.MetricConfig")
+    field(pc, "reporter", 10, F.TYPE_ENUM, type_name=".stats.Reporter")
+    pool.Add(stats)
+
+    alpn = descriptor_pb2.FileDescriptorProto(
+        name="istio_proxy/alpn.proto", package="istio.envoy.config.filter.http.alpn.v2alpha1", syntax="proto3"
+    )
+    fc = alpn.message_type.add(name="FilterConfig")
+    proto = fc.enum_type.add(name="Protocol")
+    for i, n in enumerate(["HTTP10", "HTTP11", "HTTP2"]):
+        proto.value.add(name=n, number=i)
+    ao = fc.nested_type.add(name="AlpnOverride")
+    field(ao, "upstream_protocol", 1, F.TYPE_ENUM, type_name=".istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig.Protocol")
+    field(ao, "alpn_override", 2, F.TYPE_STRING, F.LABEL_REPEATED)
+    field(fc, "alpn_override", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, ".istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig.AlpnOverride")
+    pool.Add(alpn)
+
+
 def main():
     res_dir, golden_dir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     update = "--update" in sys.argv
     for mod in pkgutil.walk_packages(envoy.__path__, "envoy."):
         if mod.name.endswith("_pb2"):
             importlib.import_module(mod.name)
+    importlib.import_module("udpa.type.v1.typed_struct_pb2")
     pool = descriptor_pool.Default()
+    add_istio_proxy_types(pool)
     warnings.simplefilter("ignore", FutureWarning)  # pgv's jinja templates touch GetOptions()
     pgv = load_pgv()
     # The checker must be able to fail: Envoy rejects an HCM with no

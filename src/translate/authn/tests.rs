@@ -30,7 +30,7 @@ fn http_filters(m: &Arc<Model>) -> Vec<hcm::HttpFilter> {
     )
     .unwrap();
     let chain = l.filter_chains.iter().find(|c| c.name.starts_with("inbound|9080")).expect("a chain of 9080");
-    let Some(filter::ConfigType::TypedConfig(a)) = &chain.filters[0].config_type else { panic!() };
+    let Some(filter::ConfigType::TypedConfig(a)) = &chain.filters.last().unwrap().config_type else { panic!() };
     HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
 }
 

@@ -622,8 +622,8 @@ impl Generator for MeshGenerator {
             }
             Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
                 // The Sidecar overrides the mesh's policy for unknown destinations.
-                let stats = crate::translate::telemetry::mesh_metrics(&m.model).client;
-                Some(Bytes::from(virtual_outbound(policy, stats.as_ref()).encode_to_vec()))
+                let side = crate::translate::telemetry::outbound(&m.model);
+                Some(Bytes::from(virtual_outbound(policy, &side).encode_to_vec()))
             }
             Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
             Kind::Route => {

@@ -48,10 +48,20 @@ pub struct MeshSettings {
     /// to when no Telemetry names one (istiod's Go default: none; the
     /// Helm chart's: `prometheus`).
     pub default_metrics_providers: Vec<String>,
-    /// `extensionProviders` by name, with the kind of each (`prometheus`,
-    /// `envoyFileAccessLog`, ...), over istiod's built-in `prometheus`,
-    /// `stackdriver` and `envoy`.
-    pub extension_providers: std::collections::BTreeMap<String, String>,
+    /// `extensionProviders` by name: the kind of each (`prometheus`,
+    /// `envoyFileAccessLog`, ...) and its settings, over istiod's built-in
+    /// `prometheus`, `stackdriver` and `envoy` (a file log to /dev/stdout).
+    pub extension_providers: std::collections::BTreeMap<String, (String, serde_json::Value)>,
+    /// `defaultProviders.accessLogging`.
+    pub default_access_log_providers: Vec<String>,
+    /// `accessLogFile`: where sidecars log requests when no Telemetry or
+    /// default provider says (empty: no log).
+    pub access_log_file: String,
+    /// `accessLogEncoding`: `TEXT` (the default) or `JSON`.
+    pub access_log_json: bool,
+    /// `accessLogFormat`: the text format, or the JSON object as text
+    /// (empty: istiod's).
+    pub access_log_format: String,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -129,13 +139,17 @@ impl Default for MeshSettings {
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),
             extension_providers: [
-                ("prometheus", "prometheus"),
-                ("stackdriver", "stackdriver"),
-                ("envoy", "envoyFileAccessLog"),
+                ("prometheus", "prometheus", serde_json::json!({})),
+                ("stackdriver", "stackdriver", serde_json::json!({})),
+                ("envoy", "envoyFileAccessLog", serde_json::json!({"path": "/dev/stdout"})),
             ]
             .into_iter()
-            .map(|(n, k)| (n.to_owned(), k.to_owned()))
+            .map(|(n, k, v)| (n.to_owned(), (k.to_owned(), v)))
             .collect(),
+            default_access_log_providers: Vec::new(),
+            access_log_file: String::new(),
+            access_log_json: false,
+            access_log_format: String::new(),
         }
     }
 }
@@ -143,7 +157,7 @@ impl Default for MeshSettings {
 impl MeshSettings {
     /// Whether the provider called `name` is a Prometheus one.
     pub fn is_prometheus(&self, name: &str) -> bool {
-        self.extension_providers.get(name).is_some_and(|k| k == "prometheus")
+        self.extension_providers.get(name).is_some_and(|(k, _)| k == "prometheus")
     }
 }
 
@@ -158,11 +172,16 @@ struct Raw {
     discovery_selectors: Option<Vec<LabelSelector>>,
     default_providers: Option<RawDefaultProviders>,
     extension_providers: Option<Vec<serde_json::Value>>,
+    access_log_file: Option<String>,
+    access_log_encoding: Option<String>,
+    access_log_format: Option<String>,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawDefaultProviders {
     metrics: Option<Vec<String>>,
+    access_logging: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -208,16 +227,28 @@ impl MeshSettings {
             }
             m.tls_defaults = t;
         }
-        if let Some(metrics) = raw.default_providers.and_then(|d| d.metrics) {
-            m.default_metrics_providers = metrics;
+        if let Some(d) = raw.default_providers {
+            m.default_metrics_providers = d.metrics.unwrap_or_default();
+            m.default_access_log_providers = d.access_logging.unwrap_or_default();
         }
+        m.access_log_file = raw.access_log_file.unwrap_or_default();
+        m.access_log_json = match raw.access_log_encoding.as_deref().unwrap_or("TEXT") {
+            "TEXT" => false,
+            "JSON" => true,
+            other => return Err(format!("accessLogEncoding: {other:?} is neither TEXT nor JSON")),
+        };
+        m.access_log_format = raw.access_log_format.unwrap_or_default();
         for p in raw.extension_providers.unwrap_or_default() {
             let Some(name) = p.get("name").and_then(serde_json::Value::as_str) else {
                 return Err("extensionProviders: a provider without a name".into());
             };
             // The provider's kind is its one key besides `name`.
-            let kind = p.as_object().and_then(|o| o.keys().find(|k| *k != "name").cloned()).unwrap_or_default();
-            m.extension_providers.insert(name.to_owned(), kind);
+            let (kind, settings) = p
+                .as_object()
+                .and_then(|o| o.iter().find(|(k, _)| *k != "name"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .unwrap_or_default();
+            m.extension_providers.insert(name.to_owned(), (kind, settings));
         }
         m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
         for s in &m.discovery_selectors {

@@ -26,7 +26,7 @@ use istiod_proto::prost_types::{Any, Duration};
 use crate::model::{Model, Protocol};
 
 /// The inbound listener's name.
-use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy};
+use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy_logged};
 use super::telemetry;
 use istiod_proto::envoy::extensions::filters::http::cors::v3::Cors;
 use istiod_proto::envoy::extensions::filters::http::fault::v3::HttpFault;
@@ -191,8 +191,8 @@ struct Policies {
     jwt: Option<hcm::HttpFilter>,
     http: crate::translate::authz::Rbacs,
     tcp: crate::translate::authz::Rbacs,
-    /// The stats filter's config, where a metrics provider applies.
-    stats: Option<crate::translate::telemetry::PluginConfig>,
+    /// The stats filter and access log.
+    telemetry: telemetry::Side,
 }
 
 fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
@@ -207,7 +207,7 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
         http_filters.push(telemetry::grpc_stats());
         http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
         http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
-        http_filters.extend(policies.stats.as_ref().map(telemetry::stats_http));
+        http_filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_http));
         http_filters.push(router());
         let rc = route::RouteConfiguration {
             name: cluster.clone(),
@@ -236,6 +236,7 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
             stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters,
+            access_log: policies.telemetry.log.iter().cloned().collect(),
             ..Default::default()
         };
         vec![telemetry::mx_network(), http_connection_manager(&manager)]
@@ -252,8 +253,8 @@ fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Fil
     // networkfilter.go: metadata exchange, authorization, stats, tcp_proxy.
     let mut out = vec![telemetry::mx_network()];
     out.extend(policies.tcp.clone().network_filters());
-    out.extend(policies.stats.as_ref().map(telemetry::stats_network));
-    out.push(tcp_proxy(stat_prefix, cluster));
+    out.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
+    out.push(tcp_proxy_logged(stat_prefix, cluster, policies.telemetry.log.as_ref()));
     out
 }
 
@@ -288,7 +289,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
-        stats: telemetry::metrics(model, &class.namespace, Some(&class.labels)).server,
+        telemetry: telemetry::inbound(model, &class.namespace, &class.labels),
     };
     let mut filter_chains = Vec::new();
     for p in inbound_ports(model, class) {
@@ -322,6 +323,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
             })),
         }),
         traffic_direction: core::TrafficDirection::Inbound as i32,
+        access_log: policies.telemetry.log.iter().map(telemetry::listener_access_log).collect(),
         listener_filters: vec![
             lf("envoy.filters.listener.original_dst", any(&OriginalDst::default())),
             lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default())),

@@ -20,7 +20,7 @@ use istiod_proto::envoy::extensions::filters::network::http_connection_manager::
 use istiod_proto::prost::Message;
 use istiod_xds::ads::Kind;
 
-use super::telemetry::{self, PluginConfig};
+use super::telemetry::{self, Side};
 use crate::mesh::OutboundPolicy;
 use crate::model::{Model, Port, Protocol, Resolution, Service};
 
@@ -31,7 +31,7 @@ pub const VIRTUAL_OUTBOUND: &str = "virtualOutbound";
 /// Inbound capture port (istio-iptables `-z`).
 pub const INBOUND_PORT: u32 = 15006;
 
-use super::envoy::{ads, any, http_connection_manager, http_filter, router, socket, tcp_proxy};
+use super::envoy::{ads, any, http_connection_manager, http_filter, router, socket, tcp_proxy_logged};
 use super::route::{Flavor, RouteTable, ServiceRoutes};
 
 /// What one service port contributes to the outbound listeners.
@@ -64,8 +64,8 @@ fn role(svc: &Service, port: &Port) -> Role {
 pub fn translate(model: &Model, t: &mut super::Translation) {
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
-    let stats = super::telemetry::mesh_metrics(model).client;
-    let virtual_outbound = virtual_outbound(model.mesh.outbound, stats.as_ref());
+    let side = telemetry::outbound(model);
+    let virtual_outbound = virtual_outbound(model.mesh.outbound, &side);
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
@@ -80,7 +80,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
                 }
                 Role::Tcp => {
                     for vip in &svc.vips {
-                        let l = tcp_listener(svc, vip, port.port, stats.as_ref());
+                        let l = tcp_listener(svc, vip, port.port, &side);
                         t.resources.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
                     }
                 }
@@ -115,8 +115,8 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
             // One listener per port: HTTP wins, as in istiod's conflict rules.
             tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
         }
-        let stats = super::telemetry::mesh_metrics(model).client;
-        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, stats.as_ref()).encode_to_vec()));
+        let side = telemetry::outbound(model);
+        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, &side).encode_to_vec()));
         let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
         t.resources.insert((Kind::Route, table.clone()), rt.digest());
         routes.insert(table, rt);
@@ -127,9 +127,8 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
     match sni.is_empty() {
         true => t.resources.remove(&(Kind::Listener, name)),
         false => {
-            let stats = super::telemetry::mesh_metrics(model).client;
-            t.resources
-                .insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, stats.as_ref()).encode_to_vec()))
+            let side = telemetry::outbound(model);
+            t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, &side).encode_to_vec()))
         }
     };
 }
@@ -141,7 +140,7 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
 /// hosts' virtual hosts replaced; the other ports are rebuilt from the
 /// services that have them.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
-    let stats = super::telemetry::mesh_metrics(new).client;
+    let side = telemetry::outbound(new);
     let mut tcp: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
@@ -165,9 +164,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             .find(|s| s.vips.contains(&vip) && s.ports.iter().any(|p| p.port == port && role(s, p) == Role::Tcp));
         let key = (Kind::Listener, Arc::<str>::from(format!("{vip}_{port}")));
         match maker {
-            Some(svc) => {
-                t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, stats.as_ref()).encode_to_vec()))
-            }
+            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, &side).encode_to_vec())),
             None => t.resources.remove(&key),
         };
     }
@@ -208,7 +205,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
 /// sidecar's outbound HTTP (listener_builder.go): metadata exchange, gRPC
 /// stats, the ALPN override, fault, CORS, the stats filter where a metrics
 /// provider applies, the router.
-fn http_listener(port: u16, stats: Option<&PluginConfig>) -> Listener {
+fn http_listener(port: u16, side: &Side) -> Listener {
     let mut http_filters = vec![
         telemetry::mx_http(false),
         telemetry::grpc_stats(),
@@ -219,7 +216,7 @@ fn http_listener(port: u16, stats: Option<&PluginConfig>) -> Listener {
             &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
         ),
     ];
-    http_filters.extend(stats.map(telemetry::stats_http));
+    http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
     http_filters.push(router());
     let manager = hcm::HttpConnectionManager {
         stat_prefix: format!("outbound_0.0.0.0_{port}"),
@@ -228,6 +225,7 @@ fn http_listener(port: u16, stats: Option<&PluginConfig>) -> Listener {
             route_config_name: port.to_string(),
         })),
         http_filters,
+        access_log: side.log.iter().cloned().collect(),
         use_remote_address: Some(false),
         normalize_path: Some(true),
         ..Default::default()
@@ -245,21 +243,21 @@ fn http_listener(port: u16, stats: Option<&PluginConfig>) -> Listener {
 /// An outbound TCP chain's filters: the stats filter where a metrics
 /// provider applies, then the tcp_proxy (networkfilter.go; outbound
 /// metadata exchange is on the cluster).
-fn outbound_tcp(stats: Option<&PluginConfig>, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
-    let mut filters: Vec<Filter> = stats.map(telemetry::stats_network).into_iter().collect();
-    filters.push(tcp_proxy(stat_prefix, cluster));
+fn outbound_tcp(side: &Side, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    let mut filters: Vec<Filter> = side.stats.as_ref().map(telemetry::stats_network).into_iter().collect();
+    filters.push(tcp_proxy_logged(stat_prefix, cluster, side.log.as_ref()));
     filters
 }
 
 /// `<vip>_<port>`: tcp_proxy to the service's cluster.
-fn tcp_listener(svc: &Service, vip: &str, port: u16, stats: Option<&PluginConfig>) -> Listener {
+fn tcp_listener(svc: &Service, vip: &str, port: u16, side: &Side) -> Listener {
     let cluster = format!("outbound|{port}||{}", svc.hostname);
     Listener {
         name: format!("{vip}_{port}"),
         address: socket(vip, u32::from(port)),
         bind_to_port: Some(false),
         traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain { filters: outbound_tcp(stats, &cluster, &cluster), ..Default::default() }],
+        filter_chains: vec![FilterChain { filters: outbound_tcp(side, &cluster, &cluster), ..Default::default() }],
         ..Default::default()
     }
 }
@@ -268,7 +266,7 @@ fn tcp_listener(svc: &Service, vip: &str, port: u16, stats: Option<&PluginConfig
 /// connection: `use_original_dst` hands it to the listener of its original
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
-pub fn virtual_outbound(policy: OutboundPolicy, stats: Option<&PluginConfig>) -> Listener {
+pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
     let catchall = match policy {
         OutboundPolicy::AllowAny => "PassthroughCluster",
         OutboundPolicy::RegistryOnly => "BlackHoleCluster",
@@ -277,10 +275,15 @@ pub fn virtual_outbound(policy: OutboundPolicy, stats: Option<&PluginConfig>) ->
         name: VIRTUAL_OUTBOUND.into(),
         address: socket("0.0.0.0", OUTBOUND_PORT),
         use_original_dst: Some(true),
+        access_log: side.log.iter().map(telemetry::listener_access_log).collect(),
         traffic_direction: core::TrafficDirection::Outbound as i32,
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            filters: outbound_tcp(stats, catchall, catchall),
+            // istiod logs passed-through connections, not dropped ones.
+            filters: match policy {
+                OutboundPolicy::AllowAny => outbound_tcp(side, catchall, catchall),
+                OutboundPolicy::RegistryOnly => outbound_tcp(&Side { log: None, ..side.clone() }, catchall, catchall),
+            },
             ..Default::default()
         }],
         ..Default::default()
@@ -290,7 +293,7 @@ pub fn virtual_outbound(policy: OutboundPolicy, stats: Option<&PluginConfig>) ->
 /// `0.0.0.0_<port>` for TLS hosts without addresses: the tls_inspector reads
 /// the client's server name and a filter chain per host forwards to its
 /// cluster (`*.example.com` hosts match as Envoy matches wildcard names).
-fn sni_listener(port: u16, hosts: &[Arc<str>], stats: Option<&PluginConfig>) -> Listener {
+fn sni_listener(port: u16, hosts: &[Arc<str>], side: &Side) -> Listener {
     use istiod_proto::envoy::config::listener::v3::{FilterChainMatch, ListenerFilter, listener_filter};
     use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
     Listener {
@@ -313,7 +316,7 @@ fn sni_listener(port: u16, hosts: &[Arc<str>], stats: Option<&PluginConfig>) -> 
                         server_names: vec![h.to_string()],
                         ..Default::default()
                     }),
-                    filters: outbound_tcp(stats, &cluster, &cluster),
+                    filters: outbound_tcp(side, &cluster, &cluster),
                     ..Default::default()
                 }
             })

@@ -468,6 +468,175 @@ pub fn metrics(model: &Model, namespace: &str, labels: Option<&[(Arc<str>, Arc<s
     Metrics { client: merge(&t, &model.mesh, "CLIENT", false), server: merge(&t, &model.mesh, "SERVER", true) }
 }
 
+/// istiod's `EnvoyTextLogFormat`, the access log's default text format
+/// (pilot/pkg/model/telemetry_logging.go).
+pub const TEXT_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" \
+     %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% \
+     \"%UPSTREAM_TRANSPORT_FAILURE_REASON%\" %BYTES_RECEIVED% %BYTES_SENT% %DURATION% \
+     %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% \"%REQ(X-FORWARDED-FOR)%\" \"%REQ(USER-AGENT)%\" \
+     \"%REQ(X-REQUEST-ID)%\" \"%REQ(:AUTHORITY)%\" \"%UPSTREAM_HOST%\" %UPSTREAM_CLUSTER_RAW% \
+     %UPSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS% \
+     %REQUESTED_SERVER_NAME% %ROUTE_NAME%\n";
+
+/// istiod's `EnvoyJSONLogFormatIstio`: the JSON log's default fields.
+const JSON_FORMAT: [(&str, &str); 24] = [
+    ("start_time", "%START_TIME%"),
+    ("route_name", "%ROUTE_NAME%"),
+    ("method", "%REQ(:METHOD)%"),
+    ("path", "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"),
+    ("protocol", "%PROTOCOL%"),
+    ("response_code", "%RESPONSE_CODE%"),
+    ("response_flags", "%RESPONSE_FLAGS%"),
+    ("response_code_details", "%RESPONSE_CODE_DETAILS%"),
+    ("connection_termination_details", "%CONNECTION_TERMINATION_DETAILS%"),
+    ("bytes_received", "%BYTES_RECEIVED%"),
+    ("bytes_sent", "%BYTES_SENT%"),
+    ("duration", "%DURATION%"),
+    ("upstream_service_time", "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%"),
+    ("x_forwarded_for", "%REQ(X-FORWARDED-FOR)%"),
+    ("user_agent", "%REQ(USER-AGENT)%"),
+    ("request_id", "%REQ(X-REQUEST-ID)%"),
+    ("authority", "%REQ(:AUTHORITY)%"),
+    ("upstream_host", "%UPSTREAM_HOST%"),
+    ("upstream_cluster", "%UPSTREAM_CLUSTER_RAW%"),
+    ("upstream_local_address", "%UPSTREAM_LOCAL_ADDRESS%"),
+    ("downstream_local_address", "%DOWNSTREAM_LOCAL_ADDRESS%"),
+    ("downstream_remote_address", "%DOWNSTREAM_REMOTE_ADDRESS%"),
+    ("requested_server_name", "%REQUESTED_SERVER_NAME%"),
+    ("upstream_transport_failure_reason", "%UPSTREAM_TRANSPORT_FAILURE_REASON%"),
+];
+
+/// istiod's `FileAccessLogFromMeshConfig`: a file log at `path` in the mesh
+/// config's encoding and format (a text format gets its newline; a JSON
+/// format that does not parse is replaced by the default, as istiod does).
+pub fn file_access_log(
+    path: &str,
+    mesh: &crate::mesh::MeshSettings,
+) -> istiod_proto::envoy::config::accesslog::v3::AccessLog {
+    use istiod_proto::envoy::config::accesslog::v3::{AccessLog, access_log};
+    use istiod_proto::envoy::config::core::v3::{
+        DataSource, JsonFormatOptions, SubstitutionFormatString, data_source, substitution_format_string,
+    };
+    use istiod_proto::envoy::extensions::access_loggers::file::v3::{FileAccessLog, file_access_log};
+    let format = if mesh.access_log_json {
+        let fields = serde_json::from_str::<serde_json::Map<String, Value>>(&mesh.access_log_format)
+            .ok()
+            .filter(|_| !mesh.access_log_format.is_empty())
+            .unwrap_or_else(|| JSON_FORMAT.iter().map(|(k, v)| ((*k).to_owned(), Value::from(*v))).collect());
+        let Some(PKind::StructValue(st)) = pvalue(&Value::Object(fields)).kind else { unreachable!("an object") };
+        SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::JsonFormat(st)),
+            json_format_options: Some(JsonFormatOptions { sort_properties: false }),
+            ..Default::default()
+        }
+    } else {
+        let mut text =
+            if mesh.access_log_format.is_empty() { TEXT_FORMAT.to_owned() } else { mesh.access_log_format.clone() };
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::TextFormatSource(DataSource {
+                specifier: Some(data_source::Specifier::InlineString(text)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    };
+    let file = FileAccessLog {
+        path: path.to_owned(),
+        access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(format)),
+    };
+    AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(any(&file))),
+        ..Default::default()
+    }
+}
+
+/// The access log of a sidecar in `namespace` with `labels` (`None`: the
+/// mesh-wide one), istiod's `AccessLogging`/`mergeLogs` and its legacy
+/// path: the last Telemetry naming providers, else
+/// `defaultProviders.accessLogging`, else `accessLogFile`; `disabled`
+/// turns it off. Only file providers (`envoy`, `envoyFileAccessLog`) are
+/// built; others are left out.
+pub fn access_log(
+    model: &Model,
+    namespace: &str,
+    labels: Option<&[(Arc<str>, Arc<str>)]>,
+) -> Option<istiod_proto::envoy::config::accesslog::v3::AccessLog> {
+    let mesh = &model.mesh;
+    let mut providers: Option<Vec<String>> = None;
+    let mut disabled = false;
+    for t in applicable(model, namespace, labels) {
+        for l in t.get("accessLogging").and_then(Value::as_array).into_iter().flatten() {
+            let names: Vec<String> = l
+                .get("providers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.get("name")?.as_str().map(str::to_owned))
+                .collect();
+            if !names.is_empty() {
+                providers = Some(names);
+            }
+            if let Some(d) = l.get("disabled").and_then(Value::as_bool) {
+                disabled = d;
+            }
+        }
+    }
+    if disabled {
+        return None;
+    }
+    let providers = providers
+        .or_else(|| (!mesh.default_access_log_providers.is_empty()).then(|| mesh.default_access_log_providers.clone()));
+    let Some(providers) = providers else {
+        return (!mesh.access_log_file.is_empty()).then(|| file_access_log(&mesh.access_log_file, mesh));
+    };
+    providers.iter().find_map(|p| {
+        let (kind, settings) = mesh.extension_providers.get(p)?;
+        (kind == "envoyFileAccessLog").then(|| {
+            let path = settings.get("path").and_then(Value::as_str).filter(|p| !p.is_empty()).unwrap_or("/dev/stdout");
+            file_access_log(path, mesh)
+        })
+    })
+}
+
+/// A listener's own log (`virtualOutbound`, `virtualInbound`): only
+/// connections no chain took (response flag `NR`), as istiod sets it.
+pub fn listener_access_log(
+    log: &istiod_proto::envoy::config::accesslog::v3::AccessLog,
+) -> istiod_proto::envoy::config::accesslog::v3::AccessLog {
+    use istiod_proto::envoy::config::accesslog::v3::{AccessLogFilter, ResponseFlagFilter, access_log_filter};
+    let mut l = log.clone();
+    l.filter = Some(AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::ResponseFlagFilter(ResponseFlagFilter {
+            flags: vec!["NR".into()],
+        })),
+    });
+    l
+}
+
+/// The telemetry of one side of a sidecar: its stats filter and access log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Side {
+    /// The stats filter's config, where a Prometheus provider applies.
+    pub stats: Option<PluginConfig>,
+    /// The access log, where one is configured.
+    pub log: Option<istiod_proto::envoy::config::accesslog::v3::AccessLog>,
+}
+
+/// The outbound side every sidecar shares (outbound listeners are built
+/// once for all): the mesh-wide Telemetry and mesh config.
+pub fn outbound(model: &Model) -> Side {
+    Side { stats: mesh_metrics(model).client, log: access_log(model, &model.mesh.root_namespace, None) }
+}
+
+/// The inbound side of a workload.
+pub fn inbound(model: &Model, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> Side {
+    Side { stats: metrics(model, namespace, Some(labels)).server, log: access_log(model, namespace, Some(labels)) }
+}
+
 /// The mesh-wide stats (outbound listeners are shared by every sidecar).
 pub fn mesh_metrics(model: &Model) -> Metrics {
     metrics(model, &model.mesh.root_namespace, None)
@@ -520,6 +689,71 @@ mod tests {
             assert_eq!(m.encode_to_vec(), bytes, "{name}");
             assert!(!format!("{m:?}").contains("unknown"), "{name}: {m:?}");
         }
+    }
+
+    fn log_path_and_format(
+        l: &istiod_proto::envoy::config::accesslog::v3::AccessLog,
+    ) -> (String, istiod_proto::envoy::config::core::v3::SubstitutionFormatString) {
+        use istiod_proto::envoy::config::accesslog::v3::access_log;
+        use istiod_proto::envoy::extensions::access_loggers::file::v3::{FileAccessLog, file_access_log};
+        use istiod_proto::prost::Message as _;
+        assert_eq!(l.name, "envoy.access_loggers.file");
+        let Some(access_log::ConfigType::TypedConfig(a)) = &l.config_type else { panic!() };
+        let f = FileAccessLog::decode(a.value.as_slice()).unwrap();
+        let Some(file_access_log::AccessLogFormat::LogFormat(format)) = f.access_log_format else { panic!() };
+        (f.path, format)
+    }
+
+    /// pilot/pkg/model/telemetry_logging.go: the legacy accessLogFile, its
+    /// encodings and formats; a Telemetry naming the envoy provider; one
+    /// turning logging off.
+    #[test]
+    fn access_logs_follow_the_mesh_config_and_telemetry() {
+        use istiod_proto::envoy::config::core::v3::{data_source, substitution_format_string::Format};
+        assert!(access_log(&model("", ""), "shop", None).is_none(), "no accessLogFile: no log");
+        let m = model("accessLogFile: /dev/stdout\n", "");
+        let (path, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        assert_eq!(path, "/dev/stdout");
+        let Some(Format::TextFormatSource(src)) = format.format else { panic!() };
+        let Some(data_source::Specifier::InlineString(text)) = src.specifier else { panic!() };
+        // EnvoyTextLogFormat, verbatim.
+        assert_eq!(
+            text,
+            "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% \"%UPSTREAM_TRANSPORT_FAILURE_REASON%\" %BYTES_RECEIVED% %BYTES_SENT% %DURATION% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% \"%REQ(X-FORWARDED-FOR)%\" \"%REQ(USER-AGENT)%\" \"%REQ(X-REQUEST-ID)%\" \"%REQ(:AUTHORITY)%\" \"%UPSTREAM_HOST%\" %UPSTREAM_CLUSTER_RAW% %UPSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS% %REQUESTED_SERVER_NAME% %ROUTE_NAME%\n"
+        );
+        // A custom text format gets its newline.
+        let m = model("accessLogFile: /tmp/a.log\naccessLogFormat: '%START_TIME% %RESPONSE_CODE%'\n", "");
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        assert!(format!("{format:?}").contains("%START_TIME% %RESPONSE_CODE%\\n"), "{format:?}");
+        // JSON: istiod's fields, unsorted; a custom object replaces them.
+        let m = model("accessLogFile: /dev/stdout\naccessLogEncoding: JSON\n", "");
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let Some(Format::JsonFormat(st)) = &format.format else { panic!() };
+        assert_eq!(st.fields.len(), 24);
+        assert_eq!(
+            format.json_format_options,
+            Some(istiod_proto::envoy::config::core::v3::JsonFormatOptions { sort_properties: false })
+        );
+        let m = model(
+            "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: '{\"code\": \"%RESPONSE_CODE%\"}'\n",
+            "",
+        );
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let Some(Format::JsonFormat(st)) = &format.format else { panic!() };
+        assert_eq!(st.fields.keys().collect::<Vec<_>>(), ["code"]);
+        // The Telemetry API: the envoy provider logs to stdout; a
+        // workload's Telemetry turns it off for that workload only.
+        let yaml = format!(
+            "{T}metadata: {{name: mesh, namespace: istio-system}}\nspec:\n  accessLogging:\n  - providers: [{{name: envoy}}]\n---\n\
+             {T}metadata: {{name: quiet, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: quiet}}}}\n  accessLogging:\n  - disabled: true\n"
+        );
+        let m = model("", &yaml);
+        let (path, _) = log_path_and_format(&access_log(&m, "shop", Some(&labels(&[("app", "web")]))).unwrap());
+        assert_eq!(path, "/dev/stdout");
+        assert!(access_log(&m, "shop", Some(&labels(&[("app", "quiet")]))).is_none());
+        // A listener's own log keeps only connections no chain took.
+        let l = listener_access_log(&access_log(&m, "shop", None).unwrap());
+        assert!(format!("{:?}", l.filter).contains("\"NR\""), "{l:?}");
     }
 
     const PROMETHEUS: &str = "defaultProviders: {metrics: [prometheus]}\n";

@@ -108,6 +108,10 @@ pub struct Config {
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`: a gateway's virtual
     /// hosts with the same routes become one.
     pub route_collapse: bool,
+    /// `ENABLE_XDS_API_GENERATOR_AUTH` (true): types the server does not
+    /// serve are answered only to authenticated callers of the root
+    /// namespace (istiod's api generator).
+    pub xds_api_generator_auth: bool,
     /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
     /// Gateways get a Deployment, Service and ServiceAccount.
     pub gateway_deployment: bool,
@@ -699,6 +703,7 @@ impl Config {
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
+            xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
             gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),

@@ -98,6 +98,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     mesh.jwks_fetch = config.jwks_fetch;
     mesh.scope_gateway_to_namespace = config.scope_gateway_to_namespace;
     mesh.route_collapse = config.route_collapse;
+    mesh.xds_api_generator_auth = config.xds_api_generator_auth;
     let mesh = Arc::new(mesh);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.

@@ -18,7 +18,8 @@ use istiod_kubewatch::istio::IstioSpec;
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::node::Classified;
-use istiod_xds::ads::{Generator, Kind, Snapshot};
+use istiod_xds::ads::{Generator, Kind, Snapshot, UnknownType};
+use istiod_xds::grpc::Code;
 
 use crate::model::Model;
 
@@ -436,6 +437,35 @@ pub(crate) fn mix(parts: impl Hash) -> u64 {
 impl Generator for MeshGenerator {
     type Mesh = MeshInput;
     type Class = ProxyClass;
+
+    /// istiod's answer to a type it has no generator for
+    /// (pilot/pkg/xds/xdsgen.go `findGenerator`): proxyless gRPC's
+    /// generator sends nothing; `istio.io/debug/*` goes to the debug
+    /// generator (not served here yet: nothing); anything else goes to the
+    /// api generator (pilot/pkg/networking/apigen/apigen.go), which with
+    /// `ENABLE_XDS_API_GENERATOR_AUTH` refuses unauthenticated callers and
+    /// callers outside the root namespace, and answers the rest with the
+    /// config of that type: none here.
+    fn unknown_type(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, type_url: &str) -> UnknownType {
+        if is_grpc(class) || type_url.starts_with("istio.io/debug/") {
+            return UnknownType::Ignore;
+        }
+        let auth = snap.mesh.as_ref().is_none_or(|m| m.model.mesh.xds_api_generator_auth);
+        let root = snap.mesh.as_ref().map_or("istio-system", |m| m.model.mesh.root_namespace.as_str());
+        if auth && !class.verified {
+            UnknownType::Refuse(
+                Code::Unauthenticated,
+                "the api generator requires an authenticated control-plane identity".into(),
+            )
+        } else if auth && &*class.namespace != root {
+            UnknownType::Refuse(
+                Code::PermissionDenied,
+                "the api generator is restricted to the control-plane (root) namespace".into(),
+            )
+        } else {
+            UnknownType::Empty
+        }
+    }
 
     fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
         Proxy::classify(node, verified)

@@ -38,6 +38,8 @@ pub struct MeshSettings {
     pub scope_gateway_to_namespace: bool,
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
     pub route_collapse: bool,
+    /// `ENABLE_XDS_API_GENERATOR_AUTH`.
+    pub xds_api_generator_auth: bool,
     /// `tlsDefaults`: what gateways' SIMPLE and MUTUAL servers take unless
     /// the server says otherwise.
     pub tls_defaults: TlsDefaults,
@@ -135,6 +137,7 @@ impl Default for MeshSettings {
             jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
             scope_gateway_to_namespace: false,
             route_collapse: true,
+            xds_api_generator_auth: true,
             tls_defaults: TlsDefaults::default(),
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),

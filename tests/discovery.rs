@@ -98,7 +98,7 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
         .find_map(|l| l.strip_prefix("istiod_uptime_seconds ")?.parse().ok())
         .unwrap_or_else(|| panic!("no istiod_uptime_seconds in\n{metrics}"));
     assert!(uptime > 0.0);
-    assert!(text.contains("4 passed, 0 failed"), "{text}");
+    assert!(text.contains("5 passed, 0 failed"), "{text}");
     // pilot_xds by the proxies' Istio version (istiod's recordXDSClients)
     // is checked by the script while its proxies are connected.
     // istiod's push metrics (pilot/pkg/xds/monitoring.go): per type, with
@@ -347,4 +347,16 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
     wait_for("the service gone", || !get(http, "/debug/registryz").unwrap().1.contains("extra.bookinfo"));
     wait_for("third snapshot", || version() == 3);
     assert!(server.terminate().success());
+}
+
+/// istiod's api generator with ENABLE_XDS_API_GENERATOR_AUTH off: a type
+/// the server does not serve gets one empty answer, its ACK none, and the
+/// stream goes on (with the default, tests/py/ads_binary.py checks the
+/// refusal).
+#[test]
+fn an_unknown_type_is_answered_empty_when_api_auth_is_off() {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo"));
+    let server = support::Server::start(dir, &[], &[("ENABLE_XDS_API_GENERATOR_AUTH", "false")], None);
+    let out = python::run("unknown_type.py", &[server.grpc.to_string().as_ref()]);
+    assert!(out.status.success(), "{}", python::text(&out));
 }

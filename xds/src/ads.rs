@@ -32,7 +32,7 @@ use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
 use crate::h2::SendError;
 use crate::server::{Registry, ServiceFactory};
 use cache::Cache;
-pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot};
+pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot, UnknownType};
 use stream::{AdsStream, Ctx, Protocol, StreamError};
 
 /// Bounds on what a class needs: the per-core cache keys on it.
@@ -420,6 +420,48 @@ pub fn proxy_id_matches(proxy_id: &str, conn_id: &str, node_id: &str) -> bool {
 const PRUNE_AFTER_RETIRED: usize = 16;
 
 impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
+    /// Answers a request for a type this server does not serve, as the
+    /// generator says: nothing, an empty response to the type's first
+    /// request, or the end of the stream with a status.
+    fn unknown_type(
+        &mut self,
+        conn: &mut GrpcConnection,
+        stream: u32,
+        type_url: &str,
+        first: bool,
+    ) -> Result<(), Status> {
+        let Some(s) = self.streams.get(&(conn.info.id, stream)) else { return Ok(()) };
+        let Some(class) = s.class.clone() else { return Ok(()) };
+        let proxy = s.proxy.as_ref().map_or("?", |p| &*p.id).to_owned();
+        let protocol = s.protocol;
+        match self.generator.unknown_type(&self.snap, &class, type_url) {
+            UnknownType::Ignore => {
+                if first {
+                    tracing::warn!(target: "ads", proxy, type_url, "request for a type not served; ignored");
+                }
+                Ok(())
+            }
+            UnknownType::Refuse(code, message) => {
+                tracing::warn!(target: "ads", proxy, type_url, "{message}");
+                Err(Status::new(code, message))
+            }
+            UnknownType::Empty if !first => Ok(()),
+            UnknownType::Empty => {
+                tracing::warn!(target: "ads", proxy, type_url, "request for a type not served; answered with no resources");
+                self.nonce_seq += 1;
+                let nonce = format!("{}-{}-{}", self.core, conn.info.id, self.nonce_seq);
+                let version = self.snap.version.to_string();
+                let body = match protocol {
+                    Protocol::Sotw => wire::sotw_response(&version, type_url, &nonce, &[], &self.control_plane),
+                    Protocol::Delta => wire::delta_response(&version, type_url, &nonce, &[], &[], &self.control_plane),
+                };
+                // A full queue drops it: the client asks again on reconnect.
+                let _ = conn.send_admitted(stream, body);
+                Ok(())
+            }
+        }
+    }
+
     fn intern(classes: &mut HashMap<C, (Arc<C>, usize)>, c: C) -> Arc<C> {
         let e = classes.entry(c.clone()).or_insert_with(|| (Arc::new(c), 0));
         e.1 += 1;
@@ -771,6 +813,9 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             let _ = self.convergence.record(us.max(1));
         }
         self.nacks += acked.nacks;
+        if let Some((type_url, first)) = acked.unknown {
+            self.unknown_type(conn, stream, &type_url, first)?;
+        }
         if self.streams.get(&key).is_some_and(AdsStream::is_dirty) {
             self.flush_conn(conn);
         }

@@ -220,10 +220,28 @@ pub trait Generator: Send + Sync + 'static {
         self.wildcard_names(snap, class, kind)
     }
 
+    /// What to do when a proxy of `class` asks for `type_url`, a type this
+    /// server does not serve. Default: nothing (the request is logged).
+    fn unknown_type(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _type_url: &str) -> UnknownType {
+        UnknownType::Ignore
+    }
+
     /// The wildcard names that depend on the whole class. Default: none.
     fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _kind: Kind) -> Vec<Arc<str>> {
         Vec::new()
     }
+}
+
+/// The answer to a request for a type the server does not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnknownType {
+    /// None (logged).
+    Ignore,
+    /// A response without resources to the type's first request (later
+    /// requests, its ACKs, get none).
+    Empty,
+    /// The stream ends with this status.
+    Refuse(crate::grpc::Code, String),
 }
 
 /// Serves the [`SimpleModel`]'s resources as they are, to every class.

@@ -151,6 +151,10 @@ pub struct Acked {
     pub convergence_us: Vec<u64>,
     /// NACKs recorded.
     pub nacks: u64,
+    /// A type this server does not serve, with whether the request was the
+    /// type's first (no response nonce): the generator decides the answer
+    /// ([`super::Generator::unknown_type`]).
+    pub unknown: Option<(String, bool)>,
 }
 
 /// Classifies the node of a stream's first request and interns its class
@@ -206,6 +210,7 @@ impl<C: super::Class> AdsStream<C> {
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
+            acked.unknown = Some((req.type_url, req.response_nonce.is_empty()));
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
@@ -275,6 +280,7 @@ impl<C: super::Class> AdsStream<C> {
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
+            acked.unknown = Some((req.type_url, req.response_nonce.is_empty()));
             return Ok(acked);
         };
         let slot = &mut self.watches[kind as usize];

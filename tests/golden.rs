@@ -191,3 +191,57 @@ fn run_golden(resources: &[((Kind, String), bytes::Bytes)], golden: &Path) -> St
     assert!(text.contains(" 0 failed"), "{text}");
     text
 }
+
+/// The debug endpoints istioctl and operators read, from the bundled mesh
+/// with one sidecar synced: `/debug/syncz`, `/debug/adsz` and
+/// `/debug/configz` with istiod's field names (the Go structs are cited in
+/// tests/py/debug_golden.py), compared with `tests/golden/debug/*.json`
+/// after what changes from run to run (nonces, times, the client's
+/// address) is replaced by placeholders.
+#[test]
+fn debug_endpoints_match_the_golden_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (grpc, http) = (free_port(), free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", root.join("examples/bookinfo").to_str().unwrap()])
+        .args(["--grpcAddr", &format!("127.0.0.1:{grpc}"), "--httpAddr", &format!("127.0.0.1:{http}")])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err()
+        || ureq_ready(http).is_none_or(|ready| !ready)
+    {
+        assert!(std::time::Instant::now() < deadline, "server never became ready");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut cmd = std::process::Command::new(python::python());
+    cmd.arg(root.join("tests/py/debug_golden.py"))
+        .arg(format!("127.0.0.1:{grpc}"))
+        .arg(format!("127.0.0.1:{http}"))
+        .arg(root.join("tests/golden/debug"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        cmd.arg("--update");
+    }
+    let out = cmd.output().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = python::text(&out);
+    assert!(out.status.success() && text.contains("3 passed, 0 failed"), "{text}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Whether `/ready` says 200 (`None`: no answer yet).
+fn ureq_ready(port: u16) -> Option<bool> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.write_all(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf.starts_with("HTTP/1.1 200"))
+}

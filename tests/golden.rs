@@ -211,9 +211,7 @@ fn debug_endpoints_match_the_golden_files() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err()
-        || ureq_ready(http).is_none_or(|ready| !ready)
-    {
+    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() || ureq_ready(http).is_none_or(|ready| !ready) {
         assert!(std::time::Instant::now() < deadline, "server never became ready");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

@@ -17,7 +17,7 @@ fn free_port(ip: &str) -> SocketAddr {
 
 fn ready(addr: SocketAddr) -> bool {
     let Ok(mut s) = TcpStream::connect(addr) else { return false };
-    let _ = write!(s, "GET /ready HTTP/1.1\r\nHost: x\r\n\r\n");
+    let _ = write!(s, "GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out.starts_with("HTTP/1.1 200")

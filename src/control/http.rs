@@ -1,15 +1,18 @@
-//! A deliberately small HTTP/1.1 server for the debug (`--httpAddr`) and
-//! monitoring (`--monitoringAddr`) ports: GET only, one request per
-//! connection, bounded request size and time. These ports serve operators
-//! and Prometheus, not proxies.
+//! The control thread's HTTP server for the debug (`--httpAddr`) and
+//! monitoring (`--monitoringAddr`) ports, on hyper: HTTP/1.1 with
+//! keep-alive (Prometheus scrapes reuse their connection) and h2 (prior
+//! knowledge), GET and HEAD, gzip when the client accepts it, bounded
+//! connections, header size and time, and large answers in flight. These
+//! ports serve operators and Prometheus, not proxies.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use bytes::Bytes;
+use http_body_util::Full;
+use tokio::net::TcpListener;
 
 /// A response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,11 +60,15 @@ impl Request {
 /// Handles a request.
 pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>>;
 
-const MAX_REQUEST: usize = 16 * 1024;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// A response must be written within this, or the connection is dropped
-/// (a client that never reads holds no body for long).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request headers must arrive within this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed after this long, whatever it does (a client that
+/// never reads holds no body for long; keep-alive clients reconnect).
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+/// Requests of one h2 connection at once.
+const MAX_STREAMS: u32 = 16;
+/// Request header bytes at most (HTTP/1.1; h2's header list the same).
+const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// Connections served at once; past it new ones are closed on accept.
 pub const MAX_CONNECTIONS: usize = 256;
 /// Responses above [`LARGE_BODY`] being written at once; past it a large
@@ -70,6 +77,9 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub const MAX_LARGE_WRITES: usize = 8;
 /// What counts as a large body.
 pub const LARGE_BODY: usize = 256 * 1024;
+/// Bodies above this are gzipped for clients that accept it (Prometheus
+/// does: `Accept-Encoding: gzip`).
+const GZIP_ABOVE: usize = 1024;
 /// Pause after a failed accept (EMFILE: out of file descriptors), instead
 /// of retrying at once in a loop that would starve the control thread.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -89,6 +99,16 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
+    }
+}
+
+/// hyper's executor for a connection's h2 streams: tasks on this thread.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, fut: F) {
+        tokio::task::spawn_local(fut);
     }
 }
 
@@ -113,80 +133,118 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
             drop(stream); // over the limit: closed at once
             continue;
         };
+        let _ = stream.set_nodelay(true);
         let (handler, large) = (handler.clone(), large.clone());
         tokio::task::spawn_local(async move {
-            let _ = handle(stream, handler, &large).await;
-            drop(slot);
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |req| {
+                let (handler, large) = (handler.clone(), large.clone());
+                async move { Ok::<_, std::convert::Infallible>(respond(req, &handler, &large).await) }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEADER_BYTES.max(8192));
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(MAX_STREAMS)
+                .max_header_list_size(MAX_HEADER_BYTES as u32);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            if tokio::time::timeout(MAX_CONNECTION_AGE, conn.as_mut()).await.is_err() {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
+            }
         });
     }
 }
 
-async fn handle(mut stream: TcpStream, handler: Handler, large: &Rc<std::cell::Cell<usize>>) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let head_end = loop {
-        let mut chunk = [0u8; 1024];
-        let n = match tokio::time::timeout(READ_TIMEOUT, stream.read(&mut chunk)).await {
-            Ok(r) => r?,
-            Err(_) => return Ok(()),
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p;
-        }
-        if buf.len() > MAX_REQUEST {
-            return write(&mut stream, &Response::text(431, "request header too large\n")).await;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]);
-    let line = head.lines().next().unwrap_or_default();
-    let mut parts = line.split(' ');
-    let (method, target) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-    let resp = if method != "GET" && method != "HEAD" {
-        Response::text(405, "only GET is supported\n")
+/// Answers one request: GET or HEAD, gzipped when asked and worth it.
+async fn respond(
+    req: hyper::Request<hyper::body::Incoming>,
+    handler: &Handler,
+    large: &Rc<std::cell::Cell<usize>>,
+) -> hyper::Response<Body> {
+    let method = req.method().clone();
+    let gzip = req
+        .headers()
+        .get_all(http::header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
+    let resp = if method != http::Method::GET && method != http::Method::HEAD {
+        Response::text(405, "only GET and HEAD are supported\n")
     } else {
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         handler(parse_target(target)).await
     };
-    let _large_slot = if resp.body.len() > LARGE_BODY {
+    // Large answers held at once are bounded (slow readers).
+    let slot = if resp.body.len() > LARGE_BODY {
         match Slot::take(large, MAX_LARGE_WRITES) {
             Some(s) => Some(s),
             None => {
                 drop(resp);
-                let busy = Response::text(503, "too many large debug responses in flight; retry\n");
-                return write(&mut stream, &busy).await;
+                return build(Response::text(503, "too many large debug responses in flight; retry\n"), false, None);
             }
         }
     } else {
         None
     };
-    write(&mut stream, &resp).await
+    let gzip = gzip && resp.body.len() > GZIP_ABOVE;
+    let mut out = build(resp, gzip, slot);
+    if method != http::Method::GET && method != http::Method::HEAD {
+        out.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+    }
+    out
 }
 
-async fn write(stream: &mut TcpStream, r: &Response) -> std::io::Result<()> {
-    let reason = match r.status {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        503 => "Service Unavailable",
-        _ => "Status",
+/// A response body that holds its large-answer slot until hyper has
+/// written it (or the connection ended).
+pub struct Body {
+    inner: Full<Bytes>,
+    _slot: Option<Slot>,
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn build(r: Response, gzip: bool, slot: Option<Slot>) -> hyper::Response<Body> {
+    let body = if gzip {
+        use std::io::Write as _;
+        let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(r.body.len() / 4), flate2::Compression::fast());
+        let _ = e.write_all(r.body.as_bytes());
+        Bytes::from(e.finish().unwrap_or_default())
+    } else {
+        Bytes::from(r.body)
     };
-    let head = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        r.status,
-        r.content_type,
-        r.body.len()
-    );
-    let io = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(r.body.as_bytes()).await?;
-        stream.shutdown().await
-    };
-    tokio::time::timeout(WRITE_TIMEOUT, io)
-        .await
-        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "debug response not read in time")))
+    let mut out = hyper::Response::new(Body { inner: Full::new(body), _slot: slot });
+    *out.status_mut() = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    out.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(r.content_type));
+    if gzip {
+        out.headers_mut().insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+    }
+    out.headers_mut().insert(http::header::VARY, http::HeaderValue::from_static("Accept-Encoding"));
+    out
 }
 
 /// Splits `/path?a=b&c=d`, percent-decoding the parameters.
@@ -225,6 +283,71 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One HTTP/1.1 response off `s`: status, headers (lower-case names),
+    /// body (none for HEAD).
+    async fn read_response(s: &mut tokio::net::TcpStream, head: bool) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let mut buf = Vec::new();
+        let end = loop {
+            let mut b = [0u8; 1];
+            assert_eq!(s.read(&mut b).await.unwrap(), 1, "connection closed: {}", String::from_utf8_lossy(&buf));
+            buf.push(b[0]);
+            if buf.ends_with(b"\r\n\r\n") {
+                break buf.len();
+            }
+        };
+        let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let mut lines = text.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers: Vec<(String, String)> =
+            lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
+        let len: usize = headers.iter().find(|(k, _)| k == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+        let mut body = vec![0; if head { 0 } else { len }];
+        s.read_exact(&mut body).await.unwrap();
+        (status, headers, body)
+    }
+
+    fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// What the hand-written server could not do: several requests on one
+    /// connection, HEAD, gzip for clients that accept it, a clear 405.
+    #[test]
+    fn keep_alive_head_gzip_and_other_methods() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let handler: Handler = Rc::new(|r: Request| {
+                Box::pin(async move {
+                    Response::text(200, if r.path == "/big" { "metric 1\n".repeat(1000) } else { "small\n".into() })
+                })
+            });
+            tokio::task::spawn_local(serve(l, handler));
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let (status, _, body) = read_response(&mut s, false).await;
+            assert_eq!((status, body.as_slice()), (200, &b"small\n"[..]));
+            // The same connection again: HEAD says the length, sends no body.
+            s.write_all(b"HEAD /big HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            let (status, h, _) = read_response(&mut s, true).await;
+            assert_eq!((status, header(&h, "content-length")), (200, Some("9000")));
+            // gzip when accepted, and it decodes to the answer.
+            s.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\nAccept-Encoding: deflate, gzip;q=1.0\r\n\r\n").await.unwrap();
+            let (status, h, body) = read_response(&mut s, false).await;
+            assert_eq!((status, header(&h, "content-encoding")), (200, Some("gzip")));
+            assert!(body.len() < 1000, "{} bytes", body.len());
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(body.as_slice()), &mut text).unwrap();
+            assert_eq!(text, "metric 1\n".repeat(1000));
+            // Other methods: 405 naming the allowed ones.
+            s.write_all(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+            let (status, h, _) = read_response(&mut s, false).await;
+            assert_eq!((status, header(&h, "allow")), (405, Some("GET, HEAD")));
+        });
+    }
 
     #[test]
     fn targets_and_percent_decoding() {

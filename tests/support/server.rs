@@ -33,7 +33,7 @@ pub(crate) fn free_port() -> SocketAddr {
 pub(crate) fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let status = out.split(' ').nth(1)?.parse().ok()?;

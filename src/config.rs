@@ -461,6 +461,33 @@ fn opt_path(s: &str) -> Option<PathBuf> {
 }
 
 impl Config {
+    /// The effective configuration in one line: what an operator checks
+    /// first (the source, the listeners, cores, identity), not every knob.
+    pub fn summary(&self) -> String {
+        let source = match &self.source {
+            Source::ConfigDir(d) => format!("configDir={}", d.display()),
+            Source::Kubernetes { kubeconfig: Some(k) } => format!("kubeconfig={}", k.display()),
+            Source::Kubernetes { kubeconfig: None } => "kubernetes=in-cluster".into(),
+        };
+        let addr = |a: &Option<ListenAddr>| a.as_ref().map_or_else(|| "off".to_owned(), ToString::to_string);
+        format!(
+            "configuration: {source} grpc={} secureGRPC={} http={} https={} monitoring={} cores={} cluster={} \
+             domain={} namespace={} revision={} meshConfig={} logLevel={}",
+            addr(&self.listen.grpc),
+            addr(&self.listen.secure_grpc),
+            addr(&self.listen.http),
+            addr(&self.listen.https),
+            addr(&self.listen.monitoring),
+            self.cores.map_or_else(|| "all".to_owned(), |c| c.to_string()),
+            self.cluster_id,
+            self.domain,
+            self.identity.namespace,
+            if self.identity.revision.is_empty() { "default" } else { &self.identity.revision },
+            self.mesh_config.display(),
+            format!("{:?}", self.log.default).to_lowercase(),
+        )
+    }
+
     /// The settings given that istiod-rs accepts, as istiod does, but does
     /// not act on yet: one line each, for the log at start (istiod logs the
     /// settings it deprecates the same way). Defaults are not listed, but

@@ -37,17 +37,22 @@ fn discovery(args: &DiscoveryArgs) -> ExitCode {
         let _ = writeln!(std::io::stderr(), "pilot-discovery: {e}");
         return ExitCode::from(2);
     }
-    tracing::info!(?config, "configuration");
+    tracing::info!("{}", config.summary());
     if let Source::ConfigDir(dir) = &config.source
         && !dir.is_dir()
     {
         tracing::error!(dir = %dir.display(), "--configDir is not a directory");
         return ExitCode::from(2);
     }
+    let log_to_file = config.log.targets.first().is_some_and(|t| t != "stdout" && t != "stderr");
     match istiod::discovery::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
+            // Printed once: on stderr, and in the log only when it is a
+            // file (a terminal would show it twice).
+            if log_to_file {
+                tracing::error!("{e}");
+            }
             let _ = writeln!(std::io::stderr(), "pilot-discovery: {e}");
             ExitCode::FAILURE
         }

@@ -472,7 +472,14 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// last stream does, and every few such classes the cache forgets what
     /// it held for them.
     fn remove_stream(&mut self, id: u64, sid: u32) {
-        if let Some(class) = self.streams.remove(&(id, sid)).and_then(|s| s.class) {
+        let removed = self.streams.remove(&(id, sid));
+        if let Some(p) = removed.as_ref().and_then(|s| s.proxy.as_ref()) {
+            // istiod's line when a stream ends (ads.go: "ADS: %q %s terminated").
+            let conn = connection_id(&p.name, id, sid, self.core);
+            let address = removed.as_ref().and_then(|s| s.address).map(|a| a.to_string()).unwrap_or_default();
+            tracing::info!(target: "ads", "ADS: \"{address}\" {conn} terminated");
+        }
+        if let Some(class) = removed.and_then(|s| s.class) {
             let gone = self.classes.get_mut(&*class).is_some_and(|e| {
                 e.1 -= 1;
                 e.1 == 0
@@ -780,6 +787,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
         let key = (conn.info.id, stream);
         let now = Instant::now();
         let Some(s) = self.streams.get_mut(&key) else { return Ok(()) };
+        let known = s.proxy.is_some();
         let classes = &mut self.classes;
         let generator = &*self.generator;
         let limit = self.max_node_bytes;
@@ -798,6 +806,12 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
                 .and_then(|r| s.on_delta(r, &mut intern, now)),
         };
         let acked = result.map_err(|StreamError::InvalidArgument(m)| Status::new(Code::InvalidArgument, m))?;
+        if let Some(p) = s.proxy.as_ref().filter(|_| !known) {
+            // istiod's line when a stream's proxy is known (ads.go
+            // initConnection: "new connection for node:<connection id>").
+            let conn = connection_id(&p.name, key.0, key.1, self.core);
+            tracing::info!(target: "ads", "new connection for node:{conn}");
+        }
         let names = s.subscribed();
         if names > self.max_names {
             return Err(Status::new(

@@ -52,6 +52,21 @@ fn version_json() {
     assert!(o.status.success());
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains(&format!("\"version\": \"{}\"", env!("CARGO_PKG_VERSION"))), "{out}");
+    // Stamped by build.rs from the checkout, as istiod's build stamps
+    // pkg/version: the commit, and Clean or Modified.
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if let Some(head) = head.filter(|_| std::env::var_os("ISTIOD_GIT_REVISION").is_none()) {
+        assert_eq!(v["clientVersion"]["revision"], head.as_str(), "{out}");
+        let status = v["clientVersion"]["status"].as_str().unwrap();
+        assert!(status == "Clean" || status == "Modified", "{out}");
+    }
     let o = run(&["version", "--short"], &[]);
     assert_eq!(String::from_utf8(o.stdout).unwrap(), format!("client version: {}\n", env!("CARGO_PKG_VERSION")));
     let o = run(&["version", "-o", "xml"], &[]);

@@ -35,6 +35,7 @@ fn main() {
     set("ISTIOD_GIT_TAG", git(&["describe", "--tags", "--exact-match"]));
     set(
         "ISTIOD_BUILD_STATUS",
-        git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| if s.is_empty() { "Clean" } else { "Modified" }.into()),
+        git(&["status", "--porcelain", "--untracked-files=no"])
+            .map(|s| if s.is_empty() { "Clean" } else { "Modified" }.into()),
     );
 }

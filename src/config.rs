@@ -108,6 +108,9 @@ pub struct Config {
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`: a gateway's virtual
     /// hosts with the same routes become one.
     pub route_collapse: bool,
+    /// `ENABLE_DEBUG_ON_HTTP` (true): the debug handlers are served on the
+    /// monitoring port too (loopback callers only), as istiod serves them.
+    pub debug_on_http: bool,
     /// `ENABLE_XDS_API_GENERATOR_AUTH` (true): types the server does not
     /// serve are answered only to authenticated callers of the root
     /// namespace (istiod's api generator).
@@ -731,6 +734,7 @@ impl Config {
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
             xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
+            debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
             gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),

@@ -289,9 +289,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some(l) = monitoring_listener {
             let l = tokio_listener(l)?;
             let (publisher, ca, hooks) = (publisher.clone(), ca_signing.clone(), webhooks.clone());
+            let (ready, state, debug_on) = (ready.clone(), state.clone(), config.debug_on_http);
             let handler: http::Handler = Rc::new(move |req| {
                 let (publisher, ca, hooks) = (publisher.clone(), ca.clone(), hooks.clone());
-                Box::pin(async move { monitoring(req, &publisher, ca.as_deref(), &hooks).await })
+                let (ready, state) = (ready.clone(), state.clone());
+                Box::pin(async move {
+                    let dbg = debug_on.then_some((&publisher, &*ready, &state));
+                    monitoring(req, &publisher, ca.as_deref(), &hooks, dbg).await
+                })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }

@@ -167,6 +167,10 @@ fn debug_endpoints() {
         assert!(o["spec"].is_object() && o.get("status").is_none(), "{o}");
     }
     assert!(get(server.http, "/debug/adsz").unwrap().1.contains("\"totalClients\": 0"));
+    // istiod serves its debug handlers on the monitoring port too
+    // (ENABLE_DEBUG_ON_HTTP), to callers on loopback.
+    let (code, body) = get(server.monitoring, "/debug/syncz").unwrap();
+    assert_eq!((code, body.trim()), (200, "[]"));
     assert_eq!(get(server.http, "/debug/config_dump?proxyID=nobody").unwrap().0, 404);
     assert_eq!(get(server.http, "/debug/config_dump").unwrap().0, 400);
     assert_eq!(get(server.http, "/nope").unwrap().0, 404);
@@ -359,4 +363,31 @@ fn an_unknown_type_is_answered_empty_when_api_auth_is_off() {
     let server = support::Server::start(dir, &[], &[("ENABLE_XDS_API_GENERATOR_AUTH", "false")], None);
     let out = python::run("unknown_type.py", &[server.grpc.to_string().as_ref()]);
     assert!(out.status.success(), "{}", python::text(&out));
+}
+
+/// allowAuthenticatedOrLocalhost (pilot/pkg/xds/debug.go): the monitoring
+/// port's debug handlers refuse a caller that is not on loopback with 401
+/// (istiod-rs does not authenticate such callers yet); /metrics is for
+/// everyone. Needs a non-loopback address on this host; without one there
+/// is nothing to check.
+#[test]
+fn monitoring_debug_refuses_callers_not_on_loopback() {
+    let Some(ip) = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
+        .and_then(|s| s.local_addr())
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    else {
+        return;
+    };
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo"));
+    let port = free_port().port();
+    let server = support::Server::start(dir, &["--monitoringAddr", &format!("0.0.0.0:{port}")], &[], None);
+    let there = std::net::SocketAddr::new(ip, port);
+    assert_eq!(get(there, "/debug/syncz").map(|r| r.0), Some(401));
+    assert_eq!(get(there, "/metrics").map(|r| r.0), Some(200));
+    let here = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(here, "/debug/syncz").map(|r| r.0), Some(200));
+    drop(server);
 }

@@ -48,6 +48,8 @@ pub struct Request {
     pub path: String,
     /// Query parameters, in order.
     pub query: Vec<(String, String)>,
+    /// The caller's address (`None` in tests).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Request {
@@ -118,8 +120,8 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
     let large = Rc::new(std::cell::Cell::new(0));
     let mut failures = 0u64;
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
             Err(e) => {
                 failures += 1;
                 if failures.is_power_of_two() {
@@ -139,7 +141,7 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
             let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let (handler, large) = (handler.clone(), large.clone());
-                async move { Ok::<_, std::convert::Infallible>(respond(req, &handler, &large).await) }
+                async move { Ok::<_, std::convert::Infallible>(respond(req, peer, &handler, &large).await) }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
             builder
@@ -165,6 +167,7 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
 /// Answers one request: GET or HEAD, gzipped when asked and worth it.
 async fn respond(
     req: hyper::Request<hyper::body::Incoming>,
+    peer: std::net::SocketAddr,
     handler: &Handler,
     large: &Rc<std::cell::Cell<usize>>,
 ) -> hyper::Response<Body> {
@@ -179,7 +182,7 @@ async fn respond(
         Response::text(405, "only GET and HEAD are supported\n")
     } else {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        handler(parse_target(target)).await
+        handler(Request { peer: Some(peer), ..parse_target(target) }).await
     };
     // Large answers held at once are bounded (slow readers).
     let slot = if resp.body.len() > LARGE_BODY {
@@ -258,7 +261,7 @@ pub fn parse_target(target: &str) -> Request {
             (percent_decode(k), percent_decode(v))
         })
         .collect();
-    Request { path: path.to_owned(), query }
+    Request { path: path.to_owned(), query, peer: None }
 }
 
 fn percent_decode(s: &str) -> String {

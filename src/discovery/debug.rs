@@ -148,16 +148,34 @@ fn not_connected() -> Response {
     Response::text(404, "Proxy not connected to this Pilot instance. It may be connected to another instance.\n")
 }
 
+/// What the debug handlers read: the cores, readiness, the source state.
+pub(super) type DebugContext<'a> = (&'a Publisher<crate::generator::MeshInput>, &'a AtomicBool, &'a Rc<RefCell<State>>);
+
 pub(super) async fn monitoring(
     req: Request,
     publisher: &Publisher<crate::generator::MeshInput>,
     ca: Option<&crate::ca::CaServer>,
     webhooks: &crate::webhook::Webhooks,
+    debug_on_monitoring: Option<DebugContext<'_>>,
 ) -> Response {
     // istiod's monitoring mux: /metrics, and /version with its
     // `BuildInfo.String()`.
     if req.path == "/version" {
         return Response::text(200, crate::version::BUILD.short());
+    }
+    // The debug handlers (pilot/pkg/xds/debug.go AddDebugHandlers, with
+    // ENABLE_DEBUG_ON_HTTP), behind allowAuthenticatedOrLocalhost: a
+    // caller on loopback is served; any other gets istiod's 401 (istiod
+    // would authenticate it as an xDS client; istiod-rs does not yet).
+    if req.path == "/debug" || req.path.starts_with("/debug/") {
+        let Some((publisher_dbg, ready, state)) = debug_on_monitoring else {
+            return Response::text(404, "not found\n");
+        };
+        if !req.peer.is_some_and(|p| p.ip().is_loopback()) {
+            tracing::warn!(target: "default", peer = ?req.peer, path = %req.path, "debug endpoint: caller not on loopback; refused");
+            return Response::text(401, "");
+        }
+        return debug(req, publisher_dbg, ready, state).await;
     }
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");

@@ -291,6 +291,8 @@ def main():
         except grpc.RpcError as err:
             assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.code()
             return
+        finally:
+            s.close()
         raise AssertionError("accepted a stream without a node")
 
     def unknown_types():
@@ -309,6 +311,8 @@ def main():
         except grpc.RpcError as err:
             assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err.code()
             assert err.details() == "the api generator requires an authenticated control-plane identity", err.details()
+        finally:
+            s.close()
         meta = struct_pb2.Struct()
         meta.update({"NAMESPACE": "bookinfo", "GENERATOR": "grpc"})
         grpc_node = base_pb2.Node(id="sidecar~10.244.1.13~client-13.bookinfo~bookinfo.svc.cluster.local", metadata=meta)

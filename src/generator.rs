@@ -438,16 +438,22 @@ impl Generator for MeshGenerator {
     type Mesh = MeshInput;
     type Class = ProxyClass;
 
-    /// istiod's answer to a type it has no generator for
+    /// istiod's answer to a type this server has no generator for
     /// (pilot/pkg/xds/xdsgen.go `findGenerator`): proxyless gRPC's
     /// generator sends nothing; `istio.io/debug/*` goes to the debug
-    /// generator (not served here yet: nothing); anything else goes to the
+    /// generator (not served here yet: nothing). A config type
+    /// (`group/version/kind`, as `istioctl` and MCP clients ask) goes to the
     /// api generator (pilot/pkg/networking/apigen/apigen.go), which with
     /// `ENABLE_XDS_API_GENERATOR_AUTH` refuses unauthenticated callers and
     /// callers outside the root namespace, and answers the rest with the
-    /// config of that type: none here.
+    /// config of that type: none here. Protobuf types
+    /// (`type.googleapis.com/...`) istiod serves with generators of its own
+    /// (istio-agent's NDS and PCDS, health information, ECDS, on every
+    /// sidecar's stream): those are ignored, never refused, or every
+    /// sidecar with DNS capture would lose its stream.
     fn unknown_type(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, type_url: &str) -> UnknownType {
-        if is_grpc(class) || type_url.starts_with("istio.io/debug/") {
+        let config_type = !type_url.starts_with(istiod_proto::type_url::PREFIX) && type_url.split('/').count() == 3;
+        if is_grpc(class) || type_url.starts_with("istio.io/debug/") || !config_type {
             return UnknownType::Ignore;
         }
         let auth = snap.mesh.as_ref().is_none_or(|m| m.model.mesh.xds_api_generator_auth);

@@ -102,7 +102,7 @@ impl tracing::field::Visit for Fields {
         }
     }
     fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
-        // Milliseconds and ratios: three significant decimals at most.
+        // Milliseconds and ratios: three decimal places at most.
         let rounded = (value * 1000.0).round() / 1000.0;
         self.labels.push((field.name().to_owned(), serde_json::json!(rounded)));
     }
@@ -152,7 +152,8 @@ where
             }
             o.insert("msg".into(), fields.message.into());
             for (k, v) in fields.labels {
-                o.insert(k, v);
+                // A label never replaces a core key.
+                o.entry(k).or_insert(v);
             }
             return writeln!(writer, "{}", serde_json::Value::Object(o));
         }

@@ -82,6 +82,8 @@ pub const LARGE_BODY: usize = 256 * 1024;
 /// Bodies above this are gzipped for clients that accept it (Prometheus
 /// does: `Accept-Encoding: gzip`).
 const GZIP_ABOVE: usize = 1024;
+/// Bodies above this are sent as they are (see `respond`).
+const GZIP_BELOW: usize = 4 << 20;
 /// Pause after a failed accept (EMFILE: out of file descriptors), instead
 /// of retrying at once in a loop that would starve the control thread.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -196,7 +198,9 @@ async fn respond(
     } else {
         None
     };
-    let gzip = gzip && resp.body.len() > GZIP_ABOVE;
+    // Compressed on this thread, so not the multi-megabyte debug dumps
+    // (they would stall the control thread); /metrics and the rest are.
+    let gzip = gzip && resp.body.len() > GZIP_ABOVE && resp.body.len() <= GZIP_BELOW;
     let mut out = build(resp, gzip, slot);
     if method != http::Method::GET && method != http::Method::HEAD {
         out.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));

@@ -279,11 +279,8 @@ pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
         traffic_direction: core::TrafficDirection::Outbound as i32,
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            // istiod logs passed-through connections, not dropped ones.
-            filters: match policy {
-                OutboundPolicy::AllowAny => outbound_tcp(side, catchall, catchall),
-                OutboundPolicy::RegistryOnly => outbound_tcp(&Side { log: None, ..side.clone() }, catchall, catchall),
-            },
+            // Logged either way (listener_builder.go): blocked egress shows.
+            filters: outbound_tcp(side, catchall, catchall),
             ..Default::default()
         }],
         ..Default::default()

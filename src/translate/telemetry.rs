@@ -316,10 +316,13 @@ pub struct Metrics {
     pub server: Option<PluginConfig>,
 }
 
-/// A Telemetry's `selector.matchLabels` (`None`: namespace-wide).
+/// A Telemetry's `selector.matchLabels` (`None`: namespace-wide, as an
+/// empty selector is in istiod).
 fn selector(spec: &Value) -> Option<BTreeMap<String, String>> {
     let labels = spec.pointer("/selector/matchLabels")?.as_object()?;
-    Some(labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+    let labels: BTreeMap<String, String> =
+        labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect();
+    (!labels.is_empty()).then_some(labels)
 }
 
 fn has_target_refs(spec: &Value) -> bool {
@@ -354,8 +357,7 @@ pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Ar
     if let Some(labels) = labels {
         out.extend(of_ns(namespace).filter(|s| {
             selector(s).is_some_and(|sel| {
-                !sel.is_empty()
-                    && sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k && &**lv == v.as_str()))
+                sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k && &**lv == v.as_str()))
             })
         }));
     }

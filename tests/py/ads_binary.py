@@ -297,12 +297,20 @@ def main():
 
     def unknown_types():
         # A type the server has no generator for, as istiod answers it
-        # (pilot/pkg/xds/xdsgen.go findGenerator): a sidecar's request goes
-        # to the api generator, which refuses a caller that is not
-        # authenticated (plaintext here; apigen.go authorize,
-        # ENABLE_XDS_API_GENERATOR_AUTH); proxyless gRPC's generator sends
-        # nothing for it and the stream goes on.
-        ecds = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+        # (pilot/pkg/xds/xdsgen.go findGenerator). istio-agent's NDS (on
+        # every sidecar with DNS capture) is ignored and the stream goes
+        # on; a config type goes to the api generator, which refuses a
+        # caller that is not authenticated (plaintext here; apigen.go
+        # authorize, ENABLE_XDS_API_GENERATOR_AUTH); proxyless gRPC's
+        # generator sends nothing for it and the stream goes on.
+        nds = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+        s = Stream(stub.StreamAggregatedResources)
+        s.send(discovery_pb2.DiscoveryRequest(node=node(14), type_url=nds))
+        s.send(discovery_pb2.DiscoveryRequest(type_url=CDS))
+        r = s.recv()
+        assert r.type_url == CDS, r.type_url
+        s.close()
+        ecds = "networking.istio.io/v1alpha3/EnvoyFilter"
         s = Stream(stub.StreamAggregatedResources)
         s.send(discovery_pb2.DiscoveryRequest(node=node(12), type_url=ecds, resource_names=["x"]))
         try:

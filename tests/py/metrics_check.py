@@ -130,10 +130,18 @@ def main():
                 problems.append(f"{name}: sample {s.name}{s.labels} has labels {sorted(got)}, istiod's are {sorted(labels)}")
                 break
         if typ == "histogram":
-            inf = [s for s in f.samples if s.name.endswith("_bucket") and s.labels.get("le") == "+Inf"]
-            counts = [s for s in f.samples if s.name.endswith("_count")]
-            if not inf or [s.value for s in inf] != [s.value for s in counts]:
-                problems.append(f"{name}: +Inf buckets {inf} differ from counts {counts}")
+            # Per series: finite buckets cumulative and never above the
+            # count, which the +Inf bucket equals.
+            series = {}
+            for s in f.samples:
+                key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+                series.setdefault(key, []).append(s)
+            for key, samples in series.items():
+                buckets = [s.value for s in samples if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"]
+                count = [s.value for s in samples if s.name.endswith("_count")]
+                inf = [s.value for s in samples if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"]
+                if buckets != sorted(buckets) or not count or (buckets and buckets[-1] > count[0]) or inf != count:
+                    problems.append(f"{name}{dict(key)}: buckets {buckets}, +Inf {inf}, count {count}")
     # Names istiod has that we serve must have istiod's shape, required or not.
     for name, (typ, labels) in ISTIOD.items():
         f = families.get(family_name(name, typ))

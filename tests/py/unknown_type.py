@@ -14,7 +14,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
 
-ECDS = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+CONFIG = "networking.istio.io/v1alpha3/EnvoyFilter"  # a config type, for the api generator
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
 
@@ -25,10 +25,10 @@ def main():
     meta = struct_pb2.Struct()
     meta.update({"NAMESPACE": "bookinfo"})
     node = base_pb2.Node(id="sidecar~10.244.1.20~p-20.bookinfo~bookinfo.svc.cluster.local", metadata=meta)
-    q.put(discovery_pb2.DiscoveryRequest(node=node, type_url=ECDS, resource_names=["x"]))
+    q.put(discovery_pb2.DiscoveryRequest(node=node, type_url=CONFIG, resource_names=["x"]))
     r = next(responses)
-    assert r.type_url == ECDS and r.nonce and not r.resources, r
-    q.put(discovery_pb2.DiscoveryRequest(type_url=ECDS, resource_names=["x"], version_info=r.version_info, response_nonce=r.nonce))
+    assert r.type_url == CONFIG and r.nonce and not r.resources, r
+    q.put(discovery_pb2.DiscoveryRequest(type_url=CONFIG, resource_names=["x"], version_info=r.version_info, response_nonce=r.nonce))
     q.put(discovery_pb2.DiscoveryRequest(type_url=CDS))
     r = next(responses)
     assert r.type_url == CDS and r.resources, r.type_url

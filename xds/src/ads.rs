@@ -810,7 +810,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             // istiod's line when a stream's proxy is known (ads.go
             // initConnection: "new connection for node:<connection id>").
             let conn = connection_id(&p.name, key.0, key.1, self.core);
-            tracing::info!(target: "ads", "new connection for node:{conn}");
+            tracing::info!(target: "ads", "ADS: new connection for node:{conn}");
         }
         let names = s.subscribed();
         if names > self.max_names {

@@ -1,7 +1,7 @@
-//! Counters of the serving layer, shared by every core. They are touched
-//! only when something goes wrong (a protocol violation, a reset), so
-//! relaxed atomics cost nothing on the hot path. The monitoring endpoint
-//! collects them with [`collect`] into an [`Exposition`].
+//! Counters of the serving layer, shared by every core: relaxed atomics,
+//! the error counters touched only when something goes wrong, the push
+//! counters and histograms a handful of adds per response. The monitoring
+//! endpoint collects them with [`collect`] into an [`Exposition`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -423,7 +423,10 @@ impl Exposition {
     /// The text exposition (format 0.0.4).
     pub fn encode(&self) -> String {
         // Only empty or unnamed families fail to encode; neither is kept.
-        prometheus::TextEncoder::new().encode_to_string(&self.families).unwrap_or_default()
+        prometheus::TextEncoder::new().encode_to_string(&self.families).unwrap_or_else(|e| {
+            tracing::error!(target: "default", error = %e, "metrics exposition failed");
+            String::new()
+        })
     }
 }
 
@@ -475,9 +478,15 @@ pub fn count_reject(kind: usize, node: &str, code: i32) {
     if kind >= 4 {
         return;
     }
+    // A proxy ID names a pod (at most 253 bytes); a longer one from a
+    // hostile client is cut, so the series stay small.
+    let mut end = node.len().min(253);
+    while !node.is_char_boundary(end) {
+        end -= 1;
+    }
     let mut all = REJECT_SERIES.lock().unwrap_or_else(|e| e.into_inner());
     let series = &mut all[kind];
-    let key = (node.to_owned(), grpc_code_name(code));
+    let key = (node[..end].to_owned(), grpc_code_name(code));
     if let Some(n) = series.get_mut(&key) {
         *n += 1;
     } else if series.len() < MAX_REJECT_SERIES {

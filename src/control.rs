@@ -47,14 +47,6 @@ pub mod metrics {
     /// (`pilot_pushcontext_init_seconds`).
     pub static PUSHCONTEXT_INIT: Histogram = Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0]);
 
-    /// The last published model's counts.
-    pub static MESH: std::sync::Mutex<crate::model::MeshStats> = std::sync::Mutex::new(crate::model::MeshStats {
-        services: 0,
-        virtual_services: 0,
-        duplicate_subset_hosts: 0,
-        clusters_without_instances: 0,
-    });
-
     /// Updates received, by istiod's kind (`pilot_inbound_updates{type}`:
     /// `config`, `eds`, `svc`, `svcdelete`).
     pub static INBOUND_UPDATES: [std::sync::atomic::AtomicU64; 4] = [const { std::sync::atomic::AtomicU64::new(0) }; 4];
@@ -68,9 +60,8 @@ pub mod metrics {
         }
     }
 
-    /// Adds the control thread's series.
-    pub fn collect(out: &mut istiod_xds::metrics::Exposition) {
-        let m = *MESH.lock().unwrap_or_else(|e| e.into_inner());
+    /// Adds the push context's gauges for model counts `m`.
+    pub fn collect_mesh(m: &crate::model::MeshStats, out: &mut istiod_xds::metrics::Exposition) {
         for (name, help, v) in [
             ("pilot_services", "Total services known to pilot.", m.services),
             ("pilot_virt_services", "Total virtual services known to pilot.", m.virtual_services),
@@ -83,6 +74,10 @@ pub mod metrics {
         ] {
             out.gauge(name, help, [(vec![], v as f64)]);
         }
+    }
+
+    /// Adds the control thread's series.
+    pub fn collect(out: &mut istiod_xds::metrics::Exposition) {
         out.counter(
             "pilot_inbound_updates",
             "Total number of updates received by pilot.",

@@ -294,8 +294,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let (publisher, ca, hooks) = (publisher.clone(), ca.clone(), hooks.clone());
                 let (ready, state) = (ready.clone(), state.clone());
                 Box::pin(async move {
-                    let dbg = debug_on.then_some((&publisher, &*ready, &state));
-                    monitoring(req, &publisher, ca.as_deref(), &hooks, dbg).await
+                    monitoring(req, (&publisher, &*ready, &state), ca.as_deref(), &hooks, debug_on).await
                 })
             });
             tokio::task::spawn_local(http::serve(l, handler));

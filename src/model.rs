@@ -384,7 +384,6 @@ impl Model {
         self.routing_index = LazyIndex::default();
     }
 
-    /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].
     /// What istiod reports of a push context as gauges
     /// (`pilot/pkg/model/push_context.go`, `pilot/pkg/xds/ads.go`).
     pub fn stats(&self) -> MeshStats {
@@ -405,6 +404,7 @@ impl Model {
         }
     }
 
+    /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].
     pub fn destination_rules(&self) -> std::borrow::Cow<'_, destination_rules::DestinationRules> {
         match self.index() {
             Some(ix) => std::borrow::Cow::Borrowed(&ix.destination_rules),

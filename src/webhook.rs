@@ -286,7 +286,7 @@ fn admit_pod(
 /// hyper's executor for the h2 streams of a connection: tasks on this
 /// thread (the handlers hold `Rc`s).
 #[derive(Clone, Copy)]
-struct LocalExec;
+pub(crate) struct LocalExec;
 
 impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
     fn execute(&self, fut: F) {

@@ -106,16 +106,6 @@ impl Drop for Slot {
     }
 }
 
-/// hyper's executor for a connection's h2 streams: tasks on this thread.
-#[derive(Clone, Copy)]
-struct LocalExec;
-
-impl<F: Future + 'static> hyper::rt::Executor<F> for LocalExec {
-    fn execute(&self, fut: F) {
-        tokio::task::spawn_local(fut);
-    }
-}
-
 /// Serves `listener` forever on the current (local) runtime.
 pub async fn serve(listener: TcpListener, handler: Handler) {
     let conns = Rc::new(std::cell::Cell::new(0));
@@ -145,7 +135,7 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
                 let (handler, large) = (handler.clone(), large.clone());
                 async move { Ok::<_, std::convert::Infallible>(respond(req, peer, &handler, &large).await) }
             });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+            let mut builder = hyper_util::server::conn::auto::Builder::new(crate::webhook::LocalExec);
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -319,7 +309,7 @@ mod tests {
         h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    /// What the hand-written server could not do: several requests on one
+    /// Several requests on one
     /// connection, HEAD, gzip for clients that accept it, a clear 405.
     #[test]
     fn keep_alive_head_gzip_and_other_methods() {

@@ -153,10 +153,10 @@ pub(super) type DebugContext<'a> = (&'a Publisher<crate::generator::MeshInput>, 
 
 pub(super) async fn monitoring(
     req: Request,
-    publisher: &Publisher<crate::generator::MeshInput>,
+    (publisher, ready, state): DebugContext<'_>,
     ca: Option<&crate::ca::CaServer>,
     webhooks: &crate::webhook::Webhooks,
-    debug_on_monitoring: Option<DebugContext<'_>>,
+    debug_on_monitoring: bool,
 ) -> Response {
     // istiod's monitoring mux: /metrics, and /version with its
     // `BuildInfo.String()`.
@@ -168,14 +168,14 @@ pub(super) async fn monitoring(
     // caller on loopback is served; any other gets istiod's 401 (istiod
     // would authenticate it as an xDS client; istiod-rs does not yet).
     if req.path == "/debug" || req.path.starts_with("/debug/") {
-        let Some((publisher_dbg, ready, state)) = debug_on_monitoring else {
+        if !debug_on_monitoring {
             return Response::text(404, "not found\n");
-        };
+        }
         if !req.peer.is_some_and(|p| p.ip().is_loopback()) {
             tracing::warn!(target: "default", peer = ?req.peer, path = %req.path, "debug endpoint: caller not on loopback; refused");
             return Response::text(401, "");
         }
-        return debug(req, publisher_dbg, ready, state).await;
+        return debug(req, publisher, ready, state).await;
     }
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
@@ -185,6 +185,10 @@ pub(super) async fn monitoring(
     istiod_xds::metrics::collect(&mut out);
     crate::version::collect_metrics(&crate::version::BUILD, &mut out);
     crate::control::metrics::collect(&mut out);
+    // The push context's gauges, from the model last published (counted
+    // when scraped, not at every change).
+    let mesh_stats = state.borrow().mesh.as_ref().map(|m| m.model.stats()).unwrap_or_default();
+    crate::control::metrics::collect_mesh(&mesh_stats, &mut out);
     // istiod's `recordXDSClients`: connected proxies by their Istio version;
     // a version seen once keeps its series, at 0 when none is connected.
     let mut versions: std::collections::BTreeMap<String, u64> =

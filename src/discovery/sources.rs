@@ -120,7 +120,6 @@ pub(super) fn apply(
     };
     count_inbound_updates(&objects, changed.as_deref());
     let (mut mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
-    *crate::control::metrics::MESH.lock().unwrap_or_else(|e| e.into_inner()) = mesh.model.stats();
     let access = state.borrow().secret_access.clone();
     if !Arc::ptr_eq(&mesh.model.secret_access, &access) {
         mesh = Arc::new(mesh.with_secret_access(access));
@@ -243,15 +242,20 @@ fn count_inbound_updates(
         }
         return;
     };
+    // The Services in force, looked up once for all changed ones.
+    let mut present: Option<std::collections::HashSet<(&str, &str)>> = None;
     for r in changed {
         inbound_update(match r.kind.as_str() {
             "EndpointSlice" | "Endpoints" | "Pod" | "WorkloadEntry" => "eds",
             "Service" => {
-                let present = objects
-                    .services
-                    .iter()
-                    .any(|s| s.metadata.name == r.name && s.metadata.namespace.as_deref().unwrap_or("") == r.namespace);
-                if present { "svc" } else { "svcdelete" }
+                let present = present.get_or_insert_with(|| {
+                    objects
+                        .services
+                        .iter()
+                        .map(|s| (s.metadata.namespace.as_deref().unwrap_or(""), s.metadata.name.as_str()))
+                        .collect()
+                });
+                if present.contains(&(r.namespace.as_str(), r.name.as_str())) { "svc" } else { "svcdelete" }
             }
             "ServiceEntry" => "svc",
             _ => "config",

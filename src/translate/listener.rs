@@ -89,14 +89,14 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
         }
     }
     for port in ports {
-        shared_port(model, port, t);
+        shared_port(model, port, &side, t);
     }
 }
 
 /// Makes `0.0.0.0_<port>` (and route table `"<port>"`) what `model` says,
 /// from every service with the port: the HTTP listener if one is HTTP,
 /// else the SNI listener of the TLS hosts without addresses, else nothing.
-fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
+fn shared_port(model: &Model, port: u16, side: &Side, t: &mut super::Translation) {
     let name: Arc<str> = format!("0.0.0.0_{port}").into();
     let table: Arc<str> = port.to_string().into();
     let mut sni: Vec<Arc<str>> = Vec::new();
@@ -115,8 +115,7 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
             // One listener per port: HTTP wins, as in istiod's conflict rules.
             tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
         }
-        let side = telemetry::outbound(model);
-        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, &side).encode_to_vec()));
+        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, side).encode_to_vec()));
         let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
         t.resources.insert((Kind::Route, table.clone()), rt.digest());
         routes.insert(table, rt);
@@ -127,8 +126,7 @@ fn shared_port(model: &Model, port: u16, t: &mut super::Translation) {
     match sni.is_empty() {
         true => t.resources.remove(&(Kind::Listener, name)),
         false => {
-            let side = telemetry::outbound(model);
-            t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, &side).encode_to_vec()))
+            t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, side).encode_to_vec()))
         }
     };
 }
@@ -173,7 +171,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            shared_port(new, port, t);
+            shared_port(new, port, &side, t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.

@@ -56,11 +56,8 @@ pub struct PluginConfig {
 impl Name for PluginConfig {
     const NAME: &'static str = "PluginConfig";
     const PACKAGE: &'static str = "stats";
-    fn full_name() -> String {
-        "stats.PluginConfig".into()
-    }
     fn type_url() -> String {
-        "type.googleapis.com/stats.PluginConfig".into()
+        format!("{}{}", istiod_proto::type_url::PREFIX, Self::full_name())
     }
 }
 
@@ -93,11 +90,8 @@ pub struct AlpnConfig {
 impl Name for AlpnConfig {
     const NAME: &'static str = "FilterConfig";
     const PACKAGE: &'static str = "istio.envoy.config.filter.http.alpn.v2alpha1";
-    fn full_name() -> String {
-        "istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig".into()
-    }
     fn type_url() -> String {
-        "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig".into()
+        format!("{}{}", istiod_proto::type_url::PREFIX, Self::full_name())
     }
 }
 

@@ -134,25 +134,31 @@ impl Histogram {
 
     /// Cumulative buckets, sum and count, for the exposition.
     fn snapshot(&self) -> prometheus::proto::Histogram {
-        let mut h = prometheus::proto::Histogram::default();
         let mut cumulative = 0;
-        let buckets = self
-            .bounds
-            .iter()
-            .zip(&self.counts)
-            .map(|(b, c)| {
-                cumulative += c.load(Ordering::Relaxed);
+        let buckets = self.bounds.iter().zip(&self.counts).map(|(b, c)| {
+            cumulative += c.load(Ordering::Relaxed);
+            (*b, cumulative)
+        });
+        proto_histogram(buckets, self.sum.load(Ordering::Relaxed) as f64 / self.scale, self.count())
+    }
+}
+
+/// A histogram's exposition from (upper bound, cumulative count) pairs.
+fn proto_histogram(buckets: impl Iterator<Item = (f64, u64)>, sum: f64, count: u64) -> prometheus::proto::Histogram {
+    let mut h = prometheus::proto::Histogram::default();
+    h.set_bucket(
+        buckets
+            .map(|(b, n)| {
                 let mut bucket = prometheus::proto::Bucket::default();
-                bucket.set_upper_bound(*b);
-                bucket.set_cumulative_count(cumulative);
+                bucket.set_upper_bound(b);
+                bucket.set_cumulative_count(n);
                 bucket
             })
-            .collect();
-        h.set_bucket(buckets);
-        h.set_sample_count(self.count());
-        h.set_sample_sum(self.sum.load(Ordering::Relaxed) as f64 / self.scale);
-        h
-    }
+            .collect(),
+    );
+    h.set_sample_count(count);
+    h.set_sample_sum(sum);
+    h
 }
 
 /// istiod's xDS type label (`model.GetMetricType`), by the index of
@@ -337,34 +343,42 @@ impl Exposition {
         self.families.push(f);
     }
 
-    /// A counter family.
-    pub fn counter(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, f64)>) {
+    /// A counter or gauge family: each value set by `set`.
+    fn scalars(
+        &mut self,
+        name: &str,
+        help: &str,
+        t: prometheus::proto::MetricType,
+        series: impl IntoIterator<Item = (Labels, f64)>,
+        set: fn(&mut prometheus::proto::Metric, f64),
+    ) {
         let m = series
             .into_iter()
             .map(|(l, v)| {
                 let mut m = labelled(l);
-                let mut c = prometheus::proto::Counter::default();
-                c.set_value(v);
-                m.set_counter(c);
+                set(&mut m, v);
                 m
             })
             .collect();
-        self.family(name, help, prometheus::proto::MetricType::COUNTER, m);
+        self.family(name, help, t, m);
+    }
+
+    /// A counter family.
+    pub fn counter(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, f64)>) {
+        self.scalars(name, help, prometheus::proto::MetricType::COUNTER, series, |m, v| {
+            let mut c = prometheus::proto::Counter::default();
+            c.set_value(v);
+            m.set_counter(c);
+        });
     }
 
     /// A gauge family.
     pub fn gauge(&mut self, name: &str, help: &str, series: impl IntoIterator<Item = (Labels, f64)>) {
-        let m = series
-            .into_iter()
-            .map(|(l, v)| {
-                let mut m = labelled(l);
-                let mut g = prometheus::proto::Gauge::default();
-                g.set_value(v);
-                m.set_gauge(g);
-                m
-            })
-            .collect();
-        self.family(name, help, prometheus::proto::MetricType::GAUGE, m);
+        self.scalars(name, help, prometheus::proto::MetricType::GAUGE, series, |m, v| {
+            let mut g = prometheus::proto::Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
+        });
     }
 
     /// A histogram family.
@@ -391,20 +405,7 @@ impl Exposition {
         sum: f64,
         count: u64,
     ) {
-        let mut h = prometheus::proto::Histogram::default();
-        h.set_bucket(
-            buckets
-                .iter()
-                .map(|(b, n)| {
-                    let mut bucket = prometheus::proto::Bucket::default();
-                    bucket.set_upper_bound(*b);
-                    bucket.set_cumulative_count(*n);
-                    bucket
-                })
-                .collect(),
-        );
-        h.set_sample_count(count);
-        h.set_sample_sum(sum);
+        let h = proto_histogram(buckets.iter().copied(), sum, count);
         let mut m = labelled(labels);
         m.set_histogram(h);
         self.family(name, help, prometheus::proto::MetricType::HISTOGRAM, vec![m]);

@@ -115,6 +115,12 @@ pub struct Config {
     /// serve are answered only to authenticated callers of the root
     /// namespace (istiod's api generator).
     pub xds_api_generator_auth: bool,
+    /// `ENABLE_DEBUG_ENDPOINT_AUTH` (true): debug over xDS needs an
+    /// authenticated caller, and one outside the root namespace sees only
+    /// its namespace's proxies and `config_dump`/`edsz`/`ndsz`.
+    pub debug_endpoint_auth: bool,
+    /// `UNSAFE_ENABLE_ADMIN_ENDPOINTS` (false): `/debug/force_disconnect`.
+    pub unsafe_admin_endpoints: bool,
     /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
     /// Gateways get a Deployment, Service and ServiceAccount.
     pub gateway_deployment: bool,
@@ -735,6 +741,8 @@ impl Config {
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
             xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
+            debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,
+            unsafe_admin_endpoints: vars.bool("UNSAFE_ENABLE_ADMIN_ENDPOINTS", false)?,
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
             gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),

@@ -1,13 +1,16 @@
-//! `/debug/config_dump?proxyID=`: what a proxy was sent, as JSON in the
-//! shape of Envoy's own config dump (`envoy.admin.v3.*ConfigDump`), so the
-//! tools that read one read the other. The cores say which resources and
-//! versions a proxy has; the bytes come from the control thread's current
-//! resources and are rendered through the descriptors of `proto/` (Anys
-//! unpacked by type URL).
+//! `/debug/config_dump?proxyID=` and `istio.io/debug/config_dump`: what a
+//! proxy was sent, as Envoy's own config dump (`envoy.admin.v3.ConfigDump`),
+//! so the tools that read one read the other. The cores say which resources
+//! and versions a proxy has, with their bytes; the dump is built as a
+//! protobuf message and, for HTTP, rendered as proto3 JSON through the
+//! descriptors of `proto/` (Anys unpacked by type URL).
 
 use std::sync::OnceLock;
 
 use bytes::Bytes;
+use istiod_proto::envoy::admin::v3 as admin;
+use istiod_proto::prost::{Message, Name};
+use istiod_proto::prost_types::Any;
 use istiod_xds::ads::Kind;
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
@@ -26,24 +29,156 @@ fn pool() -> &'static DescriptorPool {
     })
 }
 
-/// A resource as proto3 JSON with its `@type`, or an error note.
-pub fn to_json(kind: Kind, bytes: &Bytes) -> Value {
-    let name = kind.type_url().trim_start_matches(istiod_proto::type_url::PREFIX);
-    let Some(desc) = pool().get_message_by_name(name) else {
-        return json!({"error": format!("no descriptor for {name}")});
+/// istiod's short type names for `?types=` (`pilot/pkg/xds/v3/model.go`
+/// GetResourceType): the resources of those kinds, each as its own `Any`.
+pub fn kinds_of(types: &str) -> Vec<Kind> {
+    let mut out = Vec::new();
+    for t in types.split(',') {
+        let k = match t.trim() {
+            "cds" => Kind::Cluster,
+            "eds" => Kind::Endpoint,
+            "lds" => Kind::Listener,
+            "rds" => Kind::Route,
+            "sds" => Kind::Secret,
+            other => match Kind::from_type_url(other) {
+                Some(k) => k,
+                None => continue,
+            },
+        };
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+/// What a core said one proxy was sent, by kind: (type version, [(name,
+/// resource version, body)]), bodies as its class is served them now.
+type Sent = Vec<(Kind, String, Vec<(String, String, Bytes)>)>;
+
+fn sent(core_answer: &Value) -> Sent {
+    let mut out = Vec::new();
+    for c in core_answer["configs"].as_array().into_iter().flatten() {
+        let Some(kind) = c["type_url"].as_str().and_then(Kind::from_type_url) else { continue };
+        let version = c["version_info"].as_str().unwrap_or("").to_owned();
+        let items = c["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                let body = unhex(r["body"].as_str()?)?;
+                let body = if kind == Kind::Secret { redact(body) } else { body };
+                Some((r["name"].as_str()?.to_owned(), r["version"].as_str().unwrap_or("").to_owned(), body))
+            })
+            .collect();
+        out.push((kind, version, items));
+    }
+    out
+}
+
+/// A resource's bytes as an `Any` of its kind.
+fn any(kind: Kind, body: &Bytes) -> Any {
+    Any { type_url: kind.type_url().to_owned(), value: body.to_vec() }
+}
+
+/// The dump of one proxy as istiod builds it (`debug.go`
+/// connectionConfigDump): bootstrap (empty), clusters, endpoints (only
+/// with `include_eds`), listeners, scoped routes (empty), routes, secrets
+/// (private keys redacted), extension configs (none here). With `types`
+/// (`?types=`, `getConfigDumpByResourceType`) the resources of those kinds
+/// instead, each its own `Any`.
+pub fn build(core_answer: &Value, include_eds: bool, types: &[Kind]) -> admin::ConfigDump {
+    let sent = sent(core_answer);
+    if !types.is_empty() {
+        let configs = types
+            .iter()
+            .flat_map(|k| sent.iter().filter(move |(kind, _, _)| kind == k))
+            .flat_map(|(k, _, items)| items.iter().map(|(_, _, b)| any(*k, b)))
+            .collect();
+        return admin::ConfigDump { configs };
+    }
+    let of = |k: Kind| sent.iter().find(|(kind, _, _)| *kind == k);
+    let items = |k: Kind| of(k).map(|(_, _, i)| i.as_slice()).unwrap_or_default();
+    let version = |k: Kind| of(k).map(|(_, v, _)| v.clone()).unwrap_or_default();
+    let mut configs = vec![Any::from_msg(&admin::BootstrapConfigDump::default())];
+    configs.push(Any::from_msg(&admin::ClustersConfigDump {
+        version_info: version(Kind::Cluster),
+        dynamic_active_clusters: items(Kind::Cluster)
+            .iter()
+            .map(|(_, v, b)| admin::clusters_config_dump::DynamicCluster {
+                version_info: v.clone(),
+                cluster: Some(any(Kind::Cluster, b)),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }));
+    if include_eds {
+        configs.push(Any::from_msg(&admin::EndpointsConfigDump {
+            dynamic_endpoint_configs: items(Kind::Endpoint)
+                .iter()
+                .map(|(_, v, b)| admin::endpoints_config_dump::DynamicEndpointConfig {
+                    version_info: v.clone(),
+                    endpoint_config: Some(any(Kind::Endpoint, b)),
+                    ..Default::default()
+                })
+                .collect(),
+        }));
+    }
+    configs.push(Any::from_msg(&admin::ListenersConfigDump {
+        version_info: version(Kind::Listener),
+        dynamic_listeners: items(Kind::Listener)
+            .iter()
+            .map(|(n, v, b)| admin::listeners_config_dump::DynamicListener {
+                name: n.clone(),
+                active_state: Some(admin::listeners_config_dump::DynamicListenerState {
+                    version_info: v.clone(),
+                    listener: Some(any(Kind::Listener, b)),
+                    last_updated: None,
+                }),
+                ..Default::default()
+            })
+            .collect(),
+    }));
+    configs.push(Any::from_msg(&admin::ScopedRoutesConfigDump::default()));
+    configs.push(Any::from_msg(&admin::RoutesConfigDump {
+        dynamic_route_configs: items(Kind::Route)
+            .iter()
+            .map(|(_, v, b)| admin::routes_config_dump::DynamicRouteConfig {
+                version_info: v.clone(),
+                route_config: Some(any(Kind::Route, b)),
+                ..Default::default()
+            })
+            .collect(),
+    }));
+    configs.push(Any::from_msg(&admin::SecretsConfigDump {
+        dynamic_active_secrets: items(Kind::Secret)
+            .iter()
+            .map(|(n, v, b)| admin::secrets_config_dump::DynamicSecret {
+                name: n.clone(),
+                version_info: v.clone(),
+                secret: Some(any(Kind::Secret, b)),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }));
+    configs.push(Any::from_msg(&admin::EcdsConfigDump::default()));
+    admin::ConfigDump { configs: configs.into_iter().filter_map(Result::ok).collect() }
+}
+
+/// A message as proto3 JSON (lowerCamelCase names, `Any`s unpacked, 64-bit
+/// integers as strings), as istiod's `protomarshal` writes it.
+pub fn message_json<T: Message + Name>(msg: &T) -> Value {
+    let Some(desc) = pool().get_message_by_name(&T::full_name()) else {
+        return json!({"error": format!("no descriptor for {}", T::full_name())});
     };
-    match DynamicMessage::decode(desc, bytes.clone()) {
-        Ok(msg) => {
+    match DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()) {
+        Ok(m) => {
             let opts = SerializeOptions::new().stringify_64_bit_integers(true);
             let mut ser = serde_json::Serializer::new(Vec::new());
-            match msg.serialize_with_options(&mut ser, &opts) {
-                Ok(()) => {
-                    let mut v: Value = serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null);
-                    if let Value::Object(m) = &mut v {
-                        m.insert("@type".into(), json!(kind.type_url()));
-                    }
-                    v
-                }
+            match m.serialize_with_options(&mut ser, &opts) {
+                Ok(()) => serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null),
                 Err(e) => json!({"error": e.to_string()}),
             }
         }
@@ -51,66 +186,22 @@ pub fn to_json(kind: Kind, bytes: &Bytes) -> Value {
     }
 }
 
-/// Builds the dump from a core's answer (`configs[]` of type URL, version
-/// and resources with their name, version and body in hex, as the core
-/// generates them for the proxy's class).
-pub fn render(core_answer: &Value) -> Value {
-    let mut configs = Vec::new();
-    for c in core_answer["configs"].as_array().into_iter().flatten() {
-        let Some(kind) = c["type_url"].as_str().and_then(Kind::from_type_url) else { continue };
-        let version = c["version_info"].clone();
-        let items: Vec<(String, Value, Value)> = c["resources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| {
-                let name = r["name"].as_str()?.to_owned();
-                let body = unhex(r["body"].as_str()?)?;
-                Some((name, r["version"].clone(), to_json(kind, &body)))
-            })
-            .collect();
-        configs.push(match kind {
-            Kind::Cluster => json!({
-                "@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump",
-                "version_info": version,
-                "dynamic_active_clusters": items.iter().map(|(_, v, b)| json!({"version_info": v, "cluster": b})).collect::<Vec<_>>(),
-            }),
-            Kind::Endpoint => json!({
-                "@type": "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump",
-                "dynamic_endpoint_configs": items.iter().map(|(_, v, b)| json!({"version_info": v, "endpoint_config": b})).collect::<Vec<_>>(),
-            }),
-            Kind::Listener => json!({
-                "@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump",
-                "version_info": version,
-                "dynamic_listeners": items.iter().map(|(n, v, b)| json!({"name": n, "active_state": {"version_info": v, "listener": b}})).collect::<Vec<_>>(),
-            }),
-            Kind::Route => json!({
-                "@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump",
-                "dynamic_route_configs": items.iter().map(|(_, v, b)| json!({"version_info": v, "route_config": b})).collect::<Vec<_>>(),
-            }),
-            // Private keys never leave: Envoy's own dump shows them as
-            // "[redacted]".
-            Kind::Secret => json!({
-                "@type": "type.googleapis.com/envoy.admin.v3.SecretsConfigDump",
-                "dynamic_active_secrets": items.iter().map(|(n, v, b)| json!({"name": n, "version_info": v, "secret": redact(b.clone())})).collect::<Vec<_>>(),
-            }),
-        });
-    }
-    json!({ "configs": configs })
-}
-
-/// A Secret's JSON with its private key replaced by `[redacted]`.
-fn redact(mut secret: Value) -> Value {
-    for cert in ["tlsCertificate", "tls_certificate"] {
-        if let Some(c) = secret.get_mut(cert).and_then(Value::as_object_mut) {
-            for key in ["privateKey", "private_key"] {
-                if c.contains_key(key) {
-                    c.insert(key.into(), json!({"inlineString": "[redacted]"}));
-                }
-            }
+/// A Secret with its private key replaced by `[redacted]`, as istiod's
+/// dump shows it (`getConfigDumpByResourceType`).
+fn redact(body: Bytes) -> Bytes {
+    use istiod_proto::envoy::config::core::v3::{DataSource, data_source::Specifier};
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3::{Secret, secret::Type};
+    let Ok(mut secret) = Secret::decode(body.clone()) else { return body };
+    match &mut secret.r#type {
+        Some(Type::TlsCertificate(c)) if c.private_key.is_some() => {
+            c.private_key = Some(DataSource {
+                specifier: Some(Specifier::InlineBytes(b"[redacted]".to_vec())),
+                ..Default::default()
+            });
+            Bytes::from(secret.encode_to_vec())
         }
+        _ => body,
     }
-    secret
 }
 
 fn unhex(s: &str) -> Option<Bytes> {
@@ -125,22 +216,40 @@ fn unhex(s: &str) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use istiod_proto::envoy::config::cluster::v3::Cluster;
-    use istiod_proto::prost::Message;
 
     use super::*;
 
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn answer(kind: Kind, name: &str, body: &[u8]) -> Value {
+        json!({"configs": [{"type_url": kind.type_url(), "version_info": "3",
+                            "resources": [{"name": name, "version": "2", "body": hex(body)}]}]})
+    }
+
     #[test]
-    fn clusters_render_in_envoys_shape() {
-        let body = Bytes::from(Cluster { name: "outbound|80||a".into(), ..Default::default() }.encode_to_vec());
-        let hex: String = body.iter().map(|x| format!("{x:02x}")).collect();
-        let answer = json!({"configs": [{"type_url": Kind::Cluster.type_url(), "version_info": "3",
-                                         "resources": [{"name": "outbound|80||a", "version": "2", "body": hex}]}]});
-        let dump = render(&answer);
-        let c = &dump["configs"][0];
-        assert_eq!(c["@type"], "type.googleapis.com/envoy.admin.v3.ClustersConfigDump");
-        assert_eq!(c["dynamic_active_clusters"][0]["version_info"], "2");
-        assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["name"], "outbound|80||a");
-        assert_eq!(c["dynamic_active_clusters"][0]["cluster"]["@type"], Kind::Cluster.type_url());
+    fn clusters_render_in_istiods_shape() {
+        let body = Cluster { name: "outbound|80||a".into(), ..Default::default() }.encode_to_vec();
+        let dump = message_json(&build(&answer(Kind::Cluster, "outbound|80||a", &body), false, &[]));
+        let types: Vec<&str> =
+            dump["configs"].as_array().unwrap().iter().map(|c| c["@type"].as_str().unwrap()).collect();
+        // istiod's order (debug.go connectionConfigDump), no endpoints
+        // unless asked for.
+        let want = ["Bootstrap", "Clusters", "Listeners", "ScopedRoutes", "Routes", "Secrets", "Ecds"]
+            .map(|t| format!("type.googleapis.com/envoy.admin.v3.{t}ConfigDump"));
+        assert_eq!(types, want);
+        let c = &dump["configs"][1];
+        assert_eq!(c["versionInfo"], "3");
+        assert_eq!(c["dynamicActiveClusters"][0]["versionInfo"], "2");
+        assert_eq!(c["dynamicActiveClusters"][0]["cluster"]["name"], "outbound|80||a");
+        assert_eq!(c["dynamicActiveClusters"][0]["cluster"]["@type"], Kind::Cluster.type_url());
+        let with_eds = build(&answer(Kind::Cluster, "outbound|80||a", &body), true, &[]);
+        assert_eq!(with_eds.configs[2].type_url, "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump");
+        // `?types=cds`: the clusters themselves.
+        let typed = build(&answer(Kind::Cluster, "outbound|80||a", &body), false, &kinds_of("cds,lds"));
+        assert_eq!(typed.configs.len(), 1);
+        assert_eq!(typed.configs[0].type_url, Kind::Cluster.type_url());
     }
 
     #[test]
@@ -157,16 +266,16 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let hex: String = secret.encode_to_vec().iter().map(|x| format!("{x:02x}")).collect();
-        let answer = json!({"configs": [{"type_url": Kind::Secret.type_url(), "version_info": "1",
-                                         "resources": [{"name": "kubernetes://cert", "version": "1", "body": hex}]}]});
-        let dump = render(&answer);
-        let text = dump.to_string();
-        let c = &dump["configs"][0];
-        assert_eq!(c["@type"], "type.googleapis.com/envoy.admin.v3.SecretsConfigDump");
-        assert_eq!(c["dynamic_active_secrets"][0]["name"], "kubernetes://cert");
+        let dump = build(&answer(Kind::Secret, "kubernetes://cert", &secret.encode_to_vec()), false, &[]);
+        let bytes = dump.encode_to_vec();
+        assert!(!bytes.windows(10).any(|w| w == b"SECRET-KEY"), "the key never leaves, in any form");
+        let json = message_json(&dump);
+        let text = json.to_string();
+        let secrets = &json["configs"][5];
+        assert_eq!(secrets["@type"], "type.googleapis.com/envoy.admin.v3.SecretsConfigDump");
+        assert_eq!(secrets["dynamicActiveSecrets"][0]["name"], "kubernetes://cert");
         assert!(!text.contains(&base64_of(b"SECRET-KEY")), "{text}");
-        assert!(text.contains("[redacted]"), "{text}");
+        assert!(text.contains(&base64_of(b"[redacted]")), "{text}");
         assert!(text.contains(&base64_of(b"CERT")), "the certificate stays: {text}");
     }
 

@@ -5,6 +5,8 @@
 //! debug endpoints in `debug.rs`.
 
 mod debug;
+mod debug_xds;
+mod debugz;
 mod gateway_deploy;
 mod gateway_status;
 mod jwks;
@@ -15,7 +17,7 @@ mod update;
 pub(crate) use jwks::Fetcher as JwksFetcher;
 pub use update::{build, update};
 
-use debug::{debug, monitoring};
+use debug::{Debug, monitoring, serve_http};
 use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
 
 use std::cell::RefCell;
@@ -99,6 +101,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     mesh.scope_gateway_to_namespace = config.scope_gateway_to_namespace;
     mesh.route_collapse = config.route_collapse;
     mesh.xds_api_generator_auth = config.xds_api_generator_auth;
+    mesh.debug_endpoint_auth = config.debug_endpoint_auth;
     let mesh = Arc::new(mesh);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.
@@ -129,8 +132,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
         format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
+    // Debug over xDS (`istio.io/debug/*`): the cores forward it here.
+    let (forward_tx, forward_rx) = async_channel::unbounded();
     let factory =
         AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
+            .forward_to(forward_tx)
             .max_node_bytes(config.limits.max_node_bytes)
             .max_names(config.limits.max_names_per_stream)
             .push_throttle(match config.push.push_throttle {
@@ -268,6 +274,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 status_rx,
             ));
         }
+        let dbg = Rc::new(Debug {
+            publisher: publisher.clone(),
+            ready: ready.clone(),
+            state: state.clone(),
+            cluster_id: config.cluster_id.clone(),
+            unsafe_admin: config.unsafe_admin_endpoints,
+            on_http: config.debug_on_http,
+            endpoint_auth: config.debug_endpoint_auth,
+            authn: ca_server.clone(),
+        });
+        tokio::task::spawn_local(debug_xds::serve(forward_rx, dbg.clone()));
         let tokio_listener = |l: std::net::TcpListener| {
             let addr =
                 l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
@@ -278,24 +295,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
             if let Ok(addr) = l.local_addr() {
                 tracing::info!(target: "default", %addr, "serving debug HTTP");
             }
-            let (publisher, ready, state) = (publisher.clone(), ready.clone(), state.clone());
+            let dbg = dbg.clone();
             let handler: http::Handler = Rc::new(move |req| {
-                let (publisher, ready) = (publisher.clone(), ready.clone());
-                let state = state.clone();
-                Box::pin(async move { debug(req, &publisher, &ready, &state).await })
+                let dbg = dbg.clone();
+                Box::pin(async move { serve_http(req, &dbg).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }
         if let Some(l) = monitoring_listener {
             let l = tokio_listener(l)?;
-            let (publisher, ca, hooks) = (publisher.clone(), ca_signing.clone(), webhooks.clone());
-            let (ready, state, debug_on) = (ready.clone(), state.clone(), config.debug_on_http);
+            let (dbg, ca, hooks) = (dbg.clone(), ca_signing.clone(), webhooks.clone());
             let handler: http::Handler = Rc::new(move |req| {
-                let (publisher, ca, hooks) = (publisher.clone(), ca.clone(), hooks.clone());
-                let (ready, state) = (ready.clone(), state.clone());
-                Box::pin(async move {
-                    monitoring(req, (&publisher, &*ready, &state), ca.as_deref(), &hooks, debug_on).await
-                })
+                let (dbg, ca, hooks) = (dbg.clone(), ca.clone(), hooks.clone());
+                Box::pin(async move { monitoring(req, &dbg, ca.as_deref(), &hooks).await })
             });
             tokio::task::spawn_local(http::serve(l, handler));
         }

@@ -416,6 +416,57 @@ fn mesh(snap: &Snapshot<MeshInput>) -> Option<&MeshInput> {
     snap.mesh.as_deref()
 }
 
+/// istiod's debug type over xDS (`pilot/pkg/xds/v3/model.go` DebugType):
+/// one resource named as a debug path (`syncz`, `config_dump?proxyID=...`),
+/// answered with that path's HTTP body.
+pub const DEBUG_TYPE: &str = "istio.io/debug";
+/// The status generator's types (`statusgen.go`): `syncz` and `config_dump`.
+pub const DEBUG_PREFIX: &str = "istio.io/debug/";
+
+/// Debug paths a caller outside the root namespace may ask for
+/// (`debuggen.go` activeNamespaceDebuggers).
+pub const NAMESPACE_DEBUGGERS: &[&str] = &["config_dump", "ndsz", "edsz"];
+
+/// istiod's checks before a debug request over xDS is answered: with
+/// `ENABLE_DEBUG_ENDPOINT_AUTH` the caller must be authenticated
+/// (`statusgen.go` handleInternalRequest; the debug generator always asks
+/// it, `validateProxyAuthentication`), `istio.io/debug` takes exactly one
+/// name, and a caller outside the root namespace only the paths of
+/// [`NAMESPACE_DEBUGGERS`] (`parseAndValidateDebugRequest`). Status types
+/// other than syncz and config_dump are answered with nothing.
+fn debug_access(
+    mesh: Option<&crate::mesh::MeshSettings>,
+    class: &ProxyClass,
+    type_url: &str,
+    names: &[String],
+) -> UnknownType {
+    let auth = mesh.is_none_or(|m| m.debug_endpoint_auth);
+    let root = mesh.map_or("istio-system", |m| m.root_namespace.as_str());
+    if type_url == DEBUG_TYPE {
+        if !class.verified {
+            return UnknownType::Refuse(Code::Unauthenticated, "authentication required".into());
+        }
+        let [name] = names else {
+            return UnknownType::Refuse(Code::InvalidArgument, "exactly one debug request is required".into());
+        };
+        let path = name.split('?').next().unwrap_or("");
+        if &*class.namespace != root && !NAMESPACE_DEBUGGERS.contains(&path) {
+            return UnknownType::Refuse(
+                Code::PermissionDenied,
+                format!("the debug info is not available for current identity: {:?}", &*class.namespace),
+            );
+        }
+        return UnknownType::Forward;
+    }
+    if auth && !class.verified {
+        return UnknownType::Refuse(Code::Unauthenticated, "authentication required".into());
+    }
+    match &type_url[DEBUG_PREFIX.len()..] {
+        "syncz" | "config_dump" => UnknownType::Forward,
+        _ => UnknownType::Empty,
+    }
+}
+
 fn is_grpc(class: &ProxyClass) -> bool {
     &*class.generator == "grpc"
 }
@@ -439,9 +490,12 @@ impl Generator for MeshGenerator {
     type Class = ProxyClass;
 
     /// istiod's answer to a type this server has no generator for
-    /// (pilot/pkg/xds/xdsgen.go `findGenerator`): proxyless gRPC's
-    /// generator sends nothing; `istio.io/debug/*` goes to the debug
-    /// generator (not served here yet: nothing). A config type
+    /// (pilot/pkg/xds/xdsgen.go `findGenerator`). `istio.io/debug/syncz`
+    /// and `istio.io/debug/config_dump` go to the status generator
+    /// (`statusgen.go`), `istio.io/debug` to the debug generator
+    /// (`debuggen.go`): both are forwarded to the control thread once the
+    /// caller passes their checks (see [`debug_access`]). Otherwise
+    /// proxyless gRPC's generator sends nothing. A config type
     /// (`group/version/kind`, as `istioctl` and MCP clients ask) goes to the
     /// api generator (pilot/pkg/networking/apigen/apigen.go), which with
     /// `ENABLE_XDS_API_GENERATOR_AUTH` refuses unauthenticated callers and
@@ -451,13 +505,23 @@ impl Generator for MeshGenerator {
     /// (istio-agent's NDS and PCDS, health information, ECDS, on every
     /// sidecar's stream): those are ignored, never refused, or every
     /// sidecar with DNS capture would lose its stream.
-    fn unknown_type(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, type_url: &str) -> UnknownType {
+    fn unknown_type(
+        &self,
+        snap: &Snapshot<MeshInput>,
+        class: &ProxyClass,
+        type_url: &str,
+        names: &[String],
+    ) -> UnknownType {
+        let mesh = snap.mesh.as_ref().map(|m| &*m.model.mesh);
+        if type_url == DEBUG_TYPE || type_url.starts_with(DEBUG_PREFIX) {
+            return debug_access(mesh, class, type_url, names);
+        }
         let config_type = !type_url.starts_with(istiod_proto::type_url::PREFIX) && type_url.split('/').count() == 3;
-        if is_grpc(class) || type_url.starts_with("istio.io/debug/") || !config_type {
+        if is_grpc(class) || !config_type {
             return UnknownType::Ignore;
         }
-        let auth = snap.mesh.as_ref().is_none_or(|m| m.model.mesh.xds_api_generator_auth);
-        let root = snap.mesh.as_ref().map_or("istio-system", |m| m.model.mesh.root_namespace.as_str());
+        let auth = mesh.is_none_or(|m| m.xds_api_generator_auth);
+        let root = mesh.map_or("istio-system", |m| m.root_namespace.as_str());
         if auth && !class.verified {
             UnknownType::Refuse(
                 Code::Unauthenticated,
@@ -498,6 +562,10 @@ impl Generator for MeshGenerator {
             out.insert("locality".into(), l.into());
         }
         out
+    }
+
+    fn class_detail(&self, class: &ProxyClass) -> serde_json::Value {
+        class.detail()
     }
 
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {

@@ -40,6 +40,10 @@ pub struct MeshSettings {
     pub route_collapse: bool,
     /// `ENABLE_XDS_API_GENERATOR_AUTH`.
     pub xds_api_generator_auth: bool,
+    /// `ENABLE_DEBUG_ENDPOINT_AUTH`.
+    pub debug_endpoint_auth: bool,
+    /// The file as written (`/debug/mesh` shows it over istiod's defaults).
+    pub raw: serde_json::Value,
     /// `tlsDefaults`: what gateways' SIMPLE and MUTUAL servers take unless
     /// the server says otherwise.
     pub tls_defaults: TlsDefaults,
@@ -138,6 +142,8 @@ impl Default for MeshSettings {
             scope_gateway_to_namespace: false,
             route_collapse: true,
             xds_api_generator_auth: true,
+            debug_endpoint_auth: true,
+            raw: serde_json::Value::Null,
             tls_defaults: TlsDefaults::default(),
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),
@@ -158,6 +164,76 @@ impl Default for MeshSettings {
 }
 
 impl MeshSettings {
+    /// `/debug/mesh`: the mesh configuration in force as istiod shows it
+    /// (`debug.go` meshHandler): istiod's defaults
+    /// (`pkg/config/mesh/mesh.go` DefaultMeshConfig, as proto3 JSON leaves
+    /// out zero values) with the file's fields over them; extension
+    /// providers are merged by name, as `ApplyMeshConfig` merges them.
+    pub fn debug_json(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "proxyListenPort": 15001,
+            "proxyInboundListenPort": 15006,
+            "connectTimeout": "10s",
+            "protocolDetectionTimeout": "0s",
+            "ingressClass": "istio",
+            "ingressService": "istio-ingressgateway",
+            "ingressControllerMode": "STRICT",
+            "enableTracing": true,
+            "defaultConfig": {
+                "configPath": "./etc/istio/proxy",
+                "binaryPath": "/usr/local/bin/envoy",
+                "serviceCluster": "istio-proxy",
+                "drainDuration": "45s",
+                "terminationDrainDuration": "5s",
+                "discoveryAddress": "istiod.istio-system.svc:15012",
+                "proxyAdminPort": 15000,
+                "controlPlaneAuthPolicy": "MUTUAL_TLS",
+                "statNameLength": 189,
+                "statusPort": 15020,
+            },
+            "outboundTrafficPolicy": {"mode": "ALLOW_ANY"},
+            "inboundTrafficPolicy": {"mode": "PASSTHROUGH"},
+            "enableAutoMtls": true,
+            "trustDomain": "cluster.local",
+            "defaultServiceExportTo": ["*"],
+            "defaultVirtualServiceExportTo": ["*"],
+            "defaultDestinationRuleExportTo": ["*"],
+            "rootNamespace": "istio-system",
+            "localityLbSetting": {"enabled": true},
+            "dnsRefreshRate": "60s",
+            "enablePrometheusMerge": true,
+            "defaultProviders": {},
+            "extensionProviders": [
+                {"name": "prometheus", "prometheus": {}},
+                {"name": "stackdriver", "stackdriver": {}},
+                {"name": "envoy", "envoyFileAccessLog": {"path": "/dev/stdout"}},
+            ],
+        });
+        if let (Some(base), Some(file)) = (out.as_object_mut(), self.raw.as_object()) {
+            for (k, v) in file {
+                match (k.as_str(), base.get_mut(k)) {
+                    ("extensionProviders", Some(serde_json::Value::Array(have))) => {
+                        for p in v.as_array().into_iter().flatten() {
+                            match have.iter_mut().find(|h| h.get("name").is_some_and(|n| Some(n) == p.get("name"))) {
+                                Some(h) => *h = p.clone(),
+                                None => have.push(p.clone()),
+                            }
+                        }
+                    }
+                    ("defaultConfig", Some(serde_json::Value::Object(have))) => {
+                        for (dk, dv) in v.as_object().into_iter().flatten() {
+                            have.insert(dk.clone(), dv.clone());
+                        }
+                    }
+                    _ => {
+                        base.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the provider called `name` is a Prometheus one.
     pub fn is_prometheus(&self, name: &str) -> bool {
         self.extension_providers.get(name).is_some_and(|(k, _)| k == "prometheus")
@@ -210,6 +286,7 @@ impl MeshSettings {
             return Ok(m);
         }
         let raw: Raw = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
+        m.raw = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
         if let Some(ns) = raw.root_namespace.filter(|s| !s.is_empty()) {
             m.root_namespace = ns;
         }

@@ -168,6 +168,51 @@ impl NodeType {
     }
 }
 
+impl ProxyClass {
+    /// The class as JSON (`/debug/adsz`'s `istiodRs.class`), read back by
+    /// [`ProxyClass::from_detail`] for the per-proxy debug views.
+    pub fn detail(&self) -> serde_json::Value {
+        let labels: serde_json::Map<String, serde_json::Value> =
+            self.labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(&**v))).collect();
+        serde_json::json!({
+            "nodeType": self.node_type.as_str(),
+            "namespace": &*self.namespace,
+            "generator": &*self.generator,
+            "labels": labels,
+            "locality": &*self.locality,
+            "verified": self.verified,
+            "serviceAccount": &*self.service_account,
+        })
+    }
+
+    /// The class [`ProxyClass::detail`] wrote.
+    pub fn from_detail(v: &serde_json::Value) -> Option<ProxyClass> {
+        let s = |k: &str| -> Arc<str> { v[k].as_str().unwrap_or("").into() };
+        let node_type = match v["nodeType"].as_str()? {
+            "sidecar" => NodeType::Sidecar,
+            "router" => NodeType::Router,
+            "ztunnel" => NodeType::Ztunnel,
+            "waypoint" => NodeType::Waypoint,
+            _ => return None,
+        };
+        let mut labels: Vec<(Arc<str>, Arc<str>)> = v["labels"]
+            .as_object()?
+            .iter()
+            .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str().unwrap_or(""))))
+            .collect();
+        labels.sort();
+        Some(ProxyClass {
+            node_type,
+            namespace: s("namespace"),
+            generator: s("generator"),
+            labels,
+            locality: s("locality"),
+            verified: v["verified"].as_bool().unwrap_or(false),
+            service_account: s("serviceAccount"),
+        })
+    }
+}
+
 impl Proxy {
     /// The engine's view: the id, the fields the debug endpoints show, and
     /// the class. (A long id quoted in the error is cut by the gRPC status

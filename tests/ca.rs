@@ -168,6 +168,122 @@ fn grpcio_gets_a_workload_certificate_for_its_token_and_nothing_else() {
     assert_eq!((&again["code"], &again["verified"]), (&"OK".into(), &true.into()), "{again}");
 }
 
+/// A GET with a bearer token: (status, body).
+fn get_as(addr: std::net::SocketAddr, path: &str, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
+}
+
+/// istiod's `allowAuthenticatedOrLocalhost` and `AuthorizeDebugRequest`
+/// (pilot/pkg/xds/debug.go) on both HTTP ports: a caller not on loopback
+/// authenticates with a token as an xDS caller does (401 without one); one
+/// of the root namespace sees everything, one of another namespace only
+/// `config_dump`/`edsz`/`ndsz` (403 for the rest). `/ready` asks nothing.
+/// Needs a non-loopback address on this host; without one there is nothing
+/// to check.
+#[test]
+fn debug_callers_off_loopback_authenticate_with_a_token() {
+    let Some(ip) = server::non_loopback_ip() else { return };
+    let issuer = Issuer::new();
+    let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks.clone())));
+    let iss = "https://issuer.test";
+    let rule = format!(r#"{{"issuer":"{iss}","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
+    let (http, monitoring) = (free_port().port(), free_port().port());
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--httpAddr", &format!("0.0.0.0:{http}"), "--monitoringAddr", &format!("0.0.0.0:{monitoring}")],
+        &[("JWT_RULE", &rule)],
+        None,
+    );
+    server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
+    let admin = issuer.token(iss, "system:serviceaccount:istio-system:istioctl");
+    let viewer = issuer.token(iss, "system:serviceaccount:bookinfo:viewer");
+    for port in [http, monitoring] {
+        let there = std::net::SocketAddr::new(ip, port);
+        assert_eq!(server::get(there, "/debug/syncz").map(|r| r.0), Some(401), "port {port}");
+        assert_eq!(get_as(there, "/debug/syncz", "not-a-token").0, 401);
+        let forged = Issuer::new().token(iss, "system:serviceaccount:istio-system:istioctl");
+        assert_eq!(get_as(there, "/debug/syncz", &forged).0, 401);
+        assert_eq!(get_as(there, "/debug/syncz", &admin), (200, "[]".into()), "port {port}");
+        assert_eq!(get_as(there, "/debug/syncz", &viewer).0, 403);
+        assert_eq!(get_as(there, "/debug/configz", &viewer).0, 403);
+        let (code, body) = get_as(there, "/debug/config_dump?proxyID=a.bookinfo", &viewer);
+        assert_eq!(
+            (code, body.as_str()),
+            (404, "Proxy not connected to this Pilot instance. It may be connected to another instance.\n")
+        );
+    }
+    assert_eq!(server::get(std::net::SocketAddr::new(ip, http), "/ready").map(|r| r.0), Some(200));
+}
+
+/// Debug over xDS as istioctl asks for it in a cluster
+/// (istioctl/pkg/xds/client.go, through 15012 with a token):
+/// `istio.io/debug/syncz` (pilot/pkg/xds/statusgen.go: a ClientConfig per
+/// proxy), `istio.io/debug/config_dump` (its dump's parts) and
+/// `istio.io/debug` (debuggen.go: a debug path's body). A caller outside
+/// the root namespace sees its namespace only and none of the other paths;
+/// an unauthenticated one nothing.
+#[test]
+fn debug_over_xds_answers_istioctl() {
+    let issuer = Issuer::new();
+    let (dir, s, secure, iss) = start_self_signed(&issuer);
+    let root = dir.path().join("ca-cert.pem");
+    let sidecar = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");
+    let run = |sa: &str, ns: &str| {
+        let caller = issuer.token(&iss, &format!("system:serviceaccount:{ns}:{sa}"));
+        let args = [secure, s.grpc].map(|a| a.to_string());
+        let args = [&args[..], &[root.to_str().unwrap().into(), sidecar.clone(), caller, ns.into()]].concat();
+        py_json("debug_xds.py", &args, &[])
+    };
+    let admin = run("istiod", "istio-system");
+    let syncz = &admin["syncz"];
+    assert_eq!(syncz["type_url"], "istio.io/debug/syncz", "{admin}\n{}", s.log());
+    let rows = syncz["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "the sidecar only, not istioctl's own streams: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["id"], "app-1.bookinfo");
+    assert_eq!(row["meta"]["NAMESPACE"], "bookinfo");
+    assert_eq!(row["meta"]["ISTIO_VERSION"], "1.28.0");
+    assert_eq!(row["types"]["type.googleapis.com/envoy.config.cluster.v3.Cluster"], "SYNCED", "{row}");
+    assert_eq!(row["sent"], true, "{row}");
+    let parts: Vec<&str> = admin["config_dump"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let want = ["Bootstrap", "Clusters", "Listeners", "ScopedRoutes", "Routes", "Secrets", "Ecds"]
+        .map(|t| format!("type.googleapis.com/envoy.admin.v3.{t}ConfigDump"));
+    assert_eq!(parts, want, "{admin}");
+    let debug = &admin["debug"];
+    assert_eq!(debug["syncz"]["type_url"], "istio.io/debug", "{debug}");
+    // /debug/syncz's body: istiod's SyncStatus rows.
+    let rows = debug["syncz"]["body"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["proxy"] == "app-1.bookinfo" && r["cluster_acked"].is_string()), "{debug}");
+    assert!(debug["adsz"]["body"]["totalClients"].as_u64().unwrap() >= 2, "the sidecar and istioctl: {debug}");
+    let dump = &debug["config_dump?proxyID=app-1.bookinfo"]["body"];
+    assert_eq!(dump["configs"].as_array().unwrap().len(), 7, "{dump}");
+    assert_eq!(admin["plaintext_syncz"]["code"], "UNAUTHENTICATED", "{admin}");
+    assert_eq!(admin["plaintext_syncz"]["details"], "authentication required");
+
+    // A caller of bookinfo: its namespace's proxies, config_dump, no more.
+    let own = run("viewer", "bookinfo");
+    assert_eq!(own["syncz"]["rows"].as_array().unwrap().len(), 1, "{own}");
+    assert_eq!(own["config_dump"].as_array().unwrap().len(), 7, "{own}");
+    assert_eq!(own["debug"]["adsz"]["code"], "PERMISSION_DENIED", "{own}");
+    assert_eq!(own["debug"]["syncz"]["code"], "PERMISSION_DENIED", "{own}");
+    assert!(own["debug"]["config_dump?proxyID=app-1.bookinfo"]["body"]["configs"].is_array(), "{own}");
+    let other = run("viewer", "default");
+    assert_eq!(other["syncz"]["rows"], serde_json::json!([]), "{other}");
+    assert_eq!(other["config_dump"], serde_json::json!([]), "not this caller's proxy: {other}");
+    assert_eq!(
+        other["debug"]["config_dump?proxyID=app-1.bookinfo"]["body"],
+        "Proxy not connected to this Pilot instance. It may be connected to another instance.\n",
+        "{other}"
+    );
+}
+
 /// One ADS stream by tests/py/ads_auth.py: a sidecar of `namespace` asks
 /// for its clusters.
 fn ads(

@@ -30,8 +30,13 @@ impl Drop for Server {
 
 impl Server {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, &str)]) -> Self {
         let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+            .envs(env.iter().copied())
             .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
             .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
             .args([
@@ -72,7 +77,7 @@ impl Server {
 
 #[test]
 fn grpcio_drives_both_ads_protocols_against_the_binary() {
-    let server = Server::start();
+    let server = Server::start_with(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/ads_binary.py");
     let out = Command::new(python::python())
         .arg(script)
@@ -174,6 +179,39 @@ fn debug_endpoints() {
     assert_eq!(get(server.http, "/debug/config_dump?proxyID=nobody").unwrap().0, 404);
     assert_eq!(get(server.http, "/debug/config_dump").unwrap().0, 400);
     assert_eq!(get(server.http, "/nope").unwrap().0, 404);
+    // The model's views, in istiod's shapes (debug.go and the structs it
+    // marshals; see src/discovery/debugz.rs).
+    let json = |path: &str| -> serde_json::Value {
+        let (code, body) = get(server.http, path).unwrap();
+        assert_eq!(code, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    };
+    let list = json("/debug/list");
+    for name in ["adsz", "syncz", "configz", "config_dump", "endpointShardz", "mesh", "push_status", "sidecarz"] {
+        assert!(list.as_array().unwrap().contains(&name.into()), "{name}: {list}");
+    }
+    assert!(!list.as_array().unwrap().contains(&"list".into()) && !list.to_string().contains("force_disconnect"));
+    let mesh = json("/debug/mesh");
+    assert_eq!((&mesh["rootNamespace"], &mesh["trustDomain"]), (&"istio-system".into(), &"cluster.local".into()));
+    assert_eq!(mesh["defaultConfig"]["discoveryAddress"], "istiod.istio-system.svc:15012");
+    let authz = json("/debug/authorizationz");
+    let policies = &authz["authorization_policies"]["namespace_to_policies"];
+    assert_eq!(policies.as_object().unwrap().values().flat_map(|v| v.as_array().unwrap()).count(), 1, "{authz}");
+    let shards = json("/debug/endpointShardz");
+    let reviews = &shards["reviews.bookinfo.svc.cluster.local"]["bookinfo"];
+    let endpoints = reviews["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap_or_else(|| panic!("{shards}"));
+    // model.HealthStatus: 1 healthy, 3 draining (the example's terminating pod).
+    let health: Vec<u64> = endpoints.iter().map(|e| e["HealthStatus"].as_u64().unwrap()).collect();
+    assert_eq!((health.iter().filter(|h| **h == 1).count(), health.iter().filter(|h| **h == 3).count()), (3, 1));
+    assert_eq!(reviews["ServiceAccounts"], serde_json::json!({"bookinfo-reviews": {}}));
+    assert_eq!(json("/debug/endpointz"), shards, "endpointz is endpointShardz");
+    assert!(json("/debug/push_status").is_object());
+    assert!(json("/debug/telemetryz")["telemetries"]["namespace_to_telemetries"].is_object());
+    assert_eq!(get(server.http, "/debug/sidecarz").unwrap().0, 400);
+    assert_eq!(get(server.http, "/debug/sidecarz?proxyID=nobody.nowhere").unwrap().0, 404);
+    assert_eq!(get(server.http, "/debug/force_disconnect?proxyID=x").unwrap().0, 404, "UNSAFE_ENABLE_ADMIN_ENDPOINTS");
+    let (code, index) = get(server.http, "/debug").unwrap();
+    assert!(code == 200 && index.contains("<title>Pilot Debug Console</title>") && index.contains("/debug/syncz"));
     assert!(server.terminate().success());
 }
 
@@ -182,7 +220,7 @@ fn debug_endpoints() {
 /// must fail at start, as istiod does, and leave the first one serving.
 #[test]
 fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
-    let server = Server::start();
+    let server = Server::start_with(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
     let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
         .args(["--grpcAddr", &server.grpc.to_string(), "--httpAddr", &free_port().to_string()])
@@ -372,15 +410,7 @@ fn an_unknown_type_is_answered_empty_when_api_auth_is_off() {
 /// is nothing to check.
 #[test]
 fn monitoring_debug_refuses_callers_not_on_loopback() {
-    let Some(ip) = std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
-        .and_then(|s| s.local_addr())
-        .ok()
-        .map(|a| a.ip())
-        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-    else {
-        return;
-    };
+    let Some(ip) = support::non_loopback_ip() else { return };
     let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo"));
     let port = free_port().port();
     let server = support::Server::start(dir, &["--monitoringAddr", &format!("0.0.0.0:{port}")], &[], None);

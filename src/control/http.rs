@@ -50,6 +50,9 @@ pub struct Request {
     pub query: Vec<(String, String)>,
     /// The caller's address (`None` in tests).
     pub peer: Option<std::net::SocketAddr>,
+    /// The `Authorization: Bearer` token, if any (debug callers not on
+    /// loopback authenticate with it, as xDS callers do).
+    pub bearer: Option<String>,
 }
 
 impl Request {
@@ -174,7 +177,13 @@ async fn respond(
         Response::text(405, "only GET and HEAD are supported\n")
     } else {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        handler(Request { peer: Some(peer), ..parse_target(target) }).await
+        let bearer = req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        handler(Request { peer: Some(peer), bearer, ..parse_target(target) }).await
     };
     // Large answers held at once are bounded (slow readers).
     let slot = if resp.body.len() > LARGE_BODY {
@@ -255,7 +264,7 @@ pub fn parse_target(target: &str) -> Request {
             (percent_decode(k), percent_decode(v))
         })
         .collect();
-    Request { path: path.to_owned(), query, peer: None }
+    Request { path: path.to_owned(), query, peer: None, bearer: None }
 }
 
 fn percent_decode(s: &str) -> String {

@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use istiod_xds::ads::{DebugQuery, Publisher};
@@ -12,15 +13,152 @@ use serde_json::{Value, json};
 use super::sources::State;
 use crate::control::http::{Request, Response};
 
-pub(super) async fn debug(
-    req: Request,
-    publisher: &Publisher<crate::generator::MeshInput>,
-    ready: &AtomicBool,
-    state: &Rc<RefCell<State>>,
-) -> Response {
+/// What the debug handlers read: the cores, readiness, the source state,
+/// and the settings some handlers follow.
+pub(super) struct Debug {
+    pub(super) publisher: Publisher<crate::generator::MeshInput>,
+    pub(super) ready: Arc<AtomicBool>,
+    pub(super) state: Rc<RefCell<State>>,
+    /// `CLUSTER_ID` (the endpoint shards' key).
+    pub(super) cluster_id: String,
+    /// `UNSAFE_ENABLE_ADMIN_ENDPOINTS`: `/debug/force_disconnect` exists.
+    pub(super) unsafe_admin: bool,
+    /// `ENABLE_DEBUG_ON_HTTP`: the debug handlers are served over HTTP
+    /// (8080 and 15014) at all.
+    pub(super) on_http: bool,
+    /// `ENABLE_DEBUG_ENDPOINT_AUTH`: an authenticated caller outside the
+    /// root namespace is limited to its namespace.
+    pub(super) endpoint_auth: bool,
+    /// The authenticators of xDS and the CA, for debug callers not on
+    /// loopback.
+    pub(super) authn: Option<Arc<crate::ca::CaServer>>,
+}
+
+/// An HTTP request on the debug port (8080) or the monitoring port's debug
+/// paths: `/ready` for anyone; the debug handlers when
+/// `ENABLE_DEBUG_ON_HTTP`, behind [`authorize`].
+pub(super) async fn serve_http(req: Request, d: &Debug) -> Response {
+    if req.path != "/debug" && !req.path.starts_with("/debug/") {
+        return debug(req, d, None).await;
+    }
+    if !d.on_http {
+        return Response::text(404, "404 page not found\n");
+    }
+    match authorize(&req, d).await {
+        Ok(caller) => debug(req, d, caller.as_deref()).await,
+        Err(refusal) => refusal,
+    }
+}
+
+/// istiod's `allowAuthenticatedOrLocalhost` (`debug.go`): a caller on
+/// loopback is served whole; any other must authenticate as an xDS client
+/// does (a bearer token: `JWT_RULE` or a TokenReview), or gets 401. With
+/// `ENABLE_DEBUG_ENDPOINT_AUTH` (`AuthorizeDebugRequest`) a caller of the
+/// root namespace is served whole, one of another namespace only
+/// `config_dump`, `edsz` and `ndsz` for its namespace's proxies (the
+/// namespace is returned), and the rest get 403.
+async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response> {
+    if req.peer.is_some_and(|p| p.ip().is_loopback()) {
+        return Ok(None);
+    }
+    let ids = match &d.authn {
+        Some(ca) => {
+            let info = istiod_xds::grpc::ConnInfo { peer: req.peer, ..Default::default() };
+            match ca.authenticate(&info, req.bearer.as_deref()) {
+                crate::ca::Authn::Ids(ids) => Some(ids),
+                crate::ca::Authn::Refused(_) => None,
+                crate::ca::Authn::Review(answer) => match ca.reviewed(answer.recv().await, req.peer) {
+                    crate::ca::Reviewed::Ids(ids) => Some(ids),
+                    _ => None,
+                },
+            }
+        }
+        None => None,
+    };
+    let Some(ids) = ids else {
+        tracing::error!(target: "default", peer = ?req.peer, path = %req.path, "Failed to authenticate debug request");
+        return Err(Response::text(401, ""));
+    };
+    if !d.endpoint_auth {
+        return Ok(None);
+    }
+    let namespace = ids.iter().find_map(|id| {
+        let rest = id.strip_prefix("spiffe://")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts[..] {
+            [_, "ns", ns, "sa", _] => Some(ns.to_owned()),
+            _ => None,
+        }
+    });
+    let root = d
+        .state
+        .borrow()
+        .mesh
+        .as_ref()
+        .map_or_else(|| "istio-system".to_owned(), |m| m.model.mesh.root_namespace.clone());
+    let path = req.path.trim_start_matches("/debug/");
+    match namespace {
+        Some(ns) if ns == root => Ok(None),
+        Some(ns) if crate::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns)),
+        _ => {
+            tracing::warn!(target: "default", identities = ?ids, path = %req.path, "Unauthorized debug request");
+            Err(Response::text(403, ""))
+        }
+    }
+}
+
+/// istiod's debug handlers (`debug.go` AddDebugHandlers) with their help
+/// texts, as `/debug` and `/debug/list` list them, and the two of
+/// istiod-rs's own.
+const HANDLERS: &[(&str, &str)] = &[
+    ("/debug/adsz", "Status and debug interface for ADS"),
+    ("/debug/authorizationz", "Internal authorization policies"),
+    ("/debug/config_dump", "ConfigDump in the form of the Envoy admin config dump API for passed in proxyID"),
+    ("/debug/config_report", "What the config source read and refused (istiod-rs)"),
+    ("/debug/configz", "Debug support for config"),
+    ("/debug/connections", "Info about the connected XDS clients"),
+    ("/debug/ecdsz", "Status and debug interface for ECDS"),
+    ("/debug/edsz", "Status and debug interface for EDS"),
+    ("/debug/endpointShardz", "Info about the endpoint shards"),
+    ("/debug/endpointz", "Obsolete, use endpointShardz"),
+    ("/debug/inject", "Active inject template"),
+    ("/debug/instancesz", "Debug support for service instances"),
+    ("/debug/list", "List all supported debug commands in json"),
+    ("/debug/mesh", "Active mesh config"),
+    ("/debug/ndsz", "Status and debug interface for NDS"),
+    ("/debug/push_status", "Last PushContext Details"),
+    ("/debug/registryz", "Debug support for registry"),
+    ("/debug/sidecarz", "Debug sidecar scope for a proxy"),
+    ("/debug/stats", "Per-core push, cache and convergence counters (istiod-rs)"),
+    ("/debug/syncz", "Synchronization status of all Envoys connected to this Pilot instance"),
+    ("/debug/telemetryz", "Debug Telemetry configuration"),
+];
+
+const FORCE_DISCONNECT: (&str, &str) = ("/debug/force_disconnect", "Disconnects a proxy from this Pilot");
+
+impl Debug {
+    /// The handlers served, sorted by path.
+    fn handlers(&self) -> Vec<(&'static str, &'static str)> {
+        let mut h = HANDLERS.to_vec();
+        if self.unsafe_admin {
+            h.push(FORCE_DISCONNECT);
+        }
+        h.sort();
+        h
+    }
+}
+
+/// Answers a debug request. `caller` is the namespace a caller outside the
+/// root namespace is limited to (debug over xDS with
+/// `ENABLE_DEBUG_ENDPOINT_AUTH`, istiod's `CallerNamespaceKey`): the
+/// per-proxy handlers find only that namespace's proxies.
+pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Response {
+    let publisher = &d.publisher;
+    let state = &d.state;
+    let model = || state.borrow().mesh.as_ref().map(|m| m.model.clone());
     match req.path.as_str() {
         "/ready" => {
-            if ready.load(Ordering::SeqCst) {
+            if d.ready.load(Ordering::SeqCst) {
                 Response::text(200, "ready\n")
             } else {
                 Response::text(503, "not ready: no snapshot published yet\n")
@@ -51,27 +189,80 @@ pub(super) async fn debug(
         // istiod's `Syncz`: a SyncStatus per proxy, `?namespace=` keeps
         // that namespace's.
         "/debug/syncz" => {
-            let namespace = req.param("namespace").unwrap_or("");
-            let mut rows: Vec<Value> = publisher
-                .query(DebugQuery::Syncz)
-                .await
-                .into_iter()
-                .flat_map(|v| v.as_array().cloned().unwrap_or_default())
-                .filter(|r| namespace.is_empty() || r["namespace"] == namespace)
-                .map(|mut r| r["status"].take())
-                .collect();
+            let namespace = caller.or(req.param("namespace")).unwrap_or("");
+            let mut rows: Vec<Value> =
+                syncz_rows(publisher, namespace).await.into_iter().map(|mut r| r["status"].take()).collect();
             rows.sort_by(|a, b| a["proxy"].as_str().cmp(&b["proxy"].as_str()));
             Response::json(&Value::Array(rows))
         }
-        "/debug/config_dump" => match req.param("proxyID").filter(|id| !id.is_empty()) {
-            None => missing_proxy_id(),
-            Some(id) => {
-                match publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null()) {
-                    Some(v) => Response::json(&crate::config_dump::render(&v)),
-                    None => not_connected(),
-                }
+        // istiod's `ConfigDump`, and `edsz`/`ndsz`/`ecdsz`
+        // (`typedConfigDumpHandler`: the dump of one type).
+        path @ ("/debug/config_dump" | "/debug/edsz" | "/debug/ndsz" | "/debug/ecdsz") => {
+            let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) else { return missing_proxy_id() };
+            let types = match path {
+                "/debug/edsz" => "eds",
+                "/debug/ndsz" => "nds",
+                "/debug/ecdsz" => "ecds",
+                _ => req.param("types").unwrap_or(""),
+            };
+            match config_dump(publisher, id, caller, req.query.iter().any(|(k, _)| k == "include_eds"), types).await {
+                Some(dump) => Response::json(&crate::config_dump::message_json(&dump)),
+                None => not_connected(),
             }
-        },
+        }
+        "/debug/sidecarz" => {
+            let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) else { return missing_proxy_id() };
+            match (proxy_class(publisher, id).await, model()) {
+                (Some(class), Some(m)) => Response::json(&super::debugz::sidecarz(&m, &class)),
+                _ => not_connected(),
+            }
+        }
+        "/debug/telemetryz" => {
+            let Some(m) = model() else { return Response::json(&json!({})) };
+            match req.param("proxyID").filter(|id| !id.is_empty()) {
+                None => Response::json(&super::debugz::telemetryz(&m)),
+                Some(id) => match proxy_class(publisher, id).await {
+                    Some(class) => Response::json(&super::debugz::telemetryz_for(&m, &class)),
+                    None => not_connected(),
+                },
+            }
+        }
+        "/debug/authorizationz" => Response::json(&model().map_or(json!({}), |m| super::debugz::authorizationz(&m))),
+        "/debug/endpointz" | "/debug/endpointShardz" => {
+            Response::json(&model().map_or(json!({}), |m| super::debugz::endpoint_shardz(&m, &d.cluster_id)))
+        }
+        "/debug/instancesz" => {
+            let proxies: Vec<(String, Vec<String>)> = clients(publisher)
+                .await
+                .iter()
+                .filter_map(|c| {
+                    let node = c["istiodRs"]["node"].as_str()?;
+                    let mut parts = node.split('~');
+                    let ips = parts.nth(1)?.split(',').map(str::to_owned).collect();
+                    Some((parts.next()?.to_owned(), ips))
+                })
+                .collect();
+            Response::json(&model().map_or(json!({}), |m| super::debugz::instancesz(&m, &proxies)))
+        }
+        "/debug/push_status" => Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m))),
+        "/debug/mesh" => Response::json(
+            &model().map_or_else(|| crate::mesh::MeshSettings::default().debug_json(), |m| m.mesh.debug_json()),
+        ),
+        // istiod's `injectTemplateHandler`: the injection templates by name.
+        "/debug/inject" => {
+            let webhooks = state.borrow().webhooks.clone();
+            let injector = webhooks.and_then(|w| w.injector.borrow().clone());
+            match injector {
+                Some(i) => Response::json(&json!(i.raw_templates())),
+                None => Response::text(404, ""),
+            }
+        }
+        "/debug/force_disconnect" if d.unsafe_admin => {
+            let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) else { return missing_proxy_id() };
+            let ended: u64 =
+                publisher.query(DebugQuery::Disconnect(id.to_owned())).await.iter().filter_map(Value::as_u64).sum();
+            if ended == 0 { not_connected() } else { Response::text(200, "OK") }
+        }
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),
         // istiod's `configz`: every config object in its Kubernetes form
         // (`kubernetesConfig`, crd.ConvertConfig), by kind then
@@ -86,12 +277,71 @@ pub(super) async fn debug(
                 mesh.as_ref().map(|m| m.model.services.values().collect()).unwrap_or_default();
             Response::json(&serde_json::to_value(services).unwrap_or_default())
         }
-        "/debug" => Response::text(
-            200,
-            "/ready\n/debug/adsz\n/debug/connections\n/debug/syncz\n/debug/config_dump?proxyID=\n/debug/configz\n/debug/config_report\n/debug/registryz\n/debug/stats\n",
-        ),
-        _ => Response::text(404, "not found\n"),
+        // istiod's `list`: the handlers' names, without `list` itself.
+        "/debug/list" => {
+            let names: Vec<&str> =
+                d.handlers().iter().map(|(p, _)| p.trim_start_matches("/debug/")).filter(|n| *n != "list").collect();
+            Response::json(&json!(names))
+        }
+        // istiod's index page (`Debug`, indexTmpl): a table of the handlers.
+        "/debug" => {
+            let rows: String = d
+                .handlers()
+                .iter()
+                .map(|(p, help)| format!("\t<tr>\n\t<td><a href='{p}'>{p}</a></td><td>{help}</td>\n\t</tr>\n"))
+                .collect();
+            Response {
+                status: 200,
+                content_type: "text/html; charset=utf-8",
+                body: format!(
+                    "<html>\n<head>\n<title>Pilot Debug Console</title>\n</head>\n<body>\n<table id=\"endpoints\">\n\
+                     <tr><th>Endpoint</th><th>Description</th></tr>\n{rows}</table>\n</body>\n</html>\n"
+                ),
+            }
+        }
+        _ => Response::text(404, "404 page not found\n"),
     }
+}
+
+/// Every core's syncz rows (`namespace`, `status`, `sent_unix_us`), those
+/// of `namespace` when not empty.
+pub(super) async fn syncz_rows(publisher: &Publisher<crate::generator::MeshInput>, namespace: &str) -> Vec<Value> {
+    publisher
+        .query(DebugQuery::Syncz)
+        .await
+        .into_iter()
+        .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+        .filter(|r| namespace.is_empty() || r["namespace"] == namespace)
+        .collect()
+}
+
+/// The dump of the proxy `id` names (istiod's `connectionConfigDump`, or
+/// the resources of `types`), unless no proxy of the caller's namespace
+/// matches.
+pub(super) async fn config_dump(
+    publisher: &Publisher<crate::generator::MeshInput>,
+    id: &str,
+    caller: Option<&str>,
+    include_eds: bool,
+    types: &str,
+) -> Option<istiod_proto::envoy::admin::v3::ConfigDump> {
+    let answer = publisher.query(DebugQuery::ConfigDump(id.to_owned())).await.into_iter().find(|v| !v.is_null())?;
+    if caller.is_some_and(|ns| answer["namespace"] != ns) {
+        return None;
+    }
+    let kinds = crate::config_dump::kinds_of(types);
+    if !types.is_empty() && kinds.is_empty() {
+        // Types istiod-rs does not serve (NDS, ECDS): an empty dump.
+        return Some(Default::default());
+    }
+    Some(crate::config_dump::build(&answer, include_eds, &kinds))
+}
+
+/// The class of the proxy `id` names, from its `/debug/adsz` row.
+async fn proxy_class(publisher: &Publisher<crate::generator::MeshInput>, id: &str) -> Option<crate::node::ProxyClass> {
+    let clients = clients(publisher).await;
+    let c = clients.iter().find(|c| matches(id, c))?;
+    crate::node::ProxyClass::from_detail(&c["istiodRs"]["class"])
 }
 
 /// istiod's `/debug/configz` array.
@@ -148,15 +398,11 @@ fn not_connected() -> Response {
     Response::text(404, "Proxy not connected to this Pilot instance. It may be connected to another instance.\n")
 }
 
-/// What the debug handlers read: the cores, readiness, the source state.
-pub(super) type DebugContext<'a> = (&'a Publisher<crate::generator::MeshInput>, &'a AtomicBool, &'a Rc<RefCell<State>>);
-
 pub(super) async fn monitoring(
     req: Request,
-    (publisher, ready, state): DebugContext<'_>,
+    d: &Debug,
     ca: Option<&crate::ca::CaServer>,
     webhooks: &crate::webhook::Webhooks,
-    debug_on_monitoring: bool,
 ) -> Response {
     // istiod's monitoring mux: /metrics, and /version with its
     // `BuildInfo.String()`.
@@ -164,19 +410,11 @@ pub(super) async fn monitoring(
         return Response::text(200, crate::version::BUILD.short());
     }
     // The debug handlers (pilot/pkg/xds/debug.go AddDebugHandlers, with
-    // ENABLE_DEBUG_ON_HTTP), behind allowAuthenticatedOrLocalhost: a
-    // caller on loopback is served; any other gets istiod's 401 (istiod
-    // would authenticate it as an xDS client; istiod-rs does not yet).
+    // ENABLE_DEBUG_ON_HTTP), behind allowAuthenticatedOrLocalhost.
     if req.path == "/debug" || req.path.starts_with("/debug/") {
-        if !debug_on_monitoring {
-            return Response::text(404, "not found\n");
-        }
-        if !req.peer.is_some_and(|p| p.ip().is_loopback()) {
-            tracing::warn!(target: "default", peer = ?req.peer, path = %req.path, "debug endpoint: caller not on loopback; refused");
-            return Response::text(401, "");
-        }
-        return debug(req, publisher, ready, state).await;
+        return serve_http(req, d).await;
     }
+    let (publisher, state) = (&d.publisher, &d.state);
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
     }

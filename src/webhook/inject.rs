@@ -233,6 +233,8 @@ pub struct Injector {
     /// configuration for one bad template; here only the pods that ask
     /// for a bad one are refused, and the log says why at load).
     templates: BTreeMap<String, Result<Template, String>>,
+    /// The templates as written (`/debug/inject`).
+    raw_templates: BTreeMap<String, String>,
     values: Json,
     values_data: Value,
     mesh: MeshInputs,
@@ -282,11 +284,18 @@ impl Injector {
             always: raw.always_inject_selector.unwrap_or_default(),
             injected_annotations: raw.injected_annotations.unwrap_or_default(),
             templates,
+            raw_templates: raw.templates,
             values,
             values_data,
             mesh,
             env,
         })
+    }
+
+    /// The templates by name as written (istiod's `RawTemplates`, which
+    /// `/debug/inject` shows).
+    pub fn raw_templates(&self) -> &BTreeMap<String, String> {
+        &self.raw_templates
     }
 
     /// From a directory holding `config` and `values` (the mounted

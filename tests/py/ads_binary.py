@@ -27,6 +27,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
+from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401 (Any in clusters)
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
 from udpa.type.v1 import typed_struct_pb2
@@ -172,12 +173,22 @@ def main():
                 raise AssertionError(f"{path} answered 200")
             except urllib.error.HTTPError as e:
                 assert (e.code, e.read().decode()) == (code, text), (path, e.code)
-        dump = http_json(http_addr, "/debug/config_dump?proxyID=" + urllib.parse.quote(proxy))
+        dump = http_json(http_addr, "/debug/config_dump?include_eds&proxyID=" + urllib.parse.quote(proxy))
+        # istiod's order (debug.go connectionConfigDump), endpoints only
+        # with include_eds.
+        assert [c["@type"].rsplit(".", 1)[1] for c in dump["configs"]] == [
+            "BootstrapConfigDump", "ClustersConfigDump", "EndpointsConfigDump", "ListenersConfigDump",
+            "ScopedRoutesConfigDump", "RoutesConfigDump", "SecretsConfigDump", "EcdsConfigDump"], dump["configs"]
         by_type = {c["@type"]: c for c in dump["configs"]}
-        clusters = by_type["type.googleapis.com/envoy.admin.v3.ClustersConfigDump"]["dynamic_active_clusters"]
+        # The clusters' part parses whole with the upstream admin types.
+        from envoy.admin.v3 import config_dump_shared_pb2
+        from google.protobuf import json_format
+        cds_part = dict(by_type["type.googleapis.com/envoy.admin.v3.ClustersConfigDump"])
+        del cds_part["@type"]
+        json_format.ParseDict(cds_part, config_dump_shared_pb2.ClustersConfigDump())
+        clusters = by_type["type.googleapis.com/envoy.admin.v3.ClustersConfigDump"]["dynamicActiveClusters"]
         assert REVIEWS in {c["cluster"]["name"] for c in clusters}, clusters
         # Envoy's shape: each entry re-parses with the upstream types.
-        from google.protobuf import json_format
         entry = next(c for c in clusters if c["cluster"]["name"] == REVIEWS)
         from google.protobuf import any_pb2
 
@@ -189,8 +200,29 @@ def main():
         # metadata exchange on every outbound cluster.
         assert [f.name for f in parsed.filters] == ["istio.metadata_exchange"], parsed.filters
         assert '"error"' not in json.dumps(dump), "config_dump renders every resource"
-        eds = by_type["type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"]["dynamic_endpoint_configs"]
-        assert eds[0]["endpoint_config"]["clusterName"] == REVIEWS, eds
+        eds = by_type["type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"]["dynamicEndpointConfigs"]
+        assert eds[0]["endpointConfig"]["clusterName"] == REVIEWS, eds
+        # edsz: the proxy's endpoints only (typedConfigDumpHandler).
+        edsz = http_json(http_addr, "/debug/edsz?proxyID=" + short)
+        assert [c["@type"] for c in edsz["configs"]] == [EDS], edsz
+        # The per-proxy views: its sidecar scope (SidecarScope.MarshalJSON),
+        # its Telemetry (computedTelemetries), its service targets.
+        scope = http_json(http_addr, "/debug/sidecarz?proxyID=" + short)
+        assert scope["namespace"] == "bookinfo" and scope["name"], scope
+        assert REVIEWS.split("|")[-1] in scope["servicesByHostname"], sorted(scope["servicesByHostname"])
+        assert set(http_json(http_addr, "/debug/telemetryz?proxyID=" + short)) == {"Metrics", "Logging", "Tracing"}
+        assert short in http_json(http_addr, "/debug/instancesz")
+        # force_disconnect (UNSAFE_ENABLE_ADMIN_ENDPOINTS): the stream ends
+        # with OK, as istiod's Connection.Stop ends it; the proxy would
+        # reconnect.
+        with urllib.request.urlopen(f"http://{http_addr}/debug/force_disconnect?proxyID={short}", timeout=10) as r:
+            assert r.read() == b"OK"
+        try:
+            while True:
+                s.recv()
+        except StopIteration:
+            pass
+        assert not [row for row in http_json(http_addr, "/debug/syncz") if row["proxy"] == short]
         s.close()
 
     def delta():

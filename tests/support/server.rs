@@ -30,6 +30,17 @@ pub(crate) fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
+/// This host's address on its default route, unless it has only loopback
+/// (tests of what callers off loopback get need one).
+pub(crate) fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
+        .and_then(|s| s.local_addr())
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
 pub(crate) fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -78,7 +89,16 @@ impl Server {
     }
 
     fn try_start(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Result<Self, String> {
-        let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+        let (grpc, mut http, monitoring) = (free_port(), free_port(), free_port());
+        // A `--httpAddr` of the caller's (e.g. 0.0.0.0:P) is polled on loopback.
+        if let Some(port) = flags
+            .windows(2)
+            .find(|w| w[0] == "--httpAddr")
+            .and_then(|w| w[1].rsplit_once(':'))
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+        {
+            http = SocketAddr::from(([127, 0, 0, 1], port));
+        }
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("stderr.log");
         let mut cmd = match nofile {

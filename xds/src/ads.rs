@@ -64,6 +64,38 @@ pub enum DebugQuery {
     ConfigDump(String),
     /// Convergence histogram and cache counters.
     Stats,
+    /// `/debug/force_disconnect?proxyID=`: ends the streams of the proxy
+    /// the id names (as istiod's `Connection.Stop`, with status OK: the
+    /// proxy reconnects); answers how many.
+    Disconnect(String),
+}
+
+/// A request the ADS service cannot answer itself, for the application
+/// ([`UnknownType::Forward`]): istiod's debug types over xDS
+/// (`istio.io/debug/*`, `pilot/pkg/xds/statusgen.go` and `debuggen.go`),
+/// whose answers span every core.
+#[derive(Debug)]
+pub struct Forwarded<C> {
+    /// The requested type.
+    pub type_url: String,
+    /// The names requested.
+    pub names: Vec<String>,
+    /// The caller's class.
+    pub class: Arc<C>,
+    /// Where the resources of the response go; a dropped sender answers
+    /// with none.
+    pub reply: async_channel::Sender<Vec<ForwardedResource>>,
+}
+
+/// One resource of a forwarded request's response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedResource {
+    /// Its name (may be empty, as istiod's unnamed config-dump parts).
+    pub name: String,
+    /// The type URL of its `Any`.
+    pub type_url: String,
+    /// The `Any`'s value.
+    pub value: Bytes,
 }
 
 /// The watcher core's end of the per-core channels.
@@ -141,6 +173,7 @@ pub struct AdsFactory<M = (), C = ()> {
     max_node_bytes: usize,
     max_names: usize,
     push_throttle: usize,
+    forward: Option<async_channel::Sender<Forwarded<C>>>,
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -160,7 +193,15 @@ impl<M, C> AdsFactory<M, C> {
             max_names: DEFAULT_MAX_NAMES,
             // istiod's automatic PILOT_PUSH_THROTTLE on two cores.
             push_throttle: 25,
+            forward: None,
         }
+    }
+
+    /// Where requests the generator forwards go ([`UnknownType::Forward`]);
+    /// without it they are answered with no resources.
+    pub fn forward_to(mut self, tx: async_channel::Sender<Forwarded<C>>) -> Self {
+        self.forward = Some(tx);
+        self
     }
 
     /// Connections a core pushes a new snapshot to before it lets its
@@ -209,6 +250,7 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             convergence: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds"),
             pushes: 0,
             nacks: 0,
+            forward: self.forward.clone(),
         }
     }
 
@@ -259,6 +301,10 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
                         }
                         None => latest = Some((s, d)),
                     }
+                }
+                Update::Debug(DebugQuery::Disconnect(id), reply) => {
+                    let n = svc.borrow_mut().disconnect(&id);
+                    let _ = reply.try_send(json!(n));
                 }
                 Update::Debug(q, reply) => {
                     let answer = svc.borrow().debug(&q);
@@ -329,6 +375,7 @@ pub struct AdsService<M = (), C = ()> {
     convergence: Histogram<u64>,
     pushes: u64,
     nacks: u64,
+    forward: Option<async_channel::Sender<Forwarded<C>>>,
 }
 
 /// Names one stream may subscribe to, unless configured otherwise
@@ -403,6 +450,55 @@ fn sync_row<C>(s: &AdsStream<C>, p: &node::Peer) -> Value {
     Value::Object(row)
 }
 
+/// Where and how to answer a request for a type not served.
+struct Reply {
+    conn: u64,
+    stream: u32,
+    protocol: Protocol,
+    type_url: String,
+    nonce: String,
+    version: String,
+    control_plane: String,
+}
+
+impl Reply {
+    /// The response (a rare, small message: encoded by prost).
+    fn body(&self, resources: &[ForwardedResource]) -> Bytes {
+        use istiod_proto::envoy::config::core::v3::ControlPlane;
+        use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse, Resource};
+        let any = |r: &ForwardedResource| istiod_proto::prost_types::Any {
+            type_url: r.type_url.clone(),
+            value: r.value.to_vec(),
+        };
+        let control_plane = Some(ControlPlane { identifier: self.control_plane.clone() });
+        let (version, type_url, nonce) = (self.version.clone(), self.type_url.clone(), self.nonce.clone());
+        let bytes = match self.protocol {
+            Protocol::Sotw => DiscoveryResponse {
+                version_info: version,
+                resources: resources.iter().map(any).collect(),
+                type_url,
+                nonce,
+                control_plane,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            Protocol::Delta => DeltaDiscoveryResponse {
+                system_version_info: version,
+                resources: resources
+                    .iter()
+                    .map(|r| Resource { name: r.name.clone(), resource: Some(any(r)), ..Default::default() })
+                    .collect(),
+                type_url,
+                nonce,
+                control_plane,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        };
+        Bytes::from(bytes)
+    }
+}
+
 /// Go's zero `time.Time` in JSON.
 const GO_ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
@@ -422,44 +518,74 @@ const PRUNE_AFTER_RETIRED: usize = 16;
 impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// Answers a request for a type this server does not serve, as the
     /// generator says: nothing, an empty response to the type's first
-    /// request, or the end of the stream with a status.
-    fn unknown_type(
-        &mut self,
-        conn: &mut GrpcConnection,
-        stream: u32,
-        type_url: &str,
-        first: bool,
-    ) -> Result<(), Status> {
+    /// request, the application's answer, or the end of the stream with a
+    /// status.
+    fn unknown_type(&mut self, conn: &mut GrpcConnection, stream: u32, req: stream::Unknown) -> Result<(), Status> {
         let Some(s) = self.streams.get(&(conn.info.id, stream)) else { return Ok(()) };
         let Some(class) = s.class.clone() else { return Ok(()) };
         let proxy = s.proxy.as_ref().map_or("?", |p| &*p.id).to_owned();
         let protocol = s.protocol;
-        match self.generator.unknown_type(&self.snap, &class, type_url) {
+        let type_url = req.type_url.as_str();
+        let answer = self.generator.unknown_type(&self.snap, &class, type_url, &req.names);
+        match answer {
             UnknownType::Ignore => {
-                if first {
+                if req.first {
                     tracing::warn!(target: "ads", proxy, type_url, "request for a type not served; ignored");
                 }
-                Ok(())
+                return Ok(());
             }
             UnknownType::Refuse(code, message) => {
                 tracing::warn!(target: "ads", proxy, type_url, "{message}");
-                Err(Status::new(code, message))
+                return Err(Status::new(code, message));
             }
-            UnknownType::Empty if !first => Ok(()),
-            UnknownType::Empty => {
+            UnknownType::Empty | UnknownType::Forward if !req.first => return Ok(()),
+            UnknownType::Empty | UnknownType::Forward => {}
+        }
+        self.nonce_seq += 1;
+        let reply = Reply {
+            conn: conn.info.id,
+            stream,
+            protocol,
+            type_url: req.type_url.clone(),
+            nonce: format!("{}-{}-{}", self.core, conn.info.id, self.nonce_seq),
+            version: self.snap.version.to_string(),
+            control_plane: self.control_plane.clone(),
+        };
+        match (answer, &self.forward) {
+            (UnknownType::Forward, Some(tx)) => {
+                tracing::debug!(target: "ads", proxy, type_url, names = ?req.names, "forwarded");
+                let (reply_tx, reply_rx) = async_channel::bounded(1);
+                let ask = Forwarded { type_url: req.type_url, names: req.names, class, reply: reply_tx };
+                if tx.try_send(ask).is_err() {
+                    // The application is gone: an empty answer.
+                    let _ = conn.send_admitted(stream, reply.body(&[]));
+                    return Ok(());
+                }
+                let registry = self.registry.clone();
+                // The answer is sent when it comes, from the executor
+                // (nothing borrowed then); a stream gone meanwhile gets
+                // nothing.
+                glommio::spawn_local(async move {
+                    let resources = reply_rx.recv().await.unwrap_or_default();
+                    let Some(h) = registry.get(reply.conn) else { return };
+                    {
+                        let mut c = h.conn.borrow_mut();
+                        if !c.is_open(reply.stream) {
+                            return;
+                        }
+                        let _ = c.send_admitted(reply.stream, reply.body(&resources));
+                    }
+                    h.wake();
+                })
+                .detach();
+            }
+            _ => {
                 tracing::warn!(target: "ads", proxy, type_url, "request for a type not served; answered with no resources");
-                self.nonce_seq += 1;
-                let nonce = format!("{}-{}-{}", self.core, conn.info.id, self.nonce_seq);
-                let version = self.snap.version.to_string();
-                let body = match protocol {
-                    Protocol::Sotw => wire::sotw_response(&version, type_url, &nonce, &[], &self.control_plane),
-                    Protocol::Delta => wire::delta_response(&version, type_url, &nonce, &[], &[], &self.control_plane),
-                };
                 // A full queue drops it: the client asks again on reconnect.
-                let _ = conn.send_admitted(stream, body);
-                Ok(())
+                let _ = conn.send_admitted(stream, reply.body(&[]));
             }
         }
+        Ok(())
     }
 
     fn intern(classes: &mut HashMap<C, (Arc<C>, usize)>, c: C) -> Arc<C> {
@@ -622,6 +748,33 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         shared.wake();
     }
 
+    /// Ends the streams of the proxy `proxy_id` names, with status OK (the
+    /// proxy reconnects, to this server or another); how many.
+    fn disconnect(&mut self, proxy_id: &str) -> usize {
+        let core = self.core;
+        let keys: Vec<(u64, u32)> = self
+            .streams
+            .iter()
+            .filter(|((conn, sid), s)| {
+                s.proxy
+                    .as_ref()
+                    .is_some_and(|p| proxy_id_matches(proxy_id, &connection_id(&p.name, *conn, *sid, core), &p.id))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for &(conn, sid) in &keys {
+            if let Some(h) = self.registry.get(conn) {
+                if let Ok(mut c) = h.conn.try_borrow_mut() {
+                    c.finish(sid, &Status::new(Code::Ok, "disconnected by /debug/force_disconnect"));
+                }
+                h.wake();
+            }
+            tracing::info!(target: "ads", proxy_id, "disconnected by /debug/force_disconnect");
+            self.remove_stream(conn, sid);
+        }
+        keys.len()
+    }
+
     fn debug(&self, q: &DebugQuery) -> Value {
         match q {
             DebugQuery::Adsz => {
@@ -679,6 +832,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             "core": self.core,
                             "protocol": if s.protocol == Protocol::Delta { "delta" } else { "sotw" },
                             "watches": detail,
+                            "class": s.class.as_ref().map(|c| self.generator.class_detail(c)),
                         });
                         Some(row)
                     })
@@ -691,7 +845,17 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .values()
                     .filter_map(|s| {
                         let p = s.proxy.as_ref()?;
-                        Some(json!({ "namespace": p.info("namespace"), "status": sync_row(s, p) }))
+                        // When each type was last sent, for the status
+                        // over xDS (a Timestamp, not Go's JSON time).
+                        let sent_us: serde_json::Map<String, Value> = Kind::ALL
+                            .iter()
+                            .filter_map(|k| {
+                                let at = s.watches[*k as usize].as_ref()?.sent_at?;
+                                let d = crate::time::wall(at).duration_since(std::time::UNIX_EPOCH).ok()?;
+                                Some((k.type_url().to_owned(), json!(d.as_micros() as u64)))
+                            })
+                            .collect();
+                        Some(json!({ "namespace": p.info("namespace"), "status": sync_row(s, p), "sent_unix_us": sent_us }))
                     })
                     .collect();
                 Value::Array(rows)
@@ -721,8 +885,11 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     })
                     .collect();
                 let proxy = s.proxy.as_ref().map(|p| &*p.id);
-                json!({ "proxyId": proxy, "configs": dumps })
+                let namespace = s.proxy.as_ref().map(|p| p.info("namespace"));
+                json!({ "proxyId": proxy, "namespace": namespace, "configs": dumps })
             }
+            // Answered by `disconnect`, which needs the streams mutably.
+            DebugQuery::Disconnect(_) => Value::Null,
             DebugQuery::Stats => {
                 let h = &self.convergence;
                 let queued: usize = self
@@ -827,8 +994,8 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             let _ = self.convergence.record(us.max(1));
         }
         self.nacks += acked.nacks;
-        if let Some((type_url, first)) = acked.unknown {
-            self.unknown_type(conn, stream, &type_url, first)?;
+        if let Some(unknown) = acked.unknown {
+            self.unknown_type(conn, stream, unknown)?;
         }
         if self.streams.get(&key).is_some_and(AdsStream::is_dirty) {
             self.flush_conn(conn);

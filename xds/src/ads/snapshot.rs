@@ -208,6 +208,13 @@ pub trait Generator: Send + Sync + 'static {
         serde_json::Map::new()
     }
 
+    /// The whole class, for the application's own debug answers (a proxy's
+    /// scope): `/debug/adsz` carries it under `istiodRs.class`. Default:
+    /// null.
+    fn class_detail(&self, _class: &Self::Class) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
     /// Whether resource `(kind, name)` depends on the whole class (it is
     /// never shared through [`Generator::reduce`]).
     fn whole_class(&self, _kind: Kind, _name: &str) -> bool {
@@ -220,9 +227,16 @@ pub trait Generator: Send + Sync + 'static {
         self.wildcard_names(snap, class, kind)
     }
 
-    /// What to do when a proxy of `class` asks for `type_url`, a type this
-    /// server does not serve. Default: nothing (the request is logged).
-    fn unknown_type(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _type_url: &str) -> UnknownType {
+    /// What to do when a proxy of `class` asks for `type_url` (naming
+    /// `names`), a type this server does not serve. Default: nothing (the
+    /// request is logged).
+    fn unknown_type(
+        &self,
+        _snap: &Snapshot<Self::Mesh>,
+        _class: &Self::Class,
+        _type_url: &str,
+        _names: &[String],
+    ) -> UnknownType {
         UnknownType::Ignore
     }
 
@@ -242,6 +256,10 @@ pub enum UnknownType {
     Empty,
     /// The stream ends with this status.
     Refuse(crate::grpc::Code, String),
+    /// The type's first request goes to the application (see
+    /// [`super::Forwarded`]), whose answer is sent as the response; later
+    /// requests, its ACKs, get none.
+    Forward,
 }
 
 /// Serves the [`SimpleModel`]'s resources as they are, to every class.

@@ -154,7 +154,18 @@ pub struct Acked {
     /// A type this server does not serve, with whether the request was the
     /// type's first (no response nonce): the generator decides the answer
     /// ([`super::Generator::unknown_type`]).
-    pub unknown: Option<(String, bool)>,
+    pub unknown: Option<Unknown>,
+}
+
+/// A request for a type this server does not serve.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    /// Its type URL.
+    pub type_url: String,
+    /// Whether it was the type's first request (no response nonce).
+    pub first: bool,
+    /// The names it asked for (SotW), or subscribed to (delta).
+    pub names: Vec<String>,
 }
 
 /// Classifies the node of a stream's first request and interns its class
@@ -210,7 +221,8 @@ impl<C: super::Class> AdsStream<C> {
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
-            acked.unknown = Some((req.type_url, req.response_nonce.is_empty()));
+            let first = req.response_nonce.is_empty();
+            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names });
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
@@ -280,7 +292,8 @@ impl<C: super::Class> AdsStream<C> {
         let mut acked = Acked::default();
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
-            acked.unknown = Some((req.type_url, req.response_nonce.is_empty()));
+            let first = req.response_nonce.is_empty();
+            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names_subscribe });
             return Ok(acked);
         };
         let slot = &mut self.watches[kind as usize];

@@ -1,0 +1,292 @@
+//! The debug views computed from the model last published, in the JSON
+//! shapes of the istiod structs they stand for (each function names its
+//! Go source). What istiod keeps internally and istiod-rs does not (its
+//! push context's caches, a consolidated rule's merge state) is left out
+//! or shown from what istiod-rs has instead, as each function says.
+
+use std::collections::BTreeMap;
+
+use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use serde_json::{Map, Value, json};
+
+use crate::model::{Health, Model, Resolution, Service};
+use crate::node::ProxyClass;
+
+/// The object's spec as written (its Kubernetes JSON's `spec`).
+fn spec(o: &IstioObject) -> Value {
+    o.raw.value().and_then(|mut v| v.get_mut("spec").map(Value::take)).unwrap_or(Value::Null)
+}
+
+/// `/debug/authorizationz`: istiod's `AuthorizationDebug`
+/// (`pilot/pkg/xds/debug.go`) around `model.AuthorizationPolicies`
+/// (`pilot/pkg/model/authorization.go`): policies by namespace, each with
+/// name, namespace, annotations and spec, and the root namespace.
+pub(super) fn authorizationz(model: &Model) -> Value {
+    let mut by_ns: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for o in model.security.iter().filter(|o| matches!(o.spec, IstioSpec::AuthorizationPolicy(_))) {
+        by_ns.entry(o.meta.ns()).or_default().push(json!({
+            "name": o.meta.name,
+            "namespace": o.meta.ns(),
+            "annotations": if o.meta.annotations.is_empty() { Value::Null } else { json!(o.meta.annotations) },
+            "spec": spec(o),
+        }));
+    }
+    json!({ "authorization_policies": {
+        "namespace_to_policies": by_ns,
+        "root_namespace": model.mesh.root_namespace,
+    }})
+}
+
+/// `/debug/telemetryz`: istiod's `TelemetryDebug` around
+/// `model.Telemetries` (`pilot/pkg/model/telemetry.go`): Telemetry objects
+/// by namespace (name, namespace, spec) and the root namespace.
+pub(super) fn telemetryz(model: &Model) -> Value {
+    let mut by_ns: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for o in model.telemetries.iter() {
+        by_ns.entry(o.meta.ns()).or_default().push(json!({
+            "name": o.meta.name,
+            "namespace": o.meta.ns(),
+            "spec": spec(o),
+        }));
+    }
+    json!({ "telemetries": {
+        "namespace_to_telemetries": by_ns,
+        "root_namespace": model.mesh.root_namespace,
+    }})
+}
+
+/// `/debug/telemetryz?proxyID=`: `Telemetries.Debug`, the Telemetry specs
+/// that apply to the proxy (`applicableTelemetries`) split into their
+/// metrics, access logging and tracing parts, as `computedTelemetries`
+/// marshals them.
+pub(super) fn telemetryz_for(model: &Model, class: &ProxyClass) -> Value {
+    let specs = crate::translate::telemetry::applicable(model, &class.namespace, Some(&class.labels));
+    let part = |key: &str| -> Vec<Value> {
+        specs.iter().flat_map(|s| s[key].as_array().cloned().unwrap_or_default()).collect()
+    };
+    json!({ "Metrics": part("metrics"), "Logging": part("accessLogging"), "Tracing": part("tracing") })
+}
+
+/// A service as `/debug/registryz` shows it, without its endpoints.
+fn service_json(s: &Service) -> Value {
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("endpoints");
+    }
+    v
+}
+
+/// The Sidecar object that applies to `class`, if any.
+fn sidecar_object<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a IstioObject> {
+    let chosen = crate::translate::scope::sidecar(model, class)?;
+    model.sidecars.iter().find(|o| matches!(&o.spec, IstioSpec::Sidecar(s) if std::ptr::eq(s, chosen)))
+}
+
+/// `/debug/sidecarz?proxyID=`: the proxy's `SidecarScope` as its
+/// `MarshalJSON` writes it (`pilot/pkg/model/sidecar.go`): name (istiod's
+/// `default-sidecar` when no Sidecar applies), namespace, outbound
+/// traffic policy, the services it sees (by hostname too), the Sidecar's
+/// spec, and the DestinationRules in force per host (istiod marshals its
+/// consolidated rules as empty objects; here each names its rule).
+pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
+    let object = sidecar_object(model, class);
+    let services: Vec<&Service> =
+        model.services.values().filter(|s| crate::translate::scope::visible(model, class, s)).collect();
+    let by_host: Map<String, Value> = services.iter().map(|s| (s.hostname.to_string(), service_json(s))).collect();
+    let rules = model.destination_rules();
+    let mut destination_rules = Map::new();
+    for s in &services {
+        if let Some(i) = model.rule_index_for(&class.namespace, &class.labels, &s.hostname) {
+            let r = rules.get(i);
+            destination_rules.insert(
+                s.hostname.to_string(),
+                json!([{ "names": r.names, "namespace": r.namespace, "host": r.host }]),
+            );
+        }
+    }
+    let mode = match crate::translate::scope::outbound_policy(model, class) {
+        crate::mesh::OutboundPolicy::AllowAny => "ALLOW_ANY",
+        crate::mesh::OutboundPolicy::RegistryOnly => "REGISTRY_ONLY",
+    };
+    json!({
+        "name": object.map_or("default-sidecar", |o| o.meta.name.as_str()),
+        "namespace": &*class.namespace,
+        "version": "",
+        "outboundTrafficPolicy": { "mode": mode },
+        "services": services.iter().map(|s| service_json(s)).collect::<Vec<_>>(),
+        "servicesByHostname": by_host,
+        "sidecar": object.map(spec),
+        "destinationRules": destination_rules,
+    })
+}
+
+/// `/debug/endpointShardz` (and `/debug/endpointz`): istiod's
+/// `EndpointIndex.Shardz` (`pilot/pkg/model/endpointshards.go`): by
+/// hostname and namespace, the endpoints of each registry shard
+/// (`Kubernetes/<cluster>` for Services, `External/<cluster>` for
+/// ServiceEntries) as `IstioEndpoint`s (Go field names, no JSON tags), and
+/// the service accounts seen. Only services whose endpoints the control
+/// plane knows have shards.
+pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
+    let mut out: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+    for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
+        let provider = if s.kubernetes { "Kubernetes" } else { "External" };
+        let endpoints: Vec<Value> = s
+            .endpoints
+            .iter()
+            .map(|e| {
+                let port_name = s.ports.iter().find(|p| p.port == e.service_port).map_or("", |p| p.name.as_str());
+                let l = &e.locality;
+                let label = [l.region.as_str(), &l.zone, &l.subzone].join("/");
+                json!({
+                    "Labels": e.labels,
+                    "Addresses": [e.address],
+                    "ServicePortName": port_name,
+                    "LegacyClusterPortKey": 0,
+                    "ServiceAccount": e.service_account,
+                    "Network": "",
+                    "Locality": { "Label": label.trim_end_matches('/'), "ClusterID": cluster_id },
+                    "EndpointPort": e.port,
+                    "LbWeight": 0,
+                    "TLSMode": e.tls_mode,
+                    "Namespace": s.namespace,
+                    "WorkloadName": e.pod.as_deref().unwrap_or(""),
+                    "HostName": "",
+                    "SubDomain": "",
+                    // model.HealthStatus: Healthy 1, UnHealthy 2, Draining 3.
+                    "HealthStatus": match e.health { Health::Healthy => 1, Health::Unhealthy => 2, Health::Draining => 3 },
+                    "SendUnhealthyEndpoints": false,
+                    "NodeName": "",
+                })
+            })
+            .collect();
+        let accounts: Map<String, Value> = s
+            .endpoints
+            .iter()
+            .filter(|e| !e.service_account.is_empty())
+            .map(|e| (e.service_account.clone(), json!({})))
+            .collect();
+        out.entry(s.hostname.to_string()).or_default().insert(
+            s.namespace.clone(),
+            json!({ "Shards": { format!("{provider}/{cluster_id}"): endpoints }, "ServiceAccounts": accounts }),
+        );
+    }
+    json!(out)
+}
+
+/// `/debug/instancesz`: istiod's map of proxy id to its `ServiceTarget`s
+/// (`pilot/pkg/model/service.go`): the service ports whose endpoints are
+/// the proxy's addresses, each with the service and the target port.
+/// `proxies` are (`pod.namespace`, addresses) of the connected proxies.
+pub(super) fn instancesz(model: &Model, proxies: &[(String, Vec<String>)]) -> Value {
+    let mut out = Map::new();
+    for (id, addresses) in proxies {
+        let mut targets = Vec::new();
+        for s in model.services.values() {
+            for e in s.endpoints.iter().filter(|e| addresses.contains(&e.address)) {
+                let Some(p) = s.ports.iter().find(|p| p.port == e.service_port) else { continue };
+                targets.push(json!({
+                    "Service": service_json(s),
+                    "Port": {
+                        "ServicePort": { "name": p.name, "port": p.port, "protocol": p.protocol },
+                        "TargetPort": e.port,
+                    },
+                }));
+            }
+        }
+        out.insert(id.clone(), Value::Array(targets));
+    }
+    Value::Object(out)
+}
+
+/// `/debug/push_status`: the last push context's `ProxyStatus`
+/// (`pilot/pkg/model/push_context.go` StatusJSON): per metric, the
+/// offending keys with a message. istiod-rs records clusters without
+/// instances (`pilot_eds_no_instances`) and hosts whose merged
+/// DestinationRules repeat a subset (`pilot_destrule_subsets`).
+pub(super) fn push_status(model: &Model) -> Value {
+    let mut out = Map::new();
+    let mut no_instances = Map::new();
+    for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
+        for p in s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)) {
+            no_instances.insert(format!("outbound|{}||{}", p.port, s.hostname), json!({}));
+        }
+    }
+    if !no_instances.is_empty() {
+        out.insert("pilot_eds_no_instances".into(), Value::Object(no_instances));
+    }
+    let duplicates: Map<String, Value> = model
+        .destination_rules()
+        .duplicate_subsets
+        .iter()
+        .map(|h| {
+            (h.clone(), json!({ "message": format!("Duplicate subset found while merging destination rules for {h}") }))
+        })
+        .collect();
+    if !duplicates.is_empty() {
+        out.insert("pilot_destrule_subsets".into(), Value::Object(duplicates));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::testing::class;
+
+    fn model() -> Model {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let loaded = istiod_kubewatch::config_dir::load(&dir).unwrap();
+        let mut m = Model::build(&loaded.objects, "cluster.local");
+        let objects = crate::testing::istio_objects(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: deny-all\n  namespace: bookinfo\n\
+             spec: {}\n---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata:\n  name: only-own\n  namespace: bookinfo\n\
+             spec:\n  egress:\n  - hosts: [\"./*\"]\n",
+        );
+        let (security, sidecars): (Vec<_>, Vec<_>) =
+            objects.into_iter().partition(|o| matches!(o.spec, IstioSpec::AuthorizationPolicy(_)));
+        m.security = Arc::new(security);
+        m.sidecars = Arc::new(sidecars);
+        m
+    }
+
+    #[test]
+    fn authorization_policies_by_namespace() {
+        let v = authorizationz(&model());
+        let p = &v["authorization_policies"]["namespace_to_policies"]["bookinfo"][0];
+        assert_eq!(p["name"], "deny-all");
+        assert_eq!(p["spec"], json!({}));
+        assert_eq!(v["authorization_policies"]["root_namespace"], "istio-system");
+    }
+
+    #[test]
+    fn sidecar_scope_names_its_sidecar_and_services() {
+        let m = model();
+        let v = sidecarz(&m, &class("bookinfo", &[]));
+        assert_eq!(v["name"], "only-own");
+        assert_eq!(v["sidecar"]["egress"][0]["hosts"][0], "./*");
+        let hosts: Vec<&String> = v["servicesByHostname"].as_object().unwrap().keys().collect();
+        assert!(!hosts.is_empty());
+        assert!(hosts.iter().all(|h| h.ends_with(".bookinfo.svc.cluster.local")), "{hosts:?}");
+        let other = sidecarz(&m, &class("elsewhere", &[]));
+        assert_eq!(other["name"], "default-sidecar");
+        assert!(other["sidecar"].is_null());
+        assert_eq!(other["outboundTrafficPolicy"]["mode"], "ALLOW_ANY");
+    }
+
+    #[test]
+    fn endpoint_shards_and_instances() {
+        let m = model();
+        let v = endpoint_shardz(&m, "Kubernetes");
+        let (host, by_ns) = v.as_object().unwrap().iter().next().unwrap();
+        let shard = by_ns.as_object().unwrap().values().next().unwrap();
+        let eps = shard["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap();
+        assert!(!eps.is_empty(), "{host}: {shard}");
+        let ip = eps[0]["Addresses"][0].as_str().unwrap().to_owned();
+        let inst = instancesz(&m, &[("p.bookinfo".into(), vec![ip])]);
+        assert!(!inst["p.bookinfo"].as_array().unwrap().is_empty(), "{inst}");
+        assert_eq!(instancesz(&m, &[("q.x".into(), vec!["192.0.2.1".into()])])["q.x"], json!([]));
+    }
+}

@@ -121,6 +121,8 @@ pub struct Config {
     pub debug_endpoint_auth: bool,
     /// `UNSAFE_ENABLE_ADMIN_ENDPOINTS` (false): `/debug/force_disconnect`.
     pub unsafe_admin_endpoints: bool,
+    /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
+    pub trace_sampling: f64,
     /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
     /// Gateways get a Deployment, Service and ServiceAccount.
     pub gateway_deployment: bool,
@@ -743,6 +745,15 @@ impl Config {
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,
             unsafe_admin_endpoints: vars.bool("UNSAFE_ENABLE_ADMIN_ENDPOINTS", false)?,
+            // istiod (features/telemetry.go): outside 0..=100 it warns and
+            // keeps the default.
+            trace_sampling: match vars.float("PILOT_TRACE_SAMPLING", 1.0)? {
+                s if (0.0..=100.0).contains(&s) => s,
+                s => {
+                    tracing::warn!(target: "default", value = s, "PILOT_TRACE_SAMPLING out of range 0.0-100.0; using 1.0");
+                    1.0
+                }
+            },
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
             gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),

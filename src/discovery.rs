@@ -102,6 +102,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     mesh.route_collapse = config.route_collapse;
     mesh.xds_api_generator_auth = config.xds_api_generator_auth;
     mesh.debug_endpoint_auth = config.debug_endpoint_auth;
+    mesh.trace_sampling = crate::mesh::Percent(config.trace_sampling);
     let mesh = Arc::new(mesh);
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.

@@ -618,6 +618,14 @@ impl Generator for MeshGenerator {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
             service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
+            // Tracing tags name them: on virtualInbound (built for the
+            // whole class) and a gateway's listeners.
+            mesh_id: if is_router(class) && kind == Kind::Listener { class.mesh_id.clone() } else { Arc::from("") },
+            cluster_id: if is_router(class) && kind == Kind::Listener {
+                class.cluster_id.clone()
+            } else {
+                Arc::from("")
+            },
             ..class.clone()
         })
     }

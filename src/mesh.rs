@@ -44,6 +44,17 @@ pub struct MeshSettings {
     pub debug_endpoint_auth: bool,
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
+    /// `enableTracing` (true, istiod's default).
+    pub enable_tracing: bool,
+    /// `defaultProviders.tracing`.
+    pub default_tracing_providers: Vec<String>,
+    /// `defaultConfig.tracing` as written (`sampling`, `custom_tags`,
+    /// `max_path_tag_length`, `enableIstioTags`, and the bootstrap's
+    /// tracer, which istio-agent reads).
+    pub proxy_tracing: serde_json::Value,
+    /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced
+    /// unless `defaultConfig.tracing.sampling` says otherwise.
+    pub trace_sampling: Percent,
     /// `tlsDefaults`: what gateways' SIMPLE and MUTUAL servers take unless
     /// the server says otherwise.
     pub tls_defaults: TlsDefaults,
@@ -144,6 +155,10 @@ impl Default for MeshSettings {
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
             raw: serde_json::Value::Null,
+            enable_tracing: true,
+            default_tracing_providers: Vec::new(),
+            proxy_tracing: serde_json::Value::Null,
+            trace_sampling: Percent(1.0),
             tls_defaults: TlsDefaults::default(),
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),
@@ -254,6 +269,7 @@ struct Raw {
     access_log_file: Option<String>,
     access_log_encoding: Option<String>,
     access_log_format: Option<String>,
+    enable_tracing: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -261,7 +277,20 @@ struct Raw {
 struct RawDefaultProviders {
     metrics: Option<Vec<String>>,
     access_logging: Option<Vec<String>>,
+    tracing: Option<Vec<String>>,
 }
+
+/// A percentage (compared by its bits, so settings stay `Eq`).
+#[derive(Debug, Clone, Copy)]
+pub struct Percent(pub f64);
+
+impl PartialEq for Percent {
+    fn eq(&self, other: &Percent) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Percent {}
 
 #[derive(Deserialize)]
 struct RawOutbound {
@@ -310,6 +339,7 @@ impl MeshSettings {
         if let Some(d) = raw.default_providers {
             m.default_metrics_providers = d.metrics.unwrap_or_default();
             m.default_access_log_providers = d.access_logging.unwrap_or_default();
+            m.default_tracing_providers = d.tracing.unwrap_or_default();
         }
         m.access_log_file = raw.access_log_file.unwrap_or_default();
         m.access_log_json = match raw.access_log_encoding.as_deref().unwrap_or("TEXT") {
@@ -318,6 +348,10 @@ impl MeshSettings {
             other => return Err(format!("accessLogEncoding: {other:?} is neither TEXT nor JSON")),
         };
         m.access_log_format = raw.access_log_format.unwrap_or_default();
+        if let Some(b) = raw.enable_tracing {
+            m.enable_tracing = b;
+        }
+        m.proxy_tracing = m.raw.pointer("/defaultConfig/tracing").cloned().unwrap_or_default();
         for p in raw.extension_providers.unwrap_or_default() {
             let Some(name) = p.get("name").and_then(serde_json::Value::as_str) else {
                 return Err("extensionProviders: a provider without a name".into());

@@ -66,6 +66,10 @@ pub struct ProxyClass {
     /// its service account only. Resources other than credentials do not
     /// read it.
     pub service_account: Arc<str>,
+    /// `MESH_ID` metadata and...
+    pub mesh_id: Arc<str>,
+    /// ...`CLUSTER_ID`: tracing tags them on the inbound side.
+    pub cluster_id: Arc<str>,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -149,6 +153,8 @@ impl Proxy {
                 },
                 verified: false,
                 service_account: s("SERVICE_ACCOUNT"),
+                mesh_id: s("MESH_ID"),
+                cluster_id: s("CLUSTER_ID"),
             },
             cluster_id: s("CLUSTER_ID"),
             istio_version: s("ISTIO_VERSION"),
@@ -182,6 +188,8 @@ impl ProxyClass {
             "locality": &*self.locality,
             "verified": self.verified,
             "serviceAccount": &*self.service_account,
+            "meshId": &*self.mesh_id,
+            "clusterId": &*self.cluster_id,
         })
     }
 
@@ -209,6 +217,8 @@ impl ProxyClass {
             locality: s("locality"),
             verified: v["verified"].as_bool().unwrap_or(false),
             service_account: s("serviceAccount"),
+            mesh_id: s("meshId"),
+            cluster_id: s("clusterId"),
         })
     }
 }

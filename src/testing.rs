@@ -19,7 +19,19 @@ pub(crate) fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
     }
+}
+
+/// The model of manifests `yaml` under mesh config `mesh`.
+pub(crate) fn model_in(mesh: &str, yaml: &str) -> Model {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let settings = crate::mesh::MeshSettings::parse(mesh).unwrap();
+    Model::build_in(&loaded.objects, "cluster.local", Arc::new(settings))
 }
 
 /// The Istio objects of a YAML text.

@@ -27,6 +27,7 @@ pub mod locality;
 pub mod route;
 pub mod scope;
 pub mod telemetry;
+pub mod tracing;
 pub mod traffic_policy;
 
 /// One resource change for the engine's model.

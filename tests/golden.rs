@@ -88,6 +88,8 @@ fn check_router(
         locality: "".into(),
         verified: true,
         service_account: service_account.into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
     };
     let mesh = MeshInput::new(model.clone());
     let changes = translate::diff(&SimpleModel::default(), &mesh.translation.resources);
@@ -135,6 +137,8 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "Kubernetes".into(),
     };
     let grpc = ProxyClass { generator: "grpc".into(), ..class.clone() };
     let mesh = MeshInput::new(model.clone());

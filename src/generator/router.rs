@@ -133,6 +133,11 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
         tls_defaults: model.mesh.tls_defaults.clone(),
+        tracing: {
+            let (tracing, request_id) =
+                crate::translate::tracing::manager(model, crate::translate::tracing::Side::Client, Some(class));
+            crate::translate::telemetry::Side { tracing, request_id, ..Default::default() }
+        },
     };
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),
@@ -529,6 +534,8 @@ pub fn report(model: &Model) -> serde_json::Value {
                 locality: "".into(),
                 verified: true,
                 service_account: "".into(),
+                mesh_id: "".into(),
+                cluster_id: "".into(),
             };
             for r in merged(model, &class).rejected {
                 rejected.push(json!({"gateway": r.gateway, "port": r.port, "reason": r.reason}));
@@ -616,6 +623,8 @@ mod tests {
             locality: "".into(),
             verified,
             service_account: "".into(),
+            mesh_id: "".into(),
+            cluster_id: "".into(),
         }
     }
 

@@ -228,6 +228,9 @@ pub struct GatewayPolicies {
     pub tcp: super::authz::Rbacs,
     /// The mesh's `tlsDefaults`.
     pub tls_defaults: crate::mesh::TlsDefaults,
+    /// Its managers' tracing and request id (the client side, as istiod's
+    /// gateways; [`super::tracing`]).
+    pub tracing: super::telemetry::Side,
 }
 
 /// The HTTP connection manager of a gateway chain
@@ -243,7 +246,7 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
     if let Some(s) = source.as_mut() {
         s.initial_fetch_timeout = Some(Duration { seconds: 0, nanos: 0 });
     }
-    hcm::HttpConnectionManager {
+    let mut manager = hcm::HttpConnectionManager {
         stat_prefix,
         route_specifier: Some(RouteSpecifier::Rds(hcm::Rds {
             config_source: source,
@@ -278,7 +281,11 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
             ])
             .collect(),
         ..Default::default()
+    };
+    if let Some(p) = policies {
+        p.tracing.trace(&mut manager);
     }
+    manager
 }
 
 fn passthrough(s: &Server) -> bool {

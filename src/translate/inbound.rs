@@ -70,6 +70,8 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
     };
     Some(mtls_mode(model, &class, port))
 }
@@ -232,13 +234,14 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
             validate_clusters: Some(false),
             ..Default::default()
         };
-        let manager = hcm::HttpConnectionManager {
+        let mut manager = hcm::HttpConnectionManager {
             stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters,
             access_log: policies.telemetry.log.iter().cloned().collect(),
             ..Default::default()
         };
+        policies.telemetry.trace(&mut manager);
         vec![telemetry::mx_network(), http_connection_manager(&manager)]
     } else {
         tcp_filters(policies, &cluster, &cluster)
@@ -289,7 +292,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
-        telemetry: telemetry::inbound(model, &class.namespace, &class.labels),
+        telemetry: telemetry::inbound(model, class),
     };
     let mut filter_chains = Vec::new();
     for p in inbound_ports(model, class) {

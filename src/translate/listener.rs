@@ -216,7 +216,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
     ];
     http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
     http_filters.push(router());
-    let manager = hcm::HttpConnectionManager {
+    let mut manager = hcm::HttpConnectionManager {
         stat_prefix: format!("outbound_0.0.0.0_{port}"),
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
             config_source: ads(),
@@ -228,6 +228,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
         normalize_path: Some(true),
         ..Default::default()
     };
+    side.trace(&mut manager);
     Listener {
         name: format!("0.0.0.0_{port}"),
         address: socket("0.0.0.0", u32::from(port)),

@@ -620,17 +620,42 @@ pub struct Side {
     pub stats: Option<PluginConfig>,
     /// The access log, where one is configured.
     pub log: Option<istiod_proto::envoy::config::accesslog::v3::AccessLog>,
+    /// Its HTTP managers' tracing ([`super::tracing`]), and...
+    pub tracing: Option<hcm::http_connection_manager::Tracing>,
+    /// ...request id extension.
+    pub request_id: Option<hcm::RequestIdExtension>,
+}
+
+impl Side {
+    /// Sets `manager`'s tracing and request id extension.
+    pub fn trace(&self, manager: &mut hcm::HttpConnectionManager) {
+        manager.tracing = self.tracing.clone();
+        manager.request_id_extension = self.request_id.clone();
+    }
 }
 
 /// The outbound side every sidecar shares (outbound listeners are built
 /// once for all): the mesh-wide Telemetry and mesh config.
 pub fn outbound(model: &Model) -> Side {
-    Side { stats: mesh_metrics(model).client, log: access_log(model, &model.mesh.root_namespace, None) }
+    let (tracing, request_id) = super::tracing::manager(model, super::tracing::Side::Client, None);
+    Side {
+        stats: mesh_metrics(model).client,
+        log: access_log(model, &model.mesh.root_namespace, None),
+        tracing,
+        request_id,
+    }
 }
 
 /// The inbound side of a workload.
-pub fn inbound(model: &Model, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> Side {
-    Side { stats: metrics(model, namespace, Some(labels)).server, log: access_log(model, namespace, Some(labels)) }
+pub fn inbound(model: &Model, class: &crate::node::ProxyClass) -> Side {
+    let (namespace, labels) = (&*class.namespace, &class.labels[..]);
+    let (tracing, request_id) = super::tracing::manager(model, super::tracing::Side::Server, Some(class));
+    Side {
+        stats: metrics(model, namespace, Some(labels)).server,
+        log: access_log(model, namespace, Some(labels)),
+        tracing,
+        request_id,
+    }
 }
 
 /// The mesh-wide stats (outbound listeners are shared by every sidecar).
@@ -642,14 +667,7 @@ pub fn mesh_metrics(model: &Model) -> Metrics {
 mod tests {
     use super::*;
 
-    fn model(mesh: &str, yaml: &str) -> Model {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
-        let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
-        assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-        let settings = crate::mesh::MeshSettings::parse(mesh).unwrap();
-        Model::build_in(&loaded.objects, "cluster.local", Arc::new(settings))
-    }
+    use crate::testing::model_in as model;
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<(Arc<str>, Arc<str>)> {
         pairs.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect()

@@ -28,6 +28,7 @@ from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa:
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401 (Any in clusters)
+from envoy.extensions.request_id.uuid.v3 import uuid_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.protobuf import struct_pb2
 from udpa.type.v1 import typed_struct_pb2
@@ -293,6 +294,21 @@ def main():
         provider = jwt.providers["origins-0"]
         assert provider.issuer == "https://auth.bookinfo.example", provider
         assert provider.payload_in_metadata == "payload" and provider.local_jwks.inline_string.startswith('{"keys"')
+        # Tracing as istiod's configureTracingFromTelemetry sets it with
+        # enableTracing and no Telemetry (tracing.go): sampling at
+        # PILOT_TRACE_SAMPLING, istiod's tags (per proxy on the inbound
+        # side), the bootstrap's tracer; the UUID request id extension.
+        tags = {t.tag: t for t in hcm.tracing.custom_tags}
+        assert hcm.tracing.random_sampling.value == 1.0 and hcm.tracing.overall_sampling.value == 100.0, hcm.tracing
+        assert tags["istio.namespace"].literal.value == "bookinfo", tags
+        assert tags["istio.canonical_service"].literal.value == "unknown", tags
+        assert not hcm.tracing.HasField("provider")
+        rid = uuid_pb2.UuidRequestIdConfig()
+        assert hcm.request_id_extension.typed_config.Unpack(rid) and rid.use_request_id_for_trace_sampling.value
+        out_hcm = http_connection_manager_pb2.HttpConnectionManager()
+        assert listeners["0.0.0.0_9080"].filter_chains[0].filters[0].typed_config.Unpack(out_hcm)
+        assert out_hcm.tracing.random_sampling.value == 1.0 and "istio.namespace" not in {
+            t.tag for t in out_hcm.tracing.custom_tags}, out_hcm.tracing
         for name in ("0.0.0.0_9080", "10.96.10.20_27017"):
             assert listeners[name].HasField("bind_to_port") and not listeners[name].bind_to_port.value, name
         s.send(discovery_pb2.DiscoveryRequest(type_url=LDS, version_info=r.version_info, response_nonce=r.nonce))

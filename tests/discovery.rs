@@ -126,6 +126,9 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     assert!(value("pilot_debounce_time_count") >= 1.0);
     // The push context's gauges (pilot/pkg/model/push_context.go).
     assert!(value("pilot_services ") > 0.0);
+    assert_eq!(value("pilot_endpoint_not_ready "), 1.0, "the example's terminating reviews-v2 pod");
+    assert_eq!(value("pilot_conflict_outbound_listener_tcp_over_current_tcp "), 0.0);
+    assert_eq!(value("pilot_conflict_inbound_listener "), 0.0);
     assert!(value("pilot_inbound_updates{type=\"svc\"}") > 0.0);
     // Go's process collector.
     assert!(value("process_resident_memory_bytes ") > 0.0);

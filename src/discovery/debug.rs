@@ -244,7 +244,10 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 .collect();
             Response::json(&model().map_or(json!({}), |m| super::debugz::instancesz(&m, &proxies)))
         }
-        "/debug/push_status" => Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m))),
+        "/debug/push_status" => {
+            let sidecars = sidecars(publisher).await;
+            Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m, &sidecars)))
+        }
         "/debug/mesh" => Response::json(
             &model().map_or_else(|| crate::mesh::MeshSettings::default().debug_json(), |m| m.mesh.debug_json()),
         ),
@@ -337,6 +340,17 @@ pub(super) async fn config_dump(
     Some(crate::config_dump::build(&answer, include_eds, &kinds))
 }
 
+/// The connected sidecars: `pod.namespace` and the node id's addresses.
+pub(super) async fn sidecars(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<(String, String)> {
+    publisher
+        .query(DebugQuery::Sidecars)
+        .await
+        .iter()
+        .flat_map(|core| core.as_array().cloned().unwrap_or_default())
+        .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_str()?.to_owned())))
+        .collect()
+}
+
 /// The class of the proxy `id` names, from its `/debug/adsz` row.
 async fn proxy_class(publisher: &Publisher<crate::generator::MeshInput>, id: &str) -> Option<crate::node::ProxyClass> {
     let clients = clients(publisher).await;
@@ -425,8 +439,20 @@ pub(super) async fn monitoring(
     crate::control::metrics::collect(&mut out);
     // The push context's gauges, from the model last published (counted
     // when scraped, not at every change).
-    let mesh_stats = state.borrow().mesh.as_ref().map(|m| m.model.stats()).unwrap_or_default();
+    let model = state.borrow().mesh.as_ref().map(|m| m.model.clone());
+    let mesh_stats = model.as_ref().map(|m| m.stats()).unwrap_or_default();
     crate::control::metrics::collect_mesh(&mesh_stats, &mut out);
+    // The push context's status gauges (`UpdateMetrics`: each metric's
+    // number of entries), those pilot_services does not already give.
+    if let Some(m) = &model {
+        let status = super::debugz::proxy_status(m, &sidecars(publisher).await);
+        for (name, help) in super::debugz::PROXY_STATUS {
+            if name == "pilot_destrule_subsets" || name == "pilot_eds_no_instances" {
+                continue;
+            }
+            out.gauge(name, help, [(vec![], status.get(name).map_or(0, |e| e.len()) as f64)]);
+        }
+    }
     // istiod's `recordXDSClients`: connected proxies by their Istio version;
     // a version seen once keeps its series, at 0 when none is connected.
     let mut versions: std::collections::BTreeMap<String, u64> =

@@ -199,34 +199,144 @@ pub(super) fn instancesz(model: &Model, proxies: &[(String, Vec<String>)]) -> Va
     Value::Object(out)
 }
 
-/// `/debug/push_status`: the last push context's `ProxyStatus`
-/// (`pilot/pkg/model/push_context.go` StatusJSON): per metric, the
-/// offending keys with a message. istiod-rs records clusters without
-/// instances (`pilot_eds_no_instances`) and hosts whose merged
-/// DestinationRules repeat a subset (`pilot_destrule_subsets`).
-pub(super) fn push_status(model: &Model) -> Value {
-    let mut out = Map::new();
-    let mut no_instances = Map::new();
-    for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
-        for p in s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)) {
-            no_instances.insert(format!("outbound|{}||{}", p.port, s.hostname), json!({}));
+/// istiod's push-status metrics (`push_context.go`) istiod-rs records, in
+/// the order `/debug/push_status` and `/metrics` list them, with their help.
+pub(super) const PROXY_STATUS: [(&str, &str); 6] = [
+    ("pilot_conflict_inbound_listener", "Number of conflicting inbound listeners."),
+    (
+        "pilot_conflict_outbound_listener_tcp_over_current_tcp",
+        "Number of conflicting tcp listeners with current tcp listener.",
+    ),
+    ("pilot_destrule_subsets", "Duplicate subsets across destination rules for same host"),
+    ("pilot_eds_no_instances", "Number of clusters without instances."),
+    ("pilot_endpoint_not_ready", "Endpoint found in unready state."),
+    ("pilot_no_ip", "Pods not found in the endpoint table, possibly invalid."),
+];
+
+/// One entry of a push-status metric (istiod's `ProxyPushStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Status {
+    pub(super) proxy: String,
+    pub(super) message: String,
+}
+
+/// The last push context's `ProxyStatus` (`pilot/pkg/model/push_context.go`
+/// AddMetric): per metric, the offending keys. From the model:
+/// - `pilot_conflict_outbound_listener_tcp_over_current_tcp`: a TCP
+///   service port whose address and port another service's already took
+///   (`listener.go`, the later one by hostname);
+/// - `pilot_conflict_inbound_listener`: a pod port two services select
+///   with different protocols (`listener_inbound.go`);
+/// - `pilot_eds_no_instances`, `pilot_destrule_subsets`;
+/// - `pilot_endpoint_not_ready`: pods whose endpoints are not ready
+///   (`endpointslice.go`);
+///
+/// and from the connected sidecars (`pod.namespace`, addresses):
+/// - `pilot_no_ip`: sidecars no service's endpoint names
+///   (`GetProxyServiceTargets`).
+pub(super) fn proxy_status(
+    model: &Model,
+    sidecars: &[(String, String)],
+) -> BTreeMap<&'static str, BTreeMap<String, Status>> {
+    let mut out: BTreeMap<&'static str, BTreeMap<String, Status>> = BTreeMap::new();
+    let mut add = |metric: &'static str, key: String, proxy: &str, message: String| {
+        out.entry(metric).or_default().insert(key, Status { proxy: proxy.to_owned(), message });
+    };
+    let mut tcp: BTreeMap<(String, u16), &str> = BTreeMap::new();
+    for s in model.services.values() {
+        for p in &s.ports {
+            if crate::translate::listener::is_tcp_listener(s, p) {
+                for vip in &s.vips {
+                    match tcp.get(&(vip.clone(), p.port)) {
+                        Some(first) => add(
+                            "pilot_conflict_outbound_listener_tcp_over_current_tcp",
+                            format!("{vip}:{}", p.port),
+                            "",
+                            format!("Listener={vip}:{} AcceptedTCP={first} RejectedTCP={}", p.port, s.hostname),
+                        ),
+                        None => {
+                            tcp.insert((vip.clone(), p.port), &s.hostname);
+                        }
+                    }
+                }
+            }
         }
     }
-    if !no_instances.is_empty() {
-        out.insert("pilot_eds_no_instances".into(), Value::Object(no_instances));
+    // Pod ports by (address, port): the pod, and the protocols the services
+    // give the port (with a service of each).
+    type PodPort<'a> = (Option<&'a str>, BTreeMap<String, &'a str>);
+    let mut pod_ports: BTreeMap<(&str, u16), PodPort<'_>> = BTreeMap::new();
+    for s in model.services.values() {
+        for e in &s.endpoints {
+            let Some(p) = s.ports.iter().find(|p| p.port == e.service_port) else { continue };
+            let entry = pod_ports.entry((e.address.as_str(), e.port)).or_default();
+            entry.0 = entry.0.or(e.pod.as_deref());
+            entry.1.insert(format!("{:?}", p.protocol), &s.hostname);
+            if e.health != Health::Healthy {
+                let pod = format!("{}.{}", e.pod.as_deref().unwrap_or(&e.address), s.namespace);
+                add("pilot_endpoint_not_ready", pod.clone(), &pod, String::new());
+            }
+        }
     }
-    let duplicates: Map<String, Value> = model
-        .destination_rules()
-        .duplicate_subsets
-        .iter()
-        .map(|h| {
-            (h.clone(), json!({ "message": format!("Duplicate subset found while merging destination rules for {h}") }))
-        })
-        .collect();
-    if !duplicates.is_empty() {
-        out.insert("pilot_destrule_subsets".into(), Value::Object(duplicates));
+    for ((address, port), (pod, protocols)) in &pod_ports {
+        if protocols.len() > 1 {
+            let services: Vec<&str> = protocols.values().copied().collect();
+            add(
+                "pilot_conflict_inbound_listener",
+                format!("{}:{port}", pod.unwrap_or(address)),
+                pod.unwrap_or(address),
+                format!("Conflicting inbound listener:{port}. existing: {}, incoming: {}", services[0], services[1]),
+            );
+        }
     }
-    Value::Object(out)
+    for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
+        for p in s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)) {
+            add("pilot_eds_no_instances", format!("outbound|{}||{}", p.port, s.hostname), "", String::new());
+        }
+    }
+    for h in &model.destination_rules().duplicate_subsets {
+        add(
+            "pilot_destrule_subsets",
+            h.clone(),
+            "",
+            format!("Duplicate subset found while merging destination rules for {h}"),
+        );
+    }
+    let addresses: std::collections::HashSet<&str> =
+        model.services.values().flat_map(|s| s.endpoints.iter().map(|e| e.address.as_str())).collect();
+    for (name, ips) in sidecars {
+        if !ips.split(',').any(|ip| addresses.contains(ip)) {
+            add("pilot_no_ip", name.clone(), name, String::new());
+        }
+    }
+    out
+}
+
+/// `/debug/push_status`: [`proxy_status`] as `StatusJSON` writes it, each
+/// entry's `proxy` and `message` left out when empty.
+pub(super) fn push_status(model: &Model, sidecars: &[(String, String)]) -> Value {
+    let status = proxy_status(model, sidecars);
+    json!(
+        status
+            .into_iter()
+            .map(|(metric, entries)| {
+                let entries: Map<String, Value> = entries
+                    .into_iter()
+                    .map(|(k, s)| {
+                        let mut o = Map::new();
+                        if !s.proxy.is_empty() {
+                            o.insert("proxy".into(), json!(s.proxy));
+                        }
+                        if !s.message.is_empty() {
+                            o.insert("message".into(), json!(s.message));
+                        }
+                        (k, Value::Object(o))
+                    })
+                    .collect();
+                (metric.to_owned(), Value::Object(entries))
+            })
+            .collect::<Map<String, Value>>()
+    )
 }
 
 #[cfg(test)]
@@ -285,8 +395,27 @@ mod tests {
         let eps = shard["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap();
         assert!(!eps.is_empty(), "{host}: {shard}");
         let ip = eps[0]["Addresses"][0].as_str().unwrap().to_owned();
-        let inst = instancesz(&m, &[("p.bookinfo".into(), vec![ip])]);
+        let inst = instancesz(&m, &[("p.bookinfo".into(), vec![ip.clone()])]);
         assert!(!inst["p.bookinfo"].as_array().unwrap().is_empty(), "{inst}");
         assert_eq!(instancesz(&m, &[("q.x".into(), vec!["192.0.2.1".into()])])["q.x"], json!([]));
+        // A sidecar whose address no endpoint names; the draining pod.
+        let status = push_status(&m, &[("p.bookinfo".into(), ip), ("lost.x".into(), "192.0.2.1".into())]);
+        assert_eq!(status["pilot_no_ip"], json!({"lost.x": {"proxy": "lost.x"}}), "{status}");
+        assert_eq!(status["pilot_endpoint_not_ready"].as_object().unwrap().len(), 1, "{status}");
+    }
+
+    #[test]
+    fn listener_conflicts_are_recorded() {
+        let m = crate::testing::model_in(
+            "",
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: a, namespace: ns}\n\
+             spec: {hosts: [a.example], addresses: [240.0.0.1], ports: [{number: 5432, name: tcp, protocol: TCP}], resolution: DNS}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: b, namespace: ns}\n\
+             spec: {hosts: [b.example], addresses: [240.0.0.1], ports: [{number: 5432, name: tcp, protocol: TCP}], resolution: DNS}\n",
+        );
+        let status = proxy_status(&m, &[]);
+        let conflicts = &status["pilot_conflict_outbound_listener_tcp_over_current_tcp"];
+        assert_eq!(conflicts.keys().collect::<Vec<_>>(), ["240.0.0.1:5432"]);
+        assert!(conflicts["240.0.0.1:5432"].message.contains("RejectedTCP=b.example"), "{conflicts:?}");
     }
 }

@@ -47,6 +47,12 @@ enum Role {
     None,
 }
 
+/// Whether `port` of `svc` gets a TCP listener per service address (the
+/// listeners whose address and port two services can claim).
+pub fn is_tcp_listener(svc: &Service, port: &Port) -> bool {
+    role(svc, port) == Role::Tcp
+}
+
 fn role(svc: &Service, port: &Port) -> Role {
     match port.protocol {
         p if p.is_http() => Role::Http,

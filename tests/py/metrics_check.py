@@ -16,7 +16,8 @@ The expectations are istiod's definitions, file by file:
                                             pilot_push_triggers, pilot_proxy_convergence_time,
                                             pilot_inbound_updates, pilot_xds_config_size_bytes
   pilot/pkg/model/push_context.go           pilot_virt_services, pilot_destrule_subsets,
-                                            pilot_eds_no_instances
+                                            pilot_eds_no_instances, pilot_no_ip,
+                                            pilot_endpoint_not_ready, pilot_conflict_*
   pilot/pkg/config/kube/crdclient/metrics.go  pilot_k8s_cfg_events
   pilot/pkg/serviceregistry/kube/controller/controller.go  pilot_k8s_reg_events
   pkg/version/stats.go                      istio_build
@@ -44,6 +45,10 @@ ISTIOD = {
     "pilot_virt_services": ("gauge", set()),
     "pilot_destrule_subsets": ("gauge", set()),
     "pilot_eds_no_instances": ("gauge", set()),
+    "pilot_no_ip": ("gauge", set()),
+    "pilot_endpoint_not_ready": ("gauge", set()),
+    "pilot_conflict_inbound_listener": ("gauge", set()),
+    "pilot_conflict_outbound_listener_tcp_over_current_tcp": ("gauge", set()),
     "pilot_k8s_cfg_events": ("counter", {"type", "event"}),
     "pilot_k8s_reg_events": ("counter", {"type", "event"}),
     "pilot_inbound_updates": ("counter", {"type"}),
@@ -76,6 +81,10 @@ ALWAYS = [
     "pilot_virt_services",
     "pilot_destrule_subsets",
     "pilot_eds_no_instances",
+    "pilot_no_ip",
+    "pilot_endpoint_not_ready",
+    "pilot_conflict_inbound_listener",
+    "pilot_conflict_outbound_listener_tcp_over_current_tcp",
     "pilot_inbound_updates",
     "pilot_xds_config_size_bytes",
     "pilot_xds_push_time",

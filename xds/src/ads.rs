@@ -64,6 +64,9 @@ pub enum DebugQuery {
     ConfigDump(String),
     /// Convergence histogram and cache counters.
     Stats,
+    /// The connected sidecars' `pod.namespace` names and addresses (the
+    /// node id's second field), for `pilot_no_ip` and `/debug/push_status`.
+    Sidecars,
     /// `/debug/force_disconnect?proxyID=`: ends the streams of the proxy
     /// the id names (as istiod's `Connection.Stop`, with status OK: the
     /// proxy reconnects); answers how many.
@@ -890,6 +893,14 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             }
             // Answered by `disconnect`, which needs the streams mutably.
             DebugQuery::Disconnect(_) => Value::Null,
+            DebugQuery::Sidecars => Value::Array(
+                self.streams
+                    .values()
+                    .filter_map(|s| s.proxy.as_ref())
+                    .filter(|p| p.info("proxy_type") == "sidecar")
+                    .map(|p| json!([&*p.name, p.id.split('~').nth(1).unwrap_or("")]))
+                    .collect(),
+            ),
             DebugQuery::Stats => {
                 let h = &self.convergence;
                 let queued: usize = self

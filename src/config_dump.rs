@@ -191,7 +191,8 @@ pub fn message_json<T: Message + Name>(msg: &T) -> Value {
 fn redact(body: Bytes) -> Bytes {
     use istiod_proto::envoy::config::core::v3::{DataSource, data_source::Specifier};
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3::{Secret, secret::Type};
-    let Ok(mut secret) = Secret::decode(body.clone()) else { return body };
+    // What does not decode is not shown at all (it might hold a key).
+    let Ok(mut secret) = Secret::decode(body.clone()) else { return Bytes::new() };
     match &mut secret.r#type {
         Some(Type::TlsCertificate(c)) if c.private_key.is_some() => {
             c.private_key = Some(DataSource {

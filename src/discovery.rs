@@ -137,7 +137,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let (forward_tx, forward_rx) = async_channel::unbounded();
     let factory =
         AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
-            .forward_to(forward_tx)
+            .forward_to(
+                forward_tx,
+                crate::version::control_plane_identifier(&crate::version::BUILD, &config.identity.pod_name),
+            )
             .max_node_bytes(config.limits.max_node_bytes)
             .max_names(config.limits.max_names_per_stream)
             .push_throttle(match config.push.push_throttle {

@@ -144,10 +144,14 @@ impl MeshInput {
     }
 
     /// The services' part of the inbound inputs: only where Envoy fetches
-    /// JWT keys from mesh services does inbound read other services.
+    /// JWT keys from mesh services, or a tracing provider's collector may
+    /// be one (a default provider, or any Telemetry), does inbound read
+    /// other services.
     fn inbound_services(&self) -> u64 {
-        match self.model.mesh.jwks_fetch {
-            crate::translate::authn::JwksFetch::Istiod => 0,
+        let mesh = &self.model.mesh;
+        let tracing = !mesh.default_tracing_providers.is_empty() || !self.model.telemetries.is_empty();
+        match mesh.jwks_fetch {
+            crate::translate::authn::JwksFetch::Istiod if !tracing => 0,
             _ => self.changes.latest(Dep::Services),
         }
     }
@@ -442,6 +446,11 @@ fn debug_access(
 ) -> UnknownType {
     let auth = mesh.is_none_or(|m| m.debug_endpoint_auth);
     let root = mesh.map_or("istio-system", |m| m.root_namespace.as_str());
+    // The caller's namespace limits what it sees: a node that names none
+    // (the identity check passes it) sees nothing.
+    if class.verified && class.namespace.is_empty() {
+        return UnknownType::Refuse(Code::PermissionDenied, "the debug caller's node names no namespace".into());
+    }
     if type_url == DEBUG_TYPE {
         if !class.verified {
             return UnknownType::Refuse(Code::Unauthenticated, "authentication required".into());

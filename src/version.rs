@@ -73,6 +73,24 @@ pub fn collect_metrics(info: &BuildInfo, out: &mut istiod_xds::metrics::Expositi
 }
 
 /// Renders `version` output for the given flags.
+/// istiod's `ControlPlane.identifier` on debug answers over xDS
+/// (`pilot/pkg/xds/xdsgen.go` IstioControlPlaneInstance): istioctl reads
+/// the instance from it (`multixds.CpInfo`) to tell replicas apart.
+pub fn control_plane_identifier(info: &BuildInfo, pod_name: &str) -> String {
+    serde_json::json!({
+        "Component": "istiod",
+        "ID": pod_name,
+        "Info": {
+            "version": info.version,
+            "revision": info.git_revision,
+            "golang_version": info.golang_version,
+            "status": info.build_status,
+            "tag": info.git_tag,
+        },
+    })
+    .to_string()
+}
+
 pub fn render(info: &BuildInfo, args: &VersionArgs) -> String {
     let q = |s: &str| format!("{s:?}");
     match (args.output, args.short) {

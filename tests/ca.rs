@@ -244,6 +244,12 @@ fn debug_over_xds_answers_istioctl() {
     let admin = run("istiod", "istio-system");
     let syncz = &admin["syncz"];
     assert_eq!(syncz["type_url"], "istio.io/debug/syncz", "{admin}\n{}", s.log());
+    // istiod's IstioControlPlaneInstance (xdsgen.go), which istioctl's
+    // multixds.CpInfo parses to tell replicas apart.
+    let cp = &syncz["control_plane"];
+    assert_eq!(cp["Component"], "istiod", "{cp}");
+    assert_eq!(cp["Info"]["version"], env!("CARGO_PKG_VERSION"), "{cp}");
+    assert!(cp["ID"].is_string(), "{cp}");
     let rows = syncz["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "the sidecar only, not istioctl's own streams: {rows:?}");
     let row = &rows[0];

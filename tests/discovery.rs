@@ -212,7 +212,11 @@ fn debug_endpoints() {
     assert!(json("/debug/telemetryz")["telemetries"]["namespace_to_telemetries"].is_object());
     assert_eq!(get(server.http, "/debug/sidecarz").unwrap().0, 400);
     assert_eq!(get(server.http, "/debug/sidecarz?proxyID=nobody.nowhere").unwrap().0, 404);
-    assert_eq!(get(server.http, "/debug/force_disconnect?proxyID=x").unwrap().0, 404, "UNSAFE_ENABLE_ADMIN_ENDPOINTS");
+    assert_eq!(
+        get(server.http, "/debug/force_disconnect?proxyID=x").unwrap(),
+        (404, "404 page not found\n".into()),
+        "not served without UNSAFE_ENABLE_ADMIN_ENDPOINTS"
+    );
     let (code, index) = get(server.http, "/debug").unwrap();
     assert!(code == 200 && index.contains("<title>Pilot Debug Console</title>") && index.contains("/debug/syncz"));
     assert!(server.terminate().success());

@@ -120,6 +120,7 @@ const HANDLERS: &[(&str, &str)] = &[
     ("/debug/ecdsz", "Status and debug interface for ECDS"),
     ("/debug/edsz", "Status and debug interface for EDS"),
     ("/debug/endpointShardz", "Info about the endpoint shards"),
+    ("/debug/explain", "Which objects a resource served to a proxy was built from, and why it sees it (istiod-rs)"),
     ("/debug/endpointz", "Obsolete, use endpointShardz"),
     ("/debug/inject", "Active inject template"),
     ("/debug/instancesz", "Debug support for service instances"),
@@ -189,7 +190,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         // istiod's `Syncz`: a SyncStatus per proxy, `?namespace=` keeps
         // that namespace's.
         "/debug/syncz" => {
-            let namespace = caller.or(req.param("namespace")).unwrap_or("");
+            let namespace = caller.or(req.param("namespace").filter(|n| !n.is_empty()));
             let mut rows: Vec<Value> =
                 syncz_rows(publisher, namespace).await.into_iter().map(|mut r| r["status"].take()).collect();
             rows.sort_by(|a, b| a["proxy"].as_str().cmp(&b["proxy"].as_str()));
@@ -225,6 +226,30 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                     Some(class) => Response::json(&super::debugz::telemetryz_for(&m, &class)),
                     None => not_connected(),
                 },
+            }
+        }
+        // Beyond istiod: which objects a served resource was built from,
+        // and why the proxy sees it (src/discovery/debugz.rs `explain`).
+        "/debug/explain" => {
+            let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) else { return missing_proxy_id() };
+            let (Some(type_url), Some(name)) = (req.param("type"), req.param("name")) else {
+                return Response::text(400, "You must provide type and name in the query string\n");
+            };
+            let kind = istiod_xds::ads::Kind::from_type_url(type_url).or(match type_url {
+                "cds" | "cluster" => Some(istiod_xds::ads::Kind::Cluster),
+                "eds" | "endpoint" => Some(istiod_xds::ads::Kind::Endpoint),
+                "lds" | "listener" => Some(istiod_xds::ads::Kind::Listener),
+                "rds" | "route" => Some(istiod_xds::ads::Kind::Route),
+                "sds" | "secret" => Some(istiod_xds::ads::Kind::Secret),
+                _ => None,
+            });
+            let Some(kind) = kind else { return Response::text(400, format!("unknown type {type_url:?}\n")) };
+            match (proxy_class(publisher, id).await, model()) {
+                (Some(class), Some(m)) => {
+                    let state = state.borrow();
+                    Response::json(&super::debugz::explain(&m, &state.config.0, &class, kind, name))
+                }
+                _ => not_connected(),
             }
         }
         "/debug/authorizationz" => Response::json(&model().map_or(json!({}), |m| super::debugz::authorizationz(&m))),
@@ -306,15 +331,18 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
     }
 }
 
-/// Every core's syncz rows (`namespace`, `status`, `sent_unix_us`), those
-/// of `namespace` when not empty.
-pub(super) async fn syncz_rows(publisher: &Publisher<crate::generator::MeshInput>, namespace: &str) -> Vec<Value> {
+/// Every core's syncz rows (`namespace`, `status`, `sent_unix_us`), only
+/// those of `namespace` when one is given.
+pub(super) async fn syncz_rows(
+    publisher: &Publisher<crate::generator::MeshInput>,
+    namespace: Option<&str>,
+) -> Vec<Value> {
     publisher
         .query(DebugQuery::Syncz)
         .await
         .into_iter()
         .flat_map(|v| v.as_array().cloned().unwrap_or_default())
-        .filter(|r| namespace.is_empty() || r["namespace"] == namespace)
+        .filter(|r| namespace.is_none_or(|ns| r["namespace"] == ns))
         .collect()
 }
 

@@ -60,7 +60,7 @@ async fn answer(f: &Forwarded<ProxyClass>, d: &Debug) -> Vec<ForwardedResource> 
     match f.type_url.strip_prefix(DEBUG_PREFIX) {
         // Proxies only (istiod's `isProxy`): streams that watch no xDS type,
         // such as istioctl's own, are left out.
-        Some("syncz") => syncz_rows(&d.publisher, caller.unwrap_or(""))
+        Some("syncz") => syncz_rows(&d.publisher, caller)
             .await
             .iter()
             .filter(|row| row["status"]["resources"].as_object().is_some_and(|r| !r.is_empty()))

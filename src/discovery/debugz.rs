@@ -339,6 +339,168 @@ pub(super) fn push_status(model: &Model, sidecars: &[(String, String)]) -> Value
     )
 }
 
+/// An object a resource was built from, as `/debug/explain` names it:
+/// kind, namespace, name, its `resourceVersion` when the source gave one,
+/// and what it contributed.
+fn source(o: &IstioObject, role: &str) -> Value {
+    let version = o.raw.value().and_then(|v| v.pointer("/metadata/resourceVersion").cloned()).unwrap_or(Value::Null);
+    json!({
+        "kind": o.kind().name(),
+        "namespace": o.meta.ns(),
+        "name": o.meta.name,
+        "resourceVersion": version,
+        "role": role,
+    })
+}
+
+/// The object behind a service: its ServiceEntry, or its Kubernetes
+/// Service (named by the service's own fields).
+fn service_source(config: &[IstioObject], s: &Service) -> Value {
+    if !s.kubernetes {
+        let entry = config.iter().find(|o| {
+            o.meta.ns() == s.namespace
+                && matches!(&o.spec, IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| **h == *s.hostname))
+        });
+        if let Some(o) = entry {
+            return source(o, "the service (its hosts, ports, endpoints)");
+        }
+    }
+    json!({ "kind": "Service", "namespace": s.namespace, "name": s.name, "role": "the service (its ports; endpoints from its EndpointSlices)" })
+}
+
+/// Why `class` sees service `s`, or not: the Sidecar in force (istiod's
+/// `default-sidecar` when none), the service's `exportTo`, the outcome.
+fn visibility(model: &Model, class: &ProxyClass, s: &Service) -> Value {
+    let sidecar = sidecar_object(model, class);
+    let visible = crate::translate::scope::visible(model, class, s);
+    let export_to: Vec<&str> =
+        if s.export_to.is_empty() { vec!["*"] } else { s.export_to.iter().map(String::as_str).collect() };
+    let exported = crate::translate::scope::exported(s, &class.namespace);
+    let reason = match (visible, exported) {
+        (true, _) => "exported to the proxy's namespace and imported by its Sidecar scope".to_owned(),
+        (false, false) => format!("not exported to namespace {} (exportTo {:?})", class.namespace, export_to),
+        (false, true) => format!(
+            "exported, but the Sidecar {} does not import it (egress hosts)",
+            sidecar.map_or("default-sidecar", |o| o.meta.name.as_str())
+        ),
+    };
+    json!({
+        "sidecar": sidecar.map_or_else(|| json!("default-sidecar"), |o| source(o, "the proxy's Sidecar scope")),
+        "exportTo": export_to,
+        "visible": visible,
+        "reason": reason,
+    })
+}
+
+/// The DestinationRule in force for `class` and `host`, as a source.
+fn destination_rule(model: &Model, config: &[IstioObject], class: &ProxyClass, host: &str) -> Option<Value> {
+    let i = model.rule_index_for(&class.namespace, &class.labels, host)?;
+    let rules = model.destination_rules();
+    let r = rules.get(i);
+    let objects: Vec<Value> = r
+        .names
+        .iter()
+        .filter_map(|n| {
+            config.iter().find(|o| {
+                o.meta.ns() == r.namespace && o.meta.name == *n && matches!(o.spec, IstioSpec::DestinationRule(_))
+            })
+        })
+        .map(|o| source(o, &format!("traffic policy and subsets for {}", r.host)))
+        .collect();
+    Some(json!(objects))
+}
+
+/// `/debug/explain?proxyID=&type=&name=` (beyond istiod): which objects a
+/// resource served to the proxy of `class` was built from, and why the
+/// proxy sees it. `kind` is the resource's type; `config` the Istio objects
+/// in force.
+pub(super) fn explain(
+    model: &Model,
+    config: &[IstioObject],
+    class: &ProxyClass,
+    kind: istiod_xds::ads::Kind,
+    name: &str,
+) -> Value {
+    use istiod_xds::ads::Kind;
+    let mut sources: Vec<Value> = Vec::new();
+    let mut visibility_of = Map::new();
+    let note;
+    let mut add_service = |sources: &mut Vec<Value>, s: &Service| {
+        sources.push(service_source(config, s));
+        visibility_of.insert(s.hostname.to_string(), visibility(model, class, s));
+    };
+    let outbound = name.strip_prefix("outbound|").map(|rest| rest.splitn(3, '|').collect::<Vec<_>>());
+    match (kind, outbound.as_deref()) {
+        (Kind::Cluster | Kind::Endpoint, Some([port, subset, host])) => match model.services.get(*host) {
+            Some(s) => {
+                add_service(&mut sources, s);
+                if let Some(rules) = destination_rule(model, config, class, host) {
+                    sources.extend(rules.as_array().cloned().unwrap_or_default());
+                }
+                note = format!(
+                    "port {port}{} of {host}",
+                    if subset.is_empty() { String::new() } else { format!(", subset {subset}") }
+                );
+            }
+            None => note = format!("no service {host} in the registry"),
+        },
+        (Kind::Route, _) | (Kind::Listener, _) if name.parse::<u16>().is_ok() || name.starts_with("0.0.0.0_") => {
+            let port: u16 = name.trim_start_matches("0.0.0.0_").parse().unwrap_or(0);
+            for s in model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port)) {
+                if !crate::translate::scope::visible(model, class, s) {
+                    continue;
+                }
+                add_service(&mut sources, s);
+                if let Some((o, _)) = model.virtual_service(&s.hostname) {
+                    sources.push(source(o, &format!("routes for {}", s.hostname)));
+                }
+            }
+            note = format!("the HTTP routes of port {port}: every service with the port the proxy sees");
+        }
+        (Kind::Listener, _) if name == "virtualInbound" => {
+            for o in model.security.iter().chain(model.telemetries.iter()) {
+                let ns = o.meta.ns();
+                if ns == &*class.namespace || ns == model.mesh.root_namespace {
+                    sources.push(source(
+                        o,
+                        "policy of the workload's namespace or the root namespace (selectors permitting)",
+                    ));
+                }
+            }
+            for s in model.services.values() {
+                if !s.selector.is_empty()
+                    && s.namespace == *class.namespace
+                    && s.selector.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == *k && **lv == *v))
+                {
+                    sources.push(service_source(config, s));
+                }
+            }
+            note = "the workload's inbound ports (services selecting its labels) and its namespace's and the root namespace's security and telemetry policies".into();
+        }
+        (Kind::Listener, _) => {
+            let (vip, port) = name.rsplit_once('_').unwrap_or((name, ""));
+            let port: u16 = port.parse().unwrap_or(0);
+            for s in model
+                .services
+                .values()
+                .filter(|s| s.vips.iter().any(|v| v == vip) && s.ports.iter().any(|p| p.port == port))
+            {
+                add_service(&mut sources, s);
+            }
+            note = format!("the TCP listener of address {vip} port {port}");
+        }
+        _ => note = "no explanation for this kind of resource yet".into(),
+    }
+    json!({
+        "type": kind.type_url(),
+        "name": name,
+        "proxy": { "namespace": &*class.namespace, "labels": class.labels.iter().map(|(k, v)| (k.to_string(), json!(&**v))).collect::<Map<String, Value>>() },
+        "summary": note,
+        "sources": sources,
+        "visibility": visibility_of,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -402,6 +564,26 @@ mod tests {
         let status = push_status(&m, &[("p.bookinfo".into(), ip), ("lost.x".into(), "192.0.2.1".into())]);
         assert_eq!(status["pilot_no_ip"], json!({"lost.x": {"proxy": "lost.x"}}), "{status}");
         assert_eq!(status["pilot_endpoint_not_ready"].as_object().unwrap().len(), 1, "{status}");
+    }
+
+    #[test]
+    fn explain_names_the_objects_behind_a_cluster() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let loaded = istiod_kubewatch::config_dir::load(&dir).unwrap();
+        let m = Model::build(&loaded.objects, "cluster.local");
+        let config = loaded.objects.istio.clone();
+        let who = class("bookinfo", &[("app", "productpage")]);
+        let kind = istiod_xds::ads::Kind::Cluster;
+        let v = explain(&m, &config, &who, kind, "outbound|9080|v1|reviews.bookinfo.svc.cluster.local");
+        let kinds: Vec<&str> = v["sources"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Service", "DestinationRule"], "{v}");
+        assert_eq!(v["sources"][1]["namespace"], "bookinfo");
+        let why = &v["visibility"]["reviews.bookinfo.svc.cluster.local"];
+        assert_eq!(why["visible"], true, "{v}");
+        let routes = explain(&m, &config, &who, istiod_xds::ads::Kind::Route, "9080");
+        assert!(routes["sources"].as_array().unwrap().iter().any(|s| s["kind"] == "VirtualService"), "{routes}");
+        let gone = explain(&m, &config, &who, kind, "outbound|80||nowhere.example");
+        assert_eq!(gone["summary"], "no service nowhere.example in the registry");
     }
 
     #[test]

@@ -1082,3 +1082,31 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
         assert!(differs || i == 0, "some proxy sees another set of names");
     }
 }
+
+/// The checks before a debug request over xDS is forwarded (statusgen.go,
+/// debuggen.go): authentication, one name, the root namespace for all but
+/// config_dump/edsz/ndsz, and a caller whose node names no namespace sees
+/// nothing.
+#[test]
+fn debug_over_xds_checks_the_caller() {
+    use istiod_xds::grpc::Code;
+    let refused = |u: UnknownType| match u {
+        UnknownType::Refuse(code, _) => Some(code),
+        _ => None,
+    };
+    let mut nameless = crate::testing::class("", &[]);
+    nameless.verified = true;
+    assert_eq!(refused(debug_access(None, &nameless, "istio.io/debug/syncz", &[])), Some(Code::PermissionDenied));
+    let mut c = crate::testing::class("bookinfo", &[]);
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug/syncz", &[])), Some(Code::Unauthenticated));
+    c.verified = true;
+    assert_eq!(debug_access(None, &c, "istio.io/debug/syncz", &[]), UnknownType::Forward);
+    assert_eq!(debug_access(None, &c, "istio.io/debug/cachez", &[]), UnknownType::Empty);
+    let one = |n: &str| vec![n.to_owned()];
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug", &one("adsz"))), Some(Code::PermissionDenied));
+    assert_eq!(debug_access(None, &c, "istio.io/debug", &one("config_dump?proxyID=a.bookinfo")), UnknownType::Forward);
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug", &[])), Some(Code::InvalidArgument));
+    let root = crate::testing::class("istio-system", &[]);
+    let root = ProxyClass { verified: true, ..root };
+    assert_eq!(debug_access(None, &root, "istio.io/debug", &one("adsz")), UnknownType::Forward);
+}

@@ -137,7 +137,7 @@ pub fn manager(
         }
         let mut t = hcm::http_connection_manager::Tracing::default();
         sampling(&mut t, proxy_sampling(model));
-        t.custom_tags = tags(model, None, true, who);
+        t.custom_tags = tags(model, None, who);
         t.max_path_tag_length = proxy_tracing_u32(model, "max_path_tag_length");
         return (Some(t), Some(request_id(true)));
     };
@@ -151,7 +151,7 @@ pub fn manager(
     };
     let percent = if custom_sampler { 100.0 } else { spec.random_sampling.unwrap_or_else(|| proxy_sampling(model)) };
     sampling(&mut t, percent);
-    t.custom_tags = tags(model, spec.custom_tags.as_ref(), spec.enable_istio_tags, who);
+    t.custom_tags = tags(model, Some((spec.custom_tags.as_ref(), spec.enable_istio_tags)), who);
     if t.max_path_tag_length.is_none() {
         t.max_path_tag_length = proxy_tracing_u32(model, "max_path_tag_length");
     }
@@ -228,10 +228,15 @@ fn provider_config(
     let service = p["service"].as_str().unwrap_or("");
     // The proxy's service cluster (`proxy.XdsNode.Cluster`): istio-agent's
     // `<canonical name, or app label>.<namespace>`.
-    let service_cluster = who.map(|c| {
-        let name = label(c, CANONICAL_NAME).or_else(|| label(c, "app")).unwrap_or("istio-proxy");
-        format!("{name}.{}", c.namespace)
-    });
+    // Outbound listeners are shared: their tracer names the service
+    // `istio-proxy` (Datadog requires a name).
+    let service_cluster = who.map_or_else(
+        || "istio-proxy".to_owned(),
+        |c| {
+            let name = label(c, CANONICAL_NAME).or_else(|| label(c, "app")).unwrap_or("istio-proxy");
+            format!("{name}.{}", c.namespace)
+        },
+    );
     let (tracer, config, custom_sampler, spawn) = match kind.as_str() {
         "zipkin" => {
             let (host, cluster) = lookup_cluster(model, service, port)?;
@@ -257,7 +262,7 @@ fn provider_config(
             let (host, cluster) = lookup_cluster(model, service, port)?;
             let config = trace::DatadogConfig {
                 collector_cluster: cluster,
-                service_name: service_cluster.unwrap_or_default(),
+                service_name: service_cluster,
                 collector_hostname: host,
             };
             ("envoy.tracers.datadog", Any::from_msg(&config).ok()?, false, false)
@@ -269,8 +274,7 @@ fn provider_config(
         }
         "opentelemetry" => {
             let (host, cluster) = lookup_cluster(model, service, port)?;
-            let mut config =
-                trace::OpenTelemetryConfig { service_name: service_cluster.unwrap_or_default(), ..Default::default() };
+            let mut config = trace::OpenTelemetryConfig { service_name: service_cluster, ..Default::default() };
             if p["http"].is_object() {
                 let path = p["http"]["path"].as_str().unwrap_or("");
                 let uri = if path.is_empty() {
@@ -289,7 +293,10 @@ fn provider_config(
             } else {
                 config.grpc_service = Some(envoy_grpc(cluster, host, duration(&p["grpc"]["timeout"])));
             }
-            ("envoy.tracers.opentelemetry", Any::from_msg(&config).ok()?, p["sampling"].is_object(), false)
+            if p["dynatraceSampler"].is_object() {
+                tracing::warn!(target: "model", provider = name, "the Dynatrace sampler is not supported; sampling as configured");
+            }
+            ("envoy.tracers.opentelemetry", Any::from_msg(&config).ok()?, false, false)
         }
         other => {
             tracing::warn!(target: "model", provider = name, kind = other, "provider does not support tracing");
@@ -359,15 +366,15 @@ fn dry_run(tag: &str, key: &str) -> CustomTag {
 }
 
 /// `configureCustomTags`: istiod's tags (`buildServiceTags` for a known
-/// proxy, and `optionalPolicyTags`) when enabled, then the Telemetry's
-/// custom tags or else `defaultConfig.tracing.custom_tags`, sorted by tag.
-fn tags(model: &Model, telemetry_tags: Option<&Value>, istio_tags: bool, who: Option<&ProxyClass>) -> Vec<CustomTag> {
+/// proxy, and `optionalPolicyTags`) when enabled (by the Telemetry spec,
+/// else `defaultConfig.tracing.enableIstioTags`), then the spec's custom
+/// tags, or where it names none `defaultConfig.tracing.custom_tags`,
+/// sorted by tag. `spec`: the spec's custom tags and `enableIstioTags`.
+fn tags(model: &Model, spec: Option<(Option<&Value>, bool)>, who: Option<&ProxyClass>) -> Vec<CustomTag> {
     let mut out = Vec::new();
-    let enabled = match telemetry_tags {
-        None if model.mesh.proxy_tracing["enableIstioTags"].is_boolean() => {
-            model.mesh.proxy_tracing["enableIstioTags"].as_bool().unwrap_or(true) && istio_tags
-        }
-        _ => istio_tags,
+    let (telemetry_tags, enabled) = match spec {
+        Some((tags, enabled)) => (tags.filter(|t| t.as_object().is_some_and(|o| !o.is_empty())), enabled),
+        None => (None, model.mesh.proxy_tracing["enableIstioTags"].as_bool().unwrap_or(true)),
     };
     if enabled {
         if let Some(c) = who {
@@ -502,6 +509,23 @@ mod tests {
         // A provider whose service is missing: no tracing, as istiod.
         let gone = model(mesh, telemetry);
         assert!(manager(&gone, Side::Client, None).0.is_none());
+    }
+
+    /// Datadog requires a service name; the shared outbound side has no
+    /// proxy to name it after.
+    #[test]
+    fn datadog_always_names_the_service() {
+        let mesh = "extensionProviders:\n- name: dd\n  datadog:\n    service: zipkin.istio-system.svc.cluster.local\n    port: 8126\n\
+                    defaultProviders:\n  tracing: [dd]\n";
+        let m = model(mesh, ZIPKIN_SVC);
+        let who = crate::testing::class("shop", &[("app", "cart")]);
+        for (who, want) in [(None, "istio-proxy"), (Some(&who), "cart.shop")] {
+            let t = manager(&m, Side::Client, who).0.unwrap();
+            let http = t.provider.unwrap();
+            assert_eq!(http.name, "envoy.tracers.datadog");
+            let Some(trace::tracing::http::ConfigType::TypedConfig(any)) = http.config_type else { panic!() };
+            assert_eq!(trace::DatadogConfig::decode(&any.value[..]).unwrap().service_name, want);
+        }
     }
 
     use istiod_proto::prost::Message;

@@ -115,7 +115,8 @@ def main():
                 "types": {g.type_url: csds_pb2.ConfigStatus.Name(g.config_status) for g in c.generic_xds_configs},
                 "sent": all(g.last_updated.seconds > 0 for g in c.generic_xds_configs),
             })
-        out["syncz"] = {"type_url": resp.type_url, "rows": rows}
+        out["syncz"] = {"type_url": resp.type_url, "rows": rows,
+                        "control_plane": json.loads(resp.control_plane.identifier)}
 
     resp, err = ask(stub, caller_token, discovery_pb2.DiscoveryRequest(
         node=me, type_url="istio.io/debug/config_dump", resource_names=[SIDECAR]))

@@ -176,7 +176,7 @@ pub struct AdsFactory<M = (), C = ()> {
     max_node_bytes: usize,
     max_names: usize,
     push_throttle: usize,
-    forward: Option<async_channel::Sender<Forwarded<C>>>,
+    forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -200,10 +200,12 @@ impl<M, C> AdsFactory<M, C> {
         }
     }
 
-    /// Where requests the generator forwards go ([`UnknownType::Forward`]);
-    /// without it they are answered with no resources.
-    pub fn forward_to(mut self, tx: async_channel::Sender<Forwarded<C>>) -> Self {
-        self.forward = Some(tx);
+    /// Where requests the generator forwards go ([`UnknownType::Forward`]),
+    /// and the control plane identifier their answers carry (istiod's
+    /// `IstioControlPlaneInstance` JSON); without it they are answered with
+    /// no resources.
+    pub fn forward_to(mut self, tx: async_channel::Sender<Forwarded<C>>, identifier: String) -> Self {
+        self.forward = Some((tx, identifier));
         self
     }
 
@@ -378,7 +380,7 @@ pub struct AdsService<M = (), C = ()> {
     convergence: Histogram<u64>,
     pushes: u64,
     nacks: u64,
-    forward: Option<async_channel::Sender<Forwarded<C>>>,
+    forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
 }
 
 /// Names one stream may subscribe to, unless configured otherwise
@@ -545,7 +547,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             UnknownType::Empty | UnknownType::Forward => {}
         }
         self.nonce_seq += 1;
-        let reply = Reply {
+        let mut reply = Reply {
             conn: conn.info.id,
             stream,
             protocol,
@@ -555,7 +557,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             control_plane: self.control_plane.clone(),
         };
         match (answer, &self.forward) {
-            (UnknownType::Forward, Some(tx)) => {
+            (UnknownType::Forward, Some((tx, identifier))) => {
+                reply.control_plane.clone_from(identifier);
                 tracing::debug!(target: "ads", proxy, type_url, names = ?req.names, "forwarded");
                 let (reply_tx, reply_rx) = async_channel::bounded(1);
                 let ask = Forwarded { type_url: req.type_url, names: req.names, class, reply: reply_tx };
@@ -565,10 +568,12 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     return Ok(());
                 }
                 let registry = self.registry.clone();
-                // The answer is sent when it comes, from the executor
-                // (nothing borrowed then); a stream gone meanwhile gets
-                // nothing.
+                // The answer is sent when it comes; a stream gone meanwhile
+                // gets nothing. glommio polls a spawned task at once, from
+                // inside this call, with the connection borrowed: it yields
+                // first, so what follows runs from the executor.
                 glommio::spawn_local(async move {
+                    futures_lite::future::yield_now().await;
                     let resources = reply_rx.recv().await.unwrap_or_default();
                     let Some(h) = registry.get(reply.conn) else { return };
                     {
@@ -751,8 +756,10 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         shared.wake();
     }
 
-    /// Ends the streams of the proxy `proxy_id` names, with status OK (the
-    /// proxy reconnects, to this server or another); how many.
+    /// Ends the stream of the proxy `proxy_id` names (the first this core
+    /// finds, as istiod stops the first matching connection), with status
+    /// OK: the proxy reconnects, to this server or another. How many (0 or
+    /// 1).
     fn disconnect(&mut self, proxy_id: &str) -> usize {
         let core = self.core;
         let keys: Vec<(u64, u32)> = self
@@ -764,6 +771,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .is_some_and(|p| proxy_id_matches(proxy_id, &connection_id(&p.name, *conn, *sid, core), &p.id))
             })
             .map(|(k, _)| *k)
+            .min()
+            .into_iter()
             .collect();
         for &(conn, sid) in &keys {
             if let Some(h) = self.registry.get(conn) {

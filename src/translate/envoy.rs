@@ -58,19 +58,19 @@ pub(crate) fn http_connection_manager(manager: &hcm::HttpConnectionManager) -> F
 }
 
 pub(crate) fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
-    tcp_proxy_logged(stat_prefix, cluster, None)
+    tcp_proxy_logged(stat_prefix, cluster, &[])
 }
 
 /// A tcp_proxy that writes `log` for each connection.
 pub(crate) fn tcp_proxy_logged(
     stat_prefix: &str,
     cluster: &str,
-    log: Option<&istiod_proto::envoy::config::accesslog::v3::AccessLog>,
+    log: &[istiod_proto::envoy::config::accesslog::v3::AccessLog],
 ) -> Filter {
     let t = tcp::TcpProxy {
         stat_prefix: stat_prefix.to_owned(),
         cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(cluster.to_owned())),
-        access_log: log.cloned().into_iter().collect(),
+        access_log: log.to_vec(),
         ..Default::default()
     };
     Filter {

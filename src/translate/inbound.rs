@@ -238,7 +238,7 @@ fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
             stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters,
-            access_log: policies.telemetry.log.iter().cloned().collect(),
+            access_log: policies.telemetry.log.clone(),
             ..Default::default()
         };
         policies.telemetry.trace(&mut manager);
@@ -257,7 +257,7 @@ fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Fil
     let mut out = vec![telemetry::mx_network()];
     out.extend(policies.tcp.clone().network_filters());
     out.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
-    out.push(tcp_proxy_logged(stat_prefix, cluster, policies.telemetry.log.as_ref()));
+    out.push(tcp_proxy_logged(stat_prefix, cluster, &policies.telemetry.log));
     out
 }
 

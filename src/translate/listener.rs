@@ -229,7 +229,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
             route_config_name: port.to_string(),
         })),
         http_filters,
-        access_log: side.log.iter().cloned().collect(),
+        access_log: side.log.clone(),
         use_remote_address: Some(false),
         normalize_path: Some(true),
         ..Default::default()
@@ -250,7 +250,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
 /// metadata exchange is on the cluster).
 fn outbound_tcp(side: &Side, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
     let mut filters: Vec<Filter> = side.stats.as_ref().map(telemetry::stats_network).into_iter().collect();
-    filters.push(tcp_proxy_logged(stat_prefix, cluster, side.log.as_ref()));
+    filters.push(tcp_proxy_logged(stat_prefix, cluster, &side.log));
     filters
 }
 

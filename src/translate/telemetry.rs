@@ -550,17 +550,18 @@ pub fn file_access_log(
     }
 }
 
-/// The access log of a sidecar in `namespace` with `labels` (`None`: the
-/// mesh-wide one), istiod's `AccessLogging`/`mergeLogs` and its legacy
-/// path: the last Telemetry naming providers, else
-/// `defaultProviders.accessLogging`, else `accessLogFile`; `disabled`
-/// turns it off. Only file providers (`envoy`, `envoyFileAccessLog`) are
-/// built; others are left out.
+/// istiod's access logs for a sidecar (`Telemetries.AccessLogging` and
+/// `telemetryAccessLog`, pilot/pkg/model/telemetry_logging.go): the
+/// providers the applicable Telemetry objects name (the last that names
+/// some wins), else `defaultProviders.accessLogging`, else the legacy
+/// `accessLogFile`; `disabled: true` turns them off. One log per provider:
+/// files (`envoyFileAccessLog`), gRPC access log services
+/// (`envoyHttpAls`, `envoyTcpAls`) and OpenTelemetry (`envoyOtelAls`).
 pub fn access_log(
     model: &Model,
     namespace: &str,
     labels: Option<&[(Arc<str>, Arc<str>)]>,
-) -> Option<istiod_proto::envoy::config::accesslog::v3::AccessLog> {
+) -> Vec<istiod_proto::envoy::config::accesslog::v3::AccessLog> {
     let mesh = &model.mesh;
     let mut providers: Option<Vec<String>> = None;
     let mut disabled = false;
@@ -582,19 +583,117 @@ pub fn access_log(
         }
     }
     if disabled {
-        return None;
+        return Vec::new();
     }
     let providers = providers
         .or_else(|| (!mesh.default_access_log_providers.is_empty()).then(|| mesh.default_access_log_providers.clone()));
     let Some(providers) = providers else {
-        return (!mesh.access_log_file.is_empty()).then(|| file_access_log(&mesh.access_log_file, mesh));
+        return if mesh.access_log_file.is_empty() {
+            Vec::new()
+        } else {
+            vec![file_access_log(&mesh.access_log_file, mesh)]
+        };
     };
-    providers.iter().find_map(|p| {
-        let (kind, settings) = mesh.extension_providers.get(p)?;
-        (kind == "envoyFileAccessLog").then(|| {
-            let path = settings.get("path").and_then(Value::as_str).filter(|p| !p.is_empty()).unwrap_or("/dev/stdout");
-            file_access_log(path, mesh)
-        })
+    providers.iter().filter_map(|p| provider_access_log(model, p)).collect()
+}
+
+/// The access log of extension provider `name`, if it logs.
+fn provider_access_log(model: &Model, name: &str) -> Option<istiod_proto::envoy::config::accesslog::v3::AccessLog> {
+    use istiod_proto::envoy::config::accesslog::v3::{AccessLog, access_log};
+    use istiod_proto::envoy::config::core::v3 as core;
+    use istiod_proto::envoy::extensions::access_loggers::grpc::v3 as als;
+    use istiod_proto::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
+    use istiod_proto::opentelemetry::proto::common::v1 as otlp;
+    let mesh = &model.mesh;
+    let (kind, p) = mesh.extension_providers.get(name)?;
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+    };
+    let common =
+        |default_name: &str, state: &[&str]| -> Option<als::CommonGrpcAccessLogConfig> {
+            let (host, cluster) = super::tracing::lookup_cluster(
+                model,
+                p["service"].as_str().unwrap_or(""),
+                p["port"].as_u64().unwrap_or(0),
+            )?;
+            let log_name = Some(s(p, "logName")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_name.to_owned());
+            let objects = strings(&p["filterStateObjectsToLog"]);
+            Some(als::CommonGrpcAccessLogConfig {
+                log_name,
+                grpc_service: Some(core::GrpcService {
+                    target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(
+                        core::grpc_service::EnvoyGrpc { cluster_name: cluster, authority: host, ..Default::default() },
+                    )),
+                    ..Default::default()
+                }),
+                filter_state_objects_to_log: if objects.is_empty() {
+                    state.iter().map(|s| (*s).to_owned()).collect()
+                } else {
+                    objects
+                },
+                transport_api_version: core::ApiVersion::V3 as i32,
+            })
+        };
+    // istiod's envoyStateToLog and envoyWasmStateToLog.
+    const PEERS: &[&str] = &["upstream_peer", "downstream_peer"];
+    const WASM_PEERS: &[&str] = &[
+        "upstream_peer",
+        "downstream_peer",
+        "wasm.upstream_peer",
+        "wasm.upstream_peer_id",
+        "wasm.downstream_peer",
+        "wasm.downstream_peer_id",
+    ];
+    let (logger, config) = match kind.as_str() {
+        "envoyFileAccessLog" => {
+            let path = p.get("path").and_then(Value::as_str).filter(|p| !p.is_empty()).unwrap_or("/dev/stdout");
+            return Some(file_access_log(path, mesh));
+        }
+        "envoyHttpAls" => {
+            let config = als::HttpGrpcAccessLogConfig {
+                common_config: Some(common("http_envoy_accesslog", PEERS)?),
+                additional_request_headers_to_log: strings(&p["additionalRequestHeadersToLog"]),
+                additional_response_headers_to_log: strings(&p["additionalResponseHeadersToLog"]),
+                additional_response_trailers_to_log: strings(&p["additionalResponseTrailersToLog"]),
+            };
+            ("envoy.access_loggers.http_grpc", Any::from_msg(&config).ok()?)
+        }
+        "envoyTcpAls" => {
+            let config = als::TcpGrpcAccessLogConfig { common_config: Some(common("tcp_envoy_accesslog", PEERS)?) };
+            ("envoy.tcp_grpc_access_log", Any::from_msg(&config).ok()?)
+        }
+        "envoyOtelAls" => {
+            let format = p.pointer("/logFormat/text").and_then(Value::as_str).filter(|t| !t.is_empty());
+            let labels: Vec<otlp::KeyValue> = p
+                .pointer("/logFormat/labels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| otlp::KeyValue {
+                    key: k.clone(),
+                    value: Some(otlp::AnyValue {
+                        value: Some(otlp::any_value::Value::StringValue(v.as_str().unwrap_or("").to_owned())),
+                    }),
+                })
+                .collect();
+            let config = OpenTelemetryAccessLogConfig {
+                common_config: Some(common("otel_envoy_accesslog", WASM_PEERS)?),
+                body: Some(otlp::AnyValue {
+                    value: Some(otlp::any_value::Value::StringValue(format.unwrap_or(TEXT_FORMAT).to_owned())),
+                }),
+                attributes: (!labels.is_empty()).then_some(otlp::KeyValueList { values: labels }),
+                disable_builtin_labels: true,
+                formatters: Vec::new(),
+            };
+            ("envoy.access_loggers.open_telemetry", Any::from_msg(&config).ok()?)
+        }
+        _ => return None,
+    };
+    Some(AccessLog {
+        name: logger.into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(config)),
+        ..Default::default()
     })
 }
 
@@ -618,8 +717,8 @@ pub fn listener_access_log(
 pub struct Side {
     /// The stats filter's config, where a Prometheus provider applies.
     pub stats: Option<PluginConfig>,
-    /// The access log, where one is configured.
-    pub log: Option<istiod_proto::envoy::config::accesslog::v3::AccessLog>,
+    /// The access logs, one per provider configured.
+    pub log: Vec<istiod_proto::envoy::config::accesslog::v3::AccessLog>,
     /// Its HTTP managers' tracing ([`super::tracing`]), and...
     pub tracing: Option<hcm::http_connection_manager::Tracing>,
     /// ...request id extension.
@@ -724,9 +823,9 @@ mod tests {
     #[test]
     fn access_logs_follow_the_mesh_config_and_telemetry() {
         use istiod_proto::envoy::config::core::v3::{data_source, substitution_format_string::Format};
-        assert!(access_log(&model("", ""), "shop", None).is_none(), "no accessLogFile: no log");
+        assert!(access_log(&model("", ""), "shop", None).is_empty(), "no accessLogFile: no log");
         let m = model("accessLogFile: /dev/stdout\n", "");
-        let (path, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let (path, format) = log_path_and_format(&access_log(&m, "shop", None)[0]);
         assert_eq!(path, "/dev/stdout");
         let Some(Format::TextFormatSource(src)) = format.format else { panic!() };
         let Some(data_source::Specifier::InlineString(text)) = src.specifier else { panic!() };
@@ -737,11 +836,11 @@ mod tests {
         );
         // A custom text format gets its newline.
         let m = model("accessLogFile: /tmp/a.log\naccessLogFormat: '%START_TIME% %RESPONSE_CODE%'\n", "");
-        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None)[0]);
         assert!(format!("{format:?}").contains("%START_TIME% %RESPONSE_CODE%\\n"), "{format:?}");
         // JSON: istiod's fields, unsorted; a custom object replaces them.
         let m = model("accessLogFile: /dev/stdout\naccessLogEncoding: JSON\n", "");
-        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None)[0]);
         let Some(Format::JsonFormat(st)) = &format.format else { panic!() };
         assert_eq!(st.fields.len(), 24);
         assert_eq!(
@@ -752,7 +851,7 @@ mod tests {
             "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: '{\"code\": \"%RESPONSE_CODE%\"}'\n",
             "",
         );
-        let (_, format) = log_path_and_format(&access_log(&m, "shop", None).unwrap());
+        let (_, format) = log_path_and_format(&access_log(&m, "shop", None)[0]);
         let Some(Format::JsonFormat(st)) = &format.format else { panic!() };
         assert_eq!(st.fields.keys().collect::<Vec<_>>(), ["code"]);
         // The Telemetry API: the envoy provider logs to stdout; a
@@ -762,11 +861,11 @@ mod tests {
              {T}metadata: {{name: quiet, namespace: shop}}\nspec:\n  selector: {{matchLabels: {{app: quiet}}}}\n  accessLogging:\n  - disabled: true\n"
         );
         let m = model("", &yaml);
-        let (path, _) = log_path_and_format(&access_log(&m, "shop", Some(&labels(&[("app", "web")]))).unwrap());
+        let (path, _) = log_path_and_format(&access_log(&m, "shop", Some(&labels(&[("app", "web")])))[0]);
         assert_eq!(path, "/dev/stdout");
-        assert!(access_log(&m, "shop", Some(&labels(&[("app", "quiet")]))).is_none());
+        assert!(access_log(&m, "shop", Some(&labels(&[("app", "quiet")]))).is_empty());
         // A listener's own log keeps only connections no chain took.
-        let l = listener_access_log(&access_log(&m, "shop", None).unwrap());
+        let l = listener_access_log(&access_log(&m, "shop", None)[0]);
         assert!(format!("{:?}", l.filter).contains("\"NR\""), "{l:?}");
     }
 
@@ -837,5 +936,46 @@ mod tests {
             ),
         );
         assert_eq!(mesh_metrics(&m), Metrics::default());
+    }
+
+    /// telemetry_logging.go: one log per provider, the gRPC services and
+    /// OpenTelemetry to their collector's cluster, istiod's log names and
+    /// filter-state objects; a provider whose service is missing logs
+    /// nothing.
+    #[test]
+    fn grpc_and_opentelemetry_access_log_providers() {
+        use istiod_proto::envoy::config::accesslog::v3::access_log::ConfigType;
+        use istiod_proto::envoy::extensions::access_loggers::grpc::v3 as als;
+        use istiod_proto::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
+        use istiod_proto::prost::Message;
+        let mesh = "extensionProviders:\n\
+            - name: als\n  envoyHttpAls:\n    service: collector.obs.svc.cluster.local\n    port: 9000\n    additionalRequestHeadersToLog: [x-team]\n\
+            - name: otel\n  envoyOtelAls:\n    service: obs/collector.obs.svc.cluster.local\n    port: 4317\n    logFormat:\n      labels: {team: storefront}\n\
+            - name: gone\n  envoyTcpAls:\n    service: nowhere.example\n    port: 1\n\
+            defaultProviders:\n  accessLogging: [als, otel, gone]\n";
+        let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: collector, namespace: obs}\n\
+                   spec: {clusterIP: 10.96.7.7, ports: [{name: grpc, port: 9000}, {name: grpc-otlp, port: 4317}]}\n";
+        let logs = access_log(&model(mesh, svc), "shop", None);
+        let names: Vec<&str> = logs.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["envoy.access_loggers.http_grpc", "envoy.access_loggers.open_telemetry"]);
+        let value = |i: usize| match &logs[i].config_type {
+            Some(ConfigType::TypedConfig(a)) => a.value.clone(),
+            None => panic!(),
+        };
+        let http = als::HttpGrpcAccessLogConfig::decode(&value(0)[..]).unwrap();
+        let common = http.common_config.unwrap();
+        assert_eq!(common.log_name, "http_envoy_accesslog");
+        assert_eq!(common.filter_state_objects_to_log, ["upstream_peer", "downstream_peer"]);
+        assert_eq!(http.additional_request_headers_to_log, ["x-team"]);
+        let otel = OpenTelemetryAccessLogConfig::decode(&value(1)[..]).unwrap();
+        let grpc = otel.common_config.unwrap().grpc_service.unwrap();
+        let Some(istiod_proto::envoy::config::core::v3::grpc_service::TargetSpecifier::EnvoyGrpc(g)) =
+            grpc.target_specifier
+        else {
+            panic!()
+        };
+        assert_eq!(g.cluster_name, "outbound|4317||collector.obs.svc.cluster.local");
+        assert!(otel.disable_builtin_labels);
+        assert_eq!(otel.attributes.unwrap().values[0].key, "team");
     }
 }

@@ -200,7 +200,7 @@ fn proxy_tracing_u32(model: &Model, key: &str) -> Option<u32> {
 /// A provider's service as istiod's `LookupCluster` finds it:
 /// `namespace/host`, or a host in one namespace only; its hostname and the
 /// outbound cluster of `port`.
-fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
+pub(super) fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
     let found = match service.split_once('/') {
         Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
         None => model.services.get(service),

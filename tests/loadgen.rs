@@ -39,6 +39,17 @@ impl Drop for Server {
 }
 
 fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Server {
+    // A port another test took between free_port and the bind makes the
+    // server exit at once: it is started again on other ports.
+    for _ in 0..5 {
+        if let Some(server) = try_serve(dir, tls) {
+            return server;
+        }
+    }
+    panic!("pilot-discovery never listened (five attempts)");
+}
+
+fn try_serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Option<Server> {
     let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
     let secure = tls.map(|_| free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"));
@@ -64,13 +75,16 @@ fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)
             cmd.args(["--secureGRPCAddr", ""]);
         }
     }
-    let server = Server { child: cmd.spawn().unwrap(), grpc, secure, monitoring };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut server = Server { child: cmd.spawn().unwrap(), grpc, secure, monitoring };
+    let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(server.secure.unwrap_or(grpc)).is_err() {
+        if server.child.try_wait().unwrap().is_some() {
+            return None;
+        }
         assert!(Instant::now() < deadline, "pilot-discovery never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    server
+    Some(server)
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {

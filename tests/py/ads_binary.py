@@ -6,6 +6,7 @@ usage: ads_binary.py GRPC_ADDR HTTP_ADDR
 Prints "ok NAME" / "FAIL NAME: why" per check, then "N passed, N failed".
 """
 
+import gc
 import json
 import queue
 import sys
@@ -77,6 +78,10 @@ def http_json(addr, path):
 
 
 def main():
+    # The cyclic collector may run a call object's __del__ while grpcio holds
+    # that call's lock (grpc/_channel.py), which deadlocked this script once
+    # in CI; a short script can leave cycles to the end.
+    gc.disable()
     grpc_addr, http_addr, monitoring_addr = sys.argv[1], sys.argv[2], sys.argv[3]
     channel = grpc.insecure_channel(grpc_addr)
     stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)

@@ -15,6 +15,7 @@ Prints one JSON object.
 Usage: debug_xds.py TLS_ADDR PLAIN_ADDR ROOT_PEM SIDECAR_TOKEN CALLER_TOKEN CALLER_NS
 """
 
+import gc
 import json
 import queue
 import sys
@@ -66,6 +67,10 @@ def ask(stub, token, req):
 
 
 def main():
+    # The cyclic collector may run a call object's __del__ while grpcio holds
+    # that call's lock (grpc/_channel.py), which deadlocked this script once
+    # in CI; a short script can leave cycles to the end.
+    gc.disable()
     tls_addr, plain_addr, root_path, sidecar_token, caller_token, caller_ns = sys.argv[1:7]
     root = open(root_path, "rb").read()
     stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel(tls_addr, root))

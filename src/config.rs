@@ -123,6 +123,9 @@ pub struct Config {
     pub unsafe_admin_endpoints: bool,
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
+    /// Environment values that did not parse, each replaced by its default
+    /// (logged at start, as istiod's `env` package logs them).
+    pub env_warnings: Vec<String>,
     /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
     /// Gateways get a Deployment, Service and ServiceAccount.
     pub gateway_deployment: bool,
@@ -591,7 +594,7 @@ impl Config {
             });
         }
 
-        Ok(Self {
+        let mut config = Self {
             source,
             registries,
             domain: args.domain.clone(),
@@ -796,7 +799,10 @@ impl Config {
                     }
                 },
             },
-        })
+            env_warnings: Vec::new(),
+        };
+        config.env_warnings = vars.invalid();
+        Ok(config)
     }
 
     /// istiod's automatic push concurrency and stream rate:

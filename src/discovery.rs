@@ -93,6 +93,17 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
+    for invalid in &config.env_warnings {
+        tracing::warn!(target: "default", "invalid environment variable value: {invalid}");
+    }
+    if let Some(n) = config.cores.filter(|n| std::thread::available_parallelism().is_ok_and(|cpus| *n > cpus.get())) {
+        tracing::warn!(
+            target: "default",
+            cores = n,
+            cpus = std::thread::available_parallelism().map_or(0, |c| c.get()),
+            "--cores is above the CPUs this process may use: serving cores will share CPUs"
+        );
+    }
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }

@@ -33,13 +33,6 @@ fn malformed_flag_value_exits_2() {
 }
 
 #[test]
-fn bad_environment_exits_2_and_names_the_variable() {
-    let o = run(&["discovery"], &[("PILOT_ENABLE_EDS_DEBOUNCE", "sure")]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("PILOT_ENABLE_EDS_DEBOUNCE=\"sure\""), "{}", stderr(&o));
-}
-
-#[test]
 fn missing_config_dir_exits_2() {
     let o = run(&["discovery", "--configDir=/nonexistent/istiod-rs", "--log_target=stderr"], &[]);
     assert_eq!(o.status.code(), Some(2));

@@ -428,3 +428,23 @@ fn monitoring_debug_refuses_callers_not_on_loopback() {
     assert_eq!(get(here, "/debug/syncz").map(|r| r.0), Some(200));
     drop(server);
 }
+
+/// istiod's `env` package: a value that does not parse is logged and its
+/// default used; the server starts and serves. `--cores` above the CPUs
+/// is served but warned about.
+#[test]
+fn a_malformed_environment_value_is_logged_and_defaulted() {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo"));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) + 1;
+    let server = support::Server::start(
+        dir,
+        &["--cores", &cores.to_string()],
+        &[("PILOT_ENABLE_EDS_DEBOUNCE", "sure"), ("PILOT_TRACE_SAMPLING", "lots")],
+        None,
+    );
+    let log = server.log();
+    assert!(log.contains("PILOT_ENABLE_EDS_DEBOUNCE=\"sure\"") && log.contains("using the default true"), "{log}");
+    assert!(log.contains("PILOT_TRACE_SAMPLING=\"lots\""), "{log}");
+    assert!(log.contains("--cores is above the CPUs"), "{log}");
+    assert_eq!(get(server.http, "/ready").map(|r| r.0), Some(200));
+}

@@ -43,16 +43,30 @@ impl<E: Env + ?Sized> Env for &E {
     }
 }
 
-/// Typed reads of variables, each failing with the variable's name, its
-/// value and what was expected. An empty value counts as unset, as in
-/// istiod's `env` package.
+/// Typed reads of variables. An empty value counts as unset, and a value
+/// that does not parse is noted (variable, value, what was expected) and
+/// its default used, as istiod's `env` package does ("Invalid environment
+/// variable value ..., defaulting to ..."): a typo in one variable does
+/// not stop the server. The notes are logged once logging is set up.
 pub(crate) struct Vars<'a> {
     env: &'a dyn Env,
+    invalid: std::cell::RefCell<Vec<String>>,
 }
 
 impl<'a> Vars<'a> {
     pub(crate) fn new(env: &'a dyn Env) -> Self {
-        Self { env }
+        Self { env, invalid: std::cell::RefCell::new(Vec::new()) }
+    }
+
+    /// The values that did not parse, each with the default used instead.
+    pub(crate) fn invalid(&self) -> Vec<String> {
+        self.invalid.borrow().clone()
+    }
+
+    /// Notes `e` and answers `default`.
+    fn defaulted<T: std::fmt::Debug>(&self, e: ConfigError, default: T) -> Result<T, ConfigError> {
+        self.invalid.borrow_mut().push(format!("{e}; using the default {default:?}"));
+        Ok(default)
     }
 
     pub(crate) fn raw(&self, name: &'static str) -> Option<String> {
@@ -66,32 +80,47 @@ impl<'a> Vars<'a> {
     pub(crate) fn duration(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
         match self.raw(name) {
             None => Ok(default),
-            Some(v) => duration::parse(&v).map_err(|e| ConfigError::Env { name, value: v, reason: e.to_string() }),
+            Some(v) => match duration::parse(&v) {
+                Ok(d) => Ok(d),
+                Err(e) => self.defaulted(ConfigError::Env { name, value: v, reason: e.to_string() }, default),
+            },
         }
     }
 
     pub(crate) fn bool(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.raw(name) {
             None => Ok(default),
-            Some(v) => parse_bool(&v).ok_or_else(|| ConfigError::Env {
-                name,
-                value: v,
-                reason: "expected a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)".into(),
-            }),
+            Some(v) => match parse_bool(&v) {
+                Some(b) => Ok(b),
+                None => self.defaulted(
+                    ConfigError::Env {
+                        name,
+                        value: v,
+                        reason: "expected a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)".into(),
+                    },
+                    default,
+                ),
+            },
         }
     }
 
-    pub(crate) fn int<T: std::str::FromStr>(&self, name: &'static str, default: T) -> Result<T, ConfigError>
+    pub(crate) fn int<T: std::str::FromStr + std::fmt::Debug>(
+        &self,
+        name: &'static str,
+        default: T,
+    ) -> Result<T, ConfigError>
     where
         T::Err: std::fmt::Display,
     {
         match self.raw(name) {
             None => Ok(default),
-            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError::Env {
-                name,
-                value: v,
-                reason: format!("expected an integer: {e}"),
-            }),
+            Some(v) => match v.trim().parse() {
+                Ok(n) => Ok(n),
+                Err(e) => {
+                    let reason = format!("expected an integer: {e}");
+                    self.defaulted(ConfigError::Env { name, value: v, reason }, default)
+                }
+            },
         }
     }
 
@@ -100,7 +129,8 @@ impl<'a> Vars<'a> {
             None => Ok(default),
             Some(v) => match v.trim().parse::<f64>() {
                 Ok(f) if f.is_finite() => Ok(f),
-                _ => Err(ConfigError::Env { name, value: v, reason: "expected a finite number".into() }),
+                _ => self
+                    .defaulted(ConfigError::Env { name, value: v, reason: "expected a finite number".into() }, default),
             },
         }
     }

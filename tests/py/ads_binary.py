@@ -8,6 +8,7 @@ Prints "ok NAME" / "FAIL NAME: why" per check, then "N passed, N failed".
 
 import gc
 import json
+import os
 import queue
 import sys
 import urllib.error
@@ -79,8 +80,9 @@ def http_json(addr, path):
 
 def main():
     # The cyclic collector may run a call object's __del__ while grpcio holds
-    # that call's lock (grpc/_channel.py), which deadlocked this script once
-    # in CI; a short script can leave cycles to the end.
+    # that call's lock (grpc/_channel.py), which deadlocked this script in
+    # CI; a short script can leave cycles to the end (and skips the final
+    # collection, see the end).
     gc.disable()
     grpc_addr, http_addr, monitoring_addr = sys.argv[1], sys.argv[2], sys.argv[3]
     channel = grpc.insecure_channel(grpc_addr)
@@ -396,7 +398,11 @@ def main():
     for name, err in results:
         print(f"ok {name}" if err is None else f"FAIL {name}: {err}")
     print(f"{len(results) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    # Not sys.exit: the interpreter's final collection can run a call
+    # object's __del__ while a stopped daemon thread of grpcio holds that
+    # call's lock (grpc/_channel.py), which hung this script in CI.
+    sys.stdout.flush()
+    os._exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,17 @@ pub struct CaService {
     calls: Calls,
 }
 
+/// The namespace and service account of an identity
+/// `spiffe://<trust domain>/ns/<ns>/sa/<sa>` (istiod's
+/// `spiffe.ParseIdentity`).
+pub(crate) fn spiffe_ns_sa(id: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = id.strip_prefix("spiffe://")?.split('/').collect();
+    match parts[..] {
+        [_, "ns", ns, "sa", sa] => Some((ns, sa)),
+        _ => None,
+    }
+}
+
 /// The token of an `authorization: Bearer <token>` header (istiod's
 /// `ExtractBearerToken`).
 pub(crate) fn bearer(call: &Call) -> Option<String> {

@@ -60,17 +60,12 @@ pub mod metrics {
         }
     }
 
-    /// Adds the push context's gauges for model counts `m`.
+    /// Adds the push context's counts of model `m` (its status gauges are
+    /// the debug handlers', `discovery/debugz.rs` `PROXY_STATUS`).
     pub fn collect_mesh(m: &crate::model::MeshStats, out: &mut istiod_xds::metrics::Exposition) {
         for (name, help, v) in [
             ("pilot_services", "Total services known to pilot.", m.services),
             ("pilot_virt_services", "Total virtual services known to pilot.", m.virtual_services),
-            (
-                "pilot_destrule_subsets",
-                "Duplicate subsets across destination rules for same host",
-                m.duplicate_subset_hosts,
-            ),
-            ("pilot_eds_no_instances", "Number of clusters without instances.", m.clusters_without_instances),
         ] {
             out.gauge(name, help, [(vec![], v as f64)]);
         }

@@ -144,14 +144,13 @@ impl MeshInput {
     }
 
     /// The services' part of the inbound inputs: only where Envoy fetches
-    /// JWT keys from mesh services, or a tracing provider's collector may
-    /// be one (a default provider, or any Telemetry), does inbound read
-    /// other services.
+    /// JWT keys from mesh services, or a tracer's or access log service's
+    /// collector may be one (`telemetry::reads_services`), does inbound
+    /// read other services.
     fn inbound_services(&self) -> u64 {
-        let mesh = &self.model.mesh;
-        let tracing = !mesh.default_tracing_providers.is_empty() || !self.model.telemetries.is_empty();
-        match mesh.jwks_fetch {
-            crate::translate::authn::JwksFetch::Istiod if !tracing => 0,
+        let telemetry = crate::translate::telemetry::reads_services(&self.model);
+        match self.model.mesh.jwks_fetch {
+            crate::translate::authn::JwksFetch::Istiod if !telemetry => 0,
             _ => self.changes.latest(Dep::Services),
         }
     }

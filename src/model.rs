@@ -220,11 +220,6 @@ pub struct MeshStats {
     pub services: usize,
     /// `pilot_virt_services`.
     pub virtual_services: usize,
-    /// `pilot_destrule_subsets`: hosts whose merged DestinationRules name a
-    /// subset twice.
-    pub duplicate_subset_hosts: usize,
-    /// `pilot_eds_no_instances`.
-    pub clusters_without_instances: usize,
 }
 
 /// The model.
@@ -390,18 +385,17 @@ impl Model {
         MeshStats {
             services: self.services.len(),
             virtual_services: self.routing.iter().filter(|o| matches!(o.spec, IstioSpec::VirtualService(_))).count(),
-            duplicate_subset_hosts: self.destination_rules().duplicate_subsets.len(),
-            // istiod's EDS builder counts each cluster it finds no
-            // instance for: here, each port of a service whose endpoints
-            // the control plane knows (not DNS, not passthrough) that has
-            // none.
-            clusters_without_instances: self
-                .services
-                .values()
-                .filter(|s| s.resolution == Resolution::ClientSideLb)
-                .map(|s| s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)).count())
-                .sum(),
         }
+    }
+
+    /// The outbound clusters istiod's EDS builder finds no instance for
+    /// (`pilot_eds_no_instances`): each port, as `(port, service)`, of a
+    /// service whose endpoints the control plane knows (not DNS, not
+    /// passthrough) that has none.
+    pub fn clusters_without_instances(&self) -> impl Iterator<Item = (u16, &Service)> {
+        self.services.values().filter(|s| s.resolution == Resolution::ClientSideLb).flat_map(|s| {
+            s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)).map(move |p| (p.port, s))
+        })
     }
 
     /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].

@@ -208,8 +208,15 @@ fn debug_endpoints() {
     assert_eq!((health.iter().filter(|h| **h == 1).count(), health.iter().filter(|h| **h == 3).count()), (3, 1));
     assert_eq!(reviews["ServiceAccounts"], serde_json::json!({"bookinfo-reviews": {}}));
     assert_eq!(json("/debug/endpointz"), shards, "endpointz is endpointShardz");
-    assert!(json("/debug/push_status").is_object());
-    assert!(json("/debug/telemetryz")["telemetries"]["namespace_to_telemetries"].is_object());
+    // The example's terminating reviews-v2 pod (push_context.go's
+    // pilot_endpoint_not_ready entry, keyed by pod.namespace).
+    let status = json("/debug/push_status");
+    let unready: Vec<&String> = status["pilot_endpoint_not_ready"].as_object().unwrap().keys().collect();
+    assert_eq!(unready.len(), 1, "{status}");
+    assert!(unready[0].starts_with("reviews-v2-") && unready[0].ends_with(".bookinfo"), "{status}");
+    let telemetryz = json("/debug/telemetryz");
+    assert_eq!(telemetryz["telemetries"]["root_namespace"], "istio-system", "{telemetryz}");
+    assert!(telemetryz["telemetries"]["namespace_to_telemetries"].is_object());
     assert_eq!(get(server.http, "/debug/sidecarz").unwrap().0, 400);
     assert_eq!(get(server.http, "/debug/sidecarz?proxyID=nobody.nowhere").unwrap().0, 404);
     assert_eq!(

@@ -123,9 +123,7 @@ pub(crate) fn check_identity(node: Option<&Node>, ids: &[String]) -> Result<(), 
     let ns = &*proxy.class.namespace;
     let sa = crate::node::meta_str(node, "SERVICE_ACCOUNT").unwrap_or_default();
     let matches = |id: &String| {
-        let Some(rest) = id.strip_prefix("spiffe://") else { return false };
-        let parts: Vec<&str> = rest.split('/').collect();
-        let [_, "ns", id_ns, "sa", id_sa] = parts[..] else { return false };
+        let Some((id_ns, id_sa)) = super::spiffe_ns_sa(id) else { return false };
         (ns.is_empty() || id_ns == ns) && (sa.is_empty() || id_sa == sa)
     };
     if ids.iter().any(matches) {

@@ -82,24 +82,11 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
     if !d.endpoint_auth {
         return Ok(None);
     }
-    let namespace = ids.iter().find_map(|id| {
-        let rest = id.strip_prefix("spiffe://")?;
-        let parts: Vec<&str> = rest.split('/').collect();
-        match parts[..] {
-            [_, "ns", ns, "sa", _] => Some(ns.to_owned()),
-            _ => None,
-        }
-    });
-    let root = d
-        .state
-        .borrow()
-        .mesh
-        .as_ref()
-        .map_or_else(|| "istio-system".to_owned(), |m| m.model.mesh.root_namespace.clone());
+    let namespace = ids.iter().find_map(|id| crate::ca::spiffe_ns_sa(id)).map(|(ns, _)| ns);
     let path = req.path.trim_start_matches("/debug/");
     match namespace {
-        Some(ns) if ns == root => Ok(None),
-        Some(ns) if crate::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns)),
+        Some(ns) if ns == d.mesh().root_namespace => Ok(None),
+        Some(ns) if crate::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns.to_owned())),
         _ => {
             tracing::warn!(target: "default", identities = ?ids, path = %req.path, "Unauthorized debug request");
             Err(Response::text(403, ""))
@@ -138,6 +125,12 @@ const HANDLERS: &[(&str, &str)] = &[
 const FORCE_DISCONNECT: (&str, &str) = ("/debug/force_disconnect", "Disconnects a proxy from this Pilot");
 
 impl Debug {
+    /// The mesh configuration of the model last published (the defaults
+    /// before one is).
+    pub(super) fn mesh(&self) -> Arc<crate::mesh::MeshSettings> {
+        self.state.borrow().mesh.as_ref().map(|m| m.model.mesh.clone()).unwrap_or_default()
+    }
+
     /// The handlers served, sorted by path.
     fn handlers(&self) -> Vec<(&'static str, &'static str)> {
         let mut h = HANDLERS.to_vec();
@@ -235,15 +228,10 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             let (Some(type_url), Some(name)) = (req.param("type"), req.param("name")) else {
                 return Response::text(400, "You must provide type and name in the query string\n");
             };
-            let kind = istiod_xds::ads::Kind::from_type_url(type_url).or(match type_url {
-                "cds" | "cluster" => Some(istiod_xds::ads::Kind::Cluster),
-                "eds" | "endpoint" => Some(istiod_xds::ads::Kind::Endpoint),
-                "lds" | "listener" => Some(istiod_xds::ads::Kind::Listener),
-                "rds" | "route" => Some(istiod_xds::ads::Kind::Route),
-                "sds" | "secret" => Some(istiod_xds::ads::Kind::Secret),
-                _ => None,
-            });
-            let Some(kind) = kind else { return Response::text(400, format!("unknown type {type_url:?}\n")) };
+            // istiod's short types (cds, eds, lds, rds, sds) or a type URL.
+            let Some(&kind) = crate::config_dump::kinds_of(type_url).first() else {
+                return Response::text(400, format!("unknown type {type_url:?}\n"));
+            };
             match (proxy_class(publisher, id).await, model()) {
                 (Some(class), Some(m)) => {
                     let state = state.borrow();
@@ -257,21 +245,12 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             Response::json(&model().map_or(json!({}), |m| super::debugz::endpoint_shardz(&m, &d.cluster_id)))
         }
         "/debug/instancesz" => {
-            let proxies: Vec<(String, Vec<String>)> = clients(publisher)
-                .await
-                .iter()
-                .filter_map(|c| {
-                    let node = c["istiodRs"]["node"].as_str()?;
-                    let mut parts = node.split('~');
-                    let ips = parts.nth(1)?.split(',').map(str::to_owned).collect();
-                    Some((parts.next()?.to_owned(), ips))
-                })
-                .collect();
+            let proxies = proxies(publisher).await;
             Response::json(&model().map_or(json!({}), |m| super::debugz::instancesz(&m, &proxies)))
         }
         "/debug/push_status" => {
-            let sidecars = sidecars(publisher).await;
-            Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m, &sidecars)))
+            let proxies = proxies(publisher).await;
+            Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m, &proxies)))
         }
         "/debug/mesh" => Response::json(
             &model().map_or_else(|| crate::mesh::MeshSettings::default().debug_json(), |m| m.mesh.debug_json()),
@@ -368,14 +347,28 @@ pub(super) async fn config_dump(
     Some(crate::config_dump::build(&answer, include_eds, &kinds))
 }
 
-/// The connected sidecars: `pod.namespace` and the node id's addresses.
-pub(super) async fn sidecars(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<(String, String)> {
+/// A connected proxy: `pod.namespace`, its addresses, whether it is a
+/// sidecar.
+pub(super) struct Connected {
+    pub(super) name: String,
+    pub(super) addresses: Vec<String>,
+    pub(super) sidecar: bool,
+}
+
+/// The connected proxies (every core's).
+pub(super) async fn proxies(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<Connected> {
     publisher
-        .query(DebugQuery::Sidecars)
+        .query(DebugQuery::Proxies)
         .await
         .iter()
         .flat_map(|core| core.as_array().cloned().unwrap_or_default())
-        .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_str()?.to_owned())))
+        .filter_map(|p| {
+            Some(Connected {
+                name: p[0].as_str()?.to_owned(),
+                addresses: p[1].as_str()?.split(',').map(str::to_owned).collect(),
+                sidecar: p[2] == "sidecar",
+            })
+        })
         .collect()
 }
 
@@ -471,15 +464,13 @@ pub(super) async fn monitoring(
     let mesh_stats = model.as_ref().map(|m| m.stats()).unwrap_or_default();
     crate::control::metrics::collect_mesh(&mesh_stats, &mut out);
     // The push context's status gauges (`UpdateMetrics`: each metric's
-    // number of entries), those pilot_services does not already give.
-    if let Some(m) = &model {
-        let status = super::debugz::proxy_status(m, &sidecars(publisher).await);
-        for (name, help) in super::debugz::PROXY_STATUS {
-            if name == "pilot_destrule_subsets" || name == "pilot_eds_no_instances" {
-                continue;
-            }
-            out.gauge(name, help, [(vec![], status.get(name).map_or(0, |e| e.len()) as f64)]);
-        }
+    // number of entries in `/debug/push_status`).
+    let status = match &model {
+        Some(m) => super::debugz::proxy_status(m, &proxies(publisher).await),
+        None => Default::default(),
+    };
+    for (name, help) in super::debugz::PROXY_STATUS {
+        out.gauge(name, help, [(vec![], status.get(name).map_or(0, |e| e.len()) as f64)]);
     }
     // istiod's `recordXDSClients`: connected proxies by their Istio version;
     // a version seen once keeps its series, at 0 when none is connected.

@@ -46,12 +46,9 @@ pub(super) async fn serve(rx: async_channel::Receiver<Forwarded<ProxyClass>>, d:
 /// The namespace a caller is limited to: its own, unless it is the root
 /// namespace's or `ENABLE_DEBUG_ENDPOINT_AUTH` is off.
 fn caller_namespace(d: &Debug, class: &ProxyClass) -> Option<String> {
-    let (auth, root) = {
-        let state = d.state.borrow();
-        let mesh = state.mesh.as_ref().map(|m| m.model.mesh.clone()).unwrap_or_default();
-        (mesh.debug_endpoint_auth, mesh.root_namespace.clone())
-    };
-    (auth && class.verified && *class.namespace != *root).then(|| class.namespace.to_string())
+    let mesh = d.mesh();
+    (mesh.debug_endpoint_auth && class.verified && *class.namespace != *mesh.root_namespace)
+        .then(|| class.namespace.to_string())
 }
 
 async fn answer(f: &Forwarded<ProxyClass>, d: &Debug) -> Vec<ForwardedResource> {

@@ -17,22 +17,32 @@ fn spec(o: &IstioObject) -> Value {
     o.raw.value().and_then(|mut v| v.get_mut("spec").map(Value::take)).unwrap_or(Value::Null)
 }
 
+/// Objects by namespace, each as istiod's `AuthorizationPolicy` and
+/// `Telemetry` structs marshal them: name, namespace, spec (and the
+/// annotations, where the struct has them).
+fn by_namespace<'a>(
+    objects: impl Iterator<Item = &'a IstioObject>,
+    annotations: bool,
+) -> BTreeMap<&'a str, Vec<Value>> {
+    let mut by_ns: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for o in objects {
+        let mut v = json!({ "name": o.meta.name, "namespace": o.meta.ns(), "spec": spec(o) });
+        if annotations {
+            v["annotations"] = if o.meta.annotations.is_empty() { Value::Null } else { json!(o.meta.annotations) };
+        }
+        by_ns.entry(o.meta.ns()).or_default().push(v);
+    }
+    by_ns
+}
+
 /// `/debug/authorizationz`: istiod's `AuthorizationDebug`
 /// (`pilot/pkg/xds/debug.go`) around `model.AuthorizationPolicies`
 /// (`pilot/pkg/model/authorization.go`): policies by namespace, each with
 /// name, namespace, annotations and spec, and the root namespace.
 pub(super) fn authorizationz(model: &Model) -> Value {
-    let mut by_ns: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
-    for o in model.security.iter().filter(|o| matches!(o.spec, IstioSpec::AuthorizationPolicy(_))) {
-        by_ns.entry(o.meta.ns()).or_default().push(json!({
-            "name": o.meta.name,
-            "namespace": o.meta.ns(),
-            "annotations": if o.meta.annotations.is_empty() { Value::Null } else { json!(o.meta.annotations) },
-            "spec": spec(o),
-        }));
-    }
+    let policies = model.security.iter().filter(|o| matches!(o.spec, IstioSpec::AuthorizationPolicy(_)));
     json!({ "authorization_policies": {
-        "namespace_to_policies": by_ns,
+        "namespace_to_policies": by_namespace(policies, true),
         "root_namespace": model.mesh.root_namespace,
     }})
 }
@@ -41,16 +51,8 @@ pub(super) fn authorizationz(model: &Model) -> Value {
 /// `model.Telemetries` (`pilot/pkg/model/telemetry.go`): Telemetry objects
 /// by namespace (name, namespace, spec) and the root namespace.
 pub(super) fn telemetryz(model: &Model) -> Value {
-    let mut by_ns: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
-    for o in model.telemetries.iter() {
-        by_ns.entry(o.meta.ns()).or_default().push(json!({
-            "name": o.meta.name,
-            "namespace": o.meta.ns(),
-            "spec": spec(o),
-        }));
-    }
     json!({ "telemetries": {
-        "namespace_to_telemetries": by_ns,
+        "namespace_to_telemetries": by_namespace(model.telemetries.iter(), false),
         "root_namespace": model.mesh.root_namespace,
     }})
 }
@@ -92,7 +94,9 @@ pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
     let object = sidecar_object(model, class);
     let services: Vec<&Service> =
         model.services.values().filter(|s| crate::translate::scope::visible(model, class, s)).collect();
-    let by_host: Map<String, Value> = services.iter().map(|s| (s.hostname.to_string(), service_json(s))).collect();
+    let jsons: Vec<Value> = services.iter().map(|s| service_json(s)).collect();
+    let by_host: Map<String, Value> =
+        services.iter().zip(&jsons).map(|(s, j)| (s.hostname.to_string(), j.clone())).collect();
     let rules = model.destination_rules();
     let mut destination_rules = Map::new();
     for s in &services {
@@ -113,7 +117,7 @@ pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
         "namespace": &*class.namespace,
         "version": "",
         "outboundTrafficPolicy": { "mode": mode },
-        "services": services.iter().map(|s| service_json(s)).collect::<Vec<_>>(),
+        "services": jsons,
         "servicesByHostname": by_host,
         "sidecar": object.map(spec),
         "destinationRules": destination_rules,
@@ -177,10 +181,9 @@ pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
 /// `/debug/instancesz`: istiod's map of proxy id to its `ServiceTarget`s
 /// (`pilot/pkg/model/service.go`): the service ports whose endpoints are
 /// the proxy's addresses, each with the service and the target port.
-/// `proxies` are (`pod.namespace`, addresses) of the connected proxies.
-pub(super) fn instancesz(model: &Model, proxies: &[(String, Vec<String>)]) -> Value {
+pub(super) fn instancesz(model: &Model, proxies: &[super::debug::Connected]) -> Value {
     let mut out = Map::new();
-    for (id, addresses) in proxies {
+    for super::debug::Connected { name: id, addresses, .. } in proxies {
         let mut targets = Vec::new();
         for s in model.services.values() {
             for e in s.endpoints.iter().filter(|e| addresses.contains(&e.address)) {
@@ -231,12 +234,12 @@ pub(super) struct Status {
 /// - `pilot_endpoint_not_ready`: pods whose endpoints are not ready
 ///   (`endpointslice.go`);
 ///
-/// and from the connected sidecars (`pod.namespace`, addresses):
+/// and from the connected proxies:
 /// - `pilot_no_ip`: sidecars no service's endpoint names
 ///   (`GetProxyServiceTargets`).
 pub(super) fn proxy_status(
     model: &Model,
-    sidecars: &[(String, String)],
+    proxies: &[super::debug::Connected],
 ) -> BTreeMap<&'static str, BTreeMap<String, Status>> {
     let mut out: BTreeMap<&'static str, BTreeMap<String, Status>> = BTreeMap::new();
     let mut add = |metric: &'static str, key: String, proxy: &str, message: String| {
@@ -289,10 +292,8 @@ pub(super) fn proxy_status(
             );
         }
     }
-    for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
-        for p in s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)) {
-            add("pilot_eds_no_instances", format!("outbound|{}||{}", p.port, s.hostname), "", String::new());
-        }
+    for (port, s) in model.clusters_without_instances() {
+        add("pilot_eds_no_instances", format!("outbound|{port}||{}", s.hostname), "", String::new());
     }
     for h in &model.destination_rules().duplicate_subsets {
         add(
@@ -304,9 +305,9 @@ pub(super) fn proxy_status(
     }
     let addresses: std::collections::HashSet<&str> =
         model.services.values().flat_map(|s| s.endpoints.iter().map(|e| e.address.as_str())).collect();
-    for (name, ips) in sidecars {
-        if !ips.split(',').any(|ip| addresses.contains(ip)) {
-            add("pilot_no_ip", name.clone(), name, String::new());
+    for p in proxies.iter().filter(|p| p.sidecar) {
+        if !p.addresses.iter().any(|ip| addresses.contains(ip.as_str())) {
+            add("pilot_no_ip", p.name.clone(), &p.name, String::new());
         }
     }
     out
@@ -314,8 +315,8 @@ pub(super) fn proxy_status(
 
 /// `/debug/push_status`: [`proxy_status`] as `StatusJSON` writes it, each
 /// entry's `proxy` and `message` left out when empty.
-pub(super) fn push_status(model: &Model, sidecars: &[(String, String)]) -> Value {
-    let status = proxy_status(model, sidecars);
+pub(super) fn push_status(model: &Model, proxies: &[super::debug::Connected]) -> Value {
+    let status = proxy_status(model, proxies);
     json!(
         status
             .into_iter()
@@ -392,13 +393,13 @@ fn visibility(model: &Model, class: &ProxyClass, s: &Service) -> Value {
     })
 }
 
-/// The DestinationRule in force for `class` and `host`, as a source.
-fn destination_rule(model: &Model, config: &[IstioObject], class: &ProxyClass, host: &str) -> Option<Value> {
-    let i = model.rule_index_for(&class.namespace, &class.labels, host)?;
+/// The DestinationRules merged into the one in force for `class` and
+/// `host`, as sources.
+fn destination_rules(model: &Model, config: &[IstioObject], class: &ProxyClass, host: &str) -> Vec<Value> {
+    let Some(i) = model.rule_index_for(&class.namespace, &class.labels, host) else { return Vec::new() };
     let rules = model.destination_rules();
     let r = rules.get(i);
-    let objects: Vec<Value> = r
-        .names
+    r.names
         .iter()
         .filter_map(|n| {
             config.iter().find(|o| {
@@ -406,8 +407,7 @@ fn destination_rule(model: &Model, config: &[IstioObject], class: &ProxyClass, h
             })
         })
         .map(|o| source(o, &format!("traffic policy and subsets for {}", r.host)))
-        .collect();
-    Some(json!(objects))
+        .collect()
 }
 
 /// `/debug/explain?proxyID=&type=&name=` (beyond istiod): which objects a
@@ -434,9 +434,7 @@ pub(super) fn explain(
         (Kind::Cluster | Kind::Endpoint, Some([port, subset, host])) => match model.services.get(*host) {
             Some(s) => {
                 add_service(&mut sources, s);
-                if let Some(rules) = destination_rule(model, config, class, host) {
-                    sources.extend(rules.as_array().cloned().unwrap_or_default());
-                }
+                sources.extend(destination_rules(model, config, class, host));
                 note = format!(
                     "port {port}{} of {host}",
                     if subset.is_empty() { String::new() } else { format!(", subset {subset}") }
@@ -470,7 +468,7 @@ pub(super) fn explain(
             for s in model.services.values() {
                 if !s.selector.is_empty()
                     && s.namespace == *class.namespace
-                    && s.selector.iter().all(|(k, v)| class.labels.iter().any(|(lk, lv)| **lk == *k && **lv == *v))
+                    && crate::model::has_labels(&class.labels, &s.selector)
                 {
                     sources.push(service_source(config, s));
                 }
@@ -557,11 +555,16 @@ mod tests {
         let eps = shard["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap();
         assert!(!eps.is_empty(), "{host}: {shard}");
         let ip = eps[0]["Addresses"][0].as_str().unwrap().to_owned();
-        let inst = instancesz(&m, &[("p.bookinfo".into(), vec![ip.clone()])]);
+        let connected = |name: &str, ip: &str| super::super::debug::Connected {
+            name: name.into(),
+            addresses: vec![ip.into()],
+            sidecar: true,
+        };
+        let inst = instancesz(&m, &[connected("p.bookinfo", &ip)]);
         assert!(!inst["p.bookinfo"].as_array().unwrap().is_empty(), "{inst}");
-        assert_eq!(instancesz(&m, &[("q.x".into(), vec!["192.0.2.1".into()])])["q.x"], json!([]));
+        assert_eq!(instancesz(&m, &[connected("q.x", "192.0.2.1")])["q.x"], json!([]));
         // A sidecar whose address no endpoint names; the draining pod.
-        let status = push_status(&m, &[("p.bookinfo".into(), ip), ("lost.x".into(), "192.0.2.1".into())]);
+        let status = push_status(&m, &[connected("p.bookinfo", &ip), connected("lost.x", "192.0.2.1")]);
         assert_eq!(status["pilot_no_ip"], json!({"lost.x": {"proxy": "lost.x"}}), "{status}");
         assert_eq!(status["pilot_endpoint_not_ready"].as_object().unwrap().len(), 1, "{status}");
     }

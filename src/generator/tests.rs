@@ -1110,3 +1110,41 @@ fn debug_over_xds_checks_the_caller() {
     let root = ProxyClass { verified: true, ..root };
     assert_eq!(debug_access(None, &root, "istio.io/debug", &one("adsz")), UnknownType::Forward);
 }
+
+/// A tracing provider's collector Service that appears later: the fast
+/// path re-translates every outbound listener (their tracer points at the
+/// collector), as a rebuild does, not only the collector's own.
+#[test]
+fn a_collector_service_added_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(
+        crate::mesh::MeshSettings::parse(
+            "extensionProviders:\n- name: zipkin\n  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}\n\
+             defaultProviders:\n  tracing: [zipkin]\n",
+        )
+        .unwrap(),
+    );
+    let old = crate::discovery::build(&before, "cluster.local", &settings);
+    let mut after = before.clone();
+    let doc = parse_file(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: zipkin, namespace: istio-system}\n\
+         spec: {clusterIP: 10.96.0.9, ports: [{name: http-query, port: 9411}]}\n",
+    )
+    .docs
+    .remove(0)
+    .unwrap()
+    .unwrap();
+    let refs = vec![ObjectRef::of(&doc)];
+    let Object::Service(s) = doc else { panic!() };
+    after.services.push(s);
+    let (fast, incremental) =
+        crate::discovery::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(incremental);
+    let listener = |m: &MeshInput| m.translation.resources.get(&(Kind::Listener, Arc::from("0.0.0.0_9080"))).cloned();
+    assert_ne!(listener(&fast), listener(&old), "the bookinfo port's listener now traces to zipkin");
+    let full = rebuilt(&old, &after, &settings);
+    assert_eq!(fast.translation.resources, full.translation.resources);
+    assert_eq!(fast.translation.routes, full.translation.routes);
+}

@@ -104,3 +104,22 @@ pub(crate) fn sds(name: &str) -> tls::SdsSecretConfig {
         }),
     }
 }
+
+/// A gRPC service reached through Envoy's own client: cluster `cluster`,
+/// `:authority` `authority` (tracers' and access logs' collectors).
+pub(crate) fn envoy_grpc(
+    cluster: String,
+    authority: String,
+    timeout: Option<istiod_proto::prost_types::Duration>,
+) -> istiod_proto::envoy::config::core::v3::GrpcService {
+    use istiod_proto::envoy::config::core::v3::grpc_service::{EnvoyGrpc, TargetSpecifier};
+    istiod_proto::envoy::config::core::v3::GrpcService {
+        target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+            cluster_name: cluster,
+            authority,
+            ..Default::default()
+        })),
+        timeout,
+        ..Default::default()
+    }
+}

@@ -145,6 +145,18 @@ fn shared_port(model: &Model, port: u16, side: &Side, t: &mut super::Translation
 /// services that have them.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
+    if telemetry::reads_services(new) && side != telemetry::outbound(old) {
+        // A collector's Service came or went: every outbound listener's
+        // tracer or access log changes, not only those of `hosts`.
+        update_hosts_only(old, new, hosts, &side, t);
+        translate(new, t);
+        return;
+    }
+    update_hosts_only(old, new, hosts, &side, t);
+}
+
+/// [`update_hosts`] for the listeners and route tables of `hosts` alone.
+fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, t: &mut super::Translation) {
     let mut tcp: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
@@ -168,7 +180,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             .find(|s| s.vips.contains(&vip) && s.ports.iter().any(|p| p.port == port && role(s, p) == Role::Tcp));
         let key = (Kind::Listener, Arc::<str>::from(format!("{vip}_{port}")));
         match maker {
-            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, &side).encode_to_vec())),
+            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, side).encode_to_vec())),
             None => t.resources.remove(&key),
         };
     }
@@ -177,7 +189,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            shared_port(new, port, &side, t);
+            shared_port(new, port, side, t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.

@@ -597,6 +597,34 @@ pub fn access_log(
     providers.iter().filter_map(|p| provider_access_log(model, p)).collect()
 }
 
+/// Whether a proxy's telemetry may read the service registry: a tracer or
+/// an access log service (the default providers, or a Telemetry's
+/// tracing or access logging) points at a collector's cluster, which
+/// comes and goes with its Service.
+pub fn reads_services(model: &Model) -> bool {
+    let mesh = &model.mesh;
+    let collector = |p: &String| mesh.extension_providers.get(p).is_some_and(|(k, _)| k != "envoyFileAccessLog");
+    !mesh.default_tracing_providers.is_empty()
+        || mesh.default_access_log_providers.iter().any(collector)
+        || model.telemetries.iter().filter_map(spec).any(|s| s["tracing"].is_array() || s["accessLogging"].is_array())
+}
+
+/// An extension provider's service (a tracer's or access log's
+/// collector) as istiod's `LookupCluster` finds it:
+/// `namespace/host`, or a host in one namespace only; its hostname and the
+/// outbound cluster of `port`.
+pub(super) fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
+    let found = match service.split_once('/') {
+        Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
+        None => model.services.get(service),
+    };
+    let Some(svc) = found else {
+        tracing::warn!(target: "model", service, "provider: could not find service in Istio service registry");
+        return None;
+    };
+    Some((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
+}
+
 /// The access log of extension provider `name`, if it logs.
 fn provider_access_log(model: &Model, name: &str) -> Option<istiod_proto::envoy::config::accesslog::v3::AccessLog> {
     use istiod_proto::envoy::config::accesslog::v3::{AccessLog, access_log};
@@ -610,31 +638,22 @@ fn provider_access_log(model: &Model, name: &str) -> Option<istiod_proto::envoy:
     let strings = |v: &Value| -> Vec<String> {
         v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
     };
-    let common =
-        |default_name: &str, state: &[&str]| -> Option<als::CommonGrpcAccessLogConfig> {
-            let (host, cluster) = super::tracing::lookup_cluster(
-                model,
-                p["service"].as_str().unwrap_or(""),
-                p["port"].as_u64().unwrap_or(0),
-            )?;
-            let log_name = Some(s(p, "logName")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_name.to_owned());
-            let objects = strings(&p["filterStateObjectsToLog"]);
-            Some(als::CommonGrpcAccessLogConfig {
-                log_name,
-                grpc_service: Some(core::GrpcService {
-                    target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(
-                        core::grpc_service::EnvoyGrpc { cluster_name: cluster, authority: host, ..Default::default() },
-                    )),
-                    ..Default::default()
-                }),
-                filter_state_objects_to_log: if objects.is_empty() {
-                    state.iter().map(|s| (*s).to_owned()).collect()
-                } else {
-                    objects
-                },
-                transport_api_version: core::ApiVersion::V3 as i32,
-            })
-        };
+    let common = |default_name: &str, state: &[&str]| -> Option<als::CommonGrpcAccessLogConfig> {
+        let (host, cluster) =
+            lookup_cluster(model, p["service"].as_str().unwrap_or(""), p["port"].as_u64().unwrap_or(0))?;
+        let log_name = Some(s(p, "logName")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_name.to_owned());
+        let objects = strings(&p["filterStateObjectsToLog"]);
+        Some(als::CommonGrpcAccessLogConfig {
+            log_name,
+            grpc_service: Some(super::envoy::envoy_grpc(cluster, host, None)),
+            filter_state_objects_to_log: if objects.is_empty() {
+                state.iter().map(|s| (*s).to_owned()).collect()
+            } else {
+                objects
+            },
+            transport_api_version: core::ApiVersion::V3 as i32,
+        })
+    };
     // istiod's envoyStateToLog and envoyWasmStateToLog.
     const PEERS: &[&str] = &["upstream_peer", "downstream_peer"];
     const WASM_PEERS: &[&str] = &[

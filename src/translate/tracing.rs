@@ -138,7 +138,7 @@ pub fn manager(
         let mut t = hcm::http_connection_manager::Tracing::default();
         sampling(&mut t, proxy_sampling(model));
         t.custom_tags = tags(model, None, who);
-        t.max_path_tag_length = proxy_tracing_u32(model, "max_path_tag_length");
+        t.max_path_tag_length = max_path_tag_length(model);
         return (Some(t), Some(request_id(true)));
     };
     let spec = if side == Side::Client { client } else { server };
@@ -153,7 +153,7 @@ pub fn manager(
     sampling(&mut t, percent);
     t.custom_tags = tags(model, Some((spec.custom_tags.as_ref(), spec.enable_istio_tags)), who);
     if t.max_path_tag_length.is_none() {
-        t.max_path_tag_length = proxy_tracing_u32(model, "max_path_tag_length");
+        t.max_path_tag_length = max_path_tag_length(model);
     }
     (Some(t), Some(request_id(spec.use_request_id)))
 }
@@ -187,29 +187,10 @@ fn proxy_sampling(model: &Model) -> f64 {
     }
 }
 
-fn proxy_tracing_u32(model: &Model, key: &str) -> Option<u32> {
-    let camel: String = key
-        .split('_')
-        .enumerate()
-        .map(|(i, w)| if i == 0 { w.to_owned() } else { w[..1].to_uppercase() + &w[1..] })
-        .collect();
+/// `defaultConfig.tracing.max_path_tag_length` (either spelling), unless 0.
+fn max_path_tag_length(model: &Model) -> Option<u32> {
     let v = &model.mesh.proxy_tracing;
-    v[key].as_u64().or_else(|| v[camel.as_str()].as_u64()).filter(|n| *n != 0).map(|n| n as u32)
-}
-
-/// A provider's service as istiod's `LookupCluster` finds it:
-/// `namespace/host`, or a host in one namespace only; its hostname and the
-/// outbound cluster of `port`.
-pub(super) fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
-    let found = match service.split_once('/') {
-        Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
-        None => model.services.get(service),
-    };
-    let Some(svc) = found else {
-        tracing::warn!(target: "model", service, "tracing provider: could not find service in Istio service registry");
-        return None;
-    };
-    Some((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
+    v["max_path_tag_length"].as_u64().or_else(|| v["maxPathTagLength"].as_u64()).filter(|n| *n != 0).map(|n| n as u32)
 }
 
 /// `configureFromProviderConfig`: the tracer of provider `name`, and
@@ -239,7 +220,7 @@ fn provider_config(
     );
     let (tracer, config, custom_sampler, spawn) = match kind.as_str() {
         "zipkin" => {
-            let (host, cluster) = lookup_cluster(model, service, port)?;
+            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
             let path = p["path"].as_str().filter(|s| !s.is_empty()).unwrap_or("/api/v2/spans");
             let config = trace::ZipkinConfig {
                 collector_cluster: cluster,
@@ -259,7 +240,7 @@ fn provider_config(
             ("envoy.tracers.zipkin", Any::from_msg(&config).ok()?, false, false)
         }
         "datadog" => {
-            let (host, cluster) = lookup_cluster(model, service, port)?;
+            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
             let config = trace::DatadogConfig {
                 collector_cluster: cluster,
                 service_name: service_cluster,
@@ -268,12 +249,12 @@ fn provider_config(
             ("envoy.tracers.datadog", Any::from_msg(&config).ok()?, false, false)
         }
         "skywalking" => {
-            let (host, cluster) = lookup_cluster(model, service, port)?;
-            let config = trace::SkyWalkingConfig { grpc_service: Some(envoy_grpc(cluster, host, None)) };
+            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
+            let config = trace::SkyWalkingConfig { grpc_service: Some(super::envoy::envoy_grpc(cluster, host, None)) };
             ("envoy.tracers.skywalking", Any::from_msg(&config).ok()?, false, true)
         }
         "opentelemetry" => {
-            let (host, cluster) = lookup_cluster(model, service, port)?;
+            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
             let mut config = trace::OpenTelemetryConfig { service_name: service_cluster, ..Default::default() };
             if p["http"].is_object() {
                 let path = p["http"]["path"].as_str().unwrap_or("");
@@ -291,7 +272,7 @@ fn provider_config(
                     request_headers_to_add: Vec::new(),
                 });
             } else {
-                config.grpc_service = Some(envoy_grpc(cluster, host, duration(&p["grpc"]["timeout"])));
+                config.grpc_service = Some(super::envoy::envoy_grpc(cluster, host, duration(&p["grpc"]["timeout"])));
             }
             if p["dynatraceSampler"].is_object() {
                 tracing::warn!(target: "model", provider = name, "the Dynatrace sampler is not supported; sampling as configured");
@@ -313,18 +294,6 @@ fn provider_config(
         ..Default::default()
     };
     Some((t, custom_sampler))
-}
-
-fn envoy_grpc(cluster: String, authority: String, timeout: Option<Duration>) -> core::GrpcService {
-    core::GrpcService {
-        target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(core::grpc_service::EnvoyGrpc {
-            cluster_name: cluster,
-            authority,
-            ..Default::default()
-        })),
-        timeout,
-        ..Default::default()
-    }
 }
 
 /// A protobuf JSON duration (`"5s"`, `"0.5s"`).

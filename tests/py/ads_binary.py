@@ -220,6 +220,12 @@ def main():
         assert REVIEWS.split("|")[-1] in scope["servicesByHostname"], sorted(scope["servicesByHostname"])
         assert set(http_json(http_addr, "/debug/telemetryz?proxyID=" + short)) == {"Metrics", "Logging", "Tracing"}
         assert short in http_json(http_addr, "/debug/instancesz")
+        # explain (ours): the objects behind a cluster this proxy is served,
+        # and why it sees the service.
+        why = http_json(http_addr, f"/debug/explain?proxyID={short}&type=cds&name=" + urllib.parse.quote(REVIEWS))
+        kinds = [s["kind"] for s in why["sources"]]
+        assert kinds[0] == "Service" and "DestinationRule" in kinds, why
+        assert why["visibility"][REVIEWS.split("|")[-1]]["visible"] is True, why
         # force_disconnect (UNSAFE_ENABLE_ADMIN_ENDPOINTS): the stream ends
         # with OK, as istiod's Connection.Stop ends it; the proxy would
         # reconnect.

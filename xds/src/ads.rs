@@ -64,9 +64,10 @@ pub enum DebugQuery {
     ConfigDump(String),
     /// Convergence histogram and cache counters.
     Stats,
-    /// The connected sidecars' `pod.namespace` names and addresses (the
-    /// node id's second field), for `pilot_no_ip` and `/debug/push_status`.
-    Sidecars,
+    /// The connected proxies' `pod.namespace` names, addresses (the node
+    /// id's second field) and types, for `/debug/instancesz`, `pilot_no_ip`
+    /// and `/debug/push_status`.
+    Proxies,
     /// `/debug/force_disconnect?proxyID=`: ends the streams of the proxy
     /// the id names (as istiod's `Connection.Stop`, with status OK: the
     /// proxy reconnects); answers how many.
@@ -308,8 +309,8 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
                     }
                 }
                 Update::Debug(DebugQuery::Disconnect(id), reply) => {
-                    let n = svc.borrow_mut().disconnect(&id);
-                    let _ = reply.try_send(json!(n));
+                    let ended = svc.borrow_mut().disconnect(&id);
+                    let _ = reply.try_send(json!(u64::from(ended)));
                 }
                 Update::Debug(q, reply) => {
                     let answer = svc.borrow().debug(&q);
@@ -758,11 +759,11 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
 
     /// Ends the stream of the proxy `proxy_id` names (the first this core
     /// finds, as istiod stops the first matching connection), with status
-    /// OK: the proxy reconnects, to this server or another. How many (0 or
-    /// 1).
-    fn disconnect(&mut self, proxy_id: &str) -> usize {
+    /// OK: the proxy reconnects, to this server or another. Whether one
+    /// was ended (a connection busy this instant is left as it is).
+    fn disconnect(&mut self, proxy_id: &str) -> bool {
         let core = self.core;
-        let keys: Vec<(u64, u32)> = self
+        let Some((conn, sid)) = self
             .streams
             .iter()
             .filter(|((conn, sid), s)| {
@@ -772,19 +773,17 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             })
             .map(|(k, _)| *k)
             .min()
-            .into_iter()
-            .collect();
-        for &(conn, sid) in &keys {
-            if let Some(h) = self.registry.get(conn) {
-                if let Ok(mut c) = h.conn.try_borrow_mut() {
-                    c.finish(sid, &Status::new(Code::Ok, "disconnected by /debug/force_disconnect"));
-                }
-                h.wake();
-            }
-            tracing::info!(target: "ads", proxy_id, "disconnected by /debug/force_disconnect");
-            self.remove_stream(conn, sid);
-        }
-        keys.len()
+        else {
+            return false;
+        };
+        let Some(h) = self.registry.get(conn) else { return false };
+        let Ok(mut c) = h.conn.try_borrow_mut() else { return false };
+        c.finish(sid, &Status::new(Code::Ok, "disconnected by /debug/force_disconnect"));
+        drop(c);
+        h.wake();
+        tracing::info!(target: "ads", proxy_id, "disconnected by /debug/force_disconnect");
+        self.remove_stream(conn, sid);
+        true
     }
 
     fn debug(&self, q: &DebugQuery) -> Value {
@@ -902,12 +901,11 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             }
             // Answered by `disconnect`, which needs the streams mutably.
             DebugQuery::Disconnect(_) => Value::Null,
-            DebugQuery::Sidecars => Value::Array(
+            DebugQuery::Proxies => Value::Array(
                 self.streams
                     .values()
                     .filter_map(|s| s.proxy.as_ref())
-                    .filter(|p| p.info("proxy_type") == "sidecar")
-                    .map(|p| json!([&*p.name, p.id.split('~').nth(1).unwrap_or("")]))
+                    .map(|p| json!([&*p.name, p.id.split('~').nth(1).unwrap_or(""), p.info("proxy_type")]))
                     .collect(),
             ),
             DebugQuery::Stats => {

@@ -3,10 +3,12 @@
 //! pkg/keepalive), and `pilot-discovery version`.
 //!
 //! Flags keep istiod's spelling (`--grpcAddr`, `--log_output_level`) so the
-//! Helm chart's arguments work unchanged. Unlike istiod, an unknown flag is
-//! an error (exit 2) rather than silently ignored: a typo should not leave a
-//! control plane running with defaults. Values are kept as given here;
-//! [`crate::config::Config`] turns them into typed settings.
+//! Helm chart's arguments work unchanged. As istiod (`cmd.go`:
+//! `FParseErrWhitelist{UnknownFlags: true}`), an unknown flag of
+//! `discovery` is ignored, with its value as pflag takes it; unlike
+//! istiod, the log names each one ([`parse_lenient`]), so a typo is seen.
+//! A malformed value of a known flag is an error (exit 2). Values are kept
+//! as given here; [`crate::config::Config`] turns them into typed settings.
 
 use std::time::Duration;
 
@@ -204,4 +206,56 @@ pub enum VersionOutput {
 fn parse_go_bool(v: &str) -> Result<bool, String> {
     crate::config::env::parse_bool(v)
         .ok_or_else(|| format!("invalid boolean {v:?}: expected true or false (or 1, t, T, TRUE, True, 0, f, ...)"))
+}
+
+/// Parses `args` (the program name first) as [`Cli`], leaving out the
+/// unknown `--flags` of `discovery` as istiod's pflag does with unknown
+/// flags whitelisted: `--name=value` alone, `--name value` with the value
+/// (the next argument, unless it starts with `-`), `--name` alone.
+/// Returns the command line and the arguments left out.
+pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>), clap::Error> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let Some(discovery) = cmd.find_subcommand("discovery") else {
+        return Cli::try_parse_from(args).map(|c| (c, vec![]));
+    };
+    let known: std::collections::HashSet<String> = discovery
+        .get_arguments()
+        .flat_map(|a| a.get_long_and_visible_aliases().unwrap_or_default())
+        .map(str::to_owned)
+        .chain(["help".to_owned()])
+        .collect();
+    // Only after the subcommand, and only `--long` flags (short flags and
+    // positional arguments are clap's to judge).
+    let Some(at) = args.iter().position(|a| a == "discovery") else {
+        return Cli::try_parse_from(args).map(|c| (c, vec![]));
+    };
+    let mut kept: Vec<std::ffi::OsString> = args[..=at].to_vec();
+    let mut dropped = Vec::new();
+    let mut rest = args[at + 1..].iter().peekable();
+    while let Some(a) = rest.next() {
+        let text = a.to_string_lossy();
+        if text == "--" {
+            kept.push(a.clone());
+            kept.extend(rest.cloned());
+            break;
+        }
+        let Some(flag) = text.strip_prefix("--") else {
+            kept.push(a.clone());
+            continue;
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, _)) => (n, true),
+            None => (flag, false),
+        };
+        if known.contains(name) {
+            kept.push(a.clone());
+            continue;
+        }
+        dropped.push(text.into_owned());
+        if !inline && rest.peek().is_some_and(|v| !v.to_string_lossy().starts_with('-')) {
+            dropped.push(rest.next().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default());
+        }
+    }
+    Cli::try_parse_from(kept).map(|c| (c, dropped))
 }

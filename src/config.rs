@@ -323,6 +323,12 @@ pub struct Identity {
     /// `PILOT_CERT_PROVIDER` (`istiod`): who issues istiod's own
     /// serving certificate.
     pub cert_provider: String,
+    /// `SHARED_MESH_CONFIG` (empty): a ConfigMap in istiod's namespace
+    /// whose `mesh` the mesh configuration applies over.
+    pub shared_mesh_config: String,
+    /// `ENABLE_LEADER_ELECTION` (true): false makes this replica lead
+    /// every election without asking (one replica only).
+    pub leader_election: bool,
 }
 
 /// Certificate lifetimes (pilot/pkg/bootstrap/istio_ca.go).
@@ -670,6 +676,8 @@ impl Config {
                     .map(str::to_owned)
                     .collect(),
                 cert_provider: vars.string("PILOT_CERT_PROVIDER", "istiod"),
+                shared_mesh_config: vars.string("SHARED_MESH_CONFIG", ""),
+                leader_election: vars.bool("ENABLE_LEADER_ELECTION", true)?,
             },
             ca: CaConfig {
                 enabled: vars.bool("ENABLE_CA_SERVER", true)?,

@@ -10,6 +10,7 @@ mod debugz;
 mod gateway_deploy;
 mod gateway_status;
 mod jwks;
+mod mesh_watch;
 mod secret_access;
 mod sources;
 mod update;
@@ -107,14 +108,21 @@ pub fn run(config: Config) -> Result<(), StartError> {
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }
-    let mut mesh = crate::mesh::MeshSettings::load(&config.mesh_config)?;
-    mesh.jwks_fetch = config.jwks_fetch;
-    mesh.scope_gateway_to_namespace = config.scope_gateway_to_namespace;
-    mesh.route_collapse = config.route_collapse;
-    mesh.xds_api_generator_auth = config.xds_api_generator_auth;
-    mesh.debug_endpoint_auth = config.debug_endpoint_auth;
-    mesh.trace_sampling = crate::mesh::Percent(config.trace_sampling);
-    let mesh = Arc::new(mesh);
+    // What the environment sets over the mesh configuration.
+    let env: mesh_watch::Env = {
+        let (jwks_fetch, scope, collapse) =
+            (config.jwks_fetch, config.scope_gateway_to_namespace, config.route_collapse);
+        let (generator_auth, debug_auth, sampling) =
+            (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
+        Rc::new(move |mesh: &mut crate::mesh::MeshSettings| {
+            mesh.jwks_fetch = jwks_fetch;
+            mesh.scope_gateway_to_namespace = scope;
+            mesh.route_collapse = collapse;
+            mesh.xds_api_generator_auth = generator_auth;
+            mesh.debug_endpoint_auth = debug_auth;
+            mesh.trace_sampling = crate::mesh::Percent(sampling);
+        })
+    };
     // The config directory is read before the cores start, so a bad
     // directory fails fast; Kubernetes is watched on the control thread.
     let mut dir_source = match &config.source {
@@ -134,6 +142,22 @@ pub fn run(config: Config) -> Result<(), StartError> {
         Source::Kubernetes { kubeconfig } => Some(rt.block_on(kube_client(kubeconfig.as_deref()))?),
         Source::ConfigDir(_) => None,
     };
+    // The mesh configuration: the file, else the revision's ConfigMap
+    // (with SHARED_MESH_CONFIG under either), else the defaults.
+    let mesh_sources = mesh_watch::Sources::choose(
+        &config.mesh_config,
+        kube.as_ref().map(|c| crate::ca::kapi::Api::new(c.clone())),
+        &config.identity.namespace,
+        &config.identity.revision,
+        &config.identity.shared_mesh_config,
+        env,
+    );
+    let (mesh, mesh_texts) = rt.block_on(mesh_sources.load())?;
+    if mesh_texts.1.is_none() {
+        tracing::info!(target: "default", path = %config.mesh_config.display(), "no mesh configuration file or ConfigMap; using defaults");
+    }
+    let mesh = Arc::new(mesh);
+    let (mesh_tx, mesh_rx) = tokio::sync::watch::channel(mesh.clone());
     let root_store = crate::ca::store::RootStore::of(&config, kube.as_ref());
     // `ca_server` authenticates (xDS and the CA); `ca_signing` is it when
     // it also signs (ENABLE_CA_SERVER).
@@ -276,6 +300,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tokio::task::spawn_local(control::run(control, rx));
         let state = Rc::new(RefCell::new(State::default()));
         state.borrow_mut().webhooks = Some(webhooks.clone());
+        state.borrow_mut().settings = mesh.clone();
         // Gateway API status: written by the elected replica (Kubernetes only).
         if let Some(client) = &kube {
             let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
@@ -342,7 +367,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let name = crate::webhook::injector_configmap_name(&config.identity.revision);
                 (crate::ca::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
             });
-            let src = crate::webhook::InjectorSource { dir: dir.clone(), mesh: config.mesh_config.clone(), api, env };
+            let src = crate::webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
             tokio::task::spawn_local(crate::webhook::watch_injector(webhooks.clone(), src));
         }
         if let Some(client) = kube.as_ref().filter(|_| deploying) {
@@ -391,7 +416,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         config.identity.namespace.clone(),
                         me,
                         ca.clone(),
-                        mesh.clone(),
+                        mesh_rx.clone(),
                         crate::ca::namespaces::Timings::istiod(),
                         crate::ca::namespaces::Webhooks {
                             revision: config.identity.revision.clone(),
@@ -409,18 +434,25 @@ pub fn run(config: Config) -> Result<(), StartError> {
         match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 let configz = configz(dir, &loaded);
-                apply(&state, loaded.objects, Some(loaded.changed), configz, &config.domain, &mesh, &tx);
-                // Watch the directory: every change reloads it and sends what changed.
+                apply(&state, loaded.objects, Some(loaded.changed), configz, &config.domain, &tx);
+                // Watch the directory: every change reloads it and sends
+                // what changed; a new mesh configuration reloads it whole.
                 let (watcher, events) = source.watch()?;
                 let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+                let files_changed = wake_tx.clone();
                 std::thread::spawn(move || {
                     let _watcher = watcher;
                     while events.recv().is_ok() {
-                        if wake_tx.send(()).is_err() {
+                        if files_changed.send(false).is_err() {
                             return;
                         }
                     }
                 });
+                let st = state.clone();
+                tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
+                    st.borrow_mut().settings = m;
+                    let _ = wake_tx.send(true);
+                }));
                 tokio::task::spawn_local(watch_dir(
                     source,
                     dir.clone(),
@@ -428,7 +460,6 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     tx.clone(),
                     state.clone(),
                     config.domain.clone(),
-                    mesh.clone(),
                 ));
             }
             (Source::Kubernetes { .. }, _) => {
@@ -455,12 +486,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 ));
                 let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, updates.clone()));
+                // A new mesh configuration: every object again, rebuilt whole.
+                let (st, resend) = (state.clone(), updates.clone());
+                tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
+                    st.borrow_mut().settings = m;
+                    resend.resend_all();
+                }));
                 tokio::task::spawn_local(watch_kube(
                     updates,
                     tx.clone(),
                     state.clone(),
                     config.domain.clone(),
-                    mesh.clone(),
                     config.cluster_id.clone(),
                 ));
             }

@@ -5,14 +5,17 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::Parser;
-use istiod::cli::{Cli, Command, DiscoveryArgs};
+use istiod::cli::{Command, DiscoveryArgs};
 use istiod::config::{Config, ProcessEnv, Source};
 use istiod::{logging, version};
 
 fn main() -> ExitCode {
-    // clap exits with status 2 on an unknown flag or a malformed value.
-    let cli = Cli::parse();
+    // Unknown flags of `discovery` are left out (and logged once logging
+    // is up); clap exits with status 2 on a malformed value.
+    let (cli, ignored) = match istiod::cli::parse_lenient(std::env::args_os().collect()) {
+        Ok(parsed) => parsed,
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Version(args) => {
             let out = version::render(&version::BUILD, &args);
@@ -21,11 +24,11 @@ fn main() -> ExitCode {
                 Err(_) => ExitCode::FAILURE,
             }
         }
-        Command::Discovery(args) => discovery(&args),
+        Command::Discovery(args) => discovery(&args, &ignored),
     }
 }
 
-fn discovery(args: &DiscoveryArgs) -> ExitCode {
+fn discovery(args: &DiscoveryArgs, ignored: &[String]) -> ExitCode {
     let config = match Config::new(args, &ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
@@ -38,6 +41,9 @@ fn discovery(args: &DiscoveryArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     tracing::info!("{}", config.summary());
+    if !ignored.is_empty() {
+        tracing::warn!(flags = ?ignored, "unknown flags ignored, as istiod ignores them");
+    }
     if let Source::ConfigDir(dir) = &config.source
         && !dir.is_dir()
     {

@@ -1,7 +1,9 @@
-//! The mesh configuration (`--meshConfig`, istio's `MeshConfig` as YAML):
-//! the settings translation reads. Read once at start; a missing file means
-//! istiod's defaults, an unreadable or invalid one stops the server, as in
-//! istiod. Fields this server does not use are accepted and ignored.
+//! The mesh configuration (istio's `MeshConfig` as YAML): the settings
+//! translation reads. Where it comes from and how it is followed is
+//! `discovery/mesh_watch.rs`: at start an unreadable or invalid one stops
+//! the server; later, an invalid one is logged and the last good one
+//! stays. Fields this server does not use are accepted, kept in `raw` and
+//! shown by `/debug/mesh`.
 
 use std::path::Path;
 

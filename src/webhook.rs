@@ -359,8 +359,8 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
 pub struct InjectorSource {
     /// The mounted ConfigMap's directory (`config`, `values`).
     pub dir: std::path::PathBuf,
-    /// The mesh configuration file.
-    pub mesh: std::path::PathBuf,
+    /// The mesh configuration in force (followed by the discovery server).
+    pub mesh: tokio::sync::watch::Receiver<std::sync::Arc<crate::mesh::MeshSettings>>,
     /// Without the mounted files: the ConfigMap read from the API server
     /// (namespace, name), as istiod's `NewConfigMapWatcher`.
     pub api: Option<(crate::ca::kapi::Api, String, String)>,
@@ -400,7 +400,7 @@ async fn injector_texts(src: &InjectorSource) -> Result<[Vec<u8>; 2], String> {
 
 /// Keeps `hooks.injector` current with the injector's configuration (the
 /// mounted ConfigMap's files, else the ConfigMap from the API server) and
-/// the mesh configuration: read every second (a ConfigMap update arrives
+/// the mesh configuration in force: read every second (a ConfigMap update arrives
 /// as a symlink swap; the API is asked every 5 seconds), reloaded when
 /// their bytes change; a configuration that does not load keeps the last
 /// good one and the log says why.
@@ -408,7 +408,10 @@ pub async fn watch_injector(hooks: Rc<Webhooks>, src: InjectorSource) {
     let mut last: Option<[Vec<u8>; 3]> = None;
     let mut logged_missing = false;
     loop {
-        let mesh = std::fs::read(&src.mesh).unwrap_or_default();
+        let mesh = match &src.mesh.borrow().raw {
+            serde_json::Value::Null => Vec::new(),
+            raw => raw.to_string().into_bytes(),
+        };
         match injector_texts(&src).await {
             Ok([c, v]) => {
                 let now = [c, v, mesh];

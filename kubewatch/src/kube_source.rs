@@ -94,6 +94,9 @@ impl Update {
 pub struct Updates {
     slot: Mutex<Option<Update>>,
     ready: tokio::sync::Notify,
+    /// Asks the source for every object again, as after a relist.
+    resend: Mutex<Option<tokio::sync::mpsc::UnboundedSender<()>>>,
+    whole: std::sync::atomic::AtomicBool,
 }
 
 impl Updates {
@@ -105,6 +108,16 @@ impl Updates {
         });
         drop(slot);
         self.ready.notify_one();
+    }
+
+    /// Asks for an update with every object and no list of changes (a
+    /// new mesh configuration rebuilds from everything); once the source
+    /// has listed every kind.
+    pub fn resend_all(&self) {
+        self.whole.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(tx) = self.resend.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = tx.send(());
+        }
     }
 
     /// The next update: everything since the last one taken.
@@ -297,13 +310,18 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
             }
         });
     }
-    drop(changed_tx);
+    // The sender kept for `resend_all`, so the loop below runs while
+    // `out` lives.
+    *out.resend.lock().unwrap_or_else(|e| e.into_inner()) = Some(changed_tx);
     while changed_rx.recv().await.is_some() {
         while changed_rx.try_recv().is_ok() {}
         let update = {
             let mut s = stores.lock().unwrap_or_else(|e| e.into_inner());
             if !s.synced.iter().all(|x| *x) {
                 continue;
+            }
+            if out.whole.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                s.changed = None;
             }
             let changed = s.changed.replace(Default::default()).map(|c| c.into_iter().collect());
             Update { objects: build(&s), changed }

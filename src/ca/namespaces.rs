@@ -252,7 +252,7 @@ pub async fn run(
     namespace: String,
     me: String,
     server: Arc<CaServer>,
-    mesh: Arc<MeshSettings>,
+    mesh: tokio::sync::watch::Receiver<Arc<MeshSettings>>,
     timings: Timings,
     webhooks: Webhooks,
 ) {
@@ -280,7 +280,8 @@ pub async fn run(
         if let (true, Some(renewed)) = (leading, elector.renewed) {
             let lead_until = renewed + elector.timings.renew_deadline;
             let root = server.ca().root_pem().to_owned();
-            match reconcile(&api, &mesh, &root, lead_until).await {
+            let selectors = mesh.borrow().clone();
+            match reconcile(&api, &selectors, &root, lead_until).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),

@@ -30,6 +30,9 @@ pub(super) struct State {
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
+    /// The mesh settings in force (`mesh_watch.rs` replaces them; the next
+    /// model is built with them).
+    pub(super) settings: Arc<crate::mesh::MeshSettings>,
     /// The JWT key sets the resolver has (`jwks.rs`); every model built
     /// carries them.
     pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
@@ -86,10 +89,11 @@ pub(super) fn apply(
     changed: Option<Vec<istiod_kubewatch::config_dir::ObjectRef>>,
     configz: Value,
     domain: &str,
-    mesh: &Arc<crate::mesh::MeshSettings>,
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
+    let settings = state.borrow().settings.clone();
+    let mesh = &settings;
     if let Some(hooks) = &state.borrow().webhooks {
         use istiod_kubewatch::istio::{IstioKind, IstioSpec};
         let items = objects
@@ -288,24 +292,27 @@ fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> 
 
 pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;
 
-/// Reloads the directory on every burst of file events.
+/// Reloads the directory on every burst of file events; `true` (a new
+/// mesh configuration) rebuilds from every object.
 pub(super) async fn watch_dir(
     mut source: ConfigDir,
     dir: std::path::PathBuf,
-    mut wake: mpsc::UnboundedReceiver<()>,
+    mut wake: mpsc::UnboundedReceiver<bool>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
-    mesh: Arc<crate::mesh::MeshSettings>,
 ) {
-    while wake.recv().await.is_some() {
+    while let Some(mut whole) = wake.recv().await {
         // Editors write in several steps: let the burst settle.
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        while wake.try_recv().is_ok() {}
+        while let Ok(w) = wake.try_recv() {
+            whole |= w;
+        }
         match source.reload() {
             Ok(loaded) => {
                 let configz = configz(&dir, &loaded);
-                apply(&state, loaded.objects, Some(loaded.changed), configz, &domain, &mesh, &tx)
+                let changed = (!whole).then_some(loaded.changed);
+                apply(&state, loaded.objects, changed, configz, &domain, &tx)
             }
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
@@ -321,7 +328,6 @@ pub(super) async fn watch_kube(
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
-    mesh: Arc<crate::mesh::MeshSettings>,
     cluster_id: String,
 ) {
     loop {
@@ -339,7 +345,7 @@ pub(super) async fn watch_kube(
             "namespaces": objects.namespaces.len(),
             "istioConfig": istio_counts(&objects),
         });
-        apply(&state, objects, update.changed, configz, &domain, &mesh, &tx);
+        apply(&state, objects, update.changed, configz, &domain, &tx);
     }
 }
 

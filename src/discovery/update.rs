@@ -40,7 +40,7 @@ pub(super) fn build_with(
 /// policies -> only the policy list; only Sidecars -> only the scoping.
 /// None of these rebuilds the model or the translation. Anything else
 /// (Namespaces, Nodes, WorkloadEntries, a mix of groups, an unknown change)
-/// does. Says which it did.
+/// does, and so does a new mesh configuration. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     objects: &Objects,
@@ -52,7 +52,8 @@ pub fn update(
     let all = |kinds: &[&str]| changed.filter(|c| c.iter().all(|r| kinds.contains(&r.kind.as_str())));
     // The fast paths keep the previous model's key sets, which are `jwks`:
     // the resolver replaces both together (jwks.rs `publish`).
-    let fast = prev.and_then(|m| {
+    // A new mesh configuration may change anything: no fast path.
+    let fast = prev.filter(|m| *m.model.mesh == **settings).and_then(|m| {
         if let Some(refs) = all(&Model::SERVICE_KINDS) {
             return Some(m.with_services(objects, refs));
         }

@@ -1,0 +1,176 @@
+//! istiod-rs deployed as istiod (issue #17): the mesh configuration
+//! followed from a kubelet-mounted file (symlink swaps) and from the
+//! `istio` ConfigMaps (pilot/pkg/bootstrap/mesh.go), the Helm chart's
+//! arguments and environment, leadership handed over between two
+//! replicas, and the drain on SIGTERM.
+
+#[path = "../xds/tests/support/ads_client.rs"]
+mod client;
+#[path = "support/server.rs"]
+mod server;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use client::{connect, runtime};
+use istiod_proto::envoy::config::core::v3::Node;
+use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
+use istiod_proto::type_url;
+use server::{BOOKINFO, Server, get, wait_for};
+
+fn productpage() -> Node {
+    let labels = Struct {
+        fields: BTreeMap::from([(
+            "app".to_owned(),
+            Value { kind: Some(ValueKind::StringValue("productpage".into())) },
+        )]),
+    };
+    Node {
+        id: "sidecar~10.244.0.20~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local".into(),
+        metadata: Some(Struct {
+            fields: BTreeMap::from([("LABELS".to_owned(), Value { kind: Some(ValueKind::StructValue(labels)) })]),
+        }),
+        ..Default::default()
+    }
+}
+
+/// How often `what` appears in the response's resources.
+fn mentions(r: &DiscoveryResponse, what: &str) -> usize {
+    r.resources.iter().map(|a| a.value.windows(what.len()).filter(|w| *w == what.as_bytes()).count()).sum()
+}
+
+/// A directory laid out as the kubelet mounts a ConfigMap: `mesh` links to
+/// `..data/mesh`, `..data` to a timestamped directory; an update writes a
+/// new directory and swaps `..data` with one rename.
+struct KubeletVolume {
+    dir: tempfile::TempDir,
+    generation: u32,
+}
+
+impl KubeletVolume {
+    fn new(mesh: &str) -> Self {
+        let mut v = KubeletVolume { dir: tempfile::tempdir().unwrap(), generation: 0 };
+        v.update(mesh);
+        std::os::unix::fs::symlink("..data/mesh", v.dir.path().join("mesh")).unwrap();
+        v
+    }
+
+    fn file(&self) -> std::path::PathBuf {
+        self.dir.path().join("mesh")
+    }
+
+    fn update(&mut self, mesh: &str) {
+        self.generation += 1;
+        let data = format!("..2026_12_02_00_00_{:02}.{}", self.generation, 1000 + self.generation);
+        std::fs::create_dir(self.dir.path().join(&data)).unwrap();
+        std::fs::write(self.dir.path().join(&data).join("mesh"), mesh).unwrap();
+        let tmp = self.dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(&data, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
+    }
+}
+
+fn mesh_debug(s: &Server) -> serde_json::Value {
+    serde_json::from_str(&get(s.http, "/debug/mesh").unwrap().1).unwrap()
+}
+
+/// istiod's file source (pkg/config/mesh/meshwatcher/collection.go,
+/// krt/files): a ConfigMap update the kubelet makes by swapping `..data`
+/// is read, a change pushes what it affects to connected proxies, an
+/// invalid file keeps the last good configuration ("invalid mesh config,
+/// using last known state"), a rewrite that changes nothing pushes nothing,
+/// and fields istiod-rs does not read are kept (`/debug/mesh`).
+#[test]
+fn the_mesh_config_file_is_followed_through_symlink_swaps() {
+    let mut volume = KubeletVolume::new("outboundTrafficPolicy:\n  mode: ALLOW_ANY\nfutureField: {kept: true}\n");
+    let s = Server::start(Path::new(BOOKINFO), &["--meshConfig", volume.file().to_str().unwrap()], &[], None);
+    assert_eq!(mesh_debug(&s)["futureField"]["kept"], true, "unknown fields kept");
+    runtime().block_on(async {
+        let mut c = connect(s.grpc, false).await;
+        c.sotw(DiscoveryRequest {
+            node: Some(productpage()),
+            type_url: type_url::LISTENER.into(),
+            ..Default::default()
+        });
+        let first = c.recv().await;
+        let names: Vec<&str> = vec![];
+        c.ack(&first, &names);
+        let blackholes = mentions(&first, "BlackHoleCluster");
+
+        // REGISTRY_ONLY: virtualOutbound's fallback goes to the black hole.
+        volume.update("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nfutureField: {kept: true}\n");
+        let pushed = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push after the swap");
+        assert_ne!(pushed.version_info, first.version_info);
+        assert!(
+            mentions(&pushed, "BlackHoleCluster") > blackholes,
+            "REGISTRY_ONLY sends unknown destinations to BlackHoleCluster ({} before, {} after)",
+            blackholes,
+            mentions(&pushed, "BlackHoleCluster")
+        );
+        c.ack(&pushed, &names);
+        assert_eq!(mesh_debug(&s)["outboundTrafficPolicy"]["mode"], "REGISTRY_ONLY");
+
+        // Invalid: logged, the last good configuration stays, no push.
+        volume.update("outboundTrafficPolicy:\n  mode: SOMETIMES\n");
+        wait_for("the invalid file logged", Duration::from_secs(10), || {
+            s.log().contains("invalid mesh config, using last known state")
+        });
+        c.expect_silence(Duration::from_millis(1500)).await;
+        assert_eq!(mesh_debug(&s)["outboundTrafficPolicy"]["mode"], "REGISTRY_ONLY");
+
+        // The same settings written again (a comment, key order): no push.
+        volume.update("# rewritten\nfutureField: {kept: true}\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}\n");
+        wait_for("the rewrite read", Duration::from_secs(10), || {
+            s.log().contains("mesh configuration rewritten; nothing istiod-rs reads changed")
+        });
+        c.expect_silence(Duration::from_millis(1000)).await;
+
+        // Back to ALLOW_ANY: pushed again.
+        volume.update("outboundTrafficPolicy:\n  mode: ALLOW_ANY\n");
+        let back = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push after the fix");
+        assert_eq!(mentions(&back, "BlackHoleCluster"), blackholes);
+    });
+    assert!(mesh_debug(&s).get("futureField").is_none(), "the last file has no futureField");
+}
+
+/// Without a mounted file, in Kubernetes: the revision's `istio-<rev>`
+/// ConfigMap's `mesh` over the `SHARED_MESH_CONFIG` ConfigMap's
+/// (pilot/pkg/bootstrap/mesh.go `getConfigurationSources`), followed as
+/// they change.
+#[test]
+fn without_a_file_the_revision_configmap_applies_over_the_shared_one() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    let cm = |name: &str, mesh: &str| serde_json::json!({"metadata": {"name": name, "namespace": "istio-system"}, "data": {"mesh": mesh}});
+    api.apply(
+        "configmaps",
+        cm("shared-mesh", "rootNamespace: mesh-root\ntrustDomain: shared.example\nenableAutoMtls: false\n"),
+    );
+    api.apply("configmaps", cm("istio-canary", "trustDomain: canary.example\n"));
+    // The default revision's: not this instance's.
+    api.apply("configmaps", cm("istio", "trustDomain: default.example\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", dir.path().join("absent").to_str().unwrap()],
+        &[("REVISION", "canary"), ("SHARED_MESH_CONFIG", "shared-mesh"), ("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    let m = mesh_debug(&s);
+    assert_eq!(m["trustDomain"], "canary.example", "the revision's ConfigMap wins");
+    assert_eq!(m["rootNamespace"], "mesh-root", "the shared one's other fields stay");
+    assert_eq!(m["enableAutoMtls"], false);
+    // An edit of either is followed.
+    api.apply("configmaps", cm("istio-canary", "trustDomain: canary.example\nrootNamespace: canary-root\n"));
+    wait_for("the edit", Duration::from_secs(10), || mesh_debug(&s)["rootNamespace"] == "canary-root");
+    api.apply("configmaps", cm("istio-canary", "trustDomain: [not, a, string]\n"));
+    wait_for("the invalid edit logged", Duration::from_secs(10), || {
+        s.log().contains("invalid mesh config, using last known state")
+    });
+    assert_eq!(mesh_debug(&s)["rootNamespace"], "canary-root", "the last good one stays");
+}

@@ -298,6 +298,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         );
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::task::spawn_local(control::run(control, rx));
+        // This replica's elections (every singleton controller's), released
+        // on shutdown.
+        let leadership = crate::leader::Leadership::new(
+            config.identity.leader_election,
+            crate::leader::identity(&config.identity.pod_name),
+            &config.identity.revision,
+            config.identity.namespace.clone(),
+        );
         let state = Rc::new(RefCell::new(State::default()));
         state.borrow_mut().webhooks = Some(webhooks.clone());
         state.borrow_mut().settings = mesh.clone();
@@ -305,12 +313,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some(client) = &kube {
             let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
             state.borrow_mut().gateway_status = Some(status_tx);
-            let me = crate::ca::namespaces::identity(&config.identity.pod_name);
             tokio::task::spawn_local(gateway_status::run(
                 crate::ca::kapi::Api::new(client.clone()),
-                config.identity.namespace.clone(),
-                me,
-                config.identity.revision.clone(),
+                leadership.clone(),
                 status_rx,
             ));
         }
@@ -376,7 +381,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let cx = gateway_deploy::Context {
                 api: crate::ca::kapi::Api::new(client.clone()),
                 namespace: config.identity.namespace.clone(),
-                me: crate::ca::namespaces::identity(&config.identity.pod_name),
+                leadership: leadership.clone(),
                 revision: config.identity.revision.clone(),
                 webhooks: webhooks.clone(),
                 settings: config.gateway_deployment_settings.clone(),
@@ -410,14 +415,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
             match (&root_store, &kube) {
                 // One replica keeps the root ConfigMaps.
                 (_, Some(client)) => {
-                    let me = crate::ca::namespaces::identity(&config.identity.pod_name);
                     tokio::task::spawn_local(crate::ca::namespaces::run(
                         crate::ca::kapi::Api::new(client.clone()),
-                        config.identity.namespace.clone(),
-                        me,
+                        leadership.clone(),
                         ca.clone(),
                         mesh_rx.clone(),
-                        crate::ca::namespaces::Timings::istiod(),
+                        crate::leader::Timings::istiod(),
                         crate::ca::namespaces::Webhooks {
                             revision: config.identity.revision.clone(),
                             serving: webhooks_served,
@@ -505,6 +508,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
+        // Another replica takes over at its next try, not a lease later.
+        leadership.release_all().await;
         drop(tx);
         Ok::<(), StartError>(())
     });

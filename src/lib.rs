@@ -15,6 +15,7 @@ pub mod config_dump;
 pub mod control;
 pub mod discovery;
 pub mod generator;
+pub mod leader;
 pub mod logging;
 pub mod mesh;
 pub mod model;

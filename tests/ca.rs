@@ -584,6 +584,15 @@ fn cluster() -> (istiod_kubewatch::fake::FakeApi, tempfile::TempDir, std::path::
     (api, dir, kubeconfig, mesh)
 }
 
+/// The namespace controller election's record: the one ConfigMap lock's
+/// `control-plane.alpha.kubernetes.io/leader` annotation.
+fn election_record(api: &istiod_kubewatch::fake::FakeApi) -> serde_json::Value {
+    let locks = named(api, "configmaps", "istio-namespace-controller-election");
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let text = locks["istio-system"]["metadata"]["annotations"]["control-plane.alpha.kubernetes.io/leader"].as_str();
+    serde_json::from_str(text.expect("the record annotation")).unwrap()
+}
+
 /// istiod's self-signed CA in a cluster (security/pkg/pki/ca/ca.go,
 /// namespacecontroller.go, pilot/pkg/leaderelection): two replicas against
 /// one API server share one `istio-ca-secret` (read before created; the
@@ -637,9 +646,9 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         assert_eq!(cm["data"]["root-cert.pem"], root.as_str(), "{ns}: the Secret's root");
         assert_eq!(cm["metadata"]["labels"]["istio.io/config"], "true");
     }
-    let leases = named(&api, "leases", "istio-namespace-controller-election");
-    assert_eq!(leases.len(), 1);
-    let holder = leases["istio-system"]["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    // istiod's ConfigMap lock (NewLeaderElectionMulticluster: not a Lease),
+    // its record in the annotation client-go's ConfigMapLock uses.
+    let holder = election_record(&api)["holderIdentity"].as_str().unwrap().to_owned();
     assert!(holder == "istiod-a" || holder == "istiod-b", "{holder}");
     let (leader, follower) = if holder == "istiod-a" { (&a, &b) } else { (&b, &a) };
     server::wait_for("the leader's log", Duration::from_secs(5), || leader.log().contains("leader election: leading"));
@@ -699,11 +708,9 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
 
     // Seconds later, still one leader all along: the lease never changed
     // hands and the follower never led.
-    let lease = &named(&api, "leases", "istio-namespace-controller-election")["istio-system"];
-    assert_eq!(
-        (&lease["spec"]["holderIdentity"], &lease["spec"]["leaseTransitions"]),
-        (&holder.as_str().into(), &0.into())
-    );
+    let record = election_record(&api);
+    assert_eq!((&record["holderIdentity"], &record["leaderTransitions"]), (&holder.as_str().into(), &0.into()));
+    assert_eq!(record["holderKey"], "default", "keyed by revision");
     assert!(!follower.log().contains("leader election: leading"), "only one leads:\n{}", follower.log());
     let again = (
         hooks("mutatingwebhookconfigurations", "istio-sidecar-injector")["metadata"]["resourceVersion"].clone(),

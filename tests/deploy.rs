@@ -174,3 +174,98 @@ fn without_a_file_the_revision_configmap_applies_over_the_shared_one() {
     });
     assert_eq!(mesh_debug(&s)["rootNamespace"], "canary-root", "the last good one stays");
 }
+
+/// The holder of istiod's namespace controller lock (a ConfigMap lock) and
+/// of the Gateway API status Lease.
+fn holders(api: &istiod_kubewatch::fake::FakeApi) -> (String, String) {
+    let cm = api.get("configmaps", "istio-system", "istio-namespace-controller-election");
+    let record: serde_json::Value = cm
+        .and_then(|cm| {
+            cm["metadata"]["annotations"]["control-plane.alpha.kubernetes.io/leader"].as_str().map(str::to_owned)
+        })
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap_or_default();
+    let lease = api.get("leases", "istio-system", "istio-gateway-status-leader-default").unwrap_or_default();
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    (s(&record["holderIdentity"]), s(&lease["spec"]["holderIdentity"]))
+}
+
+/// pilot/pkg/leaderelection: three replicas against one API server. One
+/// holds every election; stopped with SIGTERM it releases them
+/// (`ReleaseOnCancel`) and another takes over at its next try (7.5 s);
+/// killed outright, the lease runs out first (30 s) and the last replica
+/// takes over. The new leader does the singleton work: a root ConfigMap
+/// deleted is made again.
+#[test]
+fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    api.apply("namespaces", serde_json::json!({"metadata": {"name": "shop"}}));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let start = |pod: &str| {
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &[],
+            &[("POD_NAME", pod), ("POD_NAMESPACE", "istio-system")],
+            None,
+        )
+    };
+    let mut replicas: Vec<(String, Server)> = std::thread::scope(|t| {
+        let hs: Vec<_> = ["istiod-a", "istiod-b", "istiod-c"]
+            .into_iter()
+            .map(|p| {
+                let start = &start;
+                t.spawn(move || (p.to_owned(), start(p)))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut leader = String::new();
+    wait_for("one replica holding both elections", Duration::from_secs(20), || {
+        let (ns, status) = holders(&api);
+        leader = ns.clone();
+        !ns.is_empty() && ns == status
+    });
+    wait_for("the root ConfigMap", Duration::from_secs(20), || {
+        api.get("configmaps", "shop", "istio-ca-root-cert").is_some()
+    });
+
+    // SIGTERM: released on the way out; another replica leads within a
+    // retry period, not a lease.
+    let i = replicas.iter().position(|(p, _)| *p == leader).unwrap();
+    let (_, mut stopped) = replicas.remove(i);
+    let t = stopped.sigterm();
+    stopped.wait_exit(Duration::from_secs(20));
+    assert!(stopped.log().contains("leader election: released"), "{}", stopped.log());
+    let mut next = String::new();
+    wait_for("a new leader after SIGTERM", Duration::from_secs(20), || {
+        let (ns, status) = holders(&api);
+        next = ns.clone();
+        !ns.is_empty() && ns != leader && ns == status
+    });
+    let handover = t.elapsed();
+    assert!(handover < Duration::from_secs(12), "handover after a release took {handover:?}");
+
+    // Killed: nothing released; the lease runs out (30 s) and the last
+    // replica takes over.
+    let i = replicas.iter().position(|(p, _)| *p == next).unwrap();
+    let (_, mut killed) = replicas.remove(i);
+    let t = std::time::Instant::now();
+    killed.child.kill().unwrap();
+    let _ = killed.child.wait();
+    let last = replicas[0].0.clone();
+    wait_for("the last replica leading", Duration::from_secs(50), || holders(&api) == (last.clone(), last.clone()));
+    let takeover = t.elapsed();
+    assert!(
+        takeover >= Duration::from_secs(20) && takeover < Duration::from_secs(45),
+        "a dead leader's lease is taken over once it ran out: {takeover:?}"
+    );
+    api.delete("configmaps", "shop", "istio-ca-root-cert");
+    wait_for("the new leader's repair", Duration::from_secs(20), || {
+        api.get("configmaps", "shop", "istio-ca-root-cert").is_some()
+    });
+    assert!(replicas[0].1.log().contains("leader election: leading"), "{}", replicas[0].1.log());
+}

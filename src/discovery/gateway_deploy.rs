@@ -26,7 +26,7 @@ use serde_json::Value as Json;
 use tokio::sync::watch;
 
 use crate::ca::kapi::Api;
-use crate::ca::namespaces::{Elector, Timings};
+use crate::leader::{Elector, Leadership, Lock, Timings};
 use crate::webhook::inject::gateway::{self, Settings, s};
 
 /// istiod's lease for the deployment controller.
@@ -194,8 +194,8 @@ pub(super) struct Context {
     pub(super) api: Api,
     /// istiod's namespace (the class defaults live there; the Lease too).
     pub(super) namespace: String,
-    /// This replica's identity in the election.
-    pub(super) me: String,
+    /// This replica's elections.
+    pub(super) leadership: Rc<Leadership>,
     /// `REVISION` (the Lease is per revision).
     pub(super) revision: String,
     /// The injection configuration (templates, values, mesh) and the
@@ -248,8 +248,8 @@ impl<T> Seen<T> {
 /// Runs the election and, while leading, keeps the Gateways' deployments.
 pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>) {
     let timings = Timings::istiod();
-    let lease = Elector::per_revision(ELECTION, &cx.revision);
-    let mut elector = Elector::named(cx.api.clone(), lease.clone(), cx.namespace.clone(), cx.me.clone(), timings);
+    let lease = crate::leader::per_revision(ELECTION, &cx.revision);
+    let mut elector = Elector::new(cx.api.clone(), &lease, Lock::Lease, &cx.leadership, timings);
     let mut settings = cx.settings.clone();
     let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
     let (mut injectors, mut proxy_configs) = (Seen::new(), Seen::new());

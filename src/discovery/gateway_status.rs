@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::ca::kapi::{Api, Write};
-use crate::ca::namespaces::{Elector, Timings};
+use crate::leader::{Elector, Leadership, Lock, Timings};
 use crate::model::gateway_api::{CONTROLLER, ObjectStatus};
 
 /// istiod's lease for status writes.
@@ -109,14 +109,12 @@ async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
 /// Runs the election and, while leading, keeps the statuses of `desired`.
 pub(super) async fn run(
     api: Api,
-    namespace: String,
-    me: String,
-    revision: String,
+    leadership: std::rc::Rc<Leadership>,
     mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>,
 ) {
     let timings = Timings::istiod();
-    let lease = Elector::per_revision(ELECTION, &revision);
-    let mut elector = Elector::named(api.clone(), lease.clone(), namespace, me, timings);
+    let lease = crate::leader::per_revision(ELECTION, &leadership.revision);
+    let mut elector = Elector::new(api.clone(), &lease, Lock::Lease, &leadership, timings);
     // What was last written (or found) per path: not read again until it
     // changes.
     let mut done: BTreeMap<String, ObjectStatus> = BTreeMap::new();

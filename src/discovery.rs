@@ -287,6 +287,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tracing::info!(target: "default", addr = %a, cores, "serving xDS");
     }
 
+    let mut cores = Some(handle);
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async {
         let ready = Arc::new(AtomicBool::new(false));
@@ -322,6 +323,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let dbg = Rc::new(Debug {
             publisher: publisher.clone(),
             ready: ready.clone(),
+            draining: std::cell::Cell::new(false),
             state: state.clone(),
             cluster_id: config.cluster_id.clone(),
             unsafe_admin: config.unsafe_admin_endpoints,
@@ -508,12 +510,21 @@ pub fn run(config: Config) -> Result<(), StartError> {
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
+        dbg.draining.set(true);
         // Another replica takes over at its next try, not a lease later.
         leadership.release_all().await;
         drop(tx);
+        // The cores stop accepting and drain their connections over
+        // --shutdownDuration; the debug port answers meanwhile (`/ready`
+        // says 503).
+        if let Some(h) = cores.take() {
+            let _ = tokio::task::spawn_blocking(move || h.shutdown()).await;
+        }
         Ok::<(), StartError>(())
     });
-    handle.shutdown();
+    if let Some(h) = cores.take() {
+        h.shutdown();
+    }
     result
 }
 

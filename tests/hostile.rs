@@ -282,6 +282,10 @@ fn shutdown_duration_is_honoured_and_departures_spread() {
             clients.push(c);
         }
         let t = s.sigterm();
+        // The debug port answers while the connections drain: not ready.
+        wait_for("/ready 503 while draining", Duration::from_secs(2), || {
+            get(s.http, "/ready").is_some_and(|(code, body)| code == 503 && body.contains("shutting down"))
+        });
         let waits = clients.into_iter().map(|mut c| async move {
             assert!(c.ended_within(Duration::from_secs(8)).await, "stream never ended");
             t.elapsed()

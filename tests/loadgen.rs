@@ -39,23 +39,32 @@ impl Drop for Server {
 }
 
 fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Server {
+    serve_with(dir, tls, &[])
+}
+
+fn serve_with(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>, flags: &[&str]) -> Server {
     // A port another test took between free_port and the bind makes the
     // server exit at once: it is started again on other ports.
     for _ in 0..5 {
-        if let Some(server) = try_serve(dir, tls) {
+        if let Some(server) = try_serve(dir, tls, flags) {
             return server;
         }
     }
     panic!("pilot-discovery never listened (five attempts)");
 }
 
-fn try_serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>) -> Option<Server> {
+fn try_serve(
+    dir: &std::path::Path,
+    tls: Option<(&std::path::Path, &std::path::Path)>,
+    flags: &[&str],
+) -> Option<Server> {
     let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
     let secure = tls.map(|_| free_port());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"));
     cmd.args(["discovery", "--configDir", dir.to_str().unwrap()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
         .args(["--monitoringAddr", &monitoring.to_string(), "--httpsAddr", "", "--cores", "1"])
+        .args(flags)
         .env("PILOT_DEBOUNCE_AFTER", "10ms")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -483,4 +492,89 @@ fn the_command_writes_json_and_html() {
     assert!(j["convergence_ms"]["count"].as_u64().unwrap() > 0);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.matches("<svg").count() >= 4, "sync, convergence, timeline, server");
+}
+
+/// istiod's graceful stop on SIGTERM, as a rolling update sees it: loadgen
+/// proxies reach two replicas through a forwarder playing the Service
+/// (a new connection goes to the first replica while it listens, else to
+/// the second). The first, sent SIGTERM with `--shutdownDuration 4s`,
+/// stops accepting, sends GOAWAY and ends its streams spread over the
+/// period (pilot/pkg/xds: connections closed over the drain); every proxy
+/// resyncs on the other replica, none is left hanging on the first, and
+/// it exits within the period.
+#[test]
+fn sigterm_drains_every_proxy_to_the_other_replica_over_the_shutdown_duration() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    const PROXIES: u32 = 60;
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let mut first = serve_with(dir.path(), None, &["--shutdownDuration", "4s"]);
+    let second = serve(dir.path(), None);
+    let (a, b) = (first.grpc, second.grpc);
+    let on_first = Arc::new(AtomicUsize::new(0));
+    let first_ends: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let sigterm_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let pid = first.child.id();
+    let report = block_on(async {
+        let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front_addr = front.local_addr().unwrap();
+        let (on, ends) = (on_first.clone(), first_ends.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = front.accept().await else { return };
+                let (on, ends) = (on.clone(), ends.clone());
+                tokio::spawn(async move {
+                    let (mut upstream, to_first) = match tokio::net::TcpStream::connect(a).await {
+                        Ok(u) => (u, true),
+                        Err(_) => match tokio::net::TcpStream::connect(b).await {
+                            Ok(u) => (u, false),
+                            Err(_) => return,
+                        },
+                    };
+                    if to_first {
+                        on.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    if to_first {
+                        on.fetch_sub(1, Ordering::SeqCst);
+                        ends.lock().unwrap().push(Instant::now());
+                    }
+                });
+            }
+        });
+        // SIGTERM once every proxy is on the first replica and synced.
+        let (on, at) = (on_first.clone(), sigterm_at.clone());
+        tokio::spawn(async move {
+            while on.load(Ordering::SeqCst) < PROXIES as usize {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            *at.lock().unwrap() = Some(Instant::now());
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        });
+        let mut o = Options::new(front_addr, PROXIES);
+        o.concurrency = 30;
+        o.hold = Duration::from_secs(10);
+        run::run(&s, &o).await
+    });
+    let t = sigterm_at.lock().unwrap().expect("SIGTERM was sent");
+    let status = first.child.wait().unwrap();
+    assert!(status.success(), "graceful exit: {status}");
+    let l = &report.live;
+    assert_eq!(l.synced, PROXIES, "{:?}", l.errors);
+    assert_eq!(u64::from(l.resynced), u64::from(PROXIES), "every proxy resynced on the other replica: {:?}", l.errors);
+    assert_eq!(l.disconnects, u64::from(PROXIES), "each lost its stream once: {:?}", l.errors);
+    assert_eq!(l.open_at_end, PROXIES, "all connected at the end (to the second replica)");
+    assert_eq!(on_first.load(Ordering::SeqCst), 0, "none left on the first replica");
+    let mut ends = first_ends.lock().unwrap().clone();
+    ends.sort();
+    assert_eq!(ends.len(), PROXIES as usize);
+    let (first_end, last_end) = (ends[0].duration_since(t), ends[ends.len() - 1].duration_since(t));
+    assert!(last_end <= Duration::from_millis(5500), "the last left {last_end:?} after SIGTERM (4 s period)");
+    assert!(
+        last_end.saturating_sub(first_end) >= Duration::from_secs(2),
+        "departures spread over the period: {first_end:?} to {last_end:?}"
+    );
 }

@@ -18,6 +18,8 @@ use crate::control::http::{Request, Response};
 pub(super) struct Debug {
     pub(super) publisher: Publisher<crate::generator::MeshInput>,
     pub(super) ready: Arc<AtomicBool>,
+    /// Set on SIGTERM: `/ready` answers 503 while the connections drain.
+    pub(super) draining: std::cell::Cell<bool>,
     pub(super) state: Rc<RefCell<State>>,
     /// `CLUSTER_ID` (the endpoint shards' key).
     pub(super) cluster_id: String,
@@ -152,7 +154,9 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
     let model = || state.borrow().mesh.as_ref().map(|m| m.model.clone());
     match req.path.as_str() {
         "/ready" => {
-            if d.ready.load(Ordering::SeqCst) {
+            if d.draining.get() {
+                Response::text(503, "not ready: shutting down\n")
+            } else if d.ready.load(Ordering::SeqCst) {
                 Response::text(200, "ready\n")
             } else {
                 Response::text(503, "not ready: no snapshot published yet\n")

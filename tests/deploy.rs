@@ -269,3 +269,156 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
     });
     assert!(replicas[0].1.log().contains("leader election: leading"), "{}", replicas[0].1.log());
 }
+
+/// The chart's istiod as rendered with its default values
+/// (tests/data/istio-chart/istiod-defaults.yaml).
+fn chart() -> (serde_json::Value, serde_json::Value) {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/istio-chart/istiod-defaults.yaml"))
+            .unwrap();
+    let mut docs = text.split("\n---\n").map(|d| serde_yaml_ng::from_str::<serde_json::Value>(d).unwrap());
+    let deployment = docs.next().unwrap();
+    let configmap = docs.next().unwrap();
+    (deployment["spec"]["template"]["spec"]["containers"][0].clone(), configmap)
+}
+
+/// The container's environment as the kubelet sets it for pod `pod`
+/// (`fieldRef`s resolved), with `KUBECONFIG` at `kubeconfig`: the chart
+/// points it at the optional `istio-kubeconfig` Secret's mount; here that
+/// file is the fake API server's kubeconfig.
+fn chart_env(container: &serde_json::Value, pod: &str, kubeconfig: &Path) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap().to_owned();
+            let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => pod.to_owned(),
+                Some("metadata.namespace") => "istio-system".to_owned(),
+                Some("spec.serviceAccountName") => "istiod".to_owned(),
+                Some(other) => panic!("unknown fieldRef {other}"),
+                None if name == "KUBECONFIG" => kubeconfig.to_str().unwrap().to_owned(),
+                None => e["value"].as_str().unwrap().to_owned(),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// Istio's Helm chart (istio-discovery, default values) as the pod spec
+/// says: pilot-discovery with the chart's args and environment, the
+/// chart's `istio` ConfigMap as its mesh configuration (the chart mounts
+/// no mesh file), and the chart's ports as its defaults. Against the fake
+/// API server it becomes ready on the readiness probe's path, serves xDS
+/// to a sidecar, serves 15012 with a certificate for
+/// istiod.istio-system.svc under the root it publishes in
+/// `istio-ca-root-cert`, and reports metrics; nothing in the chart's flags
+/// or env is refused or ignored.
+#[test]
+fn the_charts_istiod_starts_ready_and_serves() {
+    let (container, configmap) = chart();
+    let args: Vec<String> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().into()).collect();
+    assert_eq!(args[0], "discovery");
+
+    // The chart's ports are the binary's defaults (the binary with the
+    // chart's args alone prints them before it stops on a missing
+    // --configDir).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(&args)
+        .args(["--configDir", "/nonexistent/istiod-rs", "--log_target", "stderr"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let ports: BTreeMap<&str, u64> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_u64().unwrap()))
+        .collect();
+    for (name, setting) in [
+        ("grpc-xds", "grpc"),
+        ("tls-xds", "secureGRPC"),
+        ("http-debug", "http"),
+        ("https-webhooks", "https"),
+        ("http-monitoring", "monitoring"),
+    ] {
+        let want = format!(" {setting}=:{} ", ports[name]);
+        assert!(log.contains(&want), "{name}: {want:?} in {log}");
+    }
+    let probe = &container["readinessProbe"]["httpGet"];
+    assert_eq!((probe["path"].as_str(), probe["port"].as_u64()), (Some("/ready"), Some(ports["http-debug"])));
+
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::webhook_resources()) {
+        api.install(r);
+    }
+    api.apply("configmaps", configmap);
+    for ns in ["istio-system", "shop"] {
+        api.apply("namespaces", serde_json::json!({"metadata": {"name": ns}}));
+    }
+    api.apply(
+        "services",
+        serde_json::json!({"metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.5", "ports": [{"name": "http", "port": 80}]}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let env = chart_env(&container, "istiod-5d8f9c7b6-x2x4q", &kubeconfig);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    // The chart's args, then only the ports moved (tests run side by
+    // side; a later flag wins, as with Go's flags).
+    let (secure, https) = (server::free_port(), server::free_port());
+    let s = Server::start_on(
+        &args[1..].iter().map(String::as_str).collect::<Vec<_>>(),
+        &["--secureGRPCAddr", &secure.to_string(), "--httpsAddr", &https.to_string()],
+        &env,
+        None,
+    );
+    let log = s.log();
+    for refused in ["invalid environment variable", "unknown flags ignored"] {
+        assert!(!log.contains(refused), "{refused}: {log}");
+    }
+    // Only istiod's own default --profile=true (pprof) is not served.
+    let unsupported: Vec<&str> = log.lines().filter(|l| l.contains("accepted but not yet supported")).collect();
+    assert!(unsupported.iter().all(|l| l.contains("--profile=true")), "{unsupported:?}");
+    // The chart's mesh configuration, from the ConfigMap.
+    let mesh = mesh_debug(&s);
+    assert_eq!(mesh["enablePrometheusMerge"], true);
+    assert_eq!(mesh["defaultConfig"]["discoveryAddress"], "istiod.istio-system.svc:15012");
+    assert_eq!(mesh["defaultProviders"]["metrics"][0], "prometheus");
+    // xDS to a sidecar.
+    runtime().block_on(async {
+        let mut c = connect(s.grpc, false).await;
+        let node = Node { id: "sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local".into(), ..Default::default() };
+        c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
+        let names = client::names_of(&c.recv().await);
+        assert!(names.contains(&"outbound|80||web.shop.svc.cluster.local".to_owned()), "{names:?}");
+    });
+    // 15012: a certificate for istiod's Service name under the published root.
+    server::wait_for("the root ConfigMap", Duration::from_secs(20), || {
+        api.get("configmaps", "shop", "istio-ca-root-cert").is_some()
+    });
+    let root = api.get("configmaps", "shop", "istio-ca-root-cert").unwrap();
+    let root_file = dir.path().join("root-cert.pem");
+    std::fs::write(&root_file, root["data"]["root-cert.pem"].as_str().unwrap()).unwrap();
+    let check = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket, ssl, sys\n\
+             ctx = ssl.create_default_context(cafile=sys.argv[1])\n\
+             ctx.set_alpn_protocols(['h2'])\n\
+             with socket.create_connection(('127.0.0.1', int(sys.argv[2])), timeout=5) as raw:\n\
+             \x20   with ctx.wrap_socket(raw, server_hostname='istiod.istio-system.svc') as tls:\n\
+             \x20       print(tls.selected_alpn_protocol())\n",
+            root_file.to_str().unwrap(),
+            &secure.port().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "h2");
+    let metrics = get(s.monitoring, "/metrics").unwrap();
+    assert_eq!(metrics.0, 200);
+    assert!(metrics.1.contains("pilot_xds_pushes"), "{}", metrics.1);
+}

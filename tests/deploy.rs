@@ -422,3 +422,29 @@ fn the_charts_istiod_starts_ready_and_serves() {
     assert_eq!(metrics.0, 200);
     assert!(metrics.1.contains("pilot_xds_pushes"), "{}", metrics.1);
 }
+
+/// io_uring refused by a seccomp profile (what Docker's and containerd's
+/// default profiles do): the start fails with one message that says what
+/// to change, not a panic from the executor blaming the kernel's age.
+#[test]
+fn io_uring_blocked_by_seccomp_says_what_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("deny_io_uring");
+    let cc = std::process::Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O1", "-o", wrapper.to_str().unwrap()])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/seccomp/deny_io_uring.c"))
+        .output()
+        .expect("a C compiler (cc) builds the seccomp wrapper");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let out = std::process::Command::new(&wrapper)
+        .arg(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", BOOKINFO, "--grpcAddr", "127.0.0.1:0", "--httpAddr", ""])
+        .args(["--monitoringAddr", "", "--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("io_uring_setup was refused") && err.contains("securityContext.seccompProfile"), "{err}");
+    assert!(!err.contains("panicked at"), "no panic report: {err}");
+}

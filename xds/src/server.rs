@@ -117,8 +117,46 @@ impl ServerHandle {
 /// How often a core checks the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
+/// What an executor thread panicked with while starting (glommio panics
+/// when io_uring cannot be set up), kept for the start error instead of
+/// printed: its wording blames an old kernel where a seccomp profile is
+/// the usual cause.
+static START_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+/// Executors are starting: their panics are kept in [`START_PANIC`].
+static STARTING: AtomicBool = AtomicBool::new(false);
+/// The panic hook that does so, installed once.
+static HOOK: std::sync::Once = std::sync::Once::new();
+
+fn catch_start_panics() {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let core = std::thread::current().name().is_some_and(|n| n.starts_with("istiod-core"));
+            if core && STARTING.load(Ordering::SeqCst) {
+                let msg = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                *START_PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Starts `cfg.cores` executors serving `factory`'s service.
 pub fn start<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerHandle, ServerError> {
+    catch_start_panics();
+    STARTING.store(true, Ordering::SeqCst);
+    let started = start_cores(cfg, factory);
+    STARTING.store(false, Ordering::SeqCst);
+    started
+}
+
+fn start_cores<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerHandle, ServerError> {
     let factory = Arc::new(factory);
     let stop = Arc::new(AtomicBool::new(false));
     // Ports: bind core 0 first, so `:0` resolves once and every core binds
@@ -164,14 +202,29 @@ pub fn start<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerH
 
 /// Says what to do about an executor that cannot start.
 fn executor_error(e: &str) -> String {
+    let panicked = START_PANIC.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let e = match panicked {
+        Some(p) => format!("{e} ({p})"),
+        None => e.to_owned(),
+    };
     if e.contains("memlock") || e.contains("MemLock") || e.contains("locked memory") {
-        format!("{e}; raise the memlock limit (ulimit -l, or LimitMEMLOCK= in systemd)")
-    } else {
-        format!(
-            "{e}; io_uring may be blocked: container runtimes' default seccomp profiles deny io_uring_setup, \
-             so run with a profile that allows io_uring_setup, io_uring_enter and io_uring_register \
-             (Kubernetes: securityContext.seccompProfile), and check sysctl kernel.io_uring_disabled=0"
-        )
+        return format!("{e}; raise the memlock limit (ulimit -l, or LimitMEMLOCK= in systemd)");
+    }
+    // Linux 6.6+: io_uring off for everyone (2) or all but a group (1).
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").unwrap_or_default();
+    match disabled.trim() {
+        "2" => format!("{e}; io_uring is disabled on this host: set sysctl kernel.io_uring_disabled=0"),
+        "1" => format!(
+            "{e}; io_uring is limited to the group kernel.io_uring_group names: run in that group, \
+             or set sysctl kernel.io_uring_disabled=0"
+        ),
+        _ => format!(
+            "{e}; io_uring_setup was refused: container runtimes' default seccomp profiles deny it \
+             (Docker 25+, recent containerd RuntimeDefault). Run with a seccomp profile that allows \
+             io_uring_setup, io_uring_enter and io_uring_register (Kubernetes: the container's \
+             securityContext.seccompProfile, a Localhost profile; docs/install.md has one), \
+             or Unconfined; io_uring needs Linux 5.8 or later"
+        ),
     }
 }
 

@@ -11,6 +11,7 @@ mod gateway_deploy;
 mod gateway_status;
 mod jwks;
 mod mesh_watch;
+mod revisions;
 mod secret_access;
 mod sources;
 mod update;
@@ -379,7 +380,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         if let Some(client) = kube.as_ref().filter(|_| deploying) {
             let (deploy_tx, deploy_rx) = tokio::sync::watch::channel(Arc::new(gateway_deploy::Desired::default()));
-            state.borrow_mut().gateway_deploy = Some((deploy_tx, config.identity.revision.clone()));
+            let tags = revisions::Tags::revision_only(&config.identity.revision);
+            state.borrow_mut().gateway_deploy = Some((deploy_tx, tags));
             let cx = gateway_deploy::Context {
                 api: crate::ca::kapi::Api::new(client.clone()),
                 namespace: config.identity.namespace.clone(),
@@ -490,7 +492,24 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     secret_access::Ttl::istiod(),
                 ));
                 let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
-                tokio::spawn(istiod_kubewatch::kube_source::run_updates(client, updates.clone()));
+                tokio::spawn(istiod_kubewatch::kube_source::run_updates(client.clone(), updates.clone()));
+                // The revision's tags decide which Gateways are deployed
+                // here: a change of them, every object again.
+                if let Some(tags) = state.borrow().gateway_deploy.as_ref().map(|(_, t)| t.clone()) {
+                    let (st, resend) = (state.clone(), updates.clone());
+                    tokio::task::spawn_local(revisions::follow(
+                        crate::ca::kapi::Api::new(client.clone()),
+                        config.identity.revision.clone(),
+                        config.identity.namespace.clone(),
+                        tags,
+                        move |tags| {
+                            if let Some((_, t)) = st.borrow_mut().gateway_deploy.as_mut() {
+                                *t = tags;
+                            }
+                            resend.resend_all();
+                        },
+                    ));
+                }
                 // A new mesh configuration: every object again, rebuilt whole.
                 let (st, resend) = (state.clone(), updates.clone());
                 tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {

@@ -687,3 +687,82 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
     });
     assert!(s.log().contains("gateway deployment updated"), "{}", s.log());
 }
+
+/// Revisions and tags (pkg/revisions/tag_watcher.go `IsMine`): a `canary`
+/// istiod deploys the Gateways that select `canary` or a tag pointing to it
+/// (`istio-revision-tag-prod`, labelled `istio.io/tag: prod` and
+/// `istio.io/rev: canary`), by their own label or their namespace's; an
+/// unlabelled Gateway only once the `default` tag points to canary; never
+/// another revision's.
+#[test]
+fn a_revision_deploys_the_gateways_of_its_tags() {
+    use istiod_kubewatch::fake::{
+        K8S_GATEWAYS, core_resources, deployment_resources, gateway_api_resources, webhook_resources,
+    };
+    let api = server::fake_api();
+    for r in core_resources()
+        .into_iter()
+        .chain(gateway_api_resources())
+        .chain(deployment_resources())
+        .chain(webhook_resources())
+    {
+        api.install(r);
+    }
+    let tag = |tag: &str, rev: &str| {
+        json!({"metadata": {"name": format!("istio-revision-tag-{tag}"),
+            "labels": {"istio.io/tag": tag, "istio.io/rev": rev}}, "webhooks": []})
+    };
+    api.apply("mutatingwebhookconfigurations", tag("prod", "canary"));
+    api.apply("mutatingwebhookconfigurations", tag("old", "stable"));
+    api.apply("namespaces", json!({"metadata": {"name": "apps"}}));
+    api.apply("namespaces", json!({"metadata": {"name": "prod-ns", "labels": {"istio.io/rev": "prod"}}}));
+    let gw = |ns: &str, name: &str, rev: Option<&str>| {
+        let mut g = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+            "spec": {"gatewayClassName": "istio", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}});
+        if let Some(r) = rev {
+            g["metadata"]["labels"] = json!({"istio.io/rev": r});
+        }
+        g
+    };
+    api.apply(K8S_GATEWAYS, gw("apps", "by-revision", Some("canary")));
+    api.apply(K8S_GATEWAYS, gw("apps", "by-tag", Some("prod")));
+    api.apply(K8S_GATEWAYS, gw("prod-ns", "by-namespace", None));
+    api.apply(K8S_GATEWAYS, gw("apps", "unlabelled", None));
+    api.apply(K8S_GATEWAYS, gw("apps", "other-tag", Some("old")));
+    api.apply(K8S_GATEWAYS, gw("apps", "other-revision", Some("stable")));
+
+    let dir = tempfile::tempdir().unwrap();
+    let inject = dir.path().join("inject");
+    std::fs::create_dir(&inject).unwrap();
+    let template =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio-chart/kube-gateway.yaml"))
+            .unwrap();
+    std::fs::write(
+        inject.join("config"),
+        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
+    )
+    .unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/inject/values.json"), inject.join("values"))
+        .unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let _s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--injectionDir", inject.to_str().unwrap()],
+        &[("POD_NAME", "istiod-canary-a"), ("POD_NAMESPACE", "istio-system"), ("REVISION", "canary")],
+        None,
+    );
+    let deployed = |ns: &str, name: &str| api.get("deployments", ns, &format!("{name}-istio")).is_some();
+    server::wait_for("canary's and its tag's Gateways", Duration::from_secs(30), || {
+        deployed("apps", "by-revision") && deployed("apps", "by-tag") && deployed("prod-ns", "by-namespace")
+    });
+    assert!(api.get("leases", "istio-system", "istio-gateway-deployment-canary").is_some(), "canary's own election");
+    std::thread::sleep(Duration::from_secs(1));
+    for name in ["unlabelled", "other-tag", "other-revision"] {
+        assert!(!deployed("apps", name), "{name} is not canary's");
+    }
+    // The default tag moves to canary: unlabelled Gateways are its now.
+    api.apply("mutatingwebhookconfigurations", tag("default", "canary"));
+    server::wait_for("the unlabelled Gateway", Duration::from_secs(20), || deployed("apps", "unlabelled"));
+    assert!(!deployed("apps", "other-tag") && !deployed("apps", "other-revision"));
+}

@@ -48,24 +48,20 @@ pub(crate) struct Desired {
 
 /// The Gateways of `objects` this controller handles: class `istio`
 /// (without a GatewayClass of that name saying otherwise) or a class whose
-/// controller is istiod's, and this revision's (`istio.io/rev`).
-pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, revision: &str) -> Desired {
+/// controller is istiod's, and this revision's (`istio.io/rev`, tags).
+pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super::revisions::Tags) -> Desired {
     use istiod_kubewatch::gateway_api::GatewayApiSpec;
     let handled = crate::model::gateway_api::handled_classes(&objects.gateway_api);
-    // tagWatcher.IsMine, without tags: the Gateway's `istio.io/rev`, else
-    // its namespace's; none is the default revision's.
+    // tagWatcher.IsMine: the Gateway's `istio.io/rev`, else its
+    // namespace's.
     let ns_rev: BTreeMap<&str, &str> = objects
         .namespaces
         .iter()
         .filter_map(|n| n.metadata.labels.get("istio.io/rev").map(|r| (n.metadata.name.as_str(), r.as_str())))
         .collect();
-    let default = revision.is_empty() || revision == "default";
     let mine = |meta: &istiod_kubewatch::objects::Meta| {
         let selected = meta.labels.get("istio.io/rev").map(String::as_str).or_else(|| ns_rev.get(meta.ns()).copied());
-        match selected.unwrap_or_default() {
-            "" => default,
-            r => r == revision || (r == "default" && default),
-        }
+        tags.is_mine(selected.unwrap_or_default())
     };
     let mut gateways: Vec<(Json, u64)> = objects
         .gateway_api

@@ -45,7 +45,8 @@ pub(super) struct State {
     pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
     /// Where the Gateways to deploy go (the elected replica deploys
     /// them), with this instance's revision.
-    pub(super) gateway_deploy: Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, String)>,
+    pub(super) gateway_deploy:
+        Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, super::revisions::Tags)>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status: Option<tokio::sync::watch::Sender<Arc<Vec<crate::model::gateway_api::ObjectStatus>>>>,
 }
@@ -183,8 +184,8 @@ pub(super) fn apply(
         }
     }
     configz["gateways"] = gateways;
-    if let Some((tx, revision)) = &state.borrow().gateway_deploy {
-        let desired = super::gateway_deploy::desired(&objects, revision);
+    if let Some((tx, tags)) = &state.borrow().gateway_deploy {
+        let desired = super::gateway_deploy::desired(&objects, tags);
         tx.send_if_modified(|current| {
             let changed = **current != desired;
             if changed {

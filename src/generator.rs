@@ -719,7 +719,7 @@ impl Generator for MeshGenerator {
                 _ => inbound_ports(&m.model, class)
                     .iter()
                     .find(|p| format!("inbound|{}||", p.port) == name)
-                    .map(|p| Bytes::from(inbound_cluster(p.port).encode_to_vec())),
+                    .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p.port).encode_to_vec())),
             };
         }
         let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };

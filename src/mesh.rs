@@ -81,6 +81,19 @@ pub struct MeshSettings {
     /// `accessLogFormat`: the text format, or the JSON object as text
     /// (empty: istiod's).
     pub access_log_format: String,
+    /// `connectTimeout` (10s): the clusters' connect timeout unless a
+    /// DestinationRule sets one.
+    pub connect_timeout: std::time::Duration,
+    /// `defaultServiceExportTo` (`*`): a service's `exportTo` when it has
+    /// none.
+    pub default_service_export_to: Vec<String>,
+    /// `defaultVirtualServiceExportTo` (`*`).
+    pub default_virtual_service_export_to: Vec<String>,
+    /// `defaultDestinationRuleExportTo` (`*`).
+    pub default_destination_rule_export_to: Vec<String>,
+    /// `localityLbSetting`: locality load balancing where no
+    /// DestinationRule sets it (istiod's default `{enabled: true}`).
+    pub locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -176,6 +189,11 @@ impl Default for MeshSettings {
             access_log_file: String::new(),
             access_log_json: false,
             access_log_format: String::new(),
+            connect_timeout: std::time::Duration::from_secs(10),
+            default_service_export_to: Vec::new(),
+            default_virtual_service_export_to: Vec::new(),
+            default_destination_rule_export_to: Vec::new(),
+            locality_lb_setting: None,
         }
     }
 }
@@ -272,6 +290,11 @@ struct Raw {
     access_log_encoding: Option<String>,
     access_log_format: Option<String>,
     enable_tracing: Option<bool>,
+    connect_timeout: Option<String>,
+    default_service_export_to: Option<Vec<String>>,
+    default_virtual_service_export_to: Option<Vec<String>>,
+    default_destination_rule_export_to: Option<Vec<String>>,
+    locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
 }
 
 #[derive(Deserialize)]
@@ -366,6 +389,25 @@ impl MeshSettings {
                 .unwrap_or_default();
             m.extension_providers.insert(name.to_owned(), (kind, settings));
         }
+        if let Some(t) = raw.connect_timeout {
+            m.connect_timeout =
+                istiod_kubewatch::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
+        }
+        let export = |what: &str, v: Option<Vec<String>>| -> Result<Vec<String>, String> {
+            let v = v.unwrap_or_default();
+            match v.iter().find(|e| e.is_empty()) {
+                Some(_) => Err(format!("{what}: an empty namespace")),
+                // `*` alone is the default: kept as none, so nothing is scoped.
+                None if v.iter().any(|e| e == "*") => Ok(Vec::new()),
+                None => Ok(v),
+            }
+        };
+        m.default_service_export_to = export("defaultServiceExportTo", raw.default_service_export_to)?;
+        m.default_virtual_service_export_to =
+            export("defaultVirtualServiceExportTo", raw.default_virtual_service_export_to)?;
+        m.default_destination_rule_export_to =
+            export("defaultDestinationRuleExportTo", raw.default_destination_rule_export_to)?;
+        m.locality_lb_setting = raw.locality_lb_setting;
         m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
         for s in &m.discovery_selectors {
             for e in &s.match_expressions {

@@ -587,6 +587,9 @@ impl Model {
         let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));
         let mut routing = sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
         routing.extend(api.virtual_services);
+        for o in &mut routing {
+            routing_export_default(o, &model.mesh);
+        }
         routing.sort_by(by_name);
         model.routing = routing.into();
         model.security = Arc::new(sorted(objs, is_security));
@@ -611,11 +614,13 @@ impl Model {
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            let s = export_default(s, &model.mesh);
             model.services.insert(s.hostname.clone(), s);
         }
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
                 for s in service_entry(&o.meta, se, objs) {
+                    let s = export_default(s, &model.mesh);
                     // A Kubernetes Service of the same name wins, as in istiod.
                     model.services.entry(s.hostname.clone()).or_insert(s);
                 }
@@ -686,17 +691,46 @@ impl Model {
             };
             match ((start..end).find(|j| is(&model.routing[*j])), now) {
                 (Some(j), Some(o)) => {
-                    model.routing.set(j, o.clone());
+                    let mut o = o.clone();
+                    routing_export_default(&mut o, &model.mesh);
+                    model.routing.set(j, o);
                 }
                 (Some(j), None) => {
                     model.routing.remove(j);
                 }
-                (None, Some(o)) => model.routing.insert(end, o.clone()),
+                (None, Some(o)) => {
+                    let mut o = o.clone();
+                    routing_export_default(&mut o, &model.mesh);
+                    model.routing.insert(end, o)
+                }
                 (None, None) => {}
             }
         }
         model.routing_index = LazyIndex::default();
         model
+    }
+}
+
+/// `s` with the mesh's `defaultServiceExportTo` when it names no
+/// `exportTo` (istiod's `exportToDefaults`).
+pub(crate) fn export_default(mut s: Service, mesh: &crate::mesh::MeshSettings) -> Service {
+    if s.export_to.is_empty() {
+        s.export_to.clone_from(&mesh.default_service_export_to);
+    }
+    s
+}
+
+/// A VirtualService or DestinationRule without `exportTo` given the mesh's
+/// `defaultVirtualServiceExportTo` or `defaultDestinationRuleExportTo`.
+fn routing_export_default(o: &mut IstioObject, mesh: &crate::mesh::MeshSettings) {
+    match &mut o.spec {
+        IstioSpec::VirtualService(vs) if vs.export_to.is_empty() => {
+            vs.export_to.clone_from(&mesh.default_virtual_service_export_to);
+        }
+        IstioSpec::DestinationRule(dr) if dr.export_to.is_empty() => {
+            dr.export_to.clone_from(&mesh.default_destination_rule_export_to);
+        }
+        _ => {}
     }
 }
 

@@ -144,7 +144,7 @@ pub fn translate(model: &Model) -> Translation {
     for host in model.services.keys() {
         t.update_service(model, host);
     }
-    cluster::fixed(&mut t.resources);
+    cluster::fixed(&model.mesh, &mut t.resources);
     grpc::translate(model, &mut t);
     listener::translate(model, &mut t);
     let digests: Vec<_> = t.routes.iter().map(|(name, table)| ((Kind::Route, name.clone()), table.digest())).collect();
@@ -253,6 +253,60 @@ mod tests {
         assert!(matches!(action, Some(route::Action::DirectResponse(d)) if d.status == 502));
         let c = Cluster::decode(served(&closed, Kind::Cluster, &details)).unwrap();
         assert!(c.transport_socket_matches.is_empty(), "enableAutoMtls: false");
+    }
+
+    /// The mesh config's cluster defaults and default `exportTo`s
+    /// (pkg/config/mesh/mesh.go, istiod's `exportToDefaults` in
+    /// push_context.go, cluster_builder.go's `ConnectTimeout`,
+    /// `getLocalityLbSetting`): `connectTimeout` on every cluster a rule
+    /// does not time; `defaultServiceExportTo: ["."]` hides services
+    /// without `exportTo` from other namespaces, while one exported by its
+    /// own annotation stays visible; `defaultVirtualServiceExportTo` and
+    /// `defaultDestinationRuleExportTo` do the same for routing rules; the
+    /// mesh's `localityLbSetting` applies where no rule sets one.
+    #[test]
+    fn mesh_config_defaults_for_clusters_and_export_to() {
+        use istiod_proto::envoy::config::route::v3::RouteConfiguration;
+        let extra = "apiVersion: v1\nkind: Service\nmetadata: {name: open, namespace: shop, annotations: {networking.istio.io/exportTo: \"*\"}}\n\
+                     spec: {clusterIP: 10.96.7.7, ports: [{name: http, port: 8080}]}\n---\n\
+                     apiVersion: v1\nkind: Service\nmetadata: {name: closed, namespace: shop}\n\
+                     spec: {clusterIP: 10.96.7.8, ports: [{name: http, port: 8080}]}\n---\n\
+                     apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: open, namespace: shop}\n\
+                     spec: {hosts: [open.shop.svc.cluster.local], http: [{route: [{destination: {host: open.shop.svc.cluster.local}}], timeout: 7s}]}\n";
+        let mesh = "connectTimeout: 3s\ndefaultServiceExportTo: [\".\"]\ndefaultVirtualServiceExportTo: [\".\"]\n\
+                    localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}\n";
+        let m = Arc::new(crate::testing::model_in(mesh, extra));
+        let client = crate::testing::class("bookinfo", &[]);
+        let local = crate::testing::class("shop", &[]);
+        let cluster = |class, name: &str| {
+            crate::testing::served(&m, class, Kind::Cluster, name).map(|b| Cluster::decode(b).unwrap())
+        };
+        let open = cluster(&client, "outbound|8080||open.shop.svc.cluster.local").expect("exported by its annotation");
+        assert_eq!(open.connect_timeout.as_ref().map(|d| (d.seconds, d.nanos)), Some((3, 0)));
+        assert!(cluster(&client, "outbound|8080||closed.shop.svc.cluster.local").is_none(), "defaultServiceExportTo");
+        assert!(cluster(&local, "outbound|8080||closed.shop.svc.cluster.local").is_some(), "its own namespace sees it");
+        let black_hole = cluster(&client, "BlackHoleCluster").unwrap();
+        assert_eq!(black_hole.connect_timeout.as_ref().map(|d| d.seconds), Some(3));
+        // The VirtualService (no exportTo) is the shop namespace's only: the
+        // bookinfo client routes to `open` without its 7 s timeout.
+        let timeout_of = |class| {
+            let rc =
+                RouteConfiguration::decode(crate::testing::served(&m, class, Kind::Route, "8080").unwrap()).unwrap();
+            let vh = rc.virtual_hosts.iter().find(|v| v.name == "open.shop.svc.cluster.local:8080").unwrap().clone();
+            match vh.routes[0].action.clone() {
+                Some(istiod_proto::envoy::config::route::v3::route::Action::Route(r)) => r.timeout.map(|d| d.seconds),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(timeout_of(&local), Some(7));
+        assert_ne!(timeout_of(&client), Some(7), "defaultVirtualServiceExportTo");
+        let forms = crate::translate::cluster::outbound_of(&m, &m.services["open.shop.svc.cluster.local"]);
+        let locality = forms[0].1.forms[0].locality.clone().expect("the mesh's localityLbSetting");
+        assert_eq!(locality.failover[0].from, "us-east");
+        let defaults = crate::testing::model_in("", extra);
+        let forms =
+            crate::translate::cluster::outbound_of(&defaults, &defaults.services["open.shop.svc.cluster.local"]);
+        assert!(forms[0].1.forms[0].locality.is_none());
     }
 
     /// A VirtualService bound to a Gateway only is not a sidecar's, and a

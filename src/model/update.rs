@@ -115,12 +115,14 @@ impl Model {
                 .iter()
                 .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
                 .collect();
-            return Some(service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices)));
+            let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+            return Some(super::export_default(s, &self.mesh));
         }
         objs.istio.iter().find_map(|o| match &o.spec {
-            IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {
-                service_entry(&o.meta, se, objs).into_iter().find(|s| &*s.hostname == host)
-            }
+            IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => service_entry(&o.meta, se, objs)
+                .into_iter()
+                .find(|s| &*s.hostname == host)
+                .map(|s| super::export_default(s, &self.mesh)),
             _ => None,
         })
     }

@@ -97,7 +97,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                 && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
             let plain = std::iter::once(("", None));
             for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
-                let (name, form) = form(svc, port.port, subset, labels, rule, auto_mtls);
+                let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls);
                 out.entry(name)
                     .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() })
                     .forms
@@ -111,6 +111,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
 /// The cluster `outbound|<port>|<subset>|<host>` as it is where `rule`
 /// applies (`None`: no rule), with its load assignment.
 fn form(
+    mesh: &crate::mesh::MeshSettings,
     svc: &crate::model::Service,
     port: u16,
     subset: &str,
@@ -121,7 +122,7 @@ fn form(
     let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
     let mut c = Cluster {
         name: name.to_string(),
-        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+        connect_timeout: Some(timeout(mesh)),
         // istiod's applyMetadataExchange (cluster_builder.go): the peer's
         // metadata over ALPN istio-peer-exchange, for TCP telemetry.
         filters: vec![super::telemetry::mx_cluster()],
@@ -157,7 +158,11 @@ fn form(
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
     }
-    let locality = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
+    // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
+    let locality = policy
+        .as_ref()
+        .and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone())
+        .or_else(|| mesh.locality_lb_setting.clone());
     let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {
         use std::hash::{Hash, Hasher};
@@ -178,9 +183,15 @@ fn form(
     (name, form)
 }
 
+/// The mesh's `connectTimeout`, as a cluster's.
+pub(crate) fn timeout(mesh: &crate::mesh::MeshSettings) -> Duration {
+    let t = mesh.connect_timeout;
+    Duration { seconds: t.as_secs() as i64, nanos: t.subsec_nanos() as i32 }
+}
+
 /// The clusters every sidecar has.
-pub fn fixed(out: &mut super::Resources) {
-    let timeout = Some(Duration { seconds: 10, nanos: 0 });
+pub fn fixed(mesh: &crate::mesh::MeshSettings, out: &mut super::Resources) {
+    let timeout = Some(timeout(mesh));
     let black_hole = Cluster {
         name: "BlackHoleCluster".into(),
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),

@@ -144,12 +144,12 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     ports.into_values().collect()
 }
 
-pub(crate) fn inbound_cluster(port: u16) -> Cluster {
+pub(crate) fn inbound_cluster(mesh: &crate::mesh::MeshSettings, port: u16) -> Cluster {
     Cluster {
         name: format!("inbound|{port}||"),
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
-        connect_timeout: Some(Duration { seconds: 10, nanos: 0 }),
+        connect_timeout: Some(super::cluster::timeout(mesh)),
         upstream_bind_config: Some(core::BindConfig {
             source_address: Some(core::SocketAddress {
                 address: "127.0.0.6".into(),

@@ -9,7 +9,7 @@
 # the build stage (`docker build --target build` and copy
 # /out/pilot-discovery.debug out for gdb or perf).
 
-FROM rust:1.95-bookworm AS build
+FROM rust:1.95.0-bookworm AS build
 WORKDIR /src
 # binutils: objcopy, for the debug info split.
 RUN apt-get update \
@@ -24,12 +24,19 @@ ARG ISTIOD_BUILD_STATUS=Clean
 ENV ISTIOD_GIT_REVISION=${ISTIOD_GIT_REVISION} \
     ISTIOD_GIT_TAG=${ISTIOD_GIT_TAG} \
     ISTIOD_BUILD_STATUS=${ISTIOD_BUILD_STATUS}
-RUN OUT=/out scripts/release
+# The registry and target directory are cached between builds (BuildKit).
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    OUT=/out scripts/release
 
 # glibc, CA certificates and nothing else (no shell): as Istio's distroless
-# base. The binary links glibc dynamically (bookworm's, as the build stage).
-FROM gcr.io/distroless/cc-debian12:nonroot
+# base. The binary links glibc dynamically (2.36 in both bookworm images).
+FROM gcr.io/distroless/cc-debian12
 COPY --from=build /out/pilot-discovery /usr/local/bin/pilot-discovery
+# istiod's defaults are relative (./etc/istio/config/mesh, ./etc/cacerts,
+# ./var/lib/istio/inject): the chart mounts them under /, as istiod's image
+# runs from /.
+WORKDIR /
 # istio-proxy's uid and gid, as Istio's pilot image runs.
 USER 1337:1337
 # What the chart's istiod container declares: debug, xDS, xDS over TLS,

@@ -221,15 +221,21 @@ pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>)
     };
     let known: std::collections::HashSet<String> = discovery
         .get_arguments()
-        .flat_map(|a| a.get_long_and_visible_aliases().unwrap_or_default())
+        .flat_map(|a| a.get_long().into_iter().chain(a.get_all_aliases().unwrap_or_default()))
         .map(str::to_owned)
         .chain(["help".to_owned()])
         .collect();
-    // Only after the subcommand, and only `--long` flags (short flags and
-    // positional arguments are clap's to judge).
-    let Some(at) = args.iter().position(|a| a == "discovery") else {
+    let shorts: std::collections::HashSet<char> = discovery
+        .get_arguments()
+        .flat_map(|a| a.get_short().into_iter().chain(a.get_all_short_aliases().unwrap_or_default()))
+        .chain(['h'])
+        .collect();
+    // Only when the subcommand is `discovery` (the first argument), and
+    // only its flags; positional arguments are clap's to judge.
+    if args.get(1).is_none_or(|a| a != "discovery") {
         return Cli::try_parse_from(args).map(|c| (c, vec![]));
-    };
+    }
+    let at = 1;
     let mut kept: Vec<std::ffi::OsString> = args[..=at].to_vec();
     let mut dropped = Vec::new();
     let mut rest = args[at + 1..].iter().peekable();
@@ -241,7 +247,12 @@ pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>)
             break;
         }
         let Some(flag) = text.strip_prefix("--") else {
-            kept.push(a.clone());
+            // `-x`: pflag drops an unknown shorthand too.
+            let short = text.strip_prefix('-').and_then(|f| f.chars().next()).filter(|_| text.len() > 1);
+            match short {
+                Some(c) if !shorts.contains(&c) => dropped.push(text.into_owned()),
+                _ => kept.push(a.clone()),
+            }
             continue;
         };
         let (name, inline) = match flag.split_once('=') {

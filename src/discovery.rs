@@ -457,7 +457,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 });
                 let st = state.clone();
                 tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
-                    st.borrow_mut().settings = m;
+                    let mut s = st.borrow_mut();
+                    s.settings = m;
+                    s.rebuild = true;
                     let _ = wake_tx.send(true);
                 }));
                 tokio::task::spawn_local(watch_dir(
@@ -495,25 +497,42 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client.clone(), updates.clone()));
                 // The revision's tags decide which Gateways are deployed
                 // here: a change of them, every object again.
-                if let Some(tags) = state.borrow().gateway_deploy.as_ref().map(|(_, t)| t.clone()) {
+                let deploying = state.borrow().gateway_deploy.is_some();
+                if deploying {
+                    // Read once before the first model (istiod waits for its
+                    // tag watcher), so no other revision's Gateway is taken
+                    // meanwhile; then followed.
+                    let api = crate::ca::kapi::Api::new(client.clone());
+                    let (rev, ns) = (&config.identity.revision, &config.identity.namespace);
+                    let read =
+                        tokio::time::timeout(std::time::Duration::from_secs(10), revisions::Tags::read(&api, rev, ns));
+                    let tags = match read.await {
+                        Ok(Ok(tags)) => tags,
+                        Ok(Err(e)) => {
+                            tracing::warn!(target: "model", error = %e, "cannot read the revision tags yet");
+                            revisions::Tags::revision_only(rev)
+                        }
+                        Err(_) => revisions::Tags::revision_only(rev),
+                    };
+                    if let Some((_, t)) = state.borrow_mut().gateway_deploy.as_mut() {
+                        t.clone_from(&tags);
+                    }
                     let (st, resend) = (state.clone(), updates.clone());
-                    tokio::task::spawn_local(revisions::follow(
-                        crate::ca::kapi::Api::new(client.clone()),
-                        config.identity.revision.clone(),
-                        config.identity.namespace.clone(),
-                        tags,
-                        move |tags| {
-                            if let Some((_, t)) = st.borrow_mut().gateway_deploy.as_mut() {
-                                *t = tags;
-                            }
-                            resend.resend_all();
-                        },
-                    ));
+                    tokio::task::spawn_local(revisions::follow(api, rev.clone(), ns.clone(), tags, move |tags| {
+                        let mut s = st.borrow_mut();
+                        if let Some((_, t)) = s.gateway_deploy.as_mut() {
+                            *t = tags;
+                        }
+                        s.rebuild = true;
+                        resend.resend_all();
+                    }));
                 }
                 // A new mesh configuration: every object again, rebuilt whole.
                 let (st, resend) = (state.clone(), updates.clone());
                 tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
-                    st.borrow_mut().settings = m;
+                    let mut s = st.borrow_mut();
+                    s.settings = m;
+                    s.rebuild = true;
                     resend.resend_all();
                 }));
                 tokio::task::spawn_local(watch_kube(

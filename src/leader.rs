@@ -12,11 +12,12 @@
 //!   per-revision Lease locks, no key.
 //!
 //! Timings: a 30 s lease, renewed within 15 s, tried every 7.5 s. A lock is
-//! taken over only when its holder has not renewed it for the whole lease
-//! as seen by this replica's clock (the holder's timestamps are not
-//! compared with ours). On shutdown every lock held is released
-//! (`ReleaseOnCancel`: holder emptied, a 1 s lease) so another replica
-//! takes over at its next try, not a lease later. `ENABLE_LEADER_ELECTION
+//! taken over only when its holder has not renewed it for this replica's
+//! lease duration, timed by this replica's clock from when it saw the
+//! record change (the holder's timestamps are not compared with ours). On
+//! shutdown every lock held is released (`ReleaseOnCancel`: holder emptied,
+//! a 1 s lease) and no election leads again, so another replica takes over
+//! at its next try, not a lease later. `ENABLE_LEADER_ELECTION
 //! =false` leads everything without asking (one replica only).
 
 use std::cell::RefCell;
@@ -180,13 +181,15 @@ pub struct Leadership {
     /// istiod's namespace (where the locks live).
     pub namespace: String,
     held: RefCell<BTreeMap<String, (Api, Lock)>>,
+    /// Set by [`Leadership::release_all`]: no election leads again.
+    stopped: std::cell::Cell<bool>,
 }
 
 impl Leadership {
     /// A replica named `me` of `revision` in `namespace`.
     pub fn new(enabled: bool, me: String, revision: &str, namespace: String) -> Rc<Leadership> {
         let revision = if revision.is_empty() { "default".to_owned() } else { revision.to_owned() };
-        Rc::new(Leadership { enabled, me, revision, namespace, held: RefCell::default() })
+        Rc::new(Leadership { enabled, me, revision, namespace, held: RefCell::default(), stopped: Default::default() })
     }
 
     /// The locks this replica holds now, by path.
@@ -198,6 +201,9 @@ impl Leadership {
     /// and a 1 s lease, so the next replica's try takes it). Each write is
     /// bounded by the API client's timeout.
     pub async fn release_all(&self) {
+        // First: no election of this replica leads or tries again (their
+        // loops go on while the connections drain).
+        self.stopped.set(true);
         let held = std::mem::take(&mut *self.held.borrow_mut());
         for (path, (api, lock)) in held {
             match release(&api, &path, lock, &self.me).await {
@@ -281,6 +287,10 @@ impl Elector {
     /// Tries to lead; whether this replica leads now (it renewed within
     /// the renew deadline).
     pub async fn lead(&mut self) -> bool {
+        if self.leadership.stopped.get() {
+            self.renewed = None;
+            return false;
+        }
         if !self.leadership.enabled {
             self.renewed = Some(Instant::now());
             return true;
@@ -293,6 +303,14 @@ impl Elector {
             }
         }
         let leading = self.still_leading();
+        if self.leadership.stopped.get() {
+            // Released while this try was on its way: give it back.
+            if leading {
+                let _ = release(&self.api, &self.path, self.lock, &self.leadership.me).await;
+            }
+            self.renewed = None;
+            return false;
+        }
         let mut held = self.leadership.held.borrow_mut();
         if leading {
             held.insert(self.path.clone(), (self.api.clone(), self.lock));
@@ -305,7 +323,8 @@ impl Elector {
     /// Whether this replica's last renewal is within the renew deadline
     /// (without asking the API server).
     pub fn still_leading(&self) -> bool {
-        !self.leadership.enabled || self.renewed.is_some_and(|t| t.elapsed() < self.timings.renew_deadline)
+        !self.leadership.stopped.get()
+            && (!self.leadership.enabled || self.renewed.is_some_and(|t| t.elapsed() < self.timings.renew_deadline))
     }
 
     /// One try to acquire or renew (client-go's `tryAcquireOrRenew`):
@@ -348,11 +367,14 @@ impl Elector {
                 Instant::now()
             }
         };
-        let held_for = match old.duration_secs {
-            0 => self.timings.lease,
-            s => Duration::from_secs(s),
-        };
-        if !old.holder.is_empty() && old.holder != me && seen_at.elapsed() < held_for && !self.steals_from(&old).await {
+        // client-go (and istiod's fork) time a holder out by this replica's
+        // own lease duration from when it saw the record change, not by the
+        // record's `leaseDurationSeconds`. A released lock has no holder.
+        if !old.holder.is_empty()
+            && old.holder != me
+            && seen_at.elapsed() < self.timings.lease
+            && !self.steals_from(&old).await
+        {
             return Ok(false);
         }
         let renewing = old.holder == me;

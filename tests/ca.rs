@@ -684,7 +684,7 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["clientConfig"]["caBundle"]
             == b64root.as_str()
     });
-    assert!(api.dry_runs() > 0, "the leader tried its dry run");
+    assert!(api.dry_runs() > 0, "the replicas tried their dry runs");
     assert_eq!(
         hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["failurePolicy"],
         "Ignore",
@@ -717,6 +717,22 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
         hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["metadata"]["resourceVersion"].clone(),
     );
     assert_eq!(again, versions, "nothing rewritten while the root stays");
+
+    // A canary revision next to them: it patches its own webhooks at once,
+    // though the default revision holds the namespace controller's lock
+    // (istiod: each revision patches its own, unelected).
+    let canary_replica = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", mesh.to_str().unwrap()],
+        &[("POD_NAME", "istiod-canary-a"), ("POD_NAMESPACE", "istio-system"), ("REVISION", "canary")],
+        None,
+    );
+    server::wait_for("the canary's caBundle", Duration::from_secs(10), || {
+        hooks("mutatingwebhookconfigurations", "istio-sidecar-injector-canary")["webhooks"][0]["clientConfig"]["caBundle"]
+            == b64root.as_str()
+    });
+    assert_eq!(election_record(&api)["holderIdentity"], holder.as_str(), "the default revision keeps its lock");
+    assert!(!canary_replica.log().contains("leader election: leading"), "{}", canary_replica.log());
 }
 
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the

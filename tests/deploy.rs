@@ -138,7 +138,7 @@ fn the_mesh_config_file_is_followed_through_symlink_swaps() {
 /// Without a mounted file, in Kubernetes: the revision's `istio-<rev>`
 /// ConfigMap's `mesh` over the `SHARED_MESH_CONFIG` ConfigMap's
 /// (pilot/pkg/bootstrap/mesh.go `getConfigurationSources`), followed as
-/// they change.
+/// they change; an invalid one of the two is left out.
 #[test]
 fn without_a_file_the_revision_configmap_applies_over_the_shared_one() {
     let api = server::fake_api();
@@ -168,11 +168,13 @@ fn without_a_file_the_revision_configmap_applies_over_the_shared_one() {
     // An edit of either is followed.
     api.apply("configmaps", cm("istio-canary", "trustDomain: canary.example\nrootNamespace: canary-root\n"));
     wait_for("the edit", Duration::from_secs(10), || mesh_debug(&s)["rootNamespace"] == "canary-root");
+    // With two sources, an invalid one is left out and the other applies
+    // alone (meshwatcher's NewCollection: "invalid mesh config, ignoring").
     api.apply("configmaps", cm("istio-canary", "trustDomain: [not, a, string]\n"));
-    wait_for("the invalid edit logged", Duration::from_secs(10), || {
-        s.log().contains("invalid mesh config, using last known state")
+    wait_for("the invalid edit left out", Duration::from_secs(10), || {
+        s.log().contains("invalid mesh config, ignoring") && mesh_debug(&s)["trustDomain"] == "shared.example"
     });
-    assert_eq!(mesh_debug(&s)["rootNamespace"], "canary-root", "the last good one stays");
+    assert_eq!(mesh_debug(&s)["rootNamespace"], "mesh-root");
 }
 
 /// The holder of istiod's namespace controller lock (a ConfigMap lock) and
@@ -234,12 +236,20 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
     });
 
     // SIGTERM: released on the way out; another replica leads within a
-    // retry period, not a lease.
+    // retry period, not a lease. A connected proxy keeps the stopping
+    // replica draining for --shutdownDuration (10 s): meanwhile it must not
+    // take any lock back.
     let i = replicas.iter().position(|(p, _)| *p == leader).unwrap();
     let (_, mut stopped) = replicas.remove(i);
+    let rt = runtime();
+    let _proxy = rt.block_on(async {
+        let mut c = connect(stopped.grpc, false).await;
+        let node = Node { id: "sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local".into(), ..Default::default() };
+        c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
+        c.recv().await;
+        c
+    });
     let t = stopped.sigterm();
-    stopped.wait_exit(Duration::from_secs(20));
-    assert!(stopped.log().contains("leader election: released"), "{}", stopped.log());
     let mut next = String::new();
     wait_for("a new leader after SIGTERM", Duration::from_secs(20), || {
         let (ns, status) = holders(&api);
@@ -248,6 +258,17 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
     });
     let handover = t.elapsed();
     assert!(handover < Duration::from_secs(12), "handover after a release took {handover:?}");
+    // Still draining; the locks stay with the new leader until it exits.
+    while stopped.child.try_wait().unwrap().is_none() {
+        assert_eq!(holders(&api), (next.clone(), next.clone()), "a draining replica took a lock back");
+        assert!(t.elapsed() < Duration::from_secs(20), "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(t.elapsed() > Duration::from_secs(5), "the proxy kept it draining: {:?}", t.elapsed());
+    stopped.wait_exit(Duration::from_secs(1));
+    let log = stopped.log();
+    let released = log.find("leader election: released").unwrap_or_else(|| panic!("{log}"));
+    assert!(!log[released..].contains("leading=true"), "led again after releasing: {log}");
 
     // Killed: nothing released; the lease runs out (30 s) and the last
     // replica takes over.

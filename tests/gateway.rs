@@ -757,7 +757,8 @@ fn a_revision_deploys_the_gateways_of_its_tags() {
         deployed("apps", "by-revision") && deployed("apps", "by-tag") && deployed("prod-ns", "by-namespace")
     });
     assert!(api.get("leases", "istio-system", "istio-gateway-deployment-canary").is_some(), "canary's own election");
-    std::thread::sleep(Duration::from_secs(1));
+    // Another tag read (every 5 s) and apply round later, still not.
+    std::thread::sleep(Duration::from_secs(6));
     for name in ["unlabelled", "other-tag", "other-revision"] {
         assert!(!deployed("apps", name), "{name} is not canary's");
     }

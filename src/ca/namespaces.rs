@@ -106,10 +106,11 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
     Ok(wrote)
 }
 
-/// Runs the election and, while leading, keeps the root ConfigMaps (and
-/// the webhook configurations' `caBundle`, [`crate::webhook::patch`]): at
+/// Runs the election and, while leading, keeps the root ConfigMaps: at
 /// once on winning, whenever the CA changes, and every retry period (new
-/// namespaces, edited or deleted ConfigMaps).
+/// namespaces, edited or deleted ConfigMaps). Leading or not, keeps this
+/// revision's webhook configurations' `caBundle` ([`crate::webhook::patch`])
+/// as often.
 pub async fn run(
     api: Api,
     leadership: Rc<Leadership>,
@@ -144,19 +145,24 @@ pub async fn run(
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
             }
-            if Instant::now() < lead_until
-                && let Err(e) = crate::webhook::patch::reconcile(
-                    &api,
-                    &namespace,
-                    &webhooks.revision,
-                    &root,
-                    webhooks.serving,
-                    &mut fail_closed,
-                )
-                .await
-            {
-                tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
-            }
+        }
+        // Every replica patches its own revision's webhooks, elected or not
+        // (istiod: "different istiod revisions will patch their own cert",
+        // sidecarinjector.go, validation.go): a canary's webhooks must not
+        // wait for a lock the default revision holds. Writes are only made
+        // where the caBundle differs; a 409 is read again next round.
+        let root = server.ca().root_pem().to_owned();
+        if let Err(e) = crate::webhook::patch::reconcile(
+            &api,
+            &namespace,
+            &webhooks.revision,
+            &root,
+            webhooks.serving,
+            &mut fail_closed,
+        )
+        .await
+        {
+            tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
         }
         tokio::select! {
             _ = tokio::time::sleep(elector.timings.retry) => {}

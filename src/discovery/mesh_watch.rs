@@ -8,8 +8,8 @@
 //! - with `SHARED_MESH_CONFIG` (Kubernetes only), that ConfigMap's `mesh`
 //!   applied first, the file or the revision's ConfigMap over it;
 //! - followed: a kubelet's ConfigMap update is a symlink swap (`..data`),
-//!   so the file is read again and compared every [`POLL`]; the ConfigMaps
-//!   are read as often. A change that parses and changes the settings
+//!   so the file is read again and compared every [`POLL`] (0.5 s); the
+//!   ConfigMaps are asked for every 5 s. A change that parses and changes the settings
 //!   rebuilds the mesh and pushes what it affects; a file or ConfigMap
 //!   that does not parse is logged and the last good configuration stays
 //!   ("invalid mesh config, using last known state").
@@ -24,8 +24,10 @@ use serde_json::Value;
 use crate::ca::kapi::Api;
 use crate::mesh::{MeshConfigError, MeshSettings};
 
-/// How often the sources are read again.
+/// How often the file is read again.
 pub(super) const POLL: Duration = Duration::from_millis(500);
+/// The ConfigMaps are asked for every this many [`POLL`]s (5 s).
+const API_EVERY: u64 = 10;
 
 /// The ConfigMap key istiod reads (`kubemesh.MeshConfigKey`).
 const KEY: &str = "mesh";
@@ -64,25 +66,27 @@ impl Sources {
         env: Env,
     ) -> Sources {
         let shared = (api.is_some() && !shared.is_empty()).then(|| (namespace.to_owned(), shared.to_owned()));
-        let exists = std::fs::symlink_metadata(file).is_ok();
+        // `os.Stat`: a dangling link is no file.
+        let exists = std::fs::metadata(file).is_ok();
         let configmap = (!exists && api.is_some()).then(|| (namespace.to_owned(), configmap_name(revision)));
         Sources { file: exists.then(|| file.to_owned()), configmap, shared, api, env }
     }
 
     /// What each source holds now: (shared, primary) YAML texts, `None`
-    /// where the source is absent (no ConfigMap, no key). An error is a
+    /// where the source is absent (no ConfigMap, no key). ConfigMaps are
+    /// asked for only with `api` (else `last`'s are kept). An error is a
     /// source that could not be read.
-    async fn read(&self) -> Result<(Option<String>, Option<String>), String> {
+    async fn read(&self, api: bool, last: &Texts) -> Result<Texts, String> {
         let shared = match &self.shared {
-            Some((ns, name)) => self.configmap(ns, name).await?,
-            None => None,
+            Some((ns, name)) if api => self.configmap(ns, name).await?,
+            _ => last.0.clone(),
         };
         let primary = match (&self.file, &self.configmap) {
             (Some(path), _) => {
                 Some(std::fs::read_to_string(path).map_err(|e| format!("--meshConfig {}: {e}", path.display()))?)
             }
-            (None, Some((ns, name))) => self.configmap(ns, name).await?,
-            (None, None) => None,
+            (None, Some((ns, name))) if api => self.configmap(ns, name).await?,
+            _ => last.1.clone(),
         };
         Ok((shared, primary))
     }
@@ -97,7 +101,20 @@ impl Sources {
     /// the merged configuration over istiod's defaults).
     pub(crate) async fn load(&self) -> Result<(MeshSettings, Texts), MeshConfigError> {
         let err = |reason: String| MeshConfigError { path: self.describe(), reason };
-        let texts = self.read().await.map_err(err)?;
+        // The API server may not answer yet: istiod waits for its mesh
+        // sources to sync; here, up to 30 s.
+        let mut tries = 0;
+        let texts = loop {
+            match self.read(true, &(None, None)).await {
+                Ok(t) => break t,
+                Err(e) if self.api.is_some() && tries < 30 => {
+                    tries += 1;
+                    tracing::warn!(target: "default", error = %e, "cannot read the mesh configuration yet; trying again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(err(e)),
+            }
+        };
         let settings = settings(&texts, &self.env).map_err(err)?;
         Ok((settings, texts))
     }
@@ -123,18 +140,29 @@ pub(crate) type Env = Rc<dyn Fn(&mut MeshSettings)>;
 /// The texts last read: (shared, primary).
 pub(crate) type Texts = (Option<String>, Option<String>);
 
-/// The settings the texts give: the shared configuration first, the primary
-/// over it (objects merged key by key, anything else replaced, as
-/// `ApplyMeshConfig` applies YAML over a message).
+/// The settings the texts give, as istiod's `NewCollection` and
+/// `ApplyMeshConfig` make them: the shared configuration first, the
+/// primary over it, each applied as jsonpb unmarshals into a message
+/// (nested messages merge field by field, scalars replace, lists append),
+/// but `extensionProviders` merge by name and `trustDomainAliases` are the
+/// sorted union. With two sources an invalid one is logged and left out
+/// ("invalid mesh config, ignoring"); with one, it is an error (the caller
+/// keeps the last good settings).
 fn settings(texts: &Texts, env: &Env) -> Result<MeshSettings, String> {
+    let present: Vec<(&str, &str)> = [("SHARED_MESH_CONFIG", &texts.0), ("mesh config", &texts.1)]
+        .into_iter()
+        .filter_map(|(what, t)| Some((what, t.as_deref()?)))
+        .collect();
     let mut merged = Value::Null;
-    for (what, text) in [("SHARED_MESH_CONFIG", &texts.0), ("mesh config", &texts.1)] {
-        let Some(text) = text.as_deref().filter(|t| !t.trim().is_empty()) else { continue };
-        let v: Value = serde_yaml_ng::from_str(text).map_err(|e| format!("{what}: {e}"))?;
-        if !v.is_object() && !v.is_null() {
-            return Err(format!("{what}: not a mapping"));
+    for (what, text) in &present {
+        let parsed = parse_source(text).map_err(|e| format!("{what}: {e}"));
+        match parsed {
+            Ok(v) => merged = apply(merged, v),
+            Err(e) if present.len() > 1 => {
+                tracing::warn!(target: "default", error = %e, "invalid mesh config, ignoring");
+            }
+            Err(e) => return Err(e),
         }
-        merge(&mut merged, v);
     }
     let yaml = if merged.is_null() { String::new() } else { merged.to_string() };
     let mut m = MeshSettings::parse(&yaml)?;
@@ -142,16 +170,69 @@ fn settings(texts: &Texts, env: &Env) -> Result<MeshSettings, String> {
     Ok(m)
 }
 
-/// `over` applied onto `base`: objects merged key by key, anything else
-/// replaced.
-fn merge(base: &mut Value, over: Value) {
-    match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                merge(b.entry(k).or_insert(Value::Null), v);
+/// One source's YAML, checked alone.
+fn parse_source(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    let v: Value = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    if !v.is_object() && !v.is_null() {
+        return Err("not a mapping".into());
+    }
+    MeshSettings::parse(text)?;
+    Ok(v)
+}
+
+/// `over` applied onto `base` as `ApplyMeshConfig` applies a source.
+fn apply(base: Value, over: Value) -> Value {
+    let (Value::Object(mut b), Value::Object(o)) = (base.clone(), over.clone()) else {
+        return if over.is_null() { base } else { over };
+    };
+    for (k, v) in o {
+        let next = match (k.as_str(), b.remove(&k)) {
+            ("extensionProviders", Some(Value::Array(prev))) => {
+                let mut out = prev;
+                for p in v.as_array().cloned().unwrap_or_default() {
+                    match out.iter_mut().find(|e| e.get("name").is_some() && e.get("name") == p.get("name")) {
+                        Some(e) => *e = p,
+                        None => out.push(p),
+                    }
+                }
+                Value::Array(out)
             }
+            ("trustDomainAliases", Some(Value::Array(prev))) => {
+                let mut all: Vec<Value> = prev.into_iter().chain(v.as_array().cloned().unwrap_or_default()).collect();
+                all.sort_by_key(|a| a.to_string());
+                all.dedup();
+                Value::Array(all)
+            }
+            (_, Some(prev)) => merge(prev, v),
+            (_, None) => v,
+        };
+        b.insert(k, next);
+    }
+    Value::Object(b)
+}
+
+/// `over` merged into `base` as jsonpb merges into a message: objects key
+/// by key, lists appended, anything else replaced.
+fn merge(base: Value, over: Value) -> Value {
+    match (base, over) {
+        (Value::Object(mut b), Value::Object(o)) => {
+            for (k, v) in o {
+                let next = match b.remove(&k) {
+                    Some(prev) => merge(prev, v),
+                    None => v,
+                };
+                b.insert(k, next);
+            }
+            Value::Object(b)
         }
-        (b, o) => *b = o,
+        (Value::Array(mut b), Value::Array(o)) => {
+            b.extend(o);
+            Value::Array(b)
+        }
+        (_, o) => o,
     }
 }
 
@@ -164,9 +245,9 @@ pub(super) async fn run(
     settings_tx: tokio::sync::watch::Sender<Arc<MeshSettings>>,
     changed: impl Fn(Arc<MeshSettings>),
 ) {
-    loop {
+    for round in 1u64.. {
         tokio::time::sleep(POLL).await;
-        let texts = match sources.read().await {
+        let texts = match sources.read(round % API_EVERY == 0, &last).await {
             Ok(t) => t,
             // A file being swapped, or the API server away: try again.
             Err(e) => {
@@ -213,11 +294,27 @@ mod tests {
         assert_eq!(m.root_namespace, "shared-root", "kept from the shared configuration");
         assert_eq!(m.trust_domain, "primary.example", "the primary wins");
         assert_eq!(m.proxy_tracing["sampling"], 50.0);
-        assert_eq!(m.proxy_tracing["zipkin"]["address"], "z:9411", "nested objects merge");
+        assert_eq!(m.proxy_tracing["zipkin"]["address"], "z:9411", "defaultConfig merges");
         assert_eq!(settings(&(None, None), &none()).unwrap(), MeshSettings::default());
         let e = settings(&(None, Some("outboundTrafficPolicy: [1]".into())), &none()).unwrap_err();
         assert!(e.contains("outboundTrafficPolicy") || e.contains("invalid"), "{e}");
         assert!(settings(&(Some("- a list".into()), None), &none()).unwrap_err().contains("SHARED_MESH_CONFIG"));
+        // Two sources: an invalid one is left out, the other applies.
+        let m = settings(&(Some("- a list".into()), Some("rootNamespace: r\n".into())), &none()).unwrap();
+        assert_eq!(m.root_namespace, "r");
+        let m = settings(&(Some("rootNamespace: s\n".into()), Some("outboundTrafficPolicy: [1]".into())), &none());
+        assert_eq!(m.unwrap().root_namespace, "s");
+        // Messages merge (an empty outboundTrafficPolicy keeps the mode);
+        // providers merge by name; aliases are the union.
+        let shared = "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\ntrustDomainAliases: [a.example]\n\
+                      extensionProviders: [{name: z, zipkin: {service: z.ns.svc, port: 9411}}, {name: keep, prometheus: {}}]\n";
+        let primary = "outboundTrafficPolicy: {}\ntrustDomainAliases: [b.example]\n\
+                       extensionProviders: [{name: z, zipkin: {service: z2.ns.svc, port: 9411}}]\n";
+        let m = settings(&(Some(shared.into()), Some(primary.into())), &none()).unwrap();
+        assert_eq!(m.outbound, crate::mesh::OutboundPolicy::RegistryOnly, "merged, as jsonpb merges");
+        assert_eq!(m.raw["trustDomainAliases"], serde_json::json!(["a.example", "b.example"]));
+        assert_eq!(m.extension_providers["z"].1["service"], "z2.ns.svc");
+        assert!(m.extension_providers.contains_key("keep"));
     }
 
     #[test]

@@ -61,8 +61,14 @@ impl Tags {
         let revision = if revision.is_empty() { "default" } else { revision };
         let list = |v: Option<Value>| v.and_then(|l| l["items"].as_array().cloned()).unwrap_or_default();
         let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
-        let hooks = list(api.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations").await?);
-        let services = list(api.get(&format!("/api/v1/namespaces/{namespace}/services")).await?);
+        // Only what carries the tag label (checked again below: a server
+        // that ignores the selector gives everything).
+        let hooks = list(
+            api.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations?labelSelector=istio.io%2Ftag")
+                .await?,
+        );
+        let services =
+            list(api.get(&format!("/api/v1/namespaces/{namespace}/services?labelSelector=istio.io%2Ftag")).await?);
         let mut mine = BTreeSet::from([revision.to_owned()]);
         let mut other_default_tag = false;
         for o in hooks.iter().chain(&services) {

@@ -33,6 +33,10 @@ pub(super) struct State {
     /// The mesh settings in force (`mesh_watch.rs` replaces them; the next
     /// model is built with them).
     pub(super) settings: Arc<crate::mesh::MeshSettings>,
+    /// A rebuild from every object was asked for (a new mesh configuration
+    /// or revision tags): the next whole update is not the objects'
+    /// changes, so it counts no inbound updates.
+    pub(super) rebuild: bool,
     /// The JWT key sets the resolver has (`jwks.rs`); every model built
     /// carries them.
     pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
@@ -123,7 +127,10 @@ pub(super) fn apply(
         let s = state.borrow();
         (s.mesh.clone(), s.jwks.clone())
     };
-    count_inbound_updates(&objects, changed.as_deref());
+    let rebuild = std::mem::take(&mut state.borrow_mut().rebuild);
+    if !(rebuild && changed.is_none()) {
+        count_inbound_updates(&objects, changed.as_deref());
+    }
     let (mut mesh, incremental) = update(prev.as_ref(), &objects, changed.as_deref(), domain, mesh, &jwks);
     let access = state.borrow().secret_access.clone();
     if !Arc::ptr_eq(&mesh.model.secret_access, &access) {

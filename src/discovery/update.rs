@@ -53,7 +53,7 @@ pub fn update(
     // The fast paths keep the previous model's key sets, which are `jwks`:
     // the resolver replaces both together (jwks.rs `publish`).
     // A new mesh configuration may change anything: no fast path.
-    let fast = prev.filter(|m| *m.model.mesh == **settings).and_then(|m| {
+    let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
         if let Some(refs) = all(&Model::SERVICE_KINDS) {
             return Some(m.with_services(objects, refs));
         }

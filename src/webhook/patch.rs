@@ -9,7 +9,8 @@
 //! a webhook, istiod's `isDryRunOfInvalidConfigRejected`). Updates carry
 //! the `resourceVersion` read (a 409 waits for the next round) and are
 //! made only where something differs, so a configuration is written once
-//! per root change. The replica holding the election Lease does it.
+//! per root change. Every replica of the revision does it, elected or not,
+//! as istiod does.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

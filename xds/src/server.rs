@@ -127,12 +127,17 @@ static STARTING: AtomicBool = AtomicBool::new(false);
 /// The panic hook that does so, installed once.
 static HOOK: std::sync::Once = std::sync::Once::new();
 
+thread_local! {
+    /// This core has started (its later panics are reported as any other).
+    static CORE_STARTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn catch_start_panics() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let core = std::thread::current().name().is_some_and(|n| n.starts_with("istiod-core"));
-            if core && STARTING.load(Ordering::SeqCst) {
+            if core && STARTING.load(Ordering::SeqCst) && !CORE_STARTED.with(std::cell::Cell::get) {
                 let msg = info
                     .payload()
                     .downcast_ref::<&str>()
@@ -254,6 +259,7 @@ async fn run_core<F: ServiceFactory>(
     let registry = Rc::new(Registry::new(cfg.limits.clone(), cfg.grpc.clone()));
     let svc = Rc::new(RefCell::new(factory.make(core, registry.clone())));
     factory.start(core, svc.clone());
+    CORE_STARTED.with(|s| s.set(true));
     let _ = ready.send(Ok(bound));
     drop(ready);
 

@@ -91,6 +91,12 @@ pub struct MeshSettings {
     pub default_virtual_service_export_to: Vec<String>,
     /// `defaultDestinationRuleExportTo` (`*`).
     pub default_destination_rule_export_to: Vec<String>,
+    /// `inboundTrafficPolicy.mode: LOCALHOST`: inbound clusters send to
+    /// 127.0.0.1 instead of the pod's address (`PASSTHROUGH`, the default).
+    pub inbound_localhost: bool,
+    /// `trustDomainAliases`: trust domains also accepted as this mesh's in
+    /// AuthorizationPolicy principals and trust domains.
+    pub trust_domain_aliases: Vec<String>,
     /// `localityLbSetting`: locality load balancing where no
     /// DestinationRule sets it (istiod's default `{enabled: true}`).
     pub locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
@@ -194,6 +200,8 @@ impl Default for MeshSettings {
             default_virtual_service_export_to: Vec::new(),
             default_destination_rule_export_to: Vec::new(),
             locality_lb_setting: None,
+            trust_domain_aliases: Vec::new(),
+            inbound_localhost: false,
         }
     }
 }
@@ -295,6 +303,8 @@ struct Raw {
     default_virtual_service_export_to: Option<Vec<String>>,
     default_destination_rule_export_to: Option<Vec<String>>,
     locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
+    trust_domain_aliases: Option<Vec<String>>,
+    inbound_traffic_policy: Option<RawInbound>,
 }
 
 #[derive(Deserialize)]
@@ -316,6 +326,11 @@ impl PartialEq for Percent {
 }
 
 impl Eq for Percent {}
+
+#[derive(Deserialize)]
+struct RawInbound {
+    mode: Option<String>,
+}
 
 #[derive(Deserialize)]
 struct RawOutbound {
@@ -408,6 +423,14 @@ impl MeshSettings {
         m.default_destination_rule_export_to =
             export("defaultDestinationRuleExportTo", raw.default_destination_rule_export_to)?;
         m.locality_lb_setting = raw.locality_lb_setting;
+        m.trust_domain_aliases = raw.trust_domain_aliases.unwrap_or_default();
+        m.inbound_localhost = match raw.inbound_traffic_policy.and_then(|p| p.mode).as_deref() {
+            None | Some("PASSTHROUGH") => false,
+            Some("LOCALHOST") => true,
+            Some(other) => {
+                return Err(format!("inboundTrafficPolicy.mode: {other:?} is neither PASSTHROUGH nor LOCALHOST"));
+            }
+        };
         m.discovery_selectors = raw.discovery_selectors.unwrap_or_default();
         for s in &m.discovery_selectors {
             for e in &s.match_expressions {

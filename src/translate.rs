@@ -309,6 +309,40 @@ mod tests {
         assert!(forms[0].1.forms[0].locality.is_none());
     }
 
+    /// `inboundTrafficPolicy` (cluster.go
+    /// `buildInboundClustersFromServiceInstances`): PASSTHROUGH (the
+    /// default) sends to the original destination from 127.0.0.6;
+    /// LOCALHOST makes a static cluster to 127.0.0.1 on the port, with no
+    /// bind address; served that way to the workload.
+    #[test]
+    fn inbound_traffic_policy_localhost_sends_to_loopback() {
+        use istiod_proto::envoy::config::cluster::v3::cluster;
+        let extra = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+                     spec: {clusterIP: 10.96.7.9, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\n\
+                     apiVersion: v1\nkind: Pod\nmetadata: {name: web-0, namespace: shop, labels: {app: web}}\n\
+                     spec: {containers: [{name: c}]}\nstatus: {podIP: 10.244.0.9, phase: Running}\n";
+        let web = crate::testing::class("shop", &[("app", "web")]);
+        let inbound = |mesh: &str| {
+            let m = Arc::new(crate::testing::model_in(mesh, extra));
+            let b = crate::testing::served(&m, &web, Kind::Cluster, "inbound|8080||").expect("served");
+            Cluster::decode(b).unwrap()
+        };
+        let passthrough = inbound("");
+        assert_eq!(passthrough.lb_policy, cluster::LbPolicy::ClusterProvided as i32);
+        assert_eq!(passthrough.upstream_bind_config.unwrap().source_address.unwrap().address, "127.0.0.6");
+        let local = inbound("inboundTrafficPolicy: {mode: LOCALHOST}\n");
+        assert_eq!(
+            local.cluster_discovery_type,
+            Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32))
+        );
+        assert!(local.upstream_bind_config.is_none());
+        let cla = local.load_assignment.unwrap();
+        let ep = &cla.endpoints[0].lb_endpoints[0];
+        let text = format!("{ep:?}");
+        assert!(text.contains("\"127.0.0.1\"") && text.contains("PortValue(8080)"), "{text}");
+        assert!(crate::mesh::MeshSettings::parse("inboundTrafficPolicy: {mode: SOMETIMES}\n").is_err());
+    }
+
     /// A VirtualService bound to a Gateway only is not a sidecar's, and a
     /// match block naming gateways is a sidecar's only with `mesh` among
     /// them (istiod's getGatewayNames and mesh route building).

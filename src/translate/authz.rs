@@ -327,6 +327,83 @@ fn source_key<'a>(key: &str, ns: &'a str) -> Option<MakePrincipal<'a>> {
     })
 }
 
+/// istiod's `MigrateTrustDomain` (security/authz/model/model.go,
+/// trustdomain/bundle.go): with the mesh's trust domain and aliases
+/// (`domains`, the trust domain first), a source principal of any of them
+/// or of `cluster.local` stands for the same identity in each; a source
+/// trust domain among them stands for all of them. Nothing changes for the
+/// default `cluster.local` without aliases.
+fn migrate_trust_domain<'a>(r: &'a Rule, domains: &[String]) -> std::borrow::Cow<'a, Rule> {
+    if domains.len() == 1 && domains[0] == "cluster.local" {
+        return std::borrow::Cow::Borrowed(r);
+    }
+    let mut r = r.clone();
+    for f in &mut r.from {
+        if let Some(src) = &mut f.source {
+            src.principals = replace_trust_domains(&src.principals, domains);
+            src.not_principals = replace_trust_domains(&src.not_principals, domains);
+            src.trust_domains = expand_trust_domains(&src.trust_domains, domains);
+            src.not_trust_domains = expand_trust_domains(&src.not_trust_domains, domains);
+        }
+    }
+    for c in &mut r.when {
+        match c.key.as_str() {
+            "source.principal" => {
+                c.values = replace_trust_domains(&c.values, domains);
+                c.not_values = replace_trust_domains(&c.not_values, domains);
+            }
+            "source.trustDomain" => {
+                c.values = expand_trust_domains(&c.values, domains);
+                c.not_values = expand_trust_domains(&c.not_values, domains);
+            }
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Owned(r)
+}
+
+/// trustdomain.Bundle's `ReplaceTrustDomainAliases`.
+fn replace_trust_domains(principals: &[String], domains: &[String]) -> Vec<String> {
+    // util.go's matches: `*` suffix and prefix patterns either way.
+    let prefix = |a: &str, p: &str| p.strip_suffix('*').is_some_and(|p| a.starts_with(p));
+    let suffix = |a: &str, p: &str| p.strip_prefix('*').is_some_and(|p| a.ends_with(p));
+    let matches = |a: &str| {
+        domains.iter().any(|s| a == s || s == "*" || prefix(a, s) || prefix(s, a) || suffix(a, s) || suffix(s, a))
+    };
+    let mut out = Vec::new();
+    for p in principals {
+        let parts: Vec<&str> = p.split('/').collect();
+        let td = parts[0];
+        if parts.len() != 5 || td == "*" || !(matches(td) || td == "cluster.local") {
+            out.push(p.clone());
+            continue;
+        }
+        let mut these: Vec<String> = Vec::new();
+        for d in domains {
+            let n = if suffix(d, td) { p.clone() } else { format!("{d}/{}", parts[1..].join("/")) };
+            if !these.contains(&n) {
+                these.push(n);
+            }
+        }
+        out.extend(these);
+    }
+    out
+}
+
+/// trustdomain.Bundle's `ExpandTrustDomainAliases`.
+fn expand_trust_domains(values: &[String], domains: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for v in values {
+        let add: Vec<String> = if domains.contains(v) { domains.to_vec() } else { vec![v.clone()] };
+        for a in add {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
 /// Returns (permissions, principals, whether it uses HTTP fields, why it
 /// cannot be built as written). On a TCP chain (`tcp`) the HTTP-only fields
 /// (methods, paths, hosts, `request.headers`, request principals and JWT
@@ -539,6 +616,8 @@ fn applies(model: &Model, class: &ProxyClass) -> Vec<(String, String, Authorizat
 
 /// The RBAC of a workload's inbound chains (`http`: an HTTP chain).
 pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
+    let trust_domains: Vec<String> =
+        std::iter::once(&model.mesh.trust_domain).chain(&model.mesh.trust_domain_aliases).cloned().collect();
     let mut deny: BTreeMap<String, rbac::Policy> = BTreeMap::new();
     let mut allow: BTreeMap<String, rbac::Policy> = BTreeMap::new();
     let mut any_allow = false;
@@ -556,7 +635,8 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
             continue; // ALLOW with no rules allows nothing; DENY with none denies nothing
         }
         for (i, r) in ap.rules.iter().enumerate() {
-            let (permissions, principals, uses_http, skip) = rule(r, &ns, !http);
+            let r = migrate_trust_domain(r, &trust_domains);
+            let (permissions, principals, uses_http, skip) = rule(&r, &ns, !http);
             if uses_http && !http && ap.action == Action::Allow {
                 continue;
             }

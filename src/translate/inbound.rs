@@ -144,9 +144,36 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     ports.into_values().collect()
 }
 
+/// `inbound|<port>||` (cluster.go `buildInboundClustersFromServiceInstances`,
+/// cluster_builder.go `buildInboundCluster`): to the address the
+/// connection was for, leaving from 127.0.0.6 so iptables lets it through;
+/// with `inboundTrafficPolicy.mode: LOCALHOST`, a static cluster to
+/// 127.0.0.1 on the port.
 pub(crate) fn inbound_cluster(mesh: &crate::mesh::MeshSettings, port: u16) -> Cluster {
+    let name = format!("inbound|{port}||");
+    if mesh.inbound_localhost {
+        use istiod_proto::envoy::config::endpoint::v3 as ep;
+        let endpoint = ep::LbEndpoint {
+            host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
+                address: super::envoy::socket("127.0.0.1", u32::from(port)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        return Cluster {
+            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),
+            connect_timeout: Some(super::cluster::timeout(mesh)),
+            load_assignment: Some(ep::ClusterLoadAssignment {
+                cluster_name: name.clone(),
+                endpoints: vec![ep::LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
+                ..Default::default()
+            }),
+            name,
+            ..Default::default()
+        };
+    }
     Cluster {
-        name: format!("inbound|{port}||"),
+        name,
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
         connect_timeout: Some(super::cluster::timeout(mesh)),

@@ -283,3 +283,51 @@ fn when_conditions_as_istiod_builds_them_and_invalid_rules_skipped() {
         assert!(from.contains(part), "{part} in {from}");
     }
 }
+
+/// istiod's trust domain migration (security/authz/model/model.go
+/// `MigrateTrustDomain`, trustdomain/bundle.go): with `trustDomain:
+/// new.example` and `trustDomainAliases: [old.example]`, a principal of
+/// either (or of `cluster.local`) matches the identity in both; a principal
+/// of another trust domain stays as written; `trustDomains` and
+/// `source.trustDomain` naming one of them name both.
+#[test]
+fn trust_domain_aliases_widen_principals_as_istiod_does() {
+    let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: td, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: reviews}}, rules: [\
+         {from: [{source: {principals: [cluster.local/ns/bookinfo/sa/productpage, other.org/ns/x/sa/y]}}]},\
+         {from: [{source: {trustDomains: [old.example]}}]},\
+         {from: [{source: {namespaces: [bookinfo]}}], when: [{key: source.principal, values: [old.example/ns/a/sa/b]}]}]}\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
+    let objs = istiod_kubewatch::config_dir::load(dir.path()).unwrap().objects;
+    let mesh =
+        crate::mesh::MeshSettings::parse("trustDomain: new.example\ntrustDomainAliases: [old.example]\n").unwrap();
+    let m = Model::build_in(&objs, "cluster.local", Arc::new(mesh));
+    let rb = crate::translate::authz::rbacs(&m, &class("bookinfo", &[("app", "reviews")]), true);
+    let allow = rb.allow.unwrap().policies;
+    let text = |i: usize| format!("{:?}", allow[&format!("ns[bookinfo]-policy[td]-rule[{i}]")]);
+    let principals = text(0);
+    for p in [
+        "spiffe://new.example/ns/bookinfo/sa/productpage",
+        "spiffe://old.example/ns/bookinfo/sa/productpage",
+        "spiffe://other.org/ns/x/sa/y",
+    ] {
+        assert!(principals.contains(p), "{p} in {principals}");
+    }
+    assert!(!principals.contains("spiffe://cluster.local/"), "cluster.local stands for the mesh's: {principals}");
+    let domains = text(1);
+    assert!(
+        domains.contains(r#"Prefix("spiffe://new.example/")"#)
+            && domains.contains(r#"Prefix("spiffe://old.example/")"#)
+    );
+    let when = text(2);
+    assert!(
+        when.contains("spiffe://new.example/ns/a/sa/b") && when.contains("spiffe://old.example/ns/a/sa/b"),
+        "{when}"
+    );
+    // Without aliases, under the default trust domain, nothing changes.
+    let plain = Model::build_in(&objs, "cluster.local", Arc::new(crate::mesh::MeshSettings::default()));
+    let rb = crate::translate::authz::rbacs(&plain, &class("bookinfo", &[("app", "reviews")]), true);
+    let p = format!("{:?}", rb.allow.unwrap().policies["ns[bookinfo]-policy[td]-rule[0]"]);
+    assert!(p.contains("spiffe://cluster.local/ns/bookinfo/sa/productpage") && !p.contains("new.example"));
+}

@@ -61,7 +61,9 @@ pub struct MeshSettings {
     /// the server says otherwise.
     pub tls_defaults: TlsDefaults,
     /// `discoverySelectors`: the namespaces istiod looks after (any
-    /// selector matching; none means all). Used for the root ConfigMaps.
+    /// selector matching; none means all): only their objects are read
+    /// (`discovery/sources.rs` `discovery_filter`), and only they get the
+    /// root ConfigMap.
     pub discovery_selectors: Vec<LabelSelector>,
     /// `defaultProviders.metrics`: the providers sidecars report metrics
     /// to when no Telemetry names one (istiod's Go default: none; the

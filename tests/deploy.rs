@@ -469,3 +469,57 @@ fn io_uring_blocked_by_seccomp_says_what_to_change() {
     assert!(err.contains("io_uring_setup was refused") && err.contains("securityContext.seccompProfile"), "{err}");
     assert!(!err.contains("panicked at"), "no panic report: {err}");
 }
+
+/// istiod's discovery namespace filter (pkg/kube/namespace/filter.go,
+/// enhanced resource scoping): with `discoverySelectors`, the Services and
+/// Istio config of unselected namespaces are not read; labelling a
+/// namespace brings its objects in, and a mesh config without selectors
+/// reads every namespace.
+#[test]
+fn discovery_selectors_limit_what_is_read() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::istio_resources()) {
+        api.install(r);
+    }
+    api.apply("namespaces", serde_json::json!({"metadata": {"name": "in", "labels": {"mesh": "yes"}}}));
+    api.apply("namespaces", serde_json::json!({"metadata": {"name": "out"}}));
+    for ns in ["in", "out"] {
+        api.apply(
+            "services",
+            serde_json::json!({"metadata": {"name": "web", "namespace": ns},
+                "spec": {"clusterIP": if ns == "in" { "10.96.1.1" } else { "10.96.1.2" }, "ports": [{"name": "http", "port": 80}]}}),
+        );
+        api.apply(
+            "serviceentries",
+            serde_json::json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+                "metadata": {"name": "ext", "namespace": ns},
+                "spec": {"hosts": [format!("{ns}.example.com")], "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}], "resolution": "DNS"}}),
+        );
+    }
+    let selecting = "discoverySelectors:\n- matchLabels: {mesh: \"yes\"}\n";
+    let cm = |mesh: &str| serde_json::json!({"metadata": {"name": "istio", "namespace": "istio-system"}, "data": {"mesh": mesh}});
+    api.apply("configmaps", cm(selecting));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", dir.path().join("absent").to_str().unwrap()],
+        &[("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    let registry = || get(s.http, "/debug/registryz").unwrap().1;
+    let r = registry();
+    assert!(r.contains("web.in.svc.cluster.local") && r.contains("in.example.com"), "{r}");
+    assert!(!r.contains("web.out.svc.cluster.local") && !r.contains("out.example.com"), "{r}");
+    api.apply("namespaces", serde_json::json!({"metadata": {"name": "out", "labels": {"mesh": "yes"}}}));
+    wait_for("the labelled namespace's objects", Duration::from_secs(10), || {
+        let r = registry();
+        r.contains("web.out.svc.cluster.local") && r.contains("out.example.com")
+    });
+    api.apply("namespaces", serde_json::json!({"metadata": {"name": "out"}}));
+    wait_for("unlabelled again", Duration::from_secs(10), || !registry().contains("web.out.svc.cluster.local"));
+    api.apply("configmaps", cm("rootNamespace: istio-system\n"));
+    wait_for("no selectors: every namespace", Duration::from_secs(15), || {
+        registry().contains("web.out.svc.cluster.local")
+    });
+}

@@ -33,33 +33,54 @@ impl Server {
         Self::start_with(&[])
     }
 
+    /// Started on free ports; a port another test took between the check
+    /// and the bind (tests run side by side) is a retry on other ports.
     fn start_with(env: &[(&str, &str)]) -> Self {
-        let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-            .envs(env.iter().copied())
-            .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
-            .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-            .args([
-                "--monitoringAddr",
-                &monitoring.to_string(),
-                "--secureGRPCAddr",
-                "",
-                "--httpsAddr",
-                "",
-                "--cores",
-                "2",
-            ])
-            .args(["--log_target", "stderr"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while get(http, "/ready").map(|r| r.0) != Some(200) {
-            assert!(Instant::now() < deadline, "server never became ready");
-            std::thread::sleep(Duration::from_millis(50));
+        for _ in 0..5 {
+            let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+            let log = tempfile::NamedTempFile::new().unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+                .envs(env.iter().copied())
+                .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
+                .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+                .args([
+                    "--monitoringAddr",
+                    &monitoring.to_string(),
+                    "--secureGRPCAddr",
+                    "",
+                    "--httpsAddr",
+                    "",
+                    "--cores",
+                    "2",
+                ])
+                .args(["--log_target", "stderr"])
+                .stdout(Stdio::null())
+                .stderr(log.reopen().unwrap())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut exited = None;
+            while get(http, "/ready").map(|r| r.0) != Some(200) {
+                if let Some(status) = child.try_wait().unwrap() {
+                    exited = Some(status);
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "server never became ready: {}",
+                    std::fs::read_to_string(log.path()).unwrap_or_default()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            match exited {
+                None => return Self { child, grpc, http, monitoring },
+                Some(status) => {
+                    let err = std::fs::read_to_string(log.path()).unwrap_or_default();
+                    assert!(err.contains("Address already in use"), "server exited ({status}): {err}");
+                }
+            }
         }
-        Self { child, grpc, http, monitoring }
+        panic!("no free ports in five tries")
     }
 
     fn terminate(mut self) -> std::process::ExitStatus {

@@ -99,6 +99,8 @@ pub(super) fn apply(
     let started = std::time::Instant::now();
     let settings = state.borrow().settings.clone();
     let mesh = &settings;
+    let mut objects = objects;
+    discovery_filter(&mut objects, mesh);
     if let Some(hooks) = &state.borrow().webhooks {
         use istiod_kubewatch::istio::{IstioKind, IstioSpec};
         let items = objects
@@ -230,6 +232,31 @@ pub(super) fn apply(
         let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons });
     }
+}
+
+/// istiod's discovery namespace filter (`pkg/kube/namespace/filter.go`,
+/// with `ENABLE_ENHANCED_RESOURCE_SCOPING`, istiod's default): with
+/// `discoverySelectors`, only the namespaced objects of the namespaces they
+/// select are read (Services, EndpointSlices, Pods, Secrets, Istio and
+/// Gateway API config); cluster-scoped ones (Namespaces, Nodes) all are.
+/// Nothing is done without selectors.
+pub(super) fn discovery_filter(objects: &mut istiod_kubewatch::objects::Objects, mesh: &crate::mesh::MeshSettings) {
+    if mesh.discovery_selectors.is_empty() {
+        return;
+    }
+    let selected: std::collections::HashSet<String> = objects
+        .namespaces
+        .iter()
+        .filter(|n| mesh.discovers(&n.metadata.labels))
+        .map(|n| n.metadata.name.clone())
+        .collect();
+    let keep = |ns: &str| ns.is_empty() || selected.contains(ns);
+    objects.services.retain(|o| keep(o.metadata.ns()));
+    objects.endpoint_slices.retain(|o| keep(o.metadata.ns()));
+    objects.pods.retain(|o| keep(o.metadata.ns()));
+    objects.secrets.retain(|o| keep(o.metadata.ns()));
+    objects.istio.retain(|o| keep(o.meta.ns()));
+    objects.gateway_api.retain(|o| keep(o.meta.ns()));
 }
 
 /// istiod's `pilot_inbound_updates`: one per object changed (`None`: a

@@ -250,7 +250,14 @@ pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>)
             // `-x`: pflag drops an unknown shorthand too.
             let short = text.strip_prefix('-').and_then(|f| f.chars().next()).filter(|_| text.len() > 1);
             match short {
-                Some(c) if !shorts.contains(&c) => dropped.push(text.into_owned()),
+                Some(c) if !shorts.contains(&c) => {
+                    // With its value, as pflag's stripUnknownFlagValue.
+                    let alone = text.len() == 2;
+                    dropped.push(text.into_owned());
+                    if alone && rest.peek().is_some_and(|v| !v.to_string_lossy().starts_with('-')) {
+                        dropped.push(rest.next().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default());
+                    }
+                }
                 _ => kept.push(a.clone()),
             }
             continue;

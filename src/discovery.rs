@@ -473,6 +473,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Source::Kubernetes { .. }, _) => {
                 let client = kube.clone().expect("a Kubernetes client was made at start");
+                state.borrow_mut().namespace_filter = true;
                 if let Some(ca) = &ca_server {
                     // istiod's Kubernetes JWT authenticator: the cores send
                     // tokens here for a TokenReview.

@@ -91,7 +91,8 @@ pub struct MeshSettings {
     pub default_service_export_to: Vec<String>,
     /// `defaultVirtualServiceExportTo` (`*`).
     pub default_virtual_service_export_to: Vec<String>,
-    /// `defaultDestinationRuleExportTo` (`*`).
+    /// `defaultDestinationRuleExportTo` (`*`): `.` when it names `.`, else
+    /// none (istiod honours only `.` and `*` here).
     pub default_destination_rule_export_to: Vec<String>,
     /// `inboundTrafficPolicy.mode: LOCALHOST`: inbound clusters send to
     /// 127.0.0.1 instead of the pod's address (`PASSTHROUGH`, the default).
@@ -409,6 +410,13 @@ impl MeshSettings {
         if let Some(t) = raw.connect_timeout {
             m.connect_timeout =
                 istiod_kubewatch::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
+            // ValidateMeshConfig: at least 1ms, in whole milliseconds
+            // (Envoy refuses a zero connect timeout on every cluster).
+            if m.connect_timeout < std::time::Duration::from_millis(1)
+                || m.connect_timeout.subsec_nanos() % 1_000_000 != 0
+            {
+                return Err(format!("connectTimeout: {t:?}: must be at least 1ms, in whole milliseconds"));
+            }
         }
         let export = |what: &str, v: Option<Vec<String>>| -> Result<Vec<String>, String> {
             let v = v.unwrap_or_default();
@@ -422,8 +430,13 @@ impl MeshSettings {
         m.default_service_export_to = export("defaultServiceExportTo", raw.default_service_export_to)?;
         m.default_virtual_service_export_to =
             export("defaultVirtualServiceExportTo", raw.default_virtual_service_export_to)?;
+        // istiod honours only `.` and `*` here (push_context.go
+        // setDestinationRules): with `.` among them a rule without
+        // `exportTo` is its namespace's, else everyone's.
+        let dr = export("defaultDestinationRuleExportTo", raw.default_destination_rule_export_to.clone())?;
+        let private = raw.default_destination_rule_export_to.unwrap_or_default().iter().any(|e| e == ".");
         m.default_destination_rule_export_to =
-            export("defaultDestinationRuleExportTo", raw.default_destination_rule_export_to)?;
+            if private || dr.iter().any(|e| e == ".") { vec![".".into()] } else { Vec::new() };
         m.locality_lb_setting = raw.locality_lb_setting;
         m.trust_domain_aliases = raw.trust_domain_aliases.unwrap_or_default();
         m.inbound_localhost = match raw.inbound_traffic_policy.and_then(|p| p.mode).as_deref() {

@@ -272,8 +272,11 @@ mod tests {
                      apiVersion: v1\nkind: Service\nmetadata: {name: closed, namespace: shop}\n\
                      spec: {clusterIP: 10.96.7.8, ports: [{name: http, port: 8080}]}\n---\n\
                      apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: open, namespace: shop}\n\
-                     spec: {hosts: [open.shop.svc.cluster.local], http: [{route: [{destination: {host: open.shop.svc.cluster.local}}], timeout: 7s}]}\n";
+                     spec: {hosts: [open.shop.svc.cluster.local], http: [{route: [{destination: {host: open.shop.svc.cluster.local}}], timeout: 7s}]}\n---\n\
+                     apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: open, namespace: shop}\n\
+                     spec: {host: open.shop.svc.cluster.local, trafficPolicy: {connectionPool: {tcp: {connectTimeout: 2s}}}}\n";
         let mesh = "connectTimeout: 3s\ndefaultServiceExportTo: [\".\"]\ndefaultVirtualServiceExportTo: [\".\"]\n\
+                    defaultDestinationRuleExportTo: [\".\"]\n\
                     localityLbSetting: {enabled: true, failover: [{from: us-east, to: us-west}]}\n";
         let m = Arc::new(crate::testing::model_in(mesh, extra));
         let client = crate::testing::class("bookinfo", &[]);
@@ -282,7 +285,13 @@ mod tests {
             crate::testing::served(&m, class, Kind::Cluster, name).map(|b| Cluster::decode(b).unwrap())
         };
         let open = cluster(&client, "outbound|8080||open.shop.svc.cluster.local").expect("exported by its annotation");
-        assert_eq!(open.connect_timeout.as_ref().map(|d| (d.seconds, d.nanos)), Some((3, 0)));
+        assert_eq!(
+            open.connect_timeout.as_ref().map(|d| (d.seconds, d.nanos)),
+            Some((3, 0)),
+            "the mesh's: the shop DestinationRule is shop's only (defaultDestinationRuleExportTo)"
+        );
+        let own = cluster(&local, "outbound|8080||open.shop.svc.cluster.local").unwrap();
+        assert_eq!(own.connect_timeout.as_ref().map(|d| d.seconds), Some(2), "the rule's, in its namespace");
         assert!(cluster(&client, "outbound|8080||closed.shop.svc.cluster.local").is_none(), "defaultServiceExportTo");
         assert!(cluster(&local, "outbound|8080||closed.shop.svc.cluster.local").is_some(), "its own namespace sees it");
         let black_hole = cluster(&client, "BlackHoleCluster").unwrap();
@@ -303,6 +312,17 @@ mod tests {
         let forms = crate::translate::cluster::outbound_of(&m, &m.services["open.shop.svc.cluster.local"]);
         let locality = forms[0].1.forms[0].locality.clone().expect("the mesh's localityLbSetting");
         assert_eq!(locality.failover[0].from, "us-east");
+        // A mesh-wide `distribute`: weights on the served cluster too.
+        let weighted = Arc::new(crate::testing::model_in(
+            "localityLbSetting: {distribute: [{from: \"us-east/*\", to: {\"us-east/*\": 80, \"us-west/*\": 20}}]}\n",
+            extra,
+        ));
+        let c =
+            crate::testing::served(&weighted, &local, Kind::Cluster, "outbound|8080||closed.shop.svc.cluster.local")
+                .map(|b| Cluster::decode(b).unwrap())
+                .unwrap();
+        assert!(format!("{:?}", c.common_lb_config).contains("LocalityWeightedLbConfig"), "{:?}", c.common_lb_config);
+        assert!(crate::mesh::MeshSettings::parse("connectTimeout: 0s\n").is_err(), "Envoy refuses a zero timeout");
         let defaults = crate::testing::model_in("", extra);
         let forms =
             crate::translate::cluster::outbound_of(&defaults, &defaults.services["open.shop.svc.cluster.local"]);

@@ -30,6 +30,7 @@ fn unknown_flags_are_ignored_and_logged() {
             "--configDir=/nonexistent/istiod-rs",
             "--newSwitch",
             "-z",
+            "zvalue",
             "--log_target=stderr",
         ],
         &[],
@@ -38,7 +39,7 @@ fn unknown_flags_are_ignored_and_logged() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--configDir is not a directory"), "the known flags applied: {err}");
     assert!(err.contains("unknown flags ignored"), "{err}");
-    for f in ["--grpcAdress=:15010", "--someFutureFlag", "value", "--newSwitch", "-z"] {
+    for f in ["--grpcAdress=:15010", "--someFutureFlag", "value", "--newSwitch", "-z", "zvalue"] {
         assert!(err.contains(&format!("\"{f}\"")), "{f} named: {err}");
     }
     let o = run(&["discovery", "--unknown", "--keepaliveMaxServerConnectionAge=30"], &[]);

@@ -142,12 +142,13 @@ pub(crate) type Texts = (Option<String>, Option<String>);
 
 /// The settings the texts give, as istiod's `NewCollection` and
 /// `ApplyMeshConfig` make them: the shared configuration first, the
-/// primary over it, each applied as jsonpb unmarshals into a message
-/// (nested messages merge field by field, scalars replace, lists append),
-/// but `extensionProviders` merge by name and `trustDomainAliases` are the
-/// sorted union. With two sources an invalid one is logged and left out
-/// ("invalid mesh config, ignoring"); with one, it is an error (the caller
-/// keeps the last good settings).
+/// primary over it. Each field a source names replaces the one before
+/// (jsonpb sets each field it decodes anew), except: `defaultConfig`
+/// replaces field by field with `proxyMetadata` merged key by key;
+/// `defaultProviders` replaces field by field; `extensionProviders` merge
+/// by name; `trustDomainAliases` are the sorted union. With two sources an
+/// invalid one is logged and left out ("invalid mesh config, ignoring");
+/// with one, it is an error (the caller keeps the last good settings).
 fn settings(texts: &Texts, env: &Env) -> Result<MeshSettings, String> {
     let present: Vec<(&str, &str)> = [("SHARED_MESH_CONFIG", &texts.0), ("mesh config", &texts.1)]
         .into_iter()
@@ -190,6 +191,29 @@ fn apply(base: Value, over: Value) -> Value {
     };
     for (k, v) in o {
         let next = match (k.as_str(), b.remove(&k)) {
+            ("defaultConfig", Some(Value::Object(mut prev))) => match v {
+                Value::Object(fields) => {
+                    for (f, fv) in fields {
+                        let merged = match (f.as_str(), prev.remove(&f), fv) {
+                            ("proxyMetadata", Some(Value::Object(mut m)), Value::Object(n)) => {
+                                m.extend(n);
+                                Value::Object(m)
+                            }
+                            (_, _, fv) => fv,
+                        };
+                        prev.insert(f, merged);
+                    }
+                    Value::Object(prev)
+                }
+                other => other,
+            },
+            ("defaultProviders", Some(Value::Object(mut prev))) => match v {
+                Value::Object(fields) => {
+                    prev.extend(fields);
+                    Value::Object(prev)
+                }
+                other => other,
+            },
             ("extensionProviders", Some(Value::Array(prev))) => {
                 let mut out = prev;
                 for p in v.as_array().cloned().unwrap_or_default() {
@@ -206,34 +230,11 @@ fn apply(base: Value, over: Value) -> Value {
                 all.dedup();
                 Value::Array(all)
             }
-            (_, Some(prev)) => merge(prev, v),
-            (_, None) => v,
+            _ => v,
         };
         b.insert(k, next);
     }
     Value::Object(b)
-}
-
-/// `over` merged into `base` as jsonpb merges into a message: objects key
-/// by key, lists appended, anything else replaced.
-fn merge(base: Value, over: Value) -> Value {
-    match (base, over) {
-        (Value::Object(mut b), Value::Object(o)) => {
-            for (k, v) in o {
-                let next = match b.remove(&k) {
-                    Some(prev) => merge(prev, v),
-                    None => v,
-                };
-                b.insert(k, next);
-            }
-            Value::Object(b)
-        }
-        (Value::Array(mut b), Value::Array(o)) => {
-            b.extend(o);
-            Value::Array(b)
-        }
-        (_, o) => o,
-    }
 }
 
 /// Follows the sources: every change that parses and changes the settings
@@ -294,7 +295,21 @@ mod tests {
         assert_eq!(m.root_namespace, "shared-root", "kept from the shared configuration");
         assert_eq!(m.trust_domain, "primary.example", "the primary wins");
         assert_eq!(m.proxy_tracing["sampling"], 50.0);
-        assert_eq!(m.proxy_tracing["zipkin"]["address"], "z:9411", "defaultConfig merges");
+        assert!(m.proxy_tracing.get("zipkin").is_none(), "defaultConfig.tracing replaced whole: {}", m.proxy_tracing);
+        let m = settings(
+            &(
+                Some("defaultConfig: {proxyMetadata: {A: a, B: b}, concurrency: 2}\n".into()),
+                Some("defaultConfig: {proxyMetadata: {B: c}}\ndiscoverySelectors: [{matchLabels: {x: y}}]\n".into()),
+            ),
+            &none(),
+        )
+        .unwrap();
+        assert_eq!(
+            m.raw["defaultConfig"]["proxyMetadata"],
+            serde_json::json!({"A": "a", "B": "c"}),
+            "proxyMetadata merges"
+        );
+        assert_eq!(m.raw["defaultConfig"]["concurrency"], 2, "other defaultConfig fields stay");
         assert_eq!(settings(&(None, None), &none()).unwrap(), MeshSettings::default());
         let e = settings(&(None, Some("outboundTrafficPolicy: [1]".into())), &none()).unwrap_err();
         assert!(e.contains("outboundTrafficPolicy") || e.contains("invalid"), "{e}");
@@ -304,14 +319,15 @@ mod tests {
         assert_eq!(m.root_namespace, "r");
         let m = settings(&(Some("rootNamespace: s\n".into()), Some("outboundTrafficPolicy: [1]".into())), &none());
         assert_eq!(m.unwrap().root_namespace, "s");
-        // Messages merge (an empty outboundTrafficPolicy keeps the mode);
-        // providers merge by name; aliases are the union.
+        // Fields replace (an empty outboundTrafficPolicy is ALLOW_ANY, a
+        // list is the primary's); providers merge by name; aliases are
+        // the union; defaultConfig's fields replace one by one.
         let shared = "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\ntrustDomainAliases: [a.example]\n\
                       extensionProviders: [{name: z, zipkin: {service: z.ns.svc, port: 9411}}, {name: keep, prometheus: {}}]\n";
         let primary = "outboundTrafficPolicy: {}\ntrustDomainAliases: [b.example]\n\
                        extensionProviders: [{name: z, zipkin: {service: z2.ns.svc, port: 9411}}]\n";
         let m = settings(&(Some(shared.into()), Some(primary.into())), &none()).unwrap();
-        assert_eq!(m.outbound, crate::mesh::OutboundPolicy::RegistryOnly, "merged, as jsonpb merges");
+        assert_eq!(m.outbound, crate::mesh::OutboundPolicy::AllowAny, "replaced, as jsonpb sets each field anew");
         assert_eq!(m.raw["trustDomainAliases"], serde_json::json!(["a.example", "b.example"]));
         assert_eq!(m.extension_providers["z"].1["service"], "z2.ns.svc");
         assert!(m.extension_providers.contains_key("keep"));

@@ -33,6 +33,9 @@ pub(super) struct State {
     /// The mesh settings in force (`mesh_watch.rs` replaces them; the next
     /// model is built with them).
     pub(super) settings: Arc<crate::mesh::MeshSettings>,
+    /// The source is Kubernetes: `discoverySelectors` filter its objects
+    /// (istiod's file config store is not filtered).
+    pub(super) namespace_filter: bool,
     /// A rebuild from every object was asked for (a new mesh configuration
     /// or revision tags): the next whole update is not the objects'
     /// changes, so it counts no inbound updates.
@@ -99,8 +102,10 @@ pub(super) fn apply(
     let started = std::time::Instant::now();
     let settings = state.borrow().settings.clone();
     let mesh = &settings;
-    let mut objects = objects;
-    discovery_filter(&mut objects, mesh);
+    let (mut objects, mut changed) = (objects, changed);
+    if state.borrow().namespace_filter {
+        discovery_filter(&mut objects, changed.as_mut(), mesh);
+    }
     if let Some(hooks) = &state.borrow().webhooks {
         use istiod_kubewatch::istio::{IstioKind, IstioSpec};
         let items = objects
@@ -236,11 +241,15 @@ pub(super) fn apply(
 
 /// istiod's discovery namespace filter (`pkg/kube/namespace/filter.go`,
 /// with `ENABLE_ENHANCED_RESOURCE_SCOPING`, istiod's default): with
-/// `discoverySelectors`, only the namespaced objects of the namespaces they
-/// select are read (Services, EndpointSlices, Pods, Secrets, Istio and
-/// Gateway API config); cluster-scoped ones (Namespaces, Nodes) all are.
-/// Nothing is done without selectors.
-pub(super) fn discovery_filter(objects: &mut istiod_kubewatch::objects::Objects, mesh: &crate::mesh::MeshSettings) {
+/// `discoverySelectors`, only the selected Namespaces and the namespaced
+/// objects in them are read (Services, EndpointSlices, Pods, Secrets,
+/// Istio and Gateway API config), and only their changes count; Nodes
+/// all are. Nothing is done without selectors.
+pub(super) fn discovery_filter(
+    objects: &mut istiod_kubewatch::objects::Objects,
+    changed: Option<&mut Vec<istiod_kubewatch::config_dir::ObjectRef>>,
+    mesh: &crate::mesh::MeshSettings,
+) {
     if mesh.discovery_selectors.is_empty() {
         return;
     }
@@ -257,6 +266,10 @@ pub(super) fn discovery_filter(objects: &mut istiod_kubewatch::objects::Objects,
     objects.secrets.retain(|o| keep(o.metadata.ns()));
     objects.istio.retain(|o| keep(o.meta.ns()));
     objects.gateway_api.retain(|o| keep(o.meta.ns()));
+    objects.namespaces.retain(|n| selected.contains(&n.metadata.name));
+    if let Some(changed) = changed {
+        changed.retain(|r| if r.kind == "Namespace" { true } else { keep(&r.namespace) });
+    }
 }
 
 /// istiod's `pilot_inbound_updates`: one per object changed (`None`: a

@@ -334,7 +334,15 @@ fn source_key<'a>(key: &str, ns: &'a str) -> Option<MakePrincipal<'a>> {
 /// trust domain among them stands for all of them. Nothing changes for the
 /// default `cluster.local` without aliases.
 fn migrate_trust_domain<'a>(r: &'a Rule, domains: &[String]) -> std::borrow::Cow<'a, Rule> {
-    if domains.len() == 1 && domains[0] == "cluster.local" {
+    let names_identities = r.from.iter().any(|f| {
+        f.source.as_ref().is_some_and(|s| {
+            !s.principals.is_empty()
+                || !s.not_principals.is_empty()
+                || !s.trust_domains.is_empty()
+                || !s.not_trust_domains.is_empty()
+        })
+    }) || r.when.iter().any(|c| c.key == "source.principal" || c.key == "source.trustDomain");
+    if !names_identities || (domains.len() == 1 && domains[0] == "cluster.local") {
         return std::borrow::Cow::Borrowed(r);
     }
     let mut r = r.clone();

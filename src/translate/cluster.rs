@@ -159,10 +159,25 @@ fn form(
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
     }
     // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
-    let locality = policy
-        .as_ref()
-        .and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone())
-        .or_else(|| mesh.locality_lb_setting.clone());
+    // The mesh's counts only where it says something: istiod's default
+    // `{enabled: true}` is the same as none.
+    let from_rule = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
+    let locality = from_rule.clone().or_else(|| {
+        mesh.locality_lb_setting.clone().filter(|l| {
+            !l.distribute.is_empty()
+                || !l.failover.is_empty()
+                || !l.failover_priority.is_empty()
+                || l.enabled == Some(false)
+        })
+    });
+    if from_rule.is_none() && locality.as_ref().is_some_and(|l| !l.distribute.is_empty()) {
+        // The mesh's `distribute`: weights come with the endpoints, as a
+        // rule's (loadbalancer.go applies it whatever its source).
+        c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =
+            Some(cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                cluster::common_lb_config::LocalityWeightedLbConfig {},
+            ));
+    }
     let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {
         use std::hash::{Hash, Hasher};

@@ -118,7 +118,9 @@ fn distribute(cla: &mut ClusterLoadAssignment, proxy: &Locality, rules: &[Locali
 pub fn endpoints_for(form: &crate::translate::cluster::ClusterForm, proxy_locality: &str) -> Option<bytes::Bytes> {
     use istiod_proto::prost::Message;
     let shared = form.endpoints_typed.as_ref()?;
-    if form.locality.is_none() && !form.outlier_detection {
+    // Without weights to apply, only failover (outlier detection) changes
+    // anything: no copy otherwise.
+    if !form.outlier_detection && form.locality.as_ref().is_none_or(|l| l.distribute.is_empty()) {
         return None;
     }
     let mut cla = (**shared).clone();

@@ -51,7 +51,9 @@ pub struct DiscoveryArgs {
     /// Kubeconfig file; in-cluster configuration when empty.
     #[arg(long = "kubeconfig", default_value = "")]
     pub kubeconfig: String,
-    /// Mesh configuration file; built-in defaults when it does not exist.
+    /// Mesh configuration file, followed as it changes; when it does not
+    /// exist, the `istio[-<REVISION>]` ConfigMap (Kubernetes), else
+    /// built-in defaults.
     #[arg(long = "meshConfig", default_value = "./etc/istio/config/mesh")]
     pub mesh_config: String,
     /// The sidecar injector's configuration directory (the mounted
@@ -59,7 +61,8 @@ pub struct DiscoveryArgs {
     /// istiod's fixed `./var/lib/istio/inject`.
     #[arg(long = "injectionDir", default_value = "./var/lib/istio/inject")]
     pub injection_dir: String,
-    /// Mesh networks configuration file.
+    /// Mesh networks configuration file (accepted; not read yet: mesh
+    /// networks are not served).
     #[arg(long = "networksConfig", default_value = "./etc/istio/config/meshNetworks")]
     pub networks_config: String,
     /// Namespace istiod runs in [default: $POD_NAMESPACE].
@@ -215,30 +218,35 @@ fn parse_go_bool(v: &str) -> Result<bool, String> {
 /// Returns the command line and the arguments left out.
 pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>), clap::Error> {
     use clap::CommandFactory;
-    let cmd = Cli::command();
+    let mut cmd = Cli::command();
+    cmd.build();
     let Some(discovery) = cmd.find_subcommand("discovery") else {
         return Cli::try_parse_from(args).map(|c| (c, vec![]));
     };
-    let known: std::collections::HashSet<String> = discovery
+    // Only when the subcommand is `discovery` (the first argument), and
+    // only its flags; positional arguments are clap's to judge.
+    if args.get(1).is_none_or(|a| a != "discovery") {
+        return Cli::try_parse_from(args).map(|c| (c, vec![]));
+    }
+    // Every long name, and whether it takes a value.
+    let known: std::collections::HashMap<String, bool> = discovery
         .get_arguments()
-        .flat_map(|a| a.get_long().into_iter().chain(a.get_all_aliases().unwrap_or_default()))
-        .map(str::to_owned)
-        .chain(["help".to_owned()])
+        .flat_map(|a| {
+            // `--x` whose value is optional (`num_args(0..=1)`) takes no
+            // separate argument.
+            let takes = a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.min_values() > 0);
+            a.get_long().into_iter().chain(a.get_all_aliases().unwrap_or_default()).map(move |n| (n.to_owned(), takes))
+        })
+        .chain([("help".to_owned(), false)])
         .collect();
     let shorts: std::collections::HashSet<char> = discovery
         .get_arguments()
         .flat_map(|a| a.get_short().into_iter().chain(a.get_all_short_aliases().unwrap_or_default()))
         .chain(['h'])
         .collect();
-    // Only when the subcommand is `discovery` (the first argument), and
-    // only its flags; positional arguments are clap's to judge.
-    if args.get(1).is_none_or(|a| a != "discovery") {
-        return Cli::try_parse_from(args).map(|c| (c, vec![]));
-    }
-    let at = 1;
-    let mut kept: Vec<std::ffi::OsString> = args[..=at].to_vec();
+    let mut kept: Vec<std::ffi::OsString> = args[..2].to_vec();
     let mut dropped = Vec::new();
-    let mut rest = args[at + 1..].iter().peekable();
+    let mut rest = args[2..].iter().peekable();
     while let Some(a) = rest.next() {
         let text = a.to_string_lossy();
         if text == "--" {
@@ -246,33 +254,36 @@ pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>)
             kept.extend(rest.cloned());
             break;
         }
-        let Some(flag) = text.strip_prefix("--") else {
-            // `-x`: pflag drops an unknown shorthand too.
-            let short = text.strip_prefix('-').and_then(|f| f.chars().next()).filter(|_| text.len() > 1);
-            match short {
-                Some(c) if !shorts.contains(&c) => {
-                    // With its value, as pflag's stripUnknownFlagValue.
-                    let alone = text.len() == 2;
-                    dropped.push(text.into_owned());
-                    if alone && rest.peek().is_some_and(|v| !v.to_string_lossy().starts_with('-')) {
-                        dropped.push(rest.next().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default());
+        // Whether `a` is an unknown flag, and whether a value may follow it
+        // as a separate argument (`--x v`, `-x v`; not `--x=v`, `-xv`).
+        let unknown = match text.strip_prefix("--") {
+            Some(flag) => {
+                let (name, inline) = flag.split_once('=').map_or((flag, false), |(n, _)| (n, true));
+                match known.get(name) {
+                    // A known flag's separate value is its own, whatever it
+                    // looks like (`--x -1`).
+                    Some(true) if !inline => {
+                        kept.push(a.clone());
+                        kept.extend(rest.next().cloned());
+                        continue;
                     }
+                    Some(_) => None,
+                    None => Some(!inline),
                 }
-                _ => kept.push(a.clone()),
             }
-            continue;
+            None => match text.strip_prefix('-').and_then(|f| f.chars().next()) {
+                Some(c) if !shorts.contains(&c) => Some(text.len() == 2),
+                _ => None,
+            },
         };
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, _)) => (n, true),
-            None => (flag, false),
-        };
-        if known.contains(name) {
+        let Some(may_take_value) = unknown else {
             kept.push(a.clone());
             continue;
-        }
+        };
         dropped.push(text.into_owned());
-        if !inline && rest.peek().is_some_and(|v| !v.to_string_lossy().starts_with('-')) {
-            dropped.push(rest.next().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default());
+        // With its value, as pflag's stripUnknownFlagValue.
+        if may_take_value && rest.peek().is_some_and(|v| !v.to_string_lossy().starts_with('-')) {
+            dropped.extend(rest.next().map(|v| v.to_string_lossy().into_owned()));
         }
     }
     Cli::try_parse_from(kept).map(|c| (c, dropped))

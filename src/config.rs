@@ -305,6 +305,12 @@ pub struct PushTuning {
     pub write_copy_below: usize,
 }
 
+/// The `istio.io/rev` value of `revision` (`REVISION`): empty is istiod's
+/// `default` revision.
+pub fn revision_label(revision: &str) -> &str {
+    if revision.is_empty() { "default" } else { revision }
+}
+
 /// Names and namespace of this istiod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -502,7 +508,7 @@ impl Config {
             self.cluster_id,
             self.domain,
             self.identity.namespace,
-            if self.identity.revision.is_empty() { "default" } else { &self.identity.revision },
+            revision_label(&self.identity.revision),
             self.mesh_config.display(),
             format!("{:?}", self.log.default).to_lowercase(),
         )
@@ -535,6 +541,9 @@ impl Config {
         }
         if self.profile {
             out.push("--profile=true: /debug/pprof is not served".into());
+        }
+        if self.networks_config.exists() {
+            out.push(format!("--networksConfig {}: mesh networks are not read", self.networks_config.display()));
         }
         out
     }

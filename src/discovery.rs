@@ -310,7 +310,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         );
         let state = Rc::new(RefCell::new(State::default()));
         state.borrow_mut().webhooks = Some(webhooks.clone());
-        state.borrow_mut().settings = mesh.clone();
+        state.borrow_mut().settings = Some(mesh_rx.clone());
         // Gateway API status: written by the elected replica (Kubernetes only).
         if let Some(client) = &kube {
             let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
@@ -384,9 +384,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             state.borrow_mut().gateway_deploy = Some((deploy_tx, tags));
             let cx = gateway_deploy::Context {
                 api: crate::ca::kapi::Api::new(client.clone()),
-                namespace: config.identity.namespace.clone(),
                 leadership: leadership.clone(),
-                revision: config.identity.revision.clone(),
                 webhooks: webhooks.clone(),
                 settings: config.gateway_deployment_settings.clone(),
             };
@@ -425,10 +423,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         ca.clone(),
                         mesh_rx.clone(),
                         crate::leader::Timings::istiod(),
-                        crate::ca::namespaces::Webhooks {
-                            revision: config.identity.revision.clone(),
-                            serving: webhooks_served,
-                        },
+                        webhooks_served,
                     ));
                 }
                 // Without Kubernetes, a file next to the self-signed CA.
@@ -438,7 +433,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 _ => {}
             }
         }
-        match (&config.source, dir_source.take()) {
+        let rebuild = match (&config.source, dir_source.take()) {
             (Source::ConfigDir(dir), Some((source, loaded))) => {
                 let configz = configz(dir, &loaded);
                 apply(&state, loaded.objects, Some(loaded.changed), configz, &config.domain, &tx);
@@ -455,13 +450,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         }
                     }
                 });
-                let st = state.clone();
-                tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
-                    let mut s = st.borrow_mut();
-                    s.settings = m;
-                    s.rebuild = true;
-                    let _ = wake_tx.send(true);
-                }));
+                let rebuild = wake_tx.clone();
                 tokio::task::spawn_local(watch_dir(
                     source,
                     dir.clone(),
@@ -470,6 +459,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     state.clone(),
                     config.domain.clone(),
                 ));
+                rebuild_on(&state, move || {
+                    let _ = rebuild.send(true);
+                })
             }
             (Source::Kubernetes { .. }, _) => {
                 let client = kube.clone().expect("a Kubernetes client was made at start");
@@ -496,46 +488,25 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 ));
                 let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client.clone(), updates.clone()));
+                let resend = updates.clone();
+                let rebuild = rebuild_on(&state, move || resend.resend_all());
                 // The revision's tags decide which Gateways are deployed
-                // here: a change of them, every object again.
-                let deploying = state.borrow().gateway_deploy.is_some();
-                if deploying {
-                    // Read once before the first model (istiod waits for its
-                    // tag watcher), so no other revision's Gateway is taken
-                    // meanwhile; then followed.
+                // here: read before the first model, then followed.
+                if state.borrow().gateway_deploy.is_some() {
                     let api = crate::ca::kapi::Api::new(client.clone());
                     let (rev, ns) = (&config.identity.revision, &config.identity.namespace);
-                    let read =
-                        tokio::time::timeout(std::time::Duration::from_secs(10), revisions::Tags::read(&api, rev, ns));
-                    let tags = match read.await {
-                        Ok(Ok(tags)) => tags,
-                        Ok(Err(e)) => {
-                            tracing::warn!(target: "model", error = %e, "cannot read the revision tags yet");
-                            revisions::Tags::revision_only(rev)
-                        }
-                        Err(_) => revisions::Tags::revision_only(rev),
-                    };
+                    let tags = revisions::initial(&api, rev, ns).await;
                     if let Some((_, t)) = state.borrow_mut().gateway_deploy.as_mut() {
                         t.clone_from(&tags);
                     }
-                    let (st, resend) = (state.clone(), updates.clone());
+                    let (st, rebuild) = (state.clone(), rebuild.clone());
                     tokio::task::spawn_local(revisions::follow(api, rev.clone(), ns.clone(), tags, move |tags| {
-                        let mut s = st.borrow_mut();
-                        if let Some((_, t)) = s.gateway_deploy.as_mut() {
+                        if let Some((_, t)) = st.borrow_mut().gateway_deploy.as_mut() {
                             *t = tags;
                         }
-                        s.rebuild = true;
-                        resend.resend_all();
+                        rebuild();
                     }));
                 }
-                // A new mesh configuration: every object again, rebuilt whole.
-                let (st, resend) = (state.clone(), updates.clone());
-                tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move |m| {
-                    let mut s = st.borrow_mut();
-                    s.settings = m;
-                    s.rebuild = true;
-                    resend.resend_all();
-                }));
                 tokio::task::spawn_local(watch_kube(
                     updates,
                     tx.clone(),
@@ -543,9 +514,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     config.domain.clone(),
                     config.cluster_id.clone(),
                 ));
+                rebuild
             }
             _ => unreachable!("the config directory was read above"),
-        }
+        };
+        // A new mesh configuration rebuilds from every object.
+        tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move || rebuild()));
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
@@ -565,6 +539,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
         h.shutdown();
     }
     result
+}
+
+/// A request for a rebuild from every object (a new mesh configuration,
+/// new revision tags): marked in `state`, so that update counts no inbound
+/// updates, then `trigger` asks the source for it.
+fn rebuild_on(state: &Rc<RefCell<State>>, trigger: impl Fn() + 'static) -> Rc<dyn Fn()> {
+    let state = state.clone();
+    Rc::new(move || {
+        state.borrow_mut().rebuild = true;
+        trigger();
+    })
 }
 
 async fn shutdown_signal() {

@@ -163,12 +163,6 @@ pub fn identity(pod_name: &str) -> String {
     format!("unknown-{}-{:08x}", host.trim(), crate::ca::random_u64() as u32)
 }
 
-/// istiod's `NewPerRevisionLeaderElection` name: `<election>-<revision>`,
-/// `default` for the default revision.
-pub fn per_revision(election: &str, revision: &str) -> String {
-    format!("{election}-{}", if revision.is_empty() { "default" } else { revision })
-}
-
 /// This replica's elections: whether they run at all, and the locks held
 /// now (released on shutdown).
 pub struct Leadership {
@@ -188,13 +182,14 @@ pub struct Leadership {
 impl Leadership {
     /// A replica named `me` of `revision` in `namespace`.
     pub fn new(enabled: bool, me: String, revision: &str, namespace: String) -> Rc<Leadership> {
-        let revision = if revision.is_empty() { "default".to_owned() } else { revision.to_owned() };
+        let revision = crate::config::revision_label(revision).to_owned();
         Rc::new(Leadership { enabled, me, revision, namespace, held: RefCell::default(), stopped: Default::default() })
     }
 
-    /// The locks this replica holds now, by path.
-    pub fn held(&self) -> Vec<String> {
-        self.held.borrow().keys().cloned().collect()
+    /// istiod's `NewPerRevisionLeaderElection` name of `election`:
+    /// `<election>-<revision>`.
+    pub fn per_revision(&self, election: &str) -> String {
+        format!("{election}-{}", self.revision)
     }
 
     /// Releases every lock held (client-go's `release`: the holder emptied
@@ -277,11 +272,6 @@ impl Elector {
             observed: None,
             renewed: None,
         }
-    }
-
-    /// The election's name.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Tries to lead; whether this replica leads now (it renewed within

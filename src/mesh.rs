@@ -5,8 +5,6 @@
 //! stays. Fields this server does not use are accepted, kept in `raw` and
 //! shown by `/debug/mesh`.
 
-use std::path::Path;
-
 use serde::Deserialize;
 
 /// What sidecars do with traffic to hosts not in the registry
@@ -433,10 +431,9 @@ impl MeshSettings {
         // istiod honours only `.` and `*` here (push_context.go
         // setDestinationRules): with `.` among them a rule without
         // `exportTo` is its namespace's, else everyone's.
-        let dr = export("defaultDestinationRuleExportTo", raw.default_destination_rule_export_to.clone())?;
-        let private = raw.default_destination_rule_export_to.unwrap_or_default().iter().any(|e| e == ".");
-        m.default_destination_rule_export_to =
-            if private || dr.iter().any(|e| e == ".") { vec![".".into()] } else { Vec::new() };
+        let dr = raw.default_destination_rule_export_to.unwrap_or_default();
+        export("defaultDestinationRuleExportTo", Some(dr.clone()))?;
+        m.default_destination_rule_export_to = if dr.iter().any(|e| e == ".") { vec![".".into()] } else { Vec::new() };
         m.locality_lb_setting = raw.locality_lb_setting;
         m.trust_domain_aliases = raw.trust_domain_aliases.unwrap_or_default();
         m.inbound_localhost = match raw.inbound_traffic_policy.and_then(|p| p.mode).as_deref() {
@@ -455,19 +452,6 @@ impl MeshSettings {
             }
         }
         Ok(m)
-    }
-
-    /// Reads `path`: defaults when it does not exist.
-    pub fn load(path: &Path) -> Result<MeshSettings, MeshConfigError> {
-        let err = |reason: String| MeshConfigError { path: path.display().to_string(), reason };
-        match std::fs::read_to_string(path) {
-            Ok(text) => MeshSettings::parse(&text).map_err(err),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                tracing::info!(target: "default", path = %path.display(), "no mesh configuration file; using defaults");
-                Ok(MeshSettings::default())
-            }
-            Err(e) => Err(err(e.to_string())),
-        }
     }
 }
 
@@ -520,16 +504,5 @@ mod tests {
         assert!(MeshSettings::parse("outboundTrafficPolicy:\n  mode: SOMETIMES\n").is_err());
         assert!(MeshSettings::parse("enableAutoMtls: [1]\n").is_err());
         assert!(MeshSettings::parse(": : :\n- x").is_err());
-    }
-
-    #[test]
-    fn a_missing_file_means_defaults() {
-        let m = MeshSettings::load(Path::new("/nonexistent/istiod-rs/mesh")).unwrap();
-        assert_eq!(m, MeshSettings::default());
-        let dir = std::env::temp_dir().join(format!("istiod-rs-mesh-{}", std::process::id()));
-        std::fs::write(&dir, "outboundTrafficPolicy: {mode: nope}\n").unwrap();
-        let e = MeshSettings::load(&dir).unwrap_err();
-        std::fs::remove_file(&dir).unwrap();
-        assert!(e.to_string().contains("--meshConfig"), "{e}");
     }
 }

@@ -370,7 +370,7 @@ pub struct InjectorSource {
 
 /// istiod's `getInjectorConfigMapName`.
 pub fn injector_configmap_name(revision: &str) -> String {
-    if revision.is_empty() || revision == "default" {
+    if crate::config::revision_label(revision) == "default" {
         "istio-sidecar-injector".into()
     } else {
         format!("istio-sidecar-injector-{revision}")

@@ -27,7 +27,11 @@ fn unknown_flags_are_ignored_and_logged() {
             "--grpcAdress=:15010",
             "--someFutureFlag",
             "value",
-            "--configDir=/nonexistent/istiod-rs",
+            // A known flag whose value is optional takes no argument; a
+            // known flag's separate value is its own.
+            "--profile",
+            "--configDir",
+            "/nonexistent/istiod-rs",
             "--newSwitch",
             "-z",
             "zvalue",

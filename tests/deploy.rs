@@ -1,8 +1,10 @@
 //! istiod-rs deployed as istiod (issue #17): the mesh configuration
 //! followed from a kubelet-mounted file (symlink swaps) and from the
-//! `istio` ConfigMaps (pilot/pkg/bootstrap/mesh.go), the Helm chart's
-//! arguments and environment, leadership handed over between two
-//! replicas, and the drain on SIGTERM.
+//! `istio` ConfigMaps (pilot/pkg/bootstrap/mesh.go), `discoverySelectors`,
+//! the Helm chart's arguments and environment, leadership handed over among
+//! three replicas (on SIGTERM and on a crash), and io_uring refused by a
+//! seccomp profile. The drain of connected proxies on SIGTERM is in
+//! tests/loadgen.rs.
 
 #[path = "../xds/tests/support/ads_client.rs"]
 mod client;
@@ -14,27 +16,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use client::{connect, runtime};
-use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
 use istiod_proto::type_url;
 use server::{BOOKINFO, Server, get, wait_for};
-
-fn productpage() -> Node {
-    let labels = Struct {
-        fields: BTreeMap::from([(
-            "app".to_owned(),
-            Value { kind: Some(ValueKind::StringValue("productpage".into())) },
-        )]),
-    };
-    Node {
-        id: "sidecar~10.244.0.20~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local".into(),
-        metadata: Some(Struct {
-            fields: BTreeMap::from([("LABELS".to_owned(), Value { kind: Some(ValueKind::StructValue(labels)) })]),
-        }),
-        ..Default::default()
-    }
-}
 
 /// How often `what` appears in the response's resources.
 fn mentions(r: &DiscoveryResponse, what: &str) -> usize {
@@ -90,7 +74,7 @@ fn the_mesh_config_file_is_followed_through_symlink_swaps() {
     runtime().block_on(async {
         let mut c = connect(s.grpc, false).await;
         c.sotw(DiscoveryRequest {
-            node: Some(productpage()),
+            node: Some(client::node("sidecar~10.244.0.20~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local")),
             type_url: type_url::LISTENER.into(),
             ..Default::default()
         });
@@ -244,7 +228,7 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
     let rt = runtime();
     let _proxy = rt.block_on(async {
         let mut c = connect(stopped.grpc, false).await;
-        let node = Node { id: "sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local".into(), ..Default::default() };
+        let node = client::node("sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local");
         c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
         c.recv().await;
         c
@@ -411,7 +395,7 @@ fn the_charts_istiod_starts_ready_and_serves() {
     // xDS to a sidecar.
     runtime().block_on(async {
         let mut c = connect(s.grpc, false).await;
-        let node = Node { id: "sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local".into(), ..Default::default() };
+        let node = client::node("sidecar~10.244.1.7~web-0.shop~shop.svc.cluster.local");
         c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
         let names = client::names_of(&c.recv().await);
         assert!(names.contains(&"outbound|80||web.shop.svc.cluster.local".to_owned()), "{names:?}");

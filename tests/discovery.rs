@@ -7,7 +7,6 @@ mod python;
 #[path = "support/server.rs"]
 mod support;
 
-use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,9 +14,6 @@ use support::{free_port, get};
 
 struct Server {
     child: Child,
-    grpc: SocketAddr,
-    http: SocketAddr,
-    monitoring: SocketAddr,
 }
 
 /// A server a failed assertion leaves behind is killed, not leaked.
@@ -29,76 +25,32 @@ impl Drop for Server {
 }
 
 impl Server {
-    fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    /// Started on free ports; a port another test took between the check
-    /// and the bind (tests run side by side) is a retry on other ports.
-    fn start_with(env: &[(&str, &str)]) -> Self {
-        for _ in 0..5 {
-            let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
-            let log = tempfile::NamedTempFile::new().unwrap();
-            let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-                .envs(env.iter().copied())
-                .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
-                .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-                .args([
-                    "--monitoringAddr",
-                    &monitoring.to_string(),
-                    "--secureGRPCAddr",
-                    "",
-                    "--httpsAddr",
-                    "",
-                    "--cores",
-                    "2",
-                ])
-                .args(["--log_target", "stderr"])
-                .stdout(Stdio::null())
-                .stderr(log.reopen().unwrap())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let mut exited = None;
-            while get(http, "/ready").map(|r| r.0) != Some(200) {
-                if let Some(status) = child.try_wait().unwrap() {
-                    exited = Some(status);
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "server never became ready: {}",
-                    std::fs::read_to_string(log.path()).unwrap_or_default()
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            match exited {
-                None => return Self { child, grpc, http, monitoring },
-                Some(status) => {
-                    let err = std::fs::read_to_string(log.path()).unwrap_or_default();
-                    assert!(err.contains("Address already in use"), "server exited ({status}): {err}");
-                }
-            }
-        }
-        panic!("no free ports in five tries")
-    }
-
     fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "no exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        terminate(&mut self.child)
     }
+}
+
+/// SIGTERM, then the exit status (within 20 s).
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The binary on the bundled example mesh with `env`.
+fn bookinfo(env: &[(&str, &str)]) -> support::Server {
+    support::Server::start(std::path::Path::new(support::BOOKINFO), &[], env, None)
 }
 
 #[test]
 fn grpcio_drives_both_ads_protocols_against_the_binary() {
-    let server = Server::start_with(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
+    let mut server = bookinfo(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/ads_binary.py");
     let out = Command::new(python::python())
         .arg(script)
@@ -110,7 +62,7 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
     let text = python::text(&out);
     let metrics = get(server.monitoring, "/metrics").unwrap().1;
     let version = get(server.monitoring, "/version").unwrap();
-    let status = server.terminate();
+    let status = terminate(&mut server.child);
     assert!(out.status.success(), "{text}");
     // istiod's build and uptime metrics (pkg/version/stats.go,
     // pilot/pkg/bootstrap/monitoring.go) and /version on the monitoring
@@ -160,7 +112,7 @@ fn grpcio_drives_both_ads_protocols_against_the_binary() {
 
 #[test]
 fn debug_endpoints() {
-    let server = Server::start();
+    let mut server = bookinfo(&[]);
     let (code, body) = get(server.http, "/debug/config_report").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("\"services\": 6"), "{body}");
@@ -247,7 +199,7 @@ fn debug_endpoints() {
     );
     let (code, index) = get(server.http, "/debug").unwrap();
     assert!(code == 200 && index.contains("<title>Pilot Debug Console</title>") && index.contains("/debug/syncz"));
-    assert!(server.terminate().success());
+    assert!(terminate(&mut server.child).success());
 }
 
 /// Issue #18: the cores bind with SO_REUSEPORT among themselves, which let
@@ -255,7 +207,7 @@ fn debug_endpoints() {
 /// must fail at start, as istiod does, and leave the first one serving.
 #[test]
 fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
-    let server = Server::start_with(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
+    let mut server = bookinfo(&[("UNSAFE_ENABLE_ADMIN_ENDPOINTS", "true")]);
     let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
         .args(["--grpcAddr", &server.grpc.to_string(), "--httpAddr", &free_port().to_string()])
@@ -276,7 +228,7 @@ fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
         .output()
         .unwrap();
     assert!(ads.status.success(), "{}", python::text(&ads));
-    assert!(server.terminate().success());
+    assert!(terminate(&mut server.child).success());
 }
 
 #[test]
@@ -342,7 +294,7 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server { child, grpc, http, monitoring };
+    let server = Server { child };
     wait_for("the debug port", || get(http, "/ready").is_some());
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(get(http, "/ready").unwrap().0, 503, "nodes have not synced: not ready");
@@ -386,7 +338,7 @@ fn config_dir_edits_are_served_and_bad_files_reported() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let server = Server { child, grpc, http, monitoring };
+    let server = Server { child };
     wait_for("ready", || get(http, "/ready").map(|r| r.0) == Some(200));
     let version = || {
         let body = get(http, "/debug/stats").unwrap().1;

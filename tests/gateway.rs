@@ -615,18 +615,7 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let inject = dir.path().join("inject");
-    std::fs::create_dir(&inject).unwrap();
-    let template =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio-chart/kube-gateway.yaml"))
-            .unwrap();
-    std::fs::write(
-        inject.join("config"),
-        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
-    )
-    .unwrap();
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/inject/values.json"), inject.join("values"))
-        .unwrap();
+    let inject = kube_gateway_injection(dir.path());
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let s = Server::start_on(
         &["--kubeconfig", kubeconfig.to_str().unwrap()],
@@ -733,18 +722,7 @@ fn a_revision_deploys_the_gateways_of_its_tags() {
     api.apply(K8S_GATEWAYS, gw("apps", "other-revision", Some("stable")));
 
     let dir = tempfile::tempdir().unwrap();
-    let inject = dir.path().join("inject");
-    std::fs::create_dir(&inject).unwrap();
-    let template =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio-chart/kube-gateway.yaml"))
-            .unwrap();
-    std::fs::write(
-        inject.join("config"),
-        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
-    )
-    .unwrap();
-    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/inject/values.json"), inject.join("values"))
-        .unwrap();
+    let inject = kube_gateway_injection(dir.path());
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let _s = Server::start_on(
         &["--kubeconfig", kubeconfig.to_str().unwrap()],
@@ -766,4 +744,20 @@ fn a_revision_deploys_the_gateways_of_its_tags() {
     api.apply("mutatingwebhookconfigurations", tag("default", "canary"));
     server::wait_for("the unlabelled Gateway", Duration::from_secs(20), || deployed("apps", "unlabelled"));
     assert!(!deployed("apps", "other-tag") && !deployed("apps", "other-revision"));
+}
+
+/// An `--injectionDir` under `dir` with the chart's `kube-gateway` template
+/// and default values, as the Gateway API deployment controller reads them.
+fn kube_gateway_injection(dir: &Path) -> std::path::PathBuf {
+    let inject = dir.join("inject");
+    std::fs::create_dir(&inject).unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let template = std::fs::read_to_string(data.join("istio-chart/kube-gateway.yaml")).unwrap();
+    std::fs::write(
+        inject.join("config"),
+        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
+    )
+    .unwrap();
+    std::fs::copy(data.join("inject/values.json"), inject.join("values")).unwrap();
+    inject
 }

@@ -31,15 +31,6 @@ const ROOT_KEY: &str = "root-cert.pem";
 /// kube-system).
 const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
 
-/// What the leader keeps of the webhook configurations.
-#[derive(Debug, Clone)]
-pub struct Webhooks {
-    /// `REVISION` (the `istio.io/rev` label; empty is `default`).
-    pub revision: String,
-    /// This server's validation webhook is serving (`--httpsAddr`).
-    pub serving: bool,
-}
-
 /// Creates or updates the root ConfigMap of every selected namespace,
 /// writing only while this replica leads (until `lead_until`: a long pass
 /// stops when the lease may have passed to another replica); returns how
@@ -117,9 +108,8 @@ pub async fn run(
     server: Arc<CaServer>,
     mesh: tokio::sync::watch::Receiver<Arc<MeshSettings>>,
     timings: Timings,
-    webhooks: Webhooks,
+    validation_served: bool,
 ) {
-    let namespace = leadership.namespace.clone();
     let mut elector = Elector::new(api.clone(), NAMESPACE_CONTROLLER, Lock::ConfigMap, &leadership, timings);
     let mut changed = server.changed.subscribe();
     let mut leading = false;
@@ -127,6 +117,7 @@ pub async fn run(
     // this webhook (istiod's dry run of an invalid Gateway).
     let mut fail_closed = false;
     loop {
+        let root = server.ca().root_pem().to_owned();
         let now_leading = elector.lead().await;
         if now_leading != leading {
             leading = now_leading;
@@ -138,7 +129,6 @@ pub async fn run(
         }
         if let (true, Some(renewed)) = (leading, elector.renewed) {
             let lead_until = renewed + elector.timings.renew_deadline;
-            let root = server.ca().root_pem().to_owned();
             let selectors = mesh.borrow().clone();
             match reconcile(&api, &selectors, &root, lead_until).await {
                 Ok(0) => {}
@@ -151,13 +141,12 @@ pub async fn run(
         // sidecarinjector.go, validation.go): a canary's webhooks must not
         // wait for a lock the default revision holds. Writes are only made
         // where the caBundle differs; a 409 is read again next round.
-        let root = server.ca().root_pem().to_owned();
         if let Err(e) = crate::webhook::patch::reconcile(
             &api,
-            &namespace,
-            &webhooks.revision,
+            &leadership.namespace,
+            &leadership.revision,
             &root,
-            webhooks.serving,
+            validation_served,
             &mut fail_closed,
         )
         .await

@@ -188,12 +188,9 @@ async fn apply(api: &Api, gw: &Json, take_over: bool, objects: Vec<Json>) -> Res
 /// What the controller needs besides the Gateways.
 pub(super) struct Context {
     pub(super) api: Api,
-    /// istiod's namespace (the class defaults live there; the Lease too).
-    pub(super) namespace: String,
-    /// This replica's elections.
+    /// This replica's elections, in istiod's namespace (where the class
+    /// defaults live too).
     pub(super) leadership: Rc<Leadership>,
-    /// `REVISION` (the Lease is per revision).
-    pub(super) revision: String,
     /// The injection configuration (templates, values, mesh) and the
     /// ProxyConfigs.
     pub(super) webhooks: Rc<crate::webhook::Webhooks>,
@@ -244,7 +241,7 @@ impl<T> Seen<T> {
 /// Runs the election and, while leading, keeps the Gateways' deployments.
 pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>) {
     let timings = Timings::istiod();
-    let lease = crate::leader::per_revision(ELECTION, &cx.revision);
+    let lease = cx.leadership.per_revision(ELECTION);
     let mut elector = Elector::new(cx.api.clone(), &lease, Lock::Lease, &cx.leadership, timings);
     let mut settings = cx.settings.clone();
     let mut outcomes: BTreeMap<String, Outcome> = BTreeMap::new();
@@ -305,7 +302,7 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                             continue;
                         }
                     };
-                    let rendered = match overlays(&cx.api, &cx.namespace, gw).await {
+                    let rendered = match overlays(&cx.api, &cx.leadership.namespace, gw).await {
                         Ok(o) => gateway::render(inj, &crs, gw, &settings, &o),
                         Err(e) => Err(e),
                     };

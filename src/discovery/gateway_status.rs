@@ -113,7 +113,7 @@ pub(super) async fn run(
     mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>,
 ) {
     let timings = Timings::istiod();
-    let lease = crate::leader::per_revision(ELECTION, &leadership.revision);
+    let lease = leadership.per_revision(ELECTION);
     let mut elector = Elector::new(api.clone(), &lease, Lock::Lease, &leadership, timings);
     // What was last written (or found) per path: not read again until it
     // changes.

@@ -1,18 +1,18 @@
 //! The mesh configuration as istiod follows it (`pilot/pkg/bootstrap/mesh.go`,
 //! `pkg/config/mesh/meshwatcher/collection.go`):
 //!
-//! - the `--meshConfig` file when it exists (the chart mounts the `istio`
-//!   ConfigMap at `/etc/istio/config/mesh`), else, in Kubernetes, the `mesh`
-//!   key of the `istio` ConfigMap (`istio-<REVISION>` for a revision) in
-//!   istiod's namespace, else the defaults;
+//! - the `--meshConfig` file when it exists (a ConfigMap mounted at
+//!   `/etc/istio/config/mesh`; the current chart mounts none), else, in
+//!   Kubernetes, the `mesh` key of the `istio` ConfigMap (`istio-<REVISION>`
+//!   for a revision) in istiod's namespace, else the defaults;
 //! - with `SHARED_MESH_CONFIG` (Kubernetes only), that ConfigMap's `mesh`
 //!   applied first, the file or the revision's ConfigMap over it;
 //! - followed: a kubelet's ConfigMap update is a symlink swap (`..data`),
 //!   so the file is read again and compared every [`POLL`] (0.5 s); the
-//!   ConfigMaps are asked for every 5 s. A change that parses and changes the settings
-//!   rebuilds the mesh and pushes what it affects; a file or ConfigMap
-//!   that does not parse is logged and the last good configuration stays
-//!   ("invalid mesh config, using last known state").
+//!   ConfigMaps are asked for every 5 s. A change that parses and changes
+//!   the settings rebuilds the mesh and pushes what it affects; a file or
+//!   ConfigMap that does not parse is logged and the last good
+//!   configuration stays ("invalid mesh config, using last known state").
 
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -34,25 +34,24 @@ const KEY: &str = "mesh";
 
 /// istiod's `getMeshConfigMapName`: `istio`, or `istio-<revision>`.
 pub(crate) fn configmap_name(revision: &str) -> String {
-    match revision {
-        "" | "default" => "istio".to_owned(),
+    match crate::config::revision_label(revision) {
+        "default" => "istio".to_owned(),
         r => format!("istio-{r}"),
     }
 }
 
 /// Where the mesh configuration comes from.
-#[derive(Clone)]
 pub(crate) struct Sources {
     /// `--meshConfig`, when it existed at start.
-    pub(crate) file: Option<PathBuf>,
+    file: Option<PathBuf>,
     /// The revision's ConfigMap, when no file: (namespace, name).
-    pub(crate) configmap: Option<(String, String)>,
+    configmap: Option<(String, String)>,
     /// `SHARED_MESH_CONFIG`'s ConfigMap: (namespace, name).
-    pub(crate) shared: Option<(String, String)>,
+    shared: Option<(String, String)>,
     /// The API server, for the ConfigMaps.
-    pub(crate) api: Option<Api>,
+    api: Option<Api>,
     /// Applies what the environment sets over what the mesh config says.
-    pub(crate) env: Env,
+    env: Env,
 }
 
 impl Sources {
@@ -82,9 +81,7 @@ impl Sources {
             _ => last.0.clone(),
         };
         let primary = match (&self.file, &self.configmap) {
-            (Some(path), _) => {
-                Some(std::fs::read_to_string(path).map_err(|e| format!("--meshConfig {}: {e}", path.display()))?)
-            }
+            (Some(path), _) => Some(std::fs::read_to_string(path).map_err(|e| e.to_string())?),
             (None, Some((ns, name))) if api => self.configmap(ns, name).await?,
             _ => last.1.clone(),
         };
@@ -186,36 +183,16 @@ fn parse_source(text: &str) -> Result<Value, String> {
 
 /// `over` applied onto `base` as `ApplyMeshConfig` applies a source.
 fn apply(base: Value, over: Value) -> Value {
-    let (Value::Object(mut b), Value::Object(o)) = (base.clone(), over.clone()) else {
-        return if over.is_null() { base } else { over };
+    let (mut b, o) = match (base, over) {
+        (Value::Object(b), Value::Object(o)) => (b, o),
+        (base, Value::Null) => return base,
+        (_, over) => return over,
     };
     for (k, v) in o {
-        let next = match (k.as_str(), b.remove(&k)) {
-            ("defaultConfig", Some(Value::Object(mut prev))) => match v {
-                Value::Object(fields) => {
-                    for (f, fv) in fields {
-                        let merged = match (f.as_str(), prev.remove(&f), fv) {
-                            ("proxyMetadata", Some(Value::Object(mut m)), Value::Object(n)) => {
-                                m.extend(n);
-                                Value::Object(m)
-                            }
-                            (_, _, fv) => fv,
-                        };
-                        prev.insert(f, merged);
-                    }
-                    Value::Object(prev)
-                }
-                other => other,
-            },
-            ("defaultProviders", Some(Value::Object(mut prev))) => match v {
-                Value::Object(fields) => {
-                    prev.extend(fields);
-                    Value::Object(prev)
-                }
-                other => other,
-            },
-            ("extensionProviders", Some(Value::Array(prev))) => {
-                let mut out = prev;
+        let next = match (k.as_str(), b.remove(&k), v) {
+            ("defaultConfig", Some(prev), v) => fields(prev, v, Some("proxyMetadata")),
+            ("defaultProviders", Some(prev), v) => fields(prev, v, None),
+            ("extensionProviders", Some(Value::Array(mut out)), v) => {
                 for p in v.as_array().cloned().unwrap_or_default() {
                     match out.iter_mut().find(|e| e.get("name").is_some() && e.get("name") == p.get("name")) {
                         Some(e) => *e = p,
@@ -224,27 +201,44 @@ fn apply(base: Value, over: Value) -> Value {
                 }
                 Value::Array(out)
             }
-            ("trustDomainAliases", Some(Value::Array(prev))) => {
+            ("trustDomainAliases", Some(Value::Array(prev)), v) => {
                 let mut all: Vec<Value> = prev.into_iter().chain(v.as_array().cloned().unwrap_or_default()).collect();
                 all.sort_by_key(|a| a.to_string());
                 all.dedup();
                 Value::Array(all)
             }
-            _ => v,
+            (_, _, v) => v,
         };
         b.insert(k, next);
     }
     Value::Object(b)
 }
 
+/// A message `over` applied field by field onto `base` (each field
+/// replaced), the map field `merged` (if any) merged key by key.
+fn fields(base: Value, over: Value, merged: Option<&str>) -> Value {
+    let (Value::Object(mut b), Value::Object(o)) = (base, over.clone()) else { return over };
+    for (f, v) in o {
+        let next = match (b.remove(&f), v) {
+            (Some(Value::Object(mut m)), Value::Object(n)) if Some(f.as_str()) == merged => {
+                m.extend(n);
+                Value::Object(m)
+            }
+            (_, v) => v,
+        };
+        b.insert(f, next);
+    }
+    Value::Object(b)
+}
+
 /// Follows the sources: every change that parses and changes the settings
-/// is published in `settings` and handed to `changed` (which rebuilds the
-/// mesh); an invalid one is logged and the last good settings stay.
+/// is published in `settings_tx`, then `changed` is called (which rebuilds
+/// the mesh); an invalid one is logged and the last good settings stay.
 pub(super) async fn run(
     sources: Sources,
     mut last: Texts,
     settings_tx: tokio::sync::watch::Sender<Arc<MeshSettings>>,
-    changed: impl Fn(Arc<MeshSettings>),
+    changed: impl Fn(),
 ) {
     for round in 1u64.. {
         tokio::time::sleep(POLL).await;
@@ -252,7 +246,8 @@ pub(super) async fn run(
             Ok(t) => t,
             // A file being swapped, or the API server away: try again.
             Err(e) => {
-                tracing::debug!(target: "default", error = %e, "cannot read the mesh configuration; trying again");
+                tracing::debug!(target: "default", source = %sources.describe(), error = %e,
+                    "cannot read the mesh configuration; trying again");
                 continue;
             }
         };
@@ -273,9 +268,8 @@ pub(super) async fn run(
             continue;
         }
         tracing::info!(target: "default", source = %sources.describe(), "mesh configuration changed; rebuilding");
-        let next = Arc::new(next);
-        settings_tx.send_replace(next.clone());
-        changed(next);
+        settings_tx.send_replace(Arc::new(next));
+        changed();
     }
 }
 
@@ -331,6 +325,21 @@ mod tests {
         assert_eq!(m.raw["trustDomainAliases"], serde_json::json!(["a.example", "b.example"]));
         assert_eq!(m.extension_providers["z"].1["service"], "z2.ns.svc");
         assert!(m.extension_providers.contains_key("keep"));
+    }
+
+    /// istiod's start: a missing file and no API server is istiod's
+    /// defaults; a file that does not parse stops the start, naming it.
+    #[test]
+    fn a_missing_file_means_defaults_and_an_invalid_one_is_an_error() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Sources::choose(&dir.path().join("mesh"), None, "istio-system", "", "", none());
+        let (m, texts) = rt.block_on(missing.load()).unwrap();
+        assert_eq!((m, texts), (MeshSettings::default(), (None, None)));
+        std::fs::write(dir.path().join("mesh"), "outboundTrafficPolicy: {mode: nope}\n").unwrap();
+        let bad = Sources::choose(&dir.path().join("mesh"), None, "istio-system", "", "", none());
+        let e = rt.block_on(bad.load()).unwrap_err().to_string();
+        assert!(e.contains("--meshConfig") && e.contains(&dir.path().display().to_string()), "{e}");
     }
 
     #[test]

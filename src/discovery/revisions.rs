@@ -40,7 +40,7 @@ impl Tags {
     /// With nothing read from a cluster: the revision alone, the default
     /// revision's objects unlabelled ones.
     pub(crate) fn revision_only(revision: &str) -> Tags {
-        let revision = if revision.is_empty() { "default" } else { revision };
+        let revision = crate::config::revision_label(revision);
         Tags {
             mine: BTreeSet::from([revision.to_owned()]),
             other_default_tag: false,
@@ -58,7 +58,7 @@ impl Tags {
 
     /// Reads the tags of `revision` from the cluster.
     pub(crate) async fn read(api: &Api, revision: &str, namespace: &str) -> Result<Tags, String> {
-        let revision = if revision.is_empty() { "default" } else { revision };
+        let revision = crate::config::revision_label(revision);
         let list = |v: Option<Value>| v.and_then(|l| l["items"].as_array().cloned()).unwrap_or_default();
         let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
         // Only what carries the tag label (checked again below: a server
@@ -90,8 +90,22 @@ impl Tags {
     }
 }
 
-/// Reads the tags every [`POLL`]; each change (from what `current` gave)
-/// goes to `changed`. A read that fails keeps the last tags.
+/// The tags at start, read once before the first model (istiod waits for
+/// its tag watcher), so no other revision's Gateway is taken meanwhile;
+/// the revision alone when the API server does not answer in 10 s.
+pub(super) async fn initial(api: &Api, revision: &str, namespace: &str) -> Tags {
+    match tokio::time::timeout(Duration::from_secs(10), Tags::read(api, revision, namespace)).await {
+        Ok(Ok(tags)) => tags,
+        Ok(Err(e)) => {
+            tracing::warn!(target: "model", error = %e, "cannot read the revision tags yet");
+            Tags::revision_only(revision)
+        }
+        Err(_) => Tags::revision_only(revision),
+    }
+}
+
+/// Reads the tags every [`POLL`]; each change (from `last`) goes to
+/// `changed`. A read that fails keeps the last tags.
 pub(super) async fn follow(api: Api, revision: String, namespace: String, mut last: Tags, changed: impl Fn(Tags)) {
     loop {
         match Tags::read(&api, &revision, &namespace).await {

@@ -30,9 +30,9 @@ pub(super) struct State {
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
-    /// The mesh settings in force (`mesh_watch.rs` replaces them; the next
-    /// model is built with them).
-    pub(super) settings: Arc<crate::mesh::MeshSettings>,
+    /// The mesh settings in force, as `mesh_watch.rs` publishes them (the
+    /// next model is built with them).
+    pub(super) settings: Option<tokio::sync::watch::Receiver<Arc<crate::mesh::MeshSettings>>>,
     /// The source is Kubernetes: `discoverySelectors` filter its objects
     /// (istiod's file config store is not filtered).
     pub(super) namespace_filter: bool,
@@ -100,7 +100,7 @@ pub(super) fn apply(
     tx: &Tx,
 ) {
     let started = std::time::Instant::now();
-    let settings = state.borrow().settings.clone();
+    let settings = state.borrow().settings.as_ref().map(|s| s.borrow().clone()).unwrap_or_default();
     let mesh = &settings;
     let (mut objects, mut changed) = (objects, changed);
     if state.borrow().namespace_filter {

@@ -170,13 +170,10 @@ fn form(
                 || l.enabled == Some(false)
         })
     });
-    if from_rule.is_none() && locality.as_ref().is_some_and(|l| !l.distribute.is_empty()) {
-        // The mesh's `distribute`: weights come with the endpoints, as a
-        // rule's (loadbalancer.go applies it whatever its source).
-        c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =
-            Some(cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
-                cluster::common_lb_config::LocalityWeightedLbConfig {},
-            ));
+    if from_rule.is_none() {
+        // The mesh's, weighted as a rule's (loadbalancer.go applies it
+        // whatever its source).
+        traffic_policy::weigh_localities(&mut c, locality.as_ref());
     }
     let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {

@@ -145,14 +145,12 @@ fn shared_port(model: &Model, port: u16, side: &Side, t: &mut super::Translation
 /// services that have them.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
+    update_hosts_only(old, new, hosts, &side, t);
     if telemetry::reads_services(new) && side != telemetry::outbound(old) {
         // A collector's Service came or went: every outbound listener's
         // tracer or access log changes, not only those of `hosts`.
-        update_hosts_only(old, new, hosts, &side, t);
         translate(new, t);
-        return;
     }
-    update_hosts_only(old, new, hosts, &side, t);
 }
 
 /// [`update_hosts`] for the listeners and route tables of `hosts` alone.

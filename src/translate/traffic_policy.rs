@@ -125,14 +125,23 @@ pub fn effective(dr: &istiod_kubewatch::istio::networking::DestinationRule, port
     }
 }
 
-fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
-    if lb.locality_lb_setting.as_ref().is_some_and(|l| !l.distribute.is_empty()) {
-        // Weights per locality come with the endpoints (`locality.rs`).
+/// Locality-weighted balancing for a `localityLbSetting` that
+/// distributes (a rule's or the mesh's): the weights come with the
+/// endpoints (`locality.rs`).
+pub(super) fn weigh_localities(
+    c: &mut Cluster,
+    setting: Option<&istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
+) {
+    if setting.is_some_and(|l| !l.distribute.is_empty()) {
         c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =
             Some(cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
                 cluster::common_lb_config::LocalityWeightedLbConfig {},
             ));
     }
+}
+
+fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
+    weigh_localities(c, lb.locality_lb_setting.as_ref());
     if let Some(simple) = &lb.simple {
         c.lb_policy = match simple {
             SimpleLb::LeastRequest | SimpleLb::LeastConn => cluster::LbPolicy::LeastRequest,

@@ -22,11 +22,7 @@ const GROUP: &str = "/apis/admissionregistration.k8s.io/v1";
 /// istiod's injection webhook name (`pilot/pkg/bootstrap/sidecarinjector.go`).
 const INJECTOR_WEBHOOK: &str = "sidecar-injector.istio.io";
 
-/// The revision label's value for `revision` (istiod's default revision
-/// is `default`).
-fn rev(revision: &str) -> &str {
-    if revision.is_empty() { "default" } else { revision }
-}
+use crate::config::revision_label as rev;
 
 /// Sets `caBundle` (and, for `fail_closed`, `failurePolicy: Fail`) on the
 /// webhooks of `config` that `pick` selects; whether anything changed.

@@ -227,7 +227,7 @@ fn executor_error(e: &str) -> String {
             "{e}; io_uring_setup was refused: container runtimes' default seccomp profiles deny it \
              (Docker 25+, recent containerd RuntimeDefault). Run with a seccomp profile that allows \
              io_uring_setup, io_uring_enter and io_uring_register (Kubernetes: the container's \
-             securityContext.seccompProfile, a Localhost profile; docs/install.md has one), \
+             securityContext.seccompProfile, a Localhost profile; docs/install.md says how to make one), \
              or Unconfined; io_uring needs Linux 5.8 or later"
         ),
     }

@@ -417,7 +417,7 @@ pub fn injection_status(template_pod: &Json, revision: &str) -> String {
         let l: Vec<Json> = containers(template_pod, field).iter().map(|c| c["name"].clone()).collect();
         if l.is_empty() { Json::Null } else { Json::Array(l) }
     };
-    let revision = if revision.is_empty() { "default" } else { revision };
+    let revision = crate::config::revision_label(revision);
     format!(
         "{{\"initContainers\":{},\"containers\":{},\"volumes\":{},\"imagePullSecrets\":{},\"revision\":{}}}",
         names("initContainers"),

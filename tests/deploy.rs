@@ -20,6 +20,11 @@ use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryRes
 use istiod_proto::type_url;
 use server::{BOOKINFO, Server, get, wait_for};
 
+/// A bookinfo sidecar.
+fn sidecar() -> istiod_proto::envoy::config::core::v3::Node {
+    client::node("sidecar~10.244.0.20~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local")
+}
+
 /// How often `what` appears in the response's resources.
 fn mentions(r: &DiscoveryResponse, what: &str) -> usize {
     r.resources.iter().map(|a| a.value.windows(what.len()).filter(|w| *w == what.as_bytes()).count()).sum()
@@ -73,11 +78,7 @@ fn the_mesh_config_file_is_followed_through_symlink_swaps() {
     assert_eq!(mesh_debug(&s)["futureField"]["kept"], true, "unknown fields kept");
     runtime().block_on(async {
         let mut c = connect(s.grpc, false).await;
-        c.sotw(DiscoveryRequest {
-            node: Some(client::node("sidecar~10.244.0.20~productpage-v1-1.bookinfo~bookinfo.svc.cluster.local")),
-            type_url: type_url::LISTENER.into(),
-            ..Default::default()
-        });
+        c.sotw(DiscoveryRequest { node: Some(sidecar()), type_url: type_url::LISTENER.into(), ..Default::default() });
         let first = c.recv().await;
         let names: Vec<&str> = vec![];
         c.ack(&first, &names);
@@ -111,10 +112,23 @@ fn the_mesh_config_file_is_followed_through_symlink_swaps() {
         });
         c.expect_silence(Duration::from_millis(1000)).await;
 
-        // Back to ALLOW_ANY: pushed again.
-        volume.update("outboundTrafficPolicy:\n  mode: ALLOW_ANY\n");
+        // Back to ALLOW_ANY, with a connect timeout: pushed again, and the
+        // clusters a proxy fetches over the wire carry the mesh's timeout.
+        volume.update("outboundTrafficPolicy:\n  mode: ALLOW_ANY\nconnectTimeout: 3s\n");
         let back = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push after the fix");
         assert_eq!(mentions(&back, "BlackHoleCluster"), blackholes);
+        let mut cds = connect(s.grpc, false).await;
+        cds.sotw(DiscoveryRequest { node: Some(sidecar()), type_url: type_url::CLUSTER.into(), ..Default::default() });
+        let clusters = cds.recv().await;
+        use istiod_proto::prost::Message;
+        let timeouts: Vec<i64> = clusters
+            .resources
+            .iter()
+            .map(|a| istiod_proto::envoy::config::cluster::v3::Cluster::decode(&a.value[..]).unwrap())
+            .filter(|c| c.name.starts_with("outbound|") || c.name == "BlackHoleCluster")
+            .map(|c| c.connect_timeout.map_or(0, |d| d.seconds))
+            .collect();
+        assert!(!timeouts.is_empty() && timeouts.iter().all(|t| *t == 3), "{timeouts:?}");
     });
     assert!(mesh_debug(&s).get("futureField").is_none(), "the last file has no futureField");
 }

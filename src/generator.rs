@@ -333,13 +333,10 @@ impl MeshInput {
         objs: &istiod_kubewatch::objects::Objects,
         changed: &[(String, String, String)],
     ) -> MeshInput {
-        let named = |o: &istiod_kubewatch::istio::IstioObject| {
-            changed.iter().any(|(k, ns, name)| o.kind().name() == k && o.meta.ns() == ns && o.meta.name == *name)
-        };
         // (hosts whose virtual hosts change, services whose clusters change)
         let hosts_of = |model: &Model| {
             let (mut routes, mut clusters) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
-            for o in model.routing.iter().filter(|o| named(o)) {
+            for o in model.routing_named(changed) {
                 match &o.spec {
                     IstioSpec::VirtualService(vs) => {
                         routes.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
@@ -370,7 +367,7 @@ impl MeshInput {
         }
         (next.source_matching, next.vs_export) = route_flags(&model);
         // Routers read VirtualServices bound to Gateways, before or after.
-        let gateway_bound = |model: &Model| model.routing.iter().filter(|o| named(o)).any(deps::is_gateway_bound);
+        let gateway_bound = |model: &Model| model.routing_named(changed).any(deps::is_gateway_bound);
         if gateway_bound(&self.model) || gateway_bound(&model) {
             next.changes.touch_everywhere(Dep::Gateway);
         }

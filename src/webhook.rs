@@ -65,6 +65,8 @@ pub struct Webhooks {
     pub proxy_configs: RefCell<std::sync::Arc<inject::ClusterInputs>>,
     /// Injections run at once, off the control thread.
     pub inject_slots: InjectSlots,
+    /// Validations run at once, off the control thread.
+    pub validate_slots: ValidateSlots,
 }
 
 /// Injections run on tokio's blocking threads, at most this many at once
@@ -81,6 +83,21 @@ pub struct InjectSlots(pub std::sync::Arc<tokio::sync::Semaphore>);
 impl Default for InjectSlots {
     fn default() -> Self {
         InjectSlots(std::sync::Arc::new(tokio::sync::Semaphore::new(INJECT_CONCURRENCY)))
+    }
+}
+
+/// Reviews judged at once, on tokio's blocking threads (a 6 MiB review
+/// decodes to a few times its size; more wait their turn).
+pub const VALIDATE_CONCURRENCY: usize = 2;
+/// A review that waits or runs longer is answered with an error.
+pub const VALIDATE_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// The permits for [`VALIDATE_CONCURRENCY`].
+pub struct ValidateSlots(pub std::sync::Arc<tokio::sync::Semaphore>);
+
+impl Default for ValidateSlots {
+    fn default() -> Self {
+        ValidateSlots(std::sync::Arc::new(tokio::sync::Semaphore::new(VALIDATE_CONCURRENCY)))
     }
 }
 
@@ -206,39 +223,20 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
             return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector has no configuration".into());
         };
         let crs = hooks.proxy_configs.borrow().clone();
-        // One deadline for waiting a turn and injecting.
-        let deadline = tokio::time::Instant::now() + INJECT_TIMEOUT;
-        let permit = match tokio::time::timeout_at(deadline, hooks.inject_slots.0.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return fail(StatusCode::SERVICE_UNAVAILABLE, "the injector is shutting down".into()),
-            Err(_) => {
-                return fail(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("too many injections in flight for {INJECT_TIMEOUT:?}"),
-                );
-            }
-        };
-        let job = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
+        let job = off_thread(&hooks.inject_slots.0, "injections", INJECT_TIMEOUT, move |deadline| {
             // (skipped by policy, refused): istiod counts a refused pod, or
             // a review it cannot decode, as a failure too.
             let mut outcome = (false, true);
             let answer = admission::serve(&body, |request| {
-                let (r, skip) = admit_pod(&injector, &crs, request, &path);
+                let (r, skip) = admit_pod(&injector, &crs, request, &path, deadline);
                 outcome = (skip, !r.allowed);
                 r
             });
             (answer, outcome)
         });
-        let (answer, (skipped, refused)) = match tokio::time::timeout_at(deadline, job).await {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => return fail(StatusCode::INTERNAL_SERVER_ERROR, format!("injection failed: {e}")),
-            Err(_) => {
-                return fail(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("injection took longer than {INJECT_TIMEOUT:?}"),
-                );
-            }
+        let (answer, (skipped, refused)) = match job.await {
+            Ok(done) => done,
+            Err((status, msg)) => return fail(status, msg),
         };
         let mut m = hooks.injection.borrow_mut();
         m.success += 1;
@@ -247,11 +245,53 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
         m.observe(started.elapsed().as_secs_f64());
         answer
     } else {
-        admission::serve(&body, |request| validate::validate(request, &mut hooks.validation.borrow_mut()))
+        // Decoding and judging a review (up to MAX_BODY of JSON) runs off
+        // the control thread, a few at once: readiness, debug and
+        // publishing never wait for it, and memory is bounded by the slots.
+        let job = off_thread(&hooks.validate_slots.0, "validations", VALIDATE_TIMEOUT, move |_| {
+            let mut counted = validate::Metrics::default();
+            let answer = admission::serve(&body, |request| validate::validate(request, &mut counted));
+            (answer, counted)
+        });
+        match job.await {
+            Ok((answer, counted)) => {
+                hooks.validation.borrow_mut().merge(counted);
+                answer
+            }
+            Err((status, msg)) => return fail(status, msg),
+        }
     };
     let mut r = Response::new(Full::new(Bytes::from(answer)));
     r.headers_mut().insert("content-type", http::HeaderValue::from_static("application/json"));
     Ok(r)
+}
+
+/// Runs `work` on one of tokio's blocking threads once one of `slots` is
+/// free; waiting and working share one deadline, `timeout` from now, which
+/// `work` is given so that it can stop when nobody waits for it any more
+/// (its slot is held until it returns). The error is the HTTP answer.
+async fn off_thread<T: Send + 'static>(
+    slots: &std::sync::Arc<tokio::sync::Semaphore>,
+    what: &str,
+    timeout: Duration,
+    work: impl FnOnce(std::time::Instant) -> T + Send + 'static,
+) -> Result<T, (StatusCode, String)> {
+    let deadline = std::time::Instant::now() + timeout;
+    let until = tokio::time::Instant::from_std(deadline);
+    let permit = match tokio::time::timeout_at(until, slots.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_)) => return Err((StatusCode::SERVICE_UNAVAILABLE, "the webhook is shutting down".into())),
+        Err(_) => return Err((StatusCode::SERVICE_UNAVAILABLE, format!("too many {what} in flight for {timeout:?}"))),
+    };
+    let job = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work(deadline)
+    });
+    match tokio::time::timeout_at(until, job).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{what} failed: {e}"))),
+        Err(_) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("the request took longer than {timeout:?}"))),
+    }
 }
 
 /// One pod through the injector (istiod's `Webhook.inject`): the answer,
@@ -261,10 +301,11 @@ fn admit_pod(
     crs: &inject::ClusterInputs,
     request: &admission::AdmissionRequest,
     path: &str,
+    deadline: std::time::Instant,
 ) -> (admission::AdmissionResponse, bool) {
     // A bug must not take the webhook down: a panic refuses the pod.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        inject::inject(injector, crs, &request.object, &request.namespace, path)
+        inject::inject_until(injector, crs, &request.object, &request.namespace, path, Some(deadline))
     }))
     .unwrap_or_else(|_| Err("internal error: the injector panicked".into()));
     match result {

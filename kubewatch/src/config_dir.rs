@@ -366,6 +366,16 @@ pub fn parse_file(text: &str) -> FileDocs {
 /// time); the document after the last one read is reported as where the
 /// file was cut.
 pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
+    // Nesting too deep to scan in linear time: the documents before the
+    // one that holds it are read, and it ends the file as a syntax error.
+    if let Err(e) = crate::yaml::check_depth(text) {
+        let cut = document_start(text, e.line);
+        let mut read = parse_file_limited(&text[..cut], max_documents);
+        if read.syntax_error.is_none() {
+            read.syntax_error = Some((read.docs.len(), e.to_string()));
+        }
+        return read;
+    }
     let mut docs = Vec::new();
     let mut syntax_error = None;
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
@@ -388,6 +398,23 @@ pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
         }
     }
     FileDocs { docs, syntax_error }
+}
+
+/// The byte offset of the last `---` line before `line` (from 1): where
+/// the document holding it starts, or 0.
+fn document_start(text: &str, line: usize) -> usize {
+    let mut start = 0;
+    let mut offset = 0;
+    for (n, l) in text.split_inclusive('\n').enumerate() {
+        if n + 1 >= line {
+            break;
+        }
+        if l.starts_with("---") {
+            start = offset;
+        }
+        offset += l.len();
+    }
+    start
 }
 
 /// What identifies a file's content without reading it: size, change

@@ -22,6 +22,7 @@ use crate::objects::Meta;
 mod de;
 pub mod ext;
 pub mod networking;
+pub mod re2;
 pub mod security;
 pub mod validate;
 

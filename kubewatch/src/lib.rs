@@ -16,3 +16,4 @@ pub mod gateway_api;
 pub mod istio;
 pub mod kube_source;
 pub mod objects;
+pub mod yaml;

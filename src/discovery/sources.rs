@@ -356,7 +356,23 @@ pub(super) async fn watch_dir(
         while let Ok(w) = wake.try_recv() {
             whole |= w;
         }
-        match source.reload() {
+        // Reading and parsing the files runs on a blocking thread: a large
+        // or hostile file must not hold the control thread (readiness,
+        // debug, publishing).
+        let (back, reloaded) = match tokio::task::spawn_blocking(move || {
+            let r = source.reload();
+            (source, r)
+        })
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(target: "model", error = %e, "--configDir reload failed; no longer watching");
+                return;
+            }
+        };
+        source = back;
+        match reloaded {
             Ok(loaded) => {
                 let configz = configz(&dir, &loaded);
                 let changed = (!whole).then_some(loaded.changed);

@@ -8,6 +8,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use std::sync::Arc;
+
 use super::gotmpl::{Func, Value, print};
 
 /// The functions by name.
@@ -29,7 +31,7 @@ pub fn funcs() -> HashMap<&'static str, Func> {
     f.insert("omitNil", |a| Ok(one(a, "omitNil")?.clone()).map(|v| omit_nil(&v).unwrap_or(Value::Nil)));
     f.insert("default", default);
     f.insert("quote", quote);
-    f.insert("list", |a| Ok(Value::List(a.to_vec())));
+    f.insert("list", |a| Ok(Value::List(Arc::new(a.to_vec()))));
     f.insert("append", append);
     f.insert("join", join);
     f.insert("trunc", trunc);
@@ -68,7 +70,7 @@ fn to_go_json(v: &Value) -> serde_json::Value {
 
 /// `structToJSON v`: `json.Marshal` of a Kubernetes struct; container
 /// ports in `corev1.ContainerPort`'s field order.
-fn struct_to_json(a: &[Value]) -> Result<Value, String> {
+fn struct_to_json(a: &mut [Value]) -> Result<Value, String> {
     let v = one(a, "structToJSON")?;
     if matches!(v, Value::Invalid | Value::Nil) {
         return Ok(Value::Str("{}".into()));
@@ -143,7 +145,7 @@ const PROXY_CONFIG_FIELDS: [&str; 39] = [
 /// `protoToJSON proxyConfig`: istiod's `cleanProxyConfig` (fields equal to
 /// `mesh.DefaultProxyConfig()` dropped) then compact proto JSON in field
 /// order.
-fn proto_to_json(a: &[Value]) -> Result<Value, String> {
+fn proto_to_json(a: &mut [Value]) -> Result<Value, String> {
     let v = one(a, "protoToJSON")?;
     let serde_json::Value::Object(mut m) = to_go_json(v) else {
         return Ok(Value::Str("{}".into()));
@@ -181,7 +183,7 @@ fn str_at<'a>(m: &'a Value, k: &str) -> &'a str {
 /// `otelResourceAttributes mesh annotations labels namespace containers`:
 /// the OTel resource attributes when an OpenTelemetry provider asks for
 /// semantic conventions, else "".
-fn otel_resource_attributes(a: &[Value]) -> Result<Value, String> {
+fn otel_resource_attributes(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 5, "otelResourceAttributes")?;
     let providers = match &a[0] {
         Value::Map(m, _) => m.get("ExtensionProviders").cloned().unwrap_or(Value::Invalid),
@@ -243,14 +245,14 @@ fn otel_resource_attributes(a: &[Value]) -> Result<Value, String> {
 fn container_ports(a: &[Value], skip_proxy: bool) -> Result<Value, String> {
     let mut ports = Vec::new();
     if let Value::List(cs) = one(a, "includeInboundPorts")? {
-        for c in cs {
+        for c in cs.iter() {
             if skip_proxy && str_at(c, "Name") == "istio-proxy" {
                 continue;
             }
             if let Value::Map(m, _) = c
                 && let Some(Value::List(ps)) = m.get("Ports")
             {
-                for p in ps {
+                for p in ps.iter() {
                     if matches!(str_at(p, "Protocol"), "UDP" | "SCTP") {
                         continue;
                     }
@@ -294,7 +296,7 @@ fn int(a: &[Value], i: usize, name: &str) -> Result<i64, String> {
 
 /// `annotation meta name default`: the annotation when present (even
 /// empty), else `fmt.Sprint(default)`.
-fn annotation(a: &[Value]) -> Result<Value, String> {
+fn annotation(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 3, "annotation")?;
     let name = string(a, 1, "annotation")?;
     let found = match &a[0] {
@@ -314,14 +316,14 @@ fn annotation(a: &[Value]) -> Result<Value, String> {
 }
 
 /// `isset map key`: the key is present.
-fn isset(a: &[Value]) -> Result<Value, String> {
+fn isset(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "isset")?;
     let key = string(a, 1, "isset")?;
     Ok(Value::Bool(matches!(&a[0], Value::Map(m, _) if m.contains_key(key))))
 }
 
 /// `valueOrDefault value default`: `default` only for `""` and nil.
-fn value_or_default(a: &[Value]) -> Result<Value, String> {
+fn value_or_default(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "valueOrDefault")?;
     Ok(match &a[0] {
         Value::Invalid | Value::Nil => a[1].clone(),
@@ -332,13 +334,13 @@ fn value_or_default(a: &[Value]) -> Result<Value, String> {
 
 /// `toYaml v`: sigs.k8s.io/yaml's output (keys sorted, a final newline);
 /// "" when it cannot be written.
-fn to_yaml(a: &[Value]) -> Result<Value, String> {
+fn to_yaml(a: &mut [Value]) -> Result<Value, String> {
     let v = one(a, "toYaml")?;
     Ok(Value::Str(serde_yaml_ng::to_string(&v.to_json()).unwrap_or_default()))
 }
 
 /// Istio's `indent spaces s`: every line but the first gets the spaces.
-fn indent(a: &[Value]) -> Result<Value, String> {
+fn indent(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "indent")?;
     let pad = " ".repeat(int(a, 0, "indent")?.max(0) as usize);
     let s = string(a, 1, "indent")?;
@@ -346,7 +348,7 @@ fn indent(a: &[Value]) -> Result<Value, String> {
 }
 
 /// sprig's `nindent n s`: a newline, then every line padded.
-fn nindent(a: &[Value]) -> Result<Value, String> {
+fn nindent(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "nindent")?;
     let pad = " ".repeat(int(a, 0, "nindent")?.max(0) as usize);
     let s = string(a, 1, "nindent")?;
@@ -354,7 +356,7 @@ fn nindent(a: &[Value]) -> Result<Value, String> {
 }
 
 /// `fromJSON s`: the decoded value, or the string `{}` when it is not JSON.
-fn from_json(a: &[Value]) -> Result<Value, String> {
+fn from_json(a: &mut [Value]) -> Result<Value, String> {
     let s = string(a, 0, "fromJSON")?;
     Ok(serde_json::from_str::<serde_json::Value>(s).map_or(Value::Str("{}".into()), |v| {
         // Go decodes objects as map[string]interface{} (not string maps).
@@ -366,7 +368,7 @@ fn from_json(a: &[Value]) -> Result<Value, String> {
 }
 
 /// `toJSON map`: the JSON of a string map, `{}` for nil.
-fn to_json(a: &[Value]) -> Result<Value, String> {
+fn to_json(a: &mut [Value]) -> Result<Value, String> {
     Ok(Value::Str(match one(a, "toJSON")? {
         Value::Invalid | Value::Nil => "{}".into(),
         v => v.to_json().to_string(),
@@ -374,20 +376,20 @@ fn to_json(a: &[Value]) -> Result<Value, String> {
 }
 
 /// Istio's `contains needle haystack`.
-fn contains(a: &[Value]) -> Result<Value, String> {
+fn contains(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "contains")?;
     Ok(Value::Bool(string(a, 1, "contains")?.contains(string(a, 0, "contains")?)))
 }
 
 /// `directory path`: Go's `path.Split` directory, with its final `/`.
-fn directory(a: &[Value]) -> Result<Value, String> {
+fn directory(a: &mut [Value]) -> Result<Value, String> {
     let p = string(a, 0, "directory")?;
     Ok(Value::Str(p.rfind('/').map_or(String::new(), |i| p[..=i].to_owned())))
 }
 
 /// `excludeInboundPort port excluded`: `port` appended to the
 /// comma-separated list unless it is there, empty or 0.
-fn exclude_inbound_port(a: &[Value]) -> Result<Value, String> {
+fn exclude_inbound_port(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "excludeInboundPort")?;
     let port = print(&a[0]).trim().to_owned();
     let excluded = string(a, 1, "excludeInboundPort")?;
@@ -402,7 +404,7 @@ fn exclude_inbound_port(a: &[Value]) -> Result<Value, String> {
 /// `appendMultusNetwork existing istioCni`: the CNI network added to the
 /// pod's Multus networks (JSON list or comma-separated names) unless
 /// there.
-fn append_multus_network(a: &[Value]) -> Result<Value, String> {
+fn append_multus_network(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "appendMultusNetwork")?;
     let existing = string(a, 0, "appendMultusNetwork")?;
     let cni = string(a, 1, "appendMultusNetwork")?;
@@ -443,18 +445,18 @@ fn omit_nil(v: &Value) -> Option<Value> {
         Value::Map(m, strings) => {
             let kept: BTreeMap<String, Value> =
                 m.iter().filter_map(|(k, e)| omit_nil(e).map(|e| (k.clone(), e))).collect();
-            if kept.is_empty() { None } else { Some(Value::Map(kept, *strings)) }
+            if kept.is_empty() { None } else { Some(Value::Map(Arc::new(kept), *strings)) }
         }
         Value::List(l) => {
             let kept: Vec<Value> = l.iter().filter_map(omit_nil).collect();
-            if kept.is_empty() { None } else { Some(Value::List(kept)) }
+            if kept.is_empty() { None } else { Some(Value::List(Arc::new(kept))) }
         }
         other => Some(other.clone()),
     }
 }
 
 /// sprig's `default d given`: `given` unless empty.
-fn default(a: &[Value]) -> Result<Value, String> {
+fn default(a: &mut [Value]) -> Result<Value, String> {
     match a {
         [d] => Ok(d.clone()),
         [d, given] => Ok(if given.truthy() { given.clone() } else { d.clone() }),
@@ -493,18 +495,20 @@ pub fn go_quote(s: &str) -> String {
 }
 
 /// sprig's `quote`: each non-nil argument quoted, space-separated.
-fn quote(a: &[Value]) -> Result<Value, String> {
+fn quote(a: &mut [Value]) -> Result<Value, String> {
     let parts: Vec<String> =
         a.iter().filter(|v| !matches!(v, Value::Invalid | Value::Nil)).map(|v| go_quote(&print(v))).collect();
     Ok(Value::Str(parts.join(" ")))
 }
 
 /// sprig's `append list v`.
-fn append(a: &[Value]) -> Result<Value, String> {
+fn append(a: &mut [Value]) -> Result<Value, String> {
     match a {
         [Value::List(l), v] => {
-            let mut l = l.clone();
-            l.push(v.clone());
+            // In place when the caller gave up the list (`$l = append $l x`):
+            // amortized O(1) as Go's append, not a copy per element.
+            let mut l = std::mem::take(l);
+            Arc::make_mut(&mut l).push(std::mem::replace(v, Value::Invalid));
             Ok(Value::List(l))
         }
         [other, _] => Err(format!("Cannot push on type {}", print(other))),
@@ -513,7 +517,7 @@ fn append(a: &[Value]) -> Result<Value, String> {
 }
 
 /// sprig's `join sep list`.
-fn join(a: &[Value]) -> Result<Value, String> {
+fn join(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "join")?;
     let sep = string(a, 0, "join")?;
     let items: Vec<String> = match &a[1] {
@@ -525,7 +529,7 @@ fn join(a: &[Value]) -> Result<Value, String> {
 }
 
 /// sprig's `trunc n s` (bytes; negative keeps the end).
-fn trunc(a: &[Value]) -> Result<Value, String> {
+fn trunc(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "trunc")?;
     let n = int(a, 0, "trunc")?;
     let s = print(&a[1]);
@@ -541,7 +545,7 @@ fn trunc(a: &[Value]) -> Result<Value, String> {
 }
 
 /// sprig's `trimAll cutset s` (Go's `strings.Trim`).
-fn trim_all(a: &[Value]) -> Result<Value, String> {
+fn trim_all(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "trimAll")?;
     let cutset = string(a, 0, "trimAll")?;
     Ok(Value::Str(print(&a[1]).trim_matches(|c| cutset.contains(c)).to_owned()))
@@ -549,7 +553,7 @@ fn trim_all(a: &[Value]) -> Result<Value, String> {
 
 /// Istio's `env key default`: the variable, or the default when unset or
 /// empty.
-fn env(a: &[Value]) -> Result<Value, String> {
+fn env(a: &mut [Value]) -> Result<Value, String> {
     arity(a, 2, "env")?;
     let key = string(a, 0, "env")?;
     Ok(match std::env::var(key) {
@@ -559,25 +563,26 @@ fn env(a: &[Value]) -> Result<Value, String> {
 }
 
 /// Istio's `omit map keys...`.
-fn omit(a: &[Value]) -> Result<Value, String> {
+fn omit(a: &mut [Value]) -> Result<Value, String> {
     let (m, keys) = a.split_first().ok_or("omit needs a map")?;
-    let Value::Map(m, strings) = m else { return Ok(Value::Map(BTreeMap::new(), true)) };
+    let Value::Map(m, strings) = m else { return Ok(Value::Map(Default::default(), true)) };
     let keys: Vec<String> = keys.iter().map(print).collect();
-    Ok(Value::Map(m.iter().filter(|(k, _)| !keys.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect(), *strings))
+    let kept = m.iter().filter(|(k, _)| !keys.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    Ok(Value::Map(Arc::new(kept), *strings))
 }
 
 /// Istio's `strdict k v ...` (an odd last key gets "").
-fn strdict(a: &[Value]) -> Result<Value, String> {
+fn strdict(a: &mut [Value]) -> Result<Value, String> {
     let mut m = BTreeMap::new();
     for pair in a.chunks(2) {
         let v = pair.get(1).map_or(String::new(), print);
         m.insert(print(&pair[0]), Value::Str(v));
     }
-    Ok(Value::Map(m, true))
+    Ok(Value::Map(Arc::new(m), true))
 }
 
 /// Istio's `mergeMaps maps...`: later keys win.
-fn merge_maps(a: &[Value]) -> Result<Value, String> {
+fn merge_maps(a: &mut [Value]) -> Result<Value, String> {
     if a.is_empty() {
         return Ok(Value::Nil);
     }
@@ -587,7 +592,7 @@ fn merge_maps(a: &[Value]) -> Result<Value, String> {
             out.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
     }
-    Ok(Value::Map(out, true))
+    Ok(Value::Map(Arc::new(out), true))
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod parse;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 pub use parse::Tree;
 use parse::{Arg, Node, Pipe};
@@ -61,11 +62,12 @@ pub enum Value {
     Num(f64),
     /// A string.
     Str(String),
-    /// A list.
-    List(Vec<Value>),
-    /// A map; `strings`: its values are strings (Go's `map[string]string`,
-    /// whose missing keys `index` as `""`).
-    Map(BTreeMap<String, Value>, bool),
+    /// A list, shared: reading a variable or a field copies a pointer,
+    /// not the list (a pod's containers are read in loops over them).
+    List(Arc<Vec<Value>>),
+    /// A map, shared as lists are; `strings`: its values are strings (Go's
+    /// `map[string]string`, whose missing keys `index` as `""`).
+    Map(Arc<BTreeMap<String, Value>>, bool),
 }
 
 impl From<&serde_json::Value> for Value {
@@ -75,10 +77,10 @@ impl From<&serde_json::Value> for Value {
             serde_json::Value::Bool(b) => Value::Bool(*b),
             serde_json::Value::Number(n) => Value::Num(n.as_f64().unwrap_or(0.0)),
             serde_json::Value::String(s) => Value::Str(s.clone()),
-            serde_json::Value::Array(a) => Value::List(a.iter().map(Value::from).collect()),
+            serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(Value::from).collect())),
             serde_json::Value::Object(m) => {
                 let strings = !m.is_empty() && m.values().all(serde_json::Value::is_string);
-                Value::Map(m.iter().map(|(k, v)| (k.clone(), Value::from(v))).collect(), strings)
+                Value::Map(Arc::new(m.iter().map(|(k, v)| (k.clone(), Value::from(v))).collect()), strings)
             }
         }
     }
@@ -87,7 +89,7 @@ impl From<&serde_json::Value> for Value {
 impl Value {
     /// A string map (Go's `map[string]string`: labels, annotations).
     pub fn string_map(m: &BTreeMap<String, String>) -> Value {
-        Value::Map(m.iter().map(|(k, v)| (k.clone(), Value::Str(v.clone()))).collect(), true)
+        Value::Map(Arc::new(m.iter().map(|(k, v)| (k.clone(), Value::Str(v.clone()))).collect()), true)
     }
 
     /// Go's truth.
@@ -204,7 +206,9 @@ fn print_into(out: &mut String, v: &Value, _top: bool) {
 
 /// A function the templates may call: the evaluated arguments, or an
 /// error message.
-pub type Func = fn(&[Value]) -> Result<Value, String>;
+/// The arguments are the function's own: one may take a value out
+/// (`append` grows the list it was given when nothing else holds it).
+pub type Func = fn(&mut [Value]) -> Result<Value, String>;
 
 /// A parsed template with its functions.
 #[derive(Debug)]
@@ -273,8 +277,22 @@ impl Template {
 
     /// Renders with `data` as dot.
     pub fn render(&self, data: &Value) -> Result<String, Error> {
-        let mut st =
-            State { t: self, vars: vec![("$".to_owned(), data.clone())], out: String::new(), depth: 0, steps: 0 };
+        self.render_until(data, None)
+    }
+
+    /// [`Template::render`], failing once `deadline` has passed (checked
+    /// every few thousand steps), so a render nobody waits for any more
+    /// stops and frees its thread.
+    pub fn render_until(&self, data: &Value, deadline: Option<std::time::Instant>) -> Result<String, Error> {
+        let mut st = State {
+            t: self,
+            vars: vec![("$".to_owned(), data.clone())],
+            out: String::new(),
+            depth: 0,
+            steps: 0,
+            deadline,
+            take: None,
+        };
         st.walk(&self.tree.root, data).map_err(|mut e| {
             e.name = self.name.clone();
             e
@@ -289,6 +307,23 @@ struct State<'a> {
     out: String,
     depth: usize,
     steps: usize,
+    deadline: Option<std::time::Instant>,
+    /// The variable whose one use in the pipeline being evaluated takes
+    /// its value (the pipeline assigns it anew): see [`State::pipe`].
+    take: Option<String>,
+}
+
+/// How many times `$name` is read in `p`, nested pipelines included.
+fn uses(p: &Pipe, name: &str) -> usize {
+    p.cmds
+        .iter()
+        .flatten()
+        .map(|a| match a {
+            Arg::Var(v, _) => usize::from(v == name),
+            Arg::Paren(inner, _) => uses(inner, name),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// How deep `template` calls may nest.
@@ -297,6 +332,8 @@ const MAX_DEPTH: usize = 100;
 /// write: a template that would loop or grow without end fails instead.
 const MAX_STEPS: usize = 5_000_000;
 const MAX_OUTPUT: usize = 8 << 20;
+/// Steps between two looks at the clock.
+const DEADLINE_EVERY: usize = 4096;
 
 impl State<'_> {
     fn step(&mut self, line: usize) -> Result<(), Error> {
@@ -306,6 +343,9 @@ impl State<'_> {
         }
         if self.out.len() > MAX_OUTPUT {
             return Err(Error::at(line, format!("the template wrote more than {MAX_OUTPUT} bytes")));
+        }
+        if self.steps % DEADLINE_EVERY == 0 && self.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(Error::at(line, format!("the template ran out of time after {} steps", self.steps)));
         }
         Ok(())
     }
@@ -346,8 +386,10 @@ impl State<'_> {
                     let v = self.pipe(&decl, dot)?;
                     let items: Vec<(Value, Value)> = match v {
                         Value::Invalid | Value::Nil => Vec::new(),
-                        Value::List(l) => l.into_iter().enumerate().map(|(i, e)| (Value::Num(i as f64), e)).collect(),
-                        Value::Map(m, _) => m.into_iter().map(|(k, e)| (Value::Str(k), e)).collect(),
+                        Value::List(l) => {
+                            l.iter().enumerate().map(|(i, e)| (Value::Num(i as f64), e.clone())).collect()
+                        }
+                        Value::Map(m, _) => m.iter().map(|(k, e)| (Value::Str(k.clone()), e.clone())).collect(),
                         Value::Num(n) if n >= 0.0 && n.fract() == 0.0 && n <= MAX_STEPS as f64 => {
                             (0..n as i64).map(|i| (Value::Num(i as f64), Value::Num(i as f64))).collect()
                         }
@@ -410,6 +452,21 @@ impl State<'_> {
     }
 
     fn pipe(&mut self, p: &Pipe, dot: &Value) -> Result<Value, Error> {
+        // `$x = f $x …` with one read of `$x`: its old value dies with the
+        // assignment, so that read takes it instead of sharing it. A list
+        // appended to in a loop (`$c = append $c .Name`, the chart's) then
+        // grows in place, linear as in Go, not copied at each step.
+        let outer = self.take.take();
+        self.take = match (p.vars.as_slice(), p.assign) {
+            ([name], true) if uses(p, name) == 1 => Some(name.clone()),
+            _ => None,
+        };
+        let r = self.pipe_inner(p, dot);
+        self.take = outer;
+        r
+    }
+
+    fn pipe_inner(&mut self, p: &Pipe, dot: &Value) -> Result<Value, Error> {
         let mut last: Option<Value> = None;
         for cmd in &p.cmds {
             // Go's evalPipeline digs into an empty interface after each
@@ -472,7 +529,7 @@ impl State<'_> {
         builtin(name, &args)
             .unwrap_or_else(|| {
                 let f = self.t.funcs.get(name.as_str()).ok_or_else(|| format!("function {name:?} not defined"))?;
-                f(&args)
+                f(&mut args)
             })
             .map_err(|m| Error::at(line, format!("error calling {name}: {m}")))
     }
@@ -480,6 +537,16 @@ impl State<'_> {
     fn arg(&mut self, a: &Arg, dot: &Value, line: usize) -> Result<Value, Error> {
         let (base, chain) = match a {
             Arg::Dot(chain) => (dot.clone(), chain),
+            Arg::Var(v, chain) if chain.is_empty() && self.take.as_ref() == Some(v) => {
+                self.take = None;
+                let slot = self
+                    .vars
+                    .iter_mut()
+                    .rev()
+                    .find(|(n, _)| n == v)
+                    .ok_or_else(|| Error::at(line, format!("undefined variable: {v}")))?;
+                return Ok(std::mem::replace(&mut slot.1, Value::Invalid));
+            }
             Arg::Var(v, chain) => (self.var(v, line)?, chain),
             Arg::Str(s) => return Ok(Value::Str(s.clone())),
             Arg::Num(n) => return Ok(Value::Num(*n)),
@@ -489,7 +556,7 @@ impl State<'_> {
                 return builtin(f, &[])
                     .unwrap_or_else(|| {
                         let func = self.t.funcs.get(f.as_str()).ok_or_else(|| format!("function {f:?} not defined"))?;
-                        func(&[])
+                        func(&mut [])
                     })
                     .map_err(|m| Error::at(line, format!("error calling {f}: {m}")));
             }

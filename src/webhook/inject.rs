@@ -12,9 +12,11 @@
 
 pub mod gateway;
 pub mod post;
+pub mod proxy_config;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
@@ -519,34 +521,36 @@ fn go_name(k: &str) -> String {
 fn go_struct(v: &Json) -> Value {
     match v {
         Json::Object(m) => Value::Map(
-            m.iter()
-                .map(|(k, v)| {
-                    let inner = match k.as_str() {
-                        "labels" | "annotations" | "nodeSelector" | "proxyMetadata" => {
-                            Value::string_map(&string_map(Some(v)))
-                        }
-                        "limits" | "requests" | "runtimeValues" => Value::from(v),
-                        _ => go_struct(v),
-                    };
-                    (go_name(k), inner)
-                })
-                .collect(),
+            Arc::new(
+                m.iter()
+                    .map(|(k, v)| {
+                        let inner = match k.as_str() {
+                            "labels" | "annotations" | "nodeSelector" | "proxyMetadata" => {
+                                Value::string_map(&string_map(Some(v)))
+                            }
+                            "limits" | "requests" | "runtimeValues" => Value::from(v),
+                            _ => go_struct(v),
+                        };
+                        (go_name(k), inner)
+                    })
+                    .collect(),
+            ),
             false,
         ),
-        Json::Array(a) => Value::List(a.iter().map(go_struct).collect()),
+        Json::Array(a) => Value::List(Arc::new(a.iter().map(go_struct).collect())),
         v => Value::from(v),
     }
 }
 
 fn set(m: &mut Value, k: &str, v: Value) {
     if let Value::Map(m, _) = m {
-        m.insert(k.to_owned(), v);
+        Arc::make_mut(m).insert(k.to_owned(), v);
     }
 }
 
 fn set_default(m: &mut Value, k: &str, v: Value) {
     if let Value::Map(m, _) = m {
-        m.entry(k.to_owned()).or_insert(v);
+        Arc::make_mut(m).entry(k.to_owned()).or_insert(v);
     }
 }
 
@@ -602,7 +606,7 @@ fn proxy_config(
     }
     let mut workload = Map::new();
     if let Some(a) = annotations.get("proxy.istio.io/config") {
-        let over: Json = serde_yaml_ng::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
+        let over: Json = istiod_kubewatch::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         match over {
             Json::Object(m) => overlay_proxy_config(&mut workload, &m),
             Json::Null => {}
@@ -625,13 +629,13 @@ fn proxy_config(
 fn proxy_config_value(pc: &Map<String, Json>) -> Value {
     let mut proxy = go_struct(&Json::Object(pc.clone()));
     set_default(&mut proxy, "InterceptionMode", Value::Str("REDIRECT".into()));
-    set_default(&mut proxy, "ProxyMetadata", Value::Map(BTreeMap::new(), true));
+    set_default(&mut proxy, "ProxyMetadata", Value::Map(Default::default(), true));
     proxy
 }
 
 /// `.MeshConfig`: the fields the templates read.
 fn mesh_config_value(inj: &Injector) -> Value {
-    let mut mesh = Value::Map(BTreeMap::new(), false);
+    let mut mesh = Value::Map(Default::default(), false);
     set(&mut mesh, "ProxyListenPort", Value::Num(f64::from(inj.mesh.listen_ports.0)));
     set(&mut mesh, "ProxyInboundListenPort", Value::Num(f64::from(inj.mesh.listen_ports.1)));
     set(&mut mesh, "TrustDomain", Value::Str(inj.mesh.trust_domain.clone()));
@@ -650,25 +654,31 @@ fn template_data(
     let annotations = string_map(stripped.pointer("/metadata/annotations"));
     let mut object_meta = go_struct(stripped.get("metadata").unwrap_or(&json!({})));
     for k in ["Labels", "Annotations"] {
-        set_default(&mut object_meta, k, Value::Map(BTreeMap::new(), true));
+        set_default(&mut object_meta, k, Value::Map(Default::default(), true));
     }
     for k in ["Name", "Namespace", "GenerateName"] {
         set_default(&mut object_meta, k, Value::Str(String::new()));
     }
     let mut spec = go_struct(stripped.get("spec").unwrap_or(&json!({})));
     set_default(&mut spec, "ServiceAccountName", Value::Str(String::new()));
-    set_default(&mut spec, "Containers", Value::List(Vec::new()));
+    set_default(&mut spec, "Containers", Value::List(Default::default()));
     let proxy = proxy_config_value(pc);
     let mesh = mesh_config_value(inj);
     let image_type = pc.get("image").and_then(|i| i.get("imageType")).and_then(Json::as_str);
     let (name, ns, kind, api) = meta;
-    let mut d = Value::Map(BTreeMap::new(), false);
+    let mut d = Value::Map(Default::default(), false);
     let type_meta = Value::Map(
-        [("APIVersion".to_owned(), Value::Str(api.clone())), ("Kind".to_owned(), Value::Str(kind.clone()))].into(),
+        Arc::new(BTreeMap::from([
+            ("APIVersion".to_owned(), Value::Str(api.clone())),
+            ("Kind".to_owned(), Value::Str(kind.clone())),
+        ])),
         false,
     );
     let deploy_meta = Value::Map(
-        [("Name".to_owned(), Value::Str(name.clone())), ("Namespace".to_owned(), Value::Str(ns.clone()))].into(),
+        Arc::new(BTreeMap::from([
+            ("Name".to_owned(), Value::Str(name.clone())),
+            ("Namespace".to_owned(), Value::Str(ns.clone())),
+        ])),
         false,
     );
     set(&mut d, "TypeMeta", type_meta);
@@ -773,6 +783,20 @@ fn drop_zero_probe_fields(pod: &mut Json, template_pod: &Json) {
 /// Injects `pod` (as the API server sent it): the JSONPatch, or why not.
 /// `path` is the request's URL path (for `/inject/cluster/c/net/n`).
 pub fn inject(inj: &Injector, crs: &ClusterInputs, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
+    inject_until(inj, crs, pod, namespace, path, None)
+}
+
+/// [`inject`], giving up once `deadline` has passed (the webhook's answer
+/// was sent): the templates stop rendering, so the thread and the slot
+/// are free again.
+pub fn inject_until(
+    inj: &Injector,
+    crs: &ClusterInputs,
+    pod: &Json,
+    namespace: &str,
+    path: &str,
+    deadline: Option<std::time::Instant>,
+) -> Result<Outcome, String> {
     let mut pod = pod.clone();
     if !pod.is_object() {
         return Err("the object is not a pod".into());
@@ -837,7 +861,7 @@ pub fn inject(inj: &Injector, crs: &ClusterInputs, pod: &Json, namespace: &str, 
                 return Err(format!("requested template {name:?} not found; have {}", have.join(", ")));
             }
         };
-        let text = t.render(&data).map_err(|e| format!("failed to run injection template: {e}"))?;
+        let text = t.render_until(&data, deadline).map_err(|e| format!("failed to run injection template: {e}"))?;
         let overlay = parse_rendered(&text)?;
         smp::merge_pod(&mut template_pod, &overlay);
         // A native sidecar the user customised in containers follows the

@@ -66,6 +66,20 @@ impl Metrics {
         }
     }
 
+    /// Adds what `other` counted (a review judged off the control thread).
+    pub fn merge(&mut self, other: Metrics) {
+        for (k, n) in other.passed {
+            if self.passed.len() < MAX_SERIES || self.passed.contains_key(&k) {
+                *self.passed.entry(k).or_default() += n;
+            }
+        }
+        for (k, n) in other.failed {
+            if self.failed.len() < MAX_SERIES || self.failed.contains_key(&k) {
+                *self.failed.entry(k).or_default() += n;
+            }
+        }
+    }
+
     /// Adds the validation series.
     pub fn collect(&self, out: &mut istiod_xds::metrics::Exposition) {
         out.counter(

@@ -414,7 +414,7 @@ fn envoy_filter(v: &mut V, spec: &serde_json::Map<String, Value>) {
             if pv.len() > 1024 {
                 v.warn("Envoy filter: proxyVersion match exceeds 1024 characters and will be ignored");
             } else if !pv.is_empty()
-                && let Err(e) = regex_check(pv)
+                && let Err(e) = super::re2::check(pv)
             {
                 v.err(
                     format!("{path}.match.proxy.proxyVersion"),
@@ -517,56 +517,6 @@ fn envoy_filter(v: &mut V, spec: &serde_json::Map<String, Value>) {
             v.enumeration(action, &format!("{mpath}.routeConfiguration.vhost.route.action"), &ROUTE_ACTION);
         }
     }
-}
-
-/// Go's `regexp.Compile` on the syntax it refuses most often (we do not
-/// carry a regex engine for this: unbalanced groups and brackets, a
-/// dangling repetition, a trailing backslash).
-fn regex_check(re: &str) -> Result<(), String> {
-    let (mut depth, mut in_class, mut escaped, mut prev_atom) = (0i32, false, false, false);
-    for c in re.chars() {
-        if escaped {
-            escaped = false;
-            prev_atom = true;
-            continue;
-        }
-        match c {
-            '\\' => escaped = true,
-            '[' if !in_class => in_class = true,
-            ']' if in_class => {
-                in_class = false;
-                prev_atom = true;
-            }
-            _ if in_class => {}
-            '(' => {
-                depth += 1;
-                prev_atom = false;
-            }
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("error parsing regexp: unexpected ): `".to_owned() + re + "`");
-                }
-                prev_atom = true;
-            }
-            '*' | '+' | '?' if !prev_atom => {
-                return Err(format!("error parsing regexp: missing argument to repetition operator: `{c}`"));
-            }
-            '*' | '+' | '?' => prev_atom = false,
-            '|' => prev_atom = false,
-            _ => prev_atom = true,
-        }
-    }
-    if escaped {
-        return Err("error parsing regexp: trailing backslash at end of expression: ``".into());
-    }
-    if in_class {
-        return Err(format!("error parsing regexp: missing closing ]: `{re}`"));
-    }
-    if depth > 0 {
-        return Err(format!("error parsing regexp: missing closing ): `{re}`"));
-    }
-    Ok(())
 }
 
 /// Kubernetes label keys and values as istiod checks them

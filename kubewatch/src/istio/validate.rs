@@ -273,6 +273,21 @@ fn virtual_service(v: &mut V, s: &VirtualService) {
     }
 }
 
+/// istiod's `validateStringRegexp` (after `validateStringMatchRegexp`'s
+/// empty check): Envoy's RE2 refuses a program over its size limit, which
+/// istiod approximates by 1,024 bytes, and Go's `regexp` is the syntax.
+pub fn regex(re: &str, field: &str) -> Result<(), String> {
+    if re.is_empty() {
+        return Err(format!("{field:?}: regex string match should not be empty"));
+    }
+    if re.len() > 1024 {
+        return Err(format!("{field:?}: regex is too large, max length allowed is 1024"));
+    }
+    super::re2::check(re).map_err(|e| {
+        format!("{field:?}: {e}; Istio uses RE2 style regex-based match (https://github.com/google/re2/wiki/Syntax)")
+    })
+}
+
 fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
     let targets = [!r.route.is_empty(), r.redirect.is_some(), r.direct_response.is_some(), r.delegate.is_some()];
     match targets.iter().filter(|x| **x).count() {
@@ -285,10 +300,25 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
         &format!("{path}.route"),
         r.route.iter().map(|d| (d.weight, d.destination.as_ref().map(|d| d.host.as_str()))),
     );
-    // The CRD's oneOf: one of exact, prefix and regex in a StringMatch.
+    // The CRD's oneOf: one of exact, prefix and regex in a StringMatch;
+    // then istiod's `validateStringMatch` (`where`: its field name).
     let string_match = |v: &mut V, p: String, sm: &super::networking::StringMatch| {
         if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
             v.err(p, "only one of exact, prefix and regex");
+            return;
+        }
+        let last = p.rsplit('.').next().unwrap_or_default();
+        let field = last.split('[').next().unwrap_or_default().to_owned();
+        let field = field.as_str();
+        // uri and CORS origins allow an empty prefix (Envoy does).
+        if sm.prefix.as_deref() == Some("") && !matches!(field, "uri" | "allowOrigins") {
+            v.err(p, format!("{field:?}: prefix string match should not be empty"));
+        } else if let Some(re) = &sm.regex
+            // `*` in withoutHeaders means "present", not a regex.
+            && !(field == "withoutHeaders" && re == "*")
+            && let Err(e) = regex(re, if field == "allowOrigins" { "corsPolicy.allowOrigins" } else { field })
+        {
+            v.err(p, e);
         }
     };
     for (i, m) in r.matches.iter().enumerate() {

@@ -200,7 +200,7 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
 
     let mut object_meta = go_struct(gw.get("metadata").unwrap_or(&json!({})));
     for k in ["Labels", "Annotations"] {
-        set_default(&mut object_meta, k, Value::Map(BTreeMap::new(), true));
+        set_default(&mut object_meta, k, Value::Map(Default::default(), true));
     }
     for k in ["Name", "Namespace", "UID"] {
         set_default(&mut object_meta, k, Value::Str(String::new()));
@@ -208,14 +208,13 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
     let mut d = object_meta.clone();
     set(&mut d, "ObjectMeta", object_meta);
     let mut spec = go_struct(gw.get("spec").unwrap_or(&json!({})));
-    set_default(&mut spec, "Addresses", Value::List(Vec::new()));
+    set_default(&mut spec, "Addresses", Value::List(Default::default()));
     set(&mut d, "Spec", spec);
     let type_meta = Value::Map(
-        [
+        std::sync::Arc::new(BTreeMap::from([
             ("APIVersion".to_owned(), Value::Str(s(&gw["apiVersion"]).to_owned())),
             ("Kind".to_owned(), Value::Str(s(&gw["kind"]).to_owned())),
-        ]
-        .into(),
+        ])),
         false,
     );
     set(&mut d, "TypeMeta", type_meta);

@@ -137,11 +137,7 @@ pub fn validate_annotations(a: &BTreeMap<String, String>) -> Result<(), String> 
             "prometheus.istio.io/merge-metrics" => {
                 parse_bool(v).map(drop).ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
             }
-            "proxy.istio.io/config" => match serde_yaml_ng::from_str::<Json>(v) {
-                Ok(Json::Object(_) | Json::Null) => Ok(()),
-                Ok(_) => Err("not a ProxyConfig".into()),
-                Err(e) => Err(e.to_string()),
-            },
+            "proxy.istio.io/config" => super::proxy_config::validate(v),
             "sidecar.istio.io/proxyCPU"
             | "sidecar.istio.io/proxyMemory"
             | "sidecar.istio.io/proxyCPULimit"
@@ -710,7 +706,7 @@ fn convert(h: &mut Map<String, Json>, url: &str, port: i64, probe: bool) {
 fn reorder(inj: &Injector, pod: &mut Json) -> Result<(), String> {
     let mut hold = inj.mesh.default_config.get("holdApplicationUntilProxyStarts").and_then(Json::as_bool) == Some(true);
     if let Some(a) = pod.pointer("/metadata/annotations/proxy.istio.io~1config").and_then(Json::as_str) {
-        let over: Json = serde_yaml_ng::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
+        let over: Json = istiod_kubewatch::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         if let Some(h) = over.get("holdApplicationUntilProxyStarts").and_then(Json::as_bool) {
             hold = h;
         }

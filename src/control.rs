@@ -3,6 +3,7 @@
 //! to every serving core; it also serves the debug and monitoring HTTP
 //! endpoints, answering per-proxy questions by asking the cores.
 
+pub mod conns;
 pub mod debounce;
 pub mod http;
 

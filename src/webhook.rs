@@ -32,10 +32,15 @@ use istiod_xds::server::tls::Reloadable;
 /// istiod's `MaxRequestBodyBytes`: larger bodies are refused with 400, as
 /// istiod's `HTTPConfigReader` does.
 pub const MAX_BODY: usize = 6 << 20;
-/// Connections served at once; past it new ones are closed on accept.
+/// Connections served at once; past it the one idle the longest is closed
+/// for the newcomer (only when all have a request in flight is the
+/// newcomer closed).
 const MAX_CONNECTIONS: usize = 512;
-/// A TLS handshake must finish within this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// From accept, the TLS handshake and the first request's start must be
+/// done within this; a connection is closed after [`IDLE`] between two
+/// requests (the API server reconnects).
+const FIRST_REQUEST: Duration = Duration::from_secs(10);
+const IDLE: Duration = Duration::from_secs(30);
 /// A connection lives at most this long (the API server reconnects); it
 /// is then drained (GOAWAY, in-flight requests finish) for up to
 /// [`DRAIN`].
@@ -337,7 +342,9 @@ impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
 
 /// Serves the webhooks on `listener` until the thread's tasks end.
 pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc<Webhooks>) {
-    let open = Rc::new(std::cell::Cell::new(0usize));
+    use crate::control::conns;
+    let registry =
+        conns::Registry::new(conns::Limits { max: MAX_CONNECTIONS, first_request: FIRST_REQUEST, idle: IDLE });
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -347,50 +354,56 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
                 continue;
             }
         };
-        if open.get() >= MAX_CONNECTIONS {
-            tracing::warn!(target: "webhook", %peer, "too many webhook connections; closing a new one");
+        let Some(place) = registry.admit() else {
+            tracing::warn!(target: "webhook", %peer, "every webhook connection has a request in flight; closing a new one");
             continue;
-        }
+        };
         let _ = tcp.set_nodelay(true);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
-        let (hooks, open) = (hooks.clone(), open.clone());
-        open.set(open.get() + 1);
-        // The slot is given back however the task ends.
-        struct Slot(Rc<std::cell::Cell<usize>>);
-        impl Drop for Slot {
-            fn drop(&mut self) {
-                self.0.set(self.0.get() - 1);
-            }
-        }
-        let slot = Slot(open);
+        let hooks = hooks.clone();
         tokio::task::spawn_local(async move {
-            let _slot = slot;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => {
-                    let service = hyper::service::service_fn(move |req| handle(hooks.clone(), req));
-                    let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
-                    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
-                    builder.http2().timer(hyper_util::rt::TokioTimer::new()).max_concurrent_streams(MAX_STREAMS);
-                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                    tokio::pin!(conn);
-                    let ended = tokio::select! {
-                        r = conn.as_mut() => Some(r),
-                        _ = tokio::time::sleep(MAX_CONNECTION_AGE) => None,
-                    };
-                    let ended = match ended {
-                        Some(r) => r,
-                        None => {
-                            // Old enough: drain it (GOAWAY; requests in flight finish).
-                            conn.as_mut().graceful_shutdown();
-                            tokio::time::timeout(DRAIN, conn.as_mut()).await.unwrap_or(Ok(()))
-                        }
-                    };
-                    if let Err(e) = ended {
-                        tracing::debug!(target: "webhook", %peer, error = %e, "connection ended");
-                    }
+            // The handshake counts against the first request's time.
+            let stream = tokio::select! {
+                r = acceptor.accept(tcp) => match r {
+                    Ok(stream) => stream,
+                    Err(e) => return tracing::debug!(target: "webhook", %peer, error = %e, "TLS handshake failed"),
+                },
+                why = place.closing() => {
+                    return tracing::debug!(target: "webhook", %peer, ?why, "closed during the TLS handshake");
                 }
-                Ok(Err(e)) => tracing::debug!(target: "webhook", %peer, error = %e, "TLS handshake failed"),
-                Err(_) => tracing::debug!(target: "webhook", %peer, "TLS handshake timed out"),
+            };
+            let requests = place.requests();
+            let service = hyper::service::service_fn(move |req| {
+                let (hooks, busy) = (hooks.clone(), requests.start());
+                async move {
+                    let r = handle(hooks, req).await;
+                    drop(busy);
+                    r
+                }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
+            builder.http2().timer(hyper_util::rt::TokioTimer::new()).max_concurrent_streams(MAX_STREAMS);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                why = place.closing() => {
+                    tracing::debug!(target: "webhook", %peer, ?why, "closing a connection without a request in flight");
+                    return;
+                }
+                _ = tokio::time::sleep(MAX_CONNECTION_AGE) => None,
+            };
+            let ended = match ended {
+                Some(r) => r,
+                None => {
+                    // Old enough: drain it (GOAWAY; requests in flight finish).
+                    conn.as_mut().graceful_shutdown();
+                    tokio::time::timeout(DRAIN, conn.as_mut()).await.unwrap_or(Ok(()))
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(target: "webhook", %peer, error = %e, "connection ended");
             }
         });
     }

@@ -67,6 +67,11 @@ pub type Handler = Rc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response>>>
 
 /// Request headers must arrive within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection must start a request this soon after it is accepted, and
+/// another this soon after the last one ended (Prometheus scrapes reuse
+/// their connection at intervals shorter than this).
+const FIRST_REQUEST: Duration = Duration::from_secs(10);
+const IDLE: Duration = Duration::from_secs(30);
 /// A connection is closed after this long, whatever it does (a client that
 /// never reads holds no body for long; keep-alive clients reconnect).
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
@@ -74,7 +79,9 @@ const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 const MAX_STREAMS: u32 = 16;
 /// Request header bytes at most (HTTP/1.1; h2's header list the same).
 const MAX_HEADER_BYTES: usize = 16 * 1024;
-/// Connections served at once; past it new ones are closed on accept.
+/// Connections served at once; past it the one idle the longest is closed
+/// for the newcomer (only when all have a request in flight is the
+/// newcomer closed).
 pub const MAX_CONNECTIONS: usize = 256;
 /// Responses above [`LARGE_BODY`] being written at once; past it a large
 /// answer is replaced by a 503, so slow readers cannot pin many copies of
@@ -111,7 +118,11 @@ impl Drop for Slot {
 
 /// Serves `listener` forever on the current (local) runtime.
 pub async fn serve(listener: TcpListener, handler: Handler) {
-    let conns = Rc::new(std::cell::Cell::new(0));
+    let conns = super::conns::Registry::new(super::conns::Limits {
+        max: MAX_CONNECTIONS,
+        first_request: FIRST_REQUEST,
+        idle: IDLE,
+    });
     let large = Rc::new(std::cell::Cell::new(0));
     let mut failures = 0u64;
     loop {
@@ -126,17 +137,21 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
                 continue;
             }
         };
-        let Some(slot) = Slot::take(&conns, MAX_CONNECTIONS) else {
-            drop(stream); // over the limit: closed at once
+        let Some(place) = conns.admit() else {
+            drop(stream); // every connection has a request in flight: closed at once
             continue;
         };
         let _ = stream.set_nodelay(true);
         let (handler, large) = (handler.clone(), large.clone());
         tokio::task::spawn_local(async move {
-            let _slot = slot;
+            let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
-                let (handler, large) = (handler.clone(), large.clone());
-                async move { Ok::<_, std::convert::Infallible>(respond(req, peer, &handler, &large).await) }
+                let (handler, large, busy) = (handler.clone(), large.clone(), requests.start());
+                async move {
+                    let r = respond(req, peer, &handler, &large).await;
+                    drop(busy);
+                    Ok::<_, std::convert::Infallible>(r)
+                }
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(crate::webhook::LocalExec);
             builder
@@ -151,9 +166,14 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
                 .max_header_list_size(MAX_HEADER_BYTES as u32);
             let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             tokio::pin!(conn);
-            if tokio::time::timeout(MAX_CONNECTION_AGE, conn.as_mut()).await.is_err() {
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                // Silent, or idle when a newcomer needs the place: closed.
+                _ = place.closing() => {}
+                _ = tokio::time::sleep(MAX_CONNECTION_AGE) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
+                }
             }
         });
     }

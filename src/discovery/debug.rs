@@ -270,8 +270,14 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         }
         "/debug/force_disconnect" if d.unsafe_admin => {
             let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) else { return missing_proxy_id() };
-            let ended: u64 =
-                publisher.query(DebugQuery::Disconnect(id.to_owned())).await.iter().filter_map(Value::as_u64).sum();
+            // One proxy across the cores, as istiod's `getProxyConnection`
+            // stops the first match.
+            let ended: u64 = publisher
+                .query_until(DebugQuery::Disconnect(id.to_owned()), |v| v.as_u64().unwrap_or(0) > 0)
+                .await
+                .iter()
+                .filter_map(Value::as_u64)
+                .sum();
             if ended == 0 { not_connected() } else { Response::text(200, "OK") }
         }
         "/debug/stats" => Response::json(&Value::Array(publisher.query(DebugQuery::Stats).await)),

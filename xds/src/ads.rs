@@ -162,6 +162,28 @@ impl<M> Publisher<M> {
         answers
     }
 
+    /// Asks the cores one after another until one answers `done`: an
+    /// action that must happen once across the server (istiod's
+    /// `force_disconnect` ends the first matching connection, not one per
+    /// core). The answers collected, the deciding one last.
+    pub async fn query_until(&self, q: DebugQuery, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut answers = Vec::new();
+        for c in &self.cores {
+            let (tx, rx) = async_channel::bounded(1);
+            if c.try_send(Update::Debug(q.clone(), tx)).is_err() {
+                continue;
+            }
+            if let Ok(v) = rx.recv().await {
+                let stop = done(&v);
+                answers.push(v);
+                if stop {
+                    break;
+                }
+            }
+        }
+        answers
+    }
+
     /// Number of cores.
     pub fn cores(&self) -> usize {
         self.cores.len()

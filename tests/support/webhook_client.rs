@@ -3,6 +3,7 @@
 //! (Python's ssl, tests/py/webhook_client.py), the server's name checked
 //! against the given root. A test crate using it declares `mod python`.
 
+#![allow(dead_code, reason = "each test binary uses part of the support code")]
 use std::net::SocketAddr;
 use std::path::Path;
 

@@ -7,11 +7,11 @@ use serde_json::json;
 
 fn funcs() -> HashMap<&'static str, Func> {
     let mut f: HashMap<&'static str, Func> = HashMap::new();
-    f.insert("list", |a| Ok(Value::List(a.to_vec())));
+    f.insert("list", |a| Ok(Value::List(std::sync::Arc::new(a.to_vec()))));
     f.insert("append", |a| match a {
         [Value::List(l), v] => {
-            let mut l = l.clone();
-            l.push(v.clone());
+            let mut l = std::mem::take(l);
+            std::sync::Arc::make_mut(&mut l).push(v.clone());
             Ok(Value::List(l))
         }
         _ => Err("append wants a list and a value".into()),
@@ -26,6 +26,29 @@ fn funcs() -> HashMap<&'static str, Func> {
 
 fn render(src: &str, data: serde_json::Value) -> Result<String, Error> {
     Template::parse("t", src, funcs())?.render(&Value::from(&data))
+}
+
+/// `$x = append $x …` takes the list out of `$x` (issue #31: copying it at
+/// each step made the chart's container loop quadratic); what another
+/// variable shares keeps its value, as Go's values do.
+#[test]
+fn an_assignment_moves_its_variable_and_shared_values_stay() {
+    let src = "{{ $a := list 0 }}{{ $b := $a }}{{ range .N }}{{ $a = append $a . }}{{ end }}{{ $b }} {{ $a }} \
+               {{ $c := list }}{{ $c = append $c $c }}{{ $c }}";
+    assert_eq!(render(src, json!({"N": [1, 2]})).unwrap(), "[0] [0 1 2] [[]]");
+    // 100k appends in a loop: linear, within the step budget.
+    let out =
+        render("{{ $l := list }}{{ range .N }}{{ $l = append $l . }}{{ end }}{{ len $l }}", json!({"N": 100_000}));
+    assert_eq!(out.unwrap(), "100000");
+}
+
+/// A render past its deadline stops with an error instead of running on.
+#[test]
+fn a_render_stops_at_its_deadline() {
+    let t = Template::parse("t", "{{ range .N }}{{ range $.N }}x{{ end }}{{ end }}", funcs()).unwrap();
+    let data = Value::from(&json!({"N": 2000}));
+    let err = t.render_until(&data, Some(std::time::Instant::now())).unwrap_err();
+    assert!(err.message.contains("ran out of time"), "{err}");
 }
 
 fn ok(src: &str, data: serde_json::Value) -> String {

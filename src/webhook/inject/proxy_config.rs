@@ -1601,6 +1601,23 @@ fn go_float(f: f64) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Replays what the `proxy_config` fuzz target keeps (fuzz/regressions/
+    /// proxy_config/, deep-nesting seeds among them): an answer each.
+    #[test]
+    fn kept_fuzz_inputs_get_an_answer() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/proxy_config");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let checked = super::validate(&text);
+            if istiod_kubewatch::yaml::check_depth(&text).is_err() {
+                assert!(checked.unwrap_err().contains("nests deeper"));
+            }
+            n += 1;
+        }
+        assert!(n >= 4);
+    }
+
     use super::*;
 
     /// What `validateProxyConfig` returns when the checks fail.

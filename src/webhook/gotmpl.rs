@@ -344,7 +344,7 @@ impl State<'_> {
         if self.out.len() > MAX_OUTPUT {
             return Err(Error::at(line, format!("the template wrote more than {MAX_OUTPUT} bytes")));
         }
-        if self.steps % DEADLINE_EVERY == 0 && self.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        if self.steps.is_multiple_of(DEADLINE_EVERY) && self.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
             return Err(Error::at(line, format!("the template ran out of time after {} steps", self.steps)));
         }
         Ok(())

@@ -7,6 +7,8 @@
 //! its fix; the server must answer with its real cost, keep `/ready`
 //! answering and serve everyone else.
 
+#![allow(clippy::print_stderr, reason = "the figures the issue asks for are printed beside the assertions")]
+
 #[path = "../xds/tests/support/ads_client.rs"]
 mod client;
 #[path = "support/webhook_client.rs"]

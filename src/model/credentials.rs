@@ -1,5 +1,5 @@
 //! Gateway credentials served over SDS, as istiod reads them (facts in
-//! docs/gateway-notes.md §5): resource names
+//! docs/design/gateway-notes.md §5): resource names
 //! (`model/credentials/resource.go ParseResourceName`), the certificate,
 //! key and CA a Secret holds (`credentials/kube/secrets.go
 //! ExtractCertInfo`, `ExtractRoot`), and which names a proxy may read

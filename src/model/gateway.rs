@@ -1,6 +1,6 @@
 //! Istio Gateways for a router proxy, selected and merged as istiod's
 //! `PushContext.mergeGateways` and `model/gateway.go MergeGateways` do
-//! (facts in docs/gateway-notes.md §1): which Gateways apply to a proxy,
+//! (facts in docs/design/gateway-notes.md §1): which Gateways apply to a proxy,
 //! the servers each listener port carries, istiod's conflict rules (a TLS
 //! host claimed twice on a port, protocols that cannot share a port, HTTPS
 //! route names that collide), the RDS route names, and the SNI hosts.

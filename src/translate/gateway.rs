@@ -1,6 +1,6 @@
 //! A router's listeners from its merged Gateways, as istiod's
 //! `pilot/pkg/networking/core/gateway.go buildGatewayListeners` builds
-//! them (facts in docs/gateway-notes.md §2): one listener per
+//! them (facts in docs/design/gateway-notes.md §2): one listener per
 //! `<bind>_<port>`, a chain for the HTTP servers of a port (RDS
 //! `http.<port>`), and a chain per HTTPS server that terminates TLS,
 //! matched by SNI, with its TLS context (`kubernetes://<credentialName>`

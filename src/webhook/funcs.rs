@@ -1,7 +1,7 @@
 //! The functions the chart's injection templates call, with Go's
 //! semantics (istiod's `pkg/kube/inject/template.go` `InjectionFuncmap`,
 //! which overrides sprig's `indent` and `contains`, and the few sprig v3
-//! functions the templates use). See docs/injection-notes.md §3.3.
+//! functions the templates use). See docs/design/injection-notes.md §3.3.
 //! Functions that read typed Kubernetes or proto values (`protoToJSON`,
 //! `structToJSON` of ports, `otelResourceAttributes`) come with the
 //! injection's data model.
@@ -606,7 +606,7 @@ mod tests {
     }
 
     /// Values from pkg/kube/inject/template.go and sprig v3 as
-    /// docs/injection-notes.md §3.3 records them.
+    /// docs/design/injection-notes.md §3.3 records them.
     #[test]
     fn injection_functions_behave_as_istiods() {
         let meta = json!({"m": {"Annotations": {"a": "x", "empty": ""}}, "port": 15020, "mode": "REDIRECT"});

@@ -8,7 +8,7 @@
 //! ([`post`]) and a JSONPatch from the pod the API server sent to the
 //! injected one.
 //!
-//! Facts and file names are in docs/injection-notes.md.
+//! Facts and file names are in docs/design/injection-notes.md.
 
 pub mod gateway;
 pub mod post;

@@ -1,6 +1,6 @@
 //! Expected outputs are what Go's text/template gives for the same
 //! template and data (Go 1.23 semantics, as documented in
-//! docs/injection-notes.md §3.4 and §5).
+//! docs/design/injection-notes.md §3.4 and §5).
 
 use super::*;
 use serde_json::json;

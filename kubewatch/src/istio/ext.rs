@@ -11,7 +11,7 @@
 //! make the API server refuse, since a `--configDir` has no API server:
 //! enum names, scalar types, the selector/targetRefs one-of, ports and
 //! lengths. Errors name their field; istiod's warnings come back apart
-//! ([`warnings`]). The facts are in docs/research-validation-*.md.
+//! ([`warnings`]). The facts are in docs/design/research-validation-*.md.
 
 use serde_json::Value;
 

@@ -312,6 +312,64 @@ fn crd_rules_are_enforced_and_current_fields_read() {
     assert!(doc(gw).is_ok(), "{:?}", doc(gw).err());
 }
 
+/// istiod's string-match and rewrite checks (pkg/config/validation/
+/// validation.go `validateHTTPRouteMatchRequest`, `validateStringMatch`,
+/// `validateStringRegexp`, `validateAllowOrigins`, `validateHTTPRewrite`);
+/// the messages are those functions' format strings.
+#[test]
+fn string_matches_and_rewrites_as_istiod_checks_them() {
+    let vs = |http: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: v, namespace: ns}}\nspec: {{hosts: [r], http: [{http}]}}\n"
+        )
+    };
+    let route = "route: [{destination: {host: r}}]";
+    let with = |m: &str| vs(&format!("{{match: [{m}], {route}}}"));
+    has(
+        &errs(&with("{uri: {regex: 'a{2000}'}}")),
+        "\"uri\": error parsing regexp: invalid repeat count: `{2000}`; Istio uses RE2 style regex-based match",
+    );
+    has(
+        &errs(&with(&format!("{{uri: {{regex: '{}'}}}}", "a".repeat(1025)))),
+        "\"uri\": regex is too large, max length allowed is 1024",
+    );
+    has(&errs(&with("{uri: {regex: ''}}")), "\"uri\": regex string match should not be empty");
+    // A header name with a dot still reports istiod's `where`.
+    has(&errs(&with("{headers: {x.y: {prefix: ''}}}")), "\"headers\": prefix string match should not be empty");
+    has(
+        &errs(&with("{queryParams: {q: {regex: '(?i'}}}")),
+        "\"queryParams\": error parsing regexp: invalid or unsupported Perl syntax: `(?i`",
+    );
+    assert!(doc(&with("{uri: {prefix: ''}}")).is_ok(), "uri allows an empty prefix");
+    assert!(doc(&with("{withoutHeaders: {x: {regex: '*'}}}")).is_ok(), "`*` means present");
+    has(
+        &errs(&with("{withoutHeaders: {x: {regex: '**'}}}")),
+        "\"withoutHeaders\": error parsing regexp: missing argument to repetition operator: `*`",
+    );
+    let cors = |o: &str| vs(&format!("{{corsPolicy: {{allowOrigins: [{o}]}}, {route}}}"));
+    has(&errs(&cors("{exact: ''}")), "'' is not a valid match type for CORS allow origins");
+    has(
+        &errs(&cors("{regex: 'a{2,1}'}")),
+        "\"corsPolicy.allowOrigins\": error parsing regexp: invalid repeat count: `{2,1}`",
+    );
+    assert!(doc(&cors("{regex: '.*[.]example[.]com'}")).is_ok());
+    let rw = |r: &str| vs(&format!("{{rewrite: {r}, {route}}}"));
+    has(
+        &errs(&rw("{uri: /a, uriRegexRewrite: {match: a, rewrite: b}}")),
+        "rewrite may only contain one of URI or UriRegexRewrite",
+    );
+    has(&errs(&rw("{}")), "rewrite must specify at least one of URI, UriRegexRewrite, or authority");
+    has(
+        &errs(&rw("{uriRegexRewrite: {match: a}}")),
+        "UriRegexRewrite requires both Rewrite and Match fields to be specified",
+    );
+    has(
+        &errs(&rw("{uriRegexRewrite: {match: 'a{1001}', rewrite: b}}")),
+        "\"HTTPRewrite.UriRegexRewrite.Match\": error parsing regexp: invalid repeat count",
+    );
+    assert!(doc(&rw("{uriRegexRewrite: {match: '^/z(/|$)(.*)', rewrite: '/\\2'}}")).is_ok());
+}
+
 /// The CRDs' one-of rules and durations on routes and traffic policies.
 #[test]
 fn crd_one_ofs_and_durations() {

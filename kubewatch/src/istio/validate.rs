@@ -288,6 +288,52 @@ pub fn regex(re: &str, field: &str) -> Result<(), String> {
     })
 }
 
+/// The CRD's oneOf (one of exact, prefix and regex), then istiod's
+/// `validateStringMatch` for `field` (its `where`): `uri` takes an empty
+/// prefix (Envoy does), CORS origins take no empty match at all
+/// (`validateAllowOrigins`), `*` in `withoutHeaders` means "present".
+fn string_match(v: &mut V, path: String, field: &str, sm: &super::networking::StringMatch) {
+    if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
+        v.err(path, "only one of exact, prefix and regex");
+        return;
+    }
+    let given = sm.exact.as_deref().or(sm.prefix.as_deref()).or(sm.regex.as_deref()).unwrap_or_default();
+    let checked = match field {
+        "allowOrigins" if given.is_empty() => {
+            Err(format!("'{given}' is not a valid match type for CORS allow origins"))
+        }
+        "allowOrigins" => sm.regex.as_deref().map_or(Ok(()), |re| regex(re, "corsPolicy.allowOrigins")),
+        "withoutHeaders" if sm.regex.as_deref() == Some("*") => Ok(()),
+        "uri" => sm.regex.as_deref().map_or(Ok(()), |re| regex(re, field)),
+        _ if sm.prefix.as_deref() == Some("") => Err(format!("{field:?}: prefix string match should not be empty")),
+        _ => sm.regex.as_deref().map_or(Ok(()), |re| regex(re, field)),
+    };
+    if let Err(e) = checked {
+        v.err(path, e);
+    }
+}
+
+/// istiod's `validateHTTPRewrite` and `validateURIRegexRewrite`.
+fn http_rewrite(v: &mut V, path: &str, rw: &super::networking::HttpRewrite) {
+    if !rw.uri.is_empty() && rw.uri_regex_rewrite.is_some() {
+        v.err(path, "rewrite may only contain one of URI or UriRegexRewrite");
+    } else if rw.uri.is_empty() && rw.uri_regex_rewrite.is_none() && rw.authority.is_empty() {
+        v.err(
+            path,
+            "rewrite must specify at least one of URI, UriRegexRewrite, or authority. Only one of URI or UriRegexRewrite may be specified",
+        );
+    } else if let Some(rr) = &rw.uri_regex_rewrite {
+        let checked = if rr.pattern.is_empty() || rr.rewrite.is_empty() {
+            Err("UriRegexRewrite requires both Rewrite and Match fields to be specified".to_owned())
+        } else {
+            regex(&rr.pattern, "HTTPRewrite.UriRegexRewrite.Match")
+        };
+        if let Err(e) = checked {
+            v.err(format!("{path}.uriRegexRewrite"), format!("UriRegexRewrite has errors\n{e}"));
+        }
+    }
+}
+
 fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
     let targets = [!r.route.is_empty(), r.redirect.is_some(), r.direct_response.is_some(), r.delegate.is_some()];
     match targets.iter().filter(|x| **x).count() {
@@ -300,27 +346,6 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
         &format!("{path}.route"),
         r.route.iter().map(|d| (d.weight, d.destination.as_ref().map(|d| d.host.as_str()))),
     );
-    // The CRD's oneOf: one of exact, prefix and regex in a StringMatch;
-    // then istiod's `validateStringMatch` (`where`: its field name).
-    let string_match = |v: &mut V, p: String, sm: &super::networking::StringMatch| {
-        if [&sm.exact, &sm.prefix, &sm.regex].iter().filter(|x| x.is_some()).count() > 1 {
-            v.err(p, "only one of exact, prefix and regex");
-            return;
-        }
-        let last = p.rsplit('.').next().unwrap_or_default();
-        let field = last.split('[').next().unwrap_or_default().to_owned();
-        let field = field.as_str();
-        // uri and CORS origins allow an empty prefix (Envoy does).
-        if sm.prefix.as_deref() == Some("") && !matches!(field, "uri" | "allowOrigins") {
-            v.err(p, format!("{field:?}: prefix string match should not be empty"));
-        } else if let Some(re) = &sm.regex
-            // `*` in withoutHeaders means "present", not a regex.
-            && !(field == "withoutHeaders" && re == "*")
-            && let Err(e) = regex(re, if field == "allowOrigins" { "corsPolicy.allowOrigins" } else { field })
-        {
-            v.err(p, e);
-        }
-    };
     for (i, m) in r.matches.iter().enumerate() {
         let mp = format!("{path}.match[{i}]");
         if m.port != 0 {
@@ -329,22 +354,25 @@ fn http_route(v: &mut V, path: &str, r: &HttpRoute) {
         for (field, sm) in [("uri", &m.uri), ("scheme", &m.scheme), ("method", &m.method), ("authority", &m.authority)]
         {
             if let Some(sm) = sm {
-                string_match(v, format!("{mp}.{field}"), sm);
+                string_match(v, format!("{mp}.{field}"), field, sm);
             }
         }
         for (field, map) in
             [("headers", &m.headers), ("queryParams", &m.query_params), ("withoutHeaders", &m.without_headers)]
         {
             for (name, sm) in map {
-                string_match(v, format!("{mp}.{field}[{name}]"), sm);
+                string_match(v, format!("{mp}.{field}[{name}]"), field, sm);
             }
         }
     }
     if let Some(c) = &r.cors_policy {
         for (j, sm) in c.allow_origins.iter().enumerate() {
-            string_match(v, format!("{path}.corsPolicy.allowOrigins[{j}]"), sm);
+            string_match(v, format!("{path}.corsPolicy.allowOrigins[{j}]"), "allowOrigins", sm);
         }
         v.duration(&format!("{path}.corsPolicy.maxAge"), c.max_age.as_ref());
+    }
+    if let Some(rw) = &r.rewrite {
+        http_rewrite(v, &format!("{path}.rewrite"), rw);
     }
     v.duration(&format!("{path}.timeout"), r.timeout.as_ref());
     if let Some(retry) = &r.retries {

@@ -69,9 +69,9 @@ pub struct Webhooks {
     /// The ProxyConfig resources in force (kept by the config source).
     pub proxy_configs: RefCell<std::sync::Arc<inject::ClusterInputs>>,
     /// Injections run at once, off the control thread.
-    pub inject_slots: InjectSlots,
+    pub inject_slots: Slots<INJECT_CONCURRENCY>,
     /// Validations run at once, off the control thread.
-    pub validate_slots: ValidateSlots,
+    pub validate_slots: Slots<VALIDATE_CONCURRENCY>,
 }
 
 /// Injections run on tokio's blocking threads, at most this many at once
@@ -82,12 +82,12 @@ pub const INJECT_CONCURRENCY: usize = 4;
 /// server gives the webhook 10 s by default).
 pub const INJECT_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// The permits for [`INJECT_CONCURRENCY`].
-pub struct InjectSlots(pub std::sync::Arc<tokio::sync::Semaphore>);
+/// `N` permits for work run off the control thread (see [`off_thread`]).
+pub struct Slots<const N: usize>(pub std::sync::Arc<tokio::sync::Semaphore>);
 
-impl Default for InjectSlots {
+impl<const N: usize> Default for Slots<N> {
     fn default() -> Self {
-        InjectSlots(std::sync::Arc::new(tokio::sync::Semaphore::new(INJECT_CONCURRENCY)))
+        Slots(std::sync::Arc::new(tokio::sync::Semaphore::new(N)))
     }
 }
 
@@ -96,15 +96,6 @@ impl Default for InjectSlots {
 pub const VALIDATE_CONCURRENCY: usize = 2;
 /// A review that waits or runs longer is answered with an error.
 pub const VALIDATE_TIMEOUT: Duration = Duration::from_secs(8);
-
-/// The permits for [`VALIDATE_CONCURRENCY`].
-pub struct ValidateSlots(pub std::sync::Arc<tokio::sync::Semaphore>);
-
-impl Default for ValidateSlots {
-    fn default() -> Self {
-        ValidateSlots(std::sync::Arc::new(tokio::sync::Semaphore::new(VALIDATE_CONCURRENCY)))
-    }
-}
 
 /// istiod's `sidecar_injection_*` counters.
 #[derive(Debug, Default, Clone)]

@@ -118,11 +118,6 @@ impl Drop for Busy {
 }
 
 impl Conn {
-    /// Marks a request in flight.
-    pub fn request(&self) -> Busy {
-        self.requests().start()
-    }
-
     /// A handle for the connection's service (which hyper may keep past
     /// the connection).
     pub fn requests(&self) -> Requests {
@@ -176,7 +171,7 @@ mod tests {
         let a = r.admit().unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
         let b = r.admit().unwrap();
-        let busy = b.request();
+        let busy = b.requests().start();
         // a is idle the longest: it is told to go, at once.
         let c = r.admit().unwrap();
         assert_eq!(a.closing().await, Closing::Evicted);
@@ -188,7 +183,7 @@ mod tests {
         assert_eq!(c.closing().await, Closing::Evicted);
         drop(c);
         // Both busy: no place.
-        let _busy_d = d.request();
+        let _busy_d = d.requests().start();
         assert!(r.admit().is_none());
         drop(busy);
         assert!(r.admit().is_some(), "b is idle again");
@@ -202,7 +197,7 @@ mod tests {
         assert_eq!(a.closing().await, Closing::Idle);
         assert!(start.elapsed() >= Duration::from_millis(100), "first request timeout");
         let b = r.admit().unwrap();
-        let busy = b.request();
+        let busy = b.requests().start();
         let closing = b.closing();
         tokio::pin!(closing);
         assert!(tokio::time::timeout(Duration::from_millis(700), closing.as_mut()).await.is_err(), "busy stays");

@@ -1401,7 +1401,11 @@ fn is_ip(s: &str) -> bool {
 // ---------------------------------------------------------------------------
 // Go's texts.
 
-/// `time.ParseDuration`, in nanoseconds.
+/// `time.ParseDuration`, in nanoseconds, with Go's error texts and
+/// negative values (which a ProxyConfig may carry, to be refused by the
+/// checks with istiod's message). `istiod_kubewatch::duration::parse` is
+/// the same grammar for knobs, where a negative value is an error of its
+/// own and the message names the knob's syntax instead.
 fn parse_duration(orig: &str) -> Result<i64, String> {
     const LIMIT: u64 = 1 << 63;
     let invalid = || format!("time: invalid duration {}", time_quote(orig));

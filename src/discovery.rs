@@ -324,7 +324,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let dbg = Rc::new(Debug {
             publisher: publisher.clone(),
             ready: ready.clone(),
-            draining: std::cell::Cell::new(false),
+            draining: Arc::new(AtomicBool::new(false)),
             state: state.clone(),
             cluster_id: config.cluster_id.clone(),
             unsafe_admin: config.unsafe_admin_endpoints,
@@ -338,26 +338,33 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
             tokio::net::TcpListener::from_std(l).map_err(|source| StartError::Listen { addr, source })
         };
+        // The debug and monitoring ports are served from threads of their
+        // own; `/ready` is answered there, the rest on this thread.
+        let spawn_http = |l: std::net::TcpListener, name: &str, handler: http::Handler, quick: http::Quick| {
+            let addr =
+                l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
+            http::spawn(l, name, handler, quick).map_err(|source| StartError::Listen { addr, source })?;
+            Ok::<_, StartError>(addr)
+        };
         if let Some(l) = http_listener {
-            let l = tokio_listener(l)?;
-            if let Ok(addr) = l.local_addr() {
-                tracing::info!(target: "default", %addr, "serving debug HTTP");
-            }
-            let dbg = dbg.clone();
+            let dbg2 = dbg.clone();
             let handler: http::Handler = Rc::new(move |req| {
-                let dbg = dbg.clone();
+                let dbg = dbg2.clone();
                 Box::pin(async move { serve_http(req, &dbg).await })
             });
-            tokio::task::spawn_local(http::serve(l, handler));
+            let (ready, draining) = (dbg.ready.clone(), dbg.draining.clone());
+            let quick: http::Quick =
+                Arc::new(move |req| (req.path == "/ready").then(|| debug::readiness(&ready, &draining)));
+            let addr = spawn_http(l, "istiod-debug-http", handler, quick)?;
+            tracing::info!(target: "default", %addr, "serving debug HTTP");
         }
         if let Some(l) = monitoring_listener {
-            let l = tokio_listener(l)?;
             let (dbg, ca, hooks) = (dbg.clone(), ca_signing.clone(), webhooks.clone());
             let handler: http::Handler = Rc::new(move |req| {
                 let (dbg, ca, hooks) = (dbg.clone(), ca.clone(), hooks.clone());
                 Box::pin(async move { monitoring(req, &dbg, ca.as_deref(), &hooks).await })
             });
-            tokio::task::spawn_local(http::serve(l, handler));
+            spawn_http(l, "istiod-monitoring-http", handler, Arc::new(|_| None))?;
         }
         if let (Some(l), Some(tls)) = (https_listener, webhook_tls) {
             let l = tokio_listener(l)?;
@@ -523,7 +530,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
-        dbg.draining.set(true);
+        dbg.draining.store(true, std::sync::atomic::Ordering::SeqCst);
         // Another replica takes over at its next try, not a lease later.
         leadership.release_all().await;
         drop(tx);

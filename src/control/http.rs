@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -116,8 +117,56 @@ impl Drop for Slot {
     }
 }
 
-/// Serves `listener` forever on the current (local) runtime.
-pub async fn serve(listener: TcpListener, handler: Handler) {
+/// Answers a listener's own thread gives without the control thread
+/// (kubelet's `/ready`): `None` passes the request on.
+pub type Quick = Arc<dyn Fn(&Request) -> Option<Response> + Send + Sync>;
+
+/// A request passed to the control thread, and where its answer goes.
+type Forward = tokio::sync::mpsc::Sender<(Request, tokio::sync::oneshot::Sender<Response>)>;
+
+/// Requests waiting for the control thread, per listener.
+const FORWARD_QUEUE: usize = MAX_CONNECTIONS;
+
+/// Serves `listener` from a thread of its own (`name`), which accepts,
+/// parses, compresses and writes, and answers what `quick` answers itself;
+/// the rest is handled by `handler` on the calling (control) thread's
+/// local set. So a control thread busy with a large change or a hostile
+/// input never makes kubelet's readiness probe fail. The thread ends when
+/// the control thread's runtime does.
+pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quick: Quick) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Request, tokio::sync::oneshot::Sender<Response>)>(FORWARD_QUEUE);
+    tokio::task::spawn_local(async move {
+        while let Some((req, reply)) = rx.recv().await {
+            let handler = handler.clone();
+            tokio::task::spawn_local(async move {
+                let _ = reply.send(handler(req).await);
+            });
+        }
+    });
+    std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => return tracing::error!(target: "default", error = %e, "debug HTTP thread: no runtime"),
+        };
+        tokio::task::LocalSet::new().block_on(&rt, async move {
+            let listener = match TcpListener::from_std(listener) {
+                Ok(l) => l,
+                Err(e) => return tracing::error!(target: "default", error = %e, "debug HTTP thread: listener"),
+            };
+            let closed = tx.clone();
+            tokio::select! {
+                _ = serve(listener, tx, quick) => {}
+                _ = closed.closed() => {}
+            }
+        });
+    })?;
+    Ok(())
+}
+
+/// Serves `listener` forever on the current (local) runtime, answering
+/// with `quick` or through `forward`.
+async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
     let conns = super::conns::Registry::new(super::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
@@ -142,13 +191,13 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (handler, large) = (handler.clone(), large.clone());
+        let (forward, quick, large) = (forward.clone(), quick.clone(), large.clone());
         tokio::task::spawn_local(async move {
             let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
-                let (handler, large, busy) = (handler.clone(), large.clone(), requests.start());
+                let (forward, quick, large, busy) = (forward.clone(), quick.clone(), large.clone(), requests.start());
                 async move {
-                    let r = respond(req, peer, &handler, &large).await;
+                    let r = respond(req, peer, &forward, &quick, &large).await;
                     drop(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -183,7 +232,8 @@ pub async fn serve(listener: TcpListener, handler: Handler) {
 async fn respond(
     req: hyper::Request<hyper::body::Incoming>,
     peer: std::net::SocketAddr,
-    handler: &Handler,
+    forward: &Forward,
+    quick: &Quick,
     large: &Rc<std::cell::Cell<usize>>,
 ) -> hyper::Response<Body> {
     let method = req.method().clone();
@@ -203,7 +253,17 @@ async fn respond(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::to_owned);
-        handler(Request { peer: Some(peer), bearer, ..parse_target(target) }).await
+        let req = Request { peer: Some(peer), bearer, ..parse_target(target) };
+        match quick(&req) {
+            Some(r) => r,
+            None => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                match forward.send((req, reply)).await {
+                    Ok(()) => answer.await.unwrap_or_else(|_| Response::text(503, "shutting down\n")),
+                    Err(_) => Response::text(503, "shutting down\n"),
+                }
+            }
+        }
     };
     // Large answers held at once are bounded (slow readers).
     let slot = if resp.body.len() > LARGE_BODY {
@@ -344,14 +404,14 @@ mod tests {
     fn keep_alive_head_gzip_and_other_methods() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         tokio::task::LocalSet::new().block_on(&rt, async {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = l.local_addr().unwrap();
             let handler: Handler = Rc::new(|r: Request| {
                 Box::pin(async move {
                     Response::text(200, if r.path == "/big" { "metric 1\n".repeat(1000) } else { "small\n".into() })
                 })
             });
-            tokio::task::spawn_local(serve(l, handler));
+            spawn(l, "test-http", handler, Arc::new(|_: &Request| None)).unwrap();
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             s.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
             let (status, _, body) = read_response(&mut s, false).await;
@@ -372,6 +432,41 @@ mod tests {
             s.write_all(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await.unwrap();
             let (status, h, _) = read_response(&mut s, false).await;
             assert_eq!((status, header(&h, "allow")), (405, Some("GET, HEAD")));
+        });
+    }
+
+    /// What `quick` answers is answered while the control thread is held
+    /// (issue #31: a bulk change or a hostile input failed kubelet's
+    /// probe); the rest waits for it and is then answered.
+    #[test]
+    fn quick_answers_do_not_wait_for_a_busy_control_thread() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let handler: Handler = Rc::new(|_: Request| Box::pin(async { Response::text(200, "slow\n") }));
+            let quick: Quick = Arc::new(|r: &Request| (r.path == "/ready").then(|| Response::text(200, "ready\n")));
+            spawn(l, "test-http", handler, quick).unwrap();
+            let get = move |path: &'static str| {
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let t = std::time::Instant::now();
+                    let mut s = std::net::TcpStream::connect(addr).unwrap();
+                    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+                    let mut out = String::new();
+                    s.read_to_string(&mut out).unwrap();
+                    (t.elapsed(), out)
+                })
+            };
+            tokio::task::yield_now().await;
+            let (ready, other) = (get("/ready"), get("/debug/x"));
+            // The control thread is held for 1.5 s.
+            std::thread::sleep(Duration::from_millis(1500));
+            let (took, out) = ready.join().unwrap();
+            assert!(out.ends_with("ready\n") && took < Duration::from_millis(1000), "{took:?} {out}");
+            // The forwarded one is answered once the control thread runs.
+            let other = tokio::task::spawn_blocking(move || other.join().unwrap()).await.unwrap();
+            assert!(other.1.ends_with("slow\n") && other.0 >= Duration::from_millis(1400), "{other:?}");
         });
     }
 

@@ -19,7 +19,7 @@ pub(super) struct Debug {
     pub(super) publisher: Publisher<crate::generator::MeshInput>,
     pub(super) ready: Arc<AtomicBool>,
     /// Set on SIGTERM: `/ready` answers 503 while the connections drain.
-    pub(super) draining: std::cell::Cell<bool>,
+    pub(super) draining: Arc<AtomicBool>,
     pub(super) state: Rc<RefCell<State>>,
     /// `CLUSTER_ID` (the endpoint shards' key).
     pub(super) cluster_id: String,
@@ -144,6 +144,20 @@ impl Debug {
     }
 }
 
+/// `/ready`: 200 once a snapshot is published, 503 before and while
+/// draining. Answered by the debug port's own thread (see
+/// [`crate::control::http::spawn`]), so a busy control thread does not
+/// fail kubelet's probe.
+pub(super) fn readiness(ready: &AtomicBool, draining: &AtomicBool) -> Response {
+    if draining.load(Ordering::SeqCst) {
+        Response::text(503, "not ready: shutting down\n")
+    } else if ready.load(Ordering::SeqCst) {
+        Response::text(200, "ready\n")
+    } else {
+        Response::text(503, "not ready: no snapshot published yet\n")
+    }
+}
+
 /// Answers a debug request. `caller` is the namespace a caller outside the
 /// root namespace is limited to (debug over xDS with
 /// `ENABLE_DEBUG_ENDPOINT_AUTH`, istiod's `CallerNamespaceKey`): the
@@ -153,15 +167,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
     let state = &d.state;
     let model = || state.borrow().mesh.as_ref().map(|m| m.model.clone());
     match req.path.as_str() {
-        "/ready" => {
-            if d.draining.get() {
-                Response::text(503, "not ready: shutting down\n")
-            } else if d.ready.load(Ordering::SeqCst) {
-                Response::text(200, "ready\n")
-            } else {
-                Response::text(503, "not ready: no snapshot published yet\n")
-            }
-        }
+        "/ready" => readiness(&d.ready, &d.draining),
         // istiod's AdsClients (pilot/pkg/xds/debug.go `adsz`); with
         // `?proxyID=` only that proxy's connection.
         "/debug/adsz" => {

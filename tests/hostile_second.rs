@@ -190,6 +190,45 @@ fn proxy_config_annotations_are_checked_as_istiod_checks_them() {
     assert_eq!((status, &answer["response"]["allowed"]), (200, &json!(true)), "{answer}");
 }
 
+/// `sidecar.istio.io/userVolume` and `userVolumeMount` fields Kubernetes
+/// does not know were injected as given; istiod's typed round trip
+/// (`applyOverlayYAML` into `corev1.Pod`) drops them, and refuses a value
+/// of the wrong type.
+#[test]
+fn user_volumes_lose_unknown_fields_as_in_istiods_typed_pod() {
+    let (_s, https, root, _, _dir) = with_webhooks();
+    let annotations = json!({
+        "sidecar.istio.io/userVolume": r#"{"extra": {"hostPath": {"path": "/x"}, "bogus": 1}}"#,
+        "sidecar.istio.io/userVolumeMount": r#"{"extra": {"mountPath": "/x", "readOnly": true, "evil": "y"}}"#,
+    });
+    let p = pod(1, annotations);
+    let (status, answer) = hooks::post_all(https, &root, "/inject", &[review("u", ("", "pods"), p.clone())]).remove(0);
+    assert_eq!((status, &answer["response"]["allowed"]), (200, &json!(true)), "{answer}");
+    use base64::Engine;
+    let ops = base64::engine::general_purpose::STANDARD.decode(answer["response"]["patch"].as_str().unwrap()).unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    let mut got = p;
+    json_patch::patch(&mut got, &patch).unwrap();
+    let volume = got["spec"]["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "extra").unwrap();
+    assert_eq!(volume, &json!({"name": "extra", "hostPath": {"path": "/x"}}));
+    let proxy = got["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .chain(got["spec"]["containers"].as_array())
+        .flatten()
+        .find(|c| c["name"] == "istio-proxy")
+        .unwrap();
+    let mount = proxy["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "extra").unwrap();
+    assert_eq!(mount, &json!({"name": "extra", "mountPath": "/x", "readOnly": true}));
+    // A wrong type refuses the pod, as Go's json.Unmarshal into the typed pod.
+    let bad =
+        pod(1, json!({"sidecar.istio.io/userVolumeMount": r#"{"extra": {"mountPath": "/x", "readOnly": "true"}}"#}));
+    let (status, answer) = hooks::post_all(https, &root, "/inject", &[review("b", ("", "pods"), bad)]).remove(0);
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert_eq!((status, &answer["response"]["allowed"]), (200, &json!(false)), "{answer}");
+    assert!(message.contains("unmarshal patched pod") && message.contains("VolumeMount"), "{message}");
+}
+
 /// Whether the server closed `c` (end of stream or reset; a silent open
 /// socket would time out).
 fn closed(c: &mut TcpStream) -> bool {

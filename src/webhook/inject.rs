@@ -780,6 +780,50 @@ fn drop_zero_probe_fields(pod: &mut Json, template_pod: &Json) {
     }
 }
 
+/// istiod decodes the merged pod into a typed `corev1.Pod`
+/// (`applyOverlayYAML`), so what the `sidecar.istio.io/userVolume` and
+/// `userVolumeMount` annotations add (rendered by the templates as given)
+/// loses the fields Kubernetes does not know, and a value of the wrong type
+/// refuses the pod. Only those entries are decoded again: the rest of the
+/// pod came typed from the API server or from the chart.
+fn typed_user_volumes(pod: &mut Json, annotations: &BTreeMap<String, String>) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::{Volume, VolumeMount};
+    fn retype<T: serde::de::DeserializeOwned + serde::Serialize>(v: &mut Json, what: &str) -> Result<(), String> {
+        let typed: T = serde_json::from_value(v.clone())
+            .map_err(|e| format!("failed applying injection overlay: unmarshal patched pod: {what}: {e}"))?;
+        *v = serde_json::to_value(typed).unwrap_or_default();
+        Ok(())
+    }
+    let names = |key: &str| -> Vec<String> {
+        annotations
+            .get(key)
+            .and_then(|a| serde_json::from_str::<Map<String, Json>>(a).ok())
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let (volumes, mounts) = (names("sidecar.istio.io/userVolume"), names("sidecar.istio.io/userVolumeMount"));
+    if volumes.is_empty() && mounts.is_empty() {
+        return Ok(());
+    }
+    let named =
+        |v: &Json, names: &[String]| v.get("name").and_then(Json::as_str).is_some_and(|n| names.iter().any(|x| x == n));
+    for v in pod.pointer_mut("/spec/volumes").and_then(Json::as_array_mut).into_iter().flatten() {
+        if named(v, &volumes) {
+            retype::<Volume>(v, "Volume")?;
+        }
+    }
+    for field in ["containers", "initContainers"] {
+        for c in pod.pointer_mut(&format!("/spec/{field}")).and_then(Json::as_array_mut).into_iter().flatten() {
+            for m in c.get_mut("volumeMounts").and_then(Json::as_array_mut).into_iter().flatten() {
+                if named(m, &mounts) {
+                    retype::<VolumeMount>(m, "VolumeMount")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Injects `pod` (as the API server sent it): the JSONPatch, or why not.
 /// `path` is the request's URL path (for `/inject/cluster/c/net/n`).
 pub fn inject(inj: &Injector, crs: &ClusterInputs, pod: &Json, namespace: &str, path: &str) -> Result<Outcome, String> {
@@ -881,6 +925,7 @@ pub fn inject_until(
         }
         smp::merge_pod(&mut merged, &overlay);
     }
+    typed_user_volumes(&mut merged, &annotations)?;
     drop_zero_probe_fields(&mut merged, &template_pod);
     post::reapply_overwritten_containers(&mut merged, &original, &template_pod, &pc)?;
     post::post_process(inj, &mut merged, &template_pod, &proxy_envs, &pc, &status_port)?;

@@ -400,16 +400,17 @@ pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
     FileDocs { docs, syntax_error }
 }
 
-/// The byte offset of the last `---` line before `line` (from 1): where
-/// the document holding it starts, or 0.
+/// The byte offset of the last `---` marker line up to `line` (from 1,
+/// that line included: `--- [[[…`): where the document holding it starts,
+/// or 0.
 fn document_start(text: &str, line: usize) -> usize {
     let mut start = 0;
     let mut offset = 0;
     for (n, l) in text.split_inclusive('\n').enumerate() {
-        if n + 1 >= line {
+        if n + 1 > line {
             break;
         }
-        if l.starts_with("---") {
+        if (l.starts_with("---") && l[3..].starts_with([' ', '\t', '\r', '\n'])) || l == "---" {
             start = offset;
         }
         offset += l.len();

@@ -357,3 +357,18 @@ fn edits_to_kinds_not_read_name_no_object() {
     assert!(l.changed.is_empty(), "{:?}", l.changed);
     assert_eq!(l.skipped, 1);
 }
+
+/// Nesting too deep for a linear scan ends the file where its document
+/// starts (issue #31): the documents before it are read, it is the syntax
+/// error, whether it follows a `---` line or stands on one.
+#[test]
+fn deep_nesting_ends_the_file_at_its_document() {
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n";
+    for deep in [format!("---\nkind: X\nspec: {}\n", "[".repeat(200)), format!("--- {}\n", "[".repeat(200))] {
+        let parsed = parse_file(&format!("{ns}{deep}"));
+        assert_eq!(parsed.docs.len(), 1, "{deep}");
+        let (index, message) = parsed.syntax_error.unwrap();
+        assert_eq!(index, 1);
+        assert!(message.contains("nests deeper than 128"), "{message}");
+    }
+}

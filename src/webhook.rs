@@ -40,7 +40,9 @@ const MAX_CONNECTIONS: usize = 512;
 /// done within this; a connection is closed after [`IDLE`] between two
 /// requests (the API server reconnects).
 const FIRST_REQUEST: Duration = Duration::from_secs(10);
-const IDLE: Duration = Duration::from_secs(30);
+/// Counted from a request's head, whose body is not yet work in flight:
+/// longer than [`BODY_TIMEOUT`], so a slow body is answered 408 first.
+const IDLE: Duration = Duration::from_secs(35);
 /// A connection lives at most this long (the API server reconnects); it
 /// is then drained (GOAWAY, in-flight requests finish) for up to
 /// [`DRAIN`].
@@ -171,7 +173,11 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
 }
 
 /// Answers one request.
-async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    hooks: Rc<Webhooks>,
+    req: Request<Incoming>,
+    requests: crate::control::conns::Requests,
+) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
     match path.as_str() {
         "/ready" => return Ok(text(StatusCode::OK, "")),
@@ -210,6 +216,9 @@ async fn handle(hooks: Rc<Webhooks>, req: Request<Incoming>) -> Result<Response<
     if body.is_empty() {
         return fail(StatusCode::BAD_REQUEST, "no body found".into());
     }
+    // In flight from here: a body still arriving costs nothing, and its
+    // connection may make room for a newcomer.
+    let _busy = requests.start();
     if content_type != "application/json" {
         return fail(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid Content-Type, want `application/json`".into());
     }
@@ -345,10 +354,7 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
                 continue;
             }
         };
-        let Some(place) = registry.admit() else {
-            tracing::warn!(target: "webhook", %peer, "every webhook connection has a request in flight; closing a new one");
-            continue;
-        };
+        let place = registry.admit();
         let _ = tcp.set_nodelay(true);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.get());
         let hooks = hooks.clone();
@@ -365,12 +371,8 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
             };
             let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
-                let (hooks, busy) = (hooks.clone(), requests.start());
-                async move {
-                    let r = handle(hooks, req).await;
-                    drop(busy);
-                    r
-                }
+                requests.seen();
+                handle(hooks.clone(), req, requests.clone())
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
             builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);

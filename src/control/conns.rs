@@ -1,10 +1,11 @@
 //! The connections of one of the control thread's HTTP listeners (debug,
 //! monitoring, webhooks): a connection must start a request within
 //! [`Limits::first_request`] and is closed after [`Limits::idle`] without
-//! one, and when the cap is reached the connection idle the longest makes
-//! room for the newcomer. So silent sockets cannot hold every place: a
-//! kubelet probe or an API server call always gets in, and what waits on
-//! a request in flight is never cut.
+//! one, and when the cap is reached one connection makes room for the
+//! newcomer: one that never made a request first, then the one idle the
+//! longest, and only when every one has a request in flight the one whose
+//! request began first. So neither silent sockets nor requests held open
+//! can keep a kubelet probe or an API server call out.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -29,15 +30,16 @@ pub struct Limits {
 pub enum Closing {
     /// No request within the first-request or idle time.
     Idle,
-    /// Idle when a newcomer needed its place.
+    /// Chosen when a newcomer needed its place.
     Evicted,
 }
 
 struct State {
     /// Requests in flight.
     busy: Cell<usize>,
-    /// Since when nothing is in flight.
-    idle_since: Cell<Instant>,
+    /// Since when nothing is in flight, or since the first request in
+    /// flight began.
+    since: Cell<Instant>,
     /// Whether a request was ever made.
     served: Cell<bool>,
     evict: tokio::sync::Notify,
@@ -66,18 +68,15 @@ impl Registry {
         self.conns.borrow().is_empty()
     }
 
-    /// A place for a new connection: at the cap, the one idle the longest
-    /// is told to end; `None` when every connection has a request in
-    /// flight.
-    pub fn admit(self: &Rc<Self>) -> Option<Conn> {
+    /// A place for a new connection; at the cap another is told to end:
+    /// an idle one before a busy one, one that never made a request before
+    /// one that did, then the one in its state the longest.
+    pub fn admit(self: &Rc<Self>) -> Conn {
         let mut conns = self.conns.borrow_mut();
         if conns.len() >= self.limits.max {
-            let idlest = conns
-                .iter()
-                .filter(|(_, s)| s.busy.get() == 0)
-                .min_by_key(|(_, s)| s.idle_since.get())
-                .map(|(id, _)| *id)?;
-            if let Some(s) = conns.remove(&idlest) {
+            let victim =
+                conns.iter().min_by_key(|(_, s)| (s.busy.get() > 0, s.served.get(), s.since.get())).map(|(id, _)| *id);
+            if let Some(s) = victim.and_then(|id| conns.remove(&id)) {
                 s.evict.notify_one();
             }
         }
@@ -85,12 +84,12 @@ impl Registry {
         self.next.set(id + 1);
         let state = Rc::new(State {
             busy: Cell::new(0),
-            idle_since: Cell::new(Instant::now()),
+            since: Cell::new(Instant::now()),
             served: Cell::new(false),
             evict: tokio::sync::Notify::new(),
         });
         conns.insert(id, state.clone());
-        Some(Conn { registry: self.clone(), id, state })
+        Conn { registry: self.clone(), id, state }
     }
 }
 
@@ -113,7 +112,9 @@ pub struct Busy(Rc<State>);
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.busy.set(self.0.busy.get() - 1);
-        self.0.idle_since.set(Instant::now());
+        if self.0.busy.get() == 0 {
+            self.0.since.set(Instant::now());
+        }
     }
 }
 
@@ -131,11 +132,12 @@ impl Conn {
         loop {
             let s = &self.state;
             let wait = if s.served.get() { limits.idle } else { limits.first_request };
-            let at = if s.busy.get() == 0 { s.idle_since.get() + wait } else { Instant::now() + wait };
+            let at = if s.busy.get() == 0 { s.since.get() + wait } else { Instant::now() + wait };
             tokio::select! {
+                biased;
                 _ = s.evict.notified() => return Closing::Evicted,
                 _ = tokio::time::sleep_until(at) => {
-                    if s.busy.get() == 0 && Instant::now() >= s.idle_since.get() + wait {
+                    if s.busy.get() == 0 && Instant::now() >= s.since.get() + wait {
                         return Closing::Idle;
                     }
                 }
@@ -149,11 +151,24 @@ impl Conn {
 pub struct Requests(Rc<State>);
 
 impl Requests {
-    /// Marks a request in flight.
+    /// Marks a request in flight (from when it costs the server work: a
+    /// body still arriving is not).
     pub fn start(&self) -> Busy {
+        if self.0.busy.get() == 0 {
+            self.0.since.set(Instant::now());
+        }
         self.0.busy.set(self.0.busy.get() + 1);
-        self.0.served.set(true);
+        self.seen();
         Busy(self.0.clone())
+    }
+
+    /// Marks a request begun (its head arrived): the connection is past
+    /// its first-request time, and idle time counts from now.
+    pub fn seen(&self) {
+        self.0.served.set(true);
+        if self.0.busy.get() == 0 {
+            self.0.since.set(Instant::now());
+        }
     }
 }
 
@@ -166,37 +181,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_idlest_makes_room_and_busy_ones_stay() {
-        let r = Registry::new(limits(2));
-        let a = r.admit().unwrap();
+    async fn the_newcomer_always_gets_a_place() {
+        let r = Registry::new(limits(3));
+        let served = r.admit();
+        served.requests().seen();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let b = r.admit().unwrap();
-        let busy = b.requests().start();
-        // a is idle the longest: it is told to go, at once.
-        let c = r.admit().unwrap();
-        assert_eq!(a.closing().await, Closing::Evicted);
-        assert_eq!(r.len(), 2);
-        drop(a);
-        assert_eq!(r.len(), 2, "an evicted connection's drop leaves the newcomer's place");
-        // Now c is idle and b busy: c goes for the next.
-        let d = r.admit().unwrap();
+        let silent = r.admit();
+        let busy = r.admit();
+        let held = busy.requests().start();
+        // A connection that never made a request goes first, even if
+        // another was idle longer.
+        let c = r.admit();
+        assert_eq!(silent.closing().await, Closing::Evicted);
+        drop(silent);
+        assert_eq!(r.len(), 3, "an evicted connection's drop leaves the newcomer's place");
+        // Then the idlest of those that made one (c has none yet: it goes).
+        let d = r.admit();
         assert_eq!(c.closing().await, Closing::Evicted);
         drop(c);
-        // Both busy: no place.
-        let _busy_d = d.requests().start();
-        assert!(r.admit().is_none());
-        drop(busy);
-        assert!(r.admit().is_some(), "b is idle again");
+        let _d_held = d.requests().start();
+        let e = r.admit();
+        assert_eq!(served.closing().await, Closing::Evicted);
+        drop(served);
+        // All busy but e: e goes (never served); then, all busy, the one
+        // whose request began first.
+        let _e_held = e.requests().start();
+        let _f = r.admit();
+        assert_eq!(busy.closing().await, Closing::Evicted);
+        drop(held);
     }
 
     #[tokio::test]
     async fn silence_ends_a_connection_and_requests_keep_it() {
         let r = Registry::new(limits(4));
-        let a = r.admit().unwrap();
+        let a = r.admit();
         let start = Instant::now();
         assert_eq!(a.closing().await, Closing::Idle);
         assert!(start.elapsed() >= Duration::from_millis(100), "first request timeout");
-        let b = r.admit().unwrap();
+        let b = r.admit();
         let busy = b.requests().start();
         let closing = b.closing();
         tokio::pin!(closing);

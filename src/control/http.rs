@@ -124,6 +124,8 @@ pub type Quick = Arc<dyn Fn(&Request) -> Option<Response> + Send + Sync>;
 /// A request passed to the control thread, and where its answer goes.
 type Forward = tokio::sync::mpsc::Sender<(Request, tokio::sync::oneshot::Sender<Response>)>;
 
+/// How long a request waits for the control thread's answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests waiting for the control thread, per listener.
 const FORWARD_QUEUE: usize = MAX_CONNECTIONS;
 
@@ -186,10 +188,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
                 continue;
             }
         };
-        let Some(place) = conns.admit() else {
-            drop(stream); // every connection has a request in flight: closed at once
-            continue;
-        };
+        let place = conns.admit();
         let _ = stream.set_nodelay(true);
         let (forward, quick, large) = (forward.clone(), quick.clone(), large.clone());
         tokio::task::spawn_local(async move {
@@ -197,8 +196,10 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
             let service = hyper::service::service_fn(move |req| {
                 let (forward, quick, large, busy) = (forward.clone(), quick.clone(), large.clone(), requests.start());
                 async move {
-                    let r = respond(req, peer, &forward, &quick, &large).await;
-                    drop(busy);
+                    // Busy until the body is written (a slow reader of a
+                    // large answer is not idle).
+                    let mut r = respond(req, peer, &forward, &quick, &large).await;
+                    r.body_mut()._busy = Some(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
             });
@@ -258,9 +259,15 @@ async fn respond(
             Some(r) => r,
             None => {
                 let (reply, answer) = tokio::sync::oneshot::channel();
-                match forward.send((req, reply)).await {
-                    Ok(()) => answer.await.unwrap_or_else(|_| Response::text(503, "shutting down\n")),
-                    Err(_) => Response::text(503, "shutting down\n"),
+                match tokio::time::timeout(FORWARD_TIMEOUT, async {
+                    forward.send((req, reply)).await.ok()?;
+                    answer.await.ok()
+                })
+                .await
+                {
+                    Ok(Some(r)) => r,
+                    Ok(None) => Response::text(503, "shutting down\n"),
+                    Err(_) => Response::text(503, format!("no answer within {FORWARD_TIMEOUT:?}; retry\n")),
                 }
             }
         }
@@ -292,6 +299,7 @@ async fn respond(
 pub struct Body {
     inner: Full<Bytes>,
     _slot: Option<Slot>,
+    _busy: Option<super::conns::Busy>,
 }
 
 impl hyper::body::Body for Body {
@@ -323,7 +331,7 @@ fn build(r: Response, gzip: bool, slot: Option<Slot>) -> hyper::Response<Body> {
     } else {
         Bytes::from(r.body)
     };
-    let mut out = hyper::Response::new(Body { inner: Full::new(body), _slot: slot });
+    let mut out = hyper::Response::new(Body { inner: Full::new(body), _slot: slot, _busy: None });
     *out.status_mut() = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     out.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(r.content_type));
     if gzip {

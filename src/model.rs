@@ -659,11 +659,6 @@ impl Model {
         Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
     }
 
-    /// The model after the VirtualServices and DestinationRules `changed`
-    /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
-    /// else having changed: the routing list is updated in place (it stays
-    /// ordered by namespace and name) and re-indexed; services and the
-    /// other configuration are shared with `self`.
     /// The routing objects (VirtualServices, DestinationRules) named
     /// (kind, namespace, name) in `keys`: a binary search each, so a
     /// change of n objects costs O(n log total).
@@ -684,6 +679,11 @@ impl Model {
         })
     }
 
+    /// The model after the VirtualServices and DestinationRules `changed`
+    /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
+    /// else having changed: the routing list is updated in place (it stays
+    /// ordered by namespace and name) and re-indexed; services and the
+    /// other configuration are shared with `self`.
     pub fn with_routing_of(&self, objs: &Objects, changed: &[(String, String, String)]) -> Model {
         let mut model = self.clone();
         // The changed objects as they are now, found in one pass (a search

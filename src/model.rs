@@ -696,6 +696,11 @@ impl Model {
             .map(|o| ((o.kind().name(), o.meta.ns(), o.meta.name.as_str()), o))
             .filter(|(k, _)| wanted.contains(k))
             .collect();
+        if changed.len() > IN_PLACE_EDITS {
+            model.routing = merged_routing(&self.routing, changed, &current, &model.mesh);
+            model.routing_index = LazyIndex::default();
+            return model;
+        }
         for (kind, ns, name) in changed {
             let is = |o: &IstioObject| o.kind().name() == kind && o.meta.ns() == ns && o.meta.name == *name;
             let now = current.get(&(kind.as_str(), ns.as_str(), name.as_str())).copied();
@@ -739,6 +744,64 @@ impl Model {
         model.routing_index = LazyIndex::default();
         model
     }
+}
+
+/// Changed routing objects applied one by one (an edit of the persistent
+/// vector each); past this many, the list is merged anew in one pass:
+/// thousands of edits in the middle of an RRB vector cost seconds in
+/// rebalancing (25k VirtualServices added to 25k: 28 s).
+const IN_PLACE_EDITS: usize = 64;
+
+/// `old` (ordered by namespace and name) with the objects `changed` names
+/// as they are now in `current` (absent: removed), in one ordered merge:
+/// a changed object keeps its place in its (namespace, name) run, a new
+/// one follows the run in the order given, as the edits one by one place
+/// them.
+fn merged_routing(
+    old: &imbl::Vector<IstioObject>,
+    changed: &[(String, String, String)],
+    current: &std::collections::HashMap<(&str, &str, &str), &IstioObject>,
+    mesh: &crate::mesh::MeshSettings,
+) -> imbl::Vector<IstioObject> {
+    let mut runs: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for (kind, ns, name) in changed {
+        let kinds = runs.entry((ns.as_str(), name.as_str())).or_default();
+        if !kinds.contains(&kind.as_str()) {
+            kinds.push(kind.as_str());
+        }
+    }
+    let now = |kind: &str, (ns, name): (&str, &str)| {
+        current.get(&(kind, ns, name)).map(|o| {
+            let mut o = (*o).clone();
+            routing_export_default(&mut o, mesh);
+            o
+        })
+    };
+    let mut out = imbl::Vector::new();
+    let mut old = old.iter().peekable();
+    for (run, kinds) in runs {
+        // The objects before this run, as they were.
+        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) < run) {
+            out.push_back(o.clone());
+        }
+        // The run's own: changed ones replaced in place or gone, then the
+        // new ones.
+        let mut seen = Vec::new();
+        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) == run) {
+            let kind = o.kind().name();
+            if kinds.contains(&kind) {
+                seen.push(kind);
+                out.extend(now(kind, run));
+            } else {
+                out.push_back(o.clone());
+            }
+        }
+        for kind in kinds.iter().filter(|k| !seen.contains(k)) {
+            out.extend(now(kind, run));
+        }
+    }
+    out.extend(old.cloned());
+    out
 }
 
 /// `s` with the mesh's `defaultServiceExportTo` when it names no

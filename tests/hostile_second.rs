@@ -101,10 +101,12 @@ fn pod(containers: usize, annotations: Value) -> Value {
 /// `/debug/config_report` (answered by the control thread; a slow answer
 /// is asked again rather than failing the test).
 fn report(http: SocketAddr) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if let Some((200, body)) = get(http, "/debug/config_report") {
             return serde_json::from_str(&body).unwrap();
         }
+        assert!(Instant::now() < deadline, "/debug/config_report unanswered for 90 s");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -359,7 +361,7 @@ fn validation_is_off_the_control_thread_and_refuses_what_istiod_refuses() {
 /// answering, and the bulk change is applied in seconds.
 #[test]
 fn config_files_cannot_hold_the_control_thread() {
-    // One file of 50k documents (the default allows 10k per file).
+    // Files of 25k documents (the default allows 10k per file).
     let (s, _https, _root, config_dir, _dir) = with_webhooks_and(&[("ISTIOD_RS_CONFIG_MAX_DOCUMENTS", "100000")]);
     std::fs::write(config_dir.join("deep.yaml"), "a: ".to_owned() + &"[".repeat(200_000)).unwrap();
     let t = Instant::now();
@@ -372,28 +374,39 @@ fn config_files_cannot_hold_the_control_thread() {
     eprintln!("a 200 KB nested file refused after {:?}; slowest /ready: {worst:?}", t.elapsed());
     assert!(worst < Duration::from_secs(1), "/ready took {worst:?}");
 
-    let n = 50_000;
-    let mut text = String::with_capacity(n * 300);
-    for i in 0..n {
-        text.push_str(&format!(
-            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs{i}, namespace: default}}\n\
-             spec: {{hosts: [vs{i}.example.com], http: [{{route: [{{destination: {{host: reviews.default.svc.cluster.local}}}}]}}]}}\n---\n"
-        ));
+    // 25k VirtualServices, then 25k more beside them (the second step
+    // was 28 s in a release build after the first fix: one edit each of
+    // the persistent list).
+    let vs = |range: std::ops::Range<usize>| {
+        let mut text = String::with_capacity(range.len() * 300);
+        for i in range {
+            text.push_str(&format!(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: vs{i}, namespace: default}}\n\
+                 spec: {{hosts: [vs{i}.example.com], http: [{{route: [{{destination: {{host: reviews.default.svc.cluster.local}}}}]}}]}}\n---\n"
+            ));
+        }
+        text
+    };
+    let mut figures = Vec::new();
+    for (file, range) in [("bulk-a.yaml", 0..25_000), ("bulk-b.yaml", 25_000..50_000)] {
+        let want = range.end as u64;
+        let t = Instant::now();
+        std::fs::write(config_dir.join(file), vs(range)).unwrap();
+        let mut worst = Duration::ZERO;
+        wait_for("the VirtualServices to be applied", Duration::from_secs(90), || {
+            // kubelet's probe is answered while the control thread applies.
+            worst = worst.max(ready_time(s.http));
+            report(s.http)["istioConfig"]["VirtualService"].as_u64().unwrap_or(0) >= want
+        });
+        figures.push((t.elapsed(), worst));
     }
-    let t = Instant::now();
-    std::fs::write(config_dir.join("bulk.yaml"), text).unwrap();
-    let mut worst = Duration::ZERO;
-    wait_for("50k VirtualServices to be applied", Duration::from_secs(60), || {
-        // kubelet's probe is answered while the control thread applies.
-        worst = worst.max(ready_time(s.http));
-        report(s.http)["istioConfig"]["VirtualService"].as_u64().unwrap_or(0) >= n as u64
-    });
-    let took = t.elapsed();
-    eprintln!("50k VirtualServices applied (written -> reported) in {took:?}; slowest /ready meanwhile: {worst:?}");
-    assert!(worst < Duration::from_secs(1), "/ready took {worst:?}");
-    // 13 MB of YAML read and applied by a debug build (quadratic before:
-    // 47 s in a release build).
-    assert!(took < Duration::from_secs(40), "50k VirtualServices took {took:?}");
+    eprintln!("25k VirtualServices, then 25k more (written -> reported, slowest /ready): {figures:?}");
+    for (took, worst) in figures {
+        assert!(worst < Duration::from_secs(1), "/ready took {worst:?}");
+        // Each step is a 6.5 MB file read and applied, by a debug build on
+        // a shared machine; before the fixes, 9 s (release) and 28 s.
+        assert!(took < Duration::from_secs(60), "25k VirtualServices took {took:?}");
+    }
 }
 
 /// `/debug/force_disconnect?proxyID=.` ended one proxy per serving core;

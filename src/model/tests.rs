@@ -302,7 +302,7 @@ fn bulk_routing_case() {
     assert_eq!(names(&bulk), names(&one_by_one));
     assert!(bulk.routing == one_by_one.routing, "the same objects");
     let rebuilt = Model::build(&after, "cluster.local");
-    let mut sorted = |m: &Model| {
+    let sorted = |m: &Model| {
         let mut n = names(m);
         n.sort();
         n

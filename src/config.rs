@@ -80,7 +80,7 @@ pub struct Config {
     /// Where this istiod runs and what it is called.
     pub identity: Identity,
     /// The CA's certificate lifetimes.
-    pub ca: CaConfig,
+    pub ca: istiod_ca::CaConfig,
     /// Logging.
     pub log: LogConfig,
     /// `--shutdownDuration`: how long a graceful shutdown may take (10s).
@@ -101,7 +101,7 @@ pub struct Config {
     pub xds_cache: bool,
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
     /// fetches): who fetches a RequestAuthentication's `jwksUri`.
-    pub jwks_fetch: crate::translate::authn::JwksFetch,
+    pub jwks_fetch: istiod_mesh::translate::authn::JwksFetch,
     /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`: a router only takes the
     /// Gateways of its own namespace.
     pub scope_gateway_to_namespace: bool,
@@ -133,7 +133,7 @@ pub struct Config {
     /// (`PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS`,
     /// `PILOT_ENABLE_AMBIENT_WAYPOINTS`,
     /// `ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT`, `CLUSTER_ID`).
-    pub gateway_deployment_settings: crate::webhook::inject::gateway::Settings,
+    pub gateway_deployment_settings: istiod_webhook::inject::gateway::Settings,
     /// `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL` (features/pilot.go, 20m): how
     /// often istiod refetches the key sets it fetched.
     pub jwks_refresh: Duration,
@@ -305,12 +305,6 @@ pub struct PushTuning {
     pub write_copy_below: usize,
 }
 
-/// The `istio.io/rev` value of `revision` (`REVISION`): empty is istiod's
-/// `default` revision.
-pub fn revision_label(revision: &str) -> &str {
-    if revision.is_empty() { "default" } else { revision }
-}
-
 /// Names and namespace of this istiod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -337,56 +331,21 @@ pub struct Identity {
     pub leader_election: bool,
 }
 
-/// Certificate lifetimes (pilot/pkg/bootstrap/istio_ca.go).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaConfig {
-    /// `ENABLE_CA_SERVER` (true): serve `IstioCertificateService`.
-    pub enabled: bool,
-    /// `DEFAULT_WORKLOAD_CERT_TTL` (24h): TTL when a CSR asks for none.
-    pub default_workload_cert_ttl: Duration,
-    /// `MAX_WORKLOAD_CERT_TTL` (2160h = 90 days): longest TTL issued.
-    pub max_workload_cert_ttl: Duration,
-    /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (87600h = 10 years): the
-    /// self-signed root's lifetime.
-    pub self_signed_ca_cert_ttl: Duration,
-    /// `CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE`: when set, a new self-signed
-    /// root gets an RSA key of this size (istiod's choice); unset, ECDSA
-    /// P-256.
-    pub self_signed_rsa_bits: Option<usize>,
-    /// `ROOT_CA_DIR` (`./etc/cacerts`): plugged-in CA certificates
-    /// (`ca-cert.pem`, `ca-key.pem`, `root-cert.pem`, `cert-chain.pem`).
-    pub root_ca_dir: PathBuf,
-    /// `ISTIOD_RS_SELF_SIGNED_CA_DIR`: where the self-signed root is kept
-    /// when nothing is plugged in (istiod keeps it in the `istio-ca-secret`
-    /// Secret); unset, it lives in memory and a restart makes a new one.
-    pub self_signed_dir: Option<PathBuf>,
-    /// `JWT_RULE`: the issuer whose tokens authenticate CSRs, its key set
-    /// and audiences (JSON, as istiod reads it).
-    pub jwt_rule: Option<crate::ca::jwt::JwtRule>,
-    /// `TOKEN_AUDIENCES` (`istio-ca`, comma-separated): the audiences a
-    /// Kubernetes token is reviewed for.
-    pub token_audiences: Vec<String>,
-    /// `ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL` (5s): how often `ROOT_CA_DIR`
-    /// is checked for rotated certificates.
-    pub plugged_check_interval: Duration,
-    /// `CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL` (1h): how often the
-    /// self-signed root is checked for rotation.
-    pub root_check_interval: Duration,
-    /// `CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR` (true): the first
-    /// check waits a random part of the interval.
-    pub root_check_jitter: bool,
-    /// `CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE` (20): the
-    /// root is renewed in the last this-many percent of its lifetime.
-    pub root_grace_percentile: u32,
-    /// `XDS_AUTH` (true): xDS over TLS (`--secureGRPCAddr`) needs a token
-    /// or a client certificate of this CA (pilot/pkg/features).
-    pub xds_auth: bool,
-    /// `XDS_AUTH_PLAINTEXT` (false): authenticate plaintext xDS too.
-    pub xds_auth_plaintext: bool,
-    /// `PILOT_ENABLE_XDS_IDENTITY_CHECK` (true): an authenticated proxy
-    /// may only claim a node in its identity's namespace (and service
-    /// account, when the node names one).
-    pub xds_identity_check: bool,
+impl Identity {
+    /// istiod's serving certificate names (`getDNSNames`):
+    /// `ISTIOD_CUSTOM_HOST` and `istiod`, `istiod-remote`, `istio-pilot`
+    /// (and `istiod-<revision>`) in `<namespace>.svc`, sorted.
+    pub fn dns_names(&self) -> Vec<String> {
+        let mut known = vec!["istiod".to_owned(), "istiod-remote".into(), "istio-pilot".into()];
+        if !self.revision.is_empty() && self.revision != "default" {
+            known.push(format!("istiod-{}", self.revision));
+        }
+        let mut names: Vec<String> = known.iter().map(|h| format!("{h}.{}.svc", self.namespace)).collect();
+        names.extend(self.custom_hosts.iter().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 /// Log levels istiod's `--log_output_level` accepts.
@@ -508,7 +467,7 @@ impl Config {
             self.cluster_id,
             self.domain,
             self.identity.namespace,
-            revision_label(&self.identity.revision),
+            istiod_kubewatch::kapi::revision_label(&self.identity.revision),
             self.mesh_config.display(),
             format!("{:?}", self.log.default).to_lowercase(),
         )
@@ -688,7 +647,7 @@ impl Config {
                 shared_mesh_config: vars.string("SHARED_MESH_CONFIG", ""),
                 leader_election: vars.bool("ENABLE_LEADER_ELECTION", true)?,
             },
-            ca: CaConfig {
+            ca: istiod_ca::CaConfig {
                 enabled: vars.bool("ENABLE_CA_SERVER", true)?,
                 default_workload_cert_ttl: vars
                     .duration("DEFAULT_WORKLOAD_CERT_TTL", Duration::from_secs(24 * 3600))?,
@@ -775,7 +734,7 @@ impl Config {
                 }
             },
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
-            gateway_deployment_settings: crate::webhook::inject::gateway::Settings {
+            gateway_deployment_settings: istiod_webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
                 kube_version: -1,
                 copy_labels_annotations: vars.bool("PILOT_ENABLE_GATEWAY_API_COPY_LABELS_ANNOTATIONS", true)?,
@@ -784,7 +743,7 @@ impl Config {
                     && vars.bool("PILOT_ENABLE_AMBIENT_WAYPOINTS", true)?,
                 manual_deployment: vars.bool("ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT", true)?,
             },
-            jwks_fetch: crate::translate::authn::JwksFetch::parse(
+            jwks_fetch: istiod_mesh::translate::authn::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),
             jwks_refresh: nonzero(

@@ -3,7 +3,6 @@
 //! to every serving core; it also serves the debug and monitoring HTTP
 //! endpoints, answering per-proxy questions by asking the cores.
 
-pub mod conns;
 pub mod debounce;
 pub mod http;
 
@@ -14,9 +13,9 @@ use std::time::Instant;
 use istiod_xds::ads::{Kind, Publisher, SimpleModel, Snapshot};
 use tokio::sync::mpsc;
 
-use crate::generator::MeshInput;
-use crate::translate::Change;
 use debounce::{Debouncer, Decision};
+use istiod_mesh::generator::MeshInput;
+use istiod_mesh::translate::Change;
 
 /// What a source hands the store.
 #[derive(Default)]
@@ -63,7 +62,7 @@ pub mod metrics {
 
     /// Adds the push context's counts of model `m` (its status gauges are
     /// the debug handlers', `discovery/debugz.rs` `PROXY_STATUS`).
-    pub fn collect_mesh(m: &crate::model::MeshStats, out: &mut istiod_xds::metrics::Exposition) {
+    pub fn collect_mesh(m: &istiod_mesh::model::MeshStats, out: &mut istiod_xds::metrics::Exposition) {
         for (name, help, v) in [
             ("pilot_services", "Total services known to pilot.", m.services),
             ("pilot_virt_services", "Total virtual services known to pilot.", m.virtual_services),

@@ -14,10 +14,6 @@ mod mesh_watch;
 mod revisions;
 mod secret_access;
 mod sources;
-mod update;
-
-pub(crate) use jwks::Fetcher as JwksFetcher;
-pub use update::{build, update};
 
 use debug::{Debug, monitoring, serve_http};
 use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
@@ -38,8 +34,8 @@ use tokio::sync::mpsc;
 use crate::config::{Config, ListenAddr, Source};
 use crate::control::http::{self};
 use crate::control::{self, Control, debounce::Debouncer};
-use crate::generator::MeshGenerator;
 use istiod_kubewatch::config_dir::ConfigDir;
+use istiod_mesh::generator::MeshGenerator;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +58,7 @@ pub enum StartError {
     ConfigDir(#[from] istiod_kubewatch::config_dir::LoadError),
     /// The mesh configuration file.
     #[error(transparent)]
-    MeshConfig(#[from] crate::mesh::MeshConfigError),
+    MeshConfig(#[from] istiod_mesh::meshconfig::MeshConfigError),
     /// The serving cores did not start.
     #[error(transparent)]
     Server(#[from] server::ServerError),
@@ -115,13 +111,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
             (config.jwks_fetch, config.scope_gateway_to_namespace, config.route_collapse);
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
-        Rc::new(move |mesh: &mut crate::mesh::MeshSettings| {
+        Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
             mesh.route_collapse = collapse;
             mesh.xds_api_generator_auth = generator_auth;
             mesh.debug_endpoint_auth = debug_auth;
-            mesh.trace_sampling = crate::mesh::Percent(sampling);
+            mesh.trace_sampling = istiod_mesh::meshconfig::Percent(sampling);
         })
     };
     // The config directory is read before the cores start, so a bad
@@ -147,7 +143,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // (with SHARED_MESH_CONFIG under either), else the defaults.
     let mesh_sources = mesh_watch::Sources::choose(
         &config.mesh_config,
-        kube.as_ref().map(|c| crate::ca::kapi::Api::new(c.clone())),
+        kube.as_ref().map(|c| istiod_kubewatch::kapi::Api::new(c.clone())),
         &config.identity.namespace,
         &config.identity.revision,
         &config.identity.shared_mesh_config,
@@ -159,11 +155,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
     }
     let mesh = Arc::new(mesh);
     let (mesh_tx, mesh_rx) = tokio::sync::watch::channel(mesh.clone());
-    let root_store = crate::ca::store::RootStore::of(&config, kube.as_ref());
+    let root_store = istiod_ca::store::RootStore::of(&config.ca, &config.identity.namespace, kube.as_ref());
     // `ca_server` authenticates (xDS and the CA); `ca_signing` is it when
     // it also signs (ENABLE_CA_SERVER).
     let ca_server =
-        rt.block_on(crate::ca::from_config(&config, &mesh.trust_domain, &root_store)).map_err(StartError::Ca)?;
+        rt.block_on(istiod_ca::from_config(&config.ca, &mesh.trust_domain, &root_store)).map_err(StartError::Ca)?;
     let ca_signing = ca_server.clone().filter(|c| c.signing);
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
@@ -184,14 +180,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 n => n as usize,
             });
     // ADS and, on the same ports, the CA (which answers over TLS only).
-    let auth = crate::ca::xds_auth::XdsAuth {
+    let auth = istiod_ca::xds_auth::XdsAuth {
         server: ca_server.clone(),
         enabled: config.ca.xds_auth,
         plaintext: config.ca.xds_auth_plaintext,
         identity_check: config.ca.xds_identity_check,
     };
-    let factory = crate::ca::xds_auth::AuthFactory::new(factory, auth);
-    let factory = MuxFactory::new(factory, crate::ca::CaFactory(ca_signing.clone()), crate::ca::PATHS);
+    let factory = istiod_ca::xds_auth::AuthFactory::new(factory, auth);
+    let factory = MuxFactory::new(factory, istiod_ca::CaFactory(ca_signing.clone()), istiod_ca::PATHS);
 
     let k = &config.keepalive;
     let limits = Limits {
@@ -218,8 +214,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         _ => None,
     };
-    let cert = crate::ca::store::ServingCert {
-        names: crate::ca::istiod_dns_names(&config.identity),
+    let cert = istiod_ca::store::ServingCert {
+        names: config.identity.dns_names(),
         ttl: config.ca.max_workload_cert_ttl,
         files,
     };
@@ -267,7 +263,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         Some(_) => bind_http("httpsAddr", &config.listen.https)?,
         None => None,
     };
-    let webhooks = Rc::new(crate::webhook::Webhooks::default());
+    let webhooks = Rc::new(istiod_webhook::Webhooks::default());
     let webhooks_served = https_listener.is_some();
     let handle = server::start(
         ServerConfig {
@@ -302,9 +298,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tokio::task::spawn_local(control::run(control, rx));
         // This replica's elections (every singleton controller's), released
         // on shutdown.
-        let leadership = crate::leader::Leadership::new(
+        let leadership = istiod_kubewatch::leader::Leadership::new(
             config.identity.leader_election,
-            crate::leader::identity(&config.identity.pod_name),
+            istiod_kubewatch::leader::identity(&config.identity.pod_name),
             &config.identity.revision,
             config.identity.namespace.clone(),
         );
@@ -316,7 +312,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
             state.borrow_mut().gateway_status = Some(status_tx);
             tokio::task::spawn_local(gateway_status::run(
-                crate::ca::kapi::Api::new(client.clone()),
+                istiod_kubewatch::kapi::Api::new(client.clone()),
                 leadership.clone(),
                 status_rx,
             ));
@@ -371,26 +367,26 @@ pub fn run(config: Config) -> Result<(), StartError> {
             if let Ok(addr) = l.local_addr() {
                 tracing::info!(target: "default", %addr, "serving the webhooks (HTTPS)");
             }
-            tokio::task::spawn_local(crate::webhook::serve(l, tls, webhooks.clone()));
+            tokio::task::spawn_local(istiod_webhook::serve(l, tls, webhooks.clone()));
         }
         // The injector's configuration: the webhook's, and the Gateway API
         // deployment controller's templates.
         let deploying = kube.is_some() && config.gateway_deployment;
         if let Some(dir) = config.injection_dir.as_ref().filter(|_| webhooks_served || deploying) {
-            let env = crate::webhook::inject::Env::from_env();
+            let env = istiod_webhook::inject::Env::from_env();
             let api = kube.as_ref().map(|client| {
-                let name = crate::webhook::injector_configmap_name(&config.identity.revision);
-                (crate::ca::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
+                let name = istiod_webhook::injector_configmap_name(&config.identity.revision);
+                (istiod_kubewatch::kapi::Api::new(client.clone()), config.identity.namespace.clone(), name)
             });
-            let src = crate::webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
-            tokio::task::spawn_local(crate::webhook::watch_injector(webhooks.clone(), src));
+            let src = istiod_webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
+            tokio::task::spawn_local(istiod_webhook::watch_injector(webhooks.clone(), src));
         }
         if let Some(client) = kube.as_ref().filter(|_| deploying) {
             let (deploy_tx, deploy_rx) = tokio::sync::watch::channel(Arc::new(gateway_deploy::Desired::default()));
             let tags = revisions::Tags::revision_only(&config.identity.revision);
             state.borrow_mut().gateway_deploy = Some((deploy_tx, tags));
             let cx = gateway_deploy::Context {
-                api: crate::ca::kapi::Api::new(client.clone()),
+                api: istiod_kubewatch::kapi::Api::new(client.clone()),
                 leadership: leadership.clone(),
                 webhooks: webhooks.clone(),
                 settings: config.gateway_deployment_settings.clone(),
@@ -402,14 +398,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         state.borrow_mut().jwks_wanted = Some(jwks_tx);
         tokio::task::spawn_local(jwks::run(jwks_rx, state.clone(), tx.clone(), config.jwks_refresh));
         if let Some(auth) = ca_server.as_ref().and_then(|c| c.jwt.clone()) {
-            tokio::task::spawn_local(crate::ca::refresh_keys(auth, config.jwks_refresh));
+            tokio::task::spawn_local(istiod_ca::refresh_keys(auth, config.jwks_refresh));
         }
         if let Some(ca) = &ca_signing {
-            use crate::ca::store::{self, RootStore};
+            use istiod_ca::store::{self, RootStore};
             match &root_store {
                 RootStore::Plugged(dir) => {
                     let every = config.ca.plugged_check_interval;
-                    tokio::task::spawn_local(crate::ca::watch_plugged(ca.clone(), dir.clone(), every));
+                    tokio::task::spawn_local(istiod_ca::watch_plugged(ca.clone(), dir.clone(), every));
                 }
                 RootStore::Secret { .. } | RootStore::Dir(_) => {
                     let (every, grace) = (config.ca.root_check_interval, config.ca.root_grace_percentile);
@@ -424,13 +420,32 @@ pub fn run(config: Config) -> Result<(), StartError> {
             match (&root_store, &kube) {
                 // One replica keeps the root ConfigMaps.
                 (_, Some(client)) => {
-                    tokio::task::spawn_local(crate::ca::namespaces::run(
-                        crate::ca::kapi::Api::new(client.clone()),
+                    let api = istiod_kubewatch::kapi::Api::new(client.clone());
+                    // Every replica patches its own revision's webhooks,
+                    // elected or not (istiod: "different istiod revisions
+                    // will patch their own cert", sidecarinjector.go,
+                    // validation.go): a canary's webhooks must not wait for
+                    // a lock the default revision holds. Writes are only
+                    // made where the caBundle differs; a 409 is read again
+                    // next round. Validation fails closed only once the API
+                    // server is seen to reach this webhook (istiod's dry run
+                    // of an invalid Gateway).
+                    let (patcher, ns, rev) = (api.clone(), leadership.namespace.clone(), leadership.revision.clone());
+                    let mut fail_closed = false;
+                    let patch_webhooks = async move |root: &str| {
+                        let served = webhooks_served;
+                        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, served, &mut fail_closed);
+                        if let Err(e) = done.await {
+                            tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
+                        }
+                    };
+                    tokio::task::spawn_local(istiod_ca::namespaces::run(
+                        api,
                         leadership.clone(),
                         ca.clone(),
                         mesh_rx.clone(),
-                        crate::leader::Timings::istiod(),
-                        webhooks_served,
+                        istiod_kubewatch::leader::Timings::istiod(),
+                        patch_webhooks,
                     ));
                 }
                 // Without Kubernetes, a file next to the self-signed CA.
@@ -479,15 +494,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     let (reviews, rx) = mpsc::unbounded_channel();
                     let _ = ca.reviewer.set(reviews);
                     let audiences = config.ca.token_audiences.clone();
-                    tokio::task::spawn_local(crate::ca::tokenreview::run(client.clone(), audiences, rx));
+                    tokio::task::spawn_local(istiod_ca::tokenreview::run(client.clone(), audiences, rx));
                 }
                 // Which gateways may read Secrets: the API server says
                 // (before the first model, so none is served unasked).
                 let (asks, asked) = mpsc::unbounded_channel();
                 state.borrow_mut().secret_access =
-                    Arc::new(crate::model::credentials::SecretAccess { asks: Some(asks), ..Default::default() });
+                    Arc::new(istiod_mesh::model::credentials::SecretAccess { asks: Some(istiod_mesh::model::credentials::Asks::new(move |ns, sa| { let _ = asks.send((ns, sa)); })), ..Default::default() });
                 tokio::task::spawn_local(secret_access::run(
-                    crate::ca::kapi::Api::new(client.clone()),
+                    istiod_kubewatch::kapi::Api::new(client.clone()),
                     asked,
                     state.clone(),
                     tx.clone(),
@@ -500,7 +515,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 // The revision's tags decide which Gateways are deployed
                 // here: read before the first model, then followed.
                 if state.borrow().gateway_deploy.is_some() {
-                    let api = crate::ca::kapi::Api::new(client.clone());
+                    let api = istiod_kubewatch::kapi::Api::new(client.clone());
                     let (rev, ns) = (&config.identity.revision, &config.identity.namespace);
                     let tags = revisions::initial(&api, rev, ns).await;
                     if let Some((_, t)) = state.borrow_mut().gateway_deploy.as_mut() {

@@ -1,27 +1,18 @@
-//! `pilot-discovery`, the istiod-rs binary, and its wiring: the command line
-//! ([`cli`]), the typed configuration built once from flags and istiod's
-//! environment variables ([`config`]), logging, and (as they land) the
-//! control thread that owns the mesh model and the serving cores that own
-//! the proxy connections.
+//! `pilot-discovery`'s wiring: the command line and configuration, the control thread, the sources, the debug and monitoring ports, and the controllers that tie the other crates together.
 //!
-//! The hot path does not start here: `main` builds a [`config::Config`] and
-//! hands it to the serving layer (`istiod-xds`).
+//! - [`cli`] and [`config`]: flags and istiod's environment variables,
+//!   read once into a typed [`config::Config`];
+//! - [`discovery`]: starts the serving cores (`istiod-xds`), the CA
+//!   (`istiod-ca`), the webhooks (`istiod-webhook`) and the control thread,
+//!   which follows the sources (`istiod-kubewatch`), builds the mesh
+//!   (`istiod-mesh`) and publishes it to the cores;
+//! - [`control`]: the control thread's push debouncing and its plain HTTP
+//!   ports; [`logging`] and [`version`].
 #![forbid(unsafe_code)]
 
-pub mod ca;
 pub mod cli;
 pub mod config;
-pub mod config_dump;
 pub mod control;
 pub mod discovery;
-pub mod generator;
-pub mod leader;
 pub mod logging;
-pub mod mesh;
-pub mod model;
-pub mod node;
-#[cfg(test)]
-mod testing;
-pub mod translate;
 pub mod version;
-pub mod webhook;

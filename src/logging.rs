@@ -137,7 +137,7 @@ where
         };
         let mut fields = Fields::default();
         event.record(&mut fields);
-        let time = istiod_xds::time::rfc3339(std::time::SystemTime::now());
+        let time = istiod_proto::time::rfc3339(std::time::SystemTime::now());
         let scope = scope_of(meta.target());
         let caller = self.caller.then(|| format!("{}:{}", meta.file().unwrap_or("?"), meta.line().unwrap_or(0)));
         if self.json {

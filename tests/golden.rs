@@ -8,10 +8,10 @@ mod python;
 
 use std::path::Path;
 
-use istiod::generator::{MeshGenerator, MeshInput};
-use istiod::model::Model;
-use istiod::node::{NodeType, ProxyClass};
-use istiod::translate;
+use istiod_mesh::generator::{MeshGenerator, MeshInput};
+use istiod_mesh::model::Model;
+use istiod_mesh::node::{NodeType, ProxyClass};
+use istiod_mesh::translate;
 use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
 
 #[test]
@@ -75,7 +75,7 @@ fn check_router(
     golden: &str,
     (ns, label, service_account): (&str, (&str, &str), &str),
     secrets: &[&str],
-) -> (istiod::model::gateway::MergedGateway, Vec<String>) {
+) -> (istiod_mesh::model::gateway::MergedGateway, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let loaded = istiod_kubewatch::config_dir::load(&root.join(input)).unwrap();
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
@@ -96,7 +96,7 @@ fn check_router(
     let mut snap =
         Snapshot::new(1, std::time::Instant::now(), std::sync::Arc::new(SimpleModel::default().apply(1, changes).0));
     snap.mesh = Some(std::sync::Arc::new(mesh));
-    let merged = istiod::generator::router::merged(&model, &router);
+    let merged = istiod_mesh::generator::router::merged(&model, &router);
     let mut names: Vec<(Kind, String)> = Vec::new();
     for kind in [Kind::Listener, Kind::Cluster] {
         names.extend(MeshGenerator.wildcard_names(&snap, &router, kind).iter().map(|n| (kind, n.to_string())));
@@ -127,7 +127,7 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
     // The golden directory's mesh config, if any (the bundled mesh runs on
     // istiod's defaults).
     let mesh = std::fs::read_to_string(root.join(golden).join("mesh.yaml")).unwrap_or_default();
-    let mesh = std::sync::Arc::new(istiod::mesh::MeshSettings::parse(&mesh).unwrap());
+    let mesh = std::sync::Arc::new(istiod_mesh::meshconfig::MeshSettings::parse(&mesh).unwrap());
     let model = std::sync::Arc::new(Model::build_in(&objs, "cluster.local", mesh));
     let class = ProxyClass {
         node_type: NodeType::Sidecar,

@@ -26,7 +26,7 @@ mod server;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use istiod::webhook::inject::{self, Env, Injector, MeshInputs};
+use istiod_webhook::inject::{self, Env, Injector, MeshInputs};
 use serde_json::{Value, json};
 
 fn data(p: &str) -> PathBuf {
@@ -870,7 +870,7 @@ fn the_injector_follows_its_configmap() {
 /// patch that applies to its pod.
 #[test]
 fn kept_fuzz_inputs_get_an_answer() {
-    use istiod::webhook::admission;
+    use istiod_webhook::admission;
     let inj = injector(
         &[],
         values(),

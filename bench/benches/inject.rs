@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use istiod::webhook::{admission, inject};
+use istiod_webhook::{admission, inject};
 use serde_json::{Value, json};
 
 fn data(p: &str) -> PathBuf {

@@ -14,15 +14,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use istiod::discovery;
+use istiod_mesh::update;
 
 /// What the control thread builds from one set of objects.
 type Built = Arc<MeshInput>;
-use istiod::generator::{MeshGenerator, MeshInput};
-use istiod::mesh::MeshSettings;
-use istiod::node::{Proxy, ProxyClass};
 use istiod_kubewatch::objects::Objects;
 use istiod_loadgen::scenario::Scenario;
+use istiod_mesh::generator::{MeshGenerator, MeshInput};
+use istiod_mesh::meshconfig::MeshSettings;
+use istiod_mesh::node::{Proxy, ProxyClass};
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use istiod_proto::prost::Message;
@@ -51,9 +51,9 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snap {
 /// istio-perf built as the control thread builds it, its shared
 /// resources as the first published model, and that snapshot.
 fn istio_perf() -> (Built, SimpleModel, Snap) {
-    let built = discovery::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
+    let built = update::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
     let (model, _) = SimpleModel::default()
-        .apply(1, istiod::translate::diff_maps(&Default::default(), &built.translation.resources));
+        .apply(1, istiod_mesh::translate::diff_maps(&Default::default(), &built.translation.resources));
     let snap = snapshot(1, model.clone(), &built);
     (built, model, snap)
 }
@@ -88,12 +88,12 @@ fn build(c: &mut Criterion) {
         g.bench_function(format!("build+diff/{scenario}"), |b| {
             let (objs, prev) = setup.get_or_insert_with(|| {
                 let objs = objects(scenario);
-                let prev = discovery::build(&objs, "cluster.local", &settings);
+                let prev = update::build(&objs, "cluster.local", &settings);
                 (objs, prev)
             });
             b.iter(|| {
-                let next = discovery::build(objs, "cluster.local", &settings);
-                istiod::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len()
+                let next = update::build(objs, "cluster.local", &settings);
+                istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len()
             });
         });
     }
@@ -188,7 +188,7 @@ struct Core {
     cache: Cache<ProxyClass>,
     streams: Vec<AdsStream<ProxyClass>>,
     /// The changes to the one, and back to the other.
-    changes: [Vec<istiod::translate::Change>; 2],
+    changes: [Vec<istiod_mesh::translate::Change>; 2],
     version: u64,
 }
 
@@ -245,8 +245,8 @@ fn core_setup() -> Core {
     svc.endpoints.retain(|e| e.address != drop_ip);
     let scaled: Built = Arc::new(MeshInput::new(Arc::new(fewer)));
     let changes = [
-        istiod::translate::diff_maps(&built.translation.resources, &scaled.translation.resources),
-        istiod::translate::diff_maps(&scaled.translation.resources, &built.translation.resources),
+        istiod_mesh::translate::diff_maps(&built.translation.resources, &scaled.translation.resources),
+        istiod_mesh::translate::diff_maps(&scaled.translation.resources, &built.translation.resources),
     ];
     assert!(changes[0].iter().any(|(k, n, _)| *k == Kind::Endpoint && *n == target), "one endpoint fewer");
     Core { builts: [scaled, built], model, cache, streams, changes, version: 1 }
@@ -308,10 +308,9 @@ impl Change {
         let mut b = a.clone();
         let refs = vec![edit(&mut b)];
         assert!(a != b, "the edit changes something");
-        let builts =
-            [discovery::build(&a, "cluster.local", &settings), discovery::build(&b, "cluster.local", &settings)];
+        let builts = [update::build(&a, "cluster.local", &settings), update::build(&b, "cluster.local", &settings)];
         let (model, _) = SimpleModel::default()
-            .apply(1, istiod::translate::diff_maps(&Default::default(), &builts[0].translation.resources));
+            .apply(1, istiod_mesh::translate::diff_maps(&Default::default(), &builts[0].translation.resources));
         Change { objs: [a, b], refs, builts, model, version: 1, settings }
     }
 
@@ -320,7 +319,7 @@ impl Change {
     fn step(&mut self) -> (usize, bool) {
         let from = (self.version % 2) as usize;
         let to = 1 - from;
-        let (next, incremental) = discovery::update(
+        let (next, incremental) = update::update(
             Some(&self.builts[from]),
             &self.objs[to],
             Some(&self.refs),
@@ -329,7 +328,7 @@ impl Change {
             &Arc::default(),
         );
         let changes =
-            istiod::translate::diff_maps(&self.builts[from].translation.resources, &next.translation.resources);
+            istiod_mesh::translate::diff_maps(&self.builts[from].translation.resources, &next.translation.resources);
         let n = changes.len();
         self.version += 1;
         let (model, _delta) = self.model.apply(self.version, changes);

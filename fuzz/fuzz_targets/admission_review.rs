@@ -4,8 +4,8 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let mut metrics = istiod::webhook::validate::Metrics::default();
-    let out = istiod::webhook::admission::serve(data, |r| istiod::webhook::validate::validate(r, &mut metrics));
+    let mut metrics = istiod_webhook::validate::Metrics::default();
+    let out = istiod_webhook::admission::serve(data, |r| istiod_webhook::validate::validate(r, &mut metrics));
     let v: serde_json::Value = serde_json::from_slice(&out).expect("the answer is JSON");
     assert!(v["response"]["allowed"].is_boolean());
 });

@@ -23,11 +23,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 _ => {}
             }
         }
-        let model = istiod::model::Model::build(&objects, "cluster.local");
+        let model = istiod_mesh::model::Model::build(&objects, "cluster.local");
         for g in model.gateways.iter() {
             if let istiod_kubewatch::istio::IstioSpec::Gateway(spec) = &g.spec {
-                let class = istiod::node::ProxyClass {
-                    node_type: istiod::node::NodeType::Router,
+                let class = istiod_mesh::node::ProxyClass {
+                    node_type: istiod_mesh::node::NodeType::Router,
                     namespace: g.meta.ns().into(),
                     generator: "".into(),
                     labels: spec.selector.iter().map(|(k, v)| (k.as_str().into(), v.as_str().into())).collect(),
@@ -35,10 +35,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     verified: true,
                     service_account: "".into(),
                 };
-                let m = istiod::generator::router::merged(&model, &class);
-                let _ = istiod::generator::router::listeners(&model, &class);
+                let m = istiod_mesh::generator::router::merged(&model, &class);
+                let _ = istiod_mesh::generator::router::listeners(&model, &class);
                 for name in m.by_route.keys() {
-                    let _ = istiod::generator::router::route(&model, &class, name);
+                    let _ = istiod_mesh::generator::router::route(&model, &class, name);
                 }
             }
         }

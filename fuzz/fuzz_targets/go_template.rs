@@ -3,7 +3,7 @@
 //! error or an output, never a panic or a hang.
 #![no_main]
 
-use istiod::webhook::gotmpl::{Func, Template, Value};
+use istiod_webhook::gotmpl::{Func, Template, Value};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };

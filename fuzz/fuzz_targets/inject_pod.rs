@@ -5,7 +5,7 @@
 //! list, never a panic.
 #![no_main]
 
-use istiod::webhook::{admission, inject};
+use istiod_webhook::{admission, inject};
 
 thread_local! {
     static INJECTOR: inject::Injector = {

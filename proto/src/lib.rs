@@ -1,4 +1,6 @@
-//! The protocol types istiod-rs speaks: its own `.proto` schemas for the
+//! The protocol types istiod-rs speaks, and the wall-clock format their JSON views use.
+//!
+//! Its own `.proto` schemas for the
 //! Envoy v3 xDS APIs (discovery, clusters, endpoints, listeners, routes,
 //! filters, TLS, RBAC), Istio's CA service and the workload API, compiled
 //! with prost. Every field carries upstream's name, number and type; the
@@ -21,6 +23,7 @@ pub use generated::*;
 pub use prost;
 pub use prost_types;
 
+pub mod time;
 pub mod type_url;
 
 /// The serialized `FileDescriptorSet` of every schema in `proto/protos`

@@ -16,7 +16,7 @@ use crate::control::http::{Request, Response};
 /// What the debug handlers read: the cores, readiness, the source state,
 /// and the settings some handlers follow.
 pub(super) struct Debug {
-    pub(super) publisher: Publisher<crate::generator::MeshInput>,
+    pub(super) publisher: Publisher<istiod_mesh::generator::MeshInput>,
     pub(super) ready: Arc<AtomicBool>,
     /// Set on SIGTERM: `/ready` answers 503 while the connections drain.
     pub(super) draining: Arc<AtomicBool>,
@@ -33,7 +33,7 @@ pub(super) struct Debug {
     pub(super) endpoint_auth: bool,
     /// The authenticators of xDS and the CA, for debug callers not on
     /// loopback.
-    pub(super) authn: Option<Arc<crate::ca::CaServer>>,
+    pub(super) authn: Option<Arc<istiod_ca::CaServer>>,
 }
 
 /// An HTTP request on the debug port (8080) or the monitoring port's debug
@@ -67,10 +67,10 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
         Some(ca) => {
             let info = istiod_xds::grpc::ConnInfo { peer: req.peer, ..Default::default() };
             match ca.authenticate(&info, req.bearer.as_deref()) {
-                crate::ca::Authn::Ids(ids) => Some(ids),
-                crate::ca::Authn::Refused(_) => None,
-                crate::ca::Authn::Review(answer) => match ca.reviewed(answer.recv().await, req.peer) {
-                    crate::ca::Reviewed::Ids(ids) => Some(ids),
+                istiod_ca::Authn::Ids(ids) => Some(ids),
+                istiod_ca::Authn::Refused(_) => None,
+                istiod_ca::Authn::Review(answer) => match ca.reviewed(answer.recv().await, req.peer) {
+                    istiod_ca::Reviewed::Ids(ids) => Some(ids),
                     _ => None,
                 },
             }
@@ -84,11 +84,11 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
     if !d.endpoint_auth {
         return Ok(None);
     }
-    let namespace = ids.iter().find_map(|id| crate::ca::spiffe_ns_sa(id)).map(|(ns, _)| ns);
+    let namespace = ids.iter().find_map(|id| istiod_ca::spiffe_ns_sa(id)).map(|(ns, _)| ns);
     let path = req.path.trim_start_matches("/debug/");
     match namespace {
         Some(ns) if ns == d.mesh().root_namespace => Ok(None),
-        Some(ns) if crate::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns.to_owned())),
+        Some(ns) if istiod_mesh::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns.to_owned())),
         _ => {
             tracing::warn!(target: "default", identities = ?ids, path = %req.path, "Unauthorized debug request");
             Err(Response::text(403, ""))
@@ -129,7 +129,7 @@ const FORCE_DISCONNECT: (&str, &str) = ("/debug/force_disconnect", "Disconnects 
 impl Debug {
     /// The mesh configuration of the model last published (the defaults
     /// before one is).
-    pub(super) fn mesh(&self) -> Arc<crate::mesh::MeshSettings> {
+    pub(super) fn mesh(&self) -> Arc<istiod_mesh::meshconfig::MeshSettings> {
         self.state.borrow().mesh.as_ref().map(|m| m.model.mesh.clone()).unwrap_or_default()
     }
 
@@ -210,7 +210,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 _ => req.param("types").unwrap_or(""),
             };
             match config_dump(publisher, id, caller, req.query.iter().any(|(k, _)| k == "include_eds"), types).await {
-                Some(dump) => Response::json(&crate::config_dump::message_json(&dump)),
+                Some(dump) => Response::json(&istiod_mesh::config_dump::message_json(&dump)),
                 None => not_connected(),
             }
         }
@@ -239,7 +239,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 return Response::text(400, "You must provide type and name in the query string\n");
             };
             // istiod's short types (cds, eds, lds, rds, sds) or a type URL.
-            let Some(&kind) = crate::config_dump::kinds_of(type_url).first() else {
+            let Some(&kind) = istiod_mesh::config_dump::kinds_of(type_url).first() else {
                 return Response::text(400, format!("unknown type {type_url:?}\n"));
             };
             match (proxy_class(publisher, id).await, model()) {
@@ -263,7 +263,8 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             Response::json(&model().map_or(json!({}), |m| super::debugz::push_status(&m, &proxies)))
         }
         "/debug/mesh" => Response::json(
-            &model().map_or_else(|| crate::mesh::MeshSettings::default().debug_json(), |m| m.mesh.debug_json()),
+            &model()
+                .map_or_else(|| istiod_mesh::meshconfig::MeshSettings::default().debug_json(), |m| m.mesh.debug_json()),
         ),
         // istiod's `injectTemplateHandler`: the injection templates by name.
         "/debug/inject" => {
@@ -296,7 +297,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         "/debug/config_report" => Response::json(&state.borrow().configz),
         "/debug/registryz" => {
             let mesh = state.borrow().mesh.clone();
-            let services: Vec<&crate::model::Service> =
+            let services: Vec<&istiod_mesh::model::Service> =
                 mesh.as_ref().map(|m| m.model.services.values().collect()).unwrap_or_default();
             Response::json(&serde_json::to_value(services).unwrap_or_default())
         }
@@ -329,7 +330,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
 /// Every core's syncz rows (`namespace`, `status`, `sent_unix_us`), only
 /// those of `namespace` when one is given.
 pub(super) async fn syncz_rows(
-    publisher: &Publisher<crate::generator::MeshInput>,
+    publisher: &Publisher<istiod_mesh::generator::MeshInput>,
     namespace: Option<&str>,
 ) -> Vec<Value> {
     publisher
@@ -345,7 +346,7 @@ pub(super) async fn syncz_rows(
 /// the resources of `types`), unless no proxy of the caller's namespace
 /// matches.
 pub(super) async fn config_dump(
-    publisher: &Publisher<crate::generator::MeshInput>,
+    publisher: &Publisher<istiod_mesh::generator::MeshInput>,
     id: &str,
     caller: Option<&str>,
     include_eds: bool,
@@ -355,12 +356,12 @@ pub(super) async fn config_dump(
     if caller.is_some_and(|ns| answer["namespace"] != ns) {
         return None;
     }
-    let kinds = crate::config_dump::kinds_of(types);
+    let kinds = istiod_mesh::config_dump::kinds_of(types);
     if !types.is_empty() && kinds.is_empty() {
         // Types istiod-rs does not serve (NDS, ECDS): an empty dump.
         return Some(Default::default());
     }
-    Some(crate::config_dump::build(&answer, include_eds, &kinds))
+    Some(istiod_mesh::config_dump::build(&answer, include_eds, &kinds))
 }
 
 /// A connected proxy: `pod.namespace`, its addresses, whether it is a
@@ -372,7 +373,7 @@ pub(super) struct Connected {
 }
 
 /// The connected proxies (every core's).
-pub(super) async fn proxies(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<Connected> {
+pub(super) async fn proxies(publisher: &Publisher<istiod_mesh::generator::MeshInput>) -> Vec<Connected> {
     publisher
         .query(DebugQuery::Proxies)
         .await
@@ -389,10 +390,13 @@ pub(super) async fn proxies(publisher: &Publisher<crate::generator::MeshInput>) 
 }
 
 /// The class of the proxy `id` names, from its `/debug/adsz` row.
-async fn proxy_class(publisher: &Publisher<crate::generator::MeshInput>, id: &str) -> Option<crate::node::ProxyClass> {
+async fn proxy_class(
+    publisher: &Publisher<istiod_mesh::generator::MeshInput>,
+    id: &str,
+) -> Option<istiod_mesh::node::ProxyClass> {
     let clients = clients(publisher).await;
     let c = clients.iter().find(|c| matches(id, c))?;
-    crate::node::ProxyClass::from_detail(&c["istiodRs"]["class"])
+    istiod_mesh::node::ProxyClass::from_detail(&c["istiodRs"]["class"])
 }
 
 /// istiod's `/debug/configz` array.
@@ -413,7 +417,7 @@ fn configz(
 }
 
 /// Every core's connections, sorted by connection id.
-async fn clients(publisher: &Publisher<crate::generator::MeshInput>) -> Vec<Value> {
+async fn clients(publisher: &Publisher<istiod_mesh::generator::MeshInput>) -> Vec<Value> {
     let cores = publisher.query(DebugQuery::Adsz).await;
     let mut clients: Vec<Value> =
         cores.iter().flat_map(|c| c["clients"].as_array().cloned().unwrap_or_default()).collect();
@@ -452,8 +456,8 @@ fn not_connected() -> Response {
 pub(super) async fn monitoring(
     req: Request,
     d: &Debug,
-    ca: Option<&crate::ca::CaServer>,
-    webhooks: &crate::webhook::Webhooks,
+    ca: Option<&istiod_ca::CaServer>,
+    webhooks: &istiod_webhook::Webhooks,
 ) -> Response {
     // istiod's monitoring mux: /metrics, and /version with its
     // `BuildInfo.String()`.

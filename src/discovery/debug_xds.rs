@@ -29,8 +29,8 @@ use istiod_xds::ads::{Forwarded, ForwardedResource};
 use serde_json::Value;
 
 use super::debug::{Debug, config_dump, debug, syncz_rows};
-use crate::generator::{DEBUG_PREFIX, DEBUG_TYPE};
-use crate::node::ProxyClass;
+use istiod_mesh::generator::{DEBUG_PREFIX, DEBUG_TYPE};
+use istiod_mesh::node::ProxyClass;
 
 /// Answers forwarded requests until the cores are gone.
 pub(super) async fn serve(rx: async_channel::Receiver<Forwarded<ProxyClass>>, d: Rc<Debug>) {

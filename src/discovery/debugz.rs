@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use istiod_kubewatch::istio::{IstioObject, IstioSpec};
 use serde_json::{Map, Value, json};
 
-use crate::model::{Health, Model, Resolution, Service};
-use crate::node::ProxyClass;
+use istiod_mesh::model::{Health, Model, Resolution, Service};
+use istiod_mesh::node::ProxyClass;
 
 /// The object's spec as written (its Kubernetes JSON's `spec`).
 fn spec(o: &IstioObject) -> Value {
@@ -62,7 +62,7 @@ pub(super) fn telemetryz(model: &Model) -> Value {
 /// metrics, access logging and tracing parts, as `computedTelemetries`
 /// marshals them.
 pub(super) fn telemetryz_for(model: &Model, class: &ProxyClass) -> Value {
-    let specs = crate::translate::telemetry::applicable(model, &class.namespace, Some(&class.labels));
+    let specs = istiod_mesh::translate::telemetry::applicable(model, &class.namespace, Some(&class.labels));
     let part = |key: &str| -> Vec<Value> {
         specs.iter().flat_map(|s| s[key].as_array().cloned().unwrap_or_default()).collect()
     };
@@ -80,7 +80,7 @@ fn service_json(s: &Service) -> Value {
 
 /// The Sidecar object that applies to `class`, if any.
 fn sidecar_object<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a IstioObject> {
-    let chosen = crate::translate::scope::sidecar(model, class)?;
+    let chosen = istiod_mesh::translate::scope::sidecar(model, class)?;
     model.sidecars.iter().find(|o| matches!(&o.spec, IstioSpec::Sidecar(s) if std::ptr::eq(s, chosen)))
 }
 
@@ -93,7 +93,7 @@ fn sidecar_object<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a IstioO
 pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
     let object = sidecar_object(model, class);
     let services: Vec<&Service> =
-        model.services.values().filter(|s| crate::translate::scope::visible(model, class, s)).collect();
+        model.services.values().filter(|s| istiod_mesh::translate::scope::visible(model, class, s)).collect();
     let jsons: Vec<Value> = services.iter().map(|s| service_json(s)).collect();
     let by_host: Map<String, Value> =
         services.iter().zip(&jsons).map(|(s, j)| (s.hostname.to_string(), j.clone())).collect();
@@ -108,9 +108,9 @@ pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
             );
         }
     }
-    let mode = match crate::translate::scope::outbound_policy(model, class) {
-        crate::mesh::OutboundPolicy::AllowAny => "ALLOW_ANY",
-        crate::mesh::OutboundPolicy::RegistryOnly => "REGISTRY_ONLY",
+    let mode = match istiod_mesh::translate::scope::outbound_policy(model, class) {
+        istiod_mesh::meshconfig::OutboundPolicy::AllowAny => "ALLOW_ANY",
+        istiod_mesh::meshconfig::OutboundPolicy::RegistryOnly => "REGISTRY_ONLY",
     };
     json!({
         "name": object.map_or("default-sidecar", |o| o.meta.name.as_str()),
@@ -248,7 +248,7 @@ pub(super) fn proxy_status(
     let mut tcp: BTreeMap<(String, u16), &str> = BTreeMap::new();
     for s in model.services.values() {
         for p in &s.ports {
-            if crate::translate::listener::is_tcp_listener(s, p) {
+            if istiod_mesh::translate::listener::is_tcp_listener(s, p) {
                 for vip in &s.vips {
                     match tcp.get(&(vip.clone(), p.port)) {
                         Some(first) => add(
@@ -373,10 +373,10 @@ fn service_source(config: &[IstioObject], s: &Service) -> Value {
 /// `default-sidecar` when none), the service's `exportTo`, the outcome.
 fn visibility(model: &Model, class: &ProxyClass, s: &Service) -> Value {
     let sidecar = sidecar_object(model, class);
-    let visible = crate::translate::scope::visible(model, class, s);
+    let visible = istiod_mesh::translate::scope::visible(model, class, s);
     let export_to: Vec<&str> =
         if s.export_to.is_empty() { vec!["*"] } else { s.export_to.iter().map(String::as_str).collect() };
-    let exported = crate::translate::scope::exported(s, &class.namespace);
+    let exported = istiod_mesh::translate::scope::exported(s, &class.namespace);
     let reason = match (visible, exported) {
         (true, _) => "exported to the proxy's namespace and imported by its Sidecar scope".to_owned(),
         (false, false) => format!("not exported to namespace {} (exportTo {:?})", class.namespace, export_to),
@@ -445,7 +445,7 @@ pub(super) fn explain(
         (Kind::Route, _) | (Kind::Listener, _) if name.parse::<u16>().is_ok() || name.starts_with("0.0.0.0_") => {
             let port: u16 = name.trim_start_matches("0.0.0.0_").parse().unwrap_or(0);
             for s in model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port)) {
-                if !crate::translate::scope::visible(model, class, s) {
+                if !istiod_mesh::translate::scope::visible(model, class, s) {
                     continue;
                 }
                 add_service(&mut sources, s);
@@ -468,7 +468,7 @@ pub(super) fn explain(
             for s in model.services.values() {
                 if !s.selector.is_empty()
                     && s.namespace == *class.namespace
-                    && crate::model::has_labels(&class.labels, &s.selector)
+                    && istiod_mesh::model::has_labels(&class.labels, &s.selector)
                 {
                     sources.push(service_source(config, s));
                 }
@@ -504,13 +504,13 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::testing::class;
+    use istiod_mesh::testing::class;
 
     fn model() -> Model {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
         let loaded = istiod_kubewatch::config_dir::load(&dir).unwrap();
         let mut m = Model::build(&loaded.objects, "cluster.local");
-        let objects = crate::testing::istio_objects(
+        let objects = istiod_mesh::testing::istio_objects(
             "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  name: deny-all\n  namespace: bookinfo\n\
              spec: {}\n---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata:\n  name: only-own\n  namespace: bookinfo\n\
              spec:\n  egress:\n  - hosts: [\"./*\"]\n",
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn listener_conflicts_are_recorded() {
-        let m = crate::testing::model_in(
+        let m = istiod_mesh::testing::model_in(
             "",
             "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: a, namespace: ns}\n\
              spec: {hosts: [a.example], addresses: [240.0.0.1], ports: [{number: 5432, name: tcp, protocol: TCP}], resolution: DNS}\n---\n\

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 use tokio::sync::watch;
 
-use crate::ca::kapi::Api;
-use crate::leader::{Elector, Leadership, Lock, Timings};
-use crate::webhook::inject::gateway::{self, Settings, s};
+use istiod_kubewatch::kapi::Api;
+use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
+use istiod_webhook::inject::gateway::{self, Settings, s};
 
 /// istiod's lease for the deployment controller.
 pub(super) const ELECTION: &str = "istio-gateway-deployment";
@@ -51,7 +51,7 @@ pub(crate) struct Desired {
 /// controller is istiod's, and this revision's (`istio.io/rev`, tags).
 pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super::revisions::Tags) -> Desired {
     use istiod_kubewatch::gateway_api::GatewayApiSpec;
-    let handled = crate::model::gateway_api::handled_classes(&objects.gateway_api);
+    let handled = istiod_mesh::model::gateway_api::handled_classes(&objects.gateway_api);
     // tagWatcher.IsMine: the Gateway's `istio.io/rev`, else its
     // namespace's.
     let ns_rev: BTreeMap<&str, &str> = objects
@@ -69,7 +69,7 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super
         .filter_map(|o| match &o.spec {
             GatewayApiSpec::Gateway(g) => (handled(&g.gateway_class_name) && mine(&o.meta)).then(|| {
                 let gw = gateway::gateway_json(&o.meta, g);
-                let hash = crate::generator::mix(gw.to_string());
+                let hash = istiod_mesh::generator::mix(gw.to_string());
                 (gw, hash)
             }),
             _ => None,
@@ -193,7 +193,7 @@ pub(super) struct Context {
     pub(super) leadership: Rc<Leadership>,
     /// The injection configuration (templates, values, mesh) and the
     /// ProxyConfigs.
-    pub(super) webhooks: Rc<crate::webhook::Webhooks>,
+    pub(super) webhooks: Rc<istiod_webhook::Webhooks>,
     pub(super) settings: Settings,
 }
 
@@ -284,7 +284,7 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                         break;
                     }
                     let k = key(gw);
-                    let input = crate::generator::mix((hash, generations, &settings));
+                    let input = istiod_mesh::generator::mix((hash, generations, &settings));
                     let now = Instant::now();
                     let (attempts, skip) = match outcomes.get(&k) {
                         Some(Outcome::Applied(i) | Outcome::Refused(i)) if *i == input => (0, true),

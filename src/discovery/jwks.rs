@@ -17,102 +17,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use istiod_ca::jwks::Fetcher;
 use tokio::sync::mpsc;
 
 use super::sources::{State, Tx};
-use crate::translate::authn::{FetchedJwks, JwksKey};
+use istiod_mesh::translate::authn::{FetchedJwks, JwksKey};
 
-/// istiod's `openIDDiscoveryCfgURLSuffix`.
-const OPENID_SUFFIX: &str = "/.well-known/openid-configuration";
-/// Largest key set or discovery document read (a JWKS is kilobytes).
-const MAX_BODY: usize = 1 << 20;
-/// A fetch's time limit (istiod's default for a rule without `timeout`;
-/// a rule's own `timeout` is not read for istiod's fetch yet).
-pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// istiod's `JwtPubKeyRefreshIntervalOnFailure`, doubled after each failed
 /// round up to `JwtPubKeyRefreshIntervalOnFailureResetThreshold`.
 const RETRY_FIRST: Duration = Duration::from_secs(60);
 const RETRY_MAX: Duration = Duration::from_secs(3600);
-
-/// Fetches over http and https (the system's roots, as istiod's
-/// `secureHTTPClient`; without them https fetches fail with a reason).
-pub(crate) struct Fetcher {
-    http: Client<HttpConnector, Empty<Bytes>>,
-    https: Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>>,
-}
-
-impl Fetcher {
-    pub(crate) fn new() -> Self {
-        let exec = hyper_util::rt::TokioExecutor::new();
-        let https = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-            Ok(b) => Some(Client::builder(exec.clone()).build(b.https_only().enable_http1().build())),
-            Err(e) => {
-                tracing::warn!(target: "authn", error = %e, "no root certificates: JWKS cannot be fetched over https");
-                None
-            }
-        };
-        Self { http: Client::builder(exec).build_http(), https }
-    }
-
-    /// GET `uri`: the body of a 2xx answer, else why not (istiod's
-    /// `getRemoteContentWithRetry` without the retries).
-    pub(crate) async fn get(&self, uri: &str) -> Result<Vec<u8>, String> {
-        let parsed: http::Uri = uri.parse().map_err(|e| format!("invalid URI {uri:?}: {e}"))?;
-        let fut = async {
-            let resp = match parsed.scheme_str() {
-                Some("http") => self.http.get(parsed).await,
-                Some("https") => match &self.https {
-                    Some(c) => c.get(parsed).await,
-                    None => return Err(format!("cannot fetch {uri}: no root certificates for https")),
-                },
-                _ => return Err(format!("unsupported scheme in {uri:?}")),
-            }
-            .map_err(|e| format!("GET {uri}: {e}"))?;
-            let status = resp.status();
-            let body = Limited::new(resp.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| format!("GET {uri}: {e}"))?
-                .to_bytes();
-            if !status.is_success() {
-                let msg: String = String::from_utf8_lossy(&body).chars().take(100).collect();
-                return Err(format!("GET {uri}: status {}, message {msg:?}", status.as_u16()));
-            }
-            Ok(body.to_vec())
-        };
-        tokio::time::timeout(FETCH_TIMEOUT, fut).await.unwrap_or_else(|_| Err(format!("GET {uri}: timed out")))
-    }
-
-    /// The key set of `(issuer, jwks_uri)`: from the URI, or through the
-    /// issuer's OpenID discovery document when it is empty; checked to be a
-    /// JWKS (istiod's `validateJWKSFormat`: an object with a `keys` array),
-    /// so that no other content a URI returns ends up inlined.
-    pub(crate) async fn key_set(&self, key: &JwksKey) -> Result<String, String> {
-        let (issuer, uri) = key;
-        let uri = if uri.is_empty() {
-            let doc = self.get(&format!("{}{OPENID_SUFFIX}", issuer.trim_end_matches('/'))).await?;
-            let v: serde_json::Value =
-                serde_json::from_slice(&doc).map_err(|e| format!("OpenID discovery of {issuer:?}: {e}"))?;
-            match v.get("jwks_uri").and_then(|u| u.as_str()) {
-                Some(u) => u.to_owned(),
-                None => return Err(format!("invalid jwks_uri {} in OpenID discovery of {issuer:?}", v["jwks_uri"])),
-            }
-        } else {
-            uri.clone()
-        };
-        let body = self.get(&uri).await?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| format!("content of {uri} is not a valid JWKS: {e}"))?;
-        if !v.get("keys").is_some_and(serde_json::Value::is_array) {
-            return Err(format!("content of {uri} is not a valid JWKS: no \"keys\" array"));
-        }
-        String::from_utf8(body).map_err(|e| format!("content of {uri}: {e}"))
-    }
-}
 
 /// Follows the key sets translation wants (`wanted`: the set after each
 /// model change) and publishes what it fetched.
@@ -211,7 +125,7 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
     }
     let next = Arc::new(prev.with_jwks(keys));
     s.mesh = Some(next.clone());
-    let touched = crate::generator::all_names(&next.model);
+    let touched = istiod_mesh::generator::all_names(&next.model);
     let _ = tx.send(crate::control::Input {
         changes: Vec::new(),
         mesh: Some(next),
@@ -219,6 +133,3 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
         reasons: istiod_xds::metrics::Reasons::one("config"),
     });
 }
-
-#[cfg(test)]
-mod tests;

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ca::kapi::Api;
-use crate::mesh::{MeshConfigError, MeshSettings};
+use istiod_kubewatch::kapi::Api;
+use istiod_mesh::meshconfig::{MeshConfigError, MeshSettings};
 
 /// How often the file is read again.
 pub(super) const POLL: Duration = Duration::from_millis(500);
@@ -34,7 +34,7 @@ const KEY: &str = "mesh";
 
 /// istiod's `getMeshConfigMapName`: `istio`, or `istio-<revision>`.
 pub(crate) fn configmap_name(revision: &str) -> String {
-    match crate::config::revision_label(revision) {
+    match istiod_kubewatch::kapi::revision_label(revision) {
         "default" => "istio".to_owned(),
         r => format!("istio-{r}"),
     }
@@ -321,7 +321,11 @@ mod tests {
         let primary = "outboundTrafficPolicy: {}\ntrustDomainAliases: [b.example]\n\
                        extensionProviders: [{name: z, zipkin: {service: z2.ns.svc, port: 9411}}]\n";
         let m = settings(&(Some(shared.into()), Some(primary.into())), &none()).unwrap();
-        assert_eq!(m.outbound, crate::mesh::OutboundPolicy::AllowAny, "replaced, as jsonpb sets each field anew");
+        assert_eq!(
+            m.outbound,
+            istiod_mesh::meshconfig::OutboundPolicy::AllowAny,
+            "replaced, as jsonpb sets each field anew"
+        );
         assert_eq!(m.raw["trustDomainAliases"], serde_json::json!(["a.example", "b.example"]));
         assert_eq!(m.extension_providers["z"].1["service"], "z2.ns.svc");
         assert!(m.extension_providers.contains_key("keep"));

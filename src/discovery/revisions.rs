@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ca::kapi::Api;
+use istiod_kubewatch::kapi::Api;
 
 /// How often the tags are read again.
 pub(super) const POLL: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ impl Tags {
     /// With nothing read from a cluster: the revision alone, the default
     /// revision's objects unlabelled ones.
     pub(crate) fn revision_only(revision: &str) -> Tags {
-        let revision = crate::config::revision_label(revision);
+        let revision = istiod_kubewatch::kapi::revision_label(revision);
         Tags {
             mine: BTreeSet::from([revision.to_owned()]),
             other_default_tag: false,
@@ -58,7 +58,7 @@ impl Tags {
 
     /// Reads the tags of `revision` from the cluster.
     pub(crate) async fn read(api: &Api, revision: &str, namespace: &str) -> Result<Tags, String> {
-        let revision = crate::config::revision_label(revision);
+        let revision = istiod_kubewatch::kapi::revision_label(revision);
         let list = |v: Option<Value>| v.and_then(|l| l["items"].as_array().cloned()).unwrap_or_default();
         let label = |o: &Value, k: &str| o["metadata"]["labels"][k].as_str().map(str::to_owned);
         // Only what carries the tag label (checked again below: a server

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::sources::{State, Tx};
-use crate::model::credentials::{Answer, SecretAccess};
+use istiod_mesh::model::credentials::{Answer, SecretAccess};
 
 /// Service accounts with an answer, at most.
 pub(super) const MAX_ANSWERS: usize = 4096;
@@ -59,21 +59,21 @@ fn review_body(namespace: &str, sa: &str) -> Value {
 }
 
 /// Asks the API server; `Err` with istiod's message when not allowed.
-async fn review(api: &crate::ca::kapi::Api, namespace: &str, sa: &str) -> Result<(), String> {
+async fn review(api: &istiod_kubewatch::kapi::Api, namespace: &str, sa: &str) -> Result<(), String> {
     let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
     match api.create(path, &review_body(namespace, sa)).await? {
-        crate::ca::kapi::Write::Done(v) if v["status"]["allowed"].as_bool() == Some(true) => Ok(()),
-        crate::ca::kapi::Write::Done(v) => Err(format!(
+        istiod_kubewatch::kapi::Write::Done(v) if v["status"]["allowed"].as_bool() == Some(true) => Ok(()),
+        istiod_kubewatch::kapi::Write::Done(v) => Err(format!(
             "{sa}/{namespace} is not authorized to read secrets: {}",
             v["status"]["reason"].as_str().unwrap_or_default()
         )),
-        crate::ca::kapi::Write::Conflict => Err(format!("{path}: 409")),
+        istiod_kubewatch::kapi::Write::Conflict => Err(format!("{path}: 409")),
     }
 }
 
 /// Answers the cores' questions until they are gone.
 pub(super) async fn run(
-    api: crate::ca::kapi::Api,
+    api: istiod_kubewatch::kapi::Api,
     mut asks: mpsc::UnboundedReceiver<(String, String)>,
     state: std::rc::Rc<RefCell<State>>,
     tx: Tx,
@@ -172,7 +172,8 @@ fn publish(
     let Some(prev) = s.mesh.clone() else { return };
     let next = Arc::new(prev.with_secret_access(access));
     s.mesh = Some(next.clone());
-    let touched = namespace.map(|ns| crate::generator::router::secret_names_in(&next.model, ns)).unwrap_or_default();
+    let touched =
+        namespace.map(|ns| istiod_mesh::generator::router::secret_names_in(&next.model, ns)).unwrap_or_default();
     let _ = tx.send(crate::control::Input {
         changes: Vec::new(),
         mesh: Some(next),
@@ -207,10 +208,15 @@ mod tests {
             let user = "system:serviceaccount:edge:gw";
             fake.grant(user, "edge", "list", "secrets");
             let config = kube::Config::new(fake.url().parse().unwrap());
-            let api = crate::ca::kapi::Api::new(kube::Client::try_from(config).unwrap());
+            let api = istiod_kubewatch::kapi::Api::new(kube::Client::try_from(config).unwrap());
             let (asks, asked) = mpsc::unbounded_channel();
             let state = std::rc::Rc::new(RefCell::new(State::default()));
-            state.borrow_mut().secret_access = Arc::new(SecretAccess { asks: Some(asks), ..Default::default() });
+            state.borrow_mut().secret_access = Arc::new(SecretAccess {
+                asks: Some(istiod_mesh::model::credentials::Asks::new(move |ns, sa| {
+                    let _ = asks.send((ns, sa));
+                })),
+                ..Default::default()
+            });
             let mut objs = istiod_kubewatch::objects::Objects::default();
             let secret = istiod_kubewatch::objects::Secret {
                 metadata: istiod_kubewatch::objects::Meta {
@@ -221,7 +227,7 @@ mod tests {
                 ..Default::default()
             };
             objs.secrets.push(secret);
-            state.borrow_mut().mesh = Some(crate::discovery::build(&objs, "cluster.local", &Arc::default()));
+            state.borrow_mut().mesh = Some(istiod_mesh::update::build(&objs, "cluster.local", &Arc::default()));
             let (tx, mut rx) = mpsc::unbounded_channel();
             let ttl = Ttl { allowed: Duration::from_millis(300), denied: Duration::from_millis(300) };
             tokio::task::spawn_local(run(api, asked, state.clone(), tx, ttl));

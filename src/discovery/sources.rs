@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 use istiod_xds::ads;
 
 use super::StartError;
-use super::update::update;
-use crate::generator::MeshInput;
-use crate::translate;
+use istiod_mesh::generator::MeshInput;
+use istiod_mesh::translate;
+use istiod_mesh::update::update;
 
 /// What the control thread keeps between changes, and the debug endpoints
 /// show.
@@ -32,7 +32,7 @@ pub(super) struct State {
     pub(super) mesh: Option<Arc<MeshInput>>,
     /// The mesh settings in force, as `mesh_watch.rs` publishes them (the
     /// next model is built with them).
-    pub(super) settings: Option<tokio::sync::watch::Receiver<Arc<crate::mesh::MeshSettings>>>,
+    pub(super) settings: Option<tokio::sync::watch::Receiver<Arc<istiod_mesh::meshconfig::MeshSettings>>>,
     /// The source is Kubernetes: `discoverySelectors` filter its objects
     /// (istiod's file config store is not filtered).
     pub(super) namespace_filter: bool,
@@ -42,20 +42,22 @@ pub(super) struct State {
     pub(super) rebuild: bool,
     /// The JWT key sets the resolver has (`jwks.rs`); every model built
     /// carries them.
-    pub(super) jwks: Arc<crate::translate::authn::FetchedJwks>,
+    pub(super) jwks: Arc<istiod_mesh::translate::authn::FetchedJwks>,
     /// Tells the resolver which key sets the newest model wants.
-    pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<crate::translate::authn::JwksKey>>>,
+    pub(super) jwks_wanted:
+        Option<mpsc::UnboundedSender<std::collections::BTreeSet<istiod_mesh::translate::authn::JwksKey>>>,
     /// Which gateways may read Secrets, as the API server said
     /// (`secret_access.rs`); every model built carries it.
-    pub(super) secret_access: Arc<crate::model::credentials::SecretAccess>,
+    pub(super) secret_access: Arc<istiod_mesh::model::credentials::SecretAccess>,
     /// The webhooks, which read the ProxyConfig resources in force.
-    pub(super) webhooks: Option<std::rc::Rc<crate::webhook::Webhooks>>,
+    pub(super) webhooks: Option<std::rc::Rc<istiod_webhook::Webhooks>>,
     /// Where the Gateways to deploy go (the elected replica deploys
     /// them), with this instance's revision.
     pub(super) gateway_deploy:
         Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, super::revisions::Tags)>,
     /// Where the Gateway API statuses go (the elected replica writes them).
-    pub(super) gateway_status: Option<tokio::sync::watch::Sender<Arc<Vec<crate::model::gateway_api::ObjectStatus>>>>,
+    pub(super) gateway_status:
+        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_mesh::model::gateway_api::ObjectStatus>>>>,
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged
@@ -113,7 +115,7 @@ pub(super) fn apply(
             .iter()
             .filter_map(|o| match &o.spec {
                 IstioSpec::Ext(IstioKind::ProxyConfig, spec) => {
-                    Some(crate::webhook::inject::ProxyConfigResource::from_spec(o.meta.ns(), &o.meta.name, &spec.0))
+                    Some(istiod_webhook::inject::ProxyConfigResource::from_spec(o.meta.ns(), &o.meta.name, &spec.0))
                 }
                 _ => None,
             })
@@ -123,7 +125,7 @@ pub(super) fn apply(
             .iter()
             .map(|n| (n.metadata.name.clone(), n.status.node_info.kubelet_version.clone()))
             .collect();
-        let crs = crate::webhook::inject::ClusterInputs {
+        let crs = istiod_webhook::inject::ClusterInputs {
             root_namespace: mesh.root_namespace.clone(),
             items,
             nodes: Some(nodes),
@@ -154,8 +156,8 @@ pub(super) fn apply(
     let mut touched = Vec::new();
     let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
     if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
-        touched.extend(prev.as_ref().map(|p| crate::generator::all_names(&p.model)).unwrap_or_default());
-        touched.extend(crate::generator::all_names(&mesh.model));
+        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::all_names(&p.model)).unwrap_or_default());
+        touched.extend(istiod_mesh::generator::all_names(&mesh.model));
     }
     let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
         touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());
@@ -173,23 +175,24 @@ pub(super) fn apply(
     // What routers read changed: every listener and route name a router
     // may have, before and after.
     if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
-        touched.extend(prev.as_ref().map(|p| crate::generator::router::all_names(&p.model)).unwrap_or_default());
-        touched.extend(crate::generator::router::all_names(&mesh.model));
+        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::router::all_names(&p.model)).unwrap_or_default());
+        touched.extend(istiod_mesh::generator::router::all_names(&mesh.model));
     }
     // AUTO_PASSTHROUGH routers' SNI-DNAT clusters copy outbound clusters:
     // when any cluster or what routers read changed, every such name.
     let clusters_changed = changes.iter().any(|(k, _, _)| *k == ads::Kind::Cluster);
     if clusters_changed || prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
-        touched
-            .extend(prev.as_ref().map(|p| crate::generator::router::all_sni_dnat_names(&p.model)).unwrap_or_default());
-        touched.extend(crate::generator::router::all_sni_dnat_names(&mesh.model));
+        touched.extend(
+            prev.as_ref().map(|p| istiod_mesh::generator::router::all_sni_dnat_names(&p.model)).unwrap_or_default(),
+        );
+        touched.extend(istiod_mesh::generator::router::all_sni_dnat_names(&mesh.model));
     }
     // Secrets: the SDS names of the ones that changed, and only those.
     if let Some(p) = &prev {
-        touched.extend(crate::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
+        touched.extend(istiod_mesh::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
     }
     let mut configz = configz;
-    let gateways = crate::generator::router::report(&mesh.model);
+    let gateways = istiod_mesh::generator::router::report(&mesh.model);
     if state.borrow().configz.get("gateways") != Some(&gateways) {
         for (what, items) in gateways.as_object().into_iter().flatten() {
             for item in items.as_array().into_iter().flatten() {
@@ -248,7 +251,7 @@ pub(super) fn apply(
 pub(super) fn discovery_filter(
     objects: &mut istiod_kubewatch::objects::Objects,
     changed: Option<&mut Vec<istiod_kubewatch::config_dir::ObjectRef>>,
-    mesh: &crate::mesh::MeshSettings,
+    mesh: &istiod_mesh::meshconfig::MeshSettings,
 ) {
     if mesh.discovery_selectors.is_empty() {
         return;

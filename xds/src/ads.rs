@@ -463,8 +463,9 @@ fn sync_row<C>(s: &AdsStream<C>, p: &node::Peer) -> Value {
                 r.insert("acked".into(), json!(&**n));
             }
             // Go's time.Time is a struct: omitempty keeps its zero value.
-            let sent_time =
-                w.sent_at.map_or_else(|| GO_ZERO_TIME.to_owned(), |t| crate::time::rfc3339(crate::time::wall(t)));
+            let sent_time = w
+                .sent_at
+                .map_or_else(|| GO_ZERO_TIME.to_owned(), |t| istiod_proto::time::rfc3339(istiod_proto::time::wall(t)));
             r.insert("sentTime".into(), json!(sent_time));
             if let Some((_, e)) = &w.nack {
                 r.insert("lastError".into(), json!(e));
@@ -849,7 +850,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             .collect();
                         let mut row = json!({
                             "connectionId": connection_id(&p.name, *conn, *sid, self.core),
-                            "connectedAt": crate::time::rfc3339(crate::time::wall(s.connected_at)),
+                            "connectedAt": istiod_proto::time::rfc3339(istiod_proto::time::wall(s.connected_at)),
                             "address": s.address.map(|a| a.to_string()).unwrap_or_default(),
                         });
                         if let (Some(class), Value::Object(o)) = (s.class.as_ref(), &mut row) {
@@ -884,7 +885,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                             .iter()
                             .filter_map(|k| {
                                 let at = s.watches[*k as usize].as_ref()?.sent_at?;
-                                let d = crate::time::wall(at).duration_since(std::time::UNIX_EPOCH).ok()?;
+                                let d = istiod_proto::time::wall(at).duration_since(std::time::UNIX_EPOCH).ok()?;
                                 Some((k.type_url().to_owned(), json!(d.as_micros() as u64)))
                             })
                             .collect();

@@ -22,4 +22,3 @@ pub mod grpc;
 pub mod h2;
 pub mod metrics;
 pub mod server;
-pub mod time;

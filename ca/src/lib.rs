@@ -1,0 +1,606 @@
+//! istiod's CA server and its authenticators: CSR signing on the serving cores, bearer tokens (JWT_RULE, TokenReview), xDS callers, the root's store and rotation, the root ConfigMaps.
+//!
+//! The server is istiod's `security/pkg/server/ca/server.go`:
+//! `istio.v1.auth.IstioCertificateService/CreateCertificate` on the
+//! serving cores, over TLS only (`--secureGRPCAddr`). The caller is
+//! authenticated by a bearer token ([`jwt`], istiod's `JWT_RULE`); the
+//! leaf names the caller's SPIFFE identity, `spiffe://<trust domain>/ns/<namespace>/sa/<account>`,
+//! and nothing else; refusals carry istiod's status codes and messages.
+//! The key set of `JWT_RULE` is fetched by the control thread
+//! ([`refresh_keys`]) and read by the cores.
+
+pub mod jwks;
+pub mod jwt;
+pub mod namespaces;
+pub mod store;
+pub mod tokenreview;
+pub mod xds_auth;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use istiod_pki::{Ca, SignError};
+use istiod_proto::istio::v1::auth::{IstioCertificateRequest, IstioCertificateResponse};
+use istiod_proto::prost::Message;
+use istiod_xds::grpc::{Call, Code, GrpcConnection, Service, Status};
+use istiod_xds::server::{Registry, ServiceFactory};
+
+/// The method's path.
+pub const CREATE_CERTIFICATE: &str = "/istio.v1.auth.IstioCertificateService/CreateCertificate";
+
+/// The paths the CA serves (for [`istiod_xds::server::MuxFactory`]).
+pub const PATHS: &[&str] = &[CREATE_CERTIFICATE];
+
+/// `JWT_RULE` with the key set last fetched for it.
+#[derive(Debug)]
+pub struct JwtAuthenticator {
+    /// The rule.
+    pub rule: jwt::JwtRule,
+    /// Its key set (empty until the first fetch).
+    pub keys: RwLock<Arc<jwt::KeySet>>,
+}
+
+/// istiod's CA counters (`security/pkg/server/ca/monitoring.go`).
+#[derive(Debug, Default)]
+pub struct CaMetrics {
+    csr: AtomicU64,
+    authn_error: AtomicU64,
+    success: AtomicU64,
+    /// `citadel_server_csr_sign_err_count` by istiod's error types:
+    /// CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR.
+    sign_errors: [AtomicU64; 3],
+}
+
+const SIGN_ERROR_TYPES: [&str; 3] = ["CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR"];
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What every core's CA service shares.
+#[derive(Debug)]
+pub struct CaServer {
+    /// The CA: replaced whole when plugged-in certificates change
+    /// ([`watch_plugged`]).
+    ca: RwLock<Arc<Ca>>,
+    /// Identities are `spiffe://<trust_domain>/...`.
+    pub trust_domain: String,
+    /// `JWT_RULE`, if set.
+    pub jwt: Option<Arc<JwtAuthenticator>>,
+    /// The control thread's TokenReview queue, once a Kubernetes client
+    /// exists (istiod's Kubernetes JWT authenticator).
+    pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
+    /// Counters for `/metrics`.
+    pub metrics: CaMetrics,
+    /// Whether this CA signs (`ENABLE_CA_SERVER`). With the CA disabled
+    /// and `XDS_AUTH` on, a server that does not sign still holds the
+    /// token authenticators for xDS (as istiod does).
+    pub signing: bool,
+    /// Bumped whenever the CA in force is replaced: istiod's serving
+    /// certificate, the TLS client roots and the root ConfigMaps follow.
+    pub changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// istiod's answer to a caller it could not authenticate.
+fn unauthenticated(server: &CaServer) -> Status {
+    bump(&server.metrics.authn_error);
+    Status::new(Code::Unauthenticated, "request authenticate failure")
+}
+
+/// What authenticating a caller gave.
+pub enum Authn {
+    /// Its identities.
+    Ids(Vec<String>),
+    /// The API server reviews its token; `(namespace, service account)`
+    /// or the refusal comes on this channel.
+    Review(async_channel::Receiver<Result<(String, String), tokenreview::Refusal>>),
+    /// Not authenticated, and why (logged, never answered: istiod answers
+    /// every authentication failure alike).
+    Refused(String),
+}
+
+/// What a TokenReview's answer means for the caller.
+pub enum Reviewed {
+    /// The reviewed service account's identity.
+    Ids(Vec<String>),
+    /// Refused, and why: each protocol answers it as its authentication
+    /// failures (the reason is logged, never sent).
+    Denied(String),
+    /// The API server could not be asked: UNAVAILABLE, nothing cached,
+    /// the agent retries.
+    Unavailable(Status),
+}
+
+impl CaServer {
+    /// The meaning of a review's `answer` (an [`Authn::Review`] channel's).
+    pub fn reviewed(
+        &self,
+        answer: Result<Result<(String, String), tokenreview::Refusal>, async_channel::RecvError>,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Reviewed {
+        match answer {
+            Ok(Ok((ns, sa))) => Reviewed::Ids(vec![self.identity(&ns, &sa)]),
+            Ok(Err(tokenreview::Refusal::Denied(reason))) => Reviewed::Denied(reason),
+            Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
+                tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
+                Reviewed::Unavailable(Status::new(Code::Unavailable, "the token could not be reviewed; retry"))
+            }
+            Err(async_channel::RecvError) => {
+                tracing::warn!(target: "ca", ?peer, "the token reviewer dropped the request");
+                Reviewed::Unavailable(Status::new(Code::Unavailable, "the token reviewer is gone; retry"))
+            }
+        }
+    }
+
+    /// The caller's identities by `JWT_RULE`, or why not.
+    fn authenticate_jwt(&self, bearer: Option<&str>) -> Result<Vec<String>, String> {
+        let token = bearer.ok_or("no bearer token in the authorization header")?;
+        let auth = self.jwt.as_ref().ok_or("JWT_RULE is not set")?;
+        let keys = auth.keys.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if keys.is_empty() {
+            return Err(format!("the key set of issuer {:?} has not been fetched", auth.rule.issuer));
+        }
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let (ns, sa) = jwt::verify(token, &auth.rule, &keys, now)?;
+        Ok(vec![format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)])
+    }
+
+    /// Authenticates a caller as istiod's authenticators do, in its order
+    /// (shared by the CA and xDS on :15012): the client certificate the
+    /// TLS layer verified (a workload renewing: issued by the CA in force
+    /// and still valid; the handshake used the roots of the start), then
+    /// a `JWT_RULE` token, then a TokenReview of the token by the API
+    /// server (Kubernetes only).
+    pub fn authenticate(&self, info: &istiod_xds::grpc::ConnInfo, bearer: Option<&str>) -> Authn {
+        let by_cert = info
+            .peer_certificate
+            .as_deref()
+            .filter(|leaf| self.ca().issued(leaf))
+            .map(istiod_pki::uri_sans)
+            .filter(|ids| !ids.is_empty());
+        if let Some(ids) = by_cert {
+            return Authn::Ids(ids);
+        }
+        let reason = match self.authenticate_jwt(bearer) {
+            Ok(ids) => return Authn::Ids(ids),
+            Err(reason) => reason,
+        };
+        match (bearer, self.reviewer.get()) {
+            (Some(token), Some(reviews)) => {
+                let (reply, answer) = async_channel::bounded(1);
+                match reviews.send(tokenreview::Review { token: token.to_owned(), reply }) {
+                    Ok(()) => Authn::Review(answer),
+                    Err(_) => Authn::Refused("the token reviewer is gone".into()),
+                }
+            }
+            _ => Authn::Refused(reason),
+        }
+    }
+
+    /// The CA in force.
+    pub fn ca(&self) -> Arc<Ca> {
+        self.ca.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `ca` in force and tells whoever follows it.
+    pub fn set_ca(&self, ca: Ca) {
+        *self.ca.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ca);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The SPIFFE identity of a service account.
+    pub(crate) fn identity(&self, ns: &str, sa: &str) -> String {
+        format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)
+    }
+
+    /// Signs `req` for a caller with `ids`.
+    fn sign_for(
+        &self,
+        ids: &[String],
+        peer: Option<std::net::SocketAddr>,
+        req: &IstioCertificateRequest,
+    ) -> Result<IstioCertificateResponse, Status> {
+        let chain = self.ca().sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
+            tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
+            let (code, kind) = match e {
+                SignError::Identity { .. } => (Code::PermissionDenied, 0),
+                SignError::Csr(_) => (Code::InvalidArgument, 0),
+                SignError::Ttl { .. } => (Code::InvalidArgument, 1),
+                SignError::Issue(_) => (Code::Internal, 2),
+            };
+            bump(&self.metrics.sign_errors[kind]);
+            Status::new(code, format!("CSR signing error ({e})"))
+        })?;
+        tracing::debug!(target: "ca", identity = %ids.join(","), "issued a workload certificate");
+        bump(&self.metrics.success);
+        Ok(IstioCertificateResponse { cert_chain: chain })
+    }
+}
+
+/// A call in progress: the token it came with, whether it was answered
+/// or waits for a TokenReview.
+struct Pending {
+    bearer: Option<String>,
+    answered: bool,
+    waiting: bool,
+}
+
+type Calls = Rc<std::cell::RefCell<HashMap<(u64, u32), Pending>>>;
+
+/// One core's CA service.
+pub struct CaService {
+    server: Option<Arc<CaServer>>,
+    registry: Rc<Registry>,
+    calls: Calls,
+}
+
+/// The namespace and service account of an identity
+/// `spiffe://<trust domain>/ns/<ns>/sa/<sa>` (istiod's
+/// `spiffe.ParseIdentity`).
+pub fn spiffe_ns_sa(id: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = id.strip_prefix("spiffe://")?.split('/').collect();
+    match parts[..] {
+        [_, "ns", ns, "sa", sa] => Some((ns, sa)),
+        _ => None,
+    }
+}
+
+/// The token of an `authorization: Bearer <token>` header (istiod's
+/// `ExtractBearerToken`).
+pub(crate) fn bearer(call: &Call) -> Option<String> {
+    let (_, v) = call.request.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(b"authorization"))?;
+    let v = std::str::from_utf8(v).ok()?;
+    v.strip_prefix("Bearer ").map(str::to_owned)
+}
+
+impl Service for CaService {
+    fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
+        if &call.request.path[..] != CREATE_CERTIFICATE.as_bytes() {
+            return Err(Status::new(Code::Unimplemented, "unknown method"));
+        }
+        if self.server.is_none() {
+            return Err(Status::new(Code::Unimplemented, "the CA is not served (ENABLE_CA_SERVER=false)"));
+        }
+        if !conn.info.secure {
+            // A token in the clear would be given away: istiod serves the
+            // CA on its TLS port only.
+            return Err(Status::new(Code::Unavailable, "the CA is served over TLS only (--secureGRPCAddr)"));
+        }
+        let pending = Pending { bearer: bearer(call), answered: false, waiting: false };
+        self.calls.borrow_mut().insert((conn.info.id, call.stream), pending);
+        Ok(())
+    }
+
+    fn message(&mut self, conn: &mut GrpcConnection, stream: u32, msg: Bytes) -> Result<(), Status> {
+        let Some(server) = self.server.clone() else {
+            return Err(Status::new(Code::Unimplemented, "the CA is not served"));
+        };
+        let key = (conn.info.id, stream);
+        let mut calls = self.calls.borrow_mut();
+        let Some(p) = calls.get_mut(&key) else { return Ok(()) };
+        if p.answered || p.waiting {
+            return Err(Status::new(Code::InvalidArgument, "CreateCertificate takes one request"));
+        }
+        bump(&server.metrics.csr);
+        let req = IstioCertificateRequest::decode(msg)
+            .map_err(|e| Status::new(Code::InvalidArgument, format!("invalid IstioCertificateRequest: {e}")))?;
+        let peer = conn.info.peer;
+        let ids = match server.authenticate(&conn.info, p.bearer.as_deref()) {
+            Authn::Ids(ids) => ids,
+            // Not a JWT_RULE token: the API server reviews it; the answer
+            // comes back to this core.
+            Authn::Review(answer) => {
+                p.waiting = true;
+                // glommio runs a spawned task at once, up to its first
+                // wait, from inside this call (the connection and the
+                // call table are borrowed): it yields first, so that
+                // what follows runs from the executor, never from here.
+                drop(calls);
+                let (registry, calls) = (self.registry.clone(), self.calls.clone());
+                glommio::spawn_local(async move {
+                    futures_lite::future::yield_now().await;
+                    let outcome = match server.reviewed(answer.recv().await, peer) {
+                        Reviewed::Ids(ids) => server.sign_for(&ids, peer, &req),
+                        Reviewed::Denied(reason) => {
+                            tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                            Err(unauthenticated(&server))
+                        }
+                        Reviewed::Unavailable(status) => Err(status),
+                    };
+                    calls.borrow_mut().remove(&key);
+                    let Some(h) = registry.get(key.0) else { return };
+                    {
+                        let mut c = h.conn.borrow_mut();
+                        match outcome {
+                            // A small answer to a call that waited: sent
+                            // whatever the queue holds.
+                            Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
+                                Ok(()) => c.finish(stream, &Status::ok()),
+                                Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
+                            },
+                            Err(status) => c.finish(stream, &status),
+                        }
+                    }
+                    h.wake();
+                })
+                .detach();
+                return Ok(());
+            }
+            Authn::Refused(reason) => {
+                tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
+                return Err(unauthenticated(&server));
+            }
+        };
+        let resp = server.sign_for(&ids, peer, &req)?;
+        p.answered = true;
+        // A small answer, bounded: sent even when ADS pushes fill the queue.
+        conn.send_admitted(stream, Bytes::from(resp.encode_to_vec()))
+            .map_err(|e| Status::new(Code::Internal, e.to_string()))
+    }
+
+    fn half_close(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        let key = (conn.info.id, stream);
+        let mut calls = self.calls.borrow_mut();
+        match calls.get(&key) {
+            // The review's task answers.
+            Some(p) if p.waiting => {}
+            Some(p) => {
+                let status = if p.answered {
+                    Status::ok()
+                } else {
+                    Status::new(Code::InvalidArgument, "CreateCertificate needs a request")
+                };
+                calls.remove(&key);
+                conn.finish(stream, &status);
+            }
+            None => {}
+        }
+    }
+
+    fn closed(&mut self, conn: &mut GrpcConnection, stream: u32) {
+        self.calls.borrow_mut().remove(&(conn.info.id, stream));
+    }
+}
+
+impl CaServer {
+    /// Adds the CA's series, with istiod's names.
+    pub fn collect_metrics(&self, out: &mut istiod_xds::metrics::Exposition) {
+        let m = &self.metrics;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+        let mut counter = |name: &str, help: &str, v: f64| out.counter(name, help, [(vec![], v)]);
+        counter("citadel_server_csr_count", "The number of CSRs received by Citadel server.", get(&m.csr));
+        counter(
+            "citadel_server_authentication_failure_count",
+            "The number of authentication failures.",
+            get(&m.authn_error),
+        );
+        counter(
+            "citadel_server_success_cert_issuance_count",
+            "The number of certificates issuances that have succeeded.",
+            get(&m.success),
+        );
+        counter(
+            "citadel_server_csr_parsing_err_count",
+            "The number of errors occurred when parsing the CSR.",
+            get(&m.sign_errors[0]),
+        );
+        out.counter(
+            "citadel_server_csr_sign_err_count",
+            "The number of errors occurred when signing the CSR.",
+            SIGN_ERROR_TYPES.iter().zip(&m.sign_errors).map(|(t, c)| (istiod_xds::metrics::label("error", *t), get(c))),
+        );
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut gauge = |name: &str, help: &str, v: i64| out.gauge(name, help, [(vec![], v as f64)]);
+        let ca = self.ca();
+        if let Some(root) = ca.root_not_after() {
+            let t = root.unix_timestamp();
+            gauge(
+                "citadel_server_root_cert_expiry_timestamp",
+                "The unix timestamp, in seconds, when the root cert will expire.",
+                t,
+            );
+            gauge(
+                "citadel_server_root_cert_expiry_seconds",
+                "The time remaining, in seconds, before the root cert will expire. A negative value indicates the cert is expired.",
+                t - now,
+            );
+        }
+        let t = ca.not_after().unix_timestamp();
+        gauge(
+            "citadel_server_cert_chain_expiry_timestamp",
+            "The unix timestamp, in seconds, when Istio generated cert chain will expire.",
+            t,
+        );
+        gauge(
+            "citadel_server_cert_chain_expiry_seconds",
+            "The time remaining, in seconds, before the Istio Generated cert chain will expire. A negative value indicates the cert is expired.",
+            t - now,
+        );
+    }
+}
+
+/// Makes each core's [`CaService`] (`None`: the CA is disabled, calls
+/// are UNIMPLEMENTED).
+pub struct CaFactory(pub Option<Arc<CaServer>>);
+
+impl ServiceFactory for CaFactory {
+    type Service = CaService;
+
+    fn make(&self, _core: usize, registry: Rc<Registry>) -> CaService {
+        CaService { server: self.0.clone(), registry, calls: Calls::default() }
+    }
+}
+
+/// Certificate lifetimes (pilot/pkg/bootstrap/istio_ca.go).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaConfig {
+    /// `ENABLE_CA_SERVER` (true): serve `IstioCertificateService`.
+    pub enabled: bool,
+    /// `DEFAULT_WORKLOAD_CERT_TTL` (24h): TTL when a CSR asks for none.
+    pub default_workload_cert_ttl: Duration,
+    /// `MAX_WORKLOAD_CERT_TTL` (2160h = 90 days): longest TTL issued.
+    pub max_workload_cert_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_CERT_TTL` (87600h = 10 years): the
+    /// self-signed root's lifetime.
+    pub self_signed_ca_cert_ttl: Duration,
+    /// `CITADEL_SELF_SIGNED_CA_RSA_KEY_SIZE`: when set, a new self-signed
+    /// root gets an RSA key of this size (istiod's choice); unset, ECDSA
+    /// P-256.
+    pub self_signed_rsa_bits: Option<usize>,
+    /// `ROOT_CA_DIR` (`./etc/cacerts`): plugged-in CA certificates
+    /// (`ca-cert.pem`, `ca-key.pem`, `root-cert.pem`, `cert-chain.pem`).
+    pub root_ca_dir: std::path::PathBuf,
+    /// `ISTIOD_RS_SELF_SIGNED_CA_DIR`: where the self-signed root is kept
+    /// when nothing is plugged in (istiod keeps it in the `istio-ca-secret`
+    /// Secret); unset, it lives in memory and a restart makes a new one.
+    pub self_signed_dir: Option<std::path::PathBuf>,
+    /// `JWT_RULE`: the issuer whose tokens authenticate CSRs, its key set
+    /// and audiences (JSON, as istiod reads it).
+    pub jwt_rule: Option<jwt::JwtRule>,
+    /// `TOKEN_AUDIENCES` (`istio-ca`, comma-separated): the audiences a
+    /// Kubernetes token is reviewed for.
+    pub token_audiences: Vec<String>,
+    /// `ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL` (5s): how often `ROOT_CA_DIR`
+    /// is checked for rotated certificates.
+    pub plugged_check_interval: Duration,
+    /// `CITADEL_SELF_SIGNED_ROOT_CERT_CHECK_INTERVAL` (1h): how often the
+    /// self-signed root is checked for rotation.
+    pub root_check_interval: Duration,
+    /// `CITADEL_ENABLE_JITTER_FOR_ROOT_CERT_ROTATOR` (true): the first
+    /// check waits a random part of the interval.
+    pub root_check_jitter: bool,
+    /// `CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE` (20): the
+    /// root is renewed in the last this-many percent of its lifetime.
+    pub root_grace_percentile: u32,
+    /// `XDS_AUTH` (true): xDS over TLS (`--secureGRPCAddr`) needs a token
+    /// or a client certificate of this CA (pilot/pkg/features).
+    pub xds_auth: bool,
+    /// `XDS_AUTH_PLAINTEXT` (false): authenticate plaintext xDS too.
+    pub xds_auth_plaintext: bool,
+    /// `PILOT_ENABLE_XDS_IDENTITY_CHECK` (true): an authenticated proxy
+    /// may only claim a node in its identity's namespace (and service
+    /// account, when the node names one).
+    pub xds_identity_check: bool,
+}
+
+/// The CA of `config`, from `store` (plugged-in certificates from
+/// `ROOT_CA_DIR`, else a self-signed root in the `istio-ca-secret`
+/// Secret, in `ISTIOD_RS_SELF_SIGNED_CA_DIR`, or in memory); `None` when
+/// `ENABLE_CA_SERVER` and `XDS_AUTH` are both false. With the CA disabled
+/// and `XDS_AUTH` on, a server that does not sign (it only authenticates).
+pub async fn from_config(
+    c: &CaConfig,
+    trust_domain: &str,
+    store: &store::RootStore,
+) -> Result<Option<Arc<CaServer>>, String> {
+    if !c.enabled && !c.xds_auth {
+        return Ok(None);
+    }
+    let settings = istiod_pki::Settings {
+        trust_domain: trust_domain.to_owned(),
+        default_ttl: c.default_workload_cert_ttl,
+        max_ttl: c.max_workload_cert_ttl,
+        self_signed_ttl: c.self_signed_ca_cert_ttl,
+        rsa_key_bits: c.self_signed_rsa_bits,
+    };
+    let store = if c.enabled { store } else { &store::RootStore::Memory };
+    let ca = match store {
+        store::RootStore::Plugged(dir) => {
+            let ca = Ca::plugged(dir, settings).map_err(|e| e.to_string())?;
+            tracing::info!(target: "ca", dir = %dir.display(), "using the plugged-in CA certificates");
+            ca.ok_or_else(|| format!("{}: ca-key.pem is gone", dir.display()))?
+        }
+        store::RootStore::Dir(dir) => Ca::self_signed_in(dir, settings).map_err(|e| e.to_string())?,
+        store::RootStore::Secret { api, namespace } => store::load_secret_ca(api, namespace, &settings).await?,
+        store::RootStore::Memory if !c.enabled => {
+            // Never signs: only its token authenticators are used.
+            Ca::generate(istiod_pki::Settings { rsa_key_bits: None, ..settings }).map_err(|e| e.to_string())?
+        }
+        store::RootStore::Memory => {
+            tracing::warn!(target: "ca", "self-signed root held in memory: a restart makes a new one; set ISTIOD_RS_SELF_SIGNED_CA_DIR to keep it");
+            Ca::generate(settings).map_err(|e| e.to_string())?
+        }
+    };
+    let jwt = c.jwt_rule.clone().map(|rule| Arc::new(JwtAuthenticator { rule, keys: RwLock::default() }));
+    if jwt.is_none() {
+        tracing::info!(target: "ca", "JWT_RULE is not set: callers are authenticated by TokenReview (Kubernetes) only");
+    }
+    Ok(Some(Arc::new(CaServer {
+        ca: RwLock::new(Arc::new(ca)),
+        trust_domain: trust_domain.to_owned(),
+        jwt,
+        reviewer: Default::default(),
+        metrics: CaMetrics::default(),
+        signing: c.enabled,
+        changed: tokio::sync::watch::Sender::new(0),
+    })))
+}
+
+/// Keeps `auth`'s key set fetched: at once, then every `refresh`; failed
+/// fetches are retried after a second, doubling to a minute, and the last
+/// good set stays meanwhile.
+pub async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration) {
+    let fetcher = crate::jwks::Fetcher::new();
+    let key = (auth.rule.issuer.clone(), auth.rule.jwks_uri.clone());
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let wait = match fetcher.key_set(&key).await.and_then(|body| jwt::KeySet::parse(&body)) {
+            Ok(keys) => {
+                tracing::info!(target: "ca", issuer = %key.0, keys = keys.len(), "JWT_RULE key set fetched");
+                *auth.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+                backoff = Duration::from_secs(1);
+                refresh
+            }
+            Err(e) => {
+                tracing::warn!(target: "ca", issuer = %key.0, error = %e, "cannot fetch the JWT_RULE key set; tokens of this issuer are refused until it is");
+                let w = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                w
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// What identifies the contents of a plugged-in CA directory: each file's
+/// length and modification time (a Secret update swaps them all at once).
+fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
+    ["ca-cert.pem", "ca-key.pem", "root-cert.pem", "cert-chain.pem"]
+        .iter()
+        .map(|f| std::fs::metadata(dir.join(f)).ok().map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH))))
+        .collect()
+}
+
+/// Watches `ROOT_CA_DIR` (checked every `every`): when its files change,
+/// the CA is read again and replaces the one in force, so a rotation of
+/// the plugged-in certificates takes effect without a restart; files that
+/// do not make a CA (half-written, mismatched) keep the last good one and
+/// say why. (istiod's serving certificate and the client roots of :15012
+/// stay those of the start.)
+pub async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every: Duration) {
+    let mut seen = plugged_signature(&dir);
+    let every = every.max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        let now = plugged_signature(&dir);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let settings = server.ca().settings().clone();
+        match Ca::plugged(&dir, settings) {
+            Ok(Some(ca)) => {
+                server.set_ca(ca);
+                tracing::info!(target: "ca", dir = %dir.display(), "plugged-in CA certificates reloaded");
+            }
+            Ok(None) => tracing::warn!(target: "ca", dir = %dir.display(), "ca-key.pem is gone; the CA in force stays"),
+            Err(e) => {
+                tracing::warn!(target: "ca", error = %e, "cannot reload the plugged-in CA; the CA in force stays")
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Root distribution in Kubernetes, as istiod's namespace controller
+//! (`pilot/pkg/serviceregistry/kube/controller/namespacecontroller.go`):
+//! the `istio-ca-root-cert` ConfigMap (`root-cert.pem`, label
+//! `istio.io/config: "true"`) in every namespace the mesh's
+//! `discoverySelectors` select (but `kube-public`, `kube-node-lease`,
+//! `local-path-storage` and terminating ones), kept equal to the CA's
+//! trust bundle: created where missing, updated where different.
+//!
+//! One replica does it: the holder of istiod's
+//! `istio-namespace-controller-election` lock (a ConfigMap lock in istiod's
+//! namespace, `istiod_kubewatch::leader`). Writes race safely: a stale
+//! `resourceVersion` is a 409 and the next round reads again.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::CaServer;
+use istiod_kubewatch::kapi::{Api, Write};
+use istiod_kubewatch::leader::{Elector, Leadership, Lock, NAMESPACE_CONTROLLER, Timings};
+use istiod_mesh::meshconfig::MeshSettings;
+
+/// The ConfigMap's name and key.
+pub const ROOT_CONFIGMAP: &str = "istio-ca-root-cert";
+const ROOT_KEY: &str = "root-cert.pem";
+
+/// Namespaces istiod never writes to (`inject.IgnoredNamespaces` but
+/// kube-system).
+const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
+
+/// Creates or updates the root ConfigMap of every selected namespace,
+/// writing only while this replica leads (until `lead_until`: a long pass
+/// stops when the lease may have passed to another replica); returns how
+/// many it wrote. A namespace whose write fails is logged and skipped.
+pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: Instant) -> Result<usize, String> {
+    let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
+    let maps = api
+        .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{ROOT_CONFIGMAP}"))
+        .await?
+        .ok_or("cannot list configmaps")?;
+    let mut existing: BTreeMap<String, Value> = BTreeMap::new();
+    for cm in maps["items"].as_array().into_iter().flatten() {
+        if cm["metadata"]["name"] == ROOT_CONFIGMAP
+            && let Some(ns) = cm["metadata"]["namespace"].as_str()
+        {
+            existing.insert(ns.to_owned(), cm.clone());
+        }
+    }
+    let mut wrote = 0;
+    for ns in namespaces["items"].as_array().into_iter().flatten() {
+        let Some(name) = ns["metadata"]["name"].as_str() else { continue };
+        if IGNORED.contains(&name) || ns["status"]["phase"] == "Terminating" {
+            continue;
+        }
+        let labels: BTreeMap<String, String> = ns["metadata"]["labels"]
+            .as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        if !mesh.discovers(&labels) {
+            continue;
+        }
+        let current = existing.remove(name);
+        if current.as_ref().is_some_and(|cm| cm["data"][ROOT_KEY] == root) {
+            continue;
+        }
+        if Instant::now() >= lead_until {
+            tracing::info!(target: "ca", "leadership may have lapsed: the root ConfigMaps wait for the next round");
+            break;
+        }
+        let written = match current {
+            None => {
+                let cm = json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": ROOT_CONFIGMAP, "namespace": name, "labels": {"istio.io/config": "true"}},
+                    "data": {ROOT_KEY: root},
+                });
+                api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await
+            }
+            // istiod's InsertDataToConfigMap: the key set, the rest kept.
+            Some(mut cm) => {
+                cm["data"][ROOT_KEY] = json!(root);
+                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{ROOT_CONFIGMAP}"), &cm).await
+            }
+        };
+        match written {
+            Ok(Write::Done(_)) => wrote += 1,
+            Ok(Write::Conflict) => {
+                tracing::debug!(target: "ca", namespace = name, "root ConfigMap changed meanwhile; next round")
+            }
+            Err(e) => tracing::warn!(target: "ca", namespace = name, error = %e, "cannot write the root ConfigMap"),
+        }
+    }
+    Ok(wrote)
+}
+
+/// Runs the election and, while leading, keeps the root ConfigMaps: at
+/// once on winning, whenever the CA changes, and every retry period (new
+/// namespaces, edited or deleted ConfigMaps). Leading or not, calls
+/// `each_round` with the root as often (the wiring keeps this revision's
+/// webhook configurations' `caBundle` there).
+pub async fn run(
+    api: Api,
+    leadership: Rc<Leadership>,
+    server: Arc<CaServer>,
+    mesh: tokio::sync::watch::Receiver<Arc<MeshSettings>>,
+    timings: Timings,
+    mut each_round: impl AsyncFnMut(&str),
+) {
+    let mut elector = Elector::new(api.clone(), NAMESPACE_CONTROLLER, Lock::ConfigMap, &leadership, timings);
+    let mut changed = server.changed.subscribe();
+    let mut leading = false;
+    loop {
+        let root = server.ca().root_pem().to_owned();
+        let now_leading = elector.lead().await;
+        if now_leading != leading {
+            leading = now_leading;
+            if leading {
+                tracing::info!(target: "ca", lock = NAMESPACE_CONTROLLER, "leader election: leading; keeping the root ConfigMaps");
+            } else {
+                tracing::info!(target: "ca", lock = NAMESPACE_CONTROLLER, "leader election: not leading");
+            }
+        }
+        if let (true, Some(renewed)) = (leading, elector.renewed) {
+            let lead_until = renewed + elector.timings.renew_deadline;
+            let selectors = mesh.borrow().clone();
+            match reconcile(&api, &selectors, &root, lead_until).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
+                Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),
+            }
+        }
+        // Every round, leading or not, whatever else follows the root
+        // (the webhook configurations' caBundle) is told it.
+        each_round(&root).await;
+        tokio::select! {
+            _ = tokio::time::sleep(elector.timings.retry) => {}
+            r = changed.changed() => if r.is_err() { return },
+        }
+    }
+}

@@ -1,0 +1,779 @@
+//! The serving cores' generator over the translated mesh: shared
+//! resources from the snapshot, per proxy class the `virtualInbound`
+//! listener and `inbound|<port>||` clusters, and the per-class filtering of
+//! shared resources (Sidecar scope, exportTo, sourceLabels, locality,
+//! outbound traffic policy).
+
+use std::hash::{Hash, Hasher};
+
+mod deps;
+pub mod router;
+pub use deps::{Changes, Dep};
+use router::is_router;
+use std::sync::Arc;
+
+use crate::node::{NodeType, Proxy, ProxyClass};
+use bytes::Bytes;
+use istiod_kubewatch::istio::IstioSpec;
+use istiod_proto::envoy::config::core::v3::Node;
+use istiod_proto::prost::Message;
+use istiod_xds::ads::node::Classified;
+use istiod_xds::ads::{Generator, Kind, Snapshot, UnknownType};
+use istiod_xds::grpc::Code;
+
+use crate::model::Model;
+
+use crate::translate::Translation;
+use crate::translate::cluster::ClusterForm;
+use crate::translate::grpc::for_grpc_client;
+use crate::translate::inbound::{VIRTUAL_INBOUND, inbound_cluster, inbound_ports, virtual_inbound};
+use crate::translate::listener::{VIRTUAL_OUTBOUND, virtual_outbound};
+use crate::translate::locality::endpoints_for;
+
+/// What the cores need to generate per-class resources. Cloning is cheap
+/// (shared model parts, persistent maps): an endpoint change clones it and
+/// replaces one service's parts ([`MeshInput::with_endpoints`]).
+#[derive(Debug, Clone)]
+pub struct MeshInput {
+    /// The model.
+    pub model: Arc<Model>,
+    /// When each dependency of the per-class resources last changed
+    /// (`deps.rs`): their input generations.
+    pub changes: deps::Changes,
+    /// What inbound generation reads of each service (a hash of its
+    /// selector, ports and the endpoints' ports), to tell which namespaces'
+    /// workloads an update of services concerns.
+    inbound_parts: imbl::HashMap<Arc<str>, u64>,
+    /// Which services each proxy may see.
+    pub scoping: Arc<crate::translate::scope::Scoping>,
+    /// Whether some VirtualService route matches on `sourceLabels` or
+    /// `sourceNamespace`, making route configurations per class.
+    pub source_matching: bool,
+    /// Whether some Sidecar sets its own `outboundTrafficPolicy`, making
+    /// `virtualOutbound` and the route configurations' fallback per class.
+    pub outbound_overrides: bool,
+    /// Whether some VirtualService is not exported everywhere, making its
+    /// hosts' routes per namespace.
+    pub vs_export: bool,
+    /// What translation made of the model.
+    pub translation: Translation,
+    /// Whether a Sidecar or a DestinationRule selects workloads by label
+    /// (then a proxy's scope or rules depend on its labels).
+    pub selecting_sidecars: bool,
+}
+
+impl MeshInput {
+    /// The form of outbound cluster `name` a proxy of `class` gets: the one
+    /// of the DestinationRule in force for its namespace (and labels).
+    fn cluster_form(&self, class: &ProxyClass, name: &str) -> Option<&ClusterForm> {
+        let forms = self.translation.clusters.get(name)?;
+        if let [only] = forms.forms.as_slice()
+            && only.rule.is_none()
+        {
+            return Some(only); // no rule names the host: nothing to choose
+        }
+        let rule = self.model.rule_index_for(&class.namespace, &class.labels, &forms.host);
+        let rules = self.model.destination_rules();
+        forms.form(rule.map(|i| &*rules.get(i).id))
+    }
+
+    /// Whether `(kind, name)` exists for `class`, before scoping: outbound
+    /// clusters where their form exists, API listeners for proxyless gRPC
+    /// only and every other listener for Envoy only.
+    fn exists(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        match kind {
+            Kind::Cluster if self.translation.clusters.contains_key(name) => self.cluster_form(class, name).is_some(),
+            Kind::Endpoint => self.cluster_form(class, name).is_some_and(|f| f.endpoints.is_some()),
+            Kind::Listener => self.translation.api_listeners.contains(name) == is_grpc(class),
+            _ => true,
+        }
+    }
+
+    /// Whether a proxy of `class` is served `(kind, name)`: it exists for
+    /// the class and the class's scope lets it see it.
+    fn serves(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        self.exists(class, kind, name) && self.scoping.allows(&self.model, class, kind, name)
+    }
+
+    /// Whether shared resources may differ between classes at all.
+    fn per_class_outbound(&self) -> bool {
+        self.scoping.active || self.outbound_overrides
+    }
+}
+
+impl MeshInput {
+    /// Wraps a model, as a first update (every dependency changed).
+    pub fn new(model: Arc<Model>) -> Self {
+        Self::build(model, deps::Changes::first())
+    }
+
+    /// Wraps `model`, the next update after `prev`: what changed between
+    /// the two models is recorded against its dependency keys.
+    pub fn after(prev: &MeshInput, model: Arc<Model>) -> Self {
+        let mut next = Self::build(model, prev.changes.next());
+        deps::touch_models(&mut next.changes, &prev.model, &next.model, &prev.inbound_parts, &next.inbound_parts);
+        next
+    }
+
+    fn build(model: Arc<Model>, changes: deps::Changes) -> Self {
+        let inbound_parts = model.services.iter().map(|(h, s)| (h.clone(), inbound_part(s))).collect();
+        let scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
+        let (source_matching, vs_export) = route_flags(&model);
+        let outbound_overrides = outbound_overrides(&model);
+        let translation = crate::translate::translate(&model);
+        let selecting_sidecars = selecting(&model);
+        Self {
+            model,
+            changes,
+            inbound_parts,
+            scoping,
+            source_matching,
+            outbound_overrides,
+            vs_export,
+            translation,
+            selecting_sidecars,
+        }
+    }
+
+    /// The last change of anything a per-class inbound resource reads, in
+    /// any namespace (the control thread marks the inbound names when it
+    /// moves).
+    pub fn inbound_generation(&self) -> u64 {
+        let c = &self.changes;
+        c.latest(Dep::Security).max(c.latest(Dep::Workloads)).max(self.inbound_services())
+    }
+
+    /// The services' part of the inbound inputs: only where Envoy fetches
+    /// JWT keys from mesh services, or a tracer's or access log service's
+    /// collector may be one (`telemetry::reads_services`), does inbound
+    /// read other services.
+    fn inbound_services(&self) -> u64 {
+        let telemetry = crate::translate::telemetry::reads_services(&self.model);
+        match self.model.mesh.jwks_fetch {
+            crate::translate::authn::JwksFetch::Istiod if !telemetry => 0,
+            _ => self.changes.latest(Dep::Services),
+        }
+    }
+
+    /// The last change of what scoping reads (Sidecars, services).
+    pub fn scope_generation(&self) -> u64 {
+        self.changes.latest(Dep::Sidecar).max(self.changes.latest(Dep::Services))
+    }
+
+    /// The last change of anything a router's listeners and routes read,
+    /// in any namespace.
+    pub fn router_generation(&self) -> u64 {
+        let c = &self.changes;
+        mix((
+            c.latest(Dep::Gateway),
+            c.latest(Dep::Services),
+            c.latest(Dep::DestinationRule),
+            c.latest(Dep::Workloads),
+            c.latest(Dep::Security),
+        ))
+    }
+
+    /// The last change of a DestinationRule.
+    pub fn routing_generation(&self) -> u64 {
+        self.changes.latest(Dep::DestinationRule)
+    }
+
+    /// The input generation of a proxy of `class`'s inbound resources: the
+    /// security policies of its namespace (and the root's), the Services
+    /// of its namespace, and where Envoy fetches JWT keys from mesh
+    /// services, the services.
+    fn inbound_input(&self, class: &ProxyClass) -> u64 {
+        let (c, ns) = (&self.changes, &*class.namespace);
+        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), self.inbound_services()))
+    }
+
+    /// The input generation of what scoping gives a proxy of `class`: the
+    /// Sidecars of its namespace (and the root's) and the services.
+    fn scope_input(&self, class: &ProxyClass) -> u64 {
+        mix((self.changes.at(Dep::Sidecar, &class.namespace), self.changes.latest(Dep::Services)))
+    }
+}
+
+/// Whether some Sidecar sets its own `outboundTrafficPolicy`.
+fn outbound_overrides(model: &Model) -> bool {
+    model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()))
+}
+
+impl MeshInput {
+    /// The mesh with the JWT key sets istiod fetched replaced: only the
+    /// inbound listeners read them (jwt_authn); everything else is shared
+    /// with `self`.
+    pub fn with_jwks(&self, jwks: Arc<crate::translate::authn::FetchedJwks>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.jwks = jwks;
+        let mut changes = self.changes.next();
+        changes.touch_everywhere(Dep::Security);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
+    }
+
+    /// The mesh after Sidecars changed in `objs`, and nothing else: they
+    /// shape what each proxy sees (scoping) and its outbound fallback, both
+    /// applied per class on the cores; the shared translation does not
+    /// read them and is kept. A pass over the Istio objects and a new
+    /// scoping, not a rebuild. The namespaces whose Sidecars changed are
+    /// recorded.
+    pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_sidecars_of(objs));
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Sidecar, &self.model.sidecars, &model.sidecars, root);
+        MeshInput {
+            changes,
+            scoping: Arc::new(crate::translate::scope::Scoping::new(&model)),
+            outbound_overrides: outbound_overrides(&model),
+            selecting_sidecars: selecting(&model),
+            model,
+            ..self.clone()
+        }
+    }
+
+    /// The mesh after Secrets changed in `objs`, and nothing else: only
+    /// SDS reads them (by content hash), so nothing else is recorded.
+    pub fn with_secrets(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+    }
+
+    /// The mesh with the API server's answers on who may read Secrets
+    /// (`access`); only SDS reads them, so nothing else is recorded.
+    pub fn with_secret_access(&self, access: Arc<crate::model::credentials::SecretAccess>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.secret_access = access;
+        MeshInput { model: Arc::new(model), ..self.clone() }
+    }
+
+    /// The mesh after security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
+    /// nothing else: only the inbound resources read them, so the shared
+    /// translation is kept and only the namespaces whose policies changed
+    /// are recorded. A pass over the Istio objects, not a rebuild.
+    pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = self.model.with_security_of(objs);
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
+    }
+
+    /// The mesh after Services, ServiceEntries, EndpointSlices or Pods
+    /// (`changed`) changed in `objs`, and nothing else: the services they
+    /// concern are rebuilt in the model and their clusters and load
+    /// assignments re-translated; where a service's outbound shape
+    /// (addresses, ports, resolution, exportTo) changed, or it came or
+    /// went, its listeners and virtual hosts too, and the scoping. Where
+    /// what inbound reads of a service changed, its namespace's workloads
+    /// are recorded. Everything else is shared with `self`: an endpoint
+    /// change costs O(changed services), not O(mesh).
+    pub fn with_services(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[istiod_kubewatch::config_dir::ObjectRef],
+    ) -> MeshInput {
+        let (model, hosts) = self.model.with_services_of(objs, changed);
+        let model = Arc::new(model);
+        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
+        let mut reshaped = Vec::new();
+        for host in &hosts {
+            next.translation.update_service(&model, host);
+            let (before, after) = (self.model.services.get(host), model.services.get(host));
+            if before.map(deps::shape) != after.map(deps::shape) {
+                reshaped.push(host.clone());
+            }
+            let old = match after {
+                Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
+                None => next.inbound_parts.remove(host),
+            };
+            if old != next.inbound_parts.get(host).copied() {
+                let ns = after.or(before).map(|s| &*s.namespace);
+                next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
+            }
+        }
+        if !reshaped.is_empty() {
+            next.translation.update_hosts(&self.model, &model, &reshaped);
+            next.changes.touch_everywhere(Dep::Services);
+            next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
+        }
+        next
+    }
+}
+
+/// Whether some VirtualService route matches on `sourceLabels` or
+/// `sourceNamespace`, and whether some VirtualService is not exported
+/// everywhere.
+fn route_flags(model: &Model) -> (bool, bool) {
+    let (mut source, mut export) = (false, false);
+    for o in model.routing.iter() {
+        if let IstioSpec::VirtualService(vs) = &o.spec {
+            source |= vs
+                .http
+                .iter()
+                .flat_map(|r| &r.matches)
+                .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty());
+            export |= crate::translate::route::vs_export(vs, o.meta.ns()).is_some();
+        }
+    }
+    (source, export)
+}
+
+impl MeshInput {
+    /// The mesh after the VirtualServices and DestinationRules `changed`
+    /// (kind, namespace, name) were added, changed or removed in `objs`,
+    /// and nothing else: the routing list is updated in place; the virtual
+    /// hosts of every host those VirtualServices name, and the clusters of
+    /// every service those DestinationRules name (before and after), are
+    /// re-translated; listeners, the other services and the scope are
+    /// shared with `self`.
+    pub fn with_routing(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[(String, String, String)],
+    ) -> MeshInput {
+        // (hosts whose virtual hosts change, services whose clusters change)
+        let hosts_of = |model: &Model| {
+            let (mut routes, mut clusters) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+            for o in model.routing_named(changed) {
+                match &o.spec {
+                    IstioSpec::VirtualService(vs) => {
+                        routes.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
+                    }
+                    IstioSpec::DestinationRule(dr) => match dr.host.strip_prefix('*') {
+                        // A wildcard host shapes every service under it.
+                        Some(suffix) => {
+                            clusters.extend(model.services.keys().filter(|h| h.ends_with(suffix)).cloned());
+                        }
+                        None => {
+                            clusters.insert(Arc::<str>::from(model.resolve_host(&dr.host, o.meta.ns())));
+                        }
+                    },
+                    _ => {}
+                }
+            }
+            (routes, clusters)
+        };
+        let (mut routes, mut clusters) = hosts_of(&self.model);
+        let model = Arc::new(self.model.with_routing_of(objs, changed));
+        let (r, c) = hosts_of(&model);
+        routes.extend(r);
+        clusters.extend(c);
+        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
+        next.translation.update_routes(&model, &routes);
+        for host in &clusters {
+            next.translation.update_service(&model, host);
+        }
+        (next.source_matching, next.vs_export) = route_flags(&model);
+        // Routers read VirtualServices bound to Gateways, before or after.
+        let gateway_bound = |model: &Model| model.routing_named(changed).any(deps::is_gateway_bound);
+        if gateway_bound(&self.model) || gateway_bound(&model) {
+            next.changes.touch_everywhere(Dep::Gateway);
+        }
+        if changed.iter().any(|(k, _, _)| k == "DestinationRule") {
+            // Locality load balancing and route hash policies read the
+            // rules; so does the choice of rule by workload labels.
+            next.changes.touch_everywhere(Dep::DestinationRule);
+            next.selecting_sidecars = selecting(&model);
+        }
+        next
+    }
+}
+
+/// Whether a Sidecar or a DestinationRule selects workloads by label.
+fn selecting(model: &Model) -> bool {
+    model.sidecars.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
+    }) || model.destination_rules().selecting
+}
+
+/// What inbound generation reads of one service: its selector and ports,
+/// and the endpoints that tell a workload its port where the Service does
+/// not (named target ports): scaling a Service with a numeric target port
+/// changes no proxy's inbound side.
+fn inbound_part(s: &crate::model::Service) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&s.hostname, &s.namespace, &s.selector, &s.ports).hash(&mut h);
+    for e in &s.endpoints {
+        // A numeric target port tells the workload its port: an endpoint
+        // that agrees adds nothing. A named one (None) is resolved from
+        // the endpoints, so every one of them counts.
+        let spec = s.ports.iter().find(|p| p.port == e.service_port).and_then(|p| p.target_port);
+        if spec != Some(e.port) {
+            (e.service_port, e.port, &e.labels).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// Shared resources from the snapshot, and per sidecar class its
+/// `virtualInbound` and `inbound|<port>||` clusters.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MeshGenerator;
+
+fn mesh(snap: &Snapshot<MeshInput>) -> Option<&MeshInput> {
+    snap.mesh.as_deref()
+}
+
+/// istiod's debug type over xDS (`pilot/pkg/xds/v3/model.go` DebugType):
+/// one resource named as a debug path (`syncz`, `config_dump?proxyID=...`),
+/// answered with that path's HTTP body.
+pub const DEBUG_TYPE: &str = "istio.io/debug";
+/// The status generator's types (`statusgen.go`): `syncz` and `config_dump`.
+pub const DEBUG_PREFIX: &str = "istio.io/debug/";
+
+/// Debug paths a caller outside the root namespace may ask for
+/// (`debuggen.go` activeNamespaceDebuggers).
+pub const NAMESPACE_DEBUGGERS: &[&str] = &["config_dump", "ndsz", "edsz"];
+
+/// istiod's checks before a debug request over xDS is answered: with
+/// `ENABLE_DEBUG_ENDPOINT_AUTH` the caller must be authenticated
+/// (`statusgen.go` handleInternalRequest; the debug generator always asks
+/// it, `validateProxyAuthentication`), `istio.io/debug` takes exactly one
+/// name, and a caller outside the root namespace only the paths of
+/// [`NAMESPACE_DEBUGGERS`] (`parseAndValidateDebugRequest`). Status types
+/// other than syncz and config_dump are answered with nothing.
+fn debug_access(
+    mesh: Option<&crate::meshconfig::MeshSettings>,
+    class: &ProxyClass,
+    type_url: &str,
+    names: &[String],
+) -> UnknownType {
+    let auth = mesh.is_none_or(|m| m.debug_endpoint_auth);
+    let root = mesh.map_or("istio-system", |m| m.root_namespace.as_str());
+    // The caller's namespace limits what it sees: a node that names none
+    // (the identity check passes it) sees nothing.
+    if class.verified && class.namespace.is_empty() {
+        return UnknownType::Refuse(Code::PermissionDenied, "the debug caller's node names no namespace".into());
+    }
+    if type_url == DEBUG_TYPE {
+        if !class.verified {
+            return UnknownType::Refuse(Code::Unauthenticated, "authentication required".into());
+        }
+        let [name] = names else {
+            return UnknownType::Refuse(Code::InvalidArgument, "exactly one debug request is required".into());
+        };
+        let path = name.split('?').next().unwrap_or("");
+        if &*class.namespace != root && !NAMESPACE_DEBUGGERS.contains(&path) {
+            return UnknownType::Refuse(
+                Code::PermissionDenied,
+                format!("the debug info is not available for current identity: {:?}", &*class.namespace),
+            );
+        }
+        return UnknownType::Forward;
+    }
+    if auth && !class.verified {
+        return UnknownType::Refuse(Code::Unauthenticated, "authentication required".into());
+    }
+    match &type_url[DEBUG_PREFIX.len()..] {
+        "syncz" | "config_dump" => UnknownType::Forward,
+        _ => UnknownType::Empty,
+    }
+}
+
+fn is_grpc(class: &ProxyClass) -> bool {
+    &*class.generator == "grpc"
+}
+
+fn per_class(class: &ProxyClass) -> bool {
+    class.node_type == NodeType::Sidecar && !is_grpc(class)
+}
+
+fn inbound_name(kind: Kind, name: &str) -> bool {
+    (kind == Kind::Listener && name == VIRTUAL_INBOUND) || (kind == Kind::Cluster && name.starts_with("inbound|"))
+}
+
+pub fn mix(parts: impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+impl Generator for MeshGenerator {
+    type Mesh = MeshInput;
+    type Class = ProxyClass;
+
+    /// istiod's answer to a type this server has no generator for
+    /// (pilot/pkg/xds/xdsgen.go `findGenerator`). `istio.io/debug/syncz`
+    /// and `istio.io/debug/config_dump` go to the status generator
+    /// (`statusgen.go`), `istio.io/debug` to the debug generator
+    /// (`debuggen.go`): both are forwarded to the control thread once the
+    /// caller passes their checks (see [`debug_access`]). Otherwise
+    /// proxyless gRPC's generator sends nothing. A config type
+    /// (`group/version/kind`, as `istioctl` and MCP clients ask) goes to the
+    /// api generator (pilot/pkg/networking/apigen/apigen.go), which with
+    /// `ENABLE_XDS_API_GENERATOR_AUTH` refuses unauthenticated callers and
+    /// callers outside the root namespace, and answers the rest with the
+    /// config of that type: none here. Protobuf types
+    /// (`type.googleapis.com/...`) istiod serves with generators of its own
+    /// (istio-agent's NDS and PCDS, health information, ECDS, on every
+    /// sidecar's stream): those are ignored, never refused, or every
+    /// sidecar with DNS capture would lose its stream.
+    fn unknown_type(
+        &self,
+        snap: &Snapshot<MeshInput>,
+        class: &ProxyClass,
+        type_url: &str,
+        names: &[String],
+    ) -> UnknownType {
+        let mesh = snap.mesh.as_ref().map(|m| &*m.model.mesh);
+        if type_url == DEBUG_TYPE || type_url.starts_with(DEBUG_PREFIX) {
+            return debug_access(mesh, class, type_url, names);
+        }
+        let config_type = !type_url.starts_with(istiod_proto::type_url::PREFIX) && type_url.split('/').count() == 3;
+        if is_grpc(class) || !config_type {
+            return UnknownType::Ignore;
+        }
+        let auth = mesh.is_none_or(|m| m.xds_api_generator_auth);
+        let root = mesh.map_or("istio-system", |m| m.root_namespace.as_str());
+        if auth && !class.verified {
+            UnknownType::Refuse(
+                Code::Unauthenticated,
+                "the api generator requires an authenticated control-plane identity".into(),
+            )
+        } else if auth && &*class.namespace != root {
+            UnknownType::Refuse(
+                Code::PermissionDenied,
+                "the api generator is restricted to the control-plane (root) namespace".into(),
+            )
+        } else {
+            UnknownType::Empty
+        }
+    }
+
+    fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
+        Proxy::classify(node, verified)
+    }
+
+    /// istiod's `AdsClient.labels` and `locality` (a `core.Locality` as Go's
+    /// encoding/json writes it: `region`, `zone`, `sub_zone`, empty ones
+    /// left out).
+    fn describe(&self, class: &ProxyClass) -> serde_json::Map<String, serde_json::Value> {
+        let mut out = serde_json::Map::new();
+        if !class.labels.is_empty() {
+            let labels: serde_json::Map<String, serde_json::Value> =
+                class.labels.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(&**v))).collect();
+            out.insert("labels".into(), labels.into());
+        }
+        if !class.locality.is_empty() {
+            let mut parts = class.locality.splitn(3, '/');
+            let mut l = serde_json::Map::new();
+            for key in ["region", "zone", "sub_zone"] {
+                if let Some(v) = parts.next().filter(|v| !v.is_empty()) {
+                    l.insert(key.into(), v.into());
+                }
+            }
+            out.insert("locality".into(), l.into());
+        }
+        out
+    }
+
+    fn class_detail(&self, class: &ProxyClass) -> serde_json::Value {
+        class.detail()
+    }
+
+    fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        let mut names = self.shared_wildcard_names(snap, class, kind);
+        names.extend(self.class_wildcard_names(snap, class, kind));
+        names
+    }
+
+    fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if is_router(class) && kind == Kind::Listener {
+            return Vec::new(); // a router's listeners are its Gateways'
+        }
+        let mut names = snap.shared_names(kind);
+        let Some(m) = mesh(snap) else { return names };
+        names.retain(|n| m.serves(class, kind, n));
+        if is_router(class) {
+            names.retain(|n| !router::router_skips_cluster(n));
+        }
+        names
+    }
+
+    fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if is_router(class) && kind == Kind::Listener {
+            let Some(m) = mesh(snap) else { return Vec::new() };
+            return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
+        }
+        if is_router(class) && kind == Kind::Cluster {
+            let Some(m) = mesh(snap).filter(|m| router::auto_passthrough(&m.model, class)) else { return Vec::new() };
+            return router::sni_dnat(&m.model, class, None).into_iter().map(|(n, _)| Arc::from(n)).collect();
+        }
+        let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
+        match kind {
+            Kind::Listener => vec![VIRTUAL_INBOUND.into()],
+            Kind::Cluster => {
+                inbound_ports(&m.model, class).iter().map(|p| Arc::from(format!("inbound|{}||", p.port))).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Outbound resources read the class's namespace, generator and node
+    /// type; its labels only where a Sidecar or DestinationRule selects
+    /// workloads or a VirtualService matches source labels; its locality
+    /// only for endpoints. Proxies that differ in nothing else share them.
+    fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+        let m = mesh(snap)?;
+        // Gateways select routers by label.
+        let labels = m.source_matching || m.selecting_sidecars || is_router(class);
+        Some(ProxyClass {
+            labels: if labels { class.labels.clone() } else { Vec::new() },
+            locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
+            service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
+            // Tracing tags name them: on virtualInbound (built for the
+            // whole class) and a gateway's listeners.
+            mesh_id: if is_router(class) && kind == Kind::Listener { class.mesh_id.clone() } else { Arc::from("") },
+            cluster_id: if is_router(class) && kind == Kind::Listener {
+                class.cluster_id.clone()
+            } else {
+                Arc::from("")
+            },
+            ..class.clone()
+        })
+    }
+
+    fn whole_class(&self, kind: Kind, name: &str) -> bool {
+        inbound_name(kind, name)
+    }
+
+    fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+        if kind == Kind::Secret {
+            return router::secret(&mesh(snap)?.model, class, name).map(|(h, _)| h);
+        }
+        if is_router(class) {
+            let m = mesh(snap)?;
+            match kind {
+                Kind::Listener => {
+                    // router::input covers everything a router's listeners
+                    // read; the build only says whether `name` exists.
+                    router::listeners(&m.model, class).iter().find(|l| l.name == name)?;
+                    return Some(router::input(m, class));
+                }
+                // Every name has an answer (an unknown one is empty).
+                Kind::Route => return Some(router::input(m, class)),
+                Kind::Cluster if router::router_skips_cluster(name) => return None,
+                Kind::Cluster if name.starts_with("outbound_.") => {
+                    // The copied cluster's bytes: a DNS service's cluster
+                    // carries its endpoints.
+                    let c = router::sni_dnat_cluster(m, class, name)?;
+                    return Some(mix(("sni-dnat", c.encode_to_vec())));
+                }
+                _ => {}
+            }
+        }
+        if inbound_name(kind, name) {
+            let m = mesh(snap).filter(|_| per_class(class))?;
+            if kind == Kind::Cluster
+                && !inbound_ports(&m.model, class).iter().any(|p| format!("inbound|{}||", p.port) == name)
+            {
+                return None;
+            }
+            return Some(m.inbound_input(class));
+        }
+        let shared = snap.shared_generation(kind, name)?;
+        let Some(m) = mesh(snap) else { return Some(shared) };
+        if !m.serves(class, kind, name) {
+            return None;
+        }
+        Some(match kind {
+            // Locality load balancing reads the DestinationRules.
+            Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation())),
+            // Rendered per class: the scope decides the virtual hosts and
+            // the rules the hash policies.
+            Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
+            Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
+            _ => shared,
+        })
+    }
+
+    fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+        if kind == Kind::Secret {
+            let (_, secret) = router::secret(&mesh(snap)?.model, class, name)?;
+            return Some(Bytes::from(secret.encode_to_vec()));
+        }
+        if is_router(class) {
+            let m = mesh(snap)?;
+            match kind {
+                Kind::Listener => {
+                    let l = router::listeners(&m.model, class).into_iter().find(|l| l.name == name)?;
+                    return Some(Bytes::from(l.encode_to_vec()));
+                }
+                Kind::Route => return Some(Bytes::from(router::route(&m.model, class, name).encode_to_vec())),
+                Kind::Cluster if router::router_skips_cluster(name) => return None,
+                Kind::Cluster if name.starts_with("outbound_.") => {
+                    return router::sni_dnat_cluster(m, class, name).map(|c| Bytes::from(c.encode_to_vec()));
+                }
+                _ => {}
+            }
+        }
+        if inbound_name(kind, name) {
+            let m = mesh(snap).filter(|_| per_class(class))?;
+            return match kind {
+                Kind::Listener => Some(Bytes::from(virtual_inbound(&m.model, class).encode_to_vec())),
+                _ => inbound_ports(&m.model, class)
+                    .iter()
+                    .find(|p| format!("inbound|{}||", p.port) == name)
+                    .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p.port).encode_to_vec())),
+            };
+        }
+        let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
+        if !m.serves(class, kind, name) {
+            return None;
+        }
+        let policy = crate::translate::scope::outbound_policy(&m.model, class);
+        match kind {
+            Kind::Cluster => match m.cluster_form(class, name) {
+                Some(form) if is_grpc(class) => {
+                    Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec()))
+                }
+                Some(form) => Some(form.bytes.clone()),
+                None => snap.shared_body(kind, name),
+            },
+            Kind::Endpoint => {
+                let form = m.cluster_form(class, name)?;
+                let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
+                local.or_else(|| form.endpoints.clone())
+            }
+            Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
+                // The Sidecar overrides the mesh's policy for unknown destinations.
+                let side = crate::translate::telemetry::outbound(&m.model);
+                Some(Bytes::from(virtual_outbound(policy, &side).encode_to_vec()))
+            }
+            Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
+            Kind::Route => {
+                let table = m.translation.routes.get(name)?;
+                // (Without scoping every service is visible: skip the lookups.)
+                let visible = |svc: &crate::model::Service, port: u16| {
+                    !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
+                };
+                Some(Bytes::from(table.render(&m.model, class, policy, visible).encode_to_vec()))
+            }
+        }
+    }
+}
+
+/// Names of every per-class resource a model can produce (what a change of
+/// inbound inputs marks as changed).
+pub fn all_names(model: &Model) -> Vec<(Kind, Arc<str>)> {
+    let mut out = vec![(Kind::Listener, Arc::from(VIRTUAL_INBOUND))];
+    let mut ports: Vec<u16> = model
+        .services
+        .values()
+        .flat_map(|s| {
+            // A workload's inbound port is its endpoints', else the
+            // Service's numeric target port, else the service port.
+            let spec = s.ports.iter().flat_map(|p| [Some(p.port), p.target_port]).flatten();
+            s.endpoints.iter().map(|e| e.port).chain(spec)
+        })
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    out.extend(ports.into_iter().map(|p| (Kind::Cluster, Arc::from(format!("inbound|{p}||")))));
+    out
+}
+
+#[cfg(test)]
+mod tests;

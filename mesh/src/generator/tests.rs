@@ -1,0 +1,1149 @@
+use std::path::Path;
+
+use istiod_proto::envoy::config::listener::v3::Listener;
+
+use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use istiod_proto::envoy::config::listener::v3::filter;
+use istiod_proto::envoy::config::route::v3 as route;
+
+use super::*;
+use crate::model::Protocol;
+use crate::translate::inbound::{InboundPort, mtls_mode, service_mtls_mode};
+
+fn bookinfo() -> Arc<Model> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    Arc::new(Model::build(&istiod_kubewatch::config_dir::load(&dir).unwrap().objects, "cluster.local"))
+}
+
+use crate::testing::{class, istio_objects, served, snapshot};
+
+fn with_security(model: &Model, yaml: &str) -> Model {
+    let mut m = model.clone();
+    for o in istio_objects(yaml) {
+        Arc::make_mut(&mut m.security).insert(0, o);
+    }
+    m
+}
+
+#[test]
+fn reviews_gets_its_port_under_the_mesh_wide_strict_policy() {
+    let m = bookinfo();
+    let c = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
+    let ports = inbound_ports(&m, &c);
+    assert_eq!(ports, vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict }]);
+    let l = virtual_inbound(&m, &c);
+    let names: Vec<&str> = l.filter_chains.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, vec!["inbound|9080-tls", "virtualInbound-catchall-tls"], "STRICT: TLS chains only");
+    assert!(l.filter_chains.iter().all(|f| f.transport_socket.is_some()));
+    assert_eq!(l.filter_chains[0].filter_chain_match.as_ref().unwrap().destination_port, Some(9080));
+    // A workload no service selects has only the catch-all.
+    assert_eq!(virtual_inbound(&m, &class("bookinfo", &[("app", "nothing")])).filter_chains.len(), 1);
+}
+
+#[test]
+fn namespace_and_port_level_policies_override_the_mesh() {
+    let m = with_security(
+        &bookinfo(),
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ns, namespace: bookinfo}\nspec: {mtls: {mode: PERMISSIVE}}\n---\n\
+         apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ratings, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: ratings}}, mtls: {mode: UNSET}, portLevelMtls: {9080: {mode: DISABLE}}}\n",
+    );
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    assert_eq!(mtls_mode(&m, &reviews, 9080), MtlsMode::Permissive);
+    let chains: Vec<String> = virtual_inbound(&m, &reviews).filter_chains.iter().map(|f| f.name.clone()).collect();
+    assert_eq!(
+        chains[..2],
+        ["inbound|9080-tls".to_owned(), "inbound|9080".to_owned()],
+        "PERMISSIVE: TLS and plaintext"
+    );
+    let ratings = class("bookinfo", &[("app", "ratings")]);
+    assert_eq!(mtls_mode(&m, &ratings, 9080), MtlsMode::Disable, "port-level wins");
+    assert_eq!(mtls_mode(&m, &ratings, 1234), MtlsMode::Permissive, "UNSET inherits from the namespace");
+}
+
+#[test]
+fn generator_serves_per_class_resources_and_shared_ones() {
+    let m = bookinfo();
+    let snap = snapshot(&m);
+    let g = MeshGenerator;
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    let listeners = g.wildcard_names(&snap, &reviews, Kind::Listener);
+    assert!(listeners.iter().any(|n| &**n == VIRTUAL_INBOUND));
+    assert!(listeners.iter().any(|n| &**n == "0.0.0.0_9080"), "shared listeners too");
+    assert!(g.wildcard_names(&snap, &reviews, Kind::Cluster).iter().any(|n| &**n == "inbound|9080||"));
+    assert!(g.input_generation(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).is_some());
+    let l = Listener::decode(g.generate(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).unwrap()).unwrap();
+    assert_eq!(l.filter_chains.len(), 2);
+    // Proxyless gRPC gets none of it.
+    let grpc = ProxyClass { generator: "grpc".into(), ..reviews.clone() };
+    assert!(!g.wildcard_names(&snap, &grpc, Kind::Listener).iter().any(|n| &**n == VIRTUAL_INBOUND));
+    assert_eq!(g.generate(&snap, &grpc, Kind::Listener, VIRTUAL_INBOUND), None);
+    // Another class's inbound cluster does not exist for this one.
+    assert_eq!(g.input_generation(&snap, &reviews, Kind::Cluster, "inbound|27017||"), None);
+}
+
+/// The dependency keys an update records (`deps.rs`), compared model to
+/// model: nothing for an identical model; a namespace's PeerAuthentication
+/// that namespace's proxies only (proxy_dependencies.go: a policy concerns
+/// the proxies of its namespace, the root namespace's all of them).
+#[test]
+fn an_update_records_exactly_the_keys_it_changed() {
+    let m = bookinfo();
+    let old = MeshInput::new(m.clone());
+    let touched = |next: &Model| MeshInput::after(&old, Arc::new(next.clone())).changes.touched();
+    assert_eq!(touched(&m), vec![], "the same model changes nothing");
+    let pa = |ns: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: x, namespace: {ns}}}\nspec: {{mtls: {{mode: DISABLE}}}}\n"
+        )
+    };
+    let in_bookinfo = with_security(&m, &pa("bookinfo"));
+    assert_eq!(touched(&in_bookinfo), vec![(Dep::Security, Some(Arc::from("bookinfo")))]);
+    assert_eq!(touched(&with_security(&m, &pa("istio-system"))), vec![(Dep::Security, None)], "root: everywhere");
+
+    // What the cores see: the inbound generation of bookinfo's proxies
+    // moves, another namespace's does not, and the bytes agree.
+    let next = Arc::new(MeshInput::after(&old, Arc::new(in_bookinfo)));
+    let snap = |mesh: &Arc<MeshInput>| {
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::default());
+        s.mesh = Some(mesh.clone());
+        s
+    };
+    let (before, after) = (snap(&Arc::new(old.clone())), snap(&next));
+    let generation = |s: &Snapshot<MeshInput>, c: &ProxyClass| {
+        MeshGenerator.input_generation(s, c, Kind::Listener, VIRTUAL_INBOUND).unwrap()
+    };
+    let (reviews, other) = (class("bookinfo", &[("app", "reviews")]), class("other", &[("app", "reviews")]));
+    assert_ne!(generation(&before, &reviews), generation(&after, &reviews));
+    assert_eq!(generation(&before, &other), generation(&after, &other));
+    assert_eq!(
+        MeshGenerator.generate(&before, &other, Kind::Listener, VIRTUAL_INBOUND),
+        MeshGenerator.generate(&after, &other, Kind::Listener, VIRTUAL_INBOUND),
+        "what the other namespace is not regenerated for is indeed the same"
+    );
+    // Two meshes built apart never share a generation.
+    let apart = snap(&Arc::new(MeshInput::new(m.clone())));
+    assert_ne!(generation(&before, &other), generation(&apart, &other));
+
+    // Scaling a service whose Service gives the target port by number
+    // changes no proxy's inbound side (its pods' port is known without
+    // their endpoints); with a named target port it may.
+    let host = "reviews.bookinfo.svc.cluster.local";
+    let reviews = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
+    let mut scaled = (*m).clone();
+    let svc = scaled.services.get_mut(host).unwrap();
+    assert!(svc.ports.iter().all(|p| p.target_port.is_some()), "{:?}", svc.ports);
+    svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
+    assert_eq!(touched(&scaled), vec![]);
+    assert_eq!(inbound_ports(&m, &reviews), inbound_ports(&scaled, &reviews), "the Service's port, endpoint or not");
+    // A named target port that resolves to 9999 on the pods.
+    let mut named = (*m).clone();
+    let svc = named.services.get_mut(host).unwrap();
+    svc.ports.iter_mut().for_each(|p| p.target_port = None);
+    svc.endpoints.iter_mut().for_each(|e| e.port = 9999);
+    let mut named_scaled = named.clone();
+    let svc = named_scaled.services.get_mut(host).unwrap();
+    svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
+    let named_input = MeshInput::after(&old, Arc::new(named.clone()));
+    let step = MeshInput::after(&named_input, Arc::new(named_scaled.clone())).changes.touched();
+    assert_eq!(step, vec![(Dep::Workloads, Some(Arc::from("bookinfo")))]);
+    assert_eq!(inbound_ports(&named, &reviews)[0].port, 9999);
+    assert_ne!(inbound_ports(&named_scaled, &reviews)[0].port, 9999, "v1's pod is not in the endpoints any more");
+}
+
+#[test]
+fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
+    use istiod_proto::envoy::config::listener::v3::filter::ConfigType;
+    use istiod_proto::envoy::config::rbac::v3::rbac::Action;
+    use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_filter,
+    };
+
+    let m = bookinfo();
+    let l = virtual_inbound(&m, &class("bookinfo", &[("app", "details"), ("version", "v1")]));
+    // The HCM is the chain's last network filter (metadata exchange first).
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
+    let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
+    let names: Vec<&str> = manager.http_filters.iter().map(|f| f.name.as_str()).collect();
+    // istiod's inbound order (listener_builder.go; listener_test.go):
+    // metadata exchange, authorization, gRPC stats, fault, CORS, router.
+    assert_eq!(
+        names,
+        vec![
+            "istio.metadata_exchange",
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "envoy.filters.http.router"
+        ]
+    );
+    let Some(http_filter::ConfigType::TypedConfig(a)) = &manager.http_filters[1].config_type else { panic!() };
+    let rules = HttpRbac::decode(a.value.as_slice()).unwrap().rules.unwrap();
+    assert_eq!(rules.action, Action::Allow as i32);
+    let policy = &rules.policies["ns[bookinfo]-policy[details-allow-productpage-get]-rule[0]"];
+    let text = format!("{policy:?}");
+    assert!(text.contains("spiffe://cluster.local/ns/bookinfo/sa/bookinfo-productpage"), "{text}");
+    assert!(text.contains(":method") && text.contains("GET"), "{text}");
+    // reviews is not selected by that policy: no RBAC filter.
+    let l = virtual_inbound(&m, &class("bookinfo", &[("app", "reviews")]));
+    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
+    let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
+    assert!(!manager.http_filters.iter().any(|f| f.name == "envoy.filters.http.rbac"));
+}
+
+#[test]
+fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
+    // Bookinfo plus a service in another namespace: bookinfo's Sidecar
+    // (`./*`, `istio-system/*`) hides it from bookinfo's proxies.
+    let mut model = (*bookinfo()).clone();
+    let mut other = model.services["reviews.bookinfo.svc.cluster.local"].clone();
+    other.hostname = "reviews.other.svc.cluster.local".into();
+    other.namespace = "other".into();
+    other.vips = vec!["10.96.99.99".into()];
+    model.services.insert(other.hostname.clone(), other);
+    let mut db = model.services["mongodb.bookinfo.svc.cluster.local"].clone();
+    db.hostname = "mongodb.other.svc.cluster.local".into();
+    db.namespace = "other".into();
+    db.vips = vec!["10.96.99.98".into()];
+    model.services.insert(db.hostname.clone(), db);
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+
+    let hidden = "outbound|9080||reviews.other.svc.cluster.local";
+    let bookinfo_proxy = class("bookinfo", &[("app", "productpage")]);
+    let other_proxy = class("other", &[("app", "x")]);
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    assert!(cds(&other_proxy).iter().any(|n| &**n == hidden));
+    assert!(!cds(&bookinfo_proxy).iter().any(|n| &**n == hidden));
+    assert!(cds(&bookinfo_proxy).iter().any(|n| &**n == "outbound|9080||reviews.bookinfo.svc.cluster.local"));
+    assert_eq!(MeshGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Endpoint, hidden), None);
+    assert!(MeshGenerator.generate(&snap, &other_proxy, Kind::Endpoint, hidden).is_some());
+    // The TCP/VIP listener and the virtual host follow.
+    let lds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Listener);
+    assert!(lds(&other_proxy).iter().any(|n| &**n == "10.96.99.98_27017"));
+    assert!(!lds(&bookinfo_proxy).iter().any(|n| &**n == "10.96.99.98_27017"));
+    assert!(lds(&bookinfo_proxy).iter().any(|n| n.ends_with("_27017")), "bookinfo's own mongodb stays");
+    let vhosts = |c: &ProxyClass| {
+        let b = MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap();
+        let rc = route::RouteConfiguration::decode(b).unwrap();
+        rc.virtual_hosts.into_iter().map(|v| v.name).collect::<Vec<_>>()
+    };
+    assert!(vhosts(&other_proxy).contains(&"reviews.other.svc.cluster.local:9080".to_owned()));
+    let mine = vhosts(&bookinfo_proxy);
+    assert!(!mine.contains(&"reviews.other.svc.cluster.local:9080".to_owned()), "{mine:?}");
+    assert!(mine.contains(&"reviews.bookinfo.svc.cluster.local:9080".to_owned()), "{mine:?}");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &bookinfo_proxy, Kind::Route, "9080"),
+        snap.shared_generation(Kind::Route, "9080"),
+        "a scoped route configuration's generation covers the scope"
+    );
+}
+
+#[test]
+fn source_label_matches_reach_only_the_proxies_they_name() {
+    let mut model = (*bookinfo()).clone();
+    for o in istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
+         spec:\n  hosts: [details]\n  http:\n  - name: from-productpage\n    match: [{sourceLabels: {app: productpage}}]\n\
+         \x20   route: [{destination: {host: details, subset: v1}}]\n  - name: from-elsewhere\n\
+         \x20   match: [{sourceNamespace: other}]\n    route: [{destination: {host: details}}]\n  - name: rest\n\
+         \x20   route: [{destination: {host: details}}]\n",
+    ) {
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    assert!(mesh(&snap).unwrap().source_matching);
+    let details_routes = |c: &ProxyClass| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap()).unwrap();
+        let vh = rc.virtual_hosts.into_iter().find(|v| v.name.starts_with("details.")).unwrap();
+        assert!(vh.routes.iter().all(|r| r.metadata.is_none()), "the selector never reaches a proxy");
+        vh.routes.into_iter().map(|r| r.name).collect::<Vec<_>>()
+    };
+    assert_eq!(details_routes(&class("bookinfo", &[("app", "productpage")])), ["from-productpage", "rest"]);
+    assert_eq!(details_routes(&class("bookinfo", &[("app", "reviews")])), ["rest"]);
+    assert_eq!(
+        details_routes(&class("other", &[("app", "productpage")])),
+        ["from-productpage", "from-elsewhere", "rest"]
+    );
+}
+
+#[test]
+fn proxyless_grpc_clients_get_certificate_provider_tls_and_no_auto_mtls() {
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    let model = bookinfo();
+    let snap = snapshot(&model);
+    let mut grpc = class("bookinfo", &[("app", "productpage")]);
+    grpc.generator = "grpc".into();
+    let envoy = class("bookinfo", &[("app", "productpage")]);
+    let cluster = |c: &ProxyClass, name: &str| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, name).unwrap()).unwrap()
+    };
+
+    // Auto mTLS (details: no DestinationRule TLS) is for Envoy only.
+    let details = "outbound|9080||details.bookinfo.svc.cluster.local";
+    assert!(!cluster(&envoy, details).transport_socket_matches.is_empty());
+    let g = cluster(&grpc, details);
+    assert!(g.transport_socket_matches.is_empty() && g.transport_socket.is_none());
+
+    // ISTIO_MUTUAL by DestinationRule (reviews): certificate providers, not SDS.
+    let reviews = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    let ts = cluster(&grpc, reviews).transport_socket.expect("ISTIO_MUTUAL");
+    assert_eq!(ts.name, "envoy.transport_sockets.tls");
+    let Some(core::transport_socket::ConfigType::TypedConfig(a)) = ts.config_type else { panic!() };
+    let ctx = tls::UpstreamTlsContext::decode(a.value.as_slice()).unwrap().common_tls_context.unwrap();
+    assert!(ctx.tls_certificate_sds_secret_configs.is_empty());
+    assert_eq!(ctx.tls_certificate_provider_instance.as_ref().unwrap().instance_name, "default");
+    assert_eq!(ctx.tls_certificate_certificate_provider_instance.as_ref().unwrap().certificate_name, "default");
+    let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
+        ctx.validation_context_type
+    else {
+        panic!("combined validation context")
+    };
+    assert_eq!(v.validation_context_certificate_provider_instance.unwrap().certificate_name, "ROOTCA");
+    assert_eq!(
+        v.default_validation_context.unwrap().ca_certificate_provider_instance.unwrap().certificate_name,
+        "ROOTCA"
+    );
+    // Envoy still gets SDS.
+    assert!(cluster(&envoy, reviews).transport_socket.is_some());
+}
+
+#[test]
+fn auto_mtls_sends_plaintext_to_services_known_to_disable_mtls() {
+    let details = Arc::<str>::from("outbound|9080||details.bookinfo.svc.cluster.local");
+    let matches = |m: &Model| {
+        let c = served(&Arc::new(m.clone()), &class("bookinfo", &[("app", "productpage")]), Kind::Cluster, &details);
+        !Cluster::decode(c.unwrap()).unwrap().transport_socket_matches.is_empty()
+    };
+    assert!(matches(&bookinfo()), "mesh-wide STRICT: auto mTLS by endpoint label");
+    let ns_disable = with_security(
+        &bookinfo(),
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: ns, namespace: bookinfo}\nspec: {mtls: {mode: DISABLE}}\n",
+    );
+    assert_eq!(
+        service_mtls_mode(&ns_disable, &ns_disable.services["details.bookinfo.svc.cluster.local"], 9080),
+        Some(MtlsMode::Disable)
+    );
+    assert!(!matches(&ns_disable), "the namespace disables mTLS: plaintext");
+    let mixed = with_security(
+        &ns_disable,
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: w, namespace: bookinfo}\n\
+         spec: {selector: {matchLabels: {app: details}}, mtls: {mode: STRICT}}\n",
+    );
+    assert!(matches(&mixed), "a workload-level policy makes the mode unknown: back to endpoint labels");
+}
+
+#[test]
+fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
+    use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
+    let mut model = (*bookinfo()).clone();
+    Arc::make_mut(&mut model.sidecars).extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: locked, namespace: bookinfo}\n\
+         spec: {workloadSelector: {labels: {app: ratings}}, outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n",
+    ));
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    let catchall = |c: &ProxyClass| {
+        let l = Listener::decode(MeshGenerator.generate(&snap, c, Kind::Listener, "virtualOutbound").unwrap()).unwrap();
+        let Some(filter::ConfigType::TypedConfig(a)) = l.filter_chains[0].filters[0].config_type.clone() else {
+            panic!()
+        };
+        match TcpProxy::decode(a.value.as_slice()).unwrap().cluster_specifier {
+            Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+            other => panic!("{other:?}"),
+        }
+    };
+    let fallback = |c: &ProxyClass| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, "9080").unwrap()).unwrap();
+        rc.virtual_hosts.last().unwrap().name.clone()
+    };
+    let ratings = class("bookinfo", &[("app", "ratings")]);
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    assert_eq!(catchall(&ratings), "BlackHoleCluster");
+    assert_eq!(fallback(&ratings), "block_all");
+    assert_eq!(catchall(&reviews), "PassthroughCluster", "the mesh default (ALLOW_ANY)");
+    assert_eq!(fallback(&reviews), "allow_any");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &ratings, Kind::Listener, "virtualOutbound"),
+        snap.shared_generation(Kind::Listener, "virtualOutbound"),
+    );
+}
+
+#[test]
+fn locality_failover_orders_endpoints_by_the_proxys_locality() {
+    use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    let mut model = (*bookinfo()).clone();
+    for o in istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a-reviews, namespace: bookinfo}\n\
+         spec: {host: reviews, trafficPolicy: {outlierDetection: {consecutive5xxErrors: 5, interval: 10s}}}\n",
+    ) {
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    let name = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let priorities = |c: &ProxyClass| {
+        let cla =
+            ClusterLoadAssignment::decode(MeshGenerator.generate(&snap, c, Kind::Endpoint, name).unwrap()).unwrap();
+        let mut v: Vec<(String, u32)> =
+            cla.endpoints.iter().map(|e| (e.locality.clone().unwrap_or_default().zone, e.priority)).collect();
+        v.sort();
+        v
+    };
+    let mut local = class("bookinfo", &[("app", "productpage")]);
+    local.locality = "us-east1/us-east1-c/rack-c1".into();
+    let nowhere = class("bookinfo", &[("app", "productpage")]);
+    assert_eq!(
+        priorities(&local),
+        [("us-east1-b".to_owned(), 1), ("us-east1-c".to_owned(), 0), ("us-east1-d".to_owned(), 1)]
+    );
+    assert!(priorities(&nowhere).iter().all(|(_, p)| *p == 0), "no locality: the shared endpoints");
+    assert_ne!(
+        MeshGenerator.input_generation(&snap, &local, Kind::Endpoint, name),
+        MeshGenerator.input_generation(&snap, &nowhere, Kind::Endpoint, name),
+    );
+    // Without outlier detection (ratings) nothing changes.
+    let ratings = "outbound|9080||ratings.bookinfo.svc.cluster.local";
+    assert_eq!(
+        MeshGenerator.generate(&snap, &local, Kind::Endpoint, ratings),
+        MeshGenerator.generate(&snap, &nowhere, Kind::Endpoint, ratings)
+    );
+}
+
+#[test]
+fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
+    let mut model = (*bookinfo()).clone();
+    for o in istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: a-details, namespace: bookinfo}\n\
+         spec: {hosts: [details], exportTo: [\".\"], http: [{name: local-only, route: [{destination: {host: details, subset: v1}}]}]}\n",
+    ) {
+        model.routing.insert(0, o);
+    }
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    assert!(mesh(&snap).unwrap().vs_export);
+    let details_routes = |c: &ProxyClass, name: &str| {
+        let rc =
+            route::RouteConfiguration::decode(MeshGenerator.generate(&snap, c, Kind::Route, name).unwrap()).unwrap();
+        let vh = rc.virtual_hosts.into_iter().find(|v| v.name.starts_with("details.")).unwrap();
+        assert!(vh.routes.iter().all(|r| r.metadata.is_none()), "the marker never reaches a proxy");
+        vh.routes.into_iter().map(|r| r.name).collect::<Vec<_>>()
+    };
+    let inside = class("bookinfo", &[("app", "productpage")]);
+    let outside = class("other", &[("app", "x")]);
+    assert_eq!(details_routes(&inside, "9080"), ["local-only"]);
+    assert_eq!(details_routes(&outside, "9080"), ["default"]);
+    // Proxyless gRPC route configurations too.
+    let mut grpc = outside.clone();
+    grpc.generator = "grpc".into();
+    let grpc_name = "outbound|9080||details.bookinfo.svc.cluster.local";
+    assert_eq!(details_routes(&grpc, grpc_name), ["default"]);
+    let mut grpc_inside = inside.clone();
+    grpc_inside.generator = "grpc".into();
+    assert_eq!(details_routes(&grpc_inside, grpc_name), ["local-only"]);
+}
+
+#[test]
+fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
+    let mut model = (*bookinfo()).clone();
+    // reviews' DestinationRule (ISTIO_MUTUAL, LEAST_REQUEST, subsets v1-v3)
+    // becomes private to bookinfo.
+    for o in model.routing.iter_mut() {
+        if let IstioSpec::DestinationRule(dr) = &mut o.spec
+            && dr.host == "reviews"
+        {
+            dr.export_to = vec![".".into()];
+        }
+    }
+    model.reindex();
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    let inside = class("bookinfo", &[("app", "productpage")]);
+    let outside = class("other", &[("app", "x")]);
+    let default = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let v1 = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    assert!(cds(&inside).iter().any(|n| &**n == v1));
+    assert!(!cds(&outside).iter().any(|n| &**n == v1), "subsets of a rule not exported here");
+    assert!(cds(&outside).iter().any(|n| &**n == default));
+    assert!(MeshGenerator.generate(&snap, &outside, Kind::Endpoint, v1).is_none());
+    assert_eq!(MeshGenerator.input_generation(&snap, &outside, Kind::Endpoint, v1), None);
+    let lb = |c: &ProxyClass| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
+    };
+    assert_eq!(lb(&inside), cluster::LbPolicy::LeastRequest as i32, "the rule applies in bookinfo");
+    assert_eq!(lb(&outside), cluster::LbPolicy::RoundRobin as i32, "and not elsewhere");
+}
+
+/// Issue #11: which DestinationRule applies when several name a host is
+/// istiod's (pilot/pkg/model/push_context.go `destinationRule`): the
+/// client's namespace, then the service's, then the root namespace.
+#[test]
+fn the_clients_own_destination_rule_wins_over_the_services() {
+    let mut model = (*bookinfo()).clone();
+    model.routing.extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-from-web, namespace: web}\n\
+         spec:\n  host: reviews.bookinfo.svc.cluster.local\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n\
+         \x20 subsets: [{name: canary, labels: {version: v3}}]\n",
+    ));
+    model.routing.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    model.reindex();
+    let model = Arc::new(model);
+    let snap = snapshot(&model);
+    let web = class("web", &[("app", "web")]);
+    let bookinfo_client = class("bookinfo", &[("app", "productpage")]);
+    let elsewhere = class("other", &[("app", "x")]);
+    let default = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let lb = |c: &ProxyClass| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
+    };
+    assert_eq!(lb(&web), cluster::LbPolicy::Random as i32, "web's own rule");
+    assert_eq!(lb(&bookinfo_client), cluster::LbPolicy::LeastRequest as i32, "the service namespace's rule");
+    assert_eq!(lb(&elsewhere), cluster::LbPolicy::LeastRequest as i32, "exported everywhere");
+    let cds = |c: &ProxyClass| MeshGenerator.wildcard_names(&snap, c, Kind::Cluster);
+    let canary = "outbound|9080|canary|reviews.bookinfo.svc.cluster.local";
+    let v1 = "outbound|9080|v1|reviews.bookinfo.svc.cluster.local";
+    assert!(cds(&web).iter().any(|n| &**n == canary) && !cds(&web).iter().any(|n| &**n == v1));
+    assert!(cds(&elsewhere).iter().any(|n| &**n == v1) && !cds(&elsewhere).iter().any(|n| &**n == canary));
+    let cla =
+        ClusterLoadAssignment::decode(MeshGenerator.generate(&snap, &web, Kind::Endpoint, canary).unwrap()).unwrap();
+    assert_eq!(cla.endpoints.iter().map(|l| l.lb_endpoints.len()).sum::<usize>(), 1, "reviews-v3 only");
+}
+
+#[test]
+fn proxies_that_differ_only_in_labels_share_outbound_resources() {
+    use istiod_xds::ads::cache::Cache;
+    let model = bookinfo();
+    let snap = snapshot(&model);
+    let (productpage, reviews) = (
+        Arc::new(class("bookinfo", &[("app", "productpage"), ("version", "v1")])),
+        Arc::new(class("bookinfo", &[("app", "reviews"), ("version", "v2")])),
+    );
+    let mut cache = Cache::default();
+    let route: Arc<str> = "9080".into();
+    let a = cache.get(&MeshGenerator, &snap, &productpage, Kind::Route, &route).unwrap();
+    let misses = cache.misses;
+    let b = cache.get(&MeshGenerator, &snap, &reviews, Kind::Route, &route).unwrap();
+    assert_eq!((cache.misses, a.any), (misses, b.any), "one generation serves both");
+    // Their inbound resources stay their own.
+    let inbound: Arc<str> = VIRTUAL_INBOUND.into();
+    let misses = cache.misses;
+    cache.get(&MeshGenerator, &snap, &productpage, Kind::Listener, &inbound).unwrap();
+    cache.get(&MeshGenerator, &snap, &reviews, Kind::Listener, &inbound).unwrap();
+    assert_eq!(cache.misses, misses + 2, "generated for each class");
+    // Wildcard names: the shared part plus each class's inbound clusters,
+    // the same as the generator gives for the whole class.
+    for c in [&productpage, &reviews] {
+        let names = cache.wildcard_names(&MeshGenerator, &snap, c, Kind::Cluster);
+        assert_eq!(&*names, &*MeshGenerator.wildcard_names(&snap, c, Kind::Cluster));
+        assert!(names.iter().any(|n| n.starts_with("inbound|")));
+    }
+
+    // A Sidecar that selects reviews by label: their scopes differ now.
+    let mut m = (*model).clone();
+    Arc::make_mut(&mut m.sidecars).extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: reviews, namespace: bookinfo}\n\
+         spec: {workloadSelector: {labels: {app: reviews}}, egress: [{hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}]}\n",
+    ));
+    let snap = snapshot(&Arc::new(m));
+    let mut cache = Cache::default();
+    let a = cache.get(&MeshGenerator, &snap, &productpage, Kind::Route, &route).unwrap();
+    let misses = cache.misses;
+    let b = cache.get(&MeshGenerator, &snap, &reviews, Kind::Route, &route).unwrap();
+    assert_eq!(cache.misses, misses + 1, "generated for reviews' own scope");
+    assert_ne!(a.any, b.any);
+}
+
+/// Two builds serve the same bytes to two classes for every name.
+/// The mesh a full rebuild makes of `after`, following `old`.
+fn rebuilt(
+    old: &Arc<MeshInput>,
+    after: &istiod_kubewatch::objects::Objects,
+    settings: &Arc<crate::meshconfig::MeshSettings>,
+) -> Arc<MeshInput> {
+    let (full, incremental) = crate::update::update(Some(old), after, None, "cluster.local", settings, &Arc::default());
+    assert!(!incremental, "not knowing what changed rebuilds");
+    full
+}
+
+fn serves_alike(a: &Arc<MeshInput>, b: &Arc<MeshInput>) {
+    let snap = |b: &Arc<MeshInput>| {
+        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.translation.resources);
+        let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+        s.mesh = Some(b.clone());
+        s
+    };
+    let (x, y) = (snap(a), snap(b));
+    for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
+        for (kind, name) in b.translation.resources.keys() {
+            assert_eq!(
+                MeshGenerator.generate(&x, &c, *kind, name),
+                MeshGenerator.generate(&y, &c, *kind, name),
+                "{name}"
+            );
+        }
+    }
+}
+
+/// The endpoint fast path (`MeshInput::with_endpoints`) serves exactly what
+/// a full rebuild serves: every resource name, every class's bytes and the
+/// inbound fingerprint.
+#[test]
+fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let slice_ref = |s: &istiod_kubewatch::objects::EndpointSlice| ObjectRef::of(&Object::EndpointSlice(s.clone()));
+    let edits: [Edit; 4] = [
+        // reviews loses an endpoint; details' only slice goes away; a
+        // ratings endpoint names no Pod (joined by its address) and one
+        // names a Pod that does not exist (the address again).
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
+            s.endpoints.pop();
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("ratings")).unwrap();
+            s.endpoints[0].target_ref = None;
+            s.endpoints[0].conditions.ready = Some(false);
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("ratings")).unwrap();
+            s.endpoints[0].target_ref.as_mut().unwrap().name = "gone".into();
+            s.endpoints[0].conditions.ready = Some(false);
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let i = o.endpoint_slices.iter().position(|s| s.service_name() == Some("details")).unwrap();
+            vec![ObjectRef::of(&Object::EndpointSlice(o.endpoint_slices.remove(i)))]
+        },
+    ];
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only EndpointSlices changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services, "the endpoints joined with the same Pods");
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
+        serves_alike(&fast, &full);
+    }
+    // Anything else, or not knowing what changed, rebuilds.
+    let node = ObjectRef { kind: "Node".into(), namespace: String::new(), name: "worker-a".into(), service: None };
+    let refs = [node, slice_ref(&before.endpoint_slices[0])];
+    let other = before.clone();
+    assert!(!crate::update::update(Some(&old), &other, Some(&refs), "cluster.local", &settings, &Arc::default()).1);
+    assert!(!crate::update::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
+}
+
+/// The service fast path (`MeshInput::with_services`) serves what a full
+/// rebuild serves when Services and ServiceEntries come, go or change
+/// shape: an HTTP port added to reviews (a new port listener and route
+/// table), details deleted, a TCP Service added (its `<VIP>_<port>`
+/// listener), productpage's address changed, an external TLS host without
+/// address (an SNI listener), and an HTTP ServiceEntry shadowed by a
+/// Kubernetes Service of the same name (the Service wins, as in istiod).
+#[test]
+fn a_service_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    fn add(o: &mut istiod_kubewatch::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
+        let mut refs = Vec::new();
+        for doc in parse_file(yaml).docs {
+            let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
+            refs.push(ObjectRef::of(&obj));
+            match obj {
+                Object::Service(s) => o.services.push(s),
+                Object::Istio(x) => o.istio.push(x),
+                other => panic!("{other:?}"),
+            }
+        }
+        refs
+    }
+    fn service<'a>(
+        o: &'a mut istiod_kubewatch::objects::Objects,
+        name: &str,
+    ) -> &'a mut istiod_kubewatch::objects::Service {
+        o.services.iter_mut().find(|s| s.metadata.name == name).unwrap()
+    }
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 6] = [
+        |o| {
+            let s = service(o, "reviews");
+            let mut p = s.spec.ports[0].clone();
+            (p.port, p.name) = (9081, Some("http-admin".into()));
+            s.spec.ports.push(p);
+            vec![ObjectRef::of(&Object::Service(s.clone()))]
+        },
+        |o| {
+            let i = o.services.iter().position(|s| s.metadata.name == "details").unwrap();
+            vec![ObjectRef::of(&Object::Service(o.services.remove(i)))]
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: v1\nkind: Service\nmetadata: {name: mongo, namespace: bookinfo}\n\
+                 spec: {clusterIP: 10.96.99.1, ports: [{name: tcp-mongo, port: 27017}], selector: {app: mongo}}\n",
+            )
+        },
+        |o| {
+            let s = service(o, "productpage");
+            s.spec.cluster_ip = Some("10.96.10.99".into());
+            s.spec.cluster_ips = vec!["10.96.10.99".into()];
+            vec![ObjectRef::of(&Object::Service(s.clone()))]
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: bookinfo}\n\
+                 spec: {hosts: [api.example.com, api.example.org], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS, location: MESH_EXTERNAL}\n",
+            )
+        },
+        |o| {
+            add(
+                o,
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: shadow, namespace: bookinfo}\n\
+                 spec: {hosts: [ratings.bookinfo.svc.cluster.local, web.example.com], addresses: [240.0.0.7], ports: [{number: 8000, name: http, protocol: HTTP}], resolution: STATIC, endpoints: [{address: 10.1.1.1}]}\n",
+            )
+        },
+    ];
+    let expected = [
+        "0.0.0.0_9081",
+        "outbound|9080||details.bookinfo.svc.cluster.local",
+        "10.96.99.1_27017",
+        "",
+        "0.0.0.0_443",
+        "0.0.0.0_8000",
+    ];
+    for (edit, name) in edits.into_iter().zip(expected) {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only Services and ServiceEntries changed");
+        // The name each edit adds or removes (`ratings` stays the
+        // Service's: the models are compared below). A new address of an
+        // HTTP service shows in its virtual host's digest.
+        let has = |m: &MeshInput| m.translation.resources.keys().any(|(_, n)| &**n == name);
+        if name.is_empty() {
+            let route = |m: &MeshInput| m.translation.resources.get(&(Kind::Route, Arc::from("9080"))).cloned();
+            assert_ne!(route(&fast), route(&old));
+        } else {
+            assert_ne!(has(&fast), has(&old), "{name}");
+        }
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.translation.routes, full.translation.routes);
+        assert_eq!(fast.translation.api_listeners, full.translation.api_listeners);
+        assert_eq!(fast.translation.by_host, full.translation.by_host);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
+        serves_alike(&fast, &full);
+    }
+}
+
+/// The Pod fast path (`MeshInput::with_pods`) serves what a full rebuild
+/// serves: a pod's labels change (its endpoints' labels and so the subsets
+/// it is in), a pod's sidecar goes away (tlsMode), a pod is deleted.
+#[test]
+fn a_pod_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    fn pod<'a>(o: &'a mut istiod_kubewatch::objects::Objects, prefix: &str) -> &'a mut istiod_kubewatch::objects::Pod {
+        o.pods.iter_mut().find(|p| p.metadata.name.starts_with(prefix)).unwrap()
+    }
+    let edits: [Edit; 3] = [
+        |o| {
+            let p = pod(o, "reviews-v1");
+            p.metadata.labels.insert("version".into(), "v3".into());
+            vec![ObjectRef::of(&Object::Pod(p.clone()))]
+        },
+        |o| {
+            let p = pod(o, "ratings");
+            p.metadata.labels.remove("security.istio.io/tlsMode");
+            vec![ObjectRef::of(&Object::Pod(p.clone()))]
+        },
+        |o| {
+            let i = o.pods.iter().position(|p| p.metadata.name.starts_with("details")).unwrap();
+            vec![ObjectRef::of(&Object::Pod(o.pods.remove(i)))]
+        },
+    ];
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only Pods changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert_ne!(fast.model.services, old.model.services, "the edit shows");
+        serves_alike(&fast, &full);
+    }
+}
+
+/// The routing fast path (`MeshInput::with_routing`) serves exactly what a
+/// full rebuild serves: DestinationRules changed, added (also a wildcard
+/// one) and deleted; a VirtualService's weight shifted, one deleted, one
+/// added for a host that had none (inventory).
+#[test]
+fn a_routing_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 7] = [
+        // Only who sees a rule changes (exportTo): no form's bytes change,
+        // but proxies elsewhere move to another form.
+        |o| {
+            let dr =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "DestinationRule").unwrap();
+            if let IstioSpec::DestinationRule(d) = &mut dr.spec {
+                d.export_to = vec![".".into()];
+            }
+            vec![ObjectRef::of(&Object::Istio(dr.clone()))]
+        },
+        // DestinationRules: a policy changed, one added in the client's
+        // namespace for a host (and a wildcard one), one deleted.
+        |o| {
+            let dr =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "DestinationRule").unwrap();
+            if let IstioSpec::DestinationRule(d) = &mut dr.spec {
+                d.subsets.pop();
+            }
+            vec![ObjectRef::of(&Object::Istio(dr.clone()))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: from-other, namespace: other}\n\
+                 spec: {host: reviews.bookinfo.svc.cluster.local, subsets: [{name: canary, labels: {version: v3}}]}\n---\n\
+                 apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: all, namespace: other}\n\
+                 spec: {host: '*.bookinfo.svc.cluster.local', trafficPolicy: {loadBalancer: {simple: RANDOM}}}\n",
+            );
+            o.istio.extend(added.clone());
+            added.iter().map(|a| ObjectRef::of(&Object::Istio(a.clone()))).collect()
+        },
+        |o| {
+            let i =
+                o.istio.iter().position(|x| x.meta.name == "ratings" && x.kind().name() == "DestinationRule").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+        |o| {
+            let vs =
+                o.istio.iter_mut().find(|x| x.meta.name == "reviews" && x.kind().name() == "VirtualService").unwrap();
+            if let IstioSpec::VirtualService(v) = &mut vs.spec {
+                let r = &mut v.http.last_mut().unwrap().route;
+                r[0].weight -= 10;
+                r[1].weight += 10;
+            }
+            vec![ObjectRef::of(&Object::Istio(vs.clone()))]
+        },
+        |o| {
+            let i =
+                o.istio.iter().position(|x| x.meta.name == "details" && x.kind().name() == "VirtualService").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: inventory, namespace: bookinfo}\n\
+                 spec: {hosts: [inventory], http: [{timeout: 3s, route: [{destination: {host: inventory}}]}]}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+    ];
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only VirtualServices and DestinationRules changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_ne!(fast.translation.resources, old.translation.resources, "the edit shows");
+        assert_eq!((fast.source_matching, fast.vs_export), (full.source_matching, full.vs_export));
+        assert_eq!(
+            (fast.changes.touched(), fast.selecting_sidecars),
+            (full.changes.touched(), full.selecting_sidecars)
+        );
+        serves_alike(&fast, &full);
+    }
+}
+
+/// httproute.go: `*.`-prefixed domains are for headless Kubernetes
+/// services only; a ServiceEntry with resolution NONE does not claim the
+/// names under its host (they would bypass REGISTRY_ONLY's block_all).
+#[test]
+fn only_headless_kubernetes_services_get_wildcard_domains() {
+    use crate::translate::route::{Flavor, domains};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    objs.istio.extend(istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: bookinfo}\n\
+         spec: {hosts: [example.com], location: MESH_INTERNAL, resolution: NONE, ports: [{number: 80, name: http, protocol: HTTP}]}\n",
+    ));
+    let svc = |yaml: &str| -> istiod_kubewatch::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
+    objs.services.push(svc(
+        "metadata: {name: db, namespace: bookinfo}\nspec: {clusterIP: None, ports: [{name: http, port: 80}]}\n",
+    ));
+    let m = Model::build(&objs, "cluster.local");
+    let of = |host: &str| domains(&m, &m.services[host], 80, "bookinfo", Flavor::Envoy);
+    assert!(
+        of("db.bookinfo.svc.cluster.local").contains(&"*.db".to_owned()),
+        "{:?}",
+        of("db.bookinfo.svc.cluster.local")
+    );
+    assert!(!of("example.com").iter().any(|d| d.starts_with('*')), "{:?}", of("example.com"));
+}
+
+/// What a change of inbound inputs marks touched covers a Service's
+/// numeric target port before any endpoint carries it (a workload takes it
+/// as its inbound port), so delta clients learn of `inbound|<port>||`.
+#[test]
+fn touched_inbound_names_include_numeric_target_ports() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let svc: istiod_kubewatch::objects::Service = serde_yaml_ng::from_str(
+        "metadata: {name: fresh, namespace: bookinfo}\nspec: {clusterIP: 10.96.30.1, selector: {app: fresh}, ports: [{name: http, port: 80, targetPort: 8123}]}\n",
+    )
+    .unwrap();
+    objs.services.push(svc);
+    let names = all_names(&Model::build(&objs, "cluster.local"));
+    assert!(names.iter().any(|(k, n)| *k == Kind::Cluster && &**n == "inbound|8123||"), "{names:?}");
+}
+
+/// The security fast path (`MeshInput::with_security`) serves what a full
+/// rebuild serves, inbound listeners included: an AuthorizationPolicy
+/// added, a namespace PeerAuthentication relaxing the mesh's STRICT, the
+/// RequestAuthentication
+/// deleted.
+#[test]
+fn a_security_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 3] = [
+        |o| {
+            let added = istio_objects(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: deny-admin, namespace: bookinfo}\n\
+                 spec: {selector: {matchLabels: {app: productpage}}, action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: permissive, namespace: bookinfo}\n\
+                 spec: {mtls: {mode: PERMISSIVE}}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+        |o| {
+            let i = o.istio.iter().position(|x| x.kind().name() == "RequestAuthentication").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+    ];
+    let inbound = |m: &Arc<MeshInput>, c: &ProxyClass| {
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::default());
+        s.mesh = Some(m.clone());
+        MeshGenerator.generate(&s, c, Kind::Listener, VIRTUAL_INBOUND)
+    };
+    let productpage = class("bookinfo", &[("app", "productpage"), ("version", "v1")]);
+    for edit in edits {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only security policies changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(fast.changes.touched(), full.changes.touched());
+        assert!(fast.changes.touched().iter().all(|(d, _)| *d == Dep::Security), "{:?}", fast.changes.touched());
+        assert_ne!(fast.inbound_generation(), old.inbound_generation(), "the inbound generation moves");
+        assert_ne!(inbound(&full, &productpage), inbound(&old, &productpage), "the edit shows in a rebuild");
+        assert_ne!(inbound(&fast, &productpage), inbound(&old, &productpage), "the edit shows");
+        for c in [productpage.clone(), class("bookinfo", &[("app", "reviews")]), class("other", &[("app", "x")])] {
+            assert_eq!(inbound(&fast, &c), inbound(&full, &c));
+        }
+        serves_alike(&fast, &full);
+    }
+}
+
+/// The Sidecar fast path (`MeshInput::with_sidecars`) serves what a full
+/// rebuild serves: the namespace's Sidecar deleted (every service visible
+/// again), one selecting reviews with REGISTRY_ONLY and a narrower egress
+/// added, and one in another namespace added.
+#[test]
+fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 3] = [
+        |o| {
+            let i = o.istio.iter().position(|x| x.kind().name() == "Sidecar").unwrap();
+            vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: reviews, namespace: bookinfo}\n\
+                 spec: {workloadSelector: {labels: {app: reviews}}, egress: [{hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}], outboundTrafficPolicy: {mode: REGISTRY_ONLY}}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+        |o| {
+            let added = istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: other}\n\
+                 spec: {egress: [{hosts: [\"bookinfo/details.bookinfo.svc.cluster.local\"]}]}\n",
+            );
+            o.istio.extend(added.clone());
+            vec![ObjectRef::of(&Object::Istio(added[0].clone()))]
+        },
+    ];
+    let classes = [
+        class("bookinfo", &[("app", "productpage"), ("version", "v1")]),
+        class("bookinfo", &[("app", "reviews"), ("version", "v2")]),
+        class("other", &[("app", "x")]),
+    ];
+    let snap = |m: &Arc<MeshInput>| {
+        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &m.translation.resources);
+        let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+        s.mesh = Some(m.clone());
+        s
+    };
+    for (i, edit) in edits.into_iter().enumerate() {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only Sidecars changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_eq!(
+            (fast.changes.touched(), fast.outbound_overrides, fast.selecting_sidecars),
+            (full.changes.touched(), full.outbound_overrides, full.selecting_sidecars)
+        );
+        assert_ne!(fast.scope_generation(), old.scope_generation(), "the edit shows");
+        assert!(fast.changes.touched().iter().all(|(d, _)| *d == Dep::Sidecar), "{:?}", fast.changes.touched());
+        let (f, r, o) = (snap(&fast), snap(&full), snap(&old));
+        let mut differs = false;
+        for c in &classes {
+            for kind in [Kind::Cluster, Kind::Listener] {
+                let names = MeshGenerator.wildcard_names(&f, c, kind);
+                assert_eq!(names, MeshGenerator.wildcard_names(&r, c, kind), "{kind:?} names of {c:?}");
+                differs |= names != MeshGenerator.wildcard_names(&o, c, kind);
+                for n in &names {
+                    assert_eq!(MeshGenerator.generate(&f, c, kind, n), MeshGenerator.generate(&r, c, kind, n), "{n}");
+                }
+            }
+            for (kind, name) in full.translation.resources.keys() {
+                assert_eq!(MeshGenerator.generate(&f, c, *kind, name), MeshGenerator.generate(&r, c, *kind, name));
+            }
+        }
+        // (Deleting bookinfo's Sidecar shows no new name: every service of
+        // the example is in bookinfo already.)
+        assert!(differs || i == 0, "some proxy sees another set of names");
+    }
+}
+
+/// The checks before a debug request over xDS is forwarded (statusgen.go,
+/// debuggen.go): authentication, one name, the root namespace for all but
+/// config_dump/edsz/ndsz, and a caller whose node names no namespace sees
+/// nothing.
+#[test]
+fn debug_over_xds_checks_the_caller() {
+    use istiod_xds::grpc::Code;
+    let refused = |u: UnknownType| match u {
+        UnknownType::Refuse(code, _) => Some(code),
+        _ => None,
+    };
+    let mut nameless = crate::testing::class("", &[]);
+    nameless.verified = true;
+    assert_eq!(refused(debug_access(None, &nameless, "istio.io/debug/syncz", &[])), Some(Code::PermissionDenied));
+    let mut c = crate::testing::class("bookinfo", &[]);
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug/syncz", &[])), Some(Code::Unauthenticated));
+    c.verified = true;
+    assert_eq!(debug_access(None, &c, "istio.io/debug/syncz", &[]), UnknownType::Forward);
+    assert_eq!(debug_access(None, &c, "istio.io/debug/cachez", &[]), UnknownType::Empty);
+    let one = |n: &str| vec![n.to_owned()];
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug", &one("adsz"))), Some(Code::PermissionDenied));
+    assert_eq!(debug_access(None, &c, "istio.io/debug", &one("config_dump?proxyID=a.bookinfo")), UnknownType::Forward);
+    assert_eq!(refused(debug_access(None, &c, "istio.io/debug", &[])), Some(Code::InvalidArgument));
+    let root = crate::testing::class("istio-system", &[]);
+    let root = ProxyClass { verified: true, ..root };
+    assert_eq!(debug_access(None, &root, "istio.io/debug", &one("adsz")), UnknownType::Forward);
+}
+
+/// A tracing provider's collector Service that appears later: the fast
+/// path re-translates every outbound listener (their tracer points at the
+/// collector), as a rebuild does, not only the collector's own.
+#[test]
+fn a_collector_service_added_in_place_equals_a_rebuild() {
+    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(
+        crate::meshconfig::MeshSettings::parse(
+            "extensionProviders:\n- name: zipkin\n  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}\n\
+             defaultProviders:\n  tracing: [zipkin]\n",
+        )
+        .unwrap(),
+    );
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    let mut after = before.clone();
+    let doc = parse_file(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: zipkin, namespace: istio-system}\n\
+         spec: {clusterIP: 10.96.0.9, ports: [{name: http-query, port: 9411}]}\n",
+    )
+    .docs
+    .remove(0)
+    .unwrap()
+    .unwrap();
+    let refs = vec![ObjectRef::of(&doc)];
+    let Object::Service(s) = doc else { panic!() };
+    after.services.push(s);
+    let (fast, incremental) =
+        crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(incremental);
+    let listener = |m: &MeshInput| m.translation.resources.get(&(Kind::Listener, Arc::from("0.0.0.0_9080"))).cloned();
+    assert_ne!(listener(&fast), listener(&old), "the bookinfo port's listener now traces to zipkin");
+    let full = rebuilt(&old, &after, &settings);
+    assert_eq!(fast.translation.resources, full.translation.resources);
+    assert_eq!(fast.translation.routes, full.translation.routes);
+}

@@ -1,0 +1,28 @@
+//! The mesh model, its translation to Envoy and proxyless-gRPC resources, and the generator the serving cores call: pure, no I/O, no async runtime.
+//!
+//! - [`meshconfig`]: the MeshConfig settings in force;
+//! - [`model`]: the typed mesh built from the watched objects (services,
+//!   endpoints, routing, policies, gateways, Secrets);
+//! - [`translate`]: model -> xDS resources, shared and per proxy class;
+//! - [`generator`]: what a class of proxies is served and what a change
+//!   touches (its dependency keys), behind `istiod_xds::ads::Generator`;
+//! - [`update`]: one place per kind group for what a change does to the
+//!   model, the translation and the dependency keys;
+//! - [`node`]: a proxy's node metadata and class; [`config_dump`]: the
+//!   debug endpoints' JSON views of served resources.
+//!
+//! The control thread builds a [`generator::MeshInput`] with [`update`];
+//! the serving cores read it through [`generator::MeshGenerator`]. Benches
+//! and fuzzers link this crate without a server.
+#![forbid(unsafe_code)]
+
+pub mod config_dump;
+pub mod generator;
+pub mod meshconfig;
+pub mod model;
+pub mod node;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing;
+pub mod translate;
+pub mod update;

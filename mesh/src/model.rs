@@ -1,0 +1,1038 @@
+//! The mesh model: services with their hostnames, addresses and ports, and
+//! their endpoints joined with Pods (labels, service account, mTLS mode)
+//! and Nodes (locality). Built from the objects a source read; immutable
+//! once built. Translation reads only this.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
+use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
+use serde::Serialize;
+
+pub mod credentials;
+pub mod destination_rules;
+pub mod gateway;
+pub mod gateway_api;
+mod update;
+
+/// Application protocol of a port (istiod's `protocol.Instance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Protocol {
+    /// HTTP/1.1 (and upgrades).
+    #[serde(rename = "HTTP")]
+    Http,
+    /// HTTP/2 (cleartext).
+    #[serde(rename = "HTTP2")]
+    Http2,
+    /// gRPC.
+    #[serde(rename = "GRPC")]
+    Grpc,
+    /// gRPC-Web.
+    #[serde(rename = "GRPC-Web")]
+    GrpcWeb,
+    /// HTTPS (TLS carrying HTTP).
+    #[serde(rename = "HTTPS")]
+    Https,
+    /// TLS.
+    #[serde(rename = "TLS")]
+    Tls,
+    /// Opaque TCP.
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// MongoDB.
+    #[serde(rename = "Mongo")]
+    Mongo,
+    /// Redis.
+    #[serde(rename = "Redis")]
+    Redis,
+    /// MySQL.
+    #[serde(rename = "MySQL")]
+    MySql,
+    /// UDP (not proxied).
+    #[serde(rename = "UDP")]
+    Udp,
+    /// Unknown: the proxy sniffs it.
+    #[serde(rename = "UnsupportedProtocol")]
+    Unsupported,
+}
+
+impl Protocol {
+    /// istiod's `protocol.Parse`: case-insensitive names.
+    pub fn parse(s: &str) -> Protocol {
+        match s.to_ascii_lowercase().as_str() {
+            "http" => Protocol::Http,
+            "http2" => Protocol::Http2,
+            "grpc" => Protocol::Grpc,
+            "grpc-web" => Protocol::GrpcWeb,
+            "https" => Protocol::Https,
+            "tls" => Protocol::Tls,
+            "tcp" => Protocol::Tcp,
+            "mongo" => Protocol::Mongo,
+            "redis" => Protocol::Redis,
+            "mysql" => Protocol::MySql,
+            "udp" => Protocol::Udp,
+            _ => Protocol::Unsupported,
+        }
+    }
+
+    /// A Kubernetes port's protocol, by istiod's precedence: `appProtocol`
+    /// (with Kubernetes' own `kubernetes.io/h2c`, `kubernetes.io/ws(s)`),
+    /// then the port name's prefix before `-` (`http-web`, `grpc`), then
+    /// UDP from the L4 protocol; anything else is sniffed.
+    pub fn of_port(name: Option<&str>, app_protocol: Option<&str>, l4: Option<&str>) -> Protocol {
+        if let Some(ap) = app_protocol {
+            let p = match ap {
+                "kubernetes.io/h2c" => Protocol::Http2,
+                "kubernetes.io/ws" | "kubernetes.io/wss" => Protocol::Http,
+                other => Protocol::parse(other),
+            };
+            if p != Protocol::Unsupported {
+                return p;
+            }
+        }
+        if l4.is_some_and(|p| p.eq_ignore_ascii_case("udp")) {
+            return Protocol::Udp;
+        }
+        if let Some(name) = name {
+            let prefix = name.split('-').next().unwrap_or(name);
+            let p = Protocol::parse(prefix);
+            if p != Protocol::Udp {
+                return p;
+            }
+        }
+        Protocol::Unsupported
+    }
+
+    /// HTTP-family protocols get HTTP listeners and routes.
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb)
+    }
+}
+
+/// How clients find a service's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Resolution {
+    /// Endpoints known to the control plane (EDS).
+    ClientSideLb,
+    /// DNS resolution by the proxy.
+    Dns,
+    /// DNS, round robin over the first address.
+    DnsRoundRobin,
+    /// The original destination (headless services, `NONE`).
+    Passthrough,
+}
+
+/// A service port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Port {
+    /// Name (may be empty for a single-port Service).
+    pub name: String,
+    /// Service port.
+    pub port: u16,
+    /// Application protocol.
+    pub protocol: Protocol,
+    /// The workloads' port when the Service names it by number (or not at
+    /// all: then it is `port`); `None` for a named target port, which each
+    /// workload resolves (its endpoints say which).
+    pub target_port: Option<u16>,
+}
+
+/// Endpoint health, from EndpointSlice conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Health {
+    /// Ready.
+    Healthy,
+    /// Not ready.
+    Unhealthy,
+    /// Terminating but still serving.
+    Draining,
+}
+
+/// Where a workload runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Locality {
+    /// Region.
+    pub region: String,
+    /// Zone.
+    pub zone: String,
+    /// Subzone.
+    pub subzone: String,
+}
+
+/// One endpoint of one service port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// IP address.
+    pub address: String,
+    /// The service port it serves.
+    pub service_port: u16,
+    /// The port on the endpoint.
+    pub port: u16,
+    /// Health.
+    pub health: Health,
+    /// Workload labels.
+    pub labels: BTreeMap<String, String>,
+    /// Service account (`spiffe://<td>/ns/<ns>/sa/<sa>` is derived later).
+    pub service_account: String,
+    /// `security.istio.io/tlsMode` (`istio` when the workload has a sidecar).
+    pub tls_mode: String,
+    /// Locality.
+    pub locality: Locality,
+    /// The Pod, if known.
+    pub pod: Option<String>,
+}
+
+/// A service in the mesh.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Service {
+    /// `name.ns.svc.<domain>` (or a ServiceEntry host).
+    pub hostname: Arc<str>,
+    /// A Kubernetes Service (not a ServiceEntry): istiod's registry
+    /// `Kubernetes`, which some rules read (headless wildcard domains).
+    pub kubernetes: bool,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Addresses (cluster IPs, ServiceEntry addresses).
+    pub vips: Vec<String>,
+    /// Ports.
+    pub ports: Vec<Port>,
+    /// Resolution.
+    pub resolution: Resolution,
+    /// Outside the mesh (ServiceEntry `MESH_EXTERNAL`).
+    pub mesh_external: bool,
+    /// Namespaces it is exported to (`exportTo`, or a Kubernetes Service's
+    /// `networking.istio.io/exportTo` annotation): `*` every namespace, `.`
+    /// its own, `~` none; empty means `*`.
+    pub export_to: Vec<String>,
+    /// Pod labels the service selects (Service `spec.selector`).
+    pub selector: BTreeMap<String, String>,
+    /// Endpoints, ordered.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// Counts istiod reports as gauges, see [`Model::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    /// `pilot_services`.
+    pub services: usize,
+    /// `pilot_virt_services`.
+    pub virtual_services: usize,
+}
+
+/// The model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Model {
+    /// Services by hostname (a persistent map: a model that changes one
+    /// service shares the others with its predecessor).
+    pub services: imbl::OrdMap<Arc<str>, Service>,
+    /// Namespace labels by name.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// The DNS domain (`cluster.local`).
+    pub domain: String,
+    /// VirtualServices and DestinationRules, in a stable order
+    /// (namespace, name), for translation.
+    #[serde(skip)]
+    pub routing: imbl::Vector<IstioObject>,
+    /// PeerAuthentications, AuthorizationPolicies and
+    /// RequestAuthentications, same order.
+    #[serde(skip)]
+    pub security: Arc<Vec<IstioObject>>,
+    /// Sidecars, same order.
+    #[serde(skip)]
+    pub sidecars: Arc<Vec<IstioObject>>,
+    /// Telemetries, oldest first (istiod applies them in creation order).
+    #[serde(skip)]
+    pub telemetries: Arc<Vec<IstioObject>>,
+    /// Gateways (networking.istio.io), same order (a router sorts the
+    /// ones it takes oldest first).
+    #[serde(skip)]
+    pub gateways: Arc<Vec<IstioObject>>,
+    /// Secrets (gateway credentials) by (namespace, name).
+    #[serde(skip)]
+    pub secrets: Arc<Secrets>,
+    /// The Kubernetes Gateway API: its ReferenceGrants and what was
+    /// refused (its Gateways and routes are in `gateways` and `routing`).
+    #[serde(skip)]
+    pub gateway_api: Arc<GatewayApi>,
+    /// The mesh configuration.
+    #[serde(skip)]
+    pub mesh: Arc<crate::meshconfig::MeshSettings>,
+    /// The JWT key sets istiod-rs fetched for RequestAuthentications
+    /// (`jwksUri` or OpenID discovery), as the control thread's resolver
+    /// last had them.
+    #[serde(skip)]
+    pub jwks: Arc<crate::translate::authn::FetchedJwks>,
+    /// Which gateways' service accounts may read their namespace's
+    /// Secrets, as the API server last said (kept across rebuilds).
+    #[serde(skip)]
+    pub secret_access: Arc<credentials::SecretAccess>,
+    /// The DestinationRules by namespace and the first VirtualService of
+    /// each host (an index into `routing`), built on first use with the length of
+    /// `routing` then: a model whose `routing` grew or shrank since falls
+    /// back to a scan. Lookups per service made translation quadratic.
+    #[serde(skip)]
+    routing_index: LazyIndex,
+}
+
+/// A cache, not part of the model's value: equal whether built or not.
+/// Models that share their routing objects share it.
+#[derive(Debug, Clone, Default)]
+struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
+
+impl PartialEq for LazyIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// See `Model::routing_index`.
+#[derive(Debug, Clone, Default)]
+struct RoutingIndex {
+    len: usize,
+    destination_rules: destination_rules::DestinationRules,
+    virtual_services: std::collections::HashMap<String, usize>,
+}
+
+/// Secrets by (namespace, name): their data decoded, and a hash of it (the
+/// input generation of what is served from them).
+pub type Secrets = BTreeMap<(String, String), Arc<StoredSecret>>;
+
+/// What the model keeps of the Gateway API besides the Istio objects it
+/// made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GatewayApi {
+    /// ReferenceGrants.
+    pub grants: Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
+    /// Listeners, routes and references refused, with istiod's reasons.
+    pub problems: Vec<serde_json::Value>,
+    /// The status each Gateway API object should have.
+    pub statuses: Vec<gateway_api::ObjectStatus>,
+}
+
+/// One Secret as SDS reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredSecret {
+    /// `data` and `stringData`, decoded.
+    pub data: credentials::SecretData,
+    /// A hash of `data`.
+    pub hash: u64,
+}
+
+impl std::fmt::Debug for StoredSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredSecret").field("keys", &self.data.keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+/// The Secrets of `objs`.
+pub fn secrets_of(objs: &Objects) -> Secrets {
+    use std::hash::{Hash, Hasher};
+    objs.secrets
+        .iter()
+        .map(|s| {
+            let data = s.decoded();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
+        })
+        .collect()
+}
+
+/// Whether a VirtualService applies to sidecars: bound to `mesh`.
+pub fn for_mesh(vs: &networking::VirtualService, ns: &str) -> bool {
+    gateway::bound_gateways(&vs.gateways, ns).iter().any(|g| g == "mesh")
+}
+
+impl Model {
+    fn index(&self) -> Option<&RoutingIndex> {
+        let index = self.routing_index.0.get_or_init(|| {
+            let mut ix = RoutingIndex {
+                len: self.routing.len(),
+                destination_rules: destination_rules::DestinationRules::build(self.routing.iter(), |h, ns| {
+                    self.resolve_host(h, ns)
+                }),
+                ..RoutingIndex::default()
+            };
+            for (i, o) in self.routing.iter().enumerate() {
+                // Sidecars read the VirtualServices bound to `mesh` (no
+                // `gateways`, or `mesh` among them); the others are a
+                // gateway's alone (istiod's getGatewayNames).
+                if let IstioSpec::VirtualService(vs) = &o.spec
+                    && for_mesh(vs, o.meta.ns())
+                {
+                    for h in &vs.hosts {
+                        ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
+                    }
+                }
+            }
+            ix
+        });
+        (index.len == self.routing.len()).then_some(index)
+    }
+
+    /// Forgets the indexes, after a test edited `routing` in place.
+    #[cfg(test)]
+    pub(crate) fn reindex(&mut self) {
+        self.routing_index = LazyIndex::default();
+    }
+
+    /// What istiod reports of a push context as gauges
+    /// (`pilot/pkg/model/push_context.go`, `pilot/pkg/xds/ads.go`).
+    pub fn stats(&self) -> MeshStats {
+        MeshStats {
+            services: self.services.len(),
+            virtual_services: self.routing.iter().filter(|o| matches!(o.spec, IstioSpec::VirtualService(_))).count(),
+        }
+    }
+
+    /// The outbound clusters istiod's EDS builder finds no instance for
+    /// (`pilot_eds_no_instances`): each port, as `(port, service)`, of a
+    /// service whose endpoints the control plane knows (not DNS, not
+    /// passthrough) that has none.
+    pub fn clusters_without_instances(&self) -> impl Iterator<Item = (u16, &Service)> {
+        self.services.values().filter(|s| s.resolution == Resolution::ClientSideLb).flat_map(|s| {
+            s.ports.iter().filter(|p| !s.endpoints.iter().any(|e| e.service_port == p.port)).map(move |p| (p.port, s))
+        })
+    }
+
+    /// The DestinationRules, indexed for [`destination_rules::DestinationRules::select`].
+    pub fn destination_rules(&self) -> std::borrow::Cow<'_, destination_rules::DestinationRules> {
+        match self.index() {
+            Some(ix) => std::borrow::Cow::Borrowed(&ix.destination_rules),
+            None => {
+                std::borrow::Cow::Owned(destination_rules::DestinationRules::build(self.routing.iter(), |h, ns| {
+                    self.resolve_host(h, ns)
+                }))
+            }
+        }
+    }
+
+    /// The index (in [`Model::destination_rules`]) of the DestinationRule in
+    /// force for traffic from a proxy in `proxy_ns` with `labels` to `host`
+    /// (see `destination_rules.rs`).
+    pub fn rule_index_for(&self, proxy_ns: &str, labels: &[(Arc<str>, Arc<str>)], host: &str) -> Option<usize> {
+        let rules = self.destination_rules();
+        let svc_ns = self.services.get(host).map_or("", |s| s.namespace.as_str());
+        let selects = |sel: &BTreeMap<String, String>| has_labels(labels, sel);
+        rules.select(proxy_ns, &selects, &self.mesh.root_namespace, host, svc_ns)
+    }
+
+    /// The VirtualService that routes `host`, if any (the first by
+    /// namespace and name, as istiod picks one when several claim a host).
+    pub fn virtual_service(&self, host: &str) -> Option<(&IstioObject, &networking::VirtualService)> {
+        let o = match self.index() {
+            Some(ix) => &self.routing[*ix.virtual_services.get(host)?],
+            None => self.routing.iter().find(|o| match &o.spec {
+                IstioSpec::VirtualService(vs) => {
+                    for_mesh(vs, o.meta.ns()) && vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host)
+                }
+                _ => false,
+            })?,
+        };
+        match &o.spec {
+            IstioSpec::VirtualService(vs) => Some((o, vs)),
+            _ => None,
+        }
+    }
+
+    /// The FQDN a host written in config means, as istiod resolves it:
+    /// `reviews` in namespace `ns` is `reviews.ns.svc.<domain>`, `reviews.ns`
+    /// is `reviews.ns.svc.<domain>`, anything with more dots is taken as is.
+    pub fn resolve_host(&self, host: &str, ns: &str) -> String {
+        match host.matches('.').count() {
+            0 => format!("{host}.{ns}.svc.{}", self.domain),
+            1 => format!("{host}.svc.{}", self.domain),
+            _ => host.to_owned(),
+        }
+    }
+}
+
+/// Whether `labels` (a proxy's, sorted pairs) carry every label of
+/// `selector` (a workload selector matches).
+pub fn has_labels(labels: &[(Arc<str>, Arc<str>)], selector: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| **lk == **k && **lv == **v))
+}
+
+const TLS_MODE: &str = "security.istio.io/tlsMode";
+
+/// Locality of a pod: its `istio-locality` label (`region.zone.subzone`),
+/// else its node's topology labels.
+/// The Pods and Nodes endpoints are joined with, by the keys they are
+/// looked up by.
+struct Workloads<'a> {
+    pods: HashMap<(&'a str, &'a str), &'a Pod>,
+    by_ip: HashMap<&'a str, &'a Pod>,
+    nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
+}
+
+impl<'a> Workloads<'a> {
+    /// Every Pod and Node of `objs`.
+    fn all(objs: &'a Objects) -> Self {
+        Workloads {
+            pods: objs.pods.iter().map(|p| ((p.metadata.ns(), p.metadata.name.as_str()), p)).collect(),
+            by_ip: objs.pods.iter().filter_map(|p| p.status.pod_ip.as_deref().map(|ip| (ip, p))).collect(),
+            nodes: objs.nodes.iter().map(|n| (n.metadata.name.as_str(), &n.metadata.labels)).collect(),
+        }
+    }
+
+    /// Only the Pods (and their Nodes) that `slices` name or address: one
+    /// pass over the Pods instead of an index of all of them.
+    fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
+        let mut names: HashSet<(&str, &str)> = HashSet::new();
+        for s in slices {
+            for ep in &s.endpoints {
+                if let Some(r) = ep.target_ref.as_ref().filter(|r| r.kind == "Pod") {
+                    names.insert((r.namespace.as_deref().unwrap_or(s.metadata.ns()), r.name.as_str()));
+                }
+            }
+        }
+        let mut w = Workloads { pods: HashMap::new(), by_ip: HashMap::new(), nodes: HashMap::new() };
+        let mut node_names: HashSet<&str> = HashSet::new();
+        let mut take = |w: &mut Workloads<'a>, p: &'a Pod| {
+            w.pods.insert((p.metadata.ns(), p.metadata.name.as_str()), p);
+            if let Some(ip) = p.status.pod_ip.as_deref() {
+                w.by_ip.insert(ip, p);
+            }
+            node_names.extend(p.spec.node_name.as_deref());
+        };
+        // The Pods named by reference, in one pass; then, only if some
+        // endpoint names none that exists, the Pods by address (what
+        // `service` falls back to).
+        if !names.is_empty() {
+            for p in objs.pods.iter().filter(|p| names.contains(&(p.metadata.ns(), p.metadata.name.as_str()))) {
+                take(&mut w, p);
+            }
+        }
+        let mut ips: HashSet<&str> = HashSet::new();
+        for s in slices {
+            for ep in &s.endpoints {
+                let found = ep.target_ref.as_ref().filter(|r| r.kind == "Pod").is_some_and(|r| {
+                    w.pods.contains_key(&(r.namespace.as_deref().unwrap_or(s.metadata.ns()), r.name.as_str()))
+                });
+                if !found {
+                    ips.extend(ep.addresses.iter().map(String::as_str));
+                }
+            }
+        }
+        if !ips.is_empty() {
+            for p in objs.pods.iter().filter(|p| p.status.pod_ip.as_deref().is_some_and(|ip| ips.contains(ip))) {
+                take(&mut w, p);
+            }
+        }
+        w.nodes = objs
+            .nodes
+            .iter()
+            .filter(|n| node_names.contains(n.metadata.name.as_str()))
+            .map(|n| (n.metadata.name.as_str(), &n.metadata.labels))
+            .collect();
+        w
+    }
+}
+
+fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>) -> Locality {
+    if let Some(l) = pod.and_then(|p| p.metadata.labels.get("istio-locality")) {
+        let mut parts = l.splitn(3, '.');
+        return Locality {
+            region: parts.next().unwrap_or_default().to_owned(),
+            zone: parts.next().unwrap_or_default().to_owned(),
+            subzone: parts.next().unwrap_or_default().to_owned(),
+        };
+    }
+    let Some(labels) = pod.and_then(|p| p.spec.node_name.as_deref()).and_then(|n| nodes.get(n)) else {
+        return Locality::default();
+    };
+    let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    Locality {
+        region: get("topology.kubernetes.io/region"),
+        zone: get("topology.kubernetes.io/zone"),
+        subzone: get("topology.istio.io/subzone"),
+    }
+}
+
+/// The Istio objects of the kinds `want` selects, ordered by namespace and
+/// name.
+fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
+    let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
+    v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+    v
+}
+
+/// The kinds the model keeps in `security`.
+fn is_security(s: &IstioSpec) -> bool {
+    matches!(
+        s,
+        IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_) | IstioSpec::RequestAuthentication(_)
+    )
+}
+
+impl Model {
+    /// Builds the model from Kubernetes objects under the default mesh
+    /// configuration.
+    pub fn build(objs: &Objects, domain: &str) -> Model {
+        Model::build_in(objs, domain, Arc::default())
+    }
+
+    /// Builds the model from Kubernetes objects under `mesh`.
+    pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::meshconfig::MeshSettings>) -> Model {
+        let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
+        for ns in &objs.namespaces {
+            model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
+        }
+        // The Gateway API, as the Istio Gateways and VirtualServices istiod
+        // makes of it, kept in the same (namespace, name) order.
+        let api = gateway_api::convert(&objs.gateway_api, &model.namespaces, domain);
+        let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));
+        let mut routing = sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
+        routing.extend(api.virtual_services);
+        for o in &mut routing {
+            routing_export_default(o, &model.mesh);
+        }
+        routing.sort_by(by_name);
+        model.routing = routing.into();
+        model.security = Arc::new(sorted(objs, is_security));
+        model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
+        let mut telemetries = sorted(objs, |s| s.kind() == istiod_kubewatch::istio::IstioKind::Telemetry);
+        telemetries.sort_by(|a, b| {
+            (&a.meta.creation_timestamp, a.meta.ns(), &a.meta.name).cmp(&(
+                &b.meta.creation_timestamp,
+                b.meta.ns(),
+                &b.meta.name,
+            ))
+        });
+        model.telemetries = Arc::new(telemetries);
+        let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
+        gateways.extend(api.gateways);
+        gateways.sort_by(by_name);
+        model.gateways = Arc::new(gateways);
+        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses: api.statuses });
+        model.secrets = Arc::new(secrets_of(objs));
+        let workloads = Workloads::all(objs);
+        let slices = slices_by_service(objs);
+        for svc in &objs.services {
+            let key = (svc.metadata.ns(), svc.metadata.name.as_str());
+            let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            let s = export_default(s, &model.mesh);
+            model.services.insert(s.hostname.clone(), s);
+        }
+        for o in &objs.istio {
+            if let IstioSpec::ServiceEntry(se) = &o.spec {
+                for s in service_entry(&o.meta, se, objs) {
+                    let s = export_default(s, &model.mesh);
+                    // A Kubernetes Service of the same name wins, as in istiod.
+                    model.services.entry(s.hostname.clone()).or_insert(s);
+                }
+            }
+        }
+        model
+    }
+}
+
+/// The EndpointSlices of each Service, by (namespace, service name).
+fn slices_by_service(objs: &Objects) -> HashMap<(&str, &str), Vec<&EndpointSlice>> {
+    let mut out: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    for s in &objs.endpoint_slices {
+        if let Some(name) = s.service_name() {
+            out.entry((s.metadata.ns(), name)).or_default().push(s);
+        }
+    }
+    out
+}
+
+impl Model {
+    /// The model with its security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
+    /// and nothing else: a pass over the Istio objects, no rebuild.
+    pub fn with_security_of(&self, objs: &Objects) -> Model {
+        Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
+    }
+
+    /// The model with its Secrets read again from `objs` and nothing else.
+    pub fn with_secrets_of(&self, objs: &Objects) -> Model {
+        Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
+    }
+
+    /// The model with its Sidecars read again from `objs` and nothing else.
+    pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
+        Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
+    }
+
+    /// The routing objects (VirtualServices, DestinationRules) named
+    /// (kind, namespace, name) in `keys`: a binary search each, so a
+    /// change of n objects costs O(n log total).
+    pub fn routing_named<'a>(
+        &'a self,
+        keys: &'a [(String, String, String)],
+    ) -> impl Iterator<Item = &'a IstioObject> + 'a {
+        keys.iter().filter_map(move |(kind, ns, name)| {
+            let key = (ns.as_str(), name.as_str());
+            let start = self
+                .routing
+                .binary_search_by(|o| (o.meta.ns(), o.meta.name.as_str()).cmp(&key).then(std::cmp::Ordering::Greater));
+            let start = start.unwrap_or_else(|i| i);
+            (start..self.routing.len())
+                .map(|j| &self.routing[j])
+                .take_while(|o| (o.meta.ns(), o.meta.name.as_str()) == key)
+                .find(|o| o.kind().name() == kind)
+        })
+    }
+
+    /// The model after the VirtualServices and DestinationRules `changed`
+    /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
+    /// else having changed: the routing list is updated in place (it stays
+    /// ordered by namespace and name) and re-indexed; services and the
+    /// other configuration are shared with `self`.
+    pub fn with_routing_of(&self, objs: &Objects, changed: &[(String, String, String)]) -> Model {
+        let mut model = self.clone();
+        // The changed objects as they are now, found in one pass (a search
+        // per changed name made a bulk change quadratic).
+        let wanted: std::collections::HashSet<(&str, &str, &str)> =
+            changed.iter().map(|(k, ns, name)| (k.as_str(), ns.as_str(), name.as_str())).collect();
+        let current: std::collections::HashMap<(&str, &str, &str), &IstioObject> = objs
+            .istio
+            .iter()
+            .map(|o| ((o.kind().name(), o.meta.ns(), o.meta.name.as_str()), o))
+            .filter(|(k, _)| wanted.contains(k))
+            .collect();
+        if changed.len() > IN_PLACE_EDITS {
+            model.routing = merged_routing(&self.routing, changed, &current, &model.mesh);
+            model.routing_index = LazyIndex::default();
+            return model;
+        }
+        for (kind, ns, name) in changed {
+            let is = |o: &IstioObject| o.kind().name() == kind && o.meta.ns() == ns && o.meta.name == *name;
+            let now = current.get(&(kind.as_str(), ns.as_str(), name.as_str())).copied();
+            // A VirtualService and a DestinationRule may share a name: find
+            // the run of (namespace, name), then the kind within it.
+            let key = (ns.as_str(), name.as_str());
+            let at = model.routing.binary_search_by(|o| (o.meta.ns(), o.meta.name.as_str()).cmp(&key));
+            let (start, end) = match at {
+                Ok(i) => {
+                    let same =
+                        |j: usize| model.routing.get(j).is_some_and(|o| (o.meta.ns(), o.meta.name.as_str()) == key);
+                    let mut start = i;
+                    while start > 0 && same(start - 1) {
+                        start -= 1;
+                    }
+                    let mut end = i;
+                    while same(end) {
+                        end += 1;
+                    }
+                    (start, end)
+                }
+                Err(i) => (i, i),
+            };
+            match ((start..end).find(|j| is(&model.routing[*j])), now) {
+                (Some(j), Some(o)) => {
+                    let mut o = o.clone();
+                    routing_export_default(&mut o, &model.mesh);
+                    model.routing.set(j, o);
+                }
+                (Some(j), None) => {
+                    model.routing.remove(j);
+                }
+                (None, Some(o)) => {
+                    let mut o = o.clone();
+                    routing_export_default(&mut o, &model.mesh);
+                    model.routing.insert(end, o)
+                }
+                (None, None) => {}
+            }
+        }
+        model.routing_index = LazyIndex::default();
+        model
+    }
+}
+
+/// Changed routing objects applied one by one (an edit of the persistent
+/// vector each); past this many, the list is merged anew in one pass:
+/// thousands of edits in the middle of an RRB vector cost seconds in
+/// rebalancing (25k VirtualServices added to 25k: 28 s).
+const IN_PLACE_EDITS: usize = 64;
+
+/// `old` (ordered by namespace and name) with the objects `changed` names
+/// as they are now in `current` (absent: removed), in one ordered merge:
+/// a changed object keeps its place in its (namespace, name) run, a new
+/// one follows the run in the order given, as the edits one by one place
+/// them.
+fn merged_routing(
+    old: &imbl::Vector<IstioObject>,
+    changed: &[(String, String, String)],
+    current: &std::collections::HashMap<(&str, &str, &str), &IstioObject>,
+    mesh: &crate::meshconfig::MeshSettings,
+) -> imbl::Vector<IstioObject> {
+    let mut runs: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for (kind, ns, name) in changed {
+        let kinds = runs.entry((ns.as_str(), name.as_str())).or_default();
+        if !kinds.contains(&kind.as_str()) {
+            kinds.push(kind.as_str());
+        }
+    }
+    let now = |kind: &str, (ns, name): (&str, &str)| {
+        current.get(&(kind, ns, name)).map(|o| {
+            let mut o = (*o).clone();
+            routing_export_default(&mut o, mesh);
+            o
+        })
+    };
+    let mut out = imbl::Vector::new();
+    let mut old = old.iter().peekable();
+    for (run, kinds) in runs {
+        // The objects before this run, as they were.
+        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) < run) {
+            out.push_back(o.clone());
+        }
+        // The run's own: changed ones replaced in place or gone, then the
+        // new ones.
+        let mut seen = Vec::new();
+        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) == run) {
+            let kind = o.kind().name();
+            if kinds.contains(&kind) {
+                seen.push(kind);
+                out.extend(now(kind, run));
+            } else {
+                out.push_back(o.clone());
+            }
+        }
+        for kind in kinds.iter().filter(|k| !seen.contains(k)) {
+            out.extend(now(kind, run));
+        }
+    }
+    out.extend(old.cloned());
+    out
+}
+
+/// `s` with the mesh's `defaultServiceExportTo` when it names no
+/// `exportTo` (istiod's `exportToDefaults`).
+pub(crate) fn export_default(mut s: Service, mesh: &crate::meshconfig::MeshSettings) -> Service {
+    if s.export_to.is_empty() {
+        s.export_to.clone_from(&mesh.default_service_export_to);
+    }
+    s
+}
+
+/// A VirtualService or DestinationRule without `exportTo` given the mesh's
+/// `defaultVirtualServiceExportTo` or `defaultDestinationRuleExportTo`.
+fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconfig::MeshSettings) {
+    match &mut o.spec {
+        IstioSpec::VirtualService(vs) if vs.export_to.is_empty() => {
+            vs.export_to.clone_from(&mesh.default_virtual_service_export_to);
+        }
+        IstioSpec::DestinationRule(dr) if dr.export_to.is_empty() => {
+            dr.export_to.clone_from(&mesh.default_destination_rule_export_to);
+        }
+        _ => {}
+    }
+}
+
+/// The services a ServiceEntry declares: one per host.
+fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> Vec<Service> {
+    let ns = meta.ns().to_owned();
+    let resolution = match se.resolution {
+        networking::Resolution::None => Resolution::Passthrough,
+        networking::Resolution::Static => Resolution::ClientSideLb,
+        networking::Resolution::Dns | networking::Resolution::DynamicDns => Resolution::Dns,
+        networking::Resolution::DnsRoundRobin => Resolution::DnsRoundRobin,
+    };
+    let ports: Vec<Port> = se
+        .ports
+        .iter()
+        .map(|p| Port {
+            name: p.name.clone(),
+            port: p.number as u16,
+            protocol: Protocol::parse(&p.protocol),
+            target_port: Some(p.number as u16),
+        })
+        .collect();
+    // Inline endpoints, or the WorkloadEntries the selector picks in the namespace.
+    let workloads: Vec<&networking::WorkloadEntry> = match &se.workload_selector {
+        Some(sel) => objs
+            .istio
+            .iter()
+            .filter(|o| o.meta.ns() == ns)
+            .filter_map(|o| match &o.spec {
+                IstioSpec::WorkloadEntry(we) => Some(we),
+                _ => None,
+            })
+            .filter(|we| sel.labels.iter().all(|(k, v)| we.labels.get(k) == Some(v)))
+            .collect(),
+        None => se.endpoints.iter().collect(),
+    };
+    se.hosts
+        .iter()
+        .map(|host| {
+            let mut endpoints = Vec::new();
+            for port in &se.ports {
+                let target = |we: &networking::WorkloadEntry| {
+                    we.ports.get(&port.name).copied().filter(|p| *p != 0).unwrap_or(if port.target_port != 0 {
+                        port.target_port
+                    } else {
+                        port.number
+                    }) as u16
+                };
+                for we in &workloads {
+                    let mut loc = we.locality.splitn(3, '/');
+                    endpoints.push(Endpoint {
+                        address: we.address.clone(),
+                        service_port: port.number as u16,
+                        port: target(we),
+                        health: Health::Healthy,
+                        labels: we.labels.clone(),
+                        service_account: we.service_account.clone(),
+                        tls_mode: we.labels.get(TLS_MODE).cloned().unwrap_or_else(|| "disabled".into()),
+                        locality: Locality {
+                            region: loc.next().unwrap_or_default().to_owned(),
+                            zone: loc.next().unwrap_or_default().to_owned(),
+                            subzone: loc.next().unwrap_or_default().to_owned(),
+                        },
+                        pod: None,
+                    });
+                }
+                if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
+                    // DNS without endpoints: the proxy resolves the host itself.
+                    endpoints.push(Endpoint {
+                        address: host.clone(),
+                        service_port: port.number as u16,
+                        port: port.number as u16,
+                        health: Health::Healthy,
+                        labels: BTreeMap::new(),
+                        service_account: String::new(),
+                        tls_mode: "disabled".into(),
+                        locality: Locality::default(),
+                        pod: None,
+                    });
+                }
+            }
+            Service {
+                hostname: host.as_str().into(),
+                kubernetes: false,
+                name: meta.name.clone(),
+                namespace: ns.clone(),
+                vips: se.addresses.clone(),
+                ports: ports.clone(),
+                resolution,
+                mesh_external: se.location == networking::Location::MeshExternal,
+                export_to: se.export_to.clone(),
+                selector: BTreeMap::new(),
+                endpoints,
+            }
+        })
+        .collect()
+}
+
+fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
+    let ns = svc.metadata.ns().to_owned();
+    let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
+    let headless = svc.spec.cluster_ip.as_deref() == Some("None");
+    let external_name = svc.spec.kind.as_deref() == Some("ExternalName");
+    let mut vips: Vec<String> = if !svc.spec.cluster_ips.is_empty() {
+        svc.spec.cluster_ips.clone()
+    } else {
+        svc.spec.cluster_ip.iter().cloned().collect()
+    };
+    vips.retain(|v| v != "None" && !v.is_empty());
+    let ports: Vec<Port> = svc
+        .spec
+        .ports
+        .iter()
+        .map(|p| Port {
+            name: p.name.clone().unwrap_or_default(),
+            port: p.port,
+            protocol: Protocol::of_port(p.name.as_deref(), p.app_protocol.as_deref(), p.protocol.as_deref()),
+            target_port: match &p.target_port {
+                None => Some(p.port),
+                Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                Some(_) => None,
+            },
+        })
+        .collect();
+    let slices: Vec<&EndpointSlice> = slices.iter().copied().filter(|s| s.address_type != "FQDN").collect();
+    let mut endpoints = Vec::new();
+    for sp in &svc.spec.ports {
+        for slice in &slices {
+            let Some(ep_port) = slice_port(slice, sp) else { continue };
+            for ep in &slice.endpoints {
+                let c = &ep.conditions;
+                let health = if c.ready.unwrap_or(true) {
+                    Health::Healthy
+                } else if c.serving == Some(true) && c.terminating == Some(true) {
+                    Health::Draining
+                } else {
+                    Health::Unhealthy
+                };
+                for addr in &ep.addresses {
+                    let pod = ep
+                        .target_ref
+                        .as_ref()
+                        .filter(|r| r.kind == "Pod")
+                        .and_then(|r| w.pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied())
+                        .or_else(|| w.by_ip.get(addr.as_str()).copied());
+                    let mut loc = locality(pod, &w.nodes);
+                    if loc.zone.is_empty()
+                        && let Some(z) = &ep.zone
+                    {
+                        loc.zone = z.clone();
+                    }
+                    endpoints.push(Endpoint {
+                        address: addr.clone(),
+                        service_port: sp.port,
+                        port: ep_port,
+                        health,
+                        labels: pod.map(|p| p.metadata.labels.clone()).unwrap_or_default(),
+                        service_account: pod.and_then(|p| p.spec.service_account_name.clone()).unwrap_or_default(),
+                        tls_mode: pod
+                            .and_then(|p| p.metadata.labels.get(TLS_MODE).cloned())
+                            .unwrap_or_else(|| "disabled".into()),
+                        locality: loc,
+                        pod: pod.map(|p| p.metadata.name.clone()),
+                    });
+                }
+            }
+        }
+    }
+    endpoints.sort_by(|a, b| (a.service_port, &a.address, a.port).cmp(&(b.service_port, &b.address, b.port)));
+    endpoints.dedup_by(|a, b| (a.service_port, &a.address, a.port) == (b.service_port, &b.address, b.port));
+    Service {
+        hostname,
+        kubernetes: true,
+        name: svc.metadata.name.clone(),
+        namespace: ns,
+        vips,
+        ports,
+        resolution: if headless {
+            Resolution::Passthrough
+        } else if external_name {
+            Resolution::Dns
+        } else {
+            Resolution::ClientSideLb
+        },
+        mesh_external: external_name,
+        export_to: svc
+            .metadata
+            .annotations
+            .get("networking.istio.io/exportTo")
+            .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default(),
+        selector: svc.spec.selector.clone(),
+        endpoints,
+    }
+}
+
+/// The endpoint port of a Service port in a slice: matched by name (the
+/// EndpointSlice controller copies the Service port name), or for an
+/// unnamed single port, the only one.
+fn slice_port(slice: &EndpointSlice, sp: &ServicePort) -> Option<u16> {
+    let by_name = slice.ports.iter().find(|p| p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""));
+    if let Some(p) = by_name {
+        return p.port;
+    }
+    match &sp.target_port {
+        Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+//! Helpers the unit tests of several modules (and crates) share.
+
+use std::sync::Arc;
+
+use crate::node::{NodeType, ProxyClass};
+use bytes::Bytes;
+use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
+
+use crate::generator::{MeshGenerator, MeshInput};
+use crate::model::Model;
+
+/// A sidecar's class: namespace and labels, no locality.
+pub fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
+    ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: ns.into(),
+        generator: "".into(),
+        labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect(),
+        locality: "".into(),
+        verified: false,
+        service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
+    }
+}
+
+/// The model of manifests `yaml` under mesh config `mesh`.
+pub fn model_in(mesh: &str, yaml: &str) -> Model {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let settings = crate::meshconfig::MeshSettings::parse(mesh).unwrap();
+    Model::build_in(&loaded.objects, "cluster.local", Arc::new(settings))
+}
+
+/// The Istio objects of a YAML text.
+pub fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObject> {
+    istiod_kubewatch::config_dir::parse_file(yaml)
+        .docs
+        .into_iter()
+        .map(|doc| match doc {
+            Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) => o,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// A snapshot serving `model`, as the control thread publishes it: the
+/// translation's resources in the engine's model, and the mesh input.
+pub fn snapshot(model: &Arc<Model>) -> Snapshot<MeshInput> {
+    let mesh = MeshInput::new(model.clone());
+    let changes = crate::translate::diff(&SimpleModel::default(), &mesh.translation.resources);
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel::default().apply(1, changes).0));
+    snap.mesh = Some(Arc::new(mesh));
+    snap
+}
+
+/// What a proxy of `class` is served for `(kind, name)` from `model`.
+pub fn served(model: &Arc<Model>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    MeshGenerator.generate(&snapshot(model), class, kind, name)
+}

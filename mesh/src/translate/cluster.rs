@@ -1,0 +1,238 @@
+//! CDS: `outbound|<port>|<subset>|<host>` per service port and
+//! DestinationRule subset (EDS, ORIGINAL_DST for headless, STRICT_DNS /
+//! LOGICAL_DNS for DNS resolution) with the DestinationRule's traffic
+//! policy or auto mTLS, and the fixed `BlackHoleCluster`,
+//! `PassthroughCluster` and `InboundPassthroughCluster`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting;
+use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use istiod_proto::prost::Message;
+use istiod_proto::prost_types::Duration;
+use istiod_xds::ads::Kind;
+
+use super::envoy::socket;
+use super::{endpoint::load_assignment, traffic_policy};
+use crate::model::{Model, Protocol, Resolution};
+
+/// One form of an outbound cluster: as it is where DestinationRule `rule`
+/// applies (`None`: where none does), with its load assignment.
+#[derive(Debug, Clone)]
+pub struct ClusterForm {
+    /// The rule's id (`AppliedRule::id`).
+    pub rule: Option<Arc<str>>,
+    /// The cluster (proxyless gRPC clients get a variant of it).
+    pub cluster: Arc<Cluster>,
+    /// The cluster encoded, as Envoy receives it.
+    pub bytes: Bytes,
+    /// The encoded load assignment of an EDS cluster.
+    pub endpoints: Option<Bytes>,
+    /// The load assignment itself, kept only where the rule balances by
+    /// locality or sets outlier detection (what the per-proxy variant by
+    /// locality reads).
+    pub endpoints_typed: Option<Arc<ClusterLoadAssignment>>,
+    /// Locality load balancing the rule asks for (per proxy locality).
+    pub locality: Option<LocalityLoadBalancerSetting>,
+    /// Whether the rule sets outlier detection (locality failover needs it).
+    pub outlier_detection: bool,
+    /// A hash of what decides which proxies get this form (the rule's
+    /// namespace, host, exportTo and workload selector): a change there
+    /// moves proxies between forms without changing any form's bytes.
+    pub selection: u64,
+}
+
+/// The forms of one outbound cluster name: one per DestinationRule that may
+/// apply to its host (a subset cluster exists only where a rule that
+/// defines the subset applies).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterForms {
+    /// The service's hostname.
+    pub host: Arc<str>,
+    /// The forms.
+    pub forms: Vec<ClusterForm>,
+}
+
+impl ClusterForms {
+    /// The form where rule `rule` (its id) applies.
+    pub fn form(&self, rule: Option<&str>) -> Option<&ClusterForm> {
+        self.forms.iter().find(|f| f.rule.as_deref() == rule)
+    }
+
+    /// A digest of every form's cluster (`kind == Cluster`) or load
+    /// assignment: it changes when some proxy's may. (A change of locality
+    /// settings alone is found by the DestinationRules' generation.)
+    pub fn digest(&self, kind: Kind) -> Bytes {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &self.forms {
+            (&f.rule, f.selection).hash(&mut h);
+            match kind {
+                Kind::Endpoint => f.endpoints.hash(&mut h),
+                _ => f.bytes.hash(&mut h),
+            }
+        }
+        Bytes::copy_from_slice(&h.finish().to_be_bytes())
+    }
+}
+
+/// The outbound clusters of `svc`'s ports, each in a form per
+/// DestinationRule that may apply to its host, in a stable order.
+pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>, ClusterForms)> {
+    let rules = model.destination_rules();
+    let mut out: BTreeMap<Arc<str>, ClusterForms> = BTreeMap::new();
+    let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(|i| Some(rules.get(i))));
+    for rule in choices {
+        let subsets = rule.map_or(&[][..], |r| r.rule.subsets.as_slice());
+        for port in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
+            // Auto mTLS, unless the service's workloads are known to refuse it.
+            let auto_mtls = model.mesh.enable_auto_mtls
+                && !svc.mesh_external
+                && crate::translate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
+                && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
+            let plain = std::iter::once(("", None));
+            for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
+                let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls);
+                out.entry(name)
+                    .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() })
+                    .forms
+                    .push(form);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The cluster `outbound|<port>|<subset>|<host>` as it is where `rule`
+/// applies (`None`: no rule), with its load assignment.
+fn form(
+    mesh: &crate::meshconfig::MeshSettings,
+    svc: &crate::model::Service,
+    port: u16,
+    subset: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    rule: Option<&crate::model::destination_rules::AppliedRule>,
+    auto_mtls: bool,
+) -> (Arc<str>, ClusterForm) {
+    let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
+    let mut c = Cluster {
+        name: name.to_string(),
+        connect_timeout: Some(timeout(mesh)),
+        // istiod's applyMetadataExchange (cluster_builder.go): the peer's
+        // metadata over ALPN istio-peer-exchange, for TCP telemetry.
+        filters: vec![super::telemetry::mx_cluster()],
+        ..Default::default()
+    };
+    let mut endpoints = None;
+    let discovery = match svc.resolution {
+        Resolution::ClientSideLb => {
+            c.eds_cluster_config =
+                Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
+            endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels)));
+            cluster::DiscoveryType::Eds
+        }
+        Resolution::Passthrough => {
+            // Headless: connect to the address the application dialed.
+            c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+            cluster::DiscoveryType::OriginalDst
+        }
+        Resolution::Dns | Resolution::DnsRoundRobin => {
+            c.load_assignment = Some(load_assignment(&name, svc, port, labels));
+            if svc.resolution == Resolution::Dns {
+                cluster::DiscoveryType::StrictDns
+            } else {
+                cluster::DiscoveryType::LogicalDns
+            }
+        }
+    };
+    c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(discovery as i32));
+    let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
+    if let Some(policy) = &policy {
+        traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
+    }
+    if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
+        traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
+    }
+    // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
+    // The mesh's counts only where it says something: istiod's default
+    // `{enabled: true}` is the same as none.
+    let from_rule = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
+    let locality = from_rule.clone().or_else(|| {
+        mesh.locality_lb_setting.clone().filter(|l| {
+            !l.distribute.is_empty()
+                || !l.failover.is_empty()
+                || !l.failover_priority.is_empty()
+                || l.enabled == Some(false)
+        })
+    });
+    if from_rule.is_none() {
+        // The mesh's, weighted as a rule's (loadbalancer.go applies it
+        // whatever its source).
+        traffic_policy::weigh_localities(&mut c, locality.as_ref());
+    }
+    let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
+    let selection = rule.map_or(0, |r| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&r.namespace, &r.host, &r.export, &r.selector).hash(&mut h);
+        h.finish()
+    });
+    let form = ClusterForm {
+        rule: rule.map(|r| r.id.clone()),
+        selection,
+        bytes: Bytes::from(c.encode_to_vec()),
+        cluster: Arc::new(c),
+        endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
+        endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection),
+        locality,
+        outlier_detection,
+    };
+    (name, form)
+}
+
+/// The mesh's `connectTimeout`, as a cluster's.
+pub(crate) fn timeout(mesh: &crate::meshconfig::MeshSettings) -> Duration {
+    let t = mesh.connect_timeout;
+    Duration { seconds: t.as_secs() as i64, nanos: t.subsec_nanos() as i32 }
+}
+
+/// The clusters every sidecar has.
+pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources) {
+    let timeout = Some(timeout(mesh));
+    let black_hole = Cluster {
+        name: "BlackHoleCluster".into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),
+        connect_timeout: timeout,
+        ..Default::default()
+    };
+    let passthrough = |name: &str, bind: Option<&str>| Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
+        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
+        connect_timeout: timeout,
+        // Outbound passthrough exchanges metadata as service clusters do.
+        filters: if bind.is_none() { vec![super::telemetry::mx_cluster()] } else { Vec::new() },
+        // Inbound passthrough leaves from 127.0.0.6 so iptables does not
+        // capture it again (istiod's InboundPassthroughBindIpv4).
+        upstream_bind_config: bind.map(|ip| core::BindConfig {
+            source_address: socket(ip, 0).and_then(|a| match a.address {
+                Some(core::address::Address::SocketAddress(s)) => Some(s),
+                _ => None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for c in [
+        black_hole,
+        passthrough("PassthroughCluster", None),
+        passthrough("InboundPassthroughCluster", Some("127.0.0.6")),
+    ] {
+        out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
+    }
+}

@@ -1,0 +1,365 @@
+//! What a sidecar receives about its own workload: the `virtualInbound`
+//! listener with a filter chain per inbound port, mTLS as PeerAuthentication
+//! says (STRICT: TLS only; PERMISSIVE: TLS and plaintext, told apart by the
+//! tls_inspector; DISABLE: plaintext), AuthorizationPolicy as RBAC filters,
+//! and an `inbound|<port>||` cluster per port.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::node::{NodeType, ProxyClass};
+use istiod_kubewatch::istio::IstioSpec;
+use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
+use istiod_proto::envoy::config::core::v3 as core;
+use istiod_proto::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
+};
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::listener::{
+    http_inspector::v3::HttpInspector, original_dst::v3::OriginalDst, tls_inspector::v3::TlsInspector,
+};
+use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+use istiod_proto::prost_types::{Any, Duration};
+
+use crate::model::{Model, Protocol};
+
+/// The inbound listener's name.
+use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy_logged};
+use super::telemetry;
+use istiod_proto::envoy::extensions::filters::http::cors::v3::Cors;
+use istiod_proto::envoy::extensions::filters::http::fault::v3::HttpFault;
+
+pub const VIRTUAL_INBOUND: &str = "virtualInbound";
+
+/// An inbound port of a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboundPort {
+    /// Port the workload listens on.
+    pub port: u16,
+    /// Protocol of the service port.
+    pub protocol: Protocol,
+    /// mTLS mode in force for it.
+    pub mtls: MtlsMode,
+}
+
+fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+    !selector.is_empty() && crate::model::has_labels(labels, selector)
+}
+
+/// The mTLS mode a service's workloads accept on `port`, as far as it can
+/// be known without looking at each workload (istiod's
+/// `BestEffortInferServiceMTLSMode`): unknown (`None`) when some
+/// workload-level PeerAuthentication exists in the service's namespace,
+/// else the namespace's or the mesh's mode. Auto mTLS sends plaintext to a
+/// service known to be DISABLE.
+pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) -> Option<MtlsMode> {
+    let workload_level = model.security.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::PeerAuthentication(pa)
+            if o.meta.ns() == svc.namespace && pa.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty()))
+    });
+    if workload_level {
+        return None;
+    }
+    let class = ProxyClass {
+        node_type: NodeType::Sidecar,
+        namespace: svc.namespace.as_str().into(),
+        generator: "".into(),
+        labels: Vec::new(),
+        locality: "".into(),
+        verified: false,
+        service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
+    };
+    Some(mtls_mode(model, &class, port))
+}
+
+/// The mTLS mode of `port` for a workload: the workload's own
+/// PeerAuthentication (port-level first), else its namespace's, else the
+/// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET
+/// inherits from the level above).
+pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
+    let mut workload = None;
+    let mut namespace = None;
+    let mut mesh = None;
+    for o in model.security.iter() {
+        let IstioSpec::PeerAuthentication(pa) = &o.spec else { continue };
+        let sel = pa.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty());
+        match sel {
+            Some(sel) if o.meta.ns() == &*class.namespace && selects(sel, &class.labels) => {
+                workload.get_or_insert(pa);
+            }
+            None if o.meta.ns() == &*class.namespace => {
+                namespace.get_or_insert(pa);
+            }
+            None if o.meta.ns() == model.mesh.root_namespace => {
+                mesh.get_or_insert(pa);
+            }
+            _ => {}
+        }
+    }
+    if let Some(mode) = workload
+        .and_then(|pa| pa.port_level_mtls.as_ref())
+        .and_then(|ports| ports.get(&u32::from(port)))
+        .map(|m| m.mode)
+        .filter(|m| *m != MtlsMode::Unset)
+    {
+        return mode;
+    }
+    [workload, namespace, mesh]
+        .into_iter()
+        .flatten()
+        .filter_map(|pa| pa.mtls.as_ref().map(|m| m.mode))
+        .find(|m| *m != MtlsMode::Unset)
+        .unwrap_or(MtlsMode::Permissive)
+}
+
+/// The workload's inbound ports: target ports of the services in its
+/// namespace whose selector matches its labels.
+pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
+    let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
+    for svc in
+        model.services.values().filter(|s| s.namespace == *class.namespace && selects(&s.selector, &class.labels))
+    {
+        for p in &svc.ports {
+            // The workload's own port: from an endpoint of this workload,
+            // else the Service's numeric target port, else the port.
+            let target = svc
+                .endpoints
+                .iter()
+                .find(|e| {
+                    e.service_port == p.port
+                        && class.labels.iter().all(|(k, v)| e.labels.get(&**k).is_some_and(|ev| **ev == **v))
+                })
+                .map_or(p.target_port.unwrap_or(p.port), |e| e.port);
+            ports.entry(target).or_insert(InboundPort {
+                port: target,
+                protocol: p.protocol,
+                mtls: mtls_mode(model, class, target),
+            });
+        }
+    }
+    ports.into_values().collect()
+}
+
+/// `inbound|<port>||` (cluster.go `buildInboundClustersFromServiceInstances`,
+/// cluster_builder.go `buildInboundCluster`): to the address the
+/// connection was for, leaving from 127.0.0.6 so iptables lets it through;
+/// with `inboundTrafficPolicy.mode: LOCALHOST`, a static cluster to
+/// 127.0.0.1 on the port.
+pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, port: u16) -> Cluster {
+    let name = format!("inbound|{port}||");
+    if mesh.inbound_localhost {
+        use istiod_proto::envoy::config::endpoint::v3 as ep;
+        let endpoint = ep::LbEndpoint {
+            host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
+                address: super::envoy::socket("127.0.0.1", u32::from(port)),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        return Cluster {
+            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),
+            connect_timeout: Some(super::cluster::timeout(mesh)),
+            load_assignment: Some(ep::ClusterLoadAssignment {
+                cluster_name: name.clone(),
+                endpoints: vec![ep::LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
+                ..Default::default()
+            }),
+            name,
+            ..Default::default()
+        };
+    }
+    Cluster {
+        name,
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
+        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
+        connect_timeout: Some(super::cluster::timeout(mesh)),
+        upstream_bind_config: Some(core::BindConfig {
+            source_address: Some(core::SocketAddress {
+                address: "127.0.0.6".into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(0)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// istiod's inbound mTLS: the workload certificate from SDS `default`,
+/// peers verified against `ROOTCA`, a client certificate required.
+fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
+    let ctx = tls::DownstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![crate::translate::envoy::sds("default")],
+            validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
+                tls::common_tls_context::CombinedCertificateValidationContext {
+                    default_validation_context: Some(tls::CertificateValidationContext::default()),
+                    validation_context_sds_secret_config: Some(crate::translate::envoy::sds("ROOTCA")),
+                    ..Default::default()
+                },
+            )),
+            alpn_protocols: alpn.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        }),
+        require_client_certificate: Some(true),
+        ..Default::default()
+    };
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
+    }
+}
+
+/// What a workload's chains enforce, the same on every port of a protocol:
+/// built once per class, not once per port.
+struct Policies {
+    jwt: Option<hcm::HttpFilter>,
+    http: crate::translate::authz::Rbacs,
+    tcp: crate::translate::authz::Rbacs,
+    /// The stats filter and access log.
+    telemetry: telemetry::Side,
+}
+
+fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
+    let cluster = format!("inbound|{}||", p.port);
+    if p.protocol.is_http() {
+        // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
+        // metadata exchange, jwt_authn before RBAC (which reads what it
+        // verified), gRPC stats, fault, CORS, stats, the router.
+        let mut http_filters = vec![telemetry::mx_http(true)];
+        http_filters.extend(policies.jwt.iter().cloned());
+        http_filters.extend(policies.http.http_filters());
+        http_filters.push(telemetry::grpc_stats());
+        http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
+        http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
+        http_filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_http));
+        http_filters.push(router());
+        let rc = route::RouteConfiguration {
+            name: cluster.clone(),
+            virtual_hosts: vec![route::VirtualHost {
+                name: format!("inbound|http|{}", p.port),
+                domains: vec!["*".into()],
+                routes: vec![route::Route {
+                    name: "default".into(),
+                    r#match: Some(route::RouteMatch {
+                        path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                        ..Default::default()
+                    }),
+                    action: Some(route::route::Action::Route(route::RouteAction {
+                        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.clone())),
+                        timeout: Some(Duration::default()),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            validate_clusters: Some(false),
+            ..Default::default()
+        };
+        let mut manager = hcm::HttpConnectionManager {
+            stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
+            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
+            http_filters,
+            access_log: policies.telemetry.log.clone(),
+            ..Default::default()
+        };
+        policies.telemetry.trace(&mut manager);
+        vec![telemetry::mx_network(), http_connection_manager(&manager)]
+    } else {
+        tcp_filters(policies, &cluster, &cluster)
+    }
+}
+
+/// A TCP chain's filters: the class's RBAC (DENY, then ALLOW) as network
+/// filters, then the tcp_proxy (istiod: `authz.Builder.BuildTCP`, stat
+/// prefix `tcp.`). Without them an AuthorizationPolicy was not enforced
+/// on TCP ports at all.
+fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    // networkfilter.go: metadata exchange, authorization, stats, tcp_proxy.
+    let mut out = vec![telemetry::mx_network()];
+    out.extend(policies.tcp.clone().network_filters());
+    out.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
+    out.push(tcp_proxy_logged(stat_prefix, cluster, &policies.telemetry.log));
+    out
+}
+
+/// Filter chains for one port (or the passthrough when `port` is `None`),
+/// by mTLS mode.
+fn chains(name: &str, port: Option<u16>, mode: MtlsMode, filters: Vec<Filter>) -> Vec<FilterChain> {
+    let chain = |tls: bool| FilterChain {
+        name: format!("{name}{}", if tls { "-tls" } else { "" }),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: port.map(u32::from),
+            transport_protocol: if mode == MtlsMode::Permissive || mode == MtlsMode::Strict {
+                (if tls { "tls" } else { "raw_buffer" }).into()
+            } else {
+                String::new()
+            },
+            ..Default::default()
+        }),
+        filters: filters.clone(),
+        transport_socket: tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+        ..Default::default()
+    };
+    match mode {
+        MtlsMode::Strict => vec![chain(true)],
+        MtlsMode::Permissive | MtlsMode::Unset => vec![chain(true), chain(false)],
+        MtlsMode::Disable => vec![chain(false)],
+    }
+}
+
+/// The `virtualInbound` listener of a workload.
+pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
+    let policies = Policies {
+        jwt: crate::translate::authn::jwt_filter(model, class),
+        http: crate::translate::authz::rbacs(model, class, true),
+        tcp: crate::translate::authz::rbacs(model, class, false),
+        telemetry: telemetry::inbound(model, class),
+    };
+    let mut filter_chains = Vec::new();
+    for p in inbound_ports(model, class) {
+        filter_chains.extend(chains(
+            &format!("inbound|{}", p.port),
+            Some(p.port),
+            p.mtls,
+            network_filters(&policies, &p),
+        ));
+    }
+    // The catch-all chains enforce the class's policies too (istiod's
+    // inbound passthrough chains carry the TCP authz filters).
+    let passthrough = tcp_filters(&policies, "InboundPassthroughCluster", "InboundPassthroughCluster");
+    // Ports no service names follow the workload-wide mode.
+    let mode = mtls_mode(model, class, 0);
+    filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));
+    let lf = |name: &str, a: Any| ListenerFilter {
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(a)),
+        ..Default::default()
+    };
+    Listener {
+        name: VIRTUAL_INBOUND.into(),
+        address: Some(core::Address {
+            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                address: "0.0.0.0".into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
+                    crate::translate::listener::INBOUND_PORT,
+                )),
+                ..Default::default()
+            })),
+        }),
+        traffic_direction: core::TrafficDirection::Inbound as i32,
+        access_log: policies.telemetry.log.iter().map(telemetry::listener_access_log).collect(),
+        listener_filters: vec![
+            lf("envoy.filters.listener.original_dst", any(&OriginalDst::default())),
+            lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default())),
+            lf("envoy.filters.listener.http_inspector", any(&HttpInspector::default())),
+        ],
+        filter_chains,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,361 @@
+//! RDS: route configurations from VirtualServices, after istiod's
+//! `httproute.go`: a virtual host per service port with the names a client
+//! may dial, the VirtualService's HTTP routes (converted in `route/http.rs`,
+//! istiod's `route/route.go`) or a default route, who each route is for,
+//! and the `allow_any` / `block_all` fallback host. Envoy sidecars and
+//! proxyless gRPC differ in what they support ([`Flavor`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_kubewatch::istio::networking::VirtualService;
+use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::prost::Message;
+
+use crate::node::ProxyClass;
+
+use crate::meshconfig::OutboundPolicy;
+use crate::model::{Model, Service};
+
+mod http;
+pub(crate) use http::regex_quote;
+
+use http::{hash_policy, vs_routes};
+
+/// Envoy's fault filter (also in proxyless gRPC's filter chain).
+pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
+/// The names a client in namespace `proxy_ns` may dial to reach `svc` on
+/// `port`, as istiod's `generateVirtualHostDomains` (httproute.go) makes
+/// them: the FQDN and its absolute form (`<fqdn>.`), the short names a
+/// resolver's search path completes (`reviews`, `reviews.ns.svc`,
+/// `reviews.ns` from the service's own namespace; `reviews.ns`,
+/// `reviews.ns.svc` from others), `*.`-prefixed forms for headless
+/// Kubernetes services (not ServiceEntries), and the VIPs (IPv6 in brackets). Envoy sidecars
+/// match hosts without the port (the route configuration sets
+/// `ignore_port_in_host_matching`); proxyless gRPC matches the
+/// `:authority` it dialed, so each name is followed by its `:<port>` form.
+pub(crate) fn domains(model: &Model, svc: &Service, port: u16, proxy_ns: &str, flavor: Flavor) -> Vec<String> {
+    let mut names = vec![svc.hostname.to_string(), format!("{}.", svc.hostname)];
+    let suffix = format!(".svc.{}", model.domain);
+    if let Some((name, ns)) = svc.hostname.strip_suffix(&suffix).and_then(|short| short.split_once('.'))
+        && !ns.contains('.')
+    {
+        if ns == proxy_ns {
+            names.extend([name.to_owned(), format!("{name}.{ns}.svc"), format!("{name}.{ns}")]);
+        } else {
+            names.extend([format!("{name}.{ns}"), format!("{name}.{ns}.svc")]);
+        }
+    }
+    // Headless Kubernetes services: their pods' own names (istiod adds these
+    // for the Kubernetes registry only).
+    if svc.resolution == crate::model::Resolution::Passthrough && svc.kubernetes {
+        let wild: Vec<String> = names.iter().map(|n| format!("*.{n}")).collect();
+        names.extend(wild);
+    }
+    names.extend(
+        svc.vips
+            .iter()
+            .filter(|v| !v.is_empty() && *v != "0.0.0.0")
+            .map(|v| if v.contains(':') { format!("[{v}]") } else { v.clone() }),
+    );
+    match flavor {
+        Flavor::Envoy => names,
+        Flavor::Grpc => names
+            .into_iter()
+            .flat_map(|n| {
+                let with_port = format!("{n}:{port}");
+                [n, with_port]
+            })
+            .collect(),
+    }
+}
+
+/// Who the routes are for: Envoy supports every action, proxyless gRPC
+/// only forwarding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// Envoy sidecars and gateways.
+    Envoy,
+    /// Proxyless gRPC.
+    Grpc,
+}
+
+/// Which proxies a route is for, beyond its virtual host's visibility:
+/// a match's `sourceLabels` / `sourceNamespace`, and the VirtualService's
+/// `exportTo` (a proxy it is not exported to gets the default route).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RouteScope {
+    /// Labels the proxy must carry.
+    pub source_labels: BTreeMap<String, String>,
+    /// Namespace the proxy must be in (empty: any).
+    pub source_namespace: String,
+    /// Namespaces the VirtualService is exported to; `None`: everywhere.
+    pub export: Option<Vec<String>>,
+    /// The default route that stands where the VirtualService is not
+    /// exported.
+    pub fallback: bool,
+}
+
+impl RouteScope {
+    /// Whether a proxy in `namespace` with `labels` gets the route.
+    pub fn admits(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+        let exported = self.export.as_ref().is_none_or(|e| e.iter().any(|n| n == "*" || n == namespace));
+        let source = (self.source_namespace.is_empty() || self.source_namespace == namespace)
+            && crate::model::has_labels(labels, &self.source_labels);
+        exported != self.fallback && source
+    }
+}
+
+/// A route before it is filtered for a proxy: the Envoy route, who it is
+/// for, and the destination whose DestinationRule (in force for the
+/// proxy's namespace) may add a consistent-hash policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopedRoute {
+    /// The route, without its hash policy.
+    pub route: route::Route,
+    /// Who gets it.
+    pub scope: RouteScope,
+    /// `(host, port, subset)` of the first destination.
+    pub hash_destination: Option<(String, u16, String)>,
+}
+
+/// A virtual host before it is rendered for a proxy: domains and the
+/// DestinationRules' hash policies depend on the proxy's namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceRoutes {
+    /// The service.
+    pub host: Arc<str>,
+    /// The service port.
+    pub port: u16,
+    /// Its routes.
+    pub routes: Vec<ScopedRoute>,
+    /// A digest of what rendering reads of it (see [`ServiceRoutes::new`]).
+    pub digest: u64,
+}
+
+impl ServiceRoutes {
+    /// The virtual host of `svc`'s `port` for `flavor`, with its digest:
+    /// the routes, who each is for, and the service's addresses and
+    /// resolution, which the domains read.
+    pub fn new(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Arc<ServiceRoutes> {
+        use std::hash::{Hash, Hasher};
+        let routes = routes(model, svc, port, flavor);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.kubernetes)
+            .hash(&mut h);
+        for r in &routes {
+            r.route.encode_to_vec().hash(&mut h);
+            (&r.scope, &r.hash_destination).hash(&mut h);
+        }
+        Arc::new(ServiceRoutes { host: svc.hostname.clone(), port, routes, digest: h.finish() })
+    }
+}
+
+/// A route configuration before it is rendered for a proxy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteTable {
+    /// Its name (`"<port>"`, or `outbound|<port>||<host>` for proxyless gRPC).
+    pub name: String,
+    /// Envoy or proxyless gRPC.
+    pub flavor: Flavor,
+    /// A virtual host per service, in hostname order (shared between
+    /// tables: a change replaces the hosts it touches).
+    pub hosts: Vec<Arc<ServiceRoutes>>,
+}
+
+impl RouteTable {
+    /// A digest of everything rendering reads from the table (the control
+    /// thread compares digests to find changed route configurations).
+    pub fn digest(&self) -> Bytes {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&self.name, self.flavor).hash(&mut h);
+        for vh in &self.hosts {
+            vh.digest.hash(&mut h);
+        }
+        Bytes::copy_from_slice(&h.finish().to_be_bytes())
+    }
+
+    /// The route configuration a proxy of `class` receives: the virtual
+    /// hosts it may see (`visible`), each with the domains it may dial
+    /// ([`domains`]) and the routes meant for it; for Envoy the fallback
+    /// host of its outbound traffic policy and `ignore_port_in_host_matching`
+    /// (istiod's `buildSidecarOutboundHTTPRouteConfig`).
+    pub fn render(
+        &self,
+        model: &Model,
+        class: &ProxyClass,
+        policy: OutboundPolicy,
+        visible: impl Fn(&Service, u16) -> bool,
+    ) -> route::RouteConfiguration {
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut virtual_hosts = Vec::new();
+        for vh in &self.hosts {
+            let Some(svc) = model.services.get(&vh.host) else { continue };
+            if !visible(svc, vh.port) {
+                continue;
+            }
+            // istiod's dedupeDomains: a domain an earlier host took is dropped.
+            let domains: Vec<String> = domains(model, svc, vh.port, &class.namespace, self.flavor)
+                .into_iter()
+                .filter(|d| seen.insert(d.clone()))
+                .collect();
+            let routes = vh
+                .routes
+                .iter()
+                .filter(|r| r.scope.admits(&class.namespace, &class.labels))
+                .map(|r| {
+                    let mut out = r.route.clone();
+                    if let Some((host, port, subset)) = &r.hash_destination
+                        && let Some(i) = model.rule_index_for(&class.namespace, &class.labels, host)
+                        && let Some(route::route::Action::Route(a)) = &mut out.action
+                    {
+                        a.hash_policy = hash_policy(&model.destination_rules().get(i).rule, *port, subset);
+                    }
+                    out
+                })
+                .collect();
+            virtual_hosts.push(route::VirtualHost {
+                name: format!("{}:{}", vh.host, vh.port),
+                domains,
+                routes,
+                include_request_attempt_count: self.flavor == Flavor::Envoy,
+                ..Default::default()
+            });
+        }
+        match self.flavor {
+            Flavor::Grpc => route::RouteConfiguration { name: self.name.clone(), virtual_hosts, ..Default::default() },
+            Flavor::Envoy => {
+                virtual_hosts.push(fallback_host(policy == OutboundPolicy::AllowAny));
+                route::RouteConfiguration {
+                    name: self.name.clone(),
+                    virtual_hosts,
+                    validate_clusters: Some(false),
+                    ignore_port_in_host_matching: true,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+}
+
+fn default_route(cluster: String) -> route::Route {
+    route::Route {
+        name: "default".into(),
+        r#match: Some(route::RouteMatch {
+            path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+            ..Default::default()
+        }),
+        action: Some(route::route::Action::Route(route::RouteAction {
+            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// The namespaces a VirtualService is exported to (`.` resolved), or
+/// `None` when it is exported everywhere.
+pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
+    if vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*") {
+        return None;
+    }
+    Some(vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect())
+}
+
+/// The routes of `svc`'s `port`: its VirtualService's HTTP routes, or a
+/// default route to the port's cluster.
+pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<ScopedRoute> {
+    let default_cluster = format!("outbound|{port}||{}", svc.hostname);
+    let everyone = |route| ScopedRoute { route, scope: RouteScope::default(), hash_destination: None };
+    let Some((obj, vs)) = model.virtual_service(&svc.hostname) else {
+        return vec![everyone(default_route(default_cluster))];
+    };
+    // Match blocks naming gateways apply to sidecars only when `mesh` is
+    // among them (istiod's route building for the mesh gateway).
+    let mesh_only;
+    let vs = if vs.http.iter().any(|r| r.matches.iter().any(|m| !m.gateways.is_empty())) {
+        mesh_only = for_gateway(vs, obj.meta.ns(), "mesh", None);
+        &mesh_only
+    } else {
+        vs
+    };
+    let mut out = vs_routes(model, obj, vs, port, flavor, &default_cluster, false);
+    if let Some(namespaces) = vs_export(vs, obj.meta.ns()) {
+        for r in &mut out {
+            r.scope.export = Some(namespaces.clone());
+        }
+        let mut fallback = everyone(default_route(default_cluster));
+        fallback.scope = RouteScope { export: Some(namespaces), fallback: true, ..RouteScope::default() };
+        out.push(fallback);
+    }
+    out
+}
+
+/// `vs` (of namespace `ns`) with only the HTTP match blocks that apply to
+/// `gateway` (`ns/name`, or `mesh`) on `port`: a block counts when its
+/// `gateways` (normalized) are unset or name the gateway, and its `port`
+/// is unset or the given one; a route left with no block is dropped.
+fn for_gateway(vs: &VirtualService, ns: &str, gateway: &str, port: Option<u16>) -> VirtualService {
+    let mut filtered = vs.clone();
+    filtered.http.retain_mut(|r| {
+        if r.matches.is_empty() {
+            return true;
+        }
+        r.matches.retain(|m| {
+            port.is_none_or(|p| m.port == 0 || m.port == u32::from(p))
+                && (m.gateways.is_empty()
+                    || crate::model::gateway::bound_gateways(&m.gateways, ns).iter().any(|g| g == gateway))
+        });
+        !r.matches.is_empty()
+    });
+    filtered
+}
+
+/// A VirtualService's HTTP routes on gateway `gateway` (`ns/name`) for a
+/// server declared on `server_port` (`BuildHTTPRoutesForVirtualService`
+/// for a gateway): a match block counts when its `port` is unset or the
+/// server's and its `gateways` (normalized) name the Gateway; a route
+/// whose every match block is dropped is left out.
+pub(crate) fn gateway_routes(
+    model: &Model,
+    obj: &istiod_kubewatch::istio::IstioObject,
+    vs: &VirtualService,
+    gateway: &str,
+    server_port: u16,
+) -> Vec<route::Route> {
+    let filtered = for_gateway(vs, obj.meta.ns(), gateway, Some(server_port));
+    http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "", true).into_iter().map(|r| r.route).collect()
+}
+
+/// The last virtual host of every outbound route configuration: unknown
+/// hosts go to `PassthroughCluster` (`allow_any`) or get a 502
+/// (`block_all`, REGISTRY_ONLY), as istiod builds them.
+pub(crate) fn fallback_host(allow_any: bool) -> route::VirtualHost {
+    let name = if allow_any { "allow_any" } else { "block_all" };
+    let action = if allow_any {
+        route::route::Action::Route(route::RouteAction {
+            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster("PassthroughCluster".into())),
+            ..Default::default()
+        })
+    } else {
+        route::route::Action::DirectResponse(route::DirectResponseAction { status: 502, body: None })
+    };
+    route::VirtualHost {
+        name: name.into(),
+        domains: vec!["*".into()],
+        routes: vec![route::Route {
+            name: name.into(),
+            r#match: Some(route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                ..Default::default()
+            }),
+            action: Some(action),
+            ..Default::default()
+        }],
+        include_request_attempt_count: true,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,213 @@
+//! What a proxy may see of the mesh, as istiod's `SidecarScope` decides it:
+//! a service is visible to a proxy in namespace `ns` when it is exported to
+//! `ns` (`exportTo` on a ServiceEntry, the `networking.istio.io/exportTo`
+//! annotation on a Kubernetes Service) and the proxy's Sidecar, if any,
+//! lists it among its egress hosts. The Sidecar in force is the one in the
+//! proxy's namespace whose `workloadSelector` matches the proxy's labels,
+//! else that namespace's selector-less one, else the root namespace's
+//! selector-less one.
+//!
+//! Scoping applies to names: clusters, endpoints, listeners and API
+//! listeners of invisible services are withheld, and route configurations
+//! lose their virtual hosts. A VirtualService's own `exportTo` is applied to
+//! its routes (`route.rs`, `RouteScope`). An egress listener with a `port`
+//! makes its hosts visible on that port only. Which DestinationRule shapes a
+//! cluster for a proxy is `model/destination_rules.rs`'s choice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::node::ProxyClass;
+use istiod_kubewatch::istio::{IstioSpec, networking};
+use istiod_xds::ads::Kind;
+
+use crate::model::{Model, Service};
+
+/// The visibility index of one model.
+#[derive(Debug, Default)]
+pub struct Scoping {
+    /// Whether anything restricts visibility at all; when not, every proxy
+    /// sees everything and nothing is filtered.
+    pub active: bool,
+    /// Hostname of each service address.
+    by_vip: HashMap<String, Arc<str>>,
+}
+
+impl Scoping {
+    /// Indexes `model`.
+    pub fn new(model: &Model) -> Scoping {
+        let restricted = |e: &Vec<String>| !e.is_empty() && !e.iter().any(|x| x == "*");
+        let active = model.services.values().any(|s| restricted(&s.export_to))
+            || model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if !sc.egress.is_empty()));
+        let mut by_vip = HashMap::new();
+        if active {
+            for s in model.services.values() {
+                for v in &s.vips {
+                    by_vip.entry(v.clone()).or_insert_with(|| s.hostname.clone());
+                }
+            }
+        }
+        Scoping { active, by_vip }
+    }
+
+    /// Whether a proxy of `class` receives the resource `(kind, name)`.
+    /// Names that are not about one service (fixed clusters, inbound
+    /// resources, shared route configurations) are always visible.
+    pub fn allows(&self, model: &Model, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        if !self.active {
+            return true;
+        }
+        let host_visible =
+            |host: &str, port: Option<u16>| model.services.get(host).is_none_or(|s| visible_on(model, class, s, port));
+        match kind {
+            Kind::Secret => true,
+            Kind::Cluster | Kind::Endpoint | Kind::Route => match name.strip_prefix("outbound|") {
+                Some(rest) => {
+                    let port = rest.split('|').next().and_then(|p| p.parse().ok());
+                    rest.rsplit('|').next().is_none_or(|h| host_visible(h, port))
+                }
+                None => true,
+            },
+            Kind::Listener => {
+                if let Some((addr, port)) = name.rsplit_once('_') {
+                    let Ok(port) = port.parse::<u16>() else { return true };
+                    if addr == "0.0.0.0" {
+                        // The shared HTTP (or SNI) listener of a port stays
+                        // while any visible service is served by it.
+                        return model.services.values().any(|s| {
+                            s.ports.iter().any(|p| p.port == port && (p.protocol.is_http() || sni_port(s, p)))
+                                && visible_on(model, class, s, Some(port))
+                        });
+                    }
+                    return self.by_vip.get(addr).is_none_or(|h| host_visible(h, Some(port)));
+                }
+                // Proxyless gRPC API listener `<host>:<port>`.
+                match name.rsplit_once(':') {
+                    Some((host, port)) => {
+                        let port = port.parse().ok();
+                        if model.services.contains_key(host) {
+                            host_visible(host, port)
+                        } else {
+                            host_visible(&model.resolve_host(host, &class.namespace), port)
+                        }
+                    }
+                    None => true,
+                }
+            }
+        }
+    }
+
+    /// Whether the virtual host `vh_name` (`<host>:<port>`) of a route
+    /// configuration stays for `class`.
+    pub fn keeps_virtual_host(&self, model: &Model, class: &ProxyClass, vh_name: &str) -> bool {
+        if !self.active {
+            return true;
+        }
+        match vh_name.rsplit_once(':') {
+            Some((host, port)) => {
+                model.services.get(host).is_none_or(|s| visible_on(model, class, s, port.parse().ok()))
+            }
+            None => true,
+        }
+    }
+}
+
+/// A TLS port of a service without addresses (`listener.rs`'s SNI listener).
+fn sni_port(s: &Service, p: &crate::model::Port) -> bool {
+    s.vips.is_empty() && matches!(p.protocol, crate::model::Protocol::Tls | crate::model::Protocol::Https)
+}
+
+/// Whether `svc` is exported to `ns`.
+pub fn exported(svc: &Service, ns: &str) -> bool {
+    svc.export_to.is_empty()
+        || svc.export_to.iter().any(|e| match e.as_str() {
+            "*" => true,
+            "." => svc.namespace == ns,
+            "~" => false,
+            other => other == ns,
+        })
+}
+
+/// The Sidecar in force for `class`; none for gateways and waypoints
+/// (istiod's `doGetSidecarScope`: "Gateways always use default sidecar
+/// scope").
+pub fn sidecar<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a networking::Sidecar> {
+    use crate::node::NodeType;
+    if matches!(class.node_type, NodeType::Router | NodeType::Waypoint) {
+        return None;
+    }
+    let of = |o: &'a istiod_kubewatch::istio::IstioObject| match &o.spec {
+        IstioSpec::Sidecar(sc) => Some(sc),
+        _ => None,
+    };
+    let in_ns = || model.sidecars.iter().filter(|o| o.meta.ns() == &*class.namespace).filter_map(of);
+    in_ns()
+        .find(|sc| selector(sc).is_some_and(|sel| crate::model::has_labels(&class.labels, sel)))
+        .or_else(|| in_ns().find(|sc| selector(sc).is_none()))
+        .or_else(|| {
+            model
+                .sidecars
+                .iter()
+                .filter(|o| o.meta.ns() == model.mesh.root_namespace)
+                .filter_map(of)
+                .find(|sc| selector(sc).is_none())
+        })
+}
+
+fn selector(sc: &networking::Sidecar) -> Option<&std::collections::BTreeMap<String, String>> {
+    sc.workload_selector.as_ref().map(|w| &w.labels).filter(|l| !l.is_empty())
+}
+
+/// The outbound traffic policy of `class`: its Sidecar's, else the mesh's.
+pub fn outbound_policy(model: &Model, class: &ProxyClass) -> crate::meshconfig::OutboundPolicy {
+    use crate::meshconfig::OutboundPolicy;
+    match sidecar(model, class).and_then(|sc| sc.outbound_traffic_policy.as_ref()).map(|p| p.mode) {
+        Some(networking::OutboundTrafficMode::AllowAny) => OutboundPolicy::AllowAny,
+        Some(networking::OutboundTrafficMode::RegistryOnly) => OutboundPolicy::RegistryOnly,
+        None => model.mesh.outbound,
+    }
+}
+
+/// Whether a proxy of `class` sees `svc` on some port.
+pub fn visible(model: &Model, class: &ProxyClass, svc: &Service) -> bool {
+    visible_on(model, class, svc, None)
+}
+
+/// Whether a proxy of `class` sees `svc` on `port` (`None`: on any port).
+/// An egress listener with a `port` lists hosts for that port only.
+pub fn visible_on(model: &Model, class: &ProxyClass, svc: &Service, port: Option<u16>) -> bool {
+    if !exported(svc, &class.namespace) {
+        return false;
+    }
+    let Some(sc) = sidecar(model, class).filter(|sc| !sc.egress.is_empty()) else { return true };
+    sc.egress
+        .iter()
+        .filter(|e| match (port, e.port.as_ref()) {
+            (Some(p), Some(ep)) => ep.number == u32::from(p),
+            _ => true,
+        })
+        .flat_map(|e| &e.hosts)
+        .any(|h| egress_host_matches(h, &class.namespace, svc))
+}
+
+/// istiod's egress host syntax: `namespace/dnsName`, the namespace `*`
+/// (any), `.` (the proxy's own) or `~` (none), the name `*`, `*.suffix` or
+/// a hostname.
+fn egress_host_matches(entry: &str, proxy_ns: &str, svc: &Service) -> bool {
+    let Some((ns, host)) = entry.split_once('/') else { return false };
+    let ns_ok = match ns {
+        "*" => true,
+        "." => svc.namespace == proxy_ns,
+        "~" => false,
+        other => svc.namespace == other,
+    };
+    ns_ok
+        && match host {
+            "*" => true,
+            h if h.starts_with("*.") => svc.hostname.ends_with(&h[1..]),
+            h => *svc.hostname == *h,
+        }
+}
+
+#[cfg(test)]
+mod tests;

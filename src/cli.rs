@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::duration;
+use istiod_kubewatch::duration;
 
 /// Istio control plane (istiod-rs): xDS server, CA and webhooks.
 #[derive(Debug, Parser)]
@@ -207,7 +207,7 @@ pub enum VersionOutput {
 /// Boolean flags follow pflag: `--flag` or `--flag=<bool>` with Go's
 /// `strconv.ParseBool` spellings.
 fn parse_go_bool(v: &str) -> Result<bool, String> {
-    crate::config::env::parse_bool(v)
+    parse_bool(v)
         .ok_or_else(|| format!("invalid boolean {v:?}: expected true or false (or 1, t, T, TRUE, True, 0, f, ...)"))
 }
 
@@ -287,4 +287,14 @@ pub fn parse_lenient(args: Vec<std::ffi::OsString>) -> Result<(Cli, Vec<String>)
         }
     }
     Cli::try_parse_from(kept).map(|c| (c, dropped))
+}
+
+/// Go's `strconv.ParseBool`, which istiod's `env` package uses: exactly
+/// these spellings, nothing else (`yes`, `on` are errors).
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
 }

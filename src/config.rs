@@ -10,9 +10,6 @@
 
 pub mod env;
 
-/// Go duration syntax, shared with the Istio config validation.
-pub use istiod_kubewatch::duration;
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -101,7 +98,7 @@ pub struct Config {
     pub xds_cache: bool,
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS` (features/pilot.go, "false" = istiod
     /// fetches): who fetches a RequestAuthentication's `jwksUri`.
-    pub jwks_fetch: istiod_mesh::translate::authn::JwksFetch,
+    pub jwks_fetch: istiod_mesh::meshconfig::JwksFetch,
     /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`: a router only takes the
     /// Gateways of its own namespace.
     pub scope_gateway_to_namespace: bool,
@@ -743,7 +740,7 @@ impl Config {
                     && vars.bool("PILOT_ENABLE_AMBIENT_WAYPOINTS", true)?,
                 manual_deployment: vars.bool("ENABLE_GATEWAY_API_MANUAL_DEPLOYMENT", true)?,
             },
-            jwks_fetch: istiod_mesh::translate::authn::JwksFetch::parse(
+            jwks_fetch: istiod_mesh::meshconfig::JwksFetch::parse(
                 &vars.string("PILOT_JWT_ENABLE_REMOTE_JWKS", "false"),
             ),
             jwks_refresh: nonzero(

@@ -107,7 +107,7 @@ fn response(
     class: &Arc<ProxyClass>,
     kind: Kind,
     names: &[Arc<str>],
-) -> wire::Chain {
+) -> istiod_xds::grpc::Chain {
     let got: Vec<Encoded> = names.iter().filter_map(|n| cache.get(&MeshGenerator, snap, class, kind, n)).collect();
     let refs: Vec<&Encoded> = got.iter().collect();
     wire::sotw_response("1", kind.type_url(), "nonce", &refs, "istiod-rs")

@@ -127,7 +127,7 @@ impl Measurement for Copied {
 
 /// Responses as a core assembles them: one load assignment, and a CDS
 /// response of 150 clusters (a sidecar's), with the resources shared.
-fn responses() -> Vec<(&'static str, wire::Chain)> {
+fn responses() -> Vec<(&'static str, istiod_xds::grpc::Chain)> {
     let version: Arc<str> = "1".into();
     let eds = Encoded { any: wire::any(Kind::Endpoint.type_url(), &cla(200, 1)), version: version.clone() };
     let clusters: Vec<Encoded> = (0..150)
@@ -156,7 +156,7 @@ fn copies(c: &mut Criterion<Copied>) {
                 let back = credit(len + 5);
                 let now = Instant::now();
                 b.iter(|| {
-                    let msg = wire::Chain(chain.0.clone());
+                    let msg = istiod_xds::grpc::Chain(chain.0.clone());
                     conn.send_admitted(1, msg).unwrap();
                     let n = frame_and_write(&mut conn, &mut out);
                     conn.recv(&back, now, &mut Sink);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use istiod_mesh::translate::authn::JwksKey;
+use istiod_mesh::model::JwksKey;
 
 /// istiod's `openIDDiscoveryCfgURLSuffix`.
 const OPENID_SUFFIX: &str = "/.well-known/openid-configuration";

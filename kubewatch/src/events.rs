@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::kube_source::KINDS;
+use crate::objects::KINDS;
 
 /// An informer event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::objects::Meta;
+use crate::meta::Meta;
 
 /// The API group.
 pub const GROUP: &str = "gateway.networking.k8s.io";
@@ -22,7 +22,7 @@ pub struct GatewayApiObject {
     /// Spec.
     pub spec: GatewayApiSpec,
     /// As written.
-    pub raw: crate::objects::Raw,
+    pub raw: crate::meta::Raw,
 }
 
 /// The kinds read.
@@ -86,7 +86,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         let _ = d.kind;
         Ok((d.metadata, d.spec))
     }
-    let raw = crate::objects::Raw::of(&value);
+    let raw = crate::meta::Raw::of(&value);
     let (meta, spec) = match kind {
         "GatewayClass" => read(value).map(|(m, s)| (m, GatewayApiSpec::GatewayClass(s)))?,
         "Gateway" => {

@@ -5,7 +5,7 @@
 //! [`parse`] takes one document: it picks the kind from `apiVersion` and
 //! `kind`, reads `metadata` and `spec` (a field the kind does not have is an
 //! error, not silently dropped), then runs [`validate::validate`]. Every
-//! problem comes back as a [`validate::FieldError`] naming the offending
+//! problem comes back as a [`field::FieldError`] naming the offending
 //! field, `spec.http[0].route[1].weight` style: `.name` for a field, `[i]`
 //! for a list item, `[key]` for a map entry.
 //!
@@ -17,10 +17,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::objects::Meta;
+use crate::meta::Meta;
 
 mod de;
 pub mod ext;
+pub mod field;
 pub mod networking;
 pub mod re2;
 pub mod security;
@@ -29,7 +30,7 @@ pub mod validate;
 #[cfg(test)]
 mod tests;
 
-use validate::{FieldError, FieldErrors};
+use field::{FieldError, FieldErrors};
 
 /// The Istio kinds this crate reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -206,7 +207,7 @@ pub struct IstioObject {
     /// Spec.
     pub spec: IstioSpec,
     /// As written.
-    pub raw: crate::objects::Raw,
+    pub raw: crate::meta::Raw,
 }
 
 impl IstioObject {
@@ -277,7 +278,7 @@ pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
     if !errors.is_empty() {
         return Err(FieldErrors(errors));
     }
-    let raw = serde_json::to_value(value).map(|v| crate::objects::Raw::of(&v)).unwrap_or_default();
+    let raw = serde_json::to_value(value).map(|v| crate::meta::Raw::of(&v)).unwrap_or_default();
     Ok(IstioObject { meta, spec, raw })
 }
 

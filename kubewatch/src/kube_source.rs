@@ -22,40 +22,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::config_dir::{Object, ObjectRef};
-use crate::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Secret, Service};
-
-/// The kinds watched, in the order of [`Stores`]: (group, version, kind,
-/// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
-/// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 27] = [
-    ("", "v1", "Service", "services"),
-    ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
-    ("", "v1", "Pod", "pods"),
-    ("", "v1", "Node", "nodes"),
-    ("", "v1", "Namespace", "namespaces"),
-    ("", "v1", "Secret", "secrets"),
-    ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
-    ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
-    ("networking.istio.io", "v1", "Gateway", "gateways"),
-    ("networking.istio.io", "v1", "ServiceEntry", "serviceentries"),
-    ("networking.istio.io", "v1", "WorkloadEntry", "workloadentries"),
-    ("networking.istio.io", "v1", "Sidecar", "sidecars"),
-    ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
-    ("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies"),
-    ("security.istio.io", "v1", "RequestAuthentication", "requestauthentications"),
-    ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters"),
-    ("networking.istio.io", "v1", "WorkloadGroup", "workloadgroups"),
-    ("networking.istio.io", "v1beta1", "ProxyConfig", "proxyconfigs"),
-    ("telemetry.istio.io", "v1", "Telemetry", "telemetries"),
-    ("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
-    ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"),
-    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
-    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
-    ("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes"),
-    ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
-    ("gateway.networking.k8s.io", "v1alpha2", "TCPRoute", "tcproutes"),
-    ("gateway.networking.k8s.io", "v1alpha2", "TLSRoute", "tlsroutes"),
-];
+use crate::objects::{EndpointSlice, KINDS, Namespace, Node, Objects, Pod, Secret, Service};
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
 const FIRST_CRD: usize = 6;

@@ -22,5 +22,6 @@ pub mod istio;
 pub mod kapi;
 pub mod kube_source;
 pub mod leader;
+pub mod meta;
 pub mod objects;
 pub mod yaml;

@@ -5,68 +5,40 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// `metadata`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct Meta {
-    /// Name.
-    pub name: String,
-    /// Namespace (`default` when absent).
-    pub namespace: Option<String>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Annotations.
-    pub annotations: BTreeMap<String, String>,
-    /// `creationTimestamp` (RFC 3339, so it sorts as it reads; `null` in
-    /// manifests written by kubectl); istiod orders Gateways and other
-    /// configs by it.
-    pub creation_timestamp: Option<String>,
-    /// `generation` (status conditions report it as `observedGeneration`).
-    pub generation: Option<i64>,
-}
+use crate::meta::Meta;
 
-/// An object as written: its JSON text without `status`, for istiod's
-/// `/debug/configz` (which lists every config object in its Kubernetes
-/// form). `None` for objects istiod-rs made itself. Not part of the
-/// object's value: objects that read the same are equal however they were
-/// written (a `resourceVersion` bump alone changes nothing served).
-#[derive(Debug, Clone, Default)]
-pub struct Raw(pub Option<std::sync::Arc<str>>);
-
-impl PartialEq for Raw {
-    fn eq(&self, _: &Raw) -> bool {
-        true
-    }
-}
-
-impl Eq for Raw {}
-
-impl Raw {
-    /// Keeps `value` (a whole object), less its status.
-    pub fn of(value: &serde_json::Value) -> Raw {
-        let mut v = value.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("status");
-            if let Some(m) = o.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
-                // The API server's bookkeeping, which kubectl hides too.
-                m.remove("managedFields");
-            }
-        }
-        Raw(Some(v.to_string().into()))
-    }
-
-    /// The object, parsed again.
-    pub fn value(&self) -> Option<serde_json::Value> {
-        self.0.as_deref().and_then(|t| serde_json::from_str(t).ok())
-    }
-}
-
-impl Meta {
-    /// The namespace, `default` when absent (kubectl's rule).
-    pub fn ns(&self) -> &str {
-        self.namespace.as_deref().unwrap_or("default")
-    }
-}
+/// The kinds watched, in the order of the watcher's stores (`kube_source.rs`): (group, version, kind,
+/// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
+/// which may not be installed.
+pub const KINDS: [(&str, &str, &str, &str); 27] = [
+    ("", "v1", "Service", "services"),
+    ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+    ("", "v1", "Pod", "pods"),
+    ("", "v1", "Node", "nodes"),
+    ("", "v1", "Namespace", "namespaces"),
+    ("", "v1", "Secret", "secrets"),
+    ("networking.istio.io", "v1", "VirtualService", "virtualservices"),
+    ("networking.istio.io", "v1", "DestinationRule", "destinationrules"),
+    ("networking.istio.io", "v1", "Gateway", "gateways"),
+    ("networking.istio.io", "v1", "ServiceEntry", "serviceentries"),
+    ("networking.istio.io", "v1", "WorkloadEntry", "workloadentries"),
+    ("networking.istio.io", "v1", "Sidecar", "sidecars"),
+    ("security.istio.io", "v1", "PeerAuthentication", "peerauthentications"),
+    ("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies"),
+    ("security.istio.io", "v1", "RequestAuthentication", "requestauthentications"),
+    ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters"),
+    ("networking.istio.io", "v1", "WorkloadGroup", "workloadgroups"),
+    ("networking.istio.io", "v1beta1", "ProxyConfig", "proxyconfigs"),
+    ("telemetry.istio.io", "v1", "Telemetry", "telemetries"),
+    ("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
+    ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"),
+    ("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
+    ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
+    ("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes"),
+    ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
+    ("gateway.networking.k8s.io", "v1alpha2", "TCPRoute", "tcproutes"),
+    ("gateway.networking.k8s.io", "v1alpha2", "TLSRoute", "tlsroutes"),
+];
 
 /// A Service (core/v1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

@@ -61,7 +61,7 @@ fn load_examples_where(api: &FakeApi, keep: impl Fn(&str) -> bool) {
 
 /// Objects in a canonical order (sources differ in order only).
 fn canonical(mut o: Objects) -> Objects {
-    let k = |m: &istiod_kubewatch::objects::Meta| (m.ns().to_owned(), m.name.clone());
+    let k = |m: &istiod_kubewatch::meta::Meta| (m.ns().to_owned(), m.name.clone());
     o.services.sort_by_key(|x| k(&x.metadata));
     o.endpoint_slices.sort_by_key(|x| k(&x.metadata));
     o.pods.sort_by_key(|x| k(&x.metadata));

@@ -150,7 +150,7 @@ impl MeshInput {
     fn inbound_services(&self) -> u64 {
         let telemetry = crate::translate::telemetry::reads_services(&self.model);
         match self.model.mesh.jwks_fetch {
-            crate::translate::authn::JwksFetch::Istiod if !telemetry => 0,
+            crate::meshconfig::JwksFetch::Istiod if !telemetry => 0,
             _ => self.changes.latest(Dep::Services),
         }
     }
@@ -203,7 +203,7 @@ impl MeshInput {
     /// The mesh with the JWT key sets istiod fetched replaced: only the
     /// inbound listeners read them (jwt_authn); everything else is shared
     /// with `self`.
-    pub fn with_jwks(&self, jwks: Arc<crate::translate::authn::FetchedJwks>) -> MeshInput {
+    pub fn with_jwks(&self, jwks: Arc<crate::model::FetchedJwks>) -> MeshInput {
         let mut model = (*self.model).clone();
         model.jwks = jwks;
         let mut changes = self.changes.next();

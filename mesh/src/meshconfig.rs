@@ -33,7 +33,7 @@ pub struct MeshSettings {
     /// `enableAutoMtls` (true).
     pub enable_auto_mtls: bool,
     /// `PILOT_JWT_ENABLE_REMOTE_JWKS`: who fetches a `jwksUri`.
-    pub jwks_fetch: crate::translate::authn::JwksFetch,
+    pub jwks_fetch: crate::meshconfig::JwksFetch,
     /// `PILOT_SCOPE_GATEWAY_TO_NAMESPACE`.
     pub scope_gateway_to_namespace: bool,
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
@@ -171,7 +171,7 @@ impl Default for MeshSettings {
             trust_domain: "cluster.local".into(),
             outbound: OutboundPolicy::AllowAny,
             enable_auto_mtls: true,
-            jwks_fetch: crate::translate::authn::JwksFetch::Istiod,
+            jwks_fetch: crate::meshconfig::JwksFetch::Istiod,
             scope_gateway_to_namespace: false,
             route_collapse: true,
             xds_api_generator_auth: true,
@@ -452,6 +452,31 @@ impl MeshSettings {
             }
         }
         Ok(m)
+    }
+}
+
+/// Who fetches a `jwksUri`'s key set (`PILOT_JWT_ENABLE_REMOTE_JWKS`,
+/// pkg/jwt/jwt.go: `false`/`istiod` (the default), `true`/`hybrid`,
+/// `envoy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JwksFetch {
+    /// istiod fetches and inlines the key set.
+    #[default]
+    Istiod,
+    /// Envoy fetches when the URI's host is a mesh service, else istiod.
+    Hybrid,
+    /// Envoy fetches, through `outbound|<port>||<host>`.
+    Envoy,
+}
+
+impl JwksFetch {
+    /// Parses the variable's value as istiod does (anything else: istiod).
+    pub fn parse(v: &str) -> JwksFetch {
+        match v {
+            "hybrid" | "true" => JwksFetch::Hybrid,
+            "envoy" => JwksFetch::Envoy,
+            _ => JwksFetch::Istiod,
+        }
     }
 }
 

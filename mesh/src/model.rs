@@ -7,13 +7,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
-use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Meta, Objects, Pod, Service as KubeService, ServicePort};
+use istiod_kubewatch::meta::Meta;
+use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
 pub mod credentials;
 pub mod destination_rules;
 pub mod gateway;
 pub mod gateway_api;
+pub mod telemetry;
 mod update;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).
@@ -222,6 +224,15 @@ pub struct MeshStats {
     pub virtual_services: usize,
 }
 
+/// What istiod fetches a key set for: a rule's issuer and `jwksUri` (empty:
+/// found through the issuer's OpenID discovery document), istiod's
+/// `jwtKey`.
+pub type JwksKey = (String, String);
+
+/// Key sets istiod-rs fetched, by [`JwksKey`] (the control thread's
+/// resolver fills it; translation only reads it).
+pub type FetchedJwks = std::collections::BTreeMap<JwksKey, String>;
+
 /// The model.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Model {
@@ -264,7 +275,7 @@ pub struct Model {
     /// (`jwksUri` or OpenID discovery), as the control thread's resolver
     /// last had them.
     #[serde(skip)]
-    pub jwks: Arc<crate::translate::authn::FetchedJwks>,
+    pub jwks: Arc<crate::model::FetchedJwks>,
     /// Which gateways' service accounts may read their namespace's
     /// Secrets, as the API server last said (kept across rebuilds).
     #[serde(skip)]

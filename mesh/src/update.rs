@@ -23,7 +23,7 @@ pub fn build_with(
     objects: &Objects,
     domain: &str,
     settings: &Arc<crate::meshconfig::MeshSettings>,
-    jwks: &Arc<crate::translate::authn::FetchedJwks>,
+    jwks: &Arc<crate::model::FetchedJwks>,
 ) -> Arc<MeshInput> {
     let mut model = Model::build_in(objects, domain, settings.clone());
     model.jwks = jwks.clone();
@@ -47,7 +47,7 @@ pub fn update(
     changed: Option<&[ObjectRef]>,
     domain: &str,
     settings: &Arc<crate::meshconfig::MeshSettings>,
-    jwks: &Arc<crate::translate::authn::FetchedJwks>,
+    jwks: &Arc<crate::model::FetchedJwks>,
 ) -> (Arc<MeshInput>, bool) {
     let all = |kinds: &[&str]| changed.filter(|c| c.iter().all(|r| kinds.contains(&r.kind.as_str())));
     // The fast paths keep the previous model's key sets, which are `jwks`:

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::ConfigError;
-use super::duration;
+use istiod_kubewatch::duration;
 
 /// A source of environment variables.
 pub trait Env {
@@ -90,7 +90,7 @@ impl<'a> Vars<'a> {
     pub(crate) fn bool(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.raw(name) {
             None => Ok(default),
-            Some(v) => match parse_bool(&v) {
+            Some(v) => match crate::cli::parse_bool(&v) {
                 Some(b) => Ok(b),
                 None => self.defaulted(
                     ConfigError::Env {
@@ -133,15 +133,5 @@ impl<'a> Vars<'a> {
                     .defaulted(ConfigError::Env { name, value: v, reason: "expected a finite number".into() }, default),
             },
         }
-    }
-}
-
-/// Go's `strconv.ParseBool`, which istiod's `env` package uses: exactly
-/// these spellings, nothing else (`yes`, `on` are errors).
-pub(crate) fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
     }
 }

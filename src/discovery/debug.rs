@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use istiod_xds::ads::{DebugQuery, Publisher};
 use serde_json::{Value, json};
 
+use super::debugz::Connected;
 use super::sources::State;
 use crate::control::http::{Request, Response};
 
@@ -362,14 +363,6 @@ pub(super) async fn config_dump(
         return Some(Default::default());
     }
     Some(istiod_mesh::config_dump::build(&answer, include_eds, &kinds))
-}
-
-/// A connected proxy: `pod.namespace`, its addresses, whether it is a
-/// sidecar.
-pub(super) struct Connected {
-    pub(super) name: String,
-    pub(super) addresses: Vec<String>,
-    pub(super) sidecar: bool,
 }
 
 /// The connected proxies (every core's).

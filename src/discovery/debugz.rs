@@ -12,6 +12,14 @@ use serde_json::{Map, Value, json};
 use istiod_mesh::model::{Health, Model, Resolution, Service};
 use istiod_mesh::node::ProxyClass;
 
+/// A connected proxy: `pod.namespace`, its addresses, whether it is a
+/// sidecar.
+pub(super) struct Connected {
+    pub(super) name: String,
+    pub(super) addresses: Vec<String>,
+    pub(super) sidecar: bool,
+}
+
 /// The object's spec as written (its Kubernetes JSON's `spec`).
 fn spec(o: &IstioObject) -> Value {
     o.raw.value().and_then(|mut v| v.get_mut("spec").map(Value::take)).unwrap_or(Value::Null)
@@ -62,7 +70,7 @@ pub(super) fn telemetryz(model: &Model) -> Value {
 /// metrics, access logging and tracing parts, as `computedTelemetries`
 /// marshals them.
 pub(super) fn telemetryz_for(model: &Model, class: &ProxyClass) -> Value {
-    let specs = istiod_mesh::translate::telemetry::applicable(model, &class.namespace, Some(&class.labels));
+    let specs = istiod_mesh::model::telemetry::applicable(model, &class.namespace, Some(&class.labels));
     let part = |key: &str| -> Vec<Value> {
         specs.iter().flat_map(|s| s[key].as_array().cloned().unwrap_or_default()).collect()
     };
@@ -181,9 +189,9 @@ pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
 /// `/debug/instancesz`: istiod's map of proxy id to its `ServiceTarget`s
 /// (`pilot/pkg/model/service.go`): the service ports whose endpoints are
 /// the proxy's addresses, each with the service and the target port.
-pub(super) fn instancesz(model: &Model, proxies: &[super::debug::Connected]) -> Value {
+pub(super) fn instancesz(model: &Model, proxies: &[Connected]) -> Value {
     let mut out = Map::new();
-    for super::debug::Connected { name: id, addresses, .. } in proxies {
+    for Connected { name: id, addresses, .. } in proxies {
         let mut targets = Vec::new();
         for s in model.services.values() {
             for e in s.endpoints.iter().filter(|e| addresses.contains(&e.address)) {
@@ -237,10 +245,7 @@ pub(super) struct Status {
 /// and from the connected proxies:
 /// - `pilot_no_ip`: sidecars no service's endpoint names
 ///   (`GetProxyServiceTargets`).
-pub(super) fn proxy_status(
-    model: &Model,
-    proxies: &[super::debug::Connected],
-) -> BTreeMap<&'static str, BTreeMap<String, Status>> {
+pub(super) fn proxy_status(model: &Model, proxies: &[Connected]) -> BTreeMap<&'static str, BTreeMap<String, Status>> {
     let mut out: BTreeMap<&'static str, BTreeMap<String, Status>> = BTreeMap::new();
     let mut add = |metric: &'static str, key: String, proxy: &str, message: String| {
         out.entry(metric).or_default().insert(key, Status { proxy: proxy.to_owned(), message });
@@ -315,7 +320,7 @@ pub(super) fn proxy_status(
 
 /// `/debug/push_status`: [`proxy_status`] as `StatusJSON` writes it, each
 /// entry's `proxy` and `message` left out when empty.
-pub(super) fn push_status(model: &Model, proxies: &[super::debug::Connected]) -> Value {
+pub(super) fn push_status(model: &Model, proxies: &[Connected]) -> Value {
     let status = proxy_status(model, proxies);
     json!(
         status
@@ -555,11 +560,8 @@ mod tests {
         let eps = shard["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap();
         assert!(!eps.is_empty(), "{host}: {shard}");
         let ip = eps[0]["Addresses"][0].as_str().unwrap().to_owned();
-        let connected = |name: &str, ip: &str| super::super::debug::Connected {
-            name: name.into(),
-            addresses: vec![ip.into()],
-            sidecar: true,
-        };
+        let connected =
+            |name: &str, ip: &str| super::Connected { name: name.into(), addresses: vec![ip.into()], sidecar: true };
         let inst = instancesz(&m, &[connected("p.bookinfo", &ip)]);
         assert!(!inst["p.bookinfo"].as_array().unwrap().is_empty(), "{inst}");
         assert_eq!(instancesz(&m, &[connected("q.x", "192.0.2.1")])["q.x"], json!([]));

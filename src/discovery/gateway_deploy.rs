@@ -59,7 +59,7 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super
         .iter()
         .filter_map(|n| n.metadata.labels.get("istio.io/rev").map(|r| (n.metadata.name.as_str(), r.as_str())))
         .collect();
-    let mine = |meta: &istiod_kubewatch::objects::Meta| {
+    let mine = |meta: &istiod_kubewatch::meta::Meta| {
         let selected = meta.labels.get("istio.io/rev").map(String::as_str).or_else(|| ns_rev.get(meta.ns()).copied());
         tags.is_mine(selected.unwrap_or_default())
     };

@@ -21,7 +21,7 @@ use istiod_ca::jwks::Fetcher;
 use tokio::sync::mpsc;
 
 use super::sources::{State, Tx};
-use istiod_mesh::translate::authn::{FetchedJwks, JwksKey};
+use istiod_mesh::model::{FetchedJwks, JwksKey};
 
 /// istiod's `JwtPubKeyRefreshIntervalOnFailure`, doubled after each failed
 /// round up to `JwtPubKeyRefreshIntervalOnFailureResetThreshold`.

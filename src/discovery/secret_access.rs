@@ -219,7 +219,7 @@ mod tests {
             });
             let mut objs = istiod_kubewatch::objects::Objects::default();
             let secret = istiod_kubewatch::objects::Secret {
-                metadata: istiod_kubewatch::objects::Meta {
+                metadata: istiod_kubewatch::meta::Meta {
                     name: "cert".into(),
                     namespace: Some("edge".into()),
                     ..Default::default()

@@ -42,10 +42,9 @@ pub(super) struct State {
     pub(super) rebuild: bool,
     /// The JWT key sets the resolver has (`jwks.rs`); every model built
     /// carries them.
-    pub(super) jwks: Arc<istiod_mesh::translate::authn::FetchedJwks>,
+    pub(super) jwks: Arc<istiod_mesh::model::FetchedJwks>,
     /// Tells the resolver which key sets the newest model wants.
-    pub(super) jwks_wanted:
-        Option<mpsc::UnboundedSender<std::collections::BTreeSet<istiod_mesh::translate::authn::JwksKey>>>,
+    pub(super) jwks_wanted: Option<mpsc::UnboundedSender<std::collections::BTreeSet<istiod_mesh::model::JwksKey>>>,
     /// Which gateways may read Secrets, as the API server said
     /// (`secret_access.rs`); every model built carries it.
     pub(super) secret_access: Arc<istiod_mesh::model::credentials::SecretAccess>,

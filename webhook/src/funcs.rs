@@ -150,7 +150,7 @@ fn proto_to_json(a: &mut [Value]) -> Result<Value, String> {
     let serde_json::Value::Object(mut m) = to_go_json(v) else {
         return Ok(Value::Str("{}".into()));
     };
-    let defaults = super::inject::default_proxy_config();
+    let defaults = crate::proxy_config::defaults();
     m.retain(|k, v| defaults.get(k) != Some(v));
     if m.get("interceptionMode").and_then(serde_json::Value::as_str) == Some("REDIRECT") {
         m.remove("interceptionMode");

@@ -12,7 +12,6 @@
 
 pub mod gateway;
 pub mod post;
-pub mod proxy_config;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +22,7 @@ use serde_json::{Map, Value as Json, json};
 
 use super::gotmpl::{Template, Value};
 use super::{funcs, jsonpatch, smp};
+use crate::proxy_config;
 use istiod_mesh::meshconfig::LabelSelector;
 
 /// The status annotation istiod writes on an injected pod.
@@ -69,9 +69,9 @@ impl MeshInputs {
             serde_yaml_ng::from_str(yaml).map_err(|e| format!("mesh config: {e}"))?
         };
         let raw = if raw.is_null() { json!({}) } else { raw };
-        let mut default_config = default_proxy_config();
+        let mut default_config = proxy_config::defaults();
         if let Some(d) = raw.get("defaultConfig").and_then(Json::as_object) {
-            overlay_proxy_config(&mut default_config, d);
+            proxy_config::overlay(&mut default_config, d);
         }
         let port = |k: &str, d: u16| raw.get(k).and_then(Json::as_u64).map_or(d, |p| p as u16);
         Ok(MeshInputs {
@@ -82,40 +82,6 @@ impl MeshInputs {
             trust_domain: raw.get("trustDomain").and_then(Json::as_str).unwrap_or("cluster.local").to_owned(),
             extension_providers: raw.get("extensionProviders").cloned().unwrap_or(json!([])),
         })
-    }
-}
-
-/// istiod's `mesh.DefaultProxyConfig()` in proto JSON.
-pub fn default_proxy_config() -> Map<String, Json> {
-    let Json::Object(m) = json!({
-        "configPath": "./etc/istio/proxy",
-        "binaryPath": "/usr/local/bin/envoy",
-        "serviceCluster": "istio-proxy",
-        "drainDuration": "45s",
-        "terminationDrainDuration": "5s",
-        "proxyAdminPort": 15000,
-        "controlPlaneAuthPolicy": "MUTUAL_TLS",
-        "discoveryAddress": "istiod.istio-system.svc:15012",
-        "statNameLength": 189,
-        "statusPort": 15020,
-    }) else {
-        unreachable!()
-    };
-    m
-}
-
-/// Lays `over` on `pc` as istiod's `ApplyYAML` + `MergeProxyConfig` do:
-/// fields given replace, `proxyMetadata` merges key by key.
-pub fn overlay_proxy_config(pc: &mut Map<String, Json>, over: &Map<String, Json>) {
-    for (k, v) in over {
-        match (k.as_str(), pc.get_mut(k), v) {
-            ("proxyMetadata", Some(Json::Object(old)), Json::Object(new)) => {
-                old.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-            _ => {
-                pc.insert(k.clone(), v.clone());
-            }
-        }
     }
 }
 
@@ -595,7 +561,7 @@ fn proxy_config(
     let root = crs.root_namespace.as_str();
     let level = |ns: &str, pc: &mut Map<String, Json>| {
         for r in crs.items.iter().filter(|r| r.namespace == ns && r.selector.is_none()) {
-            overlay_proxy_config(pc, &r.config);
+            proxy_config::overlay(pc, &r.config);
         }
     };
     if !root.is_empty() {
@@ -608,7 +574,7 @@ fn proxy_config(
     if let Some(a) = annotations.get("proxy.istio.io/config") {
         let over: Json = istiod_kubewatch::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         match over {
-            Json::Object(m) => overlay_proxy_config(&mut workload, &m),
+            Json::Object(m) => proxy_config::overlay(&mut workload, &m),
             Json::Null => {}
             _ => return Err("proxy.istio.io/config: not a map".into()),
         }
@@ -617,10 +583,10 @@ fn proxy_config(
         if let Some(sel) = &r.selector
             && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
         {
-            overlay_proxy_config(&mut workload, &r.config);
+            proxy_config::overlay(&mut workload, &r.config);
         }
     }
-    overlay_proxy_config(&mut pc, &workload);
+    proxy_config::overlay(&mut pc, &workload);
     Ok(pc)
 }
 

@@ -14,8 +14,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub use status::{Code, Status, percent_encode};
 
+use crate::h2::violations::{self, Violation};
 use crate::h2::{Connection, Event, Limits, Reason, Request, SendError, hpack};
-use crate::metrics::{self, Violation};
 
 /// Limits of the gRPC layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -256,7 +256,7 @@ impl GrpcConnection {
             let len = u32::from_be_bytes([call.buf[1], call.buf[2], call.buf[3], call.buf[4]]) as usize;
             let error = match flag {
                 0 if len > self.limits.max_recv_message => {
-                    metrics::count(Violation::MessageTooLarge);
+                    violations::count(Violation::MessageTooLarge);
                     Some(Status::new(
                         Code::ResourceExhausted,
                         format!("grpc: received message larger than max ({len} vs. {})", self.limits.max_recv_message),
@@ -276,7 +276,7 @@ impl GrpcConnection {
             }
             if call.buf.len() < 5 + len {
                 if self.buffered > self.limits.max_buffered {
-                    metrics::count(Violation::ReceiveBufferFull);
+                    violations::count(Violation::ReceiveBufferFull);
                     let status =
                         Status::new(Code::ResourceExhausted, "too many bytes of partial messages on this connection");
                     self.finish(id, &status);
@@ -326,7 +326,7 @@ impl GrpcConnection {
     /// first if they have not.
     pub fn send(&mut self, id: u32, msg: Bytes) -> Result<(), SendError> {
         if !self.has_room() {
-            metrics::count(Violation::SendQueueFull);
+            violations::count(Violation::SendQueueFull);
             self.blocked = true;
             return Err(SendError::QueueFull);
         }
@@ -337,7 +337,7 @@ impl GrpcConnection {
     /// [`Self::has_room`] before building it (and so built nothing it
     /// cannot send). Up to the send limit, the message is queued whatever
     /// its size.
-    pub fn send_admitted(&mut self, id: u32, msg: impl Into<crate::ads::wire::Chain>) -> Result<(), SendError> {
+    pub fn send_admitted(&mut self, id: u32, msg: impl Into<Chain>) -> Result<(), SendError> {
         let msg = msg.into();
         let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if call.finished {
@@ -419,7 +419,7 @@ impl GrpcConnection {
             let sent = c.enqueued.saturating_sub(self.h2.stream_queued(*id).unwrap_or(0) as u64);
             while c.sends.front().is_some_and(|(end, _)| *end <= sent) {
                 if let Some((_, at)) = c.sends.pop_front() {
-                    metrics::SEND_TIME.record(now.saturating_duration_since(at));
+                    crate::metrics::SEND_TIME.record(now.saturating_duration_since(at));
                 }
             }
         }
@@ -510,6 +510,43 @@ impl<M: Copy> Router<M> {
 impl<M: Copy> Default for Router<M> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// An encoded message in pieces: the resources' bytes are the cache's own
+/// (shared by every connection a push goes to, refcounted, never copied);
+/// only the few bytes around them (field tags, lengths, nonce, names) are
+/// this response's. The h2 layer queues the pieces as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chain(pub Vec<Bytes>);
+
+impl Chain {
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    /// Empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The message in one piece (a copy: tests, debugging).
+    pub fn to_bytes(&self) -> Bytes {
+        if let [one] = self.0.as_slice() {
+            return one.clone();
+        }
+        let mut b = BytesMut::with_capacity(self.len());
+        for p in &self.0 {
+            b.extend_from_slice(p);
+        }
+        b.freeze()
+    }
+}
+
+impl From<Bytes> for Chain {
+    fn from(b: Bytes) -> Chain {
+        Chain(vec![b])
     }
 }
 

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod out;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod violations;
 
 pub use conn::{Connection, Event, Request, SendError};
 pub use error::{Error, Reason};

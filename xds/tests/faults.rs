@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use istiod_xds::h2::frame::{self, Frame, Head, encode};
+use istiod_xds::h2::violations::{self, Violation};
 use istiod_xds::h2::{Limits, Reason, hpack};
-use istiod_xds::metrics::{self, Violation};
 
 /// A raw HTTP/2 client on a blocking socket.
 struct Raw {
@@ -135,12 +135,12 @@ fn floods_get_enhance_your_calm_and_others_are_unaffected() {
         }),
     ];
     for (name, bytes) in floods {
-        let before = metrics::get(Violation::ConnectionError);
+        let before = violations::get(Violation::ConnectionError);
         let mut c = Raw::connect(addr);
         c.send(&bytes);
         c.expect_goaway(Reason::EnhanceYourCalm);
         healthy_call(addr);
-        assert!(metrics::get(Violation::ConnectionError) > before, "{name} counted");
+        assert!(violations::get(Violation::ConnectionError) > before, "{name} counted");
     }
     server.shutdown();
 }
@@ -179,7 +179,7 @@ fn a_client_that_never_reads_is_cut_off_with_bounded_memory() {
     let limits = Limits { send_timeout: Duration::from_secs(1), max_queued_bytes: 2 << 20, ..Limits::default() };
     let server = echo::start(1, limits, None);
     let addr = server.addrs()[0];
-    let before = metrics::get(Violation::SendTimeout);
+    let before = violations::get(Violation::SendTimeout);
     // Ask for 1 GiB and never read; open the windows wide so only TCP
     // backpressure and the queue cap hold the server back.
     let mut c = Raw::connect(addr);
@@ -198,10 +198,10 @@ fn a_client_that_never_reads_is_cut_off_with_bounded_memory() {
     healthy_call(addr);
     assert!(t0.elapsed() < Duration::from_secs(1), "a stuck peer must not delay others");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while metrics::get(Violation::SendTimeout) == before && Instant::now() < deadline {
+    while violations::get(Violation::SendTimeout) == before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(metrics::get(Violation::SendTimeout) > before, "server gave up on the stuck peer");
+    assert!(violations::get(Violation::SendTimeout) > before, "server gave up on the stuck peer");
     // The server closed it: reading now drains what was in flight and ends.
     let mut sink = vec![0u8; 1 << 20];
     let mut total = 0usize;

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Error as _, Unexpected, Visitor};
 use serde_yaml_ng::{Mapping, Number, Value};
 
-use super::validate::FieldError;
+use super::field::FieldError;
 
 /// Deserializes `value` (found at `path`), or gives `T::default()` when the
 /// field is absent.

@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::validate::FieldError;
+use super::field::FieldError;
 
 /// A kept spec, as written.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -822,6 +822,18 @@ static UNICODE_CLASSES: &[&str] = &[
     "Z", "Zanabazarsquare", "Zl", "Zp", "Zs",
 ];
 
+/// `regexp.QuoteMeta`: `s` matched literally in an RE2 pattern.
+pub fn quote_meta(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

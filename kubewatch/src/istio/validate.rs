@@ -3,7 +3,6 @@
 //! validation webhook. Every problem names its field.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::net::IpAddr;
 
 use super::IstioSpec;
@@ -13,42 +12,9 @@ use super::networking::{
 };
 use super::security::{Action, AuthorizationPolicy, PeerAuthentication, RequestAuthentication};
 use crate::duration;
-use crate::objects::Meta;
+use crate::meta::Meta;
 
-/// A problem with one field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {message}")]
-pub struct FieldError {
-    /// `spec.http[0].route[1].weight` style.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl FieldError {
-    /// An error at `path`.
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { path: path.into(), message: message.into() }
-    }
-}
-
-/// Every problem of one document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldErrors(pub Vec<FieldError>);
-
-impl fmt::Display for FieldErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{e}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for FieldErrors {}
+use super::field::FieldError;
 
 struct V {
     errors: Vec<FieldError>,

@@ -11,7 +11,8 @@ use istiod_proto::envoy::config::route::v3 as route;
 
 use super::*;
 use crate::model::Protocol;
-use crate::translate::inbound::{InboundPort, mtls_mode, service_mtls_mode};
+use crate::translate::authn::{mtls_mode, service_mtls_mode};
+use crate::translate::inbound::InboundPort;
 
 fn bookinfo() -> Arc<Model> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");

@@ -168,13 +168,14 @@ pub fn select<'a>(
     out
 }
 
+/// The annotation istiod sets on a Gateway it translated from the Gateway
+/// API: the Services that implement it, comma-separated.
+pub const GATEWAY_SERVICE: &str = "internal.istio.io/gateway-service";
+
 /// The Services of a Gateway translated from the Gateway API (its
-/// `internal.istio.io/gateway-service` annotation), if it is one.
+/// [`GATEWAY_SERVICE`] annotation), if it is one.
 pub fn gateway_services(o: &IstioObject) -> Option<Vec<&str>> {
-    o.meta
-        .annotations
-        .get(super::gateway_api::GATEWAY_SERVICE)
-        .map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
+    o.meta.annotations.get(GATEWAY_SERVICE).map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
 }
 
 /// `addPlainTextServer`: a plaintext server as a key of its own on a port

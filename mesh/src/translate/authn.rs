@@ -10,44 +10,20 @@
 
 use crate::node::ProxyClass;
 use istiod_kubewatch::istio::IstioSpec;
-use istiod_kubewatch::istio::security::JwtRule;
+use istiod_kubewatch::istio::security::{JwtRule, MtlsMode};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::jwt_authn::v3 as jwt;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost_types::Duration;
 
-use crate::model::Model;
+use crate::meshconfig::JwksFetch;
+use crate::model::{JwksKey, Model};
 
 /// The filter's name; RBAC's metadata matchers name it too.
 pub const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 /// Where the filter puts a verified token's payload in its metadata.
 pub const PAYLOAD: &str = "payload";
-
-/// Who fetches a `jwksUri`'s key set (`PILOT_JWT_ENABLE_REMOTE_JWKS`,
-/// pkg/jwt/jwt.go: `false`/`istiod` (the default), `true`/`hybrid`,
-/// `envoy`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum JwksFetch {
-    /// istiod fetches and inlines the key set.
-    #[default]
-    Istiod,
-    /// Envoy fetches when the URI's host is a mesh service, else istiod.
-    Hybrid,
-    /// Envoy fetches, through `outbound|<port>||<host>`.
-    Envoy,
-}
-
-impl JwksFetch {
-    /// Parses the variable's value as istiod does (anything else: istiod).
-    pub fn parse(v: &str) -> JwksFetch {
-        match v {
-            "hybrid" | "true" => JwksFetch::Hybrid,
-            "envoy" => JwksFetch::Envoy,
-            _ => JwksFetch::Istiod,
-        }
-    }
-}
 
 /// A key set no token verifies against: an RSA public key whose private key
 /// was discarded. istiod serves this very text (`model.PublicOnlyJwks`,
@@ -62,15 +38,6 @@ pub const PUBLIC_ONLY_JWKS: &str = r#"{
     }
   ]
 }"#;
-
-/// What istiod fetches a key set for: a rule's issuer and `jwksUri` (empty:
-/// found through the issuer's OpenID discovery document), istiod's
-/// `jwtKey`.
-pub type JwksKey = (String, String);
-
-/// Key sets istiod-rs fetched, by [`JwksKey`] (the control thread's
-/// resolver fills it; translation only reads it).
-pub type FetchedJwks = std::collections::BTreeMap<JwksKey, String>;
 
 /// The key sets translation wants istiod to fetch: rules without inline
 /// keys whose keys istiod (not Envoy) fetches in `model`'s mode.
@@ -116,7 +83,7 @@ pub fn jwt_rules(model: &Model, class: &ProxyClass) -> Vec<JwtRule> {
         let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
         let selector = ra.selector.as_ref().map(|s| &s.match_labels);
         let targeted = ra.target_ref.is_some() || !ra.target_refs.is_empty();
-        let selected = super::authz::policy_applies(model, class, o.meta.ns(), selector, targeted);
+        let selected = super::scope::policy_applies(model, class, o.meta.ns(), selector, targeted);
         if selected {
             rules.extend(ra.jwt_rules.iter().cloned());
         }
@@ -272,6 +239,74 @@ pub fn jwt_filter(model: &Model, class: &ProxyClass) -> Option<hcm::HttpFilter> 
         ..Default::default()
     };
     Some(super::envoy::http_filter(JWT_FILTER, &config))
+}
+
+/// The mTLS mode a service's workloads accept on `port`, as far as it can
+/// be known without looking at each workload (istiod's
+/// `BestEffortInferServiceMTLSMode`): unknown (`None`) when some
+/// workload-level PeerAuthentication exists in the service's namespace,
+/// else the namespace's or the mesh's mode. Auto mTLS sends plaintext to a
+/// service known to be DISABLE.
+pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) -> Option<MtlsMode> {
+    let workload_level = model.security.iter().any(|o| {
+        matches!(&o.spec, IstioSpec::PeerAuthentication(pa)
+            if o.meta.ns() == svc.namespace && pa.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty()))
+    });
+    if workload_level {
+        return None;
+    }
+    let class = ProxyClass {
+        node_type: crate::node::NodeType::Sidecar,
+        namespace: svc.namespace.as_str().into(),
+        generator: "".into(),
+        labels: Vec::new(),
+        locality: "".into(),
+        verified: false,
+        service_account: "".into(),
+        mesh_id: "".into(),
+        cluster_id: "".into(),
+    };
+    Some(mtls_mode(model, &class, port))
+}
+
+/// The mTLS mode of `port` for a workload: the workload's own
+/// PeerAuthentication (port-level first), else its namespace's, else the
+/// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET
+/// inherits from the level above).
+pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
+    let mut workload = None;
+    let mut namespace = None;
+    let mut mesh = None;
+    for o in model.security.iter() {
+        let IstioSpec::PeerAuthentication(pa) = &o.spec else { continue };
+        let sel = pa.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty());
+        match sel {
+            Some(sel) if o.meta.ns() == &*class.namespace && crate::model::has_labels(&class.labels, sel) => {
+                workload.get_or_insert(pa);
+            }
+            None if o.meta.ns() == &*class.namespace => {
+                namespace.get_or_insert(pa);
+            }
+            None if o.meta.ns() == model.mesh.root_namespace => {
+                mesh.get_or_insert(pa);
+            }
+            _ => {}
+        }
+    }
+    if let Some(mode) = workload
+        .and_then(|pa| pa.port_level_mtls.as_ref())
+        .and_then(|ports| ports.get(&u32::from(port)))
+        .map(|m| m.mode)
+        .filter(|m| *m != MtlsMode::Unset)
+    {
+        return mode;
+    }
+    [workload, namespace, mesh]
+        .into_iter()
+        .flatten()
+        .filter_map(|pa| pa.mtls.as_ref().map(|m| m.mode))
+        .find(|m| *m != MtlsMode::Unset)
+        .unwrap_or(MtlsMode::Permissive)
 }
 
 #[cfg(test)]

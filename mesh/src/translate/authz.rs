@@ -590,32 +590,13 @@ fn rule(r: &Rule, ns: &str, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Prin
     (perms, ids, http, skip)
 }
 
-/// Whether a workload policy of namespace `ns` applies to `class`, as
-/// istiod's `getConfigsForWorkload` decides for AuthorizationPolicy and
-/// RequestAuthentication alike: of the workload's namespace or the root
-/// namespace; with a selector, when it matches the workload's labels;
-/// without, when it is not attached to a resource (`targetRef(s)`).
-pub(crate) fn policy_applies(
-    model: &Model,
-    class: &ProxyClass,
-    ns: &str,
-    selector: Option<&BTreeMap<String, String>>,
-    targeted: bool,
-) -> bool {
-    (ns == &*class.namespace || ns == model.mesh.root_namespace)
-        && match selector.filter(|m| !m.is_empty()) {
-            Some(sel) => crate::model::has_labels(&class.labels, sel),
-            None => !targeted,
-        }
-}
-
 fn applies(model: &Model, class: &ProxyClass) -> Vec<(String, String, AuthorizationPolicy)> {
     let mut out = Vec::new();
     for o in model.security.iter() {
         let IstioSpec::AuthorizationPolicy(ap) = &o.spec else { continue };
         let selector = ap.selector.as_ref().map(|s| &s.match_labels);
         let targeted = ap.target_ref.is_some() || !ap.target_refs.is_empty();
-        if policy_applies(model, class, o.meta.ns(), selector, targeted) {
+        if super::scope::policy_applies(model, class, o.meta.ns(), selector, targeted) {
             out.push((o.meta.ns().to_owned(), o.meta.name.clone(), ap.clone()));
         }
     }

@@ -93,7 +93,7 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
             // Auto mTLS, unless the service's workloads are known to refuse it.
             let auto_mtls = model.mesh.enable_auto_mtls
                 && !svc.mesh_external
-                && crate::translate::inbound::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
+                && super::authn::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
                 && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
             let plain = std::iter::once(("", None));
             for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {

@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::node::{NodeType, ProxyClass};
-use istiod_kubewatch::istio::IstioSpec;
+use crate::node::ProxyClass;
 use istiod_kubewatch::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
@@ -48,74 +47,6 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
     !selector.is_empty() && crate::model::has_labels(labels, selector)
 }
 
-/// The mTLS mode a service's workloads accept on `port`, as far as it can
-/// be known without looking at each workload (istiod's
-/// `BestEffortInferServiceMTLSMode`): unknown (`None`) when some
-/// workload-level PeerAuthentication exists in the service's namespace,
-/// else the namespace's or the mesh's mode. Auto mTLS sends plaintext to a
-/// service known to be DISABLE.
-pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) -> Option<MtlsMode> {
-    let workload_level = model.security.iter().any(|o| {
-        matches!(&o.spec, IstioSpec::PeerAuthentication(pa)
-            if o.meta.ns() == svc.namespace && pa.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty()))
-    });
-    if workload_level {
-        return None;
-    }
-    let class = ProxyClass {
-        node_type: NodeType::Sidecar,
-        namespace: svc.namespace.as_str().into(),
-        generator: "".into(),
-        labels: Vec::new(),
-        locality: "".into(),
-        verified: false,
-        service_account: "".into(),
-        mesh_id: "".into(),
-        cluster_id: "".into(),
-    };
-    Some(mtls_mode(model, &class, port))
-}
-
-/// The mTLS mode of `port` for a workload: the workload's own
-/// PeerAuthentication (port-level first), else its namespace's, else the
-/// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET
-/// inherits from the level above).
-pub fn mtls_mode(model: &Model, class: &ProxyClass, port: u16) -> MtlsMode {
-    let mut workload = None;
-    let mut namespace = None;
-    let mut mesh = None;
-    for o in model.security.iter() {
-        let IstioSpec::PeerAuthentication(pa) = &o.spec else { continue };
-        let sel = pa.selector.as_ref().map(|s| &s.match_labels).filter(|m| !m.is_empty());
-        match sel {
-            Some(sel) if o.meta.ns() == &*class.namespace && selects(sel, &class.labels) => {
-                workload.get_or_insert(pa);
-            }
-            None if o.meta.ns() == &*class.namespace => {
-                namespace.get_or_insert(pa);
-            }
-            None if o.meta.ns() == model.mesh.root_namespace => {
-                mesh.get_or_insert(pa);
-            }
-            _ => {}
-        }
-    }
-    if let Some(mode) = workload
-        .and_then(|pa| pa.port_level_mtls.as_ref())
-        .and_then(|ports| ports.get(&u32::from(port)))
-        .map(|m| m.mode)
-        .filter(|m| *m != MtlsMode::Unset)
-    {
-        return mode;
-    }
-    [workload, namespace, mesh]
-        .into_iter()
-        .flatten()
-        .filter_map(|pa| pa.mtls.as_ref().map(|m| m.mode))
-        .find(|m| *m != MtlsMode::Unset)
-        .unwrap_or(MtlsMode::Permissive)
-}
-
 /// The workload's inbound ports: target ports of the services in its
 /// namespace whose selector matches its labels.
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
@@ -137,7 +68,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
             ports.entry(target).or_insert(InboundPort {
                 port: target,
                 protocol: p.protocol,
-                mtls: mtls_mode(model, class, target),
+                mtls: super::authn::mtls_mode(model, class, target),
             });
         }
     }
@@ -334,7 +265,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     // inbound passthrough chains carry the TCP authz filters).
     let passthrough = tcp_filters(&policies, "InboundPassthroughCluster", "InboundPassthroughCluster");
     // Ports no service names follow the workload-wide mode.
-    let mode = mtls_mode(model, class, 0);
+    let mode = super::authn::mtls_mode(model, class, 0);
     filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));
     let lf = |name: &str, a: Any| ListenerFilter {
         name: name.into(),

@@ -19,7 +19,6 @@ use crate::meshconfig::OutboundPolicy;
 use crate::model::{Model, Service};
 
 mod http;
-pub(crate) use http::regex_quote;
 
 use http::{hash_policy, vs_routes};
 

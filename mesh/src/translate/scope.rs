@@ -209,5 +209,24 @@ fn egress_host_matches(entry: &str, proxy_ns: &str, svc: &Service) -> bool {
         }
 }
 
+/// Whether a workload policy of namespace `ns` applies to `class`, as
+/// istiod's `getConfigsForWorkload` decides for AuthorizationPolicy and
+/// RequestAuthentication alike: of the workload's namespace or the root
+/// namespace; with a selector, when it matches the workload's labels;
+/// without, when it is not attached to a resource (`targetRef(s)`).
+pub fn policy_applies(
+    model: &Model,
+    class: &ProxyClass,
+    ns: &str,
+    selector: Option<&std::collections::BTreeMap<String, String>>,
+    targeted: bool,
+) -> bool {
+    (ns == &*class.namespace || ns == model.mesh.root_namespace)
+        && match selector.filter(|m| !m.is_empty()) {
+            Some(sel) => crate::model::has_labels(&class.labels, sel),
+            None => !targeted,
+        }
+}
+
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::cluster::v3 as cluster;
 use istiod_proto::envoy::config::listener::v3::{Filter, filter};
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
@@ -27,6 +26,7 @@ use serde_json::Value;
 
 use super::envoy::{any, http_filter};
 use crate::model::Model;
+use crate::model::telemetry::{applicable, lookup_cluster, spec};
 
 /// Istio's metadata exchange filters (HTTP, network, upstream).
 pub const MX_FILTER: &str = "istio.metadata_exchange";
@@ -312,51 +312,6 @@ pub struct Metrics {
 
 /// A Telemetry's `selector.matchLabels` (`None`: namespace-wide, as an
 /// empty selector is in istiod).
-fn selector(spec: &Value) -> Option<BTreeMap<String, String>> {
-    let labels = spec.pointer("/selector/matchLabels")?.as_object()?;
-    let labels: BTreeMap<String, String> =
-        labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect();
-    (!labels.is_empty()).then_some(labels)
-}
-
-fn has_target_refs(spec: &Value) -> bool {
-    spec.get("targetRef").is_some_and(|v| !v.is_null())
-        || spec.get("targetRefs").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
-}
-
-fn spec(o: &IstioObject) -> Option<&Value> {
-    match &o.spec {
-        IstioSpec::Ext(istiod_kubewatch::istio::IstioKind::Telemetry, s) => Some(&s.0),
-        _ => None,
-    }
-}
-
-/// istiod's `applicableTelemetries` for a sidecar in `namespace` with
-/// `labels` (`None`: the namespace-wide ones only): the root namespace's
-/// namespace-wide Telemetry (the oldest), then the proxy namespace's, then
-/// every one of that namespace whose selector matches, oldest first.
-/// Telemetries with `targetRef(s)` apply to waypoints and gateways, not
-/// sidecars (`ShouldAttachPolicy`).
-pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Arc<str>, Arc<str>)]>) -> Vec<&'a Value> {
-    let root = model.mesh.root_namespace.as_str();
-    let of_ns = |ns: &'a str| {
-        model.telemetries.iter().filter(move |o| o.meta.ns() == ns).filter_map(spec).filter(|s| !has_target_refs(s))
-    };
-    let wide = |ns: &'a str| of_ns(ns).find(|s| selector(s).is_none());
-    let mut out: Vec<&Value> = Vec::new();
-    if namespace != root {
-        out.extend(wide(root));
-    }
-    out.extend(wide(namespace));
-    if let Some(labels) = labels {
-        out.extend(of_ns(namespace).filter(|s| {
-            selector(s).is_some_and(|sel| {
-                sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k && &**lv == v.as_str()))
-            })
-        }));
-    }
-    out
-}
 
 /// istiod's metric names by the Telemetry API's (`metricToPrometheusMetric`),
 /// in the order istiod writes overrides (by the API name).
@@ -612,22 +567,6 @@ pub fn reads_services(model: &Model) -> bool {
     !mesh.default_tracing_providers.is_empty()
         || mesh.default_access_log_providers.iter().any(collector)
         || model.telemetries.iter().filter_map(spec).any(|s| s["tracing"].is_array() || s["accessLogging"].is_array())
-}
-
-/// An extension provider's service (a tracer's or access log's
-/// collector) as istiod's `LookupCluster` finds it:
-/// `namespace/host`, or a host in one namespace only; its hostname and the
-/// outbound cluster of `port`.
-pub(super) fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
-    let found = match service.split_once('/') {
-        Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
-        None => model.services.get(service),
-    };
-    let Some(svc) = found else {
-        tracing::warn!(target: "model", service, "provider: could not find service in Istio service registry");
-        return None;
-    };
-    Some((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
 }
 
 /// The access log of extension provider `name`, if it logs.

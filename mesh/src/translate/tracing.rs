@@ -75,7 +75,7 @@ impl Default for Spec {
 /// `Telemetries.Tracing`: `None` when no Telemetry configures tracing and
 /// no default provider is named; else the client and server specs.
 fn specs(model: &Model, namespace: &str, labels: Option<&[(Arc<str>, Arc<str>)]>) -> Option<(Spec, Spec)> {
-    let telemetries = super::telemetry::applicable(model, namespace, labels);
+    let telemetries = crate::model::telemetry::applicable(model, namespace, labels);
     let entries: Vec<&Value> = telemetries.iter().flat_map(|s| s["tracing"].as_array().into_iter().flatten()).collect();
     let default = model.mesh.default_tracing_providers.first();
     if entries.is_empty() && default.is_none() {
@@ -220,7 +220,7 @@ fn provider_config(
     );
     let (tracer, config, custom_sampler, spawn) = match kind.as_str() {
         "zipkin" => {
-            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
             let path = p["path"].as_str().filter(|s| !s.is_empty()).unwrap_or("/api/v2/spans");
             let config = trace::ZipkinConfig {
                 collector_cluster: cluster,
@@ -240,7 +240,7 @@ fn provider_config(
             ("envoy.tracers.zipkin", Any::from_msg(&config).ok()?, false, false)
         }
         "datadog" => {
-            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
             let config = trace::DatadogConfig {
                 collector_cluster: cluster,
                 service_name: service_cluster,
@@ -249,12 +249,12 @@ fn provider_config(
             ("envoy.tracers.datadog", Any::from_msg(&config).ok()?, false, false)
         }
         "skywalking" => {
-            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
             let config = trace::SkyWalkingConfig { grpc_service: Some(super::envoy::envoy_grpc(cluster, host, None)) };
             ("envoy.tracers.skywalking", Any::from_msg(&config).ok()?, false, true)
         }
         "opentelemetry" => {
-            let (host, cluster) = super::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
             let mut config = trace::OpenTelemetryConfig { service_name: service_cluster, ..Default::default() };
             if p["http"].is_object() {
                 let path = p["http"]["path"].as_str().unwrap_or("");

@@ -137,7 +137,7 @@ pub fn validate_annotations(a: &BTreeMap<String, String>) -> Result<(), String> 
             "prometheus.istio.io/merge-metrics" => {
                 parse_bool(v).map(drop).ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
             }
-            "proxy.istio.io/config" => super::proxy_config::validate(v),
+            "proxy.istio.io/config" => crate::proxy_config::validate(v),
             "sidecar.istio.io/proxyCPU"
             | "sidecar.istio.io/proxyMemory"
             | "sidecar.istio.io/proxyCPULimit"

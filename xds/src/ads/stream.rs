@@ -96,7 +96,7 @@ pub enum StreamError {
 pub struct Outgoing {
     /// Encoded `DiscoveryResponse` or `DeltaDiscoveryResponse`, in pieces
     /// (the resources shared with the cache).
-    pub bytes: wire::Chain,
+    pub bytes: crate::grpc::Chain,
     /// Its resource type.
     pub kind: Kind,
 }
@@ -465,7 +465,7 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
     push: bool,
-) -> Option<(wire::Chain, Arc<str>)> {
+) -> Option<(crate::grpc::Chain, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
     // changed (or all subscribed on a full push).
     let names = if kind.is_wildcard() {
@@ -514,7 +514,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     dirty: &Dirty,
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
-) -> Option<(wire::Chain, Arc<str>)> {
+) -> Option<(crate::grpc::Chain, Arc<str>)> {
     let mut candidates = names_for(w, kind, dirty, class, ctx);
     if *dirty == Dirty::All {
         // Anything the proxy has may have gone away.

@@ -5,6 +5,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::grpc::Chain;
+
 /// A resource ready to go on the wire: the encoded `Any` (type URL and
 /// value) and its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,43 +51,6 @@ pub fn any(type_url: &str, value: &[u8]) -> Bytes {
     field_bytes(&mut buf, 1, type_url.as_bytes());
     field_bytes(&mut buf, 2, value);
     buf.freeze()
-}
-
-/// An encoded message in pieces: the resources' bytes are the cache's own
-/// (shared by every connection a push goes to, refcounted, never copied);
-/// only the few bytes around them (field tags, lengths, nonce, names) are
-/// this response's. The h2 layer queues the pieces as they are.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Chain(pub Vec<Bytes>);
-
-impl Chain {
-    /// Bytes in all.
-    pub fn len(&self) -> usize {
-        self.0.iter().map(Bytes::len).sum()
-    }
-
-    /// Empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The message in one piece (a copy: tests, debugging).
-    pub fn to_bytes(&self) -> Bytes {
-        if let [one] = self.0.as_slice() {
-            return one.clone();
-        }
-        let mut b = BytesMut::with_capacity(self.len());
-        for p in &self.0 {
-            b.extend_from_slice(p);
-        }
-        b.freeze()
-    }
-}
-
-impl From<Bytes> for Chain {
-    fn from(b: Bytes) -> Chain {
-        Chain(vec![b])
-    }
 }
 
 /// Builds a [`Chain`]: small bytes written here, shared pieces referenced.

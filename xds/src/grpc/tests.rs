@@ -316,7 +316,7 @@ fn shared_pieces_are_written_from_where_they_are() {
     h.send(frames::headers(1, &frames::request("/test.Echo/Bidi"), false));
     h.frames();
     let shared = Bytes::from(vec![9u8; 4000]);
-    let chain = crate::ads::wire::Chain(vec![Bytes::from_static(b"\x0a\x03abc"), shared.clone(), shared.slice(..100)]);
+    let chain = crate::grpc::Chain(vec![Bytes::from_static(b"\x0a\x03abc"), shared.clone(), shared.slice(..100)]);
     h.grpc.send_admitted(1, chain).unwrap();
     let before = copied_bytes();
     let mut out = Segments::default();

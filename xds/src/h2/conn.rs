@@ -23,7 +23,7 @@ use super::frame::{self, Frame, Head, encode, setting};
 use super::hpack;
 use super::limits::{Bucket, Limits};
 use super::out::Transmit;
-use crate::metrics::{self, Violation};
+use crate::h2::violations::{self, Violation};
 
 /// What the connection tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,7 +328,7 @@ impl Connection {
                 debug_assert_eq!(block.stream, stream);
                 block.continuations += 1;
                 if block.continuations > self.limits.max_continuation_frames {
-                    metrics::count(Violation::ContinuationFlood);
+                    violations::count(Violation::ContinuationFlood);
                     return Err(conn(Reason::EnhanceYourCalm, "too many CONTINUATION frames"));
                 }
                 block.block.extend_from_slice(&fragment);
@@ -358,7 +358,7 @@ impl Connection {
                 // answers on (a grpc client's ordinary cancel) does not.
                 let unanswered = self.streams.get(&stream).is_some_and(|s| s.send == Send::Idle);
                 if unanswered && !self.reset_bucket.take(now) {
-                    metrics::count(Violation::ResetFlood);
+                    violations::count(Violation::ResetFlood);
                     return Err(conn(Reason::EnhanceYourCalm, "too many RST_STREAM frames"));
                 }
                 if stream > self.last_stream {
@@ -377,7 +377,7 @@ impl Connection {
                     return Ok(());
                 }
                 if !self.settings_bucket.take(now) {
-                    metrics::count(Violation::SettingsFlood);
+                    violations::count(Violation::SettingsFlood);
                     return Err(conn(Reason::EnhanceYourCalm, "too many SETTINGS frames"));
                 }
                 self.apply_settings(&params)?;
@@ -394,7 +394,7 @@ impl Connection {
                     return Ok(());
                 }
                 if !self.ping_bucket.take(now) {
-                    metrics::count(Violation::PingFlood);
+                    violations::count(Violation::PingFlood);
                     return Err(conn(Reason::EnhanceYourCalm, "too many PING frames"));
                 }
                 encode::ping(&mut self.ctrl, true, data);
@@ -414,7 +414,7 @@ impl Connection {
 
     fn check_block_size(&self, block: &PendingBlock) -> Result<(), Error> {
         if block.block.len() > self.limits.max_header_block {
-            metrics::count(Violation::HeaderBlockTooLarge);
+            violations::count(Violation::HeaderBlockTooLarge);
             return Err(conn(Reason::EnhanceYourCalm, "header block too large"));
         }
         Ok(())
@@ -506,7 +506,7 @@ impl Connection {
         self.recv_window -= i64::from(flow_len);
         self.release_connection_credit(flow_len);
         if data.is_empty() && !end_stream && !self.empty_data_bucket.take(now) {
-            metrics::count(Violation::EmptyDataFlood);
+            violations::count(Violation::EmptyDataFlood);
             return Err(conn(Reason::EnhanceYourCalm, "too many empty DATA frames"));
         }
         if id > self.last_stream {
@@ -592,7 +592,7 @@ impl Connection {
         }
         // Between the two GOAWAYs of a graceful shutdown streams are still accepted.
         if self.streams.len() >= self.limits.max_concurrent_streams as usize {
-            metrics::count(Violation::TooManyStreams);
+            violations::count(Violation::TooManyStreams);
             return Err(Error::Stream {
                 stream: id,
                 reason: Reason::RefusedStream,
@@ -602,7 +602,7 @@ impl Connection {
         if size > max {
             let stream = self.insert_stream(id, end_stream);
             // §8.2.3 lets a server answer 431; the block was decoded in full.
-            metrics::count(Violation::HeaderListTooLarge);
+            violations::count(Violation::HeaderListTooLarge);
             stream.pending_headers = Some(request::status_block(431));
             stream.send = Send::Done;
             stream.end_stream_queued = true;
@@ -645,7 +645,7 @@ impl Connection {
     /// may pass a message in pieces (prefix, payload) without copying.
     pub fn send_data(&mut self, id: u32, data: Bytes) -> Result<(), SendError> {
         if self.queued + data.len() > self.limits.max_queued_bytes {
-            metrics::count(Violation::SendQueueFull);
+            violations::count(Violation::SendQueueFull);
             return Err(SendError::QueueFull);
         }
         self.queue_data(id, data)
@@ -769,8 +769,8 @@ impl Connection {
     // ---- errors --------------------------------------------------------------
 
     fn local_reset(&mut self, id: u32, reason: Reason, v: Violation) {
-        metrics::count(v);
-        metrics::count_reset(reason);
+        violations::count(v);
+        violations::count_reset(reason);
         if let Some(s) = self.streams.remove(&id) {
             self.queued -= s.queued;
             self.events.push_back(Event::Reset { stream: id, code: reason.code() });
@@ -778,7 +778,7 @@ impl Connection {
         encode::rst_stream(&mut self.ctrl, id, reason.code());
         // Making the server reset streams is a flood too ("made you reset").
         if !self.local_reset_bucket.take(self.last_recv) {
-            metrics::count(Violation::LocalResetFlood);
+            violations::count(Violation::LocalResetFlood);
             self.connection_error(Reason::EnhanceYourCalm, "too many stream errors", Violation::ConnectionError);
         }
     }
@@ -788,8 +788,8 @@ impl Connection {
             return;
         }
         tracing::debug!(target: "grpc", %reason, msg, "connection error");
-        metrics::count(v);
-        metrics::count_goaway(reason);
+        violations::count(v);
+        violations::count_goaway(reason);
         encode::go_away(&mut self.ctrl, self.last_stream, reason.code(), msg.as_bytes());
         self.phase = Phase::Closed;
         self.pending_block = None;
@@ -961,7 +961,7 @@ impl Connection {
         }
         let l = self.limits.clone();
         if matches!(self.phase, Phase::Preface(_) | Phase::FirstSettings) && now >= self.created + l.handshake_timeout {
-            metrics::count(Violation::HandshakeTimeout);
+            violations::count(Violation::HandshakeTimeout);
             self.phase = Phase::Closed;
             return;
         }
@@ -974,7 +974,7 @@ impl Connection {
         match self.ping_sent {
             Some(sent) if now >= sent + l.keepalive_timeout => {
                 // The peer is gone or stuck; nothing it could read would help.
-                metrics::count(Violation::KeepaliveTimeout);
+                violations::count(Violation::KeepaliveTimeout);
                 self.phase = Phase::Closed;
                 self.ctrl.clear();
                 return;

@@ -17,7 +17,7 @@ use glommio::timer::Timer;
 use crate::grpc::{ConnInfo, GrpcConnection, GrpcLimits, Service};
 use crate::h2::Limits;
 use crate::h2::out::{MAX_IOV, Segments};
-use crate::metrics::{self, Violation};
+use crate::h2::violations::{self, Violation};
 
 /// Bytes read per `recv`.
 const READ_BUF: usize = 16 * 1024;
@@ -236,7 +236,7 @@ pub(super) async fn serve<IO, S>(
             Ev::Timer => {
                 timer = None;
                 if (!out.is_empty() || unflushed) && now >= last_progress + send_timeout {
-                    metrics::count(Violation::SendTimeout);
+                    violations::count(Violation::SendTimeout);
                     tracing::debug!(target: "grpc", ?peer, "peer stopped reading; closing");
                     break;
                 }

@@ -77,7 +77,7 @@ fn request_authentication_becomes_jwt_authn_before_rbac() {
     );
     let keys = r#"{"keys":[{"kid":"fetched"}]}"#;
     let mut fetched = (*m).clone();
-    fetched.jwks = Arc::new(FetchedJwks::from([(
+    fetched.jwks = Arc::new(crate::model::FetchedJwks::from([(
         ("a-issuer".to_owned(), "https://keys.example.com:8443/jwks".to_owned()),
         keys.to_owned(),
     )]));

@@ -292,7 +292,9 @@ pub(super) fn vs_routes(
                     // slash after it.
                     action.prefix_rewrite.clear();
                     action.regex_rewrite = Some(matcher::RegexMatchAndSubstitute {
-                        pattern: Some(matcher::RegexMatcher { regex: format!("^{}(/?)(.*)", regex_quote(p)) }),
+                        pattern: Some(matcher::RegexMatcher {
+                            regex: format!("^{}(/?)(.*)", istiod_kubewatch::istio::re2::quote_meta(p)),
+                        }),
                         substitution: "/\\2".into(),
                     });
                 }
@@ -436,16 +438,4 @@ pub(crate) fn destination_port(
         (None, Some([only])) if single_port => only.port,
         _ => listener_port,
     }
-}
-
-/// `regexp.QuoteMeta`: `s` matched literally in an RE2 pattern.
-pub(crate) fn regex_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }

@@ -252,7 +252,7 @@ fn rapid_reset_ends_the_connection() {
     }
     p.send(flood);
     p.expect_goaway(Reason::EnhanceYourCalm);
-    assert!(metrics::get(Violation::ResetFlood) > 0);
+    assert!(violations::get(Violation::ResetFlood) > 0);
 }
 
 #[test]

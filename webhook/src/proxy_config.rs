@@ -1,5 +1,6 @@
-//! The `proxy.istio.io/config` annotation's check, as istiod's injection
-//! webhook makes it (`pkg/kube/inject/validate.go` `validateProxyConfig`):
+//! ProxyConfig as the injector reads it: istiod's defaults, the overlay
+//! of one config on another, and the `proxy.istio.io/config` annotation's
+//! check as istiod's injection webhook makes it (`pkg/kube/inject/validate.go` `validateProxyConfig`):
 //!
 //! 1. `protomarshal.ApplyYAML(value, mesh.DefaultProxyConfig())`: the text
 //!    goes through `sigs.k8s.io/yaml.YAMLToJSON` (go-yaml v2, so YAML 1.1:
@@ -30,6 +31,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
+use serde_json::{Map, Value as Json, json};
 
 /// Checks a `proxy.istio.io/config` value (YAML or JSON) as istiod's
 /// `validateProxyConfig` does; the error is its text, without the
@@ -1600,6 +1602,40 @@ fn go_float(f: f64) -> String {
     match exponent.strip_prefix('-') {
         Some(e) => format!("{mantissa}e-{e}"),
         None => format!("{mantissa}e+{exponent:0>2}"),
+    }
+}
+
+/// istiod's `mesh.DefaultProxyConfig()` in proto JSON.
+pub fn defaults() -> Map<String, Json> {
+    let Json::Object(m) = json!({
+        "configPath": "./etc/istio/proxy",
+        "binaryPath": "/usr/local/bin/envoy",
+        "serviceCluster": "istio-proxy",
+        "drainDuration": "45s",
+        "terminationDrainDuration": "5s",
+        "proxyAdminPort": 15000,
+        "controlPlaneAuthPolicy": "MUTUAL_TLS",
+        "discoveryAddress": "istiod.istio-system.svc:15012",
+        "statNameLength": 189,
+        "statusPort": 15020,
+    }) else {
+        unreachable!()
+    };
+    m
+}
+
+/// Lays `over` on `pc` as istiod's `ApplyYAML` + `MergeProxyConfig` do:
+/// fields given replace, `proxyMetadata` merges key by key.
+pub fn overlay(pc: &mut Map<String, Json>, over: &Map<String, Json>) {
+    for (k, v) in over {
+        match (k.as_str(), pc.get_mut(k), v) {
+            ("proxyMetadata", Some(Json::Object(old)), Json::Object(new)) => {
+                old.extend(new.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            _ => {
+                pc.insert(k.clone(), v.clone());
+            }
+        }
     }
 }
 

@@ -1,0 +1,79 @@
+//! The Telemetry resources and extension providers as the model answers
+//! for them: which Telemetries apply to a proxy (istiod's
+//! `applicableTelemetries`), and the mesh service an extension provider
+//! names (istiod's `LookupCluster`). Metrics, access logs and tracing are
+//! translated from these answers (`translate/telemetry.rs`,
+//! `translate/tracing.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use serde_json::Value;
+
+use super::Model;
+
+/// A Telemetry's `selector.matchLabels`, when it has some.
+fn selector(spec: &Value) -> Option<BTreeMap<String, String>> {
+    let labels = spec.pointer("/selector/matchLabels")?.as_object()?;
+    let labels: BTreeMap<String, String> =
+        labels.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect();
+    (!labels.is_empty()).then_some(labels)
+}
+
+/// Whether a Telemetry is attached to resources (`targetRef(s)`).
+fn has_target_refs(spec: &Value) -> bool {
+    spec.get("targetRef").is_some_and(|v| !v.is_null())
+        || spec.get("targetRefs").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+/// The spec of a Telemetry object (`None` for any other kind).
+pub fn spec(o: &IstioObject) -> Option<&Value> {
+    match &o.spec {
+        IstioSpec::Ext(istiod_kubewatch::istio::IstioKind::Telemetry, s) => Some(&s.0),
+        _ => None,
+    }
+}
+
+/// istiod's `applicableTelemetries` for a sidecar in `namespace` with
+/// `labels` (`None`: the namespace-wide ones only): the root namespace's
+/// namespace-wide Telemetry (the oldest), then the proxy namespace's, then
+/// every one of that namespace whose selector matches, oldest first.
+/// Telemetries with `targetRef(s)` apply to waypoints and gateways, not
+/// sidecars (`ShouldAttachPolicy`).
+pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Arc<str>, Arc<str>)]>) -> Vec<&'a Value> {
+    let root = model.mesh.root_namespace.as_str();
+    let of_ns = |ns: &'a str| {
+        model.telemetries.iter().filter(move |o| o.meta.ns() == ns).filter_map(spec).filter(|s| !has_target_refs(s))
+    };
+    let wide = |ns: &'a str| of_ns(ns).find(|s| selector(s).is_none());
+    let mut out: Vec<&Value> = Vec::new();
+    if namespace != root {
+        out.extend(wide(root));
+    }
+    out.extend(wide(namespace));
+    if let Some(labels) = labels {
+        out.extend(of_ns(namespace).filter(|s| {
+            selector(s).is_some_and(|sel| {
+                sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k && &**lv == v.as_str()))
+            })
+        }));
+    }
+    out
+}
+
+/// An extension provider's service (a tracer's or access log's
+/// collector) as istiod's `LookupCluster` finds it:
+/// `namespace/host`, or a host in one namespace only; its hostname and the
+/// outbound cluster of `port`.
+pub fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
+    let found = match service.split_once('/') {
+        Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
+        None => model.services.get(service),
+    };
+    let Some(svc) = found else {
+        tracing::warn!(target: "model", service, "provider: could not find service in Istio service registry");
+        return None;
+    };
+    Some((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
+}

@@ -30,7 +30,7 @@ pub struct Input {
     /// Why (istiod's push trigger reasons: `endpoint`, `service`,
     /// `config`, `secret`, `namespace`, ...) with event counts; the cores
     /// count them in `pilot_push_triggers` for each proxy they push.
-    pub reasons: istiod_xds::metrics::Reasons,
+    pub reasons: istiod_xds_api::Reasons,
 }
 
 /// The control thread's metrics, with istiod's names and buckets
@@ -121,7 +121,7 @@ pub struct Control {
     /// When the oldest unpublished change arrived (convergence starts here).
     pending_since: Option<Instant>,
     /// The reasons of the unpublished changes.
-    pending_reasons: istiod_xds::metrics::Reasons,
+    pending_reasons: istiod_xds_api::Reasons,
     ready: Arc<AtomicBool>,
 }
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use istiod_proto::envoy::admin::v3 as admin;
 use istiod_proto::prost::{Message, Name};
 use istiod_proto::prost_types::Any;
-use istiod_xds::ads::Kind;
+use istiod_xds_api::snapshot::Kind;
 use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
 use serde_json::{Value, json};
 

@@ -6,7 +6,7 @@
 
 use std::hash::{Hash, Hasher};
 
-mod deps;
+pub(crate) mod deps;
 pub mod router;
 pub use deps::{Changes, Dep};
 use router::is_router;
@@ -17,9 +17,9 @@ use bytes::Bytes;
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
-use istiod_xds::ads::node::Classified;
-use istiod_xds::ads::{Generator, Kind, Snapshot, UnknownType};
-use istiod_xds::grpc::Code;
+use istiod_xds_api::Code;
+use istiod_xds_api::node::Classified;
+use istiod_xds_api::snapshot::{Generator, Kind, Snapshot, UnknownType};
 
 use crate::model::Model;
 
@@ -43,7 +43,7 @@ pub struct MeshInput {
     /// What inbound generation reads of each service (a hash of its
     /// selector, ports and the endpoints' ports), to tell which namespaces'
     /// workloads an update of services concerns.
-    inbound_parts: imbl::HashMap<Arc<str>, u64>,
+    pub(crate) inbound_parts: imbl::HashMap<Arc<str>, u64>,
     /// Which services each proxy may see.
     pub scoping: Arc<crate::translate::scope::Scoping>,
     /// Whether some VirtualService route matches on `sourceLabels` or
@@ -195,117 +195,14 @@ impl MeshInput {
 }
 
 /// Whether some Sidecar sets its own `outboundTrafficPolicy`.
-fn outbound_overrides(model: &Model) -> bool {
+pub(crate) fn outbound_overrides(model: &Model) -> bool {
     model.sidecars.iter().any(|o| matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.outbound_traffic_policy.is_some()))
-}
-
-impl MeshInput {
-    /// The mesh with the JWT key sets istiod fetched replaced: only the
-    /// inbound listeners read them (jwt_authn); everything else is shared
-    /// with `self`.
-    pub fn with_jwks(&self, jwks: Arc<crate::model::FetchedJwks>) -> MeshInput {
-        let mut model = (*self.model).clone();
-        model.jwks = jwks;
-        let mut changes = self.changes.next();
-        changes.touch_everywhere(Dep::Security);
-        MeshInput { model: Arc::new(model), changes, ..self.clone() }
-    }
-
-    /// The mesh after Sidecars changed in `objs`, and nothing else: they
-    /// shape what each proxy sees (scoping) and its outbound fallback, both
-    /// applied per class on the cores; the shared translation does not
-    /// read them and is kept. A pass over the Istio objects and a new
-    /// scoping, not a rebuild. The namespaces whose Sidecars changed are
-    /// recorded.
-    pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
-        let model = Arc::new(self.model.with_sidecars_of(objs));
-        let mut changes = self.changes.next();
-        let root = model.mesh.root_namespace.as_str();
-        deps::touch_lists(&mut changes, Dep::Sidecar, &self.model.sidecars, &model.sidecars, root);
-        MeshInput {
-            changes,
-            scoping: Arc::new(crate::translate::scope::Scoping::new(&model)),
-            outbound_overrides: outbound_overrides(&model),
-            selecting_sidecars: selecting(&model),
-            model,
-            ..self.clone()
-        }
-    }
-
-    /// The mesh after Secrets changed in `objs`, and nothing else: only
-    /// SDS reads them (by content hash), so nothing else is recorded.
-    pub fn with_secrets(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
-        let model = Arc::new(self.model.with_secrets_of(objs));
-        MeshInput { model, changes: self.changes.next(), ..self.clone() }
-    }
-
-    /// The mesh with the API server's answers on who may read Secrets
-    /// (`access`); only SDS reads them, so nothing else is recorded.
-    pub fn with_secret_access(&self, access: Arc<crate::model::credentials::SecretAccess>) -> MeshInput {
-        let mut model = (*self.model).clone();
-        model.secret_access = access;
-        MeshInput { model: Arc::new(model), ..self.clone() }
-    }
-
-    /// The mesh after security policies (PeerAuthentication,
-    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
-    /// nothing else: only the inbound resources read them, so the shared
-    /// translation is kept and only the namespaces whose policies changed
-    /// are recorded. A pass over the Istio objects, not a rebuild.
-    pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
-        let model = self.model.with_security_of(objs);
-        let mut changes = self.changes.next();
-        let root = model.mesh.root_namespace.as_str();
-        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
-        MeshInput { model: Arc::new(model), changes, ..self.clone() }
-    }
-
-    /// The mesh after Services, ServiceEntries, EndpointSlices or Pods
-    /// (`changed`) changed in `objs`, and nothing else: the services they
-    /// concern are rebuilt in the model and their clusters and load
-    /// assignments re-translated; where a service's outbound shape
-    /// (addresses, ports, resolution, exportTo) changed, or it came or
-    /// went, its listeners and virtual hosts too, and the scoping. Where
-    /// what inbound reads of a service changed, its namespace's workloads
-    /// are recorded. Everything else is shared with `self`: an endpoint
-    /// change costs O(changed services), not O(mesh).
-    pub fn with_services(
-        &self,
-        objs: &istiod_kubewatch::objects::Objects,
-        changed: &[istiod_kubewatch::config_dir::ObjectRef],
-    ) -> MeshInput {
-        let (model, hosts) = self.model.with_services_of(objs, changed);
-        let model = Arc::new(model);
-        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
-        let mut reshaped = Vec::new();
-        for host in &hosts {
-            next.translation.update_service(&model, host);
-            let (before, after) = (self.model.services.get(host), model.services.get(host));
-            if before.map(deps::shape) != after.map(deps::shape) {
-                reshaped.push(host.clone());
-            }
-            let old = match after {
-                Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
-                None => next.inbound_parts.remove(host),
-            };
-            if old != next.inbound_parts.get(host).copied() {
-                let ns = after.or(before).map(|s| &*s.namespace);
-                next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
-            }
-        }
-        if !reshaped.is_empty() {
-            next.translation.update_hosts(&self.model, &model, &reshaped);
-            next.changes.touch_everywhere(Dep::Services);
-            next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
-        }
-        next
-    }
 }
 
 /// Whether some VirtualService route matches on `sourceLabels` or
 /// `sourceNamespace`, and whether some VirtualService is not exported
 /// everywhere.
-fn route_flags(model: &Model) -> (bool, bool) {
+pub(crate) fn route_flags(model: &Model) -> (bool, bool) {
     let (mut source, mut export) = (false, false);
     for o in model.routing.iter() {
         if let IstioSpec::VirtualService(vs) = &o.spec {
@@ -320,69 +217,8 @@ fn route_flags(model: &Model) -> (bool, bool) {
     (source, export)
 }
 
-impl MeshInput {
-    /// The mesh after the VirtualServices and DestinationRules `changed`
-    /// (kind, namespace, name) were added, changed or removed in `objs`,
-    /// and nothing else: the routing list is updated in place; the virtual
-    /// hosts of every host those VirtualServices name, and the clusters of
-    /// every service those DestinationRules name (before and after), are
-    /// re-translated; listeners, the other services and the scope are
-    /// shared with `self`.
-    pub fn with_routing(
-        &self,
-        objs: &istiod_kubewatch::objects::Objects,
-        changed: &[(String, String, String)],
-    ) -> MeshInput {
-        // (hosts whose virtual hosts change, services whose clusters change)
-        let hosts_of = |model: &Model| {
-            let (mut routes, mut clusters) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
-            for o in model.routing_named(changed) {
-                match &o.spec {
-                    IstioSpec::VirtualService(vs) => {
-                        routes.extend(vs.hosts.iter().map(|h| Arc::<str>::from(model.resolve_host(h, o.meta.ns()))));
-                    }
-                    IstioSpec::DestinationRule(dr) => match dr.host.strip_prefix('*') {
-                        // A wildcard host shapes every service under it.
-                        Some(suffix) => {
-                            clusters.extend(model.services.keys().filter(|h| h.ends_with(suffix)).cloned());
-                        }
-                        None => {
-                            clusters.insert(Arc::<str>::from(model.resolve_host(&dr.host, o.meta.ns())));
-                        }
-                    },
-                    _ => {}
-                }
-            }
-            (routes, clusters)
-        };
-        let (mut routes, mut clusters) = hosts_of(&self.model);
-        let model = Arc::new(self.model.with_routing_of(objs, changed));
-        let (r, c) = hosts_of(&model);
-        routes.extend(r);
-        clusters.extend(c);
-        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
-        next.translation.update_routes(&model, &routes);
-        for host in &clusters {
-            next.translation.update_service(&model, host);
-        }
-        (next.source_matching, next.vs_export) = route_flags(&model);
-        // Routers read VirtualServices bound to Gateways, before or after.
-        let gateway_bound = |model: &Model| model.routing_named(changed).any(deps::is_gateway_bound);
-        if gateway_bound(&self.model) || gateway_bound(&model) {
-            next.changes.touch_everywhere(Dep::Gateway);
-        }
-        if changed.iter().any(|(k, _, _)| k == "DestinationRule") {
-            // Locality load balancing and route hash policies read the
-            // rules; so does the choice of rule by workload labels.
-            next.changes.touch_everywhere(Dep::DestinationRule);
-            next.selecting_sidecars = selecting(&model);
-        }
-        next
-    }
-}
-
 /// Whether a Sidecar or a DestinationRule selects workloads by label.
-fn selecting(model: &Model) -> bool {
+pub(crate) fn selecting(model: &Model) -> bool {
     model.sidecars.iter().any(|o| {
         matches!(&o.spec, IstioSpec::Sidecar(sc) if sc.workload_selector.as_ref().is_some_and(|w| !w.labels.is_empty()))
     }) || model.destination_rules().selecting
@@ -392,7 +228,7 @@ fn selecting(model: &Model) -> bool {
 /// and the endpoints that tell a workload its port where the Service does
 /// not (named target ports): scaling a Service with a numeric target port
 /// changes no proxy's inbound side.
-fn inbound_part(s: &crate::model::Service) -> u64 {
+pub(crate) fn inbound_part(s: &crate::model::Service) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&s.hostname, &s.namespace, &s.selector, &s.ports).hash(&mut h);
     for e in &s.endpoints {

@@ -5,7 +5,7 @@
 //!   endpoints, routing, policies, gateways, Secrets);
 //! - [`translate`]: model -> xDS resources, shared and per proxy class;
 //! - [`generator`]: what a class of proxies is served and what a change
-//!   touches (its dependency keys), behind `istiod_xds::ads::Generator`;
+//!   touches (its dependency keys), behind `istiod_xds_api::snapshot::Generator`;
 //! - [`update`]: one place per kind group for what a change does to the
 //!   model, the translation and the dependency keys;
 //! - [`node`]: a proxy's node metadata and class; [`config_dump`]: the

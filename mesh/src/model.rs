@@ -16,7 +16,6 @@ pub mod destination_rules;
 pub mod gateway;
 pub mod gateway_api;
 pub mod telemetry;
-mod update;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -285,13 +284,13 @@ pub struct Model {
     /// `routing` then: a model whose `routing` grew or shrank since falls
     /// back to a scan. Lookups per service made translation quadratic.
     #[serde(skip)]
-    routing_index: LazyIndex,
+    pub(crate) routing_index: LazyIndex,
 }
 
 /// A cache, not part of the model's value: equal whether built or not.
 /// Models that share their routing objects share it.
 #[derive(Debug, Clone, Default)]
-struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
+pub(crate) struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
 
 impl PartialEq for LazyIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -473,7 +472,7 @@ const TLS_MODE: &str = "security.istio.io/tlsMode";
 /// else its node's topology labels.
 /// The Pods and Nodes endpoints are joined with, by the keys they are
 /// looked up by.
-struct Workloads<'a> {
+pub(crate) struct Workloads<'a> {
     pods: HashMap<(&'a str, &'a str), &'a Pod>,
     by_ip: HashMap<&'a str, &'a Pod>,
     nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
@@ -491,7 +490,7 @@ impl<'a> Workloads<'a> {
 
     /// Only the Pods (and their Nodes) that `slices` name or address: one
     /// pass over the Pods instead of an index of all of them.
-    fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
+    pub(crate) fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
         let mut names: HashSet<(&str, &str)> = HashSet::new();
         for s in slices {
             for ep in &s.endpoints {
@@ -565,14 +564,14 @@ fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>)
 
 /// The Istio objects of the kinds `want` selects, ordered by namespace and
 /// name.
-fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
+pub(crate) fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
     let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
     v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
     v
 }
 
 /// The kinds the model keeps in `security`.
-fn is_security(s: &IstioSpec) -> bool {
+pub(crate) fn is_security(s: &IstioSpec) -> bool {
     matches!(
         s,
         IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_) | IstioSpec::RequestAuthentication(_)
@@ -652,169 +651,6 @@ fn slices_by_service(objs: &Objects) -> HashMap<(&str, &str), Vec<&EndpointSlice
     out
 }
 
-impl Model {
-    /// The model with its security policies (PeerAuthentication,
-    /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
-    /// and nothing else: a pass over the Istio objects, no rebuild.
-    pub fn with_security_of(&self, objs: &Objects) -> Model {
-        Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
-    }
-
-    /// The model with its Secrets read again from `objs` and nothing else.
-    pub fn with_secrets_of(&self, objs: &Objects) -> Model {
-        Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
-    }
-
-    /// The model with its Sidecars read again from `objs` and nothing else.
-    pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
-        Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
-    }
-
-    /// The routing objects (VirtualServices, DestinationRules) named
-    /// (kind, namespace, name) in `keys`: a binary search each, so a
-    /// change of n objects costs O(n log total).
-    pub fn routing_named<'a>(
-        &'a self,
-        keys: &'a [(String, String, String)],
-    ) -> impl Iterator<Item = &'a IstioObject> + 'a {
-        keys.iter().filter_map(move |(kind, ns, name)| {
-            let key = (ns.as_str(), name.as_str());
-            let start = self
-                .routing
-                .binary_search_by(|o| (o.meta.ns(), o.meta.name.as_str()).cmp(&key).then(std::cmp::Ordering::Greater));
-            let start = start.unwrap_or_else(|i| i);
-            (start..self.routing.len())
-                .map(|j| &self.routing[j])
-                .take_while(|o| (o.meta.ns(), o.meta.name.as_str()) == key)
-                .find(|o| o.kind().name() == kind)
-        })
-    }
-
-    /// The model after the VirtualServices and DestinationRules `changed`
-    /// (kind, namespace, name) were added, changed or removed in `objs`, nothing
-    /// else having changed: the routing list is updated in place (it stays
-    /// ordered by namespace and name) and re-indexed; services and the
-    /// other configuration are shared with `self`.
-    pub fn with_routing_of(&self, objs: &Objects, changed: &[(String, String, String)]) -> Model {
-        let mut model = self.clone();
-        // The changed objects as they are now, found in one pass (a search
-        // per changed name made a bulk change quadratic).
-        let wanted: std::collections::HashSet<(&str, &str, &str)> =
-            changed.iter().map(|(k, ns, name)| (k.as_str(), ns.as_str(), name.as_str())).collect();
-        let current: std::collections::HashMap<(&str, &str, &str), &IstioObject> = objs
-            .istio
-            .iter()
-            .map(|o| ((o.kind().name(), o.meta.ns(), o.meta.name.as_str()), o))
-            .filter(|(k, _)| wanted.contains(k))
-            .collect();
-        if changed.len() > IN_PLACE_EDITS {
-            model.routing = merged_routing(&self.routing, changed, &current, &model.mesh);
-            model.routing_index = LazyIndex::default();
-            return model;
-        }
-        for (kind, ns, name) in changed {
-            let is = |o: &IstioObject| o.kind().name() == kind && o.meta.ns() == ns && o.meta.name == *name;
-            let now = current.get(&(kind.as_str(), ns.as_str(), name.as_str())).copied();
-            // A VirtualService and a DestinationRule may share a name: find
-            // the run of (namespace, name), then the kind within it.
-            let key = (ns.as_str(), name.as_str());
-            let at = model.routing.binary_search_by(|o| (o.meta.ns(), o.meta.name.as_str()).cmp(&key));
-            let (start, end) = match at {
-                Ok(i) => {
-                    let same =
-                        |j: usize| model.routing.get(j).is_some_and(|o| (o.meta.ns(), o.meta.name.as_str()) == key);
-                    let mut start = i;
-                    while start > 0 && same(start - 1) {
-                        start -= 1;
-                    }
-                    let mut end = i;
-                    while same(end) {
-                        end += 1;
-                    }
-                    (start, end)
-                }
-                Err(i) => (i, i),
-            };
-            match ((start..end).find(|j| is(&model.routing[*j])), now) {
-                (Some(j), Some(o)) => {
-                    let mut o = o.clone();
-                    routing_export_default(&mut o, &model.mesh);
-                    model.routing.set(j, o);
-                }
-                (Some(j), None) => {
-                    model.routing.remove(j);
-                }
-                (None, Some(o)) => {
-                    let mut o = o.clone();
-                    routing_export_default(&mut o, &model.mesh);
-                    model.routing.insert(end, o)
-                }
-                (None, None) => {}
-            }
-        }
-        model.routing_index = LazyIndex::default();
-        model
-    }
-}
-
-/// Changed routing objects applied one by one (an edit of the persistent
-/// vector each); past this many, the list is merged anew in one pass:
-/// thousands of edits in the middle of an RRB vector cost seconds in
-/// rebalancing (25k VirtualServices added to 25k: 28 s).
-const IN_PLACE_EDITS: usize = 64;
-
-/// `old` (ordered by namespace and name) with the objects `changed` names
-/// as they are now in `current` (absent: removed), in one ordered merge:
-/// a changed object keeps its place in its (namespace, name) run, a new
-/// one follows the run in the order given, as the edits one by one place
-/// them.
-fn merged_routing(
-    old: &imbl::Vector<IstioObject>,
-    changed: &[(String, String, String)],
-    current: &std::collections::HashMap<(&str, &str, &str), &IstioObject>,
-    mesh: &crate::meshconfig::MeshSettings,
-) -> imbl::Vector<IstioObject> {
-    let mut runs: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
-    for (kind, ns, name) in changed {
-        let kinds = runs.entry((ns.as_str(), name.as_str())).or_default();
-        if !kinds.contains(&kind.as_str()) {
-            kinds.push(kind.as_str());
-        }
-    }
-    let now = |kind: &str, (ns, name): (&str, &str)| {
-        current.get(&(kind, ns, name)).map(|o| {
-            let mut o = (*o).clone();
-            routing_export_default(&mut o, mesh);
-            o
-        })
-    };
-    let mut out = imbl::Vector::new();
-    let mut old = old.iter().peekable();
-    for (run, kinds) in runs {
-        // The objects before this run, as they were.
-        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) < run) {
-            out.push_back(o.clone());
-        }
-        // The run's own: changed ones replaced in place or gone, then the
-        // new ones.
-        let mut seen = Vec::new();
-        while let Some(o) = old.next_if(|o| (o.meta.ns(), o.meta.name.as_str()) == run) {
-            let kind = o.kind().name();
-            if kinds.contains(&kind) {
-                seen.push(kind);
-                out.extend(now(kind, run));
-            } else {
-                out.push_back(o.clone());
-            }
-        }
-        for kind in kinds.iter().filter(|k| !seen.contains(k)) {
-            out.extend(now(kind, run));
-        }
-    }
-    out.extend(old.cloned());
-    out
-}
-
 /// `s` with the mesh's `defaultServiceExportTo` when it names no
 /// `exportTo` (istiod's `exportToDefaults`).
 pub(crate) fn export_default(mut s: Service, mesh: &crate::meshconfig::MeshSettings) -> Service {
@@ -826,7 +662,7 @@ pub(crate) fn export_default(mut s: Service, mesh: &crate::meshconfig::MeshSetti
 
 /// A VirtualService or DestinationRule without `exportTo` given the mesh's
 /// `defaultVirtualServiceExportTo` or `defaultDestinationRuleExportTo`.
-fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconfig::MeshSettings) {
+pub(crate) fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconfig::MeshSettings) {
     match &mut o.spec {
         IstioSpec::VirtualService(vs) if vs.export_to.is_empty() => {
             vs.export_to.clone_from(&mesh.default_virtual_service_export_to);
@@ -839,7 +675,7 @@ fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconfig::MeshSet
 }
 
 /// The services a ServiceEntry declares: one per host.
-fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> Vec<Service> {
+pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> Vec<Service> {
     let ns = meta.ns().to_owned();
     let resolution = match se.resolution {
         networking::Resolution::None => Resolution::Passthrough,
@@ -933,7 +769,7 @@ fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> 
         .collect()
 }
 
-fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
+pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
     let ns = svc.metadata.ns().to_owned();
     let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
     let headless = svc.spec.cluster_ip.as_deref() == Some("None");

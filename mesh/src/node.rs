@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost_types::value::Kind as ValueKind;
-use istiod_xds::ads::node::{Classified, Peer};
+use istiod_xds_api::node::{Classified, Peer};
 
 /// istiod's node types (`model.NodeType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::node::{NodeType, ProxyClass};
 use bytes::Bytes;
-use istiod_xds::ads::{Generator, Kind, SimpleModel, Snapshot};
+use istiod_xds_api::snapshot::{Generator, Kind, SimpleModel, Snapshot};
 
 use crate::generator::{MeshGenerator, MeshInput};
 use crate::model::Model;

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use istiod_xds::ads::{Kind, SimpleModel};
+use istiod_xds_api::snapshot::{Kind, SimpleModel};
 
 use crate::model::Model;
 

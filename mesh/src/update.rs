@@ -1,17 +1,30 @@
-//! What the control thread makes of one set of objects: the generators'
-//! input (model and translation), rebuilt or, when only services (Services,
-//! ServiceEntries, EndpointSlices, Pods), only VirtualServices and
-//! DestinationRules, only security policies or only Sidecars changed,
-//! updated in place. Either way the dependency keys the change touched are
-//! recorded (`generator/deps.rs`).
+//! What a change does to the served mesh, one place per kind group: the
+//! generators' input (model and translation) is rebuilt or, when only one
+//! group of kinds changed, updated in place, and the dependency keys the
+//! change touched are recorded (`generator/deps.rs`). Each group is
+//! described once, model, translation and keys side by side:
+//! - services (Services, ServiceEntries, EndpointSlices, Pods):
+//!   `update/services.rs`;
+//! - routing (VirtualServices, DestinationRules): `update/routing.rs`;
+//! - security policies, Secrets, Sidecars, fetched JWT key sets and the
+//!   API server's Secret access answers: below.
+//!
+//! [`update`] picks the group; anything else (Namespaces, Nodes,
+//! WorkloadEntries, a mix of groups, a new mesh configuration) rebuilds.
+
+pub(crate) mod routing;
+mod services;
 
 use std::sync::Arc;
 
 use istiod_kubewatch::config_dir::ObjectRef;
 use istiod_kubewatch::objects::Objects;
 
-use crate::generator::MeshInput;
-use crate::model::Model;
+use istiod_kubewatch::istio::IstioSpec;
+
+use crate::generator::deps::{self, Dep};
+use crate::generator::{MeshInput, outbound_overrides, selecting};
+use crate::model::{Model, is_security, secrets_of, sorted};
 
 /// Builds the model and everything served from it.
 pub fn build(objects: &Objects, domain: &str, settings: &Arc<crate::meshconfig::MeshSettings>) -> Arc<MeshInput> {
@@ -80,5 +93,86 @@ pub fn update(
             (Arc::new(MeshInput::after(prev, Arc::new(model))), false)
         }
         (None, None) => (build_with(objects, domain, settings, jwks), false),
+    }
+}
+
+impl Model {
+    /// The model with its security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
+    /// and nothing else: a pass over the Istio objects, no rebuild.
+    pub fn with_security_of(&self, objs: &Objects) -> Model {
+        Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
+    }
+
+    /// The model with its Secrets read again from `objs` and nothing else.
+    pub fn with_secrets_of(&self, objs: &Objects) -> Model {
+        Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
+    }
+
+    /// The model with its Sidecars read again from `objs` and nothing else.
+    pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
+        Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
+    }
+}
+
+impl MeshInput {
+    /// The mesh with the JWT key sets istiod fetched replaced: only the
+    /// inbound listeners read them (jwt_authn); everything else is shared
+    /// with `self`.
+    pub fn with_jwks(&self, jwks: Arc<crate::model::FetchedJwks>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.jwks = jwks;
+        let mut changes = self.changes.next();
+        changes.touch_everywhere(Dep::Security);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
+    }
+
+    /// The mesh after Sidecars changed in `objs`, and nothing else: they
+    /// shape what each proxy sees (scoping) and its outbound fallback, both
+    /// applied per class on the cores; the shared translation does not
+    /// read them and is kept. A pass over the Istio objects and a new
+    /// scoping, not a rebuild. The namespaces whose Sidecars changed are
+    /// recorded.
+    pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_sidecars_of(objs));
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Sidecar, &self.model.sidecars, &model.sidecars, root);
+        MeshInput {
+            changes,
+            scoping: Arc::new(crate::translate::scope::Scoping::new(&model)),
+            outbound_overrides: outbound_overrides(&model),
+            selecting_sidecars: selecting(&model),
+            model,
+            ..self.clone()
+        }
+    }
+
+    /// The mesh after Secrets changed in `objs`, and nothing else: only
+    /// SDS reads them (by content hash), so nothing else is recorded.
+    pub fn with_secrets(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+    }
+
+    /// The mesh with the API server's answers on who may read Secrets
+    /// (`access`); only SDS reads them, so nothing else is recorded.
+    pub fn with_secret_access(&self, access: Arc<crate::model::credentials::SecretAccess>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.secret_access = access;
+        MeshInput { model: Arc::new(model), ..self.clone() }
+    }
+
+    /// The mesh after security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
+    /// nothing else: only the inbound resources read them, so the shared
+    /// translation is kept and only the namespaces whose policies changed
+    /// are recorded. A pass over the Istio objects, not a rebuild.
+    pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+        let model = self.model.with_security_of(objs);
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 }

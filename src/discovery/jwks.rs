@@ -130,6 +130,6 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
         changes: Vec::new(),
         mesh: Some(next),
         touched,
-        reasons: istiod_xds::metrics::Reasons::one("config"),
+        reasons: istiod_xds_api::Reasons::one("config"),
     });
 }

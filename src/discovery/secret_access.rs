@@ -178,7 +178,7 @@ fn publish(
         changes: Vec::new(),
         mesh: Some(next),
         touched,
-        reasons: istiod_xds::metrics::Reasons::one("secret"),
+        reasons: istiod_xds_api::Reasons::one("secret"),
     });
 }
 

@@ -107,29 +107,10 @@ pub(super) fn apply(
     if state.borrow().namespace_filter {
         discovery_filter(&mut objects, changed.as_mut(), mesh);
     }
+    // The injector reads ProxyConfigs and nodes of the same objects.
     if let Some(hooks) = &state.borrow().webhooks {
-        use istiod_kubewatch::istio::{IstioKind, IstioSpec};
-        let items = objects
-            .istio
-            .iter()
-            .filter_map(|o| match &o.spec {
-                IstioSpec::Ext(IstioKind::ProxyConfig, spec) => {
-                    Some(istiod_webhook::inject::ProxyConfigResource::from_spec(o.meta.ns(), &o.meta.name, &spec.0))
-                }
-                _ => None,
-            })
-            .collect();
-        let nodes = objects
-            .nodes
-            .iter()
-            .map(|n| (n.metadata.name.clone(), n.status.node_info.kubelet_version.clone()))
-            .collect();
-        let crs = istiod_webhook::inject::ClusterInputs {
-            root_namespace: mesh.root_namespace.clone(),
-            items,
-            nodes: Some(nodes),
-        };
-        *hooks.proxy_configs.borrow_mut() = std::sync::Arc::new(crs);
+        let inputs = istiod_webhook::inject::ClusterInputs::of(&objects, &mesh.root_namespace);
+        *hooks.proxy_configs.borrow_mut() = std::sync::Arc::new(inputs);
     }
     let (prev, jwks) = {
         let s = state.borrow();
@@ -319,8 +300,8 @@ fn count_inbound_updates(
 
 /// istiod's push trigger reasons for the objects that changed, one event
 /// per object (`None`: a first list or relist, a full push).
-fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> istiod_xds::metrics::Reasons {
-    let mut out = istiod_xds::metrics::Reasons::default();
+fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> istiod_xds_api::Reasons {
+    let mut out = istiod_xds_api::Reasons::default();
     let Some(changed) = changed else {
         out.add("global", 1);
         return out;

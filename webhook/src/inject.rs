@@ -100,6 +100,30 @@ pub struct ClusterInputs {
     pub nodes: Option<BTreeMap<String, String>>,
 }
 
+impl ClusterInputs {
+    /// What the injector reads of the cluster's objects: every ProxyConfig
+    /// and every node's kubelet version.
+    pub fn of(objects: &istiod_kubewatch::objects::Objects, root_namespace: &str) -> ClusterInputs {
+        use istiod_kubewatch::istio::{IstioKind, IstioSpec};
+        let items = objects
+            .istio
+            .iter()
+            .filter_map(|o| match &o.spec {
+                IstioSpec::Ext(IstioKind::ProxyConfig, spec) => {
+                    Some(ProxyConfigResource::from_spec(o.meta.ns(), &o.meta.name, &spec.0))
+                }
+                _ => None,
+            })
+            .collect();
+        let nodes = objects
+            .nodes
+            .iter()
+            .map(|n| (n.metadata.name.clone(), n.status.node_info.kubelet_version.clone()))
+            .collect();
+        ClusterInputs { root_namespace: root_namespace.to_owned(), items, nodes: Some(nodes) }
+    }
+}
+
 /// istiod's `DetectNativeSidecar` for `auto`: the pod's node when it is
 /// known, else every node, must run kubelet 1.33 or later (an empty node
 /// list qualifies); no node information disqualifies.

@@ -10,8 +10,6 @@
 
 pub mod cache;
 pub mod names;
-pub mod node;
-pub mod snapshot;
 pub mod stream;
 pub mod wire;
 
@@ -32,12 +30,13 @@ use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
 use crate::h2::SendError;
 use crate::server::{Registry, ServiceFactory};
 use cache::Cache;
-pub use snapshot::{Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot, UnknownType};
+// The contract with generators lives below the serving layer, in
+// istiod-xds-api, so that a generator links it without the server.
+pub use istiod_xds_api::snapshot::{
+    Class, Delta, Generator, Kind, SimpleGenerator, SimpleModel, Snapshot, UnknownType,
+};
+pub use istiod_xds_api::{node, snapshot};
 use stream::{AdsStream, Ctx, Protocol, StreamError};
-
-/// Bounds on what a class needs: the per-core cache keys on it.
-pub trait Class: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {}
-impl<T: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static> Class for T {}
 
 /// What the watcher core sends a serving core.
 #[derive(Debug)]
@@ -303,7 +302,7 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
     let mut queue: std::collections::VecDeque<(u64, Instant)> = std::collections::VecDeque::new();
     // What each queued connection's push is for (merged when a newer
     // snapshot marks it again, as istiod's push queue merges requests).
-    let mut owed: HashMap<u64, crate::metrics::Reasons> = HashMap::new();
+    let mut owed: HashMap<u64, istiod_xds_api::Reasons> = HashMap::new();
     loop {
         // Wait for news only when no push is owed.
         let first = if queue.is_empty() {
@@ -316,7 +315,7 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
         };
         // Drain what else is waiting: the newest snapshot wins, deltas merge.
         let mut latest: Option<(Arc<Snapshot<M>>, Delta)> = None;
-        let mut reasons = crate::metrics::Reasons::default();
+        let mut reasons = istiod_xds_api::Reasons::default();
         let mut next = first;
         while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
             match u {

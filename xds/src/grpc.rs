@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-pub use status::{Code, Status, percent_encode};
+pub use istiod_xds_api::Code;
+pub use status::{Status, percent_encode};
 
 use crate::h2::violations::{self, Violation};
 use crate::h2::{Connection, Event, Limits, Reason, Request, SendError, hpack};

@@ -5,6 +5,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use istiod_xds_api::Reasons;
+
 use crate::h2::Reason;
 use crate::h2::violations::{GOAWAYS, RESETS, VIOLATIONS, Violation, get};
 
@@ -135,42 +137,6 @@ pub const TRIGGER_REASONS: [&str; 16] = [
 
 /// Push trigger counts by the index of [`TRIGGER_REASONS`].
 static TRIGGERS: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
-
-/// Reasons for a push with their event counts (istiod's `ReasonStats`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reasons(Vec<(&'static str, u32)>);
-
-impl Reasons {
-    /// One event of `reason`.
-    pub fn one(reason: &'static str) -> Self {
-        Reasons(vec![(reason, 1)])
-    }
-
-    /// Adds `n` events of `reason`.
-    pub fn add(&mut self, reason: &'static str, n: u32) {
-        match self.0.iter_mut().find(|(r, _)| *r == reason) {
-            Some((_, c)) => *c = c.saturating_add(n),
-            None => self.0.push((reason, n)),
-        }
-    }
-
-    /// Adds another push's reasons (istiod's `PushRequest.Merge`).
-    pub fn merge(&mut self, other: &Reasons) {
-        for (r, n) in &other.0 {
-            self.add(r, *n);
-        }
-    }
-
-    /// No reason recorded.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The reasons and counts.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u32)> + '_ {
-        self.0.iter().copied()
-    }
-}
 
 /// Counts one proxy's push for `reasons` (istiod's `recordPushTriggers`,
 /// called for every proxy it dequeues): each reason by its event count.

@@ -139,7 +139,7 @@ fn by_namespace(list: &[IstioObject]) -> BTreeMap<&str, Vec<&IstioObject>> {
 
 /// Records `dep` changed in every namespace whose objects differ between
 /// `old` and `new`.
-pub(super) fn touch_lists(changes: &mut Changes, dep: Dep, old: &[IstioObject], new: &[IstioObject], root: &str) {
+pub(crate) fn touch_lists(changes: &mut Changes, dep: Dep, old: &[IstioObject], new: &[IstioObject], root: &str) {
     let (a, b) = (by_namespace(old), by_namespace(new));
     for ns in a.keys().chain(b.keys()) {
         if a.get(ns) != b.get(ns) {
@@ -155,7 +155,7 @@ pub(super) fn gateway_bound(model: &Model) -> Vec<&IstioObject> {
 }
 
 /// Whether `o` is a VirtualService bound to some Gateway.
-pub(super) fn is_gateway_bound(o: &IstioObject) -> bool {
+pub(crate) fn is_gateway_bound(o: &IstioObject) -> bool {
     match &o.spec {
         istiod_kubewatch::istio::IstioSpec::VirtualService(vs) => {
             crate::model::gateway::bound_gateways(&vs.gateways, o.meta.ns()).iter().any(|g| g != "mesh")
@@ -166,7 +166,7 @@ pub(super) fn is_gateway_bound(o: &IstioObject) -> bool {
 
 /// What scoping, the outbound listeners and the virtual hosts read of one
 /// service (all of it but its endpoints).
-pub(super) fn shape(s: &Service) -> impl PartialEq + '_ {
+pub(crate) fn shape(s: &Service) -> impl PartialEq + '_ {
     (
         (&s.hostname, s.kubernetes, &s.name, &s.namespace, &s.vips),
         (&s.ports, s.resolution, s.mesh_external, &s.export_to),

@@ -254,8 +254,8 @@ pub(super) fn input(m: &MeshInput, class: &ProxyClass) -> u64 {
 /// whatever the port resolution (a server's own port and every target
 /// port of a Service port of that number): what the control thread marks
 /// when what routers read changed.
-pub fn all_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
-    use istiod_xds::ads::Kind;
+pub fn all_names(model: &Model) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
+    use istiod_xds_api::snapshot::Kind;
     let mut out = std::collections::BTreeSet::new();
     for o in model.gateways.iter() {
         let IstioSpec::Gateway(g) = &o.spec else { continue };
@@ -288,7 +288,7 @@ pub fn all_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<st
 /// Every SNI-DNAT cluster name some AUTO_PASSTHROUGH router may have
 /// (every service and port, every subset of a rule naming the service):
 /// none when no Gateway is AUTO_PASSTHROUGH.
-pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
+pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
     use istiod_kubewatch::istio::networking::ServerTlsMode;
     let auto = model.gateways.iter().any(|o| match &o.spec {
         IstioSpec::Gateway(g) => {
@@ -313,7 +313,7 @@ pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds::ads::Kind, std::syn
         for p in svc.ports.iter().filter(|p| p.protocol != crate::model::Protocol::Udp) {
             for subset in std::iter::once("").chain(names.iter().copied()) {
                 let name = format!("outbound_.{}_.{subset}_.{}", p.port, svc.hostname);
-                out.push((istiod_xds::ads::Kind::Cluster, std::sync::Arc::from(name)));
+                out.push((istiod_xds_api::snapshot::Kind::Cluster, std::sync::Arc::from(name)));
             }
         }
     }
@@ -341,26 +341,26 @@ pub fn secret_names(ns: &str, name: &str) -> Vec<std::sync::Arc<str>> {
 pub fn changed_secret_names(
     old: &crate::model::Secrets,
     new: &crate::model::Secrets,
-) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
+) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
     let mut keys: Vec<&(String, String)> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
         .filter(|k| old.get(*k).map(|s| s.hash) != new.get(*k).map(|s| s.hash))
         .flat_map(|(ns, name)| secret_names(ns, name))
-        .map(|n| (istiod_xds::ads::Kind::Secret, n))
+        .map(|n| (istiod_xds_api::snapshot::Kind::Secret, n))
         .collect()
 }
 
 /// The `kubernetes://` SDS names of the Secrets of `namespace` (what an
 /// answer on a service account of that namespace may change).
-pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds::ads::Kind, std::sync::Arc<str>)> {
+pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
     model
         .secrets
         .keys()
         .filter(|(ns, _)| ns == namespace)
         .flat_map(|(ns, name)| secret_names(ns, name))
-        .map(|n| (istiod_xds::ads::Kind::Secret, n))
+        .map(|n| (istiod_xds_api::snapshot::Kind::Secret, n))
         .collect()
 }
 
@@ -597,7 +597,7 @@ mod tests {
 
     use super::*;
     use crate::testing::snapshot;
-    use istiod_xds::ads::{Generator, Kind};
+    use istiod_xds_api::snapshot::{Generator, Kind};
 
     fn objects(yaml: &str) -> Objects {
         let mut o = Objects::default();

@@ -577,8 +577,9 @@ fn rebuilt(
 
 fn serves_alike(a: &Arc<MeshInput>, b: &Arc<MeshInput>) {
     let snap = |b: &Arc<MeshInput>| {
-        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &b.translation.resources);
-        let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
+        let changes =
+            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &b.translation.resources);
+        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
         let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
         s.mesh = Some(b.clone());
         s
@@ -1042,8 +1043,9 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
         class("other", &[("app", "x")]),
     ];
     let snap = |m: &Arc<MeshInput>| {
-        let changes = crate::translate::diff(&istiod_xds::ads::SimpleModel::default(), &m.translation.resources);
-        let model = istiod_xds::ads::SimpleModel::default().apply(1, changes).0;
+        let changes =
+            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &m.translation.resources);
+        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
         let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
         s.mesh = Some(m.clone());
         s
@@ -1089,7 +1091,7 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
 /// nothing.
 #[test]
 fn debug_over_xds_checks_the_caller() {
-    use istiod_xds::grpc::Code;
+    use istiod_xds_api::Code;
     let refused = |u: UnknownType| match u {
         UnknownType::Refuse(code, _) => Some(code),
         _ => None,

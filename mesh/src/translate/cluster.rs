@@ -15,7 +15,7 @@ use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
-use istiod_xds::ads::Kind;
+use istiod_xds_api::snapshot::Kind;
 
 use super::envoy::socket;
 use super::{endpoint::load_assignment, traffic_policy};

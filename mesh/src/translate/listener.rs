@@ -18,7 +18,7 @@ use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain, Listener};
 use istiod_proto::envoy::extensions::filters::http::fault::v3 as fault;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use istiod_proto::prost::Message;
-use istiod_xds::ads::Kind;
+use istiod_xds_api::snapshot::Kind;
 
 use super::telemetry::{self, Side};
 use crate::meshconfig::OutboundPolicy;

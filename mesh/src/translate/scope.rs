@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::node::ProxyClass;
 use istiod_kubewatch::istio::{IstioSpec, networking};
-use istiod_xds::ads::Kind;
+use istiod_xds_api::snapshot::Kind;
 
 use crate::model::{Model, Service};
 

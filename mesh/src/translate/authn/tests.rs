@@ -5,7 +5,7 @@ use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use istiod_proto::prost::Message;
-use istiod_xds::ads::Kind;
+use istiod_xds_api::snapshot::Kind;
 
 use super::*;
 use crate::testing::{class, istio_objects, served};

@@ -1,7 +1,8 @@
-//! The model after a change of services only: Services, ServiceEntries,
-//! EndpointSlices or Pods. The services they concern are rebuilt from the
-//! objects (by the rules a full build follows, so the result is the same);
-//! everything else is shared with the previous model.
+//! A change of services only (Services, ServiceEntries, EndpointSlices,
+//! Pods): the services they concern are rebuilt in the model from the
+//! objects (by the rules a full build follows, so the result is the same),
+//! re-translated, and the dependency keys they touch recorded; everything
+//! else is shared with the previous mesh.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use istiod_kubewatch::config_dir::ObjectRef;
 use istiod_kubewatch::istio::IstioSpec;
 use istiod_kubewatch::objects::{EndpointSlice, Objects};
 
-use super::{Model, Service, Workloads, service, service_entry};
+use crate::generator::deps::Dep;
+use crate::generator::{MeshInput, deps, inbound_part};
+use crate::model::{Model, Service, Workloads, export_default, service, service_entry};
 
 impl Model {
     /// The kinds [`Model::with_services_of`] takes.
@@ -116,14 +119,57 @@ impl Model {
                 .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
                 .collect();
             let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-            return Some(super::export_default(s, &self.mesh));
+            return Some(export_default(s, &self.mesh));
         }
         objs.istio.iter().find_map(|o| match &o.spec {
             IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => service_entry(&o.meta, se, objs)
                 .into_iter()
                 .find(|s| &*s.hostname == host)
-                .map(|s| super::export_default(s, &self.mesh)),
+                .map(|s| export_default(s, &self.mesh)),
             _ => None,
         })
+    }
+}
+
+impl MeshInput {
+    /// The mesh after Services, ServiceEntries, EndpointSlices or Pods
+    /// (`changed`) changed in `objs`, and nothing else: the services they
+    /// concern are rebuilt in the model and their clusters and load
+    /// assignments re-translated; where a service's outbound shape
+    /// (addresses, ports, resolution, exportTo) changed, or it came or
+    /// went, its listeners and virtual hosts too, and the scoping. Where
+    /// what inbound reads of a service changed, its namespace's workloads
+    /// are recorded. Everything else is shared with `self`: an endpoint
+    /// change costs O(changed services), not O(mesh).
+    pub fn with_services(
+        &self,
+        objs: &istiod_kubewatch::objects::Objects,
+        changed: &[istiod_kubewatch::config_dir::ObjectRef],
+    ) -> MeshInput {
+        let (model, hosts) = self.model.with_services_of(objs, changed);
+        let model = Arc::new(model);
+        let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
+        let mut reshaped = Vec::new();
+        for host in &hosts {
+            next.translation.update_service(&model, host);
+            let (before, after) = (self.model.services.get(host), model.services.get(host));
+            if before.map(deps::shape) != after.map(deps::shape) {
+                reshaped.push(host.clone());
+            }
+            let old = match after {
+                Some(svc) => next.inbound_parts.insert(host.clone(), inbound_part(svc)),
+                None => next.inbound_parts.remove(host),
+            };
+            if old != next.inbound_parts.get(host).copied() {
+                let ns = after.or(before).map(|s| &*s.namespace);
+                next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
+            }
+        }
+        if !reshaped.is_empty() {
+            next.translation.update_hosts(&self.model, &model, &reshaped);
+            next.changes.touch_everywhere(Dep::Services);
+            next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));
+        }
+        next
     }
 }

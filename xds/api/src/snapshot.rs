@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use istiod_proto::envoy::config::core::v3::Node;
 
-use super::node::{Classified, Peer};
+use crate::node::{Classified, Peer};
 
 /// The xDS resource types the engine serves, in push order (§ make before
 /// break: clusters before the endpoints they use, listeners before routes).
@@ -60,6 +60,46 @@ impl Kind {
     }
 }
 
+/// Bounds on what a class needs: the per-core cache keys on it.
+pub trait Class: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {}
+impl<T: Clone + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static> Class for T {}
+
+/// Reasons for a push with their event counts (istiod's `ReasonStats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reasons(Vec<(&'static str, u32)>);
+
+impl Reasons {
+    /// One event of `reason`.
+    pub fn one(reason: &'static str) -> Self {
+        Reasons(vec![(reason, 1)])
+    }
+
+    /// Adds `n` events of `reason`.
+    pub fn add(&mut self, reason: &'static str, n: u32) {
+        match self.0.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, c)) => *c = c.saturating_add(n),
+            None => self.0.push((reason, n)),
+        }
+    }
+
+    /// Adds another push's reasons (istiod's `PushRequest.Merge`).
+    pub fn merge(&mut self, other: &Reasons) {
+        for (r, n) in &other.0 {
+            self.add(r, *n);
+        }
+    }
+
+    /// No reason recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The reasons and counts.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+        self.0.iter().copied()
+    }
+}
+
 /// One resource of the simple model: its encoded message and the snapshot
 /// version in which it last changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +137,7 @@ pub struct Snapshot<M = ()> {
     /// Why it was published: istiod's push trigger reasons with their
     /// event counts (`model.ReasonStats`), counted in
     /// `pilot_push_triggers` once per proxy pushed, as istiod does.
-    pub reasons: crate::metrics::Reasons,
+    pub reasons: Reasons,
 }
 
 impl<M> std::fmt::Debug for Snapshot<M> {
@@ -172,12 +212,12 @@ pub trait Generator: Send + Sync + 'static {
     /// What a proxy's resources depend on besides the snapshot: proxies of
     /// equal class share cached bytes, so every input a generator reads for
     /// a proxy must be in its class.
-    type Class: super::Class;
+    type Class: Class;
 
     /// Classifies the node of a stream's first request, or says why it is
     /// refused (the stream ends with INVALID_ARGUMENT and the message).
     /// `verified`: the stream's caller was authenticated and the node's
-    /// namespace checked against its identity ([`crate::grpc::Call::verified`]).
+    /// namespace checked against its identity (`istiod_xds::grpc::Call::verified`).
     fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<Self::Class>, String>;
 
     /// Names a proxy of `class` receives when it subscribes to all of
@@ -255,9 +295,9 @@ pub enum UnknownType {
     /// requests, its ACKs, get none).
     Empty,
     /// The stream ends with this status.
-    Refuse(crate::grpc::Code, String),
+    Refuse(crate::Code, String),
     /// The type's first request goes to the application (see
-    /// [`super::Forwarded`]), whose answer is sent as the response; later
+    /// `istiod_xds::ads::Forwarded`), whose answer is sent as the response; later
     /// requests, its ACKs, get none.
     Forward,
 }

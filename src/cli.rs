@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use istiod_kubewatch::duration;
+use istiod_config::duration;
 
 /// Istio control plane (istiod-rs): xDS server, CA and webhooks.
 #[derive(Debug, Parser)]

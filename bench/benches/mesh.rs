@@ -18,7 +18,7 @@ use istiod_mesh::update;
 
 /// What the control thread builds from one set of objects.
 type Built = Arc<MeshInput>;
-use istiod_kubewatch::objects::Objects;
+use istiod_config::objects::Objects;
 use istiod_loadgen::scenario::Scenario;
 use istiod_mesh::generator::{MeshGenerator, MeshInput};
 use istiod_mesh::meshconfig::MeshSettings;
@@ -294,7 +294,7 @@ fn core_delta(c: &mut Criterion) {
 struct Change {
     objs: [Objects; 2],
     /// What the source reports changed (as the config directory does).
-    refs: Vec<istiod_kubewatch::config_dir::ObjectRef>,
+    refs: Vec<istiod_config::manifest::ObjectRef>,
     builts: [Built; 2],
     model: SimpleModel,
     version: u64,
@@ -302,7 +302,7 @@ struct Change {
 }
 
 impl Change {
-    fn new(scenario: &str, edit: fn(&mut Objects) -> istiod_kubewatch::config_dir::ObjectRef) -> Change {
+    fn new(scenario: &str, edit: fn(&mut Objects) -> istiod_config::manifest::ObjectRef) -> Change {
         let settings = Arc::new(MeshSettings::default());
         let a = objects(scenario);
         let mut b = a.clone();
@@ -340,15 +340,15 @@ impl Change {
 }
 
 /// One endpoint fewer in the first EndpointSlice (a scale-down).
-fn drop_endpoint(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
+fn drop_endpoint(o: &mut Objects) -> istiod_config::manifest::ObjectRef {
     let slice = o.endpoint_slices.iter_mut().find(|s| s.endpoints.len() > 1).expect("a slice with two endpoints");
     slice.endpoints.pop();
-    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::EndpointSlice(slice.clone()))
+    istiod_config::manifest::ObjectRef::of(&istiod_config::manifest::Object::EndpointSlice(slice.clone()))
 }
 
 /// The first VirtualService's first weighted destination shifted by one.
-fn shift_weight(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
-    use istiod_kubewatch::istio::IstioSpec;
+fn shift_weight(o: &mut Objects) -> istiod_config::manifest::ObjectRef {
+    use istiod_config::istio::IstioSpec;
     let obj = o
         .istio
         .iter_mut()
@@ -361,12 +361,12 @@ fn shift_weight(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
         r[0].weight -= 1;
         r[1].weight += 1;
     }
-    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::Istio(obj.clone()))
+    istiod_config::manifest::ObjectRef::of(&istiod_config::manifest::Object::Istio(obj.clone()))
 }
 
 /// The first Service with a cluster IP gets another address (a new VIP:
 /// its listeners, virtual hosts and scoping change, not only endpoints).
-fn readdress_service(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef {
+fn readdress_service(o: &mut Objects) -> istiod_config::manifest::ObjectRef {
     let svc = o
         .services
         .iter_mut()
@@ -374,7 +374,7 @@ fn readdress_service(o: &mut Objects) -> istiod_kubewatch::config_dir::ObjectRef
         .expect("a Service with a cluster IP");
     svc.spec.cluster_ip = Some("10.255.255.254".into());
     svc.spec.cluster_ips = vec!["10.255.255.254".into()];
-    istiod_kubewatch::config_dir::ObjectRef::of(&istiod_kubewatch::config_dir::Object::Service(svc.clone()))
+    istiod_config::manifest::ObjectRef::of(&istiod_config::manifest::Object::Service(svc.clone()))
 }
 
 fn change(c: &mut Criterion) {

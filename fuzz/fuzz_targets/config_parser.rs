@@ -6,14 +6,14 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let parsed = istiod_kubewatch::config_dir::parse_file(text);
+        let parsed = istiod_config::manifest::parse_file(text);
         // A syntax error ends the file: no document is reported after it.
         if let Some((index, _)) = parsed.syntax_error {
             assert_eq!(index, parsed.docs.len());
         }
-        let mut objects = istiod_kubewatch::objects::Objects::default();
+        let mut objects = istiod_config::objects::Objects::default();
         for doc in parsed.docs.into_iter().flatten().flatten() {
-            use istiod_kubewatch::config_dir::Object;
+            use istiod_config::manifest::Object;
             match doc {
                 Object::Service(s) => objects.services.push(s),
                 Object::Istio(o) => objects.istio.push(o),
@@ -25,7 +25,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         let model = istiod_mesh::model::Model::build(&objects, "cluster.local");
         for g in model.gateways.iter() {
-            if let istiod_kubewatch::istio::IstioSpec::Gateway(spec) = &g.spec {
+            if let istiod_config::istio::IstioSpec::Gateway(spec) = &g.spec {
                 let class = istiod_mesh::node::ProxyClass {
                     node_type: istiod_mesh::node::NodeType::Router,
                     namespace: g.meta.ns().into(),

@@ -8,7 +8,7 @@
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         let checked = istiod_webhook::proxy_config::validate(text);
-        if istiod_kubewatch::yaml::check_depth(text).is_err() {
+        if istiod_config::yaml::check_depth(text).is_err() {
             assert!(checked.is_err(), "too deep is refused");
         }
     }

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::objects::KINDS;
+use istiod_config::objects::KINDS;
 
 /// An informer event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

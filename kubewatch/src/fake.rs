@@ -586,7 +586,7 @@ impl FakeApi {
         let mut segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         // Istio's and the Gateway API's Gateways share a plural: the
         // latter is kept under its own (see `gateway_api_resources`).
-        if segs.get(1) == Some(&crate::gateway_api::GROUP) {
+        if segs.get(1) == Some(&istiod_config::gateway_api::GROUP) {
             let at = if segs.get(3) == Some(&"namespaces") { 5 } else { 3 };
             if let Some(s) = segs.get_mut(at).filter(|s| **s == "gateways") {
                 *s = K8S_GATEWAYS;

@@ -21,8 +21,8 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::config_dir::{Object, ObjectRef};
-use crate::objects::{EndpointSlice, KINDS, Namespace, Node, Objects, Pod, Secret, Service};
+use istiod_config::manifest::{Object, ObjectRef};
+use istiod_config::objects::{EndpointSlice, KINDS, Namespace, Node, Objects, Pod, Secret, Service};
 
 /// Kinds from here on are CRDs: absent ones count as synced and empty.
 const FIRST_CRD: usize = 6;
@@ -127,12 +127,12 @@ fn convert(i: usize, v: &Value) -> Result<Object, String> {
             s if s.is_read() => Object::Secret(s),
             _ => Object::Skipped("Secret".into()),
         },
-        _ if KINDS[i].0 == crate::gateway_api::GROUP => {
-            Object::GatewayApi(crate::gateway_api::parse(KINDS[i].2, v.clone())?)
+        _ if KINDS[i].0 == istiod_config::gateway_api::GROUP => {
+            Object::GatewayApi(istiod_config::gateway_api::parse(KINDS[i].2, v.clone())?)
         }
         _ => {
             let y = serde_yaml_ng::to_value(v).map_err(|e| e.to_string())?;
-            Object::Istio(crate::istio::parse(&y).map_err(|e| e.to_string())?)
+            Object::Istio(istiod_config::istio::parse(&y).map_err(|e| e.to_string())?)
         }
     })
 }

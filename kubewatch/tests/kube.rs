@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use istiod_config::objects::Objects;
 use istiod_kubewatch::fake::{FakeApi, core_resources, istio_resources};
 use istiod_kubewatch::kube_source;
-use istiod_kubewatch::objects::Objects;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -61,7 +61,7 @@ fn load_examples_where(api: &FakeApi, keep: impl Fn(&str) -> bool) {
 
 /// Objects in a canonical order (sources differ in order only).
 fn canonical(mut o: Objects) -> Objects {
-    let k = |m: &istiod_kubewatch::meta::Meta| (m.ns().to_owned(), m.name.clone());
+    let k = |m: &istiod_config::meta::Meta| (m.ns().to_owned(), m.name.clone());
     o.services.sort_by_key(|x| k(&x.metadata));
     o.endpoint_slices.sort_by_key(|x| k(&x.metadata));
     o.pods.sort_by_key(|x| k(&x.metadata));

@@ -1,7 +1,7 @@
 //! `loadgen mesh` writes what its scenario says, in a form pilot-discovery's
 //! own config-directory loader accepts without a single rejected document.
 
-use istiod_kubewatch::istio::IstioSpec;
+use istiod_config::istio::IstioSpec;
 use istiod_loadgen::mesh;
 use istiod_loadgen::scenario::{ChurnKind, Connect, PRESETS, Scenario, ScenarioError};
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::node::{NodeType, Proxy, ProxyClass};
 use bytes::Bytes;
-use istiod_kubewatch::istio::IstioSpec;
+use istiod_config::istio::IstioSpec;
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
 use istiod_xds_api::Code;

@@ -100,7 +100,7 @@ pub struct MeshSettings {
     pub trust_domain_aliases: Vec<String>,
     /// `localityLbSetting`: locality load balancing where no
     /// DestinationRule sets it (istiod's default `{enabled: true}`).
-    pub locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
+    pub locality_lb_setting: Option<istiod_config::istio::networking::LocalityLoadBalancerSetting>,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -303,7 +303,7 @@ struct Raw {
     default_service_export_to: Option<Vec<String>>,
     default_virtual_service_export_to: Option<Vec<String>>,
     default_destination_rule_export_to: Option<Vec<String>>,
-    locality_lb_setting: Option<istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
+    locality_lb_setting: Option<istiod_config::istio::networking::LocalityLoadBalancerSetting>,
     trust_domain_aliases: Option<Vec<String>>,
     inbound_traffic_policy: Option<RawInbound>,
 }
@@ -407,7 +407,7 @@ impl MeshSettings {
         }
         if let Some(t) = raw.connect_timeout {
             m.connect_timeout =
-                istiod_kubewatch::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
+                istiod_config::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
             // ValidateMeshConfig: at least 1ms, in whole milliseconds
             // (Envoy refuses a zero connect timeout on every cluster).
             if m.connect_timeout < std::time::Duration::from_millis(1)

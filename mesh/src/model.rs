@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking};
-use istiod_kubewatch::meta::Meta;
-use istiod_kubewatch::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
+use istiod_config::istio::{IstioObject, IstioSpec, networking};
+use istiod_config::meta::Meta;
+use istiod_config::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
 pub mod credentials;
@@ -315,7 +315,7 @@ pub type Secrets = BTreeMap<(String, String), Arc<StoredSecret>>;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GatewayApi {
     /// ReferenceGrants.
-    pub grants: Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
+    pub grants: Vec<istiod_config::gateway_api::GatewayApiObject>,
     /// Listeners, routes and references refused, with istiod's reasons.
     pub problems: Vec<serde_json::Value>,
     /// The status each Gateway API object should have.
@@ -604,7 +604,7 @@ impl Model {
         model.routing = routing.into();
         model.security = Arc::new(sorted(objs, is_security));
         model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));
-        let mut telemetries = sorted(objs, |s| s.kind() == istiod_kubewatch::istio::IstioKind::Telemetry);
+        let mut telemetries = sorted(objs, |s| s.kind() == istiod_config::istio::IstioKind::Telemetry);
         telemetries.sort_by(|a, b| {
             (&a.meta.creation_timestamp, a.meta.ns(), &a.meta.name).cmp(&(
                 &b.meta.creation_timestamp,

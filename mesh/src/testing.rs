@@ -35,12 +35,12 @@ pub fn model_in(mesh: &str, yaml: &str) -> Model {
 }
 
 /// The Istio objects of a YAML text.
-pub fn istio_objects(yaml: &str) -> Vec<istiod_kubewatch::istio::IstioObject> {
-    istiod_kubewatch::config_dir::parse_file(yaml)
+pub fn istio_objects(yaml: &str) -> Vec<istiod_config::istio::IstioObject> {
+    istiod_config::manifest::parse_file(yaml)
         .docs
         .into_iter()
         .map(|doc| match doc {
-            Ok(Some(istiod_kubewatch::config_dir::Object::Istio(o))) => o,
+            Ok(Some(istiod_config::manifest::Object::Istio(o))) => o,
             other => panic!("{other:?}"),
         })
         .collect()

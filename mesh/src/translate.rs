@@ -375,7 +375,7 @@ mod tests {
         use istiod_proto::envoy::config::route::v3::{Route, RouteConfiguration, route, route_match};
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
         let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
-        objs.istio.retain(|o| !matches!(&o.spec, istiod_kubewatch::istio::IstioSpec::VirtualService(_)));
+        objs.istio.retain(|o| !matches!(&o.spec, istiod_config::istio::IstioSpec::VirtualService(_)));
         objs.istio.extend(crate::testing::istio_objects(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: edge, namespace: bookinfo}\n\
              spec: {hosts: [reviews], gateways: [bookinfo-gateway], http: [{route: [{destination: {host: reviews, subset: v3}}]}]}\n\

@@ -17,10 +17,10 @@ mod services;
 
 use std::sync::Arc;
 
-use istiod_kubewatch::config_dir::ObjectRef;
-use istiod_kubewatch::objects::Objects;
+use istiod_config::manifest::ObjectRef;
+use istiod_config::objects::Objects;
 
-use istiod_kubewatch::istio::IstioSpec;
+use istiod_config::istio::IstioSpec;
 
 use crate::generator::deps::{self, Dep};
 use crate::generator::{MeshInput, outbound_overrides, selecting};
@@ -133,7 +133,7 @@ impl MeshInput {
     /// read them and is kept. A pass over the Istio objects and a new
     /// scoping, not a rebuild. The namespaces whose Sidecars changed are
     /// recorded.
-    pub fn with_sidecars(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+    pub fn with_sidecars(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_sidecars_of(objs));
         let mut changes = self.changes.next();
         let root = model.mesh.root_namespace.as_str();
@@ -150,7 +150,7 @@ impl MeshInput {
 
     /// The mesh after Secrets changed in `objs`, and nothing else: only
     /// SDS reads them (by content hash), so nothing else is recorded.
-    pub fn with_secrets(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+    pub fn with_secrets(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_secrets_of(objs));
         MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
@@ -168,7 +168,7 @@ impl MeshInput {
     /// nothing else: only the inbound resources read them, so the shared
     /// translation is kept and only the namespaces whose policies changed
     /// are recorded. A pass over the Istio objects, not a rebuild.
-    pub fn with_security(&self, objs: &istiod_kubewatch::objects::Objects) -> MeshInput {
+    pub fn with_security(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = self.model.with_security_of(objs);
         let mut changes = self.changes.next();
         let root = model.mesh.root_namespace.as_str();

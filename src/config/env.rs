@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::ConfigError;
-use istiod_kubewatch::duration;
+use istiod_config::duration;
 
 /// A source of environment variables.
 pub trait Env {

@@ -394,10 +394,7 @@ async fn proxy_class(
 
 /// istiod's `/debug/configz` array.
 fn configz(
-    (istio, gateway_api): &(
-        Vec<istiod_kubewatch::istio::IstioObject>,
-        Vec<istiod_kubewatch::gateway_api::GatewayApiObject>,
-    ),
+    (istio, gateway_api): &(Vec<istiod_config::istio::IstioObject>, Vec<istiod_config::gateway_api::GatewayApiObject>),
 ) -> Value {
     let mut items: Vec<Value> =
         istio.iter().map(|o| &o.raw).chain(gateway_api.iter().map(|o| &o.raw)).filter_map(|r| r.value()).collect();

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_config::istio::{IstioObject, IstioSpec};
 use serde_json::{Map, Value, json};
 
 use istiod_mesh::model::{Health, Model, Resolution, Service};

@@ -49,8 +49,8 @@ pub(crate) struct Desired {
 /// The Gateways of `objects` this controller handles: class `istio`
 /// (without a GatewayClass of that name saying otherwise) or a class whose
 /// controller is istiod's, and this revision's (`istio.io/rev`, tags).
-pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super::revisions::Tags) -> Desired {
-    use istiod_kubewatch::gateway_api::GatewayApiSpec;
+pub(crate) fn desired(objects: &istiod_config::objects::Objects, tags: &super::revisions::Tags) -> Desired {
+    use istiod_config::gateway_api::GatewayApiSpec;
     let handled = istiod_mesh::model::gateway_api::handled_classes(&objects.gateway_api);
     // tagWatcher.IsMine: the Gateway's `istio.io/rev`, else its
     // namespace's.
@@ -59,7 +59,7 @@ pub(crate) fn desired(objects: &istiod_kubewatch::objects::Objects, tags: &super
         .iter()
         .filter_map(|n| n.metadata.labels.get("istio.io/rev").map(|r| (n.metadata.name.as_str(), r.as_str())))
         .collect();
-    let mine = |meta: &istiod_kubewatch::meta::Meta| {
+    let mine = |meta: &istiod_config::meta::Meta| {
         let selected = meta.labels.get("istio.io/rev").map(String::as_str).or_else(|| ns_rev.get(meta.ns()).copied());
         tags.is_mine(selected.unwrap_or_default())
     };

@@ -217,9 +217,9 @@ mod tests {
                 })),
                 ..Default::default()
             });
-            let mut objs = istiod_kubewatch::objects::Objects::default();
-            let secret = istiod_kubewatch::objects::Secret {
-                metadata: istiod_kubewatch::meta::Meta {
+            let mut objs = istiod_config::objects::Objects::default();
+            let secret = istiod_config::objects::Secret {
+                metadata: istiod_config::meta::Meta {
                     name: "cert".into(),
                     namespace: Some("edge".into()),
                     ..Default::default()

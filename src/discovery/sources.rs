@@ -25,8 +25,7 @@ pub(super) struct State {
     /// documents, gateway problems.
     pub(super) configz: Value,
     /// The Istio and Gateway API objects in force, for `/debug/configz`.
-    pub(super) config:
-        (Vec<istiod_kubewatch::istio::IstioObject>, Vec<istiod_kubewatch::gateway_api::GatewayApiObject>),
+    pub(super) config: (Vec<istiod_config::istio::IstioObject>, Vec<istiod_config::gateway_api::GatewayApiObject>),
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
@@ -83,7 +82,7 @@ pub(super) fn configz(dir: &std::path::Path, loaded: &Loaded) -> Value {
 }
 
 /// Istio objects in force, by kind.
-fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
+fn istio_counts(objects: &istiod_config::objects::Objects) -> Value {
     let mut counts = std::collections::BTreeMap::new();
     for o in &objects.istio {
         *counts.entry(format!("{:?}", o.kind())).or_insert(0u32) += 1;
@@ -94,8 +93,8 @@ fn istio_counts(objects: &istiod_kubewatch::objects::Objects) -> Value {
 /// Rebuilds the model from `objects` and sends the resource changes.
 pub(super) fn apply(
     state: &RefCell<State>,
-    objects: istiod_kubewatch::objects::Objects,
-    changed: Option<Vec<istiod_kubewatch::config_dir::ObjectRef>>,
+    objects: istiod_config::objects::Objects,
+    changed: Option<Vec<istiod_config::manifest::ObjectRef>>,
     configz: Value,
     domain: &str,
     tx: &Tx,
@@ -229,8 +228,8 @@ pub(super) fn apply(
 /// Istio and Gateway API config), and only their changes count; Nodes
 /// all are. Nothing is done without selectors.
 pub(super) fn discovery_filter(
-    objects: &mut istiod_kubewatch::objects::Objects,
-    changed: Option<&mut Vec<istiod_kubewatch::config_dir::ObjectRef>>,
+    objects: &mut istiod_config::objects::Objects,
+    changed: Option<&mut Vec<istiod_config::manifest::ObjectRef>>,
     mesh: &istiod_mesh::meshconfig::MeshSettings,
 ) {
     if mesh.discovery_selectors.is_empty() {
@@ -260,8 +259,8 @@ pub(super) fn discovery_filter(
 /// handlers count them: endpoints as `eds`, Services and ServiceEntries as
 /// `svc` (`svcdelete` when gone), everything else as `config`.
 fn count_inbound_updates(
-    objects: &istiod_kubewatch::objects::Objects,
-    changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>,
+    objects: &istiod_config::objects::Objects,
+    changed: Option<&[istiod_config::manifest::ObjectRef]>,
 ) {
     use crate::control::metrics::inbound_update;
     let Some(changed) = changed else {
@@ -272,7 +271,7 @@ fn count_inbound_updates(
             inbound_update("eds");
         }
         for o in &objects.istio {
-            let service = o.kind() == istiod_kubewatch::istio::IstioKind::ServiceEntry;
+            let service = o.kind() == istiod_config::istio::IstioKind::ServiceEntry;
             inbound_update(if service { "svc" } else { "config" });
         }
         return;
@@ -300,7 +299,7 @@ fn count_inbound_updates(
 
 /// istiod's push trigger reasons for the objects that changed, one event
 /// per object (`None`: a first list or relist, a full push).
-fn push_reasons(changed: Option<&[istiod_kubewatch::config_dir::ObjectRef]>) -> istiod_xds_api::Reasons {
+fn push_reasons(changed: Option<&[istiod_config::manifest::ObjectRef]>) -> istiod_xds_api::Reasons {
     let mut out = istiod_xds_api::Reasons::default();
     let Some(changed) = changed else {
         out.add("global", 1);

@@ -103,8 +103,8 @@ pub struct ClusterInputs {
 impl ClusterInputs {
     /// What the injector reads of the cluster's objects: every ProxyConfig
     /// and every node's kubelet version.
-    pub fn of(objects: &istiod_kubewatch::objects::Objects, root_namespace: &str) -> ClusterInputs {
-        use istiod_kubewatch::istio::{IstioKind, IstioSpec};
+    pub fn of(objects: &istiod_config::objects::Objects, root_namespace: &str) -> ClusterInputs {
+        use istiod_config::istio::{IstioKind, IstioSpec};
         let items = objects
             .istio
             .iter()
@@ -596,7 +596,7 @@ fn proxy_config(
     }
     let mut workload = Map::new();
     if let Some(a) = annotations.get("proxy.istio.io/config") {
-        let over: Json = istiod_kubewatch::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
+        let over: Json = istiod_config::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         match over {
             Json::Object(m) => proxy_config::overlay(&mut workload, &m),
             Json::Null => {}

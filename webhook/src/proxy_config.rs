@@ -38,7 +38,7 @@ use serde_json::{Map, Value as Json, json};
 /// `invalid value '…' for annotation '…': ` the caller adds.
 pub fn validate(text: &str) -> Result<(), String> {
     // Nesting the scanner cannot read in linear time is refused first.
-    istiod_kubewatch::yaml::check_depth(text).map_err(|e| e.to_string())?;
+    istiod_config::yaml::check_depth(text).map_err(|e| e.to_string())?;
     let mut config = default_proxy_config();
     yaml_to_json(text)
         .and_then(|json| decode_message(PROXY_CONFIG, &json, &mut config))
@@ -1405,7 +1405,7 @@ fn is_ip(s: &str) -> bool {
 
 /// `time.ParseDuration`, in nanoseconds, with Go's error texts and
 /// negative values (which a ProxyConfig may carry, to be refused by the
-/// checks with istiod's message). `istiod_kubewatch::duration::parse` is
+/// checks with istiod's message). `istiod_config::duration::parse` is
 /// the same grammar for knobs, where a negative value is an error of its
 /// own and the message names the knob's syntax instead.
 fn parse_duration(orig: &str) -> Result<i64, String> {
@@ -1650,7 +1650,7 @@ mod tests {
         for e in std::fs::read_dir(dir).unwrap() {
             let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
             let checked = super::validate(&text);
-            if istiod_kubewatch::yaml::check_depth(&text).is_err() {
+            if istiod_config::yaml::check_depth(&text).is_err() {
                 assert!(checked.unwrap_err().contains("nests deeper"));
             }
             n += 1;

@@ -1,6 +1,6 @@
 //! Config validation as istiod's webhook does it
 //! (`pkg/webhooks/validation/server/server.go`), with the validators the
-//! config sources use (`istiod_kubewatch::istio::parse`): CREATE and
+//! config sources use (`istiod_config::istio::parse`): CREATE and
 //! UPDATE of an Istio object are judged, other operations allowed; an
 //! invalid object is refused with every problem at its field; top-level
 //! fields other than `apiVersion`, `kind`, `metadata`, `spec` and `status`
@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::istio::{self, IstioKind};
+use istiod_config::istio::{self, IstioKind};
 
 use super::admission::{AdmissionRequest, AdmissionResponse};
 

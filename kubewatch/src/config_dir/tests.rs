@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use istiod_config::manifest::parse_file;
 
 const SVC: &str = "kind: Service\nmetadata: {name: a, namespace: x}\nspec: {ports: [{port: 80}]}\n";
 

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use istiod_kubewatch::istio::IstioObject;
+use istiod_config::istio::IstioObject;
 
 use crate::model::{Model, Service};
 
@@ -157,7 +157,7 @@ pub(super) fn gateway_bound(model: &Model) -> Vec<&IstioObject> {
 /// Whether `o` is a VirtualService bound to some Gateway.
 pub(crate) fn is_gateway_bound(o: &IstioObject) -> bool {
     match &o.spec {
-        istiod_kubewatch::istio::IstioSpec::VirtualService(vs) => {
+        istiod_config::istio::IstioSpec::VirtualService(vs) => {
             crate::model::gateway::bound_gateways(&vs.gateways, o.meta.ns()).iter().any(|g| g != "mesh")
         }
         _ => false,
@@ -197,7 +197,7 @@ pub(super) fn touch_models(
     let rules = |m: &Model| {
         m.routing
             .iter()
-            .filter(|o| matches!(o.spec, istiod_kubewatch::istio::IstioSpec::DestinationRule(_)))
+            .filter(|o| matches!(o.spec, istiod_config::istio::IstioSpec::DestinationRule(_)))
             .cloned()
             .collect::<Vec<_>>()
     };

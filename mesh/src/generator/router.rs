@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3::{DataSource, data_source::Specifier};
 use istiod_proto::envoy::config::listener::v3::Listener;
 use istiod_proto::envoy::config::route::v3::RouteConfiguration;
@@ -289,7 +289,7 @@ pub fn all_names(model: &Model) -> Vec<(istiod_xds_api::snapshot::Kind, std::syn
 /// (every service and port, every subset of a rule naming the service):
 /// none when no Gateway is AUTO_PASSTHROUGH.
 pub fn all_sni_dnat_names(model: &Model) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
-    use istiod_kubewatch::istio::networking::ServerTlsMode;
+    use istiod_config::istio::networking::ServerTlsMode;
     let auto = model.gateways.iter().any(|o| match &o.spec {
         IstioSpec::Gateway(g) => {
             g.servers.iter().any(|s| s.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::AutoPassthrough))
@@ -370,7 +370,7 @@ pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds_api::s
 /// the Secret is in that namespace or a ReferenceGrant lets the Gateway
 /// refer to it.
 fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
-    use istiod_kubewatch::istio::networking::ServerTlsMode;
+    use istiod_config::istio::networking::ServerTlsMode;
     let mut out = Vec::new();
     for servers in merged(model, class).servers.values() {
         for s in servers {
@@ -591,8 +591,8 @@ pub fn report(model: &Model) -> serde_json::Value {
 mod tests {
     use std::sync::Arc;
 
-    use istiod_kubewatch::config_dir::Object;
-    use istiod_kubewatch::objects::Objects;
+    use istiod_config::manifest::Object;
+    use istiod_config::objects::Objects;
     use serde_json::json;
 
     use super::*;
@@ -601,7 +601,7 @@ mod tests {
 
     fn objects(yaml: &str) -> Objects {
         let mut o = Objects::default();
-        for doc in istiod_kubewatch::config_dir::parse_file(yaml).docs {
+        for doc in istiod_config::manifest::parse_file(yaml).docs {
             match doc.unwrap().unwrap() {
                 Object::Istio(x) => o.istio.push(x),
                 Object::Secret(s) => o.secrets.push(s),

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use istiod_proto::envoy::config::listener::v3::Listener;
 
-use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_config::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -567,7 +567,7 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(
     old: &Arc<MeshInput>,
-    after: &istiod_kubewatch::objects::Objects,
+    after: &istiod_config::objects::Objects,
     settings: &Arc<crate::meshconfig::MeshSettings>,
 ) -> Arc<MeshInput> {
     let (full, incremental) = crate::update::update(Some(old), after, None, "cluster.local", settings, &Arc::default());
@@ -605,9 +605,9 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    use istiod_kubewatch::config_dir::{Object, ObjectRef};
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
-    let slice_ref = |s: &istiod_kubewatch::objects::EndpointSlice| ObjectRef::of(&Object::EndpointSlice(s.clone()));
+    use istiod_config::manifest::{Object, ObjectRef};
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
+    let slice_ref = |s: &istiod_config::objects::EndpointSlice| ObjectRef::of(&Object::EndpointSlice(s.clone()));
     let edits: [Edit; 4] = [
         // reviews loses an endpoint; details' only slice goes away; a
         // ratings endpoint names no Pod (joined by its address) and one
@@ -664,12 +664,12 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
 /// Kubernetes Service of the same name (the Service wins, as in istiod).
 #[test]
 fn a_service_change_updated_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    fn add(o: &mut istiod_kubewatch::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
+    fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
         let mut refs = Vec::new();
         for doc in parse_file(yaml).docs {
             let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
@@ -682,13 +682,10 @@ fn a_service_change_updated_in_place_equals_a_rebuild() {
         }
         refs
     }
-    fn service<'a>(
-        o: &'a mut istiod_kubewatch::objects::Objects,
-        name: &str,
-    ) -> &'a mut istiod_kubewatch::objects::Service {
+    fn service<'a>(o: &'a mut istiod_config::objects::Objects, name: &str) -> &'a mut istiod_config::objects::Service {
         o.services.iter_mut().find(|s| s.metadata.name == name).unwrap()
     }
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
     let edits: [Edit; 6] = [
         |o| {
             let s = service(o, "reviews");
@@ -770,13 +767,13 @@ fn a_service_change_updated_in_place_equals_a_rebuild() {
 /// it is in), a pod's sidecar goes away (tlsMode), a pod is deleted.
 #[test]
 fn a_pod_change_updated_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
-    fn pod<'a>(o: &'a mut istiod_kubewatch::objects::Objects, prefix: &str) -> &'a mut istiod_kubewatch::objects::Pod {
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
+    fn pod<'a>(o: &'a mut istiod_config::objects::Objects, prefix: &str) -> &'a mut istiod_config::objects::Pod {
         o.pods.iter_mut().find(|p| p.metadata.name.starts_with(prefix)).unwrap()
     }
     let edits: [Edit; 3] = [
@@ -816,12 +813,12 @@ fn a_pod_change_updated_in_place_equals_a_rebuild() {
 /// added for a host that had none (inventory).
 #[test]
 fn a_routing_change_updated_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
     let edits: [Edit; 7] = [
         // Only who sees a rule changes (exportTo): no form's bytes change,
         // but proxies elsewhere move to another form.
@@ -912,7 +909,7 @@ fn only_headless_kubernetes_services_get_wildcard_domains() {
         "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: bookinfo}\n\
          spec: {hosts: [example.com], location: MESH_INTERNAL, resolution: NONE, ports: [{number: 80, name: http, protocol: HTTP}]}\n",
     ));
-    let svc = |yaml: &str| -> istiod_kubewatch::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
+    let svc = |yaml: &str| -> istiod_config::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
     objs.services.push(svc(
         "metadata: {name: db, namespace: bookinfo}\nspec: {clusterIP: None, ports: [{name: http, port: 80}]}\n",
     ));
@@ -933,7 +930,7 @@ fn only_headless_kubernetes_services_get_wildcard_domains() {
 fn touched_inbound_names_include_numeric_target_ports() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
-    let svc: istiod_kubewatch::objects::Service = serde_yaml_ng::from_str(
+    let svc: istiod_config::objects::Service = serde_yaml_ng::from_str(
         "metadata: {name: fresh, namespace: bookinfo}\nspec: {clusterIP: 10.96.30.1, selector: {app: fresh}, ports: [{name: http, port: 80, targetPort: 8123}]}\n",
     )
     .unwrap();
@@ -949,12 +946,12 @@ fn touched_inbound_names_include_numeric_target_ports() {
 /// deleted.
 #[test]
 fn a_security_change_updated_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
     let edits: [Edit; 3] = [
         |o| {
             let added = istio_objects(
@@ -1009,12 +1006,12 @@ fn a_security_change_updated_in_place_equals_a_rebuild() {
 /// added, and one in another namespace added.
 #[test]
 fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    type Edit = fn(&mut istiod_kubewatch::objects::Objects) -> Vec<ObjectRef>;
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
     let edits: [Edit; 3] = [
         |o| {
             let i = o.istio.iter().position(|x| x.kind().name() == "Sidecar").unwrap();
@@ -1118,7 +1115,7 @@ fn debug_over_xds_checks_the_caller() {
 /// collector), as a rebuild does, not only the collector's own.
 #[test]
 fn a_collector_service_added_in_place_equals_a_rebuild() {
-    use istiod_kubewatch::config_dir::{Object, ObjectRef, parse_file};
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(

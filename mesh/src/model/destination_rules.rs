@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec, networking::DestinationRule};
+use istiod_config::istio::{IstioObject, IstioSpec, networking::DestinationRule};
 
 /// One DestinationRule as it applies: the rules of one namespace for one
 /// host, merged.

@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use istiod_kubewatch::istio::networking::{Gateway, Server, ServerTlsMode};
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_config::istio::networking::{Gateway, Server, ServerTlsMode};
+use istiod_config::istio::{IstioObject, IstioSpec};
 
 /// A listener key: the resolved port, the protocol, the bind address.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -359,7 +359,7 @@ pub fn bound_virtual_services<'a>(
     virtual_services: impl IntoIterator<Item = &'a IstioObject>,
     proxy_ns: &str,
     gateway: &str,
-) -> Vec<(&'a IstioObject, &'a istiod_kubewatch::istio::networking::VirtualService)> {
+) -> Vec<(&'a IstioObject, &'a istiod_config::istio::networking::VirtualService)> {
     let mut bound: Vec<_> = virtual_services
         .into_iter()
         .filter_map(|o| match &o.spec {
@@ -526,7 +526,7 @@ mod tests {
         let doc = format!(
             "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: '{created}'}}\nspec: {spec}\n"
         );
-        istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
     }
 
     fn keys(m: &MergedGateway) -> Vec<(u32, &str)> {
@@ -564,7 +564,7 @@ mod tests {
         assert_eq!(names, ["b"], "PILOT_SCOPE_GATEWAY_TO_NAMESPACE");
         // kubectl writes `creationTimestamp: null`: read as no time.
         let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: n, creationTimestamp: null}\nspec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
-        let o = istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
+        let o = istiod_config::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
         assert_eq!(o.meta.creation_timestamp, None);
     }
 
@@ -694,7 +694,7 @@ mod tests {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {body}\n"
             );
-            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+            istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
         };
         let objs = [
             vs(

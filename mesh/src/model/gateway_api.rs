@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::gateway_api::{
+use istiod_config::gateway_api::{
     GROUP, GatewayApiObject, GatewayApiSpec, GatewaySpec, GrpcRouteRule, HttpRouteFilter, HttpRouteRule, Listener,
     ObjectReference, ParentReference,
 };
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
-use istiod_kubewatch::meta::Meta;
+use istiod_config::istio::{IstioObject, IstioSpec};
+use istiod_config::meta::Meta;
 use serde_json::{Value, json};
 
 use super::gateway::GATEWAY_SERVICE;
@@ -187,7 +187,7 @@ pub fn convert(
                 creation_timestamp: o.meta.creation_timestamp.clone(),
                 ..Meta::default()
             };
-            match typed::<istiod_kubewatch::istio::networking::Gateway>(json!({"servers": [server]})) {
+            match typed::<istiod_config::istio::networking::Gateway>(json!({"servers": [server]})) {
                 Ok(spec) => {
                     out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec), raw: Default::default() });
                     attachable.push(Attachable {
@@ -664,7 +664,7 @@ fn routes(
             ]),
             ..Meta::default()
         };
-        match typed::<istiod_kubewatch::istio::networking::VirtualService>(
+        match typed::<istiod_config::istio::networking::VirtualService>(
             json!({"hosts": [host], "gateways": [gateway], "http": http}),
         ) {
             Ok(spec) => out.virtual_services.push(IstioObject {
@@ -820,7 +820,7 @@ fn l4_routes(
                 };
                 count += 1;
                 let spec = json!({"hosts": [host], "gateways": [a.reference], tag: l4});
-                match typed::<istiod_kubewatch::istio::networking::VirtualService>(spec) {
+                match typed::<istiod_config::istio::networking::VirtualService>(spec) {
                     Ok(vs) => out.virtual_services.push(IstioObject {
                         meta,
                         spec: IstioSpec::VirtualService(vs),
@@ -912,11 +912,11 @@ fn valid_header_value(v: &str) -> bool {
     !v.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}')
 }
 
-fn header_ops(m: &istiod_kubewatch::gateway_api::HeaderModifier) -> Result<Value, (&'static str, String)> {
+fn header_ops(m: &istiod_config::gateway_api::HeaderModifier) -> Result<Value, (&'static str, String)> {
     if let Some(h) = m.set.iter().chain(&m.add).find(|h| !valid_header_value(&h.value)) {
         return Err(("InvalidFilter", format!("invalid header value for header {:?}", h.name)));
     }
-    let map = |v: &[istiod_kubewatch::gateway_api::HeaderValue]| {
+    let map = |v: &[istiod_config::gateway_api::HeaderValue]| {
         let mut out = serde_json::Map::new();
         for h in v {
             out.entry(h.name.to_ascii_lowercase()).or_insert_with(|| json!(h.value));
@@ -1049,7 +1049,7 @@ fn apply_filters(
 /// `createCorsFilter`: `*` any well-formed origin, a trailing `*` a
 /// prefix, other wildcards a regex, the rest exact; preflights that match
 /// no origin are left to the backend (IGNORE).
-fn cors_policy(c: &istiod_kubewatch::gateway_api::CorsFilter) -> Value {
+fn cors_policy(c: &istiod_config::gateway_api::CorsFilter) -> Value {
     let origins: Vec<Value> = c
         .allow_origins
         .iter()
@@ -1062,7 +1062,7 @@ fn cors_policy(c: &istiod_kubewatch::gateway_api::CorsFilter) -> Value {
             } else if o.matches('*').count() == 1 && o.ends_with('*') {
                 json!({"prefix": o.trim_end_matches('*')})
             } else {
-                let re = istiod_kubewatch::istio::re2::quote_meta(o).replace("\\*", ".*");
+                let re = istiod_config::istio::re2::quote_meta(o).replace("\\*", ".*");
                 json!({"regex": format!("^{re}$")})
             }
         })
@@ -1085,7 +1085,7 @@ fn cors_policy(c: &istiod_kubewatch::gateway_api::CorsFilter) -> Value {
 }
 
 /// Header or query parameter matches, by name.
-fn named_matches(m: &[istiod_kubewatch::gateway_api::NamedMatch]) -> Value {
+fn named_matches(m: &[istiod_config::gateway_api::NamedMatch]) -> Value {
     m.iter()
         .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
         .collect::<serde_json::Map<_, _>>()
@@ -1254,11 +1254,11 @@ mod tests {
     use super::*;
 
     fn objects(yaml: &str) -> Vec<GatewayApiObject> {
-        istiod_kubewatch::config_dir::parse_file(yaml)
+        istiod_config::manifest::parse_file(yaml)
             .docs
             .into_iter()
             .map(|d| match d {
-                Ok(Some(istiod_kubewatch::config_dir::Object::GatewayApi(o))) => o,
+                Ok(Some(istiod_config::manifest::Object::GatewayApi(o))) => o,
                 other => panic!("{other:?}"),
             })
             .collect()
@@ -1407,7 +1407,7 @@ mod tests {
         assert_eq!(c.virtual_services.len(), 1, "HTTPRoute and GRPCRoute of one host merge");
         let IstioSpec::VirtualService(vs) = &c.virtual_services[0].spec else { panic!() };
         assert_eq!(c.virtual_services[0].meta.annotations[PARENTS], "GRPCRoute/g.gws,HTTPRoute/r.gws");
-        let uri = |r: &istiod_kubewatch::istio::networking::HttpRoute| {
+        let uri = |r: &istiod_config::istio::networking::HttpRoute| {
             r.matches.first().and_then(|m| m.uri.as_ref()).map(|u| {
                 u.exact
                     .clone()
@@ -1529,6 +1529,6 @@ mod tests {
         );
         assert_eq!(cors.allow_credentials, Some(true));
         assert_eq!(cors.max_age.as_deref(), Some("60s"));
-        assert_eq!(cors.unmatched_preflights, istiod_kubewatch::istio::networking::UnmatchedPreflights::Ignore);
+        assert_eq!(cors.unmatched_preflights, istiod_config::istio::networking::UnmatchedPreflights::Ignore);
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_config::istio::{IstioObject, IstioSpec};
 use serde_json::Value;
 
 use super::Model;
@@ -30,7 +30,7 @@ fn has_target_refs(spec: &Value) -> bool {
 /// The spec of a Telemetry object (`None` for any other kind).
 pub fn spec(o: &IstioObject) -> Option<&Value> {
     match &o.spec {
-        IstioSpec::Ext(istiod_kubewatch::istio::IstioKind::Telemetry, s) => Some(&s.0),
+        IstioSpec::Ext(istiod_config::istio::IstioKind::Telemetry, s) => Some(&s.0),
         _ => None,
     }
 }

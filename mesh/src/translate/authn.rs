@@ -9,8 +9,8 @@
 //! (`allow_missing`): requiring one is AuthorizationPolicy's job.
 
 use crate::node::ProxyClass;
-use istiod_kubewatch::istio::IstioSpec;
-use istiod_kubewatch::istio::security::{JwtRule, MtlsMode};
+use istiod_config::istio::IstioSpec;
+use istiod_config::istio::security::{JwtRule, MtlsMode};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::http::jwt_authn::v3 as jwt;
@@ -173,7 +173,7 @@ pub fn jwt_filter(model: &Model, class: &ProxyClass) -> Option<hcm::HttpFilter> 
     let mut providers = std::collections::BTreeMap::new();
     let mut names = Vec::new();
     for (i, r) in rules.iter().enumerate() {
-        let timeout = r.timeout.as_deref().and_then(|t| istiod_kubewatch::duration::parse(t).ok()).map_or(
+        let timeout = r.timeout.as_deref().and_then(|t| istiod_config::duration::parse(t).ok()).map_or(
             Duration { seconds: 5, nanos: 0 },
             |d| Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 },
         );

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use crate::node::ProxyClass;
-use istiod_kubewatch::istio::IstioSpec;
-use istiod_kubewatch::istio::security::{Action, AuthorizationPolicy, Rule};
+use istiod_config::istio::IstioSpec;
+use istiod_config::istio::security::{Action, AuthorizationPolicy, Rule};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::config::route::v3 as route;

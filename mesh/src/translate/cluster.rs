@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting;
-use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_config::istio::networking::LocalityLoadBalancerSetting;
+use istiod_config::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;

@@ -17,8 +17,8 @@
 //! the services under their hosts. Served to routers by
 //! `generator/router.rs`.
 
-use istiod_kubewatch::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+use istiod_config::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
+use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, listener_filter,
@@ -174,7 +174,7 @@ pub fn tls_context(
 /// suites where it sets them (duplicates dropped, as
 /// `FilterCipherSuites`); none when nothing is set.
 fn tls_params(t: &ServerTlsSettings, defaults: Option<&crate::meshconfig::TlsDefaults>) -> Option<tls::TlsParameters> {
-    use istiod_kubewatch::istio::networking::TlsProtocol;
+    use istiod_config::istio::networking::TlsProtocol;
     let version = |v: TlsProtocol| match v {
         TlsProtocol::Auto => tls::tls_parameters::TlsProtocol::TlsAuto,
         TlsProtocol::Tls10 => tls::tls_parameters::TlsProtocol::TlSv10,
@@ -642,7 +642,7 @@ pub fn route_configuration(
 
 #[cfg(test)]
 mod tests {
-    use istiod_kubewatch::istio::{IstioObject, IstioSpec};
+    use istiod_config::istio::{IstioObject, IstioSpec};
     use istiod_proto::prost::Message;
 
     use super::*;
@@ -652,7 +652,7 @@ mod tests {
         let doc = format!(
             "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: ns}}\nspec: {spec}\n"
         );
-        istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
     }
 
     fn hcm_of(c: &FilterChain) -> hcm::HttpConnectionManager {
@@ -743,7 +743,7 @@ mod tests {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
             );
-            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+            istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
         };
         let objs = [
             vs(
@@ -812,7 +812,7 @@ mod tests {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: ns}}\nspec: {body}\n"
             );
-            istiod_kubewatch::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+            istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
         };
         let objs = [vs(
             "web",
@@ -878,7 +878,7 @@ mod tests {
     /// authentication.go ApplyToCommonTLSContext, applyServerTLSSettings.
     #[test]
     fn file_certificates_tls_parameters_and_insecure_skip_verify() {
-        use istiod_kubewatch::istio::networking::TlsProtocol;
+        use istiod_config::istio::networking::TlsProtocol;
         let t = ServerTlsSettings {
             mode: ServerTlsMode::Mutual,
             server_certificate: "/etc/certs/cert.pem".into(),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::node::ProxyClass;
-use istiod_kubewatch::istio::security::MtlsMode;
+use istiod_config::istio::security::MtlsMode;
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::listener::v3::{

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::istio::networking::{LocalityDistribute, LocalityLoadBalancerSetting};
+use istiod_config::istio::networking::{LocalityDistribute, LocalityLoadBalancerSetting};
 use istiod_proto::envoy::config::core::v3::Locality;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 
@@ -130,7 +130,7 @@ pub fn endpoints_for(form: &crate::translate::cluster::ClusterForm, proxy_locali
 
 #[cfg(test)]
 mod tests {
-    use istiod_kubewatch::istio::networking::LocalityFailover;
+    use istiod_config::istio::networking::LocalityFailover;
     use istiod_proto::envoy::config::endpoint::v3::LocalityLbEndpoints;
 
     use super::*;

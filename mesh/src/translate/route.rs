@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use istiod_kubewatch::istio::networking::VirtualService;
+use istiod_config::istio::networking::VirtualService;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::prost::Message;
 
@@ -320,7 +320,7 @@ fn for_gateway(vs: &VirtualService, ns: &str, gateway: &str, port: Option<u16>) 
 /// whose every match block is dropped is left out.
 pub(crate) fn gateway_routes(
     model: &Model,
-    obj: &istiod_kubewatch::istio::IstioObject,
+    obj: &istiod_config::istio::IstioObject,
     vs: &VirtualService,
     gateway: &str,
     server_port: u16,

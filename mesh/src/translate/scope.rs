@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::node::ProxyClass;
-use istiod_kubewatch::istio::{IstioSpec, networking};
+use istiod_config::istio::{IstioSpec, networking};
 use istiod_xds_api::snapshot::Kind;
 
 use crate::model::{Model, Service};
@@ -136,7 +136,7 @@ pub fn sidecar<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a networkin
     if matches!(class.node_type, NodeType::Router | NodeType::Waypoint) {
         return None;
     }
-    let of = |o: &'a istiod_kubewatch::istio::IstioObject| match &o.spec {
+    let of = |o: &'a istiod_config::istio::IstioObject| match &o.spec {
         IstioSpec::Sidecar(sc) => Some(sc),
         _ => None,
     };

@@ -355,7 +355,7 @@ fn merge(
                 providers = names;
             }
             if let Some(d) = m.get("reportingInterval").and_then(Value::as_str) {
-                reporting = istiod_kubewatch::duration::parse(d)
+                reporting = istiod_config::duration::parse(d)
                     .ok()
                     .map(|d| prost_types::Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 });
             }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::envoy::{any, sds};
-use istiod_kubewatch::istio::networking::{
+use istiod_config::istio::networking::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, LoadBalancerSettings, OutlierDetection, SimpleLb,
     TrafficPolicy,
 };
@@ -23,7 +23,7 @@ use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 use istiod_proto::prost_types::Duration;
 
 fn dur(s: Option<&String>) -> Option<Duration> {
-    let d = istiod_kubewatch::duration::parse(s?).ok()?;
+    let d = istiod_config::duration::parse(s?).ok()?;
     Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
 }
 
@@ -117,7 +117,7 @@ pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16,
 /// The policy in force for one port and subset of a DestinationRule:
 /// the top-level policy with its port-level settings, overridden by the
 /// subset's (with its own port-level settings).
-pub fn effective(dr: &istiod_kubewatch::istio::networking::DestinationRule, port: u16, subset: &str) -> TrafficPolicy {
+pub fn effective(dr: &istiod_config::istio::networking::DestinationRule, port: u16, subset: &str) -> TrafficPolicy {
     let top = dr.traffic_policy.as_ref().map(|p| for_port(p, port)).unwrap_or_default();
     match dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref()) {
         Some(sp) => merge(&top, &for_port(sp, port)),
@@ -130,7 +130,7 @@ pub fn effective(dr: &istiod_kubewatch::istio::networking::DestinationRule, port
 /// endpoints (`locality.rs`).
 pub(super) fn weigh_localities(
     c: &mut Cluster,
-    setting: Option<&istiod_kubewatch::istio::networking::LocalityLoadBalancerSetting>,
+    setting: Option<&istiod_config::istio::networking::LocalityLoadBalancerSetting>,
 ) {
     if setting.is_some_and(|l| !l.distribute.is_empty()) {
         c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =

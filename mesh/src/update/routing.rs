@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_kubewatch::istio::{IstioObject, IstioSpec};
-use istiod_kubewatch::objects::Objects;
+use istiod_config::istio::{IstioObject, IstioSpec};
+use istiod_config::objects::Objects;
 
 use crate::generator::deps::{self, Dep};
 use crate::generator::{MeshInput, route_flags, selecting};
@@ -170,7 +170,7 @@ impl MeshInput {
     /// shared with `self`.
     pub fn with_routing(
         &self,
-        objs: &istiod_kubewatch::objects::Objects,
+        objs: &istiod_config::objects::Objects,
         changed: &[(String, String, String)],
     ) -> MeshInput {
         // (hosts whose virtual hosts change, services whose clusters change)

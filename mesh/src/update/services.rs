@@ -7,9 +7,9 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use istiod_kubewatch::config_dir::ObjectRef;
-use istiod_kubewatch::istio::IstioSpec;
-use istiod_kubewatch::objects::{EndpointSlice, Objects};
+use istiod_config::istio::IstioSpec;
+use istiod_config::manifest::ObjectRef;
+use istiod_config::objects::{EndpointSlice, Objects};
 
 use crate::generator::deps::Dep;
 use crate::generator::{MeshInput, deps, inbound_part};
@@ -143,8 +143,8 @@ impl MeshInput {
     /// change costs O(changed services), not O(mesh).
     pub fn with_services(
         &self,
-        objs: &istiod_kubewatch::objects::Objects,
-        changed: &[istiod_kubewatch::config_dir::ObjectRef],
+        objs: &istiod_config::objects::Objects,
+        changed: &[istiod_config::manifest::ObjectRef],
     ) -> MeshInput {
         let (model, hosts) = self.model.with_services_of(objs, changed);
         let model = Arc::new(model);

@@ -380,7 +380,7 @@ fn split_docs(text: &str) -> Vec<String> {
 }
 
 /// The Gateway as the API server serves it, from what the watch kept.
-pub fn gateway_json(meta: &istiod_kubewatch::meta::Meta, spec: &istiod_kubewatch::gateway_api::GatewaySpec) -> Json {
+pub fn gateway_json(meta: &istiod_config::meta::Meta, spec: &istiod_config::gateway_api::GatewaySpec) -> Json {
     let mut m = Map::new();
     m.insert("name".into(), json!(meta.name));
     m.insert("namespace".into(), json!(meta.ns()));

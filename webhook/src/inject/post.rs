@@ -706,7 +706,7 @@ fn convert(h: &mut Map<String, Json>, url: &str, port: i64, probe: bool) {
 fn reorder(inj: &Injector, pod: &mut Json) -> Result<(), String> {
     let mut hold = inj.mesh.default_config.get("holdApplicationUntilProxyStarts").and_then(Json::as_bool) == Some(true);
     if let Some(a) = pod.pointer("/metadata/annotations/proxy.istio.io~1config").and_then(Json::as_str) {
-        let over: Json = istiod_kubewatch::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
+        let over: Json = istiod_config::yaml::from_str(a).map_err(|e| format!("proxy.istio.io/config: {e}"))?;
         if let Some(h) = over.get("holdApplicationUntilProxyStarts").and_then(Json::as_bool) {
             hold = h;
         }

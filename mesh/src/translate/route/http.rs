@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use istiod_kubewatch::istio::IstioObject;
-use istiod_kubewatch::istio::networking::{DestinationRule, HttpRoute, StringMatch, VirtualService};
+use istiod_config::istio::IstioObject;
+use istiod_config::istio::networking::{DestinationRule, HttpRoute, StringMatch, VirtualService};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::common::fault::v3 as common_fault;
@@ -92,7 +92,7 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
         });
     }
     if let Some(d) = &f.delay
-        && let Some(fixed) = d.fixed_delay.as_deref().and_then(|s| istiod_kubewatch::duration::parse(s).ok())
+        && let Some(fixed) = d.fixed_delay.as_deref().and_then(|s| istiod_config::duration::parse(s).ok())
     {
         out.delay = Some(common_fault::FaultDelay {
             fault_delay_secifier: Some(common_fault::fault_delay::FaultDelaySecifier::FixedDelay(Duration {
@@ -114,7 +114,7 @@ pub(super) fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<
     let spec = if let Some(name) = h.http_header_name {
         PolicySpecifier::Header(Header { header_name: name, ..Default::default() })
     } else if let Some(c) = h.http_cookie {
-        let ttl = c.ttl.as_deref().and_then(|t| istiod_kubewatch::duration::parse(t).ok());
+        let ttl = c.ttl.as_deref().and_then(|t| istiod_config::duration::parse(t).ok());
         PolicySpecifier::Cookie(Cookie {
             name: c.name,
             path: c.path,
@@ -132,7 +132,7 @@ pub(super) fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<
 }
 
 fn header_ops(
-    h: Option<&istiod_kubewatch::istio::networking::HeaderOperations>,
+    h: Option<&istiod_config::istio::networking::HeaderOperations>,
 ) -> (Vec<core::HeaderValueOption>, Vec<String>) {
     let Some(h) = h else { return (Vec::new(), Vec::new()) };
     let opt = |k: &String, v: &String, action: core::header_value_option::HeaderAppendAction| core::HeaderValueOption {
@@ -250,7 +250,7 @@ pub(super) fn vs_routes(
             })
         };
         let duration = |d: Option<&String>| {
-            let d = istiod_kubewatch::duration::parse(d?).ok()?;
+            let d = istiod_config::duration::parse(d?).ok()?;
             Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
         };
         let retry_policy = r.retries.as_ref().filter(|rt| rt.attempts > 0).map(|rt| route::RetryPolicy {
@@ -293,7 +293,7 @@ pub(super) fn vs_routes(
                     action.prefix_rewrite.clear();
                     action.regex_rewrite = Some(matcher::RegexMatchAndSubstitute {
                         pattern: Some(matcher::RegexMatcher {
-                            regex: format!("^{}(/?)(.*)", istiod_kubewatch::istio::re2::quote_meta(p)),
+                            regex: format!("^{}(/?)(.*)", istiod_config::istio::re2::quote_meta(p)),
                         }),
                         substitution: "/\\2".into(),
                     });
@@ -370,7 +370,7 @@ pub(super) fn vs_routes(
                 max_age: c
                     .max_age
                     .as_deref()
-                    .and_then(|d| istiod_kubewatch::duration::parse(d).ok())
+                    .and_then(|d| istiod_config::duration::parse(d).ok())
                     .map(|d| d.as_secs().to_string())
                     .unwrap_or_default(),
                 allow_credentials: c.allow_credentials,

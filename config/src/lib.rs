@@ -1,0 +1,23 @@
+//! The configuration objects the control plane reads, typed and validated: Kubernetes' own kinds, Istio's CRDs, the Gateway API, and the manifests they are written in; no I/O.
+//!
+//! Istio calls these "config" (istiod's `pkg/config`): what a source, the
+//! API server or `--configDir`, hands over as text becomes typed objects
+//! here, checked as istiod's validation webhook checks them.
+//!
+//! - [`manifest`]: YAML or JSON documents -> [`manifest::Object`]s, with
+//!   located errors; [`yaml`] bounds what the YAML parser is given;
+//! - [`objects`]: the Kubernetes kinds read (Services, EndpointSlices,
+//!   Pods, Nodes, Namespaces, Secrets) and the [`objects::Objects`] a
+//!   source holds; [`meta`]: what every object has;
+//! - [`istio`]: the Istio CRD specs, parsed and validated
+//!   ([`istio::validate`], Go's regexp rules in [`istio::re2`]);
+//!   [`gateway_api`]: the Gateway API kinds; [`duration`]: Go durations.
+#![forbid(unsafe_code)]
+
+pub mod duration;
+pub mod gateway_api;
+pub mod istio;
+pub mod manifest;
+pub mod meta;
+pub mod objects;
+pub mod yaml;

@@ -1,0 +1,270 @@
+//! Kubernetes manifests read into typed objects: a YAML or JSON text of one
+//! or more documents, each checked as the API server and istiod's webhook
+//! would (names, kinds, the Istio specs' validation), with the parser's
+//! location in every error. Pure: the sources (`--configDir`, the API
+//! server) hand it text.
+
+use serde::Deserialize;
+
+use crate::objects::{EndpointSlice, Namespace, Node, Pod, Service};
+
+/// Most documents read from one file by default
+/// (`ISTIOD_RS_CONFIG_MAX_DOCUMENTS`).
+pub const DEFAULT_MAX_DOCUMENTS: usize = 10_000;
+
+/// One object read from a document.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one per document, kept in a map; boxing buys nothing")]
+pub enum Object {
+    /// A Service.
+    Service(Service),
+    /// An EndpointSlice.
+    EndpointSlice(EndpointSlice),
+    /// A Pod.
+    Pod(Pod),
+    /// A Node.
+    Node(Node),
+    /// A Namespace.
+    Namespace(Namespace),
+    /// A Secret.
+    Secret(crate::objects::Secret),
+    /// A Kubernetes Gateway API object.
+    GatewayApi(crate::gateway_api::GatewayApiObject),
+    /// An Istio object, validated.
+    Istio(crate::istio::IstioObject),
+    /// A kind this source does not read yet (counted, not an error).
+    Skipped(String),
+}
+
+/// Names one object: its kind, namespace and name, and for an
+/// EndpointSlice the Service it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `Service`, `EndpointSlice`, `Pod`, `Node`, `Namespace`, or the Istio
+    /// kind, or the kind not read for a skipped document.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// For an EndpointSlice: its `kubernetes.io/service-name` label.
+    pub service: Option<String>,
+}
+
+impl ObjectRef {
+    /// The reference of `obj`.
+    pub fn of(obj: &Object) -> ObjectRef {
+        let (kind, meta, service) = match obj {
+            Object::Service(s) => ("Service".to_owned(), Some(&s.metadata), None),
+            Object::EndpointSlice(s) => {
+                ("EndpointSlice".to_owned(), Some(&s.metadata), s.service_name().map(str::to_owned))
+            }
+            Object::Pod(p) => ("Pod".to_owned(), Some(&p.metadata), None),
+            Object::Node(n) => ("Node".to_owned(), Some(&n.metadata), None),
+            Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
+            Object::Secret(n) => ("Secret".to_owned(), Some(&n.metadata), None),
+            Object::GatewayApi(o) => (format!("{}.{}", o.kind(), crate::gateway_api::GROUP), Some(&o.meta), None),
+            Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
+            Object::Skipped(k) => (k.clone(), None, None),
+        };
+        ObjectRef {
+            kind,
+            namespace: meta.map(|m| m.ns().to_owned()).unwrap_or_default(),
+            name: meta.map(|m| m.name.clone()).unwrap_or_default(),
+            service,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+/// Checks names as the API server does (apimachinery's validation): a
+/// namespace, a Service's and a Namespace's name are DNS-1123 labels (63
+/// characters), other names DNS-1123 subdomains (253). Names become parts
+/// of cluster and route names; an unbounded one makes unbounded responses.
+fn check_names(obj: &Object) -> Result<(), String> {
+    fn label(what: &str, s: &str) -> Result<(), String> {
+        let ok = s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-');
+        if ok { Ok(()) } else { Err(invalid(what, s, "a DNS-1123 label (at most 63 of a-z, 0-9 and '-')")) }
+    }
+    fn subdomain(what: &str, s: &str) -> Result<(), String> {
+        if s.len() <= 253 && s.split('.').all(|p| !p.is_empty() && label(what, p).is_ok()) {
+            Ok(())
+        } else {
+            Err(invalid(what, s, "a DNS-1123 subdomain (at most 253 characters)"))
+        }
+    }
+    fn invalid(what: &str, s: &str, want: &str) -> String {
+        let shown: String = s.chars().take(64).collect();
+        let more = if shown.len() < s.len() { format!("... ({} bytes)", s.len()) } else { String::new() };
+        format!("invalid {what} {shown:?}{more}: must be {want}")
+    }
+    let (meta, name_is_label) = match obj {
+        Object::Service(s) => (&s.metadata, true),
+        Object::Namespace(n) => (&n.metadata, true),
+        Object::EndpointSlice(s) => (&s.metadata, false),
+        Object::Pod(p) => (&p.metadata, false),
+        Object::Node(n) => (&n.metadata, false),
+        Object::Secret(n) => (&n.metadata, false),
+        Object::GatewayApi(o) => (&o.meta, false),
+        Object::Istio(o) => (&o.meta, false),
+        Object::Skipped(_) => return Ok(()),
+    };
+    if let Some(ns) = &meta.namespace {
+        label("metadata.namespace", ns)?;
+    }
+    if meta.name.is_empty() {
+        return Ok(()); // reported by the kinds that need a name
+    }
+    if name_is_label { label("metadata.name", &meta.name) } else { subdomain("metadata.name", &meta.name) }
+}
+
+/// Parses one document's value into an object.
+pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
+    let obj = parse_kind(value)?;
+    check_names(&obj)?;
+    Ok(obj)
+}
+
+fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
+    let head = Head::deserialize(&value).map_err(|e| e.to_string())?;
+    let kind = head.kind.clone().ok_or("no kind")?;
+    if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {
+        return crate::istio::parse(&value).map(Object::Istio).map_err(|e| e.to_string());
+    }
+    if crate::gateway_api::is_gateway_api(head.api_version.as_deref().unwrap_or_default()) {
+        if !crate::gateway_api::reads(&kind) {
+            return Ok(Object::Skipped(kind));
+        }
+        let json = serde_json::to_value(&value).map_err(|e| e.to_string())?;
+        return crate::gateway_api::parse(&kind, json).map(Object::GatewayApi);
+    }
+    let e = |e: serde_yaml_ng::Error| e.to_string();
+    Ok(match kind.as_str() {
+        "Service" => Object::Service(Service::deserialize(value).map_err(e)?),
+        "EndpointSlice" => Object::EndpointSlice(EndpointSlice::deserialize(value).map_err(e)?),
+        "Pod" => Object::Pod(Pod::deserialize(value).map_err(e)?),
+        "Node" => Object::Node(Node::deserialize(value).map_err(e)?),
+        "Namespace" => Object::Namespace(Namespace::deserialize(value).map_err(e)?),
+        "Secret" => match crate::objects::Secret::deserialize(value).map_err(e)? {
+            s if s.is_read() => Object::Secret(s),
+            _ => Object::Skipped(kind),
+        },
+        other if KNOWN_UNREAD.contains(&other) => Object::Skipped(other.to_owned()),
+        other => {
+            let api = head.api_version.unwrap_or_default();
+            return Err(format!("unknown kind {other:?} (apiVersion {api:?})"));
+        }
+    })
+}
+
+/// Kinds that belong in a cluster's manifests but that the model does not
+/// read (yet): skipped without complaint. Anything else is a typo or a
+/// stray file, and is reported.
+const KNOWN_UNREAD: [&str; 25] = [
+    "ServiceAccount",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "CronJob",
+    "ConfigMap",
+    "Endpoints",
+    "Ingress",
+    "IngressClass",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "NetworkPolicy",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "LimitRange",
+    "ResourceQuota",
+    "CustomResourceDefinition",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+];
+
+/// What one file holds: each document's result, and where a syntax error
+/// cut the file short.
+#[derive(Debug, Clone)]
+pub struct FileDocs {
+    /// Results in document order (up to a syntax error).
+    pub docs: Vec<Result<Option<Object>, String>>,
+    /// Index of the document where a YAML syntax error ended the file.
+    pub syntax_error: Option<(usize, String)>,
+}
+
+/// Parses a file's text (multi-document YAML or JSON). Empty documents are
+/// `Ok(None)`.
+pub fn parse_file(text: &str) -> FileDocs {
+    parse_file_limited(text, DEFAULT_MAX_DOCUMENTS)
+}
+
+/// [`parse_file`], reading at most `max_documents` documents (one at a
+/// time); the document after the last one read is reported as where the
+/// file was cut.
+pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
+    // Nesting too deep to scan in linear time: the documents before the
+    // one that holds it are read, and it ends the file as a syntax error.
+    if let Err(e) = crate::yaml::check_depth(text) {
+        let cut = document_start(text, e.line);
+        let mut read = parse_file_limited(&text[..cut], max_documents);
+        if read.syntax_error.is_none() {
+            read.syntax_error = Some((read.docs.len(), e.to_string()));
+        }
+        return read;
+    }
+    let mut docs = Vec::new();
+    let mut syntax_error = None;
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        if index >= max_documents {
+            syntax_error = Some((
+                index,
+                format!(
+                    "more than {max_documents} documents (ISTIOD_RS_CONFIG_MAX_DOCUMENTS): this one and the rest are not read"
+                ),
+            ));
+            break;
+        }
+        match serde_yaml_ng::Value::deserialize(doc) {
+            Ok(v) if v.is_null() => docs.push(Ok(None)),
+            Ok(v) => docs.push(parse_value(v).map(Some)),
+            Err(e) => {
+                syntax_error = Some((index, e.to_string()));
+                break;
+            }
+        }
+    }
+    FileDocs { docs, syntax_error }
+}
+
+/// The byte offset of the last `---` marker line up to `line` (from 1,
+/// that line included: `--- [[[…`): where the document holding it starts,
+/// or 0.
+fn document_start(text: &str, line: usize) -> usize {
+    let mut start = 0;
+    let mut offset = 0;
+    for (n, l) in text.split_inclusive('\n').enumerate() {
+        if n + 1 > line {
+            break;
+        }
+        if (l.starts_with("---") && l[3..].starts_with([' ', '\t', '\r', '\n'])) || l == "---" {
+            start = offset;
+        }
+        offset += l.len();
+    }
+    start
+}

@@ -3,10 +3,10 @@
 //! code reads the environment after this.
 //!
 //! Defaults are istiod's (1.24 to 1.30, `pilot/pkg/features/*.go`); each
-//! field says where its default comes from. One deliberate difference: a
-//! variable istiod would log as invalid and then ignore (falling back to the
-//! default) is an error here, so a typo cannot go unnoticed. A variable that
-//! is set but empty counts as unset.
+//! field says where its default comes from. As istiod's `env` package, a
+//! variable whose value does not parse is logged and its default used; one
+//! that parses but is out of range is an error (exit status 2). A variable
+//! that is set but empty counts as unset.
 
 pub mod env;
 

@@ -1,0 +1,18 @@
+//! The binary-level tests, as modules of one test binary: each file under
+//! `tests/` is one area (the CA, the webhooks, gateways, hostile inputs,
+//! ...). One binary links once where thirteen linked each time a crate
+//! changed (docs/architecture.md, "Crates": build times).
+
+mod ca;
+mod cli;
+mod deploy;
+mod discovery;
+mod gateway;
+mod golden;
+mod grpc_xds;
+mod hostile;
+mod hostile_second;
+mod inject;
+mod jwks;
+mod loadgen;
+mod webhook;

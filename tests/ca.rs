@@ -6,12 +6,9 @@
 //! another identity, a forged or missing token, or the plaintext port get
 //! no certificate.
 
-#[path = "support/issuer.rs"]
-mod issuer;
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod server;
+use crate::issuer;
+use crate::python;
+use crate::server;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,10 +6,8 @@
 //! seccomp profile. The drain of connected proxies on SIGTERM is in
 //! tests/loadgen.rs.
 
-#[path = "../xds/tests/support/ads_client.rs"]
-mod client;
-#[path = "support/server.rs"]
-mod server;
+use crate::ads_client as client;
+use crate::server;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,10 +2,8 @@
 //! driven by grpcio + xds-protos (both ADS protocols), its debug endpoints,
 //! and graceful shutdown on SIGTERM.
 
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod support;
+use crate::python;
+use crate::server as support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

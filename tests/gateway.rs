@@ -8,12 +8,9 @@
 //! pilot/pkg/networking/core/gateway.go (listeners, routes),
 //! pilot/pkg/xds/sds.go (credentials, authorization, pushes).
 
-#[path = "support/issuer.rs"]
-mod issuer;
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod server;
+use crate::issuer;
+use crate::python;
+use crate::server;
 
 use std::io::BufRead;
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! `tests/golden/bookinfo/*.json`. After a deliberate change, regenerate
 //! with `UPDATE_GOLDEN=1 scripts/test -E 'test(golden)'` and review the diff.
 
-#[path = "../proto/tests/support/python.rs"]
-mod python;
+use crate::python;
 
 use std::path::Path;
 

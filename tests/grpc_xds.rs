@@ -3,8 +3,7 @@
 //! through the running pilot-discovery and reaches local echo backends as
 //! the VirtualService and DestinationRule in a config directory say.
 
-#[path = "../proto/tests/support/python.rs"]
-mod python;
+use crate::python;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

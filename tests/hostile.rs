@@ -6,10 +6,8 @@
 //! before its fix (hung, spun, grew without bound or lost the status); the
 //! server must keep serving everyone else, and say why in its log.
 
-#[path = "../xds/tests/support/ads_client.rs"]
-mod client;
-#[path = "support/server.rs"]
-mod server;
+use crate::ads_client as client;
+use crate::server;
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;

@@ -9,14 +9,9 @@
 
 #![allow(clippy::print_stderr, reason = "the figures the issue asks for are printed beside the assertions")]
 
-#[path = "../xds/tests/support/ads_client.rs"]
-mod client;
-#[path = "support/webhook_client.rs"]
-mod hooks;
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod server;
+use crate::ads_client as client;
+use crate::server;
+use crate::webhook_client as hooks;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};

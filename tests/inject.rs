@@ -16,12 +16,8 @@
 //! configuration are changed between cases, and whose environment is the
 //! case's), and through the injector in process.
 
-#[path = "support/webhook_client.rs"]
-mod client;
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod server;
+use crate::server;
+use crate::webhook_client as client;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -16,3 +16,15 @@ mod inject;
 mod jwks;
 mod loadgen;
 mod webhook;
+
+// What several areas share, loaded once.
+#[path = "../xds/tests/support/ads_client.rs"]
+mod ads_client;
+#[path = "support/issuer.rs"]
+mod issuer;
+#[path = "../proto/tests/support/python.rs"]
+mod python;
+#[path = "support/server.rs"]
+mod server;
+#[path = "support/webhook_client.rs"]
+mod webhook_client;

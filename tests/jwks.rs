@@ -3,10 +3,8 @@
 //! `jwt_authn` filter, and pushes a rotated key set on refresh
 //! (pilot/pkg/model/jwks_resolver.go). Checked on what a proxy is sent.
 
-#[path = "../xds/tests/support/ads_client.rs"]
-mod client;
-#[path = "support/server.rs"]
-mod server;
+use crate::ads_client as client;
+use crate::server;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -13,10 +13,8 @@ use istiod_loadgen::run::{self, Options};
 use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
 use istiod_loadgen::{mesh, proxy};
 
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod support;
+use crate::python;
+use crate::server as support;
 use support::free_port;
 
 fn small() -> Scenario {

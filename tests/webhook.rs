@@ -6,12 +6,8 @@
 //! has the request's version and uid, an invalid object is refused naming
 //! the field, bad requests get HTTP errors, and the server serves on.
 
-#[path = "support/webhook_client.rs"]
-mod client;
-#[path = "../proto/tests/support/python.rs"]
-mod python;
-#[path = "support/server.rs"]
-mod server;
+use crate::server;
+use crate::webhook_client as client;
 
 use std::net::SocketAddr;
 use std::time::Duration;

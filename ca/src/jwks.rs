@@ -25,6 +25,12 @@ pub struct Fetcher {
     https: Option<Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>>,
 }
 
+impl Default for Fetcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Fetcher {
     pub fn new() -> Self {
         let exec = hyper_util::rt::TokioExecutor::new();

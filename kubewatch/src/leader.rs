@@ -393,6 +393,16 @@ impl Elector {
     }
 }
 
+/// A random number for names and jitter (not for keys): std's per-process
+/// random hasher keys, mixed with the time and the pid.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,14 +507,4 @@ mod tests {
             assert!(!canary.try_lead().await.unwrap(), "and keeps it");
         });
     }
-}
-
-/// A random number for names and jitter (not for keys): std's per-process
-/// random hasher keys, mixed with the time and the pid.
-pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.write_u32(std::process::id());
-    h.finish()
 }

@@ -52,7 +52,7 @@ pub(crate) fn post_all(addr: SocketAddr, root: &Path, path: &str, bodies: &[Vec<
 pub(crate) fn http1(addr: SocketAddr, root: &Path, req: &Value) -> Value {
     use std::io::Write;
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/webhook_client.py");
-    let mut child = std::process::Command::new(super::python::python())
+    let mut child = std::process::Command::new(crate::python::python())
         .arg(script)
         .args([addr.to_string(), root.to_str().unwrap().to_owned()])
         .stdin(std::process::Stdio::piped())

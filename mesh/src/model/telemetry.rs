@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use super::Model;
 
-/// A Telemetry's `selector.matchLabels`, when it has some.
+/// A Telemetry's `selector.matchLabels` (`None`: namespace-wide, as an
+/// empty selector is in istiod).
 fn selector(spec: &Value) -> Option<BTreeMap<String, String>> {
     let labels = spec.pointer("/selector/matchLabels")?.as_object()?;
     let labels: BTreeMap<String, String> =

@@ -310,9 +310,6 @@ pub struct Metrics {
     pub server: Option<PluginConfig>,
 }
 
-/// A Telemetry's `selector.matchLabels` (`None`: namespace-wide, as an
-/// empty selector is in istiod).
-
 /// istiod's metric names by the Telemetry API's (`metricToPrometheusMetric`),
 /// in the order istiod writes overrides (by the API name).
 const METRICS: [(&str, &str); 10] = [

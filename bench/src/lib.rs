@@ -1,5 +1,6 @@
-//! Criterion benchmarks of the hot paths and the scenario files in
-//! `bench/testdata/` that `loadgen` plays. Benchmarks are explicit
+//! Criterion benchmarks of the hot paths, the servers and clients they share, and the scenario files `loadgen` plays.
+//!
+//! The scenarios are in `bench/testdata/`. Benchmarks are explicit
 //! `[[bench]]` targets (`autobenches = false`); figures and how they were
 //! measured are in `bench/README.md`.
 //!

@@ -1,4 +1,6 @@
-//! `loadgen`: plays thousands of simulated Envoys (one ADS stream each,
+//! Simulated Envoys for load and convergence measurements: meshes, churn, runs and their reports.
+//!
+//! `loadgen` plays thousands of simulated Envoys (one ADS stream each,
 //! delta or state of the world) against a running `pilot-discovery` while
 //! it changes the mesh, and reports how fast every proxy converged (issue
 //! #7). [`scenario`]: the shapes (presets in `bench/testdata/`); [`mesh`]:

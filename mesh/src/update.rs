@@ -96,6 +96,8 @@ pub fn update(
     }
 }
 
+// Security policies (PeerAuthentication, AuthorizationPolicy, RequestAuthentication).
+
 impl Model {
     /// The model with its security policies (PeerAuthentication,
     /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
@@ -103,12 +105,44 @@ impl Model {
     pub fn with_security_of(&self, objs: &Objects) -> Model {
         Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
     }
+}
 
+impl MeshInput {
+    /// The mesh after security policies (PeerAuthentication,
+    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
+    /// nothing else: only the inbound resources read them, so the shared
+    /// translation is kept and only the namespaces whose policies changed
+    /// are recorded. A pass over the Istio objects, not a rebuild.
+    pub fn with_security(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
+        let model = self.model.with_security_of(objs);
+        let mut changes = self.changes.next();
+        let root = model.mesh.root_namespace.as_str();
+        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
+    }
+}
+
+// Secrets.
+
+impl Model {
     /// The model with its Secrets read again from `objs` and nothing else.
     pub fn with_secrets_of(&self, objs: &Objects) -> Model {
         Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
     }
+}
 
+impl MeshInput {
+    /// The mesh after Secrets changed in `objs`, and nothing else: only
+    /// SDS reads them (by content hash), so nothing else is recorded.
+    pub fn with_secrets(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
+        let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+    }
+}
+
+// Sidecars.
+
+impl Model {
     /// The model with its Sidecars read again from `objs` and nothing else.
     pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
         Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
@@ -116,17 +150,6 @@ impl Model {
 }
 
 impl MeshInput {
-    /// The mesh with the JWT key sets istiod fetched replaced: only the
-    /// inbound listeners read them (jwt_authn); everything else is shared
-    /// with `self`.
-    pub fn with_jwks(&self, jwks: Arc<crate::model::FetchedJwks>) -> MeshInput {
-        let mut model = (*self.model).clone();
-        model.jwks = jwks;
-        let mut changes = self.changes.next();
-        changes.touch_everywhere(Dep::Security);
-        MeshInput { model: Arc::new(model), changes, ..self.clone() }
-    }
-
     /// The mesh after Sidecars changed in `objs`, and nothing else: they
     /// shape what each proxy sees (scoping) and its outbound fallback, both
     /// applied per class on the cores; the shared translation does not
@@ -147,12 +170,21 @@ impl MeshInput {
             ..self.clone()
         }
     }
+}
 
-    /// The mesh after Secrets changed in `objs`, and nothing else: only
-    /// SDS reads them (by content hash), so nothing else is recorded.
-    pub fn with_secrets(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
-        let model = Arc::new(self.model.with_secrets_of(objs));
-        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+// What the control thread learns besides objects: the JWT key sets it
+// fetched and the API server's answers on Secret access.
+
+impl MeshInput {
+    /// The mesh with the JWT key sets istiod fetched replaced: only the
+    /// inbound listeners read them (jwt_authn); everything else is shared
+    /// with `self`.
+    pub fn with_jwks(&self, jwks: Arc<crate::model::FetchedJwks>) -> MeshInput {
+        let mut model = (*self.model).clone();
+        model.jwks = jwks;
+        let mut changes = self.changes.next();
+        changes.touch_everywhere(Dep::Security);
+        MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 
     /// The mesh with the API server's answers on who may read Secrets
@@ -161,18 +193,5 @@ impl MeshInput {
         let mut model = (*self.model).clone();
         model.secret_access = access;
         MeshInput { model: Arc::new(model), ..self.clone() }
-    }
-
-    /// The mesh after security policies (PeerAuthentication,
-    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
-    /// nothing else: only the inbound resources read them, so the shared
-    /// translation is kept and only the namespaces whose policies changed
-    /// are recorded. A pass over the Istio objects, not a rebuild.
-    pub fn with_security(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
-        let model = self.model.with_security_of(objs);
-        let mut changes = self.changes.next();
-        let root = model.mesh.root_namespace.as_str();
-        deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
-        MeshInput { model: Arc::new(model), changes, ..self.clone() }
     }
 }

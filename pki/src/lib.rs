@@ -1,4 +1,6 @@
-//! Workload identity: the Istio CA that signs short-lived SPIFFE
+//! Certificates for workload identity: the CA's roots, CSR checks and signing, istiod's own serving certificate.
+//!
+//! The Istio CA signs short-lived SPIFFE
 //! certificates for `istio.v1.auth.IstioCertificateService`, its own
 //! serving certificate, and the root it distributes ([`ca`]).
 #![forbid(unsafe_code)]

@@ -34,6 +34,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     locality: "".into(),
                     verified: true,
                     service_account: "".into(),
+                    mesh_id: "".into(),
+                    cluster_id: "".into(),
                 };
                 let m = istiod_mesh::generator::router::merged(&model, &class);
                 let _ = istiod_mesh::generator::router::listeners(&model, &class);

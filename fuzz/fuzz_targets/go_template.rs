@@ -8,7 +8,7 @@ use istiod_webhook::gotmpl::{Func, Template, Value};
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else { return };
     let mut funcs: std::collections::HashMap<&'static str, Func> = std::collections::HashMap::new();
-    funcs.insert("list", |a| Ok(Value::List(a.to_vec())));
+    funcs.insert("list", |a| Ok(Value::List(a.to_vec().into())));
     funcs.insert("default", |a| Ok(a.iter().rev().find(|v| v.truthy()).cloned().unwrap_or(Value::Nil)));
     let Ok(t) = Template::parse("fuzz", src, funcs) else { return };
     let pod = serde_json::json!({

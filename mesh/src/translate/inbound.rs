@@ -24,12 +24,12 @@ use istiod_proto::prost_types::{Any, Duration};
 
 use crate::model::{Model, Protocol};
 
-/// The inbound listener's name.
 use super::envoy::{any, http_connection_manager, http_filter, router, tcp_proxy_logged};
 use super::telemetry;
 use istiod_proto::envoy::extensions::filters::http::cors::v3::Cors;
 use istiod_proto::envoy::extensions::filters::http::fault::v3::HttpFault;
 
+/// The inbound listener's name.
 pub const VIRTUAL_INBOUND: &str = "virtualInbound";
 
 /// An inbound port of a workload.

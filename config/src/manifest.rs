@@ -268,3 +268,6 @@ fn document_start(text: &str, line: usize) -> usize {
     }
     start
 }
+
+#[cfg(test)]
+mod tests;

@@ -142,13 +142,17 @@ impl Record {
 /// `t` as the lock's time: a Lease's `MicroTime`, a ConfigMap record's
 /// `metav1.Time` (seconds).
 fn stamp(lock: Lock, t: SystemTime) -> String {
-    let micro = istiod_proto::time::rfc3339(t);
-    match lock {
-        Lock::Lease => micro,
-        Lock::ConfigMap => match micro.split_once('.') {
-            Some((secs, _)) => format!("{secs}Z"),
-            None => micro,
-        },
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+    let t = k8s_openapi::jiff::Timestamp::try_from(t).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    // k8s-openapi writes them as the API server does (RFC 3339 in UTC, with
+    // six fractional digits for a MicroTime, none for a Time).
+    let v = match lock {
+        Lock::Lease => serde_json::to_value(MicroTime(t)),
+        Lock::ConfigMap => serde_json::to_value(Time(t)),
+    };
+    match v {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
     }
 }
 
@@ -406,6 +410,18 @@ pub fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The formats of apimachinery's `metav1.MicroTime` (`RFC3339Micro`,
+    /// `2006-01-02T15:04:05.000000Z07:00`, micro_time.go) and `metav1.Time`
+    /// (`time.RFC3339`, time.go), in UTC: 1,795,000,000 s after the epoch is
+    /// 2026-11-18 11:06:40 UTC.
+    #[test]
+    fn stamps_are_apimachinerys_times() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_795_000_000_123_456);
+        assert_eq!(stamp(Lock::Lease, t), "2026-11-18T11:06:40.123456Z");
+        assert_eq!(stamp(Lock::ConfigMap, t), "2026-11-18T11:06:40Z");
+        assert_eq!(stamp(Lock::Lease, SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+    }
 
     fn api(fake: &crate::fake::FakeApi) -> Api {
         Api::new(kube::Client::try_from(kube::Config::new(fake.url().parse().unwrap())).unwrap())

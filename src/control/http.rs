@@ -169,7 +169,7 @@ pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quic
 /// Serves `listener` forever on the current (local) runtime, answering
 /// with `quick` or through `forward`.
 async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
-    let conns = istiod_webhook::conns::Registry::new(istiod_webhook::conns::Limits {
+    let conns = istiod_httpd::conns::Registry::new(istiod_httpd::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
         idle: IDLE,
@@ -203,7 +203,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
                     Ok::<_, std::convert::Infallible>(r)
                 }
             });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(istiod_webhook::LocalExec);
+            let mut builder = hyper_util::server::conn::auto::Builder::new(istiod_httpd::LocalExec);
             builder
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -299,7 +299,7 @@ async fn respond(
 pub struct Body {
     inner: Full<Bytes>,
     _slot: Option<Slot>,
-    _busy: Option<istiod_webhook::conns::Busy>,
+    _busy: Option<istiod_httpd::conns::Busy>,
 }
 
 impl hyper::body::Body for Body {

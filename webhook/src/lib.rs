@@ -12,7 +12,6 @@
 //! `failurePolicy` decides, rather than admitting pods without a sidecar.
 
 pub mod admission;
-pub mod conns;
 pub mod funcs;
 pub mod gotmpl;
 pub mod inject;
@@ -180,7 +179,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
 async fn handle(
     hooks: Rc<Webhooks>,
     req: Request<Incoming>,
-    requests: crate::conns::Requests,
+    requests: istiod_httpd::conns::Requests,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_owned();
     match path.as_str() {
@@ -333,20 +332,9 @@ fn admit_pod(
     }
 }
 
-/// hyper's executor for the h2 streams of a connection: tasks on this
-/// thread (the handlers hold `Rc`s).
-#[derive(Clone, Copy)]
-pub struct LocalExec;
-
-impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
-    fn execute(&self, fut: F) {
-        tokio::task::spawn_local(fut);
-    }
-}
-
 /// Serves the webhooks on `listener` until the thread's tasks end.
 pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc<Webhooks>) {
-    use crate::conns;
+    use istiod_httpd::conns;
     let registry =
         conns::Registry::new(conns::Limits { max: MAX_CONNECTIONS, first_request: FIRST_REQUEST, idle: IDLE });
     loop {
@@ -378,7 +366,7 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
                 requests.seen();
                 handle(hooks.clone(), req, requests.clone())
             });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(LocalExec);
+            let mut builder = hyper_util::server::conn::auto::Builder::new(istiod_httpd::LocalExec);
             builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);
             builder.http2().timer(hyper_util::rt::TokioTimer::new()).max_concurrent_streams(MAX_STREAMS);
             let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);

@@ -15,6 +15,7 @@ mod hostile_second;
 mod inject;
 mod jwks;
 mod loadgen;
+mod simulation;
 mod webhook;
 
 // What several areas share, loaded once.
@@ -26,5 +27,7 @@ mod issuer;
 mod python;
 #[path = "support/server.rs"]
 mod server;
+#[path = "support/simulation.rs"]
+mod simulation_support;
 #[path = "support/webhook_client.rs"]
 mod webhook_client;

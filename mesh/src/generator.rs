@@ -578,6 +578,20 @@ impl Generator for MeshGenerator {
                 let side = crate::translate::telemetry::outbound(&m.model);
                 Some(Bytes::from(virtual_outbound(policy, &side).encode_to_vec()))
             }
+            Kind::Listener if policy != m.model.mesh.outbound => {
+                // The Sidecar's policy also decides the outbound listeners'
+                // fallthrough chain.
+                let body = snap.shared_body(kind, name)?;
+                let mut l = istiod_proto::envoy::config::listener::v3::Listener::decode(body.clone()).ok()?;
+                match l.default_filter_chain.as_ref().is_some_and(|c| c.name == "PassthroughFilterChain") {
+                    true => {
+                        let side = crate::translate::telemetry::outbound(&m.model);
+                        l.default_filter_chain = Some(crate::translate::listener::passthrough_chain(policy, &side));
+                        Some(Bytes::from(l.encode_to_vec()))
+                    }
+                    false => Some(body),
+                }
+            }
             Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
             Kind::Route => {
                 let table = m.translation.routes.get(name)?;

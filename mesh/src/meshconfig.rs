@@ -9,15 +9,35 @@ use serde::Deserialize;
 
 /// What sidecars do with traffic to hosts not in the registry
 /// (`outboundTrafficPolicy.mode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum OutboundPolicy {
     /// Pass it through to its original destination (the default).
     #[default]
-    #[serde(rename = "ALLOW_ANY")]
     AllowAny,
     /// Drop it (`BlackHoleCluster`, `block_all`).
-    #[serde(rename = "REGISTRY_ONLY")]
     RegistryOnly,
+    /// `ALLOW_ANY_DYNAMIC_DNS` (Istio 1.28): as `ALLOW_ANY`, except that
+    /// istiod resolves plaintext HTTP to unknown hosts through Envoy's
+    /// dynamic forward proxy (`AllowAnyDynamicDNSCluster`). That proxy is
+    /// not generated here: such traffic passes through, and the setting is
+    /// reported (`MeshSettings::notes`).
+    AllowAnyDynamicDns,
+}
+
+impl OutboundPolicy {
+    /// Whether traffic to unknown destinations passes through.
+    pub fn allows_any(self) -> bool {
+        self != OutboundPolicy::RegistryOnly
+    }
+
+    /// The mode's name in the mesh config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboundPolicy::AllowAny => "ALLOW_ANY",
+            OutboundPolicy::RegistryOnly => "REGISTRY_ONLY",
+            OutboundPolicy::AllowAnyDynamicDns => "ALLOW_ANY_DYNAMIC_DNS",
+        }
+    }
 }
 
 /// The mesh settings translation uses (from the mesh configuration, and
@@ -101,6 +121,10 @@ pub struct MeshSettings {
     /// `localityLbSetting`: locality load balancing where no
     /// DestinationRule sets it (istiod's default `{enabled: true}`).
     pub locality_lb_setting: Option<istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+    /// What was read and is not applied (a value from a newer Istio, a
+    /// feature not generated), one sentence each: logged when the
+    /// configuration is loaded, never fatal.
+    pub notes: Vec<String>,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -201,6 +225,7 @@ impl Default for MeshSettings {
             default_virtual_service_export_to: Vec::new(),
             default_destination_rule_export_to: Vec::new(),
             locality_lb_setting: None,
+            notes: Vec::new(),
             trust_domain_aliases: Vec::new(),
             inbound_localhost: false,
         }
@@ -335,7 +360,7 @@ struct RawInbound {
 
 #[derive(Deserialize)]
 struct RawOutbound {
-    mode: Option<OutboundPolicy>,
+    mode: Option<String>,
 }
 
 /// Why the mesh configuration cannot be used.
@@ -363,8 +388,20 @@ impl MeshSettings {
         if let Some(td) = raw.trust_domain.filter(|s| !s.is_empty()) {
             m.trust_domain = td;
         }
-        if let Some(mode) = raw.outbound_traffic_policy.and_then(|o| o.mode) {
-            m.outbound = mode;
+        match raw.outbound_traffic_policy.and_then(|o| o.mode).as_deref() {
+            None | Some("ALLOW_ANY") => {}
+            Some("REGISTRY_ONLY") => m.outbound = OutboundPolicy::RegistryOnly,
+            Some("ALLOW_ANY_DYNAMIC_DNS") => {
+                m.outbound = OutboundPolicy::AllowAnyDynamicDns;
+                m.notes.push(
+                    "outboundTrafficPolicy.mode ALLOW_ANY_DYNAMIC_DNS: the dynamic forward proxy is not generated; \
+                     traffic to unknown hosts passes through as with ALLOW_ANY"
+                        .into(),
+                );
+            }
+            Some(other) => m.notes.push(format!(
+                "outboundTrafficPolicy.mode {other:?} is unknown to this version; using ALLOW_ANY"
+            )),
         }
         if let Some(b) = raw.enable_auto_mtls {
             m.enable_auto_mtls = b;

@@ -116,10 +116,7 @@ pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
             );
         }
     }
-    let mode = match istiod_mesh::translate::scope::outbound_policy(model, class) {
-        istiod_mesh::meshconfig::OutboundPolicy::AllowAny => "ALLOW_ANY",
-        istiod_mesh::meshconfig::OutboundPolicy::RegistryOnly => "REGISTRY_ONLY",
-    };
+    let mode = istiod_mesh::translate::scope::outbound_policy(model, class).as_str();
     json!({
         "name": object.map_or("default-sidecar", |o| o.meta.name.as_str()),
         "namespace": &*class.namespace,

@@ -165,6 +165,9 @@ fn settings(texts: &Texts, env: &Env) -> Result<MeshSettings, String> {
     let yaml = if merged.is_null() { String::new() } else { merged.to_string() };
     let mut m = MeshSettings::parse(&yaml)?;
     env(&mut m);
+    for note in &m.notes {
+        tracing::warn!(target: "default", "mesh config read and not applied: {note}");
+    }
     Ok(m)
 }
 

@@ -675,11 +675,12 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
         if !p.name.is_empty() && !names.insert(&p.name) {
             v.err(format!("spec.ports[{i}].name"), format!("duplicate port name {:?}", p.name));
         }
-        if p.protocol.is_empty() {
-            v.err(format!("spec.ports[{i}].protocol"), "protocol is required");
+        // An empty protocol is sniffed (istiod's ValidateProtocol).
+        if !p.protocol.is_empty() && !known_protocol(&p.protocol) {
+            v.err(format!("spec.ports[{i}].protocol"), format!("unsupported protocol: {}", p.protocol));
         }
-        if p.name.is_empty() {
-            v.err(format!("spec.ports[{i}].name"), "port name is required");
+        if !dns1123_label(&p.name) {
+            v.err(format!("spec.ports[{i}].name"), format!("invalid port name: {}", p.name));
         }
         if p.name.len() > 256 || p.protocol.len() > 256 {
             v.err(format!("spec.ports[{i}]"), "name and protocol may not be longer than 256 characters");
@@ -979,4 +980,23 @@ fn request_authentication(v: &mut V, s: &RequestAuthentication) {
         }
         v.duration(&format!("spec.jwtRules[{i}].timeout"), r.timeout.as_ref());
     }
+}
+
+/// A protocol name istiod's `protocol.Parse` knows (case-insensitive; its
+/// `DoubleHBONE` case never matches a lowered name).
+fn known_protocol(p: &str) -> bool {
+    const KNOWN: [&str; 12] =
+        ["tcp", "udp", "grpc", "grpc-web", "http", "http_proxy", "http2", "https", "tls", "mongo", "redis", "mysql"];
+    KNOWN.contains(&p.to_ascii_lowercase().as_str())
+}
+
+/// Kubernetes' `IsDNS1123Label`: at most 63 of `[a-z0-9-]`, starting and
+/// ending alphanumeric.
+fn dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }

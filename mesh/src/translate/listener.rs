@@ -34,36 +34,84 @@ pub const INBOUND_PORT: u32 = 15006;
 use super::envoy::{ads, any, http_connection_manager, http_filter, router, socket, tcp_proxy_logged};
 use super::route::{Flavor, RouteTable, ServiceRoutes};
 
-/// What one service port contributes to the outbound listeners.
+/// How a service port listens outbound (istiod's `ListenerProtocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    /// The port's shared `0.0.0.0_<port>` HTTP listener and route table.
+enum Listen {
+    /// HCM on the shared `0.0.0.0_<port>`, routes from RDS `"<port>"`.
     Http,
-    /// A `<VIP>_<port>` tcp_proxy listener per address.
+    /// tcp_proxy (TLS and HTTPS by server name where the address does not
+    /// tell the hosts apart).
     Tcp,
-    /// A filter chain of the port's SNI listener (TLS, no address).
-    Sni,
-    /// Nothing: UDP, or headless TCP (virtualOutbound takes it).
-    None,
+    /// Sniffed: a tcp_proxy chain and an HCM chain chosen by the HTTP
+    /// inspector's ALPN.
+    Auto,
 }
 
-/// Whether `port` of `svc` gets a TCP listener per service address (the
-/// listeners whose address and port two services can claim).
-pub fn is_tcp_listener(svc: &Service, port: &Port) -> bool {
-    role(svc, port) == Role::Tcp
-}
-
-fn role(svc: &Service, port: &Port) -> Role {
+fn listen(port: &Port) -> Option<Listen> {
     match port.protocol {
-        p if p.is_http() => Role::Http,
-        Protocol::Udp => Role::None,
-        // Headless TCP goes through virtualOutbound.
-        _ if svc.resolution == Resolution::Passthrough => Role::None,
-        // No address to match on: the TLS server name tells the hosts
-        // apart (external TLS ServiceEntries).
-        Protocol::Tls | Protocol::Https if svc.vips.is_empty() => Role::Sni,
-        _ => Role::Tcp,
+        p if p.is_http() => Some(Listen::Http),
+        Protocol::Udp => None,
+        Protocol::Unsupported => Some(Listen::Auto),
+        _ => Some(Listen::Tcp),
     }
+}
+
+/// Where a service port listens outbound: the bind address, and the
+/// destination CIDR its chains match when the address is a range.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Bind {
+    address: String,
+    cidr: Option<String>,
+}
+
+/// The binds of a service port (istiod's `buildSidecarOutboundListeners`):
+/// HTTP shares `0.0.0.0`; other protocols listen on each service address
+/// (a CIDR address on `0.0.0.0`, matched by prefix), else on each endpoint
+/// of a passthrough service (headless), else on `0.0.0.0` (a ServiceEntry
+/// without addresses; a Kubernetes headless service without endpoints gets
+/// none).
+fn binds(svc: &Service, port: &Port) -> Vec<Bind> {
+    let wildcard = || Bind { address: "0.0.0.0".into(), cidr: None };
+    match listen(port) {
+        None => vec![],
+        Some(Listen::Http) => vec![wildcard()],
+        Some(_) if !svc.vips.is_empty() => svc
+            .vips
+            .iter()
+            .map(|v| match v.contains('/') {
+                true => Bind { address: "0.0.0.0".into(), cidr: Some(v.clone()) },
+                false => Bind { address: v.clone(), cidr: None },
+            })
+            .collect(),
+        Some(_) if svc.resolution == Resolution::Passthrough => {
+            let mut ips: Vec<String> = svc
+                .endpoints
+                .iter()
+                .filter(|e| e.address.parse::<std::net::IpAddr>().is_ok())
+                .map(|e| e.address.to_string())
+                .collect();
+            ips.sort();
+            ips.dedup();
+            match (ips.is_empty(), svc.kubernetes) {
+                (false, _) => ips.into_iter().map(|a| Bind { address: a, cidr: None }).collect(),
+                (true, false) => vec![wildcard()],
+                (true, true) => vec![],
+            }
+        }
+        Some(_) => vec![wildcard()],
+    }
+}
+
+/// Whether `svc` contributes a chain to the outbound listener `address`
+/// on `port` (what Sidecar scoping asks of a shared listener).
+pub fn contributes(svc: &Service, port: u16, address: &str) -> bool {
+    svc.ports.iter().filter(|p| p.port == port).any(|p| binds(svc, p).iter().any(|b| b.address == address))
+}
+
+/// Whether `port` of `svc` gets a listener on each of the service's own
+/// addresses (the listeners two services can claim).
+pub fn is_tcp_listener(svc: &Service, port: &Port) -> bool {
+    !matches!(listen(port), None | Some(Listen::Http)) && !svc.vips.is_empty()
 }
 
 /// Adds the sidecar outbound listeners and their route configurations.
@@ -75,74 +123,288 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
-    // HTTP ports get one shared listener and route configuration per port;
-    // other ports a listener per service address.
-    let mut ports: BTreeSet<u16> = BTreeSet::new();
+    let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
+    let mut http_ports: BTreeSet<u16> = BTreeSet::new();
     for svc in model.services.values() {
         for port in &svc.ports {
-            match role(svc, port) {
-                Role::Http | Role::Sni => {
-                    ports.insert(port.port);
-                }
-                Role::Tcp => {
-                    for vip in &svc.vips {
-                        let l = tcp_listener(svc, vip, port.port, &side);
-                        t.resources.insert((Kind::Listener, l.name.as_str().into()), Bytes::from(l.encode_to_vec()));
-                    }
-                }
-                Role::None => {}
+            if listen(port) == Some(Listen::Http) || listen(port) == Some(Listen::Auto) {
+                http_ports.insert(port.port);
             }
+            keys.extend(binds(svc, port).into_iter().map(|b| (b.address, port.port)));
         }
     }
-    for port in ports {
-        shared_port(model, port, &side, t);
+    for (address, port) in keys {
+        set_listener(model, &address, port, &side, t);
+    }
+    for port in http_ports {
+        route_table(model, port, t);
     }
 }
 
-/// Makes `0.0.0.0_<port>` (and route table `"<port>"`) what `model` says,
-/// from every service with the port: the HTTP listener if one is HTTP,
-/// else the SNI listener of the TLS hosts without addresses, else nothing.
-fn shared_port(model: &Model, port: u16, side: &Side, t: &mut super::Translation) {
-    let name: Arc<str> = format!("0.0.0.0_{port}").into();
+/// Makes the outbound listener `<address>_<port>` what `model` says (or
+/// removes it).
+fn set_listener(model: &Model, address: &str, port: u16, side: &Side, t: &mut super::Translation) {
+    let key = (Kind::Listener, Arc::<str>::from(format!("{address}_{port}")));
+    match outbound_listener(model, address, port, side) {
+        Some(l) => t.resources.insert(key, Bytes::from(l.encode_to_vec())),
+        None => t.resources.remove(&key),
+    };
+}
+
+/// Makes route table `"<port>"` what `model` says: a virtual host per
+/// service with an HTTP or sniffed port `port`.
+fn route_table(model: &Model, port: u16, t: &mut super::Translation) {
     let table: Arc<str> = port.to_string().into();
-    let mut sni: Vec<Arc<str>> = Vec::new();
-    let mut http: Vec<Arc<ServiceRoutes>> = Vec::new();
-    for svc in model.services.values() {
-        let mut roles = svc.ports.iter().filter(|p| p.port == port).map(|p| role(svc, p));
-        match roles.clone().any(|r| r == Role::Http) {
-            true => http.push(ServiceRoutes::new(model, svc, port, Flavor::Envoy)),
-            false if roles.any(|r| r == Role::Sni) => sni.push(svc.hostname.clone()),
-            false => {}
-        }
-    }
+    let http: Vec<Arc<ServiceRoutes>> = model
+        .services
+        .values()
+        .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)))
+        .map(|s| ServiceRoutes::new(model, s, port, Flavor::Envoy))
+        .collect();
     let routes = Arc::make_mut(&mut t.routes);
-    if !http.is_empty() {
-        if !sni.is_empty() {
-            // One listener per port: HTTP wins, as in istiod's conflict rules.
-            tracing::warn!(target: "model", port, "TLS hosts without addresses share a port with HTTP services; not listening for them");
-        }
-        t.resources.insert((Kind::Listener, name), Bytes::from(http_listener(port, side).encode_to_vec()));
-        let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
-        t.resources.insert((Kind::Route, table.clone()), rt.digest());
-        routes.insert(table, rt);
+    if http.is_empty() {
+        routes.remove(&table);
+        t.resources.remove(&(Kind::Route, table));
         return;
     }
-    routes.remove(&table);
-    t.resources.remove(&(Kind::Route, table));
-    match sni.is_empty() {
-        true => t.resources.remove(&(Kind::Listener, name)),
-        false => {
-            t.resources.insert((Kind::Listener, name), Bytes::from(sni_listener(port, &sni, side).encode_to_vec()))
+    let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
+    t.resources.insert((Kind::Route, table.clone()), rt.digest());
+    routes.insert(table, rt);
+}
+
+/// Whether a port's traffic may be HTTP, routed by route table `"<port>"`.
+fn has_routes(p: &Port) -> bool {
+    matches!(listen(p), Some(Listen::Http | Listen::Auto))
+}
+
+/// One filter chain of an outbound listener, before it is built
+/// (istiod's `filterChainOpts`).
+#[derive(Debug, Clone)]
+struct ChainOpts {
+    sni: Vec<String>,
+    cidrs: Vec<String>,
+    alpn: Vec<&'static str>,
+    transport: &'static str,
+    /// None: the port's HCM; else tcp_proxy to this cluster.
+    cluster: Option<String>,
+}
+
+/// The ALPNs the HTTP inspector sets for plaintext HTTP
+/// (`plaintextHTTPALPNs`, without HTTP/1.0).
+const PLAINTEXT_HTTP_ALPNS: [&str; 2] = ["http/1.1", "h2c"];
+
+impl ChainOpts {
+    /// `isMatchAll`.
+    fn match_all(&self) -> bool {
+        (self.sni.is_empty() || self.sni.iter().any(|s| s == "*"))
+            && self.alpn.is_empty()
+            && self.transport.is_empty()
+            && self.cidrs.is_empty()
+    }
+
+    /// `conflictsWith`: the same match.
+    fn conflicts_with(&self, other: &ChainOpts) -> bool {
+        let sni = |v: &[String]| v.iter().filter(|s| *s != "*").cloned().collect::<BTreeSet<_>>();
+        let cidr = |v: &[String]| {
+            v.iter().filter(|c| !c.starts_with("0.0.0.0")).map(|c| cidr_key(c)).collect::<BTreeSet<_>>()
+        };
+        self.transport == other.transport
+            && self.alpn == other.alpn
+            && sni(&self.sni) == sni(&other.sni)
+            && cidr(&self.cidrs) == cidr(&other.cidrs)
+    }
+
+    /// `toFilterChainMatch`.
+    fn filter_chain_match(&self) -> istiod_proto::envoy::config::listener::v3::FilterChainMatch {
+        let mut m = istiod_proto::envoy::config::listener::v3::FilterChainMatch {
+            application_protocols: self.alpn.iter().map(|a| a.to_string()).collect(),
+            transport_protocol: self.transport.into(),
+            ..Default::default()
+        };
+        if !self.sni.iter().any(|s| s == "*") {
+            let mut sni = self.sni.clone();
+            sni.sort();
+            m.server_names = sni;
         }
+        let mut cidrs = self.cidrs.clone();
+        cidrs.sort();
+        for c in cidrs {
+            let (addr, len) = match c.split_once('/') {
+                Some((a, l)) => (a.to_string(), l.parse().unwrap_or(32)),
+                None => (c.clone(), if c.contains(':') { 128 } else { 32 }),
+            };
+            if addr != "0.0.0.0" {
+                m.prefix_ranges.push(core::CidrRange { address_prefix: addr, prefix_len: Some(len) });
+            }
+        }
+        m
+    }
+}
+
+/// A CIDR masked to its prefix (`1.2.3.4/8` and `1.5.6.7/8` are one).
+fn cidr_key(c: &str) -> String {
+    let (addr, len) = c.split_once('/').unwrap_or((c, ""));
+    match (addr.parse::<std::net::Ipv4Addr>(), len.parse::<u32>()) {
+        (Ok(a), Ok(l)) if l <= 32 => {
+            let mask = if l == 0 { 0 } else { u32::MAX << (32 - l) };
+            format!("{}/{l}", std::net::Ipv4Addr::from(u32::from(a) & mask))
+        }
+        _ => c.to_string(),
+    }
+}
+
+/// The chains one service port brings to a listener bound as `bind`
+/// (`buildSidecarOutboundTCPListenerOpts`, the TLS variant, and the HTTP
+/// options with the inspector's ALPN on a wildcard bind).
+fn chains_of(svc: &Service, port: &Port, bind: &Bind) -> Vec<ChainOpts> {
+    let http = ChainOpts {
+        sni: vec![],
+        cidrs: vec![],
+        alpn: PLAINTEXT_HTTP_ALPNS.to_vec(),
+        transport: "raw_buffer",
+        cluster: None,
     };
+    let cluster_port = if svc.ports.len() == 1 { svc.ports[0].port } else { port.port };
+    let cluster = format!("outbound|{cluster_port}||{}", svc.hostname);
+    let cidrs: Vec<String> = bind.cidr.iter().cloned().collect();
+    let tcp = || {
+        // TLS: the server name tells hosts apart where the address does
+        // not (a CIDR, or a wildcard bind of a service without address).
+        let sni = match matches!(port.protocol, Protocol::Tls | Protocol::Https)
+            && (bind.cidr.is_some() || (svc.vips.is_empty() && bind.address == "0.0.0.0"))
+        {
+            true => vec![svc.hostname.to_string()],
+            false => vec![],
+        };
+        ChainOpts { sni, cidrs: cidrs.clone(), alpn: vec![], transport: "", cluster: Some(cluster.clone()) }
+    };
+    match listen(port) {
+        None => vec![],
+        Some(Listen::Http) => vec![http],
+        Some(Listen::Tcp) => vec![tcp()],
+        Some(Listen::Auto) => vec![tcp(), http],
+    }
+}
+
+/// The outbound listener `<address>_<port>`, from every service port bound
+/// there in service order, merged by istiod's conflict rules: HTTP joins an
+/// existing listener only if it is TCP (turning it sniffed), TCP chains are
+/// added unless one with the same match exists. None when no service
+/// listens there.
+fn outbound_listener(model: &Model, address: &str, port: u16, side: &Side) -> Option<Listener> {
+    // (The entry's protocol: HTTP entries on the wildcard are sniffed.)
+    let mut entry: Option<(bool, Vec<ChainOpts>)> = None;
+    for svc in model.services.values() {
+        for p in svc.ports.iter().filter(|p| p.port == port) {
+            let Some(kind) = listen(p) else { continue };
+            for bind in binds(svc, p).into_iter().filter(|b| b.address == address) {
+                let incoming = chains_of(svc, p, &bind);
+                match (&mut entry, kind) {
+                    (None, Listen::Tcp) => entry = Some((true, incoming)),
+                    (None, _) => entry = Some((false, incoming)),
+                    // HTTP over HTTP or sniffed: the listener exists.
+                    (Some((false, _)), Listen::Http) => {}
+                    (Some((tcp, chains)), Listen::Http) => {
+                        merge(chains, incoming);
+                        *tcp = false;
+                    }
+                    (Some((tcp, chains)), Listen::Auto) => {
+                        // Sniffed over sniffed merges the TCP chains only.
+                        let incoming = match *tcp {
+                            true => incoming,
+                            false => incoming.into_iter().filter(|c| c.cluster.is_some()).collect(),
+                        };
+                        merge(chains, incoming);
+                        *tcp = false;
+                    }
+                    (Some((_, chains)), Listen::Tcp) => merge(chains, incoming),
+                }
+            }
+        }
+    }
+    let (_, chains) = entry?;
+    Some(build_outbound(address, port, chains, model.mesh.outbound, side))
+}
+
+/// `mergeTCPFilterChains`.
+fn merge(chains: &mut Vec<ChainOpts>, incoming: Vec<ChainOpts>) {
+    for c in incoming {
+        if !chains.iter().any(|e| e.conflicts_with(&c)) {
+            chains.push(c);
+        } else {
+            tracing::debug!(target: "model", cluster = ?c.cluster, "outbound filter chain conflicts with an existing one; skipped");
+        }
+    }
+}
+
+/// The fallthrough chain of an outbound listener (`PassthroughFilterChain`):
+/// what no chain takes passes through, or is dropped under REGISTRY_ONLY.
+pub fn passthrough_chain(policy: OutboundPolicy, side: &Side) -> FilterChain {
+    let cluster = if policy.allows_any() { "PassthroughCluster" } else { "BlackHoleCluster" };
+    FilterChain {
+        name: "PassthroughFilterChain".into(),
+        filter_chain_match: Some(Default::default()),
+        filters: outbound_tcp(side, cluster, cluster),
+        ..Default::default()
+    }
+}
+
+/// `buildListenerFromEntry`: the listener filters the chains need (TLS
+/// inspector for server names, HTTP inspector for ALPN), a match-all chain
+/// as the default chain, or the fallthrough chain when there is none.
+fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: OutboundPolicy, side: &Side) -> Listener {
+    use istiod_proto::envoy::config::listener::v3::{ListenerFilter, listener_filter};
+    use istiod_proto::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
+    use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+    let name = format!("{address}_{port}");
+    let mut l = Listener {
+        name: name.clone(),
+        address: socket(address, u32::from(port)),
+        bind_to_port: Some(false),
+        traffic_direction: core::TrafficDirection::Outbound as i32,
+        continue_on_listener_filters_timeout: true,
+        ..Default::default()
+    };
+    let lf = |name: &str, a: istiod_proto::prost_types::Any| ListenerFilter {
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(a)),
+        ..Default::default()
+    };
+    if chains.iter().any(|c| !c.sni.is_empty()) {
+        l.listener_filters.push(lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default())));
+    }
+    if chains.iter().any(|c| !c.alpn.is_empty()) {
+        l.listener_filters.push(lf("envoy.filters.listener.http_inspector", any(&HttpInspector::default())));
+    } else {
+        l.listener_filters_timeout = Some(Default::default());
+    }
+    let mut default = None;
+    for c in &chains {
+        let mut chain = FilterChain::default();
+        chain.filters = match &c.cluster {
+            Some(cluster) => outbound_tcp(side, cluster, cluster),
+            None => http_filters(port, &name, side),
+        };
+        if c.match_all() {
+            default = Some(chain);
+        } else {
+            chain.filter_chain_match = Some(c.filter_chain_match());
+            l.filter_chains.push(chain);
+        }
+    }
+    match default {
+        Some(d) if l.filter_chains.is_empty() => l.filter_chains.push(d),
+        Some(d) => l.default_filter_chain = Some(d),
+        None => l.default_filter_chain = Some(passthrough_chain(policy, side)),
+    }
+    l
 }
 
 /// Brings the outbound listeners and route tables of `old` up to `new`,
 /// where only the services `hosts` changed (added, removed or edited):
-/// their `<VIP>_<port>` listeners, and the shared listener and route table
-/// of each port they had or have. A port that stays HTTP only has the
-/// hosts' virtual hosts replaced; the other ports are rebuilt from the
-/// services that have them.
+/// every listener they had or have a chain in, and the route table of
+/// each HTTP port they had or have. A port that stays HTTP only has the
+/// hosts' virtual hosts replaced.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
     update_hosts_only(old, new, hosts, &side, t);
@@ -155,39 +417,24 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
 
 /// [`update_hosts`] for the listeners and route tables of `hosts` alone.
 fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, t: &mut super::Translation) {
-    let mut tcp: BTreeSet<(String, u16)> = BTreeSet::new();
+    let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
         for port in &svc.ports {
-            match role(svc, port) {
-                Role::Tcp => tcp.extend(svc.vips.iter().map(|v| (v.clone(), port.port))),
-                Role::Http | Role::Sni => {
-                    ports.insert(port.port);
-                }
-                Role::None => {}
+            keys.extend(binds(svc, port).into_iter().map(|b| (b.address, port.port)));
+            if has_routes(port) {
+                ports.insert(port.port);
             }
         }
     }
-    // A `<VIP>_<port>` name is the last service's that makes it, as in
-    // `translate`.
-    for (vip, port) in tcp {
-        let maker = new
-            .services
-            .values()
-            .rev()
-            .find(|s| s.vips.contains(&vip) && s.ports.iter().any(|p| p.port == port && role(s, p) == Role::Tcp));
-        let key = (Kind::Listener, Arc::<str>::from(format!("{vip}_{port}")));
-        match maker {
-            Some(svc) => t.resources.insert(key, Bytes::from(tcp_listener(svc, &vip, port, side).encode_to_vec())),
-            None => t.resources.remove(&key),
-        };
+    for (address, port) in keys {
+        set_listener(new, &address, port, side, t);
     }
     for port in ports {
-        let http =
-            |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()));
+        let http = |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            shared_port(new, port, side, t);
+            route_table(new, port, t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.
@@ -198,7 +445,7 @@ fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, 
             let now = new
                 .services
                 .get(host)
-                .filter(|s| s.ports.iter().any(|p| p.port == port && p.protocol.is_http()))
+                .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)))
                 .map(|s| ServiceRoutes::new(new, s, port, Flavor::Envoy));
             match (at, now) {
                 (Ok(i), Some(vh)) => rt.hosts[i] = vh,
@@ -214,12 +461,12 @@ fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, 
     }
 }
 
-/// `0.0.0.0_<port>`: the HTTP listener of a port, taking its routes from
-/// route configuration `"<port>"` over RDS. Its filters are istiod's for a
+/// The HCM of a port's outbound HTTP chain, taking its routes from route
+/// configuration `"<port>"` over RDS. Its filters are istiod's for a
 /// sidecar's outbound HTTP (listener_builder.go): metadata exchange, gRPC
 /// stats, the ALPN override, fault, CORS, the stats filter where a metrics
 /// provider applies, the router.
-fn http_listener(port: u16, side: &Side) -> Listener {
+fn http_filters(port: u16, listener: &str, side: &Side) -> Vec<Filter> {
     let mut http_filters = vec![
         telemetry::mx_http(false),
         telemetry::grpc_stats(),
@@ -233,7 +480,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
     http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
     http_filters.push(router());
     let mut manager = hcm::HttpConnectionManager {
-        stat_prefix: format!("outbound_0.0.0.0_{port}"),
+        stat_prefix: format!("outbound_{listener}"),
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
             config_source: ads(),
             route_config_name: port.to_string(),
@@ -245,14 +492,7 @@ fn http_listener(port: u16, side: &Side) -> Listener {
         ..Default::default()
     };
     side.trace(&mut manager);
-    Listener {
-        name: format!("0.0.0.0_{port}"),
-        address: socket("0.0.0.0", u32::from(port)),
-        bind_to_port: Some(false),
-        traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain { filters: vec![http_connection_manager(&manager)], ..Default::default() }],
-        ..Default::default()
-    }
+    vec![http_connection_manager(&manager)]
 }
 
 /// An outbound TCP chain's filters: the stats filter where a metrics
@@ -264,28 +504,12 @@ fn outbound_tcp(side: &Side, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
     filters
 }
 
-/// `<vip>_<port>`: tcp_proxy to the service's cluster.
-fn tcp_listener(svc: &Service, vip: &str, port: u16, side: &Side) -> Listener {
-    let cluster = format!("outbound|{port}||{}", svc.hostname);
-    Listener {
-        name: format!("{vip}_{port}"),
-        address: socket(vip, u32::from(port)),
-        bind_to_port: Some(false),
-        traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain { filters: outbound_tcp(side, &cluster, &cluster), ..Default::default() }],
-        ..Default::default()
-    }
-}
-
 /// `virtualOutbound` on 0.0.0.0:15001, where iptables sends every outbound
 /// connection: `use_original_dst` hands it to the listener of its original
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
 pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
-    let catchall = match policy {
-        OutboundPolicy::AllowAny => "PassthroughCluster",
-        OutboundPolicy::RegistryOnly => "BlackHoleCluster",
-    };
+    let catchall = if policy.allows_any() { "PassthroughCluster" } else { "BlackHoleCluster" };
     Listener {
         name: VIRTUAL_OUTBOUND.into(),
         address: socket("0.0.0.0", OUTBOUND_PORT),
@@ -298,41 +522,6 @@ pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
             filters: outbound_tcp(side, catchall, catchall),
             ..Default::default()
         }],
-        ..Default::default()
-    }
-}
-
-/// `0.0.0.0_<port>` for TLS hosts without addresses: the tls_inspector reads
-/// the client's server name and a filter chain per host forwards to its
-/// cluster (`*.example.com` hosts match as Envoy matches wildcard names).
-fn sni_listener(port: u16, hosts: &[Arc<str>], side: &Side) -> Listener {
-    use istiod_proto::envoy::config::listener::v3::{FilterChainMatch, ListenerFilter, listener_filter};
-    use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
-    Listener {
-        name: format!("0.0.0.0_{port}"),
-        address: socket("0.0.0.0", u32::from(port)),
-        bind_to_port: Some(false),
-        traffic_direction: core::TrafficDirection::Outbound as i32,
-        listener_filters: vec![ListenerFilter {
-            name: "envoy.filters.listener.tls_inspector".into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(any(&TlsInspector::default()))),
-            ..Default::default()
-        }],
-        filter_chains: hosts
-            .iter()
-            .map(|h| {
-                let cluster = format!("outbound|{port}||{h}");
-                FilterChain {
-                    name: cluster.clone(),
-                    filter_chain_match: Some(FilterChainMatch {
-                        server_names: vec![h.to_string()],
-                        ..Default::default()
-                    }),
-                    filters: outbound_tcp(side, &cluster, &cluster),
-                    ..Default::default()
-                }
-            })
-            .collect(),
         ..Default::default()
     }
 }

@@ -227,7 +227,7 @@ impl RouteTable {
         match self.flavor {
             Flavor::Grpc => route::RouteConfiguration { name: self.name.clone(), virtual_hosts, ..Default::default() },
             Flavor::Envoy => {
-                virtual_hosts.push(fallback_host(policy == OutboundPolicy::AllowAny));
+                virtual_hosts.push(fallback_host(policy.allows_any()));
                 route::RouteConfiguration {
                     name: self.name.clone(),
                     virtual_hosts,

@@ -75,8 +75,7 @@ impl Scoping {
                         // The shared HTTP (or SNI) listener of a port stays
                         // while any visible service is served by it.
                         return model.services.values().any(|s| {
-                            s.ports.iter().any(|p| p.port == port && (p.protocol.is_http() || sni_port(s, p)))
-                                && visible_on(model, class, s, Some(port))
+                            super::listener::contributes(s, port, "0.0.0.0") && visible_on(model, class, s, Some(port))
                         });
                     }
                     return self.by_vip.get(addr).is_none_or(|h| host_visible(h, Some(port)));
@@ -110,11 +109,6 @@ impl Scoping {
             None => true,
         }
     }
-}
-
-/// A TLS port of a service without addresses (`listener.rs`'s SNI listener).
-fn sni_port(s: &Service, p: &crate::model::Port) -> bool {
-    s.vips.is_empty() && matches!(p.protocol, crate::model::Protocol::Tls | crate::model::Protocol::Https)
 }
 
 /// Whether `svc` is exported to `ns`.

@@ -87,6 +87,7 @@ fn check_router(
         locality: "".into(),
         verified: true,
         service_account: service_account.into(),
+        ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
     };
@@ -136,6 +137,7 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "Kubernetes".into(),
     };

@@ -60,6 +60,10 @@ pub struct MeshInput {
     /// Whether a Sidecar or a DestinationRule selects workloads by label
     /// (then a proxy's scope or rules depend on its labels).
     pub selecting_sidecars: bool,
+    /// Addresses that services claim by endpoint rather than by selector
+    /// (`crate::translate::inbound::claims`): a class keeps its `ips` only
+    /// where one of them is here.
+    pub claimed_ips: Arc<std::collections::HashSet<Arc<str>>>,
 }
 
 impl MeshInput {
@@ -122,6 +126,7 @@ impl MeshInput {
         let outbound_overrides = outbound_overrides(&model);
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting(&model);
+        let claimed_ips = Arc::new(crate::translate::inbound::claimed_ips(&model));
         Self {
             model,
             changes,
@@ -132,6 +137,7 @@ impl MeshInput {
             vs_export,
             translation,
             selecting_sidecars,
+            claimed_ips,
         }
     }
 
@@ -231,6 +237,12 @@ pub(crate) fn selecting(model: &Model) -> bool {
 pub(crate) fn inbound_part(s: &crate::model::Service) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (&s.hostname, &s.namespace, &s.selector, &s.ports).hash(&mut h);
+    if s.selector.is_empty() {
+        // Its endpoints' addresses say whose it is.
+        for e in &s.endpoints {
+            (&e.address, e.service_port, e.port).hash(&mut h);
+        }
+    }
     for e in &s.endpoints {
         // A numeric target port tells the workload its port: an endpoint
         // that agrees adds nothing. A named one (None) is resolved from
@@ -459,6 +471,7 @@ impl Generator for MeshGenerator {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
             service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
+            ips: Vec::new(),
             // Tracing tags name them: on virtualInbound (built for the
             // whole class) and a gateway's listeners.
             mesh_id: if is_router(class) && kind == Kind::Listener { class.mesh_id.clone() } else { Arc::from("") },
@@ -473,6 +486,16 @@ impl Generator for MeshGenerator {
 
     fn whole_class(&self, kind: Kind, name: &str) -> bool {
         inbound_name(kind, name)
+    }
+
+    /// The inbound side reads the proxy's addresses only where a service
+    /// claims one of them by endpoint.
+    fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
+        let m = mesh(snap)?;
+        match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
+            true => None,
+            false => Some(ProxyClass { ips: Vec::new(), ..class.clone() }),
+        }
     }
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {

@@ -563,7 +563,27 @@ mod tests {
 
     #[test]
     fn invalid_values_are_errors() {
-        assert!(MeshSettings::parse("outboundTrafficPolicy:\n  mode: SOMETIMES\n").is_err());
+        assert!(MeshSettings::parse("enableAutoMtls: [1]\n").is_err());
+        assert!(MeshSettings::parse(": : :\n- x").is_err());
+    }
+
+    /// A mode from a newer Istio (or one this version does not know)
+    /// starts with ALLOW_ANY's behaviour and is reported, never fatal
+    /// (issue #33).
+    #[test]
+    fn newer_outbound_modes_start_and_are_reported() {
+        let m = MeshSettings::parse("outboundTrafficPolicy:\n  mode: SOMETIMES\n").unwrap();
+        assert_eq!(m.outbound, OutboundPolicy::AllowAny);
+        assert!(m.notes.iter().any(|n| n.contains("\"SOMETIMES\" is unknown")), "{:?}", m.notes);
+        let m = MeshSettings::parse("outboundTrafficPolicy: {mode: ALLOW_ANY_DYNAMIC_DNS}\n").unwrap();
+        assert_eq!(m.outbound, OutboundPolicy::AllowAnyDynamicDns);
+        assert!(m.outbound.allows_any());
+        assert!(m.notes.iter().any(|n| n.contains("dynamic forward proxy is not generated")), "{:?}", m.notes);
+        assert!(MeshSettings::parse("outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n").unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn malformed_text_is_an_error() {
         assert!(MeshSettings::parse("enableAutoMtls: [1]\n").is_err());
         assert!(MeshSettings::parse(": : :\n- x").is_err());
     }

@@ -66,6 +66,12 @@ pub struct ProxyClass {
     /// its service account only. Resources other than credentials do not
     /// read it.
     pub service_account: Arc<str>,
+    /// The workload's addresses (`INSTANCE_IPS`, else the node id's): a
+    /// service whose endpoints name one without selecting it by label (a
+    /// ServiceEntry's inline endpoint, a Service without selector) is the
+    /// workload's too, as istiod finds a proxy's services by its IP.
+    /// Reduced away wherever no such service claims them.
+    pub ips: Vec<Arc<str>>,
     /// `MESH_ID` metadata and...
     pub mesh_id: Arc<str>,
     /// ...`CLUSTER_ID`: tracing tags them on the inbound side.
@@ -153,6 +159,15 @@ impl Proxy {
                 },
                 verified: false,
                 service_account: s("SERVICE_ACCOUNT"),
+                ips: {
+                    let listed = meta_str(node, "INSTANCE_IPS").unwrap_or_default();
+                    let mut ips: Vec<Arc<str>> =
+                        listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(Arc::from).collect();
+                    if ips.is_empty() && !parts[1].is_empty() {
+                        ips.push(Arc::from(parts[1]));
+                    }
+                    ips
+                },
                 mesh_id: s("MESH_ID"),
                 cluster_id: s("CLUSTER_ID"),
             },
@@ -188,6 +203,7 @@ impl ProxyClass {
             "locality": &*self.locality,
             "verified": self.verified,
             "serviceAccount": &*self.service_account,
+            "ips": self.ips.iter().map(|s| &**s).collect::<Vec<_>>(),
             "meshId": &*self.mesh_id,
             "clusterId": &*self.cluster_id,
         })
@@ -217,6 +233,10 @@ impl ProxyClass {
             locality: s("locality"),
             verified: v["verified"].as_bool().unwrap_or(false),
             service_account: s("serviceAccount"),
+            ips: v["ips"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_str()).map(Arc::from).collect())
+                .unwrap_or_default(),
             mesh_id: s("meshId"),
             cluster_id: s("clusterId"),
         })

@@ -19,6 +19,7 @@ pub fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
     }

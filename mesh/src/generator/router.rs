@@ -534,6 +534,7 @@ pub fn report(model: &Model) -> serde_json::Value {
                 locality: "".into(),
                 verified: true,
                 service_account: "".into(),
+                ips: Vec::new(),
                 mesh_id: "".into(),
                 cluster_id: "".into(),
             };
@@ -623,6 +624,7 @@ mod tests {
             locality: "".into(),
             verified,
             service_account: "".into(),
+            ips: Vec::new(),
             mesh_id: "".into(),
             cluster_id: "".into(),
         }

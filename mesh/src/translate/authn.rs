@@ -263,6 +263,7 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         locality: "".into(),
         verified: false,
         service_account: "".into(),
+        ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
     };

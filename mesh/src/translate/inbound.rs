@@ -47,24 +47,46 @@ fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)])
     !selector.is_empty() && crate::model::has_labels(labels, selector)
 }
 
+/// The addresses services claim by endpoint rather than by selector (a
+/// ServiceEntry's inline endpoints, a Service without selector and its
+/// EndpointSlices): a proxy at one of them serves the service, as istiod
+/// finds a proxy's services by its IP.
+pub fn claimed_ips(model: &Model) -> std::collections::HashSet<Arc<str>> {
+    model
+        .services
+        .values()
+        .filter(|s| s.selector.is_empty())
+        .flat_map(|s| s.endpoints.iter().map(|e| Arc::from(e.address.as_str())))
+        .collect()
+}
+
+/// Whether `svc` claims one of the proxy's addresses by endpoint.
+fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
+    svc.selector.is_empty() && svc.endpoints.iter().any(|e| class.ips.iter().any(|ip| **ip == *e.address))
+}
+
 /// The workload's inbound ports: target ports of the services in its
-/// namespace whose selector matches its labels.
+/// namespace whose selector matches its labels, or that claim its address.
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
-    for svc in
-        model.services.values().filter(|s| s.namespace == *class.namespace && selects(&s.selector, &class.labels))
-    {
+    for svc in model.services.values().filter(|s| {
+        (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
+    }) {
         for p in &svc.ports {
             // The workload's own port: from an endpoint of this workload,
             // else the Service's numeric target port, else the port.
-            let target = svc
-                .endpoints
-                .iter()
-                .find(|e| {
-                    e.service_port == p.port
-                        && class.labels.iter().all(|(k, v)| e.labels.get(&**k).is_some_and(|ev| **ev == **v))
-                })
-                .map_or(p.target_port.unwrap_or(p.port), |e| e.port);
+            let mine = |e: &&crate::model::Endpoint| {
+                e.service_port == p.port
+                    && match claims(svc, class) {
+                        true => class.ips.iter().any(|ip| **ip == *e.address),
+                        false => class.labels.iter().all(|(k, v)| e.labels.get(&**k).is_some_and(|ev| **ev == **v)),
+                    }
+            };
+            if claims(svc, class) && !svc.endpoints.iter().any(|e| mine(&e)) {
+                // Its endpoints at this address do not serve this port.
+                continue;
+            }
+            let target = svc.endpoints.iter().find(mine).map_or(p.target_port.unwrap_or(p.port), |e| e.port);
             ports.entry(target).or_insert(InboundPort {
                 port: target,
                 protocol: p.protocol,

@@ -255,6 +255,14 @@ pub trait Generator: Send + Sync + 'static {
         serde_json::Value::Null
     }
 
+    /// The part of `class` that its whole-class resources
+    /// ([`Generator::whole_class`]) depend on in this snapshot, when less
+    /// than the whole (an input the snapshot gives no weight to). `None`:
+    /// the whole class.
+    fn reduce_whole(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class) -> Option<Self::Class> {
+        None
+    }
+
     /// Whether resource `(kind, name)` depends on the whole class (it is
     /// never shared through [`Generator::reduce`]).
     fn whole_class(&self, _kind: Kind, _name: &str) -> bool {

@@ -27,7 +27,7 @@ type WildcardNames<C> = HashMap<(Kind, Arc<C>), (SnapId, Arc<[Arc<str>]>)>;
 
 /// Reduced classes by (type, address of the proxy's class), with the
 /// snapshot and the class they were computed for.
-type Reduced<C> = HashMap<(Kind, usize), (SnapId, Arc<C>, Arc<C>)>;
+type Reduced<C> = HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>)>;
 
 fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
@@ -258,18 +258,16 @@ impl<C: super::Class> Cache<C> {
         kind: Kind,
         name: &str,
     ) -> Arc<C> {
-        if generator.whole_class(kind, name) {
-            return class.clone();
-        }
+        let whole = generator.whole_class(kind, name);
         let id = snap_id(snap);
-        let key = (kind, Arc::as_ptr(class) as usize);
+        let key = (kind, whole, Arc::as_ptr(class) as usize);
         if let Some((at, of, reduced)) = self.reduced.get(&key)
             && *at == id
             && Arc::ptr_eq(of, class)
         {
             return reduced.clone();
         }
-        let reduced = match generator.reduce(snap, class, kind) {
+        let reduced = match if whole { generator.reduce_whole(snap, class) } else { generator.reduce(snap, class, kind) } {
             None => class.clone(),
             Some(r) => {
                 if self.interned.len() >= MAX_ENTRIES / 10 {
@@ -335,7 +333,7 @@ impl<C: super::Class> Cache<C> {
     pub fn retain_classes(&mut self, live: std::collections::HashSet<usize>) {
         let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
         self.memo = Memo::default();
-        self.reduced.retain(|(_, of), _| live.contains(of));
+        self.reduced.retain(|(_, _, of), _| live.contains(of));
         self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
         // What live classes reduce to stays too.
         let mut kept = live;

@@ -471,7 +471,11 @@ impl Generator for MeshGenerator {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
             service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
-            ips: Vec::new(),
+            // A router's Service may claim it by address (its ports).
+            ips: match is_router(class) && class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
+                true => class.ips.clone(),
+                false => Vec::new(),
+            },
             // Tracing tags name them: on virtualInbound (built for the
             // whole class) and a gateway's listeners.
             mesh_id: if is_router(class) && kind == Kind::Listener { class.mesh_id.clone() } else { Arc::from("") },

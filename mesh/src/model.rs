@@ -448,15 +448,15 @@ impl Model {
         }
     }
 
-    /// The FQDN a host written in config means, as istiod resolves it:
-    /// `reviews` in namespace `ns` is `reviews.ns.svc.<domain>`, `reviews.ns`
-    /// is `reviews.ns.svc.<domain>`, anything with more dots is taken as is.
+    /// The FQDN a host written in config means, as istiod's
+    /// `ResolveShortnameToFQDN` resolves it: `reviews` in namespace `ns` is
+    /// `reviews.ns.svc.<domain>`; a name with a dot (`reviews.ns`,
+    /// `example.com`), `*` and an IP address are taken as they are.
     pub fn resolve_host(&self, host: &str, ns: &str) -> String {
-        match host.matches('.').count() {
-            0 => format!("{host}.{ns}.svc.{}", self.domain),
-            1 => format!("{host}.svc.{}", self.domain),
-            _ => host.to_owned(),
+        if host.is_empty() || host == "*" || host.contains('.') || host.parse::<std::net::IpAddr>().is_ok() {
+            return host.to_owned();
         }
+        format!("{host}.{ns}.svc.{}", self.domain)
     }
 }
 

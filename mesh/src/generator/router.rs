@@ -49,9 +49,10 @@ fn targets<'a>(model: &'a Model, class: &ProxyClass) -> Vec<&'a Service> {
         .services
         .values()
         .filter(|s| {
-            s.namespace == *class.namespace
+            (s.namespace == *class.namespace
                 && !s.selector.is_empty()
-                && crate::model::has_labels(&class.labels, &s.selector)
+                && crate::model::has_labels(&class.labels, &s.selector))
+                || crate::translate::inbound::claims(s, class)
         })
         .collect()
 }

@@ -271,10 +271,9 @@ mod tests {
 
     fn rules(yaml: &str) -> DestinationRules {
         let objs = crate::testing::istio_objects(yaml);
-        let resolve = |h: &str, ns: &str| match h.matches('.').count() {
-            0 => format!("{h}.{ns}.svc.cluster.local"),
-            1 => format!("{h}.svc.cluster.local"),
-            _ => h.to_owned(),
+        let resolve = |h: &str, ns: &str| match h.contains('.') || h == "*" {
+            false => format!("{h}.{ns}.svc.cluster.local"),
+            true => h.to_owned(),
         };
         DestinationRules::build(&objs, resolve)
     }

@@ -60,9 +60,13 @@ pub fn claimed_ips(model: &Model) -> std::collections::HashSet<Arc<str>> {
         .collect()
 }
 
-/// Whether `svc` claims one of the proxy's addresses by endpoint.
-fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
-    svc.selector.is_empty() && svc.endpoints.iter().any(|e| class.ips.iter().any(|ip| **ip == *e.address))
+/// Whether `svc` claims one of the proxy's addresses by endpoint (a
+/// service of the proxy's namespace, as istiod's registries answer
+/// `GetProxyServiceTargets`).
+pub(crate) fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
+    svc.selector.is_empty()
+        && svc.namespace == *class.namespace
+        && svc.endpoints.iter().any(|e| class.ips.iter().any(|ip| **ip == *e.address))
 }
 
 /// The workload's inbound ports: target ports of the services in its

@@ -249,6 +249,9 @@ fn run_case(case: &Case) -> Vec<(String, Verdict)> {
                 let diff = got.mismatches(&e.result);
                 if diff.is_empty() {
                     Verdict::Pass
+                } else if got.error == Some(crate::simulation_support::SimError::NoListener) {
+                    let names: Vec<&str> = sim.listeners.iter().map(|l| l.name.as_str()).collect();
+                    Verdict::Fail(format!("{} (served listeners: {names:?})", diff.join("; ")))
                 } else {
                     Verdict::Fail(format!("{} (got {got:?})", diff.join("; ")))
                 }

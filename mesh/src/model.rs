@@ -690,7 +690,8 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
             name: p.name.clone(),
             port: p.number as u16,
             protocol: Protocol::parse(&p.protocol),
-            target_port: Some(p.number as u16),
+            // `targetPort`: the endpoints' port unless they name their own.
+            target_port: Some(if p.target_port != 0 { p.target_port as u16 } else { p.number as u16 }),
         })
         .collect();
     // Inline endpoints, or the WorkloadEntries the selector picks in the namespace.

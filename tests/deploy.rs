@@ -96,7 +96,8 @@ fn the_mesh_config_file_is_followed_through_symlink_swaps() {
         assert_eq!(mesh_debug(&s)["outboundTrafficPolicy"]["mode"], "REGISTRY_ONLY");
 
         // Invalid: logged, the last good configuration stays, no push.
-        volume.update("outboundTrafficPolicy:\n  mode: SOMETIMES\n");
+        // (A wrong type: an unknown enum value is accepted and reported.)
+        volume.update("outboundTrafficPolicy:\n  mode: REGISTRY_ONLY\nenableAutoMtls: [1]\n");
         wait_for("the invalid file logged", Duration::from_secs(10), || {
             s.log().contains("invalid mesh config, using last known state")
         });

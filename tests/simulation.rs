@@ -21,17 +21,17 @@ use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::config::listener::v3::Listener;
 use istiod_proto::envoy::config::route::v3::RouteConfiguration;
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager::RouteSpecifier, HttpConnectionManager,
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
 use istiod_proto::prost::Message;
-use istiod_proto::prost_types::{value::Kind as ValueKind, Struct, Value};
+use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
 use istiod_proto::type_url;
 use serde::Deserialize;
 
 use crate::ads_client;
 use crate::server::Server;
-use crate::simulation_support::{cluster_endpoints, Call, Outcome, Simulation};
+use crate::simulation_support::{Call, Outcome, Simulation, cluster_endpoints};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,10 +154,12 @@ fn upstream_simulation_cases_reach_what_istiod_serves() {
     let verdicts: Mutex<Vec<(String, String, Verdict)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..3 {
-            s.spawn(|| loop {
-                let Some((suite, case)) = queue.lock().unwrap().next() else { break };
-                let out = run_case(&case);
-                verdicts.lock().unwrap().extend(out.into_iter().map(|(check, v)| (suite.clone(), check, v)));
+            s.spawn(|| {
+                loop {
+                    let Some((suite, case)) = queue.lock().unwrap().next() else { break };
+                    let out = run_case(&case);
+                    verdicts.lock().unwrap().extend(out.into_iter().map(|(check, v)| (suite.clone(), check, v)));
+                }
             });
         }
     });
@@ -382,14 +384,11 @@ fn yaml_to_value(v: &serde_yaml_ng::Value) -> Value {
         serde_yaml_ng::Value::Number(n) => ValueKind::StringValue(n.to_string()),
         serde_yaml_ng::Value::String(s) => ValueKind::StringValue(s.clone()),
         serde_yaml_ng::Value::Mapping(m) => ValueKind::StructValue(Struct {
-            fields: m
-                .iter()
-                .map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), yaml_to_value(v)))
-                .collect(),
+            fields: m.iter().map(|(k, v)| (k.as_str().unwrap_or_default().to_string(), yaml_to_value(v))).collect(),
         }),
-        serde_yaml_ng::Value::Sequence(s) => ValueKind::ListValue(istiod_proto::prost_types::ListValue {
-            values: s.iter().map(yaml_to_value).collect(),
-        }),
+        serde_yaml_ng::Value::Sequence(s) => {
+            ValueKind::ListValue(istiod_proto::prost_types::ListValue { values: s.iter().map(yaml_to_value).collect() })
+        }
         _ => ValueKind::NullValue(0),
     };
     Value { kind: Some(kind) }
@@ -448,7 +447,8 @@ fn serve(case: &Case) -> Result<Simulation, String> {
         ads.sotw(fetch(type_url::LISTENER, vec![], false));
         let lds = ads.recv().await;
         ads.ack(&lds, &[]);
-        let clusters: Vec<Cluster> = cds.resources.iter().map(|a| Cluster::decode(a.value.as_slice()).unwrap()).collect();
+        let clusters: Vec<Cluster> =
+            cds.resources.iter().map(|a| Cluster::decode(a.value.as_slice()).unwrap()).collect();
         let listeners: Vec<Listener> =
             lds.resources.iter().map(|a| Listener::decode(a.value.as_slice()).unwrap()).collect();
         let mut route_names: BTreeSet<String> = BTreeSet::new();

@@ -399,9 +399,9 @@ impl MeshSettings {
                         .into(),
                 );
             }
-            Some(other) => m.notes.push(format!(
-                "outboundTrafficPolicy.mode {other:?} is unknown to this version; using ALLOW_ANY"
-            )),
+            Some(other) => m
+                .notes
+                .push(format!("outboundTrafficPolicy.mode {other:?} is unknown to this version; using ALLOW_ANY")),
         }
         if let Some(b) = raw.enable_auto_mtls {
             m.enable_auto_mtls = b;

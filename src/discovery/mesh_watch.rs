@@ -343,7 +343,7 @@ mod tests {
         let missing = Sources::choose(&dir.path().join("mesh"), None, "istio-system", "", "", none());
         let (m, texts) = rt.block_on(missing.load()).unwrap();
         assert_eq!((m, texts), (MeshSettings::default(), (None, None)));
-        std::fs::write(dir.path().join("mesh"), "outboundTrafficPolicy: {mode: nope}\n").unwrap();
+        std::fs::write(dir.path().join("mesh"), "enableAutoMtls: [1]\n").unwrap();
         let bad = Sources::choose(&dir.path().join("mesh"), None, "istio-system", "", "", none());
         let e = rt.block_on(bad.load()).unwrap_err().to_string();
         assert!(e.contains("--meshConfig") && e.contains(&dir.path().display().to_string()), "{e}");

@@ -9,18 +9,18 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use istiod_proto::envoy::config::cluster::v3::Cluster;
-use istiod_proto::envoy::config::core::v3::{address, socket_address, Address};
+use istiod_proto::envoy::config::core::v3::{Address, address, socket_address};
 use istiod_proto::envoy::config::listener::v3::{
-    listener_filter_chain_match_predicate::Rule, FilterChain, FilterChainMatch, Listener,
-    ListenerFilterChainMatchPredicate,
+    FilterChain, FilterChainMatch, Listener, ListenerFilterChainMatchPredicate,
+    listener_filter_chain_match_predicate::Rule,
 };
 use istiod_proto::envoy::config::route::v3::{
-    route, route_match::PathSpecifier, virtual_host::TlsRequirementType, Route, RouteConfiguration, VirtualHost,
+    Route, RouteConfiguration, VirtualHost, route, route_match::PathSpecifier, virtual_host::TlsRequirementType,
 };
 use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager::RouteSpecifier, HttpConnectionManager,
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
-use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3::{TcpProxy, tcp_proxy};
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
 use istiod_proto::prost::Message;
 use serde::Deserialize;
@@ -221,7 +221,8 @@ impl Simulation {
                 Protocol::Tcp => {}
             }
         }
-        let fc = match match_filter_chain(&l.filter_chains, l.default_filter_chain.as_ref(), &input, has_tls_inspector)? {
+        let fc = match match_filter_chain(&l.filter_chains, l.default_filter_chain.as_ref(), &input, has_tls_inspector)?
+        {
             Ok(fc) => fc,
             Err(e) => {
                 result.error = Some(e);
@@ -326,7 +327,9 @@ fn evaluate_predicate(p: &ListenerFilterChainMatchPredicate, port: u32) -> bool 
         Some(Rule::OrMatch(set)) => set.rules.iter().any(|r| evaluate_predicate(r, port)),
         Some(Rule::AndMatch(set)) => set.rules.iter().all(|r| evaluate_predicate(r, port)),
         Some(Rule::AnyMatch(b)) => *b,
-        Some(Rule::DestinationPortRange(r)) => i64::from(port) >= i64::from(r.start) && i64::from(port) < i64::from(r.end),
+        Some(Rule::DestinationPortRange(r)) => {
+            i64::from(port) >= i64::from(r.start) && i64::from(port) < i64::from(r.end)
+        }
     }
 }
 
@@ -472,7 +475,11 @@ fn match_filter_chain<'a>(
     has_tls_inspector: bool,
 ) -> Result<Result<&'a FilterChain, SimError>, String> {
     let mut chains: Vec<&FilterChain> = chains.iter().collect();
-    chains = filter_rank(chains, |m| m.destination_port.is_some(), |m| Ok(usize::from(m.destination_port == Some(input.port))))?;
+    chains = filter_rank(
+        chains,
+        |m| m.destination_port.is_some(),
+        |m| Ok(usize::from(m.destination_port == Some(input.port))),
+    )?;
     let addr: Option<IpAddr> = input.address.parse().ok();
     chains = filter_rank(
         chains,

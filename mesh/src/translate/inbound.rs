@@ -73,9 +73,11 @@ pub(crate) fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
 /// namespace whose selector matches its labels, or that claim its address.
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
-    for svc in model.services.values().filter(|s| {
-        (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
-    }) {
+    for svc in model
+        .services
+        .values()
+        .filter(|s| (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
+    {
         for p in &svc.ports {
             // The workload's own port: from an endpoint of this workload,
             // else the Service's numeric target port, else the port.

@@ -205,9 +205,8 @@ impl ChainOpts {
     /// `conflictsWith`: the same match.
     fn conflicts_with(&self, other: &ChainOpts) -> bool {
         let sni = |v: &[String]| v.iter().filter(|s| *s != "*").cloned().collect::<BTreeSet<_>>();
-        let cidr = |v: &[String]| {
-            v.iter().filter(|c| !c.starts_with("0.0.0.0")).map(|c| cidr_key(c)).collect::<BTreeSet<_>>()
-        };
+        let cidr =
+            |v: &[String]| v.iter().filter(|c| !c.starts_with("0.0.0.0")).map(|c| cidr_key(c)).collect::<BTreeSet<_>>();
         self.transport == other.transport
             && self.alpn == other.alpn
             && sni(&self.sni) == sni(&other.sni)

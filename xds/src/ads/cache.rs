@@ -267,15 +267,16 @@ impl<C: super::Class> Cache<C> {
         {
             return reduced.clone();
         }
-        let reduced = match if whole { generator.reduce_whole(snap, class) } else { generator.reduce(snap, class, kind) } {
-            None => class.clone(),
-            Some(r) => {
-                if self.interned.len() >= MAX_ENTRIES / 10 {
-                    self.interned.clear();
+        let reduced =
+            match if whole { generator.reduce_whole(snap, class) } else { generator.reduce(snap, class, kind) } {
+                None => class.clone(),
+                Some(r) => {
+                    if self.interned.len() >= MAX_ENTRIES / 10 {
+                        self.interned.clear();
+                    }
+                    self.interned.entry(r.clone()).or_insert_with(|| Arc::new(r)).clone()
                 }
-                self.interned.entry(r.clone()).or_insert_with(|| Arc::new(r)).clone()
-            }
-        };
+            };
         if self.reduced.len() >= MAX_ENTRIES / 10 {
             self.reduced.clear();
         }

@@ -64,13 +64,16 @@ struct Case {
     /// virtual host holding it (`xdstest.ExtractVirtualHosts`); a null
     /// configuration: nothing expected.
     #[serde(default)]
-    routes: BTreeMap<String, Option<BTreeMap<String, Option<Vec<String>>>>>,
+    routes: BTreeMap<String, Option<Domains>>,
     /// Facts the loadbalancer suite states about a cluster after a Go
     /// function ran in memory; not read (the case says so in `skip`).
     #[serde(default)]
     #[allow(dead_code, reason = "documented in the data, not checked")]
     cluster_checks: Option<serde_yaml_ng::Value>,
 }
+
+/// Domain -> the sorted clusters of the virtual host holding it.
+type Domains = BTreeMap<String, Option<Vec<String>>>;
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
@@ -130,6 +133,7 @@ enum Verdict {
 const SUITES: [&str; 6] = ["sidecar_1", "sidecar_2", "gateway", "peer_authentication", "serviceentry", "loadbalancer"];
 
 #[test]
+#[allow(clippy::print_stderr, reason = "the per-suite table is the figure the issue asks for")]
 fn upstream_simulation_cases_reach_what_istiod_serves() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/simulation");
     let filter = std::env::var("SIMULATION_FILTER").unwrap_or_default();
@@ -365,12 +369,11 @@ fn manifest(config: &str) -> Result<String, String> {
             continue;
         }
         let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
-        if !CLUSTER_SCOPED.contains(&kind.as_str()) {
-            if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_mapping_mut()) {
-                if meta.get("namespace").is_none() {
-                    meta.insert("namespace".into(), "default".into());
-                }
-            }
+        if !CLUSTER_SCOPED.contains(&kind.as_str())
+            && let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_mapping_mut())
+            && meta.get("namespace").is_none()
+        {
+            meta.insert("namespace".into(), "default".into());
         }
         out.push_str("---\n");
         out.push_str(&serde_yaml_ng::to_string(&v).map_err(|e| e.to_string())?);
@@ -456,13 +459,12 @@ fn serve(case: &Case) -> Result<Simulation, String> {
             for fc in l.filter_chains.iter().chain(l.default_filter_chain.as_ref()) {
                 for f in &fc.filters {
                     use istiod_proto::envoy::config::listener::v3::filter::ConfigType;
-                    if let Some(ConfigType::TypedConfig(a)) = &f.config_type {
-                        if a.type_url == type_url::HTTP_CONNECTION_MANAGER {
-                            let h = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
-                            if let Some(RouteSpecifier::Rds(r)) = h.route_specifier {
-                                route_names.insert(r.route_config_name);
-                            }
-                        }
+                    if let Some(ConfigType::TypedConfig(a)) = &f.config_type
+                        && a.type_url == type_url::HTTP_CONNECTION_MANAGER
+                        && let Some(RouteSpecifier::Rds(r)) =
+                            HttpConnectionManager::decode(a.value.as_slice()).unwrap().route_specifier
+                    {
+                        route_names.insert(r.route_config_name);
                     }
                 }
             }

@@ -271,17 +271,16 @@ impl Simulation {
                 return Ok(result);
             };
             result.route = r.name.clone();
-            if let Some(route::Action::Route(action)) = &r.action {
-                if let Some(istiod_proto::envoy::config::route::v3::route_action::ClusterSpecifier::Cluster(c)) =
+            if let Some(route::Action::Route(action)) = &r.action
+                && let Some(istiod_proto::envoy::config::route::v3::route_action::ClusterSpecifier::Cluster(c)) =
                     &action.cluster_specifier
-                {
-                    result.cluster = c.clone();
-                }
-            }
-        } else if let Some(tcp) = network_filter::<TcpProxy>(fc, TCP_PROXY)? {
-            if let Some(tcp_proxy::ClusterSpecifier::Cluster(c)) = &tcp.cluster_specifier {
+            {
                 result.cluster = c.clone();
             }
+        } else if let Some(tcp) = network_filter::<TcpProxy>(fc, TCP_PROXY)?
+            && let Some(tcp_proxy::ClusterSpecifier::Cluster(c)) = &tcp.cluster_specifier
+        {
+            result.cluster = c.clone();
         }
         Ok(result)
     }
@@ -390,14 +389,14 @@ fn match_route<'a>(vh: &'a VirtualHost, input: &Call) -> Result<Option<&'a Route
 /// longest `prefix*`, then `*`.
 fn match_virtual_host<'a>(rc: &'a RouteConfiguration, host: &str) -> Option<&'a VirtualHost> {
     let mut host = host.to_string();
-    if rc.ignore_port_in_host_matching {
-        if let Some((h, p)) = host.rsplit_once(':') {
-            if p.parse::<u16>().is_ok() && !h.is_empty() {
-                host = h.trim_start_matches('[').trim_end_matches(']').to_string();
-            }
-        }
+    if rc.ignore_port_in_host_matching
+        && let Some((h, p)) = host.clone().rsplit_once(':')
+        && p.parse::<u16>().is_ok()
+        && !h.is_empty()
+    {
+        host = h.trim_start_matches('[').trim_end_matches(']').to_string();
     }
-    if let Some(vh) = rc.virtual_hosts.iter().find(|vh| vh.domains.iter().any(|d| *d == host)) {
+    if let Some(vh) = rc.virtual_hosts.iter().find(|vh| vh.domains.contains(&host)) {
         return Some(vh);
     }
     let mut best: Option<&VirtualHost> = None;

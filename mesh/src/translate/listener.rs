@@ -379,11 +379,11 @@ fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: Outb
     }
     let mut default = None;
     for c in &chains {
-        let mut chain = FilterChain::default();
-        chain.filters = match &c.cluster {
+        let filters = match &c.cluster {
             Some(cluster) => outbound_tcp(side, cluster, cluster),
             None => http_filters(port, &name, side),
         };
+        let mut chain = FilterChain { filters, ..Default::default() };
         if c.match_all() {
             default = Some(chain);
         } else {

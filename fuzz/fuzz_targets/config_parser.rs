@@ -34,6 +34,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     locality: "".into(),
                     verified: true,
                     service_account: "".into(),
+                    ips: Vec::new(),
                     mesh_id: "".into(),
                     cluster_id: "".into(),
                 };

@@ -248,7 +248,7 @@ fn kubernetes_without_a_kubeconfig_says_so() {
 fn an_invalid_mesh_config_stops_the_server_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mesh = dir.path().join("mesh");
-    std::fs::write(&mesh, "outboundTrafficPolicy:\n  mode: SOMETIMES\n").unwrap();
+    std::fs::write(&mesh, "enableAutoMtls: [yes]\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
         .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
         .args(["--meshConfig", mesh.to_str().unwrap()])
@@ -258,7 +258,32 @@ fn an_invalid_mesh_config_stops_the_server_with_the_reason() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--meshConfig") && err.contains("SOMETIMES"), "{err}");
+    assert!(err.contains("--meshConfig") && err.contains("enableAutoMtls"), "{err}");
+}
+
+/// A mode from a newer Istio, or one this version does not know, starts
+/// and serves, and what is not applied is logged (issue #33).
+#[test]
+fn a_newer_mesh_config_value_starts_and_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = dir.path().join("mesh");
+    std::fs::write(&mesh, "outboundTrafficPolicy:\n  mode: ALLOW_ANY_DYNAMIC_DNS\n").unwrap();
+    let s = support::Server::start(
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")),
+        &["--meshConfig", mesh.to_str().unwrap()],
+        &[],
+        None,
+    );
+    assert!(
+        s.log().contains("mesh config read and not applied: outboundTrafficPolicy.mode ALLOW_ANY_DYNAMIC_DNS"),
+        "{}",
+        s.log()
+    );
+    std::fs::write(&mesh, "outboundTrafficPolicy:\n  mode: SOMETIMES\n").unwrap();
+    support::wait_for("the unknown mode reported", std::time::Duration::from_secs(10), || {
+        s.log().contains("outboundTrafficPolicy.mode \"SOMETIMES\" is unknown to this version")
+    });
+    assert_eq!(support::get(s.http, "/ready").map(|r| r.0), Some(200));
 }
 
 #[test]

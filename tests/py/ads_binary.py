@@ -285,7 +285,7 @@ def main():
         # jwt_authn filter on its inbound HTTP chain, before RBAC and the
         # router, with the rule's issuer and inline keys
         # (pilot/pkg/security/authn/policy_applier.go).
-        chain = next(c for c in listeners["virtualInbound"].filter_chains if c.name.startswith("inbound|9080"))
+        chain = next(c for c in listeners["virtualInbound"].filter_chains if c.name == "0.0.0.0_9080")
         # istiod's inbound HTTP chain (listener_inbound.go): metadata
         # exchange over TCP, then the HCM; in it metadata exchange over
         # headers first, jwt_authn next (pilot/pkg/xds/filters/filters.go).

@@ -37,11 +37,18 @@ fn reviews_gets_its_port_under_the_mesh_wide_strict_policy() {
     assert_eq!(ports, vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict }]);
     let l = virtual_inbound(&m, &c);
     let names: Vec<&str> = l.filter_chains.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, vec!["inbound|9080-tls", "virtualInbound-catchall-tls"], "STRICT: TLS chains only");
-    assert!(l.filter_chains.iter().all(|f| f.transport_socket.is_some()));
-    assert_eq!(l.filter_chains[0].filter_chain_match.as_ref().unwrap().destination_port, Some(9080));
-    // A workload no service selects has only the catch-all.
-    assert_eq!(virtual_inbound(&m, &class("bookinfo", &[("app", "nothing")])).filter_chains.len(), 1);
+    // istiod's chains (listener_inbound.go, filterchain_options.go): the
+    // blackhole for 15006 itself, the passthrough (HTTP and TCP, mTLS
+    // only under STRICT), then the port's.
+    assert_eq!(
+        names,
+        vec!["virtualInbound-blackhole", "virtualInbound-catchall-http", "virtualInbound", "0.0.0.0_9080"],
+        "STRICT: TLS chains only"
+    );
+    assert!(l.filter_chains[1..].iter().all(|f| f.transport_socket.is_some()));
+    assert_eq!(l.filter_chains[3].filter_chain_match.as_ref().unwrap().destination_port, Some(9080));
+    // A workload no service selects has only the blackhole and catch-alls.
+    assert_eq!(virtual_inbound(&m, &class("bookinfo", &[("app", "nothing")])).filter_chains.len(), 3);
 }
 
 #[test]
@@ -54,11 +61,17 @@ fn namespace_and_port_level_policies_override_the_mesh() {
     );
     let reviews = class("bookinfo", &[("app", "reviews")]);
     assert_eq!(mtls_mode(&m, &reviews, 9080), MtlsMode::Permissive);
-    let chains: Vec<String> = virtual_inbound(&m, &reviews).filter_chains.iter().map(|f| f.name.clone()).collect();
+    let l = virtual_inbound(&m, &reviews);
+    let port: Vec<(bool, String)> = l
+        .filter_chains
+        .iter()
+        .filter(|f| f.name == "0.0.0.0_9080")
+        .map(|f| (f.transport_socket.is_some(), f.filter_chain_match.clone().unwrap_or_default().transport_protocol))
+        .collect();
     assert_eq!(
-        chains[..2],
-        ["inbound|9080-tls".to_owned(), "inbound|9080".to_owned()],
-        "PERMISSIVE: TLS and plaintext"
+        port,
+        [(true, "tls".to_owned()), (false, "raw_buffer".to_owned())],
+        "PERMISSIVE: mTLS (Istio's ALPNs) and plaintext"
     );
     let ratings = class("bookinfo", &[("app", "ratings")]);
     assert_eq!(mtls_mode(&m, &ratings, 9080), MtlsMode::Disable, "port-level wins");
@@ -77,7 +90,8 @@ fn generator_serves_per_class_resources_and_shared_ones() {
     assert!(g.wildcard_names(&snap, &reviews, Kind::Cluster).iter().any(|n| &**n == "inbound|9080||"));
     assert!(g.input_generation(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).is_some());
     let l = Listener::decode(g.generate(&snap, &reviews, Kind::Listener, VIRTUAL_INBOUND).unwrap()).unwrap();
-    assert_eq!(l.filter_chains.len(), 2);
+    // The blackhole, the STRICT passthrough's two, the port's one.
+    assert_eq!(l.filter_chains.len(), 4);
     // Proxyless gRPC gets none of it.
     let grpc = ProxyClass { generator: "grpc".into(), ..reviews.clone() };
     assert!(!g.wildcard_names(&snap, &grpc, Kind::Listener).iter().any(|n| &**n == VIRTUAL_INBOUND));
@@ -166,8 +180,9 @@ fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
 
     let m = bookinfo();
     let l = virtual_inbound(&m, &class("bookinfo", &[("app", "details"), ("version", "v1")]));
-    // The HCM is the chain's last network filter (metadata exchange first).
-    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
+    // The HCM is the port chain's last network filter (metadata exchange first).
+    let chain = l.filter_chains.iter().find(|c| c.name == "0.0.0.0_9080").expect("the port's chain");
+    let Some(ConfigType::TypedConfig(a)) = &chain.filters.last().unwrap().config_type else { panic!() };
     let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
     let names: Vec<&str> = manager.http_filters.iter().map(|f| f.name.as_str()).collect();
     // istiod's inbound order (listener_builder.go; listener_test.go):
@@ -192,7 +207,8 @@ fn authorization_policy_becomes_rbac_on_the_inbound_chain() {
     assert!(text.contains(":method") && text.contains("GET"), "{text}");
     // reviews is not selected by that policy: no RBAC filter.
     let l = virtual_inbound(&m, &class("bookinfo", &[("app", "reviews")]));
-    let Some(ConfigType::TypedConfig(a)) = &l.filter_chains[0].filters.last().unwrap().config_type else { panic!() };
+    let chain = l.filter_chains.iter().find(|c| c.name == "0.0.0.0_9080").expect("the port's chain");
+    let Some(ConfigType::TypedConfig(a)) = &chain.filters.last().unwrap().config_type else { panic!() };
     let manager = HttpConnectionManager::decode(a.value.as_slice()).unwrap();
     assert!(!manager.http_filters.iter().any(|f| f.name == "envoy.filters.http.rbac"));
 }

@@ -270,6 +270,31 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
     Some(mtls_mode(model, &class, port))
 }
 
+/// The ports the workload's own PeerAuthentication sets a port-level mode
+/// for (istiod's `PortLevelSetting`).
+pub fn port_level_ports(model: &Model, class: &ProxyClass) -> Vec<u16> {
+    let workload = model.security.iter().find_map(|o| match &o.spec {
+        IstioSpec::PeerAuthentication(pa)
+            if o.meta.ns() == &*class.namespace
+                && pa
+                    .selector
+                    .as_ref()
+                    .map(|s| &s.match_labels)
+                    .filter(|m| !m.is_empty())
+                    .is_some_and(|sel| crate::model::has_labels(&class.labels, sel)) =>
+        {
+            Some(pa)
+        }
+        _ => None,
+    });
+    let mut ports: Vec<u16> = workload
+        .and_then(|pa| pa.port_level_mtls.as_ref())
+        .map(|m| m.keys().filter_map(|p| u16::try_from(*p).ok()).collect())
+        .unwrap_or_default();
+    ports.sort_unstable();
+    ports
+}
+
 /// The mTLS mode of `port` for a workload: the workload's own
 /// PeerAuthentication (port-level first), else its namespace's, else the
 /// mesh-wide one in the root namespace, else PERMISSIVE (istiod's rules; UNSET

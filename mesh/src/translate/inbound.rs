@@ -183,55 +183,53 @@ struct Policies {
     telemetry: telemetry::Side,
 }
 
-fn network_filters(policies: &Policies, p: &InboundPort) -> Vec<Filter> {
-    let cluster = format!("inbound|{}||", p.port);
-    if p.protocol.is_http() {
-        // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
-        // metadata exchange, jwt_authn before RBAC (which reads what it
-        // verified), gRPC stats, fault, CORS, stats, the router.
-        let mut http_filters = vec![telemetry::mx_http(true)];
-        http_filters.extend(policies.jwt.iter().cloned());
-        http_filters.extend(policies.http.http_filters());
-        http_filters.push(telemetry::grpc_stats());
-        http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
-        http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
-        http_filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_http));
-        http_filters.push(router());
-        let rc = route::RouteConfiguration {
-            name: cluster.clone(),
-            virtual_hosts: vec![route::VirtualHost {
-                name: format!("inbound|http|{}", p.port),
-                domains: vec!["*".into()],
-                routes: vec![route::Route {
-                    name: "default".into(),
-                    r#match: Some(route::RouteMatch {
-                        path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
-                        ..Default::default()
-                    }),
-                    action: Some(route::route::Action::Route(route::RouteAction {
-                        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.clone())),
-                        timeout: Some(Duration::default()),
-                        ..Default::default()
-                    })),
+/// An inbound HTTP chain's filters: metadata exchange and the HCM, whose
+/// inline route sends everything to `cluster` (virtual host
+/// `inbound|http|<port>`).
+fn http_chain_filters(policies: &Policies, cluster: &str, port: u16, stat_prefix: &str) -> Vec<Filter> {
+    // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
+    // metadata exchange, jwt_authn before RBAC (which reads what it
+    // verified), gRPC stats, fault, CORS, stats, the router.
+    let mut http_filters = vec![telemetry::mx_http(true)];
+    http_filters.extend(policies.jwt.iter().cloned());
+    http_filters.extend(policies.http.http_filters());
+    http_filters.push(telemetry::grpc_stats());
+    http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
+    http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
+    http_filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_http));
+    http_filters.push(router());
+    let rc = route::RouteConfiguration {
+        name: cluster.to_owned(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: format!("inbound|http|{port}"),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                name: "default".into(),
+                r#match: Some(route::RouteMatch {
+                    path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
                     ..Default::default()
-                }],
+                }),
+                action: Some(route::route::Action::Route(route::RouteAction {
+                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.to_owned())),
+                    timeout: Some(Duration::default()),
+                    ..Default::default()
+                })),
                 ..Default::default()
             }],
-            validate_clusters: Some(false),
             ..Default::default()
-        };
-        let mut manager = hcm::HttpConnectionManager {
-            stat_prefix: format!("inbound_0.0.0.0_{}", p.port),
-            route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
-            http_filters,
-            access_log: policies.telemetry.log.clone(),
-            ..Default::default()
-        };
-        policies.telemetry.trace(&mut manager);
-        vec![telemetry::mx_network(), http_connection_manager(&manager)]
-    } else {
-        tcp_filters(policies, &cluster, &cluster)
-    }
+        }],
+        validate_clusters: Some(false),
+        ..Default::default()
+    };
+    let mut manager = hcm::HttpConnectionManager {
+        stat_prefix: stat_prefix.to_owned(),
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
+        http_filters,
+        access_log: policies.telemetry.log.clone(),
+        ..Default::default()
+    };
+    policies.telemetry.trace(&mut manager);
+    vec![telemetry::mx_network(), http_connection_manager(&manager)]
 }
 
 /// A TCP chain's filters: the class's RBAC (DENY, then ALLOW) as network
@@ -247,29 +245,171 @@ fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Fil
     out
 }
 
-/// Filter chains for one port (or the passthrough when `port` is `None`),
-/// by mTLS mode.
-fn chains(name: &str, port: Option<u16>, mode: MtlsMode, filters: Vec<Filter>) -> Vec<FilterChain> {
-    let chain = |tls: bool| FilterChain {
-        name: format!("{name}{}", if tls { "-tls" } else { "" }),
-        filter_chain_match: Some(FilterChainMatch {
-            destination_port: port.map(u32::from),
-            transport_protocol: if mode == MtlsMode::Permissive || mode == MtlsMode::Strict {
-                (if tls { "tls" } else { "raw_buffer" }).into()
-            } else {
-                String::new()
+/// How an inbound port's traffic is handled (istiod's `ListenerProtocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handling {
+    Http,
+    Tcp,
+    /// Sniffed: HTTP and TCP chains told apart by ALPN.
+    Auto,
+}
+
+fn handling(p: Protocol) -> Handling {
+    match p {
+        p if p.is_http() => Handling::Http,
+        Protocol::Unsupported => Handling::Auto,
+        _ => Handling::Tcp,
+    }
+}
+
+/// One filter chain match of a port (istiod's `FilterChainMatchOptions`).
+struct MatchOpt {
+    alpn: &'static [&'static str],
+    transport: &'static str,
+    http: bool,
+    tls: bool,
+}
+
+const MTLS_HTTP_ALPNS: &[&str] = &["istio-http/1.0", "istio-http/1.1", "istio-h2"];
+const PLAINTEXT_HTTP_ALPNS: &[&str] = &["http/1.1", "h2c"];
+const MTLS_TCP_MXC_ALPNS: &[&str] = &["istio-peer-exchange", "istio"];
+const ALL_ISTIO_MTLS_ALPNS: &[&str] = &["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"];
+
+/// `getFilterChainMatchOptions` (filterchain_options.go): by protocol and
+/// mTLS mode. PERMISSIVE takes only Istio's ALPNs as mTLS; other TLS
+/// passes as opaque TCP.
+fn match_options(mode: MtlsMode, h: Handling) -> Vec<MatchOpt> {
+    let o = |alpn, transport, http, tls| MatchOpt { alpn, transport, http, tls };
+    let none: &[&str] = &[];
+    match (h, mode) {
+        (Handling::Http, MtlsMode::Strict) => vec![o(none, "tls", true, true)],
+        (Handling::Http, MtlsMode::Disable) => vec![o(none, "raw_buffer", true, false)],
+        (Handling::Http, _) => vec![o(ALL_ISTIO_MTLS_ALPNS, "tls", true, true), o(none, "raw_buffer", true, false)],
+        (Handling::Auto, MtlsMode::Strict) => vec![o(MTLS_HTTP_ALPNS, "tls", true, true), o(none, "tls", false, true)],
+        (Handling::Auto, MtlsMode::Disable) => {
+            vec![o(PLAINTEXT_HTTP_ALPNS, "raw_buffer", true, false), o(none, "raw_buffer", false, false)]
+        }
+        (Handling::Auto, _) => vec![
+            o(MTLS_HTTP_ALPNS, "tls", true, true),
+            o(PLAINTEXT_HTTP_ALPNS, "raw_buffer", true, false),
+            o(MTLS_TCP_MXC_ALPNS, "tls", false, true),
+            o(none, "raw_buffer", false, false),
+            o(none, "tls", false, false),
+        ],
+        (Handling::Tcp, MtlsMode::Strict) => vec![o(none, "tls", false, true)],
+        (Handling::Tcp, MtlsMode::Disable) => vec![o(none, "raw_buffer", false, false)],
+        (Handling::Tcp, _) => vec![
+            o(ALL_ISTIO_MTLS_ALPNS, "tls", false, true),
+            o(none, "tls", false, false),
+            o(none, "raw_buffer", false, false),
+        ],
+    }
+}
+
+/// One port's chains (`inboundChainForOpts`): `port` 0 is the passthrough
+/// (no destination port match), named `virtualInbound` and
+/// `virtualInbound-catchall-http`; a service port's are `0.0.0.0_<port>`.
+fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, passthrough: bool) -> Vec<FilterChain> {
+    let cluster = if passthrough { "InboundPassthroughCluster".to_owned() } else { format!("inbound|{port}||") };
+    let name = |http: bool| match (passthrough, http) {
+        (true, true) => "virtualInbound-catchall-http".to_owned(),
+        (true, false) => VIRTUAL_INBOUND.to_owned(),
+        (false, _) => format!("0.0.0.0_{port}"),
+    };
+    match_options(mode, h)
+        .into_iter()
+        .map(|o| FilterChain {
+            name: name(o.http),
+            filter_chain_match: Some(FilterChainMatch {
+                destination_port: (port != 0).then_some(u32::from(port)),
+                transport_protocol: o.transport.into(),
+                application_protocols: o.alpn.iter().map(|a| (*a).to_owned()).collect(),
+                ..Default::default()
+            }),
+            filters: match o.http {
+                true => {
+                    let stat = if passthrough { cluster.clone() } else { format!("inbound_0.0.0.0_{port}") };
+                    http_chain_filters(policies, &cluster, port, &stat)
+                }
+                false => tcp_filters(policies, &cluster, &cluster),
             },
+            transport_socket: o.tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// `virtualInbound-blackhole`: traffic addressed to 15006 itself is
+/// dropped rather than looping.
+fn blackhole(policies: &Policies) -> FilterChain {
+    let mut filters = vec![telemetry::mx_network()];
+    filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
+    filters.push(tcp_proxy_logged("BlackHoleCluster", "BlackHoleCluster", &[]));
+    FilterChain {
+        name: "virtualInbound-blackhole".into(),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(crate::translate::listener::INBOUND_PORT),
             ..Default::default()
         }),
-        filters: filters.clone(),
-        transport_socket: tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+        filters,
         ..Default::default()
-    };
-    match mode {
-        MtlsMode::Strict => vec![chain(true)],
-        MtlsMode::Permissive | MtlsMode::Unset => vec![chain(true), chain(false)],
-        MtlsMode::Disable => vec![chain(false)],
     }
+}
+
+/// `populateListenerFilters`: the original destination, then the TLS and
+/// HTTP inspectors where some chain needs them, disabled on the ports
+/// whose chains do not (port 0: the passthrough chains, every other port).
+fn listener_filters(chains: &[FilterChain]) -> Vec<ListenerFilter> {
+    use istiod_proto::envoy::config::listener::v3::{
+        ListenerFilterChainMatchPredicate as Pred, listener_filter_chain_match_predicate as pred,
+    };
+    let lf = |name: &str, a: Any, disabled: Option<Pred>| ListenerFilter {
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(a)),
+        filter_disabled: disabled,
+    };
+    // port -> (TLS inspector, HTTP inspector)
+    let mut need: BTreeMap<u32, (bool, bool)> = BTreeMap::new();
+    for c in chains {
+        let m = c.filter_chain_match.clone().unwrap_or_default();
+        let e = need.entry(m.destination_port.unwrap_or(0)).or_default();
+        e.0 |= m.transport_protocol == "tls";
+        e.1 |= m.application_protocols.iter().any(|a| a == "http/1.1" || a == "h2c");
+    }
+    let ranges = |ports: &[u32]| -> Pred {
+        let mut rules: Vec<Pred> = ports
+            .iter()
+            .map(|p| Pred {
+                rule: Some(pred::Rule::DestinationPortRange(istiod_proto::envoy::r#type::v3::Int32Range {
+                    start: *p as i32,
+                    end: *p as i32 + 1,
+                })),
+            })
+            .collect();
+        match rules.len() {
+            1 => rules.remove(0),
+            _ => Pred { rule: Some(pred::Rule::OrMatch(pred::MatchSet { rules })) },
+        }
+    };
+    let mut out = vec![lf("envoy.filters.listener.original_dst", any(&OriginalDst::default()), None)];
+    if need.values().any(|n| n.0) {
+        let default_on = need.get(&0).is_some_and(|n| n.0);
+        let ports: Vec<u32> = need.iter().filter(|(p, n)| **p != 0 && n.0 != default_on).map(|(p, _)| *p).collect();
+        let disabled = match (ports.is_empty(), default_on) {
+            (true, _) => None,
+            // Enabled by default: disabled on these ports.
+            (false, true) => Some(ranges(&ports)),
+            // Enabled only on these ports.
+            (false, false) => Some(Pred { rule: Some(pred::Rule::NotMatch(Box::new(ranges(&ports)))) }),
+        };
+        out.push(lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default()), disabled));
+    }
+    if need.values().any(|n| n.1) {
+        let ports: Vec<u32> = need.iter().filter(|(_, n)| !n.1).map(|(p, _)| *p).collect();
+        let disabled = (!ports.is_empty()).then(|| ranges(&ports));
+        out.push(lf("envoy.filters.listener.http_inspector", any(&HttpInspector::default()), disabled));
+    }
+    out
 }
 
 /// The `virtualInbound` listener of a workload.
@@ -280,26 +420,23 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         tcp: crate::translate::authz::rbacs(model, class, false),
         telemetry: telemetry::inbound(model, class),
     };
-    let mut filter_chains = Vec::new();
-    for p in inbound_ports(model, class) {
-        filter_chains.extend(chains(
-            &format!("inbound|{}", p.port),
-            Some(p.port),
-            p.mtls,
-            network_filters(&policies, &p),
-        ));
-    }
-    // The catch-all chains enforce the class's policies too (istiod's
-    // inbound passthrough chains carry the TCP authz filters).
-    let passthrough = tcp_filters(&policies, "InboundPassthroughCluster", "InboundPassthroughCluster");
-    // Ports no service names follow the workload-wide mode.
+    // The blackhole and passthrough chains (`buildInboundPassthroughChains`):
+    // the workload-wide mode, then each port-level mode for a port no
+    // service names.
+    let ports = inbound_ports(model, class);
+    let mut filter_chains = vec![blackhole(&policies)];
     let mode = super::authn::mtls_mode(model, class, 0);
-    filter_chains.extend(chains("virtualInbound-catchall", None, mode, passthrough));
-    let lf = |name: &str, a: Any| ListenerFilter {
-        name: name.into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(a)),
-        ..Default::default()
-    };
+    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, true));
+    for port in super::authn::port_level_ports(model, class) {
+        if !ports.iter().any(|p| p.port == port) {
+            let mode = super::authn::mtls_mode(model, class, port);
+            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, true));
+        }
+    }
+    for p in &ports {
+        filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), false));
+    }
+    let listener_filters = listener_filters(&filter_chains);
     Listener {
         name: VIRTUAL_INBOUND.into(),
         address: Some(core::Address {
@@ -313,11 +450,8 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         }),
         traffic_direction: core::TrafficDirection::Inbound as i32,
         access_log: policies.telemetry.log.iter().map(telemetry::listener_access_log).collect(),
-        listener_filters: vec![
-            lf("envoy.filters.listener.original_dst", any(&OriginalDst::default())),
-            lf("envoy.filters.listener.tls_inspector", any(&TlsInspector::default())),
-            lf("envoy.filters.listener.http_inspector", any(&HttpInspector::default())),
-        ],
+        listener_filters,
+        continue_on_listener_filters_timeout: true,
         filter_chains,
         ..Default::default()
     }

@@ -29,7 +29,7 @@ fn http_filters(m: &Arc<Model>) -> Vec<hcm::HttpFilter> {
         served(m, &class("bookinfo", &[("app", "reviews")]), Kind::Listener, "virtualInbound").unwrap(),
     )
     .unwrap();
-    let chain = l.filter_chains.iter().find(|c| c.name.starts_with("inbound|9080")).expect("a chain of 9080");
+    let chain = l.filter_chains.iter().find(|c| c.name == "0.0.0.0_9080").expect("a chain of 9080");
     let Some(filter::ConfigType::TypedConfig(a)) = &chain.filters.last().unwrap().config_type else { panic!() };
     HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
 }
@@ -171,7 +171,7 @@ fn served_tcp_rbac(m: &Arc<Model>, action: rbac::rbac::Action) -> Option<rbac::R
         served(&Arc::new(m), &class("bookinfo", &[("app", "reviews")]), Kind::Listener, "virtualInbound").unwrap(),
     )
     .unwrap();
-    let chain = l.filter_chains.iter().find(|c| c.name.starts_with("inbound|9080")).expect("a chain of 9080");
+    let chain = l.filter_chains.iter().find(|c| c.name == "0.0.0.0_9080").expect("a chain of 9080");
     assert_eq!(chain.filters.last().unwrap().name, "envoy.filters.network.tcp_proxy", "RBAC before the proxy");
     chain
         .filters

@@ -15,6 +15,7 @@ mod hostile_second;
 mod inject;
 mod jwks;
 mod loadgen;
+mod served;
 mod simulation;
 mod webhook;
 

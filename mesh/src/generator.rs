@@ -190,7 +190,8 @@ impl MeshInput {
     /// services, the services.
     fn inbound_input(&self, class: &ProxyClass) -> u64 {
         let (c, ns) = (&self.changes, &*class.namespace);
-        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), self.inbound_services()))
+        // (Sidecars: their `ingress` listeners replace the services' ports.)
+        mix((c.at(Dep::Security, ns), c.at(Dep::Workloads, ns), c.at(Dep::Sidecar, ns), self.inbound_services()))
     }
 
     /// The input generation of what scoping gives a proxy of `class`: the
@@ -496,7 +497,13 @@ impl Generator for MeshGenerator {
     /// claims one of them by endpoint.
     fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
         let m = mesh(snap)?;
-        match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
+        // A Sidecar ingress `defaultEndpoint: 0.0.0.0:<port>` names the
+        // workload's own address too.
+        let own_address = || {
+            crate::translate::scope::sidecar(&m.model, class)
+                .is_some_and(|sc| sc.ingress.iter().any(|i| i.default_endpoint.starts_with("0.0.0.0:")))
+        };
+        match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) || own_address() {
             true => None,
             false => Some(ProxyClass { ips: Vec::new(), ..class.clone() }),
         }
@@ -579,7 +586,7 @@ impl Generator for MeshGenerator {
                 _ => inbound_ports(&m.model, class)
                     .iter()
                     .find(|p| format!("inbound|{}||", p.port) == name)
-                    .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p.port).encode_to_vec())),
+                    .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p, class).encode_to_vec())),
             };
         }
         let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
@@ -646,6 +653,13 @@ pub fn all_names(model: &Model) -> Vec<(Kind, Arc<str>)> {
             s.endpoints.iter().map(|e| e.port).chain(spec)
         })
         .collect();
+    // Sidecar `ingress` ports.
+    for o in model.sidecars.iter() {
+        if let IstioSpec::Sidecar(sc) = &o.spec {
+            ports
+                .extend(sc.ingress.iter().filter_map(|i| i.port.as_ref()).filter_map(|p| u16::try_from(p.number).ok()));
+        }
+    }
     ports.sort_unstable();
     ports.dedup();
     out.extend(ports.into_iter().map(|p| (Kind::Cluster, Arc::from(format!("inbound|{p}||")))));

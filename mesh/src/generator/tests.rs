@@ -34,7 +34,10 @@ fn reviews_gets_its_port_under_the_mesh_wide_strict_policy() {
     let m = bookinfo();
     let c = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
     let ports = inbound_ports(&m, &c);
-    assert_eq!(ports, vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict }]);
+    assert_eq!(
+        ports,
+        vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict, ingress: None }]
+    );
     let l = virtual_inbound(&m, &c);
     let names: Vec<&str> = l.filter_chains.iter().map(|f| f.name.as_str()).collect();
     // istiod's chains (listener_inbound.go, filterchain_options.go): the

@@ -41,6 +41,9 @@ pub struct InboundPort {
     pub protocol: Protocol,
     /// mTLS mode in force for it.
     pub mtls: MtlsMode,
+    /// A Sidecar `ingress` listener's `bind` and `defaultEndpoint` (empty
+    /// for a service's port).
+    pub ingress: Option<(String, String)>,
 }
 
 fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
@@ -73,6 +76,27 @@ pub(crate) fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
 /// namespace whose selector matches its labels, or that claim its address.
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
+    // A Sidecar with `ingress` listeners replaces the services' ports
+    // (`buildInboundChainConfigs`; PILOT_ENABLE_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE
+    // is off by default).
+    let ingress = super::scope::sidecar(model, class).map(|sc| sc.ingress.as_slice()).unwrap_or_default();
+    if !ingress.is_empty() {
+        for i in ingress {
+            let Some(port) = i.port.as_ref().and_then(|p| u16::try_from(p.number).ok().map(|n| (n, p))) else {
+                continue;
+            };
+            let (number, p) = port;
+            let bind = if i.bind.is_empty() { "0.0.0.0".to_owned() } else { i.bind.clone() };
+            // The first listener of a port wins (istiod keeps the oldest).
+            ports.entry(number).or_insert(InboundPort {
+                port: number,
+                protocol: Protocol::parse(&p.protocol),
+                mtls: super::authn::mtls_mode(model, class, number),
+                ingress: Some((bind, i.default_endpoint.clone())),
+            });
+        }
+        return ports.into_values().collect();
+    }
     for svc in model
         .services
         .values()
@@ -97,6 +121,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 port: target,
                 protocol: p.protocol,
                 mtls: super::authn::mtls_mode(model, class, target),
+                ingress: None,
             });
         }
     }
@@ -108,13 +133,36 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
 /// connection was for, leaving from 127.0.0.6 so iptables lets it through;
 /// with `inboundTrafficPolicy.mode: LOCALHOST`, a static cluster to
 /// 127.0.0.1 on the port.
-pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, port: u16) -> Cluster {
+pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &InboundPort, class: &ProxyClass) -> Cluster {
+    let port = p.port;
     let name = format!("inbound|{port}||");
-    if mesh.inbound_localhost {
+    // A Sidecar ingress `defaultEndpoint` (cluster_builder.go
+    // `buildInboundClusterForPortOrUDS`): `127.0.0.1:N`, `0.0.0.0:N` (the
+    // workload's own address) or `unix:///path`.
+    let target: Option<core::Address> = match p.ingress.as_ref().map(|(_, e)| e.as_str()).unwrap_or("") {
+        "" if mesh.inbound_localhost => super::envoy::socket("127.0.0.1", u32::from(port)),
+        "" => None,
+        e if e.starts_with("unix://") => Some(core::Address {
+            address: Some(core::address::Address::Pipe(core::Pipe {
+                path: e.trim_start_matches("unix://").to_owned(),
+                ..Default::default()
+            })),
+        }),
+        e => {
+            let (host, n) = e.rsplit_once(':').unwrap_or((e, ""));
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let host = match host {
+                "0.0.0.0" | "::" => class.ips.first().map(|s| s.to_string()).unwrap_or_else(|| "127.0.0.1".into()),
+                h => h.to_owned(),
+            };
+            super::envoy::socket(&host, n.parse().unwrap_or(u32::from(port)))
+        }
+    };
+    if let Some(address) = target {
         use istiod_proto::envoy::config::endpoint::v3 as ep;
         let endpoint = ep::LbEndpoint {
             host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
-                address: super::envoy::socket("127.0.0.1", u32::from(port)),
+                address: Some(address),
                 ..Default::default()
             })),
             ..Default::default()
@@ -306,15 +354,16 @@ fn match_options(mode: MtlsMode, h: Handling) -> Vec<MatchOpt> {
     }
 }
 
-/// One port's chains (`inboundChainForOpts`): `port` 0 is the passthrough
-/// (no destination port match), named `virtualInbound` and
-/// `virtualInbound-catchall-http`; a service port's are `0.0.0.0_<port>`.
-fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, passthrough: bool) -> Vec<FilterChain> {
+/// One port's chains (`inboundChainForOpts`): the passthrough's (`bind`
+/// none; port 0 matches any port) are named `virtualInbound` and
+/// `virtualInbound-catchall-http`; a port's `<bind>_<port>`.
+fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, bind: Option<&str>) -> Vec<FilterChain> {
+    let passthrough = bind.is_none();
     let cluster = if passthrough { "InboundPassthroughCluster".to_owned() } else { format!("inbound|{port}||") };
-    let name = |http: bool| match (passthrough, http) {
-        (true, true) => "virtualInbound-catchall-http".to_owned(),
-        (true, false) => VIRTUAL_INBOUND.to_owned(),
-        (false, _) => format!("0.0.0.0_{port}"),
+    let name = |http: bool| match (bind, http) {
+        (None, true) => "virtualInbound-catchall-http".to_owned(),
+        (None, false) => VIRTUAL_INBOUND.to_owned(),
+        (Some(b), _) => format!("{b}_{port}"),
     };
     match_options(mode, h)
         .into_iter()
@@ -328,7 +377,10 @@ fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, pass
             }),
             filters: match o.http {
                 true => {
-                    let stat = if passthrough { cluster.clone() } else { format!("inbound_0.0.0.0_{port}") };
+                    let stat = match bind {
+                        None => cluster.clone(),
+                        Some(b) => format!("inbound_{b}_{port}"),
+                    };
                     http_chain_filters(policies, &cluster, port, &stat)
                 }
                 false => tcp_filters(policies, &cluster, &cluster),
@@ -426,15 +478,16 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     let ports = inbound_ports(model, class);
     let mut filter_chains = vec![blackhole(&policies)];
     let mode = super::authn::mtls_mode(model, class, 0);
-    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, true));
+    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, None));
     for port in super::authn::port_level_ports(model, class) {
         if !ports.iter().any(|p| p.port == port) {
             let mode = super::authn::mtls_mode(model, class, port);
-            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, true));
+            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, None));
         }
     }
     for p in &ports {
-        filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), false));
+        let bind = p.ingress.as_ref().map_or("0.0.0.0", |(b, _)| b.as_str());
+        filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), Some(bind)));
     }
     let listener_filters = listener_filters(&filter_chains);
     Listener {

@@ -92,3 +92,48 @@ spec:
     assert_eq!(endpoint("inbound|7070||")["pipe"]["path"], "/var/run/app.sock");
     assert!(got["clusters"].get("inbound|9999||").is_none(), "{}", got["clusters"]);
 }
+
+/// Whatever is read and not applied is reported where a user looks
+/// (issue #33): `/debug/config_report` lists it, the log says it once, and
+/// the server serves everything else.
+#[test]
+fn what_is_read_and_not_applied_is_reported_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("objects.yaml"),
+        "\
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: lua, namespace: shop}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    patch: {operation: INSERT_BEFORE, value: {name: envoy.lua}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit, namespace: shop}
+spec: {action: AUDIT, rules: [{}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+",
+    )
+    .unwrap();
+    let s = Server::start(dir.path(), &[], &[], None);
+    let (code, body) = crate::server::get(s.http, "/debug/config_report").unwrap();
+    assert_eq!(code, 200);
+    let report: Value = serde_json::from_str(&body).unwrap();
+    let listed: Vec<&str> = report["notApplied"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(
+        listed,
+        [
+            "AuthorizationPolicy shop/audit: action AUDIT: requests are not marked for audit",
+            "EnvoyFilter shop/lua: validated, not applied to generated configuration",
+        ],
+        "{report}"
+    );
+    assert_eq!(s.log().matches("read and not applied: EnvoyFilter shop/lua").count(), 1, "{}", s.log());
+}

@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod destination_rules;
 pub mod gateway;
 pub mod gateway_api;
+pub mod report;
 pub mod telemetry;
 
 /// Application protocol of a port (istiod's `protocol.Instance`).

@@ -180,6 +180,20 @@ pub(super) fn apply(
         }
     }
     configz["gateways"] = gateways;
+    // Read and not applied: logged once when it appears.
+    let mut not_applied: Vec<String> =
+        istiod_mesh::model::report::not_applied(&objects).iter().map(|n| n.to_string()).collect();
+    not_applied.extend(settings.notes.iter().map(|n| format!("mesh config: {n}")));
+    let before: std::collections::BTreeSet<String> = state.borrow().configz["notApplied"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    for n in not_applied.iter().filter(|n| !before.contains(*n)) {
+        tracing::warn!(target: "model", "read and not applied: {n}");
+    }
+    configz["notApplied"] = json!(not_applied);
     if let Some((tx, tags)) = &state.borrow().gateway_deploy {
         let desired = super::gateway_deploy::desired(&objects, tags);
         tx.send_if_modified(|current| {

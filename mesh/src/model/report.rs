@@ -1,0 +1,120 @@
+//! What was read and is not applied: objects and fields istiod would act on
+//! that this server accepts, validates and then leaves out of what proxies
+//! receive. Each is one line in `/debug/config_report` (`notApplied`), and
+//! logged once when it appears; none is fatal. The compatibility page says
+//! the same per feature.
+
+use istiod_config::gateway_api::GatewayApiSpec;
+use istiod_config::istio::{IstioKind, IstioSpec, security::Action};
+use istiod_config::objects::Objects;
+use serde::Serialize;
+
+/// One object (or field of one) read and not applied.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct NotApplied {
+    /// The object's kind.
+    pub kind: String,
+    /// `namespace/name`.
+    pub name: String,
+    /// What of it is not applied, and why.
+    pub what: String,
+}
+
+impl std::fmt::Display for NotApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.kind, self.name, self.what)
+    }
+}
+
+/// Every object or field of `objs` that is read and not applied, sorted.
+pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
+    let mut out = Vec::new();
+    let mut add = |kind: &str, ns: &str, name: &str, what: &str| {
+        out.push(NotApplied { kind: kind.into(), name: format!("{ns}/{name}"), what: what.into() });
+    };
+    for o in &objs.istio {
+        let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+        match &o.spec {
+            IstioSpec::Ext(IstioKind::EnvoyFilter, _) => {
+                add("EnvoyFilter", ns, name, "validated, not applied to generated configuration")
+            }
+            IstioSpec::Ext(IstioKind::WasmPlugin, _) => {
+                add("WasmPlugin", ns, name, "validated, not applied to generated configuration")
+            }
+            IstioSpec::AuthorizationPolicy(ap) => match ap.action {
+                Action::Custom => add(
+                    "AuthorizationPolicy",
+                    ns,
+                    name,
+                    "action CUSTOM: the external authorizer is not called; its rules are not enforced",
+                ),
+                Action::Audit => {
+                    add("AuthorizationPolicy", ns, name, "action AUDIT: requests are not marked for audit")
+                }
+                _ => {}
+            },
+            IstioSpec::VirtualService(vs) => {
+                if vs.http.iter().any(|r| r.delegate.is_some()) {
+                    add("VirtualService", ns, name, "delegate: the delegating HTTP routes are left out");
+                }
+                let mesh_bound = vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh");
+                if mesh_bound && (!vs.tcp.is_empty() || !vs.tls.is_empty()) {
+                    add("VirtualService", ns, name, "tcp/tls routes apply on gateways only, not on sidecars");
+                }
+            }
+            IstioSpec::Sidecar(sc) => {
+                use istiod_config::istio::networking::CaptureMode;
+                if sc.ingress.iter().any(|i| i.capture_mode == CaptureMode::None) {
+                    add("Sidecar", ns, name, "ingress captureMode NONE: no listener is bound to the port");
+                }
+                if sc.ingress.iter().any(|i| i.tls.is_some()) {
+                    add("Sidecar", ns, name, "ingress tls: TLS is not terminated on the port");
+                }
+                if sc.egress.iter().any(|e| !e.bind.is_empty() || e.capture_mode != CaptureMode::Default) {
+                    add("Sidecar", ns, name, "egress bind/captureMode: listeners are not bound as asked");
+                }
+                if sc.outbound_traffic_policy.as_ref().is_some_and(|p| p.egress_proxy.is_some()) {
+                    add("Sidecar", ns, name, "outboundTrafficPolicy.egressProxy: unknown traffic is not sent to it");
+                }
+            }
+            _ => {}
+        }
+    }
+    for o in &objs.gateway_api {
+        let (kind, parents) = match &o.spec {
+            GatewayApiSpec::HttpRoute(h) => ("HTTPRoute", &h.parent_refs),
+            GatewayApiSpec::GrpcRoute(g) => ("GRPCRoute", &g.parent_refs),
+            _ => continue,
+        };
+        if parents.iter().any(|p| p.kind.as_deref() == Some("Service")) {
+            add(kind, o.meta.ns(), &o.meta.name, "parentRef of kind Service (mesh routing): not applied to sidecars");
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_read_and_not_applied_is_listed() {
+        let objs = istiod_config::objects::Objects {
+            istio: crate::testing::istio_objects(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ext, namespace: a}\n\
+             spec: {action: CUSTOM, provider: {name: opa}, rules: [{}]}\n---\n\
+             apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: allow, namespace: a}\n\
+             spec: {rules: [{}]}\n---\n\
+             apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: ef, namespace: a}\n\
+             spec: {configPatches: []}\n",
+            ),
+            ..Default::default()
+        };
+        let got: Vec<String> = not_applied(&objs).iter().map(|n| n.to_string()).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].starts_with("AuthorizationPolicy a/ext: action CUSTOM"), "{got:?}");
+        assert!(got[1].starts_with("EnvoyFilter a/ef:"), "{got:?}");
+    }
+}

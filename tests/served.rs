@@ -137,3 +137,74 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
     );
     assert_eq!(s.log().matches("read and not applied: EnvoyFilter shop/lua").count(), 1, "{}", s.log());
 }
+
+/// A delegate VirtualService's routes, merged under the routes that
+/// delegate to them (`pilot/pkg/model/virtualservice.go`
+/// `MergeHTTPRoutes`): matches narrowed to both, the root's timeout where
+/// the delegate sets none, names joined, the delegate's short names its own
+/// namespace's; the root's other routes stay after them.
+#[test]
+fn a_delegate_virtual_service_is_merged_into_its_root() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: bookinfo}
+spec: {clusterIP: 10.96.0.20, selector: {app: reviews}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: team}
+spec: {clusterIP: 10.96.0.21, selector: {app: api}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  hosts: [reviews]
+  http:
+  - name: api
+    match: [{uri: {prefix: /api}}]
+    timeout: 3s
+    delegate: {name: reviews-api, namespace: team}
+  - route: [{destination: {host: reviews}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews-api, namespace: team}
+spec:
+  http:
+  - name: v2
+    match: [{uri: {prefix: /api/v2}}]
+    route: [{destination: {host: api}}]
+  - name: elsewhere
+    match: [{uri: {prefix: /login}}]
+    route: [{destination: {host: api}}]
+  - route: [{destination: {host: reviews.bookinfo.svc.cluster.local, subset: v1}}]
+";
+    let got = served(objects, "", "bookinfo", json!({"app": "productpage"}), "10.1.0.7");
+    let vh = got["routes"]["9080"]["virtualHosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "reviews.bookinfo.svc.cluster.local:9080")
+        .unwrap_or_else(|| panic!("{}", got["routes"]["9080"]))
+        .clone();
+    let routes: Vec<(String, String, String, String)> = vh["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (s(&r["name"]), s(&r["match"]["prefix"]), s(&r["route"]["cluster"]), s(&r["route"]["timeout"]))
+        })
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            ("api-v2".into(), "/api/v2".into(), "outbound|9080||api.team.svc.cluster.local".into(), "3s".into()),
+            ("api".into(), "/api".into(), "outbound|9080|v1|reviews.bookinfo.svc.cluster.local".into(), "3s".into()),
+            ("".into(), "/".into(), "outbound|9080||reviews.bookinfo.svc.cluster.local".into(), "0s".into()),
+        ],
+        "{vh}"
+    );
+}

@@ -12,6 +12,7 @@ use istiod_config::objects::{EndpointSlice, IntOrString, Objects, Pod, Service a
 use serde::Serialize;
 
 pub mod credentials;
+pub(crate) mod delegate;
 pub mod destination_rules;
 pub mod gateway;
 pub mod gateway_api;
@@ -602,6 +603,7 @@ impl Model {
             routing_export_default(o, &model.mesh);
         }
         routing.sort_by(by_name);
+        delegate::merge(&mut routing, domain);
         model.routing = routing.into();
         model.security = Arc::new(sorted(objs, is_security));
         model.sidecars = Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_))));

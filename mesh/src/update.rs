@@ -80,6 +80,11 @@ pub fn update(
             return Some(m.with_sidecars(objects));
         }
         let refs = all(&["VirtualService", "DestinationRule"])?;
+        // A delegate's change reaches the VirtualServices that delegate to
+        // it: merged whole, by the full rebuild.
+        if crate::model::delegate::any_delegating(&objects.istio) {
+            return None;
+        }
         let keys: Vec<(String, String, String)> =
             refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
         Some(m.with_routing(objects, &keys))

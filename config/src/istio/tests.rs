@@ -50,7 +50,12 @@ fn virtual_service_errors_name_their_field() {
     has(&errs(&VS.replace("timeout: 10s", "timeout: 10x")), "spec.http[0].timeout: invalid duration");
     has(&errs(&VS.replace("timeout: 10s", "timeout: 10")), "spec.http[0].timeout: invalid type");
     has(&errs(&VS.replace("retryOn: 5xx", "retryOn: 5xx, tries: 3")), "spec.http[0].retries");
-    has(&errs(&VS.replace("hosts: [reviews]", "hosts: []")), "spec.hosts: virtual service must have at least one host");
+    // No hosts: a delegate, as istiod accepts it; with gateways it is refused in istiod's words.
+    assert!(doc(&VS.replace("hosts: [reviews]", "hosts: []")).is_ok());
+    has(
+        &errs(&VS.replace("hosts: [reviews]", "hosts: []\n  gateways: [gw]")),
+        "spec.gateways: delegate virtual service must have no gateways specified",
+    );
     has(
         &errs(&VS.replace("percentage: {value: 10}", "percentage: {value: 110}")),
         "spec.http[1].fault.delay.percentage.value",

@@ -203,8 +203,23 @@ fn weights<'a>(v: &mut V, path: &str, dests: impl Iterator<Item = (i32, Option<&
 }
 
 fn virtual_service(v: &mut V, s: &VirtualService) {
+    // No hosts: a delegate VirtualService (istiod's ValidateVirtualService,
+    // PILOT_ENABLE_VIRTUAL_SERVICE_DELEGATE on by default).
     if s.hosts.is_empty() {
-        v.err("spec.hosts", "virtual service must have at least one host");
+        if !s.gateways.is_empty() {
+            v.err("spec.gateways", "delegate virtual service must have no gateways specified");
+        }
+        if !s.tls.is_empty() {
+            v.err("spec.tls", "delegate virtual service must have no tls route specified");
+        }
+        if !s.tcp.is_empty() {
+            v.err("spec.tcp", "delegate virtual service must have no tcp route specified");
+        }
+        for (i, r) in s.http.iter().enumerate() {
+            if r.delegate.is_some() {
+                v.err(format!("spec.http[{i}]"), "delegate HTTP route cannot contain delegate");
+            }
+        }
     }
     for (i, h) in s.hosts.iter().enumerate() {
         if h.is_empty() {

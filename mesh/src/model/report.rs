@@ -54,9 +54,6 @@ pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
                 _ => {}
             },
             IstioSpec::VirtualService(vs) => {
-                if vs.http.iter().any(|r| r.delegate.is_some()) {
-                    add("VirtualService", ns, name, "delegate: the delegating HTTP routes are left out");
-                }
                 let mesh_bound = vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh");
                 if mesh_bound && (!vs.tcp.is_empty() || !vs.tls.is_empty()) {
                     add("VirtualService", ns, name, "tcp/tls routes apply on gateways only, not on sidecars");

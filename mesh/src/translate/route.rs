@@ -212,6 +212,12 @@ impl RouteTable {
                         && let Some(route::route::Action::Route(a)) = &mut out.action
                     {
                         a.hash_policy = hash_policy(&model.destination_rules().get(i).rule, *port, subset);
+                        // newRetryPolicy(hashPolicy): no other-host preference.
+                        if !a.hash_policy.is_empty()
+                            && let Some(rp) = a.retry_policy.as_mut()
+                        {
+                            rp.retry_host_predicate.clear();
+                        }
                     }
                     out
                 })
@@ -240,17 +246,21 @@ impl RouteTable {
     }
 }
 
-fn default_route(cluster: String) -> route::Route {
+fn default_route(cluster: String, flavor: Flavor) -> route::Route {
+    // BuildDefaultHTTPOutboundRoute: istiod's default retries, no timeout.
+    let mut action = route::RouteAction {
+        cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
+        retry_policy: http::retry_policy(None),
+        ..Default::default()
+    };
+    http::set_timeout(&mut action, None, flavor);
     route::Route {
         name: "default".into(),
         r#match: Some(route::RouteMatch {
             path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
             ..Default::default()
         }),
-        action: Some(route::route::Action::Route(route::RouteAction {
-            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
-            ..Default::default()
-        })),
+        action: Some(route::route::Action::Route(action)),
         ..Default::default()
     }
 }
@@ -270,7 +280,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let everyone = |route| ScopedRoute { route, scope: RouteScope::default(), hash_destination: None };
     let Some((obj, vs)) = model.virtual_service(&svc.hostname) else {
-        return vec![everyone(default_route(default_cluster))];
+        return vec![everyone(default_route(default_cluster, flavor))];
     };
     // Match blocks naming gateways apply to sidecars only when `mesh` is
     // among them (istiod's route building for the mesh gateway).
@@ -286,7 +296,7 @@ pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) ->
         for r in &mut out {
             r.scope.export = Some(namespaces.clone());
         }
-        let mut fallback = everyone(default_route(default_cluster));
+        let mut fallback = everyone(default_route(default_cluster, flavor));
         fallback.scope = RouteScope { export: Some(namespaces), fallback: true, ..RouteScope::default() };
         out.push(fallback);
     }

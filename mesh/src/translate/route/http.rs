@@ -107,6 +107,82 @@ fn fault_config(r: &HttpRoute) -> Option<fault::HttpFault> {
 
 /// The consistent-hash key of a destination's DestinationRule (istiod puts
 /// it on the route; the cluster gets RING_HASH or MAGLEV).
+/// istiod's `DEFAULT_RETRY_ON`.
+const DEFAULT_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
+
+/// `retry.ConvertPolicy` (retry.go): no `retries` is istiod's default
+/// policy (2 attempts, the default conditions, other hosts preferred);
+/// `attempts: 0` none; otherwise the given attempts, conditions (numbers
+/// among them are status codes), per-try timeout, host choice and backoff.
+/// (A consistent-hash route drops the host predicate when rendered.)
+pub(crate) fn retry_policy(r: Option<&istiod_config::istio::networking::HttpRetry>) -> Option<route::RetryPolicy> {
+    let mut out = route::RetryPolicy {
+        num_retries: Some(2),
+        retry_on: DEFAULT_RETRY_ON.into(),
+        host_selection_retry_max_attempts: 5,
+        retry_host_predicate: vec![previous_hosts()],
+        ..Default::default()
+    };
+    let Some(r) = r else { return Some(out) };
+    if r.attempts <= 0 {
+        return None;
+    }
+    out.num_retries = Some(r.attempts as u32);
+    if !r.retry_on.is_empty() {
+        let (mut on, mut codes) = (Vec::new(), Vec::new());
+        for part in r.retry_on.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.parse::<u32>() {
+                Ok(code) => codes.push(code),
+                Err(_) => on.push(part),
+            }
+        }
+        let mut on = on.join(",");
+        if !codes.is_empty() && !on.contains("retriable-status-codes") {
+            on = if on.is_empty() { "retriable-status-codes".into() } else { format!("{on},retriable-status-codes") };
+        }
+        out.retry_on = on;
+        out.retriable_status_codes = codes;
+    }
+    let duration = |d: &str| {
+        let d = istiod_config::duration::parse(d).ok()?;
+        Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
+    };
+    out.per_try_timeout = r.per_try_timeout.as_deref().and_then(duration);
+    if r.retry_ignore_previous_hosts == Some(false) {
+        out.retry_host_predicate.clear();
+    }
+    if let Some(b) = r.backoff.as_deref().and_then(duration) {
+        out.retry_back_off = Some(route::retry_policy::RetryBackOff { base_interval: Some(b), ..Default::default() });
+    }
+    Some(out)
+}
+
+/// `envoy.retry_host_predicates.previous_hosts` (xdsfilters.RetryPreviousHosts).
+fn previous_hosts() -> route::retry_policy::RetryHostPredicate {
+    use istiod_proto::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+    route::retry_policy::RetryHostPredicate {
+        name: "envoy.retry_host_predicates.previous_hosts".into(),
+        config_type: Some(route::retry_policy::retry_host_predicate::ConfigType::TypedConfig(any(
+            &PreviousHostsPredicate::default(),
+        ))),
+    }
+}
+
+/// `setTimeout` (route.go): the VirtualService's timeout, else none (0s,
+/// not Envoy's 15s default); gRPC's deadline header is honoured up to it
+/// (proxyless gRPC reads `max_stream_duration` instead).
+pub(crate) fn set_timeout(action: &mut route::RouteAction, timeout: Option<Duration>, flavor: Flavor) {
+    let t = timeout.unwrap_or_default();
+    match flavor {
+        Flavor::Grpc => {
+            action.max_stream_duration =
+                Some(route::route_action::MaxStreamDuration { max_stream_duration: Some(t), ..Default::default() });
+        }
+        Flavor::Envoy => action.max_grpc_timeout = Some(t),
+    }
+    action.timeout = Some(t);
+}
+
 pub(super) fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<route::route_action::HashPolicy> {
     use route::route_action::hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter};
     let policy = crate::translate::traffic_policy::effective(dr, port, subset);
@@ -209,7 +285,7 @@ pub(super) fn vs_routes(
     let gateway_semantics =
         obj.meta.annotations.get("internal.istio.io/route-semantics").is_some_and(|v| v == "gateway");
     let mut out = Vec::new();
-    for (i, r) in vs.http.iter().enumerate() {
+    for r in &vs.http {
         // Proxyless gRPC forwards only: redirects and direct responses are
         // not supported by its xDS client, so such routes are left out.
         let fixed = if flavor == Flavor::Envoy { envoy_action(r) } else { None };
@@ -253,23 +329,9 @@ pub(super) fn vs_routes(
             let d = istiod_config::duration::parse(d?).ok()?;
             Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
         };
-        let retry_policy = r.retries.as_ref().filter(|rt| rt.attempts > 0).map(|rt| route::RetryPolicy {
-            // istiod's default conditions when none are given.
-            retry_on: if rt.retry_on.is_empty() {
-                "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes".into()
-            } else {
-                rt.retry_on.clone()
-            },
-            num_retries: Some(rt.attempts as u32),
-            per_try_timeout: duration(rt.per_try_timeout.as_ref()),
-            ..Default::default()
-        });
-        let mut action = route::RouteAction {
-            cluster_specifier: Some(specifier),
-            timeout: duration(r.timeout.as_ref()),
-            retry_policy,
-            ..Default::default()
-        };
+        let retry_policy = retry_policy(r.retries.as_ref());
+        let mut action = route::RouteAction { cluster_specifier: Some(specifier), retry_policy, ..Default::default() };
+        set_timeout(&mut action, duration(r.timeout.as_ref()), flavor);
         if gateway_semantics {
             action.cluster_not_found_response_code =
                 route::route_action::ClusterNotFoundResponseCode::InternalServerError as i32;
@@ -399,7 +461,8 @@ pub(super) fn vs_routes(
                     .collect();
             }
             let route = route::Route {
-                name: if r.name.is_empty() { format!("{}.{}.{i}", obj.meta.name, ns) } else { r.name.clone() },
+                // translateRoute: the rule's name, empty when it has none.
+                name: r.name.clone(),
                 r#match: Some(m),
                 action: Some(action.clone()),
                 typed_per_filter_config: per_filter.clone(),

@@ -105,6 +105,9 @@ pub struct Config {
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`: a gateway's virtual
     /// hosts with the same routes become one.
     pub route_collapse: bool,
+    /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS`: a workload's CUSTOM
+    /// policies may name several providers (else their rules deny).
+    pub multiple_custom_authz_providers: bool,
     /// `ENABLE_DEBUG_ON_HTTP` (true): the debug handlers are served on the
     /// monitoring port too (loopback callers only), as istiod serves them.
     pub debug_on_http: bool,
@@ -717,6 +720,7 @@ impl Config {
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
+            multiple_custom_authz_providers: vars.bool("PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS", false)?,
             xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,

@@ -109,12 +109,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let env: mesh_watch::Env = {
         let (jwks_fetch, scope, collapse) =
             (config.jwks_fetch, config.scope_gateway_to_namespace, config.route_collapse);
+        let multiple_custom = config.multiple_custom_authz_providers;
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
             mesh.route_collapse = collapse;
+            mesh.multiple_custom_authz_providers = multiple_custom;
             mesh.xds_api_generator_auth = generator_auth;
             mesh.debug_endpoint_auth = debug_auth;
             mesh.trace_sampling = istiod_mesh::meshconfig::Percent(sampling);

@@ -110,10 +110,10 @@ spec:
   - applyTo: HTTP_FILTER
     patch: {operation: INSERT_BEFORE, value: {name: envoy.lua}}
 ---
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: audit, namespace: shop}
-spec: {action: AUDIT, rules: [{}]}
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: wasm, namespace: shop}
+spec: {url: oci://example.com/filter:1}
 ---
 apiVersion: v1
 kind: Service
@@ -130,8 +130,8 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
     assert_eq!(
         listed,
         [
-            "AuthorizationPolicy shop/audit: action AUDIT: requests are not marked for audit",
             "EnvoyFilter shop/lua: validated, not applied to generated configuration",
+            "WasmPlugin shop/wasm: validated, not applied to generated configuration",
         ],
         "{report}"
     );
@@ -206,5 +206,159 @@ spec:
             ("".into(), "/".into(), "outbound|9080||reviews.bookinfo.svc.cluster.local".into(), "0s".into()),
         ],
         "{vh}"
+    );
+}
+
+/// The filters of the chain named `name` in listener `l`, by name, with
+/// their typed configs (an HCM's HTTP filters when `http`).
+fn filters(l: &Value, name: &str, http: bool) -> Vec<(String, Value)> {
+    let chain = chains(l, name).last().copied().unwrap_or_else(|| panic!("no chain {name}: {l}")).clone();
+    let list: Vec<Value> = chain["filters"].as_array().unwrap().clone();
+    let list = if http {
+        let hcm = list.iter().find(|f| f["name"] == "envoy.filters.network.http_connection_manager").unwrap();
+        hcm["typedConfig"]["httpFilters"].as_array().unwrap().clone()
+    } else {
+        list
+    };
+    list.into_iter().map(|f| (f["name"].as_str().unwrap().to_owned(), f["typedConfig"].clone())).collect()
+}
+
+/// AuthorizationPolicy CUSTOM and AUDIT as istiod builds them
+/// (`pilot/pkg/security/authz/builder/builder.go`, `extauthz.go`): per
+/// provider an RBAC filter whose shadow rules mark the requests the
+/// policy matches (`istio-ext-authz-<provider>-ns[..]-policy[..]-rule[i]`),
+/// then the provider's ext_authz filter, enabled by that mark, calling the
+/// provider's cluster; a gRPC provider on TCP ports too, an HTTP one on
+/// HTTP ports only; AUDIT as an RBAC filter with Envoy's LOG action after
+/// them; a policy naming an unknown provider denies what it matches.
+#[test]
+fn custom_authorization_is_served_as_ext_authz_with_the_providers_cluster() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: opa, namespace: auth}
+spec: {clusterIP: 10.96.0.50, selector: {app: opa}, ports: [{name: grpc, port: 9191}, {name: http, port: 8181}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}, {name: tcp-db, port: 5432}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ext, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  action: CUSTOM
+  provider: {name: opa-grpc}
+  rules: [{to: [{operation: {paths: [/admin/*]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit, namespace: shop}
+spec:
+  action: AUDIT
+  rules: [{from: [{source: {namespaces: [legacy]}}]}]
+";
+    let mesh = "\
+extensionProviders:
+- name: opa-grpc
+  envoyExtAuthzGrpc: {service: opa.auth.svc.cluster.local, port: 9191, timeout: 2s, failOpen: true}
+- name: opa-http
+  envoyExtAuthzHttp:
+    service: auth/opa.auth.svc.cluster.local
+    port: 8181
+    pathPrefix: /check
+    includeRequestHeadersInCheck: [x-user, x-b3-*]
+    headersToUpstreamOnAllow: [x-auth-*]
+    statusOnError: \"503\"
+";
+    let got = served(objects, mesh, "shop", json!({"app": "web"}), "10.1.2.3");
+    let inbound = &got["listeners"]["virtualInbound"];
+    let http = filters(inbound, "0.0.0.0_80", true);
+    let names: Vec<&str> = http.iter().map(|(n, _)| n.as_str()).collect();
+    let rbac = names.iter().position(|n| *n == "envoy.filters.http.rbac").unwrap_or_else(|| panic!("{names:?}"));
+    assert_eq!(
+        &names[rbac..rbac + 3],
+        ["envoy.filters.http.rbac", "envoy.filters.http.ext_authz", "envoy.filters.http.rbac"],
+        "CUSTOM's pair, then AUDIT: {names:?}"
+    );
+    let shadow = &http[rbac].1;
+    assert_eq!(shadow["shadowRulesStatPrefix"], "istio_ext_authz_", "{shadow}");
+    assert!(shadow.get("rules").is_none(), "CUSTOM never enforces in RBAC: {shadow}");
+    let policies = shadow["shadowRules"]["policies"].as_object().unwrap();
+    assert_eq!(policies.keys().collect::<Vec<_>>(), ["istio-ext-authz-opa-grpc-ns[shop]-policy[ext]-rule[0]"]);
+    let ext = &http[rbac + 1].1;
+    assert_eq!(ext["@type"], "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz");
+    assert_eq!(
+        ext["grpcService"],
+        json!({"envoyGrpc": {"clusterName": "outbound|9191||opa.auth.svc.cluster.local",
+                             "authority": "opa.auth.svc.cluster.local"}, "timeout": "2s"}),
+        "{ext}"
+    );
+    assert_eq!(ext["failureModeAllow"], true);
+    assert_eq!(ext["transportApiVersion"], "V3");
+    assert_eq!(
+        ext["filterEnabledMetadata"],
+        json!({"filter": "envoy.filters.http.rbac",
+               "path": [{"key": "istio_ext_authz_shadow_effective_policy_id"}],
+               "value": {"stringMatch": {"prefix": "istio-ext-authz-opa-grpc"}}}),
+        "{ext}"
+    );
+    let audit = &http[rbac + 2].1;
+    assert_eq!(audit["rules"]["action"], "LOG", "{audit}");
+    assert!(audit["rules"]["policies"].get("ns[shop]-policy[audit]-rule[0]").is_some(), "{audit}");
+    // The provider's cluster is served to the workload.
+    assert!(got["clusters"].get("outbound|9191||opa.auth.svc.cluster.local").is_some());
+    // A gRPC provider authorizes TCP too.
+    let tcp = filters(inbound, "0.0.0.0_5432", false);
+    let names: Vec<&str> = tcp.iter().map(|(n, _)| n.as_str()).collect();
+    let at = names.iter().position(|n| *n == "envoy.filters.network.ext_authz").unwrap_or_else(|| panic!("{names:?}"));
+    assert_eq!(names[at - 1], "envoy.filters.network.rbac", "{names:?}");
+    assert_eq!(tcp[at].1["statPrefix"], "tcp.");
+    assert_eq!(tcp[at].1["filterEnabledMetadata"]["filter"], "envoy.filters.network.rbac");
+
+    // The HTTP provider: its service, path, headers and status; not on TCP.
+    let objects = objects.replace("name: opa-grpc}", "name: opa-http}");
+    let got = served(&objects, mesh, "shop", json!({"app": "web"}), "10.1.2.3");
+    let inbound = &got["listeners"]["virtualInbound"];
+    let http = filters(inbound, "0.0.0.0_80", true);
+    let (_, ext) = http.iter().find(|(n, _)| n == "envoy.filters.http.ext_authz").unwrap();
+    assert_eq!(
+        ext["httpService"],
+        json!({
+            "serverUri": {"uri": "http://opa.auth.svc.cluster.local",
+                          "cluster": "outbound|8181||opa.auth.svc.cluster.local", "timeout": "600s"},
+            "pathPrefix": "/check",
+            "authorizationResponse": {"allowedUpstreamHeaders": {"patterns": [{"prefix": "x-auth-", "ignoreCase": true}]}},
+        }),
+        "{ext}"
+    );
+    assert_eq!(
+        ext["allowedHeaders"],
+        json!({"patterns": [{"exact": "x-user", "ignoreCase": true}, {"prefix": "x-b3-", "ignoreCase": true}]})
+    );
+    assert_eq!(ext["statusOnError"], json!({"code": "ServiceUnavailable"}));
+    let tcp = filters(inbound, "0.0.0.0_5432", false);
+    assert!(tcp.iter().all(|(n, _)| n != "envoy.filters.network.ext_authz"), "{tcp:?}");
+
+    // An unknown provider: the policy's rules deny.
+    let objects = objects.replace("name: opa-http}", "name: missing}");
+    let got = served(&objects, mesh, "shop", json!({"app": "web"}), "10.1.2.3");
+    let http = filters(&got["listeners"]["virtualInbound"], "0.0.0.0_80", true);
+    assert!(http.iter().all(|(n, _)| n != "envoy.filters.http.ext_authz"));
+    let deny = http
+        .iter()
+        .find(|(n, c)| n == "envoy.filters.http.rbac" && c["rules"]["action"] == "DENY")
+        .map(|(_, c)| c)
+        .unwrap_or_else(|| panic!("{http:?}"));
+    assert!(
+        deny["rules"]["policies"]
+            .get("istio-ext-authz-missing-ns[shop]-policy[ext]-rule[0]-deny-due-to-bad-CUSTOM-action")
+            .is_some(),
+        "{deny}"
     );
 }

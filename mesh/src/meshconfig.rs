@@ -58,6 +58,9 @@ pub struct MeshSettings {
     pub scope_gateway_to_namespace: bool,
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
     pub route_collapse: bool,
+    /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS` (false): a workload's
+    /// CUSTOM policies may name several providers.
+    pub multiple_custom_authz_providers: bool,
     /// `ENABLE_XDS_API_GENERATOR_AUTH`.
     pub xds_api_generator_auth: bool,
     /// `ENABLE_DEBUG_ENDPOINT_AUTH`.
@@ -198,6 +201,7 @@ impl Default for MeshSettings {
             jwks_fetch: crate::meshconfig::JwksFetch::Istiod,
             scope_gateway_to_namespace: false,
             route_collapse: true,
+            multiple_custom_authz_providers: false,
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
             raw: serde_json::Value::Null,

@@ -1,7 +1,7 @@
 //! Translation of the mesh model into Envoy and proxyless-gRPC resources,
 //! after istiod's `pilot/pkg/networking/core`: one module per resource type
 //! ([`cluster`], [`endpoint`], [`listener`], [`route`]), the sidecar's own
-//! workload side ([`inbound`], [`authn`], [`authz`]), proxyless gRPC ([`grpc`]), what
+//! workload side ([`inbound`], [`authn`], [`authz`] with [`extauthz`]), proxyless gRPC ([`grpc`]), what
 //! a proxy may see ([`scope`], [`locality`]), and the Envoy builders they
 //! share ([`envoy`]). [`translate`] makes the resources every proxy class
 //! shares; `generator.rs` makes the per-class ones on the serving cores.
@@ -19,6 +19,7 @@ pub mod authz;
 pub mod cluster;
 pub mod endpoint;
 pub mod envoy;
+pub mod extauthz;
 pub mod gateway;
 pub mod grpc;
 pub mod inbound;

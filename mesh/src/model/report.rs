@@ -5,7 +5,7 @@
 //! the same per feature.
 
 use istiod_config::gateway_api::GatewayApiSpec;
-use istiod_config::istio::{IstioKind, IstioSpec, security::Action};
+use istiod_config::istio::{IstioKind, IstioSpec};
 use istiod_config::objects::Objects;
 use serde::Serialize;
 
@@ -41,18 +41,6 @@ pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
             IstioSpec::Ext(IstioKind::WasmPlugin, _) => {
                 add("WasmPlugin", ns, name, "validated, not applied to generated configuration")
             }
-            IstioSpec::AuthorizationPolicy(ap) => match ap.action {
-                Action::Custom => add(
-                    "AuthorizationPolicy",
-                    ns,
-                    name,
-                    "action CUSTOM: the external authorizer is not called; its rules are not enforced",
-                ),
-                Action::Audit => {
-                    add("AuthorizationPolicy", ns, name, "action AUDIT: requests are not marked for audit")
-                }
-                _ => {}
-            },
             IstioSpec::VirtualService(vs) => {
                 let mesh_bound = vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh");
                 if mesh_bound && (!vs.tcp.is_empty() || !vs.tls.is_empty()) {
@@ -110,8 +98,8 @@ mod tests {
             ..Default::default()
         };
         let got: Vec<String> = not_applied(&objs).iter().map(|n| n.to_string()).collect();
-        assert_eq!(got.len(), 2, "{got:?}");
-        assert!(got[0].starts_with("AuthorizationPolicy a/ext: action CUSTOM"), "{got:?}");
-        assert!(got[1].starts_with("EnvoyFilter a/ef:"), "{got:?}");
+        // CUSTOM is built (ext_authz), so only the EnvoyFilter is listed.
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("EnvoyFilter a/ef:"), "{got:?}");
     }
 }

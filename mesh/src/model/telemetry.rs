@@ -68,13 +68,20 @@ pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Ar
 /// `namespace/host`, or a host in one namespace only; its hostname and the
 /// outbound cluster of `port`.
 pub fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
+    resolve_cluster(model, service, port).map_err(|e| tracing::warn!(target: "model", service, "provider: {e}")).ok()
+}
+
+/// [`lookup_cluster`], with istiod's error when the service is not found.
+pub fn resolve_cluster(model: &Model, service: &str, port: u64) -> Result<(String, String), String> {
+    if service.is_empty() {
+        return Err("service must not be empty".into());
+    }
     let found = match service.split_once('/') {
         Some((ns, host)) => model.services.get(host).filter(|s| s.namespace == ns),
         None => model.services.get(service),
     };
     let Some(svc) = found else {
-        tracing::warn!(target: "model", service, "provider: could not find service in Istio service registry");
-        return None;
+        return Err(format!("could not find service {service} in Istio service registry"));
     };
-    Some((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
+    Ok((svc.hostname.to_string(), format!("outbound|{port}||{}", svc.hostname)))
 }

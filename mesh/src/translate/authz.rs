@@ -2,7 +2,10 @@
 //! HTTP filter on HTTP ports, the network filter on TCP ports and the
 //! catch-all chains), after istiod's `authz/builder`: the policies of the
 //! workload (selector), its namespace and the mesh (the root namespace,
-//! `istio-system` by default), DENY before ALLOW; each rule a policy
+//! `istio-system` by default): CUSTOM first (per provider an RBAC filter
+//! that marks what its rules match and the provider's ext_authz filter,
+//! see [`super::extauthz`]), then AUDIT (Envoy's LOG action), DENY and
+//! ALLOW, a dry-run policy's rules as shadow rules; each rule a policy
 //! `ns[<ns>]-policy[<name>]-rule[<i>]` whose permissions are the `to`
 //! operations and the destination `when` conditions and whose principals
 //! are the `from` sources and the source `when` conditions, built as
@@ -13,59 +16,194 @@
 use std::collections::BTreeMap;
 
 use crate::node::ProxyClass;
-use istiod_config::istio::IstioSpec;
 use istiod_config::istio::security::{Action, AuthorizationPolicy, Rule};
+use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::config::route::v3 as route;
+use istiod_proto::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_http;
+use istiod_proto::envoy::extensions::filters::network::ext_authz::v3 as ext_authz_net;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 
 use crate::model::Model;
 
-/// An RBAC configuration per action, for one workload and protocol.
+/// An RBAC configuration per action, for one workload and protocol:
+/// istiod's `authz/builder` output, rendered as HTTP or network filters.
 #[derive(Debug, Default, Clone)]
 pub struct Rbacs {
-    /// DENY policies (checked first).
+    /// CUSTOM policies by provider (sorted): each an RBAC filter that only
+    /// marks the requests its rules match, then the provider's ext_authz
+    /// filter enabled by that mark.
+    pub custom: Vec<Custom>,
+    /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS` is off and the
+    /// workload's CUSTOM policies name several providers: each provider's
+    /// rules deny instead.
+    pub custom_conflict: bool,
+    /// AUDIT policies (Envoy's LOG action: matching requests are marked
+    /// for the access log), enforced rules.
+    pub audit: Option<rbac::Rbac>,
+    /// DENY policies (checked first), enforced rules.
     pub deny: Option<rbac::Rbac>,
-    /// ALLOW policies (when any exists, everything else is denied).
+    /// ALLOW policies (when any exists, everything else is denied),
+    /// enforced rules.
     pub allow: Option<rbac::Rbac>,
+    /// The dry-run (`istio.io/dry-run: "true"`) policies of each action:
+    /// evaluated as shadow rules, never enforced. Indexed audit, deny,
+    /// allow.
+    pub dry_run: [Option<rbac::Rbac>; 3],
+}
+
+/// The CUSTOM policies of one provider.
+#[derive(Debug, Clone)]
+pub struct Custom {
+    /// The mesh config's extension provider name.
+    pub provider: String,
+    /// Rules of the enforced policies.
+    pub rules: rbac::Rbac,
+    /// Rules of the dry-run policies.
+    pub dry_run: rbac::Rbac,
+    /// The provider's ext_authz filters, or why there are none (an
+    /// unknown or invalid provider: istiod then denies what the rules
+    /// match).
+    pub ext_authz: Result<ExtAuthz, String>,
+}
+
+/// An `envoyExtAuthzHttp` or `envoyExtAuthzGrpc` provider as filters.
+#[derive(Debug, Clone)]
+pub struct ExtAuthz {
+    /// The HTTP filter.
+    pub http: ext_authz_http::ExtAuthz,
+    /// The network filter (gRPC providers only).
+    pub tcp: Option<ext_authz_net::ExtAuthz>,
+}
+
+const HTTP_RBAC: &str = "envoy.filters.http.rbac";
+const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
+/// `authzmodel.RBACExtAuthzShadowRulesStatPrefix`.
+const EXT_AUTHZ_STAT_PREFIX: &str = "istio_ext_authz_";
+/// `extAuthzMatchPrefix`.
+const EXT_AUTHZ_MATCH_PREFIX: &str = "istio-ext-authz";
+/// `badCustomActionSuffix`.
+const BAD_CUSTOM_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
+
+/// `shadowRuleStatPrefix`.
+fn shadow_prefix(shadow: &Option<rbac::Rbac>) -> String {
+    match shadow.as_ref().map(|r| r.action()) {
+        Some(rbac::rbac::Action::Allow) => "istio_dry_run_allow_".into(),
+        Some(rbac::rbac::Action::Deny) => "istio_dry_run_deny_".into(),
+        _ => String::new(),
+    }
+}
+
+/// `getBadCustomDenyRules`: the provider's rules, denying.
+fn bad_custom_deny(rules: &rbac::Rbac) -> rbac::Rbac {
+    rbac::Rbac {
+        action: rbac::rbac::Action::Deny as i32,
+        policies: rules.policies.iter().map(|(k, v)| (format!("{k}{BAD_CUSTOM_SUFFIX}"), v.clone())).collect(),
+        ..Default::default()
+    }
+}
+
+/// `generateFilterMatcherForProvider`: the ext_authz filter runs when the
+/// RBAC filter `filter` marked the request with one of `provider`'s rules.
+fn provider_matcher(filter: &str, provider: &str) -> matcher::MetadataMatcher {
+    use matcher::metadata_matcher::{PathSegment, path_segment::Segment};
+    matcher::MetadataMatcher {
+        filter: filter.into(),
+        path: vec![PathSegment {
+            segment: Some(Segment::Key(format!("{EXT_AUTHZ_STAT_PREFIX}shadow_effective_policy_id"))),
+        }],
+        value: Some(matcher::ValueMatcher {
+            match_pattern: Some(matcher::value_matcher::MatchPattern::StringMatch(matcher::StringMatcher {
+                match_pattern: Some(matcher::string_matcher::MatchPattern::Prefix(format!(
+                    "{EXT_AUTHZ_MATCH_PREFIX}-{provider}"
+                ))),
+                ..Default::default()
+            })),
+        }),
+        invert: false,
+    }
 }
 
 impl Rbacs {
-    /// As HTTP filters: DENY, then ALLOW.
+    /// The non-CUSTOM actions in istiod's order (AUDIT, DENY, ALLOW), each
+    /// with its enforced and dry-run rules.
+    fn local(&self) -> impl Iterator<Item = (&Option<rbac::Rbac>, &Option<rbac::Rbac>)> {
+        [&self.audit, &self.deny, &self.allow]
+            .into_iter()
+            .zip(&self.dry_run)
+            .filter(|(rules, shadow)| rules.is_some() || shadow.is_some())
+    }
+
+    /// As HTTP filters: the CUSTOM pairs, then AUDIT, DENY, ALLOW
+    /// (istiod's `BuildHTTP` of its custom builder, then of its local one).
     pub fn http_filters(
         &self,
     ) -> Vec<istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter> {
-        [&self.deny, &self.allow]
-            .into_iter()
-            .flatten()
-            .map(|rules| {
-                let rbac = istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac {
-                    rules: Some(rules.clone()),
-                    ..Default::default()
-                };
-                super::envoy::http_filter("envoy.filters.http.rbac", &rbac)
-            })
-            .collect()
+        use istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac;
+        let rbac = |rules: Option<rbac::Rbac>, shadow: Option<rbac::Rbac>, prefix: String| {
+            super::envoy::http_filter(
+                HTTP_RBAC,
+                &Rbac { rules, shadow_rules: shadow, shadow_rules_stat_prefix: prefix, ..Default::default() },
+            )
+        };
+        let mut out = Vec::new();
+        for c in &self.custom {
+            match (&c.ext_authz, self.custom_conflict) {
+                (Ok(ext), false) => {
+                    let dry = (!c.dry_run.policies.is_empty()).then(|| c.dry_run.clone());
+                    out.push(rbac(dry, Some(c.rules.clone()), EXT_AUTHZ_STAT_PREFIX.into()));
+                    let mut http = ext.http.clone();
+                    http.filter_enabled_metadata = Some(provider_matcher(HTTP_RBAC, &c.provider));
+                    out.push(super::envoy::http_filter("envoy.filters.http.ext_authz", &http));
+                }
+                _ => out.push(rbac(Some(bad_custom_deny(&c.rules)), None, String::new())),
+            }
+        }
+        for (rules, shadow) in self.local() {
+            out.push(rbac(rules.clone(), shadow.clone(), shadow_prefix(shadow)));
+        }
+        out
     }
 
-    /// As network filters (before a tcp_proxy): DENY, then ALLOW, stat
-    /// prefix `tcp.` (istiod's `authz.Builder.BuildTCP`).
+    /// As network filters (before a tcp_proxy), stat prefix `tcp.`
+    /// (istiod's `BuildTCP`): a CUSTOM provider without a TCP filter (an
+    /// HTTP provider) adds nothing.
     pub fn network_filters(&self) -> Vec<istiod_proto::envoy::config::listener::v3::Filter> {
         use istiod_proto::envoy::config::listener::v3::{Filter, filter};
         use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac;
-        [&self.deny, &self.allow]
-            .into_iter()
-            .flatten()
-            .map(|rules| Filter {
-                name: "envoy.filters.network.rbac".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(super::envoy::any(&Rbac {
-                    rules: Some(rules.clone()),
+        let typed =
+            |name: &str, any| Filter { name: name.into(), config_type: Some(filter::ConfigType::TypedConfig(any)) };
+        let rbac = |rules: Option<rbac::Rbac>, shadow: Option<rbac::Rbac>, prefix: String| {
+            typed(
+                NETWORK_RBAC,
+                super::envoy::any(&Rbac {
+                    rules,
+                    shadow_rules: shadow,
+                    shadow_rules_stat_prefix: prefix,
                     stat_prefix: "tcp.".into(),
                     ..Default::default()
-                }))),
-            })
-            .collect()
+                }),
+            )
+        };
+        let mut out = Vec::new();
+        for c in &self.custom {
+            match (&c.ext_authz, self.custom_conflict) {
+                (Ok(ExtAuthz { tcp: None, .. }), false) => {}
+                (Ok(ExtAuthz { tcp: Some(tcp), .. }), false) => {
+                    let dry = (!c.dry_run.policies.is_empty()).then(|| c.dry_run.clone());
+                    out.push(rbac(dry, Some(c.rules.clone()), EXT_AUTHZ_STAT_PREFIX.into()));
+                    let mut tcp = tcp.clone();
+                    tcp.filter_enabled_metadata = Some(provider_matcher(NETWORK_RBAC, &c.provider));
+                    out.push(typed("envoy.filters.network.ext_authz", super::envoy::any(&tcp)));
+                }
+                _ => out.push(rbac(Some(bad_custom_deny(&c.rules)), None, String::new())),
+            }
+        }
+        for (rules, shadow) in self.local() {
+            out.push(rbac(rules.clone(), shadow.clone(), shadow_prefix(shadow)));
+        }
+        out
     }
 }
 
@@ -590,42 +728,79 @@ fn rule(r: &Rule, ns: &str, tcp: bool) -> (Vec<rbac::Permission>, Vec<rbac::Prin
     (perms, ids, http, skip)
 }
 
-fn applies(model: &Model, class: &ProxyClass) -> Vec<(String, String, AuthorizationPolicy)> {
+fn applies<'m>(model: &'m Model, class: &ProxyClass) -> Vec<(&'m IstioObject, &'m AuthorizationPolicy)> {
     let mut out = Vec::new();
     for o in model.security.iter() {
         let IstioSpec::AuthorizationPolicy(ap) = &o.spec else { continue };
         let selector = ap.selector.as_ref().map(|s| &s.match_labels);
         let targeted = ap.target_ref.is_some() || !ap.target_refs.is_empty();
         if super::scope::policy_applies(model, class, o.meta.ns(), selector, targeted) {
-            out.push((o.meta.ns().to_owned(), o.meta.name.clone(), ap.clone()));
+            out.push((o, ap));
         }
     }
     out
+}
+
+/// istiod's `rbacPolicyMatchNever`: what a policy without rules becomes.
+fn match_never() -> rbac::Policy {
+    rbac::Policy {
+        permissions: vec![not_perm(rbac::Permission { rule: Some(rbac::permission::Rule::Any(true)) })],
+        principals: vec![not_id(rbac::Principal { identifier: Some(rbac::principal::Identifier::Any(true)) })],
+    }
+}
+
+/// Whether a policy is a dry run (`istio.io/dry-run`, as Go's
+/// `strconv.ParseBool` reads it; a value that does not parse is not).
+fn dry_run(o: &istiod_config::istio::IstioObject) -> bool {
+    matches!(
+        o.meta.annotations.get("istio.io/dry-run").map(String::as_str),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True")
+    )
 }
 
 /// The RBAC of a workload's inbound chains (`http`: an HTTP chain).
 pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
     let trust_domains: Vec<String> =
         std::iter::once(&model.mesh.trust_domain).chain(&model.mesh.trust_domain_aliases).cloned().collect();
-    let mut deny: BTreeMap<String, rbac::Policy> = BTreeMap::new();
-    let mut allow: BTreeMap<String, rbac::Policy> = BTreeMap::new();
-    let mut any_allow = false;
-    for (ns, name, ap) in applies(model, class) {
-        let target = match ap.action {
-            Action::Allow => {
-                any_allow = true;
-                &mut allow
+    // Per action (audit, deny, allow): enforced and dry-run policies, and
+    // whether any policy of each kind exists.
+    let mut local: [[(BTreeMap<String, rbac::Policy>, bool); 2]; 3] = Default::default();
+    // Per CUSTOM provider: enforced and dry-run.
+    let mut custom: BTreeMap<String, [BTreeMap<String, rbac::Policy>; 2]> = BTreeMap::new();
+    for (o, ap) in applies(model, class) {
+        let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+        let dry = usize::from(dry_run(o));
+        let (target, prefix) = match ap.action {
+            Action::Custom => {
+                let provider = ap.provider.as_ref().map(|p| p.name.clone()).unwrap_or_default();
+                let prefix = if provider.is_empty() {
+                    format!("{EXT_AUTHZ_MATCH_PREFIX}-")
+                } else {
+                    format!("{EXT_AUTHZ_MATCH_PREFIX}-{provider}-")
+                };
+                (&mut custom.entry(provider).or_default()[dry], prefix)
             }
-            Action::Deny => &mut deny,
-            // AUDIT needs the audit sink; CUSTOM an ext_authz provider.
-            Action::Audit | Action::Custom => continue,
+            action => {
+                let i = match action {
+                    Action::Audit => 0,
+                    Action::Deny => 1,
+                    _ => 2,
+                };
+                let slot = &mut local[i][dry];
+                slot.1 = true;
+                (&mut slot.0, String::new())
+            }
         };
         if ap.rules.is_empty() {
-            continue; // ALLOW with no rules allows nothing; DENY with none denies nothing
+            target.insert(format!("{prefix}ns[{ns}]-policy[{name}]-rule[0]"), match_never());
+            continue;
         }
         for (i, r) in ap.rules.iter().enumerate() {
             let r = migrate_trust_domain(r, &trust_domains);
-            let (permissions, principals, uses_http, skip) = rule(&r, &ns, !http);
+            let (permissions, principals, uses_http, skip) = rule(&r, ns, !http);
+            // Only an ALLOW rule that cannot be built is left out; the
+            // others (DENY, AUDIT, CUSTOM, which istiod builds as DENY)
+            // lose the condition and match more broadly.
             if uses_http && !http && ap.action == Action::Allow {
                 continue;
             }
@@ -633,16 +808,58 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
                 (Some(Skip::Invalid), _) | (Some(Skip::Unsupported), Action::Allow) => continue,
                 _ => {}
             }
-            target.insert(format!("ns[{ns}]-policy[{name}]-rule[{i}]"), rbac::Policy { permissions, principals });
+            target
+                .insert(format!("{prefix}ns[{ns}]-policy[{name}]-rule[{i}]"), rbac::Policy { permissions, principals });
         }
     }
-    let make = |action: rbac::rbac::Action, policies: BTreeMap<String, rbac::Policy>| rbac::Rbac {
-        action: action as i32,
-        policies,
-        ..Default::default()
+    let make = |action: rbac::rbac::Action, (policies, any): (BTreeMap<String, rbac::Policy>, bool)| {
+        any.then(|| rbac::Rbac { action: action as i32, policies, ..Default::default() })
     };
-    Rbacs {
-        deny: (!deny.is_empty()).then(|| make(rbac::rbac::Action::Deny, deny)),
-        allow: any_allow.then(|| make(rbac::rbac::Action::Allow, allow)),
+    let actions = [rbac::rbac::Action::Log, rbac::rbac::Action::Deny, rbac::rbac::Action::Allow];
+    let mut enforced = Vec::new();
+    let mut dry_run = Vec::new();
+    for (action, [e, d]) in actions.into_iter().zip(local) {
+        enforced.push(make(action, e));
+        dry_run.push(make(action, d));
     }
+    let [audit, deny, allow]: [Option<rbac::Rbac>; 3] = enforced.try_into().unwrap_or_default();
+    let custom_conflict = custom.len() > 1 && !model.mesh.multiple_custom_authz_providers;
+    if custom_conflict && first_time(&custom.keys().collect::<Vec<_>>()) {
+        tracing::warn!(
+            target: "authorization",
+            providers = ?custom.keys().collect::<Vec<_>>(),
+            "multiple CUSTOM authorization providers per workload requires PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS feature flag; their rules deny"
+        );
+    }
+    let custom = custom
+        .into_iter()
+        .map(|(provider, [rules, dry])| {
+            let deny = |policies| rbac::Rbac { action: rbac::rbac::Action::Deny as i32, policies, ..Default::default() };
+            let ext_authz = super::extauthz::provider(model, &provider);
+            if let Err(e) = &ext_authz
+                && first_time(&(provider.clone(), e.clone()))
+            {
+                tracing::warn!(target: "authorization", provider, "failed to process CUSTOM action for provider {provider}, will generate deny configs: {e}");
+            }
+            Custom { provider, rules: deny(rules), dry_run: deny(dry), ext_authz }
+        })
+        .collect();
+    Rbacs { custom, custom_conflict, audit, deny, allow, dry_run: dry_run.try_into().unwrap_or_default() }
+}
+
+/// Whether a problem is seen for the first time (a workload's policies
+/// are built per chain and per push: said once).
+fn first_time<T: std::hash::Hash>(what: &T) -> bool {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    static SAID: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(what);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.contains(&h) {
+        return false;
+    }
+    if said.len() >= 1024 {
+        said.clear();
+    }
+    said.push(h);
+    true
 }

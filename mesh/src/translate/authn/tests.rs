@@ -331,3 +331,54 @@ fn trust_domain_aliases_widen_principals_as_istiod_does() {
     let p = format!("{:?}", rb.allow.unwrap().policies["ns[bookinfo]-policy[td]-rule[0]"]);
     assert!(p.contains("spiffe://cluster.local/ns/bookinfo/sa/productpage") && !p.contains("new.example"));
 }
+
+/// istiod's builder.go: a dry-run policy (`istio.io/dry-run: "true"`)
+/// becomes shadow rules with the action's stat prefix, never enforced; a
+/// policy without rules is the explicit never-matching policy; a
+/// workload's CUSTOM policies naming two providers deny (their rules,
+/// renamed) unless PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS is set.
+#[test]
+fn dry_run_no_rules_and_several_custom_providers_as_istiod_builds_them() {
+    let yaml = "\
+apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\n\
+metadata: {name: dry, namespace: bookinfo, annotations: {istio.io/dry-run: \"true\"}}\n\
+spec: {action: DENY, rules: [{from: [{source: {namespaces: [evil]}}]}]}\n---\n\
+apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: none, namespace: bookinfo}\n\
+spec: {action: ALLOW}\n---\n\
+apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: bookinfo}\n\
+spec: {action: CUSTOM, provider: {name: one}, rules: [{}]}\n---\n\
+apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: b, namespace: bookinfo}\n\
+spec: {action: CUSTOM, provider: {name: two}, rules: [{}]}\n";
+    let m = bookinfo_with(yaml, JwksFetch::Istiod);
+    let who = class("bookinfo", &[("app", "reviews")]);
+    let rb = crate::translate::authz::rbacs(&m, &who, true);
+    assert!(rb.deny.is_none(), "a dry run is not enforced");
+    let shadow = rb.dry_run[1].as_ref().unwrap();
+    assert!(shadow.policies.contains_key("ns[bookinfo]-policy[dry]-rule[0]"));
+    let never = &rb.allow.as_ref().unwrap().policies["ns[bookinfo]-policy[none]-rule[0]"];
+    assert!(format!("{never:?}").contains("NotRule"), "{never:?}");
+    assert!(rb.custom_conflict);
+    let filters = rb.http_filters();
+    assert!(filters.iter().all(|f| f.name == "envoy.filters.http.rbac"), "{filters:?}");
+    let decoded: Vec<String> = filters
+        .iter()
+        .map(|f| {
+            use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
+            let Some(ConfigType::TypedConfig(any)) = &f.config_type else { panic!("{f:?}") };
+            let r = <istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac as prost::Message>::decode(
+                &any.value[..],
+            )
+            .unwrap();
+            format!("{r:?}")
+        })
+        .collect();
+    let text = decoded.join("\n");
+    assert!(
+        text.contains("istio-ext-authz-one-ns[bookinfo]-policy[a]-rule[0]-deny-due-to-bad-CUSTOM-action"),
+        "{text}"
+    );
+    assert!(text.contains("istio_dry_run_deny_"), "{text}");
+    let mut m = (*m).clone();
+    std::sync::Arc::make_mut(&mut m.mesh).multiple_custom_authz_providers = true;
+    assert!(!crate::translate::authz::rbacs(&m, &who, true).custom_conflict);
+}

@@ -362,3 +362,94 @@ extensionProviders:
         "{deny}"
     );
 }
+
+/// A VirtualService's `tcp` and `tls` routes on a sidecar's outbound
+/// listeners (`networking/core/tls.go`
+/// `buildSidecarOutboundTCPFilterChainOpts` and `...TLSFilterChainOpts`):
+/// a match on the listener's port sends it to the route's destination (the
+/// destination's only port when it names none), two destinations become
+/// weighted clusters with stat prefix `<name>.<namespace>`, a match on
+/// another port leaves the service's own chain, and a TLS route matches by
+/// server name.
+#[test]
+fn a_sidecar_tcp_route_by_port_is_served_as_istiod_serves_it() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: mysql, namespace: db}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {app: mysql}
+  ports: [{name: tcp-a, port: 3306}, {name: tcp-b, port: 3307}, {name: tcp-c, port: 3308}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: mysql-v2, namespace: db}
+spec: {clusterIP: 10.96.0.31, selector: {app: mysql-v2}, ports: [{name: tcp, port: 13306}]}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: mysql, namespace: db}
+spec:
+  hosts: [mysql]
+  tcp:
+  - match: [{port: 3306}]
+    route: [{destination: {host: mysql-v2}}]
+  - match: [{port: 3307}]
+    route:
+    - {destination: {host: mysql, subset: v1}, weight: 80}
+    - {destination: {host: mysql, subset: v2}, weight: 20}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: db}
+spec:
+  hosts: [api.example.com]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: api, namespace: db}
+spec:
+  hosts: [api.example.com]
+  tls:
+  - match: [{port: 443, sniHosts: [api.example.com]}]
+    route: [{destination: {host: egress.example.com, port: {number: 8443}}}]
+";
+    let got = served(objects, "", "shop", json!({"app": "client"}), "10.1.0.9");
+    let proxy = |listener: &str| -> Vec<Value> {
+        let l = &got["listeners"][listener];
+        assert!(l.is_object(), "no listener {listener}: {:?}", got["listeners"].as_object().unwrap().keys());
+        let mut chains: Vec<Value> = l["filterChains"].as_array().cloned().unwrap_or_default();
+        chains.extend(l.get("defaultFilterChain").cloned());
+        chains
+            .iter()
+            .flat_map(|c| c["filters"].as_array().unwrap().clone())
+            .filter(|f| f["name"] == "envoy.filters.network.tcp_proxy")
+            .map(|f| f["typedConfig"].clone())
+            .collect()
+    };
+    let p3306 = proxy("10.96.0.30_3306");
+    assert_eq!(p3306[0]["cluster"], "outbound|13306||mysql-v2.db.svc.cluster.local", "{p3306:?}");
+    let p3307 = proxy("10.96.0.30_3307");
+    assert_eq!(p3307[0]["statPrefix"], "mysql.db", "{p3307:?}");
+    assert_eq!(
+        p3307[0]["weightedClusters"]["clusters"],
+        json!([{"name": "outbound|3307|v1|mysql.db.svc.cluster.local", "weight": 80},
+               {"name": "outbound|3307|v2|mysql.db.svc.cluster.local", "weight": 20}]),
+    );
+    // No route for 3308: the service's own cluster.
+    let p3308 = proxy("10.96.0.30_3308");
+    assert_eq!(p3308[0]["cluster"], "outbound|3308||mysql.db.svc.cluster.local", "{p3308:?}");
+    // TLS by server name on the address-less ServiceEntry's 0.0.0.0_443.
+    let l = &got["listeners"]["0.0.0.0_443"];
+    let chain = l["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["filterChainMatch"]["serverNames"] == json!(["api.example.com"]))
+        .unwrap_or_else(|| panic!("{l}"));
+    let tcp = chain["filters"].as_array().unwrap().last().unwrap();
+    assert_eq!(tcp["typedConfig"]["cluster"], "outbound|8443||egress.example.com", "{chain}");
+}

@@ -23,6 +23,7 @@ pub mod extauthz;
 pub mod gateway;
 pub mod grpc;
 pub mod inbound;
+pub(crate) mod l4;
 pub mod listener;
 pub mod locality;
 pub mod route;

@@ -85,6 +85,14 @@ pub fn update(
         if crate::model::delegate::any_delegating(&objects.istio) {
             return None;
         }
+        // tcp/tls routes shape the shared outbound listeners: rebuilt whole
+        // while any VirtualService had or has them.
+        let l4 = |o: &istiod_config::istio::IstioObject| {
+            matches!(&o.spec, istiod_config::istio::IstioSpec::VirtualService(vs) if !vs.tcp.is_empty() || !vs.tls.is_empty())
+        };
+        if objects.istio.iter().any(l4) || m.model.routing.iter().any(l4) {
+            return None;
+        }
         let keys: Vec<(String, String, String)> =
             refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
         Some(m.with_routing(objects, &keys))

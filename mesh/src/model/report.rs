@@ -42,9 +42,35 @@ pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
                 add("WasmPlugin", ns, name, "validated, not applied to generated configuration")
             }
             IstioSpec::VirtualService(vs) => {
-                let mesh_bound = vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh");
-                if mesh_bound && (!vs.tcp.is_empty() || !vs.tls.is_empty()) {
-                    add("VirtualService", ns, name, "tcp/tls routes apply on gateways only, not on sidecars");
+                // Sidecars' outbound listeners are shared: tcp/tls routes
+                // apply there unless they depend on the proxy.
+                let mesh_bound = crate::model::for_mesh(vs, ns);
+                let l4 = !vs.tcp.is_empty() || !vs.tls.is_empty();
+                let exported = vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*");
+                let by_source = vs
+                    .tcp
+                    .iter()
+                    .flat_map(|r| &r.matches)
+                    .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty())
+                    || vs
+                        .tls
+                        .iter()
+                        .flat_map(|r| &r.matches)
+                        .any(|m| !m.source_labels.is_empty() || !m.source_namespace.is_empty());
+                if mesh_bound && l4 && !exported {
+                    add(
+                        "VirtualService",
+                        ns,
+                        name,
+                        "tcp/tls routes of a VirtualService not exported to every namespace are not applied on sidecars",
+                    );
+                } else if mesh_bound && by_source {
+                    add(
+                        "VirtualService",
+                        ns,
+                        name,
+                        "tcp/tls matches on sourceLabels or sourceNamespace are not applied on sidecars",
+                    );
                 }
             }
             IstioSpec::Sidecar(sc) => {
@@ -93,13 +119,19 @@ mod tests {
              apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: allow, namespace: a}\n\
              spec: {rules: [{}]}\n---\n\
              apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: ef, namespace: a}\n\
-             spec: {configPatches: []}\n",
+             spec: {configPatches: []}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: a}\n\
+             spec: {hosts: [db], tcp: [{match: [{sourceLabels: {app: x}}], route: [{destination: {host: db}}]}]}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: plain, namespace: a}\n\
+             spec: {hosts: [db2], tcp: [{route: [{destination: {host: db2}}]}]}\n",
             ),
             ..Default::default()
         };
         let got: Vec<String> = not_applied(&objs).iter().map(|n| n.to_string()).collect();
-        // CUSTOM is built (ext_authz), so only the EnvoyFilter is listed.
-        assert_eq!(got.len(), 1, "{got:?}");
+        // CUSTOM is built (ext_authz), and so are tcp routes on sidecars,
+        // except a match that depends on the proxy.
+        assert_eq!(got.len(), 2, "{got:?}");
         assert!(got[0].starts_with("EnvoyFilter a/ef:"), "{got:?}");
+        assert!(got[1].starts_with("VirtualService a/db: tcp/tls matches on sourceLabels"), "{got:?}");
     }
 }

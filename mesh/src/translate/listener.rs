@@ -185,8 +185,11 @@ struct ChainOpts {
     cidrs: Vec<String>,
     alpn: Vec<&'static str>,
     transport: &'static str,
-    /// None: the port's HCM; else tcp_proxy to this cluster.
+    /// None: the port's HCM; else tcp_proxy to this cluster (the stat
+    /// prefix, with `weighted` set).
     cluster: Option<String>,
+    /// A VirtualService route's weighted clusters (empty: `cluster`).
+    weighted: Vec<(String, u32)>,
 }
 
 /// The ALPNs the HTTP inspector sets for plaintext HTTP
@@ -255,13 +258,14 @@ fn cidr_key(c: &str) -> String {
 /// The chains one service port brings to a listener bound as `bind`
 /// (`buildSidecarOutboundTCPListenerOpts`, the TLS variant, and the HTTP
 /// options with the inspector's ALPN on a wildcard bind).
-fn chains_of(svc: &Service, port: &Port, bind: &Bind) -> Vec<ChainOpts> {
+fn chains_of(model: &Model, svc: &Service, port: &Port, bind: &Bind) -> Vec<ChainOpts> {
     let http = ChainOpts {
         sni: vec![],
         cidrs: vec![],
         alpn: PLAINTEXT_HTTP_ALPNS.to_vec(),
         transport: "raw_buffer",
         cluster: None,
+        weighted: vec![],
     };
     let cluster_port = if svc.ports.len() == 1 { svc.ports[0].port } else { port.port };
     let cluster = format!("outbound|{cluster_port}||{}", svc.hostname);
@@ -275,13 +279,44 @@ fn chains_of(svc: &Service, port: &Port, bind: &Bind) -> Vec<ChainOpts> {
             true => vec![svc.hostname.to_string()],
             false => vec![],
         };
-        ChainOpts { sni, cidrs: cidrs.clone(), alpn: vec![], transport: "", cluster: Some(cluster.clone()) }
+        ChainOpts {
+            sni,
+            cidrs: cidrs.clone(),
+            alpn: vec![],
+            transport: "",
+            cluster: Some(cluster.clone()),
+            weighted: vec![],
+        }
+    };
+    // A VirtualService's tcp or tls routes for the host replace the
+    // default chain where they apply.
+    let routed = |default: ChainOpts| -> Vec<ChainOpts> {
+        let (chains, needs_default) = super::l4::sidecar_chains(model, svc, port, &cidrs);
+        let mut out: Vec<ChainOpts> = chains
+            .into_iter()
+            .map(|c| ChainOpts {
+                sni: c.sni,
+                cidrs: c.cidrs,
+                alpn: vec![],
+                transport: "",
+                cluster: Some(c.stat_prefix),
+                weighted: c.weighted,
+            })
+            .collect();
+        if needs_default {
+            out.push(default);
+        }
+        out
     };
     match listen(port) {
         None => vec![],
         Some(Listen::Http) => vec![http],
-        Some(Listen::Tcp) => vec![tcp()],
-        Some(Listen::Auto) => vec![tcp(), http],
+        Some(Listen::Tcp) => routed(tcp()),
+        Some(Listen::Auto) => {
+            let mut out = routed(tcp());
+            out.push(http);
+            out
+        }
     }
 }
 
@@ -297,7 +332,7 @@ fn outbound_listener(model: &Model, address: &str, port: u16, side: &Side) -> Op
         for p in svc.ports.iter().filter(|p| p.port == port) {
             let Some(kind) = listen(p) else { continue };
             for bind in binds(svc, p).into_iter().filter(|b| b.address == address) {
-                let incoming = chains_of(svc, p, &bind);
+                let incoming = chains_of(model, svc, p, &bind);
                 match (&mut entry, kind) {
                     (None, Listen::Tcp) => entry = Some((true, incoming)),
                     (None, _) => entry = Some((false, incoming)),
@@ -380,6 +415,7 @@ fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: Outb
     let mut default = None;
     for c in &chains {
         let filters = match &c.cluster {
+            Some(stat) if !c.weighted.is_empty() => outbound_tcp_weighted(side, stat, &c.weighted),
             Some(cluster) => outbound_tcp(side, cluster, cluster),
             None => http_filters(port, &name, side),
         };
@@ -500,6 +536,33 @@ fn http_filters(port: u16, listener: &str, side: &Side) -> Vec<Filter> {
 fn outbound_tcp(side: &Side, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
     let mut filters: Vec<Filter> = side.stats.as_ref().map(telemetry::stats_network).into_iter().collect();
     filters.push(tcp_proxy_logged(stat_prefix, cluster, &side.log));
+    filters
+}
+
+/// [`outbound_tcp`] to a VirtualService route's weighted clusters
+/// (`buildOutboundNetworkFiltersWithWeightedClusters`).
+fn outbound_tcp_weighted(side: &Side, stat_prefix: &str, clusters: &[(String, u32)]) -> Vec<Filter> {
+    use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
+    let mut filters: Vec<Filter> = side.stats.as_ref().map(telemetry::stats_network).into_iter().collect();
+    let t = tcp::TcpProxy {
+        stat_prefix: stat_prefix.to_owned(),
+        cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::WeightedClusters(tcp::tcp_proxy::WeightedCluster {
+            clusters: clusters
+                .iter()
+                .map(|(name, weight)| tcp::tcp_proxy::weighted_cluster::ClusterWeight {
+                    name: name.clone(),
+                    weight: *weight,
+                    ..Default::default()
+                })
+                .collect(),
+        })),
+        access_log: side.log.to_vec(),
+        ..Default::default()
+    };
+    filters.push(Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any(&t))),
+    });
     filters
 }
 

@@ -30,6 +30,10 @@ pub enum Object {
     Secret(crate::objects::Secret),
     /// A Kubernetes Gateway API object.
     GatewayApi(crate::gateway_api::GatewayApiObject),
+    /// An Ingress.
+    Ingress(crate::objects::Ingress),
+    /// An IngressClass.
+    IngressClass(crate::objects::IngressClass),
     /// An Istio object, validated.
     Istio(crate::istio::IstioObject),
     /// A kind this source does not read yet (counted, not an error).
@@ -64,6 +68,8 @@ impl ObjectRef {
             Object::Namespace(n) => ("Namespace".to_owned(), Some(&n.metadata), None),
             Object::Secret(n) => ("Secret".to_owned(), Some(&n.metadata), None),
             Object::GatewayApi(o) => (format!("{}.{}", o.kind(), crate::gateway_api::GROUP), Some(&o.meta), None),
+            Object::Ingress(i) => ("Ingress".to_owned(), Some(&i.metadata), None),
+            Object::IngressClass(c) => ("IngressClass".to_owned(), Some(&c.metadata), None),
             Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
             Object::Skipped(k) => (k.clone(), None, None),
         };
@@ -115,6 +121,8 @@ fn check_names(obj: &Object) -> Result<(), String> {
         Object::Node(n) => (&n.metadata, false),
         Object::Secret(n) => (&n.metadata, false),
         Object::GatewayApi(o) => (&o.meta, false),
+        Object::Ingress(i) => (&i.metadata, false),
+        Object::IngressClass(c) => (&c.metadata, false),
         Object::Istio(o) => (&o.meta, false),
         Object::Skipped(_) => return Ok(()),
     };
@@ -154,6 +162,14 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
         "Pod" => Object::Pod(Pod::deserialize(value).map_err(e)?),
         "Node" => Object::Node(Node::deserialize(value).map_err(e)?),
         "Namespace" => Object::Namespace(Namespace::deserialize(value).map_err(e)?),
+        // networking.k8s.io/v1 (extensions/v1beta1 and networking.k8s.io/
+        // v1beta1 are gone since Kubernetes 1.22, as in istiod).
+        "Ingress" if head.api_version.as_deref() == Some("networking.k8s.io/v1") => {
+            Object::Ingress(crate::objects::Ingress::deserialize(value).map_err(e)?)
+        }
+        "IngressClass" if head.api_version.as_deref() == Some("networking.k8s.io/v1") => {
+            Object::IngressClass(crate::objects::IngressClass::deserialize(value).map_err(e)?)
+        }
         "Secret" => match crate::objects::Secret::deserialize(value).map_err(e)? {
             s if s.is_read() => Object::Secret(s),
             _ => Object::Skipped(kind),

@@ -10,7 +10,7 @@ use crate::meta::Meta;
 /// The kinds watched, in the order of the watcher's stores (`kube_source.rs`): (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 27] = [
+pub const KINDS: [(&str, &str, &str, &str); 29] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -38,6 +38,8 @@ pub const KINDS: [(&str, &str, &str, &str); 27] = [
     ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
     ("gateway.networking.k8s.io", "v1alpha2", "TCPRoute", "tcproutes"),
     ("gateway.networking.k8s.io", "v1alpha2", "TLSRoute", "tlsroutes"),
+    ("networking.k8s.io", "v1", "Ingress", "ingresses"),
+    ("networking.k8s.io", "v1", "IngressClass", "ingressclasses"),
 ];
 
 /// A Service (core/v1).
@@ -307,4 +309,119 @@ pub struct Objects {
     pub secrets: Vec<Secret>,
     /// Kubernetes Gateway API objects.
     pub gateway_api: Vec<crate::gateway_api::GatewayApiObject>,
+    /// Ingresses (networking.k8s.io/v1).
+    pub ingresses: Vec<Ingress>,
+    /// IngressClasses (networking.k8s.io/v1).
+    pub ingress_classes: Vec<IngressClass>,
+}
+
+/// An Ingress (networking.k8s.io/v1), the fields istiod's ingress
+/// controller reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Ingress {
+    /// Metadata.
+    pub metadata: Meta,
+    /// Spec.
+    pub spec: IngressSpec,
+}
+
+/// `Ingress.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressSpec {
+    /// `ingressClassName`.
+    pub ingress_class_name: Option<String>,
+    /// `defaultBackend` (istiod ignores it).
+    pub default_backend: Option<IngressBackend>,
+    /// `tls`.
+    pub tls: Vec<IngressTls>,
+    /// `rules`.
+    pub rules: Vec<IngressRule>,
+}
+
+/// `Ingress.spec.tls[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressTls {
+    /// `hosts`.
+    pub hosts: Vec<String>,
+    /// `secretName`.
+    pub secret_name: String,
+}
+
+/// `Ingress.spec.rules[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressRule {
+    /// `host` (empty: any).
+    pub host: String,
+    /// `http`.
+    pub http: Option<HttpIngressRule>,
+}
+
+/// `Ingress.spec.rules[].http`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HttpIngressRule {
+    /// `paths`.
+    pub paths: Vec<HttpIngressPath>,
+}
+
+/// `Ingress.spec.rules[].http.paths[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HttpIngressPath {
+    /// `path`.
+    pub path: String,
+    /// `pathType`: `Exact`, `Prefix` or `ImplementationSpecific`.
+    pub path_type: Option<String>,
+    /// `backend`.
+    pub backend: IngressBackend,
+}
+
+/// `IngressBackend`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressBackend {
+    /// `service`.
+    pub service: Option<IngressServiceBackend>,
+}
+
+/// `IngressServiceBackend`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressServiceBackend {
+    /// `name`.
+    pub name: String,
+    /// `port`.
+    pub port: ServiceBackendPort,
+}
+
+/// `ServiceBackendPort`: a number or a name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ServiceBackendPort {
+    /// `name`.
+    pub name: String,
+    /// `number`.
+    pub number: i32,
+}
+
+/// An IngressClass (networking.k8s.io/v1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressClass {
+    /// Metadata.
+    pub metadata: Meta,
+    /// Spec.
+    pub spec: IngressClassSpec,
+}
+
+/// `IngressClass.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IngressClassSpec {
+    /// `controller` (`istio.io/ingress-controller` for istiod).
+    pub controller: String,
 }

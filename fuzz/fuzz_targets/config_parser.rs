@@ -18,6 +18,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 Object::Service(s) => objects.services.push(s),
                 Object::Istio(o) => objects.istio.push(o),
                 Object::GatewayApi(o) => objects.gateway_api.push(o),
+                Object::Ingress(o) => objects.ingresses.push(o),
+                Object::IngressClass(o) => objects.ingress_classes.push(o),
                 Object::Secret(s) => objects.secrets.push(s),
                 Object::Namespace(n) => objects.namespaces.push(n),
                 _ => {}

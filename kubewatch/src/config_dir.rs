@@ -315,6 +315,8 @@ impl ConfigDir {
                 Object::Namespace(n) => loaded.objects.namespaces.push(n),
                 Object::Secret(n) => loaded.objects.secrets.push(n),
                 Object::GatewayApi(o) => loaded.objects.gateway_api.push(o),
+                Object::Ingress(o) => loaded.objects.ingresses.push(o),
+                Object::IngressClass(o) => loaded.objects.ingress_classes.push(o),
                 Object::Istio(o) => loaded.objects.istio.push(o),
                 Object::Skipped(_) => loaded.skipped += 1,
             }

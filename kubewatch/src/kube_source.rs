@@ -127,6 +127,8 @@ fn convert(i: usize, v: &Value) -> Result<Object, String> {
             s if s.is_read() => Object::Secret(s),
             _ => Object::Skipped("Secret".into()),
         },
+        _ if KINDS[i].2 == "Ingress" => Object::Ingress(read(v)?),
+        _ if KINDS[i].2 == "IngressClass" => Object::IngressClass(read(v)?),
         _ if KINDS[i].0 == istiod_config::gateway_api::GROUP => {
             Object::GatewayApi(istiod_config::gateway_api::parse(KINDS[i].2, v.clone())?)
         }
@@ -150,6 +152,8 @@ fn build(stores: &Stores) -> Objects {
                 Object::Namespace(n) => o.namespaces.push(n),
                 Object::Secret(n) => o.secrets.push(n),
                 Object::GatewayApi(x) => o.gateway_api.push(x),
+                Object::Ingress(x) => o.ingresses.push(x),
+                Object::IngressClass(x) => o.ingress_classes.push(x),
                 Object::Istio(x) => o.istio.push(x),
                 Object::Skipped(_) => {}
             }

@@ -58,6 +58,10 @@ pub struct MeshSettings {
     pub scope_gateway_to_namespace: bool,
     /// `PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION`.
     pub route_collapse: bool,
+    /// How Kubernetes Ingresses are read (`ingressClass`,
+    /// `ingressControllerMode`, `ingressService`, `ingressSelector`, and
+    /// `K8S_INGRESS_NS`).
+    pub ingress: IngressSettings,
     /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS` (false): a workload's
     /// CUSTOM policies may name several providers.
     pub multiple_custom_authz_providers: bool,
@@ -202,6 +206,7 @@ impl Default for MeshSettings {
             scope_gateway_to_namespace: false,
             route_collapse: true,
             multiple_custom_authz_providers: false,
+            ingress: IngressSettings::default(),
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
             raw: serde_json::Value::Null,
@@ -367,6 +372,48 @@ struct RawOutbound {
     mode: Option<String>,
 }
 
+/// Which Ingresses istiod's ingress controller processes
+/// (`shouldProcessIngressWithClass`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IngressMode {
+    /// None.
+    Off,
+    /// Those of the `istio` class (annotation or IngressClass), the
+    /// default.
+    #[default]
+    Strict,
+    /// Also those without a class.
+    Default,
+}
+
+/// How Kubernetes Ingresses become Gateways and VirtualServices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngressSettings {
+    /// `ingressClass` (`istio`).
+    pub class: String,
+    /// `ingressControllerMode` (STRICT).
+    pub mode: IngressMode,
+    /// `ingressService` (`istio-ingressgateway`).
+    pub service: String,
+    /// `ingressSelector` (empty).
+    pub selector: String,
+    /// `K8S_INGRESS_NS`: the namespace of the Gateways made
+    /// (`istio-system`).
+    pub namespace: String,
+}
+
+impl Default for IngressSettings {
+    fn default() -> IngressSettings {
+        IngressSettings {
+            class: "istio".into(),
+            mode: IngressMode::Strict,
+            service: "istio-ingressgateway".into(),
+            selector: String::new(),
+            namespace: "istio-system".into(),
+        }
+    }
+}
+
 /// Why the mesh configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("--meshConfig {path}: {reason}")]
@@ -434,6 +481,26 @@ impl MeshSettings {
             m.enable_tracing = b;
         }
         m.proxy_tracing = m.raw.pointer("/defaultConfig/tracing").cloned().unwrap_or_default();
+        let text = |k: &str| m.raw.get(k).and_then(serde_json::Value::as_str).map(str::to_owned);
+        if let Some(c) = text("ingressClass") {
+            m.ingress.class = c;
+        }
+        if let Some(s) = text("ingressService") {
+            m.ingress.service = s;
+        }
+        if let Some(s) = text("ingressSelector") {
+            m.ingress.selector = s;
+        }
+        match text("ingressControllerMode").as_deref() {
+            None | Some("STRICT") => {}
+            Some("OFF") => m.ingress.mode = IngressMode::Off,
+            Some("DEFAULT") => m.ingress.mode = IngressMode::Default,
+            // UNSPECIFIED, or a newer value: istiod processes nothing.
+            Some(other) => {
+                m.ingress.mode = IngressMode::Off;
+                m.notes.push(format!("ingressControllerMode {other}: no Ingress is read"));
+            }
+        }
         for p in raw.extension_providers.unwrap_or_default() {
             let Some(name) = p.get("name").and_then(serde_json::Value::as_str) else {
                 return Err("extensionProviders: a provider without a name".into());

@@ -16,6 +16,7 @@ pub(crate) mod delegate;
 pub mod destination_rules;
 pub mod gateway;
 pub mod gateway_api;
+pub mod ingress;
 pub mod report;
 pub mod telemetry;
 
@@ -596,9 +597,12 @@ impl Model {
         // The Gateway API, as the Istio Gateways and VirtualServices istiod
         // makes of it, kept in the same (namespace, name) order.
         let api = gateway_api::convert(&objs.gateway_api, &model.namespaces, domain);
+        // Kubernetes Ingresses, likewise (istiod's ingress controller).
+        let ingress = ingress::convert(objs, &model.mesh.ingress, domain);
         let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));
         let mut routing = sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
         routing.extend(api.virtual_services);
+        routing.extend(ingress.virtual_services);
         for o in &mut routing {
             routing_export_default(o, &model.mesh);
         }
@@ -618,6 +622,7 @@ impl Model {
         model.telemetries = Arc::new(telemetries);
         let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
         gateways.extend(api.gateways);
+        gateways.extend(ingress.gateways);
         gateways.sort_by(by_name);
         model.gateways = Arc::new(gateways);
         model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses: api.statuses });

@@ -68,6 +68,10 @@ pub fn update(
     // A new mesh configuration may change anything: no fast path.
     let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
         if let Some(refs) = all(&Model::SERVICE_KINDS) {
+            // An Ingress's named backend port is read from its Service.
+            if !objects.ingresses.is_empty() && refs.iter().any(|r| r.kind == "Service") {
+                return None;
+            }
             return Some(m.with_services(objects, refs));
         }
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {

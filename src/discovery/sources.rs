@@ -262,6 +262,7 @@ pub(super) fn discovery_filter(
     objects.secrets.retain(|o| keep(o.metadata.ns()));
     objects.istio.retain(|o| keep(o.meta.ns()));
     objects.gateway_api.retain(|o| keep(o.meta.ns()));
+    objects.ingresses.retain(|o| keep(o.metadata.ns()));
     objects.namespaces.retain(|n| selected.contains(&n.metadata.name));
     if let Some(changed) = changed {
         changed.retain(|r| if r.kind == "Namespace" { true } else { keep(&r.namespace) });

@@ -609,6 +609,8 @@ mod tests {
                 Object::Secret(s) => o.secrets.push(s),
                 Object::Service(s) => o.services.push(s),
                 Object::GatewayApi(g) => o.gateway_api.push(g),
+                Object::Ingress(i) => o.ingresses.push(i),
+                Object::IngressClass(c) => o.ingress_classes.push(c),
                 Object::Namespace(n) => o.namespaces.push(n),
                 other => panic!("{other:?}"),
             }

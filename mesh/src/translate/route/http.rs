@@ -282,8 +282,10 @@ pub(super) fn vs_routes(
     // Routes translated from the Gateway API (istiod's
     // `UseGatewaySemantics`): prefixes match whole path segments, and a
     // backend that does not exist answers 500, not 503.
-    let gateway_semantics =
-        obj.meta.annotations.get("internal.istio.io/route-semantics").is_some_and(|v| v == "gateway");
+    let semantics = obj.meta.annotations.get("internal.istio.io/route-semantics").map(String::as_str);
+    let gateway_semantics = semantics == Some("gateway");
+    // Ingress and Gateway API prefixes match whole path segments.
+    let segment_prefixes = gateway_semantics || semantics == Some("ingress");
     let mut out = Vec::new();
     for r in &vs.http {
         // Proxyless gRPC forwards only: redirects and direct responses are
@@ -399,7 +401,7 @@ pub(super) fn vs_routes(
                     use route::route_match::PathSpecifier;
                     let path = match &m.uri {
                         Some(StringMatch { exact: Some(e), .. }) => PathSpecifier::Path(e.clone()),
-                        Some(StringMatch { prefix: Some(p), .. }) if gateway_semantics && p != "/" => {
+                        Some(StringMatch { prefix: Some(p), .. }) if segment_prefixes && p != "/" => {
                             PathSpecifier::PathSeparatedPrefix(p.trim_end_matches('/').to_owned())
                         }
                         Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
@@ -415,7 +417,8 @@ pub(super) fn vs_routes(
                     route::RouteMatch {
                         path_specifier: Some(path),
                         headers,
-                        case_sensitive: m.ignore_uri_case.then_some(false),
+                        // istiod sets it either way (TranslateRouteMatch).
+                        case_sensitive: Some(!m.ignore_uri_case),
                         ..Default::default()
                     }
                 })

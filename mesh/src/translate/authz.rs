@@ -21,8 +21,7 @@ use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::config::route::v3 as route;
-use istiod_proto::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_http;
-use istiod_proto::envoy::extensions::filters::network::ext_authz::v3 as ext_authz_net;
+use super::extauthz::ExtAuthz;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 
 use crate::model::Model;
@@ -66,15 +65,6 @@ pub struct Custom {
     /// unknown or invalid provider: istiod then denies what the rules
     /// match).
     pub ext_authz: Result<ExtAuthz, String>,
-}
-
-/// An `envoyExtAuthzHttp` or `envoyExtAuthzGrpc` provider as filters.
-#[derive(Debug, Clone)]
-pub struct ExtAuthz {
-    /// The HTTP filter.
-    pub http: ext_authz_http::ExtAuthz,
-    /// The network filter (gRPC providers only).
-    pub tcp: Option<ext_authz_net::ExtAuthz>,
 }
 
 const HTTP_RBAC: &str = "envoy.filters.http.rbac";

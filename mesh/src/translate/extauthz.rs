@@ -14,8 +14,16 @@ use istiod_proto::envoy::r#type::v3 as types;
 use istiod_proto::prost_types::Duration;
 use serde_json::Value;
 
-use super::authz::ExtAuthz;
 use crate::model::Model;
+
+/// An `envoyExtAuthzHttp` or `envoyExtAuthzGrpc` provider as filters.
+#[derive(Debug, Clone)]
+pub struct ExtAuthz {
+    /// The HTTP filter.
+    pub http: http::ExtAuthz,
+    /// The network filter (gRPC providers only).
+    pub tcp: Option<net::ExtAuthz>,
+}
 
 /// The ext_authz filters of provider `name`, or istiod's error for it.
 pub fn provider(model: &Model, name: &str) -> Result<ExtAuthz, String> {

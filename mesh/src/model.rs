@@ -306,7 +306,12 @@ impl PartialEq for LazyIndex {
 struct RoutingIndex {
     len: usize,
     destination_rules: destination_rules::DestinationRules,
+    /// The VirtualServices bound to the mesh, in istiod's order.
+    mesh_order: Vec<usize>,
+    /// Exact host -> the first VirtualService (in that order) naming it.
     virtual_services: std::collections::HashMap<String, usize>,
+    /// Wildcard host -> the first VirtualService naming it.
+    wildcards: Vec<(String, usize)>,
 }
 
 /// Secrets by (namespace, name): their data decoded, and a hash of it (the
@@ -359,6 +364,22 @@ pub fn for_mesh(vs: &networking::VirtualService, ns: &str) -> bool {
     gateway::bound_gateways(&vs.gateways, ns).iter().any(|g| g == "mesh")
 }
 
+/// The VirtualServices of `routing` bound to the mesh, in istiod's order
+/// (`sortConfigByCreationTime`: creation time, name, namespace).
+fn mesh_order(routing: &imbl::Vector<IstioObject>) -> Vec<usize> {
+    let mut order: Vec<usize> = routing
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| matches!(&o.spec, IstioSpec::VirtualService(vs) if for_mesh(vs, o.meta.ns())))
+        .map(|(i, _)| i)
+        .collect();
+    order.sort_by(|&a, &b| {
+        let key = |o: &IstioObject| (o.meta.creation_timestamp.clone(), o.meta.name.clone(), o.meta.ns().to_owned());
+        key(&routing[a]).cmp(&key(&routing[b]))
+    });
+    order
+}
+
 impl Model {
     fn index(&self) -> Option<&RoutingIndex> {
         let index = self.routing_index.0.get_or_init(|| {
@@ -369,15 +390,18 @@ impl Model {
                 }),
                 ..RoutingIndex::default()
             };
-            for (i, o) in self.routing.iter().enumerate() {
-                // Sidecars read the VirtualServices bound to `mesh` (no
-                // `gateways`, or `mesh` among them); the others are a
-                // gateway's alone (istiod's getGatewayNames).
-                if let IstioSpec::VirtualService(vs) = &o.spec
-                    && for_mesh(vs, o.meta.ns())
-                {
-                    for h in &vs.hosts {
-                        ix.virtual_services.entry(self.resolve_host(h, o.meta.ns())).or_insert(i);
+            ix.mesh_order = mesh_order(&self.routing);
+            for &i in &ix.mesh_order {
+                let o = &self.routing[i];
+                let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+                for h in &vs.hosts {
+                    let h = self.resolve_host(h, o.meta.ns());
+                    if h.starts_with('*') {
+                        if !ix.wildcards.iter().any(|(w, _)| *w == h) {
+                            ix.wildcards.push((h, i));
+                        }
+                    } else {
+                        ix.virtual_services.entry(h).or_insert(i);
                     }
                 }
             }
@@ -433,22 +457,66 @@ impl Model {
         rules.select(proxy_ns, &selects, &self.mesh.root_namespace, host, svc_ns)
     }
 
-    /// The VirtualService that routes `host`, if any (the first by
-    /// namespace and name, as istiod picks one when several claim a host).
+    /// The VirtualService that routes `host`, if any, as istiod's sidecar
+    /// scope picks it among all of them: the first (in [`mesh_order`]) that
+    /// names the host, else the first naming the most specific wildcard
+    /// that covers it (`computeWildcardHostVirtualServiceIndex`).
     pub fn virtual_service(&self, host: &str) -> Option<(&IstioObject, &networking::VirtualService)> {
-        let o = match self.index() {
-            Some(ix) => &self.routing[*ix.virtual_services.get(host)?],
-            None => self.routing.iter().find(|o| match &o.spec {
-                IstioSpec::VirtualService(vs) => {
-                    for_mesh(vs, o.meta.ns()) && vs.hosts.iter().any(|h| self.resolve_host(h, o.meta.ns()) == host)
-                }
-                _ => false,
-            })?,
-        };
-        match &o.spec {
-            IstioSpec::VirtualService(vs) => Some((o, vs)),
+        let i = match self.index() {
+            Some(ix) => ix.virtual_services.get(host).copied().or_else(|| {
+                ix.wildcards
+                    .iter()
+                    .filter(|(w, _)| destination_rules::host_matches(w, host))
+                    .min_by_key(|(w, _)| std::cmp::Reverse(w.len()))
+                    .map(|(_, i)| *i)
+            }),
+            None => {
+                let order = mesh_order(&self.routing);
+                self.pick_virtual_service(&order, host)
+            }
+        }?;
+        match &self.routing[i].spec {
+            IstioSpec::VirtualService(vs) => Some((&self.routing[i], vs)),
             _ => None,
         }
+    }
+
+    /// The VirtualServices bound to the mesh, as indexes into `routing`,
+    /// in istiod's order (`sortConfigByCreationTime`: creation time, then
+    /// name, then namespace).
+    pub fn mesh_virtual_services(&self) -> std::borrow::Cow<'_, [usize]> {
+        match self.index() {
+            Some(ix) => std::borrow::Cow::Borrowed(&ix.mesh_order),
+            None => std::borrow::Cow::Owned(mesh_order(&self.routing)),
+        }
+    }
+
+    /// Among the VirtualServices `order` (indexes into `routing`), the one
+    /// for `host`: the first naming it, else the first naming the most
+    /// specific wildcard covering it.
+    pub fn pick_virtual_service(&self, order: &[usize], host: &str) -> Option<usize> {
+        let hosts = |i: usize| match &self.routing[i].spec {
+            IstioSpec::VirtualService(vs) => {
+                let ns = self.routing[i].meta.ns();
+                vs.hosts.iter().map(|h| self.resolve_host(h, ns)).collect::<Vec<_>>()
+            }
+            _ => Vec::new(),
+        };
+        let mut best: Option<(usize, usize)> = None;
+        for &i in order {
+            for h in hosts(i) {
+                if h == host {
+                    return Some(i);
+                }
+                if h.starts_with('*')
+                    && destination_rules::host_matches(&h, host)
+                    && best.is_none_or(|(len, _)| h.len() > len)
+                {
+                    best = Some((h.len(), i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
     }
 
     /// The FQDN a host written in config means, as istiod's

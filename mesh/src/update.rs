@@ -99,7 +99,17 @@ pub fn update(
         }
         let keys: Vec<(String, String, String)> =
             refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
-        Some(m.with_routing(objects, &keys))
+        // A VirtualService read beyond its services' virtual hosts (a
+        // wildcard or unknown host, a host another one names): rebuilt
+        // whole, before or after.
+        let special = |model: &Model| {
+            model.routing_named(&keys).any(|o| crate::translate::route::is_special_virtual_service(model, o))
+        };
+        if special(&m.model) {
+            return None;
+        }
+        let next = m.with_routing(objects, &keys);
+        (!special(&next.model)).then_some(next)
     });
     match (fast, prev) {
         (Some(m), _) => (Arc::new(m), true),

@@ -460,12 +460,14 @@ fn a_virtual_service_exported_to_its_namespace_routes_only_there() {
     let inside = class("bookinfo", &[("app", "productpage")]);
     let outside = class("other", &[("app", "x")]);
     assert_eq!(details_routes(&inside, "9080"), ["local-only"]);
-    assert_eq!(details_routes(&outside, "9080"), ["default"]);
+    // Elsewhere the public `details` VirtualService (its route is
+    // unnamed) is the one istiod's VirtualServicesForGateway finds.
+    assert_eq!(details_routes(&outside, "9080"), [""]);
     // Proxyless gRPC route configurations too.
     let mut grpc = outside.clone();
     grpc.generator = "grpc".into();
     let grpc_name = "outbound|9080||details.bookinfo.svc.cluster.local";
-    assert_eq!(details_routes(&grpc, grpc_name), ["default"]);
+    assert_eq!(details_routes(&grpc, grpc_name), [""]);
     let mut grpc_inside = inside.clone();
     grpc_inside.generator = "grpc".into();
     assert_eq!(details_routes(&grpc_inside, grpc_name), ["local-only"]);
@@ -914,6 +916,45 @@ fn a_routing_change_updated_in_place_equals_a_rebuild() {
         );
         serves_alike(&fast, &full);
     }
+}
+
+/// A VirtualService read beyond its services' virtual hosts (a wildcard
+/// host, a host that is no service: istiod's BuildSidecarVirtualHostWrapper
+/// gives those hosts virtual hosts of their own, per proxy) is applied by a
+/// full rebuild, and what is served shows it: the wildcard claims the
+/// services it covers, the unknown host gets a virtual host on route 80.
+#[test]
+fn a_wildcard_or_unknown_host_virtual_service_is_rebuilt_whole() {
+    use istiod_config::manifest::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    let mut after = before.clone();
+    let added = istio_objects(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: wild, namespace: bookinfo}\n\
+         spec: {hosts: ['*.bookinfo.svc.cluster.local', api.example.com], http: [{name: wild, route: [{destination: {host: ratings}}]}]}\n",
+    );
+    after.istio.extend(added.clone());
+    let refs = vec![ObjectRef::of(&Object::Istio(added[0].clone()))];
+    let (next, incremental) =
+        crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(!incremental, "rebuilt whole");
+    let snap = snapshot(&next.model);
+    let who = class("bookinfo", &[("app", "productpage")]);
+    let names = |table: &str, host: &str| -> Vec<String> {
+        let rc = route::RouteConfiguration::decode(MeshGenerator.generate(&snap, &who, Kind::Route, table).unwrap())
+            .unwrap();
+        let vh = rc.virtual_hosts.iter().find(|v| v.name == host);
+        vh.map(|v| v.routes.iter().map(|r| r.name.clone()).collect()).unwrap_or_default()
+    };
+    // inventory has no VirtualService of its own: the wildcard's; details
+    // keeps its own (an exact host wins over a wildcard).
+    assert_eq!(names("7070", "inventory.bookinfo.svc.cluster.local:7070"), ["wild"]);
+    assert_eq!(names("9080", "details.bookinfo.svc.cluster.local:9080"), [""]);
+    // The host that is no service rides on the ports of the services the
+    // VirtualService claims.
+    assert_eq!(names("7070", "api.example.com:7070"), ["wild"]);
 }
 
 /// httproute.go: `*.`-prefixed domains are for headless Kubernetes

@@ -15,13 +15,13 @@
 
 use std::collections::BTreeMap;
 
+use super::extauthz::ExtAuthz;
 use crate::node::ProxyClass;
 use istiod_config::istio::security::{Action, AuthorizationPolicy, Rule};
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::rbac::v3 as rbac;
 use istiod_proto::envoy::config::route::v3 as route;
-use super::extauthz::ExtAuthz;
 use istiod_proto::envoy::r#type::matcher::v3 as matcher;
 
 use crate::model::Model;

@@ -71,7 +71,7 @@ fn add_service(model: &Model, svc: &crate::model::Service, t: &mut super::Transl
         Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
         t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
         let hosts = vec![ServiceRoutes::new(model, svc, port.port, Flavor::Grpc)];
-        let table = RouteTable { name: route_name.clone(), flavor: Flavor::Grpc, hosts };
+        let table = RouteTable { name: route_name.clone(), flavor: Flavor::Grpc, hosts, vs_digest: 0 };
         t.resources.insert((Kind::Route, route_name.as_str().into()), table.digest());
         Arc::make_mut(&mut t.routes).insert(route_name.into(), table);
     }

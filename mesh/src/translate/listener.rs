@@ -136,8 +136,9 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     for (address, port) in keys {
         set_listener(model, &address, port, &side, t);
     }
+    let vs_digest = super::route::special_virtual_services_digest(model);
     for port in http_ports {
-        route_table(model, port, t);
+        route_table(model, port, vs_digest, t);
     }
 }
 
@@ -153,7 +154,7 @@ fn set_listener(model: &Model, address: &str, port: u16, side: &Side, t: &mut su
 
 /// Makes route table `"<port>"` what `model` says: a virtual host per
 /// service with an HTTP or sniffed port `port`.
-fn route_table(model: &Model, port: u16, t: &mut super::Translation) {
+fn route_table(model: &Model, port: u16, vs_digest: u64, t: &mut super::Translation) {
     let table: Arc<str> = port.to_string().into();
     let http: Vec<Arc<ServiceRoutes>> = model
         .services
@@ -167,7 +168,7 @@ fn route_table(model: &Model, port: u16, t: &mut super::Translation) {
         t.resources.remove(&(Kind::Route, table));
         return;
     }
-    let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http };
+    let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http, vs_digest };
     t.resources.insert((Kind::Route, table.clone()), rt.digest());
     routes.insert(table, rt);
 }
@@ -442,8 +443,13 @@ fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: Outb
 /// hosts' virtual hosts replaced.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
-    update_hosts_only(old, new, hosts, &side, t);
-    if telemetry::reads_services(new) && side != telemetry::outbound(old) {
+    let vs_digest = super::route::special_virtual_services_digest(new);
+    update_hosts_only(old, new, hosts, &side, vs_digest, t);
+    if vs_digest != super::route::special_virtual_services_digest(old) {
+        // A VirtualService's host became or stopped being a service: the
+        // route tables read it beyond the services' own virtual hosts.
+        translate(new, t);
+    } else if telemetry::reads_services(new) && side != telemetry::outbound(old) {
         // A collector's Service came or went: every outbound listener's
         // tracer or access log changes, not only those of `hosts`.
         translate(new, t);
@@ -451,7 +457,14 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
 }
 
 /// [`update_hosts`] for the listeners and route tables of `hosts` alone.
-fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, t: &mut super::Translation) {
+fn update_hosts_only(
+    old: &Model,
+    new: &Model,
+    hosts: &[Arc<str>],
+    side: &Side,
+    vs_digest: u64,
+    t: &mut super::Translation,
+) {
     let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut ports: BTreeSet<u16> = BTreeSet::new();
     for svc in hosts.iter().flat_map(|h| [old.services.get(h), new.services.get(h)]).flatten() {
@@ -469,7 +482,7 @@ fn update_hosts_only(old: &Model, new: &Model, hosts: &[Arc<str>], side: &Side, 
         let http = |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            route_table(new, port, t);
+            route_table(new, port, vs_digest, t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.

@@ -162,6 +162,40 @@ pub struct RouteTable {
     /// A virtual host per service, in hostname order (shared between
     /// tables: a change replaces the hosts it touches).
     pub hosts: Vec<Arc<ServiceRoutes>>,
+    /// A digest of the VirtualServices rendering reads beyond the
+    /// services' own ([`special_virtual_services_digest`]).
+    pub vs_digest: u64,
+}
+
+/// Whether the mesh VirtualService `o` is read beyond the virtual hosts of
+/// the services it names: a wildcard host, a host that is no service, or a
+/// host another VirtualService names too (its choice, and its hosts of
+/// their own, differ by proxy).
+pub fn is_special_virtual_service(model: &Model, o: &istiod_config::istio::IstioObject) -> bool {
+    let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { return false };
+    if !crate::model::for_mesh(vs, o.meta.ns()) {
+        return false;
+    }
+    vs.hosts.iter().any(|h| {
+        let h = model.resolve_host(h, o.meta.ns());
+        h.starts_with('*')
+            || !model.services.contains_key(h.as_str())
+            || model.virtual_service(&h).is_some_and(|(other, _)| !std::ptr::eq(other, o))
+    })
+}
+
+/// A digest of the special VirtualServices ([`is_special_virtual_service`]),
+/// in istiod's order.
+pub fn special_virtual_services_digest(model: &Model) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for &i in model.mesh_virtual_services().iter() {
+        let o = &model.routing[i];
+        if is_special_virtual_service(model, o) {
+            (o.meta.ns(), &o.meta.name, &o.meta.creation_timestamp, format!("{:?}", o.spec)).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 impl RouteTable {
@@ -170,7 +204,7 @@ impl RouteTable {
     pub fn digest(&self) -> Bytes {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&self.name, self.flavor).hash(&mut h);
+        (&self.name, self.flavor, self.vs_digest).hash(&mut h);
         for vh in &self.hosts {
             vh.digest.hash(&mut h);
         }
@@ -189,47 +223,54 @@ impl RouteTable {
         policy: OutboundPolicy,
         visible: impl Fn(&Service, u16) -> bool,
     ) -> route::RouteConfiguration {
-        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
-        let mut virtual_hosts = Vec::new();
-        for vh in &self.hosts {
-            let Some(svc) = model.services.get(&vh.host) else { continue };
-            if !visible(svc, vh.port) {
-                continue;
-            }
-            // istiod's dedupeDomains: a domain an earlier host took is dropped.
-            let domains: Vec<String> = domains(model, svc, vh.port, &class.namespace, self.flavor)
-                .into_iter()
-                .filter(|d| seen.insert(d.clone()))
-                .collect();
-            let routes = vh
-                .routes
-                .iter()
-                .filter(|r| r.scope.admits(&class.namespace, &class.labels))
-                .map(|r| {
-                    let mut out = r.route.clone();
-                    if let Some((host, port, subset)) = &r.hash_destination
-                        && let Some(i) = model.rule_index_for(&class.namespace, &class.labels, host)
-                        && let Some(route::route::Action::Route(a)) = &mut out.action
-                    {
-                        a.hash_policy = hash_policy(&model.destination_rules().get(i).rule, *port, subset);
-                        // newRetryPolicy(hashPolicy): no other-host preference.
-                        if !a.hash_policy.is_empty()
-                            && let Some(rp) = a.retry_policy.as_mut()
-                        {
-                            rp.retry_host_predicate.clear();
+        let services: Vec<(&Arc<ServiceRoutes>, &Service)> = self
+            .hosts
+            .iter()
+            .filter_map(|vh| model.services.get(&vh.host).filter(|s| visible(s, vh.port)).map(|s| (vh, s)))
+            .collect();
+        let mut hosts = Hosts { seen: Default::default(), names: Default::default(), out: Vec::new() };
+        let flavor = self.flavor;
+        let service_host = |hosts: &mut Hosts, vh: &ServiceRoutes, svc: &Service, routes: &[ScopedRoute]| {
+            let domains = domains(model, svc, vh.port, &class.namespace, flavor);
+            hosts.push(format!("{}:{}", vh.host, vh.port), domains, render_routes(model, class, routes), flavor);
+        };
+        match (self.flavor, self.name.parse::<u16>()) {
+            (Flavor::Envoy, Ok(port)) => {
+                // istiod's BuildSidecarVirtualHostWrapper: the hosts of the
+                // VirtualServices this proxy sees first, in their order,
+                // then the services no VirtualService claims.
+                let (plan, defaults) = plan_virtual_hosts(model, class, port, &services);
+                let mut claimed = std::collections::HashSet::new();
+                for step in &plan {
+                    match step {
+                        Planned::Host { name, routes } => {
+                            let routes = render_routes(model, class, routes);
+                            hosts.push(format!("{name}:{port}"), vec![name.clone()], routes, flavor);
+                        }
+                        Planned::Service { at, routes } => {
+                            let (vh, svc) = services[*at];
+                            claimed.insert(*at);
+                            service_host(&mut hosts, vh, svc, routes.as_deref().unwrap_or(&vh.routes));
                         }
                     }
-                    out
-                })
-                .collect();
-            virtual_hosts.push(route::VirtualHost {
-                name: format!("{}:{}", vh.host, vh.port),
-                domains,
-                routes,
-                include_request_attempt_count: self.flavor == Flavor::Envoy,
-                ..Default::default()
-            });
+                }
+                for (i, (vh, svc)) in services.iter().enumerate() {
+                    if !claimed.contains(&i) {
+                        let routes = defaults.get(&i).map_or(&vh.routes[..], Vec::as_slice);
+                        service_host(&mut hosts, vh, svc, routes);
+                    }
+                }
+            }
+            _ => {
+                for (vh, svc) in &services {
+                    match proxy_routes(model, class, vh, svc, self.flavor) {
+                        Some(routes) => service_host(&mut hosts, vh, svc, &routes),
+                        None => service_host(&mut hosts, vh, svc, &vh.routes),
+                    }
+                }
+            }
         }
+        let mut virtual_hosts = hosts.out;
         match self.flavor {
             Flavor::Grpc => route::RouteConfiguration { name: self.name.clone(), virtual_hosts, ..Default::default() },
             Flavor::Envoy => {
@@ -244,6 +285,176 @@ impl RouteTable {
             }
         }
     }
+}
+
+/// The virtual hosts of one route configuration as they are made: names
+/// and domains taken by earlier hosts are not repeated (istiod's
+/// `buildVirtualHost` and `dedupeDomains`).
+struct Hosts {
+    seen: std::collections::HashSet<String>,
+    names: std::collections::HashSet<String>,
+    out: Vec<route::VirtualHost>,
+}
+
+impl Hosts {
+    fn push(&mut self, name: String, domains: Vec<String>, routes: Vec<route::Route>, flavor: Flavor) {
+        if !self.names.insert(name.clone()) {
+            return;
+        }
+        let domains: Vec<String> = domains.into_iter().filter(|d| self.seen.insert(d.clone())).collect();
+        if domains.is_empty() {
+            return;
+        }
+        self.out.push(route::VirtualHost {
+            name,
+            domains,
+            routes,
+            include_request_attempt_count: flavor == Flavor::Envoy,
+            ..Default::default()
+        });
+    }
+}
+
+/// The routes meant for a proxy of `class`, with the hash policy of the
+/// DestinationRule in force for it.
+fn render_routes(model: &Model, class: &ProxyClass, routes: &[ScopedRoute]) -> Vec<route::Route> {
+    routes
+        .iter()
+        .filter(|r| r.scope.admits(&class.namespace, &class.labels))
+        .map(|r| {
+            let mut out = r.route.clone();
+            if let Some((host, port, subset)) = &r.hash_destination
+                && let Some(i) = model.rule_index_for(&class.namespace, &class.labels, host)
+                && let Some(route::route::Action::Route(a)) = &mut out.action
+            {
+                a.hash_policy = hash_policy(&model.destination_rules().get(i).rule, *port, subset);
+                // newRetryPolicy(hashPolicy): no other-host preference.
+                if !a.hash_policy.is_empty()
+                    && let Some(rp) = a.retry_policy.as_mut()
+                {
+                    rp.retry_host_predicate.clear();
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// A service's routes for a proxy of `class` where its choice of
+/// VirtualService (among those it sees) is not the shared one; `None`
+/// where the shared routes stand.
+fn proxy_routes(
+    model: &Model,
+    class: &ProxyClass,
+    vh: &ServiceRoutes,
+    svc: &Service,
+    flavor: Flavor,
+) -> Option<Vec<ScopedRoute>> {
+    if model.mesh_virtual_services().is_empty() {
+        return None;
+    }
+    let order = super::scope::virtual_services(model, class, vh.port);
+    let chosen = model.pick_virtual_service(&order, &svc.hostname).map(|i| &model.routing[i]);
+    let shared = model.virtual_service(&svc.hostname);
+    match (chosen, shared) {
+        (Some(c), Some((s, _))) if std::ptr::eq(c, s) => None,
+        (Some(c), _) => match &c.spec {
+            istiod_config::istio::IstioSpec::VirtualService(vs) => {
+                Some(routes_with(model, svc, vh.port, flavor, Some((c, vs))))
+            }
+            _ => None,
+        },
+        // Not exported here: the shared routes' fallback stands.
+        (None, Some((o, vs))) if vs_export(vs, o.meta.ns()).is_some() => None,
+        (None, Some(_)) => Some(routes_with(model, svc, vh.port, flavor, None)),
+        (None, None) => None,
+    }
+}
+
+/// One step of a route configuration's plan for a proxy.
+enum Planned {
+    /// A VirtualService host that is none of the services the proxy sees
+    /// on the port: a virtual host of its own, with the VirtualService's
+    /// routes.
+    Host { name: String, routes: Vec<ScopedRoute> },
+    /// The service at this index, claimed by a VirtualService: with these
+    /// routes where the proxy's choice differs from the shared one.
+    Service { at: usize, routes: Option<Vec<ScopedRoute>> },
+}
+
+/// istiod's `BuildSidecarOutboundVirtualHosts` for the VirtualServices a
+/// proxy of `class` sees (`scope::virtual_services`) on route
+/// configuration `port`, over the services it sees there (`services`):
+/// each service takes the first VirtualService naming it, else the first
+/// naming the most specific wildcard covering it; a VirtualService's other
+/// hosts get virtual hosts of their own on the ports of the services it
+/// claims, or on 80 when it claims none (istiod's "gross HACK"). Also the
+/// default routes of the services whose shared VirtualService this proxy
+/// does not see.
+fn plan_virtual_hosts(
+    model: &Model,
+    class: &ProxyClass,
+    port: u16,
+    services: &[(&Arc<ServiceRoutes>, &Service)],
+) -> (Vec<Planned>, std::collections::HashMap<usize, Vec<ScopedRoute>>) {
+    let mut defaults = std::collections::HashMap::new();
+    if model.mesh_virtual_services().is_empty() {
+        return (Vec::new(), defaults);
+    }
+    let order = super::scope::virtual_services(model, class, port);
+    let by_host: std::collections::HashMap<&str, usize> =
+        services.iter().enumerate().map(|(i, (_, s))| (&*s.hostname, i)).collect();
+    // The proxy's choice for each service, and whether it is the shared one.
+    let chosen: Vec<Option<usize>> =
+        services.iter().map(|(_, s)| model.pick_virtual_service(&order, &s.hostname)).collect();
+    let mut out = Vec::new();
+    for &i in order.iter() {
+        let o = &model.routing[i];
+        let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        let hosts: Vec<String> = vs.hosts.iter().map(|h| model.resolve_host(h, o.meta.ns())).collect();
+        let matches = |h: &str, s: &str| crate::model::destination_rules::host_matches(h, s);
+        // selectVirtualServices (ports other than 80): it must name a
+        // service of the port.
+        let names_a_service = hosts
+            .iter()
+            .any(|h| by_host.contains_key(h.as_str()) || services.iter().any(|(_, s)| matches(h, &s.hostname)));
+        if port != 80 && !names_a_service {
+            continue;
+        }
+        let claimed: Vec<usize> = (0..services.len()).filter(|&k| chosen[k] == Some(i)).collect();
+        let exact_claims = hosts.iter().any(|h| by_host.contains_key(h.as_str()));
+        let others: Vec<&String> = hosts
+            .iter()
+            .filter(|h| match h.starts_with('*') {
+                true => !services.iter().any(|(_, s)| matches(h, &s.hostname)),
+                false => !by_host.contains_key(h.as_str()),
+            })
+            .collect();
+        if !others.is_empty() && (exact_claims || !claimed.is_empty() || port == 80) {
+            let routes = http::vs_routes(model, o, vs, port, Flavor::Envoy, "", false);
+            if !routes.is_empty() {
+                out.extend(others.into_iter().map(|h| Planned::Host { name: h.clone(), routes: routes.clone() }));
+            }
+        }
+        for k in claimed {
+            let (vh, svc) = services[k];
+            let shared = model.virtual_service(&svc.hostname).map(|(so, _)| std::ptr::eq(so, o)).unwrap_or(false);
+            let routes = (!shared).then(|| routes_with(model, svc, vh.port, Flavor::Envoy, Some((o, vs))));
+            out.push(Planned::Service { at: k, routes });
+        }
+    }
+    for (k, (vh, svc)) in services.iter().enumerate() {
+        // A VirtualService this proxy does not import (its Sidecar) leaves
+        // the default route; one not exported here has its fallback
+        // route in the shared routes already.
+        if chosen[k].is_none()
+            && let Some((o, vs)) = model.virtual_service(&svc.hostname)
+            && vs_export(vs, o.meta.ns()).is_none()
+        {
+            defaults.insert(k, routes_with(model, svc, vh.port, Flavor::Envoy, None));
+        }
+    }
+    (out, defaults)
 }
 
 fn default_route(cluster: String, flavor: Flavor) -> route::Route {
@@ -277,9 +488,20 @@ pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
 /// The routes of `svc`'s `port`: its VirtualService's HTTP routes, or a
 /// default route to the port's cluster.
 pub(crate) fn routes(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Vec<ScopedRoute> {
+    routes_with(model, svc, port, flavor, model.virtual_service(&svc.hostname))
+}
+
+/// [`routes`] under VirtualService `chosen` (none: the default route).
+fn routes_with(
+    model: &Model,
+    svc: &Service,
+    port: u16,
+    flavor: Flavor,
+    chosen: Option<(&istiod_config::istio::IstioObject, &VirtualService)>,
+) -> Vec<ScopedRoute> {
     let default_cluster = format!("outbound|{port}||{}", svc.hostname);
     let everyone = |route| ScopedRoute { route, scope: RouteScope::default(), hash_destination: None };
-    let Some((obj, vs)) = model.virtual_service(&svc.hostname) else {
+    let Some((obj, vs)) = chosen else {
         return vec![everyone(default_route(default_cluster, flavor))];
     };
     // Match blocks naming gateways apply to sidecars only when `mesh` is

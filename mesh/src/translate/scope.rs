@@ -203,6 +203,64 @@ fn egress_host_matches(entry: &str, proxy_ns: &str, svc: &Service) -> bool {
         }
 }
 
+/// The VirtualServices bound to the mesh that a proxy of `class` sees on
+/// route configuration `port`, as indexes into `model.routing`, in
+/// istiod's order (`VirtualServicesForGateway`: those private to its
+/// namespace, then those exported to it by name, then the public ones,
+/// each in creation order): exported to its namespace, and imported by its
+/// Sidecar's egress listener for the port (else the catch-all one) when
+/// it has one, a host of the VirtualService meeting one of the listener's
+/// `namespace/host` entries (either may be the wildcard, as
+/// `hostClassification.VSMatches`).
+pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usize> {
+    let proxy_ns = &*class.namespace;
+    let listener = sidecar(model, class).filter(|sc| !sc.egress.is_empty()).map(|sc| {
+        sc.egress
+            .iter()
+            .find(|e| e.port.as_ref().is_some_and(|p| p.number == u32::from(port)))
+            .or_else(|| sc.egress.iter().find(|e| e.port.is_none()))
+    });
+    let (mut private, mut exported, mut public) = (Vec::new(), Vec::new(), Vec::new());
+    for &i in model.mesh_virtual_services().iter() {
+        let o = &model.routing[i];
+        let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        let ns = o.meta.ns();
+        let bucket = match super::route::vs_export(vs, ns) {
+            None => &mut public,
+            Some(list) if !list.iter().any(|n| n == proxy_ns) => continue,
+            Some(list) if ns == proxy_ns && list.iter().all(|n| n == ns) => &mut private,
+            Some(_) => &mut exported,
+        };
+        if let Some(listener) = listener {
+            let Some(egress) = listener else { continue };
+            let imported = egress.hosts.iter().any(|entry| {
+                let Some((ens, eh)) = entry.split_once('/') else { return false };
+                let ns_ok = match ens {
+                    "*" => true,
+                    "." => ns == proxy_ns,
+                    "~" => false,
+                    other => other == ns,
+                };
+                ns_ok
+                    && vs.hosts.iter().any(|h| {
+                        let h = model.resolve_host(h, ns);
+                        use crate::model::destination_rules::host_matches;
+                        h == eh
+                            || ((h.starts_with('*') || eh.starts_with('*'))
+                                && (host_matches(eh, &h) || host_matches(&h, eh)))
+                    })
+            });
+            if !imported {
+                continue;
+            }
+        }
+        bucket.push(i);
+    }
+    private.extend(exported);
+    private.extend(public);
+    private
+}
+
 /// Whether a workload policy of namespace `ns` applies to `class`, as
 /// istiod's `getConfigsForWorkload` decides for AuthorizationPolicy and
 /// RequestAuthentication alike: of the workload's namespace or the root

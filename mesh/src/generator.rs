@@ -633,7 +633,8 @@ impl Generator for MeshGenerator {
                 let visible = |svc: &crate::model::Service, port: u16| {
                     !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
                 };
-                Some(Bytes::from(table.render(&m.model, class, policy, visible).encode_to_vec()))
+                let views = |port: u16| crate::translate::scope::virtual_services(&m.model, class, port);
+                Some(Bytes::from(table.render(&m.model, class, policy, visible, &views).encode_to_vec()))
             }
         }
     }

@@ -364,6 +364,15 @@ pub fn for_mesh(vs: &networking::VirtualService, ns: &str) -> bool {
     gateway::bound_gateways(&vs.gateways, ns).iter().any(|g| g == "mesh")
 }
 
+/// The namespaces a VirtualService is exported to (`.` resolved), or
+/// `None` when it is exported everywhere.
+pub fn vs_export(vs: &networking::VirtualService, ns: &str) -> Option<Vec<String>> {
+    if vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*") {
+        return None;
+    }
+    Some(vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect())
+}
+
 /// The VirtualServices of `routing` bound to the mesh, in istiod's order
 /// (`sortConfigByCreationTime`: creation time, name, namespace).
 fn mesh_order(routing: &imbl::Vector<IstioObject>) -> Vec<usize> {

@@ -133,6 +133,15 @@ impl Translation {
                 }
             }
         }
+        // Route configuration 80 reads the VirtualServices naming services
+        // without port 80 (their hosts get virtual hosts there).
+        if let Some(t) = tables.get_mut("80") {
+            let digest = route::special_virtual_services_digest(model, 80);
+            if t.vs_digest != digest {
+                t.vs_digest = digest;
+                touched.insert(Arc::from("80"));
+            }
+        }
         for name in touched {
             let digest = self.routes.get(&name).map(route::RouteTable::digest);
             self.set((Kind::Route, name), digest);

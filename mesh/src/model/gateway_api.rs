@@ -600,9 +600,13 @@ fn routes(
             GatewayApiSpec::GrpcRoute(g) => ("GRPCRoute", &g.parent_refs, &g.hostnames),
             _ => continue,
         };
+        mesh_routes(r, kind, parents, domain, out, &mut merged, &mut order);
+        if !parents.iter().any(|p| p.kind.as_deref().is_none_or(|k| k == "Gateway")) {
+            continue;
+        }
         let converted = match &r.spec {
-            GatewayApiSpec::HttpRoute(h) => http_rules(r, &h.rules, domain, &out.grants),
-            GatewayApiSpec::GrpcRoute(g) => grpc_rules(r, &g.rules, domain, &out.grants),
+            GatewayApiSpec::HttpRoute(h) => http_rules(r, &h.rules, domain, &out.grants, false),
+            GatewayApiSpec::GrpcRoute(g) => grpc_rules(r, &g.rules, domain, &out.grants, false),
             _ => continue,
         };
         let (routes, backend_problems) = match converted {
@@ -642,6 +646,7 @@ fn routes(
                         gateway: a.reference.clone(),
                         host: host.clone(),
                         http: Vec::new(),
+                        created: None,
                     }
                 });
                 let parent = format!("{kind}/{}.{}", r.meta.name, r.meta.ns());
@@ -653,11 +658,14 @@ fn routes(
         }
     }
     for key in order {
-        let Some(MergedVs { namespace: ns, parents, gateway, host, mut http }) = merged.remove(&key) else { continue };
+        let Some(MergedVs { namespace: ns, parents, gateway, host, mut http, created }) = merged.remove(&key) else {
+            continue;
+        };
         sort_http(&mut http);
         let meta = Meta {
             name: key.replace('/', "~"),
             namespace: Some(ns),
+            creation_timestamp: created,
             annotations: BTreeMap::from([
                 (PARENTS.to_owned(), parents.join(",")),
                 (ROUTE_SEMANTICS.to_owned(), "gateway".to_owned()),
@@ -757,7 +765,7 @@ fn l4_routes(
             GatewayApiSpec::TlsRoute(s) => ("TLSRoute", s, "tls"),
             _ => continue,
         };
-        let cx = RouteCtx { route: r, kind, domain, grants: &out.grants };
+        let cx = RouteCtx { route: r, kind, domain, grants: &out.grants, mesh: false };
         let mut problems = Vec::new();
         let mut rules = Vec::new();
         let mut error = None;
@@ -842,6 +850,9 @@ struct RouteCtx<'a> {
     kind: &'static str,
     domain: &'a str,
     grants: &'a [GatewayApiObject],
+    /// Converted for a Service parent (mesh semantics: ReferenceGrants
+    /// are not enforced, as istiod's `convertHTTPRoute(.., !mesh)`).
+    mesh: bool,
 }
 
 /// A VirtualService being merged: its namespace, parents annotation,
@@ -852,6 +863,9 @@ struct MergedVs {
     gateway: String,
     host: String,
     http: Vec<Value>,
+    /// The oldest route's creation time (mesh routes: sidecars order
+    /// VirtualServices by it).
+    created: Option<String>,
 }
 
 /// A backend reference as a destination (`buildDestination`): a Service of
@@ -863,6 +877,17 @@ fn destination(
 ) -> Result<Value, (&'static str, String)> {
     let (route, kind, domain, grants) = (cx.route, cx.kind, cx.domain, cx.grants);
     let route_ns = route.meta.ns();
+    // A hostname of the registry (a ServiceEntry host), by name.
+    if b.kind.as_deref() == Some("Hostname") && b.group.as_deref() == Some("networking.istio.io") {
+        if b.namespace.is_some() {
+            return Err(("InvalidDestination", "namespace may not be set with Hostname type".into()));
+        }
+        let mut d = json!({"host": b.name});
+        if let Some(port) = b.port {
+            d["port"] = json!({"number": port});
+        }
+        return Ok(d);
+    }
     if b.kind.as_deref().is_some_and(|k| k != "Service") || b.group.as_deref().is_some_and(|g| !g.is_empty()) {
         problems.push(json!({"route": format!("{kind}/{route_ns}/{}", route.meta.name), "reason": "InvalidKind", "message": format!("backend {} is not a Service", b.name)}));
         return Ok(json!({"host": NOT_PERMITTED_HOST}));
@@ -874,7 +899,7 @@ fn destination(
         return Err(("InvalidDestination", format!("service name {:?} cannot contain a '.'", b.name)));
     }
     let ns = b.namespace.as_deref().unwrap_or(route_ns);
-    if ns != route_ns && !granted(grants, kind, route_ns, "Service", ns, &b.name) {
+    if ns != route_ns && !cx.mesh && !granted(grants, kind, route_ns, "Service", ns, &b.name) {
         problems.push(json!({
             "route": format!("{kind}/{route_ns}/{}", route.meta.name),
             "reason": "RefNotPermitted",
@@ -1117,8 +1142,86 @@ fn route_name(route: &GatewayApiObject, rule: Option<&String>, i: usize) -> Stri
     rule.cloned().unwrap_or_else(|| format!("{}.{}.{i}", route.meta.ns(), route.meta.name))
 }
 
-fn http_rules(route: &GatewayApiObject, rules: &[HttpRouteRule], domain: &str, grants: &[GatewayApiObject]) -> Rules {
-    let cx = RouteCtx { route, kind: "HTTPRoute", domain, grants };
+/// The routes of a route's Service parents (GAMMA, istiod's mesh
+/// semantics in `route_collections.go`): per route namespace, Service (and
+/// parent port) a VirtualService for sidecars, host the Service's FQDN,
+/// bound to `mesh`, its matches restricted to the parent's port
+/// (`augmentPortMatch`); routes of one namespace for one Service merge.
+fn mesh_routes(
+    r: &GatewayApiObject,
+    kind: &str,
+    parents: &[ParentReference],
+    domain: &str,
+    out: &mut Converted,
+    merged: &mut BTreeMap<String, MergedVs>,
+    order: &mut Vec<String>,
+) {
+    let services: Vec<&ParentReference> = parents
+        .iter()
+        .filter(|p| {
+            p.kind.as_deref() == Some("Service") && p.group.as_deref().is_none_or(|g| g.is_empty() || g == "core")
+        })
+        .collect();
+    if services.is_empty() {
+        return;
+    }
+    let converted = match &r.spec {
+        GatewayApiSpec::HttpRoute(h) => http_rules(r, &h.rules, domain, &out.grants, true),
+        GatewayApiSpec::GrpcRoute(g) => grpc_rules(r, &g.rules, domain, &out.grants, true),
+        _ => return,
+    };
+    let routes = match converted {
+        Ok((routes, problems)) => {
+            out.problems.extend(problems);
+            routes
+        }
+        Err((reason, message)) => {
+            out.problems.push(json!({"route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name), "reason": reason, "message": message}));
+            return;
+        }
+    };
+    for p in services {
+        let ns = p.namespace.as_deref().unwrap_or(r.meta.ns());
+        let host = format!("{}.{ns}.svc.{domain}", p.name);
+        let mut routes = routes.clone();
+        let mut key = r.meta.ns().to_owned();
+        if let Some(port) = p.port {
+            for route in &mut routes {
+                match route.get_mut("match").and_then(Value::as_array_mut) {
+                    Some(ms) => ms.iter_mut().for_each(|m| m["port"] = json!(port)),
+                    None => route["match"] = json!([{"port": port}]),
+                }
+            }
+            key = format!("{key}/{port}");
+        }
+        let key = format!("{key}/{host}");
+        let entry = merged.entry(key.clone()).or_insert_with(|| {
+            order.push(key.clone());
+            MergedVs {
+                namespace: r.meta.ns().to_owned(),
+                parents: Vec::new(),
+                gateway: "mesh".into(),
+                host: host.clone(),
+                http: Vec::new(),
+                created: r.meta.creation_timestamp.clone(),
+            }
+        });
+        let parent = format!("{kind}/{}.{}", r.meta.name, r.meta.ns());
+        if !entry.parents.contains(&parent) {
+            entry.parents.push(parent);
+        }
+        entry.http.extend(routes);
+    }
+}
+
+fn http_rules(
+    route: &GatewayApiObject,
+    rules: &[HttpRouteRule],
+    domain: &str,
+    grants: &[GatewayApiObject],
+    mesh: bool,
+) -> Rules {
+    let cx = RouteCtx { route, kind: "HTTPRoute", domain, grants, mesh };
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
@@ -1177,8 +1280,14 @@ fn is_zero(d: &str) -> bool {
     d.chars().filter(char::is_ascii_digit).all(|c| c == '0')
 }
 
-fn grpc_rules(route: &GatewayApiObject, rules: &[GrpcRouteRule], domain: &str, grants: &[GatewayApiObject]) -> Rules {
-    let cx = RouteCtx { route, kind: "GRPCRoute", domain, grants };
+fn grpc_rules(
+    route: &GatewayApiObject,
+    rules: &[GrpcRouteRule],
+    domain: &str,
+    grants: &[GatewayApiObject],
+    mesh: bool,
+) -> Rules {
+    let cx = RouteCtx { route, kind: "GRPCRoute", domain, grants, mesh };
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (i, rule) in rules.iter().enumerate() {

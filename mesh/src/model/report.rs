@@ -93,8 +93,8 @@ pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
     }
     for o in &objs.gateway_api {
         let (kind, parents) = match &o.spec {
-            GatewayApiSpec::HttpRoute(h) => ("HTTPRoute", &h.parent_refs),
-            GatewayApiSpec::GrpcRoute(g) => ("GRPCRoute", &g.parent_refs),
+            GatewayApiSpec::TcpRoute(t) => ("TCPRoute", &t.parent_refs),
+            GatewayApiSpec::TlsRoute(t) => ("TLSRoute", &t.parent_refs),
             _ => continue,
         };
         if parents.iter().any(|p| p.kind.as_deref() == Some("Service")) {

@@ -32,7 +32,7 @@ pub(crate) struct Chain {
 /// Whether a route of `vs` can apply on the shared sidecar listeners: the
 /// VirtualService is bound to the mesh and exported everywhere.
 fn shared(vs: &VirtualService, ns: &str) -> bool {
-    crate::model::for_mesh(vs, ns) && super::route::vs_export(vs, ns).is_none()
+    crate::model::for_mesh(vs, ns) && crate::model::vs_export(vs, ns).is_none()
 }
 
 /// Whether a match's static predicates hold for every sidecar

@@ -136,9 +136,12 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     for (address, port) in keys {
         set_listener(model, &address, port, &side, t);
     }
-    let vs_digest = super::route::special_virtual_services_digest(model);
+    let (vs_digest, vs_digest_80) = (
+        super::route::special_virtual_services_digest(model, 0),
+        super::route::special_virtual_services_digest(model, 80),
+    );
     for port in http_ports {
-        route_table(model, port, vs_digest, t);
+        route_table(model, port, if port == 80 { vs_digest_80 } else { vs_digest }, t);
     }
 }
 
@@ -443,9 +446,12 @@ fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: Outb
 /// hosts' virtual hosts replaced.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
-    let vs_digest = super::route::special_virtual_services_digest(new);
-    update_hosts_only(old, new, hosts, &side, vs_digest, t);
-    if vs_digest != super::route::special_virtual_services_digest(old) {
+    let digests = |m: &Model| {
+        (super::route::special_virtual_services_digest(m, 0), super::route::special_virtual_services_digest(m, 80))
+    };
+    let (vs_digest, vs_digest_80) = digests(new);
+    update_hosts_only(old, new, hosts, &side, (vs_digest, vs_digest_80), t);
+    if (vs_digest, vs_digest_80) != digests(old) {
         // A VirtualService's host became or stopped being a service: the
         // route tables read it beyond the services' own virtual hosts.
         translate(new, t);
@@ -462,7 +468,7 @@ fn update_hosts_only(
     new: &Model,
     hosts: &[Arc<str>],
     side: &Side,
-    vs_digest: u64,
+    (vs_digest, vs_digest_80): (u64, u64),
     t: &mut super::Translation,
 ) {
     let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
@@ -482,7 +488,7 @@ fn update_hosts_only(
         let http = |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            route_table(new, port, vs_digest, t);
+            route_table(new, port, if port == 80 { vs_digest_80 } else { vs_digest }, t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.

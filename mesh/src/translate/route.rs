@@ -179,19 +179,34 @@ pub fn is_special_virtual_service(model: &Model, o: &istiod_config::istio::Istio
     vs.hosts.iter().any(|h| {
         let h = model.resolve_host(h, o.meta.ns());
         h.starts_with('*')
-            || !model.services.contains_key(h.as_str())
+            || !model.services.get(h.as_str()).is_some_and(|s| {
+                s.ports.iter().any(|p| p.protocol.is_http() || p.protocol == crate::model::Protocol::Unsupported)
+            })
             || model.virtual_service(&h).is_some_and(|(other, _)| !std::ptr::eq(other, o))
     })
 }
 
-/// A digest of the special VirtualServices ([`is_special_virtual_service`]),
-/// in istiod's order.
-pub fn special_virtual_services_digest(model: &Model) -> u64 {
+/// Whether a host of the mesh VirtualService `o` is a service without
+/// port 80: on route configuration 80 istiod gives it a virtual host of
+/// its own (`BuildSidecarVirtualHostWrapper`'s port 80 "HACK").
+fn on_route_80(model: &Model, o: &istiod_config::istio::IstioObject) -> bool {
+    let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { return false };
+    vs.hosts.iter().any(|h| {
+        let h = model.resolve_host(h, o.meta.ns());
+        model.services.get(h.as_str()).is_some_and(|s| !s.ports.iter().any(|p| p.port == 80))
+    })
+}
+
+/// A digest of the VirtualServices route configuration `port` reads
+/// beyond its services' own virtual hosts: the special ones
+/// ([`is_special_virtual_service`]), and on 80 those naming a service
+/// without port 80; in istiod's order.
+pub fn special_virtual_services_digest(model: &Model, port: u16) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for &i in model.mesh_virtual_services().iter() {
         let o = &model.routing[i];
-        if is_special_virtual_service(model, o) {
+        if is_special_virtual_service(model, o) || (port == 80 && on_route_80(model, o)) {
             (o.meta.ns(), &o.meta.name, &o.meta.creation_timestamp, format!("{:?}", o.spec)).hash(&mut h);
         }
     }
@@ -222,6 +237,7 @@ impl RouteTable {
         class: &ProxyClass,
         policy: OutboundPolicy,
         visible: impl Fn(&Service, u16) -> bool,
+        views: &dyn Fn(u16) -> Vec<usize>,
     ) -> route::RouteConfiguration {
         let services: Vec<(&Arc<ServiceRoutes>, &Service)> = self
             .hosts
@@ -239,7 +255,7 @@ impl RouteTable {
                 // istiod's BuildSidecarVirtualHostWrapper: the hosts of the
                 // VirtualServices this proxy sees first, in their order,
                 // then the services no VirtualService claims.
-                let (plan, defaults) = plan_virtual_hosts(model, class, port, &services);
+                let (plan, defaults) = plan_virtual_hosts(model, port, &services, &visible, views);
                 let mut claimed = std::collections::HashSet::new();
                 for step in &plan {
                     match step {
@@ -263,7 +279,7 @@ impl RouteTable {
             }
             _ => {
                 for (vh, svc) in &services {
-                    match proxy_routes(model, class, vh, svc, self.flavor) {
+                    match proxy_routes(model, vh, svc, self.flavor, views) {
                         Some(routes) => service_host(&mut hosts, vh, svc, &routes),
                         None => service_host(&mut hosts, vh, svc, &vh.routes),
                     }
@@ -318,9 +334,17 @@ impl Hosts {
 /// The routes meant for a proxy of `class`, with the hash policy of the
 /// DestinationRule in force for it.
 fn render_routes(model: &Model, class: &ProxyClass, routes: &[ScopedRoute]) -> Vec<route::Route> {
+    // Routes match in order: none after one that matches everything
+    // (istiod's BuildHTTPRoutesForVirtualService stops at IsCatchAllRoute).
+    let mut done = false;
     routes
         .iter()
         .filter(|r| r.scope.admits(&class.namespace, &class.labels))
+        .take_while(|r| {
+            let take = !done;
+            done |= is_catch_all(&r.route);
+            take
+        })
         .map(|r| {
             let mut out = r.route.clone();
             if let Some((host, port, subset)) = &r.hash_destination
@@ -345,15 +369,15 @@ fn render_routes(model: &Model, class: &ProxyClass, routes: &[ScopedRoute]) -> V
 /// where the shared routes stand.
 fn proxy_routes(
     model: &Model,
-    class: &ProxyClass,
     vh: &ServiceRoutes,
     svc: &Service,
     flavor: Flavor,
+    views: &dyn Fn(u16) -> Vec<usize>,
 ) -> Option<Vec<ScopedRoute>> {
     if model.mesh_virtual_services().is_empty() {
         return None;
     }
-    let order = super::scope::virtual_services(model, class, vh.port);
+    let order = views(vh.port);
     let chosen = model.pick_virtual_service(&order, &svc.hostname).map(|i| &model.routing[i]);
     let shared = model.virtual_service(&svc.hostname);
     match (chosen, shared) {
@@ -371,6 +395,19 @@ fn proxy_routes(
     }
 }
 
+/// istiod's `IsCatchAllRoute`: a `/` prefix (or `*` regex) and nothing
+/// else to match.
+fn is_catch_all(r: &route::Route) -> bool {
+    use route::route_match::PathSpecifier;
+    let Some(m) = &r.r#match else { return false };
+    let path = match &m.path_specifier {
+        Some(PathSpecifier::Prefix(p)) | Some(PathSpecifier::PathSeparatedPrefix(p)) => p == "/",
+        Some(PathSpecifier::SafeRegex(re)) => re.regex == "*",
+        _ => false,
+    };
+    path && m.headers.is_empty() && m.query_parameters.is_empty() && m.dynamic_metadata.is_empty()
+}
+
 /// One step of a route configuration's plan for a proxy.
 enum Planned {
     /// A VirtualService host that is none of the services the proxy sees
@@ -383,7 +420,7 @@ enum Planned {
 }
 
 /// istiod's `BuildSidecarOutboundVirtualHosts` for the VirtualServices a
-/// proxy of `class` sees (`scope::virtual_services`) on route
+/// proxy sees (`views`, the caller's `scope::virtual_services`) on route
 /// configuration `port`, over the services it sees there (`services`):
 /// each service takes the first VirtualService naming it, else the first
 /// naming the most specific wildcard covering it; a VirtualService's other
@@ -393,17 +430,26 @@ enum Planned {
 /// does not see.
 fn plan_virtual_hosts(
     model: &Model,
-    class: &ProxyClass,
     port: u16,
     services: &[(&Arc<ServiceRoutes>, &Service)],
+    visible: &dyn Fn(&Service, u16) -> bool,
+    views: &dyn Fn(u16) -> Vec<usize>,
 ) -> (Vec<Planned>, std::collections::HashMap<usize, Vec<ScopedRoute>>) {
     let mut defaults = std::collections::HashMap::new();
     if model.mesh_virtual_services().is_empty() {
         return (Vec::new(), defaults);
     }
-    let order = super::scope::virtual_services(model, class, port);
+    let order = views(port);
     let by_host: std::collections::HashMap<&str, usize> =
         services.iter().enumerate().map(|(i, (_, s))| (&*s.hostname, i)).collect();
+    // istiod's servicesByName: the services the proxy sees with this port,
+    // whatever its protocol (only HTTP ones get virtual hosts).
+    let registry: Vec<&Service> =
+        model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)).collect();
+    let in_registry = |h: &str| match h.starts_with('*') {
+        true => registry.iter().any(|s| crate::model::destination_rules::host_matches(h, &s.hostname)),
+        false => model.services.get(h).is_some_and(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)),
+    };
     // The proxy's choice for each service, and whether it is the shared one.
     let chosen: Vec<Option<usize>> =
         services.iter().map(|(_, s)| model.pick_virtual_service(&order, &s.hostname)).collect();
@@ -412,24 +458,14 @@ fn plan_virtual_hosts(
         let o = &model.routing[i];
         let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { continue };
         let hosts: Vec<String> = vs.hosts.iter().map(|h| model.resolve_host(h, o.meta.ns())).collect();
-        let matches = |h: &str, s: &str| crate::model::destination_rules::host_matches(h, s);
         // selectVirtualServices (ports other than 80): it must name a
         // service of the port.
-        let names_a_service = hosts
-            .iter()
-            .any(|h| by_host.contains_key(h.as_str()) || services.iter().any(|(_, s)| matches(h, &s.hostname)));
-        if port != 80 && !names_a_service {
+        if port != 80 && !hosts.iter().any(|h| in_registry(h)) {
             continue;
         }
         let claimed: Vec<usize> = (0..services.len()).filter(|&k| chosen[k] == Some(i)).collect();
         let exact_claims = hosts.iter().any(|h| by_host.contains_key(h.as_str()));
-        let others: Vec<&String> = hosts
-            .iter()
-            .filter(|h| match h.starts_with('*') {
-                true => !services.iter().any(|(_, s)| matches(h, &s.hostname)),
-                false => !by_host.contains_key(h.as_str()),
-            })
-            .collect();
+        let others: Vec<&String> = hosts.iter().filter(|h| !in_registry(h)).collect();
         if !others.is_empty() && (exact_claims || !claimed.is_empty() || port == 80) {
             let routes = http::vs_routes(model, o, vs, port, Flavor::Envoy, "", false);
             if !routes.is_empty() {
@@ -476,14 +512,7 @@ fn default_route(cluster: String, flavor: Flavor) -> route::Route {
     }
 }
 
-/// The namespaces a VirtualService is exported to (`.` resolved), or
-/// `None` when it is exported everywhere.
-pub fn vs_export(vs: &VirtualService, ns: &str) -> Option<Vec<String>> {
-    if vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*") {
-        return None;
-    }
-    Some(vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect())
-}
+pub use crate::model::vs_export;
 
 /// The routes of `svc`'s `port`: its VirtualService's HTTP routes, or a
 /// default route to the port's cluster.

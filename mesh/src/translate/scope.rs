@@ -220,12 +220,27 @@ pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usi
             .find(|e| e.port.as_ref().is_some_and(|p| p.number == u32::from(port)))
             .or_else(|| sc.egress.iter().find(|e| e.port.is_none()))
     });
-    let (mut private, mut exported, mut public) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut private, mut exported, mut consumer, mut public) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &i in model.mesh_virtual_services().iter() {
         let o = &model.routing[i];
         let IstioSpec::VirtualService(vs) = &o.spec else { continue };
         let ns = o.meta.ns();
-        let bucket = match super::route::vs_export(vs, ns) {
+        // Routes of the Gateway API for a Service (GAMMA) reach the
+        // proxies of their own namespace, or of the Service's
+        // (buildSidecarVirtualHostsForVirtualService); those of the proxy's
+        // namespace come first among the public ones (the consumer's
+        // override, VirtualServicesForGateway).
+        let gateway_semantics =
+            o.meta.annotations.get("internal.istio.io/route-semantics").is_some_and(|v| v == "gateway");
+        // (A parent Service that does not exist takes no route.)
+        let parent = |s: &Service| s.kubernetes && (ns == proxy_ns || s.namespace == ns);
+        if gateway_semantics
+            && !vs.hosts.iter().any(|h| model.services.get(model.resolve_host(h, ns).as_str()).is_some_and(parent))
+        {
+            continue;
+        }
+        let bucket = match crate::model::vs_export(vs, ns) {
+            None if gateway_semantics && ns == proxy_ns => &mut consumer,
             None => &mut public,
             Some(list) if !list.iter().any(|n| n == proxy_ns) => continue,
             Some(list) if ns == proxy_ns && list.iter().all(|n| n == ns) => &mut private,
@@ -257,6 +272,7 @@ pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usi
         bucket.push(i);
     }
     private.extend(exported);
+    private.extend(consumer);
     private.extend(public);
     private
 }

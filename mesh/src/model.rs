@@ -270,6 +270,12 @@ pub struct Model {
     /// refused (its Gateways and routes are in `gateways` and `routing`).
     #[serde(skip)]
     pub gateway_api: Arc<GatewayApi>,
+    /// ExternalName Services naming a service of the mesh: the concrete
+    /// service's hostname -> the aliases' hostnames (istiod's
+    /// `Attributes.Aliases`: a request for an alias reaches the concrete
+    /// service's virtual host).
+    #[serde(skip)]
+    pub aliases: Arc<BTreeMap<Arc<str>, Vec<Arc<str>>>>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::meshconfig::MeshSettings>,
@@ -712,6 +718,18 @@ impl Model {
             let s = export_default(s, &model.mesh);
             model.services.insert(s.hostname.clone(), s);
         }
+        let mut aliases: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
+        for svc in objs.services.iter().filter(|s| s.spec.kind.as_deref() == Some("ExternalName")) {
+            let Some(target) = svc.spec.external_name.as_deref() else { continue };
+            let target = target.trim_end_matches('.');
+            let alias: Arc<str> = format!("{}.{}.svc.{domain}", svc.metadata.name, svc.metadata.ns()).into();
+            if let Some((concrete, s)) = model.services.get_key_value(target)
+                && !s.mesh_external
+            {
+                aliases.entry(concrete.clone()).or_default().push(alias);
+            }
+        }
+        model.aliases = Arc::new(aliases);
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
                 for s in service_entry(&o.meta, se, objs) {

@@ -68,8 +68,14 @@ pub fn update(
     // A new mesh configuration may change anything: no fast path.
     let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
         if let Some(refs) = all(&Model::SERVICE_KINDS) {
-            // An Ingress's named backend port is read from its Service.
-            if !objects.ingresses.is_empty() && refs.iter().any(|r| r.kind == "Service") {
+            // An Ingress's named backend port is read from its Service; an
+            // ExternalName Service aliases another's virtual host.
+            let external_name = |s: &istiod_config::objects::Service| s.spec.kind.as_deref() == Some("ExternalName");
+            if refs.iter().any(|r| r.kind == "Service")
+                && (!objects.ingresses.is_empty()
+                    || !m.model.aliases.is_empty()
+                    || objects.services.iter().any(external_name))
+            {
                 return None;
             }
             return Some(m.with_services(objects, refs));

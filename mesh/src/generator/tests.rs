@@ -1208,3 +1208,27 @@ fn a_collector_service_added_in_place_equals_a_rebuild() {
     assert_eq!(fast.translation.resources, full.translation.resources);
     assert_eq!(fast.translation.routes, full.translation.routes);
 }
+
+/// An ExternalName Service naming a service of the mesh is its alias
+/// (istiod's `Attributes.Aliases`, `generateVirtualHostDomains`): the
+/// concrete service's virtual host answers to the alias's names too; one
+/// naming a host outside the mesh aliases nothing.
+#[test]
+fn an_external_name_service_of_the_mesh_is_an_alias() {
+    use crate::translate::route::{Flavor, domains};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let svc = |yaml: &str| -> istiod_config::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
+    objs.services.push(svc(
+        "metadata: {name: info, namespace: bookinfo}\nspec: {type: ExternalName, externalName: details.bookinfo.svc.cluster.local}\n",
+    ));
+    objs.services.push(svc(
+        "metadata: {name: web, namespace: bookinfo}\nspec: {type: ExternalName, externalName: example.com}\n",
+    ));
+    let m = Model::build(&objs, "cluster.local");
+    let d = domains(&m, &m.services["details.bookinfo.svc.cluster.local"], 9080, "bookinfo", Flavor::Envoy);
+    for name in ["info.bookinfo.svc.cluster.local", "info", "info.bookinfo"] {
+        assert!(d.contains(&name.to_owned()), "{name} in {d:?}");
+    }
+    assert_eq!(m.aliases.len(), 1, "example.com is no service of the mesh");
+}

@@ -36,15 +36,21 @@ pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
 /// `ignore_port_in_host_matching`); proxyless gRPC matches the
 /// `:authority` it dialed, so each name is followed by its `:<port>` form.
 pub(crate) fn domains(model: &Model, svc: &Service, port: u16, proxy_ns: &str, flavor: Flavor) -> Vec<String> {
-    let mut names = vec![svc.hostname.to_string(), format!("{}.", svc.hostname)];
+    let mut names = Vec::new();
     let suffix = format!(".svc.{}", model.domain);
-    if let Some((name, ns)) = svc.hostname.strip_suffix(&suffix).and_then(|short| short.split_once('.'))
-        && !ns.contains('.')
-    {
-        if ns == proxy_ns {
-            names.extend([name.to_owned(), format!("{name}.{ns}.svc"), format!("{name}.{ns}")]);
-        } else {
-            names.extend([format!("{name}.{ns}"), format!("{name}.{ns}.svc")]);
+    // The service's names, then its ExternalName aliases' (istiod's
+    // generateVirtualHostDomains over the hostname and `Aliases`).
+    let aliases = model.aliases.get(&svc.hostname).map(Vec::as_slice).unwrap_or_default();
+    for host in std::iter::once(&svc.hostname).chain(aliases) {
+        names.extend([host.to_string(), format!("{host}.")]);
+        if let Some((name, ns)) = host.strip_suffix(&suffix).and_then(|short| short.split_once('.'))
+            && !ns.contains('.')
+        {
+            if ns == proxy_ns {
+                names.extend([name.to_owned(), format!("{name}.{ns}.svc"), format!("{name}.{ns}")]);
+            } else {
+                names.extend([format!("{name}.{ns}"), format!("{name}.{ns}.svc")]);
+            }
         }
     }
     // Headless Kubernetes services: their pods' own names (istiod adds these
@@ -144,6 +150,7 @@ impl ServiceRoutes {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.kubernetes)
             .hash(&mut h);
+        model.aliases.get(&svc.hostname).hash(&mut h);
         for r in &routes {
             r.route.encode_to_vec().hash(&mut h);
             (&r.scope, &r.hash_destination).hash(&mut h);

@@ -232,7 +232,8 @@ mod tests {
             |m: &Model, kind, name: &str| crate::testing::served(&Arc::new(m.clone()), &client, kind, name).unwrap();
         let catchall = |m: &Model| {
             let l = Listener::decode(served(m, Kind::Listener, "virtualOutbound")).unwrap();
-            let any = l.filter_chains[0].filters[0].config_type.clone();
+            let chain = l.filter_chains.iter().find(|c| c.name == "virtualOutbound-catchall-tcp").unwrap();
+            let any = chain.filters.last().unwrap().config_type.clone();
             let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) = any else {
                 panic!("no tcp_proxy config")
             };

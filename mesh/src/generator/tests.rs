@@ -373,7 +373,8 @@ fn a_sidecar_outbound_traffic_policy_overrides_the_mesh_for_its_proxies() {
     let snap = snapshot(&model);
     let catchall = |c: &ProxyClass| {
         let l = Listener::decode(MeshGenerator.generate(&snap, c, Kind::Listener, "virtualOutbound").unwrap()).unwrap();
-        let Some(filter::ConfigType::TypedConfig(a)) = l.filter_chains[0].filters[0].config_type.clone() else {
+        let chain = l.filter_chains.iter().find(|c| c.name == "virtualOutbound-catchall-tcp").unwrap();
+        let Some(filter::ConfigType::TypedConfig(a)) = chain.filters.last().unwrap().config_type.clone() else {
             panic!()
         };
         match TcpProxy::decode(a.value.as_slice()).unwrap().cluster_specifier {

@@ -597,12 +597,31 @@ pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
         use_original_dst: Some(true),
         access_log: side.log.iter().map(telemetry::listener_access_log).collect(),
         traffic_direction: core::TrafficDirection::Outbound as i32,
-        filter_chains: vec![FilterChain {
-            name: "virtualOutbound-catchall-tcp".into(),
-            // Logged either way (listener_builder.go): blocked egress shows.
-            filters: outbound_tcp(side, catchall, catchall),
+        filter_chains: vec![
+            blackhole_chain(side),
+            FilterChain {
+                name: "virtualOutbound-catchall-tcp".into(),
+                // Logged either way (listener_builder.go): blocked egress shows.
+                filters: outbound_tcp(side, catchall, catchall),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    }
+}
+
+/// istiod's `blackholeFilterChain`: a connection to 15001 itself (not
+/// redirected there by iptables) goes nowhere, lest it loop back.
+fn blackhole_chain(side: &Side) -> FilterChain {
+    let mut filters: Vec<Filter> = side.stats.as_ref().map(telemetry::stats_network).into_iter().collect();
+    filters.push(tcp_proxy_logged("BlackHoleCluster", "BlackHoleCluster", &[]));
+    FilterChain {
+        name: "virtualOutbound-blackhole".into(),
+        filter_chain_match: Some(istiod_proto::envoy::config::listener::v3::FilterChainMatch {
+            destination_port: Some(OUTBOUND_PORT),
             ..Default::default()
-        }],
+        }),
+        filters,
         ..Default::default()
     }
 }

@@ -496,6 +496,13 @@ impl Model {
         }
     }
 
+    /// Whether `host` is an ExternalName alias of a mesh service (istiod's
+    /// resolution `Alias`: no clusters, listeners or virtual hosts of its
+    /// own).
+    pub fn is_alias(&self, host: &str) -> bool {
+        self.aliases.values().any(|v| v.iter().any(|a| &**a == host))
+    }
+
     /// The VirtualServices bound to the mesh, as indexes into `routing`,
     /// in istiod's order (`sortConfigByCreationTime`: creation time, then
     /// name, then namespace).

@@ -76,7 +76,13 @@ impl Translation {
     /// do not read endpoints, so an endpoint-only change of a service ends
     /// here.
     pub fn update_service(&mut self, model: &Model, host: &Arc<str>) {
-        let after = model.services.get(host).map(|svc| cluster::outbound_of(model, svc)).unwrap_or_default();
+        // (An ExternalName alias has no clusters: cluster.go skips Alias.)
+        let after = model
+            .services
+            .get(host)
+            .filter(|_| !model.is_alias(host))
+            .map(|svc| cluster::outbound_of(model, svc))
+            .unwrap_or_default();
         for name in self.by_host.get(host).cloned().unwrap_or_default() {
             if !after.iter().any(|(a, _)| *a == name) {
                 self.clusters.remove(&name);

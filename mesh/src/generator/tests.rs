@@ -1221,10 +1221,11 @@ fn an_external_name_service_of_the_mesh_is_an_alias() {
     let mut objs = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let svc = |yaml: &str| -> istiod_config::objects::Service { serde_yaml_ng::from_str(yaml).unwrap() };
     objs.services.push(svc(
-        "metadata: {name: info, namespace: bookinfo}\nspec: {type: ExternalName, externalName: details.bookinfo.svc.cluster.local}\n",
+        "metadata: {name: info, namespace: bookinfo}\n\
+         spec: {type: ExternalName, externalName: details.bookinfo.svc.cluster.local, ports: [{name: http, port: 8000}]}\n",
     ));
     objs.services.push(svc(
-        "metadata: {name: web, namespace: bookinfo}\nspec: {type: ExternalName, externalName: example.com}\n",
+        "metadata: {name: web, namespace: bookinfo}\nspec: {type: ExternalName, externalName: example.com, ports: [{name: http, port: 8000}]}\n",
     ));
     let m = Model::build(&objs, "cluster.local");
     let d = domains(&m, &m.services["details.bookinfo.svc.cluster.local"], 9080, "bookinfo", Flavor::Envoy);
@@ -1232,4 +1233,9 @@ fn an_external_name_service_of_the_mesh_is_an_alias() {
         assert!(d.contains(&name.to_owned()), "{name} in {d:?}");
     }
     assert_eq!(m.aliases.len(), 1, "example.com is no service of the mesh");
+    // The alias itself gets no cluster, listener or virtual host.
+    let t = crate::translate::translate(&m);
+    let names: Vec<&str> = t.resources.keys().map(|(_, n)| &**n).collect();
+    assert!(!names.iter().any(|n| n.contains("info.bookinfo")), "{names:?}");
+    assert!(names.contains(&"outbound|8000||web.bookinfo.svc.cluster.local"), "not an alias: {names:?}");
 }

@@ -23,7 +23,8 @@ use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 
 /// Adds the gRPC listeners and route configurations of every service port.
 pub fn translate(model: &Model, t: &mut super::Translation) {
-    for svc in model.services.values() {
+    // (ExternalName aliases have none: their concrete service serves them.)
+    for svc in model.services.values().filter(|s| !model.is_alias(&s.hostname)) {
         add_service(model, svc, t);
     }
 }
@@ -40,7 +41,7 @@ pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super:
             t.resources.remove(&(Kind::Route, route.into()));
         }
     }
-    for svc in hosts.iter().filter_map(|h| new.services.get(h)) {
+    for svc in hosts.iter().filter_map(|h| new.services.get(h)).filter(|s| !new.is_alias(&s.hostname)) {
         add_service(new, svc, t);
     }
 }

@@ -125,7 +125,9 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
 
     let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
     let mut http_ports: BTreeSet<u16> = BTreeSet::new();
-    for svc in model.services.values() {
+    // (ExternalName aliases get no listeners or virtual hosts: listener.go,
+    // route.go skip resolution Alias.)
+    for svc in model.services.values().filter(|s| !model.is_alias(&s.hostname)) {
         for port in &svc.ports {
             if listen(port) == Some(Listen::Http) || listen(port) == Some(Listen::Auto) {
                 http_ports.insert(port.port);
@@ -162,7 +164,7 @@ fn route_table(model: &Model, port: u16, vs_digest: u64, t: &mut super::Translat
     let http: Vec<Arc<ServiceRoutes>> = model
         .services
         .values()
-        .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)))
+        .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)) && !model.is_alias(&s.hostname))
         .map(|s| ServiceRoutes::new(model, s, port, Flavor::Envoy))
         .collect();
     let routes = Arc::make_mut(&mut t.routes);
@@ -332,7 +334,7 @@ fn chains_of(model: &Model, svc: &Service, port: &Port, bind: &Bind) -> Vec<Chai
 fn outbound_listener(model: &Model, address: &str, port: u16, side: &Side) -> Option<Listener> {
     // (The entry's protocol: HTTP entries on the wildcard are sniffed.)
     let mut entry: Option<(bool, Vec<ChainOpts>)> = None;
-    for svc in model.services.values() {
+    for svc in model.services.values().filter(|s| !model.is_alias(&s.hostname)) {
         for p in svc.ports.iter().filter(|p| p.port == port) {
             let Some(kind) = listen(p) else { continue };
             for bind in binds(svc, p).into_iter().filter(|b| b.address == address) {

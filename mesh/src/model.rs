@@ -213,6 +213,9 @@ pub struct Service {
     pub export_to: Vec<String>,
     /// Pod labels the service selects (Service `spec.selector`).
     pub selector: BTreeMap<String, String>,
+    /// The Service's (or ServiceEntry's) own labels (istiod's
+    /// `Attributes.Labels`).
+    pub labels: BTreeMap<String, String>,
     /// Endpoints, ordered.
     pub endpoints: Vec<Endpoint>,
 }
@@ -874,6 +877,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                 mesh_external: se.location == networking::Location::MeshExternal,
                 export_to: se.export_to.clone(),
                 selector: BTreeMap::new(),
+                labels: meta.labels.clone(),
                 endpoints,
             }
         })
@@ -974,6 +978,7 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
             .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect())
             .unwrap_or_default(),
         selector: svc.spec.selector.clone(),
+        labels: svc.metadata.labels.clone(),
         endpoints,
     }
 }

@@ -169,7 +169,7 @@ pub(crate) fn is_gateway_bound(o: &IstioObject) -> bool {
 pub(crate) fn shape(s: &Service) -> impl PartialEq + '_ {
     (
         (&s.hostname, s.kubernetes, &s.name, &s.namespace, &s.vips),
-        (&s.ports, s.resolution, s.mesh_external, &s.export_to),
+        (&s.ports, s.resolution, s.mesh_external, &s.export_to, &s.labels),
     )
 }
 

@@ -57,6 +57,9 @@ fn targets<'a>(model: &'a Model, class: &ProxyClass) -> Vec<&'a Service> {
         .collect()
 }
 
+/// `DisableGatewayPortTranslationLabel`.
+const DISABLE_PORT_TRANSLATION: &str = "experimental.istio.io/disable-gateway-port-translation";
+
 /// The Gateways that select a router of `class`, merged; a server's port
 /// is resolved to the target port of the router's Service port of that
 /// number (istiod's legacy `resolvePorts`: a Gateway's port 80 is the
@@ -73,9 +76,13 @@ pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
     let resolve = |o: &IstioObject, n: u32| {
         // A Gateway API Gateway's ports are its Services' ports.
         let services = crate::model::gateway::gateway_services(o);
+        // A Service labelled experimental.istio.io/disable-gateway-port-
+        // translation opted out of the legacy port translation (istiod's
+        // resolvePorts; a Knative workaround).
         let target = targets
             .iter()
             .filter(|s| services.as_ref().is_none_or(|names| names.contains(&&*s.hostname)))
+            .filter(|s| services.is_some() || !s.labels.contains_key(DISABLE_PORT_TRANSLATION))
             .find_map(|s| {
                 let p = s.ports.iter().find(|p| u32::from(p.port) == n)?;
                 // A named target port: the endpoints say the number.

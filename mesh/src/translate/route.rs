@@ -451,10 +451,15 @@ fn plan_virtual_hosts(
         services.iter().enumerate().map(|(i, (_, s))| (&*s.hostname, i)).collect();
     // istiod's servicesByName: the services the proxy sees with this port,
     // whatever its protocol (only HTTP ones get virtual hosts).
-    let registry: Vec<&Service> =
-        model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)).collect();
+    // (Scanned only for wildcard hosts: exact ones are looked up.)
+    let registry: std::cell::OnceCell<Vec<&Service>> = std::cell::OnceCell::new();
+    let registry = || {
+        registry.get_or_init(|| {
+            model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)).collect()
+        })
+    };
     let in_registry = |h: &str| match h.starts_with('*') {
-        true => registry.iter().any(|s| crate::model::destination_rules::host_matches(h, &s.hostname)),
+        true => registry().iter().any(|s| crate::model::destination_rules::host_matches(h, &s.hostname)),
         false => model.services.get(h).is_some_and(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)),
     };
     // The proxy's choice for each service, and whether it is the shared one.

@@ -108,6 +108,9 @@ pub struct Config {
     /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS`: a workload's CUSTOM
     /// policies may name several providers (else their rules deny).
     pub multiple_custom_authz_providers: bool,
+    /// `ENABLE_TLS_ON_SIDECAR_INGRESS`: a Sidecar `ingress` listener's
+    /// `tls` terminates TLS on its port (where mTLS is disabled).
+    pub tls_on_sidecar_ingress: bool,
     /// `K8S_INGRESS_NS` (istio-system): where the Gateways made of
     /// Kubernetes Ingresses live (the ingress gateway's namespace).
     pub ingress_namespace: String,
@@ -724,6 +727,7 @@ impl Config {
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
             multiple_custom_authz_providers: vars.bool("PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS", false)?,
+            tls_on_sidecar_ingress: vars.bool("ENABLE_TLS_ON_SIDECAR_INGRESS", false)?,
             ingress_namespace: vars.string("K8S_INGRESS_NS", "istio-system"),
             xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,

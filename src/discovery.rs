@@ -110,6 +110,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (jwks_fetch, scope, collapse) =
             (config.jwks_fetch, config.scope_gateway_to_namespace, config.route_collapse);
         let multiple_custom = config.multiple_custom_authz_providers;
+        let tls_on_sidecar_ingress = config.tls_on_sidecar_ingress;
         let ingress_ns = config.ingress_namespace.clone();
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
@@ -118,6 +119,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.scope_gateway_to_namespace = scope;
             mesh.route_collapse = collapse;
             mesh.multiple_custom_authz_providers = multiple_custom;
+            mesh.tls_on_sidecar_ingress = tls_on_sidecar_ingress;
             mesh.ingress.namespace = ingress_ns.clone();
             mesh.xds_api_generator_auth = generator_auth;
             mesh.debug_endpoint_auth = debug_auth;

@@ -498,10 +498,12 @@ impl Generator for MeshGenerator {
     fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
         let m = mesh(snap)?;
         // A Sidecar ingress `defaultEndpoint: 0.0.0.0:<port>` names the
-        // workload's own address too.
+        // workload's own address too, and an ingress listener without
+        // `bind` is named after it.
         let own_address = || {
-            crate::translate::scope::sidecar(&m.model, class)
-                .is_some_and(|sc| sc.ingress.iter().any(|i| i.default_endpoint.starts_with("0.0.0.0:")))
+            crate::translate::scope::sidecar(&m.model, class).is_some_and(|sc| {
+                sc.ingress.iter().any(|i| i.bind.is_empty() || i.default_endpoint.starts_with("0.0.0.0:"))
+            })
         };
         match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) || own_address() {
             true => None,

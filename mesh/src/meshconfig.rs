@@ -65,6 +65,9 @@ pub struct MeshSettings {
     /// `PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS` (false): a workload's
     /// CUSTOM policies may name several providers.
     pub multiple_custom_authz_providers: bool,
+    /// `ENABLE_TLS_ON_SIDECAR_INGRESS` (false): a Sidecar `ingress`
+    /// listener's `tls` terminates TLS on a port whose mTLS is disabled.
+    pub tls_on_sidecar_ingress: bool,
     /// `ENABLE_XDS_API_GENERATOR_AUTH`.
     pub xds_api_generator_auth: bool,
     /// `ENABLE_DEBUG_ENDPOINT_AUTH`.
@@ -206,6 +209,7 @@ impl Default for MeshSettings {
             scope_gateway_to_namespace: false,
             route_collapse: true,
             multiple_custom_authz_providers: false,
+            tls_on_sidecar_ingress: false,
             ingress: IngressSettings::default(),
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,

@@ -80,6 +80,20 @@ pub(crate) struct Call {
     pub mode: Option<CallMode>,
     #[serde(default)]
     pub mtls_secret: String,
+    /// `CustomListenerValidations`, as data: what the matched chain's
+    /// DownstreamTlsContext must hold.
+    #[serde(default)]
+    pub tls_context: Option<TlsContextCheck>,
+}
+
+/// The one CustomFilterChainValidation upstream uses
+/// (`TestInboundSidecarTLSModes`'s `expectedTLSContext`): the first SDS
+/// certificate's name and `require_client_certificate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TlsContextCheck {
+    pub sds: String,
+    pub require_client_certificate: bool,
 }
 
 /// `simulation.Err*`, by the names the data files use.
@@ -97,6 +111,9 @@ pub(crate) enum SimError {
     MtlsError,
     /// A call the harness cannot make (ALPN on plaintext).
     InvalidCall,
+    /// The call's `tls_context` check failed (upstream: the validation's
+    /// own error).
+    TlsContextMismatch,
 }
 
 /// `simulation.Result`: what a call reached.
@@ -239,6 +256,11 @@ impl Simulation {
             result.error = Some(SimError::MtlsError);
             return Ok(result);
         }
+        if let Some(want) = &input.tls_context
+            && !tls_context_is(fc, want)?
+        {
+            result.error = Some(SimError::TlsContextMismatch);
+        }
         if let Some(hcm) = network_filter::<HttpConnectionManager>(fc, HCM)? {
             if input.tls != TlsMode::Plaintext && fc.transport_socket.is_none() {
                 result.error = Some(SimError::ProtocolError);
@@ -360,6 +382,18 @@ fn requires_mtls(fc: &FilterChain, secret: &str) -> Result<bool, String> {
     let t = DownstreamTlsContext::decode(any.value.as_slice()).map_err(|e| format!("DownstreamTlsContext: {e}"))?;
     let sds = t.common_tls_context.as_ref().map(|c| c.tls_certificate_sds_secret_configs.as_slice()).unwrap_or(&[]);
     Ok(sds.first().is_some_and(|s| s.name == secret) && t.require_client_certificate == Some(true))
+}
+
+/// `expectedTLSContext`: the chain terminates TLS with `want.sds` as its
+/// first certificate and requires a client certificate as `want` says.
+fn tls_context_is(fc: &FilterChain, want: &TlsContextCheck) -> Result<bool, String> {
+    use istiod_proto::envoy::config::core::v3::transport_socket::ConfigType;
+    let Some(ts) = &fc.transport_socket else { return Ok(false) };
+    let Some(ConfigType::TypedConfig(any)) = &ts.config_type else { return Ok(false) };
+    let t = DownstreamTlsContext::decode(any.value.as_slice()).map_err(|e| format!("DownstreamTlsContext: {e}"))?;
+    let sds = t.common_tls_context.as_ref().map(|c| c.tls_certificate_sds_secret_configs.as_slice()).unwrap_or(&[]);
+    Ok(sds.first().is_some_and(|s| s.name == want.sds)
+        && t.require_client_certificate.unwrap_or(false) == want.require_client_certificate)
 }
 
 /// `matchRoute`: the first route whose path matches (upstream checks the

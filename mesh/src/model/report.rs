@@ -26,8 +26,9 @@ impl std::fmt::Display for NotApplied {
     }
 }
 
-/// Every object or field of `objs` that is read and not applied, sorted.
-pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
+/// Every object or field of `objs` that is read and not applied under the
+/// mesh settings `mesh`, sorted.
+pub fn not_applied(objs: &Objects, mesh: &crate::meshconfig::MeshSettings) -> Vec<NotApplied> {
     let mut out = Vec::new();
     let mut add = |kind: &str, ns: &str, name: &str, what: &str| {
         out.push(NotApplied { kind: kind.into(), name: format!("{ns}/{name}"), what: what.into() });
@@ -78,8 +79,13 @@ pub fn not_applied(objs: &Objects) -> Vec<NotApplied> {
                 if sc.ingress.iter().any(|i| i.capture_mode == CaptureMode::None) {
                     add("Sidecar", ns, name, "ingress captureMode NONE: no listener is bound to the port");
                 }
-                if sc.ingress.iter().any(|i| i.tls.is_some()) {
-                    add("Sidecar", ns, name, "ingress tls: TLS is not terminated on the port");
+                if !mesh.tls_on_sidecar_ingress && sc.ingress.iter().any(|i| i.tls.is_some()) {
+                    add(
+                        "Sidecar",
+                        ns,
+                        name,
+                        "ingress tls: not terminated unless ENABLE_TLS_ON_SIDECAR_INGRESS is set (as istiod)",
+                    );
                 }
                 if sc.egress.iter().any(|e| !e.bind.is_empty() || e.capture_mode != CaptureMode::Default) {
                     add("Sidecar", ns, name, "egress bind/captureMode: listeners are not bound as asked");
@@ -127,11 +133,30 @@ mod tests {
             ),
             ..Default::default()
         };
-        let got: Vec<String> = not_applied(&objs).iter().map(|n| n.to_string()).collect();
+        let got: Vec<String> = not_applied(&objs, &Default::default()).iter().map(|n| n.to_string()).collect();
         // CUSTOM is built (ext_authz), and so are tcp routes on sidecars,
         // except a match that depends on the proxy.
         assert_eq!(got.len(), 2, "{got:?}");
         assert!(got[0].starts_with("EnvoyFilter a/ef:"), "{got:?}");
         assert!(got[1].starts_with("VirtualService a/db: tcp/tls matches on sourceLabels"), "{got:?}");
+    }
+
+    /// A Sidecar ingress listener's `tls` is applied only with
+    /// ENABLE_TLS_ON_SIDECAR_INGRESS, and reported otherwise.
+    #[test]
+    fn sidecar_ingress_tls_is_reported_unless_enabled() {
+        let objs = istiod_config::objects::Objects {
+            istio: crate::testing::istio_objects(
+                "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: a}\n\
+             spec: {ingress: [{port: {number: 9080, protocol: HTTPS, name: tls}, defaultEndpoint: '127.0.0.1:9080',\
+             tls: {mode: SIMPLE, serverCertificate: c.pem, privateKey: k.pem}}]}\n",
+            ),
+            ..Default::default()
+        };
+        let off: Vec<String> = not_applied(&objs, &Default::default()).iter().map(|n| n.to_string()).collect();
+        assert_eq!(off.len(), 1, "{off:?}");
+        assert!(off[0].contains("ENABLE_TLS_ON_SIDECAR_INGRESS"), "{off:?}");
+        let on = crate::meshconfig::MeshSettings { tls_on_sidecar_ingress: true, ..Default::default() };
+        assert!(not_applied(&objs, &on).is_empty());
     }
 }

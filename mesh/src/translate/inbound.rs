@@ -44,6 +44,29 @@ pub struct InboundPort {
     /// A Sidecar `ingress` listener's `bind` and `defaultEndpoint` (empty
     /// for a service's port).
     pub ingress: Option<(String, String)>,
+    /// A Sidecar `ingress` listener's `tls`, with
+    /// `ENABLE_TLS_ON_SIDECAR_INGRESS` set: terminated on the port when its
+    /// mTLS is disabled.
+    pub tls: Option<Box<istiod_config::istio::networking::ServerTlsSettings>>,
+}
+
+/// `getSidecarInboundBindIPs`: the proxy's first global unicast address
+/// (Go's `IsGlobalUnicast`: not unspecified, loopback, link-local,
+/// multicast or broadcast), else the wildcard.
+fn sidecar_inbound_bind(class: &ProxyClass) -> String {
+    let global = |ip: &std::net::IpAddr| match ip {
+        std::net::IpAddr::V4(a) => {
+            !(a.is_unspecified() || a.is_loopback() || a.is_link_local() || a.is_multicast() || a.is_broadcast())
+        }
+        std::net::IpAddr::V6(a) => {
+            !(a.is_unspecified() || a.is_loopback() || a.is_multicast() || (a.segments()[0] & 0xffc0) == 0xfe80)
+        }
+    };
+    class
+        .ips
+        .iter()
+        .find(|ip| ip.parse::<std::net::IpAddr>().is_ok_and(|a| global(&a)))
+        .map_or_else(|| "0.0.0.0".to_owned(), |ip| ip.to_string())
 }
 
 fn selects(selector: &BTreeMap<String, String>, labels: &[(Arc<str>, Arc<str>)]) -> bool {
@@ -86,13 +109,15 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 continue;
             };
             let (number, p) = port;
-            let bind = if i.bind.is_empty() { "0.0.0.0".to_owned() } else { i.bind.clone() };
+            let bind = if i.bind.is_empty() { sidecar_inbound_bind(class) } else { i.bind.clone() };
+            let tls = i.tls.clone().filter(|_| model.mesh.tls_on_sidecar_ingress).map(Box::new);
             // The first listener of a port wins (istiod keeps the oldest).
             ports.entry(number).or_insert(InboundPort {
                 port: number,
                 protocol: Protocol::parse(&p.protocol),
                 mtls: super::authn::mtls_mode(model, class, number),
                 ingress: Some((bind, i.default_endpoint.clone())),
+                tls,
             });
         }
         return ports.into_values().collect();
@@ -122,6 +147,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 protocol: p.protocol,
                 mtls: super::authn::mtls_mode(model, class, target),
                 ingress: None,
+                tls: None,
             });
         }
     }
@@ -357,15 +383,28 @@ fn match_options(mode: MtlsMode, h: Handling) -> Vec<MatchOpt> {
 /// One port's chains (`inboundChainForOpts`): the passthrough's (`bind`
 /// none; port 0 matches any port) are named `virtualInbound` and
 /// `virtualInbound-catchall-http`; a port's `<bind>_<port>`.
-fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, bind: Option<&str>) -> Vec<FilterChain> {
+/// `custom`: a Sidecar ingress listener's own TLS
+/// (`getTLSFilterChainMatchOptions`: one chain on TLS, no ALPN).
+fn port_chains(
+    policies: &Policies,
+    port: u16,
+    mode: MtlsMode,
+    h: Handling,
+    bind: Option<&str>,
+    custom: Option<&core::TransportSocket>,
+) -> Vec<FilterChain> {
     let passthrough = bind.is_none();
+    let options = match custom {
+        Some(_) => vec![MatchOpt { alpn: &[], transport: "tls", http: h == Handling::Http, tls: true }],
+        None => match_options(mode, h),
+    };
     let cluster = if passthrough { "InboundPassthroughCluster".to_owned() } else { format!("inbound|{port}||") };
     let name = |http: bool| match (bind, http) {
         (None, true) => "virtualInbound-catchall-http".to_owned(),
         (None, false) => VIRTUAL_INBOUND.to_owned(),
         (Some(b), _) => format!("{b}_{port}"),
     };
-    match_options(mode, h)
+    options
         .into_iter()
         .map(|o| FilterChain {
             name: name(o.http),
@@ -385,7 +424,10 @@ fn port_chains(policies: &Policies, port: u16, mode: MtlsMode, h: Handling, bind
                 }
                 false => tcp_filters(policies, &cluster, &cluster),
             },
-            transport_socket: o.tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+            transport_socket: match custom {
+                Some(t) => Some(t.clone()),
+                None => o.tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+            },
             ..Default::default()
         })
         .collect()
@@ -478,16 +520,36 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     let ports = inbound_ports(model, class);
     let mut filter_chains = vec![blackhole(&policies)];
     let mode = super::authn::mtls_mode(model, class, 0);
-    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, None));
+    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, None, None));
     for port in super::authn::port_level_ports(model, class) {
         if !ports.iter().any(|p| p.port == port) {
             let mode = super::authn::mtls_mode(model, class, port);
-            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, None));
+            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, None, None));
         }
     }
     for p in &ports {
         let bind = p.ingress.as_ref().map_or("0.0.0.0", |(b, _)| b.as_str());
-        filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), Some(bind)));
+        // The ingress listener's own TLS applies where mTLS is disabled;
+        // the port's protocol is then what TLS carries (HTTPS: HTTP, TLS:
+        // TCP).
+        match p.tls.as_deref().filter(|_| p.mtls == MtlsMode::Disable) {
+            Some(t) => {
+                let h = match p.protocol {
+                    Protocol::Https => Handling::Http,
+                    Protocol::Tls | Protocol::Unsupported => Handling::Tcp,
+                    other => handling(other),
+                };
+                let ctx = super::gateway::tls_context(t, false, Some(&model.mesh.tls_defaults));
+                let socket = core::TransportSocket {
+                    name: "envoy.transport_sockets.tls".into(),
+                    config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
+                };
+                filter_chains.extend(port_chains(&policies, p.port, p.mtls, h, Some(bind), Some(&socket)));
+            }
+            None => {
+                filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), Some(bind), None))
+            }
+        }
     }
     let listener_filters = listener_filters(&filter_chains);
     Listener {

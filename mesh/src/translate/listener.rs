@@ -252,10 +252,14 @@ impl ChainOpts {
 /// A CIDR masked to its prefix (`1.2.3.4/8` and `1.5.6.7/8` are one).
 fn cidr_key(c: &str) -> String {
     let (addr, len) = c.split_once('/').unwrap_or((c, ""));
-    match (addr.parse::<std::net::Ipv4Addr>(), len.parse::<u32>()) {
-        (Ok(a), Ok(l)) if l <= 32 => {
-            let mask = if l == 0 { 0 } else { u32::MAX << (32 - l) };
+    match (addr.parse::<std::net::IpAddr>(), len.parse::<u32>()) {
+        (Ok(std::net::IpAddr::V4(a)), Ok(l)) if l <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - l).unwrap_or(0);
             format!("{}/{l}", std::net::Ipv4Addr::from(u32::from(a) & mask))
+        }
+        (Ok(std::net::IpAddr::V6(a)), Ok(l)) if l <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - l).unwrap_or(0);
+            format!("{}/{l}", std::net::Ipv6Addr::from(u128::from(a) & mask))
         }
         _ => c.to_string(),
     }

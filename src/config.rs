@@ -111,6 +111,9 @@ pub struct Config {
     /// `ENABLE_TLS_ON_SIDECAR_INGRESS`: a Sidecar `ingress` listener's
     /// `tls` terminates TLS on its port (where mTLS is disabled).
     pub tls_on_sidecar_ingress: bool,
+    /// `PILOT_ALLOW_ANY_DYNAMIC_DNS_MAX_HOSTS` (1024): the dynamic forward
+    /// proxy's DNS cache size under ALLOW_ANY_DYNAMIC_DNS.
+    pub dynamic_dns_max_hosts: u32,
     /// `K8S_INGRESS_NS` (istio-system): where the Gateways made of
     /// Kubernetes Ingresses live (the ingress gateway's namespace).
     pub ingress_namespace: String,
@@ -728,6 +731,7 @@ impl Config {
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,
             multiple_custom_authz_providers: vars.bool("PILOT_ENABLE_MULTIPLE_CUSTOM_AUTHZ_PROVIDERS", false)?,
             tls_on_sidecar_ingress: vars.bool("ENABLE_TLS_ON_SIDECAR_INGRESS", false)?,
+            dynamic_dns_max_hosts: vars.int("PILOT_ALLOW_ANY_DYNAMIC_DNS_MAX_HOSTS", 1024_u32)?,
             ingress_namespace: vars.string("K8S_INGRESS_NS", "istio-system"),
             xds_api_generator_auth: vars.bool("ENABLE_XDS_API_GENERATOR_AUTH", true)?,
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,

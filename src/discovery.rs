@@ -111,6 +111,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             (config.jwks_fetch, config.scope_gateway_to_namespace, config.route_collapse);
         let multiple_custom = config.multiple_custom_authz_providers;
         let tls_on_sidecar_ingress = config.tls_on_sidecar_ingress;
+        let dynamic_dns_max_hosts = config.dynamic_dns_max_hosts;
         let ingress_ns = config.ingress_namespace.clone();
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
@@ -120,6 +121,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.route_collapse = collapse;
             mesh.multiple_custom_authz_providers = multiple_custom;
             mesh.tls_on_sidecar_ingress = tls_on_sidecar_ingress;
+            mesh.dynamic_dns_max_hosts = dynamic_dns_max_hosts;
             mesh.ingress.namespace = ingress_ns.clone();
             mesh.xds_api_generator_auth = generator_auth;
             mesh.debug_endpoint_auth = debug_auth;

@@ -80,14 +80,16 @@ spec:
     let inbound = &got["listeners"]["virtualInbound"];
     // The Service's port (target 9999) is replaced by the Sidecar's.
     assert!(chains(inbound, "0.0.0.0_9999").is_empty(), "{inbound}");
-    let http = chains(inbound, "0.0.0.0_8080");
+    // Chains without `bind` are named after the workload's global unicast
+    // address (`getSidecarInboundBindIPs`).
+    let http = chains(inbound, "10.1.2.3_8080");
     // PERMISSIVE HTTP: mTLS with Istio's ALPNs, and plaintext.
     assert_eq!(http.len(), 2, "{inbound}");
     assert!(http.iter().all(|c| c["filterChainMatch"]["destinationPort"] == 8080));
     let hcm = &http[1]["filters"].as_array().unwrap().last().unwrap()["typedConfig"];
     let route = &hcm["routeConfig"]["virtualHosts"][0]["routes"][0]["route"]["cluster"];
     assert_eq!(route, "inbound|8080||", "{hcm}");
-    assert_eq!(chains(inbound, "0.0.0.0_9090").len(), 3, "PERMISSIVE TCP: mTLS, TLS, plaintext");
+    assert_eq!(chains(inbound, "10.1.2.3_9090").len(), 3, "PERMISSIVE TCP: mTLS, TLS, plaintext");
     let endpoint = |name: &str| {
         got["clusters"][name]["loadAssignment"]["endpoints"][0]["lbEndpoints"][0]["endpoint"]["address"].clone()
     };
@@ -536,4 +538,83 @@ spec:
     assert_eq!(vh["routes"].as_array().unwrap().len(), 2);
     let l443 = got["listeners"]["0.0.0.0_443"].to_string();
     assert!(l443.contains("kubernetes://shop-cert") || l443.contains("\"shop-cert\""), "{l443}");
+}
+
+/// `outboundTrafficPolicy.mode: ALLOW_ANY_DYNAMIC_DNS` (istiod's
+/// `buildAllowAnyDFPCluster`, `buildCatchAllVirtualHost`, the virtual
+/// outbound HTTP chain): the dynamic forward proxy cluster, its filter
+/// before the router in every outbound HCM, all naming one DNS cache, the
+/// catch-all virtual host sending to it; a Sidecar of its own policy gets
+/// none of it.
+#[test]
+fn allow_any_dynamic_dns_is_served_as_istiod_serves_it() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: strict, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: strict}}
+  outboundTrafficPolicy: {mode: REGISTRY_ONLY}
+";
+    let mesh = "outboundTrafficPolicy: {mode: ALLOW_ANY_DYNAMIC_DNS}\n";
+    let got = served(objects, mesh, "shop", json!({"app": "client"}), "10.1.2.4");
+    let cluster = &got["clusters"]["AllowAnyDynamicDNSCluster"];
+    assert_eq!(cluster["clusterType"]["name"], "envoy.clusters.dynamic_forward_proxy", "{cluster}");
+    assert_eq!(cluster["lbPolicy"], "CLUSTER_PROVIDED");
+    let config = &cluster["clusterType"]["typedConfig"];
+    assert_eq!(config["allowInsecureClusterOptions"], true, "{config}");
+    let cache = &config["dnsCacheConfig"];
+    assert_eq!(cache["name"], "allow_any_dfp_dns_cache");
+    assert_eq!(cache["maxHosts"], 1024);
+    // The same cache in the port's HCM, just before the router.
+    let hcm = |l: &Value| -> Value {
+        let chains = l["filterChains"].as_array().unwrap().iter().chain(l.get("defaultFilterChain"));
+        chains
+            .flat_map(|c| c["filters"].as_array().unwrap().iter())
+            .find(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+            .map(|f| f["typedConfig"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let names = |h: &Value| -> Vec<String> {
+        h["httpFilters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let port80 = hcm(&got["listeners"]["0.0.0.0_80"]);
+    let filters = names(&port80);
+    assert_eq!(filters[filters.len() - 2], "envoy.filters.http.dynamic_forward_proxy", "{filters:?}");
+    let dfp = port80["httpFilters"].as_array().unwrap().iter().find(|f| f["name"] == filters[filters.len() - 2]);
+    assert_eq!(dfp.unwrap()["typedConfig"]["dnsCacheConfig"], *cache);
+    // Unknown hosts on route 80 go to it, with no timeout.
+    let vhosts = got["routes"]["80"]["virtualHosts"].as_array().unwrap();
+    let last = vhosts.last().unwrap();
+    assert_eq!(last["name"], "allow_any_dynamic_dns");
+    assert_eq!(last["routes"][0]["route"]["cluster"], "AllowAnyDynamicDNSCluster");
+    assert_eq!(last["routes"][0]["route"]["timeout"], "0s");
+    // virtualOutbound sniffs plaintext HTTP for it; other traffic passes.
+    let vo = &got["listeners"]["virtualOutbound"];
+    assert_eq!(vo["listenerFilters"][0]["name"], "envoy.filters.listener.http_inspector", "{vo}");
+    let http = chains(vo, "virtualOutbound-catchall-tcp-http");
+    assert_eq!(http[0]["filterChainMatch"]["applicationProtocols"], json!(["http/1.1", "h2c"]));
+    assert_eq!(
+        hcm(&json!({"filterChains": [http[0]]}))["routeConfig"]["virtualHosts"][0]["name"],
+        "allow_any_dynamic_dns"
+    );
+    let tcp = chains(vo, "virtualOutbound-catchall-tcp");
+    assert_eq!(tcp[0]["filters"].as_array().unwrap().last().unwrap()["typedConfig"]["cluster"], "PassthroughCluster");
+
+    // A Sidecar with its own policy: no cluster, no filter, block_all.
+    let strict = served(objects, mesh, "shop", json!({"app": "strict"}), "10.1.2.5");
+    assert!(strict["clusters"].get("AllowAnyDynamicDNSCluster").is_none(), "{}", strict["clusters"]);
+    let filters = names(&hcm(&strict["listeners"]["0.0.0.0_80"]));
+    assert!(!filters.iter().any(|f| f.contains("dynamic_forward_proxy")), "{filters:?}");
+    let vhosts = strict["routes"]["80"]["virtualHosts"].as_array().unwrap();
+    assert_eq!(vhosts.last().unwrap()["name"], "block_all");
+    assert!(chains(&strict["listeners"]["virtualOutbound"], "virtualOutbound-catchall-tcp-http").is_empty());
 }

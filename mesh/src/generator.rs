@@ -557,6 +557,12 @@ impl Generator for MeshGenerator {
             // the rules the hash policies.
             Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
             Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
+            // A Sidecar's own outbound policy patches the listeners' fallthrough
+            // (and the dynamic forward proxy's filter and cluster).
+            Kind::Listener if m.outbound_overrides => mix((shared, m.scope_input(class))),
+            Kind::Cluster if name == crate::translate::dfp::CLUSTER && m.outbound_overrides => {
+                mix((shared, m.scope_input(class)))
+            }
             _ => shared,
         })
     }
@@ -597,6 +603,13 @@ impl Generator for MeshGenerator {
         }
         let policy = crate::translate::scope::outbound_policy(&m.model, class);
         match kind {
+            Kind::Cluster
+                if name == crate::translate::dfp::CLUSTER
+                    && policy != crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns =>
+            {
+                // A Sidecar's own policy has no dynamic forward proxy.
+                None
+            }
             Kind::Cluster => match m.cluster_form(class, name) {
                 Some(form) if is_grpc(class) => {
                     Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec()))
@@ -612,19 +625,26 @@ impl Generator for MeshGenerator {
             Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
                 // The Sidecar overrides the mesh's policy for unknown destinations.
                 let side = crate::translate::telemetry::outbound(&m.model);
-                Some(Bytes::from(virtual_outbound(policy, &side).encode_to_vec()))
+                Some(Bytes::from(virtual_outbound(policy, &m.model.mesh, &side).encode_to_vec()))
             }
             Kind::Listener if policy != m.model.mesh.outbound => {
                 // The Sidecar's policy also decides the outbound listeners'
-                // fallthrough chain.
+                // fallthrough chain, and whether their HTTP goes through
+                // the dynamic forward proxy's filter.
                 let body = snap.shared_body(kind, name)?;
                 let mut l = istiod_proto::envoy::config::listener::v3::Listener::decode(body.clone()).ok()?;
-                match l.default_filter_chain.as_ref().is_some_and(|c| c.name == "PassthroughFilterChain") {
-                    true => {
-                        let side = crate::translate::telemetry::outbound(&m.model);
-                        l.default_filter_chain = Some(crate::translate::listener::passthrough_chain(policy, &side));
-                        Some(Bytes::from(l.encode_to_vec()))
-                    }
+                let mut changed = false;
+                if l.default_filter_chain.as_ref().is_some_and(|c| c.name == "PassthroughFilterChain") {
+                    let side = crate::translate::telemetry::outbound(&m.model);
+                    l.default_filter_chain = Some(crate::translate::listener::passthrough_chain(policy, &side));
+                    changed = true;
+                }
+                if m.model.mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns {
+                    crate::translate::dfp::strip_from(&mut l);
+                    changed = true;
+                }
+                match changed {
+                    true => Some(Bytes::from(l.encode_to_vec())),
                     false => Some(body),
                 }
             }

@@ -17,10 +17,9 @@ pub enum OutboundPolicy {
     /// Drop it (`BlackHoleCluster`, `block_all`).
     RegistryOnly,
     /// `ALLOW_ANY_DYNAMIC_DNS` (Istio 1.28): as `ALLOW_ANY`, except that
-    /// istiod resolves plaintext HTTP to unknown hosts through Envoy's
-    /// dynamic forward proxy (`AllowAnyDynamicDNSCluster`). That proxy is
-    /// not generated here: such traffic passes through, and the setting is
-    /// reported (`MeshSettings::notes`).
+    /// plaintext HTTP to unknown hosts is resolved by its `Host` through
+    /// Envoy's dynamic forward proxy (`AllowAnyDynamicDNSCluster`,
+    /// `translate::dfp`).
     AllowAnyDynamicDns,
 }
 
@@ -68,6 +67,9 @@ pub struct MeshSettings {
     /// `ENABLE_TLS_ON_SIDECAR_INGRESS` (false): a Sidecar `ingress`
     /// listener's `tls` terminates TLS on a port whose mTLS is disabled.
     pub tls_on_sidecar_ingress: bool,
+    /// `PILOT_ALLOW_ANY_DYNAMIC_DNS_MAX_HOSTS` (1024): the hosts the
+    /// dynamic forward proxy's DNS cache holds under ALLOW_ANY_DYNAMIC_DNS.
+    pub dynamic_dns_max_hosts: u32,
     /// `ENABLE_XDS_API_GENERATOR_AUTH`.
     pub xds_api_generator_auth: bool,
     /// `ENABLE_DEBUG_ENDPOINT_AUTH`.
@@ -210,6 +212,7 @@ impl Default for MeshSettings {
             route_collapse: true,
             multiple_custom_authz_providers: false,
             tls_on_sidecar_ingress: false,
+            dynamic_dns_max_hosts: 1024,
             ingress: IngressSettings::default(),
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
@@ -374,6 +377,8 @@ struct RawInbound {
 #[derive(Deserialize)]
 struct RawOutbound {
     mode: Option<String>,
+    /// ALLOW_ANY_DYNAMIC_DNS's upstream TLS (Istio 1.28): read, reported.
+    tls: Option<serde_json::Value>,
 }
 
 /// Which Ingresses istiod's ingress controller processes
@@ -443,17 +448,16 @@ impl MeshSettings {
         if let Some(td) = raw.trust_domain.filter(|s| !s.is_empty()) {
             m.trust_domain = td;
         }
+        if raw.outbound_traffic_policy.as_ref().is_some_and(|o| o.tls.as_ref().is_some_and(|t| !t.is_null())) {
+            m.notes.push(
+                "outboundTrafficPolicy.tls: AllowAnyDynamicDNSCluster is built without upstream TLS (its mode DISABLE)"
+                    .into(),
+            );
+        }
         match raw.outbound_traffic_policy.and_then(|o| o.mode).as_deref() {
             None | Some("ALLOW_ANY") => {}
             Some("REGISTRY_ONLY") => m.outbound = OutboundPolicy::RegistryOnly,
-            Some("ALLOW_ANY_DYNAMIC_DNS") => {
-                m.outbound = OutboundPolicy::AllowAnyDynamicDns;
-                m.notes.push(
-                    "outboundTrafficPolicy.mode ALLOW_ANY_DYNAMIC_DNS: the dynamic forward proxy is not generated; \
-                     traffic to unknown hosts passes through as with ALLOW_ANY"
-                        .into(),
-                );
-            }
+            Some("ALLOW_ANY_DYNAMIC_DNS") => m.outbound = OutboundPolicy::AllowAnyDynamicDns,
             Some(other) => m
                 .notes
                 .push(format!("outboundTrafficPolicy.mode {other:?} is unknown to this version; using ALLOW_ANY")),
@@ -653,7 +657,7 @@ mod tests {
         let m = MeshSettings::parse("outboundTrafficPolicy: {mode: ALLOW_ANY_DYNAMIC_DNS}\n").unwrap();
         assert_eq!(m.outbound, OutboundPolicy::AllowAnyDynamicDns);
         assert!(m.outbound.allows_any());
-        assert!(m.notes.iter().any(|n| n.contains("dynamic forward proxy is not generated")), "{:?}", m.notes);
+        assert!(m.notes.is_empty(), "{:?}", m.notes);
         assert!(MeshSettings::parse("outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n").unwrap().notes.is_empty());
     }
 

@@ -17,6 +17,7 @@ use crate::model::Model;
 pub mod authn;
 pub mod authz;
 pub mod cluster;
+pub mod dfp;
 pub mod endpoint;
 pub mod envoy;
 pub mod extauthz;

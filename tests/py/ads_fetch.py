@@ -16,7 +16,9 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.clusters.dynamic_forward_proxy.v3 import cluster_pb2 as dfp_cluster_pb2  # noqa: F401
 from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.http.dynamic_forward_proxy.v3 import dynamic_forward_proxy_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.fault.v3 import fault_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.grpc_stats.v3 import config_pb2 as grpc_stats_pb2  # noqa: F401

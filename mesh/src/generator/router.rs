@@ -35,7 +35,7 @@ pub(super) fn is_router(class: &ProxyClass) -> bool {
 /// Cluster names a router does not get (istiod gives routers no
 /// passthrough clusters: a gateway forwards only what its routes name).
 pub(super) fn router_skips_cluster(name: &str) -> bool {
-    matches!(name, "PassthroughCluster" | "InboundPassthroughCluster")
+    matches!(name, "PassthroughCluster" | "InboundPassthroughCluster" | crate::translate::dfp::CLUSTER)
 }
 
 fn labels(class: &ProxyClass) -> BTreeMap<String, String> {

@@ -228,11 +228,16 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
         }),
         ..Default::default()
     };
+    let dfp =
+        (mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns).then(|| super::dfp::cluster(mesh));
     for c in [
         black_hole,
         passthrough("PassthroughCluster", None),
         passthrough("InboundPassthroughCluster", Some("127.0.0.6")),
-    ] {
+    ]
+    .into_iter()
+    .chain(dfp)
+    {
         out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
     }
 }

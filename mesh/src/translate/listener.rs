@@ -119,7 +119,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
     let side = telemetry::outbound(model);
-    let virtual_outbound = virtual_outbound(model.mesh.outbound, &side);
+    let virtual_outbound = virtual_outbound(model.mesh.outbound, &model.mesh, &side);
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
@@ -367,7 +367,7 @@ fn outbound_listener(model: &Model, address: &str, port: u16, side: &Side) -> Op
         }
     }
     let (_, chains) = entry?;
-    Some(build_outbound(address, port, chains, model.mesh.outbound, side))
+    Some(build_outbound(address, port, chains, &model.mesh, side))
 }
 
 /// `mergeTCPFilterChains`.
@@ -396,7 +396,14 @@ pub fn passthrough_chain(policy: OutboundPolicy, side: &Side) -> FilterChain {
 /// `buildListenerFromEntry`: the listener filters the chains need (TLS
 /// inspector for server names, HTTP inspector for ALPN), a match-all chain
 /// as the default chain, or the fallthrough chain when there is none.
-fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: OutboundPolicy, side: &Side) -> Listener {
+fn build_outbound(
+    address: &str,
+    port: u16,
+    chains: Vec<ChainOpts>,
+    mesh: &crate::meshconfig::MeshSettings,
+    side: &Side,
+) -> Listener {
+    let policy = mesh.outbound;
     use istiod_proto::envoy::config::listener::v3::{ListenerFilter, listener_filter};
     use istiod_proto::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
     use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -427,7 +434,7 @@ fn build_outbound(address: &str, port: u16, chains: Vec<ChainOpts>, policy: Outb
         let filters = match &c.cluster {
             Some(stat) if !c.weighted.is_empty() => outbound_tcp_weighted(side, stat, &c.weighted),
             Some(cluster) => outbound_tcp(side, cluster, cluster),
-            None => http_filters(port, &name, side),
+            None => vec![http_manager(&name, route_source(port), mesh, side)],
         };
         let mut chain = FilterChain { filters, ..Default::default() };
         if c.match_all() {
@@ -521,12 +528,26 @@ fn update_hosts_only(
     }
 }
 
-/// The HCM of a port's outbound HTTP chain, taking its routes from route
-/// configuration `"<port>"` over RDS. Its filters are istiod's for a
-/// sidecar's outbound HTTP (listener_builder.go): metadata exchange, gRPC
-/// stats, the ALPN override, fault, CORS, the stats filter where a metrics
-/// provider applies, the router.
-fn http_filters(port: u16, listener: &str, side: &Side) -> Vec<Filter> {
+/// Route configuration `"<port>"` over RDS.
+fn route_source(port: u16) -> hcm::http_connection_manager::RouteSpecifier {
+    hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
+        config_source: ads(),
+        route_config_name: port.to_string(),
+    })
+}
+
+/// The HCM of an outbound HTTP chain of listener `listener` with its
+/// routes from `routes`. Its filters are istiod's for a sidecar's
+/// outbound HTTP (listener_builder.go): metadata exchange, gRPC stats, the
+/// ALPN override, fault, CORS, the stats filter where a metrics provider
+/// applies, the dynamic forward proxy under ALLOW_ANY_DYNAMIC_DNS, the
+/// router.
+fn http_manager(
+    listener: &str,
+    routes: hcm::http_connection_manager::RouteSpecifier,
+    mesh: &crate::meshconfig::MeshSettings,
+    side: &Side,
+) -> Filter {
     let mut http_filters = vec![
         telemetry::mx_http(false),
         telemetry::grpc_stats(),
@@ -538,13 +559,13 @@ fn http_filters(port: u16, listener: &str, side: &Side) -> Vec<Filter> {
         ),
     ];
     http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
+    if mesh.outbound == OutboundPolicy::AllowAnyDynamicDns {
+        http_filters.push(super::dfp::http_filter_of(mesh.dynamic_dns_max_hosts));
+    }
     http_filters.push(router());
     let mut manager = hcm::HttpConnectionManager {
         stat_prefix: format!("outbound_{listener}"),
-        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(hcm::Rds {
-            config_source: ads(),
-            route_config_name: port.to_string(),
-        })),
+        route_specifier: Some(routes),
         http_filters,
         access_log: side.log.clone(),
         use_remote_address: Some(false),
@@ -552,7 +573,7 @@ fn http_filters(port: u16, listener: &str, side: &Side) -> Vec<Filter> {
         ..Default::default()
     };
     side.trace(&mut manager);
-    vec![http_connection_manager(&manager)]
+    http_connection_manager(&manager)
 }
 
 /// An outbound TCP chain's filters: the stats filter where a metrics
@@ -595,9 +616,11 @@ fn outbound_tcp_weighted(side: &Side, stat_prefix: &str, clusters: &[(String, u3
 /// connection: `use_original_dst` hands it to the listener of its original
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
-pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
+/// Under ALLOW_ANY_DYNAMIC_DNS (`policy`, the mesh's in `mesh`) the HTTP
+/// inspector picks plaintext HTTP out for the dynamic forward proxy.
+pub fn virtual_outbound(policy: OutboundPolicy, mesh: &crate::meshconfig::MeshSettings, side: &Side) -> Listener {
     let catchall = if policy.allows_any() { "PassthroughCluster" } else { "BlackHoleCluster" };
-    Listener {
+    let mut l = Listener {
         name: VIRTUAL_OUTBOUND.into(),
         address: socket("0.0.0.0", OUTBOUND_PORT),
         use_original_dst: Some(true),
@@ -613,7 +636,41 @@ pub fn virtual_outbound(policy: OutboundPolicy, side: &Side) -> Listener {
             },
         ],
         ..Default::default()
+    };
+    if policy == OutboundPolicy::AllowAnyDynamicDns {
+        use istiod_proto::envoy::config::listener::v3::{FilterChainMatch, ListenerFilter, listener_filter};
+        use istiod_proto::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
+        l.listener_filters = vec![ListenerFilter {
+            name: "envoy.filters.listener.http_inspector".into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(any(&HttpInspector::default()))),
+            ..Default::default()
+        }];
+        // The catch-all virtual host alone, inline (`allow_any_dynamic_dns`).
+        let routes = istiod_proto::envoy::config::route::v3::RouteConfiguration {
+            name: super::dfp::VIRTUAL_HOST.into(),
+            virtual_hosts: vec![super::dfp::virtual_host()],
+            validate_clusters: Some(false),
+            ignore_port_in_host_matching: true,
+            ..Default::default()
+        };
+        let mesh = crate::meshconfig::MeshSettings { outbound: policy, ..mesh.clone() };
+        let http = FilterChain {
+            name: "virtualOutbound-catchall-tcp-http".into(),
+            filter_chain_match: Some(FilterChainMatch {
+                application_protocols: PLAINTEXT_HTTP_ALPNS.iter().map(|a| (*a).to_owned()).collect(),
+                ..Default::default()
+            }),
+            filters: vec![http_manager(
+                &format!("{VIRTUAL_OUTBOUND}_{}", super::dfp::VIRTUAL_HOST),
+                hcm::http_connection_manager::RouteSpecifier::RouteConfig(routes),
+                &mesh,
+                side,
+            )],
+            ..Default::default()
+        };
+        l.filter_chains.insert(1, http);
     }
+    l
 }
 
 /// istiod's `blackholeFilterChain`: a connection to 15001 itself (not

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use istiod_config::istio::networking::VirtualService;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::prost::Message;
+use istiod_proto::prost_types::Duration;
 
 use crate::node::ProxyClass;
 
@@ -297,7 +298,7 @@ impl RouteTable {
         match self.flavor {
             Flavor::Grpc => route::RouteConfiguration { name: self.name.clone(), virtual_hosts, ..Default::default() },
             Flavor::Envoy => {
-                virtual_hosts.push(fallback_host(policy.allows_any()));
+                virtual_hosts.push(fallback_host(policy));
                 route::RouteConfiguration {
                     name: self.name.clone(),
                     virtual_hosts,
@@ -603,13 +604,20 @@ pub(crate) fn gateway_routes(
 }
 
 /// The last virtual host of every outbound route configuration: unknown
-/// hosts go to `PassthroughCluster` (`allow_any`) or get a 502
-/// (`block_all`, REGISTRY_ONLY), as istiod builds them.
-pub(crate) fn fallback_host(allow_any: bool) -> route::VirtualHost {
+/// hosts go to `PassthroughCluster` (`allow_any`, with no timeout), to
+/// the dynamic forward proxy (ALLOW_ANY_DYNAMIC_DNS) or get a 502
+/// (`block_all`, REGISTRY_ONLY), as istiod's `buildCatchAllVirtualHost`.
+pub(crate) fn fallback_host(policy: OutboundPolicy) -> route::VirtualHost {
+    if policy == OutboundPolicy::AllowAnyDynamicDns {
+        return super::dfp::virtual_host();
+    }
+    let allow_any = policy.allows_any();
     let name = if allow_any { "allow_any" } else { "block_all" };
     let action = if allow_any {
         route::route::Action::Route(route::RouteAction {
             cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster("PassthroughCluster".into())),
+            timeout: Some(Duration::default()),
+            max_grpc_timeout: Some(Duration::default()),
             ..Default::default()
         })
     } else {

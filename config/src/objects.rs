@@ -36,11 +36,18 @@ pub const KINDS: [(&str, &str, &str, &str); 29] = [
     ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
     ("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes"),
     ("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"),
-    ("gateway.networking.k8s.io", "v1alpha2", "TCPRoute", "tcproutes"),
-    ("gateway.networking.k8s.io", "v1alpha2", "TLSRoute", "tlsroutes"),
+    ("gateway.networking.k8s.io", "v1", "TCPRoute", "tcproutes"),
+    ("gateway.networking.k8s.io", "v1", "TLSRoute", "tlsroutes"),
     ("networking.k8s.io", "v1", "Ingress", "ingresses"),
     ("networking.k8s.io", "v1", "IngressClass", "ingressclasses"),
 ];
+
+/// The older version of a kind in [`KINDS`] to watch where a cluster's
+/// CRD does not serve the current one: TCPRoute and TLSRoute are `v1` in
+/// Gateway API 1.5 (what istiod watches) and `v1alpha2` before.
+pub fn older_version(group: &str, kind: &str) -> Option<&'static str> {
+    (group == crate::gateway_api::GROUP && matches!(kind, "TCPRoute" | "TLSRoute")).then_some("v1alpha2")
+}
 
 /// A Service (core/v1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

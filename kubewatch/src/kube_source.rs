@@ -180,25 +180,38 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
     let stores = Arc::new(Mutex::new(Stores::default()));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     for (i, (group, version, kind, plural)) in KINDS.into_iter().enumerate() {
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let watch = {
+            let client = client.clone();
+            move |version: &str| {
+                let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                let mut config = watcher::Config::default();
+                if kind == "Secret" {
+                    // istiod's informer: Helm releases (up to 1 MiB each) and
+                    // tokens are never credentials; the API server leaves them
+                    // out (convert drops them too, for servers that do not).
+                    config = config.fields("type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token");
+                }
+                watcher::watcher(api, config).default_backoff().boxed()
+            }
+        };
         let (stores, changed) = (stores.clone(), changed_tx.clone());
         tokio::spawn(async move {
             let mut buffer: BTreeMap<(String, String), Object> = BTreeMap::new();
-            let mut config = watcher::Config::default();
-            if kind == "Secret" {
-                // istiod's informer: Helm releases (up to 1 MiB each) and
-                // tokens are never credentials; the API server leaves them
-                // out (convert drops them too, for servers that do not).
-                config = config.fields("type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token");
-            }
-            let mut events = watcher::watcher(api, config).default_backoff().boxed();
+            let mut events = watch(version);
+            // A CRD that serves only an older version is watched there.
+            let mut older = istiod_config::objects::older_version(group, kind);
             while let Some(ev) = events.next().await {
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
                         let absent =
                             matches!(&e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404);
+                        if absent && let Some(v) = older.take() {
+                            tracing::info!(target: "model", kind, version = v, "{version} not served; watching {v}");
+                            events = watch(v);
+                            continue;
+                        }
                         if absent && i >= FIRST_CRD {
                             // A CRD that is not installed: nothing of that kind,
                             // and keep looking in case it appears.

@@ -284,3 +284,32 @@ async fn secrets_of_the_types_istiod_reads() {
     })
     .await;
 }
+
+/// TCPRoute and TLSRoute are watched at `v1` as istiod watches them, and at
+/// `v1alpha2` where a cluster's CRDs (Gateway API before 1.5) serve only
+/// that.
+#[tokio::test]
+async fn tcp_and_tls_routes_are_read_at_v1_or_v1alpha2() {
+    use istiod_kubewatch::fake::{Resource, gateway_api_resources};
+    for version in ["v1", "v1alpha2"] {
+        let api = FakeApi::start().await.unwrap();
+        for r in core_resources() {
+            api.install(r);
+        }
+        for r in gateway_api_resources() {
+            api.install(match r.kind {
+                "TCPRoute" | "TLSRoute" => Resource { version, ..r },
+                _ => r,
+            });
+        }
+        let route = |name: &str| json!({"metadata": {"name": name, "namespace": "shop"}, "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "db", "port": 5432}]}]}});
+        api.apply("tcproutes", route("db"));
+        api.apply("tlsroutes", route("tls"));
+        let (tx, mut rx) = watch::channel(None);
+        tokio::spawn(kube_source::run(kube_source::client_for(&api.url()).unwrap(), tx));
+        let got = next_matching(&mut rx, &format!("the routes at {version}"), |o| o.gateway_api.len() == 2).await;
+        let mut kinds: Vec<&str> = got.gateway_api.iter().map(|o| o.kind()).collect();
+        kinds.sort();
+        assert_eq!(kinds, ["TCPRoute", "TLSRoute"], "{version}");
+    }
+}

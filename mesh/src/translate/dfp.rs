@@ -100,7 +100,10 @@ pub fn cluster(mesh: &crate::meshconfig::MeshSettings) -> Cluster {
             typed_config: Some(any(&config)),
         })),
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
-        connect_timeout: Some(super::cluster::timeout(mesh)),
+        connect_timeout: Some(Duration {
+            seconds: mesh.connect_timeout.as_secs() as i64,
+            nanos: mesh.connect_timeout.subsec_nanos() as i32,
+        }),
         alt_stat_name: format!("{CLUSTER};"),
         typed_extension_protocol_options: BTreeMap::from([(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(),

@@ -618,3 +618,36 @@ spec:
     assert_eq!(vhosts.last().unwrap()["name"], "block_all");
     assert!(chains(&strict["listeners"]["virtualOutbound"], "virtualOutbound-catchall-tcp-http").is_empty());
 }
+
+/// A Gateway API BackendTLSPolicy becomes istiod's synthetic
+/// DestinationRule: the targeted Service's clusters originate TLS with
+/// the policy's server name and the system roots, for every proxy.
+#[test]
+fn a_backend_tls_policy_originates_tls_as_istiod_does() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: shop}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {app: echo}
+  ports: [{name: http, port: 80}, {name: https, port: 443}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: echo-tls, namespace: shop}
+spec:
+  targetRefs: [{group: '', kind: Service, name: echo, sectionName: https}]
+  validation: {wellKnownCACertificates: System, hostname: echo.example.com}
+";
+    let got = served(objects, "", "shop", json!({"app": "client"}), "10.1.2.6");
+    let tls = &got["clusters"]["outbound|443||echo.shop.svc.cluster.local"]["transportSocket"];
+    assert_eq!(tls["name"], "envoy.transport_sockets.tls", "{tls}");
+    assert_eq!(tls["typedConfig"]["sni"], "echo.example.com", "{tls}");
+    let ctx = &tls["typedConfig"]["commonTlsContext"];
+    let roots = &ctx["combinedValidationContext"]["validationContextSdsSecretConfig"]["name"];
+    assert_eq!(roots, "file-root:system", "{ctx}");
+    // The port the policy does not name keeps Istio's auto mTLS.
+    let plain = &got["clusters"]["outbound|80||echo.shop.svc.cluster.local"];
+    assert_ne!(plain["transportSocket"]["typedConfig"]["sni"], "echo.example.com", "{plain}");
+}

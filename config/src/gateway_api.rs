@@ -1,6 +1,7 @@
 //! The Kubernetes Gateway API kinds istiod reads (`gateway.networking.k8s.io`):
 //! GatewayClass, Gateway, HTTPRoute and GRPCRoute (v1), ReferenceGrant
-//! (v1beta1 and v1). Typed as the API server serves them; the model turns
+//! (v1beta1 and v1), TCPRoute and TLSRoute (v1, v1alpha2), BackendTLSPolicy
+//! (v1). Typed as the API server serves them; the model turns
 //! them into Istio Gateways and VirtualServices as istiod does
 //! (`src/model/gateway_api.rs`). Unknown fields are ignored: the API
 //! evolves, and the API server has already validated what it stores.
@@ -38,10 +39,12 @@ pub enum GatewayApiSpec {
     GrpcRoute(GrpcRouteSpec),
     /// ReferenceGrant.
     ReferenceGrant(ReferenceGrantSpec),
-    /// TCPRoute (v1alpha2).
+    /// TCPRoute (v1, or v1alpha2).
     TcpRoute(L4RouteSpec),
-    /// TLSRoute (v1alpha2).
+    /// TLSRoute (v1, or v1alpha2).
     TlsRoute(L4RouteSpec),
+    /// BackendTLSPolicy (v1).
+    BackendTlsPolicy(BackendTlsPolicySpec),
 }
 
 impl GatewayApiObject {
@@ -55,6 +58,7 @@ impl GatewayApiObject {
             GatewayApiSpec::ReferenceGrant(_) => "ReferenceGrant",
             GatewayApiSpec::TcpRoute(_) => "TCPRoute",
             GatewayApiSpec::TlsRoute(_) => "TLSRoute",
+            GatewayApiSpec::BackendTlsPolicy(_) => "BackendTLSPolicy",
         }
     }
 }
@@ -98,6 +102,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         "ReferenceGrant" => read(value).map(|(m, s)| (m, GatewayApiSpec::ReferenceGrant(s)))?,
         "TCPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TcpRoute(s)))?,
         "TLSRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TlsRoute(s)))?,
+        "BackendTLSPolicy" => read(value).map(|(m, s)| (m, GatewayApiSpec::BackendTlsPolicy(s)))?,
         other => return Err(format!("{other:?} of {GROUP} is not read here")),
     };
     if meta.name.is_empty() {
@@ -108,7 +113,17 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
 
 /// Whether istiod-rs reads `kind` of the Gateway API.
 pub fn reads(kind: &str) -> bool {
-    matches!(kind, "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "ReferenceGrant" | "TCPRoute" | "TLSRoute")
+    matches!(
+        kind,
+        "GatewayClass"
+            | "Gateway"
+            | "HTTPRoute"
+            | "GRPCRoute"
+            | "ReferenceGrant"
+            | "TCPRoute"
+            | "TLSRoute"
+            | "BackendTLSPolicy"
+    )
 }
 
 /// `GatewayClassSpec`.
@@ -633,4 +648,70 @@ mod tests {
         assert_eq!((rule.backend_refs[0].port, rule.backend_refs[0].weight), (Some(8080), Some(3)));
         assert!(parse("HTTPRoute", serde_json::json!({"kind": "HTTPRoute"})).is_err(), "a name is required");
     }
+}
+
+/// `BackendTLSPolicySpec`: how gateways and proxies originate TLS to the
+/// Services (or ServiceEntries) it targets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BackendTlsPolicySpec {
+    /// The backends, in the policy's namespace; `sectionName` a port name.
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// How the backend's certificate is verified.
+    pub validation: BackendTlsValidation,
+    /// Implementation-specific TLS options (istiod reads none).
+    pub options: BTreeMap<String, String>,
+}
+
+/// `LocalPolicyTargetReferenceWithSectionName`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PolicyTargetReference {
+    /// Group (`""`: core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// A port name of the target.
+    pub section_name: Option<String>,
+}
+
+/// `BackendTLSPolicyValidation`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BackendTlsValidation {
+    /// CA certificates (ConfigMaps, for istiod).
+    pub ca_certificate_refs: Vec<LocalObjectReference>,
+    /// `System`: the platform's trusted roots.
+    pub well_known_ca_certificates: Option<String>,
+    /// The server name sent and expected.
+    pub hostname: String,
+    /// Names the certificate must carry instead of `hostname`.
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// `LocalObjectReference`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LocalObjectReference {
+    /// Group (`""`: core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// `SubjectAltName`: a DNS name or a URI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SubjectAltName {
+    /// `Hostname` or `URI`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// For `Hostname`.
+    pub hostname: String,
+    /// For `URI`.
+    pub uri: String,
 }

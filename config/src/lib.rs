@@ -14,6 +14,7 @@
 //!   [`gateway_api`]: the Gateway API kinds; [`duration`]: Go durations.
 #![forbid(unsafe_code)]
 
+pub mod backend_tls;
 pub mod duration;
 pub mod gateway_api;
 pub mod istio;

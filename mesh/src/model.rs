@@ -696,6 +696,8 @@ impl Model {
         let mut routing = sorted(objs, |s| matches!(s, IstioSpec::VirtualService(_) | IstioSpec::DestinationRule(_)));
         routing.extend(api.virtual_services);
         routing.extend(ingress.virtual_services);
+        // BackendTLSPolicies, as the DestinationRules istiod makes of them.
+        routing.extend(istiod_config::backend_tls::convert(objs, domain).0);
         for o in &mut routing {
             routing_export_default(o, &model.mesh);
         }

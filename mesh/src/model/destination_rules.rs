@@ -41,6 +41,8 @@ pub struct AppliedRule {
     pub selector: BTreeMap<String, String>,
     /// The merged rule.
     pub rule: DestinationRule,
+    /// Whether the rule is a BackendTLSPolicy's alone (no user rule merged).
+    pub synthetic: bool,
 }
 
 impl AppliedRule {
@@ -139,6 +141,18 @@ impl DestinationRules {
                 Some(i) => {
                     let merged = &mut out.rules[i];
                     merged.names.push(o.meta.name.clone());
+                    // A BackendTLSPolicy's rule fills what the user's leaves
+                    // unset, whichever comes first (`mergeDestinationRule`).
+                    let synthetic = istiod_config::backend_tls::is_synthetic(o);
+                    if merged.synthetic && !synthetic {
+                        let mut tp = dr.traffic_policy.clone();
+                        istiod_config::backend_tls::fill(&mut tp, &merged.rule.traffic_policy);
+                        merged.rule.traffic_policy = tp;
+                        merged.synthetic = false;
+                    } else if synthetic {
+                        istiod_config::backend_tls::fill(&mut merged.rule.traffic_policy, &dr.traffic_policy);
+                        continue;
+                    }
                     for s in &dr.subsets {
                         if !merged.rule.subsets.iter().any(|m| m.name == s.name) {
                             merged.rule.subsets.push(s.clone());
@@ -165,6 +179,7 @@ impl DestinationRules {
                         export,
                         selector,
                         rule: dr.clone(),
+                        synthetic: istiod_config::backend_tls::is_synthetic(o),
                     });
                 }
             }
@@ -375,5 +390,50 @@ mod tests {
             Some("shop/all"),
             "a selector never reaches past its namespace"
         );
+    }
+
+    const ECHO: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: echo-https, namespace: default}
+spec:
+  selector: {app: echo}
+  ports: [{name: http, port: 80}, {name: https, port: 443}]
+";
+
+    /// A user's DestinationRule for the same host keeps its fields and takes
+    /// the policy's TLS where it sets none (`mergeDestinationRule`).
+    #[test]
+    fn a_users_rule_keeps_its_fields_and_takes_a_backend_tls_policys_rest() {
+        use istiod_config::istio::networking::ClientTlsMode;
+        let yaml = format!(
+            "{ECHO}---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: mine, namespace: default}}
+spec:
+  host: echo-https
+  trafficPolicy:
+    loadBalancer: {{simple: ROUND_ROBIN}}
+    portLevelSettings: [{{port: {{number: 443}}, tls: {{mode: DISABLE}}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: p, namespace: default}}
+spec:
+  targetRefs:
+  - {{group: '', kind: Service, name: echo-https}}
+  - {{group: '', kind: Service, name: echo-https, sectionName: https}}
+  validation: {{hostname: echo.example.com}}
+"
+        );
+        let model = crate::testing::model_in("", &yaml);
+        let rules = model.destination_rules();
+        let i = model.rule_index_for("default", &[], "echo-https.default.svc.cluster.local").unwrap();
+        let tp = rules.get(i).rule.traffic_policy.clone().unwrap();
+        assert!(tp.load_balancer.is_some(), "the user's");
+        assert_eq!(tp.tls.as_ref().map(|t| t.sni.as_str()), Some("echo.example.com"), "the policy's, where unset");
+        let p443 = &tp.port_level_settings[0];
+        assert_eq!(p443.tls.as_ref().map(|t| t.mode), Some(ClientTlsMode::Disable), "the user's port wins");
     }
 }

@@ -107,6 +107,11 @@ pub fn not_applied(objs: &Objects, mesh: &crate::meshconfig::MeshSettings) -> Ve
             add(kind, o.meta.ns(), &o.meta.name, "parentRef of kind Service (mesh routing): not applied to sidecars");
         }
     }
+    // BackendTLSPolicies: the problems of their conversion.
+    for p in istiod_config::backend_tls::convert(objs, "cluster.local").1 {
+        let (name, what) = p.trim_start_matches("BackendTLSPolicy ").split_once(": ").unwrap_or(("", &p));
+        out.push(NotApplied { kind: "BackendTLSPolicy".into(), name: name.into(), what: what.into() });
+    }
     out.sort();
     out.dedup();
     out

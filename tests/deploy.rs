@@ -223,10 +223,12 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut leader = String::new();
-    wait_for("one replica holding both elections", Duration::from_secs(20), || {
+    // Usually one replica wins both; either way the one holding the
+    // namespace controller's election is the one stopped below.
+    wait_for("both elections held", Duration::from_secs(20), || {
         let (ns, status) = holders(&api);
         leader = ns.clone();
-        !ns.is_empty() && ns == status
+        !ns.is_empty() && !status.is_empty()
     });
     wait_for("the root ConfigMap", Duration::from_secs(20), || {
         api.get("configmaps", "shop", "istio-ca-root-cert").is_some()
@@ -247,17 +249,19 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
         c
     });
     let t = stopped.sigterm();
-    let mut next = String::new();
-    wait_for("a new leader after SIGTERM", Duration::from_secs(20), || {
-        let (ns, status) = holders(&api);
-        next = ns.clone();
-        !ns.is_empty() && ns != leader && ns == status
+    // The elections are independent (as istiod's): the two replicas left
+    // may each win one.
+    let mut next = (String::new(), String::new());
+    wait_for("new leaders after SIGTERM", Duration::from_secs(20), || {
+        next = holders(&api);
+        let taken = |h: &str| !h.is_empty() && h != leader;
+        taken(&next.0) && taken(&next.1)
     });
     let handover = t.elapsed();
     assert!(handover < Duration::from_secs(12), "handover after a release took {handover:?}");
     // Still draining; the locks stay with the new leader until it exits.
     while stopped.child.try_wait().unwrap().is_none() {
-        assert_eq!(holders(&api), (next.clone(), next.clone()), "a draining replica took a lock back");
+        assert_eq!(holders(&api), next, "a draining replica took a lock back");
         assert!(t.elapsed() < Duration::from_secs(20), "no exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -268,8 +272,8 @@ fn replicas_take_over_every_election_when_the_leader_stops_or_dies() {
     assert!(!log[released..].contains("leading=true"), "led again after releasing: {log}");
 
     // Killed: nothing released; the lease runs out (30 s) and the last
-    // replica takes over.
-    let i = replicas.iter().position(|(p, _)| *p == next).unwrap();
+    // replica takes over (both elections, whichever it held already).
+    let i = replicas.iter().position(|(p, _)| *p == next.0).unwrap();
     let (_, mut killed) = replicas.remove(i);
     let t = std::time::Instant::now();
     killed.child.kill().unwrap();

@@ -651,3 +651,47 @@ spec:
     let plain = &got["clusters"]["outbound|80||echo.shop.svc.cluster.local"];
     assert_ne!(plain["transportSocket"]["typedConfig"]["sni"], "echo.example.com", "{plain}");
 }
+
+/// A TCPRoute whose parent is a Service (GAMMA, istiod's
+/// `TCPRouteCollection` for mesh parents): a VirtualService bound to
+/// `mesh` on the Service's host, the parent's port matched, so the
+/// sidecar's listener for that port proxies to the route's backend.
+#[test]
+fn a_tcp_route_with_a_service_parent_is_served_as_istiod_serves_it() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: mysql, namespace: db}
+spec:
+  clusterIP: 10.96.0.30
+  selector: {app: mysql}
+  ports: [{name: tcp-a, port: 3306}, {name: tcp-b, port: 3307}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: mysql-v2, namespace: db}
+spec: {clusterIP: 10.96.0.31, selector: {app: mysql-v2}, ports: [{name: tcp, port: 13306}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: mysql, namespace: db}
+spec:
+  parentRefs: [{group: '', kind: Service, name: mysql, port: 3306}]
+  rules: [{backendRefs: [{name: mysql-v2, port: 13306}]}]
+";
+    let got = served(objects, "", "shop", json!({"app": "client"}), "10.1.0.10");
+    let cluster = |listener: &str| -> Value {
+        let l = &got["listeners"][listener];
+        let mut chains: Vec<Value> = l["filterChains"].as_array().cloned().unwrap_or_default();
+        chains.extend(l.get("defaultFilterChain").cloned());
+        chains
+            .iter()
+            .flat_map(|c| c["filters"].as_array().unwrap().clone())
+            .find(|f| f["name"] == "envoy.filters.network.tcp_proxy")
+            .map(|f| f["typedConfig"]["cluster"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(cluster("10.96.0.30_3306"), "outbound|13306||mysql-v2.db.svc.cluster.local");
+    // The port the parent does not name keeps the Service's own cluster.
+    assert_eq!(cluster("10.96.0.30_3307"), "outbound|3307||mysql.db.svc.cluster.local");
+}

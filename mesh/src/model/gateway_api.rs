@@ -767,18 +767,7 @@ fn l4_routes(
         };
         let cx = RouteCtx { route: r, kind, domain, grants: &out.grants, mesh: false };
         let mut problems = Vec::new();
-        let mut rules = Vec::new();
-        let mut error = None;
-        for rule in &spec.rules {
-            if rule.backend_refs.iter().all(|b| b.weight == Some(0)) {
-                rules.push(json!({"route": [{"destination": {"host": "internal.cluster.local", "subset": "zero-weight", "port": {"number": 65535}}}]}));
-                continue;
-            }
-            match weighted(&cx, &rule.backend_refs, &mut problems) {
-                Ok(dests) => rules.push(json!({"route": dests})),
-                Err(e) => error = Some(e),
-            }
-        }
+        let (rules, error) = l4_rules(&cx, spec, &mut problems);
         let hostnames = if kind == "TLSRoute" { spec.hostnames.clone() } else { Vec::new() };
         let mut outcomes = Vec::new();
         let attached =
@@ -828,20 +817,95 @@ fn l4_routes(
                 };
                 count += 1;
                 let spec = json!({"hosts": [host], "gateways": [a.reference], tag: l4});
-                match typed::<istiod_config::istio::networking::VirtualService>(spec) {
-                    Ok(vs) => out.virtual_services.push(IstioObject {
-                        meta,
-                        spec: IstioSpec::VirtualService(vs),
-                        raw: Default::default(),
-                    }),
-                    Err(e) => {
-                        out.problems.push(json!({"virtualService": meta.name, "reason": "Invalid", "message": e}))
+                push_l4(out, meta, spec);
+            }
+        }
+        // Service parents (mesh): the rules without ReferenceGrants, on
+        // the Service's host, the parent's port matched
+        // (`augmentTCPPortMatch`, `augmentTLSPortMatch`; TLS by the
+        // route's hostnames, else the Service's host).
+        let services: Vec<&ParentReference> = spec
+            .parent_refs
+            .iter()
+            .filter(|p| {
+                p.kind.as_deref() == Some("Service") && p.group.as_deref().is_none_or(|g| g.is_empty() || g == "core")
+            })
+            .collect();
+        if services.is_empty() {
+            continue;
+        }
+        let mcx = RouteCtx { route: r, kind, domain, grants: &out.grants, mesh: true };
+        let (mesh_rules, mesh_error) = l4_rules(&mcx, spec, &mut Vec::new());
+        if mesh_error.is_some() {
+            continue;
+        }
+        for p in services {
+            let host = format!("{}.{}.svc.{domain}", p.name, p.namespace.as_deref().unwrap_or(r.meta.ns()));
+            let mut l4 = mesh_rules.clone();
+            for rule in &mut l4 {
+                let zero = rule["route"][0]["destination"]["subset"] == "zero-weight";
+                if kind == "TLSRoute" && !zero {
+                    let sni = if hostnames.is_empty() { vec![host.clone()] } else { hostnames.clone() };
+                    rule["match"] = json!([{"sniHosts": sni}]);
+                }
+                if let Some(port) = p.port {
+                    match rule.get_mut("match").and_then(Value::as_array_mut) {
+                        Some(ms) => ms.iter_mut().for_each(|m| m["port"] = json!(port)),
+                        None if kind == "TCPRoute" => rule["match"] = json!([{"port": port}]),
+                        None => {}
                     }
                 }
             }
+            let meta = Meta {
+                name: format!("{}~{tag}~{count}~{INFIX}", r.meta.name),
+                namespace: Some(r.meta.ns().to_owned()),
+                annotations: BTreeMap::from([
+                    (PARENTS.to_owned(), format!("{kind}/{}.{}", r.meta.name, r.meta.ns())),
+                    (ROUTE_SEMANTICS.to_owned(), "gateway".to_owned()),
+                ]),
+                creation_timestamp: r.meta.creation_timestamp.clone(),
+                ..Meta::default()
+            };
+            count += 1;
+            push_l4(out, meta, json!({"hosts": [host], "gateways": ["mesh"], tag: l4}));
         }
     }
     out.virtual_services.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
+}
+
+/// A TCPRoute's or TLSRoute's rules as VirtualService `tcp`/`tls` routes
+/// (`convertTCPRoute`, `convertTLSRoute` without their match): a rule
+/// whose backends all weigh zero goes nowhere.
+fn l4_rules(
+    cx: &RouteCtx<'_>,
+    spec: &istiod_config::gateway_api::L4RouteSpec,
+    problems: &mut Vec<Value>,
+) -> (Vec<Value>, Option<(&'static str, String)>) {
+    let mut rules = Vec::new();
+    let mut error = None;
+    for rule in &spec.rules {
+        if rule.backend_refs.iter().all(|b| b.weight == Some(0)) {
+            rules.push(json!({"route": [{"destination": {"host": "internal.cluster.local", "subset": "zero-weight", "port": {"number": 65535}}}]}));
+            continue;
+        }
+        match weighted(cx, &rule.backend_refs, problems) {
+            Ok(dests) => rules.push(json!({"route": dests})),
+            Err(e) => error = Some(e),
+        }
+    }
+    (rules, error)
+}
+
+/// Adds the VirtualService `spec` as `meta` names it, or its problem.
+fn push_l4(out: &mut Converted, meta: Meta, spec: Value) {
+    match typed::<istiod_config::istio::networking::VirtualService>(spec) {
+        Ok(vs) => out.virtual_services.push(IstioObject {
+            meta,
+            spec: IstioSpec::VirtualService(vs),
+            raw: Default::default(),
+        }),
+        Err(e) => out.problems.push(json!({"virtualService": meta.name, "reason": "Invalid", "message": e})),
+    }
 }
 
 /// The route being converted, and what its references are checked against.

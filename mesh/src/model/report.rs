@@ -4,7 +4,6 @@
 //! logged once when it appears; none is fatal. The compatibility page says
 //! the same per feature.
 
-use istiod_config::gateway_api::GatewayApiSpec;
 use istiod_config::istio::{IstioKind, IstioSpec};
 use istiod_config::objects::Objects;
 use serde::Serialize;
@@ -95,16 +94,6 @@ pub fn not_applied(objs: &Objects, mesh: &crate::meshconfig::MeshSettings) -> Ve
                 }
             }
             _ => {}
-        }
-    }
-    for o in &objs.gateway_api {
-        let (kind, parents) = match &o.spec {
-            GatewayApiSpec::TcpRoute(t) => ("TCPRoute", &t.parent_refs),
-            GatewayApiSpec::TlsRoute(t) => ("TLSRoute", &t.parent_refs),
-            _ => continue,
-        };
-        if parents.iter().any(|p| p.kind.as_deref() == Some("Service")) {
-            add(kind, o.meta.ns(), &o.meta.name, "parentRef of kind Service (mesh routing): not applied to sidecars");
         }
     }
     // BackendTLSPolicies: the problems of their conversion.

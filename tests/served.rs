@@ -42,6 +42,21 @@ pub(crate) fn served_as(kind: &str, objects: &str, mesh: &str, namespace: &str, 
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The tcp_proxy configs of every chain of listener `listener` in what
+/// [`served`] returned (its default chain last).
+fn tcp_proxies(got: &Value, listener: &str) -> Vec<Value> {
+    let l = &got["listeners"][listener];
+    assert!(l.is_object(), "no listener {listener}: {:?}", got["listeners"].as_object().unwrap().keys());
+    let mut chains: Vec<Value> = l["filterChains"].as_array().cloned().unwrap_or_default();
+    chains.extend(l.get("defaultFilterChain").cloned());
+    chains
+        .iter()
+        .flat_map(|c| c["filters"].as_array().unwrap().clone())
+        .filter(|f| f["name"] == "envoy.filters.network.tcp_proxy")
+        .map(|f| f["typedConfig"].clone())
+        .collect()
+}
+
 /// The filter chains of listener `l` named `name`.
 fn chains<'a>(l: &'a Value, name: &str) -> Vec<&'a Value> {
     l["filterChains"].as_array().unwrap().iter().filter(|c| c["name"] == name).collect()
@@ -425,18 +440,7 @@ spec:
     route: [{destination: {host: egress.example.com, port: {number: 8443}}}]
 ";
     let got = served(objects, "", "shop", json!({"app": "client"}), "10.1.0.9");
-    let proxy = |listener: &str| -> Vec<Value> {
-        let l = &got["listeners"][listener];
-        assert!(l.is_object(), "no listener {listener}: {:?}", got["listeners"].as_object().unwrap().keys());
-        let mut chains: Vec<Value> = l["filterChains"].as_array().cloned().unwrap_or_default();
-        chains.extend(l.get("defaultFilterChain").cloned());
-        chains
-            .iter()
-            .flat_map(|c| c["filters"].as_array().unwrap().clone())
-            .filter(|f| f["name"] == "envoy.filters.network.tcp_proxy")
-            .map(|f| f["typedConfig"].clone())
-            .collect()
-    };
+    let proxy = |listener: &str| tcp_proxies(&got, listener);
     let p3306 = proxy("10.96.0.30_3306");
     assert_eq!(p3306[0]["cluster"], "outbound|13306||mysql-v2.db.svc.cluster.local", "{p3306:?}");
     let p3307 = proxy("10.96.0.30_3307");
@@ -680,17 +684,7 @@ spec:
   rules: [{backendRefs: [{name: mysql-v2, port: 13306}]}]
 ";
     let got = served(objects, "", "shop", json!({"app": "client"}), "10.1.0.10");
-    let cluster = |listener: &str| -> Value {
-        let l = &got["listeners"][listener];
-        let mut chains: Vec<Value> = l["filterChains"].as_array().cloned().unwrap_or_default();
-        chains.extend(l.get("defaultFilterChain").cloned());
-        chains
-            .iter()
-            .flat_map(|c| c["filters"].as_array().unwrap().clone())
-            .find(|f| f["name"] == "envoy.filters.network.tcp_proxy")
-            .map(|f| f["typedConfig"]["cluster"].clone())
-            .unwrap_or(Value::Null)
-    };
+    let cluster = |listener: &str| tcp_proxies(&got, listener)[0]["cluster"].clone();
     assert_eq!(cluster("10.96.0.30_3306"), "outbound|13306||mysql-v2.db.svc.cluster.local");
     // The port the parent does not name keeps the Service's own cluster.
     assert_eq!(cluster("10.96.0.30_3307"), "outbound|3307||mysql.db.svc.cluster.local");

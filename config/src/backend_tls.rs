@@ -112,9 +112,25 @@ fn tls_of(spec: &BackendTlsPolicySpec) -> Result<ClientTlsSettings, String> {
     })
 }
 
+/// Why (part of) a BackendTLSPolicy is not applied, in istiod's words where
+/// its status has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `namespace/name` of the policy.
+    pub policy: String,
+    /// What is not applied, and why.
+    pub what: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BackendTLSPolicy {}: {}", self.policy, self.what)
+    }
+}
+
 /// The synthetic DestinationRules of `objs`' BackendTLSPolicies, and what
-/// was not applied (one line per policy and reason).
-pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<String>) {
+/// was not applied.
+pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<Problem>) {
     let mut policies: Vec<_> = objs
         .gateway_api
         .iter()
@@ -122,10 +138,20 @@ pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<String>) 
             GatewayApiSpec::BackendTlsPolicy(p) => Some((o, p)),
             _ => None,
         })
-        .filter(|(o, _)| {
-            o.meta.annotations.get("istio.io/ignore-policy-attachment").map(String::as_str) != Some("true")
-        })
         .collect();
+    let mut problems = Vec::new();
+    let problem = |me: &str, what: String| Problem { policy: me.to_owned(), what };
+    // istiod's IgnoredByIstio: left out, and said so.
+    policies.retain(|(o, _)| {
+        let ignored = o.meta.annotations.get("istio.io/ignore-policy-attachment").map(String::as_str) == Some("true");
+        if ignored {
+            problems.push(problem(
+                &format!("{}/{}", o.meta.ns(), o.meta.name),
+                "Ignored by Istio due to annotation istio.io/ignore-policy-attachment=true".into(),
+            ));
+        }
+        !ignored
+    });
     // The oldest policy wins a target (then the name).
     policies.sort_by(|(a, _), (b, _)| {
         (&a.meta.creation_timestamp, a.meta.ns(), &a.meta.name).cmp(&(
@@ -134,7 +160,6 @@ pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<String>) 
             &b.meta.name,
         ))
     });
-    let mut problems = Vec::new();
     // (namespace, rule name) -> (host, parents, whole-backend TLS, TLS per port)
     type Rule = (String, Vec<String>, Option<ClientTlsSettings>, BTreeMap<u32, ClientTlsSettings>);
     let mut rules: BTreeMap<(String, String), Rule> = BTreeMap::new();
@@ -146,22 +171,23 @@ pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<String>) 
         let tls = match tls_of(p) {
             Ok(t) => t,
             Err(e) => {
-                problems.push(format!("BackendTLSPolicy {me}: {e}"));
+                problems.push(problem(&me, e));
                 continue;
             }
         };
         for r in &p.target_refs {
             let key = (ns.clone(), r.group.clone(), r.kind.clone(), r.name.clone(), r.section_name.clone());
             if let Some(winner) = taken.get(&key) {
-                problems.push(format!(
-                    "BackendTLSPolicy {me}: Conflicts with BackendTLSPolicy \"{winner}\" targeting the same backend"
+                problems.push(problem(
+                    &me,
+                    format!("Conflicts with BackendTLSPolicy \"{winner}\" targeting the same backend"),
                 ));
                 continue;
             }
             let found = match targets(objs, &ns, &r.group, &r.kind, &r.name, domain) {
                 Ok(t) => t,
                 Err(e) => {
-                    problems.push(format!("BackendTLSPolicy {me}: {e}"));
+                    problems.push(problem(&me, e));
                     continue;
                 }
             };
@@ -172,9 +198,12 @@ pub fn convert(objs: &Objects, domain: &str) -> (Vec<IstioObject>, Vec<String>) 
                     Some(s) => match t.ports.get(s) {
                         Some(n) => Some(*n),
                         None => {
-                            problems.push(format!(
-                                "BackendTLSPolicy {me}: targetRefs invalid: sectionName \"{s}\" does not exist in {} {ns}/{}",
-                                r.kind, r.name
+                            problems.push(problem(
+                                &me,
+                                format!(
+                                    "targetRefs invalid: sectionName \"{s}\" does not exist in {} {ns}/{}",
+                                    r.kind, r.name
+                                ),
                             ));
                             continue;
                         }
@@ -334,7 +363,31 @@ spec:
         assert_eq!(tp.port_level_settings[0].tls.as_ref(), Some(&want));
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
-            problems[0].contains("sectionName \"non-existing-port-name\" does not exist in Service default/echo-https")
+            problems[0]
+                .to_string()
+                .contains("sectionName \"non-existing-port-name\" does not exist in Service default/echo-https")
+        );
+    }
+
+    /// `istio.io/ignore-policy-attachment: "true"` (istiod's
+    /// IgnoredByIstio): no rule, and the policy is reported.
+    #[test]
+    fn an_ignored_policy_is_reported_not_applied() {
+        let yaml = format!(
+            "{ECHO}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: off, namespace: default, annotations: {{istio.io/ignore-policy-attachment: 'true'}}}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: echo-https}}]
+  validation: {{wellKnownCACertificates: System, hostname: a.example.com}}
+"
+        );
+        let (rules, problems) = convert(&objects(&yaml), "cluster.local");
+        assert!(rules.is_empty());
+        assert_eq!(
+            problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["BackendTLSPolicy default/off: Ignored by Istio due to annotation istio.io/ignore-policy-attachment=true"]
         );
     }
 
@@ -390,13 +443,13 @@ spec:
             assert!(rule(r).1.traffic_policy.as_ref().unwrap().port_level_settings.is_empty());
         }
         assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems.iter().any(|p| {
+            p.to_string().starts_with("BackendTLSPolicy default/b: Conflicts with BackendTLSPolicy \"default/a\"")
+        }));
         assert!(
-            problems
-                .iter()
-                .any(|p| p.starts_with("BackendTLSPolicy default/b: Conflicts with BackendTLSPolicy \"default/a\""))
-        );
-        assert!(
-            problems.iter().any(|p| p.starts_with("BackendTLSPolicy default/c: caCertificateRefs ConfigMap auth-cert"))
+            problems.iter().any(|p| p
+                .to_string()
+                .starts_with("BackendTLSPolicy default/c: caCertificateRefs ConfigMap auth-cert"))
         );
     }
 }

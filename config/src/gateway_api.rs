@@ -625,31 +625,6 @@ pub struct GrantTo {
     pub name: Option<String>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_http_route_reads_with_its_filters_and_backends() {
-        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\n\
-            spec:\n  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules:\n  \
-            - matches: [{path: {type: PathPrefix, value: /api}, headers: [{name: x, value: y}], method: GET}]\n    \
-            filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}}]\n    \
-            backendRefs: [{name: svc, port: 8080, weight: 3}]\n    unknownField: kept-out\n";
-        let v: serde_json::Value = serde_yaml_ng::from_str(yaml).unwrap();
-        let o = parse("HTTPRoute", v).unwrap();
-        let GatewayApiSpec::HttpRoute(r) = &o.spec else { panic!() };
-        assert_eq!(r.parent_refs[0].section_name.as_deref(), Some("http"));
-        let rule = &r.rules[0];
-        assert_eq!(rule.matches[0].path.as_ref().unwrap().value.as_deref(), Some("/api"));
-        assert_eq!(rule.matches[0].method.as_deref(), Some("GET"));
-        let rw = rule.filters[0].url_rewrite.as_ref().unwrap();
-        assert_eq!(rw.path.as_ref().unwrap().replace_prefix_match.as_deref(), Some("/v2"));
-        assert_eq!((rule.backend_refs[0].port, rule.backend_refs[0].weight), (Some(8080), Some(3)));
-        assert!(parse("HTTPRoute", serde_json::json!({"kind": "HTTPRoute"})).is_err(), "a name is required");
-    }
-}
-
 /// `BackendTLSPolicySpec`: how gateways and proxies originate TLS to the
 /// Services (or ServiceEntries) it targets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -714,4 +689,29 @@ pub struct SubjectAltName {
     pub hostname: String,
     /// For `URI`.
     pub uri: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_route_reads_with_its_filters_and_backends() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: ns}\n\
+            spec:\n  parentRefs: [{name: gw, sectionName: http}]\n  hostnames: [a.example.com]\n  rules:\n  \
+            - matches: [{path: {type: PathPrefix, value: /api}, headers: [{name: x, value: y}], method: GET}]\n    \
+            filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /v2}}}]\n    \
+            backendRefs: [{name: svc, port: 8080, weight: 3}]\n    unknownField: kept-out\n";
+        let v: serde_json::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        let o = parse("HTTPRoute", v).unwrap();
+        let GatewayApiSpec::HttpRoute(r) = &o.spec else { panic!() };
+        assert_eq!(r.parent_refs[0].section_name.as_deref(), Some("http"));
+        let rule = &r.rules[0];
+        assert_eq!(rule.matches[0].path.as_ref().unwrap().value.as_deref(), Some("/api"));
+        assert_eq!(rule.matches[0].method.as_deref(), Some("GET"));
+        let rw = rule.filters[0].url_rewrite.as_ref().unwrap();
+        assert_eq!(rw.path.as_ref().unwrap().replace_prefix_match.as_deref(), Some("/v2"));
+        assert_eq!((rule.backend_refs[0].port, rule.backend_refs[0].weight), (Some(8080), Some(3)));
+        assert!(parse("HTTPRoute", serde_json::json!({"kind": "HTTPRoute"})).is_err(), "a name is required");
+    }
 }

@@ -197,7 +197,12 @@ impl MeshInput {
     /// The input generation of what scoping gives a proxy of `class`: the
     /// Sidecars of its namespace (and the root's) and the services.
     fn scope_input(&self, class: &ProxyClass) -> u64 {
-        mix((self.changes.at(Dep::Sidecar, &class.namespace), self.changes.latest(Dep::Services)))
+        mix((self.sidecar_input(class), self.changes.latest(Dep::Services)))
+    }
+
+    /// What decides the Sidecar in force for `class` (its outbound policy).
+    fn sidecar_input(&self, class: &ProxyClass) -> u64 {
+        self.changes.at(Dep::Sidecar, &class.namespace)
     }
 }
 
@@ -558,10 +563,11 @@ impl Generator for MeshGenerator {
             Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
             Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
             // A Sidecar's own outbound policy patches the listeners' fallthrough
-            // (and the dynamic forward proxy's filter and cluster).
-            Kind::Listener if m.outbound_overrides => mix((shared, m.scope_input(class))),
+            // (and the dynamic forward proxy's filter and cluster): only the
+            // Sidecars matter, not the services.
+            Kind::Listener if m.outbound_overrides => mix((shared, m.sidecar_input(class))),
             Kind::Cluster if name == crate::translate::dfp::CLUSTER && m.outbound_overrides => {
-                mix((shared, m.scope_input(class)))
+                mix((shared, m.sidecar_input(class)))
             }
             _ => shared,
         })
@@ -625,7 +631,7 @@ impl Generator for MeshGenerator {
             Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
                 // The Sidecar overrides the mesh's policy for unknown destinations.
                 let side = crate::translate::telemetry::outbound(&m.model);
-                Some(Bytes::from(virtual_outbound(policy, &m.model.mesh, &side).encode_to_vec()))
+                Some(Bytes::from(virtual_outbound(policy, m.model.mesh.dynamic_dns_max_hosts, &side).encode_to_vec()))
             }
             Kind::Listener if policy != m.model.mesh.outbound => {
                 // The Sidecar's policy also decides the outbound listeners'

@@ -252,6 +252,10 @@ pub struct Model {
     /// (namespace, name), for translation.
     #[serde(skip)]
     pub routing: imbl::Vector<IstioObject>,
+    /// What of the BackendTLSPolicies (whose DestinationRules are in
+    /// `routing`) is not applied, and why.
+    #[serde(skip)]
+    pub backend_tls_problems: Arc<Vec<istiod_config::backend_tls::Problem>>,
     /// PeerAuthentications, AuthorizationPolicies and
     /// RequestAuthentications, same order.
     #[serde(skip)]
@@ -697,7 +701,9 @@ impl Model {
         routing.extend(api.virtual_services);
         routing.extend(ingress.virtual_services);
         // BackendTLSPolicies, as the DestinationRules istiod makes of them.
-        routing.extend(istiod_config::backend_tls::convert(objs, domain).0);
+        let (backend_tls, problems) = istiod_config::backend_tls::convert(objs, domain);
+        routing.extend(backend_tls);
+        model.backend_tls_problems = Arc::new(problems);
         for o in &mut routing {
             routing_export_default(o, &model.mesh);
         }

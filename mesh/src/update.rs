@@ -71,11 +71,14 @@ pub fn update(
             // An Ingress's named backend port is read from its Service; an
             // ExternalName Service aliases another's virtual host.
             let external_name = |s: &istiod_config::objects::Service| s.spec.kind.as_deref() == Some("ExternalName");
-            // A BackendTLSPolicy names its backends' ports by name.
+            // A BackendTLSPolicy names its backends (and their ports by
+            // name): a Service or ServiceEntry change may change its rules.
             let backend_tls = |o: &istiod_config::gateway_api::GatewayApiObject| {
                 matches!(o.spec, istiod_config::gateway_api::GatewayApiSpec::BackendTlsPolicy(_))
             };
-            if objects.gateway_api.iter().any(backend_tls) {
+            if refs.iter().any(|r| r.kind == "Service" || r.kind == "ServiceEntry")
+                && objects.gateway_api.iter().any(backend_tls)
+            {
                 return None;
             }
             if refs.iter().any(|r| r.kind == "Service")

@@ -182,7 +182,7 @@ pub(super) fn apply(
     configz["gateways"] = gateways;
     // Read and not applied: logged once when it appears.
     let mut not_applied: Vec<String> =
-        istiod_mesh::model::report::not_applied(&objects, &settings).iter().map(|n| n.to_string()).collect();
+        istiod_mesh::model::report::not_applied(&objects, &mesh.model).iter().map(|n| n.to_string()).collect();
     not_applied.extend(settings.notes.iter().map(|n| format!("mesh config: {n}")));
     let before: std::collections::BTreeSet<String> = state.borrow().configz["notApplied"]
         .as_array()

@@ -25,9 +25,10 @@ impl std::fmt::Display for NotApplied {
     }
 }
 
-/// Every object or field of `objs` that is read and not applied under the
-/// mesh settings `mesh`, sorted.
-pub fn not_applied(objs: &Objects, mesh: &crate::meshconfig::MeshSettings) -> Vec<NotApplied> {
+/// Every object or field of `objs` that is read and not applied by
+/// `model` (built from them), sorted.
+pub fn not_applied(objs: &Objects, model: &crate::model::Model) -> Vec<NotApplied> {
+    let mesh = &model.mesh;
     let mut out = Vec::new();
     let mut add = |kind: &str, ns: &str, name: &str, what: &str| {
         out.push(NotApplied { kind: kind.into(), name: format!("{ns}/{name}"), what: what.into() });
@@ -96,10 +97,9 @@ pub fn not_applied(objs: &Objects, mesh: &crate::meshconfig::MeshSettings) -> Ve
             _ => {}
         }
     }
-    // BackendTLSPolicies: the problems of their conversion.
-    for p in istiod_config::backend_tls::convert(objs, "cluster.local").1 {
-        let (name, what) = p.trim_start_matches("BackendTLSPolicy ").split_once(": ").unwrap_or(("", &p));
-        out.push(NotApplied { kind: "BackendTLSPolicy".into(), name: name.into(), what: what.into() });
+    // BackendTLSPolicies: what their conversion left out.
+    for p in model.backend_tls_problems.iter() {
+        out.push(NotApplied { kind: "BackendTLSPolicy".into(), name: p.policy.clone(), what: p.what.clone() });
     }
     out.sort();
     out.dedup();
@@ -150,7 +150,8 @@ mod tests {
         let off: Vec<String> = not_applied(&objs, &Default::default()).iter().map(|n| n.to_string()).collect();
         assert_eq!(off.len(), 1, "{off:?}");
         assert!(off[0].contains("ENABLE_TLS_ON_SIDECAR_INGRESS"), "{off:?}");
-        let on = crate::meshconfig::MeshSettings { tls_on_sidecar_ingress: true, ..Default::default() };
+        let mesh = crate::meshconfig::MeshSettings { tls_on_sidecar_ingress: true, ..Default::default() };
+        let on = crate::model::Model { mesh: std::sync::Arc::new(mesh), ..Default::default() };
         assert!(not_applied(&objs, &on).is_empty());
     }
 }

@@ -228,8 +228,8 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
         }),
         ..Default::default()
     };
-    let dfp =
-        (mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns).then(|| super::dfp::cluster(mesh));
+    let dfp = (mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns)
+        .then(|| super::dfp::cluster(mesh.dynamic_dns_max_hosts, self::timeout(mesh)));
     for c in [
         black_hole,
         passthrough("PassthroughCluster", None),

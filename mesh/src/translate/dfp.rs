@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 
 use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster};
 use istiod_proto::envoy::config::core::v3 as core;
-use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::clusters::dynamic_forward_proxy::v3 as dfp_cluster;
 use istiod_proto::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig;
 use istiod_proto::envoy::extensions::filters::http::dynamic_forward_proxy::v3 as dfp_filter;
@@ -30,7 +29,8 @@ use super::envoy::{any, http_filter};
 
 /// The cluster unknown HTTP hosts are resolved and sent through.
 pub const CLUSTER: &str = "AllowAnyDynamicDNSCluster";
-/// The catch-all virtual host's (and its route's) name.
+/// The catch-all virtual host's (and its route's) name
+/// (`route::fallback_host` builds it).
 pub const VIRTUAL_HOST: &str = "allow_any_dynamic_dns";
 /// The DNS cache the cluster and the filters share.
 pub const DNS_CACHE: &str = "allow_any_dfp_dns_cache";
@@ -67,12 +67,11 @@ pub fn http_filter_of(max_hosts: u32) -> hcm::HttpFilter {
 /// where the cluster validates no certificates), the requests' own HTTP
 /// version upstream, idle connections closed after 5 minutes, as
 /// PassthroughCluster's.
-pub fn cluster(mesh: &crate::meshconfig::MeshSettings) -> Cluster {
+/// `max_hosts` sizes its DNS cache; `connect_timeout` is the mesh's.
+pub fn cluster(max_hosts: u32, connect_timeout: Duration) -> Cluster {
     let config = dfp_cluster::ClusterConfig {
         cluster_implementation_specifier: Some(
-            dfp_cluster::cluster_config::ClusterImplementationSpecifier::DnsCacheConfig(dns_cache(
-                mesh.dynamic_dns_max_hosts,
-            )),
+            dfp_cluster::cluster_config::ClusterImplementationSpecifier::DnsCacheConfig(dns_cache(max_hosts)),
         ),
         allow_insecure_cluster_options: true,
         ..Default::default()
@@ -100,42 +99,13 @@ pub fn cluster(mesh: &crate::meshconfig::MeshSettings) -> Cluster {
             typed_config: Some(any(&config)),
         })),
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
-        connect_timeout: Some(Duration {
-            seconds: mesh.connect_timeout.as_secs() as i64,
-            nanos: mesh.connect_timeout.subsec_nanos() as i32,
-        }),
+        connect_timeout: Some(connect_timeout),
         alt_stat_name: format!("{CLUSTER};"),
         typed_extension_protocol_options: BTreeMap::from([(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(),
             any(&options),
         )]),
         filters: vec![super::telemetry::mx_cluster()],
-        ..Default::default()
-    }
-}
-
-/// The catch-all virtual host of every sidecar outbound route
-/// configuration under this mode.
-pub fn virtual_host() -> route::VirtualHost {
-    let no_timeout = Some(Duration::default());
-    route::VirtualHost {
-        name: VIRTUAL_HOST.into(),
-        domains: vec!["*".into()],
-        routes: vec![route::Route {
-            name: VIRTUAL_HOST.into(),
-            r#match: Some(route::RouteMatch {
-                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
-                ..Default::default()
-            }),
-            action: Some(route::route::Action::Route(route::RouteAction {
-                cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(CLUSTER.into())),
-                timeout: no_timeout,
-                max_grpc_timeout: no_timeout,
-                ..Default::default()
-            })),
-            ..Default::default()
-        }],
-        include_request_attempt_count: true,
         ..Default::default()
     }
 }

@@ -300,7 +300,8 @@ fn sni_match(hosts: &[String]) -> Option<FilterChainMatch> {
     Some(FilterChainMatch { server_names: hosts.to_vec(), ..Default::default() })
 }
 
-fn downstream_tls(ctx: &tls::DownstreamTlsContext) -> core::TransportSocket {
+/// `ctx` as the TLS transport socket of a filter chain.
+pub(crate) fn downstream_tls(ctx: &tls::DownstreamTlsContext) -> core::TransportSocket {
     core::TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(ctx))),

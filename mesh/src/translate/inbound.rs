@@ -540,10 +540,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
                     other => handling(other),
                 };
                 let ctx = super::gateway::tls_context(t, false, Some(&model.mesh.tls_defaults));
-                let socket = core::TransportSocket {
-                    name: "envoy.transport_sockets.tls".into(),
-                    config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
-                };
+                let socket = super::gateway::downstream_tls(&ctx);
                 filter_chains.extend(port_chains(&policies, p.port, p.mtls, h, Some(bind), Some(&socket)));
             }
             None => {

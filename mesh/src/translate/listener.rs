@@ -119,7 +119,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
     let side = telemetry::outbound(model);
-    let virtual_outbound = virtual_outbound(model.mesh.outbound, &model.mesh, &side);
+    let virtual_outbound = virtual_outbound(model.mesh.outbound, model.mesh.dynamic_dns_max_hosts, &side);
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
@@ -404,6 +404,7 @@ fn build_outbound(
     side: &Side,
 ) -> Listener {
     let policy = mesh.outbound;
+    let dfp = (policy == OutboundPolicy::AllowAnyDynamicDns).then_some(mesh.dynamic_dns_max_hosts);
     use istiod_proto::envoy::config::listener::v3::{ListenerFilter, listener_filter};
     use istiod_proto::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
     use istiod_proto::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -434,7 +435,7 @@ fn build_outbound(
         let filters = match &c.cluster {
             Some(stat) if !c.weighted.is_empty() => outbound_tcp_weighted(side, stat, &c.weighted),
             Some(cluster) => outbound_tcp(side, cluster, cluster),
-            None => vec![http_manager(&name, route_source(port), mesh, side)],
+            None => vec![http_manager(&name, route_source(port), dfp, side)],
         };
         let mut chain = FilterChain { filters, ..Default::default() };
         if c.match_all() {
@@ -540,12 +541,12 @@ fn route_source(port: u16) -> hcm::http_connection_manager::RouteSpecifier {
 /// routes from `routes`. Its filters are istiod's for a sidecar's
 /// outbound HTTP (listener_builder.go): metadata exchange, gRPC stats, the
 /// ALPN override, fault, CORS, the stats filter where a metrics provider
-/// applies, the dynamic forward proxy under ALLOW_ANY_DYNAMIC_DNS, the
-/// router.
+/// applies, the dynamic forward proxy under ALLOW_ANY_DYNAMIC_DNS (`dfp`:
+/// its DNS cache's size), the router.
 fn http_manager(
     listener: &str,
     routes: hcm::http_connection_manager::RouteSpecifier,
-    mesh: &crate::meshconfig::MeshSettings,
+    dfp: Option<u32>,
     side: &Side,
 ) -> Filter {
     let mut http_filters = vec![
@@ -559,9 +560,7 @@ fn http_manager(
         ),
     ];
     http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
-    if mesh.outbound == OutboundPolicy::AllowAnyDynamicDns {
-        http_filters.push(super::dfp::http_filter_of(mesh.dynamic_dns_max_hosts));
-    }
+    http_filters.extend(dfp.map(super::dfp::http_filter_of));
     http_filters.push(router());
     let mut manager = hcm::HttpConnectionManager {
         stat_prefix: format!("outbound_{listener}"),
@@ -616,9 +615,9 @@ fn outbound_tcp_weighted(side: &Side, stat_prefix: &str, clusters: &[(String, u3
 /// connection: `use_original_dst` hands it to the listener of its original
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
-/// Under ALLOW_ANY_DYNAMIC_DNS (`policy`, the mesh's in `mesh`) the HTTP
-/// inspector picks plaintext HTTP out for the dynamic forward proxy.
-pub fn virtual_outbound(policy: OutboundPolicy, mesh: &crate::meshconfig::MeshSettings, side: &Side) -> Listener {
+/// Under ALLOW_ANY_DYNAMIC_DNS the HTTP inspector picks plaintext HTTP out
+/// for the dynamic forward proxy (its DNS cache `dfp_max_hosts` big).
+pub fn virtual_outbound(policy: OutboundPolicy, dfp_max_hosts: u32, side: &Side) -> Listener {
     let catchall = if policy.allows_any() { "PassthroughCluster" } else { "BlackHoleCluster" };
     let mut l = Listener {
         name: VIRTUAL_OUTBOUND.into(),
@@ -648,12 +647,11 @@ pub fn virtual_outbound(policy: OutboundPolicy, mesh: &crate::meshconfig::MeshSe
         // The catch-all virtual host alone, inline (`allow_any_dynamic_dns`).
         let routes = istiod_proto::envoy::config::route::v3::RouteConfiguration {
             name: super::dfp::VIRTUAL_HOST.into(),
-            virtual_hosts: vec![super::dfp::virtual_host()],
+            virtual_hosts: vec![super::route::fallback_host(policy)],
             validate_clusters: Some(false),
             ignore_port_in_host_matching: true,
             ..Default::default()
         };
-        let mesh = crate::meshconfig::MeshSettings { outbound: policy, ..mesh.clone() };
         let http = FilterChain {
             name: "virtualOutbound-catchall-tcp-http".into(),
             filter_chain_match: Some(FilterChainMatch {
@@ -663,7 +661,7 @@ pub fn virtual_outbound(policy: OutboundPolicy, mesh: &crate::meshconfig::MeshSe
             filters: vec![http_manager(
                 &format!("{VIRTUAL_OUTBOUND}_{}", super::dfp::VIRTUAL_HOST),
                 hcm::http_connection_manager::RouteSpecifier::RouteConfig(routes),
-                &mesh,
+                Some(dfp_max_hosts),
                 side,
             )],
             ..Default::default()

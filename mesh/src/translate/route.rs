@@ -603,25 +603,26 @@ pub(crate) fn gateway_routes(
     http::vs_routes(model, obj, &filtered, server_port, Flavor::Envoy, "", true).into_iter().map(|r| r.route).collect()
 }
 
-/// The last virtual host of every outbound route configuration: unknown
-/// hosts go to `PassthroughCluster` (`allow_any`, with no timeout), to
-/// the dynamic forward proxy (ALLOW_ANY_DYNAMIC_DNS) or get a 502
-/// (`block_all`, REGISTRY_ONLY), as istiod's `buildCatchAllVirtualHost`.
+/// The last virtual host of every outbound route configuration, as
+/// istiod's `buildCatchAllVirtualHost`: unknown hosts go to
+/// `PassthroughCluster` (`allow_any`), to the dynamic forward proxy
+/// (`allow_any_dynamic_dns`, ALLOW_ANY_DYNAMIC_DNS), both with no timeout,
+/// or get a 502 (`block_all`, REGISTRY_ONLY).
 pub(crate) fn fallback_host(policy: OutboundPolicy) -> route::VirtualHost {
-    if policy == OutboundPolicy::AllowAnyDynamicDns {
-        return super::dfp::virtual_host();
-    }
-    let allow_any = policy.allows_any();
-    let name = if allow_any { "allow_any" } else { "block_all" };
-    let action = if allow_any {
+    let to = |cluster: &str| {
         route::route::Action::Route(route::RouteAction {
-            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster("PassthroughCluster".into())),
+            cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster.into())),
             timeout: Some(Duration::default()),
             max_grpc_timeout: Some(Duration::default()),
             ..Default::default()
         })
-    } else {
-        route::route::Action::DirectResponse(route::DirectResponseAction { status: 502, body: None })
+    };
+    let (name, action) = match policy {
+        OutboundPolicy::AllowAny => ("allow_any", to("PassthroughCluster")),
+        OutboundPolicy::AllowAnyDynamicDns => (super::dfp::VIRTUAL_HOST, to(super::dfp::CLUSTER)),
+        OutboundPolicy::RegistryOnly => {
+            ("block_all", route::route::Action::DirectResponse(route::DirectResponseAction { status: 502, body: None }))
+        }
     };
     route::VirtualHost {
         name: name.into(),

@@ -1240,4 +1240,7 @@ pub enum OutboundTrafficMode {
     /// Unknown hosts are passed through.
     #[serde(rename = "ALLOW_ANY")]
     AllowAny,
+    /// The mesh-level mode, which istiod's validation refuses here.
+    #[serde(rename = "ALLOW_ANY_DYNAMIC_DNS")]
+    AllowAnyDynamicDns,
 }

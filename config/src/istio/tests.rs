@@ -448,6 +448,12 @@ fn crd_required_fields_and_ranges() {
     let e = errs(sc);
     has(&e, "spec.ingress[0].port: port is required");
     has(&e, "spec.outboundTrafficPolicy.egressProxy.host: host is required");
+    // istiod's validateSidecarOutboundTrafficPolicy.
+    let dfp = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec: {outboundTrafficPolicy: {mode: ALLOW_ANY_DYNAMIC_DNS}}\n";
+    has(
+        &errs(dfp),
+        "spec.outboundTrafficPolicy.mode: sidecar: ALLOW_ANY_DYNAMIC_DNS mode is only supported in MeshConfig, not in Sidecar resource",
+    );
 }
 
 /// A TCP idle timeout of 0s turns it off (istiod's validation.go skips it).

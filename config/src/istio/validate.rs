@@ -746,6 +746,16 @@ fn sidecar(v: &mut V, s: &Sidecar) {
     if let Some(cp) = &s.inbound_connection_pool {
         connection_pool(v, "spec.inboundConnectionPool", cp);
     }
+    if s.outbound_traffic_policy
+        .as_ref()
+        .is_some_and(|o| o.mode == super::networking::OutboundTrafficMode::AllowAnyDynamicDns)
+    {
+        // validateSidecarOutboundTrafficPolicy, in its words.
+        v.err(
+            "spec.outboundTrafficPolicy.mode",
+            "sidecar: ALLOW_ANY_DYNAMIC_DNS mode is only supported in MeshConfig, not in Sidecar resource",
+        );
+    }
     if let Some(proxy) = s.outbound_traffic_policy.as_ref().and_then(|o| o.egress_proxy.as_ref())
         && proxy.host.is_empty()
     {

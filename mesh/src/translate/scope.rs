@@ -158,6 +158,8 @@ pub fn outbound_policy(model: &Model, class: &ProxyClass) -> crate::meshconfig::
     match sidecar(model, class).and_then(|sc| sc.outbound_traffic_policy.as_ref()).map(|p| p.mode) {
         Some(networking::OutboundTrafficMode::AllowAny) => OutboundPolicy::AllowAny,
         Some(networking::OutboundTrafficMode::RegistryOnly) => OutboundPolicy::RegistryOnly,
+        // Refused by validation; never in force.
+        Some(networking::OutboundTrafficMode::AllowAnyDynamicDns) => model.mesh.outbound,
         None => model.mesh.outbound,
     }
 }

@@ -3,7 +3,7 @@
 //! (v1beta1 and v1), TCPRoute and TLSRoute (v1, v1alpha2), BackendTLSPolicy
 //! (v1). Typed as the API server serves them; the model turns
 //! them into Istio Gateways and VirtualServices as istiod does
-//! (`src/model/gateway_api.rs`). Unknown fields are ignored: the API
+//! ([`crate::gateway_convert`]). Unknown fields are ignored: the API
 //! evolves, and the API server has already validated what it stores.
 
 use std::collections::BTreeMap;

@@ -11,12 +11,15 @@
 //!   source holds; [`meta`]: what every object has;
 //! - [`istio`]: the Istio CRD specs, parsed and validated
 //!   ([`istio::validate`], Go's regexp rules in [`istio::re2`]);
-//!   [`gateway_api`]: the Gateway API kinds; [`duration`]: Go durations.
+//!   [`gateway_api`]: the Gateway API kinds, and [`gateway_convert`]: them
+//!   as the Istio Gateways and VirtualServices istiod makes of them;
+//!   [`duration`]: Go durations.
 #![forbid(unsafe_code)]
 
 pub mod backend_tls;
 pub mod duration;
 pub mod gateway_api;
+pub mod gateway_convert;
 pub mod istio;
 pub mod manifest;
 pub mod meta;

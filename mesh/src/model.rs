@@ -15,7 +15,6 @@ pub mod credentials;
 pub(crate) mod delegate;
 pub mod destination_rules;
 pub mod gateway;
-pub mod gateway_api;
 pub mod ingress;
 pub mod report;
 pub mod telemetry;
@@ -340,7 +339,7 @@ pub struct GatewayApi {
     /// Listeners, routes and references refused, with istiod's reasons.
     pub problems: Vec<serde_json::Value>,
     /// The status each Gateway API object should have.
-    pub statuses: Vec<gateway_api::ObjectStatus>,
+    pub statuses: Vec<istiod_config::gateway_convert::ObjectStatus>,
 }
 
 /// One Secret as SDS reads it.
@@ -693,7 +692,7 @@ impl Model {
         }
         // The Gateway API, as the Istio Gateways and VirtualServices istiod
         // makes of it, kept in the same (namespace, name) order.
-        let api = gateway_api::convert(&objs.gateway_api, &model.namespaces, domain);
+        let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &model.namespaces, domain);
         // Kubernetes Ingresses, likewise (istiod's ingress controller).
         let ingress = ingress::convert(objs, &model.mesh.ingress, domain);
         let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));

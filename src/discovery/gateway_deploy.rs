@@ -51,7 +51,7 @@ pub(crate) struct Desired {
 /// controller is istiod's, and this revision's (`istio.io/rev`, tags).
 pub(crate) fn desired(objects: &istiod_config::objects::Objects, tags: &super::revisions::Tags) -> Desired {
     use istiod_config::gateway_api::GatewayApiSpec;
-    let handled = istiod_mesh::model::gateway_api::handled_classes(&objects.gateway_api);
+    let handled = istiod_config::gateway_convert::handled_classes(&objects.gateway_api);
     // tagWatcher.IsMine: the Gateway's `istio.io/rev`, else its
     // namespace's.
     let ns_rev: BTreeMap<&str, &str> = objects

@@ -14,9 +14,9 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use istiod_config::gateway_convert::{CONTROLLER, ObjectStatus};
 use istiod_kubewatch::kapi::{Api, Write};
 use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
-use istiod_mesh::model::gateway_api::{CONTROLLER, ObjectStatus};
 
 /// istiod's lease for status writes.
 pub(super) const ELECTION: &str = "istio-gateway-status-leader";

@@ -55,7 +55,7 @@ pub(super) struct State {
         Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, super::revisions::Tags)>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
-        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_mesh::model::gateway_api::ObjectStatus>>>>,
+        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged

@@ -408,7 +408,7 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
                 };
                 let grants = &model.gateway_api.grants;
                 if namespace != *class.namespace
-                    && !crate::model::gateway_api::granted(grants, "Gateway", gw_ns, "Secret", &namespace, &name)
+                    && !istiod_config::gateway_convert::granted(grants, "Gateway", gw_ns, "Secret", &namespace, &name)
                 {
                     continue;
                 }

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use istiod_config::gateway_convert::{GATEWAY_SERVICE, host_intersection};
 use istiod_config::istio::networking::{Gateway, Server, ServerTlsMode};
 use istiod_config::istio::{IstioObject, IstioSpec};
 
@@ -167,10 +168,6 @@ pub fn select<'a>(
     });
     out
 }
-
-/// The annotation istiod sets on a Gateway it translated from the Gateway
-/// API: the Services that implement it, comma-separated.
-pub const GATEWAY_SERVICE: &str = "internal.istio.io/gateway-service";
 
 /// The Services of a Gateway translated from the Gateway API (its
 /// [`GATEWAY_SERVICE`] annotation), if it is one.
@@ -331,25 +328,6 @@ pub fn bound_gateways(vs_gateways: &[String], vs_ns: &str) -> Vec<String> {
             format!("{vs_ns}/{g}")
         })
         .collect()
-}
-
-/// Whether host pattern `a` and `b` overlap (wildcards in both
-/// directions), and the more specific one when they do (`Names.Intersection`).
-pub fn host_intersection(a: &str, b: &str) -> Option<String> {
-    let covers = |wild: &str, h: &str| match wild.strip_prefix('*') {
-        Some(suffix) => h.ends_with(suffix) && h.len() > suffix.len() || wild == "*" || h == wild,
-        None => wild == h,
-    };
-    if a == b {
-        return Some(a.to_owned());
-    }
-    if covers(a, b) {
-        return Some(b.to_owned());
-    }
-    if covers(b, a) {
-        return Some(a.to_owned());
-    }
-    None
 }
 
 /// The VirtualServices bound to `gateway` (`ns/name`) and visible from

@@ -17,6 +17,7 @@
 //! the services under their hosts. Served to routers by
 //! `generator/router.rs`.
 
+use istiod_config::gateway_convert::host_intersection;
 use istiod_config::istio::networking::{RouteDestination, Server, ServerTlsMode, ServerTlsSettings, VirtualService};
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3 as core;
@@ -29,7 +30,7 @@ use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost_types::Duration;
 
 use super::envoy::{ads, any, http_connection_manager, http_filter, router, sds, socket, tcp_proxy};
-use crate::model::gateway::{MergedGateway, MergedServer, ServerPort, bound_gateways, host_intersection, is_http};
+use crate::model::gateway::{MergedGateway, MergedServer, ServerPort, bound_gateways, is_http};
 
 /// A listener's name: `<bind or 0.0.0.0>_<port>`.
 pub fn listener_name(p: &ServerPort) -> String {

@@ -15,7 +15,7 @@ use super::{
     set_default, string_map,
 };
 
-pub use istiod_mesh::model::gateway_api::CONTROLLER;
+pub use istiod_config::gateway_convert::CONTROLLER;
 /// The class's template.
 pub const TEMPLATE: &str = "kube-gateway";
 /// `ControllerVersionAnnotation` and `ControllerVersion`.

@@ -15,15 +15,36 @@
 
 use std::collections::BTreeMap;
 
-use istiod_config::gateway_api::{
+use crate::gateway_api::{
     GROUP, GatewayApiObject, GatewayApiSpec, GatewaySpec, GrpcRouteRule, HttpRouteFilter, HttpRouteRule, Listener,
     ObjectReference, ParentReference,
 };
-use istiod_config::istio::{IstioObject, IstioSpec};
-use istiod_config::meta::Meta;
+use crate::istio::{IstioObject, IstioSpec};
+use crate::meta::Meta;
 use serde_json::{Value, json};
 
-use super::gateway::GATEWAY_SERVICE;
+/// The annotation istiod sets on a Gateway it translated from the Gateway
+/// API: the Services that implement it, comma-separated.
+pub const GATEWAY_SERVICE: &str = "internal.istio.io/gateway-service";
+
+/// Whether host pattern `a` and `b` overlap (wildcards in both
+/// directions), and the more specific one when they do (`Names.Intersection`).
+pub fn host_intersection(a: &str, b: &str) -> Option<String> {
+    let covers = |wild: &str, h: &str| match wild.strip_prefix('*') {
+        Some(suffix) => h.ends_with(suffix) && h.len() > suffix.len() || wild == "*" || h == wild,
+        None => wild == h,
+    };
+    if a == b {
+        return Some(a.to_owned());
+    }
+    if covers(a, b) {
+        return Some(b.to_owned());
+    }
+    if covers(b, a) {
+        return Some(a.to_owned());
+    }
+    None
+}
 
 /// istiod's controller name.
 pub const CONTROLLER: &str = "istio.io/gateway-controller";
@@ -187,7 +208,7 @@ pub fn convert(
                 creation_timestamp: o.meta.creation_timestamp.clone(),
                 ..Meta::default()
             };
-            match typed::<istiod_config::istio::networking::Gateway>(json!({"servers": [server]})) {
+            match typed::<crate::istio::networking::Gateway>(json!({"servers": [server]})) {
                 Ok(spec) => {
                     out.gateways.push(IstioObject { meta, spec: IstioSpec::Gateway(spec), raw: Default::default() });
                     attachable.push(Attachable {
@@ -501,12 +522,11 @@ fn accepted<'a>(
                 if hostnames.is_empty() { vec!["*"] } else { hostnames.iter().map(String::as_str).collect() };
             let host_match = a.hosts.iter().any(|sh| {
                 let (_, h) = sh.split_once('/').unwrap_or(("*", sh));
-                wanted.iter().any(|w| super::gateway::host_intersection(h, w).is_some())
+                wanted.iter().any(|w| host_intersection(h, w).is_some())
             });
             let ns_match = a.hosts.iter().any(|sh| {
                 let (hns, h) = sh.split_once('/').unwrap_or(("*", sh));
-                (hns == "*" || hns == route_ns)
-                    && wanted.iter().any(|w| super::gateway::host_intersection(h, w).is_some())
+                (hns == "*" || hns == route_ns) && wanted.iter().any(|w| host_intersection(h, w).is_some())
             });
             if !host_match {
                 refuse(("NoMatchingListenerHostname", "no hostnames matched parent hostname".into()), &mut reason);
@@ -672,7 +692,7 @@ fn routes(
             ]),
             ..Meta::default()
         };
-        match typed::<istiod_config::istio::networking::VirtualService>(
+        match typed::<crate::istio::networking::VirtualService>(
             json!({"hosts": [host], "gateways": [gateway], "http": http}),
         ) {
             Ok(spec) => out.virtual_services.push(IstioObject {
@@ -790,7 +810,7 @@ fn l4_routes(
             let listener_host = a.listener.hostname.clone();
             let hosts: Vec<String> = match (&listener_host, kind) {
                 (Some(lh), "TLSRoute") if !hostnames.is_empty() => {
-                    hostnames.iter().filter_map(|h| super::gateway::host_intersection(h, lh)).collect()
+                    hostnames.iter().filter_map(|h| host_intersection(h, lh)).collect()
                 }
                 (Some(lh), "TLSRoute") => vec![lh.clone()],
                 _ if hostnames.is_empty() => vec!["*".into()],
@@ -860,7 +880,7 @@ fn l4_routes(
 /// whose backends all weigh zero goes nowhere.
 fn l4_rules(
     cx: &RouteCtx<'_>,
-    spec: &istiod_config::gateway_api::L4RouteSpec,
+    spec: &crate::gateway_api::L4RouteSpec,
     problems: &mut Vec<Value>,
 ) -> (Vec<Value>, Option<(&'static str, String)>) {
     let mut rules = Vec::new();
@@ -895,7 +915,7 @@ fn l4_meta(r: &GatewayApiObject, kind: &str, tag: &str, count: usize) -> Meta {
 
 /// Adds the VirtualService `spec` as `meta` names it, or its problem.
 fn push_l4(out: &mut Converted, meta: Meta, spec: Value) {
-    match typed::<istiod_config::istio::networking::VirtualService>(spec) {
+    match typed::<crate::istio::networking::VirtualService>(spec) {
         Ok(vs) => out.virtual_services.push(IstioObject {
             meta,
             spec: IstioSpec::VirtualService(vs),
@@ -998,11 +1018,11 @@ fn valid_header_value(v: &str) -> bool {
     !v.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}')
 }
 
-fn header_ops(m: &istiod_config::gateway_api::HeaderModifier) -> Result<Value, (&'static str, String)> {
+fn header_ops(m: &crate::gateway_api::HeaderModifier) -> Result<Value, (&'static str, String)> {
     if let Some(h) = m.set.iter().chain(&m.add).find(|h| !valid_header_value(&h.value)) {
         return Err(("InvalidFilter", format!("invalid header value for header {:?}", h.name)));
     }
-    let map = |v: &[istiod_config::gateway_api::HeaderValue]| {
+    let map = |v: &[crate::gateway_api::HeaderValue]| {
         let mut out = serde_json::Map::new();
         for h in v {
             out.entry(h.name.to_ascii_lowercase()).or_insert_with(|| json!(h.value));
@@ -1135,7 +1155,7 @@ fn apply_filters(
 /// `createCorsFilter`: `*` any well-formed origin, a trailing `*` a
 /// prefix, other wildcards a regex, the rest exact; preflights that match
 /// no origin are left to the backend (IGNORE).
-fn cors_policy(c: &istiod_config::gateway_api::CorsFilter) -> Value {
+fn cors_policy(c: &crate::gateway_api::CorsFilter) -> Value {
     let origins: Vec<Value> = c
         .allow_origins
         .iter()
@@ -1148,7 +1168,7 @@ fn cors_policy(c: &istiod_config::gateway_api::CorsFilter) -> Value {
             } else if o.matches('*').count() == 1 && o.ends_with('*') {
                 json!({"prefix": o.trim_end_matches('*')})
             } else {
-                let re = istiod_config::istio::re2::quote_meta(o).replace("\\*", ".*");
+                let re = crate::istio::re2::quote_meta(o).replace("\\*", ".*");
                 json!({"regex": format!("^{re}$")})
             }
         })
@@ -1171,7 +1191,7 @@ fn cors_policy(c: &istiod_config::gateway_api::CorsFilter) -> Value {
 }
 
 /// Header or query parameter matches, by name.
-fn named_matches(m: &[istiod_config::gateway_api::NamedMatch]) -> Value {
+fn named_matches(m: &[crate::gateway_api::NamedMatch]) -> Value {
     m.iter()
         .map(|h| (h.name.clone(), string_match(h.type_.as_deref(), &h.value)))
         .collect::<serde_json::Map<_, _>>()
@@ -1424,11 +1444,11 @@ mod tests {
     use super::*;
 
     fn objects(yaml: &str) -> Vec<GatewayApiObject> {
-        istiod_config::manifest::parse_file(yaml)
+        crate::manifest::parse_file(yaml)
             .docs
             .into_iter()
             .map(|d| match d {
-                Ok(Some(istiod_config::manifest::Object::GatewayApi(o))) => o,
+                Ok(Some(crate::manifest::Object::GatewayApi(o))) => o,
                 other => panic!("{other:?}"),
             })
             .collect()
@@ -1577,7 +1597,7 @@ mod tests {
         assert_eq!(c.virtual_services.len(), 1, "HTTPRoute and GRPCRoute of one host merge");
         let IstioSpec::VirtualService(vs) = &c.virtual_services[0].spec else { panic!() };
         assert_eq!(c.virtual_services[0].meta.annotations[PARENTS], "GRPCRoute/g.gws,HTTPRoute/r.gws");
-        let uri = |r: &istiod_config::istio::networking::HttpRoute| {
+        let uri = |r: &crate::istio::networking::HttpRoute| {
             r.matches.first().and_then(|m| m.uri.as_ref()).map(|u| {
                 u.exact
                     .clone()
@@ -1726,6 +1746,6 @@ mod tests {
         );
         assert_eq!(cors.allow_credentials, Some(true));
         assert_eq!(cors.max_age.as_deref(), Some("60s"));
-        assert_eq!(cors.unmatched_preflights, istiod_config::istio::networking::UnmatchedPreflights::Ignore);
+        assert_eq!(cors.unmatched_preflights, crate::istio::networking::UnmatchedPreflights::Ignore);
     }
 }

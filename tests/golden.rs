@@ -52,14 +52,15 @@ fn ingress_gateway_matches_the_golden_files() {
 /// (matches, header filter, weights, redirect, prefix rewrite, timeout,
 /// a granted and an ungranted cross-namespace backend) and GRPCRoute
 /// (pilot/pkg/config/kube/gateway/conversion.go), and its certificate as
-/// `kubernetes-gateway://`.
+/// `kubernetes-gateway://`; a ListenerSet's HTTPS listener with its own
+/// route and certificate.
 #[test]
 fn gateway_api_matches_the_golden_files() {
     let (merged, names) = check_router(
         "tests/golden/gateway-api/input",
         "tests/golden/gateway-api",
         ("gateways", ("gateway.networking.k8s.io/gateway-name", "gw"), "gw-istio"),
-        &["kubernetes-gateway://gateways/secure-cert"],
+        &["kubernetes-gateway://gateways/secure-cert", "kubernetes-gateway://apps/shop-cert"],
     );
     assert_eq!(names, ["0.0.0.0_8080", "0.0.0.0_8443"]);
     assert!(merged.rejected.is_empty(), "{:?}", merged.rejected);

@@ -1,7 +1,7 @@
 //! The Kubernetes Gateway API kinds istiod reads (`gateway.networking.k8s.io`):
 //! GatewayClass, Gateway, HTTPRoute and GRPCRoute (v1), ReferenceGrant
 //! (v1beta1 and v1), TCPRoute and TLSRoute (v1, v1alpha2), BackendTLSPolicy
-//! (v1). Typed as the API server serves them; the model turns
+//! and ListenerSet (v1). Typed as the API server serves them; the model turns
 //! them into Istio Gateways and VirtualServices as istiod does
 //! ([`crate::gateway_convert`]). Unknown fields are ignored: the API
 //! evolves, and the API server has already validated what it stores.
@@ -45,6 +45,8 @@ pub enum GatewayApiSpec {
     TlsRoute(L4RouteSpec),
     /// BackendTLSPolicy (v1).
     BackendTlsPolicy(BackendTlsPolicySpec),
+    /// ListenerSet (v1): listeners added to a Gateway that allows them.
+    ListenerSet(ListenerSetSpec),
 }
 
 impl GatewayApiObject {
@@ -59,6 +61,7 @@ impl GatewayApiObject {
             GatewayApiSpec::TcpRoute(_) => "TCPRoute",
             GatewayApiSpec::TlsRoute(_) => "TLSRoute",
             GatewayApiSpec::BackendTlsPolicy(_) => "BackendTLSPolicy",
+            GatewayApiSpec::ListenerSet(_) => "ListenerSet",
         }
     }
 }
@@ -103,6 +106,7 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         "TCPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TcpRoute(s)))?,
         "TLSRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::TlsRoute(s)))?,
         "BackendTLSPolicy" => read(value).map(|(m, s)| (m, GatewayApiSpec::BackendTlsPolicy(s)))?,
+        "ListenerSet" => read(value).map(|(m, s)| (m, GatewayApiSpec::ListenerSet(s)))?,
         other => return Err(format!("{other:?} of {GROUP} is not read here")),
     };
     if meta.name.is_empty() {
@@ -123,6 +127,7 @@ pub fn reads(kind: &str) -> bool {
             | "TCPRoute"
             | "TLSRoute"
             | "BackendTLSPolicy"
+            | "ListenerSet"
     )
 }
 
@@ -144,6 +149,9 @@ pub struct GatewaySpec {
     pub listeners: Vec<Listener>,
     /// Addresses.
     pub addresses: Vec<GatewayAddress>,
+    /// Which namespaces' ListenerSets may add listeners (none unless
+    /// given).
+    pub allowed_listeners: Option<AllowedListeners>,
     /// `infrastructure`: labels, annotations and parameters for what the
     /// deployment controller makes.
     pub infrastructure: Option<GatewayInfrastructure>,
@@ -151,6 +159,25 @@ pub struct GatewaySpec {
     /// references name), copied here by [`parse`].
     #[serde(skip)]
     pub uid: String,
+}
+
+/// `AllowedListeners`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct AllowedListeners {
+    /// `from`: `None` (default), `Same`, `All`, `Selector`.
+    pub namespaces: Option<RouteNamespaces>,
+}
+
+/// `ListenerSetSpec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    /// The Gateway the listeners join.
+    pub parent_ref: ParentReference,
+    /// The listeners (`ListenerEntry`: a [`Listener`] whose port may be
+    /// left 0, meaning 80 for HTTP and 443 for HTTPS).
+    pub listeners: Vec<Listener>,
 }
 
 /// `GatewayInfrastructure`.

@@ -10,7 +10,7 @@ use crate::meta::Meta;
 /// The kinds watched, in the order of the watcher's stores (`kube_source.rs`): (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 30] = [
+pub const KINDS: [(&str, &str, &str, &str); 31] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -39,6 +39,7 @@ pub const KINDS: [(&str, &str, &str, &str); 30] = [
     ("gateway.networking.k8s.io", "v1", "TCPRoute", "tcproutes"),
     ("gateway.networking.k8s.io", "v1", "TLSRoute", "tlsroutes"),
     ("gateway.networking.k8s.io", "v1", "BackendTLSPolicy", "backendtlspolicies"),
+    ("gateway.networking.k8s.io", "v1", "ListenerSet", "listenersets"),
     ("networking.k8s.io", "v1", "Ingress", "ingresses"),
     ("networking.k8s.io", "v1", "IngressClass", "ingressclasses"),
 ];

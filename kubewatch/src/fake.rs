@@ -872,6 +872,7 @@ pub fn gateway_api_resources() -> Vec<Resource> {
         g("v1alpha2", "TCPRoute", "tcproutes"),
         g("v1alpha2", "TLSRoute", "tlsroutes"),
         g("v1", "BackendTLSPolicy", "backendtlspolicies"),
+        g("v1", "ListenerSet", "listenersets"),
     ]
 }
 

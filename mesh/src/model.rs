@@ -692,7 +692,12 @@ impl Model {
         }
         // The Gateway API, as the Istio Gateways and VirtualServices istiod
         // makes of it, kept in the same (namespace, name) order.
-        let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &model.namespaces, domain);
+        model.secrets = Arc::new(secrets_of(objs));
+        let secrets = |ns: &str, name: &str| match model.secrets.get(&(ns.to_owned(), name.to_owned())) {
+            Some(s) => credentials::usable_pair(&s.data),
+            None => Err(format!("secret {ns}/{name} not found")),
+        };
+        let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &model.namespaces, &secrets, domain);
         // Kubernetes Ingresses, likewise (istiod's ingress controller).
         let ingress = ingress::convert(objs, &model.mesh.ingress, domain);
         let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));
@@ -726,7 +731,6 @@ impl Model {
         gateways.sort_by(by_name);
         model.gateways = Arc::new(gateways);
         model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses: api.statuses });
-        model.secrets = Arc::new(secrets_of(objs));
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);
         for svc in &objs.services {

@@ -93,7 +93,15 @@ pub fn update(
         if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
             return Some(m.with_security(objects));
         }
-        if all(&["Secret"]).is_some() {
+        if let Some(refs) = all(&["Secret"]) {
+            // Whether a Gateway API listener is served depends on its
+            // Secret (istiod's buildSecretReference): rebuilt whole.
+            let named = |r: &&ObjectRef| {
+                istiod_config::gateway_convert::names_secret(&objects.gateway_api, &r.namespace, &r.name)
+            };
+            if refs.iter().any(|r| named(&r)) {
+                return None;
+            }
             return Some(m.with_secrets(objects));
         }
         if all(&["Sidecar"]).is_some() {

@@ -376,21 +376,23 @@ pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds_api::s
 /// (`mergeGateways`' VerifiedCertificateReferences): those its Gateways of
 /// its own namespace name, with their `-cacert` for MUTUAL servers, when
 /// the Secret is in that namespace or a ReferenceGrant lets the Gateway
-/// refer to it.
+/// refer to it. A ListenerSet's listeners (on a Gateway of the router's
+/// namespace, the handshake being the Gateway's `allowedListeners`) read
+/// Secrets of the ListenerSet's namespace, or granted to ListenerSets of it.
 fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
     use istiod_config::istio::networking::ServerTlsMode;
     let mut out = Vec::new();
     for servers in merged(model, class).servers.values() {
         for s in servers {
-            let gw_ns = s.gateway.split_once('/').map_or("", |(ns, _)| ns);
-            let Some(t) = s.server.tls.as_ref().filter(|_| gw_ns == &*class.namespace) else { continue };
+            let (gw_ns, gw_name) = s.gateway.split_once('/').unwrap_or(("", ""));
+            let object = model.gateways.iter().find(|o| o.meta.ns() == gw_ns && o.meta.name == gw_name);
+            let expected_ns = object.map_or(gw_ns, crate::model::gateway::parent_namespace);
+            let Some(t) = s.server.tls.as_ref().filter(|_| expected_ns == &*class.namespace) else { continue };
+            let set = object.is_some_and(istiod_config::gateway_convert::from_listener_set);
+            let (kind, lookup) = if set { ("ListenerSet", gw_ns) } else { ("Gateway", &*class.namespace) };
             // A Gateway API gateway's credentials go to its service
             // account (`internal.istio.io/service-account-name`), when set.
-            let gw_name = s.gateway.split_once('/').map_or("", |(_, n)| n);
-            let sa = model
-                .gateways
-                .iter()
-                .find(|o| o.meta.ns() == gw_ns && o.meta.name == gw_name)
+            let sa = object
                 .and_then(|o| o.meta.annotations.get("internal.istio.io/service-account-name"))
                 .filter(|sa| !sa.is_empty());
             if sa.is_some_and(|sa| **sa != *class.service_account) {
@@ -407,8 +409,8 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
                     continue;
                 };
                 let grants = &model.gateway_api.grants;
-                if namespace != *class.namespace
-                    && !istiod_config::gateway_convert::granted(grants, "Gateway", gw_ns, "Secret", &namespace, &name)
+                if namespace != lookup
+                    && !istiod_config::gateway_convert::granted(grants, kind, lookup, "Secret", &namespace, &name)
                 {
                     continue;
                 }

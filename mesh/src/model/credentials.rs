@@ -123,6 +123,24 @@ pub fn cert_info(d: &SecretData) -> Result<CertInfo, String> {
     ))
 }
 
+/// Whether a Secret holds a certificate and key a gateway can serve
+/// (`buildSecretReference`: `ExtractCertInfo`, then `tls.X509KeyPair`,
+/// here as far as finding the PEM blocks); the error in istiod's words.
+pub fn usable_pair(d: &SecretData) -> Result<(), String> {
+    let c = cert_info(d)?;
+    let has = |pem: &[u8], label: &str| {
+        let text = String::from_utf8_lossy(pem);
+        text.lines().any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")))
+    };
+    if !has(&c.cert, "CERTIFICATE") {
+        return Err("the certificate is malformed: tls: failed to find any PEM data in certificate input".into());
+    }
+    if !has(&c.key, "PRIVATE KEY") {
+        return Err("the certificate is malformed: tls: failed to find any PEM data in key input".into());
+    }
+    Ok(())
+}
+
 /// `ExtractRoot`: generic `cacert` (and `crl`) first, else `ca.crt` (and
 /// `ca.crl`).
 pub fn ca_info(d: &SecretData) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use istiod_config::gateway_convert::{GATEWAY_SERVICE, host_intersection};
+use istiod_config::gateway_convert::{GATEWAY_SERVICE, PARENT_NAMESPACE, host_intersection};
 use istiod_config::istio::networking::{Gateway, Server, ServerTlsMode};
 use istiod_config::istio::{IstioObject, IstioSpec};
 
@@ -155,8 +155,10 @@ pub fn select<'a>(
         .filter(|(o, _)| !scope_to_namespace || o.meta.ns() == namespace)
         .filter(|(o, g)| match gateway_services(o) {
             // From the Gateway API: the routers behind its Service, in its
-            // namespace (istiod's `internal.istio.io/gateway-service`).
-            Some(services) => o.meta.ns() == namespace && services.iter().any(|s| service_hosts.contains(s)),
+            // namespace (istiod's `internal.istio.io/gateway-service`; a
+            // ListenerSet's listeners are in the parent Gateway's, its
+            // `internal.istio.io/parent-namespace`).
+            Some(services) => parent_namespace(o) == namespace && services.iter().any(|s| service_hosts.contains(s)),
             None => g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)),
         })
         .collect();
@@ -167,6 +169,12 @@ pub fn select<'a>(
         key(a).cmp(&key(b))
     });
     out
+}
+
+/// The namespace of the Gateway API Gateway an Istio Gateway was made
+/// for: its own, or for a ListenerSet's listener its parent's.
+pub fn parent_namespace(o: &IstioObject) -> &str {
+    o.meta.annotations.get(PARENT_NAMESPACE).map_or(o.meta.ns(), String::as_str)
 }
 
 /// The Services of a Gateway translated from the Gateway API (its

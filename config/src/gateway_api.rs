@@ -152,6 +152,8 @@ pub struct GatewaySpec {
     /// Which namespaces' ListenerSets may add listeners (none unless
     /// given).
     pub allowed_listeners: Option<AllowedListeners>,
+    /// `tls`: client certificate validation (`frontend`), as written.
+    pub tls: Option<serde_json::Value>,
     /// `infrastructure`: labels, annotations and parameters for what the
     /// deployment controller makes.
     pub infrastructure: Option<GatewayInfrastructure>,
@@ -261,6 +263,8 @@ pub struct ObjectReference {
     pub port: Option<u32>,
     /// Weight (backends; default 1).
     pub weight: Option<i64>,
+    /// A backend's own filters (`HTTPBackendRef`, `GRPCBackendRef`).
+    pub filters: Vec<HttpRouteFilter>,
 }
 
 /// `AllowedRoutes`.

@@ -249,6 +249,17 @@ pub struct PolicyTargetReference {
 /// crate reads fails at `kind` (callers can check
 /// [`IstioKind::from_api`] first to skip those quietly).
 pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
+    let o = read(value)?;
+    let errors = validate::validate(&o.meta, &o.spec);
+    if !errors.is_empty() {
+        return Err(FieldErrors(errors));
+    }
+    Ok(o)
+}
+
+/// Reads one document as an Istio object, typed but not validated (what
+/// istiod itself generates need not pass its webhook).
+pub fn read(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
     let text = |field: &str| value.get(field).and_then(serde_yaml_ng::Value::as_str).unwrap_or_default();
     let (api_version, kind_name) = (text("apiVersion"), text("kind"));
     let Some(kind) = IstioKind::from_api(api_version, kind_name) else {
@@ -274,10 +285,6 @@ pub fn parse(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
         }
         k => IstioSpec::Ext(k, de::read_or_default(spec, "spec").map_err(one)?),
     };
-    let errors = validate::validate(&meta, &spec);
-    if !errors.is_empty() {
-        return Err(FieldErrors(errors));
-    }
     let raw = serde_json::to_value(value).map(|v| crate::meta::Raw::of(&v)).unwrap_or_default();
     Ok(IstioObject { meta, spec, raw })
 }

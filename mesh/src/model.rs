@@ -697,7 +697,21 @@ impl Model {
             Some(s) => credentials::usable_pair(&s.data),
             None => Err(format!("secret {ns}/{name} not found")),
         };
-        let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &model.namespaces, &secrets, domain);
+        let service_exists =
+            |ns: &str, name: &str| objs.services.iter().any(|s| s.metadata.ns() == ns && s.metadata.name == name);
+        let entry_hosts = |ns: &str, name: &str| {
+            objs.istio.iter().find_map(|o| match &o.spec {
+                IstioSpec::ServiceEntry(se) if o.meta.ns() == ns && o.meta.name == name => Some(se.hosts.clone()),
+                _ => None,
+            })
+        };
+        let inputs = istiod_config::gateway_convert::Inputs {
+            namespaces: &model.namespaces,
+            secrets: &secrets,
+            service: &service_exists,
+            service_entry: &entry_hosts,
+        };
+        let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &inputs, domain);
         // Kubernetes Ingresses, likewise (istiod's ingress controller).
         let ingress = ingress::convert(objs, &model.mesh.ingress, domain);
         let by_name = |a: &IstioObject, b: &IstioObject| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name));

@@ -81,6 +81,14 @@ pub fn update(
             {
                 return None;
             }
+            // A route whose mesh parent is a Service or ServiceEntry takes
+            // it only while it exists, with a ServiceEntry's hosts.
+            let parent = |r: &&ObjectRef| {
+                istiod_config::gateway_convert::names_mesh_parent(&objects.gateway_api, &r.kind, &r.namespace, &r.name)
+            };
+            if refs.iter().any(|r| parent(&r)) {
+                return None;
+            }
             if refs.iter().any(|r| r.kind == "Service")
                 && (!objects.ingresses.is_empty()
                     || !m.model.aliases.is_empty()

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use istiod_config::istio::IstioObject;
-use istiod_config::istio::networking::{DestinationRule, HttpRoute, StringMatch, VirtualService};
+use istiod_config::istio::networking::{DestinationRule, Headers, HttpRoute, StringMatch, VirtualService};
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::route::v3 as route;
 use istiod_proto::envoy::extensions::filters::common::fault::v3 as common_fault;
@@ -299,29 +299,46 @@ pub(super) fn vs_routes(
             let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port, single_port);
             (host, dport, dest.subset.clone())
         });
-        let clusters: Vec<(String, u32)> = r
+        let clusters: Vec<(String, u32, Option<&Headers>)> = r
             .route
             .iter()
             .filter_map(|d| {
                 let dest = d.destination.as_ref()?;
                 let host = model.resolve_host(&dest.host, ns);
                 let dport = destination_port(model, dest.port.as_ref().map(|p| p.number), &host, port, single_port);
-                Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32))
+                Some((format!("outbound|{dport}|{}|{host}", dest.subset), d.weight.max(0) as u32, d.headers.as_ref()))
             })
             .collect();
+        // A destination's own headers (istiod's processDestination and
+        // processWeightedDestination): on the route after its own for the
+        // one destination, on each cluster's weight for several.
+        let single_headers = match clusters.as_slice() {
+            [(_, _, h)] => *h,
+            _ => None,
+        };
         let specifier = if clusters.is_empty() {
             route::route_action::ClusterSpecifier::Cluster(default_cluster.clone())
         } else if clusters.len() == 1 {
             route::route_action::ClusterSpecifier::Cluster(clusters[0].0.clone())
         } else {
-            let all_zero = clusters.iter().all(|(_, w)| *w == 0);
+            let all_zero = clusters.iter().all(|(_, w, _)| *w == 0);
             route::route_action::ClusterSpecifier::WeightedClusters(route::WeightedCluster {
                 clusters: clusters
                     .iter()
-                    .map(|(name, w)| route::weighted_cluster::ClusterWeight {
-                        name: name.clone(),
-                        weight: Some(if all_zero { 1 } else { *w }),
-                        ..Default::default()
+                    .map(|(name, w, h)| {
+                        let (request_headers_to_add, request_headers_to_remove) =
+                            header_ops(h.and_then(|h| h.request.as_ref()));
+                        let (response_headers_to_add, response_headers_to_remove) =
+                            header_ops(h.and_then(|h| h.response.as_ref()));
+                        route::weighted_cluster::ClusterWeight {
+                            name: name.clone(),
+                            weight: Some(if all_zero { 1 } else { *w }),
+                            request_headers_to_add,
+                            request_headers_to_remove,
+                            response_headers_to_add,
+                            response_headers_to_remove,
+                            ..Default::default()
+                        }
                     })
                     .collect(),
                 ..Default::default()
@@ -443,8 +460,14 @@ pub(super) fn vs_routes(
             };
             per_filter.insert("envoy.filters.http.cors".to_owned(), any(&cors));
         }
-        let (req_add, req_remove) = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref()));
-        let (resp_add, resp_remove) = header_ops(r.headers.as_ref().and_then(|h| h.response.as_ref()));
+        let (mut req_add, mut req_remove) = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref()));
+        let (mut resp_add, mut resp_remove) = header_ops(r.headers.as_ref().and_then(|h| h.response.as_ref()));
+        let (add, remove) = header_ops(single_headers.and_then(|h| h.request.as_ref()));
+        req_add.extend(add);
+        req_remove.extend(remove);
+        let (add, remove) = header_ops(single_headers.and_then(|h| h.response.as_ref()));
+        resp_add.extend(add);
+        resp_remove.extend(remove);
         let action = fixed.unwrap_or(route::route::Action::Route(action));
         for (mut m, src) in matches.into_iter().zip(r.matches.iter().map(Some).chain(std::iter::repeat(None))) {
             if let Some(src) = src {

@@ -528,3 +528,44 @@ pub(crate) fn destination_port(
         _ => listener_port,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Flavor, routes};
+
+    /// istiod's processDestination and processWeightedDestination
+    /// (pilot/pkg/networking/core/route/route.go): a destination's header
+    /// operations go on the route after the route's own when it is the
+    /// only one, on its cluster's weight when there are several.
+    #[test]
+    fn destination_headers_go_on_the_route_or_the_cluster_weight() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+            spec: {clusterIP: 10.0.0.1, ports: [{name: http, port: 80}]}\n\
+            ---\napiVersion: v1\nkind: Service\nmetadata: {name: api, namespace: shop}\n\
+            spec: {clusterIP: 10.0.0.2, ports: [{name: http, port: 80}]}\n\
+            ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\n\
+            spec:\n  hosts: [web]\n  http:\n  \
+            - match: [{uri: {prefix: /one}}]\n    headers: {request: {set: {x-route: r}}}\n    \
+              route: [{destination: {host: web}, headers: {request: {add: {x-dest: d}, remove: [x-gone]}, response: {set: {x-out: o}}}}]\n  \
+            - route:\n    - {destination: {host: web}, weight: 70, headers: {request: {set: {x-to: web}}}}\n    \
+              - {destination: {host: api}, weight: 30}\n";
+        let model = crate::testing::model_in("", yaml);
+        let svc = model.services.values().find(|s| s.hostname.starts_with("web.")).unwrap();
+        let out = routes(&model, svc, 80, Flavor::Envoy);
+        let keys = |v: &[istiod_proto::envoy::config::core::v3::HeaderValueOption]| {
+            v.iter().map(|h| h.header.as_ref().unwrap().key.clone()).collect::<Vec<_>>()
+        };
+        let one = &out[0].route;
+        assert_eq!(keys(&one.request_headers_to_add), ["x-route", "x-dest"]);
+        assert_eq!(one.request_headers_to_remove, ["x-gone"]);
+        assert_eq!(keys(&one.response_headers_to_add), ["x-out"]);
+        let Some(istiod_proto::envoy::config::route::v3::route::Action::Route(action)) = &out[1].route.action else {
+            panic!("{:?}", out[1].route)
+        };
+        use istiod_proto::envoy::config::route::v3::route_action::ClusterSpecifier;
+        let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else { panic!("{action:?}") };
+        assert_eq!(keys(&w.clusters[0].request_headers_to_add), ["x-to"]);
+        assert!(w.clusters[1].request_headers_to_add.is_empty());
+        assert!(out[1].route.request_headers_to_add.is_empty());
+    }
+}

@@ -62,6 +62,31 @@ pub fn names_secret(objs: &[GatewayApiObject], namespace: &str, name: &str) -> b
     })
 }
 
+/// The listeners the ListenerSets among `objs` add to Gateway `gateway`
+/// where it allows them (`namespaces`: labels by name), oldest set first,
+/// ports defaulted: what its Service must also expose (istiod's
+/// deployment controller, `listenersFromListenerSets`).
+pub fn listener_set_listeners(
+    objs: &[GatewayApiObject],
+    gateway: &GatewayApiObject,
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<Listener> {
+    let GatewayApiSpec::Gateway(g) = &gateway.spec else { return Vec::new() };
+    let parent = (gateway.meta.ns(), gateway.meta.name.as_str());
+    oldest_first(objs, |s| matches!(s, GatewayApiSpec::ListenerSet(_)))
+        .into_iter()
+        .filter_map(|s| match &s.spec {
+            GatewayApiSpec::ListenerSet(spec)
+                if set_parent(s, spec) == Some(parent) && listeners_allowed(gateway, g, s.meta.ns(), namespaces) =>
+            {
+                Some(spec.listeners.iter().map(|l| Listener { port: entry_port(l), ..l.clone() }))
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 /// Whether a route among `objs` names the Service or ServiceEntry (`kind`)
 /// `namespace`/`name` as its parent.
 pub fn names_mesh_parent(objs: &[GatewayApiObject], kind: &str, namespace: &str, name: &str) -> bool {
@@ -153,9 +178,14 @@ pub fn granted(
 ) -> bool {
     grants.iter().any(|g| {
         let GatewayApiSpec::ReferenceGrant(spec) = &g.spec else { return false };
+        // Kinds by group too (`NormalizeReference`): the referrers are the
+        // Gateway API's, the Secrets and Services core's.
         g.meta.ns() == to_ns
-            && spec.from.iter().any(|f| f.kind == from_kind && f.namespace == from_ns)
-            && spec.to.iter().any(|t| t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == name))
+            && spec.from.iter().any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+            && spec
+                .to
+                .iter()
+                .any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == name))
     })
 }
 
@@ -450,13 +480,12 @@ fn build_listener<'a>(
     // rather than serve a terminating listener without the client
     // certificates its Gateway requires, it is refused.
     let frontend = owner.parent_spec.tls.as_ref().map(|t| &t["frontend"]).filter(|f| !f.is_null());
+    // `resolveGatewayTLS`: the port's own settings, else the default;
+    // validation applies when it names CA certificates.
     let validated = frontend.is_some_and(|f| {
-        !f["default"]["validation"].is_null()
-            || f["perPort"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|p| p["port"] == l.port && !p["tls"]["validation"].is_null())
+        let per_port = f["perPort"].as_array().into_iter().flatten().find(|p| p["port"] == l.port);
+        let settings = per_port.map_or(&f["default"], |p| &p["tls"]);
+        settings["validation"]["caCertificateRefs"].as_array().is_some_and(|refs| !refs.is_empty())
     });
     let terminates = l.tls.as_ref().is_some_and(|t| t.mode.as_deref() != Some("Passthrough"));
     if validated && terminates {
@@ -802,12 +831,20 @@ fn gateway_services(o: &GatewayApiObject, g: &GatewaySpec, domain: &str) -> Resu
     Ok(services)
 }
 
+/// The service account a Gateway's routers run as: none to check for a
+/// Gateway deployed by hand (istiod's `IsManaged`: more than one address,
+/// or one not an IP), else the annotation's or `<name>-<class>`.
 fn service_account(o: &GatewayApiObject, g: &GatewaySpec) -> String {
+    let managed = match g.addresses.as_slice() {
+        [] => true,
+        [one] => one.type_.as_deref().is_none_or(|t| t == "IPAddress"),
+        _ => false,
+    };
+    if !managed {
+        return String::new();
+    }
     if let Some(sa) = o.meta.annotations.get("gateway.istio.io/service-account") {
         return sa.clone();
-    }
-    if g.addresses.iter().any(|a| a.type_.as_deref() == Some("Hostname")) {
-        return String::new();
     }
     format!("{}-{}", o.meta.name, g.gateway_class_name)
 }
@@ -2262,6 +2299,32 @@ mod tests {
             "istiod: destination {{}}"
         );
         assert!(c.problems.iter().any(|p| p["reason"] == "RefNotPermitted"), "{:?}", c.problems);
+    }
+
+    /// What a Gateway's Service must expose of its ListenerSets
+    /// (deploymentcontroller.go `listenersFromListenerSets`): the allowed
+    /// sets' listeners, ports defaulted; not another Gateway's, not a set
+    /// from a namespace the Gateway does not take.
+    #[test]
+    fn a_gateways_service_takes_the_listeners_of_the_sets_it_allows() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: gws}\n\
+            spec:\n  gatewayClassName: istio\n  allowedListeners: {namespaces: {from: Selector, selector: {matchLabels: {team: a}}}}\n  \
+            listeners: [{name: http, port: 80, protocol: HTTP}]\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: a, namespace: team-a}\n\
+            spec: {parentRef: {name: gw, namespace: gws}, listeners: [{name: web, protocol: HTTPS, hostname: a.example.com}, {name: db, port: 5432, protocol: TCP}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: b, namespace: team-b}\n\
+            spec: {parentRef: {name: gw, namespace: gws}, listeners: [{name: web, port: 9443, protocol: HTTPS}]}\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: c, namespace: team-a}\n\
+            spec: {parentRef: {name: other, namespace: gws}, listeners: [{name: web, port: 7443, protocol: HTTPS}]}\n";
+        let objs = objects(yaml);
+        let namespaces = BTreeMap::from([
+            ("team-a".to_owned(), BTreeMap::from([("team".to_owned(), "a".to_owned())])),
+            ("team-b".to_owned(), BTreeMap::from([("team".to_owned(), "b".to_owned())])),
+        ]);
+        let gw = objs.iter().find(|o| o.meta.name == "gw").unwrap();
+        let got: Vec<(String, u32)> =
+            listener_set_listeners(&objs, gw, &namespaces).into_iter().map(|l| (l.name, l.port)).collect();
+        assert_eq!(got, [("web".to_owned(), 443), ("db".to_owned(), 5432)]);
     }
 
     /// istiod's `hostnameAllowedByIsolation` (conversion.go): a route host

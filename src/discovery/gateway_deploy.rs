@@ -63,12 +63,24 @@ pub(crate) fn desired(objects: &istiod_config::objects::Objects, tags: &super::r
         let selected = meta.labels.get("istio.io/rev").map(String::as_str).or_else(|| ns_rev.get(meta.ns()).copied());
         tags.is_mine(selected.unwrap_or_default())
     };
+    let namespaces: BTreeMap<String, BTreeMap<String, String>> =
+        objects.namespaces.iter().map(|n| (n.metadata.name.clone(), n.metadata.labels.clone())).collect();
     let mut gateways: Vec<(Json, u64)> = objects
         .gateway_api
         .iter()
         .filter_map(|o| match &o.spec {
             GatewayApiSpec::Gateway(g) => (handled(&g.gateway_class_name) && mine(&o.meta)).then(|| {
-                let gw = gateway::gateway_json(&o.meta, g);
+                let mut gw = gateway::gateway_json(&o.meta, g);
+                // The listeners of the ListenerSets it takes are ports of
+                // its Service too; a change to them applies it again.
+                let added =
+                    istiod_config::gateway_convert::listener_set_listeners(&objects.gateway_api, o, &namespaces);
+                if !added.is_empty() {
+                    gw[gateway::LISTENER_SET_LISTENERS] = added
+                        .iter()
+                        .map(|l| serde_json::json!({"name": l.name, "port": l.port, "protocol": l.protocol}))
+                        .collect();
+                }
                 let hash = istiod_mesh::generator::mix(gw.to_string());
                 (gw, hash)
             }),

@@ -134,13 +134,20 @@ fn infrastructure(gw: &Json, what: &str, s: &Settings) -> BTreeMap<String, Strin
     string_map(gw["metadata"].get(what))
 }
 
+/// Where the Gateway JSON given to [`render`] carries the listeners of the
+/// ListenerSets it takes (not a field of the Gateway).
+pub const LISTENER_SET_LISTENERS: &str = "listenerSetListeners";
+
 /// `extractServicePorts`: the status port, then one per listener port
-/// (the first listener's name, sanitised and made unique).
+/// (the first listener's name, sanitised and made unique), the Gateway's
+/// listeners then its ListenerSets'.
 fn service_ports(gw: &Json) -> Vec<Json> {
     let mut out = vec![json!({"Name": "status-port", "Port": 15021, "Protocol": "TCP", "AppProtocol": "tcp"})];
     let mut ports = BTreeSet::new();
     let mut used: BTreeSet<String> = ["status-port".to_owned()].into();
-    for (i, l) in gw["spec"]["listeners"].as_array().into_iter().flatten().enumerate() {
+    let own = gw["spec"]["listeners"].as_array().into_iter().flatten();
+    let from_sets = gw[LISTENER_SET_LISTENERS].as_array().into_iter().flatten();
+    for (i, l) in own.chain(from_sets).enumerate() {
         let port = l["port"].as_i64().unwrap_or_default();
         if !ports.insert(port) {
             continue;
@@ -717,5 +724,22 @@ mod tests {
         let trimmed = "a".repeat(63);
         let suffixed = format!("{}-8443", "a".repeat(58));
         assert_eq!(names, ["status-port", "http-main", trimmed.as_str(), suffixed.as_str(), "status-port-9000"]);
+    }
+
+    /// istiod's `extractServicePorts(gw, listenersFromListenerSets)`: the
+    /// ports of the ListenerSets a Gateway takes follow its own, a port
+    /// already there not repeated.
+    #[test]
+    fn a_listener_sets_ports_are_the_services_too() {
+        let gw = json!({
+            "spec": {"listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]},
+            LISTENER_SET_LISTENERS: [
+                {"name": "also-http", "port": 80, "protocol": "HTTP"},
+                {"name": "shop", "port": 8443, "protocol": "HTTPS"},
+            ],
+        });
+        let ports: Vec<(String, i64)> =
+            service_ports(&gw).iter().map(|p| (s(&p["Name"]).to_owned(), p["Port"].as_i64().unwrap())).collect();
+        assert_eq!(ports, [("status-port".into(), 15021), ("http".into(), 80), ("shop".into(), 8443)]);
     }
 }

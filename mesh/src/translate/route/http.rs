@@ -207,10 +207,20 @@ pub(super) fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<
     vec![route::route_action::HashPolicy { policy_specifier: Some(spec), ..Default::default() }]
 }
 
+/// Header operations as Envoy takes them (istiod's
+/// `TranslateHeadersOperations`): what to add and remove, without the
+/// pseudo-headers and `host` Envoy refuses to touch; a `host` or
+/// `:authority` set (else added) is the authority to rewrite to.
 fn header_ops(
     h: Option<&istiod_config::istio::networking::HeaderOperations>,
-) -> (Vec<core::HeaderValueOption>, Vec<String>) {
-    let Some(h) = h else { return (Vec::new(), Vec::new()) };
+) -> (Vec<core::HeaderValueOption>, Vec<String>, Option<String>) {
+    let Some(h) = h else { return (Vec::new(), Vec::new(), None) };
+    let internal = |k: &str| k.starts_with(':') || k.eq_ignore_ascii_case("host");
+    let authority_of = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .rfind(|(k, _)| k.eq_ignore_ascii_case(":authority") || k.eq_ignore_ascii_case("host"))
+            .map(|(_, v)| v.clone())
+    };
     let opt = |k: &String, v: &String, action: core::header_value_option::HeaderAppendAction| core::HeaderValueOption {
         header: Some(core::HeaderValue { key: k.clone(), value: v.clone(), ..Default::default() }),
         append_action: action as i32,
@@ -219,12 +229,17 @@ fn header_ops(
     let mut add: Vec<core::HeaderValueOption> = h
         .set
         .iter()
+        .filter(|(k, _)| !internal(k))
         .map(|(k, v)| opt(k, v, core::header_value_option::HeaderAppendAction::OverwriteIfExistsOrAdd))
         .collect();
     add.extend(
-        h.add.iter().map(|(k, v)| opt(k, v, core::header_value_option::HeaderAppendAction::AppendIfExistsOrAdd)),
+        h.add
+            .iter()
+            .filter(|(k, _)| !internal(k))
+            .map(|(k, v)| opt(k, v, core::header_value_option::HeaderAppendAction::AppendIfExistsOrAdd)),
     );
-    (add, h.remove.clone())
+    let remove = h.remove.iter().filter(|k| !internal(k)).cloned().collect();
+    (add, remove, authority_of(&h.set).or_else(|| authority_of(&h.add)))
 }
 
 fn envoy_action(r: &HttpRoute) -> Option<route::route::Action> {
@@ -326,9 +341,9 @@ pub(super) fn vs_routes(
                 clusters: clusters
                     .iter()
                     .map(|(name, w, h)| {
-                        let (request_headers_to_add, request_headers_to_remove) =
+                        let (request_headers_to_add, request_headers_to_remove, authority) =
                             header_ops(h.and_then(|h| h.request.as_ref()));
-                        let (response_headers_to_add, response_headers_to_remove) =
+                        let (response_headers_to_add, response_headers_to_remove, _) =
                             header_ops(h.and_then(|h| h.response.as_ref()));
                         route::weighted_cluster::ClusterWeight {
                             name: name.clone(),
@@ -337,6 +352,8 @@ pub(super) fn vs_routes(
                             request_headers_to_remove,
                             response_headers_to_add,
                             response_headers_to_remove,
+                            host_rewrite_specifier: authority
+                                .map(route::weighted_cluster::cluster_weight::HostRewriteSpecifier::HostRewriteLiteral),
                             ..Default::default()
                         }
                     })
@@ -379,10 +396,15 @@ pub(super) fn vs_routes(
                         substitution: "/\\2".into(),
                     });
                 }
-                if !rw.authority.is_empty() {
-                    action.host_rewrite_specifier =
-                        Some(route::route_action::HostRewriteSpecifier::HostRewriteLiteral(rw.authority.clone()));
-                }
+            }
+            // The authority: the route's `host`/`:authority` header, else
+            // (overriding it) the rewrite's, else the one destination's
+            // (istiod's applyHTTPRouteDestination, processDestination).
+            let route_authority = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref())).2;
+            let rewrite_authority = r.rewrite.as_ref().map(|rw| rw.authority.clone()).filter(|a| !a.is_empty());
+            let destination_authority = header_ops(single_headers.and_then(|h| h.request.as_ref())).2;
+            if let Some(a) = rewrite_authority.or(route_authority).or(destination_authority) {
+                action.host_rewrite_specifier = Some(route::route_action::HostRewriteSpecifier::HostRewriteLiteral(a));
             }
             let mirrors = r.mirror.iter().map(|m| (m, r.mirror_percentage.as_ref().map(|p| p.value))).chain(
                 r.mirrors
@@ -460,12 +482,12 @@ pub(super) fn vs_routes(
             };
             per_filter.insert("envoy.filters.http.cors".to_owned(), any(&cors));
         }
-        let (mut req_add, mut req_remove) = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref()));
-        let (mut resp_add, mut resp_remove) = header_ops(r.headers.as_ref().and_then(|h| h.response.as_ref()));
-        let (add, remove) = header_ops(single_headers.and_then(|h| h.request.as_ref()));
+        let (mut req_add, mut req_remove, _) = header_ops(r.headers.as_ref().and_then(|h| h.request.as_ref()));
+        let (mut resp_add, mut resp_remove, _) = header_ops(r.headers.as_ref().and_then(|h| h.response.as_ref()));
+        let (add, remove, _) = header_ops(single_headers.and_then(|h| h.request.as_ref()));
         req_add.extend(add);
         req_remove.extend(remove);
-        let (add, remove) = header_ops(single_headers.and_then(|h| h.response.as_ref()));
+        let (add, remove, _) = header_ops(single_headers.and_then(|h| h.response.as_ref()));
         resp_add.extend(add);
         resp_remove.extend(remove);
         let action = fixed.unwrap_or(route::route::Action::Route(action));
@@ -546,8 +568,10 @@ mod tests {
             ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: shop}\n\
             spec:\n  hosts: [web]\n  http:\n  \
             - match: [{uri: {prefix: /one}}]\n    headers: {request: {set: {x-route: r}}}\n    \
-              route: [{destination: {host: web}, headers: {request: {add: {x-dest: d}, remove: [x-gone]}, response: {set: {x-out: o}}}}]\n  \
-            - route:\n    - {destination: {host: web}, weight: 70, headers: {request: {set: {x-to: web}}}}\n    \
+              route: [{destination: {host: web}, headers: {request: {add: {x-dest: d}, remove: [x-gone, host]}, response: {set: {x-out: o}}}}]\n  \
+            - match: [{uri: {prefix: /two}}]\n    headers: {request: {set: {host: front.example.com}}}\n    \
+              route: [{destination: {host: web}, headers: {request: {set: {':authority': back.example.com}}}}]\n  \
+            - route:\n    - {destination: {host: web}, weight: 70, headers: {request: {set: {x-to: web, host: web.example.com}}}}\n    \
               - {destination: {host: api}, weight: 30}\n";
         let model = crate::testing::model_in("", yaml);
         let svc = model.services.values().find(|s| s.hostname.starts_with("web.")).unwrap();
@@ -559,13 +583,29 @@ mod tests {
         assert_eq!(keys(&one.request_headers_to_add), ["x-route", "x-dest"]);
         assert_eq!(one.request_headers_to_remove, ["x-gone"]);
         assert_eq!(keys(&one.response_headers_to_add), ["x-out"]);
-        let Some(istiod_proto::envoy::config::route::v3::route::Action::Route(action)) = &out[1].route.action else {
-            panic!("{:?}", out[1].route)
+        use istiod_proto::envoy::config::route::v3::route::Action;
+        use istiod_proto::envoy::config::route::v3::route_action::{ClusterSpecifier, HostRewriteSpecifier};
+        use istiod_proto::envoy::config::route::v3::weighted_cluster::cluster_weight;
+        let action = |i: usize| match &out[i].route.action {
+            Some(Action::Route(a)) => a.clone(),
+            other => panic!("{other:?}"),
         };
-        use istiod_proto::envoy::config::route::v3::route_action::ClusterSpecifier;
-        let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else { panic!("{action:?}") };
+        // `host` and pseudo-headers are never header operations (Envoy
+        // refuses them); set, they rewrite the authority, the route's
+        // before the destination's.
+        let two = &out[1].route;
+        assert!(two.request_headers_to_add.is_empty(), "{two:?}");
+        assert_eq!(
+            action(1).host_rewrite_specifier,
+            Some(HostRewriteSpecifier::HostRewriteLiteral("front.example.com".into()))
+        );
+        let Some(ClusterSpecifier::WeightedClusters(w)) = &action(2).cluster_specifier else { panic!() };
         assert_eq!(keys(&w.clusters[0].request_headers_to_add), ["x-to"]);
+        assert_eq!(
+            w.clusters[0].host_rewrite_specifier,
+            Some(cluster_weight::HostRewriteSpecifier::HostRewriteLiteral("web.example.com".into()))
+        );
         assert!(w.clusters[1].request_headers_to_add.is_empty());
-        assert!(out[1].route.request_headers_to_add.is_empty());
+        assert!(out[2].route.request_headers_to_add.is_empty());
     }
 }

@@ -584,6 +584,20 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     let shop_route = route("shop", "apps");
     assert_eq!(shop_route["parentRef"]["kind"], "ListenerSet", "{shop_route}");
     assert_eq!(condition(&shop_route, "Accepted")["status"], "True", "{shop_route}");
+    // A TCPRoute's status, where the cluster serves TCPRoutes only at
+    // v1alpha2 (the fake API server's): the listener takes no TCPRoute.
+    api.apply(
+        "tcproutes",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1alpha2", "kind": "TCPRoute",
+               "metadata": {"name": "db", "namespace": "apps"},
+               "spec": {"parentRefs": [{"name": "gw", "namespace": "gateways", "sectionName": "http"}],
+                        "rules": [{"backendRefs": [{"name": "api", "port": 8080}]}]}}),
+    );
+    server::wait_for("TCPRoute status", Duration::from_secs(10), || {
+        api.get("tcproutes", "apps", "db").is_some_and(|r| r["status"]["parents"].is_array())
+    });
+    let db = api.get("tcproutes", "apps", "db").unwrap()["status"]["parents"][0].clone();
+    assert_eq!(condition(&db, "Accepted")["reason"], "NotAllowedByListeners", "{db}");
     let class = api.get("gatewayclasses", "", "istio").unwrap();
     assert_eq!(condition(&class["status"], "Accepted")["message"], "Handled by Istio controller");
     let lease = api.get("leases", "istio-system", "istio-gateway-status-leader-default").unwrap();

@@ -576,8 +576,8 @@ fn route_status(
 ) -> ObjectStatus {
     let (version, plural) = match kind {
         "GRPCRoute" => ("v1", "grpcroutes"),
-        "TCPRoute" => ("v1alpha2", "tcproutes"),
-        "TLSRoute" => ("v1alpha2", "tlsroutes"),
+        "TCPRoute" => ("v1", "tcproutes"),
+        "TLSRoute" => ("v1", "tlsroutes"),
         _ => ("v1", "httproutes"),
     };
     let resolved = match &refs {

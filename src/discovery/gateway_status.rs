@@ -95,12 +95,30 @@ fn next_status(object: &Value, desired: &Value) -> Option<Value> {
     (bare(existing) != bare(&want)).then_some(want)
 }
 
+/// Where a status may be: its path, and for TCPRoutes and TLSRoutes (`v1`
+/// since Gateway API 1.5, what istiod writes) `v1alpha2` where the
+/// cluster's CRDs serve only that.
+fn paths(path: &str) -> Vec<String> {
+    let mut out = vec![path.to_owned()];
+    if path.contains("/tcproutes/") || path.contains("/tlsroutes/") {
+        out.push(path.replacen("/v1/", "/v1alpha2/", 1));
+    }
+    out
+}
+
 /// Writes one status if it changed; whether it now says what is desired.
 async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
-    let Some(mut object) = api.get(&s.path).await? else { return Ok(false) };
+    let mut found = None;
+    for path in paths(&s.path) {
+        if let Some(object) = api.get(&path).await? {
+            found = Some((path, object));
+            break;
+        }
+    }
+    let Some((path, mut object)) = found else { return Ok(false) };
     let Some(status) = next_status(&object, &s.status) else { return Ok(true) };
     object["status"] = status;
-    match api.replace(&format!("{}/status", s.path), &object).await? {
+    match api.replace(&format!("{path}/status"), &object).await? {
         Write::Done(_) => Ok(true),
         Write::Conflict => Ok(false), // read again next round
     }

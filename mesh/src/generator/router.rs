@@ -859,6 +859,6 @@ mod tests {
         let refused: Vec<&str> = model.gateway_api.problems.iter().filter_map(|p| p["reason"].as_str()).collect();
         assert_eq!(refused, ["NotAllowedByListeners"], "a TLSRoute on a TCP listener");
         let status = model.gateway_api.statuses.iter().find(|s| s.path.ends_with("/tcproutes/db")).unwrap();
-        assert!(status.path.starts_with("/apis/gateway.networking.k8s.io/v1alpha2/"));
+        assert!(status.path.starts_with("/apis/gateway.networking.k8s.io/v1/"), "{}", status.path);
     }
 }

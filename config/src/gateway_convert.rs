@@ -1014,6 +1014,7 @@ fn mesh_parents<'p>(
     inputs: &Inputs<'_>,
     domain: &str,
     problems: &mut Vec<Value>,
+    outcomes: &mut Outcomes,
 ) -> Vec<(&'p ParentReference, Vec<String>)> {
     let mut out = Vec::new();
     for p in parents {
@@ -1028,18 +1029,39 @@ fn mesh_parents<'p>(
         } else {
             continue;
         };
+        let mut parent_ref = json!({
+            "group": if service { "" } else { "networking.istio.io" },
+            "kind": p.kind,
+            "name": p.name,
+            "namespace": ns,
+        });
+        if let Some(port) = p.port {
+            parent_ref["port"] = json!(port);
+        }
         match hosts {
-            Some(hosts) => out.push((p, hosts)),
-            None => problems.push(json!({
-                "route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name),
-                "parent": format!("{ns}/{}", p.name),
-                "reason": "NotAccepted",
-                "message": format!("parent {}: {:?} not found", if service { "service" } else { "service entry" }, p.name),
-            })),
+            Some(hosts) => {
+                out.push((p, hosts));
+                outcomes.push((parent_ref, None));
+            }
+            None => {
+                let what = if service { "service" } else { "service entry" };
+                let message = format!("parent {what}: {:?} not found", p.name);
+                problems.push(json!({
+                    "route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name),
+                    "parent": format!("{ns}/{}", p.name),
+                    "reason": "NoMatchingParent",
+                    "message": message,
+                }));
+                outcomes.push((parent_ref, Some(("NoMatchingParent", message))));
+            }
         }
     }
     out
 }
+
+/// Per parent of a route: its reference as the status names it, and why
+/// it was refused, if it was.
+type Outcomes = Vec<(Value, Option<(&'static str, String)>)>;
 
 /// A route's parents that accept it (`referenceAllowed`): per listener, the
 /// port and section name, the hostnames and namespace the listener allows,
@@ -1195,8 +1217,12 @@ fn routes(
             GatewayApiSpec::GrpcRoute(g) => ("GRPCRoute", &g.parent_refs, &g.hostnames),
             _ => continue,
         };
-        mesh_routes(r, kind, parents, inputs, domain, out, &mut merged, &mut order);
+        let (mesh_outcomes, mesh_error) = mesh_routes(r, kind, parents, inputs, domain, out, &mut merged, &mut order);
         if !parents.iter().any(|p| p.kind.as_deref().is_none_or(|k| k == "Gateway" || k == "ListenerSet")) {
+            if !mesh_outcomes.is_empty() {
+                let refs = mesh_error.or_else(|| backend_problems_of(&out.problems, kind, r));
+                out.statuses.push(route_status(r, kind, &mesh_outcomes, refs));
+            }
             continue;
         }
         let converted = match &r.spec {
@@ -1208,7 +1234,7 @@ fn routes(
             Ok(x) => x,
             Err((reason, message)) => {
                 out.problems.push(json!({"route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name), "reason": reason, "message": message}));
-                let mut outcomes = Vec::new();
+                let mut outcomes = mesh_outcomes;
                 accepted(handled, r, kind, parents, hostnames, attachable, &mut Vec::new(), &mut outcomes);
                 if !outcomes.is_empty() {
                     out.statuses.push(route_status(r, kind, &outcomes, Some((reason, message))));
@@ -1218,9 +1244,9 @@ fn routes(
         };
         out.problems.extend(backend_problems);
         let hosts: Vec<String> = if hostnames.is_empty() { vec!["*".into()] } else { hostnames.clone() };
-        let mut outcomes = Vec::new();
+        let mut outcomes = mesh_outcomes;
         let attached = accepted(handled, r, kind, parents, hostnames, attachable, &mut out.problems, &mut outcomes);
-        let refs = backend_problems_of(&out.problems, kind, r);
+        let refs = backend_problems_of(&out.problems, kind, r).or(mesh_error);
         if !outcomes.is_empty() {
             out.statuses.push(route_status(r, kind, &outcomes, refs));
         }
@@ -1369,6 +1395,7 @@ fn l4_routes(
         let mut outcomes = Vec::new();
         let attached =
             accepted(handled, r, kind, &spec.parent_refs, &hostnames, attachable, &mut out.problems, &mut outcomes);
+        let services = mesh_parents(r, kind, &spec.parent_refs, inputs, domain, &mut out.problems, &mut outcomes);
         let refs = error.clone().or_else(|| {
             problems.first().map(|p| {
                 let reason = if p["reason"] == "RefNotPermitted" { "RefNotPermitted" } else { "InvalidKind" };
@@ -1419,7 +1446,6 @@ fn l4_routes(
         // the Service's host, the parent's port matched
         // (`augmentTCPPortMatch`, `augmentTLSPortMatch`; TLS by the
         // route's hostnames, else the Service's host).
-        let services = mesh_parents(r, kind, &spec.parent_refs, inputs, domain, &mut out.problems);
         if services.is_empty() {
             continue;
         }
@@ -1834,15 +1860,16 @@ fn mesh_routes(
     out: &mut Converted,
     merged: &mut BTreeMap<String, MergedVs>,
     order: &mut Vec<String>,
-) {
-    let services = mesh_parents(r, kind, parents, inputs, domain, &mut out.problems);
+) -> (Outcomes, Option<(&'static str, String)>) {
+    let mut outcomes = Outcomes::new();
+    let services = mesh_parents(r, kind, parents, inputs, domain, &mut out.problems, &mut outcomes);
     if services.is_empty() {
-        return;
+        return (outcomes, None);
     }
     let converted = match &r.spec {
         GatewayApiSpec::HttpRoute(h) => http_rules(r, &h.rules, domain, &out.grants, true),
         GatewayApiSpec::GrpcRoute(g) => grpc_rules(r, &g.rules, domain, &out.grants, true),
-        _ => return,
+        _ => return (outcomes, None),
     };
     let routes = match converted {
         Ok((routes, problems)) => {
@@ -1851,7 +1878,7 @@ fn mesh_routes(
         }
         Err((reason, message)) => {
             out.problems.push(json!({"route": format!("{kind}/{}/{}", r.meta.ns(), r.meta.name), "reason": reason, "message": message}));
-            return;
+            return (outcomes, Some((reason, message)));
         }
     };
     for (p, host) in services.iter().flat_map(|(p, hosts)| hosts.iter().map(move |h| (p, h.clone()))) {
@@ -1884,6 +1911,7 @@ fn mesh_routes(
         }
         entry.http.extend(routes);
     }
+    (outcomes, None)
 }
 
 fn http_rules(
@@ -2325,6 +2353,58 @@ mod tests {
         let got: Vec<(String, u32)> =
             listener_set_listeners(&objs, gw, &namespaces).into_iter().map(|l| (l.name, l.port)).collect();
         assert_eq!(got, [("web".to_owned(), 443), ("db".to_owned(), 5432)]);
+    }
+
+    /// istiod's route status for mesh parents (conditions.go
+    /// `createRouteStatus`, conversion.go `referenceAllowed`): a Service
+    /// or ServiceEntry that exists accepts the route; one that does not is
+    /// `NoMatchingParent`, and makes no VirtualService.
+    #[test]
+    fn mesh_parents_get_route_status() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r, namespace: shop}\n\
+            spec:\n  parentRefs:\n  - {group: '', kind: Service, name: web, port: 80}\n  \
+            - {group: '', kind: Service, name: gone}\n  - {group: networking.istio.io, kind: ServiceEntry, name: ext}\n  \
+            rules: [{backendRefs: [{name: web, port: 80}]}]\n\
+            ---\napiVersion: gateway.networking.k8s.io/v1\nkind: TCPRoute\nmetadata: {name: t, namespace: shop}\n\
+            spec: {parentRefs: [{group: '', kind: Service, name: gone}], rules: [{backendRefs: [{name: web, port: 80}]}]}\n";
+        let namespaces = BTreeMap::new();
+        let inputs = Inputs {
+            namespaces: &namespaces,
+            secrets: &|_, _| Ok(()),
+            service: &|ns, name| (ns, name) == ("shop", "web"),
+            service_entry: &|ns, name| {
+                ((ns, name) == ("shop", "ext")).then(|| vec!["a.example.com".into(), "b.example.com".into()])
+            },
+        };
+        let c = convert(&objects(yaml), &inputs, "cluster.local");
+        let mut names: Vec<&str> = c.virtual_services.iter().map(|v| v.meta.name.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["shop~80~web.shop.svc.cluster.local", "shop~a.example.com", "shop~b.example.com"]);
+        let status = |path: &str| c.statuses.iter().find(|s| s.path.ends_with(path)).unwrap().status.clone();
+        let parents = status("/httproutes/r")["parents"].as_array().unwrap().clone();
+        let accepted: Vec<(&str, &str, &str)> = parents
+            .iter()
+            .map(|p| {
+                let c = p["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Accepted").unwrap();
+                (
+                    p["parentRef"]["kind"].as_str().unwrap(),
+                    p["parentRef"]["name"].as_str().unwrap(),
+                    c["reason"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            accepted,
+            [
+                ("Service", "web", "Accepted"),
+                ("Service", "gone", "NoMatchingParent"),
+                ("ServiceEntry", "ext", "Accepted")
+            ]
+        );
+        assert_eq!(parents[0]["parentRef"]["port"], 80);
+        let tcp = status("/tcproutes/t");
+        assert_eq!(tcp["parents"][0]["conditions"][0]["reason"], "NoMatchingParent", "{tcp}");
+        assert!(c.problems.iter().any(|p| p["parent"] == "shop/gone" && p["reason"] == "NoMatchingParent"));
     }
 
     /// istiod's `hostnameAllowedByIsolation` (conversion.go): a route host

@@ -317,12 +317,23 @@ pub fn run(config: Config) -> Result<(), StartError> {
         state.borrow_mut().settings = Some(mesh_rx.clone());
         // Gateway API status: written by the elected replica (Kubernetes only).
         if let Some(client) = &kube {
+            use istiod_kubewatch::leader::Lock;
             let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
             state.borrow_mut().gateway_status = Some(status_tx);
             tokio::task::spawn_local(gateway_status::run(
                 istiod_kubewatch::kapi::Api::new(client.clone()),
                 leadership.clone(),
                 status_rx,
+                (leadership.per_revision(gateway_status::ELECTION), Lock::Lease),
+            ));
+            // Ingress status: istiod's `istio-leader` (a ConfigMap lock).
+            let (ingress_tx, ingress_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+            state.borrow_mut().ingress_status = Some(ingress_tx);
+            tokio::task::spawn_local(gateway_status::run(
+                istiod_kubewatch::kapi::Api::new(client.clone()),
+                leadership.clone(),
+                ingress_rx,
+                (gateway_status::INGRESS_ELECTION.to_owned(), Lock::ConfigMap),
             ));
         }
         let dbg = Rc::new(Debug {

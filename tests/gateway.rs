@@ -613,6 +613,66 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     assert_eq!(api.get(K8S_GATEWAYS, "gateways", "gw").unwrap()["metadata"]["resourceVersion"], version);
 }
 
+/// istiod's Ingress status (pilot/pkg/config/kube/ingress/ingress.go,
+/// `runningAddresses`), written by the holder of the `istio-leader`
+/// ConfigMap lock: each Ingress of the `istio` class says the ingress
+/// gateway Service's load balancer addresses and external IPs, sorted
+/// (IPs before hostnames); another class's Ingress is left alone; a new
+/// load balancer address is written again.
+#[test]
+fn ingress_status_says_the_ingress_gateways_addresses() {
+    use istiod_kubewatch::fake::{Resource, core_resources, write_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(write_resources()) {
+        api.install(r);
+    }
+    api.install(Resource { group: "networking.k8s.io", version: "v1", plural: "ingresses", kind: "Ingress" });
+    api.install(Resource { group: "networking.k8s.io", version: "v1", plural: "ingressclasses", kind: "IngressClass" });
+    let gateway = |lb: Value| {
+        json!({"metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+               "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.50", "externalIPs": ["198.51.100.1"],
+                        "selector": {"istio": "ingressgateway"}, "ports": [{"name": "http2", "port": 80}]},
+               "status": {"loadBalancer": {"ingress": lb}}})
+    };
+    api.apply("services", gateway(json!([{"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}])));
+    api.apply(
+        "services",
+        json!({"metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.60", "ports": [{"name": "http", "port": 80}]}}),
+    );
+    let ingress = |name: &str, class: &str| {
+        json!({"metadata": {"name": name, "namespace": "shop", "annotations": {"kubernetes.io/ingress.class": class}},
+               "spec": {"rules": [{"host": "shop.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    };
+    api.apply("ingresses", ingress("shop", "istio"));
+    api.apply("ingresses", ingress("theirs", "nginx"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", ""],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    let lb = || api.get("ingresses", "shop", "shop").map(|i| i["status"]["loadBalancer"]["ingress"].clone());
+    server::wait_for("the Ingress status", Duration::from_secs(30), || lb().is_some_and(|v| v.is_array()));
+    assert_eq!(
+        lb().unwrap(),
+        json!([{"ip": "198.51.100.1"}, {"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}]),
+        "{}",
+        s.log()
+    );
+    let lock = api.get("configmaps", "istio-system", "istio-leader").expect("the istio-leader lock");
+    assert!(lock["metadata"]["annotations"]["control-plane.alpha.kubernetes.io/leader"].is_string(), "{lock}");
+    assert!(api.get("ingresses", "shop", "theirs").unwrap()["status"]["loadBalancer"].is_null(), "another class's");
+    // The load balancer gets another address: written again.
+    api.apply("services", gateway(json!([{"ip": "203.0.113.8"}])));
+    server::wait_for("the new address", Duration::from_secs(30), || {
+        lb().is_some_and(|v| v == json!([{"ip": "198.51.100.1"}, {"ip": "203.0.113.8"}]))
+    });
+}
+
 /// istiod's Gateway API deployment controller against the fake API server
 /// (pilot/pkg/config/kube/gatewaycommon/deploymentcontroller.go): the
 /// elected replica applies the chart's kube-gateway template (read from

@@ -59,6 +59,34 @@ pub struct Service {
     pub metadata: Meta,
     /// Spec.
     pub spec: ServiceSpec,
+    /// Status: a load balancer's addresses (what an Ingress's status says).
+    pub status: ServiceStatus,
+}
+
+/// `Service.status`, the part read here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ServiceStatus {
+    /// `loadBalancer`.
+    pub load_balancer: LoadBalancerStatus,
+}
+
+/// `LoadBalancerStatus`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LoadBalancerStatus {
+    /// The load balancer's addresses.
+    pub ingress: Vec<LoadBalancerIngress>,
+}
+
+/// `LoadBalancerIngress`: an IP or a hostname.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LoadBalancerIngress {
+    /// IP.
+    pub ip: Option<String>,
+    /// Hostname.
+    pub hostname: Option<String>,
 }
 
 /// `Service.spec`.
@@ -80,6 +108,9 @@ pub struct ServiceSpec {
     pub ports: Vec<ServicePort>,
     /// Selector.
     pub selector: BTreeMap<String, String>,
+    /// `externalIPs`.
+    #[serde(rename = "externalIPs")]
+    pub external_ips: Vec<String>,
 }
 
 /// `Service.spec.ports[]`.
@@ -219,6 +250,19 @@ pub struct Node {
 pub struct NodeStatus {
     /// `nodeInfo`.
     pub node_info: NodeInfo,
+    /// Addresses (`ExternalIP`, `InternalIP`, ...).
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// `NodeAddress`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeAddress {
+    /// `ExternalIP`, `InternalIP`, `Hostname`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The address.
+    pub address: String,
 }
 
 /// `Node.status.nodeInfo`, the part read here.

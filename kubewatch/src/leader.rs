@@ -8,6 +8,7 @@
 //!   key its revision; a replica of the default revision (the
 //!   `istio-revision-tag-default` webhook names it) takes the lock from
 //!   another revision's holder (`LocationPrioritizedComparison`).
+//! - `istio-leader` (Ingress status): a ConfigMap lock, as above.
 //! - `istio-gateway-status-leader-<rev>`, `istio-gateway-deployment-<rev>`:
 //!   per-revision Lease locks, no key.
 //!

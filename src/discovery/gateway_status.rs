@@ -20,6 +20,8 @@ use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
 
 /// istiod's lease for status writes.
 pub(super) const ELECTION: &str = "istio-gateway-status-leader";
+/// istiod's election for Ingress status (`IngressController`).
+pub(super) const INGRESS_ELECTION: &str = "istio-leader";
 
 fn now() -> String {
     let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
@@ -124,15 +126,16 @@ async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
     }
 }
 
-/// Runs the election and, while leading, keeps the statuses of `desired`.
+/// Runs the election (`lock`: its name and kind) and, while leading,
+/// keeps the statuses of `desired`.
 pub(super) async fn run(
     api: Api,
     leadership: std::rc::Rc<Leadership>,
     mut desired: watch::Receiver<Arc<Vec<ObjectStatus>>>,
+    (lease, lock): (String, Lock),
 ) {
     let timings = Timings::istiod();
-    let lease = leadership.per_revision(ELECTION);
-    let mut elector = Elector::new(api.clone(), &lease, Lock::Lease, &leadership, timings);
+    let mut elector = Elector::new(api.clone(), &lease, lock, &leadership, timings);
     // What was last written (or found) per path: not read again until it
     // changes.
     let mut done: BTreeMap<String, ObjectStatus> = BTreeMap::new();
@@ -142,7 +145,7 @@ pub(super) async fn run(
         if now_leading != leading {
             leading = now_leading;
             done.clear();
-            tracing::info!(target: "model", lease = %lease, leading, "leader election for Gateway API status");
+            tracing::info!(target: "model", lease = %lease, leading, "leader election for status writes");
         }
         if leading {
             let statuses = desired.borrow_and_update().clone();
@@ -156,7 +159,7 @@ pub(super) async fn run(
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(target: "model", path = %s.path, error = %e, "cannot write Gateway API status")
+                        tracing::warn!(target: "model", path = %s.path, error = %e, "cannot write status")
                     }
                 }
             }

@@ -56,6 +56,9 @@ pub(super) struct State {
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
+    /// Where the Ingress statuses go (the `istio-leader` writes them).
+    pub(super) ingress_status:
+        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged
@@ -204,8 +207,12 @@ pub(super) fn apply(
             changed
         });
     }
-    if let Some(tx) = &state.borrow().gateway_status {
-        let statuses = &mesh.model.gateway_api.statuses;
+    let ingress = istiod_mesh::model::ingress::statuses(&objects, &mesh.model.mesh.ingress);
+    let state_now = state.borrow();
+    for (tx, statuses) in
+        [(&state_now.gateway_status, &mesh.model.gateway_api.statuses), (&state_now.ingress_status, &ingress)]
+    {
+        let Some(tx) = tx else { continue };
         tx.send_if_modified(|current| {
             let changed = current.as_slice() != statuses.as_slice();
             if changed {
@@ -214,6 +221,7 @@ pub(super) fn apply(
             changed
         });
     }
+    drop(state_now);
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;

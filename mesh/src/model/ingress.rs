@@ -158,6 +158,72 @@ fn uri_length(r: &Value) -> (i64, bool) {
 /// namespace, rule index, the Ingress.
 type RuleRef<'a> = (String, String, String, usize, &'a Ingress);
 
+/// The status istiod writes on each Ingress it processes (its ingress
+/// status collection): the load balancer's addresses, sorted as istiod
+/// sorts them (by hostname, so IPs first, then by IP).
+pub fn statuses(objs: &Objects, settings: &IngressSettings) -> Vec<istiod_config::gateway_convert::ObjectStatus> {
+    if settings.mode == IngressMode::Off {
+        return Vec::new();
+    }
+    let mut addresses: Vec<Value> = running_addresses(objs, settings)
+        .into_iter()
+        .map(|a| if a.parse::<std::net::IpAddr>().is_ok() { json!({"ip": a}) } else { json!({"hostname": a}) })
+        .collect();
+    let key = |v: &Value| {
+        (v["hostname"].as_str().unwrap_or_default().to_owned(), v["ip"].as_str().unwrap_or_default().to_owned())
+    };
+    addresses.sort_by_key(key);
+    objs.ingresses
+        .iter()
+        .filter(|i| processed(settings, i, &objs.ingress_classes))
+        .map(|i| istiod_config::gateway_convert::ObjectStatus {
+            path: format!("/apis/networking.k8s.io/v1/namespaces/{}/ingresses/{}", i.metadata.ns(), i.metadata.name),
+            status: json!({"loadBalancer": {"ingress": addresses}}),
+            generation: None,
+        })
+        .collect()
+}
+
+/// `runningAddresses`: the ingress Service's load balancer addresses and
+/// external IPs (its external name, for an ExternalName Service); without
+/// an ingress Service, the external IPs of the node of the first running
+/// ingress gateway pod.
+fn running_addresses(objs: &Objects, settings: &IngressSettings) -> Vec<String> {
+    if !settings.service.is_empty() {
+        let Some(svc) =
+            objs.services.iter().find(|s| s.metadata.ns() == settings.namespace && s.metadata.name == settings.service)
+        else {
+            return Vec::new();
+        };
+        if svc.spec.kind.as_deref() == Some("ExternalName") {
+            return svc.spec.external_name.iter().cloned().collect();
+        }
+        let lb = svc.status.load_balancer.ingress.iter().map(|i| match i.ip.as_deref().filter(|ip| !ip.is_empty()) {
+            Some(ip) => ip.to_owned(),
+            None => i.hostname.clone().unwrap_or_default(),
+        });
+        return lb.chain(svc.spec.external_ips.iter().cloned()).collect();
+    }
+    let wanted = selector(settings);
+    let pod = objs.pods.iter().find(|p| {
+        p.metadata.ns() == settings.namespace
+            && p.metadata.labels.get("istio") == Some(&wanted)
+            && p.status.phase.as_deref() == Some("Running")
+            && p.spec.node_name.as_ref().is_some_and(|n| objs.nodes.iter().any(|node| node.metadata.name == *n))
+    });
+    let Some(node) = pod.and_then(|p| objs.nodes.iter().find(|n| Some(&n.metadata.name) == p.spec.node_name.as_ref()))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for a in node.status.addresses.iter().filter(|a| a.type_ == "ExternalIP" && !a.address.is_empty()) {
+        if !out.contains(&a.address) {
+            out.push(a.address.clone());
+        }
+    }
+    out
+}
+
 /// The Ingresses of `objs` that istiod processes, as Gateways and
 /// VirtualServices.
 pub fn convert(objs: &Objects, settings: &IngressSettings, domain: &str) -> Converted {

@@ -598,6 +598,45 @@ fn gateway_api_status_is_written_as_istiod_writes_it() {
     });
     let db = api.get("tcproutes", "apps", "db").unwrap()["status"]["parents"][0].clone();
     assert_eq!(condition(&db, "Accepted")["reason"], "NotAllowedByListeners", "{db}");
+    // A BackendTLSPolicy on the routes' backend: accepted for the mesh
+    // (the Service) and for the Gateway whose route sends to it; its
+    // ConfigMap CA removed, no valid CA (a ConfigMap change rebuilds).
+    api.apply(
+        "configmaps",
+        json!({"metadata": {"name": "api-ca", "namespace": "apps"}, "data": {"ca.crt": ca_pem("api root")}}),
+    );
+    api.apply(
+        "backendtlspolicies",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+               "metadata": {"name": "api-tls", "namespace": "apps", "generation": 1},
+               "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "api"}],
+                        "validation": {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "api-ca"}],
+                                       "hostname": "api.example.com"}}}),
+    );
+    let ancestors = |want: &str| {
+        server::wait_for(want, Duration::from_secs(10), || {
+            api.get("backendtlspolicies", "apps", "api-tls").is_some_and(|p| {
+                p["status"]["ancestors"].as_array().is_some_and(|a| a.iter().any(|a| a.to_string().contains(want)))
+            })
+        });
+        api.get("backendtlspolicies", "apps", "api-tls").unwrap()["status"]["ancestors"].clone()
+    };
+    let a = ancestors("Configuration is valid");
+    assert_eq!(a[0]["ancestorRef"], json!({"group": "", "kind": "Service", "name": "api"}), "{a}");
+    assert_eq!(a[0]["controllerName"], "istio.io/mesh-controller");
+    assert_eq!(condition(&a[0], "Accepted")["status"], "True", "{a}");
+    assert_eq!(condition(&a[0], "ResolvedRefs")["status"], "True", "{a}");
+    assert_eq!(condition(&a[0], "Accepted")["observedGeneration"], 1, "{a}");
+    assert_eq!(a[1]["ancestorRef"], json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}));
+    assert_eq!(a[1]["controllerName"], "istio.io/gateway-controller");
+    api.delete("configmaps", "apps", "api-ca");
+    let a = ancestors("NoValidCACertificate");
+    assert_eq!(
+        condition(&a[0], "Accepted")["message"],
+        "Certificate reference invalid: reference apps/api-ca (of kind ConfigMap) not found",
+        "{a}"
+    );
+    assert_eq!(condition(&a[0], "ResolvedRefs")["reason"], "InvalidCACertificateRef", "{a}");
     let class = api.get("gatewayclasses", "", "istio").unwrap();
     assert_eq!(condition(&class["status"], "Accepted")["message"], "Handled by Istio controller");
     let lease = api.get("leases", "istio-system", "istio-gateway-status-leader-default").unwrap();
@@ -860,4 +899,80 @@ fn kube_gateway_injection(dir: &Path) -> std::path::PathBuf {
     .unwrap();
     std::fs::copy(data.join("inject/values.json"), inject.join("values")).unwrap();
     inject
+}
+
+/// A self-signed CA certificate (PEM) with common name `cn`.
+fn ca_pem(cn: &str) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.self_signed(&key).unwrap().pem()
+}
+
+/// A BackendTLSPolicy whose CA is a ConfigMap (Gateway API core): a
+/// sidecar's cluster for the named port verifies the backend against
+/// `configmap://<ns>/<name>-cacert`, read over ADS, and istiod-rs serves
+/// that CA to the sidecar over SDS (any verified proxy may read a
+/// ConfigMap CA, as in istiod's filterAuthorizedResources); a new CA in
+/// the ConfigMap is pushed, under that name only.
+#[test]
+fn a_backend_tls_policys_configmap_ca_is_served_to_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let mesh = |cn: &str| {
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: shop}}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {{app: echo}}
+  ports: [{{name: http, port: 80}}, {{name: https, port: 443}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: echo-tls, namespace: shop}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: echo, sectionName: https}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: ConfigMap, name: echo-ca}}]
+    hostname: echo.example.com
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: echo-ca, namespace: shop}}
+data:
+  ca.crt: {:?}
+  unrelated: big
+",
+            ca_pem(cn)
+        )
+    };
+    std::fs::write(dir.path().join("mesh.yaml"), mesh("echo root")).unwrap();
+    let g = start(dir.path().to_str().unwrap(), ("shop", "client"));
+    let extra = json!(["configmap://shop/missing-cacert"]);
+    let env = [("FOLLOW", "20".to_owned()), ("EXTRA_SDS", extra.to_string()), ("NODE_TYPE", "sidecar".to_owned())];
+    let mut c = client_of(g.secure, &g.root, &g.token, ("shop", r#"{"app": "client"}"#), &[], &env);
+    let mut out = lines(&mut c);
+    let first = out.next().and_then(Result::ok).unwrap_or_default();
+    let report: Value = match serde_json::from_str(&first) {
+        Ok(v) => v,
+        Err(e) => panic!("{e}: {first:?}\n{}\n{}", stderr(c), g.server.log()),
+    };
+    assert!(report.get("code").is_none(), "{report}");
+    assert_eq!(report["cluster_sds"], json!(["configmap://shop/echo-ca-cacert"]), "{report}");
+    assert_eq!(
+        report["secrets"],
+        json!({"configmap://shop/echo-ca-cacert": {"type": "ca", "cn": "echo root"}}),
+        "the ConfigMap's CA; a missing ConfigMap is not served"
+    );
+    // A new CA in the ConfigMap reaches the sidecar, and only that name.
+    let config = g.dir.path().join("config/mesh.yaml");
+    std::fs::write(&config, mesh("rotated root")).unwrap();
+    let push = out.next().and_then(Result::ok).unwrap_or_default();
+    let push: Value = serde_json::from_str(&push).unwrap_or_else(|e| panic!("{e}: {push:?}\n{}", g.server.log()));
+    assert_eq!(push["type"], "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "{push}");
+    assert_eq!(push["secrets"], json!({"configmap://shop/echo-ca-cacert": {"type": "ca", "cn": "rotated root"}}));
+    let _ = c.kill();
+    let _ = c.wait();
 }

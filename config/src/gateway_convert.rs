@@ -2243,6 +2243,9 @@ mod tests {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".yaml.golden").map(str::to_owned))
+            // Statuses (`<case>.status.yaml.golden`) are checked where
+            // they are made.
+            .filter(|n| !n.ends_with(".status"))
             .collect();
         names.sort();
         assert!(names.len() >= 52, "{names:?}");

@@ -34,6 +34,8 @@ pub enum Object {
     Ingress(crate::objects::Ingress),
     /// An IngressClass.
     IngressClass(crate::objects::IngressClass),
+    /// A ConfigMap, slimmed.
+    ConfigMap(crate::objects::ConfigMap),
     /// An Istio object, validated.
     Istio(crate::istio::IstioObject),
     /// A kind this source does not read yet (counted, not an error).
@@ -70,6 +72,7 @@ impl ObjectRef {
             Object::GatewayApi(o) => (format!("{}.{}", o.kind(), crate::gateway_api::GROUP), Some(&o.meta), None),
             Object::Ingress(i) => ("Ingress".to_owned(), Some(&i.metadata), None),
             Object::IngressClass(c) => ("IngressClass".to_owned(), Some(&c.metadata), None),
+            Object::ConfigMap(c) => ("ConfigMap".to_owned(), Some(&c.metadata), None),
             Object::Istio(o) => (o.kind().name().to_owned(), Some(&o.meta), None),
             Object::Skipped(k) => (k.clone(), None, None),
         };
@@ -123,6 +126,7 @@ fn check_names(obj: &Object) -> Result<(), String> {
         Object::GatewayApi(o) => (&o.meta, false),
         Object::Ingress(i) => (&i.metadata, false),
         Object::IngressClass(c) => (&c.metadata, false),
+        Object::ConfigMap(c) => (&c.metadata, false),
         Object::Istio(o) => (&o.meta, false),
         Object::Skipped(_) => return Ok(()),
     };
@@ -169,6 +173,9 @@ fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
         }
         "IngressClass" if head.api_version.as_deref() == Some("networking.k8s.io/v1") => {
             Object::IngressClass(crate::objects::IngressClass::deserialize(value).map_err(e)?)
+        }
+        "ConfigMap" if head.api_version.as_deref() == Some("v1") => {
+            Object::ConfigMap(crate::objects::ConfigMap::deserialize(value).map_err(e)?.slim())
         }
         "Secret" => match crate::objects::Secret::deserialize(value).map_err(e)? {
             s if s.is_read() => Object::Secret(s),

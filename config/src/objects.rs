@@ -10,7 +10,7 @@ use crate::meta::Meta;
 /// The kinds watched, in the order of the watcher's stores (`kube_source.rs`): (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 31] = [
+pub const KINDS: [(&str, &str, &str, &str); 32] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -42,6 +42,7 @@ pub const KINDS: [(&str, &str, &str, &str); 31] = [
     ("gateway.networking.k8s.io", "v1", "ListenerSet", "listenersets"),
     ("networking.k8s.io", "v1", "Ingress", "ingresses"),
     ("networking.k8s.io", "v1", "IngressClass", "ingressclasses"),
+    ("", "v1", "ConfigMap", "configmaps"),
 ];
 
 /// The older version of a kind in [`KINDS`] to watch where a cluster's
@@ -343,6 +344,65 @@ impl Secret {
     }
 }
 
+/// istiod's `truncatedKeysMessage`: the keys, sorted, the first three and
+/// how many more.
+pub fn found_keys<V>(d: &BTreeMap<String, V>) -> String {
+    let keys: Vec<&str> = d.keys().map(String::as_str).collect();
+    // Three keys read "a, b, c, and 0 more...", as istiod's do.
+    if keys.len() < 3 { keys.join(", ") } else { format!("{}, and {} more...", keys[..3].join(", "), keys.len() - 3) }
+}
+
+/// istiod's `ExtractRoot` over a Secret's or a ConfigMap's data: the CA
+/// and its revocation list, generic `cacert` (and `crl`) first, else
+/// `ca.crt` (and `ca.crl`); the error in istiod's words.
+pub fn extract_root<V: AsRef<[u8]>>(d: &BTreeMap<String, V>) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    let get = |k: &str| d.get(k).map(AsRef::as_ref).filter(|v| !v.is_empty()).map(<[u8]>::to_vec);
+    if let Some(ca) = get("cacert") {
+        return Ok((ca, get("crl")));
+    }
+    if let Some(ca) = get("ca.crt") {
+        return Ok((ca, get("ca.crl")));
+    }
+    for k in ["cacert", "ca.crt"] {
+        if d.contains_key(k) {
+            return Err(format!("found key {k:?}, but it was empty"));
+        }
+    }
+    Err(format!("found secret, but didn't have expected keys cacert or ca.crt; found: {}", found_keys(d)))
+}
+
+/// A ConfigMap (core/v1), as far as a CA in it goes (a BackendTLSPolicy's
+/// `caCertificateRefs`, served as `configmap://<ns>/<name>`): the keys
+/// istiod's `ExtractRoot` reads keep their values, every other key only
+/// its name (for istiod's "found: ..." message), so that the mesh's
+/// ConfigMaps cost little to hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ConfigMap {
+    /// Metadata.
+    pub metadata: Meta,
+    /// `data`.
+    pub data: BTreeMap<String, String>,
+}
+
+impl ConfigMap {
+    /// The keys whose values are read: a CA and its revocation list.
+    pub const READ_KEYS: [&'static str; 4] = ["cacert", "crl", "ca.crt", "ca.crl"];
+
+    /// `self` without what is never read: other keys' values, labels,
+    /// annotations.
+    pub fn slim(mut self) -> ConfigMap {
+        for (k, v) in self.data.iter_mut() {
+            if !Self::READ_KEYS.contains(&k.as_str()) {
+                v.clear();
+            }
+        }
+        self.metadata.labels.clear();
+        self.metadata.annotations.clear();
+        self
+    }
+}
+
 /// Objects read from a source.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Objects {
@@ -366,6 +426,8 @@ pub struct Objects {
     pub ingresses: Vec<Ingress>,
     /// IngressClasses (networking.k8s.io/v1).
     pub ingress_classes: Vec<IngressClass>,
+    /// ConfigMaps, slimmed ([`ConfigMap::slim`]).
+    pub config_maps: Vec<ConfigMap>,
 }
 
 /// An Ingress (networking.k8s.io/v1), the fields istiod's ingress

@@ -20,6 +20,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 Object::GatewayApi(o) => objects.gateway_api.push(o),
                 Object::Ingress(o) => objects.ingresses.push(o),
                 Object::IngressClass(o) => objects.ingress_classes.push(o),
+                Object::ConfigMap(o) => objects.config_maps.push(o),
                 Object::Secret(s) => objects.secrets.push(s),
                 Object::Namespace(n) => objects.namespaces.push(n),
                 _ => {}

@@ -317,6 +317,7 @@ impl ConfigDir {
                 Object::GatewayApi(o) => loaded.objects.gateway_api.push(o),
                 Object::Ingress(o) => loaded.objects.ingresses.push(o),
                 Object::IngressClass(o) => loaded.objects.ingress_classes.push(o),
+                Object::ConfigMap(o) => loaded.objects.config_maps.push(o),
                 Object::Istio(o) => loaded.objects.istio.push(o),
                 Object::Skipped(_) => loaded.skipped += 1,
             }

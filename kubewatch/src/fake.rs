@@ -806,6 +806,7 @@ pub fn core_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "nodes", kind: "Node" },
         Resource { group: "", version: "v1", plural: "namespaces", kind: "Namespace" },
         Resource { group: "", version: "v1", plural: "secrets", kind: "Secret" },
+        Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
     ]
 }
 

@@ -129,6 +129,7 @@ fn convert(i: usize, v: &Value) -> Result<Object, String> {
         },
         _ if KINDS[i].2 == "Ingress" => Object::Ingress(read(v)?),
         _ if KINDS[i].2 == "IngressClass" => Object::IngressClass(read(v)?),
+        _ if KINDS[i].2 == "ConfigMap" => Object::ConfigMap(read::<istiod_config::objects::ConfigMap>(v)?.slim()),
         _ if KINDS[i].0 == istiod_config::gateway_api::GROUP => {
             Object::GatewayApi(istiod_config::gateway_api::parse(KINDS[i].2, v.clone())?)
         }
@@ -154,6 +155,7 @@ fn build(stores: &Stores) -> Objects {
                 Object::GatewayApi(x) => o.gateway_api.push(x),
                 Object::Ingress(x) => o.ingresses.push(x),
                 Object::IngressClass(x) => o.ingress_classes.push(x),
+                Object::ConfigMap(x) => o.config_maps.push(x),
                 Object::Istio(x) => o.istio.push(x),
                 Object::Skipped(_) => {}
             }

@@ -272,6 +272,10 @@ pub struct Model {
     /// Secrets (gateway credentials) by (namespace, name).
     #[serde(skip)]
     pub secrets: Arc<Secrets>,
+    /// ConfigMaps by (namespace, name), their CA keys only (SDS
+    /// `configmap://` names: a BackendTLSPolicy's CA).
+    #[serde(skip)]
+    pub config_maps: Arc<Secrets>,
     /// The Kubernetes Gateway API: its ReferenceGrants and what was
     /// refused (its Gateways and routes are in `gateways` and `routing`).
     #[serde(skip)]
@@ -367,6 +371,21 @@ pub fn secrets_of(objs: &Objects) -> Secrets {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             data.hash(&mut h);
             ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
+        })
+        .collect()
+}
+
+/// The ConfigMaps of `objs`, held as Secrets are (their values as bytes).
+pub fn config_maps_of(objs: &Objects) -> Secrets {
+    use std::hash::{Hash, Hasher};
+    objs.config_maps
+        .iter()
+        .map(|c| {
+            let data: credentials::SecretData =
+                c.data.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())).collect();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            ((c.metadata.ns().to_owned(), c.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
         })
         .collect()
 }
@@ -693,6 +712,7 @@ impl Model {
         // The Gateway API, as the Istio Gateways and VirtualServices istiod
         // makes of it, kept in the same (namespace, name) order.
         model.secrets = Arc::new(secrets_of(objs));
+        model.config_maps = Arc::new(config_maps_of(objs));
         let secrets = |ns: &str, name: &str| match model.secrets.get(&(ns.to_owned(), name.to_owned())) {
             Some(s) => credentials::usable_pair(&s.data),
             None => Err(format!("secret {ns}/{name} not found")),
@@ -719,9 +739,9 @@ impl Model {
         routing.extend(api.virtual_services);
         routing.extend(ingress.virtual_services);
         // BackendTLSPolicies, as the DestinationRules istiod makes of them.
-        let (backend_tls, problems) = istiod_config::backend_tls::convert(objs, domain);
-        routing.extend(backend_tls);
-        model.backend_tls_problems = Arc::new(problems);
+        let backend_tls = istiod_config::backend_tls::convert(objs, domain);
+        routing.extend(backend_tls.rules);
+        model.backend_tls_problems = Arc::new(backend_tls.problems);
         for o in &mut routing {
             routing_export_default(o, &model.mesh);
         }
@@ -744,7 +764,9 @@ impl Model {
         gateways.extend(ingress.gateways);
         gateways.sort_by(by_name);
         model.gateways = Arc::new(gateways);
-        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses: api.statuses });
+        let mut statuses = api.statuses;
+        statuses.extend(backend_tls.statuses);
+        model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses });
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);
         for svc in &objs.services {

@@ -112,6 +112,16 @@ pub fn update(
             }
             return Some(m.with_secrets(objects));
         }
+        if let Some(refs) = all(&["ConfigMap"]) {
+            // A BackendTLSPolicy's CA decides its rules' credential (a
+            // missing or empty one blocks traffic) and its status: rebuilt
+            // whole when one names a changed ConfigMap.
+            let named = |r: &&ObjectRef| istiod_config::backend_tls::names_config_map(objects, &r.namespace, &r.name);
+            if refs.iter().any(|r| named(&r)) {
+                return None;
+            }
+            return Some(m.with_config_maps(objects));
+        }
         if all(&["Sidecar"]).is_some() {
             return Some(m.with_sidecars(objects));
         }
@@ -195,6 +205,18 @@ impl MeshInput {
     /// SDS reads them (by content hash), so nothing else is recorded.
     pub fn with_secrets(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+    }
+}
+
+// ConfigMaps.
+
+impl MeshInput {
+    /// The mesh after ConfigMaps no BackendTLSPolicy names changed: only
+    /// SDS reads them (`configmap://` names, by content hash).
+    pub fn with_config_maps(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
+        let model =
+            Arc::new(Model { config_maps: Arc::new(crate::model::config_maps_of(objs)), ..(*self.model).clone() });
         MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
 }

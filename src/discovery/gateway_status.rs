@@ -5,7 +5,8 @@
 //! object's `status` through its status subresource when what istiod would
 //! say changed. A condition keeps its `lastTransitionTime` while its
 //! status, reason and message stay; `observedGeneration` is the object's
-//! generation. Route parents of other controllers are kept.
+//! generation. Route parents and policy ancestors of other controllers are
+//! kept.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use istiod_config::backend_tls::MESH_CONTROLLER;
 use istiod_config::gateway_convert::{CONTROLLER, ObjectStatus};
 use istiod_kubewatch::kapi::{Api, Write};
 use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
@@ -72,7 +74,7 @@ fn stamp(desired: &mut Value, existing: &Value, now: &str, generation: &Value) {
             }
         }
     }
-    for (list, key) in [("listeners", "name"), ("parents", "parentRef")] {
+    for (list, key) in [("listeners", "name"), ("parents", "parentRef"), ("ancestors", "ancestorRef")] {
         if let Some(items) = desired.get_mut(list).and_then(Value::as_array_mut) {
             for item in items {
                 let old = existing[list].as_array().into_iter().flatten().find(|e| e[key] == item[key]).cloned();
@@ -92,6 +94,21 @@ fn next_status(object: &Value, desired: &Value) -> Option<Value> {
         let others =
             existing["parents"].as_array().into_iter().flatten().filter(|p| p["controllerName"] != CONTROLLER).cloned();
         parents.extend(others.collect::<Vec<_>>());
+    }
+    // A policy's ancestors: other controllers' first, as they were, then
+    // ours; 16 at most (istiod's mergeAncestors).
+    if let Some(ancestors) = want.get_mut("ancestors").and_then(Value::as_array_mut) {
+        let ours = [CONTROLLER, MESH_CONTROLLER];
+        let mut merged: Vec<Value> = existing["ancestors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| !ours.iter().any(|c| a["controllerName"] == *c))
+            .cloned()
+            .collect();
+        merged.append(ancestors);
+        merged.truncate(16);
+        *ancestors = merged;
     }
     stamp(&mut want, existing, &now(), &object["metadata"]["generation"]);
     (bare(existing) != bare(&want)).then_some(want)
@@ -197,6 +214,29 @@ mod tests {
         assert_eq!(again["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z", "the time stays");
         assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(civil(20_000), (2024, 10, 4));
+    }
+
+    /// Upstream testdata backend-tls-policy (`existing-status`): another
+    /// controller's ancestor stays, before ours.
+    #[test]
+    fn other_controllers_policy_ancestors_are_kept() {
+        let ours = json!({"ancestorRef": {"group": "", "kind": "Service", "name": "httpbin"},
+            "controllerName": MESH_CONTROLLER, "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "Configuration is valid"}]});
+        let desired = json!({"ancestors": [ours]});
+        let theirs = json!({"ancestorRef": {"group": "", "kind": "Service", "name": "httpbin"},
+            "controllerName": "example.com/some-other-controller", "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "hello", "lastTransitionTime": "2020-01-01T00:00:00Z"}]});
+        let stale = json!({"ancestorRef": {"group": "", "kind": "Service", "name": "gone"},
+            "controllerName": MESH_CONTROLLER, "conditions": []});
+        let object = json!({"metadata": {"generation": 2}, "status": {"ancestors": [theirs, stale]}});
+        let s = next_status(&object, &desired).unwrap();
+        let a = s["ancestors"].as_array().unwrap();
+        assert_eq!(a.len(), 2, "{s}");
+        assert_eq!(a[0]["controllerName"], "example.com/some-other-controller");
+        assert_eq!(a[0]["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(a[1]["controllerName"], MESH_CONTROLLER);
+        assert_eq!(a[1]["conditions"][0]["observedGeneration"], 2);
+        let written = json!({"metadata": {"generation": 2}, "status": s});
+        assert!(next_status(&written, &desired).is_none(), "nothing to write when it says the same");
     }
 
     #[test]

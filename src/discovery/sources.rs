@@ -172,6 +172,10 @@ pub(super) fn apply(
     // Secrets: the SDS names of the ones that changed, and only those.
     if let Some(p) = &prev {
         touched.extend(istiod_mesh::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
+        touched.extend(istiod_mesh::generator::router::changed_config_map_names(
+            &p.model.config_maps,
+            &mesh.model.config_maps,
+        ));
     }
     let mut configz = configz;
     let gateways = istiod_mesh::generator::router::report(&mesh.model);
@@ -268,6 +272,7 @@ pub(super) fn discovery_filter(
     objects.endpoint_slices.retain(|o| keep(o.metadata.ns()));
     objects.pods.retain(|o| keep(o.metadata.ns()));
     objects.secrets.retain(|o| keep(o.metadata.ns()));
+    objects.config_maps.retain(|o| keep(o.metadata.ns()));
     objects.istio.retain(|o| keep(o.meta.ns()));
     objects.gateway_api.retain(|o| keep(o.meta.ns()));
     objects.ingresses.retain(|o| keep(o.metadata.ns()));

@@ -1,6 +1,7 @@
-"""Plays an ingress gateway (node type router) on one ADS stream with
-grpcio and xds-protos: asks for its clusters and listeners, then for the
-route configurations and credentials its listeners name, ACKs each
+"""Plays an ingress gateway (node type router, or NODE_TYPE) on one ADS
+stream with grpcio and xds-protos: asks for its clusters and listeners,
+then for the route configurations its listeners name and the credentials
+its listeners and clusters read over ADS, as Envoy does, ACKs each
 response, decodes everything with upstream's types, and decides where a
 table of requests would go, as Envoy's router would.
 
@@ -10,6 +11,7 @@ Environment:
   REQUESTS   JSON list of [route_name, host, path]: each decided
   EXTRA_SDS  JSON list of SDS names asked besides the listeners' own
   SERVICE_ACCOUNT  the node's service account
+  NODE_TYPE  router (default) or sidecar
   FOLLOW     seconds to keep the stream open after the first report,
              printing one line per further response (pushes)
 
@@ -61,6 +63,26 @@ def chain_summary(chain):
             t = tcp_proxy_pb2.TcpProxy()
             f.typed_config.Unpack(t)
             out["tcp"] = t.cluster
+    return out
+
+
+def ads_sds_names(clusters):
+    """The SDS names the clusters' upstream TLS reads from the control
+    plane (an ADS config source; the agent serves the others)."""
+    out = set()
+    for c in clusters:
+        sockets = [c.transport_socket] if c.HasField("transport_socket") else []
+        sockets += [m.transport_socket for m in c.transport_socket_matches]
+        for t in sockets:
+            if t.name != "envoy.transport_sockets.tls":
+                continue
+            ctx = tls_pb2.UpstreamTlsContext()
+            t.typed_config.Unpack(ctx)
+            common = ctx.common_tls_context
+            configs = list(common.tls_certificate_sds_secret_configs)
+            if common.HasField("combined_validation_context"):
+                configs.append(common.combined_validation_context.validation_context_sds_secret_config)
+            out |= {s.name for s in configs if s.sds_config.HasField("ads")}
     return out
 
 
@@ -139,8 +161,9 @@ def main():
     meta.update({"NAMESPACE": namespace, "LABELS": json.loads(labels), "ISTIO_VERSION": "1.28.0"})
     if os.environ.get("SERVICE_ACCOUNT"):
         meta.update({"SERVICE_ACCOUNT": os.environ["SERVICE_ACCOUNT"]})
+    node_type = os.environ.get("NODE_TYPE", "router")
     node = base_pb2.Node(
-        id=f"router~10.1.0.20~{pod}.{namespace}~{namespace}.svc.cluster.local", metadata=meta
+        id=f"{node_type}~10.1.0.20~{pod}.{namespace}~{namespace}.svc.cluster.local", metadata=meta
     )
     out = queue.Queue()
     out.put(discovery_pb2.DiscoveryRequest(node=node, type_url=CDS))
@@ -193,6 +216,7 @@ def main():
                 summaries = [chain_summary(c) for c in chains]
                 names[RDS] = sorted({s["rds"] for s in summaries if "rds" in s})
                 sds = {n for s in summaries for n in s.get("certs", [])} | {s["ca"] for s in summaries if "ca" in s}
+                sds |= ads_sds_names(got.get(CDS, {}).values())
                 names[SDS] = sorted(sds | set(names[SDS]))
                 for t in (RDS, SDS):
                     asked.add(t)
@@ -208,6 +232,7 @@ def main():
                         for n, l in got[LDS].items()
                     },
                     "routes": sorted(got[RDS]),
+                    "cluster_sds": sorted(ads_sds_names(got[CDS].values())),
                     "secrets": {n: secret_summary(s) for n, s in got[SDS].items()},
                     "decisions": [
                         decide(got[RDS][r], host, path, r.startswith("https.")) if r in got[RDS] else "no route config"

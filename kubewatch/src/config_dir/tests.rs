@@ -302,17 +302,28 @@ fn documents_past_the_limit_are_not_read() {
 
 #[test]
 fn edits_to_kinds_not_read_name_no_object() {
-    // A ConfigMap beside the mesh: editing it changes nothing served, so a
-    // reload must not name it (a named unknown kind forces a rebuild).
+    // A Deployment beside the mesh, and a ConfigMap key that is no CA:
+    // editing them changes nothing served, so a reload must not name them
+    // (a named unknown kind forces a rebuild). A ConfigMap's CA is read.
     let dir = tempfile::tempdir().unwrap();
     let mut src = ConfigDir::new(dir.path());
-    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\ndata: {a: b}\n";
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: x}\ndata: {a: b, ca.crt: one}\n";
+    let deploy = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: x}\nspec: {replicas: 1}\n";
     std::fs::write(dir.path().join("cm.yaml"), cm).unwrap();
+    std::fs::write(dir.path().join("d.yaml"), deploy).unwrap();
     std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
     src.reload().unwrap();
     std::thread::sleep(Duration::from_millis(60));
     std::fs::write(dir.path().join("cm.yaml"), cm.replace("a: b", "a: c")).unwrap();
+    std::fs::write(dir.path().join("d.yaml"), deploy.replace("replicas: 1", "replicas: 2")).unwrap();
     let l = src.reload().unwrap();
     assert!(l.changed.is_empty(), "{:?}", l.changed);
     assert_eq!(l.skipped, 1);
+    assert_eq!(l.objects.config_maps[0].data["ca.crt"], "one");
+    assert_eq!(l.objects.config_maps[0].data["a"], "", "kept by name only");
+    std::thread::sleep(Duration::from_millis(60));
+    std::fs::write(dir.path().join("cm.yaml"), cm.replace("one", "two")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(l.changed.len(), 1, "{:?}", l.changed);
+    assert_eq!(l.changed[0].kind, "ConfigMap");
 }

@@ -360,6 +360,24 @@ pub fn changed_secret_names(
         .collect()
 }
 
+/// The SDS names whose ConfigMaps differ between `old` and `new`
+/// (`configmap://<ns>/<name>`, and with `-cacert`, as cluster TLS asks).
+pub fn changed_config_map_names(
+    old: &crate::model::Secrets,
+    new: &crate::model::Secrets,
+) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
+    let mut keys: Vec<&(String, String)> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| old.get(*k).map(|s| s.hash) != new.get(*k).map(|s| s.hash))
+        .flat_map(|(ns, name)| {
+            [format!("configmap://{ns}/{name}"), format!("configmap://{ns}/{name}{}", credentials::CA_SUFFIX)]
+        })
+        .map(|n| (istiod_xds_api::snapshot::Kind::Secret, std::sync::Arc::from(n)))
+        .collect()
+}
+
 /// The `kubernetes://` SDS names of the Secrets of `namespace` (what an
 /// answer on a service account of that namespace may change).
 pub fn secret_names_in(model: &Model, namespace: &str) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
@@ -435,6 +453,37 @@ fn inline(bytes: &[u8]) -> Option<DataSource> {
 /// `kubernetes://` names of its own namespace (istiod's
 /// `filterAuthorizedResources`).
 pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls::Secret)> {
+    // A CA in a ConfigMap (a BackendTLSPolicy's): any verified proxy, as
+    // istiod's filterAuthorizedResources (the client reads its server's
+    // CA, so across namespaces).
+    if let (true, Some(Resource::ConfigMap { namespace, name: cm })) =
+        (class.verified, credentials::parse(name, &class.namespace))
+    {
+        let Some(c) = model.config_maps.get(&(namespace.clone(), cm.clone())) else {
+            if first_time(format!("no configmap {namespace}/{cm}")) {
+                tracing::warn!(target: "ads", name, "failed to fetch ca certificate: configmap {namespace}/{cm} not found");
+            }
+            return None;
+        };
+        return match credentials::ca_info(&c.data) {
+            Ok((ca, crl)) => {
+                let v = tls::CertificateValidationContext {
+                    trusted_ca: inline(&ca),
+                    crl: crl.as_deref().and_then(inline),
+                    ..Default::default()
+                };
+                let secret =
+                    tls::Secret { name: name.to_owned(), r#type: Some(tls::secret::Type::ValidationContext(v)) };
+                Some((mix((name, "configmap", c.hash)), secret))
+            }
+            Err(e) => {
+                if first_time(format!("invalid configmap {namespace}/{cm} {} {e}", c.hash)) {
+                    tracing::warn!(target: "ads", name, "failed to fetch ca certificate: {e}");
+                }
+                None
+            }
+        };
+    }
     if !class.verified || !is_router(class) {
         // istiod serves any verified proxy whose service account may list
         // Secrets; istiod-rs serves gateways only.
@@ -468,7 +517,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
     let (namespace, secret_name, ca_only) = match resource {
         Resource::Kubernetes { namespace, name, ca_only }
         | Resource::KubernetesGateway { namespace, name, ca_only } => (namespace, name, ca_only),
-        // ConfigMap CAs are not served yet.
+        // Served above.
         Resource::ConfigMap { .. } => return None,
     };
     let get = |n: &str| model.secrets.get(&(namespace.clone(), n.to_owned()));

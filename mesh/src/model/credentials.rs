@@ -116,10 +116,14 @@ pub fn cert_info(d: &SecretData) -> Result<CertInfo, String> {
             staple: non_empty(d, "tls.ocsp-staple").cloned(),
         });
     }
-    let keys: Vec<&str> = d.keys().map(String::as_str).collect();
+    for (c, k) in [("cert", "key"), ("tls.crt", "tls.key")] {
+        if d.contains_key(c) && d.contains_key(k) {
+            return Err(format!("found keys {c:?} and {k:?}, but they were empty"));
+        }
+    }
     Err(format!(
         "found secret, but didn't have expected keys (cert and key) or (tls.crt and tls.key); found: {}",
-        keys.join(", ")
+        istiod_config::objects::found_keys(d)
     ))
 }
 
@@ -144,14 +148,7 @@ pub fn usable_pair(d: &SecretData) -> Result<(), String> {
 /// `ExtractRoot`: generic `cacert` (and `crl`) first, else `ca.crt` (and
 /// `ca.crl`).
 pub fn ca_info(d: &SecretData) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
-    if let Some(ca) = non_empty(d, "cacert") {
-        return Ok((ca.clone(), non_empty(d, "crl").cloned()));
-    }
-    if let Some(ca) = non_empty(d, "ca.crt") {
-        return Ok((ca.clone(), non_empty(d, "ca.crl").cloned()));
-    }
-    let keys: Vec<&str> = d.keys().map(String::as_str).collect();
-    Err(format!("found secret, but didn't have expected keys cacert or ca.crt; found: {}", keys.join(", ")))
+    istiod_config::objects::extract_root(d)
 }
 
 /// For a `-cacert` name istiod reads the Secret `<name>-cacert` first and
@@ -332,8 +329,19 @@ mod tests {
         assert_eq!(cert_info(&tls).unwrap().cert, b"T");
         assert_eq!(ca_info(&tls).unwrap().0, b"CA");
         let empty_key = d(&[("tls.crt", "T"), ("tls.key", "")]);
-        assert!(cert_info(&empty_key).unwrap_err().contains("found: tls.crt, tls.key"));
-        assert!(ca_info(&d(&[("cert", "C")])).is_err());
+        // istiod's messages (secrets.go ExtractCertInfo, ExtractRoot,
+        // truncatedKeysMessage).
+        assert_eq!(cert_info(&empty_key).unwrap_err(), "found keys \"tls.crt\" and \"tls.key\", but they were empty");
+        let many = d(&[("a", "1"), ("b", "2"), ("c", "3"), ("d", "4"), ("e", "5")]);
+        assert_eq!(
+            cert_info(&many).unwrap_err(),
+            "found secret, but didn't have expected keys (cert and key) or (tls.crt and tls.key); found: a, b, c, and 2 more..."
+        );
+        assert_eq!(
+            ca_info(&d(&[("cert", "C")])).unwrap_err(),
+            "found secret, but didn't have expected keys cacert or ca.crt; found: cert"
+        );
+        assert_eq!(ca_info(&d(&[("ca.crt", "")])).unwrap_err(), "found key \"ca.crt\", but it was empty");
         assert_eq!(ca_secret_names("c"), ["c-cacert".to_owned(), "c".to_owned()]);
     }
 

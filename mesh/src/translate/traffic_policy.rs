@@ -241,19 +241,41 @@ fn outlier(o: &OutlierDetection) -> EnvoyOutlier {
     out
 }
 
+/// The SDS reference of a DestinationRule's `credentialName` (istiod's
+/// `ToResourceName`): `builtin://` is the proxy's own certificate (and
+/// root) from the agent; anything else is served by istiod over ADS,
+/// `configmap://`, `kubernetes://` and `kubernetes-gateway://` names as
+/// they are, `invalid://` (a BackendTLSPolicy's CA that cannot be used)
+/// as a name never served, a bare name as `kubernetes://<name>`.
+fn credential_sds(name: &str) -> tls::SdsSecretConfig {
+    match name {
+        "builtin://" => return sds("default"),
+        "builtin://-cacert" => return sds("ROOTCA"),
+        _ => {}
+    }
+    let resource = if name.starts_with("invalid://") {
+        "invalid://".to_owned()
+    } else if ["configmap://", "kubernetes://", "kubernetes-gateway://"].iter().any(|p| name.starts_with(p)) {
+        name.to_owned()
+    } else {
+        format!("kubernetes://{name}")
+    };
+    tls::SdsSecretConfig { name: resource, sds_config: super::envoy::ads() }
+}
+
 fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::TransportSocket> {
     let exact = |s: &String| matcher::StringMatcher {
         match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(s.clone())),
         ignore_case: false,
     };
-    let validation = |root: &str| {
+    let validation = |root: tls::SdsSecretConfig| {
         Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
             tls::common_tls_context::CombinedCertificateValidationContext {
                 default_validation_context: Some(tls::CertificateValidationContext {
                     match_subject_alt_names: t.subject_alt_names.iter().map(exact).collect(),
                     ..Default::default()
                 }),
-                validation_context_sds_secret_config: Some(sds(root)),
+                validation_context_sds_secret_config: Some(root),
                 ..Default::default()
             },
         ))
@@ -263,7 +285,7 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
         ClientTlsMode::IstioMutual => tls::UpstreamTlsContext {
             common_tls_context: Some(tls::CommonTlsContext {
                 tls_certificate_sds_secret_configs: vec![sds("default")],
-                validation_context_type: validation("ROOTCA"),
+                validation_context_type: validation(sds("ROOTCA")),
                 alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
                 ..Default::default()
             }),
@@ -271,16 +293,20 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
             ..Default::default()
         },
         ClientTlsMode::Simple | ClientTlsMode::Mutual => {
-            let cred = (!t.credential_name.is_empty()).then(|| format!("kubernetes://{}", t.credential_name));
+            // A credential is read over ADS (istiod's
+            // ConstructSdsSecretConfigForCredential); without one, the
+            // agent serves the system roots.
+            let cred = (!t.credential_name.is_empty()).then_some(t.credential_name.as_str());
             tls::UpstreamTlsContext {
                 common_tls_context: Some(tls::CommonTlsContext {
-                    tls_certificate_sds_secret_configs: match (&t.mode, &cred) {
-                        (ClientTlsMode::Mutual, Some(c)) => vec![sds(c)],
+                    tls_certificate_sds_secret_configs: match (&t.mode, cred) {
+                        (ClientTlsMode::Mutual, Some(c)) => vec![credential_sds(c)],
                         _ => vec![],
                     },
-                    validation_context_type: validation(
-                        &cred.map_or_else(|| "file-root:system".to_owned(), |c| format!("{c}-cacert")),
-                    ),
+                    validation_context_type: validation(match cred {
+                        Some(c) => credential_sds(&format!("{c}-cacert")),
+                        None => sds("file-root:system"),
+                    }),
                     ..Default::default()
                 }),
                 sni: t.sni.clone(),

@@ -976,3 +976,51 @@ data:
     let _ = c.kill();
     let _ = c.wait();
 }
+
+/// Client certificate validation on a Gateway API Gateway
+/// (`spec.tls.frontend`, istiod's `buildTLS`): the HTTPS listeners
+/// require a client certificate verified against the ConfigMap's CA, which
+/// the router reads over SDS as `configmap://<ns>/<name>-cacert`; in
+/// `AllowInsecureFallback` mode the certificate is asked, not required,
+/// and the Gateway's status says so.
+#[test]
+fn a_gateway_api_gateway_verifies_client_certificates_with_a_configmap_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    server::copy_dir(Path::new(API_INPUT), dir.path());
+    let mesh = std::fs::read_to_string(dir.path().join("mesh.yaml")).unwrap();
+    let with_frontend = |mode: &str| {
+        let frontend = format!(
+            "  tls: {{frontend: {{default: {{validation: {{mode: {mode}, caCertificateRefs: [{{group: '', kind: ConfigMap, name: client-ca}}]}}}}}}}}\n  listeners:\n"
+        );
+        let mesh = mesh.replacen("  allowedListeners: {namespaces: {from: Selector, selector: {matchLabels: {team: apps}}}}\n  listeners:\n", &format!("  allowedListeners: {{namespaces: {{from: Selector, selector: {{matchLabels: {{team: apps}}}}}}}}\n{frontend}"), 1);
+        assert!(mesh.contains("client-ca"), "the Gateway is patched");
+        format!(
+            "{mesh}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: client-ca, namespace: gateways}}\ndata:\n  ca.crt: {:?}\n",
+            ca_pem("client root")
+        )
+    };
+    std::fs::write(dir.path().join("mesh.yaml"), with_frontend("AllowValidOnly")).unwrap();
+    let g = start(dir.path().to_str().unwrap(), ("gateways", "gw-istio"));
+    let labels = r#"{"gateway.networking.k8s.io/gateway-name": "gw"}"#;
+    let env = [("SERVICE_ACCOUNT", "gw-istio".to_owned())];
+    let mut c = client_of(g.secure, &g.root, &g.token, ("gateways", labels), &[], &env);
+    let report = first_report(&mut c, &g.server);
+    let chains = &report["listeners"]["0.0.0.0_8443"]["chains"];
+    assert_eq!(
+        chains[0],
+        json!({"sni": ["secure.example.com"], "certs": ["kubernetes-gateway://gateways/secure-cert"],
+               "ca": "configmap://gateways/client-ca-cacert", "require_client_certificate": true, "rds": API_HTTPS}),
+        "{report}"
+    );
+    assert_eq!(report["secrets"]["configmap://gateways/client-ca-cacert"], json!({"type": "ca", "cn": "client root"}));
+    assert_eq!(report["secrets"]["kubernetes-gateway://gateways/secure-cert"]["key_matches"], true, "{report}");
+    let _ = c.wait();
+    // AllowInsecureFallback: asked, not required.
+    std::fs::write(g.dir.path().join("config/mesh.yaml"), with_frontend("AllowInsecureFallback")).unwrap();
+    server::wait_for("the new mode", Duration::from_secs(10), || {
+        let mut c = client_of(g.secure, &g.root, &g.token, ("gateways", labels), &[], &env);
+        let report = first_report(&mut c, &g.server);
+        let _ = c.wait();
+        report["listeners"]["0.0.0.0_8443"]["chains"][0]["require_client_certificate"] == false
+    });
+}

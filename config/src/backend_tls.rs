@@ -52,16 +52,18 @@ pub fn is_synthetic(o: &IstioObject) -> bool {
     o.meta.annotations.contains_key(PARENTS)
 }
 
-/// Whether a BackendTLSPolicy of `objs` names the ConfigMap `ns/name` as
-/// its CA (its rules and status then depend on it).
+/// Whether a BackendTLSPolicy or a Gateway's client certificate
+/// validation among `objs` names the ConfigMap `ns/name` as its CA (its
+/// rules or listeners, and status, then depend on it).
 pub fn names_config_map(objs: &Objects, ns: &str, name: &str) -> bool {
-    objs.gateway_api.iter().any(|o| match &o.spec {
-        GatewayApiSpec::BackendTlsPolicy(p) => {
-            o.meta.ns() == ns
-                && p.validation.ca_certificate_refs.first().is_some_and(|r| r.kind == "ConfigMap" && r.name == name)
-        }
-        _ => false,
-    })
+    crate::gateway_convert::names_ca(&objs.gateway_api, "ConfigMap", ns, name)
+        || objs.gateway_api.iter().any(|o| match &o.spec {
+            GatewayApiSpec::BackendTlsPolicy(p) => {
+                o.meta.ns() == ns
+                    && p.validation.ca_certificate_refs.first().is_some_and(|r| r.kind == "ConfigMap" && r.name == name)
+            }
+            _ => false,
+        })
 }
 
 /// One backend a policy targets: the DestinationRule's name and host, and

@@ -48,17 +48,33 @@ pub fn host_intersection(a: &str, b: &str) -> Option<String> {
 /// Whether a listener of a Gateway or ListenerSet among `objs` names the
 /// Secret `namespace`/`name` as its certificate.
 pub fn names_secret(objs: &[GatewayApiObject], namespace: &str, name: &str) -> bool {
+    names_ca(objs, "Secret", namespace, name)
+        || objs.iter().any(|o| {
+            let listeners = match &o.spec {
+                GatewayApiSpec::Gateway(g) => &g.listeners,
+                GatewayApiSpec::ListenerSet(s) => &s.listeners,
+                _ => return false,
+            };
+            listeners
+                .iter()
+                .filter_map(|l| l.tls.as_ref())
+                .flat_map(|t| &t.certificate_refs)
+                .any(|r| r.name == name && r.namespace.as_deref().unwrap_or(o.meta.ns()) == namespace)
+        })
+}
+
+/// Whether a Gateway among `objs` validates client certificates with the
+/// CA in the `kind` (`ConfigMap`, `Secret`) `namespace`/`name` (its
+/// listeners are refused while that CA is unusable).
+pub fn names_ca(objs: &[GatewayApiObject], kind: &str, namespace: &str, name: &str) -> bool {
     objs.iter().any(|o| {
-        let listeners = match &o.spec {
-            GatewayApiSpec::Gateway(g) => &g.listeners,
-            GatewayApiSpec::ListenerSet(s) => &s.listeners,
-            _ => return false,
-        };
-        listeners
-            .iter()
-            .filter_map(|l| l.tls.as_ref())
-            .flat_map(|t| &t.certificate_refs)
-            .any(|r| r.name == name && r.namespace.as_deref().unwrap_or(o.meta.ns()) == namespace)
+        let GatewayApiSpec::Gateway(g) = &o.spec else { return false };
+        let Some(f) = g.tls.as_ref().map(|t| &t["frontend"]) else { return false };
+        let settings =
+            std::iter::once(&f["default"]).chain(f["perPort"].as_array().into_iter().flatten().map(|p| &p["tls"]));
+        settings.flat_map(|s| s["validation"]["caCertificateRefs"].as_array().into_iter().flatten()).any(|r| {
+            r["kind"] == kind && r["name"] == name && r["namespace"].as_str().unwrap_or(o.meta.ns()) == namespace
+        })
     })
 }
 
@@ -347,7 +363,7 @@ fn listener_conflicts(
 
 /// Translates the Gateway API objects, reading `inputs` of the cluster.
 pub fn convert(objs: &[GatewayApiObject], inputs: &Inputs<'_>, domain: &str) -> Converted {
-    let (namespaces, secrets) = (inputs.namespaces, inputs.secrets);
+    let (namespaces, secrets) = (inputs.namespaces, (inputs.secrets, inputs.ca));
     let mut out = Converted {
         grants: objs.iter().filter(|o| matches!(o.spec, GatewayApiSpec::ReferenceGrant(_))).cloned().collect(),
         ..Converted::default()
@@ -456,7 +472,7 @@ fn build_listener<'a>(
     l: Listener,
     conflict: Option<&'static str>,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
-    secrets: SecretCheck<'_>,
+    secrets: Checks<'_>,
     out: &mut Converted,
     attachable: &mut Vec<Attachable<'a>>,
 ) {
@@ -476,25 +492,14 @@ fn build_listener<'a>(
         out.problems.push(problem("UnsupportedProtocol", format!("protocol {} requires a port to be set", l.protocol)));
         return;
     }
-    // Client certificate validation (`spec.tls.frontend`) is not built:
-    // rather than serve a terminating listener without the client
-    // certificates its Gateway requires, it is refused.
-    let frontend = owner.parent_spec.tls.as_ref().map(|t| &t["frontend"]).filter(|f| !f.is_null());
-    // `resolveGatewayTLS`: the port's own settings, else the default;
-    // validation applies when it names CA certificates.
-    let validated = frontend.is_some_and(|f| {
+    // Client certificate validation (`spec.tls.frontend`,
+    // `resolveGatewayTLS`): the port's own settings, else the default.
+    let frontend = owner.parent_spec.tls.as_ref().map(|t| &t["frontend"]).filter(|f| !f.is_null()).map(|f| {
         let per_port = f["perPort"].as_array().into_iter().flatten().find(|p| p["port"] == l.port);
-        let settings = per_port.map_or(&f["default"], |p| &p["tls"]);
-        settings["validation"]["caCertificateRefs"].as_array().is_some_and(|refs| !refs.is_empty())
+        per_port.map_or(&f["default"], |p| &p["tls"])
     });
-    let terminates = l.tls.as_ref().is_some_and(|t| t.mode.as_deref() != Some("Passthrough"));
-    if validated && terminates {
-        let message = "client certificate validation (spec.tls.frontend) is not supported by istiod-rs";
-        out.problems.push(problem("NoValidCACertificate", message.into()));
-        return;
-    }
     let hosts = listener_hosts(ns, &l, namespaces);
-    let tls = match listener_tls(ns, owner.kind, &l, &out.grants, secrets) {
+    let tls = match listener_tls(ns, owner.kind, &l, &out.grants, secrets, frontend) {
         Ok(t) => t,
         Err((reason, message)) => {
             out.problems.push(problem(reason, message));
@@ -722,9 +727,26 @@ fn gateway_statuses(
                     "Programmed",
                     &format!("Resource programmed, assigned to service(s) {}", services.join(", ")),
                 );
+                let mut conditions = vec![accepted, programmed];
+                // Client certificates verified in AllowInsecureFallback
+                // mode, default or on a port, are said so.
+                let frontend = g.tls.as_ref().map(|t| &t["frontend"]);
+                let insecure = frontend.is_some_and(|f| {
+                    std::iter::once(&f["default"])
+                        .chain(f["perPort"].as_array().into_iter().flatten().map(|p| &p["tls"]))
+                        .any(|t| t["validation"]["mode"] == "AllowInsecureFallback")
+                });
+                if insecure {
+                    conditions.push(condition(
+                        "InsecureFrontendValidationMode",
+                        true,
+                        "ConfigurationChanged",
+                        "Gateway is operating in AllowInsecureFallback mode for frontend validation",
+                    ));
+                }
                 let mut status = json!({
                     "addresses": services.iter().map(|s| json!({"type": "Hostname", "value": s})).collect::<Vec<_>>(),
-                    "conditions": [accepted, programmed],
+                    "conditions": conditions,
                     "listeners": listeners,
                 });
                 if let Some(n) = set_counts.get(&owner).filter(|n| **n > 0) {
@@ -882,9 +904,17 @@ fn listener_tls(
     kind: &str,
     l: &Listener,
     grants: &[GatewayApiObject],
-    secrets: SecretCheck<'_>,
+    secrets: Checks<'_>,
+    frontend: Option<&Value>,
 ) -> Result<Option<Value>, (&'static str, String)> {
-    let mut tls = listener_tls_mode(gw_ns, kind, l, grants, secrets)?;
+    let mut tls = listener_tls_mode(gw_ns, kind, l, grants, secrets.0)?;
+    // Certificates of the listener's own (not ISTIO_SIMPLE's builtin).
+    let own = |t: &&mut Value| {
+        (t["credentialName"].is_string() && t["credentialName"] != "builtin://") || t["credentialNames"].is_array()
+    };
+    if let Some(tls) = tls.as_mut().filter(own) {
+        client_validation(gw_ns, kind, l, grants, secrets.1, frontend, tls)?;
+    }
     // `gateway.istio.io/tls-cipher-suites`: the valid ones, once each
     // (`FilterCipherSuites`).
     let wanted = l.tls.as_ref().and_then(|t| t.options.get("gateway.istio.io/tls-cipher-suites"));
@@ -987,9 +1017,109 @@ fn listener_tls_mode(
     }
 }
 
+/// A terminating listener's client certificate validation, where its
+/// Gateway's `tls.frontend` names a CA (`buildTLS`): MUTUAL (or
+/// OPTIONAL_MUTUAL without verification for `AllowInsecureFallback`,
+/// the listener's `tls-terminate-mode` option winning), the CA read as
+/// `configmap://<ns>/<name>-cacert` or, for a Secret,
+/// `kubernetes-gateway://<ns>/<name>-cacert`; another namespace's only
+/// through a ReferenceGrant. A CA that is missing, of another kind or not
+/// a certificate refuses the listener, in istiod's words.
+fn client_validation(
+    gw_ns: &str,
+    kind: &str,
+    l: &Listener,
+    grants: &[GatewayApiObject],
+    ca_of: CaCheck<'_>,
+    frontend: Option<&Value>,
+    tls: &mut Value,
+) -> Result<(), (&'static str, String)> {
+    let Some(validation) = frontend.map(|f| &f["validation"]) else { return Ok(()) };
+    let refs = validation["caCertificateRefs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let r = match refs {
+        [] => return Ok(()),
+        [one] => one,
+        _ => return Err(("InvalidCACertificateRef", "only one caCertificateRef is supported".into())),
+    };
+    let field = |k: &str| r[k].as_str().unwrap_or_default();
+    let (group, ca_kind, name) = (field("group"), field("kind"), field("name"));
+    let ns = r["namespace"].as_str().unwrap_or(gw_ns);
+    let (scheme, to_kind) =
+        if (group, ca_kind) == ("", "Secret") { ("kubernetes-gateway", "Secret") } else { ("configmap", "ConfigMap") };
+    if ns != gw_ns && !granted(grants, kind, gw_ns, to_kind, ns, name) {
+        let message = format!(
+            "caCertificateRef {ns}/{name} not accessible to a Gateway in namespace {gw_ns:?} (missing a ReferenceGrant?)"
+        );
+        return Err(("RefNotPermitted", message));
+    }
+    let described = format!("{group}/{ca_kind}/{name}.{}", r["namespace"].as_str().unwrap_or_default());
+    let what = match (group, ca_kind) {
+        ("", "ConfigMap") => "configmap",
+        ("", "Secret") => "secret",
+        _ => {
+            let message =
+                format!("invalid CA certificate reference {described}, only secret and configmap are allowed");
+            return Err(("InvalidCACertificateKind", message));
+        }
+    };
+    let pem = match ca_of(to_kind, ns, name) {
+        None => {
+            let message = format!("invalid CA certificate reference {described}, {what} {ns}/{name} not found");
+            return Err(("InvalidCACertificateRef", message));
+        }
+        Some(Err(e)) => {
+            return Err(("InvalidCACertificateRef", format!("invalid CA certificate reference {described}, {e}")));
+        }
+        Some(Ok(pem)) => pem,
+    };
+    if !has_certificate(&pem) {
+        return Err((
+            "InvalidCACertificateRef",
+            format!("invalid CA certificate reference {described}, the bundle is malformed"),
+        ));
+    }
+    let insecure = validation["mode"] == "AllowInsecureFallback";
+    let (mut mode, mut skip) = if insecure { ("OPTIONAL_MUTUAL", true) } else { ("MUTUAL", false) };
+    match l.tls.as_ref().and_then(|t| t.options.get("gateway.istio.io/tls-terminate-mode")).map(String::as_str) {
+        Some("MUTUAL") => (mode, skip) = ("MUTUAL", false),
+        Some("OPTIONAL_MUTUAL") => (mode, skip) = ("OPTIONAL_MUTUAL", false),
+        _ => {}
+    }
+    tls["mode"] = json!(mode);
+    tls["insecureSkipVerify"] = json!(skip);
+    tls["caCertCredentialName"] = json!(format!("{scheme}://{ns}/{name}-cacert"));
+    Ok(())
+}
+
+/// Whether `pem` holds a PEM certificate block whose body is base64 (Go's
+/// `AppendCertsFromPEM` also parses the DER; a well-formed block of bad
+/// DER passes here and fails in the proxy).
+fn has_certificate(pem: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(pem);
+    let mut rest = text.as_ref();
+    while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
+        let body = &rest[start + "-----BEGIN CERTIFICATE-----".len()..];
+        let Some(end) = body.find("-----END CERTIFICATE-----") else { return false };
+        let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
+        let alphabet = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=');
+        if !b64.is_empty() && b64.len().is_multiple_of(4) && b64.chars().all(alphabet) {
+            return true;
+        }
+        rest = &body[end..];
+    }
+    false
+}
+
 /// Whether the Secret `namespace`/`name` exists and holds a certificate
 /// and key (`buildSecretReference`); the error is istiod's.
 pub type SecretCheck<'a> = &'a dyn Fn(&str, &str) -> Result<(), String>;
+
+/// The CA of a `ConfigMap` or `Secret` (the kind) `namespace`/`name`:
+/// `None` when there is no such object, else istiod's `ExtractRoot`.
+pub type CaCheck<'a> = &'a dyn Fn(&str, &str, &str) -> Option<Result<Vec<u8>, String>>;
+
+/// A listener's certificate and CA lookups.
+type Checks<'a> = (SecretCheck<'a>, CaCheck<'a>);
 
 /// What the conversion reads of the cluster besides the Gateway API.
 pub struct Inputs<'a> {
@@ -998,6 +1128,8 @@ pub struct Inputs<'a> {
     pub namespaces: &'a BTreeMap<String, BTreeMap<String, String>>,
     /// Whether a listener's certificate Secret is there and usable.
     pub secrets: SecretCheck<'a>,
+    /// The CA a Gateway's client certificate validation names.
+    pub ca: CaCheck<'a>,
     /// Whether the Service `namespace`/`name` exists (a route's mesh parent).
     pub service: &'a dyn Fn(&str, &str) -> bool,
     /// The hosts of the ServiceEntry `namespace`/`name`, if it exists (a
@@ -2065,7 +2197,13 @@ mod tests {
     /// A cluster where every Secret and Service a listener or route
     /// names exists, and no ServiceEntry.
     fn inputs(namespaces: &BTreeMap<String, BTreeMap<String, String>>) -> Inputs<'_> {
-        Inputs { namespaces, secrets: &|_, _| Ok(()), service: &|_, _| true, service_entry: &|_, _| None }
+        Inputs {
+            namespaces,
+            secrets: &|_, _| Ok(()),
+            ca: &|_, _, _| None,
+            service: &|_, _| true,
+            service_entry: &|_, _| None,
+        }
     }
 
     fn objects(yaml: &str) -> Vec<GatewayApiObject> {
@@ -2143,9 +2281,27 @@ mod tests {
             httpbin.group-namespace1 httpbin.group-namespace2 httpbin-zero.default httpbin.istio-system \
             httpbin-mirror.default httpbin-foo.default httpbin-alt.default istiod.istio-system echo.istio-system \
             httpbin-bad.default echo-1.default echo-2.default echo-port.default not-found.default";
+        // And its CAs: ConfigMaps, and the Secret with a `ca.crt`.
+        let ca = |kind: &str, ns: &str, name: &str| -> Option<Result<Vec<u8>, String>> {
+            const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+            let data: &[(&str, &str)] = match (kind, ns, name) {
+                ("ConfigMap", "istio-system", "malformed") | ("ConfigMap", "default", "malformed") => {
+                    &[("not-ca.crt", "hello")]
+                }
+                ("ConfigMap", "istio-system", "malformed-trustbundle") => &[("ca.crt", "hello")],
+                ("ConfigMap", "istio-system", "my-cert-http") | ("ConfigMap", "default", "auth-cert") => {
+                    &[("ca.crt", PEM)]
+                }
+                ("Secret", "istio-system", "my-cert-http") => &[("tls.crt", PEM), ("tls.key", "k"), ("ca.crt", PEM)],
+                _ => return None,
+            };
+            let data: BTreeMap<String, String> = data.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+            Some(crate::objects::extract_root(&data).map(|(ca, _)| ca))
+        };
         let inputs = Inputs {
             namespaces: &namespaces,
             secrets: &secrets,
+            ca: &ca,
             service: &|ns: &str, name: &str| {
                 let s = format!("{name}.{ns}");
                 SERVICES.split_whitespace().any(|x| x == s) || services.contains(&s)
@@ -2224,13 +2380,7 @@ mod tests {
         ("http", "InferencePool backends (experimental kind, not read)"),
         ("mcs", "ServiceImport backends (multi-cluster services, issue #37)"),
         ("xbackend", "XBackend backends (experimental kind, not read)"),
-        (
-            "invalid",
-            "routes named with capitals, which the API server refuses and istiod's test reads past validation; \
-             Gateways with client certificate validation, refused whole",
-        ),
-        ("reference-policy-tls", "client certificate validation (spec.tls.frontend): the listener is refused"),
-        ("tls", "client certificate validation (spec.tls.frontend): the listener is refused"),
+        ("invalid", "routes named with capitals, which the API server refuses and istiod's test reads past validation"),
     ];
 
     /// Every `TestConvertResources` case (pilot/pkg/config/kube/gateway/
@@ -2374,6 +2524,7 @@ mod tests {
         let inputs = Inputs {
             namespaces: &namespaces,
             secrets: &|_, _| Ok(()),
+            ca: &|_, _, _| None,
             service: &|ns, name| (ns, name) == ("shop", "web"),
             service_entry: &|ns, name| {
                 ((ns, name) == ("shop", "ext")).then(|| vec!["a.example.com".into(), "b.example.com".into()])
@@ -2408,6 +2559,65 @@ mod tests {
         let tcp = status("/tcproutes/t");
         assert_eq!(tcp["parents"][0]["conditions"][0]["reason"], "NoMatchingParent", "{tcp}");
         assert!(c.problems.iter().any(|p| p["parent"] == "shop/gone" && p["reason"] == "NoMatchingParent"));
+    }
+
+    /// istiod's `buildTLS` client certificate validation (conversion.go)
+    /// and the Gateway's `InsecureFrontendValidationMode` condition: a
+    /// per-port ConfigMap CA in AllowInsecureFallback mode; another
+    /// namespace's CA without a grant, and a CA of a kind istiod does not
+    /// take, refuse their listeners in istiod's words.
+    #[test]
+    fn client_certificate_validation_as_istiod_builds_it() {
+        let gateway = |name: &str, refs: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: gws}}\n\
+                 spec:\n  gatewayClassName: istio\n  tls:\n    frontend:\n      default: {{validation: {{caCertificateRefs: [{{kind: ConfigMap, group: '', name: none}}]}}}}\n      \
+                 perPort: [{{port: 443, tls: {{validation: {{mode: AllowInsecureFallback, caCertificateRefs: [{refs}]}}}}}}]\n  \
+                 listeners:\n  - {{name: https, port: 443, protocol: HTTPS, tls: {{certificateRefs: [{{name: cert}}]}}}}\n"
+            )
+        };
+        let yaml = [
+            gateway("fallback", "{kind: ConfigMap, group: '', name: ca}"),
+            gateway("elsewhere", "{kind: ConfigMap, group: '', name: ca, namespace: other}"),
+            gateway("odd", "{kind: Service, group: '', name: ca}"),
+        ]
+        .join("---\n");
+        let namespaces = BTreeMap::new();
+        let inputs = Inputs {
+            namespaces: &namespaces,
+            secrets: &|_, _| Ok(()),
+            ca: &|kind, ns, name| {
+                ((kind, ns, name) == ("ConfigMap", "gws", "ca"))
+                    .then(|| Ok(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec()))
+            },
+            service: &|_, _| true,
+            service_entry: &|_, _| None,
+        };
+        let c = convert(&objects(&yaml), &inputs, "cluster.local");
+        assert_eq!(c.gateways.len(), 1, "{:?}", c.problems);
+        let IstioSpec::Gateway(g) = &c.gateways[0].spec else { panic!() };
+        let tls = g.servers[0].tls.as_ref().unwrap();
+        assert_eq!(tls.mode, crate::istio::networking::ServerTlsMode::OptionalMutual);
+        assert_eq!(tls.insecure_skip_verify, Some(true));
+        assert_eq!(tls.ca_cert_credential_name, "configmap://gws/ca-cacert");
+        let status = c.statuses.iter().find(|s| s.path.ends_with("/gateways/fallback")).unwrap();
+        let insecure = status.status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "InsecureFrontendValidationMode");
+        assert_eq!(insecure.unwrap()["reason"], "ConfigurationChanged", "{}", status.status);
+        let refused = |gw: &str| c.problems.iter().find(|p| p["gateway"] == format!("gws/{gw}")).unwrap().clone();
+        assert_eq!(refused("elsewhere")["reason"], "RefNotPermitted");
+        assert_eq!(
+            refused("elsewhere")["message"],
+            "caCertificateRef other/ca not accessible to a Gateway in namespace \"gws\" (missing a ReferenceGrant?)"
+        );
+        assert_eq!(refused("odd")["reason"], "InvalidCACertificateKind");
+        assert_eq!(
+            refused("odd")["message"],
+            "invalid CA certificate reference /Service/ca., only secret and configmap are allowed"
+        );
     }
 
     /// istiod's `hostnameAllowedByIsolation` (conversion.go): a route host

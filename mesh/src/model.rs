@@ -725,9 +725,15 @@ impl Model {
                 _ => None,
             })
         };
+        let ca = |kind: &str, ns: &str, name: &str| {
+            let key = (ns.to_owned(), name.to_owned());
+            let held = if kind == "Secret" { model.secrets.get(&key) } else { model.config_maps.get(&key) };
+            held.map(|s| credentials::ca_info(&s.data).map(|(ca, _)| ca))
+        };
         let inputs = istiod_config::gateway_convert::Inputs {
             namespaces: &model.namespaces,
             secrets: &secrets,
+            ca: &ca,
             service: &service_exists,
             service_entry: &entry_hosts,
         };

@@ -437,6 +437,18 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
                     out.push(format!("{n}{}", credentials::CA_SUFFIX));
                 }
             }
+            // A Gateway API client certificate validation's CA in a Secret
+            // (a ConfigMap's any proxy may read).
+            if let Some(Resource::KubernetesGateway { namespace, name, .. }) =
+                credentials::parse(&t.ca_cert_credential_name, &class.namespace)
+            {
+                let grants = &model.gateway_api.grants;
+                if namespace == lookup
+                    || istiod_config::gateway_convert::granted(grants, kind, lookup, "Secret", &namespace, &name)
+                {
+                    out.push(t.ca_cert_credential_name.clone());
+                }
+            }
         }
     }
     out

@@ -1,0 +1,412 @@
+//! The EnvoyFilters of a mesh, read once (istiod's `EnvoyFilterWrapper`:
+//! each patch's value built as its type, `proxyVersion` compiled), and the
+//! patches that apply to one proxy, in istiod's order (push_context.go
+//! `EnvoyFilters`): the root namespace's filters and the proxy
+//! namespace's that attach to it (`ShouldAttachPolicy`: a selector's labels
+//! for a workload, `targetRefs` naming its Gateway for a Gateway API
+//! gateway), ordered by priority, then the root namespace's first, then
+//! creation time, then `name.namespace`; their patches whose proxy match
+//! (version, metadata) holds, grouped by what they apply to.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prost_reflect::DynamicMessage;
+
+use crate::spec::{ClusterMatch, ConfigPatch, EnvoyFilterSpec, ListenerMatch, RouteConfigurationMatch};
+
+/// What a patch applies to (`EnvoyFilter.ApplyTo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ApplyTo {
+    /// A listener.
+    Listener,
+    /// A filter chain.
+    FilterChain,
+    /// A network filter.
+    NetworkFilter,
+    /// An HTTP filter.
+    HttpFilter,
+    /// A route configuration.
+    RouteConfiguration,
+    /// A virtual host.
+    VirtualHost,
+    /// A route.
+    HttpRoute,
+    /// A cluster.
+    Cluster,
+    /// An extension configuration (ECDS).
+    ExtensionConfig,
+    /// The bootstrap (istiod ignores it).
+    Bootstrap,
+    /// A listener filter.
+    ListenerFilter,
+}
+
+impl ApplyTo {
+    fn parse(s: &str) -> Option<ApplyTo> {
+        Some(match s {
+            "LISTENER" => ApplyTo::Listener,
+            "FILTER_CHAIN" => ApplyTo::FilterChain,
+            "NETWORK_FILTER" => ApplyTo::NetworkFilter,
+            "HTTP_FILTER" => ApplyTo::HttpFilter,
+            "ROUTE_CONFIGURATION" => ApplyTo::RouteConfiguration,
+            "VIRTUAL_HOST" => ApplyTo::VirtualHost,
+            "HTTP_ROUTE" => ApplyTo::HttpRoute,
+            "CLUSTER" => ApplyTo::Cluster,
+            "EXTENSION_CONFIG" => ApplyTo::ExtensionConfig,
+            "BOOTSTRAP" => ApplyTo::Bootstrap,
+            "LISTENER_FILTER" => ApplyTo::ListenerFilter,
+            _ => return None,
+        })
+    }
+
+    /// The Envoy type a patch value of this target is read as
+    /// (`xds.BuildXDSObjectFromStruct`).
+    pub fn value_type(self) -> &'static str {
+        match self {
+            ApplyTo::Listener => "envoy.config.listener.v3.Listener",
+            ApplyTo::FilterChain => "envoy.config.listener.v3.FilterChain",
+            ApplyTo::NetworkFilter => "envoy.config.listener.v3.Filter",
+            ApplyTo::HttpFilter => "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter",
+            ApplyTo::RouteConfiguration => "envoy.config.route.v3.RouteConfiguration",
+            ApplyTo::VirtualHost => "envoy.config.route.v3.VirtualHost",
+            ApplyTo::HttpRoute => "envoy.config.route.v3.Route",
+            ApplyTo::Cluster => "envoy.config.cluster.v3.Cluster",
+            ApplyTo::ExtensionConfig => "envoy.config.core.v3.TypedExtensionConfig",
+            ApplyTo::Bootstrap => "envoy.config.bootstrap.v3.Bootstrap",
+            ApplyTo::ListenerFilter => "envoy.config.listener.v3.ListenerFilter",
+        }
+    }
+}
+
+/// A patch's operation (`Patch.Operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Merged into the match.
+    Merge,
+    /// Merged, its lists replacing the match's.
+    MergeAndReplaceList,
+    /// Added.
+    Add,
+    /// The match removed.
+    Remove,
+    /// Inserted before the match.
+    InsertBefore,
+    /// Inserted after the match.
+    InsertAfter,
+    /// Inserted first.
+    InsertFirst,
+    /// The match replaced.
+    Replace,
+    /// Anything else (`INVALID`, a newer value): applies nowhere.
+    Invalid,
+}
+
+impl Operation {
+    fn parse(s: &str) -> Operation {
+        match s {
+            "MERGE" => Operation::Merge,
+            "MERGE_AND_REPLACE_LIST" => Operation::MergeAndReplaceList,
+            "ADD" => Operation::Add,
+            "REMOVE" => Operation::Remove,
+            "INSERT_BEFORE" => Operation::InsertBefore,
+            "INSERT_AFTER" => Operation::InsertAfter,
+            "INSERT_FIRST" => Operation::InsertFirst,
+            "REPLACE" => Operation::Replace,
+            _ => Operation::Invalid,
+        }
+    }
+
+    /// MERGE or MERGE_AND_REPLACE_LIST.
+    pub fn merges(self) -> bool {
+        matches!(self, Operation::Merge | Operation::MergeAndReplaceList)
+    }
+
+    /// How a merge treats lists.
+    pub fn lists(self) -> crate::merge::Lists {
+        match self {
+            Operation::MergeAndReplaceList => crate::merge::Lists::Replace,
+            _ => crate::merge::Lists::Append,
+        }
+    }
+}
+
+/// Where a resource is, for a patch's `context`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Context {
+    /// A sidecar's inbound side.
+    SidecarInbound,
+    /// A sidecar's outbound side.
+    SidecarOutbound,
+    /// A gateway.
+    Gateway,
+}
+
+/// A patch's `context`: `None` is ANY (or no match).
+fn context(s: &str) -> Result<Option<Context>, ()> {
+    match s {
+        "" | "ANY" => Ok(None),
+        "SIDECAR_INBOUND" => Ok(Some(Context::SidecarInbound)),
+        "SIDECAR_OUTBOUND" => Ok(Some(Context::SidecarOutbound)),
+        "GATEWAY" => Ok(Some(Context::Gateway)),
+        // WAYPOINT (no waypoints yet) and newer values match nothing.
+        _ => Err(()),
+    }
+}
+
+/// One patch, ready (`EnvoyFilterConfigPatchWrapper`).
+#[derive(Debug, Clone)]
+pub struct Patch {
+    /// `namespace/name` of its EnvoyFilter.
+    pub filter: Arc<str>,
+    /// istiod's metric key of the patch.
+    pub key: Arc<str>,
+    /// What it applies to.
+    pub apply_to: ApplyTo,
+    /// Its context (`None`: any; `Err`: one that matches nothing).
+    context: Result<Option<Context>, ()>,
+    /// Its operation.
+    pub operation: Operation,
+    /// `proxy.proxyVersion`, compiled (`Err`: never matches).
+    version: Option<Result<regex::Regex, ()>>,
+    /// `proxy.metadata`.
+    metadata: BTreeMap<String, String>,
+    /// The listener match.
+    pub listener: Option<ListenerMatch>,
+    /// The route configuration match.
+    pub route_configuration: Option<RouteConfigurationMatch>,
+    /// The cluster match.
+    pub cluster: Option<ClusterMatch>,
+    /// Its value, read as its type (`None` for REMOVE).
+    pub value: Option<DynamicMessage>,
+    /// An inserted HTTP filter's class.
+    pub filter_class: String,
+}
+
+impl Patch {
+    /// Whether it applies in `ctx` (`patchContextMatch`).
+    pub fn in_context(&self, ctx: Context) -> bool {
+        match self.context {
+            Ok(None) => true,
+            Ok(Some(c)) => c == ctx,
+            Err(()) => false,
+        }
+    }
+
+    /// Whether its context is ANY.
+    pub fn any_context(&self) -> bool {
+        self.context == Ok(None)
+    }
+}
+
+/// One EnvoyFilter, read.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `creationTimestamp` (RFC 3339, compares in order).
+    pub created: String,
+    /// The spec's parts that select proxies.
+    pub spec: EnvoyFilterSpec,
+    /// Its patches.
+    pub patches: Vec<Patch>,
+    /// Patches that could not be read, with why (istiod logs and skips
+    /// them).
+    pub errors: Vec<String>,
+}
+
+impl Filter {
+    /// Reads the EnvoyFilter `namespace/name` from its kept spec.
+    pub fn read(namespace: &str, name: &str, created: &str, spec: &serde_json::Value) -> Filter {
+        let spec = EnvoyFilterSpec::read(spec);
+        let full: Arc<str> = format!("{namespace}/{name}").into();
+        let mut patches = Vec::new();
+        let mut errors = Vec::new();
+        for (i, cp) in spec.config_patches.iter().enumerate() {
+            match patch(&full, i, cp) {
+                Ok(Some(p)) => patches.push(p),
+                Ok(None) => {}
+                Err(e) => errors.push(format!("envoyfilter {full} failed to build envoy filter value: {e}")),
+            }
+        }
+        Filter { namespace: namespace.into(), name: name.into(), created: created.into(), spec, patches, errors }
+    }
+}
+
+fn patch(filter: &Arc<str>, index: usize, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
+    // Should be refused by validation; istiod skips it.
+    let Some(p) = &cp.patch else { return Ok(None) };
+    let Some(apply_to) = ApplyTo::parse(&cp.apply_to) else {
+        return Err(format!("Envoy filter: unknown object type for applyTo {}", cp.apply_to));
+    };
+    let value = match &p.value {
+        None => None,
+        Some(v) => {
+            let desc = crate::schema::message(apply_to.value_type()).ok_or("type not in the schema")?;
+            Some(crate::schema::from_json(desc, v).map_err(|e| format!("Envoy filter: {e}"))?)
+        }
+    };
+    let m = cp.match_.clone().unwrap_or_default();
+    let version = m.proxy.as_ref().filter(|p| !p.proxy_version.is_empty()).map(|p| {
+        // istiod fails closed on pathological patterns.
+        if p.proxy_version.len() > 1024 {
+            return Err(());
+        }
+        regex::Regex::new(&p.proxy_version).map_err(|_| ())
+    });
+    Ok(Some(Patch {
+        filter: filter.clone(),
+        key: format!("{filter}/{index}").into(),
+        apply_to,
+        context: context(&m.context),
+        operation: Operation::parse(&p.operation),
+        version,
+        metadata: m.proxy.map(|p| p.metadata).unwrap_or_default(),
+        listener: m.listener,
+        route_configuration: m.route_configuration,
+        cluster: m.cluster,
+        value,
+        filter_class: p.filter_class.clone(),
+    }))
+}
+
+/// A proxy, as far as EnvoyFilters select it.
+#[derive(Debug, Clone, Copy)]
+pub struct Proxy<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its workload labels.
+    pub labels: &'a [(&'a str, &'a str)],
+    /// Its `ISTIO_VERSION`.
+    pub version: &'a str,
+    /// Its node metadata (string values).
+    pub metadata: &'a [(&'a str, &'a str)],
+}
+
+impl Proxy<'_> {
+    fn label(&self, k: &str) -> Option<&str> {
+        self.labels.iter().find(|(lk, _)| *lk == k).map(|(_, v)| *v)
+    }
+}
+
+/// The label naming a Gateway API gateway's Gateway.
+const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
+
+/// `ShouldAttachPolicy` for an EnvoyFilter of the proxy's namespace or the
+/// root's (waypoints, which take Service targets, do not exist yet).
+fn attaches(f: &Filter, proxy: &Proxy<'_>) -> bool {
+    let selected = || {
+        f.spec
+            .workload_selector
+            .as_ref()
+            .is_none_or(|s| s.labels.iter().all(|(k, v)| proxy.label(k) == Some(v.as_str())))
+    };
+    let Some(gateway) = proxy.label(GATEWAY_NAME) else {
+        return f.spec.target_refs.is_empty() && selected();
+    };
+    if f.spec.target_refs.is_empty() {
+        return selected();
+    }
+    f.namespace == proxy.namespace
+        && f.spec.target_refs.iter().any(|t| {
+            (t.namespace.is_empty() || t.namespace == proxy.namespace)
+                && t.kind == "Gateway"
+                && matches!(t.group.as_str(), "gateway.networking.k8s.io")
+                && t.name == gateway
+        })
+}
+
+/// Whether a patch's proxy match holds (`proxyMatch`).
+fn proxy_matches(p: &Patch, proxy: &Proxy<'_>) -> bool {
+    if let Some(v) = &p.version {
+        match v {
+            Ok(re) if re.is_match(proxy.version) => {}
+            _ => return false,
+        }
+    }
+    p.metadata.iter().all(|(k, v)| proxy.metadata.iter().any(|(mk, mv)| mk == k && mv == v))
+}
+
+/// Every EnvoyFilter of a mesh.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyFilters {
+    /// The root namespace.
+    pub root: String,
+    /// The filters, by namespace.
+    pub by_namespace: BTreeMap<String, Vec<Arc<Filter>>>,
+}
+
+/// The patches that apply to one proxy, in order, by target.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// The filters (`namespace/name`) they came from, in order.
+    pub filters: Vec<Arc<str>>,
+    /// Patches by target.
+    pub patches: BTreeMap<ApplyTo, Vec<Patch>>,
+}
+
+impl Applied {
+    /// The patches for `to`.
+    pub fn of(&self, to: ApplyTo) -> &[Patch] {
+        self.patches.get(&to).map_or(&[], Vec::as_slice)
+    }
+}
+
+impl EnvoyFilters {
+    /// The filters of `filters` (namespace, name, creation time, kept
+    /// spec), the mesh's root namespace being `root`.
+    pub fn new<'a>(
+        root: &str,
+        filters: impl IntoIterator<Item = (&'a str, &'a str, &'a str, &'a serde_json::Value)>,
+    ) -> Self {
+        let mut by_namespace: BTreeMap<String, Vec<Arc<Filter>>> = BTreeMap::new();
+        for (ns, name, created, spec) in filters {
+            by_namespace.entry(ns.to_owned()).or_default().push(Arc::new(Filter::read(ns, name, created, spec)));
+        }
+        EnvoyFilters { root: root.to_owned(), by_namespace }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_namespace.is_empty()
+    }
+
+    /// The patches that apply to `proxy`.
+    pub fn applied(&self, proxy: &Proxy<'_>) -> Applied {
+        let of = |ns: &str| {
+            self.by_namespace.get(ns).into_iter().flatten().filter(|f| attaches(f, proxy)).cloned().collect::<Vec<_>>()
+        };
+        let mut matched = if self.root.is_empty() { Vec::new() } else { of(&self.root) };
+        if proxy.namespace != self.root {
+            matched.extend(of(proxy.namespace));
+        }
+        let root = self.root.as_str();
+        matched.sort_by(|a, b| {
+            a.spec
+                .priority
+                .cmp(&b.spec.priority)
+                .then_with(|| {
+                    // The root namespace's first.
+                    if a.namespace != b.namespace && (a.namespace == root || b.namespace == root) {
+                        (b.namespace == root).cmp(&(a.namespace == root))
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                })
+                .then_with(|| a.created.cmp(&b.created))
+                .then_with(|| format!("{}.{}", a.name, a.namespace).cmp(&format!("{}.{}", b.name, b.namespace)))
+        });
+        let mut out = Applied::default();
+        for f in matched {
+            out.filters.push(format!("{}/{}", f.namespace, f.name).into());
+            for p in &f.patches {
+                if proxy_matches(p, proxy) {
+                    out.patches.entry(p.apply_to).or_default().push(p.clone());
+                }
+            }
+        }
+        out
+    }
+}

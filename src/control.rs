@@ -90,6 +90,23 @@ pub mod metrics {
                 events.into_iter().map(|(t, e, n)| (vec![("type", t.to_owned()), ("event", e.to_owned())], n as f64)),
             );
         }
+        // istiod's gauge, when PILOT_ENVOY_FILTER_STATS is on.
+        let status = istiod_envoyfilter::status::collect();
+        if !status.is_empty() {
+            out.gauge(
+                "pilot_envoy_filter_status",
+                "Status of Envoy filters whether it was applied or errored.",
+                status.into_iter().map(|(name, patch, result, v)| {
+                    let mut labels = Vec::new();
+                    if let Some(n) = name {
+                        labels.push(("name", n));
+                    }
+                    labels.push(("patch", patch.to_owned()));
+                    labels.push(("result", result.to_owned()));
+                    (labels, v)
+                }),
+            );
+        }
         out.histogram(
             "pilot_debounce_time",
             "Delay in seconds between the first config enters debouncing and the merged push request is pushed into the push queue (includes pushcontext_init_seconds).",

@@ -91,6 +91,8 @@ fn check_router(
         ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
+        version: "".into(),
+        metadata: Vec::new(),
     };
     let mesh = MeshInput::new(model.clone());
     let changes = translate::diff(&SimpleModel::default(), &mesh.translation.resources);
@@ -141,6 +143,8 @@ fn check(input: &str, golden: &str, (ns, labels): (&str, &[(&str, &str)])) {
         ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "Kubernetes".into(),
+        version: "".into(),
+        metadata: Vec::new(),
     };
     let grpc = ProxyClass { generator: "grpc".into(), ..class.clone() };
     let mesh = MeshInput::new(model.clone());

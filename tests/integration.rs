@@ -7,6 +7,7 @@ mod ca;
 mod cli;
 mod deploy;
 mod discovery;
+mod envoyfilter;
 mod gateway;
 mod golden;
 mod grpc_xds;

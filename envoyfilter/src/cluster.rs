@@ -16,9 +16,9 @@ use crate::spec::ClusterMatch;
 /// `pilot_envoy_filter_status`: applied or not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// The patch's key (`namespace/name/index`).
+    /// The patch's filter (`namespace/name`).
     pub key: std::sync::Arc<str>,
-    /// What it targets (`Cluster`, `Listener`, ...).
+    /// What it targets (`cluster`, `listener`, ...: istiod's patch label).
     pub kind: &'static str,
     /// Whether it changed the resource.
     pub applied: bool,
@@ -49,7 +49,7 @@ pub fn matches(name: &str, m: Option<&ClusterMatch>, hosts: &[&str]) -> bool {
     m.port_number == 0 || m.port_number == port
 }
 
-fn cluster_patches(applied: &Applied, ctx: Context) -> impl Iterator<Item = &Patch> {
+fn cluster_patches(applied: &Applied, ctx: Context) -> impl Iterator<Item = &std::sync::Arc<Patch>> {
     applied.of(ApplyTo::Cluster).iter().filter(move |p| p.in_context(ctx))
 }
 
@@ -78,7 +78,7 @@ pub fn apply(
             return None;
         }
         if !p.operation.merges() {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "Cluster", applied: false });
+            outcomes.push(Outcome { key: p.key.clone(), kind: "cluster", applied: false });
             continue;
         }
         let mut ok = false;
@@ -92,7 +92,7 @@ pub fn apply(
                 }
             }
         }
-        outcomes.push(Outcome { key: p.key.clone(), kind: "Cluster", applied: ok });
+        outcomes.push(Outcome { key: p.key.clone(), kind: "cluster", applied: ok });
     }
     Some(c)
 }

@@ -159,7 +159,7 @@ fn context(s: &str) -> Result<Option<Context>, ()> {
 pub struct Patch {
     /// `namespace/name` of its EnvoyFilter.
     pub filter: Arc<str>,
-    /// istiod's metric key of the patch.
+    /// istiod's metric key of the patch (its filter's `namespace/name`).
     pub key: Arc<str>,
     /// What it applies to.
     pub apply_to: ApplyTo,
@@ -211,31 +211,40 @@ pub struct Filter {
     /// The spec's parts that select proxies.
     pub spec: EnvoyFilterSpec,
     /// Its patches.
-    pub patches: Vec<Patch>,
+    pub patches: Vec<Arc<Patch>>,
     /// Patches that could not be read, with why (istiod logs and skips
     /// them).
     pub errors: Vec<String>,
+    /// A hash of what it is (identity and spec): what a resource it
+    /// patches is cached under.
+    pub hash: u64,
 }
 
 impl Filter {
     /// Reads the EnvoyFilter `namespace/name` from its kept spec.
-    pub fn read(namespace: &str, name: &str, created: &str, spec: &serde_json::Value) -> Filter {
-        let spec = EnvoyFilterSpec::read(spec);
+    pub fn read(namespace: &str, name: &str, created: &str, raw: &serde_json::Value) -> Filter {
+        let spec = EnvoyFilterSpec::read(raw);
         let full: Arc<str> = format!("{namespace}/{name}").into();
         let mut patches = Vec::new();
         let mut errors = Vec::new();
-        for (i, cp) in spec.config_patches.iter().enumerate() {
-            match patch(&full, i, cp) {
-                Ok(Some(p)) => patches.push(p),
+        for cp in &spec.config_patches {
+            match patch(&full, cp) {
+                Ok(Some(p)) => patches.push(Arc::new(p)),
                 Ok(None) => {}
                 Err(e) => errors.push(format!("envoyfilter {full} failed to build envoy filter value: {e}")),
             }
         }
-        Filter { namespace: namespace.into(), name: name.into(), created: created.into(), spec, patches, errors }
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (namespace, name, created, raw.to_string()).hash(&mut h);
+            h.finish()
+        };
+        Filter { namespace: namespace.into(), name: name.into(), created: created.into(), spec, patches, errors, hash }
     }
 }
 
-fn patch(filter: &Arc<str>, index: usize, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
+fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
     // Should be refused by validation; istiod skips it.
     let Some(p) = &cp.patch else { return Ok(None) };
     let Some(apply_to) = ApplyTo::parse(&cp.apply_to) else {
@@ -258,7 +267,7 @@ fn patch(filter: &Arc<str>, index: usize, cp: &ConfigPatch) -> Result<Option<Pat
     });
     Ok(Some(Patch {
         filter: filter.clone(),
-        key: format!("{filter}/{index}").into(),
+        key: filter.clone(),
         apply_to,
         context: context(&m.context),
         operation: Operation::parse(&p.operation),
@@ -338,18 +347,29 @@ pub struct EnvoyFilters {
     pub by_namespace: BTreeMap<String, Vec<Arc<Filter>>>,
 }
 
+/// Two sets of filters are the same when their filters are (by hash).
+impl PartialEq for EnvoyFilters {
+    fn eq(&self, other: &Self) -> bool {
+        let hashes = |e: &EnvoyFilters| e.all().map(|f| f.hash).collect::<Vec<_>>();
+        self.root == other.root && hashes(self) == hashes(other)
+    }
+}
+
 /// The patches that apply to one proxy, in order, by target.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
     /// The filters (`namespace/name`) they came from, in order.
     pub filters: Vec<Arc<str>>,
+    /// A hash of those filters (identity and spec), in order: `0` when
+    /// none applies.
+    pub digest: u64,
     /// Patches by target.
-    pub patches: BTreeMap<ApplyTo, Vec<Patch>>,
+    pub patches: BTreeMap<ApplyTo, Vec<Arc<Patch>>>,
 }
 
 impl Applied {
     /// The patches for `to`.
-    pub fn of(&self, to: ApplyTo) -> &[Patch] {
+    pub fn of(&self, to: ApplyTo) -> &[Arc<Patch>] {
         self.patches.get(&to).map_or(&[], Vec::as_slice)
     }
 }
@@ -371,6 +391,31 @@ impl EnvoyFilters {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.by_namespace.is_empty()
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<Filter>> {
+        self.by_namespace.values().flatten()
+    }
+
+    /// Whether a filter selects proxies by their labels (a selector, or
+    /// `targetRefs` naming a gateway's Gateway by label).
+    pub fn reads_labels(&self) -> bool {
+        self.all().any(|f| f.spec.workload_selector.is_some() || !f.spec.target_refs.is_empty())
+    }
+
+    /// Whether a patch matches proxies by version.
+    pub fn reads_version(&self) -> bool {
+        self.all().flat_map(|f| &f.patches).any(|p| p.version.is_some())
+    }
+
+    /// The node metadata keys patches match.
+    pub fn metadata_keys(&self) -> std::collections::BTreeSet<&str> {
+        self.all().flat_map(|f| &f.patches).flat_map(|p| p.metadata.keys().map(String::as_str)).collect()
+    }
+
+    /// Every filter's problems reading its patches.
+    pub fn errors(&self) -> impl Iterator<Item = &String> {
+        self.all().flat_map(|f| &f.errors)
     }
 
     /// The patches that apply to `proxy`.
@@ -399,6 +444,12 @@ impl EnvoyFilters {
                 .then_with(|| format!("{}.{}", a.name, a.namespace).cmp(&format!("{}.{}", b.name, b.namespace)))
         });
         let mut out = Applied::default();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &matched {
+            use std::hash::{Hash, Hasher};
+            f.hash.hash(&mut h);
+            out.digest = h.finish();
+        }
         for f in matched {
             out.filters.push(format!("{}/{}", f.namespace, f.name).into());
             for p in &f.patches {

@@ -9,3 +9,4 @@ pub mod filters;
 pub mod merge;
 pub mod schema;
 pub mod spec;
+pub mod status;

@@ -7,6 +7,7 @@
 use std::hash::{Hash, Hasher};
 
 pub(crate) mod deps;
+mod patches;
 pub mod router;
 pub use deps::{Changes, Dep};
 use router::is_router;
@@ -447,22 +448,17 @@ impl Generator for MeshGenerator {
     }
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-        if is_router(class) && kind == Kind::Listener {
-            let Some(m) = mesh(snap) else { return Vec::new() };
-            return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
-        }
-        if is_router(class) && kind == Kind::Cluster {
-            let Some(m) = mesh(snap).filter(|m| router::auto_passthrough(&m.model, class)) else { return Vec::new() };
-            return router::sni_dnat(&m.model, class, None).into_iter().map(|(n, _)| Arc::from(n)).collect();
-        }
-        let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
-        match kind {
-            Kind::Listener => vec![VIRTUAL_INBOUND.into()],
-            Kind::Cluster => {
-                inbound_ports(&m.model, class).iter().map(|p| Arc::from(format!("inbound|{}||", p.port))).collect()
+        let mut names = unpatched_class_names(snap, class, kind);
+        // Clusters EnvoyFilters add (a name already served keeps its own).
+        if let (Kind::Cluster, Some(m)) = (kind, mesh(snap)) {
+            let shared = snap.shared_names(kind);
+            for (name, _) in patches::added_clusters(m, class) {
+                if !names.contains(&name) && !shared.contains(&name) {
+                    names.push(name);
+                }
             }
-            _ => Vec::new(),
         }
+        names
     }
 
     /// Outbound resources read the class's namespace, generator and node
@@ -471,10 +467,15 @@ impl Generator for MeshGenerator {
     /// only for endpoints. Proxies that differ in nothing else share them.
     fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
         let m = mesh(snap)?;
-        // Gateways select routers by label.
-        let labels = m.source_matching || m.selecting_sidecars || is_router(class);
+        // Gateways select routers by label; EnvoyFilters may select, and
+        // match versions and metadata.
+        let filters = &m.model.envoy_filters;
+        let labels = m.source_matching || m.selecting_sidecars || is_router(class) || filters.reads_labels();
+        let keys = filters.metadata_keys();
         Some(ProxyClass {
             labels: if labels { class.labels.clone() } else { Vec::new() },
+            version: if filters.reads_version() { class.version.clone() } else { Arc::from("") },
+            metadata: class.metadata.iter().filter(|(k, _)| keys.contains(&**k)).cloned().collect(),
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
             service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
             // A router's Service may claim it by address (its ports).
@@ -517,153 +518,181 @@ impl Generator for MeshGenerator {
     }
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
-        if kind == Kind::Secret {
-            return router::secret(&mesh(snap)?.model, class, name).map(|(h, _)| h);
-        }
-        if is_router(class) {
-            let m = mesh(snap)?;
-            match kind {
-                Kind::Listener => {
-                    // router::input covers everything a router's listeners
-                    // read; the build only says whether `name` exists.
-                    router::listeners(&m.model, class).iter().find(|l| l.name == name)?;
-                    return Some(router::input(m, class));
-                }
-                // Every name has an answer (an unknown one is empty).
-                Kind::Route => return Some(router::input(m, class)),
-                Kind::Cluster if router::router_skips_cluster(name) => return None,
-                Kind::Cluster if name.starts_with("outbound_.") => {
-                    // The copied cluster's bytes: a DNS service's cluster
-                    // carries its endpoints.
-                    let c = router::sni_dnat_cluster(m, class, name)?;
-                    return Some(mix(("sni-dnat", c.encode_to_vec())));
-                }
-                _ => {}
-            }
-        }
-        if inbound_name(kind, name) {
-            let m = mesh(snap).filter(|_| per_class(class))?;
-            if kind == Kind::Cluster
-                && !inbound_ports(&m.model, class).iter().any(|p| format!("inbound|{}||", p.port) == name)
-            {
-                return None;
-            }
-            return Some(m.inbound_input(class));
-        }
-        let shared = snap.shared_generation(kind, name)?;
-        let Some(m) = mesh(snap) else { return Some(shared) };
-        if !m.serves(class, kind, name) {
-            return None;
-        }
-        Some(match kind {
-            // Locality load balancing reads the DestinationRules.
-            Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation())),
-            // Rendered per class: the scope decides the virtual hosts and
-            // the rules the hash policies.
-            Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
-            Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
-            // A Sidecar's own outbound policy patches the listeners' fallthrough
-            // (and the dynamic forward proxy's filter and cluster): only the
-            // Sidecars matter, not the services.
-            Kind::Listener if m.outbound_overrides => mix((shared, m.sidecar_input(class))),
-            Kind::Cluster if name == crate::translate::dfp::CLUSTER && m.outbound_overrides => {
-                mix((shared, m.sidecar_input(class)))
-            }
-            _ => shared,
-        })
+        patches::generation(snap, class, kind, name, unpatched_generation)
     }
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
-        if kind == Kind::Secret {
-            let (_, secret) = router::secret(&mesh(snap)?.model, class, name)?;
-            return Some(Bytes::from(secret.encode_to_vec()));
+        patches::body(snap, class, kind, name, unpatched_generation, unpatched_body)
+    }
+}
+
+/// What [`MeshGenerator::class_wildcard_names`] lists before EnvoyFilters.
+fn unpatched_class_names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    if is_router(class) && kind == Kind::Listener {
+        let Some(m) = mesh(snap) else { return Vec::new() };
+        return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
+    }
+    if is_router(class) && kind == Kind::Cluster {
+        let Some(m) = mesh(snap).filter(|m| router::auto_passthrough(&m.model, class)) else { return Vec::new() };
+        return router::sni_dnat(&m.model, class, None).into_iter().map(|(n, _)| Arc::from(n)).collect();
+    }
+    let Some(m) = mesh(snap).filter(|_| per_class(class)) else { return Vec::new() };
+    match kind {
+        Kind::Listener => vec![VIRTUAL_INBOUND.into()],
+        Kind::Cluster => {
+            inbound_ports(&m.model, class).iter().map(|p| Arc::from(format!("inbound|{}||", p.port))).collect()
         }
-        if is_router(class) {
-            let m = mesh(snap)?;
-            match kind {
-                Kind::Listener => {
-                    let l = router::listeners(&m.model, class).into_iter().find(|l| l.name == name)?;
-                    return Some(Bytes::from(l.encode_to_vec()));
-                }
-                Kind::Route => return Some(Bytes::from(router::route(&m.model, class, name).encode_to_vec())),
-                Kind::Cluster if router::router_skips_cluster(name) => return None,
-                Kind::Cluster if name.starts_with("outbound_.") => {
-                    return router::sni_dnat_cluster(m, class, name).map(|c| Bytes::from(c.encode_to_vec()));
-                }
-                _ => {}
+        _ => Vec::new(),
+    }
+}
+
+/// What [`MeshGenerator::input_generation`] says before EnvoyFilters.
+fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    if kind == Kind::Secret {
+        return router::secret(&mesh(snap)?.model, class, name).map(|(h, _)| h);
+    }
+    if is_router(class) {
+        let m = mesh(snap)?;
+        match kind {
+            Kind::Listener => {
+                // router::input covers everything a router's listeners
+                // read; the build only says whether `name` exists.
+                router::listeners(&m.model, class).iter().find(|l| l.name == name)?;
+                return Some(router::input(m, class));
             }
+            // Every name has an answer (an unknown one is empty).
+            Kind::Route => return Some(router::input(m, class)),
+            Kind::Cluster if router::router_skips_cluster(name) => return None,
+            Kind::Cluster if name.starts_with("outbound_.") => {
+                // The copied cluster's bytes: a DNS service's cluster
+                // carries its endpoints.
+                let c = router::sni_dnat_cluster(m, class, name)?;
+                return Some(mix(("sni-dnat", c.encode_to_vec())));
+            }
+            _ => {}
         }
-        if inbound_name(kind, name) {
-            let m = mesh(snap).filter(|_| per_class(class))?;
-            return match kind {
-                Kind::Listener => Some(Bytes::from(virtual_inbound(&m.model, class).encode_to_vec())),
-                _ => inbound_ports(&m.model, class)
-                    .iter()
-                    .find(|p| format!("inbound|{}||", p.port) == name)
-                    .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p, class).encode_to_vec())),
-            };
-        }
-        let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
-        if !m.serves(class, kind, name) {
+    }
+    if inbound_name(kind, name) {
+        let m = mesh(snap).filter(|_| per_class(class))?;
+        if kind == Kind::Cluster
+            && !inbound_ports(&m.model, class).iter().any(|p| format!("inbound|{}||", p.port) == name)
+        {
             return None;
         }
-        let policy = crate::translate::scope::outbound_policy(&m.model, class);
+        return Some(m.inbound_input(class));
+    }
+    let shared = snap.shared_generation(kind, name)?;
+    let Some(m) = mesh(snap) else { return Some(shared) };
+    if !m.serves(class, kind, name) {
+        return None;
+    }
+    Some(match kind {
+        // Locality load balancing reads the DestinationRules.
+        Kind::Endpoint if !class.locality.is_empty() => mix((shared, m.routing_generation())),
+        // Rendered per class: the scope decides the virtual hosts and
+        // the rules the hash policies.
+        Kind::Route => mix((shared, m.scope_input(class), m.routing_generation())),
+        Kind::Listener if name == VIRTUAL_OUTBOUND && m.per_class_outbound() => mix((shared, m.scope_input(class))),
+        // A Sidecar's own outbound policy patches the listeners' fallthrough
+        // (and the dynamic forward proxy's filter and cluster): only the
+        // Sidecars matter, not the services.
+        Kind::Listener if m.outbound_overrides => mix((shared, m.sidecar_input(class))),
+        Kind::Cluster if name == crate::translate::dfp::CLUSTER && m.outbound_overrides => {
+            mix((shared, m.sidecar_input(class)))
+        }
+        _ => shared,
+    })
+}
+
+/// What [`MeshGenerator::generate`] makes before EnvoyFilters.
+fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    if kind == Kind::Secret {
+        let (_, secret) = router::secret(&mesh(snap)?.model, class, name)?;
+        return Some(Bytes::from(secret.encode_to_vec()));
+    }
+    if is_router(class) {
+        let m = mesh(snap)?;
         match kind {
-            Kind::Cluster
-                if name == crate::translate::dfp::CLUSTER
-                    && policy != crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns =>
-            {
-                // A Sidecar's own policy has no dynamic forward proxy.
-                None
+            Kind::Listener => {
+                let l = router::listeners(&m.model, class).into_iter().find(|l| l.name == name)?;
+                return Some(Bytes::from(l.encode_to_vec()));
             }
-            Kind::Cluster => match m.cluster_form(class, name) {
-                Some(form) if is_grpc(class) => {
-                    Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec()))
-                }
-                Some(form) => Some(form.bytes.clone()),
-                None => snap.shared_body(kind, name),
-            },
-            Kind::Endpoint => {
-                let form = m.cluster_form(class, name)?;
-                let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
-                local.or_else(|| form.endpoints.clone())
+            Kind::Route => return Some(Bytes::from(router::route(&m.model, class, name).encode_to_vec())),
+            Kind::Cluster if router::router_skips_cluster(name) => return None,
+            Kind::Cluster if name.starts_with("outbound_.") => {
+                return router::sni_dnat_cluster(m, class, name).map(|c| Bytes::from(c.encode_to_vec()));
             }
-            Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
-                // The Sidecar overrides the mesh's policy for unknown destinations.
+            _ => {}
+        }
+    }
+    if inbound_name(kind, name) {
+        let m = mesh(snap).filter(|_| per_class(class))?;
+        return match kind {
+            Kind::Listener => Some(Bytes::from(virtual_inbound(&m.model, class).encode_to_vec())),
+            _ => inbound_ports(&m.model, class)
+                .iter()
+                .find(|p| format!("inbound|{}||", p.port) == name)
+                .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p, class).encode_to_vec())),
+        };
+    }
+    let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };
+    if !m.serves(class, kind, name) {
+        return None;
+    }
+    let policy = crate::translate::scope::outbound_policy(&m.model, class);
+    match kind {
+        Kind::Cluster
+            if name == crate::translate::dfp::CLUSTER
+                && policy != crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns =>
+        {
+            // A Sidecar's own policy has no dynamic forward proxy.
+            None
+        }
+        Kind::Cluster => match m.cluster_form(class, name) {
+            Some(form) if is_grpc(class) => Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec())),
+            Some(form) => Some(form.bytes.clone()),
+            None => snap.shared_body(kind, name),
+        },
+        Kind::Endpoint => {
+            let form = m.cluster_form(class, name)?;
+            let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
+            local.or_else(|| form.endpoints.clone())
+        }
+        Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
+            // The Sidecar overrides the mesh's policy for unknown destinations.
+            let side = crate::translate::telemetry::outbound(&m.model);
+            Some(Bytes::from(virtual_outbound(policy, m.model.mesh.dynamic_dns_max_hosts, &side).encode_to_vec()))
+        }
+        Kind::Listener if policy != m.model.mesh.outbound => {
+            // The Sidecar's policy also decides the outbound listeners'
+            // fallthrough chain, and whether their HTTP goes through
+            // the dynamic forward proxy's filter.
+            let body = snap.shared_body(kind, name)?;
+            let mut l = istiod_proto::envoy::config::listener::v3::Listener::decode(body.clone()).ok()?;
+            let mut changed = false;
+            if l.default_filter_chain.as_ref().is_some_and(|c| c.name == "PassthroughFilterChain") {
                 let side = crate::translate::telemetry::outbound(&m.model);
-                Some(Bytes::from(virtual_outbound(policy, m.model.mesh.dynamic_dns_max_hosts, &side).encode_to_vec()))
+                l.default_filter_chain = Some(crate::translate::listener::passthrough_chain(policy, &side));
+                changed = true;
             }
-            Kind::Listener if policy != m.model.mesh.outbound => {
-                // The Sidecar's policy also decides the outbound listeners'
-                // fallthrough chain, and whether their HTTP goes through
-                // the dynamic forward proxy's filter.
-                let body = snap.shared_body(kind, name)?;
-                let mut l = istiod_proto::envoy::config::listener::v3::Listener::decode(body.clone()).ok()?;
-                let mut changed = false;
-                if l.default_filter_chain.as_ref().is_some_and(|c| c.name == "PassthroughFilterChain") {
-                    let side = crate::translate::telemetry::outbound(&m.model);
-                    l.default_filter_chain = Some(crate::translate::listener::passthrough_chain(policy, &side));
-                    changed = true;
-                }
-                if m.model.mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns {
-                    crate::translate::dfp::strip_from(&mut l);
-                    changed = true;
-                }
-                match changed {
-                    true => Some(Bytes::from(l.encode_to_vec())),
-                    false => Some(body),
-                }
+            if m.model.mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns {
+                crate::translate::dfp::strip_from(&mut l);
+                changed = true;
             }
-            Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
-            Kind::Route => {
-                let table = m.translation.routes.get(name)?;
-                // (Without scoping every service is visible: skip the lookups.)
-                let visible = |svc: &crate::model::Service, port: u16| {
-                    !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
-                };
-                let views = |port: u16| crate::translate::scope::virtual_services(&m.model, class, port);
-                Some(Bytes::from(table.render(&m.model, class, policy, visible, &views).encode_to_vec()))
+            match changed {
+                true => Some(Bytes::from(l.encode_to_vec())),
+                false => Some(body),
             }
+        }
+        Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
+        Kind::Route => {
+            let table = m.translation.routes.get(name)?;
+            // (Without scoping every service is visible: skip the lookups.)
+            let visible = |svc: &crate::model::Service, port: u16| {
+                !m.scoping.active || crate::translate::scope::visible_on(&m.model, class, svc, Some(port))
+            };
+            let views = |port: u16| crate::translate::scope::virtual_services(&m.model, class, port);
+            Some(Bytes::from(table.render(&m.model, class, policy, visible, &views).encode_to_vec()))
         }
     }
 }

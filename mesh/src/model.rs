@@ -272,6 +272,9 @@ pub struct Model {
     /// Secrets (gateway credentials) by (namespace, name).
     #[serde(skip)]
     pub secrets: Arc<Secrets>,
+    /// The EnvoyFilters, read (their patch values built as their types).
+    #[serde(skip)]
+    pub envoy_filters: Arc<istiod_envoyfilter::filters::EnvoyFilters>,
     /// ConfigMaps by (namespace, name), their CA keys only (SDS
     /// `configmap://` names: a BackendTLSPolicy's CA).
     #[serde(skip)]
@@ -373,6 +376,21 @@ pub fn secrets_of(objs: &Objects) -> Secrets {
             ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
         })
         .collect()
+}
+
+/// The EnvoyFilters of `objs`, read, the mesh's root namespace being `root`.
+pub fn envoy_filters_of(objs: &Objects, root: &str) -> istiod_envoyfilter::filters::EnvoyFilters {
+    let filters = objs.istio.iter().filter_map(|o| match &o.spec {
+        IstioSpec::Ext(istiod_config::istio::IstioKind::EnvoyFilter, s) => {
+            Some((o.meta.ns(), o.meta.name.as_str(), o.meta.creation_timestamp.as_deref().unwrap_or(""), &s.0))
+        }
+        _ => None,
+    });
+    let out = istiod_envoyfilter::filters::EnvoyFilters::new(root, filters);
+    for e in out.errors() {
+        tracing::error!(target: "model", "{e}");
+    }
+    out
 }
 
 /// The ConfigMaps of `objs`, held as Secrets are (their values as bytes).
@@ -765,6 +783,7 @@ impl Model {
             ))
         });
         model.telemetries = Arc::new(telemetries);
+        model.envoy_filters = Arc::new(envoy_filters_of(objs, &model.mesh.root_namespace));
         let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
         gateways.extend(api.gateways);
         gateways.extend(ingress.gateways);

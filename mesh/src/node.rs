@@ -76,6 +76,13 @@ pub struct ProxyClass {
     pub mesh_id: Arc<str>,
     /// ...`CLUSTER_ID`: tracing tags them on the inbound side.
     pub cluster_id: Arc<str>,
+    /// `ISTIO_VERSION`: EnvoyFilter patches may match it (`proxyVersion`).
+    /// Reduced away unless one does.
+    pub version: Arc<str>,
+    /// The node's string metadata (values up to 256 bytes), sorted:
+    /// EnvoyFilter patches may match it (`proxy.metadata`). Reduced to the
+    /// keys some patch matches.
+    pub metadata: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// Why a node was rejected (the stream ends with INVALID_ARGUMENT).
@@ -170,11 +177,28 @@ impl Proxy {
                 },
                 mesh_id: s("MESH_ID"),
                 cluster_id: s("CLUSTER_ID"),
+                version: s("ISTIO_VERSION"),
+                metadata: string_metadata(node),
             },
             cluster_id: s("CLUSTER_ID"),
             istio_version: s("ISTIO_VERSION"),
         })
     }
+}
+
+/// The node's string-valued metadata (up to 256 bytes each), sorted.
+fn string_metadata(node: &Node) -> Vec<(Arc<str>, Arc<str>)> {
+    let mut out: Vec<(Arc<str>, Arc<str>)> = node
+        .metadata
+        .iter()
+        .flat_map(|m| &m.fields)
+        .filter_map(|(k, v)| match &v.kind {
+            Some(ValueKind::StringValue(s)) if s.len() <= 256 => Some((Arc::from(k.as_str()), Arc::from(s.as_str()))),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 impl NodeType {
@@ -206,6 +230,8 @@ impl ProxyClass {
             "ips": self.ips.iter().map(|s| &**s).collect::<Vec<_>>(),
             "meshId": &*self.mesh_id,
             "clusterId": &*self.cluster_id,
+            "version": &*self.version,
+            "metadata": self.metadata.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(&**v))).collect::<serde_json::Map<_, _>>(),
         })
     }
 
@@ -239,6 +265,17 @@ impl ProxyClass {
                 .unwrap_or_default(),
             mesh_id: s("meshId"),
             cluster_id: s("clusterId"),
+            version: s("version"),
+            metadata: {
+                let mut m: Vec<(Arc<str>, Arc<str>)> = v["metadata"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str().unwrap_or(""))))
+                    .collect();
+                m.sort();
+                m
+            },
         })
     }
 }

@@ -22,6 +22,8 @@ pub fn class(ns: &str, labels: &[(&str, &str)]) -> ProxyClass {
         ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
+        version: "".into(),
+        metadata: Vec::new(),
     }
 }
 

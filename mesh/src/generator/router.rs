@@ -608,6 +608,8 @@ pub fn report(model: &Model) -> serde_json::Value {
                 ips: Vec::new(),
                 mesh_id: "".into(),
                 cluster_id: "".into(),
+                version: "".into(),
+                metadata: Vec::new(),
             };
             for r in merged(model, &class).rejected {
                 rejected.push(json!({"gateway": r.gateway, "port": r.port, "reason": r.reason}));
@@ -700,6 +702,8 @@ mod tests {
             ips: Vec::new(),
             mesh_id: "".into(),
             cluster_id: "".into(),
+            version: "".into(),
+            metadata: Vec::new(),
         }
     }
 

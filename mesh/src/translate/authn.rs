@@ -266,6 +266,8 @@ pub fn service_mtls_mode(model: &Model, svc: &crate::model::Service, port: u16) 
         ips: Vec::new(),
         mesh_id: "".into(),
         cluster_id: "".into(),
+        version: "".into(),
+        metadata: Vec::new(),
     };
     Some(mtls_mode(model, &class, port))
 }

@@ -154,6 +154,23 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     ports.into_values().collect()
 }
 
+/// The hosts of the workload's services that serve its port `port` (an
+/// inbound cluster's services, for EnvoyFilter cluster matches).
+pub(crate) fn inbound_hosts(model: &Model, class: &ProxyClass, port: u16) -> Vec<std::sync::Arc<str>> {
+    model
+        .services
+        .values()
+        .filter(|s| (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
+        .filter(|s| {
+            s.ports.iter().any(|p| {
+                s.endpoints.iter().any(|e| e.service_port == p.port && e.port == port)
+                    || p.target_port.unwrap_or(p.port) == port
+            })
+        })
+        .map(|s| s.hostname.clone())
+        .collect()
+}
+
 /// `inbound|<port>||` (cluster.go `buildInboundClustersFromServiceInstances`,
 /// cluster_builder.go `buildInboundCluster`): to the address the
 /// connection was for, leaving from 127.0.0.6 so iptables lets it through;

@@ -1,0 +1,106 @@
+//! EnvoyFilters on what is served (issue #34): each case's objects go to
+//! the binary through `--configDir`, and what one proxy is served is
+//! fetched by grpcio and decoded with the upstream `xds-protos`
+//! descriptors (`tests/py/ads_fetch.py`): every patched resource decodes
+//! with Envoy's own types, including extensions istiod-rs never builds.
+
+use serde_json::{Value, json};
+
+use crate::served::served;
+
+const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  clusterIP: 10.96.0.11
+  selector: {app: db}
+  ports: [{name: tcp, port: 5432}]
+";
+
+/// CLUSTER patches (istiod's cluster_patch.go): a MERGE of a connection
+/// pool and timeout into one service's cluster, a REMOVE of another, an
+/// ADD of an aggregate cluster (an extension istiod-rs never builds,
+/// kept whole), from the root namespace for every proxy; and a MERGE a
+/// workload selector limits to `app: client`.
+#[test]
+fn cluster_patches_are_served_as_istiod_applies_them() {
+    let objects = format!(
+        "{MESH}---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: mesh-clusters, namespace: istio-system}}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND, cluster: {{service: web.shop.svc.cluster.local, portNumber: 80}}}}
+    patch:
+      operation: MERGE
+      value:
+        connect_timeout: 3s
+        circuit_breakers: {{thresholds: [{{max_connections: 7, max_pending_requests: 9}}]}}
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND, cluster: {{name: outbound|5432||db.shop.svc.cluster.local}}}}
+    patch: {{operation: REMOVE}}
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND}}
+    patch:
+      operation: ADD
+      value:
+        name: web-aggregate
+        connect_timeout: 1s
+        lb_policy: CLUSTER_PROVIDED
+        cluster_type:
+          name: envoy.clusters.aggregate
+          typed_config:
+            '@type': type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig
+            clusters: [outbound|80||web.shop.svc.cluster.local]
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: client-only, namespace: shop}}
+spec:
+  workloadSelector: {{labels: {{app: client}}}}
+  configPatches:
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND, cluster: {{service: web.shop.svc.cluster.local}}}}
+    patch: {{operation: MERGE, value: {{per_connection_buffer_limit_bytes: 4096}}}}
+"
+    );
+    let client = served(&objects, "", "shop", json!({"app": "client"}), "10.1.0.5");
+    let clusters = &client["clusters"];
+    let web = &clusters["outbound|80||web.shop.svc.cluster.local"];
+    assert_eq!(web["connectTimeout"], "3s", "{web}");
+    let thresholds = &web["circuitBreakers"]["thresholds"];
+    let added: Vec<&Value> = thresholds.as_array().unwrap().iter().filter(|t| t["maxConnections"] == 7).collect();
+    assert_eq!(added.len(), 1, "the patch's thresholds appended to istiod-rs's own: {thresholds}");
+    assert_eq!(added[0]["maxPendingRequests"], 9);
+    assert_eq!(web["perConnectionBufferLimitBytes"], 4096, "the selected workload's own patch");
+    assert_eq!(web["type"], "EDS", "the rest of the cluster is kept: {web}");
+    assert!(clusters.get("outbound|5432||db.shop.svc.cluster.local").is_none(), "removed: {clusters}");
+    let aggregate = &clusters["web-aggregate"];
+    assert_eq!(aggregate["clusterType"]["typedConfig"]["clusters"], json!(["outbound|80||web.shop.svc.cluster.local"]));
+    assert_eq!(
+        aggregate["clusterType"]["typedConfig"]["@type"],
+        "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig"
+    );
+    // Another workload: the mesh-wide patches only.
+    let other = served(&objects, "", "shop", json!({"app": "other"}), "10.1.0.6");
+    let web = &other["clusters"]["outbound|80||web.shop.svc.cluster.local"];
+    assert_eq!(web["connectTimeout"], "3s");
+    assert!(web.get("perConnectionBufferLimitBytes").is_none(), "not selected: {web}");
+    // A namespace the filter's selector-less patches do not reach still
+    // gets the root namespace's.
+    let elsewhere = served(&objects, "", "other", json!({"app": "client"}), "10.1.0.7");
+    assert!(elsewhere["clusters"].get("web-aggregate").is_some());
+    let web = &elsewhere["clusters"]["outbound|80||web.shop.svc.cluster.local"];
+    assert!(web.get("perConnectionBufferLimitBytes").is_none(), "shop's filter stays in shop: {web}");
+}

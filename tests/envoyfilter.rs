@@ -24,6 +24,14 @@ spec:
   clusterIP: 10.96.0.11
   selector: {app: db}
   ports: [{name: tcp, port: 5432}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  clusterIP: 10.96.0.12
+  selector: {app: api}
+  ports: [{name: http, port: 9090}]
 ";
 
 /// CLUSTER patches (istiod's cluster_patch.go): a MERGE of a connection
@@ -103,4 +111,95 @@ spec:
     assert!(elsewhere["clusters"].get("web-aggregate").is_some());
     let web = &elsewhere["clusters"]["outbound|80||web.shop.svc.cluster.local"];
     assert!(web.get("perConnectionBufferLimitBytes").is_none(), "shop's filter stays in shop: {web}");
+}
+
+/// The HTTP filters of the inbound chains for `port` of `listeners`'
+/// `virtualInbound`, by chain.
+fn inbound_http_filters(got: &Value, port: u64) -> Vec<Vec<Value>> {
+    let l = &got["listeners"]["virtualInbound"];
+    l["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["filterChainMatch"]["destinationPort"] == port)
+        .flat_map(|c| c["filters"].as_array().unwrap().clone())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| f["typedConfig"]["httpFilters"].as_array().unwrap().clone())
+        .collect()
+}
+
+/// HTTP_FILTER patches on the inbound side (istiod's listener_patch.go):
+/// a Lua filter inserted before the router for every workload of the
+/// namespace, and a local rate limit for one workload's port only, both
+/// served whole (configs the project's own types do not carry); the
+/// outbound side untouched.
+#[test]
+fn inbound_http_filters_are_inserted_as_istiod_inserts_them() {
+    let objects = format!(
+        "{MESH}---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: lua, namespace: shop}}
+spec:
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match:
+      context: SIDECAR_INBOUND
+      listener:
+        filterChain:
+          filter:
+            name: envoy.filters.network.http_connection_manager
+            subFilter: {{name: envoy.filters.http.router}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.lua
+        typed_config:
+          '@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+          default_source_code: {{inline_string: 'function envoy_on_request(h) h:headers():add(\"x-lua\", \"1\") end'}}
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: ratelimit, namespace: shop}}
+spec:
+  workloadSelector: {{labels: {{app: web}}}}
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match:
+      context: SIDECAR_INBOUND
+      listener:
+        portNumber: 8080
+        filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager}}}}
+    patch:
+      operation: INSERT_FIRST
+      value:
+        name: envoy.filters.http.local_ratelimit
+        typed_config:
+          '@type': type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+          stat_prefix: http_local_rate_limiter
+          token_bucket: {{max_tokens: 10, tokens_per_fill: 10, fill_interval: 60s}}
+"
+    );
+    let web = served(&objects, "", "shop", json!({"app": "web"}), "10.1.0.8");
+    let chains = inbound_http_filters(&web, 8080);
+    assert!(!chains.is_empty(), "{}", web["listeners"]["virtualInbound"]);
+    for filters in &chains {
+        let names: Vec<&str> = filters.iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names.first(), Some(&"envoy.filters.http.local_ratelimit"), "{names:?}");
+        let lua = names.iter().position(|n| *n == "envoy.filters.http.lua").expect("the Lua filter");
+        assert_eq!(names[lua + 1], "envoy.filters.http.router", "before the router: {names:?}");
+        assert_eq!(filters[0]["typedConfig"]["tokenBucket"]["maxTokens"], 10);
+        assert!(filters[lua]["typedConfig"]["defaultSourceCode"]["inlineString"].as_str().unwrap().contains("x-lua"));
+    }
+    // Another workload of the namespace: Lua, no rate limit.
+    let api = served(&objects, "", "shop", json!({"app": "api"}), "10.1.0.9");
+    let chains = inbound_http_filters(&api, 9090);
+    assert!(!chains.is_empty(), "{}", api["listeners"]["virtualInbound"]);
+    for filters in &chains {
+        assert!(filters.iter().any(|f| f["name"] == "envoy.filters.http.lua"));
+        assert!(!filters.iter().any(|f| f["name"] == "envoy.filters.http.local_ratelimit"));
+    }
+    // The outbound side: nothing inserted.
+    let outbound = web["listeners"]["0.0.0.0_80"].to_string();
+    assert!(!outbound.contains("envoy.filters.http.lua"), "{outbound}");
 }

@@ -449,10 +449,16 @@ impl Generator for MeshGenerator {
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         let mut names = unpatched_class_names(snap, class, kind);
-        // Clusters EnvoyFilters add (a name already served keeps its own).
-        if let (Kind::Cluster, Some(m)) = (kind, mesh(snap)) {
+        // Clusters and listeners EnvoyFilters add (a name already served
+        // keeps its own).
+        if let (Kind::Cluster | Kind::Listener, Some(m)) = (kind, mesh(snap)) {
             let shared = snap.shared_names(kind);
-            for (name, _) in patches::added_clusters(m, class) {
+            let added = if kind == Kind::Cluster {
+                patches::added_clusters(m, class)
+            } else {
+                patches::added_listeners(m, class)
+            };
+            for (name, _) in added {
                 if !names.contains(&name) && !shared.contains(&name) {
                     names.push(name);
                 }

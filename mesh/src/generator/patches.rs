@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_envoyfilter::cluster as clusters;
-use istiod_envoyfilter::filters::{Applied, ApplyTo, Context, Proxy};
+use istiod_envoyfilter::filters::{Applied, Context, Proxy};
+use istiod_envoyfilter::listener as listeners;
 use istiod_xds_api::snapshot::{Kind, Snapshot};
 use prost::Message;
 
@@ -70,6 +71,74 @@ pub(crate) fn added_clusters(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>
         .collect()
 }
 
+/// The listeners ADD patches give a proxy of `class`, by name.
+pub(crate) fn added_listeners(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
+    let Some(applied) = applied(m, class) else { return Vec::new() };
+    let ctx = if class.node_type == NodeType::Router { Context::Gateway } else { Context::SidecarOutbound };
+    listeners::inserted(&applied, ctx)
+        .into_iter()
+        .map(|c| {
+            let name = c.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into());
+            (name, c)
+        })
+        .collect()
+}
+
+/// The port a listener's name carries (`0.0.0.0_80`; the virtual ones').
+fn listener_port(name: &str) -> Option<u32> {
+    match name {
+        crate::translate::inbound::VIRTUAL_INBOUND => Some(15006),
+        "virtualOutbound" => Some(15001),
+        _ => name.rsplit('_').next()?.parse().ok(),
+    }
+}
+
+/// What patches do to one resource, decided without building it.
+enum Effect {
+    /// Nothing: the base resource as it is.
+    None,
+    /// Removed.
+    Removed,
+    /// Possibly changed.
+    Touched,
+}
+
+fn effect(m: &MeshInput, applied: &Applied, class: &ProxyClass, kind: Kind, name: &str) -> Effect {
+    let ctx = context(class, kind, name);
+    match kind {
+        Kind::Cluster => {
+            let hosts = hosts(m, class, name);
+            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
+            if clusters::removed(applied, ctx, name, &hosts) {
+                Effect::Removed
+            } else if clusters::touched(applied, ctx, name, &hosts) {
+                Effect::Touched
+            } else {
+                Effect::None
+            }
+        }
+        Kind::Listener => {
+            let port = listener_port(name);
+            if listeners::removed(applied, ctx, name, port) {
+                Effect::Removed
+            } else if listeners::touched(applied, ctx, name, port) {
+                Effect::Touched
+            } else {
+                Effect::None
+            }
+        }
+        _ => Effect::None,
+    }
+}
+
+fn added(m: &MeshInput, class: &ProxyClass, kind: Kind) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
+    match kind {
+        Kind::Cluster => added_clusters(m, class),
+        Kind::Listener => added_listeners(m, class),
+        _ => Vec::new(),
+    }
+}
+
 /// The generation of `name`: the base one, unless a patch removes the
 /// resource (none), adds it, or may change it (mixed with the filters').
 pub(crate) fn generation(
@@ -79,22 +148,16 @@ pub(crate) fn generation(
     name: &str,
     base: BaseGeneration,
 ) -> Option<u64> {
-    let (Some(m), Kind::Cluster) = (mesh(snap), kind) else { return base(snap, class, kind, name) };
-    let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
-    if applied.of(ApplyTo::Cluster).is_empty() {
+    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener)) else {
         return base(snap, class, kind, name);
-    }
-    let ctx = context(class, kind, name);
-    let hosts = hosts(m, class, name);
-    let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-    if clusters::removed(&applied, ctx, name, &hosts) {
-        return None;
-    }
-    match base(snap, class, kind, name) {
-        Some(g) if clusters::touched(&applied, ctx, name, &hosts) => Some(mix((g, applied.digest))),
-        Some(g) => Some(g),
-        // An added cluster (the first ADD of a name wins where two add it).
-        None => added_clusters(m, class).iter().any(|(n, _)| &**n == name).then(|| mix(("added", applied.digest))),
+    };
+    let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
+    match (effect(m, &applied, class, kind, name), base(snap, class, kind, name)) {
+        (Effect::Removed, _) => None,
+        (Effect::Touched, Some(g)) => Some(mix((g, applied.digest))),
+        (Effect::None, Some(g)) => Some(g),
+        // An added resource (the first ADD of a name wins where two add it).
+        (_, None) => added(m, class, kind).iter().any(|(n, _)| &**n == name).then(|| mix(("added", applied.digest))),
     }
 }
 
@@ -107,34 +170,41 @@ pub(crate) fn body(
     base_generation: BaseGeneration,
     base: BaseBody,
 ) -> Option<Bytes> {
-    let (Some(m), Kind::Cluster) = (mesh(snap), kind) else { return base(snap, class, kind, name) };
-    let Some(applied) = applied(m, class).filter(|a| !a.of(ApplyTo::Cluster).is_empty()) else {
+    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener)) else {
         return base(snap, class, kind, name);
     };
-    let ctx = context(class, kind, name);
-    let hosts = hosts(m, class, name);
-    let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-    if clusters::removed(&applied, ctx, name, &hosts) {
+    let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
+    let effect = effect(m, &applied, class, kind, name);
+    if matches!(effect, Effect::Removed) {
         return None;
     }
     if base_generation(snap, class, kind, name).is_none() {
-        let (_, c) = added_clusters(m, class).into_iter().find(|(n, _)| &**n == name)?;
+        let (_, c) = added(m, class, kind).into_iter().find(|(n, _)| &**n == name)?;
         return Some(Bytes::from(c.encode_to_vec()));
     }
     let bytes = base(snap, class, kind, name)?;
-    if !clusters::touched(&applied, ctx, name, &hosts) {
+    if !matches!(effect, Effect::Touched) {
         return Some(bytes);
     }
-    let desc = istiod_envoyfilter::schema::message("envoy.config.cluster.v3.Cluster")?;
-    let c = match istiod_envoyfilter::schema::decode(desc, &bytes) {
-        Ok(c) => c,
+    let ctx = context(class, kind, name);
+    let type_name =
+        if kind == Kind::Cluster { "envoy.config.cluster.v3.Cluster" } else { "envoy.config.listener.v3.Listener" };
+    let desc = istiod_envoyfilter::schema::message(type_name)?;
+    let resource = match istiod_envoyfilter::schema::decode(desc, &bytes) {
+        Ok(r) => r,
         Err(e) => {
             tracing::warn!(target: "ads", name, "cannot patch: {e}");
             return Some(bytes);
         }
     };
     let mut outcomes = Vec::new();
-    let patched = clusters::apply(&applied, ctx, c, &hosts, &mut outcomes);
+    let patched = if kind == Kind::Cluster {
+        let hosts = hosts(m, class, name);
+        let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
+        clusters::apply(&applied, ctx, resource, &hosts, &mut outcomes)
+    } else {
+        listeners::apply(&applied, ctx, resource, &mut outcomes)
+    };
     istiod_envoyfilter::status::record(&outcomes);
     patched.map(|c| Bytes::from(c.encode_to_vec()))
 }

@@ -109,7 +109,7 @@ fn chain_matches(l: &DynamicMessage, fc: &DynamicMessage, p: &Patch) -> bool {
         return false;
     }
     if !c.transport_protocol.is_empty()
-        && !fcm.as_ref().is_some_and(|x| str_field(x, "transport_protocol") == c.transport_protocol)
+        && fcm.as_ref().is_none_or(|x| str_field(x, "transport_protocol") != c.transport_protocol)
     {
         return false;
     }
@@ -270,14 +270,12 @@ pub fn apply(
         }
         patch_chain(applied, ctx, &l, fc, outcomes);
     }
-    if let Some(mut fc) = msg_field(&l, "default_filter_chain") {
-        if !list_field(&fc, "filters").is_empty() {
-            patch_chain(applied, ctx, &l, &mut fc, outcomes);
-            if list_field(&fc, "filters").is_empty() {
-                l.clear_field_by_name("default_filter_chain");
-            } else {
-                l.set_field_by_name("default_filter_chain", Value::Message(fc));
-            }
+    if let Some(mut fc) = msg_field(&l, "default_filter_chain").filter(|fc| !list_field(fc, "filters").is_empty()) {
+        patch_chain(applied, ctx, &l, &mut fc, outcomes);
+        if list_field(&fc, "filters").is_empty() {
+            l.clear_field_by_name("default_filter_chain");
+        } else {
+            l.set_field_by_name("default_filter_chain", Value::Message(fc));
         }
     }
     for p in applied.of(ApplyTo::FilterChain).iter().filter(|p| p.operation == Operation::Add) {

@@ -203,3 +203,68 @@ spec:
     let outbound = web["listeners"]["0.0.0.0_80"].to_string();
     assert!(!outbound.contains("envoy.filters.http.lua"), "{outbound}");
 }
+
+/// Route patches (istiod's rc_patch.go) on a sidecar's outbound route
+/// configuration `80`: an HTTP_ROUTE REMOVE of the route a VirtualService
+/// names `legacy`, a VIRTUAL_HOST MERGE adding a response header to one
+/// virtual host, and an HTTP_ROUTE INSERT_FIRST of a direct response.
+#[test]
+fn route_patches_are_served_as_istiod_applies_them() {
+    let objects = format!(
+        "{MESH}---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: web, namespace: shop}}
+spec:
+  hosts: [web.shop.svc.cluster.local]
+  http:
+  - name: legacy
+    match: [{{uri: {{prefix: /old}}}}]
+    route: [{{destination: {{host: web.shop.svc.cluster.local}}}}]
+  - name: default
+    route: [{{destination: {{host: web.shop.svc.cluster.local}}}}]
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: routes, namespace: istio-system}}
+spec:
+  configPatches:
+  - applyTo: HTTP_ROUTE
+    match:
+      context: SIDECAR_OUTBOUND
+      routeConfiguration:
+        portNumber: 80
+        vhost: {{name: web.shop.svc.cluster.local:80, route: {{name: legacy}}}}
+    patch: {{operation: REMOVE}}
+  - applyTo: VIRTUAL_HOST
+    match:
+      context: SIDECAR_OUTBOUND
+      routeConfiguration: {{vhost: {{name: web.shop.svc.cluster.local:80}}}}
+    patch:
+      operation: MERGE
+      value:
+        response_headers_to_add: [{{header: {{key: x-patched, value: '1'}}}}]
+  - applyTo: HTTP_ROUTE
+    match:
+      context: SIDECAR_OUTBOUND
+      routeConfiguration: {{portNumber: 80, vhost: {{name: web.shop.svc.cluster.local:80}}}}
+    patch:
+      operation: INSERT_FIRST
+      value:
+        name: maintenance
+        match: {{prefix: /maintenance}}
+        direct_response: {{status: 503}}
+"
+    );
+    let got = served(&objects, "", "shop", json!({"app": "client"}), "10.1.0.5");
+    let rc = &got["routes"]["80"];
+    let vhosts = rc["virtualHosts"].as_array().unwrap();
+    let web = vhosts.iter().find(|v| v["name"] == "web.shop.svc.cluster.local:80").expect("web's virtual host");
+    let names: Vec<&str> = web["routes"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(names, ["maintenance", "default"], "{web}");
+    assert_eq!(web["routes"][0]["directResponse"]["status"], 503);
+    assert_eq!(web["responseHeadersToAdd"][0]["header"]["key"], "x-patched", "{web}");
+    for other in vhosts.iter().filter(|v| v["name"] != "web.shop.svc.cluster.local:80") {
+        assert!(other.get("responseHeadersToAdd").is_none(), "only the matched virtual host: {other}");
+    }
+}

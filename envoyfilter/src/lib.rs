@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod filters;
 pub mod listener;
 pub mod merge;
+pub mod route;
 pub mod schema;
 pub mod spec;
 pub mod status;

@@ -458,6 +458,41 @@ pub fn removed(applied: &Applied, ctx: Context, name: &str, port: Option<u32>) -
     })
 }
 
+/// istiod patches an inbound HTTP route configuration as it builds it
+/// (`buildSidecarInboundHTTPRouteConfig`): the route configurations inline
+/// in `l`'s HTTP connection managers, patched in `ctx`. Whether any was.
+pub fn patch_inline_routes(
+    applied: &Applied,
+    ctx: Context,
+    l: &mut DynamicMessage,
+    outcomes: &mut Vec<Outcome>,
+) -> bool {
+    let levels = [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute];
+    if levels.iter().all(|t| applied.of(*t).is_empty()) {
+        return false;
+    }
+    let Some(desc) = crate::schema::message(HCM_TYPE) else { return false };
+    let mut changed = false;
+    let mut patch_chain = |fc: &mut DynamicMessage| {
+        let mut filters = list_field(fc, "filters");
+        for f in filters.iter_mut().filter(|f| str_field(f, "name") == HCM) {
+            let Some(any) = msg_field(f, "typed_config") else { continue };
+            let Some(bytes) = any.get_field_by_name("value").and_then(|v| v.as_bytes().cloned()) else { continue };
+            let Ok(mut hcm) = DynamicMessage::decode(desc.clone(), bytes) else { continue };
+            let Some(rc) = msg_field(&hcm, "route_config") else { continue };
+            let rc = crate::route::apply(applied, ctx, rc, &crate::route::PortMap::new(), outcomes);
+            hcm.set_field_by_name("route_config", Value::Message(rc));
+            f.set_field_by_name("typed_config", Value::Message(to_any(&hcm)));
+            changed = true;
+        }
+        set_list(fc, "filters", filters);
+    };
+    let mut chains = list_field(l, "filter_chains");
+    chains.iter_mut().for_each(&mut patch_chain);
+    set_list(l, "filter_chains", chains);
+    changed
+}
+
 /// Encodes `m` (for callers holding only prost).
 pub fn encode(m: &DynamicMessage) -> Vec<u8> {
     m.encode_to_vec()

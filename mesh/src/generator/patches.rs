@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_envoyfilter::cluster as clusters;
-use istiod_envoyfilter::filters::{Applied, Context, Proxy};
+use istiod_envoyfilter::filters::{Applied, ApplyTo, Context, Proxy};
 use istiod_envoyfilter::listener as listeners;
+use istiod_envoyfilter::route as routes;
 use istiod_xds_api::snapshot::{Kind, Snapshot};
 use prost::Message;
 
@@ -119,14 +120,19 @@ fn effect(m: &MeshInput, applied: &Applied, class: &ProxyClass, kind: Kind, name
         }
         Kind::Listener => {
             let port = listener_port(name);
+            let inline_routes = ctx == Context::SidecarInbound
+                && [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
+                    .iter()
+                    .any(|t| applied.of(*t).iter().any(|p| p.in_context(ctx)));
             if listeners::removed(applied, ctx, name, port) {
                 Effect::Removed
-            } else if listeners::touched(applied, ctx, name, port) {
+            } else if inline_routes || listeners::touched(applied, ctx, name, port) {
                 Effect::Touched
             } else {
                 Effect::None
             }
         }
+        Kind::Route if routes::touched(applied, ctx, name, &routes::PortMap::new()) => Effect::Touched,
         _ => Effect::None,
     }
 }
@@ -148,7 +154,7 @@ pub(crate) fn generation(
     name: &str,
     base: BaseGeneration,
 ) -> Option<u64> {
-    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener)) else {
+    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener | Kind::Route)) else {
         return base(snap, class, kind, name);
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
@@ -170,7 +176,7 @@ pub(crate) fn body(
     base_generation: BaseGeneration,
     base: BaseBody,
 ) -> Option<Bytes> {
-    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener)) else {
+    let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener | Kind::Route)) else {
         return base(snap, class, kind, name);
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
@@ -187,8 +193,11 @@ pub(crate) fn body(
         return Some(bytes);
     }
     let ctx = context(class, kind, name);
-    let type_name =
-        if kind == Kind::Cluster { "envoy.config.cluster.v3.Cluster" } else { "envoy.config.listener.v3.Listener" };
+    let type_name = match kind {
+        Kind::Cluster => "envoy.config.cluster.v3.Cluster",
+        Kind::Listener => "envoy.config.listener.v3.Listener",
+        _ => "envoy.config.route.v3.RouteConfiguration",
+    };
     let desc = istiod_envoyfilter::schema::message(type_name)?;
     let resource = match istiod_envoyfilter::schema::decode(desc, &bytes) {
         Ok(r) => r,
@@ -198,12 +207,20 @@ pub(crate) fn body(
         }
     };
     let mut outcomes = Vec::new();
-    let patched = if kind == Kind::Cluster {
-        let hosts = hosts(m, class, name);
-        let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-        clusters::apply(&applied, ctx, resource, &hosts, &mut outcomes)
-    } else {
-        listeners::apply(&applied, ctx, resource, &mut outcomes)
+    let patched = match kind {
+        Kind::Cluster => {
+            let hosts = hosts(m, class, name);
+            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
+            clusters::apply(&applied, ctx, resource, &hosts, &mut outcomes)
+        }
+        Kind::Listener => {
+            let mut l = resource;
+            if ctx == Context::SidecarInbound {
+                listeners::patch_inline_routes(&applied, ctx, &mut l, &mut outcomes);
+            }
+            listeners::apply(&applied, ctx, l, &mut outcomes)
+        }
+        _ => Some(routes::apply(&applied, ctx, resource, &routes::PortMap::new(), &mut outcomes)),
     };
     istiod_envoyfilter::status::record(&outcomes);
     patched.map(|c| Bytes::from(c.encode_to_vec()))

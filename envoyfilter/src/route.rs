@@ -1,0 +1,276 @@
+//! ROUTE_CONFIGURATION, VIRTUAL_HOST and HTTP_ROUTE patches (rc_patch.go
+//! `ApplyRouteConfigurationPatches`): MERGE into a matching route
+//! configuration; per virtual host REMOVE, MERGE, REPLACE, then ADD; per
+//! route REMOVE and MERGE, then ADD, INSERT_BEFORE, INSERT_AFTER,
+//! INSERT_FIRST. A route configuration matches by name and by the port its
+//! name carries (a sidecar's `80` or `inbound|8080||`); a gateway's by its
+//! `http.<port>` or `https.<port>.<port name>.<gateway>.<namespace>` name,
+//! the port through the gateway's port map.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use prost_reflect::{DynamicMessage, Value};
+
+use crate::cluster::Outcome;
+use crate::filters::{Applied, ApplyTo, Context, Operation, Patch};
+use crate::merge::merge;
+
+fn str_field(m: &DynamicMessage, name: &str) -> String {
+    m.get_field_by_name(name).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+fn list_field(m: &DynamicMessage, name: &str) -> Vec<DynamicMessage> {
+    match m.get_field_by_name(name).map(|v| v.into_owned()) {
+        Some(Value::List(items)) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::Message(x) => Some(x),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn set_list(m: &mut DynamicMessage, name: &str, items: Vec<DynamicMessage>) {
+    if items.is_empty() {
+        m.clear_field_by_name(name);
+    } else {
+        m.set_field_by_name(name, Value::List(items.into_iter().map(Value::Message).collect()));
+    }
+}
+
+/// A gateway's service ports by target port (`GatewayPortMap`).
+pub type PortMap = BTreeMap<u32, BTreeSet<u32>>;
+
+/// `ParseGatewayRDSRouteName`: port, port name, `namespace/gateway`.
+pub fn parse_gateway_route_name(name: &str) -> (u32, String, String) {
+    if let Some(port) = name.strip_prefix("http.") {
+        return (port.parse().unwrap_or(0), String::new(), String::new());
+    }
+    if let Some(rest) = name.strip_prefix("https.").filter(|_| name.matches('.').count() == 4) {
+        let mut parts = rest.splitn(4, '.');
+        let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let port_name = parts.next().unwrap_or("").to_owned();
+        let gw = parts.next().unwrap_or("");
+        let ns = parts.next().unwrap_or("");
+        return (port, port_name, format!("{ns}/{gw}"));
+    }
+    (0, String::new(), String::new())
+}
+
+/// `getListenerPortFromName`.
+fn sidecar_port(name: &str) -> u32 {
+    if name.starts_with("inbound") {
+        return crate::cluster::parse_name(name).map_or(0, |(_, p, _, _)| p);
+    }
+    name.parse().unwrap_or(0)
+}
+
+/// `routeConfigurationMatch`.
+fn rc_matches(ctx: Context, rc_name: &str, p: &Patch, ports: &PortMap) -> bool {
+    let Some(m) = &p.route_configuration else { return true };
+    if !m.name.is_empty() && m.name != rc_name {
+        return false;
+    }
+    if ctx != Context::Gateway {
+        return m.port_number == 0 || m.port_number == sidecar_port(rc_name);
+    }
+    let (port, port_name, gateway) = parse_gateway_route_name(rc_name);
+    if !m.port_name.is_empty() && m.port_name != port_name {
+        return false;
+    }
+    if !m.gateway.is_empty() && m.gateway != gateway {
+        return false;
+    }
+    m.port_number == 0
+        || match ports.get(&port) {
+            Some(service_ports) => service_ports.contains(&m.port_number),
+            None => port == m.port_number,
+        }
+}
+
+/// `virtualHostMatch`.
+fn vhost_matches(vh: &DynamicMessage, p: &Patch) -> bool {
+    let Some(m) = p.route_configuration.as_ref().and_then(|r| r.vhost.as_ref()) else { return true };
+    (m.name.is_empty() || m.name == str_field(vh, "name"))
+        && (m.domain_name.is_empty()
+            || matches!(vh.get_field_by_name("domains").map(|v| v.into_owned()),
+                Some(Value::List(d)) if d.iter().any(|x| x.as_str() == Some(m.domain_name.as_str()))))
+}
+
+fn has_route_match(p: &Patch) -> bool {
+    p.route_configuration.as_ref().and_then(|r| r.vhost.as_ref()).is_some_and(|v| v.route.is_some())
+}
+
+/// `routeMatch`.
+fn route_matches(r: &DynamicMessage, p: &Patch) -> bool {
+    let Some(m) = p.route_configuration.as_ref().and_then(|r| r.vhost.as_ref()).and_then(|v| v.route.as_ref()) else {
+        return true;
+    };
+    if !m.name.is_empty() && m.name != str_field(r, "name") {
+        return false;
+    }
+    let action = match () {
+        _ if r.has_field_by_name("route") => "ROUTE",
+        _ if r.has_field_by_name("redirect") => "REDIRECT",
+        _ if r.has_field_by_name("direct_response") => "DIRECT_RESPONSE",
+        _ => return true,
+    };
+    matches!(m.action.as_str(), "" | "ANY") || m.action == action
+}
+
+/// Applies the route-level patches of `applied` in `ctx` to `rc`.
+pub fn apply(
+    applied: &Applied,
+    ctx: Context,
+    mut rc: DynamicMessage,
+    ports: &PortMap,
+    outcomes: &mut Vec<Outcome>,
+) -> DynamicMessage {
+    let name = str_field(&rc, "name");
+    let note = |outcomes: &mut Vec<Outcome>, p: &Patch, kind: &'static str, ok: bool| {
+        outcomes.push(Outcome { key: p.key.clone(), kind, applied: ok });
+    };
+    for p in applied.of(ApplyTo::RouteConfiguration) {
+        if !p.operation.merges() {
+            continue;
+        }
+        let ok = p.in_context(ctx) && rc_matches(ctx, &name, p, ports);
+        if let (true, Some(v)) = (ok, &p.value) {
+            merge(&mut rc, v, p.operation.lists());
+        }
+        note(outcomes, p, "route", ok);
+    }
+    let here = |p: &Patch| p.in_context(ctx) && rc_matches(ctx, &name, p, ports);
+    let mut vhosts = list_field(&rc, "virtual_hosts");
+    let mut removed = BTreeSet::new();
+    for vh in vhosts.iter_mut() {
+        let mut gone = false;
+        for p in applied.of(ApplyTo::VirtualHost) {
+            let ok = here(p) && vhost_matches(vh, p);
+            note(outcomes, p, "vhost", ok);
+            if !ok {
+                continue;
+            }
+            match p.operation {
+                Operation::Remove => {
+                    removed.insert(str_field(vh, "name"));
+                    gone = true;
+                    break;
+                }
+                op if op.merges() => {
+                    if let Some(v) = &p.value {
+                        merge(vh, v, op.lists());
+                    }
+                }
+                Operation::Replace => {
+                    if let Some(v) = &p.value {
+                        *vh = v.clone();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !gone {
+            patch_routes(applied, vh, &here, outcomes);
+        }
+    }
+    for p in applied.of(ApplyTo::VirtualHost).iter().filter(|p| p.operation == Operation::Add) {
+        let ok = here(p);
+        if let (true, Some(v)) = (ok, &p.value) {
+            vhosts.push(v.clone());
+        }
+        outcomes.push(Outcome { key: p.key.clone(), kind: "vhost", applied: ok });
+    }
+    vhosts.retain(|vh| !removed.contains(&str_field(vh, "name")));
+    set_list(&mut rc, "virtual_hosts", vhosts);
+    rc
+}
+
+/// `patchHTTPRoutes`.
+fn patch_routes(
+    applied: &Applied,
+    vh: &mut DynamicMessage,
+    here: &dyn Fn(&Patch) -> bool,
+    outcomes: &mut Vec<Outcome>,
+) {
+    let patches = applied.of(ApplyTo::HttpRoute);
+    if patches.is_empty() {
+        return;
+    }
+    let mut routes: Vec<Option<DynamicMessage>> = list_field(vh, "routes").into_iter().map(Some).collect();
+    for slot in routes.iter_mut() {
+        for p in patches {
+            let Some(r) = slot.as_mut() else { break };
+            let ok = here(p) && vhost_matches(vh, p) && route_matches(r, p);
+            outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: ok });
+            if !ok {
+                continue;
+            }
+            if p.operation == Operation::Remove {
+                *slot = None;
+                break;
+            }
+            if let (true, Some(v)) = (p.operation.merges(), &p.value) {
+                merge(r, v, p.operation.lists());
+            }
+        }
+    }
+    let mut routes: Vec<DynamicMessage> = routes.into_iter().flatten().collect();
+    for p in patches {
+        if !here(p) || !vhost_matches(vh, p) {
+            outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: false });
+            continue;
+        }
+        let Some(value) = p.value.clone() else { continue };
+        let position = |routes: &[DynamicMessage]| routes.iter().position(|r| route_matches(r, p));
+        let ok = match p.operation {
+            Operation::Add => {
+                routes.push(value);
+                true
+            }
+            Operation::InsertAfter if !has_route_match(p) => {
+                routes.push(value);
+                continue;
+            }
+            Operation::InsertAfter => match position(&routes) {
+                Some(i) => {
+                    routes.insert(i + 1, value);
+                    true
+                }
+                None => false,
+            },
+            Operation::InsertBefore | Operation::InsertFirst if !has_route_match(p) => {
+                routes.insert(0, value);
+                continue;
+            }
+            Operation::InsertBefore => match position(&routes) {
+                Some(i) => {
+                    routes.insert(i, value);
+                    true
+                }
+                None => false,
+            },
+            Operation::InsertFirst => match position(&routes) {
+                Some(_) => {
+                    routes.insert(0, value);
+                    true
+                }
+                None => continue,
+            },
+            _ => false,
+        };
+        outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: ok });
+    }
+    set_list(vh, "routes", routes);
+}
+
+/// Whether a patch of a route configuration's levels could change one
+/// named `name` in `ctx` (decided by its name; lower levels when applied).
+pub fn touched(applied: &Applied, ctx: Context, name: &str, ports: &PortMap) -> bool {
+    [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
+        .iter()
+        .flat_map(|t| applied.of(*t))
+        .any(|p| p.in_context(ctx) && rc_matches(ctx, name, p, ports))
+}

@@ -9,6 +9,11 @@
 //! - `core/one_endpoint_change_1000_streams`: a serving core applying a
 //!   snapshot delta (one endpoint changed) to 1,000 SotW streams of
 //!   distinct proxies and building the pushes.
+//!
+//! `+100ef` runs the same on the mesh with 100 EnvoyFilters (10 in the
+//! root namespace for every proxy, 90 each selecting one workload):
+//! what patching costs where it applies (issue #34's target: under 25%
+//! more for the full build, the endpoint change unchanged).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,10 +38,74 @@ use istiod_xds::ads::wire::{self, Encoded};
 use istiod_xds::ads::{Kind, SimpleModel, Snapshot};
 
 fn objects(scenario: &str) -> Objects {
-    let s = Scenario::load(scenario).unwrap();
+    let (name, filters) = match scenario.strip_suffix("+100ef") {
+        Some(base) => (base, true),
+        None => (scenario, false),
+    };
+    let s = Scenario::load(name).unwrap();
     let dir = tempfile::tempdir().unwrap();
     istiod_loadgen::mesh::write(&s, dir.path()).unwrap();
+    if filters {
+        std::fs::write(dir.path().join("envoyfilters.yaml"), envoy_filters(&s)).unwrap();
+    }
     istiod_kubewatch::config_dir::load(dir.path()).unwrap().objects
+}
+
+/// 100 EnvoyFilters of the kinds meshes carry: in the root namespace,
+/// five inbound HTTP filters (Lua before the router) for every proxy,
+/// three cluster merges and two virtual host merges on given services;
+/// per workload, ninety inbound local rate limits, each selecting one
+/// service's pods.
+fn envoy_filters(s: &Scenario) -> String {
+    use istiod_loadgen::mesh::{PORT, namespace};
+    let mut out = String::new();
+    let mut doc = |ns: &str, name: &str, selector: Option<String>, patch: String| {
+        let selector =
+            selector.map(|app| format!("  workloadSelector: {{labels: {{app: {app}}}}}\n")).unwrap_or_default();
+        out.push_str(&format!(
+            "---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{selector}  configPatches:\n{patch}"
+        ));
+    };
+    let lua = |k: u32| {
+        format!(
+            "  - applyTo: HTTP_FILTER\n    match: {{context: SIDECAR_INBOUND, listener: {{filterChain: {{filter: {{name: envoy.filters.network.http_connection_manager, subFilter: {{name: envoy.filters.http.router}}}}}}}}}}\n    patch: {{operation: INSERT_BEFORE, value: {{name: lua-{k}, typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, default_source_code: {{inline_string: 'function envoy_on_request(h) end'}}}}}}}}\n"
+        )
+    };
+    for k in 0..5 {
+        doc("istio-system", &format!("mesh-lua-{k}"), None, lua(k));
+    }
+    let host = |i: u32| format!("svc-{i}.{}.svc.cluster.local", namespace(i % s.namespaces));
+    for i in 0..3 {
+        doc(
+            "istio-system",
+            &format!("mesh-cluster-{i}"),
+            None,
+            format!(
+                "  - applyTo: CLUSTER\n    match: {{context: SIDECAR_OUTBOUND, cluster: {{service: {}, portNumber: {PORT}}}}}\n    patch: {{operation: MERGE, value: {{connect_timeout: 2s}}}}\n",
+                host(i)
+            ),
+        );
+    }
+    for i in 0..2 {
+        doc(
+            "istio-system",
+            &format!("mesh-vhost-{i}"),
+            None,
+            format!(
+                "  - applyTo: VIRTUAL_HOST\n    match: {{context: SIDECAR_OUTBOUND, routeConfiguration: {{vhost: {{name: '{}:{PORT}'}}}}}}\n    patch: {{operation: MERGE, value: {{response_headers_to_add: [{{header: {{key: x-mesh, value: '1'}}}}]}}}}\n",
+                host(i)
+            ),
+        );
+    }
+    for i in 0..90 {
+        doc(
+            &namespace(i % s.namespaces),
+            &format!("ratelimit-{i}"),
+            Some(format!("svc-{i}")),
+            "  - applyTo: HTTP_FILTER\n    match: {context: SIDECAR_INBOUND, listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}\n    patch: {operation: INSERT_FIRST, value: {name: envoy.filters.http.local_ratelimit, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit, stat_prefix: rl, token_bucket: {max_tokens: 10, fill_interval: 1s}}}}\n".to_owned(),
+        );
+    }
+    out
 }
 
 /// What the cores receive: the engine's model and the generator's input.
@@ -51,7 +120,12 @@ fn snapshot(version: u64, model: SimpleModel, built: &Built) -> Snap {
 /// istio-perf built as the control thread builds it, its shared
 /// resources as the first published model, and that snapshot.
 fn istio_perf() -> (Built, SimpleModel, Snap) {
-    let built = update::build(&objects("istio-perf"), "cluster.local", &Arc::new(MeshSettings::default()));
+    mesh_of("istio-perf")
+}
+
+/// [`istio_perf`] for `scenario`.
+fn mesh_of(scenario: &str) -> (Built, SimpleModel, Snap) {
+    let built = update::build(&objects(scenario), "cluster.local", &Arc::new(MeshSettings::default()));
     let (model, _) = SimpleModel::default()
         .apply(1, istiod_mesh::translate::diff_maps(&Default::default(), &built.translation.resources));
     let snap = snapshot(1, model.clone(), &built);
@@ -82,7 +156,7 @@ fn build(c: &mut Criterion) {
     let settings = Arc::new(MeshSettings::default());
     let mut g = c.benchmark_group("snapshot");
     g.sample_size(10);
-    for scenario in ["istio-perf", "large"] {
+    for scenario in ["istio-perf", "istio-perf+100ef", "large"] {
         // Set up only when this benchmark runs (not when filtered out).
         let mut setup = None;
         g.bench_function(format!("build+diff/{scenario}"), |b| {
@@ -122,9 +196,9 @@ struct Assemble {
     names: [Vec<Arc<str>>; 4],
 }
 
-fn assemble_setup() -> Assemble {
+fn assemble_setup(scenario: &str) -> Assemble {
     let s = Scenario::load("istio-perf").unwrap();
-    let (_, _, snap) = istio_perf();
+    let (_, _, snap) = mesh_of(scenario);
     let class = class_of(&s, 7);
     let mut warm = Cache::default();
     let clusters = warm.wildcard_names(&MeshGenerator, &snap, &class, Kind::Cluster).to_vec();
@@ -144,38 +218,42 @@ fn assemble_setup() -> Assemble {
 }
 
 fn assemble(c: &mut Criterion) {
-    let setup = std::cell::OnceCell::new();
-    let shared = || setup.get_or_init(|| std::cell::RefCell::new(assemble_setup()));
     let mut g = c.benchmark_group("assemble");
-    for kind in Kind::ALL {
-        let label = match kind {
-            Kind::Cluster => "cds",
-            Kind::Endpoint => "eds",
-            Kind::Listener => "lds",
-            Kind::Route => "rds",
-            Kind::Secret => continue, // a sidecar mesh has none
-        };
-        g.bench_function(format!("{label}/cached"), |b| {
-            let mut a = shared().borrow_mut();
-            let a = &mut *a;
-            let names = &a.names[kind as usize];
-            b.iter(|| response(&mut a.warm, &a.snap, &a.class, kind, names).len());
-        });
-        g.bench_function(format!("{label}/scratch"), |b| {
-            let a = shared().borrow();
-            b.iter_batched(
-                Cache::default,
-                |mut cold| {
-                    let names: Vec<Arc<str>> = if kind.is_wildcard() {
-                        cold.wildcard_names(&MeshGenerator, &a.snap, &a.class, kind).to_vec()
-                    } else {
-                        a.names[kind as usize].clone()
-                    };
-                    response(&mut cold, &a.snap, &a.class, kind, &names).len()
-                },
-                BatchSize::SmallInput,
-            );
-        });
+    for scenario in ["istio-perf", "istio-perf+100ef"] {
+        let setup = std::cell::OnceCell::new();
+        let shared = || setup.get_or_init(|| std::cell::RefCell::new(assemble_setup(scenario)));
+        // The istio-perf names keep their labels; the others say theirs.
+        let suffix = scenario.strip_prefix("istio-perf").unwrap_or(scenario);
+        for kind in Kind::ALL {
+            let label = match kind {
+                Kind::Cluster => "cds",
+                Kind::Endpoint => "eds",
+                Kind::Listener => "lds",
+                Kind::Route => "rds",
+                Kind::Secret => continue, // a sidecar mesh has none
+            };
+            g.bench_function(format!("{label}/cached{suffix}"), |b| {
+                let mut a = shared().borrow_mut();
+                let a = &mut *a;
+                let names = &a.names[kind as usize];
+                b.iter(|| response(&mut a.warm, &a.snap, &a.class, kind, names).len());
+            });
+            g.bench_function(format!("{label}/scratch{suffix}"), |b| {
+                let a = shared().borrow();
+                b.iter_batched(
+                    Cache::default,
+                    |mut cold| {
+                        let names: Vec<Arc<str>> = if kind.is_wildcard() {
+                            cold.wildcard_names(&MeshGenerator, &a.snap, &a.class, kind).to_vec()
+                        } else {
+                            a.names[kind as usize].clone()
+                        };
+                        response(&mut cold, &a.snap, &a.class, kind, &names).len()
+                    },
+                    BatchSize::SmallInput,
+                );
+            });
+        }
     }
     g.finish();
 }
@@ -380,7 +458,7 @@ fn readdress_service(o: &mut Objects) -> istiod_config::manifest::ObjectRef {
 fn change(c: &mut Criterion) {
     let mut g = c.benchmark_group("change");
     g.sample_size(20);
-    for scenario in ["istio-perf", "large"] {
+    for scenario in ["istio-perf", "istio-perf+100ef", "large"] {
         let mut setup = None;
         g.bench_function(format!("one_endpoint/{scenario}"), |b| {
             let st = setup.get_or_insert_with(|| Change::new(scenario, drop_endpoint));

@@ -281,6 +281,25 @@ fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
     }))
 }
 
+impl Filter {
+    /// What of it is read and not applied, and why.
+    pub fn not_applied(&self) -> Vec<String> {
+        let mut out = self.errors.clone();
+        for cp in &self.spec.config_patches {
+            let context = cp.match_.as_ref().map_or("", |m| m.context.as_str());
+            if cp.apply_to == "EXTENSION_CONFIG" {
+                out.push("applyTo EXTENSION_CONFIG: extension configurations (ECDS) are not served yet".into());
+            }
+            if context == "WAYPOINT" {
+                out.push("context WAYPOINT: there are no waypoints yet".into());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
 /// A proxy, as far as EnvoyFilters select it.
 #[derive(Debug, Clone, Copy)]
 pub struct Proxy<'a> {

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod filters;
+pub mod fuzzing;
 pub mod listener;
 pub mod merge;
 pub mod route;

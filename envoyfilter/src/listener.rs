@@ -497,3 +497,73 @@ pub fn patch_inline_routes(
 pub fn encode(m: &DynamicMessage) -> Vec<u8> {
     m.encode_to_vec()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value as Json;
+
+    use super::*;
+    use crate::filters::{EnvoyFilters, Proxy};
+    use crate::schema;
+
+    fn listener(v: &Json) -> DynamicMessage {
+        schema::from_json(schema::message("envoy.config.listener.v3.Listener").unwrap(), v).unwrap()
+    }
+
+    /// Upstream `TestApplyListenerPatches` (listener_patch_test.go): its
+    /// 52 patches, the listeners of its five cases and istiod's outputs,
+    /// as data (testdata/listener_patch.yaml).
+    #[test]
+    fn listeners_are_patched_as_istiods_apply_listener_patches_test() {
+        let d: Json = serde_yaml_ng::from_str(include_str!("../testdata/listener_patch.yaml")).unwrap();
+        let read = |key: &str| {
+            let list: Vec<(String, String, String, Json)> = d[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let s = |k: &str| f[k].as_str().unwrap_or("").to_owned();
+                    (s("namespace"), s("name"), s("creation_timestamp"), f["spec"].clone())
+                })
+                .collect();
+            EnvoyFilters::new(
+                d["root_namespace"].as_str().unwrap_or(""),
+                list.iter().map(|(ns, n, t, s)| (ns.as_str(), n.as_str(), t.as_str(), s)),
+            )
+        };
+        let (default, priorities) = (read("filters"), read("priority_filters"));
+        for c in d["cases"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let filters = if c["push"] == "priorities" { &priorities } else { &default };
+            let p = &c["proxy"];
+            let metadata: Vec<(&str, &str)> =
+                p["metadata"].as_object().unwrap().iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap())).collect();
+            let proxy = Proxy {
+                namespace: p["namespace"].as_str().unwrap(),
+                labels: &[],
+                version: p["version"].as_str().unwrap(),
+                metadata: &metadata,
+            };
+            let applied = filters.applied(&proxy);
+            let ctx = match c["context"].as_str().unwrap() {
+                "GATEWAY" => Context::Gateway,
+                "SIDECAR_INBOUND" => Context::SidecarInbound,
+                _ => Context::SidecarOutbound,
+            };
+            let mut got = Vec::new();
+            for l in c["input"].as_array().unwrap() {
+                got.extend(apply(&applied, ctx, listener(l), &mut Vec::new()));
+            }
+            if c["skip_adds"] != true {
+                got.extend(inserted(&applied, ctx));
+            }
+            let json = |v: &[DynamicMessage]| v.iter().map(|m| serde_json::to_value(m).unwrap()).collect::<Vec<_>>();
+            let want: Vec<DynamicMessage> = c["output"].as_array().unwrap().iter().map(listener).collect();
+            let (got, want) = (json(&got), json(&want));
+            assert_eq!(got.len(), want.len(), "{name}: {:?}", got.iter().map(|l| &l["name"]).collect::<Vec<_>>());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g, w, "{name}: listener {}", w["name"]);
+            }
+        }
+    }
+}

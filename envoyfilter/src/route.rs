@@ -274,3 +274,137 @@ pub fn touched(applied: &Applied, ctx: Context, name: &str, ports: &PortMap) -> 
         .flat_map(|t| applied.of(*t))
         .any(|p| p.in_context(ctx) && rc_matches(ctx, name, p, ports))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value as Json, json};
+
+    use super::*;
+    use crate::filters::{EnvoyFilters, Filter, Proxy};
+    use crate::schema;
+
+    fn data() -> Json {
+        serde_json::from_str(include_str!("../testdata/rc_patch.json")).unwrap()
+    }
+
+    fn message(name: &str, v: &Json) -> DynamicMessage {
+        schema::from_json(schema::message(name).unwrap(), v).unwrap()
+    }
+
+    /// One patch with `route_configuration` as its match.
+    fn patch_with(context: &str, rc: Json) -> Arc<Patch> {
+        let spec = json!({"configPatches": [{"applyTo": "HTTP_ROUTE",
+            "match": {"context": context, "routeConfiguration": rc}, "patch": {"operation": "MERGE"}}]});
+        Filter::read("ns", "f", "", &spec).patches[0].clone()
+    }
+
+    fn context(s: &str) -> Context {
+        match s {
+            "GATEWAY" => Context::Gateway,
+            "SIDECAR_INBOUND" => Context::SidecarInbound,
+            _ => Context::SidecarOutbound,
+        }
+    }
+
+    fn port_map(v: &Json) -> PortMap {
+        v.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, ports)| {
+                (k.parse().unwrap(), ports.as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u32).collect())
+            })
+            .collect()
+    }
+
+    /// Upstream `Test_virtualHostMatch`, `Test_routeConfigurationMatch`
+    /// and `Test_routeMatch` (rc_patch_test.go), as data
+    /// (testdata/rc_patch.json); a nil object matches only where the patch
+    /// asks for nothing of it, as in istiod.
+    #[test]
+    fn route_configurations_match_as_istiod_matches_them() {
+        let d = data();
+        let cases = d["match_cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 21);
+        for c in cases {
+            let (test, name, want) =
+                (c["test"].as_str().unwrap(), c["name"].as_str().unwrap(), c["want"].as_bool().unwrap());
+            let got = match test {
+                "Test_virtualHostMatch" => {
+                    let p = patch_with("ANY", json!({"vhost": c["match"]}));
+                    match &c["vhost"] {
+                        Json::Null => p.route_configuration.as_ref().and_then(|r| r.vhost.as_ref()).is_none(),
+                        vh => vhost_matches(&message("envoy.config.route.v3.VirtualHost", vh), &p),
+                    }
+                }
+                "Test_routeMatch" => {
+                    let p = patch_with("ANY", json!({"vhost": {"route": c["match"]}}));
+                    match &c["route"] {
+                        Json::Null => !has_route_match(&p),
+                        r => route_matches(&message("envoy.config.route.v3.Route", r), &p),
+                    }
+                }
+                "Test_routeConfigurationMatch" => {
+                    let ctx = context(c["context"].as_str().unwrap_or("SIDECAR_OUTBOUND"));
+                    let p = match &c["match"] {
+                        Json::Null => patch_with("ANY", Json::Null),
+                        m => patch_with("ANY", m.clone()),
+                    };
+                    let rc_name = c["route_configuration"]["name"].as_str().unwrap_or("");
+                    rc_matches(ctx, rc_name, &p, &port_map(&c["port_map"]))
+                }
+                other => panic!("unknown test {other}"),
+            };
+            assert_eq!(got, want, "{test}/{name}");
+        }
+    }
+
+    /// Upstream `TestApplyRouteConfigurationPatches`, `TestReplaceVhost`,
+    /// `TestMergeAndReplaceListVhost` and `TestPatchHTTPRoute`
+    /// (rc_patch_test.go): filters, inputs and istiod's outputs as data.
+    #[test]
+    fn route_configurations_are_patched_as_istiods_tests() {
+        let d = data();
+        let cases = d["patch_cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 9);
+        for c in cases {
+            let name = format!("{}/{}", c["test"].as_str().unwrap(), c["name"].as_str().unwrap());
+            let filters: Vec<(String, String, String, Json)> = c["filters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    (
+                        f["namespace"].as_str().unwrap().to_owned(),
+                        f["name"].as_str().unwrap().to_owned(),
+                        format!("{:06}", f["creation_order"].as_u64().unwrap_or(0)),
+                        f["spec"].clone(),
+                    )
+                })
+                .collect();
+            let filters = EnvoyFilters::new(
+                c["root_namespace"].as_str().unwrap_or(""),
+                filters.iter().map(|(ns, n, t, s)| (ns.as_str(), n.as_str(), t.as_str(), s)),
+            );
+            let ns = c["proxy"]["namespace"].as_str().unwrap_or("not-default");
+            let applied = filters.applied(&Proxy { namespace: ns, labels: &[], version: "", metadata: &[] });
+            let ctx = context(c["context"].as_str().unwrap());
+            let ports = port_map(&c["port_map"]);
+            let mut input = c["input"].clone();
+            let direct = !c["direct_call"].is_null();
+            if direct {
+                // Go patches the one virtual host it is given.
+                input["virtual_hosts"] = json!([input["virtual_hosts"][0]]);
+            }
+            let rc = message("envoy.config.route.v3.RouteConfiguration", &input);
+            let got = serde_json::to_value(apply(&applied, ctx, rc, &ports, &mut Vec::new())).unwrap();
+            let want = serde_json::to_value(message("envoy.config.route.v3.RouteConfiguration", &c["output"])).unwrap();
+            if direct {
+                assert_eq!(got["virtualHosts"][0], want["virtualHosts"][0], "{name}");
+            } else {
+                assert_eq!(got, want, "{name}");
+            }
+        }
+    }
+}

@@ -386,11 +386,8 @@ pub fn envoy_filters_of(objs: &Objects, root: &str) -> istiod_envoyfilter::filte
         }
         _ => None,
     });
-    let out = istiod_envoyfilter::filters::EnvoyFilters::new(root, filters);
-    for e in out.errors() {
-        tracing::error!(target: "model", "{e}");
-    }
-    out
+    // What cannot be read is reported (/debug/config_report, logged once).
+    istiod_envoyfilter::filters::EnvoyFilters::new(root, filters)
 }
 
 /// The ConfigMaps of `objs`, held as Secrets are (their values as bytes).

@@ -27,7 +27,9 @@ pub struct Outcome {
 /// istiod's `ParseSubsetKey`: direction, port, subset and host of
 /// `outbound|80|v1|foo.bar`.
 pub fn parse_name(name: &str) -> Option<(&str, u32, &str, &str)> {
-    let mut parts = name.split('|');
+    // The DNS SRV form (`outbound_.80_.v1_.foo.bar`) separates by `_.`.
+    let mut parts: Box<dyn Iterator<Item = &str>> =
+        if name.contains('|') { Box::new(name.split('|')) } else { Box::new(name.splitn(4, "_.")) };
     let (direction, port, subset, host) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     Some((direction, port.parse().unwrap_or(0), subset, host))
 }
@@ -199,6 +201,21 @@ mod tests {
         for (name, cm, cluster, host, want) in cases {
             assert_eq!(matches(cluster, Some(&cm), &[host]), want, "{name}");
         }
+        // istiod's ParseSubsetKey reads the DNS SRV form too.
+        assert_eq!(parse_name("outbound_.80_.v1_.foo.bar"), Some(("outbound", 80, "v1", "foo.bar")));
+        assert!(matches("outbound_.80_.v1_.foo.bar", Some(&m(80, "foo.bar", "v1", "")), &[""]));
+    }
+
+    /// convertToEnvoyFilterWrapper: an INSERT_* where the level has no
+    /// order (a cluster) is an ADD.
+    #[test]
+    fn inserting_a_cluster_adds_it() {
+        let spec = serde_json::json!({"configPatches": [{"applyTo": "CLUSTER", "match": {"context": "SIDECAR_OUTBOUND"},
+            "patch": {"operation": "INSERT_BEFORE", "value": {"name": "extra"}}}]});
+        let filters = EnvoyFilters::new("istio-system", [("istio-system", "f", "", &spec)]);
+        let applied = filters.applied(&Proxy { namespace: "a", labels: &[], version: "", metadata: &[] });
+        let added = inserted(&applied, Context::SidecarOutbound);
+        assert_eq!(added.len(), 1);
     }
 
     /// Upstream `TestClusterPatching` (cluster_patch_test.go), its patches

@@ -244,6 +244,31 @@ impl Filter {
     }
 }
 
+/// A patch value read as its type; each distinct value once per process
+/// (a full rebuild reads every EnvoyFilter again).
+fn value_of(apply_to: ApplyTo, v: &serde_json::Value) -> Result<DynamicMessage, String> {
+    use std::hash::{Hash, Hasher};
+    static CACHE: std::sync::Mutex<Option<std::collections::HashMap<u64, Result<DynamicMessage, String>>>> =
+        std::sync::Mutex::new(None);
+    let text = v.to_string();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (apply_to, &text).hash(&mut h);
+    let key = h.finish();
+    if let Some(hit) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|c| c.get(&key)) {
+        return hit.clone();
+    }
+    let read = crate::schema::message(apply_to.value_type())
+        .ok_or_else(|| "type not in the schema".to_owned())
+        .and_then(|desc| crate::schema::from_json(desc, v).map_err(|e| format!("Envoy filter: {e}")));
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Default::default);
+    if cache.len() >= 16_384 {
+        cache.clear();
+    }
+    cache.insert(key, read.clone());
+    read
+}
+
 fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
     // Should be refused by validation; istiod skips it.
     let Some(p) = &cp.patch else { return Ok(None) };
@@ -252,25 +277,30 @@ fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
     };
     let value = match &p.value {
         None => None,
-        Some(v) => {
-            let desc = crate::schema::message(apply_to.value_type()).ok_or("type not in the schema")?;
-            Some(crate::schema::from_json(desc, v).map_err(|e| format!("Envoy filter: {e}"))?)
-        }
+        Some(v) => Some(value_of(apply_to, v)?),
     };
     let m = cp.match_.clone().unwrap_or_default();
-    let version = m.proxy.as_ref().filter(|p| !p.proxy_version.is_empty()).map(|p| {
-        // istiod fails closed on pathological patterns.
+    // istiod fails closed on pathological patterns, and ignores one that
+    // does not compile (no version check at all).
+    let version = m.proxy.as_ref().filter(|p| !p.proxy_version.is_empty()).and_then(|p| {
         if p.proxy_version.len() > 1024 {
-            return Err(());
+            return Some(Err(()));
         }
-        regex::Regex::new(&p.proxy_version).map_err(|_| ())
+        regex::Regex::new(&p.proxy_version).ok().map(Ok)
     });
+    // INSERT_* where a level has no order is an ADD (convertToEnvoyFilterWrapper).
+    let ordered =
+        matches!(apply_to, ApplyTo::HttpFilter | ApplyTo::NetworkFilter | ApplyTo::HttpRoute | ApplyTo::ListenerFilter);
+    let mut operation = Operation::parse(&p.operation);
+    if !ordered && matches!(operation, Operation::InsertBefore | Operation::InsertAfter | Operation::InsertFirst) {
+        operation = Operation::Add;
+    }
     Ok(Some(Patch {
         filter: filter.clone(),
         key: filter.clone(),
         apply_to,
         context: context(&m.context),
-        operation: Operation::parse(&p.operation),
+        operation,
         version,
         metadata: m.proxy.map(|p| p.metadata).unwrap_or_default(),
         listener: m.listener,
@@ -358,12 +388,22 @@ fn proxy_matches(p: &Patch, proxy: &Proxy<'_>) -> bool {
 }
 
 /// Every EnvoyFilter of a mesh.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct EnvoyFilters {
     /// The root namespace.
     pub root: String,
     /// The filters, by namespace.
     pub by_namespace: BTreeMap<String, Vec<Arc<Filter>>>,
+    /// What applies to proxies already asked about, by a hash of what
+    /// selects (namespace, labels, version, metadata): every resource of a
+    /// proxy asks, the answer is the same.
+    memo: std::sync::Mutex<std::collections::HashMap<u64, Arc<Applied>>>,
+}
+
+impl Clone for EnvoyFilters {
+    fn clone(&self) -> Self {
+        EnvoyFilters { root: self.root.clone(), by_namespace: self.by_namespace.clone(), memo: Default::default() }
+    }
 }
 
 /// Two sets of filters are the same when their filters are (by hash).
@@ -404,7 +444,7 @@ impl EnvoyFilters {
         for (ns, name, created, spec) in filters {
             by_namespace.entry(ns.to_owned()).or_default().push(Arc::new(Filter::read(ns, name, created, spec)));
         }
-        EnvoyFilters { root: root.to_owned(), by_namespace }
+        EnvoyFilters { root: root.to_owned(), by_namespace, memo: Default::default() }
     }
 
     /// Whether there are none.
@@ -438,7 +478,25 @@ impl EnvoyFilters {
     }
 
     /// The patches that apply to `proxy`.
-    pub fn applied(&self, proxy: &Proxy<'_>) -> Applied {
+    pub fn applied(&self, proxy: &Proxy<'_>) -> Arc<Applied> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (proxy.namespace, proxy.labels, proxy.version, proxy.metadata).hash(&mut h);
+        let key = h.finish();
+        if let Some(a) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return a.clone();
+        }
+        let a = Arc::new(self.compute(proxy));
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: a mesh of many distinct workloads starts again.
+        if memo.len() >= 4096 {
+            memo.clear();
+        }
+        memo.insert(key, a.clone());
+        a
+    }
+
+    fn compute(&self, proxy: &Proxy<'_>) -> Applied {
         let of = |ns: &str| {
             self.by_namespace.get(ns).into_iter().flatten().filter(|f| attaches(f, proxy)).cloned().collect::<Vec<_>>()
         };

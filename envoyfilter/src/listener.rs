@@ -214,6 +214,17 @@ fn merge_filter(f: &mut DynamicMessage, p: &Patch) -> bool {
     true
 }
 
+/// `mergeListenerFilter`: the typed config merged; the name kept.
+fn merge_listener_filter(f: &mut DynamicMessage, p: &Patch) -> bool {
+    let Some(value) = &p.value else { return false };
+    let Some(own) = msg_field(f, "typed_config") else { return false };
+    if let Some(theirs) = msg_field(value, "typed_config") {
+        let merged = merge_any(&own, &theirs).unwrap_or(own);
+        f.set_field_by_name("typed_config", Value::Message(merged));
+    }
+    true
+}
+
 /// Applies the LISTENER-level and lower patches of `applied` in `ctx` to
 /// `l`; `None` when a patch removes it.
 pub fn apply(
@@ -247,10 +258,12 @@ pub fn apply(
         }
         let target = listener_filter_name(p);
         let ok = match p.operation {
-            Operation::Merge | Operation::MergeAndReplaceList if target.is_some() => {
+            // istiod merges into every listener filter, whatever its name,
+            // and never renames one (mergeListenerFilter).
+            Operation::Merge if target.is_some() => {
                 let mut any = false;
-                for f in lfs.iter_mut().filter(|f| target.is_none_or(|t| str_field(f, "name") == t)) {
-                    any |= merge_filter(f, p);
+                for f in lfs.iter_mut() {
+                    any |= merge_listener_filter(f, p);
                 }
                 any
             }

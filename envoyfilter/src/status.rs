@@ -1,8 +1,7 @@
 //! `pilot_envoy_filter_status` (envoyfilter/monitoring.go), recorded when
 //! `PILOT_ENVOY_FILTER_STATS` is true, as istiod records it: per filter
 //! (`namespace/name`) and patch type, `result="applied"` 1 once a patch of
-//! that filter and type applied since the last collection, 0 where it did
-//! not; per patch type `result="error"` 1 once a patch failed. Each
+//! that filter and type applied since the last collection; per patch type `result="error"` 1 once a patch failed. Each
 //! collection starts the applied set afresh, as istiod's RecordMetrics
 //! does.
 
@@ -55,10 +54,9 @@ pub fn error(kind: &'static str) {
 /// started afresh.
 pub fn collect() -> Vec<(Option<String>, &'static str, &'static str, f64)> {
     let applied = std::mem::take(&mut *APPLIED.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut out: Vec<_> = applied
-        .into_iter()
-        .map(|((name, kind), applied)| (Some(name), kind, "applied", if applied { 1.0 } else { 0.0 }))
-        .collect();
+    // istiod records a pair only once a patch of it applied.
+    let mut out: Vec<_> =
+        applied.into_iter().filter(|(_, a)| *a).map(|((name, kind), _)| (Some(name), kind, "applied", 1.0)).collect();
     out.extend(ERRORS.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| (None, *k, "error", 1.0)));
     out
 }

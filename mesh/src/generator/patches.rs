@@ -24,7 +24,7 @@ type BaseGeneration = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Optio
 type BaseBody = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<Bytes>;
 
 /// The patches that apply to a proxy of `class` (`None`: none do).
-pub(crate) fn applied(m: &MeshInput, class: &ProxyClass) -> Option<Applied> {
+pub(crate) fn applied(m: &MeshInput, class: &ProxyClass) -> Option<Arc<Applied>> {
     let filters = &m.model.envoy_filters;
     // Proxyless gRPC is not patched (istiod's grpcgen).
     if filters.is_empty() || is_grpc(class) {

@@ -160,15 +160,7 @@ fn merge_transport_socket(c: &mut DynamicMessage, value: &DynamicMessage) -> Res
 
 /// `InsertedClusters`: the clusters ADD patches add in `ctx`.
 pub fn inserted(applied: &Applied, ctx: Context) -> Vec<DynamicMessage> {
-    applied
-        .of(ApplyTo::Cluster)
-        .iter()
-        .filter(|p| p.operation == Operation::Add)
-        // With context ANY, only a sidecar's outbound side and gateways.
-        .filter(|p| !(p.any_context() && ctx == Context::SidecarInbound))
-        .filter(|p| p.in_context(ctx))
-        .filter_map(|p| p.value.clone())
-        .collect()
+    applied.added(ApplyTo::Cluster, ctx)
 }
 
 #[cfg(test)]

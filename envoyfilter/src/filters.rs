@@ -427,6 +427,19 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// What the ADD patches for `to` add in `ctx` (`InsertedClusters`, and
+    /// the listener ADDs of `patchListeners`): with context ANY, only on a
+    /// sidecar's outbound side and gateways.
+    pub fn added(&self, to: ApplyTo, ctx: Context) -> Vec<DynamicMessage> {
+        self.of(to)
+            .iter()
+            .filter(|p| p.operation == Operation::Add)
+            .filter(|p| !(p.any_context() && ctx == Context::SidecarInbound))
+            .filter(|p| p.in_context(ctx))
+            .filter_map(|p| p.value.clone())
+            .collect()
+    }
+
     /// The patches for `to`.
     pub fn of(&self, to: ApplyTo) -> &[Arc<Patch>] {
         self.patches.get(&to).map_or(&[], Vec::as_slice)

@@ -5,6 +5,7 @@
 //! ([`schema`]), merged as istiod merges ([`merge`]).
 
 pub mod cluster;
+mod fields;
 pub mod filters;
 pub mod fuzzing;
 pub mod listener;

@@ -14,6 +14,7 @@ use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
 
 use crate::cluster::Outcome;
+use crate::fields::{list_field, msg_field, set_list, str_field};
 use crate::filters::{Applied, ApplyTo, Context, Operation, Patch};
 use crate::merge::{merge, merge_any, to_any};
 
@@ -23,41 +24,6 @@ const VIRTUAL: [&str; 2] = ["virtualInbound", "virtualOutbound"];
 const HCM: &str = "envoy.filters.network.http_connection_manager";
 /// Its config's type.
 const HCM_TYPE: &str = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
-
-fn str_field(m: &DynamicMessage, name: &str) -> String {
-    m.get_field_by_name(name).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-fn msg_field(m: &DynamicMessage, name: &str) -> Option<DynamicMessage> {
-    if !m.has_field_by_name(name) {
-        return None;
-    }
-    match m.get_field_by_name(name)?.into_owned() {
-        Value::Message(x) => Some(x),
-        _ => None,
-    }
-}
-
-fn list_field(m: &DynamicMessage, name: &str) -> Vec<DynamicMessage> {
-    match m.get_field_by_name(name).map(|v| v.into_owned()) {
-        Some(Value::List(items)) => items
-            .into_iter()
-            .filter_map(|v| match v {
-                Value::Message(x) => Some(x),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn set_list(m: &mut DynamicMessage, name: &str, items: Vec<DynamicMessage>) {
-    if items.is_empty() {
-        m.clear_field_by_name(name);
-    } else {
-        m.set_field_by_name(name, Value::List(items.into_iter().map(Value::Message).collect()));
-    }
-}
 
 fn strings(m: &DynamicMessage, name: &str) -> Vec<String> {
     match m.get_field_by_name(name).map(|v| v.into_owned()) {
@@ -433,14 +399,7 @@ fn merge_transport_socket(fc: &mut DynamicMessage, value: &DynamicMessage) -> Re
 
 /// The listeners LISTENER ADD patches add in `ctx`.
 pub fn inserted(applied: &Applied, ctx: Context) -> Vec<DynamicMessage> {
-    applied
-        .of(ApplyTo::Listener)
-        .iter()
-        .filter(|p| p.operation == Operation::Add)
-        .filter(|p| !(p.any_context() && ctx == Context::SidecarInbound))
-        .filter(|p| p.in_context(ctx))
-        .filter_map(|p| p.value.clone())
-        .collect()
+    applied.added(ApplyTo::Listener, ctx)
 }
 
 /// Whether any patch of a listener's levels could change a listener in

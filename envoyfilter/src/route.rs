@@ -12,33 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use prost_reflect::{DynamicMessage, Value};
 
 use crate::cluster::Outcome;
+use crate::fields::{list_field, set_list, str_field};
 use crate::filters::{Applied, ApplyTo, Context, Operation, Patch};
 use crate::merge::merge;
-
-fn str_field(m: &DynamicMessage, name: &str) -> String {
-    m.get_field_by_name(name).and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-fn list_field(m: &DynamicMessage, name: &str) -> Vec<DynamicMessage> {
-    match m.get_field_by_name(name).map(|v| v.into_owned()) {
-        Some(Value::List(items)) => items
-            .into_iter()
-            .filter_map(|v| match v {
-                Value::Message(x) => Some(x),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn set_list(m: &mut DynamicMessage, name: &str, items: Vec<DynamicMessage>) {
-    if items.is_empty() {
-        m.clear_field_by_name(name);
-    } else {
-        m.set_field_by_name(name, Value::List(items.into_iter().map(Value::Message).collect()));
-    }
-}
 
 /// A gateway's service ports by target port (`GatewayPortMap`).
 pub type PortMap = BTreeMap<u32, BTreeSet<u32>>;

@@ -59,11 +59,13 @@ fn hosts(m: &MeshInput, class: &ProxyClass, name: &str) -> Vec<Arc<str>> {
     }
 }
 
-/// The clusters ADD patches give a proxy of `class`, by name.
-pub(crate) fn added_clusters(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
+/// The resources of `to` (clusters, listeners) ADD patches give a proxy
+/// of `class`, by name.
+fn added_of(m: &MeshInput, class: &ProxyClass, to: ApplyTo) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
     let Some(applied) = applied(m, class) else { return Vec::new() };
     let ctx = if class.node_type == NodeType::Router { Context::Gateway } else { Context::SidecarOutbound };
-    clusters::inserted(&applied, ctx)
+    applied
+        .added(to, ctx)
         .into_iter()
         .map(|c| {
             let name = c.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into());
@@ -72,17 +74,14 @@ pub(crate) fn added_clusters(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>
         .collect()
 }
 
+/// The clusters ADD patches give a proxy of `class`, by name.
+pub(crate) fn added_clusters(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
+    added_of(m, class, ApplyTo::Cluster)
+}
+
 /// The listeners ADD patches give a proxy of `class`, by name.
 pub(crate) fn added_listeners(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
-    let Some(applied) = applied(m, class) else { return Vec::new() };
-    let ctx = if class.node_type == NodeType::Router { Context::Gateway } else { Context::SidecarOutbound };
-    listeners::inserted(&applied, ctx)
-        .into_iter()
-        .map(|c| {
-            let name = c.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into());
-            (name, c)
-        })
-        .collect()
+    added_of(m, class, ApplyTo::Listener)
 }
 
 /// The port a listener's name carries (`0.0.0.0_80`; the virtual ones').

@@ -345,16 +345,22 @@ pub fn secret_names(ns: &str, name: &str) -> Vec<std::sync::Arc<str>> {
     .collect()
 }
 
+/// The keys whose stored data differs between `old` and `new`.
+fn changed_keys<'a>(old: &'a crate::model::Secrets, new: &'a crate::model::Secrets) -> Vec<&'a (String, String)> {
+    let mut keys: Vec<&(String, String)> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.retain(|k| old.get(*k).map(|s| s.hash) != new.get(*k).map(|s| s.hash));
+    keys
+}
+
 /// The SDS names whose Secrets differ between `old` and `new`.
 pub fn changed_secret_names(
     old: &crate::model::Secrets,
     new: &crate::model::Secrets,
 ) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
-    let mut keys: Vec<&(String, String)> = old.keys().chain(new.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    keys.into_iter()
-        .filter(|k| old.get(*k).map(|s| s.hash) != new.get(*k).map(|s| s.hash))
+    changed_keys(old, new)
+        .into_iter()
         .flat_map(|(ns, name)| secret_names(ns, name))
         .map(|n| (istiod_xds_api::snapshot::Kind::Secret, n))
         .collect()
@@ -366,11 +372,8 @@ pub fn changed_config_map_names(
     old: &crate::model::Secrets,
     new: &crate::model::Secrets,
 ) -> Vec<(istiod_xds_api::snapshot::Kind, std::sync::Arc<str>)> {
-    let mut keys: Vec<&(String, String)> = old.keys().chain(new.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    keys.into_iter()
-        .filter(|k| old.get(*k).map(|s| s.hash) != new.get(*k).map(|s| s.hash))
+    changed_keys(old, new)
+        .into_iter()
         .flat_map(|(ns, name)| {
             [format!("configmap://{ns}/{name}"), format!("configmap://{ns}/{name}{}", credentials::CA_SUFFIX)]
         })
@@ -454,6 +457,13 @@ fn verified_references(model: &Model, class: &ProxyClass) -> Vec<String> {
     out
 }
 
+/// The SDS secret `name` holding a CA (and its revocation list).
+fn ca_secret(name: &str, ca: &[u8], crl: Option<&[u8]>) -> tls::Secret {
+    let v =
+        tls::CertificateValidationContext { trusted_ca: inline(ca), crl: crl.and_then(inline), ..Default::default() };
+    tls::Secret { name: name.to_owned(), r#type: Some(tls::secret::Type::ValidationContext(v)) }
+}
+
 fn inline(bytes: &[u8]) -> Option<DataSource> {
     Some(DataSource { specifier: Some(Specifier::InlineBytes(bytes.to_vec())), ..Default::default() })
 }
@@ -478,16 +488,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
             return None;
         };
         return match credentials::ca_info(&c.data) {
-            Ok((ca, crl)) => {
-                let v = tls::CertificateValidationContext {
-                    trusted_ca: inline(&ca),
-                    crl: crl.as_deref().and_then(inline),
-                    ..Default::default()
-                };
-                let secret =
-                    tls::Secret { name: name.to_owned(), r#type: Some(tls::secret::Type::ValidationContext(v)) };
-                Some((mix((name, "configmap", c.hash)), secret))
-            }
+            Ok((ca, crl)) => Some((mix((name, "configmap", c.hash)), ca_secret(name, &ca, crl.as_deref()))),
             Err(e) => {
                 if first_time(format!("invalid configmap {namespace}/{cm} {} {e}", c.hash)) {
                     tracing::warn!(target: "ads", name, "failed to fetch ca certificate: {e}");
@@ -537,16 +538,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
         for candidate in credentials::ca_secret_names(&secret_name) {
             let Some(s) = get(&candidate) else { continue };
             match credentials::ca_info(&s.data) {
-                Ok((ca, crl)) => {
-                    let v = tls::CertificateValidationContext {
-                        trusted_ca: inline(&ca),
-                        crl: crl.as_deref().and_then(inline),
-                        ..Default::default()
-                    };
-                    let secret =
-                        tls::Secret { name: name.to_owned(), r#type: Some(tls::secret::Type::ValidationContext(v)) };
-                    return Some((mix((name, &candidate, s.hash)), secret));
-                }
+                Ok((ca, crl)) => return Some((mix((name, &candidate, s.hash)), ca_secret(name, &ca, crl.as_deref()))),
                 Err(e) => {
                     if first_time(format!("invalid {namespace}/{candidate} {} {e}", s.hash)) {
                         tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{candidate}"), "{e}");

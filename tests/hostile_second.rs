@@ -269,7 +269,9 @@ fn silent_connections_hold_no_place() {
     let (status, answer) =
         hooks::post_all(https, &root, "/inject", &[review("r", ("", "pods"), pod(1, json!({})))]).remove(0);
     assert_eq!(status, 200, "a webhook call gets in past 600 silent connections: {answer}");
-    assert!(worst < Duration::from_secs(1), "/ready took {worst:?} past 400 silent connections");
+    // Held, /ready never answered; on a loaded 2-core machine (the whole
+    // suite in parallel) an answer can take a second: 2 s tells the two apart.
+    assert!(worst < Duration::from_secs(2), "/ready took {worst:?} past 400 silent connections");
     // Every silent one is closed within the first-request time (10 s).
     wait_for("the silent connections to be closed", Duration::from_secs(14), || silent.iter_mut().all(closed));
     let closed_after = opened.elapsed();

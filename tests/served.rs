@@ -131,6 +131,8 @@ spec:
   configPatches:
   - applyTo: HTTP_FILTER
     patch: {operation: INSERT_BEFORE, value: {name: envoy.lua}}
+  - applyTo: EXTENSION_CONFIG
+    patch: {operation: ADD, value: {name: lua-ecds}}
 ---
 apiVersion: extensions.istio.io/v1alpha1
 kind: WasmPlugin
@@ -152,7 +154,9 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
     assert_eq!(
         listed,
         [
-            "EnvoyFilter shop/lua: validated, not applied to generated configuration",
+            // The HTTP filter is applied; the extension configuration (ECDS)
+            // is not.
+            "EnvoyFilter shop/lua: applyTo EXTENSION_CONFIG: extension configurations (ECDS) are not served yet",
             "WasmPlugin shop/wasm: validated, not applied to generated configuration",
         ],
         "{report}"

@@ -40,6 +40,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     ips: Vec::new(),
                     mesh_id: "".into(),
                     cluster_id: "".into(),
+                    version: "".into(),
+                    metadata: Vec::new(),
                 };
                 let m = istiod_mesh::generator::router::merged(&model, &class);
                 let _ = istiod_mesh::generator::router::listeners(&model, &class);

@@ -406,9 +406,20 @@ pub fn inserted(applied: &Applied, ctx: Context) -> Vec<DynamicMessage> {
 /// `ctx` named `name` on `port` (decided without decoding it: a listener
 /// match's name and port; lower levels are checked when applied).
 pub fn touched(applied: &Applied, ctx: Context, name: &str, port: Option<u32>) -> bool {
+    touching(applied, ctx, name, port).next().is_some()
+}
+
+/// The listener levels' patches that could change a listener in `ctx`
+/// named `name` on `port` (by its name and port).
+pub fn touching<'a>(
+    applied: &'a Applied,
+    ctx: Context,
+    name: &'a str,
+    port: Option<u32>,
+) -> impl Iterator<Item = &'a std::sync::Arc<Patch>> + 'a {
     let levels =
         [ApplyTo::Listener, ApplyTo::ListenerFilter, ApplyTo::FilterChain, ApplyTo::NetworkFilter, ApplyTo::HttpFilter];
-    levels.iter().flat_map(|t| applied.of(*t)).any(|p| {
+    levels.into_iter().flat_map(|t| applied.of(t)).filter(move |p| {
         p.in_context(ctx)
             && p.listener.as_ref().is_none_or(|m| {
                 (m.name.is_empty() || m.name == name)

@@ -245,10 +245,21 @@ fn patch_routes(
 /// Whether a patch of a route configuration's levels could change one
 /// named `name` in `ctx` (decided by its name; lower levels when applied).
 pub fn touched(applied: &Applied, ctx: Context, name: &str, ports: &PortMap) -> bool {
+    touching(applied, ctx, name, ports).next().is_some()
+}
+
+/// The route levels' patches that could change a route configuration
+/// named `name` in `ctx`.
+pub fn touching<'a>(
+    applied: &'a Applied,
+    ctx: Context,
+    name: &'a str,
+    ports: &'a PortMap,
+) -> impl Iterator<Item = &'a std::sync::Arc<Patch>> + 'a {
     [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
-        .iter()
-        .flat_map(|t| applied.of(*t))
-        .any(|p| p.in_context(ctx) && rc_matches(ctx, name, p, ports))
+        .into_iter()
+        .flat_map(|t| applied.of(t))
+        .filter(move |p| p.in_context(ctx) && rc_matches(ctx, name, p, ports))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use std::hash::{Hash, Hasher};
 
 pub(crate) mod deps;
-mod patches;
+pub mod patches;
 pub mod router;
 pub use deps::{Changes, Dep};
 use router::is_router;

@@ -491,6 +491,8 @@ pub(super) fn explain(
         }
         _ => note = "no explanation for this kind of resource yet".into(),
     }
+    // EnvoyFilters whose patches may change it, in the order they apply.
+    let envoy_filters = istiod_mesh::generator::patches::filters_touching(model, class, kind, name);
     json!({
         "type": kind.type_url(),
         "name": name,
@@ -498,6 +500,7 @@ pub(super) fn explain(
         "summary": note,
         "sources": sources,
         "visibility": visibility_of,
+        "envoyFilters": envoy_filters.iter().map(|f| &**f).collect::<Vec<_>>(),
     })
 }
 
@@ -586,6 +589,29 @@ mod tests {
         assert!(routes["sources"].as_array().unwrap().iter().any(|s| s["kind"] == "VirtualService"), "{routes}");
         let gone = explain(&m, &config, &who, kind, "outbound|80||nowhere.example");
         assert_eq!(gone["summary"], "no service nowhere.example in the registry");
+    }
+
+    /// /debug/explain names the EnvoyFilters whose patches may change the
+    /// resource, and only those.
+    #[test]
+    fn explain_names_the_envoy_filters_that_patch_a_resource() {
+        let m = istiod_mesh::testing::model_in(
+            "",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+             spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}\n---\n\
+             apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: timeouts, namespace: istio-system}\n\
+             spec: {configPatches: [{applyTo: CLUSTER, match: {cluster: {service: web.shop.svc.cluster.local}}, \
+             patch: {operation: MERGE, value: {connect_timeout: 2s}}}]}\n---\n\
+             apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: other, namespace: istio-system}\n\
+             spec: {configPatches: [{applyTo: CLUSTER, match: {cluster: {service: db.shop.svc.cluster.local}}, \
+             patch: {operation: MERGE, value: {connect_timeout: 2s}}}]}\n",
+        );
+        let who = class("shop", &[("app", "client")]);
+        let kind = istiod_xds::ads::Kind::Cluster;
+        let v = explain(&m, &[], &who, kind, "outbound|80||web.shop.svc.cluster.local");
+        assert_eq!(v["envoyFilters"], json!(["istio-system/timeouts"]), "{v}");
+        let none = explain(&m, &[], &who, istiod_xds::ads::Kind::Route, "80");
+        assert_eq!(none["envoyFilters"], json!([]));
     }
 
     #[test]

@@ -25,7 +25,11 @@ type BaseBody = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<Byte
 
 /// The patches that apply to a proxy of `class` (`None`: none do).
 pub(crate) fn applied(m: &MeshInput, class: &ProxyClass) -> Option<Arc<Applied>> {
-    let filters = &m.model.envoy_filters;
+    applied_in(&m.model, class)
+}
+
+fn applied_in(model: &crate::model::Model, class: &ProxyClass) -> Option<Arc<Applied>> {
+    let filters = &model.envoy_filters;
     // Proxyless gRPC is not patched (istiod's grpcgen).
     if filters.is_empty() || is_grpc(class) {
         return None;
@@ -51,12 +55,58 @@ fn context(class: &ProxyClass, kind: Kind, name: &str) -> Context {
 
 /// The services an inbound cluster serves (its port's).
 fn hosts(m: &MeshInput, class: &ProxyClass, name: &str) -> Vec<Arc<str>> {
+    hosts_in(&m.model, class, name)
+}
+
+fn hosts_in(model: &crate::model::Model, class: &ProxyClass, name: &str) -> Vec<Arc<str>> {
     match clusters::parse_name(name) {
-        Some(("inbound", port, _, _)) => u16::try_from(port)
-            .map(|p| crate::translate::inbound::inbound_hosts(&m.model, class, p))
-            .unwrap_or_default(),
+        Some(("inbound", port, _, _)) => {
+            u16::try_from(port).map(|p| crate::translate::inbound::inbound_hosts(model, class, p)).unwrap_or_default()
+        }
         _ => Vec::new(),
     }
+}
+
+/// The EnvoyFilters (`namespace/name`) whose patches may change resource
+/// `name` of `kind` served to a proxy of `class`, in the order they apply
+/// (`/debug/explain`).
+pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: Kind, name: &str) -> Vec<Arc<str>> {
+    let Some(applied) = applied_in(model, class) else { return Vec::new() };
+    let ctx = context(class, kind, name);
+    let no_ports = routes::PortMap::new();
+    let patches: Vec<&Arc<istiod_envoyfilter::filters::Patch>> = match kind {
+        Kind::Cluster => {
+            let hosts = hosts_in(model, class, name);
+            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
+            applied
+                .of(ApplyTo::Cluster)
+                .iter()
+                .filter(|p| p.in_context(ctx) && clusters::matches(name, p.cluster.as_ref(), &hosts))
+                .collect()
+        }
+        Kind::Listener => {
+            let mut out: Vec<_> = listeners::touching(&applied, ctx, name, listener_port(name)).collect();
+            if ctx == Context::SidecarInbound {
+                // Its inline route configurations.
+                out.extend(
+                    [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
+                        .into_iter()
+                        .flat_map(|t| applied.of(t))
+                        .filter(|p| p.in_context(ctx)),
+                );
+            }
+            out
+        }
+        Kind::Route => routes::touching(&applied, ctx, name, &no_ports).collect(),
+        _ => Vec::new(),
+    };
+    let mut out: Vec<Arc<str>> = Vec::new();
+    for p in patches {
+        if !out.contains(&p.filter) {
+            out.push(p.filter.clone());
+        }
+    }
+    out
 }
 
 /// The resources of `to` (clusters, listeners) ADD patches give a proxy

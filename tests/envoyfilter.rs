@@ -6,7 +6,16 @@
 
 use serde_json::{Value, json};
 
-use crate::served::served;
+use crate::served::served_with;
+
+/// What a sidecar of `namespace` with `labels` at `ip` is served, every
+/// resource checked with Envoy's own field rules (protoc-gen-validate,
+/// the typed configs inside unpacked): none may fail them.
+fn served(objects: &str, mesh: &str, namespace: &str, labels: Value, ip: &str) -> Value {
+    let got = served_with("sidecar", objects, mesh, namespace, labels, ip, &[("PGV", "1")]);
+    assert_eq!(got["pgv_errors"], json!([]), "Envoy would reject what is served");
+    got
+}
 
 const MESH: &str = "\
 apiVersion: v1
@@ -267,4 +276,29 @@ spec:
     for other in vhosts.iter().filter(|v| v["name"] != "web.shop.svc.cluster.local:80") {
         assert!(other.get("responseHeadersToAdd").is_none(), "only the matched virtual host: {other}");
     }
+}
+
+/// The field-rule check of these tests can fail: a patch istiod accepts
+/// and applies but Envoy would reject (a negative connect timeout) is
+/// served as istiod serves it, and the check names it.
+#[test]
+fn the_envoy_field_rule_check_can_fail() {
+    let objects = format!(
+        "{MESH}---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: bad, namespace: shop}}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND, cluster: {{service: web.shop.svc.cluster.local}}}}
+    patch: {{operation: MERGE, value: {{connect_timeout: -1s}}}}
+"
+    );
+    let got = served_with("sidecar", &objects, "", "shop", json!({"app": "client"}), "10.1.0.5", &[("PGV", "1")]);
+    let errors = got["pgv_errors"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|e| e.as_str().unwrap().starts_with("cluster outbound|80||web.shop.svc.cluster.local")),
+        "{errors:?}"
+    );
 }

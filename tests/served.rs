@@ -21,6 +21,20 @@ pub(crate) fn served(objects: &str, mesh: &str, namespace: &str, labels: Value, 
 
 /// [`served`] for a proxy of type `kind` (`sidecar`, `router`).
 pub(crate) fn served_as(kind: &str, objects: &str, mesh: &str, namespace: &str, labels: Value, ip: &str) -> Value {
+    served_with(kind, objects, mesh, namespace, labels, ip, &[])
+}
+
+/// [`served_as`] with `env` for the client (`PGV=1`: every resource is
+/// checked with Envoy's field rules, failures under `pgv_errors`).
+pub(crate) fn served_with(
+    kind: &str,
+    objects: &str,
+    mesh: &str,
+    namespace: &str,
+    labels: Value,
+    ip: &str,
+    env: &[(&str, &str)],
+) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config");
     std::fs::create_dir(&config).unwrap();
@@ -36,6 +50,7 @@ pub(crate) fn served_as(kind: &str, objects: &str, mesh: &str, namespace: &str, 
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
         .arg(s.grpc.to_string())
         .arg(node.to_string())
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}\n{}", python::text(&out), s.log());

@@ -551,3 +551,36 @@ impl EnvoyFilters {
         out
     }
 }
+
+/// istiod's check of a patch value at validation (`ValidateEnvoyFilter`:
+/// `BuildXDSObjectFromStruct`): `Err` when it does not read as its type,
+/// an unknown `@type` said as istiod says it.
+pub fn check_value(apply_to: &str, value: &serde_json::Value) -> Result<(), String> {
+    let Some(to) = ApplyTo::parse(apply_to) else { return Ok(()) };
+    value_of(to, value).map(|_| ()).map_err(|e| {
+        if e.contains("not found") || e.contains("unknown type") || e.contains("type_url") {
+            format!("referenced type unknown: {e}")
+        } else {
+            e
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn values_that_do_not_read_are_refused_as_istiod_refuses_them() {
+        assert!(super::check_value("CLUSTER", &json!({"name": "x", "connect_timeout": "1s"})).is_ok());
+        let e = super::check_value(
+            "HTTP_FILTER",
+            &json!({"name": "x", "typed_config": {"@type": "type.googleapis.com/not.a.Type"}}),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("referenced type unknown: "), "{e}");
+        assert!(super::check_value("CLUSTER", &json!({"connect_timeout": 5})).is_err());
+        // Unknown fields are dropped (istiod's non-strict read).
+        assert!(super::check_value("CLUSTER", &json!({"no_such_field": 1})).is_ok());
+    }
+}

@@ -5,9 +5,14 @@ decoded by the upstream descriptors), for a Rust test to assert on.
 
 usage: ads_fetch.py GRPC_ADDR NODE_JSON
 NODE_JSON: {"id": "...", "metadata": {...}}
+
+With PGV=1 in the environment, every resource is also checked with
+Envoy's own field rules (protoc-gen-validate, inner Anys unpacked, as
+golden.py does) and the failures listed under "pgv_errors".
 """
 
 import json
+import os
 import queue
 import sys
 
@@ -45,7 +50,7 @@ from google.protobuf import descriptor_pool, json_format, struct_pb2
 from udpa.type.v1 import typed_struct_pb2  # noqa: F401
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from golden import add_istio_proxy_types  # noqa: E402 (istio-proxy's own filter configs)
+from golden import add_istio_proxy_types, envoy_errors, load_pgv  # noqa: E402 (istio-proxy's own filter configs)
 
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -76,14 +81,32 @@ def main():
             return r
 
         out = {"clusters": {}, "listeners": {}, "routes": {}}
+        check = os.environ.get("PGV") == "1"
+        if check:
+            import warnings
+
+            warnings.simplefilter("ignore", FutureWarning)
+            pgv = load_pgv()
+            pool = descriptor_pool.Default()
+            out["pgv_errors"] = []
+
+            def checked(kind, m):
+                out["pgv_errors"].extend(envoy_errors(pgv, pool, m, f"{kind} {m.name}"))
+        else:
+
+            def checked(kind, m):
+                pass
+
         for a in fetch(CDS, first=True).resources:
             c = cluster_pb2.Cluster()
             a.Unpack(c)
+            checked("cluster", c)
             out["clusters"][c.name] = json_format.MessageToDict(c)
         rds = set()
         for a in fetch(LDS).resources:
             lis = listener_pb2.Listener()
             a.Unpack(lis)
+            checked("listener", lis)
             out["listeners"][lis.name] = json_format.MessageToDict(lis)
             chains = list(lis.filter_chains) + ([lis.default_filter_chain] if lis.HasField("default_filter_chain") else [])
             for fc in chains:
@@ -97,6 +120,7 @@ def main():
             for a in fetch(RDS, sorted(rds)).resources:
                 rc = route_pb2.RouteConfiguration()
                 a.Unpack(rc)
+                checked("route", rc)
                 out["routes"][rc.name] = json_format.MessageToDict(rc)
         q.put(None)
     print(json.dumps(out))

@@ -406,6 +406,11 @@ fn envoy_filter(v: &mut V, spec: &serde_json::Map<String, Value>) {
         }
         if !value.is_null() && !value.is_object() {
             v.err(format!("{path}.patch.value"), "invalid value: want an object");
+        } else if value.is_object()
+            && let Err(e) = istiod_envoyfilter::filters::check_value(apply_to, value)
+        {
+            // istiod builds the value as its type (BuildXDSObjectFromStruct).
+            v.err(format!("{path}.patch.value"), e);
         }
         let proxy = v.object(mget("proxy"), &format!("{path}.match.proxy"));
         if let Some(proxy) = proxy {
@@ -1052,6 +1057,14 @@ mod tests {
             "spec.configPatches[0].patch.value: Envoy filter: missing patch value for non-remove operation",
         );
         refused(&case("patch: {operation: MERGE, value: {}}"), "Envoy filter: missing applyTo");
+        // The value is built as its type (BuildXDSObjectFromStruct): an
+        // unknown typed config is refused.
+        refused(
+            &case(
+                "applyTo: HTTP_FILTER\n    patch: {operation: ADD, value: {name: x, typed_config: {'@type': type.googleapis.com/not.a.Type}}}",
+            ),
+            "spec.configPatches[0].patch.value: referenced type unknown: ",
+        );
         refused(&case("applyTo: CLUSTER"), "Envoy filter: missing patch");
         refused(&case("applyTo: CLUSTER\n    patch: {value: {}}"), "Envoy filter: missing patch operation");
         refused(

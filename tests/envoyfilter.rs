@@ -302,3 +302,65 @@ spec:
         "{errors:?}"
     );
 }
+
+/// A gateway's route configuration matched by the port its server
+/// declares (istiod's port map: the listener is on the Service's target
+/// port, `http.8080`, the patch names `portNumber: 80`), in context
+/// GATEWAY only.
+#[test]
+fn gateway_routes_match_by_server_port_as_istiod_maps_them() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: istio-ingressgateway, namespace: istio-system}
+spec:
+  clusterIP: 10.96.0.100
+  selector: {istio: ingressgateway}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {clusterIP: 10.96.0.10, selector: {app: web}, ports: [{name: http, port: 80}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: shop}
+spec:
+  hosts: ['web.example.com']
+  gateways: [istio-system/edge]
+  http: [{route: [{destination: {host: web.shop.svc.cluster.local}}]}]
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: edge-headers, namespace: istio-system}
+spec:
+  configPatches:
+  - applyTo: ROUTE_CONFIGURATION
+    match: {context: GATEWAY, routeConfiguration: {portNumber: 80}}
+    patch: {operation: MERGE, value: {response_headers_to_add: [{header: {key: x-edge, value: '1'}}]}}
+  - applyTo: ROUTE_CONFIGURATION
+    match: {context: GATEWAY, routeConfiguration: {portNumber: 8443}}
+    patch: {operation: MERGE, value: {response_headers_to_add: [{header: {key: x-wrong-port, value: '1'}}]}}
+";
+    let got = crate::served::served_as(
+        "router",
+        objects,
+        "",
+        "istio-system",
+        json!({"istio": "ingressgateway"}),
+        "10.1.0.30",
+    );
+    let rc = &got["routes"]["http.8080"];
+    assert!(rc.is_object(), "{:?}", got["routes"].as_object().map(|r| r.keys().collect::<Vec<_>>()));
+    let headers: Vec<&str> =
+        rc["responseHeadersToAdd"].as_array().unwrap().iter().map(|h| h["header"]["key"].as_str().unwrap()).collect();
+    assert_eq!(headers, ["x-edge"], "{rc}");
+}

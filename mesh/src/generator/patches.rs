@@ -73,7 +73,7 @@ fn hosts_in(model: &crate::model::Model, class: &ProxyClass, name: &str) -> Vec<
 pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: Kind, name: &str) -> Vec<Arc<str>> {
     let Some(applied) = applied_in(model, class) else { return Vec::new() };
     let ctx = context(class, kind, name);
-    let no_ports = routes::PortMap::new();
+    let ports = port_map(model, class);
     let patches: Vec<&Arc<istiod_envoyfilter::filters::Patch>> = match kind {
         Kind::Cluster => {
             let hosts = hosts_in(model, class, name);
@@ -97,7 +97,7 @@ pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: K
             }
             out
         }
-        Kind::Route => routes::touching(&applied, ctx, name, &no_ports).collect(),
+        Kind::Route => routes::touching(&applied, ctx, name, &ports).collect(),
         _ => Vec::new(),
     };
     let mut out: Vec<Arc<str>> = Vec::new();
@@ -143,6 +143,21 @@ fn listener_port(name: &str) -> Option<u32> {
     }
 }
 
+/// A gateway's port map (istiod's `GatewayPortMap`): each listener port
+/// (a server's port resolved to the Service's target port) to the
+/// servers' own ports, for `routeConfiguration.portNumber`.
+fn port_map(model: &crate::model::Model, class: &ProxyClass) -> routes::PortMap {
+    let mut out = routes::PortMap::new();
+    if class.node_type != NodeType::Router {
+        return out;
+    }
+    for (sp, servers) in &super::router::merged(model, class).servers {
+        let numbers = servers.iter().filter_map(|s| s.server.port.as_ref().map(|p| p.number));
+        out.entry(sp.number).or_default().extend(numbers);
+    }
+    out
+}
+
 /// What patches do to one resource, decided without building it.
 enum Effect {
     /// Nothing: the base resource as it is.
@@ -181,7 +196,7 @@ fn effect(m: &MeshInput, applied: &Applied, class: &ProxyClass, kind: Kind, name
                 Effect::None
             }
         }
-        Kind::Route if routes::touched(applied, ctx, name, &routes::PortMap::new()) => Effect::Touched,
+        Kind::Route if routes::touched(applied, ctx, name, &port_map(&m.model, class)) => Effect::Touched,
         _ => Effect::None,
     }
 }
@@ -269,7 +284,7 @@ pub(crate) fn body(
             }
             listeners::apply(&applied, ctx, l, &mut outcomes)
         }
-        _ => Some(routes::apply(&applied, ctx, resource, &routes::PortMap::new(), &mut outcomes)),
+        _ => Some(routes::apply(&applied, ctx, resource, &port_map(&m.model, class), &mut outcomes)),
     };
     istiod_envoyfilter::status::record(&outcomes);
     patched.map(|c| Bytes::from(c.encode_to_vec()))

@@ -50,7 +50,8 @@ pub fn build_with(
 /// re-translated (their listeners and virtual hosts too where their
 /// addresses or ports changed); only VirtualServices and DestinationRules
 /// -> only the virtual hosts and clusters of their hosts; only security
-/// policies -> only the policy list; only Sidecars -> only the scoping.
+/// policies -> only the policy list; only Sidecars -> only the scoping;
+/// only EnvoyFilters -> only the filters (applied per proxy).
 /// None of these rebuilds the model or the translation. Anything else
 /// (Namespaces, Nodes, WorkloadEntries, a mix of groups, an unknown change)
 /// does, and so does a new mesh configuration. Says which it did.
@@ -121,6 +122,9 @@ pub fn update(
                 return None;
             }
             return Some(m.with_config_maps(objects));
+        }
+        if all(&["EnvoyFilter"]).is_some() {
+            return Some(m.with_envoy_filters(objects));
         }
         if all(&["Sidecar"]).is_some() {
             return Some(m.with_sidecars(objects));
@@ -205,6 +209,22 @@ impl MeshInput {
     /// SDS reads them (by content hash), so nothing else is recorded.
     pub fn with_secrets(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_secrets_of(objs));
+        MeshInput { model, changes: self.changes.next(), ..self.clone() }
+    }
+}
+
+// EnvoyFilters.
+
+impl MeshInput {
+    /// The mesh after EnvoyFilters changed, and nothing else: they are
+    /// applied per proxy as resources are generated (the generator mixes
+    /// the applying filters' digest into each patched resource's
+    /// generation), so the shared translation is kept and only the proxies
+    /// a changed filter selects see new resources. A pass over the Istio
+    /// objects, not a rebuild.
+    pub fn with_envoy_filters(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
+        let filters = crate::model::envoy_filters_of(objs, &self.model.mesh.root_namespace);
+        let model = Arc::new(Model { envoy_filters: Arc::new(filters), ..(*self.model).clone() });
         MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
 }

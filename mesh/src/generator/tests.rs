@@ -1239,3 +1239,58 @@ fn an_external_name_service_of_the_mesh_is_an_alias() {
     assert!(!names.iter().any(|n| n.contains("info.bookinfo")), "{names:?}");
     assert!(names.contains(&"outbound|8000||web.bookinfo.svc.cluster.local"), "not an alias: {names:?}");
 }
+
+/// The EnvoyFilter fast path (`MeshInput::with_envoy_filters`) serves what
+/// a full rebuild serves: a filter added, changed and removed, each an
+/// incremental update, every class's bytes the same as after a rebuild.
+#[test]
+fn an_envoy_filter_change_updated_in_place_equals_a_rebuild() {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let filter = |timeout: &str| {
+        let yaml = format!(
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {{name: t, namespace: bookinfo}}\n\
+             spec: {{configPatches: [{{applyTo: CLUSTER, match: {{context: SIDECAR_OUTBOUND}}, \
+             patch: {{operation: MERGE, value: {{connect_timeout: {timeout}}}}}}}]}}\n"
+        );
+        parse_file(&yaml).docs.into_iter().next().unwrap().unwrap().unwrap()
+    };
+    let with = |o: &istiod_config::objects::Objects, f: Option<Object>| {
+        let mut o = o.clone();
+        o.istio.retain(|x| x.meta.name != "t");
+        if let Some(Object::Istio(x)) = f {
+            o.istio.push(x);
+        }
+        o
+    };
+    let mut old = crate::update::build(&before, "cluster.local", &settings);
+    for step in [Some(filter("2s")), Some(filter("3s")), None] {
+        let refs = vec![ObjectRef::of(&filter("1s"))];
+        let after = with(&before, step);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only an EnvoyFilter changed");
+        assert_eq!(fast.translation.resources, old.translation.resources, "the shared translation is kept");
+        let full = rebuilt(&old, &after, &settings);
+        serves_alike(&fast, &full);
+        // The patch shows in what productpage is served (and goes again).
+        let changes =
+            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &fast.translation.resources);
+        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
+        let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+        snap.mesh = Some(fast.clone());
+        let name = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+        let bytes = MeshGenerator.generate(&snap, &class("bookinfo", &[("app", "productpage")]), Kind::Cluster, name);
+        let c = istiod_proto::envoy::config::cluster::v3::Cluster::decode(bytes.unwrap()).unwrap();
+        let seconds = c.connect_timeout.map(|d| d.seconds);
+        let want = match (fast.model.envoy_filters.is_empty(), seconds) {
+            (true, Some(s)) => s != 2 && s != 3,
+            (false, Some(s)) => s == 2 || s == 3,
+            _ => false,
+        };
+        assert!(want, "{seconds:?}");
+        old = fast;
+    }
+}

@@ -364,3 +364,41 @@ spec:
         rc["responseHeadersToAdd"].as_array().unwrap().iter().map(|h| h["header"]["key"].as_str().unwrap()).collect();
     assert_eq!(headers, ["x-edge"], "{rc}");
 }
+
+/// A REMOVE then an ADD of the same name replaces the cluster (istiod
+/// appends ADDs after patching what it built), and an ADD in context
+/// SIDECAR_INBOUND reaches the sidecar too.
+#[test]
+fn a_removed_cluster_is_replaced_by_an_add_of_its_name() {
+    let objects = format!(
+        "{MESH}---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {{name: replace, namespace: shop}}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND, cluster: {{name: outbound|5432||db.shop.svc.cluster.local}}}}
+    patch: {{operation: REMOVE}}
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_OUTBOUND}}
+    patch:
+      operation: ADD
+      value:
+        name: outbound|5432||db.shop.svc.cluster.local
+        type: STATIC
+        connect_timeout: 7s
+        load_assignment:
+          cluster_name: outbound|5432||db.shop.svc.cluster.local
+          endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 10.9.9.9, port_value: 5432}}}}}}}}]}}]
+  - applyTo: CLUSTER
+    match: {{context: SIDECAR_INBOUND}}
+    patch: {{operation: ADD, value: {{name: inbound-extra, type: STATIC, connect_timeout: 1s}}}}
+"
+    );
+    let got = served(&objects, "", "shop", json!({"app": "client"}), "10.1.0.5");
+    let db = &got["clusters"]["outbound|5432||db.shop.svc.cluster.local"];
+    assert_eq!(db["type"], "STATIC", "the ADD replaces it: {db}");
+    assert_eq!(db["connectTimeout"], "7s");
+    assert!(got["clusters"].get("inbound-extra").is_some(), "{:?}", got["clusters"].as_object().unwrap().keys());
+}

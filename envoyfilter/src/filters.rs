@@ -379,6 +379,11 @@ fn attaches(f: &Filter, proxy: &Proxy<'_>) -> bool {
 /// Whether a patch's proxy match holds (`proxyMatch`).
 fn proxy_matches(p: &Patch, proxy: &Proxy<'_>) -> bool {
     if let Some(v) = &p.version {
+        // istiod's proxyMatch: a version pattern never matches a proxy
+        // that sent no version.
+        if proxy.version.is_empty() {
+            return false;
+        }
         match v {
             Ok(re) if re.is_match(proxy.version) => {}
             _ => return false,
@@ -582,5 +587,21 @@ mod tests {
         assert!(super::check_value("CLUSTER", &json!({"connect_timeout": 5})).is_err());
         // Unknown fields are dropped (istiod's non-strict read).
         assert!(super::check_value("CLUSTER", &json!({"no_such_field": 1})).is_ok());
+    }
+
+    /// istiod's proxyMatch: a version pattern never matches a proxy that
+    /// sent no version; metadata must all match.
+    #[test]
+    fn proxies_match_by_version_and_metadata_as_istiod_matches_them() {
+        let spec = json!({"configPatches": [{"applyTo": "CLUSTER",
+            "match": {"proxy": {"proxyVersion": ".*", "metadata": {"A": "1"}}}, "patch": {"operation": "REMOVE"}}]});
+        let f = super::EnvoyFilters::new("istio-system", [("istio-system", "f", "", &spec)]);
+        let count = |version: &str, metadata: &[(&str, &str)]| {
+            let p = super::Proxy { namespace: "a", labels: &[], version, metadata };
+            f.applied(&p).of(super::ApplyTo::Cluster).len()
+        };
+        assert_eq!(count("1.28.0", &[("A", "1")]), 1);
+        assert_eq!(count("", &[("A", "1")]), 0, "no version sent");
+        assert_eq!(count("1.28.0", &[("A", "2")]), 0);
     }
 }

@@ -171,7 +171,12 @@ fn merge_filter(f: &mut DynamicMessage, p: &Patch) -> bool {
     let Some(own) = msg_field(f, "typed_config") else { return false };
     let name = str_field(value, "name");
     if let Some(theirs) = msg_field(value, "typed_config") {
-        let merged = merge_any(&own, &theirs).unwrap_or(own);
+        let Some(merged) = merge_any(&own, &theirs) else {
+            // Configs of two types do not merge: istiod's merge panics and
+            // the patch is counted an error; the filter stays as it was.
+            crate::status::error(if p.apply_to == ApplyTo::HttpFilter { "httpfilter" } else { "networkfilter" });
+            return false;
+        };
         f.set_field_by_name("typed_config", Value::Message(merged));
     }
     if !name.is_empty() {
@@ -345,6 +350,11 @@ fn patch_http_filters(
         return;
     }
     let Some(any) = msg_field(f, "typed_config") else { return };
+    // Only an HTTP connection manager's config is read as one
+    // (UnmarshalTo checks the type).
+    if !str_field(&any, "type_url").ends_with(&format!("/{HCM_TYPE}")) {
+        return;
+    }
     let Some(desc) = crate::schema::message(HCM_TYPE) else { return };
     let Some(bytes) = any.get_field_by_name("value").and_then(|v| v.as_bytes().cloned()) else { return };
     let Ok(mut hcm) = DynamicMessage::decode(desc, bytes) else { return };

@@ -452,12 +452,14 @@ impl Generator for MeshGenerator {
         // Clusters and listeners EnvoyFilters add (a name already served
         // keeps its own).
         if let (Kind::Cluster | Kind::Listener, Some(m)) = (kind, mesh(snap)) {
-            let shared = snap.shared_names(kind);
             let added = if kind == Kind::Cluster {
                 patches::added_clusters(m, class)
             } else {
                 patches::added_listeners(m, class)
             };
+            // The names this proxy is served (another proxy's do not hide
+            // an ADD of the same name).
+            let shared = if added.is_empty() { Vec::new() } else { self.shared_wildcard_names(snap, class, kind) };
             for (name, _) in added {
                 if !names.contains(&name) && !shared.contains(&name) {
                     names.push(name);

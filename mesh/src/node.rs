@@ -79,7 +79,7 @@ pub struct ProxyClass {
     /// `ISTIO_VERSION`: EnvoyFilter patches may match it (`proxyVersion`).
     /// Reduced away unless one does.
     pub version: Arc<str>,
-    /// The node's string metadata (values up to 256 bytes), sorted:
+    /// The node's string metadata, sorted:
     /// EnvoyFilter patches may match it (`proxy.metadata`). Reduced to the
     /// keys some patch matches.
     pub metadata: Vec<(Arc<str>, Arc<str>)>,
@@ -186,14 +186,14 @@ impl Proxy {
     }
 }
 
-/// The node's string-valued metadata (up to 256 bytes each), sorted.
+/// The node's string-valued metadata, sorted.
 fn string_metadata(node: &Node) -> Vec<(Arc<str>, Arc<str>)> {
     let mut out: Vec<(Arc<str>, Arc<str>)> = node
         .metadata
         .iter()
         .flat_map(|m| &m.fields)
         .filter_map(|(k, v)| match &v.kind {
-            Some(ValueKind::StringValue(s)) if s.len() <= 256 => Some((Arc::from(k.as_str()), Arc::from(s.as_str()))),
+            Some(ValueKind::StringValue(s)) => Some((Arc::from(k.as_str()), Arc::from(s.as_str()))),
             _ => None,
         })
         .collect();

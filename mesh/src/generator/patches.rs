@@ -47,7 +47,9 @@ fn context(class: &ProxyClass, kind: Kind, name: &str) -> Context {
         return Context::Gateway;
     }
     match kind {
-        Kind::Cluster if name.starts_with("inbound|") => Context::SidecarInbound,
+        // istiod patches the inbound passthrough cluster with the inbound
+        // patcher (buildClusters).
+        Kind::Cluster if name.starts_with("inbound|") || name == "InboundPassthroughCluster" => Context::SidecarInbound,
         Kind::Listener if name == crate::translate::inbound::VIRTUAL_INBOUND => Context::SidecarInbound,
         _ => Context::SidecarOutbound,
     }
@@ -113,9 +115,17 @@ pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: K
 /// of `class`, by name.
 fn added_of(m: &MeshInput, class: &ProxyClass, to: ApplyTo) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
     let Some(applied) = applied(m, class) else { return Vec::new() };
-    let ctx = if class.node_type == NodeType::Router { Context::Gateway } else { Context::SidecarOutbound };
-    applied
-        .added(to, ctx)
+    // A sidecar's outbound and inbound sides both take ADDs (istiod's
+    // InsertedClusters and ApplyListenerPatches for each side).
+    let added = match class.node_type {
+        NodeType::Router => applied.added(to, Context::Gateway),
+        _ => {
+            let mut both = applied.added(to, Context::SidecarOutbound);
+            both.extend(applied.added(to, Context::SidecarInbound));
+            both
+        }
+    };
+    added
         .into_iter()
         .map(|c| {
             let name = c.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into());
@@ -222,12 +232,15 @@ pub(crate) fn generation(
         return base(snap, class, kind, name);
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
+    let added_here = || added(m, class, kind).iter().any(|(n, _)| &**n == name);
     match (effect(m, &applied, class, kind, name), base(snap, class, kind, name)) {
-        (Effect::Removed, _) => None,
+        // A REMOVE drops the built resource; an ADD of the same name is
+        // still served (istiod appends ADDs after patching).
+        (Effect::Removed, _) => added_here().then(|| mix(("added", applied.digest))),
         (Effect::Touched, Some(g)) => Some(mix((g, applied.digest))),
         (Effect::None, Some(g)) => Some(g),
         // An added resource (the first ADD of a name wins where two add it).
-        (_, None) => added(m, class, kind).iter().any(|(n, _)| &**n == name).then(|| mix(("added", applied.digest))),
+        (_, None) => added_here().then(|| mix(("added", applied.digest))),
     }
 }
 
@@ -245,10 +258,7 @@ pub(crate) fn body(
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
     let effect = effect(m, &applied, class, kind, name);
-    if matches!(effect, Effect::Removed) {
-        return None;
-    }
-    if base_generation(snap, class, kind, name).is_none() {
+    if matches!(effect, Effect::Removed) || base_generation(snap, class, kind, name).is_none() {
         let (_, c) = added(m, class, kind).into_iter().find(|(n, _)| &**n == name)?;
         return Some(Bytes::from(c.encode_to_vec()));
     }

@@ -132,6 +132,9 @@ pub struct Config {
     pub unsafe_admin_endpoints: bool,
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
+    /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
+    /// `pilot_envoy_filter_status` is recorded.
+    pub envoy_filter_stats: bool,
     /// Environment values that did not parse, each replaced by its default
     /// (logged at start, as istiod's `env` package logs them).
     pub env_warnings: Vec<String>,
@@ -737,6 +740,7 @@ impl Config {
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,
             unsafe_admin_endpoints: vars.bool("UNSAFE_ENABLE_ADMIN_ENDPOINTS", false)?,
+            envoy_filter_stats: vars.bool("PILOT_ENVOY_FILTER_STATS", false)?,
             // istiod (features/telemetry.go): outside 0..=100 it warns and
             // keeps the default.
             trace_sampling: match vars.float("PILOT_TRACE_SAMPLING", 1.0)? {

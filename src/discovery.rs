@@ -105,6 +105,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }
+    istiod_envoyfilter::status::set_enabled(config.envoy_filter_stats);
     // What the environment sets over the mesh configuration.
     let env: mesh_watch::Env = {
         let (jwks_fetch, scope, collapse) =

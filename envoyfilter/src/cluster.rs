@@ -60,11 +60,6 @@ pub fn removed(applied: &Applied, ctx: Context, name: &str, hosts: &[&str]) -> b
     cluster_patches(applied, ctx).any(|p| p.operation == Operation::Remove && matches(name, p.cluster.as_ref(), hosts))
 }
 
-/// Whether any MERGE patch could change cluster `name`.
-pub fn touched(applied: &Applied, ctx: Context, name: &str, hosts: &[&str]) -> bool {
-    cluster_patches(applied, ctx).any(|p| p.operation.merges() && matches(name, p.cluster.as_ref(), hosts))
-}
-
 /// `ApplyClusterMerge`: `c` with the patches applied, `None` when removed.
 pub fn apply(
     applied: &Applied,
@@ -80,7 +75,7 @@ pub fn apply(
             return None;
         }
         if !p.operation.merges() {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "cluster", applied: false });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "cluster", applied: false });
             continue;
         }
         let mut ok = false;
@@ -94,7 +89,7 @@ pub fn apply(
                 }
             }
         }
-        outcomes.push(Outcome { key: p.key.clone(), kind: "cluster", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "cluster", applied: ok });
     }
     Some(c)
 }
@@ -158,11 +153,6 @@ fn merge_transport_socket(c: &mut DynamicMessage, value: &DynamicMessage) -> Res
     Ok(true)
 }
 
-/// `InsertedClusters`: the clusters ADD patches add in `ctx`.
-pub fn inserted(applied: &Applied, ctx: Context) -> Vec<DynamicMessage> {
-    applied.added(ApplyTo::Cluster, ctx)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,8 +196,7 @@ mod tests {
             "patch": {"operation": "INSERT_BEFORE", "value": {"name": "extra"}}}]});
         let filters = EnvoyFilters::new("istio-system", [("istio-system", "f", "", &spec)]);
         let applied = filters.applied(&Proxy { namespace: "a", labels: &[], version: "", metadata: &[] });
-        let added = inserted(&applied, Context::SidecarOutbound);
-        assert_eq!(added.len(), 1);
+        assert_eq!(applied.added(ApplyTo::Cluster, Context::SidecarOutbound).count(), 1);
     }
 
     /// Upstream `TestClusterPatching` (cluster_patch_test.go), its patches
@@ -232,7 +221,7 @@ mod tests {
             for c in case["input"].as_array().unwrap() {
                 got.extend(apply(&applied, ctx, cluster(c), &[host], &mut outcomes));
             }
-            got.extend(inserted(&applied, ctx));
+            got.extend(applied.added(ApplyTo::Cluster, ctx).cloned());
             let want: Vec<DynamicMessage> = case["output"].as_array().unwrap().iter().map(cluster).collect();
             let show = |v: &[DynamicMessage]| v.iter().map(|m| serde_json::to_value(m).unwrap()).collect::<Vec<_>>();
             assert_eq!(show(&got), show(&want), "{name}");

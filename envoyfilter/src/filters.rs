@@ -159,8 +159,6 @@ fn context(s: &str) -> Result<Option<Context>, ()> {
 pub struct Patch {
     /// `namespace/name` of its EnvoyFilter.
     pub filter: Arc<str>,
-    /// istiod's metric key of the patch (its filter's `namespace/name`).
-    pub key: Arc<str>,
     /// What it applies to.
     pub apply_to: ApplyTo,
     /// Its context (`None`: any; `Err`: one that matches nothing).
@@ -179,8 +177,6 @@ pub struct Patch {
     pub cluster: Option<ClusterMatch>,
     /// Its value, read as its type (`None` for REMOVE).
     pub value: Option<DynamicMessage>,
-    /// An inserted HTTP filter's class.
-    pub filter_class: String,
 }
 
 impl Patch {
@@ -248,14 +244,22 @@ impl Filter {
 /// (a full rebuild reads every EnvoyFilter again).
 fn value_of(apply_to: ApplyTo, v: &serde_json::Value) -> Result<DynamicMessage, String> {
     use std::hash::{Hash, Hasher};
-    static CACHE: std::sync::Mutex<Option<std::collections::HashMap<u64, Result<DynamicMessage, String>>>> =
-        std::sync::Mutex::new(None);
+    type Read = Result<DynamicMessage, String>;
+    type Values = std::collections::HashMap<u64, (ApplyTo, String, Read)>;
+    // By a hash of the value; the value's text is kept to tell two apart.
+    static CACHE: std::sync::Mutex<Option<Values>> = std::sync::Mutex::new(None);
     let text = v.to_string();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (apply_to, &text).hash(&mut h);
     let key = h.finish();
-    if let Some(hit) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|c| c.get(&key)) {
-        return hit.clone();
+    let cached = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|c| c.get(&key))
+        .and_then(|(to, t, read)| (*to == apply_to && *t == text).then(|| read.clone()));
+    if let Some(read) = cached {
+        return read;
     }
     let read = crate::schema::message(apply_to.value_type())
         .ok_or_else(|| "type not in the schema".to_owned())
@@ -265,7 +269,7 @@ fn value_of(apply_to: ApplyTo, v: &serde_json::Value) -> Result<DynamicMessage, 
     if cache.len() >= 16_384 {
         cache.clear();
     }
-    cache.insert(key, read.clone());
+    cache.insert(key, (apply_to, text, read.clone()));
     read
 }
 
@@ -297,7 +301,6 @@ fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
     }
     Ok(Some(Patch {
         filter: filter.clone(),
-        key: filter.clone(),
         apply_to,
         context: context(&m.context),
         operation,
@@ -307,7 +310,6 @@ fn patch(filter: &Arc<str>, cp: &ConfigPatch) -> Result<Option<Patch>, String> {
         route_configuration: m.route_configuration,
         cluster: m.cluster,
         value,
-        filter_class: p.filter_class.clone(),
     }))
 }
 
@@ -402,7 +404,42 @@ pub struct EnvoyFilters {
     /// What applies to proxies already asked about, by a hash of what
     /// selects (namespace, labels, version, metadata): every resource of a
     /// proxy asks, the answer is the same.
-    memo: std::sync::Mutex<std::collections::HashMap<u64, Arc<Applied>>>,
+    memo: std::sync::Mutex<Memo>,
+}
+
+/// Memoised selections, by a hash of what selects (each entry with its
+/// key, so that two that hash alike stay apart).
+type Memo = std::collections::HashMap<u64, Vec<(Selected, Arc<Applied>)>>;
+
+/// What selects a proxy's patches, owned (a memo entry's key).
+#[derive(Debug)]
+struct Selected {
+    namespace: String,
+    labels: Vec<(String, String)>,
+    version: String,
+    metadata: Vec<(String, String)>,
+}
+
+impl Selected {
+    fn of(p: &Proxy<'_>) -> Selected {
+        let own = |v: &[(&str, &str)]| v.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Selected {
+            namespace: p.namespace.to_owned(),
+            labels: own(p.labels),
+            version: p.version.to_owned(),
+            metadata: own(p.metadata),
+        }
+    }
+
+    fn is(&self, p: &Proxy<'_>) -> bool {
+        let same = |a: &[(String, String)], b: &[(&str, &str)]| {
+            a.len() == b.len() && a.iter().zip(b).all(|((ak, av), (bk, bv))| ak == bk && av == bv)
+        };
+        self.namespace == p.namespace
+            && self.version == p.version
+            && same(&self.labels, p.labels)
+            && same(&self.metadata, p.metadata)
+    }
 }
 
 impl Clone for EnvoyFilters {
@@ -435,14 +472,13 @@ impl Applied {
     /// What the ADD patches for `to` add in `ctx` (`InsertedClusters`, and
     /// the listener ADDs of `patchListeners`): with context ANY, only on a
     /// sidecar's outbound side and gateways.
-    pub fn added(&self, to: ApplyTo, ctx: Context) -> Vec<DynamicMessage> {
+    pub fn added(&self, to: ApplyTo, ctx: Context) -> impl Iterator<Item = &DynamicMessage> {
         self.of(to)
             .iter()
             .filter(|p| p.operation == Operation::Add)
-            .filter(|p| !(p.any_context() && ctx == Context::SidecarInbound))
-            .filter(|p| p.in_context(ctx))
-            .filter_map(|p| p.value.clone())
-            .collect()
+            .filter(move |p| !(p.any_context() && ctx == Context::SidecarInbound))
+            .filter(move |p| p.in_context(ctx))
+            .filter_map(|p| p.value.as_ref())
     }
 
     /// The patches for `to`.
@@ -490,19 +526,15 @@ impl EnvoyFilters {
         self.all().flat_map(|f| &f.patches).flat_map(|p| p.metadata.keys().map(String::as_str)).collect()
     }
 
-    /// Every filter's problems reading its patches.
-    pub fn errors(&self) -> impl Iterator<Item = &String> {
-        self.all().flat_map(|f| &f.errors)
-    }
-
     /// The patches that apply to `proxy`.
     pub fn applied(&self, proxy: &Proxy<'_>) -> Arc<Applied> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (proxy.namespace, proxy.labels, proxy.version, proxy.metadata).hash(&mut h);
         let key = h.finish();
-        if let Some(a) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return a.clone();
+        let hit = |memo: &Memo| memo.get(&key)?.iter().find(|(k, _)| k.is(proxy)).map(|(_, a)| a.clone());
+        if let Some(a) = hit(&self.memo.lock().unwrap_or_else(|e| e.into_inner())) {
+            return a;
         }
         let a = Arc::new(self.compute(proxy));
         let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
@@ -510,7 +542,7 @@ impl EnvoyFilters {
         if memo.len() >= 4096 {
             memo.clear();
         }
-        memo.insert(key, a.clone());
+        memo.entry(key).or_default().push((Selected::of(proxy), a.clone()));
         a
     }
 

@@ -10,7 +10,6 @@
 //! without filters dropped. LISTENER ADD appends listeners (with context
 //! ANY, only a sidecar's outbound side and gateways).
 
-use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
 
 use crate::cluster::Outcome;
@@ -166,32 +165,26 @@ fn list_op(items: &mut Vec<DynamicMessage>, p: &Patch, target: Option<&str>) -> 
 /// `mergeListenerFilter`): its typed config merged with the patch's (kept
 /// when they do not merge), its name replaced by the patch's; a filter
 /// without a typed config is left alone. Whether it applied.
-fn merge_filter(f: &mut DynamicMessage, p: &Patch) -> bool {
+/// `mergeListenerFilter` is the same but never renames (`rename`).
+fn merge_filter(f: &mut DynamicMessage, p: &Patch, rename: bool) -> bool {
     let Some(value) = &p.value else { return false };
     let Some(own) = msg_field(f, "typed_config") else { return false };
-    let name = str_field(value, "name");
+    let name = if rename { str_field(value, "name") } else { String::new() };
     if let Some(theirs) = msg_field(value, "typed_config") {
         let Some(merged) = merge_any(&own, &theirs) else {
             // Configs of two types do not merge: istiod's merge panics and
             // the patch is counted an error; the filter stays as it was.
-            crate::status::error(if p.apply_to == ApplyTo::HttpFilter { "httpfilter" } else { "networkfilter" });
+            crate::status::error(match p.apply_to {
+                ApplyTo::HttpFilter => "httpfilter",
+                ApplyTo::ListenerFilter => "listenerfilter",
+                _ => "networkfilter",
+            });
             return false;
         };
         f.set_field_by_name("typed_config", Value::Message(merged));
     }
     if !name.is_empty() {
         f.set_field_by_name("name", Value::String(name));
-    }
-    true
-}
-
-/// `mergeListenerFilter`: the typed config merged; the name kept.
-fn merge_listener_filter(f: &mut DynamicMessage, p: &Patch) -> bool {
-    let Some(value) = &p.value else { return false };
-    let Some(own) = msg_field(f, "typed_config") else { return false };
-    if let Some(theirs) = msg_field(value, "typed_config") {
-        let merged = merge_any(&own, &theirs).unwrap_or(own);
-        f.set_field_by_name("typed_config", Value::Message(merged));
     }
     true
 }
@@ -205,7 +198,7 @@ pub fn apply(
     outcomes: &mut Vec<Outcome>,
 ) -> Option<DynamicMessage> {
     let mut note = |p: &Patch, kind: &'static str, ok: bool| {
-        outcomes.push(Outcome { key: p.key.clone(), kind, applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind, applied: ok });
     };
     for p in applied.of(ApplyTo::Listener) {
         if !p.in_context(ctx) || !listener_matches(&l, p) {
@@ -234,7 +227,7 @@ pub fn apply(
             Operation::Merge if target.is_some() => {
                 let mut any = false;
                 for f in lfs.iter_mut() {
-                    any |= merge_listener_filter(f, p);
+                    any |= merge_filter(f, p, false);
                 }
                 any
             }
@@ -264,7 +257,7 @@ pub fn apply(
     }
     for p in applied.of(ApplyTo::FilterChain).iter().filter(|p| p.operation == Operation::Add) {
         let ok = p.in_context(ctx) && listener_matches(&l, p);
-        outcomes.push(Outcome { key: p.key.clone(), kind: "filterchain", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "filterchain", applied: ok });
         if let (true, Some(v)) = (ok, &p.value) {
             chains.push(v.clone());
         }
@@ -285,10 +278,10 @@ fn patch_chain(
 ) {
     for p in applied.of(ApplyTo::FilterChain) {
         if !p.in_context(ctx) || !listener_matches(l, p) || !chain_matches(l, fc, p) {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "filterchain", applied: false });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "filterchain", applied: false });
             continue;
         }
-        outcomes.push(Outcome { key: p.key.clone(), kind: "filterchain", applied: true });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "filterchain", applied: true });
         if p.operation == Operation::Remove {
             fc.clear_field_by_name("filters");
             return;
@@ -305,14 +298,14 @@ fn patch_chain(
     let mut filters = list_field(fc, "filters");
     for p in applied.of(ApplyTo::NetworkFilter) {
         if !p.in_context(ctx) || !listener_matches(l, p) || !chain_matches(l, fc, p) {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "networkfilter", applied: false });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "networkfilter", applied: false });
             continue;
         }
         if p.operation.merges() {
             continue;
         }
         let ok = list_op(&mut filters, p, network_filter_name(p));
-        outcomes.push(Outcome { key: p.key.clone(), kind: "networkfilter", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "networkfilter", applied: ok });
     }
     for f in filters.iter_mut() {
         for p in applied.of(ApplyTo::NetworkFilter) {
@@ -321,11 +314,11 @@ fn patch_chain(
                 && chain_matches(l, fc, p)
                 && network_filter_name(p).is_none_or(|n| n == str_field(f, "name"));
             if !here {
-                outcomes.push(Outcome { key: p.key.clone(), kind: "networkfilter", applied: false });
+                outcomes.push(Outcome { key: p.filter.clone(), kind: "networkfilter", applied: false });
                 continue;
             }
-            if p.operation == Operation::Merge && merge_filter(f, p) {
-                outcomes.push(Outcome { key: p.key.clone(), kind: "networkfilter", applied: true });
+            if p.operation == Operation::Merge && merge_filter(f, p, true) {
+                outcomes.push(Outcome { key: p.filter.clone(), kind: "networkfilter", applied: true });
             }
         }
         if str_field(f, "name") == HCM {
@@ -368,22 +361,22 @@ fn patch_http_filters(
     };
     for p in patches {
         if !here(p) {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "httpfilter", applied: false });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "httpfilter", applied: false });
             continue;
         }
         if p.operation.merges() {
             continue;
         }
         let ok = list_op(&mut http, p, http_filter_name(p));
-        outcomes.push(Outcome { key: p.key.clone(), kind: "httpfilter", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "httpfilter", applied: ok });
     }
     for hf in http.iter_mut() {
         for p in patches {
             let ok = here(p)
                 && http_filter_name(p).is_none_or(|n| n == str_field(hf, "name"))
                 && p.operation == Operation::Merge
-                && merge_filter(hf, p);
-            outcomes.push(Outcome { key: p.key.clone(), kind: "httpfilter", applied: ok });
+                && merge_filter(hf, p, true);
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "httpfilter", applied: ok });
         }
     }
     set_list(&mut hcm, "http_filters", http);
@@ -405,18 +398,6 @@ fn merge_transport_socket(fc: &mut DynamicMessage, value: &DynamicMessage) -> Re
         fc.set_field_by_name("transport_socket", Value::Message(own));
     }
     Ok(true)
-}
-
-/// The listeners LISTENER ADD patches add in `ctx`.
-pub fn inserted(applied: &Applied, ctx: Context) -> Vec<DynamicMessage> {
-    applied.added(ApplyTo::Listener, ctx)
-}
-
-/// Whether any patch of a listener's levels could change a listener in
-/// `ctx` named `name` on `port` (decided without decoding it: a listener
-/// match's name and port; lower levels are checked when applied).
-pub fn touched(applied: &Applied, ctx: Context, name: &str, port: Option<u32>) -> bool {
-    touching(applied, ctx, name, port).next().is_some()
 }
 
 /// The listener levels' patches that could change a listener in `ctx`
@@ -486,11 +467,6 @@ pub fn patch_inline_routes(
     changed
 }
 
-/// Encodes `m` (for callers holding only prost).
-pub fn encode(m: &DynamicMessage) -> Vec<u8> {
-    m.encode_to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::Value as Json;
@@ -548,7 +524,7 @@ mod tests {
                 got.extend(apply(&applied, ctx, listener(l), &mut Vec::new()));
             }
             if c["skip_adds"] != true {
-                got.extend(inserted(&applied, ctx));
+                got.extend(applied.added(ApplyTo::Listener, ctx).cloned());
             }
             let json = |v: &[DynamicMessage]| v.iter().map(|m| serde_json::to_value(m).unwrap()).collect::<Vec<_>>();
             let want: Vec<DynamicMessage> = c["output"].as_array().unwrap().iter().map(listener).collect();

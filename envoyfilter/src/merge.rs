@@ -8,7 +8,7 @@
 //! of one type as their messages.
 
 use prost::Message;
-use prost_reflect::{DynamicMessage, Kind, ReflectMessage, Value};
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 /// How lists merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,11 +78,6 @@ pub fn to_any(m: &DynamicMessage) -> DynamicMessage {
     any.set_field_by_name("type_url", Value::String(format!("type.googleapis.com/{}", m.descriptor().full_name())));
     any.set_field_by_name("value", Value::Bytes(m.encode_to_vec().into()));
     any
-}
-
-/// Whether `kind` is a message kind (for callers walking fields).
-pub fn is_message(kind: &Kind) -> bool {
-    matches!(kind, Kind::Message(_))
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ fn sidecar_port(name: &str) -> u32 {
 }
 
 /// `routeConfigurationMatch`.
-fn rc_matches(ctx: Context, rc_name: &str, p: &Patch, ports: &PortMap) -> bool {
+pub fn rc_matches(ctx: Context, rc_name: &str, p: &Patch, ports: &PortMap) -> bool {
     let Some(m) = &p.route_configuration else { return true };
     if !m.name.is_empty() && m.name != rc_name {
         return false;
@@ -106,7 +106,7 @@ pub fn apply(
 ) -> DynamicMessage {
     let name = str_field(&rc, "name");
     let note = |outcomes: &mut Vec<Outcome>, p: &Patch, kind: &'static str, ok: bool| {
-        outcomes.push(Outcome { key: p.key.clone(), kind, applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind, applied: ok });
     };
     for p in applied.of(ApplyTo::RouteConfiguration) {
         if !p.operation.merges() {
@@ -157,7 +157,7 @@ pub fn apply(
         if let (true, Some(v)) = (ok, &p.value) {
             vhosts.push(v.clone());
         }
-        outcomes.push(Outcome { key: p.key.clone(), kind: "vhost", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "vhost", applied: ok });
     }
     vhosts.retain(|vh| !removed.contains(&str_field(vh, "name")));
     set_list(&mut rc, "virtual_hosts", vhosts);
@@ -180,7 +180,7 @@ fn patch_routes(
         for p in patches {
             let Some(r) = slot.as_mut() else { break };
             let ok = here(p) && vhost_matches(vh, p) && route_matches(r, p);
-            outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: ok });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "route", applied: ok });
             if !ok {
                 continue;
             }
@@ -196,7 +196,7 @@ fn patch_routes(
     let mut routes: Vec<DynamicMessage> = routes.into_iter().flatten().collect();
     for p in patches {
         if !here(p) || !vhost_matches(vh, p) {
-            outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: false });
+            outcomes.push(Outcome { key: p.filter.clone(), kind: "route", applied: false });
             continue;
         }
         let Some(value) = p.value.clone() else { continue };
@@ -237,29 +237,9 @@ fn patch_routes(
             },
             _ => false,
         };
-        outcomes.push(Outcome { key: p.key.clone(), kind: "route", applied: ok });
+        outcomes.push(Outcome { key: p.filter.clone(), kind: "route", applied: ok });
     }
     set_list(vh, "routes", routes);
-}
-
-/// Whether a patch of a route configuration's levels could change one
-/// named `name` in `ctx` (decided by its name; lower levels when applied).
-pub fn touched(applied: &Applied, ctx: Context, name: &str, ports: &PortMap) -> bool {
-    touching(applied, ctx, name, ports).next().is_some()
-}
-
-/// The route levels' patches that could change a route configuration
-/// named `name` in `ctx`.
-pub fn touching<'a>(
-    applied: &'a Applied,
-    ctx: Context,
-    name: &'a str,
-    ports: &'a PortMap,
-) -> impl Iterator<Item = &'a std::sync::Arc<Patch>> + 'a {
-    [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
-        .into_iter()
-        .flat_map(|t| applied.of(t))
-        .filter(move |p| p.in_context(ctx) && rc_matches(ctx, name, p, ports))
 }
 
 #[cfg(test)]

@@ -200,7 +200,7 @@ pub struct Patch {
     pub operation: String,
     /// The value (JSON of the patched type; `@type` for `Any`s).
     pub value: Option<Value>,
-    /// For an inserted HTTP filter: `AUTHN`, `AUTHZ`, `STATS`.
+    /// `filterClass` (`AUTHN`, `AUTHZ`, `STATS`): istiod reads none.
     pub filter_class: String,
 }
 

@@ -452,15 +452,11 @@ impl Generator for MeshGenerator {
         // Clusters and listeners EnvoyFilters add (a name already served
         // keeps its own).
         if let (Kind::Cluster | Kind::Listener, Some(m)) = (kind, mesh(snap)) {
-            let added = if kind == Kind::Cluster {
-                patches::added_clusters(m, class)
-            } else {
-                patches::added_listeners(m, class)
-            };
+            let added = patches::added_names(m, class, kind);
             // The names this proxy is served (another proxy's do not hide
             // an ADD of the same name).
             let shared = if added.is_empty() { Vec::new() } else { self.shared_wildcard_names(snap, class, kind) };
-            for (name, _) in added {
+            for name in added {
                 if !names.contains(&name) && !shared.contains(&name) {
                     names.push(name);
                 }
@@ -530,7 +526,7 @@ impl Generator for MeshGenerator {
     }
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
-        patches::body(snap, class, kind, name, unpatched_generation, unpatched_body)
+        patches::body(snap, class, kind, name, unpatched_body)
     }
 }
 

@@ -604,7 +604,10 @@ mod tests {
              patch: {operation: MERGE, value: {connect_timeout: 2s}}}]}\n---\n\
              apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: other, namespace: istio-system}\n\
              spec: {configPatches: [{applyTo: CLUSTER, match: {cluster: {service: db.shop.svc.cluster.local}}, \
-             patch: {operation: MERGE, value: {connect_timeout: 2s}}}]}\n",
+             patch: {operation: MERGE, value: {connect_timeout: 2s}}}]}\n---\n\
+             apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: extra, namespace: istio-system}\n\
+             spec: {configPatches: [{applyTo: LISTENER, match: {context: SIDECAR_OUTBOUND}, \
+             patch: {operation: ADD, value: {name: extra}}}]}\n",
         );
         let who = class("shop", &[("app", "client")]);
         let kind = istiod_xds::ads::Kind::Cluster;
@@ -612,6 +615,9 @@ mod tests {
         assert_eq!(v["envoyFilters"], json!(["istio-system/timeouts"]), "{v}");
         let none = explain(&m, &[], &who, istiod_xds::ads::Kind::Route, "80");
         assert_eq!(none["envoyFilters"], json!([]));
+        // A LISTENER ADD adds a listener; it changes none of the others.
+        let listener = explain(&m, &[], &who, istiod_xds::ads::Kind::Listener, "0.0.0.0_80");
+        assert_eq!(listener["envoyFilters"], json!([]), "{listener}");
     }
 
     #[test]

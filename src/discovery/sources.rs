@@ -211,8 +211,12 @@ pub(super) fn apply(
             changed
         });
     }
-    let ingress = istiod_mesh::model::ingress::statuses(&objects, &mesh.model.mesh.ingress);
     let state_now = state.borrow();
+    // Only a replica that may write them needs them.
+    let ingress = match state_now.ingress_status {
+        Some(_) => istiod_mesh::model::ingress::statuses(&objects, &mesh.model.mesh.ingress),
+        None => Vec::new(),
+    };
     for (tx, statuses) in
         [(&state_now.gateway_status, &mesh.model.gateway_api.statuses), (&state_now.ingress_status, &ingress)]
     {

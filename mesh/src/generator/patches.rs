@@ -11,11 +11,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_envoyfilter::cluster as clusters;
-use istiod_envoyfilter::filters::{Applied, ApplyTo, Context, Proxy};
+use istiod_envoyfilter::filters::{Applied, ApplyTo, Context, Operation, Patch, Proxy};
 use istiod_envoyfilter::listener as listeners;
 use istiod_envoyfilter::route as routes;
 use istiod_xds_api::snapshot::{Kind, Snapshot};
 use prost::Message;
+use prost_reflect::DynamicMessage;
 
 use super::{MeshInput, is_grpc, mesh, mix};
 use crate::node::{NodeType, ProxyClass};
@@ -56,10 +57,6 @@ fn context(class: &ProxyClass, kind: Kind, name: &str) -> Context {
 }
 
 /// The services an inbound cluster serves (its port's).
-fn hosts(m: &MeshInput, class: &ProxyClass, name: &str) -> Vec<Arc<str>> {
-    hosts_in(&m.model, class, name)
-}
-
 fn hosts_in(model: &crate::model::Model, class: &ProxyClass, name: &str) -> Vec<Arc<str>> {
     match clusters::parse_name(name) {
         Some(("inbound", port, _, _)) => {
@@ -69,41 +66,89 @@ fn hosts_in(model: &crate::model::Model, class: &ProxyClass, name: &str) -> Vec<
     }
 }
 
+/// The levels of a route configuration.
+const ROUTE_LEVELS: [ApplyTo; 3] = [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute];
+
+/// Whether `p` can change what it matches: a listener's or a route
+/// configuration's own ADD, REPLACE and the like do nothing to it (istiod
+/// ignores them there; a LISTENER ADD adds a listener of its own).
+fn changes(p: &Patch) -> bool {
+    match p.apply_to {
+        ApplyTo::Listener | ApplyTo::RouteConfiguration | ApplyTo::Cluster => {
+            p.operation.merges() || p.operation == Operation::Remove
+        }
+        _ => true,
+    }
+}
+
+/// What the patches that apply to a proxy do to one of its resources,
+/// decided from its name (the resource is built only when one may change
+/// it), with what applying them needs.
+struct Touch<'a> {
+    /// A patch removes it.
+    removed: bool,
+    /// The patches that may change it, in order.
+    patches: Vec<&'a Arc<Patch>>,
+    /// Where it is.
+    ctx: Context,
+    /// An inbound cluster's services.
+    hosts: Vec<Arc<str>>,
+    /// A gateway's port map (only when a route patch names a port).
+    ports: routes::PortMap,
+}
+
+fn touch<'a>(
+    model: &crate::model::Model,
+    applied: &'a Applied,
+    class: &ProxyClass,
+    kind: Kind,
+    name: &'a str,
+) -> Touch<'a> {
+    let ctx = context(class, kind, name);
+    let mut t = Touch { removed: false, patches: Vec::new(), ctx, hosts: Vec::new(), ports: routes::PortMap::new() };
+    let route_patches = || ROUTE_LEVELS.into_iter().flat_map(|to| applied.of(to)).filter(move |p| p.in_context(ctx));
+    match kind {
+        Kind::Cluster => {
+            t.hosts = hosts_in(model, class, name);
+            let hosts: Vec<&str> = t.hosts.iter().map(|h| &**h).collect();
+            t.patches = applied
+                .of(ApplyTo::Cluster)
+                .iter()
+                .filter(|p| p.in_context(ctx) && changes(p) && clusters::matches(name, p.cluster.as_ref(), &hosts))
+                .collect();
+            t.removed = clusters::removed(applied, ctx, name, &hosts);
+        }
+        Kind::Listener => {
+            let port = listener_port(name);
+            t.removed = listeners::removed(applied, ctx, name, port);
+            t.patches = listeners::touching(applied, ctx, name, port).filter(|p| changes(p)).collect();
+            // Its inline route configurations (istiod patches them as it
+            // builds the inbound side).
+            if ctx == Context::SidecarInbound {
+                t.patches.extend(route_patches().filter(|p| changes(p)));
+            }
+        }
+        Kind::Route => {
+            if class.node_type == NodeType::Router
+                && route_patches().any(|p| p.route_configuration.as_ref().is_some_and(|m| m.port_number != 0))
+            {
+                t.ports = port_map(model, class);
+            }
+            let ports = &t.ports;
+            t.patches = route_patches().filter(|p| changes(p) && routes::rc_matches(ctx, name, p, ports)).collect();
+        }
+        _ => {}
+    }
+    t
+}
+
 /// The EnvoyFilters (`namespace/name`) whose patches may change resource
 /// `name` of `kind` served to a proxy of `class`, in the order they apply
 /// (`/debug/explain`).
 pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: Kind, name: &str) -> Vec<Arc<str>> {
     let Some(applied) = applied_in(model, class) else { return Vec::new() };
-    let ctx = context(class, kind, name);
-    let ports = port_map(model, class);
-    let patches: Vec<&Arc<istiod_envoyfilter::filters::Patch>> = match kind {
-        Kind::Cluster => {
-            let hosts = hosts_in(model, class, name);
-            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-            applied
-                .of(ApplyTo::Cluster)
-                .iter()
-                .filter(|p| p.in_context(ctx) && clusters::matches(name, p.cluster.as_ref(), &hosts))
-                .collect()
-        }
-        Kind::Listener => {
-            let mut out: Vec<_> = listeners::touching(&applied, ctx, name, listener_port(name)).collect();
-            if ctx == Context::SidecarInbound {
-                // Its inline route configurations.
-                out.extend(
-                    [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
-                        .into_iter()
-                        .flat_map(|t| applied.of(t))
-                        .filter(|p| p.in_context(ctx)),
-                );
-            }
-            out
-        }
-        Kind::Route => routes::touching(&applied, ctx, name, &ports).collect(),
-        _ => Vec::new(),
-    };
     let mut out: Vec<Arc<str>> = Vec::new();
-    for p in patches {
+    for p in touch(model, &applied, class, kind, name).patches {
         if !out.contains(&p.filter) {
             out.push(p.filter.clone());
         }
@@ -111,37 +156,30 @@ pub fn filters_touching(model: &crate::model::Model, class: &ProxyClass, kind: K
     out
 }
 
-/// The resources of `to` (clusters, listeners) ADD patches give a proxy
-/// of `class`, by name.
-fn added_of(m: &MeshInput, class: &ProxyClass, to: ApplyTo) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
-    let Some(applied) = applied(m, class) else { return Vec::new() };
-    // A sidecar's outbound and inbound sides both take ADDs (istiod's
-    // InsertedClusters and ApplyListenerPatches for each side).
-    let added = match class.node_type {
-        NodeType::Router => applied.added(to, Context::Gateway),
-        _ => {
-            let mut both = applied.added(to, Context::SidecarOutbound);
-            both.extend(applied.added(to, Context::SidecarInbound));
-            both
-        }
+/// The resources of `kind` (clusters, listeners) ADD patches give a
+/// proxy of `class`: a sidecar's outbound and inbound sides both take
+/// them (istiod's InsertedClusters and ApplyListenerPatches for each
+/// side).
+fn added<'a>(applied: &'a Applied, class: &ProxyClass, kind: Kind) -> Vec<&'a DynamicMessage> {
+    let to = match kind {
+        Kind::Cluster => ApplyTo::Cluster,
+        Kind::Listener => ApplyTo::Listener,
+        _ => return Vec::new(),
     };
-    added
-        .into_iter()
-        .map(|c| {
-            let name = c.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into());
-            (name, c)
-        })
-        .collect()
+    match class.node_type {
+        NodeType::Router => applied.added(to, Context::Gateway).collect(),
+        _ => applied.added(to, Context::SidecarOutbound).chain(applied.added(to, Context::SidecarInbound)).collect(),
+    }
 }
 
-/// The clusters ADD patches give a proxy of `class`, by name.
-pub(crate) fn added_clusters(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
-    added_of(m, class, ApplyTo::Cluster)
+fn name_of(m: &DynamicMessage) -> Arc<str> {
+    m.get_field_by_name("name").and_then(|v| v.as_str().map(Arc::from)).unwrap_or_else(|| "".into())
 }
 
-/// The listeners ADD patches give a proxy of `class`, by name.
-pub(crate) fn added_listeners(m: &MeshInput, class: &ProxyClass) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
-    added_of(m, class, ApplyTo::Listener)
+/// The names of the clusters or listeners (`kind`) ADD patches give a
+/// proxy of `class`.
+pub(crate) fn added_names(m: &MeshInput, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    applied(m, class).map(|a| added(&a, class, kind).into_iter().map(name_of).collect()).unwrap_or_default()
 }
 
 /// The port a listener's name carries (`0.0.0.0_80`; the virtual ones').
@@ -158,65 +196,11 @@ fn listener_port(name: &str) -> Option<u32> {
 /// servers' own ports, for `routeConfiguration.portNumber`.
 fn port_map(model: &crate::model::Model, class: &ProxyClass) -> routes::PortMap {
     let mut out = routes::PortMap::new();
-    if class.node_type != NodeType::Router {
-        return out;
-    }
     for (sp, servers) in &super::router::merged(model, class).servers {
         let numbers = servers.iter().filter_map(|s| s.server.port.as_ref().map(|p| p.number));
         out.entry(sp.number).or_default().extend(numbers);
     }
     out
-}
-
-/// What patches do to one resource, decided without building it.
-enum Effect {
-    /// Nothing: the base resource as it is.
-    None,
-    /// Removed.
-    Removed,
-    /// Possibly changed.
-    Touched,
-}
-
-fn effect(m: &MeshInput, applied: &Applied, class: &ProxyClass, kind: Kind, name: &str) -> Effect {
-    let ctx = context(class, kind, name);
-    match kind {
-        Kind::Cluster => {
-            let hosts = hosts(m, class, name);
-            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-            if clusters::removed(applied, ctx, name, &hosts) {
-                Effect::Removed
-            } else if clusters::touched(applied, ctx, name, &hosts) {
-                Effect::Touched
-            } else {
-                Effect::None
-            }
-        }
-        Kind::Listener => {
-            let port = listener_port(name);
-            let inline_routes = ctx == Context::SidecarInbound
-                && [ApplyTo::RouteConfiguration, ApplyTo::VirtualHost, ApplyTo::HttpRoute]
-                    .iter()
-                    .any(|t| applied.of(*t).iter().any(|p| p.in_context(ctx)));
-            if listeners::removed(applied, ctx, name, port) {
-                Effect::Removed
-            } else if inline_routes || listeners::touched(applied, ctx, name, port) {
-                Effect::Touched
-            } else {
-                Effect::None
-            }
-        }
-        Kind::Route if routes::touched(applied, ctx, name, &port_map(&m.model, class)) => Effect::Touched,
-        _ => Effect::None,
-    }
-}
-
-fn added(m: &MeshInput, class: &ProxyClass, kind: Kind) -> Vec<(Arc<str>, prost_reflect::DynamicMessage)> {
-    match kind {
-        Kind::Cluster => added_clusters(m, class),
-        Kind::Listener => added_listeners(m, class),
-        _ => Vec::new(),
-    }
 }
 
 /// The generation of `name`: the base one, unless a patch removes the
@@ -232,15 +216,16 @@ pub(crate) fn generation(
         return base(snap, class, kind, name);
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
-    let added_here = || added(m, class, kind).iter().any(|(n, _)| &**n == name);
-    match (effect(m, &applied, class, kind, name), base(snap, class, kind, name)) {
+    let t = touch(&m.model, &applied, class, kind, name);
+    let added_here = || added(&applied, class, kind).into_iter().any(|c| &*name_of(c) == name);
+    match (t.removed, base(snap, class, kind, name)) {
         // A REMOVE drops the built resource; an ADD of the same name is
         // still served (istiod appends ADDs after patching).
-        (Effect::Removed, _) => added_here().then(|| mix(("added", applied.digest))),
-        (Effect::Touched, Some(g)) => Some(mix((g, applied.digest))),
-        (Effect::None, Some(g)) => Some(g),
+        (true, _) => added_here().then(|| mix(("added", applied.digest))),
+        (false, Some(g)) if t.patches.is_empty() => Some(g),
+        (false, Some(g)) => Some(mix((g, applied.digest))),
         // An added resource (the first ADD of a name wins where two add it).
-        (_, None) => added_here().then(|| mix(("added", applied.digest))),
+        (false, None) => added_here().then(|| mix(("added", applied.digest))),
     }
 }
 
@@ -250,23 +235,21 @@ pub(crate) fn body(
     class: &ProxyClass,
     kind: Kind,
     name: &str,
-    base_generation: BaseGeneration,
     base: BaseBody,
 ) -> Option<Bytes> {
     let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener | Kind::Route)) else {
         return base(snap, class, kind, name);
     };
     let Some(applied) = applied(m, class) else { return base(snap, class, kind, name) };
-    let effect = effect(m, &applied, class, kind, name);
-    if matches!(effect, Effect::Removed) || base_generation(snap, class, kind, name).is_none() {
-        let (_, c) = added(m, class, kind).into_iter().find(|(n, _)| &**n == name)?;
+    let t = touch(&m.model, &applied, class, kind, name);
+    let built = if t.removed { None } else { base(snap, class, kind, name) };
+    let Some(bytes) = built else {
+        let c = added(&applied, class, kind).into_iter().find(|c| &*name_of(c) == name)?;
         return Some(Bytes::from(c.encode_to_vec()));
-    }
-    let bytes = base(snap, class, kind, name)?;
-    if !matches!(effect, Effect::Touched) {
+    };
+    if t.patches.is_empty() {
         return Some(bytes);
     }
-    let ctx = context(class, kind, name);
     let type_name = match kind {
         Kind::Cluster => "envoy.config.cluster.v3.Cluster",
         Kind::Listener => "envoy.config.listener.v3.Listener",
@@ -283,18 +266,17 @@ pub(crate) fn body(
     let mut outcomes = Vec::new();
     let patched = match kind {
         Kind::Cluster => {
-            let hosts = hosts(m, class, name);
-            let hosts: Vec<&str> = hosts.iter().map(|h| &**h).collect();
-            clusters::apply(&applied, ctx, resource, &hosts, &mut outcomes)
+            let hosts: Vec<&str> = t.hosts.iter().map(|h| &**h).collect();
+            clusters::apply(&applied, t.ctx, resource, &hosts, &mut outcomes)
         }
         Kind::Listener => {
             let mut l = resource;
-            if ctx == Context::SidecarInbound {
-                listeners::patch_inline_routes(&applied, ctx, &mut l, &mut outcomes);
+            if t.ctx == Context::SidecarInbound {
+                listeners::patch_inline_routes(&applied, t.ctx, &mut l, &mut outcomes);
             }
-            listeners::apply(&applied, ctx, l, &mut outcomes)
+            listeners::apply(&applied, t.ctx, l, &mut outcomes)
         }
-        _ => Some(routes::apply(&applied, ctx, resource, &port_map(&m.model, class), &mut outcomes)),
+        _ => Some(routes::apply(&applied, t.ctx, resource, &t.ports, &mut outcomes)),
     };
     istiod_envoyfilter::status::record(&outcomes);
     patched.map(|c| Bytes::from(c.encode_to_vec()))

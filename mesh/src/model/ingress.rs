@@ -162,7 +162,7 @@ type RuleRef<'a> = (String, String, String, usize, &'a Ingress);
 /// status collection): the load balancer's addresses, sorted as istiod
 /// sorts them (by hostname, so IPs first, then by IP).
 pub fn statuses(objs: &Objects, settings: &IngressSettings) -> Vec<istiod_config::gateway_convert::ObjectStatus> {
-    if settings.mode == IngressMode::Off {
+    if settings.mode == IngressMode::Off || objs.ingresses.is_empty() {
         return Vec::new();
     }
     let mut addresses: Vec<Value> = running_addresses(objs, settings)

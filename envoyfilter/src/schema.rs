@@ -134,6 +134,11 @@ fn go_duration(s: &str) -> Option<String> {
     Some(if frac == 0 { format!("{sign}{secs}s") } else { format!("{sign}{secs}.{frac:09}s") })
 }
 
+/// `bytes` as a message of type `desc`.
+pub fn decode(desc: MessageDescriptor, bytes: &[u8]) -> Result<DynamicMessage, String> {
+    DynamicMessage::decode(desc, bytes).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -157,9 +162,4 @@ mod tests {
         let options = &got["typedExtensionProtocolOptions"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
         assert_eq!(options["commonHttpProtocolOptions"]["idleTimeout"], "300s", "{got}");
     }
-}
-
-/// `bytes` as a message of type `desc`.
-pub fn decode(desc: MessageDescriptor, bytes: &[u8]) -> Result<DynamicMessage, String> {
-    DynamicMessage::decode(desc, bytes).map_err(|e| e.to_string())
 }

@@ -8,6 +8,7 @@ mod cli;
 mod deploy;
 mod discovery;
 mod envoyfilter;
+mod extensions;
 mod gateway;
 mod golden;
 mod grpc_xds;

@@ -147,7 +147,7 @@ spec:
   - applyTo: HTTP_FILTER
     patch: {operation: INSERT_BEFORE, value: {name: envoy.lua}}
   - applyTo: EXTENSION_CONFIG
-    patch: {operation: ADD, value: {name: lua-ecds}}
+    patch: {operation: MERGE, value: {name: lua-ecds}}
 ---
 apiVersion: extensions.istio.io/v1alpha1
 kind: WasmPlugin
@@ -169,10 +169,9 @@ spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
     assert_eq!(
         listed,
         [
-            // The HTTP filter is applied; the extension configuration (ECDS)
-            // is not.
-            "EnvoyFilter shop/lua: applyTo EXTENSION_CONFIG: extension configurations (ECDS) are not served yet",
-            "WasmPlugin shop/wasm: validated, not applied to generated configuration",
+            // The HTTP filter is applied; an extension configuration's MERGE
+            // is not (istiod applies only ADD there); the WasmPlugin is.
+            "EnvoyFilter shop/lua: applyTo EXTENSION_CONFIG: only ADD applies, as in istiod (not MERGE)",
         ],
         "{report}"
     );

@@ -61,13 +61,15 @@ pub enum IstioKind {
     ProxyConfig,
     /// `telemetry.istio.io` Telemetry (stored and validated).
     Telemetry,
-    /// `extensions.istio.io` WasmPlugin (stored and validated).
+    /// `extensions.istio.io` WasmPlugin (translated to a TrafficExtension).
     WasmPlugin,
+    /// `extensions.istio.io` TrafficExtension.
+    TrafficExtension,
 }
 
 impl IstioKind {
     /// Every kind, networking first.
-    pub const ALL: [IstioKind; 14] = [
+    pub const ALL: [IstioKind; 15] = [
         IstioKind::VirtualService,
         IstioKind::DestinationRule,
         IstioKind::Gateway,
@@ -82,6 +84,7 @@ impl IstioKind {
         IstioKind::ProxyConfig,
         IstioKind::Telemetry,
         IstioKind::WasmPlugin,
+        IstioKind::TrafficExtension,
     ];
 
     /// The kind of a document, from its `apiVersion` and `kind`. Every
@@ -101,7 +104,7 @@ impl IstioKind {
             IstioKind::EnvoyFilter => &["v1alpha3"],
             IstioKind::ProxyConfig => &["v1beta1"],
             IstioKind::Telemetry => &["v1", "v1alpha1"],
-            IstioKind::WasmPlugin => &["v1alpha1"],
+            IstioKind::WasmPlugin | IstioKind::TrafficExtension => &["v1alpha1"],
             IstioKind::PeerAuthentication | IstioKind::AuthorizationPolicy | IstioKind::RequestAuthentication => {
                 &["v1", "v1beta1"]
             }
@@ -117,6 +120,7 @@ impl IstioKind {
             IstioKind::ProxyConfig => ext::ExtKind::ProxyConfig,
             IstioKind::Telemetry => ext::ExtKind::Telemetry,
             IstioKind::WasmPlugin => ext::ExtKind::WasmPlugin,
+            IstioKind::TrafficExtension => ext::ExtKind::TrafficExtension,
             _ => return None,
         })
     }
@@ -138,6 +142,7 @@ impl IstioKind {
             IstioKind::ProxyConfig => "ProxyConfig",
             IstioKind::Telemetry => "Telemetry",
             IstioKind::WasmPlugin => "WasmPlugin",
+            IstioKind::TrafficExtension => "TrafficExtension",
         }
     }
 
@@ -148,7 +153,7 @@ impl IstioKind {
                 "security.istio.io"
             }
             IstioKind::Telemetry => "telemetry.istio.io",
-            IstioKind::WasmPlugin => "extensions.istio.io",
+            IstioKind::WasmPlugin | IstioKind::TrafficExtension => "extensions.istio.io",
             _ => "networking.istio.io",
         }
     }

@@ -10,7 +10,7 @@ use crate::meta::Meta;
 /// The kinds watched, in the order of the watcher's stores (`kube_source.rs`): (group, version, kind,
 /// plural). The first six are Kubernetes' own; the rest are Istio CRDs,
 /// which may not be installed.
-pub const KINDS: [(&str, &str, &str, &str); 32] = [
+pub const KINDS: [(&str, &str, &str, &str); 33] = [
     ("", "v1", "Service", "services"),
     ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
     ("", "v1", "Pod", "pods"),
@@ -31,6 +31,7 @@ pub const KINDS: [(&str, &str, &str, &str); 32] = [
     ("networking.istio.io", "v1beta1", "ProxyConfig", "proxyconfigs"),
     ("telemetry.istio.io", "v1", "Telemetry", "telemetries"),
     ("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
+    ("extensions.istio.io", "v1alpha1", "TrafficExtension", "trafficextensions"),
     ("gateway.networking.k8s.io", "v1", "GatewayClass", "gatewayclasses"),
     ("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
     ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),

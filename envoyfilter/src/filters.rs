@@ -319,8 +319,9 @@ impl Filter {
         let mut out = self.errors.clone();
         for cp in &self.spec.config_patches {
             let context = cp.match_.as_ref().map_or("", |m| m.context.as_str());
-            if cp.apply_to == "EXTENSION_CONFIG" {
-                out.push("applyTo EXTENSION_CONFIG: extension configurations (ECDS) are not served yet".into());
+            let operation = cp.patch.as_ref().map_or("", |p| p.operation.as_str());
+            if cp.apply_to == "EXTENSION_CONFIG" && operation != "ADD" {
+                out.push(format!("applyTo EXTENSION_CONFIG: only ADD applies, as in istiod (not {operation})"));
             }
             if context == "WAYPOINT" {
                 out.push("context WAYPOINT: there are no waypoints yet".into());
@@ -504,6 +505,18 @@ impl EnvoyFilters {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.by_namespace.is_empty()
+    }
+
+    /// A hash of every filter (identity and spec): equal when nothing a
+    /// proxy could be served differs.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.root.hash(&mut h);
+        for f in self.all() {
+            (&f.namespace, &f.name, f.hash).hash(&mut h);
+        }
+        h.finish()
     }
 
     fn all(&self) -> impl Iterator<Item = &Arc<Filter>> {

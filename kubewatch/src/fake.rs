@@ -905,5 +905,11 @@ pub fn istio_resources() -> Vec<Resource> {
         Resource { group: "networking.istio.io", version: "v1beta1", plural: "proxyconfigs", kind: "ProxyConfig" },
         Resource { group: "telemetry.istio.io", version: "v1", plural: "telemetries", kind: "Telemetry" },
         Resource { group: "extensions.istio.io", version: "v1alpha1", plural: "wasmplugins", kind: "WasmPlugin" },
+        Resource {
+            group: "extensions.istio.io",
+            version: "v1alpha1",
+            plural: "trafficextensions",
+            kind: "TrafficExtension",
+        },
     ]
 }

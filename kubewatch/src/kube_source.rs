@@ -98,12 +98,18 @@ impl Updates {
     }
 }
 
-#[derive(Default)]
 struct Stores {
     objects: [BTreeMap<(String, String), Object>; KINDS.len()],
     synced: [bool; KINDS.len()],
     /// Since the last update; `None`: unknown.
     changed: Option<std::collections::BTreeSet<ObjectRef>>,
+}
+
+// (Arrays derive Default only up to 32 elements.)
+impl Default for Stores {
+    fn default() -> Self {
+        Stores { objects: std::array::from_fn(|_| BTreeMap::new()), synced: [false; KINDS.len()], changed: None }
+    }
 }
 
 fn key(v: &Value) -> (String, String) {

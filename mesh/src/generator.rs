@@ -7,6 +7,7 @@
 use std::hash::{Hash, Hasher};
 
 pub(crate) mod deps;
+pub mod extensions;
 pub mod patches;
 pub mod router;
 pub use deps::{Changes, Dep};
@@ -474,7 +475,11 @@ impl Generator for MeshGenerator {
         // Gateways select routers by label; EnvoyFilters may select, and
         // match versions and metadata.
         let filters = &m.model.envoy_filters;
-        let labels = m.source_matching || m.selecting_sidecars || is_router(class) || filters.reads_labels();
+        let labels = m.source_matching
+            || m.selecting_sidecars
+            || is_router(class)
+            || filters.reads_labels()
+            || m.model.extensions.reads_labels();
         let keys = filters.metadata_keys();
         Some(ProxyClass {
             labels: if labels { class.labels.clone() } else { Vec::new() },
@@ -522,12 +527,24 @@ impl Generator for MeshGenerator {
     }
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
-        patches::generation(snap, class, kind, name, unpatched_generation)
+        patches::generation(snap, class, kind, name, extended_generation)
     }
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
-        patches::body(snap, class, kind, name, unpatched_body)
+        patches::body(snap, class, kind, name, extended_body)
     }
+}
+
+/// What [`MeshGenerator::input_generation`] says before EnvoyFilters, with
+/// the extensions.
+fn extended_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    extensions::generation(snap, class, kind, name, unpatched_generation)
+}
+
+/// What [`MeshGenerator::generate`] makes before EnvoyFilters, with the
+/// extensions.
+fn extended_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    extensions::body(snap, class, kind, name, unpatched_body)
 }
 
 /// What [`MeshGenerator::class_wildcard_names`] lists before EnvoyFilters.
@@ -689,6 +706,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             }
         }
         Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
+        Kind::ExtensionConfig => None,
         Kind::Route => {
             let table = m.translation.routes.get(name)?;
             // (Without scoping every service is visible: skip the lookups.)

@@ -14,6 +14,7 @@ use serde::Serialize;
 pub mod credentials;
 pub(crate) mod delegate;
 pub mod destination_rules;
+pub mod extensions;
 pub mod gateway;
 pub mod ingress;
 pub mod report;
@@ -275,6 +276,9 @@ pub struct Model {
     /// The EnvoyFilters, read (their patch values built as their types).
     #[serde(skip)]
     pub envoy_filters: Arc<istiod_envoyfilter::filters::EnvoyFilters>,
+    /// TrafficExtensions and WasmPlugins, read.
+    #[serde(skip)]
+    pub extensions: Arc<extensions::Extensions>,
     /// ConfigMaps by (namespace, name), their CA keys only (SDS
     /// `configmap://` names: a BackendTLSPolicy's CA).
     #[serde(skip)]
@@ -354,6 +358,8 @@ pub struct GatewayApi {
 pub struct StoredSecret {
     /// `data` and `stringData`, decoded.
     pub data: credentials::SecretData,
+    /// `type` (empty for a ConfigMap).
+    pub type_: String,
     /// A hash of `data`.
     pub hash: u64,
 }
@@ -372,8 +378,9 @@ pub fn secrets_of(objs: &Objects) -> Secrets {
         .map(|s| {
             let data = s.decoded();
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            data.hash(&mut h);
-            ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
+            (&data, &s.type_).hash(&mut h);
+            let stored = StoredSecret { data, type_: s.type_.clone(), hash: h.finish() };
+            ((s.metadata.ns().to_owned(), s.metadata.name.clone()), Arc::new(stored))
         })
         .collect()
 }
@@ -400,7 +407,8 @@ pub fn config_maps_of(objs: &Objects) -> Secrets {
                 c.data.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())).collect();
             let mut h = std::collections::hash_map::DefaultHasher::new();
             data.hash(&mut h);
-            ((c.metadata.ns().to_owned(), c.metadata.name.clone()), Arc::new(StoredSecret { data, hash: h.finish() }))
+            let stored = StoredSecret { data, type_: String::new(), hash: h.finish() };
+            ((c.metadata.ns().to_owned(), c.metadata.name.clone()), Arc::new(stored))
         })
         .collect()
 }
@@ -781,6 +789,7 @@ impl Model {
         });
         model.telemetries = Arc::new(telemetries);
         model.envoy_filters = Arc::new(envoy_filters_of(objs, &model.mesh.root_namespace));
+        model.extensions = Arc::new(extensions::Extensions::of(objs, &model.mesh.root_namespace));
         let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
         gateways.extend(api.gateways);
         gateways.extend(ingress.gateways);

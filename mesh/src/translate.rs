@@ -21,6 +21,7 @@ pub mod dfp;
 pub mod endpoint;
 pub mod envoy;
 pub mod extauthz;
+pub mod extensions;
 pub mod gateway;
 pub mod grpc;
 pub mod inbound;

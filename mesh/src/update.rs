@@ -123,7 +123,7 @@ pub fn update(
             }
             return Some(m.with_config_maps(objects));
         }
-        if all(&["EnvoyFilter"]).is_some() {
+        if all(&["EnvoyFilter", "WasmPlugin", "TrafficExtension"]).is_some() {
             return Some(m.with_envoy_filters(objects));
         }
         if all(&["Sidecar"]).is_some() {
@@ -222,9 +222,17 @@ impl MeshInput {
     /// generation), so the shared translation is kept and only the proxies
     /// a changed filter selects see new resources. A pass over the Istio
     /// objects, not a rebuild.
+    /// WasmPlugins and TrafficExtensions too: they are inserted per proxy
+    /// in the same way.
     pub fn with_envoy_filters(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
-        let filters = crate::model::envoy_filters_of(objs, &self.model.mesh.root_namespace);
-        let model = Arc::new(Model { envoy_filters: Arc::new(filters), ..(*self.model).clone() });
+        let root = &self.model.mesh.root_namespace;
+        let filters = crate::model::envoy_filters_of(objs, root);
+        let extensions = crate::model::extensions::Extensions::of(objs, root);
+        let model = Arc::new(Model {
+            envoy_filters: Arc::new(filters),
+            extensions: Arc::new(extensions),
+            ..(*self.model).clone()
+        });
         MeshInput { model, changes: self.changes.next(), ..self.clone() }
     }
 }

@@ -18,6 +18,8 @@ pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listene
 pub const ROUTE_CONFIGURATION: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 /// SDS resource.
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+/// ECDS resource: an extension's config (a Wasm filter).
+pub const TYPED_EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 /// Workload API (ztunnel) resource: an address.
 pub const ADDRESS: &str = "type.googleapis.com/istio.workload.Address";
 

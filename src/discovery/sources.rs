@@ -154,6 +154,18 @@ pub(super) fn apply(
     if differs(MeshInput::scope_generation) {
         touch(&|_| true);
     }
+    // EnvoyFilters and extensions are applied per proxy as resources are
+    // generated: when they change, every name they may touch, before and
+    // after (generations then tell which ones changed for whom).
+    let patched = |m: &MeshInput| (m.model.envoy_filters.digest(), m.model.extensions.clone());
+    if let Some(p) = prev.as_ref().filter(|p| patched(p) != patched(&mesh)) {
+        touch(&|k| matches!(k, ads::Kind::Cluster | ads::Kind::Listener | ads::Kind::Route));
+        for m in [p, &mesh] {
+            touched.extend(istiod_mesh::generator::all_names(&m.model));
+            touched.extend(istiod_mesh::generator::router::all_names(&m.model));
+            touched.extend(istiod_mesh::generator::extensions::all_names(&m.model));
+        }
+    }
     // What routers read changed: every listener and route name a router
     // may have, before and after.
     if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
@@ -172,6 +184,10 @@ pub(super) fn apply(
     // Secrets: the SDS names of the ones that changed, and only those.
     if let Some(p) = &prev {
         touched.extend(istiod_mesh::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
+        // Wasm pull secrets ride in ECDS resources.
+        if p.model.secrets != mesh.model.secrets {
+            touched.extend(istiod_mesh::generator::extensions::pulling_names(&mesh.model));
+        }
         touched.extend(istiod_mesh::generator::router::changed_config_map_names(
             &p.model.config_maps,
             &mesh.model.config_maps,

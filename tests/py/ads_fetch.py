@@ -1,5 +1,6 @@
 """grpcio + xds-protos as an independent ADS client: fetches what one proxy
-is served (CDS, LDS, then the RDS names its listeners use) from a running
+is served (CDS, LDS, then the RDS names its listeners use and the ECDS
+names their filters discover) from a running
 pilot-discovery and prints it as JSON (protobuf's MessageToDict, every Any
 decoded by the upstream descriptors), for a Rust test to assert on.
 
@@ -18,11 +19,13 @@ import sys
 
 import grpc
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import base_pb2, extension_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2 as aggregate_pb2  # noqa: F401 (EnvoyFilter tests)
 from envoy.extensions.filters.http.lua.v3 import lua_pb2  # noqa: F401 (EnvoyFilter tests)
+from envoy.extensions.filters.http.wasm.v3 import wasm_pb2 as http_wasm_pb2  # noqa: F401 (ECDS)
+from envoy.extensions.filters.network.wasm.v3 import wasm_pb2 as network_wasm_pb2  # noqa: F401 (ECDS)
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2  # noqa: F401
 from envoy.extensions.clusters.dynamic_forward_proxy.v3 import cluster_pb2 as dfp_cluster_pb2  # noqa: F401
 from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
@@ -55,6 +58,7 @@ from golden import add_istio_proxy_types, envoy_errors, load_pgv  # noqa: E402 (
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
 RDS = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+ECDS = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 
 
@@ -80,7 +84,7 @@ def main():
                 type_url=type_url, version_info=r.version_info, response_nonce=r.nonce, resource_names=list(names)))
             return r
 
-        out = {"clusters": {}, "listeners": {}, "routes": {}}
+        out = {"clusters": {}, "listeners": {}, "routes": {}, "extension_configs": {}}
         check = os.environ.get("PGV") == "1"
         if check:
             import warnings
@@ -102,7 +106,7 @@ def main():
             a.Unpack(c)
             checked("cluster", c)
             out["clusters"][c.name] = json_format.MessageToDict(c)
-        rds = set()
+        rds, ecds = set(), set()
         for a in fetch(LDS).resources:
             lis = listener_pb2.Listener()
             a.Unpack(lis)
@@ -111,17 +115,26 @@ def main():
             chains = list(lis.filter_chains) + ([lis.default_filter_chain] if lis.HasField("default_filter_chain") else [])
             for fc in chains:
                 for f in fc.filters:
+                    if f.HasField("config_discovery"):
+                        ecds.add(f.name)
                     if f.typed_config.type_url == HCM:
                         h = http_connection_manager_pb2.HttpConnectionManager()
                         f.typed_config.Unpack(h)
                         if h.HasField("rds"):
                             rds.add(h.rds.route_config_name)
+                        ecds.update(hf.name for hf in h.http_filters if hf.HasField("config_discovery"))
         if rds:
             for a in fetch(RDS, sorted(rds)).resources:
                 rc = route_pb2.RouteConfiguration()
                 a.Unpack(rc)
                 checked("route", rc)
                 out["routes"][rc.name] = json_format.MessageToDict(rc)
+        if ecds:
+            for a in fetch(ECDS, sorted(ecds)).resources:
+                ec = extension_pb2.TypedExtensionConfig()
+                a.Unpack(ec)
+                checked("extension config", ec)
+                out["extension_configs"][ec.name] = json_format.MessageToDict(ec)
         q.put(None)
     print(json.dumps(out))
 

@@ -57,6 +57,8 @@ def envoy_errors(pgv, pool, msg, path):
                 items = [(None, value)]
             for key, sub in items:
                 sp = f"{p}.{field.name}" + ("" if key is None else f"[{key}]")
+                if sub.DESCRIPTOR.full_name == "google.protobuf.Any" and not sub.type_url:
+                    continue  # an empty Any (a Wasm plugin without configuration) holds nothing
                 if sub.DESCRIPTOR.full_name == "google.protobuf.Any":
                     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(sub.type_url.split("/", 1)[1]))
                     inner = cls()

@@ -23,11 +23,31 @@ pub(crate) fn free_port() -> SocketAddr {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
         let port = 20_000 + (h.finish() % 12_000) as u16;
+        if !reserve(port) {
+            continue;
+        }
         if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
             return l.local_addr().unwrap();
         }
     }
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Claims `port` for this test process: tests run as parallel processes,
+/// and a port one of them probed free may be taken by another before its
+/// server binds it. A claim is a file created exclusively; claims older
+/// than ten minutes (a run's lifetime) are taken over.
+fn reserve(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("istiod-rs-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(port.to_string());
+    let stale = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(600));
+    if stale {
+        let _ = std::fs::remove_file(&path);
+    }
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&path).is_ok()
 }
 
 /// This host's address on its default route, unless it has only loopback

@@ -40,6 +40,8 @@ pub enum ExtKind {
     Telemetry,
     /// WasmPlugin.
     WasmPlugin,
+    /// TrafficExtension.
+    TrafficExtension,
 }
 
 struct V {
@@ -268,6 +270,7 @@ pub fn check(kind: ExtKind, spec: &Value) -> (Vec<FieldError>, Vec<String>) {
         ExtKind::ProxyConfig => proxy_config(&mut v, spec_map),
         ExtKind::Telemetry => telemetry(&mut v, spec_map),
         ExtKind::WasmPlugin => wasm_plugin(&mut v, spec_map),
+        ExtKind::TrafficExtension => traffic_extension(&mut v, spec_map),
     }
     (v.errors, v.warnings)
 }
@@ -918,50 +921,106 @@ fn cel_check(expr: &str) -> Result<(), String> {
 fn wasm_plugin(v: &mut V, spec: &serde_json::Map<String, Value>) {
     let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
     v.policy_selection(spec);
-    // validateWasmPluginURL.
-    let url = v.string(get("url"), "spec.url");
-    if url.is_empty() {
-        v.err("spec.url", "url field needs to be set");
-    } else {
-        let scheme = url.split_once("://").map_or("", |(s, _)| s);
-        if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            v.err("spec.url", format!("failed to parse url: parse {url:?}: invalid character in URL"));
-        } else if !matches!(scheme, "" | "file" | "http" | "https" | "oci") {
-            v.err("spec.url", format!("url contains unsupported scheme: {scheme}"));
+    wasm_config(v, spec, "spec", "pluginName field must be less than 255 characters long");
+    v.enumeration(get("phase"), "spec.phase", &["UNSPECIFIED_PHASE", "AUTHN", "AUTHZ", "STATS"]);
+    v.int(get("priority"), "spec.priority", i64::from(i32::MIN), i64::from(i32::MAX));
+    traffic_selectors(v, get("match"));
+}
+
+/// istiod's `ValidateTrafficExtension`: exactly one of `wasm` and `lua`,
+/// the wasm config as a WasmPlugin's, Lua code within 64 KiB.
+fn traffic_extension(v: &mut V, spec: &serde_json::Map<String, Value>) {
+    let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
+    let (wasm, lua) = (get("wasm"), get("lua"));
+    if wasm.is_null() == lua.is_null() {
+        v.err("spec", "exactly one of wasm or lua must be set");
+    }
+    v.policy_selection(spec);
+    if let Some(lua) = v.object(lua, "spec.lua") {
+        let code = v.string(lua.get("inlineCode").unwrap_or(&Value::Null), "spec.lua.inlineCode");
+        if code.is_empty() {
+            v.err("spec.lua.inlineCode", "lua.inlineCode cannot be empty");
+        } else if code.len() > 65536 {
+            v.err("spec.lua.inlineCode", "lua.inlineCode exceeds maximum size of 64KB");
         }
     }
-    let sha = v.string(get("sha256"), "spec.sha256");
+    if let Some(wasm) = v.object(wasm, "spec.wasm") {
+        wasm_config(v, wasm, "spec.wasm", "pluginName field must be less than 256 characters long");
+    }
+    v.enumeration(get("phase"), "spec.phase", &["UNSPECIFIED", "AUTHN", "AUTHZ", "STATS"]);
+    v.int(get("priority"), "spec.priority", i64::from(i32::MIN), i64::from(i32::MAX));
+    traffic_selectors(v, get("match"));
+}
+
+/// The scheme Go's `url.Parse` reads: letters, then letters, digits,
+/// `+`, `-` or `.` up to a `:`; anything else first means none.
+pub fn go_url_scheme(url: &str) -> &str {
+    for (i, c) in url.char_indices() {
+        match c {
+            'a'..='z' | 'A'..='Z' => {}
+            '0'..='9' | '+' | '-' | '.' if i > 0 => {}
+            ':' if i > 0 => return &url[..i],
+            _ => return "",
+        }
+    }
+    ""
+}
+
+/// A Wasm module's settings (a WasmPlugin's spec, a TrafficExtension's
+/// `wasm`): istiod's `validateWasmPluginURL`, `...SHA`,
+/// `...ImagePullSecret`, `...Name` and `...VMConfig`, with the CRD's enums.
+fn wasm_config(v: &mut V, spec: &serde_json::Map<String, Value>, at: &str, name_message: &str) {
+    let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
+    // validateWasmPluginURL: Go's ParseRequestURI, retried with http://
+    // before a scheme-less reference (`ghcr.io/a/b:1`); `host:5000/x`
+    // has the scheme `host`.
+    let url = v.string(get("url"), &format!("{at}.url"));
+    if url.is_empty() {
+        v.err(format!("{at}.url"), "url field needs to be set");
+    } else if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        v.err(format!("{at}.url"), format!("failed to parse url: parse {url:?}: invalid character in URL"));
+    } else if url.starts_with(':') {
+        v.err(format!("{at}.url"), format!("failed to parse url: parse {url:?}: missing protocol scheme"));
+    } else {
+        let scheme = go_url_scheme(url);
+        if !matches!(scheme, "" | "file" | "http" | "https" | "oci") {
+            v.err(format!("{at}.url"), format!("url contains unsupported scheme: {scheme}"));
+        }
+    }
+    let sha = v.string(get("sha256"), &format!("{at}.sha256"));
     if !sha.is_empty() {
         if sha.len() != 64 {
-            v.err("spec.sha256", "sha256 field must be 64 characters long");
+            v.err(format!("{at}.sha256"), "sha256 field must be 64 characters long");
         } else if !sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-            v.err("spec.sha256", "sha256 field must match [a-f0-9]{64} pattern");
+            v.err(format!("{at}.sha256"), "sha256 field must match [a-f0-9]{64} pattern");
         }
     }
-    if v.string(get("imagePullSecret"), "spec.imagePullSecret").len() > 253 {
-        v.err("spec.imagePullSecret", "imagePullSecret field must be less than 253 characters long");
+    if v.string(get("imagePullSecret"), &format!("{at}.imagePullSecret")).len() > 253 {
+        v.err(format!("{at}.imagePullSecret"), "imagePullSecret field must be less than 253 characters long");
     }
-    if v.string(get("pluginName"), "spec.pluginName").len() > 256 {
-        v.err("spec.pluginName", "pluginName field must be less than 255 characters long");
+    if v.string(get("pluginName"), &format!("{at}.pluginName")).len() > 256 {
+        v.err(format!("{at}.pluginName"), name_message);
     }
-    v.enumeration(get("imagePullPolicy"), "spec.imagePullPolicy", &["UNSPECIFIED_POLICY", "IfNotPresent", "Always"]);
-    v.enumeration(get("phase"), "spec.phase", &["UNSPECIFIED_PHASE", "AUTHN", "AUTHZ", "STATS"]);
-    v.enumeration(get("failStrategy"), "spec.failStrategy", &["FAIL_CLOSE", "FAIL_OPEN", "FAIL_RELOAD"]);
-    v.enumeration(get("type"), "spec.type", &["UNSPECIFIED_PLUGIN_TYPE", "HTTP", "NETWORK"]);
-    v.int(get("priority"), "spec.priority", i64::from(i32::MIN), i64::from(i32::MAX));
+    v.enumeration(
+        get("imagePullPolicy"),
+        &format!("{at}.imagePullPolicy"),
+        &["UNSPECIFIED_POLICY", "IfNotPresent", "Always"],
+    );
+    v.enumeration(get("failStrategy"), &format!("{at}.failStrategy"), &["FAIL_CLOSE", "FAIL_OPEN", "FAIL_RELOAD"]);
+    v.enumeration(get("type"), &format!("{at}.type"), &["UNSPECIFIED_PLUGIN_TYPE", "HTTP", "NETWORK"]);
     if !get("pluginConfig").is_null() && !get("pluginConfig").is_object() {
-        v.err("spec.pluginConfig", "invalid value: want an object");
+        v.err(format!("{at}.pluginConfig"), "invalid value: want an object");
     }
-    v.string(get("verificationKey"), "spec.verificationKey");
+    v.string(get("verificationKey"), &format!("{at}.verificationKey"));
     // validateWasmPluginVMConfig.
-    if let Some(vm) = v.object(get("vmConfig"), "spec.vmConfig") {
-        let env = v.list(vm.get("env").unwrap_or(&Value::Null), "spec.vmConfig.env");
+    if let Some(vm) = v.object(get("vmConfig"), &format!("{at}.vmConfig")) {
+        let env = v.list(vm.get("env").unwrap_or(&Value::Null), &format!("{at}.vmConfig.env"));
         if env.len() > 256 {
-            v.err("spec.vmConfig.env", "may not have more than 256 items");
+            v.err(&format!("{at}.vmConfig.env"), "may not have more than 256 items");
         }
         let mut seen = std::collections::HashSet::new();
         for (i, e) in env.iter().enumerate() {
-            let path = format!("spec.vmConfig.env[{i}]");
+            let path = format!("{at}.vmConfig.env[{i}]");
             let Some(e) = v.object(e, &path) else { continue };
             let name = v.string(e.get("name").unwrap_or(&Value::Null), &format!("{path}.name"));
             if name.is_empty() {
@@ -991,8 +1050,12 @@ fn wasm_plugin(v: &mut V, spec: &serde_json::Map<String, Value>) {
             }
         }
     }
-    // validateWasmPluginMatch.
-    for (i, m) in v.list(get("match"), "spec.match").iter().enumerate() {
+}
+
+/// `match` of a WasmPlugin or TrafficExtension
+/// (`validateWasmPluginMatch`, `validateTrafficExtensionMatch`).
+fn traffic_selectors(v: &mut V, selectors: &Value) {
+    for (i, m) in v.list(selectors, "spec.match").iter().enumerate() {
         let path = format!("spec.match[{i}]");
         let Some(m) = v.object(m, &path) else {
             v.err(&path, format!("spec.Match[{i}] is nil"));

@@ -43,8 +43,13 @@ pub fn not_applied(objs: &Objects, model: &crate::model::Model) -> Vec<NotApplie
                     add("EnvoyFilter", ns, name, &what);
                 }
             }
-            IstioSpec::Ext(IstioKind::WasmPlugin, _) => {
-                add("WasmPlugin", ns, name, "validated, not applied to generated configuration")
+            IstioSpec::Ext(kind @ (IstioKind::WasmPlugin | IstioKind::TrafficExtension), _) => {
+                // Applied; those istiod discards are said, with why.
+                let dropped =
+                    model.extensions.dropped.iter().find(|(k, n, m, _)| *k == kind.name() && n == ns && m == name);
+                if let Some((_, _, _, why)) = dropped {
+                    add(kind.name(), ns, name, &format!("discarded as istiod discards it: {why}"));
+                }
             }
             IstioSpec::VirtualService(vs) => {
                 // Sidecars' outbound listeners are shared: tcp/tls routes
@@ -124,7 +129,7 @@ mod tests {
              spec: {rules: [{}]}\n---\n\
              apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: ef, namespace: a}\n\
              spec: {configPatches: [{applyTo: CLUSTER, patch: {operation: MERGE, value: {lb_policy: RING_HASH}}}, \
-             {applyTo: EXTENSION_CONFIG, patch: {operation: ADD, value: {name: x}}}]}\n---\n\
+             {applyTo: EXTENSION_CONFIG, patch: {operation: MERGE, value: {name: x}}}]}\n---\n\
              apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: fine, namespace: a}\n\
              spec: {configPatches: [{applyTo: CLUSTER, patch: {operation: MERGE, value: {lb_policy: RING_HASH}}}]}\n---\n\
              apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: db, namespace: a}\n\
@@ -138,10 +143,7 @@ mod tests {
         // CUSTOM is built (ext_authz), and so are tcp routes on sidecars,
         // except a match that depends on the proxy.
         assert_eq!(got.len(), 2, "{got:?}");
-        assert_eq!(
-            got[0],
-            "EnvoyFilter a/ef: applyTo EXTENSION_CONFIG: extension configurations (ECDS) are not served yet"
-        );
+        assert_eq!(got[0], "EnvoyFilter a/ef: applyTo EXTENSION_CONFIG: only ADD applies, as in istiod (not MERGE)");
         assert!(got[1].starts_with("VirtualService a/db: tcp/tls matches on sourceLabels"), "{got:?}");
     }
 

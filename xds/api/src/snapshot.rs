@@ -24,13 +24,16 @@ pub enum Kind {
     Listener = 2,
     /// RDS.
     Route = 3,
-    /// SDS (gateway credentials), last as in istiod's push order.
+    /// SDS (gateway credentials), last of istiod's ordered types.
     Secret = 4,
+    /// ECDS (Wasm extensions), after the ordered types as istiod pushes it.
+    ExtensionConfig = 5,
 }
 
 impl Kind {
     /// Every kind, in push order.
-    pub const ALL: [Kind; 5] = [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route, Kind::Secret];
+    pub const ALL: [Kind; 6] =
+        [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route, Kind::Secret, Kind::ExtensionConfig];
 
     /// The type URL on the wire.
     pub fn type_url(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Kind {
             Kind::Listener => t::LISTENER,
             Kind::Route => t::ROUTE_CONFIGURATION,
             Kind::Secret => t::SECRET,
+            Kind::ExtensionConfig => t::TYPED_EXTENSION_CONFIG,
         }
     }
 
@@ -56,7 +60,7 @@ impl Kind {
 
     /// Short name for debug output (`CDS`, ...).
     pub fn short(self) -> &'static str {
-        ["CDS", "EDS", "LDS", "RDS", "SDS"][self as usize]
+        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS"][self as usize]
     }
 }
 

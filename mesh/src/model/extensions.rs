@@ -1,0 +1,459 @@
+//! TrafficExtensions, and WasmPlugins as the TrafficExtensions istiod
+//! makes of them (`pilot/pkg/config/kube/extensions/translate.go`), read
+//! as istiod's `convertToTrafficExtensionWrapper` reads them
+//! (`pilot/pkg/model/extensions.go`), and selected for a listener as its
+//! `TrafficExtensionsByListenerInfo` selects them (`push_context.go`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use istiod_config::istio::{IstioKind, IstioSpec};
+use istiod_config::objects::Objects;
+use serde_json::Value;
+
+/// The prefix of the names of the filters and ECDS resources extensions
+/// become (`TrafficExtensionResourceNamePrefix`).
+pub const RESOURCE_PREFIX: &str = "extensions.istio.io/trafficextension/";
+/// What a WasmPlugin's name gains as a TrafficExtension.
+pub const WASM_PLUGIN_MARKER: &str = "~istio-translated-wasmplugin";
+/// The label naming a Gateway API gateway's Gateway.
+const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
+
+/// Where in a filter chain an extension goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Before authentication.
+    Authn,
+    /// Before authorization.
+    Authz,
+    /// After authorization.
+    Stats,
+    /// After the STATS ones.
+    Unspecified,
+}
+
+impl Phase {
+    /// In the order istiod appends them.
+    pub const ALL: [Phase; 4] = [Phase::Authn, Phase::Authz, Phase::Stats, Phase::Unspecified];
+}
+
+/// Which side of a workload's traffic (`WorkloadMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Both (`UNDEFINED`, `CLIENT_AND_SERVER`).
+    Any,
+    /// Outbound, and gateways.
+    Client,
+    /// Inbound.
+    Server,
+}
+
+/// The listener an extension is asked for (istiod's `ListenerInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListenerClass {
+    /// A sidecar's inbound side.
+    SidecarInbound,
+    /// A sidecar's outbound side.
+    SidecarOutbound,
+    /// A gateway.
+    Gateway,
+}
+
+/// The chain an extension is asked for (`FilterChainType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChainType {
+    /// An HTTP connection manager's filters.
+    Http,
+    /// A chain's network filters.
+    Network,
+}
+
+/// A Wasm module's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Wasm {
+    /// `url`, as written.
+    pub url: String,
+    /// `sha256`.
+    pub sha256: String,
+    /// `imagePullPolicy` (`IfNotPresent`, `Always`), unless unspecified.
+    pub pull_policy: Option<String>,
+    /// `imagePullSecret` as istiod normalises it: (namespace, name) in the
+    /// extension's namespace (`kubernetes://<ns>/<name>`); empty ones for
+    /// a name istiod keeps but never resolves (`configmap://`); none.
+    pub pull_secret: Option<(String, String)>,
+    /// `pluginConfig` as compact JSON, unless empty.
+    pub plugin_config: Option<String>,
+    /// `pluginName` (the root id).
+    pub plugin_name: String,
+    /// `failStrategy`: `FAIL_CLOSED` (the default), `FAIL_OPEN` or
+    /// `FAIL_RELOAD`, Envoy's names.
+    pub failure_policy: &'static str,
+    /// `vmConfig.env` given inline.
+    pub env: Vec<(String, String)>,
+    /// `vmConfig.env` from the host; `None` when `env` is empty.
+    pub host_env: Option<Vec<String>>,
+    /// `type: NETWORK`.
+    pub network: bool,
+}
+
+/// What an extension runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// A Wasm module, delivered over ECDS.
+    Wasm(Wasm),
+    /// Lua code, inline (HTTP only).
+    Lua(String),
+}
+
+/// One extension, read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Extension {
+    /// Namespace.
+    pub namespace: String,
+    /// Name (a WasmPlugin's with [`WASM_PLUGIN_MARKER`]).
+    pub name: String,
+    /// The filter's and ECDS resource's name.
+    pub resource_name: String,
+    /// `selector.matchLabels`.
+    pub selector: Option<BTreeMap<String, String>>,
+    /// `targetRefs` (a WasmPlugin's `targetRef` too): (group, kind, name).
+    pub target_refs: Vec<(String, String, String)>,
+    /// `phase`.
+    pub phase: Phase,
+    /// `priority` (unset sorts as the lowest, as istiod sorts it).
+    pub priority: i64,
+    /// `match`: (mode, ports).
+    pub matches: Vec<(Mode, Vec<u32>)>,
+    /// What it runs.
+    pub code: Code,
+    /// What stands for the object's `resourceVersion` (a digest of what
+    /// was read: the agent re-fetches a module when it changes).
+    pub version: String,
+}
+
+impl Extension {
+    /// istiod's `MatchType`.
+    fn for_chain(&self, chain: ChainType) -> bool {
+        match (&self.code, chain) {
+            (Code::Lua(_), ChainType::Http) => true,
+            (Code::Lua(_), ChainType::Network) => false,
+            (Code::Wasm(w), ChainType::Network) => w.network,
+            (Code::Wasm(w), ChainType::Http) => !w.network,
+        }
+    }
+
+    /// istiod's `ShouldAttachPolicy` for a sidecar or gateway.
+    fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+        let label = |k: &str| labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
+        if !self.target_refs.is_empty() {
+            let Some(gateway) = label(GATEWAY_NAME) else { return false };
+            return self.namespace == namespace
+                && self
+                    .target_refs
+                    .iter()
+                    .any(|(g, k, n)| g == "gateway.networking.k8s.io" && k == "Gateway" && n == gateway);
+        }
+        self.selector.as_ref().is_none_or(|s| s.iter().all(|(k, v)| label(k) == Some(v)))
+    }
+
+    /// istiod's `matchTrafficExtensionSelectors`.
+    fn matches_listener(&self, class: ListenerClass, port: u32) -> bool {
+        let mode = match class {
+            ListenerClass::SidecarInbound => Mode::Server,
+            ListenerClass::SidecarOutbound | ListenerClass::Gateway => Mode::Client,
+        };
+        self.matches.is_empty()
+            || self.matches.iter().any(|(m, ports)| {
+                (*m == Mode::Any || *m == mode) && (ports.is_empty() || ports.iter().any(|p| *p != 0 && *p == port))
+            })
+    }
+}
+
+/// The mesh's extensions, by namespace, in istiod's order (creation time,
+/// name, namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Extensions {
+    by_namespace: BTreeMap<String, Vec<Arc<Extension>>>,
+    root: String,
+    /// Objects dropped as istiod drops them: (kind, namespace, name, why).
+    pub dropped: Vec<(&'static str, String, String, String)>,
+}
+
+impl Extensions {
+    /// The extensions of `objs`, the mesh's root namespace being `root`.
+    pub fn of(objs: &Objects, root: &str) -> Self {
+        let mut all: Vec<(&str, Extension)> = Vec::new();
+        let mut dropped = Vec::new();
+        for o in &objs.istio {
+            let (kind, spec) = match &o.spec {
+                IstioSpec::Ext(IstioKind::WasmPlugin, s) => ("WasmPlugin", &s.0),
+                IstioSpec::Ext(IstioKind::TrafficExtension, s) => ("TrafficExtension", &s.0),
+                _ => continue,
+            };
+            let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+            let read = match kind {
+                "WasmPlugin" => read(ns, &format!("{name}{WASM_PLUGIN_MARKER}"), &from_wasm_plugin(spec)),
+                _ => read(ns, name, spec),
+            };
+            match read {
+                Ok(e) => all.push((o.meta.creation_timestamp.as_deref().unwrap_or(""), e)),
+                Err(why) => dropped.push((kind, ns.to_owned(), name.to_owned(), why)),
+            }
+        }
+        all.sort_by(|(ta, a), (tb, b)| (ta, &a.name, &a.namespace).cmp(&(tb, &b.name, &b.namespace)));
+        let mut by_namespace: BTreeMap<String, Vec<Arc<Extension>>> = BTreeMap::new();
+        for (_, e) in all {
+            by_namespace.entry(e.namespace.clone()).or_default().push(Arc::new(e));
+        }
+        Extensions { by_namespace, root: root.to_owned(), dropped }
+    }
+
+    /// None exists.
+    pub fn is_empty(&self) -> bool {
+        self.by_namespace.is_empty()
+    }
+
+    /// Whether one selects workloads by label (or names a gateway).
+    pub fn reads_labels(&self) -> bool {
+        self.by_namespace.values().flatten().any(|e| e.selector.is_some() || !e.target_refs.is_empty())
+    }
+
+    /// The namespaces a proxy of `namespace` looks in: its own, then the
+    /// root.
+    fn lookup<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Arc<Extension>> {
+        let root = (self.root != namespace).then_some(self.root.as_str());
+        std::iter::once(namespace).chain(root).flat_map(|ns| self.by_namespace.get(ns).into_iter().flatten())
+    }
+
+    /// Those that apply to a proxy (`namespace`, `labels`) on a listener
+    /// of `class` and `port`, for `chain`, by phase, each phase by
+    /// descending priority (istiod's stable sort: ties keep the lookup
+    /// order).
+    pub fn for_listener(
+        &self,
+        namespace: &str,
+        labels: &[(Arc<str>, Arc<str>)],
+        class: ListenerClass,
+        port: u32,
+        chain: ChainType,
+    ) -> Vec<(Phase, Vec<Arc<Extension>>)> {
+        let mut out: Vec<(Phase, Vec<Arc<Extension>>)> = Vec::new();
+        for e in self.lookup(namespace) {
+            if e.for_chain(chain) && e.attaches(namespace, labels) && e.matches_listener(class, port) {
+                match out.iter_mut().find(|(p, _)| *p == e.phase) {
+                    Some((_, list)) => list.push(e.clone()),
+                    None => out.push((e.phase, vec![e.clone()])),
+                }
+            }
+        }
+        for (_, list) in &mut out {
+            list.sort_by_key(|e| std::cmp::Reverse(e.priority));
+        }
+        out.sort_by_key(|(p, _)| *p);
+        out
+    }
+
+    /// Whether any extension may apply to a proxy of `namespace` (the
+    /// listeners of others need no second look).
+    pub fn any_for(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+        self.lookup(namespace).any(|e| e.attaches(namespace, labels))
+    }
+
+    /// A hash of those that select a proxy (`namespace`, `labels`), in
+    /// lookup order.
+    pub fn digest_for(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for e in self.lookup(namespace).filter(|e| e.attaches(namespace, labels)) {
+            e.hash(&mut h);
+        }
+        h.finish()
+    }
+
+    /// Every Wasm extension.
+    pub fn wasm(&self) -> impl Iterator<Item = &Arc<Extension>> {
+        self.by_namespace.values().flatten().filter(|e| matches!(e.code, Code::Wasm(_)))
+    }
+
+    /// The Wasm extension an ECDS name names, for a proxy of `namespace`
+    /// (istiod's `TrafficExtensionsByName`: the proxy's namespace or the
+    /// root's, by name alone).
+    pub fn by_resource_name(&self, namespace: &str, resource: &str) -> Option<&Arc<Extension>> {
+        let (ns, name) = resource.strip_prefix(RESOURCE_PREFIX)?.split_once('.')?;
+        if ns != namespace && ns != self.root {
+            return None;
+        }
+        let e = self.by_namespace.get(ns)?.iter().find(|e| e.name == name)?;
+        matches!(e.code, Code::Wasm(_)).then_some(e)
+    }
+}
+
+/// A WasmPlugin's spec as the TrafficExtension's istiod translates it to
+/// (`translateWasmPlugin`): its module settings under `wasm`, a singular
+/// `targetRef` as `targetRefs`.
+fn from_wasm_plugin(spec: &Value) -> Value {
+    let get = |k: &str| spec.get(k).cloned().unwrap_or(Value::Null);
+    let mut out = serde_json::Map::new();
+    for k in ["selector", "phase", "priority", "match"] {
+        if !get(k).is_null() {
+            out.insert(k.into(), get(k));
+        }
+    }
+    let refs = match (get("targetRefs"), get("targetRef")) {
+        (Value::Array(a), _) if !a.is_empty() => Value::Array(a),
+        (_, r) if !r.is_null() => Value::Array(vec![r]),
+        _ => Value::Null,
+    };
+    out.insert("targetRefs".into(), refs);
+    let mut wasm = serde_json::Map::new();
+    for k in [
+        "url",
+        "sha256",
+        "imagePullPolicy",
+        "imagePullSecret",
+        "pluginConfig",
+        "pluginName",
+        "failStrategy",
+        "vmConfig",
+        "type",
+    ] {
+        if !get(k).is_null() {
+            wasm.insert(k.into(), get(k));
+        }
+    }
+    // The URL is carried even when empty (the read drops the extension).
+    wasm.entry("url").or_insert(Value::String(String::new()));
+    out.insert("wasm".into(), Value::Object(wasm));
+    if out.get("phase").and_then(Value::as_str) == Some("UNSPECIFIED_PHASE") {
+        out.remove("phase");
+    }
+    Value::Object(out)
+}
+
+fn text(v: Option<&Value>) -> String {
+    v.and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+/// istiod's `convertToTrafficExtensionWrapper`: the extension, or why
+/// istiod discards it.
+fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> {
+    use std::hash::{Hash, Hasher};
+    let get = |k: &str| spec.get(k);
+    let code = match (get("wasm").filter(|w| !w.is_null()), get("lua").filter(|l| !l.is_null())) {
+        (Some(w), _) => Code::Wasm(read_wasm(namespace, w)?),
+        (None, Some(l)) => {
+            let code = text(l.get("inlineCode"));
+            if code.is_empty() {
+                return Err("lua.inlineCode cannot be empty".into());
+            }
+            if code.len() > 65536 {
+                return Err("lua.inlineCode exceeds maximum size of 64KB".into());
+            }
+            Code::Lua(code)
+        }
+        (None, None) => return Err("neither wasm nor lua is set".into()),
+    };
+    let selector = get("selector").filter(|s| !s.is_null()).map(|s| {
+        let labels = s.get("matchLabels").and_then(Value::as_object);
+        labels.into_iter().flatten().map(|(k, v)| (k.clone(), text(Some(v)))).collect()
+    });
+    let target_refs = get("targetRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| (text(r.get("group")), text(r.get("kind")), text(r.get("name"))))
+        .collect();
+    let phase = match get("phase").and_then(Value::as_str) {
+        Some("AUTHN") => Phase::Authn,
+        Some("AUTHZ") => Phase::Authz,
+        Some("STATS") => Phase::Stats,
+        _ => Phase::Unspecified,
+    };
+    let priority = get("priority").and_then(Value::as_i64).unwrap_or(i64::from(i32::MIN));
+    let matches = get("match")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.is_null())
+        .map(|m| {
+            let mode = match m.get("mode").and_then(Value::as_str) {
+                Some("CLIENT") => Mode::Client,
+                Some("SERVER") => Mode::Server,
+                _ => Mode::Any,
+            };
+            let ports = m.get("ports").and_then(Value::as_array).into_iter().flatten();
+            let ports = ports.filter_map(|p| p.get("number").and_then(Value::as_u64)).map(|n| n as u32);
+            (mode, ports.collect())
+        })
+        .collect();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    spec.to_string().hash(&mut h);
+    Ok(Extension {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        resource_name: format!("{RESOURCE_PREFIX}{namespace}.{name}"),
+        selector,
+        target_refs,
+        phase,
+        priority,
+        matches,
+        code,
+        version: format!("{:016x}", h.finish()),
+    })
+}
+
+fn read_wasm(namespace: &str, w: &Value) -> Result<Wasm, String> {
+    let url = text(w.get("url"));
+    if url.is_empty() {
+        return Err("wasm.url is required".into());
+    }
+    if url.chars().any(char::is_control) {
+        return Err(format!("failed to parse wasm URL: parse {url:?}: net/url: invalid control character in URL"));
+    }
+    // credentials.ToResourceName, then ParseResourceName with the
+    // namespace forced to the extension's.
+    let secret = text(w.get("imagePullSecret"));
+    let pull_secret = match secret.split_once("://") {
+        _ if secret.is_empty() => None,
+        None => Some((namespace.to_owned(), secret.clone())),
+        Some(("kubernetes", rest)) => {
+            let name = rest.split_once('/').map_or(rest, |(_, n)| n);
+            Some((namespace.to_owned(), name.to_owned()))
+        }
+        // Names istiod keeps but whose secret its ECDS never resolves.
+        Some(("kubernetes-gateway" | "configmap", _)) => Some((String::new(), String::new())),
+        Some(_) => None,
+    };
+    let plugin_config = match w.get("pluginConfig") {
+        Some(Value::Object(m)) if !m.is_empty() => Some(Value::Object(m.clone()).to_string()),
+        _ => None,
+    };
+    let env = w.get("vmConfig").and_then(|v| v.get("env")).and_then(Value::as_array);
+    let env: Vec<&Value> = env.into_iter().flatten().filter(|e| !e.is_null()).collect();
+    let inline = env
+        .iter()
+        .filter(|e| e.get("valueFrom").and_then(Value::as_str) != Some("HOST"))
+        .map(|e| (text(e.get("name")), text(e.get("value"))))
+        .collect();
+    let host = env.iter().filter(|e| e.get("valueFrom").and_then(Value::as_str) == Some("HOST"));
+    let host_env = (!env.is_empty()).then(|| host.map(|e| text(e.get("name"))).collect());
+    Ok(Wasm {
+        sha256: text(w.get("sha256")),
+        pull_policy: match w.get("imagePullPolicy").and_then(Value::as_str) {
+            Some(p @ ("IfNotPresent" | "Always")) => Some(p.to_owned()),
+            _ => None,
+        },
+        pull_secret,
+        plugin_config,
+        plugin_name: text(w.get("pluginName")),
+        failure_policy: match w.get("failStrategy").and_then(Value::as_str) {
+            Some("FAIL_OPEN") => "FAIL_OPEN",
+            Some("FAIL_RELOAD") => "FAIL_RELOAD",
+            _ => "FAIL_CLOSED",
+        },
+        env: inline,
+        host_env,
+        network: w.get("type").and_then(Value::as_str) == Some("NETWORK"),
+        url,
+    })
+}

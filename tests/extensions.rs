@@ -1,0 +1,192 @@
+//! WasmPlugins and TrafficExtensions on what is served (issue #34): the
+//! objects go to the binary through `--configDir`; what one sidecar is
+//! served, its listeners and the ECDS resources their filters name, is
+//! fetched by grpcio and decoded with the upstream `xds-protos`
+//! descriptors (`tests/py/ads_fetch.py`), every resource checked with
+//! Envoy's own field rules. Expected values are istiod's
+//! (`pilot/pkg/model/extensions.go`, `extension/extensionfilter.go`,
+//! `listener_builder.go`), not this server's output.
+
+use serde_json::{Value, json};
+
+use crate::served::served_with;
+
+const OBJECTS: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-shop, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  rules: [{from: [{source: {namespaces: [shop]}}]}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: pull, namespace: shop}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{\"auths\":{}}'}
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: auth, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  url: oci://example.com/auth:1
+  phase: AUTHN
+  pluginConfig: {header: x-auth, keys: [a, b]}
+  failStrategy: FAIL_OPEN
+  imagePullPolicy: Always
+  imagePullSecret: pull
+  vmConfig:
+    env:
+    - {name: POD_NAME, valueFrom: HOST}
+    - {name: MODE, value: strict}
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: stats, namespace: istio-system}
+spec:
+  url: example.com/stats:2
+  phase: STATS
+  match: [{mode: SERVER}]
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: TrafficExtension
+metadata: {name: lua, namespace: shop}
+spec:
+  phase: AUTHZ
+  priority: 10
+  match: [{mode: CLIENT, ports: [{number: 80}]}]
+  lua: {inlineCode: 'function envoy_on_request(h) h:headers():add(\"x-lua\", \"1\") end'}
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: other, namespace: elsewhere}
+spec: {url: oci://example.com/other:1}
+";
+
+const AUTH: &str = "extensions.istio.io/trafficextension/shop.auth~istio-translated-wasmplugin";
+const STATS: &str = "extensions.istio.io/trafficextension/istio-system.stats~istio-translated-wasmplugin";
+const LUA: &str = "extensions.istio.io/trafficextension/shop.lua";
+
+/// The HTTP filters of every HTTP connection manager of listener `name`.
+fn http_filters(got: &Value, name: &str) -> Vec<Vec<Value>> {
+    let l = &got["listeners"][name];
+    assert!(l.is_object(), "no listener {name}: {:?}", got["listeners"].as_object().unwrap().keys());
+    l["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["filters"].as_array().unwrap().clone())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| f["typedConfig"]["httpFilters"].as_array().unwrap().clone())
+        .collect()
+}
+
+fn names(filters: &[Value]) -> Vec<&str> {
+    filters.iter().map(|f| f["name"].as_str().unwrap()).collect()
+}
+
+/// A WasmPlugin delivered over ECDS, a Lua TrafficExtension inline, each
+/// where its phase, match and selector put it: the workload's AUTHN plugin
+/// before authentication and authorization on both sides, the root
+/// namespace's SERVER-only STATS plugin after authorization inbound only,
+/// the CLIENT Lua filter on outbound port 80 only; the ECDS resource as
+/// istiod builds it.
+#[test]
+fn wasm_plugins_and_traffic_extensions_are_served_as_istiod_serves_them() {
+    let got = served_with("sidecar", OBJECTS, "", "shop", json!({"app": "web"}), "10.1.0.5", &[("PGV", "1")]);
+    assert_eq!(got["pgv_errors"], json!([]), "Envoy would reject what is served");
+
+    let inbound = http_filters(&got, "virtualInbound");
+    let http_inbound: Vec<&Vec<Value>> =
+        inbound.iter().filter(|f| names(f).contains(&"envoy.filters.http.rbac")).collect();
+    assert!(!http_inbound.is_empty(), "{}", got["listeners"]["virtualInbound"]);
+    for filters in http_inbound {
+        let n = names(filters);
+        let at = |name: &str| n.iter().position(|x| *x == name).unwrap_or_else(|| panic!("no {name} in {n:?}"));
+        assert!(at(AUTH) < at("envoy.filters.http.rbac"), "AUTHN before authorization: {n:?}");
+        assert!(at("envoy.filters.http.rbac") < at(STATS), "STATS after authorization: {n:?}");
+        assert!(at(STATS) < at("envoy.filters.http.router"), "{n:?}");
+        assert!(!n.contains(&LUA), "the Lua filter is CLIENT only: {n:?}");
+        let wasm = &filters[at(AUTH)];
+        assert_eq!(
+            wasm["configDiscovery"],
+            json!({
+                "configSource": {"ads": {}, "initialFetchTimeout": "0s", "resourceApiVersion": "V3"},
+                "typeUrls": [
+                    "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                    "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+                ]
+            })
+        );
+    }
+
+    let outbound = http_filters(&got, "0.0.0.0_80");
+    assert!(!outbound.is_empty());
+    for filters in &outbound {
+        let n = names(filters);
+        let at = |name: &str| n.iter().position(|x| *x == name).unwrap_or_else(|| panic!("no {name} in {n:?}"));
+        assert!(at(AUTH) < at(LUA), "AUTHN, then AUTHZ: {n:?}");
+        assert!(at(LUA) < at("envoy.filters.http.router"));
+        assert!(!n.contains(&STATS), "the STATS plugin is SERVER only: {n:?}");
+        let code = &filters[at(LUA)]["typedConfig"];
+        assert_eq!(code["@type"], "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua");
+        assert!(code["defaultSourceCode"]["inlineString"].as_str().unwrap().contains("x-lua"));
+    }
+
+    // ECDS: what the filters name, and nothing of another namespace.
+    let configs = got["extension_configs"].as_object().unwrap();
+    let mut served: Vec<&str> = configs.keys().map(String::as_str).collect();
+    served.sort();
+    assert_eq!(served, [STATS, AUTH]);
+    let auth = &configs[AUTH]["typedConfig"];
+    assert_eq!(auth["@type"], "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm");
+    let config = &auth["config"];
+    assert_eq!(config["name"], "shop.auth~istio-translated-wasmplugin");
+    assert_eq!(config["failurePolicy"], "FAIL_OPEN");
+    assert_eq!(
+        config["configuration"],
+        json!({"@type": "type.googleapis.com/google.protobuf.StringValue", "value": "{\"header\":\"x-auth\",\"keys\":[\"a\",\"b\"]}"})
+    );
+    let vm = &config["vmConfig"];
+    assert_eq!(vm["runtime"], "envoy.wasm.runtime.v8");
+    assert_eq!(
+        vm["code"]["remote"]["httpUri"],
+        json!({"uri": "oci://example.com/auth:1", "cluster": "_", "timeout": "30s"})
+    );
+    let env = &vm["environmentVariables"];
+    assert_eq!(env["hostEnvKeys"], json!(["POD_NAME"]));
+    let kv = &env["keyValues"];
+    assert_eq!(kv["MODE"], "strict");
+    assert_eq!(kv["ISTIO_META_WASM_IMAGE_PULL_POLICY"], "Always");
+    // The stream is not authenticated: no pull secret (istiod's
+    // GeneratePullSecrets), the variable present and empty.
+    assert_eq!(kv["ISTIO_META_WASM_IMAGE_PULL_SECRET"], "", "{env}");
+    assert!(kv["ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"].as_str().is_some_and(|v| !v.is_empty()));
+    // A reference without a scheme is fetched as OCI.
+    let stats = &configs[STATS]["typedConfig"]["config"];
+    assert_eq!(stats["vmConfig"]["code"]["remote"]["httpUri"]["uri"], "oci://example.com/stats:2");
+    assert_eq!(stats["failurePolicy"], "FAIL_CLOSED", "FAIL_CLOSE is the default");
+    assert!(stats["vmConfig"]["environmentVariables"]["keyValues"].get("ISTIO_META_WASM_IMAGE_PULL_SECRET").is_none());
+}
+
+/// A workload the plugin does not select: the namespace's CLIENT Lua
+/// filter and the root namespace's SERVER plugin, never `app: web`'s.
+#[test]
+fn extensions_reach_only_the_workloads_they_select() {
+    let got = served_with("sidecar", OBJECTS, "", "shop", json!({"app": "api"}), "10.1.0.6", &[("PGV", "1")]);
+    assert_eq!(got["pgv_errors"], json!([]));
+    let text = got["listeners"].to_string();
+    assert!(!text.contains(AUTH), "app: web's plugin only");
+    assert!(text.contains(LUA));
+    let configs = got["extension_configs"].as_object().unwrap();
+    assert!(configs.keys().all(|k| k != AUTH), "{configs:?}");
+}

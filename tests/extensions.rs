@@ -190,3 +190,60 @@ fn extensions_reach_only_the_workloads_they_select() {
     let configs = got["extension_configs"].as_object().unwrap();
     assert!(configs.keys().all(|k| k != AUTH), "{configs:?}");
 }
+
+/// An extension or EnvoyFilter written while a proxy is connected is
+/// pushed to it: the listeners it changes go out again with it in them
+/// (they are applied per proxy as resources are generated, so the change
+/// must mark what it may touch).
+#[test]
+fn extensions_and_envoy_filters_added_live_are_pushed() {
+    use crate::ads_client::{connect, runtime, sidecar};
+    use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+    use std::time::Duration;
+    let mentions = |r: &DiscoveryResponse, what: &str| {
+        r.resources.iter().any(|a| a.value.windows(what.len()).any(|w| w == what.as_bytes()))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("svc.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+         spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}\n",
+    )
+    .unwrap();
+    let s = crate::server::Server::start(dir.path(), &[], &[], None);
+    runtime().block_on(async {
+        let mut c = connect(s.grpc, false).await;
+        let lds = istiod_proto::type_url::LISTENER;
+        c.sotw(DiscoveryRequest { node: Some(sidecar(1)), type_url: lds.into(), ..Default::default() });
+        let first = c.recv().await;
+        c.ack(&first, &[]);
+        assert!(!mentions(&first, "x-live-lua"));
+
+        std::fs::write(
+            dir.path().join("lua.yaml"),
+            "apiVersion: extensions.istio.io/v1alpha1\nkind: TrafficExtension\nmetadata: {name: lua, namespace: default}\n\
+             spec: {lua: {inlineCode: 'function envoy_on_request(h) h:headers():add(\"x-live-lua\", \"1\") end'}}\n",
+        )
+        .unwrap();
+        let pushed = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push for the extension");
+        assert!(mentions(&pushed, "extensions.istio.io/trafficextension/default.lua"));
+        assert!(mentions(&pushed, "x-live-lua"));
+        c.ack(&pushed, &[]);
+
+        std::fs::write(
+            dir.path().join("ef.yaml"),
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: buffer, namespace: default}\n\
+             spec: {configPatches: [{applyTo: LISTENER, match: {context: SIDECAR_OUTBOUND, listener: {portNumber: 80}}, \
+             patch: {operation: MERGE, value: {per_connection_buffer_limit_bytes: 77777}}}]}\n",
+        )
+        .unwrap();
+        let pushed = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push for the filter");
+        let listeners: Vec<istiod_proto::envoy::config::listener::v3::Listener> = pushed
+            .resources
+            .iter()
+            .map(|a| istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap())
+            .collect();
+        let l80 = listeners.iter().find(|l| l.name == "0.0.0.0_80").expect("the port 80 listener");
+        assert_eq!(l80.per_connection_buffer_limit_bytes, Some(77777));
+    });
+}

@@ -1101,6 +1101,27 @@ mod tests {
         assert!(e.contains(want), "want {want:?} in {e:?} for\n{yaml}");
     }
 
+    /// validation.go ValidateTrafficExtension, and the URL scheme as Go's
+    /// url.Parse reads it (ValidateWasmPlugin's validateWasmPluginURL).
+    #[test]
+    fn traffic_extensions_as_istiod_judges_them() {
+        let head =
+            "apiVersion: extensions.istio.io/v1alpha1\nkind: TrafficExtension\nmetadata: {name: t, namespace: ns}\n";
+        assert_eq!(judge(&format!("{head}spec: {{lua: {{inlineCode: x}}, phase: AUTHZ}}\n")).0, "");
+        assert_eq!(judge(&format!("{head}spec: {{wasm: {{url: 'ghcr.io/a/b:1'}}}}\n")).0, "");
+        refused(&format!("{head}spec: {{}}\n"), "exactly one of wasm or lua must be set");
+        refused(
+            &format!("{head}spec: {{lua: {{inlineCode: x}}, wasm: {{url: 'oci://x'}}}}\n"),
+            "exactly one of wasm or lua",
+        );
+        refused(&format!("{head}spec: {{lua: {{inlineCode: ''}}}}\n"), "lua.inlineCode cannot be empty");
+        refused(&format!("{head}spec: {{wasm: {{url: 'ftp://x/y'}}}}\n"), "url contains unsupported scheme: ftp");
+        refused(&format!("{head}spec: {{lua: {{inlineCode: x}}, phase: UNSPECIFIED_PHASE}}\n"), "spec.phase");
+        let wp = "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w, namespace: ns}\n";
+        // `host:5000/x` has the scheme `host` (Go's getScheme).
+        refused(&format!("{wp}spec: {{url: 'registry:5000/x'}}\n"), "url contains unsupported scheme: registry");
+    }
+
     /// pkg/config/validation/envoyfilter/envoyfilter.go ValidateEnvoyFilter.
     #[test]
     fn envoy_filters_as_istiod_judges_them() {

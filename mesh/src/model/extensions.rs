@@ -457,3 +457,107 @@ fn read_wasm(namespace: &str, w: &Value) -> Result<Wasm, String> {
         url,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(spec: Value) -> Extension {
+        read("ns", "e", &spec).unwrap()
+    }
+
+    /// pilot/pkg/model/extensions_test.go TestMatchListener (proxy in
+    /// `ns` with labels a=b, c=d).
+    #[test]
+    fn listeners_match_as_istiods_match_listener_test() {
+        let labels: Vec<(Arc<str>, Arc<str>)> = vec![("a".into(), "b".into()), ("c".into(), "d".into())];
+        let lua = serde_json::json!({"inlineCode": "x"});
+        let (inb, out, gw) = (ListenerClass::SidecarInbound, ListenerClass::SidecarOutbound, ListenerClass::Gateway);
+        let sel =
+            |l: &str| serde_json::json!({"matchLabels": {l.split('=').next().unwrap(): l.split('=').nth(1).unwrap()}});
+        #[rustfmt::skip]
+        let cases: Vec<(Value, Value, ListenerClass, bool)> = vec![
+            (Value::Null, Value::Null, inb, true),
+            (sel("a=b"), Value::Null, inb, true),
+            (sel("e=f"), Value::Null, inb, false),
+            (Value::Null, serde_json::json!([{}]), inb, true),
+            (Value::Null, serde_json::json!([{"mode": "SERVER"}]), inb, true),
+            (Value::Null, serde_json::json!([{"mode": "SERVER", "ports": []}]), inb, true),
+            (Value::Null, serde_json::json!([{"mode": "SERVER", "ports": [{"number": 1234}]}]), inb, true),
+            (Value::Null, serde_json::json!([{"mode": "SERVER", "ports": [{"number": 1235}]}]), inb, false),
+            (sel("e=f"), serde_json::json!([{"mode": "SERVER", "ports": [{"number": 1234}]}]), inb, false),
+            (Value::Null, serde_json::json!([{"mode": "CLIENT", "ports": [{"number": 1234}]}]), out, true),
+            (Value::Null, serde_json::json!([{"mode": "CLIENT", "ports": [{"number": 1234}]}]), gw, true),
+            (Value::Null, serde_json::json!([{"mode": "SERVER", "ports": [{"number": 1234}]}]), gw, false),
+        ];
+        for (i, (selector, matches, class, want)) in cases.into_iter().enumerate() {
+            let e = ext(serde_json::json!({"selector": selector, "match": matches, "lua": lua}));
+            let got = e.attaches("ns", &labels) && e.matches_listener(class, 1234);
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    /// extensions_test.go TestConvertToTrafficExtensionWrapper and
+    /// TestTrafficExtensionWrapper_MatchType; TestFailurePolicy;
+    /// TestBuildVMConfig's environment.
+    #[test]
+    fn extensions_read_as_istiods_wrapper_tests() {
+        let lua = ext(serde_json::json!({"lua": {"inlineCode": "function envoy_on_request(h) end"}}));
+        assert_eq!(lua.resource_name, "extensions.istio.io/trafficextension/ns.e");
+        assert!(lua.for_chain(ChainType::Http) && !lua.for_chain(ChainType::Network));
+        let wasm = ext(serde_json::json!({"wasm": {"url": "oci://example.com/wasm:latest"}}));
+        assert!(wasm.for_chain(ChainType::Http) && !wasm.for_chain(ChainType::Network));
+        let net = ext(serde_json::json!({"wasm": {"url": "oci://x", "type": "NETWORK"}}));
+        assert!(net.for_chain(ChainType::Network) && !net.for_chain(ChainType::Http));
+        for (spec, why) in [
+            (serde_json::json!({}), "neither wasm nor lua is set"),
+            (serde_json::json!({"lua": {"inlineCode": ""}}), "lua.inlineCode cannot be empty"),
+            (
+                serde_json::json!({"lua": {"inlineCode": "x".repeat(65537)}}),
+                "lua.inlineCode exceeds maximum size of 64KB",
+            ),
+            (serde_json::json!({"wasm": {"url": ""}}), "wasm.url is required"),
+        ] {
+            assert_eq!(read("ns", "e", &spec).unwrap_err(), why);
+        }
+        let policy =
+            |s: &str| match ext(serde_json::json!({"wasm": {"url": "file://fake.wasm", "failStrategy": s}})).code {
+                Code::Wasm(w) => w.failure_policy,
+                Code::Lua(_) => unreachable!(),
+            };
+        assert_eq!(
+            [policy(""), policy("FAIL_CLOSE"), policy("FAIL_OPEN"), policy("FAIL_RELOAD")],
+            ["FAIL_CLOSED", "FAIL_CLOSED", "FAIL_OPEN", "FAIL_RELOAD"]
+        );
+        let Code::Wasm(w) =
+            ext(serde_json::json!({"wasm": {"url": "oci://x", "imagePullSecret": "kubernetes://other/s",
+            "vmConfig": {"env": [{"name": "POD_NAME", "valueFrom": "HOST"}, {"name": "ENV1", "value": "VAL1"}]}}}))
+            .code
+        else {
+            unreachable!()
+        };
+        assert_eq!(w.host_env, Some(vec!["POD_NAME".to_owned()]));
+        assert_eq!(w.env, [("ENV1".to_owned(), "VAL1".to_owned())]);
+        assert_eq!(w.pull_secret, Some(("ns".to_owned(), "s".to_owned())), "forced into the extension's namespace");
+    }
+
+    /// pilot/pkg/config/kube/extensions/translate_test.go: a WasmPlugin's
+    /// phase, singular targetRef and match carried over.
+    #[test]
+    fn wasm_plugins_translate_as_istiods_translate_test() {
+        let spec = serde_json::json!({"url": "oci://x", "phase": "AUTHZ", "priority": 5,
+            "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+            "match": [{"mode": "SERVER", "ports": [{"number": 9090}]}]});
+        let e = read("ns", &format!("p{WASM_PLUGIN_MARKER}"), &from_wasm_plugin(&spec)).unwrap();
+        assert_eq!(e.phase, Phase::Authz);
+        assert_eq!(e.priority, 5);
+        assert_eq!(e.target_refs, [("gateway.networking.k8s.io".into(), "Gateway".into(), "gw".into())]);
+        assert_eq!(e.matches, [(Mode::Server, vec![9090])]);
+        assert_eq!(e.resource_name, "extensions.istio.io/trafficextension/ns.p~istio-translated-wasmplugin");
+        // A gateway of that Gateway in the namespace only.
+        let gw: Vec<(Arc<str>, Arc<str>)> = vec![(GATEWAY_NAME.into(), "gw".into())];
+        assert!(e.attaches("ns", &gw) && !e.attaches("other", &gw) && !e.attaches("ns", &[]));
+        // No priority sorts last (istiod's math.MinInt32).
+        assert_eq!(ext(serde_json::json!({"lua": {"inlineCode": "x"}})).priority, i64::from(i32::MIN));
+    }
+}

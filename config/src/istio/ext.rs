@@ -1016,7 +1016,7 @@ fn wasm_config(v: &mut V, spec: &serde_json::Map<String, Value>, at: &str, name_
     if let Some(vm) = v.object(get("vmConfig"), &format!("{at}.vmConfig")) {
         let env = v.list(vm.get("env").unwrap_or(&Value::Null), &format!("{at}.vmConfig.env"));
         if env.len() > 256 {
-            v.err(&format!("{at}.vmConfig.env"), "may not have more than 256 items");
+            v.err(format!("{at}.vmConfig.env"), "may not have more than 256 items");
         }
         let mut seen = std::collections::HashSet::new();
         for (i, e) in env.iter().enumerate() {

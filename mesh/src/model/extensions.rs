@@ -100,7 +100,7 @@ pub struct Wasm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Code {
     /// A Wasm module, delivered over ECDS.
-    Wasm(Wasm),
+    Wasm(Box<Wasm>),
     /// Lua code, inline (HTTP only).
     Lua(String),
 }
@@ -340,7 +340,7 @@ fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> 
     use std::hash::{Hash, Hasher};
     let get = |k: &str| spec.get(k);
     let code = match (get("wasm").filter(|w| !w.is_null()), get("lua").filter(|l| !l.is_null())) {
-        (Some(w), _) => Code::Wasm(read_wasm(namespace, w)?),
+        (Some(w), _) => Code::Wasm(Box::new(read_wasm(namespace, w)?)),
         (None, Some(l)) => {
             let code = text(l.get("inlineCode"));
             if code.is_empty() {

@@ -157,7 +157,8 @@ pub fn apply(
         let http = c.filters.iter().position(|f| f.name == HCM);
         let network = exts.for_listener(namespace, labels, class, port, ChainType::Network);
         let once = class != ListenerClass::SidecarInbound && http.is_some();
-        if !network.is_empty() && !(once && http_network_done) {
+        let popped = once && http_network_done;
+        if !network.is_empty() && !popped {
             changed |= insert(&mut c.filters, |f| &f.name, &network, network_filter);
             http_network_done |= once;
         }

@@ -18,6 +18,7 @@
 
 pub mod backend_tls;
 pub mod duration;
+pub mod extensions;
 pub mod gateway_api;
 pub mod gateway_convert;
 pub mod istio;

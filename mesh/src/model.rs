@@ -14,7 +14,7 @@ use serde::Serialize;
 pub mod credentials;
 pub(crate) mod delegate;
 pub mod destination_rules;
-pub mod extensions;
+pub use istiod_config::extensions;
 pub mod gateway;
 pub mod ingress;
 pub mod report;

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use istiod_config::istio::{IstioKind, IstioSpec};
-use istiod_config::objects::Objects;
+use crate::istio::{IstioKind, IstioSpec};
+use crate::objects::Objects;
 use serde_json::Value;
 
 /// The prefix of the names of the filters and ECDS resources extensions

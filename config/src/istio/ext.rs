@@ -372,8 +372,15 @@ fn envoy_filter(v: &mut V, spec: &serde_json::Map<String, Value>) {
                 ),
             );
         }
-        if (context == "WAYPOINT") != kinds.contains(&"waypoint") && !mget("waypoint").is_null() {
+        // The CRD's CEL rules: a waypoint match exactly with context
+        // WAYPOINT, its port in range.
+        if (context == "WAYPOINT") != kinds.contains(&"waypoint") {
             v.err(format!("{path}.match"), "only support waypointMatch when context is WAYPOINT");
+        }
+        if let Some(port) = mget("waypoint").get("portNumber").filter(|p| !p.is_null())
+            && !port.as_i64().is_some_and(|n| (1..=65535).contains(&n))
+        {
+            v.err(format!("{path}.match.waypoint.portNumber"), "port must be between 1-65535");
         }
         if context == "WAYPOINT" {
             // istiod checks nothing more of waypoint patches.
@@ -1188,6 +1195,13 @@ mod tests {
         assert_eq!(e, "spec.workloadSelector.labels: wildcard is not supported in selector: \"app=*\"");
         // Waypoint patches are not checked further; REMOVE needs no value.
         assert_eq!(judge(&case("match: {context: WAYPOINT, waypoint: {portNumber: 80}}")).0, "");
+        // The CRD's CEL rules on waypoint matches.
+        refused(&case("match: {context: WAYPOINT}"), "only support waypointMatch when context is WAYPOINT");
+        refused(
+            &case("match: {context: GATEWAY, waypoint: {}}"),
+            "only support waypointMatch when context is WAYPOINT",
+        );
+        refused(&case("match: {context: WAYPOINT, waypoint: {portNumber: 0}}"), "port must be between 1-65535");
         assert_eq!(judge(&case("applyTo: CLUSTER\n    patch: {operation: REMOVE}")).0, "");
         // Only v1alpha3 is served.
         assert_eq!(IstioKind::from_api("networking.istio.io/v1", "EnvoyFilter"), None);

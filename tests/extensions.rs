@@ -192,7 +192,8 @@ fn extensions_reach_only_the_workloads_they_select() {
 }
 
 /// An extension or EnvoyFilter written while a proxy is connected is
-/// pushed to it: the listeners it changes go out again with it in them
+/// pushed to it: the listeners it changes go out again with it in them,
+/// and an EXTENSION_CONFIG ADD to a proxy asking for its name over ECDS
 /// (they are applied per proxy as resources are generated, so the change
 /// must mark what it may touch).
 #[test]
@@ -245,5 +246,39 @@ fn extensions_and_envoy_filters_added_live_are_pushed() {
             .collect();
         let l80 = listeners.iter().find(|l| l.name == "0.0.0.0_80").expect("the port 80 listener");
         assert_eq!(l80.per_connection_buffer_limit_bytes, Some(77777));
+
+        // An EXTENSION_CONFIG ADD reaches a proxy already asking for its
+        // name over ECDS.
+        let ecds = istiod_proto::type_url::TYPED_EXTENSION_CONFIG;
+        let mut e = connect(s.grpc, false).await;
+        e.sotw(DiscoveryRequest {
+            node: Some(sidecar(2)),
+            type_url: ecds.into(),
+            resource_names: vec!["live-ecds".to_owned()],
+            ..Default::default()
+        });
+        // The name does not exist yet: an empty answer, or none.
+        if let Ok(r) = tokio::time::timeout(Duration::from_secs(2), e.recv()).await {
+            assert!(r.resources.is_empty(), "{r:?}");
+            e.ack(&r, &["live-ecds"]);
+        }
+        std::fs::write(
+            dir.path().join("ecds.yaml"),
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: ecds, namespace: default}\n\
+             spec: {configPatches: [{applyTo: EXTENSION_CONFIG, patch: {operation: ADD, value: {name: live-ecds, \
+             typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, \
+             default_source_code: {inline_string: 'function envoy_on_request(h) end'}}}}}]}\n",
+        )
+        .unwrap();
+        let pushed = tokio::time::timeout(Duration::from_secs(10), e.recv()).await.expect("a push for the ADD");
+        let configs: Vec<istiod_proto::envoy::config::core::v3::TypedExtensionConfig> = pushed
+            .resources
+            .iter()
+            .map(|a| istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap())
+            .collect();
+        assert_eq!(configs.len(), 1, "{configs:?}");
+        assert_eq!(configs[0].name, "live-ecds");
+        let typed = configs[0].typed_config.as_ref().unwrap();
+        assert_eq!(typed.type_url, "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua");
     });
 }

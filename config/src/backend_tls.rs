@@ -514,17 +514,9 @@ mod tests {
     use super::*;
 
     fn objects(yaml: &str) -> Objects {
-        use crate::manifest::Object;
         let mut out = Objects::default();
-        for doc in crate::manifest::parse_file(yaml).docs {
-            match doc {
-                Ok(Some(Object::Service(s))) => out.services.push(s),
-                Ok(Some(Object::Istio(o))) => out.istio.push(o),
-                Ok(Some(Object::GatewayApi(o))) => out.gateway_api.push(o),
-                Ok(Some(Object::ConfigMap(c))) => out.config_maps.push(c),
-                Ok(Some(Object::Skipped(_))) => {}
-                other => panic!("{other:?}"),
-            }
+        for obj in crate::manifest::parse_file(yaml).docs.into_iter().filter_map(Result::unwrap) {
+            out.push(obj);
         }
         out
     }

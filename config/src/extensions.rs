@@ -7,17 +7,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use istiod_envoyfilter::filters::should_attach;
+use istiod_envoyfilter::spec::TargetRef;
+use serde_json::Value;
+
 use crate::istio::{IstioKind, IstioSpec};
 use crate::objects::Objects;
-use serde_json::Value;
 
 /// The prefix of the names of the filters and ECDS resources extensions
 /// become (`TrafficExtensionResourceNamePrefix`).
 pub const RESOURCE_PREFIX: &str = "extensions.istio.io/trafficextension/";
 /// What a WasmPlugin's name gains as a TrafficExtension.
 pub const WASM_PLUGIN_MARKER: &str = "~istio-translated-wasmplugin";
-/// The label naming a Gateway API gateway's Gateway.
-const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
 
 /// Where in a filter chain an extension goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -30,11 +31,6 @@ pub enum Phase {
     Stats,
     /// After the STATS ones.
     Unspecified,
-}
-
-impl Phase {
-    /// In the order istiod appends them.
-    pub const ALL: [Phase; 4] = [Phase::Authn, Phase::Authz, Phase::Stats, Phase::Unspecified];
 }
 
 /// Which side of a workload's traffic (`WorkloadMode`).
@@ -116,8 +112,8 @@ pub struct Extension {
     pub resource_name: String,
     /// `selector.matchLabels`.
     pub selector: Option<BTreeMap<String, String>>,
-    /// `targetRefs` (a WasmPlugin's `targetRef` too): (group, kind, name).
-    pub target_refs: Vec<(String, String, String)>,
+    /// `targetRefs` (a WasmPlugin's `targetRef` too).
+    pub target_refs: Vec<TargetRef>,
     /// `phase`.
     pub phase: Phase,
     /// `priority` (unset sorts as the lowest, as istiod sorts it).
@@ -129,6 +125,9 @@ pub struct Extension {
     /// What stands for the object's `resourceVersion` (a digest of what
     /// was read: the agent re-fetches a module when it changes).
     pub version: String,
+    /// A hash of its identity and spec, for the generations of what it
+    /// goes into (a Lua extension's code is not hashed again per use).
+    pub digest: u64,
 }
 
 impl Extension {
@@ -145,15 +144,7 @@ impl Extension {
     /// istiod's `ShouldAttachPolicy` for a sidecar or gateway.
     fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
         let label = |k: &str| labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
-        if !self.target_refs.is_empty() {
-            let Some(gateway) = label(GATEWAY_NAME) else { return false };
-            return self.namespace == namespace
-                && self
-                    .target_refs
-                    .iter()
-                    .any(|(g, k, n)| g == "gateway.networking.k8s.io" && k == "Gateway" && n == gateway);
-        }
-        self.selector.as_ref().is_none_or(|s| s.iter().all(|(k, v)| label(k) == Some(v)))
+        should_attach(&self.namespace, self.selector.as_ref(), &self.target_refs, namespace, label)
     }
 
     /// istiod's `matchTrafficExtensionSelectors`.
@@ -253,21 +244,18 @@ impl Extensions {
         out
     }
 
-    /// Whether any extension may apply to a proxy of `namespace` (the
-    /// listeners of others need no second look).
-    pub fn any_for(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
-        self.lookup(namespace).any(|e| e.attaches(namespace, labels))
-    }
-
-    /// A hash of those that select a proxy (`namespace`, `labels`), in
-    /// lookup order.
-    pub fn digest_for(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> u64 {
+    /// A hash of the extensions that select a proxy (`namespace`,
+    /// `labels`), in lookup order; `None` when none does (its listeners
+    /// need no second look).
+    pub fn digest_for(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut any = false;
         for e in self.lookup(namespace).filter(|e| e.attaches(namespace, labels)) {
-            e.hash(&mut h);
+            e.digest.hash(&mut h);
+            any = true;
         }
-        h.finish()
+        any.then(|| h.finish())
     }
 
     /// Every Wasm extension.
@@ -337,6 +325,7 @@ fn text(v: Option<&Value>) -> String {
 /// istiod's `convertToTrafficExtensionWrapper`: the extension, or why
 /// istiod discards it.
 fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> {
+    use serde::Deserialize;
     use std::hash::{Hash, Hasher};
     let get = |k: &str| spec.get(k);
     let code = match (get("wasm").filter(|w| !w.is_null()), get("lua").filter(|l| !l.is_null())) {
@@ -361,7 +350,7 @@ fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> 
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|r| (text(r.get("group")), text(r.get("kind")), text(r.get("name"))))
+        .filter_map(|r| TargetRef::deserialize(r).ok())
         .collect();
     let phase = match get("phase").and_then(Value::as_str) {
         Some("AUTHN") => Phase::Authn,
@@ -388,6 +377,8 @@ fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> 
         .collect();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     spec.to_string().hash(&mut h);
+    let version = format!("{:016x}", h.finish());
+    (namespace, name).hash(&mut h);
     Ok(Extension {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -398,7 +389,8 @@ fn read(namespace: &str, name: &str, spec: &Value) -> Result<Extension, String> 
         priority,
         matches,
         code,
-        version: format!("{:016x}", h.finish()),
+        version,
+        digest: h.finish(),
     })
 }
 
@@ -551,11 +543,17 @@ mod tests {
         let e = read("ns", &format!("p{WASM_PLUGIN_MARKER}"), &from_wasm_plugin(&spec)).unwrap();
         assert_eq!(e.phase, Phase::Authz);
         assert_eq!(e.priority, 5);
-        assert_eq!(e.target_refs, [("gateway.networking.k8s.io".into(), "Gateway".into(), "gw".into())]);
+        let gateway = TargetRef {
+            group: "gateway.networking.k8s.io".into(),
+            kind: "Gateway".into(),
+            name: "gw".into(),
+            ..Default::default()
+        };
+        assert_eq!(e.target_refs, [gateway]);
         assert_eq!(e.matches, [(Mode::Server, vec![9090])]);
         assert_eq!(e.resource_name, "extensions.istio.io/trafficextension/ns.p~istio-translated-wasmplugin");
         // A gateway of that Gateway in the namespace only.
-        let gw: Vec<(Arc<str>, Arc<str>)> = vec![(GATEWAY_NAME.into(), "gw".into())];
+        let gw: Vec<(Arc<str>, Arc<str>)> = vec![(istiod_envoyfilter::filters::GATEWAY_NAME.into(), "gw".into())];
         assert!(e.attaches("ns", &gw) && !e.attaches("other", &gw) && !e.attaches("ns", &[]));
         // No priority sorts last (istiod's math.MinInt32).
         assert_eq!(ext(serde_json::json!({"lua": {"inlineCode": "x"}})).priority, i64::from(i32::MIN));

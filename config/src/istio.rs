@@ -53,13 +53,13 @@ pub enum IstioKind {
     AuthorizationPolicy,
     /// `security.istio.io` RequestAuthentication.
     RequestAuthentication,
-    /// `networking.istio.io` EnvoyFilter (stored and validated).
+    /// `networking.istio.io` EnvoyFilter (kept as written, applied per proxy).
     EnvoyFilter,
-    /// `networking.istio.io` WorkloadGroup (stored and validated).
+    /// `networking.istio.io` WorkloadGroup (kept as written).
     WorkloadGroup,
-    /// `networking.istio.io` ProxyConfig (stored and validated).
+    /// `networking.istio.io` ProxyConfig (kept as written).
     ProxyConfig,
-    /// `telemetry.istio.io` Telemetry (stored and validated).
+    /// `telemetry.istio.io` Telemetry (kept as written).
     Telemetry,
     /// `extensions.istio.io` WasmPlugin (translated to a TrafficExtension).
     WasmPlugin,
@@ -112,7 +112,7 @@ impl IstioKind {
         }
     }
 
-    /// The kinds stored and validated but not translated yet.
+    /// The kinds whose specs are kept as written (`ext`).
     pub fn ext(self) -> Option<ext::ExtKind> {
         Some(match self {
             IstioKind::EnvoyFilter => ext::ExtKind::EnvoyFilter,
@@ -181,8 +181,8 @@ pub enum IstioSpec {
     AuthorizationPolicy(security::AuthorizationPolicy),
     /// RequestAuthentication.
     RequestAuthentication(security::RequestAuthentication),
-    /// A kind stored and validated, not translated yet: its spec as
-    /// written.
+    /// A kind whose spec is kept as written (`ext`), read where it is
+    /// applied.
     Ext(IstioKind, ext::ExtSpec),
 }
 

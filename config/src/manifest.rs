@@ -139,6 +139,27 @@ fn check_names(obj: &Object) -> Result<(), String> {
     if name_is_label { label("metadata.name", &meta.name) } else { subdomain("metadata.name", &meta.name) }
 }
 
+impl crate::objects::Objects {
+    /// Adds `obj` to its kind's list; a skipped kind is not kept (`false`).
+    pub fn push(&mut self, obj: Object) -> bool {
+        match obj {
+            Object::Service(s) => self.services.push(s),
+            Object::EndpointSlice(s) => self.endpoint_slices.push(s),
+            Object::Pod(p) => self.pods.push(p),
+            Object::Node(n) => self.nodes.push(n),
+            Object::Namespace(n) => self.namespaces.push(n),
+            Object::Secret(n) => self.secrets.push(n),
+            Object::GatewayApi(o) => self.gateway_api.push(o),
+            Object::Ingress(o) => self.ingresses.push(o),
+            Object::IngressClass(o) => self.ingress_classes.push(o),
+            Object::ConfigMap(o) => self.config_maps.push(o),
+            Object::Istio(o) => self.istio.push(o),
+            Object::Skipped(_) => return false,
+        }
+        true
+    }
+}
+
 /// Parses one document's value into an object.
 pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
     let obj = parse_kind(value)?;

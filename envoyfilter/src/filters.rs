@@ -353,30 +353,41 @@ impl Proxy<'_> {
 }
 
 /// The label naming a Gateway API gateway's Gateway.
-const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
+pub const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
 
-/// `ShouldAttachPolicy` for an EnvoyFilter of the proxy's namespace or the
-/// root's (waypoints, which take Service targets, do not exist yet).
-fn attaches(f: &Filter, proxy: &Proxy<'_>) -> bool {
-    let selected = || {
-        f.spec
-            .workload_selector
-            .as_ref()
-            .is_none_or(|s| s.labels.iter().all(|(k, v)| proxy.label(k) == Some(v.as_str())))
-    };
-    let Some(gateway) = proxy.label(GATEWAY_NAME) else {
-        return f.spec.target_refs.is_empty() && selected();
-    };
-    if f.spec.target_refs.is_empty() {
-        return selected();
+/// istiod's `ShouldAttachPolicy` (`pilot/pkg/model/policyattachment.go`)
+/// for a sidecar or gateway, of a policy of `policy_namespace` that
+/// selects by `selector` or attaches by `target_refs`, and a workload of
+/// `namespace` whose labels `label` reads (waypoints, which take Service
+/// targets, do not exist yet): a Gateway API gateway takes the policies
+/// that name its Gateway in its namespace, and selectors
+/// (`ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`); any other workload only
+/// selectors.
+pub fn should_attach<'a>(
+    policy_namespace: &str,
+    selector: Option<&BTreeMap<String, String>>,
+    target_refs: &[crate::spec::TargetRef],
+    namespace: &str,
+    label: impl Fn(&str) -> Option<&'a str>,
+) -> bool {
+    if target_refs.is_empty() {
+        return selector.is_none_or(|s| s.iter().all(|(k, v)| label(k) == Some(v.as_str())));
     }
-    f.namespace == proxy.namespace
-        && f.spec.target_refs.iter().any(|t| {
-            (t.namespace.is_empty() || t.namespace == proxy.namespace)
+    let Some(gateway) = label(GATEWAY_NAME) else { return false };
+    policy_namespace == namespace
+        && target_refs.iter().any(|t| {
+            (t.namespace.is_empty() || t.namespace == namespace)
                 && t.kind == "Gateway"
-                && matches!(t.group.as_str(), "gateway.networking.k8s.io")
+                && t.group == "gateway.networking.k8s.io"
                 && t.name == gateway
         })
+}
+
+/// [`should_attach`] for an EnvoyFilter of the proxy's namespace or the
+/// root's.
+fn attaches(f: &Filter, proxy: &Proxy<'_>) -> bool {
+    let selector = f.spec.workload_selector.as_ref().map(|s| &s.labels);
+    should_attach(&f.namespace, selector, &f.spec.target_refs, proxy.namespace, |k| proxy.label(k))
 }
 
 /// Whether a patch's proxy match holds (`proxyMatch`).

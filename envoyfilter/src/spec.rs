@@ -32,7 +32,7 @@ pub struct WorkloadSelector {
 }
 
 /// `PolicyTargetReference`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TargetRef {
     /// Group.

@@ -307,19 +307,8 @@ impl ConfigDir {
         self.last_good = next;
         let mut loaded = Loaded { errors, changed: changed.into_iter().collect(), ..Loaded::default() };
         for obj in self.last_good.values() {
-            match obj.clone() {
-                Object::Service(s) => loaded.objects.services.push(s),
-                Object::EndpointSlice(s) => loaded.objects.endpoint_slices.push(s),
-                Object::Pod(p) => loaded.objects.pods.push(p),
-                Object::Node(n) => loaded.objects.nodes.push(n),
-                Object::Namespace(n) => loaded.objects.namespaces.push(n),
-                Object::Secret(n) => loaded.objects.secrets.push(n),
-                Object::GatewayApi(o) => loaded.objects.gateway_api.push(o),
-                Object::Ingress(o) => loaded.objects.ingresses.push(o),
-                Object::IngressClass(o) => loaded.objects.ingress_classes.push(o),
-                Object::ConfigMap(o) => loaded.objects.config_maps.push(o),
-                Object::Istio(o) => loaded.objects.istio.push(o),
-                Object::Skipped(_) => loaded.skipped += 1,
+            if !loaded.objects.push(obj.clone()) {
+                loaded.skipped += 1;
             }
         }
         Ok(loaded)

@@ -151,20 +151,7 @@ fn build(stores: &Stores) -> Objects {
     let mut o = Objects::default();
     for map in &stores.objects {
         for obj in map.values() {
-            match obj.clone() {
-                Object::Service(s) => o.services.push(s),
-                Object::EndpointSlice(s) => o.endpoint_slices.push(s),
-                Object::Pod(p) => o.pods.push(p),
-                Object::Node(n) => o.nodes.push(n),
-                Object::Namespace(n) => o.namespaces.push(n),
-                Object::Secret(n) => o.secrets.push(n),
-                Object::GatewayApi(x) => o.gateway_api.push(x),
-                Object::Ingress(x) => o.ingresses.push(x),
-                Object::IngressClass(x) => o.ingress_classes.push(x),
-                Object::ConfigMap(x) => o.config_maps.push(x),
-                Object::Istio(x) => o.istio.push(x),
-                Object::Skipped(_) => {}
-            }
+            o.push(obj.clone());
         }
     }
     o

@@ -49,6 +49,15 @@ pub fn istio_objects(yaml: &str) -> Vec<istiod_config::istio::IstioObject> {
         .collect()
 }
 
+/// The objects of a YAML stream (every document must read).
+pub fn objects(yaml: &str) -> istiod_config::objects::Objects {
+    let mut o = istiod_config::objects::Objects::default();
+    for obj in istiod_config::manifest::parse_file(yaml).docs.into_iter().filter_map(Result::unwrap) {
+        o.push(obj);
+    }
+    o
+}
+
 /// A snapshot serving `model`, as the control thread publishes it: the
 /// translation's resources in the engine's model, and the mesh input.
 pub fn snapshot(model: &Arc<Model>) -> Snapshot<MeshInput> {

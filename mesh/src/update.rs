@@ -51,7 +51,8 @@ pub fn build_with(
 /// addresses or ports changed); only VirtualServices and DestinationRules
 /// -> only the virtual hosts and clusters of their hosts; only security
 /// policies -> only the policy list; only Sidecars -> only the scoping;
-/// only EnvoyFilters -> only the filters (applied per proxy).
+/// only EnvoyFilters, WasmPlugins and TrafficExtensions -> only those
+/// (applied per proxy).
 /// None of these rebuilds the model or the translation. Anything else
 /// (Namespaces, Nodes, WorkloadEntries, a mix of groups, an unknown change)
 /// does, and so does a new mesh configuration. Says which it did.
@@ -124,7 +125,7 @@ pub fn update(
             return Some(m.with_config_maps(objects));
         }
         if all(&["EnvoyFilter", "WasmPlugin", "TrafficExtension"]).is_some() {
-            return Some(m.with_envoy_filters(objects));
+            return Some(m.with_filters_and_extensions(objects));
         }
         if all(&["Sidecar"]).is_some() {
             return Some(m.with_sidecars(objects));
@@ -213,18 +214,18 @@ impl MeshInput {
     }
 }
 
-// EnvoyFilters.
+// EnvoyFilters and extensions.
 
 impl MeshInput {
-    /// The mesh after EnvoyFilters changed, and nothing else: they are
+    /// The mesh after EnvoyFilters, WasmPlugins or TrafficExtensions
+    /// changed, and nothing else: they are
     /// applied per proxy as resources are generated (the generator mixes
     /// the applying filters' digest into each patched resource's
     /// generation), so the shared translation is kept and only the proxies
-    /// a changed filter selects see new resources. A pass over the Istio
-    /// objects, not a rebuild.
-    /// WasmPlugins and TrafficExtensions too: they are inserted per proxy
-    /// in the same way.
-    pub fn with_envoy_filters(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
+    /// a changed filter selects see new resources. WasmPlugins and
+    /// TrafficExtensions are read again with them: they are inserted per
+    /// proxy in the same way. A pass over the Istio objects, not a rebuild.
+    pub fn with_filters_and_extensions(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let root = &self.model.mesh.root_namespace;
         let filters = crate::model::envoy_filters_of(objs, root);
         let extensions = crate::model::extensions::Extensions::of(objs, root);

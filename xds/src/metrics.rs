@@ -91,20 +91,23 @@ fn proto_histogram(buckets: impl Iterator<Item = (f64, u64)>, sum: f64, count: u
     h
 }
 
+/// How many xDS types are served (the per-type arrays' length).
+const KINDS: usize = istiod_xds_api::snapshot::Kind::ALL.len();
+
 /// istiod's xDS type label (`model.GetMetricType`), by the index of
 /// [`crate::ads::Kind`].
-pub const KIND_LABELS: [&str; 6] = ["cds", "eds", "lds", "rds", "sds", "ecds"];
+pub const KIND_LABELS: [&str; KINDS] = ["cds", "eds", "lds", "rds", "sds", "ecds"];
 
 /// NACKs by type (`pilot_total_xds_rejects{type}`).
-pub static REJECTS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+pub static REJECTS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 /// Requests with an expired nonce, by type (`pilot_xds_expired_nonce{type}`).
-pub static EXPIRED_NONCE: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+pub static EXPIRED_NONCE: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 
 /// Responses sent, by type (`pilot_xds_pushes{type}`).
-pub static PUSHES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+pub static PUSHES: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 /// Time to build a response, by type (`pilot_xds_push_time{type}`).
-pub static PUSH_TIME: [Histogram; 6] =
-    [const { Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]) }; 6];
+pub static PUSH_TIME: [Histogram; KINDS] =
+    [const { Histogram::new(&[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]) }; KINDS];
 /// From a snapshot reaching a core to a proxy's push starting
 /// (`pilot_proxy_queue_time`).
 pub static QUEUE_TIME: Histogram = Histogram::new(&[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]);
@@ -392,8 +395,8 @@ pub fn versions_seen() -> Vec<String> {
 /// Responses that could not be built (`pilot_total_xds_internal_errors`).
 pub static INTERNAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Sizes of the responses pushed, by type (`pilot_xds_config_size_bytes`).
-pub static CONFIG_SIZE: [Histogram; 6] =
-    [const { Histogram::bytes(&[1.0, 10000.0, 1000000.0, 4000000.0, 10000000.0, 40000000.0]) }; 6];
+pub static CONFIG_SIZE: [Histogram; KINDS] =
+    [const { Histogram::bytes(&[1.0, 10000.0, 1000000.0, 4000000.0, 10000000.0, 40000000.0]) }; KINDS];
 
 /// Adds the serving layer's series to `out`, with istiod's names, help
 /// and buckets (`pkg/xds/monitoring.go`, `pilot/pkg/xds/monitoring.go`).
@@ -418,7 +421,7 @@ pub fn collect(out: &mut Exposition) {
                 .map(|(code, c)| (label("code", Reason::name_of(code as u32)), load(c))),
         );
     }
-    let by_kind = |counts: &'static [AtomicU64; 6], all: bool| {
+    let by_kind = |counts: &'static [AtomicU64; KINDS], all: bool| {
         KIND_LABELS
             .iter()
             .zip(counts)

@@ -1,12 +1,14 @@
-//! The Istio kinds this server stores and validates but does not yet
-//! translate: EnvoyFilter, WorkloadGroup, ProxyConfig
-//! (`networking.istio.io`), Telemetry (`telemetry.istio.io`) and
-//! WasmPlugin (`extensions.istio.io`). Their specs are kept as written
-//! (JSON), as istiod decodes them (`protomarshal.ApplyJSON` allows unknown
-//! fields inside `spec`), and checked with istiod's rules
-//! (`pkg/config/validation/validation.go`: `ValidateEnvoyFilter` in
-//! `validation/envoyfilter`, `ValidateWorkloadGroup`, `ValidateProxyConfig`,
-//! `ValidateTelemetry`, `ValidateWasmPlugin`) plus what their CRDs'
+//! The Istio kinds kept as written: EnvoyFilter, WorkloadGroup,
+//! ProxyConfig (`networking.istio.io`), Telemetry (`telemetry.istio.io`),
+//! WasmPlugin and TrafficExtension (`extensions.istio.io`). Their specs
+//! are kept as JSON, as istiod decodes them (`protomarshal.ApplyJSON`
+//! allows unknown fields inside `spec`), read where they are applied
+//! (EnvoyFilters by `istiod-envoyfilter`, extensions by
+//! `crate::extensions`, Telemetry by the mesh model), and checked here
+//! with istiod's rules (`pkg/config/validation/validation.go`:
+//! `ValidateEnvoyFilter` in `validation/envoyfilter`,
+//! `ValidateWorkloadGroup`, `ValidateProxyConfig`, `ValidateTelemetry`,
+//! `ValidateWasmPlugin`, `ValidateTrafficExtension`) plus what their CRDs'
 //! OpenAPI and CEL rules (`manifests/charts/base/files/crd-all.gen.yaml`)
 //! make the API server refuse, since a `--configDir` has no API server:
 //! enum names, scalar types, the selector/targetRefs one-of, ports and
@@ -231,17 +233,21 @@ impl V {
         }
     }
 
-    /// `selector`/`targetRef`/`targetRefs` of Telemetry and WasmPlugin.
-    fn policy_selection(&mut self, spec: &serde_json::Map<String, Value>) {
+    /// `selector`/`targetRef`/`targetRefs` of Telemetry and WasmPlugin, or
+    /// (`singular` false) `selector`/`targetRefs` of a TrafficExtension,
+    /// which has no `targetRef` (istiod passes none to
+    /// `validateOneOfSelectorType`).
+    fn policy_selection(&mut self, spec: &serde_json::Map<String, Value>, singular: bool) {
         let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
+        let target_ref = if singular { get("targetRef") } else { &Value::Null };
         let refs = self.list(get("targetRefs"), "spec.targetRefs");
-        let set = [!get("selector").is_null(), !get("targetRef").is_null(), !refs.is_empty()];
+        let set = [!get("selector").is_null(), !target_ref.is_null(), !refs.is_empty()];
         if set.iter().filter(|s| **s).count() > 1 {
             self.err("spec", "only one of targetRefs or workloadSelector can be set");
         }
         self.selector(get("selector"), "spec.selector", "matchLabels", "workload selector specified without labels");
-        if !get("targetRef").is_null() {
-            self.target_ref(get("targetRef"), "spec.targetRef", true);
+        if !target_ref.is_null() {
+            self.target_ref(target_ref, "spec.targetRef", true);
         }
         if refs.len() > 16 {
             self.err("spec.targetRefs", "may not have more than 16 items");
@@ -734,7 +740,7 @@ fn providers(v: &mut V, list: &Value, path: &str) -> usize {
 
 fn telemetry(v: &mut V, spec: &serde_json::Map<String, Value>) {
     let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
-    v.policy_selection(spec);
+    v.policy_selection(spec, true);
     for (i, m) in v.list(get("metrics"), "spec.metrics").iter().enumerate() {
         let path = format!("spec.metrics[{i}]");
         let Some(m) = v.object(m, &path) else { continue };
@@ -927,7 +933,7 @@ fn cel_check(expr: &str) -> Result<(), String> {
 
 fn wasm_plugin(v: &mut V, spec: &serde_json::Map<String, Value>) {
     let get = |k: &str| spec.get(k).unwrap_or(&Value::Null);
-    v.policy_selection(spec);
+    v.policy_selection(spec, true);
     wasm_config(v, spec, "spec", "pluginName field must be less than 255 characters long");
     v.enumeration(get("phase"), "spec.phase", &["UNSPECIFIED_PHASE", "AUTHN", "AUTHZ", "STATS"]);
     v.int(get("priority"), "spec.priority", i64::from(i32::MIN), i64::from(i32::MAX));
@@ -942,7 +948,7 @@ fn traffic_extension(v: &mut V, spec: &serde_json::Map<String, Value>) {
     if wasm.is_null() == lua.is_null() {
         v.err("spec", "exactly one of wasm or lua must be set");
     }
-    v.policy_selection(spec);
+    v.policy_selection(spec, false);
     if let Some(lua) = v.object(lua, "spec.lua") {
         let code = v.string(lua.get("inlineCode").unwrap_or(&Value::Null), "spec.lua.inlineCode");
         if code.is_empty() {
@@ -1124,6 +1130,18 @@ mod tests {
         refused(&format!("{head}spec: {{lua: {{inlineCode: ''}}}}\n"), "lua.inlineCode cannot be empty");
         refused(&format!("{head}spec: {{wasm: {{url: 'ftp://x/y'}}}}\n"), "url contains unsupported scheme: ftp");
         refused(&format!("{head}spec: {{lua: {{inlineCode: x}}, phase: UNSPECIFIED_PHASE}}\n"), "spec.phase");
+        // A TrafficExtension has no `targetRef`: beside a selector it is
+        // no second selection (validateOneOfSelectorType gets none).
+        let (e, _) = judge(&format!(
+            "{head}spec: {{lua: {{inlineCode: x}}, selector: {{matchLabels: {{app: a}}}}, targetRef: {{kind: Service, name: s}}}}\n"
+        ));
+        assert_eq!(e, "");
+        refused(
+            &format!(
+                "{head}spec: {{lua: {{inlineCode: x}}, selector: {{matchLabels: {{app: a}}}}, targetRefs: [{{kind: Service, name: s}}]}}\n"
+            ),
+            "only one of targetRefs or workloadSelector can be set",
+        );
         let wp = "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata: {name: w, namespace: ns}\n";
         // `host:5000/x` has the scheme `host` (Go's getScheme).
         refused(&format!("{wp}spec: {{url: 'registry:5000/x'}}\n"), "url contains unsupported scheme: registry");

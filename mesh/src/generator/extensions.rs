@@ -37,43 +37,49 @@ fn listener_of(class: &ProxyClass, name: &str) -> Option<(ListenerClass, u32)> {
 /// none may).
 fn selected(model: &Model, class: &ProxyClass) -> Option<u64> {
     let exts = &model.extensions;
-    if exts.is_empty() || is_grpc(class) || !exts.any_for(&class.namespace, &class.labels) {
+    if exts.is_empty() || is_grpc(class) {
         return None;
     }
-    Some(exts.digest_for(&class.namespace, &class.labels))
+    exts.digest_for(&class.namespace, &class.labels)
 }
 
-/// The Wasm extension ECDS name `name` names for a proxy of `class`, with
-/// what its pull secret variable carries: the secret's
-/// `.dockerconfigjson` for a proxy whose identity was verified, and only
-/// from a `kubernetes.io/dockerconfigjson` Secret (istiod's
-/// `GetDockerCredential`); empty otherwise.
-fn ecds<'a>(model: &'a Model, class: &ProxyClass, name: &str) -> Option<(&'a Arc<Extension>, Option<Vec<u8>>)> {
+/// What ECDS name `name` is for a proxy of `class`.
+enum Ecds<'a> {
+    /// An EnvoyFilter's EXTENSION_CONFIG ADD, with the applying filters'
+    /// digest: istiod serves these first, whatever their context
+    /// (`InsertedExtensionConfigurations`; other operations do nothing
+    /// there).
+    Added(Arc<istiod_envoyfilter::filters::Applied>, usize),
+    /// A Wasm extension, with what its pull secret variable carries: the
+    /// secret's `.dockerconfigjson` for a proxy whose identity was
+    /// verified, and only from a `kubernetes.io/dockerconfigjson` Secret
+    /// (istiod's `GetDockerCredential`); empty otherwise.
+    Wasm(&'a Arc<Extension>, Option<&'a [u8]>),
+}
+
+fn ecds<'a>(m: &'a MeshInput, class: &ProxyClass, name: &str) -> Option<Ecds<'a>> {
+    use istiod_envoyfilter::filters::{ApplyTo, Operation};
     if is_grpc(class) {
         return None;
     }
+    if let Some(applied) = super::patches::applied(m, class) {
+        let adds = applied.of(ApplyTo::ExtensionConfig);
+        let named = |p: &Arc<istiod_envoyfilter::filters::Patch>| {
+            p.operation == Operation::Add
+                && p.value.as_ref().and_then(|v| v.get_field_by_name("name")).is_some_and(|n| n.as_str() == Some(name))
+        };
+        if let Some(i) = adds.iter().position(named) {
+            return Some(Ecds::Added(applied, i));
+        }
+    }
+    let model = &m.model;
     let e = model.extensions.by_resource_name(&class.namespace, name)?;
     let Code::Wasm(w) = &e.code else { return None };
     let secret = w.pull_secret.as_ref().filter(|(ns, _)| class.verified && !ns.is_empty()).and_then(|(ns, n)| {
         let s = model.secrets.get(&(ns.clone(), n.clone()))?;
-        (s.type_ == "kubernetes.io/dockerconfigjson").then(|| s.data.get(".dockerconfigjson").cloned()).flatten()
+        (s.type_ == "kubernetes.io/dockerconfigjson").then(|| s.data.get(".dockerconfigjson").map(Vec::as_slice))?
     });
-    Some((e, secret))
-}
-
-/// An EnvoyFilter's EXTENSION_CONFIG ADD of `name` that applies to a
-/// proxy of `class`, and the applying filters' digest: istiod serves
-/// these first, whatever their context (`InsertedExtensionConfigurations`;
-/// the other operations do nothing there).
-fn envoy_filter_config(m: &MeshInput, class: &ProxyClass, name: &str) -> Option<(Bytes, u64)> {
-    use istiod_envoyfilter::filters::{ApplyTo, Operation};
-    let applied = super::patches::applied(m, class)?;
-    let value =
-        applied.of(ApplyTo::ExtensionConfig).iter().filter(|p| p.operation == Operation::Add).find_map(|p| {
-            let v = p.value.as_ref()?;
-            (v.get_field_by_name("name")?.as_str()? == name).then_some(v)
-        })?;
-    Some((Bytes::from(value.encode_to_vec()), applied.digest))
+    Some(Ecds::Wasm(e, secret))
 }
 
 /// The generation of `name`: the base one, mixed with the selected
@@ -87,13 +93,10 @@ pub(crate) fn generation(
 ) -> Option<u64> {
     let Some(m) = mesh(snap) else { return base(snap, class, kind, name) };
     match kind {
-        Kind::ExtensionConfig => {
-            if let Some((_, digest)) = envoy_filter_config(m, class, name) {
-                return Some(mix(("envoy-filter", digest)));
-            }
-            let (e, secret) = ecds(&m.model, class, name)?;
-            Some(mix(("ecds", e, secret)))
-        }
+        Kind::ExtensionConfig => Some(match ecds(m, class, name)? {
+            Ecds::Added(applied, i) => mix(("envoy-filter", applied.digest, i)),
+            Ecds::Wasm(e, secret) => mix(("ecds", e.digest, secret)),
+        }),
         Kind::Listener if listener_of(class, name).is_some() => {
             let g = base(snap, class, kind, name)?;
             Some(selected(&m.model, class).map_or(g, |d| mix((g, "extensions", d))))
@@ -113,14 +116,16 @@ pub(crate) fn body(
 ) -> Option<Bytes> {
     let Some(m) = mesh(snap) else { return base(snap, class, kind, name) };
     match kind {
-        Kind::ExtensionConfig => {
-            if let Some((config, _)) = envoy_filter_config(m, class, name) {
-                return Some(config);
+        Kind::ExtensionConfig => match ecds(m, class, name)? {
+            Ecds::Added(applied, i) => {
+                let value = applied.of(istiod_envoyfilter::filters::ApplyTo::ExtensionConfig)[i].value.as_ref()?;
+                Some(Bytes::from(value.encode_to_vec()))
             }
-            let (e, secret) = ecds(&m.model, class, name)?;
-            let secret = secret.map(|s| String::from_utf8_lossy(&s).into_owned());
-            build::ecds_config(e, secret.as_deref()).map(Bytes::from)
-        }
+            Ecds::Wasm(e, secret) => {
+                let secret = secret.map(String::from_utf8_lossy);
+                build::ecds_config(e, secret.as_deref()).map(Bytes::from)
+            }
+        },
         Kind::Listener => {
             let bytes = base(snap, class, kind, name)?;
             let (Some((side, port)), Some(_)) = (listener_of(class, name), selected(&m.model, class)) else {
@@ -136,45 +141,36 @@ pub(crate) fn body(
     }
 }
 
-/// Every ECDS name the model has (what a change of extensions marks).
+/// Every ECDS name the model has: the Wasm extensions' and those
+/// EnvoyFilter EXTENSION_CONFIG ADDs give (what a change of either marks).
 pub fn all_names(model: &Model) -> Vec<(Kind, Arc<str>)> {
-    model.extensions.wasm().map(|e| (Kind::ExtensionConfig, Arc::from(e.resource_name.as_str()))).collect()
+    use istiod_envoyfilter::filters::{ApplyTo, Operation};
+    let filters = model.envoy_filters.by_namespace.values().flatten();
+    let added = filters.flat_map(|f| &f.patches).filter(|p| p.apply_to == ApplyTo::ExtensionConfig);
+    let added = added.filter(|p| p.operation == Operation::Add).filter_map(|p| {
+        let name = p.value.as_ref()?.get_field_by_name("name")?;
+        name.as_str().map(Arc::from)
+    });
+    let wasm = model.extensions.wasm().map(|e| Arc::from(e.resource_name.as_str()));
+    wasm.chain(added).map(|n| (Kind::ExtensionConfig, n)).collect()
 }
 
 /// The ECDS names whose config carries a pull secret (what a change of
 /// Secrets marks).
 pub fn pulling_names(model: &Model) -> Vec<(Kind, Arc<str>)> {
     let pulls = |e: &&Arc<Extension>| matches!(&e.code, Code::Wasm(w) if w.pull_secret.is_some());
-    model
-        .extensions
-        .wasm()
-        .filter(pulls)
-        .map(|e| (Kind::ExtensionConfig, Arc::from(e.resource_name.as_str())))
-        .collect()
+    let names = model.extensions.wasm().filter(pulls).map(|e| Arc::from(e.resource_name.as_str()));
+    names.map(|n| (Kind::ExtensionConfig, n)).collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use istiod_config::manifest::Object;
-    use istiod_config::objects::Objects;
     use istiod_proto::envoy::config::core::v3::TypedExtensionConfig;
     use istiod_xds_api::snapshot::Generator;
 
     use super::*;
     use crate::generator::MeshGenerator;
-    use crate::testing::snapshot;
-
-    fn objects(yaml: &str) -> Objects {
-        let mut o = Objects::default();
-        for doc in istiod_config::manifest::parse_file(yaml).docs {
-            match doc.unwrap().unwrap() {
-                Object::Istio(x) => o.istio.push(x),
-                Object::Secret(s) => o.secrets.push(s),
-                other => panic!("{other:?}"),
-            }
-        }
-        o
-    }
+    use crate::testing::{objects, snapshot};
 
     /// pilot/pkg/xds/ecds_test.go TestECDSGenerate's fixtures: three pull
     /// secrets (one of the wrong type), and WasmPlugins and

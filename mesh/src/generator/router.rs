@@ -657,30 +657,11 @@ pub fn report(model: &Model) -> serde_json::Value {
 mod tests {
     use std::sync::Arc;
 
-    use istiod_config::manifest::Object;
-    use istiod_config::objects::Objects;
     use serde_json::json;
 
     use super::*;
-    use crate::testing::snapshot;
+    use crate::testing::{objects, snapshot};
     use istiod_xds_api::snapshot::{Generator, Kind};
-
-    fn objects(yaml: &str) -> Objects {
-        let mut o = Objects::default();
-        for doc in istiod_config::manifest::parse_file(yaml).docs {
-            match doc.unwrap().unwrap() {
-                Object::Istio(x) => o.istio.push(x),
-                Object::Secret(s) => o.secrets.push(s),
-                Object::Service(s) => o.services.push(s),
-                Object::GatewayApi(g) => o.gateway_api.push(g),
-                Object::Ingress(i) => o.ingresses.push(i),
-                Object::IngressClass(c) => o.ingress_classes.push(c),
-                Object::Namespace(n) => o.namespaces.push(n),
-                other => panic!("{other:?}"),
-            }
-        }
-        o
-    }
 
     fn router(ns: &str, verified: bool) -> ProxyClass {
         ProxyClass {

@@ -1240,7 +1240,7 @@ fn an_external_name_service_of_the_mesh_is_an_alias() {
     assert!(names.contains(&"outbound|8000||web.bookinfo.svc.cluster.local"), "not an alias: {names:?}");
 }
 
-/// The EnvoyFilter fast path (`MeshInput::with_envoy_filters`) serves what
+/// The EnvoyFilter fast path (`MeshInput::with_filters_and_extensions`) serves what
 /// a full rebuild serves: a filter added, changed and removed, each an
 /// incremental update, every class's bytes the same as after a rebuild.
 #[test]

@@ -287,20 +287,7 @@ pub fn convert(objs: &Objects, settings: &IngressSettings, domain: &str) -> Conv
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn objects(yaml: &str) -> Objects {
-        let mut objs = Objects::default();
-        for doc in yaml.split("\n---\n") {
-            let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
-            match istiod_config::manifest::parse_value(v).unwrap() {
-                istiod_config::manifest::Object::Ingress(i) => objs.ingresses.push(i),
-                istiod_config::manifest::Object::IngressClass(c) => objs.ingress_classes.push(c),
-                istiod_config::manifest::Object::Service(s) => objs.services.push(s),
-                other => panic!("{other:?}"),
-            }
-        }
-        objs
-    }
+    use crate::testing::objects;
 
     /// Upstream `pilot/pkg/config/kube/ingress/testdata/simple.yaml` and
     /// its `.golden`: the routes' order and matches.

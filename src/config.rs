@@ -93,6 +93,11 @@ pub struct Config {
     /// `ISTIO_DELTA_XDS` (features/experimental.go): serve delta xDS;
     /// true since Istio 1.22.
     pub delta_xds: bool,
+    /// `PILOT_ENABLE_AMBIENT` (features/ambient.go, false): build the
+    /// ambient index and serve ztunnels.
+    pub ambient: bool,
+    /// `NETWORK`: the network of this cluster's workloads (empty).
+    pub network: String,
     /// `PILOT_ENABLE_XDS_CACHE` (features/xds.go, true): cache generated
     /// resources.
     pub xds_cache: bool,
@@ -729,6 +734,8 @@ impl Config {
             kube_api_qps: args.kubernetes_api_qps,
             kube_api_burst: args.kubernetes_api_burst,
             delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
+            ambient: vars.bool("PILOT_ENABLE_AMBIENT", false)?,
+            network: vars.string("NETWORK", ""),
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,
             route_collapse: vars.bool("PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION", true)?,

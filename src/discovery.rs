@@ -91,6 +91,7 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
+    istiod_mesh::node::set_ambient(config.ambient);
     for invalid in &config.env_warnings {
         tracing::warn!(target: "default", "invalid environment variable value: {invalid}");
     }
@@ -316,6 +317,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let state = Rc::new(RefCell::new(State::default()));
         state.borrow_mut().webhooks = Some(webhooks.clone());
         state.borrow_mut().settings = Some(mesh_rx.clone());
+        if config.ambient {
+            state.borrow_mut().ambient = Some(sources::Ambient {
+                index: istiod_ambient::Index::new(),
+                cluster_id: config.cluster_id.clone(),
+                network: config.network.clone(),
+            });
+        }
         // Gateway API status: written by the elected replica (Kubernetes only).
         if let Some(client) = &kube {
             use istiod_kubewatch::leader::Lock;

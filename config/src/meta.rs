@@ -11,6 +11,8 @@ use serde::Deserialize;
 pub struct Meta {
     /// Name.
     pub name: String,
+    /// `generateName`: set when the name was generated (a controller's pod).
+    pub generate_name: Option<String>,
     /// Namespace (`default` when absent).
     pub namespace: Option<String>,
     /// Labels.
@@ -23,6 +25,23 @@ pub struct Meta {
     pub creation_timestamp: Option<String>,
     /// `generation` (status conditions report it as `observedGeneration`).
     pub generation: Option<i64>,
+    /// `ownerReferences` (an ambient workload is named after its
+    /// controller).
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// `metadata.ownerReferences[]`: the kind and name of an owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct OwnerReference {
+    /// API version of the owner (`apps/v1`).
+    pub api_version: String,
+    /// Kind of the owner (`ReplicaSet`, `Job`...).
+    pub kind: String,
+    /// Name of the owner.
+    pub name: String,
+    /// Whether it is the managing controller.
+    pub controller: Option<bool>,
 }
 
 /// An object as written: its JSON text without `status`, for istiod's

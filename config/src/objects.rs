@@ -113,6 +113,14 @@ pub struct ServiceSpec {
     /// `externalIPs`.
     #[serde(rename = "externalIPs")]
     pub external_ips: Vec<String>,
+    /// `internalTrafficPolicy` (`Cluster` or `Local`).
+    pub internal_traffic_policy: Option<String>,
+    /// `trafficDistribution` (`PreferClose`, `PreferSameZone`, `PreferSameNode`).
+    pub traffic_distribution: Option<String>,
+    /// `publishNotReadyAddresses`.
+    pub publish_not_ready_addresses: bool,
+    /// `ipFamilies` (`IPv4`, `IPv6`).
+    pub ip_families: Vec<String>,
 }
 
 /// `Service.spec.ports[]`.
@@ -223,6 +231,51 @@ pub struct PodSpec {
     pub service_account_name: Option<String>,
     /// Node.
     pub node_name: Option<String>,
+    /// `hostNetwork`: the pod shares its node's addresses.
+    pub host_network: bool,
+    /// Containers: their named ports resolve a Service's named `targetPort`.
+    pub containers: Vec<Container>,
+}
+
+/// `Pod.spec.containers[]`: what is read of a container.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Container {
+    /// Name.
+    pub name: String,
+    /// Ports.
+    pub ports: Vec<ContainerPort>,
+}
+
+/// `Pod.spec.containers[].ports[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ContainerPort {
+    /// Name (a Service's `targetPort` may name it).
+    pub name: Option<String>,
+    /// Port number.
+    pub container_port: u16,
+    /// `TCP` (absent), `UDP` or `SCTP`.
+    pub protocol: Option<String>,
+}
+
+/// `Pod.status.podIPs[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodIp {
+    /// The address.
+    pub ip: String,
+}
+
+/// `Pod.status.conditions[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodCondition {
+    /// `Ready`, `ContainersReady`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
 }
 
 /// `Pod.status`.
@@ -234,6 +287,11 @@ pub struct PodStatus {
     /// Primary IP.
     #[serde(rename = "podIP")]
     pub pod_ip: Option<String>,
+    /// Every IP (the primary first; dual-stack pods have two).
+    #[serde(rename = "podIPs")]
+    pub pod_ips: Vec<PodIp>,
+    /// Conditions (`Ready`).
+    pub conditions: Vec<PodCondition>,
 }
 
 /// A Node (core/v1): its labels carry the locality.

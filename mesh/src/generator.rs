@@ -328,6 +328,37 @@ fn debug_access(
     }
 }
 
+/// For a ztunnel, or a kind of the workload API: whether `class` is
+/// served `kind` (a ztunnel gets the workload API, as the snapshot's
+/// shared resources `istiod-ambient` builds, and nothing else; no other
+/// proxy gets it). `None`: neither, the sidecar and gateway generators'.
+fn ambient(class: &ProxyClass, kind: Kind) -> Option<bool> {
+    let workload_api = matches!(kind, Kind::Address | Kind::Authorization);
+    let ztunnel = class.node_type == NodeType::Ztunnel;
+    (workload_api || ztunnel).then_some(workload_api && ztunnel)
+}
+
+/// The one class the workload API's resources are cached under.
+fn ztunnel_class() -> ProxyClass {
+    static CLASS: std::sync::OnceLock<ProxyClass> = std::sync::OnceLock::new();
+    CLASS
+        .get_or_init(|| ProxyClass {
+            node_type: NodeType::Ztunnel,
+            namespace: Arc::from(""),
+            generator: Arc::from(""),
+            labels: Vec::new(),
+            locality: Arc::from(""),
+            verified: false,
+            service_account: Arc::from(""),
+            ips: Vec::new(),
+            mesh_id: Arc::from(""),
+            cluster_id: Arc::from(""),
+            version: Arc::from(""),
+            metadata: Vec::new(),
+        })
+        .clone()
+}
+
 fn is_grpc(class: &ProxyClass) -> bool {
     &*class.generator == "grpc"
 }
@@ -430,12 +461,18 @@ impl Generator for MeshGenerator {
     }
 
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if let Some(served) = ambient(class, kind) {
+            return if served { snap.shared_names(kind) } else { Vec::new() };
+        }
         let mut names = self.shared_wildcard_names(snap, class, kind);
         names.extend(self.class_wildcard_names(snap, class, kind));
         names
     }
 
     fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if let Some(served) = ambient(class, kind) {
+            return if served { snap.shared_names(kind) } else { Vec::new() };
+        }
         if is_router(class) && kind == Kind::Listener {
             return Vec::new(); // a router's listeners are its Gateways'
         }
@@ -449,6 +486,9 @@ impl Generator for MeshGenerator {
     }
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if ambient(class, kind).is_some() {
+            return Vec::new();
+        }
         let mut names = unpatched_class_names(snap, class, kind);
         // Clusters and listeners EnvoyFilters add (a name already served
         // keeps its own).
@@ -471,6 +511,10 @@ impl Generator for MeshGenerator {
     /// workloads or a VirtualService matches source labels; its locality
     /// only for endpoints. Proxies that differ in nothing else share them.
     fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+        if ambient(class, kind).is_some() {
+            // The workload API's resources are the same for every ztunnel.
+            return Some(ztunnel_class());
+        }
         let m = mesh(snap)?;
         // Gateways select routers by label; EnvoyFilters may select, and
         // match versions and metadata.
@@ -527,10 +571,16 @@ impl Generator for MeshGenerator {
     }
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+        if let Some(served) = ambient(class, kind) {
+            return snap.shared_generation(kind, name).filter(|_| served);
+        }
         patches::generation(snap, class, kind, name, extended_generation)
     }
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+        if let Some(served) = ambient(class, kind) {
+            return snap.shared_body(kind, name).filter(|_| served);
+        }
         patches::body(snap, class, kind, name, extended_body)
     }
 }
@@ -706,7 +756,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             }
         }
         Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
-        Kind::ExtensionConfig => None,
+        Kind::ExtensionConfig | Kind::Address | Kind::Authorization => None,
         Kind::Route => {
             let table = m.translation.routes.get(name)?;
             // (Without scoping every service is visible: skip the lookups.)

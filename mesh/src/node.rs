@@ -109,6 +109,17 @@ pub fn meta_str(node: &Node, key: &str) -> Option<String> {
     }
 }
 
+/// `PILOT_ENABLE_AMBIENT`: whether ztunnels are served (istiod's
+/// `features.EnableAmbient`, read once at start; see [`set_ambient`]).
+static AMBIENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns serving ztunnels on or off (the wiring does, from
+/// `PILOT_ENABLE_AMBIENT`); off, a ztunnel's stream is refused as istiod
+/// refuses it.
+pub fn set_ambient(enabled: bool) {
+    AMBIENT.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Proxy {
     /// Parses a node as istiod does (`model.ParseServiceNodeWithMetadata`).
     pub fn from_node(node: Option<&Node>) -> Result<Proxy, NodeError> {
@@ -286,6 +297,9 @@ impl Proxy {
     /// layer, like every status message.)
     pub fn classify(node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
         let mut p = Proxy::from_node(node).map_err(|e| e.to_string())?;
+        if p.node_type == NodeType::Ztunnel && !AMBIENT.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("ztunnel requires PILOT_ENABLE_AMBIENT=true".into());
+        }
         p.class.verified = verified;
         Ok(Classified {
             peer: Peer {

@@ -22,6 +22,8 @@ pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets
 pub const TYPED_EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 /// Workload API (ztunnel) resource: an address.
 pub const ADDRESS: &str = "type.googleapis.com/istio.workload.Address";
+/// Workload API (ztunnel) resource: an L4 authorization policy.
+pub const AUTHORIZATION: &str = "type.googleapis.com/istio.security.Authorization";
 
 /// HTTP connection manager network filter config.
 pub const HTTP_CONNECTION_MANAGER: &str =
@@ -62,6 +64,7 @@ pub const ALL: &[&str] = &[
     ROUTE_CONFIGURATION,
     SECRET,
     ADDRESS,
+    AUTHORIZATION,
     HTTP_CONNECTION_MANAGER,
     ROUTER,
     TCP_PROXY,
@@ -96,6 +99,7 @@ mod tests {
             config::route::v3::RouteConfiguration::type_url(),
             transport_sockets::tls::v3::Secret::type_url(),
             crate::istio::workload::Address::type_url(),
+            crate::istio::security::Authorization::type_url(),
             filters::network::http_connection_manager::v3::HttpConnectionManager::type_url(),
             filters::http::router::v3::Router::type_url(),
             filters::network::tcp_proxy::v3::TcpProxy::type_url(),

@@ -59,6 +59,17 @@ pub(super) struct State {
     /// Where the Ingress statuses go (the `istio-leader` writes them).
     pub(super) ingress_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
+    /// The ambient index, with `PILOT_ENABLE_AMBIENT` (its resources go
+    /// to the store with the translation's).
+    pub(super) ambient: Option<Ambient>,
+}
+
+/// The ambient index and the names it is built with that come from the
+/// flags (the rest come from the mesh configuration in force).
+pub(super) struct Ambient {
+    pub(super) index: istiod_ambient::Index,
+    pub(super) cluster_id: String,
+    pub(super) network: String,
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged
@@ -132,7 +143,22 @@ pub(super) fn apply(
     }
     let empty = translate::Resources::default();
     let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
-    let changes = translate::diff_maps(old, new);
+    let mut changes = translate::diff_maps(old, new);
+    if let Some(a) = state.borrow_mut().ambient.as_mut() {
+        let s = istiod_ambient::Settings {
+            cluster_id: a.cluster_id.clone(),
+            domain: domain.to_owned(),
+            trust_domain: settings.trust_domain.clone(),
+            root_namespace: settings.root_namespace.clone(),
+            network: a.network.clone(),
+        };
+        let started = std::time::Instant::now();
+        let (ambient, rebuilt) = a.index.apply_counted(&objects, changed.as_deref(), &s);
+        if !ambient.is_empty() {
+            tracing::debug!(target: "ambient", changes = ambient.len(), ?rebuilt, us = started.elapsed().as_micros() as u64, "ambient index changed");
+        }
+        changes.extend(ambient);
+    }
     // Per-class resources are generated on the cores: if their inputs
     // changed, mark every name they may have, before and after.
     let mut touched = Vec::new();

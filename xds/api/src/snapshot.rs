@@ -28,12 +28,26 @@ pub enum Kind {
     Secret = 4,
     /// ECDS (Wasm extensions), after the ordered types as istiod pushes it.
     ExtensionConfig = 5,
+    /// WDS: ambient workloads and services (`istio.workload.Address`), to
+    /// ztunnels.
+    Address = 6,
+    /// WADS: ambient L4 policies (`istio.security.Authorization`), to
+    /// ztunnels.
+    Authorization = 7,
 }
 
 impl Kind {
     /// Every kind, in push order.
-    pub const ALL: [Kind; 6] =
-        [Kind::Cluster, Kind::Endpoint, Kind::Listener, Kind::Route, Kind::Secret, Kind::ExtensionConfig];
+    pub const ALL: [Kind; 8] = [
+        Kind::Cluster,
+        Kind::Endpoint,
+        Kind::Listener,
+        Kind::Route,
+        Kind::Secret,
+        Kind::ExtensionConfig,
+        Kind::Address,
+        Kind::Authorization,
+    ];
 
     /// The type URL on the wire.
     pub fn type_url(self) -> &'static str {
@@ -45,6 +59,8 @@ impl Kind {
             Kind::Route => t::ROUTE_CONFIGURATION,
             Kind::Secret => t::SECRET,
             Kind::ExtensionConfig => t::TYPED_EXTENSION_CONFIG,
+            Kind::Address => t::ADDRESS,
+            Kind::Authorization => t::AUTHORIZATION,
         }
     }
 
@@ -53,14 +69,16 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.type_url() == url)
     }
 
-    /// Types a proxy receives whole (wildcard) rather than by name.
+    /// Types a proxy receives whole (wildcard) rather than by name: a
+    /// first request naming nothing subscribes to all (ztunnel's workload
+    /// types too, unless it asks on demand).
     pub fn is_wildcard(self) -> bool {
-        matches!(self, Kind::Cluster | Kind::Listener)
+        matches!(self, Kind::Cluster | Kind::Listener | Kind::Address | Kind::Authorization)
     }
 
     /// Short name for debug output (`CDS`, ...).
     pub fn short(self) -> &'static str {
-        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS"][self as usize]
+        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS", "WDS", "WADS"][self as usize]
     }
 }
 

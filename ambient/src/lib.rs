@@ -1,0 +1,506 @@
+//! The ambient index: what ztunnels are served (istiod's
+//! `pilot/pkg/serviceregistry/ambient`), as resources of the workload API,
+//! kept incrementally from the objects the sources read.
+//!
+//! Each output is a function of a few inputs, keyed per object, as istiod's
+//! krt collections are:
+//!
+//! | output (resource name) | reads |
+//! |---|---|
+//! | a Pod's `Workload` (`<cluster>//Pod/<ns>/<name>`) | the Pod, its Node (locality), the Services of its namespace that select it, the selector policies of its namespace and the root namespace, the PeerAuthentications in force for it |
+//! | a Service's `Service` (`<ns>/<hostname>`) | the Service, its Namespace (traffic distribution) |
+//! | an `Authorization` (`<ns>/<name>`) | its AuthorizationPolicy; the converted PeerAuthentications read the namespace's and root's ones |
+//!
+//! A change names the objects it changed ([`Index::apply`]); the index
+//! follows the table backwards (a Service change marks that Service and the
+//! Pods its old and new selectors select; a Node change, its Pods; a policy
+//! change, the Pods of its namespace, or every Pod for the root namespace),
+//! rebuilds only the marked outputs, and hands back those whose encoded
+//! bytes changed: exactly the resources to push. The sidecar model can move
+//! onto the same shape (docs/architecture.md, "The ambient index").
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_config::istio::{IstioObject, IstioSpec};
+use istiod_config::manifest::ObjectRef;
+use istiod_config::objects::{Namespace, Node, Objects, Pod, Service};
+use istiod_proto::istio::security::Authorization;
+use istiod_proto::istio::workload::{Address, address};
+use istiod_proto::prost::Message;
+use istiod_xds_api::snapshot::Kind;
+
+pub mod authz;
+pub mod service;
+pub mod workload;
+
+/// What the index is built with: the mesh's names for things.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `CLUSTER_ID` (`Kubernetes`): the first part of a workload's uid.
+    pub cluster_id: String,
+    /// The domain suffix (`cluster.local`): services' hostnames.
+    pub domain: String,
+    /// The mesh's trust domain (`cluster.local`).
+    pub trust_domain: String,
+    /// The root namespace (`istio-system`): mesh-wide policies.
+    pub root_namespace: String,
+    /// The local network (`NETWORK`, empty by default).
+    pub network: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cluster_id: "Kubernetes".into(),
+            domain: "cluster.local".into(),
+            trust_domain: "cluster.local".into(),
+            root_namespace: "istio-system".into(),
+            network: String::new(),
+        }
+    }
+}
+
+/// A resource the index changed: added or replaced (`Some`), or removed.
+pub type Change = (Kind, Arc<str>, Option<Bytes>);
+
+/// `(namespace, name)`.
+type Key = (String, String);
+
+fn key(ns: &str, name: &str) -> Key {
+    (ns.to_owned(), name.to_owned())
+}
+
+/// One output: its resource name, message and encoded bytes.
+#[derive(Debug, Clone)]
+struct Output<M> {
+    name: Arc<str>,
+    message: M,
+    bytes: Bytes,
+}
+
+/// The inputs the index keeps, keyed for the lookups the outputs make.
+#[derive(Debug, Default, Clone)]
+pub struct Inputs {
+    pods: HashMap<Key, Arc<Pod>>,
+    services: HashMap<Key, Arc<Service>>,
+    namespaces: HashMap<String, Arc<Namespace>>,
+    nodes: HashMap<String, Arc<Node>>,
+    /// AuthorizationPolicies and PeerAuthentications.
+    policies: HashMap<(String, Key), Arc<IstioObject>>,
+    /// Pod names by namespace.
+    pods_by_ns: HashMap<String, BTreeSet<String>>,
+    /// Service names by namespace.
+    services_by_ns: HashMap<String, BTreeSet<String>>,
+}
+
+impl Inputs {
+    /// The Services of namespace `ns`.
+    pub fn services_in<'a>(&'a self, ns: &str) -> impl Iterator<Item = &'a Service> + 'a {
+        let names = self.services_by_ns.get(ns);
+        let ns = ns.to_owned();
+        names.into_iter().flatten().filter_map(move |n| self.services.get(&(ns.clone(), n.clone())).map(|s| &**s))
+    }
+
+    /// The Node named `name`.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name).map(|n| &**n)
+    }
+
+    /// The Namespace named `name`.
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name).map(|n| &**n)
+    }
+
+    /// The policies of `kind` in namespace `ns`.
+    pub fn policies_in<'a>(&'a self, kind: &'a str, ns: &'a str) -> impl Iterator<Item = &'a IstioObject> + 'a {
+        self.policies.iter().filter(move |((k, (n, _)), _)| k == kind && n == ns).map(|(_, o)| &**o)
+    }
+
+    /// Every policy of `kind`.
+    pub fn policies_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a IstioObject> + 'a {
+        self.policies.iter().filter(move |((k, _), _)| k == kind).map(|(_, o)| &**o)
+    }
+
+    fn set_pod(&mut self, k: Key, pod: Option<Pod>) -> Option<Arc<Pod>> {
+        match pod {
+            Some(p) => {
+                self.pods_by_ns.entry(k.0.clone()).or_default().insert(k.1.clone());
+                self.pods.insert(k, Arc::new(p))
+            }
+            None => {
+                if let Some(s) = self.pods_by_ns.get_mut(&k.0) {
+                    s.remove(&k.1);
+                }
+                self.pods.remove(&k)
+            }
+        }
+    }
+
+    fn set_service(&mut self, k: Key, svc: Option<Service>) -> Option<Arc<Service>> {
+        match svc {
+            Some(s) => {
+                self.services_by_ns.entry(k.0.clone()).or_default().insert(k.1.clone());
+                self.services.insert(k, Arc::new(s))
+            }
+            None => {
+                if let Some(s) = self.services_by_ns.get_mut(&k.0) {
+                    s.remove(&k.1);
+                }
+                self.services.remove(&k)
+            }
+        }
+    }
+}
+
+/// The policy kinds the index reads.
+const POLICY_KINDS: [&str; 2] = ["AuthorizationPolicy", "PeerAuthentication"];
+
+fn policy_kind(o: &IstioObject) -> Option<&'static str> {
+    match o.spec {
+        IstioSpec::AuthorizationPolicy(_) => Some(POLICY_KINDS[0]),
+        IstioSpec::PeerAuthentication(_) => Some(POLICY_KINDS[1]),
+        _ => None,
+    }
+}
+
+/// The ambient index: inputs and outputs, changed together by
+/// [`Index::apply`].
+#[derive(Debug, Default)]
+pub struct Index {
+    settings: Option<Settings>,
+    inputs: Inputs,
+    /// Workloads by their Pod.
+    workloads: BTreeMap<Key, Output<Address>>,
+    /// Services by their Service object.
+    services: BTreeMap<Key, Output<Address>>,
+    /// Authorizations by resource name.
+    policies: BTreeMap<Arc<str>, Output<Authorization>>,
+}
+
+/// What one [`Index::apply`] rebuilt, for logs and benchmarks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Workloads recomputed.
+    pub workloads: usize,
+    /// Services recomputed.
+    pub services: usize,
+    /// Whether the policies were recomputed.
+    pub policies: bool,
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the objects now in force and the ones that changed (`None`:
+    /// unknown, so everything is read again) and returns the resources
+    /// that changed.
+    pub fn apply(&mut self, objects: &Objects, changed: Option<&[ObjectRef]>, settings: &Settings) -> Vec<Change> {
+        self.apply_counted(objects, changed, settings).0
+    }
+
+    /// [`Index::apply`], with what was rebuilt.
+    pub fn apply_counted(
+        &mut self,
+        objects: &Objects,
+        changed: Option<&[ObjectRef]>,
+        settings: &Settings,
+    ) -> (Vec<Change>, Rebuilt) {
+        let full = self.settings.as_ref() != Some(settings) || changed.is_none();
+        self.settings = Some(settings.clone());
+        let mut dirty = Dirty::default();
+        if full {
+            self.read_all(objects);
+            dirty.workloads.extend(self.workloads.keys().cloned());
+            dirty.workloads.extend(self.inputs.pods.keys().cloned());
+            dirty.services.extend(self.services.keys().cloned());
+            dirty.services.extend(self.inputs.services.keys().cloned());
+            dirty.policies = true;
+        } else {
+            for r in changed.unwrap_or_default() {
+                self.read_one(objects, r, settings, &mut dirty);
+            }
+        }
+        let rebuilt =
+            Rebuilt { workloads: dirty.workloads.len(), services: dirty.services.len(), policies: dirty.policies };
+        let mut changes = Vec::new();
+        // Policies first: workloads list the ones that select them.
+        if dirty.policies {
+            self.rebuild_policies(settings, &mut changes);
+        }
+        for k in dirty.services {
+            let built = self.inputs.services.get(&k).and_then(|s| service::build(s, &self.inputs, settings));
+            let built = built.map(|s| Address { r#type: Some(address::Type::Service(s)) });
+            let name = |a: &Address| match &a.r#type {
+                Some(address::Type::Service(s)) => service::resource_name(s),
+                _ => Arc::from(""),
+            };
+            replace(&mut self.services, k, built, name, Kind::Address, &mut changes);
+        }
+        for k in dirty.workloads {
+            let built = self.inputs.pods.get(&k).and_then(|p| workload::from_pod(p, &self.inputs, settings));
+            let built = built.map(|w| Address { r#type: Some(address::Type::Workload(w)) });
+            let name = |a: &Address| match &a.r#type {
+                Some(address::Type::Workload(w)) => Arc::from(w.uid.as_str()),
+                _ => Arc::from(""),
+            };
+            replace(&mut self.workloads, k, built, name, Kind::Address, &mut changes);
+        }
+        // A name that went and came back in one apply (a Pod renamed to
+        // another's old uid cannot happen; a Service's hostname can move)
+        // keeps its last word.
+        dedup_changes(&mut changes);
+        (changes, rebuilt)
+    }
+
+    /// Every resource the index has, as changes (a first publish).
+    pub fn all(&self) -> Vec<Change> {
+        let mut out: Vec<Change> = Vec::new();
+        for o in self.workloads.values().chain(self.services.values()) {
+            out.push((Kind::Address, o.name.clone(), Some(o.bytes.clone())));
+        }
+        for o in self.policies.values() {
+            out.push((Kind::Authorization, o.name.clone(), Some(o.bytes.clone())));
+        }
+        out
+    }
+
+    /// The workloads, by resource name.
+    pub fn workloads(&self) -> impl Iterator<Item = (&Arc<str>, &Address)> {
+        self.workloads.values().map(|o| (&o.name, &o.message))
+    }
+
+    /// The services, by resource name.
+    pub fn services(&self) -> impl Iterator<Item = (&Arc<str>, &Address)> {
+        self.services.values().map(|o| (&o.name, &o.message))
+    }
+
+    /// The policies, by resource name.
+    pub fn policies(&self) -> impl Iterator<Item = (&Arc<str>, &Authorization)> {
+        self.policies.values().map(|o| (&o.name, &o.message))
+    }
+
+    /// The inputs.
+    pub fn inputs(&self) -> &Inputs {
+        &self.inputs
+    }
+
+    /// The identity (`spiffe://<td>/ns/<ns>/sa/<sa>`) of every workload on
+    /// node `node`: what a ztunnel there may ask certificates for.
+    pub fn identities_on_node(&self, node: &str) -> BTreeSet<String> {
+        let td = self.settings.as_ref().map_or("cluster.local", |s| s.trust_domain.as_str());
+        self.inputs
+            .pods
+            .values()
+            .filter(|p| p.spec.node_name.as_deref() == Some(node))
+            .map(|p| {
+                let sa = p.spec.service_account_name.as_deref().filter(|s| !s.is_empty()).unwrap_or("default");
+                format!("spiffe://{td}/ns/{}/sa/{sa}", p.metadata.ns())
+            })
+            .collect()
+    }
+
+    /// Reads every input again from `objects`.
+    fn read_all(&mut self, objects: &Objects) {
+        let mut inputs = Inputs::default();
+        for p in &objects.pods {
+            inputs.set_pod(key(p.metadata.ns(), &p.metadata.name), Some(p.clone()));
+        }
+        for s in &objects.services {
+            inputs.set_service(key(s.metadata.ns(), &s.metadata.name), Some(s.clone()));
+        }
+        for n in &objects.namespaces {
+            inputs.namespaces.insert(n.metadata.name.clone(), Arc::new(n.clone()));
+        }
+        for n in &objects.nodes {
+            inputs.nodes.insert(n.metadata.name.clone(), Arc::new(n.clone()));
+        }
+        for o in &objects.istio {
+            if let Some(kind) = policy_kind(o) {
+                inputs.policies.insert((kind.into(), key(o.meta.ns(), &o.meta.name)), Arc::new(o.clone()));
+            }
+        }
+        self.inputs = inputs;
+    }
+
+    /// Reads one changed object and marks what depends on it.
+    fn read_one(&mut self, objects: &Objects, r: &ObjectRef, settings: &Settings, dirty: &mut Dirty) {
+        let (ns, name) = (r.namespace.as_str(), r.name.as_str());
+        let is = |m: &istiod_config::meta::Meta| m.name == name && m.ns() == ns;
+        match r.kind.as_str() {
+            "Pod" => {
+                let now = objects.pods.iter().find(|p| is(&p.metadata)).cloned();
+                self.inputs.set_pod(key(ns, name), now);
+                dirty.workloads.insert(key(ns, name));
+            }
+            "Service" => {
+                let now = objects.services.iter().find(|s| is(&s.metadata)).cloned();
+                let before = self.inputs.set_service(key(ns, name), now);
+                let after = self.inputs.services.get(&key(ns, name)).cloned();
+                dirty.services.insert(key(ns, name));
+                for s in before.iter().chain(after.iter()) {
+                    self.mark_selected(ns, &s.spec.selector, dirty);
+                }
+            }
+            "Namespace" => {
+                let now = objects.namespaces.iter().find(|n| n.metadata.name == name).cloned();
+                match now {
+                    Some(n) => self.inputs.namespaces.insert(name.to_owned(), Arc::new(n)),
+                    None => self.inputs.namespaces.remove(name),
+                };
+                let services = self.inputs.services_by_ns.get(name).into_iter().flatten();
+                dirty.services.extend(services.map(|s| key(name, s)));
+                let pods = self.inputs.pods_by_ns.get(name).into_iter().flatten();
+                dirty.workloads.extend(pods.map(|p| key(name, p)));
+            }
+            "Node" => {
+                let now = objects.nodes.iter().find(|n| n.metadata.name == name).cloned();
+                match now {
+                    Some(n) => self.inputs.nodes.insert(name.to_owned(), Arc::new(n)),
+                    None => self.inputs.nodes.remove(name),
+                };
+                let on_node = self.inputs.pods.iter().filter(|(_, p)| p.spec.node_name.as_deref() == Some(name));
+                dirty.workloads.extend(on_node.map(|(k, _)| k.clone()));
+            }
+            kind @ ("AuthorizationPolicy" | "PeerAuthentication") => {
+                let now = objects.istio.iter().find(|o| policy_kind(o) == Some(kind) && is(&o.meta)).cloned();
+                let k = (kind.to_owned(), key(ns, name));
+                match now {
+                    Some(o) => self.inputs.policies.insert(k, Arc::new(o)),
+                    None => self.inputs.policies.remove(&k),
+                };
+                dirty.policies = true;
+                // Workloads list the selector policies of their namespace
+                // and the root's, and the PeerAuthentications in force.
+                if ns == settings.root_namespace {
+                    dirty.workloads.extend(self.inputs.pods.keys().cloned());
+                } else {
+                    let pods = self.inputs.pods_by_ns.get(ns).into_iter().flatten();
+                    dirty.workloads.extend(pods.map(|p| key(ns, p)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks the Pods of `ns` that `selector` selects.
+    fn mark_selected(&self, ns: &str, selector: &BTreeMap<String, String>, dirty: &mut Dirty) {
+        if selector.is_empty() {
+            return; // selects nothing (endpoints come from EndpointSlices)
+        }
+        for name in self.inputs.pods_by_ns.get(ns).into_iter().flatten() {
+            let k = key(ns, name);
+            if self.inputs.pods.get(&k).is_some_and(|p| selects(selector, &p.metadata.labels)) {
+                dirty.workloads.insert(k);
+            }
+        }
+    }
+
+    fn rebuild_policies(&mut self, settings: &Settings, changes: &mut Vec<Change>) {
+        let mut next: BTreeMap<Arc<str>, Authorization> = BTreeMap::new();
+        for a in authz::all(&self.inputs, settings) {
+            next.insert(authz::resource_name(&a), a);
+        }
+        let gone: Vec<Arc<str>> = self.policies.keys().filter(|k| !next.contains_key(*k)).cloned().collect();
+        for k in gone {
+            self.policies.remove(&k);
+            changes.push((Kind::Authorization, k, None));
+        }
+        for (name, message) in next {
+            let bytes = Bytes::from(message.encode_to_vec());
+            if self.policies.get(&name).is_some_and(|o| o.bytes == bytes) {
+                continue;
+            }
+            changes.push((Kind::Authorization, name.clone(), Some(bytes.clone())));
+            self.policies.insert(name.clone(), Output { name, message, bytes });
+        }
+    }
+}
+
+/// What an apply must rebuild.
+#[derive(Default)]
+struct Dirty {
+    workloads: BTreeSet<Key>,
+    services: BTreeSet<Key>,
+    policies: bool,
+}
+
+/// Replaces the output at `k` with `built`, recording the change.
+fn replace(
+    outputs: &mut BTreeMap<Key, Output<Address>>,
+    k: Key,
+    built: Option<Address>,
+    name: impl Fn(&Address) -> Arc<str>,
+    kind: Kind,
+    changes: &mut Vec<Change>,
+) {
+    match built {
+        Some(message) => {
+            let bytes = Bytes::from(message.encode_to_vec());
+            let name = name(&message);
+            if let Some(old) = outputs.get(&k) {
+                if old.bytes == bytes && old.name == name {
+                    return;
+                }
+                if old.name != name {
+                    changes.push((kind, old.name.clone(), None));
+                }
+            }
+            changes.push((kind, name.clone(), Some(bytes.clone())));
+            outputs.insert(k, Output { name, message, bytes });
+        }
+        None => {
+            if let Some(old) = outputs.remove(&k) {
+                changes.push((kind, old.name, None));
+            }
+        }
+    }
+}
+
+/// Keeps the last change of each (kind, name).
+fn dedup_changes(changes: &mut Vec<Change>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<Change> = Vec::with_capacity(changes.len());
+    for c in changes.drain(..).rev() {
+        if seen.insert((c.0, c.1.clone())) {
+            out.push(c);
+        }
+    }
+    out.reverse();
+    *changes = out;
+}
+
+/// Whether a non-empty `selector` selects `labels`.
+pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// `/debug/ambientz`-style JSON of the index: workloads, services and
+/// policies as ztunnel would decode them (names as in the protos).
+pub fn describe(index: &Index) -> serde_json::Value {
+    use serde_json::json;
+    let workloads: Vec<_> = index
+        .workloads()
+        .filter_map(|(_, a)| match &a.r#type {
+            Some(address::Type::Workload(w)) => Some(workload::describe(w)),
+            _ => None,
+        })
+        .collect();
+    let services: Vec<_> = index
+        .services()
+        .filter_map(|(_, a)| match &a.r#type {
+            Some(address::Type::Service(s)) => Some(service::describe(s)),
+            _ => None,
+        })
+        .collect();
+    let policies: Vec<_> = index.policies().map(|(_, p)| authz::describe(p)).collect();
+    json!({ "workloads": workloads, "services": services, "policies": policies })
+}
+
+#[cfg(test)]
+mod tests;

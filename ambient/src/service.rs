@@ -1,0 +1,201 @@
+//! A Kubernetes Service as ztunnel's `Service` (istiod's
+//! `serviceServiceBuilder` and `constructService`,
+//! `pilot/pkg/serviceregistry/ambient/services.go`).
+
+use std::sync::Arc;
+
+use istiod_config::objects::{IntOrString, Service};
+use istiod_mesh::model::Protocol;
+use istiod_proto::istio::workload::{
+    AppProtocol, IpFamilies, LoadBalancing, NetworkAddress, Port, Service as WdsService, load_balancing,
+};
+use serde_json::{Value, json};
+
+use crate::{Inputs, Settings};
+
+/// The annotation that sets a Service's (or its namespace's) traffic
+/// distribution where the field is not set.
+pub const TRAFFIC_DISTRIBUTION: &str = "networking.istio.io/traffic-distribution";
+
+/// `<name>.<ns>.svc.<domain>`.
+pub fn hostname(s: &Service, domain: &str) -> String {
+    format!("{}.{}.svc.{domain}", s.metadata.name, s.metadata.ns())
+}
+
+/// The resource name: `<ns>/<hostname>`.
+pub fn resource_name(s: &WdsService) -> Arc<str> {
+    Arc::from(format!("{}/{}", s.namespace, s.hostname))
+}
+
+/// A port's numeric target: the number, or 0 for a named one; absent, the
+/// port itself (what the API server defaults it to).
+pub fn numeric_target(port: u16, target: Option<&IntOrString>) -> u32 {
+    match target {
+        Some(IntOrString::Int(n)) => u32::try_from(*n).unwrap_or(0),
+        Some(IntOrString::String(_)) => 0,
+        None => port.into(),
+    }
+}
+
+/// The Service of `s`, or `None` for an ExternalName Service (ambient
+/// leaves those to DNS) or one whose cluster IP does not parse.
+pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsService> {
+    let spec = &s.spec;
+    if spec.kind.as_deref() == Some("ExternalName") {
+        return None;
+    }
+    let ports = spec
+        .ports
+        .iter()
+        .map(|p| Port {
+            service_port: p.port.into(),
+            target_port: numeric_target(p.port, p.target_port.as_ref()),
+            app_protocol: app_protocol(Protocol::of_port(
+                p.name.as_deref(),
+                p.app_protocol.as_deref(),
+                p.protocol.as_deref(),
+            )) as i32,
+        })
+        .collect();
+    let vips: Vec<&str> = match spec.cluster_ips.as_slice() {
+        [] => spec.cluster_ip.as_deref().into_iter().collect(),
+        many => many.iter().map(String::as_str).collect(),
+    };
+    let mut addresses = Vec::new();
+    for vip in vips.into_iter().filter(|v| !v.is_empty() && *v != "None") {
+        let ip: std::net::IpAddr = match vip.parse() {
+            Ok(ip) => ip,
+            Err(_) => {
+                tracing::warn!(target: "ambient", "fail to parse service {}/{}: {vip}", s.metadata.ns(), s.metadata.name);
+                return None;
+            }
+        };
+        addresses.push(NetworkAddress {
+            network: settings.network.clone(),
+            address: crate::workload::ip_bytes(ip),
+            length: None,
+        });
+    }
+    let ns_annotations = inputs.namespace(s.metadata.ns()).map(|n| &n.metadata.annotations);
+    let mut lb = if spec.internal_traffic_policy.as_deref() == Some("Local") {
+        Some(LoadBalancing {
+            routing_preference: vec![load_balancing::Scope::Node as i32],
+            mode: load_balancing::Mode::Strict as i32,
+            ..LoadBalancing::default()
+        })
+    } else {
+        match traffic_distribution(spec.traffic_distribution.as_deref(), &s.metadata.annotations, ns_annotations) {
+            Distribution::SameZone => Some(prefer(&[
+                load_balancing::Scope::Network,
+                load_balancing::Scope::Region,
+                load_balancing::Scope::Zone,
+            ])),
+            Distribution::SameNode => Some(prefer(&[
+                load_balancing::Scope::Network,
+                load_balancing::Scope::Region,
+                load_balancing::Scope::Zone,
+                load_balancing::Scope::Subzone,
+                load_balancing::Scope::Node,
+            ])),
+            Distribution::Any => None,
+        }
+    };
+    if spec.publish_not_ready_addresses {
+        lb.get_or_insert_with(LoadBalancing::default).health_policy = load_balancing::HealthPolicy::AllowAll as i32;
+    }
+    let ip_families = match spec.ip_families.as_slice() {
+        [_, _] => IpFamilies::Dual,
+        [f] if f == "IPv4" => IpFamilies::Ipv4Only,
+        [_] => IpFamilies::Ipv6Only,
+        _ => IpFamilies::Automatic,
+    };
+    Some(WdsService {
+        name: s.metadata.name.clone(),
+        namespace: s.metadata.ns().to_owned(),
+        hostname: hostname(s, &settings.domain),
+        addresses,
+        ports,
+        load_balancing: lb,
+        ip_families: ip_families as i32,
+        // A Kubernetes Service is always canonical.
+        canonical: true,
+        ..WdsService::default()
+    })
+}
+
+fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {
+    LoadBalancing {
+        routing_preference: scopes.iter().map(|s| *s as i32).collect(),
+        mode: load_balancing::Mode::Failover as i32,
+        ..LoadBalancing::default()
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Distribution {
+    Any,
+    SameZone,
+    SameNode,
+}
+
+/// `model.GetTrafficDistribution`: the field, then the Service's
+/// annotation, then its namespace's.
+fn traffic_distribution(
+    field: Option<&str>,
+    annotations: &std::collections::BTreeMap<String, String>,
+    ns_annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Distribution {
+    match field {
+        Some("PreferSameZone" | "PreferClose") => return Distribution::SameZone,
+        Some("PreferSameNode") => return Distribution::SameNode,
+        _ => {}
+    }
+    let read = |v: &str| match v.to_ascii_lowercase().as_str() {
+        "preferclose" | "prefersamezone" => Distribution::SameZone,
+        "prefersamenode" => Distribution::SameNode,
+        _ => Distribution::Any,
+    };
+    if let Some(v) = annotations.get(TRAFFIC_DISTRIBUTION).filter(|v| !v.is_empty()) {
+        return read(v);
+    }
+    match ns_annotations.and_then(|a| a.get(TRAFFIC_DISTRIBUTION)).filter(|v| !v.is_empty()) {
+        Some(v) => read(v),
+        None => Distribution::Any,
+    }
+}
+
+/// `toAppProtocolFromProtocol`.
+fn app_protocol(p: Protocol) -> AppProtocol {
+    match p {
+        Protocol::Http => AppProtocol::Http11,
+        Protocol::Http2 => AppProtocol::Http2,
+        Protocol::Grpc => AppProtocol::Grpc,
+        Protocol::Tls | Protocol::Https => AppProtocol::Tls,
+        Protocol::Tcp => AppProtocol::Tcp,
+        _ => AppProtocol::Unknown,
+    }
+}
+
+/// A service as `/debug/ambientz` shows it.
+pub fn describe(s: &WdsService) -> Value {
+    let ports: Vec<Value> = s
+        .ports
+        .iter()
+        .map(|p| {
+            json!({
+                "servicePort": p.service_port,
+                "targetPort": p.target_port,
+                "appProtocol": AppProtocol::try_from(p.app_protocol).map_or("", |a| a.as_str_name()),
+            })
+        })
+        .collect();
+    json!({
+        "name": s.name,
+        "namespace": s.namespace,
+        "hostname": s.hostname,
+        "addresses": s.addresses.iter().map(|a| format!("{}/{}", a.network, crate::workload::ip_text(&a.address))).collect::<Vec<_>>(),
+        "ports": ports,
+        "ipFamilies": IpFamilies::try_from(s.ip_families).map_or("", |f| f.as_str_name()),
+        "canonical": s.canonical,
+    })
+}

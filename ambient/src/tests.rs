@@ -1,0 +1,130 @@
+//! The index's incremental behaviour: what a change rebuilds and pushes.
+
+use istiod_config::manifest::{ObjectRef, parse_file};
+use istiod_config::objects::Objects;
+use istiod_proto::istio::workload::{TunnelProtocol, Workload, WorkloadStatus, address};
+use istiod_proto::prost::Message;
+
+use super::*;
+
+fn objects(yaml: &str) -> Objects {
+    let mut o = Objects::default();
+    for obj in parse_file(yaml).docs.into_iter().filter_map(Result::unwrap) {
+        o.push(obj);
+    }
+    o
+}
+
+fn pod(name: &str, ip: &str, node: &str, app: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: {app}}}, annotations: {{ambient.istio.io/redirection: enabled}}}}\nspec: {{serviceAccountName: {app}, nodeName: {node}, containers: [{{name: c, ports: [{{name: http, containerPort: 8080}}]}}]}}\nstatus: {{phase: Running, podIP: {ip}, conditions: [{{type: Ready, status: 'True'}}]}}\n---\n"
+    )
+}
+
+const SERVICE: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, selector: {app: web}, ports: [{name: http, port: 80, targetPort: http}]}\n---\n";
+
+fn mesh(n: usize) -> String {
+    let mut y = String::from(SERVICE);
+    for i in 0..n {
+        y += &pod(
+            &format!("web-{i}"),
+            &format!("10.0.0.{}", i + 1),
+            if i % 2 == 0 { "node-a" } else { "node-b" },
+            "web",
+        );
+    }
+    y
+}
+
+fn workload(changes: &[Change], uid: &str) -> Option<Workload> {
+    let (_, _, bytes) = changes.iter().find(|(k, n, _)| *k == Kind::Address && &**n == uid)?;
+    match Address::decode(bytes.clone()?).ok()?.r#type? {
+        address::Type::Workload(w) => Some(w),
+        _ => None,
+    }
+}
+
+fn pod_ref(name: &str) -> ObjectRef {
+    ObjectRef { kind: "Pod".into(), namespace: "default".into(), name: name.into(), service: None }
+}
+
+#[test]
+fn a_pod_is_a_workload_with_its_service_ports_resolved() {
+    let mut index = Index::new();
+    let changes = index.apply(&objects(&mesh(2)), None, &Settings::default());
+    let w = workload(&changes, "Kubernetes//Pod/default/web-0").expect("workload web-0");
+    assert_eq!(w.addresses, vec![vec![10, 0, 0, 1]]);
+    assert_eq!(w.tunnel_protocol, TunnelProtocol::Hbone as i32);
+    assert_eq!((w.node.as_str(), w.service_account.as_str()), ("node-a", "web"));
+    assert_eq!(w.status, WorkloadStatus::Healthy as i32);
+    let ports = &w.services["default/web.default.svc.cluster.local"].ports;
+    assert_eq!((ports[0].service_port, ports[0].target_port), (80, 8080), "named targetPort resolved");
+    assert!(changes.iter().any(|(k, n, _)| *k == Kind::Address && &**n == "default/web.default.svc.cluster.local"));
+    assert_eq!(changes.len(), 3, "two workloads and a service: {changes:?}");
+}
+
+#[test]
+fn a_pod_change_rebuilds_that_workload_only() {
+    let mut index = Index::new();
+    let before = objects(&mesh(50));
+    index.apply(&before, None, &Settings::default());
+    // web-7 loses readiness.
+    let mut after = before.clone();
+    let p = after.pods.iter_mut().find(|p| p.metadata.name == "web-7").unwrap();
+    p.status.conditions[0].status = "False".into();
+    let (changes, rebuilt) = index.apply_counted(&after, Some(&[pod_ref("web-7")]), &Settings::default());
+    assert_eq!(rebuilt, Rebuilt { workloads: 1, services: 0, policies: false });
+    assert_eq!(changes.len(), 1);
+    assert_eq!(workload(&changes, "Kubernetes//Pod/default/web-7").unwrap().status, WorkloadStatus::Unhealthy as i32);
+    // The same objects again change nothing.
+    let (changes, _) = index.apply_counted(&after, Some(&[pod_ref("web-7")]), &Settings::default());
+    assert!(changes.is_empty(), "{changes:?}");
+    // Deleted: removed.
+    after.pods.retain(|p| p.metadata.name != "web-7");
+    let changes = index.apply(&after, Some(&[pod_ref("web-7")]), &Settings::default());
+    assert_eq!(changes, vec![(Kind::Address, Arc::from("Kubernetes//Pod/default/web-7"), None)]);
+}
+
+#[test]
+fn a_service_change_rebuilds_the_pods_it_selects() {
+    let mut index = Index::new();
+    let mut o = objects(&(mesh(4) + &pod("other", "10.0.1.1", "node-a", "other")));
+    index.apply(&o, None, &Settings::default());
+    o.services[0].spec.ports[0].port = 81;
+    let svc = ObjectRef { kind: "Service".into(), namespace: "default".into(), name: "web".into(), service: None };
+    let (changes, rebuilt) = index.apply_counted(&o, Some(&[svc]), &Settings::default());
+    assert_eq!(rebuilt.workloads, 4, "the four pods web selects, not `other`");
+    assert_eq!(changes.len(), 5, "the service and its four workloads: {changes:?}");
+}
+
+#[test]
+fn workloads_and_policies_follow_authorization_policies() {
+    let y = mesh(1)
+        + "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: allow-web, namespace: default}\nspec: {selector: {matchLabels: {app: web}}, action: ALLOW, rules: [{from: [{source: {principals: ['cluster.local/ns/default/sa/*']}}], to: [{operation: {ports: ['8080']}}]}]}\n---\n"
+        + "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ns-deny, namespace: default}\nspec: {action: DENY, rules: [{from: [{source: {notNamespaces: [default]}}]}]}\n---\n"
+        + "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: http-only, namespace: default}\nspec: {action: ALLOW, rules: [{to: [{operation: {methods: [GET]}}]}]}\n---\n"
+        + "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n";
+    let mut index = Index::new();
+    let changes = index.apply(&objects(&y), None, &Settings::default());
+    let w = workload(&changes, "Kubernetes//Pod/default/web-0").unwrap();
+    assert_eq!(w.authorization_policies, vec!["default/allow-web", "istio-system/istio_converted_static_strict"]);
+    let policies: BTreeMap<&str, Authorization> = changes
+        .iter()
+        .filter(|(k, _, _)| *k == Kind::Authorization)
+        .map(|(_, n, b)| (&**n, Authorization::decode(b.clone().unwrap()).unwrap()))
+        .collect();
+    assert_eq!(
+        policies.keys().copied().collect::<Vec<_>>(),
+        ["default/allow-web", "default/http-only", "default/ns-deny", "istio-system/istio_converted_static_strict"]
+    );
+    let allow = &policies["default/allow-web"];
+    assert_eq!(allow.scope, istiod_proto::istio::security::Scope::WorkloadSelector as i32);
+    assert_eq!(allow.groups[0].rules[0].matches[0].destination_ports, vec![8080]);
+    let p = &allow.groups[0].rules[1].matches[0].principals[0];
+    assert_eq!(
+        p.match_type,
+        Some(istiod_proto::istio::security::string_match::MatchType::Prefix("cluster.local/ns/default/sa/".into()))
+    );
+    assert_eq!(policies["default/ns-deny"].scope, istiod_proto::istio::security::Scope::Namespace as i32);
+    assert!(policies["default/http-only"].groups.is_empty(), "an ALLOW rule on HTTP attributes never matches");
+}

@@ -1,0 +1,239 @@
+//! A Pod as ztunnel's `Workload` (istiod's `podWorkloadBuilder`,
+//! `pilot/pkg/serviceregistry/ambient/workloads.go`).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use istiod_config::objects::{Pod, Service};
+use istiod_proto::istio::workload::{
+    Locality, NetworkMode, Port, PortList, TunnelProtocol, Workload, WorkloadStatus, WorkloadType,
+};
+use serde_json::{Value, json};
+
+use crate::{Inputs, Settings, selects};
+
+/// The annotation istio-cni writes on a pod it redirected.
+pub const REDIRECTION: &str = "ambient.istio.io/redirection";
+/// The label of a pod that takes HBONE itself.
+pub const TUNNEL: &str = "networking.istio.io/tunnel";
+
+/// A workload's uid for Pod `ns/name` (`generatePodUID`).
+pub fn pod_uid(cluster_id: &str, ns: &str, name: &str) -> String {
+    format!("{cluster_id}//Pod/{ns}/{name}")
+}
+
+/// The Workload of `pod`, or `None` where istiod makes none: a terminal
+/// pod (Succeeded, Failed), a pod without an IP, or one with an IP that
+/// does not parse.
+pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workload> {
+    if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let ips: Vec<&str> = match pod.status.pod_ips.as_slice() {
+        [] => pod.status.pod_ip.as_deref().filter(|ip| !ip.is_empty()).into_iter().collect(),
+        many => many.iter().map(|p| p.ip.as_str()).collect(),
+    };
+    if ips.is_empty() {
+        return None;
+    }
+    let mut addresses = Vec::with_capacity(ips.len());
+    for ip in ips {
+        addresses.push(ip_bytes(ip.parse().ok()?));
+    }
+    let meta = &pod.metadata;
+    let ns = meta.ns();
+    let ready = pod.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+    let services = inputs.services_in(ns).filter(|s| serves_pod(s, pod));
+    let mut w = Workload {
+        uid: pod_uid(&settings.cluster_id, ns, &meta.name),
+        name: meta.name.clone(),
+        namespace: ns.to_owned(),
+        network: settings.network.clone(),
+        cluster_id: settings.cluster_id.clone(),
+        addresses,
+        service_account: pod.spec.service_account_name.clone().unwrap_or_default(),
+        node: pod.spec.node_name.clone().unwrap_or_default(),
+        services: port_lists(pod, services, &settings.domain),
+        authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &meta.labels),
+        status: if ready { WorkloadStatus::Healthy } else { WorkloadStatus::Unhealthy } as i32,
+        trust_domain: if settings.trust_domain == "cluster.local" {
+            String::new()
+        } else {
+            settings.trust_domain.clone()
+        },
+        locality: pod.spec.node_name.as_deref().and_then(|n| inputs.node(n)).and_then(|n| locality(&n.metadata.labels)),
+        workload_type: WorkloadType::Pod as i32,
+        ..Workload::default()
+    };
+    if pod.spec.host_network {
+        w.network_mode = NetworkMode::HostNetwork as i32;
+    }
+    w.workload_name = workload_name(pod);
+    (w.canonical_name, w.canonical_revision) = canonical_service(&meta.labels, &w.workload_name);
+    if meta.annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+    }
+    if meta.labels.get(TUNNEL).is_some_and(|v| v == "http") {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+        w.native_tunnel = true;
+    }
+    Some(w)
+}
+
+/// Whether Service `s` is one ambient serves (not ExternalName) and
+/// selects `pod`.
+fn serves_pod(s: &Service, pod: &Pod) -> bool {
+    s.spec.kind.as_deref() != Some("ExternalName") && selects(&s.spec.selector, &pod.metadata.labels)
+}
+
+/// An address as the workload API carries it: 4 or 16 bytes.
+pub fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// A Node's locality from its labels (`nodeLocality`).
+pub fn locality(labels: &BTreeMap<String, String>) -> Option<Locality> {
+    let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    let l = Locality {
+        region: get("topology.kubernetes.io/region"),
+        zone: get("topology.kubernetes.io/zone"),
+        subzone: get("topology.istio.io/subzone"),
+    };
+    (l != Locality::default()).then_some(l)
+}
+
+/// The `services` map (`constructServices`): per selecting Service
+/// (`<ns>/<hostname>`), its ports with the target port this pod listens
+/// on; a named `targetPort` is looked up among the pod's TCP container
+/// ports, and a port whose name the pod lacks is left out.
+fn port_lists<'a>(
+    pod: &Pod,
+    services: impl Iterator<Item = &'a Service>,
+    domain: &str,
+) -> std::collections::BTreeMap<String, PortList> {
+    let mut out = std::collections::BTreeMap::new();
+    for s in services {
+        let host = crate::service::hostname(s, domain);
+        let mut list = PortList::default();
+        for p in &s.spec.ports {
+            let target = match &p.target_port {
+                Some(istiod_config::objects::IntOrString::String(name)) => match find_port(pod, name) {
+                    Some(n) => n,
+                    None => continue,
+                },
+                other => crate::service::numeric_target(p.port, other.as_ref()),
+            };
+            list.ports.push(Port { service_port: p.port.into(), target_port: target, app_protocol: 0 });
+        }
+        out.insert(format!("{}/{host}", s.metadata.ns()), list);
+    }
+    out
+}
+
+/// A TCP container port named `name` (`FindPortName`).
+fn find_port(pod: &Pod, name: &str) -> Option<u32> {
+    pod.spec.containers.iter().flat_map(|c| &c.ports).find_map(|p| {
+        let tcp = p.protocol.as_deref().is_none_or(|p| p == "TCP");
+        (tcp && p.name.as_deref() == Some(name)).then_some(u32::from(p.container_port))
+    })
+}
+
+/// The workload's name: `service.istio.io/workload-name`, else its
+/// controller's (a Deployment for a ReplicaSet with the pod's template
+/// hash, a CronJob for a Job named `<name>-<8 to 10 digits>`), else the
+/// pod's (`GetWorkloadMetaFromPod`).
+pub fn workload_name(pod: &Pod) -> String {
+    let meta = &pod.metadata;
+    if let Some(n) = meta.labels.get("service.istio.io/workload-name") {
+        return n.clone();
+    }
+    let mut name = meta.name.clone();
+    let controller = meta.owner_references.iter().find(|r| r.controller == Some(true));
+    if meta.generate_name.as_deref().is_some_and(|g| !g.is_empty())
+        && let Some(r) = controller
+    {
+        name = r.name.clone();
+        let label = |k: &str| meta.labels.get(k).filter(|v| !v.is_empty());
+        match r.kind.as_str() {
+            "ReplicaSet" => {
+                for hash in ["pod-template-hash", "rollouts-pod-template-hash"] {
+                    if let Some(h) = label(hash)
+                        && r.name.ends_with(h.as_str())
+                    {
+                        name = r.name.strip_suffix(&format!("-{h}")).unwrap_or(&r.name).to_owned();
+                        break;
+                    }
+                }
+            }
+            "ReplicationController" => {
+                if let Some(dc) = label("deploymentconfig") {
+                    name = dc.clone();
+                }
+            }
+            "Job" => {
+                if let Some((base, digits)) = r.name.rsplit_once('-')
+                    && (8..=10).contains(&digits.len())
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && !base.is_empty()
+                {
+                    name = base.to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    if name.is_empty() { meta.name.clone() } else { name }
+}
+
+/// The canonical service name and revision (`kubelabels.CanonicalService`).
+pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (String, String) {
+    let first = |keys: &[&str]| keys.iter().find_map(|k| labels.get(*k).cloned());
+    let name = first(&["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"]);
+    let rev = first(&["service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"]);
+    (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
+}
+
+/// An address for JSON: its text form.
+pub fn ip_text(bytes: &[u8]) -> String {
+    match bytes.len() {
+        4 => std::net::Ipv4Addr::from(<[u8; 4]>::try_from(bytes).unwrap_or_default()).to_string(),
+        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).unwrap_or_default()).to_string(),
+        _ => format!("{bytes:?}"),
+    }
+}
+
+/// A workload as `/debug/ambientz` shows it (the proto's JSON names).
+pub fn describe(w: &Workload) -> Value {
+    let services: serde_json::Map<String, Value> = w
+        .services
+        .iter()
+        .map(|(k, v)| {
+            let ports: Vec<Value> =
+                v.ports.iter().map(|p| json!({"servicePort": p.service_port, "targetPort": p.target_port})).collect();
+            (k.clone(), json!({ "ports": ports }))
+        })
+        .collect();
+    json!({
+        "uid": w.uid,
+        "name": w.name,
+        "namespace": w.namespace,
+        "addresses": w.addresses.iter().map(|a| ip_text(a)).collect::<Vec<_>>(),
+        "network": w.network,
+        "tunnelProtocol": TunnelProtocol::try_from(w.tunnel_protocol).map_or("NONE", |t| t.as_str_name()),
+        "trustDomain": w.trust_domain,
+        "serviceAccount": w.service_account,
+        "node": w.node,
+        "clusterId": w.cluster_id,
+        "workloadName": w.workload_name,
+        "workloadType": WorkloadType::try_from(w.workload_type).map_or("", |t| t.as_str_name()),
+        "canonicalName": w.canonical_name,
+        "canonicalRevision": w.canonical_revision,
+        "status": WorkloadStatus::try_from(w.status).map_or("", |t| t.as_str_name()),
+        "services": services,
+        "authorizationPolicies": w.authorization_policies,
+        "locality": w.locality.as_ref().map(|l| json!({"region": l.region, "zone": l.zone, "subzone": l.subzone})),
+    })
+}

@@ -705,6 +705,13 @@ impl Config {
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,
+                trusted_node_accounts: vars
+                    .string("CA_TRUSTED_NODE_ACCOUNTS", "")
+                    .split(',')
+                    .filter_map(|a| a.trim().split_once('/'))
+                    .filter(|(ns, sa)| !ns.is_empty() && !sa.is_empty())
+                    .map(|(ns, sa)| (ns.to_owned(), sa.to_owned()))
+                    .collect(),
                 token_audiences: vars
                     .string("TOKEN_AUDIENCES", "istio-ca")
                     .split(',')

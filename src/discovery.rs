@@ -11,6 +11,7 @@ mod gateway_deploy;
 mod gateway_status;
 mod jwks;
 mod mesh_watch;
+mod node_pods;
 mod revisions;
 mod secret_access;
 mod sources;
@@ -521,6 +522,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     // tokens here for a TokenReview.
                     let (reviews, rx) = mpsc::unbounded_channel();
                     let _ = ca.reviewer.set(reviews);
+                    if !ca.trusted_node_accounts.is_empty() {
+                        let pods = Arc::new(node_pods::NodePods::default());
+                        let _ = ca.pods.set(pods.clone());
+                        state.borrow_mut().node_pods = Some(pods);
+                    }
                     let audiences = config.ca.token_audiences.clone();
                     tokio::task::spawn_local(istiod_ca::tokenreview::run(client.clone(), audiences, rx));
                 }

@@ -22,7 +22,7 @@ fn ask(addr: std::net::SocketAddr, root: &str, token: &str, identity: &str, ttl:
 }
 
 /// [`ask`] with `CA_CLIENT_KEY` / `CA_CLIENT_CHAIN` / `CA_SAVE` set.
-fn ask_with(
+pub(crate) fn ask_with(
     addr: std::net::SocketAddr,
     root: &str,
     token: &str,

@@ -3,6 +3,7 @@
 //! ...). One binary links once where thirteen linked each time a crate
 //! changed (docs/architecture.md, "Crates": build times).
 
+mod ambient;
 mod ca;
 mod cli;
 mod deploy;

@@ -42,7 +42,8 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     }
     let meta = &pod.metadata;
     let ns = meta.ns();
-    let ready = pod.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = pod.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+        && meta.deletion_timestamp.is_none();
     let services = inputs.services_in(ns).filter(|s| serves_pod(s, pod));
     let mut w = Workload {
         uid: pod_uid(&settings.cluster_id, ns, &meta.name),
@@ -73,7 +74,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     if meta.annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
         w.tunnel_protocol = TunnelProtocol::Hbone as i32;
     }
-    if meta.labels.get(TUNNEL).is_some_and(|v| v == "http") {
+    if meta.labels.get(TUNNEL).is_some_and(|v| v.split(',').any(|t| t == "http")) {
         w.tunnel_protocol = TunnelProtocol::Hbone as i32;
         w.native_tunnel = true;
     }

@@ -61,6 +61,31 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A pod, as node authorization reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEntry {
+    /// Its uid.
+    pub uid: String,
+    /// Its service account.
+    pub service_account: String,
+    /// Its node.
+    pub node: String,
+}
+
+/// The pods of the cluster, as the control thread last read them (istiod's
+/// pod informer and its node index, `node_auth.go`).
+pub trait PodDirectory: Send + Sync + std::fmt::Debug {
+    /// Pod `namespace/name`.
+    fn pod(&self, namespace: &str, name: &str) -> Option<PodEntry>;
+    /// Whether a pod of service account `namespace/service_account` runs
+    /// on `node`.
+    fn runs_on(&self, node: &str, namespace: &str, service_account: &str) -> bool;
+}
+
+/// The metadata key of a request made for another identity (a node proxy
+/// asking for a pod's certificate).
+pub const IMPERSONATED_IDENTITY: &str = "ImpersonatedIdentity";
+
 /// What every core's CA service shares.
 #[derive(Debug)]
 pub struct CaServer {
@@ -76,6 +101,11 @@ pub struct CaServer {
     pub reviewer: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<tokenreview::Review>>,
     /// Counters for `/metrics`.
     pub metrics: CaMetrics,
+    /// `CA_TRUSTED_NODE_ACCOUNTS`: who may ask for another identity.
+    pub trusted_node_accounts: Vec<(String, String)>,
+    /// The pods node authorization checks callers against, once the
+    /// control thread reads them (Kubernetes only).
+    pub pods: std::sync::OnceLock<Arc<dyn PodDirectory>>,
     /// Whether this CA signs (`ENABLE_CA_SERVER`). With the CA disabled
     /// and `XDS_AUTH` on, a server that does not sign still holds the
     /// token authenticators for xDS (as istiod does).
@@ -97,7 +127,7 @@ pub enum Authn {
     Ids(Vec<String>),
     /// The API server reviews its token; `(namespace, service account)`
     /// or the refusal comes on this channel.
-    Review(async_channel::Receiver<Result<(String, String), tokenreview::Refusal>>),
+    Review(async_channel::Receiver<Result<tokenreview::Account, tokenreview::Refusal>>),
     /// Not authenticated, and why (logged, never answered: istiod answers
     /// every authentication failure alike).
     Refused(String),
@@ -119,11 +149,11 @@ impl CaServer {
     /// The meaning of a review's `answer` (an [`Authn::Review`] channel's).
     pub fn reviewed(
         &self,
-        answer: Result<Result<(String, String), tokenreview::Refusal>, async_channel::RecvError>,
+        answer: Result<Result<tokenreview::Account, tokenreview::Refusal>, async_channel::RecvError>,
         peer: Option<std::net::SocketAddr>,
     ) -> Reviewed {
         match answer {
-            Ok(Ok((ns, sa))) => Reviewed::Ids(vec![self.identity(&ns, &sa)]),
+            Ok(Ok(a)) => Reviewed::Ids(vec![self.identity(&a.namespace, &a.service_account)]),
             Ok(Err(tokenreview::Refusal::Denied(reason))) => Reviewed::Denied(reason),
             Ok(Err(tokenreview::Refusal::Unavailable(reason))) => {
                 tracing::warn!(target: "ca", ?peer, %reason, "cannot review the token");
@@ -195,6 +225,65 @@ impl CaServer {
     /// The SPIFFE identity of a service account.
     pub(crate) fn identity(&self, ns: &str, sa: &str) -> String {
         format!("spiffe://{}/ns/{ns}/sa/{sa}", self.trust_domain)
+    }
+
+    /// Signs `req` for a caller with `ids` (who the API server says it is,
+    /// `account`, when a TokenReview authenticated it): for itself, or,
+    /// with `ImpersonatedIdentity`, for a pod on its node when node
+    /// authorization allows it (istiod's `CreateCertificate`).
+    fn sign_checked(
+        &self,
+        ids: &[String],
+        account: Option<&tokenreview::Account>,
+        peer: Option<std::net::SocketAddr>,
+        req: &IstioCertificateRequest,
+    ) -> Result<IstioCertificateResponse, Status> {
+        let impersonated =
+            req.metadata.as_ref().and_then(|m| m.fields.get(IMPERSONATED_IDENTITY)).and_then(|v| match &v.kind {
+                Some(istiod_proto::prost_types::value::Kind::StringValue(s)) if !s.is_empty() => Some(s.clone()),
+                _ => None,
+            });
+        let Some(target) = impersonated else { return self.sign_for(ids, peer, req) };
+        if let Err(reason) = self.authorize_impersonation(account, &target) {
+            bump(&self.metrics.authn_error);
+            tracing::warn!(target: "ca", ?peer, identity = %target, %reason, "impersonation failed");
+            return Err(Status::new(Code::Unauthenticated, "request impersonation authentication failure"));
+        }
+        self.sign_for(&[target], peer, req)
+    }
+
+    /// istiod's `NodeAuthorizer.authenticateImpersonation`: the caller is
+    /// a trusted node account, its pod is the one the token names (uid and
+    /// service account), and a pod of the wanted identity runs on that
+    /// pod's node.
+    fn authorize_impersonation(&self, account: Option<&tokenreview::Account>, target: &str) -> Result<(), String> {
+        if self.trusted_node_accounts.is_empty() {
+            return Err(
+                "impersonation not allowed, as node authorizer (CA_TRUSTED_NODE_ACCOUNTS) is not configured".into()
+            );
+        }
+        let a = account.ok_or("the caller has no Kubernetes identity (a reviewed token)")?;
+        if !self.trusted_node_accounts.iter().any(|(ns, sa)| *ns == a.namespace && *sa == a.service_account) {
+            return Err(format!("caller ({}/{}) is not allowed to impersonate", a.namespace, a.service_account));
+        }
+        let (ns, sa) =
+            spiffe_ns_sa(target).ok_or_else(|| format!("failed to validate impersonated identity {target}"))?;
+        let (pod, uid) = a.pod.as_ref().ok_or("the caller's token names no pod")?;
+        let pods = self.pods.get().ok_or("no pods are known (Kubernetes only)")?;
+        let found = pods.pod(&a.namespace, pod).ok_or_else(|| format!("pod {}/{pod} not found", a.namespace))?;
+        if found.uid != *uid {
+            return Err(format!("pod found, but UID does not match: {} vs {uid}", found.uid));
+        }
+        if found.service_account != a.service_account {
+            return Err(format!(
+                "pod found, but ServiceAccount does not match: {} vs {}",
+                found.service_account, a.service_account
+            ));
+        }
+        if !pods.runs_on(&found.node, ns, sa) {
+            return Err(format!("no instances of \"{ns}/{sa}\" found on node \"{}\"", found.node));
+        }
+        Ok(())
     }
 
     /// Signs `req` for a caller with `ids`.
@@ -303,8 +392,10 @@ impl Service for CaService {
                 let (registry, calls) = (self.registry.clone(), self.calls.clone());
                 glommio::spawn_local(async move {
                     futures_lite::future::yield_now().await;
-                    let outcome = match server.reviewed(answer.recv().await, peer) {
-                        Reviewed::Ids(ids) => server.sign_for(&ids, peer, &req),
+                    let answer = answer.recv().await;
+                    let account = answer.as_ref().ok().and_then(|a| a.as_ref().ok()).cloned();
+                    let outcome = match server.reviewed(answer, peer) {
+                        Reviewed::Ids(ids) => server.sign_checked(&ids, account.as_ref(), peer, &req),
                         Reviewed::Denied(reason) => {
                             tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
                             Err(unauthenticated(&server))
@@ -335,7 +426,7 @@ impl Service for CaService {
                 return Err(unauthenticated(&server));
             }
         };
-        let resp = server.sign_for(&ids, peer, &req)?;
+        let resp = server.sign_checked(&ids, None, peer, &req)?;
         p.answered = true;
         // A small answer, bounded: sent even when ADS pushes fill the queue.
         conn.send_admitted(stream, Bytes::from(resp.encode_to_vec()))
@@ -485,6 +576,9 @@ pub struct CaConfig {
     /// may only claim a node in its identity's namespace (and service
     /// account, when the node names one).
     pub xds_identity_check: bool,
+    /// `CA_TRUSTED_NODE_ACCOUNTS` (`ns/sa,...`): the service accounts
+    /// (ztunnels) that may ask for the identities of pods on their node.
+    pub trusted_node_accounts: Vec<(String, String)>,
 }
 
 /// The CA of `config`, from `store` (plugged-in certificates from
@@ -537,6 +631,8 @@ pub async fn from_config(
         metrics: CaMetrics::default(),
         signing: c.enabled,
         changed: tokio::sync::watch::Sender::new(0),
+        trusted_node_accounts: c.trusted_node_accounts.clone(),
+        pods: Default::default(),
     })))
 }
 

@@ -26,13 +26,26 @@ pub enum Refusal {
     Unavailable(String),
 }
 
-/// One review the cores ask for: the token, and where to answer
-/// `(namespace, service account)`.
+/// Who a reviewed token is: its service account and, for a token bound to
+/// a pod (a projected token), that pod (`user.extra`
+/// `authentication.kubernetes.io/pod-name` and `pod-uid`, istiod's
+/// `KubernetesInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// The service account's namespace.
+    pub namespace: String,
+    /// The service account.
+    pub service_account: String,
+    /// The pod's name and uid.
+    pub pod: Option<(String, String)>,
+}
+
+/// One review the cores ask for: the token, and where to answer.
 pub struct Review {
     /// The bearer token.
     pub token: String,
     /// The answer.
-    pub reply: async_channel::Sender<Result<(String, String), Refusal>>,
+    pub reply: async_channel::Sender<Result<Account, Refusal>>,
 }
 
 /// How long a review may take (the Kubernetes client retries an API
@@ -54,7 +67,7 @@ fn expiry(token: &str) -> Option<u64> {
 }
 
 /// Asks the API server about `token` for `audiences`.
-async fn review(client: &kube::Client, token: &str, audiences: &[String]) -> Result<(String, String), Refusal> {
+async fn review(client: &kube::Client, token: &str, audiences: &[String]) -> Result<Account, Refusal> {
     let body = serde_json::json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenReview",
@@ -80,16 +93,18 @@ async fn review(client: &kube::Client, token: &str, audiences: &[String]) -> Res
         return Err(Refusal::Denied("the token is not a service account".into()));
     }
     let user = status["user"]["username"].as_str().unwrap_or_default();
+    let extra = |k: &str| status["user"]["extra"][k][0].as_str().map(str::to_owned);
+    let pod = extra("authentication.kubernetes.io/pod-name").zip(extra("authentication.kubernetes.io/pod-uid"));
     match user.split(':').collect::<Vec<_>>().as_slice() {
         ["system", "serviceaccount", ns, sa] if !ns.is_empty() && !sa.is_empty() => {
-            Ok(((*ns).to_owned(), (*sa).to_owned()))
+            Ok(Account { namespace: (*ns).to_owned(), service_account: (*sa).to_owned(), pod })
         }
         _ => Err(Refusal::Denied(format!("invalid username field in the token review result: {user:?}"))),
     }
 }
 
 /// Reviewed tokens: the service account, and until when the answer holds.
-type Cache = HashMap<String, ((String, String), Instant)>;
+type Cache = HashMap<String, (Account, Instant)>;
 
 /// Answers the cores' reviews until they are gone.
 pub async fn run(client: kube::Client, audiences: Vec<String>, mut rx: mpsc::UnboundedReceiver<Review>) {

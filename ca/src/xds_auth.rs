@@ -158,7 +158,7 @@ impl<S: Service + 'static> AuthedAds<S> {
         &self,
         server: Arc<CaServer>,
         key: (u64, u32),
-        answer: async_channel::Receiver<Result<(String, String), Refusal>>,
+        answer: async_channel::Receiver<Result<crate::tokenreview::Account, Refusal>>,
     ) {
         let (gates, registry, inner) = (self.gates.clone(), self.registry.clone(), self.inner.clone());
         let held_total = self.held.clone();

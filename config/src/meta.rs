@@ -11,6 +11,8 @@ use serde::Deserialize;
 pub struct Meta {
     /// Name.
     pub name: String,
+    /// `uid` (node authorization checks a caller's pod by it).
+    pub uid: Option<String>,
     /// `generateName`: set when the name was generated (a controller's pod).
     pub generate_name: Option<String>,
     /// Namespace (`default` when absent).
@@ -23,6 +25,9 @@ pub struct Meta {
     /// manifests written by kubectl); istiod orders Gateways and other
     /// configs by it.
     pub creation_timestamp: Option<String>,
+    /// `deletionTimestamp`: set while the object is being deleted (a pod
+    /// terminating is no longer healthy).
+    pub deletion_timestamp: Option<String>,
     /// `generation` (status conditions report it as `observedGeneration`).
     pub generation: Option<i64>,
     /// `ownerReferences` (an ambient workload is named after its

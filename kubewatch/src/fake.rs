@@ -66,6 +66,8 @@ struct State {
     continued: u64,
     /// Tokens the TokenReview API knows: token -> (username, audiences).
     tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// Tokens bound to a pod: token -> (pod name, pod uid).
+    pod_tokens: BTreeMap<String, (String, String)>,
     token_reviews: u64,
     /// Who may do what, for SubjectAccessReviews: (user, namespace, verb,
     /// resource).
@@ -128,6 +130,14 @@ impl FakeApi {
         self.lock().tokens.insert(token.to_owned(), (username.to_owned(), auds));
     }
 
+    /// [`FakeApi::add_token`] for a token bound to a pod, as a projected
+    /// service account token is: the review's `user.extra` names the pod
+    /// (`authentication.kubernetes.io/pod-name`, `pod-uid`).
+    pub fn add_pod_token(&self, token: &str, username: &str, audiences: &[&str], pod: &str, uid: &str) {
+        self.add_token(token, username, audiences);
+        self.lock().pod_tokens.insert(token.to_owned(), (pod.to_owned(), uid.to_owned()));
+    }
+
     /// TokenReviews answered.
     pub fn token_reviews(&self) -> u64 {
         self.lock().token_reviews
@@ -156,7 +166,14 @@ impl FakeApi {
                     groups.push("system:serviceaccounts".into());
                     groups.push(format!("system:serviceaccounts:{ns}"));
                 }
-                json!({"authenticated": true, "user": {"username": user, "groups": groups}, "audiences": auds})
+                let mut user = json!({"username": user, "groups": groups});
+                if let Some((pod, uid)) = s.pod_tokens.get(token) {
+                    user["extra"] = json!({
+                        "authentication.kubernetes.io/pod-name": [pod],
+                        "authentication.kubernetes.io/pod-uid": [uid],
+                    });
+                }
+                json!({"authenticated": true, "user": user, "audiences": auds})
             }
         };
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": review["spec"], "status": status})

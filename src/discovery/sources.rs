@@ -62,6 +62,9 @@ pub(super) struct State {
     /// The ambient index, with `PILOT_ENABLE_AMBIENT` (its resources go
     /// to the store with the translation's).
     pub(super) ambient: Option<Ambient>,
+    /// The pods node authorization reads (`CA_TRUSTED_NODE_ACCOUNTS`,
+    /// Kubernetes only).
+    pub(super) node_pods: Option<Arc<super::node_pods::NodePods>>,
 }
 
 /// The ambient index and the names it is built with that come from the
@@ -144,6 +147,9 @@ pub(super) fn apply(
     let empty = translate::Resources::default();
     let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
     let mut changes = translate::diff_maps(old, new);
+    if let Some(pods) = &state.borrow().node_pods {
+        pods.update(&objects, changed.as_deref());
+    }
     if let Some(a) = state.borrow_mut().ambient.as_mut() {
         let s = istiod_ambient::Settings {
             cluster_id: a.cluster_id.clone(),

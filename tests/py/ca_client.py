@@ -13,7 +13,9 @@ Usage: ca_client.py ADDR (ROOT_PEM|-) TOKEN|- IDENTITY|- TTL_SECONDS
 Environment: CA_CLIENT_KEY and CA_CLIENT_CHAIN (PEM files) present a client
 certificate; CA_SAVE=PREFIX writes the new key and chain to PREFIX.key and
 PREFIX.chain; CA_VERIFY_ROOT (a PEM file) is the root the chain must end
-at, when it is not the one the server's TLS certificate is checked with.
+at, when it is not the one the server's TLS certificate is checked with;
+CA_IMPERSONATE (an identity) asks for it as a node proxy does, in the
+request's `ImpersonatedIdentity` metadata.
 """
 
 import json
@@ -41,9 +43,18 @@ def varint(n):
             return bytes(out)
 
 
-def request(csr_pem, ttl):
+def field(tag, body):
+    return bytes([tag]) + varint(len(body)) + body
+
+
+def request(csr_pem, ttl, impersonate=None):
     body = csr_pem.encode()
-    return b"\x0a" + varint(len(body)) + body + b"\x18" + varint(ttl)
+    out = b"\x0a" + varint(len(body)) + body + b"\x18" + varint(ttl)
+    if impersonate:
+        # metadata (4): Struct{fields: {"ImpersonatedIdentity": Value{string_value (3)}}}
+        entry = field(0x0A, b"ImpersonatedIdentity") + field(0x12, field(0x1A, impersonate.encode()))
+        out += field(0x22, field(0x0A, entry))
+    return out
 
 
 def chain_of(resp):
@@ -96,7 +107,7 @@ def main():
     call = channel.unary_unary(PATH, request_serializer=None, response_deserializer=None)
     metadata = [] if token == "-" else [("authorization", "Bearer " + token)]
     try:
-        resp = call(request(csr, int(ttl)), metadata=metadata, timeout=10)
+        resp = call(request(csr, int(ttl), os.environ.get("CA_IMPERSONATE")), metadata=metadata, timeout=10)
     except grpc.RpcError as e:
         print(json.dumps({"code": e.code().name, "details": e.details()}))
         return

@@ -1,0 +1,281 @@
+//! Ambient, through a real ztunnel (istio/ztunnel, built by
+//! `../shared/peers/build-ztunnel`): the binary on the fake Kubernetes API
+//! server with `PILOT_ENABLE_AMBIENT`, a ztunnel in shared mode (no
+//! istio-cni: it never becomes ready, but it fetches the workload API and
+//! prefetches the certificates of the HBONE pods on its node), and what its
+//! admin `/config_dump` holds.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::server::{self, Server, free_port, get, wait_for};
+
+/// The ztunnel binary: `ISTIOD_RS_ZTUNNEL` (scripts/test builds it), else
+/// built now by the peers' script. `None` only where there is no script
+/// (a checkout without `../shared/peers`).
+fn ztunnel() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ISTIOD_RS_ZTUNNEL") {
+        return Some(PathBuf::from(p));
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/build-ztunnel");
+    if !script.exists() {
+        return None;
+    }
+    let out = Command::new(&script)
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run build-ztunnel");
+    assert!(out.status.success(), "build-ztunnel failed");
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// A running ztunnel, killed when dropped (it ignores SIGTERM until it
+/// is ready, which it never is without istio-cni).
+struct Ztunnel {
+    child: Child,
+    admin: std::net::SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Ztunnel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Ztunnel {
+    fn start(bin: &PathBuf, secure: std::net::SocketAddr, root: &str, token: &str, node: &str) -> Ztunnel {
+        let dir = tempfile::tempdir().unwrap();
+        // No trailing newline: ztunnel sends the file as it is.
+        std::fs::write(dir.path().join("token"), token).unwrap();
+        let (admin, stats) = (free_port(), free_port());
+        let log = dir.path().join("ztunnel.log");
+        let url = format!("https://{secure}");
+        let child = Command::new(bin)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("XDS_ADDRESS", &url)
+            .env("CA_ADDRESS", &url)
+            .env("XDS_ROOT_CA", root)
+            .env("CA_ROOT_CA", root)
+            .env("ALT_XDS_HOSTNAME", "istiod.istio-system.svc")
+            .env("ALT_CA_HOSTNAME", "istiod.istio-system.svc")
+            .env("AUTH_TOKEN", dir.path().join("token"))
+            .env("NODE_NAME", node)
+            .env("POD_NAME", "ztunnel-abc")
+            .env("POD_NAMESPACE", "istio-system")
+            .env("INSTANCE_IP", "127.0.0.1")
+            .env("CLUSTER_ID", "Kubernetes")
+            .env(
+                "PROXY_CONFIG",
+                json!({"proxyAdminPort": admin.port(), "statsPort": stats.port(), "proxyMetadata": {}}).to_string(),
+            )
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ztunnel");
+        Ztunnel { child, admin, log, _dir: dir }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn dump(&mut self) -> Value {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("ztunnel exited ({status}):\n{}", self.log());
+        }
+        match get(self.admin, "/config_dump") {
+            Some((200, body)) => serde_json::from_str(&body).unwrap_or(Value::Null),
+            _ => Value::Null,
+        }
+    }
+}
+
+fn pod(name: &str, ns: &str, sa: &str, node: &str, ip: &str, hbone: bool, app: &str) -> Value {
+    let mut annotations = json!({});
+    if hbone {
+        annotations = json!({"ambient.istio.io/redirection": "enabled"});
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "labels": {"app": app}, "annotations": annotations},
+        "spec": {"serviceAccountName": sa, "nodeName": node, "containers": [{"name": "app", "ports": [{"name": "http", "containerPort": 8080}]}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+fn by<'a>(list: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
+    list.as_array()?.iter().find(|v| v[key] == value)
+}
+
+/// A ztunnel on node `node-a` gets the pods, the Service with its VIP,
+/// ports and endpoints, and the AuthorizationPolicy as istiod describes
+/// them; it holds an `Available` certificate for the HBONE pod on its
+/// node, signed by the mesh root, and none for the pod elsewhere or the
+/// pod without HBONE; asking directly for the identity of a pod on another
+/// node is refused; a deleted pod leaves its view.
+#[test]
+fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
+    let Some(bin) = ztunnel() else {
+        eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
+        return;
+    };
+    use istiod_kubewatch::fake::{core_resources, istio_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(istio_resources()) {
+        api.install(r);
+    }
+    for ns in ["istio-system", "default"] {
+        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    for (n, zone) in [("node-a", "zone-a"), ("node-b", "zone-b")] {
+        api.apply(
+            "nodes",
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"topology.kubernetes.io/region": "r1", "topology.kubernetes.io/zone": zone}}}),
+        );
+    }
+    api.apply("pods", pod("ztunnel-abc", "istio-system", "ztunnel", "node-a", "10.0.0.2", false, "ztunnel"));
+    api.apply("pods", pod("web-0", "default", "web", "node-a", "10.0.0.10", true, "web"));
+    api.apply("pods", pod("web-1", "default", "web-b", "node-b", "10.0.0.11", true, "web"));
+    api.apply("pods", pod("tcp-0", "default", "tcp", "node-a", "10.0.0.12", false, "web"));
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "selector": {"app": "web"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
+    );
+    api.apply(
+        "authorizationpolicies",
+        json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+               "metadata": {"name": "allow-web", "namespace": "default"},
+               "spec": {"action": "ALLOW", "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/default/sa/web"]}}],
+                                                       "to": [{"operation": {"ports": ["8080"]}}]}]}}),
+    );
+    api.add_pod_token(
+        "zt-token",
+        "system:serviceaccount:istio-system:ztunnel",
+        &["istio-ca"],
+        "ztunnel-abc",
+        "uid-ztunnel-abc",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let ca_dir = dir.path().join("ca");
+    let secure = free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+            ("PILOT_ENABLE_AMBIENT", "true"),
+            ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
+        ],
+        None,
+    );
+    let root = ca_dir.join("ca-cert.pem");
+    let root = root.to_str().unwrap().to_owned();
+    let mut zt = Ztunnel::start(&bin, secure, &root, "zt-token", "node-a");
+
+    let web_id = "spiffe://cluster.local/ns/default/sa/web";
+    let mut dump = Value::Null;
+    let within = Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        dump = zt.dump();
+        let cert_ready = by(&dump["certificates"], "identity", web_id).is_some_and(|c| c["state"] == "Available");
+        if cert_ready
+            && dump["workloads"].as_array().is_some_and(|w| w.len() == 4)
+            && !dump["policies"].as_array().is_none_or(|p| p.is_empty())
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let context = || format!("{dump:#}\nztunnel:\n{}\nserver:\n{}", zt_log_tail(&zt), s.log());
+    let workloads = &dump["workloads"];
+    let web0 = by(workloads, "uid", "Kubernetes//Pod/default/web-0").unwrap_or_else(|| panic!("web-0: {}", context()));
+    assert_eq!(web0["workloadIps"], json!(["10.0.0.10"]));
+    assert_eq!(web0["protocol"], "HBONE");
+    assert_eq!(web0["node"], "node-a");
+    assert_eq!(web0["serviceAccount"], "web");
+    assert_eq!(web0["status"], "Healthy");
+    assert_eq!(web0["services"], json!(["default/web.default.svc.cluster.local"]));
+    assert_eq!(web0["locality"], json!({"region": "r1", "zone": "zone-a", "subzone": ""}), "{web0}");
+    let tcp0 = by(workloads, "uid", "Kubernetes//Pod/default/tcp-0").unwrap_or_else(|| panic!("tcp-0: {}", context()));
+    assert_eq!(tcp0["protocol"], "TCP");
+    assert!(by(workloads, "uid", "Kubernetes//Pod/default/web-1").is_some(), "{}", context());
+    let svc =
+        by(&dump["services"], "hostname", "web.default.svc.cluster.local").unwrap_or_else(|| panic!("{}", context()));
+    assert_eq!(svc["vips"], json!(["/10.96.0.10"]));
+    assert_eq!(svc["ports"], json!({"80": 0}), "a named targetPort is 0 on the Service");
+    let endpoints = svc["endpoints"].as_object().unwrap();
+    assert_eq!(endpoints["Kubernetes//Pod/default/web-0"]["port"], json!({"80": 8080}), "resolved per pod");
+    assert_eq!(endpoints.len(), 3, "{svc}");
+    let policy = by(&dump["policies"], "name", "allow-web").unwrap_or_else(|| panic!("{}", context()));
+    assert_eq!((&policy["scope"], &policy["action"]), (&json!("Namespace"), &json!("Allow")));
+    assert_eq!(
+        policy["rules"],
+        json!([[[{"destinationPorts": [8080]}], [{"principals": [{"Exact": "cluster.local/ns/default/sa/web"}]}]]])
+    );
+    // Certificates: the HBONE pod on node-a only.
+    let certs = dump["certificates"].as_array().unwrap();
+    let ids: Vec<&str> = certs.iter().filter_map(|c| c["identity"].as_str()).collect();
+    assert_eq!(ids, [web_id], "{}", context());
+    let cert = &certs[0];
+    assert_eq!(cert["state"], "Available", "{}", context());
+    let leaf = pem_of(&cert["certChain"][0]["pem"]);
+    let root_in_dump = pem_of(&cert["rootCerts"][0]["pem"]);
+    let flat = |pem: &str| pem.split_whitespace().collect::<String>();
+    assert_eq!(flat(&root_in_dump), flat(&std::fs::read_to_string(&root).unwrap()), "the mesh root");
+    assert!(san_uris(&leaf).contains(&web_id.to_owned()), "SAN of {leaf}");
+
+    // Asked directly: a pod on node-b is not this node's to ask for, and
+    // an account that is not trusted may not impersonate at all.
+    let other = crate::ca::ask_with(
+        secure,
+        &root,
+        "zt-token",
+        "spiffe://cluster.local/ns/default/sa/web-b",
+        0,
+        &[("CA_IMPERSONATE", "spiffe://cluster.local/ns/default/sa/web-b")],
+    );
+    assert_eq!(other["code"], "UNAUTHENTICATED", "{other}");
+    assert_eq!(other["details"], "request impersonation authentication failure");
+    assert!(s.log().contains(r#"no instances of "default/web-b" found on node "node-a""#), "{}", s.log());
+    let mine = crate::ca::ask_with(secure, &root, "zt-token", web_id, 0, &[("CA_IMPERSONATE", web_id)]);
+    assert_eq!((&mine["code"], &mine["sans"]), (&json!("OK"), &json!([web_id])), "{mine}");
+
+    // A pod deleted leaves ztunnel's view.
+    api.delete("pods", "default", "tcp-0");
+    wait_for("tcp-0 gone from ztunnel", within, || {
+        by(&zt.dump()["workloads"], "uid", "Kubernetes//Pod/default/tcp-0").is_none()
+    });
+}
+
+fn zt_log_tail(zt: &Ztunnel) -> String {
+    let log = zt.log();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// A `pem` field of ztunnel's dump: the PEM text, base64-encoded.
+fn pem_of(v: &Value) -> String {
+    use base64::Engine;
+    let b = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap_or_default()).unwrap_or_default();
+    String::from_utf8(b).unwrap_or_default()
+}
+
+/// The URI SANs of a PEM certificate.
+fn san_uris(pem: &str) -> Vec<String> {
+    use base64::Engine;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    istiod_pki::uri_sans(&base64::engine::general_purpose::STANDARD.decode(body).unwrap_or_default())
+}

@@ -79,7 +79,11 @@ pub fn unsupported(root: &str, o: &IstioObject) -> Option<String> {
 /// `convertAuthorizationPolicy`: `Ok(None)` for a policy meant for a
 /// waypoint (`targetRef`); `Err` (istiod's status message) for one ztunnel
 /// does not apply (AUDIT, CUSTOM, dry run).
-fn convert_policy(root: &str, o: &IstioObject, p: &AuthorizationPolicy) -> Result<Option<Authorization>, String> {
+pub(crate) fn convert_policy(
+    root: &str,
+    o: &IstioObject,
+    p: &AuthorizationPolicy,
+) -> Result<Option<Authorization>, String> {
     let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
     let dry_run = o
         .meta
@@ -317,7 +321,7 @@ fn ips(values: &[String]) -> Vec<Address> {
                     (ip, if ip.is_ipv4() { 32 } else { 128 })
                 }
             };
-            Some(Address { address: crate::workload::ip_bytes(ip), length: len })
+            Some(Address { address: crate::ip_bytes(ip), length: len })
         })
         .collect()
 }
@@ -352,7 +356,7 @@ fn peer_authn(o: Option<&IstioObject>) -> Option<&PeerAuthentication> {
 /// `convertPeerAuthentication`: a workload PeerAuthentication with
 /// port-level modes as a DENY policy, or `None` where the static STRICT
 /// policy (or nothing) says it all.
-fn convert_peer_authn(
+pub(crate) fn convert_peer_authn(
     o: &IstioObject,
     pa: &PeerAuthentication,
     ns_cfg: Option<&IstioObject>,
@@ -558,7 +562,7 @@ pub fn describe(a: &Authorization) -> Value {
         Some(string_match::MatchType::Presence(())) => json!({"presence": {}}),
         None => Value::Null,
     };
-    let addr = |a: &Address| format!("{}/{}", crate::workload::ip_text(&a.address), a.length);
+    let addr = |a: &Address| format!("{}/{}", crate::ip_text(&a.address), a.length);
     let matches = |m: &Match| {
         let mut o = serde_json::Map::new();
         let mut put = |k: &str, v: Vec<Value>| {

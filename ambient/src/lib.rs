@@ -475,6 +475,23 @@ fn dedup_changes(changes: &mut Vec<Change>) {
     *changes = out;
 }
 
+/// An address as the workload API carries it: 4 or 16 bytes.
+pub fn ip_bytes(ip: std::net::IpAddr) -> Vec<u8> {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// An address for JSON: its text form.
+pub fn ip_text(bytes: &[u8]) -> String {
+    match bytes.len() {
+        4 => std::net::Ipv4Addr::from(<[u8; 4]>::try_from(bytes).unwrap_or_default()).to_string(),
+        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).unwrap_or_default()).to_string(),
+        _ => format!("{bytes:?}"),
+    }
+}
+
 /// Whether a non-empty `selector` selects `labels`.
 pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
     !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))

@@ -72,7 +72,7 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         };
         addresses.push(NetworkAddress {
             network: settings.network.clone(),
-            address: crate::workload::ip_bytes(ip),
+            address: crate::ip_bytes(ip),
             length: None,
         });
     }
@@ -193,7 +193,7 @@ pub fn describe(s: &WdsService) -> Value {
         "name": s.name,
         "namespace": s.namespace,
         "hostname": s.hostname,
-        "addresses": s.addresses.iter().map(|a| format!("{}/{}", a.network, crate::workload::ip_text(&a.address))).collect::<Vec<_>>(),
+        "addresses": s.addresses.iter().map(|a| format!("{}/{}", a.network, crate::ip_text(&a.address))).collect::<Vec<_>>(),
         "ports": ports,
         "ipFamilies": IpFamilies::try_from(s.ip_families).map_or("", |f| f.as_str_name()),
         "canonical": s.canonical,

@@ -2,7 +2,6 @@
 //! `pilot/pkg/serviceregistry/ambient/workloads.go`).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use istiod_config::objects::{Pod, Service};
 use istiod_proto::istio::workload::{
@@ -38,7 +37,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     }
     let mut addresses = Vec::with_capacity(ips.len());
     for ip in ips {
-        addresses.push(ip_bytes(ip.parse().ok()?));
+        addresses.push(crate::ip_bytes(ip.parse().ok()?));
     }
     let meta = &pod.metadata;
     let ns = meta.ns();
@@ -85,14 +84,6 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
 /// selects `pod`.
 fn serves_pod(s: &Service, pod: &Pod) -> bool {
     s.spec.kind.as_deref() != Some("ExternalName") && selects(&s.spec.selector, &pod.metadata.labels)
-}
-
-/// An address as the workload API carries it: 4 or 16 bytes.
-pub fn ip_bytes(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    }
 }
 
 /// A Node's locality from its labels (`nodeLocality`).
@@ -197,15 +188,6 @@ pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (
     (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
 }
 
-/// An address for JSON: its text form.
-pub fn ip_text(bytes: &[u8]) -> String {
-    match bytes.len() {
-        4 => std::net::Ipv4Addr::from(<[u8; 4]>::try_from(bytes).unwrap_or_default()).to_string(),
-        16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).unwrap_or_default()).to_string(),
-        _ => format!("{bytes:?}"),
-    }
-}
-
 /// A workload as `/debug/ambientz` shows it (the proto's JSON names).
 pub fn describe(w: &Workload) -> Value {
     let services: serde_json::Map<String, Value> = w
@@ -221,7 +203,7 @@ pub fn describe(w: &Workload) -> Value {
         "uid": w.uid,
         "name": w.name,
         "namespace": w.namespace,
-        "addresses": w.addresses.iter().map(|a| ip_text(a)).collect::<Vec<_>>(),
+        "addresses": w.addresses.iter().map(|a| crate::ip_text(a)).collect::<Vec<_>>(),
         "network": w.network,
         "tunnelProtocol": TunnelProtocol::try_from(w.tunnel_protocol).map_or("NONE", |t| t.as_str_name()),
         "trustDomain": w.trust_domain,

@@ -253,6 +253,17 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     let mine = crate::ca::ask_with(secure, &root, "zt-token", web_id, 0, &[("CA_IMPERSONATE", web_id)]);
     assert_eq!((&mine["code"], &mine["sans"]), (&json!("OK"), &json!([web_id])), "{mine}");
 
+    // istiod's /debug/ambientz: protojson, addresses as its handler writes
+    // them (the address's text, base64).
+    let (_, body) = get(s.http, "/debug/ambientz").unwrap();
+    let ambientz: Value = serde_json::from_str(&body).unwrap();
+    let w =
+        by(&ambientz["workloads"], "uid", "Kubernetes//Pod/default/web-0").unwrap_or_else(|| panic!("{ambientz:#}"));
+    assert_eq!(w["addresses"], json!(["MTAuMC4wLjEw"]), "{w}");
+    assert_eq!((&w["tunnelProtocol"], &w["workloadType"]), (&json!("HBONE"), &json!("POD")), "{w}");
+    assert_eq!(ambientz["services"].as_array().map(Vec::len), Some(1), "{ambientz:#}");
+    assert_eq!(by(&ambientz["policies"], "name", "allow-web").unwrap()["scope"], "NAMESPACE");
+
     // A pod deleted leaves ztunnel's view.
     api.delete("pods", "default", "tcp-0");
     wait_for("tcp-0 gone from ztunnel", within, || {

@@ -588,8 +588,8 @@ pub fn describe(a: &Authorization) -> Value {
     json!({
         "name": a.name,
         "namespace": a.namespace,
-        "scope": Scope::try_from(a.scope).map_or("", |s| s.as_str_name()),
-        "action": Action::try_from(a.action).map_or("", |s| s.as_str_name()),
+        "scope": crate::enum_name(a.scope, |v| Scope::try_from(v).ok().map(|s| s.as_str_name())),
+        "action": crate::enum_name(a.action, |v| Action::try_from(v).ok().map(|s| s.as_str_name())),
         "groups": a.groups.iter().map(|g| json!({"rules": g.rules.iter().map(|r| json!({"matches": r.matches.iter().map(matches).collect::<Vec<_>>()})).collect::<Vec<_>>()})).collect::<Vec<_>>(),
         "dryRun": a.dry_run,
     })

@@ -497,25 +497,72 @@ pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
     !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// `/debug/ambientz`-style JSON of the index: workloads, services and
-/// policies as ztunnel would decode them (names as in the protos).
+/// An enum field as protojson writes it: its name, nothing for 0.
+pub(crate) fn enum_name(v: i32, name: impl Fn(i32) -> Option<&'static str>) -> serde_json::Value {
+    match v {
+        0 => serde_json::Value::Null,
+        v => name(v).map_or(v.into(), Into::into),
+    }
+}
+
+/// An address as istiod's `/debug/ambientz` writes it: the address's
+/// text, base64-encoded (its debug handler puts the text in the bytes).
+pub(crate) fn debug_ip(bytes: &[u8]) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let text = ip_text(bytes);
+    let mut out = String::new();
+    for chunk in text.as_bytes().chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Drops what protojson leaves out: nulls, empty strings and lists, and
+/// `false` (an empty object stays: it is a message that is set, such as
+/// `presence: {}`).
+fn prune(v: serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(false) => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Array(a) => {
+            let a: Vec<Value> =
+                a.into_iter().map(|x| prune(x).unwrap_or_else(|| Value::Object(Default::default()))).collect();
+            (!a.is_empty()).then_some(Value::Array(a))
+        }
+        Value::Object(o) => Some(Value::Object(o.into_iter().filter_map(|(k, x)| Some((k, prune(x)?))).collect())),
+        other => Some(other),
+    }
+}
+
+/// istiod's `/debug/ambientz`: the workloads, services and policies, each
+/// as protojson writes it (camelCase names, enum names, defaults left out;
+/// addresses as istiod's handler writes them, [`debug_ip`]).
 pub fn describe(index: &Index) -> serde_json::Value {
     use serde_json::json;
     let workloads: Vec<_> = index
         .workloads()
         .filter_map(|(_, a)| match &a.r#type {
-            Some(address::Type::Workload(w)) => Some(workload::describe(w)),
+            Some(address::Type::Workload(w)) => prune(workload::describe(w)),
             _ => None,
         })
         .collect();
     let services: Vec<_> = index
         .services()
         .filter_map(|(_, a)| match &a.r#type {
-            Some(address::Type::Service(s)) => Some(service::describe(s)),
+            Some(address::Type::Service(s)) => prune(service::describe(s)),
             _ => None,
         })
         .collect();
-    let policies: Vec<_> = index.policies().map(|(_, p)| authz::describe(p)).collect();
+    let policies: Vec<_> = index.policies().filter_map(|(_, p)| prune(authz::describe(p))).collect();
     json!({ "workloads": workloads, "services": services, "policies": policies })
 }
 

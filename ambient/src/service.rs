@@ -185,7 +185,7 @@ pub fn describe(s: &WdsService) -> Value {
             json!({
                 "servicePort": p.service_port,
                 "targetPort": p.target_port,
-                "appProtocol": AppProtocol::try_from(p.app_protocol).map_or("", |a| a.as_str_name()),
+                "appProtocol": crate::enum_name(p.app_protocol, |v| AppProtocol::try_from(v).ok().map(|a| a.as_str_name())),
             })
         })
         .collect();
@@ -193,9 +193,9 @@ pub fn describe(s: &WdsService) -> Value {
         "name": s.name,
         "namespace": s.namespace,
         "hostname": s.hostname,
-        "addresses": s.addresses.iter().map(|a| format!("{}/{}", a.network, crate::ip_text(&a.address))).collect::<Vec<_>>(),
+        "addresses": s.addresses.iter().map(|a| json!({"network": a.network, "address": crate::debug_ip(&a.address)})).collect::<Vec<_>>(),
         "ports": ports,
-        "ipFamilies": IpFamilies::try_from(s.ip_families).map_or("", |f| f.as_str_name()),
+        "ipFamilies": crate::enum_name(s.ip_families, |v| IpFamilies::try_from(v).ok().map(|f| f.as_str_name())),
         "canonical": s.canonical,
     })
 }

@@ -102,6 +102,7 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
 /// istiod-rs's own.
 const HANDLERS: &[(&str, &str)] = &[
     ("/debug/adsz", "Status and debug interface for ADS"),
+    ("/debug/ambientz", "Ambient workloads, services and policies (PILOT_ENABLE_AMBIENT)"),
     ("/debug/authorizationz", "Internal authorization policies"),
     ("/debug/config_dump", "ConfigDump in the form of the Envoy admin config dump API for passed in proxyID"),
     ("/debug/config_report", "What the config source read and refused (istiod-rs)"),
@@ -251,6 +252,11 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 _ => not_connected(),
             }
         }
+        "/debug/ambientz" => Response::json(
+            &state.borrow().ambient.as_ref().map_or(json!({"workloads": [], "services": [], "policies": []}), |a| {
+                istiod_ambient::describe(&a.index)
+            }),
+        ),
         "/debug/authorizationz" => Response::json(&model().map_or(json!({}), |m| super::debugz::authorizationz(&m))),
         "/debug/endpointz" | "/debug/endpointShardz" => {
             Response::json(&model().map_or(json!({}), |m| super::debugz::endpoint_shardz(&m, &d.cluster_id)))

@@ -159,6 +159,12 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
                "spec": {"action": "ALLOW", "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/default/sa/web"]}}],
                                                        "to": [{"operation": {"ports": ["8080"]}}]}]}}),
     );
+    api.apply(
+        "authorizationpolicies",
+        json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+               "metadata": {"name": "deny-get", "namespace": "default"},
+               "spec": {"action": "DENY", "rules": [{"to": [{"operation": {"methods": ["GET"], "ports": ["9090"]}}]}]}}),
+    );
     api.add_pod_token(
         "zt-token",
         "system:serviceaccount:istio-system:ztunnel",
@@ -193,7 +199,7 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         let cert_ready = by(&dump["certificates"], "identity", web_id).is_some_and(|c| c["state"] == "Available");
         if cert_ready
             && dump["workloads"].as_array().is_some_and(|w| w.len() == 4)
-            && !dump["policies"].as_array().is_none_or(|p| p.is_empty())
+            && dump["policies"].as_array().is_some_and(|p| p.len() == 2)
         {
             break;
         }
@@ -252,6 +258,18 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     assert!(s.log().contains(r#"no instances of "default/web-b" found on node "node-a""#), "{}", s.log());
     let mine = crate::ca::ask_with(secure, &root, "zt-token", web_id, 0, &[("CA_IMPERSONATE", web_id)]);
     assert_eq!((&mine["code"], &mine["sans"]), (&json!("OK"), &json!([web_id])), "{mine}");
+
+    // A DENY with an HTTP attribute is enforced on its port alone, and
+    // reported in istiod's words.
+    let deny = by(&dump["policies"], "name", "deny-get").unwrap_or_else(|| panic!("{}", context()));
+    assert_eq!(deny["rules"], json!([[[{"destinationPorts": [9090]}]]]), "{deny}");
+    let (_, report) = get(s.http, "/debug/config_report").unwrap();
+    assert!(
+        report.contains(
+            "AuthorizationPolicy default/deny-get at ztunnel: ztunnel does not support HTTP attributes (found: methods)"
+        ),
+        "{report}"
+    );
 
     // istiod's /debug/ambientz: protojson, addresses as its handler writes
     // them (the address's text, base64).

@@ -41,10 +41,19 @@ fn serve(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)
 }
 
 fn serve_with(dir: &std::path::Path, tls: Option<(&std::path::Path, &std::path::Path)>, flags: &[&str]) -> Server {
+    serve_env(dir, tls, flags, &[])
+}
+
+fn serve_env(
+    dir: &std::path::Path,
+    tls: Option<(&std::path::Path, &std::path::Path)>,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     // A port another test took between free_port and the bind makes the
     // server exit at once: it is started again on other ports.
     for _ in 0..5 {
-        if let Some(server) = try_serve(dir, tls, flags) {
+        if let Some(server) = try_serve(dir, tls, flags, env) {
             return server;
         }
     }
@@ -55,6 +64,7 @@ fn try_serve(
     dir: &std::path::Path,
     tls: Option<(&std::path::Path, &std::path::Path)>,
     flags: &[&str],
+    env: &[(&str, &str)],
 ) -> Option<Server> {
     let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
     let secure = tls.map(|_| free_port());
@@ -64,6 +74,7 @@ fn try_serve(
         .args(["--monitoringAddr", &monitoring.to_string(), "--httpsAddr", "", "--cores", "1"])
         .args(flags)
         .env("PILOT_DEBOUNCE_AFTER", "10ms")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     match (tls, secure) {
@@ -184,6 +195,45 @@ fn churn(kind: ChurnKind, delta: bool) {
     assert_eq!(j["per_change"].as_array().unwrap().len(), report.changes.len());
     let html = report.html();
     assert!(html.contains("<svg") && html.contains("Convergence per change"));
+}
+
+/// `loadgen ztunnel` (issue #35's scenario, small): simulated ztunnels
+/// on delta WDS hold every pod, and every one converges on every pod
+/// change, pushed as the one workload that changed.
+#[test]
+fn ztunnels_converge_on_pod_churn() {
+    use istiod_loadgen::ztunnel;
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = ztunnel::Options {
+        server: "127.0.0.1:1".parse().unwrap(),
+        ztunnels: 8,
+        pods: 300,
+        pods_per_service: 10,
+        services_per_namespace: 10,
+        per_second: 20.0,
+        churn_for: Duration::from_secs(2),
+        settle: Duration::from_secs(10),
+        sync_timeout: Duration::from_secs(30),
+        dir: dir.path().to_owned(),
+    };
+    assert_eq!(ztunnel::write_mesh(&o).unwrap(), 30);
+    let server = serve_env(dir.path(), None, &[], &[("PILOT_ENABLE_AMBIENT", "true")]);
+    o.server = server.grpc;
+    let report = block_on(ztunnel::run(&o));
+    assert_eq!(report.errors, Vec::<String>::new());
+    assert_eq!(report.synced, 8, "{:?}", report.json());
+    assert!(report.changes >= 30, "{} changes", report.changes);
+    assert_eq!(report.missed, 0, "{}", report.json());
+    assert_eq!(report.converged, 8 * report.changes as u64);
+    // Pushed as the changed workload alone: `pilot_xds_pushes{type="wds"}`
+    // counts a response per ztunnel at sync and about one per change
+    // (changes the debounce merges share one).
+    let metrics = support::get(server.monitoring, "/metrics").unwrap().1;
+    let wds: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pilot_xds_pushes{type=\"wds\"} ")?.parse().ok())
+        .unwrap_or_else(|| panic!("no wds pushes in\n{metrics}"));
+    assert!(wds <= 8 * (1 + report.changes as u64), "{wds} WDS responses for {} changes", report.changes);
 }
 
 #[test]

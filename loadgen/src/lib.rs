@@ -8,7 +8,8 @@
 //! sidecar; [`churn`]: edits to the mesh, stamped; [`run`]: a whole run;
 //! [`stats`]: what it measures and the report; [`wire`]: responses read
 //! as they stream in, without copying their resources; [`lean`]: the lean
-//! HTTP/2 client of plaintext runs.
+//! HTTP/2 client of plaintext runs; [`ztunnel`]: simulated ztunnels
+//! (ambient's workload API) and their pod churn.
 #![forbid(unsafe_code)]
 
 pub mod churn;
@@ -20,3 +21,4 @@ pub mod run;
 pub mod scenario;
 pub mod stats;
 pub mod wire;
+pub mod ztunnel;

@@ -42,9 +42,100 @@ enum Command {
         #[arg(long, default_value = "https://loadgen.test")]
         issuer: String,
     },
+    /// Simulated ztunnels (delta WDS) against a server with
+    /// PILOT_ENABLE_AMBIENT serving --config-dir: pods change address at
+    /// a set rate; reports how fast every ztunnel converged on each.
+    Ztunnel(Box<ZtunnelArgs>),
     /// N workloads ask the CA for a certificate at once (a restart of
     /// every pod): throughput and latency.
     Csr(Box<CsrArgs>),
+}
+
+#[derive(clap::Args)]
+struct ZtunnelArgs {
+    /// pilot-discovery's plaintext gRPC address.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    server: std::net::SocketAddr,
+    /// The directory the server serves (`--write-mesh` writes it).
+    #[arg(long)]
+    config_dir: PathBuf,
+    /// Write the mesh to --config-dir and exit.
+    #[arg(long)]
+    write_mesh: bool,
+    /// ztunnels (nodes).
+    #[arg(long, default_value_t = 100)]
+    ztunnels: u32,
+    /// Pods.
+    #[arg(long, default_value_t = 10_000)]
+    pods: u32,
+    /// Pod changes per second.
+    #[arg(long, default_value_t = 10.0)]
+    churn_rate: f64,
+    /// Seconds of churn.
+    #[arg(long, default_value_t = 30)]
+    churn_seconds: u64,
+    /// Seconds to wait for the last changes.
+    #[arg(long, default_value_t = 10)]
+    settle_seconds: u64,
+    /// The report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
+fn ztunnel_cmd(a: ZtunnelArgs) -> ExitCode {
+    use istiod_loadgen::ztunnel;
+    let o = ztunnel::Options {
+        server: a.server,
+        ztunnels: a.ztunnels.max(1),
+        pods: a.pods,
+        pods_per_service: 10,
+        services_per_namespace: 10,
+        per_second: a.churn_rate,
+        churn_for: Duration::from_secs(a.churn_seconds),
+        settle: Duration::from_secs(a.settle_seconds),
+        sync_timeout: Duration::from_secs(120),
+        dir: a.config_dir,
+    };
+    if a.write_mesh {
+        return match ztunnel::write_mesh(&o) {
+            Ok(n) => {
+                println!("loadgen: wrote {n} services with {} pods to {}", n * 10, o.dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("loadgen: cannot write {}: {e}", o.dir.display());
+                ExitCode::from(1)
+            }
+        };
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadgen: runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = rt.block_on(ztunnel::run(&o));
+    let json = report.json();
+    println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+    if let Some(path) = &a.json
+        && let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&json).unwrap_or_default())
+    {
+        eprintln!("loadgen: cannot write {}: {e}", path.display());
+        return ExitCode::from(1);
+    }
+    if report.synced < o.ztunnels || report.missed > 0 || !report.errors.is_empty() {
+        eprintln!(
+            "loadgen: {} of {} synced, {} missed, {} errors",
+            report.synced,
+            o.ztunnels,
+            report.missed,
+            report.errors.len()
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
 }
 
 #[derive(clap::Args)]
@@ -297,6 +388,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => run_cmd(*a),
         Command::Csr(a) => csr_cmd(*a),
+        Command::Ztunnel(a) => ztunnel_cmd(*a),
         Command::Issuer { out, issuer } => {
             #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
             match istiod_loadgen::csr::Issuer::generate(&issuer).and_then(|i| i.save(&out).map_err(|e| e.to_string())) {

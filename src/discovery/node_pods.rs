@@ -73,7 +73,8 @@ impl NodePods {
             }
             Some(refs) => {
                 for r in refs.iter().filter(|r| r.kind == "Pod") {
-                    let now = objects.pods.iter().find(|p| p.metadata.name == r.name && p.metadata.ns() == r.namespace);
+                    let now =
+                        objects.pods.iter().rev().find(|p| p.metadata.name == r.name && p.metadata.ns() == r.namespace);
                     match now {
                         Some(p) => inner.insert(p),
                         None => inner.remove(&(r.namespace.clone(), r.name.clone())),

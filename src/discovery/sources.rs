@@ -239,6 +239,16 @@ pub(super) fn apply(
     let mut not_applied: Vec<String> =
         istiod_mesh::model::report::not_applied(&objects, &mesh.model).iter().map(|n| n.to_string()).collect();
     not_applied.extend(settings.notes.iter().map(|n| format!("mesh config: {n}")));
+    // What ztunnels do not enforce of a policy, in istiod's status words.
+    if state.borrow().ambient.is_some() {
+        for o in &objects.istio {
+            let note = istiod_ambient::authz::unsupported(&settings.root_namespace, o)
+                .or_else(|| istiod_ambient::authz::l7_warning(o));
+            if let Some(note) = note {
+                not_applied.push(format!("AuthorizationPolicy {}/{} at ztunnel: {note}", o.meta.ns(), o.meta.name));
+            }
+        }
+    }
     let before: std::collections::BTreeSet<String> = state.borrow().configz["notApplied"]
         .as_array()
         .into_iter()

@@ -323,6 +323,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 index: istiod_ambient::Index::new(),
                 cluster_id: config.cluster_id.clone(),
                 network: config.network.clone(),
+                system_namespace: config.identity.namespace.clone(),
             });
         }
         // Gateway API status: written by the elected replica (Kubernetes only).

@@ -123,6 +123,7 @@ fn by<'a>(list: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
 /// pod without HBONE; asking directly for the identity of a pod on another
 /// node is refused; a deleted pod leaves its view.
 #[test]
+#[allow(clippy::print_stderr, reason = "a skip says why")]
 fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     let Some(bin) = ztunnel() else {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");

@@ -50,8 +50,11 @@ pub fn all(inputs: &Inputs, settings: &Settings) -> Vec<Authorization> {
         if o.meta.ns() == root || pa.selector.is_none() || pa.port_level_mtls.as_ref().is_none_or(|m| m.is_empty()) {
             continue;
         }
-        let ns_policy = oldest(inputs.policies_in("PeerAuthentication", o.meta.ns()));
-        let root_policy = oldest(inputs.policies_in("PeerAuthentication", root));
+        // The parents: the oldest policies without a selector
+        // (istiod's `PeerAuthByNamespace`).
+        let selectorless = |o: &&IstioObject| peer_authn(Some(o)).is_some_and(|p| p.selector.is_none());
+        let ns_policy = oldest(inputs.policies_in("PeerAuthentication", o.meta.ns()).filter(selectorless));
+        let root_policy = oldest(inputs.policies_in("PeerAuthentication", root).filter(selectorless));
         if let Some(a) = convert_peer_authn(o, pa, ns_policy, root_policy) {
             out.push(a);
         }
@@ -341,8 +344,11 @@ fn mode(m: Option<&MutualTls>) -> MtlsMode {
 /// The oldest of some PeerAuthentications (istiod's `getOldestPeerAuthn`).
 fn oldest<'a>(policies: impl Iterator<Item = &'a IstioObject>) -> Option<&'a IstioObject> {
     policies.min_by(|a, b| {
-        (a.meta.creation_timestamp.as_deref().unwrap_or(""), &a.meta.name)
-            .cmp(&(b.meta.creation_timestamp.as_deref().unwrap_or(""), &b.meta.name))
+        (a.meta.creation_timestamp.as_deref().unwrap_or(""), a.meta.ns(), &a.meta.name).cmp(&(
+            b.meta.creation_timestamp.as_deref().unwrap_or(""),
+            b.meta.ns(),
+            &b.meta.name,
+        ))
     })
 }
 
@@ -441,7 +447,9 @@ pub fn workload_policies(
     let mut out: Vec<String> = Vec::new();
     for o in inputs.policies_of("AuthorizationPolicy") {
         let IstioSpec::AuthorizationPolicy(p) = &o.spec else { continue };
-        let Some(sel) = &p.selector else { continue };
+        // `selector: {}` is WORKLOAD_SELECTOR-scoped, yet attached to no
+        // workload (istiod's `GetLabelSelector()` is nil for it).
+        let Some(sel) = p.selector.as_ref().filter(|s| !s.match_labels.is_empty()) else { continue };
         let pns = o.meta.ns();
         if (pns != root && pns != ns) || !sel.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
             continue;
@@ -475,11 +483,12 @@ pub fn workload_policies(
 /// policies a workload lists (the static STRICT one, its own converted
 /// one, or neither).
 fn converted_keys(root: &str, auths: &[&IstioObject]) -> Vec<String> {
-    let older = |a: &IstioObject, b: Option<&IstioObject>| {
-        b.is_none_or(|b| {
-            a.meta.creation_timestamp.as_deref().unwrap_or("") < b.meta.creation_timestamp.as_deref().unwrap_or("")
-        })
+    // Oldest first; equal times (a second's precision, or none in files)
+    // by namespace and name, so every build picks the same one.
+    let age = |o: &IstioObject| {
+        (o.meta.creation_timestamp.clone().unwrap_or_default(), o.meta.ns().to_owned(), o.meta.name.clone())
     };
+    let older = |a: &IstioObject, b: Option<&IstioObject>| b.is_none_or(|b| age(a) < age(b));
     let (mut mesh, mut namespace, mut workload): (Option<&IstioObject>, Option<&IstioObject>, Option<&IstioObject>) =
         (None, None, None);
     for o in auths {

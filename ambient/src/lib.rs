@@ -47,8 +47,13 @@ pub struct Settings {
     pub trust_domain: String,
     /// The root namespace (`istio-system`): mesh-wide policies.
     pub root_namespace: String,
-    /// The local network (`NETWORK`, empty by default).
+    /// The local network where the system namespace's
+    /// `topology.istio.io/network` label names none (`NETWORK`, empty by
+    /// default).
     pub network: String,
+    /// The namespace istiod runs in (`POD_NAMESPACE`, `istio-system`): its
+    /// `topology.istio.io/network` label is the local network.
+    pub system_namespace: String,
 }
 
 impl Default for Settings {
@@ -59,6 +64,7 @@ impl Default for Settings {
             trust_domain: "cluster.local".into(),
             root_namespace: "istio-system".into(),
             network: String::new(),
+            system_namespace: "istio-system".into(),
         }
     }
 }
@@ -290,21 +296,6 @@ impl Index {
         &self.inputs
     }
 
-    /// The identity (`spiffe://<td>/ns/<ns>/sa/<sa>`) of every workload on
-    /// node `node`: what a ztunnel there may ask certificates for.
-    pub fn identities_on_node(&self, node: &str) -> BTreeSet<String> {
-        let td = self.settings.as_ref().map_or("cluster.local", |s| s.trust_domain.as_str());
-        self.inputs
-            .pods
-            .values()
-            .filter(|p| p.spec.node_name.as_deref() == Some(node))
-            .map(|p| {
-                let sa = p.spec.service_account_name.as_deref().filter(|s| !s.is_empty()).unwrap_or("default");
-                format!("spiffe://{td}/ns/{}/sa/{sa}", p.metadata.ns())
-            })
-            .collect()
-    }
-
     /// Reads every input again from `objects`.
     fn read_all(&mut self, objects: &Objects) {
         let mut inputs = Inputs::default();
@@ -355,10 +346,15 @@ impl Index {
                     Some(n) => self.inputs.namespaces.insert(name.to_owned(), Arc::new(n)),
                     None => self.inputs.namespaces.remove(name),
                 };
-                let services = self.inputs.services_by_ns.get(name).into_iter().flatten();
-                dirty.services.extend(services.map(|s| key(name, s)));
-                let pods = self.inputs.pods_by_ns.get(name).into_iter().flatten();
-                dirty.workloads.extend(pods.map(|p| key(name, p)));
+                // With `discoverySelectors` a namespace's objects come and
+                // go with it (their own changes are not named): read them
+                // again.
+                self.resync_namespace(objects, name, settings, dirty);
+                if name == settings.system_namespace {
+                    // Its network label is every workload's and service's.
+                    dirty.workloads.extend(self.inputs.pods.keys().cloned());
+                    dirty.services.extend(self.inputs.services.keys().cloned());
+                }
             }
             "Node" => {
                 let now = objects.nodes.iter().rev().find(|n| n.metadata.name == name).cloned();
@@ -387,6 +383,44 @@ impl Index {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Reads the Pods, Services and policies of namespace `ns` again, and
+    /// marks what they were and are.
+    fn resync_namespace(&mut self, objects: &Objects, ns: &str, settings: &Settings, dirty: &mut Dirty) {
+        let old_pods: Vec<String> = self.inputs.pods_by_ns.get(ns).into_iter().flatten().cloned().collect();
+        for p in &old_pods {
+            self.inputs.set_pod(key(ns, p), None);
+        }
+        dirty.workloads.extend(old_pods.iter().map(|p| key(ns, p)));
+        for p in objects.pods.iter().filter(|p| p.metadata.ns() == ns) {
+            self.inputs.set_pod(key(ns, &p.metadata.name), Some(p.clone()));
+            dirty.workloads.insert(key(ns, &p.metadata.name));
+        }
+        let old_services: Vec<String> = self.inputs.services_by_ns.get(ns).into_iter().flatten().cloned().collect();
+        for s in &old_services {
+            self.inputs.set_service(key(ns, s), None);
+        }
+        dirty.services.extend(old_services.iter().map(|s| key(ns, s)));
+        for s in objects.services.iter().filter(|s| s.metadata.ns() == ns) {
+            self.inputs.set_service(key(ns, &s.metadata.name), Some(s.clone()));
+            dirty.services.insert(key(ns, &s.metadata.name));
+        }
+        let before = self.inputs.policies.len();
+        self.inputs.policies.retain(|(_, (n, _)), _| n != ns);
+        let mut any = before != self.inputs.policies.len();
+        for o in objects.istio.iter().filter(|o| o.meta.ns() == ns) {
+            if let Some(kind) = policy_kind(o) {
+                self.inputs.policies.insert((kind.into(), key(ns, &o.meta.name)), Arc::new(o.clone()));
+                any = true;
+            }
+        }
+        if any {
+            dirty.policies = true;
+            if ns == settings.root_namespace {
+                dirty.workloads.extend(self.inputs.pods.keys().cloned());
+            }
         }
     }
 
@@ -475,6 +509,16 @@ fn dedup_changes(changes: &mut Vec<Change>) {
     }
     out.reverse();
     *changes = out;
+}
+
+/// The local network: the system namespace's `topology.istio.io/network`
+/// label (istiod's `LocalSystemNamespaceNetwork`), else the setting.
+pub(crate) fn network(inputs: &Inputs, settings: &Settings) -> String {
+    inputs
+        .namespace(&settings.system_namespace)
+        .and_then(|n| n.metadata.labels.get("topology.istio.io/network"))
+        .cloned()
+        .unwrap_or_else(|| settings.network.clone())
 }
 
 /// An address as the workload API carries it: 4 or 16 bytes.

@@ -50,10 +50,11 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         .map(|p| Port {
             service_port: p.port.into(),
             target_port: numeric_target(p.port, p.target_port.as_ref()),
-            app_protocol: app_protocol(Protocol::of_port(
-                p.name.as_deref(),
-                p.app_protocol.as_deref(),
+            app_protocol: app_protocol(convert_protocol(
+                p.port,
+                p.name.as_deref().unwrap_or(""),
                 p.protocol.as_deref(),
+                p.app_protocol.as_deref(),
             )) as i32,
         })
         .collect();
@@ -62,6 +63,7 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         many => many.iter().map(String::as_str).collect(),
     };
     let mut addresses = Vec::new();
+    let network = crate::network(inputs, settings);
     for vip in vips.into_iter().filter(|v| !v.is_empty() && *v != "None") {
         let ip: std::net::IpAddr = match vip.parse() {
             Ok(ip) => ip,
@@ -70,11 +72,7 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
                 return None;
             }
         };
-        addresses.push(NetworkAddress {
-            network: settings.network.clone(),
-            address: crate::ip_bytes(ip),
-            length: None,
-        });
+        addresses.push(NetworkAddress { network: network.clone(), address: crate::ip_bytes(ip), length: None });
     }
     let ns_annotations = inputs.namespace(s.metadata.ns()).map(|n| &n.metadata.annotations);
     let mut lb = if spec.internal_traffic_policy.as_deref() == Some("Local") {
@@ -162,6 +160,31 @@ fn traffic_distribution(
         Some(v) => read(v),
         None => Distribution::Any,
     }
+}
+
+/// istiod's `kube.ConvertProtocol` (pkg/config/kube/conversion.go): UDP
+/// first; `appProtocol` if set (Kubernetes' `kubernetes.io/h2c`, `ws`,
+/// `wss`), else the port name; a `grpc-web` prefix; the part before `-`;
+/// an unknown one on a well-known port (SMTP, DNS, MySQL, MongoDB) is TCP.
+fn convert_protocol(port: u16, name: &str, l4: Option<&str>, app_protocol: Option<&str>) -> Protocol {
+    if l4 == Some("UDP") {
+        return Protocol::Udp;
+    }
+    let name = match app_protocol {
+        Some("kubernetes.io/h2c") => return Protocol::Http2,
+        Some("kubernetes.io/ws") => return Protocol::Http,
+        Some("kubernetes.io/wss") => return Protocol::Https,
+        Some(ap) => ap,
+        None => name,
+    };
+    if name.len() >= 8 && name.is_char_boundary(8) && name[..8].eq_ignore_ascii_case("grpc-web") {
+        return Protocol::GrpcWeb;
+    }
+    let p = Protocol::parse(name.split('-').next().unwrap_or(name));
+    if p == Protocol::Unsupported && matches!(port, 25 | 53 | 3306 | 27017) {
+        return Protocol::Tcp;
+    }
+    p
 }
 
 /// `toAppProtocolFromProtocol`.

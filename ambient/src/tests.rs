@@ -316,3 +316,36 @@ fn fuzz_regressions_replay() {
     }
     assert!(n > 0, "the seed at least");
 }
+
+/// Under `discoverySelectors` a namespace that leaves the selection takes
+/// its objects with it and only the Namespace is named: they go; the
+/// system namespace's network label is every workload's network.
+#[test]
+fn a_namespace_change_reads_its_objects_again() {
+    let ns = |labels: &str| {
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: default, labels: {{{labels}}}}}\n---\n")
+    };
+    let sys = "apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system, labels: {topology.istio.io/network: net-1}}\n---\n";
+    let mut index = Index::new();
+    let all = objects(&(ns("in: 'yes'") + sys + &mesh(2)));
+    let changes = index.apply(&all, None, &Settings::default());
+    assert_eq!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().network, "net-1");
+    let default_ref =
+        [ObjectRef { kind: "Namespace".into(), namespace: String::new(), name: "default".into(), service: None }];
+    let gone = objects(&(ns("in: 'no'") + sys));
+    let changes = index.apply(&gone, Some(&default_ref), &Settings::default());
+    let removed: Vec<&str> = changes.iter().filter(|c| c.2.is_none()).map(|c| &*c.1).collect();
+    assert_eq!(removed.len(), 3, "two workloads and the service: {changes:?}");
+    let back = index.apply(&all, Some(&default_ref), &Settings::default());
+    assert_eq!(back.iter().filter(|c| c.2.is_some()).count(), 3, "{back:?}");
+}
+
+/// `selector: {}` scopes a policy to WORKLOAD_SELECTOR yet attaches it to
+/// no workload, as istiod does.
+#[test]
+fn an_empty_selector_attaches_to_nothing() {
+    let y = mesh(1)
+        + "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: empty, namespace: default}\nspec: {selector: {}, action: DENY, rules: [{}]}\n";
+    let changes = Index::new().apply(&objects(&y), None, &Settings::default());
+    assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().authorization_policies.is_empty());
+}

@@ -48,7 +48,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
         uid: pod_uid(&settings.cluster_id, ns, &meta.name),
         name: meta.name.clone(),
         namespace: ns.to_owned(),
-        network: settings.network.clone(),
+        network: crate::network(inputs, settings),
         cluster_id: settings.cluster_id.clone(),
         addresses,
         service_account: pod.spec.service_account_name.clone().unwrap_or_default(),

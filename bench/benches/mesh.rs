@@ -210,7 +210,9 @@ fn assemble_setup(scenario: &str) -> Assemble {
         .collect();
     let routes = vec![Arc::from(istiod_loadgen::mesh::PORT.to_string())];
     let mut a = Assemble { snap, class, warm, names: [clusters, endpoints, listeners, routes] };
-    for kind in Kind::ALL.into_iter().filter(|k| !matches!(k, Kind::Secret | Kind::ExtensionConfig)) {
+    for kind in
+        Kind::ALL.into_iter().filter(|k| matches!(k, Kind::Cluster | Kind::Endpoint | Kind::Listener | Kind::Route))
+    {
         let names = a.names[kind as usize].clone();
         response(&mut a.warm, &a.snap, &a.class, kind, &names);
     }
@@ -230,8 +232,9 @@ fn assemble(c: &mut Criterion) {
                 Kind::Endpoint => "eds",
                 Kind::Listener => "lds",
                 Kind::Route => "rds",
-                // A sidecar mesh has none.
-                Kind::Secret | Kind::ExtensionConfig => continue,
+                // A sidecar mesh has none; ztunnels' kinds are
+                // bench/benches/ambient.rs's.
+                Kind::Secret | Kind::ExtensionConfig | Kind::Address | Kind::Authorization => continue,
             };
             g.bench_function(format!("{label}/cached{suffix}"), |b| {
                 let mut a = shared().borrow_mut();

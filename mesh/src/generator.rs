@@ -511,9 +511,12 @@ impl Generator for MeshGenerator {
     /// workloads or a VirtualService matches source labels; its locality
     /// only for endpoints. Proxies that differ in nothing else share them.
     fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
-        if ambient(class, kind).is_some() {
+        match ambient(class, kind) {
             // The workload API's resources are the same for every ztunnel.
-            return Some(ztunnel_class());
+            Some(true) => return Some(ztunnel_class()),
+            // None for others, under their own class.
+            Some(false) => return None,
+            None => {}
         }
         let m = mesh(snap)?;
         // Gateways select routers by label; EnvoyFilters may select, and

@@ -72,6 +72,18 @@ impl NodePods {
                 }
             }
             Some(refs) => {
+                // A namespace's pods come and go with it under
+                // `discoverySelectors`: read them again.
+                for r in refs.iter().filter(|r| r.kind == "Namespace") {
+                    let gone: Vec<(String, String)> =
+                        inner.pods.keys().filter(|(ns, _)| *ns == r.name).cloned().collect();
+                    for k in gone {
+                        inner.remove(&k);
+                    }
+                    for p in objects.pods.iter().filter(|p| p.metadata.ns() == r.name) {
+                        inner.insert(p);
+                    }
+                }
                 for r in refs.iter().filter(|r| r.kind == "Pod") {
                     let now =
                         objects.pods.iter().rev().find(|p| p.metadata.name == r.name && p.metadata.ns() == r.namespace);

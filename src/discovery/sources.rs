@@ -73,6 +73,7 @@ pub(super) struct Ambient {
     pub(super) index: istiod_ambient::Index,
     pub(super) cluster_id: String,
     pub(super) network: String,
+    pub(super) system_namespace: String,
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged
@@ -157,6 +158,7 @@ pub(super) fn apply(
             trust_domain: settings.trust_domain.clone(),
             root_namespace: settings.root_namespace.clone(),
             network: a.network.clone(),
+            system_namespace: a.system_namespace.clone(),
         };
         let started = std::time::Instant::now();
         let (ambient, rebuilt) = a.index.apply_counted(&objects, changed.as_deref(), &s);

@@ -232,6 +232,10 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         policy["rules"],
         json!([[[{"destinationPorts": [8080]}], [{"principals": [{"Exact": "cluster.local/ns/default/sa/web"}]}]]])
     );
+    // Everything served decoded and was accepted (the workload API's
+    // protos carry no field rules of their own: ztunnel's decoding is the
+    // check).
+    assert!(!zt.log().contains("type=NACK"), "{}", context());
     // Certificates: the HBONE pod on node-a only.
     let certs = dump["certificates"].as_array().unwrap();
     let ids: Vec<&str> = certs.iter().filter_map(|c| c["identity"].as_str()).collect();

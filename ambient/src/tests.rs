@@ -349,3 +349,85 @@ fn an_empty_selector_attaches_to_nothing() {
     let changes = Index::new().apply(&objects(&y), None, &Settings::default());
     assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().authorization_policies.is_empty());
 }
+
+/// Upstream `TestPodWorkloads` (pilot/pkg/serviceregistry/ambient/
+/// workloads_test.go), the cases `testdata/pod_workloads.yaml` can express
+/// (the file names the others): the pod's Workload, as istiod builds it.
+#[test]
+fn upstream_pod_workloads() {
+    use serde_json::{Map, Value, json};
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/pod_workloads.yaml")).unwrap();
+    let cases: Vec<Value> = serde_yaml_ng::from_str(&text).unwrap();
+    let settings = Settings {
+        cluster_id: "cluster0".into(),
+        domain: "domain.suffix".into(),
+        network: "testnetwork".into(),
+        ..Settings::default()
+    };
+    let render = |w: &Workload| {
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            let empty = v.is_null() || v == json!("") || v == json!([]) || v == json!({});
+            if !empty {
+                m.insert(k.into(), v);
+            }
+        };
+        put("uid", w.uid.clone().into());
+        put("name", w.name.clone().into());
+        put("namespace", w.namespace.clone().into());
+        put("node", w.node.clone().into());
+        put("addresses", w.addresses.iter().map(|a| Value::from(ip_text(a))).collect());
+        put("network", w.network.clone().into());
+        put("canonicalName", w.canonical_name.clone().into());
+        put("canonicalRevision", w.canonical_revision.clone().into());
+        put(
+            "workloadType",
+            istiod_proto::istio::workload::WorkloadType::try_from(w.workload_type).unwrap().as_str_name().into(),
+        );
+        put("workloadName", w.workload_name.clone().into());
+        put("status", WorkloadStatus::try_from(w.status).unwrap().as_str_name().into());
+        if w.network_mode != 0 {
+            put("networkMode", "HOST_NETWORK".into());
+        }
+        if w.tunnel_protocol != 0 {
+            put("tunnelProtocol", TunnelProtocol::try_from(w.tunnel_protocol).unwrap().as_str_name().into());
+        }
+        put("clusterId", w.cluster_id.clone().into());
+        put("trustDomain", w.trust_domain.clone().into());
+        put("serviceAccount", w.service_account.clone().into());
+        if let Some(l) = &w.locality {
+            let mut lm = Map::new();
+            for (k, v) in [("region", &l.region), ("zone", &l.zone), ("subzone", &l.subzone)] {
+                if !v.is_empty() {
+                    lm.insert(k.into(), v.clone().into());
+                }
+            }
+            put("locality", Value::Object(lm));
+        }
+        let services: Map<String, Value> = w
+            .services
+            .iter()
+            .map(|(k, v)| {
+                let ports: Vec<Value> = v
+                    .ports
+                    .iter()
+                    .map(|p| json!({"servicePort": p.service_port, "targetPort": p.target_port}))
+                    .collect();
+                (k.clone(), ports.into())
+            })
+            .collect();
+        put("services", Value::Object(services));
+        put("authorizationPolicies", w.authorization_policies.iter().map(|p| Value::from(p.clone())).collect());
+        Value::Object(m)
+    };
+    for case in &cases {
+        let name = case["name"].as_str().unwrap();
+        let o = objects(case["objects"].as_str().unwrap());
+        let pod = o.pods.last().unwrap_or_else(|| panic!("{name}: no pod"));
+        let uid = format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name);
+        let changes = Index::new().apply(&o, None, &settings);
+        let got = workload(&changes, &uid).map_or(Value::Null, |w| render(&w));
+        assert_eq!(got, case["want"], "{name}");
+    }
+    assert_eq!(cases.len(), 9, "every case the file has");
+}

@@ -61,6 +61,19 @@ fn load_examples_where(api: &FakeApi, keep: impl Fn(&str) -> bool) {
 
 /// Objects in a canonical order (sources differ in order only).
 fn canonical(mut o: Objects) -> Objects {
+    // The API server gives objects their uid; files carry none.
+    let uids = o.services.iter_mut().map(|x| &mut x.metadata);
+    let uids = uids.chain(o.endpoint_slices.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.pods.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.nodes.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.namespaces.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.secrets.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.config_maps.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.ingresses.iter_mut().map(|x| &mut x.metadata));
+    let uids = uids.chain(o.istio.iter_mut().map(|x| &mut x.meta));
+    for m in uids {
+        m.uid = None;
+    }
     let k = |m: &istiod_config::meta::Meta| (m.ns().to_owned(), m.name.clone());
     o.services.sort_by_key(|x| k(&x.metadata));
     o.endpoint_slices.sort_by_key(|x| k(&x.metadata));

@@ -34,14 +34,63 @@ SOURCE = (
     "62a02d9ae9637689e54a5c06ef1ee09407877fe6), identical apart from "
     "go_package to istio/ztunnel proto/workload.proto at commit "
     "62d826530e5ce85764e309170205b293efcbc80b (file last changed in "
-    "3b80cf3ed07720300b8dd7e6fe4f5b148aa73800)"
+    "3b80cf3ed07720300b8dd7e6fe4f5b148aa73800); "
+    "istio/istio pkg/workloadapi/security/authorization.proto at commit "
+    "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c (ztunnel's copy at 62d8265 "
+    "names Group `Rule` and Rules `Clause`, same numbers)"
 )
 
 _O = "LABEL_OPTIONAL"
 _R = "LABEL_REPEATED"
 _W = "istio.workload."
+_S = "istio.security."
 
 FACTS = {
+    # ---- istio.security (security/authorization.proto) ----------------------
+    _S + "Authorization": {
+        "name": (1, "TYPE_STRING", _O, None, None),
+        "namespace": (2, "TYPE_STRING", _O, None, None),
+        "scope": (3, "TYPE_ENUM", _O, _S + "Scope", None),
+        "action": (4, "TYPE_ENUM", _O, _S + "Action", None),
+        "groups": (5, "TYPE_MESSAGE", _R, _S + "Group", None),
+        "dry_run": (6, "TYPE_BOOL", _O, None, None),
+        "extensions": (7, "TYPE_MESSAGE", _R, _W + "Extension", None),
+    },
+    _S + "Group": {
+        "rules": (1, "TYPE_MESSAGE", _R, _S + "Rules", None),
+    },
+    _S + "Rules": {
+        "matches": (2, "TYPE_MESSAGE", _R, _S + "Match", None),
+    },
+    _S + "Match": {
+        "namespaces": (1, "TYPE_MESSAGE", _R, _S + "StringMatch", None),
+        "not_namespaces": (2, "TYPE_MESSAGE", _R, _S + "StringMatch", None),
+        "service_accounts": (11, "TYPE_MESSAGE", _R, _S + "ServiceAccountMatch", None),
+        "not_service_accounts": (12, "TYPE_MESSAGE", _R, _S + "ServiceAccountMatch", None),
+        "principals": (3, "TYPE_MESSAGE", _R, _S + "StringMatch", None),
+        "not_principals": (4, "TYPE_MESSAGE", _R, _S + "StringMatch", None),
+        "source_ips": (5, "TYPE_MESSAGE", _R, _S + "Address", None),
+        "not_source_ips": (6, "TYPE_MESSAGE", _R, _S + "Address", None),
+        "destination_ips": (7, "TYPE_MESSAGE", _R, _S + "Address", None),
+        "not_destination_ips": (8, "TYPE_MESSAGE", _R, _S + "Address", None),
+        "destination_ports": (9, "TYPE_UINT32", _R, None, None),
+        "not_destination_ports": (10, "TYPE_UINT32", _R, None, None),
+        "extensions": (13, "TYPE_MESSAGE", _R, _W + "Extension", None),
+    },
+    _S + "Address": {
+        "address": (1, "TYPE_BYTES", _O, None, None),
+        "length": (2, "TYPE_UINT32", _O, None, None),
+    },
+    _S + "ServiceAccountMatch": {
+        "namespace": (1, "TYPE_STRING", _O, None, None),
+        "serviceAccount": (2, "TYPE_STRING", _O, None, None),
+    },
+    _S + "StringMatch": {
+        "exact": (1, "TYPE_STRING", _O, None, "match_type"),
+        "prefix": (2, "TYPE_STRING", _O, None, "match_type"),
+        "suffix": (3, "TYPE_STRING", _O, None, "match_type"),
+        "presence": (4, "TYPE_MESSAGE", _O, "google.protobuf.Empty", "match_type"),
+    },
     # ---- istio.v1.auth (security/v1alpha1/ca.proto) -------------------------
     "istio.v1.auth.IstioCertificateRequest": {
         "csr": (1, "TYPE_STRING", _O, None, None),
@@ -153,6 +202,8 @@ FACTS = {
 }
 
 ENUM_FACTS = {
+    _S + "Scope": {"GLOBAL": 0, "NAMESPACE": 1, "WORKLOAD_SELECTOR": 2},
+    _S + "Action": {"ALLOW": 0, "DENY": 1},
     _W + "Service.Visibility": {"PUBLIC": 0, "NAMESPACE": 1},
     _W + "IPFamilies": {"AUTOMATIC": 0, "IPV4_ONLY": 1, "IPV6_ONLY": 2, "DUAL": 3},
     _W + "NetworkMode": {"STANDARD": 0, "HOST_NETWORK": 1},

@@ -287,6 +287,16 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     assert_eq!(ambientz["services"].as_array().map(Vec::len), Some(1), "{ambientz:#}");
     assert_eq!(by(&ambientz["policies"], "name", "allow-web").unwrap()["scope"], "NAMESPACE");
 
+    // The ztunnel in istiod's connection views: adsz with the workload
+    // API's types it watches, syncz with its proxy type.
+    let (_, adsz) = get(s.http, "/debug/adsz").unwrap();
+    assert!(adsz.contains("ztunnel~127.0.0.1~ztunnel-abc.istio-system"), "{adsz}");
+    assert!(adsz.contains("istio.workload.Address") && adsz.contains("istio.security.Authorization"), "{adsz}");
+    let (_, syncz) = get(s.http, "/debug/syncz").unwrap();
+    let syncz: Value = serde_json::from_str(&syncz).unwrap();
+    let me = syncz.as_array().and_then(|a| a.iter().find(|p| p["proxy_type"] == "ztunnel"));
+    assert!(me.is_some(), "{syncz:#}");
+
     // A pod deleted leaves ztunnel's view.
     api.delete("pods", "default", "tcp-0");
     wait_for("tcp-0 gone from ztunnel", within, || {

@@ -96,6 +96,8 @@ pub struct Inputs {
     nodes: HashMap<String, Arc<Node>>,
     /// AuthorizationPolicies and PeerAuthentications.
     policies: HashMap<(String, Key), Arc<IstioObject>>,
+    /// WorkloadEntries.
+    entries: HashMap<Key, Arc<IstioObject>>,
     /// Pod names by namespace.
     pods_by_ns: HashMap<String, BTreeSet<String>>,
     /// Service names by namespace.
@@ -180,6 +182,8 @@ pub struct Index {
     inputs: Inputs,
     /// Workloads by their Pod.
     workloads: BTreeMap<Key, Output<Address>>,
+    /// Workloads by their WorkloadEntry.
+    entry_workloads: BTreeMap<Key, Output<Address>>,
     /// Services by their Service object.
     services: BTreeMap<Key, Output<Address>>,
     /// Authorizations by resource name.
@@ -226,14 +230,23 @@ impl Index {
             dirty.workloads.extend(self.inputs.pods.keys().cloned());
             dirty.services.extend(self.services.keys().cloned());
             dirty.services.extend(self.inputs.services.keys().cloned());
+            dirty.entries.extend(self.entry_workloads.keys().cloned());
+            dirty.entries.extend(self.inputs.entries.keys().cloned());
             dirty.policies = true;
         } else {
             for r in changed.unwrap_or_default() {
                 self.read_one(objects, r, settings, &mut dirty);
             }
         }
-        let rebuilt =
-            Rebuilt { workloads: dirty.workloads.len(), services: dirty.services.len(), policies: dirty.policies };
+        // What marks a namespace's pods marks its WorkloadEntries.
+        let namespaces: BTreeSet<String> =
+            dirty.workloads.iter().chain(dirty.services.iter()).map(|(ns, _)| ns.clone()).collect();
+        dirty.entries.extend(self.inputs.entries.keys().filter(|(n, _)| namespaces.contains(n)).cloned());
+        let rebuilt = Rebuilt {
+            workloads: dirty.workloads.len() + dirty.entries.len(),
+            services: dirty.services.len(),
+            policies: dirty.policies,
+        };
         let mut changes = Vec::new();
         // Policies first: workloads list the ones that select them.
         if dirty.policies {
@@ -257,6 +270,18 @@ impl Index {
             };
             replace(&mut self.workloads, k, built, name, Kind::Address, &mut changes);
         }
+        for k in dirty.entries {
+            let built = self.inputs.entries.get(&k).and_then(|o| match &o.spec {
+                IstioSpec::WorkloadEntry(we) => Some(workload::from_workload_entry(o, we, &self.inputs, settings)),
+                _ => None,
+            });
+            let built = built.map(|w| Address { r#type: Some(address::Type::Workload(w)) });
+            let name = |a: &Address| match &a.r#type {
+                Some(address::Type::Workload(w)) => Arc::from(w.uid.as_str()),
+                _ => Arc::from(""),
+            };
+            replace(&mut self.entry_workloads, k, built, name, Kind::Address, &mut changes);
+        }
         // A name that went and came back in one apply (a Pod renamed to
         // another's old uid cannot happen; a Service's hostname can move)
         // keeps its last word.
@@ -267,7 +292,7 @@ impl Index {
     /// Every resource the index has, as changes (a first publish).
     pub fn all(&self) -> Vec<Change> {
         let mut out: Vec<Change> = Vec::new();
-        for o in self.workloads.values().chain(self.services.values()) {
+        for o in self.workloads.values().chain(self.entry_workloads.values()).chain(self.services.values()) {
             out.push((Kind::Address, o.name.clone(), Some(o.bytes.clone())));
         }
         for o in self.policies.values() {
@@ -278,7 +303,7 @@ impl Index {
 
     /// The workloads, by resource name.
     pub fn workloads(&self) -> impl Iterator<Item = (&Arc<str>, &Address)> {
-        self.workloads.values().map(|o| (&o.name, &o.message))
+        self.workloads.values().chain(self.entry_workloads.values()).map(|o| (&o.name, &o.message))
     }
 
     /// The services, by resource name.
@@ -314,6 +339,9 @@ impl Index {
         for o in &objects.istio {
             if let Some(kind) = policy_kind(o) {
                 inputs.policies.insert((kind.into(), key(o.meta.ns(), &o.meta.name)), Arc::new(o.clone()));
+            }
+            if matches!(o.spec, IstioSpec::WorkloadEntry(_)) {
+                inputs.entries.insert(key(o.meta.ns(), &o.meta.name), Arc::new(o.clone()));
             }
         }
         self.inputs = inputs;
@@ -365,6 +393,19 @@ impl Index {
                 let on_node = self.inputs.pods.iter().filter(|(_, p)| p.spec.node_name.as_deref() == Some(name));
                 dirty.workloads.extend(on_node.map(|(k, _)| k.clone()));
             }
+            "WorkloadEntry" => {
+                let now = objects
+                    .istio
+                    .iter()
+                    .rev()
+                    .find(|o| matches!(o.spec, IstioSpec::WorkloadEntry(_)) && is(&o.meta))
+                    .cloned();
+                match now {
+                    Some(o) => self.inputs.entries.insert(key(ns, name), Arc::new(o)),
+                    None => self.inputs.entries.remove(&key(ns, name)),
+                };
+                dirty.entries.insert(key(ns, name));
+            }
             kind @ ("AuthorizationPolicy" | "PeerAuthentication") => {
                 let now = objects.istio.iter().rev().find(|o| policy_kind(o) == Some(kind) && is(&o.meta)).cloned();
                 let k = (kind.to_owned(), key(ns, name));
@@ -377,9 +418,11 @@ impl Index {
                 // and the root's, and the PeerAuthentications in force.
                 if ns == settings.root_namespace {
                     dirty.workloads.extend(self.inputs.pods.keys().cloned());
+                    dirty.entries.extend(self.inputs.entries.keys().cloned());
                 } else {
                     let pods = self.inputs.pods_by_ns.get(ns).into_iter().flatten();
                     dirty.workloads.extend(pods.map(|p| key(ns, p)));
+                    dirty.entries.extend(self.inputs.entries.keys().filter(|(n, _)| n == ns).cloned());
                 }
             }
             _ => {}
@@ -406,6 +449,15 @@ impl Index {
         for s in objects.services.iter().filter(|s| s.metadata.ns() == ns) {
             self.inputs.set_service(key(ns, &s.metadata.name), Some(s.clone()));
             dirty.services.insert(key(ns, &s.metadata.name));
+        }
+        let old_entries: Vec<Key> = self.inputs.entries.keys().filter(|(n, _)| n == ns).cloned().collect();
+        for k in &old_entries {
+            self.inputs.entries.remove(k);
+        }
+        dirty.entries.extend(old_entries);
+        for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::WorkloadEntry(_))) {
+            self.inputs.entries.insert(key(ns, &o.meta.name), Arc::new(o.clone()));
+            dirty.entries.insert(key(ns, &o.meta.name));
         }
         let before = self.inputs.policies.len();
         self.inputs.policies.retain(|(_, (n, _)), _| n != ns);
@@ -462,6 +514,8 @@ impl Index {
 #[derive(Default)]
 struct Dirty {
     workloads: BTreeSet<Key>,
+    /// WorkloadEntries' workloads.
+    entries: BTreeSet<Key>,
     services: BTreeSet<Key>,
     policies: bool,
 }
@@ -636,7 +690,13 @@ pub fn fuzz_one(yaml: &str) {
         .iter()
         .map(|p| ("Pod", &p.metadata))
         .chain(all.services[half.services.len()..].iter().map(|s| ("Service", &s.metadata)))
-        .chain(all.istio[half.istio.len()..].iter().filter_map(|o| Some((policy_kind(o)?, &o.meta))))
+        .chain(all.istio[half.istio.len()..].iter().filter_map(|o| {
+            let kind = match o.spec {
+                IstioSpec::WorkloadEntry(_) => "WorkloadEntry",
+                _ => policy_kind(o)?,
+            };
+            Some((kind, &o.meta))
+        }))
         .map(|(kind, m)| ObjectRef { kind: kind.into(), namespace: m.ns().into(), name: m.name.clone(), service: None })
         .collect();
     inc.apply(&all, Some(&named), &settings);

@@ -298,6 +298,10 @@ fn incremental_applies_equal_a_full_build() {
         &(mesh(3)
             + "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: default}\nspec: {selector: {matchLabels: {app: web}}, mtls: {mode: STRICT}, portLevelMtls: {8080: {mode: PERMISSIVE}}}\n"),
     );
+    fuzz_one(
+        &(mesh(2)
+            + "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm, namespace: default, labels: {app: web}}\nspec: {address: vm.example.com, ports: {http: 9080}}\n"),
+    );
     fuzz_one("not: [yaml");
 }
 
@@ -355,8 +359,30 @@ fn an_empty_selector_attaches_to_nothing() {
 /// (the file names the others): the pod's Workload, as istiod builds it.
 #[test]
 fn upstream_pod_workloads() {
+    let n = workload_cases("pod_workloads.yaml", |o| {
+        let pod = o.pods.last()?;
+        Some(format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name))
+    });
+    assert_eq!(n, 9, "every case the file has");
+}
+
+/// Upstream `TestWorkloadEntryWorkloads` (same file), the cases
+/// `testdata/workload_entry_workloads.yaml` can express.
+#[test]
+fn upstream_workload_entry_workloads() {
+    let n = workload_cases("workload_entry_workloads.yaml", |o| {
+        let we = o.istio.iter().rev().find(|x| matches!(x.spec, IstioSpec::WorkloadEntry(_)))?;
+        Some(workload::workload_entry_uid("cluster0", we.meta.ns(), &we.meta.name))
+    });
+    assert_eq!(n, 5, "every case the file has");
+}
+
+/// Runs the cases of `file` (testdata): each case's objects into an index,
+/// the subject's Workload (`uid_of`) against the case's `want`. Returns
+/// how many ran.
+fn workload_cases(file: &str, uid_of: impl Fn(&Objects) -> Option<String>) -> usize {
     use serde_json::{Map, Value, json};
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/pod_workloads.yaml")).unwrap();
+    let text = std::fs::read_to_string(format!("{}/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let cases: Vec<Value> = serde_yaml_ng::from_str(&text).unwrap();
     let settings = Settings {
         cluster_id: "cluster0".into(),
@@ -392,6 +418,13 @@ fn upstream_pod_workloads() {
         if w.tunnel_protocol != 0 {
             put("tunnelProtocol", TunnelProtocol::try_from(w.tunnel_protocol).unwrap().as_str_name().into());
         }
+        if w.native_tunnel {
+            put("nativeTunnel", true.into());
+        }
+        put("hostname", w.hostname.clone().into());
+        if let Some(c) = w.capacity {
+            put("capacity", c.into());
+        }
         put("clusterId", w.cluster_id.clone().into());
         put("trustDomain", w.trust_domain.clone().into());
         put("serviceAccount", w.service_account.clone().into());
@@ -423,11 +456,10 @@ fn upstream_pod_workloads() {
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let o = objects(case["objects"].as_str().unwrap());
-        let pod = o.pods.last().unwrap_or_else(|| panic!("{name}: no pod"));
-        let uid = format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name);
+        let uid = uid_of(&o).unwrap_or_else(|| panic!("{name}: no subject"));
         let changes = Index::new().apply(&o, None, &settings);
         let got = workload(&changes, &uid).map_or(Value::Null, |w| render(&w));
         assert_eq!(got, case["want"], "{name}");
     }
-    assert_eq!(cases.len(), 9, "every case the file has");
+    cases.len()
 }

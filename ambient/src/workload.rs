@@ -80,6 +80,105 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     Some(w)
 }
 
+/// A WorkloadEntry's uid (`generateWorkloadEntryUID`).
+pub fn workload_entry_uid(cluster_id: &str, ns: &str, name: &str) -> String {
+    format!("{cluster_id}/networking.istio.io/WorkloadEntry/{ns}/{name}")
+}
+
+/// The Workload of a WorkloadEntry (istiod's `workloadEntryWorkloadBuilder`):
+/// its labels are the spec's overlaid with the object's; an address that
+/// is not an IP is the workload's hostname; always healthy; selected by the
+/// Kubernetes Services of its namespace.
+pub fn from_workload_entry(
+    o: &istiod_config::istio::IstioObject,
+    we: &istiod_config::istio::networking::WorkloadEntry,
+    inputs: &Inputs,
+    settings: &Settings,
+) -> Workload {
+    let meta = &o.meta;
+    let ns = meta.ns();
+    let labels = entry_labels(o, we);
+    let mut w = Workload {
+        uid: workload_entry_uid(&settings.cluster_id, ns, &meta.name),
+        name: meta.name.clone(),
+        namespace: ns.to_owned(),
+        network: if we.network.is_empty() { crate::network(inputs, settings) } else { we.network.clone() },
+        cluster_id: settings.cluster_id.clone(),
+        service_account: we.service_account.clone(),
+        authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &labels),
+        status: WorkloadStatus::Healthy as i32,
+        trust_domain: if settings.trust_domain == "cluster.local" {
+            String::new()
+        } else {
+            settings.trust_domain.clone()
+        },
+        workload_type: WorkloadType::Pod as i32,
+        ..Workload::default()
+    };
+    let mut parts = we.locality.splitn(3, '/');
+    let l = Locality {
+        region: parts.next().unwrap_or("").to_owned(),
+        zone: parts.next().unwrap_or("").to_owned(),
+        subzone: parts.next().unwrap_or("").to_owned(),
+    };
+    w.locality = (l != Locality::default()).then_some(l);
+    if we.weight > 0 {
+        w.capacity = Some(we.weight);
+    }
+    match we.address.parse::<std::net::IpAddr>() {
+        Ok(ip) => w.addresses = vec![crate::ip_bytes(ip)],
+        Err(_) => w.hostname = we.address.clone(),
+    }
+    // Kubernetes Services of its namespace selecting it (istiod's
+    // `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, on by default).
+    for s in inputs.services_in(ns).filter(|s| s.spec.kind.as_deref() != Some("ExternalName")) {
+        if !selects(&s.spec.selector, &labels) {
+            continue;
+        }
+        let mut list = PortList::default();
+        for p in &s.spec.ports {
+            let mut target = crate::service::numeric_target(p.port, p.target_port.as_ref());
+            match &p.target_port {
+                Some(istiod_config::objects::IntOrString::String(name)) => match we.ports.get(name) {
+                    Some(n) => target = *n,
+                    None => continue,
+                },
+                _ => {
+                    if let Some(n) = p.name.as_ref().and_then(|name| we.ports.get(name)) {
+                        target = *n;
+                    }
+                }
+            }
+            list.ports.push(Port { service_port: p.port.into(), target_port: target, app_protocol: 0 });
+        }
+        w.services.insert(format!("{ns}/{}", crate::service::hostname(s, &settings.domain)), list);
+    }
+    w.workload_name = match meta.annotations.get("istio.io/autoRegistrationGroup") {
+        Some(g) => g.clone(),
+        None => labels.get("service.istio.io/workload-name").cloned().unwrap_or_else(|| meta.name.clone()),
+    };
+    (w.canonical_name, w.canonical_revision) = canonical_service(&labels, &w.workload_name);
+    if meta.annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+    }
+    if labels.get(TUNNEL).is_some_and(|v| v.split(',').any(|t| t == "http")) {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+        w.native_tunnel = true;
+    }
+    w
+}
+
+/// A WorkloadEntry's labels: the spec's, overlaid with the object's
+/// (`ConvertClientWorkloadEntry`).
+pub fn entry_labels(
+    o: &istiod_config::istio::IstioObject,
+    we: &istiod_config::istio::networking::WorkloadEntry,
+) -> BTreeMap<String, String> {
+    let mut labels = we.labels.clone();
+    labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels
+}
+
 /// Whether Service `s` is one ambient serves (not ExternalName) and
 /// selects `pod`.
 fn serves_pod(s: &Service, pod: &Pod) -> bool {

@@ -87,6 +87,15 @@ pub(crate) fn convert_policy(
     o: &IstioObject,
     p: &AuthorizationPolicy,
 ) -> Result<Option<Authorization>, String> {
+    Ok(converted(root, o, p)?.map(|(a, _)| a))
+}
+
+/// [`convert_policy`], with the HTTP-only attributes its rules name.
+fn converted(
+    root: &str,
+    o: &IstioObject,
+    p: &AuthorizationPolicy,
+) -> Result<Option<(Authorization, BTreeSet<String>)>, String> {
     let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
     let dry_run = o
         .meta
@@ -120,39 +129,29 @@ pub(crate) fn convert_policy(
     };
     // HTTP attributes are dropped (see `l7_warning`, the status istiod
     // gives such a policy): it is still sent.
-    for rule in &p.rules {
-        if let (Some(rules), _) = handle_rule(action, rule, ns) {
-            a.groups.push(Group { rules });
-        }
-    }
-    Ok(Some(a))
-}
-
-/// The warning istiod gives a policy with HTTP attributes ztunnel drops.
-pub fn l7_warning(o: &IstioObject) -> Option<String> {
-    let IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
-    let action = match p.action {
-        ApiAction::Allow => Action::Allow,
-        ApiAction::Deny => Action::Deny,
-        _ => return None,
-    };
-    if p.target_ref.is_some() || !p.target_refs.is_empty() {
-        return None;
-    }
     let mut l7 = BTreeSet::new();
-    let mut groups = Vec::new();
     for rule in &p.rules {
-        let (rules, found) = handle_rule(action, rule, o.meta.ns());
+        let (rules, found) = handle_rule(action, rule, ns);
         if let Some(rules) = rules {
-            groups.push(Group { rules });
+            a.groups.push(Group { rules });
         }
         l7.extend(found);
     }
+    Ok(Some((a, l7)))
+}
+
+/// The warning istiod gives a policy with HTTP attributes ztunnel drops
+/// (the policy is sent without them).
+pub fn l7_warning(root: &str, o: &IstioObject) -> Option<String> {
+    let IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
+    let (a, l7) = converted(root, o, p).ok()??;
     if l7.is_empty() {
         return None;
     }
+    let groups = &a.groups;
+    let action = Action::try_from(a.action).unwrap_or(Action::Allow);
     let boilerplate = match action {
-        Action::Deny if !has_effective_rules(&groups) => {
+        Action::Deny if !has_effective_rules(groups) => {
             "After omitting unsupported HTTP attributes, this DENY policy has no enforceable rules at ztunnel and will have no effect. Deploy a waypoint proxy and use a targetRef to enforce this policy."
         }
         Action::Deny => {

@@ -245,7 +245,7 @@ pub(super) fn apply(
     if state.borrow().ambient.is_some() {
         for o in &objects.istio {
             let note = istiod_ambient::authz::unsupported(&settings.root_namespace, o)
-                .or_else(|| istiod_ambient::authz::l7_warning(o));
+                .or_else(|| istiod_ambient::authz::l7_warning(&settings.root_namespace, o));
             if let Some(note) = note {
                 not_applied.push(format!("AuthorizationPolicy {}/{} at ztunnel: {note}", o.meta.ns(), o.meta.name));
             }

@@ -185,16 +185,19 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let ca_dir = dir.path().join("ca");
     let secure = free_port();
-    let s = Server::start_on(
-        &["--kubeconfig", kubeconfig.to_str().unwrap()],
-        &["--secureGRPCAddr", &secure.to_string()],
-        &[
-            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
-            ("PILOT_ENABLE_AMBIENT", "true"),
-            ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
-        ],
-        None,
-    );
+    let start = || {
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--secureGRPCAddr", &secure.to_string()],
+            &[
+                ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+                ("PILOT_ENABLE_AMBIENT", "true"),
+                ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
+            ],
+            None,
+        )
+    };
+    let s = start();
     let root = ca_dir.join("ca-cert.pem");
     let root = root.to_str().unwrap().to_owned();
     let mut zt = Ztunnel::start(&bin, secure, &root, "zt-token", "node-a");
@@ -317,6 +320,19 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     wait_for("tcp-0 gone from ztunnel", within, || {
         by(&zt.dump()["workloads"], "uid", "Kubernetes//Pod/default/tcp-0").is_none()
     });
+
+    // istiod restarts while a pod goes: ztunnel reconnects naming what it
+    // holds (`initial_resource_versions`), and is told of the one the new
+    // server no longer has; the rest it keeps.
+    drop(s);
+    api.delete("pods", "default", "web-1");
+    let s = start();
+    wait_for("web-1 gone from ztunnel after the restart", within, || {
+        by(&zt.dump()["workloads"], "uid", "Kubernetes//Pod/default/web-1").is_none()
+    });
+    let dump = zt.dump();
+    assert!(by(&dump["workloads"], "uid", "Kubernetes//Pod/default/web-0").is_some(), "{dump:#}\n{}", s.log());
+    assert!(s.log().contains("ztunnel-abc"), "the ztunnel reconnected to the new server: {}", s.log());
 }
 
 fn zt_log_tail(zt: &Ztunnel) -> String {

@@ -229,6 +229,50 @@ fn a_second_server_on_the_same_address_exits_and_the_first_keeps_serving() {
     assert!(terminate(&mut server.child).success());
 }
 
+/// A restart in the same network namespace (a container restarting in
+/// its pod): the connections the ended process had linger in TIME_WAIT on
+/// its port for a minute, and must not keep the new one from listening
+/// there (istiod's listeners take the port at once).
+#[test]
+fn a_restart_listens_where_its_predecessor_had_connections() {
+    let mut first = bookinfo(&[]);
+    let grpc = first.grpc;
+    let clients: Vec<std::net::TcpStream> = (0..4).map(|_| std::net::TcpStream::connect(grpc).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The server's side closes first: it is its side that lingers.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // Read to the end (the server's SETTINGS, then its FIN), so that
+    // closing sends a FIN, not a reset: the server's side then lingers.
+    for mut c in clients {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut c, &mut sink);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let http = free_port();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo")])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", &free_port().to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get(http, "/ready").map(|r| r.0) != Some(200) {
+        if let Some(status) = second.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the restart did not listen ({status}): {err}");
+        }
+        assert!(std::time::Instant::now() < deadline, "the restart never became ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::net::TcpStream::connect(grpc).expect("the restart serves the port");
+    assert!(terminate(&mut second).success());
+}
+
 #[test]
 fn kubernetes_without_a_kubeconfig_says_so() {
     let home = tempfile::tempdir().unwrap();

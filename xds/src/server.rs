@@ -161,6 +161,18 @@ pub fn start<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerH
     started
 }
 
+/// Whether something accepts connections on `addr` (a wildcard address
+/// is tried on loopback).
+fn someone_listens(addr: SocketAddr) -> bool {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    std::net::TcpStream::connect_timeout(&SocketAddr::new(ip, addr.port()), std::time::Duration::from_millis(500))
+        .is_ok()
+}
+
 fn start_cores<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<ServerHandle, ServerError> {
     let factory = Arc::new(factory);
     let stop = Arc::new(AtomicBool::new(false));
@@ -172,7 +184,17 @@ fn start_cores<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<Serve
     // silently. A plain bind first (no SO_REUSEPORT) fails with "address in
     // use" while anyone else listens there, as istiod's start does.
     for addr in addrs.iter().filter(|a| a.port() != 0) {
-        std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr: *addr, source })?;
+        if let Err(source) = std::net::TcpListener::bind(addr) {
+            // A previous process's connections on this port linger in
+            // TIME_WAIT for a minute after it ends, and refuse a plain bind
+            // although nobody listens (they took the flags of its listener,
+            // which had SO_REUSEPORT but not SO_REUSEADDR): a restart in
+            // the same network namespace must not wait for them. Only a
+            // listener that answers is another server.
+            if source.kind() != std::io::ErrorKind::AddrInUse || someone_listens(*addr) {
+                return Err(ServerError::Bind { addr: *addr, source });
+            }
+        }
     }
     let mut threads = Vec::new();
     for core in 0..cfg.cores.max(1) {

@@ -463,3 +463,22 @@ fn workload_cases(file: &str, uid_of: impl Fn(&Objects) -> Option<String>) -> us
     }
     cases.len()
 }
+
+/// A named target port found on a native sidecar (an init container with
+/// `restartPolicy: Always`), as istiod's `FindPortName` looks; a plain
+/// init container's ports do not count.
+#[test]
+fn named_ports_of_native_sidecars_resolve() {
+    let y = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.10, selector: {app: web}, ports: [{port: 80, targetPort: side}, {port: 81, targetPort: init}]}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: web-0, namespace: default, labels: {app: web}}\n\
+             spec: {initContainers: [{name: s, restartPolicy: Always, ports: [{name: side, containerPort: 7070}]}, {name: i, ports: [{name: init, containerPort: 6060}]}]}\n\
+             status: {phase: Running, podIP: 10.0.0.1}\n";
+    let changes = Index::new().apply(&objects(y), None, &Settings::default());
+    let w = workload(&changes, "Kubernetes//Pod/default/web-0").unwrap();
+    let ports: Vec<(u32, u32)> = w.services["default/web.default.svc.cluster.local"]
+        .ports
+        .iter()
+        .map(|p| (p.service_port, p.target_port))
+        .collect();
+    assert_eq!(ports, vec![(80, 7070)], "the plain init container's port is not one");
+}

@@ -224,9 +224,11 @@ fn port_lists<'a>(
     out
 }
 
-/// A TCP container port named `name` (`FindPortName`).
+/// A TCP container port named `name` (`FindPortName`): the containers',
+/// then the native sidecars' (init containers with `restartPolicy: Always`).
 fn find_port(pod: &Pod, name: &str) -> Option<u32> {
-    pod.spec.containers.iter().flat_map(|c| &c.ports).find_map(|p| {
+    let sidecars = pod.spec.init_containers.iter().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    pod.spec.containers.iter().chain(sidecars).flat_map(|c| &c.ports).find_map(|p| {
         let tcp = p.protocol.as_deref().is_none_or(|p| p == "TCP");
         (tcp && p.name.as_deref() == Some(name)).then_some(u32::from(p.container_port))
     })

@@ -235,6 +235,9 @@ pub struct PodSpec {
     pub host_network: bool,
     /// Containers: their named ports resolve a Service's named `targetPort`.
     pub containers: Vec<Container>,
+    /// Init containers: a native sidecar's (`restartPolicy: Always`) named
+    /// ports resolve one too.
+    pub init_containers: Vec<Container>,
 }
 
 /// `Pod.spec.containers[]`: what is read of a container.
@@ -245,6 +248,8 @@ pub struct Container {
     pub name: String,
     /// Ports.
     pub ports: Vec<ContainerPort>,
+    /// `restartPolicy` (init containers: `Always` makes a native sidecar).
+    pub restart_policy: Option<String>,
 }
 
 /// `Pod.spec.containers[].ports[]`.

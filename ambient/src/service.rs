@@ -37,6 +37,23 @@ pub fn numeric_target(port: u16, target: Option<&IntOrString>) -> u32 {
     }
 }
 
+/// The Service's VIPs as written (`clusterIPs`, else `clusterIP`), without
+/// the empty and `None` ones (`getVIPs`).
+fn vips(s: &Service) -> Vec<&str> {
+    let all: Vec<&str> = match s.spec.cluster_ips.as_slice() {
+        [] => s.spec.cluster_ip.as_deref().into_iter().collect(),
+        many => many.iter().map(String::as_str).collect(),
+    };
+    all.into_iter().filter(|v| !v.is_empty() && *v != "None").collect()
+}
+
+/// Whether ambient has a Service for `s` at all (istiod makes none for an
+/// ExternalName Service, or one with a VIP that does not parse; such a
+/// Service is in no workload's `services` either).
+pub fn exists(s: &Service) -> bool {
+    s.spec.kind.as_deref() != Some("ExternalName") && vips(s).iter().all(|v| v.parse::<std::net::IpAddr>().is_ok())
+}
+
 /// The Service of `s`, or `None` for an ExternalName Service (ambient
 /// leaves those to DNS) or one whose cluster IP does not parse.
 pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsService> {
@@ -58,13 +75,10 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
             )) as i32,
         })
         .collect();
-    let vips: Vec<&str> = match spec.cluster_ips.as_slice() {
-        [] => spec.cluster_ip.as_deref().into_iter().collect(),
-        many => many.iter().map(String::as_str).collect(),
-    };
+    let vips = vips(s);
     let mut addresses = Vec::new();
     let network = crate::network(inputs, settings);
-    for vip in vips.into_iter().filter(|v| !v.is_empty() && *v != "None") {
+    for vip in vips {
         let ip: std::net::IpAddr = match vip.parse() {
             Ok(ip) => ip,
             Err(_) => {

@@ -482,3 +482,13 @@ fn named_ports_of_native_sidecars_resolve() {
         .collect();
     assert_eq!(ports, vec![(80, 7070)], "the plain init container's port is not one");
 }
+
+/// A Service whose VIP does not parse has no ambient Service, and no
+/// workload lists it (istiod's builder makes none).
+#[test]
+fn a_service_with_a_bad_vip_is_in_no_workload() {
+    let y = SERVICE.replace("10.96.0.10", "not-an-ip") + &pod("web-0", "10.0.0.1", "node-a", "web");
+    let changes = Index::new().apply(&objects(&y), None, &Settings::default());
+    assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().services.is_empty());
+    assert_eq!(changes.len(), 1, "the workload alone: {changes:?}");
+}

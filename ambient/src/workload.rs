@@ -131,7 +131,7 @@ pub fn from_workload_entry(
     }
     // Kubernetes Services of its namespace selecting it (istiod's
     // `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, on by default).
-    for s in inputs.services_in(ns).filter(|s| s.spec.kind.as_deref() != Some("ExternalName")) {
+    for s in inputs.services_in(ns).filter(|s| crate::service::exists(s)) {
         if !selects(&s.spec.selector, &labels) {
             continue;
         }
@@ -182,7 +182,7 @@ pub fn entry_labels(
 /// Whether Service `s` is one ambient serves (not ExternalName) and
 /// selects `pod`.
 fn serves_pod(s: &Service, pod: &Pod) -> bool {
-    s.spec.kind.as_deref() != Some("ExternalName") && selects(&s.spec.selector, &pod.metadata.labels)
+    crate::service::exists(s) && selects(&s.spec.selector, &pod.metadata.labels)
 }
 
 /// A Node's locality from its labels (`nodeLocality`).

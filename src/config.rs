@@ -705,12 +705,22 @@ impl Config {
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,
+                // `ns/sa,...`; istiod skips (and warns of) an entry
+                // without a `/`.
                 trusted_node_accounts: vars
                     .string("CA_TRUSTED_NODE_ACCOUNTS", "")
                     .split(',')
-                    .filter_map(|a| a.trim().split_once('/'))
-                    .filter(|(ns, sa)| !ns.is_empty() && !sa.is_empty())
-                    .map(|(ns, sa)| (ns.to_owned(), sa.to_owned()))
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .filter_map(|a| match a.split_once('/') {
+                        Some((ns, sa)) if !ns.is_empty() && !sa.is_empty() => Some((ns.to_owned(), sa.to_owned())),
+                        _ => {
+                            vars.warn(format!(
+                                "CA_TRUSTED_NODE_ACCOUNTS: {a:?} is not <namespace>/<service account>; ignored"
+                            ));
+                            None
+                        }
+                    })
                     .collect(),
                 token_audiences: vars
                     .string("TOKEN_AUDIENCES", "istio-ca")

@@ -72,11 +72,17 @@ pub fn all(inputs: &Inputs, settings: &Settings) -> Vec<Authorization> {
     out
 }
 
-/// What is read of a policy and not applied at ztunnel, in istiod's words
-/// (its status message), or `None` when it applies as written.
-pub fn unsupported(root: &str, o: &IstioObject) -> Option<String> {
+/// What ztunnel does not apply of policy `o` as written, in istiod's
+/// words (its status message): a policy it drops (dry run, AUDIT, CUSTOM)
+/// or the HTTP attributes it leaves out; `None` when it applies as written
+/// (or is a waypoint's).
+pub fn ztunnel_note(root: &str, o: &IstioObject) -> Option<String> {
     let IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
-    convert_policy(root, o, p).err()
+    match converted(root, o, p) {
+        Err(status) => Some(status),
+        Ok(Some((a, l7))) => l7_warning(&a, &l7),
+        Ok(None) => None,
+    }
 }
 
 /// `convertAuthorizationPolicy`: `Ok(None)` for a policy meant for a
@@ -90,13 +96,11 @@ pub(crate) fn convert_policy(
     Ok(converted(root, o, p)?.map(|(a, _)| a))
 }
 
-/// [`convert_policy`], with the HTTP-only attributes its rules name.
-fn converted(
-    root: &str,
-    o: &IstioObject,
-    p: &AuthorizationPolicy,
-) -> Result<Option<(Authorization, BTreeSet<String>)>, String> {
-    let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+/// Whether ztunnel takes policy `o` at all, and with which action:
+/// `Ok(None)` for one meant for a waypoint (`targetRef`), `Err` (istiod's
+/// status message) for a dry run, AUDIT or CUSTOM. What both the
+/// conversion and a workload's list of policies go by.
+fn ztunnel_action(o: &IstioObject, p: &AuthorizationPolicy) -> Result<Option<Action>, String> {
     let dry_run = o
         .meta
         .annotations
@@ -104,21 +108,33 @@ fn converted(
         .is_some_and(|v| matches!(v.as_str(), "true" | "1" | "t" | "T" | "TRUE" | "True"));
     if dry_run {
         return Err(format!(
-            "found policy \"{ns}/{name}\" using dry-run annotation, but support for ambient dry-run authorizationPolicies isn't enabled"
+            "found policy \"{}/{}\" using dry-run annotation, but support for ambient dry-run authorizationPolicies isn't enabled",
+            o.meta.ns(),
+            o.meta.name
         ));
     }
     if p.target_ref.is_some() || !p.target_refs.is_empty() {
         return Ok(None);
     }
+    match p.action {
+        ApiAction::Allow => Ok(Some(Action::Allow)),
+        ApiAction::Deny => Ok(Some(Action::Deny)),
+        other => Err(format!("ztunnel does not support the {} action", other.name())),
+    }
+}
+
+/// [`convert_policy`], with the HTTP-only attributes its rules name.
+fn converted(
+    root: &str,
+    o: &IstioObject,
+    p: &AuthorizationPolicy,
+) -> Result<Option<(Authorization, BTreeSet<String>)>, String> {
+    let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+    let Some(action) = ztunnel_action(o, p)? else { return Ok(None) };
     let scope = match (&p.selector, ns == root) {
         (Some(_), _) => Scope::WorkloadSelector,
         (None, true) => Scope::Global,
         (None, false) => Scope::Namespace,
-    };
-    let action = match p.action {
-        ApiAction::Allow => Action::Allow,
-        ApiAction::Deny => Action::Deny,
-        other => return Err(format!("ztunnel does not support the {} action", other.name())),
     };
     let mut a = Authorization {
         name: name.into(),
@@ -140,11 +156,9 @@ fn converted(
     Ok(Some((a, l7)))
 }
 
-/// The warning istiod gives a policy with HTTP attributes ztunnel drops
-/// (the policy is sent without them).
-pub fn l7_warning(root: &str, o: &IstioObject) -> Option<String> {
-    let IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
-    let (a, l7) = converted(root, o, p).ok()??;
+/// The warning istiod gives converted policy `a` whose rules named the
+/// HTTP attributes `l7` (the policy is sent without them).
+fn l7_warning(a: &Authorization, l7: &BTreeSet<String>) -> Option<String> {
     if l7.is_empty() {
         return None;
     }
@@ -453,7 +467,7 @@ pub fn workload_policies(
         if (pns != root && pns != ns) || !sel.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
             continue;
         }
-        if !matches!(convert_policy(root, o, p), Ok(Some(_))) {
+        if !matches!(ztunnel_action(o, p), Ok(Some(_))) {
             continue;
         }
         out.push(format!("{pns}/{}", o.meta.name));
@@ -561,7 +575,9 @@ fn converted_keys(root: &str, auths: &[&IstioObject]) -> Vec<String> {
     keys.into_iter().collect()
 }
 
-/// A policy as `/debug/ambientz` shows it.
+/// A policy as protojson writes it (before [`crate::prune`] leaves out
+/// the defaults): `/debug/ambientz`'s form, and the one istiod's policy
+/// goldens are written in.
 pub fn describe(a: &Authorization) -> Value {
     let sm = |m: &StringMatch| match &m.match_type {
         Some(string_match::MatchType::Exact(s)) => json!({"exact": s}),
@@ -570,7 +586,15 @@ pub fn describe(a: &Authorization) -> Value {
         Some(string_match::MatchType::Presence(())) => json!({"presence": {}}),
         None => Value::Null,
     };
-    let addr = |a: &Address| format!("{}/{}", crate::ip_text(&a.address), a.length);
+    // Bytes as protojson writes them (base64), a zero length left out.
+    let addr = |a: &Address| {
+        let mut o = serde_json::Map::new();
+        o.insert("address".into(), crate::base64(&a.address).into());
+        if a.length != 0 {
+            o.insert("length".into(), a.length.into());
+        }
+        Value::Object(o)
+    };
     let matches = |m: &Match| {
         let mut o = serde_json::Map::new();
         let mut put = |k: &str, v: Vec<Value>| {
@@ -585,10 +609,10 @@ pub fn describe(a: &Authorization) -> Value {
         let sa = |s: &ServiceAccountMatch| json!({"namespace": s.namespace, "serviceAccount": s.service_account});
         put("serviceAccounts", m.service_accounts.iter().map(sa).collect());
         put("notServiceAccounts", m.not_service_accounts.iter().map(sa).collect());
-        put("sourceIps", m.source_ips.iter().map(|a| addr(a).into()).collect());
-        put("notSourceIps", m.not_source_ips.iter().map(|a| addr(a).into()).collect());
-        put("destinationIps", m.destination_ips.iter().map(|a| addr(a).into()).collect());
-        put("notDestinationIps", m.not_destination_ips.iter().map(|a| addr(a).into()).collect());
+        put("sourceIps", m.source_ips.iter().map(addr).collect());
+        put("notSourceIps", m.not_source_ips.iter().map(addr).collect());
+        put("destinationIps", m.destination_ips.iter().map(addr).collect());
+        put("notDestinationIps", m.not_destination_ips.iter().map(addr).collect());
         put("destinationPorts", m.destination_ports.iter().map(|p| (*p).into()).collect());
         put("notDestinationPorts", m.not_destination_ports.iter().map(|p| (*p).into()).collect());
         Value::Object(o)

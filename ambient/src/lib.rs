@@ -608,21 +608,13 @@ pub(crate) fn enum_name(v: i32, name: impl Fn(i32) -> Option<&'static str>) -> s
 /// An address as istiod's `/debug/ambientz` writes it: the address's
 /// text, base64-encoded (its debug handler puts the text in the bytes).
 pub(crate) fn debug_ip(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let text = ip_text(bytes);
-    let mut out = String::new();
-    for chunk in text.as_bytes().chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64(ip_text(bytes).as_bytes())
+}
+
+/// Bytes as protojson writes them.
+pub(crate) fn base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Drops what protojson leaves out: nulls, empty strings and lists, and

@@ -234,7 +234,8 @@ fn with_node(mut msg: Vec<u8>, node: Option<(u32, &Bytes)>) -> Vec<u8> {
     msg
 }
 
-fn frame(body: Vec<u8>) -> Bytes {
+/// A gRPC message: the 5-byte prefix (uncompressed, length) and `body`.
+pub(crate) fn frame(body: Vec<u8>) -> Bytes {
     let mut out = BytesMut::with_capacity(5 + body.len());
     out.extend_from_slice(&[0]);
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
@@ -22,9 +22,8 @@ use istiod_proto::istio::workload::{Address, address};
 use istiod_proto::prost::Message;
 use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
 
-const ADDRESS: &str = "type.googleapis.com/istio.workload.Address";
-const AUTHORIZATION: &str = "type.googleapis.com/istio.security.Authorization";
-const DELTA: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+use istiod_proto::envoy::service::discovery::v3::aggregated_discovery_service::DELTA_AGGREGATED_RESOURCES as DELTA;
+use istiod_proto::type_url::{ADDRESS, AUTHORIZATION};
 
 /// The mesh and the run.
 #[derive(Debug, Clone)]
@@ -176,15 +175,6 @@ fn node(i: u32) -> Node {
     }
 }
 
-fn frame(msg: &impl Message) -> Bytes {
-    let body = msg.encode_to_vec();
-    let mut out = BytesMut::with_capacity(5 + body.len());
-    out.extend_from_slice(&[0]);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    out.freeze()
-}
-
 /// One ztunnel's stream, until the run stops or the stream is lost.
 async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), String> {
     let tcp = tokio::net::TcpStream::connect(server).await.map_err(|e| format!("connect: {e}"))?;
@@ -205,7 +195,7 @@ async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), 
     let (resp, mut send) = client.send_request(req, false).map_err(|e| format!("stream: {e}"))?;
     for t in [ADDRESS, AUTHORIZATION] {
         let first = DeltaDiscoveryRequest { type_url: t.into(), node: Some(node(i)), ..Default::default() };
-        send.send_data(frame(&first), false).map_err(|e| format!("send: {e}"))?;
+        send.send_data(crate::proxy::frame(first.encode_to_vec()), false).map_err(|e| format!("send: {e}"))?;
     }
     let mut body = resp.await.map_err(|e| format!("response: {e}"))?.into_body();
     let mut buf = BytesMut::new();
@@ -249,7 +239,7 @@ async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), 
                 response_nonce: r.nonce.clone(),
                 ..Default::default()
             };
-            send.send_data(frame(&ack), false).map_err(|e| format!("send: {e}"))?;
+            send.send_data(crate::proxy::frame(ack.encode_to_vec()), false).map_err(|e| format!("send: {e}"))?;
             let now = Instant::now();
             shared.held.lock().unwrap_or_else(|e| e.into_inner())[i as usize] = workloads.len();
             // Which changes this ACK converges on.

@@ -461,9 +461,6 @@ impl Generator for MeshGenerator {
     }
 
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-        if let Some(served) = ambient(class, kind) {
-            return if served { snap.shared_names(kind) } else { Vec::new() };
-        }
         let mut names = self.shared_wildcard_names(snap, class, kind);
         names.extend(self.class_wildcard_names(snap, class, kind));
         names

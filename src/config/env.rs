@@ -59,6 +59,11 @@ impl<'a> Vars<'a> {
     }
 
     /// The values that did not parse, each with the default used instead.
+    /// Notes a value that is read in part (the rest is logged at start).
+    pub(crate) fn warn(&self, message: String) {
+        self.invalid.borrow_mut().push(message);
+    }
+
     pub(crate) fn invalid(&self) -> Vec<String> {
         self.invalid.borrow().clone()
     }

@@ -182,6 +182,15 @@ fn bad_environment_values_name_the_variable() {
     assert_eq!(c.push.debounce_after, std::time::Duration::from_millis(100), "the default");
     assert!(c.ca.xds_auth, "the default");
     assert_eq!(c.env_warnings.len(), 2, "{:?}", c.env_warnings);
+    // A trusted node account without `/` is skipped with a word, as istiod
+    // skips it; the others stand.
+    let c = build(&[], &[("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel, ztunnel")]).unwrap();
+    assert_eq!(c.ca.trusted_node_accounts, vec![("istio-system".to_owned(), "ztunnel".to_owned())]);
+    assert!(
+        c.env_warnings.iter().any(|w| w.contains("CA_TRUSTED_NODE_ACCOUNTS") && w.contains("\"ztunnel\"")),
+        "{:?}",
+        c.env_warnings
+    );
 }
 
 #[test]

@@ -244,9 +244,7 @@ pub(super) fn apply(
     // What ztunnels do not enforce of a policy, in istiod's status words.
     if state.borrow().ambient.is_some() {
         for o in &objects.istio {
-            let note = istiod_ambient::authz::unsupported(&settings.root_namespace, o)
-                .or_else(|| istiod_ambient::authz::l7_warning(&settings.root_namespace, o));
-            if let Some(note) = note {
+            if let Some(note) = istiod_ambient::authz::ztunnel_note(&settings.root_namespace, o) {
                 not_applied.push(format!("AuthorizationPolicy {}/{} at ztunnel: {note}", o.meta.ns(), o.meta.name));
             }
         }

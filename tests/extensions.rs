@@ -280,5 +280,20 @@ fn extensions_and_envoy_filters_added_live_are_pushed() {
         assert_eq!(configs[0].name, "live-ecds");
         let typed = configs[0].typed_config.as_ref().unwrap();
         assert_eq!(typed.type_url, "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua");
+        e.ack(&pushed, &["live-ecds"]);
+        // istiod's /debug/ecdsz: the ECDS resources the connected proxy
+        // holds, as TypedExtensionConfigs (`getConfigDumpByResourceType`).
+        let mut ecdsz = serde_json::Value::Null;
+        for _ in 0..100 {
+            let (_, body) = crate::server::get(s.http, "/debug/ecdsz?proxyID=app-2.default").unwrap();
+            ecdsz = serde_json::from_str(&body).unwrap_or_default();
+            if ecdsz["configs"].as_array().is_some_and(|c| !c.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let c = &ecdsz["configs"][0];
+        assert_eq!(c["@type"], "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig", "{ecdsz}");
+        assert_eq!(c["name"], "live-ecds", "{ecdsz}");
     });
 }

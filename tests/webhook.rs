@@ -57,6 +57,7 @@ fn the_validation_webhook_judges_istio_objects_over_https() {
     );
     let root = dir.path().join("ca-cert.pem");
     server::wait_for("the webhook port", Duration::from_secs(10), || std::net::TcpStream::connect(https).is_ok());
+    client::wait_ready(https, &root);
 
     // HTTP/1.1: a valid object, v1; the uid echoed.
     let post = |body: &Value| json!({"method": "POST", "path": "/validate", "body": body.to_string()});
@@ -130,6 +131,7 @@ fn stalled_clients_are_cut_off() {
     );
     let root = dir.path().join("ca-cert.pem");
     server::wait_for("the webhook port", Duration::from_secs(10), || std::net::TcpStream::connect(https).is_ok());
+    client::wait_ready(https, &root);
     let body = review("v1", "u-s", "CREATE", vs(100)).to_string();
     let (r1, r2) = (root.clone(), root.clone());
     // Half a request line and head: "POST /validate HTTP/1.1\r\nHost".

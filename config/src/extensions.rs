@@ -142,7 +142,7 @@ impl Extension {
     }
 
     /// istiod's `ShouldAttachPolicy` for a sidecar or gateway.
-    fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+    pub fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
         let label = |k: &str| labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
         should_attach(&self.namespace, self.selector.as_ref(), &self.target_refs, namespace, label)
     }
@@ -405,13 +405,16 @@ fn read_wasm(namespace: &str, w: &Value) -> Result<Wasm, String> {
     // credentials.ToResourceName, then ParseResourceName with the
     // namespace forced to the extension's.
     let secret = text(w.get("imagePullSecret"));
+    // ParseResourceName of `kubernetes://` (a bare name is made one):
+    // `name` or `namespace/name`, further `/` parts dropped.
+    let name_of = |rest: &str| {
+        let parts: Vec<&str> = rest.split('/').collect();
+        parts.get(1).copied().unwrap_or(parts[0]).to_owned()
+    };
     let pull_secret = match secret.split_once("://") {
         _ if secret.is_empty() => None,
-        None => Some((namespace.to_owned(), secret.clone())),
-        Some(("kubernetes", rest)) => {
-            let name = rest.split_once('/').map_or(rest, |(_, n)| n);
-            Some((namespace.to_owned(), name.to_owned()))
-        }
+        None => Some((namespace.to_owned(), name_of(&secret))),
+        Some(("kubernetes", rest)) => Some((namespace.to_owned(), name_of(rest))),
         // Names istiod keeps but whose secret its ECDS never resolves.
         Some(("kubernetes-gateway" | "configmap", _)) => Some((String::new(), String::new())),
         Some(_) => None,
@@ -531,6 +534,15 @@ mod tests {
         assert_eq!(w.host_env, Some(vec!["POD_NAME".to_owned()]));
         assert_eq!(w.env, [("ENV1".to_owned(), "VAL1".to_owned())]);
         assert_eq!(w.pull_secret, Some(("ns".to_owned(), "s".to_owned())), "forced into the extension's namespace");
+        // A bare name becomes `kubernetes://<name>` (credentials.ToResourceName)
+        // and ParseResourceName takes `namespace/name`, dropping further parts.
+        for (written, name) in [("pull", "pull"), ("other/pull", "pull"), ("kubernetes://a/b/c", "b")] {
+            let Code::Wasm(w) = ext(serde_json::json!({"wasm": {"url": "oci://x", "imagePullSecret": written}})).code
+            else {
+                unreachable!()
+            };
+            assert_eq!(w.pull_secret, Some(("ns".to_owned(), name.to_owned())), "{written}");
+        }
     }
 
     /// pilot/pkg/config/kube/extensions/translate_test.go: a WasmPlugin's

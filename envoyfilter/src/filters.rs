@@ -518,18 +518,6 @@ impl EnvoyFilters {
         self.by_namespace.is_empty()
     }
 
-    /// A hash of every filter (identity and spec): equal when nothing a
-    /// proxy could be served differs.
-    pub fn digest(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.root.hash(&mut h);
-        for f in self.all() {
-            (&f.namespace, &f.name, f.hash).hash(&mut h);
-        }
-        h.finish()
-    }
-
     fn all(&self) -> impl Iterator<Item = &Arc<Filter>> {
         self.by_namespace.values().flatten()
     }

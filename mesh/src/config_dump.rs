@@ -3,7 +3,7 @@
 //! so the tools that read one read the other. The cores say which resources
 //! and versions a proxy has, with their bytes; the dump is built as a
 //! protobuf message and, for HTTP, rendered as proto3 JSON through the
-//! descriptors of `proto/` (Anys unpacked by type URL).
+//! complete Envoy API's descriptors (Anys unpacked by type URL).
 
 use std::sync::OnceLock;
 
@@ -18,12 +18,16 @@ use serde_json::{Value, json};
 fn pool() -> &'static DescriptorPool {
     static POOL: OnceLock<DescriptorPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let mut pool =
-            DescriptorPool::decode(istiod_proto::FILE_DESCRIPTOR_SET).expect("our own descriptor set decodes");
+        // The complete Envoy API with ours (EnvoyFilters' schema): a typed
+        // config istiod-rs never builds itself (a patch's, an ECDS Lua or
+        // Wasm filter) renders too.
+        let mut pool = istiod_envoyfilter::schema::pool().clone();
         // istio-proxy's own filter configs (the stats filter, the ALPN
         // override), which are not among the schema files.
         for f in crate::translate::telemetry::descriptors() {
-            pool.add_file_descriptor_proto(f).expect("istio-proxy's descriptors fit the pool");
+            if pool.get_file_by_name(f.name()).is_none() {
+                pool.add_file_descriptor_proto(f).expect("istio-proxy's descriptors fit the pool");
+            }
         }
         pool
     })
@@ -40,6 +44,7 @@ pub fn kinds_of(types: &str) -> Vec<Kind> {
             "lds" => Kind::Listener,
             "rds" => Kind::Route,
             "sds" => Kind::Secret,
+            "ecds" => Kind::ExtensionConfig,
             other => match Kind::from_type_url(other) {
                 Some(k) => k,
                 None => continue,

@@ -365,7 +365,7 @@ pub(super) async fn config_dump(
     }
     let kinds = istiod_mesh::config_dump::kinds_of(types);
     if !types.is_empty() && kinds.is_empty() {
-        // Types istiod-rs does not serve (NDS, ECDS): an empty dump.
+        // Types istiod-rs does not serve (NDS): an empty dump.
         return Some(Default::default());
     }
     Some(istiod_mesh::config_dump::build(&answer, include_eds, &kinds))

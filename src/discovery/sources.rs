@@ -191,8 +191,10 @@ pub(super) fn apply(
     // EnvoyFilters and extensions are applied per proxy as resources are
     // generated: when they change, every name they may touch, before and
     // after (generations then tell which ones changed for whom).
-    let patched = |m: &MeshInput| (m.model.envoy_filters.digest(), m.model.extensions.clone());
-    if let Some(p) = prev.as_ref().filter(|p| patched(p) != patched(&mesh)) {
+    let patched = |p: &MeshInput| {
+        p.model.envoy_filters != mesh.model.envoy_filters || p.model.extensions != mesh.model.extensions
+    };
+    if let Some(p) = prev.as_ref().filter(|p| patched(p)) {
         touch(&|k| matches!(k, ads::Kind::Cluster | ads::Kind::Listener | ads::Kind::Route));
         for m in [p, &mesh] {
             touched.extend(istiod_mesh::generator::all_names(&m.model));

@@ -48,20 +48,31 @@ pub(crate) fn post_all(addr: SocketAddr, root: &Path, path: &str, bodies: &[Vec<
     })
 }
 
-/// One request through tests/py/webhook_client.py. A connection the
-/// server closes before answering (as it may while its serving
-/// certificate is first loaded, in the moments after the port opens) is
-/// tried again, twice at most; any other failure fails the test.
+/// One request through tests/py/webhook_client.py; any failure fails the
+/// test.
 pub(crate) fn http1(addr: SocketAddr, root: &Path, req: &Value) -> Value {
-    for _ in 0..2 {
-        match http1_once(addr, root, req) {
+    http1_once(addr, root, req).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until the webhook port answers `GET /ready` over TLS. A
+/// connection the server closes before answering (as it may while its
+/// serving certificate is first loaded, in the moments after the port
+/// opens) is tried again, three times at most; any other failure fails
+/// the test. Only here: later requests get no second chance.
+pub(crate) fn wait_ready(addr: SocketAddr, root: &Path) {
+    let ready = serde_json::json!({"method": "GET", "path": "/ready", "body": ""});
+    for _ in 0..3 {
+        match http1_once(addr, root, &ready) {
             Err(e) if e.contains("SSLEOFError") || e.contains("ConnectionResetError") => {
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
-            other => return other.unwrap_or_else(|e| panic!("{e}")),
+            other => {
+                other.unwrap_or_else(|e| panic!("{e}"));
+                return;
+            }
         }
     }
-    http1_once(addr, root, req).unwrap_or_else(|e| panic!("{e}"))
+    http1(addr, root, &ready);
 }
 
 fn http1_once(addr: SocketAddr, root: &Path, req: &Value) -> Result<Value, String> {

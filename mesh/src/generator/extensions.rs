@@ -75,10 +75,15 @@ fn ecds<'a>(m: &'a MeshInput, class: &ProxyClass, name: &str) -> Option<Ecds<'a>
     let model = &m.model;
     let e = model.extensions.by_resource_name(&class.namespace, name)?;
     let Code::Wasm(w) = &e.code else { return None };
-    let secret = w.pull_secret.as_ref().filter(|(ns, _)| class.verified && !ns.is_empty()).and_then(|(ns, n)| {
-        let s = model.secrets.get(&(ns.clone(), n.clone()))?;
-        (s.type_ == "kubernetes.io/dockerconfigjson").then(|| s.data.get(".dockerconfigjson").map(Vec::as_slice))?
-    });
+    // A pull secret goes only with an extension that attaches to the
+    // proxy (istiod's `referencedSecrets` reads `TrafficExtensions(proxy)`);
+    // the resource itself is served by name (`TrafficExtensionsByName`).
+    let attached = e.attaches(&class.namespace, &class.labels);
+    let secret =
+        w.pull_secret.as_ref().filter(|(ns, _)| attached && class.verified && !ns.is_empty()).and_then(|(ns, n)| {
+            let s = model.secrets.get(&(ns.clone(), n.clone()))?;
+            (s.type_ == "kubernetes.io/dockerconfigjson").then(|| s.data.get(".dockerconfigjson").map(Vec::as_slice))?
+        });
     Some(Ecds::Wasm(e, secret))
 }
 

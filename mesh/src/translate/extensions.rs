@@ -149,7 +149,9 @@ pub fn apply(
     // per listener on the outbound side and at gateways (istiod builds
     // them once and hands them to the first HTTP chain only).
     let mut http_network_done = false;
-    for c in l.filter_chains.iter_mut().filter(|c| !skipped(c)) {
+    // A match-all chain moved to `default_filter_chain` takes them too
+    // (istiod adds them before moving it).
+    for c in l.filter_chains.iter_mut().chain(l.default_filter_chain.as_mut()).filter(|c| !skipped(c)) {
         let port = match (class, chain_port(c)) {
             (ListenerClass::SidecarInbound, p) => p,
             (_, _) => port,

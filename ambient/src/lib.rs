@@ -7,17 +7,21 @@
 //!
 //! | output (resource name) | reads |
 //! |---|---|
-//! | a Pod's `Workload` (`<cluster>//Pod/<ns>/<name>`) | the Pod, its Node (locality), the Services of its namespace that select it, the selector policies of its namespace and the root namespace, the PeerAuthentications in force for it |
-//! | a Service's `Service` (`<ns>/<hostname>`) | the Service, its Namespace (traffic distribution) |
+//! | a Pod's `Workload` (`<cluster>//Pod/<ns>/<name>`) | the Pod, its Node (locality), the services of its namespace that select it, the selector policies of its namespace and the root namespace, the PeerAuthentications in force for it |
+//! | a WorkloadEntry's `Workload` | the entry, the services of its namespace that select it, the policies |
+//! | a ServiceEntry's endpoint `Workload`s (`<cluster>/networking.istio.io/ServiceEntry/<ns>/<name>/<address>`) | the ServiceEntry, the services it won, the policies |
+//! | the `Service`s of one hostname (`<ns>/<hostname>`, one per namespace) | every Service and ServiceEntry that names the hostname, their Namespaces (traffic distribution) |
 //! | an `Authorization` (`<ns>/<name>`) | its AuthorizationPolicy; the converted PeerAuthentications read the namespace's and root's ones |
 //!
 //! A change names the objects it changed ([`Index::apply`]); the index
-//! follows the table backwards (a Service change marks that Service and the
-//! Pods its old and new selectors select; a Node change, its Pods; a policy
-//! change, the Pods of its namespace, or every Pod for the root namespace),
-//! rebuilds only the marked outputs, and hands back those whose encoded
-//! bytes changed: exactly the resources to push. The sidecar model can move
-//! onto the same shape (docs/architecture.md, "The ambient index").
+//! follows the table backwards (a Service or ServiceEntry change marks the
+//! hostnames it had and has; a service that changes marks the workloads its
+//! old and new selectors select, and a ServiceEntry's own endpoints; a Node
+//! change, its Pods; a policy change, the workloads of its namespace, or
+//! every one for the root namespace), rebuilds only the marked outputs, and
+//! hands back those whose encoded bytes changed: exactly the resources to
+//! push. The sidecar model can move onto the same shape
+//! (docs/architecture.md, "The ambient index").
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -28,13 +32,16 @@ use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_config::manifest::ObjectRef;
 use istiod_config::objects::{Namespace, Node, Objects, Pod, Service};
 use istiod_proto::istio::security::Authorization;
-use istiod_proto::istio::workload::{Address, address};
+use istiod_proto::istio::workload::{Address, Workload, address};
 use istiod_proto::prost::Message;
 use istiod_xds_api::snapshot::Kind;
 
 pub mod authz;
 pub mod service;
+pub mod service_entry;
 pub mod workload;
+
+use service::{Info, Source};
 
 /// What the index is built with: the mesh's names for things.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +105,10 @@ pub struct Inputs {
     policies: HashMap<(String, Key), Arc<IstioObject>>,
     /// WorkloadEntries.
     entries: HashMap<Key, Arc<IstioObject>>,
+    /// ServiceEntries.
+    service_entries: HashMap<Key, Arc<IstioObject>>,
+    /// The Services and ServiceEntries naming each hostname.
+    hosts: HashMap<String, BTreeSet<(Source, Key)>>,
     /// Pod names by namespace.
     pods_by_ns: HashMap<String, BTreeSet<String>>,
     /// Service names by namespace.
@@ -147,11 +158,14 @@ impl Inputs {
         }
     }
 
-    fn set_service(&mut self, k: Key, svc: Option<Service>) -> Option<Arc<Service>> {
-        match svc {
+    /// Sets Service `k`, keeping the hostname index; returns the hostnames
+    /// it had and has.
+    fn set_service(&mut self, k: Key, svc: Option<Service>, domain: &str) -> Vec<String> {
+        let new_host = svc.as_ref().map(|s| service::hostname(s, domain));
+        let old = match svc {
             Some(s) => {
                 self.services_by_ns.entry(k.0.clone()).or_default().insert(k.1.clone());
-                self.services.insert(k, Arc::new(s))
+                self.services.insert(k.clone(), Arc::new(s))
             }
             None => {
                 if let Some(s) = self.services_by_ns.get_mut(&k.0) {
@@ -159,7 +173,64 @@ impl Inputs {
                 }
                 self.services.remove(&k)
             }
+        };
+        let old_host = old.map(|s| service::hostname(&s, domain));
+        self.rehost((Source::Service, k), old_host.iter().cloned().collect(), new_host.iter().cloned().collect())
+    }
+
+    /// Sets ServiceEntry `k`, as [`Inputs::set_service`].
+    fn set_service_entry(&mut self, k: Key, o: Option<IstioObject>) -> Vec<String> {
+        let hosts = |o: &IstioObject| match &o.spec {
+            IstioSpec::ServiceEntry(se) => se.hosts.clone(),
+            _ => Vec::new(),
+        };
+        let new_hosts = o.as_ref().map(hosts).unwrap_or_default();
+        let old = match o {
+            Some(o) => self.service_entries.insert(k.clone(), Arc::new(o)),
+            None => self.service_entries.remove(&k),
+        };
+        let old_hosts = old.map(|o| hosts(&o)).unwrap_or_default();
+        self.rehost((Source::ServiceEntry, k), old_hosts, new_hosts)
+    }
+
+    fn rehost(&mut self, src: (Source, Key), old: Vec<String>, new: Vec<String>) -> Vec<String> {
+        for h in &old {
+            if let Some(set) = self.hosts.get_mut(h) {
+                set.remove(&src);
+                if set.is_empty() {
+                    self.hosts.remove(h);
+                }
+            }
         }
+        for h in &new {
+            self.hosts.entry(h.clone()).or_default().insert(src.clone());
+        }
+        let mut all = old;
+        all.extend(new);
+        all
+    }
+}
+
+/// The services the index serves, one per namespace and hostname.
+#[derive(Debug, Default)]
+pub struct Services {
+    map: BTreeMap<Key, ServiceOut>,
+    /// The namespaces holding a service of each hostname.
+    host_namespaces: HashMap<String, BTreeSet<String>>,
+}
+
+#[derive(Debug)]
+struct ServiceOut {
+    name: Arc<str>,
+    bytes: Bytes,
+    info: Info,
+}
+
+impl Services {
+    /// The services of namespace `ns`.
+    pub fn in_ns<'a>(&'a self, ns: &str) -> impl Iterator<Item = &'a Info> + 'a {
+        let ns = ns.to_owned();
+        self.map.range((ns.clone(), String::new())..).take_while(move |((n, _), _)| *n == ns).map(|(_, o)| &o.info)
     }
 }
 
@@ -184,8 +255,10 @@ pub struct Index {
     workloads: BTreeMap<Key, Output<Address>>,
     /// Workloads by their WorkloadEntry.
     entry_workloads: BTreeMap<Key, Output<Address>>,
-    /// Services by their Service object.
-    services: BTreeMap<Key, Output<Address>>,
+    /// Workloads by their ServiceEntry (one per endpoint).
+    se_workloads: BTreeMap<Key, Vec<Output<Address>>>,
+    /// Services by namespace and hostname.
+    services: Services,
     /// Authorizations by resource name.
     policies: BTreeMap<Arc<str>, Output<Authorization>>,
 }
@@ -193,9 +266,9 @@ pub struct Index {
 /// What one [`Index::apply`] rebuilt, for logs and benchmarks.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Rebuilt {
-    /// Workloads recomputed.
+    /// Workloads recomputed (Pods, WorkloadEntries, ServiceEntries).
     pub workloads: usize,
-    /// Services recomputed.
+    /// Hostnames whose services were recomputed.
     pub services: usize,
     /// Whether the policies were recomputed.
     pub policies: bool,
@@ -225,66 +298,69 @@ impl Index {
         self.settings = Some(settings.clone());
         let mut dirty = Dirty::default();
         if full {
-            self.read_all(objects);
-            dirty.workloads.extend(self.workloads.keys().cloned());
-            dirty.workloads.extend(self.inputs.pods.keys().cloned());
-            dirty.services.extend(self.services.keys().cloned());
-            dirty.services.extend(self.inputs.services.keys().cloned());
-            dirty.entries.extend(self.entry_workloads.keys().cloned());
-            dirty.entries.extend(self.inputs.entries.keys().cloned());
-            dirty.policies = true;
+            self.read_all(objects, settings);
+            dirty.mark_all(self);
         } else {
             for r in changed.unwrap_or_default() {
                 self.read_one(objects, r, settings, &mut dirty);
             }
         }
-        // What marks a namespace's pods marks its WorkloadEntries.
-        let namespaces: BTreeSet<String> =
-            dirty.workloads.iter().chain(dirty.services.iter()).map(|(ns, _)| ns.clone()).collect();
-        dirty.entries.extend(self.inputs.entries.keys().filter(|(n, _)| namespaces.contains(n)).cloned());
-        let rebuilt = Rebuilt {
-            workloads: dirty.workloads.len() + dirty.entries.len(),
-            services: dirty.services.len(),
-            policies: dirty.policies,
-        };
         let mut changes = Vec::new();
         // Policies first: workloads list the ones that select them.
         if dirty.policies {
             self.rebuild_policies(settings, &mut changes);
         }
-        for k in dirty.services {
-            let built = self.inputs.services.get(&k).and_then(|s| service::build(s, &self.inputs, settings));
-            let built = built.map(|s| Address { r#type: Some(address::Type::Service(s)) });
-            let name = |a: &Address| match &a.r#type {
-                Some(address::Type::Service(s)) => service::resource_name(s),
-                _ => Arc::from(""),
-            };
-            replace(&mut self.services, k, built, name, Kind::Address, &mut changes);
+        let hosts = dirty.hosts.len();
+        // Services next: workloads list the ones that select them, and a
+        // service that changed marks the workloads it selected and selects.
+        for host in std::mem::take(&mut dirty.hosts) {
+            self.rebuild_host(&host, settings, &mut dirty, &mut changes);
         }
+        let rebuilt = Rebuilt {
+            workloads: dirty.workloads.len() + dirty.entries.len() + dirty.service_entries.len(),
+            services: hosts,
+            policies: dirty.policies,
+        };
+        let name = |a: &Address| match &a.r#type {
+            Some(address::Type::Workload(w)) => Arc::from(w.uid.as_str()),
+            _ => Arc::from(""),
+        };
+        let as_address = |w: Workload| Address { r#type: Some(address::Type::Workload(w)) };
         for k in dirty.workloads {
-            let built = self.inputs.pods.get(&k).and_then(|p| workload::from_pod(p, &self.inputs, settings));
-            let built = built.map(|w| Address { r#type: Some(address::Type::Workload(w)) });
-            let name = |a: &Address| match &a.r#type {
-                Some(address::Type::Workload(w)) => Arc::from(w.uid.as_str()),
-                _ => Arc::from(""),
-            };
+            let built = self
+                .inputs
+                .pods
+                .get(&k)
+                .and_then(|p| workload::from_pod(p, &self.inputs, &self.services, settings))
+                .map(as_address);
             replace(&mut self.workloads, k, built, name, Kind::Address, &mut changes);
         }
         for k in dirty.entries {
             let built = self.inputs.entries.get(&k).and_then(|o| match &o.spec {
-                IstioSpec::WorkloadEntry(we) => Some(workload::from_workload_entry(o, we, &self.inputs, settings)),
+                IstioSpec::WorkloadEntry(we) => {
+                    Some(workload::from_workload_entry(o, we, &self.inputs, &self.services, settings))
+                }
                 _ => None,
             });
-            let built = built.map(|w| Address { r#type: Some(address::Type::Workload(w)) });
-            let name = |a: &Address| match &a.r#type {
-                Some(address::Type::Workload(w)) => Arc::from(w.uid.as_str()),
-                _ => Arc::from(""),
-            };
-            replace(&mut self.entry_workloads, k, built, name, Kind::Address, &mut changes);
+            replace(&mut self.entry_workloads, k, built.map(as_address), name, Kind::Address, &mut changes);
         }
-        // A name that went and came back in one apply (a Pod renamed to
-        // another's old uid cannot happen; a Service's hostname can move)
-        // keeps its last word.
+        for k in dirty.service_entries {
+            let built = match self.inputs.service_entries.get(&k).map(|o| (o, &o.spec)) {
+                Some((o, IstioSpec::ServiceEntry(se))) => {
+                    let won: Vec<&Info> = self
+                        .services
+                        .in_ns(&k.0)
+                        .filter(|i| i.source == Source::ServiceEntry && i.object == k.1)
+                        .collect();
+                    service_entry::workloads(o, se, &won, &self.inputs, settings)
+                }
+                _ => Vec::new(),
+            };
+            let built: Vec<Address> = built.into_iter().map(as_address).collect();
+            replace_many(&mut self.se_workloads, k, built, name, &mut changes);
+        }
+        // A name that went and came back in one apply (a Service's hostname
+        // can move from one object to another) keeps its last word.
         dedup_changes(&mut changes);
         (changes, rebuilt)
     }
@@ -292,7 +368,10 @@ impl Index {
     /// Every resource the index has, as changes (a first publish).
     pub fn all(&self) -> Vec<Change> {
         let mut out: Vec<Change> = Vec::new();
-        for o in self.workloads.values().chain(self.entry_workloads.values()).chain(self.services.values()) {
+        for o in self.workload_outputs() {
+            out.push((Kind::Address, o.name.clone(), Some(o.bytes.clone())));
+        }
+        for o in self.services.map.values() {
             out.push((Kind::Address, o.name.clone(), Some(o.bytes.clone())));
         }
         for o in self.policies.values() {
@@ -301,14 +380,18 @@ impl Index {
         out
     }
 
+    fn workload_outputs(&self) -> impl Iterator<Item = &Output<Address>> {
+        self.workloads.values().chain(self.entry_workloads.values()).chain(self.se_workloads.values().flatten())
+    }
+
     /// The workloads, by resource name.
     pub fn workloads(&self) -> impl Iterator<Item = (&Arc<str>, &Address)> {
-        self.workloads.values().chain(self.entry_workloads.values()).map(|o| (&o.name, &o.message))
+        self.workload_outputs().map(|o| (&o.name, &o.message))
     }
 
     /// The services, by resource name.
-    pub fn services(&self) -> impl Iterator<Item = (&Arc<str>, &Address)> {
-        self.services.values().map(|o| (&o.name, &o.message))
+    pub fn services(&self) -> impl Iterator<Item = (&Arc<str>, &Info)> {
+        self.services.map.values().map(|o| (&o.name, &o.info))
     }
 
     /// The policies, by resource name.
@@ -322,13 +405,13 @@ impl Index {
     }
 
     /// Reads every input again from `objects`.
-    fn read_all(&mut self, objects: &Objects) {
+    fn read_all(&mut self, objects: &Objects, settings: &Settings) {
         let mut inputs = Inputs::default();
         for p in &objects.pods {
             inputs.set_pod(key(p.metadata.ns(), &p.metadata.name), Some(p.clone()));
         }
         for s in &objects.services {
-            inputs.set_service(key(s.metadata.ns(), &s.metadata.name), Some(s.clone()));
+            inputs.set_service(key(s.metadata.ns(), &s.metadata.name), Some(s.clone()), &settings.domain);
         }
         for n in &objects.namespaces {
             inputs.namespaces.insert(n.metadata.name.clone(), Arc::new(n.clone()));
@@ -340,8 +423,14 @@ impl Index {
             if let Some(kind) = policy_kind(o) {
                 inputs.policies.insert((kind.into(), key(o.meta.ns(), &o.meta.name)), Arc::new(o.clone()));
             }
-            if matches!(o.spec, IstioSpec::WorkloadEntry(_)) {
-                inputs.entries.insert(key(o.meta.ns(), &o.meta.name), Arc::new(o.clone()));
+            match o.spec {
+                IstioSpec::WorkloadEntry(_) => {
+                    inputs.entries.insert(key(o.meta.ns(), &o.meta.name), Arc::new(o.clone()));
+                }
+                IstioSpec::ServiceEntry(_) => {
+                    inputs.set_service_entry(key(o.meta.ns(), &o.meta.name), Some(o.clone()));
+                }
+                _ => {}
             }
         }
         self.inputs = inputs;
@@ -353,6 +442,7 @@ impl Index {
     fn read_one(&mut self, objects: &Objects, r: &ObjectRef, settings: &Settings, dirty: &mut Dirty) {
         let (ns, name) = (r.namespace.as_str(), r.name.as_str());
         let is = |m: &istiod_config::meta::Meta| m.name == name && m.ns() == ns;
+        let istio = |pick: fn(&IstioSpec) -> bool| objects.istio.iter().rev().find(|o| pick(&o.spec) && is(&o.meta));
         match r.kind.as_str() {
             "Pod" => {
                 let now = objects.pods.iter().rev().find(|p| is(&p.metadata)).cloned();
@@ -361,12 +451,12 @@ impl Index {
             }
             "Service" => {
                 let now = objects.services.iter().rev().find(|s| is(&s.metadata)).cloned();
-                let before = self.inputs.set_service(key(ns, name), now);
-                let after = self.inputs.services.get(&key(ns, name)).cloned();
-                dirty.services.insert(key(ns, name));
-                for s in before.iter().chain(after.iter()) {
-                    self.mark_selected(ns, &s.spec.selector, dirty);
-                }
+                dirty.hosts.extend(self.inputs.set_service(key(ns, name), now, &settings.domain));
+            }
+            "ServiceEntry" => {
+                let now = istio(|s| matches!(s, IstioSpec::ServiceEntry(_))).cloned();
+                dirty.hosts.extend(self.inputs.set_service_entry(key(ns, name), now));
+                dirty.service_entries.insert(key(ns, name));
             }
             "Namespace" => {
                 let now = objects.namespaces.iter().rev().find(|n| n.metadata.name == name).cloned();
@@ -380,8 +470,9 @@ impl Index {
                 self.resync_namespace(objects, name, settings, dirty);
                 if name == settings.system_namespace {
                     // Its network label is every workload's and service's.
-                    dirty.workloads.extend(self.inputs.pods.keys().cloned());
-                    dirty.services.extend(self.inputs.services.keys().cloned());
+                    let policies = dirty.policies;
+                    dirty.mark_all(self);
+                    dirty.policies = policies;
                 }
             }
             "Node" => {
@@ -394,13 +485,7 @@ impl Index {
                 dirty.workloads.extend(on_node.map(|(k, _)| k.clone()));
             }
             "WorkloadEntry" => {
-                let now = objects
-                    .istio
-                    .iter()
-                    .rev()
-                    .find(|o| matches!(o.spec, IstioSpec::WorkloadEntry(_)) && is(&o.meta))
-                    .cloned();
-                match now {
+                match istio(|s| matches!(s, IstioSpec::WorkloadEntry(_))).cloned() {
                     Some(o) => self.inputs.entries.insert(key(ns, name), Arc::new(o)),
                     None => self.inputs.entries.remove(&key(ns, name)),
                 };
@@ -416,48 +501,39 @@ impl Index {
                 dirty.policies = true;
                 // Workloads list the selector policies of their namespace
                 // and the root's, and the PeerAuthentications in force.
-                if ns == settings.root_namespace {
-                    dirty.workloads.extend(self.inputs.pods.keys().cloned());
-                    dirty.entries.extend(self.inputs.entries.keys().cloned());
-                } else {
-                    let pods = self.inputs.pods_by_ns.get(ns).into_iter().flatten();
-                    dirty.workloads.extend(pods.map(|p| key(ns, p)));
-                    dirty.entries.extend(self.inputs.entries.keys().filter(|(n, _)| n == ns).cloned());
-                }
+                dirty.mark_namespace_workloads(&self.inputs, (ns != settings.root_namespace).then_some(ns));
             }
             _ => {}
         }
     }
 
-    /// Reads the Pods, Services and policies of namespace `ns` again, and
-    /// marks what they were and are.
+    /// Reads the Pods, Services, ServiceEntries, WorkloadEntries and
+    /// policies of namespace `ns` again, and marks what they were and are.
     fn resync_namespace(&mut self, objects: &Objects, ns: &str, settings: &Settings, dirty: &mut Dirty) {
         let old_pods: Vec<String> = self.inputs.pods_by_ns.get(ns).into_iter().flatten().cloned().collect();
         for p in &old_pods {
             self.inputs.set_pod(key(ns, p), None);
         }
-        dirty.workloads.extend(old_pods.iter().map(|p| key(ns, p)));
         for p in objects.pods.iter().filter(|p| p.metadata.ns() == ns) {
             self.inputs.set_pod(key(ns, &p.metadata.name), Some(p.clone()));
-            dirty.workloads.insert(key(ns, &p.metadata.name));
         }
         let old_services: Vec<String> = self.inputs.services_by_ns.get(ns).into_iter().flatten().cloned().collect();
         for s in &old_services {
-            self.inputs.set_service(key(ns, s), None);
+            dirty.hosts.extend(self.inputs.set_service(key(ns, s), None, &settings.domain));
         }
-        dirty.services.extend(old_services.iter().map(|s| key(ns, s)));
         for s in objects.services.iter().filter(|s| s.metadata.ns() == ns) {
-            self.inputs.set_service(key(ns, &s.metadata.name), Some(s.clone()));
-            dirty.services.insert(key(ns, &s.metadata.name));
+            dirty.hosts.extend(self.inputs.set_service(key(ns, &s.metadata.name), Some(s.clone()), &settings.domain));
         }
-        let old_entries: Vec<Key> = self.inputs.entries.keys().filter(|(n, _)| n == ns).cloned().collect();
-        for k in &old_entries {
-            self.inputs.entries.remove(k);
+        let old_ses: Vec<Key> = self.inputs.service_entries.keys().filter(|(n, _)| n == ns).cloned().collect();
+        for k in old_ses {
+            dirty.hosts.extend(self.inputs.set_service_entry(k, None));
         }
-        dirty.entries.extend(old_entries);
+        for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::ServiceEntry(_))) {
+            dirty.hosts.extend(self.inputs.set_service_entry(key(ns, &o.meta.name), Some(o.clone())));
+        }
+        self.inputs.entries.retain(|(n, _), _| n != ns);
         for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::WorkloadEntry(_))) {
             self.inputs.entries.insert(key(ns, &o.meta.name), Arc::new(o.clone()));
-            dirty.entries.insert(key(ns, &o.meta.name));
         }
         let before = self.inputs.policies.len();
         self.inputs.policies.retain(|(_, (n, _)), _| n != ns);
@@ -468,23 +544,80 @@ impl Index {
                 any = true;
             }
         }
+        // Every workload of the namespace, as it was and is.
+        dirty.workloads.extend(old_pods.iter().map(|p| key(ns, p)));
+        dirty.entries.extend(self.entry_workloads.keys().filter(|(n, _)| n == ns).cloned());
+        dirty.service_entries.extend(self.se_workloads.keys().filter(|(n, _)| n == ns).cloned());
+        dirty.mark_namespace_workloads(&self.inputs, Some(ns));
         if any {
             dirty.policies = true;
             if ns == settings.root_namespace {
-                dirty.workloads.extend(self.inputs.pods.keys().cloned());
+                dirty.mark_namespace_workloads(&self.inputs, None);
             }
         }
     }
 
-    /// Marks the Pods of `ns` that `selector` selects.
-    fn mark_selected(&self, ns: &str, selector: &BTreeMap<String, String>, dirty: &mut Dirty) {
-        if selector.is_empty() {
-            return; // selects nothing (endpoints come from EndpointSlices)
+    /// Rebuilds the services of hostname `host`: one per namespace, of the
+    /// Services and ServiceEntries that name it. A service that changed
+    /// marks the workloads its old and new selectors select, and its
+    /// ServiceEntry's endpoints.
+    fn rebuild_host(&mut self, host: &str, settings: &Settings, dirty: &mut Dirty, changes: &mut Vec<Change>) {
+        let mut candidates = Vec::new();
+        for (src, k) in self.inputs.hosts.get(host).into_iter().flatten() {
+            match src {
+                Source::Service => {
+                    if let Some(s) = self.inputs.services.get(k) {
+                        candidates
+                            .extend(service::info(s, &self.inputs, settings).filter(|i| i.service.hostname == host));
+                    }
+                }
+                Source::ServiceEntry => {
+                    if let Some(o) = self.inputs.service_entries.get(k)
+                        && let IstioSpec::ServiceEntry(se) = &o.spec
+                    {
+                        let all = service_entry::infos(o, se, &self.inputs, settings);
+                        candidates.extend(all.into_iter().find(|i| i.service.hostname == host));
+                    }
+                }
+            }
         }
-        for name in self.inputs.pods_by_ns.get(ns).into_iter().flatten() {
-            let k = key(ns, name);
-            if self.inputs.pods.get(&k).is_some_and(|p| selects(selector, &p.metadata.labels)) {
-                dirty.workloads.insert(k);
+        let mut next = service::select(candidates);
+        let before = self.services.host_namespaces.remove(host).unwrap_or_default();
+        let namespaces: BTreeSet<String> = before.into_iter().chain(next.keys().cloned()).collect();
+        for ns in namespaces {
+            let k = (ns.clone(), host.to_owned());
+            let old = self.services.map.remove(&k);
+            let new = next.remove(&ns).map(|info| {
+                let bytes =
+                    Bytes::from(Address { r#type: Some(address::Type::Service(info.service.clone())) }.encode_to_vec());
+                ServiceOut { name: service::resource_name(&info.service), bytes, info }
+            });
+            if old.as_ref().map(|o| (&o.bytes, &o.info)) == new.as_ref().map(|o| (&o.bytes, &o.info)) {
+                if let Some(o) = old {
+                    self.services.map.insert(k, o);
+                    self.services.host_namespaces.entry(host.to_owned()).or_default().insert(ns);
+                }
+                continue;
+            }
+            for o in old.iter().chain(new.iter()) {
+                dirty.mark_selected(&self.inputs, &ns, &o.info.selector);
+                if o.info.source == Source::ServiceEntry {
+                    dirty.service_entries.insert(key(&ns, &o.info.object));
+                }
+            }
+            match new {
+                Some(o) => {
+                    if old.as_ref().is_none_or(|old| old.bytes != o.bytes) {
+                        changes.push((Kind::Address, o.name.clone(), Some(o.bytes.clone())));
+                    }
+                    self.services.map.insert(k, o);
+                    self.services.host_namespaces.entry(host.to_owned()).or_default().insert(ns);
+                }
+                None => {
+                    if let Some(o) = old {
+                        changes.push((Kind::Address, o.name, None));
+                    }
+                }
             }
         }
     }
@@ -513,11 +646,90 @@ impl Index {
 /// What an apply must rebuild.
 #[derive(Default)]
 struct Dirty {
+    /// Pods' workloads.
     workloads: BTreeSet<Key>,
     /// WorkloadEntries' workloads.
     entries: BTreeSet<Key>,
-    services: BTreeSet<Key>,
+    /// ServiceEntries' endpoint workloads.
+    service_entries: BTreeSet<Key>,
+    /// Hostnames whose services to rebuild.
+    hosts: BTreeSet<String>,
     policies: bool,
+}
+
+impl Dirty {
+    /// Everything the index had and has.
+    fn mark_all(&mut self, index: &Index) {
+        let inputs = &index.inputs;
+        self.workloads.extend(index.workloads.keys().chain(inputs.pods.keys()).cloned());
+        self.entries.extend(index.entry_workloads.keys().chain(inputs.entries.keys()).cloned());
+        self.service_entries.extend(index.se_workloads.keys().chain(inputs.service_entries.keys()).cloned());
+        self.hosts.extend(index.services.host_namespaces.keys().chain(inputs.hosts.keys()).cloned());
+        self.policies = true;
+    }
+
+    /// The workloads of namespace `ns` (`None`: of every namespace).
+    fn mark_namespace_workloads(&mut self, inputs: &Inputs, ns: Option<&str>) {
+        let of = |k: &&Key| ns.is_none_or(|ns| k.0 == ns);
+        match ns {
+            Some(ns) => {
+                self.workloads.extend(inputs.pods_by_ns.get(ns).into_iter().flatten().map(|p| key(ns, p)));
+            }
+            None => self.workloads.extend(inputs.pods.keys().cloned()),
+        }
+        self.entries.extend(inputs.entries.keys().filter(of).cloned());
+        self.service_entries.extend(inputs.service_entries.keys().filter(of).cloned());
+    }
+
+    /// The Pods and WorkloadEntries of `ns` that `selector` selects.
+    fn mark_selected(&mut self, inputs: &Inputs, ns: &str, selector: &BTreeMap<String, String>) {
+        if selector.is_empty() {
+            return; // selects nothing (endpoints come from EndpointSlices)
+        }
+        for name in inputs.pods_by_ns.get(ns).into_iter().flatten() {
+            let k = key(ns, name);
+            if inputs.pods.get(&k).is_some_and(|p| selects(selector, &p.metadata.labels)) {
+                self.workloads.insert(k);
+            }
+        }
+        for (k, o) in inputs.entries.iter().filter(|(k, _)| k.0 == ns) {
+            if let IstioSpec::WorkloadEntry(we) = &o.spec
+                && selects(selector, &workload::entry_labels(o, we))
+            {
+                self.entries.insert(k.clone());
+            }
+        }
+    }
+}
+
+/// Replaces the outputs at `k` with `built`, recording the changes.
+fn replace_many(
+    outputs: &mut BTreeMap<Key, Vec<Output<Address>>>,
+    k: Key,
+    built: Vec<Address>,
+    name: impl Fn(&Address) -> Arc<str>,
+    changes: &mut Vec<Change>,
+) {
+    let old = outputs.remove(&k).unwrap_or_default();
+    let mut new = Vec::with_capacity(built.len());
+    for message in built {
+        let bytes = Bytes::from(message.encode_to_vec());
+        let name = name(&message);
+        if !old.iter().any(|o| o.name == name && o.bytes == bytes) {
+            changes.push((Kind::Address, name.clone(), Some(bytes.clone())));
+        }
+        // Two endpoints with one address are one workload: the last.
+        new.retain(|o: &Output<Address>| o.name != name);
+        new.push(Output { name, message, bytes });
+    }
+    for o in old {
+        if !new.iter().any(|n| n.name == o.name) {
+            changes.push((Kind::Address, o.name, None));
+        }
+    }
+    if !new.is_empty() {
+        outputs.insert(k, new);
+    }
 }
 
 /// Replaces the output at `k` with `built`, recording the change.
@@ -647,13 +859,7 @@ pub fn describe(index: &Index) -> serde_json::Value {
             _ => None,
         })
         .collect();
-    let services: Vec<_> = index
-        .services()
-        .filter_map(|(_, a)| match &a.r#type {
-            Some(address::Type::Service(s)) => prune(service::describe(s)),
-            _ => None,
-        })
-        .collect();
+    let services: Vec<_> = index.services().filter_map(|(_, i)| prune(service::describe(&i.service))).collect();
     let policies: Vec<_> = index.policies().filter_map(|(_, p)| prune(authz::describe(p))).collect();
     json!({ "workloads": workloads, "services": services, "policies": policies })
 }
@@ -685,6 +891,7 @@ pub fn fuzz_one(yaml: &str) {
         .chain(all.istio[half.istio.len()..].iter().filter_map(|o| {
             let kind = match o.spec {
                 IstioSpec::WorkloadEntry(_) => "WorkloadEntry",
+                IstioSpec::ServiceEntry(_) => "ServiceEntry",
                 _ => policy_kind(o)?,
             };
             Some((kind, &o.meta))

@@ -1,7 +1,9 @@
 //! A Kubernetes Service as ztunnel's `Service` (istiod's
 //! `serviceServiceBuilder` and `constructService`,
-//! `pilot/pkg/serviceregistry/ambient/services.go`).
+//! `pilot/pkg/serviceregistry/ambient/services.go`), and the services of one
+//! hostname reduced to one per namespace (`selectWorkloadServices`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use istiod_config::objects::{IntOrString, Service};
@@ -52,6 +54,102 @@ fn vips(s: &Service) -> Vec<&str> {
 /// Service is in no workload's `services` either).
 pub fn exists(s: &Service) -> bool {
     s.spec.kind.as_deref() != Some("ExternalName") && vips(s).iter().all(|v| v.parse::<std::net::IpAddr>().is_ok())
+}
+
+/// What made a service: istiod's `ServiceInfo.Source.Kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// A Kubernetes Service.
+    Service,
+    /// A ServiceEntry (one service per host).
+    ServiceEntry,
+}
+
+/// A port's names, by which a workload's target port is found
+/// (`ServicePortName`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortName {
+    /// The port's name.
+    pub port_name: String,
+    /// A Kubernetes Service's named `targetPort`.
+    pub target_port_name: String,
+}
+
+/// One service as the index keeps it (istiod's `ServiceInfo`): the
+/// served message and what workloads need to list it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Info {
+    /// The kind of object that made it.
+    pub source: Source,
+    /// That object's name (its namespace is the service's).
+    pub object: String,
+    /// The served service.
+    pub service: WdsService,
+    /// The workloads it selects (empty: none).
+    pub selector: BTreeMap<String, String>,
+    /// Port names by service port.
+    pub port_names: BTreeMap<u32, PortName>,
+    /// The object's creation time (oldest wins a shared hostname).
+    pub created: Option<String>,
+}
+
+/// The [`Info`] of Kubernetes Service `s` (`serviceServiceBuilder`).
+pub fn info(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<Info> {
+    let service = build(s, inputs, settings)?;
+    let port_names = s
+        .spec
+        .ports
+        .iter()
+        .map(|p| {
+            let target_port_name = match &p.target_port {
+                Some(IntOrString::String(n)) => n.clone(),
+                _ => String::new(),
+            };
+            (u32::from(p.port), PortName { port_name: p.name.clone().unwrap_or_default(), target_port_name })
+        })
+        .collect();
+    Some(Info {
+        source: Source::Service,
+        object: s.metadata.name.clone(),
+        service,
+        selector: s.spec.selector.clone(),
+        port_names,
+        created: s.metadata.creation_timestamp.clone(),
+    })
+}
+
+/// istiod's `selectWorkloadServices`: of the services sharing one hostname,
+/// one per namespace (a Kubernetes Service, else the oldest), and of those
+/// one canonical (the Kubernetes Service, else the oldest). Ties go to the
+/// first in `(namespace, object)` order, where istiod's pick is arbitrary.
+pub fn select(mut candidates: Vec<Info>) -> BTreeMap<String, Info> {
+    candidates.sort_by(|a, b| (&a.service.namespace, &a.object).cmp(&(&b.service.namespace, &b.object)));
+    let better = |a: &Info, b: &Info| a.created < b.created && b.source != Source::Service;
+    let mut best: BTreeMap<String, Info> = BTreeMap::new();
+    for c in candidates {
+        let ns = c.service.namespace.clone();
+        match best.get(&ns) {
+            Some(cur) if c.source != Source::Service && !better(&c, cur) => {}
+            _ => {
+                best.insert(ns, c);
+            }
+        }
+    }
+    let mut canonical: Option<&Info> = None;
+    for si in best.values() {
+        if si.source == Source::Service {
+            canonical = Some(si);
+            break;
+        }
+        if canonical.is_none_or(|c| better(si, c)) {
+            canonical = Some(si);
+        }
+    }
+    let ns = canonical.map(|c| c.service.namespace.clone());
+    for (n, si) in best.iter_mut() {
+        si.service.canonical = Some(n) == ns.as_ref();
+    }
+    best
 }
 
 /// The Service of `s`, or `None` for an ExternalName Service (ambient
@@ -129,13 +227,13 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         ports,
         load_balancing: lb,
         ip_families: ip_families as i32,
-        // A Kubernetes Service is always canonical.
+        // Set by [`select`] (a Kubernetes Service always is).
         canonical: true,
         ..WdsService::default()
     })
 }
 
-fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {
+pub(crate) fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {
     LoadBalancing {
         routing_preference: scopes.iter().map(|s| *s as i32).collect(),
         mode: load_balancing::Mode::Failover as i32,
@@ -144,7 +242,7 @@ fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum Distribution {
+pub(crate) enum Distribution {
     Any,
     SameZone,
     SameNode,
@@ -152,7 +250,7 @@ enum Distribution {
 
 /// `model.GetTrafficDistribution`: the field, then the Service's
 /// annotation, then its namespace's.
-fn traffic_distribution(
+pub(crate) fn traffic_distribution(
     field: Option<&str>,
     annotations: &std::collections::BTreeMap<String, String>,
     ns_annotations: Option<&std::collections::BTreeMap<String, String>>,
@@ -202,7 +300,7 @@ fn convert_protocol(port: u16, name: &str, l4: Option<&str>, app_protocol: Optio
 }
 
 /// `toAppProtocolFromProtocol`.
-fn app_protocol(p: Protocol) -> AppProtocol {
+pub(crate) fn app_protocol(p: Protocol) -> AppProtocol {
     match p {
         Protocol::Http => AppProtocol::Http11,
         Protocol::Http2 => AppProtocol::Http2,
@@ -230,9 +328,25 @@ pub fn describe(s: &WdsService) -> Value {
         "name": s.name,
         "namespace": s.namespace,
         "hostname": s.hostname,
-        "addresses": s.addresses.iter().map(|a| json!({"network": a.network, "address": crate::debug_ip(&a.address)})).collect::<Vec<_>>(),
+        "addresses": s.addresses.iter().map(|a| json!({"network": a.network, "address": crate::debug_ip(&a.address), "length": a.length})).collect::<Vec<_>>(),
         "ports": ports,
+        "subjectAltNames": s.subject_alt_names,
+        "loadBalancing": s.load_balancing.as_ref().map(describe_lb),
         "ipFamilies": crate::enum_name(s.ip_families, |v| IpFamilies::try_from(v).ok().map(|f| f.as_str_name())),
         "canonical": s.canonical,
+    })
+}
+
+fn describe_lb(lb: &LoadBalancing) -> Value {
+    use load_balancing::{HealthPolicy, Mode, Scope};
+    let scopes: Vec<Value> = lb
+        .routing_preference
+        .iter()
+        .map(|s| crate::enum_name(*s, |v| Scope::try_from(v).ok().map(|x| x.as_str_name())))
+        .collect();
+    json!({
+        "routingPreference": scopes,
+        "mode": crate::enum_name(lb.mode, |v| Mode::try_from(v).ok().map(|x| x.as_str_name())),
+        "healthPolicy": crate::enum_name(lb.health_policy, |v| HealthPolicy::try_from(v).ok().map(|x| x.as_str_name())),
     })
 }

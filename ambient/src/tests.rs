@@ -221,7 +221,111 @@ fn incremental_applies_equal_a_full_build() {
         &(mesh(2)
             + "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm, namespace: default, labels: {app: web}}\nspec: {address: vm.example.com, ports: {http: 9080}}\n"),
     );
+    fuzz_one(&(mesh(4) + SERVICE_ENTRIES));
+    fuzz_one(&(String::from(SERVICE_ENTRIES) + &mesh(4)));
     fuzz_one("not: [yaml");
+}
+
+/// ServiceEntries that select the mesh's pods, list endpoints, share a
+/// hostname with a Kubernetes Service and with each other.
+const SERVICE_ENTRIES: &str = "\
+apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: web-se, namespace: default, creationTimestamp: '2024-01-01T00:00:00Z'}\nspec: {hosts: [web.example.com], addresses: [240.0.0.1], ports: [{number: 80, name: http}], workloadSelector: {labels: {app: web}}, resolution: STATIC}\n---\n\
+apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: default, creationTimestamp: '2024-01-02T00:00:00Z'}\nspec: {hosts: [ext.example.com, web.example.com], ports: [{number: 443, name: tls, protocol: TLS}], endpoints: [{address: 1.1.1.1}, {address: 2.2.2.2, ports: {tls: 8443}}], resolution: STATIC}\n---\n\
+apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: camp, namespace: other, creationTimestamp: '2020-01-01T00:00:00Z'}\nspec: {hosts: [web.default.svc.cluster.local], ports: [{number: 80, name: http}], resolution: DNS}\n---\n";
+
+fn service_entry_ref(ns: &str, name: &str) -> ObjectRef {
+    ObjectRef { kind: "ServiceEntry".into(), namespace: ns.into(), name: name.into(), service: None }
+}
+
+fn service(changes: &[Change], name: &str) -> Option<istiod_proto::istio::workload::Service> {
+    let (_, _, bytes) = changes.iter().find(|(k, n, _)| *k == Kind::Address && &**n == name)?;
+    match Address::decode(bytes.clone()?).ok()?.r#type? {
+        address::Type::Service(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// Upstream `TestSelectWorkloadServices`, "kube Service is canonical over
+/// an older camping PUBLIC ServiceEntry": each namespace keeps its own
+/// service of the hostname, and the Kubernetes Service is the canonical
+/// one, in either order of reading.
+#[test]
+fn a_kubernetes_service_is_canonical_over_an_older_service_entry() {
+    for y in [mesh(1) + SERVICE_ENTRIES, String::from(SERVICE_ENTRIES) + &mesh(1)] {
+        let changes = Index::new().apply(&objects(&y), None, &Settings::default());
+        let kube = service(&changes, "default/web.default.svc.cluster.local").unwrap();
+        let camp = service(&changes, "other/web.default.svc.cluster.local").unwrap();
+        assert_eq!((kube.name.as_str(), kube.canonical), ("web", true));
+        assert_eq!((camp.name.as_str(), camp.canonical), ("camp", false));
+        // Two ServiceEntries of one namespace share web.example.com: the
+        // older (web-se) has it, and is canonical.
+        let shared = service(&changes, "default/web.example.com").unwrap();
+        assert_eq!((shared.name.as_str(), shared.canonical), ("web-se", true));
+        // The pod lists its Service and the ServiceEntry that selects it,
+        // whose port name maps to the pod's port.
+        let w = workload(&changes, "Kubernetes//Pod/default/web-0").unwrap();
+        assert_eq!(
+            w.services.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["default/web.default.svc.cluster.local", "default/web.example.com"]
+        );
+        assert_eq!(w.services["default/web.example.com"].ports[0].target_port, 8080);
+        // ext's endpoints list the hostname it won only.
+        let ep = workload(&changes, "Kubernetes/networking.istio.io/ServiceEntry/default/ext/2.2.2.2").unwrap();
+        assert_eq!(ep.services.keys().map(String::as_str).collect::<Vec<_>>(), ["default/ext.example.com"]);
+        assert_eq!(ep.services["default/ext.example.com"].ports[0].target_port, 8443);
+        // camp (DNS, no endpoints) has one workload per host it won.
+        assert!(
+            workload(&changes, "Kubernetes/networking.istio.io/ServiceEntry/other/camp/web.default.svc.cluster.local")
+                .is_some()
+        );
+    }
+}
+
+/// A ServiceEntry change rebuilds its hostnames, its endpoints and the
+/// workloads its services select; losing a hostname takes the service
+/// away from the loser's endpoints, and deleting the winner gives it back.
+#[test]
+fn service_entry_changes_are_incremental() {
+    let settings = Settings::default();
+    let mut o = objects(&(mesh(4) + SERVICE_ENTRIES));
+    let mut index = Index::new();
+    index.apply(&o, None, &settings);
+    // An endpoint of ext moves: its two workloads, nothing else.
+    let ext = o.istio.iter_mut().find(|x| x.meta.name == "ext").unwrap();
+    let IstioSpec::ServiceEntry(se) = &mut ext.spec else { unreachable!() };
+    se.endpoints[0].address = "1.1.1.2".into();
+    let (changes, rebuilt) = index.apply_counted(&o, Some(&[service_entry_ref("default", "ext")]), &settings);
+    let names: BTreeSet<&str> = changes.iter().map(|c| &*c.1).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "Kubernetes/networking.istio.io/ServiceEntry/default/ext/1.1.1.1",
+            "Kubernetes/networking.istio.io/ServiceEntry/default/ext/1.1.1.2",
+        ]),
+        "{changes:?}"
+    );
+    assert_eq!(rebuilt.workloads, 1, "ext's endpoints only");
+    // web-se's port changes: its service and the four pods it selects.
+    let web_se = o.istio.iter_mut().find(|x| x.meta.name == "web-se").unwrap();
+    let IstioSpec::ServiceEntry(se) = &mut web_se.spec else { unreachable!() };
+    se.ports[0].number = 81;
+    let (changes, rebuilt) = index.apply_counted(&o, Some(&[service_entry_ref("default", "web-se")]), &settings);
+    assert_eq!(rebuilt.workloads, 4 + 1, "the selected pods, and web-se's own (no) endpoints");
+    assert_eq!(changes.len(), 5, "the service and four workloads: {changes:?}");
+    // web-se goes: ext wins web.example.com, and its endpoints list it.
+    o.istio.retain(|x| x.meta.name != "web-se");
+    let changes = index.apply(&o, Some(&[service_entry_ref("default", "web-se")]), &settings);
+    assert_eq!(service(&changes, "default/web.example.com").unwrap().name, "ext");
+    let ep = workload(&changes, "Kubernetes/networking.istio.io/ServiceEntry/default/ext/2.2.2.2").unwrap();
+    assert_eq!(ep.services.len(), 2, "ext.example.com and web.example.com");
+    assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().services.len() == 1);
+    // And all of it as a full build has it.
+    let mut full = Index::new();
+    full.apply(&o, None, &settings);
+    let (mut a, mut b) = (full.all(), index.all());
+    a.sort();
+    b.sort();
+    assert!(a == b, "incremental equals whole");
 }
 
 /// The inputs the `ambient_index` fuzz target keeps (seeds and fixed
@@ -282,7 +386,7 @@ fn upstream_pod_workloads() {
         let pod = o.pods.last()?;
         Some(format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name))
     });
-    assert_eq!(n, 9, "every case the file has");
+    assert_eq!(n, 10, "every case the file has");
 }
 
 /// Upstream `TestWorkloadEntryWorkloads` (same file), the cases
@@ -293,85 +397,16 @@ fn upstream_workload_entry_workloads() {
         let we = o.istio.iter().rev().find(|x| matches!(x.spec, IstioSpec::WorkloadEntry(_)))?;
         Some(workload::workload_entry_uid("cluster0", we.meta.ns(), &we.meta.name))
     });
-    assert_eq!(n, 5, "every case the file has");
+    assert_eq!(n, 7, "every case the file has");
 }
 
 /// Runs the cases of `file` (testdata): each case's objects into an index,
 /// the subject's Workload (`uid_of`) against the case's `want`. Returns
 /// how many ran.
 fn workload_cases(file: &str, uid_of: impl Fn(&Objects) -> Option<String>) -> usize {
-    use serde_json::{Map, Value, json};
-    let text = std::fs::read_to_string(format!("{}/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let cases: Vec<Value> = serde_yaml_ng::from_str(&text).unwrap();
-    let settings = Settings {
-        cluster_id: "cluster0".into(),
-        domain: "domain.suffix".into(),
-        network: "testnetwork".into(),
-        ..Settings::default()
-    };
-    let render = |w: &Workload| {
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Value| {
-            let empty = v.is_null() || v == json!("") || v == json!([]) || v == json!({});
-            if !empty {
-                m.insert(k.into(), v);
-            }
-        };
-        put("uid", w.uid.clone().into());
-        put("name", w.name.clone().into());
-        put("namespace", w.namespace.clone().into());
-        put("node", w.node.clone().into());
-        put("addresses", w.addresses.iter().map(|a| Value::from(ip_text(a))).collect());
-        put("network", w.network.clone().into());
-        put("canonicalName", w.canonical_name.clone().into());
-        put("canonicalRevision", w.canonical_revision.clone().into());
-        put(
-            "workloadType",
-            istiod_proto::istio::workload::WorkloadType::try_from(w.workload_type).unwrap().as_str_name().into(),
-        );
-        put("workloadName", w.workload_name.clone().into());
-        put("status", WorkloadStatus::try_from(w.status).unwrap().as_str_name().into());
-        if w.network_mode != 0 {
-            put("networkMode", "HOST_NETWORK".into());
-        }
-        if w.tunnel_protocol != 0 {
-            put("tunnelProtocol", TunnelProtocol::try_from(w.tunnel_protocol).unwrap().as_str_name().into());
-        }
-        if w.native_tunnel {
-            put("nativeTunnel", true.into());
-        }
-        put("hostname", w.hostname.clone().into());
-        if let Some(c) = w.capacity {
-            put("capacity", c.into());
-        }
-        put("clusterId", w.cluster_id.clone().into());
-        put("trustDomain", w.trust_domain.clone().into());
-        put("serviceAccount", w.service_account.clone().into());
-        if let Some(l) = &w.locality {
-            let mut lm = Map::new();
-            for (k, v) in [("region", &l.region), ("zone", &l.zone), ("subzone", &l.subzone)] {
-                if !v.is_empty() {
-                    lm.insert(k.into(), v.clone().into());
-                }
-            }
-            put("locality", Value::Object(lm));
-        }
-        let services: Map<String, Value> = w
-            .services
-            .iter()
-            .map(|(k, v)| {
-                let ports: Vec<Value> = v
-                    .ports
-                    .iter()
-                    .map(|p| json!({"servicePort": p.service_port, "targetPort": p.target_port}))
-                    .collect();
-                (k.clone(), ports.into())
-            })
-            .collect();
-        put("services", Value::Object(services));
-        put("authorizationPolicies", w.authorization_policies.iter().map(|p| Value::from(p.clone())).collect());
-        Value::Object(m)
-    };
+    use serde_json::Value;
+    let cases = cases(file);
+    let settings = upstream_settings();
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let o = objects(case["objects"].as_str().unwrap());
@@ -381,6 +416,173 @@ fn workload_cases(file: &str, uid_of: impl Fn(&Objects) -> Option<String>) -> us
         assert_eq!(got, case["want"], "{name}");
     }
     cases.len()
+}
+
+/// The settings upstream's ambient tests build with.
+fn upstream_settings() -> Settings {
+    Settings {
+        cluster_id: "cluster0".into(),
+        domain: "domain.suffix".into(),
+        network: "testnetwork".into(),
+        ..Settings::default()
+    }
+}
+
+/// The cases of testdata file `file`.
+fn cases(file: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(format!("{}/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+/// A workload in the form the testdata writes: fields as the proto names
+/// them, addresses as text, empty fields left out.
+fn render(w: &Workload) -> serde_json::Value {
+    use serde_json::{Map, Value, json};
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Value| {
+        let empty = v.is_null() || v == json!("") || v == json!([]) || v == json!({});
+        if !empty {
+            m.insert(k.into(), v);
+        }
+    };
+    put("uid", w.uid.clone().into());
+    put("name", w.name.clone().into());
+    put("namespace", w.namespace.clone().into());
+    put("node", w.node.clone().into());
+    put("addresses", w.addresses.iter().map(|a| Value::from(ip_text(a))).collect());
+    put("network", w.network.clone().into());
+    put("canonicalName", w.canonical_name.clone().into());
+    put("canonicalRevision", w.canonical_revision.clone().into());
+    put(
+        "workloadType",
+        istiod_proto::istio::workload::WorkloadType::try_from(w.workload_type).unwrap().as_str_name().into(),
+    );
+    put("workloadName", w.workload_name.clone().into());
+    put("status", WorkloadStatus::try_from(w.status).unwrap().as_str_name().into());
+    if w.network_mode != 0 {
+        put("networkMode", "HOST_NETWORK".into());
+    }
+    if w.tunnel_protocol != 0 {
+        put("tunnelProtocol", TunnelProtocol::try_from(w.tunnel_protocol).unwrap().as_str_name().into());
+    }
+    if w.native_tunnel {
+        put("nativeTunnel", true.into());
+    }
+    put("hostname", w.hostname.clone().into());
+    if let Some(c) = w.capacity {
+        put("capacity", c.into());
+    }
+    put("clusterId", w.cluster_id.clone().into());
+    put("trustDomain", w.trust_domain.clone().into());
+    put("serviceAccount", w.service_account.clone().into());
+    if let Some(l) = &w.locality {
+        let mut lm = Map::new();
+        for (k, v) in [("region", &l.region), ("zone", &l.zone), ("subzone", &l.subzone)] {
+            if !v.is_empty() {
+                lm.insert(k.into(), v.clone().into());
+            }
+        }
+        put("locality", Value::Object(lm));
+    }
+    let services: Map<String, Value> = w
+        .services
+        .iter()
+        .map(|(k, v)| {
+            let ports: Vec<Value> =
+                v.ports.iter().map(|p| json!({"servicePort": p.service_port, "targetPort": p.target_port})).collect();
+            (k.clone(), ports.into())
+        })
+        .collect();
+    put("services", Value::Object(services));
+    put("authorizationPolicies", w.authorization_policies.iter().map(|p| Value::from(p.clone())).collect());
+    Value::Object(m)
+}
+
+/// Upstream `TestServiceEntryWorkloads` (workloads_test.go), the cases
+/// `testdata/service_entry_workloads.yaml` can express: the workloads of
+/// the file's ServiceEntries, by uid.
+#[test]
+fn upstream_service_entry_workloads() {
+    let mut n = 0;
+    for case in cases("service_entry_workloads.yaml") {
+        let name = case["name"].as_str().unwrap();
+        let o = objects(case["objects"].as_str().unwrap());
+        let mut index = Index::new();
+        index.apply(&o, None, &upstream_settings());
+        let mut got: Vec<(String, serde_json::Value)> = index
+            .workloads()
+            .filter_map(|(_, a)| match &a.r#type {
+                Some(address::Type::Workload(w)) if w.uid.contains("/networking.istio.io/ServiceEntry/") => {
+                    Some((w.uid.clone(), render(w)))
+                }
+                _ => None,
+            })
+            .collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        let got: Vec<serde_json::Value> = got.into_iter().map(|(_, v)| v).collect();
+        assert_eq!(serde_json::Value::from(got), case["want"], "{name}");
+        n += 1;
+    }
+    assert_eq!(n, 1, "every case the file has");
+}
+
+/// Upstream `TestServiceServices` and `TestServiceEntryServices`
+/// (services_test.go), the cases `testdata/services.yaml` can express: the
+/// services of the file's last Service or ServiceEntry, as istiod's builders
+/// make them.
+#[test]
+fn upstream_services() {
+    use serde_json::{Value, json};
+    let settings = upstream_settings();
+    let addresses = |s: &istiod_proto::istio::workload::Service| -> Vec<Value> {
+        s.addresses
+            .iter()
+            .map(|a| json!({"network": a.network, "address": ip_text(&a.address), "length": a.length}))
+            .collect()
+    };
+    let render = |s: &istiod_proto::istio::workload::Service| {
+        let mut v = service::describe(s);
+        v["addresses"] = addresses(s).into();
+        // Ports as protojson writes them, but with a target port of 0
+        // kept, as the data writes it where upstream names it.
+        let ports: Vec<Value> = s
+            .ports
+            .iter()
+            .map(|p| {
+                let mut m = json!({"servicePort": p.service_port, "targetPort": p.target_port});
+                if p.app_protocol != 0 {
+                    m["appProtocol"] = istiod_proto::istio::workload::AppProtocol::try_from(p.app_protocol)
+                        .unwrap()
+                        .as_str_name()
+                        .into();
+                }
+                m
+            })
+            .collect();
+        v["ports"] = ports.into();
+        prune(v).unwrap()
+    };
+    let mut n = 0;
+    for case in cases("services.yaml") {
+        let name = case["name"].as_str().unwrap();
+        let o = objects(case["objects"].as_str().unwrap());
+        let mut index = Index::new();
+        // The inputs (Namespaces) read as the index reads them.
+        index.apply(&o, None, &settings);
+        let inputs = index.inputs();
+        let se = o.istio.iter().rev().find(|x| matches!(x.spec, IstioSpec::ServiceEntry(_)));
+        let got: Vec<Value> = match (se, o.services.last()) {
+            (Some(x), _) => {
+                let IstioSpec::ServiceEntry(spec) = &x.spec else { unreachable!() };
+                service_entry::infos(x, spec, inputs, &settings).iter().map(|i| render(&i.service)).collect()
+            }
+            (None, Some(s)) => service::info(s, inputs, &settings).iter().map(|i| render(&i.service)).collect(),
+            (None, None) => panic!("{name}: no subject"),
+        };
+        assert_eq!(Value::from(got), case["want"], "{name}");
+        n += 1;
+    }
+    assert_eq!(n, 18, "every case the file has");
 }
 
 /// A named target port found on a native sidecar (an init container with

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use istiod_config::objects::{Pod, Service};
+use istiod_config::objects::Pod;
 use istiod_proto::istio::workload::{
     Locality, NetworkMode, Port, PortList, TunnelProtocol, Workload, WorkloadStatus, WorkloadType,
 };
 use serde_json::{Value, json};
 
-use crate::{Inputs, Settings, selects};
+use crate::service::{Info, Source};
+use crate::{Inputs, Services, Settings, selects};
 
 /// The annotation istio-cni writes on a pod it redirected.
 pub const REDIRECTION: &str = "ambient.istio.io/redirection";
@@ -24,7 +25,7 @@ pub fn pod_uid(cluster_id: &str, ns: &str, name: &str) -> String {
 /// The Workload of `pod`, or `None` where istiod makes none: a terminal
 /// pod (Succeeded, Failed), a pod without an IP, or one with an IP that
 /// does not parse.
-pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workload> {
+pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Settings) -> Option<Workload> {
     if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) {
         return None;
     }
@@ -43,7 +44,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     let ns = meta.ns();
     let ready = pod.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
         && meta.deletion_timestamp.is_none();
-    let services = inputs.services_in(ns).filter(|s| serves_pod(s, pod));
+    let services = services.in_ns(ns).filter(|s| selects(&s.selector, &meta.labels));
     let mut w = Workload {
         uid: pod_uid(&settings.cluster_id, ns, &meta.name),
         name: meta.name.clone(),
@@ -53,14 +54,10 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
         addresses,
         service_account: pod.spec.service_account_name.clone().unwrap_or_default(),
         node: pod.spec.node_name.clone().unwrap_or_default(),
-        services: port_lists(pod, services, &settings.domain),
+        services: port_lists(pod, services),
         authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &meta.labels),
         status: if ready { WorkloadStatus::Healthy } else { WorkloadStatus::Unhealthy } as i32,
-        trust_domain: if settings.trust_domain == "cluster.local" {
-            String::new()
-        } else {
-            settings.trust_domain.clone()
-        },
+        trust_domain: trust_domain(settings),
         locality: pod.spec.node_name.as_deref().and_then(|n| inputs.node(n)).and_then(|n| locality(&n.metadata.labels)),
         workload_type: WorkloadType::Pod as i32,
         ..Workload::default()
@@ -70,14 +67,36 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, settings: &Settings) -> Option<Workl
     }
     w.workload_name = workload_name(pod);
     (w.canonical_name, w.canonical_revision) = canonical_service(&meta.labels, &w.workload_name);
-    if meta.annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
+    set_tunnel(&meta.labels, &meta.annotations, &mut w);
+    Some(w)
+}
+
+/// The trust domain a workload names: empty for the default one.
+pub(crate) fn trust_domain(settings: &Settings) -> String {
+    if settings.trust_domain == "cluster.local" { String::new() } else { settings.trust_domain.clone() }
+}
+
+/// HBONE for a workload istio-cni redirected, or one labelled to take it
+/// itself (`setTunnelProtocol`).
+pub(crate) fn set_tunnel(labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>, w: &mut Workload) {
+    if annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
         w.tunnel_protocol = TunnelProtocol::Hbone as i32;
     }
-    if meta.labels.get(TUNNEL).is_some_and(|v| v.split(',').any(|t| t == "http")) {
+    if labels.get(TUNNEL).is_some_and(|v| v.split(',').any(|t| t == "http")) {
         w.tunnel_protocol = TunnelProtocol::Hbone as i32;
         w.native_tunnel = true;
     }
-    Some(w)
+}
+
+/// A WorkloadEntry's locality, `region/zone/subzone` (`getWorkloadEntryLocality`).
+pub(crate) fn entry_locality(text: &str) -> Option<Locality> {
+    let mut parts = text.splitn(3, '/');
+    let l = Locality {
+        region: parts.next().unwrap_or("").to_owned(),
+        zone: parts.next().unwrap_or("").to_owned(),
+        subzone: parts.next().unwrap_or("").to_owned(),
+    };
+    (l != Locality::default()).then_some(l)
 }
 
 /// A WorkloadEntry's uid (`generateWorkloadEntryUID`).
@@ -88,11 +107,12 @@ pub fn workload_entry_uid(cluster_id: &str, ns: &str, name: &str) -> String {
 /// The Workload of a WorkloadEntry (istiod's `workloadEntryWorkloadBuilder`):
 /// its labels are the spec's overlaid with the object's; an address that
 /// is not an IP is the workload's hostname; always healthy; selected by the
-/// Kubernetes Services of its namespace.
+/// Kubernetes Services and ServiceEntries of its namespace.
 pub fn from_workload_entry(
     o: &istiod_config::istio::IstioObject,
     we: &istiod_config::istio::networking::WorkloadEntry,
     inputs: &Inputs,
+    services: &Services,
     settings: &Settings,
 ) -> Workload {
     let meta = &o.meta;
@@ -107,21 +127,11 @@ pub fn from_workload_entry(
         service_account: we.service_account.clone(),
         authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &labels),
         status: WorkloadStatus::Healthy as i32,
-        trust_domain: if settings.trust_domain == "cluster.local" {
-            String::new()
-        } else {
-            settings.trust_domain.clone()
-        },
+        trust_domain: trust_domain(settings),
+        locality: entry_locality(&we.locality),
         workload_type: WorkloadType::Pod as i32,
         ..Workload::default()
     };
-    let mut parts = we.locality.splitn(3, '/');
-    let l = Locality {
-        region: parts.next().unwrap_or("").to_owned(),
-        zone: parts.next().unwrap_or("").to_owned(),
-        subzone: parts.next().unwrap_or("").to_owned(),
-    };
-    w.locality = (l != Locality::default()).then_some(l);
     if we.weight > 0 {
         w.capacity = Some(we.weight);
     }
@@ -129,43 +139,50 @@ pub fn from_workload_entry(
         Ok(ip) => w.addresses = vec![crate::ip_bytes(ip)],
         Err(_) => w.hostname = we.address.clone(),
     }
-    // Kubernetes Services of its namespace selecting it (istiod's
-    // `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, on by default).
-    for s in inputs.services_in(ns).filter(|s| crate::service::exists(s)) {
-        if !selects(&s.spec.selector, &labels) {
-            continue;
-        }
-        let mut list = PortList::default();
-        for p in &s.spec.ports {
-            let mut target = crate::service::numeric_target(p.port, p.target_port.as_ref());
-            match &p.target_port {
-                Some(istiod_config::objects::IntOrString::String(name)) => match we.ports.get(name) {
-                    Some(n) => target = *n,
-                    None => continue,
-                },
-                _ => {
-                    if let Some(n) = p.name.as_ref().and_then(|name| we.ports.get(name)) {
-                        target = *n;
-                    }
-                }
-            }
-            list.ports.push(Port { service_port: p.port.into(), target_port: target, app_protocol: 0 });
-        }
-        w.services.insert(format!("{ns}/{}", crate::service::hostname(s, &settings.domain)), list);
-    }
+    // The services of its namespace selecting it (Kubernetes Services too:
+    // istiod's `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, on by default).
+    w.services = entry_port_lists(&we.ports, services.in_ns(ns).filter(|s| selects(&s.selector, &labels)));
     w.workload_name = match meta.annotations.get("istio.io/autoRegistrationGroup") {
         Some(g) => g.clone(),
         None => labels.get("service.istio.io/workload-name").cloned().unwrap_or_else(|| meta.name.clone()),
     };
     (w.canonical_name, w.canonical_revision) = canonical_service(&labels, &w.workload_name);
-    if meta.annotations.get(REDIRECTION).is_some_and(|v| v == "enabled") {
-        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
-    }
-    if labels.get(TUNNEL).is_some_and(|v| v.split(',').any(|t| t == "http")) {
-        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
-        w.native_tunnel = true;
-    }
+    set_tunnel(&labels, &meta.annotations, &mut w);
     w
+}
+
+/// The `services` map of a WorkloadEntry or a ServiceEntry endpoint
+/// (`constructServicesFromWorkloadEntry`), whose `ports` map port names to
+/// numbers: a Kubernetes Service's named `targetPort` must be there (else
+/// the port is left out) and its port name may be; a ServiceEntry's port
+/// name may be.
+pub(crate) fn entry_port_lists<'a>(
+    ports: &BTreeMap<String, u32>,
+    services: impl Iterator<Item = &'a Info>,
+) -> BTreeMap<String, PortList> {
+    let mut out = BTreeMap::new();
+    for si in services {
+        let mut list = PortList::default();
+        for p in &si.service.ports {
+            let mut target = p.target_port;
+            if let Some(named) = si.port_names.get(&p.service_port) {
+                match si.source {
+                    Source::Service if !named.target_port_name.is_empty() => match ports.get(&named.target_port_name) {
+                        Some(n) => target = *n,
+                        None => continue,
+                    },
+                    _ => match ports.get(&named.port_name) {
+                        Some(n) => target = *n,
+                        None if target == 0 && si.source == Source::ServiceEntry => target = p.service_port,
+                        None => {}
+                    },
+                }
+            }
+            list.ports.push(Port { service_port: p.service_port, target_port: target, app_protocol: 0 });
+        }
+        out.insert(format!("{}/{}", si.service.namespace, si.service.hostname), list);
+    }
+    out
 }
 
 /// A WorkloadEntry's labels: the spec's, overlaid with the object's
@@ -179,12 +196,6 @@ pub fn entry_labels(
     labels
 }
 
-/// Whether Service `s` is one ambient serves (not ExternalName) and
-/// selects `pod`.
-fn serves_pod(s: &Service, pod: &Pod) -> bool {
-    crate::service::exists(s) && selects(&s.spec.selector, &pod.metadata.labels)
-}
-
 /// A Node's locality from its labels (`nodeLocality`).
 pub fn locality(labels: &BTreeMap<String, String>) -> Option<Locality> {
     let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
@@ -196,30 +207,35 @@ pub fn locality(labels: &BTreeMap<String, String>) -> Option<Locality> {
     (l != Locality::default()).then_some(l)
 }
 
-/// The `services` map (`constructServices`): per selecting Service
+/// The `services` map (`constructServices`): per selecting service
 /// (`<ns>/<hostname>`), its ports with the target port this pod listens
-/// on; a named `targetPort` is looked up among the pod's TCP container
-/// ports, and a port whose name the pod lacks is left out.
-fn port_lists<'a>(
-    pod: &Pod,
-    services: impl Iterator<Item = &'a Service>,
-    domain: &str,
-) -> std::collections::BTreeMap<String, PortList> {
-    let mut out = std::collections::BTreeMap::new();
-    for s in services {
-        let host = crate::service::hostname(s, domain);
+/// on. A Kubernetes Service's named `targetPort` is looked up among the
+/// pod's TCP container ports, and a port whose name the pod lacks is left
+/// out; a ServiceEntry's port name is looked up the same way, and where
+/// the pod has none its target port stands.
+fn port_lists<'a>(pod: &Pod, services: impl Iterator<Item = &'a Info>) -> BTreeMap<String, PortList> {
+    let mut out = BTreeMap::new();
+    for si in services {
         let mut list = PortList::default();
-        for p in &s.spec.ports {
-            let target = match &p.target_port {
-                Some(istiod_config::objects::IntOrString::String(name)) => match find_port(pod, name) {
-                    Some(n) => n,
-                    None => continue,
-                },
-                other => crate::service::numeric_target(p.port, other.as_ref()),
-            };
-            list.ports.push(Port { service_port: p.port.into(), target_port: target, app_protocol: 0 });
+        for p in &si.service.ports {
+            let mut target = p.target_port;
+            if let Some(named) = si.port_names.get(&p.service_port) {
+                if !named.target_port_name.is_empty() {
+                    match find_port(pod, &named.target_port_name) {
+                        Some(n) => target = n,
+                        None => continue,
+                    }
+                } else if si.source == Source::ServiceEntry && !named.port_name.is_empty() {
+                    match find_port(pod, &named.port_name) {
+                        Some(n) => target = n,
+                        None if target == 0 => target = p.service_port,
+                        None => {}
+                    }
+                }
+            }
+            list.ports.push(Port { service_port: p.service_port, target_port: target, app_protocol: 0 });
         }
-        out.insert(format!("{}/{host}", s.metadata.ns()), list);
+        out.insert(format!("{}/{}", si.service.namespace, si.service.hostname), list);
     }
     out
 }

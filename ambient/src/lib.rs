@@ -30,13 +30,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_config::manifest::ObjectRef;
-use istiod_config::objects::{Namespace, Node, Objects, Pod, Service};
+use istiod_config::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
 use istiod_proto::istio::security::Authorization;
 use istiod_proto::istio::workload::{Address, Workload, address};
 use istiod_proto::prost::Message;
 use istiod_xds_api::snapshot::Kind;
 
 pub mod authz;
+pub mod endpoint_slice;
 pub mod service;
 pub mod service_entry;
 pub mod workload;
@@ -109,6 +110,12 @@ pub struct Inputs {
     service_entries: HashMap<Key, Arc<IstioObject>>,
     /// The Services and ServiceEntries naming each hostname.
     hosts: HashMap<String, BTreeSet<(Source, Key)>>,
+    /// EndpointSlices.
+    slices: HashMap<Key, Arc<EndpointSlice>>,
+    /// The EndpointSlices naming each Pod.
+    slices_by_pod: HashMap<Key, BTreeSet<Key>>,
+    /// The EndpointSlices of each Service.
+    slices_by_service: HashMap<Key, BTreeSet<String>>,
     /// Pod names by namespace.
     pods_by_ns: HashMap<String, BTreeSet<String>>,
     /// Service names by namespace.
@@ -193,6 +200,42 @@ impl Inputs {
         self.rehost((Source::ServiceEntry, k), old_hosts, new_hosts)
     }
 
+    /// Sets EndpointSlice `k`, keeping its indexes; returns the Pods it
+    /// stopped or started naming.
+    fn set_slice(&mut self, k: Key, es: Option<EndpointSlice>) -> Vec<Key> {
+        let new_refs = es.as_ref().map(endpoint_slice::pod_refs).unwrap_or_default();
+        let new_service = es.as_ref().and_then(|e| e.service_name().map(str::to_owned));
+        let old = match es {
+            Some(e) => self.slices.insert(k.clone(), Arc::new(e)),
+            None => self.slices.remove(&k),
+        };
+        let old_refs = old.as_deref().map(endpoint_slice::pod_refs).unwrap_or_default();
+        if let Some(svc) = old.as_deref().and_then(EndpointSlice::service_name) {
+            let sk = key(&k.0, svc);
+            if let Some(set) = self.slices_by_service.get_mut(&sk) {
+                set.remove(&k.1);
+                if set.is_empty() {
+                    self.slices_by_service.remove(&sk);
+                }
+            }
+        }
+        if let Some(svc) = new_service {
+            self.slices_by_service.entry(key(&k.0, &svc)).or_default().insert(k.1.clone());
+        }
+        for p in old_refs.difference(&new_refs) {
+            if let Some(set) = self.slices_by_pod.get_mut(p) {
+                set.remove(&k);
+                if set.is_empty() {
+                    self.slices_by_pod.remove(p);
+                }
+            }
+        }
+        for p in new_refs.difference(&old_refs) {
+            self.slices_by_pod.entry(p.clone()).or_default().insert(k.clone());
+        }
+        old_refs.symmetric_difference(&new_refs).cloned().collect()
+    }
+
     fn rehost(&mut self, src: (Source, Key), old: Vec<String>, new: Vec<String>) -> Vec<String> {
         for h in &old {
             if let Some(set) = self.hosts.get_mut(h) {
@@ -227,6 +270,11 @@ struct ServiceOut {
 }
 
 impl Services {
+    /// The service of hostname `host` in namespace `ns`.
+    pub fn get(&self, ns: &str, host: &str) -> Option<&Info> {
+        self.map.get(&(ns.to_owned(), host.to_owned())).map(|o| &o.info)
+    }
+
     /// The services of namespace `ns`.
     pub fn in_ns<'a>(&'a self, ns: &str) -> impl Iterator<Item = &'a Info> + 'a {
         let ns = ns.to_owned();
@@ -257,6 +305,8 @@ pub struct Index {
     entry_workloads: BTreeMap<Key, Output<Address>>,
     /// Workloads by their ServiceEntry (one per endpoint).
     se_workloads: BTreeMap<Key, Vec<Output<Address>>>,
+    /// Workloads by their EndpointSlice (one per endpoint without a Pod).
+    slice_workloads: BTreeMap<Key, Vec<Output<Address>>>,
     /// Services by namespace and hostname.
     services: Services,
     /// Authorizations by resource name.
@@ -317,7 +367,7 @@ impl Index {
             self.rebuild_host(&host, settings, &mut dirty, &mut changes);
         }
         let rebuilt = Rebuilt {
-            workloads: dirty.workloads.len() + dirty.entries.len() + dirty.service_entries.len(),
+            workloads: dirty.workloads.len() + dirty.entries.len() + dirty.service_entries.len() + dirty.slices.len(),
             services: hosts,
             policies: dirty.policies,
         };
@@ -359,6 +409,14 @@ impl Index {
             let built: Vec<Address> = built.into_iter().map(as_address).collect();
             replace_many(&mut self.se_workloads, k, built, name, &mut changes);
         }
+        for k in dirty.slices {
+            let built = match self.inputs.slices.get(&k) {
+                Some(es) => endpoint_slice::workloads(es, &self.services, &self.inputs, settings),
+                None => Vec::new(),
+            };
+            let built: Vec<Address> = built.into_iter().map(as_address).collect();
+            replace_many(&mut self.slice_workloads, k, built, name, &mut changes);
+        }
         // A name that went and came back in one apply (a Service's hostname
         // can move from one object to another) keeps its last word.
         dedup_changes(&mut changes);
@@ -381,7 +439,11 @@ impl Index {
     }
 
     fn workload_outputs(&self) -> impl Iterator<Item = &Output<Address>> {
-        self.workloads.values().chain(self.entry_workloads.values()).chain(self.se_workloads.values().flatten())
+        self.workloads
+            .values()
+            .chain(self.entry_workloads.values())
+            .chain(self.se_workloads.values().flatten())
+            .chain(self.slice_workloads.values().flatten())
     }
 
     /// The workloads, by resource name.
@@ -415,6 +477,9 @@ impl Index {
         }
         for n in &objects.namespaces {
             inputs.namespaces.insert(n.metadata.name.clone(), Arc::new(n.clone()));
+        }
+        for es in &objects.endpoint_slices {
+            inputs.set_slice(key(es.metadata.ns(), &es.metadata.name), Some(es.clone()));
         }
         for n in &objects.nodes {
             inputs.nodes.insert(n.metadata.name.clone(), Arc::new(n.clone()));
@@ -452,6 +517,11 @@ impl Index {
             "Service" => {
                 let now = objects.services.iter().rev().find(|s| is(&s.metadata)).cloned();
                 dirty.hosts.extend(self.inputs.set_service(key(ns, name), now, &settings.domain));
+            }
+            "EndpointSlice" => {
+                let now = objects.endpoint_slices.iter().rev().find(|e| is(&e.metadata)).cloned();
+                dirty.workloads.extend(self.inputs.set_slice(key(ns, name), now));
+                dirty.slices.insert(key(ns, name));
             }
             "ServiceEntry" => {
                 let now = istio(|s| matches!(s, IstioSpec::ServiceEntry(_))).cloned();
@@ -531,6 +601,15 @@ impl Index {
         for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::ServiceEntry(_))) {
             dirty.hosts.extend(self.inputs.set_service_entry(key(ns, &o.meta.name), Some(o.clone())));
         }
+        let old_slices: Vec<Key> = self.inputs.slices.keys().filter(|(n, _)| n == ns).cloned().collect();
+        for k in old_slices {
+            dirty.workloads.extend(self.inputs.set_slice(k, None));
+        }
+        for es in objects.endpoint_slices.iter().filter(|e| e.metadata.ns() == ns) {
+            dirty.workloads.extend(self.inputs.set_slice(key(ns, &es.metadata.name), Some(es.clone())));
+        }
+        dirty.slices.extend(self.slice_workloads.keys().filter(|(n, _)| n == ns).cloned());
+        dirty.slices.extend(self.inputs.slices.keys().filter(|(n, _)| n == ns).cloned());
         self.inputs.entries.retain(|(n, _), _| n != ns);
         for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::WorkloadEntry(_))) {
             self.inputs.entries.insert(key(ns, &o.meta.name), Arc::new(o.clone()));
@@ -601,8 +680,11 @@ impl Index {
             }
             for o in old.iter().chain(new.iter()) {
                 dirty.mark_selected(&self.inputs, &ns, &o.info.selector);
-                if o.info.source == Source::ServiceEntry {
-                    dirty.service_entries.insert(key(&ns, &o.info.object));
+                match o.info.source {
+                    Source::ServiceEntry => {
+                        dirty.service_entries.insert(key(&ns, &o.info.object));
+                    }
+                    Source::Service => dirty.mark_slices_of(&self.inputs, &ns, &o.info.object),
                 }
             }
             match new {
@@ -652,6 +734,8 @@ struct Dirty {
     entries: BTreeSet<Key>,
     /// ServiceEntries' endpoint workloads.
     service_entries: BTreeSet<Key>,
+    /// EndpointSlices' workloads.
+    slices: BTreeSet<Key>,
     /// Hostnames whose services to rebuild.
     hosts: BTreeSet<String>,
     policies: bool,
@@ -664,6 +748,7 @@ impl Dirty {
         self.workloads.extend(index.workloads.keys().chain(inputs.pods.keys()).cloned());
         self.entries.extend(index.entry_workloads.keys().chain(inputs.entries.keys()).cloned());
         self.service_entries.extend(index.se_workloads.keys().chain(inputs.service_entries.keys()).cloned());
+        self.slices.extend(index.slice_workloads.keys().chain(inputs.slices.keys()).cloned());
         self.hosts.extend(index.services.host_namespaces.keys().chain(inputs.hosts.keys()).cloned());
         self.policies = true;
     }
@@ -679,6 +764,17 @@ impl Dirty {
         }
         self.entries.extend(inputs.entries.keys().filter(of).cloned());
         self.service_entries.extend(inputs.service_entries.keys().filter(of).cloned());
+    }
+
+    /// The EndpointSlices of Service `ns/name`, and the Pods they name.
+    fn mark_slices_of(&mut self, inputs: &Inputs, ns: &str, name: &str) {
+        for slice in inputs.slices_by_service.get(&key(ns, name)).into_iter().flatten() {
+            let k = key(ns, slice);
+            if let Some(es) = inputs.slices.get(&k) {
+                self.workloads.extend(endpoint_slice::pod_refs(es));
+            }
+            self.slices.insert(k);
+        }
     }
 
     /// The Pods and WorkloadEntries of `ns` that `selector` selects.
@@ -882,12 +978,14 @@ pub fn fuzz_one(yaml: &str) {
     half.pods.truncate(all.pods.len() / 2);
     half.services.truncate(all.services.len() / 2);
     half.istio.truncate(all.istio.len() / 2);
+    half.endpoint_slices.truncate(all.endpoint_slices.len() / 2);
     let mut inc = Index::new();
     inc.apply(&half, None, &settings);
     let named: Vec<ObjectRef> = all.pods[half.pods.len()..]
         .iter()
         .map(|p| ("Pod", &p.metadata))
         .chain(all.services[half.services.len()..].iter().map(|s| ("Service", &s.metadata)))
+        .chain(all.endpoint_slices[half.endpoint_slices.len()..].iter().map(|s| ("EndpointSlice", &s.metadata)))
         .chain(all.istio[half.istio.len()..].iter().filter_map(|o| {
             let kind = match o.spec {
                 IstioSpec::WorkloadEntry(_) => "WorkloadEntry",

@@ -386,7 +386,7 @@ fn upstream_pod_workloads() {
         let pod = o.pods.last()?;
         Some(format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name))
     });
-    assert_eq!(n, 10, "every case the file has");
+    assert_eq!(n, 12, "every case the file has");
 }
 
 /// Upstream `TestWorkloadEntryWorkloads` (same file), the cases
@@ -453,10 +453,12 @@ fn render(w: &Workload) -> serde_json::Value {
     put("network", w.network.clone().into());
     put("canonicalName", w.canonical_name.clone().into());
     put("canonicalRevision", w.canonical_revision.clone().into());
-    put(
-        "workloadType",
-        istiod_proto::istio::workload::WorkloadType::try_from(w.workload_type).unwrap().as_str_name().into(),
-    );
+    if w.workload_type != 0 {
+        put(
+            "workloadType",
+            istiod_proto::istio::workload::WorkloadType::try_from(w.workload_type).unwrap().as_str_name().into(),
+        );
+    }
     put("workloadName", w.workload_name.clone().into());
     put("status", WorkloadStatus::try_from(w.status).unwrap().as_str_name().into());
     if w.network_mode != 0 {
@@ -503,8 +505,23 @@ fn render(w: &Workload) -> serde_json::Value {
 /// the file's ServiceEntries, by uid.
 #[test]
 fn upstream_service_entry_workloads() {
+    assert_eq!(workload_lists("service_entry_workloads.yaml", "/networking.istio.io/ServiceEntry/"), 1);
+}
+
+/// Upstream `TestEndpointSliceWorkloads` (workloads_test.go), as
+/// `testdata/endpoint_slice_workloads.yaml`: the workloads of the file's
+/// EndpointSlice, by uid.
+#[test]
+fn upstream_endpoint_slice_workloads() {
+    assert_eq!(workload_lists("endpoint_slice_workloads.yaml", "/discovery.k8s.io/EndpointSlice/"), 2);
+}
+
+/// Runs the cases of `file`: each case's objects into an index, its
+/// workloads whose uid has `part`, by uid, against the case's `want`.
+/// Returns how many ran.
+fn workload_lists(file: &str, part: &str) -> usize {
     let mut n = 0;
-    for case in cases("service_entry_workloads.yaml") {
+    for case in cases(file) {
         let name = case["name"].as_str().unwrap();
         let o = objects(case["objects"].as_str().unwrap());
         let mut index = Index::new();
@@ -512,9 +529,7 @@ fn upstream_service_entry_workloads() {
         let mut got: Vec<(String, serde_json::Value)> = index
             .workloads()
             .filter_map(|(_, a)| match &a.r#type {
-                Some(address::Type::Workload(w)) if w.uid.contains("/networking.istio.io/ServiceEntry/") => {
-                    Some((w.uid.clone(), render(w)))
-                }
+                Some(address::Type::Workload(w)) if w.uid.contains(part) => Some((w.uid.clone(), render(w))),
                 _ => None,
             })
             .collect();
@@ -523,7 +538,7 @@ fn upstream_service_entry_workloads() {
         assert_eq!(serde_json::Value::from(got), case["want"], "{name}");
         n += 1;
     }
-    assert_eq!(n, 1, "every case the file has");
+    n
 }
 
 /// Upstream `TestServiceServices` and `TestServiceEntryServices`
@@ -583,6 +598,47 @@ fn upstream_services() {
         n += 1;
     }
     assert_eq!(n, 18, "every case the file has");
+}
+
+/// A selectorless Service and its hand-written EndpointSlice: one
+/// endpoint names a pod, one is an address of its own.
+fn selectorless(pod_ready: bool, name_pod: bool) -> String {
+    let target = if name_pod { ", targetRef: {kind: Pod, name: web-0, namespace: default}" } else { "" };
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: ext, namespace: default}}\nspec: {{clusterIP: 10.96.0.20, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: ext-1, namespace: default, labels: {{kubernetes.io/service-name: ext}}}}\naddressType: IPv4\n\
+         endpoints: [{{addresses: [10.0.0.1], conditions: {{ready: {pod_ready}}}{target}}}, {{addresses: [192.168.1.1]}}]\nports: [{{name: http, port: 9090}}]\n---\n"
+    )
+}
+
+/// An EndpointSlice change rebuilds the pods it starts or stops naming
+/// (not those it names still) and its own workloads; the Service's change
+/// rebuilds both.
+#[test]
+fn endpoint_slices_are_incremental() {
+    let settings = Settings::default();
+    let slice_ref =
+        [ObjectRef { kind: "EndpointSlice".into(), namespace: "default".into(), name: "ext-1".into(), service: None }];
+    let mut index = Index::new();
+    let changes = index.apply(&objects(&(mesh(2) + &selectorless(true, false))), None, &settings);
+    assert_eq!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().services.len(), 1);
+    let own = workload(&changes, "Kubernetes/discovery.k8s.io/EndpointSlice/default/ext-1/192.168.1.1").unwrap();
+    assert_eq!(own.services["default/ext.default.svc.cluster.local"].ports[0].target_port, 9090);
+    // The slice now names web-0: web-0 lists ext, with ext's own target port.
+    let (changes, rebuilt) =
+        index.apply_counted(&objects(&(mesh(2) + &selectorless(true, true))), Some(&slice_ref), &settings);
+    let w = workload(&changes, "Kubernetes//Pod/default/web-0").unwrap();
+    assert_eq!(w.services["default/ext.default.svc.cluster.local"].ports[0].target_port, 8080);
+    assert!(workload(&changes, "Kubernetes/discovery.k8s.io/EndpointSlice/default/ext-1/10.0.0.1").is_none());
+    assert_eq!(changes.len(), 2, "web-0 and the endpoint that is web-0 now: {changes:?}");
+    assert_eq!(rebuilt.workloads, 2, "web-0 and the slice");
+    // Readiness alone: the slice's workloads, not the pod it still names.
+    let (changes, rebuilt) =
+        index.apply_counted(&objects(&(mesh(2) + &selectorless(false, true))), Some(&slice_ref), &settings);
+    assert_eq!(rebuilt.workloads, 1, "{changes:?}");
+    assert!(changes.is_empty(), "the unready endpoint is the pod's, which is a workload already: {changes:?}");
+    fuzz_one(&(mesh(3) + &selectorless(true, true)));
+    fuzz_one(&(selectorless(false, true) + &mesh(3)));
 }
 
 /// A named target port found on a native sidecar (an init container with

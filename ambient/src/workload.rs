@@ -44,7 +44,9 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Sett
     let ns = meta.ns();
     let ready = pod.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
         && meta.deletion_timestamp.is_none();
-    let services = services.in_ns(ns).filter(|s| selects(&s.selector, &meta.labels));
+    let mut selected: Vec<&Info> = services.in_ns(ns).filter(|s| selects(&s.selector, &meta.labels)).collect();
+    let named = crate::endpoint_slice::pod_services(pod, &selected, inputs, services, settings);
+    selected.extend(named);
     let mut w = Workload {
         uid: pod_uid(&settings.cluster_id, ns, &meta.name),
         name: meta.name.clone(),
@@ -54,7 +56,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Sett
         addresses,
         service_account: pod.spec.service_account_name.clone().unwrap_or_default(),
         node: pod.spec.node_name.clone().unwrap_or_default(),
-        services: port_lists(pod, services),
+        services: port_lists(pod, selected.into_iter()),
         authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &meta.labels),
         status: if ready { WorkloadStatus::Healthy } else { WorkloadStatus::Unhealthy } as i32,
         trust_domain: trust_domain(settings),

@@ -178,6 +178,9 @@ pub struct EndpointPort {
     pub name: Option<String>,
     /// Port on the endpoints.
     pub port: Option<u16>,
+    /// `TCP`, `UDP` or `SCTP` (the API server writes `TCP` where it was
+    /// left out).
+    pub protocol: Option<String>,
     /// `appProtocol`.
     pub app_protocol: Option<String>,
 }
@@ -208,6 +211,8 @@ pub struct ObjectRef {
     pub name: String,
     /// Namespace.
     pub namespace: Option<String>,
+    /// The object's uid.
+    pub uid: Option<String>,
 }
 
 /// A Pod (core/v1): what the model reads of a workload.

@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use istiod_config::gateway_api::{GatewayApiObject, GatewayApiSpec};
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_config::manifest::ObjectRef;
 use istiod_config::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
@@ -40,6 +41,7 @@ pub mod authz;
 pub mod endpoint_slice;
 pub mod service;
 pub mod service_entry;
+pub mod waypoint;
 pub mod workload;
 
 use service::{Info, Source};
@@ -110,6 +112,13 @@ pub struct Inputs {
     service_entries: HashMap<Key, Arc<IstioObject>>,
     /// The Services and ServiceEntries naming each hostname.
     hosts: HashMap<String, BTreeSet<(Source, Key)>>,
+    /// Gateway API Gateways.
+    gateways: HashMap<Key, Arc<GatewayApiObject>>,
+    /// Gateway API GatewayClasses.
+    gateway_classes: HashMap<String, Arc<GatewayApiObject>>,
+    /// The waypoints, made from the Gateways (derived: kept here for the
+    /// builders that read them).
+    waypoints: waypoint::Waypoints,
     /// EndpointSlices.
     slices: HashMap<Key, Arc<EndpointSlice>>,
     /// The EndpointSlices naming each Pod.
@@ -355,6 +364,25 @@ impl Index {
                 self.read_one(objects, r, settings, &mut dirty);
             }
         }
+        // Waypoints before everything that may use them.
+        if full || dirty.waypoints {
+            let network = network(&self.inputs, settings);
+            let classes = &self.inputs.gateway_classes;
+            let next: waypoint::Waypoints = self
+                .inputs
+                .gateways
+                .iter()
+                .filter_map(|(k, o)| {
+                    Some((k.clone(), waypoint::from_gateway(o, |c| classes.get(c).map(|c| &**c), &network)?))
+                })
+                .collect();
+            if next != self.inputs.waypoints {
+                self.inputs.waypoints = next;
+                let policies = dirty.policies;
+                dirty.mark_all(self);
+                dirty.policies = policies;
+            }
+        }
         let mut changes = Vec::new();
         // Policies first: workloads list the ones that select them.
         if dirty.policies {
@@ -481,6 +509,17 @@ impl Index {
         for es in &objects.endpoint_slices {
             inputs.set_slice(key(es.metadata.ns(), &es.metadata.name), Some(es.clone()));
         }
+        for o in &objects.gateway_api {
+            match o.spec {
+                GatewayApiSpec::Gateway(_) => {
+                    inputs.gateways.insert(key(o.meta.ns(), &o.meta.name), Arc::new(o.clone()));
+                }
+                GatewayApiSpec::GatewayClass(_) => {
+                    inputs.gateway_classes.insert(o.meta.name.clone(), Arc::new(o.clone()));
+                }
+                _ => {}
+            }
+        }
         for n in &objects.nodes {
             inputs.nodes.insert(n.metadata.name.clone(), Arc::new(n.clone()));
         }
@@ -518,6 +557,32 @@ impl Index {
                 let now = objects.services.iter().rev().find(|s| is(&s.metadata)).cloned();
                 dirty.hosts.extend(self.inputs.set_service(key(ns, name), now, &settings.domain));
             }
+            "Gateway.gateway.networking.k8s.io" => {
+                let now = objects
+                    .gateway_api
+                    .iter()
+                    .rev()
+                    .find(|o| matches!(o.spec, GatewayApiSpec::Gateway(_)) && is(&o.meta))
+                    .cloned();
+                match now {
+                    Some(o) => self.inputs.gateways.insert(key(ns, name), Arc::new(o)),
+                    None => self.inputs.gateways.remove(&key(ns, name)),
+                };
+                dirty.waypoints = true;
+            }
+            "GatewayClass.gateway.networking.k8s.io" => {
+                let now = objects
+                    .gateway_api
+                    .iter()
+                    .rev()
+                    .find(|o| matches!(o.spec, GatewayApiSpec::GatewayClass(_)) && o.meta.name == name)
+                    .cloned();
+                match now {
+                    Some(o) => self.inputs.gateway_classes.insert(name.to_owned(), Arc::new(o)),
+                    None => self.inputs.gateway_classes.remove(name),
+                };
+                dirty.waypoints = true;
+            }
             "EndpointSlice" => {
                 let now = objects.endpoint_slices.iter().rev().find(|e| is(&e.metadata)).cloned();
                 dirty.workloads.extend(self.inputs.set_slice(key(ns, name), now));
@@ -539,10 +604,12 @@ impl Index {
                 // again.
                 self.resync_namespace(objects, name, settings, dirty);
                 if name == settings.system_namespace {
-                    // Its network label is every workload's and service's.
+                    // Its network label is every workload's and service's
+                    // (and a waypoint's IP address's).
                     let policies = dirty.policies;
                     dirty.mark_all(self);
                     dirty.policies = policies;
+                    dirty.waypoints = true;
                 }
             }
             "Node" => {
@@ -600,6 +667,15 @@ impl Index {
         }
         for o in objects.istio.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::ServiceEntry(_))) {
             dirty.hosts.extend(self.inputs.set_service_entry(key(ns, &o.meta.name), Some(o.clone())));
+        }
+        let before = self.inputs.gateways.len();
+        self.inputs.gateways.retain(|(n, _), _| n != ns);
+        dirty.waypoints |= before != self.inputs.gateways.len();
+        for o in
+            objects.gateway_api.iter().filter(|o| o.meta.ns() == ns && matches!(o.spec, GatewayApiSpec::Gateway(_)))
+        {
+            self.inputs.gateways.insert(key(ns, &o.meta.name), Arc::new(o.clone()));
+            dirty.waypoints = true;
         }
         let old_slices: Vec<Key> = self.inputs.slices.keys().filter(|(n, _)| n == ns).cloned().collect();
         for k in old_slices {
@@ -739,6 +815,8 @@ struct Dirty {
     /// Hostnames whose services to rebuild.
     hosts: BTreeSet<String>,
     policies: bool,
+    /// Whether the waypoints may have changed.
+    waypoints: bool,
 }
 
 impl Dirty {
@@ -979,6 +1057,7 @@ pub fn fuzz_one(yaml: &str) {
     half.services.truncate(all.services.len() / 2);
     half.istio.truncate(all.istio.len() / 2);
     half.endpoint_slices.truncate(all.endpoint_slices.len() / 2);
+    half.gateway_api.truncate(all.gateway_api.len() / 2);
     let mut inc = Index::new();
     inc.apply(&half, None, &settings);
     let named: Vec<ObjectRef> = all.pods[half.pods.len()..]
@@ -986,6 +1065,11 @@ pub fn fuzz_one(yaml: &str) {
         .map(|p| ("Pod", &p.metadata))
         .chain(all.services[half.services.len()..].iter().map(|s| ("Service", &s.metadata)))
         .chain(all.endpoint_slices[half.endpoint_slices.len()..].iter().map(|s| ("EndpointSlice", &s.metadata)))
+        .chain(all.gateway_api[half.gateway_api.len()..].iter().filter_map(|o| match o.spec {
+            GatewayApiSpec::Gateway(_) => Some(("Gateway.gateway.networking.k8s.io", &o.meta)),
+            GatewayApiSpec::GatewayClass(_) => Some(("GatewayClass.gateway.networking.k8s.io", &o.meta)),
+            _ => None,
+        }))
         .chain(all.istio[half.istio.len()..].iter().filter_map(|o| {
             let kind = match o.spec {
                 IstioSpec::WorkloadEntry(_) => "WorkloadEntry",

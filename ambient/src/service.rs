@@ -219,7 +219,7 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         [_] => IpFamilies::Ipv6Only,
         _ => IpFamilies::Automatic,
     };
-    Some(WdsService {
+    let mut out = WdsService {
         name: s.metadata.name.clone(),
         namespace: s.metadata.ns().to_owned(),
         hostname: hostname(s, &settings.domain),
@@ -230,7 +230,26 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         // Set by [`select`] (a Kubernetes Service always is).
         canonical: true,
         ..WdsService::default()
-    })
+    };
+    set_waypoint(&mut out, &s.metadata.labels, &s.metadata.annotations, inputs);
+    Some(out)
+}
+
+/// A service's waypoint, whether ingress uses it, and its canary
+/// (`fetchWaypointForService`, `ingressUseWaypointFromLabels`,
+/// `buildWeightedWaypoints`).
+pub(crate) fn set_waypoint(
+    s: &mut WdsService,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    inputs: &Inputs,
+) {
+    let ns = s.namespace.clone();
+    if let Ok(Some(w)) = crate::waypoint::for_service(&inputs.waypoints, inputs, &ns, labels) {
+        s.waypoint = Some(w.address.clone());
+        s.ingress_use_waypoint = crate::waypoint::ingress_use_waypoint(labels, inputs, &ns);
+        s.weighted_waypoints = crate::waypoint::weighted(&inputs.waypoints, inputs, &ns, labels, annotations, w);
+    }
 }
 
 pub(crate) fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {
@@ -332,6 +351,9 @@ pub fn describe(s: &WdsService) -> Value {
         "ports": ports,
         "subjectAltNames": s.subject_alt_names,
         "loadBalancing": s.load_balancing.as_ref().map(describe_lb),
+        "waypoint": s.waypoint.as_ref().map(crate::workload::describe_gateway),
+        "ingressUseWaypoint": s.ingress_use_waypoint,
+        "weightedWaypoints": s.weighted_waypoints.iter().map(|w| json!({"destination": w.destination.as_ref().map(crate::workload::describe_gateway), "weight": w.weight})).collect::<Vec<_>>(),
         "ipFamilies": crate::enum_name(s.ip_families, |v| IpFamilies::try_from(v).ok().map(|f| f.as_str_name())),
         "canonical": s.canonical,
     })

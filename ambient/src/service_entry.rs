@@ -114,20 +114,24 @@ pub fn infos(o: &IstioObject, se: &ServiceEntry, inputs: &Inputs, settings: &Set
     let port_names: BTreeMap<u32, PortName> =
         se.ports.iter().map(|p| (p.number, PortName { port_name: p.name.clone(), ..PortName::default() })).collect();
     let selector = se.workload_selector.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
+    let mut template = WdsService {
+        name: meta.name.clone(),
+        namespace: ns.to_owned(),
+        subject_alt_names: se.subject_alt_names.clone(),
+        load_balancing,
+        ..WdsService::default()
+    };
+    crate::service::set_waypoint(&mut template, &meta.labels, &meta.annotations, inputs);
     se.hosts
         .iter()
         .map(|h| Info {
             source: Source::ServiceEntry,
             object: meta.name.clone(),
             service: WdsService {
-                name: meta.name.clone(),
-                namespace: ns.to_owned(),
                 hostname: h.clone(),
                 addresses: addresses.clone(),
                 ports: ports.clone(),
-                subject_alt_names: se.subject_alt_names.clone(),
-                load_balancing: load_balancing.clone(),
-                ..WdsService::default()
+                ..template.clone()
             },
             selector: selector.clone(),
             port_names: port_names.clone(),
@@ -196,6 +200,10 @@ pub fn workloads(
             match ep.address.parse::<IpAddr>() {
                 Ok(ip) => w.addresses = vec![crate::ip_bytes(ip)],
                 Err(_) => w.hostname = ep.address.clone(),
+            }
+            if !implicit {
+                (w.waypoint, w.application_tunnel) =
+                    crate::waypoint::for_workload(&inputs.waypoints, inputs, ns, &ep.labels);
             }
             crate::workload::set_tunnel(&meta.labels, &meta.annotations, &mut w);
             w

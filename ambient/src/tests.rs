@@ -386,7 +386,7 @@ fn upstream_pod_workloads() {
         let pod = o.pods.last()?;
         Some(format!("cluster0//Pod/{}/{}", pod.metadata.ns(), pod.metadata.name))
     });
-    assert_eq!(n, 12, "every case the file has");
+    assert_eq!(n, 14, "every case the file has");
 }
 
 /// Upstream `TestWorkloadEntryWorkloads` (same file), the cases
@@ -397,7 +397,7 @@ fn upstream_workload_entry_workloads() {
         let we = o.istio.iter().rev().find(|x| matches!(x.spec, IstioSpec::WorkloadEntry(_)))?;
         Some(workload::workload_entry_uid("cluster0", we.meta.ns(), &we.meta.name))
     });
-    assert_eq!(n, 7, "every case the file has");
+    assert_eq!(n, 8, "every case the file has");
 }
 
 /// Runs the cases of `file` (testdata): each case's objects into an index,
@@ -497,6 +497,13 @@ fn render(w: &Workload) -> serde_json::Value {
         .collect();
     put("services", Value::Object(services));
     put("authorizationPolicies", w.authorization_policies.iter().map(|p| Value::from(p.clone())).collect());
+    if let Some(g) = &w.waypoint {
+        put("waypoint", workload::describe_gateway(g));
+    }
+    if let Some(t) = &w.application_tunnel {
+        let protocol = istiod_proto::istio::workload::application_tunnel::Protocol::try_from(t.protocol).unwrap();
+        put("applicationTunnel", json!({"protocol": protocol.as_str_name(), "port": t.port}));
+    }
     Value::Object(m)
 }
 
@@ -505,7 +512,7 @@ fn render(w: &Workload) -> serde_json::Value {
 /// the file's ServiceEntries, by uid.
 #[test]
 fn upstream_service_entry_workloads() {
-    assert_eq!(workload_lists("service_entry_workloads.yaml", "/networking.istio.io/ServiceEntry/"), 1);
+    assert_eq!(workload_lists("service_entry_workloads.yaml", "/networking.istio.io/ServiceEntry/"), 2);
 }
 
 /// Upstream `TestEndpointSliceWorkloads` (workloads_test.go), as
@@ -597,7 +604,7 @@ fn upstream_services() {
         assert_eq!(Value::from(got), case["want"], "{name}");
         n += 1;
     }
-    assert_eq!(n, 18, "every case the file has");
+    assert_eq!(n, 26, "every case the file has");
 }
 
 /// A selectorless Service and its hand-written EndpointSlice: one
@@ -639,6 +646,72 @@ fn endpoint_slices_are_incremental() {
     assert!(changes.is_empty(), "the unready endpoint is the pod's, which is a workload already: {changes:?}");
     fuzz_one(&(mesh(3) + &selectorless(true, true)));
     fuzz_one(&(selectorless(false, true) + &mesh(3)));
+}
+
+/// A waypoint Gateway in `default`, for services, with an address once
+/// `address` is given.
+fn waypoint_gateway(address: Option<&str>, class_for: Option<&str>) -> String {
+    let status =
+        address.map(|a| format!("status: {{addresses: [{{type: Hostname, value: {a}}}]}}\n")).unwrap_or_default();
+    let class = class_for
+        .map(|t| format!("apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: istio-waypoint, labels: {{istio.io/waypoint-for: {t}}}}}\nspec: {{controllerName: istio.io/mesh-controller}}\n---\n"))
+        .unwrap_or_default();
+    format!(
+        "{class}apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: waypoint, namespace: default}}\n\
+         spec: {{gatewayClassName: istio-waypoint, listeners: [{{name: mesh, port: 15008, protocol: HBONE}}]}}\n{status}---\n"
+    )
+}
+
+/// A namespace that uses a waypoint: its Service carries the waypoint's
+/// address once the Gateway has one; the Gateway's class can make it a
+/// waypoint for workloads too; `none` on the Service opts out; removing
+/// the namespace label takes it away. Each step pushes what it changed.
+#[test]
+fn waypoints_attach_and_move_with_their_inputs() {
+    let settings = Settings::default();
+    let ns = |label: &str| {
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: default, labels: {{{label}}}}}\n---\n")
+    };
+    let svc = "default/web.default.svc.cluster.local";
+    let gw_ref = [ObjectRef {
+        kind: "Gateway.gateway.networking.k8s.io".into(),
+        namespace: "default".into(),
+        name: "waypoint".into(),
+        service: None,
+    }];
+    let ns_ref =
+        [ObjectRef { kind: "Namespace".into(), namespace: String::new(), name: "default".into(), service: None }];
+    let uses = ns("istio.io/use-waypoint: waypoint");
+    let mut index = Index::new();
+    // No address yet: no waypoint.
+    let changes = index.apply(&objects(&(uses.clone() + &waypoint_gateway(None, None) + &mesh(2))), None, &settings);
+    assert_eq!(service(&changes, svc).unwrap().waypoint, None);
+    // The address appears: the Service has it; the pods do not (a
+    // waypoint for services).
+    let y = uses.clone() + &waypoint_gateway(Some("waypoint.default.svc.cluster.local"), None) + &mesh(2);
+    let changes = index.apply(&objects(&y), Some(&gw_ref), &settings);
+    let w = service(&changes, svc).unwrap().waypoint.expect("the waypoint");
+    assert_eq!(w.hbone_mtls_port, 15008);
+    assert!(changes.iter().all(|c| &*c.1 == svc), "only the Service changed: {changes:?}");
+    // The class makes it a waypoint for all traffic: the pods have it too.
+    let y = uses.clone() + &waypoint_gateway(Some("waypoint.default.svc.cluster.local"), Some("all")) + &mesh(2);
+    let class_ref = [ObjectRef {
+        kind: "GatewayClass.gateway.networking.k8s.io".into(),
+        namespace: String::new(),
+        name: "istio-waypoint".into(),
+        service: None,
+    }];
+    let changes = index.apply(&objects(&y), Some(&class_ref), &settings);
+    assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().waypoint.is_some());
+    // The namespace stops using it: everything loses it.
+    let y2 = ns("other: x") + &waypoint_gateway(Some("waypoint.default.svc.cluster.local"), Some("all")) + &mesh(2);
+    let changes = index.apply(&objects(&y2), Some(&ns_ref), &settings);
+    assert_eq!(service(&changes, svc).unwrap().waypoint, None);
+    assert_eq!(workload(&changes, "Kubernetes//Pod/default/web-1").unwrap().waypoint, None);
+    // As a full build has it, both ways.
+    for y in [y, y2] {
+        fuzz_one(&y);
+    }
 }
 
 /// A named target port found on a native sidecar (an init container with

@@ -69,6 +69,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Sett
     }
     w.workload_name = workload_name(pod);
     (w.canonical_name, w.canonical_revision) = canonical_service(&meta.labels, &w.workload_name);
+    (w.waypoint, w.application_tunnel) = crate::waypoint::for_workload(&inputs.waypoints, inputs, ns, &meta.labels);
     set_tunnel(&meta.labels, &meta.annotations, &mut w);
     Some(w)
 }
@@ -149,6 +150,7 @@ pub fn from_workload_entry(
         None => labels.get("service.istio.io/workload-name").cloned().unwrap_or_else(|| meta.name.clone()),
     };
     (w.canonical_name, w.canonical_revision) = canonical_service(&labels, &w.workload_name);
+    (w.waypoint, w.application_tunnel) = crate::waypoint::for_workload(&inputs.waypoints, inputs, ns, &labels);
     set_tunnel(&labels, &meta.annotations, &mut w);
     w
 }
@@ -307,6 +309,20 @@ pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (
     (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
 }
 
+/// A waypoint's address as protojson writes it.
+pub(crate) fn describe_gateway(g: &istiod_proto::istio::workload::GatewayAddress) -> Value {
+    use istiod_proto::istio::workload::gateway_address::Destination;
+    let mut v = json!({"hboneMtlsPort": g.hbone_mtls_port});
+    match &g.destination {
+        Some(Destination::Hostname(h)) => v["hostname"] = json!({"namespace": h.namespace, "hostname": h.hostname}),
+        Some(Destination::Address(a)) => {
+            v["address"] = json!({"network": a.network, "address": crate::debug_ip(&a.address)});
+        }
+        None => {}
+    }
+    v
+}
+
 /// A workload as `/debug/ambientz` shows it (the proto's JSON names).
 pub fn describe(w: &Workload) -> Value {
     let services: serde_json::Map<String, Value> = w
@@ -339,5 +355,10 @@ pub fn describe(w: &Workload) -> Value {
         "services": services,
         "authorizationPolicies": w.authorization_policies,
         "locality": w.locality.as_ref().map(|l| json!({"region": l.region, "zone": l.zone, "subzone": l.subzone})),
+        "waypoint": w.waypoint.as_ref().map(describe_gateway),
+        "applicationTunnel": w.application_tunnel.as_ref().map(|t| json!({
+            "protocol": crate::enum_name(t.protocol, |v| istiod_proto::istio::workload::application_tunnel::Protocol::try_from(v).ok().map(|p| p.as_str_name())),
+            "port": if t.port == 0 { Value::Null } else { t.port.into() },
+        })),
     })
 }

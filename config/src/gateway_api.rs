@@ -28,6 +28,7 @@ pub struct GatewayApiObject {
 
 /// The kinds read.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant, reason = "built once per document, never moved around in bulk")]
 pub enum GatewayApiSpec {
     /// GatewayClass.
     GatewayClass(GatewayClassSpec),
@@ -98,7 +99,9 @@ pub fn parse(kind: &str, value: serde_json::Value) -> Result<GatewayApiObject, S
         "GatewayClass" => read(value).map(|(m, s)| (m, GatewayApiSpec::GatewayClass(s)))?,
         "Gateway" => {
             let uid = value["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
-            read(value).map(|(m, s)| (m, GatewayApiSpec::Gateway(GatewaySpec { uid, ..s })))?
+            let status_addresses: Vec<GatewayAddress> =
+                serde_json::from_value(value["status"]["addresses"].clone()).unwrap_or_default();
+            read(value).map(|(m, s)| (m, GatewayApiSpec::Gateway(GatewaySpec { uid, status_addresses, ..s })))?
         }
         "HTTPRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::HttpRoute(s)))?,
         "GRPCRoute" => read(value).map(|(m, s)| (m, GatewayApiSpec::GrpcRoute(s)))?,
@@ -161,6 +164,11 @@ pub struct GatewaySpec {
     /// references name), copied here by [`parse`].
     #[serde(skip)]
     pub uid: String,
+    /// `status.addresses`, as the controller that deployed the Gateway
+    /// wrote them (a waypoint is usable once it has one), copied here by
+    /// [`parse`].
+    #[serde(skip)]
+    pub status_addresses: Vec<GatewayAddress>,
 }
 
 /// `AllowedListeners`.

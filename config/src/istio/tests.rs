@@ -121,12 +121,11 @@ spec:
     assert!(doc(stat).is_ok());
     has(
         &errs(&stat.replace("address: 10.0.0.7", "address: db.example")),
-        "spec.endpoints[0].address: STATIC resolution needs an IP",
+        "spec.endpoints[0].address: endpoint address \"db.example\" is not a valid IP address",
     );
-    has(
-        &errs(&stat.replace("  endpoints: [{address: 10.0.0.7, labels: {app: db}}]\n", "")),
-        "spec.endpoints: STATIC resolution needs",
-    );
+    // istiod accepts STATIC without endpoints or selector (validation.go
+    // has no such rule; ambient's upstream tests build one).
+    assert!(doc(&stat.replace("  endpoints: [{address: 10.0.0.7, labels: {app: db}}]\n", "")).is_ok());
     has(&errs(&dns.replace("resolution: DNS", "resolution: MAGIC")), "spec.resolution");
     has(
         &errs(&dns.replace(

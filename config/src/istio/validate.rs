@@ -720,9 +720,6 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
     if s.resolution == Resolution::DnsRoundRobin && s.endpoints.len() > 1 {
         v.err("spec", "DNS_ROUND_ROBIN mode cannot have multiple endpoints");
     }
-    if s.resolution == Resolution::Static && s.endpoints.is_empty() && s.workload_selector.is_none() {
-        v.err("spec.endpoints", "STATIC resolution needs endpoints or a workloadSelector");
-    }
     for (i, e) in s.endpoints.iter().enumerate() {
         let path = format!("spec.endpoints[{i}].address");
         workload_address(v, &format!("spec.endpoints[{i}]"), &e.address, &e.ports);
@@ -734,7 +731,7 @@ fn service_entry(v: &mut V, s: &ServiceEntry) {
             && !e.address.starts_with("unix://")
             && e.address.parse::<IpAddr>().is_err()
         {
-            v.err(&path, format!("STATIC resolution needs an IP address, got {:?}", e.address));
+            v.err(&path, format!("endpoint address {:?} is not a valid IP address", e.address));
         }
         for (name, port) in &e.ports {
             v.port(&format!("spec.endpoints[{i}].ports[{name}]"), *port);

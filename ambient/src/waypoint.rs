@@ -1,0 +1,337 @@
+//! Waypoints and what uses them (istiod's `waypoints.go`, `computeWaypoint`
+//! in `workloads.go`, `fetchWaypointForService` in `services.go`): a
+//! Gateway with a status address is a waypoint for the traffic its class or
+//! its own `istio.io/waypoint-for` names (`service` by default); a Service,
+//! ServiceEntry, Pod, WorkloadEntry or ServiceEntry endpoint labelled
+//! `istio.io/use-waypoint` (or in a Namespace so labelled) carries its
+//! address, where the waypoint lets its namespace attach.
+
+use std::collections::BTreeMap;
+
+use istiod_config::gateway_api::{GatewayApiObject, GatewayApiSpec, LabelSelector};
+use istiod_proto::istio::workload::{
+    ApplicationTunnel, GatewayAddress, NamespacedHostname, NetworkAddress, WeightedWaypoint, application_tunnel,
+    gateway_address,
+};
+
+use crate::Inputs;
+
+/// The waypoint an object (or its namespace) uses; `none` opts out.
+pub const USE_WAYPOINT: &str = "istio.io/use-waypoint";
+/// The namespace of the waypoint `istio.io/use-waypoint` names.
+pub const USE_WAYPOINT_NAMESPACE: &str = "istio.io/use-waypoint-namespace";
+/// A canary waypoint, sharing the traffic by `CANARY_WEIGHT`.
+pub const USE_WAYPOINT_CANARY: &str = "istio.io/use-waypoint-canary";
+/// The canary's namespace.
+pub const USE_WAYPOINT_CANARY_NAMESPACE: &str = "istio.io/use-waypoint-canary-namespace";
+/// The canary's share, 0 to 100 (annotation).
+pub const CANARY_WEIGHT: &str = "istio.io/use-waypoint-canary-weight";
+/// What a waypoint takes: `service`, `workload`, `all` or `none`.
+pub const WAYPOINT_FOR: &str = "istio.io/waypoint-for";
+/// Ingress gateways send to the Service's waypoint too.
+pub const INGRESS_USE_WAYPOINT: &str = "istio.io/ingress-use-waypoint";
+/// The Gateway a pod is an instance of.
+pub const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
+/// How ztunnel sends to a waypoint's instances: `PROXY` or `NONE`,
+/// optionally `/port` (Gateway, else GatewayClass annotation).
+pub const INBOUND_BINDING: &str = "ambient.istio.io/waypoint-inbound-binding";
+/// The label a deployed waypoint's or east-west gateway's objects carry.
+const MANAGED: &str = "gateway.istio.io/managed";
+
+/// One waypoint: a Gateway with an address.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waypoint {
+    /// The Gateway's namespace.
+    pub namespace: String,
+    /// The Gateway's name.
+    pub name: String,
+    /// Where ztunnel sends to it.
+    pub address: GatewayAddress,
+    /// How ztunnel delivers to its instances, if the binding says.
+    pub binding: Option<ApplicationTunnel>,
+    /// `service`, `workload`, `all` or `none`.
+    pub traffic_type: String,
+    /// Which namespaces may attach.
+    pub allowed: Allowed,
+}
+
+/// The namespaces whose objects may use a waypoint (its listener's
+/// `allowedRoutes.namespaces`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Allowed {
+    /// Every namespace.
+    All,
+    /// The waypoint's own.
+    Same,
+    /// Those the selector selects (none without one).
+    Selector(Option<LabelSelector>),
+}
+
+impl Waypoint {
+    /// `<ns>/<name>`.
+    pub fn resource_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether namespace `ns` may attach (`AllowsAttachmentFromNamespace`).
+    fn allows(&self, ns: &str, inputs: &Inputs) -> bool {
+        match &self.allowed {
+            Allowed::All => true,
+            Allowed::Same => self.namespace == ns,
+            Allowed::Selector(sel) => {
+                let empty = BTreeMap::new();
+                let labels = inputs.namespace(ns).map_or(&empty, |n| &n.metadata.labels);
+                sel.as_ref().is_some_and(|s| s.matches(labels))
+            }
+        }
+    }
+}
+
+/// The waypoint Gateway `o` makes, or `None` while it has no address (or
+/// is not a Gateway). `classes` finds a GatewayClass by name; `network` is
+/// the local network, an IP address's.
+pub fn from_gateway<'a>(
+    o: &GatewayApiObject,
+    classes: impl Fn(&str) -> Option<&'a GatewayApiObject>,
+    network: &str,
+) -> Option<Waypoint> {
+    let GatewayApiSpec::Gateway(g) = &o.spec else { return None };
+    let ns = o.meta.ns();
+    let hostname = g.status_addresses.iter().find(|a| a.type_.as_deref() == Some("Hostname"));
+    let destination = match hostname {
+        Some(h) => gateway_address::Destination::Hostname(NamespacedHostname {
+            namespace: ns.to_owned(),
+            hostname: h.value.clone(),
+        }),
+        None => {
+            let ip = g
+                .status_addresses
+                .iter()
+                .filter(|a| a.type_.as_deref().is_none_or(|t| t == "IPAddress"))
+                .find_map(|a| a.value.parse::<std::net::IpAddr>().ok())?;
+            gateway_address::Destination::Address(NetworkAddress {
+                network: network.to_owned(),
+                address: crate::ip_bytes(ip),
+                length: None,
+            })
+        }
+    };
+    let class = classes(&g.gateway_class_name);
+    let mut traffic_type = "service".to_owned();
+    if let Some(t) = class.and_then(|c| c.meta.labels.get(WAYPOINT_FOR)) {
+        t.clone_into(&mut traffic_type);
+    }
+    if let Some(t) = o.meta.labels.get(WAYPOINT_FOR) {
+        t.clone_into(&mut traffic_type);
+    }
+    let binding_text = o.meta.annotations.get(INBOUND_BINDING).or_else(|| class?.meta.annotations.get(INBOUND_BINDING));
+    let binding = binding_text.and_then(|b| inbound_binding(b));
+    // The listener the binding names, else the HBONE one on 15008.
+    let bound = binding.as_ref().and_then(|b| {
+        g.listeners.iter().find(|l| {
+            if b.port != 0 {
+                l.port == b.port
+            } else {
+                b.protocol == application_tunnel::Protocol::Proxy as i32 && l.protocol == "istio.io/PROXY"
+            }
+        })
+    });
+    let listener = bound.or_else(|| g.listeners.iter().find(|l| l.protocol == "HBONE" && l.port == 15008));
+    let allowed = match listener.and_then(|l| l.allowed_routes.as_ref()).and_then(|a| a.namespaces.as_ref()) {
+        None => Allowed::Same,
+        Some(n) => match n.from.as_deref().unwrap_or("Same") {
+            "All" => Allowed::All,
+            "Selector" => Allowed::Selector(n.selector.clone()),
+            _ => Allowed::Same,
+        },
+    };
+    Some(Waypoint {
+        namespace: ns.to_owned(),
+        name: o.meta.name.clone(),
+        address: GatewayAddress { destination: Some(destination), hbone_mtls_port: 15008 },
+        binding,
+        traffic_type,
+        allowed,
+    })
+}
+
+/// `PROXY` or `NONE`, optionally `/<port>` (`makeInboundBinding`).
+fn inbound_binding(text: &str) -> Option<ApplicationTunnel> {
+    let mut parts = text.split('/');
+    let protocol = match parts.next()? {
+        "NONE" => application_tunnel::Protocol::None,
+        "PROXY" => application_tunnel::Protocol::Proxy,
+        other => {
+            tracing::warn!(target: "ambient", "invalid protocol {other} for {INBOUND_BINDING}. Only NONE or PROXY are supported.");
+            return None;
+        }
+    };
+    let port = match (parts.next(), parts.next()) {
+        (None, _) => 0,
+        (Some(p), None) => p.parse().unwrap_or_else(|_| {
+            tracing::warn!(target: "ambient", "invalid port {p} for {INBOUND_BINDING}.");
+            0
+        }),
+        _ => {
+            tracing::warn!(target: "ambient", "invalid value {text:?} for {INBOUND_BINDING}. Must be of the format \"<protocol>\" or \"<protocol>/<port>\".");
+            return None;
+        }
+    };
+    Some(ApplicationTunnel { protocol: protocol as i32, port })
+}
+
+/// The waypoints by `(namespace, name)`.
+pub type Waypoints = BTreeMap<(String, String), Waypoint>;
+
+/// Why an object has no waypoint though it asked for one (istiod reports
+/// these in the object's status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unbound {
+    /// The waypoint does not exist or has no address yet.
+    NotReady(String),
+    /// The waypoint does not let the object's namespace attach.
+    Denied(String),
+    /// The waypoint does not take this kind of traffic.
+    TrafficType(String),
+}
+
+/// The `(namespace, name)` an object's labels name (`GetUseWaypoint`):
+/// `Err(())` for `none`.
+fn use_waypoint(labels: &BTreeMap<String, String>, ns: &str) -> Result<Option<(String, String)>, ()> {
+    match labels.get(USE_WAYPOINT) {
+        Some(v) if v == "none" => Err(()),
+        Some(v) => Ok(Some((labels.get(USE_WAYPOINT_NAMESPACE).map_or(ns, String::as_str).to_owned(), v.clone()))),
+        None => Ok(None),
+    }
+}
+
+/// The waypoint that handles traffic for an object of namespace `ns` with
+/// `labels` (`fetchWaypointForTarget`): its own label, else its
+/// namespace's.
+fn for_target<'a>(
+    waypoints: &'a Waypoints,
+    inputs: &Inputs,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<&'a Waypoint>, Unbound> {
+    let named = match use_waypoint(labels, ns) {
+        Err(()) => return Ok(None),
+        Ok(Some(n)) => Some(n),
+        Ok(None) => {
+            let empty = BTreeMap::new();
+            let ns_labels = inputs.namespace(ns).map_or(&empty, |n| &n.metadata.labels);
+            use_waypoint(ns_labels, ns).ok().flatten()
+        }
+    };
+    let Some(key) = named else { return Ok(None) };
+    match waypoints.get(&key) {
+        Some(w) if w.allows(ns, inputs) => Ok(Some(w)),
+        Some(w) => Err(Unbound::Denied(w.resource_name())),
+        None => Err(Unbound::NotReady(format!("{}/{}", key.0, key.1))),
+    }
+}
+
+/// A service's waypoint (`fetchWaypointForService`): none for a
+/// waypoint's or east-west gateway's own Service; the waypoint must take
+/// service traffic.
+pub fn for_service<'a>(
+    waypoints: &'a Waypoints,
+    inputs: &Inputs,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<&'a Waypoint>, Unbound> {
+    if labels.get(MANAGED).is_some_and(|m| m == "istio.io-mesh-controller" || m == "istio.io-eastwest-controller") {
+        return Ok(None);
+    }
+    match for_target(waypoints, inputs, ns, labels)? {
+        Some(w) if w.traffic_type == "service" || w.traffic_type == "all" => Ok(Some(w)),
+        Some(w) => Err(Unbound::TrafficType(w.resource_name())),
+        None => Ok(None),
+    }
+}
+
+/// A workload's waypoint and application tunnel (`computeWaypoint`): an
+/// instance of a waypoint gets its binding as the tunnel and no waypoint;
+/// otherwise the waypoint must take workload traffic (one inherited from
+/// the namespace that does not is no error).
+pub fn for_workload(
+    waypoints: &Waypoints,
+    inputs: &Inputs,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> (Option<GatewayAddress>, Option<ApplicationTunnel>) {
+    if let Some(gw) = labels.get(GATEWAY_NAME).filter(|n| !n.is_empty())
+        && let Some(w) = waypoints.get(&(ns.to_owned(), gw.clone()))
+    {
+        return (None, w.binding);
+    }
+    match for_target(waypoints, inputs, ns, labels) {
+        Ok(Some(w)) if w.traffic_type == "workload" || w.traffic_type == "all" => (Some(w.address.clone()), None),
+        _ => (None, None),
+    }
+}
+
+/// `istio.io/ingress-use-waypoint` of a service with a waypoint: the
+/// object's label, else its namespace's; `true` as Go's `ParseBool` reads
+/// it.
+pub fn ingress_use_waypoint(labels: &BTreeMap<String, String>, inputs: &Inputs, ns: &str) -> bool {
+    let value = labels
+        .get(INGRESS_USE_WAYPOINT)
+        .or_else(|| inputs.namespace(ns).and_then(|n| n.metadata.labels.get(INGRESS_USE_WAYPOINT)));
+    match value.map(String::as_str) {
+        None | Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+        Some(v) => {
+            tracing::warn!(target: "ambient", "invalid value for label {INGRESS_USE_WAYPOINT}: {v}, defaulting to false");
+            false
+        }
+    }
+}
+
+/// The weighted waypoints of a service with primary waypoint `primary`
+/// (`buildWeightedWaypoints`): `[primary, 100 - w]`, `[canary, w]` for a
+/// canary the object (or, when it names no waypoint itself, its
+/// namespace) declares; none where the canary is the primary, its weight
+/// is not a percentage, or it cannot be used.
+pub fn weighted(
+    waypoints: &Waypoints,
+    inputs: &Inputs,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    primary: &Waypoint,
+) -> Vec<WeightedWaypoint> {
+    let ns_meta = if use_waypoint(labels, ns).ok().flatten().is_none() {
+        inputs.namespace(ns).map(|n| &n.metadata)
+    } else {
+        None
+    };
+    let canary_labels = if !labels.contains_key(USE_WAYPOINT_CANARY)
+        && let Some(m) = ns_meta.filter(|m| m.labels.contains_key(USE_WAYPOINT_CANARY))
+    {
+        &m.labels
+    } else {
+        labels
+    };
+    let Some(name) = canary_labels.get(USE_WAYPOINT_CANARY).filter(|v| !v.is_empty() && *v != "none") else {
+        return Vec::new();
+    };
+    let canary_ns = canary_labels.get(USE_WAYPOINT_CANARY_NAMESPACE).map_or(ns, String::as_str);
+    let weight_text = annotations.get(CANARY_WEIGHT).or_else(|| ns_meta.and_then(|m| m.annotations.get(CANARY_WEIGHT)));
+    let weight = match weight_text {
+        None => Some(0),
+        Some(v) => v.parse::<u32>().ok().filter(|w| *w <= 100),
+    };
+    if format!("{canary_ns}/{name}") == primary.resource_name() {
+        return Vec::new();
+    }
+    let Some(weight) = weight else { return Vec::new() };
+    let Some(canary) = waypoints.get(&(canary_ns.to_owned(), name.clone())) else { return Vec::new() };
+    if !canary.allows(ns, inputs) || !(canary.traffic_type == "service" || canary.traffic_type == "all") {
+        return Vec::new();
+    }
+    vec![
+        WeightedWaypoint { destination: Some(primary.address.clone()), weight: 100 - weight },
+        WeightedWaypoint { destination: Some(canary.address.clone()), weight },
+    ]
+}

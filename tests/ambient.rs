@@ -137,9 +137,9 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
         return;
     };
-    use istiod_kubewatch::fake::{core_resources, istio_resources};
+    use istiod_kubewatch::fake::{K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources};
     let api = server::fake_api();
-    for r in core_resources().into_iter().chain(istio_resources()) {
+    for r in core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()) {
         api.install(r);
     }
     for ns in ["istio-system", "default"] {
@@ -315,6 +315,57 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     let me = syncz.as_array().and_then(|a| a.iter().find(|p| p["proxy_type"] == "ztunnel"));
     assert!(me.is_some(), "{syncz:#}");
 
+    // A ServiceEntry: its host is a service with its VIP, its endpoint a
+    // workload of that service.
+    api.apply(
+        "serviceentries",
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+               "metadata": {"name": "ext", "namespace": "default"},
+               "spec": {"hosts": ["ext.example.com"], "addresses": ["240.240.0.5"], "resolution": "STATIC",
+                        "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+                        "endpoints": [{"address": "192.0.2.7"}]}}),
+    );
+    let ext_uid = "Kubernetes/networking.istio.io/ServiceEntry/default/ext/192.0.2.7";
+    wait_for("the ServiceEntry in ztunnel", within, || {
+        let d = zt.dump();
+        by(&d["services"], "hostname", "ext.example.com").is_some() && by(&d["workloads"], "uid", ext_uid).is_some()
+    });
+    let dump = zt.dump();
+    let ext = by(&dump["services"], "hostname", "ext.example.com").unwrap();
+    assert_eq!(ext["vips"], json!(["/240.240.0.5"]), "{ext}");
+    assert!(ext["endpoints"].as_object().unwrap().contains_key(ext_uid), "{ext}");
+
+    // A waypoint (a Gateway with an address) and the namespace that uses
+    // it: the Service carries the waypoint; without the label, it does
+    // not.
+    api.apply(
+        K8S_GATEWAYS,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"gatewayClassName": "istio-waypoint",
+                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]},
+               "status": {"addresses": [{"type": "Hostname", "value": "waypoint.default.svc.cluster.local"}]}}),
+    );
+    let label_default = |labels: Value| {
+        api.apply(
+            "namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": labels}}),
+        );
+    };
+    label_default(json!({"istio.io/use-waypoint": "waypoint"}));
+    let web_waypoint = |zt: &mut Ztunnel| {
+        let d = zt.dump();
+        by(&d["services"], "hostname", "web.default.svc.cluster.local")
+            .map(|s| s["waypoint"].clone())
+            .unwrap_or_default()
+    };
+    wait_for("web's waypoint in ztunnel", within, || {
+        web_waypoint(&mut zt).to_string().contains("waypoint.default.svc.cluster.local")
+    });
+    label_default(json!({}));
+    wait_for("web's waypoint gone from ztunnel", within, || web_waypoint(&mut zt).is_null());
+    assert!(!zt.log().contains("type=NACK"), "{}", zt_log_tail(&zt));
+
     // A pod deleted leaves ztunnel's view.
     api.delete("pods", "default", "tcp-0");
     wait_for("tcp-0 gone from ztunnel", within, || {
@@ -353,4 +404,74 @@ fn san_uris(pem: &str) -> Vec<String> {
     use base64::Engine;
     let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
     istiod_pki::uri_sans(&base64::engine::general_purpose::STANDARD.decode(body).unwrap_or_default())
+}
+
+/// On demand (ztunnel's `XDS_ON_DEMAND`): a ztunnel that subscribes by
+/// name gets what each name stands for, as istiod's `generateDeltasOndemand`
+/// answers: a pod's `<network>/<ip>` its workload, a service's name the
+/// service and the workloads that list it (with the names asked as their
+/// aliases), a name that stands for nothing as removed; and it is then
+/// subscribed to those workloads, so their changes reach it. Over the plain
+/// port, with the binary on a configuration directory.
+#[test]
+fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
+    use crate::ads_client::{connect, runtime};
+    use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    use istiod_proto::istio::workload::{Address, WorkloadStatus, address};
+    use istiod_proto::prost::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pods = |ready: &str| {
+        let mut y = String::new();
+        for (i, r) in [(0, ready), (1, "True")] {
+            y += &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-{i}, namespace: default, labels: {{app: web}}}}\n\
+                 spec: {{nodeName: node-a}}\nstatus: {{phase: Running, podIP: 10.0.0.1{i}, conditions: [{{type: Ready, status: '{r}'}}]}}\n---\n"
+            );
+        }
+        y
+    };
+    std::fs::write(
+        dir.path().join("service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+         spec: {clusterIP: 10.96.0.10, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("pods.yaml"), pods("True")).unwrap();
+    let s = Server::start(dir.path(), &[], &[("PILOT_ENABLE_AMBIENT", "true")], None);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut c = connect(s.grpc, true).await;
+        let node = crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
+        let svc = "default/web.default.svc.cluster.local";
+        c.delta_req(DeltaDiscoveryRequest {
+            node: Some(node),
+            type_url: istiod_proto::type_url::ADDRESS.into(),
+            resource_names_subscribe: vec!["/10.0.0.10".into(), svc.into(), "/192.0.2.99".into()],
+            ..Default::default()
+        });
+        let r = c.recv_delta().await;
+        let got: std::collections::BTreeMap<&str, Vec<&str>> =
+            r.resources.iter().map(|x| (x.name.as_str(), x.aliases.iter().map(String::as_str).collect())).collect();
+        let web0 = "Kubernetes//Pod/default/web-0";
+        let web1 = "Kubernetes//Pod/default/web-1";
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [web0, web1, svc], "{r:?}");
+        assert_eq!(got[web0], ["/10.0.0.10", svc], "asked for as a pod IP and as the service's");
+        assert_eq!(got[web1], [svc]);
+        assert!(got[svc].is_empty(), "asked for by its own name");
+        assert_eq!(r.removed_resources, ["/192.0.2.99"], "a name that stands for nothing");
+        c.delta_req(DeltaDiscoveryRequest {
+            type_url: istiod_proto::type_url::ADDRESS.into(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        });
+        // web-0 was asked for by an address, not its name, yet its change
+        // reaches the ztunnel: it is subscribed now.
+        std::fs::write(dir.path().join("pods.yaml"), pods("False")).unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(20), c.recv_delta()).await.expect("web-0's change pushed");
+        assert_eq!(r.resources.iter().map(|x| x.name.as_str()).collect::<Vec<_>>(), [web0], "{r:?}");
+        let a = Address::decode(r.resources[0].resource.as_ref().unwrap().value.as_slice()).unwrap();
+        let Some(address::Type::Workload(w)) = a.r#type else { panic!("a workload") };
+        assert_eq!(w.status, WorkloadStatus::Unhealthy as i32);
+    });
 }

@@ -133,7 +133,7 @@ pub fn workloads(es: &EndpointSlice, services: &Services, inputs: &Inputs, setti
             namespace: ns.to_owned(),
             addresses,
             network: network.clone(),
-            trust_domain: crate::workload::trust_domain(settings),
+            trust_domain: crate::trust_domain(settings),
             services: [(key.clone(), list.clone())].into_iter().collect(),
             status: if ep.conditions.ready.unwrap_or(true) {
                 WorkloadStatus::Healthy

@@ -951,6 +951,11 @@ fn dedup_changes(changes: &mut Vec<Change>) {
     *changes = out;
 }
 
+/// The trust domain a workload names: empty for the default one.
+pub(crate) fn trust_domain(settings: &Settings) -> String {
+    if settings.trust_domain == "cluster.local" { String::new() } else { settings.trust_domain.clone() }
+}
+
 /// The local network: the system namespace's `topology.istio.io/network`
 /// label (istiod's `LocalSystemNamespaceNetwork`), else the setting.
 pub(crate) fn network(inputs: &Inputs, settings: &Settings) -> String {

@@ -351,9 +351,9 @@ pub fn describe(s: &WdsService) -> Value {
         "ports": ports,
         "subjectAltNames": s.subject_alt_names,
         "loadBalancing": s.load_balancing.as_ref().map(describe_lb),
-        "waypoint": s.waypoint.as_ref().map(crate::workload::describe_gateway),
+        "waypoint": s.waypoint.as_ref().map(crate::waypoint::describe),
         "ingressUseWaypoint": s.ingress_use_waypoint,
-        "weightedWaypoints": s.weighted_waypoints.iter().map(|w| json!({"destination": w.destination.as_ref().map(crate::workload::describe_gateway), "weight": w.weight})).collect::<Vec<_>>(),
+        "weightedWaypoints": s.weighted_waypoints.iter().map(|w| json!({"destination": w.destination.as_ref().map(crate::waypoint::describe), "weight": w.weight})).collect::<Vec<_>>(),
         "ipFamilies": crate::enum_name(s.ip_families, |v| IpFamilies::try_from(v).ok().map(|f| f.as_str_name())),
         "canonical": s.canonical,
     })

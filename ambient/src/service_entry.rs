@@ -186,7 +186,7 @@ pub fn workloads(
                 services: crate::workload::entry_port_lists(&ep.ports, services.iter().copied()),
                 authorization_policies: policies.clone(),
                 status: WorkloadStatus::Healthy as i32,
-                trust_domain: crate::workload::trust_domain(settings),
+                trust_domain: crate::trust_domain(settings),
                 locality: crate::workload::entry_locality(&ep.locality),
                 workload_name: meta.name.clone(),
                 workload_type: WorkloadType::Pod as i32,

@@ -498,7 +498,7 @@ fn render(w: &Workload) -> serde_json::Value {
     put("services", Value::Object(services));
     put("authorizationPolicies", w.authorization_policies.iter().map(|p| Value::from(p.clone())).collect());
     if let Some(g) = &w.waypoint {
-        put("waypoint", workload::describe_gateway(g));
+        put("waypoint", waypoint::describe(g));
     }
     if let Some(t) = &w.application_tunnel {
         let protocol = istiod_proto::istio::workload::application_tunnel::Protocol::try_from(t.protocol).unwrap();

@@ -335,3 +335,19 @@ pub fn weighted(
         WeightedWaypoint { destination: Some(canary.address.clone()), weight },
     ]
 }
+
+/// A waypoint's address as protojson writes it (in `/debug/ambientz`).
+pub fn describe(g: &istiod_proto::istio::workload::GatewayAddress) -> serde_json::Value {
+    use istiod_proto::istio::workload::gateway_address::Destination;
+    let mut v = serde_json::json!({"hboneMtlsPort": g.hbone_mtls_port});
+    match &g.destination {
+        Some(Destination::Hostname(h)) => {
+            v["hostname"] = serde_json::json!({"namespace": h.namespace, "hostname": h.hostname})
+        }
+        Some(Destination::Address(a)) => {
+            v["address"] = serde_json::json!({"network": a.network, "address": crate::debug_ip(&a.address)});
+        }
+        None => {}
+    }
+    v
+}

@@ -59,7 +59,7 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Sett
         services: port_lists(pod, selected.into_iter()),
         authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &meta.labels),
         status: if ready { WorkloadStatus::Healthy } else { WorkloadStatus::Unhealthy } as i32,
-        trust_domain: trust_domain(settings),
+        trust_domain: crate::trust_domain(settings),
         locality: pod.spec.node_name.as_deref().and_then(|n| inputs.node(n)).and_then(|n| locality(&n.metadata.labels)),
         workload_type: WorkloadType::Pod as i32,
         ..Workload::default()
@@ -72,11 +72,6 @@ pub fn from_pod(pod: &Pod, inputs: &Inputs, services: &Services, settings: &Sett
     (w.waypoint, w.application_tunnel) = crate::waypoint::for_workload(&inputs.waypoints, inputs, ns, &meta.labels);
     set_tunnel(&meta.labels, &meta.annotations, &mut w);
     Some(w)
-}
-
-/// The trust domain a workload names: empty for the default one.
-pub(crate) fn trust_domain(settings: &Settings) -> String {
-    if settings.trust_domain == "cluster.local" { String::new() } else { settings.trust_domain.clone() }
 }
 
 /// HBONE for a workload istio-cni redirected, or one labelled to take it
@@ -130,7 +125,7 @@ pub fn from_workload_entry(
         service_account: we.service_account.clone(),
         authorization_policies: crate::authz::workload_policies(inputs, settings, ns, &labels),
         status: WorkloadStatus::Healthy as i32,
-        trust_domain: trust_domain(settings),
+        trust_domain: crate::trust_domain(settings),
         locality: entry_locality(&we.locality),
         workload_type: WorkloadType::Pod as i32,
         ..Workload::default()
@@ -309,20 +304,6 @@ pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (
     (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
 }
 
-/// A waypoint's address as protojson writes it.
-pub(crate) fn describe_gateway(g: &istiod_proto::istio::workload::GatewayAddress) -> Value {
-    use istiod_proto::istio::workload::gateway_address::Destination;
-    let mut v = json!({"hboneMtlsPort": g.hbone_mtls_port});
-    match &g.destination {
-        Some(Destination::Hostname(h)) => v["hostname"] = json!({"namespace": h.namespace, "hostname": h.hostname}),
-        Some(Destination::Address(a)) => {
-            v["address"] = json!({"network": a.network, "address": crate::debug_ip(&a.address)});
-        }
-        None => {}
-    }
-    v
-}
-
 /// A workload as `/debug/ambientz` shows it (the proto's JSON names).
 pub fn describe(w: &Workload) -> Value {
     let services: serde_json::Map<String, Value> = w
@@ -355,7 +336,7 @@ pub fn describe(w: &Workload) -> Value {
         "services": services,
         "authorizationPolicies": w.authorization_policies,
         "locality": w.locality.as_ref().map(|l| json!({"region": l.region, "zone": l.zone, "subzone": l.subzone})),
-        "waypoint": w.waypoint.as_ref().map(describe_gateway),
+        "waypoint": w.waypoint.as_ref().map(crate::waypoint::describe),
         "applicationTunnel": w.application_tunnel.as_ref().map(|t| json!({
             "protocol": crate::enum_name(t.protocol, |v| istiod_proto::istio::workload::application_tunnel::Protocol::try_from(v).ok().map(|p| p.as_str_name())),
             "port": if t.port == 0 { Value::Null } else { t.port.into() },

@@ -10,6 +10,7 @@ pub(crate) mod deps;
 pub mod extensions;
 pub mod patches;
 pub mod router;
+pub mod workload_api;
 pub use deps::{Changes, Dep};
 use router::is_router;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
 use istiod_xds_api::Code;
 use istiod_xds_api::node::Classified;
-use istiod_xds_api::snapshot::{Generator, Kind, Snapshot, UnknownType};
+use istiod_xds_api::snapshot::{Aliases, Generator, Kind, Snapshot, UnknownType};
 
 use crate::model::Model;
 
@@ -480,6 +481,12 @@ impl Generator for MeshGenerator {
             names.retain(|n| !router::router_skips_cluster(n));
         }
         names
+    }
+
+    /// An on-demand ztunnel's names for the workload API's addresses
+    /// ([`workload_api::aliases`]).
+    fn aliases(&self, snap: &Snapshot<MeshInput>, kind: Kind) -> Option<Aliases> {
+        (kind == Kind::Address).then(|| workload_api::aliases(&snap.model))
     }
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {

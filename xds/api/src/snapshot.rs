@@ -314,7 +314,23 @@ pub trait Generator: Send + Sync + 'static {
     fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _kind: Kind) -> Vec<Arc<str>> {
         Vec::new()
     }
+
+    /// For a type whose clients subscribe by names other than the
+    /// resources' own (istiod's on-demand workload API: a `<network>/<ip>`,
+    /// a service's name standing for its workloads too), what each such
+    /// name stands for in `snap`: the resources it resolves to. Computed
+    /// once per snapshot and type on each core, and only when a client
+    /// subscribes by name. `None` (the default): names are only names, and
+    /// one that names nothing is not answered.
+    fn aliases(&self, _snap: &Snapshot<Self::Mesh>, _kind: Kind) -> Option<Aliases> {
+        None
+    }
 }
+
+/// What [`Generator::aliases`] returns: by name a client may subscribe
+/// to, the resources it stands for (which may include a resource of that
+/// name itself).
+pub type Aliases = std::collections::HashMap<Arc<str>, Vec<Arc<str>>>;
 
 /// The answer to a request for a type the server does not serve.
 #[derive(Debug, Clone, PartialEq, Eq)]

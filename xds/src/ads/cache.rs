@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::snapshot::{Generator, Kind, Snapshot};
+use super::snapshot::{Aliases, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
 
 type Key<C> = (Kind, Arc<str>, Arc<C>);
@@ -108,6 +108,9 @@ pub struct Cache<C = ()> {
     /// inputs costs more than the answer.
     memo: Memo<C>,
     memo_of: SnapId,
+    /// Aliases per type, for the snapshot they were computed from (see
+    /// `Generator::aliases`).
+    aliases: HashMap<Kind, (SnapId, Option<Arc<Aliases>>)>,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -124,6 +127,7 @@ impl<C> Default for Cache<C> {
             interned: HashMap::new(),
             memo: Memo::default(),
             memo_of: (0, 0),
+            aliases: HashMap::new(),
             hits: 0,
             misses: 0,
         }
@@ -325,6 +329,25 @@ impl<C: super::Class> Cache<C> {
         }
         self.wildcard.insert(key, (id, names.clone()));
         names
+    }
+
+    /// The names of `kind` that stand for other resources in `snap`, or
+    /// `None` where the type has no aliases (see `Generator::aliases`).
+    pub fn aliases<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        kind: Kind,
+    ) -> Option<Arc<Aliases>> {
+        let id = snap_id(snap);
+        if let Some((at, a)) = self.aliases.get(&kind)
+            && *at == id
+        {
+            return a.clone();
+        }
+        let a = generator.aliases(snap, kind).map(Arc::new);
+        self.aliases.insert(kind, (id, a.clone()));
+        a
     }
 
     /// Forgets everything generated for classes that are neither in

@@ -81,6 +81,10 @@ pub struct Watch {
     /// The watcher-core time of the change the in-flight response carries,
     /// with its nonce, for convergence on ACK.
     pub push_cause: Option<(Arc<str>, Instant)>,
+    /// Names subscribed since the last response: for a type with aliases,
+    /// one that names nothing is answered as removed (on-demand clients
+    /// wait for an answer).
+    pub lookups: BTreeSet<Arc<str>>,
 }
 
 /// Why a request ends the stream.
@@ -337,6 +341,7 @@ impl<C: super::Class> AdsStream<C> {
         // The proxy drops them; forget that it has them.
         w.sent.remove_many(&gone);
         if !added.is_empty() {
+            w.lookups.extend(added.iter().cloned());
             w.dirty.add(Dirty::Names(added));
         }
         Ok(acked)
@@ -520,13 +525,46 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         // Anything the proxy has may have gone away.
         candidates.extend(w.sent.keys().cloned());
     }
+    // A name subscribed to that stands for other resources (on-demand):
+    // the proxy is subscribed to those too, and they go with the name as
+    // their alias; a name asked for that stands for nothing is answered
+    // as removed (istiod's `generateDeltasOndemand`).
+    let lookups = std::mem::take(&mut w.lookups);
+    let aliases = if w.wildcard { None } else { ctx.cache.aliases(ctx.generator, ctx.snap, kind) };
+    let mut alias_of: std::collections::BTreeMap<Arc<str>, Vec<Arc<str>>> = Default::default();
+    // Resources just asked for by an alias: answered even where the proxy
+    // has them (it is waiting for an answer to the alias).
+    let mut asked_now: BTreeSet<Arc<str>> = BTreeSet::new();
+    let mut unresolved: Vec<Arc<str>> = Vec::new();
+    if let Some(table) = &aliases {
+        let asked: Vec<Arc<str>> = candidates.iter().filter(|n| table.contains_key(*n)).cloned().collect();
+        for n in asked {
+            for t in &table[&n] {
+                if *t != n {
+                    alias_of.entry(t.clone()).or_default().push(n.clone());
+                }
+                if lookups.contains(&n) {
+                    asked_now.insert(t.clone());
+                }
+                if !w.names.contains(t) {
+                    w.names.insert(intern(t), ());
+                }
+                candidates.insert(t.clone());
+            }
+        }
+        for n in lookups {
+            if !table.contains_key(&n) && ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).is_none() {
+                unresolved.push(n);
+            }
+        }
+    }
     let mut resources: Vec<(Arc<str>, Encoded)> = Vec::new();
     let mut removed: Vec<Arc<str>> = Vec::new();
     for n in candidates {
         let subscribed = w.wildcard || w.names.contains(&n);
         match ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).filter(|_| subscribed) {
             Some(e) => {
-                if w.sent.get(&n) != Some(&e.version) {
+                if w.sent.get(&n) != Some(&e.version) || asked_now.contains(&n) {
                     resources.push((n, e));
                 }
             }
@@ -537,13 +575,23 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
             }
         }
     }
+    for n in unresolved {
+        if !removed.contains(&n) {
+            removed.push(n);
+        }
+    }
     if resources.is_empty() && removed.is_empty() && w.sent_nonce.is_some() {
         return None;
     }
     w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
     w.sent.remove_many(&removed.iter().map(|n| &**n).collect::<Vec<_>>());
     let nonce = (ctx.nonce)();
-    let refs: Vec<(&str, &Encoded)> = resources.iter().map(|(n, e)| (&**n, e)).collect();
+    let alias_refs: Vec<Vec<&str>> = resources
+        .iter()
+        .map(|(n, _)| alias_of.get(n).map(|a| a.iter().map(|x| &**x).collect()).unwrap_or_default())
+        .collect();
+    let refs: Vec<(&str, &Encoded, &[&str])> =
+        resources.iter().zip(&alias_refs).map(|((n, e), a)| (&**n, e, a.as_slice())).collect();
     let removed_refs: Vec<&str> = removed.iter().map(|n| &**n).collect();
     let version = ctx.snap.version.to_string();
     Some((wire::delta_response(&version, kind.type_url(), &nonce, &refs, &removed_refs, ctx.control_plane), nonce))

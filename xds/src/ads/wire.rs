@@ -115,32 +115,40 @@ pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&E
 }
 
 /// A `DeltaDiscoveryResponse`: system_version_info (1), resources (2, each a
-/// `Resource` with version 1, resource 2, name 3), type_url (4), nonce (5),
-/// removed_resources (6), control_plane (7).
+/// `Resource` with version 1, resource 2, name 3, aliases 4), type_url (4),
+/// nonce (5), removed_resources (6), control_plane (7). Each resource
+/// comes with the names it was asked for by (its aliases; usually none).
 pub fn delta_response(
     system_version: &str,
     type_url: &str,
     nonce: &str,
-    resources: &[(&str, &Encoded)],
+    resources: &[(&str, &Encoded, &[&str])],
     removed: &[&str],
     control_plane: &str,
 ) -> Chain {
-    let inner =
-        |name: &str, r: &Encoded| field_len(1, r.version.len()) + field_len(2, r.any.len()) + field_len(3, name.len());
+    let inner = |name: &str, r: &Encoded, aliases: &[&str]| {
+        field_len(1, r.version.len())
+            + field_len(2, r.any.len())
+            + field_len(3, name.len())
+            + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
+    };
     let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len()) + field_len(5, nonce.len());
-    len += resources.iter().map(|(n, r)| field_len(2, inner(n, r))).sum::<usize>();
+    len += resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum::<usize>();
     len += removed.iter().map(|n| field_len(6, n.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(7, cp_inner);
-    let shared: usize = resources.iter().map(|(_, r)| r.any.len()).sum();
+    let shared: usize = resources.iter().map(|(_, r, _)| r.any.len()).sum();
     let mut c = ChainBuilder::new(len - shared, resources.len());
     field_bytes(&mut c.small, 1, system_version.as_bytes());
-    for (name, r) in resources {
+    for (name, r, aliases) in resources {
         varint(&mut c.small, u64::from(2u32 << 3 | 2));
-        varint(&mut c.small, inner(name, r) as u64);
+        varint(&mut c.small, inner(name, r, aliases) as u64);
         field_bytes(&mut c.small, 1, r.version.as_bytes());
         c.share_field(2, &r.any);
         field_bytes(&mut c.small, 3, name.as_bytes());
+        for a in *aliases {
+            field_bytes(&mut c.small, 4, a.as_bytes());
+        }
     }
     field_bytes(&mut c.small, 4, type_url.as_bytes());
     field_bytes(&mut c.small, 5, nonce.as_bytes());
@@ -198,7 +206,8 @@ mod tests {
     #[test]
     fn delta_response_decodes_with_prost() {
         let a = cluster("a");
-        let chain = delta_response("9", type_url::CLUSTER, "n-2", &[("a", &a)], &["gone", "also-gone"], "cp");
+        let chain =
+            delta_response("9", type_url::CLUSTER, "n-2", &[("a", &a, &["by-alias"])], &["gone", "also-gone"], "cp");
         assert!(chain.0.iter().any(|p| p.as_ptr() == a.any.as_ptr()), "shared, not copied");
         let r = DeltaDiscoveryResponse::decode(chain.to_bytes()).unwrap();
         assert_eq!(r.system_version_info, "9");
@@ -207,6 +216,7 @@ mod tests {
         assert_eq!(r.resources.len(), 1);
         assert_eq!(r.resources[0].name, "a");
         assert_eq!(r.resources[0].version, "7");
+        assert_eq!(r.resources[0].aliases, vec!["by-alias"]);
         let any = r.resources[0].resource.as_ref().unwrap();
         assert_eq!(Cluster::decode(any.value.as_slice()).unwrap().name, "a");
         assert_eq!(r.control_plane.unwrap().identifier, "cp");

@@ -409,24 +409,34 @@ fn san_uris(pem: &str) -> Vec<String> {
 /// On demand (ztunnel's `XDS_ON_DEMAND`): a ztunnel that subscribes by
 /// name gets what each name stands for, as istiod's `generateDeltasOndemand`
 /// answers: a pod's `<network>/<ip>` its workload, a service's name the
-/// service and the workloads that list it (with the names asked as their
-/// aliases), a name that stands for nothing as removed; and it is then
-/// subscribed to those workloads, so their changes reach it. Over the plain
-/// port, with the binary on a configuration directory.
+/// service and the workloads that list it, each with its own addresses as
+/// its aliases, a name that stands for nothing as removed; its node's
+/// workloads unasked (`AdditionalPodSubscriptions`); and it is then
+/// subscribed to those workloads, so their changes reach it, and to the
+/// service's, so a pod that joins it is sent. Over the plain port, with the
+/// binary on a configuration directory.
 #[test]
 fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
     use crate::ads_client::{connect, runtime};
     use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     use istiod_proto::istio::workload::{Address, WorkloadStatus, address};
     use istiod_proto::prost::Message;
+    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
 
     let dir = tempfile::tempdir().unwrap();
-    let pods = |ready: &str| {
+    let pods = |ready: &str, extra: bool| {
+        let mut list =
+            vec![("web-0", "web", "node-a", "10.0.0.10", ready), ("web-1", "web", "node-b", "10.0.0.11", "True")];
+        list.push(("local-0", "other", "node-a", "10.0.0.20", "True"));
+        list.push(("remote-0", "other", "node-b", "10.0.0.21", "True"));
+        if extra {
+            list.push(("web-2", "web", "node-c", "10.0.0.12", "True"));
+        }
         let mut y = String::new();
-        for (i, r) in [(0, ready), (1, "True")] {
+        for (name, app, node, ip, r) in list {
             y += &format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-{i}, namespace: default, labels: {{app: web}}}}\n\
-                 spec: {{nodeName: node-a}}\nstatus: {{phase: Running, podIP: 10.0.0.1{i}, conditions: [{{type: Ready, status: '{r}'}}]}}\n---\n"
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: {app}}}}}\n\
+                 spec: {{nodeName: {node}}}\nstatus: {{phase: Running, podIP: {ip}, conditions: [{{type: Ready, status: '{r}'}}]}}\n---\n"
             );
         }
         y
@@ -437,12 +447,16 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
          spec: {clusterIP: 10.96.0.10, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n",
     )
     .unwrap();
-    std::fs::write(dir.path().join("pods.yaml"), pods("True")).unwrap();
+    std::fs::write(dir.path().join("pods.yaml"), pods("True", false)).unwrap();
     let s = Server::start(dir.path(), &[], &[("PILOT_ENABLE_AMBIENT", "true")], None);
     let rt = runtime();
     rt.block_on(async {
         let mut c = connect(s.grpc, true).await;
-        let node = crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
+        let mut node =
+            crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
+        node.metadata = Some(Struct {
+            fields: [("NODE_NAME".to_owned(), PbValue { kind: Some(PbKind::StringValue("node-a".into())) })].into(),
+        });
         let svc = "default/web.default.svc.cluster.local";
         c.delta_req(DeltaDiscoveryRequest {
             node: Some(node),
@@ -453,12 +467,16 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
         let r = c.recv_delta().await;
         let got: std::collections::BTreeMap<&str, Vec<&str>> =
             r.resources.iter().map(|x| (x.name.as_str(), x.aliases.iter().map(String::as_str).collect())).collect();
-        let web0 = "Kubernetes//Pod/default/web-0";
-        let web1 = "Kubernetes//Pod/default/web-1";
-        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [web0, web1, svc], "{r:?}");
-        assert_eq!(got[web0], ["/10.0.0.10", svc], "asked for as a pod IP and as the service's");
-        assert_eq!(got[web1], [svc]);
-        assert!(got[svc].is_empty(), "asked for by its own name");
+        let uid = |p: &str| format!("Kubernetes//Pod/default/{p}");
+        let (web0, web1, local0) = (uid("web-0"), uid("web-1"), uid("local-0"));
+        assert_eq!(
+            got.keys().copied().collect::<Vec<_>>(),
+            [local0.as_str(), web0.as_str(), web1.as_str(), svc],
+            "the pod asked for by address, the service and its pods, the node's own pod; not remote-0: {r:?}"
+        );
+        assert_eq!(got[web0.as_str()], ["/10.0.0.10"], "a workload's aliases are its addresses");
+        assert_eq!(got[local0.as_str()], ["/10.0.0.20"]);
+        assert_eq!(got[svc], ["/10.96.0.10"]);
         assert_eq!(r.removed_resources, ["/192.0.2.99"], "a name that stands for nothing");
         c.delta_req(DeltaDiscoveryRequest {
             type_url: istiod_proto::type_url::ADDRESS.into(),
@@ -466,12 +484,24 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
             ..Default::default()
         });
         // web-0 was asked for by an address, not its name, yet its change
-        // reaches the ztunnel: it is subscribed now.
-        std::fs::write(dir.path().join("pods.yaml"), pods("False")).unwrap();
-        let r = tokio::time::timeout(Duration::from_secs(20), c.recv_delta()).await.expect("web-0's change pushed");
-        assert_eq!(r.resources.iter().map(|x| x.name.as_str()).collect::<Vec<_>>(), [web0], "{r:?}");
-        let a = Address::decode(r.resources[0].resource.as_ref().unwrap().value.as_slice()).unwrap();
-        let Some(address::Type::Workload(w)) = a.r#type else { panic!("a workload") };
+        // reaches the ztunnel: it is subscribed now. And web-2 joins the
+        // service it subscribed to: it is sent too.
+        std::fs::write(dir.path().join("pods.yaml"), pods("False", true)).unwrap();
+        let mut seen: std::collections::BTreeMap<String, Address> = Default::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.len() < 2 && std::time::Instant::now() < deadline {
+            let Ok(r) = tokio::time::timeout(Duration::from_secs(5), c.recv_delta()).await else { break };
+            for x in &r.resources {
+                seen.insert(x.name.clone(), Address::decode(x.resource.as_ref().unwrap().value.as_slice()).unwrap());
+            }
+            c.delta_req(DeltaDiscoveryRequest {
+                type_url: istiod_proto::type_url::ADDRESS.into(),
+                response_nonce: r.nonce.clone(),
+                ..Default::default()
+            });
+        }
+        assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), [web0.as_str(), &uid("web-2")], "not remote-0");
+        let Some(address::Type::Workload(w)) = &seen[&web0].r#type else { panic!("a workload") };
         assert_eq!(w.status, WorkloadStatus::Unhealthy as i32);
     });
 }

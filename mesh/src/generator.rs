@@ -489,6 +489,15 @@ impl Generator for MeshGenerator {
         (kind == Kind::Address).then(|| workload_api::aliases(&snap.model))
     }
 
+    /// An on-demand ztunnel is sent its node's workloads (`NODE_NAME`).
+    fn implicit_names(&self, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        if kind != Kind::Address || class.node_type != NodeType::Ztunnel {
+            return Vec::new();
+        }
+        let node = class.metadata.iter().find(|(k, _)| &**k == "NODE_NAME").map(|(_, v)| v);
+        node.filter(|n| !n.is_empty()).map(|n| vec![workload_api::node_alias(n)]).unwrap_or_default()
+    }
+
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         if ambient(class, kind).is_some() {
             return Vec::new();

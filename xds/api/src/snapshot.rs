@@ -325,12 +325,24 @@ pub trait Generator: Send + Sync + 'static {
     fn aliases(&self, _snap: &Snapshot<Self::Mesh>, _kind: Kind) -> Option<Aliases> {
         None
     }
+
+    /// Names (aliases, see [`Generator::aliases`]) a proxy of `class` that
+    /// subscribes to `kind` by name is subscribed to as well, unasked (an
+    /// on-demand ztunnel: its node's workloads). Default: none.
+    fn implicit_names(&self, _class: &Self::Class, _kind: Kind) -> Vec<Arc<str>> {
+        Vec::new()
+    }
 }
 
-/// What [`Generator::aliases`] returns: by name a client may subscribe
-/// to, the resources it stands for (which may include a resource of that
-/// name itself).
-pub type Aliases = std::collections::HashMap<Arc<str>, Vec<Arc<str>>>;
+/// What [`Generator::aliases`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Aliases {
+    /// By name a client may subscribe to, the resources it stands for
+    /// (which may include a resource of that name itself).
+    pub stands_for: std::collections::HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// By resource, the names it goes out with as its aliases.
+    pub of: std::collections::HashMap<Arc<str>, Vec<Arc<str>>>,
+}
 
 /// The answer to a request for a type the server does not serve.
 #[derive(Debug, Clone, PartialEq, Eq)]

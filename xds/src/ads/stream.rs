@@ -85,6 +85,10 @@ pub struct Watch {
     /// one that names nothing is answered as removed (on-demand clients
     /// wait for an answer).
     pub lookups: BTreeSet<Arc<str>>,
+    /// Subscribed by name to a type with aliases: the aliases it holds are
+    /// resolved again on every change of the type (a pod that joins a
+    /// service subscribed to by name is sent).
+    pub aliased: bool,
 }
 
 /// Why a request ends the stream.
@@ -361,7 +365,9 @@ impl<C: super::Class> AdsStream<C> {
                 Delta::Resources(r) => {
                     let changed: BTreeSet<Arc<str>> = r
                         .iter()
-                        .filter(|(k, n)| *k == kind && (w.wildcard || w.names.contains(n) || w.sent.contains(n)))
+                        .filter(|(k, n)| {
+                            *k == kind && (w.wildcard || w.aliased || w.names.contains(n) || w.sent.contains(n))
+                        })
                         .map(|(_, n)| n.clone())
                         .collect();
                     if changed.is_empty() {
@@ -531,19 +537,24 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     // as removed (istiod's `generateDeltasOndemand`).
     let lookups = std::mem::take(&mut w.lookups);
     let aliases = if w.wildcard { None } else { ctx.cache.aliases(ctx.generator, ctx.snap, kind) };
-    let mut alias_of: std::collections::BTreeMap<Arc<str>, Vec<Arc<str>>> = Default::default();
     // Resources just asked for by an alias: answered even where the proxy
     // has them (it is waiting for an answer to the alias).
     let mut asked_now: BTreeSet<Arc<str>> = BTreeSet::new();
     let mut unresolved: Vec<Arc<str>> = Vec::new();
     if let Some(table) = &aliases {
-        let asked: Vec<Arc<str>> = candidates.iter().filter(|n| table.contains_key(*n)).cloned().collect();
-        for n in asked {
-            for t in &table[&n] {
-                if *t != n {
-                    alias_of.entry(t.clone()).or_default().push(n.clone());
-                }
-                if lookups.contains(&n) {
+        if !w.aliased {
+            // The first response: what the proxy is subscribed to unasked.
+            w.aliased = true;
+            for n in ctx.generator.implicit_names(class, kind) {
+                w.names.insert(intern(&n), ());
+            }
+        }
+        // Every alias held, resolved again: what it stands for may have
+        // grown.
+        let held: Vec<Arc<str>> = w.names.keys().filter(|n| table.stands_for.contains_key(*n)).cloned().collect();
+        for n in held {
+            for t in &table.stands_for[&n] {
+                if *t != n && lookups.contains(&n) {
                     asked_now.insert(t.clone());
                 }
                 if !w.names.contains(t) {
@@ -553,7 +564,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
             }
         }
         for n in lookups {
-            if !table.contains_key(&n) && ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).is_none() {
+            if !table.stands_for.contains_key(&n) && ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).is_none() {
                 unresolved.push(n);
             }
         }
@@ -588,7 +599,10 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     let nonce = (ctx.nonce)();
     let alias_refs: Vec<Vec<&str>> = resources
         .iter()
-        .map(|(n, _)| alias_of.get(n).map(|a| a.iter().map(|x| &**x).collect()).unwrap_or_default())
+        .map(|(n, _)| {
+            let of = aliases.as_ref().and_then(|t| t.of.get(n));
+            of.map(|a| a.iter().map(|x| &**x).collect()).unwrap_or_default()
+        })
         .collect();
     let refs: Vec<(&str, &Encoded, &[&str])> =
         resources.iter().zip(&alias_refs).map(|((n, e), a)| (&**n, e, a.as_slice())).collect();

@@ -337,6 +337,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 status_rx,
                 (leadership.per_revision(gateway_status::ELECTION), Lock::Lease),
             ));
+            // Ambient status (`AMBIENT_ENABLE_STATUS`, on by default):
+            // istiod's `istio-status-leader`.
+            if config.ambient {
+                let (ambient_tx, ambient_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+                state.borrow_mut().ambient_status = Some(ambient_tx);
+                tokio::task::spawn_local(gateway_status::run(
+                    istiod_kubewatch::kapi::Api::new(client.clone()),
+                    leadership.clone(),
+                    ambient_rx,
+                    (leadership.per_revision(gateway_status::AMBIENT_ELECTION), Lock::Lease),
+                ));
+            }
             // Ingress status: istiod's `istio-leader` (a ConfigMap lock).
             let (ingress_tx, ingress_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
             state.borrow_mut().ingress_status = Some(ingress_tx);

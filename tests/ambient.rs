@@ -137,9 +137,13 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
         return;
     };
-    use istiod_kubewatch::fake::{K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources};
+    use istiod_kubewatch::fake::{
+        K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources, write_resources,
+    };
     let api = server::fake_api();
-    for r in core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()) {
+    for r in
+        core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()).chain(write_resources())
+    {
         api.install(r);
     }
     for ns in ["istio-system", "default"] {
@@ -294,6 +298,29 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         "{report}"
     );
 
+    // The elected replica writes istiod's ZtunnelAccepted condition on
+    // each policy ztunnel reads (AMBIENT_ENABLE_STATUS).
+    let condition = |name: &str| {
+        let p = api.get("authorizationpolicies", "default", name).unwrap_or_default();
+        p["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "ZtunnelAccepted").cloned())
+            .unwrap_or_default()
+    };
+    wait_for("the policies' status", within, || !condition("allow-web").is_null() && !condition("deny-get").is_null());
+    let ok = condition("allow-web");
+    assert_eq!(
+        (&ok["status"], &ok["reason"], &ok["message"]),
+        (&json!("True"), &json!("Accepted"), &json!("attached to ztunnel")),
+        "{ok}"
+    );
+    let partial = condition("deny-get");
+    assert_eq!((&partial["status"], &partial["reason"]), (&json!("True"), &json!("UnsupportedValue")), "{partial}");
+    assert!(
+        partial["message"].as_str().unwrap().contains("ztunnel does not support HTTP attributes (found: methods)"),
+        "{partial}"
+    );
+
     // istiod's /debug/ambientz: protojson, addresses as its handler writes
     // them (the address's text, base64).
     let (_, body) = get(s.http, "/debug/ambientz").unwrap();
@@ -412,9 +439,10 @@ fn san_uris(pem: &str) -> Vec<String> {
 /// service and the workloads that list it, each with its own addresses as
 /// its aliases, a name that stands for nothing as removed; its node's
 /// workloads unasked (`AdditionalPodSubscriptions`); and it is then
-/// subscribed to those workloads, so their changes reach it, and to the
-/// service's, so a pod that joins it is sent. Over the plain port, with the
-/// binary on a configuration directory.
+/// subscribed to those workloads, so their changes reach it (a pod that
+/// joins the service later is not sent: it was not asked for, as upstream's
+/// `TestWorkload/ondemand` expects). Over the plain port, with the binary on
+/// a configuration directory.
 #[test]
 fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
     use crate::ads_client::{connect, runtime};
@@ -484,24 +512,156 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
             ..Default::default()
         });
         // web-0 was asked for by an address, not its name, yet its change
-        // reaches the ztunnel: it is subscribed now. And web-2 joins the
-        // service it subscribed to: it is sent too.
+        // reaches the ztunnel: it is subscribed now. web-2 joins the
+        // service on another node: not asked for, not sent.
         std::fs::write(dir.path().join("pods.yaml"), pods("False", true)).unwrap();
         let mut seen: std::collections::BTreeMap<String, Address> = Default::default();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while seen.len() < 2 && std::time::Instant::now() < deadline {
-            let Ok(r) = tokio::time::timeout(Duration::from_secs(5), c.recv_delta()).await else { break };
-            for x in &r.resources {
-                seen.insert(x.name.clone(), Address::decode(x.resource.as_ref().unwrap().value.as_slice()).unwrap());
-            }
+        let r = tokio::time::timeout(Duration::from_secs(20), c.recv_delta()).await.expect("web-0's change");
+        for x in &r.resources {
+            seen.insert(x.name.clone(), Address::decode(x.resource.as_ref().unwrap().value.as_slice()).unwrap());
+        }
+        c.delta_req(DeltaDiscoveryRequest {
+            type_url: istiod_proto::type_url::ADDRESS.into(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        });
+        assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), [web0.as_str()], "{r:?}");
+        c.expect_silence(Duration::from_millis(600)).await;
+        let Some(address::Type::Workload(w)) = &seen[&web0].r#type else { panic!("a workload") };
+        assert_eq!(w.status, WorkloadStatus::Unhealthy as i32);
+    });
+}
+
+/// Upstream `TestWorkload/ondemand` (istio/istio pilot/pkg/xds/
+/// workload_test.go), step by step, on the fake API server: an on-demand
+/// subscriber on node `node` is sent what it asks for by address, what
+/// stands for nothing as removed, its node's pods unasked, changes of
+/// what it holds, and nothing else (a pod joining a service it asked for
+/// by VIP is not sent, as upstream expects).
+#[test]
+fn upstream_workload_ondemand() {
+    use crate::ads_client::{connect, runtime};
+    use istiod_kubewatch::fake::{core_resources, istio_resources};
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
+
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(istio_resources()) {
+        api.install(r);
+    }
+    for ns in ["istio-system", "default"] {
+        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    // upstream's mkPod
+    let create_pod = |name: &str, sa: &str, ip: &str, node: &str| {
+        api.apply(
+            "pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "default", "labels": {"app": sa},
+                                "annotations": {"ambient.istio.io/redirection": "enabled"}},
+                   "spec": {"serviceAccountName": sa, "nodeName": node},
+                   "status": {"podIP": ip, "podIPs": [{"ip": ip}], "phase": "Running",
+                              "conditions": [{"type": "Ready", "status": "True"}]}}),
+        );
+    };
+    let create_service = |selector: Value| {
+        api.apply(
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc1", "namespace": "default"},
+                   "spec": {"clusterIP": "10.0.0.1", "type": "ClusterIP", "selector": selector,
+                            "ports": [{"name": "tcp", "port": 80, "protocol": "TCP"}]}}),
+        );
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[],
+        &[("PILOT_ENABLE_AMBIENT", "true")],
+        None,
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let mut c = connect(s.grpc, true).await;
+        let mut node =
+            crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
+        node.metadata = Some(Struct {
+            fields: [("NODE_NAME".to_owned(), PbValue { kind: Some(PbKind::StringValue("node".into())) })].into(),
+        });
+        let addr = istiod_proto::type_url::ADDRESS;
+        let pod = |n: &str| format!("Kubernetes//Pod/default/{n}");
+        let svc1 = "default/svc1.default.svc.cluster.local";
+        // A response, ACKed, as (sorted names, sorted removals).
+        async fn next(c: &mut crate::ads_client::AdsClient) -> (Vec<String>, Vec<String>) {
+            let r: DeltaDiscoveryResponse =
+                tokio::time::timeout(Duration::from_secs(15), c.recv_delta()).await.expect("a response");
             c.delta_req(DeltaDiscoveryRequest {
                 type_url: istiod_proto::type_url::ADDRESS.into(),
                 response_nonce: r.nonce.clone(),
                 ..Default::default()
             });
+            let mut names: Vec<String> = r.resources.iter().map(|x| x.name.clone()).collect();
+            let mut removed = r.removed_resources.clone();
+            names.sort();
+            removed.sort();
+            (names, removed)
         }
-        assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), [web0.as_str(), &uid("web-2")], "not remote-0");
-        let Some(address::Type::Workload(w)) = &seen[&web0].r#type else { panic!("a workload") };
-        assert_eq!(w.status, WorkloadStatus::Unhealthy as i32);
+        let subscribe = |c: &mut crate::ads_client::AdsClient, names: &[&str]| {
+            c.delta_req(DeltaDiscoveryRequest {
+                type_url: addr.into(),
+                resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            });
+        };
+        let silence = Duration::from_millis(600);
+        let none: Vec<String> = Vec::new();
+
+        c.delta_req(DeltaDiscoveryRequest {
+            node: Some(node),
+            type_url: addr.into(),
+            resource_names_subscribe: vec!["*".into()],
+            resource_names_unsubscribe: vec!["*".into()],
+            ..Default::default()
+        });
+        assert_eq!(next(&mut c).await, (none.clone(), none.clone()), "an empty response");
+        // A pod it is not subscribed to, on another node: nothing.
+        create_pod("pod", "sa", "127.0.0.1", "not-node");
+        c.expect_silence(silence).await;
+        // Subscribed by address: it is sent.
+        subscribe(&mut c, &["/127.0.0.1"]);
+        assert_eq!(next(&mut c).await, (vec![pod("pod")], none.clone()));
+        // An unknown address: "removed".
+        subscribe(&mut c, &["/127.0.0.2"]);
+        assert_eq!(next(&mut c).await, (none.clone(), vec!["/127.0.0.2".to_owned()]));
+        // Once it exists (on its node), it is pushed.
+        create_pod("pod2", "sa", "127.0.0.2", "node");
+        assert_eq!(next(&mut c).await, (vec![pod("pod2")], none.clone()));
+        api.delete("pods", "default", "pod");
+        assert_eq!(next(&mut c).await, (none.clone(), vec![pod("pod")]));
+        // A pod on its node it never asked for: pushed.
+        create_pod("pod-same-node", "sa", "127.0.0.3", "node");
+        assert_eq!(next(&mut c).await, (vec![pod("pod-same-node")], none.clone()));
+        api.delete("pods", "default", "pod-same-node");
+        assert_eq!(next(&mut c).await, (none.clone(), vec![pod("pod-same-node")]));
+        // A service selecting what it holds: those are updated, the
+        // service (not asked for) is not sent.
+        create_service(json!({"app": "sa"}));
+        assert_eq!(next(&mut c).await, (vec![pod("pod2")], none.clone()));
+        create_pod("pod", "sa", "127.0.0.1", "node");
+        assert_eq!(next(&mut c).await, (vec![pod("pod")], none.clone()));
+        create_service(json!({"app": "not-sa"}));
+        assert_eq!(next(&mut c).await, (vec![pod("pod"), pod("pod2")], none.clone()));
+        // Pods of the service it does not hold: nothing.
+        create_pod("pod4", "not-sa", "127.0.0.4", "not-node");
+        c.expect_silence(silence).await;
+        // Asked for by VIP: the service and its pods.
+        subscribe(&mut c, &["/10.0.0.1"]);
+        assert_eq!(next(&mut c).await, (vec![pod("pod4"), svc1.to_owned()], none.clone()));
+        // A pod joining it later was not asked for: nothing.
+        create_pod("pod5", "not-sa", "127.0.0.5", "not-node");
+        c.expect_silence(silence).await;
+        // The service stops selecting them: the pods it holds are updated.
+        create_service(json!({"app": "nothing"}));
+        assert_eq!(next(&mut c).await, (vec![pod("pod4")], none.clone()));
     });
 }

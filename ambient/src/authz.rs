@@ -85,6 +85,22 @@ pub fn ztunnel_note(root: &str, o: &IstioObject) -> Option<String> {
     }
 }
 
+/// The `ZtunnelAccepted` condition istiod writes on AuthorizationPolicy
+/// `o` (`WorkloadAuthorization.GetConditions`, with `AMBIENT_ENABLE_STATUS`):
+/// whether ztunnel takes it, the reason and the message. `None` for a
+/// waypoint's (`targetRef`), which gets none.
+pub fn ztunnel_condition(root: &str, o: &IstioObject) -> Option<(bool, &'static str, String)> {
+    let IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
+    match converted(root, o, p) {
+        Err(status) => Some((false, "UnsupportedValue", status)),
+        Ok(Some((a, l7))) => Some(match l7_warning(&a, &l7) {
+            Some(w) => (true, "UnsupportedValue", w),
+            None => (true, "Accepted", "attached to ztunnel".to_owned()),
+        }),
+        Ok(None) => None,
+    }
+}
+
 /// `convertAuthorizationPolicy`: `Ok(None)` for a policy meant for a
 /// waypoint (`targetRef`); `Err` (istiod's status message) for one ztunnel
 /// does not apply (AUDIT, CUSTOM, dry run).

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use istiod_config::gateway_api::{GatewayApiObject, GatewayApiSpec};
+use istiod_config::gateway_convert::ObjectStatus;
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_config::manifest::ObjectRef;
 use istiod_config::objects::{EndpointSlice, Namespace, Node, Objects, Pod, Service};
@@ -320,6 +321,8 @@ pub struct Index {
     services: Services,
     /// Authorizations by resource name.
     policies: BTreeMap<Arc<str>, Output<Authorization>>,
+    /// The statuses istiod writes on the AuthorizationPolicies.
+    statuses: Arc<Vec<ObjectStatus>>,
 }
 
 /// What one [`Index::apply`] rebuilt, for logs and benchmarks.
@@ -780,7 +783,43 @@ impl Index {
         }
     }
 
+    /// The statuses istiod writes (with `AMBIENT_ENABLE_STATUS`, its
+    /// default) on the AuthorizationPolicies ztunnel reads: the
+    /// `ZtunnelAccepted` condition ([`authz::ztunnel_condition`]).
+    pub fn statuses(&self) -> Arc<Vec<ObjectStatus>> {
+        self.statuses.clone()
+    }
+
+    fn rebuild_statuses(&mut self, settings: &Settings) {
+        let mut out: Vec<ObjectStatus> = self
+            .inputs
+            .policies_of("AuthorizationPolicy")
+            .filter_map(|o| {
+                let (bound, reason, message) = authz::ztunnel_condition(&settings.root_namespace, o)?;
+                Some(ObjectStatus {
+                    path: format!(
+                        "/apis/security.istio.io/v1/namespaces/{}/authorizationpolicies/{}",
+                        o.meta.ns(),
+                        o.meta.name
+                    ),
+                    status: serde_json::json!({"conditions": [{
+                        "type": "ZtunnelAccepted",
+                        "status": if bound { "True" } else { "False" },
+                        "reason": reason,
+                        "message": message,
+                    }]}),
+                    generation: o.meta.generation,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        if *self.statuses != out {
+            self.statuses = Arc::new(out);
+        }
+    }
+
     fn rebuild_policies(&mut self, settings: &Settings, changes: &mut Vec<Change>) {
+        self.rebuild_statuses(settings);
         let mut next: BTreeMap<Arc<str>, Authorization> = BTreeMap::new();
         for a in authz::all(&self.inputs, settings) {
             next.insert(authz::resource_name(&a), a);

@@ -22,6 +22,8 @@ use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
 
 /// istiod's lease for status writes.
 pub(super) const ELECTION: &str = "istio-gateway-status-leader";
+/// istiod's lease for ambient status writes (`leaderelection.StatusController`).
+pub(super) const AMBIENT_ELECTION: &str = "istio-status-leader";
 /// istiod's election for Ingress status (`IngressController`).
 pub(super) const INGRESS_ELECTION: &str = "istio-leader";
 
@@ -85,10 +87,31 @@ fn stamp(desired: &mut Value, existing: &Value, now: &str, generation: &Value) {
 }
 
 /// The status to write on `object` for `desired`, or `None` when it says
-/// that already.
-fn next_status(object: &Value, desired: &Value) -> Option<Value> {
+/// that already. `shared`: an Istio object's status, which other writers
+/// share (istiod applies its conditions server-side, one field manager per
+/// controller): their condition types and other fields stay.
+fn next_status(object: &Value, desired: &Value, shared: bool) -> Option<Value> {
     let existing = &object["status"];
     let mut want = desired.clone();
+    if shared && let (Some(old), Some(new)) = (existing.as_object(), want.as_object_mut()) {
+        let ours: Vec<Value> =
+            new.get("conditions").and_then(Value::as_array).into_iter().flatten().map(|c| c["type"].clone()).collect();
+        let theirs: Vec<Value> = old
+            .get("conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|c| !ours.contains(&c["type"]))
+            .cloned()
+            .collect();
+        if let Some(conds) = new.get_mut("conditions").and_then(Value::as_array_mut) {
+            let mine = std::mem::take(conds);
+            *conds = theirs.into_iter().chain(mine).collect();
+        }
+        for (k, v) in old {
+            new.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
     // Keep other controllers' route parents.
     if let Some(parents) = want.get_mut("parents").and_then(Value::as_array_mut) {
         let others =
@@ -135,7 +158,7 @@ async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
         }
     }
     let Some((path, mut object)) = found else { return Ok(false) };
-    let Some(status) = next_status(&object, &s.status) else { return Ok(true) };
+    let Some(status) = next_status(&object, &s.status, s.path.contains(".istio.io/")) else { return Ok(true) };
     object["status"] = status;
     match api.replace(&format!("{path}/status"), &object).await? {
         Write::Done(_) => Ok(true),
@@ -202,14 +225,14 @@ mod tests {
             {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok", "lastTransitionTime": "2020-01-01T00:00:00Z"},
             {"type": "Programmed", "status": "True", "reason": "Programmed", "message": "fine", "lastTransitionTime": "2020-01-01T00:00:00Z"},
         ]}});
-        let s = next_status(&object, &desired).unwrap();
+        let s = next_status(&object, &desired, false).unwrap();
         assert_eq!(s["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
         assert_ne!(s["conditions"][1]["lastTransitionTime"], "2020-01-01T00:00:00Z");
         assert_eq!(s["conditions"][1]["observedGeneration"], 3);
         let written = json!({"metadata": {"generation": 3}, "status": s});
-        assert!(next_status(&written, &desired).is_none(), "nothing to write when it says the same");
+        assert!(next_status(&written, &desired, false).is_none(), "nothing to write when it says the same");
         let edited = json!({"metadata": {"generation": 4}, "status": written["status"]});
-        let again = next_status(&edited, &desired).expect("a new generation is reported");
+        let again = next_status(&edited, &desired, false).expect("a new generation is reported");
         assert_eq!(again["conditions"][0]["observedGeneration"], 4);
         assert_eq!(again["conditions"][0]["lastTransitionTime"], "2020-01-01T00:00:00Z", "the time stays");
         assert_eq!(civil(0), (1970, 1, 1));
@@ -228,7 +251,7 @@ mod tests {
         let stale = json!({"ancestorRef": {"group": "", "kind": "Service", "name": "gone"},
             "controllerName": MESH_CONTROLLER, "conditions": []});
         let object = json!({"metadata": {"generation": 2}, "status": {"ancestors": [theirs, stale]}});
-        let s = next_status(&object, &desired).unwrap();
+        let s = next_status(&object, &desired, false).unwrap();
         let a = s["ancestors"].as_array().unwrap();
         assert_eq!(a.len(), 2, "{s}");
         assert_eq!(a[0]["controllerName"], "example.com/some-other-controller");
@@ -236,7 +259,28 @@ mod tests {
         assert_eq!(a[1]["controllerName"], MESH_CONTROLLER);
         assert_eq!(a[1]["conditions"][0]["observedGeneration"], 2);
         let written = json!({"metadata": {"generation": 2}, "status": s});
-        assert!(next_status(&written, &desired).is_none(), "nothing to write when it says the same");
+        assert!(next_status(&written, &desired, false).is_none(), "nothing to write when it says the same");
+    }
+
+    /// An Istio object's status is shared: another writer's condition and
+    /// fields stay beside ours (istiod applies its own server-side).
+    #[test]
+    fn an_istio_objects_other_conditions_are_kept() {
+        let desired = json!({"conditions": [{"type": "ZtunnelAccepted", "status": "True", "reason": "Accepted", "message": "attached to ztunnel"}]});
+        let object = json!({"metadata": {"generation": 1}, "status": {
+        "validationMessages": [{"type": {"code": "IST0101"}}],
+        "conditions": [
+            {"type": "WaypointAccepted", "status": "True", "reason": "Accepted", "message": "bound", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+            {"type": "ZtunnelAccepted", "status": "False", "reason": "UnsupportedValue", "message": "old", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+        ]}});
+        let s = next_status(&object, &desired, true).unwrap();
+        let types: Vec<&str> =
+            s["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["WaypointAccepted", "ZtunnelAccepted"]);
+        assert_eq!(s["conditions"][1]["status"], "True");
+        assert_eq!(s["validationMessages"][0]["type"]["code"], "IST0101");
+        let written = json!({"metadata": {"generation": 1}, "status": s});
+        assert!(next_status(&written, &desired, true).is_none(), "nothing to write when it says the same");
     }
 
     #[test]
@@ -244,7 +288,7 @@ mod tests {
         let desired =
             json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": CONTROLLER, "conditions": []}]});
         let object = json!({"status": {"parents": [{"parentRef": {"name": "other"}, "controllerName": "example.com/gw", "conditions": []}]}});
-        let s = next_status(&object, &desired).unwrap();
+        let s = next_status(&object, &desired, false).unwrap();
         assert_eq!(s["parents"].as_array().unwrap().len(), 2);
     }
 }

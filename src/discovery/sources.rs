@@ -56,6 +56,10 @@ pub(super) struct State {
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
+    /// Where the ambient statuses go (the `istio-status-leader` writes
+    /// them).
+    pub(super) ambient_status:
+        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
     /// Where the Ingress statuses go (the `istio-leader` writes them).
     pub(super) ingress_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
@@ -285,6 +289,16 @@ pub(super) fn apply(
             let changed = current.as_slice() != statuses.as_slice();
             if changed {
                 *current = Arc::new(statuses.clone());
+            }
+            changed
+        });
+    }
+    if let (Some(tx), Some(a)) = (&state_now.ambient_status, &state_now.ambient) {
+        let statuses = a.index.statuses();
+        tx.send_if_modified(|current| {
+            let changed = !Arc::ptr_eq(current, &statuses);
+            if changed {
+                *current = statuses;
             }
             changed
         });

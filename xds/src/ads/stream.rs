@@ -85,10 +85,11 @@ pub struct Watch {
     /// one that names nothing is answered as removed (on-demand clients
     /// wait for an answer).
     pub lookups: BTreeSet<Arc<str>>,
-    /// Subscribed by name to a type with aliases: the aliases it holds are
-    /// resolved again on every change of the type (a pod that joins a
-    /// service subscribed to by name is sent).
+    /// Subscribed by name to a type with aliases: every change of the type
+    /// is looked at, for what its implicit names stand for.
     pub aliased: bool,
+    /// The names it is subscribed to unasked (`Generator::implicit_names`).
+    pub implicit: Vec<Arc<str>>,
 }
 
 /// Why a request ends the stream.
@@ -545,14 +546,21 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         if !w.aliased {
             // The first response: what the proxy is subscribed to unasked.
             w.aliased = true;
-            for n in ctx.generator.implicit_names(class, kind) {
-                w.names.insert(intern(&n), ());
+            w.implicit = ctx.generator.implicit_names(class, kind).iter().map(|n| intern(n)).collect();
+            for n in &w.implicit {
+                w.names.insert(n.clone(), ());
             }
         }
-        // Every alias held, resolved again: what it stands for may have
-        // grown.
-        let held: Vec<Arc<str>> = w.names.keys().filter(|n| table.stands_for.contains_key(*n)).cloned().collect();
-        for n in held {
+        // The aliases to resolve: those just asked for (istiod resolves a
+        // name when it is requested, and a pod that later joins a service
+        // asked for by its VIP is not sent), every one on a full push, and
+        // the implicit ones on every change (a new pod on the node is).
+        let resolve: Vec<Arc<str>> = if *dirty == Dirty::All {
+            w.names.keys().filter(|n| table.stands_for.contains_key(*n)).cloned().collect()
+        } else {
+            lookups.iter().chain(&w.implicit).filter(|n| table.stands_for.contains_key(*n)).cloned().collect()
+        };
+        for n in resolve {
             for t in &table.stands_for[&n] {
                 if *t != n && lookups.contains(&n) {
                     asked_now.insert(t.clone());

@@ -332,6 +332,18 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     assert_eq!(ambientz["services"].as_array().map(Vec::len), Some(1), "{ambientz:#}");
     assert_eq!(by(&ambientz["policies"], "name", "allow-web").unwrap()["scope"], "NAMESPACE");
 
+    // istiod's config_dump of a ztunnel: its addresses, as Any in JSON.
+    let (_, body) = get(s.http, "/debug/config_dump?proxyID=ztunnel-abc.istio-system").unwrap();
+    let dump: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+    let configs = dump["configs"].as_array().unwrap_or_else(|| panic!("{dump:#}"));
+    assert!(configs.iter().all(|c| c["@type"] == "type.googleapis.com/istio.workload.Address"), "{dump:#}");
+    assert!(
+        configs.iter().any(|c| c["workload"]["uid"] == "Kubernetes//Pod/default/web-0"),
+        "the pods, in protojson: {dump:#}"
+    );
+    let (_, wads) = get(s.http, "/debug/config_dump?proxyID=ztunnel-abc.istio-system&types=WADS").unwrap();
+    assert!(wads.contains("istio.security.Authorization") && wads.contains("allow-web"), "{wads}");
+
     // The ztunnel in istiod's connection views: adsz with the workload
     // API's types it watches, syncz with its proxy type.
     let (_, adsz) = get(s.http, "/debug/adsz").unwrap();

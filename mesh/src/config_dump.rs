@@ -29,6 +29,17 @@ fn pool() -> &'static DescriptorPool {
                 pool.add_file_descriptor_proto(f).expect("istio-proxy's descriptors fit the pool");
             }
         }
+        // The workload API (a ztunnel's dump).
+        let ours =
+            istiod_proto::prost_types::FileDescriptorSet::decode(istiod_proto::FILE_DESCRIPTOR_SET).unwrap_or_default();
+        for f in ours.file {
+            let package = f.package().to_owned();
+            let wanted = (package == "istio.workload" || package == "istio.security")
+                && pool.get_file_by_name(f.name()).is_none();
+            if wanted && let Err(e) = pool.add_file_descriptor_proto(f) {
+                tracing::warn!(target: "debug", error = %e, "the workload API's descriptors do not fit the pool");
+            }
+        }
         pool
     })
 }
@@ -38,14 +49,16 @@ fn pool() -> &'static DescriptorPool {
 pub fn kinds_of(types: &str) -> Vec<Kind> {
     let mut out = Vec::new();
     for t in types.split(',') {
-        let k = match t.trim() {
+        let k = match t.trim().to_ascii_lowercase().as_str() {
             "cds" => Kind::Cluster,
             "eds" => Kind::Endpoint,
             "lds" => Kind::Listener,
             "rds" => Kind::Route,
             "sds" => Kind::Secret,
             "ecds" => Kind::ExtensionConfig,
-            other => match Kind::from_type_url(other) {
+            "wds" => Kind::Address,
+            "wads" => Kind::Authorization,
+            _ => match Kind::from_type_url(t.trim()) {
                 Some(k) => k,
                 None => continue,
             },
@@ -94,6 +107,10 @@ fn any(kind: Kind, body: &Bytes) -> Any {
 /// instead, each its own `Any`.
 pub fn build(core_answer: &Value, include_eds: bool, types: &[Kind]) -> admin::ConfigDump {
     let sent = sent(core_answer);
+    // A ztunnel (the one proxy served the workload API): its addresses
+    // alone, as istiod dumps one.
+    let ztunnel = [Kind::Address];
+    let types = if types.is_empty() && sent.iter().any(|(k, _, _)| *k == Kind::Address) { &ztunnel[..] } else { types };
     if !types.is_empty() {
         let configs = types
             .iter()

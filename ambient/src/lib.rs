@@ -1133,4 +1133,6 @@ pub fn fuzz_one(yaml: &str) {
 }
 
 #[cfg(test)]
+mod scenario_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,251 @@
+//! Upstream's ambient index scenarios (istio/istio pilot/pkg/serviceregistry/
+//! ambient/ambientindex_test.go), step by step: objects created, changed
+//! and deleted one at a time, each change named to the index as a watch
+//! event names it, and after each step the address resources it pushed
+//! (upstream's `assertEvent`, the Address names its XDS updater saw) and
+//! what the index holds. The helpers build objects as upstream's
+//! `ambientTestServer` does (`addPods`, `addService`, `addWaypoint`, ...):
+//! cluster `cluster0`... as `newAmbientTestServer` is given, namespace
+//! `ns1`, domain `company.com`.
+
+use std::collections::BTreeSet;
+
+use istiod_config::manifest::{ObjectRef, parse_file};
+use istiod_config::objects::Objects;
+use istiod_proto::istio::workload::{Workload, address};
+
+use super::*;
+
+const NS: &str = "ns1";
+
+struct Env {
+    objects: Objects,
+    index: Index,
+    settings: Settings,
+}
+
+impl Env {
+    /// `newAmbientTestServer(t, cluster, network, "")`.
+    fn new(cluster: &str, network: &str) -> Env {
+        let settings = Settings {
+            cluster_id: cluster.into(),
+            network: network.into(),
+            domain: "company.com".into(),
+            ..Settings::default()
+        };
+        let mut e = Env { objects: Objects::default(), index: Index::new(), settings };
+        e.index.apply(&e.objects, None, &e.settings);
+        e.apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"));
+        e
+    }
+
+    /// Creates or replaces the objects of `yaml`; the Address names pushed.
+    fn apply(&mut self, yaml: &str) -> BTreeSet<String> {
+        let mut refs = Vec::new();
+        for obj in parse_file(yaml).docs.into_iter().flat_map(|d| d.unwrap()) {
+            let r = ObjectRef::of(&obj);
+            self.remove(&r);
+            self.objects.push(obj);
+            refs.push(r);
+        }
+        self.changed(&refs)
+    }
+
+    fn remove(&mut self, r: &ObjectRef) {
+        let is = |m: &istiod_config::meta::Meta| m.name == r.name && m.ns() == r.namespace;
+        let o = &mut self.objects;
+        match r.kind.as_str() {
+            "Pod" => o.pods.retain(|p| !is(&p.metadata)),
+            "Service" => o.services.retain(|s| !is(&s.metadata)),
+            "Namespace" => o.namespaces.retain(|n| n.metadata.name != r.name),
+            "Gateway.gateway.networking.k8s.io" => {
+                o.gateway_api.retain(|g| !(matches!(g.spec, GatewayApiSpec::Gateway(_)) && is(&g.meta)))
+            }
+            kind => o.istio.retain(|x| !(x.kind().name() == kind && is(&x.meta))),
+        }
+    }
+
+    fn changed(&mut self, refs: &[ObjectRef]) -> BTreeSet<String> {
+        let changes = self.index.apply(&self.objects, Some(refs), &self.settings);
+        changes.into_iter().filter(|c| c.0 == Kind::Address).map(|c| c.1.to_string()).collect()
+    }
+
+    /// `podXdsName`.
+    fn pod(&self, name: &str) -> String {
+        format!("{}//Pod/{NS}/{name}", self.settings.cluster_id)
+    }
+
+    /// `svcXdsName`.
+    fn svc(&self, name: &str) -> String {
+        format!("{NS}/{name}.{NS}.svc.company.com")
+    }
+
+    fn workload(&self, uid: &str) -> Workload {
+        self.index
+            .workloads()
+            .find_map(|(n, a)| match &a.r#type {
+                Some(address::Type::Workload(w)) if &**n == uid => Some(w.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no workload {uid}"))
+    }
+
+    /// `addPods(t, ip, name, sa, labels, annotations, markReady, phase)`.
+    fn add_pod(&mut self, ip: &str, name: &str, sa: &str, labels: &str, ready: bool) -> BTreeSet<String> {
+        let ready = if ready { "True" } else { "False" };
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NS}, labels: {{{labels}}}}}\n\
+             spec: {{serviceAccountName: {sa}, nodeName: node1}}\n\
+             status: {{phase: Running, podIP: {ip}, podIPs: [{{ip: {ip}}}], conditions: [{{type: Ready, status: '{ready}'}}]}}\n"
+        ))
+    }
+
+    /// `addService(t, name, labels, annotations, ports, selector, ip)`.
+    fn add_service(&mut self, name: &str, selector: &str, ip: &str) -> BTreeSet<String> {
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {NS}}}\n\
+             spec: {{clusterIP: {ip}, selector: {{{selector}}}, ports: [{{name: port-80, port: 80}}]}}\n"
+        ))
+    }
+
+    /// `addWaypoint(t, ip, name, trafficType, ready)`: a Gateway of class
+    /// istio-waypoint with its HBONE listener from the same namespace, an
+    /// address (the IP, then `<name>.ns1.svc.company.com`) once ready.
+    fn add_waypoint(&mut self, ip: &str, name: &str, traffic: &str, ready: bool) -> BTreeSet<String> {
+        let traffic = if ["service", "workload", "all", "none"].contains(&traffic) { traffic } else { "service" };
+        let status = if ready {
+            format!(
+                "status: {{addresses: [{{type: IPAddress, value: {ip}}}, {{type: Hostname, value: {name}.{NS}.svc.company.com}}]}}\n"
+            )
+        } else {
+            String::new()
+        };
+        self.apply(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {{name: {name}, namespace: {NS}, labels: {{istio.io/waypoint-for: {traffic}}}}}\n\
+             spec: {{gatewayClassName: istio-waypoint, listeners: [{{name: mesh, port: 15008, protocol: HBONE, allowedRoutes: {{namespaces: {{from: Same}}}}}}]}}\n{status}"
+        ))
+    }
+
+    /// The hostname of the waypoint workload `pod` uses (`""`: none).
+    fn waypoint_of(&self, pod: &str) -> String {
+        use istiod_proto::istio::workload::gateway_address::Destination;
+        match self.workload(&self.pod(pod)).waypoint.and_then(|g| g.destination) {
+            Some(Destination::Hostname(h)) => {
+                assert_eq!(h.namespace, NS);
+                h.hostname
+            }
+            Some(Destination::Address(_)) => panic!("an address, not a hostname"),
+            None => String::new(),
+        }
+    }
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+/// Upstream `TestAmbientIndex_WaypointConfiguredOnlyWhenReady` ("base"): a
+/// waypoint without an address is not configured; once it has one, the
+/// pod that uses it is pushed.
+#[test]
+fn upstream_waypoint_configured_only_when_ready() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    let pod1 = s.pod("pod1");
+    let pod2 = s.pod("pod2");
+    assert_eq!(
+        s.add_pod("127.0.0.1", "pod1", "sa1", "app: a, istio.io/use-waypoint: waypoint-sa1", true),
+        set(&[&pod1])
+    );
+    assert_eq!(
+        s.add_pod("127.0.0.2", "pod2", "sa2", "app: b, istio.io/use-waypoint: waypoint-sa2", true),
+        set(&[&pod2])
+    );
+    assert_eq!(s.add_waypoint("10.0.0.1", "waypoint-sa1", "", false), set(&[]));
+    assert_eq!(s.add_waypoint("10.0.0.2", "waypoint-sa2", "workload", true), set(&[&pod2]));
+    // waypoint-sa1 ready: only now is pod1 pushed.
+    assert_eq!(s.add_waypoint("10.0.0.1", "waypoint-sa1", "workload", true), set(&[&pod1]));
+}
+
+/// Upstream `TestUpdateWaypointForWorkload` ("base"): the namespace's
+/// waypoint, a pod's own overriding it, `none` opting out, and a name that
+/// is no waypoint (`~`) using none.
+#[test]
+fn upstream_update_waypoint_for_workload() {
+    let mut s = Env::new("", "");
+    let pod1 = s.pod("pod1");
+    s.add_waypoint("10.0.0.2", "waypoint-sa1", "workload", true);
+    s.add_waypoint("10.0.0.1", "waypoint-ns", "workload", true);
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "");
+    let ns =
+        |labels: &str| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, labels: {{{labels}}}}}\n");
+    assert_eq!(s.apply(&ns("istio.io/use-waypoint: waypoint-ns")), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "waypoint-ns.ns1.svc.company.com");
+    let label = |s: &mut Env, l: &str| s.add_pod("127.0.0.1", "pod1", "sa1", &format!("app: a{l}"), true);
+    assert_eq!(label(&mut s, ", istio.io/use-waypoint: waypoint-sa1"), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "waypoint-sa1.ns1.svc.company.com");
+    assert_eq!(label(&mut s, ""), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "waypoint-ns.ns1.svc.company.com");
+    assert_eq!(s.apply(&ns("")), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "");
+    assert_eq!(label(&mut s, ", istio.io/use-waypoint: waypoint-sa1"), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "waypoint-sa1.ns1.svc.company.com");
+    // The namespace's waypoint again: the pod's own stands, no event.
+    assert_eq!(s.apply(&ns("istio.io/use-waypoint: waypoint-ns")), set(&[]));
+    assert_eq!(s.waypoint_of("pod1"), "waypoint-sa1.ns1.svc.company.com");
+    assert_eq!(label(&mut s, ", istio.io/use-waypoint: none"), set(&[&pod1]));
+    assert_eq!(s.waypoint_of("pod1"), "");
+    assert_eq!(label(&mut s, ", istio.io/use-waypoint: '~'"), set(&[]));
+    assert_eq!(s.waypoint_of("pod1"), "");
+}
+
+/// Upstream `TestPolicyAfterPod` ("base"): a policy created after the pod
+/// it selects pushes that pod, which lists it.
+#[test]
+fn upstream_policy_after_pod() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    let pod1 = s.pod("pod1");
+    assert_eq!(s.add_service("svc1", "app: a", "10.0.0.1"), set(&[&s.svc("svc1")]));
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&pod1]));
+    // `addPolicy(t, "selector", testNS, {"app": "a"}, AuthorizationPolicy, nil)`
+    let policy = format!(
+        "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: selector, namespace: {NS}}}\n\
+         spec: {{selector: {{matchLabels: {{app: a}}}}}}\n"
+    );
+    assert_eq!(s.apply(&policy), set(&[&pod1]));
+    assert_eq!(s.workload(&pod1).authorization_policies, ["ns1/selector"]);
+}
+
+/// Upstream `TestAmbientSystemNamespaceNetworkChange`: the system
+/// namespace's network label is every workload's and service's network,
+/// as it changes.
+#[test]
+fn upstream_system_namespace_network_change() {
+    let mut s = Env::new("cluster0", "");
+    let (pod1, pod2, svc1) = (s.pod("pod1"), s.pod("pod2"), s.svc("svc1"));
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&pod1]));
+    assert_eq!(s.add_pod("127.0.0.2", "pod2", "sa2", "app: a", true), set(&[&pod2]));
+    assert_eq!(s.add_service("svc1", "app: a", "10.0.0.1"), set(&[&svc1, &pod1, &pod2]));
+    for network in ["nw1", "nw2"] {
+        s.apply(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: istio-system, labels: {{topology.istio.io/network: {network}}}}}\n"
+        ));
+        for p in ["pod1", "pod2"] {
+            assert_eq!(s.workload(&s.pod(p)).network, network);
+        }
+        let svc = s.index.services().find(|(n, _)| &***n == svc1.as_str()).map(|(_, i)| i.service.clone()).unwrap();
+        assert!(svc.addresses.iter().all(|a| a.network == network), "{svc:?}");
+    }
+}
+
+/// Upstream `TestEmptyVIPsExcluded`: a Service whose cluster IP is empty
+/// has no address.
+#[test]
+fn upstream_empty_vips_excluded() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    s.add_service("svc1", "app: a", "''");
+    let svc =
+        s.index.services().find(|(n, _)| &***n == s.svc("svc1").as_str()).map(|(_, i)| i.service.clone()).unwrap();
+    assert!(svc.addresses.is_empty(), "{svc:?}");
+}

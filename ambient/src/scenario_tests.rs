@@ -51,6 +51,39 @@ impl Env {
         self.changed(&refs)
     }
 
+    /// Deletes one object; the Address names pushed.
+    fn delete(&mut self, kind: &str, name: &str) -> BTreeSet<String> {
+        let r = ObjectRef { kind: kind.into(), namespace: NS.into(), name: name.into(), service: None };
+        self.remove(&r);
+        self.changed(&[r])
+    }
+
+    /// The names of every address resource (`assertAddresses(t, "", ...)`).
+    fn all_names(&self) -> BTreeSet<String> {
+        self.index.all().into_iter().filter(|c| c.0 == Kind::Address).map(|c| c.1.to_string()).collect()
+    }
+
+    /// What a lookup by VIP finds (`assertAddresses(t, addrXdsName(vip),
+    /// ...)`): the service with that address and the workloads that list
+    /// it.
+    fn by_vip(&self, vip: &str) -> BTreeSet<String> {
+        let bytes = crate::ip_bytes(vip.parse().unwrap());
+        let Some((name, _)) =
+            self.index.services().find(|(_, i)| i.service.addresses.iter().any(|a| a.address == bytes))
+        else {
+            return BTreeSet::new();
+        };
+        let mut out = set(&[name]);
+        for (n, a) in self.index.workloads() {
+            if let Some(address::Type::Workload(w)) = &a.r#type
+                && w.services.contains_key(&**name)
+            {
+                out.insert(n.to_string());
+            }
+        }
+        out
+    }
+
     fn remove(&mut self, r: &ObjectRef) {
         let is = |m: &istiod_config::meta::Meta| m.name == r.name && m.ns() == r.namespace;
         let o = &mut self.objects;
@@ -248,4 +281,64 @@ fn upstream_empty_vips_excluded() {
     let svc =
         s.index.services().find(|(n, _)| &***n == s.svc("svc1").as_str()).map(|(_, i)| i.service.clone()).unwrap();
     assert!(svc.addresses.is_empty(), "{svc:?}");
+}
+
+/// Upstream `TestAmbientIndex_ServiceSelectsCorrectWorkloads` ("base"): a
+/// Service's workloads follow its selector and the pods' labels, each step
+/// pushing exactly the workloads whose list of services changed.
+#[test]
+fn upstream_service_selects_correct_workloads() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    let [p1, p2, p3, p4] = ["pod1", "pod2", "pod3", "pod4"].map(|p| s.pod(p));
+    let svc1 = s.svc("svc1");
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&p1]));
+    assert_eq!(s.add_pod("127.0.0.2", "pod2", "sa1", "app: a, other: label", true), set(&[&p2]));
+    assert_eq!(s.add_pod("127.0.0.3", "pod3", "sa1", "app: other", true), set(&[&p3]));
+    assert_eq!(s.add_service("svc1", "app: a", "10.0.0.1"), set(&[&p1, &p2, &svc1]));
+    assert_eq!(s.all_names(), set(&[&p1, &p2, &p3, &svc1]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p1, &p2, &svc1]));
+    assert_eq!(s.add_pod("127.0.0.4", "pod4", "sa1", "app: a", true), set(&[&p4]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p1, &p2, &p4, &svc1]));
+    assert_eq!(s.delete("Pod", "pod4"), set(&[&p4]));
+    assert_eq!(s.all_names(), set(&[&p1, &p2, &p3, &svc1]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p1, &p2, &svc1]));
+    // A narrower selector: pod1 leaves.
+    assert_eq!(s.add_service("svc1", "app: a, other: label", "10.0.0.1"), set(&[&p1]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p2, &svc1]));
+    assert_eq!(s.add_pod("127.0.0.3", "pod3", "sa1", "app: a, other: label", true), set(&[&p3]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p2, &p3, &svc1]));
+    assert_eq!(s.add_pod("127.0.0.3", "pod3", "sa1", "app: a", true), set(&[&p3]));
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p2, &svc1]));
+    // The service goes: it, and the pod that listed it.
+    assert_eq!(s.delete("Service", "svc1"), set(&[&p2, &svc1]));
+    assert_eq!(s.all_names(), set(&[&p1, &p2, &p3]));
+    assert!(s.by_vip("10.0.0.1").is_empty());
+}
+
+/// Upstream `TestAmbientIndex_WaypointInboundBinding`: a waypoint whose
+/// GatewayClass names an inbound binding gives its instances that
+/// application tunnel.
+#[test]
+fn upstream_waypoint_inbound_binding() {
+    use istiod_proto::istio::workload::{ApplicationTunnel, application_tunnel};
+    let mut s = Env::new("cluster0", "testnetwork");
+    s.apply(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
+         metadata: {name: istio-waypoint, annotations: {ambient.istio.io/waypoint-inbound-binding: PROXY/15088}}\n\
+         spec: {controllerName: istio.io/mesh-controller}\n",
+    );
+    s.add_waypoint("1.2.3.4", "proxy-sandwich", "all", true);
+    let instance = s.pod("proxy-sandwich-instance");
+    let pushed = s.add_pod(
+        "10.0.0.1",
+        "proxy-sandwich-instance",
+        "",
+        "gateway.networking.k8s.io/gateway-name: proxy-sandwich",
+        true,
+    );
+    assert_eq!(pushed, set(&[&instance]));
+    assert_eq!(
+        s.workload(&instance).application_tunnel,
+        Some(ApplicationTunnel { protocol: application_tunnel::Protocol::Proxy as i32, port: 15088 })
+    );
 }

@@ -342,3 +342,89 @@ fn upstream_waypoint_inbound_binding() {
         Some(ApplicationTunnel { protocol: application_tunnel::Protocol::Proxy as i32, port: 15088 })
     );
 }
+
+/// What upstream's `assertEvent` checks (`MatchOrFail`): these names were
+/// pushed (others may have been too).
+fn pushed(got: &BTreeSet<String>, want: &[&str]) {
+    for w in want {
+        assert!(got.contains(*w), "{w} not pushed: {got:?}");
+    }
+}
+
+/// Upstream `TestAmbientIndex_WaypointAddressAddedToWorkloads`: a
+/// namespace's waypoint and a pod's own reach the workloads once they have
+/// an address; a waypoint's instances and managed Service have none; the
+/// waypoint's Service and its instances are found by its VIP; deleting the
+/// waypoints takes them away.
+#[test]
+fn upstream_waypoint_address_added_to_workloads() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    let p = |s: &Env, n: &str| s.pod(n);
+    s.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, labels: {{istio.io/use-waypoint: waypoint-ns}}}}\n"
+    ));
+    pushed(&s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), &[&p(&s, "pod1")]);
+    pushed(&s.add_pod("127.0.0.2", "pod2", "sa1", "app: a, other: label", true), &[&p(&s, "pod2")]);
+    pushed(&s.add_pod("127.0.0.3", "pod3", "sa1", "app: a", true), &[&p(&s, "pod3")]);
+    pushed(
+        &s.add_pod("127.0.0.4", "pod4", "sa2", "app: b, istio.io/use-waypoint: waypoint-sa2", true),
+        &[&p(&s, "pod4")],
+    );
+    let got = s.add_waypoint("10.0.0.2", "waypoint-ns", "all", true);
+    pushed(&got, &[&p(&s, "pod1"), &p(&s, "pod2"), &p(&s, "pod3")]);
+    let managed = "gateway.istio.io/managed: istio.io-mesh-controller";
+    let instance = |gw: &str| format!("{managed}, gateway.networking.k8s.io/gateway-name: {gw}");
+    pushed(
+        &s.add_pod("127.0.0.200", "waypoint-ns-pod", "namespace-wide", &instance("waypoint-ns"), true),
+        &[&p(&s, "waypoint-ns-pod")],
+    );
+    let waypoint_service = |s: &mut Env, name: &str, vip: &str| {
+        s.apply(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {NS}, labels: {{{managed}}}}}\n\
+             spec: {{clusterIP: {vip}, selector: {{gateway.networking.k8s.io/gateway-name: {name}}}, ports: [{{name: port-80, port: 80}}]}}\n"
+        ))
+    };
+    let got = waypoint_service(&mut s, "waypoint-ns", "10.0.0.2");
+    pushed(&got, &[&p(&s, "waypoint-ns-pod"), &s.svc("waypoint-ns")]);
+    pushed(&s.add_waypoint("10.0.0.3", "waypoint-sa2", "all", true), &[&p(&s, "pod4")]);
+    pushed(
+        &s.add_pod("127.0.0.250", "waypoint-sa2-pod", "service-account", &instance("waypoint-sa2"), true),
+        &[&p(&s, "waypoint-sa2-pod")],
+    );
+    let got = waypoint_service(&mut s, "waypoint-sa2", "10.0.0.3");
+    pushed(&got, &[&p(&s, "waypoint-sa2-pod"), &s.svc("waypoint-sa2")]);
+    let names = ["pod1", "pod2", "pod3", "pod4", "waypoint-ns-pod", "waypoint-sa2-pod"];
+    let mut all: BTreeSet<String> = names.iter().map(|n| s.pod(n)).collect();
+    all.extend([s.svc("waypoint-ns"), s.svc("waypoint-sa2")]);
+    assert_eq!(s.all_names(), all);
+    assert_eq!(s.waypoint_of("pod3"), "waypoint-ns.ns1.svc.company.com");
+    assert_eq!(s.waypoint_of("pod4"), "waypoint-sa2.ns1.svc.company.com");
+    // The waypoint's VIP: its Service and its instance, which has no
+    // waypoint; nor has its managed Service.
+    assert_eq!(s.by_vip("10.0.0.2"), set(&[&s.svc("waypoint-ns"), &p(&s, "waypoint-ns-pod")]));
+    assert_eq!(s.waypoint_of("waypoint-ns-pod"), "");
+    let wsvc = s.index.services().find(|(n, _)| &***n == s.svc("waypoint-ns").as_str()).unwrap().1.service.clone();
+    assert_eq!(wsvc.waypoint, None);
+    pushed(
+        &s.add_pod("127.0.0.201", "waypoint2-ns-pod", "namespace-wide", &instance("namespace-wide"), true),
+        &[&p(&s, "waypoint2-ns-pod")],
+    );
+    assert_eq!(s.waypoint_of("pod3"), "waypoint-ns.ns1.svc.company.com");
+    let got = s.add_service("svc1", "app: a", "10.0.0.1");
+    pushed(&got, &[&p(&s, "pod1"), &p(&s, "pod2"), &p(&s, "pod3"), &s.svc("svc1")]);
+    assert_eq!(s.by_vip("10.0.0.1"), set(&[&p(&s, "pod1"), &p(&s, "pod2"), &p(&s, "pod3"), &s.svc("svc1")]));
+    pushed(&s.delete("Pod", "waypoint2-ns-pod"), &[&p(&s, "waypoint2-ns-pod")]);
+    assert_eq!(s.waypoint_of("pod3"), "waypoint-ns.ns1.svc.company.com");
+    pushed(&s.add_pod("127.0.0.201", "waypoint2-sa", "waypoint-sa", managed, true), &[&p(&s, "waypoint2-sa")]);
+    assert_eq!(s.waypoint_of("pod3"), "waypoint-ns.ns1.svc.company.com");
+    pushed(&s.add_pod("127.0.0.6", "pod6", "sa1", "app: a", true), &[&p(&s, "pod6")]);
+    assert_eq!(s.waypoint_of("pod6"), "waypoint-ns.ns1.svc.company.com");
+    for pod in ["pod6", "pod3", "pod2"] {
+        pushed(&s.delete("Pod", pod), &[&p(&s, pod)]);
+    }
+    pushed(&s.delete("Gateway.gateway.networking.k8s.io", "waypoint-ns"), &[&p(&s, "pod1")]);
+    pushed(&s.delete("Service", "waypoint-ns"), &[&p(&s, "waypoint-ns-pod"), &s.svc("waypoint-ns")]);
+    pushed(&s.delete("Gateway.gateway.networking.k8s.io", "waypoint-sa2"), &[&p(&s, "pod4")]);
+    pushed(&s.delete("Service", "waypoint-sa2"), &[&p(&s, "waypoint-sa2-pod"), &s.svc("waypoint-sa2")]);
+    assert_eq!(s.waypoint_of("pod1"), "");
+}

@@ -346,7 +346,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     istiod_kubewatch::kapi::Api::new(client.clone()),
                     leadership.clone(),
                     ambient_rx,
-                    (leadership.per_revision(gateway_status::AMBIENT_ELECTION), Lock::Lease),
+                    // Not per revision: istiod's `NewLeaseLeaderElection`.
+                    (gateway_status::AMBIENT_ELECTION.to_owned(), Lock::Lease),
                 ));
             }
             // Ingress status: istiod's `istio-leader` (a ConfigMap lock).

@@ -24,8 +24,9 @@ fn read(es: &EndpointSlice) -> bool {
     es.service_name().is_some() && es.address_type != "FQDN"
 }
 
-/// The Pods `es` names (`targetRef` of kind Pod), by namespace and name.
-pub(crate) fn pod_refs(es: &EndpointSlice) -> BTreeSet<Key> {
+/// The Pods `es` names (`targetRef` of kind Pod), by namespace and name,
+/// with the uid it names them by.
+pub(crate) fn pod_refs(es: &EndpointSlice) -> BTreeSet<(Key, String)> {
     if !read(es) {
         return BTreeSet::new();
     }
@@ -33,7 +34,7 @@ pub(crate) fn pod_refs(es: &EndpointSlice) -> BTreeSet<Key> {
         .iter()
         .filter_map(|e| e.target_ref.as_ref())
         .filter(|r| r.kind == "Pod")
-        .map(|r| (r.namespace.clone().unwrap_or_default(), r.name.clone()))
+        .map(|r| ((r.namespace.clone().unwrap_or_default(), r.name.clone()), r.uid.clone().unwrap_or_default()))
         .collect()
 }
 

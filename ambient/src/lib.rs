@@ -210,8 +210,10 @@ impl Inputs {
         self.rehost((Source::ServiceEntry, k), old_hosts, new_hosts)
     }
 
-    /// Sets EndpointSlice `k`, keeping its indexes; returns the Pods it
-    /// stopped or started naming.
+    /// Sets EndpointSlice `k`, keeping its indexes; returns the Pods whose
+    /// services it may have changed: those it stopped or started naming
+    /// (by name and uid), or every one it named and names where it moved
+    /// to another Service.
     fn set_slice(&mut self, k: Key, es: Option<EndpointSlice>) -> Vec<Key> {
         let new_refs = es.as_ref().map(endpoint_slice::pod_refs).unwrap_or_default();
         let new_service = es.as_ref().and_then(|e| e.service_name().map(str::to_owned));
@@ -220,7 +222,8 @@ impl Inputs {
             None => self.slices.remove(&k),
         };
         let old_refs = old.as_deref().map(endpoint_slice::pod_refs).unwrap_or_default();
-        if let Some(svc) = old.as_deref().and_then(EndpointSlice::service_name) {
+        let old_service = old.as_deref().and_then(EndpointSlice::service_name).map(str::to_owned);
+        if let Some(svc) = &old_service {
             let sk = key(&k.0, svc);
             if let Some(set) = self.slices_by_service.get_mut(&sk) {
                 set.remove(&k.1);
@@ -229,10 +232,12 @@ impl Inputs {
                 }
             }
         }
-        if let Some(svc) = new_service {
-            self.slices_by_service.entry(key(&k.0, &svc)).or_default().insert(k.1.clone());
+        if let Some(svc) = &new_service {
+            self.slices_by_service.entry(key(&k.0, svc)).or_default().insert(k.1.clone());
         }
-        for p in old_refs.difference(&new_refs) {
+        let keys = |refs: &BTreeSet<(Key, String)>| refs.iter().map(|(p, _)| p.clone()).collect::<BTreeSet<Key>>();
+        let (old_keys, new_keys) = (keys(&old_refs), keys(&new_refs));
+        for p in old_keys.difference(&new_keys) {
             if let Some(set) = self.slices_by_pod.get_mut(p) {
                 set.remove(&k);
                 if set.is_empty() {
@@ -240,10 +245,14 @@ impl Inputs {
                 }
             }
         }
-        for p in new_refs.difference(&old_refs) {
+        for p in new_keys.difference(&old_keys) {
             self.slices_by_pod.entry(p.clone()).or_default().insert(k.clone());
         }
-        old_refs.symmetric_difference(&new_refs).cloned().collect()
+        if old_service != new_service {
+            return old_keys.union(&new_keys).cloned().collect();
+        }
+        let moved: BTreeSet<Key> = old_refs.symmetric_difference(&new_refs).map(|(p, _)| p.clone()).collect();
+        moved.into_iter().collect()
     }
 
     fn rehost(&mut self, src: (Source, Key), old: Vec<String>, new: Vec<String>) -> Vec<String> {
@@ -888,7 +897,7 @@ impl Dirty {
         for slice in inputs.slices_by_service.get(&key(ns, name)).into_iter().flatten() {
             let k = key(ns, slice);
             if let Some(es) = inputs.slices.get(&k) {
-                self.workloads.extend(endpoint_slice::pod_refs(es));
+                self.workloads.extend(endpoint_slice::pod_refs(es).into_iter().map(|(p, _)| p));
             }
             self.slices.insert(k);
         }
@@ -924,16 +933,18 @@ fn replace_many(
     changes: &mut Vec<Change>,
 ) {
     let old = outputs.remove(&k).unwrap_or_default();
-    let mut new = Vec::with_capacity(built.len());
+    // Two endpoints with one address are one workload: the last.
+    let mut new: Vec<Output<Address>> = Vec::with_capacity(built.len());
     for message in built {
         let bytes = Bytes::from(message.encode_to_vec());
         let name = name(&message);
-        if !old.iter().any(|o| o.name == name && o.bytes == bytes) {
-            changes.push((Kind::Address, name.clone(), Some(bytes.clone())));
-        }
-        // Two endpoints with one address are one workload: the last.
-        new.retain(|o: &Output<Address>| o.name != name);
+        new.retain(|o| o.name != name);
         new.push(Output { name, message, bytes });
+    }
+    for n in &new {
+        if !old.iter().any(|o| o.name == n.name && o.bytes == n.bytes) {
+            changes.push((Kind::Address, n.name.clone(), Some(n.bytes.clone())));
+        }
     }
     for o in old {
         if !new.iter().any(|n| n.name == o.name) {
@@ -1124,12 +1135,29 @@ pub fn fuzz_one(yaml: &str) {
         }))
         .map(|(kind, m)| ObjectRef { kind: kind.into(), namespace: m.ns().into(), name: m.name.clone(), service: None })
         .collect();
-    inc.apply(&all, Some(&named), &settings);
-    let mut a = full.all();
-    let mut b = inc.all();
-    a.sort();
-    b.sort();
-    assert!(a == b, "an incremental apply differs from a full build");
+    // What a client holds: the first publish, then each apply's changes.
+    let mut view: BTreeMap<(Kind, Arc<str>), Bytes> = BTreeMap::new();
+    let take = |view: &mut BTreeMap<(Kind, Arc<str>), Bytes>, changes: Vec<Change>| {
+        for (k, n, b) in changes {
+            match b {
+                Some(b) => view.insert((k, n), b),
+                None => view.remove(&(k, n)),
+            };
+        }
+    };
+    take(&mut view, inc.all());
+    let as_map = |c: Vec<Change>| -> BTreeMap<(Kind, Arc<str>), Bytes> {
+        c.into_iter().filter_map(|(k, n, b)| Some(((k, n), b?))).collect()
+    };
+    take(&mut view, inc.apply(&all, Some(&named), &settings));
+    assert!(as_map(inc.all()) == as_map(full.all()), "an incremental apply differs from a full build");
+    assert!(view == as_map(full.all()), "what was pushed differs from a full build");
+    // And back: the second half goes (or reverts), named again.
+    let mut before = Index::new();
+    before.apply(&half, None, &settings);
+    take(&mut view, inc.apply(&half, Some(&named), &settings));
+    assert!(as_map(inc.all()) == as_map(before.all()), "an incremental removal differs from a full build");
+    assert!(view == as_map(before.all()), "what was pushed on removal differs from a full build");
 }
 
 #[cfg(test)]

@@ -246,7 +246,7 @@ pub(crate) fn set_waypoint(
 ) {
     let ns = s.namespace.clone();
     if let Ok(Some(w)) = crate::waypoint::for_service(&inputs.waypoints, inputs, &ns, labels) {
-        s.waypoint = Some(w.address.clone());
+        s.waypoint = w.address.clone();
         s.ingress_use_waypoint = crate::waypoint::ingress_use_waypoint(labels, inputs, &ns);
         s.weighted_waypoints = crate::waypoint::weighted(&inputs.waypoints, inputs, &ns, labels, annotations, w);
     }

@@ -742,3 +742,72 @@ fn a_service_with_a_bad_vip_is_in_no_workload() {
     assert!(workload(&changes, "Kubernetes//Pod/default/web-0").unwrap().services.is_empty());
     assert_eq!(changes.len(), 1, "the workload alone: {changes:?}");
 }
+
+/// Review finds: a slice that moves to another Service with the same pods
+/// re-marks them; a pod recreated under its name (a new uid) is listed
+/// again once its slice names the new uid; two ServiceEntry endpoints
+/// with one address push what a full build holds.
+#[test]
+fn slices_that_move_and_pods_recreated_and_shared_endpoint_addresses() {
+    let settings = Settings::default();
+    let svc = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{clusterIP: 10.96.1.{}, ports: [{{name: http, port: 80}}]}}\n---\n",
+            name.len()
+        )
+    };
+    let slice = |service: &str, uid: &str| {
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s1, namespace: default, labels: {{kubernetes.io/service-name: {service}}}}}\n\
+             addressType: IPv4\nendpoints: [{{addresses: [10.0.0.1], targetRef: {{kind: Pod, name: web-0, namespace: default, uid: {uid}}}}}]\n---\n"
+        )
+    };
+    let pod = |uid: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-0, namespace: default, uid: {uid}}}\nstatus: {{phase: Running, podIP: 10.0.0.1}}\n---\n"
+        )
+    };
+    let slice_ref =
+        [ObjectRef { kind: "EndpointSlice".into(), namespace: "default".into(), name: "s1".into(), service: None }];
+    let base = svc("a") + &svc("bb");
+    let mut index = Index::new();
+    index.apply(&objects(&(base.clone() + &slice("a", "u1") + &pod("u1"))), None, &settings);
+    let services = |index: &Index| {
+        let w = index.workloads().find(|(n, _)| &***n == "Kubernetes//Pod/default/web-0").map(|(_, a)| a.clone());
+        match w.and_then(|a| a.r#type) {
+            Some(address::Type::Workload(w)) => w.services.into_keys().collect::<Vec<_>>(),
+            _ => panic!("web-0"),
+        }
+    };
+    assert_eq!(services(&index), ["default/a.default.svc.cluster.local"]);
+    // The slice moves to Service bb, naming the same pod.
+    index.apply(&objects(&(base.clone() + &slice("bb", "u1") + &pod("u1"))), Some(&slice_ref), &settings);
+    assert_eq!(services(&index), ["default/bb.default.svc.cluster.local"]);
+    // The pod is recreated (uid u2): until the slice names u2, no service.
+    index.apply(&objects(&(base.clone() + &slice("bb", "u1") + &pod("u2"))), Some(&[pod_ref("web-0")]), &settings);
+    assert!(services(&index).is_empty());
+    index.apply(&objects(&(base.clone() + &slice("bb", "u2") + &pod("u2"))), Some(&slice_ref), &settings);
+    assert_eq!(services(&index), ["default/bb.default.svc.cluster.local"]);
+    // Two endpoints at one address, then a policy change in the namespace
+    // rebuilds them: what is pushed is what a full build holds.
+    let se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: dup, namespace: default}\n\
+              spec: {hosts: [dup.example.com], ports: [{number: 80, name: http}], resolution: STATIC, endpoints: [{address: 1.1.1.1, weight: 1}, {address: 1.1.1.1, weight: 2}]}\n---\n";
+    let policy = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: default}\nspec: {action: DENY, rules: [{}]}\n";
+    fuzz_one(&(String::from(se) + policy));
+}
+
+/// A waypoint whose status holds no usable address is a waypoint still
+/// (istiod makes one whenever the status has an address): its instances
+/// get its binding; what uses it is sent no address.
+#[test]
+fn a_waypoint_without_a_usable_address_still_binds_its_instances() {
+    let y = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {name: wp, namespace: default, annotations: {ambient.istio.io/waypoint-inbound-binding: PROXY/15088}}\n\
+             spec: {gatewayClassName: istio-waypoint, listeners: [{name: mesh, port: 15008, protocol: HBONE}]}\n\
+             status: {addresses: [{type: NamedAddress, value: somewhere}]}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: wp-0, namespace: default, labels: {gateway.networking.k8s.io/gateway-name: wp}}\n\
+             status: {phase: Running, podIP: 10.0.0.9}\n";
+    let changes = Index::new().apply(&objects(y), None, &Settings::default());
+    let w = workload(&changes, "Kubernetes//Pod/default/wp-0").unwrap();
+    assert_eq!(w.application_tunnel.map(|t| t.port), Some(15088));
+}

@@ -45,8 +45,10 @@ pub struct Waypoint {
     pub namespace: String,
     /// The Gateway's name.
     pub name: String,
-    /// Where ztunnel sends to it.
-    pub address: GatewayAddress,
+    /// Where ztunnel sends to it (none where its status addresses are of
+    /// no usable kind: it is a waypoint still, its instances get their
+    /// binding, and what uses it is sent no address).
+    pub address: Option<GatewayAddress>,
     /// How ztunnel delivers to its instances, if the binding says.
     pub binding: Option<ApplicationTunnel>,
     /// `service`, `workload`, `all` or `none`.
@@ -87,34 +89,39 @@ impl Waypoint {
     }
 }
 
-/// The waypoint Gateway `o` makes, or `None` while it has no address (or
-/// is not a Gateway). `classes` finds a GatewayClass by name; `network` is
-/// the local network, an IP address's.
+/// The waypoint Gateway `o` makes, or `None` while it has no status
+/// address (or is not a Gateway). `classes` finds a GatewayClass by name;
+/// `network` is the local network, an IP address's.
 pub fn from_gateway<'a>(
     o: &GatewayApiObject,
     classes: impl Fn(&str) -> Option<&'a GatewayApiObject>,
     network: &str,
 ) -> Option<Waypoint> {
     let GatewayApiSpec::Gateway(g) = &o.spec else { return None };
+    if g.status_addresses.is_empty() {
+        return None;
+    }
     let ns = o.meta.ns();
+    // A hostname first, else an IP (`getGatewayAddress`).
     let hostname = g.status_addresses.iter().find(|a| a.type_.as_deref() == Some("Hostname"));
     let destination = match hostname {
-        Some(h) => gateway_address::Destination::Hostname(NamespacedHostname {
+        Some(h) => Some(gateway_address::Destination::Hostname(NamespacedHostname {
             namespace: ns.to_owned(),
             hostname: h.value.clone(),
-        }),
-        None => {
-            let ip = g
-                .status_addresses
-                .iter()
-                .filter(|a| a.type_.as_deref().is_none_or(|t| t == "IPAddress"))
-                .find_map(|a| a.value.parse::<std::net::IpAddr>().ok())?;
-            gateway_address::Destination::Address(NetworkAddress {
-                network: network.to_owned(),
-                address: crate::ip_bytes(ip),
-                length: None,
-            })
-        }
+        })),
+        None => g
+            .status_addresses
+            .iter()
+            // The type defaults to IPAddress (the CRD's default).
+            .filter(|a| a.type_.as_deref().is_none_or(|t| t == "IPAddress"))
+            .find_map(|a| a.value.parse::<std::net::IpAddr>().ok())
+            .map(|ip| {
+                gateway_address::Destination::Address(NetworkAddress {
+                    network: network.to_owned(),
+                    address: crate::ip_bytes(ip),
+                    length: None,
+                })
+            }),
     };
     let class = classes(&g.gateway_class_name);
     let mut traffic_type = "service".to_owned();
@@ -148,7 +155,7 @@ pub fn from_gateway<'a>(
     Some(Waypoint {
         namespace: ns.to_owned(),
         name: o.meta.name.clone(),
-        address: GatewayAddress { destination: Some(destination), hbone_mtls_port: 15008 },
+        address: destination.map(|d| GatewayAddress { destination: Some(d), hbone_mtls_port: 15008 }),
         binding,
         traffic_type,
         allowed,
@@ -266,7 +273,7 @@ pub fn for_workload(
         return (None, w.binding);
     }
     match for_target(waypoints, inputs, ns, labels) {
-        Ok(Some(w)) if w.traffic_type == "workload" || w.traffic_type == "all" => (Some(w.address.clone()), None),
+        Ok(Some(w)) if w.traffic_type == "workload" || w.traffic_type == "all" => (w.address.clone(), None),
         _ => (None, None),
     }
 }
@@ -331,8 +338,8 @@ pub fn weighted(
         return Vec::new();
     }
     vec![
-        WeightedWaypoint { destination: Some(primary.address.clone()), weight: 100 - weight },
-        WeightedWaypoint { destination: Some(canary.address.clone()), weight },
+        WeightedWaypoint { destination: primary.address.clone(), weight: 100 - weight },
+        WeightedWaypoint { destination: canary.address.clone(), weight },
     ]
 }
 

@@ -123,13 +123,27 @@ impl Env {
             .unwrap_or_else(|| panic!("no workload {uid}"))
     }
 
-    /// `addPods(t, ip, name, sa, labels, annotations, markReady, phase)`.
+    /// `addPods(t, ip, name, sa, labels, annotations, markReady, Running)`.
     fn add_pod(&mut self, ip: &str, name: &str, sa: &str, labels: &str, ready: bool) -> BTreeSet<String> {
+        self.add_pod_in(ip, name, sa, labels, ready, "Running")
+    }
+
+    /// `addPods(t, ip, name, sa, labels, annotations, markReady, phase)`.
+    fn add_pod_in(
+        &mut self,
+        ip: &str,
+        name: &str,
+        sa: &str,
+        labels: &str,
+        ready: bool,
+        phase: &str,
+    ) -> BTreeSet<String> {
         let ready = if ready { "True" } else { "False" };
+        let ips = if ip.is_empty() { String::new() } else { format!(", podIP: {ip}, podIPs: [{{ip: {ip}}}]") };
         self.apply(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {NS}, labels: {{{labels}}}}}\n\
              spec: {{serviceAccountName: {sa}, nodeName: node1}}\n\
-             status: {{phase: Running, podIP: {ip}, podIPs: [{{ip: {ip}}}], conditions: [{{type: Ready, status: '{ready}'}}]}}\n"
+             status: {{phase: {phase}{ips}, conditions: [{{type: Ready, status: '{ready}'}}]}}\n"
         ))
     }
 
@@ -427,4 +441,67 @@ fn upstream_waypoint_address_added_to_workloads() {
     pushed(&s.delete("Gateway.gateway.networking.k8s.io", "waypoint-sa2"), &[&p(&s, "pod4")]);
     pushed(&s.delete("Service", "waypoint-sa2"), &[&p(&s, "waypoint-sa2-pod"), &s.svc("waypoint-sa2")]);
     assert_eq!(s.waypoint_of("pod1"), "");
+}
+
+/// Upstream `setupPolicyTest`: pod1, two waypoint pods, the namespace's
+/// waypoint and its Service.
+fn setup_policy_test(s: &mut Env) {
+    let managed =
+        "gateway.istio.io/managed: istio.io-mesh-controller, gateway.networking.k8s.io/gateway-name: waypoint-ns";
+    let (pod1, wp, wp2) = (s.pod("pod1"), s.pod("waypoint-ns-pod"), s.pod("waypoint2-sa"));
+    pushed(&s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), &[&pod1]);
+    pushed(&s.add_pod("127.0.0.200", "waypoint-ns-pod", "namespace-wide", managed, true), &[&wp]);
+    pushed(&s.add_pod("127.0.0.201", "waypoint2-sa", "waypoint-sa", managed, true), &[&wp2]);
+    s.add_waypoint("10.0.0.2", "waypoint-ns", "all", true);
+    let ns = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}, labels: {{istio.io/use-waypoint: waypoint-ns}}}}\n"
+    );
+    pushed(&s.apply(&ns), &[&pod1]);
+    let svc = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: waypoint-ns, namespace: {NS}, labels: {{gateway.istio.io/managed: istio.io-mesh-controller}}}}\n\
+         spec: {{clusterIP: 10.0.0.2, selector: {{gateway.networking.k8s.io/gateway-name: waypoint-ns}}, ports: [{{name: port-80, port: 80}}]}}\n"
+    );
+    pushed(&s.apply(&svc), &[&wp, &s.svc("waypoint-ns")]);
+}
+
+/// Upstream `TestAmbientIndex_PeerAuthenticationNamespacePolicyChange`: a
+/// workload PeerAuthentication with a PERMISSIVE port under a STRICT
+/// namespace converts to a policy the workload lists; once the namespace
+/// is PERMISSIVE, there is nothing to exempt, and it goes.
+#[test]
+fn upstream_peer_authentication_namespace_policy_change() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    setup_policy_test(&mut s);
+    let converted = format!("{NS}/converted_peer_authentication_selector");
+    let pa = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: {name}, namespace: {NS}}}\nspec: {spec}\n"
+        )
+    };
+    s.apply(&pa("namespace", "{mtls: {mode: STRICT}}"));
+    s.apply(&pa("selector", "{selector: {matchLabels: {app: a}}, portLevelMtls: {9090: {mode: PERMISSIVE}}}"));
+    let pod1 = s.pod("pod1");
+    assert_eq!(s.workload(&pod1).authorization_policies, [converted.clone()]);
+    assert!(s.index.policies().any(|(n, _)| **n == *converted));
+    s.apply(&pa("namespace", "{mtls: {mode: PERMISSIVE}}"));
+    assert!(s.workload(&pod1).authorization_policies.is_empty());
+    assert!(!s.index.policies().any(|(n, _)| **n == *converted));
+}
+
+/// Upstream `TestPodLifecycleWorkloadGates` ("base"): a ready pod is
+/// healthy; a pod not ready, or pending with an address, is unhealthy; a
+/// pod without an address is no workload.
+#[test]
+fn upstream_pod_lifecycle_workload_gates() {
+    let mut s = Env::new("", "");
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&["//Pod/ns1/pod1"]));
+    s.add_pod_in("127.0.0.2", "pod2", "sa1", "app: a, other: label", false, "Running");
+    s.add_pod_in("127.0.0.3", "pod3", "sa1", "app: other", false, "Pending");
+    s.add_pod_in("", "pod4", "sa1", "app: another", false, "Pending");
+    use istiod_proto::istio::workload::WorkloadStatus;
+    let status = |s: &Env, p: &str| WorkloadStatus::try_from(s.workload(&s.pod(p)).status).unwrap();
+    assert_eq!(status(&s, "pod1"), WorkloadStatus::Healthy);
+    assert_eq!(status(&s, "pod2"), WorkloadStatus::Unhealthy);
+    assert_eq!(status(&s, "pod3"), WorkloadStatus::Unhealthy);
+    assert!(!s.all_names().contains(&s.pod("pod4")));
 }

@@ -481,7 +481,7 @@ fn upstream_peer_authentication_namespace_policy_change() {
     s.apply(&pa("namespace", "{mtls: {mode: STRICT}}"));
     s.apply(&pa("selector", "{selector: {matchLabels: {app: a}}, portLevelMtls: {9090: {mode: PERMISSIVE}}}"));
     let pod1 = s.pod("pod1");
-    assert_eq!(s.workload(&pod1).authorization_policies, [converted.clone()]);
+    assert_eq!(s.workload(&pod1).authorization_policies, std::slice::from_ref(&converted));
     assert!(s.index.policies().any(|(n, _)| **n == *converted));
     s.apply(&pa("namespace", "{mtls: {mode: PERMISSIVE}}"));
     assert!(s.workload(&pod1).authorization_policies.is_empty());

@@ -461,7 +461,6 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
     use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest;
     use istiod_proto::istio::workload::{Address, WorkloadStatus, address};
     use istiod_proto::prost::Message;
-    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
 
     let dir = tempfile::tempdir().unwrap();
     let pods = |ready: &str, extra: bool| {
@@ -492,11 +491,7 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
     let rt = runtime();
     rt.block_on(async {
         let mut c = connect(s.grpc, true).await;
-        let mut node =
-            crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
-        node.metadata = Some(Struct {
-            fields: [("NODE_NAME".to_owned(), PbValue { kind: Some(PbKind::StringValue("node-a".into())) })].into(),
-        });
+        let node = ztunnel_node("node-a");
         let svc = "default/web.default.svc.cluster.local";
         c.delta_req(DeltaDiscoveryRequest {
             node: Some(node),
@@ -518,11 +513,7 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
         assert_eq!(got[local0.as_str()], ["/10.0.0.20"]);
         assert_eq!(got[svc], ["/10.96.0.10"]);
         assert_eq!(r.removed_resources, ["/192.0.2.99"], "a name that stands for nothing");
-        c.delta_req(DeltaDiscoveryRequest {
-            type_url: istiod_proto::type_url::ADDRESS.into(),
-            response_nonce: r.nonce.clone(),
-            ..Default::default()
-        });
+        ack(&mut c, &r.nonce);
         // web-0 was asked for by an address, not its name, yet its change
         // reaches the ztunnel: it is subscribed now. web-2 joins the
         // service on another node: not asked for, not sent.
@@ -532,11 +523,7 @@ fn an_on_demand_ztunnel_gets_what_its_names_stand_for() {
         for x in &r.resources {
             seen.insert(x.name.clone(), Address::decode(x.resource.as_ref().unwrap().value.as_slice()).unwrap());
         }
-        c.delta_req(DeltaDiscoveryRequest {
-            type_url: istiod_proto::type_url::ADDRESS.into(),
-            response_nonce: r.nonce.clone(),
-            ..Default::default()
-        });
+        ack(&mut c, &r.nonce);
         assert_eq!(seen.keys().map(String::as_str).collect::<Vec<_>>(), [web0.as_str()], "{r:?}");
         c.expect_silence(Duration::from_millis(600)).await;
         let Some(address::Type::Workload(w)) = &seen[&web0].r#type else { panic!("a workload") };
@@ -555,7 +542,6 @@ fn upstream_workload_ondemand() {
     use crate::ads_client::{connect, runtime};
     use istiod_kubewatch::fake::{core_resources, istio_resources};
     use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
-    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
 
     let api = server::fake_api();
     for r in core_resources().into_iter().chain(istio_resources()) {
@@ -595,11 +581,7 @@ fn upstream_workload_ondemand() {
     let rt = runtime();
     rt.block_on(async {
         let mut c = connect(s.grpc, true).await;
-        let mut node =
-            crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
-        node.metadata = Some(Struct {
-            fields: [("NODE_NAME".to_owned(), PbValue { kind: Some(PbKind::StringValue("node".into())) })].into(),
-        });
+        let node = ztunnel_node("node");
         let addr = istiod_proto::type_url::ADDRESS;
         let pod = |n: &str| format!("Kubernetes//Pod/default/{n}");
         let svc1 = "default/svc1.default.svc.cluster.local";
@@ -607,11 +589,7 @@ fn upstream_workload_ondemand() {
         async fn next(c: &mut crate::ads_client::AdsClient) -> (Vec<String>, Vec<String>) {
             let r: DeltaDiscoveryResponse =
                 tokio::time::timeout(Duration::from_secs(15), c.recv_delta()).await.expect("a response");
-            c.delta_req(DeltaDiscoveryRequest {
-                type_url: istiod_proto::type_url::ADDRESS.into(),
-                response_nonce: r.nonce.clone(),
-                ..Default::default()
-            });
+            ack(c, &r.nonce);
             let mut names: Vec<String> = r.resources.iter().map(|x| x.name.clone()).collect();
             let mut removed = r.removed_resources.clone();
             names.sort();
@@ -675,5 +653,24 @@ fn upstream_workload_ondemand() {
         // The service stops selecting them: the pods it holds are updated.
         create_service(json!({"app": "nothing"}));
         assert_eq!(next(&mut c).await, (vec![pod("pod4")], none.clone()));
+    });
+}
+
+/// A ztunnel's node on `node_name` (`NODE_NAME` metadata, as ztunnel sends it).
+fn ztunnel_node(node_name: &str) -> istiod_proto::envoy::config::core::v3::Node {
+    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
+    let mut node = crate::ads_client::node("ztunnel~10.0.0.2~ztunnel-abc.istio-system~istio-system.svc.cluster.local");
+    node.metadata = Some(Struct {
+        fields: [("NODE_NAME".to_owned(), PbValue { kind: Some(PbKind::StringValue(node_name.into())) })].into(),
+    });
+    node
+}
+
+/// ACKs a workload API response.
+fn ack(c: &mut crate::ads_client::AdsClient, nonce: &str) {
+    c.delta_req(istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+        type_url: istiod_proto::type_url::ADDRESS.into(),
+        response_nonce: nonce.to_owned(),
+        ..Default::default()
     });
 }

@@ -194,21 +194,7 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
             ..LoadBalancing::default()
         })
     } else {
-        match traffic_distribution(spec.traffic_distribution.as_deref(), &s.metadata.annotations, ns_annotations) {
-            Distribution::SameZone => Some(prefer(&[
-                load_balancing::Scope::Network,
-                load_balancing::Scope::Region,
-                load_balancing::Scope::Zone,
-            ])),
-            Distribution::SameNode => Some(prefer(&[
-                load_balancing::Scope::Network,
-                load_balancing::Scope::Region,
-                load_balancing::Scope::Zone,
-                load_balancing::Scope::Subzone,
-                load_balancing::Scope::Node,
-            ])),
-            Distribution::Any => None,
-        }
+        traffic_distribution(spec.traffic_distribution.as_deref(), &s.metadata.annotations, ns_annotations).balancing()
     };
     if spec.publish_not_ready_addresses {
         lb.get_or_insert_with(LoadBalancing::default).health_policy = load_balancing::HealthPolicy::AllowAll as i32;
@@ -265,6 +251,21 @@ pub(crate) enum Distribution {
     Any,
     SameZone,
     SameNode,
+}
+
+impl Distribution {
+    /// The load balancing it asks for (`preferSameZoneLoadBalancer`,
+    /// `preferSameNodeLoadBalancer`).
+    pub(crate) fn balancing(&self) -> Option<LoadBalancing> {
+        use load_balancing::Scope;
+        match self {
+            Distribution::SameZone => Some(prefer(&[Scope::Network, Scope::Region, Scope::Zone])),
+            Distribution::SameNode => {
+                Some(prefer(&[Scope::Network, Scope::Region, Scope::Zone, Scope::Subzone, Scope::Node]))
+            }
+            Distribution::Any => None,
+        }
+    }
 }
 
 /// `model.GetTrafficDistribution`: the field, then the Service's

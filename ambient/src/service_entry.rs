@@ -13,7 +13,7 @@ use istiod_proto::istio::workload::{
     LoadBalancing, NetworkAddress, Port, Service as WdsService, Workload, WorkloadStatus, WorkloadType, load_balancing,
 };
 
-use crate::service::{Distribution, Info, PortName, Source};
+use crate::service::{Info, PortName, Source};
 use crate::{Inputs, Settings};
 
 /// A ServiceEntry workload's uid (`generateServiceEntryUID`).
@@ -95,21 +95,7 @@ pub fn infos(o: &IstioObject, se: &ServiceEntry, inputs: &Inputs, settings: &Set
         })
     } else {
         let ns_annotations = inputs.namespace(ns).map(|n| &n.metadata.annotations);
-        match crate::service::traffic_distribution(None, &meta.annotations, ns_annotations) {
-            Distribution::SameZone => Some(crate::service::prefer(&[
-                load_balancing::Scope::Network,
-                load_balancing::Scope::Region,
-                load_balancing::Scope::Zone,
-            ])),
-            Distribution::SameNode => Some(crate::service::prefer(&[
-                load_balancing::Scope::Network,
-                load_balancing::Scope::Region,
-                load_balancing::Scope::Zone,
-                load_balancing::Scope::Subzone,
-                load_balancing::Scope::Node,
-            ])),
-            Distribution::Any => None,
-        }
+        crate::service::traffic_distribution(None, &meta.annotations, ns_annotations).balancing()
     };
     let port_names: BTreeMap<u32, PortName> =
         se.ports.iter().map(|p| (p.number, PortName { port_name: p.name.clone(), ..PortName::default() })).collect();

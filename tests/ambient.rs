@@ -401,8 +401,20 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     wait_for("web's waypoint in ztunnel", within, || {
         web_waypoint(&mut zt).to_string().contains("waypoint.default.svc.cluster.local")
     });
+    // istiod's istio.io/WaypointBound condition on the Service, beside the
+    // API server's own status.
+    let bound = || {
+        let svc = api.get("services", "default", "web").unwrap_or_default();
+        svc["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "istio.io/WaypointBound").cloned())
+            .unwrap_or_default()
+    };
+    wait_for("web's WaypointBound condition", within, || bound()["status"] == "True");
+    assert_eq!(bound()["message"], "Successfully attached to waypoint default/waypoint");
     label_default(json!({}));
     wait_for("web's waypoint gone from ztunnel", within, || web_waypoint(&mut zt).is_null());
+    wait_for("web's WaypointBound condition removed", within, || bound().is_null());
     assert!(!zt.log().contains("type=NACK"), "{}", zt_log_tail(&zt));
 
     // A pod deleted leaves ztunnel's view.

@@ -331,6 +331,11 @@ pub struct Index {
     /// Authorizations by resource name.
     policies: BTreeMap<Arc<str>, Output<Authorization>>,
     /// The statuses istiod writes on the AuthorizationPolicies.
+    policy_statuses: Vec<ObjectStatus>,
+    /// The statuses istiod writes on the Services and ServiceEntries (their
+    /// waypoint binding), by object.
+    service_statuses: BTreeMap<(Source, Key), ObjectStatus>,
+    /// All of them.
     statuses: Arc<Vec<ObjectStatus>>,
 }
 
@@ -416,6 +421,7 @@ impl Index {
             _ => Arc::from(""),
         };
         let as_address = |w: Workload| Address { r#type: Some(address::Type::Workload(w)) };
+        let dirty_statuses = std::mem::take(&mut dirty.statuses);
         for k in dirty.workloads {
             let built = self
                 .inputs
@@ -456,6 +462,14 @@ impl Index {
             };
             let built: Vec<Address> = built.into_iter().map(as_address).collect();
             replace_many(&mut self.slice_workloads, k, built, name, &mut changes);
+        }
+        let statuses_changed = self.rebuild_service_statuses(dirty_statuses);
+        if statuses_changed || rebuilt.policies {
+            let all: Vec<ObjectStatus> =
+                self.policy_statuses.iter().chain(self.service_statuses.values()).cloned().collect();
+            if *self.statuses != all {
+                self.statuses = Arc::new(all);
+            }
         }
         // A name that went and came back in one apply (a Service's hostname
         // can move from one object to another) keeps its last word.
@@ -767,6 +781,7 @@ impl Index {
                 continue;
             }
             for o in old.iter().chain(new.iter()) {
+                dirty.statuses.insert((o.info.source, key(&ns, &o.info.object)));
                 dirty.mark_selected(&self.inputs, &ns, &o.info.selector);
                 match o.info.source {
                     Source::ServiceEntry => {
@@ -799,6 +814,39 @@ impl Index {
         self.statuses.clone()
     }
 
+    /// The `istio.io/WaypointBound` status of each of `objects` that holds
+    /// a service now (istiod writes it on the ServiceInfos it serves);
+    /// whether any changed.
+    fn rebuild_service_statuses(&mut self, objects: BTreeSet<(Source, Key)>) -> bool {
+        let mut changed = false;
+        for (src, k) in objects {
+            let info = self.services.in_ns(&k.0).find(|i| i.source == src && i.object == k.1);
+            let status = info.map(|i| {
+                let condition = i.binding.condition().unwrap_or_else(|| {
+                    // Ours to remove where it was written.
+                    serde_json::json!({"type": waypoint::WAYPOINT_BOUND, "remove": true})
+                });
+                let path = match src {
+                    Source::Service => format!("/api/v1/namespaces/{}/services/{}", k.0, k.1),
+                    Source::ServiceEntry => {
+                        format!("/apis/networking.istio.io/v1/namespaces/{}/serviceentries/{}", k.0, k.1)
+                    }
+                };
+                ObjectStatus { path, status: serde_json::json!({"conditions": [condition]}), generation: i.generation }
+            });
+            let at = (src, k);
+            match status {
+                Some(st) if self.service_statuses.get(&at) != Some(&st) => {
+                    self.service_statuses.insert(at, st);
+                    changed = true;
+                }
+                Some(_) => {}
+                None => changed |= self.service_statuses.remove(&at).is_some(),
+            }
+        }
+        changed
+    }
+
     fn rebuild_statuses(&mut self, settings: &Settings) {
         let mut out: Vec<ObjectStatus> = self
             .inputs
@@ -822,9 +870,7 @@ impl Index {
             })
             .collect();
         out.sort_by(|a, b| a.path.cmp(&b.path));
-        if *self.statuses != out {
-            self.statuses = Arc::new(out);
-        }
+        self.policy_statuses = out;
     }
 
     fn rebuild_policies(&mut self, settings: &Settings, changes: &mut Vec<Change>) {
@@ -865,6 +911,8 @@ struct Dirty {
     policies: bool,
     /// Whether the waypoints may have changed.
     waypoints: bool,
+    /// Services and ServiceEntries whose binding status to compute again.
+    statuses: BTreeSet<(Source, Key)>,
 }
 
 impl Dirty {

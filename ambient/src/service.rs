@@ -91,11 +91,15 @@ pub struct Info {
     pub port_names: BTreeMap<u32, PortName>,
     /// The object's creation time (oldest wins a shared hostname).
     pub created: Option<String>,
+    /// Its binding to a waypoint (its `istio.io/WaypointBound` condition).
+    pub binding: crate::waypoint::Binding,
+    /// The object's generation (the condition's `observedGeneration`).
+    pub generation: Option<i64>,
 }
 
 /// The [`Info`] of Kubernetes Service `s` (`serviceServiceBuilder`).
 pub fn info(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<Info> {
-    let service = build(s, inputs, settings)?;
+    let (service, binding) = build_bound(s, inputs, settings)?;
     let port_names = s
         .spec
         .ports
@@ -115,6 +119,8 @@ pub fn info(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<Info> {
         selector: s.spec.selector.clone(),
         port_names,
         created: s.metadata.creation_timestamp.clone(),
+        binding,
+        generation: s.metadata.generation,
     })
 }
 
@@ -155,6 +161,11 @@ pub fn select(mut candidates: Vec<Info>) -> BTreeMap<String, Info> {
 /// The Service of `s`, or `None` for an ExternalName Service (ambient
 /// leaves those to DNS) or one whose cluster IP does not parse.
 pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsService> {
+    build_bound(s, inputs, settings).map(|(svc, _)| svc)
+}
+
+/// [`build`], with the service's binding to its waypoint.
+fn build_bound(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<(WdsService, crate::waypoint::Binding)> {
     let spec = &s.spec;
     if spec.kind.as_deref() == Some("ExternalName") {
         return None;
@@ -217,8 +228,8 @@ pub fn build(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<WdsSer
         canonical: true,
         ..WdsService::default()
     };
-    set_waypoint(&mut out, &s.metadata.labels, &s.metadata.annotations, inputs);
-    Some(out)
+    let binding = set_waypoint(&mut out, &s.metadata.labels, &s.metadata.annotations, inputs);
+    Some((out, binding))
 }
 
 /// A service's waypoint, whether ingress uses it, and its canary
@@ -229,13 +240,24 @@ pub(crate) fn set_waypoint(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
     inputs: &Inputs,
-) {
+) -> crate::waypoint::Binding {
     let ns = s.namespace.clone();
-    if let Ok(Some(w)) = crate::waypoint::for_service(&inputs.waypoints, inputs, &ns, labels) {
-        s.waypoint = w.address.clone();
-        s.ingress_use_waypoint = crate::waypoint::ingress_use_waypoint(labels, inputs, &ns);
-        s.weighted_waypoints = crate::waypoint::weighted(&inputs.waypoints, inputs, &ns, labels, annotations, w);
+    let mut binding = crate::waypoint::Binding::default();
+    match crate::waypoint::for_service(&inputs.waypoints, inputs, &ns, labels) {
+        Ok(Some(w)) => {
+            s.waypoint = w.address.clone();
+            binding.waypoint = Some(w.resource_name());
+            (binding.ingress_present, binding.ingress_use) = crate::waypoint::ingress_use_waypoint(labels, inputs, &ns);
+            s.ingress_use_waypoint = binding.ingress_use;
+            match crate::waypoint::weighted(&inputs.waypoints, inputs, &ns, labels, annotations, w) {
+                Ok(weighted) => s.weighted_waypoints = weighted,
+                Err(e) => binding.error = Some(e),
+            }
+        }
+        Ok(None) => {}
+        Err(e) => binding.error = Some(e),
     }
+    binding
 }
 
 pub(crate) fn prefer(scopes: &[load_balancing::Scope]) -> LoadBalancing {

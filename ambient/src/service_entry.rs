@@ -107,7 +107,7 @@ pub fn infos(o: &IstioObject, se: &ServiceEntry, inputs: &Inputs, settings: &Set
         load_balancing,
         ..WdsService::default()
     };
-    crate::service::set_waypoint(&mut template, &meta.labels, &meta.annotations, inputs);
+    let binding = crate::service::set_waypoint(&mut template, &meta.labels, &meta.annotations, inputs);
     se.hosts
         .iter()
         .map(|h| Info {
@@ -122,6 +122,8 @@ pub fn infos(o: &IstioObject, se: &ServiceEntry, inputs: &Inputs, settings: &Set
             selector: selector.clone(),
             port_names: port_names.clone(),
             created: meta.creation_timestamp.clone(),
+            binding: binding.clone(),
+            generation: meta.generation,
         })
         .collect()
 }

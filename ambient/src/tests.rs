@@ -811,3 +811,40 @@ fn a_waypoint_without_a_usable_address_still_binds_its_instances() {
     let w = workload(&changes, "Kubernetes//Pod/default/wp-0").unwrap();
     assert_eq!(w.application_tunnel.map(|t| t.port), Some(15088));
 }
+
+/// The `istio.io/WaypointBound` condition istiod writes on a service:
+/// bound, with its waypoint; refused, with the reason in istiod's words;
+/// removed where the service uses none.
+#[test]
+fn services_say_whether_their_waypoint_bound() {
+    let y = |svc_label: &str| {
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: default, labels: {{istio.io/use-waypoint: waypoint}}}}\n---\n{}\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: other, namespace: default, labels: {{{svc_label}}}}}\nspec: {{clusterIP: 10.96.0.11, ports: [{{port: 80}}]}}\n---\n{}",
+            waypoint_gateway(Some("waypoint.default.svc.cluster.local"), None),
+            mesh(1)
+        )
+    };
+    let mut index = Index::new();
+    index.apply(&objects(&y("istio.io/use-waypoint: missing")), None, &Settings::default());
+    let statuses = index.statuses();
+    let condition = |path: &str| {
+        statuses.iter().find(|s| s.path == path).map(|s| s.status["conditions"][0].clone()).unwrap_or_default()
+    };
+    let web = condition("/api/v1/namespaces/default/services/web");
+    assert_eq!((&web["status"], &web["reason"]), (&serde_json::json!("True"), &serde_json::json!("WaypointAccepted")));
+    assert_eq!(web["message"], "Successfully attached to waypoint default/waypoint");
+    let other = condition("/api/v1/namespaces/default/services/other");
+    assert_eq!(
+        (&other["status"], &other["reason"]),
+        (&serde_json::json!("False"), &serde_json::json!("WaypointIsNotReady"))
+    );
+    assert_eq!(other["message"], "waypoint \"default/missing\" is not ready");
+    // Opted out: ours is removed.
+    let svc_ref =
+        [ObjectRef { kind: "Service".into(), namespace: "default".into(), name: "other".into(), service: None }];
+    index.apply(&objects(&y("istio.io/use-waypoint: none")), Some(&svc_ref), &Settings::default());
+    let statuses = index.statuses();
+    let other = statuses.iter().find(|s| s.path == "/api/v1/namespaces/default/services/other").unwrap();
+    assert_eq!(other.status["conditions"][0]["remove"], true);
+}

@@ -190,17 +190,94 @@ fn inbound_binding(text: &str) -> Option<ApplicationTunnel> {
 /// The waypoints by `(namespace, name)`.
 pub type Waypoints = BTreeMap<(String, String), Waypoint>;
 
-/// Why an object has no waypoint though it asked for one (istiod reports
-/// these in the object's status).
+/// Why an object has no waypoint though it asked for one, or no canary
+/// (istiod's `Report*` status messages, `serviceregistry/ambient/status.go`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unbound {
     /// The waypoint does not exist or has no address yet.
     NotReady(String),
     /// The waypoint does not let the object's namespace attach.
     Denied(String),
-    /// The waypoint does not take this kind of traffic.
-    TrafficType(String),
+    /// The waypoint does not take this kind of traffic (`service`,
+    /// `workload`).
+    TrafficType(String, &'static str),
+    /// The canary's weight is not a percentage.
+    CanaryInvalidWeight(String),
+    /// The canary is the primary.
+    CanarySameAsPrimary(String),
 }
+
+impl Unbound {
+    /// The condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unbound::NotReady(_) => "WaypointIsNotReady",
+            Unbound::Denied(_) => "AttachmentDenied",
+            Unbound::TrafficType(..) => "UnsupportedTrafficType",
+            Unbound::CanaryInvalidWeight(_) => "CanaryInvalidWeight",
+            Unbound::CanarySameAsPrimary(_) => "CanarySameAsPrimary",
+        }
+    }
+
+    /// The condition's message, in istiod's words.
+    pub fn message(&self) -> String {
+        match self {
+            Unbound::NotReady(w) => format!("waypoint {w:?} is not ready"),
+            Unbound::Denied(w) => format!("we are not permitted to attach to waypoint {w:?} (missing allowedRoutes?)"),
+            Unbound::TrafficType(w, t) => {
+                format!("attempting to bind to traffic type {t:?} which the waypoint {w:?} does not support")
+            }
+            Unbound::CanaryInvalidWeight(w) => {
+                format!("canary waypoint {w:?} has an invalid weight; must be an integer in [0,100]")
+            }
+            Unbound::CanarySameAsPrimary(w) => format!("canary waypoint {w:?} must differ from the primary waypoint"),
+        }
+    }
+}
+
+/// A service's binding to its waypoint, for its `istio.io/WaypointBound`
+/// condition (istiod's `WaypointBindingStatus`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Binding {
+    /// The waypoint bound (`<ns>/<name>`).
+    pub waypoint: Option<String>,
+    /// `istio.io/ingress-use-waypoint` is set (on it or its namespace).
+    pub ingress_present: bool,
+    /// ... and says true.
+    pub ingress_use: bool,
+    /// Why it is not bound, or why its canary is not.
+    pub error: Option<Unbound>,
+}
+
+impl Binding {
+    /// The `istio.io/WaypointBound` condition (`ServiceInfo.GetConditions`):
+    /// `None` where there is nothing to say (the condition is removed).
+    pub fn condition(&self) -> Option<serde_json::Value> {
+        use serde_json::json;
+        match (&self.waypoint, &self.error) {
+            (Some(w), error) => {
+                let mut msg = format!("Successfully attached to waypoint {w}");
+                if self.ingress_use {
+                    msg += ". Ingress traffic will traverse the waypoint";
+                } else if self.ingress_present {
+                    msg += ". Ingress traffic is not using the waypoint, set the istio.io/ingress-use-waypoint label to true if desired.";
+                }
+                if let Some(e) = error {
+                    msg += ". Canary waypoint not attached: ";
+                    msg += &e.message();
+                }
+                Some(json!({"type": WAYPOINT_BOUND, "status": "True", "reason": "WaypointAccepted", "message": msg}))
+            }
+            (None, Some(e)) => {
+                Some(json!({"type": WAYPOINT_BOUND, "status": "False", "reason": e.reason(), "message": e.message()}))
+            }
+            (None, None) => None,
+        }
+    }
+}
+
+/// The condition type of a service's binding.
+pub const WAYPOINT_BOUND: &str = "istio.io/WaypointBound";
 
 /// The `(namespace, name)` an object's labels name (`GetUseWaypoint`):
 /// `Err(())` for `none`.
@@ -252,7 +329,7 @@ pub fn for_service<'a>(
     }
     match for_target(waypoints, inputs, ns, labels)? {
         Some(w) if w.traffic_type == "service" || w.traffic_type == "all" => Ok(Some(w)),
-        Some(w) => Err(Unbound::TrafficType(w.resource_name())),
+        Some(w) => Err(Unbound::TrafficType(w.resource_name(), "service")),
         None => Ok(None),
     }
 }
@@ -279,18 +356,19 @@ pub fn for_workload(
 }
 
 /// `istio.io/ingress-use-waypoint` of a service with a waypoint: the
-/// object's label, else its namespace's; `true` as Go's `ParseBool` reads
-/// it.
-pub fn ingress_use_waypoint(labels: &BTreeMap<String, String>, inputs: &Inputs, ns: &str) -> bool {
+/// object's label, else its namespace's; whether it is set, and whether it
+/// says true as Go's `ParseBool` reads it.
+pub fn ingress_use_waypoint(labels: &BTreeMap<String, String>, inputs: &Inputs, ns: &str) -> (bool, bool) {
     let value = labels
         .get(INGRESS_USE_WAYPOINT)
         .or_else(|| inputs.namespace(ns).and_then(|n| n.metadata.labels.get(INGRESS_USE_WAYPOINT)));
     match value.map(String::as_str) {
-        None | Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
-        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+        None => (false, false),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => (true, false),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => (true, true),
         Some(v) => {
             tracing::warn!(target: "ambient", "invalid value for label {INGRESS_USE_WAYPOINT}: {v}, defaulting to false");
-            false
+            (true, false)
         }
     }
 }
@@ -298,8 +376,8 @@ pub fn ingress_use_waypoint(labels: &BTreeMap<String, String>, inputs: &Inputs, 
 /// The weighted waypoints of a service with primary waypoint `primary`
 /// (`buildWeightedWaypoints`): `[primary, 100 - w]`, `[canary, w]` for a
 /// canary the object (or, when it names no waypoint itself, its
-/// namespace) declares; none where the canary is the primary, its weight
-/// is not a percentage, or it cannot be used.
+/// namespace) declares; none without one; why not where the canary is the
+/// primary, its weight is not a percentage, or it cannot be used.
 pub fn weighted(
     waypoints: &Waypoints,
     inputs: &Inputs,
@@ -307,7 +385,7 @@ pub fn weighted(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
     primary: &Waypoint,
-) -> Vec<WeightedWaypoint> {
+) -> Result<Vec<WeightedWaypoint>, Unbound> {
     let ns_meta = if use_waypoint(labels, ns).ok().flatten().is_none() {
         inputs.namespace(ns).map(|n| &n.metadata)
     } else {
@@ -321,26 +399,32 @@ pub fn weighted(
         labels
     };
     let Some(name) = canary_labels.get(USE_WAYPOINT_CANARY).filter(|v| !v.is_empty() && *v != "none") else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let canary_ns = canary_labels.get(USE_WAYPOINT_CANARY_NAMESPACE).map_or(ns, String::as_str);
+    let resource = format!("{canary_ns}/{name}");
     let weight_text = annotations.get(CANARY_WEIGHT).or_else(|| ns_meta.and_then(|m| m.annotations.get(CANARY_WEIGHT)));
     let weight = match weight_text {
         None => Some(0),
         Some(v) => v.parse::<u32>().ok().filter(|w| *w <= 100),
     };
-    if format!("{canary_ns}/{name}") == primary.resource_name() {
-        return Vec::new();
+    if resource == primary.resource_name() {
+        return Err(Unbound::CanarySameAsPrimary(resource));
     }
-    let Some(weight) = weight else { return Vec::new() };
-    let Some(canary) = waypoints.get(&(canary_ns.to_owned(), name.clone())) else { return Vec::new() };
-    if !canary.allows(ns, inputs) || !(canary.traffic_type == "service" || canary.traffic_type == "all") {
-        return Vec::new();
+    let Some(weight) = weight else { return Err(Unbound::CanaryInvalidWeight(resource)) };
+    let Some(canary) = waypoints.get(&(canary_ns.to_owned(), name.clone())) else {
+        return Err(Unbound::NotReady(resource));
+    };
+    if !canary.allows(ns, inputs) {
+        return Err(Unbound::Denied(resource));
     }
-    vec![
+    if !(canary.traffic_type == "service" || canary.traffic_type == "all") {
+        return Err(Unbound::TrafficType(resource, "service"));
+    }
+    Ok(vec![
         WeightedWaypoint { destination: primary.address.clone(), weight: 100 - weight },
         WeightedWaypoint { destination: canary.address.clone(), weight },
-    ]
+    ])
 }
 
 /// A waypoint's address as protojson writes it (in `/debug/ambientz`).

@@ -612,7 +612,8 @@ impl FakeApi {
         // The status subresource: only `status` of the body is stored
         // (the API server's rule), with the same version check as a PUT.
         let status_of = match segs.as_slice() {
-            ["apis", _, _, "namespaces", ns, plural, name, "status"] => Some((*ns, *plural, *name)),
+            ["apis", _, _, "namespaces", ns, plural, name, "status"]
+            | ["api", "v1", "namespaces", ns, plural, name, "status"] => Some((*ns, *plural, *name)),
             ["apis", _, _, plural, name, "status"] => Some(("", *plural, *name)),
             _ => None,
         };

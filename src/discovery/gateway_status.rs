@@ -87,15 +87,23 @@ fn stamp(desired: &mut Value, existing: &Value, now: &str, generation: &Value) {
 }
 
 /// The status to write on `object` for `desired`, or `None` when it says
-/// that already. `shared`: an Istio object's status, which other writers
-/// share (istiod applies its conditions server-side, one field manager per
-/// controller): their condition types and other fields stay.
+/// that already. `shared`: an Istio object's or a core object's (a
+/// Service's) status, which other writers share (istiod applies its
+/// conditions server-side, one field manager per controller): their
+/// condition types and other fields stay, and a desired condition marked
+/// `"remove": true` takes ours of that type off.
 fn next_status(object: &Value, desired: &Value, shared: bool) -> Option<Value> {
     let existing = &object["status"];
     let mut want = desired.clone();
+    let ours: Vec<Value> = want["conditions"].as_array().into_iter().flatten().map(|c| c["type"].clone()).collect();
+    // A condition of ours marked `remove`: taken off where it is.
+    if let Some(conds) = want.get_mut("conditions").and_then(Value::as_array_mut) {
+        conds.retain(|c| c["remove"] != true);
+        if conds.is_empty() && existing.get("conditions").is_none() {
+            want.as_object_mut().map(|m| m.remove("conditions"));
+        }
+    }
     if shared && let (Some(old), Some(new)) = (existing.as_object(), want.as_object_mut()) {
-        let ours: Vec<Value> =
-            new.get("conditions").and_then(Value::as_array).into_iter().flatten().map(|c| c["type"].clone()).collect();
         let theirs: Vec<Value> = old
             .get("conditions")
             .and_then(Value::as_array)
@@ -104,13 +112,17 @@ fn next_status(object: &Value, desired: &Value, shared: bool) -> Option<Value> {
             .filter(|c| !ours.contains(&c["type"]))
             .cloned()
             .collect();
-        if let Some(conds) = new.get_mut("conditions").and_then(Value::as_array_mut) {
-            let mine = std::mem::take(conds);
-            *conds = theirs.into_iter().chain(mine).collect();
+        let mine = new.remove("conditions").and_then(|c| c.as_array().cloned()).unwrap_or_default();
+        let all: Vec<Value> = theirs.into_iter().chain(mine).collect();
+        if !all.is_empty() || old.contains_key("conditions") {
+            new.insert("conditions".into(), Value::Array(all));
         }
         for (k, v) in old {
             new.entry(k.clone()).or_insert_with(|| v.clone());
         }
+    }
+    if existing.is_null() && want.as_object().is_some_and(|m| m.is_empty()) {
+        return None; // nothing to say, nothing said
     }
     // Keep other controllers' route parents.
     if let Some(parents) = want.get_mut("parents").and_then(Value::as_array_mut) {
@@ -158,7 +170,8 @@ async fn write(api: &Api, s: &ObjectStatus) -> Result<bool, String> {
         }
     }
     let Some((path, mut object)) = found else { return Ok(false) };
-    let Some(status) = next_status(&object, &s.status, s.path.contains(".istio.io/")) else { return Ok(true) };
+    let shared = s.path.contains(".istio.io/") || s.path.starts_with("/api/v1/");
+    let Some(status) = next_status(&object, &s.status, shared) else { return Ok(true) };
     object["status"] = status;
     match api.replace(&format!("{path}/status"), &object).await? {
         Write::Done(_) => Ok(true),
@@ -281,6 +294,23 @@ mod tests {
         assert_eq!(s["validationMessages"][0]["type"]["code"], "IST0101");
         let written = json!({"metadata": {"generation": 1}, "status": s});
         assert!(next_status(&written, &desired, true).is_none(), "nothing to write when it says the same");
+    }
+
+    /// A condition marked `remove` takes ours off a Service's status and
+    /// leaves the rest; where there is none, nothing is written.
+    #[test]
+    fn a_removed_condition_goes_and_the_rest_stays() {
+        let desired = json!({"conditions": [{"type": "istio.io/WaypointBound", "remove": true}]});
+        let object = json!({"status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}, "conditions": [
+            {"type": "istio.io/WaypointBound", "status": "True", "reason": "WaypointAccepted", "message": "m", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+            {"type": "Other", "status": "True", "reason": "R", "message": "m", "lastTransitionTime": "2020-01-01T00:00:00Z"},
+        ]}});
+        let s = next_status(&object, &desired, true).unwrap();
+        assert_eq!(s["conditions"].as_array().unwrap().len(), 1, "{s}");
+        assert_eq!(s["conditions"][0]["type"], "Other");
+        assert_eq!(s["loadBalancer"]["ingress"][0]["ip"], "1.2.3.4");
+        let clean = json!({"status": {"loadBalancer": {}}});
+        assert!(next_status(&clean, &desired, true).is_none(), "nothing to remove: no write");
     }
 
     #[test]

@@ -335,6 +335,9 @@ pub struct Index {
     /// The statuses istiod writes on the Services and ServiceEntries (their
     /// waypoint binding), by object.
     service_statuses: BTreeMap<(Source, Key), ObjectStatus>,
+    /// The statuses istiod writes on the WorkloadEntries (their waypoint
+    /// binding).
+    entry_statuses: BTreeMap<Key, ObjectStatus>,
     /// All of them.
     statuses: Arc<Vec<ObjectStatus>>,
 }
@@ -431,14 +434,36 @@ impl Index {
                 .map(as_address);
             replace(&mut self.workloads, k, built, name, Kind::Address, &mut changes);
         }
+        let mut entry_statuses_changed = false;
         for k in dirty.entries {
             let built = self.inputs.entries.get(&k).and_then(|o| match &o.spec {
                 IstioSpec::WorkloadEntry(we) => {
-                    Some(workload::from_workload_entry(o, we, &self.inputs, &self.services, settings))
+                    Some((workload::entry_workload(o, we, &self.inputs, &self.services, settings), o.meta.generation))
                 }
                 _ => None,
             });
-            replace(&mut self.entry_workloads, k, built.map(as_address), name, Kind::Address, &mut changes);
+            // Its istio.io/WaypointBound condition (ours removed where it
+            // has nothing to say).
+            let status = built.as_ref().map(|((_, binding), generation)| {
+                let condition = binding
+                    .condition()
+                    .unwrap_or_else(|| serde_json::json!({"type": waypoint::WAYPOINT_BOUND, "remove": true}));
+                ObjectStatus {
+                    path: format!("/apis/networking.istio.io/v1/namespaces/{}/workloadentries/{}", k.0, k.1),
+                    status: serde_json::json!({"conditions": [condition]}),
+                    generation: *generation,
+                }
+            });
+            entry_statuses_changed |= match status {
+                Some(st) if self.entry_statuses.get(&k) != Some(&st) => {
+                    self.entry_statuses.insert(k.clone(), st);
+                    true
+                }
+                Some(_) => false,
+                None => self.entry_statuses.remove(&k).is_some(),
+            };
+            let built = built.map(|((w, _), _)| as_address(w));
+            replace(&mut self.entry_workloads, k, built, name, Kind::Address, &mut changes);
         }
         for k in dirty.service_entries {
             let built = match self.inputs.service_entries.get(&k).map(|o| (o, &o.spec)) {
@@ -464,9 +489,14 @@ impl Index {
             replace_many(&mut self.slice_workloads, k, built, name, &mut changes);
         }
         let statuses_changed = self.rebuild_service_statuses(dirty_statuses);
-        if statuses_changed || rebuilt.policies {
-            let all: Vec<ObjectStatus> =
-                self.policy_statuses.iter().chain(self.service_statuses.values()).cloned().collect();
+        if statuses_changed || entry_statuses_changed || rebuilt.policies {
+            let all: Vec<ObjectStatus> = self
+                .policy_statuses
+                .iter()
+                .chain(self.service_statuses.values())
+                .chain(self.entry_statuses.values())
+                .cloned()
+                .collect();
             if *self.statuses != all {
                 self.statuses = Arc::new(all);
             }

@@ -848,3 +848,85 @@ fn services_say_whether_their_waypoint_bound() {
     let other = statuses.iter().find(|s| s.path == "/api/v1/namespaces/default/services/other").unwrap();
     assert_eq!(other.status["conditions"][0]["remove"], true);
 }
+
+/// Upstream `TestWorkloadEntryConditions` (workloads_test.go), its six
+/// cases: a WorkloadEntry's `istio.io/WaypointBound` condition (`None`:
+/// none to write, ours removed). Waypoints are written as Gateways (see
+/// testdata/pod_workloads.yaml).
+#[test]
+fn upstream_workload_entry_conditions() {
+    let gw = |name: &str, ns: &str, traffic: &str, allowed: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}, labels: {{istio.io/waypoint-for: {traffic}}}}}\n\
+             spec: {{gatewayClassName: istio-waypoint, listeners: [{{name: mesh, port: 15008, protocol: HBONE, allowedRoutes: {{namespaces: {allowed}}}}}]}}\n\
+             status: {{addresses: [{{type: Hostname, value: hostname.example}}]}}\n---\n"
+        )
+    };
+    let ns = |labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: ns, labels: {{kubernetes.io/metadata.name: ns{labels}}}}}\n---\n"
+        )
+    };
+    let we = |labels: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: name, namespace: ns, labels: {{{labels}}}}}\nspec: {{address: 1.2.3.4}}\n"
+        )
+    };
+    let selector_ns = "{from: Selector, selector: {matchLabels: {kubernetes.io/metadata.name: ns}}}";
+    let same = "{from: Same}";
+    let cases: [(&str, String, Option<(&str, &str, &str)>); 6] = [
+        (
+            "workload entry bound to waypoint",
+            gw("waypoint", "waypoint-ns", "all", selector_ns)
+                + &ns("")
+                + &we("istio.io/use-waypoint: waypoint, istio.io/use-waypoint-namespace: waypoint-ns"),
+            Some(("True", "WaypointAccepted", "Successfully attached to waypoint waypoint-ns/waypoint")),
+        ),
+        (
+            "workload entry with waypoint not ready",
+            ns("") + &we("istio.io/use-waypoint: missing-waypoint"),
+            Some(("False", "WaypointIsNotReady", "waypoint \"ns/missing-waypoint\" is not ready")),
+        ),
+        ("workload entry without waypoint", we(""), None),
+        (
+            "workload entry with namespace-inherited service-only waypoint produces no condition",
+            gw("service-waypoint", "ns", "service", same) + &ns(", istio.io/use-waypoint: service-waypoint") + &we(""),
+            None,
+        ),
+        (
+            "workload entry with direct service-only waypoint label produces error",
+            gw("service-waypoint", "ns", "service", same) + &ns("") + &we("istio.io/use-waypoint: service-waypoint"),
+            Some((
+                "False",
+                "UnsupportedTrafficType",
+                "attempting to bind to traffic type \"workload\" which the waypoint \"ns/service-waypoint\" does not support",
+            )),
+        ),
+        (
+            "workload entry with namespace-inherited all-traffic waypoint binds successfully",
+            gw("all-waypoint", "ns", "all", same) + &ns(", istio.io/use-waypoint: all-waypoint") + &we(""),
+            Some(("True", "WaypointAccepted", "Successfully attached to waypoint ns/all-waypoint")),
+        ),
+    ];
+    for (name, y, want) in cases {
+        let mut index = Index::new();
+        index.apply(&objects(&y), None, &Settings::default());
+        let statuses = index.statuses();
+        let st = statuses
+            .iter()
+            .find(|s| s.path == "/apis/networking.istio.io/v1/namespaces/ns/workloadentries/name")
+            .unwrap_or_else(|| panic!("{name}: no status"));
+        let c = &st.status["conditions"][0];
+        assert_eq!(c["type"], "istio.io/WaypointBound", "{name}");
+        match want {
+            Some((status, reason, message)) => {
+                assert_eq!(
+                    (c["status"].as_str(), c["reason"].as_str(), c["message"].as_str()),
+                    (Some(status), Some(reason), Some(message)),
+                    "{name}"
+                );
+            }
+            None => assert_eq!(c["remove"], true, "{name}: {c}"),
+        }
+    }
+}

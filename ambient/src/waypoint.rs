@@ -344,14 +344,35 @@ pub fn for_workload(
     ns: &str,
     labels: &BTreeMap<String, String>,
 ) -> (Option<GatewayAddress>, Option<ApplicationTunnel>) {
+    let (address, tunnel, _) = workload_binding(waypoints, inputs, ns, labels);
+    (address, tunnel)
+}
+
+/// [`for_workload`], with the binding its `istio.io/WaypointBound`
+/// condition reports (`fetchWaypointForWorkload`'s error).
+pub fn workload_binding(
+    waypoints: &Waypoints,
+    inputs: &Inputs,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+) -> (Option<GatewayAddress>, Option<ApplicationTunnel>, Binding) {
     if let Some(gw) = labels.get(GATEWAY_NAME).filter(|n| !n.is_empty())
         && let Some(w) = waypoints.get(&(ns.to_owned(), gw.clone()))
     {
-        return (None, w.binding);
+        return (None, w.binding, Binding::default());
     }
     match for_target(waypoints, inputs, ns, labels) {
-        Ok(Some(w)) if w.traffic_type == "workload" || w.traffic_type == "all" => (w.address.clone(), None),
-        _ => (None, None),
+        Ok(Some(w)) if w.traffic_type == "workload" || w.traffic_type == "all" => {
+            (w.address.clone(), None, Binding { waypoint: Some(w.resource_name()), ..Binding::default() })
+        }
+        // Inherited from the namespace, a waypoint for services is no
+        // error for a workload.
+        Ok(Some(w)) if labels.contains_key(USE_WAYPOINT) => {
+            let error = Some(Unbound::TrafficType(w.resource_name(), "workload"));
+            (None, None, Binding { error, ..Binding::default() })
+        }
+        Ok(_) => (None, None, Binding::default()),
+        Err(error) => (None, None, Binding { error: Some(error), ..Binding::default() }),
     }
 }
 

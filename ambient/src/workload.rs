@@ -113,6 +113,18 @@ pub fn from_workload_entry(
     services: &Services,
     settings: &Settings,
 ) -> Workload {
+    entry_workload(o, we, inputs, services, settings).0
+}
+
+/// [`from_workload_entry`], with the entry's binding to its waypoint (its
+/// `istio.io/WaypointBound` condition).
+pub(crate) fn entry_workload(
+    o: &istiod_config::istio::IstioObject,
+    we: &istiod_config::istio::networking::WorkloadEntry,
+    inputs: &Inputs,
+    services: &Services,
+    settings: &Settings,
+) -> (Workload, crate::waypoint::Binding) {
     let meta = &o.meta;
     let ns = meta.ns();
     let labels = entry_labels(o, we);
@@ -145,9 +157,11 @@ pub fn from_workload_entry(
         None => labels.get("service.istio.io/workload-name").cloned().unwrap_or_else(|| meta.name.clone()),
     };
     (w.canonical_name, w.canonical_revision) = canonical_service(&labels, &w.workload_name);
-    (w.waypoint, w.application_tunnel) = crate::waypoint::for_workload(&inputs.waypoints, inputs, ns, &labels);
+    let binding;
+    (w.waypoint, w.application_tunnel, binding) =
+        crate::waypoint::workload_binding(&inputs.waypoints, inputs, ns, &labels);
     set_tunnel(&labels, &meta.annotations, &mut w);
-    w
+    (w, binding)
 }
 
 /// The `services` map of a WorkloadEntry or a ServiceEntry endpoint

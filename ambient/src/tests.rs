@@ -874,7 +874,9 @@ fn upstream_workload_entry_conditions() {
     };
     let selector_ns = "{from: Selector, selector: {matchLabels: {kubernetes.io/metadata.name: ns}}}";
     let same = "{from: Same}";
-    let cases: [(&str, String, Option<(&str, &str, &str)>); 6] = [
+    // (case, objects, the condition's status, reason and message)
+    type Want<'a> = Option<(&'a str, &'a str, &'a str)>;
+    let cases: [(&str, String, Want); 6] = [
         (
             "workload entry bound to waypoint",
             gw("waypoint", "waypoint-ns", "all", selector_ns)

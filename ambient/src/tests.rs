@@ -876,7 +876,7 @@ fn upstream_workload_entry_conditions() {
     let same = "{from: Same}";
     // (case, objects, the condition's status, reason and message)
     type Want<'a> = Option<(&'a str, &'a str, &'a str)>;
-    let cases: [(&str, String, Want); 6] = [
+    let cases: [(&str, String, Want<'_>); 6] = [
         (
             "workload entry bound to waypoint",
             gw("waypoint", "waypoint-ns", "all", selector_ns)

@@ -1230,12 +1230,19 @@ pub fn fuzz_one(yaml: &str) {
     take(&mut view, inc.apply(&all, Some(&named), &settings));
     assert!(as_map(inc.all()) == as_map(full.all()), "an incremental apply differs from a full build");
     assert!(view == as_map(full.all()), "what was pushed differs from a full build");
+    let paths = |i: &Index| -> Vec<ObjectStatus> {
+        let mut v = i.statuses().to_vec();
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
+    };
+    assert!(paths(&inc) == paths(&full), "incremental statuses differ from a full build's");
     // And back: the second half goes (or reverts), named again.
     let mut before = Index::new();
     before.apply(&half, None, &settings);
     take(&mut view, inc.apply(&half, Some(&named), &settings));
     assert!(as_map(inc.all()) == as_map(before.all()), "an incremental removal differs from a full build");
     assert!(view == as_map(before.all()), "what was pushed on removal differs from a full build");
+    assert!(paths(&inc) == paths(&before), "statuses after a removal differ from a full build's");
 }
 
 #[cfg(test)]

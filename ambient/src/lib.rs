@@ -850,19 +850,34 @@ impl Index {
     fn rebuild_service_statuses(&mut self, objects: BTreeSet<(Source, Key)>) -> bool {
         let mut changed = false;
         for (src, k) in objects {
-            let info = self.services.in_ns(&k.0).find(|i| i.source == src && i.object == k.1);
-            let status = info.map(|i| {
-                let condition = i.binding.condition().unwrap_or_else(|| {
-                    // Ours to remove where it was written.
-                    serde_json::json!({"type": waypoint::WAYPOINT_BOUND, "remove": true})
-                });
+            let mine: Vec<&Info> = self.services.in_ns(&k.0).filter(|i| i.source == src && i.object == k.1).collect();
+            let status = mine.first().map(|i| {
+                let remove = |t: &str| serde_json::json!({"type": t, "remove": true});
+                // Ours to remove where it was written.
+                let mut conditions = vec![i.binding.condition().unwrap_or_else(|| remove(waypoint::WAYPOINT_BOUND))];
+                if src == Source::ServiceEntry {
+                    // `istio.io/WaypointMissing`: a ServiceEntry that needs
+                    // a waypoint (a wildcard host, a racing connect
+                    // strategy) and has none.
+                    let wildcard = mine.iter().any(|i| i.service.hostname.starts_with('*'));
+                    let missing = match (&i.binding.waypoint, i.racing_connect, wildcard) {
+                        (Some(_), _, _) | (None, false, false) => remove(waypoint::WAYPOINT_MISSING),
+                        (None, true, _) => serde_json::json!({"type": waypoint::WAYPOINT_MISSING, "status": "True",
+                            "reason": "NoWaypointForRacingConnectStrategy",
+                            "message": "ServiceEntry has a non-default connect strategy but no waypoint bound. A waypoint is required for connect strategies to take effect for ambient clients."}),
+                        (None, false, true) => serde_json::json!({"type": waypoint::WAYPOINT_MISSING, "status": "True",
+                            "reason": "NoWaypointForWildcardService",
+                            "message": "ServiceEntry will not apply until it is bound to a valid waypoint."}),
+                    };
+                    conditions.push(missing);
+                }
                 let path = match src {
                     Source::Service => format!("/api/v1/namespaces/{}/services/{}", k.0, k.1),
                     Source::ServiceEntry => {
                         format!("/apis/networking.istio.io/v1/namespaces/{}/serviceentries/{}", k.0, k.1)
                     }
                 };
-                ObjectStatus { path, status: serde_json::json!({"conditions": [condition]}), generation: i.generation }
+                ObjectStatus { path, status: serde_json::json!({"conditions": conditions}), generation: i.generation }
             });
             let at = (src, k);
             match status {

@@ -95,6 +95,9 @@ pub struct Info {
     pub binding: crate::waypoint::Binding,
     /// The object's generation (the condition's `observedGeneration`).
     pub generation: Option<i64>,
+    /// A ServiceEntry's `istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT`
+    /// (`GetDNSConnectStrategy`), which needs a waypoint.
+    pub racing_connect: bool,
 }
 
 /// The [`Info`] of Kubernetes Service `s` (`serviceServiceBuilder`).
@@ -121,6 +124,7 @@ pub fn info(s: &Service, inputs: &Inputs, settings: &Settings) -> Option<Info> {
         created: s.metadata.creation_timestamp.clone(),
         binding,
         generation: s.metadata.generation,
+        racing_connect: false,
     })
 }
 

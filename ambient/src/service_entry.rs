@@ -124,6 +124,10 @@ pub fn infos(o: &IstioObject, se: &ServiceEntry, inputs: &Inputs, settings: &Set
             created: meta.creation_timestamp.clone(),
             binding: binding.clone(),
             generation: meta.generation,
+            racing_connect: meta
+                .annotations
+                .get("istio.io/connect-strategy")
+                .is_some_and(|v| v.eq_ignore_ascii_case("RACE_FIRST_TCP_CONNECT")),
         })
         .collect()
 }

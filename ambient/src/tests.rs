@@ -932,3 +932,33 @@ fn upstream_workload_entry_conditions() {
         }
     }
 }
+
+/// istiod's `istio.io/WaypointMissing` on a ServiceEntry that needs a
+/// waypoint and has none (`ServiceInfo.GetConditions`): a wildcard host,
+/// a racing connect strategy; removed once bound.
+#[test]
+fn a_service_entry_that_needs_a_waypoint_says_so() {
+    let se = |extra_meta: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: wild, namespace: default{extra_meta}}}\n\
+             spec: {{hosts: ['*.wild.example.com'], ports: [{{number: 443, name: tls, protocol: TLS}}], resolution: NONE}}\n---\n"
+        )
+    };
+    let missing = |y: &str| {
+        let mut index = Index::new();
+        index.apply(&objects(y), None, &Settings::default());
+        let statuses = index.statuses();
+        let st =
+            statuses.iter().find(|s| s.path == "/apis/networking.istio.io/v1/namespaces/default/serviceentries/wild");
+        let conds = st.expect("a status").status["conditions"].as_array().unwrap().clone();
+        conds.into_iter().find(|c| c["type"] == "istio.io/WaypointMissing").unwrap()
+    };
+    let c = missing(&se(""));
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("NoWaypointForWildcardService")));
+    assert_eq!(c["message"], "ServiceEntry will not apply until it is bound to a valid waypoint.");
+    let c = missing(&se(", annotations: {istio.io/connect-strategy: race_first_tcp_connect}"));
+    assert_eq!(c["reason"], "NoWaypointForRacingConnectStrategy");
+    let bound = se(", labels: {istio.io/use-waypoint: waypoint}")
+        + &waypoint_gateway(Some("waypoint.default.svc.cluster.local"), None);
+    assert_eq!(missing(&bound)["remove"], true);
+}

@@ -278,6 +278,8 @@ impl Binding {
 
 /// The condition type of a service's binding.
 pub const WAYPOINT_BOUND: &str = "istio.io/WaypointBound";
+/// The condition type of a ServiceEntry that needs a waypoint and has none.
+pub const WAYPOINT_MISSING: &str = "istio.io/WaypointMissing";
 
 /// The `(namespace, name)` an object's labels name (`GetUseWaypoint`):
 /// `Err(())` for `none`.

@@ -505,3 +505,58 @@ fn upstream_pod_lifecycle_workload_gates() {
     assert_eq!(status(&s, "pod3"), WorkloadStatus::Unhealthy);
     assert!(!s.all_names().contains(&s.pod("pod4")));
 }
+
+/// Upstream `TestAmbientIndex_ServiceOverlap` ("serviceentry overlap" and
+/// "wildcard serviceentry overlap"): ServiceEntries of one hostname in two
+/// namespaces, then two in one; the oldest of a namespace holds it, one is
+/// canonical, and deleting a holder hands the hostname (and its endpoints'
+/// workloads) to the next. Upstream's `generateServiceEntry` leaves the
+/// resolution NONE with endpoints, which istiod's validation refuses
+/// ("no endpoints should be provided for resolution type none"); here it
+/// is STATIC, which changes nothing the test asserts. Creation times
+/// increase with each object, as the API server stamps them.
+#[test]
+fn upstream_service_overlap() {
+    for host in ["foo.com", "*.foo.com"] {
+        let mut s = Env::new("cluster0", "testnetwork");
+        let mut created = 0;
+        let mut add = |s: &mut Env, i: u32, ns: &str| {
+            created += 1;
+            s.apply(&format!(
+                "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\n\
+                 metadata: {{name: se-{i}, namespace: {ns}, creationTimestamp: '2024-01-01T00:00:{created:02}Z'}}\n\
+                 spec: {{hosts: ['{host}'], addresses: [10.255.0.{i}], resolution: STATIC, ports: [{{name: http, number: 80, targetPort: 8080}}],\n\
+                 endpoints: [{{address: 10.10.0.{i}, ports: {{http: 8081}}}}]}}\n"
+            ))
+        };
+        let ep = |ns: &str, i: u32| format!("cluster0/networking.istio.io/ServiceEntry/{ns}/se-{i}/10.10.0.{i}");
+        let svc = |ns: &str| format!("{ns}/{host}");
+        let canonical = |s: &Env| -> String {
+            let c = s.index.services().find(|(_, i)| i.service.hostname == host && i.service.canonical);
+            c.map(|(_, i)| i.object.clone()).unwrap_or_default()
+        };
+        pushed(&add(&mut s, 11, "original"), &[&svc("original"), &ep("original", 11)]);
+        assert!(s.by_vip("10.255.0.11").contains(&svc("original")), "{host}");
+        assert_eq!(canonical(&s), "se-11", "{host}");
+        pushed(&add(&mut s, 1, NS), &[&svc(NS), &ep(NS, 1)]);
+        assert!(s.by_vip("10.255.0.1").contains(&svc(NS)), "{host}");
+        // The newer one of ns1: nothing changes.
+        assert_eq!(add(&mut s, 2, NS), set(&[]), "{host}");
+        assert!(s.by_vip("10.255.0.2").is_empty(), "{host}");
+        // The canonical one goes: ns1's becomes canonical.
+        let r = ObjectRef {
+            kind: "ServiceEntry".into(),
+            namespace: "original".into(),
+            name: "se-11".into(),
+            service: None,
+        };
+        s.remove(&r);
+        pushed(&s.changed(&[r]), &[&svc("original"), &ep("original", 11), &svc(NS)]);
+        assert_eq!(canonical(&s), "se-1", "{host}");
+        // ns1's holder goes: the newer takes over.
+        pushed(&s.delete("ServiceEntry", "se-1"), &[&svc(NS), &ep(NS, 2), &ep(NS, 1)]);
+        assert!(s.by_vip("10.255.0.1").is_empty(), "{host}");
+        assert!(s.by_vip("10.255.0.2").contains(&svc(NS)), "{host}");
+        assert_eq!(canonical(&s), "se-2", "{host}");
+    }
+}

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use istiod_config::manifest::{ObjectRef, parse_file};
 use istiod_config::objects::Objects;
 use istiod_proto::istio::workload::{Workload, address};
+use istiod_proto::prost::Message;
 
 use super::*;
 
@@ -56,6 +57,44 @@ impl Env {
         let r = ObjectRef { kind: kind.into(), namespace: NS.into(), name: name.into(), service: None };
         self.remove(&r);
         self.changed(&[r])
+    }
+
+    /// What a lookup of `key` finds (istiod's ambient `Lookup`): a
+    /// workload's uid itself, else what the served snapshot's aliases say
+    /// the key stands for (`<network>/<ip>`, a service).
+    fn lookup(&self, key: &str) -> Vec<Address> {
+        use istiod_xds_api::snapshot::{SimpleModel, SimpleResource};
+        let mut model = SimpleModel::default();
+        for (kind, name, body) in self.index.all() {
+            if let (Kind::Address, Some(body)) = (kind, body) {
+                model.resources[Kind::Address as usize].insert(name, SimpleResource { generation: 0, body });
+            }
+        }
+        let table = istiod_mesh::generator::workload_api::aliases(&model);
+        let names: Vec<Arc<str>> = match table.stands_for.get(key) {
+            Some(names) => names.clone(),
+            None => {
+                model.resources[Kind::Address as usize].contains_key(key).then(|| Arc::from(key)).into_iter().collect()
+            }
+        };
+        let map = &model.resources[Kind::Address as usize];
+        names.iter().map(|n| Address::decode(map[n].body.clone()).unwrap()).collect()
+    }
+
+    /// The names (`name` fields) of what a lookup of `key` finds
+    /// (`assertAddresses`).
+    fn lookup_names(&self, key: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .lookup(key)
+            .into_iter()
+            .filter_map(|a| match a.r#type? {
+                address::Type::Workload(w) => Some(w.name),
+                address::Type::Service(s) => Some(s.name),
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The names of every address resource (`assertAddresses(t, "", ...)`).
@@ -558,5 +597,61 @@ fn upstream_service_overlap() {
         assert!(s.by_vip("10.255.0.1").is_empty(), "{host}");
         assert!(s.by_vip("10.255.0.2").contains(&svc(NS)), "{host}");
         assert_eq!(canonical(&s), "se-2", "{host}");
+    }
+}
+
+/// Upstream `TestAmbientIndex_NetworkAndClusterIDs` ("values unset",
+/// "values set"): a pod is found by its address on the network given.
+#[test]
+fn upstream_network_and_cluster_ids() {
+    for (cluster, network) in [("", ""), ("cluster0", "testnetwork")] {
+        let mut s = Env::new(cluster, network);
+        assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&s.pod("pod1")]));
+        assert_eq!(s.lookup_names(&format!("{network}/127.0.0.1")), ["pod1"], "{cluster:?} {network:?}");
+    }
+}
+
+/// Upstream `TestAmbientIndex_WorkloadNotFound`: an address no pod has
+/// finds nothing.
+#[test]
+fn upstream_workload_not_found() {
+    let mut s = Env::new("cluster0", "testnetwork");
+    s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true);
+    assert!(s.lookup_names("testnetwork/10.0.0.1").is_empty());
+}
+
+/// Upstream `TestAmbientIndex_LookupWorkloads`: pods found by address and
+/// by uid, pod3 as upstream's expected Workload.
+#[test]
+fn upstream_lookup_workloads() {
+    use istiod_proto::istio::workload::{WorkloadStatus, WorkloadType};
+    let mut s = Env::new("cluster0", "testnetwork");
+    s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true);
+    s.add_pod("127.0.0.2", "pod2", "sa1", "app: a, other: label", true);
+    s.add_pod("127.0.0.3", "pod3", "sa1", "app: other", true);
+    let names: BTreeSet<String> = ["pod1", "pod2", "pod3"].iter().map(|p| s.pod(p)).collect();
+    assert_eq!(s.all_names(), names);
+    assert_eq!(s.lookup_names("testnetwork/127.0.0.1"), ["pod1"]);
+    assert_eq!(s.lookup_names("testnetwork/127.0.0.2"), ["pod2"]);
+    let want = Workload {
+        name: "pod3".into(),
+        namespace: NS.into(),
+        addresses: vec![vec![127, 0, 0, 3]],
+        network: "testnetwork".into(),
+        service_account: "sa1".into(),
+        uid: s.pod("pod3"),
+        node: "node1".into(),
+        canonical_name: "other".into(),
+        canonical_revision: "latest".into(),
+        workload_type: WorkloadType::Pod as i32,
+        workload_name: "pod3".into(),
+        cluster_id: "cluster0".into(),
+        status: WorkloadStatus::Healthy as i32,
+        ..Workload::default()
+    };
+    for key in [s.pod("pod3"), "testnetwork/127.0.0.3".to_owned()] {
+        let found = s.lookup(&key);
+        assert_eq!(found.len(), 1, "{key}");
+        assert_eq!(found[0].r#type, Some(address::Type::Workload(want.clone())), "{key}");
     }
 }

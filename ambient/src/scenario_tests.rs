@@ -188,8 +188,13 @@ impl Env {
 
     /// `addService(t, name, labels, annotations, ports, selector, ip)`.
     fn add_service(&mut self, name: &str, selector: &str, ip: &str) -> BTreeSet<String> {
+        self.add_service_labelled(name, "", selector, ip)
+    }
+
+    /// `addService` with labels (`labelService`).
+    fn add_service_labelled(&mut self, name: &str, labels: &str, selector: &str, ip: &str) -> BTreeSet<String> {
         self.apply(&format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {NS}}}\n\
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {NS}, labels: {{{labels}}}}}\n\
              spec: {{clusterIP: {ip}, selector: {{{selector}}}, ports: [{{name: port-80, port: 80}}]}}\n"
         ))
     }
@@ -653,5 +658,50 @@ fn upstream_lookup_workloads() {
         let found = s.lookup(&key);
         assert_eq!(found.len(), 1, "{key}");
         assert_eq!(found[0].r#type, Some(address::Type::Workload(want.clone())), "{key}");
+    }
+}
+
+/// Upstream `TestAmbientIndex_WaypointForWorkloadTraffic`: a waypoint
+/// for `service`, `all`, `workload` or `none` traffic, used by a pod's
+/// label (a workload's waypoint) and then a Service's (a service's): each
+/// pushes only what the waypoint takes.
+#[test]
+fn upstream_waypoint_for_workload_traffic() {
+    for (traffic, pod_pushed, svc_pushed) in
+        [("service", false, true), ("all", true, true), ("workload", true, false), ("none", false, false)]
+    {
+        let mut s = Env::new("cluster0", "testnetwork");
+        let (pod1, svc1) = (s.pod("pod1"), s.svc("svc1"));
+        s.add_waypoint("10.0.0.10", "test-wp", traffic, true);
+        assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&pod1]), "{traffic}");
+        assert_eq!(s.add_service("svc1", "app: a", "10.0.0.1"), set(&[&svc1, &pod1]), "{traffic}");
+        let got = s.add_pod("127.0.0.1", "pod1", "sa1", "app: a, istio.io/use-waypoint: test-wp", true);
+        assert_eq!(got, if pod_pushed { set(&[&pod1]) } else { set(&[]) }, "{traffic}: the pod");
+        let got = s.add_service_labelled("svc1", "istio.io/use-waypoint: test-wp", "app: a", "10.0.0.1");
+        assert_eq!(got, if svc_pushed { set(&[&svc1]) } else { set(&[]) }, "{traffic}: the service");
+        pushed(&s.delete("Service", "svc1"), &[&pod1, &svc1]);
+        pushed(&s.delete("Pod", "pod1"), &[&pod1]);
+    }
+}
+
+/// Upstream `TestAmbientIndex_ServiceAttachedWaypoints` ("base"): a
+/// Service labelled to use a waypoint (given the helper's "default"
+/// traffic type, which it reads as `service`) is pushed alone, and looked
+/// up by its VIP carries the waypoint's hostname.
+#[test]
+fn upstream_service_attached_waypoints() {
+    use istiod_proto::istio::workload::gateway_address::Destination;
+    let mut s = Env::new("cluster0", "testnetwork");
+    let (pod1, svc1) = (s.pod("pod1"), s.svc("svc1"));
+    s.add_waypoint("10.0.0.10", "test-wp", "default", true);
+    assert_eq!(s.add_pod("127.0.0.1", "pod1", "sa1", "app: a", true), set(&[&pod1]));
+    assert_eq!(s.add_service("svc1", "app: a", "10.0.0.1"), set(&[&pod1, &svc1]));
+    let got = s.add_service_labelled("svc1", "istio.io/use-waypoint: test-wp", "app: a", "10.0.0.1");
+    assert_eq!(got, set(&[&svc1]));
+    let found = s.lookup("testnetwork/10.0.0.1");
+    let Some(address::Type::Service(svc)) = &found[0].r#type else { panic!("the service first: {found:?}") };
+    match svc.waypoint.as_ref().and_then(|w| w.destination.as_ref()) {
+        Some(Destination::Hostname(h)) => assert_eq!(h.hostname, "test-wp.ns1.svc.company.com"),
+        other => panic!("a hostname: {other:?}"),
     }
 }

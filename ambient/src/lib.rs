@@ -133,13 +133,6 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The Services of namespace `ns`.
-    pub fn services_in<'a>(&'a self, ns: &str) -> impl Iterator<Item = &'a Service> + 'a {
-        let names = self.services_by_ns.get(ns);
-        let ns = ns.to_owned();
-        names.into_iter().flatten().filter_map(move |n| self.services.get(&(ns.clone(), n.clone())).map(|s| &**s))
-    }
-
     /// The Node named `name`.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name).map(|n| &**n)
@@ -442,26 +435,13 @@ impl Index {
                 }
                 _ => None,
             });
-            // Its istio.io/WaypointBound condition (ours removed where it
-            // has nothing to say).
-            let status = built.as_ref().map(|((_, binding), generation)| {
-                let condition = binding
-                    .condition()
-                    .unwrap_or_else(|| serde_json::json!({"type": waypoint::WAYPOINT_BOUND, "remove": true}));
-                ObjectStatus {
-                    path: format!("/apis/networking.istio.io/v1/namespaces/{}/workloadentries/{}", k.0, k.1),
-                    status: serde_json::json!({"conditions": [condition]}),
-                    generation: *generation,
-                }
+            // Its istio.io/WaypointBound condition.
+            let status = built.as_ref().map(|((_, binding), generation)| ObjectStatus {
+                path: format!("/apis/networking.istio.io/v1/namespaces/{}/workloadentries/{}", k.0, k.1),
+                status: serde_json::json!({"conditions": [binding.condition_or_removal()]}),
+                generation: *generation,
             });
-            entry_statuses_changed |= match status {
-                Some(st) if self.entry_statuses.get(&k) != Some(&st) => {
-                    self.entry_statuses.insert(k.clone(), st);
-                    true
-                }
-                Some(_) => false,
-                None => self.entry_statuses.remove(&k).is_some(),
-            };
+            entry_statuses_changed |= set_status(&mut self.entry_statuses, k.clone(), status);
             let built = built.map(|((w, _), _)| as_address(w));
             replace(&mut self.entry_workloads, k, built, name, Kind::Address, &mut changes);
         }
@@ -838,8 +818,10 @@ impl Index {
     }
 
     /// The statuses istiod writes (with `AMBIENT_ENABLE_STATUS`, its
-    /// default) on the AuthorizationPolicies ztunnel reads: the
-    /// `ZtunnelAccepted` condition ([`authz::ztunnel_condition`]).
+    /// default): `ZtunnelAccepted` on the AuthorizationPolicies ztunnel
+    /// reads ([`authz::ztunnel_condition`]), `istio.io/WaypointBound` (and a
+    /// ServiceEntry's `istio.io/WaypointMissing`) on the Services,
+    /// ServiceEntries and WorkloadEntries that hold a service or workload.
     pub fn statuses(&self) -> Arc<Vec<ObjectStatus>> {
         self.statuses.clone()
     }
@@ -852,16 +834,14 @@ impl Index {
         for (src, k) in objects {
             let mine: Vec<&Info> = self.services.in_ns(&k.0).filter(|i| i.source == src && i.object == k.1).collect();
             let status = mine.first().map(|i| {
-                let remove = |t: &str| serde_json::json!({"type": t, "remove": true});
-                // Ours to remove where it was written.
-                let mut conditions = vec![i.binding.condition().unwrap_or_else(|| remove(waypoint::WAYPOINT_BOUND))];
+                let mut conditions = vec![i.binding.condition_or_removal()];
                 if src == Source::ServiceEntry {
                     // `istio.io/WaypointMissing`: a ServiceEntry that needs
                     // a waypoint (a wildcard host, a racing connect
                     // strategy) and has none.
                     let wildcard = mine.iter().any(|i| i.service.hostname.starts_with('*'));
                     let missing = match (&i.binding.waypoint, i.racing_connect, wildcard) {
-                        (Some(_), _, _) | (None, false, false) => remove(waypoint::WAYPOINT_MISSING),
+                        (Some(_), _, _) | (None, false, false) => waypoint::removal(waypoint::WAYPOINT_MISSING),
                         (None, true, _) => serde_json::json!({"type": waypoint::WAYPOINT_MISSING, "status": "True",
                             "reason": "NoWaypointForRacingConnectStrategy",
                             "message": "ServiceEntry has a non-default connect strategy but no waypoint bound. A waypoint is required for connect strategies to take effect for ambient clients."}),
@@ -879,20 +859,12 @@ impl Index {
                 };
                 ObjectStatus { path, status: serde_json::json!({"conditions": conditions}), generation: i.generation }
             });
-            let at = (src, k);
-            match status {
-                Some(st) if self.service_statuses.get(&at) != Some(&st) => {
-                    self.service_statuses.insert(at, st);
-                    changed = true;
-                }
-                Some(_) => {}
-                None => changed |= self.service_statuses.remove(&at).is_some(),
-            }
+            changed |= set_status(&mut self.service_statuses, (src, k), status);
         }
         changed
     }
 
-    fn rebuild_statuses(&mut self, settings: &Settings) {
+    fn rebuild_policy_statuses(&mut self, settings: &Settings) {
         let mut out: Vec<ObjectStatus> = self
             .inputs
             .policies_of("AuthorizationPolicy")
@@ -919,7 +891,7 @@ impl Index {
     }
 
     fn rebuild_policies(&mut self, settings: &Settings, changes: &mut Vec<Change>) {
-        self.rebuild_statuses(settings);
+        self.rebuild_policy_statuses(settings);
         let mut next: BTreeMap<Arc<str>, Authorization> = BTreeMap::new();
         for a in authz::all(&self.inputs, settings) {
             next.insert(authz::resource_name(&a), a);
@@ -1014,6 +986,19 @@ impl Dirty {
                 self.entries.insert(k.clone());
             }
         }
+    }
+}
+
+/// Sets (or, with `None`, forgets) the status kept at `k`; whether it
+/// changed.
+fn set_status<K: Ord>(statuses: &mut BTreeMap<K, ObjectStatus>, k: K, status: Option<ObjectStatus>) -> bool {
+    match status {
+        Some(st) if statuses.get(&k) != Some(&st) => {
+            statuses.insert(k, st);
+            true
+        }
+        Some(_) => false,
+        None => statuses.remove(&k).is_some(),
     }
 }
 

@@ -49,13 +49,6 @@ fn vips(s: &Service) -> Vec<&str> {
     all.into_iter().filter(|v| !v.is_empty() && *v != "None").collect()
 }
 
-/// Whether ambient has a Service for `s` at all (istiod makes none for an
-/// ExternalName Service, or one with a VIP that does not parse; such a
-/// Service is in no workload's `services` either).
-pub fn exists(s: &Service) -> bool {
-    s.spec.kind.as_deref() != Some("ExternalName") && vips(s).iter().all(|v| v.parse::<std::net::IpAddr>().is_ok())
-}
-
 /// What made a service: istiod's `ServiceInfo.Source.Kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {

@@ -250,6 +250,11 @@ pub struct Binding {
 }
 
 impl Binding {
+    /// [`Binding::condition`], or its removal.
+    pub fn condition_or_removal(&self) -> serde_json::Value {
+        self.condition().unwrap_or_else(|| removal(WAYPOINT_BOUND))
+    }
+
     /// The `istio.io/WaypointBound` condition (`ServiceInfo.GetConditions`):
     /// `None` where there is nothing to say (the condition is removed).
     pub fn condition(&self) -> Option<serde_json::Value> {
@@ -278,6 +283,12 @@ impl Binding {
 
 /// The condition type of a service's binding.
 pub const WAYPOINT_BOUND: &str = "istio.io/WaypointBound";
+
+/// A condition of ours of type `t` to take off where it was written (the
+/// status writer's `remove` mark).
+pub fn removal(t: &str) -> serde_json::Value {
+    serde_json::json!({"type": t, "remove": true})
+}
 /// The condition type of a ServiceEntry that needs a waypoint and has none.
 pub const WAYPOINT_MISSING: &str = "istio.io/WaypointMissing";
 

@@ -533,9 +533,9 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         candidates.extend(w.sent.keys().cloned());
     }
     // A name subscribed to that stands for other resources (on-demand):
-    // the proxy is subscribed to those too, and they go with the name as
-    // their alias; a name asked for that stands for nothing is answered
-    // as removed (istiod's `generateDeltasOndemand`).
+    // the proxy is subscribed to those too, and each goes out with its own
+    // aliases (`Aliases::of`); a name asked for that stands for nothing is
+    // answered as removed (istiod's `generateDeltasOndemand`).
     let lookups = std::mem::take(&mut w.lookups);
     let aliases = if w.wildcard { None } else { ctx.cache.aliases(ctx.generator, ctx.snap, kind) };
     // Resources just asked for by an alias: answered even where the proxy

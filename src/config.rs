@@ -96,6 +96,9 @@ pub struct Config {
     /// `PILOT_ENABLE_AMBIENT` (features/ambient.go, false): build the
     /// ambient index and serve ztunnels.
     pub ambient: bool,
+    /// `AMBIENT_ENABLE_STATUS` (features/ambient.go, true): with ambient,
+    /// the elected replica writes the ambient status conditions.
+    pub ambient_status: bool,
     /// `NETWORK`: the network of this cluster's workloads (empty).
     pub network: String,
     /// `PILOT_ENABLE_XDS_CACHE` (features/xds.go, true): cache generated
@@ -752,6 +755,7 @@ impl Config {
             kube_api_burst: args.kubernetes_api_burst,
             delta_xds: vars.bool("ISTIO_DELTA_XDS", true)?,
             ambient: vars.bool("PILOT_ENABLE_AMBIENT", false)?,
+            ambient_status: vars.bool("AMBIENT_ENABLE_STATUS", true)?,
             network: vars.string("NETWORK", ""),
             xds_cache: vars.bool("PILOT_ENABLE_XDS_CACHE", true)?,
             scope_gateway_to_namespace: vars.bool("PILOT_SCOPE_GATEWAY_TO_NAMESPACE", false)?,

@@ -339,7 +339,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             ));
             // Ambient status (`AMBIENT_ENABLE_STATUS`, on by default):
             // istiod's `istio-status-leader`.
-            if config.ambient {
+            if config.ambient && config.ambient_status {
                 let (ambient_tx, ambient_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
                 state.borrow_mut().ambient_status = Some(ambient_tx);
                 tokio::task::spawn_local(gateway_status::run(

@@ -257,7 +257,7 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     // Everything served decoded and was accepted (the workload API's
     // protos carry no field rules of their own: ztunnel's decoding is the
     // check).
-    assert!(!zt.log().contains("type=NACK"), "{}", context());
+    assert!(!nacked(&zt.log()), "{}", context());
     // Certificates: the HBONE pod on node-a only.
     let certs = dump["certificates"].as_array().unwrap();
     let ids: Vec<&str> = certs.iter().filter_map(|c| c["identity"].as_str()).collect();
@@ -415,7 +415,7 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     label_default(json!({}));
     wait_for("web's waypoint gone from ztunnel", within, || web_waypoint(&mut zt).is_null());
     wait_for("web's WaypointBound condition removed", within, || bound().is_null());
-    assert!(!zt.log().contains("type=NACK"), "{}", zt_log_tail(&zt));
+    assert!(!nacked(&zt.log()), "{}", zt_log_tail(&zt));
 
     // A pod deleted leaves ztunnel's view.
     api.delete("pods", "default", "tcp-0");
@@ -435,6 +435,12 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     let dump = zt.dump();
     assert!(by(&dump["workloads"], "uid", "Kubernetes//Pod/default/web-0").is_some(), "{dump:#}\n{}", s.log());
     assert!(s.log().contains("ztunnel-abc"), "the ztunnel reconnected to the new server: {}", s.log());
+}
+
+/// Whether ztunnel's log says it NACKed a response: its client logs
+/// `"type"=?response_type` (the enum's Debug form, `Nack`) with the error.
+fn nacked(log: &str) -> bool {
+    log.contains("type=Nack")
 }
 
 fn zt_log_tail(zt: &Ztunnel) -> String {
@@ -685,4 +691,66 @@ fn ack(c: &mut crate::ads_client::AdsClient, nonce: &str) {
         response_nonce: nonce.to_owned(),
         ..Default::default()
     });
+}
+
+/// The ambient conditions without a ztunnel: with `AMBIENT_ENABLE_STATUS`
+/// false nothing is written; by default (istiod's `true`) the elected
+/// replica writes `ZtunnelAccepted` on the policy and `istio.io/WaypointBound`
+/// (here: not ready) on the Service that names a missing waypoint.
+#[test]
+fn ambient_status_follows_ambient_enable_status() {
+    use istiod_kubewatch::fake::{core_resources, istio_resources, write_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(istio_resources()).chain(write_resources()) {
+        api.install(r);
+    }
+    for ns in ["istio-system", "default"] {
+        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    api.apply(
+        "authorizationpolicies",
+        json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+               "metadata": {"name": "allow", "namespace": "default"}, "spec": {"action": "ALLOW", "rules": [{}]}}),
+    );
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "web", "namespace": "default", "labels": {"istio.io/use-waypoint": "missing"}},
+               "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}, "status": {"loadBalancer": {}}}),
+    );
+    let condition = |plural: &'static str, name: &str, t: &str| {
+        let o = api.get(plural, "default", name).unwrap_or_default();
+        o["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == t).cloned())
+            .unwrap_or_default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let start = |status: Option<&str>| {
+        let mut env = vec![("PILOT_ENABLE_AMBIENT", "true")];
+        env.extend(status.map(|v| ("AMBIENT_ENABLE_STATUS", v)));
+        Server::start_on(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[], &env, None)
+    };
+    let s = start(Some("false"));
+    wait_for("the server's model", Duration::from_secs(30), || {
+        get(s.http, "/debug/ambientz").is_some_and(|(_, b)| b.contains("default/allow") || b.contains("\"allow\""))
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(condition("authorizationpolicies", "allow", "ZtunnelAccepted").is_null(), "written though disabled");
+    drop(s);
+    let _s = start(None);
+    wait_for("ZtunnelAccepted", Duration::from_secs(60), || {
+        condition("authorizationpolicies", "allow", "ZtunnelAccepted")["reason"] == "Accepted"
+    });
+    wait_for("WaypointBound", Duration::from_secs(30), || {
+        !condition("services", "web", "istio.io/WaypointBound").is_null()
+    });
+    let bound = condition("services", "web", "istio.io/WaypointBound");
+    assert_eq!((&bound["status"], &bound["reason"]), (&json!("False"), &json!("WaypointIsNotReady")), "{bound}");
+    assert_eq!(bound["message"], "waypoint \"default/missing\" is not ready");
+    assert!(
+        api.get("services", "default", "web").unwrap()["status"]["loadBalancer"].is_object(),
+        "the Service's own status stays"
+    );
 }

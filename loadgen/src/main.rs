@@ -65,7 +65,8 @@ struct ZtunnelArgs {
     /// ztunnels (nodes).
     #[arg(long, default_value_t = 100)]
     ztunnels: u32,
-    /// Pods.
+    /// Pods, 10 per Service (rounded down to a multiple of 10; at least
+    /// 10).
     #[arg(long, default_value_t = 10_000)]
     pods: u32,
     /// Pod changes per second.
@@ -88,7 +89,7 @@ fn ztunnel_cmd(a: ZtunnelArgs) -> ExitCode {
     let o = ztunnel::Options {
         server: a.server,
         ztunnels: a.ztunnels.max(1),
-        pods: a.pods,
+        pods: (a.pods / 10).max(1) * 10,
         pods_per_service: 10,
         services_per_namespace: 10,
         per_second: a.churn_rate,

@@ -18,7 +18,7 @@ use crate::proxy::{self, Shared, Tls};
 use crate::scenario::{Churn, Connect, Scenario};
 use crate::stats::{self, Live, Report};
 
-fn s(v: &str) -> Value {
+pub(crate) fn s(v: &str) -> Value {
     Value { kind: Some(V::StringValue(v.to_owned())) }
 }
 

@@ -11,7 +11,7 @@ use crate::churn::Change;
 use crate::scenario::ChurnKind;
 
 /// Latencies are kept in microseconds, up to an hour, 3 significant digits.
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
 }
 

@@ -20,7 +20,7 @@ use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
 use istiod_proto::istio::workload::{Address, address};
 use istiod_proto::prost::Message;
-use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
+use istiod_proto::prost_types::Struct;
 
 use istiod_proto::envoy::service::discovery::v3::aggregated_discovery_service::DELTA_AGGREGATED_RESOURCES as DELTA;
 use istiod_proto::type_url::{ADDRESS, AUTHORIZATION};
@@ -132,14 +132,13 @@ pub struct Report {
 impl Report {
     /// The report as JSON (milliseconds).
     pub fn json(&self) -> serde_json::Value {
-        let q = |p: f64| self.latency.value_at_quantile(p) as f64 / 1000.0;
         serde_json::json!({
             "synced": self.synced,
             "sync_s": self.sync_time.as_secs_f64(),
             "changes": self.changes,
             "converged": self.converged,
             "missed": self.missed,
-            "convergence_ms": {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": self.latency.max() as f64 / 1000.0},
+            "convergence_ms": crate::stats::quantiles_ms(&self.latency),
             "errors": self.errors,
         })
     }
@@ -158,7 +157,7 @@ struct Shared {
 }
 
 fn node(i: u32) -> Node {
-    let s = |v: &str| Value { kind: Some(V::StringValue(v.to_owned())) };
+    let s = crate::run::s;
     let addr = format!("10.200.{}.{}", (i >> 8) & 0xff, i & 0xff);
     Node {
         id: format!("ztunnel~{addr}~ztunnel-{i}.istio-system~istio-system.svc.cluster.local"),
@@ -266,7 +265,7 @@ pub async fn run(o: &Options) -> Report {
     let n = o.ztunnels as usize;
     let shared = Arc::new(Shared {
         changes: Mutex::new(Vec::new()),
-        latency: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3).expect("bounds")),
+        latency: Mutex::new(crate::stats::histogram()),
         done: Mutex::new(vec![Vec::new(); n]),
         held: Mutex::new(vec![0; n]),
         errors: Mutex::new(Vec::new()),

@@ -196,7 +196,18 @@ async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), 
         let first = DeltaDiscoveryRequest { type_url: t.into(), node: Some(node(i)), ..Default::default() };
         send.send_data(crate::proxy::frame(first.encode_to_vec()), false).map_err(|e| format!("send: {e}"))?;
     }
-    let mut body = resp.await.map_err(|e| format!("response: {e}"))?.into_body();
+    let resp = resp.await.map_err(|e| format!("response: {e}"))?;
+    // A refusal comes as headers alone (say, without PILOT_ENABLE_AMBIENT).
+    let refused = |h: &http::HeaderMap| {
+        h.get("grpc-status").filter(|s| *s != "0").map(|s| {
+            let msg = h.get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or("");
+            format!("the server refused the stream: grpc-status {s:?} {msg}")
+        })
+    };
+    if let Some(e) = refused(resp.headers()) {
+        return Err(e);
+    }
+    let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     // uid -> first address.
     let mut workloads: HashMap<String, Vec<u8>> = HashMap::new();
@@ -207,7 +218,10 @@ async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), 
             _ = stop.changed() => return Ok(()),
         };
         let data = match data {
-            None => return Err("the server ended the stream".into()),
+            None => {
+                let trailers = body.trailers().await.ok().flatten().unwrap_or_default();
+                return Err(refused(&trailers).unwrap_or_else(|| "the server ended the stream".into()));
+            }
             Some(Err(e)) => return Err(format!("read: {e}")),
             Some(Ok(d)) => d,
         };
@@ -215,6 +229,9 @@ async fn ztunnel(i: u32, server: SocketAddr, shared: Arc<Shared>) -> Result<(), 
         buf.extend_from_slice(&data);
         while buf.len() >= 5 {
             let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+            if buf[0] != 0 || len > crate::wire::MAX_FIELD {
+                return Err(format!("a message the client does not read (flag {}, {len} bytes)", buf[0]));
+            }
             if buf.len() < 5 + len {
                 break;
             }

@@ -36,7 +36,6 @@ use crate::config::{Config, ListenAddr, Source};
 use crate::control::http::{self};
 use crate::control::{self, Control, debounce::Debouncer};
 use istiod_kubewatch::config_dir::ConfigDir;
-use istiod_mesh::generator::MeshGenerator;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -178,18 +177,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
     // Debug over xDS (`istio.io/debug/*`): the cores forward it here.
     let (forward_tx, forward_rx) = async_channel::unbounded();
-    let factory =
-        AdsFactory::new(Arc::new(MeshGenerator), receivers, Arc::new(Snapshot::empty(Instant::now())), &control_plane)
-            .forward_to(
-                forward_tx,
-                crate::version::control_plane_identifier(&crate::version::BUILD, &config.identity.pod_name),
-            )
-            .max_node_bytes(config.limits.max_node_bytes)
-            .max_names(config.limits.max_names_per_stream)
-            .push_throttle(match config.push.push_throttle {
-                0 => Config::automatic_throttle(cores) as usize,
-                n => n as usize,
-            });
+    let factory = AdsFactory::new(
+        Arc::new(istiod_waypoint::generator::WithWaypoints),
+        receivers,
+        Arc::new(Snapshot::empty(Instant::now())),
+        &control_plane,
+    )
+    .forward_to(forward_tx, crate::version::control_plane_identifier(&crate::version::BUILD, &config.identity.pod_name))
+    .max_node_bytes(config.limits.max_node_bytes)
+    .max_names(config.limits.max_names_per_stream)
+    .push_throttle(match config.push.push_throttle {
+        0 => Config::automatic_throttle(cores) as usize,
+        n => n as usize,
+    });
     // ADS and, on the same ports, the CA (which answers over TLS only).
     let auth = istiod_ca::xds_auth::XdsAuth {
         server: ca_server.clone(),

@@ -67,7 +67,15 @@ pub struct MeshInput {
     /// (`crate::translate::inbound::claims`): a class keeps its `ips` only
     /// where one of them is here.
     pub claimed_ips: Arc<std::collections::HashSet<Arc<str>>>,
+    /// The services each waypoint (`<ns>/<name>`) serves, as the ambient
+    /// index binds them: `(namespace, hostname)`, set by the control
+    /// thread (waypoint proxies' resources read it, `istiod-waypoint`).
+    pub waypoints: Arc<WaypointServices>,
 }
+
+/// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
+/// bound to it.
+pub type WaypointServices = std::collections::BTreeMap<String, Vec<(String, Arc<str>)>>;
 
 impl MeshInput {
     /// The form of outbound cluster `name` a proxy of `class` gets: the one
@@ -141,6 +149,7 @@ impl MeshInput {
             translation,
             selecting_sidecars,
             claimed_ips,
+            waypoints: Arc::default(),
         }
     }
 

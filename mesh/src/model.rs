@@ -185,6 +185,15 @@ pub struct Endpoint {
     pub locality: Locality,
     /// The Pod, if known.
     pub pod: Option<String>,
+    /// Reached over HBONE (istiod's `TunnelAbility`): an ambient-redirected
+    /// Pod or WorkloadEntry, or one labelled `networking.istio.io/tunnel: http`.
+    pub tunnel: bool,
+}
+
+/// Whether a workload with these labels and annotations takes HBONE.
+pub fn tunnel(labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> bool {
+    annotations.get("ambient.istio.io/redirection").is_some_and(|v| v == "enabled")
+        || labels.get("networking.istio.io/tunnel").is_some_and(|v| v == "http")
 }
 
 /// A service in the mesh.
@@ -886,18 +895,51 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
         })
         .collect();
     // Inline endpoints, or the WorkloadEntries the selector picks in the namespace.
-    let workloads: Vec<&networking::WorkloadEntry> = match &se.workload_selector {
-        Some(sel) => objs
-            .istio
-            .iter()
-            .filter(|o| o.meta.ns() == ns)
+    let no_annotations = BTreeMap::new();
+    // A selector picks Pods too (istiod's workload instances), as entries.
+    let selects = |labels: &BTreeMap<String, String>| {
+        se.workload_selector.as_ref().is_some_and(|sel| sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    };
+    let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = objs
+        .pods
+        .iter()
+        .filter(|p| p.metadata.ns() == ns && selects(&p.metadata.labels))
+        .filter_map(|p| {
+            let we = networking::WorkloadEntry {
+                address: p.status.pod_ip.clone().filter(|ip| !ip.is_empty())?,
+                labels: p.metadata.labels.clone(),
+                service_account: p.spec.service_account_name.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            Some((we, &p.metadata.annotations))
+        })
+        .collect();
+    // An entry's metadata labels count too, over its spec's (istiod's
+    // `ConvertWorkloadEntry`): such entries are taken as merged copies.
+    let entries = || objs.istio.iter().filter(|o| o.meta.ns() == ns);
+    let merged: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = entries()
+        .filter(|o| !o.meta.labels.is_empty())
+        .filter_map(|o| match &o.spec {
+            IstioSpec::WorkloadEntry(we) => {
+                let mut we = we.clone();
+                we.labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Some((we, &o.meta.annotations))
+            }
+            _ => None,
+        })
+        .collect();
+    let workloads: Vec<(&networking::WorkloadEntry, &BTreeMap<String, String>)> = match &se.workload_selector {
+        Some(_) => entries()
+            .filter(|o| o.meta.labels.is_empty())
             .filter_map(|o| match &o.spec {
-                IstioSpec::WorkloadEntry(we) => Some(we),
+                IstioSpec::WorkloadEntry(we) => Some((we, &o.meta.annotations)),
                 _ => None,
             })
-            .filter(|we| sel.labels.iter().all(|(k, v)| we.labels.get(k) == Some(v)))
+            .chain(merged.iter().map(|(we, a)| (we, *a)))
+            .filter(|(we, _)| selects(&we.labels))
+            .chain(pods.iter().map(|(we, a)| (we, *a)))
             .collect(),
-        None => se.endpoints.iter().collect(),
+        None => se.endpoints.iter().map(|we| (we, &no_annotations)).collect(),
     };
     se.hosts
         .iter()
@@ -911,7 +953,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         port.number
                     }) as u16
                 };
-                for we in &workloads {
+                for &(we, annotations) in &workloads {
                     let mut loc = we.locality.splitn(3, '/');
                     endpoints.push(Endpoint {
                         address: we.address.clone(),
@@ -927,6 +969,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                             subzone: loc.next().unwrap_or_default().to_owned(),
                         },
                         pod: None,
+                        tunnel: tunnel(&we.labels, annotations),
                     });
                 }
                 if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
@@ -941,6 +984,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         tls_mode: "disabled".into(),
                         locality: Locality::default(),
                         pod: None,
+                        tunnel: false,
                     });
                 }
             }
@@ -1027,6 +1071,7 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
                             .unwrap_or_else(|| "disabled".into()),
                         locality: loc,
                         pod: pod.map(|p| p.metadata.name.clone()),
+                        tunnel: pod.is_some_and(|p| tunnel(&p.metadata.labels, &p.metadata.annotations)),
                     });
                 }
             }

@@ -149,9 +149,7 @@ pub(super) fn apply(
     if let Some(w) = &state.borrow().jwks_wanted {
         let _ = w.send(translate::authn::wanted_jwks(&mesh.model));
     }
-    let empty = translate::Resources::default();
-    let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
-    let mut changes = translate::diff_maps(old, new);
+    let mut ambient_changes = Vec::new();
     if let Some(pods) = &state.borrow().node_pods {
         pods.update(&objects, changed.as_deref());
     }
@@ -169,8 +167,19 @@ pub(super) fn apply(
         if !ambient.is_empty() {
             tracing::debug!(target: "ambient", changes = ambient.len(), ?rebuilt, us = started.elapsed().as_micros() as u64, "ambient index changed");
         }
-        changes.extend(ambient);
+        ambient_changes = ambient;
+        // The services each waypoint serves, for waypoint proxies.
+        let waypoints = istiod_waypoint::attachments(&a.index);
+        if *mesh.waypoints != waypoints {
+            let mut with = (*mesh).clone();
+            with.waypoints = Arc::new(waypoints);
+            mesh = Arc::new(with);
+        }
     }
+    let empty = translate::Resources::default();
+    let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
+    let mut changes = translate::diff_maps(old, new);
+    changes.extend(ambient_changes);
     // Per-class resources are generated on the cores: if their inputs
     // changed, mark every name they may have, before and after.
     let mut touched = Vec::new();
@@ -178,6 +187,12 @@ pub(super) fn apply(
     if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
         touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::all_names(&p.model)).unwrap_or_default());
         touched.extend(istiod_mesh::generator::all_names(&mesh.model));
+    }
+    // Waypoints' resources read services, routes and endpoints: every
+    // name they may have, before and after (generations tell whose changed).
+    if prev.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &mesh)) {
+        touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
+        touched.extend(istiod_waypoint::all_names(&mesh));
     }
     let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
         touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());

@@ -85,7 +85,7 @@ pub struct DestinationRules {
 }
 
 /// Whether `pattern` (a host or `*.suffix` / `*`) covers `host`.
-pub(crate) fn host_matches(pattern: &str, host: &str) -> bool {
+pub fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix('*') {
         Some(suffix) => host.ends_with(suffix),
         None => pattern == host,

@@ -196,7 +196,7 @@ fn form(
 }
 
 /// The mesh's `connectTimeout`, as a cluster's.
-pub(crate) fn timeout(mesh: &crate::meshconfig::MeshSettings) -> Duration {
+pub fn timeout(mesh: &crate::meshconfig::MeshSettings) -> Duration {
     let t = mesh.connect_timeout;
     Duration { seconds: t.as_secs() as i64, nanos: t.subsec_nanos() as i32 }
 }

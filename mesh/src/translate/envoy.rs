@@ -12,7 +12,7 @@ use istiod_proto::prost::Name;
 use istiod_proto::prost_types::Any;
 
 /// `m` packed as a `google.protobuf.Any` (shared by the translators).
-pub(crate) fn any<M: Name>(m: &M) -> Any {
+pub fn any<M: Name>(m: &M) -> Any {
     Any { type_url: M::type_url(), value: m.encode_to_vec() }
 }
 
@@ -25,7 +25,7 @@ pub(crate) fn ads() -> Option<core::ConfigSource> {
 }
 
 /// A socket address.
-pub(crate) fn socket(ip: &str, port: u32) -> Option<core::Address> {
+pub fn socket(ip: &str, port: u32) -> Option<core::Address> {
     Some(core::Address {
         address: Some(core::address::Address::SocketAddress(core::SocketAddress {
             address: ip.to_owned(),
@@ -36,7 +36,7 @@ pub(crate) fn socket(ip: &str, port: u32) -> Option<core::Address> {
 }
 
 /// The HTTP filter `name` with typed config `config`.
-pub(crate) fn http_filter<M: Name>(name: &str, config: &M) -> hcm::HttpFilter {
+pub fn http_filter<M: Name>(name: &str, config: &M) -> hcm::HttpFilter {
     hcm::HttpFilter {
         name: name.into(),
         config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any(config))),
@@ -45,19 +45,19 @@ pub(crate) fn http_filter<M: Name>(name: &str, config: &M) -> hcm::HttpFilter {
 }
 
 /// The router, last of every HTTP filter chain.
-pub(crate) fn router() -> hcm::HttpFilter {
+pub fn router() -> hcm::HttpFilter {
     http_filter("envoy.filters.http.router", &Router::default())
 }
 
 /// An HttpConnectionManager as a listener's network filter.
-pub(crate) fn http_connection_manager(manager: &hcm::HttpConnectionManager) -> Filter {
+pub fn http_connection_manager(manager: &hcm::HttpConnectionManager) -> Filter {
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
         config_type: Some(filter::ConfigType::TypedConfig(any(manager))),
     }
 }
 
-pub(crate) fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
+pub fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
     tcp_proxy_logged(stat_prefix, cluster, &[])
 }
 
@@ -81,7 +81,7 @@ pub(crate) fn tcp_proxy_logged(
 
 /// The SDS reference istio-agent serves (`default`, `ROOTCA`) over the
 /// `sds-grpc` cluster.
-pub(crate) fn sds(name: &str) -> tls::SdsSecretConfig {
+pub fn sds(name: &str) -> tls::SdsSecretConfig {
     tls::SdsSecretConfig {
         name: name.to_owned(),
         sds_config: Some(core::ConfigSource {

@@ -506,7 +506,7 @@ fn plan_virtual_hosts(
     (out, defaults)
 }
 
-fn default_route(cluster: String, flavor: Flavor) -> route::Route {
+pub fn default_route(cluster: String, flavor: Flavor) -> route::Route {
     // BuildDefaultHTTPOutboundRoute: istiod's default retries, no timeout.
     let mut action = route::RouteAction {
         cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(cluster)),
@@ -592,7 +592,7 @@ fn for_gateway(vs: &VirtualService, ns: &str, gateway: &str, port: Option<u16>) 
 /// for a gateway): a match block counts when its `port` is unset or the
 /// server's and its `gateways` (normalized) name the Gateway; a route
 /// whose every match block is dropped is left out.
-pub(crate) fn gateway_routes(
+pub fn gateway_routes(
     model: &Model,
     obj: &istiod_config::istio::IstioObject,
     vs: &VirtualService,

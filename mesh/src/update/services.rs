@@ -67,6 +67,14 @@ impl Model {
         }
         if !pods.is_empty() {
             hosts.extend(self.hosts_of_pods(objs, &pods).into_iter().map(|(ns, svc)| kube(ns, svc)));
+            // A ServiceEntry's workloadSelector selects Pods of its namespace.
+            for o in objs.istio.iter().filter(|o| pods.iter().any(|(ns, _)| *ns == o.meta.ns())) {
+                if let IstioSpec::ServiceEntry(se) = &o.spec
+                    && se.workload_selector.is_some()
+                {
+                    hosts.extend(se.hosts.iter().map(|h| Arc::from(h.as_str())));
+                }
+            }
         }
         hosts
     }

@@ -1,0 +1,196 @@
+//! The generator the server runs: the mesh's, with waypoint proxies
+//! served their own resources ([`crate::View`]).
+//!
+//! A waypoint's resources are per class (its namespace and labels, which
+//! name its Gateway). Each one's input generation is a digest of what it
+//! reads: the waypoint's bound services, those services' clusters and
+//! VirtualServices (and, for a load assignment, its endpoints), so a
+//! change to one service's routes changes the generation of only the
+//! waypoints that serve it.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use istiod_mesh::generator::{MeshGenerator, MeshInput};
+use istiod_mesh::node::{NodeType, ProxyClass};
+use istiod_proto::envoy::config::core::v3::Node;
+use istiod_proto::prost::Message;
+use istiod_xds_api::node::Classified;
+use istiod_xds_api::snapshot::{Aliases, Generator, Kind, Snapshot, UnknownType};
+
+use crate::View;
+
+/// [`MeshGenerator`], with waypoints.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WithWaypoints;
+
+fn waypoint(class: &ProxyClass) -> bool {
+    class.node_type == NodeType::Waypoint
+}
+
+fn view<'a>(snap: &'a Snapshot<MeshInput>, class: &'a ProxyClass) -> Option<View<'a>> {
+    View::of(snap.mesh.as_deref()?, class)
+}
+
+/// The names of `kind` a waypoint of `class` is served (none when it names
+/// no Gateway).
+pub fn names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    let Some(v) = view(snap, class) else { return Vec::new() };
+    let names = match kind {
+        Kind::Cluster => v.cluster_names(),
+        Kind::Listener => v.listener_names(),
+        Kind::Endpoint => v.endpoint_names(),
+        _ => Vec::new(),
+    };
+    names.into_iter().map(Arc::from).collect()
+}
+
+/// What a waypoint's `(kind, name)` is, encoded.
+pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    let mesh = snap.mesh.as_deref()?;
+    let v = View::of(mesh, class)?;
+    let bytes = match kind {
+        Kind::Cluster => v.cluster(mesh, name)?.encode_to_vec(),
+        Kind::Listener => v.listener(mesh, name)?.encode_to_vec(),
+        Kind::Endpoint => v.endpoints(mesh, name)?.encode_to_vec(),
+        _ => return None,
+    };
+    Some(Bytes::from(bytes))
+}
+
+/// A digest of what a waypoint's `(kind, name)` reads.
+pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    let mesh = snap.mesh.as_deref()?;
+    let v = View::of(mesh, class)?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (kind as u8, name, &*class.namespace, &class.labels, v.trust_domain).hash(&mut h);
+    format!("{:?}", mesh.model.mesh.connect_timeout).hash(&mut h);
+    // main_internal reads every service of the waypoint; a cluster or a
+    // load assignment its own service only; the other listeners none.
+    let all = kind == Kind::Listener && name == crate::MAIN_INTERNAL;
+    for svc in &v.services {
+        if !all && !name.ends_with(&format!("|{}", svc.hostname)) {
+            continue;
+        }
+        (&svc.hostname, &svc.namespace, &svc.vips, svc.mesh_external).hash(&mut h);
+        format!("{:?}{:?}", svc.ports, svc.resolution).hash(&mut h);
+        for (k, forms) in mesh.translation.clusters.iter().filter(|(k, _)| k.ends_with(&format!("|{}", svc.hostname))) {
+            k.hash(&mut h);
+            forms.digest(if kind == Kind::Endpoint { Kind::Endpoint } else { Kind::Cluster }).hash(&mut h);
+        }
+        if kind == Kind::Endpoint {
+            for e in &svc.endpoints {
+                (&e.address, e.port, e.tunnel).hash(&mut h);
+            }
+        }
+        if kind == Kind::Listener {
+            for (o, vs) in v.virtual_services_of(svc) {
+                (o.meta.ns(), &o.meta.name, format!("{vs:?}")).hash(&mut h);
+            }
+        }
+    }
+    // Route destinations outside the waypoint read those services' ports.
+    if kind == Kind::Listener {
+        v.services.len().hash(&mut h);
+        mesh.model.services.len().hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+impl Generator for WithWaypoints {
+    type Mesh = MeshInput;
+    type Class = ProxyClass;
+
+    fn unknown_type(
+        &self,
+        snap: &Snapshot<MeshInput>,
+        class: &ProxyClass,
+        type_url: &str,
+        names: &[String],
+    ) -> UnknownType {
+        MeshGenerator.unknown_type(snap, class, type_url, names)
+    }
+
+    fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
+        MeshGenerator.classify(node, verified)
+    }
+
+    fn describe(&self, class: &ProxyClass) -> serde_json::Map<String, serde_json::Value> {
+        MeshGenerator.describe(class)
+    }
+
+    fn class_detail(&self, class: &ProxyClass) -> serde_json::Value {
+        MeshGenerator.class_detail(class)
+    }
+
+    fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        match waypoint(class) {
+            true => names(snap, class, kind),
+            false => MeshGenerator.wildcard_names(snap, class, kind),
+        }
+    }
+
+    fn shared_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        match waypoint(class) {
+            true => Vec::new(),
+            false => MeshGenerator.shared_wildcard_names(snap, class, kind),
+        }
+    }
+
+    fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        match waypoint(class) {
+            true => names(snap, class, kind),
+            false => MeshGenerator.class_wildcard_names(snap, class, kind),
+        }
+    }
+
+    fn aliases(&self, snap: &Snapshot<MeshInput>, kind: Kind) -> Option<Aliases> {
+        MeshGenerator.aliases(snap, kind)
+    }
+
+    fn implicit_names(&self, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+        MeshGenerator.implicit_names(class, kind)
+    }
+
+    /// A waypoint's resources read its namespace and labels (its Gateway,
+    /// the DestinationRules that select it) and nothing else of the proxy.
+    fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+        if !waypoint(class) {
+            return MeshGenerator.reduce(snap, class, kind);
+        }
+        Some(ProxyClass {
+            locality: Arc::from(""),
+            verified: false,
+            service_account: Arc::from(""),
+            ips: Vec::new(),
+            mesh_id: Arc::from(""),
+            cluster_id: Arc::from(""),
+            version: Arc::from(""),
+            metadata: Vec::new(),
+            ..class.clone()
+        })
+    }
+
+    fn whole_class(&self, kind: Kind, name: &str) -> bool {
+        MeshGenerator.whole_class(kind, name)
+    }
+
+    fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
+        MeshGenerator.reduce_whole(snap, class)
+    }
+
+    fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+        match waypoint(class) {
+            true => generation(snap, class, kind, name),
+            false => MeshGenerator.input_generation(snap, class, kind, name),
+        }
+    }
+
+    fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+        match waypoint(class) {
+            true => body(snap, class, kind, name),
+            false => MeshGenerator.generate(snap, class, kind, name),
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! Upstream's waypoint cases (istio/istio 86c9f01,
+//! `pilot/pkg/xds/waypoint_test.go`), as data: the same manifests, the
+//! same waypoint proxy, the expected values as upstream states them.
+
+use super::*;
+use istiod_mesh::node::NodeType;
+use istiod_proto::envoy::config::listener::v3::listener_filter_chain_match_predicate::Rule;
+
+// The objects `setupWaypointTest` is given (waypoint_test.go's vars).
+const WAYPOINT_SVC: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  labels:
+    gateway.istio.io/managed: istio.io-mesh-controller
+    gateway.networking.k8s.io/gateway-name: waypoint
+    istio.io/gateway-name: waypoint
+  name: waypoint
+  namespace: default
+spec:
+  clusterIP: 3.0.0.0
+  ports:
+  - appProtocol: hbone
+    name: mesh
+    port: 15008
+  selector:
+    gateway.networking.k8s.io/gateway-name: waypoint
+"#;
+
+const WAYPOINT_INSTANCE: &str = r#"apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata:
+  name: waypoint-a
+  namespace: default
+spec:
+  address: 3.0.0.1
+  labels:
+    gateway.networking.k8s.io/gateway-name: waypoint
+"#;
+
+const WAYPOINT_GATEWAY: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: waypoint
+  namespace: default
+spec:
+  gatewayClassName: waypoint
+  listeners:
+    - name: mesh
+      port: 15008
+      protocol: HBONE
+status:
+  addresses:
+  - type: Hostname
+    value: waypoint.default.svc.cluster.local
+"#;
+
+const APP_SERVICE_ENTRY: &str = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: app
+  namespace: default
+  labels:
+    istio.io/use-waypoint: waypoint
+    istio.io/ingress-use-waypoint: "true"
+spec:
+  hosts: [app.com]
+  addresses: [1.2.3.4]
+  ports:
+  - number: 80
+    name: http
+    protocol: HTTP
+  resolution: STATIC
+  workloadSelector:
+    labels:
+      app: app
+"#;
+
+const APP_WORKLOAD_ENTRY: &str = r#"apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata:
+  name: app-a
+  namespace: default
+  labels:
+    app: app
+  annotations:
+    ambient.istio.io/redirection: enabled
+spec:
+  address: 1.1.1.1
+"#;
+
+const APP_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: app-b
+  namespace: default
+  labels:
+    app: app
+  annotations:
+    ambient.istio.io/redirection: enabled
+spec: {}
+status:
+  conditions:
+  - status: "True"
+    type: Ready
+  podIP: 1.1.1.2
+  podIPs:
+  - ip: 1.1.1.2
+  - ip: 2001:20::2
+"#;
+
+const APP_POD_NO_MESH: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: app-c
+  namespace: default
+  labels:
+    app: app
+spec: {}
+status:
+  conditions:
+  - status: "True"
+    type: Ready
+  podIP: 1.1.1.3
+  podIPs:
+  - ip: 1.1.1.3
+  - ip: 2001:20::3
+"#;
+
+/// `setupWaypointTest`: the objects (for the model and the ambient index
+/// alike) and the waypoint proxy (`Type: Waypoint`, namespace `default`,
+/// labelled as the Gateway `waypoint`'s instance, at 3.0.0.1).
+pub(crate) fn setup(docs: &[&str]) -> (MeshInput, ProxyClass) {
+    let yaml = docs.join("\n---\n");
+    let model = Arc::new(istiod_mesh::testing::model_in("", &yaml));
+    let objects = istiod_mesh::testing::objects(&yaml);
+    let mut index = istiod_ambient::Index::new();
+    index.apply(&objects, None, &istiod_ambient::Settings::default());
+    let mut mesh = MeshInput::new(model);
+    mesh.waypoints = Arc::new(attachments(&index));
+    let mut class = istiod_mesh::testing::class(
+        "default",
+        &[(GATEWAY_NAME, "waypoint"), ("gateway.istio.io/managed", "istio.io-mesh-controller")],
+    );
+    class.node_type = NodeType::Waypoint;
+    class.ips = vec![Arc::from("3.0.0.1")];
+    (mesh, class)
+}
+
+fn main_internal(mesh: &MeshInput, class: &ProxyClass) -> Listener {
+    View::of(mesh, class).unwrap().listener(mesh, MAIN_INTERNAL).unwrap()
+}
+
+/// `xdstest.EvaluateListenerFilterPredicates`: whether the predicate
+/// (the filter's `filter_disabled`) holds on `port`.
+fn disabled_on(p: Option<&listener::ListenerFilterChainMatchPredicate>, port: i32) -> bool {
+    let Some(p) = p else { return false };
+    match p.rule.as_ref() {
+        Some(Rule::DestinationPortRange(r)) => r.start <= port && port < r.end,
+        Some(Rule::OrMatch(m)) => m.rules.iter().any(|r| disabled_on(Some(r), port)),
+        Some(Rule::AndMatch(m)) => m.rules.iter().all(|r| disabled_on(Some(r), port)),
+        Some(Rule::NotMatch(n)) => !disabled_on(Some(n), port),
+        Some(Rule::AnyMatch(any)) => *any,
+        _ => false,
+    }
+}
+
+fn listener_filter_of<'a>(l: &'a Listener, name: &str) -> Option<&'a ListenerFilter> {
+    l.listener_filters.iter().find(|f| f.name == name)
+}
+
+/// TestWaypointNetworkFilters: sniffing where a port is declared both HTTP
+/// and TCP or not at all; TLS inspection only where a port is TLS.
+#[test]
+fn waypoint_network_filters() {
+    let app = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: app
+  namespace: default
+  labels:
+    istio.io/use-waypoint: waypoint
+spec:
+  hosts: [app.com]
+  ports:
+  - number: 80
+    name: http
+    protocol: HTTP
+  - number: 81
+    name: http-only
+    protocol: HTTP
+  - number: 90
+    name: auto
+    protocol: ""
+  - number: 443
+    name: https
+    protocol: TLS
+"#;
+    let app2 = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: app2
+  namespace: default
+  labels:
+    istio.io/use-waypoint: waypoint
+spec:
+  hosts: [app2.com]
+  ports:
+  - number: 80
+    name: tcp
+    protocol: TCP
+  - number: 91
+    name: tcp-only
+    protocol: HTTP
+  - number: 443
+    name: https
+    protocol: TCP
+"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, app, app2]);
+    let l = main_internal(&mesh, &class);
+    let http = listener_filter_of(&l, "envoy.filters.listener.http_inspector").expect("http_inspector");
+    let sniffs = |port| !disabled_on(http.filter_disabled.as_ref(), port);
+    assert!(sniffs(80), "HTTP and TCP on the same port");
+    assert!(!sniffs(81), "HTTP");
+    assert!(!sniffs(91), "TCP");
+    assert!(sniffs(90), "unspecified");
+    assert!(!sniffs(443), "TLS and TCP on the same port: no HTTP inspector needed");
+    let tls = listener_filter_of(&l, "envoy.filters.listener.tls_inspector").expect("tls_inspector");
+    let inspects = |port| !disabled_on(tls.filter_disabled.as_ref(), port);
+    for port in [80, 81, 91, 90] {
+        assert!(!inspects(port), "{port}");
+    }
+    assert!(inspects(443));
+}
+
+/// TestWaypointTLSInspectorWithOnlyTLSPorts: the inspector is there when
+/// every port is TLS.
+#[test]
+fn waypoint_tls_inspector_with_only_tls_ports() {
+    let tls_only = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: tls-only
+  namespace: default
+  labels:
+    istio.io/use-waypoint: waypoint
+spec:
+  hosts: ["secure.example.com"]
+  addresses: ["5.5.5.5"]
+  ports:
+  - number: 443
+    name: tls
+    protocol: TLS
+  resolution: STATIC"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, tls_only]);
+    let l = main_internal(&mesh, &class);
+    let tls = listener_filter_of(&l, "envoy.filters.listener.tls_inspector").expect("tls_inspector must be present");
+    assert!(!disabled_on(tls.filter_disabled.as_ref(), 443));
+}
+
+/// `xdstest.ExtractEndpoints`: each endpoint as `<listener>;<id>` (an
+/// internal address) or `ip:port`.
+fn extract_endpoints(cla: &ep::ClusterLoadAssignment) -> Vec<String> {
+    let mut out = Vec::new();
+    for l in &cla.endpoints {
+        for lb in &l.lb_endpoints {
+            let Some(ep::lb_endpoint::HostIdentifier::Endpoint(e)) = &lb.host_identifier else { continue };
+            match e.address.as_ref().and_then(|a| a.address.as_ref()) {
+                Some(core::address::Address::EnvoyInternalAddress(i)) => {
+                    let Some(core::envoy_internal_address::AddressNameSpecifier::ServerListenerName(n)) =
+                        &i.address_name_specifier
+                    else {
+                        continue;
+                    };
+                    out.push(format!("{n};{}", i.endpoint_id));
+                }
+                _ => {
+                    let (ip, port) = socket_of(e.address.as_ref()).unwrap();
+                    out.push(format!("{ip}:{port}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// TestWaypointEndpoints: HBONE-capable workloads (an ambient Pod, an
+/// ambient WorkloadEntry) through `connect_originate`, the others direct.
+/// Not expressed: upstream's plain endpoint carries its second (IPv6)
+/// address too (`1.1.1.3:80,[2001:20::3]:80`); the model keeps one address
+/// per endpoint.
+#[test]
+fn waypoint_endpoints() {
+    let (mesh, class) = setup(&[
+        WAYPOINT_GATEWAY,
+        WAYPOINT_SVC,
+        APP_POD,
+        APP_POD_NO_MESH,
+        WAYPOINT_INSTANCE,
+        APP_WORKLOAD_ENTRY,
+        APP_SERVICE_ENTRY,
+    ]);
+    let v = View::of(&mesh, &class).unwrap();
+    let names = v.endpoint_names();
+    assert_eq!(names, vec!["inbound-vip|80|http|app.com".to_owned()]);
+    let cla = v.endpoints(&mesh, &names[0]).unwrap();
+    assert_eq!(
+        extract_endpoints(&cla),
+        vec!["1.1.1.3:80", "connect_originate;1.1.1.1:80", "connect_originate;1.1.1.2:80"]
+    );
+    // The tunnel's destination rides in metadata, as istiod writes it.
+    let tunnelled = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).filter(|lb| {
+        lb.metadata.as_ref().and_then(|m| m.filter_metadata.get(ORIGINAL_DST_KEY)).is_some_and(|s| {
+            matches!(s.fields.get("local").and_then(|v| v.kind.as_ref()), Some(ValueKind::StringValue(l)) if l.starts_with("1.1.1."))
+        })
+    });
+    assert_eq!(tunnelled.count(), 2);
+}
+
+/// TestWaypointMultipleVirtualServices: routes of every VirtualService for
+/// the host are merged into the inbound virtual host.
+#[test]
+fn waypoint_multiple_virtual_services() {
+    let vs = |name: &str, prefix: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  hosts: [app.com]\n  http:\n  - match:\n    - uri:\n        prefix: {prefix}\n    route:\n    - destination:\n        host: app.com\n        port:\n          number: 80\n"
+        )
+    };
+    let (a, b) = (vs("vs-route-a", "/route-a"), vs("vs-route-b", "/route-b"));
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, &a, &b]);
+    let l = main_internal(&mesh, &class);
+    let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").expect("http chain");
+    let rc = route_config(chain);
+    let prefixes: Vec<&str> = rc
+        .virtual_hosts
+        .iter()
+        .flat_map(|vh| &vh.routes)
+        .filter_map(|r| match r.r#match.as_ref()?.path_specifier.as_ref()? {
+            route::route_match::PathSpecifier::Prefix(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(prefixes.contains(&"/route-a"), "{prefixes:?}");
+    assert!(prefixes.contains(&"/route-b"), "{prefixes:?}");
+    // The destination is the waypoint's own service: its inbound-VIP cluster.
+    let Some(route::route::Action::Route(a)) = rc.virtual_hosts[0].routes[0].action.as_ref() else { panic!() };
+    assert_eq!(
+        a.cluster_specifier,
+        Some(route::route_action::ClusterSpecifier::Cluster("inbound-vip|80|http|app.com".into()))
+    );
+}
+
+pub(crate) fn route_config(chain: &FilterChain) -> route::RouteConfiguration {
+    let f = chain.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
+    let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+    let m = hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap();
+    match m.route_specifier {
+        Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)) => rc,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The shape `buildWaypointInbound` / `buildWaypointInboundClusters` give
+/// a single-network waypoint: three listeners, the fixed clusters around
+/// the inbound-VIP ones, the VIP in the IP matcher.
+#[test]
+fn waypoint_resources_shape() {
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY]);
+    let v = View::of(&mesh, &class).unwrap();
+    assert_eq!(v.listener_names(), ["connect_terminate", "main_internal", "connect_originate"]);
+    assert_eq!(v.cluster_names(), ["main_internal", "encap", "inbound-vip|80|http|app.com", "connect_originate"]);
+    let l = v.listener(&mesh, MAIN_INTERNAL).unwrap();
+    let Some(Matcher { matcher_type: Some(matcher::MatcherType::MatcherTree(tree)), .. }) = &l.filter_chain_matcher
+    else {
+        panic!()
+    };
+    let Some(matcher::matcher_tree::TreeType::CustomMatch(ip)) = &tree.tree_type else { panic!() };
+    let ip = IpMatcher::decode(ip.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+    let prefixes: Vec<&str> =
+        ip.range_matchers.iter().flat_map(|r| &r.ranges).map(|r| r.address_prefix.as_str()).collect();
+    assert_eq!(prefixes, ["1.2.3.4"]);
+    let terminate = v.listener(&mesh, CONNECT_TERMINATE).unwrap();
+    assert_eq!(socket_of(terminate.address.as_ref()), Some(("0.0.0.0".into(), 15008)));
+    let originate = v.cluster(&mesh, CONNECT_ORIGINATE).unwrap();
+    let Some(cluster::cluster::LbConfig::OriginalDstLbConfig(o)) = &originate.lb_config else { panic!() };
+    assert_eq!(o.upstream_port_override, Some(15008));
+    let vip = v.cluster(&mesh, "inbound-vip|80|http|app.com").unwrap();
+    assert_eq!(vip.eds_cluster_config.as_ref().unwrap().service_name, "inbound-vip|80|http|app.com");
+    assert_eq!(vip.transport_socket.as_ref().unwrap().name, "internal_upstream");
+    assert!(vip.transport_socket_matches.is_empty());
+}
+
+/// A proxy that names no Gateway, or one no service binds, gets the fixed
+/// resources only; a service of another waypoint is not served.
+#[test]
+fn only_the_waypoints_own_services() {
+    let (mesh, mut class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY]);
+    class.labels = vec![(Arc::from(GATEWAY_NAME), Arc::from("other"))];
+    let v = View::of(&mesh, &class).unwrap();
+    assert_eq!(v.cluster_names(), ["main_internal", "encap", "connect_originate"]);
+    class.labels.clear();
+    assert!(View::of(&mesh, &class).is_none());
+}

@@ -20,6 +20,7 @@ mod jwks;
 mod loadgen;
 mod served;
 mod simulation;
+mod waypoint;
 mod webhook;
 
 // What several areas share, loaded once.

@@ -24,8 +24,9 @@ pub(crate) fn served_as(kind: &str, objects: &str, mesh: &str, namespace: &str, 
     served_with(kind, objects, mesh, namespace, labels, ip, &[])
 }
 
-/// [`served_as`] with `env` for the client (`PGV=1`: every resource is
-/// checked with Envoy's field rules, failures under `pgv_errors`).
+/// [`served_as`] with `env` for the client and the server (`PGV=1`: every
+/// resource is checked with Envoy's field rules, failures under
+/// `pgv_errors`; `EDS=1`: load assignments too).
 pub(crate) fn served_with(
     kind: &str,
     objects: &str,
@@ -41,7 +42,8 @@ pub(crate) fn served_with(
     std::fs::write(config.join("objects.yaml"), objects).unwrap();
     let mesh_file = dir.path().join("mesh");
     std::fs::write(&mesh_file, mesh).unwrap();
-    let s = Server::start(&config, &["--meshConfig", mesh_file.to_str().unwrap()], &[], None);
+    // The client's settings go to the server too (PILOT_ENABLE_AMBIENT).
+    let s = Server::start(&config, &["--meshConfig", mesh_file.to_str().unwrap()], env, None);
     let node = json!({
         "id": format!("{kind}~{ip}~app-0.{namespace}~{namespace}.svc.cluster.local"),
         "metadata": {"NAMESPACE": namespace, "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": ip, "LABELS": labels},

@@ -7,7 +7,8 @@ decoded by the upstream descriptors), for a Rust test to assert on.
 usage: ads_fetch.py GRPC_ADDR NODE_JSON
 NODE_JSON: {"id": "...", "metadata": {...}}
 
-With PGV=1 in the environment, every resource is also checked with
+With EDS=1, the load assignments of its EDS clusters are fetched too
+(under "endpoints"). With PGV=1 in the environment, every resource is also checked with
 Envoy's own field rules (protoc-gen-validate, inner Anys unpacked, as
 golden.py does) and the failures listed under "pgv_errors".
 """
@@ -48,7 +49,13 @@ from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # 
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
+from envoy.extensions.filters.http.set_filter_state.v3 import set_filter_state_pb2  # noqa: F401 (waypoints)
+from envoy.extensions.filters.network.set_filter_state.v3 import set_filter_state_pb2 as net_sfs_pb2  # noqa: F401
+from envoy.extensions.matching.common_inputs.network.v3 import network_inputs_pb2  # noqa: F401 (waypoints)
+from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_upstream_pb2  # noqa: F401
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from xds.type.matcher.v3 import ip_pb2  # noqa: F401 (a waypoint's filter chain matcher)
 from google.protobuf import descriptor_pool, json_format, struct_pb2
 from udpa.type.v1 import typed_struct_pb2  # noqa: F401
 
@@ -58,6 +65,7 @@ from golden import add_istio_proxy_types, envoy_errors, load_pgv  # noqa: E402 (
 CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
 RDS = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 ECDS = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 
@@ -84,7 +92,7 @@ def main():
                 type_url=type_url, version_info=r.version_info, response_nonce=r.nonce, resource_names=list(names)))
             return r
 
-        out = {"clusters": {}, "listeners": {}, "routes": {}, "extension_configs": {}}
+        out = {"clusters": {}, "listeners": {}, "routes": {}, "extension_configs": {}, "endpoints": {}}
         check = os.environ.get("PGV") == "1"
         if check:
             import warnings
@@ -95,17 +103,26 @@ def main():
             out["pgv_errors"] = []
 
             def checked(kind, m):
-                out["pgv_errors"].extend(envoy_errors(pgv, pool, m, f"{kind} {m.name}"))
+                out["pgv_errors"].extend(envoy_errors(pgv, pool, m, f"{kind} {getattr(m, 'name', '') or m.cluster_name}"))
         else:
 
             def checked(kind, m):
                 pass
 
+        eds = []
         for a in fetch(CDS, first=True).resources:
             c = cluster_pb2.Cluster()
             a.Unpack(c)
             checked("cluster", c)
             out["clusters"][c.name] = json_format.MessageToDict(c)
+            if c.type == cluster_pb2.Cluster.EDS:
+                eds.append(c.eds_cluster_config.service_name or c.name)
+        if eds and os.environ.get("EDS") == "1":
+            for a in fetch(EDS, sorted(eds)).resources:
+                cla = endpoint_pb2.ClusterLoadAssignment()
+                a.Unpack(cla)
+                checked("load assignment", cla)
+                out["endpoints"][cla.cluster_name] = json_format.MessageToDict(cla)
         rds, ecds = set(), set()
         for a in fetch(LDS).resources:
             lis = listener_pb2.Listener()

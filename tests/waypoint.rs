@@ -1,0 +1,198 @@
+//! What a waypoint proxy is served, end to end (issue #36): the objects go
+//! to the binary through `--configDir` with `PILOT_ENABLE_AMBIENT=true`;
+//! grpcio, as the waypoint (node type `waypoint`, its Gateway's label),
+//! fetches CDS, LDS and EDS (`tests/py/ads_fetch.py`), decoded with the
+//! upstream `xds-protos` descriptors and checked with Envoy's field rules
+//! (inner typed configs included). The expected shapes are istiod's
+//! (`listener_waypoint.go`, `cluster_waypoint.go`, `endpoint_builder.go`).
+
+use serde_json::{Value, json};
+
+use crate::served::served_with;
+
+const OBJECTS: &str = "\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: shop
+  labels: {istio.io/dataplane-mode: ambient, istio.io/use-waypoint: waypoint}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: waypoint, namespace: shop}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
+status:
+  addresses: [{type: Hostname, value: waypoint.shop.svc.cluster.local}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reviews-v1
+  namespace: shop
+  labels: {app: reviews, version: v1}
+  annotations: {ambient.istio.io/redirection: enabled}
+spec: {serviceAccountName: reviews}
+status:
+  podIP: 10.1.0.1
+  conditions: [{type: Ready, status: 'True'}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reviews-v2
+  namespace: shop
+  labels: {app: reviews, version: v2}
+spec: {serviceAccountName: reviews}
+status:
+  podIP: 10.1.0.2
+  conditions: [{type: Ready, status: 'True'}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: reviews-1
+  namespace: shop
+  labels: {kubernetes.io/service-name: reviews}
+addressType: IPv4
+ports: [{name: http, port: 9080}]
+endpoints:
+- addresses: [10.1.0.1]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: reviews-v1, namespace: shop}
+- addresses: [10.1.0.2]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: reviews-v2, namespace: shop}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: shop}
+spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - {destination: {host: reviews, subset: v1}, weight: 80}
+    - {destination: {host: reviews, subset: v2}, weight: 20}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: other, namespace: elsewhere}
+spec:
+  clusterIP: 10.96.0.30
+  ports: [{name: http, port: 80}]
+";
+
+const HOST: &str = "reviews.shop.svc.cluster.local";
+
+fn waypoint_served() -> Value {
+    let labels = json!({"gateway.networking.k8s.io/gateway-name": "waypoint", "gateway.istio.io/managed": "istio.io-mesh-controller"});
+    served_with(
+        "waypoint",
+        OBJECTS,
+        "",
+        "shop",
+        labels,
+        "10.1.0.9",
+        &[("PGV", "1"), ("EDS", "1"), ("PILOT_ENABLE_AMBIENT", "true")],
+    )
+}
+
+fn typed<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v.as_array()
+        .and_then(|a| a.iter().find(|f| f["name"] == name))
+        .map(|f| &f["typedConfig"])
+        .unwrap_or_else(|| panic!("no {name} in {v}"))
+}
+
+/// The served waypoint config: valid by Envoy's rules, istiod's three
+/// listeners and fixed clusters, the VirtualService's 80/20 split over the
+/// waypoint's own subset clusters, the ambient endpoint tunnelled.
+#[test]
+fn waypoint_is_served_its_own_config() {
+    let got = waypoint_served();
+    assert_eq!(got["pgv_errors"], json!([]), "Envoy's field rules");
+    let listeners: Vec<&String> = got["listeners"].as_object().unwrap().keys().collect();
+    assert_eq!(listeners, ["connect_originate", "connect_terminate", "main_internal"]);
+
+    // connect_terminate: 0.0.0.0:15008, mutual TLS 1.3, CONNECT to main_internal.
+    let ct = &got["listeners"]["connect_terminate"];
+    assert_eq!(ct["address"]["socketAddress"], json!({"address": "0.0.0.0", "portValue": 15008}));
+    let chain = &ct["filterChains"][0];
+    let tls = &chain["transportSocket"]["typedConfig"];
+    assert_eq!(tls["requireClientCertificate"], json!(true));
+    assert_eq!(tls["commonTlsContext"]["tlsParams"]["tlsMinimumProtocolVersion"], "TLSv1_3");
+    let hcm = typed(&chain["filters"], "envoy.filters.network.http_connection_manager");
+    let route = &hcm["routeConfig"]["virtualHosts"][0]["routes"][0];
+    assert!(route["match"]["connectMatcher"].is_object(), "{route}");
+    assert_eq!(route["route"]["cluster"], "main_internal");
+    assert_eq!(hcm["http2ProtocolOptions"]["allowConnect"], json!(true));
+
+    // main_internal: the Service's VIP, its HTTP chain with the split.
+    let mi = &got["listeners"]["main_internal"];
+    assert!(mi["internalListener"].is_object());
+    let ranges = &mi["filterChainMatcher"]["matcherTree"]["customMatch"]["typedConfig"]["rangeMatchers"];
+    assert_eq!(ranges[0]["ranges"], json!([{"addressPrefix": "10.96.0.20", "prefixLen": 32}]), "{mi}");
+    let http_chain = format!("inbound-vip|9080|http|{HOST}");
+    let chain = mi["filterChains"].as_array().unwrap().iter().find(|c| c["name"] == http_chain.as_str()).unwrap();
+    let hcm = typed(&chain["filters"], "envoy.filters.network.http_connection_manager");
+    let weighted = &hcm["routeConfig"]["virtualHosts"][0]["routes"][0]["route"]["weightedClusters"]["clusters"];
+    assert_eq!(
+        weighted
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap(), c["weight"].as_u64().unwrap()))
+            .collect::<Vec<_>>(),
+        [
+            (format!("inbound-vip|9080|http/v1|{HOST}").as_str(), 80),
+            (format!("inbound-vip|9080|http/v2|{HOST}").as_str(), 20)
+        ]
+    );
+
+    // Clusters: the fixed ones and the service's, per subset; nothing of
+    // the service the waypoint does not serve.
+    let clusters = got["clusters"].as_object().unwrap();
+    for name in ["main_internal", "encap", "connect_originate"] {
+        assert!(clusters.contains_key(name), "{name}: {:?}", clusters.keys());
+    }
+    for sub in ["http", "http/v1", "http/v2"] {
+        let c = &clusters[&format!("inbound-vip|9080|{sub}|{HOST}")];
+        assert_eq!(c["transportSocket"]["name"], "internal_upstream", "{c}");
+    }
+    assert!(!clusters.keys().any(|k| k.contains("other.elsewhere")), "{:?}", clusters.keys());
+    let co = &clusters["connect_originate"];
+    assert_eq!(co["type"], "ORIGINAL_DST");
+    assert_eq!(co["originalDstLbConfig"]["upstreamPortOverride"], json!(15008));
+
+    // EDS: the ambient pod through connect_originate, the other direct.
+    let cla = &got["endpoints"][&format!("inbound-vip|9080|http|{HOST}")];
+    let addresses: Vec<&Value> = cla["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l["lbEndpoints"].as_array().unwrap())
+        .map(|e| &e["endpoint"]["address"])
+        .collect();
+    assert!(addresses.contains(&&json!({"envoyInternalAddress": {"serverListenerName": "connect_originate", "endpointId": "10.1.0.1:9080"}})), "{cla}");
+    assert!(addresses.contains(&&json!({"socketAddress": {"address": "10.1.0.2", "portValue": 9080}})), "{cla}");
+    let v1 = &got["endpoints"][&format!("inbound-vip|9080|http/v1|{HOST}")];
+    assert_eq!(v1["endpoints"][0]["lbEndpoints"].as_array().map(Vec::len), Some(1), "{v1}");
+}

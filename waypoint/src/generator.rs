@@ -90,6 +90,17 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             }
         }
     }
+    // Policies attached by targetRef (to services, the Gateway, the class).
+    if kind == Kind::Listener {
+        for (o, ap) in crate::policies(&mesh.model, v.namespace, &v.gateway, None) {
+            (o.meta.ns(), &o.meta.name, format!("{ap:?}")).hash(&mut h);
+        }
+        for svc in &v.services {
+            for (o, ap) in crate::policies(&mesh.model, v.namespace, &v.gateway, Some(svc)) {
+                (o.meta.ns(), &o.meta.name, format!("{ap:?}")).hash(&mut h);
+            }
+        }
+    }
     // Route destinations outside the waypoint read those services' ports.
     if kind == Kind::Listener {
         v.services.len().hash(&mut h);

@@ -143,12 +143,15 @@ pub struct View<'a> {
     pub services: Vec<&'a Service>,
     /// The proxy's trust domain.
     pub trust_domain: &'a str,
+    /// The waypoint's Gateway.
+    pub gateway: String,
 }
 
 impl<'a> View<'a> {
     /// The view of the waypoint a proxy of `class` is, if it is one.
     pub fn of(mesh: &'a MeshInput, class: &'a ProxyClass) -> Option<View<'a>> {
         let key = waypoint_of(class)?;
+        let gateway = key.split_once('/').map_or("", |(_, n)| n).to_owned();
         let model = &*mesh.model;
         let services = mesh
             .waypoints
@@ -164,6 +167,7 @@ impl<'a> View<'a> {
             labels: &class.labels,
             services,
             trust_domain: &model.mesh.trust_domain,
+            gateway,
         })
     }
 
@@ -447,7 +451,11 @@ impl<'a> View<'a> {
         // not served yet: their chains exist, no range reaches them).
         chains.push(FilterChain {
             name: "direct-tcp".into(),
-            filters: vec![connect_authority_network(), tcp_proxy(ENCAP, ENCAP)],
+            filters: [connect_authority_network()]
+                .into_iter()
+                .chain(self.rbacs(None, false).network_filters())
+                .chain([tcp_proxy(ENCAP, ENCAP)])
+                .collect(),
             ..Default::default()
         });
         chains.push(FilterChain {
@@ -538,6 +546,17 @@ impl<'a> View<'a> {
             name: "envoy.filters.network.tcp_proxy".into(),
             config_type: Some(listener::filter::ConfigType::TypedConfig(any(&t))),
         }]
+    }
+
+    /// The RBAC filters of the policies attached to the waypoint for `svc`.
+    fn rbacs(&self, svc: Option<&Service>, http: bool) -> istiod_mesh::translate::authz::Rbacs {
+        let mut r = istiod_mesh::translate::authz::rbacs_of(
+            self.model,
+            policies(self.model, self.namespace, &self.gateway, svc),
+            http,
+        );
+        r.peer_from_filter_state();
+        r
     }
 
     /// The VirtualServices that route a service in a waypoint
@@ -676,7 +695,13 @@ impl<'a> View<'a> {
         hcm::HttpConnectionManager {
             stat_prefix: format!("inbound_{port}"),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
-            http_filters: vec![waypoint_upstream_peer_metadata(), router()],
+            http_filters: {
+                // istiod's order: CUSTOM, then the local policies, the
+                // upstream peer metadata, the router.
+                let mut f = self.rbacs(svc, true).http_filters();
+                f.extend([waypoint_upstream_peer_metadata(), router()]);
+                f
+            },
             http2_protocol_options: matches!(protocol, Protocol::Http2 | Protocol::Grpc)
                 .then(core::Http2ProtocolOptions::default),
             use_remote_address: Some(false),
@@ -742,6 +767,82 @@ impl<'a> View<'a> {
             _ => name.to_owned(),
         }
     }
+}
+
+/// istiod's canonical API group (`""` is `core`).
+fn canonical_group(g: &str) -> &str {
+    if g.is_empty() { "core" } else { g }
+}
+
+/// A service a waypoint's policy may name: its name, namespace and
+/// whether it is a Kubernetes Service (else a ServiceEntry).
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyService<'a> {
+    /// The Service's (or ServiceEntry's) name.
+    pub name: &'a str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// A Kubernetes Service.
+    pub kubernetes: bool,
+}
+
+/// Whether a policy in `policy_ns` with `refs` (its `targetRefs`, else its
+/// `targetRef`) attaches to waypoint `gateway` of `waypoint_ns` for traffic
+/// to `svc` (istiod's `ShouldAttachPolicy` for a waypoint): only by
+/// reference, to the Service (or ServiceEntry) in its namespace, this
+/// waypoint's Gateway in its namespace, or the `istio-waypoint`
+/// GatewayClass from the root namespace.
+pub fn attaches(
+    refs: &[&istiod_config::istio::PolicyTargetReference],
+    policy_ns: &str,
+    root_ns: &str,
+    waypoint_ns: &str,
+    gateway: &str,
+    svc: Option<PolicyService<'_>>,
+) -> bool {
+    refs.iter().any(|r| {
+        let group = canonical_group(&r.group);
+        let service = svc.is_some_and(|s| {
+            r.name == s.name
+                && policy_ns == s.namespace
+                && ((group == "core" && r.kind == "Service" && s.kubernetes)
+                    || (group == "networking.istio.io" && r.kind == "ServiceEntry" && !s.kubernetes))
+        });
+        let class = policy_ns == root_ns
+            && group == "gateway.networking.k8s.io"
+            && r.kind == "GatewayClass"
+            && r.name == "istio-waypoint";
+        let own = policy_ns == waypoint_ns
+            && (r.namespace.is_empty() || r.namespace == waypoint_ns)
+            && group == "gateway.networking.k8s.io"
+            && r.kind == "Gateway"
+            && r.name == gateway;
+        service || class || own
+    })
+}
+
+/// The AuthorizationPolicies a waypoint applies to traffic for `svc`
+/// (none: its direct workload chains), in the model's order ([`attaches`]).
+pub fn policies<'m>(
+    model: &'m Model,
+    waypoint_ns: &str,
+    gateway: &str,
+    svc: Option<&Service>,
+) -> Vec<(&'m istiod_config::istio::IstioObject, &'m istiod_config::istio::security::AuthorizationPolicy)> {
+    let svc = svc.map(|s| PolicyService { name: &s.name, namespace: &s.namespace, kubernetes: s.kubernetes });
+    let root = &model.mesh.root_namespace;
+    let mut out = Vec::new();
+    for o in model.security.iter() {
+        let istiod_config::istio::IstioSpec::AuthorizationPolicy(ap) = &o.spec else { continue };
+        let refs: Vec<&istiod_config::istio::PolicyTargetReference> = match ap.target_refs.is_empty() {
+            true => ap.target_ref.iter().collect(),
+            false => ap.target_refs.iter().collect(),
+        };
+        if attaches(&refs, o.meta.ns(), root, waypoint_ns, gateway, svc) {
+            out.push((o, ap));
+        }
+    }
+    out
 }
 
 /// Whether a route matches every request (a `/` prefix, nothing else).

@@ -404,3 +404,101 @@ fn only_the_waypoints_own_services() {
     class.labels.clear();
     assert!(View::of(&mesh, &class).is_none());
 }
+
+/// TestPolicyMatcher (pilot/pkg/model/policyattachment_test.go), its
+/// waypoint cases: the waypoint `sample-waypoint` of `default`, the root
+/// namespace `istio-system`; a policy `policy1` in `default` unless named.
+#[test]
+fn policy_matcher_waypoint_cases() {
+    use istiod_config::istio::PolicyTargetReference as Ref;
+    let r = |group: &str, kind: &str, name: &str| Ref {
+        group: group.into(),
+        kind: kind.into(),
+        name: name.into(),
+        namespace: String::new(),
+    };
+    let gateway = |n: &str| r("gateway.networking.k8s.io", "Gateway", n);
+    let waypoint_ref = gateway("sample-waypoint");
+    let sample_ref = gateway("sample-gateway");
+    let class_ref = r("gateway.networking.k8s.io", "GatewayClass", "istio-waypoint");
+    let service_ref = r("", "Service", "sample-svc");
+    let entry_ref = r("networking.istio.io", "ServiceEntry", "sample-svc-entry");
+    let entry_named_like_service = r("networking.istio.io", "ServiceEntry", "sample-svc");
+    let svc = Some(PolicyService { name: "sample-svc", namespace: "default", kubernetes: true });
+    let entry = Some(PolicyService { name: "sample-svc-entry", namespace: "default", kubernetes: false });
+    // (name, refs, policy namespace, waypoint namespace, service, expected)
+    type Case<'a> = (&'a str, Vec<&'a Ref>, &'a str, &'a str, Option<PolicyService<'a>>, bool);
+    let cases: Vec<Case<'_>> = vec![
+        ("waypoint and a targetRef", vec![&waypoint_ref], "default", "default", None, true),
+        ("waypoint and a selector", vec![], "default", "default", None, false),
+        ("waypoint and both a targetRef and a selector", vec![&waypoint_ref], "default", "default", None, true),
+        ("waypoint and no targetRef or selector", vec![], "default", "default", None, false),
+        ("waypoint and non-matching targetRef", vec![&sample_ref], "default", "default", None, false),
+        ("waypoint and matching targetRefs", vec![&waypoint_ref], "default", "default", None, true),
+        (
+            "waypoint and partial matching targetRefs",
+            vec![&waypoint_ref, &sample_ref],
+            "default",
+            "default",
+            None,
+            true,
+        ),
+        ("waypoint and non matching targetRefs", vec![&sample_ref], "default", "default", None, false),
+        ("service attached policy", vec![&service_ref], "default", "default", svc, true),
+        ("service entry attached policy", vec![&entry_ref], "default", "default", entry, true),
+        ("service entry policy selecting", vec![&entry_named_like_service], "default", "default", svc, false),
+        ("gateway attached policy with service", vec![&waypoint_ref], "default", "default", svc, true),
+        (
+            "gateway attached policy with cross-namespace service",
+            vec![&waypoint_ref],
+            "default",
+            "waypoint",
+            svc,
+            false,
+        ),
+        ("gateway class attached policy in root namespace", vec![&class_ref], "istio-system", "default", None, true),
+        ("gateway class attached policy in non-root namespace", vec![&class_ref], "default", "default", None, false),
+    ];
+    for (name, refs, policy_ns, waypoint_ns, svc, expected) in cases {
+        assert_eq!(attaches(&refs, policy_ns, "istio-system", waypoint_ns, "sample-waypoint", svc), expected, "{name}");
+    }
+}
+
+/// A policy attached to the Service applies on its chains in the waypoint
+/// (RBAC before the router; principals from the HBONE filter state, as
+/// istiod's `UseFilterState`), and not on the direct workload chains.
+#[test]
+fn service_attached_policy_on_its_chains() {
+    let policy = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-frontend, namespace: default}
+spec:
+  targetRefs: [{kind: ServiceEntry, group: networking.istio.io, name: app}]
+  action: ALLOW
+  rules: [{from: [{source: {principals: [cluster.local/ns/default/sa/frontend]}}], to: [{operation: {methods: [GET]}}]}]
+"#;
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, policy]);
+    let l = main_internal(&mesh, &class);
+    let filters = |chain: &str| {
+        let c = l.filter_chains.iter().find(|c| c.name == chain).unwrap();
+        let f = c.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
+        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+        hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
+    };
+    let names: Vec<String> = filters("inbound-vip|80|http|app.com").iter().map(|f| f.name.clone()).collect();
+    assert_eq!(names, ["envoy.filters.http.rbac", "waypoint_upstream_peer_metadata", "envoy.filters.http.router"]);
+    let rbac = &filters("inbound-vip|80|http|app.com")[0];
+    let Some(hcm::http_filter::ConfigType::TypedConfig(a)) = &rbac.config_type else { panic!() };
+    let text = format!(
+        "{:?}",
+        istiod_proto::envoy::extensions::filters::http::rbac::v3::Rbac::decode(a.value.as_slice()).unwrap()
+    );
+    assert!(
+        text.contains("io.istio.peer_principal") && text.contains("spiffe://cluster.local/ns/default/sa/frontend"),
+        "{text}"
+    );
+    assert!(!text.contains("Authenticated"), "{text}");
+    let direct: Vec<String> = filters("direct-http").iter().map(|f| f.name.clone()).collect();
+    assert!(!direct.iter().any(|n| n.contains("rbac")), "{direct:?}");
+}

@@ -116,6 +116,32 @@ fn provider_matcher(filter: &str, provider: &str) -> matcher::MetadataMatcher {
 }
 
 impl Rbacs {
+    /// Peer identities read from the filter state ztunnel's HBONE leaves
+    /// (`io.istio.peer_principal`) instead of the TLS peer: a waypoint's
+    /// rules (istiod's `UseFilterState`).
+    pub fn peer_from_filter_state(&mut self) {
+        fn walk(p: &mut rbac::Principal) {
+            use rbac::principal::Identifier as I;
+            match p.identifier.as_mut() {
+                Some(I::Authenticated(a)) if a.principal_name.is_some() => {
+                    p.identifier = Some(I::FilterState(matcher::FilterStateMatcher {
+                        key: "io.istio.peer_principal".into(),
+                        matcher: a.principal_name.take().map(matcher::filter_state_matcher::Matcher::StringMatch),
+                    }));
+                }
+                Some(I::AndIds(set) | I::OrIds(set)) => set.ids.iter_mut().for_each(walk),
+                Some(I::NotId(inner)) => walk(inner),
+                _ => {}
+            }
+        }
+        let rules = self.custom.iter_mut().flat_map(|c| [&mut c.rules, &mut c.dry_run]).chain(
+            [&mut self.audit, &mut self.deny, &mut self.allow].into_iter().chain(self.dry_run.iter_mut()).flatten(),
+        );
+        for r in rules {
+            r.policies.values_mut().flat_map(|p| p.principals.iter_mut()).for_each(walk);
+        }
+    }
+
     /// The non-CUSTOM actions in istiod's order (AUDIT, DENY, ALLOW), each
     /// with its enforced and dry-run rules.
     fn local(&self) -> impl Iterator<Item = (&Option<rbac::Rbac>, &Option<rbac::Rbac>)> {
@@ -750,6 +776,11 @@ fn dry_run(o: &istiod_config::istio::IstioObject) -> bool {
 
 /// The RBAC of a workload's inbound chains (`http`: an HTTP chain).
 pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
+    rbacs_of(model, applies(model, class), http)
+}
+
+/// The RBAC of `policies` (those that apply, in the model's order).
+pub fn rbacs_of(model: &Model, policies: Vec<(&IstioObject, &AuthorizationPolicy)>, http: bool) -> Rbacs {
     let trust_domains: Vec<String> =
         std::iter::once(&model.mesh.trust_domain).chain(&model.mesh.trust_domain_aliases).cloned().collect();
     // Per action (audit, deny, allow): enforced and dry-run policies, and
@@ -757,7 +788,7 @@ pub fn rbacs(model: &Model, class: &ProxyClass, http: bool) -> Rbacs {
     let mut local: [[(BTreeMap<String, rbac::Policy>, bool); 2]; 3] = Default::default();
     // Per CUSTOM provider: enforced and dry-run.
     let mut custom: BTreeMap<String, [BTreeMap<String, rbac::Policy>; 2]> = BTreeMap::new();
-    for (o, ap) in applies(model, class) {
+    for (o, ap) in policies {
         let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
         let dry = usize::from(dry_run(o));
         let (target, prefix) = match ap.action {

@@ -196,3 +196,61 @@ fn waypoint_is_served_its_own_config() {
     let v1 = &got["endpoints"][&format!("inbound-vip|9080|http/v1|{HOST}")];
     assert_eq!(v1["endpoints"][0]["lbEndpoints"].as_array().map(Vec::len), Some(1), "{v1}");
 }
+
+/// A sidecar in an ambient mesh sends HBONE (`PILOT_ENABLE_SENDING_HBONE`,
+/// on with ambient): the `connect_originate` cluster and listener, its
+/// outbound clusters able to tunnel (`applyHBONETransportSocketMatches`),
+/// the ambient pod's endpoint through `connect_originate` with the
+/// `tunnel: http` mark, the other pod direct.
+#[test]
+fn sidecar_sends_hbone_to_ambient_workloads() {
+    let got = served_with(
+        "sidecar",
+        OBJECTS,
+        "",
+        "shop",
+        json!({"app": "client"}),
+        "10.1.0.50",
+        &[("PGV", "1"), ("EDS", "1"), ("PILOT_ENABLE_AMBIENT", "true")],
+    );
+    assert_eq!(got["pgv_errors"], json!([]), "Envoy's field rules");
+    assert!(
+        got["listeners"]["connect_originate"]["internalListener"].is_object(),
+        "{:?}",
+        got["listeners"].as_object().unwrap().keys()
+    );
+    let co = &got["clusters"]["connect_originate"];
+    assert_eq!(co["type"], "ORIGINAL_DST", "{co}");
+    let c = &got["clusters"][&format!("outbound|9080||{HOST}")];
+    let matches: Vec<&str> =
+        c["transportSocketMatches"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(matches[0], "hbone", "{c}");
+    assert_eq!(c["transportSocketMatches"][0]["match"], json!({"tunnel": "http"}));
+    let cla = &got["endpoints"][&format!("outbound|9080||{HOST}")];
+    let eps: Vec<&Value> =
+        cla["endpoints"].as_array().unwrap().iter().flat_map(|l| l["lbEndpoints"].as_array().unwrap()).collect();
+    let tunnelled = eps
+        .iter()
+        .find(|e| e["endpoint"]["address"]["envoyInternalAddress"].is_object())
+        .expect("a tunnelled endpoint");
+    assert_eq!(
+        tunnelled["endpoint"]["address"]["envoyInternalAddress"],
+        json!({"serverListenerName": "connect_originate", "endpointId": "10.1.0.1:9080"})
+    );
+    assert_eq!(tunnelled["metadata"]["filterMetadata"]["envoy.transport_socket_match"], json!({"tunnel": "http"}));
+    assert_eq!(
+        tunnelled["metadata"]["filterMetadata"]["envoy.filters.listener.original_dst"],
+        json!({"local": "10.1.0.1:9080"})
+    );
+    assert!(eps.iter().any(|e| e["endpoint"]["address"]["socketAddress"]["address"] == "10.1.0.2"), "{cla}");
+}
+
+/// Without ambient, a sidecar's config has none of it.
+#[test]
+fn sidecar_without_ambient_sends_no_hbone() {
+    let got = served_with("sidecar", OBJECTS, "", "shop", json!({"app": "client"}), "10.1.0.50", &[("EDS", "1")]);
+    assert!(got["listeners"].get("connect_originate").is_none());
+    assert!(got["clusters"].get("connect_originate").is_none());
+    let c = &got["clusters"][&format!("outbound|9080||{HOST}")];
+    assert!(!c.to_string().contains("hbone"), "{c}");
+}

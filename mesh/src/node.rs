@@ -120,6 +120,11 @@ pub fn set_ambient(enabled: bool) {
     AMBIENT.store(enabled, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether ambient is on ([`set_ambient`]).
+pub fn ambient() -> bool {
+    AMBIENT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Proxy {
     /// Parses a node as istiod does (`model.ParseServiceNodeWithMetadata`).
     pub fn from_node(node: Option<&Node>) -> Result<Proxy, NodeError> {

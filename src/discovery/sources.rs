@@ -193,6 +193,10 @@ pub(super) fn apply(
     if prev.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &mesh)) {
         touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
         touched.extend(istiod_waypoint::all_names(&mesh));
+        // Sidecars' load assignments whose HBONE endpoints changed.
+        if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
+            touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
+        }
     }
     let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
         touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());

@@ -19,7 +19,49 @@ use istiod_proto::prost::Message;
 use istiod_xds_api::node::Classified;
 use istiod_xds_api::snapshot::{Aliases, Generator, Kind, Snapshot, UnknownType};
 
-use crate::View;
+use crate::{CONNECT_ORIGINATE, View, hbone};
+
+/// A sidecar's or gateway's names, with `connect_originate` where it sends
+/// HBONE (a class name: the shared ones are every proxy's).
+fn with_originate(class: &ProxyClass, kind: Kind, mut names: Vec<Arc<str>>) -> Vec<Arc<str>> {
+    if hbone::sends(class)
+        && matches!(kind, Kind::Cluster | Kind::Listener)
+        && !names.iter().any(|n| &**n == CONNECT_ORIGINATE)
+    {
+        names.push(Arc::from(CONNECT_ORIGINATE));
+    }
+    names
+}
+
+/// [`MeshGenerator::input_generation`], and what the HBONE rewrite reads.
+fn hbone_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    "hbone".hash(&mut h);
+    match (kind, name) {
+        (Kind::Cluster | Kind::Listener, CONNECT_ORIGINATE) => {
+            let mesh = snap.mesh.as_deref()?;
+            (kind as u8, format!("{:?}", mesh.model.mesh.connect_timeout)).hash(&mut h);
+        }
+        (Kind::Endpoint, _) => {
+            MeshGenerator.input_generation(snap, class, kind, name)?.hash(&mut h);
+            hbone::tunnels_digest(snap.mesh.as_deref()?, name).hash(&mut h);
+        }
+        _ => MeshGenerator.input_generation(snap, class, kind, name)?.hash(&mut h),
+    }
+    Some(h.finish())
+}
+
+/// [`MeshGenerator::generate`], rewritten to send HBONE ([`hbone`]).
+fn hbone_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    let mesh = snap.mesh.as_deref()?;
+    match (kind, name) {
+        (Kind::Cluster, CONNECT_ORIGINATE) => Some(Bytes::from(hbone::originate_cluster(mesh).encode_to_vec())),
+        (Kind::Listener, CONNECT_ORIGINATE) => Some(Bytes::from(crate::connect_originate().encode_to_vec())),
+        (Kind::Cluster, _) => hbone::cluster(&MeshGenerator.generate(snap, class, kind, name)?),
+        (Kind::Endpoint, _) => hbone::endpoints(mesh, name, &MeshGenerator.generate(snap, class, kind, name)?),
+        _ => MeshGenerator.generate(snap, class, kind, name),
+    }
+}
 
 /// [`MeshGenerator`], with waypoints.
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,11 +78,11 @@ fn view<'a>(snap: &'a Snapshot<MeshInput>, class: &'a ProxyClass) -> Option<View
 /// The names of `kind` a waypoint of `class` is served (none when it names
 /// no Gateway).
 pub fn names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
-    let Some(v) = view(snap, class) else { return Vec::new() };
+    let (Some(mesh), Some(v)) = (snap.mesh.as_deref(), view(snap, class)) else { return Vec::new() };
     let names = match kind {
-        Kind::Cluster => v.cluster_names(),
+        Kind::Cluster => v.cluster_names(mesh),
         Kind::Listener => v.listener_names(),
-        Kind::Endpoint => v.endpoint_names(),
+        Kind::Endpoint => v.endpoint_names(mesh),
         _ => Vec::new(),
     };
     names.into_iter().map(Arc::from).collect()
@@ -66,6 +108,20 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (kind as u8, name, &*class.namespace, &class.labels, v.trust_domain).hash(&mut h);
     format!("{:?}", mesh.model.mesh.connect_timeout).hash(&mut h);
+    // An outbound cluster or load assignment: its form for the waypoint's
+    // rule, and which endpoints take HBONE.
+    if let Some(host) = name.strip_prefix("outbound|").and_then(|r| r.splitn(3, '|').nth(2)) {
+        let rule = mesh.model.rule_index_for(v.namespace, v.labels, host);
+        let rules = mesh.model.destination_rules();
+        rule.map(|i| rules.get(i).id.clone()).hash(&mut h);
+        if let Some(forms) = mesh.translation.clusters.get(name) {
+            forms.digest(kind).hash(&mut h);
+        }
+        if kind == Kind::Endpoint {
+            hbone::tunnels_digest(mesh, name).hash(&mut h);
+        }
+        return Some(h.finish());
+    }
     // main_internal reads every service of the waypoint; a cluster or a
     // load assignment its own service only; the other listeners none.
     let all = kind == Kind::Listener && name == crate::MAIN_INTERNAL;
@@ -103,8 +159,9 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
     }
     // Route destinations outside the waypoint read those services' ports.
     if kind == Kind::Listener {
-        v.services.len().hash(&mut h);
-        mesh.model.services.len().hash(&mut h);
+        for s in v.outbound_services() {
+            (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
+        }
     }
     Some(h.finish())
 }
@@ -138,7 +195,7 @@ impl Generator for WithWaypoints {
     fn wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         match waypoint(class) {
             true => names(snap, class, kind),
-            false => MeshGenerator.wildcard_names(snap, class, kind),
+            false => with_originate(class, kind, MeshGenerator.wildcard_names(snap, class, kind)),
         }
     }
 
@@ -152,7 +209,7 @@ impl Generator for WithWaypoints {
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         match waypoint(class) {
             true => names(snap, class, kind),
-            false => MeshGenerator.class_wildcard_names(snap, class, kind),
+            false => with_originate(class, kind, MeshGenerator.class_wildcard_names(snap, class, kind)),
         }
     }
 
@@ -194,6 +251,7 @@ impl Generator for WithWaypoints {
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
         match waypoint(class) {
             true => generation(snap, class, kind, name),
+            false if hbone::sends(class) => hbone_generation(snap, class, kind, name),
             false => MeshGenerator.input_generation(snap, class, kind, name),
         }
     }
@@ -201,6 +259,7 @@ impl Generator for WithWaypoints {
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
         match waypoint(class) {
             true => body(snap, class, kind, name),
+            false if hbone::sends(class) => hbone_body(snap, class, kind, name),
             false => MeshGenerator.generate(snap, class, kind, name),
         }
     }

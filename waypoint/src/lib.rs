@@ -52,6 +52,7 @@ use istiod_proto::xds::core::v3::{CidrRange, TypedExtensionConfig};
 use istiod_proto::xds::r#type::matcher::v3::{IpMatcher, Matcher, ip_matcher::IpRangeMatcher, matcher};
 
 pub mod generator;
+pub mod hbone;
 
 /// The HBONE termination listener (and its HCM's stat prefix).
 pub const CONNECT_TERMINATE: &str = "connect_terminate";
@@ -176,12 +177,72 @@ impl<'a> View<'a> {
     }
 
     /// The cluster names, in istiod's order.
-    pub fn cluster_names(&self) -> Vec<String> {
+    pub fn cluster_names(&self, mesh: &'a MeshInput) -> Vec<String> {
         let mut out = vec![MAIN_INTERNAL.to_owned(), ENCAP.to_owned()];
         for (name, _) in self.vip_clusters() {
             out.push(name);
         }
         out.push(CONNECT_ORIGINATE.to_owned());
+        out.extend(self.outbound_clusters(mesh).into_iter().map(|(n, _)| n));
+        out
+    }
+
+    /// The services the waypoint's routes send to that it does not serve
+    /// (or that are outside the mesh), reached by their outbound clusters
+    /// (istiod's `filterWaypointOutboundServices`).
+    pub fn outbound_services(&self) -> Vec<&'a Service> {
+        use istiod_config::istio::networking::Destination;
+        let mut hosts = BTreeSet::new();
+        for svc in &self.services {
+            for (o, vs) in self.virtual_services_of(svc) {
+                let ns = o.meta.ns();
+                let mut add = |d: Option<&Destination>| {
+                    if let Some(d) = d.filter(|d| !d.host.is_empty()) {
+                        hosts.insert(self.model.resolve_host(&d.host, ns));
+                    }
+                };
+                for r in &vs.http {
+                    r.route.iter().for_each(|d| add(d.destination.as_ref()));
+                    add(r.mirror.as_ref());
+                    r.mirrors.iter().for_each(|m| add(m.destination.as_ref()));
+                }
+                for d in vs.tcp.iter().flat_map(|r| &r.route).chain(vs.tls.iter().flat_map(|r| &r.route)) {
+                    add(d.destination.as_ref());
+                }
+            }
+        }
+        hosts
+            .iter()
+            .filter_map(|h| self.model.services.get(h.as_str()))
+            .filter(|s| self.owns(&s.hostname).is_none_or(|o| o.mesh_external))
+            .collect()
+    }
+
+    /// The outbound clusters of [`View::outbound_services`] (the forms the
+    /// waypoint's DestinationRules give them): name -> the outbound form.
+    fn outbound_clusters(
+        &self,
+        mesh: &'a MeshInput,
+    ) -> Vec<(String, &'a istiod_mesh::translate::cluster::ClusterForm)> {
+        let mut out = Vec::new();
+        for svc in self.outbound_services() {
+            let rule = self.model.rule_index_for(self.namespace, self.labels, &svc.hostname);
+            let rules = self.model.destination_rules();
+            let id = rule.map(|i| rules.get(i).id.clone());
+            let suffix = format!("|{}", svc.hostname);
+            let mut names: Vec<&std::sync::Arc<str>> = mesh
+                .translation
+                .clusters
+                .keys()
+                .filter(|k| k.starts_with("outbound|") && k.ends_with(&suffix))
+                .collect();
+            names.sort();
+            for name in names {
+                if let Some(form) = mesh.translation.clusters.get(name).and_then(|f| f.form(id.as_deref())) {
+                    out.push((name.to_string(), form));
+                }
+            }
+        }
         out
     }
 
@@ -191,12 +252,15 @@ impl<'a> View<'a> {
     }
 
     /// The load assignment names (inbound-VIP clusters fed by EDS).
-    pub fn endpoint_names(&self) -> Vec<String> {
-        self.vip_clusters()
+    pub fn endpoint_names(&self, mesh: &'a MeshInput) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .vip_clusters()
             .into_iter()
             .filter(|(_, (svc, _, _))| svc.resolution == Resolution::ClientSideLb)
             .map(|(n, _)| n)
-            .collect()
+            .collect();
+        out.extend(self.outbound_clusters(mesh).into_iter().filter(|(_, f)| f.endpoints.is_some()).map(|(n, _)| n));
+        out
     }
 
     /// Every inbound-VIP cluster: name -> (service, port, subset).
@@ -228,11 +292,15 @@ impl<'a> View<'a> {
     }
 
     /// Cluster `name`, encoded.
-    pub fn cluster(&self, mesh: &MeshInput, name: &str) -> Option<Cluster> {
+    pub fn cluster(&self, mesh: &'a MeshInput, name: &str) -> Option<Cluster> {
         match name {
             MAIN_INTERNAL => Some(internal_cluster(MAIN_INTERNAL, MAIN_INTERNAL)),
             ENCAP => Some(internal_cluster(ENCAP, CONNECT_ORIGINATE)),
             CONNECT_ORIGINATE => Some(self.connect_originate_cluster()),
+            _ if name.starts_with("outbound|") => {
+                let (_, form) = self.outbound_clusters(mesh).into_iter().find(|(n, _)| n == name)?;
+                Cluster::decode(hbone::cluster(&form.bytes)?.as_ref()).ok()
+            }
             _ => {
                 let (_, (svc, port, subset)) = self.vip_clusters().into_iter().find(|(n, _)| n == name)?;
                 self.vip_cluster(mesh, name, svc, port, &subset)
@@ -260,7 +328,7 @@ impl<'a> View<'a> {
         // ISTIO_MUTUAL and auto mTLS do not apply: HBONE carries identity.
         // SIMPLE / MUTUAL origination stays inside the tunnel.
         c.transport_socket_matches.clear();
-        let inner = c.transport_socket.take().filter(|ts| !istio_mutual(ts)).unwrap_or_else(raw_buffer);
+        let inner = c.transport_socket.take().filter(|ts| !istio_mutual_socket(ts)).unwrap_or_else(raw_buffer);
         c.transport_socket =
             Some(internal_upstream("internal_upstream", inner, &[(Host, ORIGINAL_DST_KEY), (Host, "istio")]));
         if c.lb_policy == cluster::cluster::LbPolicy::ClusterProvided as i32
@@ -275,77 +343,19 @@ impl<'a> View<'a> {
     }
 
     fn connect_originate_cluster(&self) -> Cluster {
-        let mut ctx = connect_tls_context();
-        if let Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)) =
-            ctx.validation_context_type.as_mut()
-        {
-            let prefix = format!("spiffe://{}/ns/{}/sa/", self.trust_domain, self.namespace);
-            v.default_validation_context.get_or_insert_default().match_typed_subject_alt_names.push(
-                tls::SubjectAltNameMatcher {
-                    san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
-                    matcher: Some(istiod_proto::envoy::r#type::matcher::v3::StringMatcher {
-                        match_pattern: Some(
-                            istiod_proto::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Prefix(prefix),
-                        ),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            );
-        }
-        let options = upstream_http::HttpProtocolOptions {
-            common_http_protocol_options: Some(core::HttpProtocolOptions {
-                idle_timeout: Some(Duration { seconds: 3600, nanos: 0 }),
-                ..Default::default()
-            }),
-            upstream_protocol_options: Some(upstream_http::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
-                upstream_http::http_protocol_options::ExplicitHttpConfig {
-                    protocol_config: Some(
-                        upstream_http::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
-                            core::Http2ProtocolOptions { allow_connect: true, ..Default::default() },
-                        ),
-                    ),
-                },
-            )),
-            ..Default::default()
-        };
-        Cluster {
-            name: CONNECT_ORIGINATE.into(),
-            cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
-                cluster::cluster::DiscoveryType::OriginalDst as i32,
-            )),
-            lb_policy: cluster::cluster::LbPolicy::ClusterProvided as i32,
-            connect_timeout: Some(connect_timeout(self.model)),
-            cleanup_interval: Some(Duration { seconds: 60, nanos: 0 }),
-            circuit_breakers: Some(default_circuit_breakers()),
-            typed_extension_protocol_options: [(protocol_options_key(), any(&options))].into_iter().collect(),
-            lb_config: Some(cluster::cluster::LbConfig::OriginalDstLbConfig(cluster::cluster::OriginalDstLbConfig {
-                upstream_port_override: Some(HBONE_PORT),
-                metadata_key: Some(metadata::MetadataKey {
-                    key: ORIGINAL_DST_KEY.into(),
-                    path: vec![metadata::metadata_key::PathSegment {
-                        segment: Some(metadata::metadata_key::path_segment::Segment::Key("waypoint".into())),
-                    }],
-                }),
-                ..Default::default()
-            })),
-            transport_socket: Some(core::TransportSocket {
-                name: "tls".into(),
-                config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&tls::UpstreamTlsContext {
-                    common_tls_context: Some(ctx),
-                    ..Default::default()
-                }))),
-            }),
-            alt_stat_name: format!("{CONNECT_ORIGINATE};"),
-            ..Default::default()
-        }
+        connect_originate_cluster(self.model, Some((self.trust_domain, self.namespace)))
     }
 
     /// The load assignment of inbound-VIP cluster `name`: the outbound
     /// cluster's, with HBONE-capable endpoints reached through
     /// `connect_originate` (`endpoint_builder.go`: waypoints always tunnel
     /// to an endpoint that can take it).
-    pub fn endpoints(&self, mesh: &MeshInput, name: &str) -> Option<ep::ClusterLoadAssignment> {
+    pub fn endpoints(&self, mesh: &'a MeshInput, name: &str) -> Option<ep::ClusterLoadAssignment> {
+        if name.starts_with("outbound|") {
+            let (_, form) = self.outbound_clusters(mesh).into_iter().find(|(n, _)| n == name)?;
+            return ep::ClusterLoadAssignment::decode(hbone::endpoints(mesh, name, form.endpoints.as_ref()?)?.as_ref())
+                .ok();
+        }
         let (_, (svc, port, subset)) = self.vip_clusters().into_iter().find(|(n, _)| n == name)?;
         let outbound = format!("outbound|{port}|{subset}|{}", svc.hostname);
         let forms = mesh.translation.clusters.get(outbound.as_str())?;
@@ -845,6 +855,78 @@ pub fn policies<'m>(
     out
 }
 
+/// `connect_originate` (`buildConnectOriginate`): ORIGINAL_DST on 15008,
+/// HTTP/2 CONNECT, mutual TLS; a waypoint also checks the peer's SPIFFE
+/// prefix (its trust domain and namespace).
+fn connect_originate_cluster(model: &Model, san: Option<(&str, &str)>) -> Cluster {
+    let mut ctx = connect_tls_context();
+    if let (
+        Some((trust_domain, ns)),
+        Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)),
+    ) = (san, ctx.validation_context_type.as_mut())
+    {
+        let prefix = format!("spiffe://{trust_domain}/ns/{ns}/sa/");
+        v.default_validation_context.get_or_insert_default().match_typed_subject_alt_names.push(
+            tls::SubjectAltNameMatcher {
+                san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
+                matcher: Some(istiod_proto::envoy::r#type::matcher::v3::StringMatcher {
+                    match_pattern: Some(
+                        istiod_proto::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Prefix(prefix),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+    }
+    let options = upstream_http::HttpProtocolOptions {
+        common_http_protocol_options: Some(core::HttpProtocolOptions {
+            idle_timeout: Some(Duration { seconds: 3600, nanos: 0 }),
+            ..Default::default()
+        }),
+        upstream_protocol_options: Some(upstream_http::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+            upstream_http::http_protocol_options::ExplicitHttpConfig {
+                protocol_config: Some(
+                    upstream_http::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
+                        core::Http2ProtocolOptions { allow_connect: true, ..Default::default() },
+                    ),
+                ),
+            },
+        )),
+        ..Default::default()
+    };
+    Cluster {
+        name: CONNECT_ORIGINATE.into(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::OriginalDst as i32,
+        )),
+        lb_policy: cluster::cluster::LbPolicy::ClusterProvided as i32,
+        connect_timeout: Some(connect_timeout(model)),
+        cleanup_interval: Some(Duration { seconds: 60, nanos: 0 }),
+        circuit_breakers: Some(default_circuit_breakers()),
+        typed_extension_protocol_options: [(protocol_options_key(), any(&options))].into_iter().collect(),
+        lb_config: Some(cluster::cluster::LbConfig::OriginalDstLbConfig(cluster::cluster::OriginalDstLbConfig {
+            upstream_port_override: Some(HBONE_PORT),
+            metadata_key: Some(metadata::MetadataKey {
+                key: ORIGINAL_DST_KEY.into(),
+                path: vec![metadata::metadata_key::PathSegment {
+                    segment: Some(metadata::metadata_key::path_segment::Segment::Key("waypoint".into())),
+                }],
+            }),
+            ..Default::default()
+        })),
+        transport_socket: Some(core::TransportSocket {
+            name: "tls".into(),
+            config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&tls::UpstreamTlsContext {
+                common_tls_context: Some(ctx),
+                ..Default::default()
+            }))),
+        }),
+        alt_stat_name: format!("{CONNECT_ORIGINATE};"),
+        ..Default::default()
+    }
+}
+
 /// Whether a route matches every request (a `/` prefix, nothing else).
 fn catch_all(r: &route::Route) -> bool {
     r.r#match.as_ref().is_some_and(|m| {
@@ -864,7 +946,7 @@ pub fn vip_name(port: u16, subset: &str, host: &str) -> String {
     format!("inbound-vip|{port}|{subset}|{host}")
 }
 
-fn istio_mutual(ts: &core::TransportSocket) -> bool {
+fn istio_mutual_socket(ts: &core::TransportSocket) -> bool {
     let Some(core::transport_socket::ConfigType::TypedConfig(a)) = &ts.config_type else { return false };
     let Ok(ctx) = tls::UpstreamTlsContext::decode(a.value.as_slice()) else { return false };
     ctx.common_tls_context.is_some_and(|c| c.tls_certificate_sds_secret_configs.iter().any(|s| s.name == "default"))
@@ -877,11 +959,13 @@ fn raw_buffer() -> core::TransportSocket {
     }
 }
 
+/// Where passed-through metadata is read: the host's or the cluster's.
 #[derive(Clone, Copy)]
 enum MetadataFrom {
     Host,
+    Cluster,
 }
-use MetadataFrom::Host;
+use MetadataFrom::{Cluster as ClusterMetadata, Host};
 
 fn internal_upstream(name: &str, inner: core::TransportSocket, pass: &[(MetadataFrom, &str)]) -> core::TransportSocket {
     let passthrough_metadata = pass
@@ -890,6 +974,7 @@ fn internal_upstream(name: &str, inner: core::TransportSocket, pass: &[(Metadata
             kind: Some(metadata::MetadataKind {
                 kind: Some(match from {
                     Host => metadata::metadata_kind::Kind::Host(metadata::metadata_kind::Host {}),
+                    ClusterMetadata => metadata::metadata_kind::Kind::Cluster(metadata::metadata_kind::Cluster {}),
                 }),
             }),
             name: (*key).to_owned(),

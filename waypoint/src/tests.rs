@@ -301,7 +301,7 @@ fn waypoint_endpoints() {
         APP_SERVICE_ENTRY,
     ]);
     let v = View::of(&mesh, &class).unwrap();
-    let names = v.endpoint_names();
+    let names = v.endpoint_names(&mesh);
     assert_eq!(names, vec!["inbound-vip|80|http|app.com".to_owned()]);
     let cla = v.endpoints(&mesh, &names[0]).unwrap();
     assert_eq!(
@@ -370,7 +370,7 @@ fn waypoint_resources_shape() {
         setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY]);
     let v = View::of(&mesh, &class).unwrap();
     assert_eq!(v.listener_names(), ["connect_terminate", "main_internal", "connect_originate"]);
-    assert_eq!(v.cluster_names(), ["main_internal", "encap", "inbound-vip|80|http|app.com", "connect_originate"]);
+    assert_eq!(v.cluster_names(&mesh), ["main_internal", "encap", "inbound-vip|80|http|app.com", "connect_originate"]);
     let l = v.listener(&mesh, MAIN_INTERNAL).unwrap();
     let Some(Matcher { matcher_type: Some(matcher::MatcherType::MatcherTree(tree)), .. }) = &l.filter_chain_matcher
     else {
@@ -400,7 +400,7 @@ fn only_the_waypoints_own_services() {
         setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY]);
     class.labels = vec![(Arc::from(GATEWAY_NAME), Arc::from("other"))];
     let v = View::of(&mesh, &class).unwrap();
-    assert_eq!(v.cluster_names(), ["main_internal", "encap", "connect_originate"]);
+    assert_eq!(v.cluster_names(&mesh), ["main_internal", "encap", "connect_originate"]);
     class.labels.clear();
     assert!(View::of(&mesh, &class).is_none());
 }
@@ -501,4 +501,109 @@ spec:
     assert!(!text.contains("Authenticated"), "{text}");
     let direct: Vec<String> = filters("direct-http").iter().map(|f| f.name.clone()).collect();
     assert!(!direct.iter().any(|n| n.contains("rbac")), "{direct:?}");
+}
+
+/// TestApplyUpstreamTLSSettingsHBONE (cluster_tls_test.go), its sidecar
+/// cases, on clusters as the mesh generator makes them: auto mTLS gets
+/// HBONE first, then Istio mTLS or plaintext; explicit SIMPLE TLS gets
+/// HBONE around the TLS, or the TLS alone (`user`). And a cluster without
+/// TLS: HBONE or plaintext.
+#[test]
+fn apply_upstream_tls_settings_hbone() {
+    use istiod_config::istio::networking::{ClientTlsMode, ClientTlsSettings, TrafficPolicy};
+    use istiod_mesh::translate::traffic_policy;
+    let eds = || Cluster {
+        name: "outbound|80||foo.com".into(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Eds as i32,
+        )),
+        ..Default::default()
+    };
+    // (match name, socket name, inner socket name)
+    let shape = |c: &Cluster| -> Vec<(String, String, String)> {
+        let c = Cluster::decode(hbone::cluster(&c.encode_to_vec()).unwrap().as_ref()).unwrap();
+        c.transport_socket_matches
+            .iter()
+            .map(|m| {
+                let ts = m.transport_socket.as_ref().unwrap();
+                let inner = match (&ts.config_type, ts.name.as_str()) {
+                    (
+                        Some(core::transport_socket::ConfigType::TypedConfig(a)),
+                        "envoy.transport_sockets.internal_upstream",
+                    ) => InternalUpstreamTransport::decode(a.value.as_slice()).unwrap().transport_socket.unwrap().name,
+                    _ => String::new(),
+                };
+                (m.name.clone(), ts.name.clone(), inner)
+            })
+            .collect()
+    };
+    let t = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
+    let (internal, raw, tls) = (
+        "envoy.transport_sockets.internal_upstream",
+        "envoy.transport_sockets.raw_buffer",
+        "envoy.transport_sockets.tls",
+    );
+
+    // sidecar: auto mTLS and HBONE
+    let mut auto = eds();
+    traffic_policy::auto_mtls(&mut auto, "foo.com", 80, "");
+    assert_eq!(shape(&auto), [t("hbone", internal, raw), t("tlsMode-istio", tls, ""), t("tlsMode-disabled", raw, "")]);
+
+    // sidecar: explicit TLS and HBONE
+    let mut simple = eds();
+    let policy = TrafficPolicy {
+        tls: Some(ClientTlsSettings {
+            mode: ClientTlsMode::Simple,
+            ca_certificates: "root-cert.pem".into(),
+            subject_alt_names: vec!["custom.foo.com".into()],
+            sni: "custom.foo.com".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    traffic_policy::apply(&mut simple, &policy, "foo.com", 80, "");
+    assert_eq!(shape(&simple), [t("hbone", internal, tls), t("user", tls, "")]);
+
+    // No TLS at all (`hboneOrPlaintextSocket`).
+    assert_eq!(shape(&eds()), [t("hbone", internal, raw), t("tlsMode-disabled", raw, "")]);
+}
+
+/// A route from a service of the waypoint to one it does not serve goes to
+/// that service's outbound cluster, which the waypoint is served (able to
+/// tunnel), with its load assignment (`filterWaypointOutboundServices`).
+#[test]
+fn routes_to_other_services_use_their_outbound_clusters() {
+    let other = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: other, namespace: default}
+spec:
+  hosts: [other.com]
+  addresses: [1.2.3.5]
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 1.1.1.9}]
+"#;
+    let vs = r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: to-other, namespace: default}
+spec:
+  hosts: [app.com]
+  http:
+  - route: [{destination: {host: other.com, port: {number: 8080}}}]
+"#;
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, other, vs]);
+    let v = View::of(&mesh, &class).unwrap();
+    assert!(v.cluster_names(&mesh).contains(&"outbound|8080||other.com".to_owned()), "{:?}", v.cluster_names(&mesh));
+    assert!(v.endpoint_names(&mesh).contains(&"outbound|8080||other.com".to_owned()));
+    let c = v.cluster(&mesh, "outbound|8080||other.com").unwrap();
+    assert_eq!(c.transport_socket_matches[0].name, "hbone");
+    let l = main_internal(&mesh, &class);
+    let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap();
+    let rc = route_config(chain);
+    let Some(route::route::Action::Route(a)) = rc.virtual_hosts[0].routes[0].action.as_ref() else { panic!() };
+    assert_eq!(
+        a.cluster_specifier,
+        Some(route::route_action::ClusterSpecifier::Cluster("outbound|8080||other.com".into()))
+    );
 }

@@ -374,17 +374,36 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     assert_eq!(ext["vips"], json!(["/240.240.0.5"]), "{ext}");
     assert!(ext["endpoints"].as_object().unwrap().contains_key(ext_uid), "{ext}");
 
-    // A waypoint (a Gateway with an address) and the namespace that uses
-    // it: the Service carries the waypoint; without the label, it does
-    // not.
+    // A waypoint and the namespace that uses it: once its Service has an
+    // endpoint, istiod-rs writes the Gateway's addresses (as istiod's
+    // status controller), and the Service carries the waypoint; without
+    // the label, it does not.
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
+                        "selector": {"gateway.networking.k8s.io/gateway-name": "waypoint"},
+                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
+    );
+    api.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
+               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
+               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
+    );
     api.apply(
         K8S_GATEWAYS,
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
                "metadata": {"name": "waypoint", "namespace": "default"},
                "spec": {"gatewayClassName": "istio-waypoint",
-                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]},
-               "status": {"addresses": [{"type": "Hostname", "value": "waypoint.default.svc.cluster.local"}]}}),
+                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
     );
+    wait_for("the waypoint's status addresses", within, || {
+        let gw = api.get(K8S_GATEWAYS, "default", "waypoint").unwrap_or_default();
+        gw["status"]["addresses"]
+            == json!([{"type": "IPAddress", "value": "10.96.0.99"}, {"type": "Hostname", "value": "waypoint.default.svc.cluster.local"}])
+    });
     let label_default = |labels: Value| {
         api.apply(
             "namespaces",
@@ -753,4 +772,85 @@ fn ambient_status_follows_ambient_enable_status() {
         api.get("services", "default", "web").unwrap()["status"]["loadBalancer"].is_object(),
         "the Service's own status stays"
     );
+}
+
+/// A waypoint's Gateway gets its addresses from istiod-rs once its Service
+/// has an endpoint (istiod's status controller: none before, the cluster
+/// IP then the hostname after), and only then does a Service that uses it
+/// bind (`istio.io/WaypointBound`), with the waypoint's address in the
+/// workload API.
+#[test]
+fn a_waypoints_status_addresses_bind_the_services_that_use_it() {
+    use istiod_kubewatch::fake::{
+        K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources, write_resources,
+    };
+    let api = server::fake_api();
+    for r in
+        core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()).chain(write_resources())
+    {
+        api.install(r);
+    }
+    for ns in ["istio-system", "default"] {
+        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "web", "namespace": "default", "labels": {"istio.io/use-waypoint": "waypoint"}},
+               "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}}),
+    );
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
+                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
+    );
+    api.apply(
+        K8S_GATEWAYS,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"gatewayClassName": "istio-waypoint",
+                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
+    );
+    let gateway_status = || api.get(K8S_GATEWAYS, "default", "waypoint").unwrap_or_default()["status"].clone();
+    let bound = || {
+        let o = api.get("services", "default", "web").unwrap_or_default();
+        o["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "istio.io/WaypointBound").cloned())
+            .unwrap_or_default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[],
+        &[("PILOT_ENABLE_AMBIENT", "true")],
+        None,
+    );
+    // No endpoint yet: programmed, no address, so nothing binds.
+    wait_for("the waypoint's status", Duration::from_secs(60), || {
+        gateway_status()["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Programmed"))
+    });
+    assert!(gateway_status()["addresses"].is_null(), "{}", gateway_status());
+    wait_for("WaypointBound", Duration::from_secs(30), || !bound().is_null());
+    assert_eq!(bound()["reason"], "WaypointIsNotReady", "{}", bound());
+    // An endpoint: the addresses, then the binding.
+    api.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
+               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
+               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
+    );
+    wait_for("the waypoint's addresses", Duration::from_secs(30), || {
+        gateway_status()["addresses"]
+            == json!([{"type": "IPAddress", "value": "10.96.0.99"}, {"type": "Hostname", "value": "waypoint.default.svc.cluster.local"}])
+    });
+    wait_for("WaypointBound true", Duration::from_secs(30), || bound()["status"] == "True");
+    assert_eq!(bound()["message"], "Successfully attached to waypoint default/waypoint");
+    let listener = &gateway_status()["listeners"][0];
+    assert_eq!(listener["conditions"][0]["reason"], "Accepted", "{listener}");
+    let ambientz = get(s.http, "/debug/ambientz").map(|(_, b)| b).unwrap_or_default();
+    assert!(ambientz.contains("waypoint.default.svc.cluster.local"), "{ambientz}");
 }

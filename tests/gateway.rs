@@ -816,6 +816,67 @@ fn gateway_api_gateways_are_deployed_as_istiod_deploys_them() {
     assert!(s.log().contains("gateway deployment updated"), "{}", s.log());
 }
 
+/// Waypoints (issue #36): with ambient, a Gateway of class
+/// `istio-waypoint` is deployed from the chart's `waypoint` template as
+/// istiod's deployment controller does for the mesh controller's class
+/// (`classinfo.go`): objects named as the Gateway, a ClusterIP Service on
+/// 15008, node type `waypoint`, out of ambient redirection, labelled and
+/// applied by `istio.io/mesh-controller`. Without ambient it is not.
+#[test]
+fn waypoints_are_deployed_as_istiod_deploys_them() {
+    use istiod_kubewatch::fake::{K8S_GATEWAYS, core_resources, deployment_resources, gateway_api_resources};
+    let api = server::fake_api();
+    for r in core_resources().into_iter().chain(gateway_api_resources()).chain(deployment_resources()) {
+        api.install(r);
+    }
+    api.apply("namespaces", json!({"metadata": {"name": "apps"}}));
+    api.apply(
+        K8S_GATEWAYS,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "waypoint", "namespace": "apps", "uid": "uid-wp"},
+            "spec": {"gatewayClassName": "istio-waypoint", "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let inject = kube_gateway_injection(dir.path());
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let start = |ambient: &'static str| {
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--injectionDir", inject.to_str().unwrap()],
+            &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system"), ("PILOT_ENABLE_AMBIENT", ambient)],
+            None,
+        )
+    };
+    let s = start("false");
+    server::wait_for("the server's model", Duration::from_secs(30), || {
+        server::get(s.http, "/debug/configz").is_some_and(|(_, b)| b.contains("waypoint"))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(api.get("deployments", "apps", "waypoint").is_none(), "deployed without ambient");
+    drop(s);
+    let s = start("true");
+    server::wait_for("the waypoint's Deployment", Duration::from_secs(30), || {
+        api.get("deployments", "apps", "waypoint").is_some() && api.get("services", "apps", "waypoint").is_some()
+    });
+    let d = api.get("deployments", "apps", "waypoint").unwrap();
+    assert_eq!(d["metadata"]["labels"]["gateway.istio.io/managed"], "istio.io-mesh-controller", "{d}");
+    let template = &d["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["istio.io/dataplane-mode"], "none", "{d}");
+    assert_eq!(template["spec"]["containers"][0]["args"][1], "waypoint", "{d}");
+    assert_eq!(template["spec"]["serviceAccountName"], "waypoint");
+    let svc = api.get("services", "apps", "waypoint").unwrap();
+    assert_eq!(svc["spec"]["type"], "ClusterIP", "{svc}");
+    assert!(svc["spec"]["ports"].as_array().unwrap().iter().any(|p| p["port"] == 15008), "{svc}");
+    let applies = api.applies();
+    let ours: Vec<_> = applies.iter().filter(|(_, ns, _, _, _, _)| ns == "apps").collect();
+    assert!(!ours.is_empty());
+    assert!(ours.iter().all(|(_, _, _, _, manager, _)| manager == "istio.io/mesh-controller"), "{ours:?}");
+    assert!(api.get("serviceaccounts", "apps", "waypoint").is_some(), "the ServiceAccount");
+    let g = api.get(K8S_GATEWAYS, "apps", "waypoint").unwrap();
+    assert_eq!(g["metadata"]["annotations"]["gateway.istio.io/controller-version"], "5");
+    drop(s);
+}
+
 /// Revisions and tags (pkg/revisions/tag_watcher.go `IsMine`): a `canary`
 /// istiod deploys the Gateways that select `canary` or a tag pointing to it
 /// (`istio-revision-tag-prod`, labelled `istio.io/tag: prod` and
@@ -892,9 +953,10 @@ fn kube_gateway_injection(dir: &Path) -> std::path::PathBuf {
     std::fs::create_dir(&inject).unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let template = std::fs::read_to_string(data.join("istio-chart/kube-gateway.yaml")).unwrap();
+    let waypoint = std::fs::read_to_string(data.join("istio-chart/waypoint.yaml")).unwrap();
     std::fs::write(
         inject.join("config"),
-        serde_json::to_string(&json!({"templates": {"kube-gateway": template}})).unwrap(),
+        serde_json::to_string(&json!({"templates": {"kube-gateway": template, "waypoint": waypoint}})).unwrap(),
     )
     .unwrap();
     std::fs::copy(data.join("inject/values.json"), inject.join("values")).unwrap();

@@ -460,6 +460,7 @@ pub fn convert(objs: &[GatewayApiObject], inputs: &Inputs<'_>, domain: &str) -> 
     routes(objs, &parents, &attachable, inputs, domain, &mut out, &mut attachments);
     l4_routes(objs, &parents, &attachable, inputs, domain, &mut out, &mut attachments);
     gateway_statuses(objs, &handled, domain, &attachments, &set_counts, &mut out);
+    waypoint_statuses(objs, inputs, domain, &attachments, &mut out);
     listener_set_statuses(&sets, &parents, &attachments, &mut out);
     out
 }
@@ -756,6 +757,135 @@ fn gateway_statuses(
             }
             _ => {}
         }
+    }
+}
+
+/// The status of each waypoint Gateway and of the mesh controller's
+/// GatewayClasses (istiod's `reportGatewayStatus` for a waypoint): the
+/// `<name>.<ns>.svc` Service's addresses (its cluster IPs, then its
+/// hostname) once endpoints serve a listener's port; each listener
+/// accepted only as the single HBONE listener on 15008.
+fn waypoint_statuses(
+    objs: &[GatewayApiObject],
+    inputs: &Inputs<'_>,
+    domain: &str,
+    attachments: &BTreeMap<String, u32>,
+    out: &mut Converted,
+) {
+    let waypoint = waypoint_classes(objs);
+    for o in objs {
+        match &o.spec {
+            GatewayApiSpec::GatewayClass(c) if c.controller_name == MESH_CONTROLLER => out.statuses.push(ObjectStatus {
+                path: format!("/apis/{GROUP}/v1/gatewayclasses/{}", o.meta.name),
+                status: json!({"conditions": [condition("Accepted", true, "Accepted", "Handled by Istio controller")]}),
+                generation: o.meta.generation,
+            }),
+            GatewayApiSpec::Gateway(g) if waypoint(&g.gateway_class_name) => {
+                out.statuses.push(waypoint_status(o, g, inputs, domain, attachments));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn waypoint_status(
+    o: &GatewayApiObject,
+    g: &GatewaySpec,
+    inputs: &Inputs<'_>,
+    domain: &str,
+    attachments: &BTreeMap<String, u32>,
+) -> ObjectStatus {
+    let (ns, name) = (o.meta.ns(), o.meta.name.as_str());
+    let service = o.meta.annotations.get("gateway.istio.io/name-override").map_or(name, String::as_str);
+    let host = format!("{service}.{ns}.svc.{domain}");
+    let mut ports: Vec<u16> = g.listeners.iter().filter_map(|l| u16::try_from(l.port).ok()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    let found = ports.iter().filter_map(|p| Some((*p, (inputs.instances)(ns, service, *p)?))).collect::<Vec<_>>();
+    let exists = (inputs.instances)(ns, service, 0).is_some() || !found.is_empty();
+    let internal: Vec<String> = found.iter().filter(|(_, i)| i.ready).map(|(p, _)| format!("{host}:{p}")).collect();
+    let programmed = if !exists {
+        condition(
+            "Programmed",
+            false,
+            "AddressNotUsable",
+            &format!("Failed to assign to any requested addresses: hostname {host:?} not found"),
+        )
+    } else if internal.is_empty() {
+        condition("Programmed", true, "Programmed", "Resource programmed")
+    } else {
+        condition(
+            "Programmed",
+            true,
+            "Programmed",
+            &format!("Resource programmed, assigned to service(s) {}", human_join(&internal)),
+        )
+    };
+    let mut valid = 0;
+    let owner = format!("{ns}/{name}");
+    let listeners: Vec<Value> = g
+        .listeners
+        .iter()
+        .map(|l| {
+            // `listenerProtocolToIstio` refuses what is no protocol of the
+            // API (the listener is then invalid); the waypoint's own rule
+            // only says so.
+            let known = matches!(l.protocol.as_str(), "HTTP" | "HTTPS" | "TLS" | "TCP" | "HBONE");
+            valid += usize::from(known);
+            let accepted = if l.port != 15008 || l.protocol != "HBONE" {
+                condition("Accepted", false, "UnsupportedProtocol", r#"Expected a single listener on port 15008 with protocol "HBONE""#)
+            } else {
+                condition("Accepted", true, "Accepted", "No errors found")
+            };
+            let reference = format!("{owner}~{INFIX}~{}", l.name);
+            json!({
+                "name": l.name,
+                "supportedKinds": supported_kinds(l).iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
+                "attachedRoutes": attachments.get(&reference).copied().unwrap_or(0),
+                "conditions": [
+                    accepted,
+                    condition("Conflicted", false, "NoConflicts", "No errors found"),
+                    condition("Programmed", true, "Programmed", "No errors found"),
+                    condition("ResolvedRefs", true, "ResolvedRefs", "No errors found"),
+                ],
+            })
+        })
+        .collect();
+    let accepted = if !g.listeners.is_empty() && valid == 0 {
+        condition("Accepted", false, "ListenersNotValid", "None of the Gateway's listeners are valid")
+    } else if valid < g.listeners.len() {
+        condition("Accepted", true, "ListenersNotValid", "One or more of the Gateway's listeners are invalid")
+    } else {
+        condition("Accepted", true, "Accepted", "Resource accepted")
+    };
+    let mut status = json!({
+        "conditions": [accepted, programmed, condition("ResolvedRefs", true, "ResolvedRefs", "All references resolved")],
+        "listeners": listeners,
+    });
+    // No address until endpoints serve it (then its IPs, then its name).
+    if !internal.is_empty() {
+        let mut addresses: Vec<Value> = Vec::new();
+        let mut ips: Vec<&String> = found.iter().filter(|(_, i)| i.ready).flat_map(|(_, i)| &i.ips).collect();
+        ips.sort();
+        ips.dedup();
+        addresses.extend(ips.iter().map(|ip| json!({"type": "IPAddress", "value": ip})));
+        addresses.push(json!({"type": "Hostname", "value": host}));
+        status["addresses"] = Value::Array(addresses);
+    }
+    ObjectStatus {
+        path: format!("/apis/{GROUP}/v1/namespaces/{ns}/gateways/{name}"),
+        status,
+        generation: o.meta.generation,
+    }
+}
+
+/// `HumanReadableJoin`: `a`, `a and b`, `a, b, and c`.
+fn human_join(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [a, b] => format!("{a} and {b}"),
+        [rest @ .., last] => format!("{}, and {last}", rest.join(", ")),
     }
 }
 
@@ -1135,6 +1265,53 @@ pub struct Inputs<'a> {
     /// The hosts of the ServiceEntry `namespace`/`name`, if it exists (a
     /// route's mesh parent).
     pub service_entry: &'a dyn Fn(&str, &str) -> Option<Vec<String>>,
+    /// The Service `namespace`/`name` a waypoint's address comes from, if
+    /// it exists: its cluster IPs, and whether it has endpoints on `port`
+    /// (istiod's `ResolveGatewayInstances`).
+    pub instances: &'a dyn Fn(&str, &str, u16) -> Option<Instances>,
+}
+
+/// A Gateway's Service as its status reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Instances {
+    /// Endpoints serve the port.
+    pub ready: bool,
+    /// The Service's cluster IPs.
+    pub ips: Vec<String>,
+}
+
+/// The waypoint class's controller (`ManagedGatewayMeshController`).
+pub const MESH_CONTROLLER: &str = "istio.io/mesh-controller";
+/// The built-in waypoint class.
+pub const WAYPOINT_CLASS: &str = "istio-waypoint";
+
+/// Whether Service `ns`/`name` is a waypoint Gateway's (its status reads
+/// the Service and its endpoints).
+pub fn names_waypoint_service(objs: &[GatewayApiObject], ns: &str, name: &str) -> bool {
+    let waypoint = waypoint_classes(objs);
+    objs.iter().any(|o| match &o.spec {
+        GatewayApiSpec::Gateway(g) if o.meta.ns() == ns && waypoint(&g.gateway_class_name) => {
+            o.meta.annotations.get("gateway.istio.io/name-override").map_or(o.meta.name.as_str(), String::as_str)
+                == name
+        }
+        _ => false,
+    })
+}
+
+/// The classes whose Gateways are waypoints istiod deploys and reports on:
+/// `istio-waypoint` (unless a GatewayClass of that name is another
+/// controller's) and every class of the mesh controller.
+pub fn waypoint_classes(objs: &[GatewayApiObject]) -> impl Fn(&str) -> bool + '_ {
+    move |class: &str| {
+        let named = objs.iter().find_map(|o| match &o.spec {
+            GatewayApiSpec::GatewayClass(c) if o.meta.name == class => Some(c.controller_name.as_str()),
+            _ => None,
+        });
+        match named {
+            Some(c) => c == MESH_CONTROLLER,
+            None => class == WAYPOINT_CLASS,
+        }
+    }
 }
 
 /// A route's mesh parents that exist (`referenceAllowed`): a Service (its
@@ -2203,6 +2380,7 @@ mod tests {
             ca: &|_, _, _| None,
             service: &|_, _| true,
             service_entry: &|_, _| None,
+            instances: &|_, _, _| None,
         }
     }
 
@@ -2215,6 +2393,57 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect()
+    }
+
+    /// `TestConvertResources`, case `waypoint`: the statuses of
+    /// `waypoint.status.yaml.golden` (times left out) for its two waypoint
+    /// Gateways without a Service (AddressNotUsable, no address), the one
+    /// with an HTTP listener refused as istiod's message says. Then, with
+    /// the Service and endpoints there, its addresses (cluster IP, then
+    /// hostname) and the programmed message.
+    #[test]
+    fn waypoint_gateways_report_as_istiods_conversion_test() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gateway/");
+        let input = std::fs::read_to_string(format!("{dir}waypoint.yaml")).unwrap();
+        let golden = std::fs::read_to_string(format!("{dir}waypoint.status.yaml.golden")).unwrap();
+        let c = convert(&objects(&input), &inputs(&BTreeMap::new()), "domain.suffix");
+        let mut checked = 0;
+        for doc in golden.split("\n---").filter(|d| !d.trim().is_empty()) {
+            let w: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
+            let name = w["metadata"]["name"].as_str().unwrap();
+            let mut want: Value = serde_json::to_value(&w["status"]).unwrap();
+            let strip = |v: &mut Value| {
+                for c in v["conditions"].as_array_mut().unwrap() {
+                    c.as_object_mut().unwrap().remove("lastTransitionTime");
+                }
+            };
+            strip(&mut want);
+            for l in want["listeners"].as_array_mut().unwrap() {
+                strip(l);
+            }
+            let got = c.statuses.iter().find(|s| s.path.ends_with(&format!("/namespaces/ns/gateways/{name}"))).unwrap();
+            assert_eq!(got.status, want, "{name}");
+            checked += 1;
+        }
+        assert_eq!(checked, 2);
+        let no_namespaces = BTreeMap::new();
+        let ready = Inputs {
+            instances: &|ns, name, port| {
+                ((ns, name) == ("ns", "namespace"))
+                    .then(|| Instances { ready: port == 15008, ips: vec!["10.96.0.9".into()] })
+            },
+            ..inputs(&no_namespaces)
+        };
+        let c = convert(&objects(&input), &ready, "domain.suffix");
+        let got = &c.statuses.iter().find(|s| s.path.ends_with("/gateways/namespace")).unwrap().status;
+        assert_eq!(
+            got["addresses"],
+            json!([{"type": "IPAddress", "value": "10.96.0.9"}, {"type": "Hostname", "value": "namespace.ns.svc.domain.suffix"}])
+        );
+        assert_eq!(
+            got["conditions"][1]["message"],
+            "Resource programmed, assigned to service(s) namespace.ns.svc.domain.suffix:15008"
+        );
     }
 
     /// The Istio Gateways and VirtualServices istiod's conversion test
@@ -2307,6 +2536,7 @@ mod tests {
                 SERVICES.split_whitespace().any(|x| x == s) || services.contains(&s)
             },
             service_entry: &|ns: &str, name: &str| service_entries.get(&(ns.to_owned(), name.to_owned())).cloned(),
+            instances: &|_, _, _| None,
         };
         let c = convert(&objects, &inputs, "domain.suffix");
         let mut want = Vec::new();
@@ -2529,6 +2759,7 @@ mod tests {
             service_entry: &|ns, name| {
                 ((ns, name) == ("shop", "ext")).then(|| vec!["a.example.com".into(), "b.example.com".into()])
             },
+            instances: &|_, _, _| None,
         };
         let c = convert(&objects(yaml), &inputs, "cluster.local");
         let mut names: Vec<&str> = c.virtual_services.iter().map(|v| v.meta.name.as_str()).collect();
@@ -2592,6 +2823,7 @@ mod tests {
             },
             service: &|_, _| true,
             service_entry: &|_, _| None,
+            instances: &|_, _, _| None,
         };
         let c = convert(&objects(&yaml), &inputs, "cluster.local");
         assert_eq!(c.gateways.len(), 1, "{:?}", c.problems);

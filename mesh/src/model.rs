@@ -768,6 +768,22 @@ impl Model {
             ca: &ca,
             service: &service_exists,
             service_entry: &entry_hosts,
+            instances: &|ns: &str, name: &str, port: u16| {
+                let svc = objs.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == name)?;
+                let ready = objs.endpoint_slices.iter().any(|e| {
+                    e.metadata.ns() == ns
+                        && e.service_name() == Some(name)
+                        && e.ports.iter().any(|p| p.port == Some(port))
+                        && e.endpoints.iter().any(|ep| !ep.addresses.is_empty())
+                });
+                let ips = if svc.spec.cluster_ips.is_empty() {
+                    svc.spec.cluster_ip.iter().cloned().collect()
+                } else {
+                    svc.spec.cluster_ips.clone()
+                };
+                let ips = ips.into_iter().filter(|ip: &String| ip.parse::<std::net::IpAddr>().is_ok()).collect();
+                Some(istiod_config::gateway_convert::Instances { ready, ips })
+            },
         };
         let api = istiod_config::gateway_convert::convert(&objs.gateway_api, &inputs, domain);
         // Kubernetes Ingresses, likewise (istiod's ingress controller).

@@ -91,6 +91,14 @@ pub fn update(
             if refs.iter().any(|r| parent(&r)) {
                 return None;
             }
+            // A waypoint's status reads its Service and endpoints.
+            let waypoint = |r: &&ObjectRef| {
+                let svc = if r.kind == "EndpointSlice" { r.service.as_deref().unwrap_or_default() } else { &r.name };
+                istiod_config::gateway_convert::names_waypoint_service(&objects.gateway_api, &r.namespace, svc)
+            };
+            if refs.iter().any(|r| matches!(r.kind.as_str(), "Service" | "EndpointSlice") && waypoint(&r)) {
+                return None;
+            }
             if refs.iter().any(|r| r.kind == "Service")
                 && (!objects.ingresses.is_empty()
                     || !m.model.aliases.is_empty()

@@ -31,8 +31,10 @@ use istiod_webhook::inject::gateway::{self, Settings, s};
 
 /// istiod's lease for the deployment controller.
 pub(super) const ELECTION: &str = "istio-gateway-deployment";
-/// The field manager of every apply.
-const FIELD_MANAGER: &str = gateway::CONTROLLER;
+/// The field manager of every apply: the Gateway's class's controller.
+fn field_manager(gw: &Json) -> &'static str {
+    gateway::class_info(gw).controller
+}
 /// Everything is applied again this often (objects deleted or edited by
 /// hand come back).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -52,6 +54,7 @@ pub(crate) struct Desired {
 pub(crate) fn desired(objects: &istiod_config::objects::Objects, tags: &super::revisions::Tags) -> Desired {
     use istiod_config::gateway_api::GatewayApiSpec;
     let handled = istiod_config::gateway_convert::handled_classes(&objects.gateway_api);
+    let waypoint = istiod_config::gateway_convert::waypoint_classes(&objects.gateway_api);
     // tagWatcher.IsMine: the Gateway's `istio.io/rev`, else its
     // namespace's.
     let ns_rev: BTreeMap<&str, &str> = objects
@@ -69,21 +72,29 @@ pub(crate) fn desired(objects: &istiod_config::objects::Objects, tags: &super::r
         .gateway_api
         .iter()
         .filter_map(|o| match &o.spec {
-            GatewayApiSpec::Gateway(g) => (handled(&g.gateway_class_name) && mine(&o.meta)).then(|| {
-                let mut gw = gateway::gateway_json(&o.meta, g);
-                // The listeners of the ListenerSets it takes are ports of
-                // its Service too; a change to them applies it again.
-                let added =
-                    istiod_config::gateway_convert::listener_set_listeners(&objects.gateway_api, o, &namespaces);
-                if !added.is_empty() {
-                    gw[gateway::LISTENER_SET_LISTENERS] = added
-                        .iter()
-                        .map(|l| serde_json::json!({"name": l.name, "port": l.port, "protocol": l.protocol}))
-                        .collect();
-                }
-                let hash = istiod_mesh::generator::mix(gw.to_string());
-                (gw, hash)
-            }),
+            GatewayApiSpec::Gateway(g) => {
+                let waypoint = waypoint(&g.gateway_class_name);
+                ((handled(&g.gateway_class_name) || waypoint) && mine(&o.meta)).then(|| {
+                    let mut gw = gateway::gateway_json(&o.meta, g);
+                    // A waypoint's class is the mesh controller's (its
+                    // template, names and Service type).
+                    if waypoint {
+                        gw[gateway::CONTROLLER_FIELD] = serde_json::json!(gateway::MESH_CONTROLLER);
+                    }
+                    // The listeners of the ListenerSets it takes are ports of
+                    // its Service too; a change to them applies it again.
+                    let added =
+                        istiod_config::gateway_convert::listener_set_listeners(&objects.gateway_api, o, &namespaces);
+                    if !added.is_empty() {
+                        gw[gateway::LISTENER_SET_LISTENERS] = added
+                            .iter()
+                            .map(|l| serde_json::json!({"name": l.name, "port": l.port, "protocol": l.protocol}))
+                            .collect();
+                    }
+                    let hash = istiod_mesh::generator::mix(gw.to_string());
+                    (gw, hash)
+                })
+            }
             _ => None,
         })
         .collect();
@@ -168,7 +179,7 @@ async fn apply(api: &Api, gw: &Json, take_over: bool, objects: Vec<Json>) -> Res
     let (ns, name) = (s(&gw["metadata"]["namespace"]), s(&gw["metadata"]["name"]));
     if take_over {
         let path = format!("/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/gateways/{name}/status");
-        api.apply(&path, &gateway::version_patch(), FIELD_MANAGER)
+        api.apply(&path, &gateway::version_patch(), field_manager(gw))
             .await
             .map_err(|e| format!("update gateway annotation: {e}"))?;
     }
@@ -192,7 +203,7 @@ async fn apply(api: &Api, gw: &Json, take_over: bool, objects: Vec<Json>) -> Res
                 }
             }
         }
-        api.apply(&path, &obj, FIELD_MANAGER).await.map_err(|e| format!("apply failed: patch {path}: {e}"))?;
+        api.apply(&path, &obj, field_manager(gw)).await.map_err(|e| format!("apply failed: patch {path}: {e}"))?;
     }
     Ok(())
 }
@@ -289,7 +300,11 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Desired>>)
                 let crs = cx.webhooks.proxy_configs.borrow().clone();
                 let generations = (injectors.see(injector.as_ref()), proxy_configs.see(Some(&crs)));
                 let gateways = desired.borrow_and_update().clone();
-                for (gw, hash) in &gateways.gateways {
+                // Waypoints are deployed with PILOT_ENABLE_AMBIENT_WAYPOINTS.
+                let deployed = |gw: &&(Json, u64)| {
+                    settings.ambient_waypoints || gateway::class_info(&gw.0).controller != gateway::MESH_CONTROLLER
+                };
+                for (gw, hash) in gateways.gateways.iter().filter(deployed) {
                     if !elector.still_leading() {
                         // The lease may have passed on: renew before more writes.
                         last_lead = None;

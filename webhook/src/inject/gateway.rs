@@ -18,6 +18,46 @@ use super::{
 pub use istiod_config::gateway_convert::CONTROLLER;
 /// The class's template.
 pub const TEMPLATE: &str = "kube-gateway";
+/// The waypoint class's controller (`ManagedGatewayMeshController`).
+pub const MESH_CONTROLLER: &str = "istio.io/mesh-controller";
+/// The built-in waypoint class (`WaypointGatewayClassName`).
+pub const WAYPOINT_CLASS: &str = "istio-waypoint";
+/// Where the Gateway JSON given to [`render`] names its class's controller
+/// when the class says (not a field of the Gateway).
+pub const CONTROLLER_FIELD: &str = "controllerName";
+
+/// What a class's controller deploys (istiod's `ClassInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassInfo {
+    /// The controller (the field manager; `/` as `-`: the managed label).
+    pub controller: &'static str,
+    /// The chart template rendered.
+    pub template: &'static str,
+    /// Objects are named `<gateway>-<class>` (else `<gateway>`).
+    pub name_suffix: bool,
+    /// The Service's type unless the Gateway says.
+    pub service_type: &'static str,
+}
+
+/// The class info of `gw`: its class's controller ([`CONTROLLER_FIELD`]),
+/// else the built-in class names' (`istio-waypoint`: waypoints).
+pub fn class_info(gw: &Json) -> ClassInfo {
+    let waypoint = match gw[CONTROLLER_FIELD].as_str() {
+        Some(c) => c == MESH_CONTROLLER,
+        None => s(&gw["spec"]["gatewayClassName"]) == WAYPOINT_CLASS,
+    };
+    match waypoint {
+        true => ClassInfo {
+            controller: MESH_CONTROLLER,
+            template: "waypoint",
+            name_suffix: false,
+            service_type: "ClusterIP",
+        },
+        false => {
+            ClassInfo { controller: CONTROLLER, template: TEMPLATE, name_suffix: true, service_type: "LoadBalancer" }
+        }
+    }
+}
 /// `ControllerVersionAnnotation` and `ControllerVersion`.
 pub const VERSION_ANNOTATION: &str = "gateway.istio.io/controller-version";
 /// istiod 1.18 and later.
@@ -91,15 +131,19 @@ pub fn version_patch() -> Json {
     })
 }
 
-/// `GetDefaultName`: `<gateway>-<class>`.
+/// `GetDefaultName`: `<gateway>-<class>`, or the Gateway's name for a
+/// class without the suffix (waypoints).
 fn default_name(gw: &Json) -> String {
-    format!("{}-{}", s(&gw["metadata"]["name"]), s(&gw["spec"]["gatewayClassName"]))
+    match class_info(gw).name_suffix {
+        true => format!("{}-{}", s(&gw["metadata"]["name"]), s(&gw["spec"]["gatewayClassName"])),
+        false => s(&gw["metadata"]["name"]).to_owned(),
+    }
 }
 
 /// The managed label's value (and the template's `ControllerLabel`): the
-/// controller's name with `-` for `/`.
-fn managed_value() -> String {
-    CONTROLLER.replace('/', "-")
+/// class's controller's name with `-` for `/`.
+pub fn managed_value(gw: &Json) -> String {
+    class_info(gw).controller.replace('/', "-")
 }
 
 /// A JSON string, or "".
@@ -199,11 +243,18 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
     {
         labels.insert(ambient_label.into(), "none".into());
     }
+    // Waypoints take the mesh's network unless the Gateway names one.
+    let network = inj.value("/global/network").and_then(Json::as_str).unwrap_or_default();
+    if waypoint && !network.is_empty() && !gw_labels.contains_key("topology.istio.io/network") {
+        labels.insert("topology.istio.io/network".into(), network.to_owned());
+    }
     let pod_labels: BTreeMap<String, String> = [(GATEWAY_NAME_LABEL.to_owned(), name.to_owned())].into();
     let pc = proxy_config(inj, crs, ns, &pod_labels, &BTreeMap::new())?;
     let gw_annotations = string_map(gw["metadata"].get("annotations"));
     let image_type = pc.get("image").and_then(|i| i.get("imageType")).and_then(Json::as_str);
-    let service_type = gw_annotations.get("networking.istio.io/service-type").cloned().unwrap_or("LoadBalancer".into());
+    let info = class_info(gw);
+    let service_type =
+        gw_annotations.get("networking.istio.io/service-type").cloned().unwrap_or(info.service_type.into());
 
     let mut object_meta = go_struct(gw.get("metadata").unwrap_or(&json!({})));
     for k in ["Labels", "Annotations"] {
@@ -241,7 +292,7 @@ fn template_data(inj: &Injector, crs: &ClusterInputs, gw: &Json, st: &Settings) 
     set(&mut d, "InfrastructureAnnotations", Value::string_map(&annotations));
     set(&mut d, "GatewayNameLabel", Value::Str(GATEWAY_NAME_LABEL.into()));
     set(&mut d, "IsEastWestGateway", Value::Bool(false));
-    set(&mut d, "ControllerLabel", Value::Str(managed_value()));
+    set(&mut d, "ControllerLabel", Value::Str(managed_value(gw)));
     set(&mut d, "ProxyImage", Value::Str(proxy_image(inj, false, image_type, &gw_annotations)));
     set(&mut d, "ProxyConfig", proxy_config_value(&pc));
     set(&mut d, "MeshConfig", mesh_config_value(inj));
@@ -330,10 +381,11 @@ pub fn render(
     st: &Settings,
     overlays: &[BTreeMap<String, String>],
 ) -> Result<Vec<Json>, String> {
-    let template = match inj.templates.get(TEMPLATE) {
+    let name = class_info(gw).template;
+    let template = match inj.templates.get(name) {
         Some(Ok(t)) => t,
-        Some(Err(e)) => return Err(format!("template {TEMPLATE:?} does not parse: {e}")),
-        None => return Err(format!("no {TEMPLATE:?} template defined")),
+        Some(Err(e)) => return Err(format!("template {name:?} does not parse: {e}")),
+        None => return Err(format!("no {name:?} template defined")),
     };
     let data = template_data(inj, crs, gw, st)?;
     let text = template.render(&data).map_err(|e| format!("error rendering templates: {e}"))?;
@@ -364,7 +416,7 @@ pub fn render(
             if !labels.is_object() {
                 *labels = json!({});
             }
-            labels[MANAGED_LABEL] = json!(managed_value());
+            labels[MANAGED_LABEL] = json!(managed_value(gw));
         }
         out.push(obj);
     }
@@ -441,7 +493,8 @@ mod tests {
     /// `values` (default: hub and tag `test`), the default mesh.
     fn injector(values: &str) -> Injector {
         let template = std::fs::read_to_string(format!("{DATA}/istio-chart/kube-gateway.yaml")).unwrap();
-        let config = serde_json::to_string(&json!({"templates": {TEMPLATE: template}})).unwrap();
+        let waypoint = std::fs::read_to_string(format!("{DATA}/istio-chart/waypoint.yaml")).unwrap();
+        let config = serde_json::to_string(&json!({"templates": {TEMPLATE: template, "waypoint": waypoint}})).unwrap();
         let values = if values.is_empty() { "global:\n  hub: test\n  tag: test\n" } else { values };
         Injector::new(&config, values, MeshInputs::parse("").unwrap(), Env::default()).unwrap()
     }
@@ -594,6 +647,34 @@ mod tests {
                 true,
             ),
         ];
+        // The waypoint class's cases (`waypoint`, `waypoint-resources-null`,
+        // `waypoint-no-network-label`): the `waypoint` template, no name
+        // suffix, a ClusterIP Service, the mesh controller's label, the
+        // network from the values where the Gateway names none.
+        let mesh = json!({"listeners": [{"name": "mesh", "port": 15008, "protocol": "ALL"}]});
+        let network_1 = json!({"topology.istio.io/network": "network-1"});
+        let waypoint_resources = "global:\n  waypoint:\n    resources:\n      limits:\n        cpu: null\n        memory: 500Mi\n      requests:\n        cpu: null\n        memory: 150Mi";
+        let mut cases = cases;
+        cases.extend([
+            (
+                "waypoint",
+                gateway("namespace", WAYPOINT_CLASS, network_1, null.clone(), mesh.clone()),
+                "global:\n  hub: test\n  tag: test\n  network: network-2",
+                true,
+            ),
+            (
+                "waypoint-resources-null",
+                gateway("namespace", WAYPOINT_CLASS, null.clone(), null.clone(), mesh.clone()),
+                waypoint_resources,
+                true,
+            ),
+            (
+                "waypoint-no-network-label",
+                gateway("namespace", WAYPOINT_CLASS, null.clone(), null.clone(), mesh),
+                "global:\n  hub: test\n  tag: test\n  network: network-1",
+                true,
+            ),
+        ]);
         let crs = ClusterInputs::default();
         for (case, gw, values, copy) in cases {
             // istiod's test turns PILOT_ENABLE_AMBIENT_WAYPOINTS on.

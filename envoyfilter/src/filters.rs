@@ -149,7 +149,8 @@ fn context(s: &str) -> Result<Option<Context>, ()> {
         "SIDECAR_INBOUND" => Ok(Some(Context::SidecarInbound)),
         "SIDECAR_OUTBOUND" => Ok(Some(Context::SidecarOutbound)),
         "GATEWAY" => Ok(Some(Context::Gateway)),
-        // WAYPOINT (no waypoints yet) and newer values match nothing.
+        // WAYPOINT (istiod applies no patch of it) and newer values match
+        // nothing.
         _ => Err(()),
     }
 }
@@ -324,7 +325,10 @@ impl Filter {
                 out.push(format!("applyTo EXTENSION_CONFIG: only ADD applies, as in istiod (not {operation})"));
             }
             if context == "WAYPOINT" {
-                out.push("context WAYPOINT: there are no waypoints yet".into());
+                out.push(
+                    "context WAYPOINT: istiod applies no patch of this context (a waypoint's listeners take SIDECAR_INBOUND patches, its outbound clusters SIDECAR_OUTBOUND ones)"
+                        .into(),
+                );
             }
         }
         out.sort();

@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use istiod_mesh::generator::{MeshGenerator, MeshInput};
+use istiod_mesh::generator::{MeshGenerator, MeshInput, patches};
 use istiod_mesh::node::{NodeType, ProxyClass};
 use istiod_proto::envoy::config::core::v3::Node;
 use istiod_proto::prost::Message;
@@ -63,6 +63,11 @@ fn hbone_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: 
     }
 }
 
+/// A waypoint's own cluster (not an outbound one, not an EnvoyFilter's).
+fn own_cluster(name: &str) -> bool {
+    matches!(name, crate::MAIN_INTERNAL | crate::ENCAP | CONNECT_ORIGINATE) || name.starts_with("inbound-vip|")
+}
+
 /// [`MeshGenerator`], with waypoints.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WithWaypoints;
@@ -85,7 +90,16 @@ pub fn names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<
         Kind::Endpoint => v.endpoint_names(mesh),
         _ => Vec::new(),
     };
-    names.into_iter().map(Arc::from).collect()
+    let mut names: Vec<Arc<str>> = names.into_iter().map(Arc::from).collect();
+    // Clusters and listeners EnvoyFilters add (context WAYPOINT or any).
+    if matches!(kind, Kind::Cluster | Kind::Listener) {
+        for added in patches::added_names(mesh, class, kind) {
+            if !names.contains(&added) {
+                names.push(added);
+            }
+        }
+    }
+    names
 }
 
 /// What a waypoint's `(kind, name)` is, encoded.
@@ -227,6 +241,9 @@ impl Generator for WithWaypoints {
         if !waypoint(class) {
             return MeshGenerator.reduce(snap, class, kind);
         }
+        // EnvoyFilters may match the proxy's version and metadata.
+        let filters = snap.mesh.as_ref().map(|m| m.model.envoy_filters.clone());
+        let keys = filters.as_ref().map(|f| f.metadata_keys()).unwrap_or_default();
         Some(ProxyClass {
             locality: Arc::from(""),
             verified: false,
@@ -234,8 +251,11 @@ impl Generator for WithWaypoints {
             ips: Vec::new(),
             mesh_id: Arc::from(""),
             cluster_id: Arc::from(""),
-            version: Arc::from(""),
-            metadata: Vec::new(),
+            version: match filters.as_ref().is_some_and(|f| f.reads_version()) {
+                true => class.version.clone(),
+                false => Arc::from(""),
+            },
+            metadata: class.metadata.iter().filter(|(k, _)| keys.contains(&**k)).cloned().collect(),
             ..class.clone()
         })
     }
@@ -250,7 +270,10 @@ impl Generator for WithWaypoints {
 
     fn input_generation(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
         match waypoint(class) {
-            true => generation(snap, class, kind, name),
+            // istiod patches a waypoint's listeners and outbound clusters,
+            // not its own clusters.
+            true if kind == Kind::Cluster && own_cluster(name) => generation(snap, class, kind, name),
+            true => patches::generation(snap, class, kind, name, generation),
             false if hbone::sends(class) => hbone_generation(snap, class, kind, name),
             false => MeshGenerator.input_generation(snap, class, kind, name),
         }
@@ -258,7 +281,8 @@ impl Generator for WithWaypoints {
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
         match waypoint(class) {
-            true => body(snap, class, kind, name),
+            true if kind == Kind::Cluster && own_cluster(name) => body(snap, class, kind, name),
+            true => patches::body(snap, class, kind, name, body),
             false if hbone::sends(class) => hbone_body(snap, class, kind, name),
             false => MeshGenerator.generate(snap, class, kind, name),
         }

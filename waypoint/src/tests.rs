@@ -607,3 +607,84 @@ spec:
         Some(route::route_action::ClusterSpecifier::Cluster("outbound|8080||other.com".into()))
     );
 }
+
+/// A snapshot serving `mesh` as the control thread publishes it.
+fn snapshot_of(mesh: MeshInput) -> istiod_xds_api::snapshot::Snapshot<MeshInput> {
+    use istiod_xds_api::snapshot::{SimpleModel, Snapshot};
+    let changes = istiod_mesh::translate::diff(&SimpleModel::default(), &mesh.translation.resources);
+    let mut snap = Snapshot::new(1, std::time::Instant::now(), Arc::new(SimpleModel::default().apply(1, changes).0));
+    snap.mesh = Some(Arc::new(mesh));
+    snap
+}
+
+/// EnvoyFilters on a waypoint as istiod applies them: its listeners take
+/// SIDECAR_INBOUND patches (`patchListeners`: they are its inbound ones),
+/// its outbound clusters SIDECAR_OUTBOUND ones, its own clusters none; a
+/// SIDECAR_INBOUND ADD adds a cluster (`insertedClusters`); context
+/// WAYPOINT (with its waypoint match) changes nothing, as in istiod.
+#[test]
+fn envoy_filters_patch_waypoints_as_istiod_does() {
+    use istiod_xds_api::snapshot::{Generator, Kind};
+    let filter = r#"apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: wp, namespace: istio-system}
+spec:
+  configPatches:
+  - applyTo: LISTENER
+    match: {context: SIDECAR_INBOUND, listener: {name: connect_terminate}}
+    patch: {operation: MERGE, value: {per_connection_buffer_limit_bytes: 4096}}
+  - applyTo: CLUSTER
+    match: {context: SIDECAR_INBOUND, cluster: {name: main_internal}}
+    patch: {operation: MERGE, value: {connect_timeout: 7s}}
+  - applyTo: CLUSTER
+    match: {context: SIDECAR_OUTBOUND, cluster: {service: other.com}}
+    patch: {operation: MERGE, value: {connect_timeout: 9s}}
+  - applyTo: CLUSTER
+    match: {context: SIDECAR_INBOUND}
+    patch: {operation: ADD, value: {name: added, type: STATIC, connect_timeout: 1s}}
+  - applyTo: LISTENER
+    match: {context: WAYPOINT, waypoint: {portNumber: 80}}
+    patch: {operation: REMOVE}
+"#;
+    let other = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: other, namespace: default}
+spec:
+  hosts: [other.com]
+  addresses: [1.2.3.5]
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 1.1.1.9}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: to-other, namespace: default}
+spec:
+  hosts: [app.com]
+  http:
+  - route: [{destination: {host: other.com, port: {number: 8080}}}]
+"#;
+    let (mesh, class) = setup(&[
+        WAYPOINT_GATEWAY,
+        WAYPOINT_SVC,
+        WAYPOINT_INSTANCE,
+        APP_SERVICE_ENTRY,
+        APP_WORKLOAD_ENTRY,
+        other,
+        filter,
+    ]);
+    let snap = snapshot_of(mesh);
+    let g = generator::WithWaypoints;
+    let cluster =
+        |name: &str| Cluster::decode(g.generate(&snap, &class, Kind::Cluster, name).unwrap().as_ref()).unwrap();
+    let listener =
+        |name: &str| Listener::decode(g.generate(&snap, &class, Kind::Listener, name).unwrap().as_ref()).unwrap();
+    assert_eq!(listener(CONNECT_TERMINATE).per_connection_buffer_limit_bytes, Some(4096));
+    assert_eq!(cluster("outbound|8080||other.com").connect_timeout, Some(Duration { seconds: 9, nanos: 0 }));
+    assert_ne!(cluster(MAIN_INTERNAL).connect_timeout, Some(Duration { seconds: 7, nanos: 0 }), "not patched");
+    let names = g.wildcard_names(&snap, &class, Kind::Cluster);
+    assert!(names.iter().any(|n| &**n == "added"), "{names:?}");
+    assert_eq!(cluster("added").name, "added");
+    let listeners = g.wildcard_names(&snap, &class, Kind::Listener);
+    assert_eq!(listeners.len(), 3, "context WAYPOINT removes nothing: {listeners:?}");
+}

@@ -21,8 +21,8 @@ use prost_reflect::DynamicMessage;
 use super::{MeshInput, is_grpc, mesh, mix};
 use crate::node::{NodeType, ProxyClass};
 
-type BaseGeneration = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<u64>;
-type BaseBody = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<Bytes>;
+pub type BaseGeneration = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<u64>;
+pub type BaseBody = fn(&Snapshot<MeshInput>, &ProxyClass, Kind, &str) -> Option<Bytes>;
 
 /// The patches that apply to a proxy of `class` (`None`: none do).
 pub(crate) fn applied(m: &MeshInput, class: &ProxyClass) -> Option<Arc<Applied>> {
@@ -44,8 +44,12 @@ fn applied_in(model: &crate::model::Model, class: &ProxyClass) -> Option<Arc<App
 
 /// Where resource `name` of `kind` is for a proxy of `class`.
 fn context(class: &ProxyClass, kind: Kind, name: &str) -> Context {
-    if class.node_type == NodeType::Router {
-        return Context::Gateway;
+    match class.node_type {
+        NodeType::Router => return Context::Gateway,
+        // A waypoint's listeners are its inbound ones (istiod); its own
+        // clusters are not patched (istiod-waypoint).
+        NodeType::Waypoint if kind == Kind::Listener => return Context::SidecarInbound,
+        _ => {}
     }
     match kind {
         // istiod patches the inbound passthrough cluster with the inbound
@@ -168,6 +172,8 @@ fn added<'a>(applied: &'a Applied, class: &ProxyClass, kind: Kind) -> Vec<&'a Dy
     };
     match class.node_type {
         NodeType::Router => applied.added(to, Context::Gateway).collect(),
+        // A waypoint's inserted clusters and listeners are the inbound ones.
+        NodeType::Waypoint => applied.added(to, Context::SidecarInbound).collect(),
         _ => applied.added(to, Context::SidecarOutbound).chain(applied.added(to, Context::SidecarInbound)).collect(),
     }
 }
@@ -178,7 +184,7 @@ fn name_of(m: &DynamicMessage) -> Arc<str> {
 
 /// The names of the clusters or listeners (`kind`) ADD patches give a
 /// proxy of `class`.
-pub(crate) fn added_names(m: &MeshInput, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+pub fn added_names(m: &MeshInput, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
     applied(m, class).map(|a| added(&a, class, kind).into_iter().map(name_of).collect()).unwrap_or_default()
 }
 
@@ -205,7 +211,7 @@ fn port_map(model: &crate::model::Model, class: &ProxyClass) -> routes::PortMap 
 
 /// The generation of `name`: the base one, unless a patch removes the
 /// resource (none), adds it, or may change it (mixed with the filters').
-pub(crate) fn generation(
+pub fn generation(
     snap: &Snapshot<MeshInput>,
     class: &ProxyClass,
     kind: Kind,
@@ -230,13 +236,7 @@ pub(crate) fn generation(
 }
 
 /// The bytes of `name`: the base ones, patched where a patch applies.
-pub(crate) fn body(
-    snap: &Snapshot<MeshInput>,
-    class: &ProxyClass,
-    kind: Kind,
-    name: &str,
-    base: BaseBody,
-) -> Option<Bytes> {
+pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str, base: BaseBody) -> Option<Bytes> {
     let Some(m) = mesh(snap).filter(|_| matches!(kind, Kind::Cluster | Kind::Listener | Kind::Route)) else {
         return base(snap, class, kind, name);
     };

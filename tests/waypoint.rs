@@ -254,3 +254,68 @@ fn sidecar_without_ambient_sends_no_hbone() {
     let c = &got["clusters"][&format!("outbound|9080||{HOST}")];
     assert!(!c.to_string().contains("hbone"), "{c}");
 }
+
+/// A connected waypoint: in `/debug/syncz` with its type, its resources in
+/// `/debug/config_dump` (Envoy's shape), and a VirtualService change on
+/// its Service pushed to it.
+#[test]
+fn a_connected_waypoint_is_debuggable_and_pushed_to() {
+    use crate::ads_client::{connect, runtime};
+    use istiod_proto::envoy::config::listener::v3::Listener;
+    use istiod_proto::prost::Message;
+    let names_of = |r: &istiod_proto::envoy::service::discovery::v3::DiscoveryResponse| -> Vec<String> {
+        r.resources.iter().map(|a| Listener::decode(a.value.as_slice()).unwrap().name).collect()
+    };
+    use crate::server::{Server, get, wait_for};
+    use istiod_proto::envoy::config::core::v3::Node;
+    use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
+    use istiod_proto::prost_types::{Struct, Value as PbValue, value::Kind as PbKind};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), OBJECTS).unwrap();
+    let s = Server::start(dir.path(), &[], &[("PILOT_ENABLE_AMBIENT", "true")], None);
+    let string = |v: &str| PbValue { kind: Some(PbKind::StringValue(v.into())) };
+    let labels = Struct {
+        fields: [("gateway.networking.k8s.io/gateway-name".to_owned(), string("waypoint"))].into(),
+    };
+    let node = Node {
+        id: "waypoint~10.1.0.9~waypoint-abc.shop~shop.svc.cluster.local".into(),
+        metadata: Some(Struct {
+            fields: [
+                ("NAMESPACE".to_owned(), string("shop")),
+                ("LABELS".to_owned(), PbValue { kind: Some(PbKind::StructValue(labels)) }),
+            ]
+            .into(),
+        }),
+        ..Default::default()
+    };
+    let listeners = istiod_proto::type_url::LISTENER;
+    let rt = runtime();
+    rt.block_on(async {
+        let mut c = connect(s.grpc, false).await;
+        c.sotw(DiscoveryRequest { node: Some(node), type_url: listeners.into(), ..Default::default() });
+        let r = c.recv().await;
+        let mut names = names_of(&r);
+        names.sort();
+        assert_eq!(names, ["connect_originate", "connect_terminate", "main_internal"]);
+        c.ack(&r, &[]);
+        let (_, syncz) = get(s.http, "/debug/syncz").unwrap();
+        let syncz: Value = serde_json::from_str(&syncz).unwrap();
+        let me = syncz.as_array().and_then(|a| a.iter().find(|p| p["proxy_type"] == "waypoint"));
+        assert!(me.is_some(), "{syncz:#}");
+        let id = me.unwrap()["proxy"].as_str().unwrap().to_owned();
+        let (code, dump) = get(s.http, &format!("/debug/config_dump?proxyID={id}")).unwrap();
+        assert_eq!(code, 200, "{dump}");
+        assert!(dump.contains("main_internal") && dump.contains("connect_terminate"), "{dump}");
+        // The VirtualService's split changes: main_internal is pushed again.
+        std::fs::write(dir.path().join("objects.yaml"), OBJECTS.replace("weight: 80", "weight: 70").replace("weight: 20", "weight: 30"))
+            .unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(20), c.recv()).await.expect("a push");
+        assert!(names_of(&r).contains(&"main_internal".to_owned()), "{:?}", names_of(&r));
+        let body = format!("{:?}", r.resources);
+        assert!(!body.is_empty());
+        c.ack(&r, &[]);
+    });
+    wait_for("the server still serves", Duration::from_secs(5), || get(s.http, "/ready").is_some_and(|(c, _)| c == 200));
+}

@@ -688,3 +688,66 @@ spec:
     let listeners = g.wildcard_names(&snap, &class, Kind::Listener);
     assert_eq!(listeners.len(), 3, "context WAYPOINT removes nothing: {listeners:?}");
 }
+
+/// A Gateway API HTTPRoute attached to a Service the waypoint serves
+/// (GAMMA, `parentRefs` of kind Service) routes in the waypoint, as
+/// istiod's conversion makes it a mesh VirtualService: its header match,
+/// and its backends by the waypoint's clusters (the served Service's
+/// inbound-VIP one, another's outbound one).
+#[test]
+fn gamma_routes_attached_to_a_service_route_in_its_waypoint() {
+    let objects = r#"apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default, labels: {istio.io/use-waypoint: waypoint}}
+spec:
+  clusterIP: 10.96.0.40
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web2, namespace: default}
+spec:
+  clusterIP: 10.96.0.41
+  ports: [{name: http, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: split, namespace: default}
+spec:
+  parentRefs: [{group: "", kind: Service, name: web, port: 80}]
+  rules:
+  - matches: [{headers: [{name: x-canary, value: "yes"}]}]
+    backendRefs: [{name: web2, port: 80}]
+  - backendRefs: [{name: web, port: 80, weight: 90}, {name: web2, port: 80, weight: 10}]
+"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, objects]);
+    let l = main_internal(&mesh, &class);
+    let chain = l
+        .filter_chains
+        .iter()
+        .find(|c| c.name == "inbound-vip|80|http|web.default.svc.cluster.local")
+        .unwrap_or_else(|| panic!("{:?}", l.filter_chains.iter().map(|c| &c.name).collect::<Vec<_>>()));
+    let rc = route_config(chain);
+    let routes = &rc.virtual_hosts[0].routes;
+    assert_eq!(routes.len(), 2, "{routes:#?}");
+    let header = &routes[0].r#match.as_ref().unwrap().headers[0];
+    assert_eq!(header.name, "x-canary");
+    let cluster = |r: &route::Route| match r.action.as_ref() {
+        Some(route::route::Action::Route(a)) => a.cluster_specifier.clone(),
+        _ => None,
+    };
+    assert_eq!(
+        cluster(&routes[0]),
+        Some(route::route_action::ClusterSpecifier::Cluster("outbound|80||web2.default.svc.cluster.local".into()))
+    );
+    let Some(route::route_action::ClusterSpecifier::WeightedClusters(w)) = cluster(&routes[1]) else { panic!() };
+    let split: Vec<(&str, u32)> =
+        w.clusters.iter().map(|c| (c.name.as_str(), c.weight.unwrap_or_default())).collect();
+    assert_eq!(
+        split,
+        [("inbound-vip|80|http|web.default.svc.cluster.local", 90), ("outbound|80||web2.default.svc.cluster.local", 10)]
+    );
+    // The route's other backend is served to the waypoint.
+    let v = View::of(&mesh, &class).unwrap();
+    assert!(v.cluster_names(&mesh).contains(&"outbound|80||web2.default.svc.cluster.local".to_owned()));
+}

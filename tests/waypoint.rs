@@ -276,9 +276,7 @@ fn a_connected_waypoint_is_debuggable_and_pushed_to() {
     std::fs::write(dir.path().join("objects.yaml"), OBJECTS).unwrap();
     let s = Server::start(dir.path(), &[], &[("PILOT_ENABLE_AMBIENT", "true")], None);
     let string = |v: &str| PbValue { kind: Some(PbKind::StringValue(v.into())) };
-    let labels = Struct {
-        fields: [("gateway.networking.k8s.io/gateway-name".to_owned(), string("waypoint"))].into(),
-    };
+    let labels = Struct { fields: [("gateway.networking.k8s.io/gateway-name".to_owned(), string("waypoint"))].into() };
     let node = Node {
         id: "waypoint~10.1.0.9~waypoint-abc.shop~shop.svc.cluster.local".into(),
         metadata: Some(Struct {
@@ -309,13 +307,18 @@ fn a_connected_waypoint_is_debuggable_and_pushed_to() {
         assert_eq!(code, 200, "{dump}");
         assert!(dump.contains("main_internal") && dump.contains("connect_terminate"), "{dump}");
         // The VirtualService's split changes: main_internal is pushed again.
-        std::fs::write(dir.path().join("objects.yaml"), OBJECTS.replace("weight: 80", "weight: 70").replace("weight: 20", "weight: 30"))
-            .unwrap();
+        std::fs::write(
+            dir.path().join("objects.yaml"),
+            OBJECTS.replace("weight: 80", "weight: 70").replace("weight: 20", "weight: 30"),
+        )
+        .unwrap();
         let r = tokio::time::timeout(Duration::from_secs(20), c.recv()).await.expect("a push");
         assert!(names_of(&r).contains(&"main_internal".to_owned()), "{:?}", names_of(&r));
         let body = format!("{:?}", r.resources);
         assert!(!body.is_empty());
         c.ack(&r, &[]);
     });
-    wait_for("the server still serves", Duration::from_secs(5), || get(s.http, "/ready").is_some_and(|(c, _)| c == 200));
+    wait_for("the server still serves", Duration::from_secs(5), || {
+        get(s.http, "/ready").is_some_and(|(c, _)| c == 200)
+    });
 }

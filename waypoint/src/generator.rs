@@ -136,45 +136,53 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         return Some(h.finish());
     }
-    // main_internal reads every service of the waypoint; a cluster or a
-    // load assignment its own service only; the other listeners none.
-    let all = kind == Kind::Listener && name == crate::MAIN_INTERNAL;
-    for svc in &v.services {
-        if !all && !name.ends_with(&format!("|{}", svc.hostname)) {
-            continue;
+    // main_internal reads every service of the waypoint (addresses,
+    // ports, routes, policies) and the ports of those its routes send to;
+    // an inbound-VIP cluster or load assignment its own service; the
+    // other listeners and clusters nothing more.
+    if kind == Kind::Listener && name == crate::MAIN_INTERNAL {
+        let mut policies = std::collections::BTreeMap::new();
+        fn key<'m, T>(
+            (o, _): (&'m istiod_config::istio::IstioObject, T),
+        ) -> ((&'m str, &'m str), &'m istiod_config::istio::IstioObject) {
+            ((o.meta.ns(), o.meta.name.as_str()), o)
         }
-        (&svc.hostname, &svc.namespace, &svc.vips, svc.mesh_external).hash(&mut h);
-        format!("{:?}{:?}", svc.ports, svc.resolution).hash(&mut h);
-        for (k, forms) in mesh.translation.clusters.iter().filter(|(k, _)| k.ends_with(&format!("|{}", svc.hostname))) {
-            k.hash(&mut h);
-            forms.digest(if kind == Kind::Endpoint { Kind::Endpoint } else { Kind::Cluster }).hash(&mut h);
-        }
-        if kind == Kind::Endpoint {
-            for e in &svc.endpoints {
-                (&e.address, e.port, e.tunnel).hash(&mut h);
-            }
-        }
-        if kind == Kind::Listener {
+        policies.extend(crate::policies(&mesh.model, v.namespace, &v.gateway, None).into_iter().map(key));
+        for svc in v.services() {
+            (&svc.hostname, &svc.namespace, &svc.vips, svc.mesh_external, svc.kubernetes, &svc.name).hash(&mut h);
+            format!("{:?}{:?}", svc.ports, svc.resolution).hash(&mut h);
             for (o, vs) in v.virtual_services_of(svc) {
                 (o.meta.ns(), &o.meta.name, format!("{vs:?}")).hash(&mut h);
             }
+            policies.extend(crate::policies(&mesh.model, v.namespace, &v.gateway, Some(svc)).into_iter().map(key));
         }
-    }
-    // Policies attached by targetRef (to services, the Gateway, the class).
-    if kind == Kind::Listener {
-        for (o, ap) in crate::policies(&mesh.model, v.namespace, &v.gateway, None) {
-            (o.meta.ns(), &o.meta.name, format!("{ap:?}")).hash(&mut h);
+        for (k, o) in policies {
+            (k, format!("{:?}", o.spec)).hash(&mut h);
         }
-        for svc in &v.services {
-            for (o, ap) in crate::policies(&mesh.model, v.namespace, &v.gateway, Some(svc)) {
-                (o.meta.ns(), &o.meta.name, format!("{ap:?}")).hash(&mut h);
-            }
-        }
-    }
-    // Route destinations outside the waypoint read those services' ports.
-    if kind == Kind::Listener {
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
+        }
+    } else if let Some(svc) =
+        name.strip_prefix("inbound-vip|").and_then(|r| r.splitn(3, '|').nth(2)).and_then(|host| v.owns(host))
+    {
+        (&svc.hostname, &svc.namespace, svc.mesh_external).hash(&mut h);
+        format!("{:?}{:?}", svc.ports, svc.resolution).hash(&mut h);
+        let rule = mesh.model.rule_index_for(v.namespace, v.labels, &svc.hostname);
+        let rules = mesh.model.destination_rules();
+        rule.map(|i| rules.get(i).id.clone()).hash(&mut h);
+        let subsets = rule.map(|i| rules.get(i).rule.subsets.iter().map(|s| s.name.clone()).collect::<Vec<_>>());
+        for p in &svc.ports {
+            for sub in std::iter::once(String::new()).chain(subsets.iter().flatten().cloned()) {
+                let outbound = format!("outbound|{}|{sub}|{}", p.port, svc.hostname);
+                if let Some(forms) = mesh.translation.clusters.get(outbound.as_str()) {
+                    (&outbound, forms.digest(kind)).hash(&mut h);
+                }
+            }
+        }
+        if kind == Kind::Endpoint {
+            for e in &svc.endpoints {
+                (&e.address, e.port, e.service_port, e.tunnel).hash(&mut h);
+            }
         }
     }
     Some(h.finish())

@@ -139,9 +139,14 @@ pub struct View<'a> {
     pub namespace: &'a str,
     /// The waypoint's own labels (which DestinationRules select it).
     pub labels: &'a [(Arc<str>, Arc<str>)],
-    /// Its services (istiod's `findWaypointResources`): those bound to it
-    /// that the model has, in the namespace they were bound from.
-    pub services: Vec<&'a Service>,
+    /// The services bound to it, `(namespace, hostname)`.
+    bound: &'a [(String, Arc<str>)],
+    /// Its services (istiod's `findWaypointResources`), resolved on first use.
+    services: std::cell::OnceCell<Vec<&'a Service>>,
+    /// The mesh's VirtualServices by the hosts they name, built on first use.
+    routes: std::cell::OnceCell<RouteIndex>,
+    /// [`View::outbound_services`], on first use.
+    outbound: std::cell::OnceCell<Vec<&'a Service>>,
     /// The proxy's trust domain.
     pub trust_domain: &'a str,
     /// The waypoint's Gateway.
@@ -154,26 +159,33 @@ impl<'a> View<'a> {
         let key = waypoint_of(class)?;
         let gateway = key.split_once('/').map_or("", |(_, n)| n).to_owned();
         let model = &*mesh.model;
-        let services = mesh
-            .waypoints
-            .get(&key)
-            .into_iter()
-            .flatten()
-            .filter_map(|(ns, host)| model.services.get(host).filter(|s| &s.namespace == ns))
-            // DYNAMIC_DNS is only for MESH_EXTERNAL; other Resolution kinds pass.
-            .collect();
         Some(View {
             model,
             namespace: &class.namespace,
             labels: &class.labels,
-            services,
+            bound: mesh.waypoints.get(&key).map_or(&[], Vec::as_slice),
+            services: std::cell::OnceCell::new(),
+            routes: std::cell::OnceCell::new(),
+            outbound: std::cell::OnceCell::new(),
             trust_domain: &model.mesh.trust_domain,
             gateway,
         })
     }
 
+    /// Its services: those bound to it that the model has, in the
+    /// namespace they were bound from.
+    pub fn services(&self) -> &[&'a Service] {
+        self.services.get_or_init(|| self.bound.iter().filter_map(|(ns, h)| self.resolve(ns, h)).collect())
+    }
+
+    fn resolve(&self, ns: &str, host: &str) -> Option<&'a Service> {
+        self.model.services.get(host).filter(|s| s.namespace == ns)
+    }
+
+    /// The service `host` if this waypoint serves it.
     fn owns(&self, host: &str) -> Option<&'a Service> {
-        self.services.iter().copied().find(|s| &*s.hostname == host)
+        let (ns, h) = self.bound.iter().find(|(_, h)| &**h == host)?;
+        self.resolve(ns, h)
     }
 
     /// The cluster names, in istiod's order.
@@ -190,10 +202,14 @@ impl<'a> View<'a> {
     /// The services the waypoint's routes send to that it does not serve
     /// (or that are outside the mesh), reached by their outbound clusters
     /// (istiod's `filterWaypointOutboundServices`).
-    pub fn outbound_services(&self) -> Vec<&'a Service> {
+    pub fn outbound_services(&self) -> &[&'a Service] {
+        self.outbound.get_or_init(|| self.find_outbound_services())
+    }
+
+    fn find_outbound_services(&self) -> Vec<&'a Service> {
         use istiod_config::istio::networking::Destination;
         let mut hosts = BTreeSet::new();
-        for svc in &self.services {
+        for svc in self.services() {
             for (o, vs) in self.virtual_services_of(svc) {
                 let ns = o.meta.ns();
                 let mut add = |d: Option<&Destination>| {
@@ -226,24 +242,46 @@ impl<'a> View<'a> {
     ) -> Vec<(String, &'a istiod_mesh::translate::cluster::ClusterForm)> {
         let mut out = Vec::new();
         for svc in self.outbound_services() {
-            let rule = self.model.rule_index_for(self.namespace, self.labels, &svc.hostname);
-            let rules = self.model.destination_rules();
-            let id = rule.map(|i| rules.get(i).id.clone());
-            let suffix = format!("|{}", svc.hostname);
-            let mut names: Vec<&std::sync::Arc<str>> = mesh
-                .translation
-                .clusters
-                .keys()
-                .filter(|k| k.starts_with("outbound|") && k.ends_with(&suffix))
-                .collect();
-            names.sort();
-            for name in names {
-                if let Some(form) = mesh.translation.clusters.get(name).and_then(|f| f.form(id.as_deref())) {
-                    out.push((name.to_string(), form));
-                }
-            }
+            out.extend(self.outbound_clusters_of(mesh, svc));
         }
         out
+    }
+
+    /// A service's outbound clusters, in the form the waypoint's
+    /// DestinationRule gives them (each port, each of its subsets).
+    fn outbound_clusters_of(
+        &self,
+        mesh: &'a MeshInput,
+        svc: &Service,
+    ) -> Vec<(String, &'a istiod_mesh::translate::cluster::ClusterForm)> {
+        let rule = self.model.rule_index_for(self.namespace, self.labels, &svc.hostname);
+        let rules = self.model.destination_rules();
+        let id = rule.map(|i| rules.get(i).id.clone());
+        let mut names: Vec<String> = Vec::new();
+        let subsets = rules.candidates(&svc.hostname).into_iter().flat_map(|i| rules.get(i).rule.subsets.iter());
+        let subsets: BTreeSet<&str> = std::iter::once("").chain(subsets.map(|s| s.name.as_str())).collect();
+        for p in &svc.ports {
+            names.extend(subsets.iter().map(|sub| format!("outbound|{}|{sub}|{}", p.port, svc.hostname)));
+        }
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let form = mesh.translation.clusters.get(name.as_str())?.form(id.as_deref())?;
+                Some((name, form))
+            })
+            .collect()
+    }
+
+    /// The outbound cluster `name` (of a service the routes send to).
+    fn outbound_cluster(
+        &self,
+        mesh: &'a MeshInput,
+        name: &str,
+    ) -> Option<&'a istiod_mesh::translate::cluster::ClusterForm> {
+        let host = name.splitn(4, '|').nth(3)?;
+        let svc = self.outbound_services().iter().find(|s| &*s.hostname == host)?;
+        self.outbound_clusters_of(mesh, svc).into_iter().find(|(n, _)| n == name).map(|(_, f)| f)
     }
 
     /// The listener names.
@@ -266,7 +304,16 @@ impl<'a> View<'a> {
     /// Every inbound-VIP cluster: name -> (service, port, subset).
     fn vip_clusters(&self) -> Vec<(String, (&'a Service, u16, String))> {
         let mut out = Vec::new();
-        for svc in &self.services {
+        for svc in self.services() {
+            out.extend(self.vip_clusters_of(svc));
+        }
+        out
+    }
+
+    /// A service's inbound-VIP clusters.
+    fn vip_clusters_of(&self, svc: &'a Service) -> Vec<(String, (&'a Service, u16, String))> {
+        let mut out = Vec::new();
+        {
             let subsets = self.subsets(svc);
             for p in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
                 let kinds: &[&str] = match p.protocol {
@@ -277,12 +324,18 @@ impl<'a> View<'a> {
                 for subset in std::iter::once(String::new()).chain(subsets.iter().cloned()) {
                     for k in kinds {
                         let sub = if subset.is_empty() { (*k).to_owned() } else { format!("{k}/{subset}") };
-                        out.push((vip_name(p.port, &sub, &svc.hostname), (*svc, p.port, subset.clone())));
+                        out.push((vip_name(p.port, &sub, &svc.hostname), (svc, p.port, subset.clone())));
                     }
                 }
             }
         }
         out
+    }
+
+    /// Inbound-VIP cluster `name`, if the waypoint has it.
+    fn vip_cluster_named(&self, name: &str) -> Option<(String, (&'a Service, u16, String))> {
+        let host = name.strip_prefix("inbound-vip|")?.splitn(3, '|').nth(2)?;
+        self.vip_clusters_of(self.owns(host)?).into_iter().find(|(n, _)| n == name)
     }
 
     /// The subsets of the DestinationRule in force for the waypoint.
@@ -298,11 +351,11 @@ impl<'a> View<'a> {
             ENCAP => Some(internal_cluster(ENCAP, CONNECT_ORIGINATE)),
             CONNECT_ORIGINATE => Some(self.connect_originate_cluster()),
             _ if name.starts_with("outbound|") => {
-                let (_, form) = self.outbound_clusters(mesh).into_iter().find(|(n, _)| n == name)?;
+                let form = self.outbound_cluster(mesh, name)?;
                 Cluster::decode(hbone::cluster(&form.bytes)?.as_ref()).ok()
             }
             _ => {
-                let (_, (svc, port, subset)) = self.vip_clusters().into_iter().find(|(n, _)| n == name)?;
+                let (_, (svc, port, subset)) = self.vip_cluster_named(name)?;
                 self.vip_cluster(mesh, name, svc, port, &subset)
             }
         }
@@ -352,11 +405,11 @@ impl<'a> View<'a> {
     /// to an endpoint that can take it).
     pub fn endpoints(&self, mesh: &'a MeshInput, name: &str) -> Option<ep::ClusterLoadAssignment> {
         if name.starts_with("outbound|") {
-            let (_, form) = self.outbound_clusters(mesh).into_iter().find(|(n, _)| n == name)?;
+            let form = self.outbound_cluster(mesh, name)?;
             return ep::ClusterLoadAssignment::decode(hbone::endpoints(mesh, name, form.endpoints.as_ref()?)?.as_ref())
                 .ok();
         }
-        let (_, (svc, port, subset)) = self.vip_clusters().into_iter().find(|(n, _)| n == name)?;
+        let (_, (svc, port, subset)) = self.vip_cluster_named(name)?;
         let outbound = format!("outbound|{port}|{subset}|{}", svc.hostname);
         let forms = mesh.translation.clusters.get(outbound.as_str())?;
         let rule = self.model.rule_index_for(self.namespace, self.labels, &svc.hostname);
@@ -403,7 +456,7 @@ impl<'a> View<'a> {
         let mut chains = Vec::new();
         let mut ranges = Vec::new();
         let mut protocols: BTreeMap<u16, Protocol> = BTreeMap::new();
-        for svc in &self.services {
+        for svc in self.services() {
             let mut port_map = BTreeMap::new();
             for p in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
                 let tcp_name = vip_name(p.port, "tcp", &svc.hostname);
@@ -509,7 +562,7 @@ impl<'a> View<'a> {
     /// tls_inspector on the TLS ports only (none when no port is TLS).
     fn tls_inspector(&self) -> Option<ListenerFilter> {
         let (mut tls_ports, mut others) = (BTreeSet::new(), BTreeSet::new());
-        for p in self.services.iter().flat_map(|s| &s.ports) {
+        for p in self.services().iter().flat_map(|s| &s.ports) {
             if matches!(p.protocol, Protocol::Tls | Protocol::Https) {
                 tls_ports.insert(p.port);
             } else {
@@ -577,21 +630,23 @@ impl<'a> View<'a> {
         svc: &Service,
     ) -> Vec<(&'a istiod_config::istio::IstioObject, &'a istiod_config::istio::networking::VirtualService)> {
         let model = self.model;
-        model
-            .mesh_virtual_services()
-            .iter()
-            .filter_map(|&i| {
-                let o = &model.routing[i];
+        let index = self.routes.get_or_init(|| RouteIndex::new(model));
+        let mut hits: Vec<usize> = index.exact.get(&*svc.hostname).cloned().unwrap_or_default();
+        hits.extend(
+            index
+                .wildcards
+                .iter()
+                .filter(|(h, _)| istiod_mesh::model::destination_rules::host_matches(h, &svc.hostname))
+                .map(|(_, i)| *i),
+        );
+        hits.sort_unstable();
+        hits.dedup();
+        hits.into_iter()
+            .filter_map(|at| {
+                let o = &model.routing[index.order[at]];
                 let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { return None };
                 let ns = o.meta.ns();
-                if ns != self.namespace && ns != svc.namespace {
-                    return None;
-                }
-                let names = vs.hosts.iter().any(|h| {
-                    let h = model.resolve_host(h, ns);
-                    istiod_mesh::model::destination_rules::host_matches(&h, &svc.hostname)
-                });
-                names.then_some((o, vs))
+                (ns == self.namespace || ns == svc.namespace).then_some((o, vs))
             })
             .collect()
     }
@@ -776,6 +831,36 @@ impl<'a> View<'a> {
             }
             _ => name.to_owned(),
         }
+    }
+}
+
+/// The mesh's VirtualServices by the hosts they name (resolved): a
+/// position in the mesh order per exact host, and the wildcard ones.
+struct RouteIndex {
+    /// Positions in [`Model::mesh_virtual_services`] -> `routing` index.
+    order: Vec<usize>,
+    exact: std::collections::HashMap<String, Vec<usize>>,
+    wildcards: Vec<(String, usize)>,
+}
+
+impl RouteIndex {
+    fn new(model: &Model) -> RouteIndex {
+        let order = model.mesh_virtual_services().to_vec();
+        let mut exact: std::collections::HashMap<String, Vec<usize>> = std::collections::HashMap::new();
+        let mut wildcards = Vec::new();
+        for (at, &i) in order.iter().enumerate() {
+            let o = &model.routing[i];
+            let istiod_config::istio::IstioSpec::VirtualService(vs) = &o.spec else { continue };
+            for h in &vs.hosts {
+                let h = model.resolve_host(h, o.meta.ns());
+                if h.starts_with('*') {
+                    wildcards.push((h, at));
+                } else {
+                    exact.entry(h).or_default().push(at);
+                }
+            }
+        }
+        RouteIndex { order, exact, wildcards }
     }
 }
 

@@ -741,11 +741,13 @@ spec:
         Some(route::route_action::ClusterSpecifier::Cluster("outbound|80||web2.default.svc.cluster.local".into()))
     );
     let Some(route::route_action::ClusterSpecifier::WeightedClusters(w)) = cluster(&routes[1]) else { panic!() };
-    let split: Vec<(&str, u32)> =
-        w.clusters.iter().map(|c| (c.name.as_str(), c.weight.unwrap_or_default())).collect();
+    let split: Vec<(&str, u32)> = w.clusters.iter().map(|c| (c.name.as_str(), c.weight.unwrap_or_default())).collect();
     assert_eq!(
         split,
-        [("inbound-vip|80|http|web.default.svc.cluster.local", 90), ("outbound|80||web2.default.svc.cluster.local", 10)]
+        [
+            ("inbound-vip|80|http|web.default.svc.cluster.local", 90),
+            ("outbound|80||web2.default.svc.cluster.local", 10)
+        ]
     );
     // The route's other backend is served to the waypoint.
     let v = View::of(&mesh, &class).unwrap();

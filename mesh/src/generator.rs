@@ -71,6 +71,10 @@ pub struct MeshInput {
     /// index binds them: `(namespace, hostname)`, set by the control
     /// thread (waypoint proxies' resources read it, `istiod-waypoint`).
     pub waypoints: Arc<WaypointServices>,
+    /// Services whose gateways' traffic goes through their waypoint
+    /// (`istio.io/ingress-use-waypoint`): hostname -> the waypoint's
+    /// instances' addresses.
+    pub ingress_waypoints: Arc<std::collections::BTreeMap<Arc<str>, Vec<String>>>,
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -150,6 +154,7 @@ impl MeshInput {
             selecting_sidecars,
             claimed_ips,
             waypoints: Arc::default(),
+            ingress_waypoints: Arc::default(),
         }
     }
 

@@ -170,9 +170,11 @@ pub(super) fn apply(
         ambient_changes = ambient;
         // The services each waypoint serves, for waypoint proxies.
         let waypoints = istiod_waypoint::attachments(&a.index);
-        if *mesh.waypoints != waypoints {
+        let ingress = istiod_waypoint::ingress_waypoints(&a.index);
+        if *mesh.waypoints != waypoints || *mesh.ingress_waypoints != ingress {
             let mut with = (*mesh).clone();
             with.waypoints = Arc::new(waypoints);
+            with.ingress_waypoints = Arc::new(ingress);
             mesh = Arc::new(with);
         }
     }

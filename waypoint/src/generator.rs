@@ -45,6 +45,9 @@ fn hbone_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, 
         (Kind::Endpoint, _) => {
             MeshGenerator.input_generation(snap, class, kind, name)?.hash(&mut h);
             hbone::tunnels_digest(snap.mesh.as_deref()?, name).hash(&mut h);
+            if class.node_type == NodeType::Router {
+                hbone::ingress_digest(snap.mesh.as_deref()?, name).hash(&mut h);
+            }
         }
         _ => MeshGenerator.input_generation(snap, class, kind, name)?.hash(&mut h),
     }
@@ -58,7 +61,13 @@ fn hbone_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: 
         (Kind::Cluster, CONNECT_ORIGINATE) => Some(Bytes::from(hbone::originate_cluster(mesh).encode_to_vec())),
         (Kind::Listener, CONNECT_ORIGINATE) => Some(Bytes::from(crate::connect_originate().encode_to_vec())),
         (Kind::Cluster, _) => hbone::cluster(&MeshGenerator.generate(snap, class, kind, name)?),
-        (Kind::Endpoint, _) => hbone::endpoints(mesh, name, &MeshGenerator.generate(snap, class, kind, name)?),
+        (Kind::Endpoint, _) => {
+            let base = MeshGenerator.generate(snap, class, kind, name)?;
+            // A gateway sends a service's traffic to its waypoint where the
+            // service says so (istio.io/ingress-use-waypoint).
+            let ingress = (class.node_type == NodeType::Router).then(|| hbone::ingress_endpoints(mesh, name)).flatten();
+            ingress.or_else(|| hbone::endpoints(mesh, name, &base))
+        }
         _ => MeshGenerator.generate(snap, class, kind, name),
     }
 }

@@ -133,6 +133,59 @@ pub fn tunnels_digest(mesh: &MeshInput, name: &str) -> u64 {
     h.finish()
 }
 
+/// A gateway's load assignment `name` of a service whose ingress traffic
+/// goes through its waypoint (`istio.io/ingress-use-waypoint`): the
+/// waypoint's instances, each through `connect_originate` to the
+/// service's address, the waypoint's as the tunnel's
+/// (`endpoint_builder.go`'s `toServiceWaypoint`).
+pub fn ingress_endpoints(mesh: &MeshInput, name: &str) -> Option<Bytes> {
+    let mut parts = name.splitn(4, '|');
+    let (Some("outbound"), Some(port), Some(_), Some(host)) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let waypoints = mesh.ingress_waypoints.get(host)?;
+    let svc = mesh.model.services.get(host)?;
+    let vip = svc.vips.first()?;
+    let local = format!("{vip}:{port}");
+    let lb_endpoints = waypoints
+        .iter()
+        .map(|ip| {
+            let target = if ip.contains(':') { format!("[{ip}]:15008") } else { format!("{ip}:15008") };
+            let mut md = istiod_proto::envoy::config::core::v3::Metadata::default();
+            md.filter_metadata.insert(ORIGINAL_DST_KEY.into(), strings(&[("local", &local), ("waypoint", &target)]));
+            md.filter_metadata.insert(SOCKET_MATCH.into(), strings(&[("tunnel", "http")]));
+            ep::LbEndpoint {
+                host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
+                    address: Some(crate::internal_address(CONNECT_ORIGINATE, &target)),
+                    ..Default::default()
+                })),
+                metadata: Some(md),
+                load_balancing_weight: Some(1),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let cla = ep::ClusterLoadAssignment {
+        cluster_name: name.to_owned(),
+        endpoints: vec![ep::LocalityLbEndpoints {
+            locality: Some(core::Locality::default()),
+            lb_endpoints,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Some(Bytes::from(cla.encode_to_vec()))
+}
+
+/// What [`ingress_endpoints`] reads of `name` (for a gateway).
+pub fn ingress_digest(mesh: &MeshInput, name: &str) -> u64 {
+    let host = name.splitn(4, '|').nth(3).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    mesh.ingress_waypoints.get(host).hash(&mut h);
+    h.finish()
+}
+
 /// Outbound load assignment `name` with its HBONE endpoints through
 /// `connect_originate`: the tunnel's destination in metadata, and the
 /// `tunnel: http` mark the cluster's transport socket match reads.
@@ -186,6 +239,11 @@ pub fn changed(prev: &MeshInput, next: &MeshInput) -> Vec<(istiod_xds_api::snaps
                 .unwrap_or_default()
         };
         if marks(before) != marks(after) {
+            hosts.insert(host.clone());
+        }
+    }
+    for (host, _) in prev.ingress_waypoints.iter().chain(next.ingress_waypoints.iter()) {
+        if prev.ingress_waypoints.get(host) != next.ingress_waypoints.get(host) {
             hosts.insert(host.clone());
         }
     }

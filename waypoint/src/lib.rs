@@ -88,6 +88,47 @@ pub fn attachments(index: &istiod_ambient::Index) -> WaypointServices {
     out
 }
 
+/// The services whose gateways' traffic goes through their waypoint
+/// (`istio.io/ingress-use-waypoint`, istiod's `ServiceEds` shim): their
+/// hostname -> the addresses of the waypoint's instances (the workloads of
+/// the waypoint's Service), sorted.
+pub fn ingress_waypoints(index: &istiod_ambient::Index) -> BTreeMap<Arc<str>, Vec<String>> {
+    use istiod_proto::istio::workload::{address, gateway_address};
+    let mut wanted: BTreeMap<String, Vec<Arc<str>>> = BTreeMap::new();
+    for (_, info) in index.services() {
+        let s = &info.service;
+        if !info.binding.ingress_use {
+            continue;
+        }
+        if let Some(gateway_address::Destination::Hostname(h)) =
+            s.waypoint.as_ref().and_then(|w| w.destination.as_ref())
+        {
+            wanted.entry(format!("{}/{}", h.namespace, h.hostname)).or_default().push(Arc::from(s.hostname.as_str()));
+        }
+    }
+    let mut out: BTreeMap<Arc<str>, Vec<String>> = BTreeMap::new();
+    if wanted.is_empty() {
+        return out;
+    }
+    for (_, a) in index.workloads() {
+        let Some(address::Type::Workload(w)) = &a.r#type else { continue };
+        for (key, hosts) in &wanted {
+            if w.services.contains_key(key)
+                && let Some(ip) = w.addresses.first()
+            {
+                for h in hosts {
+                    out.entry(h.clone()).or_default().push(istiod_ambient::ip_text(ip));
+                }
+            }
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    out
+}
+
 /// Every name a waypoint may be served from `mesh`: the fixed ones and the
 /// inbound-VIP clusters and load assignments of every bound service (the
 /// control thread marks them on each update; generations tell which

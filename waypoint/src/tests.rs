@@ -137,6 +137,7 @@ pub(crate) fn setup(docs: &[&str]) -> (MeshInput, ProxyClass) {
     index.apply(&objects, None, &istiod_ambient::Settings::default());
     let mut mesh = MeshInput::new(model);
     mesh.waypoints = Arc::new(attachments(&index));
+    mesh.ingress_waypoints = Arc::new(ingress_waypoints(&index));
     let mut class = istiod_mesh::testing::class(
         "default",
         &[(GATEWAY_NAME, "waypoint"), ("gateway.istio.io/managed", "istio.io-mesh-controller")],
@@ -752,4 +753,56 @@ spec:
     // The route's other backend is served to the waypoint.
     let v = View::of(&mesh, &class).unwrap();
     assert!(v.cluster_names(&mesh).contains(&"outbound|80||web2.default.svc.cluster.local".to_owned()));
+}
+
+/// TestIngressUseWaypoint: a gateway sends a service labelled
+/// `istio.io/ingress-use-waypoint` to its waypoint: one endpoint per
+/// waypoint instance, through `connect_originate`, tunnelled to the
+/// service's VIP (`<listener>;<tunnel local>;<endpoint id>`, as
+/// `xdstest.ExtractLoadAssignments` prints it).
+#[test]
+fn ingress_use_waypoint() {
+    use istiod_xds_api::snapshot::{Generator, Kind};
+    istiod_mesh::node::set_ambient(true);
+    let (mesh, _) = setup(&[
+        WAYPOINT_GATEWAY,
+        WAYPOINT_SVC,
+        APP_POD,
+        APP_POD_NO_MESH,
+        WAYPOINT_INSTANCE,
+        APP_WORKLOAD_ENTRY,
+        APP_SERVICE_ENTRY,
+    ]);
+    let snap = snapshot_of(mesh);
+    let mut ingress = istiod_mesh::testing::class("default", &[]);
+    ingress.node_type = NodeType::Router;
+    ingress.ips = vec![Arc::from("3.0.0.3")];
+    let body = generator::WithWaypoints.generate(&snap, &ingress, Kind::Endpoint, "outbound|80||app.com").unwrap();
+    let cla = ep::ClusterLoadAssignment::decode(body.as_ref()).unwrap();
+    let got: Vec<String> = cla
+        .endpoints
+        .iter()
+        .flat_map(|l| &l.lb_endpoints)
+        .map(|lb| {
+            let Some(ep::lb_endpoint::HostIdentifier::Endpoint(e)) = &lb.host_identifier else { panic!() };
+            let Some(core::address::Address::EnvoyInternalAddress(i)) =
+                e.address.as_ref().and_then(|a| a.address.as_ref())
+            else {
+                panic!("{e:?}")
+            };
+            let Some(core::envoy_internal_address::AddressNameSpecifier::ServerListenerName(n)) =
+                &i.address_name_specifier
+            else {
+                panic!()
+            };
+            let md = &lb.metadata.as_ref().unwrap().filter_metadata[ORIGINAL_DST_KEY];
+            let Some(ValueKind::StringValue(local)) = md.fields["local"].kind.as_ref() else { panic!() };
+            format!("{n};{local};{}", i.endpoint_id)
+        })
+        .collect();
+    assert_eq!(got, ["connect_originate;1.2.3.4:80;3.0.0.1:15008"]);
+    // A sidecar is not sent to the waypoint (istiod: only gateways).
+    let sidecar = istiod_mesh::testing::class("default", &[]);
+    let body = generator::WithWaypoints.generate(&snap, &sidecar, Kind::Endpoint, "outbound|80||app.com").unwrap();
+    assert!(!format!("{:?}", ep::ClusterLoadAssignment::decode(body.as_ref()).unwrap()).contains("15008"));
 }

@@ -142,6 +142,7 @@ fn changed(before: &Snapshot<MeshInput>, after: &Snapshot<MeshInput>, class: &Pr
     out
 }
 
+#[allow(clippy::print_stderr)] // what the change regenerated, beside the timings
 fn bench(c: &mut Criterion) {
     let (a, b) = (waypoint("ns-a", "wp-0"), waypoint("ns-b", "wp-1"));
     let objs = objects("/api");

@@ -151,9 +151,9 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
     // other listeners and clusters nothing more.
     if kind == Kind::Listener && name == crate::MAIN_INTERNAL {
         let mut policies = std::collections::BTreeMap::new();
-        fn key<'m, T>(
-            (o, _): (&'m istiod_config::istio::IstioObject, T),
-        ) -> ((&'m str, &'m str), &'m istiod_config::istio::IstioObject) {
+        fn key<T>(
+            (o, _): (&istiod_config::istio::IstioObject, T),
+        ) -> ((&str, &str), &istiod_config::istio::IstioObject) {
             ((o.meta.ns(), o.meta.name.as_str()), o)
         }
         policies.extend(crate::policies(&mesh.model, v.namespace, &v.gateway, None).into_iter().map(key));

@@ -641,7 +641,6 @@ impl<'a> View<'a> {
                         ..Default::default()
                     })
                     .collect(),
-                ..Default::default()
             }),
         };
         let t =

@@ -851,6 +851,11 @@ fn a_waypoints_status_addresses_bind_the_services_that_use_it() {
     assert_eq!(bound()["message"], "Successfully attached to waypoint default/waypoint");
     let listener = &gateway_status()["listeners"][0];
     assert_eq!(listener["conditions"][0]["reason"], "Accepted", "{listener}");
-    let ambientz = get(s.http, "/debug/ambientz").map(|(_, b)| b).unwrap_or_default();
-    assert!(ambientz.contains("waypoint.default.svc.cluster.local"), "{ambientz}");
+    // /debug/ambientz lists the waypoint (istiod-rs's addition to istiod's
+    // shape) with its address and the services bound to it.
+    let ambientz: Value = serde_json::from_str(&get(s.http, "/debug/ambientz").unwrap().1).unwrap();
+    let wp = &ambientz["waypoints"][0];
+    assert_eq!(wp["name"], "default/waypoint", "{ambientz:#}");
+    assert_eq!(wp["services"], json!(["default/web.default.svc.cluster.local"]), "{ambientz:#}");
+    assert!(wp["address"].to_string().contains("waypoint.default.svc.cluster.local"), "{wp}");
 }

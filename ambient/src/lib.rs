@@ -1168,7 +1168,28 @@ pub fn describe(index: &Index) -> serde_json::Value {
         .collect();
     let services: Vec<_> = index.services().filter_map(|(_, i)| prune(service::describe(&i.service))).collect();
     let policies: Vec<_> = index.policies().filter_map(|(_, p)| prune(authz::describe(p))).collect();
-    json!({ "workloads": workloads, "services": services, "policies": policies })
+    // Each waypoint, its address (none until its Gateway has one) and the
+    // services bound to it.
+    let waypoints: Vec<_> = index
+        .inputs()
+        .waypoints
+        .values()
+        .map(|w| {
+            let name = w.resource_name();
+            let bound: Vec<String> = index
+                .services()
+                .filter(|(_, i)| i.binding.waypoint.as_deref() == Some(name.as_str()))
+                .map(|(k, _)| k.to_string())
+                .collect();
+            json!({
+                "name": name,
+                "address": w.address.as_ref().map(waypoint::describe),
+                "trafficType": w.traffic_type,
+                "services": bound,
+            })
+        })
+        .collect();
+    json!({ "workloads": workloads, "services": services, "policies": policies, "waypoints": waypoints })
 }
 
 /// What the fuzz target runs (`fuzz/fuzz_targets/ambient_index.rs`): the

@@ -192,13 +192,20 @@ pub(super) fn apply(
     }
     // Waypoints' resources read services, routes and endpoints: every
     // name they may have, before and after (generations tell whose changed).
-    if prev.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &mesh)) {
+    // Only where some waypoint exists, and only when something changed:
+    // an update that changes nothing publishes nothing.
+    let waypoints_exist = !mesh.waypoints.is_empty() || prev.as_ref().is_some_and(|p| !p.waypoints.is_empty());
+    let changed_anything = prev
+        .as_ref()
+        .is_none_or(|p| p.waypoints != mesh.waypoints || !changes.is_empty() || !mesh.changes.touched().is_empty());
+    if waypoints_exist && changed_anything {
         touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
         touched.extend(istiod_waypoint::all_names(&mesh));
-        // Sidecars' load assignments whose HBONE endpoints changed.
-        if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
-            touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
-        }
+    }
+    // Sidecars' and gateways' load assignments whose HBONE endpoints (or
+    // ingress waypoints) changed.
+    if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
+        touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
     }
     let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
         touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());

@@ -168,6 +168,13 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         for (k, o) in policies {
             (k, format!("{:?}", o.spec)).hash(&mut h);
         }
+        // RequestAuthentications by targetRef, and the key sets istiod-rs
+        // fetched for them.
+        for svc in v.services() {
+            format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, Some(svc))).hash(&mut h);
+        }
+        format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, None)).hash(&mut h);
+        std::sync::Arc::as_ptr(&mesh.model.jwks).hash(&mut h);
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
         }

@@ -801,9 +801,18 @@ impl<'a> View<'a> {
             stat_prefix: format!("inbound_{port}"),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters: {
-                // istiod's order: CUSTOM, then the local policies, the
+                // istiod's order (`buildWaypointHTTPFilters`): CUSTOM,
+                // authentication (jwt_authn), the local policies, the
                 // upstream peer metadata, the router.
-                let mut f = self.rbacs(svc, true).http_filters();
+                let rbacs = self.rbacs(svc, true);
+                let mut custom = rbacs.clone();
+                (custom.audit, custom.deny, custom.allow, custom.dry_run) = (None, None, None, [None, None, None]);
+                let mut local = rbacs;
+                local.custom.clear();
+                let mut f = custom.http_filters();
+                let rules = jwt_rules(self.model, self.namespace, &self.gateway, svc);
+                f.extend(istiod_mesh::translate::authn::jwt_filter_of(self.model, rules));
+                f.extend(local.http_filters());
                 f.extend([waypoint_upstream_peer_metadata(), router()]);
                 f
             },
@@ -954,6 +963,30 @@ pub fn attaches(
             && r.name == gateway;
         service || class || own
     })
+}
+
+/// The JWT rules of the RequestAuthentications a waypoint applies to
+/// traffic for `svc` (attached as [`attaches`] says), sorted by issuer.
+pub fn jwt_rules(
+    model: &Model,
+    waypoint_ns: &str,
+    gateway: &str,
+    svc: Option<&Service>,
+) -> Vec<istiod_config::istio::security::JwtRule> {
+    let svc = svc.map(|s| PolicyService { name: &s.name, namespace: &s.namespace, kubernetes: s.kubernetes });
+    let mut rules = Vec::new();
+    for o in model.security.iter() {
+        let istiod_config::istio::IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
+        let refs: Vec<&istiod_config::istio::PolicyTargetReference> = match ra.target_refs.is_empty() {
+            true => ra.target_ref.iter().collect(),
+            false => ra.target_refs.iter().collect(),
+        };
+        if attaches(&refs, o.meta.ns(), &model.mesh.root_namespace, waypoint_ns, gateway, svc) {
+            rules.extend(ra.jwt_rules.iter().cloned());
+        }
+    }
+    rules.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+    rules
 }
 
 /// The AuthorizationPolicies a waypoint applies to traffic for `svc`

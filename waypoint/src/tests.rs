@@ -806,3 +806,59 @@ fn ingress_use_waypoint() {
     let body = generator::WithWaypoints.generate(&snap, &sidecar, Kind::Endpoint, "outbound|80||app.com").unwrap();
     assert!(!format!("{:?}", ep::ClusterLoadAssignment::decode(body.as_ref()).unwrap()).contains("15008"));
 }
+
+/// A RequestAuthentication attached to the Service verifies tokens in the
+/// waypoint: jwt_authn between the CUSTOM and the local authorization
+/// filters (istiod's `buildWaypointHTTPFilters`), on that service's chain
+/// only; one attached by selector does not reach the waypoint.
+#[test]
+fn request_authentication_by_target_ref() {
+    let policies = r#"apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: default}
+spec:
+  targetRefs: [{kind: ServiceEntry, group: networking.istio.io, name: app}]
+  jwtRules: [{issuer: "https://issuer.example.com", jwks: '{"keys":[]}'}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: by-selector, namespace: default}
+spec:
+  selector: {matchLabels: {app: app}}
+  jwtRules: [{issuer: "https://other.example.com", jwks: '{"keys":[]}'}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: require-jwt, namespace: default}
+spec:
+  targetRefs: [{kind: ServiceEntry, group: networking.istio.io, name: app}]
+  rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]
+"#;
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, policies]);
+    let l = main_internal(&mesh, &class);
+    let filters = |chain: &str| -> Vec<hcm::HttpFilter> {
+        let c = l.filter_chains.iter().find(|c| c.name == chain).unwrap();
+        let f = c.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
+        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+        hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
+    };
+    let chain = filters("inbound-vip|80|http|app.com");
+    let names: Vec<&str> = chain.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.jwt_authn",
+            "envoy.filters.http.rbac",
+            "waypoint_upstream_peer_metadata",
+            "envoy.filters.http.router"
+        ]
+    );
+    let Some(hcm::http_filter::ConfigType::TypedConfig(a)) = &chain[0].config_type else { panic!() };
+    let jwt =
+        istiod_proto::envoy::extensions::filters::http::jwt_authn::v3::JwtAuthentication::decode(a.value.as_slice())
+            .unwrap();
+    let issuers: Vec<&str> = jwt.providers.values().map(|p| p.issuer.as_str()).collect();
+    assert_eq!(issuers, ["https://issuer.example.com"], "the selector's is not the waypoint's");
+    assert!(!filters("direct-http").iter().any(|f| f.name == "envoy.filters.http.jwt_authn"));
+}

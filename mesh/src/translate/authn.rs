@@ -165,8 +165,12 @@ fn optional(provider: &str) -> jwt::JwtRequirement {
 /// The jwt_authn filter for `class`'s inbound HTTP chains, if any
 /// RequestAuthentication applies to it.
 pub fn jwt_filter(model: &Model, class: &ProxyClass) -> Option<hcm::HttpFilter> {
+    jwt_filter_of(model, jwt_rules(model, class))
+}
+
+/// The jwt_authn filter of `rules` (sorted by issuer), if any.
+pub fn jwt_filter_of(model: &Model, rules: Vec<JwtRule>) -> Option<hcm::HttpFilter> {
     use jwt::jwt_requirement::RequiresType as R;
-    let rules = jwt_rules(model, class);
     if rules.is_empty() {
         return None;
     }

@@ -175,6 +175,8 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, None)).hash(&mut h);
         std::sync::Arc::as_ptr(&mesh.model.jwks).hash(&mut h);
+        // Telemetry (stats, access logs, tracing).
+        format!("{:?}", v.telemetry()).hash(&mut h);
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
         }

@@ -180,6 +180,10 @@ pub struct View<'a> {
     pub namespace: &'a str,
     /// The waypoint's own labels (which DestinationRules select it).
     pub labels: &'a [(Arc<str>, Arc<str>)],
+    /// The proxy's class.
+    pub class: &'a ProxyClass,
+    /// Its telemetry (stats, access logs, tracing), on first use.
+    telemetry: std::cell::OnceCell<istiod_mesh::translate::telemetry::Side>,
     /// The services bound to it, `(namespace, hostname)`.
     bound: &'a [(String, Arc<str>)],
     /// Its services (istiod's `findWaypointResources`), resolved on first use.
@@ -204,6 +208,8 @@ impl<'a> View<'a> {
             model,
             namespace: &class.namespace,
             labels: &class.labels,
+            class,
+            telemetry: std::cell::OnceCell::new(),
             bound: mesh.waypoints.get(&key).map_or(&[], Vec::as_slice),
             services: std::cell::OnceCell::new(),
             routes: std::cell::OnceCell::new(),
@@ -211,6 +217,12 @@ impl<'a> View<'a> {
             trust_domain: &model.mesh.trust_domain,
             gateway,
         })
+    }
+
+    /// The waypoint's telemetry: as a workload's inbound side (istiod
+    /// builds a waypoint's filters in the SidecarInbound class).
+    pub fn telemetry(&self) -> &istiod_mesh::translate::telemetry::Side {
+        self.telemetry.get_or_init(|| istiod_mesh::translate::telemetry::inbound(self.model, self.class))
     }
 
     /// Its services: those bound to it that the model has, in the
@@ -643,12 +655,20 @@ impl<'a> View<'a> {
                     .collect(),
             }),
         };
-        let t =
-            tcp::TcpProxy { stat_prefix: cluster.to_owned(), cluster_specifier: Some(specifier), ..Default::default() };
-        vec![Filter {
+        let t = tcp::TcpProxy {
+            stat_prefix: cluster.to_owned(),
+            cluster_specifier: Some(specifier),
+            access_log: self.telemetry().log.clone(),
+            ..Default::default()
+        };
+        // The service's policies (network RBAC), the stats, the proxy.
+        let mut out = self.rbacs(Some(svc), false).network_filters();
+        out.extend(self.telemetry().stats.as_ref().map(istiod_mesh::translate::telemetry::stats_network));
+        out.push(Filter {
             name: "envoy.filters.network.tcp_proxy".into(),
             config_type: Some(listener::filter::ConfigType::TypedConfig(any(&t))),
-        }]
+        });
+        out
     }
 
     /// The RBAC filters of the policies attached to the waypoint for `svc`.
@@ -797,13 +817,13 @@ impl<'a> View<'a> {
             max_direct_response_body_size_bytes: default.then_some(1024 * 1024),
             ..Default::default()
         };
-        hcm::HttpConnectionManager {
+        let mut manager = hcm::HttpConnectionManager {
             stat_prefix: format!("inbound_{port}"),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters: {
                 // istiod's order (`buildWaypointHTTPFilters`): CUSTOM,
                 // authentication (jwt_authn), the local policies, the
-                // upstream peer metadata, the router.
+                // upstream peer metadata, the stats, the router.
                 let rbacs = self.rbacs(svc, true);
                 let mut custom = rbacs.clone();
                 (custom.audit, custom.deny, custom.allow, custom.dry_run) = (None, None, None, [None, None, None]);
@@ -813,14 +833,19 @@ impl<'a> View<'a> {
                 let rules = jwt_rules(self.model, self.namespace, &self.gateway, svc);
                 f.extend(istiod_mesh::translate::authn::jwt_filter_of(self.model, rules));
                 f.extend(local.http_filters());
-                f.extend([waypoint_upstream_peer_metadata(), router()]);
+                f.push(waypoint_upstream_peer_metadata());
+                f.extend(self.telemetry().stats.as_ref().map(istiod_mesh::translate::telemetry::stats_http));
+                f.push(router());
                 f
             },
+            access_log: self.telemetry().log.clone(),
             http2_protocol_options: matches!(protocol, Protocol::Http2 | Protocol::Grpc)
                 .then(core::Http2ProtocolOptions::default),
             use_remote_address: Some(false),
             ..Default::default()
-        }
+        };
+        self.telemetry().trace(&mut manager);
+        manager
     }
 
     /// A VirtualService's HTTP routes in the waypoint (`waypointInboundRoute`):

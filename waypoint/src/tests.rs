@@ -862,3 +862,68 @@ spec:
     assert_eq!(issuers, ["https://issuer.example.com"], "the selector's is not the waypoint's");
     assert!(!filters("direct-http").iter().any(|f| f.name == "envoy.filters.http.jwt_authn"));
 }
+
+/// On a service's TCP chain, its policies are network RBAC filters before
+/// the tcp_proxy (istiod's `buildCompleteNetworkFilters` with the policy
+/// service), peers from the HBONE filter state too.
+#[test]
+fn service_attached_policy_on_its_tcp_chain() {
+    let objects = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: default, labels: {istio.io/use-waypoint: waypoint}}
+spec:
+  hosts: [db.example.com]
+  addresses: [1.2.3.9]
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  resolution: STATIC
+  endpoints: [{address: 1.1.1.8}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: db-clients, namespace: default}
+spec:
+  targetRefs: [{kind: ServiceEntry, group: networking.istio.io, name: db}]
+  rules: [{from: [{source: {principals: [cluster.local/ns/default/sa/api]}}]}]
+"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, objects]);
+    let l = main_internal(&mesh, &class);
+    let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|5432|tcp|db.example.com").unwrap();
+    let names: Vec<&str> = chain.filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["envoy.filters.network.rbac", "envoy.filters.network.tcp_proxy"]);
+    let Some(listener::filter::ConfigType::TypedConfig(a)) = &chain.filters[0].config_type else { panic!() };
+    let rbac = istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac::decode(a.value.as_slice()).unwrap();
+    let text = format!("{rbac:?}");
+    assert!(
+        text.contains("io.istio.peer_principal") && text.contains("spiffe://cluster.local/ns/default/sa/api"),
+        "{text}"
+    );
+}
+
+/// With Prometheus metrics (the chart's default providers), a waypoint's
+/// HTTP chains count requests (istio.stats after the upstream peer
+/// metadata, istiod's telemetry filters) and its TCP chains connections.
+#[test]
+fn waypoints_report_metrics() {
+    let yaml =
+        [WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY].join("\n---\n");
+    let model = Arc::new(istiod_mesh::testing::model_in("defaultProviders:\n  metrics: [prometheus]\n", &yaml));
+    let objects = istiod_mesh::testing::objects(&yaml);
+    let mut index = istiod_ambient::Index::new();
+    index.apply(&objects, None, &istiod_ambient::Settings::default());
+    let mut mesh = MeshInput::new(model);
+    mesh.waypoints = Arc::new(attachments(&index));
+    let (_, class) = setup(&[WAYPOINT_GATEWAY]);
+    let l = main_internal(&mesh, &class);
+    let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap();
+    let names: Vec<String> = {
+        let f = &chain.filters[0];
+        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+        hcm::HttpConnectionManager::decode(a.value.as_slice())
+            .unwrap()
+            .http_filters
+            .into_iter()
+            .map(|f| f.name)
+            .collect()
+    };
+    assert_eq!(names, ["waypoint_upstream_peer_metadata", "istio.stats", "envoy.filters.http.router"]);
+}

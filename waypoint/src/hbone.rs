@@ -18,7 +18,7 @@ use istiod_proto::envoy::config::cluster::v3::{Cluster, cluster::TransportSocket
 use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3 as ep;
 use istiod_proto::prost::Message;
-use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
+use istiod_proto::prost_types::Struct;
 
 use crate::{CONNECT_ORIGINATE, ORIGINAL_DST_KEY};
 
@@ -94,7 +94,7 @@ pub fn cluster(body: &[u8]) -> Option<Bytes> {
 fn hbone(inner: core::TransportSocket) -> TransportSocketMatch {
     TransportSocketMatch {
         name: "hbone".into(),
-        r#match: Some(strings(&[("tunnel", "http")])),
+        r#match: Some(crate::strings(&[("tunnel", "http")])),
         transport_socket: Some(crate::internal_upstream(
             "envoy.transport_sockets.internal_upstream",
             inner,
@@ -153,8 +153,9 @@ pub fn ingress_endpoints(mesh: &MeshInput, name: &str) -> Option<Bytes> {
         .map(|ip| {
             let target = if ip.contains(':') { format!("[{ip}]:15008") } else { format!("{ip}:15008") };
             let mut md = istiod_proto::envoy::config::core::v3::Metadata::default();
-            md.filter_metadata.insert(ORIGINAL_DST_KEY.into(), strings(&[("local", &local), ("waypoint", &target)]));
-            md.filter_metadata.insert(SOCKET_MATCH.into(), strings(&[("tunnel", "http")]));
+            md.filter_metadata
+                .insert(ORIGINAL_DST_KEY.into(), crate::strings(&[("local", &local), ("waypoint", &target)]));
+            md.filter_metadata.insert(SOCKET_MATCH.into(), crate::strings(&[("tunnel", "http")]));
             ep::LbEndpoint {
                 host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
                     address: Some(crate::internal_address(CONNECT_ORIGINATE, &target)),
@@ -206,20 +207,11 @@ pub fn endpoints(mesh: &MeshInput, name: &str, body: &[u8]) -> Option<Bytes> {
             e.address = Some(crate::internal_address(CONNECT_ORIGINATE, &target));
             e.additional_addresses.clear();
             let md = lb.metadata.get_or_insert_default();
-            md.filter_metadata.insert(ORIGINAL_DST_KEY.into(), strings(&[("local", &target)]));
-            md.filter_metadata.insert(SOCKET_MATCH.into(), strings(&[("tunnel", "http")]));
+            md.filter_metadata.insert(ORIGINAL_DST_KEY.into(), crate::strings(&[("local", &target)]));
+            md.filter_metadata.insert(SOCKET_MATCH.into(), crate::strings(&[("tunnel", "http")]));
         }
     }
     Some(Bytes::from(cla.encode_to_vec()))
-}
-
-fn strings(kv: &[(&str, &str)]) -> Struct {
-    Struct {
-        fields: kv
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Value { kind: Some(ValueKind::StringValue((*v).to_owned())) }))
-            .collect(),
-    }
 }
 
 /// The load assignments whose HBONE endpoints changed from `prev` to

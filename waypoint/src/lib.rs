@@ -1200,14 +1200,7 @@ fn strings(kv: &[(&str, &str)]) -> Struct {
 
 fn default_circuit_breakers() -> cluster::CircuitBreakers {
     cluster::CircuitBreakers {
-        thresholds: vec![cluster::circuit_breakers::Thresholds {
-            max_connections: Some(u32::MAX),
-            max_pending_requests: Some(u32::MAX),
-            max_requests: Some(u32::MAX),
-            max_retries: Some(u32::MAX),
-            track_remaining: true,
-            ..Default::default()
-        }],
+        thresholds: vec![istiod_mesh::translate::traffic_policy::default_thresholds()],
         ..Default::default()
     }
 }
@@ -1223,22 +1216,7 @@ fn protocol_options_key() -> String {
 /// A static cluster to internal listener `to` (`buildInternalUpstreamCluster`,
 /// HTTP/2 passthrough of the downstream protocol).
 fn internal_cluster(name: &str, to: &str) -> Cluster {
-    let options = upstream_http::HttpProtocolOptions {
-        common_http_protocol_options: Some(core::HttpProtocolOptions {
-            idle_timeout: Some(Duration { seconds: 300, nanos: 0 }),
-            ..Default::default()
-        }),
-        upstream_protocol_options: Some(
-            upstream_http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-                upstream_http::http_protocol_options::UseDownstreamHttpConfig {
-                    http_protocol_options: Some(core::Http1ProtocolOptions::default()),
-                    http2_protocol_options: Some(core::Http2ProtocolOptions::default()),
-                    ..Default::default()
-                },
-            ),
-        ),
-        ..Default::default()
-    };
+    let options = istiod_mesh::translate::dfp::passthrough_http_options();
     Cluster {
         name: name.to_owned(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(

@@ -352,11 +352,20 @@ fn waypoint_multiple_virtual_services() {
     );
 }
 
-pub(crate) fn route_config(chain: &FilterChain) -> route::RouteConfiguration {
+/// The HTTP connection manager of `chain`.
+fn manager(chain: &FilterChain) -> hcm::HttpConnectionManager {
     let f = chain.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
     let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
-    let m = hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap();
-    match m.route_specifier {
+    hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap()
+}
+
+/// The HTTP filters of chain `name` of listener `l`.
+fn http_filters(l: &Listener, name: &str) -> Vec<hcm::HttpFilter> {
+    manager(l.filter_chains.iter().find(|c| c.name == name).unwrap()).http_filters
+}
+
+pub(crate) fn route_config(chain: &FilterChain) -> route::RouteConfiguration {
+    match manager(chain).route_specifier {
         Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)) => rc,
         other => panic!("{other:?}"),
     }
@@ -481,12 +490,7 @@ spec:
     let (mesh, class) =
         setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, policy]);
     let l = main_internal(&mesh, &class);
-    let filters = |chain: &str| {
-        let c = l.filter_chains.iter().find(|c| c.name == chain).unwrap();
-        let f = c.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
-        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
-        hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
-    };
+    let filters = |chain: &str| http_filters(&l, chain);
     let names: Vec<String> = filters("inbound-vip|80|http|app.com").iter().map(|f| f.name.clone()).collect();
     assert_eq!(names, ["envoy.filters.http.rbac", "waypoint_upstream_peer_metadata", "envoy.filters.http.router"]);
     let rbac = &filters("inbound-vip|80|http|app.com")[0];
@@ -837,12 +841,7 @@ spec:
     let (mesh, class) =
         setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, policies]);
     let l = main_internal(&mesh, &class);
-    let filters = |chain: &str| -> Vec<hcm::HttpFilter> {
-        let c = l.filter_chains.iter().find(|c| c.name == chain).unwrap();
-        let f = c.filters.iter().find(|f| f.name == "envoy.filters.network.http_connection_manager").unwrap();
-        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
-        hcm::HttpConnectionManager::decode(a.value.as_slice()).unwrap().http_filters
-    };
+    let filters = |chain: &str| http_filters(&l, chain);
     let chain = filters("inbound-vip|80|http|app.com");
     let names: Vec<&str> = chain.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
@@ -915,15 +914,6 @@ fn waypoints_report_metrics() {
     let (_, class) = setup(&[WAYPOINT_GATEWAY]);
     let l = main_internal(&mesh, &class);
     let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap();
-    let names: Vec<String> = {
-        let f = &chain.filters[0];
-        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
-        hcm::HttpConnectionManager::decode(a.value.as_slice())
-            .unwrap()
-            .http_filters
-            .into_iter()
-            .map(|f| f.name)
-            .collect()
-    };
+    let names: Vec<String> = manager(chain).http_filters.into_iter().map(|f| f.name).collect();
     assert_eq!(names, ["waypoint_upstream_peer_metadata", "istio.stats", "envoy.filters.http.router"]);
 }

@@ -62,6 +62,26 @@ pub fn http_filter_of(max_hosts: u32) -> hcm::HttpFilter {
     )
 }
 
+/// istiod's `passthroughHttpProtocolOptions`: the requests' own HTTP
+/// version upstream, idle connections closed after 5 minutes.
+pub fn passthrough_http_options() -> upstream_http::HttpProtocolOptions {
+    use upstream_http::http_protocol_options::{UpstreamProtocolOptions, UseDownstreamHttpConfig};
+    upstream_http::HttpProtocolOptions {
+        common_http_protocol_options: Some(core::HttpProtocolOptions {
+            idle_timeout: Some(Duration { seconds: 300, nanos: 0 }),
+            ..Default::default()
+        }),
+        upstream_protocol_options: Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
+            UseDownstreamHttpConfig {
+                http_protocol_options: Some(Default::default()),
+                http2_protocol_options: Some(Default::default()),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }
+}
+
 /// `AllowAnyDynamicDNSCluster` without upstream TLS: the dynamic forward
 /// proxy cluster type (Envoy requires `allow_insecure_cluster_options`
 /// where the cluster validates no certificates), the requests' own HTTP
@@ -76,22 +96,7 @@ pub fn cluster(max_hosts: u32, connect_timeout: Duration) -> Cluster {
         allow_insecure_cluster_options: true,
         ..Default::default()
     };
-    let options = upstream_http::HttpProtocolOptions {
-        common_http_protocol_options: Some(core::HttpProtocolOptions {
-            idle_timeout: Some(Duration { seconds: 300, nanos: 0 }),
-            ..Default::default()
-        }),
-        upstream_protocol_options: Some(
-            upstream_http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-                upstream_http::http_protocol_options::UseDownstreamHttpConfig {
-                    http_protocol_options: Some(Default::default()),
-                    http2_protocol_options: Some(Default::default()),
-                    ..Default::default()
-                },
-            ),
-        ),
-        ..Default::default()
-    };
+    let options = passthrough_http_options();
     Cluster {
         name: CLUSTER.into(),
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::ClusterType(cluster::CustomClusterType {

@@ -164,17 +164,22 @@ fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
     }
 }
 
-fn connection_pool(c: &mut Cluster, cp: &ConnectionPoolSettings) {
-    let positive = |v: i32| (v > 0).then_some(v as u32);
-    let mut t = circuit_breakers::Thresholds {
-        // istiod sets the Envoy defaults (1024) to effectively unlimited.
+/// istiod's `getDefaultCircuitBreakerThresholds`: Envoy's defaults (1024)
+/// set to effectively unlimited.
+pub fn default_thresholds() -> circuit_breakers::Thresholds {
+    circuit_breakers::Thresholds {
         max_connections: Some(u32::MAX),
         max_pending_requests: Some(u32::MAX),
         max_requests: Some(u32::MAX),
         max_retries: Some(u32::MAX),
         track_remaining: true,
         ..Default::default()
-    };
+    }
+}
+
+fn connection_pool(c: &mut Cluster, cp: &ConnectionPoolSettings) {
+    let positive = |v: i32| (v > 0).then_some(v as u32);
+    let mut t = default_thresholds();
     if let Some(tcp) = &cp.tcp {
         if let Some(v) = positive(tcp.max_connections) {
             t.max_connections = Some(v);

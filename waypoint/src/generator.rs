@@ -163,6 +163,10 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             for (o, vs) in v.virtual_services_of(svc) {
                 (o.meta.ns(), &o.meta.name, format!("{vs:?}")).hash(&mut h);
             }
+            // Its DestinationRule (the default route's hash policy).
+            if let Some(i) = mesh.model.rule_index_for(v.namespace, v.labels, &svc.hostname) {
+                format!("{:?}", mesh.model.destination_rules().get(i).rule).hash(&mut h);
+            }
             policies.extend(crate::policies(&mesh.model, v.namespace, &v.gateway, Some(svc)).into_iter().map(key));
         }
         for (k, o) in policies {

@@ -803,7 +803,19 @@ impl<'a> View<'a> {
         // retries, no timeout), with a bound on direct response bodies.
         let default = routes.is_empty();
         if default {
-            routes.push(istiod_mesh::translate::route::default_route(cluster.to_owned(), Flavor::Envoy));
+            let mut r = istiod_mesh::translate::route::default_route(cluster.to_owned(), Flavor::Envoy);
+            // A consistent hash of the service's DestinationRule needs the
+            // route's hash policy (istiod's waypoint default route).
+            if let (Some(svc), Some(route::route::Action::Route(a))) = (svc, r.action.as_mut())
+                && let Some(i) = self.model.rule_index_for(self.namespace, self.labels, &svc.hostname)
+            {
+                a.hash_policy = istiod_mesh::translate::route::http::hash_policy(
+                    &self.model.destination_rules().get(i).rule,
+                    port,
+                    "",
+                );
+            }
+            routes.push(r);
         }
         let rc = route::RouteConfiguration {
             name: cluster.to_owned(),

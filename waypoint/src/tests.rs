@@ -917,3 +917,49 @@ fn waypoints_report_metrics() {
     let names: Vec<String> = manager(chain).http_filters.into_iter().map(|f| f.name).collect();
     assert_eq!(names, ["waypoint_upstream_peer_metadata", "istio.stats", "envoy.filters.http.router"]);
 }
+
+/// TestWaypointInboundRouteHashPolicy: the default route of a service
+/// whose DestinationRule hashes consistently carries the hash policy (a
+/// cookie, a header); without a rule, or with a simple one, none.
+#[test]
+fn waypoint_inbound_route_hash_policy() {
+    let rule = |lb: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: app-dr, namespace: default}}\n\
+             spec:\n  host: app.com\n  trafficPolicy:\n    loadBalancer: {lb}\n"
+        )
+    };
+    let cases: [(&str, Option<String>, Option<&str>); 4] = [
+        ("no destination rule", None, None),
+        (
+            "consistentHash cookie",
+            Some(rule("{consistentHash: {httpCookie: {name: user-session, ttl: 0s}}}")),
+            Some("cookie"),
+        ),
+        ("consistentHash header", Some(rule("{consistentHash: {httpHeaderName: x-session-id}}")), Some("header")),
+        ("without consistentHash", Some(rule("{simple: ROUND_ROBIN}")), None),
+    ];
+    for (name, dr, want) in cases {
+        let mut docs = vec![WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY];
+        if let Some(d) = &dr {
+            docs.push(d);
+        }
+        let (mesh, class) = setup(&docs);
+        let l = main_internal(&mesh, &class);
+        let rc = route_config(l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap());
+        let Some(route::route::Action::Route(a)) = rc.virtual_hosts[0].routes[0].action.as_ref() else { panic!() };
+        use route::route_action::hash_policy::PolicySpecifier;
+        let got = a.hash_policy.first().and_then(|h| h.policy_specifier.as_ref()).map(|p| match p {
+            PolicySpecifier::Cookie(c) => {
+                assert_eq!(c.name, "user-session", "{name}");
+                "cookie"
+            }
+            PolicySpecifier::Header(h) => {
+                assert_eq!(h.header_name, "x-session-id", "{name}");
+                "header"
+            }
+            _ => "other",
+        });
+        assert_eq!(got, want, "{name}");
+    }
+}

@@ -19,7 +19,7 @@ use crate::node::ProxyClass;
 use crate::meshconfig::OutboundPolicy;
 use crate::model::{Model, Service};
 
-mod http;
+pub mod http;
 
 use http::{hash_policy, vs_routes};
 

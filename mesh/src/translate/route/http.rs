@@ -183,7 +183,7 @@ pub(crate) fn set_timeout(action: &mut route::RouteAction, timeout: Option<Durat
     action.timeout = Some(t);
 }
 
-pub(super) fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<route::route_action::HashPolicy> {
+pub fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<route::route_action::HashPolicy> {
     use route::route_action::hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter};
     let policy = crate::translate::traffic_policy::effective(dr, port, subset);
     let Some(h) = policy.load_balancer.and_then(|lb| lb.consistent_hash) else { return Vec::new() };

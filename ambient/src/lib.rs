@@ -515,6 +515,26 @@ impl Index {
         self.workload_outputs().map(|o| (&o.name, &o.message))
     }
 
+    /// The addresses of the workloads bound to each waypoint (`<ns>/<name>`,
+    /// a waypoint for workloads), sorted: a workload's waypoint address
+    /// matched to the waypoint that has it.
+    pub fn waypoint_workloads(&self) -> BTreeMap<String, Vec<String>> {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (_, a) in self.workloads() {
+            let Some(address::Type::Workload(w)) = &a.r#type else { continue };
+            let Some(at) = &w.waypoint else { continue };
+            let bound = self.inputs.waypoints.values().find(|wp| wp.address.as_ref() == Some(at));
+            if let Some(wp) = bound {
+                out.entry(wp.resource_name()).or_default().extend(w.addresses.iter().map(|ip| ip_text(ip)));
+            }
+        }
+        for v in out.values_mut() {
+            v.sort();
+            v.dedup();
+        }
+        out
+    }
+
     /// The services, by resource name.
     pub fn services(&self) -> impl Iterator<Item = (&Arc<str>, &Info)> {
         self.services.map.values().map(|o| (&o.name, &o.info))

@@ -75,6 +75,8 @@ pub struct MeshInput {
     /// (`istio.io/ingress-use-waypoint`): hostname -> the waypoint's
     /// instances' addresses.
     pub ingress_waypoints: Arc<std::collections::BTreeMap<Arc<str>, Vec<String>>>,
+    /// The addresses of the workloads bound to each waypoint (`<ns>/<name>`).
+    pub waypoint_workloads: Arc<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -155,6 +157,7 @@ impl MeshInput {
             claimed_ips,
             waypoints: Arc::default(),
             ingress_waypoints: Arc::default(),
+            waypoint_workloads: Arc::default(),
         }
     }
 

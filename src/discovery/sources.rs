@@ -171,10 +171,12 @@ pub(super) fn apply(
         // The services each waypoint serves, for waypoint proxies.
         let waypoints = istiod_waypoint::attachments(&a.index);
         let ingress = istiod_waypoint::ingress_waypoints(&a.index);
-        if *mesh.waypoints != waypoints || *mesh.ingress_waypoints != ingress {
+        let workloads = a.index.waypoint_workloads();
+        if *mesh.waypoints != waypoints || *mesh.ingress_waypoints != ingress || *mesh.waypoint_workloads != workloads {
             let mut with = (*mesh).clone();
             with.waypoints = Arc::new(waypoints);
             with.ingress_waypoints = Arc::new(ingress);
+            with.waypoint_workloads = Arc::new(workloads);
             mesh = Arc::new(with);
         }
     }
@@ -194,7 +196,8 @@ pub(super) fn apply(
     // name they may have, before and after (generations tell whose changed).
     // Only where some waypoint exists, and only when something changed:
     // an update that changes nothing publishes nothing.
-    let waypoints_exist = !mesh.waypoints.is_empty() || prev.as_ref().is_some_and(|p| !p.waypoints.is_empty());
+    let exist = |m: &MeshInput| !m.waypoints.is_empty() || !m.waypoint_workloads.is_empty();
+    let waypoints_exist = exist(&mesh) || prev.as_ref().is_some_and(|p| exist(p));
     let changed_anything = prev
         .as_ref()
         .is_none_or(|p| p.waypoints != mesh.waypoints || !changes.is_empty() || !mesh.changes.touched().is_empty());

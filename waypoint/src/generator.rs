@@ -184,6 +184,7 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
         }
+        v.workloads.hash(&mut h);
     } else if let Some(svc) =
         name.strip_prefix("inbound-vip|").and_then(|r| r.splitn(3, '|').nth(2)).and_then(|host| v.owns(host))
     {

@@ -186,6 +186,8 @@ pub struct View<'a> {
     telemetry: std::cell::OnceCell<istiod_mesh::translate::telemetry::Side>,
     /// The services bound to it, `(namespace, hostname)`.
     bound: &'a [(String, Arc<str>)],
+    /// The addresses of the workloads bound to it.
+    pub workloads: &'a [String],
     /// Its services (istiod's `findWaypointResources`), resolved on first use.
     services: std::cell::OnceCell<Vec<&'a Service>>,
     /// The mesh's VirtualServices by the hosts they name, built on first use.
@@ -211,6 +213,7 @@ impl<'a> View<'a> {
             class,
             telemetry: std::cell::OnceCell::new(),
             bound: mesh.waypoints.get(&key).map_or(&[], Vec::as_slice),
+            workloads: mesh.waypoint_workloads.get(&key).map_or(&[], Vec::as_slice),
             services: std::cell::OnceCell::new(),
             routes: std::cell::OnceCell::new(),
             outbound: std::cell::OnceCell::new(),
@@ -563,8 +566,15 @@ impl<'a> View<'a> {
                 });
             }
         }
-        // Direct workload traffic (workloads bound to this waypoint are
-        // not served yet: their chains exist, no range reaches them).
+        // Direct workload traffic: the workloads bound to this waypoint,
+        // HTTP by the application protocol the inspector saw, else TCP.
+        if !self.workloads.is_empty() {
+            ranges.push(IpRangeMatcher {
+                ranges: self.workloads.iter().map(|ip| cidr(ip)).collect(),
+                on_match: Some(to_matcher(app_protocol("direct-tcp", "direct-http"))),
+                ..Default::default()
+            });
+        }
         chains.push(FilterChain {
             name: "direct-tcp".into(),
             filters: [connect_authority_network()]
@@ -583,8 +593,9 @@ impl<'a> View<'a> {
             ..Default::default()
         });
         let mut listener_filters = vec![listener_filter("envoy.filters.listener.original_dst", &OriginalDst {}, None)];
+        // Bound workloads take any port: then sniff every one.
         let exact: Vec<u16> = protocols.iter().filter(|(_, p)| **p != Protocol::Unsupported).map(|(p, _)| *p).collect();
-        let disabled = (!exact.is_empty()).then(|| exclude_ports(&exact));
+        let disabled = (!exact.is_empty() && self.workloads.is_empty()).then(|| exclude_ports(&exact));
         listener_filters.push(listener_filter("envoy.filters.listener.http_inspector", &HttpInspector {}, disabled));
         if let Some(f) = self.tls_inspector() {
             listener_filters.push(f);

@@ -138,6 +138,7 @@ pub(crate) fn setup(docs: &[&str]) -> (MeshInput, ProxyClass) {
     let mut mesh = MeshInput::new(model);
     mesh.waypoints = Arc::new(attachments(&index));
     mesh.ingress_waypoints = Arc::new(ingress_waypoints(&index));
+    mesh.waypoint_workloads = Arc::new(index.waypoint_workloads());
     let mut class = istiod_mesh::testing::class(
         "default",
         &[(GATEWAY_NAME, "waypoint"), ("gateway.istio.io/managed", "istio.io-mesh-controller")],
@@ -962,4 +963,43 @@ fn waypoint_inbound_route_hash_policy() {
         });
         assert_eq!(got, want, "{name}");
     }
+}
+
+/// A waypoint for workloads: a pod that uses it is reached by its address
+/// on any port (istiod's direct chains, `buildWaypointInternal`): an IP
+/// range to the direct HTTP or TCP chain by the sniffed protocol, and the
+/// HTTP inspector on every port.
+#[test]
+fn workloads_bound_to_a_waypoint_reach_its_direct_chains() {
+    let gateway = WAYPOINT_GATEWAY.replace(
+        "  name: waypoint\n  namespace: default\n",
+        "  name: waypoint\n  namespace: default\n  labels: {istio.io/waypoint-for: all}\n",
+    );
+    assert!(gateway.contains("waypoint-for"), "{gateway}");
+    let pod = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: worker
+  namespace: default
+  labels: {app: worker, istio.io/use-waypoint: waypoint}
+  annotations: {ambient.istio.io/redirection: enabled}
+spec: {}
+status:
+  conditions: [{status: "True", type: Ready}]
+  podIP: 1.1.1.7
+"#;
+    let (mesh, class) = setup(&[&gateway, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, pod]);
+    assert_eq!(mesh.waypoint_workloads.get("default/waypoint"), Some(&vec!["1.1.1.7".to_owned()]));
+    let l = main_internal(&mesh, &class);
+    let Some(Matcher { matcher_type: Some(matcher::MatcherType::MatcherTree(tree)), .. }) = &l.filter_chain_matcher
+    else {
+        panic!()
+    };
+    let Some(matcher::matcher_tree::TreeType::CustomMatch(ip)) = &tree.tree_type else { panic!() };
+    let ip = IpMatcher::decode(ip.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+    let direct =
+        ip.range_matchers.iter().find(|r| r.ranges.iter().any(|c| c.address_prefix == "1.1.1.7")).expect("the pod");
+    assert!(format!("{direct:?}").contains("direct-http") && format!("{direct:?}").contains("direct-tcp"));
+    let http = l.listener_filters.iter().find(|f| f.name == "envoy.filters.listener.http_inspector").unwrap();
+    assert!(http.filter_disabled.is_none(), "any port of a workload may be HTTP");
 }

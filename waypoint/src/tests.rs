@@ -1003,3 +1003,65 @@ status:
     let http = l.listener_filters.iter().find(|f| f.name == "envoy.filters.listener.http_inspector").unwrap();
     assert!(http.filter_disabled.is_none(), "any port of a workload may be HTTP");
 }
+
+const JWKS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4","y":"4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM","use":"enc","kid":"1"}]}"#;
+
+/// Whether chain `name` of `l` has a jwt_authn filter.
+fn has_jwt(l: &Listener, name: &str) -> bool {
+    http_filters(l, name).iter().any(|f| f.name == "envoy.filters.http.jwt_authn")
+}
+
+/// TestWaypointRequestAuth: a RequestAuthentication targeting the
+/// ServiceEntry `app` reaches its chain in the waypoint, not `not-app`'s.
+#[test]
+fn waypoint_request_auth() {
+    let ra = format!(
+        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: jwt-on-waypoint, namespace: default}}\n\
+         spec:\n  targetRefs: [{{group: networking.istio.io, kind: ServiceEntry, name: app}}]\n  jwtRules: [{{issuer: example.ietf.org, jwks: '{JWKS}'}}]\n"
+    );
+    let not_app = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: not-app
+  namespace: default
+  labels: {istio.io/use-waypoint: waypoint}
+spec:
+  hosts: [not-app.com]
+  addresses: [2.3.4.5]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: app}}
+"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, not_app, &ra]);
+    let l = main_internal(&mesh, &class);
+    assert!(has_jwt(&l, "inbound-vip|80|http|app.com"));
+    assert!(!has_jwt(&l, "inbound-vip|80|http|not-app.com"));
+}
+
+/// TestCrossNamespaceWaypointRequestAuth: services of namespace `app`
+/// use the waypoint of `default` (`istio.io/use-waypoint-namespace`, its
+/// listener allowing every namespace); the RequestAuthentication of `app`
+/// targeting `app` reaches its chain there, not `not-app`'s.
+#[test]
+fn cross_namespace_waypoint_request_auth() {
+    let ra = format!(
+        "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: jwt-on-waypoint, namespace: app}}\n\
+         spec:\n  targetRefs: [{{group: networking.istio.io, kind: ServiceEntry, name: app}}]\n  jwtRules: [{{issuer: example.ietf.org, jwks: '{JWKS}'}}]\n"
+    );
+    let gateway = WAYPOINT_GATEWAY.replace(
+        "      protocol: HBONE\n",
+        "      protocol: HBONE\n      allowedRoutes:\n        namespaces:\n          from: All\n",
+    );
+    let entry = |name: &str, host: &str, ip: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata:\n  name: {name}\n  namespace: app\n  labels:\n    \
+             istio.io/use-waypoint: waypoint\n    istio.io/use-waypoint-namespace: default\nspec:\n  hosts: [{host}]\n  addresses: [{ip}]\n  \
+             ports: [{{number: 80, name: http, protocol: HTTP}}]\n  resolution: STATIC\n  workloadSelector: {{labels: {{app: app}}}}\n"
+        )
+    };
+    let (app, not_app) = (entry("app", "app.com", "1.2.3.4"), entry("not-app", "not-app.com", "2.3.4.5"));
+    let (mesh, class) = setup(&[&gateway, WAYPOINT_SVC, WAYPOINT_INSTANCE, &app, &not_app, &ra]);
+    let l = main_internal(&mesh, &class);
+    assert!(has_jwt(&l, "inbound-vip|80|http|app.com"));
+    assert!(!has_jwt(&l, "inbound-vip|80|http|not-app.com"));
+}

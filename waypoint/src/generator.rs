@@ -179,8 +179,13 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, None)).hash(&mut h);
         std::sync::Arc::as_ptr(&mesh.model.jwks).hash(&mut h);
-        // Telemetry (stats, access logs, tracing).
+        // Telemetry (stats, access logs, tracing), the services' own.
         format!("{:?}", v.telemetry()).hash(&mut h);
+        for svc in v.services() {
+            if let std::borrow::Cow::Owned(t) = v.telemetry_for(Some(svc)) {
+                format!("{t:?}").hash(&mut h);
+            }
+        }
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
         }

@@ -228,6 +228,60 @@ impl<'a> View<'a> {
         self.telemetry.get_or_init(|| istiod_mesh::translate::telemetry::inbound(self.model, self.class))
     }
 
+    /// The telemetry of `svc`'s chains (`None`: the direct ones): the
+    /// waypoint's own, with the Telemetries attached by `targetRef(s)` to
+    /// the service, the waypoint's Gateway or the `istio-waypoint` class
+    /// (istiod's `applicableTelemetries` for a waypoint: they apply over
+    /// the namespace-wide ones, oldest first).
+    pub fn telemetry_for(
+        &self,
+        svc: Option<&Service>,
+    ) -> std::borrow::Cow<'_, istiod_mesh::translate::telemetry::Side> {
+        use istiod_config::istio::{IstioKind, IstioSpec, ext::ExtSpec};
+        let target = svc.map(|s| PolicyService { name: &s.name, namespace: &s.namespace, kubernetes: s.kubernetes });
+        let root = &self.model.mesh.root_namespace;
+        let attached: Vec<istiod_config::istio::IstioObject> = self
+            .model
+            .telemetries
+            .iter()
+            .filter_map(|o| {
+                let spec = istiod_mesh::model::telemetry::spec(o)?;
+                let refs: Vec<istiod_config::istio::PolicyTargetReference> = match spec.get("targetRefs") {
+                    Some(v) if v.as_array().is_some_and(|a| !a.is_empty()) => serde_json::from_value(v.clone()).ok()?,
+                    _ => vec![serde_json::from_value(spec.get("targetRef")?.clone()).ok()?],
+                };
+                let refs: Vec<&istiod_config::istio::PolicyTargetReference> = refs.iter().collect();
+                if !attaches(&refs, o.meta.ns(), root, self.namespace, &self.gateway, target) {
+                    return None;
+                }
+                // As one selecting this waypoint in its namespace.
+                let mut spec = spec.clone();
+                if let Some(m) = spec.as_object_mut() {
+                    m.remove("targetRef");
+                    m.remove("targetRefs");
+                    m.insert("selector".into(), serde_json::json!({"matchLabels": {GATEWAY_NAME: self.gateway}}));
+                }
+                let mut o = o.clone();
+                o.meta.namespace = Some(self.namespace.to_owned());
+                o.spec = IstioSpec::Ext(IstioKind::Telemetry, ExtSpec(spec));
+                Some(o)
+            })
+            .collect();
+        if attached.is_empty() {
+            return std::borrow::Cow::Borrowed(self.telemetry());
+        }
+        let mut model = self.model.clone();
+        let mut telemetries: Vec<istiod_config::istio::IstioObject> = model.telemetries.iter().cloned().collect();
+        telemetries.extend(attached);
+        model.telemetries = Arc::new(telemetries);
+        // The waypoint is selected by its Gateway's label.
+        let mut class = self.class.clone();
+        if !class.labels.iter().any(|(k, _)| &**k == GATEWAY_NAME) {
+            class.labels.push((Arc::from(GATEWAY_NAME), Arc::from(self.gateway.as_str())));
+        }
+        std::borrow::Cow::Owned(istiod_mesh::translate::telemetry::inbound(&model, &class))
+    }
+
     /// Its services: those bound to it that the model has, in the
     /// namespace they were bound from.
     pub fn services(&self) -> &[&'a Service] {
@@ -666,15 +720,16 @@ impl<'a> View<'a> {
                     .collect(),
             }),
         };
+        let telemetry = self.telemetry_for(Some(svc));
         let t = tcp::TcpProxy {
             stat_prefix: cluster.to_owned(),
             cluster_specifier: Some(specifier),
-            access_log: self.telemetry().log.clone(),
+            access_log: telemetry.log.clone(),
             ..Default::default()
         };
         // The service's policies (network RBAC), the stats, the proxy.
         let mut out = self.rbacs(Some(svc), false).network_filters();
-        out.extend(self.telemetry().stats.as_ref().map(istiod_mesh::translate::telemetry::stats_network));
+        out.extend(telemetry.stats.as_ref().map(istiod_mesh::translate::telemetry::stats_network));
         out.push(Filter {
             name: "envoy.filters.network.tcp_proxy".into(),
             config_type: Some(listener::filter::ConfigType::TypedConfig(any(&t))),
@@ -840,6 +895,7 @@ impl<'a> View<'a> {
             max_direct_response_body_size_bytes: default.then_some(1024 * 1024),
             ..Default::default()
         };
+        let telemetry = self.telemetry_for(svc);
         let mut manager = hcm::HttpConnectionManager {
             stat_prefix: format!("inbound_{port}"),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
@@ -857,17 +913,17 @@ impl<'a> View<'a> {
                 f.extend(istiod_mesh::translate::authn::jwt_filter_of(self.model, rules));
                 f.extend(local.http_filters());
                 f.push(waypoint_upstream_peer_metadata());
-                f.extend(self.telemetry().stats.as_ref().map(istiod_mesh::translate::telemetry::stats_http));
+                f.extend(telemetry.stats.as_ref().map(istiod_mesh::translate::telemetry::stats_http));
                 f.push(router());
                 f
             },
-            access_log: self.telemetry().log.clone(),
+            access_log: telemetry.log.clone(),
             http2_protocol_options: matches!(protocol, Protocol::Http2 | Protocol::Grpc)
                 .then(core::Http2ProtocolOptions::default),
             use_remote_address: Some(false),
             ..Default::default()
         };
-        self.telemetry().trace(&mut manager);
+        telemetry.trace(&mut manager);
         manager
     }
 

@@ -1065,3 +1065,52 @@ fn cross_namespace_waypoint_request_auth() {
     assert!(has_jwt(&l, "inbound-vip|80|http|app.com"));
     assert!(!has_jwt(&l, "inbound-vip|80|http|not-app.com"));
 }
+
+/// TestWaypointTelemetry: a Telemetry targeting the ServiceEntry `app`
+/// gives its chain an access log, the stats filter and a tracer; `not-app`
+/// gets none of them (the mesh config of `setupWaypointTest`: istiod's
+/// defaults and an `otel` tracer).
+#[test]
+fn waypoint_telemetry() {
+    let telemetry = r#"apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: logs, namespace: default}
+spec:
+  targetRefs: [{kind: ServiceEntry, name: app, group: networking.istio.io}]
+  accessLogging: [{providers: [{name: envoy}]}]
+  metrics: [{providers: [{name: prometheus}]}]
+  tracing: [{providers: [{name: otel}]}]
+"#;
+    let not_app = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: not-app
+  namespace: default
+  labels: {istio.io/use-waypoint: waypoint}
+spec:
+  hosts: [not-app.com]
+  addresses: [2.3.4.5]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: app}}
+"#;
+    let docs = [WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, not_app, telemetry];
+    let yaml = docs.join("\n---\n");
+    let mesh_config = "extensionProviders:\n- name: otel\n  opentelemetry: {service: waypoint.default.svc.cluster.local, port: 15008}\n";
+    let model = Arc::new(istiod_mesh::testing::model_in(mesh_config, &yaml));
+    let objects = istiod_mesh::testing::objects(&yaml);
+    let mut index = istiod_ambient::Index::new();
+    index.apply(&objects, None, &istiod_ambient::Settings::default());
+    let mut mesh = MeshInput::new(model);
+    mesh.waypoints = Arc::new(attachments(&index));
+    let (_, class) = setup(&[WAYPOINT_GATEWAY]);
+    let l = main_internal(&mesh, &class);
+    let chain = |name: &str| manager(l.filter_chains.iter().find(|c| c.name == name).unwrap());
+    let (app, not_app) = (chain("inbound-vip|80|http|app.com"), chain("inbound-vip|80|http|not-app.com"));
+    assert!(!app.access_log.is_empty(), "{app:?}");
+    assert!(app.http_filters.iter().any(|f| f.name == "istio.stats"));
+    assert!(app.tracing.as_ref().is_some_and(|t| t.provider.is_some()), "{:?}", app.tracing);
+    assert!(not_app.access_log.is_empty());
+    assert!(!not_app.http_filters.iter().any(|f| f.name == "istio.stats"));
+    assert!(not_app.tracing.as_ref().is_none_or(|t| t.provider.is_none()), "{:?}", not_app.tracing);
+}

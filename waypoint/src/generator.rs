@@ -117,7 +117,25 @@ pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &s
     let v = View::of(mesh, class)?;
     let bytes = match kind {
         Kind::Cluster => v.cluster(mesh, name)?.encode_to_vec(),
-        Kind::Listener => v.listener(mesh, name)?.encode_to_vec(),
+        Kind::Listener => {
+            let mut l = v.listener(mesh, name)?;
+            // TrafficExtensions and WasmPlugins that select the waypoint
+            // (by its labels, or by targetRef to its Gateway) go into its
+            // service chains as a workload's inbound ones do.
+            if name == crate::MAIN_INTERNAL && !mesh.model.extensions.is_empty() {
+                use istiod_config::extensions::ListenerClass;
+                let exts = &mesh.model.extensions;
+                istiod_mesh::translate::extensions::apply(
+                    exts,
+                    &class.namespace,
+                    &class.labels,
+                    ListenerClass::SidecarInbound,
+                    0,
+                    &mut l,
+                );
+            }
+            l.encode_to_vec()
+        }
         Kind::Endpoint => v.endpoints(mesh, name)?.encode_to_vec(),
         _ => return None,
     };
@@ -179,6 +197,8 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, None)).hash(&mut h);
         std::sync::Arc::as_ptr(&mesh.model.jwks).hash(&mut h);
+        // The extensions that select it.
+        mesh.model.extensions.digest_for(&class.namespace, &class.labels).hash(&mut h);
         // Telemetry (stats, access logs, tracing), the services' own.
         format!("{:?}", v.telemetry()).hash(&mut h);
         for svc in v.services() {
@@ -274,7 +294,9 @@ impl Generator for WithWaypoints {
     /// A waypoint's resources read its namespace and labels (its Gateway,
     /// the DestinationRules that select it) and nothing else of the proxy.
     fn reduce(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
-        if !waypoint(class) {
+        // ECDS resources are the mesh generator's (their pull secrets read
+        // whether the proxy was verified).
+        if !waypoint(class) || kind == Kind::ExtensionConfig {
             return MeshGenerator.reduce(snap, class, kind);
         }
         // EnvoyFilters may match the proxy's version and metadata.
@@ -308,6 +330,7 @@ impl Generator for WithWaypoints {
         match waypoint(class) {
             // istiod patches a waypoint's listeners and outbound clusters,
             // not its own clusters.
+            true if kind == Kind::ExtensionConfig => MeshGenerator.input_generation(snap, class, kind, name),
             true if kind == Kind::Cluster && own_cluster(name) => generation(snap, class, kind, name),
             true => patches::generation(snap, class, kind, name, generation),
             false if hbone::sends(class) => hbone_generation(snap, class, kind, name),
@@ -317,6 +340,7 @@ impl Generator for WithWaypoints {
 
     fn generate(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
         match waypoint(class) {
+            true if kind == Kind::ExtensionConfig => MeshGenerator.generate(snap, class, kind, name),
             true if kind == Kind::Cluster && own_cluster(name) => body(snap, class, kind, name),
             true => patches::body(snap, class, kind, name, body),
             false if hbone::sends(class) => hbone_body(snap, class, kind, name),

@@ -1114,3 +1114,36 @@ spec:
     assert!(!not_app.http_filters.iter().any(|f| f.name == "istio.stats"));
     assert!(not_app.tracing.as_ref().is_none_or(|t| t.provider.is_none()), "{:?}", not_app.tracing);
 }
+
+/// A WasmPlugin attached to the waypoint's Gateway goes into its service
+/// chains (an ECDS filter of istiod's name), and its config is served to
+/// the waypoint over ECDS; one selecting other workloads does not.
+#[test]
+fn extensions_attached_to_the_waypoint() {
+    use istiod_xds_api::snapshot::{Generator, Kind};
+    let plugins = r#"apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: auth, namespace: default}
+spec:
+  targetRefs: [{kind: Gateway, group: gateway.networking.k8s.io, name: waypoint}]
+  url: oci://example.com/auth:1
+  phase: AUTHN
+---
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: other, namespace: default}
+spec:
+  selector: {matchLabels: {app: other}}
+  url: oci://example.com/other:1
+"#;
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, plugins]);
+    let snap = snapshot_of(mesh);
+    let g = generator::WithWaypoints;
+    let l = Listener::decode(g.generate(&snap, &class, Kind::Listener, MAIN_INTERNAL).unwrap().as_ref()).unwrap();
+    let names: Vec<String> = http_filters(&l, "inbound-vip|80|http|app.com").into_iter().map(|f| f.name).collect();
+    let auth = "extensions.istio.io/trafficextension/default.auth~istio-translated-wasmplugin";
+    assert!(names.iter().any(|n| n == auth), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("default.other")), "{names:?}");
+    assert!(g.generate(&snap, &class, Kind::ExtensionConfig, auth).is_some(), "served over ECDS");
+}

@@ -118,7 +118,7 @@ pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &s
     let bytes = match kind {
         Kind::Cluster => v.cluster(mesh, name)?.encode_to_vec(),
         Kind::Listener => {
-            let mut l = v.listener(mesh, name)?;
+            let mut l = v.listener(name)?;
             // TrafficExtensions and WasmPlugins that select the waypoint
             // (by its labels, or by targetRef to its Gateway) go into its
             // service chains as a workload's inbound ones do.

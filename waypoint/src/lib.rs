@@ -551,10 +551,10 @@ impl<'a> View<'a> {
     }
 
     /// Listener `name`.
-    pub fn listener(&self, mesh: &MeshInput, name: &str) -> Option<Listener> {
+    pub fn listener(&self, name: &str) -> Option<Listener> {
         match name {
             CONNECT_TERMINATE => Some(connect_terminate()),
-            MAIN_INTERNAL => Some(self.main_internal(mesh)),
+            MAIN_INTERNAL => Some(self.main_internal()),
             CONNECT_ORIGINATE => Some(connect_originate()),
             _ => None,
         }
@@ -562,7 +562,7 @@ impl<'a> View<'a> {
 
     /// The internal listener dispatching per VIP and port
     /// (`buildWaypointInternal`).
-    fn main_internal(&self, mesh: &MeshInput) -> Listener {
+    fn main_internal(&self) -> Listener {
         let mut chains = Vec::new();
         let mut ranges = Vec::new();
         let mut protocols: BTreeMap<u16, Protocol> = BTreeMap::new();
@@ -579,7 +579,6 @@ impl<'a> View<'a> {
                 let http_chain = FilterChain {
                     name: http_name.clone(),
                     filters: vec![http_connection_manager(&self.http_manager(
-                        mesh,
                         Some(svc),
                         p.port,
                         &http_name,
@@ -642,7 +641,7 @@ impl<'a> View<'a> {
             name: "direct-http".into(),
             filters: vec![
                 connect_authority_network(),
-                http_connection_manager(&self.http_manager(mesh, None, 0, ENCAP, Protocol::Tcp)),
+                http_connection_manager(&self.http_manager(None, 0, ENCAP, Protocol::Tcp)),
             ],
             ..Default::default()
         });
@@ -849,13 +848,11 @@ impl<'a> View<'a> {
     /// chain's cluster (`buildWaypointInboundHTTPRouteConfig`).
     fn http_manager(
         &self,
-        mesh: &MeshInput,
         svc: Option<&Service>,
         port: u16,
         cluster: &str,
         protocol: Protocol,
     ) -> hcm::HttpConnectionManager {
-        let _ = mesh;
         let mut routes = Vec::new();
         if let Some(svc) = svc {
             for (o, vs) in self.virtual_services_of(svc) {

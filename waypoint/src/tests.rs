@@ -149,7 +149,7 @@ pub(crate) fn setup(docs: &[&str]) -> (MeshInput, ProxyClass) {
 }
 
 fn main_internal(mesh: &MeshInput, class: &ProxyClass) -> Listener {
-    View::of(mesh, class).unwrap().listener(mesh, MAIN_INTERNAL).unwrap()
+    View::of(mesh, class).unwrap().listener(MAIN_INTERNAL).unwrap()
 }
 
 /// `xdstest.EvaluateListenerFilterPredicates`: whether the predicate
@@ -382,7 +382,7 @@ fn waypoint_resources_shape() {
     let v = View::of(&mesh, &class).unwrap();
     assert_eq!(v.listener_names(), ["connect_terminate", "main_internal", "connect_originate"]);
     assert_eq!(v.cluster_names(&mesh), ["main_internal", "encap", "inbound-vip|80|http|app.com", "connect_originate"]);
-    let l = v.listener(&mesh, MAIN_INTERNAL).unwrap();
+    let l = v.listener(MAIN_INTERNAL).unwrap();
     let Some(Matcher { matcher_type: Some(matcher::MatcherType::MatcherTree(tree)), .. }) = &l.filter_chain_matcher
     else {
         panic!()
@@ -392,7 +392,7 @@ fn waypoint_resources_shape() {
     let prefixes: Vec<&str> =
         ip.range_matchers.iter().flat_map(|r| &r.ranges).map(|r| r.address_prefix.as_str()).collect();
     assert_eq!(prefixes, ["1.2.3.4"]);
-    let terminate = v.listener(&mesh, CONNECT_TERMINATE).unwrap();
+    let terminate = v.listener(CONNECT_TERMINATE).unwrap();
     assert_eq!(socket_of(terminate.address.as_ref()), Some(("0.0.0.0".into(), 15008)));
     let originate = v.cluster(&mesh, CONNECT_ORIGINATE).unwrap();
     let Some(cluster::cluster::LbConfig::OriginalDstLbConfig(o)) = &originate.lb_config else { panic!() };

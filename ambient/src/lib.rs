@@ -325,6 +325,8 @@ pub struct Index {
     policies: BTreeMap<Arc<str>, Output<Authorization>>,
     /// The statuses istiod writes on the AuthorizationPolicies.
     policy_statuses: Vec<ObjectStatus>,
+    /// The `WaypointAccepted` statuses of those attached by `targetRef`.
+    waypoint_policy_statuses: Vec<ObjectStatus>,
     /// The statuses istiod writes on the Services and ServiceEntries (their
     /// waypoint binding), by object.
     service_statuses: BTreeMap<(Source, Key), ObjectStatus>,
@@ -469,10 +471,17 @@ impl Index {
             replace_many(&mut self.slice_workloads, k, built, name, &mut changes);
         }
         let statuses_changed = self.rebuild_service_statuses(dirty_statuses);
-        if statuses_changed || entry_statuses_changed || rebuilt.policies {
+        // Policies bound to waypoints read the services, ServiceEntries,
+        // waypoints and classes they name: recomputed on each apply (they
+        // are few; a policy without targets has none).
+        let waypoint_policies = self.waypoint_policy_statuses(settings);
+        let waypoint_changed = waypoint_policies != self.waypoint_policy_statuses;
+        self.waypoint_policy_statuses = waypoint_policies;
+        if statuses_changed || entry_statuses_changed || rebuilt.policies || waypoint_changed {
             let all: Vec<ObjectStatus> = self
                 .policy_statuses
                 .iter()
+                .chain(&self.waypoint_policy_statuses)
                 .chain(self.service_statuses.values())
                 .chain(self.entry_statuses.values())
                 .cloned()
@@ -882,6 +891,27 @@ impl Index {
             changed |= set_status(&mut self.service_statuses, (src, k), status);
         }
         changed
+    }
+
+    fn waypoint_policy_statuses(&self, settings: &Settings) -> Vec<ObjectStatus> {
+        let mut out = self
+            .inputs
+            .policies_of("AuthorizationPolicy")
+            .filter_map(|o| {
+                let condition = waypoint::policy_condition(&self.inputs, &settings.root_namespace, o)?;
+                Some(ObjectStatus {
+                    path: format!(
+                        "/apis/security.istio.io/v1/namespaces/{}/authorizationpolicies/{}",
+                        o.meta.ns(),
+                        o.meta.name
+                    ),
+                    status: serde_json::json!({ "conditions": [condition] }),
+                    generation: o.meta.generation,
+                })
+            })
+            .collect::<Vec<_>>();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
     }
 
     fn rebuild_policy_statuses(&mut self, settings: &Settings) {

@@ -962,3 +962,189 @@ fn a_service_entry_that_needs_a_waypoint_says_so() {
         + &waypoint_gateway(Some("waypoint.default.svc.cluster.local"), None);
     assert_eq!(missing(&bound)["remove"], true);
 }
+
+/// TestWaypointPolicyStatusCollection (serviceregistry/ambient/
+/// authorization_test.go), its cases as data: the `WaypointAccepted`
+/// condition of AuthorizationPolicies attached by `targetRef(s)` in a
+/// namespace that uses the waypoint, flattened as istiod's
+/// `flattenConditions` (one target: its own; several: Accepted,
+/// PartiallyInvalid or Invalid, the unbound ones listed).
+#[test]
+fn upstream_waypoint_policy_status_collection() {
+    let ns = "testns";
+    let mut y = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{istio.io/use-waypoint: waypoint}}}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: waypoint, namespace: {ns}}}\n\
+         spec: {{gatewayClassName: istio-waypoint, listeners: [{{name: mesh, port: 15008, protocol: HBONE}}]}}\n\
+         status: {{addresses: [{{type: Hostname, value: waypoint.{ns}.svc.cluster.local}}]}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: istio-waypoint}}\nspec: {{controllerName: istio.io/mesh-controller}}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: not-waypoint}}\nspec: {{controllerName: example.com/other}}\n---\n"
+    );
+    let se = |name: &str, none: bool| {
+        let labels = if none { "labels: {istio.io/use-waypoint: none}, " } else { "" };
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: {ns}, {labels}}}\n\
+             spec: {{hosts: [{name}.example.com], ports: [{{number: 80, name: http, protocol: HTTP}}], resolution: DNS}}\n---\n"
+        )
+    };
+    let svc = |name: &str, none: bool| {
+        let labels = if none { "labels: {istio.io/use-waypoint: none}, " } else { "" };
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}, {labels}}}\n\
+             spec: {{clusterIP: 10.96.1.{}, ports: [{{port: 80}}]}}\n---\n",
+            name.len()
+        )
+    };
+    let policy = |name: &str, policy_ns: &str, refs: &[(&str, &str, &str)]| {
+        let refs: Vec<String> =
+            refs.iter().map(|(g, k, n)| format!("{{group: \"{g}\", kind: {k}, name: {n}}}")).collect();
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: {policy_ns}}}\n\
+             spec: {{targetRefs: [{}], rules: [{{}}]}}\n---\n",
+            refs.join(", ")
+        )
+    };
+    let se_ref = |n| ("networking.istio.io", "ServiceEntry", n);
+    let svc_ref = |n| ("", "Service", n);
+    y += &se("working-se", false);
+    y += &policy("working-se-pol", ns, &[se_ref("working-se")]);
+    y += &se("no-waypoint-se", true);
+    y += &policy("no-waypoint-se-pol", ns, &[se_ref("no-waypoint-se")]);
+    y += &policy("missing-se-pol", ns, &[se_ref("missing-se")]);
+    y += &se("multi-working-se-1", false);
+    y += &se("multi-working-se-2", false);
+    y += &policy("multi-working-se-pol", ns, &[se_ref("multi-working-se-1"), se_ref("multi-working-se-2")]);
+    y += &se("multi-partial-no-waypoint-se-1", true);
+    y += &se("multi-partial-bound-se-1", false);
+    y += &policy(
+        "multi-partial-se-pol",
+        ns,
+        &[
+            se_ref("multi-partial-no-waypoint-se-1"),
+            se_ref("multi-partial-bound-se-1"),
+            se_ref("multi-partial-missing-se-1"),
+        ],
+    );
+    y += &svc("working-service", false);
+    y += &policy("working-service-pol", ns, &[svc_ref("working-service")]);
+    y += &svc("no-waypoint-service", true);
+    y += &policy("no-waypoint-service-pol", ns, &[svc_ref("no-waypoint-service")]);
+    y += &policy("missing-service-pol", ns, &[svc_ref("missing-service")]);
+    let gw_ref = |n| ("gateway.networking.k8s.io", "Gateway", n);
+    y += &policy(
+        "multi-partial-all-pol",
+        ns,
+        &[
+            se_ref("working-se"),
+            se_ref("no-waypoint-se"),
+            se_ref("missing-se"),
+            svc_ref("working-service"),
+            svc_ref("no-waypoint-service"),
+            svc_ref("no-service"),
+            gw_ref("waypoint"),
+            gw_ref("not-a-waypoint"),
+        ],
+    );
+    y += &policy("gateway-pol", ns, &[("gateway.networking.k8s.io", "Gateway", "waypoint")]);
+    y += &policy("missing-gateway-pol", ns, &[("gateway.networking.k8s.io", "Gateway", "missing")]);
+    y += &policy("class-pol", "istio-system", &[("gateway.networking.k8s.io", "GatewayClass", "istio-waypoint")]);
+    y += &policy("class-not-root-pol", ns, &[("gateway.networking.k8s.io", "GatewayClass", "istio-waypoint")]);
+    y += &policy(
+        "class-not-waypoint-pol",
+        "istio-system",
+        &[("gateway.networking.k8s.io", "GatewayClass", "not-waypoint")],
+    );
+    let mut index = Index::new();
+    index.apply(&objects(&y), None, &Settings::default());
+    let statuses = index.statuses();
+    let condition = |policy_ns: &str, name: &str| {
+        let path = format!("/apis/security.istio.io/v1/namespaces/{policy_ns}/authorizationpolicies/{name}");
+        let c = statuses
+            .iter()
+            .filter(|s| s.path == path)
+            .flat_map(|s| s.status["conditions"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["type"] == "WaypointAccepted")
+            .unwrap_or_else(|| panic!("{path}: {statuses:#?}"));
+        (c["status"] == "True", c["reason"].as_str().unwrap().to_owned(), c["message"].as_str().unwrap().to_owned())
+    };
+    let bound = format!("bound to {ns}/waypoint");
+    let t = |b: bool, r: &str, m: &str| (b, r.to_owned(), m.to_owned());
+    let cases = [
+        ("single-bind-success-serviceentry", ns, "working-se-pol", t(true, "Accepted", &bound)),
+        (
+            "single-bind-no-waypoint-serviceentry",
+            ns,
+            "no-waypoint-se-pol",
+            t(false, "AncestorNotBound", &format!("ServiceEntry {ns}/no-waypoint-se is not bound to a waypoint")),
+        ),
+        (
+            "single-bind-missing-ref-serviceentry",
+            ns,
+            "missing-se-pol",
+            t(false, "TargetNotFound", &format!("ServiceEntry {ns}/missing-se was not found")),
+        ),
+        ("multi-bind-success-serviceentry", ns, "multi-working-se-pol", t(true, "Accepted", "")),
+        (
+            "multi-partial-bind-serviceentry",
+            ns,
+            "multi-partial-se-pol",
+            t(
+                true,
+                "PartiallyInvalid",
+                &format!(
+                    "Invalid targetRefs: ServiceEntry.networking.istio.io:{ns}/multi-partial-no-waypoint-se-1, ServiceEntry.networking.istio.io:{ns}/multi-partial-missing-se-1"
+                ),
+            ),
+        ),
+        ("single-bind-success-service", ns, "working-service-pol", t(true, "Accepted", &bound)),
+        (
+            "single-bind-no-waypoint-service",
+            ns,
+            "no-waypoint-service-pol",
+            t(false, "AncestorNotBound", &format!("Service {ns}/no-waypoint-service is not bound to a waypoint")),
+        ),
+        (
+            "single-bind-missing-ref-service",
+            ns,
+            "missing-service-pol",
+            t(false, "TargetNotFound", &format!("Service {ns}/missing-service was not found")),
+        ),
+        (
+            "multi-bind-partial-all-resources",
+            ns,
+            "multi-partial-all-pol",
+            t(
+                true,
+                "PartiallyInvalid",
+                &format!(
+                    "Invalid targetRefs: ServiceEntry.networking.istio.io:{ns}/no-waypoint-se, ServiceEntry.networking.istio.io:{ns}/missing-se, \
+                     Service.core:{ns}/no-waypoint-service, Service.core:{ns}/no-service, Gateway.gateway.networking.k8s.io:{ns}/not-a-waypoint"
+                ),
+            ),
+        ),
+        // The Gateway and GatewayClass targets, as the collection's code
+        // decides them.
+        ("bind-gateway", ns, "gateway-pol", t(true, "Accepted", &bound)),
+        ("bind-missing-gateway", ns, "missing-gateway-pol", t(false, "TargetNotFound", "not bound")),
+        ("bind-gatewayclass", "istio-system", "class-pol", t(true, "Accepted", "bound to istio-waypoint")),
+        (
+            "bind-gatewayclass-not-root",
+            ns,
+            "class-not-root-pol",
+            t(
+                false,
+                "Invalid",
+                "AuthorizationPolicy must be in the root namespace `istio-system` when referencing a GatewayClass",
+            ),
+        ),
+        (
+            "bind-gatewayclass-not-waypoint",
+            "istio-system",
+            "class-not-waypoint-pol",
+            t(false, "Invalid", "GatewayClass must use controller name `istio.io/mesh-controller` for waypoints"),
+        ),
+    ];
+    for (case, policy_ns, name, want) in cases {
+        assert_eq!(condition(policy_ns, name), want, "{case}");
+    }
+}

@@ -476,3 +476,87 @@ pub fn describe(g: &istiod_proto::istio::workload::GatewayAddress) -> serde_json
     }
     v
 }
+
+/// The `WaypointAccepted` condition istiod writes on an AuthorizationPolicy
+/// attached by `targetRef(s)` (`WaypointPolicyStatusCollection`, flattened
+/// as `flattenConditions`): per target whether it binds to a waypoint,
+/// then one condition. `None` for a policy without targets.
+pub fn policy_condition(
+    inputs: &Inputs,
+    root: &str,
+    o: &istiod_config::istio::IstioObject,
+) -> Option<serde_json::Value> {
+    let istiod_config::istio::IstioSpec::AuthorizationPolicy(p) = &o.spec else { return None };
+    let refs: Vec<&istiod_config::istio::PolicyTargetReference> = match p.target_refs.is_empty() {
+        true => p.target_ref.iter().collect(),
+        false => p.target_refs.iter().collect(),
+    };
+    if refs.is_empty() {
+        return None;
+    }
+    // (bound, reason, message, ancestor) per target.
+    let mut each: Vec<(bool, &str, String, String)> = Vec::new();
+    for r in refs {
+        let ns = if r.namespace.is_empty() { o.meta.ns() } else { r.namespace.as_str() };
+        let key = format!("{ns}/{}", r.name);
+        let service_bound =
+            |labels: &BTreeMap<String, String>, what: &str| match for_service(&inputs.waypoints, inputs, ns, labels) {
+                Ok(Some(w)) => (true, "Accepted", format!("bound to {}", w.resource_name())),
+                _ => (false, "AncestorNotBound", format!("{what} {key} is not bound to a waypoint")),
+            };
+        let (bound, reason, message) = match r.kind.as_str() {
+            "GatewayClass" if ns != root => (
+                false,
+                "Invalid",
+                format!("AuthorizationPolicy must be in the root namespace `{root}` when referencing a GatewayClass"),
+            ),
+            "GatewayClass" => match inputs.gateway_classes.get(&r.name).map(|c| &c.spec) {
+                Some(GatewayApiSpec::GatewayClass(c)) if c.controller_name == "istio.io/mesh-controller" => {
+                    (true, "Accepted", format!("bound to {}", r.name))
+                }
+                Some(_) => (
+                    false,
+                    "Invalid",
+                    "GatewayClass must use controller name `istio.io/mesh-controller` for waypoints".to_owned(),
+                ),
+                None => (false, "TargetNotFound", "not bound".to_owned()),
+            },
+            "Gateway" => match inputs.waypoints.get(&(ns.to_owned(), r.name.clone())) {
+                Some(w) => (true, "Accepted", format!("bound to {}", w.resource_name())),
+                None => (false, "TargetNotFound", "not bound".to_owned()),
+            },
+            "Service" => match inputs.services.get(&(ns.to_owned(), r.name.clone())) {
+                Some(s) => service_bound(&s.metadata.labels, "Service"),
+                None => (false, "TargetNotFound", format!("Service {key} was not found")),
+            },
+            "ServiceEntry" => match inputs.service_entries.get(&(ns.to_owned(), r.name.clone())) {
+                Some(se) => service_bound(&se.meta.labels, "ServiceEntry"),
+                None => (false, "TargetNotFound", format!("ServiceEntry {key} was not found")),
+            },
+            _ => (false, "unknown", "not bound".to_owned()),
+        };
+        let group = if r.group.is_empty() { "core" } else { r.group.as_str() };
+        each.push((bound, reason, message, format!("{}.{group}:{key}", r.kind)));
+    }
+    let (status, reason, message) = match each.as_slice() {
+        [(bound, reason, message, _)] => (*bound, *reason, message.clone()),
+        all => {
+            let bound = all.iter().any(|c| c.0);
+            let unbound: Vec<&str> = all.iter().filter(|c| !c.0).map(|c| c.3.as_str()).collect();
+            let reason = match (bound, unbound.is_empty()) {
+                (true, true) => "Accepted",
+                (true, false) => "PartiallyInvalid",
+                (false, _) => "Invalid",
+            };
+            let message =
+                if unbound.is_empty() { String::new() } else { format!("Invalid targetRefs: {}", unbound.join(", ")) };
+            (bound, reason, message)
+        }
+    };
+    Some(serde_json::json!({
+        "type": "WaypointAccepted",
+        "status": if status { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+    }))
+}

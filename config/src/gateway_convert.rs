@@ -812,7 +812,13 @@ fn waypoint_status(
             &format!("Failed to assign to any requested addresses: hostname {host:?} not found"),
         )
     } else if internal.is_empty() {
-        condition("Programmed", true, "Programmed", "Resource programmed")
+        // The Service is there, nothing serves it yet (`ResolveGatewayInstances`).
+        condition(
+            "Programmed",
+            false,
+            "AddressNotAssigned",
+            &format!("Failed to assign to any requested addresses: no instances found for hostname {host:?}"),
+        )
     } else {
         condition(
             "Programmed",
@@ -2434,6 +2440,19 @@ mod tests {
             },
             ..inputs(&no_namespaces)
         };
+        // The Service without instances: not programmed yet, no address.
+        let empty = Inputs {
+            instances: &|ns, name, _| ((ns, name) == ("ns", "namespace")).then(Instances::default),
+            ..inputs(&no_namespaces)
+        };
+        let c = convert(&objects(&input), &empty, "domain.suffix");
+        let got = &c.statuses.iter().find(|s| s.path.ends_with("/gateways/namespace")).unwrap().status;
+        assert_eq!(got["conditions"][1]["reason"], "AddressNotAssigned", "{got}");
+        assert_eq!(
+            got["conditions"][1]["message"],
+            "Failed to assign to any requested addresses: no instances found for hostname \"namespace.ns.svc.domain.suffix\""
+        );
+        assert!(got["addresses"].is_null());
         let c = convert(&objects(&input), &ready, "domain.suffix");
         let got = &c.statuses.iter().find(|s| s.path.ends_with("/gateways/namespace")).unwrap().status;
         assert_eq!(

@@ -919,7 +919,9 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
     let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = objs
         .pods
         .iter()
+        // Ready pods only (istiod's pod controller: `IsPodReady`).
         .filter(|p| p.metadata.ns() == ns && selects(&p.metadata.labels))
+        .filter(|p| p.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         .filter_map(|p| {
             let we = networking::WorkloadEntry {
                 address: p.status.pod_ip.clone().filter(|ip| !ip.is_empty())?,

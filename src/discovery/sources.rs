@@ -235,7 +235,18 @@ pub(super) fn apply(
             touched.extend(istiod_mesh::generator::all_names(&m.model));
             touched.extend(istiod_mesh::generator::router::all_names(&m.model));
             touched.extend(istiod_mesh::generator::extensions::all_names(&m.model));
+            // Waypoints take EnvoyFilters and extensions too.
+            touched.extend(istiod_waypoint::all_names(m));
         }
+    }
+    // A new mesh configuration reaches the HBONE originate resources
+    // (connect timeout, trust domains) and every waypoint resource.
+    if let Some(p) = prev.as_ref().filter(|p| p.model.mesh != mesh.model.mesh) {
+        for kind in [ads::Kind::Cluster, ads::Kind::Listener] {
+            touched.push((kind, Arc::from(istiod_waypoint::CONNECT_ORIGINATE)));
+        }
+        touched.extend(istiod_waypoint::all_names(p));
+        touched.extend(istiod_waypoint::all_names(&mesh));
     }
     // What routers read changed: every listener and route name a router
     // may have, before and after.

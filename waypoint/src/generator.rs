@@ -196,7 +196,10 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, Some(svc))).hash(&mut h);
         }
         format!("{:?}", crate::jwt_rules(&mesh.model, v.namespace, &v.gateway, None)).hash(&mut h);
-        std::sync::Arc::as_ptr(&mesh.model.jwks).hash(&mut h);
+        mesh.model.jwks.hash(&mut h);
+        // The mesh config (extension providers for CUSTOM policies, trust
+        // domain aliases, tracing and logging defaults).
+        format!("{:?}", mesh.model.mesh).hash(&mut h);
         // The extensions that select it.
         mesh.model.extensions.digest_for(&class.namespace, &class.labels).hash(&mut h);
         // Telemetry (stats, access logs, tracing), the services' own.

@@ -147,7 +147,7 @@ pub fn ingress_endpoints(mesh: &MeshInput, name: &str) -> Option<Bytes> {
     let waypoints = mesh.ingress_waypoints.get(host)?;
     let svc = mesh.model.services.get(host)?;
     let vip = svc.vips.first()?;
-    let local = format!("{vip}:{port}");
+    let local = if vip.contains(':') { format!("[{vip}]:{port}") } else { format!("{vip}:{port}") };
     let lb_endpoints = waypoints
         .iter()
         .map(|ip| {
@@ -184,6 +184,7 @@ pub fn ingress_digest(mesh: &MeshInput, name: &str) -> u64 {
     let host = name.splitn(4, '|').nth(3).unwrap_or_default();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     mesh.ingress_waypoints.get(host).hash(&mut h);
+    mesh.model.services.get(host).map(|s| &s.vips).hash(&mut h);
     h.finish()
 }
 

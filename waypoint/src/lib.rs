@@ -112,6 +112,10 @@ pub fn ingress_waypoints(index: &istiod_ambient::Index) -> BTreeMap<Arc<str>, Ve
     }
     for (_, a) in index.workloads() {
         let Some(address::Type::Workload(w)) = &a.r#type else { continue };
+        // Only ready instances (istiod's `filterIstioEndpoint`).
+        if w.status != istiod_proto::istio::workload::WorkloadStatus::Healthy as i32 {
+            continue;
+        }
         for (key, hosts) in &wanted {
             if w.services.contains_key(key)
                 && let Some(ip) = w.addresses.first()
@@ -553,7 +557,7 @@ impl<'a> View<'a> {
     /// Listener `name`.
     pub fn listener(&self, name: &str) -> Option<Listener> {
         match name {
-            CONNECT_TERMINATE => Some(connect_terminate()),
+            CONNECT_TERMINATE => Some(connect_terminate(self.model)),
             MAIN_INTERNAL => Some(self.main_internal()),
             CONNECT_ORIGINATE => Some(connect_originate()),
             _ => None,
@@ -726,8 +730,10 @@ impl<'a> View<'a> {
             access_log: telemetry.log.clone(),
             ..Default::default()
         };
-        // The service's policies (network RBAC), the stats, the proxy.
-        let mut out = self.rbacs(Some(svc), false).network_filters();
+        // Metadata exchange, the service's policies (network RBAC), the
+        // stats, the proxy (`buildCompleteNetworkFilters`).
+        let mut out = vec![istiod_mesh::translate::telemetry::mx_network()];
+        out.extend(self.rbacs(Some(svc), false).network_filters());
         out.extend(telemetry.stats.as_ref().map(istiod_mesh::translate::telemetry::stats_network));
         out.push(Filter {
             name: "envoy.filters.network.tcp_proxy".into(),
@@ -894,7 +900,15 @@ impl<'a> View<'a> {
         };
         let telemetry = self.telemetry_for(svc);
         let mut manager = hcm::HttpConnectionManager {
-            stat_prefix: format!("inbound_{port}"),
+            // `inboundChainConfig.StatPrefix`: bind and port, delimited.
+            stat_prefix: format!("inbound_0.0.0.0_{port};"),
+            server_name: "istio-envoy".into(),
+            normalize_path: Some(true),
+            upgrade_configs: vec![hcm::http_connection_manager::UpgradeConfig {
+                upgrade_type: "websocket".into(),
+                ..Default::default()
+            }],
+            stream_idle_timeout: Some(Duration::default()),
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
             http_filters: {
                 // istiod's order (`buildWaypointHTTPFilters`): CUSTOM,
@@ -909,6 +923,17 @@ impl<'a> View<'a> {
                 let rules = jwt_rules(self.model, self.namespace, &self.gateway, svc);
                 f.extend(istiod_mesh::translate::authn::jwt_filter_of(self.model, rules));
                 f.extend(local.http_filters());
+                // The HTTP manager's own (`buildHTTPConnectionManager`):
+                // gRPC stats, fault injection, CORS.
+                f.push(istiod_mesh::translate::telemetry::grpc_stats());
+                f.push(http_filter(
+                    "envoy.filters.http.fault",
+                    &istiod_proto::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
+                ));
+                f.push(http_filter(
+                    "envoy.filters.http.cors",
+                    &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
+                ));
                 f.push(waypoint_upstream_peer_metadata());
                 f.extend(telemetry.stats.as_ref().map(istiod_mesh::translate::telemetry::stats_http));
                 f.push(router());
@@ -1118,25 +1143,14 @@ pub fn policies<'m>(
 /// HTTP/2 CONNECT, mutual TLS; a waypoint also checks the peer's SPIFFE
 /// prefix (its trust domain and namespace).
 fn connect_originate_cluster(model: &Model, san: Option<(&str, &str)>) -> Cluster {
-    let mut ctx = connect_tls_context();
+    let mut ctx = connect_tls_context(model);
     if let (
         Some((trust_domain, ns)),
         Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(v)),
     ) = (san, ctx.validation_context_type.as_mut())
     {
         let prefix = format!("spiffe://{trust_domain}/ns/{ns}/sa/");
-        v.default_validation_context.get_or_insert_default().match_typed_subject_alt_names.push(
-            tls::SubjectAltNameMatcher {
-                san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
-                matcher: Some(istiod_proto::envoy::r#type::matcher::v3::StringMatcher {
-                    match_pattern: Some(
-                        istiod_proto::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Prefix(prefix),
-                    ),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        );
+        v.default_validation_context.get_or_insert_default().match_typed_subject_alt_names.push(uri_prefix(prefix));
     }
     let options = upstream_http::HttpProtocolOptions {
         common_http_protocol_options: Some(core::HttpProtocolOptions {
@@ -1322,12 +1336,21 @@ fn internal_cluster(name: &str, to: &str) -> Cluster {
 
 /// The TLS context of HBONE (`buildCommonConnectTLSContext`): the
 /// workload certificate and root from the agent's SDS, HTTP/2, TLS 1.3 only.
-fn connect_tls_context() -> tls::CommonTlsContext {
+fn connect_tls_context(model: &Model) -> tls::CommonTlsContext {
+    // The peer's SPIFFE identity must be of the mesh's trust domain or an
+    // alias (istiod's `TrustDomainsForValidation`).
+    let mut domains: Vec<&String> =
+        std::iter::once(&model.mesh.trust_domain).chain(&model.mesh.trust_domain_aliases).collect();
+    domains.dedup();
+    let sans = domains.into_iter().map(|td| uri_prefix(format!("spiffe://{td}/"))).collect();
     tls::CommonTlsContext {
         tls_certificate_sds_secret_configs: vec![sds("default")],
         validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
             tls::common_tls_context::CombinedCertificateValidationContext {
-                default_validation_context: Some(tls::CertificateValidationContext::default()),
+                default_validation_context: Some(tls::CertificateValidationContext {
+                    match_typed_subject_alt_names: sans,
+                    ..Default::default()
+                }),
                 validation_context_sds_secret_config: Some(sds("ROOTCA")),
                 ..Default::default()
             },
@@ -1342,8 +1365,20 @@ fn connect_tls_context() -> tls::CommonTlsContext {
     }
 }
 
+/// A URI SAN matcher on `prefix`.
+fn uri_prefix(prefix: String) -> tls::SubjectAltNameMatcher {
+    tls::SubjectAltNameMatcher {
+        san_type: tls::subject_alt_name_matcher::SanType::Uri as i32,
+        matcher: Some(istiod_proto::envoy::r#type::matcher::v3::StringMatcher {
+            match_pattern: Some(istiod_proto::envoy::r#type::matcher::v3::string_matcher::MatchPattern::Prefix(prefix)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// `connect_terminate` (`buildConnectTerminateListener`).
-fn connect_terminate() -> Listener {
+fn connect_terminate(model: &Model) -> Listener {
     let routes = vec![route::Route {
         r#match: Some(route::RouteMatch {
             path_specifier: Some(route::route_match::PathSpecifier::ConnectMatcher(
@@ -1364,6 +1399,7 @@ fn connect_terminate() -> Listener {
     }];
     let manager = hcm::HttpConnectionManager {
         stat_prefix: CONNECT_TERMINATE.into(),
+        server_name: "istio-envoy".into(),
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(route::RouteConfiguration {
             name: "default".into(),
             virtual_hosts: vec![route::VirtualHost {
@@ -1408,7 +1444,7 @@ fn connect_terminate() -> Listener {
             transport_socket: Some(core::TransportSocket {
                 name: "tls".into(),
                 config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&tls::DownstreamTlsContext {
-                    common_tls_context: Some(connect_tls_context()),
+                    common_tls_context: Some(connect_tls_context(model)),
                     require_client_certificate: Some(true),
                     ..Default::default()
                 }))),
@@ -1559,6 +1595,10 @@ fn connect_authority_http() -> hcm::HttpFilter {
         on_request_headers: vec![
             format_value(LOCAL_IP_KEY, "%REQ(:AUTHORITY)%", ""),
             format_value("io.istio.connect_authority", "%REQ(:AUTHORITY)%", "istio.hashable_string"),
+            format_value("envoy.filters.listener.original_dst.remote_ip", "%DOWNSTREAM_REMOTE_ADDRESS%", ""),
+            // The peer's identity, which the waypoint's policies read.
+            format_value("io.istio.peer_principal", "%DOWNSTREAM_PEER_URI_SAN%", "istio.hashable_string"),
+            format_value("io.istio.local_principal", "%DOWNSTREAM_LOCAL_URI_SAN%", "istio.hashable_string"),
         ],
     };
     http_filter("connect_authority", &config)

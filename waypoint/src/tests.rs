@@ -493,7 +493,17 @@ spec:
     let l = main_internal(&mesh, &class);
     let filters = |chain: &str| http_filters(&l, chain);
     let names: Vec<String> = filters("inbound-vip|80|http|app.com").iter().map(|f| f.name.clone()).collect();
-    assert_eq!(names, ["envoy.filters.http.rbac", "waypoint_upstream_peer_metadata", "envoy.filters.http.router"]);
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "waypoint_upstream_peer_metadata",
+            "envoy.filters.http.router"
+        ]
+    );
     let rbac = &filters("inbound-vip|80|http|app.com")[0];
     let Some(hcm::http_filter::ConfigType::TypedConfig(a)) = &rbac.config_type else { panic!() };
     let text = format!(
@@ -850,6 +860,9 @@ spec:
         [
             "envoy.filters.http.jwt_authn",
             "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
             "waypoint_upstream_peer_metadata",
             "envoy.filters.http.router"
         ]
@@ -889,8 +902,8 @@ spec:
     let l = main_internal(&mesh, &class);
     let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|5432|tcp|db.example.com").unwrap();
     let names: Vec<&str> = chain.filters.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["envoy.filters.network.rbac", "envoy.filters.network.tcp_proxy"]);
-    let Some(listener::filter::ConfigType::TypedConfig(a)) = &chain.filters[0].config_type else { panic!() };
+    assert_eq!(names, ["istio.metadata_exchange", "envoy.filters.network.rbac", "envoy.filters.network.tcp_proxy"]);
+    let Some(listener::filter::ConfigType::TypedConfig(a)) = &chain.filters[1].config_type else { panic!() };
     let rbac = istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac::decode(a.value.as_slice()).unwrap();
     let text = format!("{rbac:?}");
     assert!(
@@ -916,7 +929,17 @@ fn waypoints_report_metrics() {
     let l = main_internal(&mesh, &class);
     let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap();
     let names: Vec<String> = manager(chain).http_filters.into_iter().map(|f| f.name).collect();
-    assert_eq!(names, ["waypoint_upstream_peer_metadata", "istio.stats", "envoy.filters.http.router"]);
+    assert_eq!(
+        names,
+        [
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "waypoint_upstream_peer_metadata",
+            "istio.stats",
+            "envoy.filters.http.router"
+        ]
+    );
 }
 
 /// TestWaypointInboundRouteHashPolicy: the default route of a service
@@ -1146,4 +1169,46 @@ spec:
     assert!(names.iter().any(|n| n == auth), "{names:?}");
     assert!(!names.iter().any(|n| n.contains("default.other")), "{names:?}");
     assert!(g.generate(&snap, &class, Kind::ExtensionConfig, auth).is_some(), "served over ECDS");
+}
+
+/// HBONE termination as istiod's `buildConnectTerminateListener`: the
+/// peer's certificate must be of the mesh's trust domain, and the CONNECT
+/// request's peer identity and addresses go to the filter state the
+/// waypoint's policies read (`ConnectAuthorityFilter`).
+#[test]
+fn connect_terminate_checks_the_trust_domain_and_keeps_the_peer() {
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY]);
+    let v = View::of(&mesh, &class).unwrap();
+    let l = v.listener(CONNECT_TERMINATE).unwrap();
+    let chain = &l.filter_chains[0];
+    let Some(core::transport_socket::ConfigType::TypedConfig(a)) =
+        chain.transport_socket.as_ref().and_then(|t| t.config_type.as_ref())
+    else {
+        panic!()
+    };
+    let text = format!("{:?}", tls::DownstreamTlsContext::decode(a.value.as_slice()).unwrap());
+    assert!(text.contains("Prefix(\"spiffe://cluster.local/\")"), "{text}");
+    let m = manager(chain);
+    let authority = m.http_filters.iter().find(|f| f.name == "connect_authority").unwrap();
+    let Some(hcm::http_filter::ConfigType::TypedConfig(a)) = &authority.config_type else { panic!() };
+    let keys: Vec<String> = HttpSetFilterState::decode(a.value.as_slice())
+        .unwrap()
+        .on_request_headers
+        .into_iter()
+        .filter_map(|v| match v.key {
+            Some(filter_state_value::Key::ObjectKey(k)) => Some(k),
+            None => None,
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "envoy.filters.listener.original_dst.local_ip",
+            "io.istio.connect_authority",
+            "envoy.filters.listener.original_dst.remote_ip",
+            "io.istio.peer_principal",
+            "io.istio.local_principal"
+        ]
+    );
 }

@@ -341,6 +341,15 @@ impl<'a> View<'a> {
                 }
             }
         }
+        // The services of the mesh's extension providers (ext_authz,
+        // tracers, log collectors) its filters may name (istiod's
+        // `ExtraWaypointServices`, here every provider's).
+        for (_, p) in self.model.mesh.extension_providers.values() {
+            let (service, port) = (p["service"].as_str().unwrap_or(""), p["port"].as_u64().unwrap_or(0));
+            if let Ok((host, _)) = istiod_mesh::model::telemetry::resolve_cluster(self.model, service, port) {
+                hosts.insert(host);
+            }
+        }
         hosts
             .iter()
             .filter_map(|h| self.model.services.get(h.as_str()))

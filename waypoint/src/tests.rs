@@ -1136,6 +1136,11 @@ spec:
     assert!(not_app.access_log.is_empty());
     assert!(!not_app.http_filters.iter().any(|f| f.name == "istio.stats"));
     assert!(not_app.tracing.as_ref().is_none_or(|t| t.provider.is_none()), "{:?}", not_app.tracing);
+    // The tracer's collector is a cluster the waypoint is served
+    // (`ExtraWaypointServices`), or Envoy would refuse the listener.
+    let v = View::of(&mesh, &class).unwrap();
+    let names = v.cluster_names(&mesh);
+    assert!(names.contains(&"outbound|15008||waypoint.default.svc.cluster.local".to_owned()), "{names:?}");
 }
 
 /// A WasmPlugin attached to the waypoint's Gateway goes into its service

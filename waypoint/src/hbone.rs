@@ -240,17 +240,23 @@ pub fn changed(prev: &MeshInput, next: &MeshInput) -> Vec<(istiod_xds_api::snaps
             hosts.insert(host.clone());
         }
     }
+    // Each host's load assignments: its ports, plain and per subset of the
+    // rules that name it (the translation has those that exist).
     let mut out = Vec::new();
     for m in [prev, next] {
+        let rules = m.model.destination_rules();
         for host in &hosts {
-            let suffix = format!("|{host}");
-            out.extend(
-                m.translation
-                    .clusters
-                    .keys()
-                    .filter(|k| k.ends_with(&suffix))
-                    .map(|k| (istiod_xds_api::snapshot::Kind::Endpoint, std::sync::Arc::from(&**k))),
-            );
+            let Some(svc) = m.model.services.get(&**host) else { continue };
+            let named = rules.candidates(host).into_iter().flat_map(|i| rules.get(i).rule.subsets.iter());
+            let subsets: BTreeSet<&str> = std::iter::once("").chain(named.map(|s| s.name.as_str())).collect();
+            for p in &svc.ports {
+                for sub in &subsets {
+                    let name = format!("outbound|{}|{sub}|{host}", p.port);
+                    if m.translation.clusters.contains_key(name.as_str()) {
+                        out.push((istiod_xds_api::snapshot::Kind::Endpoint, std::sync::Arc::from(name)));
+                    }
+                }
+            }
         }
     }
     out

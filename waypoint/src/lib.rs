@@ -145,14 +145,15 @@ pub fn all_names(mesh: &MeshInput) -> Vec<(istiod_xds_api::snapshot::Kind, Arc<s
         .chain([MAIN_INTERNAL, ENCAP, CONNECT_ORIGINATE].into_iter().map(|n| (Kind::Cluster, Arc::from(n))))
         .collect();
     let hosts: BTreeSet<&str> = mesh.waypoints.values().flatten().map(|(_, h)| &**h).collect();
+    let rules = mesh.model.destination_rules();
     for host in hosts {
         let Some(svc) = mesh.model.services.get(host) else { continue };
+        // The subsets any DestinationRule for the host defines (which one
+        // is in force is the waypoint's; a name none has is harmless).
+        let named = rules.candidates(host).into_iter().flat_map(|i| rules.get(i).rule.subsets.iter());
+        let subsets: BTreeSet<&str> = std::iter::once("").chain(named.map(|s| s.name.as_str())).collect();
         for p in &svc.ports {
-            let subsets =
-                std::iter::once("").chain(mesh.translation.clusters.keys().filter_map(|k| {
-                    k.strip_prefix(&format!("outbound|{}|", p.port))?.strip_suffix(&format!("|{host}"))
-                }));
-            for subset in subsets {
+            for &subset in &subsets {
                 for k in ["tcp", "http"] {
                     let sub = if subset.is_empty() { k.to_owned() } else { format!("{k}/{subset}") };
                     let name: Arc<str> = Arc::from(vip_name(p.port, &sub, host));

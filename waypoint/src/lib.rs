@@ -816,6 +816,10 @@ impl<'a> View<'a> {
                             && m.sni_hosts[0] == *svc.hostname
                             && port_ok(m.port)
                             && gateways_ok(&m.gateways)
+                            // A waypoint has no source labels or namespace
+                            // (`matchTLS` with none): such a match fails.
+                            && m.source_labels.is_empty()
+                            && m.source_namespace.is_empty()
                     });
                 if hit {
                     return dests(o, &rule.route);
@@ -824,8 +828,13 @@ impl<'a> View<'a> {
         }
         for (o, vs) in &vss {
             for rule in &vs.tcp {
-                let hit =
-                    rule.matches.is_empty() || rule.matches.iter().any(|m| port_ok(m.port) && gateways_ok(&m.gateways));
+                let hit = rule.matches.is_empty()
+                    || rule.matches.iter().any(|m| {
+                        port_ok(m.port)
+                            && gateways_ok(&m.gateways)
+                            && m.source_labels.is_empty()
+                            && m.source_namespace.is_empty()
+                    });
                 if hit {
                     return dests(o, &rule.route);
                 }

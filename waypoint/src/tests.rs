@@ -1217,3 +1217,31 @@ fn connect_terminate_checks_the_trust_domain_and_keeps_the_peer() {
         ]
     );
 }
+
+/// A TCP route whose match names source labels never matches in a
+/// waypoint (istiod's `matchTCP` with no labels): the chain keeps its own
+/// cluster; one without goes to the route's destination.
+#[test]
+fn tcp_routes_with_source_labels_do_not_match() {
+    let objects = |match_: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: db, namespace: default, labels: {{istio.io/use-waypoint: waypoint}}}}\n\
+             spec: {{hosts: [db.example.com], addresses: [1.2.3.9], ports: [{{number: 5432, name: tcp, protocol: TCP}}], resolution: STATIC, endpoints: [{{address: 1.1.1.8}}]}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: db, namespace: default}}\n\
+             spec: {{hosts: [db.example.com], tcp: [{{match: [{match_}], route: [{{destination: {{host: other.example.com, port: {{number: 5432}}}}}}]}}]}}\n"
+        )
+    };
+    let cluster_of = |yaml: &str| {
+        let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, yaml]);
+        let l = main_internal(&mesh, &class);
+        let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|5432|tcp|db.example.com").unwrap();
+        let f = chain.filters.iter().find(|f| f.name == "envoy.filters.network.tcp_proxy").unwrap();
+        let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+        match tcp::TcpProxy::decode(a.value.as_slice()).unwrap().cluster_specifier {
+            Some(tcp::tcp_proxy::ClusterSpecifier::Cluster(c)) => c,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(cluster_of(&objects("{sourceLabels: {app: x}}")), "inbound-vip|5432|tcp|db.example.com");
+    assert_eq!(cluster_of(&objects("{port: 5432}")), "outbound|5432||other.example.com");
+}

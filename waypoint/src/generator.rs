@@ -211,6 +211,10 @@ pub fn generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         for s in v.outbound_services() {
             (&s.hostname, format!("{:?}", s.ports)).hash(&mut h);
+            // Its rule's hash policy on the routes to it.
+            if let Some(i) = mesh.model.rule_index_for(v.namespace, v.labels, &s.hostname) {
+                format!("{:?}", mesh.model.destination_rules().get(i).rule).hash(&mut h);
+            }
         }
         v.workloads.hash(&mut h);
     } else if let Some(svc) =

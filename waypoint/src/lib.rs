@@ -1011,8 +1011,37 @@ impl<'a> View<'a> {
             for m in &mut a.request_mirror_policies {
                 m.cluster = self.rename(&m.cluster, port);
             }
+            // One destination: its DestinationRule's consistent hash
+            // (istiod's `LookupHash` for the route's destination).
+            if let Some(route::route_action::ClusterSpecifier::Cluster(c)) = &a.cluster_specifier
+                && a.hash_policy.is_empty()
+            {
+                a.hash_policy = self.hash_policy_of(c);
+            }
         }
         out
+    }
+
+    /// The hash policy the DestinationRule in force for the waypoint gives
+    /// cluster `name`'s destination (its host, port and subset).
+    fn hash_policy_of(&self, name: &str) -> Vec<route::route_action::HashPolicy> {
+        let mut parts = name.splitn(4, '|');
+        let (Some(dir), Some(port), Some(subset), Some(host)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Vec::new();
+        };
+        let subset = match dir {
+            // `http/<subset>` or `tcp/<subset>`.
+            "inbound-vip" => subset.split_once('/').map_or("", |(_, s)| s),
+            "outbound" => subset,
+            _ => return Vec::new(),
+        };
+        let (Ok(port), Some(i)) = (port.parse::<u16>(), self.model.rule_index_for(self.namespace, self.labels, host))
+        else {
+            return Vec::new();
+        };
+        istiod_mesh::translate::route::http::hash_policy(&self.model.destination_rules().get(i).rule, port, subset)
     }
 
     /// An outbound cluster name as the waypoint's own (`outbound|p|s|h` ->

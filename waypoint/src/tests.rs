@@ -1245,3 +1245,35 @@ fn tcp_routes_with_source_labels_do_not_match() {
     assert_eq!(cluster_of(&objects("{sourceLabels: {app: x}}")), "inbound-vip|5432|tcp|db.example.com");
     assert_eq!(cluster_of(&objects("{port: 5432}")), "outbound|5432||other.example.com");
 }
+
+/// A VirtualService route to one destination carries that destination's
+/// consistent-hash policy (istiod's `LookupHash` in `translateWaypointRoute`).
+#[test]
+fn virtual_service_routes_carry_the_destinations_hash_policy() {
+    let objects = r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: app, namespace: default}
+spec:
+  hosts: [app.com]
+  http:
+  - match: [{uri: {prefix: /api}}]
+    route: [{destination: {host: app.com, port: {number: 80}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: app, namespace: default}
+spec:
+  host: app.com
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
+"#;
+    let (mesh, class) =
+        setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, APP_SERVICE_ENTRY, APP_WORKLOAD_ENTRY, objects]);
+    let l = main_internal(&mesh, &class);
+    let rc = route_config(l.filter_chains.iter().find(|c| c.name == "inbound-vip|80|http|app.com").unwrap());
+    let Some(route::route::Action::Route(a)) = rc.virtual_hosts[0].routes[0].action.as_ref() else { panic!() };
+    use route::route_action::hash_policy::PolicySpecifier;
+    match a.hash_policy.first().and_then(|h| h.policy_specifier.as_ref()) {
+        Some(PolicySpecifier::Header(h)) => assert_eq!(h.header_name, "x-user"),
+        other => panic!("{other:?}"),
+    }
+}

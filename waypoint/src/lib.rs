@@ -734,10 +734,28 @@ impl<'a> View<'a> {
             }),
         };
         let telemetry = self.telemetry_for(Some(svc));
+        // The connection pool of the DestinationRule of the (first)
+        // destination: idle timeout and maximum duration
+        // (`buildWaypointNetworkFilters`).
+        let host = routes.first().map_or(&*svc.hostname, |r| r.0.as_str());
+        let tcp_pool = self
+            .model
+            .rule_index_for(self.namespace, self.labels, host)
+            .and_then(|i| self.model.destination_rules().get(i).rule.traffic_policy.clone())
+            .and_then(|p| p.connection_pool)
+            .and_then(|c| c.tcp);
+        let duration = |d: Option<&String>| {
+            let d = istiod_config::duration::parse(d?).ok()?;
+            Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
+        };
         let t = tcp::TcpProxy {
             stat_prefix: cluster.to_owned(),
             cluster_specifier: Some(specifier),
             access_log: telemetry.log.clone(),
+            idle_timeout: tcp_pool.as_ref().and_then(|t| duration(t.idle_timeout.as_ref())),
+            max_downstream_connection_duration: tcp_pool
+                .as_ref()
+                .and_then(|t| duration(t.max_connection_duration.as_ref())),
             ..Default::default()
         };
         // Metadata exchange, the service's policies (network RBAC), the

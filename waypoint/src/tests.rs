@@ -1277,3 +1277,29 @@ spec:
         other => panic!("{other:?}"),
     }
 }
+
+/// A TCP chain's proxy takes the destination's DestinationRule connection
+/// pool: its idle timeout and maximum connection duration.
+#[test]
+fn tcp_chains_take_the_rules_connection_pool() {
+    let objects = r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: default, labels: {istio.io/use-waypoint: waypoint}}
+spec: {hosts: [db.example.com], addresses: [1.2.3.9], ports: [{number: 5432, name: tcp, protocol: TCP}], resolution: STATIC, endpoints: [{address: 1.1.1.8}]}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: default}
+spec:
+  host: db.example.com
+  trafficPolicy: {connectionPool: {tcp: {idleTimeout: 30s, maxConnectionDuration: 1h}}}
+"#;
+    let (mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE, objects]);
+    let l = main_internal(&mesh, &class);
+    let chain = l.filter_chains.iter().find(|c| c.name == "inbound-vip|5432|tcp|db.example.com").unwrap();
+    let f = chain.filters.iter().find(|f| f.name == "envoy.filters.network.tcp_proxy").unwrap();
+    let Some(listener::filter::ConfigType::TypedConfig(a)) = &f.config_type else { panic!() };
+    let t = tcp::TcpProxy::decode(a.value.as_slice()).unwrap();
+    assert_eq!(t.idle_timeout, Some(Duration { seconds: 30, nanos: 0 }));
+    assert_eq!(t.max_downstream_connection_duration, Some(Duration { seconds: 3600, nanos: 0 }));
+}

@@ -1201,10 +1201,7 @@ fn connect_terminate_checks_the_trust_domain_and_keeps_the_peer() {
         .unwrap()
         .on_request_headers
         .into_iter()
-        .filter_map(|v| match v.key {
-            Some(filter_state_value::Key::ObjectKey(k)) => Some(k),
-            None => None,
-        })
+        .filter_map(|v| v.key.map(|filter_state_value::Key::ObjectKey(k)| k))
         .collect();
     assert_eq!(
         keys,

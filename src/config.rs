@@ -521,9 +521,6 @@ impl Config {
         if self.profile {
             out.push("--profile=true: /debug/pprof is not served".into());
         }
-        if self.networks_config.exists() {
-            out.push(format!("--networksConfig {}: mesh networks are not read", self.networks_config.display()));
-        }
         out
     }
 

@@ -117,6 +117,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let ingress_ns = config.ingress_namespace.clone();
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
+        let (cluster_id, system_namespace) = (config.cluster_id.clone(), config.identity.namespace.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
@@ -128,6 +129,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.xds_api_generator_auth = generator_auth;
             mesh.debug_endpoint_auth = debug_auth;
             mesh.trace_sampling = istiod_mesh::meshconfig::Percent(sampling);
+            mesh.networks.cluster_id = cluster_id.clone();
+            mesh.networks.system_namespace = system_namespace.clone();
         })
     };
     // The config directory is read before the cores start, so a bad
@@ -159,9 +162,30 @@ pub fn run(config: Config) -> Result<(), StartError> {
         &config.identity.shared_mesh_config,
         env,
     );
-    let (mesh, mesh_texts) = rt.block_on(mesh_sources.load())?;
+    let (mut mesh, mesh_texts) = rt.block_on(mesh_sources.load())?;
     if mesh_texts.1.is_none() {
         tracing::info!(target: "default", path = %config.mesh_config.display(), "no mesh configuration file or ConfigMap; using defaults");
+    }
+    // The mesh networks, from their own file or key: an invalid one is
+    // reported and none are used (the start goes on).
+    let net_sources = mesh_watch::Sources::networks(
+        &config.networks_config,
+        kube.as_ref().map(|c| istiod_kubewatch::kapi::Api::new(c.clone())),
+        &config.identity.namespace,
+        &config.identity.revision,
+        &config.identity.shared_mesh_config,
+    );
+    let (networks, net_texts) = rt.block_on(net_sources.load_networks());
+    match networks {
+        Ok(n) => {
+            if !n.networks.is_empty() {
+                tracing::info!(target: "default", source = %net_sources.describe(), networks = n.networks.len(), "mesh networks");
+            }
+            mesh.networks.mesh = n;
+        }
+        Err(e) => {
+            tracing::error!(target: "default", source = %net_sources.describe(), error = %e, "invalid mesh networks; using none until they are fixed")
+        }
     }
     let mesh = Arc::new(mesh);
     let (mesh_tx, mesh_rx) = tokio::sync::watch::channel(mesh.clone());
@@ -589,7 +613,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             _ => unreachable!("the config directory was read above"),
         };
         // A new mesh configuration rebuilds from every object.
-        tokio::task::spawn_local(mesh_watch::run(mesh_sources, mesh_texts, mesh_tx, move || rebuild()));
+        tokio::task::spawn_local(mesh_watch::run(mesh_sources, net_sources, mesh_texts, net_texts, mesh_tx, move || rebuild()));
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");

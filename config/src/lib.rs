@@ -23,6 +23,8 @@ pub mod gateway_api;
 pub mod gateway_convert;
 pub mod istio;
 pub mod manifest;
+pub mod meshconfig;
 pub mod meta;
+pub mod networks;
 pub mod objects;
 pub mod yaml;

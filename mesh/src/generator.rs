@@ -561,7 +561,18 @@ impl Generator for MeshGenerator {
         Some(ProxyClass {
             labels: if labels { class.labels.clone() } else { Vec::new() },
             version: if filters.reads_version() { class.version.clone() } else { Arc::from("") },
-            metadata: class.metadata.iter().filter(|(k, _)| keys.contains(&**k)).cloned().collect(),
+            // Endpoints are split by the proxy's network once gateways exist.
+            metadata: class
+                .metadata
+                .iter()
+                .filter(|(k, _)| {
+                    keys.contains(&**k)
+                        || kind == Kind::Endpoint
+                            && m.model.network_gateways.enabled()
+                            && crate::translate::network::NODE_KEYS.contains(&&**k)
+                })
+                .cloned()
+                .collect(),
             locality: if kind == Kind::Endpoint { class.locality.clone() } else { Arc::from("") },
             service_account: if kind == Kind::Secret { class.service_account.clone() } else { Arc::from("") },
             // A router's Service may claim it by address (its ports).
@@ -759,6 +770,21 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         },
         Kind::Endpoint => {
             let form = m.cluster_form(class, name)?;
+            if let (Some(split), Some(cla)) = (&form.split, &form.endpoints_typed) {
+                let meta = |k: &str| class.metadata.iter().find(|(m, _)| &**m == k).map_or("", |(_, v)| &**v);
+                let gateways = &m.model.network_gateways;
+                let mut cla = crate::translate::network::split(
+                    cla,
+                    split,
+                    gateways,
+                    meta("NETWORK"),
+                    meta("REQUESTED_NETWORK_VIEW"),
+                );
+                if !class.locality.is_empty() {
+                    crate::translate::locality::localize(&mut cla, form, &class.locality);
+                }
+                return Some(Bytes::from(cla.encode_to_vec()));
+            }
             let local = (!class.locality.is_empty()).then(|| endpoints_for(form, &class.locality)).flatten();
             local.or_else(|| form.endpoints.clone())
         }

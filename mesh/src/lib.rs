@@ -18,7 +18,7 @@
 
 pub mod config_dump;
 pub mod generator;
-pub mod meshconfig;
+pub use istiod_config::meshconfig;
 pub mod model;
 pub mod node;
 #[cfg(any(test, feature = "testing"))]

@@ -17,6 +17,7 @@ pub mod destination_rules;
 pub use istiod_config::extensions;
 pub mod gateway;
 pub mod ingress;
+pub mod network;
 pub mod report;
 pub mod telemetry;
 
@@ -188,6 +189,9 @@ pub struct Endpoint {
     /// Reached over HBONE (istiod's `TunnelAbility`): an ambient-redirected
     /// Pod or WorkloadEntry, or one labelled `networking.istio.io/tunnel: http`.
     pub tunnel: bool,
+    /// Its network (istiod's `Network(ip, labels)`, `model/network.rs`;
+    /// empty when none is known).
+    pub network: String,
 }
 
 /// Whether a workload with these labels and annotations takes HBONE.
@@ -302,6 +306,9 @@ pub struct Model {
     /// service's virtual host).
     #[serde(skip)]
     pub aliases: Arc<BTreeMap<Arc<str>, Vec<Arc<str>>>>,
+    /// The east-west gateways (`model/network.rs`): with any, endpoints
+    /// are served split by network.
+    pub network_gateways: Arc<network::NetworkGateways>,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::meshconfig::MeshSettings>,
@@ -828,7 +835,7 @@ impl Model {
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
-            let s = export_default(s, &model.mesh);
+            let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces);
             model.services.insert(s.hostname.clone(), s);
         }
         let mut aliases: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
@@ -843,10 +850,11 @@ impl Model {
             }
         }
         model.aliases = Arc::new(aliases);
+        model.network_gateways = Arc::new(network::gateways(objs, &model.mesh, domain));
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
                 for s in service_entry(&o.meta, se, objs) {
-                    let s = export_default(s, &model.mesh);
+                    let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces);
                     // A Kubernetes Service of the same name wins, as in istiod.
                     model.services.entry(s.hostname.clone()).or_insert(s);
                 }
@@ -988,6 +996,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         },
                         pod: None,
                         tunnel: tunnel(&we.labels, annotations),
+                        network: we.network.clone(),
                     });
                 }
                 if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
@@ -1003,6 +1012,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         locality: Locality::default(),
                         pod: None,
                         tunnel: false,
+                        network: String::new(),
                     });
                 }
             }
@@ -1090,6 +1100,7 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
                         locality: loc,
                         pod: pod.map(|p| p.metadata.name.clone()),
                         tunnel: pod.is_some_and(|p| tunnel(&p.metadata.labels, &p.metadata.annotations)),
+                        network: String::new(),
                     });
                 }
             }

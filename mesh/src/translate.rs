@@ -28,6 +28,7 @@ pub mod inbound;
 pub(crate) mod l4;
 pub mod listener;
 pub mod locality;
+pub mod network;
 pub mod route;
 pub mod scope;
 pub mod telemetry;

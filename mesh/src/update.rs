@@ -99,6 +99,16 @@ pub fn update(
             if refs.iter().any(|r| matches!(r.kind.as_str(), "Service" | "EndpointSlice") && waypoint(&r)) {
                 return None;
             }
+            // An east-west gateway's Service changes every cross-network
+            // endpoint's weight.
+            let gateway = |r: &&ObjectRef| {
+                let svc = objects.services.iter().find(|s| s.metadata.ns() == r.namespace && s.metadata.name == r.name);
+                svc.is_some_and(|s| crate::model::network::may_be_gateway(s, settings, domain))
+                    || m.model.network_gateways.services.contains(&(r.namespace.clone(), r.name.clone()))
+            };
+            if refs.iter().any(|r| r.kind == "Service" && gateway(&r)) {
+                return None;
+            }
             if refs.iter().any(|r| r.kind == "Service")
                 && (!objects.ingresses.is_empty()
                     || !m.model.aliases.is_empty()

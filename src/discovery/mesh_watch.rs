@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use istiod_config::networks::MeshNetworks;
 use istiod_kubewatch::kapi::Api;
 use istiod_mesh::meshconfig::{MeshConfigError, MeshSettings};
 
@@ -31,6 +32,8 @@ const API_EVERY: u64 = 10;
 
 /// The ConfigMap key istiod reads (`kubemesh.MeshConfigKey`).
 const KEY: &str = "mesh";
+/// The ConfigMap key of the mesh networks (`kubemesh.MeshNetworksKey`).
+const NETWORKS_KEY: &str = "meshNetworks";
 
 /// istiod's `getMeshConfigMapName`: `istio`, or `istio-<revision>`.
 pub(crate) fn configmap_name(revision: &str) -> String {
@@ -52,6 +55,8 @@ pub(crate) struct Sources {
     api: Option<Api>,
     /// Applies what the environment sets over what the mesh config says.
     env: Env,
+    /// The ConfigMap key read.
+    key: &'static str,
 }
 
 impl Sources {
@@ -68,7 +73,29 @@ impl Sources {
         // `os.Stat`: a dangling link is no file.
         let exists = std::fs::metadata(file).is_ok();
         let configmap = (!exists && api.is_some()).then(|| (namespace.to_owned(), configmap_name(revision)));
-        Sources { file: exists.then(|| file.to_owned()), configmap, shared, api, env }
+        Sources { file: exists.then(|| file.to_owned()), configmap, shared, api, env, key: KEY }
+    }
+
+    /// The mesh networks' sources, chosen as the mesh configuration's
+    /// (istiod's `getConfigurationSources` with `--networksConfig` and the
+    /// `meshNetworks` key).
+    pub(crate) fn networks(
+        file: &std::path::Path,
+        api: Option<Api>,
+        namespace: &str,
+        revision: &str,
+        shared: &str,
+    ) -> Sources {
+        let none: Env = Rc::new(|_: &mut MeshSettings| {});
+        Sources { key: NETWORKS_KEY, ..Sources::choose(file, api, namespace, revision, shared, none) }
+    }
+
+    /// Reads the mesh networks: the networks, or why they cannot be used.
+    pub(crate) async fn load_networks(&self) -> (Result<MeshNetworks, String>, Texts) {
+        match self.read(true, &(None, None)).await {
+            Ok(texts) => (networks(&texts), texts),
+            Err(e) => (Err(e), (None, None)),
+        }
     }
 
     /// What each source holds now: (shared, primary) YAML texts, `None`
@@ -91,7 +118,7 @@ impl Sources {
     async fn configmap(&self, ns: &str, name: &str) -> Result<Option<String>, String> {
         let Some(api) = &self.api else { return Ok(None) };
         let cm = api.get(&format!("/api/v1/namespaces/{ns}/configmaps/{name}")).await?;
-        Ok(cm.and_then(|cm| cm["data"][KEY].as_str().map(str::to_owned)))
+        Ok(cm.and_then(|cm| cm["data"][self.key].as_str().map(str::to_owned)))
     }
 
     /// Reads the sources and makes the settings (the environment's over
@@ -171,6 +198,29 @@ fn settings(texts: &Texts, env: &Env) -> Result<MeshSettings, String> {
     Ok(m)
 }
 
+/// The mesh networks the texts give: the primary's networks over the
+/// shared configuration's, by name; an invalid source is left out when
+/// the other is good.
+fn networks(texts: &Texts) -> Result<MeshNetworks, String> {
+    let parsed = [&texts.0, &texts.1].map(|t| t.as_deref().map(MeshNetworks::parse));
+    let mut out = MeshNetworks::default();
+    let mut errs = Vec::new();
+    for p in parsed.into_iter().flatten() {
+        match p {
+            Ok(n) => out.networks.extend(n.networks),
+            Err(e) => errs.push(e),
+        }
+    }
+    match (errs.is_empty(), texts.0.is_some() && texts.1.is_some() && errs.len() == 1) {
+        (true, _) => Ok(out),
+        (false, true) => {
+            tracing::warn!(target: "default", error = %errs[0], "invalid mesh networks, ignoring");
+            Ok(out)
+        }
+        (false, false) => Err(errs.join("; ")),
+    }
+}
+
 /// One source's YAML, checked alone.
 fn parse_source(text: &str) -> Result<Value, String> {
     if text.trim().is_empty() {
@@ -239,38 +289,53 @@ fn fields(base: Value, over: Value, merged: Option<&str>) -> Value {
 /// the mesh); an invalid one is logged and the last good settings stay.
 pub(super) async fn run(
     sources: Sources,
+    nets: Sources,
     mut last: Texts,
+    mut last_nets: Texts,
     settings_tx: tokio::sync::watch::Sender<Arc<MeshSettings>>,
     changed: impl Fn(),
 ) {
     for round in 1u64.. {
         tokio::time::sleep(POLL).await;
-        let texts = match sources.read(round % API_EVERY == 0, &last).await {
-            Ok(t) => t,
+        let api = round % API_EVERY == 0;
+        let (texts, net_texts) = match (sources.read(api, &last).await, nets.read(api, &last_nets).await) {
+            (Ok(t), Ok(n)) => (t, n),
             // A file being swapped, or the API server away: try again.
-            Err(e) => {
+            (Err(e), _) | (_, Err(e)) => {
                 tracing::debug!(target: "default", source = %sources.describe(), error = %e,
-                    "cannot read the mesh configuration; trying again");
+                    "cannot read the mesh configuration or networks; trying again");
                 continue;
             }
         };
-        if texts == last {
+        if texts == last && net_texts == last_nets {
             continue;
         }
-        last = texts;
-        let next = match settings(&last, &sources.env) {
-            Ok(m) => m,
-            Err(e) => {
+        let current = settings_tx.borrow().clone();
+        let mut next = match (texts != last).then(|| settings(&texts, &sources.env)) {
+            None => (*current).clone(),
+            Some(Ok(m)) => m,
+            Some(Err(e)) => {
                 tracing::warn!(target: "default", source = %sources.describe(), error = %e,
                     "invalid mesh config, using last known state");
-                continue;
+                (*current).clone()
             }
         };
-        if *settings_tx.borrow().as_ref() == next {
-            tracing::info!(target: "default", "mesh configuration rewritten; nothing istiod-rs reads changed");
+        next.networks.mesh = match networks(&net_texts) {
+            Ok(n) => n,
+            Err(e) => {
+                if net_texts != last_nets {
+                    tracing::warn!(target: "default", source = %nets.describe(), error = %e,
+                        "invalid mesh networks, using last known state");
+                }
+                current.networks.mesh.clone()
+            }
+        };
+        (last, last_nets) = (texts, net_texts);
+        if *current == next {
+            tracing::info!(target: "default", "mesh configuration or networks rewritten; nothing istiod-rs reads changed");
             continue;
         }
-        tracing::info!(target: "default", source = %sources.describe(), "mesh configuration changed; rebuilding");
+        tracing::info!(target: "default", source = %sources.describe(), networks = %nets.describe(), "mesh configuration or networks changed; rebuilding");
         settings_tx.send_replace(Arc::new(next));
         changed();
     }
@@ -347,6 +412,23 @@ mod tests {
         let bad = Sources::choose(&dir.path().join("mesh"), None, "istio-system", "", "", none());
         let e = rt.block_on(bad.load()).unwrap_err().to_string();
         assert!(e.contains("--meshConfig") && e.contains(&dir.path().display().to_string()), "{e}");
+    }
+
+    /// The mesh networks: the primary's networks over the shared ones by
+    /// name; one invalid source of two is left out, a lone invalid one is
+    /// an error naming what istiod's validation says.
+    #[test]
+    fn mesh_networks_merge_by_name_and_invalid_ones_are_refused() {
+        let shared = "networks: {a: {gateways: [{address: 1.1.1.1, port: 15443}]}, b: {}}\n";
+        let primary = "networks: {a: {gateways: [{address: 2.2.2.2, port: 15443}]}}\n";
+        let n = networks(&(Some(shared.into()), Some(primary.into()))).unwrap();
+        assert_eq!(n.networks.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(n.networks["a"].gateways[0].address.as_deref(), Some("2.2.2.2"));
+        let bad = "networks: {a: {gateways: [{address: 1.1.1.1, port: 0}]}}\n";
+        let e = networks(&(None, Some(bad.into()))).unwrap_err();
+        assert_eq!(e, "invalid network a: port number 0 must be in the range 1..65535");
+        assert_eq!(networks(&(Some(bad.into()), Some(primary.into()))).unwrap().networks.len(), 1);
+        assert_eq!(networks(&(None, None)).unwrap(), MeshNetworks::default());
     }
 
     #[test]

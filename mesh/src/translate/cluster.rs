@@ -17,8 +17,9 @@ use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 use istiod_xds_api::snapshot::Kind;
 
+use super::endpoint::{load_assignment, placed};
 use super::envoy::socket;
-use super::{endpoint::load_assignment, traffic_policy};
+use super::traffic_policy;
 use crate::model::{Model, Protocol, Resolution};
 
 /// One form of an outbound cluster: as it is where DestinationRule `rule`
@@ -41,6 +42,9 @@ pub struct ClusterForm {
     pub locality: Option<LocalityLoadBalancerSetting>,
     /// Whether the rule sets outlier detection (locality failover needs it).
     pub outlier_detection: bool,
+    /// Where the endpoints sit, once east-west gateways exist (the
+    /// per-network variant reads it).
+    pub split: Option<Arc<super::network::Split>>,
     /// A hash of what decides which proxies get this form (the rule's
     /// namespace, host, exportTo and workload selector): a change there
     /// moves proxies between forms without changing any form's bytes.
@@ -73,7 +77,7 @@ impl ClusterForms {
         for f in &self.forms {
             (&f.rule, f.selection).hash(&mut h);
             match kind {
-                Kind::Endpoint => f.endpoints.hash(&mut h),
+                Kind::Endpoint => (&f.endpoints, f.split.as_ref().map(|s| s.digest)).hash(&mut h),
                 _ => f.bytes.hash(&mut h),
             }
         }
@@ -91,13 +95,15 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
         let subsets = rule.map_or(&[][..], |r| r.rule.subsets.as_slice());
         for port in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
             // Auto mTLS, unless the service's workloads are known to refuse it.
+            let refused = super::authn::service_mtls_mode(model, svc, port.port) == Some(MtlsMode::Disable);
             let auto_mtls = model.mesh.enable_auto_mtls
                 && !svc.mesh_external
-                && super::authn::service_mtls_mode(model, svc, port.port) != Some(MtlsMode::Disable)
+                && !refused
                 && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
+            let networks = model.network_gateways.enabled().then_some((&*model.network_gateways, refused));
             let plain = std::iter::once(("", None));
             for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
-                let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls);
+                let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls, networks);
                 out.entry(name)
                     .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() })
                     .forms
@@ -109,7 +115,10 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
 }
 
 /// The cluster `outbound|<port>|<subset>|<host>` as it is where `rule`
-/// applies (`None`: no rule), with its load assignment.
+/// applies (`None`: no rule), with its load assignment; with `networks`
+/// (the gateways, and whether the service's workloads refuse mTLS), where
+/// its endpoints sit, for split-horizon EDS.
+#[allow(clippy::too_many_arguments)]
 fn form(
     mesh: &crate::meshconfig::MeshSettings,
     svc: &crate::model::Service,
@@ -118,7 +127,9 @@ fn form(
     labels: Option<&BTreeMap<String, String>>,
     rule: Option<&crate::model::destination_rules::AppliedRule>,
     auto_mtls: bool,
+    networks: Option<(&crate::model::network::NetworkGateways, bool)>,
 ) -> (Arc<str>, ClusterForm) {
+    let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
     let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
     let mut c = Cluster {
         name: name.to_string(),
@@ -129,11 +140,25 @@ fn form(
         ..Default::default()
     };
     let mut endpoints = None;
+    let mut split = None;
     let discovery = match svc.resolution {
         Resolution::ClientSideLb => {
             c.eds_cluster_config =
                 Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
-            endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels)));
+            endpoints = Some(Arc::new(match networks {
+                // istiod's mtlsChecker: the rule's TLS mode where it sets
+                // one, else what the workloads' policy allows.
+                Some((gateways, refused)) => {
+                    let tls = policy.as_ref().and_then(|p| p.tls.as_ref());
+                    let takes = tls
+                        .map_or(!refused, |t| t.mode == istiod_config::istio::networking::ClientTlsMode::IstioMutual);
+                    let mtls = |e: &crate::model::Endpoint| takes && e.tls_mode == "istio" && !e.tunnel;
+                    let (cla, places) = placed(&name, svc, port, labels, &mesh.networks.cluster_id, &mtls);
+                    split = Some(Arc::new(super::network::Split::new(places, gateways)));
+                    cla
+                }
+                None => load_assignment(&name, svc, port, labels),
+            }));
             cluster::DiscoveryType::Eds
         }
         Resolution::Passthrough => {
@@ -151,7 +176,6 @@ fn form(
         }
     };
     c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(discovery as i32));
-    let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
     if let Some(policy) = &policy {
         traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
     }
@@ -188,7 +212,8 @@ fn form(
         bytes: Bytes::from(c.encode_to_vec()),
         cluster: Arc::new(c),
         endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
-        endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection),
+        endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection || split.is_some()),
+        split,
         locality,
         outlier_detection,
     };

@@ -10,8 +10,8 @@ use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
 };
-use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
 
+use super::network::Place;
 use crate::model::{Health, Locality, Service};
 
 /// The load assignment of `cluster`: `svc`'s endpoints on `port`, those of
@@ -22,7 +22,21 @@ pub(crate) fn load_assignment(
     port: u16,
     subset: Option<&BTreeMap<String, String>>,
 ) -> ClusterLoadAssignment {
-    let mut by_locality: BTreeMap<&Locality, Vec<LbEndpoint>> = BTreeMap::new();
+    placed(cluster, svc, port, subset, "", &|_| false).0
+}
+
+/// [`load_assignment`] with where each endpoint sits (per locality group,
+/// per endpoint): its network, `cluster_id`, and whether `mtls` says it
+/// takes mTLS.
+pub(crate) fn placed(
+    cluster: &str,
+    svc: &Service,
+    port: u16,
+    subset: Option<&BTreeMap<String, String>>,
+    cluster_id: &str,
+    mtls: &dyn Fn(&crate::model::Endpoint) -> bool,
+) -> (ClusterLoadAssignment, Vec<Vec<Place>>) {
+    let mut by_locality: BTreeMap<&Locality, Vec<(LbEndpoint, Place)>> = BTreeMap::new();
     let in_subset =
         |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
     for ep in svc.endpoints.iter().filter(|e| e.service_port == port).filter(in_subset) {
@@ -31,7 +45,8 @@ pub(crate) fn load_assignment(
             Health::Draining => core::HealthStatus::Draining,
             Health::Unhealthy => core::HealthStatus::Unhealthy,
         };
-        by_locality.entry(&ep.locality).or_default().push(LbEndpoint {
+        let place = Place { network: ep.network.clone(), cluster: cluster_id.to_owned(), mtls: mtls(ep) };
+        let lb = LbEndpoint {
             host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
                 address: Some(core::Address {
                     address: Some(core::address::Address::SocketAddress(core::SocketAddress {
@@ -45,36 +60,32 @@ pub(crate) fn load_assignment(
             health_status: health as i32,
             load_balancing_weight: Some(1),
             // Picks the cluster's transport socket (auto mTLS).
-            metadata: (ep.tls_mode == "istio").then(|| core::Metadata {
-                filter_metadata: BTreeMap::from([(
-                    "envoy.transport_socket_match".to_owned(),
-                    Struct {
-                        fields: BTreeMap::from([(
-                            "tlsMode".to_owned(),
-                            Value { kind: Some(ValueKind::StringValue("istio".into())) },
-                        )]),
-                    },
-                )]),
-                ..Default::default()
-            }),
-        });
+            metadata: (ep.tls_mode == "istio").then(super::envoy::istio_tls_metadata),
+        };
+        by_locality.entry(&ep.locality).or_default().push((lb, place));
     }
-    ClusterLoadAssignment {
+    let mut places = Vec::with_capacity(by_locality.len());
+    let cla = ClusterLoadAssignment {
         cluster_name: cluster.to_owned(),
         endpoints: by_locality
             .into_iter()
-            .map(|(l, lb_endpoints)| LocalityLbEndpoints {
-                // grpcio rejects a group without a locality: always set it.
-                locality: Some(core::Locality {
-                    region: l.region.clone(),
-                    zone: l.zone.clone(),
-                    sub_zone: l.subzone.clone(),
-                }),
-                load_balancing_weight: Some(lb_endpoints.len() as u32),
-                lb_endpoints,
-                ..Default::default()
+            .map(|(l, eps)| {
+                let (lb_endpoints, p): (Vec<LbEndpoint>, Vec<Place>) = eps.into_iter().unzip();
+                places.push(p);
+                LocalityLbEndpoints {
+                    // grpcio rejects a group without a locality: always set it.
+                    locality: Some(core::Locality {
+                        region: l.region.clone(),
+                        zone: l.zone.clone(),
+                        sub_zone: l.subzone.clone(),
+                    }),
+                    load_balancing_weight: Some(lb_endpoints.len() as u32),
+                    lb_endpoints,
+                    ..Default::default()
+                }
             })
             .collect(),
         ..Default::default()
-    }
+    };
+    (cla, places)
 }

@@ -123,3 +123,22 @@ pub(crate) fn envoy_grpc(
         ..Default::default()
     }
 }
+
+/// `tlsMode: istio` under `envoy.transport_socket_match`: what auto mTLS
+/// matches on.
+pub(crate) fn istio_tls_metadata() -> core::Metadata {
+    use istiod_proto::prost_types::{Struct, Value, value::Kind as ValueKind};
+    use std::collections::BTreeMap;
+    core::Metadata {
+        filter_metadata: BTreeMap::from([(
+            "envoy.transport_socket_match".to_owned(),
+            Struct {
+                fields: BTreeMap::from([(
+                    "tlsMode".to_owned(),
+                    Value { kind: Some(ValueKind::StringValue("istio".into())) },
+                )]),
+            },
+        )]),
+        ..Default::default()
+    }
+}

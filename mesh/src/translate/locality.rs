@@ -124,8 +124,20 @@ pub fn endpoints_for(form: &crate::translate::cluster::ClusterForm, proxy_locali
         return None;
     }
     let mut cla = (**shared).clone();
-    apply(&mut cla, &parse(proxy_locality), form.locality.as_ref(), form.outlier_detection)
-        .then(|| bytes::Bytes::from(cla.encode_to_vec()))
+    localize(&mut cla, form, proxy_locality).then(|| bytes::Bytes::from(cla.encode_to_vec()))
+}
+
+/// Applies `form`'s locality load balancing to `cla` for a proxy at
+/// `proxy_locality`; whether anything changed.
+pub fn localize(
+    cla: &mut ClusterLoadAssignment,
+    form: &crate::translate::cluster::ClusterForm,
+    proxy_locality: &str,
+) -> bool {
+    if !form.outlier_detection && form.locality.as_ref().is_none_or(|l| l.distribute.is_empty()) {
+        return false;
+    }
+    apply(cla, &parse(proxy_locality), form.locality.as_ref(), form.outlier_detection)
 }
 
 #[cfg(test)]

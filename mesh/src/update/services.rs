@@ -13,6 +13,7 @@ use istiod_config::objects::{EndpointSlice, Objects};
 
 use crate::generator::deps::Dep;
 use crate::generator::{MeshInput, deps, inbound_part};
+use crate::model::network::place;
 use crate::model::{Model, Service, Workloads, export_default, service, service_entry};
 
 impl Model {
@@ -127,13 +128,13 @@ impl Model {
                 .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
                 .collect();
             let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-            return Some(export_default(s, &self.mesh));
+            return Some(place(export_default(s, &self.mesh), &self.mesh, &self.namespaces));
         }
         objs.istio.iter().find_map(|o| match &o.spec {
             IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => service_entry(&o.meta, se, objs)
                 .into_iter()
                 .find(|s| &*s.hostname == host)
-                .map(|s| export_default(s, &self.mesh)),
+                .map(|s| place(export_default(s, &self.mesh), &self.mesh, &self.namespaces)),
             _ => None,
         })
     }

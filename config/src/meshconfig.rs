@@ -132,7 +132,11 @@ pub struct MeshSettings {
     pub trust_domain_aliases: Vec<String>,
     /// `localityLbSetting`: locality load balancing where no
     /// DestinationRule sets it (istiod's default `{enabled: true}`).
-    pub locality_lb_setting: Option<istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+    pub locality_lb_setting: Option<crate::istio::networking::LocalityLoadBalancerSetting>,
+    /// The mesh networks (`--networksConfig`, else the `meshNetworks` key
+    /// of the mesh ConfigMap, read beside this configuration) and this
+    /// cluster's ID (`CLUSTER_ID`).
+    pub networks: crate::networks::Networks,
     /// What was read and is not applied (a value from a newer Istio, a
     /// feature not generated), one sentence each: logged when the
     /// configuration is loaded, never fatal.
@@ -241,6 +245,11 @@ impl Default for MeshSettings {
             default_virtual_service_export_to: Vec::new(),
             default_destination_rule_export_to: Vec::new(),
             locality_lb_setting: None,
+            networks: crate::networks::Networks {
+                cluster_id: "Kubernetes".into(),
+                system_namespace: "istio-system".into(),
+                ..Default::default()
+            },
             notes: Vec::new(),
             trust_domain_aliases: Vec::new(),
             inbound_localhost: false,
@@ -344,7 +353,7 @@ struct Raw {
     default_service_export_to: Option<Vec<String>>,
     default_virtual_service_export_to: Option<Vec<String>>,
     default_destination_rule_export_to: Option<Vec<String>>,
-    locality_lb_setting: Option<istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+    locality_lb_setting: Option<crate::istio::networking::LocalityLoadBalancerSetting>,
     trust_domain_aliases: Option<Vec<String>>,
     inbound_traffic_policy: Option<RawInbound>,
 }
@@ -522,8 +531,7 @@ impl MeshSettings {
             m.extension_providers.insert(name.to_owned(), (kind, settings));
         }
         if let Some(t) = raw.connect_timeout {
-            m.connect_timeout =
-                istiod_config::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
+            m.connect_timeout = crate::duration::parse(&t).map_err(|e| format!("connectTimeout: {t:?}: {e}"))?;
             // ValidateMeshConfig: at least 1ms, in whole milliseconds
             // (Envoy refuses a zero connect timeout on every cluster).
             if m.connect_timeout < std::time::Duration::from_millis(1)

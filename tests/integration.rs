@@ -18,6 +18,7 @@ mod hostile_second;
 mod inject;
 mod jwks;
 mod loadgen;
+mod multicluster;
 mod served;
 mod simulation;
 mod waypoint;

@@ -118,6 +118,7 @@ const HANDLERS: &[(&str, &str)] = &[
     ("/debug/list", "List all supported debug commands in json"),
     ("/debug/mesh", "Active mesh config"),
     ("/debug/ndsz", "Status and debug interface for NDS"),
+    ("/debug/networkz", "List cross-network gateways"),
     ("/debug/push_status", "Last PushContext Details"),
     ("/debug/registryz", "Debug support for registry"),
     ("/debug/sidecarz", "Debug sidecar scope for a proxy"),
@@ -257,6 +258,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 istiod_ambient::describe(&a.index)
             }),
         ),
+        "/debug/networkz" => Response::json(&model().map_or(json!([]), |m| super::debugz::networkz(&m))),
         "/debug/authorizationz" => Response::json(&model().map_or(json!({}), |m| super::debugz::authorizationz(&m))),
         "/debug/endpointz" | "/debug/endpointShardz" => {
             Response::json(&model().map_or(json!({}), |m| super::debugz::endpoint_shardz(&m, &d.cluster_id)))

@@ -129,6 +129,22 @@ pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
     })
 }
 
+/// istiod's `/debug/networkz`: the east-west gateways (`AllGateways`, its
+/// Go field names).
+pub(super) fn networkz(m: &Model) -> Value {
+    let gws = m.network_gateways.all.iter().map(|g| {
+        json!({
+            "Network": g.network,
+            "Cluster": g.cluster,
+            "Addr": g.addr,
+            "Port": g.port,
+            "HBONEPort": g.hbone_port,
+            "ServiceAccount": {"Namespace": "", "Name": ""},
+        })
+    });
+    Value::Array(gws.collect())
+}
+
 /// `/debug/endpointShardz` (and `/debug/endpointz`): istiod's
 /// `EndpointIndex.Shardz` (`pilot/pkg/model/endpointshards.go`): by
 /// hostname and namespace, the endpoints of each registry shard
@@ -153,7 +169,7 @@ pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
                     "ServicePortName": port_name,
                     "LegacyClusterPortKey": 0,
                     "ServiceAccount": e.service_account,
-                    "Network": "",
+                    "Network": e.network,
                     "Locality": { "Label": label.trim_end_matches('/'), "ClusterID": cluster_id },
                     "EndpointPort": e.port,
                     "LbWeight": 0,

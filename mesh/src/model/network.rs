@@ -186,7 +186,8 @@ pub fn may_be_gateway(
 }
 
 /// `s` with each endpoint's network where it names none (istiod's
-/// `Network(ip, labels)`), `namespaces` giving the system namespace's label.
+/// `Network(ip, labels)`), `namespaces` giving the system namespace's label,
+/// and its labels augmented as istiod's.
 pub(crate) fn place(
     mut s: Service,
     mesh: &crate::meshconfig::MeshSettings,
@@ -194,8 +195,171 @@ pub(crate) fn place(
 ) -> Service {
     let nets = &mesh.networks;
     let system = namespaces.get(&nets.system_namespace).and_then(|l| l.get(NETWORK_LABEL)).map_or("", |s| s.as_str());
-    for e in s.endpoints.iter_mut().filter(|e| e.network.is_empty()) {
-        e.network = nets.of_endpoint(&e.address, &e.labels, system).to_owned();
+    for e in s.endpoints.iter_mut() {
+        if e.network.is_empty() {
+            e.network = nets.of_endpoint(&e.address, &e.labels, system).to_owned();
+        }
+        augment(e, &nets.cluster_id);
     }
     s
+}
+
+/// istiod's `AugmentLabels`: an endpoint's labels gain its locality
+/// (`topology.kubernetes.io/region`, `.../zone`, `topology.istio.io/subzone`),
+/// its cluster (`topology.istio.io/cluster`) and, where it names none, its
+/// network, so that subsets may select by them. (istiod also adds the
+/// node's `kubernetes.io/hostname`; the model does not keep the node.)
+fn augment(e: &mut super::Endpoint, cluster: &str) {
+    let l = &e.locality;
+    for (k, v) in [
+        ("topology.kubernetes.io/region", &l.region),
+        ("topology.kubernetes.io/zone", &l.zone),
+        ("topology.istio.io/subzone", &l.subzone),
+    ] {
+        if !v.is_empty() {
+            e.labels.insert(k.to_owned(), v.clone());
+        }
+    }
+    if !cluster.is_empty() {
+        e.labels.insert("topology.istio.io/cluster".to_owned(), cluster.to_owned());
+    }
+    if !e.network.is_empty() && e.labels.get(NETWORK_LABEL).is_none_or(|n| n.is_empty()) {
+        e.labels.insert(NETWORK_LABEL.to_owned(), e.network.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use istiod_config::networks::MeshNetworks;
+
+    use crate::model::Model;
+
+    fn build(yaml: &str, networks: &str) -> Model {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+        let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+        assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+        let mut mesh = crate::meshconfig::MeshSettings::default();
+        mesh.networks.mesh = MeshNetworks::parse(networks).unwrap();
+        mesh.networks.cluster_id = "east".into();
+        Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh))
+    }
+
+    const GATEWAYS: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: ew, namespace: istio-system, labels: {topology.istio.io/network: net2, networking.istio.io/gatewayPort: '16443'}}
+spec: {type: LoadBalancer, ports: [{port: 16443}, {port: 15008}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.9}, {hostname: lb.example.com}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hbone-only, namespace: istio-system, labels: {topology.istio.io/network: net3}}
+spec: {externalIPs: [198.51.100.7], ports: [{port: 15008}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: no-port, namespace: istio-system, labels: {topology.istio.io/network: net4}}
+spec: {externalIPs: [198.51.100.8], ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: named, namespace: istio-system}
+spec: {type: LoadBalancer, ports: [{port: 15443}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
+";
+
+    /// istiod's gateway discovery (`extractGatewaysInner`,
+    /// `getGatewayDetails`, `reloadMeshNetworks`): a labelled Service's
+    /// external IPs on its `gatewayPort` and HBONE port where it exposes
+    /// them (a hostname address is not resolved; a Service exposing
+    /// neither is no gateway); a `registryServiceName` of a network
+    /// registering this cluster; a meshNetworks `address`.
+    #[test]
+    fn gateways_are_found_as_istiod_finds_them() {
+        let networks = "networks:\n  net1:\n    endpoints: [{fromRegistry: east}]\n    gateways: [{registryServiceName: named.istio-system.svc.cluster.local, port: 15443}]\n\
+                        \x20 net9:\n    gateways: [{address: 192.0.2.1, port: 443}]\n";
+        let m = build(GATEWAYS, networks);
+        let got: Vec<(&str, &str, &str, u16, u16)> =
+            m.network_gateways.all.iter().map(|g| (&*g.network, &*g.cluster, &*g.addr, g.port, g.hbone_port)).collect();
+        assert_eq!(
+            got,
+            [
+                ("net9", "", "192.0.2.1", 443, 0),
+                ("net3", "east", "198.51.100.7", 0, 15008),
+                // (Addresses compare as strings, as istiod's SortGateways.)
+                ("net1", "east", "203.0.113.10", 15443, 0),
+                ("net2", "east", "203.0.113.9", 16443, 15008),
+            ]
+        );
+        // per network 1,1,1,1 and per (network, cluster) the same: 1.
+        assert_eq!(m.network_gateways.scale, 1);
+        // An HBONE-only gateway carries no sidecar traffic.
+        assert!(m.network_gateways.select("net3", "east").is_empty());
+        assert_eq!(m.network_gateways.select("net2", "west").len(), 1, "another cluster's: any of the network");
+        let from: Vec<&str> = m.network_gateways.services.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(from, ["ew", "hbone-only", "named", "no-port"]);
+        // Without a network registering this cluster, `named` is nothing.
+        let m = build(
+            GATEWAYS,
+            "networks:\n  net1:\n    gateways: [{registryServiceName: named.istio-system.svc.cluster.local, port: 15443}]\n",
+        );
+        assert!(m.network_gateways.all.iter().all(|g| g.network != "net1"));
+    }
+
+    /// Endpoint networks (label, system namespace, registry) and istiod's
+    /// `AugmentLabels`: locality, cluster and network labels a subset may
+    /// select by.
+    #[test]
+    fn endpoints_get_their_network_and_topology_labels() {
+        let yaml = "\
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {topology.kubernetes.io/region: r1, topology.kubernetes.io/zone: z1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: ns}
+spec: {clusterIP: 10.96.0.1, selector: {app: a}, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a-1, namespace: ns, labels: {app: a}}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a-2, namespace: ns, labels: {app: a, topology.istio.io/network: own}}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: a-1, namespace: ns, labels: {kubernetes.io/service-name: a}}
+addressType: IPv4
+ports: [{name: http, port: 80}]
+endpoints:
+- {addresses: [10.0.0.1], targetRef: {kind: Pod, name: a-1, namespace: ns}}
+- {addresses: [10.0.0.2], targetRef: {kind: Pod, name: a-2, namespace: ns}}
+";
+        let m = build(yaml, "networks:\n  reg:\n    endpoints: [{fromRegistry: east}]\n");
+        let svc = &m.services["a.ns.svc.cluster.local"];
+        let nets: Vec<&str> = svc.endpoints.iter().map(|e| e.network.as_str()).collect();
+        assert_eq!(nets, ["reg", "own"]);
+        let l = &svc.endpoints[0].labels;
+        assert_eq!(l["topology.kubernetes.io/region"], "r1");
+        assert_eq!(l["topology.kubernetes.io/zone"], "z1");
+        assert_eq!(l["topology.istio.io/cluster"], "east");
+        assert_eq!(l["topology.istio.io/network"], "reg");
+        assert_eq!(svc.endpoints[1].labels["topology.istio.io/network"], "own");
+        assert!(!svc.endpoints[1].labels.contains_key("topology.kubernetes.io/region"));
+        // The system namespace's label comes before the registry.
+        let sys = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: istio-system, labels: {{topology.istio.io/network: sysnet}}}}\n---\n{yaml}"
+        );
+        let m = build(&sys, "networks:\n  reg:\n    endpoints: [{fromRegistry: east}]\n");
+        assert_eq!(m.services["a.ns.svc.cluster.local"].endpoints[0].network, "sysnet");
+    }
 }

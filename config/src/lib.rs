@@ -13,7 +13,9 @@
 //!   ([`istio::validate`], Go's regexp rules in [`istio::re2`]);
 //!   [`gateway_api`]: the Gateway API kinds, and [`gateway_convert`]: them
 //!   as the Istio Gateways and VirtualServices istiod makes of them;
-//!   [`duration`]: Go durations.
+//!   [`duration`]: Go durations;
+//! - [`meshconfig`]: the mesh configuration's settings; [`networks`]: the
+//!   mesh networks and where an endpoint sits in them.
 #![forbid(unsafe_code)]
 
 pub mod backend_tls;

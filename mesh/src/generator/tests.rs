@@ -1294,3 +1294,85 @@ fn an_envoy_filter_change_updated_in_place_equals_a_rebuild() {
         old = fast;
     }
 }
+
+/// Networks through the update paths: a pod moving to another network goes
+/// through the pod fast path and equals a rebuild, and changes the load
+/// assignment's digest (so connected proxies are pushed); the east-west
+/// gateway's Service going away rebuilds and changes it again; a proxy in
+/// network1 reaches network2's endpoints through the gateway, one in
+/// network2 directly; without gateways the shared bytes are served.
+#[test]
+fn network_changes_mark_the_load_assignments_they_change() {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let gateway = "apiVersion: v1\nkind: Service\nmetadata: {name: ew, namespace: istio-system, labels: {topology.istio.io/network: network2}}\n\
+                   spec: {type: LoadBalancer, ports: [{port: 15443}]}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.2}]}}\n";
+    let Some(Ok(Some(Object::Service(gw)))) = parse_file(gateway).docs.into_iter().next() else { panic!() };
+    before.services.push(gw.clone());
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    assert_eq!(old.model.network_gateways.all.len(), 1);
+    let name = "outbound|9080||reviews.bookinfo.svc.cluster.local";
+    let key = (Kind::Endpoint, Arc::<str>::from(name));
+    let with_network = |n: &str| ProxyClass {
+        metadata: vec![(Arc::from("NETWORK"), Arc::from(n))],
+        ..class("bookinfo", &[("app", "productpage")])
+    };
+    let snap = |m: &Arc<MeshInput>| {
+        let changes =
+            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &m.translation.resources);
+        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
+        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+        s.mesh = Some(m.clone());
+        s
+    };
+    let addresses = |m: &Arc<MeshInput>, c: &ProxyClass| -> Vec<String> {
+        let b = MeshGenerator.generate(&snap(m), c, Kind::Endpoint, name).unwrap();
+        let cla = istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment::decode(b).unwrap();
+        let mut out: Vec<String> = cla
+            .endpoints
+            .iter()
+            .flat_map(|g| &g.lb_endpoints)
+            .map(|e| format!("{e:?}").split("address: \"").nth(1).unwrap().split('"').next().unwrap().to_owned())
+            .collect();
+        out.sort();
+        out
+    };
+    let direct = addresses(&old, &with_network("network1"));
+    assert!(!direct.is_empty() && direct.iter().all(|a| a.starts_with("10.")), "{direct:?}");
+
+    // reviews-v2's pods move to network2.
+    let mut after = before.clone();
+    let mut refs = Vec::new();
+    for p in after.pods.iter_mut().filter(|p| p.metadata.name.starts_with("reviews-v2")) {
+        p.metadata.labels.insert("topology.istio.io/network".into(), "network2".into());
+        refs.push(ObjectRef::of(&Object::Pod(p.clone())));
+    }
+    let (fast, incremental) =
+        crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(incremental, "only Pods changed");
+    let full = rebuilt(&old, &after, &settings);
+    assert_eq!(fast.model.services, full.model.services);
+    assert_eq!(fast.translation.resources, full.translation.resources);
+    assert_ne!(fast.translation.resources.get(&key), old.translation.resources.get(&key), "the move is marked");
+    serves_alike(&fast, &full);
+    let from1 = addresses(&fast, &with_network("network1"));
+    // reviews-v2's two pods (ready and draining, in two zones) through
+    // the gateway, once in each locality, as istiod adds a gateway per
+    // locality group.
+    assert_eq!(from1.iter().filter(|a| a.starts_with("10.")).count(), direct.len() - 2, "{from1:?}");
+    assert_eq!(from1.iter().filter(|a| *a == "203.0.113.2").count(), 2, "{from1:?}");
+    assert_eq!(addresses(&fast, &with_network("network2")), direct, "network1 has no gateway: all direct");
+
+    // The gateway's Service goes: a rebuild, and everything direct again.
+    let mut gone = after.clone();
+    gone.services.retain(|s| s.metadata.name != "ew");
+    let refs = [ObjectRef::of(&Object::Service(gw))];
+    let (next, incremental) =
+        crate::update::update(Some(&fast), &gone, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(!incremental, "a gateway's Service rebuilds");
+    assert!(!next.model.network_gateways.enabled());
+    assert_ne!(next.translation.resources.get(&key), fast.translation.resources.get(&key));
+    assert_eq!(addresses(&next, &with_network("network1")), direct);
+}

@@ -1,7 +1,8 @@
 //! Fuzz target: the --configDir parser (multi-document YAML/JSON into typed
 //! objects) on arbitrary text: errors, never panics. What it reads is then
 //! built into a model (the Gateway API translated into Istio objects) and a
-//! router's listeners and routes: never a panic either.
+//! router's listeners and routes: never a panic either. The text is also
+//! read as mesh networks.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -27,6 +28,17 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             }
         }
         let model = istiod_mesh::model::Model::build(&objects, "cluster.local");
+        // The same text as mesh networks (a ConfigMap's `meshNetworks`):
+        // refused or read; read ones place the objects' endpoints and find
+        // their gateways without a panic.
+        if let Ok(networks) = istiod_config::networks::MeshNetworks::parse(text) {
+            let mut mesh = istiod_mesh::meshconfig::MeshSettings::default();
+            mesh.networks.mesh = networks;
+            let m = istiod_mesh::model::Model::build_in(&objects, "cluster.local", std::sync::Arc::new(mesh));
+            for g in &m.network_gateways.all {
+                assert!(g.addr.parse::<std::net::IpAddr>().is_ok(), "{g:?}");
+            }
+        }
         for g in model.gateways.iter() {
             if let istiod_config::istio::IstioSpec::Gateway(spec) = &g.spec {
                 let class = istiod_mesh::node::ProxyClass {

@@ -330,12 +330,13 @@ pub(super) async fn run(
                 current.networks.mesh.clone()
             }
         };
+        let what = if texts != last { "mesh configuration" } else { "mesh networks" };
         (last, last_nets) = (texts, net_texts);
         if *current == next {
-            tracing::info!(target: "default", "mesh configuration or networks rewritten; nothing istiod-rs reads changed");
+            tracing::info!(target: "default", "{what} rewritten; nothing istiod-rs reads changed");
             continue;
         }
-        tracing::info!(target: "default", source = %sources.describe(), networks = %nets.describe(), "mesh configuration or networks changed; rebuilding");
+        tracing::info!(target: "default", source = %sources.describe(), networks = %nets.describe(), "{what} changed; rebuilding");
         settings_tx.send_replace(Arc::new(next));
         changed();
     }

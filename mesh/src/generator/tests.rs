@@ -598,15 +598,16 @@ fn rebuilt(
     full
 }
 
+/// A snapshot serving `m` from scratch.
+fn snap(m: &Arc<MeshInput>) -> Snapshot<MeshInput> {
+    let changes = crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &m.translation.resources);
+    let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
+    let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
+    s.mesh = Some(m.clone());
+    s
+}
+
 fn serves_alike(a: &Arc<MeshInput>, b: &Arc<MeshInput>) {
-    let snap = |b: &Arc<MeshInput>| {
-        let changes =
-            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &b.translation.resources);
-        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
-        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
-        s.mesh = Some(b.clone());
-        s
-    };
     let (x, y) = (snap(a), snap(b));
     for c in [class("bookinfo", &[("app", "productpage")]), class("other", &[("app", "x")])] {
         for (kind, name) in b.translation.resources.keys() {
@@ -1318,14 +1319,6 @@ fn network_changes_mark_the_load_assignments_they_change() {
     let with_network = |n: &str| ProxyClass {
         metadata: vec![(Arc::from("NETWORK"), Arc::from(n))],
         ..class("bookinfo", &[("app", "productpage")])
-    };
-    let snap = |m: &Arc<MeshInput>| {
-        let changes =
-            crate::translate::diff(&istiod_xds_api::snapshot::SimpleModel::default(), &m.translation.resources);
-        let model = istiod_xds_api::snapshot::SimpleModel::default().apply(1, changes).0;
-        let mut s = Snapshot::new(1, std::time::Instant::now(), Arc::new(model));
-        s.mesh = Some(m.clone());
-        s
     };
     let addresses = |m: &Arc<MeshInput>, c: &ProxyClass| -> Vec<String> {
         let b = MeshGenerator.generate(&snap(m), c, Kind::Endpoint, name).unwrap();

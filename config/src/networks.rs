@@ -161,16 +161,17 @@ pub struct Networks {
 }
 
 impl Networks {
-    /// istiod's `Network(endpointIP, labels)` for an endpoint of this
-    /// cluster: its `topology.istio.io/network` label, else
-    /// `system_namespace`'s (the label on the system namespace), else the
-    /// network registering this cluster, else the one whose CIDR holds the
-    /// address; empty when none says.
+    /// istiod's `Network(endpointIP, labels)` for an endpoint of `cluster`
+    /// (this one's ID or a remote's): its `topology.istio.io/network`
+    /// label, else `system_namespace`'s (the label on that cluster's system
+    /// namespace), else the network registering the cluster, else the one
+    /// whose CIDR holds the address; empty when none says.
     pub fn of_endpoint<'a>(
         &'a self,
         ip: &str,
         labels: &'a BTreeMap<String, String>,
         system_namespace: &'a str,
+        cluster: &str,
     ) -> &'a str {
         if let Some(n) = labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()) {
             return n;
@@ -178,7 +179,7 @@ impl Networks {
         if !system_namespace.is_empty() {
             return system_namespace;
         }
-        self.mesh.of_registry(&self.cluster_id).or_else(|| self.mesh.of_address(ip)).unwrap_or("")
+        self.mesh.of_registry(cluster).or_else(|| self.mesh.of_address(ip)).unwrap_or("")
     }
 }
 
@@ -256,11 +257,11 @@ mod tests {
         let n = Networks { mesh: mesh.clone(), cluster_id: "c1".into(), ..Default::default() };
         let none = BTreeMap::new();
         let labelled = BTreeMap::from([(NETWORK_LABEL.to_owned(), "own".to_owned())]);
-        assert_eq!(n.of_endpoint("10.1.2.3", &labelled, "sys"), "own");
-        assert_eq!(n.of_endpoint("10.1.2.3", &none, "sys"), "sys");
-        assert_eq!(n.of_endpoint("10.1.2.3", &none, ""), "narrow", "the narrowest CIDR");
-        assert_eq!(n.of_endpoint("10.9.0.1", &none, ""), "by-cidr");
-        assert_eq!(n.of_endpoint("11.0.0.1", &none, ""), "");
+        assert_eq!(n.of_endpoint("10.1.2.3", &labelled, "sys", "c1"), "own");
+        assert_eq!(n.of_endpoint("10.1.2.3", &none, "sys", "c1"), "sys");
+        assert_eq!(n.of_endpoint("10.1.2.3", &none, "", "c1"), "narrow", "the narrowest CIDR");
+        assert_eq!(n.of_endpoint("10.9.0.1", &none, "", "c1"), "by-cidr");
+        assert_eq!(n.of_endpoint("11.0.0.1", &none, "", "c1"), "");
         let mut mesh = mesh;
         mesh.networks.insert(
             "reg".into(),
@@ -270,6 +271,6 @@ mod tests {
             },
         );
         let n = Networks { mesh, cluster_id: "c1".into(), ..Default::default() };
-        assert_eq!(n.of_endpoint("10.1.2.3", &none, ""), "reg", "the registry before CIDRs");
+        assert_eq!(n.of_endpoint("10.1.2.3", &none, "", "c1"), "reg", "the registry before CIDRs");
     }
 }

@@ -497,6 +497,10 @@ pub struct Objects {
     pub ingress_classes: Vec<IngressClass>,
     /// ConfigMaps, slimmed ([`ConfigMap::slim`]).
     pub config_maps: Vec<ConfigMap>,
+    /// The registries of remote clusters (multicluster), by cluster ID in
+    /// order: each cluster's Services, EndpointSlices, Pods, Nodes and
+    /// Namespaces, as its API server has them.
+    pub remotes: Vec<(String, std::sync::Arc<Objects>)>,
 }
 
 /// An Ingress (networking.k8s.io/v1), the fields istiod's ingress

@@ -172,9 +172,40 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
 /// Follows every kind and leaves an [`Update`] in `out` whenever objects
 /// change, once all kinds have been listed.
 pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
+    run_kinds(client, out, |_| true).await
+}
+
+/// The kinds a remote cluster's registry is read from (istiod's remote
+/// kube controller): Services, EndpointSlices, Pods, Nodes, Namespaces.
+const REGISTRY_KINDS: usize = 5;
+
+/// [`run_updates`] for a remote cluster: its registry's kinds only.
+/// Dropping the future stops every watch it started.
+pub async fn run_registry(client: kube::Client, out: Arc<Updates>) {
+    run_kinds(client, out, |i| i < REGISTRY_KINDS).await
+}
+
+/// The watches of one source: aborted together when it is dropped.
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -> bool) {
     let stores = Arc::new(Mutex::new(Stores::default()));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watches = Watches(Vec::new());
     for (i, (group, version, kind, plural)) in KINDS.into_iter().enumerate() {
+        if !watched(i) {
+            // Not read here: nothing of that kind, and nothing to wait for.
+            stores.lock().unwrap_or_else(|e| e.into_inner()).synced[i] = true;
+            continue;
+        }
         let watch = {
             let client = client.clone();
             move |version: &str| {
@@ -191,7 +222,7 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
             }
         };
         let (stores, changed) = (stores.clone(), changed_tx.clone());
-        tokio::spawn(async move {
+        watches.0.push(tokio::spawn(async move {
             let mut buffer: BTreeMap<(String, String), Object> = BTreeMap::new();
             let mut events = watch(version);
             // A CRD that serves only an older version is watched there.
@@ -287,7 +318,7 @@ pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
                     return;
                 }
             }
-        });
+        }));
     }
     // The sender kept for `resend_all`, so the loop below runs while
     // `out` lives.

@@ -835,9 +835,15 @@ impl Model {
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
-            let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces);
+            let s = network::place(
+                export_default(s, &model.mesh),
+                &model.mesh,
+                &model.namespaces,
+                &model.mesh.networks.cluster_id,
+            );
             model.services.insert(s.hostname.clone(), s);
         }
+        remote_services(&mut model, objs, domain);
         let mut aliases: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
         for svc in objs.services.iter().filter(|s| s.spec.kind.as_deref() == Some("ExternalName")) {
             let Some(target) = svc.spec.external_name.as_deref() else { continue };
@@ -854,13 +860,39 @@ impl Model {
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
                 for s in service_entry(&o.meta, se, objs) {
-                    let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces);
+                    let cluster = &model.mesh.networks.cluster_id;
+                    let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces, cluster);
                     // A Kubernetes Service of the same name wins, as in istiod.
                     model.services.entry(s.hostname.clone()).or_insert(s);
                 }
             }
         }
         model
+    }
+}
+
+/// The Services of remote clusters (`objs.remotes`), merged by hostname
+/// as istiod's aggregate registry merges them: a host this cluster (or an
+/// earlier remote) has keeps its ports and addresses and gains the remote's
+/// endpoints, each placed in its cluster and network; a host only a remote
+/// has is that remote's service.
+fn remote_services(model: &mut Model, objs: &Objects, domain: &str) {
+    for (cluster, remote) in &objs.remotes {
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> =
+            remote.namespaces.iter().map(|n| (n.metadata.name.clone(), n.metadata.labels.clone())).collect();
+        let workloads = Workloads::all(remote);
+        let slices = slices_by_service(remote);
+        for svc in &remote.services {
+            let key = (svc.metadata.ns(), svc.metadata.name.as_str());
+            let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            let s = network::place(export_default(s, &model.mesh), &model.mesh, &namespaces, cluster);
+            match model.services.get_mut(&s.hostname) {
+                Some(have) => have.endpoints.extend(s.endpoints),
+                None => {
+                    model.services.insert(s.hostname.clone(), s);
+                }
+            }
+        }
     }
 }
 

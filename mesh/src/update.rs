@@ -69,7 +69,8 @@ pub fn update(
     // the resolver replaces both together (jwks.rs `publish`).
     // A new mesh configuration may change anything: no fast path.
     let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
-        if let Some(refs) = all(&Model::SERVICE_KINDS) {
+        // Remote clusters' services merge with these: rebuilt whole.
+        if let Some(refs) = all(&Model::SERVICE_KINDS).filter(|_| objects.remotes.is_empty()) {
             // An Ingress's named backend port is read from its Service; an
             // ExternalName Service aliases another's virtual host.
             let external_name = |s: &istiod_config::objects::Service| s.spec.kind.as_deref() == Some("ExternalName");

@@ -107,10 +107,27 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
             }
         }
     }
-    // `registryServiceName` gateways of the networks registering this cluster.
+    let local = std::iter::once((nets.cluster_id.as_str(), objs));
+    for (cluster, objs) in local.chain(objs.remotes.iter().map(|(c, o)| (c.as_str(), &**o))) {
+        of_services(objs, mesh, domain, cluster, &mut out, &mut services);
+    }
+    NetworkGateways::new(out, services)
+}
+
+/// The gateways the Services of `cluster` (`objs`) stand for.
+fn of_services(
+    objs: &Objects,
+    mesh: &crate::meshconfig::MeshSettings,
+    domain: &str,
+    cluster: &str,
+    out: &mut Vec<NetworkGateway>,
+    services: &mut std::collections::BTreeSet<(String, String)>,
+) {
+    let nets = &mesh.networks;
+    // `registryServiceName` gateways of the networks registering the cluster.
     let mut by_registry: BTreeMap<&str, Vec<(&str, u16)>> = BTreeMap::new();
     for (name, n) in &nets.mesh.networks {
-        if n.endpoints.iter().any(|e| e.from_registry.as_deref() == Some(nets.cluster_id.as_str())) {
+        if n.endpoints.iter().any(|e| e.from_registry.as_deref() == Some(cluster)) {
             for g in &n.gateways {
                 if let (Some(svc), Ok(port)) = (&g.registry_service_name, u16::try_from(g.port)) {
                     by_registry.entry(svc.as_str()).or_default().push((name.as_str(), port));
@@ -125,7 +142,9 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
         if labelled.is_none() && named.is_none() {
             continue;
         }
-        services.insert((svc.metadata.ns().to_owned(), svc.metadata.name.clone()));
+        if cluster == nets.cluster_id {
+            services.insert((svc.metadata.ns().to_owned(), svc.metadata.name.clone()));
+        }
         let mut addrs: Vec<&str> = Vec::new();
         if svc.spec.kind.as_deref() == Some("LoadBalancer") {
             addrs.extend(
@@ -156,7 +175,7 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
             for (network, port, hbone_port) in &found {
                 out.push(NetworkGateway {
                     network: network.clone(),
-                    cluster: nets.cluster_id.clone(),
+                    cluster: cluster.to_owned(),
                     addr: addr.to_owned(),
                     port: *port,
                     hbone_port: *hbone_port,
@@ -164,7 +183,6 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
             }
         }
     }
-    NetworkGateways::new(out, services)
 }
 
 /// Whether a change of this Service may change the gateways: it is
@@ -192,17 +210,21 @@ pub(crate) fn place(
     mut s: Service,
     mesh: &crate::meshconfig::MeshSettings,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    cluster: &str,
 ) -> Service {
     let nets = &mesh.networks;
     let system = namespaces.get(&nets.system_namespace).and_then(|l| l.get(NETWORK_LABEL)).map_or("", |s| s.as_str());
     for e in s.endpoints.iter_mut() {
         if e.network.is_empty() {
-            e.network = nets.of_endpoint(&e.address, &e.labels, system).to_owned();
+            e.network = nets.of_endpoint(&e.address, &e.labels, system, cluster).to_owned();
         }
-        augment(e, &nets.cluster_id);
+        augment(e, cluster);
     }
     s
 }
+
+/// The label naming an endpoint's cluster (set on every endpoint).
+pub const CLUSTER_LABEL: &str = "topology.istio.io/cluster";
 
 /// istiod's `AugmentLabels`: an endpoint's labels gain its locality
 /// (`topology.kubernetes.io/region`, `.../zone`, `topology.istio.io/subzone`),
@@ -221,7 +243,7 @@ fn augment(e: &mut super::Endpoint, cluster: &str) {
         }
     }
     if !cluster.is_empty() {
-        e.labels.insert("topology.istio.io/cluster".to_owned(), cluster.to_owned());
+        e.labels.insert(CLUSTER_LABEL.to_owned(), cluster.to_owned());
     }
     if !e.network.is_empty() && e.labels.get(NETWORK_LABEL).is_none_or(|n| n.is_empty()) {
         e.labels.insert(NETWORK_LABEL.to_owned(), e.network.clone());
@@ -361,5 +383,64 @@ endpoints:
         );
         let m = build(&sys, "networks:\n  reg:\n    endpoints: [{fromRegistry: east}]\n");
         assert_eq!(m.services["a.ns.svc.cluster.local"].endpoints[0].network, "sysnet");
+    }
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use std::sync::Arc;
+
+    use crate::model::Model;
+
+    fn objects(yaml: &str) -> istiod_config::objects::Objects {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+        let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+        assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+        loaded.objects
+    }
+
+    fn reviews(ip: &str, vip: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: reviews, namespace: shop}}\n\
+             spec: {{clusterIP: {vip}, ports: [{{name: http, port: 9080}}]}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: reviews-x, namespace: shop, labels: {{kubernetes.io/service-name: reviews}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 9080}}]\nendpoints: [{{addresses: [{ip}]}}]\n"
+        )
+    }
+
+    /// istiod's aggregate registry: a host several clusters have is one
+    /// service (the config cluster's ports and address) with every
+    /// cluster's endpoints, each labelled with its cluster and placed in
+    /// its network (a remote's system namespace label is its own); a host
+    /// only a remote has is served; a remote's east-west gateway is that
+    /// cluster's.
+    #[test]
+    fn remote_registries_merge_by_hostname() {
+        let mut objs = objects(&reviews("10.1.0.1", "10.96.0.1"));
+        let west = format!(
+            "{}---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: istio-system, labels: {{topology.istio.io/network: net-west}}}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: only-west, namespace: shop}}\nspec: {{clusterIP: 10.97.0.2, ports: [{{port: 80}}]}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: ew, namespace: istio-system, labels: {{topology.istio.io/network: net-west}}}}\n\
+             spec: {{type: LoadBalancer, ports: [{{port: 15443}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: 203.0.113.7}}]}}}}\n",
+            reviews("10.2.0.1", "10.97.0.1")
+        );
+        objs.remotes = vec![("west".into(), Arc::new(objects(&west)))];
+        let mut mesh = crate::meshconfig::MeshSettings::default();
+        mesh.networks.cluster_id = "east".into();
+        let m = Model::build_in(&objs, "cluster.local", Arc::new(mesh));
+        let svc = &m.services["reviews.shop.svc.cluster.local"];
+        assert_eq!(svc.vips, ["10.96.0.1"], "the config cluster's address");
+        let eps: Vec<(&str, &str, &str)> = svc
+            .endpoints
+            .iter()
+            .map(|e| (e.address.as_str(), e.labels[super::CLUSTER_LABEL].as_str(), e.network.as_str()))
+            .collect();
+        assert_eq!(eps, [("10.1.0.1", "east", ""), ("10.2.0.1", "west", "net-west")]);
+        assert!(m.services.contains_key("only-west.shop.svc.cluster.local"));
+        let gws: Vec<(&str, &str)> = m.network_gateways.all.iter().map(|g| (&*g.cluster, &*g.addr)).collect();
+        assert_eq!(gws, [("west", "203.0.113.7")]);
+        assert!(m.network_gateways.services.is_empty(), "only this cluster's Services are tracked for the fast path");
     }
 }

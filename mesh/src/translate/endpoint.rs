@@ -45,7 +45,8 @@ pub(crate) fn placed(
             Health::Draining => core::HealthStatus::Draining,
             Health::Unhealthy => core::HealthStatus::Unhealthy,
         };
-        let place = Place { network: ep.network.clone(), cluster: cluster_id.to_owned(), mtls: mtls(ep) };
+        let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(cluster_id, String::as_str);
+        let place = Place { network: ep.network.clone(), cluster: cluster.to_owned(), mtls: mtls(ep) };
         let lb = LbEndpoint {
             host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
                 address: Some(core::Address {

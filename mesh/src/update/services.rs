@@ -128,13 +128,19 @@ impl Model {
                 .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
                 .collect();
             let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-            return Some(place(export_default(s, &self.mesh), &self.mesh, &self.namespaces));
+            return Some(place(
+                export_default(s, &self.mesh),
+                &self.mesh,
+                &self.namespaces,
+                &self.mesh.networks.cluster_id,
+            ));
         }
         objs.istio.iter().find_map(|o| match &o.spec {
-            IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => service_entry(&o.meta, se, objs)
-                .into_iter()
-                .find(|s| &*s.hostname == host)
-                .map(|s| place(export_default(s, &self.mesh), &self.mesh, &self.namespaces)),
+            IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {
+                service_entry(&o.meta, se, objs).into_iter().find(|s| &*s.hostname == host).map(|s| {
+                    place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
+                })
+            }
             _ => None,
         })
     }

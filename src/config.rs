@@ -58,6 +58,9 @@ pub struct Config {
     pub cluster_id: String,
     /// `--clusterAliases`: alias to cluster ID.
     pub cluster_aliases: BTreeMap<String, String>,
+    /// `PILOT_REMOTE_CLUSTER_TIMEOUT` (30 s): how long a remote cluster
+    /// may take to sync before it is reported as timed out.
+    pub remote_cluster_timeout: Duration,
     /// `--meshConfig`: mesh configuration file (built-in defaults if absent).
     pub mesh_config: PathBuf,
     /// `--networksConfig`: mesh networks file.
@@ -590,6 +593,7 @@ impl Config {
             registries,
             domain: args.domain.clone(),
             cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
+            remote_cluster_timeout: vars.duration("PILOT_REMOTE_CLUSTER_TIMEOUT", Duration::from_secs(30))?,
             cluster_aliases,
             mesh_config: PathBuf::from(&args.mesh_config),
             networks_config: PathBuf::from(&args.networks_config),

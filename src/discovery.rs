@@ -12,6 +12,7 @@ mod gateway_status;
 mod jwks;
 mod mesh_watch;
 mod node_pods;
+mod remotes;
 mod revisions;
 mod secret_access;
 mod sources;
@@ -584,6 +585,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 tokio::spawn(istiod_kubewatch::kube_source::run_updates(client.clone(), updates.clone()));
                 let resend = updates.clone();
                 let rebuild = rebuild_on(&state, move || resend.resend_all());
+                // Remote clusters, from their Secrets (followed in `apply`).
+                let mut remotes = remotes::Remotes::new(
+                    config.identity.cluster_registries_namespace.clone(),
+                    config.cluster_id.clone(),
+                    config.remote_cluster_timeout,
+                );
+                remotes.on_change(rebuild.clone());
+                state.borrow_mut().remotes = Some(remotes);
                 // The revision's tags decide which Gateways are deployed
                 // here: read before the first model, then followed.
                 if state.borrow().gateway_deploy.is_some() {

@@ -1,10 +1,13 @@
-//! Networks end to end (issue #37): the binary reads `--networksConfig`
-//! and the objects through `--configDir`; grpcio, as sidecars in different
-//! networks (`NETWORK` node metadata), fetches EDS
-//! (`tests/py/ads_fetch.py`, Envoy's field rules checked). The expected
-//! shapes are istiod's split-horizon EDS (`EndpointsByNetworkFilter`):
-//! a proxy's own network directly, another network through its east-west
-//! gateway's addresses on 15443 with the weights split among them.
+//! Networks and remote clusters end to end (issue #37). Networks: the
+//! binary reads `--networksConfig` and the objects through `--configDir`;
+//! grpcio, as sidecars in different networks (`NETWORK` node metadata),
+//! fetches EDS (`tests/py/ads_fetch.py`, Envoy's field rules checked). The
+//! expected shapes are istiod's split-horizon EDS
+//! (`EndpointsByNetworkFilter`): a proxy's own network directly, another
+//! network through its east-west gateway's addresses on 15443 with the
+//! weights split among them. Remote clusters: three fake API servers (the
+//! config cluster and remotes added by Secret at run time), as istiod's
+//! secret controller follows them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -96,6 +99,11 @@ const CLUSTER: &str = "outbound|9080||reviews.shop.svc.cluster.local";
 
 /// EDS for `CLUSTER` as a sidecar in `network` (none: no `NETWORK`).
 fn eds(s: &Server, network: Option<&str>) -> Value {
+    eds_of(s, network, CLUSTER)
+}
+
+/// EDS for `cluster` as a sidecar in `network`.
+fn eds_of(s: &Server, network: Option<&str>, cluster: &str) -> Value {
     let mut metadata = json!({"NAMESPACE": "web", "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": "10.1.0.9"});
     if let Some(n) = network {
         metadata["NETWORK"] = json!(n);
@@ -111,7 +119,7 @@ fn eds(s: &Server, network: Option<&str>) -> Value {
     assert!(out.status.success(), "{}\n{}", python::text(&out), s.log());
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["pgv_errors"], json!([]), "{got:#}");
-    got["endpoints"][CLUSTER].clone()
+    got["endpoints"][cluster].clone()
 }
 
 /// (address:port, weight, tlsMode) of each endpoint, and each locality's weight.
@@ -216,4 +224,217 @@ fn split_horizon_eds_through_east_west_gateways() {
     wait_for("the refusal", Duration::from_secs(10), || s.log().contains("invalid mesh networks"));
     assert!(s.log().contains("port number 0 must be in the range 1..65535"), "{}", s.log());
     assert!(get(s.http, "/debug/networkz").unwrap().1.contains("198.51.100.1"));
+}
+
+/// An API server for a remote cluster: its registry's kinds, a system
+/// namespace on `network`, and Service `reviews` in `shop` with one
+/// endpoint at `ip` (a Pod with a sidecar).
+fn remote_api(network: &str, ip: &str) -> istiod_kubewatch::fake::FakeApi {
+    let api = crate::server::bare_fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    populate(&api, network, ip);
+    api
+}
+
+fn populate(api: &istiod_kubewatch::fake::FakeApi, network: &str, ip: &str) {
+    api.apply(
+        "namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "istio-system", "labels": {"topology.istio.io/network": network}}}),
+    );
+    api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "reviews", "namespace": "shop"},
+               "spec": {"clusterIP": "10.96.0.20", "selector": {"app": "reviews"}, "ports": [{"name": "http", "port": 9080}]}}),
+    );
+    let pod = format!("reviews-{}", ip.replace('.', "-"));
+    api.apply(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod, "namespace": "shop", "labels": {"app": "reviews", "security.istio.io/tlsMode": "istio"}},
+               "status": {"podIP": ip}}),
+    );
+    api.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "reviews-1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "reviews"}},
+               "addressType": "IPv4", "ports": [{"name": "http", "port": 9080}],
+               "endpoints": [{"addresses": [ip], "conditions": {"ready": true},
+                              "targetRef": {"kind": "Pod", "name": pod, "namespace": "shop"}}]}),
+    );
+}
+
+/// A kubeconfig for `url` with a bearer token (never to be logged).
+fn remote_kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: r, cluster: {{server: \"{url}\"}}}}]\n\
+         users: [{{name: u, user: {{token: sekret-token-do-not-log}}}}]\n\
+         contexts: [{{name: c, context: {{cluster: r, user: u}}}}]\ncurrent-context: c\n"
+    )
+}
+
+/// A remote secret: `istio/multiCluster: "true"`, one key per cluster.
+fn remote_secret(name: &str, clusters: &[(&str, String)]) -> Value {
+    use base64::Engine;
+    let data: serde_json::Map<String, Value> = clusters
+        .iter()
+        .map(|(c, k)| ((*c).to_owned(), json!(base64::engine::general_purpose::STANDARD.encode(k))))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+           "metadata": {"name": name, "namespace": "istio-system", "labels": {"istio/multiCluster": "true"}},
+           "data": data})
+}
+
+/// The endpoint addresses `/debug/endpointShardz` has for reviews, by shard.
+fn shards(s: &Server) -> Value {
+    let v: Value = serde_json::from_str(&get(s.http, "/debug/endpointShardz").unwrap().1).unwrap();
+    let shards = &v["reviews.shop.svc.cluster.local"]["shop"]["Shards"];
+    let mut out = serde_json::Map::new();
+    for (k, eps) in shards.as_object().into_iter().flatten() {
+        let addrs: Vec<Value> = eps.as_array().unwrap().iter().map(|e| e["Addresses"][0].clone()).collect();
+        out.insert(k.clone(), Value::Array(addrs));
+    }
+    Value::Object(out)
+}
+
+fn metric(s: &Server, series: &str) -> Option<f64> {
+    let (_, body) = get(s.monitoring, "/metrics")?;
+    body.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}
+
+/// Remote clusters by Secret, at run time (istiod's secret controller):
+/// a remote on the config cluster's network joins `reviews` directly; one
+/// on another network, whose east-west gateway is its own Service, is
+/// reached through that gateway (a grpcio sidecar's EDS); a rotated
+/// kubeconfig moves to the new API server; a deleted Secret removes its
+/// cluster; a remote whose API server does not answer is reported as timed
+/// out and holds nothing back; a kubeconfig that does not parse is
+/// reported and skipped; a key naming this cluster is ignored. No
+/// credential reaches the log, and `/debug/clusterz` and the metrics say
+/// what istiod's say.
+#[test]
+fn remote_clusters_join_by_secret_and_are_followed() {
+    let primary = crate::server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        primary.install(r);
+    }
+    populate(&primary, "network1", "10.1.0.1");
+    let west = remote_api("network1", "10.2.0.1");
+    let south = remote_api("network2", "10.3.0.1");
+    south.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "istio-eastwestgateway", "namespace": "istio-system", "labels": {"topology.istio.io/network": "network2"}},
+               "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.99", "ports": [{"name": "tls", "port": 15443}]},
+               "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.30"}]}}}),
+    );
+    let moved = remote_api("network1", "10.4.0.1");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::server::kubeconfig(dir.path(), &primary.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap()),
+            ("CLUSTER_ID", "east"),
+            ("PILOT_REMOTE_CLUSTER_TIMEOUT", "2s"),
+        ],
+        None,
+    );
+    let wait = |what: &str, f: &dyn Fn() -> bool| wait_for(what, Duration::from_secs(20), || f());
+    wait("the config cluster's endpoints", &|| shards(&s) == json!({"Kubernetes/east": ["10.1.0.1"]}));
+    let clusterz = || serde_json::from_str::<Value>(&get(s.http, "/debug/clusterz").unwrap().1).unwrap();
+    assert_eq!(clusterz(), json!([{"id": "east", "secretName": "", "syncStatus": "synced"}]));
+    assert_eq!(metric(&s, "istiod_managed_clusters{cluster_type=\"remote\"}"), Some(0.0));
+
+    // Two remotes: west on this network, south behind its gateway. A key
+    // for this cluster in the same Secret is ignored.
+    primary.apply(
+        "secrets",
+        remote_secret(
+            "istio-remote-secret-west",
+            &[("west", remote_kubeconfig(&west.url())), ("east", remote_kubeconfig(&west.url()))],
+        ),
+    );
+    primary.apply("secrets", remote_secret("istio-remote-secret-south", &[("south", remote_kubeconfig(&south.url()))]));
+    wait("the remotes' endpoints", &|| {
+        shards(&s)
+            == json!({"Kubernetes/east": ["10.1.0.1"], "Kubernetes/west": ["10.2.0.1"], "Kubernetes/south": ["10.3.0.1"]})
+    });
+    assert!(s.log().contains("ignoring cluster as it would overwrite the config cluster"), "{}", s.log());
+    assert_eq!(
+        clusterz(),
+        json!([
+            {"id": "east", "secretName": "", "syncStatus": "synced"},
+            {"id": "south", "secretName": "istio-system/istio-remote-secret-south", "syncStatus": "synced"},
+            {"id": "west", "secretName": "istio-system/istio-remote-secret-west", "syncStatus": "synced"},
+        ])
+    );
+    let (eps, localities) = endpoints(&eds(&s, Some("network1")));
+    assert_eq!(
+        eps,
+        [ep("10.1.0.1:9080", 1, "istio"), ep("10.2.0.1:9080", 1, "istio"), ep("203.0.113.30:15443", 1, "istio")],
+        "network1: east and west directly, south through its gateway"
+    );
+    assert_eq!(localities, [3]);
+    let (eps, _) = endpoints(&eds(&s, Some("network2")));
+    assert_eq!(
+        eps,
+        // (The config cluster's endpoints, then the remotes' by cluster ID.)
+        [ep("10.1.0.1:9080", 1, "istio"), ep("10.3.0.1:9080", 1, "istio"), ep("10.2.0.1:9080", 1, "istio")],
+        "network2: everything directly (no gateway leads into network1)"
+    );
+    assert_eq!(metric(&s, "istiod_managed_clusters{cluster_type=\"remote\"}"), Some(2.0));
+    assert_eq!(
+        metric(&s, "istiod_remote_cluster_sync_status{cluster=\"west\",cluster_type=\"remote\",status=\"synced\"}"),
+        Some(1.0)
+    );
+    assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"add\"}"), Some(2.0));
+
+    // A remote's change is followed.
+    west.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "reviews-2", "namespace": "shop", "labels": {"kubernetes.io/service-name": "reviews"}},
+               "addressType": "IPv4", "ports": [{"name": "http", "port": 9080}],
+               "endpoints": [{"addresses": ["10.2.0.2"], "conditions": {"ready": true}}]}),
+    );
+    wait("west's new endpoint", &|| shards(&s)["Kubernetes/west"] == json!(["10.2.0.1", "10.2.0.2"]));
+
+    // west's kubeconfig rotated to another API server.
+    primary.apply("secrets", remote_secret("istio-remote-secret-west", &[("west", remote_kubeconfig(&moved.url()))]));
+    wait("west moved", &|| shards(&s)["Kubernetes/west"] == json!(["10.4.0.1"]));
+    assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"update\"}"), Some(1.0));
+
+    // A remote that does not answer: reported after the timeout; the
+    // others serve on, and readiness does not wait for it.
+    let dead = crate::server::free_port();
+    primary.apply(
+        "secrets",
+        remote_secret("istio-remote-secret-down", &[("down", remote_kubeconfig(&format!("http://{dead}")))]),
+    );
+    wait("the timeout", &|| {
+        metric(&s, "istiod_remote_cluster_sync_status{cluster=\"down\",cluster_type=\"remote\",status=\"timeout\"}")
+            == Some(1.0)
+    });
+    assert_eq!(metric(&s, "remote_cluster_sync_timeouts_total"), Some(1.0));
+    assert!(clusterz().as_array().unwrap().iter().any(|c| c["id"] == "down" && c["syncStatus"] == "timeout"));
+    assert_eq!(get(s.http, "/ready").unwrap().0, 200);
+    assert_eq!(shards(&s)["Kubernetes/west"], json!(["10.4.0.1"]));
+
+    // A kubeconfig that does not parse: reported, skipped.
+    primary.apply("secrets", remote_secret("istio-remote-secret-bad", &[("bad", "clusters: [unclosed".to_owned())]));
+    wait("the refusal", &|| s.log().contains("create remote cluster failed: invalid kubeconfig"));
+    assert!(!clusterz().as_array().unwrap().iter().any(|c| c["id"] == "bad"));
+
+    // west's Secret deleted: its cluster goes.
+    primary.delete("secrets", "istio-system", "istio-remote-secret-west");
+    wait("west gone", &|| shards(&s).get("Kubernetes/west").is_none());
+    assert_eq!(shards(&s)["Kubernetes/south"], json!(["10.3.0.1"]));
+    assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"delete\"}"), Some(1.0));
+    assert!(!s.log().contains("sekret-token"), "a credential was logged:\n{}", s.log());
+    assert!(!get(s.http, "/debug/clusterz").unwrap().1.contains("sekret"));
 }

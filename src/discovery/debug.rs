@@ -105,6 +105,7 @@ const HANDLERS: &[(&str, &str)] = &[
     ("/debug/ambientz", "Ambient workloads, services and policies (PILOT_ENABLE_AMBIENT)"),
     ("/debug/authorizationz", "Internal authorization policies"),
     ("/debug/config_dump", "ConfigDump in the form of the Envoy admin config dump API for passed in proxyID"),
+    ("/debug/clusterz", "List remote clusters where istiod reads endpoints"),
     ("/debug/config_report", "What the config source read and refused (istiod-rs)"),
     ("/debug/configz", "Debug support for config"),
     ("/debug/connections", "Info about the connected XDS clients"),
@@ -258,6 +259,11 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 istiod_ambient::describe(&a.index)
             }),
         ),
+        // istiod answers 400 without a secret controller (no API server).
+        "/debug/clusterz" => match state.borrow().remotes.as_ref() {
+            Some(r) => Response::json(&r.clusterz(model().is_some())),
+            None => Response::text(400, ""),
+        },
         "/debug/networkz" => Response::json(&model().map_or(json!([]), |m| super::debugz::networkz(&m))),
         "/debug/authorizationz" => Response::json(&model().map_or(json!({}), |m| super::debugz::authorizationz(&m))),
         "/debug/endpointz" | "/debug/endpointShardz" => {
@@ -476,6 +482,7 @@ pub(super) async fn monitoring(
     istiod_xds::metrics::collect(&mut out);
     crate::version::collect_metrics(&crate::version::BUILD, &mut out);
     crate::control::metrics::collect(&mut out);
+    super::remotes::collect(&mut out);
     // The push context's gauges, from the model last published (counted
     // when scraped, not at every change).
     let model = state.borrow().mesh.as_ref().map(|m| m.model.clone());

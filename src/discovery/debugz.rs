@@ -145,6 +145,11 @@ pub(super) fn networkz(m: &Model) -> Value {
     Value::Array(gws.collect())
 }
 
+/// An endpoint's cluster (its label), else `local`.
+fn cluster_of<'a>(e: &'a istiod_mesh::model::Endpoint, local: &'a str) -> &'a str {
+    e.labels.get(istiod_mesh::model::network::CLUSTER_LABEL).map_or(local, String::as_str)
+}
+
 /// `/debug/endpointShardz` (and `/debug/endpointz`): istiod's
 /// `EndpointIndex.Shardz` (`pilot/pkg/model/endpointshards.go`): by
 /// hostname and namespace, the endpoints of each registry shard
@@ -156,45 +161,47 @@ pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
     let mut out: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
     for s in model.services.values().filter(|s| s.resolution == Resolution::ClientSideLb) {
         let provider = if s.kubernetes { "Kubernetes" } else { "External" };
-        let endpoints: Vec<Value> = s
-            .endpoints
-            .iter()
-            .map(|e| {
-                let port_name = s.ports.iter().find(|p| p.port == e.service_port).map_or("", |p| p.name.as_str());
-                let l = &e.locality;
-                let label = [l.region.as_str(), &l.zone, &l.subzone].join("/");
-                json!({
-                    "Labels": e.labels,
-                    "Addresses": [e.address],
-                    "ServicePortName": port_name,
-                    "LegacyClusterPortKey": 0,
-                    "ServiceAccount": e.service_account,
-                    "Network": e.network,
-                    "Locality": { "Label": label.trim_end_matches('/'), "ClusterID": cluster_id },
-                    "EndpointPort": e.port,
-                    "LbWeight": 0,
-                    "TLSMode": e.tls_mode,
-                    "Namespace": s.namespace,
-                    "WorkloadName": e.pod.as_deref().unwrap_or(""),
-                    "HostName": "",
-                    "SubDomain": "",
-                    // model.HealthStatus: Healthy 1, UnHealthy 2, Draining 3.
-                    "HealthStatus": match e.health { Health::Healthy => 1, Health::Unhealthy => 2, Health::Draining => 3 },
-                    "SendUnhealthyEndpoints": false,
-                    "NodeName": "",
-                })
-            })
-            .collect();
+        let mut shards: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for (e, v) in s.endpoints.iter().map(|e| {
+            let port_name = s.ports.iter().find(|p| p.port == e.service_port).map_or("", |p| p.name.as_str());
+            let l = &e.locality;
+            let label = [l.region.as_str(), &l.zone, &l.subzone].join("/");
+            let v = json!({
+                "Labels": e.labels,
+                "Addresses": [e.address],
+                "ServicePortName": port_name,
+                "LegacyClusterPortKey": 0,
+                "ServiceAccount": e.service_account,
+                "Network": e.network,
+                "Locality": { "Label": label.trim_end_matches('/'), "ClusterID": cluster_of(e, cluster_id) },
+                "EndpointPort": e.port,
+                "LbWeight": 0,
+                "TLSMode": e.tls_mode,
+                "Namespace": s.namespace,
+                "WorkloadName": e.pod.as_deref().unwrap_or(""),
+                "HostName": "",
+                "SubDomain": "",
+                // model.HealthStatus: Healthy 1, UnHealthy 2, Draining 3.
+                "HealthStatus": match e.health { Health::Healthy => 1, Health::Unhealthy => 2, Health::Draining => 3 },
+                "SendUnhealthyEndpoints": false,
+                "NodeName": "",
+            });
+            (e, v)
+        }) {
+            shards.entry(format!("{provider}/{}", cluster_of(e, cluster_id))).or_default().push(v);
+        }
+        if shards.is_empty() {
+            shards.insert(format!("{provider}/{cluster_id}"), Vec::new());
+        }
         let accounts: Map<String, Value> = s
             .endpoints
             .iter()
             .filter(|e| !e.service_account.is_empty())
             .map(|e| (e.service_account.clone(), json!({})))
             .collect();
-        out.entry(s.hostname.to_string()).or_default().insert(
-            s.namespace.clone(),
-            json!({ "Shards": { format!("{provider}/{cluster_id}"): endpoints }, "ServiceAccounts": accounts }),
-        );
+        out.entry(s.hostname.to_string())
+            .or_default()
+            .insert(s.namespace.clone(), json!({ "Shards": shards, "ServiceAccounts": accounts }));
     }
     json!(out)
 }

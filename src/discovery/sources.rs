@@ -69,6 +69,10 @@ pub(super) struct State {
     /// The pods node authorization reads (`CA_TRUSTED_NODE_ACCOUNTS`,
     /// Kubernetes only).
     pub(super) node_pods: Option<Arc<super::node_pods::NodePods>>,
+    /// The remote clusters (Kubernetes only).
+    pub(super) remotes: Option<super::remotes::Remotes>,
+    /// The remote registries the last model was built with.
+    pub(super) remote_objects: Vec<(String, Arc<istiod_config::objects::Objects>)>,
 }
 
 /// The ambient index and the names it is built with that come from the
@@ -125,6 +129,25 @@ pub(super) fn apply(
     let settings = state.borrow().settings.as_ref().map(|s| s.borrow().clone()).unwrap_or_default();
     let mesh = &settings;
     let (mut objects, mut changed) = (objects, changed);
+    // Remote clusters follow their Secrets (before the discovery filter:
+    // istiod's secret controller reads its namespace whatever the
+    // selectors say); their registries join the objects, and a change
+    // among them rebuilds whole.
+    let mut remotes = state.borrow_mut().remotes.take();
+    if let Some(r) = remotes.as_mut() {
+        r.reconcile(&objects);
+        objects.remotes = r.objects();
+    }
+    state.borrow_mut().remotes = remotes;
+    {
+        let mut s = state.borrow_mut();
+        let same = s.remote_objects.len() == objects.remotes.len()
+            && s.remote_objects.iter().zip(&objects.remotes).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
+        if !same {
+            changed = None;
+            s.remote_objects.clone_from(&objects.remotes);
+        }
+    }
     if state.borrow().namespace_filter {
         discovery_filter(&mut objects, changed.as_mut(), mesh);
     }

@@ -1,0 +1,381 @@
+//! Remote clusters, as istiod's secret controller
+//! (`pkg/kube/multicluster/secretcontroller.go`) finds them: Secrets
+//! labelled `istio/multiCluster: "true"` in `--clusterRegistriesNamespace`,
+//! each key a cluster ID and its value a kubeconfig. Each remote gets a
+//! client and the watches of its registry (Services, EndpointSlices, Pods,
+//! Nodes, Namespaces); its objects join the model (`Objects::remotes`,
+//! merged by hostname) once it has synced, and every later change
+//! rebuilds the model. A Secret added, changed (a kubeconfig rotated, a
+//! key added or gone) or deleted is followed at run time; a cluster whose
+//! kubeconfig is unchanged keeps its watches. A key naming this cluster is
+//! ignored, a cluster ID a Secret earlier in name order already registered
+//! is skipped, a kubeconfig that does not parse is reported and skipped,
+//! all in istiod's words. A remote that cannot be reached keeps retrying
+//! and is reported `timeout` after `PILOT_REMOTE_CLUSTER_TIMEOUT`; it never
+//! holds the others back. Kubeconfigs (credentials) are never logged or
+//! shown: only cluster IDs and Secret names are.
+//!
+//! Metrics (istiod's): `istiod_managed_clusters{cluster_type}`,
+//! `istiod_remote_cluster_sync_status{cluster,cluster_type,status}`,
+//! `remote_cluster_secret_events_total{event}`,
+//! `remote_cluster_sync_timeouts_total`. `/debug/clusterz` lists the
+//! clusters ([`Remotes::clusterz`]).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use istiod_config::objects::Objects;
+
+/// The label that marks a remote cluster's Secret.
+pub(super) const SECRET_LABEL: &str = "istio/multiCluster";
+
+/// istiod's sync states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    Syncing,
+    Synced,
+    Timeout,
+    Closed,
+}
+
+impl Sync {
+    const ALL: [Sync; 4] = [Sync::Synced, Sync::Syncing, Sync::Timeout, Sync::Closed];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Sync::Syncing => "syncing",
+            Sync::Synced => "synced",
+            Sync::Timeout => "timeout",
+            Sync::Closed => "closed",
+        }
+    }
+}
+
+/// What a remote's task shares with the control thread.
+struct Shared {
+    objects: Option<Arc<Objects>>,
+    sync: Sync,
+}
+
+struct Remote {
+    /// `<namespace>/<name>` of its Secret.
+    secret: String,
+    /// A digest of its kubeconfig (an unchanged one keeps the watches).
+    digest: u64,
+    shared: Rc<RefCell<Shared>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The remote clusters in force.
+pub(super) struct Remotes {
+    namespace: String,
+    local: String,
+    timeout: Duration,
+    clusters: BTreeMap<String, Remote>,
+    /// Each Secret's digest, for istiod's add/update/delete events.
+    secrets: BTreeMap<String, u64>,
+    /// Keys whose kubeconfig did not parse, by (Secret, cluster) and digest:
+    /// reported once per version.
+    refused: BTreeMap<(String, String), u64>,
+    /// Asks for a model rebuild (a remote's objects changed).
+    on_change: Option<Rc<dyn Fn()>>,
+}
+
+/// Process-wide series (the metrics handler reads them without the state).
+#[derive(Default)]
+struct Metrics {
+    remotes: usize,
+    sync: BTreeMap<String, Sync>,
+    events: BTreeMap<&'static str, u64>,
+    timeouts: u64,
+}
+
+static METRICS: Mutex<Option<Metrics>> = Mutex::new(None);
+
+fn metrics<T>(f: impl FnOnce(&mut Metrics) -> T) -> T {
+    let mut m = METRICS.lock().unwrap_or_else(|e| e.into_inner());
+    f(m.get_or_insert_with(Metrics::default))
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl Remotes {
+    /// Remotes registered in `namespace`, this cluster being `local`.
+    pub(super) fn new(namespace: String, local: String, timeout: Duration) -> Remotes {
+        metrics(|m| m.remotes = 0);
+        Remotes {
+            namespace,
+            local,
+            timeout,
+            clusters: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            refused: BTreeMap::new(),
+            on_change: None,
+        }
+    }
+
+    /// What a remote's change calls.
+    pub(super) fn on_change(&mut self, f: Rc<dyn Fn()>) {
+        self.on_change = Some(f);
+    }
+
+    /// Follows the remote Secrets among `objects`: starts, restarts and
+    /// stops remotes to match.
+    pub(super) fn reconcile(&mut self, objects: &Objects) {
+        let mut secrets: Vec<(String, BTreeMap<String, Vec<u8>>)> = objects
+            .secrets
+            .iter()
+            .filter(|s| s.metadata.ns() == self.namespace)
+            .filter(|s| s.metadata.labels.get(SECRET_LABEL).is_some_and(|v| v == "true"))
+            .map(|s| (format!("{}/{}", s.metadata.ns(), s.metadata.name), s.decoded()))
+            .collect();
+        secrets.sort_by(|a, b| a.0.cmp(&b.0));
+        // istiod's secret events.
+        let now: BTreeMap<String, u64> = secrets
+            .iter()
+            .map(|(name, data)| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                data.hash(&mut h);
+                (name.clone(), h.finish())
+            })
+            .collect();
+        for (name, d) in &now {
+            match self.secrets.get(name) {
+                None => count("add"),
+                Some(old) if old != d => count("update"),
+                Some(_) => {}
+            }
+            if self.secrets.get(name) != Some(d) {
+                tracing::info!(target: "multicluster", secret = %name, "processing remote config event");
+            }
+        }
+        for name in self.secrets.keys().filter(|n| !now.contains_key(*n)) {
+            count("delete");
+            tracing::info!(target: "multicluster", secret = %name, "processing remote config event (deleted)");
+        }
+        self.secrets = now;
+        // The cluster each key registers: the first Secret (by name) wins.
+        let mut wanted: BTreeMap<String, (String, &[u8])> = BTreeMap::new();
+        for (name, data) in &secrets {
+            for (cluster, kubeconfig) in data {
+                if *cluster == self.local {
+                    tracing::info!(target: "multicluster", cluster = %cluster, config = %name,
+                        "ignoring cluster as it would overwrite the config cluster");
+                    continue;
+                }
+                if let Some((other, _)) = wanted.get(cluster) {
+                    if other != name {
+                        tracing::warn!(target: "multicluster", cluster = %cluster, config = %name,
+                            "cluster has already been registered");
+                    }
+                    continue;
+                }
+                wanted.insert(cluster.clone(), (name.clone(), kubeconfig));
+            }
+        }
+        self.refused.retain(|(_, cluster), _| wanted.contains_key(cluster));
+        let gone: Vec<String> = self.clusters.keys().filter(|c| !wanted.contains_key(*c)).cloned().collect();
+        for cluster in gone {
+            if let Some(r) = self.clusters.remove(&cluster) {
+                tracing::info!(target: "multicluster", cluster = %cluster, secret = %r.secret, "Deleting cluster");
+                metrics(|m| m.sync.remove(&cluster));
+                self.changed();
+            }
+        }
+        for (cluster, (secret, kubeconfig)) in wanted {
+            let d = digest(kubeconfig);
+            if self.clusters.get(&cluster).is_some_and(|r| r.digest == d && r.secret == secret) {
+                continue;
+            }
+            if self.refused.get(&(secret.clone(), cluster.clone())) == Some(&d) {
+                continue;
+            }
+            let action = if self.clusters.contains_key(&cluster) { "Update" } else { "Add" };
+            let config = std::str::from_utf8(kubeconfig)
+                .map_err(|e| e.to_string())
+                .and_then(|t| kube::config::Kubeconfig::from_yaml(t).map_err(|e| e.to_string()));
+            let config = match config {
+                Ok(c) => c,
+                Err(e) => {
+                    // The parser's message names a position, not the content.
+                    tracing::error!(target: "multicluster", cluster = %cluster, config = %secret,
+                        "{action} cluster: create remote cluster failed: invalid kubeconfig: {e}");
+                    self.refused.insert((secret, cluster.clone()), d);
+                    if self.clusters.remove(&cluster).is_some() {
+                        metrics(|m| m.sync.remove(&cluster));
+                        self.changed();
+                    }
+                    continue;
+                }
+            };
+            tracing::info!(target: "multicluster", cluster = %cluster, config = %secret, "{action} cluster");
+            let shared = Rc::new(RefCell::new(Shared { objects: None, sync: Sync::Syncing }));
+            metrics(|m| m.sync.insert(cluster.clone(), Sync::Syncing));
+            let task = tokio::task::spawn_local(follow(
+                cluster.clone(),
+                config,
+                shared.clone(),
+                self.on_change.clone(),
+                self.timeout,
+            ));
+            // A replaced remote's watches stop as it drops.
+            if self.clusters.insert(cluster.clone(), Remote { secret, digest: d, shared, task }).is_some() {
+                self.changed();
+            }
+        }
+        metrics(|m| m.remotes = self.clusters.len());
+    }
+
+    fn changed(&self) {
+        if let Some(f) = &self.on_change {
+            f();
+        }
+    }
+
+    /// The synced remotes' registries, by cluster ID.
+    pub(super) fn objects(&self) -> Vec<(String, Arc<Objects>)> {
+        self.clusters.iter().filter_map(|(c, r)| Some((c.clone(), r.shared.borrow().objects.clone()?))).collect()
+    }
+
+    /// istiod's `/debug/clusterz` (`ListRemoteClusters`): this cluster,
+    /// then each remote with its Secret and sync state.
+    pub(super) fn clusterz(&self, local_synced: bool) -> Value {
+        let mut out = vec![json!({
+            "id": self.local,
+            "secretName": "",
+            "syncStatus": if local_synced { "synced" } else { "syncing" },
+        })];
+        for (id, r) in &self.clusters {
+            out.push(json!({"id": id, "secretName": r.secret, "syncStatus": r.shared.borrow().sync.as_str()}));
+        }
+        Value::Array(out)
+    }
+}
+
+fn count(event: &'static str) {
+    metrics(|m| *m.events.entry(event).or_default() += 1);
+}
+
+/// One remote: a client from its kubeconfig, its registry's watches, each
+/// update kept for the model; `timeout` after `timeout` unsynced.
+async fn follow(
+    cluster: String,
+    config: kube::config::Kubeconfig,
+    shared: Rc<RefCell<Shared>>,
+    on_change: Option<Rc<dyn Fn()>>,
+    timeout: Duration,
+) {
+    let set = |s: Sync| {
+        shared.borrow_mut().sync = s;
+        metrics(|m| {
+            if let Some(v) = m.sync.get_mut(&cluster) {
+                *v = s;
+            }
+        });
+    };
+    let client = match kube::Config::from_custom_kubeconfig(config, &Default::default()).await {
+        Ok(c) => kube::Client::try_from(c).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(target: "multicluster", cluster = %cluster, "create remote cluster failed: {e}");
+            set(Sync::Closed);
+            return;
+        }
+    };
+    let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
+    let _watches = Abort(tokio::spawn(istiod_kubewatch::kube_source::run_registry(client, updates.clone())));
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let (mut synced, mut timed_out) = (false, false);
+    loop {
+        tokio::select! {
+            u = updates.next() => {
+                if !synced {
+                    tracing::info!(target: "multicluster", cluster = %cluster, "remote cluster synced");
+                    synced = true;
+                }
+                shared.borrow_mut().objects = Some(Arc::new(u.objects));
+                set(Sync::Synced);
+                if let Some(f) = &on_change {
+                    f();
+                }
+            }
+            _ = &mut deadline, if !synced && !timed_out => {
+                tracing::warn!(target: "multicluster", cluster = %cluster, timeout = ?timeout,
+                    "remote cluster did not sync in time; serving without it until it does");
+                metrics(|m| m.timeouts += 1);
+                set(Sync::Timeout);
+                timed_out = true;
+            }
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct Abort(tokio::task::JoinHandle<()>);
+
+impl Drop for Abort {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Adds istiod's multicluster series (Kubernetes only: the controller
+/// runs with an API server).
+pub(super) fn collect(out: &mut istiod_xds::metrics::Exposition) {
+    let Some((remotes, sync, events, timeouts)) = METRICS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|m| (m.remotes, m.sync.clone(), m.events.clone(), m.timeouts))
+    else {
+        return;
+    };
+    let kind = |k: &str| ("cluster_type", k.to_owned());
+    out.gauge(
+        "istiod_managed_clusters",
+        "Number of clusters managed by istiod",
+        [(vec![kind("local")], 1.0), (vec![kind("remote")], remotes as f64)],
+    );
+    out.gauge(
+        "istiod_remote_cluster_sync_status",
+        "Current synchronization state of remote clusters managed by istiod. One sample per cluster and state; a value of 1 indicates the cluster is in that state.",
+        sync.iter().flat_map(|(c, s)| {
+            Sync::ALL.iter().map(move |state| {
+                (
+                    vec![("cluster", c.clone()), kind("remote"), ("status", state.as_str().to_owned())],
+                    if state == s { 1.0 } else { 0.0 },
+                )
+            })
+        }),
+    );
+    out.counter(
+        "remote_cluster_secret_events_total",
+        "Number of remote cluster secret events.",
+        events.into_iter().map(|(e, n)| (vec![("event", e.to_owned())], n as f64)),
+    );
+    out.counter(
+        "remote_cluster_sync_timeouts_total",
+        "Number of times remote clusters took too long to sync, causing slow startup that excludes remote clusters.",
+        [(vec![], timeouts as f64)],
+    );
+}

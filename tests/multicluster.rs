@@ -344,7 +344,7 @@ fn remote_clusters_join_by_secret_and_are_followed() {
         ],
         None,
     );
-    let wait = |what: &str, f: &dyn Fn() -> bool| wait_for(what, Duration::from_secs(20), || f());
+    let wait = |what: &str, f: &dyn Fn() -> bool| wait_for(what, Duration::from_secs(20), f);
     wait("the config cluster's endpoints", &|| shards(&s) == json!({"Kubernetes/east": ["10.1.0.1"]}));
     let clusterz = || serde_json::from_str::<Value>(&get(s.http, "/debug/clusterz").unwrap().1).unwrap();
     assert_eq!(clusterz(), json!([{"id": "east", "secretName": "", "syncStatus": "synced"}]));

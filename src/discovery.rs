@@ -119,6 +119,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (generator_auth, debug_auth, sampling) =
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
         let (cluster_id, system_namespace) = (config.cluster_id.clone(), config.identity.namespace.clone());
+        let cluster_aliases = config.cluster_aliases.clone();
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
@@ -132,6 +133,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.trace_sampling = istiod_mesh::meshconfig::Percent(sampling);
             mesh.networks.cluster_id = cluster_id.clone();
             mesh.networks.system_namespace = system_namespace.clone();
+            mesh.networks.cluster_aliases.clone_from(&cluster_aliases);
         })
     };
     // The config directory is read before the cores start, so a bad

@@ -104,9 +104,17 @@ fn eds(s: &Server, network: Option<&str>) -> Value {
 
 /// EDS for `cluster` as a sidecar in `network`.
 fn eds_of(s: &Server, network: Option<&str>, cluster: &str) -> Value {
-    let mut metadata = json!({"NAMESPACE": "web", "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": "10.1.0.9"});
+    let mut metadata = json!({});
     if let Some(n) = network {
         metadata["NETWORK"] = json!(n);
+    }
+    eds_as(s, metadata, cluster)
+}
+
+/// EDS for `cluster` as a sidecar with `metadata` besides the usual.
+fn eds_as(s: &Server, mut metadata: Value, cluster: &str) -> Value {
+    for (k, v) in [("NAMESPACE", "web"), ("ISTIO_VERSION", "1.28.0"), ("INSTANCE_IPS", "10.1.0.9")] {
+        metadata[k] = json!(v);
     }
     let node = json!({"id": "sidecar~10.1.0.9~web-0.web~web.svc.cluster.local", "metadata": metadata});
     let out = std::process::Command::new(python::python())
@@ -312,7 +320,8 @@ fn metric(s: &Server, series: &str) -> Option<f64> {
 /// kubeconfig moves to the new API server; a deleted Secret removes its
 /// cluster; a remote whose API server does not answer is reported as timed
 /// out and holds nothing back; a kubeconfig that does not parse is
-/// reported and skipped; a key naming this cluster is ignored. No
+/// reported and skipped; a key naming this cluster is ignored; a
+/// cluster-local host's endpoints are the proxy's cluster's. No
 /// credential reaches the log, and `/debug/clusterz` and the metrics say
 /// what istiod's say.
 #[test]
@@ -336,7 +345,7 @@ fn remote_clusters_join_by_secret_and_are_followed() {
     let kubeconfig = crate::server::kubeconfig(dir.path(), &primary.url());
     let s = Server::start_on(
         &["--kubeconfig", kubeconfig.to_str().unwrap()],
-        &[],
+        &["--clusterAliases", "old-east=east"],
         &[
             ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap()),
             ("CLUSTER_ID", "east"),
@@ -393,6 +402,36 @@ fn remote_clusters_join_by_secret_and_are_followed() {
         Some(1.0)
     );
     assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"add\"}"), Some(2.0));
+
+    // A cluster-local host (istiod's default: all of kube-system): a proxy
+    // sees its own cluster's endpoints of it, a `--clusterAliases` alias
+    // naming its cluster.
+    for (api, ip) in [(&primary, "10.1.9.9"), (&west, "10.2.9.9")] {
+        api.apply(
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+                   "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "tcp-dns", "port": 53}]}}),
+        );
+        api.apply(
+            "endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "kube-dns-1", "namespace": "kube-system", "labels": {"kubernetes.io/service-name": "kube-dns"}},
+                   "addressType": "IPv4", "ports": [{"name": "tcp-dns", "port": 53}],
+                   "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}),
+        );
+    }
+    let dns = "outbound|53||kube-dns.kube-system.svc.cluster.local";
+    let dns_shards = || {
+        let v: Value = serde_json::from_str(&get(s.http, "/debug/endpointShardz").unwrap().1).unwrap();
+        v["kube-dns.kube-system.svc.cluster.local"]["kube-system"]["Shards"].as_object().map_or(0, |o| o.len())
+    };
+    wait("kube-dns in both clusters", &|| dns_shards() == 2);
+    let of = |cluster: &str| endpoints(&eds_as(&s, json!({"CLUSTER_ID": cluster, "NETWORK": "network1"}), dns)).0;
+    assert_eq!(of("east"), [ep("10.1.9.9:53", 1, "")]);
+    assert_eq!(of("west"), [ep("10.2.9.9:53", 1, "")]);
+    assert_eq!(of("old-east"), [ep("10.1.9.9:53", 1, "")], "an alias of east");
+    let (eps, _) = endpoints(&eds_as(&s, json!({"CLUSTER_ID": "east", "NETWORK": "network1"}), CLUSTER));
+    assert_eq!(eps.len(), 3, "reviews is not cluster-local: {eps:?}");
 
     // A remote's change is followed.
     west.apply(

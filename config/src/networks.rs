@@ -158,6 +158,9 @@ pub struct Networks {
     /// istiod's namespace: its `topology.istio.io/network` label is the
     /// network of this cluster's workloads that name none.
     pub system_namespace: String,
+    /// `--clusterAliases`: a proxy whose `CLUSTER_ID` is an alias is of the
+    /// cluster it names.
+    pub cluster_aliases: BTreeMap<String, String>,
 }
 
 impl Networks {
@@ -180,6 +183,72 @@ impl Networks {
             return system_namespace;
         }
         self.mesh.of_registry(cluster).or_else(|| self.mesh.of_address(ip)).unwrap_or("")
+    }
+}
+
+/// istiod's `ClusterLocalHosts` (`pilot/pkg/model/cluster_local.go`): the
+/// hosts whose endpoints a proxy sees only from its own cluster. By
+/// default every host of `kube-system`, `kubernetes.default.svc`, and
+/// istiod's own discovery host; `meshConfig.serviceSettings` entries with
+/// `clusterLocal` add hosts, and with `clusterLocal: false` take defaults
+/// away. The most specific match decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterLocal {
+    specific: BTreeMap<String, bool>,
+    wildcard: BTreeMap<String, bool>,
+}
+
+impl ClusterLocal {
+    /// The hosts `mesh` (the mesh configuration as written) makes
+    /// cluster-local under `domain`.
+    pub fn new(mesh: &serde_json::Value, domain: &str) -> ClusterLocal {
+        let discovery = mesh["defaultConfig"]["discoveryAddress"].as_str().unwrap_or("istiod.istio-system.svc:15012");
+        let discovery = discovery.rsplit_once(':').map_or(discovery, |(h, _)| h);
+        let discovery = match discovery.ends_with(domain) {
+            true => discovery.to_owned(),
+            false => format!("{discovery}.{domain}"),
+        };
+        let mut defaults: Vec<Option<String>> = vec![
+            Some(format!("*.kube-system.svc.{domain}")),
+            Some(format!("kubernetes.default.svc.{domain}")),
+            Some(discovery),
+        ];
+        let mut out = ClusterLocal::default();
+        for s in mesh["serviceSettings"].as_array().into_iter().flatten() {
+            let local = s["settings"]["clusterLocal"].as_bool().unwrap_or(false);
+            let hosts: Vec<&str> = s["hosts"].as_array().into_iter().flatten().filter_map(|h| h.as_str()).collect();
+            if !local {
+                for d in &mut defaults {
+                    let gone = d
+                        .as_deref()
+                        .is_some_and(|d| hosts.iter().any(|h| *h == d || (d.starts_with('*') && h.ends_with(&d[1..]))));
+                    if gone {
+                        *d = None;
+                    }
+                }
+            }
+            for h in hosts {
+                let map = if h.starts_with('*') { &mut out.wildcard } else { &mut out.specific };
+                map.insert(h.to_owned(), local);
+            }
+        }
+        for d in defaults.into_iter().flatten() {
+            let map = if d.starts_with('*') { &mut out.wildcard } else { &mut out.specific };
+            map.insert(d, true);
+        }
+        out
+    }
+
+    /// Whether `host` is cluster-local (istiod's `MostSpecificHostMatch`).
+    pub fn is_local(&self, host: &str) -> bool {
+        if let Some(v) = self.specific.get(host) {
+            return *v;
+        }
+        self.wildcard
+            .iter()
+            .filter(|(w, _)| *w == "*" || host.ends_with(&w[1..]))
+            .max_by_key(|(w, _)| w.len())
+            .is_some_and(|(_, v)| *v)
     }
 }
 
@@ -245,6 +314,36 @@ mod tests {
             let e = MeshNetworks::parse(bad).unwrap_err();
             assert!(e.contains(want), "{bad}: {e}");
         }
+    }
+
+    /// After istiod's `TestIsClusterLocal` (pilot/pkg/model/cluster_local_test.go).
+    #[test]
+    fn cluster_local_hosts_as_istiod_decides_them() {
+        let local = |mesh: serde_json::Value, host: &str| ClusterLocal::new(&mesh, "cluster.local").is_local(host);
+        let none = serde_json::json!({});
+        assert!(local(none.clone(), "kubernetes.default.svc.cluster.local"));
+        assert!(local(none.clone(), "svc.kube-system.svc.cluster.local"));
+        assert!(local(none.clone(), "istiod.istio-system.svc.cluster.local"), "the discovery host");
+        assert!(!local(none.clone(), "svc.ns.svc.cluster.local"));
+        let settings = |local: bool, hosts: &[&str]| serde_json::json!({"serviceSettings": [{"settings": {"clusterLocal": local}, "hosts": hosts}]});
+        assert!(local(settings(true, &["*.ns.svc.cluster.local"]), "svc.ns.svc.cluster.local"));
+        assert!(local(settings(true, &["svc.ns.svc.cluster.local"]), "svc.ns.svc.cluster.local"));
+        assert!(!local(settings(true, &["svc.ns.svc.cluster.local"]), "other.ns.svc.cluster.local"));
+        assert!(!local(settings(false, &["*.kube-system.svc.cluster.local"]), "svc.kube-system.svc.cluster.local"));
+        assert!(!local(
+            settings(false, &["kubernetes.default.svc.cluster.local"]),
+            "kubernetes.default.svc.cluster.local"
+        ));
+        let mixed = serde_json::json!({"serviceSettings": [
+            {"settings": {"clusterLocal": true}, "hosts": ["*.ns.svc.cluster.local"]},
+            {"settings": {"clusterLocal": false}, "hosts": ["global.ns.svc.cluster.local"]},
+        ]});
+        assert!(local(mixed.clone(), "svc.ns.svc.cluster.local"));
+        assert!(!local(mixed, "global.ns.svc.cluster.local"), "the most specific wins");
+        assert!(local(
+            serde_json::json!({"defaultConfig": {"discoveryAddress": "istiod-rev.istio-system.svc:15012"}}),
+            "istiod-rev.istio-system.svc.cluster.local"
+        ));
     }
 
     /// istiod's `Network()` order: label, system namespace, registry, CIDR.

@@ -583,7 +583,11 @@ impl Generator for MeshGenerator {
             // Tracing tags name them: on virtualInbound (built for the
             // whole class) and a gateway's listeners.
             mesh_id: if is_router(class) && kind == Kind::Listener { class.mesh_id.clone() } else { Arc::from("") },
-            cluster_id: if is_router(class) && kind == Kind::Listener {
+            // ...and a cluster-local host's endpoints are the proxy's
+            // cluster's.
+            cluster_id: if is_router(class) && kind == Kind::Listener
+                || kind == Kind::Endpoint && m.model.remote_clusters
+            {
                 class.cluster_id.clone()
             } else {
                 Arc::from("")
@@ -773,13 +777,11 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             if let (Some(split), Some(cla)) = (&form.split, &form.endpoints_typed) {
                 let meta = |k: &str| class.metadata.iter().find(|(m, _)| &**m == k).map_or("", |(_, v)| &**v);
                 let gateways = &m.model.network_gateways;
-                let mut cla = crate::translate::network::split(
-                    cla,
-                    split,
-                    gateways,
-                    meta("NETWORK"),
-                    meta("REQUESTED_NETWORK_VIEW"),
-                );
+                // `--clusterAliases` name a proxy's cluster by another ID.
+                let aliases = &m.model.mesh.networks.cluster_aliases;
+                let cluster = aliases.get(&*class.cluster_id).map_or(&*class.cluster_id, String::as_str);
+                let (network, view) = (meta("NETWORK"), meta("REQUESTED_NETWORK_VIEW"));
+                let mut cla = crate::translate::network::split(cla, split, gateways, cluster, network, view);
                 if !class.locality.is_empty() {
                     crate::translate::locality::localize(&mut cla, form, &class.locality);
                 }

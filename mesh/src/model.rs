@@ -309,6 +309,12 @@ pub struct Model {
     /// The east-west gateways (`model/network.rs`): with any, endpoints
     /// are served split by network.
     pub network_gateways: Arc<network::NetworkGateways>,
+    /// The hosts proxies see only their own cluster's endpoints of.
+    #[serde(skip)]
+    pub cluster_local: Arc<istiod_config::networks::ClusterLocal>,
+    /// Whether remote clusters' registries are merged in (then a
+    /// cluster-local host's endpoints are filtered per proxy cluster).
+    pub remote_clusters: bool,
     /// The mesh configuration.
     #[serde(skip)]
     pub mesh: Arc<crate::meshconfig::MeshSettings>,
@@ -844,6 +850,8 @@ impl Model {
             model.services.insert(s.hostname.clone(), s);
         }
         remote_services(&mut model, objs, domain);
+        model.remote_clusters = !objs.remotes.is_empty();
+        model.cluster_local = Arc::new(istiod_config::networks::ClusterLocal::new(&model.mesh.raw, domain));
         let mut aliases: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
         for svc in objs.services.iter().filter(|s| s.spec.kind.as_deref() == Some("ExternalName")) {
             let Some(target) = svc.spec.external_name.as_deref() else { continue };

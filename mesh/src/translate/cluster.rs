@@ -100,7 +100,12 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
                 && !svc.mesh_external
                 && !refused
                 && svc.endpoints.iter().any(|e| e.tls_mode == "istio");
-            let networks = model.network_gateways.enabled().then_some((&*model.network_gateways, refused));
+            let local = model.remote_clusters && model.cluster_local.is_local(&svc.hostname);
+            let networks = (model.network_gateways.enabled() || local).then_some(Placing {
+                gateways: &model.network_gateways,
+                refused,
+                cluster_local: local,
+            });
             let plain = std::iter::once(("", None));
             for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
                 let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls, networks);
@@ -114,10 +119,18 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
     out.into_iter().collect()
 }
 
+/// Where endpoints are placed for per-proxy EDS: the gateways, whether the
+/// service's workloads refuse mTLS, whether the host is cluster-local.
+#[derive(Clone, Copy)]
+struct Placing<'a> {
+    gateways: &'a crate::model::network::NetworkGateways,
+    refused: bool,
+    cluster_local: bool,
+}
+
 /// The cluster `outbound|<port>|<subset>|<host>` as it is where `rule`
-/// applies (`None`: no rule), with its load assignment; with `networks`
-/// (the gateways, and whether the service's workloads refuse mTLS), where
-/// its endpoints sit, for split-horizon EDS.
+/// applies (`None`: no rule), with its load assignment; with `networks`,
+/// where its endpoints sit, for split-horizon and cluster-local EDS.
 #[allow(clippy::too_many_arguments)]
 fn form(
     mesh: &crate::meshconfig::MeshSettings,
@@ -127,7 +140,7 @@ fn form(
     labels: Option<&BTreeMap<String, String>>,
     rule: Option<&crate::model::destination_rules::AppliedRule>,
     auto_mtls: bool,
-    networks: Option<(&crate::model::network::NetworkGateways, bool)>,
+    networks: Option<Placing<'_>>,
 ) -> (Arc<str>, ClusterForm) {
     let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
     let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
@@ -148,13 +161,13 @@ fn form(
             endpoints = Some(Arc::new(match networks {
                 // istiod's mtlsChecker: the rule's TLS mode where it sets
                 // one, else what the workloads' policy allows.
-                Some((gateways, refused)) => {
+                Some(p) => {
                     let tls = policy.as_ref().and_then(|p| p.tls.as_ref());
                     let takes = tls
-                        .map_or(!refused, |t| t.mode == istiod_config::istio::networking::ClientTlsMode::IstioMutual);
+                        .map_or(!p.refused, |t| t.mode == istiod_config::istio::networking::ClientTlsMode::IstioMutual);
                     let mtls = |e: &crate::model::Endpoint| takes && e.tls_mode == "istio" && !e.tunnel;
                     let (cla, places) = placed(&name, svc, port, labels, &mesh.networks.cluster_id, &mtls);
-                    split = Some(Arc::new(super::network::Split::new(places, gateways)));
+                    split = Some(Arc::new(super::network::Split::new(places, p.gateways, p.cluster_local)));
                     cla
                 }
                 None => load_assignment(&name, svc, port, labels),

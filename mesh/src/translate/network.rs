@@ -34,31 +34,38 @@ pub struct Place {
 pub struct Split {
     /// The places.
     pub places: Vec<Vec<Place>>,
+    /// Whether the host is cluster-local (istiod's `clusterLocal`): a
+    /// proxy sees its own cluster's endpoints only.
+    pub cluster_local: bool,
     /// Changes when the places or the gateways do.
     pub digest: u64,
 }
 
 impl Split {
     /// `places` under `gateways`.
-    pub fn new(places: Vec<Vec<Place>>, gateways: &NetworkGateways) -> Split {
+    pub fn new(places: Vec<Vec<Place>>, gateways: &NetworkGateways, cluster_local: bool) -> Split {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&places, &gateways.all).hash(&mut h);
-        Split { places, digest: h.finish() }
+        (&places, &gateways.all, cluster_local).hash(&mut h);
+        Split { places, cluster_local, digest: h.finish() }
     }
 }
 
 /// The node metadata keys a class keeps for endpoints once gateways exist.
 pub const NODE_KEYS: [&str; 2] = ["NETWORK", "REQUESTED_NETWORK_VIEW"];
 
-/// `cla` as a proxy in `network` (empty: unknown) that sees `view`
-/// (comma-separated networks; empty: all) receives it.
+/// `cla` as a proxy of `cluster` in `network` (empty: unknown) that sees
+/// `view` (comma-separated networks; empty: all) receives it.
 pub fn split(
     cla: &ClusterLoadAssignment,
     split: &Split,
     gateways: &NetworkGateways,
+    cluster: &str,
     network: &str,
     view: &str,
 ) -> ClusterLoadAssignment {
+    // Without gateways the network view filters nothing (istiod's filter
+    // does not run).
+    let view = if gateways.enabled() { view } else { "" };
     let visible: Vec<&str> = view.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     let scale = gateways.scale.max(1);
     let mut out = ClusterLoadAssignment { endpoints: Vec::new(), ..cla.clone() };
@@ -66,6 +73,9 @@ pub fn split(
         let mut lb_endpoints = Vec::new();
         let mut through: BTreeMap<&NetworkGateway, u32> = BTreeMap::new();
         for (ep, p) in group.lb_endpoints.iter().zip(places) {
+            if split.cluster_local && p.cluster != cluster {
+                continue;
+            }
             if !visible.is_empty() && !p.network.is_empty() && !visible.contains(&p.network.as_str()) {
                 continue;
             }
@@ -148,7 +158,7 @@ mod tests {
             ..Default::default()
         };
         let places = eps.iter().map(|&(_, n, c, mtls)| Place { network: n.into(), cluster: c.into(), mtls }).collect();
-        (cla, Split::new(vec![places], gws))
+        (cla, Split::new(vec![places], gws, false))
     }
 
     /// (address, weight) of each endpoint, in order, and the group's weight.
@@ -202,7 +212,7 @@ mod tests {
     fn run(network: &str, mtls: bool) -> (Vec<(String, u32)>, Option<u32>) {
         let gws = environment();
         let (cla, s) = input(&shards(mtls), &gws);
-        got(&split(&cla, &s, &gws, network, ""))
+        got(&split(&cla, &s, &gws, "", network, ""))
     }
 
     fn want(eps: &[(&str, u32)]) -> (Vec<(String, u32)>, Option<u32>) {
@@ -270,7 +280,7 @@ mod tests {
             ],
             &gws,
         );
-        assert_eq!(got(&split(&cla, &s, &gws, "", "")), want(&[("3.3.3.3", 1), ("1.1.1.1", 1), ("2.2.2.2", 1)]));
+        assert_eq!(got(&split(&cla, &s, &gws, "", "", "")), want(&[("3.3.3.3", 1), ("1.1.1.1", 1), ("2.2.2.2", 1)]));
     }
 
     /// `REQUESTED_NETWORK_VIEW` hides the networks it does not name
@@ -282,7 +292,7 @@ mod tests {
         eps.push(("50.0.0.1", "", "cluster5", true));
         let (cla, s) = input(&eps, &gws);
         assert_eq!(
-            got(&split(&cla, &s, &gws, "network1", "network1, network4")),
+            got(&split(&cla, &s, &gws, "", "network1", "network1, network4")),
             want(&[("10.0.0.1", 6), ("10.0.0.3", 6), ("10.0.0.2", 6), ("40.0.0.1", 6), ("50.0.0.1", 6)])
         );
     }

@@ -593,7 +593,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     config.cluster_id.clone(),
                     config.remote_cluster_timeout,
                 );
-                remotes.on_change(rebuild.clone());
+                let poke = updates.clone();
+                remotes.on_change(Rc::new(move || poke.poke()));
                 state.borrow_mut().remotes = Some(remotes);
                 // The revision's tags decide which Gateways are deployed
                 // here: read before the first model, then followed.

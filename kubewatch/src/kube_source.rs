@@ -87,6 +87,16 @@ impl Updates {
         }
     }
 
+    /// Asks for an update now, with the changes since the last one (none
+    /// may be left: an update that names no change), once the source has
+    /// listed every kind: what another source changed (a remote cluster)
+    /// is applied with these objects.
+    pub fn poke(&self) {
+        if let Some(tx) = self.resend.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = tx.send(());
+        }
+    }
+
     /// The next update: everything since the last one taken.
     pub async fn next(&self) -> Update {
         loop {

@@ -886,14 +886,12 @@ impl Model {
 /// has is that remote's service.
 fn remote_services(model: &mut Model, objs: &Objects, domain: &str) {
     for (cluster, remote) in &objs.remotes {
-        let namespaces: BTreeMap<String, BTreeMap<String, String>> =
-            remote.namespaces.iter().map(|n| (n.metadata.name.clone(), n.metadata.labels.clone())).collect();
         let workloads = Workloads::all(remote);
         let slices = slices_by_service(remote);
         for svc in &remote.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
-            let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
-            let s = network::place(export_default(s, &model.mesh), &model.mesh, &namespaces, cluster);
+            let slices = slices.get(&key).map_or(&[][..], Vec::as_slice);
+            let s = remote_service(&model.mesh, domain, (cluster, remote), svc, slices, &workloads);
             match model.services.get_mut(&s.hostname) {
                 Some(have) => have.endpoints.extend(s.endpoints),
                 None => {
@@ -902,6 +900,28 @@ fn remote_services(model: &mut Model, objs: &Objects, domain: &str) {
             }
         }
     }
+}
+
+/// Service `svc` of remote cluster `remote` (its ID and objects), its
+/// endpoints from `slices` joined with `workloads`, placed in that cluster.
+pub(crate) fn remote_service(
+    mesh: &crate::meshconfig::MeshSettings,
+    domain: &str,
+    remote: (&str, &Objects),
+    svc: &istiod_config::objects::Service,
+    slices: &[&EndpointSlice],
+    workloads: &Workloads<'_>,
+) -> Service {
+    let (cluster, objs) = remote;
+    // Only the system namespace's labels are read (its network).
+    let namespaces: BTreeMap<String, BTreeMap<String, String>> = objs
+        .namespaces
+        .iter()
+        .filter(|n| n.metadata.name == mesh.networks.system_namespace)
+        .map(|n| (n.metadata.name.clone(), n.metadata.labels.clone()))
+        .collect();
+    let s = service(svc, domain, slices, workloads);
+    network::place(export_default(s, mesh), mesh, &namespaces, cluster)
 }
 
 /// The EndpointSlices of each Service, by (namespace, service name).

@@ -69,8 +69,9 @@ pub fn update(
     // the resolver replaces both together (jwks.rs `publish`).
     // A new mesh configuration may change anything: no fast path.
     let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
-        // Remote clusters' services merge with these: rebuilt whole.
-        if let Some(refs) = all(&Model::SERVICE_KINDS).filter(|_| objects.remotes.is_empty()) {
+        // (A ref names no cluster: a remote cluster's objects change through
+        // here too, their hosts rebuilt from every cluster.)
+        if let Some(refs) = all(&Model::SERVICE_KINDS) {
             // An Ingress's named backend port is read from its Service; an
             // ExternalName Service aliases another's virtual host.
             let external_name = |s: &istiod_config::objects::Service| s.spec.kind.as_deref() == Some("ExternalName");
@@ -103,9 +104,11 @@ pub fn update(
             // An east-west gateway's Service changes every cross-network
             // endpoint's weight.
             let gateway = |r: &&ObjectRef| {
-                let svc = objects.services.iter().find(|s| s.metadata.ns() == r.namespace && s.metadata.name == r.name);
-                svc.is_some_and(|s| crate::model::network::may_be_gateway(s, settings, domain))
-                    || m.model.network_gateways.services.contains(&(r.namespace.clone(), r.name.clone()))
+                let remotes = objects.remotes.iter().map(|(_, o)| &**o);
+                std::iter::once(objects).chain(remotes).any(|o| {
+                    let svc = o.services.iter().find(|s| s.metadata.ns() == r.namespace && s.metadata.name == r.name);
+                    svc.is_some_and(|s| crate::model::network::may_be_gateway(s, settings, domain))
+                }) || m.model.network_gateways.services.contains(&(r.namespace.clone(), r.name.clone()))
             };
             if refs.iter().any(|r| r.kind == "Service" && gateway(&r)) {
                 return None;

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use istiod_config::manifest::ObjectRef;
 use istiod_config::objects::Objects;
 
 /// The label that marks a remote cluster's Secret.
@@ -63,6 +64,10 @@ struct Shared {
     sync: Sync,
 }
 
+/// The remote objects changed since the model last took them: `None` when
+/// not known (a cluster came, went, or relisted).
+type Pending = Rc<RefCell<Option<Vec<ObjectRef>>>>;
+
 struct Remote {
     /// `<namespace>/<name>` of its Secret.
     secret: String,
@@ -89,8 +94,10 @@ pub(super) struct Remotes {
     /// Keys whose kubeconfig did not parse, by (Secret, cluster) and digest:
     /// reported once per version.
     refused: BTreeMap<(String, String), u64>,
-    /// Asks for a model rebuild (a remote's objects changed).
+    /// Asks for a model update (a remote's objects changed).
     on_change: Option<Rc<dyn Fn()>>,
+    /// What changed since [`Remotes::take_changed`] last said.
+    pending: Pending,
 }
 
 /// Process-wide series (the metrics handler reads them without the state).
@@ -127,6 +134,7 @@ impl Remotes {
             secrets: BTreeMap::new(),
             refused: BTreeMap::new(),
             on_change: None,
+            pending: Rc::new(RefCell::new(Some(Vec::new()))),
         }
     }
 
@@ -231,7 +239,7 @@ impl Remotes {
                 cluster.clone(),
                 config,
                 shared.clone(),
-                self.on_change.clone(),
+                (self.pending.clone(), self.on_change.clone()),
                 self.timeout,
             ));
             // A replaced remote's watches stop as it drops.
@@ -242,10 +250,18 @@ impl Remotes {
         metrics(|m| m.remotes = self.clusters.len());
     }
 
+    /// A cluster came or went: what changed is not known.
     fn changed(&self) {
+        *self.pending.borrow_mut() = None;
         if let Some(f) = &self.on_change {
             f();
         }
+    }
+
+    /// The remote objects changed since the last call (`None`: not known,
+    /// rebuild from everything).
+    pub(super) fn take_changed(&self) -> Option<Vec<ObjectRef>> {
+        self.pending.replace(Some(Vec::new()))
     }
 
     /// The synced remotes' registries, by cluster ID.
@@ -278,7 +294,7 @@ async fn follow(
     cluster: String,
     config: kube::config::Kubeconfig,
     shared: Rc<RefCell<Shared>>,
-    on_change: Option<Rc<dyn Fn()>>,
+    (pending, on_change): (Pending, Option<Rc<dyn Fn()>>),
     timeout: Duration,
 ) {
     let set = |s: Sync| {
@@ -313,6 +329,14 @@ async fn follow(
                     tracing::info!(target: "multicluster", cluster = %cluster, "remote cluster synced");
                     synced = true;
                 }
+                // The first objects (or a relist) change what is not known.
+                let first = shared.borrow().objects.is_none();
+                let mut p = pending.borrow_mut();
+                match (p.as_mut(), u.changed) {
+                    (Some(p), Some(refs)) if !first => p.extend(refs),
+                    _ => *p = None,
+                }
+                drop(p);
                 shared.borrow_mut().objects = Some(Arc::new(u.objects));
                 set(Sync::Synced);
                 if let Some(f) = &on_change {

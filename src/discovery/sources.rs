@@ -133,20 +133,31 @@ pub(super) fn apply(
     // istiod's secret controller reads its namespace whatever the
     // selectors say); their registries join the objects, and a change
     // among them rebuilds whole.
+    // A remote's objects changed: its refs join this update's (a ref
+    // names no cluster; the services fast path rebuilds their hosts from
+    // every cluster).
     let mut remotes = state.borrow_mut().remotes.take();
+    let mut remote_changed = Some(Vec::new());
     if let Some(r) = remotes.as_mut() {
         r.reconcile(&objects);
         objects.remotes = r.objects();
+        remote_changed = r.take_changed();
     }
     state.borrow_mut().remotes = remotes;
     {
         let mut s = state.borrow_mut();
         let same = s.remote_objects.len() == objects.remotes.len()
             && s.remote_objects.iter().zip(&objects.remotes).all(|(a, b)| a.0 == b.0 && Arc::ptr_eq(&a.1, &b.1));
-        if !same {
-            changed = None;
-            s.remote_objects.clone_from(&objects.remotes);
+        match (changed.as_mut(), remote_changed) {
+            (Some(c), Some(r)) if !same || !r.is_empty() => {
+                c.extend(r);
+                c.sort();
+                c.dedup();
+            }
+            (_, None) => changed = None,
+            _ => {}
         }
+        s.remote_objects.clone_from(&objects.remotes);
     }
     if state.borrow().namespace_filter {
         discovery_filter(&mut objects, changed.as_mut(), mesh);

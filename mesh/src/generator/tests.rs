@@ -1369,3 +1369,64 @@ fn network_changes_mark_the_load_assignments_they_change() {
     assert_ne!(next.translation.resources.get(&key), fast.translation.resources.get(&key));
     assert_eq!(addresses(&next, &with_network("network1")), direct);
 }
+
+/// A remote cluster's registry change goes through the services fast path
+/// (its refs name no cluster: their hosts are rebuilt from every cluster)
+/// and serves what a rebuild serves: an endpoint moved in a remote's
+/// slice, a remote pod relabelled, a remote-only Service added.
+#[test]
+fn a_remote_change_updated_in_place_equals_a_rebuild() {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let mut remote = before.clone();
+    remote.istio.clear();
+    for s in &mut remote.endpoint_slices {
+        for e in &mut s.endpoints {
+            for a in &mut e.addresses {
+                *a = a.replace("10.", "11.");
+            }
+        }
+    }
+    for p in &mut remote.pods {
+        p.status.pod_ip = p.status.pod_ip.as_ref().map(|a| a.replace("10.", "11."));
+    }
+    before.remotes = vec![("west".into(), Arc::new(remote.clone()))];
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    let reviews = &old.model.services["reviews.bookinfo.svc.cluster.local"];
+    assert!(reviews.endpoints.iter().any(|e| e.address.starts_with("11.")), "the remote's endpoints merged");
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 3] = [
+        |o| {
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
+            s.endpoints.pop();
+            vec![ObjectRef::of(&Object::EndpointSlice(s.clone()))]
+        },
+        |o| {
+            let p = o.pods.iter_mut().find(|p| p.metadata.name.starts_with("ratings")).unwrap();
+            p.metadata.labels.insert("version".into(), "v9".into());
+            vec![ObjectRef::of(&Object::Pod(p.clone()))]
+        },
+        |o| {
+            let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: only-west, namespace: bookinfo}\nspec: {clusterIP: 10.97.0.9, ports: [{name: http, port: 80}]}\n";
+            let Some(Ok(Some(Object::Service(s)))) = parse_file(yaml).docs.into_iter().next() else { panic!() };
+            o.services.push(s.clone());
+            vec![ObjectRef::of(&Object::Service(s))]
+        },
+    ];
+    for edit in edits {
+        let mut r = remote.clone();
+        let refs = edit(&mut r);
+        let mut after = before.clone();
+        after.remotes = vec![("west".into(), Arc::new(r))];
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only a remote's registry changed");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services);
+        assert_eq!(fast.translation.resources, full.translation.resources);
+        assert_ne!(fast.model.services, old.model.services, "the edit shows");
+        serves_alike(&fast, &full);
+    }
+}

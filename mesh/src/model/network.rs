@@ -142,9 +142,7 @@ fn of_services(
         if labelled.is_none() && named.is_none() {
             continue;
         }
-        if cluster == nets.cluster_id {
-            services.insert((svc.metadata.ns().to_owned(), svc.metadata.name.clone()));
-        }
+        services.insert((svc.metadata.ns().to_owned(), svc.metadata.name.clone()));
         let mut addrs: Vec<&str> = Vec::new();
         if svc.spec.kind.as_deref() == Some("LoadBalancer") {
             addrs.extend(
@@ -441,6 +439,7 @@ mod remote_tests {
         assert!(m.services.contains_key("only-west.shop.svc.cluster.local"));
         let gws: Vec<(&str, &str)> = m.network_gateways.all.iter().map(|g| (&*g.cluster, &*g.addr)).collect();
         assert_eq!(gws, [("west", "203.0.113.7")]);
-        assert!(m.network_gateways.services.is_empty(), "only this cluster's Services are tracked for the fast path");
+        let tracked: Vec<&str> = m.network_gateways.services.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(tracked, ["ew"], "a remote's gateway Service is tracked too (refs name no cluster)");
     }
 }

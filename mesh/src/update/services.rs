@@ -14,7 +14,7 @@ use istiod_config::objects::{EndpointSlice, Objects};
 use crate::generator::deps::Dep;
 use crate::generator::{MeshInput, deps, inbound_part};
 use crate::model::network::place;
-use crate::model::{Model, Service, Workloads, export_default, service, service_entry};
+use crate::model::{Model, Service, Workloads, export_default, remote_service, service, service_entry};
 
 impl Model {
     /// The kinds [`Model::with_services_of`] takes.
@@ -68,6 +68,10 @@ impl Model {
         }
         if !pods.is_empty() {
             hosts.extend(self.hosts_of_pods(objs, &pods).into_iter().map(|(ns, svc)| kube(ns, svc)));
+            // A changed Pod may be a remote cluster's (refs name no cluster).
+            for (_, remote) in &objs.remotes {
+                hosts.extend(self.hosts_of_pods(remote, &pods).into_iter().map(|(ns, svc)| kube(ns, svc)));
+            }
             // A ServiceEntry's workloadSelector selects Pods of its namespace.
             for o in objs.istio.iter().filter(|o| pods.iter().any(|(ns, _)| *ns == o.meta.ns())) {
                 if let IstioSpec::ServiceEntry(se) = &o.spec
@@ -115,25 +119,37 @@ impl Model {
     }
 
     /// The service `objs` makes for `host`, as a full build decides it: a
-    /// Kubernetes Service of that name wins, else the first ServiceEntry
-    /// (in the objects' order) that names the host.
+    /// Kubernetes Service of that name wins (this cluster's, with the
+    /// endpoints of the remote clusters' of the same name; else the first
+    /// remote's), else the first ServiceEntry (in the objects' order) that
+    /// names the host.
     fn service_for_host(&self, objs: &Objects, host: &str) -> Option<Service> {
         let suffix = format!(".svc.{}", self.domain);
-        if let Some((name, ns)) = host.strip_suffix(&suffix).and_then(|r| r.split_once('.'))
-            && let Some(svc) = objs.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == name)
-        {
-            let slices: Vec<&EndpointSlice> = objs
-                .endpoint_slices
-                .iter()
-                .filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name))
-                .collect();
-            let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-            return Some(place(
-                export_default(s, &self.mesh),
-                &self.mesh,
-                &self.namespaces,
-                &self.mesh.networks.cluster_id,
-            ));
+        if let Some((name, ns)) = host.strip_suffix(&suffix).and_then(|r| r.split_once('.')) {
+            fn slices_of<'a>(o: &'a Objects, ns: &str, name: &str) -> Vec<&'a EndpointSlice> {
+                o.endpoint_slices.iter().filter(|s| s.metadata.ns() == ns && s.service_name() == Some(name)).collect()
+            }
+            fn find<'a>(o: &'a Objects, ns: &str, name: &str) -> Option<&'a istiod_config::objects::Service> {
+                o.services.iter().find(|s| s.metadata.ns() == ns && s.metadata.name == name)
+            }
+            let mut out = find(objs, ns, name).map(|svc| {
+                let slices = slices_of(objs, ns, name);
+                let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+                place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
+            });
+            for (cluster, remote) in &objs.remotes {
+                let Some(svc) = find(remote, ns, name) else { continue };
+                let slices = slices_of(remote, ns, name);
+                let workloads = Workloads::of_slices(remote, &slices);
+                let s = remote_service(&self.mesh, &self.domain, (cluster, remote), svc, &slices, &workloads);
+                match out.as_mut() {
+                    Some(have) => have.endpoints.extend(s.endpoints),
+                    None => out = Some(s),
+                }
+            }
+            if out.is_some() {
+                return out;
+            }
         }
         objs.istio.iter().find_map(|o| match &o.spec {
             IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {

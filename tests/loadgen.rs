@@ -626,3 +626,41 @@ fn sigterm_drains_every_proxy_to_the_other_replica_over_the_shutdown_duration() 
         "departures spread over the period: {first_end:?} to {last_end:?}"
     );
 }
+
+/// `loadgen multicluster` (issue #37's scale run, here small): a config
+/// cluster and two remotes on fake API servers, registered by Secret;
+/// the binary syncs every cluster, every proxy gets every cluster's
+/// endpoints, and each remote endpoint change (through a remote's API
+/// server) reaches every proxy that has the service.
+#[test]
+fn multicluster_remote_endpoint_churn_converges() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("mc.yaml");
+    std::fs::write(
+        &scenario,
+        "name: mc\nnamespaces: 2\nservices: 10\nsidecars: 20\nisolated_fraction: 1.0\nzones: 2\n",
+    )
+    .unwrap();
+    let json = dir.path().join("report.json");
+    let out = Command::new(loadgen_bin())
+        .args(["multicluster", "--scenario", scenario.to_str().unwrap(), "--remotes", "2"])
+        .args(["--remote-services", "10", "--remote-pods", "30", "--churn-rate", "4", "--churn-seconds", "3"])
+        .args(["--duration", "90", "--quiet", "--json", json.to_str().unwrap()])
+        .args(["--server-bin", env!("CARGO_BIN_EXE_pilot-discovery")])
+        .output()
+        .unwrap();
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("first sync"), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["multicluster"]["remotes"], 2);
+    assert!(report["multicluster"]["firstSyncSeconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["missed"], 0, "{report:#}");
+    assert_eq!(report["synced"], 20, "{report:#}");
+    let changes = report["per_change"].as_array().unwrap_or_else(|| panic!("no changes: {report:#}"));
+    assert!(changes.len() >= 5, "{report:#}");
+    for c in changes {
+        assert!(c["expected"].as_u64().unwrap() > 0, "some proxy has the service: {c}");
+        assert_eq!(c["converged"], c["expected"], "every proxy that has the service converged: {c}");
+    }
+}

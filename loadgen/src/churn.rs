@@ -52,6 +52,22 @@ pub fn cluster(s: &Scenario, i: u32, subset: &str) -> String {
     format!("outbound|{}|{subset}|{name}.{}.svc.cluster.local", mesh::PORT, mesh::namespace(n))
 }
 
+/// Something that changes the mesh the server serves, one change a step.
+pub trait Stepper: Send {
+    /// Makes the next change and returns it (registered in the run's
+    /// changes before it can be seen).
+    fn step(&mut self) -> std::io::Result<Arc<Change>>;
+}
+
+/// Makes a run's [`Stepper`] once its changes exist.
+pub type MakeStepper = Box<dyn FnOnce(Changes) -> Box<dyn Stepper> + Send>;
+
+impl Stepper for Driver {
+    fn step(&mut self) -> std::io::Result<Arc<Change>> {
+        Driver::step(self)
+    }
+}
+
 /// Makes changes to the mesh in `dir`, which `mesh::write` wrote.
 pub struct Driver {
     s: Scenario,

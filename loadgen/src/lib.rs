@@ -9,13 +9,15 @@
 //! [`stats`]: what it measures and the report; [`wire`]: responses read
 //! as they stream in, without copying their resources; [`lean`]: the lean
 //! HTTP/2 client of plaintext runs; [`ztunnel`]: simulated ztunnels
-//! (ambient's workload API) and their pod churn.
+//! (ambient's workload API) and their pod churn; [`multicluster`]: a mesh
+//! of several clusters on fake API servers, and remote endpoint churn.
 #![forbid(unsafe_code)]
 
 pub mod churn;
 pub mod csr;
 pub mod lean;
 pub mod mesh;
+pub mod multicluster;
 pub mod proxy;
 pub mod run;
 pub mod scenario;

@@ -49,6 +49,52 @@ enum Command {
     /// N workloads ask the CA for a certificate at once (a restart of
     /// every pod): throughput and latency.
     Csr(Box<CsrArgs>),
+    /// A mesh of several clusters on fake API servers: starts them and
+    /// pilot-discovery (its config cluster the first, the others remote
+    /// clusters by Secret), quotes the server's first sync and memory, then
+    /// runs the scenario's proxies while remote endpoints change.
+    Multicluster(Box<McArgs>),
+}
+
+#[derive(clap::Args)]
+struct McArgs {
+    /// The config cluster's scenario (its proxies, config and pods).
+    #[arg(long, default_value = "istio-perf")]
+    scenario: String,
+    /// Remote clusters.
+    #[arg(long, default_value_t = 10)]
+    remotes: u32,
+    /// Services in each remote (the config cluster's names: every service
+    /// spans every cluster).
+    #[arg(long, default_value_t = 1000)]
+    remote_services: u32,
+    /// Pods in each remote.
+    #[arg(long, default_value_t = 5000)]
+    remote_pods: u32,
+    /// Proxies to run [default: the scenario's sidecars].
+    #[arg(long)]
+    proxies: Option<u32>,
+    /// Remote endpoint changes per second.
+    #[arg(long, default_value_t = 2.0)]
+    churn_rate: f64,
+    /// Seconds of churn.
+    #[arg(long, default_value_t = 20)]
+    churn_seconds: u64,
+    /// Upper bound of the run, in seconds.
+    #[arg(long, default_value_t = 300)]
+    duration: u64,
+    /// The pilot-discovery binary [default: beside this one].
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// Worker threads [default: every core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write the report (with the first sync and memory) as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No live progress line.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(clap::Args)]
@@ -296,6 +342,155 @@ struct RunArgs {
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
+fn multicluster_cmd(a: McArgs) -> ExitCode {
+    use istiod_loadgen::multicluster::{Clusters, RemoteEds, kubeconfig};
+    let fail = |code: u8, msg: String| {
+        eprintln!("loadgen: {msg}");
+        ExitCode::from(code)
+    };
+    let s = match Scenario::load(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    let r = Scenario { services: a.remote_services, sidecars: a.remote_pods, ..s.clone() };
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, format!("runtime: {e}")),
+    };
+    let bin =
+        a.server_bin.clone().or_else(|| std::env::current_exe().ok().map(|e| e.with_file_name("pilot-discovery")));
+    let Some(bin) = bin.filter(|b| b.exists()) else {
+        return fail(2, "no pilot-discovery binary: build it or pass --server-bin".into());
+    };
+    let started = std::time::Instant::now();
+    let clusters = match rt.block_on(Clusters::start(&s, &r, a.remotes)) {
+        Ok(c) => c,
+        Err(e) => return fail(1, format!("fake API servers: {e}")),
+    };
+    clusters.register();
+    eprintln!(
+        "loadgen: {} clusters populated in {:.1} s ({} services, {} pods each remote)",
+        a.remotes + 1,
+        started.elapsed().as_secs_f64(),
+        r.services,
+        r.sidecars
+    );
+    let dir = std::env::temp_dir().join(format!("loadgen-mc-server-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let kc = dir.join("kubeconfig");
+    if let Err(e) = std::fs::write(&kc, kubeconfig(&clusters.primary.url())) {
+        return fail(1, format!("kubeconfig: {e}"));
+    }
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let (Ok(grpc), Ok(http), Ok(mon)) = (port(), port(), port()) else { return fail(1, "no free port".into()) };
+    let log = dir.join("server.log");
+    let spawned = std::process::Command::new(&bin)
+        .arg("discovery")
+        .args(["--kubeconfig", &kc.display().to_string()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
+        .env("CLUSTER_ID", "config")
+        .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(&log).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()),
+        )
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return fail(1, format!("{}: {e}", bin.display())),
+    };
+    let spawn_at = std::time::Instant::now();
+    // First sync: ready, and every remote synced (istiod's clusterz).
+    let get = |path: &str| -> Option<String> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect_timeout(&http, Duration::from_secs(2)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        write!(c, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).ok()?;
+        let ok = out.lines().next().is_some_and(|l| l.split(' ').nth(1) == Some("200"));
+        ok.then(|| out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()))?
+    };
+    // Every cluster listed and synced.
+    let synced = |body: &str| {
+        serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
+            let a = v.as_array()?.clone();
+            Some((a.len(), a.iter().all(|c| c["syncStatus"] == "synced")))
+        })
+    };
+    let want = a.remotes as usize + 1;
+    let first_sync = loop {
+        if spawn_at.elapsed() > Duration::from_secs(a.duration) {
+            let _ = child.kill();
+            return fail(1, format!("not synced within {} s; see {}", a.duration, log.display()));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return fail(1, format!("pilot-discovery exited ({status}); see {}", log.display()));
+        }
+        let ready = get("/ready").is_some();
+        let clusters_ok = get("/debug/clusterz").is_some_and(|b| synced(&b) == Some((want, true)));
+        let eps = get("/debug/endpointShardz")
+            .is_some_and(|b| b.matches("\"Kubernetes/remote-").count() >= a.remotes as usize);
+        if ready && clusters_ok && eps {
+            break spawn_at.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rss: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0);
+    println!(
+        "multicluster: {} remotes x {} services / {} pods; first sync {:.2} s; server RSS after sync {:.1} MiB",
+        a.remotes,
+        r.services,
+        r.sidecars,
+        first_sync.as_secs_f64(),
+        rss as f64 / 1024.0
+    );
+    let mut o = run::Options::new(grpc, a.proxies.unwrap_or(s.sidecars));
+    o.duration = Duration::from_secs(a.duration.max(1));
+    o.churn_for = Duration::from_secs(a.churn_seconds);
+    o.server_pid = Some(child.id());
+    o.progress = !a.quiet;
+    o.threads = threads;
+    o.churn = Some(Churn { kind: ChurnKind::Eds, per_second: a.churn_rate });
+    let (sc, rc) = (s.clone(), r.clone());
+    let make: istiod_loadgen::churn::MakeStepper =
+        Box::new(move |changes| Box::new(RemoteEds::new(&sc, &rc, &clusters, changes)));
+    let report = rt.block_on(run::run_with(&s, &o, Some(make)));
+    let _ = child.kill();
+    let _ = child.wait();
+    print!("{}", report.text());
+    for e in &report.live.errors {
+        eprintln!("loadgen: error: {e}");
+    }
+    if let Some(path) = &a.json {
+        let mut j = report.json();
+        j["multicluster"] = serde_json::json!({
+            "remotes": a.remotes, "remoteServices": r.services, "remotePods": r.sidecars,
+            "firstSyncSeconds": first_sync.as_secs_f64(), "serverRssKiBAfterSync": rss,
+        });
+        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&j).unwrap_or_default()) {
+            return fail(1, format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    if report.live.synced < report.proxies {
+        return fail(1, format!("{} of {} proxies never synced", report.proxies - report.live.synced, report.proxies));
+    }
+    if report.missed() > 0 {
+        return fail(1, format!("{} proxy-changes never converged", report.missed()));
+    }
+    ExitCode::SUCCESS
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
 fn run_cmd(a: RunArgs) -> ExitCode {
     let fail = |code: u8, msg: String| {
         eprintln!("loadgen: {msg}");
@@ -389,6 +584,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => run_cmd(*a),
         Command::Csr(a) => csr_cmd(*a),
+        Command::Multicluster(a) => multicluster_cmd(*a),
         Command::Ztunnel(a) => ztunnel_cmd(*a),
         Command::Issuer { out, issuer } => {
             #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]

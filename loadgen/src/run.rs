@@ -167,8 +167,14 @@ fn progress_line(start: Instant, proxies: u32, l: &Live) -> String {
 }
 
 /// Runs the scenario's proxies against the server and reports.
-#[allow(clippy::print_stderr, reason = "the live progress line is for the person watching")]
 pub async fn run(sc: &Scenario, o: &Options) -> Report {
+    run_with(sc, o, None).await
+}
+
+/// [`run`], the churn made by `stepper` (else by editing the config
+/// directory) at the churn's rate.
+#[allow(clippy::print_stderr, reason = "the live progress line is for the person watching")]
+pub async fn run_with(sc: &Scenario, o: &Options, stepper: Option<crate::churn::MakeStepper>) -> Report {
     let start = Instant::now();
     let deadline = start + o.duration;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -229,11 +235,15 @@ pub async fn run(sc: &Scenario, o: &Options) -> Report {
     }
     // Churn.
     let churn = o.churn.clone().or_else(|| sc.churn.clone());
-    if let (Some(churn), Some(dir)) = (churn, &o.config_dir)
+    let stepper: Option<Box<dyn crate::churn::Stepper>> = match (stepper, &churn, &o.config_dir) {
+        (Some(make), _, _) => Some(make(changes.clone())),
+        (None, Some(c), Some(dir)) => Some(Box::new(Driver::new(sc, dir.clone(), c.kind, changes.clone()))),
+        _ => None,
+    };
+    if let (Some(churn), Some(mut driver)) = (churn, stepper)
         && churn.per_second > 0.0
         && read(&|l| l.synced > 0)
     {
-        let mut driver = Driver::new(sc, dir.clone(), churn.kind, changes.clone());
         let until = (Instant::now() + o.churn_for).min(deadline.checked_sub(o.settle).unwrap_or(deadline));
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / churn.per_second));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

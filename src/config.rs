@@ -349,6 +349,11 @@ pub struct Identity {
     /// `SHARED_MESH_CONFIG` (empty): a ConfigMap in istiod's namespace
     /// whose `mesh` the mesh configuration applies over.
     pub shared_mesh_config: String,
+    /// `EXTERNAL_ISTIOD` (false): istiod runs outside the clusters it
+    /// serves; it keeps the root ConfigMaps and the webhooks' `caBundle`
+    /// of the remote clusters whose system namespace names this cluster in
+    /// `topology.istio.io/controlPlaneClusters`.
+    pub external_istiod: bool,
     /// `ENABLE_LEADER_ELECTION` (true): false makes this replica lead
     /// every election without asking (one replica only).
     pub leader_election: bool,
@@ -666,6 +671,7 @@ impl Config {
                     .collect(),
                 cert_provider: vars.string("PILOT_CERT_PROVIDER", "istiod"),
                 shared_mesh_config: vars.string("SHARED_MESH_CONFIG", ""),
+                external_istiod: vars.bool("EXTERNAL_ISTIOD", false)?,
                 leader_election: vars.bool("ENABLE_LEADER_ELECTION", true)?,
             },
             ca: istiod_ca::CaConfig {

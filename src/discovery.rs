@@ -595,6 +595,16 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 );
                 let poke = updates.clone();
                 remotes.on_change(Rc::new(move || poke.poke()));
+                if let (true, Some(ca)) = (config.identity.external_istiod, &ca_server) {
+                    remotes.distribute_roots(remotes::Roots {
+                        ca: ca.clone(),
+                        mesh: mesh_rx.clone(),
+                        identity: istiod_kubewatch::leader::identity(&config.identity.pod_name),
+                        revision: config.identity.revision.clone(),
+                        namespace: config.identity.namespace.clone(),
+                        elect: config.identity.leader_election,
+                    });
+                }
                 state.borrow_mut().remotes = Some(remotes);
                 // The revision's tags decide which Gateways are deployed
                 // here: read before the first model, then followed.

@@ -238,19 +238,33 @@ fn split_horizon_eds_through_east_west_gateways() {
 /// namespace on `network`, and Service `reviews` in `shop` with one
 /// endpoint at `ip` (a Pod with a sidecar).
 fn remote_api(network: &str, ip: &str) -> istiod_kubewatch::fake::FakeApi {
+    remote_api_led(network, ip, None)
+}
+
+fn remote_api_led(network: &str, ip: &str, leader: Option<&str>) -> istiod_kubewatch::fake::FakeApi {
     let api = crate::server::bare_fake_api();
     for r in istiod_kubewatch::fake::core_resources() {
         api.install(r);
     }
-    populate(&api, network, ip);
+    populate_led(&api, network, ip, leader);
     api
 }
 
 fn populate(api: &istiod_kubewatch::fake::FakeApi, network: &str, ip: &str) {
+    populate_led(api, network, ip, None);
+}
+
+/// [`populate`], the system namespace naming `leader` as its control
+/// plane cluster (`topology.istio.io/controlPlaneClusters`).
+fn populate_led(api: &istiod_kubewatch::fake::FakeApi, network: &str, ip: &str, leader: Option<&str>) {
+    let annotations = match leader {
+        Some(l) => json!({"topology.istio.io/controlPlaneClusters": l}),
+        None => json!({}),
+    };
     api.apply(
         "namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": "istio-system", "labels": {"topology.istio.io/network": network}}}),
+               "metadata": {"name": "istio-system", "labels": {"topology.istio.io/network": network}, "annotations": annotations}}),
     );
     api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
     api.apply(
@@ -331,7 +345,9 @@ fn remote_clusters_join_by_secret_and_are_followed() {
         primary.install(r);
     }
     populate(&primary, "network1", "10.1.0.1");
-    let west = remote_api("network1", "10.2.0.1");
+    // west names this cluster as its control plane (EXTERNAL_ISTIOD):
+    // its root ConfigMaps are kept from here; south's are not.
+    let west = remote_api_led("network1", "10.2.0.1", Some("east"));
     let south = remote_api("network2", "10.3.0.1");
     south.apply(
         "services",
@@ -350,6 +366,7 @@ fn remote_clusters_join_by_secret_and_are_followed() {
             ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap()),
             ("CLUSTER_ID", "east"),
             ("PILOT_REMOTE_CLUSTER_TIMEOUT", "2s"),
+            ("EXTERNAL_ISTIOD", "true"),
         ],
         None,
     );
@@ -402,6 +419,14 @@ fn remote_clusters_join_by_secret_and_are_followed() {
         Some(1.0)
     );
     assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"add\"}"), Some(2.0));
+
+    // EXTERNAL_ISTIOD: the root ConfigMap in west's namespaces, none in
+    // south's (its system namespace names no control plane cluster).
+    wait("west's root ConfigMaps", &|| west.get("configmaps", "shop", "istio-ca-root-cert").is_some());
+    let root = west.get("configmaps", "shop", "istio-ca-root-cert").unwrap();
+    let ca = std::fs::read_to_string(dir.path().join("ca/ca-cert.pem")).unwrap();
+    assert_eq!(root["data"]["root-cert.pem"].as_str().map(str::trim), Some(ca.trim()));
+    assert!(south.get("configmaps", "shop", "istio-ca-root-cert").is_none());
 
     // A cluster-local host (istiod's default: all of kube-system): a proxy
     // sees its own cluster's endpoints of it, a `--clusterAliases` alias

@@ -98,6 +98,25 @@ pub(super) struct Remotes {
     on_change: Option<Rc<dyn Fn()>>,
     /// What changed since [`Remotes::take_changed`] last said.
     pending: Pending,
+    /// With `EXTERNAL_ISTIOD`: what keeping a remote's root ConfigMaps and
+    /// webhooks needs.
+    roots: Option<Rc<Roots>>,
+}
+
+/// What keeps a remote cluster's root ConfigMaps and webhook `caBundle`
+/// (istiod's namespace controller and webhook cert patcher, run for the
+/// remotes an external istiod leads).
+pub(super) struct Roots {
+    /// The CA whose root is distributed.
+    pub(super) ca: Arc<istiod_ca::CaServer>,
+    /// The mesh configuration (its discovery selectors).
+    pub(super) mesh: tokio::sync::watch::Receiver<Arc<istiod_mesh::meshconfig::MeshSettings>>,
+    /// This replica's election identity, revision and namespace.
+    pub(super) identity: String,
+    pub(super) revision: String,
+    pub(super) namespace: String,
+    /// Whether elections are held (`ENABLE_LEADER_ELECTION`).
+    pub(super) elect: bool,
 }
 
 /// Process-wide series (the metrics handler reads them without the state).
@@ -135,12 +154,19 @@ impl Remotes {
             refused: BTreeMap::new(),
             on_change: None,
             pending: Rc::new(RefCell::new(Some(Vec::new()))),
+            roots: None,
         }
     }
 
     /// What a remote's change calls.
     pub(super) fn on_change(&mut self, f: Rc<dyn Fn()>) {
         self.on_change = Some(f);
+    }
+
+    /// With `EXTERNAL_ISTIOD`: keep the root ConfigMaps and webhooks of
+    /// the remotes that name this cluster as their control plane.
+    pub(super) fn distribute_roots(&mut self, roots: Roots) {
+        self.roots = Some(Rc::new(roots));
     }
 
     /// Follows the remote Secrets among `objects`: starts, restarts and
@@ -236,11 +262,11 @@ impl Remotes {
             let shared = Rc::new(RefCell::new(Shared { objects: None, sync: Sync::Syncing }));
             metrics(|m| m.sync.insert(cluster.clone(), Sync::Syncing));
             let task = tokio::task::spawn_local(follow(
-                cluster.clone(),
+                (cluster.clone(), self.local.clone()),
                 config,
                 shared.clone(),
                 (self.pending.clone(), self.on_change.clone()),
-                self.timeout,
+                (self.timeout, self.roots.clone()),
             ));
             // A replaced remote's watches stop as it drops.
             if self.clusters.insert(cluster.clone(), Remote { secret, digest: d, shared, task }).is_some() {
@@ -291,11 +317,11 @@ fn count(event: &'static str) {
 /// One remote: a client from its kubeconfig, its registry's watches, each
 /// update kept for the model; `timeout` after `timeout` unsynced.
 async fn follow(
-    cluster: String,
+    (cluster, local): (String, String),
     config: kube::config::Kubeconfig,
     shared: Rc<RefCell<Shared>>,
     (pending, on_change): (Pending, Option<Rc<dyn Fn()>>),
-    timeout: Duration,
+    (timeout, roots): (Duration, Option<Rc<Roots>>),
 ) {
     let set = |s: Sync| {
         shared.borrow_mut().sync = s;
@@ -318,7 +344,10 @@ async fn follow(
         }
     };
     let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
-    let _watches = Abort(tokio::spawn(istiod_kubewatch::kube_source::run_registry(client, updates.clone())));
+    let _watches = Abort(tokio::spawn(istiod_kubewatch::kube_source::run_registry(client.clone(), updates.clone())));
+    // The remote's root ConfigMaps and webhooks, once its system
+    // namespace says this cluster leads it (`EXTERNAL_ISTIOD`).
+    let mut _roots: Option<Abort> = None;
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let (mut synced, mut timed_out) = (false, false);
@@ -337,6 +366,13 @@ async fn follow(
                     _ => *p = None,
                 }
                 drop(p);
+                if let Some(r) = roots.as_ref().filter(|_| _roots.is_none())
+                    && leads(&u.objects, &r.namespace, &local)
+                {
+                    tracing::info!(target: "multicluster", cluster = %cluster,
+                        "starting namespace controller and webhook patcher for cluster");
+                    _roots = Some(Abort(tokio::task::spawn_local(keep_roots(client.clone(), r.clone()))));
+                }
                 shared.borrow_mut().objects = Some(Arc::new(u.objects));
                 set(Sync::Synced);
                 if let Some(f) = &on_change {
@@ -352,6 +388,44 @@ async fn follow(
             }
         }
     }
+}
+
+/// istiod's `checkShouldLead` with `EXTERNAL_ISTIOD`: the remote's system
+/// namespace names this cluster (or `*`) in
+/// `topology.istio.io/controlPlaneClusters`.
+fn leads(objects: &Objects, namespace: &str, local: &str) -> bool {
+    objects
+        .namespaces
+        .iter()
+        .filter(|n| n.metadata.name == namespace)
+        .filter_map(|n| n.metadata.annotations.get("topology.istio.io/controlPlaneClusters"))
+        .any(|v| v.split(',').map(str::trim).any(|c| c == "*" || c == local))
+}
+
+/// The remote's namespace controller (root ConfigMaps, under its own
+/// election in the remote) and its webhook configurations' `caBundle`
+/// (this revision's, every round, as istiod's cert patcher).
+async fn keep_roots(client: kube::Client, r: Rc<Roots>) {
+    let api = istiod_kubewatch::kapi::Api::new(client);
+    let leadership =
+        istiod_kubewatch::leader::Leadership::new(r.elect, r.identity.clone(), &r.revision, r.namespace.clone());
+    let (patcher, ns, rev) = (api.clone(), r.namespace.clone(), r.revision.clone());
+    let mut fail_closed = false;
+    let patch = async move |root: &str| {
+        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, false, &mut fail_closed);
+        if let Err(e) = done.await {
+            tracing::warn!(target: "multicluster", error = %e, "cannot reconcile a remote's webhook configurations");
+        }
+    };
+    istiod_ca::namespaces::run(
+        api,
+        leadership,
+        r.ca.clone(),
+        r.mesh.clone(),
+        istiod_kubewatch::leader::Timings::istiod(),
+        patch,
+    )
+    .await;
 }
 
 /// Aborts a task when dropped.

@@ -502,3 +502,38 @@ fn remote_clusters_join_by_secret_and_are_followed() {
     assert!(!s.log().contains("sekret-token"), "a credential was logged:\n{}", s.log());
     assert!(!get(s.http, "/debug/clusterz").unwrap().1.contains("sekret"));
 }
+
+/// istiod's readiness with remote clusters: a remote registered at start
+/// that does not answer holds `/ready` back until
+/// `PILOT_REMOTE_CLUSTER_TIMEOUT`, and no longer.
+#[test]
+fn a_dead_remote_delays_readiness_only_to_the_timeout() {
+    let primary = crate::server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        primary.install(r);
+    }
+    populate(&primary, "network1", "10.1.0.1");
+    let dead = crate::server::free_port();
+    primary.apply(
+        "secrets",
+        remote_secret("istio-remote-secret-down", &[("down", remote_kubeconfig(&format!("http://{dead}")))]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::server::kubeconfig(dir.path(), &primary.url());
+    let started = std::time::Instant::now();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap()),
+            ("CLUSTER_ID", "east"),
+            ("PILOT_REMOTE_CLUSTER_TIMEOUT", "3s"),
+        ],
+        None,
+    );
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(3), "ready after {took:?}, before the remote's timeout");
+    assert!(took < Duration::from_secs(20), "ready after {took:?}");
+    assert!(s.log().contains("remote cluster did not sync in time"), "{}", s.log());
+    assert_eq!(metric(&s, "remote_cluster_sync_timeouts_total"), Some(1.0));
+}

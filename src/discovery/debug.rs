@@ -155,6 +155,9 @@ impl Debug {
 pub(super) fn readiness(ready: &AtomicBool, draining: &AtomicBool) -> Response {
     if draining.load(Ordering::SeqCst) {
         Response::text(503, "not ready: shutting down\n")
+    } else if ready.load(Ordering::SeqCst) && !super::remotes::initially_synced() {
+        // istiod is ready once its remote clusters synced (or timed out).
+        Response::text(503, "not ready: remote clusters syncing\n")
     } else if ready.load(Ordering::SeqCst) {
         Response::text(200, "ready\n")
     } else {

@@ -130,6 +130,25 @@ struct Metrics {
 
 static METRICS: Mutex<Option<Metrics>> = Mutex::new(None);
 
+/// Whether [`initially_synced`] has said yes once.
+static SETTLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// istiod's `HasSynced` for readiness, asked once the first snapshot is
+/// out (the remotes known at start are registered by then): every remote
+/// has synced, timed out or closed. Once true it stays true: a remote
+/// added later never makes a ready istiod unready.
+pub(super) fn initially_synced() -> bool {
+    use std::sync::atomic::Ordering;
+    if SETTLED.load(Ordering::SeqCst) {
+        return true;
+    }
+    let done = metrics(|m| m.sync.values().all(|s| *s != Sync::Syncing));
+    if done {
+        SETTLED.store(true, Ordering::SeqCst);
+    }
+    done
+}
+
 fn metrics<T>(f: impl FnOnce(&mut Metrics) -> T) -> T {
     let mut m = METRICS.lock().unwrap_or_else(|e| e.into_inner());
     f(m.get_or_insert_with(Metrics::default))

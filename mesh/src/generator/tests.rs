@@ -1430,3 +1430,93 @@ fn a_remote_change_updated_in_place_equals_a_rebuild() {
         serves_alike(&fast, &full);
     }
 }
+
+/// `TestSplitHorizonEds` (pilot/pkg/xds/eds_sh_test.go): four clusters on
+/// four networks (cluster N's system namespace on networkN), service5 with
+/// N endpoints in cluster N; meshNetworks gateways: one for network1 and
+/// network2, two for network3, none for network4. A sidecar in each
+/// network gets its own endpoints and network4's directly and the others
+/// through their gateways, with upstream's weights (the scale is 2).
+#[test]
+fn upstream_split_horizon_eds() {
+    use istiod_proto::envoy::config::core::v3::address::Address;
+    use istiod_proto::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
+    let cluster = |n: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut yaml = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: istio-system, labels: {{topology.istio.io/network: network{n}}}}}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {{name: service5, namespace: default}}\n\
+             spec: {{clusterIP: 10.10.0.1, ports: [{{name: http-main, port: 1080, targetPort: 2080}}]}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: service5-1, namespace: default, labels: {{kubernetes.io/service-name: service5}}}}\n\
+             addressType: IPv4\nports: [{{name: http-main, port: 2080}}]\nendpoints:\n"
+        );
+        for i in 1..=n {
+            yaml.push_str(&format!(
+                "- {{addresses: [10.{n}.0.{i}], targetRef: {{kind: Pod, name: p{i}, namespace: default}}}}\n"
+            ));
+        }
+        for i in 1..=n {
+            yaml.push_str(&format!(
+                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: default, labels: {{version: v1.1, security.istio.io/tlsMode: istio}}}}\nstatus: {{podIP: 10.{n}.0.{i}}}\n"
+            ));
+        }
+        std::fs::write(dir.path().join("c.yaml"), yaml).unwrap();
+        let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+        assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+        loaded.objects
+    };
+    let mut objs = cluster(1);
+    objs.remotes = (2..=4).map(|n| (format!("cluster{n}"), Arc::new(cluster(n)))).collect();
+    let mut settings = crate::meshconfig::MeshSettings::default();
+    settings.networks.cluster_id = "cluster1".into();
+    settings.networks.mesh = istiod_config::networks::MeshNetworks::parse(
+        "networks:\n  network1: {gateways: [{address: 159.122.219.1, port: 80}]}\n  network2: {gateways: [{address: 159.122.219.2, port: 80}]}\n\
+         \x20 network3: {gateways: [{address: 159.122.219.3, port: 80}, {address: 179.114.119.3, port: 80}]}\n",
+    )
+    .unwrap();
+    let m = crate::update::build(&objs, "cluster.local", &Arc::new(settings));
+    let weights = |network: &str| {
+        let c = ProxyClass {
+            metadata: vec![(Arc::from("NETWORK"), Arc::from(network))],
+            ..class("default", &[("app", "app3")])
+        };
+        let b = MeshGenerator
+            .generate(&snap(&m), &c, Kind::Endpoint, "outbound|1080||service5.default.svc.cluster.local")
+            .unwrap();
+        let cla = ClusterLoadAssignment::decode(b).unwrap();
+        assert_eq!(cla.endpoints.len(), 1, "one locality");
+        let mut out: Vec<(String, u32)> = cla.endpoints[0]
+            .lb_endpoints
+            .iter()
+            .map(|e| {
+                let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!() };
+                let Some(Address::SocketAddress(sa)) = ep.address.as_ref().and_then(|a| a.address.as_ref()) else {
+                    panic!()
+                };
+                (sa.address.clone(), e.load_balancing_weight.unwrap())
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let want = |v: &[(&str, u32)]| {
+        let mut v: Vec<(String, u32)> = v.iter().map(|(a, w)| ((*a).to_owned(), *w)).collect();
+        v.sort();
+        v
+    };
+    let net4 = [("10.4.0.1", 2), ("10.4.0.2", 2), ("10.4.0.3", 2), ("10.4.0.4", 2)];
+    let mut w1 = vec![("10.1.0.1", 2), ("159.122.219.2", 4), ("159.122.219.3", 3), ("179.114.119.3", 3)];
+    w1.extend(net4);
+    assert_eq!(weights("network1"), want(&w1));
+    let mut w2 =
+        vec![("10.2.0.1", 2), ("10.2.0.2", 2), ("159.122.219.1", 2), ("159.122.219.3", 3), ("179.114.119.3", 3)];
+    w2.extend(net4);
+    assert_eq!(weights("network2"), want(&w2));
+    let mut w3 = vec![("10.3.0.1", 2), ("10.3.0.2", 2), ("10.3.0.3", 2), ("159.122.219.1", 2), ("159.122.219.2", 4)];
+    w3.extend(net4);
+    assert_eq!(weights("network3"), want(&w3));
+    let mut w4 = net4.to_vec();
+    w4.extend([("159.122.219.1", 2), ("159.122.219.2", 4), ("159.122.219.3", 3), ("179.114.119.3", 3)]);
+    assert_eq!(weights("network4"), want(&w4));
+}

@@ -137,6 +137,10 @@ impl Conn {
                 biased;
                 _ = s.evict.notified() => return Closing::Evicted,
                 _ = tokio::time::sleep_until(at) => {
+                    // Read again: a request may have begun meanwhile, and
+                    // then the idle time counts, not the first request's
+                    // (a timer that fired late must not close it).
+                    let wait = if s.served.get() { limits.idle } else { limits.first_request };
                     if s.busy.get() == 0 && Instant::now() >= s.since.get() + wait {
                         return Closing::Idle;
                     }
@@ -209,6 +213,29 @@ mod tests {
         let _f = r.admit();
         assert_eq!(busy.closing().await, Closing::Evicted);
         drop(held);
+    }
+
+    /// A request that begins just before the first-request time, seen by a
+    /// timer that fires late (a busy thread), keeps the connection for the
+    /// idle time: the webhook's slow-body client was once cut at 10 s.
+    #[tokio::test]
+    async fn a_request_begun_before_a_late_timer_keeps_the_connection() {
+        let r = Registry::new(limits(4));
+        let a = r.admit();
+        let closing = a.closing();
+        tokio::pin!(closing);
+        // It now sleeps until the first-request time (100 ms).
+        assert!(tokio::time::timeout(Duration::from_millis(5), closing.as_mut()).await.is_err());
+        a.requests().seen();
+        let seen = Instant::now();
+        // The thread is busy past the first-request time.
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), closing.as_mut()).await.is_err(),
+            "a connection with a request begun waits for the idle time"
+        );
+        assert_eq!(closing.await, Closing::Idle);
+        assert!(seen.elapsed() >= Duration::from_millis(300), "idle time counted from the request");
     }
 
     #[tokio::test]

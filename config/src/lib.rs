@@ -15,14 +15,21 @@
 //!   as the Istio Gateways and VirtualServices istiod makes of them;
 //!   [`duration`]: Go durations;
 //! - [`meshconfig`]: the mesh configuration's settings; [`networks`]: the
-//!   mesh networks and where an endpoint sits in them.
+//!   mesh networks and where an endpoint sits in them;
+//! - conversions that read only configuration: [`ingress`] (Kubernetes
+//!   Ingresses as istiod's Gateways and VirtualServices), [`delegate`]
+//!   (delegate VirtualServices merged), [`credentials`] (what a
+//!   credential Secret or ConfigMap holds).
 #![forbid(unsafe_code)]
 
 pub mod backend_tls;
+pub mod credentials;
+pub mod delegate;
 pub mod duration;
 pub mod extensions;
 pub mod gateway_api;
 pub mod gateway_convert;
+pub mod ingress;
 pub mod istio;
 pub mod manifest;
 pub mod meshconfig;

@@ -11,12 +11,12 @@ use istiod_config::meta::Meta;
 use istiod_config::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
-pub mod credentials;
-pub(crate) mod delegate;
+pub use istiod_config::credentials;
+pub use istiod_config::delegate;
 pub mod destination_rules;
 pub use istiod_config::extensions;
 pub mod gateway;
-pub mod ingress;
+pub use istiod_config::ingress;
 pub mod network;
 pub mod report;
 pub mod telemetry;

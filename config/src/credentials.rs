@@ -123,7 +123,7 @@ pub fn cert_info(d: &SecretData) -> Result<CertInfo, String> {
     }
     Err(format!(
         "found secret, but didn't have expected keys (cert and key) or (tls.crt and tls.key); found: {}",
-        istiod_config::objects::found_keys(d)
+        crate::objects::found_keys(d)
     ))
 }
 
@@ -148,7 +148,7 @@ pub fn usable_pair(d: &SecretData) -> Result<(), String> {
 /// `ExtractRoot`: generic `cacert` (and `crl`) first, else `ca.crt` (and
 /// `ca.crl`).
 pub fn ca_info(d: &SecretData) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
-    istiod_config::objects::extract_root(d)
+    crate::objects::extract_root(d)
 }
 
 /// For a `-cacert` name istiod reads the Secret `<name>-cacert` first and

@@ -10,13 +10,13 @@
 
 use std::collections::BTreeMap;
 
-use istiod_config::istio::IstioObject;
-use istiod_config::istio::IstioSpec;
-use istiod_config::istio::networking::{HttpMatchRequest, HttpRoute, StringMatch, VirtualService};
+use crate::istio::IstioObject;
+use crate::istio::IstioSpec;
+use crate::istio::networking::{HttpMatchRequest, HttpRoute, StringMatch, VirtualService};
 
 /// Whether some VirtualService delegates (the routing list must then be
 /// merged whole: a delegate's change reaches its roots).
-pub(crate) fn any_delegating(routing: &[IstioObject]) -> bool {
+pub fn any_delegating(routing: &[IstioObject]) -> bool {
     routing
         .iter()
         .any(|o| matches!(&o.spec, IstioSpec::VirtualService(vs) if vs.http.iter().any(|r| r.delegate.is_some())))
@@ -24,7 +24,7 @@ pub(crate) fn any_delegating(routing: &[IstioObject]) -> bool {
 
 /// Merges every delegating VirtualService of `routing` (export defaults
 /// already applied) with its delegates.
-pub(crate) fn merge(routing: &mut [IstioObject], domain: &str) {
+pub fn merge(routing: &mut [IstioObject], domain: &str) {
     if !any_delegating(routing) {
         return;
     }
@@ -266,6 +266,17 @@ fn string_match_conflict(root: Option<&StringMatch>, leaf: Option<&StringMatch>)
 mod tests {
     use super::*;
 
+    fn istio_objects(yaml: &str) -> Vec<crate::istio::IstioObject> {
+        crate::manifest::parse_file(yaml)
+            .docs
+            .into_iter()
+            .map(|doc| match doc {
+                Ok(Some(crate::manifest::Object::Istio(o))) => o,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
     /// Upstream's `TestMergeVirtualServices` "root catch all", as data:
     /// a root routing `/productpage` by delegate keeps its other routes, and
     /// the delegate's routes get the root's match (prefix `/productpage`
@@ -273,7 +284,7 @@ mod tests {
     /// where they set none, and names joined with `-`.
     #[test]
     fn delegate_routes_merge_under_the_root() {
-        let mut routing = crate::testing::istio_objects(
+        let mut routing = istio_objects(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: istio-system}\n\
              spec:\n  hosts: [www.example.com]\n  gateways: [gw]\n  http:\n\
              \x20 - name: pp\n    match: [{uri: {prefix: /productpage}}]\n    timeout: 5s\n    delegate: {name: productpage, namespace: bookinfo}\n\
@@ -297,7 +308,7 @@ mod tests {
     /// A delegate not exported to the root's namespace is not merged.
     #[test]
     fn an_unexported_delegate_drops_the_route() {
-        let mut routing = crate::testing::istio_objects(
+        let mut routing = istio_objects(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: root, namespace: a}\n\
              spec: {hosts: [x.example.com], http: [{delegate: {name: d, namespace: b}}]}\n---\n\
              apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: d, namespace: b}\n\

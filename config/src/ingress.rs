@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use istiod_config::istio::{IstioObject, IstioSpec};
-use istiod_config::meta::Meta;
-use istiod_config::objects::{HttpIngressPath, Ingress, IngressBackend, IngressClass, Objects};
+use crate::istio::{IstioObject, IstioSpec};
+use crate::meta::Meta;
+use crate::objects::{HttpIngressPath, Ingress, IngressBackend, IngressClass, Objects};
 use serde_json::{Value, json};
 
 use crate::meshconfig::{IngressMode, IngressSettings};
@@ -161,7 +161,7 @@ type RuleRef<'a> = (String, String, String, usize, &'a Ingress);
 /// The status istiod writes on each Ingress it processes (its ingress
 /// status collection): the load balancer's addresses, sorted as istiod
 /// sorts them (by hostname, so IPs first, then by IP).
-pub fn statuses(objs: &Objects, settings: &IngressSettings) -> Vec<istiod_config::gateway_convert::ObjectStatus> {
+pub fn statuses(objs: &Objects, settings: &IngressSettings) -> Vec<crate::gateway_convert::ObjectStatus> {
     if settings.mode == IngressMode::Off || objs.ingresses.is_empty() {
         return Vec::new();
     }
@@ -176,7 +176,7 @@ pub fn statuses(objs: &Objects, settings: &IngressSettings) -> Vec<istiod_config
     objs.ingresses
         .iter()
         .filter(|i| processed(settings, i, &objs.ingress_classes))
-        .map(|i| istiod_config::gateway_convert::ObjectStatus {
+        .map(|i| crate::gateway_convert::ObjectStatus {
             path: format!("/apis/networking.k8s.io/v1/namespaces/{}/ingresses/{}", i.metadata.ns(), i.metadata.name),
             status: json!({"loadBalancer": {"ingress": addresses}}),
             generation: None,
@@ -287,7 +287,13 @@ pub fn convert(objs: &Objects, settings: &IngressSettings, domain: &str) -> Conv
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::objects;
+    fn objects(yaml: &str) -> crate::objects::Objects {
+        let mut o = crate::objects::Objects::default();
+        for obj in crate::manifest::parse_file(yaml).docs.into_iter().filter_map(Result::unwrap) {
+            o.push(obj);
+        }
+        o
+    }
 
     /// Upstream `pilot/pkg/config/kube/ingress/testdata/simple.yaml` and
     /// its `.golden`: the routes' order and matches.

@@ -500,6 +500,11 @@ fn remote_clusters_join_by_secret_and_are_followed() {
     assert_eq!(shards(&s)["Kubernetes/south"], json!(["10.3.0.1"]));
     assert_eq!(metric(&s, "remote_cluster_secret_events_total{event=\"delete\"}"), Some(1.0));
     assert!(!s.log().contains("sekret-token"), "a credential was logged:\n{}", s.log());
+    assert_eq!(
+        s.log().matches("ignoring cluster as it would overwrite the config cluster").count(),
+        1,
+        "said once, not at every update of the objects"
+    );
     assert!(!get(s.http, "/debug/clusterz").unwrap().1.contains("sekret"));
 }
 

@@ -208,15 +208,17 @@ impl Remotes {
                 (name.clone(), h.finish())
             })
             .collect();
+        // Secrets new or changed since the last round: what is said of
+        // their keys is said once, not at every update of the objects.
+        let mut fresh = std::collections::BTreeSet::new();
         for (name, d) in &now {
             match self.secrets.get(name) {
                 None => count("add"),
                 Some(old) if old != d => count("update"),
-                Some(_) => {}
+                Some(_) => continue,
             }
-            if self.secrets.get(name) != Some(d) {
-                tracing::info!(target: "multicluster", secret = %name, "processing remote config event");
-            }
+            fresh.insert(name.clone());
+            tracing::info!(target: "multicluster", secret = %name, "processing remote config event");
         }
         for name in self.secrets.keys().filter(|n| !now.contains_key(*n)) {
             count("delete");
@@ -228,12 +230,14 @@ impl Remotes {
         for (name, data) in &secrets {
             for (cluster, kubeconfig) in data {
                 if *cluster == self.local {
-                    tracing::info!(target: "multicluster", cluster = %cluster, config = %name,
-                        "ignoring cluster as it would overwrite the config cluster");
+                    if fresh.contains(name) {
+                        tracing::info!(target: "multicluster", cluster = %cluster, config = %name,
+                            "ignoring cluster as it would overwrite the config cluster");
+                    }
                     continue;
                 }
                 if let Some((other, _)) = wanted.get(cluster) {
-                    if other != name {
+                    if other != name && fresh.contains(name) {
                         tracing::warn!(target: "multicluster", cluster = %cluster, config = %name,
                             "cluster has already been registered");
                     }

@@ -141,6 +141,9 @@ pub struct Config {
     pub debug_endpoint_auth: bool,
     /// `UNSAFE_ENABLE_ADMIN_ENDPOINTS` (false): `/debug/force_disconnect`.
     pub unsafe_admin_endpoints: bool,
+    /// `ENABLE_MULTICLUSTER_HEADLESS`, `ISTIO_DUAL_STACK` and
+    /// `PILOT_ENABLE_IP_AUTOALLOCATE`: how name tables are made.
+    pub dns: istiod_mesh::meshconfig::DnsSettings,
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
     /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
@@ -775,6 +778,11 @@ impl Config {
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,
             unsafe_admin_endpoints: vars.bool("UNSAFE_ENABLE_ADMIN_ENDPOINTS", false)?,
+            dns: istiod_mesh::meshconfig::DnsSettings {
+                multicluster_headless: vars.bool("ENABLE_MULTICLUSTER_HEADLESS", true)?,
+                dual_stack: vars.bool("ISTIO_DUAL_STACK", false)?,
+                ip_autoallocate: vars.bool("PILOT_ENABLE_IP_AUTOALLOCATE", true)?,
+            },
             envoy_filter_stats: vars.bool("PILOT_ENVOY_FILTER_STATS", false)?,
             // istiod (features/telemetry.go): outside 0..=100 it warns and
             // keeps the default.

@@ -120,7 +120,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
         let (cluster_id, system_namespace) = (config.cluster_id.clone(), config.identity.namespace.clone());
         let cluster_aliases = config.cluster_aliases.clone();
+        let mut dns = config.dns;
+        dns.dual_stack |= config.ambient;
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
+            mesh.dns = dns;
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
             mesh.route_collapse = collapse;

@@ -21,6 +21,7 @@ mod loadgen;
 mod multicluster;
 mod served;
 mod simulation;
+mod vms;
 mod waypoint;
 mod webhook;
 

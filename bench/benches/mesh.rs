@@ -234,7 +234,9 @@ fn assemble(c: &mut Criterion) {
                 Kind::Route => "rds",
                 // A sidecar mesh has none; ztunnels' kinds are
                 // bench/benches/ambient.rs's.
-                Kind::Secret | Kind::ExtensionConfig | Kind::Address | Kind::Authorization => continue,
+                Kind::Secret | Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable => {
+                    continue;
+                }
             };
             g.bench_function(format!("{label}/cached{suffix}"), |b| {
                 let mut a = shared().borrow_mut();

@@ -278,8 +278,18 @@ pub fn read(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
         IstioKind::VirtualService => IstioSpec::VirtualService(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::DestinationRule => IstioSpec::DestinationRule(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::Gateway => IstioSpec::Gateway(de::read_or_default(spec, "spec").map_err(one)?),
-        IstioKind::ServiceEntry => IstioSpec::ServiceEntry(de::read_or_default(spec, "spec").map_err(one)?),
-        IstioKind::WorkloadEntry => IstioSpec::WorkloadEntry(de::read_or_default(spec, "spec").map_err(one)?),
+        IstioKind::ServiceEntry => {
+            let mut se: networking::ServiceEntry = de::read_or_default(spec, "spec").map_err(one)?;
+            se.allocated = allocated_addresses(value);
+            IstioSpec::ServiceEntry(se)
+        }
+        IstioKind::WorkloadEntry => {
+            let mut we: networking::WorkloadEntry = de::read_or_default(spec, "spec").map_err(one)?;
+            we.health_checked =
+                meta.annotations.get(networking::HEALTH_CHECKS_ENABLED).is_some_and(|v| networking::parse_bool_true(v));
+            we.healthy = healthy_condition(value);
+            IstioSpec::WorkloadEntry(we)
+        }
         IstioKind::Sidecar => IstioSpec::Sidecar(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::PeerAuthentication => IstioSpec::PeerAuthentication(de::read_or_default(spec, "spec").map_err(one)?),
         IstioKind::AuthorizationPolicy => {
@@ -292,6 +302,24 @@ pub fn read(value: &serde_yaml_ng::Value) -> Result<IstioObject, FieldErrors> {
     };
     let raw = serde_json::to_value(value).map(|v| crate::meta::Raw::of(&v)).unwrap_or_default();
     Ok(IstioObject { meta, spec, raw })
+}
+
+/// A ServiceEntry's `status.addresses` (`{host, value}`), as istiod's
+/// `ipallocate` controller writes them.
+fn allocated_addresses(value: &serde_yaml_ng::Value) -> Vec<(String, String)> {
+    let Some(list) = value.get("status").and_then(|s| s.get("addresses")).and_then(|a| a.as_sequence()) else {
+        return Vec::new();
+    };
+    let text = |v: &serde_yaml_ng::Value, k: &str| v.get(k).and_then(serde_yaml_ng::Value::as_str).map(str::to_owned);
+    list.iter().filter_map(|a| Some((text(a, "host")?, text(a, "value")?))).collect()
+}
+
+/// The `Healthy` condition of an object's `status.conditions` (`True` or
+/// `False`; any other value is not healthy).
+fn healthy_condition(value: &serde_yaml_ng::Value) -> Option<bool> {
+    let conditions = value.get("status")?.get("conditions")?.as_sequence()?;
+    let c = conditions.iter().find(|c| c.get("type").and_then(serde_yaml_ng::Value::as_str) == Some("Healthy"))?;
+    Some(c.get("status").and_then(serde_yaml_ng::Value::as_str) == Some("True"))
 }
 
 /// istiod's warnings for a valid object (returned by the validation

@@ -74,6 +74,8 @@ pub struct MeshSettings {
     pub xds_api_generator_auth: bool,
     /// `ENABLE_DEBUG_ENDPOINT_AUTH`.
     pub debug_endpoint_auth: bool,
+    /// What the environment sets of the name tables (NDS).
+    pub dns: DnsSettings,
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -204,6 +206,28 @@ impl MeshSettings {
     }
 }
 
+/// The environment's switches of the name tables istiod sends
+/// istio-agent's DNS proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DnsSettings {
+    /// `ENABLE_MULTICLUSTER_HEADLESS` (true): a headless service's other
+    /// clusters' endpoints (of the proxy's network) are among its
+    /// addresses.
+    pub multicluster_headless: bool,
+    /// `ISTIO_DUAL_STACK` (false), or ambient on: a dual-stack proxy gets
+    /// both families of a service's addresses.
+    pub dual_stack: bool,
+    /// `PILOT_ENABLE_IP_AUTOALLOCATE` (true): ServiceEntry hosts without
+    /// addresses are given some, which proxies capturing DNS use.
+    pub ip_autoallocate: bool,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        DnsSettings { multicluster_headless: true, dual_stack: false, ip_autoallocate: true }
+    }
+}
+
 impl Default for MeshSettings {
     fn default() -> Self {
         MeshSettings {
@@ -220,6 +244,7 @@ impl Default for MeshSettings {
             ingress: IngressSettings::default(),
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
+            dns: DnsSettings::default(),
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

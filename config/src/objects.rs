@@ -243,6 +243,11 @@ pub struct PodSpec {
     /// Init containers: a native sidecar's (`restartPolicy: Always`) named
     /// ports resolve one too.
     pub init_containers: Vec<Container>,
+    /// `hostname` (the pod's name when unset): with `subdomain`, its DNS
+    /// name under a headless Service.
+    pub hostname: Option<String>,
+    /// `subdomain`.
+    pub subdomain: Option<String>,
 }
 
 /// `Pod.spec.containers[]`: what is read of a container.

@@ -58,6 +58,7 @@ pub fn kinds_of(types: &str) -> Vec<Kind> {
             "ecds" => Kind::ExtensionConfig,
             "wds" => Kind::Address,
             "wads" => Kind::Authorization,
+            "nds" => Kind::NameTable,
             _ => match Kind::from_type_url(t.trim()) {
                 Some(k) => k,
                 None => continue,

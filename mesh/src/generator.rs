@@ -77,6 +77,9 @@ pub struct MeshInput {
     pub ingress_waypoints: Arc<std::collections::BTreeMap<Arc<str>, Vec<String>>>,
     /// The addresses of the workloads bound to each waypoint (`<ns>/<name>`).
     pub waypoint_workloads: Arc<std::collections::BTreeMap<String, Vec<String>>>,
+    /// The services as name tables read them: the sum (xor) of each one's
+    /// [`crate::translate::dns::digest`].
+    pub dns_digest: u64,
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -144,6 +147,7 @@ impl MeshInput {
         let translation = crate::translate::translate(&model);
         let selecting_sidecars = selecting(&model);
         let claimed_ips = Arc::new(crate::translate::inbound::claimed_ips(&model));
+        let dns_digest = model.services.values().fold(0, |d, s| d ^ crate::translate::dns::digest(s));
         Self {
             model,
             changes,
@@ -155,6 +159,7 @@ impl MeshInput {
             translation,
             selecting_sidecars,
             claimed_ips,
+            dns_digest,
             waypoints: Arc::default(),
             ingress_waypoints: Arc::default(),
             waypoint_workloads: Arc::default(),
@@ -549,6 +554,24 @@ impl Generator for MeshGenerator {
             None => {}
         }
         let m = mesh(snap)?;
+        if kind == Kind::NameTable {
+            // The scope (namespace, and labels where a Sidecar selects),
+            // the addresses' families, network and cluster, and whether
+            // the proxy takes allocated addresses.
+            const KEYS: [&str; 3] = ["NETWORK", "DNS_CAPTURE", "DNS_AUTO_ALLOCATE"];
+            return Some(ProxyClass {
+                labels: if m.selecting_sidecars { class.labels.clone() } else { Vec::new() },
+                generator: Arc::from(""),
+                locality: Arc::from(""),
+                verified: false,
+                service_account: Arc::from(""),
+                mesh_id: Arc::from(""),
+                version: Arc::from(""),
+                metadata: class.metadata.iter().filter(|(k, _)| KEYS.contains(&&**k)).cloned().collect(),
+                ..class.clone()
+            });
+        }
+        let m = mesh(snap)?;
         // Gateways select routers by label; EnvoyFilters may select, and
         // match versions and metadata.
         let filters = &m.model.envoy_filters;
@@ -647,6 +670,11 @@ fn extended_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, nam
 
 /// What [`MeshGenerator::class_wildcard_names`] lists before EnvoyFilters.
 fn unpatched_class_names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    if kind == Kind::NameTable {
+        // One table, unnamed as istiod's, to whoever asks (the agent asks
+        // when it captures DNS).
+        return vec![Arc::from(NAME_TABLE)];
+    }
     if is_router(class) && kind == Kind::Listener {
         let Some(m) = mesh(snap) else { return Vec::new() };
         return router::listeners(&m.model, class).into_iter().map(|l| Arc::from(l.name)).collect();
@@ -665,8 +693,39 @@ fn unpatched_class_names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: K
     }
 }
 
+/// The one name table's resource name: istiod's has none.
+pub const NAME_TABLE: &str = "";
+
+/// What a name table reads of `class` (istiod's `nodeUsesAutoallocatedIPs`:
+/// allocation on, or `DNS_AUTO_ALLOCATE`, and `DNS_CAPTURE` or a waypoint).
+fn name_table_asker<'a>(m: &MeshInput, class: &'a ProxyClass) -> crate::translate::dns::Asker<'a> {
+    let meta = |k: &str| class.metadata.iter().find(|(m, _)| &**m == k).map_or("", |(_, v)| &**v);
+    let truthy = |k: &str| istiod_config::istio::networking::parse_bool_true(meta(k));
+    let allocation = m.model.mesh.dns.ip_autoallocate || truthy("DNS_AUTO_ALLOCATE");
+    crate::translate::dns::Asker {
+        ips: &class.ips,
+        network: meta("NETWORK"),
+        cluster: &class.cluster_id,
+        auto_allocated: allocation && (truthy("DNS_CAPTURE") || class.node_type == NodeType::Waypoint),
+    }
+}
+
 /// What [`MeshGenerator::input_generation`] says before EnvoyFilters.
 fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    if kind == Kind::NameTable {
+        let m = mesh(snap).filter(|_| name == NAME_TABLE)?;
+        let meta = |k: &str| class.metadata.iter().find(|(m, _)| &**m == k).map(|(_, v)| v);
+        return Some(mix((
+            "nds",
+            m.dns_digest,
+            m.scope_input(class),
+            &class.ips,
+            &class.cluster_id,
+            meta("NETWORK"),
+            name_table_asker(m, class).auto_allocated,
+            m.model.mesh.dns,
+        )));
+    }
     if kind == Kind::Secret {
         return router::secret(&mesh(snap)?.model, class, name).map(|(h, _)| h);
     }
@@ -725,6 +784,21 @@ fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Ki
 
 /// What [`MeshGenerator::generate`] makes before EnvoyFilters.
 fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    if kind == Kind::NameTable {
+        let m = mesh(snap).filter(|_| name == NAME_TABLE)?;
+        let model = &m.model;
+        let visible = model
+            .services
+            .values()
+            .filter(|svc| !m.scoping.active || crate::translate::scope::visible_on(model, class, svc, None));
+        let asker = name_table_asker(m, class);
+        let dns = model.mesh.dns;
+        let flags = crate::translate::dns::Flags {
+            multicluster_headless: dns.multicluster_headless,
+            dual_stack: dns.dual_stack,
+        };
+        return Some(Bytes::from(crate::translate::dns::name_table(visible, &asker, flags).encode_to_vec()));
+    }
     if kind == Kind::Secret {
         let (_, secret) = router::secret(&mesh(snap)?.model, class, name)?;
         return Some(Bytes::from(secret.encode_to_vec()));
@@ -817,7 +891,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             }
         }
         Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
-        Kind::ExtensionConfig | Kind::Address | Kind::Authorization => None,
+        Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable => None,
         Kind::Route => {
             let table = m.translation.routes.get(name)?;
             // (Without scoping every service is visible: skip the lookups.)

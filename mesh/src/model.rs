@@ -192,6 +192,9 @@ pub struct Endpoint {
     /// Its network (istiod's `Network(ip, labels)`, `model/network.rs`;
     /// empty when none is known).
     pub network: String,
+    /// A Pod with a `subdomain`: `<hostname>.<subdomain>`, its name under
+    /// a headless Service (istiod's `HostName` and `SubDomain`).
+    pub dns_name: Option<Arc<str>>,
 }
 
 /// Whether a workload with these labels and annotations takes HBONE.
@@ -231,6 +234,10 @@ pub struct Service {
     pub labels: BTreeMap<String, String>,
     /// Endpoints, ordered.
     pub endpoints: Vec<Endpoint>,
+    /// A ServiceEntry host without addresses: those istiod's `ipallocate`
+    /// controller gave it (its status), when it takes them (istiod's
+    /// `ShouldV2AutoAllocateIP`).
+    pub auto_addresses: Vec<String>,
 }
 
 /// Counts istiod reports as gauges, see [`Model::stats`].
@@ -840,7 +847,8 @@ impl Model {
         let slices = slices_by_service(objs);
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
-            let s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            select_workload_entries(&mut s, svc, objs);
             let s = network::place(
                 export_default(s, &model.mesh),
                 &model.mesh,
@@ -1006,7 +1014,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
     let merged: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = entries()
         .filter(|o| !o.meta.labels.is_empty())
         .filter_map(|o| match &o.spec {
-            IstioSpec::WorkloadEntry(we) => {
+            IstioSpec::WorkloadEntry(we) if we.serves() => {
                 let mut we = we.clone();
                 we.labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
                 Some((we, &o.meta.annotations))
@@ -1018,7 +1026,8 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
         Some(_) => entries()
             .filter(|o| o.meta.labels.is_empty())
             .filter_map(|o| match &o.spec {
-                IstioSpec::WorkloadEntry(we) => Some((we, &o.meta.annotations)),
+                // Health checks may hold an entry out (istiod's `isHealthy`).
+                IstioSpec::WorkloadEntry(we) if we.serves() => Some((we, &o.meta.annotations)),
                 _ => None,
             })
             .chain(merged.iter().map(|(we, a)| (we, *a)))
@@ -1027,6 +1036,11 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
             .collect(),
         None => se.endpoints.iter().map(|we| (we, &no_annotations)).collect(),
     };
+    // istiod's `ShouldV2AutoAllocateIP`: not for NONE, nor with addresses,
+    // nor where the entry's label turns it off.
+    let opted_out =
+        meta.labels.get("networking.istio.io/enable-autoallocate-ip").is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    let allocates = resolution != Resolution::Passthrough && se.addresses.is_empty() && !opted_out;
     se.hosts
         .iter()
         .map(|host| {
@@ -1057,6 +1071,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         pod: None,
                         tunnel: tunnel(&we.labels, annotations),
                         network: we.network.clone(),
+                        dns_name: None,
                     });
                 }
                 if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
@@ -1073,6 +1088,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                         pod: None,
                         tunnel: false,
                         network: String::new(),
+                        dns_name: None,
                     });
                 }
             }
@@ -1089,6 +1105,11 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                 selector: BTreeMap::new(),
                 labels: meta.labels.clone(),
                 endpoints,
+                auto_addresses: if allocates {
+                    se.allocated.iter().filter(|(h, _)| h == host).map(|(_, a)| a.clone()).collect()
+                } else {
+                    Vec::new()
+                },
             }
         })
         .collect()
@@ -1161,6 +1182,7 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
                         pod: pod.map(|p| p.metadata.name.clone()),
                         tunnel: pod.is_some_and(|p| tunnel(&p.metadata.labels, &p.metadata.annotations)),
                         network: String::new(),
+                        dns_name: pod.and_then(pod_dns_name),
                     });
                 }
             }
@@ -1192,6 +1214,74 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
         selector: svc.spec.selector.clone(),
         labels: svc.metadata.labels.clone(),
         endpoints,
+        auto_addresses: Vec::new(),
+    }
+}
+
+/// A Pod's name under a headless Service (`<hostname>.<subdomain>`, the
+/// hostname defaulting to the Pod's name), when it names a subdomain.
+fn pod_dns_name(pod: &Pod) -> Option<Arc<str>> {
+    let sub = pod.spec.subdomain.as_deref().filter(|s| !s.is_empty())?;
+    let host = pod.spec.hostname.as_deref().filter(|h| !h.is_empty()).unwrap_or(&pod.metadata.name);
+    Some(Arc::from(format!("{host}.{sub}")))
+}
+
+/// The WorkloadEntries a Kubernetes Service selects, as its endpoints
+/// (`PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, istiod's
+/// `serviceInstancesFromWorkloadInstances`): for a Service with a selector
+/// that the proxies balance over (not headless, not ExternalName), each
+/// entry of its namespace whose labels (its spec's and its own, as
+/// `ConvertWorkloadEntry` merges them) the selector matches, and that
+/// serves ([`networking::WorkloadEntry::serves`]: health checks may hold
+/// it out), on each port: a numeric target port, unless the entry maps the
+/// port's name; a named one as the entry maps it (no mapping, no endpoint).
+pub(crate) fn select_workload_entries(s: &mut Service, svc: &KubeService, objs: &Objects) {
+    if svc.spec.selector.is_empty() || s.resolution != Resolution::ClientSideLb || s.mesh_external {
+        return;
+    }
+    let mut added = false;
+    for o in objs.istio.iter().filter(|o| o.meta.ns() == s.namespace) {
+        let IstioSpec::WorkloadEntry(we) = &o.spec else { continue };
+        let mut labels = we.labels.clone();
+        labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !we.serves() || labels.is_empty() || !svc.spec.selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            continue;
+        }
+        for sp in &svc.spec.ports {
+            let name = sp.name.clone().unwrap_or_default();
+            let mapped = |n: &str| we.ports.get(n).copied().filter(|p| *p != 0).and_then(|p| u16::try_from(p).ok());
+            let port = match &sp.target_port {
+                Some(IntOrString::Int(n)) if *n > 0 => mapped(&name).or(u16::try_from(*n).ok()),
+                None => mapped(&name).or(Some(sp.port)),
+                Some(IntOrString::Int(_)) => mapped(&name).or(Some(sp.port)),
+                Some(IntOrString::String(t)) => mapped(t),
+            };
+            let Some(port) = port else { continue };
+            let mut loc = we.locality.splitn(3, '/');
+            s.endpoints.push(Endpoint {
+                address: we.address.clone(),
+                service_port: sp.port,
+                port,
+                health: Health::Healthy,
+                tls_mode: labels.get(TLS_MODE).cloned().unwrap_or_else(|| "disabled".into()),
+                labels: labels.clone(),
+                service_account: we.service_account.clone(),
+                locality: Locality {
+                    region: loc.next().unwrap_or_default().to_owned(),
+                    zone: loc.next().unwrap_or_default().to_owned(),
+                    subzone: loc.next().unwrap_or_default().to_owned(),
+                },
+                pod: None,
+                tunnel: tunnel(&labels, &o.meta.annotations),
+                network: we.network.clone(),
+                dns_name: None,
+            });
+            added = true;
+        }
+    }
+    if added {
+        s.endpoints.sort_by(|a, b| (a.service_port, &a.address, a.port).cmp(&(b.service_port, &b.address, b.port)));
+        s.endpoints.dedup_by(|a, b| (a.service_port, &a.address, a.port) == (b.service_port, &b.address, b.port));
     }
 }
 
@@ -1211,3 +1301,5 @@ fn slice_port(slice: &EndpointSlice, sp: &ServicePort) -> Option<u16> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod we_tests;

@@ -18,6 +18,7 @@ pub mod authn;
 pub mod authz;
 pub mod cluster;
 pub mod dfp;
+pub mod dns;
 pub mod endpoint;
 pub mod envoy;
 pub mod extauthz;

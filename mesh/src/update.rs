@@ -54,7 +54,7 @@ pub fn build_with(
 /// only EnvoyFilters, WasmPlugins and TrafficExtensions -> only those
 /// (applied per proxy).
 /// None of these rebuilds the model or the translation. Anything else
-/// (Namespaces, Nodes, WorkloadEntries, a mix of groups, an unknown change)
+/// (Namespaces, Nodes, a mix of groups, an unknown change)
 /// does, and so does a new mesh configuration. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,

@@ -20,6 +20,8 @@ pub const ROUTE_CONFIGURATION: &str = "type.googleapis.com/envoy.config.route.v3
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 /// ECDS resource: an extension's config (a Wasm filter).
 pub const TYPED_EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
+/// istio-agent's DNS name table (NDS).
+pub const NAME_TABLE: &str = "type.googleapis.com/istio.networking.nds.v1.NameTable";
 /// Workload API (ztunnel) resource: an address.
 pub const ADDRESS: &str = "type.googleapis.com/istio.workload.Address";
 /// Workload API (ztunnel) resource: an L4 authorization policy.
@@ -63,6 +65,7 @@ pub const ALL: &[&str] = &[
     LISTENER,
     ROUTE_CONFIGURATION,
     SECRET,
+    NAME_TABLE,
     ADDRESS,
     AUTHORIZATION,
     HTTP_CONNECTION_MANAGER,

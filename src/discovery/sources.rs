@@ -282,6 +282,13 @@ pub(super) fn apply(
         touched.extend(istiod_waypoint::all_names(p));
         touched.extend(istiod_waypoint::all_names(&mesh));
     }
+    // Name tables read the services, the scoping and the mesh's DNS
+    // switches: their one name, whenever any of those may have changed
+    // (generations tell whose table did).
+    let dns = |p: &MeshInput| (p.dns_digest, p.scope_generation(), p.model.mesh.dns);
+    if prev.as_ref().is_none_or(|p| dns(p) != dns(&mesh) || !mesh.changes.touched().is_empty()) {
+        touched.push((ads::Kind::NameTable, Arc::from(istiod_mesh::generator::NAME_TABLE)));
+    }
     // What routers read changed: every listener and route name a router
     // may have, before and after.
     if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {

@@ -1051,6 +1051,10 @@ pub struct ServiceEntry {
     pub export_to: Vec<String>,
     /// Names the endpoints' certificates must carry.
     pub subject_alt_names: Vec<String>,
+    /// Not of the spec: the addresses istiod's `ipallocate` controller
+    /// wrote to `status.addresses` (`{host, value}`), by host.
+    #[serde(skip)]
+    pub allocated: Vec<(String, String)>,
 }
 
 /// `ServicePort`.
@@ -1131,6 +1135,33 @@ pub struct WorkloadEntry {
     pub weight: u32,
     /// Service account (identity).
     pub service_account: String,
+    /// Not of the spec: the object's `Healthy` condition
+    /// (`status.conditions`), which istiod's health checks write; `None`
+    /// when it has none. See [`WorkloadEntry::serves`].
+    #[serde(skip)]
+    pub healthy: Option<bool>,
+    /// Not of the spec: health gates the endpoint (the object's
+    /// `proxy.istio.io/health-checks-enabled` annotation reads true as
+    /// Go's `strconv.ParseBool`).
+    #[serde(skip)]
+    pub health_checked: bool,
+}
+
+/// The annotation that lets health reports gate a WorkloadEntry.
+pub const HEALTH_CHECKS_ENABLED: &str = "proxy.istio.io/health-checks-enabled";
+
+impl WorkloadEntry {
+    /// Whether the entry is an endpoint (istiod's serviceentry `isHealthy`):
+    /// one whose health is checked only once its `Healthy` condition says
+    /// so, any other always.
+    pub fn serves(&self) -> bool {
+        !self.health_checked || self.healthy == Some(true)
+    }
+}
+
+/// Go's `strconv.ParseBool` true values.
+pub fn parse_bool_true(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
 /// `WorkloadSelector` of the networking kinds (ServiceEntry, Sidecar).

@@ -1520,3 +1520,18 @@ fn upstream_split_horizon_eds() {
     w4.extend([("159.122.219.1", 2), ("159.122.219.2", 4), ("159.122.219.3", 3), ("179.114.119.3", 3)]);
     assert_eq!(weights("network4"), want(&w4));
 }
+
+#[test]
+fn a_sidecar_is_served_one_unnamed_name_table() {
+    let m = bookinfo();
+    let snap = snapshot(&m);
+    let g = MeshGenerator;
+    let reviews = class("bookinfo", &[("app", "reviews")]);
+    assert_eq!(g.wildcard_names(&snap, &reviews, Kind::NameTable), vec![Arc::from(NAME_TABLE)]);
+    assert!(g.input_generation(&snap, &reviews, Kind::NameTable, NAME_TABLE).is_some());
+    let t = istiod_proto::istio::networking::nds::v1::NameTable::decode(
+        g.generate(&snap, &reviews, Kind::NameTable, NAME_TABLE).unwrap(),
+    )
+    .unwrap();
+    assert!(t.table.contains_key("reviews.bookinfo.svc.cluster.local"), "{t:?}");
+}

@@ -14,11 +14,13 @@ use istiod_config::objects::{EndpointSlice, Objects};
 use crate::generator::deps::Dep;
 use crate::generator::{MeshInput, deps, inbound_part};
 use crate::model::network::place;
-use crate::model::{Model, Service, Workloads, export_default, remote_service, service, service_entry};
+use crate::model::{
+    Model, Service, Workloads, export_default, remote_service, select_workload_entries, service, service_entry,
+};
 
 impl Model {
     /// The kinds [`Model::with_services_of`] takes.
-    pub const SERVICE_KINDS: [&'static str; 4] = ["Service", "ServiceEntry", "EndpointSlice", "Pod"];
+    pub const SERVICE_KINDS: [&'static str; 5] = ["Service", "ServiceEntry", "EndpointSlice", "Pod", "WorkloadEntry"];
 
     /// The model after the objects `changed` (of [`Model::SERVICE_KINDS`])
     /// changed in `objs`, nothing else having changed: every service they
@@ -53,6 +55,23 @@ impl Model {
                 "EndpointSlice" => hosts.extend(r.service.as_deref().map(|svc| kube(ns, svc))),
                 "Pod" => {
                     pods.insert((ns, name));
+                }
+                // A WorkloadEntry: every service of its namespace that
+                // selects workloads (its labels before the change are not
+                // kept), as it was and as it is.
+                "WorkloadEntry" => {
+                    let selecting = |s: &&Service| s.namespace == ns && (!s.selector.is_empty() || !s.kubernetes);
+                    hosts.extend(self.services.values().filter(selecting).map(|s| s.hostname.clone()));
+                    for svc in objs.services.iter().filter(|s| s.metadata.ns() == ns && !s.spec.selector.is_empty()) {
+                        hosts.insert(kube(ns, &svc.metadata.name));
+                    }
+                    for o in objs.istio.iter().filter(|o| o.meta.ns() == ns) {
+                        if let IstioSpec::ServiceEntry(se) = &o.spec
+                            && se.workload_selector.is_some()
+                        {
+                            hosts.extend(se.hosts.iter().map(|h| Arc::from(h.as_str())));
+                        }
+                    }
                 }
                 _ => {
                     // A ServiceEntry: the hosts it made, and those it names now.
@@ -134,7 +153,8 @@ impl Model {
             }
             let mut out = find(objs, ns, name).map(|svc| {
                 let slices = slices_of(objs, ns, name);
-                let s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+                let mut s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+                select_workload_entries(&mut s, svc, objs);
                 place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
             });
             for (cluster, remote) in &objs.remotes {
@@ -182,6 +202,8 @@ impl MeshInput {
         let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
         let mut reshaped = Vec::new();
         for host in &hosts {
+            let dns = |m: &Model| m.services.get(host).map_or(0, crate::translate::dns::digest);
+            next.dns_digest ^= dns(&self.model) ^ dns(&model);
             next.translation.update_service(&model, host);
             let (before, after) = (self.model.services.get(host), model.services.get(host));
             if before.map(deps::shape) != after.map(deps::shape) {
@@ -194,6 +216,15 @@ impl MeshInput {
             if old != next.inbound_parts.get(host).copied() {
                 let ns = after.or(before).map(|s| &*s.namespace);
                 next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
+            }
+        }
+        // A service without a selector claims its endpoints' addresses as
+        // its workloads' (a ServiceEntry's WorkloadEntries, a VM's).
+        let claims = |m: &Model, h: &Arc<str>| m.services.get(h).is_some_and(|s| s.selector.is_empty());
+        if hosts.iter().any(|h| claims(&self.model, h) || claims(&model, h)) {
+            let claimed = crate::translate::inbound::claimed_ips(&model);
+            if claimed != *self.claimed_ips {
+                next.claimed_ips = Arc::new(claimed);
             }
         }
         if !reshaped.is_empty() {

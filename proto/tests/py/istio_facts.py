@@ -37,15 +37,34 @@ SOURCE = (
     "3b80cf3ed07720300b8dd7e6fe4f5b148aa73800); "
     "istio/istio pkg/workloadapi/security/authorization.proto at commit "
     "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c (ztunnel's copy at 62d8265 "
-    "names Group `Rule` and Rules `Clause`, same numbers)"
+    "names Group `Rule` and Rules `Clause`, same numbers); "
+    "istio/istio pkg/dns/proto/nds.proto at commit "
+    "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c"
 )
 
 _O = "LABEL_OPTIONAL"
 _R = "LABEL_REPEATED"
 _W = "istio.workload."
 _S = "istio.security."
+_N = "istio.networking.nds.v1."
 
 FACTS = {
+    # ---- istio.networking.nds.v1 (pkg/dns/proto/nds.proto) -------------------
+    _N + "NameTable": {
+        "table": (1, "TYPE_MESSAGE", _R, _N + "NameTable.TableEntry", None),
+    },
+    # map<string, NameInfo> table = 1;
+    _N + "NameTable.TableEntry": {
+        "key": (1, "TYPE_STRING", _O, None, None),
+        "value": (2, "TYPE_MESSAGE", _O, _N + "NameTable.NameInfo", None),
+    },
+    _N + "NameTable.NameInfo": {
+        "ips": (1, "TYPE_STRING", _R, None, None),
+        "registry": (2, "TYPE_STRING", _O, None, None),
+        "shortname": (3, "TYPE_STRING", _O, None, None),
+        "namespace": (4, "TYPE_STRING", _O, None, None),
+        "alt_hosts": (5, "TYPE_STRING", _R, None, None),
+    },
     # ---- istio.security (security/authorization.proto) ----------------------
     _S + "Authorization": {
         "name": (1, "TYPE_STRING", _O, None, None),

@@ -34,11 +34,14 @@ pub enum Kind {
     /// WADS: ambient L4 policies (`istio.security.Authorization`), to
     /// ztunnels.
     Authorization = 7,
+    /// NDS: istio-agent's DNS name table
+    /// (`istio.networking.nds.v1.NameTable`), to proxies that capture DNS.
+    NameTable = 8,
 }
 
 impl Kind {
     /// Every kind, in push order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Cluster,
         Kind::Endpoint,
         Kind::Listener,
@@ -47,6 +50,7 @@ impl Kind {
         Kind::ExtensionConfig,
         Kind::Address,
         Kind::Authorization,
+        Kind::NameTable,
     ];
 
     /// The type URL on the wire.
@@ -61,6 +65,7 @@ impl Kind {
             Kind::ExtensionConfig => t::TYPED_EXTENSION_CONFIG,
             Kind::Address => t::ADDRESS,
             Kind::Authorization => t::AUTHORIZATION,
+            Kind::NameTable => t::NAME_TABLE,
         }
     }
 
@@ -73,12 +78,12 @@ impl Kind {
     /// first request naming nothing subscribes to all (ztunnel's workload
     /// types too, unless it asks on demand).
     pub fn is_wildcard(self) -> bool {
-        matches!(self, Kind::Cluster | Kind::Listener | Kind::Address | Kind::Authorization)
+        matches!(self, Kind::Cluster | Kind::Listener | Kind::Address | Kind::Authorization | Kind::NameTable)
     }
 
     /// Short name for debug output (`CDS`, ...).
     pub fn short(self) -> &'static str {
-        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS", "WDS", "WADS"][self as usize]
+        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS", "WDS", "WADS", "NDS"][self as usize]
     }
 }
 

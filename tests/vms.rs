@@ -168,6 +168,13 @@ fn the_agents_dns_proxy_gets_its_name_table_and_its_changes() {
         row("reviews.web.svc.cluster.local", &["10.96.0.10"], "Kubernetes", "reviews", "web"),
     ];
     assert_eq!(rows, want);
+    // `/debug/ndsz` shows what the proxy was sent, as JSON.
+    let (code, body) = crate::server::get(s.http, "/debug/ndsz?proxyID=web-0.web").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let dump: Value = serde_json::from_str(&body).unwrap();
+    let table = &dump["configs"][0];
+    assert_eq!(table["@type"], "type.googleapis.com/istio.networking.nds.v1.NameTable", "{dump:#}");
+    assert_eq!(table["table"]["reviews.web.svc.cluster.local"]["ips"], json!(["10.96.0.10"]), "{dump:#}");
 
     // A new Service is pushed to the same stream.
     let more = "---\napiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: web}\n\

@@ -61,6 +61,8 @@ pub struct Config {
     /// `PILOT_REMOTE_CLUSTER_TIMEOUT` (30 s): how long a remote cluster
     /// may take to sync before it is reported as timed out.
     pub remote_cluster_timeout: Duration,
+    /// WorkloadEntry auto-registration and health checks.
+    pub workload_entries: WorkloadEntries,
     /// `--meshConfig`: mesh configuration file (built-in defaults if absent).
     pub mesh_config: PathBuf,
     /// `--networksConfig`: mesh networks file.
@@ -280,6 +282,22 @@ pub struct TlsFiles {
     pub min_version: TlsVersion,
     /// `--tls-cipher-suites`: Go cipher suite names; empty for defaults.
     pub cipher_suites: Vec<String>,
+}
+
+/// WorkloadEntry auto-registration and health checks
+/// (`pilot/pkg/autoregistration`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadEntries {
+    /// `PILOT_ENABLE_WORKLOAD_ENTRY_AUTOREGISTRATION` (true).
+    pub autoregistration: bool,
+    /// `PILOT_ENABLE_WORKLOAD_ENTRY_HEALTHCHECKS` (true).
+    pub health_checks: bool,
+    /// `PILOT_WORKLOAD_ENTRY_GRACE_PERIOD` (10s): how long a disconnected
+    /// proxy's entry stays.
+    pub grace: Duration,
+    /// `ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY` (true): the proxy's
+    /// verified identity must be the entry's namespace and service account.
+    pub validate_identity: bool,
 }
 
 /// gRPC connection keepalive (istiod pkg/keepalive).
@@ -602,6 +620,12 @@ impl Config {
             domain: args.domain.clone(),
             cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
             remote_cluster_timeout: vars.duration("PILOT_REMOTE_CLUSTER_TIMEOUT", Duration::from_secs(30))?,
+            workload_entries: WorkloadEntries {
+                autoregistration: vars.bool("PILOT_ENABLE_WORKLOAD_ENTRY_AUTOREGISTRATION", true)?,
+                health_checks: vars.bool("PILOT_ENABLE_WORKLOAD_ENTRY_HEALTHCHECKS", true)?,
+                grace: vars.duration("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", Duration::from_secs(10))?,
+                validate_identity: vars.bool("ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY", true)?,
+            },
             cluster_aliases,
             mesh_config: PathBuf::from(&args.mesh_config),
             networks_config: PathBuf::from(&args.networks_config),

@@ -4,6 +4,7 @@
 //! sources are in `sources.rs`, the model's updates in `update.rs`, the
 //! debug endpoints in `debug.rs`.
 
+mod autoregister;
 mod debug;
 mod debug_xds;
 mod debugz;
@@ -207,6 +208,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         format!("istiod-rs-{}", if config.identity.pod_name.is_empty() { "local" } else { &config.identity.pod_name });
     // Debug over xDS (`istio.io/debug/*`): the cores forward it here.
     let (forward_tx, forward_rx) = async_channel::unbounded();
+    // The streams of VMs' proxies (WorkloadGroups, health-checked
+    // WorkloadEntries): the cores report them here. Bounded: a flood of
+    // connections loses events, not memory.
+    let (lifecycle_tx, lifecycle_rx) = async_channel::bounded(1 << 16);
     let factory = AdsFactory::new(
         Arc::new(istiod_waypoint::generator::WithWaypoints),
         receivers,
@@ -214,6 +219,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         &control_plane,
     )
     .forward_to(forward_tx, crate::version::control_plane_identifier(&crate::version::BUILD, &config.identity.pod_name))
+    .lifecycle_to(lifecycle_tx)
     .max_node_bytes(config.limits.max_node_bytes)
     .max_names(config.limits.max_names_per_stream)
     .push_throttle(match config.push.push_throttle {
@@ -465,6 +471,30 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 settings: config.gateway_deployment_settings.clone(),
             };
             tokio::task::spawn_local(gateway_deploy::run(cx, deploy_rx));
+        }
+        // WorkloadEntry auto-registration and health checks: against the
+        // API server; without one, what VMs' proxies ask is reported once.
+        {
+            let w = &config.workload_entries;
+            let max_connection_age = config.keepalive.max_connection_age.map(|a| a + a / 2);
+            let settings = autoregister::Settings {
+                autoregistration: w.autoregistration,
+                health_checks: w.health_checks,
+                grace: w.grace,
+                validate_identity: w.validate_identity,
+                max_connection_age,
+                instance: config.identity.pod_name.clone(),
+                hbone: config.ambient,
+            };
+            match kube.as_ref().filter(|_| w.autoregistration || w.health_checks) {
+                Some(client) => {
+                    let c = autoregister::Controller::new(istiod_kubewatch::kapi::Api::new(client.clone()), settings);
+                    tokio::task::spawn_local(autoregister::run(c, lifecycle_rx));
+                }
+                None => {
+                    tokio::task::spawn_local(autoregister::unserved(lifecycle_rx, kube.is_none()));
+                }
+            }
         }
         // The JWKS resolver hears which key sets each new model wants.
         let (jwks_tx, jwks_rx) = mpsc::unbounded_channel();

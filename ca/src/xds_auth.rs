@@ -188,7 +188,8 @@ impl<S: Service + 'static> AuthedAds<S> {
                         Reviewed::Denied(reason) => return Err(unauthenticated(peer, &reason)),
                         Reviewed::Unavailable(status) => return Err(status),
                     };
-                    svc.open(&mut c, &Call { verified: identity_check, ..call.clone() })?;
+                    let identities: Arc<[String]> = ids.clone().into();
+                    svc.open(&mut c, &Call { verified: identity_check, identities, ..call.clone() })?;
                     let mut unchecked = identity_check.then_some(ids);
                     for msg in held {
                         if let Some(ids) = unchecked.take() {
@@ -244,7 +245,10 @@ impl<S: Service + 'static> Service for AuthedAds<S> {
                 tracing::debug!(target: "ads", peer = ?conn.info.peer, identities = ?ids, "Authenticated XDS");
                 // The node's namespace is checked against `ids` at the
                 // first message, before the service sees it.
-                self.inner.borrow_mut().open(conn, &Call { verified: self.auth.identity_check, ..call.clone() })?;
+                let identities: Arc<[String]> = ids.clone().into();
+                self.inner
+                    .borrow_mut()
+                    .open(conn, &Call { verified: self.auth.identity_check, identities, ..call.clone() })?;
                 if self.auth.identity_check {
                     self.gates.borrow_mut().insert(key, Gate::Check { ids, delta });
                 }

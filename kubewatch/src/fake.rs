@@ -469,6 +469,27 @@ impl FakeApi {
         self.changed.notify_waiters();
     }
 
+    /// A DELETE: the object as it was, 404 when absent, 409 when the body's
+    /// `preconditions.resourceVersion` is not the stored one.
+    fn delete_request(&self, r: &Resource, ns: &str, name: &str, body: &[u8]) -> (u16, Value) {
+        let options: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let want = options["preconditions"]["resourceVersion"].as_str().map(str::to_owned);
+        let key = (r.plural, ns.to_owned(), name.to_owned());
+        let current = self.lock().objects.get(&key).cloned();
+        let Some(current) = current else {
+            return (404, status_json(404, "NotFound", &format!("{} {name:?} not found", r.plural)));
+        };
+        if let Some(want) = want.filter(|w| current["metadata"]["resourceVersion"] != json!(w)) {
+            let msg = format!(
+                "Operation cannot be fulfilled on {} {name:?}: Precondition failed: ResourceVersion: Invalid value: {want:?}",
+                r.plural
+            );
+            return (409, status_json(409, "Conflict", &msg));
+        }
+        self.delete(r.plural, ns, name);
+        (200, current)
+    }
+
     /// Forgets the event history (like etcd compaction): a watch from an
     /// older version gets 410 Gone and the client must relist.
     pub fn compact(&self) {
@@ -668,6 +689,10 @@ impl FakeApi {
             }
             ("POST", ns, None) | ("PUT", ns, Some(_)) => {
                 let (code, body) = self.write(&resource, ns.unwrap_or_default(), name, &body);
+                return respond(&mut stream, code, &body).await;
+            }
+            ("DELETE", ns, Some(name)) => {
+                let (code, body) = self.delete_request(&resource, ns.unwrap_or_default(), name, &body);
                 return respond(&mut stream, code, &body).await;
             }
             ("GET", ns, Some(name)) => {

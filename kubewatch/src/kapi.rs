@@ -85,6 +85,23 @@ impl Api {
         }
     }
 
+    /// Deletes the object at `path` if its `resourceVersion` is still
+    /// `resource_version` (any, when `None`).
+    pub async fn delete(&self, path: &str, resource_version: Option<&str>) -> Result<Deleted, String> {
+        let options = match resource_version {
+            Some(rv) => {
+                serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"resourceVersion": rv}})
+            }
+            None => serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1"}),
+        };
+        match self.send(http::Method::DELETE, path, Some(&options)).await? {
+            Ok(_) => Ok(Deleted::Done),
+            Err(404) => Ok(Deleted::Gone),
+            Err(409) => Ok(Deleted::Conflict),
+            Err(code) => Err(format!("DELETE {path}: {code}")),
+        }
+    }
+
     /// Replaces the object at `path` with `object`, whose
     /// `metadata.resourceVersion` must still be the stored one.
     pub async fn replace(&self, path: &str, object: &Value) -> Result<Write, String> {
@@ -95,6 +112,17 @@ impl Api {
             Err(code) => Err(format!("PUT {path}: {code}")),
         }
     }
+}
+
+/// What a delete came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted.
+    Done,
+    /// 404: it was not there.
+    Gone,
+    /// 409: it changed since it was read.
+    Conflict,
 }
 
 /// The `istio.io/rev` value of `revision` (`REVISION`): empty is istiod's

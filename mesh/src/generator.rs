@@ -302,6 +302,9 @@ pub const DEBUG_TYPE: &str = "istio.io/debug";
 /// The status generator's types (`statusgen.go`): `syncz` and `config_dump`.
 pub const DEBUG_PREFIX: &str = "istio.io/debug/";
 
+/// istio-agent's health reports (`model.HealthInfoType`).
+pub const HEALTH_INFORMATION: &str = "type.googleapis.com/istio.v1.HealthInformation";
+
 /// Debug paths a caller outside the root namespace may ask for
 /// (`debuggen.go` activeNamespaceDebuggers).
 pub const NAMESPACE_DEBUGGERS: &[&str] = &["config_dump", "ndsz", "edsz"];
@@ -427,6 +430,11 @@ impl Generator for MeshGenerator {
         type_url: &str,
         names: &[String],
     ) -> UnknownType {
+        if type_url == HEALTH_INFORMATION {
+            // istio-agent's health probe results: the application's, and
+            // never answered (istiod's `handleWorkloadHealthcheck`).
+            return UnknownType::Notify;
+        }
         let mesh = snap.mesh.as_ref().map(|m| &*m.model.mesh);
         if type_url == DEBUG_TYPE || type_url.starts_with(DEBUG_PREFIX) {
             return debug_access(mesh, class, type_url, names);
@@ -454,6 +462,17 @@ impl Generator for MeshGenerator {
 
     fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
         Proxy::classify(node, verified)
+    }
+
+    /// Proxies of a WorkloadGroup (`AUTO_REGISTER_GROUP`) or of a
+    /// WorkloadEntry they keep healthy (`WORKLOAD_ENTRY`): the
+    /// application registers them and records their health.
+    fn tracks(&self, class: &ProxyClass) -> bool {
+        class.node_type != NodeType::Ztunnel
+            && class
+                .metadata
+                .iter()
+                .any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
     }
 
     /// istiod's `AdsClient.labels` and `locality` (a `core.Locality` as Go's

@@ -213,9 +213,24 @@ fn string_metadata(node: &Node) -> Vec<(Arc<str>, Arc<str>)> {
             _ => None,
         })
         .collect();
+    // A VM's agent probing its workload (`PROXY_CONFIG.readinessProbe`):
+    // its auto-registered WorkloadEntry is health-checked.
+    let probe = node.metadata.as_ref().and_then(|m| m.fields.get("PROXY_CONFIG")).is_some_and(|v| match &v.kind {
+        Some(ValueKind::StructValue(pc)) => {
+            pc.fields.get("readinessProbe").is_some_and(|p| !matches!(p.kind, None | Some(ValueKind::NullValue(_))))
+        }
+        _ => false,
+    });
+    if probe {
+        out.push((Arc::from(READINESS_PROBE), Arc::from("true")));
+    }
     out.sort();
     out
 }
+
+/// The metadata key a node's `PROXY_CONFIG.readinessProbe` sets (to
+/// `true`): not of the node's string metadata, istiod-rs's own.
+pub const READINESS_PROBE: &str = "PROXY_CONFIG.readinessProbe";
 
 impl NodeType {
     /// istiod's name for the type (the node id's first field).

@@ -101,6 +101,7 @@ mod tests {
             config::listener::v3::Listener::type_url(),
             config::route::v3::RouteConfiguration::type_url(),
             transport_sockets::tls::v3::Secret::type_url(),
+            crate::istio::networking::nds::v1::NameTable::type_url(),
             crate::istio::workload::Address::type_url(),
             crate::istio::security::Authorization::type_url(),
             filters::network::http_connection_manager::v3::HttpConnectionManager::type_url(),

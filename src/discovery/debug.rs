@@ -486,6 +486,7 @@ pub(super) async fn monitoring(
     crate::version::collect_metrics(&crate::version::BUILD, &mut out);
     crate::control::metrics::collect(&mut out);
     super::remotes::collect(&mut out);
+    super::autoregister::collect(&mut out);
     // The push context's gauges, from the model last published (counted
     // when scraped, not at every change).
     let model = state.borrow().mesh.as_ref().map(|m| m.model.clone());

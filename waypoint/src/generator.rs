@@ -257,6 +257,10 @@ impl Generator for WithWaypoints {
         MeshGenerator.unknown_type(snap, class, type_url, names)
     }
 
+    fn tracks(&self, class: &ProxyClass) -> bool {
+        MeshGenerator.tracks(class)
+    }
+
     fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
         MeshGenerator.classify(node, verified)
     }

@@ -90,6 +90,44 @@ pub struct Forwarded<C> {
     pub reply: async_channel::Sender<Vec<ForwardedResource>>,
 }
 
+/// What the application hears of the streams of a class the generator
+/// tracks (`Generator::tracks`), in the order they happen on a core.
+#[derive(Debug, Clone)]
+pub enum Lifecycle<C> {
+    /// A stream's proxy is known (its first request).
+    Connected {
+        /// The stream's connection id ([`connection_id`]).
+        conn: String,
+        /// The proxy's class.
+        class: Arc<C>,
+        /// The caller's authenticated identities (SPIFFE ids).
+        identities: Arc<[String]>,
+        /// When the stream opened.
+        at: std::time::SystemTime,
+    },
+    /// The stream ended.
+    Disconnected {
+        /// The stream's connection id.
+        conn: String,
+        /// The proxy's class.
+        class: Arc<C>,
+        /// When.
+        at: std::time::SystemTime,
+    },
+    /// The proxy sent a request of a type the generator hands over
+    /// (`UnknownType::Notify`).
+    Report {
+        /// The stream's connection id.
+        conn: String,
+        /// The proxy's class.
+        class: Arc<C>,
+        /// The request's type URL.
+        type_url: String,
+        /// Its `error_detail`'s message, when it carries one.
+        error: Option<String>,
+    },
+}
+
 /// One resource of a forwarded request's response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardedResource {
@@ -199,6 +237,7 @@ pub struct AdsFactory<M = (), C = ()> {
     max_names: usize,
     push_throttle: usize,
     forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
+    lifecycle: Option<async_channel::Sender<Lifecycle<C>>>,
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -219,7 +258,15 @@ impl<M, C> AdsFactory<M, C> {
             // istiod's automatic PILOT_PUSH_THROTTLE on two cores.
             push_throttle: 25,
             forward: None,
+            lifecycle: None,
         }
+    }
+
+    /// Where the streams of tracked classes are reported
+    /// ([`Lifecycle`]); without it they are not.
+    pub fn lifecycle_to(mut self, tx: async_channel::Sender<Lifecycle<C>>) -> Self {
+        self.lifecycle = Some(tx);
+        self
     }
 
     /// Where requests the generator forwards go ([`UnknownType::Forward`]),
@@ -278,6 +325,7 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             pushes: 0,
             nacks: 0,
             forward: self.forward.clone(),
+            lifecycle: self.lifecycle.clone(),
         }
     }
 
@@ -403,6 +451,7 @@ pub struct AdsService<M = (), C = ()> {
     pushes: u64,
     nacks: u64,
     forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
+    lifecycle: Option<async_channel::Sender<Lifecycle<C>>>,
 }
 
 /// Names one stream may subscribe to, unless configured otherwise
@@ -566,6 +615,16 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 tracing::warn!(target: "ads", proxy, type_url, "{message}");
                 return Err(Status::new(code, message));
             }
+            UnknownType::Notify => {
+                let s = self.streams.get(&(conn.info.id, stream)).filter(|s| s.tracked);
+                let name = s.and_then(|s| s.proxy.as_ref()).map(|p| p.name.clone());
+                if let (Some(tx), Some(name)) = (&self.lifecycle, name) {
+                    let id = connection_id(&name, conn.info.id, stream, self.core);
+                    let type_url = req.type_url.clone();
+                    let _ = tx.try_send(Lifecycle::Report { conn: id, class, type_url, error: req.error });
+                }
+                return Ok(());
+            }
             UnknownType::Empty | UnknownType::Forward if !req.first => return Ok(()),
             UnknownType::Empty | UnknownType::Forward => {}
         }
@@ -635,6 +694,11 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             let conn = connection_id(&p.name, id, sid, self.core);
             let address = removed.as_ref().and_then(|s| s.address).map(|a| a.to_string()).unwrap_or_default();
             tracing::info!(target: "ads", "ADS: \"{address}\" {conn} terminated");
+            if let (Some(tx), Some(class)) =
+                (&self.lifecycle, removed.as_ref().filter(|s| s.tracked).and_then(|s| s.class.clone()))
+            {
+                let _ = tx.try_send(Lifecycle::Disconnected { conn, class, at: std::time::SystemTime::now() });
+            }
         }
         if let Some(class) = removed.and_then(|s| s.class) {
             let gone = self.classes.get_mut(&*class).is_some_and(|e| {
@@ -984,6 +1048,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
         let id = conn.info.id;
         let mut stream = AdsStream::new(protocol, Instant::now());
         stream.verified = call.verified;
+        stream.identities = call.identities.clone();
         stream.address = conn.info.peer;
         self.streams.insert((id, call.stream), stream);
         self.by_conn.entry(id).or_default().push(call.stream);
@@ -1018,6 +1083,16 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             // initConnection: "new connection for node:<connection id>").
             let conn = connection_id(&p.name, key.0, key.1, self.core);
             tracing::info!(target: "ads", "ADS: new connection for node:{conn}");
+            if let (Some(tx), Some(class)) = (&self.lifecycle, s.class.clone())
+                && self.generator.tracks(&class)
+            {
+                s.tracked = true;
+                let at = std::time::SystemTime::now() - now.saturating_duration_since(s.connected_at);
+                let identities = s.identities.clone();
+                // A full channel (the application gone or far behind)
+                // loses the event, never the stream.
+                let _ = tx.try_send(Lifecycle::Connected { conn, class, identities, at });
+            }
         }
         let names = s.subscribed();
         if names > self.max_names {

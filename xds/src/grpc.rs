@@ -8,6 +8,7 @@
 mod status;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -50,6 +51,9 @@ pub struct Call {
     /// checked against its identity before its first message reaches the
     /// service (istiod's `VerifiedIdentity`, which SDS requires).
     pub verified: bool,
+    /// The caller's authenticated identities (SPIFFE ids), set by the same
+    /// wrapper; empty for an unauthenticated call.
+    pub identities: Arc<[String]>,
 }
 
 /// The application behind a connection.
@@ -219,7 +223,7 @@ impl GrpcConnection {
                 return;
             }
         };
-        let call = Call { stream: id, request, deadline, verified: false };
+        let call = Call { stream: id, request, deadline, verified: false, identities: Arc::from([]) };
         self.calls.insert(
             id,
             CallState {

@@ -315,6 +315,13 @@ pub trait Generator: Send + Sync + 'static {
         UnknownType::Ignore
     }
 
+    /// Whether the application hears of the streams of `class`: when they
+    /// open and close, and what they report ([`UnknownType::Notify`]).
+    /// Default: no.
+    fn tracks(&self, _class: &Self::Class) -> bool {
+        false
+    }
+
     /// The wildcard names that depend on the whole class. Default: none.
     fn class_wildcard_names(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class, _kind: Kind) -> Vec<Arc<str>> {
         Vec::new()
@@ -363,6 +370,11 @@ pub enum UnknownType {
     /// `istiod_xds::ads::Forwarded`), whose answer is sent as the response; later
     /// requests, its ACKs, get none.
     Forward,
+    /// Every request goes to the application (as a
+    /// `istiod_xds::ads::Lifecycle::Report`, for a class
+    /// [`Generator::tracks`]) and is not answered: a report from the
+    /// proxy, as istio-agent's health information.
+    Notify,
 }
 
 /// Serves the [`SimpleModel`]'s resources as they are, to every class.

@@ -144,6 +144,10 @@ pub struct AdsStream<C = ()> {
     /// Whether the caller's identity was verified (see
     /// [`crate::grpc::Call::verified`]).
     pub verified: bool,
+    /// The caller's authenticated identities ([`crate::grpc::Call::identities`]).
+    pub identities: Arc<[String]>,
+    /// Whether the application hears of this stream (`Generator::tracks`).
+    pub tracked: bool,
     /// Requests of types this server does not serve (ignored).
     pub unknown_types: u64,
     /// Stale nonces ignored.
@@ -175,6 +179,8 @@ pub struct Unknown {
     pub first: bool,
     /// The names it asked for (SotW), or subscribed to (delta).
     pub names: Vec<String>,
+    /// Its `error_detail`'s message, when it carries one.
+    pub error: Option<String>,
 }
 
 /// Classifies the node of a stream's first request and interns its class
@@ -192,6 +198,8 @@ impl<C: super::Class> AdsStream<C> {
             connected_at: now,
             watches: Default::default(),
             verified: false,
+            identities: Arc::from([]),
+            tracked: false,
             unknown_types: 0,
             stale: 0,
             owed_cause: None,
@@ -231,7 +239,8 @@ impl<C: super::Class> AdsStream<C> {
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
             let first = req.response_nonce.is_empty();
-            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names });
+            let error = req.error_detail.map(|e| e.message);
+            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names, error });
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
@@ -302,7 +311,8 @@ impl<C: super::Class> AdsStream<C> {
         let Some(kind) = Kind::from_type_url(&req.type_url) else {
             self.unknown_types += 1;
             let first = req.response_nonce.is_empty();
-            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names_subscribe });
+            let error = req.error_detail.map(|e| e.message);
+            acked.unknown = Some(Unknown { type_url: req.type_url, first, names: req.resource_names_subscribe, error });
             return Ok(acked);
         };
         let slot = &mut self.watches[kind as usize];

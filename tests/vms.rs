@@ -193,3 +193,180 @@ fn the_agents_dns_proxy_gets_its_name_table_and_its_changes() {
     assert!(!rows.iter().any(|r| r.0 == "api.example.com"), "{rows:?}");
     wait_for("the server still serves", Duration::from_secs(5), || crate::server::get(s.http, "/ready").is_some());
 }
+
+/// A VM's agent on its own stream (see `tests/py/vm_agent.py`).
+struct Agent {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    first: Value,
+}
+
+impl Agent {
+    fn start(secure: std::net::SocketAddr, root: &Path, token: &str, ip: &str) -> Agent {
+        let mut child = Command::new(python::python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/vm_agent.py"))
+            .args([&secure.to_string(), root.to_str().unwrap(), token, "vm", "legacy", ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        Agent { child, stdin, lines, first }
+    }
+
+    fn say(&mut self, cmd: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{cmd}").unwrap();
+        assert_eq!(self.lines.next().unwrap().unwrap(), "ok");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The load assignment of `legacy.vm` another sidecar (of `web`) is sent:
+/// its endpoints' addresses.
+fn legacy_endpoints(s: &Server) -> Vec<String> {
+    let node = json!({"id": "sidecar~10.1.0.9~web-0.web~web.svc.cluster.local",
+                      "metadata": {"NAMESPACE": "web", "ISTIO_VERSION": "1.28.0", "CLUSTER_ID": "Kubernetes"}});
+    let out = Command::new(python::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
+        .arg(s.grpc.to_string())
+        .arg(node.to_string())
+        .env("EDS", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", python::text(&out));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cla = &got["endpoints"]["outbound|80||legacy.vm.svc.cluster.local"];
+    let mut addrs: Vec<String> = cla["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["lbEndpoints"].as_array().unwrap().iter())
+        .map(|e| e["endpoint"]["address"]["socketAddress"]["address"].as_str().unwrap().to_owned())
+        .collect();
+    addrs.sort();
+    addrs
+}
+
+/// Done means for issue #38's auto-registration: a grpcio client playing a
+/// VM's agent (`AUTO_REGISTER_GROUP`, a token of the group's service
+/// account, over the TLS port) gets its WorkloadEntry made in the API
+/// server from the group's template; a Kubernetes Service selecting it
+/// sends another proxy to it once its health reports say it is healthy,
+/// and not while they say otherwise; it is deleted the grace period after
+/// the agent leaves. A proxy of another service account makes nothing.
+#[test]
+fn a_vm_registers_reports_health_and_is_removed_after_it_leaves() {
+    let api = crate::server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::istio_resources()) {
+        api.install(r);
+    }
+    api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vm"}}));
+    api.apply(
+        "workloadgroups",
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup",
+               "metadata": {"name": "legacy", "namespace": "vm", "uid": "wg-uid-1"},
+               "spec": {"metadata": {"labels": {"app": "legacy"}, "annotations": {"team": "vms"}},
+                        "template": {"serviceAccount": "legacy-sa", "ports": {"http": 8080}, "network": "",
+                                     "labels": {"security.istio.io/tlsMode": "istio"}}}}),
+    );
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "legacy", "namespace": "vm"},
+               "spec": {"clusterIP": "10.96.5.5", "selector": {"app": "legacy"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    );
+    api.add_token("tok-vm", "system:serviceaccount:vm:legacy-sa", &["istio-ca"]);
+    api.add_token("tok-other", "system:serviceaccount:vm:other-sa", &["istio-ca"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::server::kubeconfig(dir.path(), &api.url());
+    let ca_dir = dir.path().join("ca");
+    let secure = crate::server::free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+            ("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", "1s"),
+            ("POD_NAME", "istiod-a"),
+        ],
+        None,
+    );
+    let root = ca_dir.join("ca-cert.pem");
+
+    // Another service account: served, but nothing is registered for it.
+    let other = Agent::start(secure, &root, "tok-other", "10.9.0.6");
+    assert_eq!(other.first["code"], "OK", "{}\n{}", other.first, s.log());
+    wait_for("the refusal", Duration::from_secs(10), || {
+        s.log().contains("registration of WorkloadEntry service account mismatch: \"other-sa\" vs \"legacy-sa\"")
+    });
+    assert!(api.get("workloadentries", "vm", "legacy-10.9.0.6").is_none());
+    drop(other);
+
+    let mut agent = Agent::start(secure, &root, "tok-vm", "10.9.0.5");
+    assert_eq!(agent.first["code"], "OK", "{}\n{}", agent.first, s.log());
+    let mut entry = Value::Null;
+    wait_for("the WorkloadEntry", Duration::from_secs(10), || {
+        entry = api.get("workloadentries", "vm", "legacy-10.9.0.5").unwrap_or(Value::Null);
+        !entry.is_null()
+    });
+    // The group's template at the agent's address and locality; its
+    // labels over the template's; owned by the group; this replica's.
+    let spec = &entry["spec"];
+    assert_eq!(spec["address"], "10.9.0.5", "{entry:#}");
+    assert_eq!(spec["serviceAccount"], "legacy-sa");
+    assert_eq!(spec["ports"], json!({"http": 8080}));
+    assert_eq!(spec["locality"], "us-east/us-east-1a");
+    assert_eq!(spec["labels"], json!({"app": "legacy", "security.istio.io/tlsMode": "istio", "version": "v1"}));
+    let meta = &entry["metadata"];
+    assert_eq!(meta["labels"], spec["labels"]);
+    assert_eq!(meta["annotations"]["istio.io/autoRegistrationGroup"], "legacy");
+    assert_eq!(meta["annotations"]["team"], "vms");
+    assert_eq!(meta["annotations"]["istio.io/workloadController"], "istiod-a");
+    assert_eq!(meta["annotations"]["proxy.istio.io/health-checks-enabled"], "true", "its agent probes readiness");
+    assert!(meta["annotations"]["istio.io/connectedAt"].as_str().is_some_and(|t| t.ends_with('Z')), "{entry:#}");
+    assert_eq!(
+        meta["ownerReferences"],
+        json!([{"apiVersion": "networking.istio.io/v1", "kind": "WorkloadGroup", "name": "legacy", "uid": "wg-uid-1", "controller": true}])
+    );
+
+    // Health-checked: not an endpoint until it reports healthy.
+    assert_eq!(legacy_endpoints(&s), Vec::<String>::new());
+    agent.say("healthy");
+    wait_for("the healthy VM in EDS", Duration::from_secs(10), || legacy_endpoints(&s) == ["10.9.0.5"]);
+    let status = &api.get("workloadentries", "vm", "legacy-10.9.0.5").unwrap()["status"]["conditions"][0];
+    assert_eq!((&status["type"], &status["status"]), (&json!("Healthy"), &json!("True")), "{status}");
+    agent.say("unhealthy connection refused");
+    wait_for("the unhealthy VM out of EDS", Duration::from_secs(10), || legacy_endpoints(&s).is_empty());
+    let status = &api.get("workloadentries", "vm", "legacy-10.9.0.5").unwrap()["status"]["conditions"][0];
+    assert_eq!((&status["status"], &status["message"]), (&json!("False"), &json!("connection refused")));
+    agent.say("healthy");
+    wait_for("healthy again", Duration::from_secs(10), || legacy_endpoints(&s) == ["10.9.0.5"]);
+
+    // It leaves: marked disconnected, then deleted after the grace period.
+    agent.say("quit");
+    wait_for("the disconnection", Duration::from_secs(10), || {
+        api.get("workloadentries", "vm", "legacy-10.9.0.5")
+            .is_none_or(|e| e["metadata"]["annotations"]["istio.io/disconnectedAt"].is_string())
+    });
+    wait_for("the deletion", Duration::from_secs(10), || api.get("workloadentries", "vm", "legacy-10.9.0.5").is_none());
+    wait_for("out of EDS", Duration::from_secs(10), || legacy_endpoints(&s).is_empty());
+    let metrics = crate::server::get(s.monitoring, "/metrics").unwrap().1;
+    for (name, want) in [
+        ("auto_registration_success_total", 1.0),
+        ("auto_registration_unregister_total", 1.0),
+        ("auto_registration_deletes_total", 1.0),
+    ] {
+        let got = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} "))?.parse::<f64>().ok());
+        assert_eq!(got, Some(want), "{name}\n{metrics}");
+    }
+}

@@ -63,6 +63,10 @@ pub struct Config {
     pub remote_cluster_timeout: Duration,
     /// WorkloadEntry auto-registration and health checks.
     pub workload_entries: WorkloadEntries,
+    /// `PILOT_IP_AUTOALLOCATE_IPV4_PREFIX` (240.240.0.0/16) and
+    /// `PILOT_IP_AUTOALLOCATE_IPV6_PREFIX` (2001:2::/48): where
+    /// ServiceEntry addresses are allocated.
+    pub ip_autoallocate_prefixes: (String, String),
     /// `--meshConfig`: mesh configuration file (built-in defaults if absent).
     pub mesh_config: PathBuf,
     /// `--networksConfig`: mesh networks file.
@@ -620,6 +624,10 @@ impl Config {
             domain: args.domain.clone(),
             cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
             remote_cluster_timeout: vars.duration("PILOT_REMOTE_CLUSTER_TIMEOUT", Duration::from_secs(30))?,
+            ip_autoallocate_prefixes: (
+                vars.string("PILOT_IP_AUTOALLOCATE_IPV4_PREFIX", "240.240.0.0/16"),
+                vars.string("PILOT_IP_AUTOALLOCATE_IPV6_PREFIX", "2001:2::/48"),
+            ),
             workload_entries: WorkloadEntries {
                 autoregistration: vars.bool("PILOT_ENABLE_WORKLOAD_ENTRY_AUTOREGISTRATION", true)?,
                 health_checks: vars.bool("PILOT_ENABLE_WORKLOAD_ENTRY_HEALTHCHECKS", true)?,

@@ -10,6 +10,7 @@ mod debug_xds;
 mod debugz;
 mod gateway_deploy;
 mod gateway_status;
+mod ipallocate;
 mod jwks;
 mod mesh_watch;
 mod node_pods;
@@ -471,6 +472,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 settings: config.gateway_deployment_settings.clone(),
             };
             tokio::task::spawn_local(gateway_deploy::run(cx, deploy_rx));
+        }
+        // ServiceEntry addresses (PILOT_ENABLE_IP_AUTOALLOCATE): the
+        // elected replica allocates and writes them.
+        if let Some(client) = kube.as_ref().filter(|_| config.dns.ip_autoallocate) {
+            let (tx, rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+            state.borrow_mut().ipallocate = Some(tx);
+            let cx = ipallocate::Context {
+                api: istiod_kubewatch::kapi::Api::new(client.clone()),
+                leadership: leadership.clone(),
+                v4: config.ip_autoallocate_prefixes.0.clone(),
+                v6: config.ip_autoallocate_prefixes.1.clone(),
+            };
+            tokio::task::spawn_local(ipallocate::run(cx, rx));
         }
         // WorkloadEntry auto-registration and health checks: against the
         // API server; without one, what VMs' proxies ask is reported once.

@@ -370,3 +370,86 @@ fn a_vm_registers_reports_health_and_is_removed_after_it_leaves() {
         assert_eq!(got, Some(want), "{name}\n{metrics}");
     }
 }
+
+/// The listeners a sidecar of `web` is sent (names), with DNS capture or
+/// without.
+fn listener_names(s: &Server, capture: bool) -> Vec<String> {
+    let out = Command::new(python::python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
+        .arg(s.grpc.to_string())
+        .arg(sidecar(capture).to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", python::text(&out));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    got["listeners"].as_object().unwrap().keys().cloned().collect()
+}
+
+/// Done means for issue #38's allocation: the elected replica gives a
+/// ServiceEntry host without addresses an IPv4 and an IPv6 address, in
+/// its status; a proxy capturing DNS resolves the host to it and has a
+/// listener on it (one that does not, neither); another replica started
+/// later (a restart) keeps the addresses as they are.
+#[test]
+fn service_entry_addresses_are_allocated_kept_and_used() {
+    let api = crate::server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::istio_resources()) {
+        api.install(r);
+    }
+    api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "web"}}));
+    let entry = |name: &str, host: &str| {
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+               "metadata": {"name": name, "namespace": "web", "creationTimestamp": "2026-12-04T10:00:00Z"},
+               "spec": {"hosts": [host], "ports": [{"number": 5432, "name": "tcp-pg", "protocol": "TCP"}],
+                        "resolution": "DNS", "location": "MESH_EXTERNAL"}})
+    };
+    api.apply("serviceentries", entry("db", "db.example.com"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::server::kubeconfig(dir.path(), &api.url());
+    let start = |pod: &str| {
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &[],
+            &[("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap()), ("POD_NAME", pod)],
+            None,
+        )
+    };
+    let s = start("istiod-a");
+    let status = |name: &str| api.get("serviceentries", "web", name).map(|o| o["status"]["addresses"].clone());
+    wait_for("the allocation", Duration::from_secs(15), || status("db").is_some_and(|a| a.is_array()));
+    let want =
+        json!([{"host": "db.example.com", "value": "240.240.0.1"}, {"host": "db.example.com", "value": "2001:2::1"}]);
+    assert_eq!(status("db"), Some(want.clone()));
+
+    // A proxy capturing DNS resolves the host to its IPv4 address and has
+    // a listener there; one that does not, neither.
+    wait_for("the listener", Duration::from_secs(10), || {
+        listener_names(&s, true).contains(&"240.240.0.1_5432".to_owned())
+    });
+    assert!(!listener_names(&s, false).contains(&"240.240.0.1_5432".to_owned()));
+    let mut w = Watch::start(&s, &sidecar(true), 1);
+    let rows = w.next(&s);
+    assert!(rows.contains(&row("db.example.com", &["240.240.0.1"], "External", "", "")), "{rows:?}");
+    drop(w);
+
+    // A second entry gets the next addresses; a restart keeps both.
+    api.apply("serviceentries", entry("cache", "cache.example.com"));
+    wait_for("the second allocation", Duration::from_secs(15), || status("cache").is_some_and(|a| a.is_array()));
+    let second = json!([{"host": "cache.example.com", "value": "240.240.0.2"}, {"host": "cache.example.com", "value": "2001:2::2"}]);
+    assert_eq!(status("cache"), Some(second.clone()));
+    // A restart: the replica stops (releasing its lock), another starts.
+    let mut s = s;
+    s.sigterm();
+    s.wait_exit(Duration::from_secs(30));
+    let s = start("istiod-b");
+    api.apply("serviceentries", entry("queue", "queue.example.com"));
+    wait_for("the new replica's allocation", Duration::from_secs(30), || status("queue").is_some_and(|a| a.is_array()));
+    assert_eq!(status("db"), Some(want), "kept across a restart\n{}", s.log());
+    assert_eq!(status("cache"), Some(second));
+    assert_eq!(
+        status("queue"),
+        Some(
+            json!([{"host": "queue.example.com", "value": "240.240.0.3"}, {"host": "queue.example.com", "value": "2001:2::3"}])
+        )
+    );
+}

@@ -80,6 +80,9 @@ pub struct MeshInput {
     /// The services as name tables read them: the sum (xor) of each one's
     /// [`crate::translate::dns::digest`].
     pub dns_digest: u64,
+    /// Listeners on allocated addresses, served only to proxies that take
+    /// them ([`crate::translate::listener::auto_listeners`]).
+    pub auto_listeners: Arc<std::collections::HashSet<Arc<str>>>,
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -116,6 +119,10 @@ impl MeshInput {
     /// Whether a proxy of `class` is served `(kind, name)`: it exists for
     /// the class and the class's scope lets it see it.
     fn serves(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
+        if kind == Kind::Listener && self.auto_listeners.contains(name) && !name_table_asker(self, class).auto_allocated
+        {
+            return false;
+        }
         self.exists(class, kind, name) && self.scoping.allows(&self.model, class, kind, name)
     }
 
@@ -148,6 +155,7 @@ impl MeshInput {
         let selecting_sidecars = selecting(&model);
         let claimed_ips = Arc::new(crate::translate::inbound::claimed_ips(&model));
         let dns_digest = model.services.values().fold(0, |d, s| d ^ crate::translate::dns::digest(s));
+        let auto_listeners = Arc::new(crate::translate::listener::auto_listeners(&model));
         Self {
             model,
             changes,
@@ -160,6 +168,7 @@ impl MeshInput {
             selecting_sidecars,
             claimed_ips,
             dns_digest,
+            auto_listeners,
             waypoints: Arc::default(),
             ingress_waypoints: Arc::default(),
             waypoint_workloads: Arc::default(),
@@ -609,6 +618,9 @@ impl Generator for MeshGenerator {
                 .iter()
                 .filter(|(k, _)| {
                     keys.contains(&**k)
+                        || kind == Kind::Listener
+                            && !m.auto_listeners.is_empty()
+                            && matches!(&**k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
                         || kind == Kind::Endpoint
                             && m.model.network_gateways.enabled()
                             && crate::translate::network::NODE_KEYS.contains(&&**k)

@@ -53,6 +53,9 @@ pub(super) struct State {
     /// them), with this instance's revision.
     pub(super) gateway_deploy:
         Option<(tokio::sync::watch::Sender<Arc<super::gateway_deploy::Desired>>, super::revisions::Tags)>,
+    /// Where the ServiceEntries go for IP auto-allocation (the elected
+    /// replica writes their addresses).
+    pub(super) ipallocate: Option<tokio::sync::watch::Sender<Arc<Vec<super::ipallocate::Entry>>>>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
@@ -348,6 +351,16 @@ pub(super) fn apply(
         tracing::warn!(target: "model", "read and not applied: {n}");
     }
     configz["notApplied"] = json!(not_applied);
+    if let Some(tx) = &state.borrow().ipallocate {
+        let entries = super::ipallocate::entries(&objects);
+        tx.send_if_modified(|current| {
+            let changed = **current != entries;
+            if changed {
+                *current = Arc::new(entries);
+            }
+            changed
+        });
+    }
     if let Some((tx, tags)) = &state.borrow().gateway_deploy {
         let desired = super::gateway_deploy::desired(&objects, tags);
         tx.send_if_modified(|current| {

@@ -168,7 +168,7 @@ pub(crate) fn is_gateway_bound(o: &IstioObject) -> bool {
 /// service (all of it but its endpoints).
 pub(crate) fn shape(s: &Service) -> impl PartialEq + '_ {
     (
-        (&s.hostname, s.kubernetes, &s.name, &s.namespace, &s.vips),
+        (&s.hostname, s.kubernetes, &s.name, &s.namespace, &s.vips, &s.auto_addresses),
         (&s.ports, s.resolution, s.mesh_external, &s.export_to, &s.labels),
     )
 }

@@ -98,8 +98,27 @@ fn binds(svc: &Service, port: &Port) -> Vec<Bind> {
                 (true, true) => vec![],
             }
         }
-        Some(_) => vec![wildcard()],
+        // A ServiceEntry without addresses: on `0.0.0.0`, and on each
+        // address istiod allocated it, for the proxies that resolve its
+        // host to them (see [`auto_listeners`]).
+        Some(_) => std::iter::once(wildcard())
+            .chain(svc.auto_addresses.iter().map(|a| Bind { address: a.clone(), cidr: None }))
+            .collect(),
     }
+}
+
+/// The outbound listeners that exist only for allocated addresses
+/// (`<address>_<port>` of a ServiceEntry host istiod gave addresses): only
+/// proxies that resolve hosts to them (DNS capture) are served them, as
+/// istiod builds them from `GetAllAddressesForProxy`.
+pub fn auto_listeners(model: &Model) -> std::collections::HashSet<Arc<str>> {
+    let mut out = std::collections::HashSet::new();
+    for svc in model.services.values().filter(|s| !s.auto_addresses.is_empty() && s.vips.is_empty()) {
+        for port in svc.ports.iter().filter(|p| !matches!(listen(p), None | Some(Listen::Http))) {
+            out.extend(svc.auto_addresses.iter().map(|a| Arc::from(format!("{a}_{}", port.port))));
+        }
+    }
+    out
 }
 
 /// Whether `svc` contributes a chain to the outbound listener `address`

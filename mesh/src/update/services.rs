@@ -228,6 +228,10 @@ impl MeshInput {
             }
         }
         if !reshaped.is_empty() {
+            let auto = crate::translate::listener::auto_listeners(&model);
+            if auto != *self.auto_listeners {
+                next.auto_listeners = Arc::new(auto);
+            }
             next.translation.update_hosts(&self.model, &model, &reshaped);
             next.changes.touch_everywhere(Dep::Services);
             next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));

@@ -664,3 +664,26 @@ fn multicluster_remote_endpoint_churn_converges() {
         assert_eq!(c["converged"], c["expected"], "every proxy that has the service converged: {c}");
     }
 }
+
+/// `loadgen vms`: VMs' agents registering at once against the binary on a
+/// fake API server: every entry is made, every VM reaches another proxy's
+/// EDS, every entry is deleted after they leave.
+#[test]
+fn vms_register_at_once_and_are_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("vms.json");
+    let out = Command::new(loadgen_bin())
+        .args(["vms", "--vms", "60", "--grace-seconds", "1", "--limit-seconds", "60", "--json", json.to_str().unwrap()])
+        .args(["--server-bin", env!("CARGO_BIN_EXE_pilot-discovery")])
+        .output()
+        .unwrap();
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(f["vms"], 60);
+    assert_eq!(f["connected"], 60, "{f}");
+    for k in ["registeredSeconds", "inEdsSeconds", "deletedSecondsAfterLeaving"] {
+        assert!(f[k].as_f64().is_some_and(|s| s > 0.0), "{k}: {f}");
+    }
+    assert!(f["deletedSecondsAfterLeaving"].as_f64().unwrap() >= 1.0, "not before the grace period: {f}");
+}

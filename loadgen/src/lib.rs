@@ -22,5 +22,6 @@ pub mod proxy;
 pub mod run;
 pub mod scenario;
 pub mod stats;
+pub mod vms;
 pub mod wire;
 pub mod ztunnel;

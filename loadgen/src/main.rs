@@ -54,6 +54,30 @@ enum Command {
     /// clusters by Secret), quotes the server's first sync and memory, then
     /// runs the scenario's proxies while remote endpoints change.
     Multicluster(Box<McArgs>),
+    /// N virtual machines' agents register at once (WorkloadEntry
+    /// auto-registration) against pilot-discovery on a fake API server:
+    /// until every entry exists, until another proxy's EDS holds every VM,
+    /// and until every entry is deleted once they all leave.
+    Vms(Box<VmArgs>),
+}
+
+#[derive(clap::Args)]
+struct VmArgs {
+    /// VMs.
+    #[arg(long, default_value_t = 1000)]
+    vms: u32,
+    /// `PILOT_WORKLOAD_ENTRY_GRACE_PERIOD` given to the server, seconds.
+    #[arg(long, default_value_t = 2)]
+    grace_seconds: u64,
+    /// Longest wait for each phase, seconds.
+    #[arg(long, default_value_t = 120)]
+    limit_seconds: u64,
+    /// The pilot-discovery binary [default: beside loadgen].
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -491,6 +515,131 @@ fn multicluster_cmd(a: McArgs) -> ExitCode {
 }
 
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
+fn vms_cmd(a: VmArgs) -> ExitCode {
+    use istiod_loadgen::vms;
+    let fail = |code: u8, msg: String| {
+        eprintln!("loadgen: {msg}");
+        ExitCode::from(code)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).max(1);
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, format!("runtime: {e}")),
+    };
+    let bin =
+        a.server_bin.clone().or_else(|| std::env::current_exe().ok().map(|e| e.with_file_name("pilot-discovery")));
+    let Some(bin) = bin.filter(|b| b.exists()) else {
+        return fail(2, "no pilot-discovery binary: build it or pass --server-bin".into());
+    };
+    let api = match rt.block_on(vms::api()) {
+        Ok(api) => api,
+        Err(e) => return fail(1, format!("fake API server: {e}")),
+    };
+    let dir = std::env::temp_dir().join(format!("loadgen-vms-server-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let kc = dir.join("kubeconfig");
+    if let Err(e) = std::fs::write(&kc, istiod_loadgen::multicluster::kubeconfig(&api.url())) {
+        return fail(1, format!("kubeconfig: {e}"));
+    }
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let (Ok(grpc), Ok(http), Ok(mon)) = (port(), port(), port()) else { return fail(1, "no free port".into()) };
+    let log = dir.join("server.log");
+    let grace = Duration::from_secs(a.grace_seconds.max(1));
+    // Plaintext streams carry no identity: the entries' identity check is
+    // off (what is measured is registration, not authentication).
+    let spawned = std::process::Command::new(&bin)
+        .arg("discovery")
+        .args(["--kubeconfig", &kc.display().to_string()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
+        .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
+        .env("ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY", "false")
+        .env("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", format!("{}s", grace.as_secs()))
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(&log).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()),
+        )
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return fail(1, format!("{}: {e}", bin.display())),
+    };
+    let ready = || {
+        use std::io::{Read, Write};
+        let Ok(mut c) = std::net::TcpStream::connect_timeout(&http, Duration::from_secs(2)) else { return false };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = write!(c, "GET /ready HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out.lines().next().is_some_and(|l| l.split(' ').nth(1) == Some("200"))
+    };
+    let spawn_at = std::time::Instant::now();
+    while !ready() {
+        if spawn_at.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            return fail(1, format!("not ready within 60 s; see {}", log.display()));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return fail(1, format!("pilot-discovery exited ({status}); see {}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cpu = |pid: u32| -> f64 {
+        // utime + stime, in clock ticks (100 per second on Linux).
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|t| {
+                let f: Vec<&str> = t.rsplit_once(')')?.1.split_whitespace().collect();
+                Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / 100.0)
+            })
+            .unwrap_or(0.0)
+    };
+    let (server_cpu0, own_cpu0) = (cpu(child.id()), cpu(std::process::id()));
+    let f = rt.block_on(vms::run(&api, grpc, a.vms, grace, Duration::from_secs(a.limit_seconds)));
+    let (server_cpu, own_cpu) = (cpu(child.id()) - server_cpu0, cpu(std::process::id()) - own_cpu0);
+    let rss: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0);
+    let _ = child.kill();
+    let _ = child.wait();
+    let secs = |d: Option<Duration>| d.map_or_else(|| "never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
+    println!(
+        "vms: {} VMs ({} streams answered): all registered in {}, all in another proxy's EDS in {}; all gone, every entry deleted {} after (grace {} s); server RSS {:.1} MiB; CPU seconds: server {:.1}, loadgen with the fake API server {:.1}",
+        f.vms,
+        f.connected,
+        secs(f.registered),
+        secs(f.in_eds),
+        secs(f.deleted),
+        f.grace.as_secs(),
+        rss as f64 / 1024.0,
+        server_cpu,
+        own_cpu
+    );
+    if let Some(path) = &a.json {
+        let j = serde_json::json!({
+            "vms": f.vms, "connected": f.connected,
+            "registeredSeconds": f.registered.map(|d| d.as_secs_f64()),
+            "inEdsSeconds": f.in_eds.map(|d| d.as_secs_f64()),
+            "deletedSecondsAfterLeaving": f.deleted.map(|d| d.as_secs_f64()),
+            "graceSeconds": f.grace.as_secs(), "serverRssKiB": rss,
+            "serverCpuSeconds": server_cpu, "loadgenCpuSeconds": own_cpu,
+        });
+        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&j).unwrap_or_default()) {
+            return fail(1, format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    if f.registered.is_none() || f.in_eds.is_none() || f.deleted.is_none() {
+        return fail(1, format!("not every VM went through; see {}", log.display()));
+    }
+    ExitCode::SUCCESS
+}
+
+#[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
 fn run_cmd(a: RunArgs) -> ExitCode {
     let fail = |code: u8, msg: String| {
         eprintln!("loadgen: {msg}");
@@ -585,6 +734,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run_cmd(*a),
         Command::Csr(a) => csr_cmd(*a),
         Command::Multicluster(a) => multicluster_cmd(*a),
+        Command::Vms(a) => vms_cmd(*a),
         Command::Ztunnel(a) => ztunnel_cmd(*a),
         Command::Issuer { out, issuer } => {
             #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]

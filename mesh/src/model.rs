@@ -1242,11 +1242,17 @@ pub(crate) fn select_workload_entries(s: &mut Service, svc: &KubeService, objs: 
     let mut added = false;
     for o in objs.istio.iter().filter(|o| o.meta.ns() == s.namespace) {
         let IstioSpec::WorkloadEntry(we) = &o.spec else { continue };
-        let mut labels = we.labels.clone();
-        labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if !we.serves() || labels.is_empty() || !svc.spec.selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        // (Matched before the labels are merged: most entries of a
+        // namespace are not selected.)
+        let label = |k: &String| o.meta.labels.get(k).or_else(|| we.labels.get(k));
+        if !we.serves()
+            || (we.labels.is_empty() && o.meta.labels.is_empty())
+            || !svc.spec.selector.iter().all(|(k, v)| label(k) == Some(v))
+        {
             continue;
         }
+        let mut labels = we.labels.clone();
+        labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         for sp in &svc.spec.ports {
             let name = sp.name.clone().unwrap_or_default();
             let mapped = |n: &str| we.ports.get(n).copied().filter(|p| *p != 0).and_then(|p| u16::try_from(p).ok());

@@ -447,15 +447,35 @@ impl<S: Store> Controller<S> {
         identities: &[String],
         at: SystemTime,
     ) -> Result<(), String> {
+        let result = match self.track(conn, class, identities, at).await {
+            Ok(Some(t)) => self.connect(&t).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &result {
+            tracing::error!(target: "wle", conn, "{e}");
+        }
+        result
+    }
+
+    /// The bookkeeping part of istiod's `OnConnect`: which entry the
+    /// stream stands for (`None`: none), recorded.
+    async fn track(
+        &mut self,
+        conn: &str,
+        class: Arc<ProxyClass>,
+        identities: &[String],
+        at: SystemTime,
+    ) -> Result<Option<Tracked>, String> {
         if class.node_type == NodeType::Ztunnel {
-            return Ok(());
+            return Ok(None);
         }
         let ns = class.namespace.to_string();
         let identity = verified_identity(&class, identities);
         let (entry, auto) = if self.s.autoregistration && !meta(&class, "AUTO_REGISTER_GROUP").is_empty() {
             match entry_name(&class) {
                 Some(name) => (name, true),
-                None => return Ok(()),
+                None => return Ok(None),
             }
         } else if self.s.health_checks && !meta(&class, "WORKLOAD_ENTRY").is_empty() {
             let name = meta(&class, "WORKLOAD_ENTRY").to_owned();
@@ -465,14 +485,14 @@ impl<S: Store> Controller<S> {
                 ));
             };
             if annotation(&we, HEALTH_CHECKS).is_none() {
-                return Ok(());
+                return Ok(None);
             }
             if self.s.validate_identity {
                 can_control(identity.as_ref(), &we)?;
             }
             (name, false)
         } else {
-            return Ok(());
+            return Ok(None);
         };
         let key = (
             meta(&class, "NETWORK").to_owned(),
@@ -481,25 +501,18 @@ impl<S: Store> Controller<S> {
             ns.clone(),
         );
         self.by_key.entry(key.clone()).or_default().insert(conn.to_owned());
-        let t = Tracked {
-            key,
-            entry: entry.clone(),
-            namespace: ns,
-            auto,
-            connected_at: at,
-            class: class.clone(),
-            identity: identity.clone(),
-        };
+        let t = Tracked { key, entry, namespace: ns, auto, connected_at: at, class, identity };
         self.conns.insert(conn.to_owned(), t.clone());
-        let result = if auto { self.register(&t).await } else { self.become_controller(&t).await.map(|_| ()) };
-        if let Err(e) = &result {
-            tracing::error!(target: "wle", conn, "{e}");
-        }
-        result
+        Ok(Some(t))
+    }
+
+    /// The API part of istiod's `OnConnect`.
+    async fn connect(&self, t: &Tracked) -> Result<(), String> {
+        if t.auto { self.register(t).await } else { self.become_controller(t).await.map(|_| ()) }
     }
 
     /// istiod's `registerWorkload`.
-    async fn register(&mut self, t: &Tracked) -> Result<(), String> {
+    async fn register(&self, t: &Tracked) -> Result<(), String> {
         let (ns, name) = (&t.namespace, &t.entry);
         if let Some(we) = self.store.entry(ns, name).await? {
             if self.s.validate_identity {
@@ -553,7 +566,7 @@ impl<S: Store> Controller<S> {
     }
 
     /// Marks the entry connected to this replica; whether it changed it.
-    async fn become_controller(&mut self, t: &Tracked) -> Result<bool, String> {
+    async fn become_controller(&self, t: &Tracked) -> Result<bool, String> {
         let (ns, name) = (&t.namespace, &t.entry);
         let Some(we) = self.store.entry(ns, name).await? else {
             return Err(format!("failed updating WorkloadEntry {ns}/{name}: WorkloadEntry not found"));
@@ -577,35 +590,51 @@ impl<S: Store> Controller<S> {
     /// another stream of the proxy remains, and looked at again after the
     /// grace period.
     pub(crate) async fn on_disconnect(&mut self, conn: &str, at: SystemTime) {
-        let Some(t) = self.conns.remove(conn) else { return };
+        let Some(t) = self.untrack(conn) else { return };
+        let changed = self.disconnect(&t, at).await;
+        self.disconnected(&t, changed);
+    }
+
+    /// The stream's entry, when it was the proxy's last stream.
+    fn untrack(&mut self, conn: &str) -> Option<Tracked> {
+        let t = self.conns.remove(conn)?;
         if let Some(set) = self.by_key.get_mut(&t.key) {
             set.remove(conn);
             if !set.is_empty() {
-                return;
+                return None;
             }
             self.by_key.remove(&t.key);
         }
-        // istiod retries 5 times.
+        Some(t)
+    }
+
+    /// Marks the entry disconnected (istiod retries 5 times); whether it
+    /// did.
+    async fn disconnect(&self, t: &Tracked, at: SystemTime) -> bool {
         for attempt in 1..=5 {
-            match self.mark_disconnected(&t, at).await {
-                Ok(changed) => {
-                    if changed {
-                        if t.auto {
-                            count(&UNREGISTER);
-                            tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {}/{} as disconnected", t.namespace, t.entry);
-                        }
-                        self.seq += 1;
-                        self.cleanups
-                            .insert((Instant::now() + self.s.grace, self.seq), (t.namespace.clone(), t.entry.clone()));
-                    }
-                    return;
-                }
+            match self.mark_disconnected(t, at).await {
+                Ok(changed) => return changed,
                 Err(e) => {
                     count(&ERRORS);
                     tracing::warn!(target: "wle", attempt, "disconnect: {e}");
                 }
             }
         }
+        false
+    }
+
+    /// After [`Controller::disconnect`]: counted, and looked at again after
+    /// the grace period.
+    fn disconnected(&mut self, t: &Tracked, changed: bool) {
+        if !changed {
+            return;
+        }
+        if t.auto {
+            count(&UNREGISTER);
+            tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {}/{} as disconnected", t.namespace, t.entry);
+        }
+        self.seq += 1;
+        self.cleanups.insert((Instant::now() + self.s.grace, self.seq), (t.namespace.clone(), t.entry.clone()));
     }
 
     async fn mark_disconnected(&self, t: &Tracked, at: SystemTime) -> Result<bool, String> {
@@ -662,27 +691,39 @@ impl<S: Store> Controller<S> {
         self.cleanups.keys().next().map(|(at, _)| *at)
     }
 
-    /// Looks again at the entries due by `now` (istiod's delayed cleanup).
+    /// Looks again at the entries due by `now` (istiod's delayed cleanup),
+    /// [`CONCURRENCY`] at a time.
     pub(crate) async fn tick(&mut self, now: Instant) {
+        use futures_util::StreamExt;
+        let mut due = Vec::new();
         while let Some((&(at, seq), _)) = self.cleanups.iter().next() {
             if at > now {
                 break;
             }
-            let Some((ns, name)) = self.cleanups.remove(&(at, seq)) else { break };
-            match self.store.entry(&ns, &name).await {
-                Ok(Some(we)) if should_clean_up(&we, SystemTime::now(), self.s.grace, self.s.max_connection_age) => {
-                    self.clean_up(&we, false).await;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(target: "wle", "failed cleaning up auto-registered WorkloadEntry {ns}/{name}: {e}")
-                }
-            }
+            due.extend(self.cleanups.remove(&(at, seq)));
         }
+        let this = &*self;
+        futures_util::stream::iter(due)
+            .map(|(ns, name)| async move {
+                match this.store.entry(&ns, &name).await {
+                    Ok(Some(we))
+                        if should_clean_up(&we, SystemTime::now(), this.s.grace, this.s.max_connection_age) =>
+                    {
+                        this.clean_up(&we, false).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(target: "wle", "failed cleaning up auto-registered WorkloadEntry {ns}/{name}: {e}")
+                    }
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect::<Vec<()>>()
+            .await;
     }
 
     /// istiod's `cleanupEntry`.
-    async fn clean_up(&mut self, we: &Json, periodic: bool) {
+    async fn clean_up(&self, we: &Json, periodic: bool) {
         let (ns, name) = ns_name(we);
         if auto_registered(we) {
             let rv = we["metadata"]["resourceVersion"].as_str();
@@ -763,6 +804,93 @@ impl<S: Store> Controller<S> {
     }
 }
 
+/// How many entries the controller writes at once: the cores report a
+/// thousand VMs connecting in a burst; one round trip at a time would
+/// take seconds.
+const CONCURRENCY: usize = 64;
+
+/// One API operation of a batch.
+enum Op {
+    Connect(Tracked),
+    Disconnect(Tracked, SystemTime),
+}
+
+impl<S: Store> Controller<S> {
+    /// Handles a burst of events: bookkeeping in order, the API writes of
+    /// different entries at once (an entry's are never reordered: a
+    /// second event of an entry ends the batch before it).
+    pub(crate) async fn on_events(&mut self, events: Vec<istiod_xds::ads::Lifecycle<ProxyClass>>) {
+        use istiod_xds::ads::Lifecycle;
+        let mut batch: Vec<Op> = Vec::new();
+        let mut entries: BTreeSet<(String, String)> = BTreeSet::new();
+        for ev in events {
+            let entry_of = |c: &Self, conn: &str| c.conns.get(conn).map(|t| (t.namespace.clone(), t.entry.clone()));
+            match ev {
+                Lifecycle::Connected { conn, class, identities, at } => {
+                    let name = entry_name(&class).map(|n| (class.namespace.to_string(), n));
+                    if name.as_ref().is_none_or(|n| entries.contains(n)) {
+                        self.flush(std::mem::take(&mut batch)).await;
+                        entries.clear();
+                    }
+                    match self.track(&conn, class, &identities, at).await {
+                        Ok(Some(t)) => {
+                            entries.insert((t.namespace.clone(), t.entry.clone()));
+                            batch.push(Op::Connect(t));
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::error!(target: "wle", conn, "{e}"),
+                    }
+                }
+                Lifecycle::Disconnected { conn, at, .. } => {
+                    if entry_of(self, &conn).is_some_and(|e| entries.contains(&e)) {
+                        self.flush(std::mem::take(&mut batch)).await;
+                        entries.clear();
+                    }
+                    if let Some(t) = self.untrack(&conn) {
+                        entries.insert((t.namespace.clone(), t.entry.clone()));
+                        batch.push(Op::Disconnect(t, at));
+                    }
+                }
+                other => {
+                    self.flush(std::mem::take(&mut batch)).await;
+                    entries.clear();
+                    self.on_event(other).await;
+                }
+            }
+        }
+        self.flush(batch).await;
+    }
+
+    async fn flush(&mut self, batch: Vec<Op>) {
+        use futures_util::StreamExt;
+        if batch.is_empty() {
+            return;
+        }
+        let this = &*self;
+        let done: Vec<Option<(Tracked, bool)>> = futures_util::stream::iter(batch)
+            .map(|op| async move {
+                match op {
+                    Op::Connect(t) => {
+                        if let Err(e) = this.connect(&t).await {
+                            tracing::error!(target: "wle", entry = %t.entry, "{e}");
+                        }
+                        None
+                    }
+                    Op::Disconnect(t, at) => {
+                        let changed = this.disconnect(&t, at).await;
+                        Some((t, changed))
+                    }
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for (t, changed) in done.into_iter().flatten() {
+            self.disconnected(&t, changed);
+        }
+    }
+}
+
 /// Runs the controller on the control thread until the cores' channel
 /// closes.
 pub(crate) async fn run<S: Store>(
@@ -775,7 +903,17 @@ pub(crate) async fn run<S: Store>(
         let due = c.next_due().map_or(next_sweep, |d| d.min(next_sweep));
         tokio::select! {
             ev = rx.recv() => match ev {
-                Ok(ev) => c.on_event(ev).await,
+                Ok(ev) => {
+                    // What else has arrived goes with it.
+                    let mut events = vec![ev];
+                    while events.len() < 4096 {
+                        match rx.try_recv() {
+                            Ok(ev) => events.push(ev),
+                            Err(_) => break,
+                        }
+                    }
+                    c.on_events(events).await;
+                }
                 Err(_) => return,
             },
             _ = tokio::time::sleep_until(due.into()) => {

@@ -2,7 +2,8 @@
 //! objects) on arbitrary text: errors, never panics. What it reads is then
 //! built into a model (the Gateway API translated into Istio objects) and a
 //! router's listeners and routes: never a panic either. The text is also
-//! read as mesh networks.
+//! read as mesh networks, each line as an RFC 3339 time (WorkloadEntry
+//! annotations), and the model's services give a name table.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -28,6 +29,23 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             }
         }
         let model = istiod_mesh::model::Model::build(&objects, "cluster.local");
+        // Name tables: every name an address, every address an IP.
+        let ips: Vec<std::sync::Arc<str>> = vec!["10.0.0.1".into(), "fd00::1".into()];
+        for dual_stack in [false, true] {
+            let asker = istiod_mesh::translate::dns::Asker { ips: &ips, network: "nw", cluster: "c", auto_allocated: true };
+            let flags = istiod_mesh::translate::dns::Flags { multicluster_headless: true, dual_stack };
+            let t = istiod_mesh::translate::dns::name_table(model.services.values(), &asker, flags);
+            for info in t.table.values() {
+                assert!(!info.ips.is_empty());
+                assert!(info.ips.iter().all(|ip| ip.parse::<std::net::IpAddr>().is_ok()), "{info:?}");
+            }
+        }
+        for line in text.lines() {
+            if let Some(t) = istiod_proto::time::parse_rfc3339(line) {
+                // What is read is written back and read the same.
+                assert_eq!(istiod_proto::time::parse_rfc3339(&istiod_proto::time::rfc3339_nano(t)), Some(t), "{line}");
+            }
+        }
         // The same text as mesh networks (a ConfigMap's `meshNetworks`):
         // refused or read; read ones place the objects' endpoints and find
         // their gateways without a panic.

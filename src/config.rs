@@ -150,6 +150,9 @@ pub struct Config {
     /// `ENABLE_MULTICLUSTER_HEADLESS`, `ISTIO_DUAL_STACK` and
     /// `PILOT_ENABLE_IP_AUTOALLOCATE`: how name tables are made.
     pub dns: istiod_mesh::meshconfig::DnsSettings,
+    /// `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES` and
+    /// `PILOT_ENABLE_SERVICEENTRY_SELECT_PODS` (both true).
+    pub cross_selection: (bool, bool),
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
     /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
@@ -810,6 +813,10 @@ impl Config {
             debug_on_http: vars.bool("ENABLE_DEBUG_ON_HTTP", true)?,
             debug_endpoint_auth: vars.bool("ENABLE_DEBUG_ENDPOINT_AUTH", true)?,
             unsafe_admin_endpoints: vars.bool("UNSAFE_ENABLE_ADMIN_ENDPOINTS", false)?,
+            cross_selection: (
+                vars.bool("PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES", true)?,
+                vars.bool("PILOT_ENABLE_SERVICEENTRY_SELECT_PODS", true)?,
+            ),
             dns: istiod_mesh::meshconfig::DnsSettings {
                 multicluster_headless: vars.bool("ENABLE_MULTICLUSTER_HEADLESS", true)?,
                 dual_stack: vars.bool("ISTIO_DUAL_STACK", false)?,

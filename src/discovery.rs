@@ -124,8 +124,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let cluster_aliases = config.cluster_aliases.clone();
         let mut dns = config.dns;
         dns.dual_stack |= config.ambient;
+        let cross_selection = config.cross_selection;
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.dns = dns;
+            (mesh.k8s_select_workload_entries, mesh.service_entry_select_pods) = cross_selection;
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;
             mesh.route_collapse = collapse;

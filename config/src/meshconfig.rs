@@ -76,6 +76,12 @@ pub struct MeshSettings {
     pub debug_endpoint_auth: bool,
     /// What the environment sets of the name tables (NDS).
     pub dns: DnsSettings,
+    /// `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES` (true): a Kubernetes
+    /// Service's selector picks WorkloadEntries too.
+    pub k8s_select_workload_entries: bool,
+    /// `PILOT_ENABLE_SERVICEENTRY_SELECT_PODS` (true): a ServiceEntry's
+    /// `workloadSelector` picks Pods too.
+    pub service_entry_select_pods: bool,
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -245,6 +251,8 @@ impl Default for MeshSettings {
             xds_api_generator_auth: true,
             debug_endpoint_auth: true,
             dns: DnsSettings::default(),
+            k8s_select_workload_entries: true,
+            service_entry_select_pods: true,
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

@@ -94,7 +94,11 @@ async fn next_response(client: &mut crate::lean::Client, messages: &mut MessageS
                     // Rebuilt from its top-level fields.
                     let mut buf = Vec::new();
                     for (n, b) in fields.drain(..) {
-                        istiod_proto::prost::encoding::encode_key(n, istiod_proto::prost::encoding::WireType::LengthDelimited, &mut buf);
+                        istiod_proto::prost::encoding::encode_key(
+                            n,
+                            istiod_proto::prost::encoding::WireType::LengthDelimited,
+                            &mut buf,
+                        );
                         istiod_proto::prost::encoding::encode_varint(b.len() as u64, &mut buf);
                         buf.extend_from_slice(&b);
                     }
@@ -199,8 +203,7 @@ pub async fn run(api: &FakeApi, server: SocketAddr, vms: u32, grace: Duration, l
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connected = Arc::new(AtomicU32::new(0));
     let start = Instant::now();
-    let tasks: Vec<_> =
-        (0..vms).map(|i| tokio::spawn(vm(server, i, connected.clone(), stop_rx.clone()))).collect();
+    let tasks: Vec<_> = (0..vms).map(|i| tokio::spawn(vm(server, i, connected.clone(), stop_rx.clone()))).collect();
     let want = vms as usize;
     let mut registered = None;
     let mut in_eds = None;

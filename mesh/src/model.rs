@@ -848,7 +848,9 @@ impl Model {
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
-            select_workload_entries(&mut s, svc, objs);
+            if model.mesh.k8s_select_workload_entries {
+                select_workload_entries(&mut s, svc, objs);
+            }
             let s = network::place(
                 export_default(s, &model.mesh),
                 &model.mesh,
@@ -875,7 +877,7 @@ impl Model {
         model.network_gateways = Arc::new(network::gateways(objs, &model.mesh, domain));
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
-                for s in service_entry(&o.meta, se, objs) {
+                for s in service_entry(&o.meta, se, objs, model.mesh.service_entry_select_pods) {
                     let cluster = &model.mesh.networks.cluster_id;
                     let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces, cluster);
                     // A Kubernetes Service of the same name wins, as in istiod.
@@ -967,7 +969,7 @@ pub(crate) fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconf
 }
 
 /// The services a ServiceEntry declares: one per host.
-pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects) -> Vec<Service> {
+pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects, pods: bool) -> Vec<Service> {
     let ns = meta.ns().to_owned();
     let resolution = match se.resolution {
         networking::Resolution::None => Resolution::Passthrough,
@@ -992,9 +994,11 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
     let selects = |labels: &BTreeMap<String, String>| {
         se.workload_selector.as_ref().is_some_and(|sel| sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
     };
+    let select_pods = pods;
     let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = objs
         .pods
         .iter()
+        .filter(|_| select_pods)
         // Ready pods only (istiod's pod controller: `IsPodReady`).
         .filter(|p| p.metadata.ns() == ns && selects(&p.metadata.labels))
         .filter(|p| p.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))

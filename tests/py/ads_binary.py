@@ -357,16 +357,24 @@ def main():
         raise AssertionError("accepted a stream without a node")
 
     def unknown_types():
-        # A type the server has no generator for, as istiod answers it
-        # (pilot/pkg/xds/xdsgen.go findGenerator). istio-agent's NDS (on
-        # every sidecar with DNS capture) is ignored and the stream goes
-        # on; a config type goes to the api generator, which refuses a
-        # caller that is not authenticated (plaintext here; apigen.go
-        # authorize, ENABLE_XDS_API_GENERATOR_AUTH); proxyless gRPC's
-        # generator sends nothing for it and the stream goes on.
+        # istio-agent's types on a sidecar's stream: its name table (NDS)
+        # is served, one unnamed resource; its health reports are taken
+        # and never answered (pilot/pkg/xds/ads.go), and the stream goes
+        # on. A type the server has no generator for, as istiod answers it
+        # (pilot/pkg/xds/xdsgen.go findGenerator): a config type goes to
+        # the api generator, which refuses a caller that is not
+        # authenticated (plaintext here; apigen.go authorize,
+        # ENABLE_XDS_API_GENERATOR_AUTH); proxyless gRPC's generator sends
+        # nothing for it and the stream goes on.
         nds = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+        health = "type.googleapis.com/istio.v1.HealthInformation"
         s = Stream(stub.StreamAggregatedResources)
         s.send(discovery_pb2.DiscoveryRequest(node=node(14), type_url=nds))
+        r = s.recv()
+        assert r.type_url == nds and len(r.resources) == 1, r
+        assert r.resources[0].type_url == nds, r.resources[0].type_url
+        s.send(discovery_pb2.DiscoveryRequest(type_url=nds, version_info=r.version_info, response_nonce=r.nonce))
+        s.send(discovery_pb2.DiscoveryRequest(type_url=health))
         s.send(discovery_pb2.DiscoveryRequest(type_url=CDS))
         r = s.recv()
         assert r.type_url == CDS, r.type_url

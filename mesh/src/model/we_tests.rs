@@ -304,3 +304,44 @@ fn multiport_service_entry_selects_workload_entry() {
     let m = build(&(se + &workloadentry(r#"{app.foo: "true"}"#, "ports: {http: 8080, tcp: 4000}")));
     check(&m, HOST, &[("2.3.4.5", 80, 8080), ("2.3.4.5", 3000, 4000)], "tcp port 4000");
 }
+
+/// `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES=false`: the Service keeps its
+/// Pods' endpoints only; `PILOT_ENABLE_SERVICEENTRY_SELECT_PODS=false`: a
+/// ServiceEntry's selector picks WorkloadEntries only.
+#[test]
+fn cross_selection_can_be_turned_off() {
+    let se = r#"
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: se, namespace: namespace}
+spec:
+  hosts: [se.example.com]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  workloadSelector: {labels: {app: foo}}
+"#;
+    let yaml =
+        format!("{}{POD_AND_SLICE}{}{se}", service("[{name: http, port: 80}]"), workload_entry("2.3.4.5", "", None));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    let with = |k8s: bool, pods: bool| {
+        let mesh = crate::meshconfig::MeshSettings {
+            k8s_select_workload_entries: k8s,
+            service_entry_select_pods: pods,
+            ..Default::default()
+        };
+        Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh))
+    };
+    let addrs = |m: &Model, host: &str| {
+        let mut a: Vec<String> = m.services[host].endpoints.iter().map(|e| e.address.clone()).collect();
+        a.sort();
+        a
+    };
+    let svc = "service.namespace.svc.cluster.local";
+    assert_eq!(addrs(&with(true, true), svc), ["1.2.3.4", "2.3.4.5"]);
+    assert_eq!(addrs(&with(true, true), "se.example.com"), ["1.2.3.4", "2.3.4.5"]);
+    assert_eq!(addrs(&with(false, true), svc), ["1.2.3.4"]);
+    assert_eq!(addrs(&with(true, false), "se.example.com"), ["2.3.4.5"]);
+}

@@ -154,7 +154,9 @@ impl Model {
             let mut out = find(objs, ns, name).map(|svc| {
                 let slices = slices_of(objs, ns, name);
                 let mut s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
-                select_workload_entries(&mut s, svc, objs);
+                if self.mesh.k8s_select_workload_entries {
+                    select_workload_entries(&mut s, svc, objs);
+                }
                 place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
             });
             for (cluster, remote) in &objs.remotes {
@@ -173,9 +175,17 @@ impl Model {
         }
         objs.istio.iter().find_map(|o| match &o.spec {
             IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {
-                service_entry(&o.meta, se, objs).into_iter().find(|s| &*s.hostname == host).map(|s| {
-                    place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
-                })
+                service_entry(&o.meta, se, objs, self.mesh.service_entry_select_pods)
+                    .into_iter()
+                    .find(|s| &*s.hostname == host)
+                    .map(|s| {
+                        place(
+                            export_default(s, &self.mesh),
+                            &self.mesh,
+                            &self.namespaces,
+                            &self.mesh.networks.cluster_id,
+                        )
+                    })
             }
             _ => None,
         })

@@ -365,9 +365,55 @@ struct RunArgs {
     client: String,
 }
 
+/// pilot-discovery started against a (fake) API server.
+struct KubeServer {
+    child: std::process::Child,
+    grpc: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+/// Starts `bin` against the API server at `url` (plaintext ports only),
+/// its log and files in a directory of its own named after `tag`.
+fn spawn_on_kube(bin: &std::path::Path, url: &str, tag: &str, env: &[(&str, String)]) -> Result<KubeServer, String> {
+    let dir = std::env::temp_dir().join(format!("loadgen-{tag}-server-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let kc = dir.join("kubeconfig");
+    std::fs::write(&kc, istiod_loadgen::multicluster::kubeconfig(url)).map_err(|e| format!("kubeconfig: {e}"))?;
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
+    let (Ok(grpc), Ok(http), Ok(mon)) = (port(), port(), port()) else { return Err("no free port".into()) };
+    let log = dir.join("server.log");
+    let child = std::process::Command::new(bin)
+        .arg("discovery")
+        .args(["--kubeconfig", &kc.display().to_string()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
+        .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(&log).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()),
+        )
+        .spawn()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    Ok(KubeServer { child, grpc, http, log })
+}
+
+/// A process's resident memory, KiB (0 when unknown).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "the command's output")]
 fn multicluster_cmd(a: McArgs) -> ExitCode {
-    use istiod_loadgen::multicluster::{Clusters, RemoteEds, kubeconfig};
+    use istiod_loadgen::multicluster::{Clusters, RemoteEds};
     let fail = |code: u8, msg: String| {
         eprintln!("loadgen: {msg}");
         ExitCode::from(code)
@@ -400,31 +446,11 @@ fn multicluster_cmd(a: McArgs) -> ExitCode {
         r.services,
         r.sidecars
     );
-    let dir = std::env::temp_dir().join(format!("loadgen-mc-server-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let kc = dir.join("kubeconfig");
-    if let Err(e) = std::fs::write(&kc, kubeconfig(&clusters.primary.url())) {
-        return fail(1, format!("kubeconfig: {e}"));
-    }
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-    let (Ok(grpc), Ok(http), Ok(mon)) = (port(), port(), port()) else { return fail(1, "no free port".into()) };
-    let log = dir.join("server.log");
-    let spawned = std::process::Command::new(&bin)
-        .arg("discovery")
-        .args(["--kubeconfig", &kc.display().to_string()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
-        .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
-        .env("CLUSTER_ID", "config")
-        .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
-        .stdout(std::process::Stdio::null())
-        .stderr(
-            std::fs::File::create(&log).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()),
-        )
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => return fail(1, format!("{}: {e}", bin.display())),
+    let server = match spawn_on_kube(&bin, &clusters.primary.url(), "mc", &[("CLUSTER_ID", "config".into())]) {
+        Ok(s) => s,
+        Err(e) => return fail(1, e),
     };
+    let KubeServer { mut child, grpc, http, log } = server;
     let spawn_at = std::time::Instant::now();
     // First sync: ready, and every remote synced (istiod's clusterz).
     let get = |path: &str| -> Option<String> {
@@ -462,14 +488,7 @@ fn multicluster_cmd(a: McArgs) -> ExitCode {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let rss: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0);
+    let rss = rss_kib(child.id());
     println!(
         "multicluster: {} remotes x {} services / {} pods; first sync {:.2} s; server RSS after sync {:.1} MiB",
         a.remotes,
@@ -535,34 +554,16 @@ fn vms_cmd(a: VmArgs) -> ExitCode {
         Ok(api) => api,
         Err(e) => return fail(1, format!("fake API server: {e}")),
     };
-    let dir = std::env::temp_dir().join(format!("loadgen-vms-server-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let kc = dir.join("kubeconfig");
-    if let Err(e) = std::fs::write(&kc, istiod_loadgen::multicluster::kubeconfig(&api.url())) {
-        return fail(1, format!("kubeconfig: {e}"));
-    }
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-    let (Ok(grpc), Ok(http), Ok(mon)) = (port(), port(), port()) else { return fail(1, "no free port".into()) };
-    let log = dir.join("server.log");
     let grace = Duration::from_secs(a.grace_seconds.max(1));
     // Plaintext streams carry no identity: the entries' identity check is
     // off (what is measured is registration, not authentication).
-    let spawned = std::process::Command::new(&bin)
-        .arg("discovery")
-        .args(["--kubeconfig", &kc.display().to_string()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
-        .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
-        .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
-        .env("ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY", "false")
-        .env("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", format!("{}s", grace.as_secs()))
-        .stdout(std::process::Stdio::null())
-        .stderr(
-            std::fs::File::create(&log).map(std::process::Stdio::from).unwrap_or_else(|_| std::process::Stdio::null()),
-        )
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => return fail(1, format!("{}: {e}", bin.display())),
+    let env = [
+        ("ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY", "false".to_owned()),
+        ("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", format!("{}s", grace.as_secs())),
+    ];
+    let KubeServer { mut child, grpc, http, log } = match spawn_on_kube(&bin, &api.url(), "vms", &env) {
+        Ok(s) => s,
+        Err(e) => return fail(1, e),
     };
     let ready = || {
         use std::io::{Read, Write};
@@ -597,14 +598,7 @@ fn vms_cmd(a: VmArgs) -> ExitCode {
     let (server_cpu0, own_cpu0) = (cpu(child.id()), cpu(std::process::id()));
     let f = rt.block_on(vms::run(&api, grpc, a.vms, grace, Duration::from_secs(a.limit_seconds)));
     let (server_cpu, own_cpu) = (cpu(child.id()) - server_cpu0, cpu(std::process::id()) - own_cpu0);
-    let rss: u64 = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0);
+    let rss = rss_kib(child.id());
     let _ = child.kill();
     let _ = child.wait();
     let secs = |d: Option<Duration>| d.map_or_else(|| "never".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));

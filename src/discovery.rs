@@ -212,9 +212,13 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // Debug over xDS (`istio.io/debug/*`): the cores forward it here.
     let (forward_tx, forward_rx) = async_channel::unbounded();
     // The streams of VMs' proxies (WorkloadGroups, health-checked
-    // WorkloadEntries): the cores report them here. Bounded: a flood of
-    // connections loses events, not memory.
-    let (lifecycle_tx, lifecycle_rx) = async_channel::bounded(1 << 16);
+    // WorkloadEntries): the cores report them here. Their connections and
+    // ends are never lost (two per stream); their health reports are
+    // dropped when the controller is behind.
+    let (streams_tx, streams_rx) = async_channel::unbounded();
+    let (reports_tx, reports_rx) = async_channel::bounded(4096);
+    let lifecycle_tx = istiod_xds::ads::LifecycleTx { streams: streams_tx, reports: reports_tx };
+    let lifecycle_rx = (streams_rx, reports_rx);
     let factory = AdsFactory::new(
         Arc::new(istiod_waypoint::generator::WithWaypoints),
         receivers,

@@ -29,6 +29,7 @@ pub mod duration;
 pub mod extensions;
 pub mod gateway_api;
 pub mod gateway_convert;
+pub mod gateway_merge;
 pub mod ingress;
 pub mod istio;
 pub mod manifest;

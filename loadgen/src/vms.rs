@@ -57,7 +57,10 @@ pub async fn api() -> std::io::Result<FakeApi> {
     Ok(api)
 }
 
-/// VM `i`'s address: 10.200.0.0/16 (i < 65,000).
+/// Most VMs a run has (their addresses are 10.200.0.0/16).
+pub const MAX_VMS: u32 = 64_000;
+
+/// VM `i`'s address: 10.200.0.0/16 (`i` < [`MAX_VMS`]).
 pub fn vm_ip(i: u32) -> String {
     format!("10.200.{}.{}", i / 250, i % 250 + 1)
 }

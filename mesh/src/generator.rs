@@ -588,6 +588,8 @@ impl Generator for MeshGenerator {
             // the proxy takes allocated addresses.
             const KEYS: [&str; 3] = ["NETWORK", "DNS_CAPTURE", "DNS_AUTO_ALLOCATE"];
             return Some(ProxyClass {
+                // Only the families of its addresses are read.
+                ips: crate::translate::dns::family_markers(&class.ips),
                 labels: if m.selecting_sidecars { class.labels.clone() } else { Vec::new() },
                 generator: Arc::from(""),
                 locality: Arc::from(""),
@@ -750,7 +752,7 @@ fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Ki
             "nds",
             m.dns_digest,
             m.scope_input(class),
-            &class.ips,
+            crate::translate::dns::family_markers(&class.ips),
             &class.cluster_id,
             meta("NETWORK"),
             name_table_asker(m, class).auto_allocated,

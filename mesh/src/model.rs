@@ -15,7 +15,7 @@ pub use istiod_config::credentials;
 pub use istiod_config::delegate;
 pub mod destination_rules;
 pub use istiod_config::extensions;
-pub mod gateway;
+pub use istiod_config::gateway_merge as gateway;
 pub use istiod_config::ingress;
 pub mod network;
 pub mod report;
@@ -845,11 +845,13 @@ impl Model {
         model.gateway_api = Arc::new(GatewayApi { grants: api.grants, problems: api.problems, statuses });
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);
+        let entries_by_ns = workload_entries_by_namespace(objs);
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
             if model.mesh.k8s_select_workload_entries {
-                select_workload_entries(&mut s, svc, objs);
+                let none = Vec::new();
+                select_workload_entries(&mut s, svc, entries_by_ns.get(svc.metadata.ns()).unwrap_or(&none));
             }
             let s = network::place(
                 export_default(s, &model.mesh),
@@ -877,7 +879,7 @@ impl Model {
         model.network_gateways = Arc::new(network::gateways(objs, &model.mesh, domain));
         for o in &objs.istio {
             if let IstioSpec::ServiceEntry(se) = &o.spec {
-                for s in service_entry(&o.meta, se, objs, model.mesh.service_entry_select_pods) {
+                for s in service_entry(&o.meta, se, objs, &model.mesh) {
                     let cluster = &model.mesh.networks.cluster_id;
                     let s = network::place(export_default(s, &model.mesh), &model.mesh, &model.namespaces, cluster);
                     // A Kubernetes Service of the same name wins, as in istiod.
@@ -969,7 +971,12 @@ pub(crate) fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconf
 }
 
 /// The services a ServiceEntry declares: one per host.
-pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &Objects, pods: bool) -> Vec<Service> {
+pub(crate) fn service_entry(
+    meta: &Meta,
+    se: &networking::ServiceEntry,
+    objs: &Objects,
+    mesh: &crate::meshconfig::MeshSettings,
+) -> Vec<Service> {
     let ns = meta.ns().to_owned();
     let resolution = match se.resolution {
         networking::Resolution::None => Resolution::Passthrough,
@@ -994,7 +1001,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
     let selects = |labels: &BTreeMap<String, String>| {
         se.workload_selector.as_ref().is_some_and(|sel| sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
     };
-    let select_pods = pods;
+    let select_pods = mesh.service_entry_select_pods;
     let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = objs
         .pods
         .iter()
@@ -1044,7 +1051,21 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
     // nor where the entry's label turns it off.
     let opted_out =
         meta.labels.get("networking.istio.io/enable-autoallocate-ip").is_some_and(|v| v.eq_ignore_ascii_case("false"));
-    let allocates = resolution != Resolution::Passthrough && se.addresses.is_empty() && !opted_out;
+    let allocates =
+        mesh.dns.ip_autoallocate && resolution != Resolution::Passthrough && se.addresses.is_empty() && !opted_out;
+    // An IPv4 and an IPv6 address per host at most, as istiod reads them
+    // (what does not parse is left out).
+    let allocated = |host: &str| -> Vec<String> {
+        let (mut v4, mut v6) = (None, None);
+        for (_, a) in se.allocated.iter().filter(|(h, _)| h == host) {
+            match a.parse::<std::net::IpAddr>() {
+                Ok(ip @ std::net::IpAddr::V4(_)) => v4 = v4.or(Some(ip)),
+                Ok(ip) => v6 = v6.or(Some(ip)),
+                Err(_) => {}
+            }
+        }
+        v4.into_iter().chain(v6).map(|ip| ip.to_string()).collect()
+    };
     se.hosts
         .iter()
         .map(|host| {
@@ -1109,11 +1130,7 @@ pub(crate) fn service_entry(meta: &Meta, se: &networking::ServiceEntry, objs: &O
                 selector: BTreeMap::new(),
                 labels: meta.labels.clone(),
                 endpoints,
-                auto_addresses: if allocates {
-                    se.allocated.iter().filter(|(h, _)| h == host).map(|(_, a)| a.clone()).collect()
-                } else {
-                    Vec::new()
-                },
+                auto_addresses: if allocates { allocated(host) } else { Vec::new() },
             }
         })
         .collect()
@@ -1230,6 +1247,15 @@ fn pod_dns_name(pod: &Pod) -> Option<Arc<str>> {
     Some(Arc::from(format!("{host}.{sub}")))
 }
 
+/// The WorkloadEntries of `objs`, by namespace.
+pub(crate) fn workload_entries_by_namespace(objs: &Objects) -> HashMap<&str, Vec<&IstioObject>> {
+    let mut out: HashMap<&str, Vec<&IstioObject>> = HashMap::new();
+    for o in objs.istio.iter().filter(|o| matches!(o.spec, IstioSpec::WorkloadEntry(_))) {
+        out.entry(o.meta.ns()).or_default().push(o);
+    }
+    out
+}
+
 /// The WorkloadEntries a Kubernetes Service selects, as its endpoints
 /// (`PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, istiod's
 /// `serviceInstancesFromWorkloadInstances`): for a Service with a selector
@@ -1239,12 +1265,12 @@ fn pod_dns_name(pod: &Pod) -> Option<Arc<str>> {
 /// serves ([`networking::WorkloadEntry::serves`]: health checks may hold
 /// it out), on each port: a numeric target port, unless the entry maps the
 /// port's name; a named one as the entry maps it (no mapping, no endpoint).
-pub(crate) fn select_workload_entries(s: &mut Service, svc: &KubeService, objs: &Objects) {
+pub(crate) fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&IstioObject]) {
     if svc.spec.selector.is_empty() || s.resolution != Resolution::ClientSideLb || s.mesh_external {
         return;
     }
     let mut added = false;
-    for o in objs.istio.iter().filter(|o| o.meta.ns() == s.namespace) {
+    for o in entries {
         let IstioSpec::WorkloadEntry(we) = &o.spec else { continue };
         // (Matched before the labels are merged: most entries of a
         // namespace are not selected.)

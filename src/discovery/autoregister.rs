@@ -153,6 +153,17 @@ fn meta<'a>(class: &'a ProxyClass, key: &str) -> &'a str {
     class.metadata.iter().find(|(k, _)| &**k == key).map_or("", |(_, v)| &**v)
 }
 
+/// A DNS-1123 subdomain (what Kubernetes names and namespaces are).
+fn dns_subdomain(v: &str) -> bool {
+    v.len() <= 253
+        && v.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
 /// istiod's `autoregisteredWorkloadEntryName`: `<group>-<ip>[-<network>]`
 /// (`:` of an IPv6 address as `-`), its last 253 characters; `None` for a
 /// proxy of no group, without an address or a namespace.
@@ -413,6 +424,8 @@ type ProxyKey = (String, String, String, String);
 /// One tracked stream.
 #[derive(Debug, Clone)]
 struct Tracked {
+    /// The stream's connection id.
+    conn: String,
     key: ProxyKey,
     entry: String,
     namespace: String,
@@ -454,6 +467,9 @@ impl<S: Store> Controller<S> {
         };
         if let Err(e) = &result {
             tracing::error!(target: "wle", conn, "{e}");
+            // Not the entry's: its reports are not taken, its end marks
+            // nothing (istiod ends such a stream).
+            self.forget(conn);
         }
         result
     }
@@ -471,6 +487,16 @@ impl<S: Store> Controller<S> {
             return Ok(None);
         }
         let ns = class.namespace.to_string();
+        // Names from the proxy's metadata go into API paths.
+        for (what, v) in [
+            ("NAMESPACE", &*ns),
+            ("AUTO_REGISTER_GROUP", meta(&class, "AUTO_REGISTER_GROUP")),
+            ("WORKLOAD_ENTRY", meta(&class, "WORKLOAD_ENTRY")),
+        ] {
+            if !v.is_empty() && !dns_subdomain(v) {
+                return Err(format!("{what} {v:?} is not a valid Kubernetes name"));
+            }
+        }
         let identity = verified_identity(&class, identities);
         let (entry, auto) = if self.s.autoregistration && !meta(&class, "AUTO_REGISTER_GROUP").is_empty() {
             match entry_name(&class) {
@@ -501,7 +527,7 @@ impl<S: Store> Controller<S> {
             ns.clone(),
         );
         self.by_key.entry(key.clone()).or_default().insert(conn.to_owned());
-        let t = Tracked { key, entry, namespace: ns, auto, connected_at: at, class, identity };
+        let t = Tracked { conn: conn.to_owned(), key, entry, namespace: ns, auto, connected_at: at, class, identity };
         self.conns.insert(conn.to_owned(), t.clone());
         Ok(Some(t))
     }
@@ -566,24 +592,27 @@ impl<S: Store> Controller<S> {
     }
 
     /// Marks the entry connected to this replica; whether it changed it.
+    /// An entry written meanwhile (another replica marking it) is read
+    /// again: the later connection wins.
     async fn become_controller(&self, t: &Tracked) -> Result<bool, String> {
         let (ns, name) = (&t.namespace, &t.entry);
-        let Some(we) = self.store.entry(ns, name).await? else {
-            return Err(format!("failed updating WorkloadEntry {ns}/{name}: WorkloadEntry not found"));
-        };
-        let Some(next) = connected(&we, &self.s.instance, t.connected_at) else { return Ok(false) };
-        match self.store.update(&next).await {
-            Ok(Write::Done(_)) => {
-                if !t.auto {
-                    tracing::info!(target: "wle", "updated health-checked WorkloadEntry {ns}/{name}");
+        for _ in 0..5 {
+            let Some(we) = self.store.entry(ns, name).await? else {
+                return Err(format!("failed updating WorkloadEntry {ns}/{name}: WorkloadEntry not found"));
+            };
+            let Some(next) = connected(&we, &self.s.instance, t.connected_at) else { return Ok(false) };
+            match self.store.update(&next).await {
+                Ok(Write::Done(_)) => {
+                    if !t.auto {
+                        tracing::info!(target: "wle", "updated health-checked WorkloadEntry {ns}/{name}");
+                    }
+                    return Ok(true);
                 }
-                Ok(true)
+                Ok(Write::Conflict) => continue,
+                Err(e) => return Err(format!("failed updating WorkloadEntry {ns}/{name} err: {e}")),
             }
-            Ok(Write::Conflict) => {
-                Err(format!("failed updating WorkloadEntry {ns}/{name} err: the object has been modified"))
-            }
-            Err(e) => Err(format!("failed updating WorkloadEntry {ns}/{name} err: {e}")),
         }
+        Err(format!("failed updating WorkloadEntry {ns}/{name} err: the object has been modified"))
     }
 
     /// istiod's `OnDisconnect`: the entry is marked disconnected unless
@@ -606,6 +635,18 @@ impl<S: Store> Controller<S> {
             self.by_key.remove(&t.key);
         }
         Some(t)
+    }
+
+    /// Forgets a stream whose entry it could not claim.
+    fn forget(&mut self, conn: &str) {
+        if let Some(t) = self.conns.remove(conn)
+            && let Some(set) = self.by_key.get_mut(&t.key)
+        {
+            set.remove(conn);
+            if set.is_empty() {
+                self.by_key.remove(&t.key);
+            }
+        }
     }
 
     /// Marks the entry disconnected (istiod retries 5 times); whether it
@@ -658,7 +699,7 @@ impl<S: Store> Controller<S> {
             return;
         }
         let Some(t) = self.conns.get(conn) else {
-            tracing::error!(target: "wle", conn, "unable to derive WorkloadEntry for health update for {conn}");
+            tracing::debug!(target: "wle", conn, "unable to derive WorkloadEntry for health update for {conn}");
             return;
         };
         let (ns, name) = (t.namespace.clone(), t.entry.clone());
@@ -824,39 +865,37 @@ impl<S: Store> Controller<S> {
         let mut batch: Vec<Op> = Vec::new();
         let mut entries: BTreeSet<(String, String)> = BTreeSet::new();
         for ev in events {
-            let entry_of = |c: &Self, conn: &str| c.conns.get(conn).map(|t| (t.namespace.clone(), t.entry.clone()));
-            match ev {
+            let op = match ev {
                 Lifecycle::Connected { conn, class, identities, at } => {
-                    let name = entry_name(&class).map(|n| (class.namespace.to_string(), n));
-                    if name.as_ref().is_none_or(|n| entries.contains(n)) {
-                        self.flush(std::mem::take(&mut batch)).await;
-                        entries.clear();
-                    }
                     match self.track(&conn, class, &identities, at).await {
-                        Ok(Some(t)) => {
-                            entries.insert((t.namespace.clone(), t.entry.clone()));
-                            batch.push(Op::Connect(t));
+                        Ok(Some(t)) => Op::Connect(t),
+                        Ok(None) => continue,
+                        Err(e) => {
+                            tracing::error!(target: "wle", conn, "{e}");
+                            continue;
                         }
-                        Ok(None) => {}
-                        Err(e) => tracing::error!(target: "wle", conn, "{e}"),
                     }
                 }
-                Lifecycle::Disconnected { conn, at, .. } => {
-                    if entry_of(self, &conn).is_some_and(|e| entries.contains(&e)) {
-                        self.flush(std::mem::take(&mut batch)).await;
-                        entries.clear();
-                    }
-                    if let Some(t) = self.untrack(&conn) {
-                        entries.insert((t.namespace.clone(), t.entry.clone()));
-                        batch.push(Op::Disconnect(t, at));
-                    }
-                }
+                Lifecycle::Disconnected { conn, at, .. } => match self.untrack(&conn) {
+                    Some(t) => Op::Disconnect(t, at),
+                    None => continue,
+                },
                 other => {
                     self.flush(std::mem::take(&mut batch)).await;
                     entries.clear();
                     self.on_event(other).await;
+                    continue;
                 }
+            };
+            let (Op::Connect(t) | Op::Disconnect(t, _)) = &op;
+            // An entry's writes in their order: a second one waits for the
+            // batch before it.
+            if !entries.insert((t.namespace.clone(), t.entry.clone())) {
+                self.flush(std::mem::take(&mut batch)).await;
+                entries.clear();
+                entries.insert((t.namespace.clone(), t.entry.clone()));
             }
+            batch.push(op);
         }
         self.flush(batch).await;
     }
@@ -867,52 +906,80 @@ impl<S: Store> Controller<S> {
             return;
         }
         let this = &*self;
-        let done: Vec<Option<(Tracked, bool)>> = futures_util::stream::iter(batch)
+        let done: Vec<Option<Result<(Tracked, bool), String>>> = futures_util::stream::iter(batch)
             .map(|op| async move {
                 match op {
-                    Op::Connect(t) => {
-                        if let Err(e) = this.connect(&t).await {
-                            tracing::error!(target: "wle", entry = %t.entry, "{e}");
+                    Op::Connect(t) => match this.connect(&t).await {
+                        Ok(()) => None,
+                        Err(e) => {
+                            tracing::error!(target: "wle", conn = %t.conn, "{e}");
+                            Some(Err(t.conn))
                         }
-                        None
-                    }
+                    },
                     Op::Disconnect(t, at) => {
                         let changed = this.disconnect(&t, at).await;
-                        Some((t, changed))
+                        Some(Ok((t, changed)))
                     }
                 }
             })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        for (t, changed) in done.into_iter().flatten() {
-            self.disconnected(&t, changed);
+        for d in done.into_iter().flatten() {
+            match d {
+                Ok((t, changed)) => self.disconnected(&t, changed),
+                Err(conn) => self.forget(&conn),
+            }
         }
     }
 }
 
-/// Runs the controller on the control thread until the cores' channel
-/// closes.
-pub(crate) async fn run<S: Store>(
-    mut c: Controller<S>,
-    rx: async_channel::Receiver<istiod_xds::ads::Lifecycle<ProxyClass>>,
-) {
+/// The cores' two channels: streams connecting and ending, and reports.
+pub(crate) type Receivers = (
+    async_channel::Receiver<istiod_xds::ads::Lifecycle<ProxyClass>>,
+    async_channel::Receiver<istiod_xds::ads::Lifecycle<ProxyClass>>,
+);
+
+/// Runs the controller on the control thread until the cores' channels
+/// close.
+pub(crate) async fn run<S: Store>(mut c: Controller<S>, (streams, reports): Receivers) {
+    use istiod_xds::ads::Lifecycle;
     let sweep_every = c.s.grace.saturating_mul(10).max(Duration::from_millis(100));
     let mut next_sweep = Instant::now() + sweep_every;
     loop {
         let due = c.next_due().map_or(next_sweep, |d| d.min(next_sweep));
         tokio::select! {
-            ev = rx.recv() => match ev {
+            ev = streams.recv() => match ev {
                 Ok(ev) => {
-                    // What else has arrived goes with it.
+                    // What else has arrived goes with it, then the reports
+                    // (each stream's last only: a state, not a log).
                     let mut events = vec![ev];
                     while events.len() < 4096 {
-                        match rx.try_recv() {
+                        match streams.try_recv() {
                             Ok(ev) => events.push(ev),
                             Err(_) => break,
                         }
                     }
                     c.on_events(events).await;
+                }
+                Err(_) => return,
+            },
+            ev = reports.recv() => match ev {
+                Ok(ev) => {
+                    let mut last: BTreeMap<String, Lifecycle<ProxyClass>> = BTreeMap::new();
+                    let mut put = |ev: Lifecycle<ProxyClass>| {
+                        if let Lifecycle::Report { conn, .. } = &ev {
+                            last.insert(conn.clone(), ev);
+                        }
+                    };
+                    put(ev);
+                    for _ in 0..4096 {
+                        match reports.try_recv() {
+                            Ok(ev) => put(ev),
+                            Err(_) => break,
+                        }
+                    }
+                    c.on_events(last.into_values().collect()).await;
                 }
                 Err(_) => return,
             },
@@ -931,7 +998,9 @@ pub(crate) async fn run<S: Store>(
 /// Without an API server (or with both switches off): the proxies of
 /// WorkloadGroups are served, and it is said once that their entries are
 /// not made.
-pub(crate) async fn unserved(rx: async_channel::Receiver<istiod_xds::ads::Lifecycle<ProxyClass>>, no_api: bool) {
+pub(crate) async fn unserved((rx, reports): Receivers, no_api: bool) {
+    // Reports are not read: the cores drop them once the channel is full.
+    drop(reports);
     let mut said = false;
     while let Ok(ev) = rx.recv().await {
         if let (istiod_xds::ads::Lifecycle::Connected { conn, .. }, false) = (&ev, said) {

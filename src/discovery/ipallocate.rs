@@ -181,6 +181,15 @@ impl Prefix {
         }
     }
 
+    /// Frees every address of owners not in `live`.
+    fn release_gone(&mut self, live: &BTreeSet<(String, String)>) {
+        let gone: Vec<(u128, (String, String))> =
+            self.used.iter().filter(|(_, o)| !live.contains(*o)).map(|(n, o)| (*n, o.clone())).collect();
+        for (n, o) in gone {
+            self.free(n, &o);
+        }
+    }
+
     /// istiod's `free`.
     fn free(&mut self, n: u128, owner: &(String, String)) {
         if self.used.get(&n) == Some(owner) {
@@ -260,6 +269,10 @@ impl Allocator {
     /// them) to what istiod's controller makes of them: allocations for
     /// hosts without, stale ones cleared, conflicts resolved.
     pub(crate) fn plan(&mut self, entries: &[Entry]) -> Vec<StatusWrite> {
+        // Entries deleted: their addresses may be given again.
+        let live: BTreeSet<(String, String)> = entries.iter().map(Entry::owner).collect();
+        self.v4.release_gone(&live);
+        self.v6.release_gone(&live);
         let mut conflicts: Vec<((String, String), Vec<IpAddr>)> = Vec::new();
         if !self.warmed {
             // Every address in use first: allocating before would hand
@@ -300,8 +313,15 @@ impl Allocator {
                 writes.insert(owner, w);
             }
         }
+        // Each contested address once (warming and the pass both find it),
+        // and an entry moved once.
+        let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
         for (owner, addrs) in conflicts {
-            for (o, w) in self.resolve(entries, &owner, &addrs) {
+            let fresh: Vec<IpAddr> = addrs.into_iter().filter(|a| seen.insert(*a)).collect();
+            if fresh.is_empty() {
+                continue;
+            }
+            for (o, w) in self.resolve(entries, &owner, &fresh) {
                 writes.insert(o, w);
             }
         }
@@ -376,31 +396,33 @@ pub(crate) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Vec<Entry>
     let lease = ELECTION;
     let mut elector = Elector::new(cx.api.clone(), lease, Lock::ConfigMap, &cx.leadership, timings);
     let mut allocator: Option<Allocator> = None;
+    let mut leading = false;
     // Writes made and not yet seen in what the source lists: planned with
-    // them in place (a stale listing must not allocate twice).
+    // them in place (a stale listing must not allocate twice). Kept across
+    // a new warming; forgotten with the entry, or with the term.
     let mut written: HashMap<(String, String), Vec<(String, String)>> = HashMap::new();
     let mut last_lead: Option<std::time::Instant> = None;
     loop {
         if last_lead.is_none_or(|t| t.elapsed() >= timings.retry) {
             let leads = elector.lead().await;
             last_lead = Some(std::time::Instant::now());
-            if leads != allocator.is_some() {
-                tracing::info!(target: "ip-autoallocate", lease = %lease, leading = leads, "leader election for IP auto-allocation");
-                allocator = match leads {
-                    true => match Allocator::new(&cx.v4, &cx.v6) {
-                        Some(a) => Some(a),
-                        None => {
-                            tracing::error!(target: "ip-autoallocate", v4 = %cx.v4, v6 = %cx.v6, "the auto-allocation prefixes do not parse; nothing is allocated");
-                            None
-                        }
-                    },
-                    false => None,
-                };
+            if leads != leading {
+                leading = leads;
+                tracing::info!(target: "ip-autoallocate", lease, leading, "leader election for IP auto-allocation");
+                allocator = None;
                 written.clear();
             }
         }
-        if let Some(alloc) = allocator.as_mut().filter(|_| elector.still_leading()) {
+        if leading && allocator.is_none() {
+            allocator = Allocator::new(&cx.v4, &cx.v6);
+            if allocator.is_none() {
+                tracing::error!(target: "ip-autoallocate", v4 = %cx.v4, v6 = %cx.v6, "the auto-allocation prefixes do not parse; nothing is allocated");
+            }
+        }
+        if let Some(alloc) = allocator.as_mut().filter(|_| leading && elector.still_leading()) {
             let mut entries = (**desired.borrow_and_update()).clone();
+            let live: BTreeSet<(String, String)> = entries.iter().map(Entry::owner).collect();
+            written.retain(|o, _| live.contains(o));
             for e in &mut entries {
                 if let Some(w) = written.get(&e.owner()) {
                     if *w == e.allocated {
@@ -410,19 +432,24 @@ pub(crate) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Vec<Entry>
                     }
                 }
             }
+            let mut failed = false;
             for (owner, addresses) in alloc.plan(&entries) {
                 match write_status(&cx.api, &owner, &addresses).await {
-                    Ok(()) => {
+                    Ok(true) => {
                         written.insert(owner, addresses);
                     }
+                    Ok(false) => {} // gone meanwhile
                     Err(e) => {
                         tracing::warn!(target: "ip-autoallocate", entry = %format!("{}/{}", owner.0, owner.1), "cannot write the allocated addresses: {e}");
-                        // Planned again from scratch next time.
-                        allocator = None;
-                        last_lead = None;
+                        failed = true;
                         break;
                     }
                 }
+            }
+            if failed {
+                // Planned again from what entries hold, and what was
+                // written, next time.
+                allocator = None;
             }
         }
         tokio::select! {
@@ -433,15 +460,20 @@ pub(crate) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Vec<Entry>
 }
 
 /// Replaces the entry's `status.addresses`, keeping the rest of its status.
-async fn write_status(api: &Api, (ns, name): &(String, String), addresses: &[(String, String)]) -> Result<(), String> {
+/// Whether it wrote (`false`: the entry is gone).
+async fn write_status(
+    api: &Api,
+    (ns, name): &(String, String),
+    addresses: &[(String, String)],
+) -> Result<bool, String> {
     let path = format!("/apis/networking.istio.io/v1/namespaces/{ns}/serviceentries/{name}");
-    let Some(mut se) = api.get(&path).await? else { return Ok(()) };
+    let Some(mut se) = api.get(&path).await? else { return Ok(false) };
     if !se["status"].is_object() {
         se["status"] = json!({});
     }
     se["status"]["addresses"] = Json::Array(addresses.iter().map(|(h, v)| json!({"host": h, "value": v})).collect());
     match api.replace(&format!("{path}/status"), &se).await? {
-        Write::Done(_) => Ok(()),
+        Write::Done(_) => Ok(true),
         Write::Conflict => Err("the ServiceEntry changed meanwhile".into()),
     }
 }

@@ -237,7 +237,26 @@ pub struct AdsFactory<M = (), C = ()> {
     max_names: usize,
     push_throttle: usize,
     forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
-    lifecycle: Option<async_channel::Sender<Lifecycle<C>>>,
+    lifecycle: Option<LifecycleTx<C>>,
+}
+
+/// Where [`Lifecycle`] events go: streams connecting and ending on one
+/// channel, which the application must not bound (each stream sends two
+/// at most: a lost one would leave it tracked for ever); reports on
+/// another, bounded (a proxy can send them as fast as it likes: when the
+/// application is behind they are dropped).
+#[derive(Debug)]
+pub struct LifecycleTx<C> {
+    /// `Connected` and `Disconnected`.
+    pub streams: async_channel::Sender<Lifecycle<C>>,
+    /// `Report`.
+    pub reports: async_channel::Sender<Lifecycle<C>>,
+}
+
+impl<C> Clone for LifecycleTx<C> {
+    fn clone(&self) -> Self {
+        LifecycleTx { streams: self.streams.clone(), reports: self.reports.clone() }
+    }
 }
 
 impl<M, C> AdsFactory<M, C> {
@@ -264,7 +283,7 @@ impl<M, C> AdsFactory<M, C> {
 
     /// Where the streams of tracked classes are reported
     /// ([`Lifecycle`]); without it they are not.
-    pub fn lifecycle_to(mut self, tx: async_channel::Sender<Lifecycle<C>>) -> Self {
+    pub fn lifecycle_to(mut self, tx: LifecycleTx<C>) -> Self {
         self.lifecycle = Some(tx);
         self
     }
@@ -451,7 +470,7 @@ pub struct AdsService<M = (), C = ()> {
     pushes: u64,
     nacks: u64,
     forward: Option<(async_channel::Sender<Forwarded<C>>, String)>,
-    lifecycle: Option<async_channel::Sender<Lifecycle<C>>>,
+    lifecycle: Option<LifecycleTx<C>>,
 }
 
 /// Names one stream may subscribe to, unless configured otherwise
@@ -621,7 +640,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 if let (Some(tx), Some(name)) = (&self.lifecycle, name) {
                     let id = connection_id(&name, conn.info.id, stream, self.core);
                     let type_url = req.type_url.clone();
-                    let _ = tx.try_send(Lifecycle::Report { conn: id, class, type_url, error: req.error });
+                    let _ = tx.reports.try_send(Lifecycle::Report { conn: id, class, type_url, error: req.error });
                 }
                 return Ok(());
             }
@@ -697,7 +716,7 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             if let (Some(tx), Some(class)) =
                 (&self.lifecycle, removed.as_ref().filter(|s| s.tracked).and_then(|s| s.class.clone()))
             {
-                let _ = tx.try_send(Lifecycle::Disconnected { conn, class, at: std::time::SystemTime::now() });
+                let _ = tx.streams.try_send(Lifecycle::Disconnected { conn, class, at: std::time::SystemTime::now() });
             }
         }
         if let Some(class) = removed.and_then(|s| s.class) {
@@ -1089,9 +1108,8 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
                 s.tracked = true;
                 let at = std::time::SystemTime::now() - now.saturating_duration_since(s.connected_at);
                 let identities = s.identities.clone();
-                // A full channel (the application gone or far behind)
-                // loses the event, never the stream.
-                let _ = tx.try_send(Lifecycle::Connected { conn, class, identities, at });
+                // (Fails only once the application is gone.)
+                let _ = tx.streams.try_send(Lifecycle::Connected { conn, class, identities, at });
             }
         }
         let names = s.subscribed();

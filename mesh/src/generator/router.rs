@@ -1,7 +1,7 @@
 //! What a router (an ingress gateway, node type `router`) is served, as
 //! istiod's `pilot/pkg/networking/core/gateway.go` and `xds/sds.go`: its
 //! listeners and route configurations from the Gateways that select it
-//! (`model/gateway.rs` merges them, `translate/gateway.rs` builds them),
+//! (`istiod_config::gateway_merge`, as `model::gateway`, merges them, `translate/gateway.rs` builds them),
 //! the mesh's outbound clusters without the passthrough ones, and its TLS
 //! credentials over SDS (`kubernetes://<credentialName>`) from the
 //! Secrets of its own namespace, to a verified caller only.

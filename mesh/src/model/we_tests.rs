@@ -345,3 +345,38 @@ spec:
     assert_eq!(addrs(&with(false, true), svc), ["1.2.3.4"]);
     assert_eq!(addrs(&with(true, false), "se.example.com"), ["2.3.4.5"]);
 }
+
+/// A ServiceEntry's allocated addresses (`status.addresses`) count only
+/// with `PILOT_ENABLE_IP_AUTOALLOCATE`, only where they parse, an IPv4 and
+/// an IPv6 one per host.
+#[test]
+fn allocated_addresses_are_read_as_istiod_reads_them() {
+    let yaml = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: se, namespace: namespace}
+spec:
+  hosts: [a.example.com]
+  ports: [{number: 5432, name: tcp, protocol: TCP}]
+  resolution: DNS
+status:
+  addresses:
+  - {host: a.example.com, value: "not-an-ip"}
+  - {host: a.example.com, value: 240.240.0.9}
+  - {host: a.example.com, value: 240.240.0.10}
+  - {host: a.example.com, value: "2001:2:0::9"}
+  - {host: b.example.com, value: 240.240.0.11}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    let with = |on: bool| {
+        let mut mesh = crate::meshconfig::MeshSettings::default();
+        mesh.dns.ip_autoallocate = on;
+        Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh)).services["a.example.com"]
+            .auto_addresses
+            .clone()
+    };
+    assert_eq!(with(true), ["240.240.0.9", "2001:2::9"]);
+    assert!(with(false).is_empty());
+}

@@ -230,6 +230,20 @@ fn families(ips: &[std::sync::Arc<str>]) -> (bool, bool) {
     }
 }
 
+/// Stand-ins for a proxy's addresses that keep only their families
+/// (`0.0.0.0`, `::`, both), which is all a name table reads of them.
+pub fn family_markers(ips: &[std::sync::Arc<str>]) -> Vec<std::sync::Arc<str>> {
+    let (v4, v6) = families(ips);
+    let mut out = Vec::new();
+    if v4 {
+        out.push(std::sync::Arc::from("0.0.0.0"));
+    }
+    if v6 {
+        out.push(std::sync::Arc::from("::"));
+    }
+    out
+}
+
 /// istiod's `filterAddresses`: those of the families the proxy has; a
 /// dual-stack proxy, the family of the first.
 fn filter_families(addresses: Vec<String>, v4: bool, v6: bool) -> Vec<String> {

@@ -155,7 +155,12 @@ impl Model {
                 let slices = slices_of(objs, ns, name);
                 let mut s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
                 if self.mesh.k8s_select_workload_entries {
-                    select_workload_entries(&mut s, svc, objs);
+                    let entries: Vec<&istiod_config::istio::IstioObject> = objs
+                        .istio
+                        .iter()
+                        .filter(|o| o.meta.ns() == ns && matches!(o.spec, IstioSpec::WorkloadEntry(_)))
+                        .collect();
+                    select_workload_entries(&mut s, svc, &entries);
                 }
                 place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
             });
@@ -175,17 +180,9 @@ impl Model {
         }
         objs.istio.iter().find_map(|o| match &o.spec {
             IstioSpec::ServiceEntry(se) if se.hosts.iter().any(|h| h == host) => {
-                service_entry(&o.meta, se, objs, self.mesh.service_entry_select_pods)
-                    .into_iter()
-                    .find(|s| &*s.hostname == host)
-                    .map(|s| {
-                        place(
-                            export_default(s, &self.mesh),
-                            &self.mesh,
-                            &self.namespaces,
-                            &self.mesh.networks.cluster_id,
-                        )
-                    })
+                service_entry(&o.meta, se, objs, &self.mesh).into_iter().find(|s| &*s.hostname == host).map(|s| {
+                    place(export_default(s, &self.mesh), &self.mesh, &self.namespaces, &self.mesh.networks.cluster_id)
+                })
             }
             _ => None,
         })

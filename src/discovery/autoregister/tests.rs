@@ -595,3 +595,65 @@ fn entry_names_as_istiod_forms_them() {
     assert_eq!(got.len(), 253);
     assert!(got.ends_with("-1.2.3.4"), "the last 253 characters");
 }
+
+/// A stream whose registration is refused is not the entry's: its health
+/// reports change nothing (istiod ends such a stream), and names that are
+/// not Kubernetes names never reach an API path.
+#[test]
+fn a_refused_stream_cannot_report_for_the_entry() {
+    rt().block_on(async {
+        let store = setup();
+        let mut c = Controller::new(store.clone(), settings("pilot-1"));
+        let (vm, ids) = proxy("1.2.3.4", "a", "wg-a", "nw1", "sa-a");
+        c.on_connect("vm", Arc::new(vm), &ids, SystemTime::now()).await.unwrap();
+        c.on_health("vm", true, "").await;
+        let (impostor, other) = proxy("1.2.3.4", "a", "wg-a", "nw1", "other-sa");
+        assert!(c.on_connect("impostor", Arc::new(impostor), &other, SystemTime::now()).await.is_err());
+        c.on_health("impostor", false, "down").await;
+        let e = store.get("a", "wg-a-1.2.3.4-nw1").unwrap();
+        assert_eq!(e["status"]["conditions"][0]["status"], "True", "{e:#}");
+        // The impostor's end does not mark the VM's entry disconnected.
+        c.on_disconnect("impostor", SystemTime::now()).await;
+        assert_eq!(ann(&store.get("a", "wg-a-1.2.3.4-nw1").unwrap(), DISCONNECTED_AT), None);
+        let (bad, ids) = proxy("1.2.3.5", "a", "../workloadgroups/x", "", "sa-a");
+        let err = c.on_connect("bad", Arc::new(bad), &ids, SystemTime::now()).await.unwrap_err();
+        assert!(err.contains("is not a valid Kubernetes name"), "{err}");
+    });
+}
+
+/// Events in bursts (as the controller's loop takes them): a burst's
+/// different entries are written together, an entry's in order.
+#[test]
+fn bursts_of_events_keep_each_entrys_order() {
+    use istiod_xds::ads::Lifecycle;
+    rt().block_on(async {
+        let store = setup();
+        let mut c = Controller::new(store.clone(), settings("pilot-1"));
+        let mut events = Vec::new();
+        let t0 = SystemTime::now();
+        for i in 0..50u32 {
+            let (p, ids) = proxy(&format!("10.0.0.{i}"), "a", "wg-a", "", "sa-a");
+            let class = Arc::new(p);
+            events.push(Lifecycle::Connected {
+                conn: format!("c{i}"),
+                class: class.clone(),
+                identities: ids.into(),
+                at: t0,
+            });
+            if i % 2 == 0 {
+                // The same entry again in the burst: connected, then gone.
+                events.push(Lifecycle::Disconnected {
+                    conn: format!("c{i}"),
+                    class,
+                    at: t0 + Duration::from_millis(1),
+                });
+            }
+        }
+        c.on_events(events).await;
+        assert_eq!(store.count(), 50);
+        for i in 0..50u32 {
+            let e = store.get("a", &format!("wg-a-10.0.0.{i}")).unwrap();
+            assert_eq!(ann(&e, DISCONNECTED_AT).is_some(), i % 2 == 0, "{i}: {e:#}");
+        }
+    });
+}

@@ -11,9 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use istiod_config::gateway_convert::{GATEWAY_SERVICE, PARENT_NAMESPACE, host_intersection};
-use istiod_config::istio::networking::{Gateway, Server, ServerTlsMode};
-use istiod_config::istio::{IstioObject, IstioSpec};
+use crate::gateway_convert::{GATEWAY_SERVICE, PARENT_NAMESPACE, host_intersection};
+use crate::istio::networking::{Gateway, Server, ServerTlsMode};
+use crate::istio::{IstioObject, IstioSpec};
 
 /// A listener key: the resolved port, the protocol, the bind address.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -345,7 +345,7 @@ pub fn bound_virtual_services<'a>(
     virtual_services: impl IntoIterator<Item = &'a IstioObject>,
     proxy_ns: &str,
     gateway: &str,
-) -> Vec<(&'a IstioObject, &'a istiod_config::istio::networking::VirtualService)> {
+) -> Vec<(&'a IstioObject, &'a crate::istio::networking::VirtualService)> {
     let mut bound: Vec<_> = virtual_services
         .into_iter()
         .filter_map(|o| match &o.spec {
@@ -512,7 +512,7 @@ mod tests {
         let doc = format!(
             "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}, creationTimestamp: '{created}'}}\nspec: {spec}\n"
         );
-        istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+        crate::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
     }
 
     fn keys(m: &MergedGateway) -> Vec<(u32, &str)> {
@@ -550,7 +550,7 @@ mod tests {
         assert_eq!(names, ["b"], "PILOT_SCOPE_GATEWAY_TO_NAMESPACE");
         // kubectl writes `creationTimestamp: null`: read as no time.
         let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: n, creationTimestamp: null}\nspec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
-        let o = istiod_config::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
+        let o = crate::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
         assert_eq!(o.meta.creation_timestamp, None);
     }
 
@@ -680,7 +680,7 @@ mod tests {
             let doc = format!(
                 "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {body}\n"
             );
-            istiod_config::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
+            crate::istio::parse(&serde_yaml_ng::from_str(&doc).unwrap()).unwrap()
         };
         let objs = [
             vs(

@@ -740,6 +740,7 @@ fn name_table_asker<'a>(m: &MeshInput, class: &'a ProxyClass) -> crate::translat
         network: meta("NETWORK"),
         cluster: &class.cluster_id,
         auto_allocated: allocation && (truthy("DNS_CAPTURE") || class.node_type == NodeType::Waypoint),
+        legacy: None,
     }
 }
 
@@ -824,8 +825,12 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             .services
             .values()
             .filter(|svc| !m.scoping.active || crate::translate::scope::visible_on(model, class, svc, None));
-        let asker = name_table_asker(m, class);
+        let mut asker = name_table_asker(m, class);
         let dns = model.mesh.dns;
+        // Without the allocation controller, istiod's legacy allocation.
+        let legacy = (!dns.ip_autoallocate && asker.auto_allocated)
+            .then(|| crate::translate::dns::legacy_allocation(model.services.values()));
+        asker.legacy = legacy.as_ref();
         let flags = crate::translate::dns::Flags {
             multicluster_headless: dns.multicluster_headless,
             dual_stack: dns.dual_stack,

@@ -42,6 +42,10 @@ pub struct Asker<'a> {
     /// It takes allocated addresses (istiod's `nodeUsesAutoallocatedIPs`:
     /// `DNS_CAPTURE` or a waypoint, with allocation on).
     pub auto_allocated: bool,
+    /// With `PILOT_ENABLE_IP_AUTOALLOCATE` off: the addresses istiod's
+    /// legacy allocation gives each host ([`legacy_allocation`]), instead
+    /// of the entries' status.
+    pub legacy: Option<&'a std::collections::HashMap<std::sync::Arc<str>, Vec<String>>>,
 }
 
 /// The switches istiod reads.
@@ -191,7 +195,10 @@ fn pods(
 fn addresses(svc: &Service, asker: &Asker<'_>, flags: Flags) -> Vec<String> {
     let mut out: Vec<String> = if svc.kubernetes && !asker.cluster.is_empty() { svc.vips.clone() } else { Vec::new() };
     if out.is_empty() && asker.auto_allocated {
-        out.clone_from(&svc.auto_addresses);
+        match asker.legacy {
+            Some(map) => out = map.get(&svc.hostname).cloned().unwrap_or_default(),
+            None => out.clone_from(&svc.auto_addresses),
+        }
     }
     let (v4, v6) = families(asker.ips);
     if !(flags.dual_stack && v4 && v6) {
@@ -228,6 +235,66 @@ fn families(ips: &[std::sync::Arc<str>]) -> (bool, bool) {
         (false, true) => (false, true),
         (true, true) => (true, true),
     }
+}
+
+/// istiod's legacy allocation (`serviceentry/auto_allocation.go`
+/// `autoAllocateIPs`, with `PILOT_ENABLE_IP_AUTOALLOCATE` off, for proxies
+/// with `DNS_AUTO_ALLOCATE`): every ServiceEntry host without addresses
+/// (not a wildcard, not NONE) is placed by the FNV-1a hash of
+/// `<namespace>/<host>` among 65,024 slots (double hashing on a
+/// collision), and the slots are then numbered in order into
+/// `240.240.<x/255>.<x%255>` and `2001:2::f0f0:<hex>`.
+pub fn legacy_allocation<'s>(
+    services: impl IntoIterator<Item = &'s Service>,
+) -> std::collections::HashMap<std::sync::Arc<str>, Vec<String>> {
+    const MAX_IPS: u32 = 256 * 254;
+    const PRIME: u32 = 65_011;
+    let fnv = |key: &str| key.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    let mut slots: Vec<Option<(&'s Service, String)>> = vec![None; MAX_IPS as usize];
+    let mut placed = 0u32;
+    for svc in services {
+        if svc.kubernetes
+            || !svc.vips.is_empty()
+            || svc.hostname.starts_with('*')
+            || svc.resolution == Resolution::Passthrough
+        {
+            continue;
+        }
+        if placed >= MAX_IPS {
+            tracing::error!(target: "model", "out of IPs to allocate for service entries. maxips:= {MAX_IPS}");
+            break;
+        }
+        let key = format!("{}/{}", svc.namespace, svc.hostname);
+        let h = fnv(&key);
+        let mut slot = h % MAX_IPS;
+        if slots[slot as usize].is_some() {
+            let second = PRIME - h % PRIME;
+            let mut i = 1u32;
+            loop {
+                slot = h.wrapping_add(i.wrapping_mul(second)) % (MAX_IPS - 1);
+                if slots[slot as usize].is_none() {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        slots[slot as usize] = Some((svc, key));
+        placed += 1;
+    }
+    let mut by_key: std::collections::HashMap<String, (u32, u32)> = std::collections::HashMap::new();
+    let mut out = std::collections::HashMap::new();
+    let mut x = 0u32;
+    for slot in slots {
+        x += 1;
+        let Some((svc, key)) = slot else { continue };
+        if x.is_multiple_of(255) {
+            x += 1;
+        }
+        let (a, b) = *by_key.entry(key).or_insert((x / 255, x % 255));
+        let v6 = if a == 0 { format!("2001:2::f0f0:{b:x}") } else { format!("2001:2::f0f0:{a:x}{b:x}") };
+        out.insert(svc.hostname.clone(), vec![format!("240.240.{a}.{b}"), v6]);
+    }
+    out
 }
 
 /// Stand-ins for a proxy's addresses that keep only their families

@@ -1,6 +1,7 @@
 //! Upstream's name table cases as data: istio/istio (release-1.28)
 //! `pkg/dns/server/name_table_test.go` `TestNameTable` and
-//! `TestPodNameTableLocalRemoteAddresses`. Expected tables are upstream's.
+//! `TestPodNameTableLocalRemoteAddresses`, and `pilot/pkg/xds/nds_test.go`
+//! `TestNDS`. Expected tables are upstream's.
 //!
 //! Left out: `publish unready headless service with unhealthy pods` (our
 //! endpoints carry the EndpointSlice's readiness, which the API server
@@ -126,7 +127,7 @@ fn cl1_dual_stack_proxy() -> Proxy {
 type Row = (&'static str, Vec<&'static str>, &'static str, &'static str, &'static str);
 
 fn table(services: &[Service], p: &Proxy, multicluster_headless: bool) -> Vec<Row> {
-    let asker = Asker { ips: &p.ips, network: p.network, cluster: p.cluster, auto_allocated: false };
+    let asker = Asker { ips: &p.ips, network: p.network, cluster: p.cluster, auto_allocated: false, legacy: None };
     // The upstream test runs with `EnableDualStack`.
     let t = name_table(services, &asker, Flags { multicluster_headless, dual_stack: true });
     let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
@@ -369,7 +370,7 @@ fn addresses_follow_the_proxy() {
     let v6 = Proxy { ips: vec!["fd00::9".into()], cluster: "Kubernetes", network: "" };
     let no_cluster = proxy();
     let ips = |p: &Proxy, dual: bool| {
-        let asker = Asker { ips: &p.ips, network: p.network, cluster: p.cluster, auto_allocated: false };
+        let asker = Asker { ips: &p.ips, network: p.network, cluster: p.cluster, auto_allocated: false, legacy: None };
         let t = name_table([&k], &asker, Flags { multicluster_headless: true, dual_stack: dual });
         t.table.get("web.testns.svc.cluster.local").map(|i| i.ips.clone()).unwrap_or_default()
     };
@@ -383,9 +384,95 @@ fn addresses_follow_the_proxy() {
     };
     let take = |auto: bool| {
         let p = proxy();
-        let asker = Asker { ips: &p.ips, network: "", cluster: "", auto_allocated: auto };
+        let asker = Asker { ips: &p.ips, network: "", cluster: "", auto_allocated: auto, legacy: None };
         name_table([&se], &asker, Flags::default()).table.get("api.example.com").map(|i| i.ips.clone())
     };
     assert_eq!(take(true), Some(vec!["240.240.0.1".to_owned()]));
     assert_eq!(take(false), None, "without an address, a DNS ServiceEntry has no entry");
+}
+
+/// istio/istio (release-1.28) `pilot/pkg/xds/nds_test.go` `TestNDS`, with
+/// its `testdata/nds-se.yaml` and `PILOT_ENABLE_IP_AUTOALLOCATE` off (the
+/// legacy allocation): a proxy of `default` (`1.1.1.1`, no cluster) with
+/// DNS capture and `DNS_AUTO_ALLOCATE`, and one with capture only.
+#[test]
+fn upstream_nds() {
+    let yaml = r#"
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-dns-no-addr, namespace: ns2}
+spec:
+  hosts: [random-1.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-dns-with-addr, namespace: ns2}
+spec:
+  hosts: [random-2.host.example]
+  addresses: [9.9.9.9]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-static-no-addr, namespace: ns2}
+spec:
+  hosts: [random-3.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  location: MESH_INTERNAL
+  endpoints: [{address: 1.2.3.4, labels: {security.istio.io/tlsMode: istio}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-none-wildcard, namespace: ns2}
+spec:
+  hosts: ["*.random-4.host.example"]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: NONE
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: service-none-no-wildcard, namespace: ns2}
+spec:
+  hosts: [random-5.host.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: NONE
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: cidr, namespace: default}
+spec:
+  addresses: [198.51.100.0/31]
+  hosts: [address.internal]
+  ports: [{name: tcp, number: 8888, protocol: TCP}]
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("nds-se.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let mut mesh = crate::meshconfig::MeshSettings::default();
+    mesh.dns.ip_autoallocate = false;
+    let model = crate::model::Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh));
+    let legacy = legacy_allocation(model.services.values());
+    let ips: Vec<Arc<str>> = vec!["1.1.1.1".into()];
+    let table = |auto: bool| -> BTreeMap<String, (Vec<String>, String)> {
+        let asker =
+            Asker { ips: &ips, network: "", cluster: "", auto_allocated: auto, legacy: auto.then_some(&legacy) };
+        let t = name_table(model.services.values(), &asker, Flags::default());
+        t.table.into_iter().map(|(h, i)| (h, (i.ips, i.registry))).collect()
+    };
+    let row = |ip: &str| (vec![ip.to_owned()], "External".to_owned());
+    assert_eq!(
+        table(true),
+        BTreeMap::from([
+            ("random-1.host.example".to_owned(), row("240.240.116.21")),
+            ("random-2.host.example".to_owned(), row("9.9.9.9")),
+            ("random-3.host.example".to_owned(), row("240.240.81.100")),
+        ]),
+        "auto allocate"
+    );
+    assert_eq!(table(false), BTreeMap::from([("random-2.host.example".to_owned(), row("9.9.9.9"))]), "just capture");
 }

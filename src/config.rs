@@ -289,6 +289,8 @@ pub struct TlsFiles {
     pub min_version: TlsVersion,
     /// `--tls-cipher-suites`: Go cipher suite names; empty for defaults.
     pub cipher_suites: Vec<String>,
+    /// `COMPLIANCE_POLICY` (empty, `fips-140-2`, `fips-140-3`, `pqc`).
+    pub compliance: String,
 }
 
 /// WorkloadEntry auto-registration and health checks
@@ -654,6 +656,7 @@ impl Config {
                 ca_cert: opt_path(&args.ca_cert_file),
                 min_version: args.tls_min_version,
                 cipher_suites: args.tls_cipher_suites.iter().filter(|s| !s.is_empty()).cloned().collect(),
+                compliance: vars.string("COMPLIANCE_POLICY", ""),
             },
             // Zero means what it means to grpc-go, which istiod hands these
             // to (internal/transport/http2_server.go): keepalive time 2h,

@@ -68,6 +68,9 @@ pub enum StartError {
     /// TLS files.
     #[error("TLS certificate files: {0}")]
     Tls(String),
+    /// `--tls-cipher-suites` (istiod's words).
+    #[error("{0}")]
+    TlsPolicy(String),
     /// The CA could not be set up.
     #[error("CA: {0}")]
     Ca(String),
@@ -106,6 +109,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
             "--cores is above the CPUs this process may use: serving cores will share CPUs"
         );
     }
+    // The TLS policy of every server (15012, the webhooks), checked as
+    // istiod checks it at start.
+    let tls_policy = istiod_xds::server::tls::TlsPolicy {
+        min_tls13: config.tls.min_version == crate::cli::TlsVersion::V1_3,
+        cipher_suites: config.tls.cipher_suites.clone(),
+        compliance: config.tls.compliance.clone(),
+    };
+    for n in tls_policy.check().map_err(StartError::TlsPolicy)? {
+        tracing::warn!(target: "default", "read and not applied: {n}");
+    }
+    istiod_xds::server::tls::set_policy(tls_policy);
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }

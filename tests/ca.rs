@@ -834,3 +834,79 @@ fn a_loadgen_csr_storm_gets_every_workload_its_certificate() {
     let metrics = server::get(s.monitoring, "/metrics").unwrap().1;
     assert!(metrics.contains("citadel_server_success_cert_issuance_count 200"), "{metrics}");
 }
+
+/// A TLS handshake with `addr` as a client limited by `args`
+/// (`tests/py/tls_probe.py`).
+fn tls_probe(addr: std::net::SocketAddr, root: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(crate::python::python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_probe.py"))
+        .arg(addr.to_string())
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::python::text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// istiod's TLS policy on its TLS servers (`--tls-min-version`,
+/// `--tls-cipher-suites`, `COMPLIANCE_POLICY` as `EnforceGoCompliance`),
+/// seen by an OpenSSL client: what the policy leaves out fails the
+/// handshake, what it allows succeeds; a suite Go does not know stops the
+/// server in istiod's words.
+#[test]
+fn the_tls_policy_is_what_clients_can_negotiate() {
+    let start = |flags: &[&str], env: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        let secure = free_port();
+        let addr = secure.to_string();
+        let mut f = vec!["--secureGRPCAddr", addr.as_str()];
+        f.extend_from_slice(flags);
+        let ca = dir.path().to_str().unwrap().to_owned();
+        let mut e: Vec<(&str, &str)> = vec![("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.as_str())];
+        e.extend_from_slice(env);
+        let s = Server::start(std::path::Path::new(BOOKINFO), &f, &e, None);
+        (dir, s, secure)
+    };
+    let ok = |v: &serde_json::Value| v["ok"] == true;
+
+    // Defaults: TLS 1.2 and 1.3.
+    let (dir, _s, secure) = start(&[], &[]);
+    let root = dir.path().join("ca-cert.pem");
+    assert_eq!(tls_probe(secure, &root, &[])["version"], "TLSv1.3");
+    assert_eq!(tls_probe(secure, &root, &["--max", "1.2"])["version"], "TLSv1.2");
+
+    // --tls-min-version 1.3: a TLS 1.2 client is refused.
+    let (dir, _s, secure) = start(&["--tls-min-version", "1.3"], &[]);
+    let root = dir.path().join("ca-cert.pem");
+    assert!(!ok(&tls_probe(secure, &root, &["--max", "1.2"])), "TLS 1.2 refused");
+    assert_eq!(tls_probe(secure, &root, &[])["version"], "TLSv1.3");
+
+    // --tls-cipher-suites: only those TLS 1.2 suites.
+    let (dir, _s, secure) = start(&["--tls-cipher-suites", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"], &[]);
+    let root = dir.path().join("ca-cert.pem");
+    let refused = tls_probe(secure, &root, &["--max", "1.2", "--ciphers", "ECDHE-ECDSA-AES128-GCM-SHA256"]);
+    assert!(!ok(&refused), "{refused}");
+    let taken = tls_probe(secure, &root, &["--max", "1.2", "--ciphers", "ECDHE-ECDSA-AES256-GCM-SHA384"]);
+    assert_eq!(taken["cipher"], "ECDHE-ECDSA-AES256-GCM-SHA384", "{taken}");
+
+    // COMPLIANCE_POLICY=fips-140-2: TLS 1.2 only, FIPS suites only.
+    let (dir, _s, secure) = start(&[], &[("COMPLIANCE_POLICY", "fips-140-2")]);
+    let root = dir.path().join("ca-cert.pem");
+    assert!(!ok(&tls_probe(secure, &root, &["--min", "1.3"])), "TLS 1.3 refused");
+    let chacha = tls_probe(secure, &root, &["--max", "1.2", "--ciphers", "ECDHE-ECDSA-CHACHA20-POLY1305"]);
+    assert!(!ok(&chacha), "{chacha}");
+    let fips = tls_probe(secure, &root, &["--max", "1.2"]);
+    assert_eq!(fips["version"], "TLSv1.2", "{fips}");
+
+    // A suite Go does not know: the server does not start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", BOOKINFO, "--tls-cipher-suites", "TLS_NOT_A_SUITE"])
+        .args(["--grpcAddr", "127.0.0.1:0", "--httpAddr", "127.0.0.1:0", "--monitoringAddr", "127.0.0.1:0"])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", ""])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cipher suite TLS_NOT_A_SUITE not supported or doesn't exist"), "{err}");
+}

@@ -1,5 +1,7 @@
 //! rustls configuration of the TLS gRPC listener (:15012): ALPN `h2` only,
-//! the ring provider, certificates from PEM.
+//! the ring provider, certificates from PEM; the process's TLS policy
+//! ([`TlsPolicy`]: istiod's `--tls-min-version`, `--tls-cipher-suites`
+//! and `COMPLIANCE_POLICY`) on every server configuration built.
 
 use std::sync::Arc;
 
@@ -19,6 +21,155 @@ pub enum TlsError {
     /// rustls refused the pair (e.g. the key does not match).
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+}
+
+/// What TLS istiod's servers offer: istiod's `--tls-min-version`,
+/// `--tls-cipher-suites` (Go's names, TLS 1.2 suites: Go does not let TLS
+/// 1.3 ones be chosen) and `COMPLIANCE_POLICY` (`EnforceGoCompliance`,
+/// applied last).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsPolicy {
+    /// `--tls-min-version=1.3`.
+    pub min_tls13: bool,
+    /// `--tls-cipher-suites`, as given (empty: the defaults).
+    pub cipher_suites: Vec<String>,
+    /// `COMPLIANCE_POLICY` (empty: none).
+    pub compliance: String,
+}
+
+/// Go's names of the TLS 1.2 suites rustls's ring provider has.
+const GO_SUITES: [(&str, rustls::CipherSuite); 8] = [
+    ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+    ("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    ("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+    ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+    ("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384),
+    ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+    ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+];
+
+/// The other names Go's `tls.CipherSuites()` and `InsecureCipherSuites()`
+/// list: istiod accepts them; rustls has no such suite (CBC, RSA key
+/// exchange, 3DES, RC4) or does not let it be chosen (TLS 1.3).
+const GO_OTHER_SUITES: [&str; 19] = [
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// istiod's FIPS 140 TLS 1.2 suites (`pkg/model/fips.go` `fipsGoCiphers`).
+const FIPS_SUITES: [rustls::CipherSuite; 4] = [
+    rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+];
+
+impl TlsPolicy {
+    /// Checks the policy as istiod's `PilotArgs.Complete` does: every
+    /// suite must be one Go knows (`cipher suite X not supported or
+    /// doesn't exist`). Returns what is read and not applied.
+    pub fn check(&self) -> Result<Vec<String>, String> {
+        let mut not_applied = Vec::new();
+        for name in &self.cipher_suites {
+            if GO_SUITES.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            if !GO_OTHER_SUITES.contains(&name.as_str()) {
+                return Err(format!("cipher suite {name} not supported or doesn't exist"));
+            }
+            not_applied.push(format!("--tls-cipher-suites {name}: not offered (rustls has no such TLS 1.2 suite, or it is a TLS 1.3 one, which cannot be chosen)"));
+        }
+        match self.compliance.as_str() {
+            "" | "fips-140-2" | "fips-140-3" => {}
+            "pqc" => not_applied.push(
+                "COMPLIANCE_POLICY=pqc: X25519MLKEM768 is not offered (TLS 1.3 and its AES-GCM suites are)".into(),
+            ),
+            other => not_applied.push(format!("unknown compliance policy: {other:?}")),
+        }
+        Ok(not_applied)
+    }
+
+    /// The ring provider limited to the policy's suites and groups, and
+    /// the protocol versions it allows.
+    fn provider(&self) -> (rustls::crypto::CryptoProvider, Vec<&'static rustls::SupportedProtocolVersion>) {
+        use rustls::crypto::ring::{default_provider, kx_group};
+        let mut p = default_provider();
+        let tls13 = |s: &rustls::SupportedCipherSuite| s.version() == &rustls::version::TLS13;
+        if !self.cipher_suites.is_empty() {
+            let wanted: Vec<rustls::CipherSuite> = self
+                .cipher_suites
+                .iter()
+                .filter_map(|n| GO_SUITES.iter().find(|(g, _)| g == n).map(|(_, s)| *s))
+                .collect();
+            let mut chosen: Vec<rustls::SupportedCipherSuite> = p.cipher_suites.iter().copied().filter(tls13).collect();
+            for w in wanted {
+                if let Some(s) = p.cipher_suites.iter().find(|s| s.suite() == w) {
+                    chosen.push(*s);
+                }
+            }
+            p.cipher_suites = chosen;
+        }
+        let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = if self.min_tls13 {
+            vec![&rustls::version::TLS13]
+        } else {
+            vec![&rustls::version::TLS13, &rustls::version::TLS12]
+        };
+        match self.compliance.as_str() {
+            "fips-140-2" => {
+                versions = vec![&rustls::version::TLS12];
+                p.cipher_suites.retain(|s| FIPS_SUITES.contains(&s.suite()));
+                p.kx_groups = vec![kx_group::SECP256R1];
+            }
+            "fips-140-3" => {
+                if self.min_tls13 {
+                    versions = vec![&rustls::version::TLS13];
+                }
+                p.cipher_suites.retain(|s| tls13(s) || FIPS_SUITES.contains(&s.suite()));
+                p.cipher_suites
+                    .retain(|s| !tls13(s) || s.suite() != rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256);
+                p.kx_groups = vec![kx_group::SECP256R1, kx_group::SECP384R1];
+            }
+            "pqc" => {
+                versions = vec![&rustls::version::TLS13];
+                p.cipher_suites
+                    .retain(|s| tls13(s) && s.suite() != rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256);
+            }
+            _ => {}
+        }
+        (p, versions)
+    }
+}
+
+static POLICY: std::sync::RwLock<Option<TlsPolicy>> = std::sync::RwLock::new(None);
+
+/// Sets the policy every server configuration is built with from now on.
+pub fn set_policy(policy: TlsPolicy) {
+    *POLICY.write().unwrap_or_else(|e| e.into_inner()) = Some(policy);
+}
+
+fn policy() -> TlsPolicy {
+    POLICY.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
 }
 
 /// A listener's TLS configuration, replaceable while it serves: each new
@@ -81,9 +232,9 @@ pub fn server_config_alpn(
         return Err(TlsError::Certs("no CERTIFICATE block".into()));
     }
     let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Key(e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder =
-        rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let (provider, versions) = policy().provider();
+    let provider = Arc::new(provider);
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
     let builder = match client_roots {
         None => builder.with_no_client_auth(),
         Some(pem) => {

@@ -550,12 +550,6 @@ impl Config {
         if !self.xds_cache {
             out.push("PILOT_ENABLE_XDS_CACHE=false: generated resources are cached all the same".into());
         }
-        if self.kube_api_qps != 80.0 || self.kube_api_burst != 160 {
-            out.push(format!(
-                "--kubernetesApiQPS={} --kubernetesApiBurst={}: the Kubernetes client is not rate-limited",
-                self.kube_api_qps, self.kube_api_burst
-            ));
-        }
         if self.profile {
             out.push("--profile=true: /debug/pprof is not served".into());
         }

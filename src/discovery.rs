@@ -120,6 +120,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tracing::warn!(target: "default", "read and not applied: {n}");
     }
     istiod_xds::server::tls::set_policy(tls_policy);
+    // client-go's rate limit of every API server client.
+    istiod_kubewatch::limit::set_default(f64::from(config.kube_api_qps), config.kube_api_burst);
     for setting in config.not_yet_supported() {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }

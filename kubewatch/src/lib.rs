@@ -17,3 +17,4 @@ pub mod fake;
 pub mod kapi;
 pub mod kube_source;
 pub mod leader;
+pub mod limit;

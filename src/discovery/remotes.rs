@@ -355,7 +355,7 @@ async fn follow(
         });
     };
     let client = match kube::Config::from_custom_kubeconfig(config, &Default::default()).await {
-        Ok(c) => kube::Client::try_from(c).map_err(|e| e.to_string()),
+        Ok(c) => istiod_kubewatch::limit::client(c).map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     let client = match client {

@@ -608,5 +608,5 @@ pub(super) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<
         }
         None => kube::Config::infer().await.map_err(|e| err(format!("no kubeconfig and not in a cluster: {e}")))?,
     };
-    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+    istiod_kubewatch::limit::client(config).map_err(|e| err(e.to_string()))
 }

@@ -22,7 +22,7 @@
 //! clusters ([`Remotes::clusterz`]).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -266,7 +266,11 @@ impl Remotes {
             let action = if self.clusters.contains_key(&cluster) { "Update" } else { "Add" };
             let config = std::str::from_utf8(kubeconfig)
                 .map_err(|e| e.to_string())
-                .and_then(|t| kube::config::Kubeconfig::from_yaml(t).map_err(|e| e.to_string()));
+                .and_then(|t| kube::config::Kubeconfig::from_yaml(t).map_err(|e| e.to_string()))
+                .and_then(|c| match sanitize(&c, &insecure_options()) {
+                    Ok(()) => Ok(c),
+                    Err(e) => Err(format!("kubeconfig is not allowed: {e}")),
+                });
             let config = match config {
                 Ok(c) => c,
                 Err(e) => {
@@ -331,6 +335,43 @@ impl Remotes {
         }
         Value::Array(out)
     }
+}
+
+/// `PILOT_INSECURE_MULTICLUSTER_KUBECONFIG_OPTIONS`: the kubeconfig
+/// options a remote Secret may use that read files or run programs.
+fn insecure_options() -> BTreeSet<String> {
+    std::env::var("PILOT_INSECURE_MULTICLUSTER_KUBECONFIG_OPTIONS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|o| o.trim().to_owned())
+        .filter(|o| !o.is_empty())
+        .collect()
+}
+
+/// istiod's `sanitizeKubeConfig`: a remote Secret's kubeconfig may not
+/// read this host's files or run its programs (an auth provider other
+/// than `oidc`, `clientKey`, `clientCertificate`, `tokenFile`, `exec`)
+/// unless `allow` names the option. Anyone who may write a labelled Secret
+/// writes these.
+pub(super) fn sanitize(config: &kube::config::Kubeconfig, allow: &BTreeSet<String>) -> Result<(), String> {
+    for named in &config.auth_infos {
+        let Some(a) = named.auth_info.as_ref() else { continue };
+        if let Some(p) = a.auth_provider.as_ref().filter(|p| p.name != "oidc" && !allow.contains(&p.name)) {
+            return Err(format!("auth provider {} is not allowed", p.name));
+        }
+        let set = |o: &Option<String>| o.as_deref().is_some_and(|v| !v.is_empty());
+        for (present, option) in [
+            (set(&a.client_key), "clientKey"),
+            (set(&a.client_certificate), "clientCertificate"),
+            (set(&a.token_file), "tokenFile"),
+            (a.exec.is_some(), "exec"),
+        ] {
+            if present && !allow.contains(option) {
+                return Err(format!("{option} is not allowed"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn count(event: &'static str) {
@@ -499,4 +540,45 @@ pub(super) fn collect(out: &mut istiod_xds::metrics::Exposition) {
         "Number of times remote clusters took too long to sync, causing slow startup that excludes remote clusters.",
         [(vec![], timeouts as f64)],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(user: &str) -> kube::config::Kubeconfig {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'https://10.0.0.1'}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n\
+             users: [{{name: u, user: {user}}}]\n"
+        );
+        kube::config::Kubeconfig::from_yaml(&text).unwrap()
+    }
+
+    /// istiod's `sanitizeKubeConfig`: upstream `pkg/kube/util_test.go`
+    /// `TestSanitizeKubeConfig`'s three cases (nothing, `exec`, `exec`
+    /// allowed) and each other option it refuses: what reads this host's
+    /// files or runs its programs, unless allowed.
+    #[test]
+    fn remote_kubeconfigs_may_not_read_files_or_run_programs() {
+        let none = BTreeSet::new();
+        let allow = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+        let cases: [(&str, Result<(), &str>); 8] = [
+            ("{token: abc}", Ok(())),
+            ("{client-certificate-data: YQ==, client-key-data: YQ==}", Ok(())),
+            ("{auth-provider: {name: oidc, config: {}}}", Ok(())),
+            ("{auth-provider: {name: gcp, config: {cmd-path: /bin/sh}}}", Err("auth provider gcp is not allowed")),
+            ("{client-key: /etc/key.pem}", Err("clientKey is not allowed")),
+            ("{client-certificate: /etc/cert.pem}", Err("clientCertificate is not allowed")),
+            ("{tokenFile: /var/run/secrets/token}", Err("tokenFile is not allowed")),
+            ("{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}}", Err("exec is not allowed")),
+        ];
+        for (user, want) in cases {
+            assert_eq!(sanitize(&kubeconfig(user), &none), want.map_err(str::to_owned), "{user}");
+        }
+        let exec = kubeconfig("{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh}}");
+        assert_eq!(sanitize(&exec, &allow(&["exec"])), Ok(()));
+        let gcp = kubeconfig("{auth-provider: {name: gcp, config: {}}}");
+        assert_eq!(sanitize(&gcp, &allow(&["gcp"])), Ok(()));
+    }
 }

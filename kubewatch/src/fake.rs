@@ -328,6 +328,11 @@ impl FakeApi {
         self.lock().objects.iter().filter(|((p, _, _), _)| *p == plural).map(|(_, v)| v.clone()).collect()
     }
 
+    /// How many objects of `plural` there are, in every namespace.
+    pub fn count(&self, plural: &str) -> usize {
+        self.lock().objects.keys().filter(|(p, _, _)| *p == plural).count()
+    }
+
     /// Writes that lost a race: 409 answers to creates of existing
     /// objects and to updates of an older `resourceVersion`.
     pub fn conflicts(&self) -> u64 {

@@ -78,6 +78,12 @@ struct VmArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// The server's `--kubernetesApiQPS` (istiod's default: 80).
+    #[arg(long, default_value_t = 80.0)]
+    kubernetes_api_qps: f32,
+    /// The server's `--kubernetesApiBurst` (istiod's default: 160).
+    #[arg(long, default_value_t = 160)]
+    kubernetes_api_burst: u32,
 }
 
 #[derive(clap::Args)]
@@ -375,7 +381,13 @@ struct KubeServer {
 
 /// Starts `bin` against the API server at `url` (plaintext ports only),
 /// its log and files in a directory of its own named after `tag`.
-fn spawn_on_kube(bin: &std::path::Path, url: &str, tag: &str, env: &[(&str, String)]) -> Result<KubeServer, String> {
+fn spawn_on_kube(
+    bin: &std::path::Path,
+    url: &str,
+    tag: &str,
+    env: &[(&str, String)],
+    flags: &[String],
+) -> Result<KubeServer, String> {
     let dir = std::env::temp_dir().join(format!("loadgen-{tag}-server-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let kc = dir.join("kubeconfig");
@@ -388,6 +400,7 @@ fn spawn_on_kube(bin: &std::path::Path, url: &str, tag: &str, env: &[(&str, Stri
         .args(["--kubeconfig", &kc.display().to_string()])
         .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string(), "--monitoringAddr", &mon.to_string()])
         .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--log_target", "stderr"])
+        .args(flags)
         .env("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.join("ca"))
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::null())
@@ -446,7 +459,7 @@ fn multicluster_cmd(a: McArgs) -> ExitCode {
         r.services,
         r.sidecars
     );
-    let server = match spawn_on_kube(&bin, &clusters.primary.url(), "mc", &[("CLUSTER_ID", "config".into())]) {
+    let server = match spawn_on_kube(&bin, &clusters.primary.url(), "mc", &[("CLUSTER_ID", "config".into())], &[]) {
         Ok(s) => s,
         Err(e) => return fail(1, e),
     };
@@ -561,7 +574,11 @@ fn vms_cmd(a: VmArgs) -> ExitCode {
         ("ISTIO_WORKLOAD_ENTRY_VALIDATE_IDENTITY", "false".to_owned()),
         ("PILOT_WORKLOAD_ENTRY_GRACE_PERIOD", format!("{}s", grace.as_secs())),
     ];
-    let KubeServer { mut child, grpc, http, log } = match spawn_on_kube(&bin, &api.url(), "vms", &env) {
+    let flags = [
+        format!("--kubernetesApiQPS={}", a.kubernetes_api_qps),
+        format!("--kubernetesApiBurst={}", a.kubernetes_api_burst),
+    ];
+    let KubeServer { mut child, grpc, http, log } = match spawn_on_kube(&bin, &api.url(), "vms", &env, &flags) {
         Ok(s) => s,
         Err(e) => return fail(1, e),
     };

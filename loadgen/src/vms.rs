@@ -178,7 +178,7 @@ pub async fn observer(server: SocketAddr, counts: tokio::sync::watch::Sender<usi
 
 /// The entries of the run's group in `api`.
 pub fn registered(api: &FakeApi) -> usize {
-    api.objects("workloadentries").len()
+    api.count("workloadentries")
 }
 
 /// What a run measured.

@@ -524,7 +524,16 @@ pub fn run(config: Config) -> Result<(), StartError> {
             };
             match kube.as_ref().filter(|_| w.autoregistration || w.health_checks) {
                 Some(client) => {
-                    let c = autoregister::Controller::new(istiod_kubewatch::kapi::Api::new(client.clone()), settings);
+                    // Reads go to the watched objects first, as istiod's
+                    // store reads its informers.
+                    let watched = state.clone();
+                    let lookup = Rc::new(move |kind: &str, ns: &str, name: &str| {
+                        let st = watched.borrow();
+                        st.config.0.iter().find(|o| o.meta.ns() == ns && o.meta.name == name && o.kind().name() == kind)
+                            .and_then(|o| o.raw.value())
+                    });
+                    let store = autoregister::CachedApi { api: istiod_kubewatch::kapi::Api::new(client.clone()), lookup };
+                    let c = autoregister::Controller::new(store, settings);
                     tokio::task::spawn_local(autoregister::run(c, lifecycle_rx));
                 }
                 None => {

@@ -449,6 +449,13 @@ impl FakeApi {
                     (409, status_json(409, "Conflict", &msg))
                 } else {
                     object["metadata"]["uid"] = cur["metadata"]["uid"].clone();
+                    // The status is its subresource's: a body without one
+                    // leaves it as it is.
+                    if object.get("status").is_none()
+                        && let Some(status) = cur.get("status")
+                    {
+                        object["status"] = status.clone();
+                    }
                     (200, Self::store_locked(&mut s, r, object))
                 }
             }

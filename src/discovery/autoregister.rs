@@ -105,6 +105,62 @@ pub(crate) trait Store {
     async fn delete(&self, ns: &str, name: &str, rv: Option<&str>) -> Result<Deleted, String>;
     /// Every WorkloadEntry.
     async fn list(&self) -> Result<Vec<Json>, String>;
+    /// The WorkloadEntry `ns/name` as the watch last saw it, without its
+    /// status (istiod's informer cache): may be behind. Default: [`Store::entry`].
+    async fn cached_entry(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        self.entry(ns, name).await
+    }
+    /// The WorkloadGroup `ns/name` as the watch last saw it. Default:
+    /// [`Store::group`].
+    async fn cached_group(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        self.group(ns, name).await
+    }
+}
+
+/// `(kind, namespace, name)` -> the object as last watched.
+pub(crate) type Lookup = std::rc::Rc<dyn Fn(&str, &str, &str) -> Option<Json>>;
+
+/// The API server, read through what the config source watches: a
+/// registration costs one write, as istiod's (its store reads its
+/// informers). A stale read costs a conflict, and a fresh read after it.
+pub(crate) struct CachedApi {
+    pub(crate) api: Api,
+    /// The watched objects.
+    pub(crate) lookup: Lookup,
+}
+
+impl Store for CachedApi {
+    async fn entry(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        self.api.entry(ns, name).await
+    }
+    async fn group(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        self.api.group(ns, name).await
+    }
+    async fn create(&self, entry: &Json) -> Result<Write, String> {
+        Store::create(&self.api, entry).await
+    }
+    async fn update(&self, entry: &Json) -> Result<Write, String> {
+        self.api.update(entry).await
+    }
+    async fn update_status(&self, entry: &Json) -> Result<Write, String> {
+        self.api.update_status(entry).await
+    }
+    async fn delete(&self, ns: &str, name: &str, rv: Option<&str>) -> Result<Deleted, String> {
+        Store::delete(&self.api, ns, name, rv).await
+    }
+    async fn list(&self) -> Result<Vec<Json>, String> {
+        self.api.list().await
+    }
+    async fn cached_entry(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        Ok((self.lookup)("WorkloadEntry", ns, name))
+    }
+    async fn cached_group(&self, ns: &str, name: &str) -> Result<Option<Json>, String> {
+        match (self.lookup)("WorkloadGroup", ns, name) {
+            Some(g) => Ok(Some(g)),
+            // Not watched yet: asked.
+            None => self.api.group(ns, name).await,
+        }
+    }
 }
 
 const API: &str = "/apis/networking.istio.io/v1";
@@ -540,25 +596,11 @@ impl<S: Store> Controller<S> {
     /// istiod's `registerWorkload`.
     async fn register(&self, t: &Tracked) -> Result<(), String> {
         let (ns, name) = (&t.namespace, &t.entry);
-        if let Some(we) = self.store.entry(ns, name).await? {
-            if self.s.validate_identity {
-                can_control(t.identity.as_ref(), &we)?;
-            }
-            return match self.become_controller(t).await {
-                Err(e) => {
-                    count(&ERRORS);
-                    Err(e)
-                }
-                Ok(true) => {
-                    count(&UPDATES);
-                    tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {ns}/{name} as connected");
-                    Ok(())
-                }
-                Ok(false) => Ok(()),
-            };
+        if let Some(we) = self.store.cached_entry(ns, name).await? {
+            return self.register_existing(t, &we).await;
         }
         let group_name = meta(&t.class, "AUTO_REGISTER_GROUP");
-        let Some(group) = self.store.group(ns, group_name).await? else {
+        let Some(group) = self.store.cached_group(ns, group_name).await? else {
             count(&ERRORS);
             return Err(format!(
                 "auto-registration WorkloadEntry of {} failed: cannot find WorkloadGroup {ns}/{group_name}",
@@ -578,16 +620,43 @@ impl<S: Store> Controller<S> {
                 tracing::info!(target: "wle", "auto-registered WorkloadEntry {ns}/{name}{health}");
                 Ok(())
             }
-            Ok(Write::Conflict) => {
-                count(&ERRORS);
-                Err(format!(
-                    "auto-registration WorkloadEntry of {name} failed: error creating WorkloadEntry: already exists"
-                ))
-            }
+            // There already (the watch was behind): as an existing one.
+            Ok(Write::Conflict) => match self.store.entry(ns, name).await? {
+                Some(we) => self.register_existing(t, &we).await,
+                None => {
+                    count(&ERRORS);
+                    Err(format!(
+                        "auto-registration WorkloadEntry of {name} failed: error creating WorkloadEntry: already exists"
+                    ))
+                }
+            },
             Err(e) => {
                 count(&ERRORS);
                 Err(format!("auto-registration WorkloadEntry of {name} failed: error creating WorkloadEntry: {e}"))
             }
+        }
+    }
+
+    /// `registerWorkload` of an entry that exists: the proxy must be able
+    /// to control it; then it is marked connected.
+    async fn register_existing(&self, t: &Tracked, we: &Json) -> Result<(), String> {
+        let (ns, name) = (&t.namespace, &t.entry);
+        {
+            if self.s.validate_identity {
+                can_control(t.identity.as_ref(), we)?;
+            }
+            return match self.become_controller(t).await {
+                Err(e) => {
+                    count(&ERRORS);
+                    Err(e)
+                }
+                Ok(true) => {
+                    count(&UPDATES);
+                    tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {ns}/{name} as connected");
+                    Ok(())
+                }
+                Ok(false) => Ok(()),
+            };
         }
     }
 
@@ -596,11 +665,25 @@ impl<S: Store> Controller<S> {
     /// again: the later connection wins.
     async fn become_controller(&self, t: &Tracked) -> Result<bool, String> {
         let (ns, name) = (&t.namespace, &t.entry);
-        for _ in 0..5 {
-            let Some(we) = self.store.entry(ns, name).await? else {
+        for attempt in 0..6 {
+            // The watched copy first; after a conflict, or where the
+            // watched copy says there is nothing to do (it may be behind),
+            // the API server's.
+            let cached = attempt == 0;
+            let read = if cached { self.store.cached_entry(ns, name).await? } else { None };
+            let read = match read {
+                Some(we) => Some(we),
+                None => self.store.entry(ns, name).await?,
+            };
+            let Some(we) = read else {
                 return Err(format!("failed updating WorkloadEntry {ns}/{name}: WorkloadEntry not found"));
             };
-            let Some(next) = connected(&we, &self.s.instance, t.connected_at) else { return Ok(false) };
+            let Some(next) = connected(&we, &self.s.instance, t.connected_at) else {
+                if cached {
+                    continue;
+                }
+                return Ok(false);
+            };
             match self.store.update(&next).await {
                 Ok(Write::Done(_)) => {
                     if !t.auto {
@@ -653,7 +736,7 @@ impl<S: Store> Controller<S> {
     /// did.
     async fn disconnect(&self, t: &Tracked, at: SystemTime) -> bool {
         for attempt in 1..=5 {
-            match self.mark_disconnected(t, at).await {
+            match self.mark_disconnected(t, at, attempt > 1).await {
                 Ok(changed) => return changed,
                 Err(e) => {
                     count(&ERRORS);
@@ -678,12 +761,23 @@ impl<S: Store> Controller<S> {
         self.cleanups.insert((Instant::now() + self.s.grace, self.seq), (t.namespace.clone(), t.entry.clone()));
     }
 
-    async fn mark_disconnected(&self, t: &Tracked, at: SystemTime) -> Result<bool, String> {
+    async fn mark_disconnected(&self, t: &Tracked, at: SystemTime, fresh: bool) -> Result<bool, String> {
         let (ns, name) = (&t.namespace, &t.entry);
-        let Some(we) = self.store.entry(ns, name).await? else {
+        let cached = if fresh { None } else { self.store.cached_entry(ns, name).await? };
+        let read = match cached {
+            Some(we) => Some(we),
+            None => self.store.entry(ns, name).await?,
+        };
+        let Some(we) = read else {
             return Err(format!("workloadentry {ns}/{name} is not found"));
         };
-        let Some(next) = disconnected(&we, &self.s.instance, at, t.connected_at) else { return Ok(false) };
+        let Some(next) = disconnected(&we, &self.s.instance, at, t.connected_at) else {
+            // The watched copy may be behind: the API server's says.
+            if !fresh {
+                return Box::pin(self.mark_disconnected(t, at, true)).await;
+            }
+            return Ok(false);
+        };
         match self.store.update(&next).await? {
             Write::Done(_) => Ok(true),
             Write::Conflict => {

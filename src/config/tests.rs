@@ -260,8 +260,9 @@ fn settings_without_effect_are_listed_for_the_log() {
     )
     .unwrap();
     let lines = c.not_yet_supported();
-    assert_eq!(lines.len(), 2, "PILOT_PUSH_THROTTLE is acted on: {lines:?}");
-    assert!(lines.iter().any(|l| l.starts_with("--kubernetesApiQPS=10")), "{lines:?}");
+    assert_eq!(lines.len(), 1, "PILOT_PUSH_THROTTLE and --kubernetesApiQPS are acted on: {lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("PILOT_ENABLE_XDS_CACHE=false")), "{lines:?}");
+    assert_eq!(c.kube_api_qps, 10.0);
     assert!(build(&[], &[]).unwrap().not_yet_supported().iter().any(|l| l.starts_with("--profile")));
 }
 

@@ -236,27 +236,7 @@ impl Drop for Agent {
 fn legacy_endpoints(s: &Server) -> Vec<String> {
     let node = json!({"id": "sidecar~10.1.0.9~web-0.web~web.svc.cluster.local",
                       "metadata": {"NAMESPACE": "web", "ISTIO_VERSION": "1.28.0", "CLUSTER_ID": "Kubernetes"}});
-    // ads_fetch.py reads the response to each request as the next one
-    // on its stream: a push the changes here cause between the two (the
-    // VM's health moving its endpoint) is another type. Asked again.
-    let fetch = || {
-        Command::new(python::python())
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
-            .arg(s.grpc.to_string())
-            .arg(node.to_string())
-            .env("EDS", "1")
-            .output()
-            .unwrap()
-    };
-    let mut out = fetch();
-    for _ in 0..3 {
-        if out.status.success() {
-            break;
-        }
-        out = fetch();
-    }
-    assert!(out.status.success(), "{}", python::text(&out));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = ads_fetch(s, &node, true);
     let cla = &got["endpoints"]["outbound|80||legacy.vm.svc.cluster.local"];
     let mut addrs: Vec<String> = cla["endpoints"]
         .as_array()
@@ -386,15 +366,24 @@ fn a_vm_registers_reports_health_and_is_removed_after_it_leaves() {
 /// The listeners a sidecar of `web` is sent (names), with DNS capture or
 /// without.
 fn listener_names(s: &Server, capture: bool) -> Vec<String> {
+    let got = ads_fetch(s, &sidecar(capture), false);
+    got["listeners"].as_object().unwrap().keys().cloned().collect()
+}
+
+/// What `node` is sent (`tests/py/ads_fetch.py`; with `eds`, load
+/// assignments too). The script takes the response to each request as the
+/// next one on its stream: a push the test's changes cause in between is
+/// another type, and the fetch is made again (three times at most).
+fn ads_fetch(s: &Server, node: &Value, eds: bool) -> Value {
     let fetch = || {
-        Command::new(python::python())
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
-            .arg(s.grpc.to_string())
-            .arg(sidecar(capture).to_string())
-            .output()
-            .unwrap()
+        let mut c = Command::new(python::python());
+        c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py")).arg(s.grpc.to_string());
+        c.arg(node.to_string());
+        if eds {
+            c.env("EDS", "1");
+        }
+        c.output().unwrap()
     };
-    // (A push racing a request is another type to ads_fetch.py: asked again.)
     let mut out = fetch();
     for _ in 0..3 {
         if out.status.success() {
@@ -403,8 +392,7 @@ fn listener_names(s: &Server, capture: bool) -> Vec<String> {
         out = fetch();
     }
     assert!(out.status.success(), "{}", python::text(&out));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-    got["listeners"].as_object().unwrap().keys().cloned().collect()
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Done means for issue #38's allocation: the elected replica gives a

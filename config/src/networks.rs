@@ -101,12 +101,13 @@ impl MeshNetworks {
                 {
                     e.push(format!("{s:?} is not a valid domain name"));
                 }
+                // A hostname is allowed (istiod's `RESOLVE_HOSTNAME_GATEWAYS`,
+                // on by default), if it is a domain name.
                 if let Some(a) = &gw.address
                     && a.parse::<IpAddr>().is_err()
+                    && !fqdn(a)
                 {
-                    e.push(format!(
-                        "{a} is not a valid IP (hostname is allowed if RESOLVE_HOSTNAME_GATEWAYS is enabled)"
-                    ));
+                    e.push(format!("{a} is not a valid IP address or DNS name"));
                 }
                 if gw.port == 0 || gw.port > 65535 {
                     e.push(format!("port number {} must be in the range 1..65535", gw.port));
@@ -297,6 +298,9 @@ mod tests {
     fn networks_are_validated_as_istiod_validates_them() {
         let good = "networks:\n  n1:\n    endpoints: [{fromRegistry: Kubernetes}]\n    gateways: [{address: 1.1.1.1, port: 15443}]\n\
                     \x20 n2:\n    endpoints: [{fromCidr: 192.168.0.0/16}, {fromRegistry: cluster-2}]\n    gateways: [{registryServiceName: istio-ingressgateway.istio-system.svc.cluster.local, port: 15443}]\n";
+        // A hostname gateway is accepted, as istiod (RESOLVE_HOSTNAME_GATEWAYS
+        // on) accepts it.
+        assert!(MeshNetworks::parse("networks: {n: {gateways: [{address: gw.example.com, port: 80}]}}").is_ok());
         let n = MeshNetworks::parse(good).unwrap();
         assert_eq!(n.of_registry("Kubernetes"), Some("n1"));
         let e = MeshNetworks::parse(&good.replace("fromRegistry: Kubernetes", "fromRegistry: my_cluster")).unwrap_err();
@@ -306,7 +310,10 @@ mod tests {
         assert_eq!(n.of_address("10.0.0.1"), None);
         for (bad, want) in [
             ("networks: {n: {endpoints: [{fromCidr: 192.168.0.0/33}]}}", "invalid network n: \"192.168.0.0/33\""),
-            ("networks: {n: {gateways: [{address: gw.example.com, port: 80}]}}", "RESOLVE_HOSTNAME_GATEWAYS"),
+            (
+                "networks: {n: {gateways: [{address: 'gw..example.com', port: 80}]}}",
+                "is not a valid IP address or DNS name",
+            ),
             ("networks: {n: {gateways: [{address: 1.1.1.1, port: 0}]}}", "port number 0"),
             ("networks: {n: {gateways: [{registryServiceName: 'a..b', port: 80}]}}", "not a valid domain"),
             ("networks: [1]", "invalid type"),

@@ -83,6 +83,19 @@ pub struct MeshInput {
     /// Listeners on allocated addresses, served only to proxies that take
     /// them ([`crate::translate::listener::auto_listeners`]).
     pub auto_listeners: Arc<std::collections::HashSet<Arc<str>>>,
+    /// With `PILOT_ENABLE_IP_AUTOALLOCATE` off: istiod's legacy allocation
+    /// of the services ([`crate::translate::dns::legacy_allocation`]), for
+    /// every name table that takes it.
+    pub legacy_allocation: Option<Arc<LegacyAllocation>>,
+}
+
+/// Host -> the addresses istiod's legacy allocation gives it.
+pub type LegacyAllocation = std::collections::HashMap<Arc<str>, Vec<String>>;
+
+/// The legacy allocation of `model`'s services, when the mesh uses it.
+pub(crate) fn legacy_allocation_of(model: &Model) -> Option<Arc<LegacyAllocation>> {
+    (!model.mesh.dns.ip_autoallocate)
+        .then(|| Arc::new(crate::translate::dns::legacy_allocation(model.services.values())))
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -156,6 +169,7 @@ impl MeshInput {
         let claimed_ips = Arc::new(crate::translate::inbound::claimed_ips(&model));
         let dns_digest = model.services.values().fold(0, |d, s| d ^ crate::translate::dns::digest(s));
         let auto_listeners = Arc::new(crate::translate::listener::auto_listeners(&model));
+        let legacy_allocation = legacy_allocation_of(&model);
         Self {
             model,
             changes,
@@ -169,6 +183,7 @@ impl MeshInput {
             claimed_ips,
             dns_digest,
             auto_listeners,
+            legacy_allocation,
             waypoints: Arc::default(),
             ingress_waypoints: Arc::default(),
             waypoint_workloads: Arc::default(),
@@ -601,7 +616,6 @@ impl Generator for MeshGenerator {
                 ..class.clone()
             });
         }
-        let m = mesh(snap)?;
         // Gateways select routers by label; EnvoyFilters may select, and
         // match versions and metadata.
         let filters = &m.model.envoy_filters;
@@ -828,9 +842,9 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         let mut asker = name_table_asker(m, class);
         let dns = model.mesh.dns;
         // Without the allocation controller, istiod's legacy allocation.
-        let legacy = (!dns.ip_autoallocate && asker.auto_allocated)
-            .then(|| crate::translate::dns::legacy_allocation(model.services.values()));
-        asker.legacy = legacy.as_ref();
+        if asker.auto_allocated {
+            asker.legacy = m.legacy_allocation.as_deref();
+        }
         let flags = crate::translate::dns::Flags {
             multicluster_headless: dns.multicluster_headless,
             dual_stack: dns.dual_stack,

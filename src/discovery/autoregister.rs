@@ -641,22 +641,20 @@ impl<S: Store> Controller<S> {
     /// to control it; then it is marked connected.
     async fn register_existing(&self, t: &Tracked, we: &Json) -> Result<(), String> {
         let (ns, name) = (&t.namespace, &t.entry);
-        {
-            if self.s.validate_identity {
-                can_control(t.identity.as_ref(), we)?;
+        if self.s.validate_identity {
+            can_control(t.identity.as_ref(), we)?;
+        }
+        match self.become_controller(t).await {
+            Err(e) => {
+                count(&ERRORS);
+                Err(e)
             }
-            return match self.become_controller(t).await {
-                Err(e) => {
-                    count(&ERRORS);
-                    Err(e)
-                }
-                Ok(true) => {
-                    count(&UPDATES);
-                    tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {ns}/{name} as connected");
-                    Ok(())
-                }
-                Ok(false) => Ok(()),
-            };
+            Ok(true) => {
+                count(&UPDATES);
+                tracing::info!(target: "wle", "updated auto-registered WorkloadEntry {ns}/{name} as connected");
+                Ok(())
+            }
+            Ok(false) => Ok(()),
         }
     }
 

@@ -211,6 +211,16 @@ fn networks(texts: &Texts) -> Result<MeshNetworks, String> {
             Err(e) => errs.push(e),
         }
     }
+    // istiod resolves hostname gateways (RESOLVE_HOSTNAME_GATEWAYS, on by
+    // default); istiod-rs does not yet: said, not dropped silently.
+    for (name, n) in &out.networks {
+        for a in
+            n.gateways.iter().filter_map(|g| g.address.as_deref()).filter(|a| a.parse::<std::net::IpAddr>().is_err())
+        {
+            tracing::warn!(target: "default", network = %name, gateway = %a,
+                "read and not applied: a meshNetworks gateway named by hostname is not resolved (RESOLVE_HOSTNAME_GATEWAYS)");
+        }
+    }
     match (errs.is_empty(), texts.0.is_some() && texts.1.is_some() && errs.len() == 1) {
         (true, _) => Ok(out),
         (false, true) => {

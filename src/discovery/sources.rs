@@ -351,7 +351,9 @@ pub(super) fn apply(
         tracing::warn!(target: "model", "read and not applied: {n}");
     }
     configz["notApplied"] = json!(not_applied);
-    if let Some(tx) = &state.borrow().ipallocate {
+    // (Only when ServiceEntries may have changed.)
+    let entries_changed = changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "ServiceEntry"));
+    if let Some(tx) = state.borrow().ipallocate.as_ref().filter(|_| entries_changed) {
         let entries = super::ipallocate::entries(&objects);
         tx.send_if_modified(|current| {
             let changed = **current != entries;

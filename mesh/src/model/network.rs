@@ -8,8 +8,9 @@
 //! HBONE; it must expose one of them), or one a network registering this
 //! cluster names as `registryServiceName`; at each of the Service's
 //! external addresses (load balancer ingress, `externalIPs`). Hostname
-//! addresses are not resolved (istiod's `RESOLVE_HOSTNAME_GATEWAYS` is off
-//! by default) and are left out.
+//! addresses are not resolved yet (istiod resolves them under
+//! `RESOLVE_HOSTNAME_GATEWAYS`, on by default): they are left out, and a
+//! meshNetworks one is reported when the networks are read.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 
-fn build(yaml: &str) -> Model {
+pub(super) fn build(yaml: &str) -> Model {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
     let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();

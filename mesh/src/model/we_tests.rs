@@ -28,13 +28,7 @@
 
 use super::*;
 
-fn build(yaml: &str) -> Model {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
-    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
-    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-    Model::build(&loaded.objects, "cluster.local")
-}
+use super::tests::build;
 
 /// (address, service_port, port) of each endpoint of `host`, sorted.
 fn eps(m: &Model, host: &str) -> Vec<(String, u16, u16)> {

@@ -239,6 +239,7 @@ impl MeshInput {
             if auto != *self.auto_listeners {
                 next.auto_listeners = Arc::new(auto);
             }
+            next.legacy_allocation = crate::generator::legacy_allocation_of(&model);
             next.translation.update_hosts(&self.model, &model, &reshaped);
             next.changes.touch_everywhere(Dep::Services);
             next.scoping = Arc::new(crate::translate::scope::Scoping::new(&model));

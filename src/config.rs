@@ -89,6 +89,9 @@ pub struct Config {
     pub ca: istiod_ca::CaConfig,
     /// Logging.
     pub log: LogConfig,
+    /// `--ctrlz_address`/`--ctrlz_port`: ControlZ's listener
+    /// (`localhost:9876`; `*` for every address).
+    pub ctrlz: std::net::SocketAddr,
     /// `--shutdownDuration`: how long a graceful shutdown may take (10s).
     pub shutdown_duration: Duration,
     /// `--profile`: serve /debug/pprof (istiod: true).
@@ -450,13 +453,25 @@ pub struct LogConfig {
     pub targets: Vec<String>,
     /// `--log_caller`: scopes that log their caller.
     pub caller: Vec<String>,
+    /// `--log_stacktrace_level`: the level from which lines of scopes not
+    /// in `stack_scopes` carry a stack trace (istiod: `default:none`).
+    pub stack_default: LogLevel,
+    /// Stack trace levels of named scopes.
+    pub stack_scopes: BTreeMap<String, LogLevel>,
 }
 
 impl LogConfig {
     /// Parses `scope:level,...` on top of istiod's base `default:info,grpc:none`.
     pub fn parse_levels(spec: &str) -> Result<(LogLevel, BTreeMap<String, LogLevel>), String> {
-        let mut default = LogLevel::Info;
-        let mut scopes = BTreeMap::from([("grpc".to_owned(), LogLevel::None)]);
+        Self::parse_levels_on(spec, LogLevel::Info, BTreeMap::from([("grpc".to_owned(), LogLevel::None)]))
+    }
+
+    /// Parses `scope:level,...` on top of a base.
+    pub fn parse_levels_on(
+        spec: &str,
+        mut default: LogLevel,
+        mut scopes: BTreeMap<String, LogLevel>,
+    ) -> Result<(LogLevel, BTreeMap<String, LogLevel>), String> {
         let mut all = None;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (scope, level) = item.rsplit_once(':').unwrap_or(("default", item));
@@ -475,6 +490,21 @@ impl LogConfig {
         }
         Ok((default, scopes))
     }
+}
+
+/// ControlZ's address as istiod resolves it: `localhost` is loopback,
+/// `*` every address, anything else an IP address.
+fn ctrlz_addr(address: &str, port: u16) -> Result<std::net::SocketAddr, ConfigError> {
+    let ip = match address {
+        "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+        "*" | "" => std::net::IpAddr::from([0, 0, 0, 0]),
+        other => other.trim_matches(['[', ']']).parse().map_err(|_| ConfigError::Flag {
+            flag: "ctrlz_address",
+            value: other.to_owned(),
+            reason: "expected localhost, * or an IP address".into(),
+        })?,
+    };
+    Ok(std::net::SocketAddr::new(ip, port))
 }
 
 /// Default listen addresses must parse; a helper for the flags.
@@ -533,8 +563,7 @@ impl Config {
 
     /// The settings given that istiod-rs accepts, as istiod does, but does
     /// not act on yet: one line each, for the log at start (istiod logs the
-    /// settings it deprecates the same way). Defaults are not listed, but
-    /// for `--profile`, whose default asks for something not served.
+    /// settings it deprecates the same way). Defaults are not listed.
     pub fn not_yet_supported(&self) -> Vec<String> {
         let mut out = Vec::new();
         let p = &self.push;
@@ -549,9 +578,6 @@ impl Config {
         }
         if !self.xds_cache {
             out.push("PILOT_ENABLE_XDS_CACHE=false: generated resources are cached all the same".into());
-        }
-        if self.profile {
-            out.push("--profile=true: /debug/pprof is not served".into());
         }
         out
     }
@@ -598,11 +624,14 @@ impl Config {
         let (default_level, scopes) = LogConfig::parse_levels(&args.log_output_level).map_err(|reason| {
             ConfigError::Flag { flag: "log_output_level", value: args.log_output_level.clone(), reason }
         })?;
-        LogConfig::parse_levels(&args.log_stacktrace_level).map_err(|reason| ConfigError::Flag {
-            flag: "log_stacktrace_level",
-            value: args.log_stacktrace_level.clone(),
-            reason,
-        })?;
+        let (stack_default, stack_scopes) =
+            LogConfig::parse_levels_on(&args.log_stacktrace_level, LogLevel::None, BTreeMap::new()).map_err(
+                |reason| ConfigError::Flag {
+                    flag: "log_stacktrace_level",
+                    value: args.log_stacktrace_level.clone(),
+                    reason,
+                },
+            )?;
 
         let cores = match args.cores {
             0 => None,
@@ -789,7 +818,10 @@ impl Config {
                 json: args.log_as_json,
                 targets: args.log_target.clone(),
                 caller: args.log_caller.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+                stack_default,
+                stack_scopes,
             },
+            ctrlz: ctrlz_addr(&args.ctrlz_address, args.ctrlz_port)?,
             shutdown_duration: args.shutdown_duration,
             profile: args.profile,
             cores,

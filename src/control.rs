@@ -3,8 +3,10 @@
 //! to every serving core; it also serves the debug and monitoring HTTP
 //! endpoints, answering per-proxy questions by asking the cores.
 
+pub mod ctrlz;
 pub mod debounce;
 pub mod http;
+pub mod pprof;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

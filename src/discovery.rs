@@ -429,6 +429,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             on_http: config.debug_on_http,
             endpoint_auth: config.debug_endpoint_auth,
             authn: ca_server.clone(),
+            profile: config.profile,
         });
         tokio::task::spawn_local(debug_xds::serve(forward_rx, dbg.clone()));
         let tokio_listener = |l: std::net::TcpListener| {
@@ -463,6 +464,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 Box::pin(async move { monitoring(req, &dbg, ca.as_deref(), &hooks).await })
             });
             spawn_http(l, "istiod-monitoring-http", handler, Arc::new(|_| None))?;
+        }
+        // ControlZ: answered on its own thread; a port in use is logged,
+        // not fatal, as in istiod.
+        if let Some(scopes) = crate::logging::scopes() {
+            let started = std::net::TcpListener::bind(config.ctrlz).and_then(|l| {
+                let addr = l.local_addr()?;
+                let quick: http::Quick = Arc::new(move |req| Some(crate::control::ctrlz::answer(req, &scopes)));
+                let unused: http::Handler = Rc::new(|_| Box::pin(async { http::Response::text(404, "") }));
+                http::spawn_with(l, "istiod-ctrlz", unused, quick, true).map(|()| addr)
+            });
+            match started {
+                Ok(addr) => tracing::info!(target: "default", %addr, "ControlZ available"),
+                Err(e) => tracing::error!(target: "default", addr = %config.ctrlz, "Unable to start ControlZ: {e}"),
+            }
         }
         if let (Some(l), Some(tls)) = (https_listener, webhook_tls) {
             let l = tokio_listener(l)?;

@@ -19,6 +19,7 @@ mod inject;
 mod jwks;
 mod loadgen;
 mod multicluster;
+mod operations;
 mod served;
 mod simulation;
 mod vms;

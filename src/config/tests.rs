@@ -252,8 +252,8 @@ fn automatic_throttle_matches_istiod() {
 
 #[test]
 fn settings_without_effect_are_listed_for_the_log() {
-    let quiet = build(&["--profile=false"], &[]).unwrap();
-    assert_eq!(quiet.not_yet_supported(), Vec::<String>::new());
+    let quiet = build(&[], &[]).unwrap();
+    assert_eq!(quiet.not_yet_supported(), Vec::<String>::new(), "--profile is served");
     let c = build(
         &["--profile=false", "--kubernetesApiQPS", "10"],
         &[("PILOT_PUSH_THROTTLE", "20"), ("PILOT_ENABLE_XDS_CACHE", "false")],
@@ -263,7 +263,19 @@ fn settings_without_effect_are_listed_for_the_log() {
     assert_eq!(lines.len(), 1, "PILOT_PUSH_THROTTLE and --kubernetesApiQPS are acted on: {lines:?}");
     assert!(lines.iter().any(|l| l.starts_with("PILOT_ENABLE_XDS_CACHE=false")), "{lines:?}");
     assert_eq!(c.kube_api_qps, 10.0);
-    assert!(build(&[], &[]).unwrap().not_yet_supported().iter().any(|l| l.starts_with("--profile")));
+}
+
+/// `--ctrlz_address` as istiod reads it: `localhost` is loopback, `*`
+/// every address; `--log_stacktrace_level` has its own base (none).
+#[test]
+fn controlz_address_and_stack_trace_levels() {
+    let c = build(&[], &[]).unwrap();
+    assert_eq!(c.ctrlz, "127.0.0.1:9876".parse().unwrap());
+    let c = build(&["--ctrlz_address", "*", "--ctrlz_port", "0", "--log_stacktrace_level", "ads:error"], &[]).unwrap();
+    assert_eq!(c.ctrlz, "0.0.0.0:0".parse().unwrap());
+    assert_eq!(c.log.stack_default, LogLevel::None);
+    assert_eq!(c.log.stack_scopes.get("ads"), Some(&LogLevel::Error));
+    assert!(build(&["--ctrlz_address", "not-an-ip"], &[]).is_err());
 }
 
 #[test]

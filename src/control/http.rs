@@ -23,7 +23,7 @@ pub struct Response {
     /// Content type.
     pub content_type: &'static str,
     /// Body.
-    pub body: String,
+    pub body: Bytes,
 }
 
 impl Response {
@@ -32,13 +32,18 @@ impl Response {
         Self {
             status: 200,
             content_type: "application/json",
-            body: serde_json::to_string_pretty(v).unwrap_or_default(),
+            body: serde_json::to_string_pretty(v).unwrap_or_default().into(),
         }
     }
 
     /// A plain-text response.
     pub fn text(status: u16, body: impl Into<String>) -> Self {
-        Self { status, content_type: "text/plain; charset=utf-8", body: body.into() }
+        Self { status, content_type: "text/plain; charset=utf-8", body: Bytes::from(body.into()) }
+    }
+
+    /// A JSON body with a status other than 200.
+    pub fn json_status(status: u16, v: &serde_json::Value) -> Self {
+        Self { status, ..Self::json(v) }
     }
 }
 
@@ -54,6 +59,10 @@ pub struct Request {
     /// The `Authorization: Bearer` token, if any (debug callers not on
     /// loopback authenticate with it, as xDS callers do).
     pub bearer: Option<String>,
+    /// `GET`, `HEAD`, or `PUT` where the listener takes it.
+    pub method: http::Method,
+    /// The body of a `PUT` (empty otherwise).
+    pub body: Bytes,
 }
 
 impl Request {
@@ -136,6 +145,18 @@ const FORWARD_QUEUE: usize = MAX_CONNECTIONS;
 /// input never makes kubelet's readiness probe fail. The thread ends when
 /// the control thread's runtime does.
 pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quick: Quick) -> std::io::Result<()> {
+    spawn_with(listener, name, handler, quick, false)
+}
+
+/// [`spawn`], taking `PUT` requests (bodies of [`MAX_PUT_BODY`] at most)
+/// where `put` says so (ControlZ).
+pub fn spawn_with(
+    listener: std::net::TcpListener,
+    name: &str,
+    handler: Handler,
+    quick: Quick,
+    put: bool,
+) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Request, tokio::sync::oneshot::Sender<Response>)>(FORWARD_QUEUE);
     tokio::task::spawn_local(async move {
@@ -158,7 +179,7 @@ pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quic
             };
             let closed = tx.clone();
             tokio::select! {
-                _ = serve(listener, tx, quick) => {}
+                _ = serve(listener, tx, quick, put) => {}
                 _ = closed.closed() => {}
             }
         });
@@ -168,7 +189,7 @@ pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quic
 
 /// Serves `listener` forever on the current (local) runtime, answering
 /// with `quick` or through `forward`.
-async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
+async fn serve(listener: TcpListener, forward: Forward, quick: Quick, put: bool) {
     let conns = istiod_httpd::conns::Registry::new(istiod_httpd::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
@@ -198,7 +219,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
                 async move {
                     // Busy until the body is written (a slow reader of a
                     // large answer is not idle).
-                    let mut r = respond(req, peer, &forward, &quick, &large).await;
+                    let mut r = respond(req, peer, &forward, &quick, &large, put).await;
                     r.body_mut()._busy = Some(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -229,37 +250,86 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick) {
     }
 }
 
-/// Answers one request: GET or HEAD, gzipped when asked and worth it.
+/// A `PUT` body's size at most.
+pub const MAX_PUT_BODY: usize = 64 * 1024;
+
+/// How long a request may wait for its answer: a CPU profile takes the
+/// seconds it asks for.
+fn answer_timeout(req: &Request) -> Duration {
+    let profile = if req.path == "/debug/pprof/profile" {
+        req.param("seconds").and_then(|s| s.parse::<u64>().ok()).unwrap_or(30)
+    } else {
+        0
+    };
+    FORWARD_TIMEOUT + Duration::from_secs(profile.min(crate::control::pprof::MAX_SECONDS))
+}
+
+/// Answers one request: GET or HEAD (and PUT where `put`), gzipped when
+/// asked and worth it.
 async fn respond(
     req: hyper::Request<hyper::body::Incoming>,
     peer: std::net::SocketAddr,
     forward: &Forward,
     quick: &Quick,
     large: &Rc<std::cell::Cell<usize>>,
+    put: bool,
 ) -> hyper::Response<Body> {
+    use http_body_util::BodyExt as _;
     let method = req.method().clone();
+    let allowed = method == http::Method::GET || method == http::Method::HEAD || (put && method == http::Method::PUT);
     let gzip = req
         .headers()
         .get_all(http::header::ACCEPT_ENCODING)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.split(',').any(|e| e.trim().split(';').next() == Some("gzip")));
-    let resp = if method != http::Method::GET && method != http::Method::HEAD {
-        Response::text(405, "only GET and HEAD are supported\n")
+    let resp = if !allowed {
+        Response::text(
+            405,
+            if put { "only GET, HEAD and PUT are supported\n" } else { "only GET and HEAD are supported\n" },
+        )
     } else {
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
         let bearer = req
             .headers()
             .get(http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::to_owned);
-        let req = Request { peer: Some(peer), bearer, ..parse_target(target) };
+        let body = if method == http::Method::PUT {
+            let limited = http_body_util::Limited::new(req.into_body(), MAX_PUT_BODY);
+            match tokio::time::timeout(HEADER_TIMEOUT, limited.collect()).await {
+                Ok(Ok(b)) => Some(b.to_bytes()),
+                Ok(Err(_)) => None,
+                Err(_) => None,
+            }
+        } else {
+            Some(Bytes::new())
+        };
+        match body {
+            None => Response::text(413, format!("a request body of at most {MAX_PUT_BODY} bytes, sent at once\n")),
+            Some(body) => {
+                answer(
+                    Request { peer: Some(peer), bearer, method: method.clone(), body, ..parse_target(&target) },
+                    forward,
+                    quick,
+                )
+                .await
+            }
+        }
+    };
+    finish(resp, &method, gzip, large, put)
+}
+
+/// The answer of `quick`, or of the control thread.
+async fn answer(req: Request, forward: &Forward, quick: &Quick) -> Response {
+    {
         match quick(&req) {
             Some(r) => r,
             None => {
                 let (reply, answer) = tokio::sync::oneshot::channel();
-                match tokio::time::timeout(FORWARD_TIMEOUT, async {
+                let timeout = answer_timeout(&req);
+                match tokio::time::timeout(timeout, async {
                     forward.send((req, reply)).await.ok()?;
                     answer.await.ok()
                 })
@@ -267,11 +337,21 @@ async fn respond(
                 {
                     Ok(Some(r)) => r,
                     Ok(None) => Response::text(503, "shutting down\n"),
-                    Err(_) => Response::text(503, format!("no answer within {FORWARD_TIMEOUT:?}; retry\n")),
+                    Err(_) => Response::text(503, format!("no answer within {timeout:?}; retry\n")),
                 }
             }
         }
-    };
+    }
+}
+
+/// Compression and the bound on large answers in flight.
+fn finish(
+    resp: Response,
+    method: &http::Method,
+    gzip: bool,
+    large: &Rc<std::cell::Cell<usize>>,
+    put: bool,
+) -> hyper::Response<Body> {
     // Large answers held at once are bounded (slow readers).
     let slot = if resp.body.len() > LARGE_BODY {
         match Slot::take(large, MAX_LARGE_WRITES) {
@@ -286,10 +366,15 @@ async fn respond(
     };
     // Compressed on this thread, so not the multi-megabyte debug dumps
     // (they would stall the control thread); /metrics and the rest are.
-    let gzip = gzip && resp.body.len() > GZIP_ABOVE && resp.body.len() <= GZIP_BELOW;
+    // A profile is gzipped already.
+    let gzip = gzip
+        && resp.body.len() > GZIP_ABOVE
+        && resp.body.len() <= GZIP_BELOW
+        && resp.content_type != "application/octet-stream";
     let mut out = build(resp, gzip, slot);
-    if method != http::Method::GET && method != http::Method::HEAD {
-        out.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+    if *method != http::Method::GET && *method != http::Method::HEAD && (!put || *method != http::Method::PUT) {
+        let allow = if put { "GET, HEAD, PUT" } else { "GET, HEAD" };
+        out.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
     }
     out
 }
@@ -326,10 +411,10 @@ fn build(r: Response, gzip: bool, slot: Option<Slot>) -> hyper::Response<Body> {
     let body = if gzip {
         use std::io::Write as _;
         let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(r.body.len() / 4), flate2::Compression::fast());
-        let _ = e.write_all(r.body.as_bytes());
+        let _ = e.write_all(&r.body);
         Bytes::from(e.finish().unwrap_or_default())
     } else {
-        Bytes::from(r.body)
+        r.body
     };
     let mut out = hyper::Response::new(Body { inner: Full::new(body), _slot: slot, _busy: None });
     *out.status_mut() = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
@@ -352,7 +437,7 @@ pub fn parse_target(target: &str) -> Request {
             (percent_decode(k), percent_decode(v))
         })
         .collect();
-    Request { path: path.to_owned(), query, peer: None, bearer: None }
+    Request { path: path.to_owned(), query, peer: None, bearer: None, method: http::Method::GET, body: Bytes::new() }
 }
 
 fn percent_decode(s: &str) -> String {

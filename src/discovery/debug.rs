@@ -35,6 +35,8 @@ pub(super) struct Debug {
     /// The authenticators of xDS and the CA, for debug callers not on
     /// loopback.
     pub(super) authn: Option<Arc<istiod_ca::CaServer>>,
+    /// `--profile`: `/debug/pprof/` is served.
+    pub(super) profile: bool,
 }
 
 /// An HTTP request on the debug port (8080) or the monitoring port's debug
@@ -143,10 +145,20 @@ impl Debug {
         if self.unsafe_admin {
             h.push(FORCE_DISCONNECT);
         }
+        if self.profile {
+            h.extend(PPROF);
+        }
         h.sort();
         h
     }
 }
+
+/// The `--profile` handlers, with istiod's descriptions.
+const PPROF: [(&str, &str); 3] = [
+    ("/debug/pprof/", "Displays pprof index"),
+    ("/debug/pprof/cmdline", "The command line invocation of the current program"),
+    ("/debug/pprof/profile", "CPU profile"),
+];
 
 /// `/ready`: 200 once a snapshot is published, 503 before and while
 /// draining. Answered by the debug port's own thread (see
@@ -175,6 +187,11 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
     let model = || state.borrow().mesh.as_ref().map(|m| m.model.clone());
     match req.path.as_str() {
         "/ready" => readiness(&d.ready, &d.draining),
+        // istiod's `--profile` handlers (Go's net/http/pprof): CPU
+        // profiles and the command line.
+        path if d.profile && (path == "/debug/pprof" || path.starts_with("/debug/pprof/")) => {
+            crate::control::pprof::serve(&req).await.unwrap_or_else(|| Response::text(404, "404 page not found\n"))
+        }
         // istiod's AdsClients (pilot/pkg/xds/debug.go `adsz`); with
         // `?proxyID=` only that proxy's connection.
         "/debug/adsz" => {
@@ -338,7 +355,8 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 body: format!(
                     "<html>\n<head>\n<title>Pilot Debug Console</title>\n</head>\n<body>\n<table id=\"endpoints\">\n\
                      <tr><th>Endpoint</th><th>Description</th></tr>\n{rows}</table>\n</body>\n</html>\n"
-                ),
+                )
+                .into(),
             }
         }
         _ => Response::text(404, "404 page not found\n"),
@@ -523,5 +541,5 @@ pub(super) async fn monitoring(
     static PROCESS: std::sync::LazyLock<prometheus::process_collector::ProcessCollector> =
         std::sync::LazyLock::new(prometheus::process_collector::ProcessCollector::for_self);
     out.extend(prometheus::core::Collector::collect(&*PROCESS));
-    Response { status: 200, content_type: "text/plain; version=0.0.4; charset=utf-8", body: out.encode() }
+    Response { status: 200, content_type: "text/plain; version=0.0.4; charset=utf-8", body: out.encode().into() }
 }

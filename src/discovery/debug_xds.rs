@@ -88,7 +88,7 @@ async fn answer(f: &Forwarded<ProxyClass>, d: &Debug) -> Vec<ForwardedResource> 
             let [name] = &f.names[..] else { return Vec::new() };
             let req = crate::control::http::parse_target(&format!("/debug/{name}"));
             let resp = debug(req, d, caller).await;
-            vec![ForwardedResource { name: name.clone(), type_url: DEBUG_TYPE.into(), value: resp.body.into() }]
+            vec![ForwardedResource { name: name.clone(), type_url: DEBUG_TYPE.into(), value: resp.body }]
         }
         _ => Vec::new(),
     }

@@ -143,6 +143,8 @@ impl Server {
                 "2",
             ])
             .args(["--log_target", "stderr"])
+            // ControlZ on a port of its own (9876 is one for all tests).
+            .args(["--ctrlz_port", "0"])
             .args(flags)
             .envs(env.iter().copied())
             .stdout(Stdio::null())

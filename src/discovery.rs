@@ -335,6 +335,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
     };
     let webhooks = Rc::new(istiod_webhook::Webhooks::default());
     let webhooks_served = https_listener.is_some();
+    // istiod multiplexes gRPC on the HTTP port when `--grpcAddr` is empty:
+    // cleartext HTTP/2 connections there go to the serving cores.
+    let (grpc_on_http, grpc_handoff) = match (&config.listen.grpc, &http_listener) {
+        (None, Some(l)) => {
+            let (tx, rx) = async_channel::bounded(http::MAX_CONNECTIONS);
+            if let Ok(addr) = l.local_addr() {
+                tracing::info!(target: "default", %addr, "multiplexing gRPC on http addr");
+            }
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    };
     let handle = server::start(
         ServerConfig {
             cores,
@@ -347,6 +359,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 ..GrpcLimits::default()
             },
             shutdown: config.shutdown_duration,
+            handoff: grpc_handoff,
         },
         factory,
     )?;
@@ -447,14 +460,28 @@ pub fn run(config: Config) -> Result<(), StartError> {
         };
         if let Some(l) = http_listener {
             let dbg2 = dbg.clone();
+            // Without a monitoring port, its handlers are on this one
+            // (istiod's shared mux).
+            let shared = monitoring_listener.is_none().then(|| (ca_signing.clone(), webhooks.clone()));
             let handler: http::Handler = Rc::new(move |req| {
                 let dbg = dbg2.clone();
-                Box::pin(async move { serve_http(req, &dbg).await })
+                let shared = shared.clone();
+                Box::pin(async move {
+                    match shared {
+                        Some((ca, hooks)) if req.path == "/metrics" || req.path == "/version" => {
+                            monitoring(req, &dbg, ca.as_deref(), &hooks).await
+                        }
+                        _ => serve_http(req, &dbg).await,
+                    }
+                })
             });
             let (ready, draining) = (dbg.ready.clone(), dbg.draining.clone());
             let quick: http::Quick =
                 Arc::new(move |req| (req.path == "/ready").then(|| debug::readiness(&ready, &draining)));
-            let addr = spawn_http(l, "istiod-debug-http", handler, quick)?;
+            let addr = l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
+            let options = http::Options { put: false, grpc: grpc_on_http.clone() };
+            http::spawn_with(l, "istiod-debug-http", handler, quick, options)
+                .map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", %addr, "serving debug HTTP");
         }
         if let Some(l) = monitoring_listener {
@@ -472,7 +499,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let addr = l.local_addr()?;
                 let quick: http::Quick = Arc::new(move |req| Some(crate::control::ctrlz::answer(req, &scopes)));
                 let unused: http::Handler = Rc::new(|_| Box::pin(async { http::Response::text(404, "") }));
-                http::spawn_with(l, "istiod-ctrlz", unused, quick, true).map(|()| addr)
+                http::spawn_with(l, "istiod-ctrlz", unused, quick, http::Options { put: true, grpc: None }).map(|()| addr)
             });
             match started {
                 Ok(addr) => tracing::info!(target: "default", %addr, "ControlZ available"),

@@ -169,3 +169,32 @@ fn cpu_profiles_are_read_back_by_a_pprof_parser() {
     let off = Server::start(std::path::Path::new(BOOKINFO), &["--profile=false"], &[], None);
     assert_eq!(server::get(off.http, "/debug/pprof/profile?seconds=1").unwrap().0, 404);
 }
+
+/// `--grpcAddr=""` and `--monitoringAddr=""` move their services to the
+/// HTTP port, as istiod's shared mux does: an h2 gRPC client is served
+/// xDS on 8080, HTTP/1.1 there still answers `/ready` and the debug
+/// handlers, and `/metrics` is there too.
+#[test]
+fn empty_addresses_move_their_services_to_the_http_port() {
+    let s = Server::start(std::path::Path::new(BOOKINFO), &["--grpcAddr", "", "--monitoringAddr", ""], &[], None);
+    assert!(s.log().contains("multiplexing gRPC on http addr"), "{}", s.log());
+    assert!(TcpStream::connect(s.grpc).is_err(), "no plaintext gRPC port of its own");
+    let rt = client::runtime();
+    let cds =
+        DiscoveryRequest { node: Some(client::sidecar(7)), type_url: type_url::CLUSTER.into(), ..Default::default() };
+    let mut c = rt.block_on(async {
+        let mut c = client::connect(s.http, false).await;
+        c.sotw(cds);
+        let r = c.recv().await;
+        assert!(!r.resources.is_empty(), "CDS over the HTTP port");
+        c
+    });
+    // HTTP/1.1 on the same port: readiness, debug, metrics.
+    assert_eq!(server::get(s.http, "/ready").unwrap().0, 200);
+    let syncz = server::get(s.http, "/debug/syncz").unwrap().1;
+    assert!(syncz.contains("app-7.default"), "the proxy on 8080 is listed: {syncz}");
+    let (status, metrics) = server::get(s.http, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(metrics.contains("pilot_xds{"), "{metrics}");
+    rt.block_on(async { assert!(!c.ended_within(Duration::from_millis(100)).await) });
+}

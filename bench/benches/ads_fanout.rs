@@ -44,6 +44,7 @@ fn fanout(c: &mut Criterion) {
         limits: Limits::default(),
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
+        handoff: None,
     };
     let server = server::start(cfg, factory).unwrap();
     let mut version = 1;

@@ -59,6 +59,7 @@ pub fn start_glommio() -> ServerHandle {
         limits: Limits::default(),
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
+        handoff: None,
     };
     server::start(cfg, EchoFactory).expect("glommio server starts")
 }

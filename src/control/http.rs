@@ -145,17 +145,26 @@ const FORWARD_QUEUE: usize = MAX_CONNECTIONS;
 /// input never makes kubelet's readiness probe fail. The thread ends when
 /// the control thread's runtime does.
 pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quick: Quick) -> std::io::Result<()> {
-    spawn_with(listener, name, handler, quick, false)
+    spawn_with(listener, name, handler, quick, Options::default())
 }
 
-/// [`spawn`], taking `PUT` requests (bodies of [`MAX_PUT_BODY`] at most)
-/// where `put` says so (ControlZ).
+/// What a listener takes beyond GET and HEAD.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// `PUT` requests, bodies of [`MAX_PUT_BODY`] at most (ControlZ).
+    pub put: bool,
+    /// Cleartext HTTP/2 connections are handed to the xDS cores (gRPC on
+    /// the HTTP port, `--grpcAddr=""`); HTTP/1.1 is served here.
+    pub grpc: Option<async_channel::Sender<std::net::TcpStream>>,
+}
+
+/// [`spawn`] with [`Options`].
 pub fn spawn_with(
     listener: std::net::TcpListener,
     name: &str,
     handler: Handler,
     quick: Quick,
-    put: bool,
+    options: Options,
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Request, tokio::sync::oneshot::Sender<Response>)>(FORWARD_QUEUE);
@@ -179,7 +188,7 @@ pub fn spawn_with(
             };
             let closed = tx.clone();
             tokio::select! {
-                _ = serve(listener, tx, quick, put) => {}
+                _ = serve(listener, tx, quick, options) => {}
                 _ = closed.closed() => {}
             }
         });
@@ -189,7 +198,8 @@ pub fn spawn_with(
 
 /// Serves `listener` forever on the current (local) runtime, answering
 /// with `quick` or through `forward`.
-async fn serve(listener: TcpListener, forward: Forward, quick: Quick, put: bool) {
+async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: Options) {
+    let put = options.put;
     let conns = istiod_httpd::conns::Registry::new(istiod_httpd::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
@@ -208,6 +218,13 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, put: bool)
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
+        };
+        let stream = match &options.grpc {
+            Some(cores) => match hand_off_h2(stream, cores).await {
+                Some(s) => s,
+                None => continue,
+            },
+            None => stream,
         };
         let place = conns.admit();
         let _ = stream.set_nodelay(true);
@@ -248,6 +265,51 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, put: bool)
             }
         });
     }
+}
+
+/// The client preface of cleartext HTTP/2 (RFC 9113, 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A connection that opens with HTTP/2's preface goes to the xDS cores
+/// (`None`); any other is given back. Decided by peeking, within the
+/// header timeout, at most the preface's 24 bytes.
+async fn hand_off_h2(
+    stream: tokio::net::TcpStream,
+    cores: &async_channel::Sender<std::net::TcpStream>,
+) -> Option<tokio::net::TcpStream> {
+    let mut buf = [0u8; 24];
+    let deadline = tokio::time::Instant::now() + HEADER_TIMEOUT;
+    let mut seen = 0;
+    let h2 = loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            // Ended or silent: hyper's reading of it decides.
+            _ => break false,
+        };
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            break false;
+        }
+        if n == H2_PREFACE.len() {
+            break true;
+        }
+        if n == seen {
+            // Part of the preface so far: wait for more.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        seen = n;
+    };
+    if !h2 {
+        return Some(stream);
+    }
+    match stream.into_std() {
+        Ok(s) => {
+            if let Err(e) = cores.try_send(s) {
+                tracing::warn!(target: "grpc", error = %e, "gRPC on the HTTP port: no core takes the connection");
+            }
+        }
+        Err(e) => tracing::warn!(target: "grpc", error = %e, "gRPC on the HTTP port: cannot hand the connection over"),
+    }
+    None
 }
 
 /// A `PUT` body's size at most.

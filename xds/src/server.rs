@@ -46,7 +46,14 @@ pub struct ServerConfig {
     /// How long a shutdown may take (istiod's `--shutdownDuration`, 10s):
     /// connections are ended spread over it.
     pub shutdown: Duration,
+    /// Plaintext connections accepted elsewhere, served by whichever core
+    /// takes each first (istiod multiplexes gRPC on its HTTP port when
+    /// `--grpcAddr` is empty).
+    pub handoff: Option<Handoff>,
 }
+
+/// See [`ServerConfig::handoff`].
+pub type Handoff = async_channel::Receiver<std::net::TcpStream>;
 
 /// One listening port.
 #[derive(Clone)]
@@ -292,6 +299,11 @@ async fn run_core<F: ServiceFactory>(
         let tls = spec.tls.clone();
         accept_tasks.push(glommio::spawn_local(accept_loop(l, tls, registry, svc)).detach());
     }
+    if let Some(rx) = cfg.handoff.clone() {
+        let registry = registry.clone();
+        let svc = svc.clone();
+        accept_tasks.push(glommio::spawn_local(serve_handed_off(rx, registry, svc)).detach());
+    }
     while !stop.load(Ordering::SeqCst) {
         glommio::timer::sleep(STOP_POLL).await;
     }
@@ -302,6 +314,21 @@ async fn run_core<F: ServiceFactory>(
     let deadline = std::time::Instant::now() + cfg.shutdown + Duration::from_secs(1);
     while !registry.is_empty() && std::time::Instant::now() < deadline {
         glommio::timer::sleep(STOP_POLL).await;
+    }
+}
+
+/// Serves connections another thread accepted (see [`ServerConfig::handoff`]).
+async fn serve_handed_off<S: Service + 'static>(rx: Handoff, registry: Rc<Registry>, svc: Rc<RefCell<S>>) {
+    while let Ok(std_stream) = rx.recv().await {
+        let peer = std_stream.peer_addr().ok();
+        let _ = std_stream.set_nodelay(true);
+        let stream = glommio::net::TcpStream::from(socket2::Socket::from(std_stream));
+        let registry = registry.clone();
+        let svc = svc.clone();
+        glommio::spawn_local(async move {
+            conn::serve(socket::Plain(stream), peer, false, None, &registry, &svc).await;
+        })
+        .detach();
     }
 }
 

@@ -50,6 +50,7 @@ impl TestServer {
             limits,
             grpc: GrpcLimits::default(),
             shutdown: std::time::Duration::from_secs(10),
+            handoff: None,
         };
         let handle = server::start(cfg, factory).expect("server starts");
         let addr = handle.addrs()[0];

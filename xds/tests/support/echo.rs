@@ -168,6 +168,7 @@ pub(crate) fn start(cores: usize, limits: Limits, tls: Option<Arc<rustls::Server
         limits,
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
+        handoff: None,
     };
     server::start(cfg, EchoFactory).expect("server starts")
 }

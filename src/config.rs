@@ -89,6 +89,13 @@ pub struct Config {
     pub ca: istiod_ca::CaConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The webhook configurations this server patches (`caBundle`, the
+    /// validation failure policy): off where `INJECTION_WEBHOOK_CONFIG_NAME`
+    /// or `VALIDATION_WEBHOOK_CONFIG_NAME` is set empty, as in istiod.
+    pub webhook_patching: istiod_webhook::patch::Kinds,
+    /// `PILOT_CA_CERT_CONFIGMAP`: the root ConfigMap written to every
+    /// namespace (`istio-ca-root-cert`).
+    pub ca_cert_configmap: String,
     /// `--ctrlz_address`/`--ctrlz_port`: ControlZ's listener
     /// (`localhost:9876`; `*` for every address).
     pub ctrlz: std::net::SocketAddr,
@@ -164,6 +171,12 @@ pub struct Config {
     /// Environment values that did not parse, each replaced by its default
     /// (logged at start, as istiod's `env` package logs them).
     pub env_warnings: Vec<String>,
+    /// The kinds read: `PILOT_ENABLE_GATEWAY_API` (true),
+    /// `PILOT_IGNORE_RESOURCES`, `PILOT_INCLUDE_RESOURCES`.
+    pub read_filter: istiod_config::objects::ReadFilter,
+    /// `PILOT_ENABLE_GATEWAY_API_STATUS` (true): Gateway API objects get
+    /// their status conditions (with `PILOT_ENABLE_GATEWAY_API`).
+    pub gateway_api_status: bool,
     /// `PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER` (true): Gateway API
     /// Gateways get a Deployment, Service and ServiceAccount.
     pub gateway_deployment: bool,
@@ -646,6 +659,7 @@ impl Config {
             });
         }
 
+        let gateway_api = vars.bool("PILOT_ENABLE_GATEWAY_API", true)?;
         let mut config = Self {
             source,
             registries,
@@ -822,6 +836,11 @@ impl Config {
                 stack_scopes,
             },
             ctrlz: ctrlz_addr(&args.ctrlz_address, args.ctrlz_port)?,
+            ca_cert_configmap: vars.string("PILOT_CA_CERT_CONFIGMAP", istiod_ca::namespaces::ROOT_CONFIGMAP),
+            webhook_patching: istiod_webhook::patch::Kinds {
+                injection: !vars.set_empty("INJECTION_WEBHOOK_CONFIG_NAME"),
+                validation: !vars.set_empty("VALIDATION_WEBHOOK_CONFIG_NAME"),
+            },
             shutdown_duration: args.shutdown_duration,
             profile: args.profile,
             cores,
@@ -862,6 +881,12 @@ impl Config {
                 }
             },
             gateway_deployment: vars.bool("PILOT_ENABLE_GATEWAY_API_DEPLOYMENT_CONTROLLER", true)?,
+            read_filter: istiod_config::objects::ReadFilter {
+                gateway_api,
+                ignore: istiod_config::objects::ReadFilter::parse_list(&vars.string("PILOT_IGNORE_RESOURCES", "")),
+                include: istiod_config::objects::ReadFilter::parse_list(&vars.string("PILOT_INCLUDE_RESOURCES", "")),
+            },
+            gateway_api_status: gateway_api && vars.bool("PILOT_ENABLE_GATEWAY_API_STATUS", true)?,
             gateway_deployment_settings: istiod_webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
                 kube_version: -1,

@@ -97,6 +97,8 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
+    istiod_ca::namespaces::set_configmap_name(&config.ca_cert_configmap);
+    istiod_config::objects::set_read_filter(config.read_filter.clone());
     istiod_mesh::node::set_ambient(config.ambient);
     for invalid in &config.env_warnings {
         tracing::warn!(target: "default", "invalid environment variable value: {invalid}");
@@ -398,17 +400,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 system_namespace: config.identity.namespace.clone(),
             });
         }
-        // Gateway API status: written by the elected replica (Kubernetes only).
+        // Gateway API status: written by the elected replica (Kubernetes
+        // only; `PILOT_ENABLE_GATEWAY_API_STATUS`).
         if let Some(client) = &kube {
             use istiod_kubewatch::leader::Lock;
-            let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
-            state.borrow_mut().gateway_status = Some(status_tx);
-            tokio::task::spawn_local(gateway_status::run(
-                istiod_kubewatch::kapi::Api::new(client.clone()),
-                leadership.clone(),
-                status_rx,
-                (leadership.per_revision(gateway_status::ELECTION), Lock::Lease),
-            ));
+            if config.gateway_api_status {
+                let (status_tx, status_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+                state.borrow_mut().gateway_status = Some(status_tx);
+                tokio::task::spawn_local(gateway_status::run(
+                    istiod_kubewatch::kapi::Api::new(client.clone()),
+                    leadership.clone(),
+                    status_rx,
+                    (leadership.per_revision(gateway_status::ELECTION), Lock::Lease),
+                ));
+            }
             // Ambient status (`AMBIENT_ENABLE_STATUS`, on by default):
             // istiod's `istio-status-leader`.
             if config.ambient && config.ambient_status {
@@ -622,9 +627,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     // of an invalid Gateway).
                     let (patcher, ns, rev) = (api.clone(), leadership.namespace.clone(), leadership.revision.clone());
                     let mut fail_closed = false;
+                    let kinds = config.webhook_patching;
                     let patch_webhooks = async move |root: &str| {
                         let served = webhooks_served;
-                        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, served, &mut fail_closed);
+                        let done =
+                            istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, served, &mut fail_closed, kinds);
                         if let Err(e) = done.await {
                             tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
                         }
@@ -723,6 +730,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         revision: config.identity.revision.clone(),
                         namespace: config.identity.namespace.clone(),
                         elect: config.identity.leader_election,
+                        patching: config.webhook_patching,
                     });
                 }
                 state.borrow_mut().remotes = Some(remotes);

@@ -732,6 +732,39 @@ fn two_replicas_share_one_root_and_one_keeps_the_root_configmaps() {
     assert!(!canary_replica.log().contains("leader election: leading"), "{}", canary_replica.log());
 }
 
+/// istiod's `PILOT_CA_CERT_CONFIGMAP` names the root ConfigMaps, and
+/// `INJECTION_WEBHOOK_CONFIG_NAME=""` (a low-privilege install) leaves the
+/// injector's webhook configuration alone while the validator's is still
+/// patched (sidecarinjector.go and validation.go start their patchers only
+/// for a non-empty name).
+#[test]
+fn the_root_configmap_is_named_and_an_empty_webhook_name_patches_nothing() {
+    let (api, _dir, kubeconfig, mesh) = cluster();
+    let _s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", mesh.to_str().unwrap()],
+        &[
+            ("POD_NAME", "istiod-a"),
+            ("POD_NAMESPACE", "istio-system"),
+            ("PILOT_CA_CERT_CONFIGMAP", "custom-root-cert"),
+            ("INJECTION_WEBHOOK_CONFIG_NAME", ""),
+        ],
+        None,
+    );
+    let want: Vec<String> = ["bookinfo", "default", "istio-system"].iter().map(|s| (*s).to_owned()).collect();
+    server::wait_for("the renamed root ConfigMaps", Duration::from_secs(20), || {
+        named(&api, "configmaps", "custom-root-cert").keys().cloned().collect::<Vec<_>>() == want
+    });
+    assert!(named(&api, "configmaps", "istio-ca-root-cert").is_empty());
+    let hooks = |plural: &str, name: &str| api.get(plural, "", name).unwrap();
+    server::wait_for("the validator's caBundle", Duration::from_secs(20), || {
+        hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["clientConfig"]["caBundle"]
+            .is_string()
+    });
+    let injector = hooks("mutatingwebhookconfigurations", "istio-sidecar-injector");
+    assert!(injector["webhooks"][0]["clientConfig"]["caBundle"].is_null(), "not patched: {injector}");
+}
+
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the
 /// last CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE of its life is
 /// renewed for the same key and written back to the Secret; the old root

@@ -198,3 +198,44 @@ fn empty_addresses_move_their_services_to_the_http_port() {
     assert!(metrics.contains("pilot_xds{"), "{metrics}");
     rt.block_on(async { assert!(!c.ended_within(Duration::from_millis(100)).await) });
 }
+
+/// The kinds read, as istiod's switches choose them:
+/// `PILOT_ENABLE_GATEWAY_API=false` drops the Gateway API, and
+/// `PILOT_IGNORE_RESOURCES` / `PILOT_INCLUDE_RESOURCES` drop CRD kinds by
+/// `<plural>.<group>` (upstream `TestCRDWatcherWithUnionFilter`'s lists,
+/// less Ingress), with every default server reading them all.
+#[test]
+fn kinds_are_read_as_the_resource_switches_say() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), dir.path());
+    std::fs::write(
+        dir.path().join("gateway-api.yaml"),
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: bookinfo}\n\
+         spec: {gatewayClassName: istio, listeners: [{name: http, port: 80, protocol: HTTP}]}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: route, namespace: bookinfo}\n\
+         spec: {parentRefs: [{name: gw}], rules: [{backendRefs: [{name: productpage, port: 9080}]}]}\n",
+    )
+    .unwrap();
+    let read = |env: &[(&str, &str)]| {
+        let s = Server::start(dir.path(), &[], env, None);
+        let report: serde_json::Value =
+            serde_json::from_str(&server::get(s.http, "/debug/config_report").unwrap().1).unwrap();
+        let configz = server::get(s.http, "/debug/configz").unwrap().1;
+        (report["istioConfig"].clone(), configz.contains("\"HTTPRoute\""))
+    };
+    let (all, gateway_api) = read(&[]);
+    assert!(gateway_api, "read by default");
+    assert_eq!(all["VirtualService"], 4, "{all}");
+    let (some, gateway_api) = read(&[
+        ("PILOT_ENABLE_GATEWAY_API", "false"),
+        ("PILOT_IGNORE_RESOURCES", "*.istio.io, ingresses.networking.k8s.io"),
+        ("PILOT_INCLUDE_RESOURCES", "*.security.istio.io, destinationrules.networking.istio.io"),
+    ]);
+    assert!(!gateway_api, "PILOT_ENABLE_GATEWAY_API=false");
+    let kinds: Vec<&String> = some.as_object().unwrap().keys().collect();
+    assert_eq!(
+        kinds,
+        ["AuthorizationPolicy", "DestinationRule", "PeerAuthentication", "RequestAuthentication"],
+        "networking.istio.io is ignored but for DestinationRules; security.istio.io is included: {some}"
+    );
+}

@@ -23,9 +23,22 @@ use istiod_kubewatch::kapi::{Api, Write};
 use istiod_kubewatch::leader::{Elector, Leadership, Lock, NAMESPACE_CONTROLLER, Timings};
 use istiod_mesh::meshconfig::MeshSettings;
 
-/// The ConfigMap's name and key.
+/// The ConfigMap's default name (`PILOT_CA_CERT_CONFIGMAP`) and its key.
 pub const ROOT_CONFIGMAP: &str = "istio-ca-root-cert";
 const ROOT_KEY: &str = "root-cert.pem";
+
+static CONFIGMAP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the ConfigMap (`PILOT_CA_CERT_CONFIGMAP`, process-wide as in
+/// istiod); the first call wins.
+pub fn set_configmap_name(name: &str) {
+    let _ = CONFIGMAP.set(name.to_owned());
+}
+
+/// The ConfigMap's name in force.
+pub fn configmap_name() -> &'static str {
+    CONFIGMAP.get().map_or(ROOT_CONFIGMAP, String::as_str)
+}
 
 /// Namespaces istiod never writes to (`inject.IgnoredNamespaces` but
 /// kube-system).
@@ -37,13 +50,14 @@ const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage
 /// many it wrote. A namespace whose write fails is logged and skipped.
 pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: Instant) -> Result<usize, String> {
     let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
+    let cm_name = configmap_name();
     let maps = api
-        .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{ROOT_CONFIGMAP}"))
+        .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{cm_name}"))
         .await?
         .ok_or("cannot list configmaps")?;
     let mut existing: BTreeMap<String, Value> = BTreeMap::new();
     for cm in maps["items"].as_array().into_iter().flatten() {
-        if cm["metadata"]["name"] == ROOT_CONFIGMAP
+        if cm["metadata"]["name"] == cm_name
             && let Some(ns) = cm["metadata"]["namespace"].as_str()
         {
             existing.insert(ns.to_owned(), cm.clone());
@@ -75,7 +89,7 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
                 let cm = json!({
                     "apiVersion": "v1",
                     "kind": "ConfigMap",
-                    "metadata": {"name": ROOT_CONFIGMAP, "namespace": name, "labels": {"istio.io/config": "true"}},
+                    "metadata": {"name": cm_name, "namespace": name, "labels": {"istio.io/config": "true"}},
                     "data": {ROOT_KEY: root},
                 });
                 api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await
@@ -83,7 +97,7 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
             // istiod's InsertDataToConfigMap: the key set, the rest kept.
             Some(mut cm) => {
                 cm["data"][ROOT_KEY] = json!(root);
-                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{ROOT_CONFIGMAP}"), &cm).await
+                api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{cm_name}"), &cm).await
             }
         };
         match written {

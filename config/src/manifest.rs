@@ -170,6 +170,10 @@ pub fn parse_value(value: serde_yaml_ng::Value) -> Result<Object, String> {
 fn parse_kind(value: serde_yaml_ng::Value) -> Result<Object, String> {
     let head = Head::deserialize(&value).map_err(|e| e.to_string())?;
     let kind = head.kind.clone().ok_or("no kind")?;
+    let group = head.api_version.as_deref().unwrap_or_default().rsplit_once('/').map_or("", |(g, _)| g);
+    if !crate::objects::reads(group, &kind) {
+        return Ok(Object::Skipped(kind));
+    }
     if crate::istio::IstioKind::from_api(head.api_version.as_deref().unwrap_or_default(), &kind).is_some() {
         return crate::istio::parse(&value).map(Object::Istio).map_err(|e| e.to_string());
     }

@@ -46,6 +46,72 @@ pub const KINDS: [(&str, &str, &str, &str); 33] = [
     ("", "v1", "ConfigMap", "configmaps"),
 ];
 
+/// Which kinds are read, process-wide as istiod's features are:
+/// `PILOT_ENABLE_GATEWAY_API=false` drops the Gateway API's kinds, and
+/// `PILOT_IGNORE_RESOURCES` / `PILOT_INCLUDE_RESOURCES` drop (or keep) CRD
+/// kinds by `<plural>.<group>`, exactly or by a `*.<suffix>` (istiod's CRD
+/// watcher filter, `pkg/kube/kclient/crdwatcher.go`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadFilter {
+    /// `PILOT_ENABLE_GATEWAY_API`.
+    pub gateway_api: bool,
+    /// `PILOT_IGNORE_RESOURCES`, parsed.
+    pub ignore: Vec<(bool, String)>,
+    /// `PILOT_INCLUDE_RESOURCES`, parsed.
+    pub include: Vec<(bool, String)>,
+}
+
+impl Default for ReadFilter {
+    fn default() -> Self {
+        Self { gateway_api: true, ignore: Vec::new(), include: Vec::new() }
+    }
+}
+
+impl ReadFilter {
+    /// istiod's `fetchResourceFilter`: comma-separated, trimmed, `*.`
+    /// marking a suffix.
+    pub fn parse_list(s: &str) -> Vec<(bool, String)> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.strip_prefix("*.") {
+                Some(suffix) => (true, suffix.to_owned()),
+                None => (false, v.to_owned()),
+            })
+            .collect()
+    }
+
+    fn matches(list: &[(bool, String)], name: &str) -> bool {
+        list.iter().any(|(suffix, v)| if *suffix { name.ends_with(v.as_str()) } else { name == v })
+    }
+
+    /// Whether `kind` of `group` is read.
+    pub fn reads(&self, group: &str, kind: &str) -> bool {
+        if group == crate::gateway_api::GROUP && !self.gateway_api {
+            return false;
+        }
+        let crd = group.ends_with("istio.io") || group == crate::gateway_api::GROUP;
+        let Some((_, _, _, plural)) = KINDS.iter().find(|k| k.0 == group && k.2 == kind) else { return true };
+        if !crd || self.ignore.is_empty() {
+            return true;
+        }
+        let name = format!("{plural}.{group}");
+        !Self::matches(&self.ignore, &name) || Self::matches(&self.include, &name)
+    }
+}
+
+static READ_FILTER: std::sync::OnceLock<ReadFilter> = std::sync::OnceLock::new();
+
+/// Sets the kinds read (the first call wins).
+pub fn set_read_filter(f: ReadFilter) {
+    let _ = READ_FILTER.set(f);
+}
+
+/// Whether `kind` of `group` is read by this process.
+pub fn reads(group: &str, kind: &str) -> bool {
+    READ_FILTER.get().is_none_or(|f| f.reads(group, kind))
+}
+
 /// The older version of a kind in [`KINDS`] to watch where a cluster's
 /// CRD does not serve the current one: TCPRoute and TLSRoute are `v1` in
 /// Gateway API 1.5 (what istiod watches) and `v1alpha2` before.
@@ -617,4 +683,30 @@ pub struct IngressClass {
 pub struct IngressClassSpec {
     /// `controller` (`istio.io/ingress-controller` for istiod).
     pub controller: String,
+}
+
+#[cfg(test)]
+mod read_filter_tests {
+    use super::ReadFilter;
+
+    /// Upstream `TestCRDWatcherWithUnionFilter` (pkg/kube/kclient/
+    /// crdwatcher_test.go): ignore `*.istio.io` and Ingress, include
+    /// `*.telemetry.istio.io` and WasmPlugins. (Ingress is no CRD in a
+    /// cluster, and is read here as istiod's ingress controller reads it.)
+    #[test]
+    fn upstream_crd_watcher_union_filter() {
+        let f = ReadFilter {
+            gateway_api: true,
+            ignore: ReadFilter::parse_list("*.istio.io, ingresses.networking.k8s.io"),
+            include: ReadFilter::parse_list("*.telemetry.istio.io, wasmplugins.extensions.istio.io"),
+        };
+        assert!(!f.reads("networking.istio.io", "VirtualService"));
+        assert!(f.reads("extensions.istio.io", "WasmPlugin"));
+        assert!(f.reads("telemetry.istio.io", "Telemetry"));
+        assert!(f.reads("gateway.networking.k8s.io", "GatewayClass"));
+        assert!(f.reads("", "Service"), "core kinds are not CRDs");
+        let off = ReadFilter { gateway_api: false, ..ReadFilter::default() };
+        assert!(!off.reads("gateway.networking.k8s.io", "HTTPRoute"));
+        assert!(off.reads("networking.istio.io", "Gateway"));
+    }
 }

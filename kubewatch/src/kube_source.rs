@@ -211,7 +211,7 @@ async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watches = Watches(Vec::new());
     for (i, (group, version, kind, plural)) in KINDS.into_iter().enumerate() {
-        if !watched(i) {
+        if !watched(i) || !istiod_config::objects::reads(group, kind) {
             // Not read here: nothing of that kind, and nothing to wait for.
             stores.lock().unwrap_or_else(|e| e.into_inner()).synced[i] = true;
             continue;

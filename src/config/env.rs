@@ -78,6 +78,13 @@ impl<'a> Vars<'a> {
         self.env.get(name).filter(|v| !v.is_empty())
     }
 
+    /// Set, to the empty string: for the few variables where istiod tells
+    /// empty from unset (`INJECTION_WEBHOOK_CONFIG_NAME=""` turns patching
+    /// off).
+    pub(crate) fn set_empty(&self, name: &'static str) -> bool {
+        self.env.get(name).is_some_and(|v| v.is_empty())
+    }
+
     pub(crate) fn string(&self, name: &'static str, default: &str) -> String {
         self.raw(name).unwrap_or_else(|| default.to_owned())
     }

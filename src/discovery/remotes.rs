@@ -117,6 +117,8 @@ pub(super) struct Roots {
     pub(super) namespace: String,
     /// Whether elections are held (`ENABLE_LEADER_ELECTION`).
     pub(super) elect: bool,
+    /// Which webhook configurations are patched.
+    pub(super) patching: istiod_webhook::patch::Kinds,
 }
 
 /// Process-wide series (the metrics handler reads them without the state).
@@ -475,8 +477,9 @@ async fn keep_roots(client: kube::Client, r: Rc<Roots>) {
         istiod_kubewatch::leader::Leadership::new(r.elect, r.identity.clone(), &r.revision, r.namespace.clone());
     let (patcher, ns, rev) = (api.clone(), r.namespace.clone(), r.revision.clone());
     let mut fail_closed = false;
+    let kinds = r.patching;
     let patch = async move |root: &str| {
-        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, false, &mut fail_closed);
+        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, false, &mut fail_closed, kinds);
         if let Err(e) = done.await {
             tracing::warn!(target: "multicluster", error = %e, "cannot reconcile a remote's webhook configurations");
         }

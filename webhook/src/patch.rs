@@ -82,6 +82,23 @@ pub async fn dry_run_rejected(api: &Api, namespace: &str, revision: &str) -> Res
     }
 }
 
+/// Which configurations are patched: istiod patches the injector's unless
+/// `INJECTION_WEBHOOK_CONFIG_NAME` is set empty, and runs the validation
+/// controller unless `VALIDATION_WEBHOOK_CONFIG_NAME` is (low-privilege
+/// installs, without RBAC on webhook configurations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kinds {
+    /// MutatingWebhookConfigurations.
+    pub injection: bool,
+    /// ValidatingWebhookConfigurations.
+    pub validation: bool,
+}
+
+impl Kinds {
+    /// Both, istiod's default.
+    pub const ALL: Self = Self { injection: true, validation: true };
+}
+
 /// One round: returns how many configurations were written. `serving`:
 /// this server's validation webhook answers; `fail_closed` (kept by the
 /// caller across rounds): the API server was seen to reach it
@@ -93,8 +110,9 @@ pub async fn reconcile(
     bundle: &str,
     serving: bool,
     fail_closed: &mut bool,
+    kinds: Kinds,
 ) -> Result<usize, String> {
-    if serving && !*fail_closed {
+    if serving && kinds.validation && !*fail_closed {
         match dry_run_rejected(api, namespace, revision).await {
             Ok(()) => {
                 tracing::info!(target: "webhook", "Endpoint successfully rejected invalid config. Switching to fail-close.");
@@ -108,7 +126,9 @@ pub async fn reconcile(
     let serving = serving && *fail_closed;
     let b64 = STANDARD.encode(bundle);
     let mut wrote = 0;
-    for (plural, validating) in [("mutatingwebhookconfigurations", false), ("validatingwebhookconfigurations", true)] {
+    let plurals = [("mutatingwebhookconfigurations", false), ("validatingwebhookconfigurations", true)];
+    for (plural, validating) in plurals.into_iter().filter(|(_, v)| if *v { kinds.validation } else { kinds.injection })
+    {
         let selector = format!("istio.io%2Frev%3D{}", rev(revision));
         let Some(list) = api.get(&format!("{GROUP}/{plural}?labelSelector={selector}")).await? else { continue };
         for mut config in list["items"].as_array().cloned().unwrap_or_default() {

@@ -92,6 +92,28 @@ pub mod metrics {
                 events.into_iter().map(|(t, e, n)| (vec![("type", t.to_owned()), ("event", e.to_owned())], n as f64)),
             );
         }
+        out.counter(
+            "controller_sync_errors_total",
+            "Total number of errorMetric syncing controllers.",
+            istiod_kubewatch::events::sync_errors()
+                .into_iter()
+                .map(|(c, n)| (istiod_xds::metrics::label("cluster", c), n as f64)),
+        );
+        let sds = istiod_mesh::counters::sds_errors();
+        if sds > 0 {
+            out.counter(
+                "pilot_sds_certificate_errors_total",
+                "Total number of failures to fetch SDS key and certificate.",
+                [(vec![], sds as f64)],
+            );
+        }
+        out.counter(
+            "provider_lookup_cluster_failures",
+            "Number of times a cluster lookup failed",
+            istiod_mesh::counters::provider_lookup_failures()
+                .into_iter()
+                .map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
+        );
         // istiod's gauge, when PILOT_ENVOY_FILTER_STATS is on.
         let status = istiod_envoyfilter::status::collect();
         if !status.is_empty() {

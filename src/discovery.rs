@@ -99,6 +99,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
     istiod_ca::namespaces::set_configmap_name(&config.ca_cert_configmap);
     istiod_config::objects::set_read_filter(config.read_filter.clone());
+    istiod_kubewatch::kube_source::set_config_cluster(&config.cluster_id);
     istiod_mesh::node::set_ambient(config.ambient);
     for invalid in &config.env_warnings {
         tracing::warn!(target: "default", "invalid environment variable value: {invalid}");

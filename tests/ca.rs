@@ -765,6 +765,59 @@ fn the_root_configmap_is_named_and_an_empty_webhook_name_patches_nothing() {
     assert!(injector["webhooks"][0]["clientConfig"]["caBundle"].is_null(), "not patched: {injector}");
 }
 
+/// istiod's webhook and informer metrics against an API server: the
+/// injector's caBundle patched (`webhook_patch_attempts_total`), a
+/// configuration of this revision without the injector's webhook
+/// (`webhook_patch_failures_total`, `webhook_entry_not_found`), the
+/// validator updated (`galley_validation_config_updates`), and watches
+/// that fail to resume (`controller_sync_errors_total`), parsed as Prometheus
+/// parses a scrape.
+#[test]
+fn webhook_and_informer_metrics_are_counted_where_istiod_counts_them() {
+    let (api, _dir, kubeconfig, mesh) = cluster();
+    api.apply(
+        "mutatingwebhookconfigurations",
+        serde_json::json!({"metadata": {"name": "no-injector", "labels": {"istio.io/rev": "default"}},
+            "webhooks": [{"name": "other.example.com", "clientConfig": {}}]}),
+    );
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", mesh.to_str().unwrap()],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system")],
+        None,
+    );
+    let scrape = || server::get(s.monitoring, "/metrics").unwrap().1;
+    use crate::operations::series;
+    server::wait_for("the webhook patches", Duration::from_secs(20), || {
+        let m = scrape();
+        series(&m, "webhook_patch_attempts_total{name=\"sidecar-injector.istio.io\"}").is_some()
+            && series(&m, "galley_validation_config_updates ").is_some()
+    });
+    // Watches dropped, and the requests that resume them fail (500: the
+    // client retries 503s itself, as client-go's does).
+    api.fail_next(4);
+    api.drop_watches();
+    server::wait_for("watch errors", Duration::from_secs(20), || {
+        series(&scrape(), "controller_sync_errors_total{cluster=\"Kubernetes\"}").is_some()
+    });
+    let m = scrape();
+    assert!(
+        series(&m, "webhook_patch_failures_total{name=\"no-injector\",reason=\"webhook_entry_not_found\"}")
+            .is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+    crate::operations::check_scrape(
+        &m,
+        &[
+            "--only",
+            "webhook_patch_attempts_total",
+            "webhook_patch_failures_total",
+            "galley_validation_config_updates",
+            "controller_sync_errors_total",
+        ],
+    );
+}
+
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the
 /// last CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE of its life is
 /// renewed for the same key and written back to the Secret; the old root

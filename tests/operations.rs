@@ -239,3 +239,130 @@ fn kinds_are_read_as_the_resource_switches_say() {
         "networking.istio.io is ignored but for DestinationRules; security.istio.io is included: {some}"
     );
 }
+
+/// The value of the series whose line starts with `prefix`.
+pub(crate) fn series(metrics: &str, prefix: &str) -> Option<f64> {
+    metrics.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Runs `metrics_check.py` (prometheus_client's parser, istiod's types and
+/// labels) on a scrape with `names` required.
+pub(crate) fn check_scrape(metrics: &str, names: &[&str]) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), metrics).unwrap();
+    let mut args: Vec<&std::ffi::OsStr> = vec![file.path().as_os_str()];
+    args.extend(names.iter().map(|n| std::ffi::OsStr::new(*n)));
+    let out = python::run("metrics_check.py", &args);
+    assert!(out.status.success(), "{}\n{metrics}", python::text(&out));
+}
+
+/// istiod's metrics that a mesh brings about, each counted where istiod
+/// counts it and parsed as Prometheus parses a scrape: a proxy's requests
+/// (`pilot_xds_recv_max`, `xds_cache_reads`) and a change it is pushed
+/// (`xds_cache_evictions`); a Gateway server refused at merging
+/// (`pilot_total_rejected_configs`); key sets fetched and not
+/// (`pilot_jwks_resolver_network_fetch_*`); a tracing provider whose
+/// service does not exist (`provider_lookup_cluster_failures`); an
+/// endpoint naming a Pod that is not there (`endpoint_no_pod`,
+/// `pilot_k8s_endpoints_*`); a DNS ServiceEntry's subset selecting nothing
+/// (`pilot_dns_cluster_without_endpoints`).
+#[test]
+fn istiods_metrics_are_counted_where_istiod_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), dir.path());
+    let keys = std::sync::Arc::new(std::sync::Mutex::new(r#"{"keys":[]}"#.to_owned()));
+    let good_uri = server::http_body_server(keys);
+    // A port nothing listens on.
+    let bad_uri = format!("http://{}/jwks.json", free_port());
+    std::fs::write(
+        dir.path().join("zz-metrics.yaml"),
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: conflict, namespace: bookinfo}}\n\
+             spec:\n  selector: {{istio: ingressgateway}}\n  servers:\n\
+             \x20 - {{port: {{number: 80, name: http, protocol: HTTP}}, hosts: [a.example.com]}}\n\
+             \x20 - {{port: {{number: 80, name: tcp, protocol: TCP}}, hosts: [b.example.com]}}\n---\n\
+             apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: remote, namespace: bookinfo}}\n\
+             spec:\n  jwtRules:\n  - {{issuer: good.example, jwksUri: \"{good_uri}\"}}\n  - {{issuer: bad.example, jwksUri: \"{bad_uri}\"}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: ratings-ghost, namespace: bookinfo, labels: {{kubernetes.io/service-name: ratings}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 9080, protocol: TCP}}]\n\
+             endpoints:\n- {{addresses: [10.244.9.9], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: ghost, namespace: bookinfo}}}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: dns, namespace: bookinfo}}\n\
+             spec: {{hosts: [api.example.com], ports: [{{number: 443, name: tls, protocol: TLS}}], resolution: DNS}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: dns, namespace: bookinfo}}\n\
+             spec: {{host: api.example.com, subsets: [{{name: none, labels: {{version: none}}}}]}}\n"
+        ),
+    )
+    .unwrap();
+    let mesh = dir.path().join("mesh-config.yaml.conf");
+    std::fs::write(
+        &mesh,
+        "extensionProviders:\n- name: zipkin\n  zipkin:\n    service: missing.istio-system.svc.cluster.local\n    port: 9411\n\
+         defaultProviders:\n  tracing: [zipkin]\n",
+    )
+    .unwrap();
+    let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &[], None);
+    let rt = client::runtime();
+    let node = istiod_proto::envoy::config::core::v3::Node {
+        id: "sidecar~10.244.1.10~productpage-v1-5f7c9d8b46-q7xkz.bookinfo~bookinfo.svc.cluster.local".into(),
+        ..Default::default()
+    };
+    let mut c = rt.block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        for t in [type_url::CLUSTER, type_url::LISTENER] {
+            c.sotw(DiscoveryRequest { node: Some(node.clone()), type_url: t.into(), ..Default::default() });
+            let r = c.recv().await;
+            assert!(!r.resources.is_empty(), "{t}");
+            c.ack(&r, &[]);
+        }
+        c
+    });
+    // A change to what the proxy was sent: its cached CDS is replaced.
+    std::fs::write(
+        dir.path().join("zz-change.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings-pool, namespace: bookinfo}\n\
+         spec: {host: ratings, trafficPolicy: {connectionPool: {tcp: {maxConnections: 7}}}}\n",
+    )
+    .unwrap();
+    let scrape = || server::get(s.monitoring, "/metrics").unwrap().1;
+    wait_for("the change's push and both key set fetches", Duration::from_secs(20), || {
+        rt.block_on(async {
+            // Take what is pushed meanwhile.
+            let _ = tokio::time::timeout(Duration::from_millis(20), c.recv()).await;
+        });
+        let m = scrape();
+        series(&m, "xds_cache_evictions{type=\"clear\"}").is_some()
+            && series(&m, "pilot_jwks_resolver_network_fetch_fail_total").is_some()
+            && series(&m, "pilot_jwks_resolver_network_fetch_success_total").is_some()
+    });
+    let m = scrape();
+    assert_eq!(series(&m, "endpoint_no_pod "), Some(1.0), "{m}");
+    assert_eq!(series(&m, "pilot_k8s_endpoints_pending_pod "), Some(1.0));
+    assert_eq!(series(&m, "pilot_k8s_endpoints_with_no_pods "), Some(1.0));
+    assert_eq!(series(&m, "pilot_dns_cluster_without_endpoints "), Some(1.0), "the subset selecting nothing");
+    assert_eq!(
+        series(&m, "pilot_total_rejected_configs{type=\"gateway\",name=\"bookinfo/conflict\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(series(&m, "provider_lookup_cluster_failures{type=\"zipkin\"}").is_some_and(|n| n >= 1.0), "{m}");
+    assert!(series(&m, "xds_cache_reads{type=\"miss\"}").is_some_and(|n| n >= 2.0));
+    assert!(series(&m, "pilot_xds_recv_max ").is_some_and(|n| n > 50.0), "the node's request");
+    check_scrape(
+        &m,
+        &[
+            "pilot_xds_recv_max",
+            "xds_cache_reads",
+            "xds_cache_evictions",
+            "xds_cache_size",
+            "pilot_total_rejected_configs",
+            "pilot_jwks_resolver_network_fetch_success_total",
+            "pilot_jwks_resolver_network_fetch_fail_total",
+            "provider_lookup_cluster_failures",
+            "endpoint_no_pod",
+            "pilot_k8s_endpoints_pending_pod",
+            "pilot_k8s_endpoints_with_no_pods",
+            "pilot_dns_cluster_without_endpoints",
+        ],
+    );
+}

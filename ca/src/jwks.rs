@@ -70,7 +70,16 @@ impl Fetcher {
             }
             Ok(body.to_vec())
         };
-        tokio::time::timeout(FETCH_TIMEOUT, fut).await.unwrap_or_else(|_| Err(format!("GET {uri}: timed out")))
+        let result =
+            tokio::time::timeout(FETCH_TIMEOUT, fut).await.unwrap_or_else(|_| Err(format!("GET {uri}: timed out")));
+        // istiod's `getPublicKey`: every network fetch, as it ended.
+        let name = if result.is_ok() {
+            "pilot_jwks_resolver_network_fetch_success_total"
+        } else {
+            "pilot_jwks_resolver_network_fetch_fail_total"
+        };
+        istiod_xds::metrics::count_event(name, Vec::new());
+        result
     }
 
     /// The key set of `(issuer, jwks_uri)`: from the URI, or through the

@@ -70,6 +70,34 @@ pub fn config() -> Vec<(&'static str, &'static str, u64)> {
     collect(REGISTRY.len()..KINDS.len(), |i| Some(KINDS[i].2).filter(|k| *k != "ConfigMap"))
 }
 
+/// Endpoints seen to name a Pod not known (`pilot_k8s_endpoints_with_no_pods`).
+static WITHOUT_PODS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `n` endpoints newly seen without their Pod.
+pub fn endpoints_without_pods(n: u64) {
+    WITHOUT_PODS.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Endpoints seen without their Pod so far.
+pub fn endpoints_without_pods_seen() -> u64 {
+    WITHOUT_PODS.load(Ordering::Relaxed)
+}
+
+/// Watch and list errors by cluster (`controller_sync_errors_total`,
+/// istiod's informer error handler: every reflector error counts).
+static SYNC_ERRORS: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Counts a watch or list error of `cluster`'s informers.
+pub fn sync_error(cluster: &str) {
+    *SYNC_ERRORS.lock().unwrap_or_else(|e| e.into_inner()).entry(cluster.to_owned()).or_default() += 1;
+}
+
+/// `(cluster, errors)` so far.
+pub fn sync_errors() -> Vec<(String, u64)> {
+    SYNC_ERRORS.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(c, n)| (c.clone(), *n)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,7 +182,19 @@ pub async fn run(client: kube::Client, tx: watch::Sender<Option<Objects>>) {
 /// Follows every kind and leaves an [`Update`] in `out` whenever objects
 /// change, once all kinds have been listed.
 pub async fn run_updates(client: kube::Client, out: Arc<Updates>) {
-    run_kinds(client, out, |_| true).await
+    run_kinds(client, out, |_| true, config_cluster()).await
+}
+
+static CONFIG_CLUSTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Names the config cluster (`--clusterID`) in the watches' error counts;
+/// the first call wins.
+pub fn set_config_cluster(id: &str) {
+    let _ = CONFIG_CLUSTER.set(id.to_owned());
+}
+
+fn config_cluster() -> Arc<str> {
+    CONFIG_CLUSTER.get().map_or("Kubernetes", String::as_str).into()
 }
 
 /// The kinds a remote cluster's registry is read from (istiod's remote
@@ -191,8 +203,8 @@ const REGISTRY_KINDS: usize = 5;
 
 /// [`run_updates`] for a remote cluster: its registry's kinds only.
 /// Dropping the future stops every watch it started.
-pub async fn run_registry(client: kube::Client, out: Arc<Updates>) {
-    run_kinds(client, out, |i| i < REGISTRY_KINDS).await
+pub async fn run_registry(client: kube::Client, out: Arc<Updates>, cluster: Arc<str>) {
+    run_kinds(client, out, |i| i < REGISTRY_KINDS, cluster).await
 }
 
 /// The watches of one source: aborted together when it is dropped.
@@ -206,7 +218,7 @@ impl Drop for Watches {
     }
 }
 
-async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -> bool) {
+async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -> bool, cluster: Arc<str>) {
     let stores = Arc::new(Mutex::new(Stores::default()));
     let (changed_tx, mut changed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watches = Watches(Vec::new());
@@ -232,6 +244,7 @@ async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -
             }
         };
         let (stores, changed) = (stores.clone(), changed_tx.clone());
+        let cluster = cluster.clone();
         watches.0.push(tokio::spawn(async move {
             let mut buffer: BTreeMap<(String, String), Object> = BTreeMap::new();
             let mut events = watch(version);
@@ -259,6 +272,7 @@ async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -
                                 let _ = changed.send(());
                             }
                         } else {
+                            crate::events::sync_error(&cluster);
                             // Outage or error: keep the last state; the watcher retries.
                             tracing::warn!(target: "model", kind, error = %e, "watch failed; keeping the last state and retrying");
                         }

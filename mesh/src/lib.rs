@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config_dump;
+pub mod counters;
 pub mod generator;
 pub use istiod_config::meshconfig;
 pub mod model;

@@ -528,6 +528,34 @@ pub(super) async fn monitoring(
             *versions.entry(v.clone()).or_default() += n.as_u64().unwrap_or(0);
         }
     }
+    // istiod's endpoint resync metrics: endpoints naming a Pod not known.
+    {
+        let s = state.borrow();
+        let pending: usize = s.pending_pods.values().map(std::collections::BTreeSet::len).sum();
+        out.gauge("endpoint_no_pod", "Endpoints without an associated pod.", [(vec![], s.pending_pods.len() as f64)]);
+        out.gauge(
+            "pilot_k8s_endpoints_pending_pod",
+            "Number of endpoints that do not currently have any corresponding pods.",
+            [(vec![], pending as f64)],
+        );
+    }
+    let seen = istiod_kubewatch::events::endpoints_without_pods_seen();
+    if seen > 0 {
+        out.counter(
+            "pilot_k8s_endpoints_with_no_pods",
+            "Endpoints that does not have any corresponding pods.",
+            [(vec![], seen as f64)],
+        );
+    }
+    // istiod's `xds_cache_reads{type}`: the cores' cache hits and misses.
+    let (hits, misses) = stats.iter().fold((0u64, 0u64), |(h, m), s| {
+        (h + s["cache"]["hits"].as_u64().unwrap_or(0), m + s["cache"]["misses"].as_u64().unwrap_or(0))
+    });
+    out.counter(
+        "xds_cache_reads",
+        "Total number of xds cache xdsCacheReads.",
+        [("hit", hits), ("miss", misses)].map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
+    );
     out.gauge(
         "pilot_xds",
         "Number of endpoints connected to this pilot using XDS.",

@@ -232,13 +232,17 @@ pub(super) fn instancesz(model: &Model, proxies: &[Connected]) -> Value {
 
 /// istiod's push-status metrics (`push_context.go`) istiod-rs records, in
 /// the order `/debug/push_status` and `/metrics` list them, with their help.
-pub(super) const PROXY_STATUS: [(&str, &str); 6] = [
+pub(super) const PROXY_STATUS: [(&str, &str); 7] = [
     ("pilot_conflict_inbound_listener", "Number of conflicting inbound listeners."),
     (
         "pilot_conflict_outbound_listener_tcp_over_current_tcp",
         "Number of conflicting tcp listeners with current tcp listener.",
     ),
     ("pilot_destrule_subsets", "Duplicate subsets across destination rules for same host"),
+    (
+        "pilot_dns_cluster_without_endpoints",
+        "DNS clusters without endpoints caused by the endpoint field in STRICT_DNS type cluster is not set or the corresponding subset cannot select any endpoint",
+    ),
     ("pilot_eds_no_instances", "Number of clusters without instances."),
     ("pilot_endpoint_not_ready", "Endpoint found in unready state."),
     ("pilot_no_ip", "Pods not found in the endpoint table, possibly invalid."),
@@ -320,7 +324,31 @@ pub(super) fn proxy_status(model: &Model, proxies: &[Connected]) -> BTreeMap<&'s
     for (port, s) in model.clusters_without_instances() {
         add("pilot_eds_no_instances", format!("outbound|{port}||{}", s.hostname), "", String::new());
     }
-    for h in &model.destination_rules().duplicate_subsets {
+    // istiod's `cluster_builder.go`: a DNS cluster (or a subset of one)
+    // with no endpoint to resolve.
+    let rules = model.destination_rules();
+    for svc in model.services.values().filter(|s| matches!(s.resolution, Resolution::Dns | Resolution::DnsRoundRobin)) {
+        for p in &svc.ports {
+            let on_port: Vec<&istiod_mesh::model::Endpoint> =
+                svc.endpoints.iter().filter(|e| e.service_port == p.port).collect();
+            if on_port.is_empty() {
+                let cluster = format!("outbound|{}||{}", p.port, svc.hostname);
+                add("pilot_dns_cluster_without_endpoints", cluster, "", String::new());
+            }
+            for i in rules.candidates(&svc.hostname) {
+                for subset in &rules.get(i).rule.subsets {
+                    let selects = |e: &&&istiod_mesh::model::Endpoint| {
+                        subset.labels.iter().all(|(k, v)| e.labels.get(k) == Some(v))
+                    };
+                    if !on_port.iter().any(|e| selects(&e)) {
+                        let cluster = format!("outbound|{}|{}|{}", p.port, subset.name, svc.hostname);
+                        add("pilot_dns_cluster_without_endpoints", cluster, "", String::new());
+                    }
+                }
+            }
+        }
+    }
+    for h in &rules.duplicate_subsets {
         add(
             "pilot_destrule_subsets",
             h.clone(),

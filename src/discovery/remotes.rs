@@ -410,7 +410,11 @@ async fn follow(
         }
     };
     let updates = Arc::new(istiod_kubewatch::kube_source::Updates::default());
-    let _watches = Abort(tokio::spawn(istiod_kubewatch::kube_source::run_registry(client.clone(), updates.clone())));
+    let _watches = Abort(tokio::spawn(istiod_kubewatch::kube_source::run_registry(
+        client.clone(),
+        updates.clone(),
+        cluster.as_str().into(),
+    )));
     // The remote's root ConfigMaps and webhooks, once its system
     // namespace says this cluster leads it (`EXTERNAL_ISTIOD`).
     let mut _roots: Option<Abort> = None;

@@ -3,6 +3,7 @@
 //! objects reaches the store.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub(super) struct State {
     pub(super) configz: Value,
     /// The Istio and Gateway API objects in force, for `/debug/configz`.
     pub(super) config: (Vec<istiod_config::istio::IstioObject>, Vec<istiod_config::gateway_api::GatewayApiObject>),
+    /// EndpointSlice endpoints whose Pod is not known, by service host
+    /// (istiod's `endpoint_no_pod`, `pilot_k8s_endpoints_pending_pod`).
+    pub(super) pending_pods: BTreeMap<String, std::collections::BTreeSet<String>>,
     /// The generators' input last published (its model, translation and
     /// fingerprints are what the next change is compared with).
     pub(super) mesh: Option<Arc<MeshInput>>,
@@ -119,6 +123,28 @@ fn istio_counts(objects: &istiod_config::objects::Objects) -> Value {
     json!(counts)
 }
 
+/// EndpointSlice endpoints whose `targetRef` names a Pod that is not
+/// there, by their service's host.
+fn endpoints_without_pods(
+    objects: &istiod_config::objects::Objects,
+    domain: &str,
+) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let pods: std::collections::HashSet<(&str, &str)> =
+        objects.pods.iter().map(|p| (p.metadata.ns(), p.metadata.name.as_str())).collect();
+    let mut out: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for slice in &objects.endpoint_slices {
+        let Some(svc) = slice.metadata.labels.get("kubernetes.io/service-name") else { continue };
+        let ns = slice.metadata.ns();
+        for ep in &slice.endpoints {
+            let Some(r) = ep.target_ref.as_ref().filter(|r| r.kind == "Pod") else { continue };
+            if !pods.contains(&(r.namespace.as_deref().unwrap_or(ns), r.name.as_str())) {
+                out.entry(format!("{svc}.{ns}.svc.{domain}")).or_default().extend(ep.addresses.iter().cloned());
+            }
+        }
+    }
+    out
+}
+
 /// Rebuilds the model from `objects` and sends the resource changes.
 pub(super) fn apply(
     state: &RefCell<State>,
@@ -169,6 +195,24 @@ pub(super) fn apply(
     if let Some(hooks) = &state.borrow().webhooks {
         let inputs = istiod_webhook::inject::ClusterInputs::of(&objects, &mesh.root_namespace);
         *hooks.proxy_configs.borrow_mut() = std::sync::Arc::new(inputs);
+    }
+    // Endpoints naming a Pod not known (yet): istiod's endpoint resync
+    // metrics; looked for again when slices or pods changed.
+    let pods_touched =
+        changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "EndpointSlice" || r.kind == "Pod"));
+    if pods_touched {
+        let pending = endpoints_without_pods(&objects, domain);
+        let mut s = state.borrow_mut();
+        let new: usize = pending
+            .iter()
+            .map(|(h, addrs)| {
+                addrs.iter().filter(|a| !s.pending_pods.get(h).is_some_and(|old| old.contains(*a))).count()
+            })
+            .sum();
+        if new > 0 {
+            istiod_kubewatch::events::endpoints_without_pods(new as u64);
+        }
+        s.pending_pods = pending;
     }
     let (prev, jwks) = {
         let s = state.borrow();
@@ -322,6 +366,15 @@ pub(super) fn apply(
     let mut configz = configz;
     let gateways = istiod_mesh::generator::router::report(&mesh.model);
     if state.borrow().configz.get("gateways") != Some(&gateways) {
+        // istiod's `RecordRejectedConfig`: each gateway server refused at
+        // merging (counted here when the problems change).
+        for r in gateways["rejectedServers"].as_array().into_iter().flatten() {
+            let name = r["gateway"].as_str().unwrap_or_default().to_owned();
+            istiod_xds::metrics::count_event(
+                "pilot_total_rejected_configs",
+                vec![("type", "gateway".to_owned()), ("name", name)],
+            );
+        }
         for (what, items) in gateways.as_object().into_iter().flatten() {
             for item in items.as_array().into_iter().flatten() {
                 tracing::warn!(target: "model", kind = %what, "gateway configuration problem: {item}");

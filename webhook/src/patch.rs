@@ -23,6 +23,7 @@ const GROUP: &str = "/apis/admissionregistration.k8s.io/v1";
 const INJECTOR_WEBHOOK: &str = "sidecar-injector.istio.io";
 
 use istiod_kubewatch::kapi::revision_label as rev;
+use istiod_xds::metrics::{count_event, label};
 
 /// Sets `caBundle` (and, for `fail_closed`, `failurePolicy: Fail`) on the
 /// webhooks of `config` that `pick` selects; whether anything changed.
@@ -99,6 +100,11 @@ impl Kinds {
     pub const ALL: Self = Self { injection: true, validation: true };
 }
 
+/// `webhook_patch_failures_total{name, reason}`, istiod's reasons.
+fn count_failure(name: &str, reason: &str) {
+    count_event("webhook_patch_failures_total", vec![("name", name.to_owned()), ("reason", reason.to_owned())]);
+}
+
 /// One round: returns how many configurations were written. `serving`:
 /// this server's validation webhook answers; `fail_closed` (kept by the
 /// caller across rounds): the API server was seen to reach it
@@ -136,6 +142,18 @@ pub async fn reconcile(
                 continue;
             }
             let name = config["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            // istiod's injector patcher: a configuration of this revision
+            // without the injector's webhook is a failure it reports.
+            if !validating
+                && !config["webhooks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|w| w["name"].as_str().is_some_and(|n| n.ends_with(INJECTOR_WEBHOOK)))
+            {
+                count_failure(&name, "webhook_entry_not_found");
+                continue;
+            }
             let changed = if validating {
                 patch_config(&mut config, &b64, |_| true, serving)
             } else {
@@ -144,8 +162,31 @@ pub async fn reconcile(
             if !changed {
                 continue;
             }
+            if !validating {
+                // Labelled by the webhook's name suffix, as istiod's.
+                count_event("webhook_patch_attempts_total", label("name", INJECTOR_WEBHOOK));
+            }
             config["apiVersion"] = json!("admissionregistration.k8s.io/v1");
-            match api.replace(&format!("{GROUP}/{plural}/{name}"), &config).await {
+            let result = api.replace(&format!("{GROUP}/{plural}/{name}"), &config).await;
+            // What failed, as apimachinery's `ReasonForError` names it.
+            let failed = match &result {
+                Ok(Write::Done(_)) => None,
+                Ok(Write::Conflict) => Some("Conflict".to_owned()),
+                Err(e) => Some(if e.contains("404") { "NotFound".to_owned() } else { String::new() }),
+            };
+            match (&failed, validating) {
+                (None, true) => count_event("galley_validation_config_updates", Vec::new()),
+                (Some(reason), true) => {
+                    count_event("galley_validation_config_update_error", label("reason", reason.clone()))
+                }
+                (Some(_), false) => {
+                    count_failure(&name, "webhook_update_failure");
+                    // Retried next round, as istiod's queue retries it.
+                    count_event("webhook_patch_retries_total", label("name", name.clone()));
+                }
+                (None, false) => {}
+            }
+            match result {
                 Ok(Write::Done(_)) => {
                     wrote += 1;
                     tracing::info!(target: "webhook", config = %name, "caBundle patched");

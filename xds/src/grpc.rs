@@ -293,6 +293,7 @@ impl GrpcConnection {
             }
             call.buf.advance(5);
             let msg = call.buf.split_to(len).freeze();
+            crate::metrics::record_recv_size(len);
             if call.buf.is_empty() {
                 // Nothing partial: the allocation goes with the message.
                 call.buf = BytesMut::new();

@@ -172,6 +172,71 @@ pub fn cache_size() -> (i64, i64) {
     (CACHE_ENTRIES.load(Ordering::Relaxed), CACHE_BYTES.load(Ordering::Relaxed))
 }
 
+/// istiod's series counted where something rare happens (a webhook
+/// configuration patched, a key set fetched, a gateway server rejected):
+/// (name, help, counter or gauge). A family shows once it has a series,
+/// as istiod's exporter shows an instrument once it was recorded.
+pub const EVENT_FAMILIES: [(&str, &str, bool); 10] = [
+    ("webhook_patch_attempts_total", "Webhook patching attempts", true),
+    ("webhook_patch_retries_total", "Webhook patching retries", true),
+    ("webhook_patch_failures_total", "Webhook patching total failures", true),
+    ("galley_validation_config_updates", "k8s webhook configuration updates", true),
+    ("galley_validation_config_update_error", "k8s webhook configuration update error", true),
+    ("galley_validation_config_load_error", "k8s webhook configuration (re)load error", true),
+    (
+        "pilot_jwks_resolver_network_fetch_success_total",
+        "Total number of successfully network fetch by pilot jwks resolver",
+        true,
+    ),
+    (
+        "pilot_jwks_resolver_network_fetch_fail_total",
+        "Total number of failed network fetch by pilot jwks resolver",
+        true,
+    ),
+    ("pilot_total_rejected_configs", "Total number of configs that Pilot had to reject or ignore.", true),
+    ("xds_cache_evictions", "Total number of xds cache evictions.", true),
+];
+
+/// The series of [`EVENT_FAMILIES`], by family index and labels.
+static EVENTS: std::sync::Mutex<Vec<std::collections::BTreeMap<Labels, f64>>> = std::sync::Mutex::new(Vec::new());
+
+/// Adds `n` to the series of `name` (one of [`EVENT_FAMILIES`]) with
+/// `labels`; a name not in the table is a bug, counted nowhere.
+pub fn add_event(name: &str, labels: Labels, n: f64) {
+    let Some(i) = EVENT_FAMILIES.iter().position(|f| f.0 == name) else {
+        debug_assert!(false, "{name} is not in EVENT_FAMILIES");
+        return;
+    };
+    let mut all = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    if all.len() < EVENT_FAMILIES.len() {
+        all.resize_with(EVENT_FAMILIES.len(), Default::default);
+    }
+    *all[i].entry(labels).or_default() += n;
+}
+
+/// [`add_event`] by one.
+pub fn count_event(name: &str, labels: Labels) {
+    add_event(name, labels, 1.0);
+}
+
+/// The value of one series of [`EVENT_FAMILIES`] (tests).
+pub fn event(name: &str, labels: &Labels) -> f64 {
+    let all = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+    EVENT_FAMILIES.iter().position(|f| f.0 == name).and_then(|i| all.get(i)?.get(labels).copied()).unwrap_or(0.0)
+}
+
+/// The largest request received so far (`pilot_xds_recv_max`, bytes).
+static RECV_MAX: AtomicU64 = AtomicU64::new(0);
+
+/// Notes a received message's size.
+pub fn record_recv_size(bytes: usize) {
+    // A read first: the largest is seldom beaten, and a shared line is
+    // written only then.
+    if bytes as u64 > RECV_MAX.load(Ordering::Relaxed) {
+        RECV_MAX.fetch_max(bytes as u64, Ordering::Relaxed);
+    }
+}
+
 /// The metrics of one scrape, encoded by the `prometheus` crate in the
 /// classic text format (what istiod's exporter serves; counters keep
 /// their names, without a `_total` suffix added). Families without a
@@ -498,6 +563,25 @@ pub fn collect(out: &mut Exposition) {
     );
     let (entries, bytes) = cache_size();
     out.gauge("xds_cache_size", "Current size of xds cache", [(vec![], entries as f64)]);
+    let recv_max = RECV_MAX.load(Ordering::Relaxed);
+    if recv_max > 0 {
+        out.gauge(
+            "pilot_xds_recv_max",
+            "The maximum size request we have received so far.",
+            [(vec![], recv_max as f64)],
+        );
+    }
+    {
+        let all = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
+        for ((name, help, counter), series) in EVENT_FAMILIES.iter().zip(all.iter()) {
+            let series = series.iter().map(|(l, v)| (l.clone(), *v));
+            if *counter {
+                out.counter(name, help, series);
+            } else {
+                out.gauge(name, help, series);
+            }
+        }
+    }
     out.gauge(
         "istiod_rs_xds_cache_bytes",
         "Bytes of encoded resources in the cores' caches.",

@@ -474,6 +474,13 @@ fn inline(bytes: &[u8]) -> Option<DataSource> {
 /// waits for it). Only a verified caller reads credentials, and only
 /// `kubernetes://` names of its own namespace (istiod's
 /// `filterAuthorizedResources`).
+/// `pilot_sds_certificate_errors_total`: a credential asked for that
+/// cannot be served (missing, invalid, not authorized), counted when its
+/// resource is generated (istiod counts each SDS generation).
+fn sds_error() {
+    crate::counters::sds_error();
+}
+
 pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls::Secret)> {
     // A CA in a ConfigMap (a BackendTLSPolicy's): any verified proxy, as
     // istiod's filterAuthorizedResources (the client reads its server's
@@ -485,6 +492,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
             if first_time(format!("no configmap {namespace}/{cm}")) {
                 tracing::warn!(target: "ads", name, "failed to fetch ca certificate: configmap {namespace}/{cm} not found");
             }
+            sds_error();
             return None;
         };
         return match credentials::ca_info(&c.data) {
@@ -493,6 +501,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
                 if first_time(format!("invalid configmap {namespace}/{cm} {} {e}", c.hash)) {
                     tracing::warn!(target: "ads", name, "failed to fetch ca certificate: {e}");
                 }
+                sds_error();
                 None
             }
         };
@@ -525,6 +534,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
         if first_time(format!("unauthorized {name} {} {}", class.namespace, class.service_account)) {
             tracing::warn!(target: "ads", name, namespace = %class.namespace, "proxy is not authorized to read this credential");
         }
+        sds_error();
         return None;
     }
     let (namespace, secret_name, ca_only) = match resource {
@@ -543,15 +553,18 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
                     if first_time(format!("invalid {namespace}/{candidate} {} {e}", s.hash)) {
                         tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{candidate}"), "{e}");
                     }
+                    sds_error();
                     return None;
                 }
             }
         }
         tracing::debug!(target: "ads", name, "no Secret holds this CA");
+        sds_error();
         return None;
     }
     let Some(s) = get(&secret_name) else {
         tracing::debug!(target: "ads", name, "no such Secret");
+        sds_error();
         return None;
     };
     match credentials::cert_info(&s.data) {
@@ -569,6 +582,7 @@ pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls
             if first_time(format!("invalid {namespace}/{secret_name} {} {e}", s.hash)) {
                 tracing::warn!(target: "ads", name, secret = %format!("{namespace}/{secret_name}"), "{e}");
             }
+            sds_error();
             None
         }
     }
@@ -711,8 +725,12 @@ mod tests {
         let ca = cert(&edge, "kubernetes://good-cacert").expect("the CA, from the same Secret's cacert");
         assert!(matches!(ca.r#type, Some(tls::secret::Type::ValidationContext(_))));
         assert!(cert(&edge, "kubernetes://other/good").is_none(), "another namespace's");
+        // istiod's `pilot_sds_certificate_errors_total`: a credential that
+        // cannot be served counts (other tests may count too, so at least).
+        let errors = crate::counters::sds_errors();
         assert!(cert(&edge, "kubernetes://keyless").is_none(), "no key");
         assert!(cert(&edge, "kubernetes://missing").is_none());
+        assert!(crate::counters::sds_errors() >= errors + 2, "both counted");
         assert!(cert(&router("edge", false), "kubernetes://good").is_none(), "not verified");
         assert!(cert(&router("other", true), "kubernetes://good").is_some(), "its own namespace's Secret of that name");
         // Input generations follow the Secret's content.

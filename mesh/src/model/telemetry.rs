@@ -67,8 +67,14 @@ pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Ar
 /// collector) as istiod's `LookupCluster` finds it:
 /// `namespace/host`, or a host in one namespace only; its hostname and the
 /// outbound cluster of `port`.
-pub fn lookup_cluster(model: &Model, service: &str, port: u64) -> Option<(String, String)> {
-    resolve_cluster(model, service, port).map_err(|e| tracing::warn!(target: "model", service, "provider: {e}")).ok()
+/// A failure counts in `provider_lookup_cluster_failures{type=kind}`.
+pub fn lookup_cluster(model: &Model, kind: &str, service: &str, port: u64) -> Option<(String, String)> {
+    resolve_cluster(model, service, port)
+        .map_err(|e| {
+            crate::counters::provider_lookup_failure(kind);
+            tracing::warn!(target: "model", service, "provider: {e}")
+        })
+        .ok()
 }
 
 /// [`lookup_cluster`], with istiod's error when the service is not found.

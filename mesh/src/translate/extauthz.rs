@@ -47,6 +47,7 @@ pub fn provider(model: &Model, name: &str) -> Result<ExtAuthz, String> {
     let service = p["service"].as_str().unwrap_or("");
     let found = crate::model::telemetry::resolve_cluster(model, service, port);
     if let Err(e) = &found {
+        crate::counters::provider_lookup_failure("authz");
         errs.push(e.clone());
     }
     let status = status_on_error(p["statusOnError"].as_str().unwrap_or("")).map_err(|e| errs.push(e)).ok().flatten();

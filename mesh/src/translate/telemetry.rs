@@ -580,8 +580,13 @@ fn provider_access_log(model: &Model, name: &str) -> Option<istiod_proto::envoy:
         v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
     };
     let common = |default_name: &str, state: &[&str]| -> Option<als::CommonGrpcAccessLogConfig> {
+        let label = match kind.as_str() {
+            "envoyTcpAls" => "envoyTCPAls",
+            "envoyOtelAls" => "envoyOtelAls",
+            _ => "envoyHTTPAls",
+        };
         let (host, cluster) =
-            lookup_cluster(model, p["service"].as_str().unwrap_or(""), p["port"].as_u64().unwrap_or(0))?;
+            lookup_cluster(model, label, p["service"].as_str().unwrap_or(""), p["port"].as_u64().unwrap_or(0))?;
         let log_name = Some(s(p, "logName")).filter(|n| !n.is_empty()).unwrap_or_else(|| default_name.to_owned());
         let objects = strings(&p["filterStateObjectsToLog"]);
         Some(als::CommonGrpcAccessLogConfig {

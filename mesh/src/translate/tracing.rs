@@ -220,7 +220,7 @@ fn provider_config(
     );
     let (tracer, config, custom_sampler, spawn) = match kind.as_str() {
         "zipkin" => {
-            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, "zipkin", service, port)?;
             let path = p["path"].as_str().filter(|s| !s.is_empty()).unwrap_or("/api/v2/spans");
             let config = trace::ZipkinConfig {
                 collector_cluster: cluster,
@@ -240,7 +240,7 @@ fn provider_config(
             ("envoy.tracers.zipkin", Any::from_msg(&config).ok()?, false, false)
         }
         "datadog" => {
-            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, "datadog", service, port)?;
             let config = trace::DatadogConfig {
                 collector_cluster: cluster,
                 service_name: service_cluster,
@@ -249,12 +249,12 @@ fn provider_config(
             ("envoy.tracers.datadog", Any::from_msg(&config).ok()?, false, false)
         }
         "skywalking" => {
-            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, "skywalking", service, port)?;
             let config = trace::SkyWalkingConfig { grpc_service: Some(super::envoy::envoy_grpc(cluster, host, None)) };
             ("envoy.tracers.skywalking", Any::from_msg(&config).ok()?, false, true)
         }
         "opentelemetry" => {
-            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, service, port)?;
+            let (host, cluster) = crate::model::telemetry::lookup_cluster(model, "opentelemetry", service, port)?;
             let mut config = trace::OpenTelemetryConfig { service_name: service_cluster, ..Default::default() };
             if p["http"].is_object() {
                 let path = p["http"]["path"].as_str().unwrap_or("");

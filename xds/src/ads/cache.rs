@@ -143,6 +143,14 @@ impl<C> Cache<C> {
     }
 }
 
+/// `xds_cache_evictions{type}`: `clear` for entries whose inputs changed
+/// or whose classes are gone, `size` for the bound.
+fn evicted(kind: &str, n: i64) {
+    if n > 0 {
+        crate::metrics::add_event("xds_cache_evictions", crate::metrics::label("type", kind), n as f64);
+    }
+}
+
 impl<C> Drop for Cache<C> {
     fn drop(&mut self) {
         self.clear_map();
@@ -242,11 +250,16 @@ impl<C: super::Class> Cache<C> {
         };
         let e = Encoded { any: wire::any(kind.type_url(), &body), version: version.into() };
         if self.map.len() >= MAX_ENTRIES {
+            evicted("size", self.map.len() as i64);
             self.clear_map();
         }
         let len = e.any.len() as i64;
         match self.map.insert(key, (input, e.clone())) {
-            Some((_, old)) => crate::metrics::cache_delta(0, len - old.any.len() as i64),
+            Some((_, old)) => {
+                // Its inputs changed: istiod's cache clears such keys.
+                evicted("clear", 1);
+                crate::metrics::cache_delta(0, len - old.any.len() as i64)
+            }
             None => crate::metrics::cache_delta(1, len),
         }
         Some(e)
@@ -373,6 +386,7 @@ impl<C: super::Class> Cache<C> {
             keep
         });
         crate::metrics::cache_delta(-entries, -bytes);
+        evicted("clear", entries);
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
     }
 

@@ -305,3 +305,51 @@ fn input_limits_have_defaults_and_refuse_zero() {
     let e = build(&[], &[("ISTIOD_RS_MAX_NODE_BYTES", "0")]).unwrap_err().to_string();
     assert!(e.contains("ISTIOD_RS_MAX_NODE_BYTES") && e.contains("at least 1"), "{e}");
 }
+
+/// `docs/environment.md` lists every variable istiod reads with its state
+/// here: one marked honoured (or read) is read by some source file (but
+/// for those kube-rs reads), and one marked not yet or not applicable is
+/// read by none. A variable that starts being read must have its row
+/// changed, and a row cannot claim what the code does not do.
+#[test]
+fn every_istiod_variable_has_its_state() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/environment.md")).unwrap();
+    let istiods = page.split("\n## istiod-rs's own").next().unwrap();
+    let mut sources = String::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if !matches!(name.as_str(), "target" | ".git" | ".venv" | "tests" | "fuzz" | "docs") {
+                    dirs.push(p);
+                }
+            } else if name.ends_with(".rs") && !name.ends_with("tests.rs") {
+                sources.push_str(&std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let (mut rows, mut wrong) = (0, Vec::new());
+    for line in istiods.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let name = cells[0].trim_start_matches("| ").trim_matches('`');
+        if name.contains(' ') {
+            continue; // HTTPS_PROXY / HTTP_PROXY / NO_PROXY
+        }
+        rows += 1;
+        let (state, note) = (cells[2], cells.get(3).copied().unwrap_or(""));
+        let read = sources.contains(&format!("\"{name}\""));
+        match state {
+            "honoured" | "read, not applied" if !read && !note.contains("kube-rs") => {
+                wrong.push(format!("{name}: {state}, but no source reads it"))
+            }
+            "not yet" | "not applicable" if read => wrong.push(format!("{name}: {state}, but a source reads it")),
+            "honoured" | "read, not applied" | "not yet" | "not applicable" => {}
+            other => wrong.push(format!("{name}: unknown state {other:?}")),
+        }
+    }
+    assert!(rows > 190, "every variable of istiod's: {rows} rows");
+    assert!(wrong.is_empty(), "docs/environment.md disagrees with the sources:\n{}", wrong.join("\n"));
+}

@@ -33,6 +33,9 @@ pub struct Input {
     /// `config`, `secret`, `namespace`, ...) with event counts; the cores
     /// count them in `pilot_push_triggers` for each proxy they push.
     pub reasons: istiod_xds_api::Reasons,
+    /// Push everything to every proxy now (`/debug/adsz?push=true`,
+    /// istiod's `AdsPushAll`).
+    pub full: bool,
 }
 
 /// The control thread's metrics, with istiod's names and buckets
@@ -163,6 +166,8 @@ pub struct Control {
     pending_since: Option<Instant>,
     /// The reasons of the unpublished changes.
     pending_reasons: istiod_xds_api::Reasons,
+    /// The next publish pushes everything.
+    pending_full: bool,
     ready: Arc<AtomicBool>,
 }
 
@@ -179,6 +184,7 @@ impl Control {
             mesh: None,
             pending_since: None,
             pending_reasons: Default::default(),
+            pending_full: false,
             ready,
         }
     }
@@ -190,9 +196,18 @@ impl Control {
 
     /// Takes changes seen at `now`; returns when to look again.
     pub fn submit(&mut self, input: impl Into<Input>, now: Instant) -> Decision {
-        let Input { changes, mesh, touched, reasons } = input.into();
+        let Input { changes, mesh, touched, reasons, full } = input.into();
         if let Some(m) = mesh {
             self.mesh = Some(m);
+        }
+        if full && self.version > 0 {
+            // Forced: no debounce, every proxy, every type.
+            self.pending_reasons.merge(&reasons);
+            self.pending.extend(changes);
+            self.pending_touched.extend(touched);
+            self.pending_full = true;
+            self.publish();
+            return Decision::Idle;
         }
         // The very first input is published even when empty: it makes the
         // server ready.
@@ -244,8 +259,13 @@ impl Control {
             r.sort();
             r.dedup();
         }
+        let forced = std::mem::take(&mut self.pending_full);
+        if forced {
+            delta = istiod_xds::ads::Delta::Full;
+        }
         self.model = model;
         let mut snap = Snapshot::new(self.version, changed_at, Arc::new(self.model.clone()));
+        snap.forced = forced;
         snap.mesh = self.mesh.clone();
         snap.reasons = std::mem::take(&mut self.pending_reasons);
         let snap = Arc::new(snap);

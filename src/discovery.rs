@@ -449,6 +449,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             endpoint_auth: config.debug_endpoint_auth,
             authn: ca_server.clone(),
             profile: config.profile,
+            updates: tx.clone(),
         });
         tokio::task::spawn_local(debug_xds::serve(forward_rx, dbg.clone()));
         let tokio_listener = |l: std::net::TcpListener| {

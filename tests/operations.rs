@@ -366,3 +366,48 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
         ],
     );
 }
+
+/// istiod's `cachez` (names by type, `sizes`, `clear`), `resourcesz`,
+/// `pushcontext` and `adsz?push=true`, with a proxy connected: the push
+/// reaches it, and a cleared cache is empty.
+#[test]
+fn cache_resources_pushcontext_and_push_debug_paths() {
+    let s = Server::start(std::path::Path::new(BOOKINFO), &[], &[], None);
+    let rt = client::runtime();
+    let node = istiod_proto::envoy::config::core::v3::Node {
+        id: "sidecar~10.244.1.10~productpage-v1-5f7c9d8b46-q7xkz.bookinfo~bookinfo.svc.cluster.local".into(),
+        ..Default::default()
+    };
+    let mut c = rt.block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        c
+    });
+    let get =
+        |path: &str| -> serde_json::Value { serde_json::from_str(&server::get(s.http, path).unwrap().1).unwrap() };
+    let cached = get("/debug/cachez");
+    let clusters = cached[type_url::CLUSTER].as_array().unwrap_or_else(|| panic!("{cached}"));
+    assert!(clusters.iter().any(|n| n.as_str().unwrap().starts_with("outbound|9080||reviews")), "{cached}");
+    let sizes = get("/debug/cachez?sizes=true");
+    let total = sizes["total"].as_str().unwrap();
+    assert!(total.ends_with("kB") || total.ends_with('B'), "istiod's ByteCount: {sizes}");
+    assert!(sizes[type_url::CLUSTER].is_string());
+    let kinds = get("/debug/resourcesz");
+    let kinds: Vec<&str> = kinds.as_array().unwrap().iter().map(|k| k["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"VirtualService") && kinds.contains(&"HTTPRoute"), "{kinds:?}");
+    assert!(!kinds.contains(&"Service") && !kinds.contains(&"ConfigMap"), "config kinds only: {kinds:?}");
+    let pc = get("/debug/pushcontext");
+    assert_eq!(pc["AuthorizationPolicies"]["root_namespace"], "istio-system", "{pc}");
+    assert!(pc["NetworkGateways"].is_array());
+    // A push of everything: the proxy gets its clusters again.
+    assert_eq!(server::get(s.http, "/debug/adsz?push=true").unwrap(), (200, "Pushed to 1 servers\n".to_owned()));
+    rt.block_on(async {
+        let r = tokio::time::timeout(Duration::from_secs(10), c.recv()).await.expect("a push");
+        assert_eq!(r.type_url, type_url::CLUSTER);
+        assert!(!r.resources.is_empty());
+    });
+    assert_eq!(server::get(s.http, "/debug/cachez?clear=true").unwrap(), (200, "Cache cleared\n".to_owned()));
+    assert_eq!(get("/debug/cachez"), serde_json::json!({}));
+}

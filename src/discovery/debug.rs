@@ -37,6 +37,9 @@ pub(super) struct Debug {
     pub(super) authn: Option<Arc<istiod_ca::CaServer>>,
     /// `--profile`: `/debug/pprof/` is served.
     pub(super) profile: bool,
+    /// The control thread's input (`/debug/adsz?push=true` asks it to
+    /// push everything).
+    pub(super) updates: super::sources::Tx,
 }
 
 /// An HTTP request on the debug port (8080) or the monitoring port's debug
@@ -105,7 +108,11 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
 const HANDLERS: &[(&str, &str)] = &[
     ("/debug/adsz", "Status and debug interface for ADS"),
     ("/debug/ambientz", "Ambient workloads, services and policies (PILOT_ENABLE_AMBIENT)"),
+    ("/debug/adsz?push=true", "Initiates push of the current state to all connected endpoints"),
     ("/debug/authorizationz", "Internal authorization policies"),
+    ("/debug/cachez", "Info about the internal XDS caches"),
+    ("/debug/cachez?sizes=true", "Info about the size of the internal XDS caches"),
+    ("/debug/cachez?clear=true", "Clear the XDS caches"),
     ("/debug/config_dump", "ConfigDump in the form of the Envoy admin config dump API for passed in proxyID"),
     ("/debug/clusterz", "List remote clusters where istiod reads endpoints"),
     ("/debug/config_report", "What the config source read and refused (istiod-rs)"),
@@ -123,7 +130,9 @@ const HANDLERS: &[(&str, &str)] = &[
     ("/debug/ndsz", "Status and debug interface for NDS"),
     ("/debug/networkz", "List cross-network gateways"),
     ("/debug/push_status", "Last PushContext Details"),
+    ("/debug/pushcontext", "Debug support for current push context"),
     ("/debug/registryz", "Debug support for registry"),
+    ("/debug/resourcesz", "Debug support for watched resources"),
     ("/debug/sidecarz", "Debug sidecar scope for a proxy"),
     ("/debug/stats", "Per-core push, cache and convergence counters (istiod-rs)"),
     ("/debug/syncz", "Synchronization status of all Envoys connected to this Pilot instance"),
@@ -151,6 +160,51 @@ impl Debug {
         h.sort();
         h
     }
+}
+
+/// istiod's `cachez`: the cached resources' names by type URL; with
+/// `?sizes=` their bytes by type and in total (istiod's `ByteCount`); with
+/// `?clear=` the caches emptied.
+async fn cachez(req: &Request, publisher: &istiod_xds::ads::Publisher<istiod_mesh::generator::MeshInput>) -> Response {
+    if req.param("clear").is_some_and(|v| !v.is_empty()) {
+        publisher.query(DebugQuery::ClearCache).await;
+        return Response::text(200, "Cache cleared\n");
+    }
+    let rows = publisher.query(DebugQuery::Cachez).await;
+    let rows = rows.iter().flat_map(|core| core.as_array().cloned().unwrap_or_default());
+    if req.param("sizes").is_some_and(|v| !v.is_empty()) {
+        let mut sizes: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        let mut total = 0;
+        for r in rows {
+            let n = r[2].as_u64().unwrap_or(0);
+            *sizes.entry(r[0].as_str().unwrap_or_default().to_owned()).or_default() += n;
+            total += n;
+        }
+        let mut out: serde_json::Map<String, Value> =
+            sizes.into_iter().map(|(t, n)| (t, json!(byte_count(n)))).collect();
+        out.insert("total".into(), json!(byte_count(total)));
+        return Response::json(&Value::Object(out));
+    }
+    let mut names: std::collections::BTreeMap<String, Vec<Value>> = std::collections::BTreeMap::new();
+    for r in rows {
+        names.entry(r[0].as_str().unwrap_or_default().to_owned()).or_default().push(r[1].clone());
+    }
+    Response::json(&json!(names))
+}
+
+/// istiod's `ByteCount`: `999B`, `1.5kB`, `2.0MB` (powers of 1000).
+fn byte_count(b: u64) -> String {
+    if b < 1000 {
+        return format!("{b}B");
+    }
+    let (mut div, mut exp) = (1000u64, 0);
+    let mut n = b / 1000;
+    while n >= 1000 {
+        div *= 1000;
+        exp += 1;
+        n /= 1000;
+    }
+    format!("{:.1}{}B", b as f64 / div as f64, ['k', 'M', 'G', 'T', 'P', 'E'][exp])
 }
 
 /// The `--profile` handlers, with istiod's descriptions.
@@ -194,6 +248,33 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         }
         // istiod's AdsClients (pilot/pkg/xds/debug.go `adsz`); with
         // `?proxyID=` only that proxy's connection.
+        // istiod's `handlePushRequest`: a push of everything to every proxy.
+        "/debug/adsz" if req.param("push").is_some_and(|p| !p.is_empty()) => {
+            let n = clients(publisher).await.len();
+            let _ = d.updates.send(crate::control::Input {
+                reasons: istiod_xds_api::Reasons::one("debug"),
+                full: true,
+                ..Default::default()
+            });
+            Response::text(200, format!("Pushed to {n} servers\n"))
+        }
+        "/debug/cachez" => cachez(&req, publisher).await,
+        // istiod's `resourcez`: the config kinds read.
+        "/debug/resourcesz" => Response::json(&Value::Array(
+            istiod_config::objects::KINDS[6..]
+                .iter()
+                .filter(|(g, _, k, _)| *k != "ConfigMap" && istiod_config::objects::reads(g, k))
+                .map(|(g, v, k, _)| json!({"group": g, "version": v, "kind": k}))
+                .collect(),
+        )),
+        // istiod's `PushContextDebug`.
+        "/debug/pushcontext" => Response::json(&model().map_or(json!({}), |m| {
+            json!({
+                "AuthorizationPolicies": super::debugz::authorizationz(&m)["authorization_policies"],
+                "NetworkGateways": super::debugz::networkz(&m),
+                "UnresolvedGateways": [],
+            })
+        })),
         "/debug/adsz" => {
             let mut clients = clients(publisher).await;
             if let Some(id) = req.param("proxyID").filter(|id| !id.is_empty()) {

@@ -131,5 +131,6 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
         mesh: Some(next),
         touched,
         reasons: istiod_xds_api::Reasons::one("config"),
+        full: false,
     });
 }

@@ -179,6 +179,7 @@ fn publish(
         mesh: Some(next),
         touched,
         reasons: istiod_xds_api::Reasons::one("secret"),
+        full: false,
     });
 }
 

@@ -472,7 +472,7 @@ pub(super) fn apply(
         crate::control::metrics::PUSHCONTEXT_INIT.record(started.elapsed());
         // The first publish is a full push.
         let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
-        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons });
+        let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons, full: false });
     }
 }
 

@@ -67,6 +67,12 @@ pub enum DebugQuery {
     /// id's second field) and types, for `/debug/instancesz`, `pilot_no_ip`
     /// and `/debug/push_status`.
     Proxies,
+    /// `/debug/cachez`: the encoded resources cached, as
+    /// `[type URL, name, bytes]` rows.
+    Cachez,
+    /// `/debug/cachez?clear=true`: empties the caches (the next push of
+    /// each resource generates it again).
+    ClearCache,
     /// `/debug/force_disconnect?proxyID=`: ends the streams of the proxy
     /// the id names (as istiod's `Connection.Stop`, with status OK: the
     /// proxy reconnects); answers how many.
@@ -399,6 +405,10 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
                 Update::Debug(DebugQuery::Disconnect(id), reply) => {
                     let ended = svc.borrow_mut().disconnect(&id);
                     let _ = reply.try_send(json!(u64::from(ended)));
+                }
+                Update::Debug(DebugQuery::ClearCache, reply) => {
+                    let entries = svc.borrow_mut().cache.clear_all();
+                    let _ = reply.try_send(json!(entries));
                 }
                 Update::Debug(q, reply) => {
                     let answer = svc.borrow().debug(&q);
@@ -1005,7 +1015,10 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 json!({ "proxyId": proxy, "namespace": namespace, "configs": dumps })
             }
             // Answered by `disconnect`, which needs the streams mutably.
-            DebugQuery::Disconnect(_) => Value::Null,
+            DebugQuery::Disconnect(_) | DebugQuery::ClearCache => Value::Null,
+            DebugQuery::Cachez => Value::Array(
+                self.cache.entries().map(|(kind, name, bytes)| json!([kind.type_url(), name, bytes])).collect(),
+            ),
             DebugQuery::Proxies => Value::Array(
                 self.streams
                     .values()

@@ -165,6 +165,9 @@ pub struct Snapshot<M = ()> {
     /// event counts (`model.ReasonStats`), counted in
     /// `pilot_push_triggers` once per proxy pushed, as istiod does.
     pub reasons: Reasons,
+    /// Every resource is sent again, changed or not (istiod's forced push,
+    /// `/debug/adsz?push=true`).
+    pub forced: bool,
 }
 
 impl<M> std::fmt::Debug for Snapshot<M> {
@@ -179,7 +182,7 @@ impl<M> std::fmt::Debug for Snapshot<M> {
 impl<M> Snapshot<M> {
     /// A snapshot of shared resources only.
     pub fn new(version: u64, changed_at: Instant, model: Arc<SimpleModel>) -> Self {
-        Self { version, changed_at, model, mesh: None, reasons: Default::default() }
+        Self { version, changed_at, model, mesh: None, reasons: Default::default(), forced: false }
     }
 
     /// The empty snapshot the cores start with (version 0).

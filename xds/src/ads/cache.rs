@@ -390,6 +390,21 @@ impl<C: super::Class> Cache<C> {
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
     }
 
+    /// Every entry: its type, name and encoded size (`/debug/cachez`).
+    pub fn entries(&self) -> impl Iterator<Item = (Kind, &str, usize)> {
+        self.map.iter().map(|((kind, name, _), (_, e))| (*kind, &**name, e.any.len()))
+    }
+
+    /// Forgets every entry and remembered answer (`/debug/cachez?clear=true`,
+    /// istiod's `ClearAll`); returns how many entries there were.
+    pub fn clear_all(&mut self) -> usize {
+        let n = self.map.len();
+        evicted("clear", n as i64);
+        self.clear_map();
+        self.memo = Memo::default();
+        n
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.map.len()

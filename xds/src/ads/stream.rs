@@ -504,7 +504,7 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     if !kind.is_wildcard() && resources.is_empty() && w.sent_nonce.is_some() && !matches!(dirty, Dirty::All) {
         return None; // nothing of what changed exists for this proxy
     }
-    if push && w.sent_nonce.is_some() {
+    if push && w.sent_nonce.is_some() && !ctx.snap.forced {
         // A change elsewhere that leaves this proxy's resources as they
         // were (versions are content hashes) is not pushed: a shared
         // resource changed, but not this class's variant of it.
@@ -593,7 +593,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         let subscribed = w.wildcard || w.names.contains(&n);
         match ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).filter(|_| subscribed) {
             Some(e) => {
-                if w.sent.get(&n) != Some(&e.version) || asked_now.contains(&n) {
+                if w.sent.get(&n) != Some(&e.version) || asked_now.contains(&n) || ctx.snap.forced {
                     resources.push((n, e));
                 }
             }

@@ -174,6 +174,9 @@ pub struct Config {
     /// The kinds read: `PILOT_ENABLE_GATEWAY_API` (true),
     /// `PILOT_IGNORE_RESOURCES`, `PILOT_INCLUDE_RESOURCES`.
     pub read_filter: istiod_config::objects::ReadFilter,
+    /// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER` (true): the
+    /// built-in GatewayClasses are created where missing.
+    pub gateway_classes: bool,
     /// `PILOT_ENABLE_GATEWAY_API_STATUS` (true): Gateway API objects get
     /// their status conditions (with `PILOT_ENABLE_GATEWAY_API`).
     pub gateway_api_status: bool,
@@ -887,6 +890,7 @@ impl Config {
                 include: istiod_config::objects::ReadFilter::parse_list(&vars.string("PILOT_INCLUDE_RESOURCES", "")),
             },
             gateway_api_status: gateway_api && vars.bool("PILOT_ENABLE_GATEWAY_API_STATUS", true)?,
+            gateway_classes: vars.bool("PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER", true)?,
             gateway_deployment_settings: istiod_webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
                 kube_version: -1,

@@ -8,6 +8,7 @@ mod autoregister;
 mod debug;
 mod debug_xds;
 mod debugz;
+mod gateway_classes;
 mod gateway_deploy;
 mod gateway_status;
 mod ipallocate;
@@ -531,6 +532,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
             });
             let src = istiod_webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
             tokio::task::spawn_local(istiod_webhook::watch_injector(webhooks.clone(), src));
+        }
+        // The built-in GatewayClasses (every replica, as istiod's).
+        if let Some(client) = kube.as_ref().filter(|_| config.gateway_classes && config.read_filter.gateway_api) {
+            let classes = gateway_classes::builtin(config.gateway_deployment_settings.ambient_waypoints);
+            let api = istiod_kubewatch::kapi::Api::new(client.clone());
+            tokio::task::spawn_local(gateway_classes::run(api, state.clone(), classes));
         }
         if let Some(client) = kube.as_ref().filter(|_| deploying) {
             let (deploy_tx, deploy_rx) = tokio::sync::watch::channel(Arc::new(gateway_deploy::Desired::default()));

@@ -411,3 +411,46 @@ fn cache_resources_pushcontext_and_push_debug_paths() {
     assert_eq!(server::get(s.http, "/debug/cachez?clear=true").unwrap(), (200, "Cache cleared\n".to_owned()));
     assert_eq!(get("/debug/cachez"), serde_json::json!({}));
 }
+
+/// istiod's GatewayClass controller: the built-in classes (`istio`,
+/// `istio-remote`) are created where missing by two replicas at once (one
+/// create wins, the other's conflict is fine), a class that exists is left
+/// as its owner wrote it, and a deleted one comes back; with
+/// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false` none is made.
+#[test]
+fn the_builtin_gateway_classes_are_created_and_kept() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::gateway_api_resources())
+    {
+        api.install(r);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let start = |pod: &str, env: &[(&str, &str)]| {
+        let mut e = vec![("POD_NAME", pod), ("POD_NAMESPACE", "istio-system")];
+        e.extend_from_slice(env);
+        Server::start_on(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[], &e, None)
+    };
+    let off = start("istiod-off", &[("PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER", "false")]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(api.count("gatewayclasses"), 0, "the controller is off");
+    drop(off);
+    // A class of the user's, under a built-in name: kept as written.
+    api.apply(
+        "gatewayclasses",
+        serde_json::json!({"metadata": {"name": "istio-remote"}, "spec": {"controllerName": "example.com/theirs"}}),
+    );
+    let (_a, _b) = std::thread::scope(|t| {
+        let a = t.spawn(|| start("istiod-a", &[]));
+        let b = t.spawn(|| start("istiod-b", &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    wait_for("the default GatewayClass", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
+    let istio = api.get("gatewayclasses", "", "istio").unwrap();
+    assert_eq!(istio["spec"]["controllerName"], "istio.io/gateway-controller");
+    assert_eq!(istio["spec"]["description"], "The default Istio GatewayClass");
+    assert_eq!(api.count("gatewayclasses"), 2, "no waypoint class without ambient");
+    assert_eq!(api.get("gatewayclasses", "", "istio-remote").unwrap()["spec"]["controllerName"], "example.com/theirs");
+    api.delete("gatewayclasses", "", "istio");
+    wait_for("the class made again", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
+}

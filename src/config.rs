@@ -174,6 +174,10 @@ pub struct Config {
     /// The kinds read: `PILOT_ENABLE_GATEWAY_API` (true),
     /// `PILOT_IGNORE_RESOURCES`, `PILOT_INCLUDE_RESOURCES`.
     pub read_filter: istiod_config::objects::ReadFilter,
+    /// `PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS` (false): the taint
+    /// (`PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME`) removed from nodes
+    /// whose istio-cni pod is ready.
+    pub node_untaint: Option<String>,
     /// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER` (true): the
     /// built-in GatewayClasses are created where missing.
     pub gateway_classes: bool,
@@ -891,6 +895,9 @@ impl Config {
             },
             gateway_api_status: gateway_api && vars.bool("PILOT_ENABLE_GATEWAY_API_STATUS", true)?,
             gateway_classes: vars.bool("PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER", true)?,
+            node_untaint: vars
+                .bool("PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS", false)?
+                .then(|| vars.string("PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME", "cni.istio.io/not-ready")),
             gateway_deployment_settings: istiod_webhook::inject::gateway::Settings {
                 cluster_id: args.cluster_id.clone().unwrap_or_else(|| vars.string("CLUSTER_ID", "Kubernetes")),
                 kube_version: -1,

@@ -19,6 +19,7 @@ mod remotes;
 mod revisions;
 mod secret_access;
 mod sources;
+mod untaint;
 
 use debug::{Debug, monitoring, serve_http};
 use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
@@ -532,6 +533,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
             });
             let src = istiod_webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
             tokio::task::spawn_local(istiod_webhook::watch_injector(webhooks.clone(), src));
+        }
+        // istio-cni's readiness taint (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`).
+        if let Some(client) = kube.as_ref().filter(|_| config.node_untaint.is_some()) {
+            let (tx, rx) = tokio::sync::watch::channel(Arc::new(std::collections::BTreeSet::new()));
+            let taint = config.node_untaint.clone().unwrap_or_default();
+            state.borrow_mut().untaint = Some((tx, config.identity.namespace.clone(), taint.clone()));
+            let cx = untaint::Context { api: istiod_kubewatch::kapi::Api::new(client.clone()), leadership: leadership.clone(), taint };
+            tokio::task::spawn_local(untaint::run(cx, rx));
         }
         // The built-in GatewayClasses (every replica, as istiod's).
         if let Some(client) = kube.as_ref().filter(|_| config.gateway_classes && config.read_filter.gateway_api) {

@@ -43,6 +43,7 @@ pub const SCOPES: &[(&str, &str)] = &[
     ("ip-autoallocate", "IP autoallocate controller"),
     ("model", "model debugging"),
     ("multicluster", "multicluster secret controller"),
+    ("untaint", "CNI node-untaint controller"),
     ("validation", "CRD validation debugging"),
     ("webhook", "webhook patching"),
     ("wle", "workload entry auto-registration"),

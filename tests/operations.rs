@@ -454,3 +454,59 @@ fn the_builtin_gateway_classes_are_created_and_kept() {
     api.delete("gatewayclasses", "", "istio");
     wait_for("the class made again", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
 }
+
+/// istiod's node untaint controller (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`):
+/// the readiness taint is removed from the node whose istio-cni pod is
+/// ready, and only that taint; a node whose istio-cni pod is not ready, or
+/// has none, keeps it. Off by default, as in istiod.
+#[test]
+fn nodes_are_untainted_once_their_cni_pod_is_ready() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    let taint = |key: &str| serde_json::json!({"key": key, "effect": "NoSchedule"});
+    for node in ["ready", "starting", "bare"] {
+        api.apply(
+            "nodes",
+            serde_json::json!({"metadata": {"name": node},
+                "spec": {"taints": [taint("cni.istio.io/not-ready"), taint("example.com/other")]}}),
+        );
+    }
+    for (node, ready) in [("ready", "True"), ("starting", "False")] {
+        api.apply(
+            "pods",
+            serde_json::json!({"metadata": {"name": format!("istio-cni-node-{node}"), "namespace": "istio-system",
+                    "labels": {"k8s-app": "istio-cni-node"}},
+                "spec": {"nodeName": node},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]}}),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let keys = |node: &str| -> Vec<String> {
+        let n = api.get("nodes", "", node).unwrap();
+        n["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap().to_owned()).collect()
+    };
+    let env = [("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system")];
+    let off = Server::start_on(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[], &env, None);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(keys("ready").len(), 2, "off by default");
+    drop(off);
+    let mut env = env.to_vec();
+    env.push(("PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS", "true"));
+    let s = Server::start_on(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[], &env, None);
+    wait_for("the ready node untainted", Duration::from_secs(20), || keys("ready") == ["example.com/other"]);
+    assert_eq!(keys("starting"), ["cni.istio.io/not-ready", "example.com/other"]);
+    assert_eq!(keys("bare"), ["cni.istio.io/not-ready", "example.com/other"]);
+    // The other pod becomes ready.
+    api.apply(
+        "pods",
+        serde_json::json!({"metadata": {"name": "istio-cni-node-starting", "namespace": "istio-system",
+                "labels": {"k8s-app": "istio-cni-node"}},
+            "spec": {"nodeName": "starting"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    wait_for("the second node untainted", Duration::from_secs(20), || keys("starting") == ["example.com/other"]);
+    assert!(s.log().contains("removed readiness taint from node"), "{}", s.log());
+}

@@ -381,8 +381,28 @@ pub struct PodStatus {
 pub struct Node {
     /// Metadata.
     pub metadata: Meta,
+    /// Spec: its taints (istio-cni's readiness taint).
+    pub spec: NodeSpec,
     /// Status (the kubelet's version, for native sidecars).
     pub status: NodeStatus,
+}
+
+/// `Node.spec`, the part read here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeSpec {
+    /// Taints.
+    pub taints: Vec<Taint>,
+}
+
+/// A node taint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Effect (`NoSchedule`, ...).
+    pub effect: String,
 }
 
 /// `Node.status`, the part read here.

@@ -60,6 +60,9 @@ pub(super) struct State {
     /// Where the ServiceEntries go for IP auto-allocation (the elected
     /// replica writes their addresses).
     pub(super) ipallocate: Option<tokio::sync::watch::Sender<Arc<Vec<super::ipallocate::Entry>>>>,
+    /// Where the nodes to untaint go, with the istio-cni pods' namespace
+    /// and the taint (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`).
+    pub(super) untaint: Option<(tokio::sync::watch::Sender<Arc<std::collections::BTreeSet<String>>>, String, String)>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
@@ -412,6 +415,21 @@ pub(super) fn apply(
             let changed = **current != entries;
             if changed {
                 *current = Arc::new(entries);
+            }
+            changed
+        });
+    }
+    if let Some((tx, namespace, taint)) = state
+        .borrow()
+        .untaint
+        .as_ref()
+        .filter(|_| pods_touched || changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "Node")))
+    {
+        let nodes = super::untaint::tainted_ready_nodes(&objects, namespace, taint);
+        tx.send_if_modified(|current| {
+            let changed = **current != nodes;
+            if changed {
+                *current = Arc::new(nodes);
             }
             changed
         });

@@ -62,7 +62,7 @@ pub(super) struct State {
     pub(super) ipallocate: Option<tokio::sync::watch::Sender<Arc<Vec<super::ipallocate::Entry>>>>,
     /// Where the nodes to untaint go, with the istio-cni pods' namespace
     /// and the taint (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`).
-    pub(super) untaint: Option<(tokio::sync::watch::Sender<Arc<std::collections::BTreeSet<String>>>, String, String)>,
+    pub(super) untaint: Option<super::untaint::Desired>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,

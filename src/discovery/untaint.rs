@@ -20,6 +20,10 @@ use istiod_config::objects::Objects;
 use istiod_kubewatch::kapi::{Api, Write};
 use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
 
+/// Where the nodes to untaint go, with the istio-cni pods' namespace and
+/// the taint.
+pub(super) type Desired = (watch::Sender<Arc<BTreeSet<String>>>, String, String);
+
 /// istiod's lock (`leaderelection.NodeUntaintController`).
 pub(super) const ELECTION: &str = "istio-node-untaint";
 

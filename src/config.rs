@@ -174,6 +174,10 @@ pub struct Config {
     /// The kinds read: `PILOT_ENABLE_GATEWAY_API` (true),
     /// `PILOT_IGNORE_RESOURCES`, `PILOT_INCLUDE_RESOURCES`.
     pub read_filter: istiod_config::objects::ReadFilter,
+    /// `PILOT_ENABLE_ANALYSIS` (false): istiod's analyzers run on every
+    /// change; their messages go to the log, `/debug/config_report` and,
+    /// in a cluster, the objects' `status.validationMessages`.
+    pub analysis: bool,
     /// `PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS` (false): the taint
     /// (`PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME`) removed from nodes
     /// whose istio-cni pod is ready.
@@ -895,6 +899,7 @@ impl Config {
             },
             gateway_api_status: gateway_api && vars.bool("PILOT_ENABLE_GATEWAY_API_STATUS", true)?,
             gateway_classes: vars.bool("PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER", true)?,
+            analysis: vars.bool("PILOT_ENABLE_ANALYSIS", false)?,
             node_untaint: vars
                 .bool("PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS", false)?
                 .then(|| vars.string("PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME", "cni.istio.io/not-ready")),

@@ -534,6 +534,21 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let src = istiod_webhook::InjectorSource { dir: dir.clone(), mesh: mesh_rx.clone(), api, env };
             tokio::task::spawn_local(istiod_webhook::watch_injector(webhooks.clone(), src));
         }
+        // istiod's in-cluster analysis (`PILOT_ENABLE_ANALYSIS`): messages
+        // always; statuses written by the `istio-analyze-leader` in a cluster.
+        if config.analysis {
+            state.borrow_mut().analysis = Some(Default::default());
+            if let Some(client) = &kube {
+                let (tx, rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+                state.borrow_mut().analysis_status = Some(tx);
+                tokio::task::spawn_local(gateway_status::run(
+                    istiod_kubewatch::kapi::Api::new(client.clone()),
+                    leadership.clone(),
+                    rx,
+                    (gateway_status::ANALYSIS_ELECTION.to_owned(), istiod_kubewatch::leader::Lock::ConfigMap),
+                ));
+            }
+        }
         // istio-cni's readiness taint (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`).
         if let Some(client) = kube.as_ref().filter(|_| config.node_untaint.is_some()) {
             let (tx, rx) = tokio::sync::watch::channel(Arc::new(std::collections::BTreeSet::new()));

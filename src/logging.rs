@@ -33,6 +33,7 @@ fn filter(level: LogLevel) -> LevelFilter {
 pub const SCOPES: &[(&str, &str)] = &[
     ("ads", "ads debugging"),
     ("ambient", "ambient mesh controllers"),
+    ("analysis", "In-cluster analysis"),
     ("authn", "authn debugging"),
     ("authorization", "Istio Authorization Policy"),
     ("ca", "ca client"),

@@ -510,3 +510,55 @@ fn nodes_are_untainted_once_their_cni_pod_is_ready() {
     wait_for("the second node untainted", Duration::from_secs(20), || keys("starting") == ["example.com/other"]);
     assert!(s.log().contains("removed readiness taint from node"), "{}", s.log());
 }
+
+/// istiod's in-cluster analysis (`PILOT_ENABLE_ANALYSIS`): a VirtualService
+/// naming a subset no DestinationRule defines gets istiod's IST0101 in its
+/// `status.validationMessages` (code, level, documentation, as istiod's
+/// `AnalysisMessageBase`), written by the `istio-analyze-leader`, and the
+/// log says `Configuration analysis: ...`; fixed, its messages are emptied.
+#[test]
+fn analysis_messages_are_written_to_the_objects_status() {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources().into_iter().chain(istiod_kubewatch::fake::istio_resources()) {
+        api.install(r);
+    }
+    let vs = |subset: &str| {
+        serde_json::json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "reviews", "namespace": "default"},
+            "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews", "subset": subset}}]}]}})
+    };
+    api.apply(
+        "destinationrules",
+        serde_json::json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": "reviews", "namespace": "default"},
+            "spec": {"host": "reviews", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}}),
+    );
+    api.apply("virtualservices", vs("bogus"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &[],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system"), ("PILOT_ENABLE_ANALYSIS", "true")],
+        None,
+    );
+    let messages = || api.get("virtualservices", "default", "reviews").unwrap()["status"]["validationMessages"].clone();
+    wait_for("the analysis message", Duration::from_secs(20), || messages().as_array().is_some_and(|m| !m.is_empty()));
+    assert_eq!(
+        messages(),
+        serde_json::json!([{"documentationUrl": "https://istio.io/v1.28/docs/reference/config/analysis/ist0101/",
+            "level": "ERROR", "type": {"code": "IST0101"}}])
+    );
+    assert!(
+        s.log().contains(
+            "Configuration analysis: Error [IST0101] (VirtualService default/reviews) Referenced host+subset in destinationrule not found: \"reviews+bogus\""
+        ),
+        "{}",
+        s.log()
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&server::get(s.http, "/debug/config_report").unwrap().1).unwrap();
+    assert_eq!(report["analysis"].as_array().unwrap().len(), 1, "{report}");
+    api.apply("virtualservices", vs("v1"));
+    wait_for("the messages emptied", Duration::from_secs(20), || messages() == serde_json::json!([]));
+}

@@ -22,6 +22,7 @@
 //!   credential Secret or ConfigMap holds).
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 pub mod backend_tls;
 pub mod credentials;
 pub mod delegate;

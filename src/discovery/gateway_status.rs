@@ -24,6 +24,8 @@ use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
 pub(super) const ELECTION: &str = "istio-gateway-status-leader";
 /// istiod's lease for ambient status writes (`leaderelection.StatusController`).
 pub(super) const AMBIENT_ELECTION: &str = "istio-status-leader";
+/// istiod's election for analysis statuses (`AnalyzeController`).
+pub(super) const ANALYSIS_ELECTION: &str = "istio-analyze-leader";
 /// istiod's election for Ingress status (`IngressController`).
 pub(super) const INGRESS_ELECTION: &str = "istio-leader";
 

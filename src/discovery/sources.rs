@@ -63,6 +63,13 @@ pub(super) struct State {
     /// Where the nodes to untaint go, with the istio-cni pods' namespace
     /// and the taint (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`).
     pub(super) untaint: Option<super::untaint::Desired>,
+    /// Where the analysis messages go as statuses (`PILOT_ENABLE_ANALYSIS`
+    /// in a cluster: the `istio-analyze-leader` writes them).
+    pub(super) analysis_status:
+        Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
+    /// `PILOT_ENABLE_ANALYSIS`: the last messages, by object path (logged
+    /// when new; an object whose messages went away is written empty).
+    pub(super) analysis: Option<BTreeMap<String, Vec<istiod_config::analysis::Message>>>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
@@ -146,6 +153,57 @@ fn endpoints_without_pods(
         }
     }
     out
+}
+
+/// istiod's in-cluster analysis: the messages in `/debug/config_report`,
+/// new ones logged (`Configuration analysis: ...`), and, in a cluster,
+/// each object's `status.validationMessages` (emptied where its messages
+/// went away).
+fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, configz: &mut Value) {
+    let mut s = state.borrow_mut();
+    let Some(previous) = s.analysis.take() else { return };
+    let messages = istiod_config::analysis::analyze(&objects.istio, &objects.gateway_api);
+    let mut by_path: BTreeMap<String, Vec<istiod_config::analysis::Message>> = BTreeMap::new();
+    for m in messages {
+        let Some((g, v, _, plural)) = istiod_config::objects::KINDS.iter().find(|k| k.2 == m.kind) else { continue };
+        by_path.entry(format!("/apis/{g}/{v}/namespaces/{}/{plural}/{}", m.namespace, m.name)).or_default().push(m);
+    }
+    for m in by_path.values().flatten() {
+        if !previous.values().flatten().any(|p| p == m) {
+            let line = format!("Configuration analysis: {}", m.line());
+            match m.level {
+                "Error" => tracing::error!(target: "analysis", "{line}"),
+                "Warning" => tracing::warn!(target: "analysis", "{line}"),
+                _ => tracing::info!(target: "analysis", "{line}"),
+            }
+        }
+    }
+    configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
+    if let Some(tx) = &s.analysis_status {
+        let mut statuses: Vec<istiod_config::gateway_convert::ObjectStatus> = by_path
+            .iter()
+            .map(|(path, msgs)| istiod_config::gateway_convert::ObjectStatus {
+                path: path.clone(),
+                status: json!({"validationMessages": msgs.iter().map(|m| m.base()).collect::<Vec<_>>()}),
+                generation: None,
+            })
+            .collect();
+        for path in previous.keys().filter(|p| !by_path.contains_key(*p)) {
+            statuses.push(istiod_config::gateway_convert::ObjectStatus {
+                path: path.clone(),
+                status: json!({"validationMessages": []}),
+                generation: None,
+            });
+        }
+        tx.send_if_modified(|current| {
+            let changed = **current != statuses;
+            if changed {
+                *current = Arc::new(statuses);
+            }
+            changed
+        });
+    }
+    s.analysis = Some(by_path);
 }
 
 /// Rebuilds the model from `objects` and sends the resource changes.
@@ -407,6 +465,7 @@ pub(super) fn apply(
         tracing::warn!(target: "model", "read and not applied: {n}");
     }
     configz["notApplied"] = json!(not_applied);
+    analyze(state, &objects, &mut configz);
     // (Only when ServiceEntries may have changed.)
     let entries_changed = changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "ServiceEntry"));
     if let Some(tx) = state.borrow().ipallocate.as_ref().filter(|_| entries_changed) {

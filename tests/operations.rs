@@ -562,3 +562,61 @@ fn analysis_messages_are_written_to_the_objects_status() {
     api.apply("virtualservices", vs("v1"));
     wait_for("the messages emptied", Duration::from_secs(20), || messages() == serde_json::json!([]));
 }
+
+/// `COMPLIANCE_POLICY` holds for istiod-rs's JWKS client too: against a key
+/// set served over TLS 1.3 only, `fips-140-2` (TLS 1.2 only) fetches
+/// nothing, while the default policy fetches it (roots from `SSL_CERT_FILE`,
+/// as the system's are read).
+#[test]
+fn the_compliance_policy_holds_for_jwks_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let (ca_file, cert_file, key_file) =
+        (dir.path().join("ca.pem"), dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let mut peer = std::process::Command::new(python::python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_jwks_server.py"))
+        .args([&cert_file, &key_file])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
+    let uri = format!("https://127.0.0.1:{}/jwks.json", port.trim());
+    let mesh = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), mesh.path());
+    std::fs::write(
+        mesh.path().join("zz-remote-jwks.yaml"),
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: remote, namespace: bookinfo}}\n\
+             spec:\n  jwtRules:\n  - {{issuer: tls.example, jwksUri: \"{uri}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let fetched = |env: &[(&str, &str)]| {
+        let mut e = vec![("SSL_CERT_FILE", ca_file.to_str().unwrap())];
+        e.extend_from_slice(env);
+        let s = Server::start(mesh.path(), &[], &e, None);
+        let mut result = None;
+        wait_for("a JWKS fetch", Duration::from_secs(20), || {
+            let m = server::get(s.monitoring, "/metrics").unwrap().1;
+            let ok = series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some();
+            let failed = series(&m, "pilot_jwks_resolver_network_fetch_fail_total ").is_some();
+            result = (ok || failed).then_some(ok);
+            result.is_some()
+        });
+        result.unwrap()
+    };
+    assert!(fetched(&[]), "TLS 1.3 by default");
+    assert!(!fetched(&[("COMPLIANCE_POLICY", "fips-140-2")]), "fips-140-2 allows TLS 1.2 only");
+    let _ = peer.kill();
+    let _ = peer.wait();
+}

@@ -33,9 +33,21 @@ impl Default for Fetcher {
 
 impl Fetcher {
     pub fn new() -> Self {
+        use hyper_rustls::ConfigBuilderExt as _;
         let exec = hyper_util::rt::TokioExecutor::new();
-        let https = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-            Ok(b) => Some(Client::builder(exec.clone()).build(b.https_only().enable_http1().build())),
+        // `COMPLIANCE_POLICY` holds for these fetches too.
+        let (provider, versions) = istiod_xds::server::tls::client_provider();
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&versions)
+            .map_err(|e| e.to_string())
+            .and_then(|b| b.with_native_roots().map_err(|e| e.to_string()))
+            .map(|b| b.with_no_client_auth());
+        let https = match tls {
+            Ok(cfg) => {
+                let connector =
+                    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
+                Some(Client::builder(exec.clone()).build(connector))
+            }
             Err(e) => {
                 tracing::warn!(target: "authn", error = %e, "no root certificates: JWKS cannot be fetched over https");
                 None

@@ -161,6 +161,15 @@ impl TlsPolicy {
     }
 }
 
+/// What `COMPLIANCE_POLICY` leaves a TLS client (istiod-rs's JWKS
+/// fetches): its versions, suites and groups; `--tls-min-version` and
+/// `--tls-cipher-suites` are the servers' only, as in istiod.
+pub fn client_provider() -> (Arc<rustls::crypto::CryptoProvider>, Vec<&'static rustls::SupportedProtocolVersion>) {
+    let compliance = TlsPolicy { compliance: policy().compliance, ..TlsPolicy::default() };
+    let (p, versions) = compliance.provider();
+    (Arc::new(p), versions)
+}
+
 static POLICY: std::sync::RwLock<Option<TlsPolicy>> = std::sync::RwLock::new(None);
 
 /// Sets the policy every server configuration is built with from now on.

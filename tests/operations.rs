@@ -265,7 +265,9 @@ pub(crate) fn check_scrape(metrics: &str, names: &[&str]) {
 /// service does not exist (`provider_lookup_cluster_failures`); an
 /// endpoint naming a Pod that is not there (`endpoint_no_pod`,
 /// `pilot_k8s_endpoints_*`); a DNS ServiceEntry's subset selecting nothing
-/// (`pilot_dns_cluster_without_endpoints`).
+/// (`pilot_dns_cluster_without_endpoints`); two ServiceEntries of one host
+/// and port, two VirtualServices of one host (`pilot_duplicate_envoy_clusters`,
+/// `pilot_vservice_dup_domain`).
 #[test]
 fn istiods_metrics_are_counted_where_istiod_counts_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -290,7 +292,11 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
              apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: dns, namespace: bookinfo}}\n\
              spec: {{hosts: [api.example.com], ports: [{{number: 443, name: tls, protocol: TLS}}], resolution: DNS}}\n---\n\
              apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: dns, namespace: bookinfo}}\n\
-             spec: {{host: api.example.com, subsets: [{{name: none, labels: {{version: none}}}}]}}\n"
+             spec: {{host: api.example.com, subsets: [{{name: none, labels: {{version: none}}}}]}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: dns-again, namespace: default}}\n\
+             spec: {{hosts: [api.example.com], ports: [{{number: 443, name: tls, protocol: TLS}}], resolution: DNS}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: ratings-again, namespace: bookinfo}}\n\
+             spec: {{hosts: [ratings], http: [{{route: [{{destination: {{host: ratings}}}}]}}]}}\n"
         ),
     )
     .unwrap();
@@ -340,6 +346,8 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
     assert_eq!(series(&m, "pilot_k8s_endpoints_pending_pod "), Some(1.0));
     assert_eq!(series(&m, "pilot_k8s_endpoints_with_no_pods "), Some(1.0));
     assert_eq!(series(&m, "pilot_dns_cluster_without_endpoints "), Some(1.0), "the subset selecting nothing");
+    assert_eq!(series(&m, "pilot_duplicate_envoy_clusters "), Some(1.0), "api.example.com:443 twice");
+    assert_eq!(series(&m, "pilot_vservice_dup_domain "), Some(1.0), "ratings claimed twice");
     assert_eq!(
         series(&m, "pilot_total_rejected_configs{type=\"gateway\",name=\"bookinfo/conflict\"}"),
         Some(1.0),
@@ -363,6 +371,8 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
             "pilot_k8s_endpoints_pending_pod",
             "pilot_k8s_endpoints_with_no_pods",
             "pilot_dns_cluster_without_endpoints",
+            "pilot_duplicate_envoy_clusters",
+            "pilot_vservice_dup_domain",
         ],
     );
 }

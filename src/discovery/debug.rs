@@ -609,6 +609,17 @@ pub(super) async fn monitoring(
             *versions.entry(v.clone()).or_default() += n.as_u64().unwrap_or(0);
         }
     }
+    // Duplicate clusters and domains, from the configuration in force.
+    {
+        let domain = model.as_ref().map_or_else(|| "cluster.local".to_owned(), |m| m.domain.clone());
+        let (clusters, domains) = super::debugz::duplicates(&state.borrow().config.0, &domain);
+        out.gauge(
+            "pilot_duplicate_envoy_clusters",
+            "Duplicate envoy clusters caused by service entries with same hostname",
+            [(vec![], clusters as f64)],
+        );
+        out.gauge("pilot_vservice_dup_domain", "Virtual services with dup domains.", [(vec![], domains as f64)]);
+    }
     // istiod's endpoint resync metrics: endpoints naming a Pod not known.
     {
         let s = state.borrow();

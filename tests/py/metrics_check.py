@@ -96,6 +96,8 @@ ISTIOD = {
     "galley_validation_config_updates": ("counter", set()),
     "galley_validation_config_update_error": ("counter", {"reason"}),
     "controller_sync_errors_total": ("counter", {"cluster"}),
+    "pilot_duplicate_envoy_clusters": ("gauge", set()),
+    "pilot_vservice_dup_domain": ("gauge", set()),
 }
 
 # Present in every scrape of a serving istiod-rs with connected proxies.

@@ -555,6 +555,40 @@ pub(super) fn explain(
     })
 }
 
+/// istiod's `pilot_duplicate_envoy_clusters` and `pilot_vservice_dup_domain`,
+/// counted from the configuration where istiod counts them per proxy
+/// build: the (host, port) clusters more than one ServiceEntry declares,
+/// and the hosts more than one mesh VirtualService claims (the later ones'
+/// virtual hosts are dropped, istiod's `dedupeDomains`).
+pub(super) fn duplicates(istio: &[IstioObject], domain: &str) -> (usize, usize) {
+    let mut clusters: BTreeMap<(String, u32), usize> = BTreeMap::new();
+    let mut hosts: BTreeMap<String, usize> = BTreeMap::new();
+    for o in istio {
+        let ns = o.meta.ns();
+        match &o.spec {
+            IstioSpec::ServiceEntry(se) => {
+                for h in &se.hosts {
+                    for p in &se.ports {
+                        *clusters.entry((h.clone(), p.number)).or_default() += 1;
+                    }
+                }
+            }
+            IstioSpec::VirtualService(vs) if vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh") => {
+                for h in &vs.hosts {
+                    let fqdn = if h.contains('.') || h.starts_with('*') {
+                        h.clone()
+                    } else {
+                        format!("{h}.{ns}.svc.{domain}")
+                    };
+                    *hosts.entry(fqdn).or_default() += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    (clusters.values().filter(|n| **n > 1).count(), hosts.values().filter(|n| **n > 1).count())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -685,38 +719,4 @@ mod tests {
         assert_eq!(conflicts.keys().collect::<Vec<_>>(), ["240.0.0.1:5432"]);
         assert!(conflicts["240.0.0.1:5432"].message.contains("RejectedTCP=b.example"), "{conflicts:?}");
     }
-}
-
-/// istiod's `pilot_duplicate_envoy_clusters` and `pilot_vservice_dup_domain`,
-/// counted from the configuration where istiod counts them per proxy
-/// build: the (host, port) clusters more than one ServiceEntry declares,
-/// and the hosts more than one mesh VirtualService claims (the later ones'
-/// virtual hosts are dropped, istiod's `dedupeDomains`).
-pub(super) fn duplicates(istio: &[IstioObject], domain: &str) -> (usize, usize) {
-    let mut clusters: BTreeMap<(String, u32), usize> = BTreeMap::new();
-    let mut hosts: BTreeMap<String, usize> = BTreeMap::new();
-    for o in istio {
-        let ns = o.meta.ns();
-        match &o.spec {
-            IstioSpec::ServiceEntry(se) => {
-                for h in &se.hosts {
-                    for p in &se.ports {
-                        *clusters.entry((h.clone(), p.number)).or_default() += 1;
-                    }
-                }
-            }
-            IstioSpec::VirtualService(vs) if vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh") => {
-                for h in &vs.hosts {
-                    let fqdn = if h.contains('.') || h.starts_with('*') {
-                        h.clone()
-                    } else {
-                        format!("{h}.{ns}.svc.{domain}")
-                    };
-                    *hosts.entry(fqdn).or_default() += 1;
-                }
-            }
-            _ => {}
-        }
-    }
-    (clusters.values().filter(|n| **n > 1).count(), hosts.values().filter(|n| **n > 1).count())
 }

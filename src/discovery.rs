@@ -97,6 +97,30 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 }
 
 /// Runs the server until SIGINT or SIGTERM.
+/// A webhook request on the HTTP port (`--httpsAddr=""`), answered by the
+/// webhooks' own handler.
+async fn webhook_on_http(hooks: Rc<istiod_webhook::Webhooks>, req: http::Request) -> http::Response {
+    let mut uri = req.path.clone();
+    if !req.query.is_empty() {
+        let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        uri = format!("{uri}?{}", q.join("&"));
+    }
+    let mut r = ::http::Request::new(http_body_util::Full::new(req.body));
+    *r.method_mut() = ::http::Method::POST;
+    if let Ok(u) = uri.parse() {
+        *r.uri_mut() = u;
+    }
+    if let Some(ct) = req.content_type.as_deref().and_then(|c| ::http::HeaderValue::from_str(c).ok()) {
+        r.headers_mut().insert(::http::header::CONTENT_TYPE, ct);
+    }
+    let resp = istiod_webhook::handle_plain(hooks, r).await;
+    let status = resp.status().as_u16();
+    let json =
+        resp.headers().get(::http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let body = http_body_util::BodyExt::collect(resp.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
+    http::Response { status, content_type: if json { "application/json" } else { "text/plain; charset=utf-8" }, body }
+}
+
 pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
     istiod_ca::namespaces::set_configmap_name(&config.ca_cert_configmap);
@@ -339,7 +363,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         None => None,
     };
     let webhooks = Rc::new(istiod_webhook::Webhooks::default());
-    let webhooks_served = https_listener.is_some();
+    // istiod serves the webhooks on its plaintext mux when `--httpsAddr`
+    // is empty.
+    let webhooks_on_http = config.listen.https.is_none() && http_listener.is_some();
+    let webhooks_served = https_listener.is_some() || webhooks_on_http;
     // istiod multiplexes gRPC on the HTTP port when `--grpcAddr` is empty:
     // cleartext HTTP/2 connections there go to the serving cores.
     let (grpc_on_http, grpc_handoff) = match (&config.listen.grpc, &http_listener) {
@@ -472,10 +499,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
             // Without a monitoring port, its handlers are on this one
             // (istiod's shared mux).
             let shared = monitoring_listener.is_none().then(|| (ca_signing.clone(), webhooks.clone()));
+            let hooks = webhooks_on_http.then(|| webhooks.clone());
             let handler: http::Handler = Rc::new(move |req| {
                 let dbg = dbg2.clone();
                 let shared = shared.clone();
+                let hooks = hooks.clone();
                 Box::pin(async move {
+                    if req.method == ::http::Method::POST {
+                        return match hooks {
+                            Some(hooks) if req.path == "/validate" || req.path == "/validate/" || req.path.starts_with("/inject") => {
+                                webhook_on_http(hooks, req).await
+                            }
+                            _ => http::Response::text(405, "only GET and HEAD are supported here\n"),
+                        };
+                    }
                     match shared {
                         Some((ca, hooks)) if req.path == "/metrics" || req.path == "/version" => {
                             monitoring(req, &dbg, ca.as_deref(), &hooks).await
@@ -488,7 +525,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let quick: http::Quick =
                 Arc::new(move |req| (req.path == "/ready").then(|| debug::readiness(&ready, &draining)));
             let addr = l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
-            let options = http::Options { put: false, grpc: grpc_on_http.clone() };
+            let options = http::Options { put: false, post: webhooks_on_http, grpc: grpc_on_http.clone() };
             http::spawn_with(l, "istiod-debug-http", handler, quick, options)
                 .map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", %addr, "serving debug HTTP");
@@ -508,7 +545,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let addr = l.local_addr()?;
                 let quick: http::Quick = Arc::new(move |req| Some(crate::control::ctrlz::answer(req, &scopes)));
                 let unused: http::Handler = Rc::new(|_| Box::pin(async { http::Response::text(404, "") }));
-                http::spawn_with(l, "istiod-ctrlz", unused, quick, http::Options { put: true, grpc: None }).map(|()| addr)
+                http::spawn_with(l, "istiod-ctrlz", unused, quick, http::Options { put: true, post: false, grpc: None }).map(|()| addr)
             });
             match started {
                 Ok(addr) => tracing::info!(target: "default", %addr, "ControlZ available"),

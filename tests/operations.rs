@@ -630,3 +630,40 @@ fn the_compliance_policy_holds_for_jwks_fetches() {
     let _ = peer.kill();
     let _ = peer.wait();
 }
+
+/// `--httpsAddr=""` moves the webhooks to the HTTP port in plaintext, as
+/// istiod's shared mux serves them: an AdmissionReview of an invalid
+/// VirtualService posted to 8080 is refused with the validator's words,
+/// a valid one allowed; other POSTs there are refused.
+#[test]
+fn an_empty_https_address_serves_the_webhooks_on_the_http_port() {
+    let s = Server::start(std::path::Path::new(BOOKINFO), &["--httpsAddr", ""], &[], None);
+    let review = |weight: i64| {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "networking.istio.io", "version": "v1", "kind": "VirtualService"},
+                "resource": {"group": "networking.istio.io", "version": "v1", "resource": "virtualservices"},
+                "namespace": "bookinfo", "operation": "CREATE",
+                "object": {"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                    "metadata": {"name": "reviews", "namespace": "bookinfo"},
+                    "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}, "weight": weight}]}]}},
+            },
+        })
+        .to_string()
+    };
+    let post = |body: &str, path: &str| {
+        let (status, body) = request(s.http, "POST", path, body, Duration::from_secs(10));
+        (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap_or(serde_json::Value::Null))
+    };
+    let (status, ok) = post(&review(100), "/validate");
+    assert_eq!((status, &ok["response"]), (200, &serde_json::json!({"uid": "u-1", "allowed": true})), "{ok}");
+    let (_, bad) = post(&review(-5), "/validate");
+    assert_eq!(bad["response"]["allowed"], false, "{bad}");
+    let msg = bad["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("configuration is invalid: ") && msg.contains("spec.http[0].route[0].weight"), "{msg}");
+    assert_eq!(post("{}", "/debug/syncz").0, 405);
+    // GET on the same port as before.
+    assert_eq!(server::get(s.http, "/ready").unwrap().0, 200);
+}

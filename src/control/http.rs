@@ -59,10 +59,12 @@ pub struct Request {
     /// The `Authorization: Bearer` token, if any (debug callers not on
     /// loopback authenticate with it, as xDS callers do).
     pub bearer: Option<String>,
-    /// `GET`, `HEAD`, or `PUT` where the listener takes it.
+    /// `GET`, `HEAD`, or `PUT`/`POST` where the listener takes them.
     pub method: http::Method,
-    /// The body of a `PUT` (empty otherwise).
+    /// The body of a `PUT` or `POST` (empty otherwise).
     pub body: Bytes,
+    /// Its `Content-Type`.
+    pub content_type: Option<String>,
 }
 
 impl Request {
@@ -153,6 +155,9 @@ pub fn spawn(listener: std::net::TcpListener, name: &str, handler: Handler, quic
 pub struct Options {
     /// `PUT` requests, bodies of [`MAX_PUT_BODY`] at most (ControlZ).
     pub put: bool,
+    /// `POST` requests, bodies of the webhooks' limit at most (the
+    /// webhooks on the HTTP port, `--httpsAddr=""`).
+    pub post: bool,
     /// Cleartext HTTP/2 connections are handed to the xDS cores (gRPC on
     /// the HTTP port, `--grpcAddr=""`); HTTP/1.1 is served here.
     pub grpc: Option<async_channel::Sender<std::net::TcpStream>>,
@@ -199,7 +204,7 @@ pub fn spawn_with(
 /// Serves `listener` forever on the current (local) runtime, answering
 /// with `quick` or through `forward`.
 async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: Options) {
-    let put = options.put;
+    let (put, post) = (options.put, options.post);
     let conns = istiod_httpd::conns::Registry::new(istiod_httpd::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
@@ -236,7 +241,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
                 async move {
                     // Busy until the body is written (a slow reader of a
                     // large answer is not idle).
-                    let mut r = respond(req, peer, &forward, &quick, &large, put).await;
+                    let mut r = respond(req, peer, &forward, &quick, &large, (put, post)).await;
                     r.body_mut()._busy = Some(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -334,11 +339,14 @@ async fn respond(
     forward: &Forward,
     quick: &Quick,
     large: &Rc<std::cell::Cell<usize>>,
-    put: bool,
+    (put, post): (bool, bool),
 ) -> hyper::Response<Body> {
     use http_body_util::BodyExt as _;
     let method = req.method().clone();
-    let allowed = method == http::Method::GET || method == http::Method::HEAD || (put && method == http::Method::PUT);
+    let allowed = method == http::Method::GET
+        || method == http::Method::HEAD
+        || (put && method == http::Method::PUT)
+        || (post && method == http::Method::POST);
     let gzip = req
         .headers()
         .get_all(http::header::ACCEPT_ENCODING)
@@ -358,8 +366,11 @@ async fn respond(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::to_owned);
-        let body = if method == http::Method::PUT {
-            let limited = http_body_util::Limited::new(req.into_body(), MAX_PUT_BODY);
+        let content_type =
+            req.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body = if method == http::Method::PUT || method == http::Method::POST {
+            let max = if method == http::Method::POST { istiod_webhook::MAX_BODY } else { MAX_PUT_BODY };
+            let limited = http_body_util::Limited::new(req.into_body(), max);
             match tokio::time::timeout(HEADER_TIMEOUT, limited.collect()).await {
                 Ok(Ok(b)) => Some(b.to_bytes()),
                 Ok(Err(_)) => None,
@@ -371,16 +382,19 @@ async fn respond(
         match body {
             None => Response::text(413, format!("a request body of at most {MAX_PUT_BODY} bytes, sent at once\n")),
             Some(body) => {
-                answer(
-                    Request { peer: Some(peer), bearer, method: method.clone(), body, ..parse_target(&target) },
-                    forward,
-                    quick,
-                )
-                .await
+                let req = Request {
+                    peer: Some(peer),
+                    bearer,
+                    method: method.clone(),
+                    body,
+                    content_type,
+                    ..parse_target(&target)
+                };
+                answer(req, forward, quick).await
             }
         }
     };
-    finish(resp, &method, gzip, large, put)
+    finish(resp, &method, gzip, large, (put, post))
 }
 
 /// The answer of `quick`, or of the control thread.
@@ -412,7 +426,7 @@ fn finish(
     method: &http::Method,
     gzip: bool,
     large: &Rc<std::cell::Cell<usize>>,
-    put: bool,
+    (put, post): (bool, bool),
 ) -> hyper::Response<Body> {
     // Large answers held at once are bounded (slow readers).
     let slot = if resp.body.len() > LARGE_BODY {
@@ -434,8 +448,16 @@ fn finish(
         && resp.body.len() <= GZIP_BELOW
         && resp.content_type != "application/octet-stream";
     let mut out = build(resp, gzip, slot);
-    if *method != http::Method::GET && *method != http::Method::HEAD && (!put || *method != http::Method::PUT) {
-        let allow = if put { "GET, HEAD, PUT" } else { "GET, HEAD" };
+    let taken = *method == http::Method::GET
+        || *method == http::Method::HEAD
+        || (put && *method == http::Method::PUT)
+        || (post && *method == http::Method::POST);
+    if !taken {
+        let allow = match (put, post) {
+            (true, _) => "GET, HEAD, PUT",
+            (false, true) => "GET, HEAD, POST",
+            _ => "GET, HEAD",
+        };
         out.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
     }
     out
@@ -499,7 +521,15 @@ pub fn parse_target(target: &str) -> Request {
             (percent_decode(k), percent_decode(v))
         })
         .collect();
-    Request { path: path.to_owned(), query, peer: None, bearer: None, method: http::Method::GET, body: Bytes::new() }
+    Request {
+        path: path.to_owned(),
+        query,
+        peer: None,
+        bearer: None,
+        method: http::Method::GET,
+        body: Bytes::new(),
+        content_type: None,
+    }
 }
 
 fn percent_decode(s: &str) -> String {

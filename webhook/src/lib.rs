@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use istiod_xds::server::tls::Reloadable;
 
@@ -175,12 +174,26 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r
 }
 
+/// Answers one request of the HTTP port (`--httpsAddr=""`: istiod serves
+/// the webhooks on its plaintext mux then): `/inject...` and `/validate`,
+/// the body already read.
+pub async fn handle_plain(hooks: Rc<Webhooks>, req: Request<Full<Bytes>>) -> Response<Full<Bytes>> {
+    match handle(hooks, req, None).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    }
+}
+
 /// Answers one request.
-async fn handle(
+async fn handle<B>(
     hooks: Rc<Webhooks>,
-    req: Request<Incoming>,
-    requests: istiod_httpd::conns::Requests,
-) -> Result<Response<Body>, Infallible> {
+    req: Request<B>,
+    requests: Option<istiod_httpd::conns::Requests>,
+) -> Result<Response<Body>, Infallible>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let path = req.uri().path().to_owned();
     match path.as_str() {
         "/ready" => return Ok(text(StatusCode::OK, "")),
@@ -221,7 +234,7 @@ async fn handle(
     }
     // In flight from here: a body still arriving costs nothing, and its
     // connection may make room for a newcomer.
-    let _busy = requests.start();
+    let _busy = requests.as_ref().map(istiod_httpd::conns::Requests::start);
     if content_type != "application/json" {
         return fail(StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid Content-Type, want `application/json`".into());
     }
@@ -364,7 +377,7 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Reloadable, hooks: Rc
             let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
                 requests.seen();
-                handle(hooks.clone(), req, requests.clone())
+                handle(hooks.clone(), req, Some(requests.clone()))
             });
             let mut builder = hyper_util::server::conn::auto::Builder::new(istiod_httpd::LocalExec);
             builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT);

@@ -189,8 +189,12 @@ fn empty_addresses_move_their_services_to_the_http_port() {
         assert!(!r.resources.is_empty(), "CDS over the HTTP port");
         c
     });
-    // HTTP/1.1 on the same port: readiness, debug, metrics.
+    // HTTP/1.1 on the same port: readiness, debug, metrics; a client that
+    // sends nothing (its first bytes decide HTTP/2 or not) delays nobody.
+    let _silent = TcpStream::connect(s.http).unwrap();
+    let started = Instant::now();
     assert_eq!(server::get(s.http, "/ready").unwrap().0, 200);
+    assert!(started.elapsed() < Duration::from_secs(3), "answered while another connection is silent");
     let syncz = server::get(s.http, "/debug/syncz").unwrap().1;
     assert!(syncz.contains("app-7.default"), "the proxy on 8080 is listed: {syncz}");
     let (status, metrics) = server::get(s.http, "/metrics").unwrap();

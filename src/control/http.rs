@@ -224,17 +224,19 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
                 continue;
             }
         };
-        let stream = match &options.grpc {
-            Some(cores) => match hand_off_h2(stream, cores).await {
-                Some(s) => s,
-                None => continue,
-            },
-            None => stream,
-        };
         let place = conns.admit();
-        let _ = stream.set_nodelay(true);
-        let (forward, quick, large) = (forward.clone(), quick.clone(), large.clone());
+        let (forward, quick, large, grpc) = (forward.clone(), quick.clone(), large.clone(), options.grpc.clone());
         tokio::task::spawn_local(async move {
+            // Peeked on the connection's own task: a client slow to send
+            // its first bytes delays nobody else's accept.
+            let stream = match &grpc {
+                Some(cores) => match hand_off_h2(stream, cores).await {
+                    Some(s) => s,
+                    None => return,
+                },
+                None => stream,
+            };
+            let _ = stream.set_nodelay(true);
             let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
                 let (forward, quick, large, busy) = (forward.clone(), quick.clone(), large.clone(), requests.start());

@@ -200,7 +200,12 @@ impl Control {
         if let Some(m) = mesh {
             self.mesh = Some(m);
         }
-        if full && self.version > 0 {
+        if full && self.version == 0 {
+            // Nothing published yet: a forced push must not publish an
+            // empty model (and make the server ready) before the sources'.
+            return self.tick(now);
+        }
+        if full {
             // Forced: no debounce, every proxy, every type.
             self.pending_reasons.merge(&reasons);
             self.pending.extend(changes);

@@ -100,15 +100,11 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
 /// A webhook request on the HTTP port (`--httpsAddr=""`), answered by the
 /// webhooks' own handler.
 async fn webhook_on_http(hooks: Rc<istiod_webhook::Webhooks>, req: http::Request) -> http::Response {
-    let mut uri = req.path.clone();
-    if !req.query.is_empty() {
-        let q: Vec<String> = req.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        uri = format!("{uri}?{}", q.join("&"));
-    }
     let mut r = ::http::Request::new(http_body_util::Full::new(req.body));
     *r.method_mut() = ::http::Method::POST;
-    if let Ok(u) = uri.parse() {
-        *r.uri_mut() = u;
+    match req.target.parse() {
+        Ok(u) => *r.uri_mut() = u,
+        Err(_) => return http::Response::text(400, "invalid request target\n"),
     }
     if let Some(ct) = req.content_type.as_deref().and_then(|c| ::http::HeaderValue::from_str(c).ok()) {
         r.headers_mut().insert(::http::header::CONTENT_TYPE, ct);
@@ -590,7 +586,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         if let Some(client) = kube.as_ref().filter(|_| config.node_untaint.is_some()) {
             let (tx, rx) = tokio::sync::watch::channel(Arc::new(std::collections::BTreeSet::new()));
             let taint = config.node_untaint.clone().unwrap_or_default();
-            state.borrow_mut().untaint = Some((tx, config.identity.namespace.clone(), taint.clone()));
+            state.borrow_mut().untaint = Some((tx, config.identity.cni_namespace.clone(), taint.clone()));
             let cx = untaint::Context { api: istiod_kubewatch::kapi::Api::new(client.clone()), leadership: leadership.clone(), taint };
             tokio::task::spawn_local(untaint::run(cx, rx));
         }

@@ -285,6 +285,48 @@ impl FakeApi {
         (200, stored)
     }
 
+    /// An RFC 6902 JSON patch (the `test`, `replace`, `add` and `remove`
+    /// operations at JSON pointers): a failed `test` answers 422, as the API
+    /// server does, and nothing is changed.
+    fn json_patch(&self, r: &Resource, ns: &str, name: &str, body: &[u8]) -> (u16, Value) {
+        let Ok(Value::Array(ops)) = serde_json::from_slice::<Value>(body) else {
+            return (400, status_json(400, "BadRequest", "the body is not a JSON patch"));
+        };
+        let mut s = self.lock();
+        let key = (r.plural, ns.to_owned(), name.to_owned());
+        let Some(mut object) = s.objects.get(&key).cloned() else {
+            return (404, status_json(404, "NotFound", &format!("{} {name:?} not found", r.plural)));
+        };
+        for op in &ops {
+            let path = op["path"].as_str().unwrap_or_default();
+            let (parent, last) = path.rsplit_once('/').unwrap_or(("", path));
+            let ok = match op["op"].as_str() {
+                Some("test") => object.pointer(path) == Some(&op["value"]),
+                Some("replace") => object.pointer_mut(path).map(|v| *v = op["value"].clone()).is_some(),
+                Some("add") => match object.pointer_mut(parent) {
+                    Some(Value::Object(m)) => {
+                        m.insert(last.to_owned(), op["value"].clone());
+                        true
+                    }
+                    _ => false,
+                },
+                Some("remove") => match object.pointer_mut(parent) {
+                    Some(Value::Object(m)) => m.remove(last).is_some(),
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !ok {
+                drop(s);
+                return (422, status_json(422, "Invalid", &format!("the JSON patch failed at {path}")));
+            }
+        }
+        let stored = Self::store_locked(&mut s, r, object);
+        drop(s);
+        self.changed.notify_waiters();
+        (200, stored)
+    }
+
     /// As the API server's authorizer answers a SubjectAccessReview.
     fn authorize(&self, review: &Value) -> Value {
         let mut s = self.lock();
@@ -720,11 +762,15 @@ impl FakeApi {
                 let (code, body) = self.apply_patch(&resource, ns.unwrap_or_default(), name, "", &params, &body);
                 return respond(&mut stream, code, &body).await;
             }
+            ("PATCH", ns, Some(name)) if content_type == "application/json-patch+json" => {
+                let (code, body) = self.json_patch(&resource, ns.unwrap_or_default(), name, &body);
+                return respond(&mut stream, code, &body).await;
+            }
             ("PATCH", _, _) => {
                 return respond(
                     &mut stream,
                     415,
-                    &status_json(415, "UnsupportedMediaType", "only server-side apply is served"),
+                    &status_json(415, "UnsupportedMediaType", "only server-side apply and JSON patches are served"),
                 )
                 .await;
             }

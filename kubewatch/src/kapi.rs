@@ -33,10 +33,20 @@ impl Api {
     }
 
     async fn send(&self, method: http::Method, path: &str, body: Option<&Value>) -> Result<Result<Value, u16>, String> {
+        self.send_as(method, path, body, "application/json").await
+    }
+
+    async fn send_as(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+        content_type: &str,
+    ) -> Result<Result<Value, u16>, String> {
         let mut req = http::Request::builder().method(method.clone()).uri(path);
         let body = match body {
             Some(b) => {
-                req = req.header("content-type", "application/json");
+                req = req.header("content-type", content_type);
                 serde_json::to_vec(b).unwrap_or_default()
             }
             None => Vec::new(),
@@ -45,8 +55,18 @@ impl Api {
         match tokio::time::timeout(TIMEOUT, self.client.request::<Value>(req)).await {
             Err(_) => Err(format!("{method} {path}: timed out")),
             Ok(Ok(v)) => Ok(Ok(v)),
-            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 404 | 409) => Ok(Err(status.code)),
+            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 404 | 409 | 422) => Ok(Err(status.code)),
             Ok(Err(e)) => Err(format!("{method} {path}: {e}")),
+        }
+    }
+
+    /// An RFC 6902 JSON patch of the object at `path` (`patch` verb): a
+    /// failed `test` operation (422) or a conflict is [`Write::Conflict`].
+    pub async fn json_patch(&self, path: &str, ops: &Value) -> Result<Write, String> {
+        match self.send_as(http::Method::PATCH, path, Some(ops), "application/json-patch+json").await? {
+            Ok(v) => Ok(Write::Done(v)),
+            Err(409 | 422) => Ok(Write::Conflict),
+            Err(code) => Err(format!("PATCH {path}: {code}")),
         }
     }
 

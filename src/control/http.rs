@@ -65,6 +65,8 @@ pub struct Request {
     pub body: Bytes,
     /// Its `Content-Type`.
     pub content_type: Option<String>,
+    /// The request target as sent (path and query, not decoded).
+    pub target: String,
 }
 
 impl Request {
@@ -211,6 +213,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
         idle: IDLE,
     });
     let large = Rc::new(std::cell::Cell::new(0));
+    let posts = Rc::new(std::cell::Cell::new(0));
     let mut failures = 0u64;
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -225,7 +228,8 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
             }
         };
         let place = conns.admit();
-        let (forward, quick, large, grpc) = (forward.clone(), quick.clone(), large.clone(), options.grpc.clone());
+        let (forward, quick, large, posts, grpc) =
+            (forward.clone(), quick.clone(), large.clone(), posts.clone(), options.grpc.clone());
         tokio::task::spawn_local(async move {
             // Peeked on the connection's own task: a client slow to send
             // its first bytes delays nobody else's accept.
@@ -239,11 +243,12 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
             let _ = stream.set_nodelay(true);
             let requests = place.requests();
             let service = hyper::service::service_fn(move |req| {
-                let (forward, quick, large, busy) = (forward.clone(), quick.clone(), large.clone(), requests.start());
+                let (forward, quick, large, posts, busy) =
+                    (forward.clone(), quick.clone(), large.clone(), posts.clone(), requests.start());
                 async move {
                     // Busy until the body is written (a slow reader of a
                     // large answer is not idle).
-                    let mut r = respond(req, peer, &forward, &quick, &large, (put, post)).await;
+                    let mut r = respond(req, peer, &forward, &quick, &large, &posts, (put, post)).await;
                     r.body_mut()._busy = Some(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -319,17 +324,17 @@ async fn hand_off_h2(
     None
 }
 
+/// POST requests (webhook reviews) whose bodies are held at once, per
+/// listener.
+const MAX_POSTS: usize = 16;
+
 /// A `PUT` body's size at most.
 pub const MAX_PUT_BODY: usize = 64 * 1024;
 
 /// How long a request may wait for its answer: a CPU profile takes the
 /// seconds it asks for.
 fn answer_timeout(req: &Request) -> Duration {
-    let profile = if req.path == "/debug/pprof/profile" {
-        req.param("seconds").and_then(|s| s.parse::<u64>().ok()).unwrap_or(30)
-    } else {
-        0
-    };
+    let profile = if req.path == "/debug/pprof/profile" { crate::control::pprof::seconds(req) } else { 0 };
     FORWARD_TIMEOUT + Duration::from_secs(profile.min(crate::control::pprof::MAX_SECONDS))
 }
 
@@ -341,6 +346,7 @@ async fn respond(
     forward: &Forward,
     quick: &Quick,
     large: &Rc<std::cell::Cell<usize>>,
+    posts: &Rc<std::cell::Cell<usize>>,
     (put, post): (bool, bool),
 ) -> hyper::Response<Body> {
     use http_body_util::BodyExt as _;
@@ -370,20 +376,33 @@ async fn respond(
             .map(str::to_owned);
         let content_type =
             req.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let body = if method == http::Method::PUT || method == http::Method::POST {
+        let path = req.uri().path();
+        let webhook_path = path == "/validate" || path == "/validate/" || path.starts_with("/inject");
+        // POST bodies (webhook reviews, up to 6 MiB) are read for the
+        // webhooks' paths only, a few at once.
+        let _posting = if method == http::Method::POST { Slot::take(posts, MAX_POSTS) } else { None };
+        let body = if method == http::Method::POST && !webhook_path {
+            Err(Response::text(405, "only GET and HEAD are supported here\n"))
+        } else if method == http::Method::POST && _posting.is_none() {
+            Err(Response::text(503, format!("more than {MAX_POSTS} webhook requests in flight; retry\n")))
+        } else if method == http::Method::PUT || method == http::Method::POST {
             let max = if method == http::Method::POST { istiod_webhook::MAX_BODY } else { MAX_PUT_BODY };
             let limited = http_body_util::Limited::new(req.into_body(), max);
             match tokio::time::timeout(HEADER_TIMEOUT, limited.collect()).await {
-                Ok(Ok(b)) => Some(b.to_bytes()),
-                Ok(Err(_)) => None,
-                Err(_) => None,
+                Ok(Ok(b)) => Ok(b.to_bytes()),
+                // istiod's webhooks: apimachinery's RequestEntityTooLarge text, 400.
+                Ok(Err(_)) if method == http::Method::POST => {
+                    Err(Response::text(400, format!("Request entity too large: limit is {max}\n")))
+                }
+                Ok(Err(_)) => Err(Response::text(413, format!("a request body of at most {max} bytes\n"))),
+                Err(_) => Err(Response::text(408, format!("the body did not arrive within {HEADER_TIMEOUT:?}\n"))),
             }
         } else {
-            Some(Bytes::new())
+            Ok(Bytes::new())
         };
         match body {
-            None => Response::text(413, format!("a request body of at most {MAX_PUT_BODY} bytes, sent at once\n")),
-            Some(body) => {
+            Err(refusal) => refusal,
+            Ok(body) => {
                 let req = Request {
                     peer: Some(peer),
                     bearer,
@@ -531,6 +550,7 @@ pub fn parse_target(target: &str) -> Request {
         method: http::Method::GET,
         body: Bytes::new(),
         content_type: None,
+        target: target.to_owned(),
     }
 }
 

@@ -48,23 +48,37 @@ fn index() -> Response {
     )
 }
 
+/// The seconds a profile request asks for (Go's: 30 unless a positive
+/// number is given).
+pub fn seconds(req: &Request) -> u64 {
+    req.param("seconds").and_then(|s| s.parse::<i64>().ok()).filter(|s| *s > 0).map_or(30, |s| s as u64)
+}
+
+/// Clears [`RUNNING`] however the profile ends (a panic included).
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
+
 async fn profile(req: &Request) -> Response {
-    let seconds = req.param("seconds").and_then(|s| s.parse::<i64>().ok()).filter(|s| *s > 0).unwrap_or(30);
-    if seconds as u64 > MAX_SECONDS {
+    let seconds = seconds(req);
+    if seconds > MAX_SECONDS {
         return Response::text(400, "profile duration exceeds server's WriteTimeout\n");
     }
     if RUNNING.swap(true, Ordering::AcqRel) {
         return Response::text(500, "Could not enable CPU profiling: cpu profiling already in use\n");
     }
+    let running = Running;
     let (tx, rx) = tokio::sync::oneshot::channel();
     // Sampled, symbolized and encoded off the control thread.
     let spawned = std::thread::Builder::new().name("istiod-pprof".into()).spawn(move || {
-        let out = run(Duration::from_secs(seconds as u64));
-        RUNNING.store(false, Ordering::Release);
-        let _ = tx.send(out);
+        let _running = running;
+        let _ = tx.send(run(Duration::from_secs(seconds)));
     });
     if let Err(e) = spawned {
-        RUNNING.store(false, Ordering::Release);
         return Response::text(500, format!("Could not enable CPU profiling: {e}\n"));
     }
     match rx.await {

@@ -648,6 +648,16 @@ pub(super) async fn monitoring(
         "Total number of xds cache xdsCacheReads.",
         [("hit", hits), ("miss", misses)].map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
     );
+    let evicted = |k: &str| stats.iter().map(|s| s["cache"][k].as_u64().unwrap_or(0)).sum::<u64>();
+    let evictions: Vec<(&str, u64)> = [("clear", evicted("evicted_clear")), ("size", evicted("evicted_size"))]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    out.counter(
+        "xds_cache_evictions",
+        "Total number of xds cache evictions.",
+        evictions.into_iter().map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
+    );
     out.gauge(
         "pilot_xds",
         "Number of endpoints connected to this pilot using XDS.",

@@ -46,9 +46,20 @@ const EVERY: Duration = Duration::from_secs(2);
 
 const PATH: &str = "/apis/gateway.networking.k8s.io/v1/gatewayclasses";
 
+/// A class that could not be created is asked for again after this.
+const AGAIN: Duration = Duration::from_secs(60);
+/// A class created (or found created) is expected in the watched objects
+/// within this; asked for again after it if not.
+const SEEN_SOON: Duration = Duration::from_secs(8);
+
 /// Creates the missing classes, for as long as the control thread runs.
 pub(super) async fn run(api: Api, state: Rc<RefCell<State>>, classes: Vec<Class>) {
     let mut crd_missing_logged = false;
+    // Classes asked for and not seen yet in the watched objects: not asked
+    // again for a while (a class the filters hide, or refused by RBAC,
+    // would otherwise cost a write every round).
+    let mut asked: std::collections::BTreeMap<&'static str, tokio::time::Instant> = Default::default();
+    let now = tokio::time::Instant::now;
     loop {
         tokio::time::sleep(EVERY).await;
         // Only once the objects were read: the classes that exist are known.
@@ -64,9 +75,12 @@ pub(super) async fn run(api: Api, state: Rc<RefCell<State>>, classes: Vec<Class>
                 .filter(|o| matches!(o.spec, GatewayApiSpec::GatewayClass(_)))
                 .map(|o| o.meta.name.as_str())
                 .collect();
-            classes.iter().copied().filter(|c| !present.contains(c.0)).collect()
+            asked.retain(|name, until| !present.contains(name) && now() < *until);
+            classes.iter().copied().filter(|c| !present.contains(c.0) && !asked.contains_key(c.0)).collect()
         };
         for (name, controller, description) in missing {
+            // Written (or someone else's): the watch shows it soon.
+            asked.insert(name, now() + SEEN_SOON);
             let class = json!({
                 "apiVersion": "gateway.networking.k8s.io/v1",
                 "kind": "GatewayClass",
@@ -80,13 +94,17 @@ pub(super) async fn run(api: Api, state: Rc<RefCell<State>>, classes: Vec<Class>
                 }
                 // No GatewayClass CRD (yet): istiod waits for it.
                 Err(e) if e.contains("404") => {
+                    asked.insert(name, now() + AGAIN);
                     if !crd_missing_logged {
                         tracing::info!(target: "model", "GatewayClass CRD not installed: no GatewayClass created until it is");
                         crd_missing_logged = true;
                     }
                     break;
                 }
-                Err(e) => tracing::warn!(target: "model", class = name, error = %e, "cannot create GatewayClass"),
+                Err(e) => {
+                    asked.insert(name, now() + AGAIN);
+                    tracing::warn!(target: "model", class = name, error = %e, "cannot create GatewayClass")
+                }
             }
         }
     }

@@ -70,6 +70,10 @@ pub(super) struct State {
     /// `PILOT_ENABLE_ANALYSIS`: the last messages, by object path (logged
     /// when new; an object whose messages went away is written empty).
     pub(super) analysis: Option<BTreeMap<String, Vec<istiod_config::analysis::Message>>>,
+    /// Every object that had analysis messages while this replica ran:
+    /// its status is kept emptied while it has none (the writer writes a
+    /// status once per change, and only while it leads).
+    pub(super) analysis_ever: std::collections::BTreeSet<String>,
     /// Where the Gateway API statuses go (the elected replica writes them).
     pub(super) gateway_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
@@ -179,6 +183,7 @@ fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, co
         }
     }
     configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
+    s.analysis_ever.extend(by_path.keys().cloned());
     if let Some(tx) = &s.analysis_status {
         let mut statuses: Vec<istiod_config::gateway_convert::ObjectStatus> = by_path
             .iter()
@@ -188,7 +193,7 @@ fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, co
                 generation: None,
             })
             .collect();
-        for path in previous.keys().filter(|p| !by_path.contains_key(*p)) {
+        for path in s.analysis_ever.iter().filter(|p| !by_path.contains_key(*p)) {
             statuses.push(istiod_config::gateway_convert::ObjectStatus {
                 path: path.clone(),
                 status: json!({"validationMessages": []}),

@@ -3,10 +3,9 @@
 //! a readiness taint (`PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME`,
 //! `cni.istio.io/not-ready`) so that no pod is scheduled before the CNI
 //! plugin runs there; once the node's `istio-cni-node` pod (label
-//! `k8s-app: istio-cni-node`, in istiod's namespace) is ready, the replica
-//! holding the `istio-node-untaint` lock removes the taint. The write is
-//! conditional on the node's resource version, as istiod's patch tests the
-//! taints it read.
+//! `k8s-app: istio-cni-node`, in `--cniNamespace`, else istiod's) is
+//! ready, the replica holding the `istio-node-untaint` lock removes the
+//! taint with istiod's JSON patch, which tests the taints it read.
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -86,22 +85,26 @@ pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<BTreeSet<S
 }
 
 /// istiod's `removeReadinessTaint`: every taint of that key removed, the
-/// rest kept; written only if the node did not change since it was read.
+/// rest kept, as istiod's JSON patch (the `patch` verb its RBAC grants):
+/// a `test` of the taints read, then their `replace`.
 async fn untaint(api: &Api, node: &str, taint: &str) -> Result<(), String> {
     let path = format!("/api/v1/nodes/{node}");
-    let Some(mut n) = api.get(&path).await? else { return Ok(()) };
+    let Some(n) = api.get(&path).await? else { return Ok(()) };
     let taints: Vec<Value> = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
     let kept: Vec<Value> = taints.iter().filter(|t| t["key"] != taint).cloned().collect();
     if kept.len() == taints.len() {
         return Ok(());
     }
-    n["spec"]["taints"] = json!(kept);
-    match api.replace(&path, &n).await? {
+    let ops = json!([
+        {"op": "test", "path": "/spec/taints", "value": taints},
+        {"op": "replace", "path": "/spec/taints", "value": kept},
+    ]);
+    match api.json_patch(&path, &ops).await? {
         Write::Done(_) => {
             tracing::info!(target: "untaint", node, "removed readiness taint from node");
             Ok(())
         }
-        // Changed meanwhile: read again next round.
+        // The taints changed meanwhile: read again next round.
         Write::Conflict => Ok(()),
     }
 }

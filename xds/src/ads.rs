@@ -1060,7 +1060,13 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     "classes": self.classes.len(),
                     "pushes": self.pushes,
                     "nacks": self.nacks,
-                    "cache": { "entries": self.cache.len(), "hits": self.cache.hits, "misses": self.cache.misses },
+                    "cache": {
+                        "entries": self.cache.len(),
+                        "hits": self.cache.hits,
+                        "misses": self.cache.misses,
+                        "evicted_clear": self.cache.evicted_clear,
+                        "evicted_size": self.cache.evicted_size,
+                    },
                     "convergence_us": {
                         "count": h.len(),
                         "p50": h.value_at_quantile(0.5),

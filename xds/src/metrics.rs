@@ -176,7 +176,7 @@ pub fn cache_size() -> (i64, i64) {
 /// configuration patched, a key set fetched, a gateway server rejected):
 /// (name, help, counter or gauge). A family shows once it has a series,
 /// as istiod's exporter shows an instrument once it was recorded.
-pub const EVENT_FAMILIES: [(&str, &str, bool); 10] = [
+pub const EVENT_FAMILIES: [(&str, &str, bool); 9] = [
     ("webhook_patch_attempts_total", "Webhook patching attempts", true),
     ("webhook_patch_retries_total", "Webhook patching retries", true),
     ("webhook_patch_failures_total", "Webhook patching total failures", true),
@@ -194,7 +194,6 @@ pub const EVENT_FAMILIES: [(&str, &str, bool); 10] = [
         true,
     ),
     ("pilot_total_rejected_configs", "Total number of configs that Pilot had to reject or ignore.", true),
-    ("xds_cache_evictions", "Total number of xds cache evictions.", true),
 ];
 
 /// The series of [`EVENT_FAMILIES`], by family index and labels.

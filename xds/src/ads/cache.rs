@@ -115,6 +115,11 @@ pub struct Cache<C = ()> {
     pub hits: u64,
     /// Lookups that generated.
     pub misses: u64,
+    /// Entries dropped because their inputs changed or their class went
+    /// (`xds_cache_evictions{type="clear"}`).
+    pub evicted_clear: u64,
+    /// Entries dropped by the size bound (`{type="size"}`).
+    pub evicted_size: u64,
 }
 
 impl<C> Default for Cache<C> {
@@ -130,6 +135,8 @@ impl<C> Default for Cache<C> {
             aliases: HashMap::new(),
             hits: 0,
             misses: 0,
+            evicted_clear: 0,
+            evicted_size: 0,
         }
     }
 }
@@ -140,14 +147,6 @@ impl<C> Cache<C> {
         let bytes: i64 = self.map.values().map(|(_, e)| e.any.len() as i64).sum();
         crate::metrics::cache_delta(-(self.map.len() as i64), -bytes);
         self.map.clear();
-    }
-}
-
-/// `xds_cache_evictions{type}`: `clear` for entries whose inputs changed
-/// or whose classes are gone, `size` for the bound.
-fn evicted(kind: &str, n: i64) {
-    if n > 0 {
-        crate::metrics::add_event("xds_cache_evictions", crate::metrics::label("type", kind), n as f64);
     }
 }
 
@@ -250,14 +249,14 @@ impl<C: super::Class> Cache<C> {
         };
         let e = Encoded { any: wire::any(kind.type_url(), &body), version: version.into() };
         if self.map.len() >= MAX_ENTRIES {
-            evicted("size", self.map.len() as i64);
+            self.evicted_size += self.map.len() as u64;
             self.clear_map();
         }
         let len = e.any.len() as i64;
         match self.map.insert(key, (input, e.clone())) {
             Some((_, old)) => {
                 // Its inputs changed: istiod's cache clears such keys.
-                evicted("clear", 1);
+                self.evicted_clear += 1;
                 crate::metrics::cache_delta(0, len - old.any.len() as i64)
             }
             None => crate::metrics::cache_delta(1, len),
@@ -386,7 +385,7 @@ impl<C: super::Class> Cache<C> {
             keep
         });
         crate::metrics::cache_delta(-entries, -bytes);
-        evicted("clear", entries);
+        self.evicted_clear += entries as u64;
         self.shared_wildcard.retain(|(_, c), _| kept.contains(&ptr(c)));
     }
 
@@ -399,7 +398,7 @@ impl<C: super::Class> Cache<C> {
     /// istiod's `ClearAll`); returns how many entries there were.
     pub fn clear_all(&mut self) -> usize {
         let n = self.map.len();
-        evicted("clear", n as i64);
+        self.evicted_clear += n as u64;
         self.clear_map();
         self.memo = Memo::default();
         n

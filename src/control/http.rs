@@ -1,9 +1,12 @@
-//! The control thread's HTTP server for the debug (`--httpAddr`) and
-//! monitoring (`--monitoringAddr`) ports, on hyper: HTTP/1.1 with
-//! keep-alive (Prometheus scrapes reuse their connection) and h2 (prior
-//! knowledge), GET and HEAD, gzip when the client accepts it, bounded
-//! connections, header size and time, and large answers in flight. These
-//! ports serve operators and Prometheus, not proxies.
+//! The control thread's HTTP server for the debug (`--httpAddr`),
+//! monitoring (`--monitoringAddr`) and ControlZ (`--ctrlz_port`) ports, on
+//! hyper: HTTP/1.1 with keep-alive (Prometheus scrapes reuse their
+//! connection) and h2 (prior knowledge), GET and HEAD (PUT for ControlZ,
+//! POST of webhook reviews where the webhooks moved here), gzip when the
+//! client accepts it, bounded connections, header size and time, bodies,
+//! and large answers in flight. With `--grpcAddr=""` the debug port hands
+//! cleartext HTTP/2 connections to the xDS cores. These ports serve
+//! operators and Prometheus, not proxies.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -244,6 +244,14 @@ fn kinds_are_read_as_the_resource_switches_say() {
     );
 }
 
+/// The bookinfo example's productpage sidecar.
+fn productpage() -> istiod_proto::envoy::config::core::v3::Node {
+    istiod_proto::envoy::config::core::v3::Node {
+        id: "sidecar~10.244.1.10~productpage-v1-5f7c9d8b46-q7xkz.bookinfo~bookinfo.svc.cluster.local".into(),
+        ..Default::default()
+    }
+}
+
 /// The value of the series whose line starts with `prefix`.
 pub(crate) fn series(metrics: &str, prefix: &str) -> Option<f64> {
     metrics.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
@@ -313,10 +321,7 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
     .unwrap();
     let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &[], None);
     let rt = client::runtime();
-    let node = istiod_proto::envoy::config::core::v3::Node {
-        id: "sidecar~10.244.1.10~productpage-v1-5f7c9d8b46-q7xkz.bookinfo~bookinfo.svc.cluster.local".into(),
-        ..Default::default()
-    };
+    let node = productpage();
     let mut c = rt.block_on(async {
         let mut c = client::connect(s.grpc, false).await;
         for t in [type_url::CLUSTER, type_url::LISTENER] {
@@ -388,10 +393,7 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
 fn cache_resources_pushcontext_and_push_debug_paths() {
     let s = Server::start(std::path::Path::new(BOOKINFO), &[], &[], None);
     let rt = client::runtime();
-    let node = istiod_proto::envoy::config::core::v3::Node {
-        id: "sidecar~10.244.1.10~productpage-v1-5f7c9d8b46-q7xkz.bookinfo~bookinfo.svc.cluster.local".into(),
-        ..Default::default()
-    };
+    let node = productpage();
     let mut c = rt.block_on(async {
         let mut c = client::connect(s.grpc, false).await;
         c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });

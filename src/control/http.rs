@@ -334,11 +334,22 @@ const MAX_POSTS: usize = 16;
 /// A `PUT` body's size at most.
 pub const MAX_PUT_BODY: usize = 64 * 1024;
 
+/// The longest CPU profile a request may ask for: the debug ports close a
+/// connection after a minute (Go refuses a profile longer than its
+/// server's write timeout the same way).
+pub const MAX_PROFILE_SECONDS: u64 = 45;
+
+/// The seconds a profile request (`/debug/pprof/profile?seconds=`) asks
+/// for: Go's 30 unless a positive number is given.
+pub fn profile_seconds(req: &Request) -> u64 {
+    req.param("seconds").and_then(|s| s.parse::<i64>().ok()).filter(|s| *s > 0).map_or(30, |s| s as u64)
+}
+
 /// How long a request may wait for its answer: a CPU profile takes the
 /// seconds it asks for.
 fn answer_timeout(req: &Request) -> Duration {
-    let profile = if req.path == "/debug/pprof/profile" { crate::control::pprof::seconds(req) } else { 0 };
-    FORWARD_TIMEOUT + Duration::from_secs(profile.min(crate::control::pprof::MAX_SECONDS))
+    let profile = if req.path == "/debug/pprof/profile" { profile_seconds(req) } else { 0 };
+    FORWARD_TIMEOUT + Duration::from_secs(profile.min(MAX_PROFILE_SECONDS))
 }
 
 /// Answers one request: GET or HEAD (and PUT where `put`), gzipped when

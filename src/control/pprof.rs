@@ -12,12 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use super::http::{Request, Response};
+use super::http::{MAX_PROFILE_SECONDS as MAX_SECONDS, Request, Response};
 
-/// The longest profile a request may ask for: the debug ports close a
-/// connection after a minute (Go refuses a profile longer than its
-/// server's write timeout the same way).
-pub const MAX_SECONDS: u64 = 45;
 /// Samples per second (Go's `runtime.SetCPUProfileRate` default).
 const HZ: i32 = 100;
 
@@ -48,12 +44,6 @@ fn index() -> Response {
     )
 }
 
-/// The seconds a profile request asks for (Go's: 30 unless a positive
-/// number is given).
-pub fn seconds(req: &Request) -> u64 {
-    req.param("seconds").and_then(|s| s.parse::<i64>().ok()).filter(|s| *s > 0).map_or(30, |s| s as u64)
-}
-
 /// Clears [`RUNNING`] however the profile ends (a panic included).
 struct Running;
 
@@ -64,7 +54,7 @@ impl Drop for Running {
 }
 
 async fn profile(req: &Request) -> Response {
-    let seconds = seconds(req);
+    let seconds = super::http::profile_seconds(req);
     if seconds > MAX_SECONDS {
         return Response::text(400, "profile duration exceeds server's WriteTimeout\n");
     }

@@ -96,6 +96,9 @@ pub struct Config {
     /// `PILOT_CA_CERT_CONFIGMAP`: the root ConfigMap written to every
     /// namespace (`istio-ca-root-cert`).
     pub ca_cert_configmap: String,
+    /// `PILOT_ENABLE_CA_CRL` (true) and `PILOT_CRL_CONFIGMAP`
+    /// (`istio-ca-crl`): the CRL ConfigMap written beside the root one.
+    pub ca_crl_configmap: Option<String>,
     /// `--ctrlz_address`/`--ctrlz_port`: ControlZ's listener
     /// (`localhost:9876`; `*` for every address).
     pub ctrlz: std::net::SocketAddr,
@@ -848,6 +851,9 @@ impl Config {
             },
             ctrlz: ctrlz_addr(&args.ctrlz_address, args.ctrlz_port)?,
             ca_cert_configmap: vars.string("PILOT_CA_CERT_CONFIGMAP", istiod_ca::namespaces::ROOT_CONFIGMAP),
+            ca_crl_configmap: vars
+                .bool("PILOT_ENABLE_CA_CRL", true)?
+                .then(|| vars.string("PILOT_CRL_CONFIGMAP", istiod_ca::namespaces::CRL_CONFIGMAP)),
             webhook_patching: istiod_webhook::patch::Kinds {
                 injection: !vars.set_empty("INJECTION_WEBHOOK_CONFIG_NAME"),
                 validation: !vars.set_empty("VALIDATION_WEBHOOK_CONFIG_NAME"),

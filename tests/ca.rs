@@ -747,6 +747,7 @@ fn the_root_configmap_is_named_and_an_empty_webhook_name_patches_nothing() {
             ("POD_NAME", "istiod-a"),
             ("POD_NAMESPACE", "istio-system"),
             ("PILOT_CA_CERT_CONFIGMAP", "custom-root-cert"),
+            ("PILOT_CRL_CONFIGMAP", "custom-crl"),
             ("INJECTION_WEBHOOK_CONFIG_NAME", ""),
         ],
         None,
@@ -756,6 +757,12 @@ fn the_root_configmap_is_named_and_an_empty_webhook_name_patches_nothing() {
         named(&api, "configmaps", "custom-root-cert").keys().cloned().collect::<Vec<_>>() == want
     });
     assert!(named(&api, "configmaps", "istio-ca-root-cert").is_empty());
+    // istiod's CRL ConfigMaps (PILOT_ENABLE_CA_CRL, on by default), empty
+    // without a plugged-in CA's ca-crl.pem.
+    server::wait_for("the CRL ConfigMaps", Duration::from_secs(20), || {
+        named(&api, "configmaps", "custom-crl").keys().cloned().collect::<Vec<_>>() == want
+    });
+    assert!(named(&api, "configmaps", "custom-crl").values().all(|cm| cm["data"]["ca-crl.pem"] == ""));
     let hooks = |plural: &str, name: &str| api.get(plural, "", name).unwrap();
     server::wait_for("the validator's caBundle", Duration::from_secs(20), || {
         hooks("validatingwebhookconfigurations", "istio-validator-istio-system")["webhooks"][0]["clientConfig"]["caBundle"]
@@ -816,6 +823,49 @@ fn webhook_and_informer_metrics_are_counted_where_istiod_counts_them() {
             "controller_sync_errors_total",
         ],
     );
+}
+
+/// A plugged-in CA's revocation list (`ca-crl.pem` in ROOT_CA_DIR) goes to
+/// every selected namespace's `istio-ca-crl` ConfigMap, and a new one
+/// follows the file (istiod's `PILOT_ENABLE_CA_CRL`, on by default);
+/// `PILOT_ENABLE_CA_CRL=false` writes none.
+#[test]
+fn a_plugged_in_crl_is_distributed_to_every_namespace() {
+    let (api, dir, kubeconfig, mesh) = cluster();
+    let ca = dir.path().join("cacerts");
+    std::fs::create_dir_all(&ca).unwrap();
+    plug_in(&ca, "crl");
+    let crl = |n: u32| format!("-----BEGIN X509 CRL-----\nCRL{n}\n-----END X509 CRL-----\n");
+    std::fs::write(ca.join("ca-crl.pem"), crl(1)).unwrap();
+    let start = |env: &[(&str, &str)]| {
+        let mut e = vec![
+            ("POD_NAME", "istiod-a"),
+            ("POD_NAMESPACE", "istio-system"),
+            ("ROOT_CA_DIR", ca.to_str().unwrap()),
+            ("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", "100ms"),
+        ];
+        e.extend_from_slice(env);
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--meshConfig", mesh.to_str().unwrap()],
+            &e,
+            None,
+        )
+    };
+    let off = start(&[("PILOT_ENABLE_CA_CRL", "false")]);
+    server::wait_for("the root ConfigMaps", Duration::from_secs(20), || {
+        named(&api, "configmaps", "istio-ca-root-cert").len() == 3
+    });
+    assert!(named(&api, "configmaps", "istio-ca-crl").is_empty(), "PILOT_ENABLE_CA_CRL=false");
+    drop(off);
+    let _s = start(&[]);
+    let all_say = |want: &str| {
+        let maps = named(&api, "configmaps", "istio-ca-crl");
+        maps.len() == 3 && maps.values().all(|cm| cm["data"]["ca-crl.pem"] == want)
+    };
+    server::wait_for("the CRL in every namespace", Duration::from_secs(20), || all_say(&crl(1)));
+    std::fs::write(ca.join("ca-crl.pem"), crl(2)).unwrap();
+    server::wait_for("the new CRL", Duration::from_secs(20), || all_say(&crl(2)));
 }
 
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the

@@ -665,7 +665,7 @@ pub async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration) {
 /// What identifies the contents of a plugged-in CA directory: each file's
 /// length and modification time (a Secret update swaps them all at once).
 fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
-    ["ca-cert.pem", "ca-key.pem", "root-cert.pem", "cert-chain.pem"]
+    ["ca-cert.pem", "ca-key.pem", "root-cert.pem", "cert-chain.pem", "ca-crl.pem"]
         .iter()
         .map(|f| std::fs::metadata(dir.join(f)).ok().map(|m| (m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH))))
         .collect()

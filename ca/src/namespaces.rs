@@ -40,6 +40,24 @@ pub fn configmap_name() -> &'static str {
     CONFIGMAP.get().map_or(ROOT_CONFIGMAP, String::as_str)
 }
 
+/// The CRL ConfigMap's default name (`PILOT_CRL_CONFIGMAP`) and its key.
+pub const CRL_CONFIGMAP: &str = "istio-ca-crl";
+const CRL_KEY: &str = "ca-crl.pem";
+
+static CRL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Names the CRL ConfigMap written beside the root one
+/// (`PILOT_ENABLE_CA_CRL`, `PILOT_CRL_CONFIGMAP`), or none; the first call
+/// wins. istiod writes it in every namespace, empty without a plugged-in
+/// CA's `ca-crl.pem`.
+pub fn set_crl_configmap(name: Option<&str>) {
+    let _ = CRL.set(name.map(str::to_owned));
+}
+
+fn crl_configmap() -> Option<&'static str> {
+    CRL.get().map_or(Some(CRL_CONFIGMAP), |n| n.as_deref())
+}
+
 /// Namespaces istiod never writes to (`inject.IgnoredNamespaces` but
 /// kube-system).
 const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
@@ -48,9 +66,30 @@ const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage
 /// writing only while this replica leads (until `lead_until`: a long pass
 /// stops when the lease may have passed to another replica); returns how
 /// many it wrote. A namespace whose write fails is logged and skipped.
-pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: Instant) -> Result<usize, String> {
+/// With `PILOT_ENABLE_CA_CRL`, the CA's revocation list (`crl`, empty
+/// without one) goes to every namespace's CRL ConfigMap the same way.
+pub async fn reconcile(
+    api: &Api,
+    mesh: &MeshSettings,
+    (root, crl): (&str, &str),
+    lead_until: Instant,
+) -> Result<usize, String> {
+    let mut wrote = upsert_all(api, mesh, (configmap_name(), ROOT_KEY, root), lead_until).await?;
+    if let Some(name) = crl_configmap() {
+        wrote += upsert_all(api, mesh, (name, CRL_KEY, crl), lead_until).await?;
+    }
+    Ok(wrote)
+}
+
+/// One ConfigMap (`cm_name`, its `key` set to `value`) in every selected
+/// namespace.
+async fn upsert_all(
+    api: &Api,
+    mesh: &MeshSettings,
+    (cm_name, key, value): (&str, &str, &str),
+    lead_until: Instant,
+) -> Result<usize, String> {
     let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
-    let cm_name = configmap_name();
     let maps = api
         .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{cm_name}"))
         .await?
@@ -77,7 +116,7 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
             continue;
         }
         let current = existing.remove(name);
-        if current.as_ref().is_some_and(|cm| cm["data"][ROOT_KEY] == root) {
+        if current.as_ref().is_some_and(|cm| cm["data"][key] == value) {
             continue;
         }
         if Instant::now() >= lead_until {
@@ -90,13 +129,13 @@ pub async fn reconcile(api: &Api, mesh: &MeshSettings, root: &str, lead_until: I
                     "apiVersion": "v1",
                     "kind": "ConfigMap",
                     "metadata": {"name": cm_name, "namespace": name, "labels": {"istio.io/config": "true"}},
-                    "data": {ROOT_KEY: root},
+                    "data": {key: value},
                 });
                 api.create(&format!("/api/v1/namespaces/{name}/configmaps"), &cm).await
             }
             // istiod's InsertDataToConfigMap: the key set, the rest kept.
             Some(mut cm) => {
-                cm["data"][ROOT_KEY] = json!(root);
+                cm["data"][key] = json!(value);
                 api.replace(&format!("/api/v1/namespaces/{name}/configmaps/{cm_name}"), &cm).await
             }
         };
@@ -128,7 +167,7 @@ pub async fn run(
     let mut changed = server.changed.subscribe();
     let mut leading = false;
     loop {
-        let root = server.ca().root_pem().to_owned();
+        let (root, crl) = (server.ca().root_pem().to_owned(), server.ca().crl_pem().to_owned());
         let now_leading = elector.lead().await;
         if now_leading != leading {
             leading = now_leading;
@@ -141,7 +180,7 @@ pub async fn run(
         if let (true, Some(renewed)) = (leading, elector.renewed) {
             let lead_until = renewed + elector.timings.renew_deadline;
             let selectors = mesh.borrow().clone();
-            match reconcile(&api, &selectors, &root, lead_until).await {
+            match reconcile(&api, &selectors, (&root, &crl), lead_until).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(target: "ca", configmaps = n, "root ConfigMaps written"),
                 Err(e) => tracing::warn!(target: "ca", error = %e, "cannot reconcile the root ConfigMaps"),

@@ -158,6 +158,9 @@ pub struct Ca {
     signer: Vec<u8>,
     /// The signing certificate (PEM).
     cert_pem: String,
+    /// `ca-crl.pem` of a plugged-in CA (empty: none), which istiod
+    /// distributes in the `istio-ca-crl` ConfigMaps.
+    crl: String,
     settings: Settings,
 }
 
@@ -216,7 +219,11 @@ impl Ca {
         let root = if root_path.exists() { read(&root_path)? } else { cert.clone() };
         let chain_path = dir.join("cert-chain.pem");
         let chain = if chain_path.exists() { pem_blocks(&read(&chain_path)?, "CERTIFICATE") } else { Vec::new() };
-        Self::from_parts(&cert_path, &cert, key, chain, root, settings).map(Some)
+        let crl_path = dir.join("ca-crl.pem");
+        let crl = if crl_path.exists() { read(&crl_path)? } else { String::new() };
+        let mut ca = Self::from_parts(&cert_path, &cert, key, chain, root, settings)?;
+        ca.crl = crl;
+        Ok(Some(ca))
     }
 
     /// The self-signed CA kept in `dir` (`ca-cert.pem`, `ca-key.pem`): read
@@ -369,7 +376,22 @@ impl Ca {
             path: cert_path.to_owned(),
             reason: format!("not a usable CA certificate: {e}"),
         })?;
-        Ok(Ca { issuer, not_after, chain, root, signer: block.contents.clone(), cert_pem: cert.to_owned(), settings })
+        Ok(Ca {
+            issuer,
+            not_after,
+            chain,
+            root,
+            signer: block.contents.clone(),
+            cert_pem: cert.to_owned(),
+            crl: String::new(),
+            settings,
+        })
+    }
+
+    /// A plugged-in CA's revocation list (`ca-crl.pem`), empty when it has
+    /// none.
+    pub fn crl_pem(&self) -> &str {
+        &self.crl
     }
 
     /// The trust bundle (`root-cert.pem`): what workloads verify against

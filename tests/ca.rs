@@ -868,6 +868,40 @@ fn a_plugged_in_crl_is_distributed_to_every_namespace() {
     server::wait_for("the new CRL", Duration::from_secs(20), || all_say(&crl(2)));
 }
 
+/// `ENABLE_CLUSTER_TRUST_BUNDLE_API`: the root goes to istiod's
+/// `istio.io:istiod-ca:root-cert` ClusterTrustBundle (signer
+/// `istio.io/istiod-ca`) instead of the per-namespace ConfigMaps, and an
+/// edited bundle is put back.
+#[test]
+fn the_root_can_go_to_a_cluster_trust_bundle() {
+    let (api, _dir, kubeconfig, mesh) = cluster();
+    api.install(istiod_kubewatch::fake::Resource {
+        group: "certificates.k8s.io",
+        version: "v1beta1",
+        plural: "clustertrustbundles",
+        kind: "ClusterTrustBundle",
+    });
+    let _s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--meshConfig", mesh.to_str().unwrap()],
+        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system"), ("ENABLE_CLUSTER_TRUST_BUNDLE_API", "true")],
+        None,
+    );
+    let bundle = || api.get("clustertrustbundles", "", "istio.io:istiod-ca:root-cert");
+    server::wait_for("the ClusterTrustBundle", Duration::from_secs(20), || bundle().is_some());
+    let root = b64(&api.objects("secrets")[0]["data"]["ca-cert.pem"]);
+    let b = bundle().unwrap();
+    assert_eq!(b["spec"]["signerName"], "istio.io/istiod-ca");
+    assert_eq!(b["spec"]["trustBundle"], root.as_str());
+    assert!(named(&api, "configmaps", "istio-ca-root-cert").is_empty(), "no ConfigMaps with the bundle");
+    let mut edited = b.clone();
+    edited["spec"]["trustBundle"] = "tampered".into();
+    api.apply("clustertrustbundles", edited);
+    server::wait_for("the bundle put back", Duration::from_secs(20), || {
+        bundle().is_some_and(|b| b["spec"]["trustBundle"] == root.as_str())
+    });
+}
+
 /// istiod's root rotation (selfsignedcarootcertrotator.go): a root in the
 /// last CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE of its life is
 /// renewed for the same key and written back to the Secret; the old root

@@ -58,6 +58,43 @@ fn crl_configmap() -> Option<&'static str> {
     CRL.get().map_or(Some(CRL_CONFIGMAP), |n| n.as_deref())
 }
 
+/// istiod's ClusterTrustBundle (`ENABLE_CLUSTER_TRUST_BUNDLE_API`): the
+/// root in one cluster-scoped object instead of a ConfigMap per namespace.
+pub const TRUST_BUNDLE: &str = "istio.io:istiod-ca:root-cert";
+const TRUST_BUNDLE_SIGNER: &str = "istio.io/istiod-ca";
+const TRUST_BUNDLES: &str = "/apis/certificates.k8s.io/v1beta1/clustertrustbundles";
+
+static USE_TRUST_BUNDLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Distributes the root as a ClusterTrustBundle instead of the ConfigMaps
+/// (the first call wins).
+pub fn set_cluster_trust_bundle(on: bool) {
+    let _ = USE_TRUST_BUNDLE.set(on);
+}
+
+/// istiod's `clustertrustbundle` controller: `istio.io:istiod-ca:root-cert`
+/// (signer `istio.io/istiod-ca`) holds the root; written when it differs.
+async fn upsert_trust_bundle(api: &Api, root: &str) -> Result<usize, String> {
+    let path = format!("{TRUST_BUNDLES}/{TRUST_BUNDLE}");
+    let written = match api.get(&path).await? {
+        Some(existing) if existing["spec"]["trustBundle"] == root => return Ok(0),
+        Some(mut existing) => {
+            existing["spec"]["trustBundle"] = json!(root);
+            api.replace(&path, &existing).await?
+        }
+        None => {
+            let bundle = json!({
+                "apiVersion": "certificates.k8s.io/v1beta1",
+                "kind": "ClusterTrustBundle",
+                "metadata": {"name": TRUST_BUNDLE},
+                "spec": {"signerName": TRUST_BUNDLE_SIGNER, "trustBundle": root},
+            });
+            api.create(TRUST_BUNDLES, &bundle).await?
+        }
+    };
+    Ok(usize::from(matches!(written, Write::Done(_))))
+}
+
 /// Namespaces istiod never writes to (`inject.IgnoredNamespaces` but
 /// kube-system).
 const IGNORED: &[&str] = &["kube-public", "kube-node-lease", "local-path-storage"];
@@ -74,6 +111,9 @@ pub async fn reconcile(
     (root, crl): (&str, &str),
     lead_until: Instant,
 ) -> Result<usize, String> {
+    if USE_TRUST_BUNDLE.get().copied().unwrap_or(false) {
+        return upsert_trust_bundle(api, root).await;
+    }
     let mut wrote = upsert_all(api, mesh, (configmap_name(), ROOT_KEY, root), lead_until).await?;
     if let Some(name) = crl_configmap() {
         wrote += upsert_all(api, mesh, (name, CRL_KEY, crl), lead_until).await?;

@@ -99,6 +99,9 @@ pub struct Config {
     /// `PILOT_ENABLE_CA_CRL` (true) and `PILOT_CRL_CONFIGMAP`
     /// (`istio-ca-crl`): the CRL ConfigMap written beside the root one.
     pub ca_crl_configmap: Option<String>,
+    /// `PILOT_FILTER_GATEWAY_CLUSTER_CONFIG` (false): routers get only the
+    /// clusters their Gateways' VirtualServices route to.
+    pub filter_gateway_clusters: bool,
     /// `ENABLE_CLUSTER_TRUST_BUNDLE_API` (false): the root goes to the
     /// `istio.io:istiod-ca:root-cert` ClusterTrustBundle instead of the
     /// ConfigMaps.
@@ -856,6 +859,7 @@ impl Config {
             ctrlz: ctrlz_addr(&args.ctrlz_address, args.ctrlz_port)?,
             ca_cert_configmap: vars.string("PILOT_CA_CERT_CONFIGMAP", istiod_ca::namespaces::ROOT_CONFIGMAP),
             cluster_trust_bundle: vars.bool("ENABLE_CLUSTER_TRUST_BUNDLE_API", false)?,
+            filter_gateway_clusters: vars.bool("PILOT_FILTER_GATEWAY_CLUSTER_CONFIG", false)?,
             ca_crl_configmap: vars
                 .bool("PILOT_ENABLE_CA_CRL", true)?
                 .then(|| vars.string("PILOT_CRL_CONFIGMAP", istiod_ca::namespaces::CRL_CONFIGMAP)),

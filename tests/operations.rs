@@ -673,3 +673,62 @@ fn an_empty_https_address_serves_the_webhooks_on_the_http_port() {
     // GET on the same port as before.
     assert_eq!(server::get(s.http, "/ready").unwrap().0, 200);
 }
+
+/// `PILOT_FILTER_GATEWAY_CLUSTER_CONFIG` (istiod's `GatewayServices`): a
+/// router is sent the clusters of the hosts its Gateways' VirtualServices
+/// route to, where by default it gets every visible service's.
+#[test]
+fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), dir.path());
+    std::fs::write(
+        dir.path().join("zz-gateway.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: web, namespace: istio-system}\n\
+         spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n---\n\
+         apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: bookinfo}\n\
+         spec: {hosts: ['*'], gateways: [istio-system/web], http: [{route: [{destination: {host: productpage}}]}]}\n",
+    )
+    .unwrap();
+    let router = || {
+        use istiod_proto::prost_types::{Struct, Value, value::Kind};
+        let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+        let labels = Struct { fields: [("istio".to_owned(), s("ingressgateway"))].into() };
+        let metadata = Struct {
+            fields: [
+                ("LABELS".to_owned(), Value { kind: Some(Kind::StructValue(labels)) }),
+                ("NAMESPACE".to_owned(), s("istio-system")),
+            ]
+            .into(),
+        };
+        istiod_proto::envoy::config::core::v3::Node {
+            id: "router~10.1.0.20~istio-ingressgateway-5d8f.istio-system~istio-system.svc.cluster.local".into(),
+            metadata: Some(metadata),
+            ..Default::default()
+        }
+    };
+    let clusters = |env: &[(&str, &str)]| -> Vec<String> {
+        let s = Server::start(dir.path(), &[], env, None);
+        client::runtime().block_on(async {
+            let mut c = client::connect(s.grpc, false).await;
+            c.sotw(DiscoveryRequest { node: Some(router()), type_url: type_url::CLUSTER.into(), ..Default::default() });
+            let r = c.recv().await;
+            r.resources
+                .iter()
+                .map(|a| {
+                    let cluster: istiod_proto::envoy::config::cluster::v3::Cluster =
+                        istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap();
+                    cluster.name
+                })
+                .collect()
+        })
+    };
+    let all = clusters(&[]);
+    assert!(all.iter().any(|c| c.ends_with("reviews.bookinfo.svc.cluster.local")), "{all:?}");
+    let some = clusters(&[("PILOT_FILTER_GATEWAY_CLUSTER_CONFIG", "true")]);
+    let outbound: Vec<&String> = some.iter().filter(|c| c.starts_with("outbound|")).collect();
+    assert!(
+        !outbound.is_empty() && outbound.iter().all(|c| c.ends_with("|productpage.bookinfo.svc.cluster.local")),
+        "{some:?}"
+    );
+    assert!(some.len() < all.len());
+}

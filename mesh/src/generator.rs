@@ -544,6 +544,11 @@ impl Generator for MeshGenerator {
         names.retain(|n| m.serves(class, kind, n));
         if is_router(class) {
             names.retain(|n| !router::router_skips_cluster(n));
+            if kind == Kind::Cluster
+                && let Some(hosts) = router::needed_hosts(&m.model, class)
+            {
+                names.retain(|n| router::needs_cluster(&hosts, n));
+            }
         }
         names
     }

@@ -120,6 +120,64 @@ fn first_time(what: String) -> bool {
     set.insert(what)
 }
 
+static FILTER_CLUSTERS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `PILOT_FILTER_GATEWAY_CLUSTER_CONFIG`: routers are sent the clusters of
+/// the hosts their Gateways' VirtualServices route to (istiod's
+/// `GatewayServices`), not every visible service's.
+pub fn set_filter_clusters(on: bool) {
+    FILTER_CLUSTERS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The hosts whose clusters a router of `class` needs under
+/// [`set_filter_clusters`]: the destinations (routes, mirrors) of the
+/// VirtualServices bound to the Gateways it merges, and the mesh's
+/// extension providers' services (istiod's `extraServicesForProxy`);
+/// `None` when every cluster stays (the switch off, or an
+/// AUTO_PASSTHROUGH server, which routes to any service by SNI).
+pub(crate) fn needed_hosts(model: &Model, class: &ProxyClass) -> Option<std::collections::HashSet<String>> {
+    if !FILTER_CLUSTERS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let m = merged(model, class);
+    if !m.auto_passthrough_hosts.is_empty() {
+        return None;
+    }
+    let gateways: std::collections::BTreeSet<&str> = m.servers.values().flatten().map(|s| s.gateway.as_str()).collect();
+    let mut hosts = std::collections::HashSet::new();
+    for o in virtual_services(model) {
+        let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        let ns = o.meta.ns();
+        if !crate::model::gateway::bound_gateways(&vs.gateways, ns).iter().any(|g| gateways.contains(g.as_str())) {
+            continue;
+        }
+        let dests = vs
+            .http
+            .iter()
+            .flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref()).chain(r.mirror.iter()))
+            .chain(vs.http.iter().flat_map(|r| r.mirrors.iter().filter_map(|m| m.destination.as_ref())))
+            .chain(vs.tcp.iter().flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref())))
+            .chain(vs.tls.iter().flat_map(|r| r.route.iter().filter_map(|d| d.destination.as_ref())));
+        hosts.extend(dests.map(|d| model.resolve_host(&d.host, ns)));
+    }
+    for (_, p) in model.mesh.extension_providers.values() {
+        if let Some(service) = p["service"].as_str() {
+            let host = service.split_once('/').map_or(service, |(_, h)| h);
+            hosts.insert(host.to_owned());
+        }
+    }
+    Some(hosts)
+}
+
+/// Whether a cluster (`outbound|port|subset|host`) is one a router needs,
+/// given [`needed_hosts`]; other clusters (BlackHole, ...) stay.
+pub(crate) fn needs_cluster(hosts: &std::collections::HashSet<String>, name: &str) -> bool {
+    match name.strip_prefix("outbound|").and_then(|r| r.splitn(3, '|').nth(2)) {
+        Some(host) => hosts.contains(host),
+        None => true,
+    }
+}
+
 fn virtual_services(model: &Model) -> Vec<&IstioObject> {
     model.routing.iter().filter(|o| matches!(o.spec, IstioSpec::VirtualService(_))).collect()
 }

@@ -411,7 +411,10 @@ pub struct Identity {
     /// `ISTIOD_CUSTOM_HOST`: extra hostnames for the serving certificate.
     pub custom_hosts: Vec<String>,
     /// `PILOT_CERT_PROVIDER` (`istiod`): who issues istiod's own
-    /// serving certificate.
+    /// serving certificate: `istiod` its CA; `none` nobody (and the root
+    /// is not distributed); `kubernetes` is refused, as istiod refuses
+    /// it; any other (`k8s.io/<signer>`, `custom`) issues none, with
+    /// istiod's warning, unless `--tlsCertFile` gives one.
     pub cert_provider: String,
     /// `SHARED_MESH_CONFIG` (empty): a ConfigMap in istiod's namespace
     /// whose `mesh` the mesh configuration applies over.
@@ -681,6 +684,15 @@ impl Config {
         }
 
         let gateway_api = vars.bool("PILOT_ENABLE_GATEWAY_API", true)?;
+        let cert_provider = vars.string("PILOT_CERT_PROVIDER", "istiod");
+        if cert_provider == "kubernetes" {
+            // istiod's log.Fatal: no mitigation, the user must choose another.
+            return Err(ConfigError::Env {
+                name: "PILOT_CERT_PROVIDER",
+                value: cert_provider,
+                reason: "PILOT_CERT_PROVIDER=kubernetes is no longer supported by upstream K8S".into(),
+            });
+        }
         let mut config = Self {
             source,
             registries,
@@ -768,7 +780,7 @@ impl Config {
                     .filter(|h| !h.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                cert_provider: vars.string("PILOT_CERT_PROVIDER", "istiod"),
+                cert_provider,
                 shared_mesh_config: vars.string("SHARED_MESH_CONFIG", ""),
                 external_istiod: vars.bool("EXTERNAL_ISTIOD", false)?,
                 leader_election: vars.bool("ENABLE_LEADER_ELECTION", true)?,

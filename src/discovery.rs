@@ -318,8 +318,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
         files,
     };
     let wanted = config.listen.secure_grpc.is_some() || config.listen.https.is_some();
+    let provider = config.identity.cert_provider.as_str();
     let tls_configs = match (&ca_signing, &cert.files) {
         _ if !wanted => None,
+        // istiod's initIstiodCerts: without files, only the `istiod`
+        // provider is its CA.
+        (_, None) if provider != "istiod" => {
+            tracing::warn!(target: "default", "PILOT_CERT_PROVIDER={provider} is not implemented");
+            None
+        }
         (Some(ca), _) => Some(cert.tls_configs(&ca.ca()).map_err(StartError::Tls)?),
         (None, Some(_)) => Some(cert.tls_configs_from_files().map_err(StartError::Tls)?),
         (None, None) => {
@@ -682,8 +689,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, grpc, webhook));
             }
             match (&root_store, &kube) {
-                // One replica keeps the root ConfigMaps.
-                (_, Some(client)) => {
+                // One replica keeps the root ConfigMaps (none with
+                // `PILOT_CERT_PROVIDER=none`: istiod's shouldDistributeCACert).
+                (_, Some(client)) if config.identity.cert_provider != "none" => {
                     let api = istiod_kubewatch::kapi::Api::new(client.clone());
                     // Every replica patches its own revision's webhooks,
                     // elected or not (istiod: "different istiod revisions

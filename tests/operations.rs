@@ -732,3 +732,32 @@ fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
     );
     assert!(some.len() < all.len());
 }
+
+/// `PILOT_CERT_PROVIDER` as istiod reads it: `kubernetes` stops the start
+/// with istiod's words; another provider than `istiod` (here `none`)
+/// issues istiod no serving certificate, with istiod's warning, so the TLS
+/// port is not served; the default serves it.
+#[test]
+fn the_cert_provider_decides_istiods_own_certificate() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", BOOKINFO, "--ctrlz_port", "0"])
+        .env("PILOT_CERT_PROVIDER", "kubernetes")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PILOT_CERT_PROVIDER=kubernetes is no longer supported by upstream K8S"), "{err}");
+    let ca = tempfile::tempdir().unwrap();
+    let secure = free_port();
+    let flags = ["--secureGRPCAddr", &secure.to_string()];
+    let env = |provider: &'static str| {
+        vec![("PILOT_CERT_PROVIDER", provider), ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca.path().to_str().unwrap())]
+    };
+    let s = Server::start(std::path::Path::new(BOOKINFO), &flags, &env("none"), None);
+    assert!(s.log().contains("PILOT_CERT_PROVIDER=none is not implemented"), "{}", s.log());
+    assert!(TcpStream::connect(secure).is_err(), "no serving certificate: :15012 not served");
+    drop(s);
+    let s = Server::start(std::path::Path::new(BOOKINFO), &flags, &env("istiod"), None);
+    wait_for(":15012", Duration::from_secs(10), || TcpStream::connect(secure).is_ok());
+    drop(s);
+}

@@ -16,23 +16,19 @@ use crate::istio::{IstioObject, IstioSpec};
 /// `url.ConfigAnalysis` names its own minor version).
 const DOCS: &str = "https://istio.io/v1.28/docs/reference/config/analysis";
 
-/// A message type: code, level, and istiod's template (`msg/messages.yaml`).
+/// A message type: its code and level (`msg/messages.yaml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageType {
     /// `IST0101`, ...
     pub code: &'static str,
     /// `Error`, `Warning` or `Info`.
     pub level: &'static str,
-    /// The message type's name.
-    pub name: &'static str,
 }
 
 /// `ReferencedResourceNotFound`.
-pub const REFERENCED_RESOURCE_NOT_FOUND: MessageType =
-    MessageType { code: "IST0101", level: "Error", name: "ReferencedResourceNotFound" };
+pub const REFERENCED_RESOURCE_NOT_FOUND: MessageType = MessageType { code: "IST0101", level: "Error" };
 /// `VirtualServiceHostNotFoundInGateway`.
-pub const VS_HOST_NOT_FOUND_IN_GATEWAY: MessageType =
-    MessageType { code: "IST0132", level: "Warning", name: "VirtualServiceHostNotFoundInGateway" };
+pub const VS_HOST_NOT_FOUND_IN_GATEWAY: MessageType = MessageType { code: "IST0132", level: "Warning" };
 
 /// One message about one object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

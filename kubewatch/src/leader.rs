@@ -250,6 +250,8 @@ pub struct Elector {
     observed: Option<(Record, String, Instant)>,
     /// When this replica last renewed as leader.
     pub renewed: Option<Instant>,
+    /// When [`Elector::lead_paced`] last asked, and what it answered.
+    paced: Option<(Instant, bool)>,
 }
 
 impl Elector {
@@ -276,7 +278,23 @@ impl Elector {
             timings,
             observed: None,
             renewed: None,
+            paced: None,
         }
+    }
+
+    /// [`Elector::lead`] at most once per retry period, for a controller
+    /// whose loop its input wakes more often: whether this replica leads,
+    /// and whether that changed with this call.
+    pub async fn lead_paced(&mut self) -> (bool, bool) {
+        if let Some((at, leading)) = self.paced
+            && at.elapsed() < self.timings.retry
+        {
+            return (leading, false);
+        }
+        let before = self.paced.is_some_and(|(_, l)| l);
+        let leading = self.lead().await;
+        self.paced = Some((Instant::now(), leading));
+        (leading, leading != before)
     }
 
     /// Tries to lead; whether this replica leads now (it renewed within

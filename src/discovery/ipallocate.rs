@@ -396,22 +396,16 @@ pub(crate) async fn run(cx: Context, mut desired: watch::Receiver<Arc<Vec<Entry>
     let lease = ELECTION;
     let mut elector = Elector::new(cx.api.clone(), lease, Lock::ConfigMap, &cx.leadership, timings);
     let mut allocator: Option<Allocator> = None;
-    let mut leading = false;
     // Writes made and not yet seen in what the source lists: planned with
     // them in place (a stale listing must not allocate twice). Kept across
     // a new warming; forgotten with the entry, or with the term.
     let mut written: HashMap<(String, String), Vec<(String, String)>> = HashMap::new();
-    let mut last_lead: Option<std::time::Instant> = None;
     loop {
-        if last_lead.is_none_or(|t| t.elapsed() >= timings.retry) {
-            let leads = elector.lead().await;
-            last_lead = Some(std::time::Instant::now());
-            if leads != leading {
-                leading = leads;
-                tracing::info!(target: "ip-autoallocate", lease, leading, "leader election for IP auto-allocation");
-                allocator = None;
-                written.clear();
-            }
+        let (leading, changed) = elector.lead_paced().await;
+        if changed {
+            tracing::info!(target: "ip-autoallocate", lease, leading, "leader election for IP auto-allocation");
+            allocator = None;
+            written.clear();
         }
         if leading && allocator.is_none() {
             allocator = Allocator::new(&cx.v4, &cx.v6);

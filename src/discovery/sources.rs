@@ -470,7 +470,15 @@ pub(super) fn apply(
         tracing::warn!(target: "model", "read and not applied: {n}");
     }
     configz["notApplied"] = json!(not_applied);
-    analyze(state, &objects, &mut configz);
+    // (Only when what the analyzers read may have changed.)
+    if changed
+        .as_deref()
+        .is_none_or(|c| c.iter().any(|r| matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway")))
+    {
+        analyze(state, &objects, &mut configz);
+    } else {
+        configz["analysis"] = state.borrow().configz["analysis"].clone();
+    }
     // (Only when ServiceEntries may have changed.)
     let entries_changed = changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "ServiceEntry"));
     if let Some(tx) = state.borrow().ipallocate.as_ref().filter(|_| entries_changed) {

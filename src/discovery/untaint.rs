@@ -58,16 +58,10 @@ pub(super) struct Context {
 pub(super) async fn run(cx: Context, mut desired: watch::Receiver<Arc<BTreeSet<String>>>) {
     let timings = Timings::istiod();
     let mut elector = Elector::new(cx.api.clone(), ELECTION, Lock::ConfigMap, &cx.leadership, timings);
-    let mut leading = false;
-    let mut last_lead: Option<std::time::Instant> = None;
     loop {
-        if last_lead.is_none_or(|t| t.elapsed() >= timings.retry) {
-            let leads = elector.lead().await;
-            last_lead = Some(std::time::Instant::now());
-            if leads != leading {
-                leading = leads;
-                tracing::info!(target: "untaint", lease = ELECTION, leading, "leader election for the node untaint controller");
-            }
+        let (leading, changed) = elector.lead_paced().await;
+        if changed {
+            tracing::info!(target: "untaint", lease = ELECTION, leading, "leader election for the node untaint controller");
         }
         if leading && elector.still_leading() {
             let nodes = (**desired.borrow_and_update()).clone();

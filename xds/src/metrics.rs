@@ -218,12 +218,6 @@ pub fn count_event(name: &str, labels: Labels) {
     add_event(name, labels, 1.0);
 }
 
-/// The value of one series of [`EVENT_FAMILIES`] (tests).
-pub fn event(name: &str, labels: &Labels) -> f64 {
-    let all = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
-    EVENT_FAMILIES.iter().position(|f| f.0 == name).and_then(|i| all.get(i)?.get(labels).copied()).unwrap_or(0.0)
-}
-
 /// The largest request received so far (`pilot_xds_recv_max`, bytes).
 static RECV_MAX: AtomicU64 = AtomicU64::new(0);
 

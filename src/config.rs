@@ -173,6 +173,12 @@ pub struct Config {
     /// `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES` and
     /// `PILOT_ENABLE_SERVICEENTRY_SELECT_PODS` (both true).
     pub cross_selection: (bool, bool),
+    /// `PILOT_SEND_UNHEALTHY_ENDPOINTS` (false),
+    /// `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` (true).
+    pub unhealthy: istiod_mesh::meshconfig::UnhealthyEndpoints,
+    /// `PILOT_PERSISTENT_SESSION_LABEL`,
+    /// `PILOT_PERSISTENT_SESSION_HEADER_LABEL`.
+    pub persistent_session_labels: [String; 2],
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
     /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
@@ -903,6 +909,14 @@ impl Config {
                 vars.bool("PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES", true)?,
                 vars.bool("PILOT_ENABLE_SERVICEENTRY_SELECT_PODS", true)?,
             ),
+            unhealthy: istiod_mesh::meshconfig::UnhealthyEndpoints {
+                always: vars.bool("PILOT_SEND_UNHEALTHY_ENDPOINTS", false)?,
+                by_default: vars.bool("PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS", true)?,
+            },
+            persistent_session_labels: [
+                vars.string("PILOT_PERSISTENT_SESSION_LABEL", "istio.io/persistent-session"),
+                vars.string("PILOT_PERSISTENT_SESSION_HEADER_LABEL", "istio.io/persistent-session-header"),
+            ],
             dns: istiod_mesh::meshconfig::DnsSettings {
                 multicluster_headless: vars.bool("ENABLE_MULTICLUSTER_HEADLESS", true)?,
                 dual_stack: vars.bool("ISTIO_DUAL_STACK", false)?,

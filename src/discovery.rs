@@ -169,8 +169,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let mut dns = config.dns;
         dns.dual_stack |= config.ambient;
         let cross_selection = config.cross_selection;
+        let (unhealthy, session_labels) = (config.unhealthy, config.persistent_session_labels.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             mesh.dns = dns;
+            mesh.unhealthy = unhealthy;
+            mesh.persistent_session_labels.clone_from(&session_labels);
             (mesh.k8s_select_workload_entries, mesh.service_entry_select_pods) = cross_selection;
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;

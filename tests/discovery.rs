@@ -174,9 +174,15 @@ fn debug_endpoints() {
     let shards = json("/debug/endpointShardz");
     let reviews = &shards["reviews.bookinfo.svc.cluster.local"]["bookinfo"];
     let endpoints = reviews["Shards"]["Kubernetes/Kubernetes"].as_array().unwrap_or_else(|| panic!("{shards}"));
-    // model.HealthStatus: 1 healthy, 3 draining (the example's terminating pod).
+    // model.HealthStatus: 1 healthy, 4 terminating (the example's pod
+    // shutting down: istiod's endpointHealthStatus calls it draining only
+    // for a persistent-session service).
     let health: Vec<u64> = endpoints.iter().map(|e| e["HealthStatus"].as_u64().unwrap()).collect();
-    assert_eq!((health.iter().filter(|h| **h == 1).count(), health.iter().filter(|h| **h == 3).count()), (3, 1));
+    assert_eq!((health.iter().filter(|h| **h == 1).count(), health.iter().filter(|h| **h == 4).count()), (3, 1));
+    assert!(
+        endpoints.iter().all(|e| e["SendUnhealthyEndpoints"] == true),
+        "istiod's PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS"
+    );
     assert_eq!(reviews["ServiceAccounts"], serde_json::json!({"bookinfo-reviews": {}}));
     assert_eq!(json("/debug/endpointz"), shards, "endpointz is endpointShardz");
     // The example's terminating reviews-v2 pod (push_context.go's

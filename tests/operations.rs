@@ -761,3 +761,86 @@ fn the_cert_provider_decides_istiods_own_certificate() {
     wait_for(":15012", Duration::from_secs(10), || TcpStream::connect(secure).is_ok());
     drop(s);
 }
+
+/// `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` and `PILOT_SEND_UNHEALTHY_ENDPOINTS`
+/// as istiod applies them (features/experimental.go, endpoint_builder.go,
+/// cluster_traffic_policy.go), seen in a client's CDS and EDS: by default
+/// the not-ready endpoint is sent as unhealthy and the panic threshold is
+/// 0; with the default off, it is not sent and Envoy keeps its own
+/// threshold; forced on, it is sent again, whatever the rule's
+/// `minHealthPercent` says. A terminating endpoint is never sent.
+#[test]
+fn unhealthy_endpoints_follow_the_send_switches() {
+    use istiod_proto::envoy::config::cluster::v3::Cluster;
+    use istiod_proto::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), dir.path());
+    std::fs::write(
+        dir.path().join("zz-unready.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: unready, namespace: bookinfo}\n\
+         spec: {clusterIP: 10.96.99.1, ports: [{name: http, port: 80, targetPort: 8080}]}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: unready-1, namespace: bookinfo, labels: {kubernetes.io/service-name: unready}}\n\
+         addressType: IPv4\nports: [{name: http, port: 8080}]\nendpoints:\n\
+         - {addresses: [10.244.9.1], conditions: {ready: true, serving: true, terminating: false}}\n\
+         - {addresses: [10.244.9.2], conditions: {ready: false, serving: false, terminating: false}}\n\
+         - {addresses: [10.244.9.3], conditions: {ready: false, serving: false, terminating: true}}\n",
+    )
+    .unwrap();
+    let name = "outbound|80||unready.bookinfo.svc.cluster.local";
+    // (panic threshold, [(address, health)]) as served.
+    let served = |env: &[(&str, &str)]| -> (Option<f64>, Vec<(String, i32)>) {
+        let s = Server::start(dir.path(), &[], env, None);
+        client::runtime().block_on(async {
+            let mut c = client::connect(s.grpc, false).await;
+            c.sotw(DiscoveryRequest {
+                node: Some(productpage()),
+                type_url: type_url::CLUSTER.into(),
+                ..Default::default()
+            });
+            let r = c.recv().await;
+            let cluster = r
+                .resources
+                .iter()
+                .map(|a| -> Cluster { istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap() })
+                .find(|c| c.name == name)
+                .unwrap_or_else(|| panic!("no {name}"));
+            let panic = cluster.common_lb_config.and_then(|l| l.healthy_panic_threshold).map(|p| p.value);
+            c.sotw(DiscoveryRequest {
+                type_url: type_url::CLUSTER_LOAD_ASSIGNMENT.into(),
+                resource_names: vec![name.into()],
+                ..Default::default()
+            });
+            let r = c.recv().await;
+            assert_eq!(r.type_url, type_url::CLUSTER_LOAD_ASSIGNMENT);
+            let cla: ClusterLoadAssignment =
+                istiod_proto::prost::Message::decode(r.resources[0].value.as_slice()).unwrap();
+            let mut eps: Vec<(String, i32)> = cla
+                .endpoints
+                .iter()
+                .flat_map(|l| &l.lb_endpoints)
+                .map(|e| {
+                    let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!() };
+                    let a = format!("{:?}", ep.address);
+                    (a.split("address: \"").nth(1).unwrap().split('"').next().unwrap().to_owned(), e.health_status)
+                })
+                .collect();
+            eps.sort();
+            (panic, eps)
+        })
+    };
+    use istiod_proto::envoy::config::core::v3::HealthStatus::{Healthy, Unhealthy};
+    let both = vec![("10.244.9.1".to_owned(), Healthy as i32), ("10.244.9.2".to_owned(), Unhealthy as i32)];
+    assert_eq!(served(&[]), (Some(0.0), both.clone()));
+    let off = [("PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS", "false")];
+    assert_eq!(served(&off), (None, vec![("10.244.9.1".to_owned(), Healthy as i32)]));
+    std::fs::write(
+        dir.path().join("zz-unready-dr.yaml"),
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: unready, namespace: bookinfo}\n\
+         spec: {host: unready, trafficPolicy: {outlierDetection: {minHealthPercent: 60, consecutive5xxErrors: 2}}}\n",
+    )
+    .unwrap();
+    assert_eq!(served(&[]), (Some(60.0), vec![("10.244.9.1".to_owned(), Healthy as i32)]), "minHealthPercent");
+    let forced = [("PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS", "false"), ("PILOT_SEND_UNHEALTHY_ENDPOINTS", "true")];
+    assert_eq!(served(&forced), (Some(0.0), both));
+}

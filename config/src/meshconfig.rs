@@ -82,6 +82,14 @@ pub struct MeshSettings {
     /// `PILOT_ENABLE_SERVICEENTRY_SELECT_PODS` (true): a ServiceEntry's
     /// `workloadSelector` picks Pods too.
     pub service_entry_select_pods: bool,
+    /// Which clusters take unhealthy endpoints, and so have Envoy's panic
+    /// threshold off.
+    pub unhealthy: UnhealthyEndpoints,
+    /// `PILOT_PERSISTENT_SESSION_LABEL` (`istio.io/persistent-session`)
+    /// and `PILOT_PERSISTENT_SESSION_HEADER_LABEL`
+    /// (`istio.io/persistent-session-header`): a service labelled with
+    /// either keeps its draining endpoints (empty: never).
+    pub persistent_session_labels: [String; 2],
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -212,6 +220,26 @@ impl MeshSettings {
     }
 }
 
+/// istiod's switches of unhealthy endpoints (features/experimental.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UnhealthyEndpoints {
+    /// `PILOT_SEND_UNHEALTHY_ENDPOINTS` (false): every cluster takes them,
+    /// whatever its outlier detection says, with the panic threshold off
+    /// (istiod's `ForcesSupportUnhealthyEndpoints`, which a Service's
+    /// traffic distribution also forces).
+    pub always: bool,
+    /// `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` (true): clusters take them
+    /// unless their outlier detection sets `minHealthPercent` (istiod's
+    /// `DefaultSendUnhealthyEndpoints`).
+    pub by_default: bool,
+}
+
+impl Default for UnhealthyEndpoints {
+    fn default() -> Self {
+        UnhealthyEndpoints { always: false, by_default: true }
+    }
+}
+
 /// The environment's switches of the name tables istiod sends
 /// istio-agent's DNS proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,6 +281,11 @@ impl Default for MeshSettings {
             dns: DnsSettings::default(),
             k8s_select_workload_entries: true,
             service_entry_select_pods: true,
+            unhealthy: UnhealthyEndpoints::default(),
+            persistent_session_labels: [
+                "istio.io/persistent-session".into(),
+                "istio.io/persistent-session-header".into(),
+            ],
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

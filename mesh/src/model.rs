@@ -143,15 +143,56 @@ pub struct Port {
     pub target_port: Option<u16>,
 }
 
-/// Endpoint health, from EndpointSlice conditions.
+/// Endpoint health, from EndpointSlice conditions as istiod's
+/// `endpointHealthStatus` reads them (a condition left unset counts as
+/// true, `ready` first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Health {
     /// Ready.
     Healthy,
-    /// Not ready.
+    /// Not ready and not terminating: sent with its health where the
+    /// cluster takes unhealthy endpoints (`translate::endpoint`).
     Unhealthy,
-    /// Terminating but still serving.
+    /// Not ready, terminating but still serving: sent (as draining) only
+    /// for a service with a persistent-session label, dropped elsewhere.
     Draining,
+    /// Not ready, terminating and no longer serving: never sent.
+    Terminating,
+}
+
+impl Health {
+    /// istiod's `HealthStatus` number (`/debug/endpointz`) for an endpoint
+    /// of a service that keeps draining endpoints or not (istiod calls a
+    /// draining one terminating where the service does not keep them).
+    pub fn istiod_number(self, keeps_draining: bool) -> u8 {
+        match self {
+            Health::Healthy => 1,
+            Health::Unhealthy => 2,
+            Health::Draining if keeps_draining => 3,
+            Health::Draining | Health::Terminating => 4,
+        }
+    }
+}
+
+impl Service {
+    /// istiod's `ForcesSupportUnhealthyEndpoints`: its clusters take
+    /// unhealthy endpoints whatever their outlier detection says.
+    pub fn forces_unhealthy(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+        mesh.unhealthy.always || self.prefers_near
+    }
+
+    /// istiod's `SupportsUnhealthyEndpoints`.
+    pub fn supports_unhealthy(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+        mesh.unhealthy.by_default || self.forces_unhealthy(mesh)
+    }
+
+    /// istiod's `SupportsDrainingEndpoints`: labelled with a
+    /// persistent-session label.
+    pub fn keeps_draining(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+        mesh.persistent_session_labels
+            .iter()
+            .any(|l| !l.is_empty() && self.labels.get(l).is_some_and(|v| !v.is_empty()))
+    }
 }
 
 /// Where a workload runs.
@@ -238,6 +279,11 @@ pub struct Service {
     /// controller gave it (its status), when it takes them (istiod's
     /// `ShouldV2AutoAllocateIP`).
     pub auto_addresses: Vec<String>,
+    /// A Kubernetes Service that prefers near endpoints (its
+    /// `trafficDistribution`, or the `networking.istio.io/traffic-distribution`
+    /// annotation): its clusters always take unhealthy endpoints, which
+    /// spill-over needs (istiod's `ForcesSupportUnhealthyEndpoints`).
+    pub prefers_near: bool,
 }
 
 /// Counts istiod reports as gauges, see [`Model::stats`].
@@ -1131,6 +1177,7 @@ pub(crate) fn service_entry(
                 labels: meta.labels.clone(),
                 endpoints,
                 auto_addresses: if allocates { allocated(host) } else { Vec::new() },
+                prefers_near: false,
             }
         })
         .collect()
@@ -1171,10 +1218,12 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
                 let c = &ep.conditions;
                 let health = if c.ready.unwrap_or(true) {
                     Health::Healthy
-                } else if c.serving == Some(true) && c.terminating == Some(true) {
+                } else if !c.terminating.unwrap_or(true) {
+                    Health::Unhealthy
+                } else if c.serving.unwrap_or(true) {
                     Health::Draining
                 } else {
-                    Health::Unhealthy
+                    Health::Terminating
                 };
                 for addr in &ep.addresses {
                     let pod = ep
@@ -1236,6 +1285,22 @@ pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice]
         labels: svc.metadata.labels.clone(),
         endpoints,
         auto_addresses: Vec::new(),
+        prefers_near: prefers_near(svc),
+    }
+}
+
+/// Whether a Service prefers near endpoints (`model.GetTrafficDistribution`
+/// is not `Any`): the field, else the Service's annotation. (istiod also
+/// reads the namespace's annotation; here it is not.)
+fn prefers_near(svc: &KubeService) -> bool {
+    const NEAR: [&str; 3] = ["PreferClose", "PreferSameZone", "PreferSameNode"];
+    match svc.spec.traffic_distribution.as_deref() {
+        Some(f) if NEAR.contains(&f) => true,
+        _ => svc
+            .metadata
+            .annotations
+            .get("networking.istio.io/traffic-distribution")
+            .is_some_and(|v| NEAR.iter().any(|n| n.eq_ignore_ascii_case(v))),
     }
 }
 

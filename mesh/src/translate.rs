@@ -220,8 +220,9 @@ mod tests {
         assert_eq!(c.eds_cluster_config.unwrap().service_name, reviews);
         let cla = ClusterLoadAssignment::decode(served(Kind::Endpoint, reviews)).unwrap();
         let eps: Vec<&LbEndpoint> = cla.endpoints.iter().flat_map(|l| &l.lb_endpoints).collect();
-        assert_eq!(eps.len(), 4, "reviews v1, v2 x2, v3");
-        assert_eq!(eps.iter().filter(|e| e.health_status == core::HealthStatus::Draining as i32).count(), 1);
+        // v2's terminating pod is not sent (istiod's filterIstioEndpoint).
+        assert_eq!(eps.len(), 3, "reviews v1, v2, v3");
+        assert!(eps.iter().all(|e| e.health_status == core::HealthStatus::Healthy as i32));
         assert!(
             cla.endpoints
                 .iter()

@@ -181,9 +181,10 @@ pub(super) fn endpoint_shardz(model: &Model, cluster_id: &str) -> Value {
                 "WorkloadName": e.pod.as_deref().unwrap_or(""),
                 "HostName": "",
                 "SubDomain": "",
-                // model.HealthStatus: Healthy 1, UnHealthy 2, Draining 3.
-                "HealthStatus": match e.health { Health::Healthy => 1, Health::Unhealthy => 2, Health::Draining => 3 },
-                "SendUnhealthyEndpoints": false,
+                // model.HealthStatus: Healthy 1, UnHealthy 2, Draining 3,
+                // Terminating 4.
+                "HealthStatus": e.health.istiod_number(s.keeps_draining(&model.mesh)),
+                "SendUnhealthyEndpoints": s.supports_unhealthy(&model.mesh),
                 "NodeName": "",
             });
             (e, v)

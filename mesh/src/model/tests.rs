@@ -123,6 +123,8 @@ endpoints:
   zone: z1
 - addresses: ["fd00:10:244::6"]
   conditions: {ready: false, serving: false, terminating: true}
+- addresses: ["fd00:10:244::8"]
+  conditions: {ready: false, serving: false, terminating: false}
 - addresses: ["fd00:10:244::7"]
   targetRef: {kind: Pod, name: web-7}
 ---
@@ -141,8 +143,9 @@ status: {podIP: "fd00:10:244::7"}
         h,
         vec![
             ("fd00:10:244::5", Health::Draining),
-            ("fd00:10:244::6", Health::Unhealthy),
-            ("fd00:10:244::7", Health::Healthy)
+            ("fd00:10:244::6", Health::Terminating),
+            ("fd00:10:244::7", Health::Healthy),
+            ("fd00:10:244::8", Health::Unhealthy)
         ]
     );
     assert_eq!(s.endpoints[0].locality.zone, "z1", "slice zone when no node is known");

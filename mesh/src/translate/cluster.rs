@@ -17,7 +17,7 @@ use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
 use istiod_xds_api::snapshot::Kind;
 
-use super::endpoint::{load_assignment, placed};
+use super::endpoint::{Takes, load_assignment, placed};
 use super::envoy::socket;
 use super::traffic_policy;
 use crate::model::{Model, Protocol, Resolution};
@@ -152,6 +152,7 @@ fn form(
         filters: vec![super::telemetry::mx_cluster()],
         ..Default::default()
     };
+    let (admits, panic) = Takes::of(mesh, svc, policy.as_ref());
     let mut endpoints = None;
     let mut split = None;
     let discovery = match svc.resolution {
@@ -166,11 +167,11 @@ fn form(
                     let takes = tls
                         .map_or(!p.refused, |t| t.mode == istiod_config::istio::networking::ClientTlsMode::IstioMutual);
                     let mtls = |e: &crate::model::Endpoint| takes && e.tls_mode == "istio" && !e.tunnel;
-                    let (cla, places) = placed(&name, svc, port, labels, &mesh.networks.cluster_id, &mtls);
+                    let (cla, places) = placed(&name, svc, port, labels, admits, &mesh.networks.cluster_id, &mtls);
                     split = Some(Arc::new(super::network::Split::new(places, p.gateways, p.cluster_local)));
                     cla
                 }
-                None => load_assignment(&name, svc, port, labels),
+                None => load_assignment(&name, svc, port, labels, admits),
             }));
             cluster::DiscoveryType::Eds
         }
@@ -180,7 +181,7 @@ fn form(
             cluster::DiscoveryType::OriginalDst
         }
         Resolution::Dns | Resolution::DnsRoundRobin => {
-            c.load_assignment = Some(load_assignment(&name, svc, port, labels));
+            c.load_assignment = Some(load_assignment(&name, svc, port, labels, admits));
             if svc.resolution == Resolution::Dns {
                 cluster::DiscoveryType::StrictDns
             } else {
@@ -191,6 +192,12 @@ fn form(
     c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(discovery as i32));
     if let Some(policy) = &policy {
         traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
+    }
+    // istiod leaves a cluster whose proxy picks the endpoint (original
+    // destination, PASSTHROUGH) without a threshold.
+    if let Some(value) = panic.filter(|_| c.lb_policy != cluster::LbPolicy::ClusterProvided as i32) {
+        c.common_lb_config.get_or_insert_with(Default::default).healthy_panic_threshold =
+            Some(istiod_proto::envoy::r#type::v3::Percent { value });
     }
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);

@@ -14,15 +14,61 @@ use istiod_proto::envoy::config::endpoint::v3::{
 use super::network::Place;
 use crate::model::{Health, Locality, Service};
 
-/// The load assignment of `cluster`: `svc`'s endpoints on `port`, those of
-/// the subset with `subset` labels when given.
+/// Which endpoints besides healthy ones a cluster takes (istiod's
+/// `filterIstioEndpoint`): terminating ones never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Takes {
+    /// Unhealthy (not ready) ones, with their health.
+    pub(crate) unhealthy: bool,
+    /// Draining (terminating, still serving) ones: a persistent-session
+    /// service's.
+    pub(crate) draining: bool,
+}
+
+impl Takes {
+    /// What a cluster of `svc` on `port` takes where `policy` applies
+    /// (istiod's `supportsUnhealthyEndpoints` and
+    /// `SupportsDrainingEndpoints`), and the panic threshold it sets
+    /// (istiod's `applyOutlierDetection` and `applyLoadBalancer`): the
+    /// rule's `minHealthPercent` where it sets outlier detection, zero
+    /// where the cluster takes unhealthy endpoints, Envoy's own else.
+    pub(crate) fn of(
+        mesh: &crate::meshconfig::MeshSettings,
+        svc: &Service,
+        policy: Option<&istiod_config::istio::networking::TrafficPolicy>,
+    ) -> (Takes, Option<f64>) {
+        let (forced, supports) = (svc.forces_unhealthy(mesh), svc.supports_unhealthy(mesh));
+        let outlier = policy.and_then(|p| p.outlier_detection.as_ref());
+        let min_health = outlier.map_or(0, |o| o.min_health_percent);
+        let unhealthy = forced || (supports && min_health <= 0);
+        let panic = match outlier {
+            Some(_) if forced => Some(0.0),
+            Some(_) => Some(f64::from(min_health.max(0))),
+            None => supports.then_some(0.0),
+        };
+        (Takes { unhealthy, draining: svc.keeps_draining(mesh) }, panic)
+    }
+
+    fn admits(self, health: Health) -> bool {
+        match health {
+            Health::Healthy => true,
+            Health::Unhealthy => self.unhealthy,
+            Health::Draining => self.draining,
+            Health::Terminating => false,
+        }
+    }
+}
+
+/// The load assignment of `cluster`: `svc`'s endpoints on `port` that it
+/// `takes`, those of the subset with `subset` labels when given.
 pub(crate) fn load_assignment(
     cluster: &str,
     svc: &Service,
     port: u16,
     subset: Option<&BTreeMap<String, String>>,
+    takes: Takes,
 ) -> ClusterLoadAssignment {
-    placed(cluster, svc, port, subset, "", &|_| false).0
+    placed(cluster, svc, port, subset, takes, "", &|_| false).0
 }
 
 /// [`load_assignment`] with where each endpoint sits (per locality group,
@@ -33,17 +79,18 @@ pub(crate) fn placed(
     svc: &Service,
     port: u16,
     subset: Option<&BTreeMap<String, String>>,
+    takes: Takes,
     cluster_id: &str,
     mtls: &dyn Fn(&crate::model::Endpoint) -> bool,
 ) -> (ClusterLoadAssignment, Vec<Vec<Place>>) {
     let mut by_locality: BTreeMap<&Locality, Vec<(LbEndpoint, Place)>> = BTreeMap::new();
     let in_subset =
         |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
-    for ep in svc.endpoints.iter().filter(|e| e.service_port == port).filter(in_subset) {
+    for ep in svc.endpoints.iter().filter(|e| e.service_port == port && takes.admits(e.health)).filter(in_subset) {
         let health = match ep.health {
             Health::Healthy => core::HealthStatus::Healthy,
             Health::Draining => core::HealthStatus::Draining,
-            Health::Unhealthy => core::HealthStatus::Unhealthy,
+            Health::Unhealthy | Health::Terminating => core::HealthStatus::Unhealthy,
         };
         let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(cluster_id, String::as_str);
         let place = Place { network: ep.network.clone(), cluster: cluster.to_owned(), mtls: mtls(ep) };
@@ -90,3 +137,6 @@ pub(crate) fn placed(
     };
     (cla, places)
 }
+
+#[cfg(test)]
+mod tests;

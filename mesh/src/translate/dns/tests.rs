@@ -39,6 +39,7 @@ fn svc(
         labels: BTreeMap::new(),
         endpoints: Vec::new(),
         auto_addresses: Vec::new(),
+        prefers_near: false,
     }
 }
 

@@ -1,0 +1,204 @@
+//! Which endpoints a cluster takes and its panic threshold, ported from
+//! istiod's tests (named in each case): `TestSupportsUnhealthyEndpoints`
+//! and `TestEDSUnhealthyEndpoints` (pilot/pkg/xds), `TestApplyLoadBalancer`
+//! (pilot/pkg/networking/core), at istio/istio 86c9f01.
+
+use istiod_proto::envoy::config::core::v3::HealthStatus;
+use istiod_proto::envoy::config::endpoint::v3::lb_endpoint;
+
+use crate::meshconfig::{MeshSettings, UnhealthyEndpoints};
+use crate::model::Model;
+
+/// `example.ns` on port 80 with a ready, a not-ready, a terminating and
+/// a still-serving terminating endpoint; `meta` in the Service's metadata
+/// and `spec` in its spec; `extra` objects added.
+fn model_of(extra: &str, meta: &str, spec: &str, mesh: MeshSettings) -> Model {
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: example, namespace: ns, {meta}}}
+spec:
+  {spec}
+  clusterIP: 10.96.0.9
+  ports: [{{name: http, port: 80, targetPort: 8080}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: example-1, namespace: ns, labels: {{kubernetes.io/service-name: example}}}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints:
+- addresses: ["10.0.0.1"]
+  conditions: {{ready: true, serving: true, terminating: false}}
+- addresses: ["10.0.0.2"]
+  conditions: {{ready: false, serving: false, terminating: false}}
+- addresses: ["10.0.0.3"]
+  conditions: {{ready: false, serving: false, terminating: true}}
+- addresses: ["10.0.0.4"]
+  conditions: {{ready: false, serving: true, terminating: true}}
+{extra}
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+    let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let mut m = Model::build(&loaded.objects, "cluster.local");
+    m.mesh = std::sync::Arc::new(mesh);
+    m
+}
+
+fn model(extra: &str, service_labels: &str, mesh: MeshSettings) -> Model {
+    model_of(extra, &format!("labels: {{{service_labels}}}"), "", mesh)
+}
+
+fn dr(min_health_percent: i32) -> String {
+    format!(
+        r#"---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: dr, namespace: ns}}
+spec:
+  host: example.ns.svc.cluster.local
+  trafficPolicy:
+    outlierDetection: {{minHealthPercent: {min_health_percent}, consecutive5xxErrors: 3}}
+"#
+    )
+}
+
+fn mesh(always: bool, by_default: bool) -> MeshSettings {
+    MeshSettings { unhealthy: UnhealthyEndpoints { always, by_default }, ..MeshSettings::default() }
+}
+
+/// The cluster `outbound|80||example…` where the rule applies (or none
+/// is): its endpoints as (address, health), and its panic threshold.
+fn served(m: &Model) -> (Vec<(String, HealthStatus)>, Option<f64>) {
+    let svc = &m.services["example.ns.svc.cluster.local"];
+    let forms = crate::translate::cluster::outbound_of(m, svc);
+    let (_, forms) = forms.iter().find(|(n, _)| &**n == "outbound|80||example.ns.svc.cluster.local").unwrap();
+    let form = forms.forms.last().unwrap();
+    let cla: istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment =
+        prost::Message::decode(form.endpoints.clone().unwrap()).unwrap();
+    let eps = cla
+        .endpoints
+        .iter()
+        .flat_map(|l| &l.lb_endpoints)
+        .map(|e| {
+            let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!("{e:?}") };
+            let Some(istiod_proto::envoy::config::core::v3::address::Address::SocketAddress(a)) =
+                &ep.address.as_ref().unwrap().address
+            else {
+                panic!()
+            };
+            (a.address.clone(), HealthStatus::try_from(e.health_status).unwrap())
+        })
+        .collect();
+    let panic =
+        form.cluster.common_lb_config.as_ref().and_then(|c| c.healthy_panic_threshold.as_ref()).map(|p| p.value);
+    (eps, panic)
+}
+
+fn addresses(eps: &[(String, HealthStatus)]) -> Vec<&str> {
+    eps.iter().map(|(a, _)| a.as_str()).collect()
+}
+
+/// Upstream `TestSupportsUnhealthyEndpoints`: every case, read as whether
+/// the not-ready endpoint is sent.
+#[test]
+fn upstream_supports_unhealthy_endpoints() {
+    // (case, PILOT_SEND_UNHEALTHY_ENDPOINTS, PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS, DR minHealthPercent, want)
+    type Case = (&'static str, bool, bool, Option<i32>, bool);
+    let cases: [Case; 6] = [
+        ("both flags off", false, false, None, false),
+        ("GlobalSendUnhealthyEndpoints=true", true, false, None, true),
+        ("DefaultSendUnhealthyEndpoints=true, no DR", false, true, None, true),
+        ("DefaultSendUnhealthyEndpoints=true, DR minHealthPercent=0", false, true, Some(0), true),
+        ("DefaultSendUnhealthyEndpoints=true, DR minHealthPercent=50", false, true, Some(50), false),
+        ("GlobalSendUnhealthyEndpoints overrides DR minHealthPercent", true, false, Some(50), true),
+    ];
+    for (name, always, by_default, min, want) in cases {
+        let m = model(&min.map(dr).unwrap_or_default(), "", mesh(always, by_default));
+        let (eps, _) = served(&m);
+        assert_eq!(addresses(&eps).contains(&"10.0.0.2"), want, "{name}: {eps:?}");
+        if want {
+            assert!(eps.contains(&("10.0.0.2".into(), HealthStatus::Unhealthy)), "{name}: sent as unhealthy");
+        }
+    }
+}
+
+/// Upstream `TestEDSUnhealthyEndpoints`' terminating step ("Mark an
+/// endpoint as terminating, it should be removed"), and the draining rule
+/// of `filterIstioEndpoint` (only a persistent-session service keeps
+/// them).
+#[test]
+fn terminating_endpoints_are_never_sent_and_draining_only_for_persistent_sessions() {
+    for (always, by_default) in [(false, false), (true, false), (false, true)] {
+        let (eps, _) = served(&model("", "", mesh(always, by_default)));
+        assert!(!addresses(&eps).contains(&"10.0.0.3"), "{eps:?}");
+        assert!(!addresses(&eps).contains(&"10.0.0.4"), "not a persistent-session service: {eps:?}");
+    }
+    let (eps, _) = served(&model("", "istio.io/persistent-session: sticky", MeshSettings::default()));
+    assert!(eps.contains(&("10.0.0.4".into(), HealthStatus::Draining)), "{eps:?}");
+    assert!(!addresses(&eps).contains(&"10.0.0.3"), "{eps:?}");
+    // The label's name is PILOT_PERSISTENT_SESSION_LABEL's; empty turns it off.
+    let off = MeshSettings { persistent_session_labels: [String::new(), String::new()], ..MeshSettings::default() };
+    let (eps, _) = served(&model("", "istio.io/persistent-session: sticky", off));
+    assert!(!addresses(&eps).contains(&"10.0.0.4"), "{eps:?}");
+}
+
+/// Upstream `TestApplyLoadBalancer`'s panic threshold cases: "Send
+/// Unhealthy Endpoints enabled" (0), "DefaultSendUnhealthyEndpoints
+/// disables panic threshold when no outlier detection" (0), "...does not
+/// override panic threshold set by outlier detection" (the rule's 70), and
+/// with neither flag and no outlier detection Envoy's own (unset);
+/// `applyOutlierDetection`: `minHealthPercent` as the threshold, 0 where
+/// unhealthy endpoints are forced.
+#[test]
+fn upstream_apply_load_balancer_panic_threshold() {
+    // (case, always, by default, minHealthPercent, threshold)
+    type Case = (&'static str, bool, bool, Option<i32>, Option<f64>);
+    let cases: [Case; 6] = [
+        ("Send Unhealthy Endpoints enabled", true, false, None, Some(0.0)),
+        (
+            "DefaultSendUnhealthyEndpoints disables panic threshold when no outlier detection",
+            false,
+            true,
+            None,
+            Some(0.0),
+        ),
+        (
+            "DefaultSendUnhealthyEndpoints does not override panic threshold set by outlier detection",
+            false,
+            true,
+            Some(70),
+            Some(70.0),
+        ),
+        ("neither flag, no outlier detection: Envoy's default", false, false, None, None),
+        ("outlier detection without minHealthPercent", false, false, Some(0), Some(0.0)),
+        ("forced: outlier detection's threshold disabled", true, true, Some(70), Some(0.0)),
+    ];
+    for (name, always, by_default, min, want) in cases {
+        let (_, panic) = served(&model(&min.map(dr).unwrap_or_default(), "", mesh(always, by_default)));
+        assert_eq!(panic, want, "{name}");
+    }
+}
+
+/// istiod's `ForcesSupportUnhealthyEndpoints`: a Service that prefers
+/// near endpoints takes unhealthy ones whatever its outlier detection says.
+#[test]
+fn traffic_distribution_forces_unhealthy_endpoints() {
+    let served_as = |meta: &str, spec: &str| served(&model_of(&dr(50), meta, spec, MeshSettings::default()));
+    for (meta, spec) in [
+        ("", "trafficDistribution: PreferClose"),
+        ("", "trafficDistribution: PreferSameNode"),
+        ("annotations: {networking.istio.io/traffic-distribution: preferclose}", ""),
+    ] {
+        let (eps, panic) = served_as(meta, spec);
+        assert!(addresses(&eps).contains(&"10.0.0.2") && panic == Some(0.0), "{meta} {spec}: {eps:?} {panic:?}");
+    }
+    for (meta, spec) in [("", ""), ("annotations: {networking.istio.io/traffic-distribution: Any}", "")] {
+        let (eps, panic) = served_as(meta, spec);
+        assert!(!addresses(&eps).contains(&"10.0.0.2") && panic == Some(50.0), "{meta} {spec}: {eps:?} {panic:?}");
+    }
+}

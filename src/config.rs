@@ -699,6 +699,27 @@ impl Config {
                 reason: "PILOT_CERT_PROVIDER=kubernetes is no longer supported by upstream K8S".into(),
             });
         }
+        // istiod's maybeCreateCA / createIstioRA: a Kubernetes RA needs
+        // the API server, and no other external CA exists.
+        let external_ca = vars.string("EXTERNAL_CA", "");
+        let external_signer = match external_ca.as_str() {
+            "" => None,
+            istiod_ca::k8s_signer::KUBERNETES_API if matches!(source, Source::ConfigDir(_)) => {
+                return Err(ConfigError::Env {
+                    name: "EXTERNAL_CA",
+                    value: external_ca,
+                    reason: "failed to create RA: kubeClient is nil".into(),
+                });
+            }
+            istiod_ca::k8s_signer::KUBERNETES_API => Some(vars.string("K8S_SIGNER", "")),
+            _ => {
+                return Err(ConfigError::Env {
+                    name: "EXTERNAL_CA",
+                    reason: format!("failed to create RA: invalid CA Name {external_ca}"),
+                    value: external_ca,
+                });
+            }
+        };
         let mut config = Self {
             source,
             registries,
@@ -829,6 +850,7 @@ impl Config {
                         reason: "expected a percentage, 0 to 100".into(),
                     })?
                 },
+                external_signer,
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,

@@ -777,6 +777,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     }
                     let audiences = config.ca.token_audiences.clone();
                     tokio::task::spawn_local(istiod_ca::tokenreview::run(client.clone(), audiences, rx));
+                    // The Kubernetes RA: the cores queue checked CSRs here.
+                    if let Some(ext) = &ca.external {
+                        let (queue, rx) = mpsc::unbounded_channel();
+                        let _ = ext.queue.set(queue);
+                        tokio::task::spawn_local(istiod_ca::k8s_signer::run(
+                            istiod_kubewatch::kapi::Api::new(client.clone()),
+                            ext.signer.clone(),
+                            istiod_ca::k8s_signer::CERT_WAIT,
+                            rx,
+                        ));
+                    }
                 }
                 // Which gateways may read Secrets: the API server says
                 // (before the first model, so none is served unasked).

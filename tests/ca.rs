@@ -1080,3 +1080,121 @@ fn the_tls_policy_is_what_clients_can_negotiate() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cipher suite TLS_NOT_A_SUITE not supported or doesn't exist"), "{err}");
 }
+
+/// istiod's Kubernetes RA (`EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API`,
+/// `K8S_SIGNER`; security/pkg/pki/ra/k8s_ra.go, chiron's SignCSRK8s): a
+/// grpcio agent's CSR, checked against its reviewed token, becomes a
+/// CertificateSigningRequest for the signer with istiod's usages and the
+/// granted lifetime, approved by istiod; an external signer (Python's
+/// `cryptography`, tests/py/csr_signer.py) signs it; the agent gets the
+/// certificate and the signer's root (`./etc/external-ca-cert/root-cert.pem`)
+/// last, and verifies the chain; the CSR object is deleted. A CSR for
+/// another identity never reaches the API server; one the signer denies is
+/// refused with its reason. Start refuses what istiod refuses, in its words.
+#[test]
+fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
+    use istiod_kubewatch::fake::{Resource, core_resources};
+    let api = server::fake_api();
+    for r in core_resources() {
+        api.install(r);
+    }
+    api.install(Resource {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        kind: "CertificateSigningRequest",
+    });
+    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    api.add_token("tok-deny", "system:serviceaccount:bookinfo:deny-me", &["istio-ca"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    // The signer runs beside the API server, its CA's root where istiod
+    // reads it.
+    let cwd = dir.path().join("istiod");
+    let signer_dir = cwd.join("etc/external-ca-cert");
+    let signer_name = "example.com/workloads";
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/csr_signer.py");
+    let mut signer = std::process::Command::new(python::python())
+        .arg(script)
+        .args([api.url().as_str(), signer_name, signer_dir.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let signer_root = signer_dir.join("root-cert.pem");
+    server::wait_for("the signer's root", Duration::from_secs(20), || signer_root.exists());
+    let ca_dir = dir.path().join("ca");
+    let secure = free_port();
+    let ra_env = [
+        ("EXTERNAL_CA", "ISTIOD_RA_KUBERNETES_API"),
+        ("K8S_SIGNER", signer_name),
+        ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+    ];
+    let s = Server::start_in(
+        Some(&cwd),
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &ra_env,
+        None,
+    );
+    // istiod's own serving certificate is still its CA's.
+    let serving_root = ca_dir.join("ca-cert.pem");
+    let verify = [("CA_VERIFY_ROOT", signer_root.to_str().unwrap())];
+    let got = ask_with(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 3600, &verify);
+    assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}\n{}", s.log());
+    assert_eq!(got["sans"], serde_json::json!([ID]));
+    assert_eq!(got["chain"], 2, "the signed certificate, then the signer's root: {got}");
+    let seen: Vec<serde_json::Value> = std::fs::read_to_string(signer_dir.join("seen.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["signerName"], signer_name);
+    assert_eq!(
+        seen[0]["usages"],
+        serde_json::json!(["digital signature", "key encipherment", "server auth", "client auth"])
+    );
+    assert_eq!(seen[0]["expirationSeconds"], 3600);
+    assert_eq!(seen[0]["uris"], serde_json::json!([ID]));
+    assert!(seen[0]["name"].as_str().unwrap().starts_with("csr-workload-"), "{seen:?}");
+    let approved = &seen[0]["approved"][0];
+    assert_eq!(approved["status"], "True");
+    assert!(approved["message"].as_str().unwrap().ends_with("is approved"), "{approved}");
+    server::wait_for("the CSR deleted", Duration::from_secs(10), || api.count("certificatesigningrequests") == 0);
+    // Another identity than the token's: refused here, never sent.
+    let other =
+        ask(secure, serving_root.to_str().unwrap(), "tok-reviews", "spiffe://cluster.local/ns/bookinfo/sa/ratings", 0);
+    assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
+    // The signer denies: refused with its reason, at once.
+    let deny = "spiffe://cluster.local/ns/bookinfo/sa/deny-me";
+    let denied = ask(secure, serving_root.to_str().unwrap(), "tok-deny", deny, 0);
+    assert_eq!(denied["code"], "INTERNAL", "{denied}");
+    assert!(denied["details"].as_str().unwrap().contains("denied: not for this signer"), "{denied}");
+    let lines = std::fs::read_to_string(signer_dir.join("seen.jsonl")).unwrap().lines().count();
+    assert_eq!(lines, 2, "the ratings CSR never reached the API server");
+    std::fs::write(signer_dir.join("stop"), "").unwrap();
+    let _ = signer.wait();
+    drop(s);
+
+    // What istiod refuses at start.
+    let run = |source: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+            .arg("discovery")
+            .args(source)
+            .args(["--grpcAddr", "127.0.0.1:0", "--httpAddr", "127.0.0.1:0", "--monitoringAddr", "127.0.0.1:0"])
+            .args(["--secureGRPCAddr", "", "--httpsAddr", "", "--ctrlz_port", "0", "--log_target", "stderr"])
+            .envs(env.iter().copied())
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, log) = run(&["--configDir", BOOKINFO], &[("EXTERNAL_CA", "ISTIOD_RA_KUBERNETES_API")]);
+    assert!(!ok && log.contains("failed to create RA: kubeClient is nil"), "{log}");
+    let (ok, log) = run(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[("EXTERNAL_CA", "VAULT")]);
+    assert!(!ok && log.contains("failed to create RA: invalid CA Name VAULT"), "{log}");
+    if !std::path::Path::new(istiod_ca::k8s_signer::SERVICE_ACCOUNT_CA).exists() {
+        // No root here (the working directory has no etc/external-ca-cert).
+        let (ok, log) = run(&["--kubeconfig", kubeconfig.to_str().unwrap()], &ra_env);
+        assert!(!ok && log.contains("error processing Certificate Bundle for Kubernetes RA"), "{log}");
+    }
+}

@@ -11,6 +11,7 @@
 
 pub mod jwks;
 pub mod jwt;
+pub mod k8s_signer;
 pub mod namespaces;
 pub mod store;
 pub mod tokenreview;
@@ -113,6 +114,30 @@ pub struct CaServer {
     /// Bumped whenever the CA in force is replaced: istiod's serving
     /// certificate, the TLS client roots and the root ConfigMaps follow.
     pub changed: tokio::sync::watch::Sender<u64>,
+    /// `EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API`: workload certificates are
+    /// signed through the Kubernetes CSR API (the CA above still checks
+    /// requests and signs istiod's own certificate, as istiod's does).
+    pub external: Option<External>,
+}
+
+/// istiod's Kubernetes RA.
+#[derive(Debug)]
+pub struct External {
+    /// `K8S_SIGNER`: the CSRs' `signerName`.
+    pub signer: String,
+    /// The signer's root, the last element of every answer.
+    pub root: String,
+    /// The control thread's queue, once a Kubernetes client exists.
+    pub queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<k8s_signer::Request>>,
+}
+
+/// A signing's outcome: now, or once the Kubernetes signer answers.
+pub enum Answer {
+    /// Signed.
+    Ready(IstioCertificateResponse),
+    /// The Kubernetes RA's answer (the signed certificate PEM) comes on
+    /// this channel; [`CaServer::signed_externally`] makes the response.
+    Later(async_channel::Receiver<Result<String, String>>),
 }
 
 /// istiod's answer to a caller it could not authenticate.
@@ -237,7 +262,7 @@ impl CaServer {
         account: Option<&tokenreview::Account>,
         peer: Option<std::net::SocketAddr>,
         req: &IstioCertificateRequest,
-    ) -> Result<IstioCertificateResponse, Status> {
+    ) -> Result<Answer, Status> {
         let impersonated =
             req.metadata.as_ref().and_then(|m| m.fields.get(IMPERSONATED_IDENTITY)).and_then(|v| match &v.kind {
                 Some(istiod_proto::prost_types::value::Kind::StringValue(s)) if !s.is_empty() => Some(s.clone()),
@@ -286,14 +311,15 @@ impl CaServer {
         Ok(())
     }
 
-    /// Signs `req` for a caller with `ids`.
+    /// Signs `req` for a caller with `ids`: here, or checked here and
+    /// signed by the Kubernetes RA.
     fn sign_for(
         &self,
         ids: &[String],
         peer: Option<std::net::SocketAddr>,
         req: &IstioCertificateRequest,
-    ) -> Result<IstioCertificateResponse, Status> {
-        let chain = self.ca().sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| {
+    ) -> Result<Answer, Status> {
+        let refused = |e: SignError| {
             tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
             let (code, kind) = match e {
                 SignError::Identity { .. } => (Code::PermissionDenied, 0),
@@ -303,11 +329,89 @@ impl CaServer {
             };
             bump(&self.metrics.sign_errors[kind]);
             Status::new(code, format!("CSR signing error ({e})"))
-        })?;
+        };
+        if let Some(ext) = &self.external {
+            let lifetime = self.ca().check_request(req.csr.as_bytes(), ids, req.validity_duration).map_err(refused)?;
+            let Some(queue) = ext.queue.get() else {
+                bump(&self.metrics.sign_errors[2]);
+                return Err(Status::new(Code::Unavailable, "the Kubernetes signer is not reachable yet"));
+            };
+            let (signed, answer) = async_channel::bounded(1);
+            let request = k8s_signer::Request { csr: req.csr.clone(), lifetime_secs: lifetime, reply: signed };
+            if queue.send(request).is_err() {
+                bump(&self.metrics.sign_errors[2]);
+                return Err(Status::new(Code::Unavailable, "the Kubernetes signer is gone"));
+            }
+            return Ok(Answer::Later(answer));
+        }
+        let chain = self.ca().sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(refused)?;
         tracing::debug!(target: "ca", identity = %ids.join(","), "issued a workload certificate");
         bump(&self.metrics.success);
-        Ok(IstioCertificateResponse { cert_chain: chain })
+        Ok(Answer::Ready(IstioCertificateResponse { cert_chain: chain }))
     }
+}
+
+impl CaServer {
+    /// The response to a request the Kubernetes RA signed (or refused):
+    /// its certificates, then the signer's root.
+    pub fn signed_externally(
+        &self,
+        got: Result<Result<String, String>, async_channel::RecvError>,
+    ) -> Result<IstioCertificateResponse, Status> {
+        match got {
+            Ok(Ok(pem)) => {
+                let mut chain = split_pem(&pem);
+                chain.extend(self.external.as_ref().map(|e| e.root.clone()));
+                tracing::debug!(target: "ca", "issued a workload certificate through the Kubernetes signer");
+                bump(&self.metrics.success);
+                Ok(IstioCertificateResponse { cert_chain: chain })
+            }
+            Ok(Err(e)) => {
+                bump(&self.metrics.sign_errors[2]);
+                Err(Status::new(Code::Internal, format!("CSR signing error ({e})")))
+            }
+            Err(_) => {
+                bump(&self.metrics.sign_errors[2]);
+                Err(Status::new(Code::Unavailable, "the Kubernetes signer is gone"))
+            }
+        }
+    }
+}
+
+/// Each certificate of a PEM bundle, as istiod's `PemCertBytestoString`
+/// splits a chain (every one ending in a newline).
+fn split_pem(pem: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    pem.split_inclusive(END)
+        .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
+        .map(|c| format!("{}\n", c.trim()))
+        .collect()
+}
+
+/// Answers a call that waited (for a TokenReview, for the Kubernetes
+/// signer), if its connection is still there.
+fn answer_later(
+    registry: &Registry,
+    calls: &Calls,
+    key: (u64, u32),
+    outcome: Result<IstioCertificateResponse, Status>,
+) {
+    calls.borrow_mut().remove(&key);
+    let Some(h) = registry.get(key.0) else { return };
+    {
+        let mut c = h.conn.borrow_mut();
+        let stream = key.1;
+        match outcome {
+            // A small answer to a call that waited: sent whatever the
+            // queue holds.
+            Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
+                Ok(()) => c.finish(stream, &Status::ok()),
+                Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
+            },
+            Err(status) => c.finish(stream, &status),
+        }
+    }
+    h.wake();
 }
 
 /// A call in progress: the token it came with, whether it was answered
@@ -395,28 +499,18 @@ impl Service for CaService {
                     let answer = answer.recv().await;
                     let account = answer.as_ref().ok().and_then(|a| a.as_ref().ok()).cloned();
                     let outcome = match server.reviewed(answer, peer) {
-                        Reviewed::Ids(ids) => server.sign_checked(&ids, account.as_ref(), peer, &req),
+                        Reviewed::Ids(ids) => match server.sign_checked(&ids, account.as_ref(), peer, &req) {
+                            Ok(Answer::Ready(resp)) => Ok(resp),
+                            Ok(Answer::Later(signed)) => server.signed_externally(signed.recv().await),
+                            Err(status) => Err(status),
+                        },
                         Reviewed::Denied(reason) => {
                             tracing::warn!(target: "ca", ?peer, %reason, "request authenticate failure");
                             Err(unauthenticated(&server))
                         }
                         Reviewed::Unavailable(status) => Err(status),
                     };
-                    calls.borrow_mut().remove(&key);
-                    let Some(h) = registry.get(key.0) else { return };
-                    {
-                        let mut c = h.conn.borrow_mut();
-                        match outcome {
-                            // A small answer to a call that waited: sent
-                            // whatever the queue holds.
-                            Ok(resp) => match c.send_admitted(stream, Bytes::from(resp.encode_to_vec())) {
-                                Ok(()) => c.finish(stream, &Status::ok()),
-                                Err(e) => c.finish(stream, &Status::new(Code::Internal, e.to_string())),
-                            },
-                            Err(status) => c.finish(stream, &status),
-                        }
-                    }
-                    h.wake();
+                    answer_later(&registry, &calls, key, outcome);
                 })
                 .detach();
                 return Ok(());
@@ -426,7 +520,21 @@ impl Service for CaService {
                 return Err(unauthenticated(&server));
             }
         };
-        let resp = server.sign_checked(&ids, None, peer, &req)?;
+        let resp = match server.sign_checked(&ids, None, peer, &req)? {
+            Answer::Ready(resp) => resp,
+            Answer::Later(signed) => {
+                p.waiting = true;
+                drop(calls);
+                let (registry, calls) = (self.registry.clone(), self.calls.clone());
+                glommio::spawn_local(async move {
+                    futures_lite::future::yield_now().await;
+                    let outcome = server.signed_externally(signed.recv().await);
+                    answer_later(&registry, &calls, key, outcome);
+                })
+                .detach();
+                return Ok(());
+            }
+        };
         p.answered = true;
         // A small answer, bounded: sent even when ADS pushes fill the queue.
         conn.send_admitted(stream, Bytes::from(resp.encode_to_vec()))
@@ -579,6 +687,9 @@ pub struct CaConfig {
     /// `CA_TRUSTED_NODE_ACCOUNTS` (`ns/sa,...`): the service accounts
     /// (ztunnels) that may ask for the identities of pods on their node.
     pub trusted_node_accounts: Vec<(String, String)>,
+    /// `EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API`: `K8S_SIGNER`, who signs
+    /// workload certificates through the Kubernetes CSR API.
+    pub external_signer: Option<String>,
 }
 
 /// The CA of `config`, from `store` (plugged-in certificates from
@@ -619,6 +730,19 @@ pub async fn from_config(
             Ca::generate(settings).map_err(|e| e.to_string())?
         }
     };
+    // istiod's createIstioRA: the signer's root is read at start.
+    let external = match &c.external_signer {
+        Some(signer) if c.enabled => Some(External {
+            signer: signer.clone(),
+            root: k8s_signer::root(
+                std::path::Path::new(k8s_signer::EXTERNAL_CA_ROOT),
+                std::path::Path::new(k8s_signer::SERVICE_ACCOUNT_CA),
+            )
+            .map_err(|e| format!("failed to create RA: {e}"))?,
+            queue: Default::default(),
+        }),
+        _ => None,
+    };
     let jwt = c.jwt_rule.clone().map(|rule| Arc::new(JwtAuthenticator { rule, keys: RwLock::default() }));
     if jwt.is_none() {
         tracing::info!(target: "ca", "JWT_RULE is not set: callers are authenticated by TokenReview (Kubernetes) only");
@@ -633,6 +757,7 @@ pub async fn from_config(
         changed: tokio::sync::watch::Sender::new(0),
         trusted_node_accounts: c.trusted_node_accounts.clone(),
         pods: Default::default(),
+        external,
     })))
 }
 

@@ -78,6 +78,8 @@ struct State {
     /// manager, force).
     applies: Vec<(String, String, String, String, String, bool)>,
     conflicts: u64,
+    /// Names made for `generateName` so far.
+    generated: u64,
 }
 
 /// The fake server.
@@ -461,6 +463,18 @@ impl FakeApi {
                 status_json(500, "InternalError", "resourceVersion should not be set on objects to be created"),
             );
         }
+        // `generateName` on a create: the prefix and a suffix never used.
+        if name.is_none()
+            && object["metadata"]["name"].as_str().is_none_or(str::is_empty)
+            && let Some(prefix) = object["metadata"]["generateName"].as_str().filter(|p| !p.is_empty())
+        {
+            let n = {
+                let mut s = self.lock();
+                s.generated += 1;
+                s.generated
+            };
+            object["metadata"]["name"] = json!(format!("{prefix}{n:05x}"));
+        }
         let Some(obj_name) = object["metadata"]["name"].as_str().map(str::to_owned) else {
             return (422, status_json(422, "Invalid", "metadata.name is required"));
         };
@@ -686,10 +700,15 @@ impl FakeApi {
         }
         // The status subresource: only `status` of the body is stored
         // (the API server's rule), with the same version check as a PUT.
+        // A CertificateSigningRequest's `approval` is one too (it writes
+        // the conditions).
         let status_of = match segs.as_slice() {
             ["apis", _, _, "namespaces", ns, plural, name, "status"]
             | ["api", "v1", "namespaces", ns, plural, name, "status"] => Some((*ns, *plural, *name)),
             ["apis", _, _, plural, name, "status"] => Some(("", *plural, *name)),
+            ["apis", "certificates.k8s.io", _, plural @ "certificatesigningrequests", name, "approval"] => {
+                Some(("", *plural, *name))
+            }
             _ => None,
         };
         if let Some((ns, plural, name)) = status_of {

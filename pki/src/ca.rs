@@ -446,6 +446,14 @@ impl Ca {
         Ok(requested)
     }
 
+    /// What [`Ca::sign`] checks, for a CSR another signs (istiod's RA
+    /// `preSign`): the lifetime it may have (seconds), or why not.
+    pub fn check_request(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<i64, SignError> {
+        let lifetime = self.lifetime(requested_secs)?;
+        verified_key(csr_pem, identities)?;
+        Ok(lifetime.as_secs() as i64)
+    }
+
     /// Signs `csr_pem` for a caller with SPIFFE `identities`, for
     /// `requested_secs` (the request's `validity_duration`). Returns the
     /// chain istiod answers: leaf, intermediates, root bundle.

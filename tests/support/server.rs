@@ -98,8 +98,20 @@ impl Server {
     /// taken between [`free_port`] and the server's bind (tests run in
     /// parallel) is a retry with other ports, not a failure.
     pub(crate) fn start_on(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Self {
+        Self::start_in(None, source, flags, env, nofile)
+    }
+
+    /// [`Server::start_on`] with `cwd` as the working directory (where
+    /// istiod looks for `./etc/...`).
+    pub(crate) fn start_in(
+        cwd: Option<&Path>,
+        source: &[&str],
+        flags: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> Self {
         for attempt in 1.. {
-            match Self::try_start(source, flags, env, nofile) {
+            match Self::try_start(cwd, source, flags, env, nofile) {
                 Ok(s) => return s,
                 Err(log) if attempt < 5 && log.contains("Address already in use") => continue,
                 Err(log) => panic!("server exited: {log}"),
@@ -108,7 +120,13 @@ impl Server {
         unreachable!()
     }
 
-    fn try_start(source: &[&str], flags: &[&str], env: &[(&str, &str)], nofile: Option<u32>) -> Result<Self, String> {
+    fn try_start(
+        cwd: Option<&Path>,
+        source: &[&str],
+        flags: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> Result<Self, String> {
         let (grpc, mut http, monitoring) = (free_port(), free_port(), free_port());
         // A `--httpAddr` of the caller's (e.g. 0.0.0.0:P) is polled on loopback.
         if let Some(port) = flags
@@ -149,6 +167,9 @@ impl Server {
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
         let child = cmd.spawn().unwrap();
         let mut s = Self { child, grpc, http, monitoring, log, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(30);

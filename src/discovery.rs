@@ -147,7 +147,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
     for n in tls_policy.check().map_err(StartError::TlsPolicy)? {
         tracing::warn!(target: "default", "read and not applied: {n}");
     }
+    // COMPLIANCE_POLICY holds for the TLS contexts sent to Envoy too.
+    istiod_mesh::translate::envoy::set_compliance_policy(&tls_policy.compliance);
+    let compliance = !tls_policy.compliance.is_empty();
     istiod_xds::server::tls::set_policy(tls_policy);
+    // And for the TLS clients that take the process's provider: the
+    // Kubernetes API clients (the config cluster's and the remotes').
+    if compliance {
+        istiod_xds::server::tls::install_client_default();
+    }
     // client-go's rate limit of every API server client.
     istiod_kubewatch::limit::set_default(f64::from(config.kube_api_qps), config.kube_api_burst);
     for setting in config.not_yet_supported() {

@@ -44,6 +44,7 @@ pub const SCOPES: &[(&str, &str)] = &[
     ("ip-autoallocate", "IP autoallocate controller"),
     ("model", "model debugging"),
     ("multicluster", "multicluster secret controller"),
+    ("pkira", "Istiod RA log"),
     ("untaint", "CNI node-untaint controller"),
     ("validation", "CRD validation debugging"),
     ("webhook", "webhook patching"),

@@ -844,3 +844,158 @@ fn unhealthy_endpoints_follow_the_send_switches() {
     let forced = [("PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS", "false"), ("PILOT_SEND_UNHEALTHY_ENDPOINTS", "true")];
     assert_eq!(served(&forced), (Some(0.0), both));
 }
+
+/// `COMPLIANCE_POLICY` on what Envoy is sent (istiod's
+/// `EnforceCompliance`): with `fips-140-2`, a client's mesh mTLS upstream
+/// (to reviews) and its inbound mTLS chains are pinned to TLS
+/// 1.2; without a policy they carry no such parameters.
+#[test]
+fn the_compliance_policy_holds_for_envoys_tls_contexts() {
+    use istiod_proto::envoy::config::cluster::v3::Cluster;
+    use istiod_proto::envoy::config::listener::v3::Listener;
+    use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
+    use istiod_proto::prost::Message;
+    let decode_socket = |s: &istiod_proto::envoy::config::core::v3::TransportSocket| -> Option<tls::TlsParameters> {
+        let Some(istiod_proto::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(any)) =
+            &s.config_type
+        else {
+            return None;
+        };
+        if any.type_url.ends_with("UpstreamTlsContext") {
+            tls::UpstreamTlsContext::decode(any.value.as_slice()).unwrap().common_tls_context?.tls_params
+        } else {
+            tls::DownstreamTlsContext::decode(any.value.as_slice()).unwrap().common_tls_context?.tls_params
+        }
+    };
+    // (the reviews cluster's mTLS parameters, the inbound mTLS chains')
+    let served = |env: &[(&str, &str)]| -> (Option<tls::TlsParameters>, Vec<Option<tls::TlsParameters>>) {
+        let s = Server::start(std::path::Path::new(BOOKINFO), &[], env, None);
+        client::runtime().block_on(async {
+            let mut c = client::connect(s.grpc, false).await;
+            c.sotw(DiscoveryRequest {
+                node: Some(productpage()),
+                type_url: type_url::CLUSTER.into(),
+                ..Default::default()
+            });
+            let r = c.recv().await;
+            let reviews = r
+                .resources
+                .iter()
+                .map(|a| Cluster::decode(a.value.as_slice()).unwrap())
+                .find(|c| c.name == "outbound|9080||reviews.bookinfo.svc.cluster.local")
+                .unwrap();
+            // Auto mTLS's match, or the rule's ISTIO_MUTUAL socket.
+            let socket = reviews
+                .transport_socket_matches
+                .iter()
+                .find(|m| m.name == "tlsMode-istio")
+                .and_then(|m| m.transport_socket.as_ref())
+                .or(reviews.transport_socket.as_ref())
+                .unwrap_or_else(|| panic!("no TLS: {reviews:?}"));
+            let upstream = decode_socket(socket);
+            c.sotw(DiscoveryRequest { type_url: type_url::LISTENER.into(), ..Default::default() });
+            let r = c.recv().await;
+            let inbound = r
+                .resources
+                .iter()
+                .map(|a| Listener::decode(a.value.as_slice()).unwrap())
+                .find(|l| l.name == "virtualInbound")
+                .unwrap();
+            let downstream: Vec<_> = inbound
+                .filter_chains
+                .iter()
+                .filter_map(|fc| fc.transport_socket.as_ref())
+                .filter(|s| s.name == "envoy.transport_sockets.tls")
+                .map(decode_socket)
+                .collect();
+            (upstream, downstream)
+        })
+    };
+    let (upstream, downstream) = served(&[]);
+    assert_eq!(upstream, None);
+    assert!(!downstream.is_empty() && downstream.iter().all(Option::is_none), "{downstream:?}");
+    let v12 = tls::tls_parameters::TlsProtocol::TlSv12 as i32;
+    let pinned = |p: &Option<tls::TlsParameters>| {
+        p.as_ref().is_some_and(|p| p.tls_minimum_protocol_version == v12 && p.tls_maximum_protocol_version == v12)
+    };
+    let (upstream, downstream) = served(&[("COMPLIANCE_POLICY", "fips-140-2")]);
+    assert!(pinned(&upstream), "{upstream:?}");
+    assert!(!downstream.is_empty() && downstream.iter().all(pinned), "{downstream:?}");
+}
+
+/// `COMPLIANCE_POLICY` on the Kubernetes API client too (the process's
+/// TLS provider): an API server that speaks only TLS 1.3 is asked for
+/// its objects by default, and never reached under `fips-140-2` (TLS 1.2
+/// only): the log says the client could not connect.
+#[test]
+fn the_compliance_policy_holds_for_the_api_server_client() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let (cert_file, key_file, requests) =
+        (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("requests.log"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let mut peer = std::process::Command::new(python::python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_jwks_server.py"))
+        .args([&cert_file, &key_file, &requests])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca.pem());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", certificate-authority-data: {ca_data}}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n",
+            port.trim()
+        ),
+    )
+    .unwrap();
+    // Runs the server against it for a while: (requests the API server
+    // got, the log).
+    let run = |env: &[(&str, &str)]| {
+        let _ = std::fs::remove_file(&requests);
+        let log = dir.path().join("stderr.log");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+            .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--grpcAddr", &free_port().to_string(), "--httpAddr", &free_port().to_string()])
+            .args(["--monitoringAddr", &free_port().to_string(), "--secureGRPCAddr", "", "--httpsAddr", ""])
+            .args(["--ctrlz_port", "0", "--log_target", "stderr"])
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let asked = std::fs::read_to_string(&requests).unwrap_or_default();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if !asked.is_empty() || text.contains("client error (Connect)") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        (std::fs::read_to_string(&requests).unwrap_or_default(), std::fs::read_to_string(&log).unwrap_or_default())
+    };
+    let (asked, log) = run(&[]);
+    let (asked_fips, log_fips) = run(&[("COMPLIANCE_POLICY", "fips-140-2")]);
+    let _ = peer.kill();
+    let _ = peer.wait();
+    assert!(asked.lines().any(|p| p.starts_with("/api")), "the API server is asked by default: {asked:?}\n{log}");
+    assert!(!log.contains("client error (Connect)"), "{log}");
+    assert!(asked_fips.is_empty(), "fips-140-2 reached a TLS 1.3-only API server: {asked_fips:?}");
+    // (rustls refuses the server's TLS 1.3-only answer: no connection.)
+    assert!(log_fips.contains("client error (Connect)"), "{log_fips}");
+}

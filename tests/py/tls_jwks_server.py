@@ -1,8 +1,10 @@
 """A JWKS over HTTPS that speaks only TLS 1.3 (Python's ssl, OpenSSL):
 the peer for the JWKS client's COMPLIANCE_POLICY test.
 
-argv: certificate file, key file. Prints the port it listens on (loopback),
-then serves until killed.
+argv: certificate file, key file, and optionally a file each request's
+path is appended to (a line each). Prints the port it listens on
+(loopback), then serves until killed. It is also the API server the
+Kubernetes client's COMPLIANCE_POLICY test points at.
 """
 
 import http.server
@@ -12,6 +14,9 @@ import sys
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if len(sys.argv) > 3:
+            with open(sys.argv[3], "a") as f:
+                f.write(self.path + "\n")
         body = b'{"keys":[]}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -1409,7 +1409,7 @@ fn connect_tls_context(model: &Model) -> tls::CommonTlsContext {
         std::iter::once(&model.mesh.trust_domain).chain(&model.mesh.trust_domain_aliases).collect();
     domains.dedup();
     let sans = domains.into_iter().map(|td| uri_prefix(format!("spiffe://{td}/"))).collect();
-    tls::CommonTlsContext {
+    let mut ctx = tls::CommonTlsContext {
         tls_certificate_sds_secret_configs: vec![sds("default")],
         validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
             tls::common_tls_context::CombinedCertificateValidationContext {
@@ -1428,7 +1428,10 @@ fn connect_tls_context(model: &Model) -> tls::CommonTlsContext {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    };
+    // Compliance, last (istiod's waypoint listener and clusters).
+    istiod_mesh::translate::envoy::enforce_compliance(&mut ctx);
+    ctx
 }
 
 /// A URI SAN matcher on `prefix`.

@@ -79,6 +79,53 @@ pub(crate) fn tcp_proxy_logged(
     }
 }
 
+/// `COMPLIANCE_POLICY`, set once at start (before anything is built).
+static COMPLIANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets `COMPLIANCE_POLICY` for every TLS context built from now on.
+pub fn set_compliance_policy(policy: &str) {
+    let _ = COMPLIANCE.set(policy.to_owned());
+}
+
+/// The TLS 1.2 suites FIPS 140-2 allows (istiod's `fipsCiphers`).
+const FIPS_CIPHERS: [&str; 4] = [
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+];
+
+/// istiod's `EnforceCompliance` (pkg/model/fips.go), applied last to
+/// every TLS context it sends Envoy (mesh mTLS in and out, a
+/// DestinationRule's upstream TLS, a gateway server's, HBONE's).
+pub fn enforce_compliance(ctx: &mut tls::CommonTlsContext) {
+    enforce_compliance_as(COMPLIANCE.get().map_or("", String::as_str), ctx);
+}
+
+pub(crate) fn enforce_compliance_as(policy: &str, ctx: &mut tls::CommonTlsContext) {
+    use tls::tls_parameters::{CompliancePolicy, TlsProtocol};
+    if !matches!(policy, "fips-140-2" | "fips-140-3" | "pqc") {
+        return;
+    }
+    let p = ctx.tls_params.get_or_insert_with(Default::default);
+    match policy {
+        "fips-140-2" => {
+            p.tls_minimum_protocol_version = TlsProtocol::TlSv12 as i32;
+            p.tls_maximum_protocol_version = TlsProtocol::TlSv12 as i32;
+            // Unset, a FIPS build of Envoy uses only FIPS suites.
+            p.cipher_suites.retain(|c| FIPS_CIPHERS.contains(&c.as_str()));
+            // Unset is P-256.
+            p.ecdh_curves.clear();
+        }
+        "fips-140-3" => p.compliance_policies = vec![CompliancePolicy::Fips202205 as i32],
+        _ => {
+            p.tls_minimum_protocol_version = TlsProtocol::TlSv13 as i32;
+            p.cipher_suites = FIPS_CIPHERS.iter().map(|c| (*c).to_owned()).collect();
+            p.ecdh_curves = vec!["X25519MLKEM768".into()];
+        }
+    }
+}
+
 /// The SDS reference istio-agent serves (`default`, `ROOTCA`) over the
 /// `sds-grpc` cluster.
 pub fn sds(name: &str) -> tls::SdsSecretConfig {
@@ -140,5 +187,52 @@ pub(crate) fn istio_tls_metadata() -> core::Metadata {
             },
         )]),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tls::tls_parameters::{CompliancePolicy, TlsProtocol};
+
+    /// istiod's `EnforceCompliance` (pkg/model/fips.go) case by case: each
+    /// policy's versions, suites and curves over a context that set its
+    /// own; no policy (or an unknown one) leaves it alone.
+    #[test]
+    fn compliance_policies_as_istiod_enforces_them() {
+        let given = || tls::CommonTlsContext {
+            tls_params: Some(tls::TlsParameters {
+                cipher_suites: vec!["ECDHE-RSA-AES128-GCM-SHA256".into(), "ECDHE-RSA-CHACHA20-POLY1305".into()],
+                ecdh_curves: vec!["X25519".into()],
+                tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let as_ = |policy: &str| {
+            let mut c = given();
+            enforce_compliance_as(policy, &mut c);
+            c.tls_params.unwrap()
+        };
+        assert_eq!(as_(""), given().tls_params.unwrap());
+        assert_eq!(as_("strict-ish"), given().tls_params.unwrap(), "unknown: warned, left alone");
+        let p = as_("fips-140-2");
+        assert_eq!(
+            (p.tls_minimum_protocol_version, p.tls_maximum_protocol_version),
+            (TlsProtocol::TlSv12 as i32, TlsProtocol::TlSv12 as i32)
+        );
+        assert_eq!(p.cipher_suites, ["ECDHE-RSA-AES128-GCM-SHA256"], "only FIPS suites kept");
+        assert!(p.ecdh_curves.is_empty(), "P-256, Envoy's default");
+        let p = as_("fips-140-3");
+        assert_eq!(p.compliance_policies, [CompliancePolicy::Fips202205 as i32]);
+        assert_eq!(p.cipher_suites.len(), 2, "left to Envoy's FIPS_202205");
+        let p = as_("pqc");
+        assert_eq!(p.tls_minimum_protocol_version, TlsProtocol::TlSv13 as i32);
+        assert_eq!(p.cipher_suites, FIPS_CIPHERS);
+        assert_eq!(p.ecdh_curves, ["X25519MLKEM768"]);
+        // No params before: made.
+        let mut bare = tls::CommonTlsContext::default();
+        enforce_compliance_as("fips-140-2", &mut bare);
+        assert!(bare.tls_params.as_ref().is_some_and(|p| p.cipher_suites.is_empty()));
     }
 }

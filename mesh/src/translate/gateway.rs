@@ -163,6 +163,9 @@ pub fn tls_context(
     if matches!(t.mode, ServerTlsMode::Simple | ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual) {
         common.tls_params = tls_params(t, defaults);
     }
+    // Compliance for Envoy TLS downstreams (istiod's
+    // BuildListenerTLSContext).
+    super::envoy::enforce_compliance(&mut common);
     tls::DownstreamTlsContext {
         common_tls_context: Some(common),
         require_client_certificate: Some(require),

@@ -242,7 +242,7 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
 /// istiod's inbound mTLS: the workload certificate from SDS `default`,
 /// peers verified against `ROOTCA`, a client certificate required.
 fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
-    let ctx = tls::DownstreamTlsContext {
+    let mut ctx = tls::DownstreamTlsContext {
         common_tls_context: Some(tls::CommonTlsContext {
             tls_certificate_sds_secret_configs: vec![crate::translate::envoy::sds("default")],
             validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
@@ -258,6 +258,10 @@ fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
         require_client_certificate: Some(true),
         ..Default::default()
     };
+    // Compliance for downstream mesh mTLS (istiod's BuildInboundTLS).
+    if let Some(common) = ctx.common_tls_context.as_mut() {
+        crate::translate::envoy::enforce_compliance(common);
+    }
     core::TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),

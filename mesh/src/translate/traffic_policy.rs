@@ -285,7 +285,7 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
             },
         ))
     };
-    let ctx = match t.mode {
+    let mut ctx = match t.mode {
         ClientTlsMode::Disable => return None,
         ClientTlsMode::IstioMutual => tls::UpstreamTlsContext {
             common_tls_context: Some(tls::CommonTlsContext {
@@ -319,6 +319,11 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
             }
         }
     };
+    // Compliance for Envoy TLS upstreams (istiod's
+    // buildUpstreamClusterTLSContext).
+    if let Some(common) = ctx.common_tls_context.as_mut() {
+        super::envoy::enforce_compliance(common);
+    }
     Some(core::TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),

@@ -170,6 +170,14 @@ pub fn client_provider() -> (Arc<rustls::crypto::CryptoProvider>, Vec<&'static r
     (Arc::new(p), versions)
 }
 
+/// Makes [`client_provider`] the process's default TLS provider, which
+/// clients built without one of their own take (kube's API clients); the
+/// first call wins.
+pub fn install_client_default() {
+    let (provider, _) = client_provider();
+    let _ = rustls::crypto::CryptoProvider::install_default(Arc::unwrap_or_clone(provider));
+}
+
 static POLICY: std::sync::RwLock<Option<TlsPolicy>> = std::sync::RwLock::new(None);
 
 /// Sets the policy every server configuration is built with from now on.

@@ -555,7 +555,12 @@ fn analysis_messages_are_written_to_the_objects_status() {
     let s = Server::start_on(
         &["--kubeconfig", kubeconfig.to_str().unwrap()],
         &[],
-        &[("POD_NAME", "istiod-a"), ("POD_NAMESPACE", "istio-system"), ("PILOT_ENABLE_ANALYSIS", "true")],
+        &[
+            ("POD_NAME", "istiod-a"),
+            ("POD_NAMESPACE", "istio-system"),
+            ("PILOT_ENABLE_ANALYSIS", "true"),
+            ("PILOT_ENABLE_IP_AUTOALLOCATE", "false"),
+        ],
         None,
     );
     let messages = || api.get("virtualservices", "default", "reviews").unwrap()["status"]["validationMessages"].clone();
@@ -577,6 +582,21 @@ fn analysis_messages_are_written_to_the_objects_status() {
     assert_eq!(report["analysis"].as_array().unwrap().len(), 1, "{report}");
     api.apply("virtualservices", vs("v1"));
     wait_for("the messages emptied", Duration::from_secs(20), || messages() == serde_json::json!([]));
+    // istiod's IST0134: a ServiceEntry without addresses on a TCP port
+    // (no address allocated: PILOT_ENABLE_IP_AUTOALLOCATE is off here).
+    api.apply(
+        "serviceentries",
+        serde_json::json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"hosts": ["db.example.com"], "resolution": "DNS",
+                     "ports": [{"number": 5432, "name": "tcp", "protocol": "TCP"}]}}),
+    );
+    let se_messages = || api.get("serviceentries", "default", "db").unwrap()["status"]["validationMessages"].clone();
+    wait_for("the ServiceEntry's message", Duration::from_secs(20), || {
+        se_messages().as_array().is_some_and(|m| !m.is_empty())
+    });
+    assert_eq!(se_messages()[0]["type"]["code"], "IST0134");
+    assert_eq!(se_messages()[0]["level"], "WARNING");
 }
 
 /// `COMPLIANCE_POLICY` holds for istiod-rs's JWKS client too: against a key

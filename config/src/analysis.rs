@@ -2,9 +2,11 @@
 //! `PILOT_ENABLE_ANALYSIS`): analyzers over the Istio configuration whose
 //! messages istiod writes to each object's `status.validationMessages`
 //! and logs as `Configuration analysis: ...`. The analyzers here are
-//! istiod's `virtualservice.DestinationRuleAnalyzer` and
-//! `virtualservice.GatewayAnalyzer`; their upstream test cases are ported
-//! as data below.
+//! istiod's `virtualservice.DestinationRuleAnalyzer`,
+//! `virtualservice.GatewayAnalyzer`,
+//! `virtualservice.ConflictingMeshGatewayHostsAnalyzer` and
+//! `serviceentry.ProtocolAddressesAnalyzer`; their upstream
+//! test cases are ported as data below.
 
 use serde_json::{Value, json};
 
@@ -27,6 +29,10 @@ pub struct MessageType {
 
 /// `ReferencedResourceNotFound`.
 pub const REFERENCED_RESOURCE_NOT_FOUND: MessageType = MessageType { code: "IST0101", level: "Error" };
+/// `ConflictingMeshGatewayVirtualServiceHosts`.
+pub const CONFLICTING_MESH_GATEWAY_HOSTS: MessageType = MessageType { code: "IST0109", level: "Error" };
+/// `ServiceEntryAddressesRequired`.
+pub const SERVICE_ENTRY_ADDRESSES_REQUIRED: MessageType = MessageType { code: "IST0134", level: "Warning" };
 /// `VirtualServiceHostNotFoundInGateway`.
 pub const VS_HOST_NOT_FOUND_IN_GATEWAY: MessageType = MessageType { code: "IST0132", level: "Warning" };
 
@@ -194,11 +200,95 @@ fn gateways(istio: &[IstioObject], gateway_api: &[GatewayApiObject], out: &mut V
     }
 }
 
+/// istiod's `virtualservice.ConflictingMeshGatewayHostsAnalyzer`:
+/// VirtualServices bound to the mesh gateway that define the same host
+/// where both are seen (a host exported everywhere also meets the same or
+/// a matching host exported to some namespaces). Hosts in the key order
+/// (istiod walks a map; its tests check objects and codes only).
+fn conflicting_mesh_gateway_hosts(istio: &[IstioObject], out: &mut Vec<Message>) {
+    use std::collections::{BTreeMap, BTreeSet};
+    // (scope, FQDN) -> the VirtualServices defining it.
+    let mut hosts: BTreeMap<(String, String), Vec<&IstioObject>> = BTreeMap::new();
+    for o in istio {
+        let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        if !(vs.gateways.is_empty() || vs.gateways.iter().any(|g| g == "mesh")) {
+            continue;
+        }
+        let ns = o.meta.ns();
+        let scopes: BTreeSet<String> = if vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*") {
+            BTreeSet::from(["*".to_owned()])
+        } else {
+            vs.export_to.iter().map(|e| if e == "." { ns.to_owned() } else { e.clone() }).collect()
+        };
+        for scope in scopes {
+            for h in &vs.hosts {
+                // istiod's ConvertHostToFQDN.
+                let fqdn = if h.starts_with('*') || h.contains('.') {
+                    h.clone()
+                } else {
+                    format!("{h}.{ns}.svc.cluster.local")
+                };
+                hosts.entry((scope.clone(), fqdn)).or_default().push(o);
+            }
+        }
+    }
+    let mut reported = BTreeSet::new();
+    for ((scope, fqdn), list) in &hosts {
+        let mut list = list.clone();
+        if scope != "*" {
+            for ((other_scope, other), more) in &hosts {
+                if other_scope == "*" && hosts_match(fqdn, other) {
+                    list.extend(more);
+                }
+            }
+        }
+        if list.len() < 2 {
+            continue;
+        }
+        let mut names: Vec<String> = list.iter().map(|o| format!("{}/{}", o.meta.ns(), o.meta.name)).collect();
+        names.sort();
+        let names = names.join(",");
+        for o in list {
+            if reported.insert((o.meta.ns(), o.meta.name.as_str())) {
+                let text = format!(
+                    "The VirtualServices {names} associated with mesh gateway define the same host {scope}/{fqdn} which can lead to undefined behavior. This can be fixed by merging the conflicting VirtualServices into a single resource."
+                );
+                out.push(Message::new(o, "VirtualService", CONFLICTING_MESH_GATEWAY_HOSTS, text));
+            }
+        }
+    }
+}
+
+/// istiod's `serviceentry.ProtocolAddressesAnalyzer`: a ServiceEntry
+/// without addresses (in its spec or allocated in its status) has a port
+/// of TCP or no protocol, one message per such port, unless the mesh's
+/// proxies capture DNS and allocate addresses (`defaultConfig.
+/// proxyMetadata` in `mesh`, the mesh configuration as written).
+fn service_entry_addresses(istio: &[IstioObject], mesh: &Value, out: &mut Vec<Message>) {
+    let meta = &mesh["defaultConfig"]["proxyMetadata"];
+    let on = |k: &str| meta[k].as_str() == Some("true");
+    if on("ISTIO_META_DNS_CAPTURE") && (on("ISTIO_META_DNS_AUTO_ALLOCATE") || on("PILOT_ENABLE_IP_AUTOALLOCATE")) {
+        return;
+    }
+    for o in istio {
+        let IstioSpec::ServiceEntry(se) = &o.spec else { continue };
+        if !se.addresses.is_empty() || !se.allocated.is_empty() {
+            continue;
+        }
+        for _ in se.ports.iter().filter(|p| p.protocol.is_empty() || p.protocol.eq_ignore_ascii_case("TCP")) {
+            let text = "ServiceEntry addresses are required for this protocol.".to_owned();
+            out.push(Message::new(o, "ServiceEntry", SERVICE_ENTRY_ADDRESSES_REQUIRED, text));
+        }
+    }
+}
+
 /// Every analyzer's messages, ordered by object then code.
-pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject]) -> Vec<Message> {
+pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &Value) -> Vec<Message> {
     let mut out = Vec::new();
+    service_entry_addresses(istio, mesh, &mut out);
     destination_rules(istio, &mut out);
     gateways(istio, gateway_api, &mut out);
+    conflicting_mesh_gateway_hosts(istio, &mut out);
     out.sort_by(|a, b| (&a.namespace, &a.name, a.code).cmp(&(&b.namespace, &b.name, b.code)));
     out
 }
@@ -269,5 +359,82 @@ mod tests {
                 ("IST0132", "default/httpbin-bogus".to_owned()),
             ]
         );
+    }
+
+    /// Upstream `analyzers_test.go` `virtualServiceConflictingMeshGatewayHosts`
+    /// and `virtualServiceConflictingMeshGatewayHostsWithExportTo`, on
+    /// their testdata files.
+    #[test]
+    fn upstream_virtual_service_conflicting_mesh_gateway_hosts() {
+        let run = |yaml: &str| {
+            let mut msgs = Vec::new();
+            conflicting_mesh_gateway_hosts(&parse(yaml), &mut msgs);
+            let mut got: Vec<String> = msgs
+                .iter()
+                .inspect(|m| assert_eq!(m.code, "IST0109"))
+                .map(|m| format!("{}/{}", m.namespace, m.name))
+                .collect();
+            got.sort();
+            (got, msgs)
+        };
+        let (got, msgs) = run(include_str!("analysis/virtualservice_conflictingmeshgatewayhosts.yaml"));
+        let mut want = vec![
+            "team3/ratings",
+            "team4/ratings",
+            "foo/ratings",
+            "bar/ratings",
+            "foo/productpage",
+            "foo/bogus-productpage",
+            "team2/ratings",
+        ];
+        want.sort();
+        assert_eq!(got, want);
+        let foo = msgs.iter().find(|m| m.namespace == "foo" && m.name == "productpage").unwrap();
+        assert!(foo.text.starts_with("The VirtualServices foo/bogus-productpage,foo/productpage associated with mesh gateway define the same host */"), "{}", foo.text);
+        let (got, _) = run(include_str!("analysis/virtualservice_conflictingmeshgatewayhosts_with_exportto.yaml"));
+        let mut want = vec![
+            "foo/productpage",
+            "bar/productpage",
+            "foo/productpage-c",
+            "bar/productpage-c",
+            "foo/productpage-d",
+            "bar/productpage-d",
+        ];
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    /// Upstream `analyzers_test.go` "missing Addresses and Protocol in
+    /// Service Entry" (and its ISTIO_META_DNS_AUTO_ALLOCATE variant),
+    /// "ServiceEntry Addresses Required Lowercase/Uppercase Protocol" and
+    /// "ServiceEntry Addresses Allocated", on their testdata files and
+    /// mesh configurations.
+    #[test]
+    fn upstream_service_entry_protocol_addresses() {
+        let run = |yaml: &str, mesh: Value| {
+            let mut msgs = Vec::new();
+            service_entry_addresses(&parse(yaml), &mesh, &mut msgs);
+            let mut got: Vec<String> = msgs
+                .iter()
+                .inspect(|m| assert_eq!((m.code, m.level, m.kind), ("IST0134", "Warning", "ServiceEntry")))
+                .map(|m| format!("{}/{}", m.namespace, m.name))
+                .collect();
+            got.dedup();
+            got
+        };
+        let missing = include_str!("analysis/serviceentry-missing-addresses-protocol.yaml");
+        assert_eq!(
+            run(missing, Value::Null),
+            ["default/service-entry-test-03", "default/service-entry-test-04", "default/service-entry-test-07"]
+        );
+        let auto = json!({"defaultConfig": {"proxyMetadata": {"ISTIO_META_DNS_CAPTURE": "true", "ISTIO_META_DNS_AUTO_ALLOCATE": "true"}}});
+        assert!(run(missing, auto).is_empty());
+        let lower = include_str!("analysis/serviceentry-address-required-lowercase.yaml");
+        assert_eq!(run(lower, Value::Null), ["default/address-missing-lowercase"]);
+        let upper = include_str!("analysis/serviceentry-address-required-uppercase.yaml");
+        assert_eq!(run(upper, Value::Null), ["default/address-missing-uppercase"]);
+        let allocated = include_str!("analysis/serviceentry-address-allocated.yaml");
+        let capture = json!({"defaultConfig": {"proxyMetadata": {"ISTIO_META_DNS_CAPTURE": "true"}}});
+        assert!(run(allocated, capture).is_empty(), "addresses in its status");
     }
 }

@@ -163,10 +163,10 @@ fn endpoints_without_pods(
 /// new ones logged (`Configuration analysis: ...`), and, in a cluster,
 /// each object's `status.validationMessages` (emptied where its messages
 /// went away).
-fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, configz: &mut Value) {
+fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value, configz: &mut Value) {
     let mut s = state.borrow_mut();
     let Some(previous) = s.analysis.take() else { return };
-    let messages = istiod_config::analysis::analyze(&objects.istio, &objects.gateway_api);
+    let messages = istiod_config::analysis::analyze(&objects.istio, &objects.gateway_api, mesh);
     let mut by_path: BTreeMap<String, Vec<istiod_config::analysis::Message>> = BTreeMap::new();
     for m in messages {
         let Some((g, v, _, plural)) = istiod_config::objects::KINDS.iter().find(|k| k.2 == m.kind) else { continue };
@@ -471,11 +471,10 @@ pub(super) fn apply(
     }
     configz["notApplied"] = json!(not_applied);
     // (Only when what the analyzers read may have changed.)
-    if changed
-        .as_deref()
-        .is_none_or(|c| c.iter().any(|r| matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway")))
-    {
-        analyze(state, &objects, &mut configz);
+    if changed.as_deref().is_none_or(|c| {
+        c.iter().any(|r| matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway" | "ServiceEntry"))
+    }) {
+        analyze(state, &objects, &settings.raw, &mut configz);
     } else {
         configz["analysis"] = state.borrow().configz["analysis"].clone();
     }

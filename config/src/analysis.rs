@@ -4,8 +4,9 @@
 //! and logs as `Configuration analysis: ...`. The analyzers here are
 //! istiod's `virtualservice.DestinationRuleAnalyzer`,
 //! `virtualservice.GatewayAnalyzer`,
-//! `virtualservice.ConflictingMeshGatewayHostsAnalyzer` and
-//! `serviceentry.ProtocolAddressesAnalyzer`; their upstream
+//! `virtualservice.ConflictingMeshGatewayHostsAnalyzer`,
+//! `serviceentry.ProtocolAddressesAnalyzer` and
+//! `destinationrule.CaCertificateAnalyzer`; their upstream
 //! test cases are ported as data below.
 
 use serde_json::{Value, json};
@@ -31,6 +32,10 @@ pub struct MessageType {
 pub const REFERENCED_RESOURCE_NOT_FOUND: MessageType = MessageType { code: "IST0101", level: "Error" };
 /// `ConflictingMeshGatewayVirtualServiceHosts`.
 pub const CONFLICTING_MESH_GATEWAY_HOSTS: MessageType = MessageType { code: "IST0109", level: "Error" };
+/// `NoServerCertificateVerificationDestinationLevel`.
+pub const NO_SERVER_CERT_VERIFICATION_DESTINATION: MessageType = MessageType { code: "IST0128", level: "Warning" };
+/// `NoServerCertificateVerificationPortLevel`.
+pub const NO_SERVER_CERT_VERIFICATION_PORT: MessageType = MessageType { code: "IST0129", level: "Warning" };
 /// `ServiceEntryAddressesRequired`.
 pub const SERVICE_ENTRY_ADDRESSES_REQUIRED: MessageType = MessageType { code: "IST0134", level: "Warning" };
 /// `VirtualServiceHostNotFoundInGateway`.
@@ -282,10 +287,48 @@ fn service_entry_addresses(istio: &[IstioObject], mesh: &Value, out: &mut Vec<Me
     }
 }
 
+/// istiod's `destinationrule.CaCertificateAnalyzer`: SIMPLE or MUTUAL TLS
+/// (at the destination, or on a port) without `caCertificates`, unless a
+/// `credentialName` serves them to a selected workload.
+fn ca_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
+    use crate::istio::networking::{ClientTlsMode, ClientTlsSettings};
+    for o in istio {
+        let IstioSpec::DestinationRule(dr) = &o.spec else { continue };
+        let Some(policy) = &dr.traffic_policy else { continue };
+        let unverified = |t: &ClientTlsSettings| {
+            matches!(t.mode, ClientTlsMode::Simple | ClientTlsMode::Mutual)
+                && t.ca_certificates.is_empty()
+                && !(!t.credential_name.is_empty() && dr.workload_selector.is_some())
+        };
+        let mode = |t: &ClientTlsSettings| if t.mode == ClientTlsMode::Simple { "SIMPLE" } else { "MUTUAL" };
+        let (ns, name) = (o.meta.ns(), format!("{}/{}", o.meta.ns(), o.meta.name));
+        if let Some(t) = policy.tls.as_ref().filter(|t| unverified(t)) {
+            let text = format!(
+                "DestinationRule {name} in namespace {ns} has TLS mode set to {} but no caCertificates are set to validate server identity for host: {}",
+                mode(t),
+                dr.host
+            );
+            out.push(Message::new(o, "DestinationRule", NO_SERVER_CERT_VERIFICATION_DESTINATION, text));
+        }
+        for p in &policy.port_level_settings {
+            let Some(t) = p.tls.as_ref().filter(|t| unverified(t)) else { continue };
+            // The port as Go's proto String() renders a PortSelector.
+            let port = p.port.as_ref().map(|p| format!("number:{}", p.number)).unwrap_or_default();
+            let text = format!(
+                "DestinationRule {name} in namespace {ns} has TLS mode set to {} but no caCertificates are set to validate server identity for host: {} at port {port}",
+                mode(t),
+                dr.host
+            );
+            out.push(Message::new(o, "DestinationRule", NO_SERVER_CERT_VERIFICATION_PORT, text));
+        }
+    }
+}
+
 /// Every analyzer's messages, ordered by object then code.
 pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &Value) -> Vec<Message> {
     let mut out = Vec::new();
     service_entry_addresses(istio, mesh, &mut out);
+    ca_certificates(istio, &mut out);
     destination_rules(istio, &mut out);
     gateways(istio, gateway_api, &mut out);
     conflicting_mesh_gateway_hosts(istio, &mut out);
@@ -436,5 +479,52 @@ mod tests {
         let allocated = include_str!("analysis/serviceentry-address-allocated.yaml");
         let capture = json!({"defaultConfig": {"proxyMetadata": {"ISTIO_META_DNS_CAPTURE": "true"}}});
         assert!(run(allocated, capture).is_empty(), "addresses in its status");
+    }
+
+    /// Upstream `analyzers_test.go`'s eight `destinationrule with ...`
+    /// cases of `CaCertificateAnalyzer`, on their testdata files.
+    #[test]
+    fn upstream_destination_rule_ca_certificates() {
+        let cases: [(&str, &str, &[&str]); 8] = [
+            ("simple-destination", include_str!("analysis/destinationrule-simple-destination.yaml"), &["IST0128"]),
+            ("mutual-destination", include_str!("analysis/destinationrule-mutual-destination.yaml"), &["IST0128"]),
+            ("simple-port", include_str!("analysis/destinationrule-simple-port.yaml"), &["IST0129"]),
+            (
+                "credentialname, no selector",
+                include_str!("analysis/destinationrule-simple-destination-credentialname.yaml"),
+                &["IST0128"],
+            ),
+            (
+                "credentialname, selector",
+                include_str!("analysis/destinationrule-simple-destination-credentialname-selector.yaml"),
+                &[],
+            ),
+            (
+                "port credentialname, no selector",
+                include_str!("analysis/destinationrule-simple-port-credentialname.yaml"),
+                &["IST0129"],
+            ),
+            (
+                "port credentialname, selector",
+                include_str!("analysis/destinationrule-simple-port-credentialname-selector.yaml"),
+                &[],
+            ),
+            ("mutual-port", include_str!("analysis/destinationrule-mutual-port.yaml"), &["IST0129"]),
+        ];
+        for (name, yaml, want) in cases {
+            let mut msgs = Vec::new();
+            ca_certificates(&parse(yaml), &mut msgs);
+            let got: Vec<&str> = msgs.iter().map(|m| m.code).collect();
+            assert_eq!(got, want, "{name}");
+        }
+        let mut msgs = Vec::new();
+        ca_certificates(&parse(include_str!("analysis/destinationrule-simple-port.yaml")), &mut msgs);
+        assert!(
+            msgs[0].text.starts_with(
+                "DestinationRule default/db-tls in namespace default has TLS mode set to SIMPLE but no caCertificates"
+            ),
+            "{}",
+            msgs[0].text
+        );
     }
 }

@@ -298,7 +298,8 @@ fn ca_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
         let unverified = |t: &ClientTlsSettings| {
             matches!(t.mode, ClientTlsMode::Simple | ClientTlsMode::Mutual)
                 && t.ca_certificates.is_empty()
-                && !(!t.credential_name.is_empty() && dr.workload_selector.is_some())
+                // (a credential serves them only to selected workloads)
+                && (t.credential_name.is_empty() || dr.workload_selector.is_none())
         };
         let mode = |t: &ClientTlsSettings| if t.mode == ClientTlsMode::Simple { "SIMPLE" } else { "MUTUAL" };
         let (ns, name) = (o.meta.ns(), format!("{}/{}", o.meta.ns(), o.meta.name));

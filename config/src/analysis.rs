@@ -5,8 +5,9 @@
 //! istiod's `virtualservice.DestinationRuleAnalyzer`,
 //! `virtualservice.GatewayAnalyzer`,
 //! `virtualservice.ConflictingMeshGatewayHostsAnalyzer`,
-//! `serviceentry.ProtocolAddressesAnalyzer` and
-//! `destinationrule.CaCertificateAnalyzer`; their upstream
+//! `serviceentry.ProtocolAddressesAnalyzer`,
+//! `destinationrule.CaCertificateAnalyzer` and
+//! `telemetry.DefaultSelectorAnalyzer`; their upstream
 //! test cases are ported as data below.
 
 use serde_json::{Value, json};
@@ -36,6 +37,8 @@ pub const CONFLICTING_MESH_GATEWAY_HOSTS: MessageType = MessageType { code: "IST
 pub const NO_SERVER_CERT_VERIFICATION_DESTINATION: MessageType = MessageType { code: "IST0128", level: "Warning" };
 /// `NoServerCertificateVerificationPortLevel`.
 pub const NO_SERVER_CERT_VERIFICATION_PORT: MessageType = MessageType { code: "IST0129", level: "Warning" };
+/// `MultipleTelemetriesWithoutWorkloadSelectors`.
+pub const MULTIPLE_TELEMETRIES_WITHOUT_SELECTORS: MessageType = MessageType { code: "IST0160", level: "Error" };
 /// `ServiceEntryAddressesRequired`.
 pub const SERVICE_ENTRY_ADDRESSES_REQUIRED: MessageType = MessageType { code: "IST0134", level: "Warning" };
 /// `VirtualServiceHostNotFoundInGateway`.
@@ -325,11 +328,36 @@ fn ca_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
     }
 }
 
+/// istiod's `telemetry.DefaultSelectorAnalyzer`: more than one Telemetry
+/// without a `selector` in a namespace.
+fn telemetry_default_selectors(istio: &[IstioObject], out: &mut Vec<Message>) {
+    let mut by_ns: std::collections::BTreeMap<&str, Vec<&IstioObject>> = Default::default();
+    for o in istio {
+        let IstioSpec::Ext(crate::istio::IstioKind::Telemetry, spec) = &o.spec else { continue };
+        if spec.0.get("selector").is_none_or(Value::is_null) {
+            by_ns.entry(o.meta.ns()).or_default().push(o);
+        }
+    }
+    for (ns, list) in by_ns.into_iter().filter(|(_, l)| l.len() > 1) {
+        let mut names: Vec<&str> = list.iter().map(|o| o.meta.name.as_str()).collect();
+        names.sort_unstable();
+        // Go's %v of a []string.
+        let text = format!(
+            "The Telemetries [{}] in namespace {ns:?} have no workload selector, which can lead to undefined behavior.",
+            names.join(" ")
+        );
+        for o in list {
+            out.push(Message::new(o, "Telemetry", MULTIPLE_TELEMETRIES_WITHOUT_SELECTORS, text.clone()));
+        }
+    }
+}
+
 /// Every analyzer's messages, ordered by object then code.
 pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &Value) -> Vec<Message> {
     let mut out = Vec::new();
     service_entry_addresses(istio, mesh, &mut out);
     ca_certificates(istio, &mut out);
+    telemetry_default_selectors(istio, &mut out);
     destination_rules(istio, &mut out);
     gateways(istio, gateway_api, &mut out);
     conflicting_mesh_gateway_hosts(istio, &mut out);
@@ -526,6 +554,21 @@ mod tests {
             ),
             "{}",
             msgs[0].text
+        );
+    }
+
+    /// Upstream `analyzers_test.go` `telemetryDefaultSelector`, on its
+    /// testdata file.
+    #[test]
+    fn upstream_telemetry_default_selector() {
+        let mut msgs = Vec::new();
+        telemetry_default_selectors(&parse(include_str!("analysis/telemetry-default-selector.yaml")), &mut msgs);
+        let mut got = found(&msgs);
+        got.sort();
+        assert_eq!(got, [("IST0160", "ns2/has-conflict-1".to_owned()), ("IST0160", "ns2/has-conflict-2".to_owned())]);
+        assert_eq!(
+            msgs[0].text,
+            "The Telemetries [has-conflict-1 has-conflict-2] in namespace \"ns2\" have no workload selector, which can lead to undefined behavior."
         );
     }
 }

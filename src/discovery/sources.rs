@@ -472,7 +472,9 @@ pub(super) fn apply(
     configz["notApplied"] = json!(not_applied);
     // (Only when what the analyzers read may have changed.)
     if changed.as_deref().is_none_or(|c| {
-        c.iter().any(|r| matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway" | "ServiceEntry"))
+        c.iter().any(|r| {
+            matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway" | "ServiceEntry" | "Telemetry")
+        })
     }) {
         analyze(state, &objects, &settings.raw, &mut configz);
     } else {

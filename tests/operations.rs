@@ -606,27 +606,9 @@ fn analysis_messages_are_written_to_the_objects_status() {
 #[test]
 fn the_compliance_policy_holds_for_jwks_fetches() {
     let dir = tempfile::tempdir().unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
-    let (ca_file, cert_file, key_file) =
-        (dir.path().join("ca.pem"), dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-    std::fs::write(&cert_file, cert.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
-    let mut peer = std::process::Command::new(python::python())
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_jwks_server.py"))
-        .args([&cert_file, &key_file])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
-    let uri = format!("https://127.0.0.1:{}/jwks.json", port.trim());
+    let (mut peer, port, _) = tls13_peer(dir.path(), None);
+    let ca_file = dir.path().join("ca.pem");
+    let uri = format!("https://127.0.0.1:{port}/jwks.json");
     let mesh = tempfile::tempdir().unwrap();
     copy_dir(std::path::Path::new(BOOKINFO), mesh.path());
     std::fs::write(
@@ -951,33 +933,15 @@ fn the_compliance_policy_holds_for_envoys_tls_contexts() {
 fn the_compliance_policy_holds_for_the_api_server_client() {
     use base64::Engine as _;
     let dir = tempfile::tempdir().unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
-    let (cert_file, key_file, requests) =
-        (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("requests.log"));
-    std::fs::write(&cert_file, cert.pem()).unwrap();
-    std::fs::write(&key_file, key.serialize_pem()).unwrap();
-    let mut peer = std::process::Command::new(python::python())
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_jwks_server.py"))
-        .args([&cert_file, &key_file, &requests])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
+    let requests = dir.path().join("requests.log");
+    let (mut peer, port, ca_pem) = tls13_peer(dir.path(), Some(&requests));
     let kubeconfig = dir.path().join("kubeconfig");
-    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca.pem());
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{}\", certificate-authority-data: {ca_data}}}\n\
-             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n",
-            port.trim()
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: c\n  cluster: {{server: \"https://127.0.0.1:{port}\", certificate-authority-data: {ca_data}}}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n"
         ),
     )
     .unwrap();
@@ -1018,4 +982,32 @@ fn the_compliance_policy_holds_for_the_api_server_client() {
     assert!(asked_fips.is_empty(), "fips-140-2 reached a TLS 1.3-only API server: {asked_fips:?}");
     // (rustls refuses the server's TLS 1.3-only answer: no connection.)
     assert!(log_fips.contains("client error (Connect)"), "{log_fips}");
+}
+
+/// A TLS 1.3-only HTTPS peer (tests/py/tls_jwks_server.py) on loopback,
+/// with a certificate for 127.0.0.1 from a CA of its own, the request
+/// paths it gets appended to `requests` when given: the process, its
+/// port, and the CA's PEM (also written to `dir`/ca.pem).
+fn tls13_peer(dir: &std::path::Path, requests: Option<&std::path::Path>) -> (std::process::Child, u16, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&key, &issuer).unwrap();
+    let (ca_file, cert_file, key_file) = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let mut peer = std::process::Command::new(python::python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tls_jwks_server.py"))
+        .args([&cert_file, &key_file])
+        .args(requests)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
+    (peer, port.trim().parse().unwrap(), ca.pem())
 }

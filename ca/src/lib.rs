@@ -450,6 +450,27 @@ pub(crate) fn bearer(call: &Call) -> Option<String> {
     v.strip_prefix("Bearer ").map(str::to_owned)
 }
 
+impl CaService {
+    /// Answers call `key` once `outcome` is ready, from a task of this
+    /// core. glommio runs a spawned task at once, up to its first wait,
+    /// from inside the caller (the connection and the call table are
+    /// borrowed): the task yields first, so that what follows runs from
+    /// the executor, never from there.
+    fn answer_when(
+        &self,
+        key: (u64, u32),
+        outcome: impl std::future::Future<Output = Result<IstioCertificateResponse, Status>> + 'static,
+    ) {
+        let (registry, calls) = (self.registry.clone(), self.calls.clone());
+        glommio::spawn_local(async move {
+            futures_lite::future::yield_now().await;
+            let outcome = outcome.await;
+            answer_later(&registry, &calls, key, outcome);
+        })
+        .detach();
+    }
+}
+
 impl Service for CaService {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         if &call.request.path[..] != CREATE_CERTIFICATE.as_bytes() {
@@ -488,17 +509,11 @@ impl Service for CaService {
             // comes back to this core.
             Authn::Review(answer) => {
                 p.waiting = true;
-                // glommio runs a spawned task at once, up to its first
-                // wait, from inside this call (the connection and the
-                // call table are borrowed): it yields first, so that
-                // what follows runs from the executor, never from here.
                 drop(calls);
-                let (registry, calls) = (self.registry.clone(), self.calls.clone());
-                glommio::spawn_local(async move {
-                    futures_lite::future::yield_now().await;
+                self.answer_when(key, async move {
                     let answer = answer.recv().await;
                     let account = answer.as_ref().ok().and_then(|a| a.as_ref().ok()).cloned();
-                    let outcome = match server.reviewed(answer, peer) {
+                    match server.reviewed(answer, peer) {
                         Reviewed::Ids(ids) => match server.sign_checked(&ids, account.as_ref(), peer, &req) {
                             Ok(Answer::Ready(resp)) => Ok(resp),
                             Ok(Answer::Later(signed)) => server.signed_externally(signed.recv().await),
@@ -509,10 +524,8 @@ impl Service for CaService {
                             Err(unauthenticated(&server))
                         }
                         Reviewed::Unavailable(status) => Err(status),
-                    };
-                    answer_later(&registry, &calls, key, outcome);
-                })
-                .detach();
+                    }
+                });
                 return Ok(());
             }
             Authn::Refused(reason) => {
@@ -525,13 +538,7 @@ impl Service for CaService {
             Answer::Later(signed) => {
                 p.waiting = true;
                 drop(calls);
-                let (registry, calls) = (self.registry.clone(), self.calls.clone());
-                glommio::spawn_local(async move {
-                    futures_lite::future::yield_now().await;
-                    let outcome = server.signed_externally(signed.recv().await);
-                    answer_later(&registry, &calls, key, outcome);
-                })
-                .detach();
+                self.answer_when(key, async move { server.signed_externally(signed.recv().await) });
                 return Ok(());
             }
         };

@@ -773,7 +773,6 @@ fn the_cert_provider_decides_istiods_own_certificate() {
 /// `minHealthPercent` says. A terminating endpoint is never sent.
 #[test]
 fn unhealthy_endpoints_follow_the_send_switches() {
-    use istiod_proto::envoy::config::cluster::v3::Cluster;
     use istiod_proto::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
     let dir = tempfile::tempdir().unwrap();
     copy_dir(std::path::Path::new(BOOKINFO), dir.path());
@@ -795,16 +794,9 @@ fn unhealthy_endpoints_follow_the_send_switches() {
         let s = Server::start(dir.path(), &[], env, None);
         client::runtime().block_on(async {
             let mut c = client::connect(s.grpc, false).await;
-            c.sotw(DiscoveryRequest {
-                node: Some(productpage()),
-                type_url: type_url::CLUSTER.into(),
-                ..Default::default()
-            });
-            let r = c.recv().await;
-            let cluster = r
-                .resources
-                .iter()
-                .map(|a| -> Cluster { istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap() })
+            let cluster = sotw_clusters(&mut c, productpage())
+                .await
+                .into_iter()
                 .find(|c| c.name == name)
                 .unwrap_or_else(|| panic!("no {name}"));
             let panic = cluster.common_lb_config.and_then(|l| l.healthy_panic_threshold).map(|p| p.value);
@@ -853,7 +845,6 @@ fn unhealthy_endpoints_follow_the_send_switches() {
 /// 1.2; without a policy they carry no such parameters.
 #[test]
 fn the_compliance_policy_holds_for_envoys_tls_contexts() {
-    use istiod_proto::envoy::config::cluster::v3::Cluster;
     use istiod_proto::envoy::config::listener::v3::Listener;
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
     use istiod_proto::prost::Message;
@@ -874,16 +865,9 @@ fn the_compliance_policy_holds_for_envoys_tls_contexts() {
         let s = Server::start(std::path::Path::new(BOOKINFO), &[], env, None);
         client::runtime().block_on(async {
             let mut c = client::connect(s.grpc, false).await;
-            c.sotw(DiscoveryRequest {
-                node: Some(productpage()),
-                type_url: type_url::CLUSTER.into(),
-                ..Default::default()
-            });
-            let r = c.recv().await;
-            let reviews = r
-                .resources
-                .iter()
-                .map(|a| Cluster::decode(a.value.as_slice()).unwrap())
+            let reviews = sotw_clusters(&mut c, productpage())
+                .await
+                .into_iter()
                 .find(|c| c.name == "outbound|9080||reviews.bookinfo.svc.cluster.local")
                 .unwrap();
             // Auto mTLS's match, or the rule's ISTIO_MUTUAL socket.
@@ -1010,4 +994,14 @@ fn tls13_peer(dir: &std::path::Path, requests: Option<&std::path::Path>) -> (std
     let mut port = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(peer.stdout.take().unwrap()), &mut port).unwrap();
     (peer, port.trim().parse().unwrap(), ca.pem())
+}
+
+/// The clusters a SotW CDS request for `node` on `c` is answered.
+async fn sotw_clusters(
+    c: &mut client::AdsClient,
+    node: istiod_proto::envoy::config::core::v3::Node,
+) -> Vec<istiod_proto::envoy::config::cluster::v3::Cluster> {
+    c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
+    let r = c.recv().await;
+    r.resources.iter().map(|a| istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap()).collect()
 }

@@ -6,8 +6,9 @@
 //! `virtualservice.GatewayAnalyzer`,
 //! `virtualservice.ConflictingMeshGatewayHostsAnalyzer`,
 //! `serviceentry.ProtocolAddressesAnalyzer`,
-//! `destinationrule.CaCertificateAnalyzer` and
-//! `telemetry.DefaultSelectorAnalyzer`; their upstream
+//! `destinationrule.CaCertificateAnalyzer`,
+//! `telemetry.DefaultSelectorAnalyzer` and
+//! `serviceentry.ConflictingServiceEntryProtocolAnalyzer`; their upstream
 //! test cases are ported as data below.
 
 use serde_json::{Value, json};
@@ -39,6 +40,8 @@ pub const NO_SERVER_CERT_VERIFICATION_DESTINATION: MessageType = MessageType { c
 pub const NO_SERVER_CERT_VERIFICATION_PORT: MessageType = MessageType { code: "IST0129", level: "Warning" };
 /// `MultipleTelemetriesWithoutWorkloadSelectors`.
 pub const MULTIPLE_TELEMETRIES_WITHOUT_SELECTORS: MessageType = MessageType { code: "IST0160", level: "Error" };
+/// `ConflictingServiceEntryProtocol`.
+pub const CONFLICTING_SERVICE_ENTRY_PROTOCOL: MessageType = MessageType { code: "IST0177", level: "Warning" };
 /// `ServiceEntryAddressesRequired`.
 pub const SERVICE_ENTRY_ADDRESSES_REQUIRED: MessageType = MessageType { code: "IST0134", level: "Warning" };
 /// `VirtualServiceHostNotFoundInGateway`.
@@ -352,12 +355,60 @@ fn telemetry_default_selectors(istio: &[IstioObject], out: &mut Vec<Message>) {
     }
 }
 
+/// istiod's `serviceentry.ConflictingServiceEntryProtocolAnalyzer`:
+/// ServiceEntries seen together that give one host and port different
+/// protocols (a host exported everywhere meets the namespaces' too).
+fn conflicting_service_entry_protocols(istio: &[IstioObject], out: &mut Vec<Message>) {
+    use std::collections::{BTreeMap, BTreeSet};
+    // (scope, host, port) -> (protocol, entry)
+    type Index<'a> = BTreeMap<(String, &'a str, u32), Vec<(&'a str, &'a IstioObject)>>;
+    let mut index: Index<'_> = BTreeMap::new();
+    for o in istio {
+        let IstioSpec::ServiceEntry(se) = &o.spec else { continue };
+        let scopes: BTreeSet<String> = if se.export_to.is_empty() || se.export_to.iter().any(|e| e == "*") {
+            BTreeSet::from(["*".to_owned()])
+        } else {
+            se.export_to.iter().map(|e| if e == "." { o.meta.ns().to_owned() } else { e.clone() }).collect()
+        };
+        for scope in &scopes {
+            for h in &se.hosts {
+                for p in &se.ports {
+                    index.entry((scope.clone(), h, p.number)).or_default().push((&p.protocol, o));
+                }
+            }
+        }
+    }
+    let mut reported = BTreeSet::new();
+    for ((scope, host, port), entries) in &index {
+        let mut entries = entries.clone();
+        if scope != "*" {
+            entries.extend(index.get(&("*".to_owned(), *host, *port)).into_iter().flatten());
+        }
+        let protocols: BTreeSet<String> = entries.iter().map(|(p, _)| p.to_ascii_uppercase()).collect();
+        if protocols.len() < 2 {
+            continue;
+        }
+        let names: BTreeSet<String> = entries.iter().map(|(_, o)| format!("{}/{}", o.meta.ns(), o.meta.name)).collect();
+        let text = format!(
+            "Multiple ServiceEntries ({}) define the same host {host:?} and port {port} with conflicting protocols ({}).",
+            names.into_iter().collect::<Vec<_>>().join(", "),
+            protocols.into_iter().collect::<Vec<_>>().join(", ")
+        );
+        for (_, o) in entries {
+            if reported.insert((o.meta.ns(), o.meta.name.as_str())) {
+                out.push(Message::new(o, "ServiceEntry", CONFLICTING_SERVICE_ENTRY_PROTOCOL, text.clone()));
+            }
+        }
+    }
+}
+
 /// Every analyzer's messages, ordered by object then code.
 pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &Value) -> Vec<Message> {
     let mut out = Vec::new();
     service_entry_addresses(istio, mesh, &mut out);
     ca_certificates(istio, &mut out);
     telemetry_default_selectors(istio, &mut out);
+    conflicting_service_entry_protocols(istio, &mut out);
     destination_rules(istio, &mut out);
     gateways(istio, gateway_api, &mut out);
     conflicting_mesh_gateway_hosts(istio, &mut out);
@@ -570,5 +621,27 @@ mod tests {
             msgs[0].text,
             "The Telemetries [has-conflict-1 has-conflict-2] in namespace \"ns2\" have no workload selector, which can lead to undefined behavior."
         );
+    }
+
+    /// Upstream `analyzers_test.go`'s three `ServiceEntry ... protocol`
+    /// cases of `ConflictingServiceEntryProtocolAnalyzer`, on their
+    /// testdata files.
+    #[test]
+    fn upstream_conflicting_service_entry_protocols() {
+        let run = |yaml: &str| {
+            let mut msgs = Vec::new();
+            conflicting_service_entry_protocols(&parse(yaml), &mut msgs);
+            let mut got = found(&msgs);
+            got.sort();
+            (got, msgs)
+        };
+        let (got, msgs) = run(include_str!("analysis/serviceentry-conflicting-protocol.yaml"));
+        assert_eq!(got, [("IST0177", "default/se-http".to_owned()), ("IST0177", "default/se-https".to_owned())]);
+        assert_eq!(
+            msgs[0].text,
+            "Multiple ServiceEntries (default/se-http, default/se-https) define the same host \"example.com\" and port 13835 with conflicting protocols (HTTP, HTTPS)."
+        );
+        assert!(run(include_str!("analysis/serviceentry-no-conflict-protocol.yaml")).0.is_empty());
+        assert!(run(include_str!("analysis/serviceentry-conflicting-exportto.yaml")).0.is_empty());
     }
 }

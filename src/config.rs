@@ -701,9 +701,11 @@ impl Config {
         }
         // istiod's maybeCreateCA / createIstioRA: a Kubernetes RA needs
         // the API server, and no other external CA exists.
+        // (Only where the CA serves, as istiod reads them.)
         let external_ca = vars.string("EXTERNAL_CA", "");
         let external_signer = match external_ca.as_str() {
             "" => None,
+            _ if !vars.bool("ENABLE_CA_SERVER", true)? => None,
             istiod_ca::k8s_signer::KUBERNETES_API if matches!(source, Source::ConfigDir(_)) => {
                 return Err(ConfigError::Env {
                     name: "EXTERNAL_CA",

@@ -96,7 +96,6 @@ fn resolve(flag: &'static str, a: &ListenAddr) -> Result<SocketAddr, StartError>
         .ok_or_else(|| StartError::Address { flag, addr: a.to_string(), reason: "resolves to nothing".into() })
 }
 
-/// Runs the server until SIGINT or SIGTERM.
 /// A webhook request on the HTTP port (`--httpsAddr=""`), answered by the
 /// webhooks' own handler.
 async fn webhook_on_http(hooks: Rc<istiod_webhook::Webhooks>, req: http::Request) -> http::Response {
@@ -117,6 +116,7 @@ async fn webhook_on_http(hooks: Rc<istiod_webhook::Webhooks>, req: http::Request
     http::Response { status, content_type: if json { "application/json" } else { "text/plain; charset=utf-8" }, body }
 }
 
+/// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), StartError> {
     crate::version::mark_start();
     istiod_ca::namespaces::set_configmap_name(&config.ca_cert_configmap);

@@ -1163,7 +1163,9 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     // Another identity than the token's: refused here, never sent.
     let other =
         ask(secure, serving_root.to_str().unwrap(), "tok-reviews", "spiffe://cluster.local/ns/bookinfo/sa/ratings", 0);
-    assert_eq!(other["code"], "PERMISSION_DENIED", "{other}");
+    // istiod's RA: ValidateCSR fails, a CSRError (ra/common.go preSign).
+    assert_eq!(other["code"], "INVALID_ARGUMENT", "{other}");
+    assert!(other["details"].as_str().unwrap().contains("unable to validate SAN Identities in CSR"), "{other}");
     // The signer denies: refused with its reason, at once.
     let deny = "spiffe://cluster.local/ns/bookinfo/sa/deny-me";
     let denied = ask(secure, serving_root.to_str().unwrap(), "tok-deny", deny, 0);

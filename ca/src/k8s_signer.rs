@@ -39,8 +39,9 @@ const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 pub struct Request {
     /// The PEM CSR, already checked against the caller's identities.
     pub csr: String,
-    /// The lifetime granted (`spec.expirationSeconds`).
-    pub lifetime_secs: i64,
+    /// The lifetime asked for (`spec.expirationSeconds`), none: the
+    /// signer's default.
+    pub lifetime_secs: Option<i64>,
     /// The signed certificate PEM (as the signer wrote it), or why not.
     pub reply: async_channel::Sender<Result<String, String>>,
 }
@@ -85,8 +86,14 @@ pub async fn run(api: Api, signer: String, wait: Duration, mut rx: mpsc::Unbound
 
 /// chiron's `SignCSRK8s` with approval: create, approve, wait for the
 /// certificate, delete (whatever happened).
-async fn sign(api: &Api, signer: &str, csr: &str, lifetime_secs: i64, wait: Duration) -> Result<String, String> {
-    let object = json!({
+async fn sign(
+    api: &Api,
+    signer: &str,
+    csr: &str,
+    lifetime_secs: Option<i64>,
+    wait: Duration,
+) -> Result<String, String> {
+    let mut object = json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"generateName": "csr-workload-"},
@@ -94,9 +101,11 @@ async fn sign(api: &Api, signer: &str, csr: &str, lifetime_secs: i64, wait: Dura
             "request": base64::engine::general_purpose::STANDARD.encode(csr),
             "signerName": signer,
             "usages": ["digital signature", "key encipherment", "server auth", "client auth"],
-            "expirationSeconds": lifetime_secs,
         },
     });
+    if let Some(secs) = lifetime_secs {
+        object["spec"]["expirationSeconds"] = json!(secs);
+    }
     let created = match api.create(CSRS, &object).await {
         Ok(Write::Done(v)) => v,
         Ok(Write::Conflict) => return Err("failed to create CSR: it exists".into()),

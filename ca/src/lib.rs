@@ -331,13 +331,25 @@ impl CaServer {
             Status::new(code, format!("CSR signing error ({e})"))
         };
         if let Some(ext) = &self.external {
-            let lifetime = self.ca().check_request(req.csr.as_bytes(), ids, req.validity_duration).map_err(refused)?;
+            // istiod's RA `preSign`: a CSR naming another identity is a
+            // CSRError (InvalidArgument), in its words.
+            self.ca().check_request(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| match e {
+                SignError::Identity { .. } => {
+                    tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
+                    bump(&self.metrics.sign_errors[0]);
+                    Status::new(Code::InvalidArgument, "CSR signing error (unable to validate SAN Identities in CSR)")
+                }
+                e => refused(e),
+            })?;
             let Some(queue) = ext.queue.get() else {
                 bump(&self.metrics.sign_errors[2]);
                 return Err(Status::new(Code::Unavailable, "the Kubernetes signer is not reachable yet"));
             };
             let (signed, answer) = async_channel::bounded(1);
-            let request = k8s_signer::Request { csr: req.csr.clone(), lifetime_secs: lifetime, reply: signed };
+            // The requested lifetime, none when the request names none
+            // (chiron's submitCSR: the signer chooses).
+            let lifetime_secs = Some(req.validity_duration).filter(|s| *s > 0);
+            let request = k8s_signer::Request { csr: req.csr.clone(), lifetime_secs, reply: signed };
             if queue.send(request).is_err() {
                 bump(&self.metrics.sign_errors[2]);
                 return Err(Status::new(Code::Unavailable, "the Kubernetes signer is gone"));
@@ -360,7 +372,7 @@ impl CaServer {
     ) -> Result<IstioCertificateResponse, Status> {
         match got {
             Ok(Ok(pem)) => {
-                let mut chain = split_pem(&pem);
+                let mut chain = istiod_pki::pem_blocks(&pem, "CERTIFICATE");
                 chain.extend(self.external.as_ref().map(|e| e.root.clone()));
                 tracing::debug!(target: "ca", "issued a workload certificate through the Kubernetes signer");
                 bump(&self.metrics.success);
@@ -376,16 +388,6 @@ impl CaServer {
             }
         }
     }
-}
-
-/// Each certificate of a PEM bundle, as istiod's `PemCertBytestoString`
-/// splits a chain (every one ending in a newline).
-fn split_pem(pem: &str) -> Vec<String> {
-    const END: &str = "-----END CERTIFICATE-----";
-    pem.split_inclusive(END)
-        .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
-        .map(|c| format!("{}\n", c.trim()))
-        .collect()
 }
 
 /// Answers a call that waited (for a TokenReview, for the Kubernetes

@@ -55,7 +55,14 @@ impl Api {
         match tokio::time::timeout(TIMEOUT, self.client.request::<Value>(req)).await {
             Err(_) => Err(format!("{method} {path}: timed out")),
             Ok(Ok(v)) => Ok(Ok(v)),
-            Ok(Err(kube::Error::Api(status))) if matches!(status.code, 404 | 409 | 422) => Ok(Err(status.code)),
+            // (422 only for a JSON patch's failed `test`: elsewhere the
+            // API server's reason is kept.)
+            Ok(Err(kube::Error::Api(status)))
+                if matches!(status.code, 404 | 409)
+                    || (status.code == 422 && content_type == "application/json-patch+json") =>
+            {
+                Ok(Err(status.code))
+            }
             Ok(Err(e)) => Err(format!("{method} {path}: {e}")),
         }
     }

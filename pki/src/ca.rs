@@ -177,7 +177,7 @@ fn read(path: &Path) -> Result<String, CaError> {
 
 /// The PEM blocks of `text` labelled `label`, each re-encoded with a final
 /// newline.
-fn pem_blocks(text: &str, label: &str) -> Vec<String> {
+pub fn pem_blocks(text: &str, label: &str) -> Vec<String> {
     let (begin, end) = (format!("-----BEGIN {label}-----"), format!("-----END {label}-----"));
     let mut out = Vec::new();
     let mut rest = text;
@@ -447,11 +447,11 @@ impl Ca {
     }
 
     /// What [`Ca::sign`] checks, for a CSR another signs (istiod's RA
-    /// `preSign`): the lifetime it may have (seconds), or why not.
-    pub fn check_request(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<i64, SignError> {
-        let lifetime = self.lifetime(requested_secs)?;
-        verified_key(csr_pem, identities)?;
-        Ok(lifetime.as_secs() as i64)
+    /// `preSign`): the lifetime asked is allowed, the CSR names the
+    /// caller's identities.
+    pub fn check_request(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<(), SignError> {
+        self.lifetime(requested_secs)?;
+        verified_key(csr_pem, identities).map(|_| ())
     }
 
     /// Signs `csr_pem` for a caller with SPIFFE `identities`, for

@@ -8,5 +8,5 @@
 pub mod ca;
 mod duration;
 
-pub use ca::{Ca, CaError, Settings, SignError, not_afters, root_due, uri_sans};
+pub use ca::{Ca, CaError, Settings, SignError, not_afters, pem_blocks, root_due, uri_sans};
 pub use time::OffsetDateTime;

@@ -332,7 +332,9 @@ fn every_istiod_variable_has_its_state() {
         }
     }
     let (mut rows, mut wrong) = (0, Vec::new());
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
     for line in istiods.lines().filter(|l| l.starts_with("| `")) {
+        *states.entry(line.split(" | ").nth(2).unwrap_or_default().to_owned()).or_default() += 1;
         let cells: Vec<&str> = line.split(" | ").collect();
         let name = cells[0].trim_start_matches("| ").trim_matches('`');
         if name.contains(' ') {
@@ -351,5 +353,11 @@ fn every_istiod_variable_has_its_state() {
         }
     }
     assert!(rows > 190, "every variable of istiod's: {rows} rows");
+    // The summary at the top counts the table.
+    let total: usize = states.values().sum();
+    assert!(page.contains(&format!("\n{total} rows in all")), "the page says another total than its {total} rows");
+    for (state, n) in &states {
+        assert!(page.contains(&format!("\n- {state}: {n}\n")), "the page's count of {state:?} is not {n}");
+    }
     assert!(wrong.is_empty(), "docs/environment.md disagrees with the sources:\n{}", wrong.join("\n"));
 }

@@ -147,7 +147,7 @@ fn endpoints_without_pods(
         objects.pods.iter().map(|p| (p.metadata.ns(), p.metadata.name.as_str())).collect();
     let mut out: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for slice in &objects.endpoint_slices {
-        let Some(svc) = slice.metadata.labels.get("kubernetes.io/service-name") else { continue };
+        let Some(svc) = slice.service_name() else { continue };
         let ns = slice.metadata.ns();
         for ep in &slice.endpoints {
             let Some(r) = ep.target_ref.as_ref().filter(|r| r.kind == "Pod") else { continue };
@@ -183,6 +183,17 @@ fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, me
         }
     }
     configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
+    // Objects gone are forgotten: their status is gone with them.
+    let present: std::collections::BTreeSet<String> = objects
+        .istio
+        .iter()
+        .filter_map(|o| {
+            let kind = o.kind().name();
+            let (g, v, _, plural) = istiod_config::objects::KINDS.iter().find(|k| k.2 == kind)?;
+            Some(format!("/apis/{g}/{v}/namespaces/{}/{plural}/{}", o.meta.ns(), o.meta.name))
+        })
+        .collect();
+    s.analysis_ever.retain(|p| present.contains(p));
     s.analysis_ever.extend(by_path.keys().cloned());
     if let Some(tx) = &s.analysis_status {
         let mut statuses: Vec<istiod_config::gateway_convert::ObjectStatus> = by_path
@@ -254,6 +265,14 @@ pub(super) fn apply(
         }
         s.remote_objects.clone_from(&objects.remotes);
     }
+    // Nodes to untaint, before the discovery filter: istiod's untainter
+    // reads the CNI namespace's pods whatever the selectors say.
+    let untaint = state.borrow().untaint.as_ref().and_then(|(_, namespace, taint)| {
+        changed
+            .as_deref()
+            .is_none_or(|c| c.iter().any(|r| r.kind == "Pod" || r.kind == "Node"))
+            .then(|| super::untaint::tainted_ready_nodes(&objects, namespace, taint))
+    });
     if state.borrow().namespace_filter {
         discovery_filter(&mut objects, changed.as_mut(), mesh);
     }
@@ -477,7 +496,7 @@ pub(super) fn apply(
         })
     }) {
         analyze(state, &objects, &settings.raw, &mut configz);
-    } else {
+    } else if state.borrow().analysis.is_some() {
         configz["analysis"] = state.borrow().configz["analysis"].clone();
     }
     // (Only when ServiceEntries may have changed.)
@@ -492,13 +511,7 @@ pub(super) fn apply(
             changed
         });
     }
-    if let Some((tx, namespace, taint)) = state
-        .borrow()
-        .untaint
-        .as_ref()
-        .filter(|_| pods_touched || changed.as_deref().is_none_or(|c| c.iter().any(|r| r.kind == "Node")))
-    {
-        let nodes = super::untaint::tainted_ready_nodes(&objects, namespace, taint);
+    if let (Some((tx, _, _)), Some(nodes)) = (state.borrow().untaint.as_ref(), untaint) {
         tx.send_if_modified(|current| {
             let changed = **current != nodes;
             if changed {

@@ -193,9 +193,9 @@ fn form(
     if let Some(policy) = &policy {
         traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
     }
-    // istiod leaves a cluster whose proxy picks the endpoint (original
-    // destination, PASSTHROUGH) without a threshold.
-    if let Some(value) = panic.filter(|_| c.lb_policy != cluster::LbPolicy::ClusterProvided as i32) {
+    // (Original destination and PASSTHROUGH clusters too: istiod's
+    // applyLoadBalancer sets it before it makes them CLUSTER_PROVIDED.)
+    if let Some(value) = panic {
         c.common_lb_config.get_or_insert_with(Default::default).healthy_panic_threshold =
             Some(istiod_proto::envoy::r#type::v3::Percent { value });
     }

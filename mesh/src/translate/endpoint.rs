@@ -46,7 +46,12 @@ impl Takes {
             Some(_) => Some(f64::from(min_health.max(0))),
             None => supports.then_some(0.0),
         };
-        (Takes { unhealthy, draining: svc.keeps_draining(mesh) }, panic)
+        // Draining endpoints go to PILOT_PERSISTENT_SESSION_LABEL's
+        // services only (istiod's filterIstioEndpoint; the header label
+        // does not keep them).
+        let label = &mesh.persistent_session_labels[0];
+        let draining = !label.is_empty() && svc.labels.get(label).is_some_and(|v| !v.is_empty());
+        (Takes { unhealthy, draining }, panic)
     }
 
     fn admits(self, health: Health) -> bool {

@@ -1,7 +1,9 @@
 //! Which endpoints a cluster takes and its panic threshold, ported from
 //! istiod's tests (named in each case): `TestSupportsUnhealthyEndpoints`
-//! and `TestEDSUnhealthyEndpoints` (pilot/pkg/xds), `TestApplyLoadBalancer`
-//! (pilot/pkg/networking/core), at istio/istio 86c9f01.
+//! (pilot/pkg/xds/endpoints/endpoint_builder_test.go),
+//! `TestEDSUnhealthyEndpoints` (pilot/pkg/xds/eds_test.go),
+//! `TestApplyLoadBalancer` (pilot/pkg/networking/core/cluster_test.go), at
+//! istio/istio 86c9f01; cases of ours say so.
 
 use istiod_proto::envoy::config::core::v3::HealthStatus;
 use istiod_proto::envoy::config::endpoint::v3::lb_endpoint;
@@ -141,6 +143,9 @@ fn terminating_endpoints_are_never_sent_and_draining_only_for_persistent_session
     let (eps, _) = served(&model("", "istio.io/persistent-session: sticky", MeshSettings::default()));
     assert!(eps.contains(&("10.0.0.4".into(), HealthStatus::Draining)), "{eps:?}");
     assert!(!addresses(&eps).contains(&"10.0.0.3"), "{eps:?}");
+    // The header label does not keep them (istiod's filterIstioEndpoint).
+    let (eps, _) = served(&model("", "istio.io/persistent-session-header: x-session", MeshSettings::default()));
+    assert!(!addresses(&eps).contains(&"10.0.0.4"), "{eps:?}");
     // The label's name is PILOT_PERSISTENT_SESSION_LABEL's; empty turns it off.
     let off = MeshSettings { persistent_session_labels: [String::new(), String::new()], ..MeshSettings::default() };
     let (eps, _) = served(&model("", "istio.io/persistent-session: sticky", off));
@@ -174,9 +179,15 @@ fn upstream_apply_load_balancer_panic_threshold() {
             Some(70),
             Some(70.0),
         ),
-        ("neither flag, no outlier detection: Envoy's default", false, false, None, None),
-        ("outlier detection without minHealthPercent", false, false, Some(0), Some(0.0)),
-        ("forced: outlier detection's threshold disabled", true, true, Some(70), Some(0.0)),
+        ("ours, from applyLoadBalancer: neither flag, no outlier detection: Envoy's default", false, false, None, None),
+        (
+            "ours, from applyOutlierDetection: outlier detection without minHealthPercent",
+            false,
+            false,
+            Some(0),
+            Some(0.0),
+        ),
+        ("ours, from applyOutlierDetection: forced, the threshold disabled", true, true, Some(70), Some(0.0)),
     ];
     for (name, always, by_default, min, want) in cases {
         let (_, panic) = served(&model(&min.map(dr).unwrap_or_default(), "", mesh(always, by_default)));
@@ -184,8 +195,8 @@ fn upstream_apply_load_balancer_panic_threshold() {
     }
 }
 
-/// istiod's `ForcesSupportUnhealthyEndpoints`: a Service that prefers
-/// near endpoints takes unhealthy ones whatever its outlier detection says.
+/// Ours, from istiod's `ForcesSupportUnhealthyEndpoints`
+/// (pilot/pkg/model/service.go): a Service that prefers near endpoints takes unhealthy ones whatever its outlier detection says.
 #[test]
 fn traffic_distribution_forces_unhealthy_endpoints() {
     let served_as = |meta: &str, spec: &str| served(&model_of(&dr(50), meta, spec, MeshSettings::default()));

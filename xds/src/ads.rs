@@ -389,11 +389,15 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
         // Drain what else is waiting: the newest snapshot wins, deltas merge.
         let mut latest: Option<(Arc<Snapshot<M>>, Delta)> = None;
         let mut reasons = istiod_xds_api::Reasons::default();
+        // A forced push among them is owed even when a newer snapshot
+        // that is not forced replaces it before the streams are marked.
+        let mut forced = false;
         let mut next = first;
         while let Some(u) = next.take().or_else(|| rx.try_recv().ok()) {
             match u {
                 Update::Snapshot(s, d) => {
                     reasons.merge(&s.reasons);
+                    forced |= s.forced;
                     match &mut latest {
                         Some((snap, delta)) => {
                             *snap = s;
@@ -420,7 +424,7 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
             // A connection already owed a push takes the newest snapshot
             // with it (its streams are marked again).
             let now = Instant::now();
-            for id in svc.borrow_mut().mark(snap, delta) {
+            for id in svc.borrow_mut().mark(snap, delta, forced) {
                 match owed.entry(id) {
                     std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(&reasons),
                     std::collections::hash_map::Entry::Vacant(e) => {
@@ -836,19 +840,22 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// once (tests; the core's task pushes in batches, see [`Self::mark`]).
     pub fn on_snapshot(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) {
         let now = Instant::now();
-        for id in self.mark(snap, delta) {
+        let forced = snap.forced;
+        for id in self.mark(snap, delta, forced) {
             self.push_conn(id, now);
         }
     }
 
     /// Takes a new snapshot and marks the affected streams; returns the
-    /// connections that owe a push ([`Self::push_conn`]).
-    pub fn mark(&mut self, snap: Arc<Snapshot<M>>, delta: Delta) -> Vec<u64> {
+    /// connections that owe a push ([`Self::push_conn`]). `forced`: this
+    /// snapshot or one it replaces was a forced push; the streams keep
+    /// owing it until their next response, whatever snapshot follows.
+    pub fn mark(&mut self, snap: Arc<Snapshot<M>>, delta: Delta, forced: bool) -> Vec<u64> {
         let changed_at = snap.changed_at;
         self.snap = snap;
         let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {
-            s.on_delta_update(&delta, changed_at);
+            s.on_delta_update(&delta, changed_at, forced);
             if s.is_dirty() {
                 touched.push(*conn);
             }

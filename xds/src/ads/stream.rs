@@ -66,6 +66,9 @@ pub struct Watch {
     pub sent_at: Option<Instant>,
     /// Last nonce the proxy ACKed, and the snapshot version it carried.
     pub acked: Option<(Arc<str>, u64)>,
+    /// A forced push is owed: the next response carries every resource,
+    /// changed or not (istiod's `/debug/adsz?push=true`).
+    pub forced: bool,
     /// Last NACK: nonce and the proxy's error message.
     pub nack: Option<(Arc<str>, String)>,
     /// Responses sent.
@@ -365,12 +368,13 @@ impl<C: super::Class> AdsStream<C> {
     /// Marks what a new snapshot's delta, for a change made at
     /// `changed_at`, may have changed for this stream; the push it owes
     /// counts its convergence from the oldest such change.
-    pub fn on_delta_update(&mut self, delta: &Delta, changed_at: Instant) {
+    pub fn on_delta_update(&mut self, delta: &Delta, changed_at: Instant, forced: bool) {
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             if !w.wildcard && w.names.is_empty() {
                 continue;
             }
+            w.forced |= forced;
             let dirty = match delta {
                 Delta::Full => Dirty::All,
                 Delta::Resources(r) => {
@@ -434,6 +438,7 @@ impl<C: super::Class> AdsStream<C> {
                 Protocol::Sotw => sotw_response(w, kind, &dirty, &class, ctx, push),
                 Protocol::Delta => delta_response(w, kind, &dirty, &class, ctx),
             };
+            w.forced = false;
             let Some((bytes, nonce)) = resp else { continue };
             tracing::trace!(target: "ads", ?kind, ?dirty, %nonce, "push");
             w.sent_version = ctx.snap.version;
@@ -504,7 +509,7 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
     if !kind.is_wildcard() && resources.is_empty() && w.sent_nonce.is_some() && !matches!(dirty, Dirty::All) {
         return None; // nothing of what changed exists for this proxy
     }
-    if push && w.sent_nonce.is_some() && !ctx.snap.forced {
+    if push && w.sent_nonce.is_some() && !w.forced {
         // A change elsewhere that leaves this proxy's resources as they
         // were (versions are content hashes) is not pushed: a shared
         // resource changed, but not this class's variant of it.
@@ -593,7 +598,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         let subscribed = w.wildcard || w.names.contains(&n);
         match ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).filter(|_| subscribed) {
             Some(e) => {
-                if w.sent.get(&n) != Some(&e.version) || asked_now.contains(&n) || ctx.snap.forced {
+                if w.sent.get(&n) != Some(&e.version) || asked_now.contains(&n) || w.forced {
                     resources.push((n, e));
                 }
             }

@@ -82,7 +82,7 @@ proptest! {
             }
             model = m;
             snap = Snapshot::new(version, Instant::now(), Arc::new(model.clone()));
-            s.on_delta_update(&delta, Instant::now());
+            s.on_delta_update(&delta, Instant::now(), false);
         }
         let out = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() });
         let want: BTreeSet<String> = changed.into_iter().filter(|n| watched.contains(n)).collect();
@@ -98,6 +98,58 @@ proptest! {
                 prop_assert!(body.is_some(), "every resource is at its newest content");
             }
             prop_assert_eq!(r.resources.len(), want.len(), "exactly the changed, watched resources");
+        }
+    }
+}
+
+/// A forced push (`/debug/adsz?push=true`) is owed by the streams it
+/// marked until they are flushed, even when a newer snapshot that is not
+/// forced takes its place first: every watched resource is sent again,
+/// unchanged as it is. Without the forced mark nothing is sent.
+#[test]
+fn a_forced_push_outlives_a_newer_snapshot() {
+    for forced in [true, false] {
+        let generator = SimpleGenerator;
+        let all: Vec<(Kind, Arc<str>, Option<Bytes>)> =
+            (0..10u8).map(|n| (Kind::Endpoint, Arc::from(n.to_string()), Some(Bytes::from(vec![n])))).collect();
+        let model = SimpleModel::default().apply(1, all).0;
+        let snap = Snapshot::new(1, Instant::now(), Arc::new(model.clone()));
+        let mut cache = Cache::default();
+        let mut seq = 0u64;
+        let mut nonce = || -> Arc<str> {
+            seq += 1;
+            seq.to_string().into()
+        };
+        let mut s = AdsStream::new(Protocol::Sotw, Instant::now());
+        let request = DiscoveryRequest {
+            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+            type_url: Kind::Endpoint.type_url().into(),
+            resource_names: (0..5).map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        s.on_sotw(request, &mut intern, Instant::now()).unwrap();
+        let mut ctx = Ctx {
+            generator: &generator,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        assert_eq!(s.flush(&mut ctx).len(), 1);
+        // The forced snapshot, then a newer one that changes nothing
+        // watched, both before the connection's turn.
+        s.on_delta_update(&Delta::Full, Instant::now(), forced);
+        s.on_delta_update(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("9"))]), Instant::now(), false);
+        let out = s.flush(&mut ctx);
+        if forced {
+            assert_eq!(out.len(), 1, "the forced push is sent");
+            let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
+            assert_eq!(r.resources.len(), 5, "with every watched resource, unchanged as they are");
+            s.on_delta_update(&Delta::Full, Instant::now(), false);
+            assert!(s.flush(&mut ctx).is_empty(), "and owed once only");
+        } else {
+            assert!(out.is_empty(), "nothing changed for the proxy: nothing is sent");
         }
     }
 }

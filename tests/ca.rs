@@ -1156,6 +1156,8 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     assert_eq!(seen[0]["expirationSeconds"], 3600);
     assert_eq!(seen[0]["uris"], serde_json::json!([ID]));
     assert!(seen[0]["name"].as_str().unwrap().starts_with("csr-workload-"), "{seen:?}");
+    // Labelled for the RA's one list a tick (chiron watches each CSR).
+    assert_eq!(seen[0]["labels"], serde_json::json!({"istio.io/ra": "istiod"}));
     let approved = &seen[0]["approved"][0];
     assert_eq!(approved["status"], "True");
     assert!(approved["message"].as_str().unwrap().ends_with("is approved"), "{approved}");

@@ -7,12 +7,13 @@
 //! The cores queue requests here; the control thread's task talks to the
 //! API server.
 
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Duration;
 
 use base64::Engine as _;
 use istiod_kubewatch::kapi::{Api, Write};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// `EXTERNAL_CA`'s one permitted value.
 pub const KUBERNETES_API: &str = "ISTIOD_RA_KUBERNETES_API";
@@ -63,9 +64,20 @@ pub fn root(external: &std::path::Path, service_account: &std::path::Path) -> Re
     Ok(pem)
 }
 
+/// The label this RA puts on its CSRs, so that one labelled list a tick
+/// reads the status of every CSR it waits on (chiron watches each one; a
+/// list per CSR would spend the client's QPS on polling).
+pub const RA_LABEL: (&str, &str) = ("istio.io/ra", "istiod");
+
+/// CSRs approved and waiting for the signer: name to where the answer goes.
+type Waiting = std::rc::Rc<std::cell::RefCell<HashMap<String, oneshot::Sender<Result<String, String>>>>>;
+
 /// Answers the cores' requests until they are gone, `signer` signing.
 pub async fn run(api: Api, signer: String, wait: Duration, mut rx: mpsc::UnboundedReceiver<Request>) {
     let in_flight: std::rc::Rc<std::cell::Cell<usize>> = Default::default();
+    let waiting: Waiting = Default::default();
+    let news = std::rc::Rc::new(tokio::sync::Notify::new());
+    let poller = tokio::task::spawn_local(poll(api.clone(), waiting.clone(), news.clone()));
     while let Some(r) = rx.recv().await {
         if in_flight.get() >= MAX_IN_FLIGHT {
             let _ = r.reply.try_send(Err(format!("{MAX_IN_FLIGHT} CSRs in flight to the Kubernetes signer")));
@@ -73,8 +85,9 @@ pub async fn run(api: Api, signer: String, wait: Duration, mut rx: mpsc::Unbound
         }
         in_flight.set(in_flight.get() + 1);
         let (api, signer, in_flight) = (api.clone(), signer.clone(), in_flight.clone());
+        let (waiting, news) = (waiting.clone(), news.clone());
         tokio::task::spawn_local(async move {
-            let result = sign(&api, &signer, &r.csr, r.lifetime_secs, wait).await;
+            let result = sign(&api, &signer, &r.csr, r.lifetime_secs, wait, &waiting, &news).await;
             in_flight.set(in_flight.get() - 1);
             if let Err(e) = &result {
                 tracing::warn!(target: "pkira", signer, error = %e, "Kubernetes CSR signing failed");
@@ -82,6 +95,7 @@ pub async fn run(api: Api, signer: String, wait: Duration, mut rx: mpsc::Unbound
             let _ = r.reply.try_send(result);
         });
     }
+    poller.abort();
 }
 
 /// chiron's `SignCSRK8s` with approval: create, approve, wait for the
@@ -92,11 +106,13 @@ async fn sign(
     csr: &str,
     lifetime_secs: Option<i64>,
     wait: Duration,
+    waiting: &Waiting,
+    news: &tokio::sync::Notify,
 ) -> Result<String, String> {
     let mut object = json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
-        "metadata": {"generateName": "csr-workload-"},
+        "metadata": {"generateName": "csr-workload-", "labels": {RA_LABEL.0: RA_LABEL.1}},
         "spec": {
             "request": base64::engine::general_purpose::STANDARD.encode(csr),
             "signerName": signer,
@@ -115,7 +131,20 @@ async fn sign(
         return Err("failed to create CSR: the API server named none".into());
     };
     tracing::debug!(target: "pkira", csr = name, "CSR has been created");
-    let result = approve_and_read(api, &name, created, wait).await;
+    let result = match approve(api, &name, created).await {
+        Ok(()) => {
+            let (tx, rx) = oneshot::channel();
+            waiting.borrow_mut().insert(name.clone(), tx);
+            news.notify_one();
+            let answer = tokio::time::timeout(wait, rx).await;
+            waiting.borrow_mut().remove(&name);
+            match answer {
+                Ok(Ok(r)) => r,
+                _ => Err(format!("timeout when watching CSR {name}")),
+            }
+        }
+        Err(e) => Err(e),
+    };
     match api.delete(&format!("{CSRS}/{name}"), None).await {
         Ok(_) => tracing::debug!(target: "pkira", csr = name, "deleted CSR"),
         Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
@@ -123,7 +152,7 @@ async fn sign(
     result
 }
 
-async fn approve_and_read(api: &Api, name: &str, mut csr: Value, wait: Duration) -> Result<String, String> {
+async fn approve(api: &Api, name: &str, mut csr: Value) -> Result<(), String> {
     let message = format!("CSR ({name}) for the certificate () is approved");
     let condition = json!({"type": "Approved", "status": "True", "reason": message, "message": message});
     match csr["status"]["conditions"].as_array_mut() {
@@ -131,41 +160,69 @@ async fn approve_and_read(api: &Api, name: &str, mut csr: Value, wait: Duration)
         None => csr["status"] = json!({"conditions": [condition]}),
     }
     match api.replace(&format!("{CSRS}/{name}/approval"), &csr).await {
-        Ok(Write::Done(_)) => {}
-        Ok(Write::Conflict) => return Err(format!("failed to approve CSR request: CSR {name} changed")),
-        Err(e) => return Err(format!("failed to approve CSR request: {e}")),
+        Ok(Write::Done(_)) => Ok(()),
+        Ok(Write::Conflict) => Err(format!("failed to approve CSR request: CSR {name} changed")),
+        Err(e) => Err(format!("failed to approve CSR request: {e}")),
     }
-    // chiron watches the one object; its status is read here, the wait
-    // between reads growing from 20 ms to half a second.
-    let deadline = Instant::now() + wait;
+}
+
+/// Reads the status of every waiting CSR with one labelled list a tick,
+/// the ticks from 20 ms after news growing to half a second, and none
+/// while nothing waits; each signed or refused CSR's waiter is answered.
+async fn poll(api: Api, waiting: Waiting, news: std::rc::Rc<tokio::sync::Notify>) {
+    let path = format!("{CSRS}?labelSelector={}%3D{}", RA_LABEL.0.replace('/', "%2F"), RA_LABEL.1);
     let mut pause = Duration::from_millis(20);
     loop {
-        if let Some(o) = api.get(&format!("{CSRS}/{name}")).await? {
-            if let Some(b64) = o["status"]["certificate"].as_str().filter(|c| !c.is_empty()) {
-                let pem = base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"))
-                    .ok_or_else(|| "decoding certificate failed".to_owned())?;
-                return Ok(pem);
+        if waiting.borrow().is_empty() {
+            news.notified().await;
+            pause = Duration::from_millis(20);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => pause = (pause * 2).min(Duration::from_millis(500)),
+            _ = news.notified() => pause = Duration::from_millis(20),
+        }
+        let list = match api.get(&path).await {
+            Ok(Some(l)) => l,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(target: "pkira", error = %e, "listing CSRs failed");
+                continue;
             }
-            // A signer that refused: said at once, not after the wait.
-            let refused = o["status"]["conditions"].as_array().into_iter().flatten().find(|c| {
-                matches!(c["type"].as_str(), Some("Denied" | "Failed")) && c["status"].as_str() == Some("True")
-            });
-            if let Some(c) = refused {
-                return Err(format!(
-                    "CSR {name} {}: {}",
-                    c["type"].as_str().unwrap_or_default().to_lowercase(),
-                    c["message"].as_str().or(c["reason"].as_str()).unwrap_or_default()
-                ));
+        };
+        for item in list["items"].as_array().into_iter().flatten() {
+            let Some(name) = item["metadata"]["name"].as_str() else { continue };
+            if !waiting.borrow().contains_key(name) {
+                continue;
+            }
+            if let Some(answer) = outcome(name, item)
+                && let Some(tx) = waiting.borrow_mut().remove(name)
+            {
+                let _ = tx.send(answer);
             }
         }
-        if Instant::now() >= deadline {
-            return Err(format!("timeout when watching CSR {name}"));
-        }
-        tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
     }
+}
+
+/// What a CSR's status says: its certificate, or its refusal; none while
+/// the signer has not answered.
+fn outcome(name: &str, o: &Value) -> Option<Result<String, String>> {
+    if let Some(b64) = o["status"]["certificate"].as_str().filter(|c| !c.is_empty()) {
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .filter(|p| p.contains("-----BEGIN CERTIFICATE-----"))
+            .ok_or_else(|| "decoding certificate failed".to_owned());
+        return Some(pem);
+    }
+    // A signer that refused: said at once, not after the wait.
+    let refused =
+        o["status"]["conditions"].as_array().into_iter().flatten().find(|c| {
+            matches!(c["type"].as_str(), Some("Denied" | "Failed")) && c["status"].as_str() == Some("True")
+        })?;
+    Some(Err(format!(
+        "CSR {name} {}: {}",
+        refused["type"].as_str().unwrap_or_default().to_lowercase(),
+        refused["message"].as_str().or(refused["reason"].as_str()).unwrap_or_default()
+    )))
 }

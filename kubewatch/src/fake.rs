@@ -814,6 +814,7 @@ impl FakeApi {
             .iter()
             .filter(|((p, o_ns, _), _)| *p == r.plural && ns.is_none_or(|n| n == o_ns))
             .map(|(_, v)| v)
+            .filter(|v| params.get("labelSelector").is_none_or(|sel| labels_match(sel, &v["metadata"]["labels"])))
             .collect();
         let start: usize = params.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
         let limit: usize = params.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
@@ -938,6 +939,22 @@ pub fn write_resources() -> Vec<Resource> {
         Resource { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap" },
         Resource { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease" },
     ]
+}
+
+/// Whether `labels` satisfy an equality-based label selector
+/// (`k=v`, `k==v`, `k!=v`, `k`, `!k`, joined by commas).
+fn labels_match(selector: &str, labels: &Value) -> bool {
+    selector.split(',').map(str::trim).filter(|t| !t.is_empty()).all(|term| {
+        if let Some((k, v)) = term.split_once("!=") {
+            labels[k.trim()].as_str() != Some(v.trim())
+        } else if let Some((k, v)) = term.split_once('=') {
+            labels[k.trim()].as_str() == Some(v.trim_start_matches('=').trim())
+        } else if let Some(k) = term.strip_prefix('!') {
+            labels.get(k.trim()).is_none()
+        } else {
+            labels.get(term).is_some()
+        }
+    })
 }
 
 /// A query value with its `%XX` escapes decoded.

@@ -106,6 +106,7 @@ def main():
                 "expirationSeconds": spec.get("expirationSeconds"),
                 "approved": [c for c in conditions if c.get("type") == "Approved"],
                 "uris": uris,
+                "labels": meta.get("labels", {}),
             }
             with open(os.path.join(out, "seen.jsonl"), "a") as f:
                 f.write(json.dumps(seen) + "\n")

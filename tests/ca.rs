@@ -1168,13 +1168,20 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     // istiod's RA: ValidateCSR fails, a CSRError (ra/common.go preSign).
     assert_eq!(other["code"], "INVALID_ARGUMENT", "{other}");
     assert!(other["details"].as_str().unwrap().contains("unable to validate SAN Identities in CSR"), "{other}");
+    // The caller's identity in a CSR not as istio-agent makes it (an
+    // organisation in the subject): refused before the API server too
+    // (ValidateCSR's compareCSRs).
+    let org = [("CA_CSR_ORG", "acme")];
+    let made = ask_with(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 0, &org);
+    assert_eq!(made["code"], "INVALID_ARGUMENT", "{made}");
+    assert!(made["details"].as_str().unwrap().contains("unable to validate SAN Identities in CSR"), "{made}");
     // The signer denies: refused with its reason, at once.
     let deny = "spiffe://cluster.local/ns/bookinfo/sa/deny-me";
     let denied = ask(secure, serving_root.to_str().unwrap(), "tok-deny", deny, 0);
     assert_eq!(denied["code"], "INTERNAL", "{denied}");
     assert!(denied["details"].as_str().unwrap().contains("denied: not for this signer"), "{denied}");
     let lines = std::fs::read_to_string(signer_dir.join("seen.jsonl")).unwrap().lines().count();
-    assert_eq!(lines, 2, "the ratings CSR never reached the API server");
+    assert_eq!(lines, 2, "the ratings and acme CSRs never reached the API server");
     std::fs::write(signer_dir.join("stop"), "").unwrap();
     let _ = signer.wait();
     drop(s);

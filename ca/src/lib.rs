@@ -331,10 +331,11 @@ impl CaServer {
             Status::new(code, format!("CSR signing error ({e})"))
         };
         if let Some(ext) = &self.external {
-            // istiod's RA `preSign`: a CSR naming another identity is a
+            // istiod's RA `preSign`: a CSR that does not parse, names
+            // another identity or is not as the agent makes it is a
             // CSRError (InvalidArgument), in its words.
             self.ca().check_request(req.csr.as_bytes(), ids, req.validity_duration).map_err(|e| match e {
-                SignError::Identity { .. } => {
+                SignError::Identity { .. } | SignError::Csr(_) => {
                     tracing::warn!(target: "ca", ?peer, identity = %ids.join(","), error = %e, "CSR refused");
                     bump(&self.metrics.sign_errors[0]);
                     Status::new(Code::InvalidArgument, "CSR signing error (unable to validate SAN Identities in CSR)")

@@ -448,10 +448,11 @@ impl Ca {
 
     /// What [`Ca::sign`] checks, for a CSR another signs (istiod's RA
     /// `preSign`): the lifetime asked is allowed, the CSR names the
-    /// caller's identities.
+    /// caller's identities, and it is a CSR as istio-agent or ztunnel
+    /// makes one ([`agent_made`]), since the signer copies what it asks.
     pub fn check_request(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<(), SignError> {
         self.lifetime(requested_secs)?;
-        verified_key(csr_pem, identities).map(|_| ())
+        verified_key(csr_pem, identities, true).map(|_| ())
     }
 
     /// Signs `csr_pem` for a caller with SPIFFE `identities`, for
@@ -459,7 +460,7 @@ impl Ca {
     /// chain istiod answers: leaf, intermediates, root bundle.
     pub fn sign(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<Vec<String>, SignError> {
         let lifetime = self.lifetime(requested_secs)?;
-        let key = verified_key(csr_pem, identities)?;
+        let key = verified_key(csr_pem, identities, false)?;
         let mut params = CertificateParams::default();
         params.subject_alt_names = identities
             .iter()
@@ -671,7 +672,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The public key of `csr_pem` once its signature verifies, its key is
 /// one istiod-rs signs for, and every SAN it asks for is one of
 /// `identities`.
-fn verified_key(csr_pem: &[u8], identities: &[String]) -> Result<CsrKey, SignError> {
+fn verified_key(csr_pem: &[u8], identities: &[String], as_agents_make: bool) -> Result<CsrKey, SignError> {
     if csr_pem.len() > MAX_CSR_BYTES {
         return Err(SignError::Csr(format!("the CSR is {} bytes, over the limit of {MAX_CSR_BYTES}", csr_pem.len())));
     }
@@ -710,7 +711,63 @@ fn verified_key(csr_pem: &[u8], identities: &[String]) -> Result<CsrKey, SignErr
             return Err(SignError::Identity { asked, caller: identities.join(",") });
         }
     }
+    if as_agents_make {
+        agent_made(&csr).map_err(SignError::Csr)?;
+    }
     Ok(CsrKey { raw: spki.subject_public_key.data.to_vec(), alg })
+}
+
+/// istiod's RA `ValidateCSR` after the identities: the CSR is the one
+/// `GenCSRTemplate` makes for them (`compareCSRs`). Its subject, read as
+/// Go's `pkix.Name` reads it, is `O=""` alone (or empty, as ztunnel sends
+/// it); a SAN extension names at most one URI and no DNS name, IP or
+/// e-mail; no other extension is requested.
+pub fn agent_made(csr: &X509CertificationRequest<'_>) -> Result<(), String> {
+    // The attributes `pkix.Name` keeps (ToRDNSequence), by OID: C, O, OU,
+    // L, ST, street, postal code, serial number, CN.
+    const KEPT: [&str; 9] =
+        ["2.5.4.6", "2.5.4.10", "2.5.4.11", "2.5.4.7", "2.5.4.8", "2.5.4.9", "2.5.4.17", "2.5.4.5", "2.5.4.3"];
+    let mut orgs: Vec<&str> = Vec::new();
+    for a in csr.certification_request_info.subject.iter_attributes() {
+        let oid = a.attr_type().to_id_string();
+        if !KEPT.contains(&oid.as_str()) {
+            continue;
+        }
+        // Go keeps string values only; an empty CN or serial number is
+        // dropped when the name is written again.
+        let Ok(v) = a.as_str() else { continue };
+        match oid.as_str() {
+            "2.5.4.10" => orgs.push(v),
+            "2.5.4.3" | "2.5.4.5" if v.is_empty() => {}
+            _ => return Err(format!("the CSR's subject has attribute {oid}: istio-agent sets only O=\"\"")),
+        }
+    }
+    if !(orgs.is_empty() || orgs == [""]) {
+        return Err(format!("the CSR's subject has O={orgs:?}: istio-agent sets only O=\"\""));
+    }
+    let mut has_san = false;
+    let requested = csr.certification_request_info.iter_attributes().filter_map(|a| match a.parsed_attribute() {
+        x509_parser::cri_attributes::ParsedCriAttribute::ExtensionRequest(r) => Some(&r.extensions),
+        _ => None,
+    });
+    for ext in requested.flatten() {
+        let ParsedExtension::SubjectAlternativeName(san) = ext.parsed_extension() else {
+            return Err(format!("the CSR requests extension {}: only a subject alternative name is signed", ext.oid));
+        };
+        has_san = true;
+        let uris = san.general_names.iter().filter(|n| matches!(n, GeneralName::URI(_))).count();
+        let other = san
+            .general_names
+            .iter()
+            .any(|n| matches!(n, GeneralName::DNSName(_) | GeneralName::IPAddress(_) | GeneralName::RFC822Name(_)));
+        if uris > 1 || other {
+            return Err("the CSR's subject alternative name is not one URI alone".into());
+        }
+    }
+    if !has_san {
+        return Err("the SAN extension does not exist".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtensionOID
+from cryptography.x509.oid import ExtensionOID, NameOID
 
 PATH = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 
@@ -81,7 +81,10 @@ def chain_of(resp):
 def main():
     addr, root_path, token, identity, ttl = sys.argv[1:6]
     key = ec.generate_private_key(ec.SECP256R1())
-    builder = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+    # CA_CSR_ORG: an organisation in the subject, as istio-agent never sets.
+    org = os.environ.get("CA_CSR_ORG")
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)] if org else [])
+    builder = x509.CertificateSigningRequestBuilder().subject_name(subject)
     if identity != "-":
         builder = builder.add_extension(
             x509.SubjectAlternativeName([x509.UniformResourceIdentifier(identity)]), critical=False

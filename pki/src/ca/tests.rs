@@ -270,3 +270,73 @@ fn keys_in_istiods_pkcs1_and_sec1_forms_load() {
     assert!(err.contains("CERTIFICATE"), "{err}");
     assert!(key_from_pem(&pem("RSA PRIVATE KEY", b"garbage")).is_err());
 }
+
+/// istiod's RA checks a CSR against the template istio-agent makes before
+/// another signs it (ra/common.go `ValidateCSR`, `compareCSRs`). Cases of
+/// upstream `TestCompareCSRs` (security/pkg/pki/ra/common_test.go), as
+/// `ValidateCSR` meets them: an unset organisation is filled with `O=""`
+/// first (ztunnel's CSRs), and its template is never dual-use, so any
+/// common name is refused.
+#[test]
+fn the_ra_takes_only_csrs_as_the_agent_makes_them() {
+    use rcgen::{CustomExtension, DnType};
+    let ca = Ca::generate(Settings::default()).unwrap();
+    let two = "spiffe://cluster.local/ns/bookinfo/sa/other";
+    let me = [ID.to_owned(), two.to_owned()];
+    let make = |o: Option<&str>, cn: Option<&str>, sans: Vec<SanType>, ext: Option<&[u64]>| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::default();
+        p.distinguished_name = DistinguishedName::new();
+        if let Some(o) = o {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        if let Some(cn) = cn {
+            p.distinguished_name.push(DnType::CommonName, cn);
+        }
+        p.subject_alt_names = sans;
+        if let Some(oid) = ext {
+            p.custom_extensions = vec![CustomExtension::from_oid_content(oid, vec![0x05, 0x00])];
+        }
+        p.serialize_request(&key).unwrap().pem().unwrap()
+    };
+    let one = || vec![uri(ID)];
+    let cases: Vec<(&str, String, bool)> = vec![
+        ("orgCSR CN is invalid (not empty)", make(Some(""), Some("invalid"), one(), None), false),
+        ("orgCSR CN set to host (its template is not dual-use)", make(Some(""), Some(ID), one(), None), false),
+        ("orgCSR CN empty string", make(Some(""), Some(""), one(), None), true),
+        ("orgCSR Org is unset (filled with O=\"\" by ValidateCSR)", make(None, None, one(), None), true),
+        ("orgCSR Org is set to empty string", make(Some(""), None, one(), None), true),
+        ("orgCSR Org is invalid (not empty or empt string)", make(Some("invalid"), None, one(), None), false),
+        ("orgCSR URI set to host", make(Some(""), None, one(), None), true),
+        ("orgCSR with multiple URIs", make(Some(""), None, vec![uri(ID), uri(two)], None), false),
+        (
+            "orgCSR with invalid emailAddresses",
+            make(Some(""), None, vec![uri(ID), SanType::Rfc822Name("a@b.c".try_into().unwrap())], None),
+            false,
+        ),
+        (
+            "orgCSR with invalid IPAddresses",
+            make(Some(""), None, vec![uri(ID), SanType::IpAddress([1, 2, 3, 4].into())], None),
+            false,
+        ),
+        (
+            "orgCSR with invalid DNSNames",
+            make(Some(""), None, vec![uri(ID), SanType::DnsName("invalid".try_into().unwrap())], None),
+            false,
+        ),
+        ("orgCSR with SANs and non SANs extensions", make(Some(""), None, one(), Some(&[1, 2, 3])), false),
+        ("ours: no SAN extension (ExtractIDs fails)", make(Some(""), None, vec![], None), false),
+    ];
+    for (name, pem, want) in cases {
+        let got = ca.check_request(pem.as_bytes(), &me, 0);
+        assert_eq!(got.is_ok(), want, "{name}: {got:?}");
+        // The CA signing itself makes its own certificate from the key
+        // alone: the template is the RA's check, not the CA's.
+        if want {
+            assert!(ca.sign(pem.as_bytes(), &me, 0).is_ok(), "{name}");
+        }
+    }
+    let rcgen_default = csr(&[uri(ID)]);
+    assert!(ca.sign(rcgen_default.as_bytes(), &me, 0).is_ok(), "the CA signs a CSR with a common name");
+    assert!(ca.check_request(rcgen_default.as_bytes(), &me, 0).is_err(), "the RA does not");
+}

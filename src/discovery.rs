@@ -338,7 +338,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             tracing::warn!(target: "default", "PILOT_CERT_PROVIDER={provider} is not implemented");
             None
         }
-        (Some(ca), _) => Some(cert.tls_configs(&ca.ca()).map_err(StartError::Tls)?),
+        (Some(ca), _) => Some(cert.tls_configs(ca).map_err(StartError::Tls)?),
         (None, Some(_)) => Some(cert.tls_configs_from_files().map_err(StartError::Tls)?),
         (None, None) => {
             tracing::warn!(

@@ -1137,7 +1137,8 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     );
     // istiod's own serving certificate is still its CA's.
     let serving_root = ca_dir.join("ca-cert.pem");
-    let verify = [("CA_VERIFY_ROOT", signer_root.to_str().unwrap())];
+    let saved = dir.path().join("ra-leaf");
+    let verify = [("CA_VERIFY_ROOT", signer_root.to_str().unwrap()), ("CA_SAVE", saved.to_str().unwrap())];
     let got = ask_with(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 3600, &verify);
     assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}\n{}", s.log());
     assert_eq!(got["sans"], serde_json::json!([ID]));
@@ -1162,6 +1163,16 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     assert_eq!(approved["status"], "True");
     assert!(approved["message"].as_str().unwrap().ends_with("is approved"), "{approved}");
     server::wait_for("the CSR deleted", Duration::from_secs(10), || api.count("certificatesigningrequests") == 0);
+    // Renewing with the signer's certificate and no token: its root is
+    // trusted for client certificates (istiod's createPeerCertVerifier).
+    let (key, chain) = (saved.with_extension("key"), saved.with_extension("chain"));
+    let renew = [
+        ("CA_VERIFY_ROOT", signer_root.to_str().unwrap()),
+        ("CA_CLIENT_KEY", key.to_str().unwrap()),
+        ("CA_CLIENT_CHAIN", chain.to_str().unwrap()),
+    ];
+    let renewed = ask_with(secure, serving_root.to_str().unwrap(), "-", ID, 0, &renew);
+    assert_eq!((&renewed["code"], &renewed["sans"]), (&"OK".into(), &serde_json::json!([ID])), "{renewed}");
     // Another identity than the token's: refused here, never sent.
     let other =
         ask(secure, serving_root.to_str().unwrap(), "tok-reviews", "spiffe://cluster.local/ns/bookinfo/sa/ratings", 0);
@@ -1181,7 +1192,7 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
     assert_eq!(denied["code"], "INTERNAL", "{denied}");
     assert!(denied["details"].as_str().unwrap().contains("denied: not for this signer"), "{denied}");
     let lines = std::fs::read_to_string(signer_dir.join("seen.jsonl")).unwrap().lines().count();
-    assert_eq!(lines, 2, "the ratings and acme CSRs never reached the API server");
+    assert_eq!(lines, 3, "the ratings and acme CSRs never reached the API server");
     std::fs::write(signer_dir.join("stop"), "").unwrap();
     let _ = signer.wait();
     drop(s);

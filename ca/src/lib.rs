@@ -214,7 +214,10 @@ impl CaServer {
         let by_cert = info
             .peer_certificate
             .as_deref()
-            .filter(|leaf| self.ca().issued(leaf))
+            .filter(|leaf| {
+                self.ca().issued(leaf)
+                    || self.external.as_ref().is_some_and(|e| istiod_pki::ca::issued_by(leaf, &e.root))
+            })
             .map(istiod_pki::uri_sans)
             .filter(|ids| !ids.is_empty());
         if let Some(ids) = by_cert {
@@ -234,6 +237,18 @@ impl CaServer {
             }
             _ => Authn::Refused(reason),
         }
+    }
+
+    /// The roots client certificates on :15012 are verified with
+    /// (istiod's `createPeerCertVerifier`): the Kubernetes RA's signer's,
+    /// then the CA's.
+    pub fn client_roots(&self) -> String {
+        let mut roots = self.external.as_ref().map(|e| e.root.clone()).unwrap_or_default();
+        if !roots.is_empty() && !roots.ends_with('\n') {
+            roots.push('\n');
+        }
+        roots.push_str(self.ca().root_pem());
+        roots
     }
 
     /// The CA in force.

@@ -305,12 +305,13 @@ impl ServingCert {
         Ok((chain.into_bytes(), key.into_bytes()))
     }
 
-    /// The TLS configurations for `ca`, of one new certificate: :15012's
-    /// (ALPN h2, client certificates verified against the CA's trust
-    /// bundle) and the webhooks' (ALPN h2 and http/1.1).
-    pub fn tls_configs(&self, ca: &Ca) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
-        let (cert, key) = self.issue(ca)?;
-        Self::configs(&cert, &key, Some(ca.root_pem().as_bytes()))
+    /// The TLS configurations for `server`'s CA, of one new certificate:
+    /// :15012's (ALPN h2, client certificates verified against the CA's
+    /// trust bundle and a Kubernetes RA's root) and the webhooks' (ALPN h2
+    /// and http/1.1).
+    pub fn tls_configs(&self, server: &CaServer) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
+        let (cert, key) = self.issue(&server.ca())?;
+        Self::configs(&cert, &key, Some(server.client_roots().as_bytes()))
     }
 
     /// [`ServingCert::tls_configs`] of the files given (no CA: no client
@@ -360,7 +361,7 @@ pub async fn serve_tls(
             wait = Duration::from_secs(3600);
             continue;
         }
-        match cert.tls_configs(&server.ca()) {
+        match cert.tls_configs(&server) {
             Ok((grpc_cfg, webhook_cfg)) => {
                 if let Some(t) = &grpc {
                     t.set(grpc_cfg);

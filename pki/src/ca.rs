@@ -634,6 +634,20 @@ pub fn not_afters(pem: &str) -> Vec<(String, OffsetDateTime)> {
         .collect()
 }
 
+/// Whether `leaf` (DER) is valid now and signed by one of the
+/// certificates of `roots` (PEM), directly: a Kubernetes RA's signer's
+/// leaves, for the client-certificate authenticator.
+pub fn issued_by(leaf: &[u8], roots: &str) -> bool {
+    use x509_parser::certificate::X509Certificate;
+    let Ok((_, leaf)) = X509Certificate::from_der(leaf) else { return false };
+    leaf.validity().is_valid()
+        && pem_blocks(roots, "CERTIFICATE").iter().any(|b| {
+            let Ok((_, block)) = x509_parser::pem::parse_x509_pem(b.as_bytes()) else { return false };
+            let Ok((_, root)) = X509Certificate::from_der(&block.contents) else { return false };
+            root.subject() == leaf.issuer() && leaf.verify_signature(Some(root.public_key())).is_ok()
+        })
+}
+
 /// The URI SANs of a DER certificate (istiod's `ExtractIDs`, for the
 /// client-certificate authenticator); empty when it does not parse.
 pub fn uri_sans(der: &[u8]) -> Vec<String> {

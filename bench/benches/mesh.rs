@@ -357,7 +357,7 @@ fn core_delta(c: &mut Criterion) {
             let mut bytes = 0;
             let mut pushed = 0;
             for st in &mut core.streams {
-                st.on_delta_update(&delta, now);
+                st.on_delta_update(&delta, now, false);
                 if st.is_dirty() {
                     pushed += 1;
                     bytes += st.flush(&mut ctx).iter().map(|o| o.bytes.len()).sum::<usize>();

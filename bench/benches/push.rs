@@ -257,7 +257,7 @@ fn core_push(c: &mut Criterion) {
                 let mut written = 0;
                 let mut pushed = 0;
                 for (st, conn) in &mut core.streams {
-                    st.on_delta_update(&delta, now);
+                    st.on_delta_update(&delta, now, false);
                     let mut body = 0;
                     for o in st.flush(&mut ctx) {
                         body += 5 + o.bytes.len();

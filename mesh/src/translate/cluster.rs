@@ -199,6 +199,15 @@ fn form(
         c.common_lb_config.get_or_insert_with(Default::default).healthy_panic_threshold =
             Some(istiod_proto::envoy::r#type::v3::Percent { value });
     }
+    if subset.is_empty() && svc.keeps_draining(mesh) {
+        // Persistent sessions: Envoy keeps DRAINING endpoints (as coarse
+        // UNHEALTHY), used only when a cookie or header picks them
+        // (istiod's default cluster, cluster.go and grpcgen/cds.go).
+        use istiod_proto::envoy::config::core::v3::{HealthStatus, HealthStatusSet};
+        let statuses = [HealthStatus::Healthy, HealthStatus::Draining, HealthStatus::Unknown, HealthStatus::Degraded];
+        c.common_lb_config.get_or_insert_with(Default::default).override_host_status =
+            Some(HealthStatusSet { statuses: statuses.map(|s| s as i32).to_vec() });
+    }
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
     }

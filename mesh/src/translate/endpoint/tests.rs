@@ -213,3 +213,25 @@ fn traffic_distribution_forces_unhealthy_endpoints() {
         assert!(!addresses(&eps).contains(&"10.0.0.2") && panic == Some(50.0), "{meta} {spec}: {eps:?} {panic:?}");
     }
 }
+
+/// Ours, from istiod's `buildOutboundClusters` (cluster.go) and
+/// `grpcgen/cds.go`: the default cluster of a service with either
+/// persistent-session label keeps DRAINING endpoints for a cookie or header
+/// to pick (`overrideHostStatus` HEALTHY, DRAINING, UNKNOWN, DEGRADED);
+/// without one Envoy's default set is left alone.
+#[test]
+fn persistent_session_clusters_override_host_status() {
+    let statuses = |labels: &str| {
+        let m = model("", labels, MeshSettings::default());
+        let svc = &m.services["example.ns.svc.cluster.local"];
+        let forms = crate::translate::cluster::outbound_of(&m, svc);
+        let (_, forms) = forms.iter().find(|(n, _)| &**n == "outbound|80||example.ns.svc.cluster.local").unwrap();
+        let lb = forms.forms.last().unwrap().cluster.common_lb_config.clone().unwrap_or_default();
+        lb.override_host_status.map(|s| s.statuses)
+    };
+    let kept = [HealthStatus::Healthy, HealthStatus::Draining, HealthStatus::Unknown, HealthStatus::Degraded];
+    let kept = Some(kept.map(|s| s as i32).to_vec());
+    assert_eq!(statuses("istio.io/persistent-session: sticky"), kept);
+    assert_eq!(statuses("istio.io/persistent-session-header: x-session"), kept);
+    assert_eq!(statuses(""), None);
+}

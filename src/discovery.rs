@@ -174,6 +174,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             (config.xds_api_generator_auth, config.debug_endpoint_auth, config.trace_sampling);
         let (cluster_id, system_namespace) = (config.cluster_id.clone(), config.identity.namespace.clone());
         let cluster_aliases = config.cluster_aliases.clone();
+        let no_gateway_api_gateways = !config.discover_gateway_api_gateways;
         let mut dns = config.dns;
         dns.dual_stack |= config.ambient;
         let cross_selection = config.cross_selection;
@@ -196,6 +197,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.networks.cluster_id = cluster_id.clone();
             mesh.networks.system_namespace = system_namespace.clone();
             mesh.networks.cluster_aliases.clone_from(&cluster_aliases);
+            mesh.networks.no_gateway_api_gateways = no_gateway_api_gateways;
         })
     };
     // The config directory is read before the cores start, so a bad
@@ -613,7 +615,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         // The built-in GatewayClasses (every replica, as istiod's).
         if let Some(client) = kube.as_ref().filter(|_| config.gateway_classes && config.read_filter.gateway_api) {
-            let classes = gateway_classes::builtin(config.gateway_deployment_settings.ambient_waypoints);
+            let classes = gateway_classes::builtin(
+                config.discover_gateway_api_gateways,
+                config.gateway_deployment_settings.ambient_waypoints,
+            );
             let api = istiod_kubewatch::kapi::Api::new(client.clone());
             tokio::task::spawn_local(gateway_classes::run(api, state.clone(), classes));
         }

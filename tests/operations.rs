@@ -432,7 +432,8 @@ fn cache_resources_pushcontext_and_push_debug_paths() {
 /// `istio-remote`) are created where missing by two replicas at once (one
 /// create wins, the other's conflict is fine), a class that exists is left
 /// as its owner wrote it, and a deleted one comes back; with
-/// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false` none is made.
+/// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false` none is made,
+/// and with `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false` no `istio-remote`.
 #[test]
 fn the_builtin_gateway_classes_are_created_and_kept() {
     let api = server::fake_api();
@@ -456,7 +457,7 @@ fn the_builtin_gateway_classes_are_created_and_kept() {
         "gatewayclasses",
         serde_json::json!({"metadata": {"name": "istio-remote"}, "spec": {"controllerName": "example.com/theirs"}}),
     );
-    let (_a, _b) = std::thread::scope(|t| {
+    let (a, b) = std::thread::scope(|t| {
         let a = t.spawn(|| start("istiod-a", &[]));
         let b = t.spawn(|| start("istiod-b", &[]));
         (a.join().unwrap(), b.join().unwrap())
@@ -469,6 +470,14 @@ fn the_builtin_gateway_classes_are_created_and_kept() {
     assert_eq!(api.get("gatewayclasses", "", "istio-remote").unwrap()["spec"]["controllerName"], "example.com/theirs");
     api.delete("gatewayclasses", "", "istio");
     wait_for("the class made again", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
+    drop((a, b));
+    // Without multi-network Gateway API discovery there is no istio-remote.
+    api.delete("gatewayclasses", "", "istio");
+    api.delete("gatewayclasses", "", "istio-remote");
+    let _c = start("istiod-c", &[("PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API", "false")]);
+    wait_for("the default class again", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(api.get("gatewayclasses", "", "istio-remote").is_none(), "PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false");
 }
 
 /// istiod's node untaint controller (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`):

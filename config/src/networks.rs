@@ -162,6 +162,9 @@ pub struct Networks {
     /// `--clusterAliases`: a proxy whose `CLUSTER_ID` is an alias is of the
     /// cluster it names.
     pub cluster_aliases: BTreeMap<String, String>,
+    /// `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false`: Gateway API
+    /// Gateways are not read as east-west gateways (on by default).
+    pub no_gateway_api_gateways: bool,
 }
 
 impl Networks {

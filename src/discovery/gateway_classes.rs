@@ -31,9 +31,13 @@ const REMOTE: Class =
 const WAYPOINT: Class = ("istio-waypoint", "istio.io/mesh-controller", "The default Istio waypoint GatewayClass");
 
 /// The built-in classes: istiod's, less `istio-east-west`
-/// (`AMBIENT_ENABLE_MULTI_NETWORK`, not supported).
-pub(super) fn builtin(ambient_waypoints: bool) -> Vec<Class> {
-    let mut out = vec![DEFAULT, REMOTE];
+/// (`AMBIENT_ENABLE_MULTI_NETWORK`, not supported); `istio-remote` with
+/// `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`.
+pub(super) fn builtin(remote: bool, ambient_waypoints: bool) -> Vec<Class> {
+    let mut out = vec![DEFAULT];
+    if remote {
+        out.push(REMOTE);
+    }
     if ambient_waypoints {
         out.push(WAYPOINT);
     }

@@ -7,7 +7,11 @@
 //! port from `networking.istio.io/gatewayPort`, else 15443; 15008 for
 //! HBONE; it must expose one of them), or one a network registering this
 //! cluster names as `registryServiceName`; at each of the Service's
-//! external addresses (load balancer ingress, `externalIPs`). Hostname
+//! external addresses (load balancer ingress, `externalIPs`). And from
+//! Gateway API Gateways labelled with a network (istiod's
+//! `handleGatewayResource`, under `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`):
+//! each address times each auto-passthrough listener (mTLS) and each HBONE
+//! listener; `istio-remote` ones are read from the config cluster only. Hostname
 //! addresses are not resolved yet (istiod resolves them under
 //! `RESOLVE_HOSTNAME_GATEWAYS`, on by default): they are left out, and a
 //! meshNetworks one is reported when the networks are read.
@@ -109,8 +113,11 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
         }
     }
     let local = std::iter::once((nets.cluster_id.as_str(), objs));
-    for (cluster, objs) in local.chain(objs.remotes.iter().map(|(c, o)| (c.as_str(), &**o))) {
+    for (i, (cluster, objs)) in local.chain(objs.remotes.iter().map(|(c, o)| (c.as_str(), &**o))).enumerate() {
         of_services(objs, mesh, domain, cluster, &mut out, &mut services);
+        if !nets.no_gateway_api_gateways {
+            of_gateway_api(objs, cluster, i == 0, &mut out);
+        }
     }
     NetworkGateways::new(out, services)
 }
@@ -180,6 +187,46 @@ fn of_services(
                     hbone_port: *hbone_port,
                 });
             }
+        }
+    }
+}
+
+/// The gateways the Gateway API Gateways of `cluster` stand for (istiod's
+/// `handleGatewayResource`); `config_cluster`: `istio-remote` ones too.
+fn of_gateway_api(objs: &Objects, cluster: &str, config_cluster: bool, out: &mut Vec<NetworkGateway>) {
+    use istiod_config::gateway_api::GatewayApiSpec;
+    for o in &objs.gateway_api {
+        let GatewayApiSpec::Gateway(gw) = &o.spec else { continue };
+        let Some(network) = o.meta.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()) else { continue };
+        if !config_cluster && gw.gateway_class_name == "istio-remote" {
+            continue;
+        }
+        // kube.IsAutoPassthrough: the listener mode option, else TLS on
+        // the gateway port label's port (15443).
+        let port_label = o.meta.labels.get(GATEWAY_PORT_LABEL).map_or("15443", String::as_str);
+        let passthrough = |l: &&istiod_config::gateway_api::Listener| {
+            l.tls.as_ref().is_some_and(|t| {
+                t.options.get("gateway.istio.io/listener-protocol").map(String::as_str) == Some("auto-passthrough")
+                    || l.port.to_string() == port_label
+            })
+        };
+        // The API server defaults an address's type to IPAddress; a
+        // hostname is not resolved (see the module).
+        let addrs = gw
+            .addresses
+            .iter()
+            .filter(|a| matches!(a.type_.as_deref(), None | Some("IPAddress" | "Hostname")))
+            .filter(|a| a.value.parse::<std::net::IpAddr>().is_ok());
+        for a in addrs {
+            let gateway = |port: u32, hbone_port: u32| NetworkGateway {
+                network: network.clone(),
+                cluster: cluster.to_owned(),
+                addr: a.value.clone(),
+                port: u16::try_from(port).unwrap_or_default(),
+                hbone_port: u16::try_from(hbone_port).unwrap_or_default(),
+            };
+            out.extend(gw.listeners.iter().filter(passthrough).map(|l| gateway(l.port, 0)));
+            out.extend(gw.listeners.iter().filter(|l| l.protocol == "HBONE").map(|l| gateway(l.port, l.port)));
         }
     }
 }
@@ -291,6 +338,66 @@ metadata: {name: named, namespace: istio-system}
 spec: {type: LoadBalancer, ports: [{port: 15443}]}
 status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
 ";
+
+    /// Upstream `TestNetworkUpdateTriggers`' "add kubernetes gateway"
+    /// step (kube/controller/network_test.go): a Gateway labelled `nw2`
+    /// with an IP and a hostname address, and two auto-passthrough
+    /// listeners (one by the listener-protocol option on 35443, one by
+    /// the 15443 port number) makes 4 gateways there; the two on the
+    /// hostname are left out here (hostnames are not resolved, see the
+    /// module), so 2. Ours: an HBONE listener is a gateway on its port for
+    /// both, a plain listener none, and `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false`
+    /// reads none.
+    #[test]
+    fn gateway_api_gateways_labelled_with_a_network_are_gateways() {
+        let yaml = "\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: eastwest-gwapi, namespace: istio-system, labels: {topology.istio.io/network: nw2}}
+spec:
+  gatewayClassName: istio
+  addresses: [{type: IPAddress, value: 1.2.3.4}, {type: Hostname, value: some hostname}]
+  listeners:
+  - {name: detected-by-options, port: 35443, protocol: TLS, tls: {mode: Passthrough, options: {gateway.istio.io/listener-protocol: auto-passthrough}}}
+  - {name: detected-by-number, port: 15443, protocol: TLS, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: ambient-ew, namespace: istio-system, labels: {topology.istio.io/network: nw3}}
+spec:
+  gatewayClassName: istio-remote
+  addresses: [{value: 5.6.7.8}]
+  listeners:
+  - {name: mesh, port: 15008, protocol: HBONE}
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: unlabelled, namespace: istio-system}
+spec:
+  gatewayClassName: istio
+  addresses: [{value: 9.9.9.9}]
+  listeners: [{name: p, port: 15443, protocol: TLS, tls: {mode: Passthrough}}]
+";
+        let m = build(yaml, "");
+        let got: Vec<(&str, &str, &str, u16, u16)> =
+            m.network_gateways.all.iter().map(|g| (&*g.network, &*g.cluster, &*g.addr, g.port, g.hbone_port)).collect();
+        assert_eq!(
+            got,
+            [
+                ("nw2", "east", "1.2.3.4", 15443, 0),
+                ("nw2", "east", "1.2.3.4", 35443, 0),
+                ("nw3", "east", "5.6.7.8", 15008, 15008)
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
+        let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
+        let mut mesh = crate::meshconfig::MeshSettings::default();
+        mesh.networks.no_gateway_api_gateways = true;
+        let m = Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh));
+        assert!(m.network_gateways.all.is_empty(), "{:?}", m.network_gateways.all);
+    }
 
     /// istiod's gateway discovery (`extractGatewaysInner`,
     /// `getGatewayDetails`, `reloadMeshNetworks`): a labelled Service's

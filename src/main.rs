@@ -9,6 +9,11 @@ use istiod::cli::{Command, DiscoveryArgs};
 use istiod::config::{Config, ProcessEnv, Source};
 use istiod::{logging, version};
 
+/// jemalloc, sampling the heap for `/debug/pprof/heap` (see
+/// .cargo/config.toml for its configuration).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // Unknown flags of `discovery` are left out (and logged once logging
     // is up); clap exits with status 2 on a malformed value.

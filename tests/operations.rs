@@ -113,9 +113,10 @@ fn controlz_changes_a_scope_level_at_run_time() {
 /// `/debug/pprof/profile` (istiod's `--profile`, on by default): a CPU
 /// profile taken while the server works, decoded by protobuf against
 /// pprof's `profile.proto`, with samples in the server's own functions;
-/// `--profile=false` serves none.
+/// `/debug/pprof/heap`, the sampled live heap in the same format, its
+/// addresses in the binary's mappings; `--profile=false` serves neither.
 #[test]
-fn cpu_profiles_are_read_back_by_a_pprof_parser() {
+fn cpu_and_heap_profiles_are_read_back_by_a_pprof_parser() {
     let s = Server::start(std::path::Path::new(BOOKINFO), &[], &[], None);
     let index = server::get(s.http, "/debug/pprof/").unwrap();
     assert_eq!(index.0, 200);
@@ -157,6 +158,13 @@ fn cpu_profiles_are_read_back_by_a_pprof_parser() {
     std::fs::write(file.path(), &body).unwrap();
     let out = python::run("pprof_check.py", &[file.path().as_os_str(), "istiod".as_ref()]);
     assert!(out.status.success(), "{}", python::text(&out));
+    // The heap profile: jemalloc's samples of the live heap, addresses in
+    // the binary's mappings for pprof to symbolize.
+    let (status, heap) = request(s.http, "GET", "/debug/pprof/heap", "", Duration::from_secs(20));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&heap));
+    std::fs::write(file.path(), &heap).unwrap();
+    let out = python::run("pprof_check.py", &["--heap".as_ref(), file.path().as_os_str(), "pilot-discovery".as_ref()]);
+    assert!(out.status.success(), "{}", python::text(&out));
     // Served as before: the held stream is open, a new one is answered.
     rt.block_on(async {
         assert!(!held.ended_within(Duration::from_millis(200)).await, "the stream survived the profile");
@@ -168,6 +176,7 @@ fn cpu_profiles_are_read_back_by_a_pprof_parser() {
 
     let off = Server::start(std::path::Path::new(BOOKINFO), &["--profile=false"], &[], None);
     assert_eq!(server::get(off.http, "/debug/pprof/profile?seconds=1").unwrap().0, 404);
+    assert_eq!(server::get(off.http, "/debug/pprof/heap").unwrap().0, 404);
 }
 
 /// `--grpcAddr=""` and `--monitoringAddr=""` move their services to the

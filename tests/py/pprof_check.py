@@ -6,6 +6,12 @@ a descriptor (no protoc on the test machines).
 argv: the profile's file, then function name fragments at least one sampled
 function must contain. Prints a summary; exit 0 when the profile is a CPU
 profile with samples whose functions are named, else 1 with the problems.
+
+With `--heap` first: the profile is a heap profile (`inuse_space` in bytes,
+period `space`/bytes) whose samples are raw addresses in the mappings it
+lists, for pprof to symbolize with the binary: at least one sample, every
+location inside a mapping, and some mapping the named file (the next
+argument, e.g. pilot-discovery).
 """
 
 import gzip
@@ -91,7 +97,40 @@ pool.Add(fdp)
 Profile = message_factory.GetMessageClass(pool.FindMessageTypeByName("perftools.profiles.Profile"))
 
 
+def heap(p, binary):
+    s = p.string_table
+    problems = []
+    types = [(s[t.type], s[t.unit]) for t in p.sample_type]
+    if types != [("inuse_space", "bytes")]:
+        problems.append(f"sample types {types}, not a heap profile's")
+    if (s[p.period_type.type], s[p.period_type.unit]) != ("space", "bytes"):
+        problems.append("period type must be space/bytes")
+    if not p.sample or not any(v > 0 for sample in p.sample for v in sample.value):
+        problems.append("no live bytes sampled")
+    mappings = {m.id: m for m in p.mapping}
+    if not any(binary in s[m.filename] for m in p.mapping):
+        problems.append(f"no mapping of {binary!r}: {[s[m.filename] for m in p.mapping][:5]}")
+    outside = 0
+    for loc in p.location:
+        m = mappings.get(loc.mapping_id)
+        if m is None or not (m.memory_start <= loc.address < m.memory_limit):
+            outside += 1
+    if outside:
+        problems.append(f"{outside} of {len(p.location)} locations lie outside their mapping")
+    total = sum(sample.value[0] for sample in p.sample)
+    print(f"{len(p.sample)} stacks, {total} live bytes sampled, {len(p.location)} locations, {len(p.mapping)} mappings")
+    return problems
+
+
 def main():
+    if sys.argv[1] == "--heap":
+        raw = open(sys.argv[2], "rb").read()
+        p = Profile()
+        p.ParseFromString(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        problems = heap(p, sys.argv[3])
+        for pr in problems:
+            print("problem:", pr)
+        sys.exit(1 if problems else 0)
     raw = open(sys.argv[1], "rb").read()
     problems = []
     if raw[:2] != b"\x1f\x8b":

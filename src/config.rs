@@ -205,6 +205,8 @@ pub struct Config {
     /// Gateways labelled with a network are east-west gateways, and the
     /// `istio-remote` GatewayClass is created.
     pub discover_gateway_api_gateways: bool,
+    /// `ISTIO_MULTIROOT_MESH` (false): PCDS sends the workload trust bundle.
+    pub multiroot_mesh: bool,
     /// `PILOT_ENABLE_GATEWAY_API_STATUS` (true): Gateway API objects get
     /// their status conditions (with `PILOT_ENABLE_GATEWAY_API`).
     pub gateway_api_status: bool,
@@ -969,6 +971,7 @@ impl Config {
             gateway_api_status: gateway_api && vars.bool("PILOT_ENABLE_GATEWAY_API_STATUS", true)?,
             gateway_classes: vars.bool("PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER", true)?,
             discover_gateway_api_gateways: vars.bool("PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API", true)?,
+            multiroot_mesh: vars.bool("ISTIO_MULTIROOT_MESH", false)?,
             analysis: vars.bool("PILOT_ENABLE_ANALYSIS", false)?,
             node_untaint: vars
                 .bool("PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS", false)?

@@ -162,6 +162,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         tracing::warn!(target: "default", "accepted but not yet supported: {setting}");
     }
     istiod_envoyfilter::status::set_enabled(config.envoy_filter_stats);
+    // The CA's and RA's roots, for ISTIO_MULTIROOT_MESH's trust bundle
+    // (filled once the CA is up, and again when it changes).
+    let ca_roots: Arc<std::sync::RwLock<Vec<String>>> = Arc::default();
     // What the environment sets over the mesh configuration.
     let env: mesh_watch::Env = {
         let (jwks_fetch, scope, collapse) =
@@ -179,7 +182,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
         dns.dual_stack |= config.ambient;
         let cross_selection = config.cross_selection;
         let (unhealthy, session_labels) = (config.unhealthy, config.persistent_session_labels.clone());
+        let (multiroot, roots) = (config.multiroot_mesh, ca_roots.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
+            if multiroot {
+                let roots = roots.read().unwrap_or_else(|e| e.into_inner());
+                mesh.trust_bundle = Some(trust_bundle(&roots, &mesh.ca_certificates));
+            }
             mesh.dns = dns;
             mesh.unhealthy = unhealthy;
             mesh.persistent_session_labels.clone_from(&session_labels);
@@ -254,14 +262,23 @@ pub fn run(config: Config) -> Result<(), StartError> {
             tracing::error!(target: "default", source = %net_sources.describe(), error = %e, "invalid mesh networks; using none until they are fixed")
         }
     }
-    let mesh = Arc::new(mesh);
-    let (mesh_tx, mesh_rx) = tokio::sync::watch::channel(mesh.clone());
     let root_store = istiod_ca::store::RootStore::of(&config.ca, &config.identity.namespace, kube.as_ref());
     // `ca_server` authenticates (xDS and the CA); `ca_signing` is it when
     // it also signs (ENABLE_CA_SERVER).
     let ca_server =
         rt.block_on(istiod_ca::from_config(&config.ca, &mesh.trust_domain, &root_store)).map_err(StartError::Ca)?;
     let ca_signing = ca_server.clone().filter(|c| c.signing);
+    // ISTIO_MULTIROOT_MESH: the trust bundle starts with the CA's roots.
+    let roots_changed = match (&ca_signing, config.multiroot_mesh) {
+        (Some(ca), true) => {
+            *ca_roots.write().unwrap_or_else(|e| e.into_inner()) = ca.trust_anchors();
+            mesh.trust_bundle = Some(trust_bundle(&ca.trust_anchors(), &mesh.ca_certificates));
+            Some(ca.changed.subscribe())
+        }
+        _ => None,
+    };
+    let mesh = Arc::new(mesh);
+    let (mesh_tx, mesh_rx) = tokio::sync::watch::channel(mesh.clone());
     let cores = config.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (publisher, receivers) = ads::channels(cores);
     let control_plane =
@@ -692,7 +709,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             match &root_store {
                 RootStore::Plugged(dir) => {
                     let every = config.ca.plugged_check_interval;
-                    tokio::task::spawn_local(istiod_ca::watch_plugged(ca.clone(), dir.clone(), every));
+                    tokio::task::spawn_local(istiod_ca::watch_plugged(ca.clone(), dir.clone(), every, config.multiroot_mesh));
                 }
                 RootStore::Secret { .. } | RootStore::Dir(_) => {
                     let (every, grace) = (config.ca.root_check_interval, config.ca.root_grace_percentile);
@@ -867,7 +884,29 @@ pub fn run(config: Config) -> Result<(), StartError> {
             _ => unreachable!("the config directory was read above"),
         };
         // A new mesh configuration rebuilds from every object.
-        tokio::task::spawn_local(mesh_watch::run(mesh_sources, net_sources, mesh_texts, net_texts, mesh_tx, move || rebuild()));
+        // (The CA's roots are read again before the settings are.)
+        let roots_changed = roots_changed.map(|mut rx| {
+            let (tx, out) = tokio::sync::watch::channel(0u64);
+            let (ca, cell) = (ca_signing.clone(), ca_roots.clone());
+            tokio::task::spawn_local(async move {
+                while rx.changed().await.is_ok() {
+                    if let Some(ca) = &ca {
+                        *cell.write().unwrap_or_else(|e| e.into_inner()) = ca.trust_anchors();
+                    }
+                    tx.send_modify(|n| *n += 1);
+                }
+            });
+            out
+        });
+        tokio::task::spawn_local(mesh_watch::run(
+            mesh_sources,
+            net_sources,
+            mesh_texts,
+            net_texts,
+            mesh_tx,
+            roots_changed,
+            move || rebuild(),
+        ));
 
         shutdown_signal().await;
         tracing::info!(target: "default", "shutting down");
@@ -906,4 +945,24 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
     }
+}
+
+/// istiod's workload trust bundle (`pilot/pkg/trustbundle`): the CA's and
+/// RA's roots and the mesh configuration's `caCertificates` PEMs (each a
+/// CA certificate, else left out with istiod's reason), each once,
+/// sorted. SPIFFE bundle URLs are not fetched.
+fn trust_bundle(roots: &[String], extra: &[istiod_mesh::meshconfig::CertificateData]) -> Vec<String> {
+    let mut out: Vec<String> = roots.to_vec();
+    for c in extra.iter().filter(|c| !c.pem.is_empty()) {
+        match istiod_pki::ca::trust_anchor(&c.pem) {
+            Ok(()) => out.push(c.pem.clone()),
+            Err(e) => tracing::error!(target: "default", error = %e, "failed to update meshConfig PEM trustAnchors"),
+        }
+    }
+    if extra.iter().any(|c| c.pem.is_empty() && !c.spiffe_bundle_url.is_empty()) {
+        tracing::warn!(target: "default", "read and not applied: caCertificates spiffeBundleUrl (remote trust anchors are not fetched)");
+    }
+    out.sort();
+    out.dedup();
+    out
 }

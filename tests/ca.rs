@@ -347,16 +347,29 @@ fn xds_on_the_tls_port_serves_only_nodes_of_the_callers_identity() {
     assert_eq!(clear["code"], "OK", "{clear}");
 }
 
+/// A plugged-in CA's root: its parameters, key and PEM.
+pub(crate) type PluggedRoot = (rcgen::CertificateParams, rcgen::KeyPair, String);
+
 /// Writes plugged-in CA files into `dir` as Istio's "plug in CA
 /// certificates" task makes them (a root, an intermediate signing);
 /// returns the root's PEM.
 fn plug_in(dir: &std::path::Path, name: &str) -> String {
+    plug_in_under(dir, name, None, "").2
+}
+
+/// [`plug_in`] with a new intermediate under `root` (a new root when
+/// none), `root-cert.pem` being `older` roots then the root; returns the
+/// root.
+pub(crate) fn plug_in_under(dir: &std::path::Path, name: &str, root: Option<PluggedRoot>, older: &str) -> PluggedRoot {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer as RcIssuer, KeyPair as RcKey};
-    let root_key = RcKey::generate().unwrap();
-    let mut rp = CertificateParams::default();
-    rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    rp.distinguished_name.push(DnType::CommonName, format!("{name} Root CA"));
-    let root = rp.self_signed(&root_key).unwrap();
+    let (rp, root_key, root_pem) = root.unwrap_or_else(|| {
+        let root_key = RcKey::generate().unwrap();
+        let mut rp = CertificateParams::default();
+        rp.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        rp.distinguished_name.push(DnType::CommonName, format!("{name} Root CA"));
+        let pem = rp.self_signed(&root_key).unwrap().pem();
+        (rp, root_key, pem)
+    });
     let int_key = RcKey::generate().unwrap();
     let mut ip = CertificateParams::default();
     ip.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -369,19 +382,22 @@ fn plug_in(dir: &std::path::Path, name: &str) -> String {
         std::fs::rename(tmp, dir.join(file)).unwrap();
     };
     write("ca-key.pem", int_key.serialize_pem());
-    write("root-cert.pem", root.pem());
-    write("cert-chain.pem", format!("{}{}", int.pem(), root.pem()));
+    write("root-cert.pem", format!("{older}{root_pem}"));
+    write("cert-chain.pem", format!("{}{}", int.pem(), root_pem));
     write("ca-cert.pem", int.pem());
-    root.pem()
+    (rp, root_key, root_pem)
 }
 
 /// ROOT_CA_DIR with an intermediate: the answer is leaf, cert-chain.pem's
-/// certificates, root; a rotation of the files takes effect without a
-/// restart.
+/// certificates, root; a new intermediate under the same root takes
+/// effect without a restart (istiod's `handleEvent`). A new root does not
+/// without `ISTIO_MULTIROOT_MESH` (istiod's "Multi root is disabled,
+/// updating new ROOT-CA not supported"): the CA in force stays.
 #[test]
 fn plugged_in_certificates_sign_through_their_intermediate_and_rotate() {
     let dir = tempfile::tempdir().unwrap();
-    let first_root = plug_in(dir.path(), "first");
+    let first = plug_in_under(dir.path(), "first", None, "");
+    let first_root = first.2.clone();
     let issuer = Issuer::new();
     let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks.clone())));
     let rule = format!(r#"{{"issuer":"https://issuer.test","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
@@ -405,30 +421,84 @@ fn plugged_in_certificates_sign_through_their_intermediate_and_rotate() {
     assert_eq!(got["sans"], serde_json::json!(["spiffe://cluster.local/ns/bookinfo/sa/ratings"]));
     assert_eq!(got["chain"], 4, "leaf, intermediate, root (cert-chain.pem), root-cert.pem");
     assert_eq!(got["verified"], true, "leaf -> intermediate -> plugged-in root");
+    let intermediate = |r: &serde_json::Value| r["issuer"].as_str().unwrap_or_default().to_owned();
+    assert!(intermediate(&got).contains("first Intermediate CA"), "{got}");
 
-    // New files: the next certificate chains to the new root, not the old.
-    let second_root = plug_in(dir.path(), "second");
+    // A new intermediate under the same root: the next certificate is
+    // signed by it, and chains to the root as before.
+    plug_in_under(dir.path(), "renewed", Some(first), "");
     server::wait_for("the reload", Duration::from_secs(10), || s.log().contains("plugged-in CA certificates reloaded"));
-    let (first, second) = (dir.path().join("first.pem"), dir.path().join("second.pem"));
-    std::fs::write(&first, &first_root).unwrap();
-    std::fs::write(&second, &second_root).unwrap();
-    // :15012 is served with a certificate of the new CA: a client that
-    // trusts only the old root no longer connects.
-    let tls = second.to_str().unwrap();
-    server::wait_for("the new serving certificate", Duration::from_secs(10), || {
-        s.log().contains("istiod's serving certificate reissued")
+    let renewed = ask(secure, bundle.to_str().unwrap(), &token, "-", 0);
+    assert_eq!((&renewed["code"], &renewed["verified"]), (&"OK".into(), &true.into()), "{renewed}");
+    assert!(intermediate(&renewed).contains("renewed Intermediate CA"), "{renewed}");
+
+    // A new root: refused in istiod's words; the CA in force stays.
+    plug_in_under(dir.path(), "second", None, "");
+    server::wait_for("the refusal", Duration::from_secs(10), || {
+        s.log().contains("Multi root is disabled, updating new ROOT-CA not supported")
     });
-    let stale = ask(secure, first.to_str().unwrap(), &token, "-", 0);
-    assert_eq!(stale["code"], "UNAVAILABLE", "the handshake fails with the old root: {stale}");
-    let rotated = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", second.to_str().unwrap())]);
-    assert_eq!((&rotated["code"], &rotated["verified"]), (&"OK".into(), &true.into()), "{rotated}");
-    let old = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", first.to_str().unwrap())]);
-    assert_eq!(old["verified"], false, "the old root does not end the new chain: {old}");
+    let kept = ask(secure, bundle.to_str().unwrap(), &token, "-", 0);
+    assert_eq!((&kept["code"], &kept["verified"]), (&"OK".into(), &true.into()), "{kept}");
+    assert!(intermediate(&kept).contains("renewed Intermediate CA"), "{kept}");
     // A half-written rotation (a key that does not parse) keeps the CA in force.
     std::fs::write(dir.path().join("ca-key.pem"), "-----BEGIN PRIVATE KEY-----\ngarbage\n").unwrap();
     server::wait_for("the refusal", Duration::from_secs(10), || s.log().contains("cannot reload the plugged-in CA"));
-    let kept = ask_with(secure, tls, &token, "-", 0, &[("CA_VERIFY_ROOT", second.to_str().unwrap())]);
+    let kept = ask(secure, bundle.to_str().unwrap(), &token, "-", 0);
     assert_eq!((&kept["code"], &kept["verified"]), (&"OK".into(), &true.into()), "{kept}");
+}
+
+/// Under `ISTIO_MULTIROOT_MESH` a plugged-in root may change when one
+/// bundle holds the other (istiod's `pemBundleHasSubsetRelation`): the old
+/// and new roots together are taken ("Updating new ROOT-CA") and PCDS
+/// pushes the new trust bundle to a proxy that asked; a root unrelated
+/// to the one in force is refused ("Updating new ROOT-CA not supported").
+#[test]
+fn a_multiroot_mesh_takes_a_root_bundle_that_keeps_the_old_root() {
+    use crate::ads_client as client;
+    use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
+    use istiod_proto::istio::mesh::v1alpha1::ProxyConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let first = plug_in_under(dir.path(), "first", None, "");
+    let first_root = first.2.clone();
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &[],
+        &[
+            ("ROOT_CA_DIR", dir.path().to_str().unwrap()),
+            ("ISTIOD_RS_PLUGGED_CA_CHECK_INTERVAL", "100ms"),
+            ("ISTIO_MULTIROOT_MESH", "true"),
+        ],
+        None,
+    );
+    let bundle_of = |r: &istiod_proto::envoy::service::discovery::v3::DiscoveryResponse| -> Vec<String> {
+        let pc: ProxyConfig = istiod_proto::prost::Message::decode(r.resources[0].value.as_slice()).unwrap();
+        pc.ca_certificates_pem
+    };
+    let rt = client::runtime();
+    rt.block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        let pcds = DiscoveryRequest {
+            node: Some(client::sidecar(1)),
+            type_url: istiod_proto::type_url::PROXY_CONFIG.into(),
+            ..Default::default()
+        };
+        c.sotw(pcds);
+        let r = c.recv().await;
+        assert_eq!(bundle_of(&r), vec![first_root.clone()]);
+        c.ack(&r, &[]);
+        // The new root beside the old one: taken, and pushed.
+        let second = plug_in_under(dir.path(), "second", None, &first_root);
+        let r = c.recv().await;
+        assert_eq!(bundle_of(&r), vec![format!("{first_root}{}", second.2)], "{}", s.log());
+        assert!(s.log().contains("Updating new ROOT-CA"), "{}", s.log());
+        c.ack(&r, &[]);
+        // A root that keeps neither: refused, nothing pushed.
+        plug_in_under(dir.path(), "third", None, "");
+        server::wait_for("the refusal", Duration::from_secs(10), || {
+            s.log().contains("Updating new ROOT-CA not supported")
+        });
+        c.expect_silence(Duration::from_millis(500)).await;
+    });
 }
 
 /// istiod's default authenticator in a cluster: the token is reviewed by

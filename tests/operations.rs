@@ -1023,3 +1023,75 @@ async fn sotw_clusters(
     let r = c.recv().await;
     r.resources.iter().map(|a| istiod_proto::prost::Message::decode(a.value.as_slice()).unwrap()).collect()
 }
+
+/// A self-signed CA certificate (PEM) named `cn`, or a leaf when not `ca`.
+fn root_pem(cn: &str, ca: bool) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(vec![]).unwrap();
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    if ca {
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    p.self_signed(&key).unwrap().pem()
+}
+
+/// `ISTIO_MULTIROOT_MESH` (istiod's `PcdsGenerator` and `trustbundle`):
+/// a proxy asking for PCDS gets a ProxyConfig holding the trust bundle, the
+/// CA's root and the mesh configuration's `caCertificates` PEMs, sorted,
+/// a leaf among them left out (`verifyTrustAnchor`); a new root in the
+/// mesh configuration is pushed to it. Without the switch there is none.
+#[test]
+fn pcds_sends_the_trust_bundle_under_multiroot_mesh() {
+    use istiod_proto::istio::mesh::v1alpha1::ProxyConfig;
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), dir.path());
+    let (a, b, leaf) = (root_pem("extra-a", true), root_pem("extra-b", true), root_pem("a-leaf", false));
+    let outside = tempfile::tempdir().unwrap();
+    let mesh = outside.path().join("mesh.yaml");
+    let certs = |pems: &[&str]| {
+        let items: Vec<String> = pems.iter().map(|p| format!("- pem: {}\n", serde_json::json!(p))).collect();
+        format!("caCertificates:\n{}", items.concat())
+    };
+    std::fs::write(&mesh, certs(&[&a, &leaf])).unwrap();
+    let ca_dir = outside.path().join("ca");
+    let env = [("ISTIO_MULTIROOT_MESH", "true"), ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap())];
+    let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &env, None);
+    let ca_root = std::fs::read_to_string(ca_dir.join("ca-cert.pem")).unwrap();
+    let rt = client::runtime();
+    let pcds = DiscoveryRequest {
+        node: Some(client::sidecar(1)),
+        type_url: type_url::PROXY_CONFIG.into(),
+        ..Default::default()
+    };
+    let decode = |r: &istiod_proto::envoy::service::discovery::v3::DiscoveryResponse| -> Vec<String> {
+        assert_eq!(r.resources.len(), 1, "{r:?}");
+        assert_eq!(r.resources[0].type_url, type_url::PROXY_CONFIG);
+        let pc: ProxyConfig = istiod_proto::prost::Message::decode(r.resources[0].value.as_slice()).unwrap();
+        pc.ca_certificates_pem
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    rt.block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        c.sotw(pcds.clone());
+        let r = c.recv().await;
+        assert_eq!(decode(&r), sorted(vec![ca_root.clone(), a.clone()]), "the CA's root and the valid extra one");
+        c.ack(&r, &[]);
+        // Another root in the mesh configuration: pushed.
+        std::fs::write(&mesh, certs(&[&a, &b])).unwrap();
+        let r = c.recv().await;
+        assert_eq!(decode(&r), sorted(vec![ca_root.clone(), a.clone(), b.clone()]));
+    });
+    assert!(s.log().contains("certificate is not a CA certificate"), "{}", s.log());
+    drop(s);
+    // Off: nothing to send.
+    let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &env[1..], None);
+    rt.block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        c.sotw(pcds);
+        let r = c.recv().await;
+        assert!(r.resources.is_empty(), "{r:?}");
+    });
+}

@@ -234,7 +234,12 @@ fn assemble(c: &mut Criterion) {
                 Kind::Route => "rds",
                 // A sidecar mesh has none; ztunnels' kinds are
                 // bench/benches/ambient.rs's.
-                Kind::Secret | Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable => {
+                Kind::Secret
+                | Kind::ExtensionConfig
+                | Kind::Address
+                | Kind::Authorization
+                | Kind::NameTable
+                | Kind::ProxyConfig => {
                     continue;
                 }
             };

@@ -251,6 +251,15 @@ impl CaServer {
         roots
     }
 
+    /// The roots this server answers with, as istiod's trust bundle takes
+    /// them (`SourceIstioCA`, `SourceIstioRA`): the CA's root bundle, and
+    /// a Kubernetes RA's root.
+    pub fn trust_anchors(&self) -> Vec<String> {
+        let mut out = vec![self.ca().root_pem().to_owned()];
+        out.extend(self.external.as_ref().map(|e| e.root.clone()));
+        out
+    }
+
     /// The CA in force.
     pub fn ca(&self) -> Arc<Ca> {
         self.ca.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -812,6 +821,14 @@ pub async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration) {
     }
 }
 
+/// istiod's `pemBundleHasSubsetRelation`: every certificate of one PEM
+/// bundle is in the other.
+fn subset_either(a: &str, b: &str) -> bool {
+    let (a, b) = (istiod_pki::pem_blocks(a, "CERTIFICATE"), istiod_pki::pem_blocks(b, "CERTIFICATE"));
+    let within = |x: &[String], y: &[String]| x.iter().all(|c| y.contains(c));
+    within(&a, &b) || within(&b, &a)
+}
+
 /// What identifies the contents of a plugged-in CA directory: each file's
 /// length and modification time (a Secret update swaps them all at once).
 fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
@@ -825,9 +842,11 @@ fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
 /// the CA is read again and replaces the one in force, so a rotation of
 /// the plugged-in certificates takes effect without a restart; files that
 /// do not make a CA (half-written, mismatched) keep the last good one and
-/// say why. (istiod's serving certificate and the client roots of :15012
-/// stay those of the start.)
-pub async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every: Duration) {
+/// say why. A new root is taken only as istiod takes it
+/// (`handleCACertsFileWatch`): with `multiroot` (`ISTIO_MULTIROOT_MESH`),
+/// when one root bundle holds the other's certificates; otherwise only
+/// the signing certificates change.
+pub async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every: Duration, multiroot: bool) {
     let mut seen = plugged_signature(&dir);
     let every = every.max(Duration::from_millis(100));
     loop {
@@ -839,7 +858,18 @@ pub async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every
         seen = now;
         let settings = server.ca().settings().clone();
         match Ca::plugged(&dir, settings) {
+            Ok(Some(ca)) if ca.root_pem() != server.ca().root_pem() && !multiroot => {
+                tracing::warn!(target: "ca", "Multi root is disabled, updating new ROOT-CA not supported");
+            }
+            Ok(Some(ca))
+                if ca.root_pem() != server.ca().root_pem() && !subset_either(ca.root_pem(), server.ca().root_pem()) =>
+            {
+                tracing::warn!(target: "ca", "Updating new ROOT-CA not supported");
+            }
             Ok(Some(ca)) => {
+                if ca.root_pem() != server.ca().root_pem() {
+                    tracing::info!(target: "ca", "Updating new ROOT-CA");
+                }
                 server.set_ca(ca);
                 tracing::info!(target: "ca", dir = %dir.display(), "plugged-in CA certificates reloaded");
             }

@@ -157,6 +157,28 @@ pub struct MeshSettings {
     /// feature not generated), one sentence each: logged when the
     /// configuration is loaded, never fatal.
     pub notes: Vec<String>,
+    /// `caCertificates`: extra roots (`MeshConfig.CertificateData`).
+    pub ca_certificates: Vec<CertificateData>,
+    /// The workload trust bundle PCDS sends under `ISTIO_MULTIROOT_MESH`
+    /// (istiod's `trustbundle`): the CA's and RA's roots and the
+    /// `caCertificates` PEMs, each once, sorted; `None` when the switch is
+    /// off. Filled in by the process, which knows its CA.
+    pub trust_bundle: Option<Vec<String>>,
+}
+
+/// `MeshConfig.CertificateData`: a root, by PEM or SPIFFE bundle URL, for
+/// signers and trust domains.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CertificateData {
+    /// The PEM data of the root.
+    pub pem: String,
+    /// A SPIFFE bundle endpoint to fetch the roots from.
+    pub spiffe_bundle_url: String,
+    /// The Kubernetes signers (`<domain>/<signer>`) this root is for.
+    pub cert_signers: Vec<String>,
+    /// The trust domains this root is for.
+    pub trust_domains: Vec<String>,
 }
 
 /// `MeshConfig.TLSConfig` (`tlsDefaults`).
@@ -319,6 +341,8 @@ impl Default for MeshSettings {
             notes: Vec::new(),
             trust_domain_aliases: Vec::new(),
             inbound_localhost: false,
+            ca_certificates: Vec::new(),
+            trust_bundle: None,
         }
     }
 }
@@ -422,6 +446,7 @@ struct Raw {
     locality_lb_setting: Option<crate::istio::networking::LocalityLoadBalancerSetting>,
     trust_domain_aliases: Option<Vec<String>>,
     inbound_traffic_policy: Option<RawInbound>,
+    ca_certificates: Option<Vec<CertificateData>>,
 }
 
 #[derive(Deserialize)]
@@ -626,6 +651,7 @@ impl MeshSettings {
         m.default_destination_rule_export_to = if dr.iter().any(|e| e == ".") { vec![".".into()] } else { Vec::new() };
         m.locality_lb_setting = raw.locality_lb_setting;
         m.trust_domain_aliases = raw.trust_domain_aliases.unwrap_or_default();
+        m.ca_certificates = raw.ca_certificates.unwrap_or_default();
         m.inbound_localhost = match raw.inbound_traffic_policy.and_then(|p| p.mode).as_deref() {
             None | Some("PASSTHROUGH") => false,
             Some("LOCALHOST") => true,

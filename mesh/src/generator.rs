@@ -722,6 +722,12 @@ fn extended_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, nam
 
 /// What [`MeshGenerator::class_wildcard_names`] lists before EnvoyFilters.
 fn unpatched_class_names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
+    if kind == Kind::ProxyConfig {
+        // One ProxyConfig, unnamed as istiod's PCDS resource, while
+        // ISTIO_MULTIROOT_MESH gives a trust bundle.
+        let bundle = mesh(snap).and_then(|m| m.model.mesh.trust_bundle.as_ref());
+        return bundle.map(|_| vec![Arc::from(PROXY_CONFIG)]).unwrap_or_default();
+    }
     if kind == Kind::NameTable {
         // One table, unnamed as istiod's, to whoever asks (the agent asks
         // when it captures DNS).
@@ -745,6 +751,9 @@ fn unpatched_class_names(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: K
     }
 }
 
+/// The one ProxyConfig's resource name (PCDS): istiod's has none.
+pub const PROXY_CONFIG: &str = "";
+
 /// The one name table's resource name: istiod's has none.
 pub const NAME_TABLE: &str = "";
 
@@ -765,6 +774,10 @@ fn name_table_asker<'a>(m: &MeshInput, class: &'a ProxyClass) -> crate::translat
 
 /// What [`MeshGenerator::input_generation`] says before EnvoyFilters.
 fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    if kind == Kind::ProxyConfig {
+        let bundle = mesh(snap).filter(|_| name == PROXY_CONFIG)?.model.mesh.trust_bundle.as_ref()?;
+        return Some(mix(("pcds", bundle)));
+    }
     if kind == Kind::NameTable {
         let m = mesh(snap).filter(|_| name == NAME_TABLE)?;
         let meta = |k: &str| class.metadata.iter().find(|(m, _)| &**m == k).map(|(_, v)| v);
@@ -837,6 +850,12 @@ fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Ki
 
 /// What [`MeshGenerator::generate`] makes before EnvoyFilters.
 fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    if kind == Kind::ProxyConfig {
+        // istiod's PcdsGenerator: a ProxyConfig with the trust bundle only.
+        let bundle = mesh(snap).filter(|_| name == PROXY_CONFIG)?.model.mesh.trust_bundle.clone()?;
+        let pc = istiod_proto::istio::mesh::v1alpha1::ProxyConfig { ca_certificates_pem: bundle };
+        return Some(Bytes::from(pc.encode_to_vec()));
+    }
     if kind == Kind::NameTable {
         let m = mesh(snap).filter(|_| name == NAME_TABLE)?;
         let model = &m.model;
@@ -948,7 +967,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             }
         }
         Kind::Listener | Kind::Secret => snap.shared_body(kind, name),
-        Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable => None,
+        Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable | Kind::ProxyConfig => None,
         Kind::Route => {
             let table = m.translation.routes.get(name)?;
             // (Without scoping every service is visible: skip the lookups.)

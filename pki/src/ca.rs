@@ -634,6 +634,21 @@ pub fn not_afters(pem: &str) -> Vec<(String, OffsetDateTime)> {
         .collect()
 }
 
+/// istiod's `verifyTrustAnchor`: the first PEM block of `pem` is an X.509
+/// CA certificate.
+pub fn trust_anchor(pem: &str) -> Result<(), String> {
+    use x509_parser::certificate::X509Certificate;
+    let block = pem_blocks(pem, "CERTIFICATE").into_iter().next().ok_or("failed to decode pem certificate")?;
+    let (_, der) =
+        x509_parser::pem::parse_x509_pem(block.as_bytes()).map_err(|_| "failed to decode pem certificate")?;
+    let (_, cert) =
+        X509Certificate::from_der(&der.contents).map_err(|e| format!("failed to parse X.509 certificate: {e}"))?;
+    if !cert.is_ca() {
+        return Err("certificate is not a CA certificate".into());
+    }
+    Ok(())
+}
+
 /// Whether `leaf` (DER) is valid now and signed by one of the
 /// certificates of `roots` (PEM), directly: a Kubernetes RA's signer's
 /// leaves, for the client-certificate authenticator.

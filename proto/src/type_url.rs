@@ -22,6 +22,8 @@ pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets
 pub const TYPED_EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 /// istio-agent's DNS name table (NDS).
 pub const NAME_TABLE: &str = "type.googleapis.com/istio.networking.nds.v1.NameTable";
+/// istio-agent's proxy configuration (PCDS): the workload trust bundle.
+pub const PROXY_CONFIG: &str = "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig";
 /// Workload API (ztunnel) resource: an address.
 pub const ADDRESS: &str = "type.googleapis.com/istio.workload.Address";
 /// Workload API (ztunnel) resource: an L4 authorization policy.
@@ -66,6 +68,7 @@ pub const ALL: &[&str] = &[
     ROUTE_CONFIGURATION,
     SECRET,
     NAME_TABLE,
+    PROXY_CONFIG,
     ADDRESS,
     AUTHORIZATION,
     HTTP_CONNECTION_MANAGER,
@@ -102,6 +105,7 @@ mod tests {
             config::route::v3::RouteConfiguration::type_url(),
             transport_sockets::tls::v3::Secret::type_url(),
             crate::istio::networking::nds::v1::NameTable::type_url(),
+            crate::istio::mesh::v1alpha1::ProxyConfig::type_url(),
             crate::istio::workload::Address::type_url(),
             crate::istio::security::Authorization::type_url(),
             filters::network::http_connection_manager::v3::HttpConnectionManager::type_url(),

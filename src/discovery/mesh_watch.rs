@@ -303,10 +303,36 @@ pub(super) async fn run(
     mut last: Texts,
     mut last_nets: Texts,
     settings_tx: tokio::sync::watch::Sender<Arc<MeshSettings>>,
+    mut roots: Option<tokio::sync::watch::Receiver<u64>>,
     changed: impl Fn(),
 ) {
     for round in 1u64.. {
-        tokio::time::sleep(POLL).await;
+        // The CA's roots changed (ISTIO_MULTIROOT_MESH's trust bundle):
+        // the environment's part of the settings is made again.
+        let roots_changed = async {
+            match roots.as_mut() {
+                Some(r) => r.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            alive = roots_changed => {
+                if !alive {
+                    roots = None;
+                    continue;
+                }
+                let current = settings_tx.borrow().clone();
+                let mut next = (*current).clone();
+                (sources.env)(&mut next);
+                if next != *current {
+                    tracing::info!(target: "default", "the CA's roots changed; rebuilding");
+                    settings_tx.send_replace(Arc::new(next));
+                    changed();
+                }
+                continue;
+            }
+        }
         let api = round % API_EVERY == 0;
         let (texts, net_texts) = match (sources.read(api, &last).await, nets.read(api, &last_nets).await) {
             (Ok(t), Ok(n)) => (t, n),

@@ -414,6 +414,10 @@ pub(super) fn apply(
         touched.extend(istiod_waypoint::all_names(p));
         touched.extend(istiod_waypoint::all_names(&mesh));
     }
+    // PCDS's one ProxyConfig reads the trust bundle alone.
+    if prev.as_ref().is_none_or(|p| p.model.mesh.trust_bundle != mesh.model.mesh.trust_bundle) {
+        touched.push((ads::Kind::ProxyConfig, Arc::from(istiod_mesh::generator::PROXY_CONFIG)));
+    }
     // Name tables read the services, the scoping and the mesh's DNS
     // switches: their one name, whenever any of those may have changed
     // (generations tell whose table did).

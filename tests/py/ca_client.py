@@ -158,6 +158,7 @@ def main():
                 "chain": len(chain),
                 "verified": verified,
                 "own_key": public == mine,
+                "issuer": leaf.issuer.rfc4514_string(),
             }
         )
     )

@@ -96,7 +96,7 @@ const KINDS: usize = istiod_xds_api::snapshot::Kind::ALL.len();
 
 /// istiod's xDS type label (`model.GetMetricType`), by the index of
 /// [`crate::ads::Kind`].
-pub const KIND_LABELS: [&str; KINDS] = ["cds", "eds", "lds", "rds", "sds", "ecds", "wds", "wads", "nds"];
+pub const KIND_LABELS: [&str; KINDS] = ["cds", "eds", "lds", "rds", "sds", "ecds", "wds", "wads", "nds", "pcds"];
 
 /// NACKs by type (`pilot_total_xds_rejects{type}`).
 pub static REJECTS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];

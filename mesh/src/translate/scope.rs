@@ -60,7 +60,12 @@ impl Scoping {
         let host_visible =
             |host: &str, port: Option<u16>| model.services.get(host).is_none_or(|s| visible_on(model, class, s, port));
         match kind {
-            Kind::Secret | Kind::ExtensionConfig | Kind::Address | Kind::Authorization | Kind::NameTable => true,
+            Kind::Secret
+            | Kind::ExtensionConfig
+            | Kind::Address
+            | Kind::Authorization
+            | Kind::NameTable
+            | Kind::ProxyConfig => true,
             Kind::Cluster | Kind::Endpoint | Kind::Route => match name.strip_prefix("outbound|") {
                 Some(rest) => {
                     let port = rest.split('|').next().and_then(|p| p.parse().ok());

@@ -39,7 +39,10 @@ SOURCE = (
     "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c (ztunnel's copy at 62d8265 "
     "names Group `Rule` and Rules `Clause`, same numbers); "
     "istio/istio pkg/dns/proto/nds.proto at commit "
-    "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c"
+    "86c9f01fd735fb01d8192f5bcaf0d424afb7f14c; "
+    "istio/api mesh/v1alpha1/proxy.proto at commit "
+    "00d4ed3c5930e11fa4a7b8b8c2eea95d3bba8d00 (ProxyConfig's "
+    "ca_certificates_pem only: the one field PCDS carries)"
 )
 
 _O = "LABEL_OPTIONAL"
@@ -49,6 +52,10 @@ _S = "istio.security."
 _N = "istio.networking.nds.v1."
 
 FACTS = {
+    # ---- istio.mesh.v1alpha1 (mesh/v1alpha1/proxy.proto), PCDS's field ------
+    "istio.mesh.v1alpha1.ProxyConfig": {
+        "ca_certificates_pem": (34, "TYPE_STRING", _R, None, None),
+    },
     # ---- istio.networking.nds.v1 (pkg/dns/proto/nds.proto) -------------------
     _N + "NameTable": {
         "table": (1, "TYPE_MESSAGE", _R, _N + "NameTable.TableEntry", None),

@@ -37,11 +37,15 @@ pub enum Kind {
     /// NDS: istio-agent's DNS name table
     /// (`istio.networking.nds.v1.NameTable`), to proxies that capture DNS.
     NameTable = 8,
+    /// PCDS: istio-agent's proxy configuration
+    /// (`istio.mesh.v1alpha1.ProxyConfig`), the workload trust bundle
+    /// under `ISTIO_MULTIROOT_MESH`.
+    ProxyConfig = 9,
 }
 
 impl Kind {
     /// Every kind, in push order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Cluster,
         Kind::Endpoint,
         Kind::Listener,
@@ -51,6 +55,7 @@ impl Kind {
         Kind::Address,
         Kind::Authorization,
         Kind::NameTable,
+        Kind::ProxyConfig,
     ];
 
     /// The type URL on the wire.
@@ -66,6 +71,7 @@ impl Kind {
             Kind::Address => t::ADDRESS,
             Kind::Authorization => t::AUTHORIZATION,
             Kind::NameTable => t::NAME_TABLE,
+            Kind::ProxyConfig => t::PROXY_CONFIG,
         }
     }
 
@@ -78,12 +84,15 @@ impl Kind {
     /// first request naming nothing subscribes to all (ztunnel's workload
     /// types too, unless it asks on demand).
     pub fn is_wildcard(self) -> bool {
-        matches!(self, Kind::Cluster | Kind::Listener | Kind::Address | Kind::Authorization | Kind::NameTable)
+        matches!(
+            self,
+            Kind::Cluster | Kind::Listener | Kind::Address | Kind::Authorization | Kind::NameTable | Kind::ProxyConfig
+        )
     }
 
     /// Short name for debug output (`CDS`, ...).
     pub fn short(self) -> &'static str {
-        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS", "WDS", "WADS", "NDS"][self as usize]
+        ["CDS", "EDS", "LDS", "RDS", "SDS", "ECDS", "WDS", "WADS", "NDS", "PCDS"][self as usize]
     }
 }
 

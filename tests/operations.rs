@@ -696,7 +696,11 @@ fn an_empty_https_address_serves_the_webhooks_on_the_http_port() {
 
 /// `PILOT_FILTER_GATEWAY_CLUSTER_CONFIG` (istiod's `GatewayServices`): a
 /// router is sent the clusters of the hosts its Gateways' VirtualServices
-/// route to, where by default it gets every visible service's.
+/// route to, where by default it gets every visible service's; with
+/// Envoy fetching JWT keys, also the JWKS host of a RequestAuthentication
+/// on it (`extraServicesForProxy`). An AUTO_PASSTHROUGH server keeps the
+/// filter (istiod's `GatewayServices` makes no exception for it) and
+/// still gets its SNI-DNAT clusters.
 #[test]
 fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
     let dir = tempfile::tempdir().unwrap();
@@ -706,7 +710,11 @@ fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: web, namespace: istio-system}\n\
          spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n---\n\
          apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: bookinfo}\n\
-         spec: {hosts: ['*'], gateways: [istio-system/web], http: [{route: [{destination: {host: productpage}}]}]}\n",
+         spec: {hosts: ['*'], gateways: [istio-system/web], http: [{route: [{destination: {host: productpage}}]}]}\n---\n\
+         apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: cross-network, namespace: istio-system}\n\
+         spec: {selector: {istio: ingressgateway}, servers: [{port: {number: 15443, name: tls, protocol: TLS}, tls: {mode: AUTO_PASSTHROUGH}, hosts: ['*.local']}]}\n---\n\
+         apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: jwt, namespace: istio-system}\n\
+         spec: {selector: {matchLabels: {istio: ingressgateway}}, jwtRules: [{issuer: https://issuer.example, jwksUri: 'http://ratings.bookinfo.svc.cluster.local:9080/jwks'}]}\n",
     )
     .unwrap();
     let router = || {
@@ -751,6 +759,17 @@ fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
         "{some:?}"
     );
     assert!(some.len() < all.len());
+    assert!(some.iter().any(|c| c.starts_with("outbound_.9080_._.reviews.")), "SNI-DNAT clusters stay: {some:?}");
+    // Envoy fetches the keys: the JWKS host's clusters are needed too.
+    let env = [("PILOT_FILTER_GATEWAY_CLUSTER_CONFIG", "true"), ("PILOT_JWT_ENABLE_REMOTE_JWKS", "envoy")];
+    let with_jwks = clusters(&env);
+    let outbound: std::collections::BTreeSet<&str> =
+        with_jwks.iter().filter_map(|c| c.strip_prefix("outbound|")).filter_map(|c| c.rsplit('|').next()).collect();
+    assert_eq!(
+        outbound.into_iter().collect::<Vec<_>>(),
+        ["productpage.bookinfo.svc.cluster.local", "ratings.bookinfo.svc.cluster.local"],
+        "{with_jwks:?}"
+    );
 }
 
 /// `PILOT_CERT_PROVIDER` as istiod reads it: `kubernetes` stops the start

@@ -132,17 +132,16 @@ pub fn set_filter_clusters(on: bool) {
 /// The hosts whose clusters a router of `class` needs under
 /// [`set_filter_clusters`]: the destinations (routes, mirrors) of the
 /// VirtualServices bound to the Gateways it merges, and the mesh's
-/// extension providers' services (istiod's `extraServicesForProxy`);
-/// `None` when every cluster stays (the switch off, or an
-/// AUTO_PASSTHROUGH server, which routes to any service by SNI).
+/// extension providers' services and, where Envoy fetches JWT keys, the
+/// JWKS hosts of the RequestAuthentications that apply to the router
+/// (istiod's `GatewayServices` and `extraServicesForProxy`); `None` when
+/// every cluster stays (the switch off). An AUTO_PASSTHROUGH server's
+/// SNI-DNAT clusters are the router's own names, not filtered here.
 pub(crate) fn needed_hosts(model: &Model, class: &ProxyClass) -> Option<std::collections::HashSet<String>> {
     if !FILTER_CLUSTERS.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
     let m = merged(model, class);
-    if !m.auto_passthrough_hosts.is_empty() {
-        return None;
-    }
     let gateways: std::collections::BTreeSet<&str> = m.servers.values().flatten().map(|s| s.gateway.as_str()).collect();
     let mut hosts = std::collections::HashSet::new();
     for o in virtual_services(model) {
@@ -165,6 +164,10 @@ pub(crate) fn needed_hosts(model: &Model, class: &ProxyClass) -> Option<std::col
             let host = service.split_once('/').map_or(service, |(_, h)| h);
             hosts.insert(host.to_owned());
         }
+    }
+    if model.mesh.jwks_fetch != crate::meshconfig::JwksFetch::Istiod {
+        let rules = crate::translate::authn::jwt_rules(model, class);
+        hosts.extend(rules.iter().filter_map(|r| crate::translate::authn::jwks_host(&r.jwks_uri)).map(|(h, _)| h));
     }
     Some(hosts)
 }

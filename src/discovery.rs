@@ -543,7 +543,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 Box::pin(async move {
                     if req.method == ::http::Method::POST {
                         return match hooks {
-                            Some(hooks) if req.path == "/validate" || req.path == "/validate/" || req.path.starts_with("/inject") => {
+                            Some(hooks) if istiod_webhook::is_webhook_path(&req.path) => {
                                 webhook_on_http(hooks, req).await
                             }
                             _ => http::Response::text(405, "only GET and HEAD are supported here\n"),
@@ -736,12 +736,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     // server is seen to reach this webhook (istiod's dry run
                     // of an invalid Gateway).
                     let (patcher, ns, rev) = (api.clone(), leadership.namespace.clone(), leadership.revision.clone());
-                    let mut fail_closed = false;
+                    let mut rounds = istiod_webhook::patch::Rounds::default();
                     let kinds = config.webhook_patching;
                     let patch_webhooks = async move |root: &str| {
                         let served = webhooks_served;
                         let done =
-                            istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, served, &mut fail_closed, kinds);
+                            istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, served, &mut rounds, kinds);
                         if let Err(e) = done.await {
                             tracing::warn!(target: "webhook", error = %e, "cannot reconcile the webhook configurations");
                         }

@@ -391,7 +391,7 @@ async fn respond(
         let content_type =
             req.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let path = req.uri().path();
-        let webhook_path = path == "/validate" || path == "/validate/" || path.starts_with("/inject");
+        let webhook_path = istiod_webhook::is_webhook_path(path);
         // POST bodies (webhook reviews, up to 6 MiB) are read for the
         // webhooks' paths only, a few at once.
         let _posting = if method == http::Method::POST { Slot::take(posts, MAX_POSTS) } else { None };

@@ -480,10 +480,10 @@ async fn keep_roots(client: kube::Client, r: Rc<Roots>) {
     let leadership =
         istiod_kubewatch::leader::Leadership::new(r.elect, r.identity.clone(), &r.revision, r.namespace.clone());
     let (patcher, ns, rev) = (api.clone(), r.namespace.clone(), r.revision.clone());
-    let mut fail_closed = false;
+    let mut rounds = istiod_webhook::patch::Rounds::default();
     let kinds = r.patching;
     let patch = async move |root: &str| {
-        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, false, &mut fail_closed, kinds);
+        let done = istiod_webhook::patch::reconcile(&patcher, &ns, &rev, root, false, &mut rounds, kinds);
         if let Err(e) = done.await {
             tracing::warn!(target: "multicluster", error = %e, "cannot reconcile a remote's webhook configurations");
         }

@@ -174,6 +174,14 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r
 }
 
+/// Whether `path` is a webhook's, as istiod's mux patterns route
+/// (`/validate`, `/validate/`, `/inject`, `/inject/`: a pattern ending in
+/// `/` takes what lies under it, the injector's path parameters
+/// included). One rule for the webhook port and the HTTP port.
+pub fn is_webhook_path(path: &str) -> bool {
+    matches!(path, "/validate" | "/inject") || path.starts_with("/validate/") || path.starts_with("/inject/")
+}
+
 /// Answers one request of the HTTP port (`--httpsAddr=""`: istiod serves
 /// the webhooks on its plaintext mux then): `/inject...` and `/validate`,
 /// the body already read.
@@ -195,11 +203,11 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let path = req.uri().path().to_owned();
-    match path.as_str() {
-        "/ready" => return Ok(text(StatusCode::OK, "")),
-        "/validate" | "/validate/" => {}
-        p if p == "/inject" || p.starts_with("/inject/") => {}
-        _ => return Ok(text(StatusCode::NOT_FOUND, "404 page not found\n")),
+    if path == "/ready" {
+        return Ok(text(StatusCode::OK, ""));
+    }
+    if !is_webhook_path(&path) {
+        return Ok(text(StatusCode::NOT_FOUND, "404 page not found\n"));
     }
     let injecting = path.starts_with("/inject");
     let started = std::time::Instant::now();
@@ -492,5 +500,21 @@ pub async fn watch_injector(hooks: Rc<Webhooks>, src: InjectorSource) {
         }
         let every = if src.api.is_some() && !src.dir.join("config").exists() { 5 } else { 1 };
         tokio::time::sleep(Duration::from_secs(every)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The paths both ports route to the webhooks: istiod's mux patterns
+    /// (`/validate`, `/validate/`, `/inject`, `/inject/` and below), and
+    /// nothing that merely begins alike.
+    #[test]
+    fn webhook_paths_are_istiods_mux_patterns() {
+        for p in ["/validate", "/validate/", "/validate/x", "/inject", "/inject/", "/inject/cluster/c1/net/n1"] {
+            assert!(super::is_webhook_path(p), "{p}");
+        }
+        for p in ["/injector", "/inject-x", "/validates", "/", "/ready"] {
+            assert!(!super::is_webhook_path(p), "{p}");
+        }
     }
 }

@@ -105,19 +105,31 @@ fn count_failure(name: &str, reason: &str) {
     count_event("webhook_patch_failures_total", vec![("name", name.to_owned()), ("reason", reason.to_owned())]);
 }
 
+/// What a patcher keeps across rounds.
+#[derive(Debug, Default)]
+pub struct Rounds {
+    /// The API server was seen to reach this server's validation webhook
+    /// ([`dry_run_rejected`]), checked each round until it holds.
+    pub fail_closed: bool,
+    /// Injector configurations without the injector's webhook, by name,
+    /// resource version and bundle: counted once each, as istiod counts
+    /// them once per event, not every round.
+    missing_reported: std::collections::HashSet<(String, String, String)>,
+}
+
 /// One round: returns how many configurations were written. `serving`:
-/// this server's validation webhook answers; `fail_closed` (kept by the
-/// caller across rounds): the API server was seen to reach it
-/// ([`dry_run_rejected`]), checked each round until it holds.
+/// this server's validation webhook answers; `rounds`: what the caller
+/// keeps across rounds.
 pub async fn reconcile(
     api: &Api,
     namespace: &str,
     revision: &str,
     bundle: &str,
     serving: bool,
-    fail_closed: &mut bool,
+    rounds: &mut Rounds,
     kinds: Kinds,
 ) -> Result<usize, String> {
+    let fail_closed = &mut rounds.fail_closed;
     if serving && kinds.validation && !*fail_closed {
         match dry_run_rejected(api, namespace, revision).await {
             Ok(()) => {
@@ -151,7 +163,10 @@ pub async fn reconcile(
                     .flatten()
                     .any(|w| w["name"].as_str().is_some_and(|n| n.ends_with(INJECTOR_WEBHOOK)))
             {
-                count_failure(&name, "webhook_entry_not_found");
+                let version = config["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+                if rounds.missing_reported.insert((name.clone(), version, b64.clone())) {
+                    count_failure(&name, "webhook_entry_not_found");
+                }
                 continue;
             }
             let changed = if validating {

@@ -859,6 +859,7 @@ impl Config {
                     })?
                 },
                 external_signer,
+                cert_signer_domain: vars.string("CERT_SIGNER_DOMAIN", ""),
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,

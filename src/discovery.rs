@@ -811,6 +811,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     if let Some(ext) = &ca.external {
                         let (queue, rx) = mpsc::unbounded_channel();
                         let _ = ext.queue.set(queue);
+                        // istiod's SetCACertificatesFromMeshConfig, again
+                        // with every mesh configuration.
+                        let (ca, mut settings) = (ca.clone(), mesh_rx.clone());
+                        tokio::task::spawn_local(async move {
+                            loop {
+                                let certs = settings.borrow_and_update().ca_certificates.clone();
+                                if let Some(ext) = &ca.external {
+                                    ext.set_mesh_roots(&certs);
+                                }
+                                if settings.changed().await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
                         tokio::task::spawn_local(istiod_ca::k8s_signer::run(
                             istiod_kubewatch::kapi::Api::new(client.clone()),
                             ext.signer.clone(),

@@ -501,6 +501,94 @@ fn a_multiroot_mesh_takes_a_root_bundle_that_keeps_the_old_root() {
     });
 }
 
+/// istiod's `CertSigner` with `CERT_SIGNER_DOMAIN` (k8s_ra.go
+/// `kubernetesSign`, `SignWithCertChain`): a request naming `other` is
+/// signed by `example.com/other`, and its answer ends with the root the
+/// mesh configuration's `caCertificates` names for that signer (the chain
+/// verified against it). Without `./etc/external-ca-cert` the RA has no
+/// root of its own, so a request naming no signer gets the signed
+/// certificate alone. Without `CERT_SIGNER_DOMAIN`, a named signer is
+/// refused in istiod's words.
+#[test]
+fn a_request_names_its_signer_under_the_cert_signer_domain() {
+    use istiod_kubewatch::fake::{Resource, core_resources};
+    let api = server::fake_api();
+    for r in core_resources() {
+        api.install(r);
+    }
+    api.install(Resource {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        kind: "CertificateSigningRequest",
+    });
+    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/csr_signer.py");
+    let run_signer = |name: &str, out: &std::path::Path| {
+        std::process::Command::new(python::python())
+            .arg(&script)
+            .args([api.url().as_str(), name, out.to_str().unwrap()])
+            .spawn()
+            .unwrap()
+    };
+    let (default_dir, other_dir) = (dir.path().join("workloads"), dir.path().join("other"));
+    let mut signers = [run_signer("example.com/workloads", &default_dir), run_signer("example.com/other", &other_dir)];
+    let other_root = other_dir.join("root-cert.pem");
+    server::wait_for("the signers' roots", Duration::from_secs(20), || {
+        other_root.exists() && default_dir.join("root-cert.pem").exists()
+    });
+    let mesh = dir.path().join("mesh.yaml");
+    let other_pem = std::fs::read_to_string(&other_root).unwrap();
+    std::fs::write(
+        &mesh,
+        format!("caCertificates:\n- pem: {}\n  certSigners: [example.com/other]\n", serde_json::json!(other_pem)),
+    )
+    .unwrap();
+    // No ./etc/external-ca-cert in its working directory.
+    let cwd = dir.path().join("istiod");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let ca_dir = dir.path().join("ca");
+    let secure = free_port();
+    let start = |domain: &str| {
+        let env = [
+            ("EXTERNAL_CA", "ISTIOD_RA_KUBERNETES_API"),
+            ("K8S_SIGNER", "example.com/workloads"),
+            ("CERT_SIGNER_DOMAIN", domain),
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+        ];
+        Server::start_in(
+            Some(&cwd),
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
+            &env,
+            None,
+        )
+    };
+    let s = start("example.com");
+    let serving_root = ca_dir.join("ca-cert.pem");
+    let env = [("CA_CERT_SIGNER", "other"), ("CA_VERIFY_ROOT", other_root.to_str().unwrap())];
+    let got = ask_with(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 0, &env);
+    assert_eq!((&got["code"], &got["verified"]), (&"OK".into(), &true.into()), "{got}\n{}", s.log());
+    assert_eq!(got["chain"], 2, "the certificate, then the mesh configuration's root for the signer: {got}");
+    let plain = ask(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 0);
+    assert_eq!((&plain["code"], &plain["chain"]), (&"OK".into(), &1.into()), "no RA root to append: {plain}");
+    drop(s);
+    // Without CERT_SIGNER_DOMAIN (the RA's root then comes from the file).
+    let root_dir = cwd.join("etc/external-ca-cert");
+    std::fs::create_dir_all(&root_dir).unwrap();
+    std::fs::copy(default_dir.join("root-cert.pem"), root_dir.join("root-cert.pem")).unwrap();
+    let _s = start("");
+    let named = ask_with(secure, serving_root.to_str().unwrap(), "tok-reviews", ID, 0, &[("CA_CERT_SIGNER", "other")]);
+    assert_eq!(named["code"], "INTERNAL", "{named}");
+    assert!(named["details"].as_str().unwrap().contains("certSignerDomain is required for signer other"), "{named}");
+    for (d, signer) in [&default_dir, &other_dir].into_iter().zip(signers.iter_mut()) {
+        std::fs::write(d.join("stop"), "").unwrap();
+        let _ = signer.wait();
+    }
+}
+
 /// istiod's default authenticator in a cluster: the token is reviewed by
 /// the API server (here the fake one, speaking the TokenReview API), for
 /// the `istio-ca` audience, and must be a service account's. A result is

@@ -43,6 +43,9 @@ pub struct Request {
     /// The lifetime asked for (`spec.expirationSeconds`), none: the
     /// signer's default.
     pub lifetime_secs: Option<i64>,
+    /// The request's own signer (`<CERT_SIGNER_DOMAIN>/<CertSigner>`),
+    /// none: `K8S_SIGNER`.
+    pub signer: Option<String>,
     /// The signed certificate PEM (as the signer wrote it), or why not.
     pub reply: async_channel::Sender<Result<String, String>>,
 }
@@ -50,7 +53,13 @@ pub struct Request {
 /// The signer's root: `./etc/external-ca-cert/root-cert.pem`, else the
 /// service account's `ca.crt` (istiod's `createIstioRA`), refused in
 /// istiod's words when neither holds a certificate.
-pub fn root(external: &std::path::Path, service_account: &std::path::Path) -> Result<String, String> {
+pub fn root(external: &std::path::Path, service_account: &std::path::Path, domain: bool) -> Result<String, String> {
+    if domain && !external.exists() {
+        // istiod's createIstioRA with CERT_SIGNER_DOMAIN: no file, no root
+        // ("CA cert file not found - ignoring"); answers find theirs.
+        tracing::info!(target: "pkira", path = %external.display(), "CA cert file not found - ignoring");
+        return Ok(String::new());
+    }
     let path = if external.exists() { external } else { service_account };
     let refused = || "failed to create an K8s CA: error processing Certificate Bundle for Kubernetes RA".to_owned();
     let pem = std::fs::read_to_string(path).map_err(|e| {
@@ -87,6 +96,7 @@ pub async fn run(api: Api, signer: String, wait: Duration, mut rx: mpsc::Unbound
         let (api, signer, in_flight) = (api.clone(), signer.clone(), in_flight.clone());
         let (waiting, news) = (waiting.clone(), news.clone());
         tokio::task::spawn_local(async move {
+            let signer = r.signer.unwrap_or(signer);
             let result = sign(&api, &signer, &r.csr, r.lifetime_secs, wait, &waiting, &news).await;
             in_flight.set(in_flight.get() - 1);
             if let Err(e) = &result {

@@ -87,6 +87,10 @@ pub trait PodDirectory: Send + Sync + std::fmt::Debug {
 /// asking for a pod's certificate).
 pub const IMPERSONATED_IDENTITY: &str = "ImpersonatedIdentity";
 
+/// The metadata key naming the signer a request asks for (istiod's
+/// `security.CertSigner`, the proxy's `ISTIO_META_CERT_SIGNER`).
+pub const CERT_SIGNER: &str = "CertSigner";
+
 /// What every core's CA service shares.
 #[derive(Debug)]
 pub struct CaServer {
@@ -125,10 +129,38 @@ pub struct CaServer {
 pub struct External {
     /// `K8S_SIGNER`: the CSRs' `signerName`.
     pub signer: String,
-    /// The signer's root, the last element of every answer.
+    /// `CERT_SIGNER_DOMAIN`: a request naming a `CertSigner` is signed by
+    /// `<domain>/<CertSigner>`.
+    pub domain: String,
+    /// The signer's root, the last element of every answer; empty when
+    /// `CERT_SIGNER_DOMAIN` is set and `./etc/external-ca-cert` holds none
+    /// (istiod's RA then finds each answer's root per signer).
     pub root: String,
+    /// The mesh configuration's `caCertificates` PEMs by the signers they
+    /// name (istiod's `SetCACertificatesFromMeshConfig`), kept current by
+    /// the control thread.
+    pub mesh_roots: RwLock<Vec<(Vec<String>, String)>>,
     /// The control thread's queue, once a Kubernetes client exists.
     pub queue: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<k8s_signer::Request>>,
+}
+
+impl External {
+    /// Takes the mesh configuration's `caCertificates` (those with a PEM
+    /// and signers).
+    pub fn set_mesh_roots(&self, certs: &[istiod_mesh::meshconfig::CertificateData]) {
+        let roots = certs
+            .iter()
+            .filter(|c| !c.pem.is_empty() && !c.cert_signers.is_empty())
+            .map(|c| (c.cert_signers.clone(), c.pem.clone()))
+            .collect();
+        *self.mesh_roots.write().unwrap_or_else(|e| e.into_inner()) = roots;
+    }
+
+    /// istiod's `GetRootCertFromMeshConfig(signer)`.
+    fn mesh_root(&self, signer: &str) -> Option<String> {
+        let roots = self.mesh_roots.read().unwrap_or_else(|e| e.into_inner());
+        roots.iter().find(|(signers, _)| signers.iter().any(|s| s == signer)).map(|(_, pem)| pem.clone())
+    }
 }
 
 /// A signing's outcome: now, or once the Kubernetes signer answers.
@@ -136,8 +168,9 @@ pub enum Answer {
     /// Signed.
     Ready(IstioCertificateResponse),
     /// The Kubernetes RA's answer (the signed certificate PEM) comes on
-    /// this channel; [`CaServer::signed_externally`] makes the response.
-    Later(async_channel::Receiver<Result<String, String>>),
+    /// this channel, for the request's `CertSigner` (none: `K8S_SIGNER`);
+    /// [`CaServer::signed_externally`] makes the response.
+    Later(async_channel::Receiver<Result<String, String>>, Option<String>),
 }
 
 /// istiod's answer to a caller it could not authenticate.
@@ -216,7 +249,10 @@ impl CaServer {
             .as_deref()
             .filter(|leaf| {
                 self.ca().issued(leaf)
-                    || self.external.as_ref().is_some_and(|e| istiod_pki::ca::issued_by(leaf, &e.root))
+                    || self
+                        .external
+                        .as_ref()
+                        .is_some_and(|e| !e.root.is_empty() && istiod_pki::ca::issued_by(leaf, &e.root))
             })
             .map(istiod_pki::uri_sans)
             .filter(|ids| !ids.is_empty());
@@ -244,6 +280,7 @@ impl CaServer {
     /// then the CA's.
     pub fn client_roots(&self) -> String {
         let mut roots = self.external.as_ref().map(|e| e.root.clone()).unwrap_or_default();
+        // (Empty without an RA root: the CA's alone.)
         if !roots.is_empty() && !roots.ends_with('\n') {
             roots.push('\n');
         }
@@ -256,7 +293,7 @@ impl CaServer {
     /// a Kubernetes RA's root.
     pub fn trust_anchors(&self) -> Vec<String> {
         let mut out = vec![self.ca().root_pem().to_owned()];
-        out.extend(self.external.as_ref().map(|e| e.root.clone()));
+        out.extend(self.external.as_ref().map(|e| e.root.clone()).filter(|r| !r.is_empty()));
         out
     }
 
@@ -366,6 +403,27 @@ impl CaServer {
                 }
                 e => refused(e),
             })?;
+            // The request's `CertSigner` (istiod's `kubernetesSign`): its
+            // signer is `<CERT_SIGNER_DOMAIN>/<CertSigner>`.
+            let cert_signer = req
+                .metadata
+                .as_ref()
+                .and_then(|m| m.fields.get(CERT_SIGNER))
+                .and_then(|v| match &v.kind {
+                    Some(istiod_proto::prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .filter(|s| !s.is_empty());
+            let signer = match &cert_signer {
+                Some(s) if ext.domain.is_empty() => {
+                    bump(&self.metrics.sign_errors[2]);
+                    let e = format!("certSignerDomain is required for signer {s}");
+                    tracing::warn!(target: "ca", ?peer, error = %e, "CSR refused");
+                    return Err(Status::new(Code::Internal, format!("CSR signing error ({e})")));
+                }
+                Some(s) => Some(format!("{}/{s}", ext.domain)),
+                None => None,
+            };
             let Some(queue) = ext.queue.get() else {
                 bump(&self.metrics.sign_errors[2]);
                 return Err(Status::new(Code::Unavailable, "the Kubernetes signer is not reachable yet"));
@@ -374,12 +432,13 @@ impl CaServer {
             // The requested lifetime, none when the request names none
             // (chiron's submitCSR: the signer chooses).
             let lifetime_secs = Some(req.validity_duration).filter(|s| *s > 0);
-            let request = k8s_signer::Request { csr: req.csr.clone(), lifetime_secs, reply: signed };
+            let request =
+                k8s_signer::Request { csr: req.csr.clone(), lifetime_secs, signer: signer.clone(), reply: signed };
             if queue.send(request).is_err() {
                 bump(&self.metrics.sign_errors[2]);
                 return Err(Status::new(Code::Unavailable, "the Kubernetes signer is gone"));
             }
-            return Ok(Answer::Later(answer));
+            return Ok(Answer::Later(answer, signer));
         }
         let chain = self.ca().sign(req.csr.as_bytes(), ids, req.validity_duration).map_err(refused)?;
         tracing::debug!(target: "ca", identity = %ids.join(","), "issued a workload certificate");
@@ -390,15 +449,39 @@ impl CaServer {
 
 impl CaServer {
     /// The response to a request the Kubernetes RA signed (or refused):
-    /// its certificates, then the signer's root.
+    /// its certificates, then the signer's root. For a request's own
+    /// signer (`by`) without an RA root, istiod's `SignWithCertChain`: the
+    /// root the mesh configuration names for the signer, else the chain's
+    /// own, the chain verified against it and the root appended when the
+    /// chain does not end with it.
     pub fn signed_externally(
         &self,
         got: Result<Result<String, String>, async_channel::RecvError>,
+        by: Option<&str>,
     ) -> Result<IstioCertificateResponse, Status> {
+        let ra_root = self.external.as_ref().map(|e| e.root.as_str()).unwrap_or_default();
         match got {
             Ok(Ok(pem)) => {
                 let mut chain = istiod_pki::pem_blocks(&pem, "CERTIFICATE");
-                chain.extend(self.external.as_ref().map(|e| e.root.clone()));
+                if let (Some(signer), Some(ext), true) = (by, &self.external, ra_root.is_empty()) {
+                    let from_chain = istiod_pki::ca::chain_root(&pem);
+                    let Some(root) = ext.mesh_root(signer).or_else(|| from_chain.clone()) else {
+                        bump(&self.metrics.sign_errors[0]);
+                        let e = "failed to find root cert from either signed cert-chain or mesh config";
+                        return Err(Status::new(Code::InvalidArgument, format!("CSR signing error ({e})")));
+                    };
+                    if let Err(e) = istiod_pki::ca::verify_chain(&pem, &root) {
+                        bump(&self.metrics.sign_errors[0]);
+                        let e = format!("root cert from signed cert-chain is invalid ({e})");
+                        return Err(Status::new(Code::InvalidArgument, format!("CSR signing error ({e})")));
+                    }
+                    if Some(&root) != from_chain.as_ref() {
+                        chain.extend(istiod_pki::pem_blocks(&root, "CERTIFICATE"));
+                    }
+                }
+                if !ra_root.is_empty() {
+                    chain.push(ra_root.to_owned());
+                }
                 tracing::debug!(target: "ca", "issued a workload certificate through the Kubernetes signer");
                 bump(&self.metrics.success);
                 Ok(IstioCertificateResponse { cert_chain: chain })
@@ -543,7 +626,9 @@ impl Service for CaService {
                     match server.reviewed(answer, peer) {
                         Reviewed::Ids(ids) => match server.sign_checked(&ids, account.as_ref(), peer, &req) {
                             Ok(Answer::Ready(resp)) => Ok(resp),
-                            Ok(Answer::Later(signed)) => server.signed_externally(signed.recv().await),
+                            Ok(Answer::Later(signed, by)) => {
+                                server.signed_externally(signed.recv().await, by.as_deref())
+                            }
                             Err(status) => Err(status),
                         },
                         Reviewed::Denied(reason) => {
@@ -562,10 +647,10 @@ impl Service for CaService {
         };
         let resp = match server.sign_checked(&ids, None, peer, &req)? {
             Answer::Ready(resp) => resp,
-            Answer::Later(signed) => {
+            Answer::Later(signed, by) => {
                 p.waiting = true;
                 drop(calls);
-                self.answer_when(key, async move { server.signed_externally(signed.recv().await) });
+                self.answer_when(key, async move { server.signed_externally(signed.recv().await, by.as_deref()) });
                 return Ok(());
             }
         };
@@ -724,6 +809,8 @@ pub struct CaConfig {
     /// `EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API`: `K8S_SIGNER`, who signs
     /// workload certificates through the Kubernetes CSR API.
     pub external_signer: Option<String>,
+    /// `CERT_SIGNER_DOMAIN`: the domain of the signers requests name.
+    pub cert_signer_domain: String,
 }
 
 /// The CA of `config`, from `store` (plugged-in certificates from
@@ -768,11 +855,14 @@ pub async fn from_config(
     let external = match &c.external_signer {
         Some(signer) if c.enabled => Some(External {
             signer: signer.clone(),
+            domain: c.cert_signer_domain.clone(),
             root: k8s_signer::root(
                 std::path::Path::new(k8s_signer::EXTERNAL_CA_ROOT),
                 std::path::Path::new(k8s_signer::SERVICE_ACCOUNT_CA),
+                !c.cert_signer_domain.is_empty(),
             )
             .map_err(|e| format!("failed to create RA: {e}"))?,
+            mesh_roots: RwLock::default(),
             queue: Default::default(),
         }),
         _ => None,

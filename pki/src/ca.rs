@@ -649,6 +649,52 @@ pub fn trust_anchor(pem: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// istiod's `FindRootCertFromCertificateChainBytes`: the last certificate
+/// of a PEM chain, when it is a CA's.
+pub fn chain_root(chain: &str) -> Option<String> {
+    let last = pem_blocks(chain, "CERTIFICATE").pop()?;
+    trust_anchor(&last).ok().map(|()| last)
+}
+
+/// istiod's `VerifyCertificate` of a signed chain (leaf first) against
+/// `roots` (PEM): the leaf valid now, each certificate signed by the next,
+/// the last one a root or signed by one.
+pub fn verify_chain(chain: &str, roots: &str) -> Result<(), String> {
+    use x509_parser::certificate::X509Certificate;
+    let ders: Vec<Vec<u8>> = pem_blocks(chain, "CERTIFICATE")
+        .iter()
+        .filter_map(|b| x509_parser::pem::parse_x509_pem(b.as_bytes()).ok().map(|(_, p)| p.contents))
+        .collect();
+    let root_ders: Vec<Vec<u8>> = pem_blocks(roots, "CERTIFICATE")
+        .iter()
+        .filter_map(|b| x509_parser::pem::parse_x509_pem(b.as_bytes()).ok().map(|(_, p)| p.contents))
+        .collect();
+    fn parse(d: &[u8]) -> Result<X509Certificate<'_>, String> {
+        X509Certificate::from_der(d).map(|(_, c)| c).map_err(|e| format!("x509: {e}"))
+    }
+    let certs = ders.iter().map(|d| parse(d)).collect::<Result<Vec<_>, _>>()?;
+    let roots = root_ders.iter().map(|d| parse(d)).collect::<Result<Vec<_>, _>>()?;
+    let leaf = certs.first().ok_or("x509: no certificate")?;
+    if !leaf.validity().is_valid() {
+        return Err("x509: certificate has expired or is not yet valid".into());
+    }
+    for (i, c) in certs.iter().enumerate() {
+        if root_ders.contains(&ders[i]) {
+            return Ok(());
+        }
+        let by_root =
+            roots.iter().any(|r| r.subject() == c.issuer() && c.verify_signature(Some(r.public_key())).is_ok());
+        if by_root {
+            return Ok(());
+        }
+        match certs.get(i + 1) {
+            Some(next) if c.verify_signature(Some(next.public_key())).is_ok() => {}
+            _ => break,
+        }
+    }
+    Err("x509: certificate signed by unknown authority".into())
+}
+
 /// Whether `leaf` (DER) is valid now and signed by one of the
 /// certificates of `roots` (PEM), directly: a Kubernetes RA's signer's
 /// leaves, for the client-certificate authenticator.

@@ -15,7 +15,8 @@ certificate; CA_SAVE=PREFIX writes the new key and chain to PREFIX.key and
 PREFIX.chain; CA_VERIFY_ROOT (a PEM file) is the root the chain must end
 at, when it is not the one the server's TLS certificate is checked with;
 CA_IMPERSONATE (an identity) asks for it as a node proxy does, in the
-request's `ImpersonatedIdentity` metadata.
+request's `ImpersonatedIdentity` metadata; CA_CERT_SIGNER names the signer
+in its `CertSigner` metadata.
 """
 
 import json
@@ -47,13 +48,17 @@ def field(tag, body):
     return bytes([tag]) + varint(len(body)) + body
 
 
-def request(csr_pem, ttl, impersonate=None):
+def request(csr_pem, ttl, impersonate=None, cert_signer=None):
     body = csr_pem.encode()
     out = b"\x0a" + varint(len(body)) + body + b"\x18" + varint(ttl)
-    if impersonate:
-        # metadata (4): Struct{fields: {"ImpersonatedIdentity": Value{string_value (3)}}}
-        entry = field(0x0A, b"ImpersonatedIdentity") + field(0x12, field(0x1A, impersonate.encode()))
-        out += field(0x22, field(0x0A, entry))
+    # metadata (4): Struct{fields: {key: Value{string_value (3)}}}
+    entries = b""
+    for key, value in (("ImpersonatedIdentity", impersonate), ("CertSigner", cert_signer)):
+        if value:
+            entry = field(0x0A, key.encode()) + field(0x12, field(0x1A, value.encode()))
+            entries += field(0x0A, entry)
+    if entries:
+        out += field(0x22, entries)
     return out
 
 
@@ -110,7 +115,8 @@ def main():
     call = channel.unary_unary(PATH, request_serializer=None, response_deserializer=None)
     metadata = [] if token == "-" else [("authorization", "Bearer " + token)]
     try:
-        resp = call(request(csr, int(ttl), os.environ.get("CA_IMPERSONATE")), metadata=metadata, timeout=10)
+        req = request(csr, int(ttl), os.environ.get("CA_IMPERSONATE"), os.environ.get("CA_CERT_SIGNER"))
+        resp = call(req, metadata=metadata, timeout=10)
     except grpc.RpcError as e:
         print(json.dumps({"code": e.code().name, "details": e.details()}))
         return

@@ -165,6 +165,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // The CA's and RA's roots, for ISTIO_MULTIROOT_MESH's trust bundle
     // (filled once the CA is up, and again when it changes).
     let ca_roots: Arc<std::sync::RwLock<Vec<String>>> = Arc::default();
+    // The mesh configuration's caCertificates last accepted for it.
+    let mesh_anchors: Rc<std::cell::RefCell<Vec<String>>> = Rc::default();
     // What the environment sets over the mesh configuration.
     let env: mesh_watch::Env = {
         let (jwks_fetch, scope, collapse) =
@@ -182,11 +184,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
         dns.dual_stack |= config.ambient;
         let cross_selection = config.cross_selection;
         let (unhealthy, session_labels) = (config.unhealthy, config.persistent_session_labels.clone());
-        let (multiroot, roots) = (config.multiroot_mesh, ca_roots.clone());
+        let (multiroot, roots, last_good) = (config.multiroot_mesh, ca_roots.clone(), mesh_anchors.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             if multiroot {
                 let roots = roots.read().unwrap_or_else(|e| e.into_inner());
-                mesh.trust_bundle = Some(trust_bundle(&roots, &mesh.ca_certificates));
+                // An invalid set keeps the last good one (trustbundle.go's
+                // UpdateTrustAnchor leaves the source as it was).
+                let anchors = mesh_trust_anchors(&mesh.ca_certificates).unwrap_or_else(|e| {
+                    tracing::error!(target: "default", error = %e, "failed to update meshConfig PEM trustAnchors");
+                    last_good.borrow().clone()
+                });
+                *last_good.borrow_mut() = anchors.clone();
+                mesh.trust_bundle = Some(trust_bundle(&roots, &anchors));
             }
             mesh.dns = dns;
             mesh.unhealthy = unhealthy;
@@ -272,7 +281,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let roots_changed = match (&ca_signing, config.multiroot_mesh) {
         (Some(ca), true) => {
             *ca_roots.write().unwrap_or_else(|e| e.into_inner()) = ca.trust_anchors();
-            mesh.trust_bundle = Some(trust_bundle(&ca.trust_anchors(), &mesh.ca_certificates));
+            // istiod's initWorkloadTrustBundle fails the start on an
+            // invalid caCertificates PEM.
+            let anchors = mesh_trust_anchors(&mesh.ca_certificates)
+                .map_err(|e| StartError::Ca(format!("failed to update meshConfig PEM trustAnchors: {e}")))?;
+            mesh.trust_bundle = Some(trust_bundle(&ca.trust_anchors(), &anchors));
             Some(ca.changed.subscribe())
         }
         _ => None,
@@ -962,21 +975,25 @@ async fn shutdown_signal() {
 }
 
 /// istiod's workload trust bundle (`pilot/pkg/trustbundle`): the CA's and
-/// RA's roots and the mesh configuration's `caCertificates` PEMs (each a
-/// CA certificate, else left out with istiod's reason), each once,
-/// sorted. SPIFFE bundle URLs are not fetched.
-fn trust_bundle(roots: &[String], extra: &[istiod_mesh::meshconfig::CertificateData]) -> Vec<String> {
-    let mut out: Vec<String> = roots.to_vec();
-    for c in extra.iter().filter(|c| !c.pem.is_empty()) {
-        match istiod_pki::ca::trust_anchor(&c.pem) {
-            Ok(()) => out.push(c.pem.clone()),
-            Err(e) => tracing::error!(target: "default", error = %e, "failed to update meshConfig PEM trustAnchors"),
-        }
-    }
-    if extra.iter().any(|c| c.pem.is_empty() && !c.spiffe_bundle_url.is_empty()) {
-        tracing::warn!(target: "default", "read and not applied: caCertificates spiffeBundleUrl (remote trust anchors are not fetched)");
-    }
+/// RA's roots and the mesh configuration's `caCertificates` PEMs, each
+/// once, sorted.
+fn trust_bundle(roots: &[String], mesh_anchors: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = roots.iter().chain(mesh_anchors).cloned().collect();
     out.sort();
     out.dedup();
     out
+}
+
+/// The mesh configuration's `caCertificates` PEMs, all or none
+/// (`AddMeshConfigUpdate`): each must be a CA certificate
+/// (`verifyTrustAnchor`). SPIFFE bundle URLs are not fetched.
+fn mesh_trust_anchors(certs: &[istiod_mesh::meshconfig::CertificateData]) -> Result<Vec<String>, String> {
+    if certs.iter().any(|c| c.pem.is_empty() && !c.spiffe_bundle_url.is_empty()) {
+        tracing::warn!(target: "default", "read and not applied: caCertificates spiffeBundleUrl (remote trust anchors are not fetched)");
+    }
+    let pems: Vec<String> = certs.iter().filter(|c| !c.pem.is_empty()).map(|c| c.pem.clone()).collect();
+    for pem in &pems {
+        istiod_pki::ca::trust_anchor(pem)?;
+    }
+    Ok(pems)
 }

@@ -770,6 +770,25 @@ fn a_router_can_be_sent_only_the_clusters_its_routes_need() {
         ["productpage.bookinfo.svc.cluster.local", "ratings.bookinfo.svc.cluster.local"],
         "{with_jwks:?}"
     );
+    // A route to another host, added while the router is connected: its
+    // clusters are pushed.
+    let s = Server::start(dir.path(), &[], &[("PILOT_FILTER_GATEWAY_CLUSTER_CONFIG", "true")], None);
+    client::runtime().block_on(async {
+        let mut c = client::connect(s.grpc, false).await;
+        c.sotw(DiscoveryRequest { node: Some(router()), type_url: type_url::CLUSTER.into(), ..Default::default() });
+        let r = c.recv().await;
+        assert!(!client::names_of(&r).iter().any(|n| n.starts_with("outbound|") && n.ends_with("|details.bookinfo.svc.cluster.local")));
+        c.ack(&r, &[]);
+        std::fs::write(
+            dir.path().join("zz-details.yaml"),
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: details-web, namespace: bookinfo}\n\
+             spec: {hosts: [details.example.com], gateways: [istio-system/web], http: [{route: [{destination: {host: details}}]}]}\n",
+        )
+        .unwrap();
+        let r = c.recv().await;
+        let names = client::names_of(&r);
+        assert!(names.iter().any(|n| n.starts_with("outbound|") && n.ends_with("|details.bookinfo.svc.cluster.local")), "{names:?}");
+    });
 }
 
 /// `PILOT_CERT_PROVIDER` as istiod reads it: `kubernetes` stops the start
@@ -1056,9 +1075,10 @@ fn root_pem(cn: &str, ca: bool) -> String {
 
 /// `ISTIO_MULTIROOT_MESH` (istiod's `PcdsGenerator` and `trustbundle`):
 /// a proxy asking for PCDS gets a ProxyConfig holding the trust bundle, the
-/// CA's root and the mesh configuration's `caCertificates` PEMs, sorted,
-/// a leaf among them left out (`verifyTrustAnchor`); a new root in the
-/// mesh configuration is pushed to it. Without the switch there is none.
+/// CA's root and the mesh configuration's `caCertificates` PEMs, sorted; a
+/// new root in the mesh configuration is pushed to it. A set with a leaf
+/// among them is refused whole (`verifyTrustAnchor`): the last good set
+/// stays, and at start the server stops. Without the switch there is none.
 #[test]
 fn pcds_sends_the_trust_bundle_under_multiroot_mesh() {
     use istiod_proto::istio::mesh::v1alpha1::ProxyConfig;
@@ -1071,7 +1091,7 @@ fn pcds_sends_the_trust_bundle_under_multiroot_mesh() {
         let items: Vec<String> = pems.iter().map(|p| format!("- pem: {}\n", serde_json::json!(p))).collect();
         format!("caCertificates:\n{}", items.concat())
     };
-    std::fs::write(&mesh, certs(&[&a, &leaf])).unwrap();
+    std::fs::write(&mesh, certs(&[&a])).unwrap();
     let ca_dir = outside.path().join("ca");
     let env = [("ISTIO_MULTIROOT_MESH", "true"), ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap())];
     let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &env, None);
@@ -1096,15 +1116,31 @@ fn pcds_sends_the_trust_bundle_under_multiroot_mesh() {
         let mut c = client::connect(s.grpc, false).await;
         c.sotw(pcds.clone());
         let r = c.recv().await;
-        assert_eq!(decode(&r), sorted(vec![ca_root.clone(), a.clone()]), "the CA's root and the valid extra one");
+        assert_eq!(decode(&r), sorted(vec![ca_root.clone(), a.clone()]), "the CA's root and the extra one");
         c.ack(&r, &[]);
         // Another root in the mesh configuration: pushed.
         std::fs::write(&mesh, certs(&[&a, &b])).unwrap();
         let r = c.recv().await;
         assert_eq!(decode(&r), sorted(vec![ca_root.clone(), a.clone(), b.clone()]));
+        c.ack(&r, &[]);
+        // A leaf among them: the whole set is refused, the last good stays.
+        std::fs::write(&mesh, certs(&[&a, &leaf])).unwrap();
+        wait_for("the refusal", Duration::from_secs(10), || s.log().contains("certificate is not a CA certificate"));
+        c.expect_silence(Duration::from_millis(500)).await;
     });
-    assert!(s.log().contains("certificate is not a CA certificate"), "{}", s.log());
     drop(s);
+    // At start, the server stops with the reason.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--configDir", dir.path().to_str().unwrap(), "--meshConfig", mesh.to_str().unwrap()])
+        .args(["--grpcAddr", &free_port().to_string(), "--httpAddr", "", "--monitoringAddr", ""])
+        .args(["--secureGRPCAddr", "", "--httpsAddr", ""])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("failed to update meshConfig PEM trustAnchors"), "{err}");
+    std::fs::write(&mesh, certs(&[&a, &b])).unwrap();
     // Off: nothing to send.
     let s = Server::start(dir.path(), &["--meshConfig", mesh.to_str().unwrap()], &env[1..], None);
     rt.block_on(async {

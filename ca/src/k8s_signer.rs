@@ -178,19 +178,30 @@ async fn approve(api: &Api, name: &str, mut csr: Value) -> Result<(), String> {
 
 /// Reads the status of every waiting CSR with one labelled list a tick,
 /// the ticks from 20 ms after news growing to half a second, and none
-/// while nothing waits; each signed or refused CSR's waiter is answered.
+/// while nothing waits; news brings the next list no nearer than 20 ms, so
+/// a burst of CSRs shares one list. Each signed or refused CSR's waiter is
+/// answered.
 async fn poll(api: Api, waiting: Waiting, news: std::rc::Rc<tokio::sync::Notify>) {
     let path = format!("{CSRS}?labelSelector={}%3D{}", RA_LABEL.0.replace('/', "%2F"), RA_LABEL.1);
-    let mut pause = Duration::from_millis(20);
+    const FIRST: Duration = Duration::from_millis(20);
+    let mut pause = FIRST;
+    let mut next = tokio::time::Instant::now() + FIRST;
     loop {
         if waiting.borrow().is_empty() {
             news.notified().await;
-            pause = Duration::from_millis(20);
+            pause = FIRST;
+            next = tokio::time::Instant::now() + FIRST;
         }
         tokio::select! {
-            _ = tokio::time::sleep(pause) => pause = (pause * 2).min(Duration::from_millis(500)),
-            _ = news.notified() => pause = Duration::from_millis(20),
+            () = tokio::time::sleep_until(next) => {}
+            () = news.notified() => {
+                pause = FIRST;
+                next = next.min(tokio::time::Instant::now() + FIRST);
+                continue;
+            }
         }
+        pause = (pause * 2).min(Duration::from_millis(500));
+        next = tokio::time::Instant::now() + pause;
         let list = match api.get(&path).await {
             Ok(Some(l)) => l,
             Ok(None) => continue,

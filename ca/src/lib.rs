@@ -911,12 +911,12 @@ pub async fn refresh_keys(auth: Arc<JwtAuthenticator>, refresh: Duration) {
     }
 }
 
-/// istiod's `pemBundleHasSubsetRelation`: every certificate of one PEM
-/// bundle is in the other.
+/// istiod's `pemBundleHasSubsetRelation`: every certificate (by its DER)
+/// of one PEM bundle is in the other; never when either has none.
 fn subset_either(a: &str, b: &str) -> bool {
-    let (a, b) = (istiod_pki::pem_blocks(a, "CERTIFICATE"), istiod_pki::pem_blocks(b, "CERTIFICATE"));
-    let within = |x: &[String], y: &[String]| x.iter().all(|c| y.contains(c));
-    within(&a, &b) || within(&b, &a)
+    let (a, b) = (istiod_pki::ca::pem_ders(a), istiod_pki::ca::pem_ders(b));
+    let within = |x: &[Vec<u8>], y: &[Vec<u8>]| x.iter().all(|c| y.contains(c));
+    !a.is_empty() && !b.is_empty() && (within(&a, &b) || within(&b, &a))
 }
 
 /// What identifies the contents of a plugged-in CA directory: each file's
@@ -937,17 +937,27 @@ fn plugged_signature(dir: &std::path::Path) -> Vec<Option<(u64, SystemTime)>> {
 /// when one root bundle holds the other's certificates; otherwise only
 /// the signing certificates change.
 pub async fn watch_plugged(server: Arc<CaServer>, dir: std::path::PathBuf, every: Duration, multiroot: bool) {
-    let mut seen = plugged_signature(&dir);
+    // None until the first look: the files may have changed between the
+    // CA's load and this task's start, so the first look compares what
+    // they hold with the CA in force rather than taking them as seen.
+    let mut seen = None;
     let every = every.max(Duration::from_millis(100));
     loop {
-        tokio::time::sleep(every).await;
+        let first = seen.is_none();
+        if !first {
+            tokio::time::sleep(every).await;
+        }
         let now = plugged_signature(&dir);
-        if now == seen {
+        if seen.as_ref() == Some(&now) {
             continue;
         }
-        seen = now;
+        seen = Some(now);
         let settings = server.ca().settings().clone();
+        let same = |ca: &Ca, current: &Ca| {
+            (ca.root_pem(), ca.cert_pem(), ca.crl_pem()) == (current.root_pem(), current.cert_pem(), current.crl_pem())
+        };
         match Ca::plugged(&dir, settings) {
+            Ok(Some(ca)) if first && same(&ca, &server.ca()) => {}
             Ok(Some(ca)) if ca.root_pem() != server.ca().root_pem() && !multiroot => {
                 tracing::warn!(target: "ca", "Multi root is disabled, updating new ROOT-CA not supported");
             }

@@ -451,8 +451,9 @@ impl Ca {
     /// caller's identities, and it is a CSR as istio-agent or ztunnel
     /// makes one ([`agent_made`]), since the signer copies what it asks.
     pub fn check_request(&self, csr_pem: &[u8], identities: &[String], requested_secs: i64) -> Result<(), SignError> {
-        self.lifetime(requested_secs)?;
-        verified_key(csr_pem, identities, true).map(|_| ())
+        // preSign's order: the CSR (ValidateCSR), then the lifetime.
+        verified_key(csr_pem, identities, true)?;
+        self.lifetime(requested_secs).map(|_| ())
     }
 
     /// Signs `csr_pem` for a caller with SPIFFE `identities`, for
@@ -647,6 +648,14 @@ pub fn trust_anchor(pem: &str) -> Result<(), String> {
         return Err("certificate is not a CA certificate".into());
     }
     Ok(())
+}
+
+/// The DER of each certificate of a PEM bundle (those that decode).
+pub fn pem_ders(pem: &str) -> Vec<Vec<u8>> {
+    pem_blocks(pem, "CERTIFICATE")
+        .iter()
+        .filter_map(|b| x509_parser::pem::parse_x509_pem(b.as_bytes()).ok().map(|(_, p)| p.contents))
+        .collect()
 }
 
 /// istiod's `FindRootCertFromCertificateChainBytes`: the last certificate

@@ -85,19 +85,29 @@ async fn profile(req: &Request) -> Response {
 }
 
 /// The sampled live heap, gzipped pprof (jemalloc's dump, converted by
-/// jemalloc_pprof); refused when the allocator does not sample (a build
-/// without the sampling configuration).
+/// jemalloc_pprof), made off the control thread (jemalloc writes its dump
+/// to a file under `TMPDIR`, which must be writable); refused when the
+/// allocator does not sample (a build without the sampling configuration).
 async fn heap() -> Response {
-    let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref() else {
+    let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref().cloned() else {
         return Response::text(500, "Could not dump heap profile: jemalloc profiling is not available\n");
     };
-    let mut ctl = ctl.lock().await;
-    if !ctl.activated() {
-        return Response::text(500, "Could not dump heap profile: jemalloc profiling is not active\n");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new().name("istiod-heap".into()).spawn(move || {
+        let mut ctl = ctl.blocking_lock();
+        let dumped = match ctl.activated() {
+            true => ctl.dump_pprof().map_err(|e| e.to_string()),
+            false => Err("jemalloc profiling is not active".to_owned()),
+        };
+        let _ = tx.send(dumped);
+    });
+    if let Err(e) = spawned {
+        return Response::text(500, format!("Could not dump heap profile: {e}\n"));
     }
-    match ctl.dump_pprof() {
-        Ok(body) => Response { status: 200, content_type: "application/octet-stream", body: Bytes::from(body) },
-        Err(e) => Response::text(500, format!("Could not dump heap profile: {e}\n")),
+    match rx.await {
+        Ok(Ok(body)) => Response { status: 200, content_type: "application/octet-stream", body: Bytes::from(body) },
+        Ok(Err(e)) => Response::text(500, format!("Could not dump heap profile: {e}\n")),
+        Err(_) => Response::text(500, "Could not dump heap profile: the dump stopped\n"),
     }
 }
 

@@ -430,6 +430,12 @@ pub(super) fn apply(
     if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
         touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::router::all_names(&p.model)).unwrap_or_default());
         touched.extend(istiod_mesh::generator::router::all_names(&mesh.model));
+        // PILOT_FILTER_GATEWAY_CLUSTER_CONFIG: which clusters a router is
+        // sent follows its routes; every outbound cluster name may have
+        // come or gone (other proxies' unchanged ones are not re-sent).
+        if istiod_mesh::generator::router::filtering_clusters() {
+            touched.extend(old.keys().chain(new.keys()).filter(|k| k.0 == ads::Kind::Cluster).cloned());
+        }
     }
     // AUTO_PASSTHROUGH routers' SNI-DNAT clusters copy outbound clusters:
     // when any cluster or what routers read changed, every such name.

@@ -111,10 +111,10 @@ pub struct Rounds {
     /// The API server was seen to reach this server's validation webhook
     /// ([`dry_run_rejected`]), checked each round until it holds.
     pub fail_closed: bool,
-    /// Injector configurations without the injector's webhook, by name,
-    /// resource version and bundle: counted once each, as istiod counts
-    /// them once per event, not every round.
-    missing_reported: std::collections::HashSet<(String, String, String)>,
+    /// Injector configurations without the injector's webhook: by name,
+    /// the resource version and bundle last counted (once each, as istiod
+    /// counts them once per event, not every round).
+    missing_reported: std::collections::HashMap<String, (String, String)>,
 }
 
 /// One round: returns how many configurations were written. `serving`:
@@ -164,7 +164,9 @@ pub async fn reconcile(
                     .any(|w| w["name"].as_str().is_some_and(|n| n.ends_with(INJECTOR_WEBHOOK)))
             {
                 let version = config["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
-                if rounds.missing_reported.insert((name.clone(), version, b64.clone())) {
+                let seen = (version, b64.clone());
+                if rounds.missing_reported.get(&name) != Some(&seen) {
+                    rounds.missing_reported.insert(name.clone(), seen);
                     count_failure(&name, "webhook_entry_not_found");
                 }
                 continue;

@@ -129,6 +129,11 @@ pub fn set_filter_clusters(on: bool) {
     FILTER_CLUSTERS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether [`set_filter_clusters`] is on.
+pub fn filtering_clusters() -> bool {
+    FILTER_CLUSTERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The hosts whose clusters a router of `class` needs under
 /// [`set_filter_clusters`]: the destinations (routes, mirrors) of the
 /// VirtualServices bound to the Gateways it merges, and the mesh's

@@ -11,7 +11,9 @@
 //! Gateway API Gateways labelled with a network (istiod's
 //! `handleGatewayResource`, under `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`):
 //! each address times each auto-passthrough listener (mTLS) and each HBONE
-//! listener; `istio-remote` ones are read from the config cluster only. Hostname
+//! listener; `istio-remote` ones are read from the config cluster only
+//! (remote clusters' Gateway API objects are not watched yet, so in
+//! practice only this cluster's are read). Hostname
 //! addresses are not resolved yet (istiod resolves them under
 //! `RESOLVE_HOSTNAME_GATEWAYS`, on by default): they are left out, and a
 //! meshNetworks one is reported when the networks are read.

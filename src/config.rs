@@ -728,6 +728,17 @@ impl Config {
                 });
             }
         };
+        // PILOT_CERT_PROVIDER=k8s.io/<signer>: istiod signs its own
+        // certificate through its Kubernetes RA (initDNSCertsK8SRA uses
+        // it); without one istiod cannot start (it dereferences none).
+        let k8s_serving_signer = cert_provider.strip_prefix("k8s.io/").map(str::to_owned);
+        if k8s_serving_signer.is_some() && external_signer.is_none() && vars.bool("ENABLE_CA_SERVER", true)? {
+            return Err(ConfigError::Env {
+                name: "PILOT_CERT_PROVIDER",
+                value: cert_provider,
+                reason: "a k8s.io/ signer needs the Kubernetes RA (EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API)".into(),
+            });
+        }
         let mut config = Self {
             source,
             registries,
@@ -860,6 +871,7 @@ impl Config {
                 },
                 external_signer,
                 cert_signer_domain: vars.string("CERT_SIGNER_DOMAIN", ""),
+                k8s_serving_signer,
                 xds_auth: vars.bool("XDS_AUTH", true)?,
                 xds_auth_plaintext: vars.bool("XDS_AUTH_PLAINTEXT", false)?,
                 xds_identity_check: vars.bool("PILOT_ENABLE_XDS_IDENTITY_CHECK", true)?,

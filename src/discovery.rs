@@ -355,15 +355,32 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         _ => None,
     };
+    // PILOT_CERT_PROVIDER=k8s.io/<signer>: signed through the API.
+    let k8s_signer = ca_signing.as_ref().and_then(|c| c.k8s_signing.clone());
     let cert = istiod_ca::store::ServingCert {
         names: config.identity.dns_names(),
         ttl: config.ca.max_workload_cert_ttl,
         files,
+        kubernetes: k8s_signer.clone().zip(kube.clone()).map(|(signer, client)| {
+            (istiod_kubewatch::kapi::Api::new(client), signer, config.ca.self_signed_ca_cert_ttl)
+        }),
     };
+    if let Some(ext) = ca_signing.as_ref().and_then(|c| c.external.as_ref()) {
+        ext.set_mesh_roots(&mesh.ca_certificates);
+    }
     let wanted = config.listen.secure_grpc.is_some() || config.listen.https.is_some();
     let provider = config.identity.cert_provider.as_str();
+    let mut renew = None;
     let tls_configs = match (&ca_signing, &cert.files) {
         _ if !wanted => None,
+        // istiod's initDNSCertsK8SRA: its certificate from the signer, the
+        // root from the mesh configuration; a failure stops the start.
+        (Some(ca), None) if k8s_signer.is_some() => {
+            tracing::info!(target: "default", "initializing Istiod DNS certificates using K8S RA:{provider}");
+            let (grpc, webhook, after) = rt.block_on(cert.issue_configs(ca)).map_err(StartError::Tls)?;
+            renew = Some(after);
+            Some((grpc, webhook))
+        }
         // istiod's initIstiodCerts: without files, only the `istiod`
         // provider is its CA.
         (_, None) if provider != "istiod" => {
@@ -382,8 +399,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
     };
     let (mut grpc_tls, mut webhook_tls) = (None, None);
     if let Some((grpc_cfg, webhook_cfg)) = tls_configs {
-        if cert.files.is_none() {
-            tracing::info!(target: "ca", names = ?cert.names, "istiod's serving certificate issued by its CA");
+        match (&cert.files, &k8s_signer) {
+            (None, None) => {
+                tracing::info!(target: "ca", names = ?cert.names, "istiod's serving certificate issued by its CA")
+            }
+            (None, Some(signer)) => {
+                tracing::info!(target: "ca", names = ?cert.names, signer, "istiod's serving certificate signed by the Kubernetes signer")
+            }
+            _ => {}
         }
         if let Some(a) = &config.listen.secure_grpc {
             let reloadable = tls::Reloadable::new(grpc_cfg);
@@ -395,7 +418,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
     }
     // Only what is served is kept current.
-    let serving = (grpc_tls.is_some() || webhook_tls.is_some()).then(|| (cert, grpc_tls, webhook_tls.clone()));
+    let serving = (grpc_tls.is_some() || webhook_tls.is_some()).then(|| (cert, grpc_tls, webhook_tls.clone(), renew));
     // Every port is bound before anything is served or published: a port in
     // use stops the start with the address named, and nothing half-runs.
     let bind_http = |flag: &'static str, a: &Option<ListenAddr>| -> Result<Option<std::net::TcpListener>, StartError> {
@@ -719,7 +742,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         }
         if let Some(ca) = &ca_signing {
             use istiod_ca::store::{self, RootStore};
-            match &root_store {
+            // (Kubernetes signing: istiod has no CA of its own to keep.)
+            let own_ca = if ca.k8s_signing.is_none() { &root_store } else { &RootStore::Memory };
+            match own_ca {
                 RootStore::Plugged(dir) => {
                     let every = config.ca.plugged_check_interval;
                     tokio::task::spawn_local(istiod_ca::watch_plugged(ca.clone(), dir.clone(), every, config.multiroot_mesh));
@@ -731,8 +756,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 }
                 RootStore::Memory => {}
             }
-            if let Some((cert, grpc, webhook)) = serving {
-                tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, grpc, webhook));
+            if let Some((cert, grpc, webhook, renew)) = serving {
+                tokio::task::spawn_local(store::serve_tls(ca.clone(), cert, grpc, webhook, renew));
             }
             match (&root_store, &kube) {
                 // One replica keeps the root ConfigMaps (none with
@@ -830,8 +855,16 @@ pub fn run(config: Config) -> Result<(), StartError> {
                         tokio::task::spawn_local(async move {
                             loop {
                                 let certs = settings.borrow_and_update().ca_certificates.clone();
+                                let before = ca.distributed_root();
                                 if let Some(ext) = &ca.external {
                                     ext.set_mesh_roots(&certs);
+                                }
+                                // Under k8s signing that root is istiod's:
+                                // what follows it (its certificate, the
+                                // root ConfigMaps) is told, as istiod's
+                                // mesh handler regenerates them.
+                                if ca.k8s_signing.is_some() && ca.distributed_root() != before {
+                                    ca.changed.send_modify(|n| *n += 1);
                                 }
                                 if settings.changed().await.is_err() {
                                     return;

@@ -589,6 +589,93 @@ fn a_request_names_its_signer_under_the_cert_signer_domain() {
     }
 }
 
+/// `PILOT_CERT_PROVIDER=k8s.io/<signer>` with the Kubernetes RA (istiod's
+/// `initDNSCertsK8SRA`, `isK8SSigning`): istiod's own certificate for
+/// :15012 is signed by that signer through the CSR API (its DNS names, the
+/// usages digital signature, key encipherment and server auth); the root
+/// it distributes (the `istio-ca-root-cert` ConfigMaps, the webhooks'
+/// caBundle) is the one the mesh configuration's `caCertificates` names
+/// for the signer; it makes no CA of its own (no `istio-ca-secret`).
+/// Without such a root the start stops in istiod's words; without the RA,
+/// in ours (istiod dereferences none).
+#[test]
+fn istiods_own_certificate_can_come_from_a_kubernetes_signer() {
+    let (api, dir, kubeconfig, mesh) = cluster();
+    api.install(istiod_kubewatch::fake::Resource {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        kind: "CertificateSigningRequest",
+    });
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/csr_signer.py");
+    let cwd = dir.path().join("istiod");
+    let (workloads_dir, istiod_dir) = (cwd.join("etc/external-ca-cert"), dir.path().join("istiod-signer"));
+    let mut signers: Vec<_> = [("example.com/workloads", &workloads_dir), ("example.com/istiod", &istiod_dir)]
+        .into_iter()
+        .map(|(name, out)| {
+            std::process::Command::new(python::python())
+                .arg(&script)
+                .args([api.url().as_str(), name, out.to_str().unwrap()])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let istiod_root = istiod_dir.join("root-cert.pem");
+    server::wait_for("the signers' roots", Duration::from_secs(20), || {
+        istiod_root.exists() && workloads_dir.join("root-cert.pem").exists()
+    });
+    let root_pem = std::fs::read_to_string(&istiod_root).unwrap();
+    let selectors = std::fs::read_to_string(&mesh).unwrap();
+    let secure = free_port();
+    let env = [
+        ("POD_NAME", "istiod-a"),
+        ("POD_NAMESPACE", "istio-system"),
+        ("EXTERNAL_CA", "ISTIOD_RA_KUBERNETES_API"),
+        ("K8S_SIGNER", "example.com/workloads"),
+        ("PILOT_CERT_PROVIDER", "k8s.io/example.com/istiod"),
+    ];
+    let start = |env: &[(&str, &str)]| {
+        Server::try_start_in(
+            Some(&cwd),
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--secureGRPCAddr", &secure.to_string(), "--meshConfig", mesh.to_str().unwrap()],
+            env,
+        )
+    };
+    // No root for the signer in the mesh configuration: istiod's words.
+    let Err(refused) = start(&env) else { panic!("started without a root for the signer") };
+    assert!(refused.contains("no caCertificates defined in mesh config"), "{refused}");
+    std::fs::write(
+        &mesh,
+        format!(
+            "{selectors}caCertificates:\n- pem: {}\n  certSigners: [example.com/istiod]\n",
+            serde_json::json!(root_pem)
+        ),
+    )
+    .unwrap();
+    let s = start(&env).unwrap_or_else(|log| panic!("{log}"));
+    // :15012 presents the signer's certificate: a client trusting only the
+    // signer's root connects, and is signed through the RA.
+    let got = ask(secure, istiod_root.to_str().unwrap(), "tok-reviews", ID, 0);
+    assert_eq!(got["code"], "OK", "{got}\n{}", s.log());
+    // The root ConfigMaps carry the signer's root.
+    server::wait_for("the root ConfigMaps", Duration::from_secs(20), || {
+        named(&api, "configmaps", "istio-ca-root-cert")
+            .get("bookinfo")
+            .is_some_and(|c| c["data"]["root-cert.pem"] == root_pem.as_str())
+    });
+    assert!(named(&api, "secrets", "istio-ca-secret").is_empty(), "no CA of istiod's own");
+    drop(s);
+    // Without the Kubernetes RA.
+    let without_ra: Vec<(&str, &str)> = env.iter().copied().filter(|(k, _)| *k != "EXTERNAL_CA").collect();
+    let Err(refused) = start(&without_ra) else { panic!("started without the RA") };
+    assert!(refused.contains("needs the Kubernetes RA"), "{refused}");
+    for (out, signer) in [&workloads_dir, &istiod_dir].into_iter().zip(signers.iter_mut()) {
+        std::fs::write(out.join("stop"), "").unwrap();
+        let _ = signer.wait();
+    }
+}
+
 /// istiod's default authenticator in a cluster: the token is reviewed by
 /// the API server (here the fake one, speaking the TokenReview API), for
 /// the `istio-ca` audience, and must be a service account's. A result is

@@ -141,7 +141,7 @@ async fn sign(
         return Err("failed to create CSR: the API server named none".into());
     };
     tracing::debug!(target: "pkira", csr = name, "CSR has been created");
-    let result = match approve(api, &name, created).await {
+    let result = match approve(api, &name, created, "").await {
         Ok(()) => {
             let (tx, rx) = oneshot::channel();
             waiting.borrow_mut().insert(name.clone(), tx);
@@ -162,8 +162,8 @@ async fn sign(
     result
 }
 
-async fn approve(api: &Api, name: &str, mut csr: Value) -> Result<(), String> {
-    let message = format!("CSR ({name}) for the certificate () is approved");
+async fn approve(api: &Api, name: &str, mut csr: Value, dns_names: &str) -> Result<(), String> {
+    let message = format!("CSR ({name}) for the certificate ({dns_names}) is approved");
     let condition = json!({"type": "Approved", "status": "True", "reason": message, "message": message});
     match csr["status"]["conditions"].as_array_mut() {
         Some(c) => c.push(condition),
@@ -246,4 +246,77 @@ fn outcome(name: &str, o: &Value) -> Option<Result<String, String>> {
         refused["type"].as_str().unwrap_or_default().to_lowercase(),
         refused["message"].as_str().or(refused["reason"].as_str()).unwrap_or_default()
     )))
+}
+
+/// istiod's own serving certificate from the Kubernetes signer `signer`
+/// (chiron's `GenKeyCertK8sCA`, `PILOT_CERT_PROVIDER=k8s.io/<signer>`): a
+/// new key, a CSR for `dns_names` with the usages digital signature, key
+/// encipherment and server auth, approved by istiod, the certificate read
+/// back (one CSR, read by itself) and the object deleted. Returns (chain
+/// PEM, key PEM).
+pub async fn sign_serving(
+    api: &Api,
+    signer: &str,
+    dns_names: &[String],
+    lifetime_secs: i64,
+    wait: Duration,
+) -> Result<(String, String), String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| format!("CSR generation error ({e})"))?;
+    let mut params =
+        rcgen::CertificateParams::new(dns_names.to_vec()).map_err(|e| format!("CSR generation error ({e})"))?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr =
+        params.serialize_request(&key).and_then(|r| r.pem()).map_err(|e| format!("CSR generation error ({e})"))?;
+    let object = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"generateName": "csr-workload-"},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(&csr),
+            "signerName": signer,
+            "usages": ["digital signature", "key encipherment", "server auth"],
+            "expirationSeconds": lifetime_secs,
+        },
+    });
+    let created = match api.create(CSRS, &object).await {
+        Ok(Write::Done(v)) => v,
+        Ok(Write::Conflict) => return Err("failed to create CSR: it exists".into()),
+        Err(e) => return Err(format!("failed to create CSR: {e}")),
+    };
+    let Some(name) = created["metadata"]["name"].as_str().map(str::to_owned) else {
+        return Err("failed to create CSR: the API server named none".into());
+    };
+    let chain = match approve(api, &name, created, &dns_names.join(",")).await {
+        Ok(()) => read_one(api, &name, wait).await,
+        Err(e) => Err(e),
+    };
+    match api.delete(&format!("{CSRS}/{name}"), None).await {
+        Ok(_) => tracing::debug!(target: "pkira", csr = name, "deleted CSR"),
+        Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
+    }
+    Ok((chain?, key.serialize_pem()))
+}
+
+/// One CSR's certificate, read by itself until the signer answers or
+/// `wait` passes (the wait between reads growing from 20 ms to half a
+/// second).
+async fn read_one(api: &Api, name: &str, wait: Duration) -> Result<String, String> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match api.get(&format!("{CSRS}/{name}")).await {
+            Ok(Some(o)) => {
+                if let Some(answer) = outcome(name, &o) {
+                    return answer;
+                }
+            }
+            Ok(None) => return Err(format!("CSR {name} is gone")),
+            Err(e) => tracing::warn!(target: "pkira", csr = name, error = %e, "reading the CSR failed"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("timeout when watching CSR {name}"));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
 }

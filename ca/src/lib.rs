@@ -122,6 +122,11 @@ pub struct CaServer {
     /// signed through the Kubernetes CSR API (the CA above still checks
     /// requests and signs istiod's own certificate, as istiod's does).
     pub external: Option<External>,
+    /// `PILOT_CERT_PROVIDER=k8s.io/<signer>` with the Kubernetes RA: the
+    /// signer of istiod's own certificate. istiod has no CA of its own
+    /// then: the root it distributes and trusts is the one the mesh
+    /// configuration's `caCertificates` names for that signer.
+    pub k8s_signing: Option<String>,
 }
 
 /// istiod's Kubernetes RA.
@@ -275,10 +280,25 @@ impl CaServer {
         }
     }
 
+    /// The root distributed to workloads (the `istio-ca-root-cert`
+    /// ConfigMaps, the webhooks' caBundle): the CA's, or under
+    /// [`CaServer::k8s_signing`] the mesh configuration's root for the
+    /// signer (empty while it names none).
+    pub fn distributed_root(&self) -> String {
+        match (&self.k8s_signing, &self.external) {
+            (Some(signer), Some(ext)) => ext.mesh_root(signer).unwrap_or_default(),
+            _ => self.ca().root_pem().to_owned(),
+        }
+    }
+
     /// The roots client certificates on :15012 are verified with
     /// (istiod's `createPeerCertVerifier`): the Kubernetes RA's signer's,
-    /// then the CA's.
+    /// then the CA's; under [`CaServer::k8s_signing`] the mesh
+    /// configuration's root for the signer alone.
     pub fn client_roots(&self) -> String {
+        if self.k8s_signing.is_some() {
+            return self.distributed_root();
+        }
         let mut roots = self.external.as_ref().map(|e| e.root.clone()).unwrap_or_default();
         // (Empty without an RA root: the CA's alone.)
         if !roots.is_empty() && !roots.ends_with('\n') {
@@ -292,7 +312,11 @@ impl CaServer {
     /// them (`SourceIstioCA`, `SourceIstioRA`): the CA's root bundle, and
     /// a Kubernetes RA's root.
     pub fn trust_anchors(&self) -> Vec<String> {
-        let mut out = vec![self.ca().root_pem().to_owned()];
+        // (No CA of istiod's own under k8s signing.)
+        let mut out: Vec<String> = match self.k8s_signing {
+            Some(_) => Vec::new(),
+            None => vec![self.ca().root_pem().to_owned()],
+        };
         out.extend(self.external.as_ref().map(|e| e.root.clone()).filter(|r| !r.is_empty()));
         out
     }
@@ -811,6 +835,9 @@ pub struct CaConfig {
     pub external_signer: Option<String>,
     /// `CERT_SIGNER_DOMAIN`: the domain of the signers requests name.
     pub cert_signer_domain: String,
+    /// `PILOT_CERT_PROVIDER=k8s.io/<signer>` (with `external_signer`): the
+    /// signer of istiod's own certificate; istiod makes no CA then.
+    pub k8s_serving_signer: Option<String>,
 }
 
 /// The CA of `config`, from `store` (plugged-in certificates from
@@ -833,7 +860,11 @@ pub async fn from_config(
         self_signed_ttl: c.self_signed_ca_cert_ttl,
         rsa_key_bits: c.self_signed_rsa_bits,
     };
-    let store = if c.enabled { store } else { &store::RootStore::Memory };
+    // istiod's maybeCreateCA: no CA of its own when Kubernetes signs
+    // (`isK8SSigning`); one is held in memory for its settings alone,
+    // never written, never distributed.
+    let k8s_signing = c.k8s_serving_signer.clone().filter(|_| c.enabled && c.external_signer.is_some());
+    let store = if c.enabled && k8s_signing.is_none() { store } else { &store::RootStore::Memory };
     let ca = match store {
         store::RootStore::Plugged(dir) => {
             let ca = Ca::plugged(dir, settings).map_err(|e| e.to_string())?;
@@ -842,7 +873,7 @@ pub async fn from_config(
         }
         store::RootStore::Dir(dir) => Ca::self_signed_in(dir, settings).map_err(|e| e.to_string())?,
         store::RootStore::Secret { api, namespace } => store::load_secret_ca(api, namespace, &settings).await?,
-        store::RootStore::Memory if !c.enabled => {
+        store::RootStore::Memory if !c.enabled || k8s_signing.is_some() => {
             // Never signs: only its token authenticators are used.
             Ca::generate(istiod_pki::Settings { rsa_key_bits: None, ..settings }).map_err(|e| e.to_string())?
         }
@@ -882,6 +913,7 @@ pub async fn from_config(
         trusted_node_accounts: c.trusted_node_accounts.clone(),
         pods: Default::default(),
         external,
+        k8s_signing,
     })))
 }
 

@@ -207,7 +207,7 @@ pub async fn run(
     let mut changed = server.changed.subscribe();
     let mut leading = false;
     loop {
-        let (root, crl) = (server.ca().root_pem().to_owned(), server.ca().crl_pem().to_owned());
+        let (root, crl) = (server.distributed_root(), server.ca().crl_pem().to_owned());
         let now_leading = elector.lead().await;
         if now_leading != leading {
             leading = now_leading;

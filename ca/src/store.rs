@@ -292,6 +292,10 @@ pub struct ServingCert {
     /// Certificate files given instead (`--tlsCertFile`, `--tlsKeyFile`):
     /// only the client roots follow the CA then.
     pub files: Option<(Vec<u8>, Vec<u8>)>,
+    /// `PILOT_CERT_PROVIDER=k8s.io/<signer>`: signed by that Kubernetes
+    /// signer through the API (the API, the signer, the lifetime asked:
+    /// istiod's `SelfSignedCACertTTL`).
+    pub kubernetes: Option<(Api, String, Duration)>,
 }
 
 impl ServingCert {
@@ -312,6 +316,46 @@ impl ServingCert {
     pub fn tls_configs(&self, server: &CaServer) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), String> {
         let (cert, key) = self.issue(&server.ca())?;
         Self::configs(&cert, &key, Some(server.client_roots().as_bytes()))
+    }
+
+    /// [`ServingCert::tls_configs`], or under `PILOT_CERT_PROVIDER=k8s.io/<signer>`
+    /// a certificate of the Kubernetes signer (istiod's
+    /// `initDNSCertsK8SRA`), its root the mesh configuration's for the
+    /// signer (required, in istiod's words); also says when the
+    /// certificate should be renewed.
+    pub async fn issue_configs(
+        &self,
+        server: &CaServer,
+    ) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>, Duration), String> {
+        let renew_after = |ttl: Duration| ttl.mul_f64(0.8).max(Duration::from_secs(1));
+        let Some((api, signer, lifetime)) = self.kubernetes.as_ref().filter(|_| self.files.is_none()) else {
+            let (grpc, webhook) = self.tls_configs(server)?;
+            return Ok((grpc, webhook, renew_after(self.ttl)));
+        };
+        let ext = server.external.as_ref().ok_or("no Kubernetes RA")?;
+        let has_any = !ext.mesh_roots.read().unwrap_or_else(|e| e.into_inner()).is_empty();
+        let Some(root) = ext.mesh_root(signer) else {
+            return Err(match has_any {
+                false => "no caCertificates defined in mesh config".to_owned(),
+                true => format!("failed to find root cert for signer: {signer} in mesh config"),
+            });
+        };
+        let (chain, key) = super::k8s_signer::sign_serving(
+            api,
+            signer,
+            &self.names,
+            lifetime.as_secs() as i64,
+            super::k8s_signer::CERT_WAIT,
+        )
+        .await
+        .map_err(|e| format!("failed generating key and cert by kubernetes: {e}"))?;
+        let (grpc, webhook) = Self::configs(chain.as_bytes(), key.as_bytes(), Some(root.as_bytes()))?;
+        // istiod's RotateDNSCertForK8sCA: at half the certificate's life.
+        let left = istiod_pki::not_afters(&chain)
+            .first()
+            .map(|(_, t)| (*t - OffsetDateTime::now_utc()).unsigned_abs())
+            .unwrap_or(*lifetime);
+        Ok((grpc, webhook, left.mul_f64(0.5).max(Duration::from_secs(1))))
     }
 
     /// [`ServingCert::tls_configs`] of the files given (no CA: no client
@@ -343,10 +387,11 @@ pub async fn serve_tls(
     cert: ServingCert,
     grpc: Option<Reloadable>,
     webhook: Option<Reloadable>,
+    first_renewal: Option<Duration>,
 ) {
     let mut changed = server.changed.subscribe();
-    let renew_after = |ttl: Duration| ttl.mul_f64(0.8).max(Duration::from_secs(1));
-    let mut wait = renew_after(cert.ttl);
+    // When the certificate issued at start is due (else 80% of its life).
+    let mut wait = first_renewal.unwrap_or_else(|| cert.ttl.mul_f64(0.8)).max(Duration::from_secs(1));
     loop {
         let ca_changed = tokio::select! {
             r = changed.changed() => {
@@ -361,15 +406,15 @@ pub async fn serve_tls(
             wait = Duration::from_secs(3600);
             continue;
         }
-        match cert.tls_configs(&server) {
-            Ok((grpc_cfg, webhook_cfg)) => {
+        match cert.issue_configs(&server).await {
+            Ok((grpc_cfg, webhook_cfg, renew)) => {
                 if let Some(t) = &grpc {
                     t.set(grpc_cfg);
                 }
                 if let Some(t) = &webhook {
                     t.set(webhook_cfg);
                 }
-                wait = renew_after(cert.ttl);
+                wait = renew;
                 let why = if ca_changed { "the CA changed" } else { "renewal" };
                 tracing::info!(target: "ca", names = ?cert.names, why, "istiod's serving certificate reissued");
             }

@@ -120,6 +120,17 @@ impl Server {
         unreachable!()
     }
 
+    /// [`Server::start_in`] that returns the log of a server that exited
+    /// (a start refused) instead of failing the test.
+    pub(crate) fn try_start_in(
+        cwd: Option<&Path>,
+        source: &[&str],
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
+        Self::try_start(cwd, source, flags, env, None)
+    }
+
     fn try_start(
         cwd: Option<&Path>,
         source: &[&str],

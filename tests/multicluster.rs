@@ -542,3 +542,66 @@ fn a_dead_remote_delays_readiness_only_to_the_timeout() {
     assert!(s.log().contains("remote cluster did not sync in time"), "{}", s.log());
     assert_eq!(metric(&s, "remote_cluster_sync_timeouts_total"), Some(1.0));
 }
+
+/// A remote cluster's east-west gateway as a Gateway API Gateway (istiod's
+/// network manager reads each cluster's, `handleGatewayResource`, under
+/// `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`): network1's sidecar reaches
+/// the remote's network2 endpoint through the Gateway's address on its
+/// auto-passthrough listener. An `istio-remote` Gateway there is not read
+/// (only the config cluster's are), nor are any with the switch off.
+#[test]
+fn a_remote_gateway_api_gateway_leads_into_its_network() {
+    let primary = crate::server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        primary.install(r);
+    }
+    populate(&primary, "network1", "10.1.0.1");
+    let south = remote_api("network2", "10.3.0.1");
+    for r in istiod_kubewatch::fake::gateway_api_resources() {
+        south.install(r);
+    }
+    let gateway = |name: &str, class: &str, ip: &str, network: &str| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": name, "namespace": "istio-system", "labels": {"topology.istio.io/network": network}},
+               "spec": {"gatewayClassName": class, "addresses": [{"type": "IPAddress", "value": ip}],
+                        "listeners": [{"name": "tls-passthrough", "port": 15443, "protocol": "TLS",
+                                       "tls": {"mode": "Passthrough", "options": {"gateway.istio.io/listener-protocol": "auto-passthrough"}}}]}})
+    };
+    south.apply(istiod_kubewatch::fake::K8S_GATEWAYS, gateway("eastwest", "istio", "203.0.113.40", "network2"));
+    south.apply(istiod_kubewatch::fake::K8S_GATEWAYS, gateway("elsewhere", "istio-remote", "203.0.113.41", "network3"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = crate::server::kubeconfig(dir.path(), &primary.url());
+    let start = |env: &[(&str, &str)]| {
+        let mut e = vec![
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().join("ca").to_str().unwrap().to_owned()),
+            ("CLUSTER_ID", "east".to_owned()),
+        ];
+        e.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Server::start_on(&["--kubeconfig", kubeconfig.to_str().unwrap()], &[], &e, None)
+    };
+    primary.apply("secrets", remote_secret("istio-remote-secret-south", &[("south", remote_kubeconfig(&south.url()))]));
+    let s = start(&[]);
+    wait_for("the remote's endpoints", Duration::from_secs(20), || {
+        shards(&s) == json!({"Kubernetes/east": ["10.1.0.1"], "Kubernetes/south": ["10.3.0.1"]})
+    });
+    wait_for("the remote's gateway", Duration::from_secs(20), || {
+        get(s.http, "/debug/networkz").is_some_and(|(_, b)| b.contains("203.0.113.40"))
+    });
+    assert!(
+        !get(s.http, "/debug/networkz").unwrap().1.contains("203.0.113.41"),
+        "istio-remote: the config cluster's only"
+    );
+    let (eps, _) = endpoints(&eds(&s, Some("network1")));
+    assert_eq!(
+        eps,
+        [ep("10.1.0.1:9080", 1, "istio"), ep("203.0.113.40:15443", 1, "istio")],
+        "south through its Gateway"
+    );
+    drop(s);
+    let off = start(&[("PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API", "false")]);
+    wait_for("the remote's endpoints", Duration::from_secs(20), || {
+        shards(&off) == json!({"Kubernetes/east": ["10.1.0.1"], "Kubernetes/south": ["10.3.0.1"]})
+    });
+    assert!(!get(off.http, "/debug/networkz").unwrap().1.contains("203.0.113.40"), "the switch off reads none");
+}

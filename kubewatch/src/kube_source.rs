@@ -201,10 +201,29 @@ fn config_cluster() -> Arc<str> {
 /// kube controller): Services, EndpointSlices, Pods, Nodes, Namespaces.
 const REGISTRY_KINDS: usize = 5;
 
-/// [`run_updates`] for a remote cluster: its registry's kinds only.
-/// Dropping the future stops every watch it started.
+/// Whether remote clusters' Gateway API Gateways are read too
+/// (`PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`: istiod's network manager
+/// of each cluster watches them for east-west gateways).
+static REMOTE_GATEWAYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets whether [`run_registry`] reads Gateway API Gateways.
+pub fn set_remote_gateways(on: bool) {
+    REMOTE_GATEWAYS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The index of the Gateway API Gateway in [`KINDS`].
+fn gateway_api_gateway(i: usize) -> bool {
+    KINDS.get(i).is_some_and(|(g, _, k, _)| *g == "gateway.networking.k8s.io" && *k == "Gateway")
+}
+
+/// [`run_updates`] for a remote cluster: its registry's kinds only, and
+/// its Gateway API Gateways with [`set_remote_gateways`]. Dropping the
+/// future stops every watch it started.
 pub async fn run_registry(client: kube::Client, out: Arc<Updates>, cluster: Arc<str>) {
-    run_kinds(client, out, |i| i < REGISTRY_KINDS, cluster).await
+    match REMOTE_GATEWAYS.load(std::sync::atomic::Ordering::Relaxed) {
+        true => run_kinds(client, out, |i| i < REGISTRY_KINDS || gateway_api_gateway(i), cluster).await,
+        false => run_kinds(client, out, |i| i < REGISTRY_KINDS, cluster).await,
+    }
 }
 
 /// The watches of one source: aborted together when it is dropped.

@@ -12,8 +12,7 @@
 //! `handleGatewayResource`, under `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`):
 //! each address times each auto-passthrough listener (mTLS) and each HBONE
 //! listener; `istio-remote` ones are read from the config cluster only
-//! (remote clusters' Gateway API objects are not watched yet, so in
-//! practice only this cluster's are read). Hostname
+//! (remote registries watch Gateways under the same switch). Hostname
 //! addresses are not resolved yet (istiod resolves them under
 //! `RESOLVE_HOSTNAME_GATEWAYS`, on by default): they are left out, and a
 //! meshNetworks one is reported when the networks are read.

@@ -179,6 +179,11 @@ pub struct Config {
     /// `PILOT_PERSISTENT_SESSION_LABEL`,
     /// `PILOT_PERSISTENT_SESSION_HEADER_LABEL`.
     pub persistent_session_labels: [String; 2],
+    /// `PILOT_DRAINING_LABEL`.
+    pub draining_label: String,
+    /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE`,
+    /// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE`.
+    pub hbone_window_sizes: [u32; 2],
     /// `PILOT_TRACE_SAMPLING` (1.0): the percentage of requests traced.
     pub trace_sampling: f64,
     /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
@@ -959,6 +964,11 @@ impl Config {
             persistent_session_labels: [
                 vars.string("PILOT_PERSISTENT_SESSION_LABEL", "istio.io/persistent-session"),
                 vars.string("PILOT_PERSISTENT_SESSION_HEADER_LABEL", "istio.io/persistent-session-header"),
+            ],
+            draining_label: vars.string("PILOT_DRAINING_LABEL", "istio.io/draining"),
+            hbone_window_sizes: [
+                vars.int("PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE", 0_u32)?,
+                vars.int("PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE", 0_u32)?,
             ],
             dns: istiod_mesh::meshconfig::DnsSettings {
                 multicluster_headless: vars.bool("ENABLE_MULTICLUSTER_HEADLESS", true)?,

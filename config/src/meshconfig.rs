@@ -90,6 +90,13 @@ pub struct MeshSettings {
     /// (`istio.io/persistent-session-header`): a service labelled with
     /// either keeps its draining endpoints (empty: never).
     pub persistent_session_labels: [String; 2],
+    /// `PILOT_DRAINING_LABEL` (`istio.io/draining`): an endpoint whose
+    /// workload carries it (non-empty) is draining (empty: none is).
+    pub draining_label: String,
+    /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE` and
+    /// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE` (0: Envoy's own) on
+    /// HBONE CONNECT clusters.
+    pub hbone_window_sizes: [u32; 2],
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -308,6 +315,8 @@ impl Default for MeshSettings {
                 "istio.io/persistent-session".into(),
                 "istio.io/persistent-session-header".into(),
             ],
+            draining_label: "istio.io/draining".into(),
+            hbone_window_sizes: [0, 0],
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

@@ -1208,6 +1208,11 @@ pub fn policies<'m>(
 /// `connect_originate` (`buildConnectOriginate`): ORIGINAL_DST on 15008,
 /// HTTP/2 CONNECT, mutual TLS; a waypoint also checks the peer's SPIFFE
 /// prefix (its trust domain and namespace).
+/// An HTTP/2 window size as istiod sends it: none for 0.
+fn window(size: u32) -> Option<u32> {
+    (size > 0).then_some(size)
+}
+
 fn connect_originate_cluster(model: &Model, san: Option<(&str, &str)>) -> Cluster {
     let mut ctx = connect_tls_context(model);
     if let (
@@ -1227,7 +1232,14 @@ fn connect_originate_cluster(model: &Model, san: Option<(&str, &str)>) -> Cluste
             upstream_http::http_protocol_options::ExplicitHttpConfig {
                 protocol_config: Some(
                     upstream_http::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
-                        core::Http2ProtocolOptions { allow_connect: true, ..Default::default() },
+                        core::Http2ProtocolOptions {
+                            allow_connect: true,
+                            // PILOT_HBONE_INITIAL_{STREAM,CONNECTION}_WINDOW_SIZE
+                            // (0: Envoy's own, the field unset).
+                            initial_stream_window_size: window(model.mesh.hbone_window_sizes[0]),
+                            initial_connection_window_size: window(model.mesh.hbone_window_sizes[1]),
+                            ..Default::default()
+                        },
                     ),
                 ),
             },

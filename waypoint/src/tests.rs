@@ -397,6 +397,8 @@ fn waypoint_resources_shape() {
     let originate = v.cluster(&mesh, CONNECT_ORIGINATE).unwrap();
     let Some(cluster::cluster::LbConfig::OriginalDstLbConfig(o)) = &originate.lb_config else { panic!() };
     assert_eq!(o.upstream_port_override, Some(15008));
+    // PILOT_HBONE_INITIAL_*_WINDOW_SIZE: unset by default (Envoy's own).
+    assert_eq!(h2_windows(&originate), (None, None));
     let vip = v.cluster(&mesh, "inbound-vip|80|http|app.com").unwrap();
     assert_eq!(vip.eds_cluster_config.as_ref().unwrap().service_name, "inbound-vip|80|http|app.com");
     assert_eq!(vip.transport_socket.as_ref().unwrap().name, "internal_upstream");
@@ -1299,4 +1301,39 @@ spec:
     let t = tcp::TcpProxy::decode(a.value.as_slice()).unwrap();
     assert_eq!(t.idle_timeout, Some(Duration { seconds: 30, nanos: 0 }));
     assert_eq!(t.max_downstream_connection_duration, Some(Duration { seconds: 3600, nanos: 0 }));
+}
+
+/// The HTTP/2 window sizes of an HBONE CONNECT cluster's protocol options.
+fn h2_windows(c: &istiod_proto::envoy::config::cluster::v3::Cluster) -> (Option<u32>, Option<u32>) {
+    use istiod_proto::envoy::extensions::upstreams::http::v3 as upstream_http;
+    let any = &c.typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+    let o = upstream_http::HttpProtocolOptions::decode(any.value.as_slice()).unwrap();
+    let Some(upstream_http::http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(e)) =
+        o.upstream_protocol_options
+    else {
+        panic!("{o:?}")
+    };
+    let Some(upstream_http::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(h2)) =
+        e.protocol_config
+    else {
+        panic!()
+    };
+    (h2.initial_stream_window_size, h2.initial_connection_window_size)
+}
+
+/// Ours, on istiod's `h2connectUpgrade` (cluster_waypoint.go):
+/// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE` and
+/// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE` set the CONNECT cluster's
+/// HTTP/2 windows when not 0.
+#[test]
+fn hbone_window_sizes_are_set_when_given() {
+    let (mut mesh, class) = setup(&[WAYPOINT_GATEWAY, WAYPOINT_SVC, WAYPOINT_INSTANCE]);
+    let mut m = (*mesh.model).clone();
+    let mut settings = (*m.mesh).clone();
+    settings.hbone_window_sizes = [1 << 20, 1 << 24];
+    m.mesh = Arc::new(settings);
+    mesh.model = Arc::new(m);
+    let v = View::of(&mesh, &class).unwrap();
+    let originate = v.cluster(&mesh, CONNECT_ORIGINATE).unwrap();
+    assert_eq!(h2_windows(&originate), (Some(1 << 20), Some(1 << 24)));
 }

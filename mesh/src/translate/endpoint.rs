@@ -17,15 +17,18 @@ use crate::model::{Health, Locality, Service};
 /// Which endpoints besides healthy ones a cluster takes (istiod's
 /// `filterIstioEndpoint`): terminating ones never.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Takes {
+pub(crate) struct Takes<'a> {
     /// Unhealthy (not ready) ones, with their health.
     pub(crate) unhealthy: bool,
     /// Draining (terminating, still serving) ones: a persistent-session
     /// service's.
     pub(crate) draining: bool,
+    /// `PILOT_DRAINING_LABEL`: an endpoint whose workload carries it
+    /// (non-empty) is draining, whatever its conditions say (empty: none).
+    pub(crate) draining_label: &'a str,
 }
 
-impl Takes {
+impl<'a> Takes<'a> {
     /// What a cluster of `svc` on `port` takes where `policy` applies
     /// (istiod's `supportsUnhealthyEndpoints` and
     /// `SupportsDrainingEndpoints`), and the panic threshold it sets
@@ -33,10 +36,10 @@ impl Takes {
     /// rule's `minHealthPercent` where it sets outlier detection, zero
     /// where the cluster takes unhealthy endpoints, Envoy's own else.
     pub(crate) fn of(
-        mesh: &crate::meshconfig::MeshSettings,
+        mesh: &'a crate::meshconfig::MeshSettings,
         svc: &Service,
         policy: Option<&istiod_config::istio::networking::TrafficPolicy>,
-    ) -> (Takes, Option<f64>) {
+    ) -> (Takes<'a>, Option<f64>) {
         let (forced, supports) = (svc.forces_unhealthy(mesh), svc.supports_unhealthy(mesh));
         let outlier = policy.and_then(|p| p.outlier_detection.as_ref());
         let min_health = outlier.map_or(0, |o| o.min_health_percent);
@@ -51,7 +54,17 @@ impl Takes {
         // does not keep them).
         let label = &mesh.persistent_session_labels[0];
         let draining = !label.is_empty() && svc.labels.get(label).is_some_and(|v| !v.is_empty());
-        (Takes { unhealthy, draining }, panic)
+        (Takes { unhealthy, draining, draining_label: &mesh.draining_label }, panic)
+    }
+
+    /// An endpoint's health as sent (istiod's `buildEnvoyLbEndpoint`: the
+    /// draining label first).
+    fn health_of(self, e: &crate::model::Endpoint) -> Health {
+        match self.draining_label {
+            "" => e.health,
+            label if e.labels.get(label).is_some_and(|v| !v.is_empty()) => Health::Draining,
+            _ => e.health,
+        }
     }
 
     fn admits(self, health: Health) -> bool {
@@ -71,7 +84,7 @@ pub(crate) fn load_assignment(
     svc: &Service,
     port: u16,
     subset: Option<&BTreeMap<String, String>>,
-    takes: Takes,
+    takes: Takes<'_>,
 ) -> ClusterLoadAssignment {
     placed(cluster, svc, port, subset, takes, "", &|_| false).0
 }
@@ -84,15 +97,17 @@ pub(crate) fn placed(
     svc: &Service,
     port: u16,
     subset: Option<&BTreeMap<String, String>>,
-    takes: Takes,
+    takes: Takes<'_>,
     cluster_id: &str,
     mtls: &dyn Fn(&crate::model::Endpoint) -> bool,
 ) -> (ClusterLoadAssignment, Vec<Vec<Place>>) {
     let mut by_locality: BTreeMap<&Locality, Vec<(LbEndpoint, Place)>> = BTreeMap::new();
     let in_subset =
         |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
-    for ep in svc.endpoints.iter().filter(|e| e.service_port == port && takes.admits(e.health)).filter(in_subset) {
-        let health = match ep.health {
+    for ep in
+        svc.endpoints.iter().filter(|e| e.service_port == port && takes.admits(takes.health_of(e))).filter(in_subset)
+    {
+        let health = match takes.health_of(ep) {
             Health::Healthy => core::HealthStatus::Healthy,
             Health::Draining => core::HealthStatus::Draining,
             Health::Unhealthy | Health::Terminating => core::HealthStatus::Unhealthy,

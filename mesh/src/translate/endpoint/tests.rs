@@ -235,3 +235,27 @@ fn persistent_session_clusters_override_host_status() {
     assert_eq!(statuses("istio.io/persistent-session-header: x-session"), kept);
     assert_eq!(statuses(""), None);
 }
+
+/// istiod's `PILOT_DRAINING_LABEL` (`buildEnvoyLbEndpoint`,
+/// `filterIstioEndpoint`): a ready endpoint whose pod carries
+/// `istio.io/draining` is draining: left out unless the service keeps
+/// draining endpoints for persistent sessions, then sent as DRAINING; an
+/// empty label name turns it off. (Ours: upstream tests this through
+/// `TestEndpointsByNetworkFilter`'s fixtures, not as a unit.)
+#[test]
+fn the_draining_label_makes_an_endpoint_draining() {
+    let pod = r#"---
+apiVersion: v1
+kind: Pod
+metadata: {name: leaving, namespace: ns, labels: {istio.io/draining: "true"}}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.1}
+"#;
+    let (eps, _) = served(&model(pod, "", MeshSettings::default()));
+    assert!(!addresses(&eps).contains(&"10.0.0.1"), "not a persistent-session service: {eps:?}");
+    let (eps, _) = served(&model(pod, "istio.io/persistent-session: sticky", MeshSettings::default()));
+    assert!(eps.contains(&("10.0.0.1".into(), HealthStatus::Draining)), "{eps:?}");
+    let off = MeshSettings { draining_label: String::new(), ..MeshSettings::default() };
+    let (eps, _) = served(&model(pod, "", off));
+    assert!(eps.contains(&("10.0.0.1".into(), HealthStatus::Healthy)), "{eps:?}");
+}

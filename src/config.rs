@@ -181,6 +181,9 @@ pub struct Config {
     pub persistent_session_labels: [String; 2],
     /// `PILOT_DRAINING_LABEL`.
     pub draining_label: String,
+    /// `METRICS_LOCALHOST_ACCESS_ONLY` (false): `/metrics` for loopback
+    /// callers only.
+    pub metrics_localhost_only: bool,
     /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE`,
     /// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE`.
     pub hbone_window_sizes: [u32; 2],
@@ -966,6 +969,7 @@ impl Config {
                 vars.string("PILOT_PERSISTENT_SESSION_HEADER_LABEL", "istio.io/persistent-session-header"),
             ],
             draining_label: vars.string("PILOT_DRAINING_LABEL", "istio.io/draining"),
+            metrics_localhost_only: vars.bool("METRICS_LOCALHOST_ACCESS_ONLY", false)?,
             hbone_window_sizes: [
                 vars.int("PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE", 0_u32)?,
                 vars.int("PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE", 0_u32)?,

@@ -1150,3 +1150,44 @@ fn pcds_sends_the_trust_bundle_under_multiroot_mesh() {
         assert!(r.resources.is_empty(), "{r:?}");
     });
 }
+
+/// `METRICS_LOCALHOST_ACCESS_ONLY` (istiod's `metricsMiddleware`):
+/// `/metrics` answers a loopback caller and refuses another with 403 and
+/// istiod's words (the other caller is this machine at its own
+/// non-loopback address, where it has one).
+#[test]
+fn metrics_can_be_kept_to_localhost() {
+    let port = free_port();
+    let addr = format!("0.0.0.0:{}", port.port());
+    let s = Server::start(
+        std::path::Path::new(BOOKINFO),
+        &["--httpAddr", &addr, "--monitoringAddr", ""],
+        &[("METRICS_LOCALHOST_ACCESS_ONLY", "true")],
+        None,
+    );
+    assert_eq!(server::get(s.http, "/metrics").unwrap().0, 200, "loopback");
+    // This machine's address towards the outside (no packet is sent).
+    let own = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|()| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    if let Some(ip) = own {
+        let (status, body) = request(SocketAddr::new(ip, port.port()), "GET", "/metrics", "", Duration::from_secs(5));
+        assert_eq!(
+            (status, String::from_utf8_lossy(&body).as_ref()),
+            (403, "Only requests from localhost are allowed\n")
+        );
+    }
+    drop(s);
+    let s = Server::start(std::path::Path::new(BOOKINFO), &["--httpAddr", &addr, "--monitoringAddr", ""], &[], None);
+    if let Some(ip) = own {
+        assert_eq!(
+            request(SocketAddr::new(ip, port.port()), "GET", "/metrics", "", Duration::from_secs(5)).0,
+            200,
+            "off by default"
+        );
+    }
+    drop(s);
+}

@@ -579,6 +579,11 @@ pub(super) async fn monitoring(
     if req.path != "/metrics" {
         return Response::text(404, "not found\n");
     }
+    // METRICS_LOCALHOST_ACCESS_ONLY (istiod's metricsMiddleware).
+    let local = req.peer.is_none_or(|p| p.ip().to_canonical().is_loopback());
+    if METRICS_LOCALHOST_ONLY.load(std::sync::atomic::Ordering::Relaxed) && !local {
+        return Response::text(403, "Only requests from localhost are allowed\n");
+    }
     let stats = publisher.query(DebugQuery::Stats).await;
     let mut out = istiod_xds::metrics::Exposition::new();
     istiod_xds::metrics::collect(&mut out);
@@ -672,4 +677,13 @@ pub(super) async fn monitoring(
         std::sync::LazyLock::new(prometheus::process_collector::ProcessCollector::for_self);
     out.extend(prometheus::core::Collector::collect(&*PROCESS));
     Response { status: 200, content_type: "text/plain; version=0.0.4; charset=utf-8", body: out.encode().into() }
+}
+
+/// `METRICS_LOCALHOST_ACCESS_ONLY`: `/metrics` answers loopback callers
+/// only.
+static METRICS_LOCALHOST_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets [`METRICS_LOCALHOST_ONLY`] (at start).
+pub(crate) fn set_metrics_localhost_only(on: bool) {
+    METRICS_LOCALHOST_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
 }

@@ -184,6 +184,8 @@ pub struct Config {
     /// `METRICS_LOCALHOST_ACCESS_ONLY` (false): `/metrics` for loopback
     /// callers only.
     pub metrics_localhost_only: bool,
+    /// `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` (15s; 0: none).
+    pub gateway_handshake_timeout: Option<Duration>,
     /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE`,
     /// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE`.
     pub hbone_window_sizes: [u32; 2],
@@ -970,6 +972,10 @@ impl Config {
             ],
             draining_label: vars.string("PILOT_DRAINING_LABEL", "istio.io/draining"),
             metrics_localhost_only: vars.bool("METRICS_LOCALHOST_ACCESS_ONLY", false)?,
+            gateway_handshake_timeout: Some(
+                vars.duration("PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT", Duration::from_secs(15))?,
+            )
+            .filter(|t| !t.is_zero()),
             hbone_window_sizes: [
                 vars.int("PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE", 0_u32)?,
                 vars.int("PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE", 0_u32)?,

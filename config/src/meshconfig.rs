@@ -97,6 +97,9 @@ pub struct MeshSettings {
     /// `PILOT_HBONE_INITIAL_CONNECTION_WINDOW_SIZE` (0: Envoy's own) on
     /// HBONE CONNECT clusters.
     pub hbone_window_sizes: [u32; 2],
+    /// `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` (15s): the TLS
+    /// handshake limit on gateway listener chains; `None` (0) for none.
+    pub gateway_handshake_timeout: Option<std::time::Duration>,
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -317,6 +320,7 @@ impl Default for MeshSettings {
             ],
             draining_label: "istio.io/draining".into(),
             hbone_window_sizes: [0, 0],
+            gateway_handshake_timeout: Some(std::time::Duration::from_secs(15)),
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

@@ -221,7 +221,17 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         auto_passthrough: &auto,
         policies: Some(&policies),
     };
-    listeners_with(&m, Some(&l4))
+    let mut listeners = listeners_with(&m, Some(&l4));
+    // PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT (15s; 0: none), on
+    // every chain (istiod's gatewayTransportSocketConnectTimeout).
+    let timeout = model
+        .mesh
+        .gateway_handshake_timeout
+        .map(|t| istiod_proto::prost_types::Duration { seconds: t.as_secs() as i64, nanos: t.subsec_nanos() as i32 });
+    for c in listeners.iter_mut().flat_map(|l| l.filter_chains.iter_mut()) {
+        c.transport_socket_connect_timeout = timeout;
+    }
+    listeners
 }
 
 /// The SNI-DNAT clusters of an AUTO_PASSTHROUGH router
@@ -982,5 +992,32 @@ mod tests {
         assert_eq!(refused, ["NotAllowedByListeners"], "a TLSRoute on a TCP listener");
         let status = model.gateway_api.statuses.iter().find(|s| s.path.ends_with("/tcproutes/db")).unwrap();
         assert!(status.path.starts_with("/apis/gateway.networking.k8s.io/v1/"), "{}", status.path);
+    }
+
+    /// Upstream `TestListenerTransportSocketConnectTimeoutForGateway`
+    /// (pilot/pkg/networking/core/gateway_test.go): the default 15s, a
+    /// custom 30s, and none when `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT`
+    /// is 0; on every chain of the router's listeners.
+    #[test]
+    fn upstream_listener_transport_socket_connect_timeout_for_gateway() {
+        let gateway = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: http-server, namespace: testns}\n\
+            spec: {selector: {app: gw}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
+        let cases = [
+            ("should set default timeout", Some(std::time::Duration::from_secs(15)), Some(15)),
+            ("should set custom timeout", Some(std::time::Duration::from_secs(30)), Some(30)),
+            ("should disable timeout when set to 0", None, None),
+        ];
+        for (name, setting, want) in cases {
+            let mut model = Model::build(&objects(gateway), "cluster.local");
+            let mut mesh = (*model.mesh).clone();
+            mesh.gateway_handshake_timeout = setting;
+            model.mesh = Arc::new(mesh);
+            let ls = listeners(&model, &router("testns", false));
+            let chains: Vec<_> = ls.iter().flat_map(|l| &l.filter_chains).collect();
+            assert!(!chains.is_empty(), "{name}");
+            for c in chains {
+                assert_eq!(c.transport_socket_connect_timeout.map(|d| d.seconds), want, "{name}");
+            }
+        }
     }
 }

@@ -657,6 +657,50 @@ fn the_compliance_policy_holds_for_jwks_fetches() {
     let _ = peer.wait();
 }
 
+/// `JWKS_RESOLVER_INSECURE_SKIP_VERIFY` (istiod's jwks_resolver.go
+/// `InsecureSkipVerify`): a key set served with a certificate no trusted
+/// root signed is not fetched by default, and is with the switch.
+#[test]
+fn the_jwks_resolver_can_skip_certificate_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut peer, port, _) = tls13_peer(dir.path(), None);
+    // Trusted instead: an unrelated CA.
+    let other = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let roots = dir.path().join("other-ca.pem");
+    std::fs::write(&roots, params.self_signed(&other).unwrap().pem()).unwrap();
+    let uri = format!("https://127.0.0.1:{port}/jwks.json");
+    let mesh = tempfile::tempdir().unwrap();
+    copy_dir(std::path::Path::new(BOOKINFO), mesh.path());
+    std::fs::write(
+        mesh.path().join("zz-remote-jwks.yaml"),
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: remote, namespace: bookinfo}}\n\
+             spec:\n  jwtRules:\n  - {{issuer: tls.example, jwksUri: \"{uri}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let fetched = |env: &[(&str, &str)]| {
+        let mut e = vec![("SSL_CERT_FILE", roots.to_str().unwrap())];
+        e.extend_from_slice(env);
+        let s = Server::start(mesh.path(), &[], &e, None);
+        let mut result = None;
+        wait_for("a JWKS fetch", Duration::from_secs(20), || {
+            let m = server::get(s.monitoring, "/metrics").unwrap().1;
+            let ok = series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some();
+            let failed = series(&m, "pilot_jwks_resolver_network_fetch_fail_total ").is_some();
+            result = (ok || failed).then_some(ok);
+            result.is_some()
+        });
+        result.unwrap()
+    };
+    assert!(!fetched(&[]), "an unknown issuer of the server's certificate");
+    assert!(fetched(&[("JWKS_RESOLVER_INSECURE_SKIP_VERIFY", "true")]), "not checked");
+    let _ = peer.kill();
+    let _ = peer.wait();
+}
+
 /// `--httpsAddr=""` moves the webhooks to the HTTP port in plaintext, as
 /// istiod's shared mux serves them: an AdmissionReview of an invalid
 /// VirtualService posted to 8080 is refused with the validator's words,

@@ -31,16 +31,81 @@ impl Default for Fetcher {
     }
 }
 
+/// `JWKS_RESOLVER_INSECURE_SKIP_VERIFY`: the RequestAuthentication key
+/// sets' fetcher ([`Fetcher::for_resolver`]) checks no server certificate.
+static INSECURE_RESOLVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets [`INSECURE_RESOLVER`] (at start).
+pub fn set_resolver_insecure_skip_verify(on: bool) {
+    INSECURE_RESOLVER.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Accepts any server certificate (Go's `InsecureSkipVerify`): the
+/// handshake's signatures are still checked.
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 impl Fetcher {
     pub fn new() -> Self {
+        Self::verifying(true)
+    }
+
+    /// The fetcher of RequestAuthentication key sets (istiod's
+    /// `jwks_resolver.go`): certificates checked unless
+    /// `JWKS_RESOLVER_INSECURE_SKIP_VERIFY`.
+    pub fn for_resolver() -> Self {
+        Self::verifying(!INSECURE_RESOLVER.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn verifying(verify: bool) -> Self {
         use hyper_rustls::ConfigBuilderExt as _;
         let exec = hyper_util::rt::TokioExecutor::new();
         // `COMPLIANCE_POLICY` holds for these fetches too.
         let (provider, versions) = istiod_xds::server::tls::client_provider();
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
             .map_err(|e| e.to_string())
-            .and_then(|b| b.with_native_roots().map_err(|e| e.to_string()))
+            .and_then(|b| match verify {
+                true => b.with_native_roots().map_err(|e| e.to_string()),
+                false => {
+                    Ok(b.dangerous().with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(provider))))
+                }
+            })
             .map(|b| b.with_no_client_auth());
         let https = match tls {
             Ok(cfg) => {

@@ -36,7 +36,7 @@ pub(super) async fn run(
     tx: Tx,
     refresh: Duration,
 ) {
-    let fetcher = Fetcher::new();
+    let fetcher = Fetcher::for_resolver();
     let mut wanted: BTreeSet<JwksKey> = BTreeSet::new();
     let mut keys: FetchedJwks = BTreeMap::new();
     let mut failing = false;

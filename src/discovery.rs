@@ -126,6 +126,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     istiod_kubewatch::kube_source::set_remote_gateways(config.discover_gateway_api_gateways);
     debug::set_metrics_localhost_only(config.metrics_localhost_only);
     istiod_ca::jwks::set_resolver_insecure_skip_verify(config.jwks_insecure_skip_verify);
+    istiod_ca::jwks::set_blocked_cidrs(&config.jwks_blocked_cidrs);
     istiod_config::objects::set_read_filter(config.read_filter.clone());
     istiod_kubewatch::kube_source::set_config_cluster(&config.cluster_id);
     istiod_mesh::node::set_ambient(config.ambient);

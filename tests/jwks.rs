@@ -108,3 +108,35 @@ fn an_unreachable_jwks_uri_serves_the_public_only_key_set_and_says_why() {
         assert!(r.resources.iter().any(|a| a.value.windows(marker.len()).any(|w| w == marker)));
     });
 }
+
+/// istiod's JWKS fetch guard (jwks_resolver.go `jwksBlockedIP`): a
+/// link-local `jwksUri` (a cloud metadata endpoint) is never fetched, and
+/// `BLOCKED_CIDRS_IN_JWKS_URIS` refuses its ranges, for an address literal
+/// and for a name that resolves into them (`localhost`); each says why.
+#[test]
+fn jwks_uris_in_blocked_ranges_are_not_fetched() {
+    let (s, _dir) = mesh_with_rule("https://meta.example", "http://169.254.169.254/latest/meta-data", &[]);
+    server::wait_for("the refusal", Duration::from_secs(10), || s.log().contains("cannot fetch JWKS"));
+    assert!(s.log().contains("connection blocked: resolved IP 169.254.169.254 is link-local"), "{}", s.log());
+    drop(s);
+    let body = Arc::new(Mutex::new(keys("blocked-kid")));
+    let uri = http_body_server(body);
+    let by_name = uri.replace("127.0.0.1", "localhost");
+    for target in [uri.as_str(), by_name.as_str()] {
+        let (s, _dir) = mesh_with_rule(
+            "https://blocked.example",
+            target,
+            &[("BLOCKED_CIDRS_IN_JWKS_URIS", "127.0.0.0/8, ::1/128, bad")],
+        );
+        server::wait_for("the refusal", Duration::from_secs(10), || s.log().contains("cannot fetch JWKS"));
+        assert!(s.log().contains("is in blocked CIDR range"), "{target}: {}", s.log());
+        assert!(s.log().contains("Failed to parse CIDR range \"bad\""), "{}", s.log());
+    }
+    // Not blocked: fetched.
+    let (s, _dir) = mesh_with_rule("https://blocked.example", &by_name, &[]);
+    server::wait_for("the fetch", Duration::from_secs(10), || {
+        let m = server::get(s.monitoring, "/metrics").unwrap().1;
+        crate::operations::series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some()
+    });
+    assert!(!s.log().contains("cannot fetch JWKS"), "{}", s.log());
+}

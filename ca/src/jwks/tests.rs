@@ -78,3 +78,35 @@ async fn fetches_by_uri_and_through_openid_discovery() {
     let e = f.key_set(&("http://127.0.0.1:1/none".to_owned(), String::new())).await.unwrap_err();
     assert!(e.contains("GET http://127.0.0.1:1/none/.well-known/openid-configuration"), "{e}");
 }
+
+/// istiod's `jwksBlockedIP` (pilot/pkg/model/jwks_resolver.go) and
+/// `security.IsLinkLocal`/`IsKnownCloudMetadataAddress`: link-local and
+/// cloud metadata addresses always, and the configured ranges; private
+/// and loopback ones only when configured.
+#[test]
+fn blocked_addresses_are_istiods() {
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let none: Vec<(std::net::IpAddr, u8)> = Vec::new();
+    for (addr, why) in [
+        ("169.254.169.254", "is link-local"),
+        ("fe80::1", "is link-local"),
+        ("::ffff:169.254.1.1", "is link-local"),
+        ("224.0.0.251", "is link-local"),
+        ("100.100.100.200", "is a known cloud metadata address"),
+        ("fd00:ec2::254", "is a known cloud metadata address"),
+    ] {
+        let got = super::blocked(ip(addr), &none).unwrap_or_default();
+        assert!(got.ends_with(why), "{addr}: {got}");
+    }
+    for addr in ["10.0.0.1", "127.0.0.1", "::1", "100.100.100.201", "192.0.2.1"] {
+        assert_eq!(super::blocked(ip(addr), &none), None, "{addr}");
+    }
+    let cidrs = vec![super::parse_cidr("10.0.0.0/8").unwrap(), super::parse_cidr("fd00::/8").unwrap()];
+    assert_eq!(
+        super::blocked(ip("10.1.2.3"), &cidrs).as_deref(),
+        Some("connection blocked: resolved IP 10.1.2.3 is in blocked CIDR range 10.0.0.0/8")
+    );
+    assert!(super::blocked(ip("fd12::1"), &cidrs).is_some());
+    assert_eq!(super::blocked(ip("11.0.0.1"), &cidrs), None);
+    assert_eq!(super::parse_cidr("10.0.0.0/33"), None);
+}

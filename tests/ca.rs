@@ -511,18 +511,7 @@ fn a_multiroot_mesh_takes_a_root_bundle_that_keeps_the_old_root() {
 /// refused in istiod's words.
 #[test]
 fn a_request_names_its_signer_under_the_cert_signer_domain() {
-    use istiod_kubewatch::fake::{Resource, core_resources};
-    let api = server::fake_api();
-    for r in core_resources() {
-        api.install(r);
-    }
-    api.install(Resource {
-        group: "certificates.k8s.io",
-        version: "v1",
-        plural: "certificatesigningrequests",
-        kind: "CertificateSigningRequest",
-    });
-    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    let api = csr_api();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/csr_signer.py");
@@ -601,12 +590,7 @@ fn a_request_names_its_signer_under_the_cert_signer_domain() {
 #[test]
 fn istiods_own_certificate_can_come_from_a_kubernetes_signer() {
     let (api, dir, kubeconfig, mesh) = cluster();
-    api.install(istiod_kubewatch::fake::Resource {
-        group: "certificates.k8s.io",
-        version: "v1",
-        plural: "certificatesigningrequests",
-        kind: "CertificateSigningRequest",
-    });
+    api.install(csr_resource());
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/csr_signer.py");
     let cwd = dir.path().join("istiod");
     let (workloads_dir, istiod_dir) = (cwd.join("etc/external-ca-cert"), dir.path().join("istiod-signer"));
@@ -674,6 +658,28 @@ fn istiods_own_certificate_can_come_from_a_kubernetes_signer() {
         std::fs::write(out.join("stop"), "").unwrap();
         let _ = signer.wait();
     }
+}
+
+/// The CertificateSigningRequest collection of the fake API server.
+fn csr_resource() -> istiod_kubewatch::fake::Resource {
+    istiod_kubewatch::fake::Resource {
+        group: "certificates.k8s.io",
+        version: "v1",
+        plural: "certificatesigningrequests",
+        kind: "CertificateSigningRequest",
+    }
+}
+
+/// A fake API server with the core kinds, CSRs, and the token of
+/// `bookinfo/reviews` for the CA's audience.
+fn csr_api() -> istiod_kubewatch::fake::FakeApi {
+    let api = server::fake_api();
+    for r in istiod_kubewatch::fake::core_resources() {
+        api.install(r);
+    }
+    api.install(csr_resource());
+    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    api
 }
 
 /// istiod's default authenticator in a cluster: the token is reviewed by
@@ -1338,18 +1344,7 @@ fn the_tls_policy_is_what_clients_can_negotiate() {
 /// refused with its reason. Start refuses what istiod refuses, in its words.
 #[test]
 fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
-    use istiod_kubewatch::fake::{Resource, core_resources};
-    let api = server::fake_api();
-    for r in core_resources() {
-        api.install(r);
-    }
-    api.install(Resource {
-        group: "certificates.k8s.io",
-        version: "v1",
-        plural: "certificatesigningrequests",
-        kind: "CertificateSigningRequest",
-    });
-    api.add_token("tok-reviews", "system:serviceaccount:bookinfo:reviews", &["istio-ca"]);
+    let api = csr_api();
     api.add_token("tok-deny", "system:serviceaccount:bookinfo:deny-me", &["istio-ca"]);
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());

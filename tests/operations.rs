@@ -617,16 +617,10 @@ fn analysis_messages_are_written_to_the_objects_status() {
     assert_eq!(se_messages()[0]["level"], "WARNING");
 }
 
-/// `COMPLIANCE_POLICY` holds for istiod-rs's JWKS client too: against a key
-/// set served over TLS 1.3 only, `fips-140-2` (TLS 1.2 only) fetches
-/// nothing, while the default policy fetches it (roots from `SSL_CERT_FILE`,
-/// as the system's are read).
-#[test]
-fn the_compliance_policy_holds_for_jwks_fetches() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut peer, port, _) = tls13_peer(dir.path(), None);
-    let ca_file = dir.path().join("ca.pem");
-    let uri = format!("https://127.0.0.1:{port}/jwks.json");
+/// Whether the bundled mesh with a RequestAuthentication whose keys are at
+/// `uri`, served with `roots` as the system's (`SSL_CERT_FILE`) and
+/// `env`, fetched them (else the fetch failed), by the JWKS metrics.
+fn jwks_fetched(uri: &str, roots: &std::path::Path, env: &[(&str, &str)]) -> bool {
     let mesh = tempfile::tempdir().unwrap();
     copy_dir(std::path::Path::new(BOOKINFO), mesh.path());
     std::fs::write(
@@ -637,22 +631,31 @@ fn the_compliance_policy_holds_for_jwks_fetches() {
         ),
     )
     .unwrap();
-    let fetched = |env: &[(&str, &str)]| {
-        let mut e = vec![("SSL_CERT_FILE", ca_file.to_str().unwrap())];
-        e.extend_from_slice(env);
-        let s = Server::start(mesh.path(), &[], &e, None);
-        let mut result = None;
-        wait_for("a JWKS fetch", Duration::from_secs(20), || {
-            let m = server::get(s.monitoring, "/metrics").unwrap().1;
-            let ok = series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some();
-            let failed = series(&m, "pilot_jwks_resolver_network_fetch_fail_total ").is_some();
-            result = (ok || failed).then_some(ok);
-            result.is_some()
-        });
-        result.unwrap()
-    };
-    assert!(fetched(&[]), "TLS 1.3 by default");
-    assert!(!fetched(&[("COMPLIANCE_POLICY", "fips-140-2")]), "fips-140-2 allows TLS 1.2 only");
+    let mut e = vec![("SSL_CERT_FILE", roots.to_str().unwrap())];
+    e.extend_from_slice(env);
+    let s = Server::start(mesh.path(), &[], &e, None);
+    let mut result = None;
+    wait_for("a JWKS fetch", Duration::from_secs(20), || {
+        let m = server::get(s.monitoring, "/metrics").unwrap().1;
+        let ok = series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some();
+        let failed = series(&m, "pilot_jwks_resolver_network_fetch_fail_total ").is_some();
+        result = (ok || failed).then_some(ok);
+        result.is_some()
+    });
+    result.unwrap()
+}
+
+/// `COMPLIANCE_POLICY` holds for istiod-rs's JWKS client too: against a key
+/// set served over TLS 1.3 only, `fips-140-2` (TLS 1.2 only) fetches
+/// nothing, while the default policy fetches it (roots from `SSL_CERT_FILE`,
+/// as the system's are read).
+#[test]
+fn the_compliance_policy_holds_for_jwks_fetches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut peer, port, _) = tls13_peer(dir.path(), None);
+    let (ca_file, uri) = (dir.path().join("ca.pem"), format!("https://127.0.0.1:{port}/jwks.json"));
+    assert!(jwks_fetched(&uri, &ca_file, &[]), "TLS 1.3 by default");
+    assert!(!jwks_fetched(&uri, &ca_file, &[("COMPLIANCE_POLICY", "fips-140-2")]), "fips-140-2 allows TLS 1.2 only");
     let _ = peer.kill();
     let _ = peer.wait();
 }
@@ -671,32 +674,8 @@ fn the_jwks_resolver_can_skip_certificate_checks() {
     let roots = dir.path().join("other-ca.pem");
     std::fs::write(&roots, params.self_signed(&other).unwrap().pem()).unwrap();
     let uri = format!("https://127.0.0.1:{port}/jwks.json");
-    let mesh = tempfile::tempdir().unwrap();
-    copy_dir(std::path::Path::new(BOOKINFO), mesh.path());
-    std::fs::write(
-        mesh.path().join("zz-remote-jwks.yaml"),
-        format!(
-            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: remote, namespace: bookinfo}}\n\
-             spec:\n  jwtRules:\n  - {{issuer: tls.example, jwksUri: \"{uri}\"}}\n"
-        ),
-    )
-    .unwrap();
-    let fetched = |env: &[(&str, &str)]| {
-        let mut e = vec![("SSL_CERT_FILE", roots.to_str().unwrap())];
-        e.extend_from_slice(env);
-        let s = Server::start(mesh.path(), &[], &e, None);
-        let mut result = None;
-        wait_for("a JWKS fetch", Duration::from_secs(20), || {
-            let m = server::get(s.monitoring, "/metrics").unwrap().1;
-            let ok = series(&m, "pilot_jwks_resolver_network_fetch_success_total ").is_some();
-            let failed = series(&m, "pilot_jwks_resolver_network_fetch_fail_total ").is_some();
-            result = (ok || failed).then_some(ok);
-            result.is_some()
-        });
-        result.unwrap()
-    };
-    assert!(!fetched(&[]), "an unknown issuer of the server's certificate");
-    assert!(fetched(&[("JWKS_RESOLVER_INSECURE_SKIP_VERIFY", "true")]), "not checked");
+    assert!(!jwks_fetched(&uri, &roots, &[]), "an unknown issuer of the server's certificate");
+    assert!(jwks_fetched(&uri, &roots, &[("JWKS_RESOLVER_INSECURE_SKIP_VERIFY", "true")]), "not checked");
     let _ = peer.kill();
     let _ = peer.wait();
 }

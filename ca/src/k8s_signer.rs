@@ -132,14 +132,7 @@ async fn sign(
     if let Some(secs) = lifetime_secs {
         object["spec"]["expirationSeconds"] = json!(secs);
     }
-    let created = match api.create(CSRS, &object).await {
-        Ok(Write::Done(v)) => v,
-        Ok(Write::Conflict) => return Err("failed to create CSR: it exists".into()),
-        Err(e) => return Err(format!("failed to create CSR: {e}")),
-    };
-    let Some(name) = created["metadata"]["name"].as_str().map(str::to_owned) else {
-        return Err("failed to create CSR: the API server named none".into());
-    };
+    let (name, created) = create_csr(api, &object).await?;
     tracing::debug!(target: "pkira", csr = name, "CSR has been created");
     let result = match approve(api, &name, created, "").await {
         Ok(()) => {
@@ -160,6 +153,20 @@ async fn sign(
         Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
     }
     result
+}
+
+/// Creates a `CertificateSigningRequest`: its name (the API server makes
+/// it) and the object as stored.
+async fn create_csr(api: &Api, object: &Value) -> Result<(String, Value), String> {
+    let created = match api.create(CSRS, object).await {
+        Ok(Write::Done(v)) => v,
+        Ok(Write::Conflict) => return Err("failed to create CSR: it exists".into()),
+        Err(e) => return Err(format!("failed to create CSR: {e}")),
+    };
+    let Some(name) = created["metadata"]["name"].as_str().map(str::to_owned) else {
+        return Err("failed to create CSR: the API server named none".into());
+    };
+    Ok((name, created))
 }
 
 async fn approve(api: &Api, name: &str, mut csr: Value, dns_names: &str) -> Result<(), String> {
@@ -278,14 +285,7 @@ pub async fn sign_serving(
             "expirationSeconds": lifetime_secs,
         },
     });
-    let created = match api.create(CSRS, &object).await {
-        Ok(Write::Done(v)) => v,
-        Ok(Write::Conflict) => return Err("failed to create CSR: it exists".into()),
-        Err(e) => return Err(format!("failed to create CSR: {e}")),
-    };
-    let Some(name) = created["metadata"]["name"].as_str().map(str::to_owned) else {
-        return Err("failed to create CSR: the API server named none".into());
-    };
+    let (name, created) = create_csr(api, &object).await?;
     let chain = match approve(api, &name, created, &dns_names.join(",")).await {
         Ok(()) => read_one(api, &name, wait).await,
         Err(e) => Err(e),

@@ -100,6 +100,9 @@ pub struct MeshSettings {
     /// `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` (15s): the TLS
     /// handshake limit on gateway listener chains; `None` (0) for none.
     pub gateway_handshake_timeout: Option<std::time::Duration>,
+    /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (false): inbound mTLS does not
+    /// match the peer's trust domain.
+    pub skip_validate_trust_domain: bool,
     /// The file as written (`/debug/mesh` shows it over istiod's defaults).
     pub raw: serde_json::Value,
     /// `enableTracing` (true, istiod's default).
@@ -321,6 +324,7 @@ impl Default for MeshSettings {
             draining_label: "istio.io/draining".into(),
             hbone_window_sizes: [0, 0],
             gateway_handshake_timeout: Some(std::time::Duration::from_secs(15)),
+            skip_validate_trust_domain: false,
             raw: serde_json::Value::Null,
             enable_tracing: true,
             default_tracing_providers: Vec::new(),

@@ -239,15 +239,46 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
     }
 }
 
+/// istiod's `TrustDomainsForValidation`: the trust domain, its aliases and
+/// the trust domains of meshConfig `caCertificates`, each once (none under
+/// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN`).
+fn trust_domains_for_validation(mesh: &crate::meshconfig::MeshSettings) -> Vec<String> {
+    if mesh.skip_validate_trust_domain {
+        return Vec::new();
+    }
+    let all = std::iter::once(&mesh.trust_domain)
+        .chain(&mesh.trust_domain_aliases)
+        .chain(mesh.ca_certificates.iter().flat_map(|c| &c.trust_domains));
+    let mut out: Vec<String> = Vec::new();
+    for td in all.filter(|t| !t.is_empty()) {
+        if !out.contains(td) {
+            out.push(td.clone());
+        }
+    }
+    out
+}
+
 /// istiod's inbound mTLS: the workload certificate from SDS `default`,
-/// peers verified against `ROOTCA`, a client certificate required.
-fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
+/// peers verified against `ROOTCA` and, as `ApplyToCommonTLSContext`, by
+/// a SPIFFE URI of one of `trust_domains` (`spiffe://<td>/` prefixes), a
+/// client certificate required.
+fn downstream_mtls(alpn: &[&str], trust_domains: &[String]) -> core::TransportSocket {
+    use istiod_proto::envoy::r#type::matcher::v3 as matcher;
+    let san = |td: &String| matcher::StringMatcher {
+        match_pattern: Some(matcher::string_matcher::MatchPattern::Prefix(format!("spiffe://{td}/"))),
+        ..Default::default()
+    };
+    #[allow(deprecated)] // istiod sets `match_subject_alt_names`
+    let validation = tls::CertificateValidationContext {
+        match_subject_alt_names: trust_domains.iter().map(san).collect(),
+        ..Default::default()
+    };
     let mut ctx = tls::DownstreamTlsContext {
         common_tls_context: Some(tls::CommonTlsContext {
             tls_certificate_sds_secret_configs: vec![crate::translate::envoy::sds("default")],
             validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
                 tls::common_tls_context::CombinedCertificateValidationContext {
-                    default_validation_context: Some(tls::CertificateValidationContext::default()),
+                    default_validation_context: Some(validation),
                     validation_context_sds_secret_config: Some(crate::translate::envoy::sds("ROOTCA")),
                     ..Default::default()
                 },
@@ -271,6 +302,8 @@ fn downstream_mtls(alpn: &[&str]) -> core::TransportSocket {
 /// What a workload's chains enforce, the same on every port of a protocol:
 /// built once per class, not once per port.
 struct Policies {
+    /// The mesh mTLS transport socket of the workload's chains.
+    mtls: core::TransportSocket,
     jwt: Option<hcm::HttpFilter>,
     http: crate::translate::authz::Rbacs,
     tcp: crate::translate::authz::Rbacs,
@@ -447,7 +480,7 @@ fn port_chains(
             },
             transport_socket: match custom {
                 Some(t) => Some(t.clone()),
-                None => o.tls.then(|| downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"])),
+                None => o.tls.then(|| policies.mtls.clone()),
             },
             ..Default::default()
         })
@@ -530,6 +563,7 @@ fn listener_filters(chains: &[FilterChain]) -> Vec<ListenerFilter> {
 /// The `virtualInbound` listener of a workload.
 pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     let policies = Policies {
+        mtls: downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"], &trust_domains_for_validation(&model.mesh)),
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
@@ -587,5 +621,78 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         continue_on_listener_filters_timeout: true,
         filter_chains,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::meshconfig::{CertificateData, MeshSettings};
+
+    /// Upstream `TestTrustDomainsForValidation`
+    /// (pilot/pkg/networking/plugin/authn/util_test.go), every case, and
+    /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (ours, from `util.go`).
+    #[test]
+    fn upstream_trust_domains_for_validation() {
+        let mesh = |td: &str, aliases: &[&str], ca: &[&[&str]]| MeshSettings {
+            trust_domain: td.into(),
+            trust_domain_aliases: aliases.iter().map(|a| (*a).to_owned()).collect(),
+            ca_certificates: ca
+                .iter()
+                .map(|tds| CertificateData {
+                    trust_domains: tds.iter().map(|t| (*t).to_owned()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..MeshSettings::default()
+        };
+        let cases: [(&str, MeshSettings, &[&str]); 5] = [
+            (
+                "No duplicated trust domain in mesh config",
+                mesh("cluster.local", &["alias-1.domain", "some-other-alias-1.domain", "alias-2.domain"], &[]),
+                &["cluster.local", "alias-1.domain", "some-other-alias-1.domain", "alias-2.domain"],
+            ),
+            ("Empty mesh config", mesh("", &[], &[]), &[]),
+            (
+                "Sequential duplicated trust domains in mesh config",
+                mesh(
+                    "cluster.local",
+                    &[
+                        "alias-1.domain",
+                        "alias-1.domain",
+                        "some-other-alias-1.domain",
+                        "alias-2.domain",
+                        "alias-2.domain",
+                    ],
+                    &[],
+                ),
+                &["cluster.local", "alias-1.domain", "some-other-alias-1.domain", "alias-2.domain"],
+            ),
+            (
+                "Mixed duplicated trust domains in mesh config",
+                mesh(
+                    "cluster.local",
+                    &[
+                        "alias-1.domain",
+                        "cluster.local",
+                        "alias-2.domain",
+                        "some-other-alias-1.domain",
+                        "alias-2.domain",
+                        "alias-1.domain",
+                    ],
+                    &[],
+                ),
+                &["cluster.local", "alias-1.domain", "alias-2.domain", "some-other-alias-1.domain"],
+            ),
+            (
+                "Extra trust domains in mesh config caCertificates",
+                mesh("cluster.local", &[], &[&["external-1.domain"], &["external-2.domain", "external-3.domain"]]),
+                &["cluster.local", "external-1.domain", "external-2.domain", "external-3.domain"],
+            ),
+        ];
+        for (name, m, want) in cases {
+            assert_eq!(super::trust_domains_for_validation(&m), want, "{name}");
+        }
+        let skip = MeshSettings { skip_validate_trust_domain: true, ..mesh("cluster.local", &["a"], &[]) };
+        assert!(super::trust_domains_for_validation(&skip).is_empty());
     }
 }

@@ -148,10 +148,7 @@ async fn sign(
         }
         Err(e) => Err(e),
     };
-    match api.delete(&format!("{CSRS}/{name}"), None).await {
-        Ok(_) => tracing::debug!(target: "pkira", csr = name, "deleted CSR"),
-        Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
-    }
+    delete_csr(api, &name).await;
     result
 }
 
@@ -167,6 +164,15 @@ async fn create_csr(api: &Api, object: &Value) -> Result<(String, Value), String
         return Err("failed to create CSR: the API server named none".into());
     };
     Ok((name, created))
+}
+
+/// chiron's `cleanupCSR`: the CSR is deleted, whatever happened; a failure
+/// is logged.
+async fn delete_csr(api: &Api, name: &str) {
+    match api.delete(&format!("{CSRS}/{name}"), None).await {
+        Ok(_) => tracing::debug!(target: "pkira", csr = name, "deleted CSR"),
+        Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
+    }
 }
 
 async fn approve(api: &Api, name: &str, mut csr: Value, dns_names: &str) -> Result<(), String> {
@@ -290,10 +296,7 @@ pub async fn sign_serving(
         Ok(()) => read_one(api, &name, wait).await,
         Err(e) => Err(e),
     };
-    match api.delete(&format!("{CSRS}/{name}"), None).await {
-        Ok(_) => tracing::debug!(target: "pkira", csr = name, "deleted CSR"),
-        Err(e) => tracing::error!(target: "pkira", csr = name, error = %e, "failed to delete CSR"),
-    }
+    delete_csr(api, &name).await;
     Ok((chain?, key.serialize_pem()))
 }
 

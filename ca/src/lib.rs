@@ -168,6 +168,14 @@ impl External {
     }
 }
 
+/// A request's metadata string under `key`, none when absent or empty.
+fn metadata_string(req: &IstioCertificateRequest, key: &str) -> Option<String> {
+    req.metadata.as_ref().and_then(|m| m.fields.get(key)).and_then(|v| match &v.kind {
+        Some(istiod_proto::prost_types::value::Kind::StringValue(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    })
+}
+
 /// A signing's outcome: now, or once the Kubernetes signer answers.
 pub enum Answer {
     /// Signed.
@@ -348,11 +356,7 @@ impl CaServer {
         peer: Option<std::net::SocketAddr>,
         req: &IstioCertificateRequest,
     ) -> Result<Answer, Status> {
-        let impersonated =
-            req.metadata.as_ref().and_then(|m| m.fields.get(IMPERSONATED_IDENTITY)).and_then(|v| match &v.kind {
-                Some(istiod_proto::prost_types::value::Kind::StringValue(s)) if !s.is_empty() => Some(s.clone()),
-                _ => None,
-            });
+        let impersonated = metadata_string(req, IMPERSONATED_IDENTITY);
         let Some(target) = impersonated else { return self.sign_for(ids, peer, req) };
         if let Err(reason) = self.authorize_impersonation(account, &target) {
             bump(&self.metrics.authn_error);
@@ -429,15 +433,7 @@ impl CaServer {
             })?;
             // The request's `CertSigner` (istiod's `kubernetesSign`): its
             // signer is `<CERT_SIGNER_DOMAIN>/<CertSigner>`.
-            let cert_signer = req
-                .metadata
-                .as_ref()
-                .and_then(|m| m.fields.get(CERT_SIGNER))
-                .and_then(|v| match &v.kind {
-                    Some(istiod_proto::prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .filter(|s| !s.is_empty());
+            let cert_signer = metadata_string(req, CERT_SIGNER);
             let signer = match &cert_signer {
                 Some(s) if ext.domain.is_empty() => {
                     bump(&self.metrics.sign_errors[2]);

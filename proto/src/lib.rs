@@ -23,6 +23,7 @@ pub use generated::*;
 pub use prost;
 pub use prost_types;
 
+pub mod istio_proxy;
 pub mod time;
 pub mod type_url;
 

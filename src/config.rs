@@ -190,6 +190,10 @@ pub struct Config {
     pub jwks_blocked_cidrs: String,
     /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (false).
     pub skip_validate_trust_domain: bool,
+    /// `PILOT_DISABLE_MX_ALPN` (false).
+    pub disable_mx_alpn: bool,
+    /// `DISABLE_TRACK_REMAINING_CB_METRICS` (true), inverted.
+    pub track_remaining: bool,
     /// `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` (15s; 0: none).
     pub gateway_handshake_timeout: Option<Duration>,
     /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE`,
@@ -979,6 +983,8 @@ impl Config {
             draining_label: vars.string("PILOT_DRAINING_LABEL", "istio.io/draining"),
             metrics_localhost_only: vars.bool("METRICS_LOCALHOST_ACCESS_ONLY", false)?,
             skip_validate_trust_domain: vars.bool("PILOT_SKIP_VALIDATE_TRUST_DOMAIN", false)?,
+            disable_mx_alpn: vars.bool("PILOT_DISABLE_MX_ALPN", false)?,
+            track_remaining: !vars.bool("DISABLE_TRACK_REMAINING_CB_METRICS", true)?,
             jwks_insecure_skip_verify: vars.bool("JWKS_RESOLVER_INSECURE_SKIP_VERIFY", false)?,
             jwks_blocked_cidrs: vars.string("BLOCKED_CIDRS_IN_JWKS_URIS", ""),
             gateway_handshake_timeout: Some(

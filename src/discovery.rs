@@ -190,6 +190,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (unhealthy, session_labels) = (config.unhealthy, config.persistent_session_labels.clone());
         let (draining_label, hbone_windows) = (config.draining_label.clone(), config.hbone_window_sizes);
         let (handshake, skip_td) = (config.gateway_handshake_timeout, config.skip_validate_trust_domain);
+        let (no_mx_alpn, track_remaining) = (config.disable_mx_alpn, config.track_remaining);
         let (multiroot, roots, last_good) = (config.multiroot_mesh, ca_roots.clone(), mesh_anchors.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             if multiroot {
@@ -210,6 +211,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.hbone_window_sizes = hbone_windows;
             mesh.gateway_handshake_timeout = handshake;
             mesh.skip_validate_trust_domain = skip_td;
+            mesh.disable_mx_alpn = no_mx_alpn;
+            mesh.track_remaining = track_remaining;
             (mesh.k8s_select_workload_entries, mesh.service_entry_select_pods) = cross_selection;
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;

@@ -921,7 +921,7 @@ fn unhealthy_endpoints_follow_the_send_switches() {
 /// `COMPLIANCE_POLICY` on what Envoy is sent (istiod's
 /// `EnforceCompliance`): with `fips-140-2`, a client's mesh mTLS upstream
 /// (to reviews) and its inbound mTLS chains are pinned to TLS
-/// 1.2; without a policy they carry no such parameters.
+/// 1.2; without a policy the upstream carries no such parameters.
 #[test]
 fn the_compliance_policy_holds_for_envoys_tls_contexts() {
     use istiod_proto::envoy::config::listener::v3::Listener;
@@ -976,16 +976,35 @@ fn the_compliance_policy_holds_for_envoys_tls_contexts() {
             (upstream, downstream)
         })
     };
+    // Without a policy: inbound mTLS as istiod's BuildInboundTLS (TLS 1.2
+    // to 1.3, SupportedCiphers), the upstream none.
     let (upstream, downstream) = served(&[]);
     assert_eq!(upstream, None);
-    assert!(!downstream.is_empty() && downstream.iter().all(Option::is_none), "{downstream:?}");
-    let v12 = tls::tls_parameters::TlsProtocol::TlSv12 as i32;
+    let (v12, v13) = (tls::tls_parameters::TlsProtocol::TlSv12 as i32, tls::tls_parameters::TlsProtocol::TlSv13 as i32);
+    let supported = [
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "AES256-GCM-SHA384",
+        "AES128-GCM-SHA256",
+    ];
+    let mesh_default = |p: &Option<tls::TlsParameters>| {
+        p.as_ref().is_some_and(|p| {
+            (p.tls_minimum_protocol_version, p.tls_maximum_protocol_version) == (v12, v13)
+                && p.cipher_suites == supported
+        })
+    };
+    assert!(!downstream.is_empty() && downstream.iter().all(mesh_default), "{downstream:?}");
     let pinned = |p: &Option<tls::TlsParameters>| {
         p.as_ref().is_some_and(|p| p.tls_minimum_protocol_version == v12 && p.tls_maximum_protocol_version == v12)
     };
     let (upstream, downstream) = served(&[("COMPLIANCE_POLICY", "fips-140-2")]);
     assert!(pinned(&upstream), "{upstream:?}");
     assert!(!downstream.is_empty() && downstream.iter().all(pinned), "{downstream:?}");
+    // fips.go keeps the FIPS suites of the list, in its order.
+    let fips = &supported[..4];
+    assert!(downstream.iter().all(|p| p.as_ref().is_some_and(|p| p.cipher_suites == fips)), "{downstream:?}");
 }
 
 /// `COMPLIANCE_POLICY` on the Kubernetes API client too (the process's

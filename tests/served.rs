@@ -709,3 +709,139 @@ spec:
     // The port the parent does not name keeps the Service's own cluster.
     assert_eq!(cluster("10.96.0.30_3307"), "outbound|3307||mysql.db.svc.cluster.local");
 }
+
+/// How each cluster speaks HTTP upstream, as istiod's `setUpstreamProtocol`,
+/// `applyH2Upgrade` and `applyConnectionPool` make it, and inbound mesh
+/// mTLS as `BuildInboundTLS` (checked with Envoy's field rules, PGV): a
+/// gRPC port's clusters (outbound and the workload's inbound) speak HTTP/2
+/// and offer `h2` over mTLS; an unnamed port's sidecar cluster speaks what
+/// the client spoke, a router's HTTP/1.1 with the rule's idle timeout; a
+/// rule's `h2UpgradePolicy: UPGRADE` and `maxConcurrentStreams` make an
+/// HTTP port's cluster HTTP/2; every cluster has istiod's circuit breakers
+/// and the mesh's TCP keepalive; inbound mTLS offers `h2`/`http/1.1`
+/// (TCP chains `istio-peer-exchange` first) at TLS 1.3 at most, 1.3 at
+/// least under `meshMTLS`.
+#[test]
+fn upstream_http_versions_and_inbound_mtls_are_served_as_istiod_serves_them() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  clusterIP: 10.96.2.10
+  selector: {app: api}
+  ports: [{name: grpc, port: 9000}, {name: web, port: 8080}, {name: http, port: 80}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}
+addressType: IPv4
+ports: [{name: grpc, port: 9000}, {name: web, port: 8080}, {name: http, port: 80}]
+endpoints:
+- addresses: [10.1.2.1]
+  targetRef: {kind: Pod, name: api-a, namespace: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: api-a, namespace: shop, labels: {app: api, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: api}
+status: {podIP: 10.1.2.1}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api, namespace: shop}
+spec:
+  host: api
+  trafficPolicy:
+    connectionPool: {http: {idleTimeout: 15s, http1MaxPendingRequests: 7}}
+    portLevelSettings:
+    - port: {number: 80}
+      connectionPool: {http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 200}}
+";
+    let mesh = "meshMTLS: {minProtocolVersion: TLSV1_3}\ntcpKeepalive: {time: 11s}\n";
+    let env = [("PGV", "1")];
+    let sidecar = served_with("sidecar", objects, mesh, "shop", json!({"app": "api"}), "10.1.2.1", &env);
+    assert_eq!(sidecar["pgv_errors"], json!([]), "{sidecar}");
+    let options = |c: &Value| {
+        c["typedExtensionProtocolOptions"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].clone()
+    };
+    let alpn = |c: &Value| {
+        let m = c["transportSocketMatches"].as_array().unwrap().iter().find(|m| m["name"] == "tlsMode-istio").unwrap();
+        m["transportSocket"]["typedConfig"]["commonTlsContext"]["alpnProtocols"].clone()
+    };
+    let cluster = |got: &Value, name: &str| got["clusters"][name].clone();
+    let grpc = cluster(&sidecar, "outbound|9000||api.shop.svc.cluster.local");
+    assert_eq!(options(&grpc)["explicitHttpConfig"], json!({"http2ProtocolOptions": {}}), "{grpc}");
+    assert_eq!(options(&grpc)["commonHttpProtocolOptions"]["idleTimeout"], "15s");
+    assert_eq!(alpn(&grpc), json!(["istio-peer-exchange", "istio", "h2"]));
+    let t = &grpc["circuitBreakers"]["thresholds"][0];
+    assert_eq!((t["maxPendingRequests"].clone(), t["maxRequests"].clone()), (json!(7), json!(4294967295u32)));
+    assert_eq!(t["trackRemaining"], json!(null), "DISABLE_TRACK_REMAINING_CB_METRICS defaults to true");
+    assert_eq!(grpc["upstreamConnectionOptions"]["tcpKeepalive"], json!({"keepaliveTime": 11}));
+    let web = cluster(&sidecar, "outbound|8080||api.shop.svc.cluster.local");
+    assert_eq!(
+        options(&web)["useDownstreamProtocolConfig"],
+        json!({"httpProtocolOptions": {}, "http2ProtocolOptions": {}}),
+        "{web}"
+    );
+    assert_eq!(alpn(&web), json!(["istio-peer-exchange", "istio"]));
+    let upgraded = cluster(&sidecar, "outbound|80||api.shop.svc.cluster.local");
+    assert_eq!(
+        options(&upgraded)["explicitHttpConfig"],
+        json!({"http2ProtocolOptions": {"maxConcurrentStreams": 200}}),
+        "{upgraded}"
+    );
+    // Port-level settings replace the top level: no idle timeout on 80
+    // (the options istiod makes for maxConcurrentStreams are empty).
+    assert_eq!(options(&upgraded)["commonHttpProtocolOptions"], json!({}));
+    assert_eq!(
+        cluster(&sidecar, "inbound|9000||")["typedExtensionProtocolOptions"].as_object().map(|o| o.len()),
+        Some(1)
+    );
+    assert_eq!(
+        options(&cluster(&sidecar, "inbound|9000||"))["explicitHttpConfig"],
+        json!({"http2ProtocolOptions": {}})
+    );
+    assert!(options(&cluster(&sidecar, "inbound|8080||"))["useDownstreamProtocolConfig"].is_object());
+    assert_eq!(options(&cluster(&sidecar, "PassthroughCluster"))["commonHttpProtocolOptions"]["idleTimeout"], "300s");
+
+    // Inbound mTLS: HTTP chains and TCP chains differ in ALPN only.
+    let inbound = &sidecar["listeners"]["virtualInbound"];
+    let tls: Vec<(bool, Value)> = inbound["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["transportSocket"]["name"] == "envoy.transport_sockets.tls")
+        .map(|c| {
+            let http = c["filters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["name"] == "envoy.filters.network.http_connection_manager");
+            (http, c["transportSocket"]["typedConfig"]["commonTlsContext"].clone())
+        })
+        .collect();
+    assert!(tls.iter().any(|(http, _)| *http) && tls.iter().any(|(http, _)| !*http), "{inbound}");
+    for (http, common) in &tls {
+        let want = if *http { json!(["h2", "http/1.1"]) } else { json!(["istio-peer-exchange", "h2", "http/1.1"]) };
+        assert_eq!(common["alpnProtocols"], want, "{common}");
+        assert_eq!(
+            common["tlsParams"],
+            json!({
+                "tlsMinimumProtocolVersion": "TLSv1_3",
+                "tlsMaximumProtocolVersion": "TLSv1_3",
+                "cipherSuites": ["ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256", "AES256-GCM-SHA384",
+                    "AES128-GCM-SHA256"],
+            }),
+        );
+    }
+
+    // A router does not sniff: the unnamed port's cluster is HTTP/1.1.
+    let router = served_with("router", objects, mesh, "shop", json!({"istio": "ingressgateway"}), "10.1.9.9", &env);
+    assert_eq!(router["pgv_errors"], json!([]), "{router}");
+    let web = cluster(&router, "outbound|8080||api.shop.svc.cluster.local");
+    assert_eq!(options(&web)["explicitHttpConfig"], json!({"httpProtocolOptions": {}}), "{web}");
+    assert_eq!(options(&web)["commonHttpProtocolOptions"]["idleTimeout"], "15s");
+    assert_eq!(alpn(&web), json!(["istio-peer-exchange", "istio"]));
+}

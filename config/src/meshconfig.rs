@@ -119,6 +119,22 @@ pub struct MeshSettings {
     /// `tlsDefaults`: what gateways' SIMPLE and MUTUAL servers take unless
     /// the server says otherwise.
     pub tls_defaults: TlsDefaults,
+    /// `meshMTLS`: the minimum TLS version and cipher suites of sidecars'
+    /// inbound mesh mTLS (istiod's `BuildInboundTLS`); its `ecdhCurves`
+    /// are refused, as istiod's `ValidateMeshTLSConfig`.
+    pub mesh_mtls: TlsDefaults,
+    /// `h2UpgradePolicy: UPGRADE`: HTTP/1.1 to named HTTP ports upgraded
+    /// to HTTP/2 upstream unless a DestinationRule says otherwise.
+    pub h2_upgrade: bool,
+    /// `tcpKeepalive`: TCP keepalive of every outbound cluster, under a
+    /// DestinationRule's own.
+    pub tcp_keepalive: Option<crate::istio::networking::TcpKeepalive>,
+    /// `PILOT_DISABLE_MX_ALPN` (false): mesh mTLS offers no
+    /// `istio-peer-exchange` ALPN.
+    pub disable_mx_alpn: bool,
+    /// Not `DISABLE_TRACK_REMAINING_CB_METRICS` (true): circuit breakers
+    /// track what remains of each threshold.
+    pub track_remaining: bool,
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all): only their objects are read
     /// (`discovery/sources.rs` `discovery_filter`), and only they get the
@@ -331,6 +347,11 @@ impl Default for MeshSettings {
             proxy_tracing: serde_json::Value::Null,
             trace_sampling: Percent(1.0),
             tls_defaults: TlsDefaults::default(),
+            mesh_mtls: TlsDefaults::default(),
+            h2_upgrade: false,
+            tcp_keepalive: None,
+            disable_mx_alpn: false,
+            track_remaining: false,
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),
             extension_providers: [
@@ -445,6 +466,10 @@ impl MeshSettings {
 #[serde(rename_all = "camelCase")]
 struct Raw {
     tls_defaults: Option<TlsDefaults>,
+    #[serde(rename = "meshMTLS")]
+    mesh_mtls: Option<TlsDefaults>,
+    h2_upgrade_policy: Option<String>,
+    tcp_keepalive: Option<crate::istio::networking::TcpKeepalive>,
     root_namespace: Option<String>,
     trust_domain: Option<String>,
     outbound_traffic_policy: Option<RawOutbound>,
@@ -589,6 +614,30 @@ impl MeshSettings {
                 return Err(format!("tlsDefaults.minProtocolVersion: unknown version {v:?}"));
             }
             m.tls_defaults = t;
+        }
+        if let Some(t) = raw.mesh_mtls {
+            if !t.ecdh_curves.is_empty() {
+                return Err("mesh TLS does not support ECDH curves configuration".into());
+            }
+            if let Some(v) =
+                t.min_protocol_version.as_deref().filter(|v| !["TLS_AUTO", "TLSV1_2", "TLSV1_3"].contains(v))
+            {
+                return Err(format!("meshMTLS.minProtocolVersion: unknown version {v:?}"));
+            }
+            m.mesh_mtls = t;
+        }
+        match raw.h2_upgrade_policy.as_deref() {
+            None | Some("DO_NOT_UPGRADE") => {}
+            Some("UPGRADE") => m.h2_upgrade = true,
+            Some(other) => return Err(format!("h2UpgradePolicy: {other:?} is neither DO_NOT_UPGRADE nor UPGRADE")),
+        }
+        if let Some(k) = raw.tcp_keepalive {
+            for (what, d) in [("time", &k.time), ("interval", &k.interval)] {
+                if let Some(d) = d {
+                    crate::duration::parse(d).map_err(|e| format!("tcpKeepalive.{what}: {e}"))?;
+                }
+            }
+            m.tcp_keepalive = Some(k);
         }
         if let Some(d) = raw.default_providers {
             m.default_metrics_providers = d.metrics.unwrap_or_default();
@@ -744,6 +793,29 @@ mod tests {
         assert!(!m.discovers(&l(&[("team", "b")])));
         assert!(MeshSettings::default().discovers(&l(&[])), "no selectors: every namespace");
         assert!(MeshSettings::parse("discoverySelectors:\n- matchExpressions: [{key: a, operator: Near}]\n").is_err());
+    }
+
+    /// istiod's `ValidateMeshTLSConfig` (upstream `TestValidateMeshConfig`'s
+    /// "mesh TLS does not support ECDH curves" case), and the fields
+    /// clusters read: `meshMTLS`, `h2UpgradePolicy`, `tcpKeepalive`.
+    #[test]
+    fn mesh_mtls_h2_upgrade_and_keepalive_are_read_and_checked() {
+        let m = MeshSettings::parse(
+            "meshMTLS: {minProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES256-GCM-SHA384]}\n\
+             h2UpgradePolicy: UPGRADE\ntcpKeepalive: {time: 11s, probes: 3}\n",
+        )
+        .unwrap();
+        assert_eq!(m.mesh_mtls.min_protocol_version.as_deref(), Some("TLSV1_3"));
+        assert_eq!(m.mesh_mtls.cipher_suites, ["ECDHE-RSA-AES256-GCM-SHA384"]);
+        assert!(m.h2_upgrade);
+        assert_eq!(m.tcp_keepalive.as_ref().map(|k| (k.time.as_deref(), k.probes)), Some((Some("11s"), 3)));
+        assert!(!MeshSettings::default().h2_upgrade, "DO_NOT_UPGRADE by default");
+        assert_eq!(
+            MeshSettings::parse("meshMTLS: {ecdhCurves: [P-256]}\n").unwrap_err(),
+            "mesh TLS does not support ECDH curves configuration"
+        );
+        assert!(MeshSettings::parse("h2UpgradePolicy: SOMETIMES\n").is_err());
+        assert!(MeshSettings::parse("tcpKeepalive: {time: 1x}\n").is_err());
     }
 
     #[test]

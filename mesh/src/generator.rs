@@ -919,6 +919,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         Kind::Cluster => match m.cluster_form(class, name) {
             Some(form) if is_grpc(class) => Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec())),
+            Some(ClusterForm { for_router: Some(b), .. }) if is_router(class) => Some(b.clone()),
             Some(form) => Some(form.bytes.clone()),
             None => snap.shared_body(kind, name),
         },

@@ -113,6 +113,12 @@ impl Protocol {
     pub fn is_http(self) -> bool {
         matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb)
     }
+
+    /// The HTTP/2 family (istiod's `IsHTTP2`): their clusters speak
+    /// HTTP/2 upstream.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb)
+    }
 }
 
 /// How clients find a service's endpoints.

@@ -174,4 +174,3 @@ pub fn descriptors() -> Vec<prost_types::FileDescriptorProto> {
     };
     vec![stats, alpn]
 }
-

@@ -471,8 +471,8 @@ impl<'a> View<'a> {
     /// Cluster `name`, encoded.
     pub fn cluster(&self, mesh: &'a MeshInput, name: &str) -> Option<Cluster> {
         match name {
-            MAIN_INTERNAL => Some(internal_cluster(MAIN_INTERNAL, MAIN_INTERNAL)),
-            ENCAP => Some(internal_cluster(ENCAP, CONNECT_ORIGINATE)),
+            MAIN_INTERNAL => Some(internal_cluster(self.model, MAIN_INTERNAL, MAIN_INTERNAL)),
+            ENCAP => Some(internal_cluster(self.model, ENCAP, CONNECT_ORIGINATE)),
             CONNECT_ORIGINATE => Some(self.connect_originate_cluster()),
             _ if name.starts_with("outbound|") => {
                 let form = self.outbound_cluster(mesh, name)?;
@@ -1254,7 +1254,7 @@ fn connect_originate_cluster(model: &Model, san: Option<(&str, &str)>) -> Cluste
         lb_policy: cluster::cluster::LbPolicy::ClusterProvided as i32,
         connect_timeout: Some(connect_timeout(model)),
         cleanup_interval: Some(Duration { seconds: 60, nanos: 0 }),
-        circuit_breakers: Some(default_circuit_breakers()),
+        circuit_breakers: Some(default_circuit_breakers(model)),
         typed_extension_protocol_options: [(protocol_options_key(), any(&options))].into_iter().collect(),
         lb_config: Some(cluster::cluster::LbConfig::OriginalDstLbConfig(cluster::cluster::OriginalDstLbConfig {
             upstream_port_override: Some(HBONE_PORT),
@@ -1366,9 +1366,9 @@ fn strings(kv: &[(&str, &str)]) -> Struct {
     }
 }
 
-fn default_circuit_breakers() -> cluster::CircuitBreakers {
+fn default_circuit_breakers(model: &Model) -> cluster::CircuitBreakers {
     cluster::CircuitBreakers {
-        thresholds: vec![istiod_mesh::translate::traffic_policy::default_thresholds()],
+        thresholds: vec![istiod_mesh::translate::traffic_policy::default_thresholds(model.mesh.track_remaining)],
         ..Default::default()
     }
 }
@@ -1383,14 +1383,14 @@ fn protocol_options_key() -> String {
 
 /// A static cluster to internal listener `to` (`buildInternalUpstreamCluster`,
 /// HTTP/2 passthrough of the downstream protocol).
-fn internal_cluster(name: &str, to: &str) -> Cluster {
+fn internal_cluster(model: &Model, name: &str, to: &str) -> Cluster {
     let options = istiod_mesh::translate::dfp::passthrough_http_options();
     Cluster {
         name: name.to_owned(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
             cluster::cluster::DiscoveryType::Static as i32,
         )),
-        circuit_breakers: Some(default_circuit_breakers()),
+        circuit_breakers: Some(default_circuit_breakers(model)),
         load_assignment: Some(ep::ClusterLoadAssignment {
             cluster_name: name.to_owned(),
             endpoints: vec![ep::LocalityLbEndpoints {

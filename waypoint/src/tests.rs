@@ -564,7 +564,7 @@ fn apply_upstream_tls_settings_hbone() {
 
     // sidecar: auto mTLS and HBONE
     let mut auto = eds();
-    traffic_policy::auto_mtls(&mut auto, "foo.com", 80, "");
+    traffic_policy::auto_mtls(&mut auto, "foo.com", 80, "", traffic_policy::istio_alpn(false, true));
     assert_eq!(shape(&auto), [t("hbone", internal, raw), t("tlsMode-istio", tls, ""), t("tlsMode-disabled", raw, "")]);
 
     // sidecar: explicit TLS and HBONE
@@ -579,7 +579,7 @@ fn apply_upstream_tls_settings_hbone() {
         }),
         ..Default::default()
     };
-    traffic_policy::apply(&mut simple, &policy, "foo.com", 80, "");
+    traffic_policy::apply(&mut simple, &policy, "foo.com", 80, "", traffic_policy::istio_alpn(false, true));
     assert_eq!(shape(&simple), [t("hbone", internal, tls), t("user", tls, "")]);
 
     // No TLS at all (`hboneOrPlaintextSocket`).

@@ -207,6 +207,7 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
         tls_defaults: model.mesh.tls_defaults.clone(),
+        disable_mx_alpn: model.mesh.disable_mx_alpn,
         tracing: {
             let (tracing, request_id) =
                 crate::translate::tracing::manager(model, crate::translate::tracing::Side::Client, Some(class));
@@ -302,7 +303,10 @@ pub fn sni_dnat_cluster(
     }
     let outbound = format!("outbound|{port}|{subset}|{host}");
     let form = m.cluster_form(class, &outbound)?;
-    let mut c = (*form.cluster).clone();
+    let mut c = match &form.for_router {
+        Some(b) => istiod_proto::prost::Message::decode(b.clone()).ok()?,
+        None => (*form.cluster).clone(),
+    };
     c.name = name.to_owned();
     c.transport_socket = None;
     c.transport_socket_matches.clear();

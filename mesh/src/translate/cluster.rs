@@ -32,6 +32,9 @@ pub struct ClusterForm {
     pub cluster: Arc<Cluster>,
     /// The cluster encoded, as Envoy receives it.
     pub bytes: Bytes,
+    /// The cluster encoded as a router receives it, where that differs
+    /// (an unnamed port's: routers do not sniff).
+    pub for_router: Option<Bytes>,
     /// The encoded load assignment of an EDS cluster.
     pub endpoints: Option<Bytes>,
     /// The load assignment itself, kept only where the rule balances by
@@ -78,7 +81,7 @@ impl ClusterForms {
             (&f.rule, f.selection).hash(&mut h);
             match kind {
                 Kind::Endpoint => (&f.endpoints, f.split.as_ref().map(|s| s.digest)).hash(&mut h),
-                _ => f.bytes.hash(&mut h),
+                _ => (&f.bytes, &f.for_router).hash(&mut h),
             }
         }
         Bytes::copy_from_slice(&h.finish().to_be_bytes())
@@ -190,8 +193,16 @@ fn form(
         }
     };
     c.cluster_discovery_type = Some(cluster::ClusterDiscoveryType::Type(discovery as i32));
+    // The HTTP version upstream and the connection pool, as a sidecar's; a
+    // router does not sniff, so an unnamed port's cluster is its own.
+    let protocol = svc.ports.iter().find(|p| p.port == port).map_or(Protocol::Unsupported, |p| p.protocol);
+    let cp = policy.as_ref().and_then(|p| p.connection_pool.as_ref());
+    let budget = policy.as_ref().and_then(|p| p.retry_budget.as_ref());
+    let up = traffic_policy::Upstream { protocol, sniffs: true, outbound: true };
+    let h2 = traffic_policy::connection(&mut c, mesh, up, cp, budget);
+    let alpn = |h2| traffic_policy::istio_alpn(h2, !mesh.disable_mx_alpn);
     if let Some(policy) = &policy {
-        traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset);
+        traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset, alpn(h2));
     }
     // (Original destination and PASSTHROUGH clusters too: istiod's
     // applyLoadBalancer sets it before it makes them CLUSTER_PROVIDED.)
@@ -209,7 +220,7 @@ fn form(
             Some(HealthStatusSet { statuses: statuses.map(|s| s as i32).to_vec() });
     }
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
-        traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset);
+        traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset, alpn(h2));
     }
     // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
     // The mesh's counts only where it says something: istiod's default
@@ -228,6 +239,23 @@ fn form(
         // whatever its source).
         traffic_policy::weigh_localities(&mut c, locality.as_ref());
     }
+    // A router does not sniff: an unnamed port's cluster speaks HTTP/1.1
+    // upstream unless upgraded, and offers `h2` over mTLS when it is.
+    let for_router = (protocol == Protocol::Unsupported)
+        .then(|| {
+            let mut r = c.clone();
+            r.typed_extension_protocol_options.clear();
+            let h2 =
+                traffic_policy::connection(&mut r, mesh, traffic_policy::Upstream { sniffs: false, ..up }, cp, budget);
+            if let Some(policy) = policy.as_ref().filter(|p| p.tls.is_some()) {
+                traffic_policy::apply(&mut r, policy, &svc.hostname, port, subset, alpn(h2));
+            } else if auto_mtls {
+                traffic_policy::auto_mtls(&mut r, &svc.hostname, port, subset, alpn(h2));
+            }
+            r
+        })
+        .filter(|r| *r != c)
+        .map(|r| Bytes::from(r.encode_to_vec()));
     let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {
         use std::hash::{Hash, Hasher};
@@ -239,6 +267,7 @@ fn form(
         rule: rule.map(|r| r.id.clone()),
         selection,
         bytes: Bytes::from(c.encode_to_vec()),
+        for_router,
         cluster: Arc::new(c),
         endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
         endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection || split.is_some()),
@@ -284,14 +313,23 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
     };
     let dfp = (mesh.outbound == crate::meshconfig::OutboundPolicy::AllowAnyDynamicDns)
         .then(|| super::dfp::cluster(mesh.dynamic_dns_max_hosts, self::timeout(mesh)));
-    for c in [
-        black_hole,
-        passthrough("PassthroughCluster", None),
-        passthrough("InboundPassthroughCluster", Some("127.0.0.6")),
-    ]
-    .into_iter()
-    .chain(dfp)
-    {
+    let mut passthroughs =
+        [passthrough("PassthroughCluster", None), passthrough("InboundPassthroughCluster", Some("127.0.0.6"))];
+    let mut dfp = dfp.into_iter().collect::<Vec<_>>();
+    // istiod's passthroughHttpProtocolOptions and default connection pool
+    // (circuit breakers, the mesh's TCP keepalive), the dynamic forward
+    // proxy's as theirs.
+    for c in passthroughs.iter_mut().chain(dfp.iter_mut()) {
+        if c.typed_extension_protocol_options.is_empty() {
+            c.typed_extension_protocol_options = BTreeMap::from([(
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(),
+                super::envoy::any(&super::dfp::passthrough_http_options()),
+            )]);
+        }
+        let up = traffic_policy::Upstream { protocol: Protocol::Tcp, sniffs: false, outbound: false };
+        traffic_policy::connection(c, mesh, up, None, None);
+    }
+    for c in std::iter::once(black_hole).chain(passthroughs).chain(dfp) {
         out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
     }
 }

@@ -232,6 +232,9 @@ pub struct GatewayPolicies {
     pub tcp: super::authz::Rbacs,
     /// The mesh's `tlsDefaults`.
     pub tls_defaults: crate::meshconfig::TlsDefaults,
+    /// `PILOT_DISABLE_MX_ALPN`: a TCP server's ISTIO_MUTUAL offers no
+    /// `istio-peer-exchange`.
+    pub disable_mx_alpn: bool,
     /// Its managers' tracing and request id (the client side, as istiod's
     /// gateways; [`super::tracing`]).
     pub tracing: super::telemetry::Side,
@@ -535,8 +538,11 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
                     // the server's TLS context, matched by SNI.
                     chains.extend(tcp_chain(l4, s).map(|mut c| {
                         c.filter_chain_match = sni_match(&s.sni_hosts);
-                        c.transport_socket =
-                            Some(downstream_tls(&tls_context(t, true, policies.map(|p| &p.tls_defaults))));
+                        c.transport_socket = Some(downstream_tls(&tls_context(
+                            t,
+                            policies.is_none_or(|p| !p.disable_mx_alpn),
+                            policies.map(|p| &p.tls_defaults),
+                        )));
                         c
                     }));
                 }

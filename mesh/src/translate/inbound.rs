@@ -201,7 +201,7 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
             super::envoy::socket(&host, n.parse().unwrap_or(u32::from(port)))
         }
     };
-    if let Some(address) = target {
+    let mut c = if let Some(address) = target {
         use istiod_proto::envoy::config::endpoint::v3 as ep;
         let endpoint = ep::LbEndpoint {
             host_identifier: Some(ep::lb_endpoint::HostIdentifier::Endpoint(ep::Endpoint {
@@ -210,7 +210,7 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
             })),
             ..Default::default()
         };
-        return Cluster {
+        Cluster {
             cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Static as i32)),
             connect_timeout: Some(super::cluster::timeout(mesh)),
             load_assignment: Some(ep::ClusterLoadAssignment {
@@ -220,23 +220,32 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
             }),
             name,
             ..Default::default()
-        };
-    }
-    Cluster {
-        name,
-        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32)),
-        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
-        connect_timeout: Some(super::cluster::timeout(mesh)),
-        upstream_bind_config: Some(core::BindConfig {
-            source_address: Some(core::SocketAddress {
-                address: "127.0.0.6".into(),
-                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(0)),
+        }
+    } else {
+        Cluster {
+            name,
+            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+                cluster::DiscoveryType::OriginalDst as i32,
+            )),
+            lb_policy: cluster::LbPolicy::ClusterProvided as i32,
+            connect_timeout: Some(super::cluster::timeout(mesh)),
+            upstream_bind_config: Some(core::BindConfig {
+                source_address: Some(core::SocketAddress {
+                    address: "127.0.0.6".into(),
+                    port_specifier: Some(core::socket_address::PortSpecifier::PortValue(0)),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
-        }),
-        ..Default::default()
-    }
+        }
+    };
+    // The application's HTTP version (HTTP/2 for the HTTP/2 family, the
+    // downstream's on a sniffed port), circuit breakers, the mesh's TCP
+    // keepalive: istiod's buildCluster and applyConnectionPool.
+    let up = super::traffic_policy::Upstream { protocol: p.protocol, sniffs: true, outbound: false };
+    super::traffic_policy::connection(&mut c, mesh, up, None, None);
+    c
 }
 
 /// istiod's `TrustDomainsForValidation`: the trust domain, its aliases and
@@ -258,11 +267,54 @@ fn trust_domains_for_validation(mesh: &crate::meshconfig::MeshSettings) -> Vec<S
     out
 }
 
+/// istiod's `SupportedCiphers`: inbound mesh mTLS's cipher suites unless
+/// meshConfig `meshMTLS.cipherSuites` names others.
+const SUPPORTED_CIPHERS: [&str; 6] = [
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "AES128-GCM-SHA256",
+];
+
+/// istiod's `BuildInboundTLS` TLS parameters: TLS 1.2 (1.3 where
+/// `meshMTLS.minProtocolVersion` says `TLSV1_3`) to 1.3, the mesh's cipher
+/// suites or [`SUPPORTED_CIPHERS`].
+fn inbound_tls_params(mesh_mtls: &crate::meshconfig::TlsDefaults) -> tls::TlsParameters {
+    use tls::tls_parameters::TlsProtocol;
+    let min = match mesh_mtls.min_protocol_version.as_deref() {
+        Some("TLSV1_3") => TlsProtocol::TlSv13,
+        _ => TlsProtocol::TlSv12,
+    };
+    let ciphers: Vec<String> = match mesh_mtls.cipher_suites.is_empty() {
+        true => SUPPORTED_CIPHERS.iter().map(|c| (*c).to_owned()).collect(),
+        false => mesh_mtls.cipher_suites.clone(),
+    };
+    tls::TlsParameters {
+        tls_minimum_protocol_version: min as i32,
+        tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        cipher_suites: ciphers,
+        ..Default::default()
+    }
+}
+
+/// The inbound mesh mTLS of HTTP and of TCP chains (`InboundMTLSSettings`):
+/// HTTP offers `h2`, `http/1.1`; TCP also `istio-peer-exchange` first,
+/// unless `PILOT_DISABLE_MX_ALPN`.
+fn inbound_mtls(mesh: &crate::meshconfig::MeshSettings) -> (core::TransportSocket, core::TransportSocket) {
+    let trust_domains = trust_domains_for_validation(mesh);
+    let params = inbound_tls_params(&mesh.mesh_mtls);
+    let http: &[&str] = &["h2", "http/1.1"];
+    let tcp: &[&str] = if mesh.disable_mx_alpn { http } else { &["istio-peer-exchange", "h2", "http/1.1"] };
+    (downstream_mtls(http, &trust_domains, &params), downstream_mtls(tcp, &trust_domains, &params))
+}
+
 /// istiod's inbound mTLS: the workload certificate from SDS `default`,
 /// peers verified against `ROOTCA` and, as `ApplyToCommonTLSContext`, by
 /// a SPIFFE URI of one of `trust_domains` (`spiffe://<td>/` prefixes), a
-/// client certificate required.
-fn downstream_mtls(alpn: &[&str], trust_domains: &[String]) -> core::TransportSocket {
+/// client certificate required, `params` its TLS versions and ciphers.
+fn downstream_mtls(alpn: &[&str], trust_domains: &[String], params: &tls::TlsParameters) -> core::TransportSocket {
     use istiod_proto::envoy::r#type::matcher::v3 as matcher;
     let san = |td: &String| matcher::StringMatcher {
         match_pattern: Some(matcher::string_matcher::MatchPattern::Prefix(format!("spiffe://{td}/"))),
@@ -284,6 +336,7 @@ fn downstream_mtls(alpn: &[&str], trust_domains: &[String]) -> core::TransportSo
                 },
             )),
             alpn_protocols: alpn.iter().map(|a| (*a).to_owned()).collect(),
+            tls_params: Some(params.clone()),
             ..Default::default()
         }),
         require_client_certificate: Some(true),
@@ -303,7 +356,10 @@ fn downstream_mtls(alpn: &[&str], trust_domains: &[String]) -> core::TransportSo
 /// built once per class, not once per port.
 struct Policies {
     /// The mesh mTLS transport socket of the workload's chains.
-    mtls: core::TransportSocket,
+    /// Inbound mesh mTLS of HTTP chains.
+    mtls_http: core::TransportSocket,
+    /// Inbound mesh mTLS of TCP chains.
+    mtls_tcp: core::TransportSocket,
     jwt: Option<hcm::HttpFilter>,
     http: crate::translate::authz::Rbacs,
     tcp: crate::translate::authz::Rbacs,
@@ -480,7 +536,7 @@ fn port_chains(
             },
             transport_socket: match custom {
                 Some(t) => Some(t.clone()),
-                None => o.tls.then(|| policies.mtls.clone()),
+                None => o.tls.then(|| if o.http { policies.mtls_http.clone() } else { policies.mtls_tcp.clone() }),
             },
             ..Default::default()
         })
@@ -562,8 +618,10 @@ fn listener_filters(chains: &[FilterChain]) -> Vec<ListenerFilter> {
 
 /// The `virtualInbound` listener of a workload.
 pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
+    let (mtls_http, mtls_tcp) = inbound_mtls(&model.mesh);
     let policies = Policies {
-        mtls: downstream_mtls(&["istio-peer-exchange", "h2", "http/1.1"], &trust_domains_for_validation(&model.mesh)),
+        mtls_http,
+        mtls_tcp,
         jwt: crate::translate::authn::jwt_filter(model, class),
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
@@ -694,5 +752,70 @@ mod tests {
         }
         let skip = MeshSettings { skip_validate_trust_domain: true, ..mesh("cluster.local", &["a"], &[]) };
         assert!(super::trust_domains_for_validation(&skip).is_empty());
+    }
+
+    fn context(socket: &istiod_proto::envoy::config::core::v3::TransportSocket) -> super::tls::DownstreamTlsContext {
+        use istiod_proto::prost::Message;
+        let Some(istiod_proto::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(any)) =
+            &socket.config_type
+        else {
+            panic!("typed")
+        };
+        super::tls::DownstreamTlsContext::decode(any.value.as_slice()).expect("context")
+    }
+
+    /// Upstream `TestInboundMTLSSettings`
+    /// (pilot/pkg/security/authn/policy_applier_test.go): the TCP and HTTP
+    /// contexts' ALPN, TLS parameters and client certificate; and
+    /// `PILOT_DISABLE_MX_ALPN` (utils.go's `ALPNDownstream`).
+    #[test]
+    fn upstream_inbound_mtls_settings() {
+        use super::tls::tls_parameters::TlsProtocol;
+        let ciphers = [
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "ECDHE-RSA-AES256-GCM-SHA384",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+            "AES256-GCM-SHA384",
+            "AES128-GCM-SHA256",
+        ];
+        let (http, tcp) = super::inbound_mtls(&MeshSettings::default());
+        let (http, tcp) = (context(&http), context(&tcp));
+        for (ctx, alpn) in [(&tcp, &["istio-peer-exchange", "h2", "http/1.1"][..]), (&http, &["h2", "http/1.1"][..])] {
+            let common = ctx.common_tls_context.as_ref().expect("common");
+            assert_eq!(common.alpn_protocols, alpn);
+            let p = common.tls_params.as_ref().expect("params");
+            assert_eq!(p.tls_minimum_protocol_version, TlsProtocol::TlSv12 as i32);
+            assert_eq!(p.tls_maximum_protocol_version, TlsProtocol::TlSv13 as i32);
+            assert_eq!(p.cipher_suites, ciphers);
+            assert!(p.ecdh_curves.is_empty());
+            assert_eq!(ctx.require_client_certificate, Some(true));
+        }
+        let no_mx = MeshSettings { disable_mx_alpn: true, ..MeshSettings::default() };
+        let tcp = context(&super::inbound_mtls(&no_mx).1);
+        assert_eq!(tcp.common_tls_context.expect("common").alpn_protocols, ["h2", "http/1.1"]);
+    }
+
+    /// Upstream `TestGetMinTLSVersion` and `TestGetMTLSCipherSuites`
+    /// (pilot/pkg/security/authn/utils/utils_test.go).
+    #[test]
+    fn upstream_min_tls_version_and_cipher_suites() {
+        use super::tls::tls_parameters::TlsProtocol;
+        use crate::meshconfig::TlsDefaults;
+        let min = |v: Option<&str>| {
+            let t = TlsDefaults { min_protocol_version: v.map(str::to_owned), ..Default::default() };
+            super::inbound_tls_params(&t).tls_minimum_protocol_version
+        };
+        assert_eq!(min(None), TlsProtocol::TlSv12 as i32, "Default TLS versions");
+        assert_eq!(min(Some("TLSV1_2")), TlsProtocol::TlSv12 as i32, "Configure minimum TLS version 1.2");
+        assert_eq!(min(Some("TLS_AUTO")), TlsProtocol::TlSv12 as i32, "Configure minimum TLS version to be auto");
+        assert_eq!(min(Some("TLSV1_3")), TlsProtocol::TlSv13 as i32, "Configure minimum TLS version 1.3");
+        let own = TlsDefaults { cipher_suites: vec!["ECDHE-RSA-AES256-GCM-SHA384".into()], ..Default::default() };
+        assert_eq!(
+            super::inbound_tls_params(&own).cipher_suites,
+            ["ECDHE-RSA-AES256-GCM-SHA384"],
+            "Configure 1 cipher"
+        );
+        assert_eq!(super::inbound_tls_params(&TlsDefaults::default()).cipher_suites.len(), 6, "Default cipher suites");
     }
 }

@@ -27,42 +27,51 @@ fn dur(s: Option<&String>) -> Option<Duration> {
     Some(Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 })
 }
 
-/// The policy for `port`: the top level with that port's settings on top.
-pub fn for_port(policy: &TrafficPolicy, port: u16) -> TrafficPolicy {
-    let mut p = policy.clone();
-    if let Some(pl) =
-        policy.port_level_settings.iter().find(|pl| pl.port.as_ref().is_some_and(|x| x.number == u32::from(port)))
-    {
-        if pl.load_balancer.is_some() {
-            p.load_balancer = pl.load_balancer.clone();
-        }
-        if pl.connection_pool.is_some() {
-            p.connection_pool = pl.connection_pool.clone();
-        }
-        if pl.outlier_detection.is_some() {
-            p.outlier_detection = pl.outlier_detection.clone();
-        }
-        if pl.tls.is_some() {
-            p.tls = pl.tls.clone();
-        }
+/// The policy for `port` (istiod's `GetPortLevelTrafficPolicy`): that
+/// port's settings where it has some, which replace the top level whole
+/// (what they leave out is the default, not inherited), else the top
+/// level; and whether the port's applied.
+pub fn for_port(policy: &TrafficPolicy, port: u16) -> (TrafficPolicy, bool) {
+    match policy.port_level_settings.iter().find(|pl| pl.port.as_ref().is_some_and(|x| x.number == u32::from(port))) {
+        Some(pl) => (
+            TrafficPolicy {
+                load_balancer: pl.load_balancer.clone(),
+                connection_pool: pl.connection_pool.clone(),
+                outlier_detection: pl.outlier_detection.clone(),
+                tls: pl.tls.clone(),
+                ..Default::default()
+            },
+            true,
+        ),
+        None => (policy.clone(), false),
     }
-    p
 }
 
-/// `over` on top of `base`, field by field (a subset's policy).
-pub fn merge(base: &TrafficPolicy, over: &TrafficPolicy) -> TrafficPolicy {
+/// A subset's policy `over` on top of `base` (istiod's
+/// `MergeTrafficPolicy`): field by field, or, where the subset's comes
+/// from its port-level settings, those four fields whole.
+pub fn merge(base: &TrafficPolicy, over: &TrafficPolicy, port_level: bool) -> TrafficPolicy {
     let mut p = base.clone();
-    if over.load_balancer.is_some() {
+    if over.load_balancer.is_some() || port_level {
         p.load_balancer = over.load_balancer.clone();
     }
-    if over.connection_pool.is_some() {
+    if over.connection_pool.is_some() || port_level {
         p.connection_pool = over.connection_pool.clone();
     }
-    if over.outlier_detection.is_some() {
+    if over.outlier_detection.is_some() || port_level {
         p.outlier_detection = over.outlier_detection.clone();
     }
-    if over.tls.is_some() {
+    if over.tls.is_some() || port_level {
         p.tls = over.tls.clone();
+    }
+    if over.tunnel.is_some() {
+        p.tunnel = over.tunnel.clone();
+    }
+    if over.proxy_protocol.is_some() {
+        p.proxy_protocol = over.proxy_protocol.clone();
+    }
+    if over.retry_budget.is_some() {
+        p.retry_budget = over.retry_budget.clone();
     }
     p
 }
@@ -72,7 +81,7 @@ pub fn merge(base: &TrafficPolicy, over: &TrafficPolicy) -> TrafficPolicy {
 /// (they run a sidecar) get ISTIO_MUTUAL and the others plaintext, chosen
 /// per endpoint through `transport_socket_matches` and the endpoint
 /// metadata `envoy.transport_socket_match`.
-pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str) {
+pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str, alpn: &[&str]) {
     use istiod_proto::prost_types::{Struct, Value, value::Kind as V};
     let istio = ClientTlsSettings { mode: ClientTlsMode::IstioMutual, ..ClientTlsSettings::default() };
     let criteria = Struct {
@@ -88,7 +97,7 @@ pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str) {
         cluster::TransportSocketMatch {
             name: "tlsMode-istio".into(),
             r#match: Some(criteria),
-            transport_socket: transport_socket(&istio, &format!("outbound_.{port}_.{subset}_.{sni_host}")),
+            transport_socket: transport_socket(&istio, &format!("outbound_.{port}_.{subset}_.{sni_host}"), alpn),
         },
         cluster::TransportSocketMatch {
             name: "tlsMode-disabled".into(),
@@ -98,19 +107,201 @@ pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str) {
     ];
 }
 
-/// Applies `policy` to `c`.
-pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16, subset: &str) {
+/// Applies `policy`'s load balancer, outlier detection and TLS to `c`
+/// (its connection pool is [`connection`]'s); `alpn` is what ISTIO_MUTUAL
+/// offers ([`istio_alpn`]).
+pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16, subset: &str, alpn: &[&str]) {
     if let Some(lb) = &policy.load_balancer {
         load_balancer(c, lb);
-    }
-    if let Some(cp) = &policy.connection_pool {
-        connection_pool(c, cp);
     }
     if let Some(o) = &policy.outlier_detection {
         c.outlier_detection = Some(outlier(o));
     }
     if let Some(t) = &policy.tls {
-        c.transport_socket = transport_socket(t, &format!("outbound_.{port}_.{subset}_.{sni_host}"));
+        c.transport_socket = transport_socket(t, &format!("outbound_.{port}_.{subset}_.{sni_host}"), alpn);
+    }
+}
+
+/// The ALPN an ISTIO_MUTUAL upstream offers (istiod's
+/// `buildUpstreamClusterTLSContext`): `istio-peer-exchange` for metadata
+/// exchange unless `PILOT_DISABLE_MX_ALPN`, `istio`, and `h2` on an HTTP/2
+/// cluster.
+pub fn istio_alpn(h2: bool, mx: bool) -> &'static [&'static str] {
+    match (h2, mx) {
+        (true, true) => &["istio-peer-exchange", "istio", "h2"],
+        (true, false) => &["istio", "h2"],
+        (false, true) => &["istio-peer-exchange", "istio"],
+        (false, false) => &["istio"],
+    }
+}
+
+/// What a cluster's HTTP protocol options depend on besides its policy.
+#[derive(Debug, Clone, Copy)]
+pub struct Upstream {
+    /// The port's protocol.
+    pub protocol: crate::model::Protocol,
+    /// Sidecars (and waypoints) sniff unnamed ports: such a port's
+    /// upstream speaks what the downstream spoke.
+    pub sniffs: bool,
+    /// Outbound: an HTTP/2 upgrade applies.
+    pub outbound: bool,
+}
+
+/// istiod's `shouldH2Upgrade`: a rule's `useClientProtocol` never
+/// upgrades, its `h2UpgradePolicy` decides when set, else the mesh's
+/// `h2UpgradePolicy` for HTTP ports.
+pub fn should_h2_upgrade(
+    protocol: crate::model::Protocol,
+    mesh_upgrade: bool,
+    cp: Option<&ConnectionPoolSettings>,
+) -> bool {
+    use istiod_config::istio::networking::H2UpgradePolicy;
+    if let Some(http) = cp.and_then(|cp| cp.http.as_ref()) {
+        if http.use_client_protocol {
+            return false;
+        }
+        match http.h2_upgrade_policy {
+            H2UpgradePolicy::Upgrade => return true,
+            H2UpgradePolicy::DoNotUpgrade => return false,
+            H2UpgradePolicy::Default => {}
+        }
+    }
+    protocol.is_http() && mesh_upgrade
+}
+
+/// istiod's `setUpstreamProtocol`, `applyH2Upgrade` and
+/// `applyConnectionPool`, in that order: the cluster's upstream HTTP
+/// version (HTTP/2 for the HTTP/2 family and upgrades, the downstream's
+/// for sniffed ports and `useClientProtocol`), its common HTTP options,
+/// circuit breakers (effectively unlimited unless the pool says), connect
+/// timeout and TCP keepalive (the mesh's, then the pool's). Returns
+/// whether the cluster speaks HTTP/2 upstream (`isHttp2Cluster`).
+pub fn connection(
+    c: &mut Cluster,
+    mesh: &crate::meshconfig::MeshSettings,
+    up: Upstream,
+    cp: Option<&ConnectionPoolSettings>,
+    budget: Option<&istiod_config::istio::networking::RetryBudget>,
+) -> bool {
+    use upstream_http::http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions as U, UseDownstreamHttpConfig, explicit_http_config,
+    };
+    let h2 = || {
+        U::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(explicit_http_config::ProtocolConfig::Http2ProtocolOptions(Default::default())),
+        })
+    };
+    let downstream = || {
+        U::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
+            http_protocol_options: Some(Default::default()),
+            http2_protocol_options: Some(Default::default()),
+            ..Default::default()
+        })
+    };
+    let mut upstream = None;
+    if up.protocol.is_http2() {
+        upstream = Some(h2());
+    } else if up.sniffs && up.protocol == crate::model::Protocol::Unsupported {
+        upstream = Some(downstream());
+    }
+    if up.outbound && upstream.is_none() && should_h2_upgrade(up.protocol, mesh.h2_upgrade, cp) {
+        upstream = Some(h2());
+    }
+    let mut t = default_thresholds(mesh.track_remaining);
+    // istiod's applyRetryBudget: 20% and 3 unless the rule says (its
+    // `budgetInterval` is not sent: this Envoy API has no such field).
+    if let Some(b) = budget {
+        t.retry_budget = Some(circuit_breakers::thresholds::RetryBudget {
+            budget_percent: Some(istiod_proto::envoy::r#type::v3::Percent { value: b.percent.unwrap_or(20.0) }),
+            min_retry_concurrency: Some(if b.min_retry_concurrency > 0 { b.min_retry_concurrency } else { 3 }),
+        });
+    }
+    let mut common = core::HttpProtocolOptions::default();
+    let (mut streams, mut ping) = (None, None);
+    let tcp = cp.and_then(|cp| cp.tcp.as_ref());
+    if let Some(http) = cp.and_then(|cp| cp.http.as_ref()) {
+        let positive = |v: i32| (v > 0).then_some(v as u32);
+        if let Some(v) = positive(http.http2_max_requests) {
+            t.max_requests = Some(v);
+        }
+        if let Some(v) = positive(http.http1_max_pending_requests) {
+            t.max_pending_requests = Some(v);
+        }
+        if let Some(v) = positive(http.max_retries) {
+            t.max_retries = Some(v);
+        }
+        common.idle_timeout = dur(http.idle_timeout.as_ref());
+        common.max_requests_per_connection = positive(http.max_requests_per_connection);
+        streams = positive(http.max_concurrent_streams);
+        ping = http.http2_keep_alive.as_ref();
+    }
+    if let Some(tcp) = tcp {
+        if let Some(d) = dur(tcp.connect_timeout.as_ref()) {
+            c.connect_timeout = Some(d);
+        }
+        if tcp.max_connections > 0 {
+            t.max_connections = Some(tcp.max_connections as u32);
+        }
+        common.max_connection_duration = dur(tcp.max_connection_duration.as_ref());
+        if common.idle_timeout.is_none() {
+            common.idle_timeout = dur(tcp.idle_timeout.as_ref());
+        }
+    }
+    for k in mesh.tcp_keepalive.iter().chain(tcp.and_then(|t| t.tcp_keepalive.as_ref())) {
+        keepalive(c, k);
+    }
+    c.circuit_breakers = Some(CircuitBreakers { thresholds: vec![t], ..Default::default() });
+    let mut options = upstream_http::HttpProtocolOptions::default();
+    if common != core::HttpProtocolOptions::default() || streams.is_some() || ping.is_some() {
+        options.common_http_protocol_options = Some(common);
+    }
+    if let Some(U::ExplicitHttpConfig(ExplicitHttpConfig {
+        protocol_config: Some(explicit_http_config::ProtocolConfig::Http2ProtocolOptions(o)),
+    })) = upstream.as_mut()
+    {
+        o.max_concurrent_streams = streams;
+        o.connection_keepalive = ping.map(|k| core::KeepaliveSettings {
+            interval: dur(k.interval.as_ref()),
+            timeout: dur(k.timeout.as_ref()),
+            ..Default::default()
+        });
+    }
+    if cp.and_then(|cp| cp.http.as_ref()).is_some_and(|h| h.use_client_protocol) {
+        upstream = Some(downstream());
+    }
+    let is_h2 = matches!(
+        upstream,
+        Some(U::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(explicit_http_config::ProtocolConfig::Http2ProtocolOptions(_))
+        }))
+    );
+    // istiod's clusterWrapper build: options made without an upstream
+    // protocol speak HTTP/1.1 explicitly.
+    if upstream.is_none() && options.common_http_protocol_options.is_some() {
+        upstream = Some(U::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(explicit_http_config::ProtocolConfig::HttpProtocolOptions(Default::default())),
+        }));
+    }
+    options.upstream_protocol_options = upstream;
+    if options != upstream_http::HttpProtocolOptions::default() {
+        c.typed_extension_protocol_options =
+            BTreeMap::from([("envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(), any(&options))]);
+    }
+    is_h2
+}
+
+/// istiod's `setKeepAliveSettings`: SO_KEEPALIVE with what `k` sets.
+fn keepalive(c: &mut Cluster, k: &istiod_config::istio::networking::TcpKeepalive) {
+    let opts = c.upstream_connection_options.get_or_insert_with(Default::default);
+    let ka = opts.tcp_keepalive.get_or_insert_with(Default::default);
+    if k.probes > 0 {
+        ka.keepalive_probes = Some(k.probes);
+    }
+    if let Some(d) = dur(k.time.as_ref()) {
+        ka.keepalive_time = Some(d.seconds as u32);
+    }
+    if let Some(d) = dur(k.interval.as_ref()) {
+        ka.keepalive_interval = Some(d.seconds as u32);
     }
 }
 
@@ -118,9 +309,12 @@ pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16,
 /// the top-level policy with its port-level settings, overridden by the
 /// subset's (with its own port-level settings).
 pub fn effective(dr: &istiod_config::istio::networking::DestinationRule, port: u16, subset: &str) -> TrafficPolicy {
-    let top = dr.traffic_policy.as_ref().map(|p| for_port(p, port)).unwrap_or_default();
+    let top = dr.traffic_policy.as_ref().map(|p| for_port(p, port).0).unwrap_or_default();
     match dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref()) {
-        Some(sp) => merge(&top, &for_port(sp, port)),
+        Some(sp) => {
+            let (over, port_level) = for_port(sp, port);
+            merge(&top, &over, port_level)
+        }
         None => top,
     }
 }
@@ -166,59 +360,16 @@ fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
 
 /// istiod's `getDefaultCircuitBreakerThresholds`: Envoy's defaults (1024)
 /// set to effectively unlimited.
-pub fn default_thresholds() -> circuit_breakers::Thresholds {
+/// `track_remaining`: not `DISABLE_TRACK_REMAINING_CB_METRICS`.
+pub fn default_thresholds(track_remaining: bool) -> circuit_breakers::Thresholds {
     circuit_breakers::Thresholds {
         max_connections: Some(u32::MAX),
         max_pending_requests: Some(u32::MAX),
         max_requests: Some(u32::MAX),
         max_retries: Some(u32::MAX),
-        track_remaining: true,
+        track_remaining,
         ..Default::default()
     }
-}
-
-fn connection_pool(c: &mut Cluster, cp: &ConnectionPoolSettings) {
-    let positive = |v: i32| (v > 0).then_some(v as u32);
-    let mut t = default_thresholds();
-    if let Some(tcp) = &cp.tcp {
-        if let Some(v) = positive(tcp.max_connections) {
-            t.max_connections = Some(v);
-        }
-        if let Some(d) = dur(tcp.connect_timeout.as_ref()) {
-            c.connect_timeout = Some(d);
-        }
-    }
-    if let Some(http) = &cp.http {
-        if let Some(v) = positive(http.http1_max_pending_requests) {
-            t.max_pending_requests = Some(v);
-        }
-        if let Some(v) = positive(http.http2_max_requests) {
-            t.max_requests = Some(v);
-        }
-        if let Some(v) = positive(http.max_retries) {
-            t.max_retries = Some(v);
-        }
-        let idle = dur(http.idle_timeout.as_ref());
-        let per_conn = positive(http.max_requests_per_connection);
-        if idle.is_some() || per_conn.is_some() {
-            let opts = upstream_http::HttpProtocolOptions {
-                common_http_protocol_options: Some(core::HttpProtocolOptions {
-                    idle_timeout: idle,
-                    max_requests_per_connection: per_conn,
-                    ..Default::default()
-                }),
-                upstream_protocol_options: Some(
-                    upstream_http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-                        upstream_http::http_protocol_options::UseDownstreamHttpConfig::default(),
-                    ),
-                ),
-                ..Default::default()
-            };
-            c.typed_extension_protocol_options =
-                BTreeMap::from([("envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(), any(&opts))]);
-        }
-    }
-    c.circuit_breakers = Some(CircuitBreakers { thresholds: vec![t], ..Default::default() });
 }
 
 fn outlier(o: &OutlierDetection) -> EnvoyOutlier {
@@ -268,7 +419,7 @@ fn credential_sds(name: &str) -> tls::SdsSecretConfig {
     tls::SdsSecretConfig { name: resource, sds_config: super::envoy::ads() }
 }
 
-fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::TransportSocket> {
+fn transport_socket(t: &ClientTlsSettings, default_sni: &str, alpn: &[&str]) -> Option<core::TransportSocket> {
     let exact = |s: &String| matcher::StringMatcher {
         match_pattern: Some(matcher::string_matcher::MatchPattern::Exact(s.clone())),
         ignore_case: false,
@@ -291,7 +442,7 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
             common_tls_context: Some(tls::CommonTlsContext {
                 tls_certificate_sds_secret_configs: vec![sds("default")],
                 validation_context_type: validation(sds("ROOTCA")),
-                alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+                alpn_protocols: alpn.iter().map(|a| (*a).to_owned()).collect(),
                 ..Default::default()
             }),
             sni: if t.sni.is_empty() { default_sni.to_owned() } else { t.sni.clone() },
@@ -329,3 +480,7 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str) -> Option<core::Tr
         config_type: Some(core::transport_socket::ConfigType::TypedConfig(any(&ctx))),
     })
 }
+
+#[cfg(test)]
+#[path = "traffic_policy_tests.rs"]
+mod tests;

@@ -1,0 +1,234 @@
+//! Upstream cases (pilot/pkg/networking/core/cluster_builder_test.go and
+//! cluster_test.go at istio/istio 86c9f01), each named after its test.
+
+use super::*;
+use crate::meshconfig::MeshSettings;
+use crate::model::Protocol;
+use istiod_config::istio::networking::{RetryBudget, TcpKeepalive};
+use istiod_proto::prost::Message;
+use upstream_http::http_protocol_options::{UpstreamProtocolOptions as U, explicit_http_config::ProtocolConfig};
+
+fn pool(yaml: &str) -> ConnectionPoolSettings {
+    serde_yaml_ng::from_str(yaml).expect("connection pool")
+}
+
+fn secs(s: i64) -> Option<Duration> {
+    Some(Duration { seconds: s, nanos: 0 })
+}
+
+/// The HttpProtocolOptions a cluster carries, if any.
+fn options(c: &Cluster) -> Option<upstream_http::HttpProtocolOptions> {
+    let any = c.typed_extension_protocol_options.get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")?;
+    Some(upstream_http::HttpProtocolOptions::decode(any.value.as_slice()).expect("options"))
+}
+
+fn built(
+    mesh: &MeshSettings,
+    protocol: Protocol,
+    sniffs: bool,
+    cp: Option<&ConnectionPoolSettings>,
+) -> (Cluster, bool) {
+    let mut c = Cluster { name: "foo".into(), ..Default::default() };
+    let h2 = connection(&mut c, mesh, Upstream { protocol, sniffs, outbound: true }, cp, None);
+    (c, h2)
+}
+
+/// `TestShouldH2Upgrade`.
+#[test]
+fn upstream_should_h2_upgrade() {
+    let http = Protocol::Http;
+    let auto = Protocol::Unsupported;
+    let dr = |p: &str| pool(&format!("http: {{h2UpgradePolicy: {p}}}"));
+    let client = pool("http: {useClientProtocol: true}");
+    let cases: [(&str, Protocol, bool, Option<ConnectionPoolSettings>, bool); 7] = [
+        ("mesh upgrade - dr default", http, true, Some(dr("DEFAULT")), true),
+        ("mesh default - dr upgrade non http port", auto, false, Some(dr("UPGRADE")), true),
+        ("mesh no_upgrade - dr default", http, false, Some(dr("DEFAULT")), false),
+        ("mesh no_upgrade - dr upgrade", http, false, Some(dr("UPGRADE")), true),
+        ("mesh upgrade - dr no_upgrade", http, true, Some(dr("DO_NOT_UPGRADE")), false),
+        ("mesh upgrade - dr useClientProtocol", http, true, Some(client), false),
+        ("non-http", auto, true, Some(dr("DEFAULT")), false),
+    ];
+    for (name, protocol, mesh_upgrade, cp, want) in cases {
+        assert_eq!(should_h2_upgrade(protocol, mesh_upgrade, cp.as_ref()), want, "{name}");
+    }
+}
+
+/// `TestIsHttp2Cluster`: only explicit HTTP/2 options make an HTTP/2
+/// cluster (and so the `h2` ALPN); the downstream's protocol does not.
+#[test]
+fn upstream_is_http2_cluster() {
+    let mesh = MeshSettings::default();
+    let (plain, h2) = built(&mesh, Protocol::Http, true, None);
+    assert!(!h2 && options(&plain).is_none(), "with no h2 options");
+    let (grpc, h2) = built(&mesh, Protocol::Grpc, true, None);
+    assert!(h2, "with h2 options");
+    let Some(U::ExplicitHttpConfig(e)) = options(&grpc).and_then(|o| o.upstream_protocol_options) else {
+        panic!("explicit")
+    };
+    assert!(matches!(e.protocol_config, Some(ProtocolConfig::Http2ProtocolOptions(_))));
+    let (sniffed, h2) = built(&mesh, Protocol::Unsupported, true, None);
+    assert!(!h2, "with downstream config and h2 options");
+    let Some(U::UseDownstreamProtocolConfig(d)) = options(&sniffed).and_then(|o| o.upstream_protocol_options) else {
+        panic!("downstream")
+    };
+    assert!(d.http_protocol_options.is_some() && d.http2_protocol_options.is_some());
+    assert_eq!(istio_alpn(true, true), ["istio-peer-exchange", "istio", "h2"], "ALPNInMeshH2WithMxc");
+    assert_eq!(istio_alpn(false, false), ["istio"], "ALPNInMesh");
+}
+
+/// `TestApplyConnectionPool` (the cases that do not depend on options
+/// set before the pool is applied) and `TestBuildDefaultCluster`'s
+/// defaults: no protocol options for an HTTP port without a rule, the
+/// effectively unlimited circuit breakers, `track_remaining` off as
+/// `DISABLE_TRACK_REMAINING_CB_METRICS` defaults.
+#[test]
+fn upstream_apply_connection_pool() {
+    let mesh = MeshSettings::default();
+    let common = |yaml: &str| {
+        let (c, _) = built(&mesh, Protocol::Http, true, Some(&pool(yaml)));
+        let o = options(&c).and_then(|o| o.common_http_protocol_options).expect("common options");
+        (o.idle_timeout, o.max_requests_per_connection, o.max_connection_duration)
+    };
+    assert_eq!(common("tcp: {idleTimeout: 10s}"), (secs(10), None, None), "set TCP idle timeout");
+    assert_eq!(
+        common("tcp: {idleTimeout: 10s}\nhttp: {idleTimeout: 20s}"),
+        (secs(20), None, None),
+        "ignore TCP idle timeout when HTTP idle timeout is specified"
+    );
+    assert_eq!(
+        common("http: {idleTimeout: 22s, maxRequestsPerConnection: 22}\ntcp: {maxConnectionDuration: 500s}"),
+        (secs(22), Some(22), secs(500)),
+        "update multiple fields"
+    );
+    let (bare, _) = built(&mesh, Protocol::Http, true, None);
+    assert!(options(&bare).is_none(), "default EDS cluster");
+    let t = &bare.circuit_breakers.as_ref().expect("breakers").thresholds[0];
+    assert_eq!(
+        (t.max_connections, t.max_pending_requests, t.max_requests, t.max_retries, t.track_remaining),
+        (Some(u32::MAX), Some(u32::MAX), Some(u32::MAX), Some(u32::MAX), false)
+    );
+    let budget = |b: RetryBudget| {
+        let mut c = Cluster::default();
+        let up = Upstream { protocol: Protocol::Http, sniffs: true, outbound: true };
+        connection(&mut c, &mesh, up, Some(&pool("http: {maxRequestsPerConnection: 22}")), Some(&b));
+        let t = c.circuit_breakers.expect("breakers").thresholds.remove(0);
+        let b = t.retry_budget.expect("budget");
+        (b.budget_percent.map(|p| p.value), b.min_retry_concurrency, t.max_retries)
+    };
+    assert_eq!(budget(RetryBudget::default()), (Some(20.0), Some(3), Some(u32::MAX)), "default retry budget");
+    let set = RetryBudget { percent: Some(0.3), min_retry_concurrency: 4, budget_interval: None };
+    assert_eq!(budget(set), (Some(0.3), Some(4), Some(u32::MAX)), "retry budget");
+}
+
+/// `TestApplyTCPKeepalive` and `TestBuildSidecarClustersWithMeshWideTCPKeepalive`
+/// (the latter's rule through a subset's port-level settings).
+#[test]
+fn upstream_tcp_keepalive() {
+    let keepalive = |mesh_time: Option<&str>, cp: Option<ConnectionPoolSettings>| {
+        let mesh = MeshSettings {
+            tcp_keepalive: mesh_time.map(|t| TcpKeepalive { time: Some(t.into()), ..Default::default() }),
+            ..MeshSettings::default()
+        };
+        let (c, _) = built(&mesh, Protocol::Tcp, true, cp.as_ref());
+        c.upstream_connection_options.and_then(|o| o.tcp_keepalive).map(|k| (k.keepalive_time, k.keepalive_probes))
+    };
+    assert_eq!(keepalive(None, Some(pool("{}"))), None, "no tcp alive");
+    assert_eq!(
+        keepalive(None, Some(pool("tcp: {tcpKeepalive: {time: 10s}}"))),
+        Some((Some(10), None)),
+        "destination rule tcp alive"
+    );
+    assert_eq!(keepalive(Some("10s"), Some(pool("{}"))), Some((Some(10), None)), "mesh tcp alive");
+
+    let rule = |x: &str| -> istiod_config::istio::networking::DestinationRule {
+        serde_yaml_ng::from_str(&format!(
+            "host: '*.example.org'\nsubsets:\n- name: foobar\n  labels: {{foo: bar}}\n  trafficPolicy:\n    \
+             portLevelSettings:\n    - port: {{number: 8080}}\n      connectionPool: {{tcp: {x}}}\n"
+        ))
+        .expect("rule")
+    };
+    let through = |mesh_time: Option<&str>, x: &str| {
+        let policy = effective(&rule(x), 8080, "foobar");
+        keepalive(mesh_time, policy.connection_pool)
+    };
+    assert_eq!(through(None, "{}"), None, "unset");
+    assert_eq!(through(Some("11s"), "{}"), Some((Some(11), None)), "mesh");
+    assert_eq!(through(Some("11s"), "{tcpKeepalive: {time: 21s}}"), Some((Some(21), None)), "destination rule");
+    assert_eq!(through(Some("11s"), "{tcpKeepalive: {}}"), Some((Some(11), None)), "destination rule default");
+}
+
+/// `TestCommonHttpProtocolOptions`, its outbound clusters: the rule's
+/// idle timeout on each; a sniffed port's sidecar cluster speaks the
+/// downstream's protocol, a router's explicit HTTP/1.1. (Its inbound rows
+/// read the rule on inbound clusters, which istiod-rs does not apply.)
+#[test]
+fn upstream_common_http_protocol_options() {
+    let mesh = MeshSettings::default();
+    let cp = pool("http: {http1MaxPendingRequests: 1, idleTimeout: 15s}");
+    for (name, protocol, sniffs, downstream) in [
+        ("outbound|8080||*.example.org-override-sidecar", Protocol::Http, true, false),
+        ("outbound|9090||*.example.org-override-sidecar", Protocol::Unsupported, true, true),
+        ("outbound|8080||*.example.org-override-router", Protocol::Http, false, false),
+        ("outbound|9090||*.example.org-override-router", Protocol::Unsupported, false, false),
+    ] {
+        let (c, _) = built(&mesh, protocol, sniffs, Some(&cp));
+        let o = options(&c).expect(name);
+        assert_eq!(o.common_http_protocol_options.and_then(|c| c.idle_timeout), secs(15), "{name}");
+        match o.upstream_protocol_options {
+            Some(U::UseDownstreamProtocolConfig(_)) => assert!(downstream, "{name}"),
+            Some(U::ExplicitHttpConfig(e)) => {
+                assert!(!downstream, "{name}");
+                assert!(matches!(e.protocol_config, Some(ProtocolConfig::HttpProtocolOptions(_))), "{name}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        let t = &c.circuit_breakers.as_ref().expect(name).thresholds[0];
+        assert_eq!((t.max_pending_requests, t.max_requests), (Some(1), Some(u32::MAX)), "{name}");
+    }
+}
+
+/// `TestApplyDestinationRule`'s HTTP/2 cases: `maxConcurrentStreams` and
+/// `http2KeepAlive` reach an HTTP/2 cluster's options, whether the port
+/// is HTTP/2 or the rule upgrades it.
+#[test]
+fn upstream_http2_settings_of_a_rule() {
+    let mesh = MeshSettings::default();
+    let h2 = |protocol: Protocol, yaml: &str| {
+        let (c, is_h2) = built(&mesh, protocol, true, Some(&pool(yaml)));
+        assert!(is_h2, "{yaml}");
+        match options(&c).and_then(|o| o.upstream_protocol_options) {
+            Some(U::ExplicitHttpConfig(e)) => match e.protocol_config {
+                Some(ProtocolConfig::Http2ProtocolOptions(o)) => o,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        h2(Protocol::Http2, "http: {maxConcurrentStreams: 10, maxRetries: 10}").max_concurrent_streams,
+        Some(10),
+        "destination rule with maxConcurrentStreams"
+    );
+    let ka = h2(Protocol::Http2, "http: {http2KeepAlive: {interval: 15s, timeout: 5s}}").connection_keepalive;
+    assert_eq!(ka.map(|k| (k.interval, k.timeout)), Some((secs(15), secs(5))), "destination rule with http2 keepalive");
+    for protocol in [Protocol::Http, Protocol::Http2] {
+        let o = h2(protocol, "http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 200}");
+        assert_eq!(o.max_concurrent_streams, Some(200), "destination rule with http2UpgradePolicy ({protocol:?})");
+    }
+}
+
+/// istiod's `GetPortLevelTrafficPolicy`: a port's settings replace the
+/// top level whole; what they leave out is not inherited.
+#[test]
+fn port_level_settings_do_not_inherit() {
+    let dr: istiod_config::istio::networking::DestinationRule = serde_yaml_ng::from_str(
+        "host: web\ntrafficPolicy:\n  loadBalancer: {simple: RANDOM}\n  portLevelSettings:\n  \
+         - port: {number: 80}\n    connectionPool: {http: {idleTimeout: 30s}}\n",
+    )
+    .expect("rule");
+    let on_80 = effective(&dr, 80, "");
+    assert!(on_80.load_balancer.is_none() && on_80.connection_pool.is_some());
+    let on_81 = effective(&dr, 81, "");
+    assert!(on_81.load_balancer.is_some() && on_81.connection_pool.is_none());
+}

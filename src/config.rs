@@ -194,6 +194,20 @@ pub struct Config {
     pub disable_mx_alpn: bool,
     /// `DISABLE_TRACK_REMAINING_CB_METRICS` (true), inverted.
     pub track_remaining: bool,
+    /// `PILOT_ENABLE_MONGO_FILTER` (true), `PILOT_ENABLE_REDIS_FILTER` (false).
+    pub protocol_filters: istiod_mesh::meshconfig::ProtocolFilters,
+    /// `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES` (false).
+    pub eds_for_headless: bool,
+    /// `PILOT_HTTP10`, `PILOT_SIDECAR_USE_REMOTE_ADDRESS`,
+    /// `ENABLE_HCM_INTERNAL_NETWORKS` (all false).
+    pub http_switches: (bool, bool, bool),
+    /// `PILOT_ENABLE_METADATA_EXCHANGE` (true), `PILOT_ENABLE_ALPN_FILTER`
+    /// (true), `PILOT_MX_ADDITIONAL_LABELS` (comma-separated; sorted, each
+    /// once, as istiod's).
+    pub mx: (bool, bool, Vec<String>),
+    /// `ENABLE_100_CONTINUE_HEADERS` (true), `DISABLE_SHADOW_HOST_SUFFIX`
+    /// (true), `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` (1).
+    pub http_defaults: (bool, bool, u32),
     /// `PILOT_GATEWAY_TRANSPORT_SOCKET_CONNECT_TIMEOUT` (15s; 0: none).
     pub gateway_handshake_timeout: Option<Duration>,
     /// `PILOT_HBONE_INITIAL_STREAM_WINDOW_SIZE`,
@@ -985,6 +999,28 @@ impl Config {
             skip_validate_trust_domain: vars.bool("PILOT_SKIP_VALIDATE_TRUST_DOMAIN", false)?,
             disable_mx_alpn: vars.bool("PILOT_DISABLE_MX_ALPN", false)?,
             track_remaining: !vars.bool("DISABLE_TRACK_REMAINING_CB_METRICS", true)?,
+            protocol_filters: istiod_mesh::meshconfig::ProtocolFilters {
+                mongo: vars.bool("PILOT_ENABLE_MONGO_FILTER", true)?,
+                redis: vars.bool("PILOT_ENABLE_REDIS_FILTER", false)?,
+            },
+            eds_for_headless: vars.bool("PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES", false)?,
+            mx: (vars.bool("PILOT_ENABLE_METADATA_EXCHANGE", true)?, vars.bool("PILOT_ENABLE_ALPN_FILTER", true)?, {
+                let labels = vars.string("PILOT_MX_ADDITIONAL_LABELS", "");
+                let set: std::collections::BTreeSet<String> =
+                    labels.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
+                set.into_iter().collect()
+            }),
+            http_switches: (
+                vars.bool("PILOT_HTTP10", false)?,
+                vars.bool("PILOT_SIDECAR_USE_REMOTE_ADDRESS", false)?,
+                vars.bool("ENABLE_HCM_INTERNAL_NETWORKS", false)?,
+            ),
+            http_defaults: (
+                vars.bool("ENABLE_100_CONTINUE_HEADERS", true)?,
+                vars.bool("DISABLE_SHADOW_HOST_SUFFIX", true)?,
+                // (istiod reads an int; zero or less is Envoy's default.)
+                vars.int("MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP", 1_i64)?.clamp(0, i64::from(u32::MAX)) as u32,
+            ),
             jwks_insecure_skip_verify: vars.bool("JWKS_RESOLVER_INSECURE_SKIP_VERIFY", false)?,
             jwks_blocked_cidrs: vars.string("BLOCKED_CIDRS_IN_JWKS_URIS", ""),
             gateway_handshake_timeout: Some(

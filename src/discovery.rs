@@ -5,6 +5,7 @@
 //! debug endpoints in `debug.rs`.
 
 mod autoregister;
+mod config_dump;
 mod debug;
 mod debug_xds;
 mod debugz;
@@ -191,6 +192,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (draining_label, hbone_windows) = (config.draining_label.clone(), config.hbone_window_sizes);
         let (handshake, skip_td) = (config.gateway_handshake_timeout, config.skip_validate_trust_domain);
         let (no_mx_alpn, track_remaining) = (config.disable_mx_alpn, config.track_remaining);
+        let (protocol_filters, http_defaults) = (config.protocol_filters, config.http_defaults);
+        let (eds_for_headless, http_switches) = (config.eds_for_headless, config.http_switches);
+        let mx = config.mx.clone();
         let (multiroot, roots, last_good) = (config.multiroot_mesh, ca_roots.clone(), mesh_anchors.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
             if multiroot {
@@ -213,6 +217,12 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.skip_validate_trust_domain = skip_td;
             mesh.disable_mx_alpn = no_mx_alpn;
             mesh.track_remaining = track_remaining;
+            mesh.protocol_filters = protocol_filters;
+            mesh.eds_for_headless = eds_for_headless;
+            (mesh.http10, mesh.sidecar_use_remote_address, mesh.hcm_internal_networks) = http_switches;
+            (mesh.metadata_exchange, mesh.alpn_filter) = (mx.0, mx.1);
+            mesh.mx_additional_labels.clone_from(&mx.2);
+            (mesh.proxy_100_continue, mesh.disable_shadow_host_suffix, mesh.max_accept_per_event) = http_defaults;
             (mesh.k8s_select_workload_entries, mesh.service_entry_select_pods) = cross_selection;
             mesh.jwks_fetch = jwks_fetch;
             mesh.scope_gateway_to_namespace = scope;

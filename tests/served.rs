@@ -757,6 +757,15 @@ spec:
     portLevelSettings:
     - port: {number: 80}
       connectionPool: {http: {h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 200}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: api, namespace: shop}
+spec:
+  hosts: [api]
+  http:
+  - route: [{destination: {host: api, port: {number: 80}}}]
+    mirror: {host: api, port: {number: 80}}
 ";
     let mesh = "meshMTLS: {minProtocolVersion: TLSV1_3}\ntcpKeepalive: {time: 11s}\n";
     let env = [("PGV", "1")];
@@ -837,6 +846,32 @@ spec:
         );
     }
 
+    // ENABLE_100_CONTINUE_HEADERS, DISABLE_SHADOW_HOST_SUFFIX and
+    // MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP at istiod's defaults.
+    for l in ["virtualInbound", "virtualOutbound"] {
+        assert_eq!(sidecar["listeners"][l]["maxConnectionsToAcceptPerSocketEvent"], 1, "{l}");
+    }
+    let managers: Vec<&Value> = sidecar["listeners"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|l| l["filterChains"].as_array().into_iter().flatten().chain(l.get("defaultFilterChain")))
+        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .collect();
+    assert!(managers.len() > 2 && managers.iter().all(|m| m["typedConfig"]["proxy100Continue"] == true));
+    let mirrored = sidecar["routes"]["80"]["virtualHosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "api.shop.svc.cluster.local:80")
+        .map(|v| v["routes"][0]["route"]["requestMirrorPolicies"][0].clone());
+    assert_eq!(
+        mirrored.as_ref().map(|m| m["disableShadowHostSuffixAppend"].clone()),
+        Some(json!(true)),
+        "{mirrored:?}"
+    );
+
     // A router does not sniff: the unnamed port's cluster is HTTP/1.1.
     let router = served_with("router", objects, mesh, "shop", json!({"istio": "ingressgateway"}), "10.1.9.9", &env);
     assert_eq!(router["pgv_errors"], json!([]), "{router}");
@@ -844,4 +879,250 @@ spec:
     assert_eq!(options(&web)["explicitHttpConfig"], json!({"httpProtocolOptions": {}}), "{web}");
     assert_eq!(options(&web)["commonHttpProtocolOptions"]["idleTimeout"], "15s");
     assert_eq!(alpn(&web), json!(["istio-peer-exchange", "istio"]));
+}
+
+/// Mongo and Redis ports as istiod's `buildNetworkFiltersStack` serves
+/// them (Envoy's field rules checked): `mongo_proxy` before the
+/// tcp_proxy by default (`PILOT_ENABLE_MONGO_FILTER`), outbound and
+/// inbound, with the tcp_proxy's stat prefix; with
+/// `PILOT_ENABLE_REDIS_FILTER`, `redis_proxy` in the tcp_proxy's place
+/// (upstream `TestBuildRedisFilter`) and Maglev on the Redis cluster,
+/// also a router's and a headless service's (upstream
+/// `TestRedisProtocolWithPassThroughResolutionAtGateway`: a router's
+/// cluster of a headless service is EDS, a sidecar's original-destination
+/// unless `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES`).
+#[test]
+fn mongo_and_redis_ports_get_their_protocol_filters() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: mongo, namespace: db}
+spec:
+  clusterIP: 10.96.3.10
+  selector: {app: mongo}
+  ports: [{name: mongo, port: 27017}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cache, namespace: db}
+spec:
+  clusterIP: 10.96.3.11
+  selector: {app: cache}
+  ports: [{name: redis-port, port: 6379}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cache-headless, namespace: db}
+spec:
+  clusterIP: None
+  selector: {app: cache}
+  ports: [{name: redis-port, port: 6380}]
+";
+    let names = |chain: &Value| -> Vec<String> {
+        chain["filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let outbound = |got: &Value, listener: &str| -> Value {
+        let l = &got["listeners"][listener];
+        l["filterChains"].as_array().and_then(|c| c.first()).cloned().unwrap_or_else(|| l["defaultFilterChain"].clone())
+    };
+    let env = [("PGV", "1")];
+    let got = served_with("sidecar", objects, "", "db", json!({"app": "mongo"}), "10.1.3.1", &env);
+    assert_eq!(got["pgv_errors"], json!([]), "{got}");
+    let chain = outbound(&got, "10.96.3.10_27017");
+    assert_eq!(
+        names(&chain)[names(&chain).len() - 2..],
+        ["envoy.filters.network.mongo_proxy", "envoy.filters.network.tcp_proxy"],
+        "{chain}"
+    );
+    let mongo = &chain["filters"].as_array().unwrap()[names(&chain).len() - 2];
+    assert_eq!(mongo["typedConfig"]["statPrefix"], "outbound|27017||mongo.db.svc.cluster.local");
+    let redis = outbound(&got, "10.96.3.11_6379");
+    assert_eq!(names(&redis).last().unwrap(), "envoy.filters.network.tcp_proxy", "off by default: {redis}");
+    assert_eq!(got["clusters"]["outbound|6379||cache.db.svc.cluster.local"]["lbPolicy"], "LEAST_REQUEST");
+    // The workload's own Mongo port, inbound.
+    let inbound = got["listeners"]["virtualInbound"]["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["filterChainMatch"]["destinationPort"] == 27017)
+        .map(names)
+        .collect::<Vec<_>>();
+    assert!(!inbound.is_empty());
+    for chain in &inbound {
+        assert_eq!(chain[chain.len() - 2..], ["envoy.filters.network.mongo_proxy", "envoy.filters.network.tcp_proxy"]);
+    }
+    let headless = &got["clusters"]["outbound|6380||cache-headless.db.svc.cluster.local"];
+    assert_eq!(
+        (headless["type"].clone(), headless["lbPolicy"].clone()),
+        (json!("ORIGINAL_DST"), json!("CLUSTER_PROVIDED"))
+    );
+    let off = [("PGV", "1"), ("PILOT_ENABLE_MONGO_FILTER", "false")];
+    let got = served_with("sidecar", objects, "", "db", json!({"app": "mongo"}), "10.1.3.1", &off);
+    assert!(!names(&outbound(&got, "10.96.3.10_27017")).iter().any(|n| n.contains("mongo")));
+
+    let on = [("PGV", "1"), ("PILOT_ENABLE_REDIS_FILTER", "true")];
+    let got = served_with("sidecar", objects, "", "db", json!({"app": "client"}), "10.1.3.2", &on);
+    assert_eq!(got["pgv_errors"], json!([]), "{got}");
+    let redis = outbound(&got, "10.96.3.11_6379");
+    assert_eq!(names(&redis).last().unwrap(), "envoy.filters.network.redis_proxy", "{redis}");
+    let config = &redis["filters"].as_array().unwrap().last().unwrap()["typedConfig"];
+    assert_eq!(config["statPrefix"], "outbound|6379||cache.db.svc.cluster.local");
+    assert_eq!(config["latencyInMicros"], true);
+    assert_eq!(config["settings"]["opTimeout"], "5s");
+    assert_eq!(config["prefixRoutes"]["catchAllRoute"]["cluster"], "outbound|6379||cache.db.svc.cluster.local");
+    assert_eq!(got["clusters"]["outbound|6379||cache.db.svc.cluster.local"]["lbPolicy"], "MAGLEV");
+    let router = served_with("router", objects, "", "db", json!({"istio": "ingressgateway"}), "10.1.9.9", &on);
+    for (name, kind) in [
+        ("outbound|6379||cache.db.svc.cluster.local", "EDS"),
+        ("outbound|6380||cache-headless.db.svc.cluster.local", "EDS"),
+    ] {
+        let c = &router["clusters"][name];
+        assert_eq!((c["lbPolicy"].clone(), c["type"].clone()), (json!("MAGLEV"), json!(kind)), "{name}: {c}");
+    }
+    // PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES: a sidecar's too.
+    let eds = [("PGV", "1"), ("PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES", "true")];
+    let got = served_with("sidecar", objects, "", "db", json!({"app": "client"}), "10.1.3.2", &eds);
+    assert_eq!(got["pgv_errors"], json!([]), "{got}");
+    let headless = &got["clusters"]["outbound|6380||cache-headless.db.svc.cluster.local"];
+    assert_eq!((headless["type"].clone(), headless["lbPolicy"].clone()), (json!("EDS"), json!("LEAST_REQUEST")));
+}
+
+/// `PILOT_HTTP10` and `PILOT_SIDECAR_USE_REMOTE_ADDRESS` as istiod's
+/// listener builders read them (Envoy's field rules checked): every HTTP
+/// manager accepts HTTP/1.0 (sidecars' outbound and inbound, gateways'),
+/// plaintext HTTP is told by `http/1.0` too (`plaintextHTTPALPNs`), and
+/// sidecars' outbound managers use the remote address (inbound ones never,
+/// gateways' always).
+#[test]
+fn http10_and_the_remote_address_are_served_as_istiod_serves_them() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.4.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}, {name: web, port: 8080}]
+";
+    let env = [("PGV", "1"), ("PILOT_HTTP10", "true"), ("PILOT_SIDECAR_USE_REMOTE_ADDRESS", "true")];
+    let managers = |got: &Value, listener: &str| -> Vec<(Value, Value)> {
+        let l = &got["listeners"][listener];
+        l["filterChains"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(l.get("defaultFilterChain"))
+            .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+            .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+            .map(|f| (f["typedConfig"]["httpProtocolOptions"].clone(), f["typedConfig"]["useRemoteAddress"].clone()))
+            .collect()
+    };
+    for (switches, http10, remote) in
+        [(&env[..], json!({"acceptHttp10": true}), json!(true)), (&env[..1], json!(null), json!(false))]
+    {
+        let got = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "10.1.4.1", switches);
+        assert_eq!(got["pgv_errors"], json!([]), "{got}");
+        let outbound = managers(&got, "0.0.0.0_80");
+        assert!(
+            !outbound.is_empty() && outbound.iter().all(|m| *m == (http10.clone(), remote.clone())),
+            "{outbound:?}"
+        );
+        let inbound = managers(&got, "virtualInbound");
+        assert!(!inbound.is_empty() && inbound.iter().all(|m| m.0 == http10 && m.1 != json!(true)), "{inbound:?}");
+        let plaintext: Vec<Value> = got["listeners"]["virtualInbound"]["filterChains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["filterChainMatch"]["transportProtocol"] == "raw_buffer")
+            .map(|c| c["filterChainMatch"]["applicationProtocols"].clone())
+            .filter(|a| !a.is_null())
+            .collect();
+        let want = if http10.is_null() { json!(["http/1.1", "h2c"]) } else { json!(["http/1.0", "http/1.1", "h2c"]) };
+        assert!(!plaintext.is_empty() && plaintext.iter().all(|a| *a == want), "{plaintext:?}");
+        let sniffed = got["listeners"]["10.96.4.10_8080"]["filterChains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| !c["filterChainMatch"]["applicationProtocols"].is_null())
+            .map(|c| c["filterChainMatch"]["applicationProtocols"].clone());
+        assert_eq!(sniffed, Some(want), "the outbound sniffed port");
+    }
+    let gateway = [
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: shop}\n",
+        "spec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]\n",
+    ]
+    .concat();
+    let objects = format!("{objects}---\n{gateway}");
+    let router = served_with("router", &objects, "", "shop", json!({"istio": "ingressgateway"}), "10.1.9.9", &env);
+    assert_eq!(router["pgv_errors"], json!([]), "{router}");
+    let gw = managers(&router, "0.0.0.0_8080");
+    assert_eq!(gw, [(json!({"acceptHttp10": true}), json!(true))]);
+}
+
+/// `PILOT_ENABLE_METADATA_EXCHANGE`, `PILOT_ENABLE_ALPN_FILTER` and
+/// `PILOT_MX_ADDITIONAL_LABELS` as istiod's filters read them (Envoy's
+/// field rules checked): off, no metadata exchange anywhere (HTTP,
+/// network, upstream) and no `istio-peer-exchange` ALPN, no `istio.alpn`;
+/// the additional labels, sorted and once, in every exchange's config.
+#[test]
+fn metadata_exchange_switches_are_served_as_istiod_serves_them() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.5.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}, {name: tcp-db, port: 5432}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 80}, {name: tcp-db, port: 5432}]
+endpoints:
+- addresses: [10.1.5.1]
+  targetRef: {kind: Pod, name: web-a, namespace: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-a, namespace: shop, labels: {app: web, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: web}
+status: {podIP: 10.1.5.1}
+";
+    let served = |env: &[(&str, &str)]| {
+        let got = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "10.1.5.1", env);
+        assert_eq!(got["pgv_errors"], json!([]), "{got}");
+        got
+    };
+    let alpn = |got: &Value| {
+        let c = &got["clusters"]["outbound|5432||web.shop.svc.cluster.local"];
+        let m = c["transportSocketMatches"].as_array().unwrap().iter().find(|m| m["name"] == "tlsMode-istio").unwrap();
+        m["transportSocket"]["typedConfig"]["commonTlsContext"]["alpnProtocols"].clone()
+    };
+    let on = served(&[("PGV", "1"), ("PILOT_MX_ADDITIONAL_LABELS", "team, app.kubernetes.io/part-of,team")]);
+    let text = on.to_string();
+    assert!(text.contains("istio.metadata_exchange") && text.contains("istio.alpn"));
+    assert_eq!(alpn(&on), json!(["istio-peer-exchange", "istio"]));
+    let labels = json!(["app.kubernetes.io/part-of", "team"]);
+    let cluster_mx = &on["clusters"]["outbound|5432||web.shop.svc.cluster.local"]["filters"][0];
+    assert_eq!(cluster_mx["typedConfig"]["value"]["additional_labels"], labels, "{cluster_mx}");
+    let exchanges: Vec<&Value> = on["listeners"]["virtualInbound"]["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["filters"].as_array().unwrap())
+        .filter(|f| f["name"] == "istio.metadata_exchange")
+        .collect();
+    assert!(
+        !exchanges.is_empty() && exchanges.iter().all(|f| f["typedConfig"]["value"]["additional_labels"] == labels)
+    );
+
+    let off =
+        served(&[("PGV", "1"), ("PILOT_ENABLE_METADATA_EXCHANGE", "false"), ("PILOT_ENABLE_ALPN_FILTER", "false")]);
+    let text = off.to_string();
+    assert!(!text.contains("istio.metadata_exchange"), "no exchange left");
+    assert!(!text.contains("istio.alpn"), "no ALPN filter left");
+    assert!(!text.contains("istio-peer-exchange\",\"h2\""), "inbound TCP mTLS without the exchange's ALPN");
+    assert_eq!(alpn(&off), json!(["istio"]));
 }

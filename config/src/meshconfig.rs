@@ -135,6 +135,41 @@ pub struct MeshSettings {
     /// Not `DISABLE_TRACK_REMAINING_CB_METRICS` (true): circuit breakers
     /// track what remains of each threshold.
     pub track_remaining: bool,
+    /// `PILOT_ENABLE_MONGO_FILTER` (true) and `PILOT_ENABLE_REDIS_FILTER`
+    /// (false): Mongo and Redis ports' TCP chains get Envoy's protocol
+    /// filter.
+    pub protocol_filters: ProtocolFilters,
+    /// `ENABLE_100_CONTINUE_HEADERS` (true): HTTP managers proxy
+    /// `100-continue` (`proxy_100_continue`).
+    pub proxy_100_continue: bool,
+    /// `DISABLE_SHADOW_HOST_SUFFIX` (true): mirrored requests keep their
+    /// host (`disable_shadow_host_suffix_append`).
+    pub disable_shadow_host_suffix: bool,
+    /// `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` (1): connections a listener
+    /// accepts per socket event (0: Envoy's unlimited).
+    pub max_accept_per_event: u32,
+    /// `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES` (false): a Kubernetes
+    /// headless service's cluster is EDS, not original destination.
+    pub eds_for_headless: bool,
+    /// `PILOT_HTTP10` (false): HTTP managers accept HTTP/1.0, and
+    /// plaintext HTTP is told by `http/1.0` too.
+    pub http10: bool,
+    /// `PILOT_SIDECAR_USE_REMOTE_ADDRESS` (false): sidecars' outbound HTTP
+    /// managers trust the connection's address as the client's.
+    pub sidecar_use_remote_address: bool,
+    /// `ENABLE_HCM_INTERNAL_NETWORKS` (false): HTTP managers count the
+    /// meshNetworks `fromCidr` ranges as internal (those that use the
+    /// remote address always do).
+    pub hcm_internal_networks: bool,
+    /// `PILOT_ENABLE_METADATA_EXCHANGE` (true): Istio's metadata exchange
+    /// filters (HTTP, network, upstream) and its ALPN.
+    pub metadata_exchange: bool,
+    /// `PILOT_MX_ADDITIONAL_LABELS`: labels metadata exchange also carries
+    /// (sorted, each once).
+    pub mx_additional_labels: Vec<String>,
+    /// `PILOT_ENABLE_ALPN_FILTER` (true): outbound HTTP managers get
+    /// `istio.alpn`.
+    pub alpn_filter: bool,
     /// `discoverySelectors`: the namespaces istiod looks after (any
     /// selector matching; none means all): only their objects are read
     /// (`discovery/sources.rs` `discovery_filter`), and only they get the
@@ -193,6 +228,16 @@ pub struct MeshSettings {
     /// `caCertificates` PEMs, each once, sorted; `None` when the switch is
     /// off. Filled in by the process, which knows its CA.
     pub trust_bundle: Option<Vec<String>>,
+}
+
+/// Which protocol filters TCP chains get (istiod's `buildNetworkFiltersStack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtocolFilters {
+    /// `envoy.filters.network.mongo_proxy` before the tcp_proxy.
+    pub mongo: bool,
+    /// `envoy.filters.network.redis_proxy` instead of the tcp_proxy, and
+    /// Maglev balancing on Redis clusters.
+    pub redis: bool,
 }
 
 /// `MeshConfig.CertificateData`: a root, by PEM or SPIFFE bundle URL, for
@@ -352,6 +397,17 @@ impl Default for MeshSettings {
             tcp_keepalive: None,
             disable_mx_alpn: false,
             track_remaining: false,
+            protocol_filters: ProtocolFilters { mongo: true, redis: false },
+            proxy_100_continue: true,
+            disable_shadow_host_suffix: true,
+            max_accept_per_event: 1,
+            eds_for_headless: false,
+            http10: false,
+            sidecar_use_remote_address: false,
+            hcm_internal_networks: false,
+            metadata_exchange: true,
+            mx_additional_labels: Vec::new(),
+            alpn_filter: true,
             discovery_selectors: Vec::new(),
             default_metrics_providers: Vec::new(),
             extension_providers: [

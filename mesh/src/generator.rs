@@ -123,7 +123,11 @@ impl MeshInput {
     fn exists(&self, class: &ProxyClass, kind: Kind, name: &str) -> bool {
         match kind {
             Kind::Cluster if self.translation.clusters.contains_key(name) => self.cluster_form(class, name).is_some(),
-            Kind::Endpoint => self.cluster_form(class, name).is_some_and(|f| f.endpoints.is_some()),
+            // (A headless service's endpoints are for routers, whose
+            // cluster of it is EDS; a sidecar's is original-destination.)
+            Kind::Endpoint => self
+                .cluster_form(class, name)
+                .is_some_and(|f| f.endpoints.is_some() && (f.cluster.eds_cluster_config.is_some() || is_router(class))),
             Kind::Listener => self.translation.api_listeners.contains(name) == is_grpc(class),
             _ => true,
         }
@@ -918,7 +922,9 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
             None
         }
         Kind::Cluster => match m.cluster_form(class, name) {
-            Some(form) if is_grpc(class) => Some(Bytes::from(for_grpc_client((*form.cluster).clone()).encode_to_vec())),
+            Some(form) if is_grpc(class) => {
+                Some(Bytes::from(for_grpc_client((*form.cluster).clone(), form.least_request).encode_to_vec()))
+            }
             Some(ClusterForm { for_router: Some(b), .. }) if is_router(class) => Some(b.clone()),
             Some(form) => Some(form.bytes.clone()),
             None => snap.shared_body(kind, name),
@@ -944,7 +950,7 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         Kind::Listener if name == VIRTUAL_OUTBOUND && policy != m.model.mesh.outbound => {
             // The Sidecar overrides the mesh's policy for unknown destinations.
             let side = crate::translate::telemetry::outbound(&m.model);
-            Some(Bytes::from(virtual_outbound(policy, m.model.mesh.dynamic_dns_max_hosts, &side).encode_to_vec()))
+            Some(Bytes::from(virtual_outbound(policy, &m.model.mesh, &side).encode_to_vec()))
         }
         Kind::Listener if policy != m.model.mesh.outbound => {
             // The Sidecar's policy also decides the outbound listeners'

@@ -8,15 +8,13 @@
 //!   touches (its dependency keys), behind `istiod_xds_api::snapshot::Generator`;
 //! - [`update`]: one place per kind group for what a change does to the
 //!   model, the translation and the dependency keys;
-//! - [`node`]: a proxy's node metadata and class; [`config_dump`]: the
-//!   debug endpoints' JSON views of served resources.
+//! - [`node`]: a proxy's node metadata and class.
 //!
 //! The control thread builds a [`generator::MeshInput`] with [`update`];
 //! the serving cores read it through [`generator::MeshGenerator`]. Benches
 //! and fuzzers link this crate without a server.
 #![forbid(unsafe_code)]
 
-pub mod config_dump;
 pub mod counters;
 pub mod generator;
 pub use istiod_config::meshconfig;

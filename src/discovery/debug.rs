@@ -315,7 +315,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 _ => req.param("types").unwrap_or(""),
             };
             match config_dump(publisher, id, caller, req.query.iter().any(|(k, _)| k == "include_eds"), types).await {
-                Some(dump) => Response::json(&istiod_mesh::config_dump::message_json(&dump)),
+                Some(dump) => Response::json(&super::config_dump::message_json(&dump)),
                 None => not_connected(),
             }
         }
@@ -344,7 +344,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 return Response::text(400, "You must provide type and name in the query string\n");
             };
             // istiod's short types (cds, eds, lds, rds, sds) or a type URL.
-            let Some(&kind) = istiod_mesh::config_dump::kinds_of(type_url).first() else {
+            let Some(&kind) = super::config_dump::kinds_of(type_url).first() else {
                 return Response::text(400, format!("unknown type {type_url:?}\n"));
             };
             match (proxy_class(publisher, id).await, model()) {
@@ -473,12 +473,12 @@ pub(super) async fn config_dump(
     if caller.is_some_and(|ns| answer["namespace"] != ns) {
         return None;
     }
-    let kinds = istiod_mesh::config_dump::kinds_of(types);
+    let kinds = super::config_dump::kinds_of(types);
     if !types.is_empty() && kinds.is_empty() {
         // Types istiod-rs does not serve (NDS): an empty dump.
         return Some(Default::default());
     }
-    Some(istiod_mesh::config_dump::build(&answer, include_eds, &kinds))
+    Some(super::config_dump::build(&answer, include_eds, &kinds))
 }
 
 /// The connected proxies (every core's).

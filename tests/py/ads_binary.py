@@ -27,6 +27,7 @@ from envoy.extensions.filters.http.grpc_stats.v3 import config_pb2 as grpc_stats
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_authn_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.network.mongo_proxy.v3 import mongo_proxy_pb2  # noqa: F401 (Mongo ports)
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401 (Any in clusters)
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401 (Any in clusters)

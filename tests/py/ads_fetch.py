@@ -44,6 +44,8 @@ from envoy.extensions.filters.network.ext_authz.v3 import ext_authz_pb2 as net_e
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2
 from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as net_rbac_pb2  # noqa: F401
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
+from envoy.extensions.filters.network.mongo_proxy.v3 import mongo_proxy_pb2  # noqa: F401 (Mongo ports)
+from envoy.extensions.filters.network.redis_proxy.v3 import redis_proxy_pb2  # noqa: F401 (Redis ports)
 from envoy.extensions.request_id.uuid.v3 import uuid_pb2  # noqa: F401
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401 (Any in routes)
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401

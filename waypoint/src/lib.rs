@@ -760,7 +760,10 @@ impl<'a> View<'a> {
         };
         // Metadata exchange, the service's policies (network RBAC), the
         // stats, the proxy (`buildCompleteNetworkFilters`).
-        let mut out = vec![istiod_mesh::translate::telemetry::mx_network()];
+        let mesh = &self.model.mesh;
+        let mx =
+            mesh.metadata_exchange.then(|| istiod_mesh::translate::telemetry::mx_network(&mesh.mx_additional_labels));
+        let mut out: Vec<Filter> = mx.into_iter().collect();
         out.extend(self.rbacs(Some(svc), false).network_filters());
         out.extend(telemetry.stats.as_ref().map(istiod_mesh::translate::telemetry::stats_network));
         out.push(Filter {
@@ -940,6 +943,8 @@ impl<'a> View<'a> {
             // `inboundChainConfig.StatPrefix`: bind and port, delimited.
             stat_prefix: format!("inbound_0.0.0.0_{port};"),
             server_name: "istio-envoy".into(),
+            proxy_100_continue: self.model.mesh.proxy_100_continue,
+            http_protocol_options: istiod_mesh::translate::envoy::http10_options(self.model.mesh.http10),
             normalize_path: Some(true),
             upgrade_configs: vec![hcm::http_connection_manager::UpgradeConfig {
                 upgrade_type: "websocket".into(),

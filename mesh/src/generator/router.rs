@@ -208,6 +208,10 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         tcp: crate::translate::authz::rbacs(model, class, false),
         tls_defaults: model.mesh.tls_defaults.clone(),
         disable_mx_alpn: model.mesh.disable_mx_alpn,
+        no_100_continue: !model.mesh.proxy_100_continue,
+        accept_per_event: crate::translate::listener::accept_per_event(&model.mesh),
+        http10: model.mesh.http10,
+        internal_addresses: crate::translate::envoy::internal_address_config(&model.mesh.networks.mesh),
         tracing: {
             let (tracing, request_id) =
                 crate::translate::tracing::manager(model, crate::translate::tracing::Side::Client, Some(class));

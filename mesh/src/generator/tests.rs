@@ -499,11 +499,12 @@ fn a_destination_rule_exported_to_its_namespace_shapes_clusters_only_there() {
     assert!(cds(&outside).iter().any(|n| &**n == default));
     assert!(MeshGenerator.generate(&snap, &outside, Kind::Endpoint, v1).is_none());
     assert_eq!(MeshGenerator.input_generation(&snap, &outside, Kind::Endpoint, v1), None);
-    let lb = |c: &ProxyClass| {
-        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().lb_policy
+    // (LEAST_REQUEST is istiod's default too: the rule's TLS tells.)
+    let tls = |c: &ProxyClass| {
+        Cluster::decode(MeshGenerator.generate(&snap, c, Kind::Cluster, default).unwrap()).unwrap().transport_socket
     };
-    assert_eq!(lb(&inside), cluster::LbPolicy::LeastRequest as i32, "the rule applies in bookinfo");
-    assert_eq!(lb(&outside), cluster::LbPolicy::RoundRobin as i32, "and not elsewhere");
+    assert!(tls(&inside).is_some(), "the rule applies in bookinfo");
+    assert!(tls(&outside).is_none(), "and not elsewhere");
 }
 
 /// Issue #11: which DestinationRule applies when several name a host is

@@ -35,6 +35,9 @@ pub struct ClusterForm {
     /// The cluster encoded as a router receives it, where that differs
     /// (an unnamed port's: routers do not sniff).
     pub for_router: Option<Bytes>,
+    /// The rule asks for LEAST_REQUEST itself: proxyless gRPC
+    /// clients balance round robin otherwise.
+    pub least_request: bool,
     /// The encoded load assignment of an EDS cluster.
     pub endpoints: Option<Bytes>,
     /// The load assignment itself, kept only where the rule balances by
@@ -152,13 +155,19 @@ fn form(
         connect_timeout: Some(timeout(mesh)),
         // istiod's applyMetadataExchange (cluster_builder.go): the peer's
         // metadata over ALPN istio-peer-exchange, for TCP telemetry.
-        filters: vec![super::telemetry::mx_cluster()],
+        filters: super::telemetry::cluster_filters(mesh),
         ..Default::default()
     };
     let (admits, panic) = Takes::of(mesh, svc, policy.as_ref());
     let mut endpoints = None;
     let mut split = None;
-    let discovery = match svc.resolution {
+    // istiod's convertResolution: a Kubernetes headless service is EDS
+    // under PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES.
+    let resolution = match svc.resolution {
+        Resolution::Passthrough if mesh.eds_for_headless && svc.kubernetes => Resolution::ClientSideLb,
+        r => r,
+    };
+    let discovery = match resolution {
         Resolution::ClientSideLb => {
             c.eds_cluster_config =
                 Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
@@ -179,8 +188,9 @@ fn form(
             cluster::DiscoveryType::Eds
         }
         Resolution::Passthrough => {
-            // Headless: connect to the address the application dialed.
-            c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+            // Headless: connect to the address the application dialed
+            // (a router, which cannot, balances over the endpoints).
+            endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels, admits)));
             cluster::DiscoveryType::OriginalDst
         }
         Resolution::Dns | Resolution::DnsRoundRobin => {
@@ -200,10 +210,13 @@ fn form(
     let budget = policy.as_ref().and_then(|p| p.retry_budget.as_ref());
     let up = traffic_policy::Upstream { protocol, sniffs: true, outbound: true };
     let h2 = traffic_policy::connection(&mut c, mesh, up, cp, budget);
-    let alpn = |h2| traffic_policy::istio_alpn(h2, !mesh.disable_mx_alpn);
+    let alpn = |h2| traffic_policy::istio_alpn(h2, mesh.metadata_exchange && !mesh.disable_mx_alpn);
     if let Some(policy) = &policy {
         traffic_policy::apply(&mut c, policy, &svc.hostname, port, subset, alpn(h2));
     }
+    let lb = policy.as_ref().and_then(|p| p.load_balancer.as_ref());
+    let redis = mesh.protocol_filters.redis && protocol == Protocol::Redis;
+    traffic_policy::balance(&mut c, lb, redis);
     // (Original destination and PASSTHROUGH clusters too: istiod's
     // applyLoadBalancer sets it before it makes them CLUSTER_PROVIDED.)
     if let Some(value) = panic {
@@ -241,9 +254,18 @@ fn form(
     }
     // A router does not sniff: an unnamed port's cluster speaks HTTP/1.1
     // upstream unless upgraded, and offers `h2` over mTLS when it is.
-    let for_router = (protocol == Protocol::Unsupported)
+    // istiod's convertResolution: a router's headless service is EDS.
+    let headless = resolution == Resolution::Passthrough;
+    let for_router = (protocol == Protocol::Unsupported || headless)
         .then(|| {
             let mut r = c.clone();
+            if headless && r.eds_cluster_config.is_none() {
+                r.cluster_discovery_type =
+                    Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32));
+                r.eds_cluster_config =
+                    Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
+                traffic_policy::balance(&mut r, lb, redis);
+            }
             r.typed_extension_protocol_options.clear();
             let h2 =
                 traffic_policy::connection(&mut r, mesh, traffic_policy::Upstream { sniffs: false, ..up }, cp, budget);
@@ -268,6 +290,10 @@ fn form(
         selection,
         bytes: Bytes::from(c.encode_to_vec()),
         for_router,
+        least_request: lb.is_some_and(|l| {
+            use istiod_config::istio::networking::SimpleLb;
+            l.consistent_hash.is_none() && matches!(l.simple, Some(SimpleLb::LeastRequest))
+        }),
         cluster: Arc::new(c),
         endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
         endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection || split.is_some()),
@@ -299,7 +325,7 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
         connect_timeout: timeout,
         // Outbound passthrough exchanges metadata as service clusters do.
-        filters: if bind.is_none() { vec![super::telemetry::mx_cluster()] } else { Vec::new() },
+        filters: if bind.is_none() { super::telemetry::cluster_filters(mesh) } else { Vec::new() },
         // Inbound passthrough leaves from 127.0.0.6 so iptables does not
         // capture it again (istiod's InboundPassthroughBindIpv4).
         upstream_bind_config: bind.map(|ip| core::BindConfig {
@@ -319,6 +345,9 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
     // istiod's passthroughHttpProtocolOptions and default connection pool
     // (circuit breakers, the mesh's TCP keepalive), the dynamic forward
     // proxy's as theirs.
+    for c in &mut dfp {
+        c.filters = super::telemetry::cluster_filters(mesh);
+    }
     for c in passthroughs.iter_mut().chain(dfp.iter_mut()) {
         if c.typed_extension_protocol_options.is_empty() {
             c.typed_extension_protocol_options = BTreeMap::from([(

@@ -110,7 +110,7 @@ pub fn cluster(max_hosts: u32, connect_timeout: Duration) -> Cluster {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_owned(),
             any(&options),
         )]),
-        filters: vec![super::telemetry::mx_cluster()],
+        filters: vec![super::telemetry::mx_cluster(&[])],
         ..Default::default()
     }
 }

@@ -57,6 +57,87 @@ pub fn http_connection_manager(manager: &hcm::HttpConnectionManager) -> Filter {
     }
 }
 
+/// istiod's `MeshNetworksToEnvoyInternalAddressConfig`: every meshNetworks
+/// `fromCidr` (a bare address as its /32 or /128), sorted by address then
+/// length, as the HTTP manager's internal addresses; none without any.
+pub fn internal_address_config(
+    nets: &istiod_config::networks::MeshNetworks,
+) -> Option<hcm::http_connection_manager::InternalAddressConfig> {
+    let mut prefixes: Vec<(std::net::IpAddr, u32)> = nets
+        .networks
+        .values()
+        .flat_map(|n| n.endpoints.iter().filter_map(|e| e.from_cidr.as_deref()))
+        .filter_map(|c| match c.split_once('/') {
+            Some((a, l)) => {
+                let a: std::net::IpAddr = a.parse().ok()?;
+                let l: u32 = l.parse().ok()?;
+                (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
+            }
+            None => c.parse().ok().map(|a: std::net::IpAddr| (a, if a.is_ipv4() { 32 } else { 128 })),
+        })
+        .collect();
+    if prefixes.is_empty() {
+        return None;
+    }
+    prefixes.sort();
+    Some(hcm::http_connection_manager::InternalAddressConfig {
+        cidr_ranges: prefixes
+            .into_iter()
+            .map(|(a, l)| core::CidrRange { address_prefix: a.to_string(), prefix_len: Some(l) })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// `PILOT_HTTP10`: HTTP managers accept HTTP/1.0.
+pub fn http10_options(on: bool) -> Option<core::Http1ProtocolOptions> {
+    on.then(|| core::Http1ProtocolOptions { accept_http_10: true, ..Default::default() })
+}
+
+/// istiod's `buildNetworkFiltersStack`: a Mongo port's chain puts
+/// `mongo_proxy` before its tcp_proxy; a Redis port's has `redis_proxy`
+/// instead of it (to `cluster`, 5 s per operation, latency in
+/// microseconds), each with the tcp_proxy's stat prefix, where
+/// `PILOT_ENABLE_MONGO_FILTER` and `PILOT_ENABLE_REDIS_FILTER` say so.
+pub fn protocol_stack(
+    filters: crate::meshconfig::ProtocolFilters,
+    protocol: crate::model::Protocol,
+    stat_prefix: &str,
+    cluster: &str,
+    tcp: Filter,
+) -> Vec<Filter> {
+    use crate::model::Protocol;
+    use istiod_proto::envoy::extensions::filters::network::{mongo_proxy::v3 as mongo, redis_proxy::v3 as redis};
+    let filter = |name: &str, config: istiod_proto::prost_types::Any| Filter {
+        name: name.into(),
+        config_type: Some(filter::ConfigType::TypedConfig(config)),
+    };
+    match protocol {
+        Protocol::Mongo if filters.mongo => {
+            let config = mongo::MongoProxy { stat_prefix: stat_prefix.to_owned(), ..Default::default() };
+            vec![filter("envoy.filters.network.mongo_proxy", any(&config)), tcp]
+        }
+        Protocol::Redis if filters.redis => {
+            use redis::redis_proxy::{ConnPoolSettings, PrefixRoutes, prefix_routes::Route};
+            let config = redis::RedisProxy {
+                stat_prefix: stat_prefix.to_owned(),
+                latency_in_micros: true,
+                settings: Some(ConnPoolSettings {
+                    op_timeout: Some(istiod_proto::prost_types::Duration { seconds: 5, nanos: 0 }),
+                    ..Default::default()
+                }),
+                prefix_routes: Some(PrefixRoutes {
+                    catch_all_route: Some(Route { cluster: cluster.to_owned(), ..Default::default() }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            vec![filter("envoy.filters.network.redis_proxy", any(&config))]
+        }
+        _ => vec![tcp],
+    }
+}
+
 pub fn tcp_proxy(stat_prefix: &str, cluster: &str) -> Filter {
     tcp_proxy_logged(stat_prefix, cluster, &[])
 }
@@ -234,5 +315,31 @@ mod tests {
         let mut bare = tls::CommonTlsContext::default();
         enforce_compliance_as("fips-140-2", &mut bare);
         assert!(bare.tls_params.as_ref().is_some_and(|p| p.cipher_suites.is_empty()));
+    }
+}
+
+#[cfg(test)]
+mod internal_address_tests {
+    /// Upstream `TestMeshNetworksToEnvoyInternalAddressConfig`
+    /// (pilot/pkg/networking/util/util_test.go), every case.
+    #[test]
+    fn upstream_mesh_networks_to_envoy_internal_address_config() {
+        let nets = |yaml: &str| -> istiod_config::networks::MeshNetworks { serde_yaml_ng::from_str(yaml).unwrap() };
+        let got = |yaml: &str| {
+            super::internal_address_config(&nets(yaml))
+                .map(|c| c.cidr_ranges.into_iter().map(|r| (r.address_prefix, r.prefix_len)).collect::<Vec<_>>())
+        };
+        assert_eq!(got("{}"), None, "empty networks");
+        assert_eq!(
+            got("networks: {default: {endpoints: [{fromCidr: 192.168.0.0/16}, {fromCidr: 172.16.0.0/12}]}}"),
+            Some(vec![("172.16.0.0".to_owned(), Some(12)), ("192.168.0.0".to_owned(), Some(16))]),
+            "networks populated"
+        );
+        assert_eq!(
+            got("networks: {default: {endpoints: [{fromCidr: '2001:db8:abcd::/48'}]}, \
+                 other: {endpoints: [{fromCidr: '2001:db8:def0:1234::/56'}]}}"),
+            Some(vec![("2001:db8:abcd::".to_owned(), Some(48)), ("2001:db8:def0:1234::".to_owned(), Some(56))]),
+            "multi v6"
+        );
     }
 }

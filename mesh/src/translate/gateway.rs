@@ -235,6 +235,15 @@ pub struct GatewayPolicies {
     /// `PILOT_DISABLE_MX_ALPN`: a TCP server's ISTIO_MUTUAL offers no
     /// `istio-peer-exchange`.
     pub disable_mx_alpn: bool,
+    /// Not `ENABLE_100_CONTINUE_HEADERS` (so that the default is istiod's).
+    pub no_100_continue: bool,
+    /// `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` on its listeners.
+    pub accept_per_event: Option<u32>,
+    /// `PILOT_HTTP10`.
+    pub http10: bool,
+    /// The meshNetworks `fromCidr` ranges, internal to its HTTP managers
+    /// (which use the remote address).
+    pub internal_addresses: Option<hcm::http_connection_manager::InternalAddressConfig>,
     /// Its managers' tracing and request id (the client side, as istiod's
     /// gateways; [`super::tracing`]).
     pub tracing: super::telemetry::Side,
@@ -270,6 +279,9 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
         }),
         server_name: "istio-envoy".into(),
         server_header_transformation: ServerHeaderTransformation::Overwrite as i32,
+        proxy_100_continue: policies.is_none_or(|p| !p.no_100_continue),
+        http_protocol_options: super::envoy::http10_options(policies.is_some_and(|p| p.http10)),
+        internal_address_config: policies.and_then(|p| p.internal_addresses.clone()),
         normalize_path: Some(true),
         upgrade_configs: vec![hcm::http_connection_manager::UpgradeConfig {
             upgrade_type: "websocket".into(),
@@ -560,6 +572,7 @@ pub fn listeners_with(m: &MergedGateway, l4: Option<&L4Inputs<'_>>) -> Vec<Liste
                     address: socket(bind, key.number),
                     traffic_direction: core::TrafficDirection::Outbound as i32,
                     filter_chains: chains,
+                    max_connections_to_accept_per_socket_event: policies.map_or(Some(1), |p| p.accept_per_event),
                     ..Default::default()
                 });
             }

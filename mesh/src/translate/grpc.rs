@@ -87,10 +87,19 @@ fn add_service(model: &Model, svc: &crate::model::Service, t: &mut super::Transl
 /// xDS client cannot carry out.
 pub fn for_grpc_client(
     mut c: istiod_proto::envoy::config::cluster::v3::Cluster,
+    least_request: bool,
 ) -> istiod_proto::envoy::config::cluster::v3::Cluster {
+    use istiod_proto::envoy::config::cluster::v3::cluster::LbPolicy;
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
-    // Envoy's upstream filters (metadata exchange) are not gRPC's.
+    // Envoy's upstream filters (metadata exchange) are not gRPC's, nor its
+    // HTTP and socket options; gRPC balances round robin unless the rule
+    // asks for LEAST_REQUEST (grpcgen's applyLoadBalancing).
     c.filters.clear();
+    c.typed_extension_protocol_options.clear();
+    c.upstream_connection_options = None;
+    if c.lb_policy == LbPolicy::LeastRequest as i32 && !least_request {
+        c.lb_policy = LbPolicy::RoundRobin as i32;
+    }
     c.transport_socket_matches.clear();
     let Some(ts) = c.transport_socket.take() else { return c };
     let Some(core::transport_socket::ConfigType::TypedConfig(any_cfg)) = &ts.config_type else { return c };

@@ -306,7 +306,8 @@ fn inbound_mtls(mesh: &crate::meshconfig::MeshSettings) -> (core::TransportSocke
     let trust_domains = trust_domains_for_validation(mesh);
     let params = inbound_tls_params(&mesh.mesh_mtls);
     let http: &[&str] = &["h2", "http/1.1"];
-    let tcp: &[&str] = if mesh.disable_mx_alpn { http } else { &["istio-peer-exchange", "h2", "http/1.1"] };
+    let mx = mesh.metadata_exchange && !mesh.disable_mx_alpn;
+    let tcp: &[&str] = if mx { &["istio-peer-exchange", "h2", "http/1.1"] } else { http };
     (downstream_mtls(http, &trust_domains, &params), downstream_mtls(tcp, &trust_domains, &params))
 }
 
@@ -355,7 +356,6 @@ fn downstream_mtls(alpn: &[&str], trust_domains: &[String], params: &tls::TlsPar
 /// What a workload's chains enforce, the same on every port of a protocol:
 /// built once per class, not once per port.
 struct Policies {
-    /// The mesh mTLS transport socket of the workload's chains.
     /// Inbound mesh mTLS of HTTP chains.
     mtls_http: core::TransportSocket,
     /// Inbound mesh mTLS of TCP chains.
@@ -365,6 +365,15 @@ struct Policies {
     tcp: crate::translate::authz::Rbacs,
     /// The stats filter and access log.
     telemetry: telemetry::Side,
+    /// The protocol filters TCP chains of Mongo and Redis ports take.
+    protocol_filters: crate::meshconfig::ProtocolFilters,
+    /// `ENABLE_100_CONTINUE_HEADERS`.
+    proxy_100_continue: bool,
+    /// `PILOT_HTTP10`.
+    http10: bool,
+    /// Metadata exchange's additional labels; `None` under
+    /// `PILOT_ENABLE_METADATA_EXCHANGE=false`.
+    mx: Option<Vec<String>>,
 }
 
 /// An inbound HTTP chain's filters: metadata exchange and the HCM, whose
@@ -374,7 +383,8 @@ fn http_chain_filters(policies: &Policies, cluster: &str, port: u16, stat_prefix
     // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
     // metadata exchange, jwt_authn before RBAC (which reads what it
     // verified), gRPC stats, fault, CORS, stats, the router.
-    let mut http_filters = vec![telemetry::mx_http(true)];
+    let mut http_filters: Vec<hcm::HttpFilter> =
+        policies.mx.as_deref().map(|l| telemetry::mx_http(true, l)).into_iter().collect();
     http_filters.extend(policies.jwt.iter().cloned());
     http_filters.extend(policies.http.http_filters());
     http_filters.push(telemetry::grpc_stats());
@@ -410,22 +420,26 @@ fn http_chain_filters(policies: &Policies, cluster: &str, port: u16, stat_prefix
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(rc)),
         http_filters,
         access_log: policies.telemetry.log.clone(),
+        proxy_100_continue: policies.proxy_100_continue,
+        http_protocol_options: super::envoy::http10_options(policies.http10),
         ..Default::default()
     };
     policies.telemetry.trace(&mut manager);
-    vec![telemetry::mx_network(), http_connection_manager(&manager)]
+    policies.mx.as_deref().map(telemetry::mx_network).into_iter().chain([http_connection_manager(&manager)]).collect()
 }
 
 /// A TCP chain's filters: the class's RBAC (DENY, then ALLOW) as network
 /// filters, then the tcp_proxy (istiod: `authz.Builder.BuildTCP`, stat
 /// prefix `tcp.`). Without them an AuthorizationPolicy was not enforced
 /// on TCP ports at all.
-fn tcp_filters(policies: &Policies, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
-    // networkfilter.go: metadata exchange, authorization, stats, tcp_proxy.
-    let mut out = vec![telemetry::mx_network()];
+fn tcp_filters(policies: &Policies, protocol: Protocol, stat_prefix: &str, cluster: &str) -> Vec<Filter> {
+    // networkfilter.go: metadata exchange, authorization, stats, the
+    // protocol's filter, tcp_proxy.
+    let mut out: Vec<Filter> = policies.mx.as_deref().map(telemetry::mx_network).into_iter().collect();
     out.extend(policies.tcp.clone().network_filters());
     out.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
-    out.push(tcp_proxy_logged(stat_prefix, cluster, &policies.telemetry.log));
+    let tcp = tcp_proxy_logged(stat_prefix, cluster, &policies.telemetry.log);
+    out.extend(super::envoy::protocol_stack(policies.protocol_filters, protocol, stat_prefix, cluster, tcp));
     out
 }
 
@@ -455,14 +469,14 @@ struct MatchOpt {
 }
 
 const MTLS_HTTP_ALPNS: &[&str] = &["istio-http/1.0", "istio-http/1.1", "istio-h2"];
-const PLAINTEXT_HTTP_ALPNS: &[&str] = &["http/1.1", "h2c"];
 const MTLS_TCP_MXC_ALPNS: &[&str] = &["istio-peer-exchange", "istio"];
 const ALL_ISTIO_MTLS_ALPNS: &[&str] = &["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"];
 
 /// `getFilterChainMatchOptions` (filterchain_options.go): by protocol and
 /// mTLS mode. PERMISSIVE takes only Istio's ALPNs as mTLS; other TLS
 /// passes as opaque TCP.
-fn match_options(mode: MtlsMode, h: Handling) -> Vec<MatchOpt> {
+fn match_options(mode: MtlsMode, h: Handling, http10: bool) -> Vec<MatchOpt> {
+    let plain = crate::translate::listener::plaintext_http_alpns(http10);
     let o = |alpn, transport, http, tls| MatchOpt { alpn, transport, http, tls };
     let none: &[&str] = &[];
     match (h, mode) {
@@ -471,11 +485,11 @@ fn match_options(mode: MtlsMode, h: Handling) -> Vec<MatchOpt> {
         (Handling::Http, _) => vec![o(ALL_ISTIO_MTLS_ALPNS, "tls", true, true), o(none, "raw_buffer", true, false)],
         (Handling::Auto, MtlsMode::Strict) => vec![o(MTLS_HTTP_ALPNS, "tls", true, true), o(none, "tls", false, true)],
         (Handling::Auto, MtlsMode::Disable) => {
-            vec![o(PLAINTEXT_HTTP_ALPNS, "raw_buffer", true, false), o(none, "raw_buffer", false, false)]
+            vec![o(plain, "raw_buffer", true, false), o(none, "raw_buffer", false, false)]
         }
         (Handling::Auto, _) => vec![
             o(MTLS_HTTP_ALPNS, "tls", true, true),
-            o(PLAINTEXT_HTTP_ALPNS, "raw_buffer", true, false),
+            o(plain, "raw_buffer", true, false),
             o(MTLS_TCP_MXC_ALPNS, "tls", false, true),
             o(none, "raw_buffer", false, false),
             o(none, "tls", false, false),
@@ -500,13 +514,14 @@ fn port_chains(
     port: u16,
     mode: MtlsMode,
     h: Handling,
+    protocol: Protocol,
     bind: Option<&str>,
     custom: Option<&core::TransportSocket>,
 ) -> Vec<FilterChain> {
     let passthrough = bind.is_none();
     let options = match custom {
         Some(_) => vec![MatchOpt { alpn: &[], transport: "tls", http: h == Handling::Http, tls: true }],
-        None => match_options(mode, h),
+        None => match_options(mode, h, policies.http10),
     };
     let cluster = if passthrough { "InboundPassthroughCluster".to_owned() } else { format!("inbound|{port}||") };
     let name = |http: bool| match (bind, http) {
@@ -532,7 +547,7 @@ fn port_chains(
                     };
                     http_chain_filters(policies, &cluster, port, &stat)
                 }
-                false => tcp_filters(policies, &cluster, &cluster),
+                false => tcp_filters(policies, protocol, &cluster, &cluster),
             },
             transport_socket: match custom {
                 Some(t) => Some(t.clone()),
@@ -546,7 +561,7 @@ fn port_chains(
 /// `virtualInbound-blackhole`: traffic addressed to 15006 itself is
 /// dropped rather than looping.
 fn blackhole(policies: &Policies) -> FilterChain {
-    let mut filters = vec![telemetry::mx_network()];
+    let mut filters: Vec<Filter> = policies.mx.as_deref().map(telemetry::mx_network).into_iter().collect();
     filters.extend(policies.telemetry.stats.as_ref().map(telemetry::stats_network));
     filters.push(tcp_proxy_logged("BlackHoleCluster", "BlackHoleCluster", &[]));
     FilterChain {
@@ -626,6 +641,10 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         http: crate::translate::authz::rbacs(model, class, true),
         tcp: crate::translate::authz::rbacs(model, class, false),
         telemetry: telemetry::inbound(model, class),
+        protocol_filters: model.mesh.protocol_filters,
+        proxy_100_continue: model.mesh.proxy_100_continue,
+        http10: model.mesh.http10,
+        mx: model.mesh.metadata_exchange.then(|| model.mesh.mx_additional_labels.clone()),
     };
     // The blackhole and passthrough chains (`buildInboundPassthroughChains`):
     // the workload-wide mode, then each port-level mode for a port no
@@ -633,11 +652,11 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
     let ports = inbound_ports(model, class);
     let mut filter_chains = vec![blackhole(&policies)];
     let mode = super::authn::mtls_mode(model, class, 0);
-    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, None, None));
+    filter_chains.extend(port_chains(&policies, 0, mode, Handling::Auto, Protocol::Unsupported, None, None));
     for port in super::authn::port_level_ports(model, class) {
         if !ports.iter().any(|p| p.port == port) {
             let mode = super::authn::mtls_mode(model, class, port);
-            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, None, None));
+            filter_chains.extend(port_chains(&policies, port, mode, Handling::Auto, Protocol::Unsupported, None, None));
         }
     }
     for p in &ports {
@@ -654,11 +673,17 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
                 };
                 let ctx = super::gateway::tls_context(t, false, Some(&model.mesh.tls_defaults));
                 let socket = super::gateway::downstream_tls(&ctx);
-                filter_chains.extend(port_chains(&policies, p.port, p.mtls, h, Some(bind), Some(&socket)));
+                filter_chains.extend(port_chains(&policies, p.port, p.mtls, h, p.protocol, Some(bind), Some(&socket)));
             }
-            None => {
-                filter_chains.extend(port_chains(&policies, p.port, p.mtls, handling(p.protocol), Some(bind), None))
-            }
+            None => filter_chains.extend(port_chains(
+                &policies,
+                p.port,
+                p.mtls,
+                handling(p.protocol),
+                p.protocol,
+                Some(bind),
+                None,
+            )),
         }
     }
     let listener_filters = listener_filters(&filter_chains);
@@ -674,6 +699,7 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
             })),
         }),
         traffic_direction: core::TrafficDirection::Inbound as i32,
+        max_connections_to_accept_per_socket_event: crate::translate::listener::accept_per_event(&model.mesh),
         access_log: policies.telemetry.log.iter().map(telemetry::listener_access_log).collect(),
         listener_filters,
         continue_on_listener_filters_timeout: true,

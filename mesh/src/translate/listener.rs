@@ -138,7 +138,7 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     // outboundTrafficPolicy: unknown destinations pass through (ALLOW_ANY,
     // the default) or are dropped (REGISTRY_ONLY).
     let side = telemetry::outbound(model);
-    let virtual_outbound = virtual_outbound(model.mesh.outbound, model.mesh.dynamic_dns_max_hosts, &side);
+    let virtual_outbound = virtual_outbound(model.mesh.outbound, &model.mesh, &side);
     let name = virtual_outbound.name.as_str().into();
     t.resources.insert((Kind::Listener, name), Bytes::from(virtual_outbound.encode_to_vec()));
 
@@ -215,11 +215,19 @@ struct ChainOpts {
     cluster: Option<String>,
     /// A VirtualService route's weighted clusters (empty: `cluster`).
     weighted: Vec<(String, u32)>,
+    /// The service port's protocol (its TCP chains' protocol filter).
+    protocol: Protocol,
 }
 
 /// The ALPNs the HTTP inspector sets for plaintext HTTP
 /// (`plaintextHTTPALPNs`, without HTTP/1.0).
 const PLAINTEXT_HTTP_ALPNS: [&str; 2] = ["http/1.1", "h2c"];
+
+/// `plaintextHTTPALPNs` as `PILOT_HTTP10` makes them.
+pub(crate) fn plaintext_http_alpns(http10: bool) -> &'static [&'static str] {
+    const WITH_HTTP10: [&str; 3] = ["http/1.0", "http/1.1", "h2c"];
+    if http10 { &WITH_HTTP10 } else { &PLAINTEXT_HTTP_ALPNS }
+}
 
 impl ChainOpts {
     /// `isMatchAll`.
@@ -291,10 +299,11 @@ fn chains_of(model: &Model, svc: &Service, port: &Port, bind: &Bind) -> Vec<Chai
     let http = ChainOpts {
         sni: vec![],
         cidrs: vec![],
-        alpn: PLAINTEXT_HTTP_ALPNS.to_vec(),
+        alpn: plaintext_http_alpns(model.mesh.http10).to_vec(),
         transport: "raw_buffer",
         cluster: None,
         weighted: vec![],
+        protocol: port.protocol,
     };
     let cluster_port = if svc.ports.len() == 1 { svc.ports[0].port } else { port.port };
     let cluster = format!("outbound|{cluster_port}||{}", svc.hostname);
@@ -315,6 +324,7 @@ fn chains_of(model: &Model, svc: &Service, port: &Port, bind: &Bind) -> Vec<Chai
             transport: "",
             cluster: Some(cluster.clone()),
             weighted: vec![],
+            protocol: port.protocol,
         }
     };
     // A VirtualService's tcp or tls routes for the host replace the
@@ -330,6 +340,7 @@ fn chains_of(model: &Model, svc: &Service, port: &Port, bind: &Bind) -> Vec<Chai
                 transport: "",
                 cluster: Some(c.stat_prefix),
                 weighted: c.weighted,
+                protocol: port.protocol,
             })
             .collect();
         if needs_default {
@@ -452,9 +463,16 @@ fn build_outbound(
     let mut default = None;
     for c in &chains {
         let filters = match &c.cluster {
-            Some(stat) if !c.weighted.is_empty() => outbound_tcp_weighted(side, stat, &c.weighted),
-            Some(cluster) => outbound_tcp(side, cluster, cluster),
-            None => vec![http_manager(&name, route_source(port), dfp, side)],
+            Some(stat) if !c.weighted.is_empty() => {
+                let first = &c.weighted[0].0;
+                let tcp = outbound_tcp_weighted(side, stat, &c.weighted);
+                stacked(tcp, |t| super::envoy::protocol_stack(mesh.protocol_filters, c.protocol, stat, first, t))
+            }
+            Some(cluster) => {
+                let tcp = outbound_tcp(side, cluster, cluster);
+                stacked(tcp, |t| super::envoy::protocol_stack(mesh.protocol_filters, c.protocol, cluster, cluster, t))
+            }
+            None => vec![http_manager(&name, route_source(port), dfp, side, mesh)],
         };
         let mut chain = FilterChain { filters, ..Default::default() };
         if c.match_all() {
@@ -567,17 +585,22 @@ fn http_manager(
     routes: hcm::http_connection_manager::RouteSpecifier,
     dfp: Option<u32>,
     side: &Side,
+    mesh: &crate::meshconfig::MeshSettings,
 ) -> Filter {
-    let mut http_filters = vec![
-        telemetry::mx_http(false),
-        telemetry::grpc_stats(),
-        telemetry::alpn(),
+    let mut http_filters: Vec<hcm::HttpFilter> = mesh
+        .metadata_exchange
+        .then(|| telemetry::mx_http(false, &mesh.mx_additional_labels))
+        .into_iter()
+        .chain([telemetry::grpc_stats()])
+        .chain(mesh.alpn_filter.then(telemetry::alpn))
+        .collect();
+    http_filters.extend([
         http_filter(super::route::FAULT_FILTER, &fault::HttpFault::default()),
         http_filter(
             "envoy.filters.http.cors",
             &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
         ),
-    ];
+    ]);
     http_filters.extend(side.stats.as_ref().map(telemetry::stats_http));
     http_filters.extend(dfp.map(super::dfp::http_filter_of));
     http_filters.push(router());
@@ -586,12 +609,32 @@ fn http_manager(
         route_specifier: Some(routes),
         http_filters,
         access_log: side.log.clone(),
-        use_remote_address: Some(false),
+        use_remote_address: Some(mesh.sidecar_use_remote_address),
+        internal_address_config: (mesh.sidecar_use_remote_address || mesh.hcm_internal_networks)
+            .then(|| super::envoy::internal_address_config(&mesh.networks.mesh))
+            .flatten(),
+        http_protocol_options: super::envoy::http10_options(mesh.http10),
         normalize_path: Some(true),
+        proxy_100_continue: mesh.proxy_100_continue,
         ..Default::default()
     };
     side.trace(&mut manager);
     http_connection_manager(&manager)
+}
+
+/// `filters` with their last (the tcp_proxy) replaced by `stack` of it.
+fn stacked(mut filters: Vec<Filter>, stack: impl FnOnce(Filter) -> Vec<Filter>) -> Vec<Filter> {
+    if let Some(tcp) = filters.pop() {
+        filters.extend(stack(tcp));
+    }
+    filters
+}
+
+/// `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` as a listener's
+/// `max_connections_to_accept_per_socket_event` (0: unset, Envoy's
+/// unlimited), as istiod's `maxConnectionsToAcceptPerSocketEvent`.
+pub fn accept_per_event(mesh: &crate::meshconfig::MeshSettings) -> Option<u32> {
+    (mesh.max_accept_per_event > 0).then_some(mesh.max_accept_per_event)
 }
 
 /// An outbound TCP chain's filters: the stats filter where a metrics
@@ -635,8 +678,10 @@ fn outbound_tcp_weighted(side: &Side, stat_prefix: &str, clusters: &[(String, u3
 /// destination; what none takes passes through (ALLOW_ANY) or is dropped
 /// (REGISTRY_ONLY), as istiod's `buildVirtualOutboundListener` makes it.
 /// Under ALLOW_ANY_DYNAMIC_DNS the HTTP inspector picks plaintext HTTP out
-/// for the dynamic forward proxy (its DNS cache `dfp_max_hosts` big).
-pub fn virtual_outbound(policy: OutboundPolicy, dfp_max_hosts: u32, side: &Side) -> Listener {
+/// for the dynamic forward proxy (its DNS cache the mesh's
+/// `dynamic_dns_max_hosts` big). It accepts
+/// `MAX_CONNECTIONS_PER_SOCKET_EVENT_LOOP` connections per socket event.
+pub fn virtual_outbound(policy: OutboundPolicy, mesh: &crate::meshconfig::MeshSettings, side: &Side) -> Listener {
     let catchall = if policy.allows_any() { "PassthroughCluster" } else { "BlackHoleCluster" };
     let mut l = Listener {
         name: VIRTUAL_OUTBOUND.into(),
@@ -644,6 +689,7 @@ pub fn virtual_outbound(policy: OutboundPolicy, dfp_max_hosts: u32, side: &Side)
         use_original_dst: Some(true),
         access_log: side.log.iter().map(telemetry::listener_access_log).collect(),
         traffic_direction: core::TrafficDirection::Outbound as i32,
+        max_connections_to_accept_per_socket_event: accept_per_event(mesh),
         filter_chains: vec![
             blackhole_chain(side),
             FilterChain {
@@ -674,14 +720,15 @@ pub fn virtual_outbound(policy: OutboundPolicy, dfp_max_hosts: u32, side: &Side)
         let http = FilterChain {
             name: "virtualOutbound-catchall-tcp-http".into(),
             filter_chain_match: Some(FilterChainMatch {
-                application_protocols: PLAINTEXT_HTTP_ALPNS.iter().map(|a| (*a).to_owned()).collect(),
+                application_protocols: plaintext_http_alpns(mesh.http10).iter().map(|a| (*a).to_owned()).collect(),
                 ..Default::default()
             }),
             filters: vec![http_manager(
                 &format!("{VIRTUAL_OUTBOUND}_{}", super::dfp::VIRTUAL_HOST),
                 hcm::http_connection_manager::RouteSpecifier::RouteConfig(routes),
-                Some(dfp_max_hosts),
+                Some(mesh.dynamic_dns_max_hosts),
                 side,
+                mesh,
             )],
             ..Default::default()
         };

@@ -63,29 +63,51 @@ fn typed_struct(type_url: &str, fields: &Value) -> Any {
 const PEER_METADATA: &str = "type.googleapis.com/io.istio.http.peer_metadata.Config";
 const TCP_MX: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange";
 
-fn tcp_mx_config() -> Any {
-    typed_struct(TCP_MX, &serde_json::json!({"protocol": MX_ALPN, "enable_discovery": true}))
+/// istiod's `additionalLabels`: `PILOT_MX_ADDITIONAL_LABELS` into a
+/// metadata exchange config.
+fn with_labels(mut cfg: Value, labels: &[String]) -> Value {
+    if !labels.is_empty() {
+        cfg["additional_labels"] = serde_json::json!(labels);
+    }
+    cfg
 }
 
-/// `TCPListenerMx`: metadata exchange on inbound connections.
-pub fn mx_network() -> Filter {
-    Filter { name: MX_FILTER.into(), config_type: Some(filter::ConfigType::TypedConfig(tcp_mx_config())) }
+fn tcp_mx_config(labels: &[String]) -> Any {
+    typed_struct(TCP_MX, &with_labels(serde_json::json!({"protocol": MX_ALPN, "enable_discovery": true}), labels))
+}
+
+/// `TCPListenerMx`: metadata exchange on inbound connections (with
+/// `PILOT_MX_ADDITIONAL_LABELS`).
+pub fn mx_network(labels: &[String]) -> Filter {
+    Filter { name: MX_FILTER.into(), config_type: Some(filter::ConfigType::TypedConfig(tcp_mx_config(labels))) }
 }
 
 /// `TCPClusterMx`: metadata exchange on outbound connections.
-pub fn mx_cluster() -> cluster::Filter {
-    cluster::Filter { name: MX_FILTER.into(), typed_config: Some(tcp_mx_config()), ..Default::default() }
+pub fn mx_cluster(labels: &[String]) -> cluster::Filter {
+    cluster::Filter { name: MX_FILTER.into(), typed_config: Some(tcp_mx_config(labels)), ..Default::default() }
+}
+
+/// The cluster filters of an outbound cluster: metadata exchange unless
+/// `PILOT_ENABLE_METADATA_EXCHANGE` is off.
+pub fn cluster_filters(mesh: &crate::meshconfig::MeshSettings) -> Vec<cluster::Filter> {
+    match mesh.metadata_exchange {
+        true => vec![mx_cluster(&mesh.mx_additional_labels)],
+        false => Vec::new(),
+    }
 }
 
 /// `SidecarInboundMetadataFilter` / `SidecarOutboundMetadataFilter`:
 /// the peer's metadata from Istio's headers, else from workload
 /// discovery; ours sent in headers.
-pub fn mx_http(inbound: bool) -> hcm::HttpFilter {
+pub fn mx_http(inbound: bool, labels: &[String]) -> hcm::HttpFilter {
     let side = if inbound { "downstream" } else { "upstream" };
-    let fields = serde_json::json!({
-        format!("{side}_discovery"): [{"istio_headers": {}}, {"workload_discovery": {}}],
-        format!("{side}_propagation"): [{"istio_headers": {}}],
-    });
+    let fields = with_labels(
+        serde_json::json!({
+            format!("{side}_discovery"): [{"istio_headers": {}}, {"workload_discovery": {}}],
+            format!("{side}_propagation"): [{"istio_headers": {}}],
+        }),
+        labels,
+    );
     hcm::HttpFilter {
         name: MX_FILTER.into(),
         config_type: Some(hcm::http_filter::ConfigType::TypedConfig(typed_struct(PEER_METADATA, &fields))),

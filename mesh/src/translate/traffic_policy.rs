@@ -107,13 +107,10 @@ pub fn auto_mtls(c: &mut Cluster, sni_host: &str, port: u16, subset: &str, alpn:
     ];
 }
 
-/// Applies `policy`'s load balancer, outlier detection and TLS to `c`
-/// (its connection pool is [`connection`]'s); `alpn` is what ISTIO_MUTUAL
+/// Applies `policy`'s outlier detection and TLS to `c` (its connection
+/// pool is [`connection`]'s, its load balancer [`balance`]'s); `alpn` is what ISTIO_MUTUAL
 /// offers ([`istio_alpn`]).
 pub fn apply(c: &mut Cluster, policy: &TrafficPolicy, sni_host: &str, port: u16, subset: &str, alpn: &[&str]) {
-    if let Some(lb) = &policy.load_balancer {
-        load_balancer(c, lb);
-    }
     if let Some(o) = &policy.outlier_detection {
         c.outlier_detection = Some(outlier(o));
     }
@@ -334,17 +331,38 @@ pub(super) fn weigh_localities(
     }
 }
 
-fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
-    weigh_localities(c, lb.locality_lb_setting.as_ref());
-    if let Some(simple) = &lb.simple {
-        c.lb_policy = match simple {
-            SimpleLb::LeastRequest | SimpleLb::LeastConn => cluster::LbPolicy::LeastRequest,
-            SimpleLb::Random => cluster::LbPolicy::Random,
-            SimpleLb::Passthrough => cluster::LbPolicy::ClusterProvided,
-            SimpleLb::RoundRobin | SimpleLb::Unspecified => cluster::LbPolicy::RoundRobin,
-        } as i32;
+/// istiod's `applyLoadBalancer`, its policy: the rule's localities
+/// weighed; an original-destination cluster's own; Maglev for Redis under
+/// `PILOT_ENABLE_REDIS_FILTER` (`redis`); the rule's simple policy, where
+/// PASSTHROUGH makes the cluster an original-destination one; else
+/// LEAST_REQUEST; a consistent hash as RING_HASH or MAGLEV on top.
+pub fn balance(c: &mut Cluster, lb: Option<&LoadBalancerSettings>, redis: bool) {
+    if let Some(l) = lb.and_then(|lb| lb.locality_lb_setting.as_ref()) {
+        weigh_localities(c, Some(l));
     }
-    if let Some(h) = &lb.consistent_hash {
+    let original_dst = cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32);
+    if c.cluster_discovery_type.as_ref() == Some(&original_dst) {
+        c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
+        return;
+    }
+    if redis {
+        c.lb_policy = cluster::LbPolicy::Maglev as i32;
+        return;
+    }
+    c.lb_policy = match lb.and_then(|lb| lb.simple.as_ref()) {
+        Some(SimpleLb::Random) => cluster::LbPolicy::Random,
+        Some(SimpleLb::RoundRobin) => cluster::LbPolicy::RoundRobin,
+        Some(SimpleLb::Passthrough) => {
+            c.cluster_discovery_type = Some(original_dst);
+            c.load_assignment = None;
+            c.eds_cluster_config = None;
+            cluster::LbPolicy::ClusterProvided
+        }
+        Some(SimpleLb::LeastRequest | SimpleLb::LeastConn | SimpleLb::Unspecified) | None => {
+            cluster::LbPolicy::LeastRequest
+        }
+    } as i32;
+    if let Some(h) = lb.and_then(|lb| lb.consistent_hash.as_ref()) {
         if h.maglev.is_some() {
             c.lb_policy = cluster::LbPolicy::Maglev as i32;
         } else {

@@ -232,3 +232,34 @@ fn port_level_settings_do_not_inherit() {
     let on_81 = effective(&dr, 81, "");
     assert!(on_81.load_balancer.is_some() && on_81.connection_pool.is_none());
 }
+
+/// `TestApplyLoadBalancer` (cluster_test.go), the policy each case ends
+/// with: an original-destination cluster's own, Maglev for Redis (the
+/// Redis filter on), LEAST_REQUEST by default, PASSTHROUGH making a DNS
+/// cluster an original-destination one.
+#[test]
+fn upstream_apply_load_balancer() {
+    use istiod_config::istio::networking::LoadBalancerSettings;
+    let typed = |t: cluster::DiscoveryType| Some(cluster::ClusterDiscoveryType::Type(t as i32));
+    let policy = |t: cluster::DiscoveryType, lb: Option<LoadBalancerSettings>, redis: bool| {
+        let mut c = Cluster { cluster_discovery_type: typed(t), ..Default::default() };
+        balance(&mut c, lb.as_ref(), redis);
+        (c.lb_policy, c.cluster_discovery_type)
+    };
+    use cluster::DiscoveryType::{Eds, OriginalDst, StrictDns};
+    use cluster::LbPolicy::{ClusterProvided, LeastRequest, Maglev};
+    assert_eq!(policy(OriginalDst, None, false).0, ClusterProvided as i32, "ORIGINAL_DST discovery type is a no op");
+    assert_eq!(policy(Eds, None, true).0, Maglev as i32, "redis protocol");
+    let distribute: LoadBalancerSettings = serde_yaml_ng::from_str(
+        "localityLbSetting: {distribute: [{from: region1/zone1/subzone1, to: {region1/zone1/subzone1: 100}}]}",
+    )
+    .expect("lb");
+    assert_eq!(policy(Eds, Some(distribute), false).0, LeastRequest as i32, "Loadbalancer has distribute");
+    let passthrough: LoadBalancerSettings = serde_yaml_ng::from_str("simple: PASSTHROUGH").expect("lb");
+    assert_eq!(
+        policy(StrictDns, Some(passthrough), false),
+        (ClusterProvided as i32, typed(OriginalDst)),
+        "DNS cluster with PASSTHROUGH in DR"
+    );
+    assert_eq!(policy(Eds, None, false).0, LeastRequest as i32, "Send Unhealthy Endpoints enabled");
+}

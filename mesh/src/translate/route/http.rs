@@ -420,6 +420,7 @@ pub(super) fn vs_routes(
                         default_value: percent(pct),
                         ..Default::default()
                     }),
+                    disable_shadow_host_suffix_append: model.mesh.disable_shadow_host_suffix,
                     ..Default::default()
                 });
             }

@@ -24,7 +24,7 @@ fn pool() -> &'static DescriptorPool {
         let mut pool = istiod_envoyfilter::schema::pool().clone();
         // istio-proxy's own filter configs (the stats filter, the ALPN
         // override), which are not among the schema files.
-        for f in crate::translate::telemetry::descriptors() {
+        for f in istiod_proto::istio_proxy::descriptors() {
             if pool.get_file_by_name(f.name()).is_none() {
                 pool.add_file_descriptor_proto(f).expect("istio-proxy's descriptors fit the pool");
             }
@@ -46,7 +46,7 @@ fn pool() -> &'static DescriptorPool {
 
 /// istiod's short type names for `?types=` (`pilot/pkg/xds/v3/model.go`
 /// GetResourceType): the resources of those kinds, each as its own `Any`.
-pub fn kinds_of(types: &str) -> Vec<Kind> {
+pub(super) fn kinds_of(types: &str) -> Vec<Kind> {
     let mut out = Vec::new();
     for t in types.split(',') {
         let k = match t.trim().to_ascii_lowercase().as_str() {
@@ -106,7 +106,7 @@ fn any(kind: Kind, body: &Bytes) -> Any {
 /// (private keys redacted), extension configs (none here). With `types`
 /// (`?types=`, `getConfigDumpByResourceType`) the resources of those kinds
 /// instead, each its own `Any`.
-pub fn build(core_answer: &Value, include_eds: bool, types: &[Kind]) -> admin::ConfigDump {
+pub(super) fn build(core_answer: &Value, include_eds: bool, types: &[Kind]) -> admin::ConfigDump {
     let sent = sent(core_answer);
     // A ztunnel (the one proxy served the workload API): its addresses
     // alone, as istiod dumps one.
@@ -192,7 +192,7 @@ pub fn build(core_answer: &Value, include_eds: bool, types: &[Kind]) -> admin::C
 
 /// A message as proto3 JSON (lowerCamelCase names, `Any`s unpacked, 64-bit
 /// integers as strings), as istiod's `protomarshal` writes it.
-pub fn message_json<T: Message + Name>(msg: &T) -> Value {
+pub(super) fn message_json<T: Message + Name>(msg: &T) -> Value {
     let Some(desc) = pool().get_message_by_name(&T::full_name()) else {
         return json!({"error": format!("no descriptor for {}", T::full_name())});
     };

@@ -1126,3 +1126,57 @@ status: {podIP: 10.1.5.1}
     assert!(!text.contains("istio-peer-exchange\",\"h2\""), "inbound TCP mTLS without the exchange's ALPN");
     assert_eq!(alpn(&off), json!(["istio"]));
 }
+
+/// A gateway's HTTP managers as istiod's `buildHTTPConnectionManager`
+/// builds them for the Gateway class (Envoy's field rules checked):
+/// metadata exchange first, gRPC stats, the ALPN override, fault, CORS,
+/// the stats filter (client metrics, the host header not trusted:
+/// `disableHostHeaderFallback`), the router; and the access log, so that
+/// gateways report `istio_requests_total` and log as istiod's do.
+#[test]
+fn a_gateways_http_managers_report_metrics_and_logs() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.6.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]
+";
+    let mesh = "defaultProviders: {metrics: [prometheus]}\naccessLogFile: /dev/stdout\n";
+    let got =
+        served_with("router", objects, mesh, "shop", json!({"istio": "ingressgateway"}), "10.1.9.9", &[("PGV", "1")]);
+    assert_eq!(got["pgv_errors"], json!([]), "{got}");
+    let hcm = got["listeners"]["0.0.0.0_8080"]["filterChains"][0]["filters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| f["typedConfig"].clone())
+        .unwrap_or_else(|| panic!("{got}"));
+    let names: Vec<&str> = hcm["httpFilters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "istio.metadata_exchange",
+            "envoy.filters.http.grpc_stats",
+            "istio.alpn",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "istio.stats",
+            "envoy.filters.http.router"
+        ],
+        "{hcm}"
+    );
+    let stats = &hcm["httpFilters"][5]["typedConfig"];
+    assert_eq!(stats["disableHostHeaderFallback"], true, "{stats}");
+    assert_eq!(hcm["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{hcm}");
+}

@@ -45,6 +45,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.extensions.filters.network.rbac.v3 import rbac_pb2 as net_rbac_pb2  # noqa: F401
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.network.mongo_proxy.v3 import mongo_proxy_pb2  # noqa: F401 (Mongo ports)
+from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401 (gateways' access logs)
 from envoy.extensions.filters.network.redis_proxy.v3 import redis_proxy_pb2  # noqa: F401 (Redis ports)
 from envoy.extensions.request_id.uuid.v3 import uuid_pb2  # noqa: F401
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401 (Any in routes)

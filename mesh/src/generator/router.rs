@@ -211,12 +211,10 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         no_100_continue: !model.mesh.proxy_100_continue,
         accept_per_event: crate::translate::listener::accept_per_event(&model.mesh),
         http10: model.mesh.http10,
+        mx: model.mesh.metadata_exchange.then(|| model.mesh.mx_additional_labels.clone()),
+        alpn_filter: model.mesh.alpn_filter,
         internal_addresses: crate::translate::envoy::internal_address_config(&model.mesh.networks.mesh),
-        tracing: {
-            let (tracing, request_id) =
-                crate::translate::tracing::manager(model, crate::translate::tracing::Side::Client, Some(class));
-            crate::translate::telemetry::Side { tracing, request_id, ..Default::default() }
-        },
+        tracing: crate::translate::telemetry::gateway(model, class),
     };
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),
@@ -934,7 +932,8 @@ mod tests {
             })
         });
         let names: Vec<String> = hcm.unwrap().http_filters.iter().map(|f| f.name.clone()).collect();
-        assert_eq!(names[0], "envoy.filters.http.rbac", "{names:?}");
+        // (istiod's order: metadata exchange, then the policies.)
+        assert_eq!(names[..2], ["istio.metadata_exchange", "envoy.filters.http.rbac"], "{names:?}");
         assert_eq!(names.last().map(String::as_str), Some("envoy.filters.http.router"));
         let snap = snapshot(&model);
         let g = crate::generator::MeshGenerator;

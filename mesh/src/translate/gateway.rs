@@ -241,22 +241,34 @@ pub struct GatewayPolicies {
     pub accept_per_event: Option<u32>,
     /// `PILOT_HTTP10`.
     pub http10: bool,
+    /// Metadata exchange's additional labels; `None` when it is off.
+    pub mx: Option<Vec<String>>,
+    /// `PILOT_ENABLE_ALPN_FILTER`.
+    pub alpn_filter: bool,
     /// The meshNetworks `fromCidr` ranges, internal to its HTTP managers
     /// (which use the remote address).
     pub internal_addresses: Option<hcm::http_connection_manager::InternalAddressConfig>,
-    /// Its managers' tracing and request id (the client side, as istiod's
-    /// gateways; [`super::tracing`]).
+    /// Its managers' telemetry (the client side, as istiod's gateways):
+    /// the stats filter, access logs, tracing and request id
+    /// ([`super::telemetry::gateway`]).
     pub tracing: super::telemetry::Side,
 }
 
 /// The HTTP connection manager of a gateway chain
 /// (`buildGatewayConnectionManager`).
 fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>) -> hcm::HttpConnectionManager {
+    // istiod's order (buildHTTPConnectionManager, class Gateway): metadata
+    // exchange, authentication and authorization, gRPC stats, the ALPN
+    // override, fault, CORS, the stats filter, the router.
     let mut filters: Vec<hcm::HttpFilter> = Vec::new();
     if let Some(p) = policies {
+        filters.extend(p.mx.as_deref().map(|l| super::telemetry::mx_http(false, l)));
         filters.extend(p.jwt.iter().cloned());
         filters.extend(p.http.http_filters());
+        filters.push(super::telemetry::grpc_stats());
+        filters.extend(p.alpn_filter.then(super::telemetry::alpn));
     }
+    let stats = policies.and_then(|p| p.tracing.stats.as_ref()).map(super::telemetry::stats_http);
     use hcm::http_connection_manager::{ForwardClientCertDetails, RouteSpecifier, ServerHeaderTransformation};
     let mut source = ads();
     if let Some(s) = source.as_mut() {
@@ -296,9 +308,11 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
                     "envoy.filters.http.cors",
                     &istiod_proto::envoy::extensions::filters::http::cors::v3::Cors::default(),
                 ),
-                router(),
             ])
+            .chain(stats)
+            .chain([router()])
             .collect(),
+        access_log: policies.map(|p| p.tracing.log.clone()).unwrap_or_default(),
         ..Default::default()
     };
     if let Some(p) = policies {

@@ -578,6 +578,21 @@ pub fn inbound(model: &Model, class: &crate::node::ProxyClass) -> Side {
     }
 }
 
+/// A gateway's side (istiod's `ListenerClassGateway`): the client metrics
+/// of the Telemetries that select it, the host header not trusted for
+/// them (`disableHostHeaderFallback`), its access logs, client tracing.
+pub fn gateway(model: &Model, class: &crate::node::ProxyClass) -> Side {
+    let (namespace, labels) = (&*class.namespace, &class.labels[..]);
+    let (tracing, request_id) = super::tracing::manager(model, super::tracing::Side::Client, Some(class));
+    let t = applicable(model, namespace, Some(labels));
+    Side {
+        stats: merge(&t, &model.mesh, "CLIENT", true),
+        log: access_log(model, namespace, Some(labels)),
+        tracing,
+        request_id,
+    }
+}
+
 /// The mesh-wide stats (outbound listeners are shared by every sidecar).
 pub fn mesh_metrics(model: &Model) -> Metrics {
     metrics(model, &model.mesh.root_namespace, None)

@@ -125,9 +125,9 @@ impl MeshInput {
             Kind::Cluster if self.translation.clusters.contains_key(name) => self.cluster_form(class, name).is_some(),
             // (A headless service's endpoints are for routers, whose
             // cluster of it is EDS; a sidecar's is original-destination.)
-            Kind::Endpoint => self
-                .cluster_form(class, name)
-                .is_some_and(|f| f.endpoints.is_some() && (f.cluster.eds_cluster_config.is_some() || is_router(class))),
+            Kind::Endpoint => self.cluster_form(class, name).is_some_and(|f| {
+                f.endpoints.is_some() && (f.cluster.eds_cluster_config.is_some() || is_router(class) || is_grpc(class))
+            }),
             Kind::Listener => self.translation.api_listeners.contains(name) == is_grpc(class),
             _ => true,
         }
@@ -923,7 +923,13 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
         }
         Kind::Cluster => match m.cluster_form(class, name) {
             Some(form) if is_grpc(class) => {
-                Some(Bytes::from(for_grpc_client((*form.cluster).clone(), form.least_request).encode_to_vec()))
+                // grpcgen's clusters are EDS, a headless service's too: the
+                // router's form where there is one.
+                let base = match &form.for_router {
+                    Some(b) => istiod_proto::envoy::config::cluster::v3::Cluster::decode(b.clone()).ok()?,
+                    None => (*form.cluster).clone(),
+                };
+                Some(Bytes::from(for_grpc_client(base, form.least_request).encode_to_vec()))
             }
             Some(ClusterForm { for_router: Some(b), .. }) if is_router(class) => Some(b.clone()),
             Some(form) => Some(form.bytes.clone()),

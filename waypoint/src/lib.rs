@@ -421,7 +421,11 @@ impl<'a> View<'a> {
             .filter(|(_, (svc, _, _))| svc.resolution == Resolution::ClientSideLb)
             .map(|(n, _)| n)
             .collect();
-        out.extend(self.outbound_clusters(mesh).into_iter().filter(|(_, f)| f.endpoints.is_some()).map(|(n, _)| n));
+        // (A headless service's cluster is original-destination here.)
+        let eds = |f: &istiod_mesh::translate::cluster::ClusterForm| {
+            f.endpoints.is_some() && f.cluster.eds_cluster_config.is_some()
+        };
+        out.extend(self.outbound_clusters(mesh).into_iter().filter(|(_, f)| eds(f)).map(|(n, _)| n));
         out
     }
 
@@ -945,6 +949,9 @@ impl<'a> View<'a> {
             server_name: "istio-envoy".into(),
             proxy_100_continue: self.model.mesh.proxy_100_continue,
             http_protocol_options: istiod_mesh::translate::envoy::http10_options(self.model.mesh.http10),
+            internal_address_config: (self.model.mesh.hcm_internal_networks)
+                .then(|| istiod_mesh::translate::envoy::internal_address_config(&self.model.mesh.networks.mesh))
+                .flatten(),
             normalize_path: Some(true),
             upgrade_configs: vec![hcm::http_connection_manager::UpgradeConfig {
                 upgrade_type: "websocket".into(),
@@ -956,11 +963,7 @@ impl<'a> View<'a> {
                 // istiod's order (`buildWaypointHTTPFilters`): CUSTOM,
                 // authentication (jwt_authn), the local policies, the
                 // upstream peer metadata, the stats, the router.
-                let rbacs = self.rbacs(svc, true);
-                let mut custom = rbacs.clone();
-                (custom.audit, custom.deny, custom.allow, custom.dry_run) = (None, None, None, [None, None, None]);
-                let mut local = rbacs;
-                local.custom.clear();
+                let (custom, local) = self.rbacs(svc, true).split_custom();
                 let mut f = custom.http_filters();
                 let rules = jwt_rules(self.model, self.namespace, &self.gateway, svc);
                 f.extend(istiod_mesh::translate::authn::jwt_filter_of(self.model, rules));

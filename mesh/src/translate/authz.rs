@@ -153,6 +153,17 @@ impl Rbacs {
 
     /// As HTTP filters: the CUSTOM pairs, then AUDIT, DENY, ALLOW
     /// (istiod's `BuildHTTP` of its custom builder, then of its local one).
+    /// The CUSTOM policies' filters, and the local ones' (AUDIT, DENY,
+    /// ALLOW, dry run): istiod puts authentication between them
+    /// (`buildHTTPConnectionManager`: CUSTOM, authn, authz).
+    pub fn split_custom(self) -> (Rbacs, Rbacs) {
+        let mut custom = self.clone();
+        (custom.audit, custom.deny, custom.allow, custom.dry_run) = (None, None, None, [None, None, None]);
+        let mut local = self;
+        local.custom.clear();
+        (custom, local)
+    }
+
     pub fn http_filters(
         &self,
     ) -> Vec<istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter> {

@@ -84,7 +84,7 @@ impl ClusterForms {
             (&f.rule, f.selection).hash(&mut h);
             match kind {
                 Kind::Endpoint => (&f.endpoints, f.split.as_ref().map(|s| s.digest)).hash(&mut h),
-                _ => (&f.bytes, &f.for_router).hash(&mut h),
+                _ => (&f.bytes, &f.for_router, f.least_request).hash(&mut h),
             }
         }
         Bytes::copy_from_slice(&h.finish().to_be_bytes())

@@ -262,9 +262,11 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
     // override, fault, CORS, the stats filter, the router.
     let mut filters: Vec<hcm::HttpFilter> = Vec::new();
     if let Some(p) = policies {
+        let (custom, local) = p.http.clone().split_custom();
         filters.extend(p.mx.as_deref().map(|l| super::telemetry::mx_http(false, l)));
+        filters.extend(custom.http_filters());
         filters.extend(p.jwt.iter().cloned());
-        filters.extend(p.http.http_filters());
+        filters.extend(local.http_filters());
         filters.push(super::telemetry::grpc_stats());
         filters.extend(p.alpn_filter.then(super::telemetry::alpn));
     }

@@ -89,17 +89,33 @@ pub fn for_grpc_client(
     mut c: istiod_proto::envoy::config::cluster::v3::Cluster,
     least_request: bool,
 ) -> istiod_proto::envoy::config::cluster::v3::Cluster {
+    use istiod_proto::envoy::config::cluster::v3::CircuitBreakers;
     use istiod_proto::envoy::config::cluster::v3::cluster::LbPolicy;
     use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
     // Envoy's upstream filters (metadata exchange) are not gRPC's, nor its
     // HTTP and socket options; gRPC balances round robin unless the rule
-    // asks for LEAST_REQUEST (grpcgen's applyLoadBalancing).
+    // asks for LEAST_REQUEST or a consistent hash (grpcgen's
+    // applyLoadBalancing), and is capped only by a rule's
+    // `http2MaxRequests` (applyCircuitBreakers).
     c.filters.clear();
     c.typed_extension_protocol_options.clear();
     c.upstream_connection_options = None;
-    if c.lb_policy == LbPolicy::LeastRequest as i32 && !least_request {
+    let kept = match LbPolicy::try_from(c.lb_policy) {
+        Ok(LbPolicy::LeastRequest) => least_request,
+        Ok(LbPolicy::RingHash | LbPolicy::Maglev) => true,
+        _ => false,
+    };
+    if !kept {
         c.lb_policy = LbPolicy::RoundRobin as i32;
     }
+    let max_requests = c.circuit_breakers.take().and_then(|b| b.thresholds.first()?.max_requests);
+    c.circuit_breakers = max_requests.filter(|m| *m != u32::MAX).map(|m| CircuitBreakers {
+        thresholds: vec![istiod_proto::envoy::config::cluster::v3::circuit_breakers::Thresholds {
+            max_requests: Some(m),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
     c.transport_socket_matches.clear();
     let Some(ts) = c.transport_socket.take() else { return c };
     let Some(core::transport_socket::ConfigType::TypedConfig(any_cfg)) = &ts.config_type else { return c };

@@ -374,6 +374,8 @@ struct Policies {
     /// Metadata exchange's additional labels; `None` under
     /// `PILOT_ENABLE_METADATA_EXCHANGE=false`.
     mx: Option<Vec<String>>,
+    /// `ENABLE_HCM_INTERNAL_NETWORKS`: the meshNetworks internal ranges.
+    internal_addresses: Option<hcm::http_connection_manager::InternalAddressConfig>,
 }
 
 /// An inbound HTTP chain's filters: metadata exchange and the HCM, whose
@@ -381,12 +383,15 @@ struct Policies {
 /// `inbound|http|<port>`).
 fn http_chain_filters(policies: &Policies, cluster: &str, port: u16, stat_prefix: &str) -> Vec<Filter> {
     // istiod's order for a sidecar's inbound HTTP (listener_builder.go):
-    // metadata exchange, jwt_authn before RBAC (which reads what it
-    // verified), gRPC stats, fault, CORS, stats, the router.
+    // metadata exchange, CUSTOM authorization, jwt_authn before the local
+    // RBAC (which reads what it verified), gRPC stats, fault, CORS, stats,
+    // the router.
     let mut http_filters: Vec<hcm::HttpFilter> =
         policies.mx.as_deref().map(|l| telemetry::mx_http(true, l)).into_iter().collect();
+    let (custom, local) = policies.http.clone().split_custom();
+    http_filters.extend(custom.http_filters());
     http_filters.extend(policies.jwt.iter().cloned());
-    http_filters.extend(policies.http.http_filters());
+    http_filters.extend(local.http_filters());
     http_filters.push(telemetry::grpc_stats());
     http_filters.push(http_filter(crate::translate::route::FAULT_FILTER, &HttpFault::default()));
     http_filters.push(http_filter("envoy.filters.http.cors", &Cors::default()));
@@ -422,6 +427,7 @@ fn http_chain_filters(policies: &Policies, cluster: &str, port: u16, stat_prefix
         access_log: policies.telemetry.log.clone(),
         proxy_100_continue: policies.proxy_100_continue,
         http_protocol_options: super::envoy::http10_options(policies.http10),
+        internal_address_config: policies.internal_addresses.clone(),
         ..Default::default()
     };
     policies.telemetry.trace(&mut manager);
@@ -645,6 +651,11 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         proxy_100_continue: model.mesh.proxy_100_continue,
         http10: model.mesh.http10,
         mx: model.mesh.metadata_exchange.then(|| model.mesh.mx_additional_labels.clone()),
+        internal_addresses: model
+            .mesh
+            .hcm_internal_networks
+            .then(|| super::envoy::internal_address_config(&model.mesh.networks.mesh))
+            .flatten(),
     };
     // The blackhole and passthrough chains (`buildInboundPassthroughChains`):
     // the workload-wide mode, then each port-level mode for a port no

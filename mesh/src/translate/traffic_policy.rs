@@ -481,6 +481,9 @@ fn transport_socket(t: &ClientTlsSettings, default_sni: &str, alpn: &[&str]) -> 
                         Some(c) => credential_sds(&format!("{c}-cacert")),
                         None => sds("file-root:system"),
                     }),
+                    // constructUpstreamTLS: an HTTP/2 cluster offers `h2`
+                    // (the mesh ALPN `alpn` holds it then too).
+                    alpn_protocols: if alpn.contains(&"h2") { vec!["h2".into()] } else { Vec::new() },
                     ..Default::default()
                 }),
                 sni: t.sni.clone(),

@@ -263,3 +263,50 @@ fn upstream_apply_load_balancer() {
     );
     assert_eq!(policy(Eds, None, false).0, LeastRequest as i32, "Send Unhealthy Endpoints enabled");
 }
+
+/// `constructUpstreamTLS` (cluster_tls.go): SIMPLE and MUTUAL origination
+/// offers `h2` on an HTTP/2 cluster, nothing otherwise.
+#[test]
+fn upstream_simple_tls_offers_h2_on_http2_clusters() {
+    use istiod_proto::envoy::config::core::v3::transport_socket::ConfigType;
+    let policy: TrafficPolicy = serde_yaml_ng::from_str("tls: {mode: SIMPLE, sni: api.example.com}").expect("policy");
+    let alpn = |h2: bool| {
+        let mut c = Cluster::default();
+        apply(&mut c, &policy, "api.example.com", 443, "", istio_alpn(h2, true));
+        let Some(ConfigType::TypedConfig(any)) = c.transport_socket.and_then(|t| t.config_type) else { panic!() };
+        tls::UpstreamTlsContext::decode(any.value.as_slice())
+            .expect("tls")
+            .common_tls_context
+            .expect("common")
+            .alpn_protocols
+    };
+    assert_eq!(alpn(true), ["h2"]);
+    assert!(alpn(false).is_empty());
+}
+
+/// grpcgen's clusters (grpcgen/cds.go `applyLoadBalancing`,
+/// `applyCircuitBreakers`): round robin unless the rule asks for
+/// LEAST_REQUEST or a consistent hash; capped only by a rule's
+/// `http2MaxRequests`.
+#[test]
+fn proxyless_grpc_clusters_balance_and_cap_as_grpcgen() {
+    use crate::translate::grpc::for_grpc_client;
+    let mesh = MeshSettings::default();
+    let grpc = |lb: cluster::LbPolicy, least_request: bool, cp: Option<&str>| {
+        let (mut c, _) = built(&mesh, Protocol::Grpc, true, cp.map(pool).as_ref());
+        c.lb_policy = lb as i32;
+        let c = for_grpc_client(c, least_request);
+        (
+            c.lb_policy,
+            c.circuit_breakers.map(|b| b.thresholds[0].max_requests),
+            c.typed_extension_protocol_options.len(),
+        )
+    };
+    use cluster::LbPolicy::{LeastRequest, Maglev, Random, RingHash, RoundRobin};
+    assert_eq!(grpc(LeastRequest, false, None), (RoundRobin as i32, None, 0), "istiod's default is round robin");
+    assert_eq!(grpc(LeastRequest, true, None).0, LeastRequest as i32, "the rule's LEAST_REQUEST");
+    assert_eq!(grpc(Random, false, None).0, RoundRobin as i32, "RANDOM cannot be applied");
+    assert_eq!(grpc(RingHash, false, None).0, RingHash as i32);
+    assert_eq!(grpc(Maglev, false, None).0, Maglev as i32);
+    assert_eq!(grpc(LeastRequest, false, Some("http: {http2MaxRequests: 7}")).1, Some(Some(7)));
+}

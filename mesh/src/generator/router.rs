@@ -214,7 +214,7 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         mx: model.mesh.metadata_exchange.then(|| model.mesh.mx_additional_labels.clone()),
         alpn_filter: model.mesh.alpn_filter,
         internal_addresses: crate::translate::envoy::internal_address_config(&model.mesh.networks.mesh),
-        tracing: crate::translate::telemetry::gateway(model, class),
+        telemetry: crate::translate::telemetry::gateway(model, class),
     };
     let l4 = L4Inputs {
         virtual_services: virtual_services(model),

@@ -251,7 +251,7 @@ pub struct GatewayPolicies {
     /// Its managers' telemetry (the client side, as istiod's gateways):
     /// the stats filter, access logs, tracing and request id
     /// ([`super::telemetry::gateway`]).
-    pub tracing: super::telemetry::Side,
+    pub telemetry: super::telemetry::Side,
 }
 
 /// The HTTP connection manager of a gateway chain
@@ -270,7 +270,7 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
         filters.push(super::telemetry::grpc_stats());
         filters.extend(p.alpn_filter.then(super::telemetry::alpn));
     }
-    let stats = policies.and_then(|p| p.tracing.stats.as_ref()).map(super::telemetry::stats_http);
+    let stats = policies.and_then(|p| p.telemetry.stats.as_ref()).map(super::telemetry::stats_http);
     use hcm::http_connection_manager::{ForwardClientCertDetails, RouteSpecifier, ServerHeaderTransformation};
     let mut source = ads();
     if let Some(s) = source.as_mut() {
@@ -314,11 +314,11 @@ fn manager(stat_prefix: String, route: &str, policies: Option<&GatewayPolicies>)
             .chain(stats)
             .chain([router()])
             .collect(),
-        access_log: policies.map(|p| p.tracing.log.clone()).unwrap_or_default(),
+        access_log: policies.map(|p| p.telemetry.log.clone()).unwrap_or_default(),
         ..Default::default()
     };
     if let Some(p) = policies {
-        p.tracing.trace(&mut manager);
+        p.telemetry.trace(&mut manager);
     }
     manager
 }

@@ -117,6 +117,13 @@ pub mod metrics {
                 .into_iter()
                 .map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
         );
+        out.counter(
+            "pilot_k8s_proxies_with_no_service_targets",
+            "Number of proxies that do not have any corresponding service targets.",
+            istiod_mesh::counters::no_service_targets_counted()
+                .into_iter()
+                .map(|(r, n)| (istiod_xds::metrics::label("reason", r), n as f64)),
+        );
         // istiod's gauge, when PILOT_ENVOY_FILTER_STATS is on.
         let status = istiod_envoyfilter::status::collect();
         if !status.is_empty() {

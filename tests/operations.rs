@@ -288,7 +288,9 @@ pub(crate) fn check_scrape(metrics: &str, names: &[&str]) {
 /// `pilot_k8s_endpoints_*`); a DNS ServiceEntry's subset selecting nothing
 /// (`pilot_dns_cluster_without_endpoints`); two ServiceEntries of one host
 /// and port, two VirtualServices of one host (`pilot_duplicate_envoy_clusters`,
-/// `pilot_vservice_dup_domain`).
+/// `pilot_vservice_dup_domain`); proxies no service selects
+/// (`pilot_k8s_proxies_with_no_service_targets`, one per reason); the
+/// dependency keys behind the cache (`xds_cache_dependent_config_size`).
 #[test]
 fn istiods_metrics_are_counted_where_istiod_counts_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -341,6 +343,35 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
         }
         c
     });
+    // Proxies no service selects: a pod's (its labels), one whose
+    // metadata says nothing (no labels), one of another cluster.
+    rt.block_on(async {
+        let labelled = |id: &str, meta: &[(&str, &str)], labels: &[(&str, &str)]| {
+            use istiod_proto::prost_types::{Struct, Value, value::Kind};
+            let text = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+            let mut fields: std::collections::BTreeMap<String, Value> =
+                meta.iter().map(|(k, v)| (k.to_string(), text(v))).collect();
+            let labels = labels.iter().map(|(k, v)| (k.to_string(), text(v))).collect();
+            fields.insert("LABELS".into(), Value { kind: Some(Kind::StructValue(Struct { fields: labels })) });
+            istiod_proto::envoy::config::core::v3::Node {
+                id: id.into(),
+                metadata: Some(Struct { fields }),
+                ..Default::default()
+            }
+        };
+        for node in [
+            labelled("sidecar~10.244.3.3~orphan-1.bookinfo~bookinfo.svc.cluster.local", &[], &[("app", "orphan")]),
+            labelled(
+                "sidecar~10.244.3.4~remote-1.bookinfo~bookinfo.svc.cluster.local",
+                &[("CLUSTER_ID", "elsewhere")],
+                &[("app", "reviews")],
+            ),
+        ] {
+            let mut c = client::connect(s.grpc, false).await;
+            c.sotw(DiscoveryRequest { node: Some(node), type_url: type_url::CLUSTER.into(), ..Default::default() });
+            c.recv().await;
+        }
+    });
     // A change to what the proxy was sent: its cached CDS is replaced.
     std::fs::write(
         dir.path().join("zz-change.yaml"),
@@ -374,6 +405,12 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
     assert!(series(&m, "provider_lookup_cluster_failures{type=\"zipkin\"}").is_some_and(|n| n >= 1.0), "{m}");
     assert!(series(&m, "xds_cache_reads{type=\"miss\"}").is_some_and(|n| n >= 2.0));
     assert!(series(&m, "pilot_xds_recv_max ").is_some_and(|n| n > 50.0), "the node's request");
+    for reason in ["no_matching_metadata", "no_matching_services", "incorrect_cluster"] {
+        let name = format!("pilot_k8s_proxies_with_no_service_targets{{reason=\"{reason}\"}}");
+        assert_eq!(series(&m, &name), Some(1.0), "{m}");
+    }
+    // One key per kind of dependency (six) at least.
+    assert!(series(&m, "xds_cache_dependent_config_size ").is_some_and(|n| n >= 6.0), "{m}");
     check_scrape(
         &m,
         &[
@@ -391,6 +428,8 @@ fn istiods_metrics_are_counted_where_istiod_counts_them() {
             "pilot_dns_cluster_without_endpoints",
             "pilot_duplicate_envoy_clusters",
             "pilot_vservice_dup_domain",
+            "pilot_k8s_proxies_with_no_service_targets",
+            "xds_cache_dependent_config_size",
         ],
     );
 }

@@ -1,7 +1,8 @@
 //! Counts istiod keeps where configuration is generated, kept here (the
 //! crate does no I/O) and read by the metrics handler:
-//! `pilot_sds_certificate_errors_total` and
-//! `provider_lookup_cluster_failures{type}`.
+//! `pilot_sds_certificate_errors_total`,
+//! `provider_lookup_cluster_failures{type}` and
+//! `pilot_k8s_proxies_with_no_service_targets{reason}`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,6 +50,29 @@ pub fn provider_lookup_failures() -> Vec<(&'static str, u64)> {
         .iter()
         .zip(&PROVIDER_FAILURES)
         .map(|(t, n)| (*t, n.load(Ordering::Relaxed)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// istiod's `reason` labels of `pilot_k8s_proxies_with_no_service_targets`.
+pub const NO_TARGET_REASONS: [&str; 3] = ["incorrect_cluster", "no_matching_services", "no_matching_metadata"];
+
+static NO_TARGETS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// A proxy whose service targets were looked up and none found, for
+/// `reason` (one of [`NO_TARGET_REASONS`]).
+pub fn no_service_targets(reason: &str) {
+    if let Some(i) = NO_TARGET_REASONS.iter().position(|r| *r == reason) {
+        NO_TARGETS[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `(reason, proxies)` of the reasons counted.
+pub fn no_service_targets_counted() -> Vec<(&'static str, u64)> {
+    NO_TARGET_REASONS
+        .iter()
+        .zip(&NO_TARGETS)
+        .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
         .filter(|(_, n)| *n > 0)
         .collect()
 }

@@ -492,6 +492,16 @@ impl Generator for MeshGenerator {
         Proxy::classify(node, verified)
     }
 
+    /// istiod's `GetProxyServiceTargets` at a proxy's first request:
+    /// a proxy (ztunnel aside) with no service counts in
+    /// `pilot_k8s_proxies_with_no_service_targets`.
+    fn connected(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) {
+        let Some(m) = mesh(snap).filter(|_| class.node_type != NodeType::Ztunnel) else { return };
+        if let Some(reason) = crate::translate::inbound::missing_service_targets(&m.model, class) {
+            crate::counters::no_service_targets(reason);
+        }
+    }
+
     /// Proxies of a WorkloadGroup (`AUTO_REGISTER_GROUP`) or of a
     /// WorkloadEntry they keep healthy (`WORKLOAD_ENTRY`): the
     /// application registers them and records their health.

@@ -663,6 +663,10 @@ pub(super) async fn monitoring(
         "Total number of xds cache evictions.",
         evictions.into_iter().map(|(t, n)| (istiod_xds::metrics::label("type", t), n as f64)),
     );
+    // istiod's size of its cache's config -> keys index; here the
+    // dependency keys the cores' entries are checked against.
+    let keys = state.borrow().mesh.as_ref().map_or(0, |m| m.changes.keys());
+    out.gauge("xds_cache_dependent_config_size", "Current size of dependent configs", [(vec![], keys as f64)]);
     out.gauge(
         "pilot_xds",
         "Number of endpoints connected to this pilot using XDS.",

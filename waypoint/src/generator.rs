@@ -261,6 +261,10 @@ impl Generator for WithWaypoints {
         MeshGenerator.tracks(class)
     }
 
+    fn connected(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) {
+        MeshGenerator.connected(snap, class)
+    }
+
     fn classify(&self, node: Option<&Node>, verified: bool) -> Result<Classified<ProxyClass>, String> {
         MeshGenerator.classify(node, verified)
     }

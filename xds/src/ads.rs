@@ -1128,6 +1128,9 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             // initConnection: "new connection for node:<connection id>").
             let conn = connection_id(&p.name, key.0, key.1, self.core);
             tracing::info!(target: "ads", "ADS: new connection for node:{conn}");
+            if let Some(class) = s.class.as_ref().filter(|_| self.snap.version != 0) {
+                self.generator.connected(&self.snap, class);
+            }
             if let (Some(tx), Some(class)) = (&self.lifecycle, s.class.clone())
                 && self.generator.tracks(&class)
             {

@@ -110,6 +110,13 @@ impl Changes {
         own.max(self.everywhere[dep as usize])
     }
 
+    /// How many dependency keys are tracked: one per kind for every
+    /// namespace, and one per (kind, namespace) changed on its own
+    /// (`xds_cache_dependent_config_size`).
+    pub fn keys(&self) -> usize {
+        DEPS + self.by_ns.len()
+    }
+
     /// The epoch of the last change of `dep` anywhere.
     pub fn latest(&self, dep: Dep) -> u64 {
         self.latest[dep as usize]

@@ -95,6 +95,27 @@ pub(crate) fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
         && svc.endpoints.iter().any(|e| class.ips.iter().any(|ip| **ip == *e.address))
 }
 
+/// Why a proxy has no service targets, in istiod's `reason` words
+/// (`GetProxyServiceTargets`); `None` when it has some. A proxy of
+/// another cluster is `incorrect_cluster`; a pod's (labels, not a VM's
+/// WorkloadEntry) `no_matching_services`; else `no_matching_metadata`.
+/// istiod tells a pod by finding it in its cache; a sidecar's pod is there.
+pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'static str> {
+    let ours = &model.mesh.networks.cluster_id;
+    if !class.cluster_id.is_empty() && !ours.is_empty() && *class.cluster_id != **ours && !model.remote_clusters {
+        return Some("incorrect_cluster");
+    }
+    let serves = |s: &crate::model::Service| {
+        (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
+    };
+    if model.services.values().any(serves) {
+        return None;
+    }
+    let vm =
+        class.metadata.iter().any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty());
+    Some(if vm || class.labels.is_empty() { "no_matching_metadata" } else { "no_matching_services" })
+}
+
 /// The workload's inbound ports: target ports of the services in its
 /// namespace whose selector matches its labels, or that claim its address.
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {

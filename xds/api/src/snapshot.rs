@@ -327,6 +327,11 @@ pub trait Generator: Send + Sync + 'static {
         UnknownType::Ignore
     }
 
+    /// A stream's proxy became known (its first request), with the
+    /// snapshot in force: for what istiod counts when it first looks at a
+    /// proxy. Default: nothing.
+    fn connected(&self, _snap: &Snapshot<Self::Mesh>, _class: &Self::Class) {}
+
     /// Whether the application hears of the streams of `class`: when they
     /// open and close, and what they report ([`UnknownType::Notify`]).
     /// Default: no.

@@ -15,10 +15,14 @@
 //! and fuzzers link this crate without a server.
 #![forbid(unsafe_code)]
 
-pub mod counters;
+pub use istiod_model::counters;
 pub mod generator;
 pub use istiod_config::meshconfig;
-pub mod model;
+pub use istiod_model as model;
+#[cfg(test)]
+mod model_tests;
+#[cfg(test)]
+mod model_we_tests;
 pub mod node;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

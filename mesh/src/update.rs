@@ -20,11 +20,9 @@ use std::sync::Arc;
 use istiod_config::manifest::ObjectRef;
 use istiod_config::objects::Objects;
 
-use istiod_config::istio::IstioSpec;
-
 use crate::generator::deps::{self, Dep};
 use crate::generator::{MeshInput, outbound_overrides, selecting};
-use crate::model::{Model, is_security, secrets_of, sorted};
+use crate::model::Model;
 
 /// Builds the model and everything served from it.
 pub fn build(objects: &Objects, domain: &str, settings: &Arc<crate::meshconfig::MeshSettings>) -> Arc<MeshInput> {
@@ -194,15 +192,6 @@ pub fn update(
 
 // Security policies (PeerAuthentication, AuthorizationPolicy, RequestAuthentication).
 
-impl Model {
-    /// The model with its security policies (PeerAuthentication,
-    /// AuthorizationPolicy, RequestAuthentication) read again from `objs`
-    /// and nothing else: a pass over the Istio objects, no rebuild.
-    pub fn with_security_of(&self, objs: &Objects) -> Model {
-        Model { security: Arc::new(sorted(objs, is_security)), ..self.clone() }
-    }
-}
-
 impl MeshInput {
     /// The mesh after security policies (PeerAuthentication,
     /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
@@ -219,13 +208,6 @@ impl MeshInput {
 }
 
 // Secrets.
-
-impl Model {
-    /// The model with its Secrets read again from `objs` and nothing else.
-    pub fn with_secrets_of(&self, objs: &Objects) -> Model {
-        Model { secrets: Arc::new(secrets_of(objs)), ..self.clone() }
-    }
-}
 
 impl MeshInput {
     /// The mesh after Secrets changed in `objs`, and nothing else: only
@@ -273,13 +255,6 @@ impl MeshInput {
 }
 
 // Sidecars.
-
-impl Model {
-    /// The model with its Sidecars read again from `objs` and nothing else.
-    pub fn with_sidecars_of(&self, objs: &Objects) -> Model {
-        Model { sidecars: Arc::new(sorted(objs, |s| matches!(s, IstioSpec::Sidecar(_)))), ..self.clone() }
-    }
-}
 
 impl MeshInput {
     /// The mesh after Sidecars changed in `objs`, and nothing else: they

@@ -26,9 +26,11 @@
 //!   subtest (which pushes happen, in which order): a full build has no
 //!   events.
 
-use super::*;
+use std::sync::Arc;
 
-use super::tests::build;
+use crate::model::*;
+
+use crate::model_tests::build;
 
 /// (address, service_port, port) of each endpoint of `host`, sorted.
 fn eps(m: &Model, host: &str) -> Vec<(String, u16, u16)> {

@@ -27,7 +27,7 @@ impl std::fmt::Display for NotApplied {
 
 /// Every object or field of `objs` that is read and not applied by
 /// `model` (built from them), sorted.
-pub fn not_applied(objs: &Objects, model: &crate::model::Model) -> Vec<NotApplied> {
+pub fn not_applied(objs: &Objects, model: &crate::Model) -> Vec<NotApplied> {
     let mesh = &model.mesh;
     let mut out = Vec::new();
     let mut add = |kind: &str, ns: &str, name: &str, what: &str| {
@@ -54,7 +54,7 @@ pub fn not_applied(objs: &Objects, model: &crate::model::Model) -> Vec<NotApplie
             IstioSpec::VirtualService(vs) => {
                 // Sidecars' outbound listeners are shared: tcp/tls routes
                 // apply there unless they depend on the proxy.
-                let mesh_bound = crate::model::for_mesh(vs, ns);
+                let mesh_bound = crate::for_mesh(vs, ns);
                 let l4 = !vs.tcp.is_empty() || !vs.tls.is_empty();
                 let exported = vs.export_to.is_empty() || vs.export_to.iter().any(|e| e == "*");
                 let by_source = vs
@@ -162,8 +162,8 @@ mod tests {
         let off: Vec<String> = not_applied(&objs, &Default::default()).iter().map(|n| n.to_string()).collect();
         assert_eq!(off.len(), 1, "{off:?}");
         assert!(off[0].contains("ENABLE_TLS_ON_SIDECAR_INGRESS"), "{off:?}");
-        let mesh = crate::meshconfig::MeshSettings { tls_on_sidecar_ingress: true, ..Default::default() };
-        let on = crate::model::Model { mesh: std::sync::Arc::new(mesh), ..Default::default() };
+        let mesh = istiod_config::meshconfig::MeshSettings { tls_on_sidecar_ingress: true, ..Default::default() };
+        let on = crate::Model { mesh: std::sync::Arc::new(mesh), ..Default::default() };
         assert!(not_applied(&objs, &on).is_empty());
     }
 }

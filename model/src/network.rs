@@ -94,7 +94,7 @@ fn gcd(a: u32, b: u32) -> u32 {
 }
 
 /// The gateways `objs` and the mesh networks give (see the module).
-pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: &str) -> NetworkGateways {
+pub fn gateways(objs: &Objects, mesh: &istiod_config::meshconfig::MeshSettings, domain: &str) -> NetworkGateways {
     let nets = &mesh.networks;
     let mut out = Vec::new();
     let mut services = std::collections::BTreeSet::new();
@@ -126,7 +126,7 @@ pub fn gateways(objs: &Objects, mesh: &crate::meshconfig::MeshSettings, domain: 
 /// The gateways the Services of `cluster` (`objs`) stand for.
 fn of_services(
     objs: &Objects,
-    mesh: &crate::meshconfig::MeshSettings,
+    mesh: &istiod_config::meshconfig::MeshSettings,
     domain: &str,
     cluster: &str,
     out: &mut Vec<NetworkGateway>,
@@ -236,7 +236,7 @@ fn of_gateway_api(objs: &Objects, cluster: &str, config_cluster: bool, out: &mut
 /// labelled with a network, or a mesh network names it.
 pub fn may_be_gateway(
     svc: &istiod_config::objects::Service,
-    mesh: &crate::meshconfig::MeshSettings,
+    mesh: &istiod_config::meshconfig::MeshSettings,
     domain: &str,
 ) -> bool {
     svc.metadata.labels.contains_key(NETWORK_LABEL) || {
@@ -253,9 +253,9 @@ pub fn may_be_gateway(
 /// `s` with each endpoint's network where it names none (istiod's
 /// `Network(ip, labels)`), `namespaces` giving the system namespace's label,
 /// and its labels augmented as istiod's.
-pub(crate) fn place(
+pub fn place(
     mut s: Service,
-    mesh: &crate::meshconfig::MeshSettings,
+    mesh: &istiod_config::meshconfig::MeshSettings,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
     cluster: &str,
 ) -> Service {
@@ -303,14 +303,14 @@ mod tests {
 
     use istiod_config::networks::MeshNetworks;
 
-    use crate::model::Model;
+    use crate::Model;
 
     fn build(yaml: &str, networks: &str) -> Model {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
         let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
         assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-        let mut mesh = crate::meshconfig::MeshSettings::default();
+        let mut mesh = istiod_config::meshconfig::MeshSettings::default();
         mesh.networks.mesh = MeshNetworks::parse(networks).unwrap();
         mesh.networks.cluster_id = "east".into();
         Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh))
@@ -394,7 +394,7 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("m.yaml"), yaml).unwrap();
         let loaded = istiod_kubewatch::config_dir::load(dir.path()).unwrap();
-        let mut mesh = crate::meshconfig::MeshSettings::default();
+        let mut mesh = istiod_config::meshconfig::MeshSettings::default();
         mesh.networks.no_gateway_api_gateways = true;
         let m = Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh));
         assert!(m.network_gateways.all.is_empty(), "{:?}", m.network_gateways.all);
@@ -497,7 +497,7 @@ endpoints:
 mod remote_tests {
     use std::sync::Arc;
 
-    use crate::model::Model;
+    use crate::Model;
 
     fn objects(yaml: &str) -> istiod_config::objects::Objects {
         let dir = tempfile::tempdir().unwrap();
@@ -534,7 +534,7 @@ mod remote_tests {
             reviews("10.2.0.1", "10.97.0.1")
         );
         objs.remotes = vec![("west".into(), Arc::new(objects(&west)))];
-        let mut mesh = crate::meshconfig::MeshSettings::default();
+        let mut mesh = istiod_config::meshconfig::MeshSettings::default();
         mesh.networks.cluster_id = "east".into();
         let m = Model::build_in(&objs, "cluster.local", Arc::new(mesh));
         let svc = &m.services["reviews.shop.svc.cluster.local"];

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::*;
+use crate::model::*;
 
 pub(super) fn build(yaml: &str) -> Model {
     let dir = tempfile::tempdir().unwrap();
@@ -235,7 +235,7 @@ spec: {address: 10.1.1.2, labels: {app: other}}
     assert_eq!(vm.endpoints[0].service_account, "vm");
 }
 
-/// A bulk routing change (past `crate::update::routing::IN_PLACE_EDITS`, merged in one pass; issue
+/// A bulk routing change (past `crate::model::edit::IN_PLACE_EDITS`, merged in one pass; issue
 /// #31: one edit each of the persistent vector made 25k additions to 25k
 /// take 28 s) leaves the same ordered routing list as the same changes
 /// made one by one, and as a rebuild (which the served bytes follow).
@@ -293,10 +293,10 @@ fn bulk_routing_case() {
     }
     let (before, after) = (load(&before), load(&after));
     let old = Model::build(&before, "cluster.local");
-    assert!(changed.len() > crate::update::routing::IN_PLACE_EDITS, "{}", changed.len());
+    assert!(changed.len() > crate::model::edit::IN_PLACE_EDITS, "{}", changed.len());
     let bulk = old.with_routing_of(&after, &changed);
     let mut one_by_one = old.clone();
-    for c in changed.chunks(crate::update::routing::IN_PLACE_EDITS) {
+    for c in changed.chunks(crate::model::edit::IN_PLACE_EDITS) {
         one_by_one = one_by_one.with_routing_of(&after, c);
     }
     let names = |m: &Model| -> Vec<String> {

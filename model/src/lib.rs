@@ -3,6 +3,8 @@
 //! and Nodes (locality). Built from the objects a source read; immutable
 //! once built. Translation reads only this.
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -11,9 +13,11 @@ use istiod_config::meta::Meta;
 use istiod_config::objects::{EndpointSlice, IntOrString, Objects, Pod, Service as KubeService, ServicePort};
 use serde::Serialize;
 
+pub mod counters;
 pub use istiod_config::credentials;
 pub use istiod_config::delegate;
 pub mod destination_rules;
+pub mod edit;
 pub use istiod_config::extensions;
 pub use istiod_config::gateway_merge as gateway;
 pub use istiod_config::ingress;
@@ -183,18 +187,18 @@ impl Health {
 impl Service {
     /// istiod's `ForcesSupportUnhealthyEndpoints`: its clusters take
     /// unhealthy endpoints whatever their outlier detection says.
-    pub fn forces_unhealthy(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+    pub fn forces_unhealthy(&self, mesh: &istiod_config::meshconfig::MeshSettings) -> bool {
         mesh.unhealthy.always || self.prefers_near
     }
 
     /// istiod's `SupportsUnhealthyEndpoints`.
-    pub fn supports_unhealthy(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+    pub fn supports_unhealthy(&self, mesh: &istiod_config::meshconfig::MeshSettings) -> bool {
         mesh.unhealthy.by_default || self.forces_unhealthy(mesh)
     }
 
     /// istiod's `SupportsDrainingEndpoints`: labelled with a
     /// persistent-session label.
-    pub fn keeps_draining(&self, mesh: &crate::meshconfig::MeshSettings) -> bool {
+    pub fn keeps_draining(&self, mesh: &istiod_config::meshconfig::MeshSettings) -> bool {
         mesh.persistent_session_labels
             .iter()
             .any(|l| !l.is_empty() && self.labels.get(l).is_some_and(|v| !v.is_empty()))
@@ -376,12 +380,12 @@ pub struct Model {
     pub remote_clusters: bool,
     /// The mesh configuration.
     #[serde(skip)]
-    pub mesh: Arc<crate::meshconfig::MeshSettings>,
+    pub mesh: Arc<istiod_config::meshconfig::MeshSettings>,
     /// The JWT key sets istiod-rs fetched for RequestAuthentications
     /// (`jwksUri` or OpenID discovery), as the control thread's resolver
     /// last had them.
     #[serde(skip)]
-    pub jwks: Arc<crate::model::FetchedJwks>,
+    pub jwks: Arc<crate::FetchedJwks>,
     /// Which gateways' service accounts may read their namespace's
     /// Secrets, as the API server last said (kept across rebuilds).
     #[serde(skip)]
@@ -391,13 +395,13 @@ pub struct Model {
     /// `routing` then: a model whose `routing` grew or shrank since falls
     /// back to a scan. Lookups per service made translation quadratic.
     #[serde(skip)]
-    pub(crate) routing_index: LazyIndex,
+    pub routing_index: LazyIndex,
 }
 
 /// A cache, not part of the model's value: equal whether built or not.
 /// Models that share their routing objects share it.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
+pub struct LazyIndex(Arc<std::sync::OnceLock<RoutingIndex>>);
 
 impl PartialEq for LazyIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -555,8 +559,8 @@ impl Model {
     }
 
     /// Forgets the indexes, after a test edited `routing` in place.
-    #[cfg(test)]
-    pub(crate) fn reindex(&mut self) {
+    #[doc(hidden)]
+    pub fn reindex(&mut self) {
         self.routing_index = LazyIndex::default();
     }
 
@@ -694,7 +698,7 @@ const TLS_MODE: &str = "security.istio.io/tlsMode";
 /// else its node's topology labels.
 /// The Pods and Nodes endpoints are joined with, by the keys they are
 /// looked up by.
-pub(crate) struct Workloads<'a> {
+pub struct Workloads<'a> {
     pods: HashMap<(&'a str, &'a str), &'a Pod>,
     by_ip: HashMap<&'a str, &'a Pod>,
     nodes: HashMap<&'a str, &'a BTreeMap<String, String>>,
@@ -712,7 +716,7 @@ impl<'a> Workloads<'a> {
 
     /// Only the Pods (and their Nodes) that `slices` name or address: one
     /// pass over the Pods instead of an index of all of them.
-    pub(crate) fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
+    pub fn of_slices(objs: &'a Objects, slices: &[&EndpointSlice]) -> Self {
         let mut names: HashSet<(&str, &str)> = HashSet::new();
         for s in slices {
             for ep in &s.endpoints {
@@ -786,14 +790,14 @@ fn locality(pod: Option<&Pod>, nodes: &HashMap<&str, &BTreeMap<String, String>>)
 
 /// The Istio objects of the kinds `want` selects, ordered by namespace and
 /// name.
-pub(crate) fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
+pub fn sorted(objs: &Objects, want: fn(&IstioSpec) -> bool) -> Vec<IstioObject> {
     let mut v: Vec<IstioObject> = objs.istio.iter().filter(|o| want(&o.spec)).cloned().collect();
     v.sort_by(|a, b| (a.meta.ns(), &a.meta.name).cmp(&(b.meta.ns(), &b.meta.name)));
     v
 }
 
 /// The kinds the model keeps in `security`.
-pub(crate) fn is_security(s: &IstioSpec) -> bool {
+pub fn is_security(s: &IstioSpec) -> bool {
     matches!(
         s,
         IstioSpec::PeerAuthentication(_) | IstioSpec::AuthorizationPolicy(_) | IstioSpec::RequestAuthentication(_)
@@ -808,7 +812,7 @@ impl Model {
     }
 
     /// Builds the model from Kubernetes objects under `mesh`.
-    pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<crate::meshconfig::MeshSettings>) -> Model {
+    pub fn build_in(objs: &Objects, domain: &str, mesh: Arc<istiod_config::meshconfig::MeshSettings>) -> Model {
         let mut model = Model { domain: domain.to_owned(), mesh, ..Model::default() };
         for ns in &objs.namespaces {
             model.namespaces.insert(ns.metadata.name.clone(), ns.metadata.labels.clone());
@@ -968,8 +972,8 @@ fn remote_services(model: &mut Model, objs: &Objects, domain: &str) {
 
 /// Service `svc` of remote cluster `remote` (its ID and objects), its
 /// endpoints from `slices` joined with `workloads`, placed in that cluster.
-pub(crate) fn remote_service(
-    mesh: &crate::meshconfig::MeshSettings,
+pub fn remote_service(
+    mesh: &istiod_config::meshconfig::MeshSettings,
     domain: &str,
     remote: (&str, &Objects),
     svc: &istiod_config::objects::Service,
@@ -1001,7 +1005,7 @@ fn slices_by_service(objs: &Objects) -> HashMap<(&str, &str), Vec<&EndpointSlice
 
 /// `s` with the mesh's `defaultServiceExportTo` when it names no
 /// `exportTo` (istiod's `exportToDefaults`).
-pub(crate) fn export_default(mut s: Service, mesh: &crate::meshconfig::MeshSettings) -> Service {
+pub fn export_default(mut s: Service, mesh: &istiod_config::meshconfig::MeshSettings) -> Service {
     if s.export_to.is_empty() {
         s.export_to.clone_from(&mesh.default_service_export_to);
     }
@@ -1010,7 +1014,7 @@ pub(crate) fn export_default(mut s: Service, mesh: &crate::meshconfig::MeshSetti
 
 /// A VirtualService or DestinationRule without `exportTo` given the mesh's
 /// `defaultVirtualServiceExportTo` or `defaultDestinationRuleExportTo`.
-pub(crate) fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconfig::MeshSettings) {
+pub fn routing_export_default(o: &mut IstioObject, mesh: &istiod_config::meshconfig::MeshSettings) {
     match &mut o.spec {
         IstioSpec::VirtualService(vs) if vs.export_to.is_empty() => {
             vs.export_to.clone_from(&mesh.default_virtual_service_export_to);
@@ -1023,11 +1027,11 @@ pub(crate) fn routing_export_default(o: &mut IstioObject, mesh: &crate::meshconf
 }
 
 /// The services a ServiceEntry declares: one per host.
-pub(crate) fn service_entry(
+pub fn service_entry(
     meta: &Meta,
     se: &networking::ServiceEntry,
     objs: &Objects,
-    mesh: &crate::meshconfig::MeshSettings,
+    mesh: &istiod_config::meshconfig::MeshSettings,
 ) -> Vec<Service> {
     let ns = meta.ns().to_owned();
     let resolution = match se.resolution {
@@ -1189,7 +1193,7 @@ pub(crate) fn service_entry(
         .collect()
 }
 
-pub(crate) fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
+pub fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
     let ns = svc.metadata.ns().to_owned();
     let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
     let headless = svc.spec.cluster_ip.as_deref() == Some("None");
@@ -1319,7 +1323,7 @@ fn pod_dns_name(pod: &Pod) -> Option<Arc<str>> {
 }
 
 /// The WorkloadEntries of `objs`, by namespace.
-pub(crate) fn workload_entries_by_namespace(objs: &Objects) -> HashMap<&str, Vec<&IstioObject>> {
+pub fn workload_entries_by_namespace(objs: &Objects) -> HashMap<&str, Vec<&IstioObject>> {
     let mut out: HashMap<&str, Vec<&IstioObject>> = HashMap::new();
     for o in objs.istio.iter().filter(|o| matches!(o.spec, IstioSpec::WorkloadEntry(_))) {
         out.entry(o.meta.ns()).or_default().push(o);
@@ -1336,7 +1340,7 @@ pub(crate) fn workload_entries_by_namespace(objs: &Objects) -> HashMap<&str, Vec
 /// serves ([`networking::WorkloadEntry::serves`]: health checks may hold
 /// it out), on each port: a numeric target port, unless the entry maps the
 /// port's name; a named one as the entry maps it (no mapping, no endpoint).
-pub(crate) fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&IstioObject]) {
+pub fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&IstioObject]) {
     if svc.spec.selector.is_empty() || s.resolution != Resolution::ClientSideLb || s.mesh_external {
         return;
     }
@@ -1407,6 +1411,4 @@ fn slice_port(slice: &EndpointSlice, sp: &ServicePort) -> Option<u16> {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod we_tests;
+mod testing;

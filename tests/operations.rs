@@ -607,6 +607,13 @@ fn analysis_messages_are_written_to_the_objects_status() {
             "spec": {"host": "reviews", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}}),
     );
     api.apply("virtualservices", vs("bogus"));
+    // The host exists (else istiod's DestinationHostAnalyzer reports it
+    // too); no pod runs it, so the rule's subset selects nothing.
+    api.apply(
+        "services",
+        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "reviews", "namespace": "default"},
+            "spec": {"ports": [{"port": 9080, "name": "http"}], "selector": {"app": "reviews"}}}),
+    );
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = server::kubeconfig(dir.path(), &api.url());
     let s = Server::start_on(
@@ -636,9 +643,24 @@ fn analysis_messages_are_written_to_the_objects_status() {
     );
     let report: serde_json::Value =
         serde_json::from_str(&server::get(s.http, "/debug/config_report").unwrap().1).unwrap();
-    assert_eq!(report["analysis"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["analysis"].as_array().unwrap().len(), 2, "the rule's and the VirtualService's: {report}");
     api.apply("virtualservices", vs("v1"));
     wait_for("the messages emptied", Duration::from_secs(20), || messages() == serde_json::json!([]));
+    // istiod's IST0173 (SubsetSelectPodAnalyzer) on the rule.
+    let dr_messages =
+        || api.get("destinationrules", "default", "reviews").unwrap()["status"]["validationMessages"].clone();
+    assert_eq!(
+        dr_messages(),
+        serde_json::json!([{"documentationUrl": "https://istio.io/v1.28/docs/reference/config/analysis/ist0173/",
+            "level": "ERROR", "type": {"code": "IST0173"}}])
+    );
+    assert!(
+        s.log().contains(
+            "Configuration analysis: Error [IST0173] (DestinationRule default/reviews) The Subset v1 defined in the DestinationRule does not select any pods. Which may lead to 503 UH (NoHealthyUpstream)."
+        ),
+        "{}",
+        s.log()
+    );
     // istiod's IST0134: a ServiceEntry without addresses on a TCP port
     // (no address allocated: PILOT_ENABLE_IP_AUTOALLOCATE is off here).
     api.apply(

@@ -7,11 +7,20 @@
 //! `virtualservice.ConflictingMeshGatewayHostsAnalyzer`,
 //! `serviceentry.ProtocolAddressesAnalyzer`,
 //! `destinationrule.CaCertificateAnalyzer`,
-//! `telemetry.DefaultSelectorAnalyzer` and
-//! `serviceentry.ConflictingServiceEntryProtocolAnalyzer`; their upstream
-//! test cases are ported as data below.
+//! `telemetry.DefaultSelectorAnalyzer`,
+//! `serviceentry.ConflictingServiceEntryProtocolAnalyzer`, and (in
+//! `hosts`) `virtualservice.DestinationHostAnalyzer` and
+//! `destinationrule.SubsetSelectPodAnalyzer`, and (in `resources`)
+//! `gateway.CertificateAnalyzer`, `envoyfilter.EnvoyPatchAnalyzer`,
+//! `telemetry.ProviderAnalyzer`, `deprecation.DeprecationAnalyzer`,
+//! `sidecar.SelectorAnalyzer`, `telemetry.SelectorAnalyzer` and
+//! `auth.AuthorizationPoliciesAnalyzer`; their upstream test cases (`analyzers_test.go`
+//! on its testdata files) are ported as data below.
 
 use serde_json::{Value, json};
+
+pub mod hosts;
+pub mod resources;
 
 use crate::gateway_api::{GatewayApiObject, GatewayApiSpec};
 use crate::istio::networking::{Destination, VirtualService};
@@ -85,6 +94,11 @@ impl Message {
             "type": {"code": self.code},
         })
     }
+}
+
+/// istiod's `ReferencedResourceNotFound` text: `Referenced %s not found: %q`.
+fn not_found(what: &str, value: &str) -> String {
+    format!("Referenced {what} not found: {value:?}")
 }
 
 /// istiod's `GetResourceNameFromHost`: `name.ns.svc.cluster.local` is
@@ -414,9 +428,23 @@ fn conflicting_service_entry_protocols(istio: &[IstioObject], out: &mut Vec<Mess
     }
 }
 
-/// Every analyzer's messages, ordered by object then code.
-pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &Value) -> Vec<Message> {
+/// Every analyzer's messages, ordered by object then code, each once
+/// (istiod's `SortedDedupedCopy`).
+pub fn analyze(objects: &crate::objects::Objects, mesh: &Value) -> Vec<Message> {
+    let (istio, gateway_api) = (&objects.istio[..], &objects.gateway_api[..]);
     let mut out = Vec::new();
+    hosts::destination_hosts(objects, &mut out);
+    hosts::subsets_select_pods(objects, &mut out);
+    resources::gateway_certificates(istio, &mut out);
+    resources::envoy_filter_patches(istio, &mut out);
+    resources::telemetry_providers(istio, &mut out);
+    resources::deprecations(istio, &mut out);
+    resources::sidecar_selectors(objects, &mut out);
+    resources::telemetry_selectors(objects, &mut out);
+    // istiod's in-cluster analysis reads the built-in mesh config, whose
+    // root namespace is istio-system; here the mesh's own.
+    let root = mesh["rootNamespace"].as_str().filter(|r| !r.is_empty()).unwrap_or("istio-system");
+    resources::authorization_policies(objects, root, &mut out);
     service_entry_addresses(istio, mesh, &mut out);
     ca_certificates(istio, &mut out);
     telemetry_default_selectors(istio, &mut out);
@@ -425,6 +453,8 @@ pub fn analyze(istio: &[IstioObject], gateway_api: &[GatewayApiObject], mesh: &V
     gateways(istio, gateway_api, &mut out);
     conflicting_mesh_gateway_hosts(istio, &mut out);
     out.sort_by(|a, b| (&a.namespace, &a.name, a.code).cmp(&(&b.namespace, &b.name, b.code)));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|m| seen.insert(m.line()));
     out
 }
 
@@ -670,5 +700,297 @@ mod tests {
         );
         assert!(run(include_str!("analysis/serviceentry-no-conflict-protocol.yaml")).0.is_empty());
         assert!(run(include_str!("analysis/serviceentry-conflicting-exportto.yaml")).0.is_empty());
+    }
+
+    /// Every object of an upstream testdata file: Istio kinds typed, not
+    /// validated; Kubernetes kinds (Services, Pods, Nodes, Namespaces) as
+    /// the sources read them; the rest (Secrets, QuotaSpecs) left out.
+    fn parse_objects(yaml: &str) -> crate::objects::Objects {
+        use serde::Deserialize as _;
+        let mut objects = crate::objects::Objects::default();
+        for v in serde_yaml_ng::Deserializer::from_str(yaml).map(|d| serde_yaml_ng::Value::deserialize(d).unwrap()) {
+            if v.is_null() {
+                continue;
+            }
+            let api = v.get("apiVersion").and_then(serde_yaml_ng::Value::as_str).unwrap_or_default();
+            if api.contains("istio.io/") {
+                if let Ok(o) = crate::istio::read(&v) {
+                    objects.istio.push(o);
+                }
+            } else if let Ok(o) = crate::manifest::parse_value(v) {
+                objects.push(o);
+            }
+        }
+        objects
+    }
+
+    /// `analyze`'s messages about `codes`, as (code, "ns/name").
+    fn analyzed(yaml: &str, codes: &[&str]) -> Vec<(&'static str, String)> {
+        let msgs = analyze(&parse_objects(yaml), &Value::Null);
+        let mut out: Vec<_> = found(&msgs).into_iter().filter(|(c, _)| codes.contains(c)).collect();
+        out.sort();
+        out
+    }
+
+    fn expect(list: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+        let mut out: Vec<_> = list.iter().map(|(c, o)| (*c, o.to_string())).collect();
+        out.sort();
+        out
+    }
+
+    /// Upstream `virtualServiceDestinationHosts`, on
+    /// `testdata/virtualservice_destinationhosts.yaml`: hosts no service
+    /// has (an empty one too), a port the service lacks, a port not given
+    /// where the service has two, a Service exported elsewhere, a
+    /// VirtualService exported where the service is not.
+    #[test]
+    fn upstream_virtual_service_destination_hosts() {
+        let yaml = include_str!("analysis/virtualservice_destinationhosts.yaml");
+        let msgs = analyze(&parse_objects(yaml), &Value::Null);
+        // (The DestinationRuleAnalyzer's messages about subsets left out.)
+        let ours: Vec<&Message> = msgs
+            .iter()
+            .filter(|m| matches!(m.code, "IST0101" | "IST0112") && !m.text.contains("+subset in destinationrule"))
+            .collect();
+        let mut got: Vec<_> = ours.iter().map(|m| (m.code, format!("{}/{}", m.namespace, m.name))).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            expect(&[
+                ("IST0101", "default/reviews-bogushost"),
+                ("IST0101", "default/reviews-bogushost"),
+                ("IST0101", "default/reviews-bookinfo-other"),
+                ("IST0101", "default/reviews-mirror-bogushost"),
+                ("IST0101", "default/reviews-bogusport"),
+                ("IST0112", "default/reviews-2port-missing"),
+                ("IST0101", "istio-system/cross-namespace-details"),
+                ("IST0101", "hello/hello-export-to-bogus"),
+            ])
+        );
+        let text = |name: &str, code: &str| {
+            ours.iter().filter(|m| m.name == name && m.code == code).map(|m| m.text.as_str()).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            text("reviews-bogushost", "IST0101"),
+            ["Referenced host not found: \"\"", "Referenced host not found: \"reviews-bogus\""]
+        );
+        assert_eq!(
+            text("reviews-mirror-bogushost", "IST0101"),
+            ["Referenced mirror host not found: \"reviews-bogus\""]
+        );
+        assert_eq!(text("reviews-bogusport", "IST0101"), ["Referenced host:port not found: \"reviews:999\""]);
+        assert_eq!(
+            text("reviews-2port-missing", "IST0112"),
+            [
+                "This VirtualService routes to a service \"reviews-2port\" that exposes multiple ports [80 443]. Specifying a port in the destination is required to disambiguate."
+            ]
+        );
+    }
+
+    /// Upstream `Route Rule no effect on Ingress`, on
+    /// `testdata/virtualservice_route_rule_no_effects_ingress.yaml`.
+    #[test]
+    fn upstream_route_rule_no_effect_on_ingress() {
+        let yaml = include_str!("analysis/virtualservice_route_rule_no_effects_ingress.yaml");
+        let msgs = analyze(&parse_objects(yaml), &Value::Null);
+        let ingress: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0140").collect();
+        assert_eq!(ingress.len(), 1, "{msgs:?}");
+        assert_eq!(
+            (ingress[0].namespace.as_str(), ingress[0].name.as_str()),
+            ("default", "testing-service-01-test-01")
+        );
+        assert_eq!(
+            ingress[0].text,
+            "Subset in virtual service default/ratings-01 has no effect on ingress gateway default/testing-service-01-test-01 requests"
+        );
+    }
+
+    /// Upstream `DestinationRuleWithFakeHost`,
+    /// `DestinationRuleSubsetsNotSelectPods` and
+    /// `DestinationRuleSubsetsWithTopologyLabels` (subsets selecting by the
+    /// node's topology labels select the pod on that node), on their
+    /// testdata files.
+    #[test]
+    fn upstream_destination_rule_hosts_and_subsets() {
+        let codes = ["IST0173", "IST0174"];
+        let fake = include_str!("analysis/destinationrule-with-fake-host.yaml");
+        assert_eq!(analyzed(fake, &codes), expect(&[("IST0174", "default/fake-host")]));
+        let msgs = analyze(&parse_objects(fake), &Value::Null);
+        assert_eq!(
+            msgs.iter().find(|m| m.code == "IST0174").unwrap().text,
+            "The host fake-svc.default.svc.cluster.local defined in the DestinationRule does not match any services in the mesh."
+        );
+        let subsets = include_str!("analysis/destinationrule-subsets-not-select-pods.yaml");
+        assert_eq!(analyzed(subsets, &codes), expect(&[("IST0173", "default/subsets-not-select-pods")]));
+        let msgs = analyze(&parse_objects(subsets), &Value::Null);
+        assert_eq!(
+            msgs.iter().find(|m| m.code == "IST0173").unwrap().text,
+            "The Subset fake defined in the DestinationRule does not select any pods. Which may lead to 503 UH (NoHealthyUpstream)."
+        );
+        assert_eq!(analyzed(include_str!("analysis/destinationrule-subsets-with-topology-labels.yaml"), &codes), []);
+    }
+
+    /// Upstream `certificate duplication in Gateway`, on
+    /// `testdata/gateway-duplicate-certificate.yaml`.
+    #[test]
+    fn upstream_gateway_duplicate_certificates() {
+        let got = analyzed(include_str!("analysis/gateway-duplicate-certificate.yaml"), &["IST0138"]);
+        assert_eq!(
+            got,
+            expect(&[
+                ("IST0138", "istio-system/gateway-01-test-01"),
+                ("IST0138", "istio-system/gateway-02-test-01"),
+                ("IST0138", "istio-system/gateway-01-test-02"),
+                ("IST0138", "default/gateway-01-test-03"),
+            ])
+        );
+        let msgs = analyze(&parse_objects(include_str!("analysis/gateway-duplicate-certificate.yaml")), &Value::Null);
+        let m = msgs.iter().find(|m| m.name == "gateway-01-test-01").unwrap();
+        assert_eq!(
+            m.text,
+            "Duplicate certificate in multiple gateways [istio-system/gateway-01-test-01 istio-system/gateway-02-test-01] may cause 404s if clients re-use HTTP2 connections."
+        );
+    }
+
+    /// Upstream's EnvoyFilter cases (`EnvoyFilterUsesRelativeOperation`,
+    /// `...FilterChainMatch`, `...UsesAbsoluteOperation`,
+    /// `...UsesReplaceOperation`, `...UsesAddOperation`,
+    /// `...UsesRemoveOperation`), each on its testdata file.
+    #[test]
+    fn upstream_envoy_filter_patches() {
+        let codes = ["IST0151", "IST0152", "IST0153", "IST0154", "IST0155"];
+        let cases: [(&str, &[(&str, &str)]); 6] = [
+            (
+                include_str!("analysis/relative-envoy-filter-operation.yaml"),
+                &[
+                    ("IST0151", "bookinfo/test-relative-1"),
+                    ("IST0151", "bookinfo/test-relative-2"),
+                    ("IST0151", "bookinfo/test-relative-3"),
+                    ("IST0155", "bookinfo/test-relative-3"),
+                ],
+            ),
+            (include_str!("analysis/envoy-filter-filterchain.yaml"), &[]),
+            (include_str!("analysis/absolute-envoy-filter-operation.yaml"), &[]),
+            (
+                include_str!("analysis/envoy-filter-replace-operation.yaml"),
+                &[
+                    ("IST0152", "bookinfo/test-replace-1"),
+                    ("IST0155", "bookinfo/test-replace-3"),
+                    ("IST0151", "bookinfo/test-replace-3"),
+                ],
+            ),
+            (
+                include_str!("analysis/envoy-filter-add-operation.yaml"),
+                &[("IST0153", "bookinfo/test-auth-2"), ("IST0153", "bookinfo/test-auth-3")],
+            ),
+            (
+                include_str!("analysis/envoy-filter-remove-operation.yaml"),
+                &[
+                    ("IST0151", "bookinfo/test-remove-1"),
+                    ("IST0154", "bookinfo/test-remove-2"),
+                    ("IST0154", "bookinfo/test-remove-3"),
+                    ("IST0151", "bookinfo/test-remove-5"),
+                ],
+            ),
+        ];
+        for (i, (yaml, want)) in cases.into_iter().enumerate() {
+            assert_eq!(analyzed(yaml, &codes), expect(want), "case {i}");
+        }
+    }
+
+    /// Upstream `Analyze invalid telemetry` (both files) and `deprecation`.
+    #[test]
+    fn upstream_telemetry_providers_and_deprecations() {
+        let msgs = analyze(&parse_objects(include_str!("analysis/telemetry-invalid-provider.yaml")), &Value::Null);
+        let invalid: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0157").collect();
+        assert_eq!(invalid.len(), 1, "{msgs:?}");
+        assert_eq!((invalid[0].namespace.as_str(), invalid[0].name.as_str()), ("istio-system", "mesh-default"));
+        assert_eq!(
+            invalid[0].text,
+            "The Telemetry mesh-default in namespace \"istio-system\" with empty providers will be ignored."
+        );
+        assert_eq!(analyzed(include_str!("analysis/telemetry-disable-provider.yaml"), &["IST0157"]), []);
+        assert_eq!(
+            analyzed(include_str!("analysis/deprecation.yaml"), &["IST0002"]),
+            expect(&[("IST0002", "foo/productpage"), ("IST0002", "default/no-selector")])
+        );
+    }
+
+    /// Upstream `sidecarDefaultSelector` and `sidecarSelector`, on their
+    /// testdata files.
+    #[test]
+    fn upstream_sidecar_selectors() {
+        let codes = ["IST0101", "IST0110", "IST0111", "IST0167"];
+        assert_eq!(
+            analyzed(include_str!("analysis/sidecar-default-selector.yaml"), &codes),
+            expect(&[
+                ("IST0111", "ns2/has-conflict-2"),
+                ("IST0111", "ns2/has-conflict-1"),
+                ("IST0167", "ns-ambient/namespace-scoped"),
+                ("IST0167", "ns-ambient/pod-scoped"),
+            ])
+        );
+        let yaml = include_str!("analysis/sidecar-selector.yaml");
+        assert_eq!(
+            analyzed(yaml, &codes),
+            expect(&[
+                ("IST0101", "default/maps-to-nonexistent"),
+                ("IST0101", "other/maps-to-different-ns"),
+                ("IST0110", "default/dupe-1"),
+                ("IST0110", "default/dupe-2"),
+                ("IST0110", "default/overlap-1"),
+                ("IST0110", "default/overlap-2"),
+            ])
+        );
+        let msgs = analyze(&parse_objects(yaml), &Value::Null);
+        let dupe = msgs.iter().find(|m| m.name == "dupe-1").unwrap();
+        assert_eq!(
+            dupe.text,
+            "The Sidecars [dupe-1 dupe-2] in namespace \"default\" select the same workload pod \"reviews\", which can lead to undefined behavior."
+        );
+        let missing = msgs.iter().find(|m| m.name == "maps-to-nonexistent").unwrap();
+        assert_eq!(missing.text, "Referenced selector not found: \"app=bogus\"");
+    }
+
+    /// Upstream `telemetrySelector` and `authorizationpolicies`, on their
+    /// testdata files.
+    #[test]
+    fn upstream_telemetry_selectors_and_authorization_policies() {
+        let yaml = include_str!("analysis/telemetry-selector.yaml");
+        assert_eq!(
+            analyzed(yaml, &["IST0101", "IST0159"]),
+            expect(&[
+                ("IST0101", "default/maps-to-nonexistent"),
+                ("IST0101", "other/maps-to-different-ns"),
+                ("IST0159", "default/dupe-1"),
+                ("IST0159", "default/dupe-2"),
+                ("IST0159", "default/overlap-1"),
+                ("IST0159", "default/overlap-2"),
+            ])
+        );
+        let yaml = include_str!("analysis/authorizationpolicies.yaml");
+        assert_eq!(
+            analyzed(yaml, &["IST0101", "IST0127"]),
+            expect(&[
+                ("IST0127", "istio-system/meshwide-httpbin-v1"),
+                ("IST0127", "httpbin-empty/httpbin-empty-namespace-wide"),
+                ("IST0127", "httpbin/httpbin-nopods"),
+                ("IST0101", "httpbin/httpbin-bogus-ns"),
+                ("IST0101", "httpbin/httpbin-bogus-ns"),
+                ("IST0101", "httpbin/httpbin-bogus-not-ns"),
+                ("IST0101", "httpbin/httpbin-bogus-not-ns"),
+                ("IST0127", "test-ambient/no-workload"),
+            ])
+        );
+        let msgs = analyze(&parse_objects(yaml), &Value::Null);
+        let text = |name: &str| msgs.iter().filter(|m| m.name == name).map(|m| m.text.as_str()).collect::<Vec<_>>();
+        assert_eq!(
+            text("httpbin-nopods"),
+            ["No matching workloads for this resource with the following labels: app=bogus-label,version=v1"]
+        );
+        assert_eq!(
+            text("httpbin-empty-namespace-wide"),
+            ["No matching workloads for this resource with the following labels: "]
+        );
     }
 }

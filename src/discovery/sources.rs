@@ -166,7 +166,7 @@ fn endpoints_without_pods(
 fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value, configz: &mut Value) {
     let mut s = state.borrow_mut();
     let Some(previous) = s.analysis.take() else { return };
-    let messages = istiod_config::analysis::analyze(&objects.istio, &objects.gateway_api, mesh);
+    let messages = istiod_config::analysis::analyze(objects, mesh);
     let mut by_path: BTreeMap<String, Vec<istiod_config::analysis::Message>> = BTreeMap::new();
     for m in messages {
         let Some((g, v, _, plural)) = istiod_config::objects::KINDS.iter().find(|k| k.2 == m.kind) else { continue };

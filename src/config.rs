@@ -198,6 +198,9 @@ pub struct Config {
     pub protocol_filters: istiod_mesh::meshconfig::ProtocolFilters,
     /// `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES` (false).
     pub eds_for_headless: bool,
+    /// `PILOT_DNS_CARES_UDP_MAX_QUERIES` and `PILOT_DNS_JITTER_DURATION`:
+    /// DNS clusters' resolver.
+    pub dns_resolver: istiod_mesh::meshconfig::DnsResolver,
     /// `PILOT_HTTP10`, `PILOT_SIDECAR_USE_REMOTE_ADDRESS`,
     /// `ENABLE_HCM_INTERNAL_NETWORKS` (all false).
     pub http_switches: (bool, bool, bool),
@@ -1004,6 +1007,10 @@ impl Config {
                 redis: vars.bool("PILOT_ENABLE_REDIS_FILTER", false)?,
             },
             eds_for_headless: vars.bool("PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES", false)?,
+            dns_resolver: istiod_mesh::meshconfig::DnsResolver {
+                udp_max_queries: vars.int("PILOT_DNS_CARES_UDP_MAX_QUERIES", 100_u32)?,
+                jitter: vars.duration("PILOT_DNS_JITTER_DURATION", Duration::from_millis(100))?,
+            },
             mx: (vars.bool("PILOT_ENABLE_METADATA_EXCHANGE", true)?, vars.bool("PILOT_ENABLE_ALPN_FILTER", true)?, {
                 let labels = vars.string("PILOT_MX_ADDITIONAL_LABELS", "");
                 let set: std::collections::BTreeSet<String> =

@@ -1180,3 +1180,61 @@ spec:
     assert_eq!(stats["disableHostHeaderFallback"], true, "{stats}");
     assert_eq!(hcm["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{hcm}");
 }
+
+/// `ISTIO_DUAL_STACK` as istiod serves a dual-stack sidecar (`INSTANCE_IPS`
+/// of both families), through grpcio with Envoy's field rules: the
+/// virtual listeners on `0.0.0.0` and `::`, a dual-stack Service's one
+/// listener on its IPv4 cluster IP and its IPv6 one, the HTTP wildcard
+/// listener on `::` too, inbound traffic sent from 127.0.0.6 and ::6, DNS
+/// clusters resolving both families, and the pod's endpoint at both of
+/// its IPs (upstream `TestInboundClustersPassThroughBindIPs`,
+/// `TestClusterDnsLookupFamily`, `TestUpdateEndpointCacheForSliceWithMultiAddrs`
+/// cover the pieces; `family/tests.rs` ports them).
+#[test]
+fn a_dual_stack_sidecar_is_served_both_families() {
+    let objects = "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\n\
+        spec: {clusterIP: 10.0.0.1, clusterIPs: [10.0.0.1, 'fd00:10::1'], ports: [{port: 9000, name: tcp}], selector: {app: reviews}}\n---\n\
+        apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+        spec: {clusterIP: 10.0.0.2, ports: [{port: 80, name: http}], selector: {app: web}}\n---\n\
+        apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-1, namespace: default, labels: {app: reviews}}\n\
+        spec: {containers: [{name: app}]}\nstatus: {podIP: 10.1.0.5, podIPs: [{ip: 10.1.0.5}, {ip: 'fd00:1::5'}]}\n---\n\
+        apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: reviews-v4, namespace: default, labels: {kubernetes.io/service-name: reviews}}\n\
+        addressType: IPv4\nports: [{name: tcp, port: 9000}]\n\
+        endpoints: [{addresses: [10.1.0.5], targetRef: {kind: Pod, name: reviews-1, namespace: default}}]\n---\n\
+        apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: reviews-v6, namespace: default, labels: {kubernetes.io/service-name: reviews}}\n\
+        addressType: IPv6\nports: [{name: tcp, port: 9000}]\n\
+        endpoints: [{addresses: ['fd00:1::5'], targetRef: {kind: Pod, name: reviews-1, namespace: default}}]\n---\n\
+        apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\n\
+        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n";
+    let labels = json!({"app": "reviews"});
+    let env = [("ISTIO_DUAL_STACK", "true"), ("PGV", "1"), ("EDS", "1")];
+    let got = served_with("sidecar", objects, "", "default", labels.clone(), "10.1.0.5,fd00:1::5", &env);
+    assert_eq!(got["pgv_errors"], json!([]), "{}", got["pgv_errors"]);
+    let socket = |address: &str, port: u16| json!({"socketAddress": {"address": address, "portValue": port}});
+    let additional = |address: &str, port: u16| json!([{"address": socket(address, port)}]);
+    for (name, port) in [("virtualInbound", 15006), ("virtualOutbound", 15001)] {
+        let l = &got["listeners"][name];
+        assert_eq!(l["address"], socket("0.0.0.0", port), "{name}");
+        assert_eq!(l["additionalAddresses"], additional("::", port), "{name}");
+    }
+    let names: Vec<&String> = got["listeners"].as_object().unwrap().keys().collect();
+    assert!(!names.iter().any(|n| n.starts_with("fd00:10::1")), "one listener of reviews: {names:?}");
+    assert_eq!(got["listeners"]["10.0.0.1_9000"]["additionalAddresses"], additional("fd00:10::1", 9000));
+    assert_eq!(got["listeners"]["0.0.0.0_80"]["additionalAddresses"], additional("::", 80));
+    let bind = &got["clusters"]["inbound|9000||"]["upstreamBindConfig"];
+    assert_eq!(bind["sourceAddress"]["address"], "127.0.0.6", "{bind}");
+    assert_eq!(bind["extraSourceAddresses"][0]["address"]["address"], "::6", "{bind}");
+    let dns = &got["clusters"]["outbound|443||api.example.com"];
+    assert_eq!(dns["dnsLookupFamily"], "ALL", "{dns}");
+    assert_eq!(dns["typedDnsResolverConfig"]["typedConfig"]["udpMaxQueries"], 100, "{dns}");
+    let eds = &got["endpoints"]["outbound|9000||reviews.default.svc.cluster.local"];
+    let lb = &eds["endpoints"][0]["lbEndpoints"];
+    assert_eq!(lb.as_array().map(Vec::len), Some(1), "one endpoint at both IPs: {eds}");
+    assert_eq!(lb[0]["endpoint"]["address"], socket("10.1.0.5", 9000));
+    assert_eq!(lb[0]["endpoint"]["additionalAddresses"], additional("fd00:1::5", 9000));
+    // An IPv4 sidecar of the same mesh: none of it.
+    let got = served_with("sidecar", objects, "", "default", labels, "10.1.0.5", &env);
+    assert_eq!(got["listeners"]["virtualInbound"].get("additionalAddresses"), None);
+    assert_eq!(got["listeners"]["0.0.0.0_80"].get("additionalAddresses"), None);
+    assert_eq!(got["clusters"]["outbound|443||api.example.com"]["dnsLookupFamily"], "V4_ONLY");
+}

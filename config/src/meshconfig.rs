@@ -151,6 +151,16 @@ pub struct MeshSettings {
     /// `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES` (false): a Kubernetes
     /// headless service's cluster is EDS, not original destination.
     pub eds_for_headless: bool,
+    /// `dnsRefreshRate` (60s): how often DNS clusters resolve again when
+    /// a query fails (a success follows its TTL).
+    pub dns_refresh_rate: std::time::Duration,
+    /// DNS clusters' resolver: `PILOT_DNS_CARES_UDP_MAX_QUERIES` (100) and
+    /// `PILOT_DNS_JITTER_DURATION` (100ms).
+    pub dns_resolver: DnsResolver,
+    /// `ISTIO_DUAL_STACK` (false): dual-stack proxies get both families'
+    /// listener addresses, passthrough bind addresses and DNS lookups, and
+    /// endpoints carry every address of their pod.
+    pub dual_stack: bool,
     /// `PILOT_HTTP10` (false): HTTP managers accept HTTP/1.0, and
     /// plaintext HTTP is told by `http/1.0` too.
     pub http10: bool,
@@ -336,6 +346,23 @@ impl Default for UnhealthyEndpoints {
     }
 }
 
+/// How DNS clusters resolve (istiod's `PILOT_DNS_CARES_UDP_MAX_QUERIES`
+/// and `PILOT_DNS_JITTER_DURATION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DnsResolver {
+    /// Queries on one UDP channel before c-ares opens another (0: no
+    /// limit).
+    pub udp_max_queries: u32,
+    /// The random delay added to each refresh (0: none).
+    pub jitter: std::time::Duration,
+}
+
+impl Default for DnsResolver {
+    fn default() -> Self {
+        DnsResolver { udp_max_queries: 100, jitter: std::time::Duration::from_millis(100) }
+    }
+}
+
 /// The environment's switches of the name tables istiod sends
 /// istio-agent's DNS proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -401,6 +428,9 @@ impl Default for MeshSettings {
             proxy_100_continue: true,
             disable_shadow_host_suffix: true,
             max_accept_per_event: 1,
+            dns_refresh_rate: std::time::Duration::from_secs(60),
+            dns_resolver: DnsResolver::default(),
+            dual_stack: false,
             eds_for_headless: false,
             http10: false,
             sidecar_use_remote_address: false,
@@ -538,6 +568,7 @@ struct Raw {
     access_log_format: Option<String>,
     enable_tracing: Option<bool>,
     connect_timeout: Option<String>,
+    dns_refresh_rate: Option<String>,
     default_service_export_to: Option<Vec<String>>,
     default_virtual_service_export_to: Option<Vec<String>>,
     default_destination_rule_export_to: Option<Vec<String>>,
@@ -752,6 +783,9 @@ impl MeshSettings {
             {
                 return Err(format!("connectTimeout: {t:?}: must be at least 1ms, in whole milliseconds"));
             }
+        }
+        if let Some(t) = raw.dns_refresh_rate {
+            m.dns_refresh_rate = crate::duration::parse(&t).map_err(|e| format!("dnsRefreshRate: {t:?}: {e}"))?;
         }
         let export = |what: &str, v: Option<Vec<String>>| -> Result<Vec<String>, String> {
             let v = v.unwrap_or_default();

@@ -667,6 +667,14 @@ impl Generator for MeshGenerator {
             // A router's Service may claim it by address (its ports).
             ips: match is_router(class) && class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
                 true => class.ips.clone(),
+                // Listeners and clusters are adapted to the family of its
+                // addresses (translate::family).
+                false
+                    if matches!(kind, Kind::Listener | Kind::Cluster)
+                        && crate::translate::family::ip_mode(&class.ips) != crate::translate::family::IpMode::V4 =>
+                {
+                    crate::translate::dns::family_markers(&class.ips)
+                }
                 false => Vec::new(),
             },
             // Tracing tags name them: on virtualInbound (built for the
@@ -728,6 +736,40 @@ fn extended_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kin
     extensions::generation(snap, class, kind, name, unpatched_generation)
 }
 
+/// The IP family a listener or cluster is adapted to for `class` (see
+/// `translate::family`): `None` where the IPv4 proxies' resource is
+/// served as it is (IPv4 proxies, resources built for the class itself).
+fn family_of(class: &ProxyClass, kind: Kind, name: &str) -> Option<crate::translate::family::IpMode> {
+    use crate::translate::family::{IpMode, ip_mode};
+    if !matches!(kind, Kind::Listener | Kind::Cluster) || inbound_name(kind, name) || is_grpc(class) {
+        return None;
+    }
+    Some(ip_mode(&class.ips)).filter(|m| *m != IpMode::V4)
+}
+
+/// What [`MeshGenerator::input_generation`] says before extensions and
+/// EnvoyFilters: the shared resource's, and the family it is adapted to.
+fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+    let generation = shared_family_generation(snap, class, kind, name)?;
+    Some(match family_of(class, kind, name) {
+        Some(mode) => mix((generation, mode)),
+        None => generation,
+    })
+}
+
+/// What [`MeshGenerator::generate`] makes before extensions and
+/// EnvoyFilters: the IPv4 proxies' resource, adapted to the class's
+/// family.
+fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+    let body = shared_family_body(snap, class, kind, name)?;
+    match (family_of(class, kind, name), mesh(snap)) {
+        (Some(mode), Some(m)) => {
+            Some(crate::translate::family::adapt(&m.model, mode, is_router(class), name, body, kind == Kind::Cluster))
+        }
+        _ => Some(body),
+    }
+}
+
 /// What [`MeshGenerator::generate`] makes before EnvoyFilters, with the
 /// extensions.
 fn extended_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
@@ -786,8 +828,8 @@ fn name_table_asker<'a>(m: &MeshInput, class: &'a ProxyClass) -> crate::translat
     }
 }
 
-/// What [`MeshGenerator::input_generation`] says before EnvoyFilters.
-fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
+/// [`unpatched_generation`] for an IPv4 proxy of the class.
+fn shared_family_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
     if kind == Kind::ProxyConfig {
         let bundle = mesh(snap).filter(|_| name == PROXY_CONFIG)?.model.mesh.trust_bundle.as_ref()?;
         return Some(mix(("pcds", bundle)));
@@ -862,8 +904,8 @@ fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Ki
     })
 }
 
-/// What [`MeshGenerator::generate`] makes before EnvoyFilters.
-fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
+/// [`unpatched_body`] for an IPv4 proxy of the class.
+fn shared_family_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
     if kind == Kind::ProxyConfig {
         // istiod's PcdsGenerator: a ProxyConfig with the trust bundle only.
         let bundle = mesh(snap).filter(|_| name == PROXY_CONFIG)?.model.mesh.trust_bundle.clone()?;

@@ -23,6 +23,7 @@ pub mod endpoint;
 pub mod envoy;
 pub mod extauthz;
 pub mod extensions;
+pub mod family;
 pub mod gateway;
 pub mod grpc;
 pub mod inbound;

@@ -318,7 +318,8 @@ impl Model {
             }
             let mut out = find(objs, ns, name).map(|svc| {
                 let slices = slices_of(objs, ns, name);
-                let mut s = service(svc, &self.domain, &slices, &Workloads::of_slices(objs, &slices));
+                let workloads = Workloads::of_slices(objs, &slices);
+                let mut s = service(svc, &self.domain, &slices, &workloads, self.mesh.dual_stack);
                 if self.mesh.k8s_select_workload_entries {
                     let entries: Vec<&istiod_config::istio::IstioObject> = objs
                         .istio

@@ -246,6 +246,10 @@ pub struct Endpoint {
     /// A Pod with a `subdomain`: `<hostname>.<subdomain>`, its name under
     /// a headless Service (istiod's `HostName` and `SubDomain`).
     pub dns_name: Option<Arc<str>>,
+    /// Its other addresses: a dual-stack Pod's other IPs, under
+    /// `ISTIO_DUAL_STACK`, for a Service with more than one cluster IP
+    /// (istiod's `IstioEndpoint.Addresses` after the first).
+    pub extra_addresses: Vec<String>,
 }
 
 /// Whether a workload with these labels and annotations takes HBONE.
@@ -904,7 +908,8 @@ impl Model {
         let entries_by_ns = workload_entries_by_namespace(objs);
         for svc in &objs.services {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
-            let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads);
+            let dual_stack = model.mesh.dual_stack;
+            let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads, dual_stack);
             if model.mesh.k8s_select_workload_entries {
                 let none = Vec::new();
                 select_workload_entries(&mut s, svc, entries_by_ns.get(svc.metadata.ns()).unwrap_or(&none));
@@ -988,7 +993,7 @@ pub fn remote_service(
         .filter(|n| n.metadata.name == mesh.networks.system_namespace)
         .map(|n| (n.metadata.name.clone(), n.metadata.labels.clone()))
         .collect();
-    let s = service(svc, domain, slices, workloads);
+    let s = service(svc, domain, slices, workloads, mesh.dual_stack);
     network::place(export_default(s, mesh), mesh, &namespaces, cluster)
 }
 
@@ -1137,6 +1142,7 @@ pub fn service_entry(
                 for &(we, annotations) in &workloads {
                     let mut loc = we.locality.splitn(3, '/');
                     endpoints.push(Endpoint {
+                        extra_addresses: Vec::new(),
                         address: we.address.clone(),
                         service_port: port.number as u16,
                         port: target(we),
@@ -1158,6 +1164,7 @@ pub fn service_entry(
                 if workloads.is_empty() && matches!(resolution, Resolution::Dns | Resolution::DnsRoundRobin) {
                     // DNS without endpoints: the proxy resolves the host itself.
                     endpoints.push(Endpoint {
+                        extra_addresses: Vec::new(),
                         address: host.clone(),
                         service_port: port.number as u16,
                         port: port.number as u16,
@@ -1193,7 +1200,13 @@ pub fn service_entry(
         .collect()
 }
 
-pub fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &Workloads<'_>) -> Service {
+pub fn service(
+    svc: &KubeService,
+    domain: &str,
+    slices: &[&EndpointSlice],
+    w: &Workloads<'_>,
+    dual_stack: bool,
+) -> Service {
     let ns = svc.metadata.ns().to_owned();
     let hostname: Arc<str> = format!("{}.{ns}.svc.{domain}", svc.metadata.name).into();
     let headless = svc.spec.cluster_ip.as_deref() == Some("None");
@@ -1236,12 +1249,27 @@ pub fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &W
                     Health::Terminating
                 };
                 for addr in &ep.addresses {
-                    let pod = ep
-                        .target_ref
-                        .as_ref()
-                        .filter(|r| r.kind == "Pod")
-                        .and_then(|r| w.pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied())
-                        .or_else(|| w.by_ip.get(addr.as_str()).copied());
+                    let by_ref =
+                        ep.target_ref.as_ref().filter(|r| r.kind == "Pod").and_then(|r| {
+                            w.pods.get(&(r.namespace.as_deref().unwrap_or(&ns), r.name.as_str())).copied()
+                        });
+                    let pod = by_ref.or_else(|| w.by_ip.get(addr.as_str()).copied());
+                    // istiod's dual-stack endpoints (endpointslice.go
+                    // updateEndpointCacheForSlice): a referenced Pod with
+                    // several IPs, of a Service with several cluster IPs, is
+                    // one endpoint at all of them, from the IPv4 slice.
+                    let dual: Vec<String> = by_ref
+                        .filter(|_| dual_stack && svc.spec.cluster_ips.len() > 1)
+                        .map(|p| p.status.pod_ips.iter().map(|i| i.ip.clone()).collect())
+                        .filter(|ips: &Vec<String>| ips.len() > 1)
+                        .unwrap_or_default();
+                    if !dual.is_empty() && slice.address_type == "IPv6" {
+                        continue;
+                    }
+                    let (address, extra_addresses) = match dual.split_first() {
+                        Some((first, rest)) => (first.clone(), rest.to_vec()),
+                        None => (addr.clone(), Vec::new()),
+                    };
                     let mut loc = locality(pod, &w.nodes);
                     if loc.zone.is_empty()
                         && let Some(z) = &ep.zone
@@ -1249,7 +1277,8 @@ pub fn service(svc: &KubeService, domain: &str, slices: &[&EndpointSlice], w: &W
                         loc.zone = z.clone();
                     }
                     endpoints.push(Endpoint {
-                        address: addr.clone(),
+                        address,
+                        extra_addresses,
                         service_port: sp.port,
                         port: ep_port,
                         health,
@@ -1370,6 +1399,7 @@ pub fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&I
             let Some(port) = port else { continue };
             let mut loc = we.locality.splitn(3, '/');
             s.endpoints.push(Endpoint {
+                extra_addresses: Vec::new(),
                 address: we.address.clone(),
                 service_port: sp.port,
                 port,

@@ -29,6 +29,7 @@ from envoy.extensions.filters.http.wasm.v3 import wasm_pb2 as http_wasm_pb2  # n
 from envoy.extensions.filters.network.wasm.v3 import wasm_pb2 as network_wasm_pb2  # noqa: F401 (ECDS)
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2  # noqa: F401
 from envoy.extensions.clusters.dynamic_forward_proxy.v3 import cluster_pb2 as dfp_cluster_pb2  # noqa: F401
+from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2  # noqa: F401 (DNS clusters)
 from envoy.extensions.filters.http.cors.v3 import cors_pb2  # noqa: F401 (Any in listeners)
 from envoy.extensions.filters.http.dynamic_forward_proxy.v3 import dynamic_forward_proxy_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2  # noqa: F401 (Any in listeners)

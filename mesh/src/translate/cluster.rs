@@ -195,6 +195,7 @@ fn form(
         }
         Resolution::Dns | Resolution::DnsRoundRobin => {
             c.load_assignment = Some(load_assignment(&name, svc, port, labels, admits));
+            resolve_by_dns(&mut c, mesh);
             if svc.resolution == Resolution::Dns {
                 cluster::DiscoveryType::StrictDns
             } else {
@@ -361,4 +362,29 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
     for c in std::iter::once(black_hole).chain(passthroughs).chain(dfp) {
         out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
     }
+}
+
+/// The DNS lookup family of a DNS cluster as served to IPv4 proxies (and
+/// proxies that sent no address): istiod's `SelectDNSLookupFamily`; the
+/// generator gives IPv6 and dual-stack proxies theirs.
+pub const DNS_LOOKUP_FAMILY: cluster::DnsLookupFamily = cluster::DnsLookupFamily::V4Only;
+
+/// The c-ares resolver's extension name.
+pub const CARES: &str = "envoy.network.dns_resolver.cares";
+
+/// How istiod's DNS clusters resolve (cluster_builder.go `buildCluster`,
+/// STRICT_DNS and LOGICAL_DNS): the proxy's family, c-ares with
+/// `PILOT_DNS_CARES_UDP_MAX_QUERIES`, `PILOT_DNS_JITTER_DURATION`,
+/// meshConfig `dnsRefreshRate` for failures and the TTL for answers.
+fn resolve_by_dns(c: &mut Cluster, mesh: &crate::meshconfig::MeshSettings) {
+    use istiod_proto::envoy::extensions::network::dns_resolver::cares::v3::CaresDnsResolverConfig;
+    let duration = |d: std::time::Duration| Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 };
+    c.dns_lookup_family = DNS_LOOKUP_FAMILY as i32;
+    let cares =
+        CaresDnsResolverConfig { udp_max_queries: Some(mesh.dns_resolver.udp_max_queries), ..Default::default() };
+    c.typed_dns_resolver_config =
+        Some(core::TypedExtensionConfig { name: CARES.into(), typed_config: Some(super::envoy::any(&cares)) });
+    c.dns_jitter = Some(duration(mesh.dns_resolver.jitter));
+    c.dns_refresh_rate = Some(duration(mesh.dns_refresh_rate));
+    c.respect_dns_ttl = true;
 }

@@ -129,6 +129,7 @@ pub fn digest(svc: &Service) -> u64 {
         for e in &svc.endpoints {
             let cluster = e.labels.get(CLUSTER_LABEL);
             (&e.address, e.service_port, e.health == Health::Healthy, &e.network, cluster, &e.dns_name).hash(&mut h);
+            e.extra_addresses.hash(&mut h);
         }
     }
     h.finish()
@@ -160,15 +161,19 @@ fn pods(
             let host = format!("{name}.{domain}");
             short.insert(host.clone(), name.to_owned());
             let side = if same_cluster { &mut local } else { &mut remote };
+            // (A dual-stack Pod's every address, as istiod's
+            // instance.Addresses.)
+            let all = std::iter::once(&ep.address).chain(&ep.extra_addresses).cloned();
             match side.iter_mut().find(|(h, _)| *h == host) {
-                Some((_, v)) => v.push(ep.address.clone()),
-                None => side.push((host, vec![ep.address.clone()])),
+                Some((_, v)) => v.extend(all),
+                None => side.push((host, all.collect())),
             }
         }
         if (!flags.multicluster_headless && !same_cluster) || !same_network {
             continue;
         }
         ips.push(ep.address.clone());
+        ips.extend(ep.extra_addresses.iter().cloned());
     }
     let record = |host: &str, ips: Vec<String>| NameInfo {
         ips,

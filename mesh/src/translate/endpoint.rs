@@ -123,6 +123,15 @@ pub(crate) fn placed(
                         ..Default::default()
                     })),
                 }),
+                // A dual-stack Pod's other IPs (istiod's buildLbEndpoint
+                // under ISTIO_DUAL_STACK).
+                additional_addresses: ep
+                    .extra_addresses
+                    .iter()
+                    .map(|a| istiod_proto::envoy::config::endpoint::v3::endpoint::AdditionalAddress {
+                        address: super::envoy::socket(a, u32::from(ep.port)),
+                    })
+                    .collect(),
                 ..Default::default()
             })),
             health_status: health as i32,

@@ -250,14 +250,11 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
             )),
             lb_policy: cluster::LbPolicy::ClusterProvided as i32,
             connect_timeout: Some(super::cluster::timeout(mesh)),
-            upstream_bind_config: Some(core::BindConfig {
-                source_address: Some(core::SocketAddress {
-                    address: "127.0.0.6".into(),
-                    port_specifier: Some(core::socket_address::PortSpecifier::PortValue(0)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            // istiod's passthrough bind addresses of the proxy's family;
+            // both of a dual-stack proxy's under ISTIO_DUAL_STACK.
+            upstream_bind_config: Some(super::family::bind_config(
+                super::family::ip_mode(&class.ips).passthrough_binds(mesh.dual_stack),
+            )),
             ..Default::default()
         }
     };
@@ -719,17 +716,15 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
         }
     }
     let listener_filters = listener_filters(&filter_chains);
+    // The proxy's wildcard, both of a dual-stack proxy's under
+    // ISTIO_DUAL_STACK (buildInboundListener).
+    let wildcards = super::family::ip_mode(&class.ips).wildcards();
+    let port = crate::translate::listener::INBOUND_PORT;
+    let extra = if model.mesh.dual_stack { &wildcards[1..] } else { &[][..] };
     Listener {
         name: VIRTUAL_INBOUND.into(),
-        address: Some(core::Address {
-            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                address: "0.0.0.0".into(),
-                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
-                    crate::translate::listener::INBOUND_PORT,
-                )),
-                ..Default::default()
-            })),
-        }),
+        address: super::envoy::socket(wildcards[0], port),
+        additional_addresses: super::family::additional(extra, port),
         traffic_direction: core::TrafficDirection::Inbound as i32,
         max_connections_to_accept_per_socket_event: crate::translate::listener::accept_per_event(&model.mesh),
         access_log: policies.telemetry.log.iter().map(telemetry::listener_access_log).collect(),

@@ -75,8 +75,7 @@ fn binds(svc: &Service, port: &Port) -> Vec<Bind> {
     match listen(port) {
         None => vec![],
         Some(Listen::Http) => vec![wildcard()],
-        Some(_) if !svc.vips.is_empty() => svc
-            .vips
+        Some(_) if !svc.vips.is_empty() => proxy_vips(svc)
             .iter()
             .map(|v| match v.contains('/') {
                 true => Bind { address: "0.0.0.0".into(), cidr: Some(v.clone()) },
@@ -104,6 +103,21 @@ fn binds(svc: &Service, port: &Port) -> Vec<Bind> {
         Some(_) => std::iter::once(wildcard())
             .chain(svc.auto_addresses.iter().map(|a| Bind { address: a.clone(), cidr: None }))
             .collect(),
+    }
+}
+
+/// The addresses an IPv4 proxy's listeners of `svc` bind: a Kubernetes
+/// Service's first IPv4 cluster IP (istiod's `GetAddressForProxy`; a
+/// dual-stack proxy gets the others as additional addresses, see
+/// `family::adapt`), a ServiceEntry's every address (each a service of
+/// its own in istiod).
+fn proxy_vips(svc: &Service) -> &[String] {
+    if !svc.kubernetes || svc.vips.len() < 2 {
+        return &svc.vips;
+    }
+    match svc.vips.iter().position(|v| v.parse::<std::net::Ipv4Addr>().is_ok()) {
+        Some(i) => &svc.vips[i..=i],
+        None => &svc.vips,
     }
 }
 

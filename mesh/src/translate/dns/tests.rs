@@ -73,6 +73,7 @@ fn instance(s: &mut Service, pod: (&str, &str, &str, &str), dns: Option<&str>, h
             tunnel: false,
             network: network.into(),
             dns_name: dns.map(Arc::from),
+            extra_addresses: Vec::new(),
         });
     }
 }

@@ -1132,9 +1132,10 @@ status: {podIP: 10.1.5.1}
 /// metadata exchange first, gRPC stats, the ALPN override, fault, CORS,
 /// the stats filter (client metrics, the host header not trusted:
 /// `disableHostHeaderFallback`), the router; and the access log, so that
-/// gateways report `istio_requests_total` and log as istiod's do.
+/// gateways report `istio_requests_total` and log as istiod's do; and its
+/// TCP servers' chains, with the stats filter and the access log too.
 #[test]
-fn a_gateways_http_managers_report_metrics_and_logs() {
+fn a_gateways_managers_and_tcp_chains_report_metrics_and_logs() {
     let objects = "\
 apiVersion: v1
 kind: Service
@@ -1149,7 +1150,30 @@ kind: Gateway
 metadata: {name: gw, namespace: shop}
 spec:
   selector: {istio: ingressgateway}
-  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]
+  servers:
+  - {port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}
+  - {port: {number: 27017, name: mongo, protocol: MONGO}, hosts: ['*']}
+  - {port: {number: 9443, name: tls-mesh, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  clusterIP: 10.96.6.11
+  selector: {app: db}
+  ports: [{name: mongo, port: 27017}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: shop}
+spec:
+  hosts: ['*']
+  gateways: [gw]
+  tcp:
+  - match: [{port: 27017}]
+    route: [{destination: {host: db.shop.svc.cluster.local, port: {number: 27017}}}]
+  - match: [{port: 9443}]
+    route: [{destination: {host: db.shop.svc.cluster.local, port: {number: 27017}}}]
 ";
     let mesh = "defaultProviders: {metrics: [prometheus]}\naccessLogFile: /dev/stdout\n";
     let got =
@@ -1179,6 +1203,20 @@ spec:
     let stats = &hcm["httpFilters"][5]["typedConfig"];
     assert_eq!(stats["disableHostHeaderFallback"], true, "{stats}");
     assert_eq!(hcm["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{hcm}");
+    // TCP servers' chains (buildOutboundNetworkFilters, class Gateway):
+    // metadata exchange on the ISTIO_MUTUAL one, the stats filter, a MONGO
+    // server's mongo_proxy, the tcp_proxy with the access log.
+    for (listener, want) in [
+        ("0.0.0.0_27017", vec!["istio.stats", "envoy.filters.network.mongo_proxy", "envoy.filters.network.tcp_proxy"]),
+        ("0.0.0.0_9443", vec!["istio.metadata_exchange", "istio.stats", "envoy.filters.network.tcp_proxy"]),
+    ] {
+        let filters = got["listeners"][listener]["filterChains"][0]["filters"].as_array().cloned().unwrap_or_default();
+        let names: Vec<&str> = filters.iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, want, "{listener}: {}", got["listeners"][listener]);
+        let tcp = &filters.last().unwrap()["typedConfig"];
+        assert_eq!(tcp["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{tcp}");
+        assert_eq!(tcp["cluster"], "outbound|27017||db.shop.svc.cluster.local", "{tcp}");
+    }
 }
 
 /// `ISTIO_DUAL_STACK` as istiod serves a dual-stack sidecar (`INSTANCE_IPS`

@@ -129,6 +129,11 @@ pub struct MeshSettings {
     /// `tcpKeepalive`: TCP keepalive of every outbound cluster, under a
     /// DestinationRule's own.
     pub tcp_keepalive: Option<crate::istio::networking::TcpKeepalive>,
+    /// `defaultTrafficPolicy`: the connection pool and outlier detection
+    /// every cluster takes where its DestinationRule sets none (istiod's
+    /// `applyDefaultTrafficPolicy`; the pool also caps the passthrough
+    /// cluster and inbound clusters).
+    pub default_traffic_policy: DefaultTrafficPolicy,
     /// `PILOT_DISABLE_MX_ALPN` (false): mesh mTLS offers no
     /// `istio-peer-exchange` ALPN.
     pub disable_mx_alpn: bool,
@@ -248,6 +253,13 @@ pub struct ProtocolFilters {
     /// `envoy.filters.network.redis_proxy` instead of the tcp_proxy, and
     /// Maglev balancing on Redis clusters.
     pub redis: bool,
+}
+
+impl Default for ProtocolFilters {
+    /// istiod's defaults: Mongo's on, Redis's off.
+    fn default() -> Self {
+        ProtocolFilters { mongo: true, redis: false }
+    }
 }
 
 /// `MeshConfig.CertificateData`: a root, by PEM or SPIFFE bundle URL, for
@@ -422,9 +434,10 @@ impl Default for MeshSettings {
             mesh_mtls: TlsDefaults::default(),
             h2_upgrade: false,
             tcp_keepalive: None,
+            default_traffic_policy: DefaultTrafficPolicy::default(),
             disable_mx_alpn: false,
             track_remaining: false,
-            protocol_filters: ProtocolFilters { mongo: true, redis: false },
+            protocol_filters: ProtocolFilters::default(),
             proxy_100_continue: true,
             disable_shadow_host_suffix: true,
             max_accept_per_event: 1,
@@ -548,6 +561,83 @@ impl MeshSettings {
     }
 }
 
+/// meshConfig `defaultTrafficPolicy`: the mesh-wide baseline below
+/// DestinationRules.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefaultTrafficPolicy {
+    /// Where a cluster's rule sets no connection pool.
+    pub connection_pool: Option<crate::istio::networking::ConnectionPoolSettings>,
+    /// Where a cluster's rule sets no outlier detection.
+    pub outlier_detection: Option<crate::istio::networking::OutlierDetection>,
+}
+
+type RawDefaultTrafficPolicy = DefaultTrafficPolicy;
+
+/// istiod's `validateMeshConfigDefaultTrafficPolicy`, in its words; the
+/// first problem.
+fn validate_default_traffic_policy(p: &RawDefaultTrafficPolicy) -> Result<(), String> {
+    use crate::istio::networking::H2UpgradePolicy;
+    // istiod's ValidateDuration.
+    let duration = |d: &Option<String>| -> Result<(), String> {
+        let Some(d) = d else { return Ok(()) };
+        let d = crate::duration::parse(d).map_err(|e| e.to_string())?;
+        if d < std::time::Duration::from_millis(1) {
+            return Err("duration must be greater than 1ms".into());
+        }
+        if d.subsec_nanos() % 1_000_000 != 0 {
+            return Err("only durations to ms precision are supported".into());
+        }
+        Ok(())
+    };
+    let non_negative = |v: i32, what: &str| match v < 0 {
+        true => Err(format!("{what} must be non-negative")),
+        false => Ok(()),
+    };
+    if let Some(cp) = &p.connection_pool {
+        if cp.http.is_none() && cp.tcp.is_none() {
+            return Err("connection pool must have at least one field".into());
+        }
+        if let Some(h) = &cp.http {
+            non_negative(h.http1_max_pending_requests, "http1 max pending requests")?;
+            non_negative(h.http2_max_requests, "http2 max requests")?;
+            non_negative(h.max_requests_per_connection, "max requests per connection")?;
+            non_negative(h.max_retries, "max retries")?;
+            non_negative(h.max_concurrent_streams, "max concurrent streams")?;
+            duration(&h.idle_timeout)?;
+            if h.h2_upgrade_policy == H2UpgradePolicy::Upgrade && h.use_client_protocol {
+                return Err("use client protocol must not be true when H2UpgradePolicy is UPGRADE".into());
+            }
+        }
+        if let Some(t) = &cp.tcp {
+            non_negative(t.max_connections, "max connections")?;
+            duration(&t.connect_timeout)?;
+            duration(&t.max_connection_duration)?;
+            if t.idle_timeout.as_deref().and_then(|d| crate::duration::parse(d).ok()).is_none_or(|d| d.as_millis() != 0)
+            {
+                duration(&t.idle_timeout)?;
+            }
+            if let Some(k) = &t.tcp_keepalive {
+                duration(&k.time)?;
+                duration(&k.interval)?;
+            }
+        }
+    }
+    if let Some(o) = &p.outlier_detection {
+        duration(&o.base_ejection_time)?;
+        duration(&o.interval)?;
+        if !o.split_external_local_origin_errors && o.consecutive_local_origin_failures.is_some_and(|n| n > 0) {
+            return Err("outlier detection consecutive local origin failures is specified, but split external local origin errors is set to false".into());
+        }
+        for v in [o.max_ejection_percent, o.min_health_percent] {
+            if !(0..=100).contains(&v) {
+                return Err(format!("percentage {v} is not in range 0..100"));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Raw {
@@ -556,6 +646,7 @@ struct Raw {
     mesh_mtls: Option<TlsDefaults>,
     h2_upgrade_policy: Option<String>,
     tcp_keepalive: Option<crate::istio::networking::TcpKeepalive>,
+    default_traffic_policy: Option<RawDefaultTrafficPolicy>,
     root_namespace: Option<String>,
     trust_domain: Option<String>,
     outbound_traffic_policy: Option<RawOutbound>,
@@ -726,6 +817,10 @@ impl MeshSettings {
             }
             m.tcp_keepalive = Some(k);
         }
+        if let Some(p) = raw.default_traffic_policy {
+            validate_default_traffic_policy(&p).map_err(|e| format!("defaultTrafficPolicy: {e}"))?;
+            m.default_traffic_policy = p;
+        }
         if let Some(d) = raw.default_providers {
             m.default_metrics_providers = d.metrics.unwrap_or_default();
             m.default_access_log_providers = d.access_logging.unwrap_or_default();
@@ -855,6 +950,35 @@ impl JwksFetch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Upstream `TestValidateMeshConfigDefaultTrafficPolicy`
+    /// (pkg/config/validation/agent), in istiod's words; and the parsed
+    /// baseline; and `dnsRefreshRate`.
+    #[test]
+    fn upstream_validate_mesh_config_default_traffic_policy() {
+        let parse = |dtp: &str| MeshSettings::parse(&format!("defaultTrafficPolicy: {dtp}"));
+        let m = parse("{connectionPool: {tcp: {maxConnections: 100}}, outlierDetection: {maxEjectionPercent: 50}}")
+            .unwrap();
+        assert_eq!(m.default_traffic_policy.connection_pool.unwrap().tcp.unwrap().max_connections, 100);
+        assert_eq!(m.default_traffic_policy.outlier_detection.unwrap().max_ejection_percent, 50);
+        for (dtp, err) in [
+            ("{connectionPool: {}}", "connection pool must have at least one field"),
+            ("{connectionPool: {tcp: {maxConnections: -1}}}", "max connections must be non-negative"),
+            ("{outlierDetection: {maxEjectionPercent: 101}}", "percentage 101 is not in range 0..100"),
+            ("{connectionPool: {tcp: {connectTimeout: 1.5ms}}}", "only durations to ms precision are supported"),
+            (
+                "{connectionPool: {http: {h2UpgradePolicy: UPGRADE, useClientProtocol: true}}}",
+                "use client protocol must not be true when H2UpgradePolicy is UPGRADE",
+            ),
+        ] {
+            assert_eq!(parse(dtp), Err(format!("defaultTrafficPolicy: {err}")), "{dtp}");
+        }
+        assert_eq!(MeshSettings::default().dns_refresh_rate, std::time::Duration::from_secs(60));
+        assert_eq!(
+            MeshSettings::parse("dnsRefreshRate: 5s").unwrap().dns_refresh_rate,
+            std::time::Duration::from_secs(5)
+        );
+    }
 
     #[test]
     fn defaults_and_overrides() {

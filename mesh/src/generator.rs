@@ -87,6 +87,10 @@ pub struct MeshInput {
     /// of the services ([`crate::translate::dns::legacy_allocation`]), for
     /// every name table that takes it.
     pub legacy_allocation: Option<Arc<LegacyAllocation>>,
+    /// The dual-stack Services' cluster IPs, by each of them: their
+    /// listeners as IPv6 and dual-stack proxies get them
+    /// (`translate::family`).
+    pub dual_vips: Arc<crate::translate::family::DualVips>,
 }
 
 /// Host -> the addresses istiod's legacy allocation gives it.
@@ -174,6 +178,7 @@ impl MeshInput {
         let dns_digest = model.services.values().fold(0, |d, s| d ^ crate::translate::dns::digest(s));
         let auto_listeners = Arc::new(crate::translate::listener::auto_listeners(&model));
         let legacy_allocation = legacy_allocation_of(&model);
+        let dual_vips = Arc::new(crate::translate::family::dual_vips(&model));
         Self {
             model,
             changes,
@@ -188,6 +193,7 @@ impl MeshInput {
             dns_digest,
             auto_listeners,
             legacy_allocation,
+            dual_vips,
             waypoints: Arc::default(),
             ingress_waypoints: Arc::default(),
             waypoint_workloads: Arc::default(),
@@ -493,10 +499,10 @@ impl Generator for MeshGenerator {
     }
 
     /// istiod's `GetProxyServiceTargets` at a proxy's first request:
-    /// a proxy (ztunnel aside) with no service counts in
+    /// a proxy with no service counts in
     /// `pilot_k8s_proxies_with_no_service_targets`.
     fn connected(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) {
-        let Some(m) = mesh(snap).filter(|_| class.node_type != NodeType::Ztunnel) else { return };
+        let Some(m) = mesh(snap) else { return };
         if let Some(reason) = crate::translate::inbound::missing_service_targets(&m.model, class) {
             crate::counters::no_service_targets(reason);
         }
@@ -711,7 +717,8 @@ impl Generator for MeshGenerator {
         };
         match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) || own_address() {
             true => None,
-            false => Some(ProxyClass { ips: Vec::new(), ..class.clone() }),
+            // (virtualInbound and the inbound clusters read the family.)
+            false => Some(ProxyClass { ips: crate::translate::dns::family_markers(&class.ips), ..class.clone() }),
         }
     }
 
@@ -751,9 +758,14 @@ fn family_of(class: &ProxyClass, kind: Kind, name: &str) -> Option<crate::transl
 /// EnvoyFilters: the shared resource's, and the family it is adapted to.
 fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
     let generation = shared_family_generation(snap, class, kind, name)?;
-    Some(match family_of(class, kind, name) {
-        Some(mode) => mix((generation, mode)),
-        None => generation,
+    Some(match (family_of(class, kind, name), mesh(snap)) {
+        (Some(mode), Some(m)) => {
+            // (A dual-stack Service's other cluster IPs are not in the
+            // IPv4 proxies' listener.)
+            let vips = crate::translate::family::listener_input(&m.dual_vips, name);
+            mix((generation, mode, vips, m.model.mesh.dual_stack, m.model.mesh.dns.dual_stack))
+        }
+        _ => generation,
     })
 }
 
@@ -764,7 +776,16 @@ fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, na
     let body = shared_family_body(snap, class, kind, name)?;
     match (family_of(class, kind, name), mesh(snap)) {
         (Some(mode), Some(m)) => {
-            Some(crate::translate::family::adapt(&m.model, mode, is_router(class), name, body, kind == Kind::Cluster))
+            let dual = &m.dual_vips;
+            Some(crate::translate::family::adapt(
+                &m.model,
+                dual,
+                mode,
+                is_router(class),
+                name,
+                body,
+                kind == Kind::Cluster,
+            ))
         }
         _ => Some(body),
     }
@@ -879,7 +900,12 @@ fn shared_family_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind
         {
             return None;
         }
-        return Some(m.inbound_input(class));
+        // An inbound cluster's connection pool follows its service's
+        // DestinationRule.
+        return Some(match kind {
+            Kind::Cluster => mix((m.inbound_input(class), m.routing_generation())),
+            _ => m.inbound_input(class),
+        });
     }
     let shared = snap.shared_generation(kind, name)?;
     let Some(m) = mesh(snap) else { return Some(shared) };
@@ -957,7 +983,7 @@ fn shared_family_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind
             _ => inbound_ports(&m.model, class)
                 .iter()
                 .find(|p| format!("inbound|{}||", p.port) == name)
-                .map(|p| Bytes::from(inbound_cluster(&m.model.mesh, p, class).encode_to_vec())),
+                .map(|p| Bytes::from(inbound_cluster(&m.model, p, class).encode_to_vec())),
         };
     }
     let Some(m) = mesh(snap) else { return snap.shared_body(kind, name) };

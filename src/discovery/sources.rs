@@ -502,7 +502,21 @@ pub(super) fn apply(
     // (Only when what the analyzers read may have changed.)
     if changed.as_deref().is_none_or(|c| {
         c.iter().any(|r| {
-            matches!(r.kind.as_str(), "VirtualService" | "DestinationRule" | "Gateway" | "ServiceEntry" | "Telemetry")
+            matches!(
+                r.kind.as_str(),
+                "VirtualService"
+                    | "DestinationRule"
+                    | "Gateway"
+                    | "ServiceEntry"
+                    | "Telemetry"
+                    | "EnvoyFilter"
+                    | "Sidecar"
+                    | "AuthorizationPolicy"
+                    | "Service"
+                    | "Pod"
+                    | "Node"
+                    | "Namespace"
+            )
         })
     }) {
         analyze(state, &objects, &settings.raw, &mut configz);

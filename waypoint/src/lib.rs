@@ -608,7 +608,7 @@ impl<'a> View<'a> {
                     chains.push(tcp_chain);
                     chains.push(http_chain);
                     protocols.insert(p.port, Protocol::Unsupported);
-                    to_matcher(app_protocol(&tcp_name, &http_name))
+                    to_matcher(app_protocol(&tcp_name, &http_name, self.model.mesh.http10))
                 } else if p.protocol.is_http() {
                     chains.push(http_chain);
                     let e = protocols.entry(p.port).or_insert(Protocol::Http);
@@ -642,7 +642,7 @@ impl<'a> View<'a> {
         if !self.workloads.is_empty() {
             ranges.push(IpRangeMatcher {
                 ranges: self.workloads.iter().map(|ip| cidr(ip)).collect(),
-                on_match: Some(to_matcher(app_protocol("direct-tcp", "direct-http"))),
+                on_match: Some(to_matcher(app_protocol("direct-tcp", "direct-http", self.model.mesh.http10))),
                 ..Default::default()
             });
         }
@@ -1644,10 +1644,12 @@ fn tree(
 }
 
 /// HTTP by the application protocol the inspector saw, else TCP
-/// (`match.NewAppProtocol`).
-fn app_protocol(tcp_chain: &str, http_chain: &str) -> Matcher {
+/// (`match.NewAppProtocol`; HTTP/1.0 too under `PILOT_HTTP10`).
+fn app_protocol(tcp_chain: &str, http_chain: &str, http10: bool) -> Matcher {
+    let http10 = http10.then_some(("'http/1.0'", http_chain));
     let map = [("'h2c'", http_chain), ("'http/1.1'", http_chain)]
         .into_iter()
+        .chain(http10)
         .map(|(k, c)| (k.to_owned(), to_chain(c)))
         .collect();
     tree(input("application-protocol", &ApplicationProtocolInput {}), map, Some(to_chain(tcp_chain)))

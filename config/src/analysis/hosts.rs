@@ -96,6 +96,7 @@ impl Hosts {
     /// istiod's `GetDestinationHost`: the entry `host` names for a
     /// resource of `ns` exported to `export_to`.
     fn lookup(&self, ns: &str, export_to: &[String], host: &str) -> Option<&Entry> {
+        let raw = host;
         let host = fqdn(ns, host);
         if let Some(e) = self.0.get(&("*".to_owned(), host.clone())) {
             return Some(e);
@@ -111,7 +112,8 @@ impl Hosts {
         }
         // Wildcard entries visible here (upstream takes the first its map
         // order gives; here the least by scope and host).
-        let bare = host.strip_prefix('*').unwrap_or(&host);
+        // (Against the host as written: a short name is not expanded here.)
+        let bare = raw.strip_prefix('*').unwrap_or(raw);
         let mut wildcards: Vec<(&(String, String), &Entry)> =
             self.0.iter().filter(|((scope, h), _)| h.starts_with('*') && (scope == "*" || scope == ns)).collect();
         wildcards.sort_by(|a, b| a.0.cmp(b.0));
@@ -237,9 +239,11 @@ fn pod_labels(pod: &crate::objects::Pod, nodes: &HashMap<&str, &crate::objects::
             get("topology.istio.io/subzone"),
         );
         for (k, v) in [
+            // (istiod's locality string and AugmentLabels: a subzone
+            // counts only with a zone.)
             ("topology.kubernetes.io/region", region),
-            ("topology.kubernetes.io/zone", if region.is_empty() { "" } else { zone }),
-            ("topology.istio.io/subzone", if region.is_empty() || zone.is_empty() { "" } else { subzone }),
+            ("topology.kubernetes.io/zone", zone),
+            ("topology.istio.io/subzone", if zone.is_empty() { "" } else { subzone }),
         ] {
             if !v.is_empty() {
                 labels.insert(k.to_owned(), v.to_owned());

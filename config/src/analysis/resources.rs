@@ -327,7 +327,9 @@ pub(super) fn telemetry_selectors(objects: &Objects, out: &mut Vec<Message>) {
     let mut selected: BTreeMap<usize, Vec<&IstioObject>> = BTreeMap::new();
     for o in &objects.istio {
         let IstioSpec::Ext(IstioKind::Telemetry, spec) = &o.spec else { continue };
-        let Some(labels) = spec.0["selector"]["matchLabels"].as_object() else { continue };
+        // (A Telemetry without labels to match selects nothing here, as
+        // istiod's SelectorAnalyzer skips it.)
+        let Some(labels) = spec.0["selector"]["matchLabels"].as_object().filter(|l| !l.is_empty()) else { continue };
         let selector: BTreeMap<String, String> =
             labels.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect();
         let ns = o.meta.ns();

@@ -213,6 +213,7 @@ pub fn listeners(model: &Model, class: &ProxyClass) -> Vec<Listener> {
         http10: model.mesh.http10,
         mx: model.mesh.metadata_exchange.then(|| model.mesh.mx_additional_labels.clone()),
         alpn_filter: model.mesh.alpn_filter,
+        protocol_filters: model.mesh.protocol_filters,
         internal_addresses: crate::translate::envoy::internal_address_config(&model.mesh.networks.mesh),
         telemetry: crate::translate::telemetry::gateway(model, class),
     };

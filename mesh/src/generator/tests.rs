@@ -36,7 +36,14 @@ fn reviews_gets_its_port_under_the_mesh_wide_strict_policy() {
     let ports = inbound_ports(&m, &c);
     assert_eq!(
         ports,
-        vec![InboundPort { port: 9080, protocol: Protocol::Http, mtls: MtlsMode::Strict, ingress: None, tls: None }]
+        vec![InboundPort {
+            port: 9080,
+            protocol: Protocol::Http,
+            mtls: MtlsMode::Strict,
+            ingress: None,
+            tls: None,
+            service: Some((Arc::from("reviews.bookinfo.svc.cluster.local"), 9080)),
+        }]
     );
     let l = virtual_inbound(&m, &c);
     let names: Vec<&str> = l.filter_chains.iter().map(|f| f.name.as_str()).collect();

@@ -148,7 +148,13 @@ fn form(
     auto_mtls: bool,
     networks: Option<Placing<'_>>,
 ) -> (Arc<str>, ClusterForm) {
-    let policy = rule.map(|r| traffic_policy::effective(&r.rule, port, subset));
+    // (istiod seeds the mesh's defaultTrafficPolicy below the rule, and
+    // where no rule applies.)
+    let baseline = &mesh.default_traffic_policy;
+    let policy = match rule {
+        Some(r) => Some(traffic_policy::effective(&r.rule, port, subset, baseline)),
+        None => traffic_policy::baseline(baseline),
+    };
     let name: Arc<str> = format!("outbound|{port}|{subset}|{}", svc.hostname).into();
     let mut c = Cluster {
         name: name.to_string(),

@@ -113,11 +113,64 @@ fn port_of(l: &Listener) -> Option<u32> {
     }
 }
 
+/// Every cluster IP of the Kubernetes Services that have more than one,
+/// each to all of them in order (the listeners of a dual-stack Service).
+pub type DualVips = std::collections::HashMap<Arc<str>, Arc<[String]>>;
+
+/// [`DualVips`] of `model`.
+pub fn dual_vips(model: &Model) -> DualVips {
+    let mut out = DualVips::new();
+    for svc in model.services.values().filter(|s| s.kubernetes && s.vips.len() > 1) {
+        let all: Arc<[String]> = svc.vips.clone().into();
+        for v in &svc.vips {
+            out.insert(Arc::from(v.as_str()), all.clone());
+        }
+    }
+    out
+}
+
+fn is_v6(a: &str) -> bool {
+    a.parse::<std::net::Ipv6Addr>().is_ok()
+}
+
+/// The addresses a proxy of `mode` listens on for a Service with cluster
+/// IPs `vips` (istiod's `GetAddressForProxy` and
+/// `GetExtraAddressesForProxy`): an IPv6 proxy, the IPv6 ones; a
+/// dual-stack proxy, all of them in order under `ISTIO_DUAL_STACK` or
+/// ambient (`all`), else those of the first one's family. `None` where
+/// the proxy has no address of its family.
+fn service_binds(vips: &[String], mode: IpMode, all: bool) -> Option<Vec<&str>> {
+    let family = match mode {
+        IpMode::V4 => false,
+        IpMode::V6 => true,
+        IpMode::Dual if all => return Some(vips.iter().map(String::as_str).collect()),
+        IpMode::Dual => is_v6(vips.first()?),
+    };
+    let out: Vec<&str> = vips.iter().map(String::as_str).filter(|v| is_v6(v) == family).collect();
+    (!out.is_empty()).then_some(out)
+}
+
+/// What [`adapt`] reads beyond the IPv4 proxies' resource, for the input
+/// generation: a dual-stack Service's cluster IPs, for its listener.
+pub fn listener_input<'a>(dual: &'a DualVips, name: &str) -> Option<&'a [String]> {
+    let (ip, _) = name.rsplit_once('_')?;
+    dual.get(ip).map(|v| &v[..])
+}
+
 /// The shared listener or cluster `body` as a proxy of `mode` (not
 /// [`IpMode::V4`]) gets it; `router` for gateways, whose wildcard
-/// listeners add `::` only under `ISTIO_DUAL_STACK` (`gateway.go`).
+/// listeners add `::` only under `ISTIO_DUAL_STACK` (`gateway.go`). Names
+/// stay the IPv4 proxies' (istiod names a listener by its first address).
 /// A body it does not change comes back as it was.
-pub fn adapt(model: &Model, mode: IpMode, router: bool, name: &str, body: Bytes, is_cluster: bool) -> Bytes {
+pub fn adapt(
+    model: &Model,
+    dual: &DualVips,
+    mode: IpMode,
+    router: bool,
+    name: &str,
+    body: Bytes,
+    is_cluster: bool,
+) -> Bytes {
     let mesh: &MeshSettings = &model.mesh;
     if is_cluster {
         let Ok(mut c) = Cluster::decode(body.clone()) else { return body };
@@ -153,34 +206,24 @@ pub fn adapt(model: &Model, mode: IpMode, router: bool, name: &str, body: Bytes,
         }
         return Bytes::from(l.encode_to_vec());
     }
-    if mode != IpMode::Dual {
-        // An IPv6 proxy's service listeners would be named and bound by
-        // the services' IPv6 addresses: not built yet.
-        return body;
-    }
     let Some((ip, _)) = name.rsplit_once('_') else { return body };
-    let extra: Vec<&str> = if ip == "0.0.0.0" {
-        // A wildcard listener: `::` too (listenerBinding.Extra), on a
-        // gateway only under ISTIO_DUAL_STACK.
-        if router && !mesh.dual_stack {
+    if ip == "0.0.0.0" {
+        // A wildcard listener (HTTP, a ServiceEntry without addresses, a
+        // gateway's): the proxy's wildcards, `::` as an additional address
+        // of a dual-stack proxy's (listenerBinding.Extra), a gateway's only
+        // under ISTIO_DUAL_STACK.
+        if mode == IpMode::Dual && router && !mesh.dual_stack {
             return body;
         }
-        vec!["::"]
-    } else if mesh.dual_stack && !router {
-        // A service's listener: its other cluster IPs
-        // (GetExtraAddressesForProxy).
-        let Some(svc) = model.services.values().find(|s| s.kubernetes && s.vips.first().is_some_and(|v| v == ip))
-        else {
-            return body;
-        };
-        svc.vips[1..].iter().map(String::as_str).collect()
-    } else {
-        return body;
-    };
-    if extra.is_empty() {
-        return body;
+        l.address = super::envoy::socket(wildcards[0], port);
+        l.additional_addresses = additional(&wildcards[1..], port);
+        return Bytes::from(l.encode_to_vec());
     }
-    l.additional_addresses = additional(&extra, port);
+    // A dual-stack Service's listener.
+    let Some(vips) = dual.get(ip).filter(|_| !router) else { return body };
+    let Some(binds) = service_binds(vips, mode, mesh.dns.dual_stack) else { return body };
+    l.address = super::envoy::socket(binds[0], port);
+    l.additional_addresses = additional(&binds[1..], port);
     Bytes::from(l.encode_to_vec())
 }
 

@@ -10,7 +10,10 @@
 //! TCP servers take their `tcp_proxy` from the first VirtualService `tcp`
 //! block bound to the Gateway that matches the port; PASSTHROUGH servers
 //! get a chain per matching `tls[].match[]`, by SNI, with no TLS context
-//! (`buildGatewayNetworkFiltersFromTCPRoutes`, `...FromTLSRoutes`).
+//! (`buildGatewayNetworkFiltersFromTCPRoutes`, `...FromTLSRoutes`); their
+//! chains carry istiod's network filters for the Gateway class: metadata
+//! exchange on ISTIO_MUTUAL servers, RBAC, the stats filter, a Mongo or
+//! Redis server's protocol filter, and the access logs on the tcp_proxy.
 //!
 //! TLS servers that terminate TLS proxy their TCP routes behind their TLS
 //! context; AUTO_PASSTHROUGH servers get a chain per SNI-DNAT cluster of
@@ -248,6 +251,9 @@ pub struct GatewayPolicies {
     /// The meshNetworks `fromCidr` ranges, internal to its HTTP managers
     /// (which use the remote address).
     pub internal_addresses: Option<hcm::http_connection_manager::InternalAddressConfig>,
+    /// `PILOT_ENABLE_MONGO_FILTER`, `PILOT_ENABLE_REDIS_FILTER`: a Mongo
+    /// or Redis server's TCP chains.
+    pub protocol_filters: crate::meshconfig::ProtocolFilters,
     /// Its managers' telemetry (the client side, as istiod's gateways):
     /// the stats filter, access logs, tracing and request id
     /// ([`super::telemetry::gateway`]).
@@ -397,9 +403,45 @@ fn auto_passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer) -> Vec<Filte
         .collect()
 }
 
+/// The network filters of a route's chain (`buildOutboundNetworkFilters`,
+/// class Gateway): metadata exchange on an ISTIO_MUTUAL server (`mx`),
+/// the router's network RBAC, the stats filter, then the port protocol's
+/// filter (Mongo, Redis) and the `tcp_proxy` with the access logs.
+fn l4_filters(
+    inputs: &L4Inputs<'_>,
+    vs_ns: &str,
+    route: &[RouteDestination],
+    s: &MergedServer,
+    mx: bool,
+) -> Option<Vec<Filter>> {
+    let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+    let policies = inputs.policies;
+    let log = policies.map(|p| p.telemetry.log.as_slice()).unwrap_or_default();
+    let (tcp, stat_prefix, cluster) = l4_proxy(inputs, vs_ns, route, declared, log)?;
+    let mut out: Vec<Filter> = Vec::new();
+    if mx {
+        out.extend(policies.and_then(|p| p.mx.as_deref()).map(super::telemetry::mx_network));
+    }
+    out.extend(policies.map(|p| p.tcp.network_filters()).unwrap_or_default());
+    out.extend(policies.and_then(|p| p.telemetry.stats.as_ref()).map(super::telemetry::stats_network));
+    let protocol = crate::model::Protocol::parse(s.server.port.as_ref().map_or("", |p| p.protocol.as_str()));
+    match policies {
+        Some(p) => out.extend(super::envoy::protocol_stack(p.protocol_filters, protocol, &stat_prefix, &cluster, tcp)),
+        None => out.push(tcp),
+    }
+    Some(out)
+}
+
 /// `tcp_proxy` to a route's destinations (`buildOutboundNetworkFilters`):
-/// one cluster, or weighted clusters.
-fn l4_proxy(inputs: &L4Inputs<'_>, vs_ns: &str, route: &[RouteDestination], server_port: u32) -> Option<Filter> {
+/// one cluster, or weighted clusters; with its stat prefix and (first)
+/// cluster.
+fn l4_proxy(
+    inputs: &L4Inputs<'_>,
+    vs_ns: &str,
+    route: &[RouteDestination],
+    server_port: u32,
+    log: &[istiod_proto::envoy::config::accesslog::v3::AccessLog],
+) -> Option<(Filter, String, String)> {
     let clusters: Vec<(String, u32)> = route
         .iter()
         .filter_map(|d| {
@@ -412,7 +454,7 @@ fn l4_proxy(inputs: &L4Inputs<'_>, vs_ns: &str, route: &[RouteDestination], serv
         .collect();
     match clusters.as_slice() {
         [] => None,
-        [(c, _)] => Some(tcp_proxy(c, c)),
+        [(c, _)] => Some((super::envoy::tcp_proxy_logged(c, c, log), c.clone(), c.clone())),
         many => {
             use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
             let all_zero = many.iter().all(|(_, w)| *w == 0);
@@ -430,12 +472,14 @@ fn l4_proxy(inputs: &L4Inputs<'_>, vs_ns: &str, route: &[RouteDestination], serv
                             .collect(),
                     },
                 )),
+                access_log: log.to_vec(),
                 ..Default::default()
             };
-            Some(Filter {
+            let filter = Filter {
                 name: "envoy.filters.network.tcp_proxy".into(),
                 config_type: Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any(&t))),
-            })
+            };
+            Some((filter, many[0].0.clone(), many[0].0.clone()))
         }
     }
 }
@@ -464,21 +508,16 @@ fn l4_applies(gateways: &[String], port: u32, vs_ns: &str, s: &MergedServer) -> 
     (port == 0 || port == declared) && (gateways.is_empty() || bound_gateways(gateways, vs_ns).contains(&s.gateway))
 }
 
-/// The router's network RBAC, then `proxy`.
-fn with_rbac(inputs: &L4Inputs<'_>, proxy: Filter) -> Vec<Filter> {
-    let mut out = inputs.policies.map(|p| p.tcp.network_filters()).unwrap_or_default();
-    out.push(proxy);
-    out
-}
-
 fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
     let declared = s.server.port.as_ref().map_or(0, |p| p.number);
+    // (istiod's includeMx: a TCP server terminating mesh mTLS.)
+    let mx = s.server.tls.as_ref().is_some_and(|t| t.mode == ServerTlsMode::IstioMutual);
     for (o, vs) in bound(inputs, s) {
         for r in &vs.tcp {
             let applies =
                 r.matches.is_empty() || r.matches.iter().any(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s));
-            if applies && let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) {
-                return Some(FilterChain { filters: with_rbac(inputs, f), ..Default::default() });
+            if applies && let Some(filters) = l4_filters(inputs, o.meta.ns(), &r.route, s, mx) {
+                return Some(FilterChain { filters, ..Default::default() });
             }
         }
     }
@@ -487,7 +526,6 @@ fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
 }
 
 fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Vec<String>) -> Vec<FilterChain> {
-    let declared = s.server.port.as_ref().map_or(0, |p| p.number);
     let mut out = Vec::new();
     for (o, vs) in bound(inputs, s) {
         for r in &vs.tls {
@@ -498,15 +536,11 @@ fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Ve
                     continue;
                 }
                 let sni = m.sni_hosts.clone();
-                let Some(f) = l4_proxy(inputs, o.meta.ns(), &r.route, declared) else { continue };
+                let Some(filters) = l4_filters(inputs, o.meta.ns(), &r.route, s, false) else { continue };
                 seen_sni.extend(sni.iter().cloned());
                 let mut sorted = sni;
                 sorted.sort();
-                out.push(FilterChain {
-                    filter_chain_match: sni_match(&sorted),
-                    filters: with_rbac(inputs, f),
-                    ..Default::default()
-                });
+                out.push(FilterChain { filter_chain_match: sni_match(&sorted), filters, ..Default::default() });
             }
         }
     }

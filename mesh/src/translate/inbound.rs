@@ -48,6 +48,10 @@ pub struct InboundPort {
     /// `ENABLE_TLS_ON_SIDECAR_INGRESS` set: terminated on the port when its
     /// mTLS is disabled.
     pub tls: Option<Box<istiod_config::istio::networking::ServerTlsSettings>>,
+    /// The first service serving the port and its port number (istiod's
+    /// `inboundServices[0]`: its DestinationRule's connection pool applies
+    /// to the inbound cluster).
+    pub service: Option<(Arc<str>, u16)>,
 }
 
 /// `getSidecarInboundBindIPs`: the proxy's first global unicast address
@@ -96,17 +100,23 @@ pub(crate) fn claims(svc: &crate::model::Service, class: &ProxyClass) -> bool {
 }
 
 /// Why a proxy has no service targets, in istiod's `reason` words
-/// (`GetProxyServiceTargets`); `None` when it has some. A proxy of
-/// another cluster is `incorrect_cluster`; a pod's (labels, not a VM's
-/// WorkloadEntry) `no_matching_services`; else `no_matching_metadata`.
-/// istiod tells a pod by finding it in its cache; a sidecar's pod is there.
+/// (`GetProxyServiceTargets`); `None` when it has some or istiod would
+/// not ask. A pod's (labels, not a VM's WorkloadEntry)
+/// `no_matching_services`; else `no_matching_metadata`. istiod tells a pod
+/// by finding it in its cache; a sidecar's pod is there.
 pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'static str> {
+    // istiod's aggregate registry asks only the proxy's own cluster's
+    // registry (so `incorrect_cluster` is never counted in practice), and
+    // only for proxies with addresses; its Kubernetes registry looks at
+    // Kubernetes Services only.
     let ours = &model.mesh.networks.cluster_id;
-    if !class.cluster_id.is_empty() && !ours.is_empty() && *class.cluster_id != **ours && !model.remote_clusters {
-        return Some("incorrect_cluster");
+    let aliases = &model.mesh.networks.cluster_aliases;
+    let cluster = aliases.get(&*class.cluster_id).map_or(&*class.cluster_id, String::as_str);
+    if (!cluster.is_empty() && !ours.is_empty() && cluster != ours.as_str()) || class.ips.is_empty() {
+        return None;
     }
     let serves = |s: &crate::model::Service| {
-        (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
+        s.kubernetes && ((s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
     };
     if model.services.values().any(serves) {
         return None;
@@ -139,6 +149,17 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 mtls: super::authn::mtls_mode(model, class, number),
                 ingress: Some((bind, i.default_endpoint.clone())),
                 tls,
+                // istiod's findOrCreateService: a service of the workload
+                // whose target port is the listener's, at the listener's
+                // port number.
+                service: model
+                    .services
+                    .values()
+                    .filter(|s| {
+                        (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
+                    })
+                    .find(|s| s.ports.iter().any(|sp| sp.target_port.unwrap_or(sp.port) == number))
+                    .map(|s| (s.hostname.clone(), number)),
             });
         }
         return ports.into_values().collect();
@@ -169,6 +190,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 mtls: super::authn::mtls_mode(model, class, target),
                 ingress: None,
                 tls: None,
+                service: Some((svc.hostname.clone(), p.port)),
             });
         }
     }
@@ -197,14 +219,19 @@ pub(crate) fn inbound_hosts(model: &Model, class: &ProxyClass, port: u16) -> Vec
 /// connection was for, leaving from 127.0.0.6 so iptables lets it through;
 /// with `inboundTrafficPolicy.mode: LOCALHOST`, a static cluster to
 /// 127.0.0.1 on the port.
-pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &InboundPort, class: &ProxyClass) -> Cluster {
+pub(crate) fn inbound_cluster(model: &Model, p: &InboundPort, class: &ProxyClass) -> Cluster {
+    let mesh = &model.mesh;
     let port = p.port;
     let name = format!("inbound|{port}||");
     // A Sidecar ingress `defaultEndpoint` (cluster_builder.go
     // `buildInboundClusterForPortOrUDS`): `127.0.0.1:N`, `0.0.0.0:N` (the
     // workload's own address) or `unix:///path`.
     let target: Option<core::Address> = match p.ingress.as_ref().map(|(_, e)| e.as_str()).unwrap_or("") {
-        "" if mesh.inbound_localhost => super::envoy::socket("127.0.0.1", u32::from(port)),
+        // (An IPv6 proxy's localhost is ::1, cluster.go's actualLocalHosts.)
+        "" if mesh.inbound_localhost => {
+            let v6 = super::family::ip_mode(&class.ips) == super::family::IpMode::V6;
+            super::envoy::socket(if v6 { "::1" } else { "127.0.0.1" }, u32::from(port))
+        }
         "" => None,
         e if e.starts_with("unix://") => Some(core::Address {
             address: Some(core::address::Address::Pipe(core::Pipe {
@@ -262,8 +289,38 @@ pub(crate) fn inbound_cluster(mesh: &crate::meshconfig::MeshSettings, p: &Inboun
     // downstream's on a sniffed port), circuit breakers, the mesh's TCP
     // keepalive: istiod's buildCluster and applyConnectionPool.
     let up = super::traffic_policy::Upstream { protocol: p.protocol, sniffs: true, outbound: false };
-    super::traffic_policy::connection(&mut c, mesh, up, None, None);
+    let policy = inbound_policy(model, p, class);
+    let (cp, budget) = (policy.connection_pool.as_ref(), policy.retry_budget.as_ref());
+    super::traffic_policy::connection(&mut c, mesh, up, cp, budget);
     c
+}
+
+/// What shapes an inbound cluster's connection pool (cluster_builder.go
+/// `buildInboundCluster`): the DestinationRule of its first service as the
+/// workload's namespace sees it (workload selectors are for clients), at
+/// the service port; the mesh's `defaultTrafficPolicy` below it; the
+/// Sidecar's `connectionPool` for the port, else its
+/// `inboundConnectionPool`, over both.
+fn inbound_policy(
+    model: &Model,
+    p: &InboundPort,
+    class: &ProxyClass,
+) -> istiod_config::istio::networking::TrafficPolicy {
+    use istiod_config::istio::networking::TrafficPolicy;
+    let rule = p.service.as_ref().and_then(|(host, port)| {
+        let i = model.rule_index_for(&class.namespace, &[], host)?;
+        let tp = model.destination_rules().get(i).rule.traffic_policy.clone()?;
+        Some(super::traffic_policy::for_port(&tp, *port).0)
+    });
+    let mut policy: TrafficPolicy = rule.unwrap_or_default();
+    super::traffic_policy::seed(&mut policy, &model.mesh.default_traffic_policy);
+    if let Some(sc) = super::scope::sidecar(model, class) {
+        let own = sc.ingress.iter().find(|i| i.port.as_ref().is_some_and(|x| x.number == u32::from(p.port)));
+        if let Some(cp) = own.and_then(|i| i.connection_pool.clone()).or_else(|| sc.inbound_connection_pool.clone()) {
+            policy.connection_pool = Some(cp);
+        }
+    }
+    policy
 }
 
 /// istiod's `TrustDomainsForValidation`: the trust domain, its aliases and

@@ -47,6 +47,26 @@ pub fn for_port(policy: &TrafficPolicy, port: u16) -> (TrafficPolicy, bool) {
     }
 }
 
+/// istiod's `applyDefaultTrafficPolicy`: meshConfig
+/// `defaultTrafficPolicy`'s connection pool and outlier detection where
+/// the port's policy has none (before a subset's merge).
+pub fn seed(p: &mut TrafficPolicy, baseline: &crate::meshconfig::DefaultTrafficPolicy) {
+    if p.connection_pool.is_none() {
+        p.connection_pool.clone_from(&baseline.connection_pool);
+    }
+    if p.outlier_detection.is_none() {
+        p.outlier_detection.clone_from(&baseline.outlier_detection);
+    }
+}
+
+/// The policy of a cluster no DestinationRule shapes: the mesh's
+/// baseline, if it sets anything.
+pub fn baseline(b: &crate::meshconfig::DefaultTrafficPolicy) -> Option<TrafficPolicy> {
+    let mut p = TrafficPolicy::default();
+    seed(&mut p, b);
+    (p.connection_pool.is_some() || p.outlier_detection.is_some()).then_some(p)
+}
+
 /// A subset's policy `over` on top of `base` (istiod's
 /// `MergeTrafficPolicy`): field by field, or, where the subset's comes
 /// from its port-level settings, those four fields whole.
@@ -305,8 +325,14 @@ fn keepalive(c: &mut Cluster, k: &istiod_config::istio::networking::TcpKeepalive
 /// The policy in force for one port and subset of a DestinationRule:
 /// the top-level policy with its port-level settings, overridden by the
 /// subset's (with its own port-level settings).
-pub fn effective(dr: &istiod_config::istio::networking::DestinationRule, port: u16, subset: &str) -> TrafficPolicy {
-    let top = dr.traffic_policy.as_ref().map(|p| for_port(p, port).0).unwrap_or_default();
+pub fn effective(
+    dr: &istiod_config::istio::networking::DestinationRule,
+    port: u16,
+    subset: &str,
+    baseline: &crate::meshconfig::DefaultTrafficPolicy,
+) -> TrafficPolicy {
+    let mut top = dr.traffic_policy.as_ref().map(|p| for_port(p, port).0).unwrap_or_default();
+    seed(&mut top, baseline);
     match dr.subsets.iter().find(|s| s.name == subset).and_then(|s| s.traffic_policy.as_ref()) {
         Some(sp) => {
             let (over, port_level) = for_port(sp, port);

@@ -149,7 +149,7 @@ fn upstream_tcp_keepalive() {
         .expect("rule")
     };
     let through = |mesh_time: Option<&str>, x: &str| {
-        let policy = effective(&rule(x), 8080, "foobar");
+        let policy = effective(&rule(x), 8080, "foobar", &Default::default());
         keepalive(mesh_time, policy.connection_pool)
     };
     assert_eq!(through(None, "{}"), None, "unset");
@@ -227,9 +227,9 @@ fn port_level_settings_do_not_inherit() {
          - port: {number: 80}\n    connectionPool: {http: {idleTimeout: 30s}}\n",
     )
     .expect("rule");
-    let on_80 = effective(&dr, 80, "");
+    let on_80 = effective(&dr, 80, "", &Default::default());
     assert!(on_80.load_balancer.is_none() && on_80.connection_pool.is_some());
-    let on_81 = effective(&dr, 81, "");
+    let on_81 = effective(&dr, 81, "", &Default::default());
     assert!(on_81.load_balancer.is_some() && on_81.connection_pool.is_none());
 }
 
@@ -309,4 +309,141 @@ fn proxyless_grpc_clusters_balance_and_cap_as_grpcgen() {
     assert_eq!(grpc(RingHash, false, None).0, RingHash as i32);
     assert_eq!(grpc(Maglev, false, None).0, Maglev as i32);
     assert_eq!(grpc(LeastRequest, false, Some("http: {http2MaxRequests: 7}")).1, Some(Some(7)));
+}
+
+/// `TestApplyDefaultTrafficPolicy` (cluster_traffic_policy_test.go): the
+/// mesh's baseline where the rule's policy sets no connection pool or
+/// outlier detection, never over what it sets.
+#[test]
+fn upstream_apply_default_traffic_policy() {
+    use crate::meshconfig::DefaultTrafficPolicy;
+    let mesh_pool = pool("{tcp: {maxConnections: 100}}");
+    let mesh_outlier: OutlierDetection = serde_yaml_ng::from_str("{consecutive5xxErrors: 5}").unwrap();
+    let dr_pool = pool("{tcp: {maxConnections: 7}}");
+    let dr_outlier: OutlierDetection = serde_yaml_ng::from_str("{consecutive5xxErrors: 9}").unwrap();
+    let both = DefaultTrafficPolicy {
+        connection_pool: Some(mesh_pool.clone()),
+        outlier_detection: Some(mesh_outlier.clone()),
+    };
+    let policy = |cp: Option<&ConnectionPoolSettings>, od: Option<&OutlierDetection>| TrafficPolicy {
+        connection_pool: cp.cloned(),
+        outlier_detection: od.cloned(),
+        ..Default::default()
+    };
+    // "no mesh default, nil policy stays nil"
+    assert_eq!(baseline(&DefaultTrafficPolicy::default()), None);
+    // "no mesh default leaves DR policy untouched"
+    let mut p = policy(Some(&dr_pool), None);
+    seed(&mut p, &DefaultTrafficPolicy::default());
+    assert_eq!(p, policy(Some(&dr_pool), None));
+    // "no DR inherits both baseline blocks"
+    assert_eq!(baseline(&both), Some(policy(Some(&mesh_pool), Some(&mesh_outlier))));
+    // "DR connectionPool overrides, outlier inherited"
+    let mut p = policy(Some(&dr_pool), None);
+    seed(&mut p, &both);
+    assert_eq!(p, policy(Some(&dr_pool), Some(&mesh_outlier)));
+    // "DR sets both, baseline ignored"
+    let mut p = policy(Some(&dr_pool), Some(&dr_outlier));
+    seed(&mut p, &both);
+    assert_eq!(p, policy(Some(&dr_pool), Some(&dr_outlier)));
+    // "baseline only connectionPool, DR sets outlier"
+    let only_pool = DefaultTrafficPolicy { connection_pool: Some(mesh_pool.clone()), outlier_detection: None };
+    let mut p = policy(None, Some(&dr_outlier));
+    seed(&mut p, &only_pool);
+    assert_eq!(p, policy(Some(&mesh_pool), Some(&dr_outlier)));
+}
+
+/// `TestConnectionPoolSettings` (cluster_test.go), as served: a rule's
+/// connection pool shapes the outbound cluster and the inbound clusters
+/// of the workloads it serves; a Sidecar's `inboundConnectionPool`, and
+/// an ingress listener's `connectionPool` for its port, override it
+/// inbound only. And the mesh's `defaultTrafficPolicy` below all of them.
+#[test]
+fn upstream_connection_pool_settings() {
+    use istiod_xds_api::snapshot::Kind;
+    let basic = "{http: {http1MaxPendingRequests: 1, http2MaxRequests: 2, maxRequestsPerConnection: 3, maxRetries: 4}, \
+        tcp: {maxConnections: 1, connectTimeout: 2s, tcpKeepalive: {probes: 3, time: 4s, interval: 5s}, maxConnectionDuration: 6s}}";
+    let over = "{http: {http1MaxPendingRequests: 5, http2MaxRequests: 6, maxRequestsPerConnection: 7, maxRetries: 8}, \
+        tcp: {maxConnections: 4, connectTimeout: 5s, tcpKeepalive: {probes: 6, time: 7s, interval: 8s}, maxConnectionDuration: 9s}}";
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: app, namespace: default}\n\
+        spec: {clusterIP: 10.0.0.9, selector: {app: app}, ports: [{port: 10001, name: http}, {port: 10002, name: tcp}]}\n";
+    let rule = |pool: &str| {
+        let tp = if pool.is_empty() { String::new() } else { format!(", trafficPolicy: {{connectionPool: {pool}}}") };
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: app, namespace: default}}\n\
+             spec: {{host: app.default.svc.cluster.local{tp}}}\n"
+        )
+    };
+    let sidecar = |spec: &str| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: default}}\nspec: {spec}\n"
+        )
+    };
+    let ingress = |pool: &str| {
+        format!(
+            "ingress: [{{port: {{number: 10001, protocol: HTTP, name: http}}, connectionPool: {pool}}}, \
+             {{port: {{number: 10002, protocol: TCP, name: tcp}}}}]"
+        )
+    };
+    // (case, objects, mesh, [outbound, inbound 10001, inbound 10002] as
+    // the pools expected: None is istiod's unlimited default.)
+    let cases: Vec<(&str, String, &str, [Option<&str>; 3])> = vec![
+        ("no settings", rule(""), "", [None, None, None]),
+        ("destination rule settings no sidecar", rule(basic), "", [Some(basic), Some(basic), Some(basic)]),
+        (
+            "sidecar settings no destination rule",
+            rule("") + &sidecar(&format!("{{inboundConnectionPool: {basic}}}")),
+            "",
+            [None, Some(basic), Some(basic)],
+        ),
+        (
+            "sidecar overrides destination rule for inbound listeners",
+            rule(basic) + &sidecar(&format!("{{inboundConnectionPool: {over}}}")),
+            "",
+            [Some(basic), Some(over), Some(over)],
+        ),
+        (
+            "sidecar per-port rules override top-level rules",
+            rule("") + &sidecar(&format!("{{inboundConnectionPool: {basic}, {}}}", ingress(over))),
+            "",
+            [None, Some(over), Some(basic)],
+        ),
+        (
+            "sidecar per-port rules with destination rule default",
+            rule(basic) + &sidecar(&format!("{{{}}}", ingress(over))),
+            "",
+            [Some(basic), Some(over), Some(basic)],
+        ),
+        (
+            "the mesh's defaultTrafficPolicy under no rule",
+            String::new(),
+            "defaultTrafficPolicy: {connectionPool: {tcp: {maxConnections: 4}, http: {http2MaxRequests: 6, http1MaxPendingRequests: 5, maxRetries: 8}}}",
+            [Some("{tcp: {maxConnections: 4}, http: {http2MaxRequests: 6, http1MaxPendingRequests: 5, maxRetries: 8}}");
+                3],
+        ),
+    ];
+    for (name, objects, mesh, want) in cases {
+        let model = std::sync::Arc::new(crate::testing::model_in(mesh, &format!("{service}{objects}")));
+        let proxy = crate::testing::class("default", &[("app", "app")]);
+        let names = ["outbound|10001||app.default.svc.cluster.local", "inbound|10001||", "inbound|10002||"];
+        for (cluster, want) in names.into_iter().zip(want) {
+            let body = crate::testing::served(&model, &proxy, Kind::Cluster, cluster)
+                .unwrap_or_else(|| panic!("{name}: {cluster}"));
+            let c = Cluster::decode(body).unwrap();
+            let t = &c.circuit_breakers.as_ref().unwrap().thresholds[0];
+            let limits =
+                [&t.max_connections, &t.max_pending_requests, &t.max_requests, &t.max_retries].map(|v| v.unwrap_or(0));
+            let expected = match want {
+                // istiod's getDefaultCircuitBreakerThresholds.
+                None => [u32::MAX; 4],
+                Some(p) => {
+                    let p = pool(p);
+                    let (tcp, http) = (p.tcp.unwrap_or_default(), p.http.unwrap_or_default());
+                    [tcp.max_connections, http.http1_max_pending_requests, http.http2_max_requests, http.max_retries]
+                        .map(|n| n as u32)
+                }
+            };
+            assert_eq!(limits, expected, "{name}: {cluster}");
+        }
+    }
 }

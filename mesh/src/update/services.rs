@@ -46,6 +46,10 @@ impl MeshInput {
                 next.changes.touch(Dep::Workloads, ns.unwrap_or_default(), "");
             }
         }
+        let dual = |m: &Model, h: &Arc<str>| m.services.get(h).is_some_and(|s| s.kubernetes && s.vips.len() > 1);
+        if hosts.iter().any(|h| dual(&self.model, h) || dual(&model, h)) {
+            next.dual_vips = Arc::new(crate::translate::family::dual_vips(&model));
+        }
         // A service without a selector claims its endpoints' addresses as
         // its workloads' (a ServiceEntry's WorkloadEntries, a VM's).
         let claims = |m: &Model, h: &Arc<str>| m.services.get(h).is_some_and(|s| s.selector.is_empty());

@@ -28,9 +28,14 @@ fn mesh(dual_stack: bool) -> Arc<Model> {
         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: reviews-v6, namespace: default, labels: {kubernetes.io/service-name: reviews}}\n\
         addressType: IPv6\nports: [{name: tcp, port: 9000}]\n\
         endpoints: [{addresses: ['2001:1::1'], targetRef: {kind: Pod, name: reviews-1, namespace: default}}]\n---\n\
+        apiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: default}\n\
+        spec: {clusterIP: '2001:1::256', clusterIPs: ['2001:1::256', 10.0.0.2], ports: [{port: 9001, name: tcp}], selector: {app: ratings}}\n---\n\
         apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\n\
         spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n";
-    let settings = crate::meshconfig::MeshSettings { dual_stack, ..Default::default() };
+    // (The name tables' and service addresses' switch is on with it, as
+    // the binary sets it.)
+    let dns = crate::meshconfig::DnsSettings { dual_stack, ..Default::default() };
+    let settings = crate::meshconfig::MeshSettings { dual_stack, dns, ..Default::default() };
     Arc::new(Model::build_in(&objects(yaml), "cluster.local", Arc::new(settings)))
 }
 
@@ -190,4 +195,43 @@ fn upstream_dual_stack_endpoints() {
         [("128.0.0.1:9000".to_owned(), vec![]), ("2001:1::1:9000".to_owned(), vec![])],
         "the flag off"
     );
+}
+
+/// istiod's `GetAddressForProxy` and `GetExtraAddressesForProxy` per
+/// family, for an IPv4-first and an IPv6-first dual-stack Service: an IPv6
+/// proxy listens on the IPv6 cluster IP; a dual-stack proxy on the first
+/// one, the others additional under ISTIO_DUAL_STACK, else none of the
+/// other family; an IPv4 proxy on the IPv4 one. (The listener keeps the
+/// IPv4 proxies' name.)
+#[test]
+fn service_listeners_follow_the_proxys_family() {
+    for (dual_stack, ips, name, address, additional) in [
+        (true, V4, "10.0.0.1_9000", "10.0.0.1:9000", vec![]),
+        (true, V4, "10.0.0.2_9001", "10.0.0.2:9001", vec![]),
+        (true, V6, "10.0.0.1_9000", "2001:1::255:9000", vec![]),
+        (true, V6, "10.0.0.2_9001", "2001:1::256:9001", vec![]),
+        (true, DUAL, "10.0.0.2_9001", "2001:1::256:9001", vec!["10.0.0.2:9001"]),
+        (false, DUAL, "10.0.0.2_9001", "2001:1::256:9001", vec![]),
+        (false, DUAL, "10.0.0.1_9000", "10.0.0.1:9000", vec![]),
+    ] {
+        let l = listener_of(&mesh(dual_stack), ips, name);
+        assert_eq!(ip(&l.address), address, "{name} {ips:?} {dual_stack}");
+        assert_eq!(extra(&l), additional, "{name} {ips:?} {dual_stack}");
+    }
+}
+
+/// istiod's wildcard binds (`buildSidecarOutboundListeners`,
+/// `actualWildcards`): a listener on `0.0.0.0` (here a ServiceEntry
+/// without addresses) is on `::` for an IPv6 proxy, and on both for a
+/// dual-stack one, with or without ISTIO_DUAL_STACK (upstream
+/// `TestOutboundListenerDualStackWildcard`).
+#[test]
+fn wildcard_listeners_follow_the_proxys_family() {
+    for (ips, address, additional) in
+        [(V4, "0.0.0.0:443", vec![]), (V6, ":::443", vec![]), (DUAL, "0.0.0.0:443", vec![":::443"])]
+    {
+        let l = listener_of(&mesh(false), ips, "0.0.0.0_443");
+        assert_eq!(ip(&l.address), address, "{ips:?}");
+        assert_eq!(extra(&l), additional, "{ips:?}");
+    }
 }

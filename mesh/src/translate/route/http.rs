@@ -185,7 +185,7 @@ pub(crate) fn set_timeout(action: &mut route::RouteAction, timeout: Option<Durat
 
 pub fn hash_policy(dr: &DestinationRule, port: u16, subset: &str) -> Vec<route::route_action::HashPolicy> {
     use route::route_action::hash_policy::{ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter};
-    let policy = crate::translate::traffic_policy::effective(dr, port, subset);
+    let policy = crate::translate::traffic_policy::effective(dr, port, subset, &Default::default());
     let Some(h) = policy.load_balancer.and_then(|lb| lb.consistent_hash) else { return Vec::new() };
     let spec = if let Some(name) = h.http_header_name {
         PolicySpecifier::Header(Header { header_name: name, ..Default::default() })

@@ -201,6 +201,8 @@ pub struct Config {
     /// `PILOT_DNS_CARES_UDP_MAX_QUERIES` and `PILOT_DNS_JITTER_DURATION`:
     /// DNS clusters' resolver.
     pub dns_resolver: istiod_mesh::meshconfig::DnsResolver,
+    /// `PILOT_ENABLE_TELEMETRY_LABEL`, `PILOT_ENDPOINT_TELEMETRY_LABEL`.
+    pub telemetry_labels: (bool, bool),
     /// `PILOT_HTTP10`, `PILOT_SIDECAR_USE_REMOTE_ADDRESS`,
     /// `ENABLE_HCM_INTERNAL_NETWORKS` (all false).
     pub http_switches: (bool, bool, bool),
@@ -1007,6 +1009,10 @@ impl Config {
                 redis: vars.bool("PILOT_ENABLE_REDIS_FILTER", false)?,
             },
             eds_for_headless: vars.bool("PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES", false)?,
+            telemetry_labels: (
+                vars.bool("PILOT_ENABLE_TELEMETRY_LABEL", true)?,
+                vars.bool("PILOT_ENDPOINT_TELEMETRY_LABEL", true)?,
+            ),
             dns_resolver: istiod_mesh::meshconfig::DnsResolver {
                 udp_max_queries: vars.int("PILOT_DNS_CARES_UDP_MAX_QUERIES", 100_u32)?,
                 jitter: vars.duration("PILOT_DNS_JITTER_DURATION", Duration::from_millis(100))?,

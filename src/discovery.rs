@@ -186,7 +186,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let cluster_aliases = config.cluster_aliases.clone();
         let no_gateway_api_gateways = !config.discover_gateway_api_gateways;
         let mut dns = config.dns;
-        let (dual_stack, dns_resolver) = (dns.dual_stack, config.dns_resolver);
+        let (dual_stack, dns_resolver, telemetry_labels) =
+            (dns.dual_stack, config.dns_resolver, config.telemetry_labels);
         dns.dual_stack |= config.ambient;
         let cross_selection = config.cross_selection;
         let (unhealthy, session_labels) = (config.unhealthy, config.persistent_session_labels.clone());
@@ -220,7 +221,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.track_remaining = track_remaining;
             mesh.protocol_filters = protocol_filters;
             mesh.eds_for_headless = eds_for_headless;
-            (mesh.dual_stack, mesh.dns_resolver) = (dual_stack, dns_resolver);
+            (mesh.dual_stack, mesh.dns_resolver, mesh.telemetry_labels) = (dual_stack, dns_resolver, telemetry_labels);
             (mesh.http10, mesh.sidecar_use_remote_address, mesh.hcm_internal_networks) = http_switches;
             (mesh.metadata_exchange, mesh.alpn_filter) = (mx.0, mx.1);
             mesh.mx_additional_labels.clone_from(&mx.2);

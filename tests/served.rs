@@ -1276,3 +1276,47 @@ fn a_dual_stack_sidecar_is_served_both_families() {
     assert_eq!(got["listeners"]["0.0.0.0_80"].get("additionalAddresses"), None);
     assert_eq!(got["clusters"]["outbound|443||api.example.com"]["dnsLookupFamily"], "V4_ONLY");
 }
+
+/// istiod's telemetry metadata (`addTelemetryMetadata`,
+/// `AppendLbEndpointMetadata`), through grpcio with Envoy's field rules:
+/// clusters name their services (`istio.services`: host, name, namespace;
+/// a ServiceEntry's name is its host), outbound and inbound; endpoints
+/// their workload (`istio.workload`: the Deployment behind the Pod, its
+/// namespace, canonical service and revision, the cluster). Off with
+/// `PILOT_ENABLE_TELEMETRY_LABEL=false`.
+#[test]
+fn telemetry_metadata_is_served_as_istiod_serves_it() {
+    let objects = "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\n\
+        spec: {clusterIP: 10.0.0.1, ports: [{port: 9080, name: http}], selector: {app: reviews}}\n---\n\
+        apiVersion: v1\nkind: Pod\n\
+        metadata: {name: reviews-v1-7d9c5-x2k4p, generateName: reviews-v1-7d9c5-, namespace: default, \
+        labels: {app: reviews, version: v1, pod-template-hash: 7d9c5}, \
+        ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: reviews-v1-7d9c5, controller: true, uid: u1}]}\n\
+        spec: {containers: [{name: app}]}\nstatus: {podIP: 10.1.0.5}\n---\n\
+        apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: reviews-1, namespace: default, labels: {kubernetes.io/service-name: reviews}}\n\
+        addressType: IPv4\nports: [{name: http, port: 9080}]\n\
+        endpoints: [{addresses: [10.1.0.5], targetRef: {kind: Pod, name: reviews-v1-7d9c5-x2k4p, namespace: default}}]\n---\n\
+        apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\n\
+        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n";
+    let labels = json!({"app": "reviews", "version": "v1"});
+    let env = [("PGV", "1"), ("EDS", "1")];
+    let got = served_with("sidecar", objects, "", "default", labels.clone(), "10.1.0.5", &env);
+    assert_eq!(got["pgv_errors"], json!([]), "{}", got["pgv_errors"]);
+    let services = |cluster: &Value| cluster["metadata"]["filterMetadata"]["istio"]["services"].clone();
+    let reviews = json!([{"host": "reviews.default.svc.cluster.local", "name": "reviews", "namespace": "default"}]);
+    assert_eq!(services(&got["clusters"]["outbound|9080||reviews.default.svc.cluster.local"]), reviews);
+    assert_eq!(services(&got["clusters"]["inbound|9080||"]), reviews);
+    let api = &got["clusters"]["outbound|443||api.example.com"];
+    assert_eq!(services(api), json!([{"host": "api.example.com", "name": "api.example.com", "namespace": "default"}]));
+    let workload = |lb: &Value| lb["metadata"]["filterMetadata"]["istio"]["workload"].clone();
+    let eds = &got["endpoints"]["outbound|9080||reviews.default.svc.cluster.local"];
+    assert_eq!(workload(&eds["endpoints"][0]["lbEndpoints"][0]), "reviews-v1;default;reviews;v1;Kubernetes", "{eds}");
+    // A DNS ServiceEntry's endpoint is the entry's workload.
+    let dns = &api["loadAssignment"]["endpoints"][0]["lbEndpoints"][0];
+    assert_eq!(workload(dns), "api;default;api;;Kubernetes", "{dns}");
+    let off = [("PGV", "1"), ("EDS", "1"), ("PILOT_ENABLE_TELEMETRY_LABEL", "false")];
+    let got = served_with("sidecar", objects, "", "default", labels, "10.1.0.5", &off);
+    assert_eq!(services(&got["clusters"]["outbound|9080||reviews.default.svc.cluster.local"]), Value::Null);
+    let eds = &got["endpoints"]["outbound|9080||reviews.default.svc.cluster.local"];
+    assert_eq!(workload(&eds["endpoints"][0]["lbEndpoints"][0]), Value::Null);
+}

@@ -152,10 +152,7 @@ pub(crate) fn entry_workload(
     // The services of its namespace selecting it (Kubernetes Services too:
     // istiod's `PILOT_ENABLE_K8S_SELECT_WORKLOAD_ENTRIES`, on by default).
     w.services = entry_port_lists(&we.ports, services.in_ns(ns).filter(|s| selects(&s.selector, &labels)));
-    w.workload_name = match meta.annotations.get("istio.io/autoRegistrationGroup") {
-        Some(g) => g.clone(),
-        None => labels.get("service.istio.io/workload-name").cloned().unwrap_or_else(|| meta.name.clone()),
-    };
+    w.workload_name = istiod_config::workload::entry_workload_name(&meta.name, &meta.annotations, &labels);
     (w.canonical_name, w.canonical_revision) = canonical_service(&labels, &w.workload_name);
     let binding;
     (w.waypoint, w.application_tunnel, binding) =
@@ -263,60 +260,7 @@ fn find_port(pod: &Pod, name: &str) -> Option<u32> {
     })
 }
 
-/// The workload's name: `service.istio.io/workload-name`, else its
-/// controller's (a Deployment for a ReplicaSet with the pod's template
-/// hash, a CronJob for a Job named `<name>-<8 to 10 digits>`), else the
-/// pod's (`GetWorkloadMetaFromPod`).
-pub fn workload_name(pod: &Pod) -> String {
-    let meta = &pod.metadata;
-    if let Some(n) = meta.labels.get("service.istio.io/workload-name") {
-        return n.clone();
-    }
-    let mut name = meta.name.clone();
-    let controller = meta.owner_references.iter().find(|r| r.controller == Some(true));
-    if meta.generate_name.as_deref().is_some_and(|g| !g.is_empty())
-        && let Some(r) = controller
-    {
-        name = r.name.clone();
-        let label = |k: &str| meta.labels.get(k).filter(|v| !v.is_empty());
-        match r.kind.as_str() {
-            "ReplicaSet" => {
-                for hash in ["pod-template-hash", "rollouts-pod-template-hash"] {
-                    if let Some(h) = label(hash)
-                        && r.name.ends_with(h.as_str())
-                    {
-                        name = r.name.strip_suffix(&format!("-{h}")).unwrap_or(&r.name).to_owned();
-                        break;
-                    }
-                }
-            }
-            "ReplicationController" => {
-                if let Some(dc) = label("deploymentconfig") {
-                    name = dc.clone();
-                }
-            }
-            "Job" => {
-                if let Some((base, digits)) = r.name.rsplit_once('-')
-                    && (8..=10).contains(&digits.len())
-                    && digits.bytes().all(|b| b.is_ascii_digit())
-                    && !base.is_empty()
-                {
-                    name = base.to_owned();
-                }
-            }
-            _ => {}
-        }
-    }
-    if name.is_empty() { meta.name.clone() } else { name }
-}
-
-/// The canonical service name and revision (`kubelabels.CanonicalService`).
-pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (String, String) {
-    let first = |keys: &[&str]| keys.iter().find_map(|k| labels.get(*k).cloned());
-    let name = first(&["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"]);
-    let rev = first(&["service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"]);
-    (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
-}
+pub use istiod_config::workload::{canonical_service, workload_name};
 
 /// A workload as `/debug/ambientz` shows it (the proto's JSON names).
 pub fn describe(w: &Workload) -> Value {

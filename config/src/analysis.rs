@@ -14,11 +14,15 @@
 //! `gateway.CertificateAnalyzer`, `envoyfilter.EnvoyPatchAnalyzer`,
 //! `telemetry.ProviderAnalyzer`, `deprecation.DeprecationAnalyzer`,
 //! `sidecar.SelectorAnalyzer`, `telemetry.SelectorAnalyzer` and
-//! `auth.AuthorizationPoliciesAnalyzer`; their upstream test cases (`analyzers_test.go`
+//! `auth.AuthorizationPoliciesAnalyzer`, and (in `gateways`)
+//! `gateway.IngressGatewayPortAnalyzer`, `gateway.SecretAnalyzer` and
+//! `gateway.ConflictingGatewayAnalyzer`, and `k8sgateway.SelectorAnalyzer`
+//! and `virtualservice.JWTClaimRouteAnalyzer` (in `resources`); their upstream test cases (`analyzers_test.go`
 //! on its testdata files) are ported as data below.
 
 use serde_json::{Value, json};
 
+pub mod gateways;
 pub mod hosts;
 pub mod resources;
 
@@ -440,6 +444,12 @@ pub fn analyze(objects: &crate::objects::Objects, mesh: &Value) -> Vec<Message> 
     resources::telemetry_providers(istio, &mut out);
     resources::deprecations(istio, &mut out);
     resources::sidecar_selectors(objects, &mut out);
+    gateways::ingress_gateway_ports(objects, &mut out);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    gateways::gateway_secrets(objects, now, &mut out);
+    gateways::conflicting_gateways(objects, &mut out);
+    resources::kubernetes_gateway_selectors(objects, &mut out);
+    resources::jwt_claim_routes(objects, &mut out);
     resources::telemetry_selectors(objects, &mut out);
     // istiod's in-cluster analysis reads the built-in mesh config, whose
     // root namespace is istio-system; here the mesh's own.
@@ -991,6 +1001,154 @@ mod tests {
         assert_eq!(
             text("httpbin-empty-namespace-wide"),
             ["No matching workloads for this resource with the following labels: "]
+        );
+    }
+
+    /// What upstream's test harness adds to every case
+    /// (`AddDefaultResources`, local/defaults.go): the default ingress
+    /// gateway's Service and a pod of it.
+    const DEFAULT_INGRESS: &str = "---\napiVersion: v1\nkind: Pod\nmetadata: {labels: {istio: ingressgateway}, name: istio-ingressgateway-dummypod, namespace: istio-system}\n\
+        spec: {containers: [{name: istio-proxy}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: istio-ingressgateway, namespace: istio-system}\n\
+        spec:\n  selector: {istio: ingressgateway}\n  ports:\n\
+        \x20 - {name: http2, nodePort: 31380, port: 80, protocol: TCP, targetPort: 80}\n\
+        \x20 - {name: https, nodePort: 31390, port: 443, protocol: TCP, targetPort: 443}\n\
+        \x20 - {name: tcp, nodePort: 31400, port: 31400, protocol: TCP, targetPort: 31400}\n\
+        \x20 - {name: tls, nodePort: 31447, port: 15443, protocol: TCP, targetPort: 15443}\n";
+
+    /// `analyzed` with the harness's default resources.
+    fn analyzed_with_defaults(yaml: &str, codes: &[&str]) -> Vec<(&'static str, String)> {
+        analyzed(&format!("{yaml}\n{DEFAULT_INGRESS}"), codes)
+    }
+
+    /// Upstream's `gatewayNoWorkload`, `gatewayBadPort`, `gatewayCorrectPort`,
+    /// `gatewayCustomIngressGateway*` and `gatewayServiceMatchPod` cases
+    /// (`IngressGatewayPortAnalyzer`), on their testdata files.
+    #[test]
+    fn upstream_ingress_gateway_ports() {
+        let codes = ["IST0101", "IST0162"];
+        let cases: [(&str, &[(&str, &str)]); 8] = [
+            (include_str!("analysis/gateway-no-workload.yaml"), &[("IST0101", "default/httpbin-gateway")]),
+            (include_str!("analysis/gateway-no-port.yaml"), &[("IST0162", "default/httpbin-gateway")]),
+            (include_str!("analysis/gateway-correct-port.yaml"), &[]),
+            (include_str!("analysis/gateway-custom-ingressgateway.yaml"), &[]),
+            (
+                include_str!("analysis/gateway-custom-ingressgateway-badport.yaml"),
+                &[("IST0162", "default/httpbin-gateway")],
+            ),
+            (
+                include_str!("analysis/gateway-custom-ingressgateway-badport-notarget.yaml"),
+                &[("IST0162", "default/httpbin-gateway")],
+            ),
+            (include_str!("analysis/gateway-custom-ingressgateway-translation.yaml"), &[]),
+            (
+                include_str!("analysis/gateway-custom-ingressgateway-svcselector.yaml"),
+                &[("IST0162", "default/httpbin8002-gateway")],
+            ),
+        ];
+        for (i, (yaml, want)) in cases.into_iter().enumerate() {
+            let msgs = analyze(&parse_objects(&format!("{yaml}\n{DEFAULT_INGRESS}")), &Value::Null);
+            // (Only the port analyzer's: the others' IST0101 of the same
+            // selector are the same message, deduplicated.)
+            let got: Vec<_> = found(&msgs).into_iter().filter(|(c, _)| codes.contains(c)).collect();
+            assert_eq!(got, expect(want), "case {i}: {msgs:#?}");
+        }
+        let msgs = analyze(
+            &parse_objects(&format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/gateway-no-port.yaml"))),
+            &Value::Null,
+        );
+        let m = msgs.iter().find(|m| m.code == "IST0162").unwrap();
+        assert!(m.text.starts_with("The gateway is listening on a target port (port 8004) that is not defined in the Service associated with its workload instances (Pod selector istio=ingressgateway)."), "{}", m.text);
+    }
+
+    /// Upstream's `gatewaySecret` and `gatewaySecretValidations` cases
+    /// (`SecretAnalyzer`): credentials missing from the gateway workload's
+    /// namespace, and Secrets without a valid certificate (missing keys,
+    /// not a certificate, expired).
+    #[test]
+    fn upstream_gateway_secrets() {
+        assert_eq!(
+            analyzed_with_defaults(include_str!("analysis/gateway-secrets.yaml"), &["IST0101", "IST0161"]),
+            expect(&[
+                ("IST0101", "default/defaultgateway-bogusCredentialName"),
+                ("IST0101", "default/customgateway-wrongnamespace"),
+                ("IST0101", "default/bogusgateway"),
+            ])
+        );
+        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/gateway-secrets-validation.yaml"));
+        let msgs = analyze(&parse_objects(&yaml), &Value::Null);
+        let mut invalid: Vec<&str> = msgs.iter().filter(|m| m.code == "IST0161").map(|m| m.text.as_str()).collect();
+        invalid.sort_unstable();
+        let text = |gw: &str| {
+            format!(
+                "The credential referenced by the Gateway {gw} in namespace istio-system is invalid, which can cause the traffic not to work as expected."
+            )
+        };
+        let mut want: Vec<String> = [
+            "defaultgateway-invalid-keys",
+            "defaultgateway-missing-keys",
+            "defaultgateway-invalid-cert",
+            "defaultgateway-expired",
+        ]
+        .map(text)
+        .to_vec();
+        want.sort_unstable();
+        assert_eq!(invalid, want);
+    }
+
+    /// The certificate validity check of `ValidateCertificate`: a time
+    /// before the certificate's notBefore or after its notAfter fails.
+    #[test]
+    fn der_times_read_as_x509_times() {
+        assert_eq!(gateways::der_time_for_test(0x17, b"700101000000Z"), Some(0));
+        assert_eq!(gateways::der_time_for_test(0x18, b"20260101000000Z"), Some(1_767_225_600));
+        assert_eq!(gateways::der_time_for_test(0x17, b"491231235959Z"), Some(2_524_607_999));
+    }
+
+    /// Upstream's `conflicting gateways detect`, `gateways with different
+    /// port are non-conflicting`, `conflicting gateways with multiple port
+    /// declarations` and `conflicting gateways detect by sub selector`.
+    #[test]
+    fn upstream_conflicting_gateways() {
+        let cases: [(&str, &[(&str, &str)]); 4] = [
+            (
+                include_str!("analysis/conflicting-gateways.yaml"),
+                &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
+            ),
+            (include_str!("analysis/gateway-different-port.yaml"), &[]),
+            (
+                include_str!("analysis/conflicting-gateways-multiple-ports.yaml"),
+                &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
+            ),
+            (
+                include_str!("analysis/conflicting-gateways-subSelector.yaml"),
+                &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
+            ),
+        ];
+        for (i, (yaml, want)) in cases.into_iter().enumerate() {
+            assert_eq!(analyzed_with_defaults(yaml, &["IST0145"]), expect(want), "case {i}");
+        }
+    }
+
+    /// Upstream's `KubernetesGatewaySelector` and `virtualServiceJWTClaimRoute`.
+    #[test]
+    fn upstream_kubernetes_gateway_selectors_and_jwt_claim_routes() {
+        assert_eq!(
+            analyzed_with_defaults(include_str!("analysis/k8sgateway-selector.yaml"), &["IST0166"]),
+            expect(&[
+                ("IST0166", "default/ra-ineffective"),
+                ("IST0166", "default/ap-ineffective"),
+                ("IST0166", "default/wasmplugin-ineffective"),
+                ("IST0166", "default/telemetry-ineffective"),
+            ])
+        );
+        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/virtualservice_jwtclaimroute.yaml"));
+        let msgs = analyze(&parse_objects(&yaml), &Value::Null);
+        let jwt: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0149").collect();
+        assert_eq!(jwt.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["foo"], "{msgs:#?}");
+        assert!(
+            jwt[0].text.starts_with("The virtual service uses the JWT claim based routing (key: @request.auth.claims"),
+            "{}",
+            jwt[0].text
         );
     }
 }

@@ -38,4 +38,5 @@ pub mod meshconfig;
 pub mod meta;
 pub mod networks;
 pub mod objects;
+pub mod workload;
 pub mod yaml;

@@ -162,6 +162,11 @@ pub struct MeshSettings {
     /// DNS clusters' resolver: `PILOT_DNS_CARES_UDP_MAX_QUERIES` (100) and
     /// `PILOT_DNS_JITTER_DURATION` (100ms).
     pub dns_resolver: DnsResolver,
+    /// `PILOT_ENABLE_TELEMETRY_LABEL` (true) and
+    /// `PILOT_ENDPOINT_TELEMETRY_LABEL` (true): clusters carry their
+    /// services (`istio.services`) and endpoints their workload
+    /// (`istio.workload`) for the stats filter's labels.
+    pub telemetry_labels: (bool, bool),
     /// `ISTIO_DUAL_STACK` (false): dual-stack proxies get both families'
     /// listener addresses, passthrough bind addresses and DNS lookups, and
     /// endpoints carry every address of their pod.
@@ -444,6 +449,7 @@ impl Default for MeshSettings {
             dns_refresh_rate: std::time::Duration::from_secs(60),
             dns_resolver: DnsResolver::default(),
             dual_stack: false,
+            telemetry_labels: (true, true),
             eds_for_headless: false,
             http10: false,
             sidecar_use_remote_address: false,

@@ -4,6 +4,7 @@
 //! built for it, over dynamic messages of the complete Envoy API
 //! ([`schema`]), merged as istiod merges ([`merge`]).
 
+pub mod canonical;
 pub mod cluster;
 mod fields;
 pub mod filters;

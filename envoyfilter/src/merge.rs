@@ -7,7 +7,6 @@
 //! others. And `merge_any`, istiod's `MergeAnyWithAny`, merges two `Any`s
 //! of one type as their messages.
 
-use prost::Message;
 use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 /// How lists merge.
@@ -76,7 +75,7 @@ pub fn to_any(m: &DynamicMessage) -> DynamicMessage {
     let desc = crate::schema::message("google.protobuf.Any").expect("Any is in the schema");
     let mut any = DynamicMessage::new(desc);
     any.set_field_by_name("type_url", Value::String(format!("type.googleapis.com/{}", m.descriptor().full_name())));
-    any.set_field_by_name("value", Value::Bytes(m.encode_to_vec().into()));
+    any.set_field_by_name("value", Value::Bytes(crate::canonical::encode(m).into()));
     any
 }
 

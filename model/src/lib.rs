@@ -246,6 +246,11 @@ pub struct Endpoint {
     /// A Pod with a `subdomain`: `<hostname>.<subdomain>`, its name under
     /// a headless Service (istiod's `HostName` and `SubDomain`).
     pub dns_name: Option<Arc<str>>,
+    /// Its workload's name and namespace (istiod's `WorkloadName` and
+    /// `Namespace`: a Pod's controller, a WorkloadEntry's group or name, a
+    /// ServiceEntry's name for its DNS or inline endpoints; empty where no
+    /// workload is known), for telemetry.
+    pub workload: (Arc<str>, Arc<str>),
     /// Its other addresses: a dual-stack Pod's other IPs, under
     /// `ISTIO_DUAL_STACK`, for a Service with more than one cluster IP
     /// (istiod's `IstioEndpoint.Addresses` after the first).
@@ -298,6 +303,10 @@ pub struct Service {
     /// annotation): its clusters always take unhealthy endpoints, which
     /// spill-over needs (istiod's `ForcesSupportUnhealthyEndpoints`).
     pub prefers_near: bool,
+    /// A DNS ServiceEntry annotated `istio.io/connect-strategy:
+    /// RACE_FIRST_TCP_CONNECT` (istiod's `DNSConnectStrategy`): its
+    /// clusters are LOGICAL_DNS over both families, racing connections.
+    pub race_first_connect: bool,
 }
 
 /// Counts istiod reports as gauges, see [`Model::stats`].
@@ -1063,7 +1072,7 @@ pub fn service_entry(
         se.workload_selector.as_ref().is_some_and(|sel| sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
     };
     let select_pods = mesh.service_entry_select_pods;
-    let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = objs
+    let pods: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>, String)> = objs
         .pods
         .iter()
         .filter(|_| select_pods)
@@ -1077,36 +1086,52 @@ pub fn service_entry(
                 service_account: p.spec.service_account_name.clone().unwrap_or_default(),
                 ..Default::default()
             };
-            Some((we, &p.metadata.annotations))
+            Some((we, &p.metadata.annotations, istiod_config::workload::workload_name(p)))
         })
         .collect();
     // An entry's metadata labels count too, over its spec's (istiod's
     // `ConvertWorkloadEntry`): such entries are taken as merged copies.
     let entries = || objs.istio.iter().filter(|o| o.meta.ns() == ns);
-    let merged: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>)> = entries()
+    let merged: Vec<(networking::WorkloadEntry, &BTreeMap<String, String>, String)> = entries()
         .filter(|o| !o.meta.labels.is_empty())
         .filter_map(|o| match &o.spec {
             IstioSpec::WorkloadEntry(we) if we.serves() => {
                 let mut we = we.clone();
                 we.labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-                Some((we, &o.meta.annotations))
+                let name = istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &we.labels);
+                Some((we, &o.meta.annotations, name))
             }
             _ => None,
         })
         .collect();
-    let workloads: Vec<(&networking::WorkloadEntry, &BTreeMap<String, String>)> = match &se.workload_selector {
+    // (Each with its workload name, for telemetry: istiod's
+    // WorkloadNameFromWorkloadEntry, an inline endpoint's `<entry>-<i>`.)
+    type Selected<'w> = (&'w networking::WorkloadEntry, &'w BTreeMap<String, String>, String);
+    let workloads: Vec<Selected<'_>> = match &se.workload_selector {
         Some(_) => entries()
             .filter(|o| o.meta.labels.is_empty())
             .filter_map(|o| match &o.spec {
                 // Health checks may hold an entry out (istiod's `isHealthy`).
-                IstioSpec::WorkloadEntry(we) if we.serves() => Some((we, &o.meta.annotations)),
+                IstioSpec::WorkloadEntry(we) if we.serves() => Some((
+                    we,
+                    &o.meta.annotations,
+                    istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &we.labels),
+                )),
                 _ => None,
             })
-            .chain(merged.iter().map(|(we, a)| (we, *a)))
-            .filter(|(we, _)| selects(&we.labels))
-            .chain(pods.iter().map(|(we, a)| (we, *a)))
+            .chain(merged.iter().map(|(we, a, n)| (we, *a, n.clone())))
+            .filter(|(we, _, _)| selects(&we.labels))
+            .chain(pods.iter().map(|(we, a, n)| (we, *a, n.clone())))
             .collect(),
-        None => se.endpoints.iter().map(|we| (we, &no_annotations)).collect(),
+        None => se
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, we)| {
+                let name = format!("{}-{i}", meta.name);
+                (we, &no_annotations, istiod_config::workload::entry_workload_name(&name, &no_annotations, &we.labels))
+            })
+            .collect(),
     };
     // istiod's `ShouldV2AutoAllocateIP`: not for NONE, nor with addresses,
     // nor where the entry's label turns it off.
@@ -1139,10 +1164,11 @@ pub fn service_entry(
                         port.number
                     }) as u16
                 };
-                for &(we, annotations) in &workloads {
+                for (we, annotations, name) in &workloads {
                     let mut loc = we.locality.splitn(3, '/');
                     endpoints.push(Endpoint {
                         extra_addresses: Vec::new(),
+                        workload: (Arc::from(name.as_str()), Arc::from(ns.as_str())),
                         address: we.address.clone(),
                         service_port: port.number as u16,
                         port: target(we),
@@ -1165,6 +1191,7 @@ pub fn service_entry(
                     // DNS without endpoints: the proxy resolves the host itself.
                     endpoints.push(Endpoint {
                         extra_addresses: Vec::new(),
+                        workload: (Arc::from(meta.name.as_str()), Arc::from(ns.as_str())),
                         address: host.clone(),
                         service_port: port.number as u16,
                         port: port.number as u16,
@@ -1195,6 +1222,10 @@ pub fn service_entry(
                 endpoints,
                 auto_addresses: if allocates { allocated(host) } else { Vec::new() },
                 prefers_near: false,
+                race_first_connect: meta
+                    .annotations
+                    .get("istio.io/connect-strategy")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("RACE_FIRST_TCP_CONNECT")),
             }
         })
         .collect()
@@ -1279,6 +1310,13 @@ pub fn service(
                     endpoints.push(Endpoint {
                         address,
                         extra_addresses,
+                        // (istiod's EndpointBuilder: none without the Pod.)
+                        workload: match pod {
+                            Some(p) => {
+                                (Arc::from(istiod_config::workload::workload_name(p)), Arc::from(p.metadata.ns()))
+                            }
+                            None => (Arc::from(""), Arc::from("")),
+                        },
                         service_port: sp.port,
                         port: ep_port,
                         health,
@@ -1325,6 +1363,7 @@ pub fn service(
         endpoints,
         auto_addresses: Vec::new(),
         prefers_near: prefers_near(svc),
+        race_first_connect: false,
     }
 }
 
@@ -1398,8 +1437,10 @@ pub fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&I
             };
             let Some(port) = port else { continue };
             let mut loc = we.locality.splitn(3, '/');
+            let name = istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &labels);
             s.endpoints.push(Endpoint {
                 extra_addresses: Vec::new(),
+                workload: (Arc::from(name), Arc::from(o.meta.ns())),
                 address: we.address.clone(),
                 service_port: sp.port,
                 port,

@@ -516,6 +516,9 @@ pub(super) fn apply(
                     | "Pod"
                     | "Node"
                     | "Namespace"
+                    | "Secret"
+                    | "RequestAuthentication"
+                    | "WasmPlugin"
             )
         })
     }) {

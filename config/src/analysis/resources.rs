@@ -432,3 +432,104 @@ pub(super) fn authorization_policies(objects: &Objects, root: &str, out: &mut Ve
         }
     }
 }
+
+/// `IneffectiveSelector`.
+pub const INEFFECTIVE_SELECTOR: MessageType = MessageType { code: "IST0166", level: "Warning" };
+/// `JwtClaimBasedRoutingWithoutRequestAuthN`.
+pub const JWT_CLAIM_ROUTE_WITHOUT_AUTHN: MessageType = MessageType { code: "IST0149", level: "Error" };
+
+/// istiod's `k8sgateway.SelectorAnalyzer`: an AuthorizationPolicy,
+/// RequestAuthentication, Telemetry or WasmPlugin that selects the pods
+/// of a Kubernetes Gateway by label (it should name the Gateway with
+/// `targetRef`).
+pub(super) fn kubernetes_gateway_selectors(objects: &Objects, out: &mut Vec<Message>) {
+    const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
+    let gateway_pods: Vec<&crate::objects::Pod> =
+        objects.pods.iter().filter(|p| p.metadata.labels.contains_key(GATEWAY_NAME)).collect();
+    for o in &objects.istio {
+        // (kind, selector's labels) of a policy with a selector and no
+        // `targetRef`.
+        let policy: Option<(&'static str, BTreeMap<String, String>)> = match &o.spec {
+            IstioSpec::AuthorizationPolicy(p) if p.target_ref.is_none() => {
+                p.selector.as_ref().map(|s| ("AuthorizationPolicy", s.match_labels.clone()))
+            }
+            IstioSpec::RequestAuthentication(p) if p.target_ref.is_none() => {
+                p.selector.as_ref().map(|s| ("RequestAuthentication", s.match_labels.clone()))
+            }
+            IstioSpec::Ext(kind @ (IstioKind::Telemetry | IstioKind::WasmPlugin), spec)
+                if spec.0.get("targetRef").is_none_or(Value::is_null) =>
+            {
+                spec.0.get("selector").filter(|s| !s.is_null()).map(|s| {
+                    let labels = s["matchLabels"].as_object().into_iter().flatten();
+                    let labels = labels.map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect();
+                    (if *kind == IstioKind::Telemetry { "Telemetry" } else { "WasmPlugin" }, labels)
+                })
+            }
+            _ => None,
+        };
+        let Some((kind, selector)) = policy else { continue };
+        for pod in
+            gateway_pods.iter().filter(|p| p.metadata.ns() == o.meta.ns() && selects(&selector, &p.metadata.labels))
+        {
+            let gateway = &pod.metadata.labels[GATEWAY_NAME];
+            let text =
+                format!("Ineffective selector on Kubernetes Gateway {gateway}. Use the TargetRef field instead.");
+            out.push(Message::new(o, kind, INEFFECTIVE_SELECTOR, text));
+        }
+    }
+}
+
+/// istiod's `jwt.ToRoutingClaim(...).Match`: a header key naming a JWT
+/// claim (`@request.auth.claims.<name>` or `@request.auth.claims[<name>]`).
+fn routes_on_claim(key: &str) -> bool {
+    key.strip_prefix("@request.auth.claims").is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// istiod's `virtualservice.JWTClaimRouteAnalyzer`: a VirtualService that
+/// routes on a JWT claim through a Gateway whose pods no
+/// RequestAuthentication (of istio-system or the pod's namespace)
+/// selects, so no claim is ever there to route on.
+pub(super) fn jwt_claim_routes(objects: &Objects, out: &mut Vec<Message>) {
+    let mut authn: BTreeMap<&str, Vec<BTreeMap<String, String>>> = BTreeMap::new();
+    for o in &objects.istio {
+        if let IstioSpec::RequestAuthentication(ra) = &o.spec {
+            authn
+                .entry(o.meta.ns())
+                .or_default()
+                .push(ra.selector.as_ref().map(|s| s.match_labels.clone()).unwrap_or_default());
+        }
+    }
+    for o in &objects.istio {
+        let IstioSpec::VirtualService(vs) = &o.spec else { continue };
+        let matches = vs.http.iter().flat_map(|r| &r.matches);
+        let Some(key) =
+            matches.flat_map(|m| m.headers.keys().chain(m.without_headers.keys())).find(|k| routes_on_claim(k))
+        else {
+            continue;
+        };
+        let ns = o.meta.ns();
+        for name in vs.gateways.iter().filter(|g| *g != "mesh") {
+            let (gw_ns, gw_name) = name.split_once('/').unwrap_or((ns, name));
+            let gateway = objects.istio.iter().find_map(|g| match &g.spec {
+                IstioSpec::Gateway(gw) if g.meta.ns() == gw_ns && g.meta.name == gw_name => Some(gw),
+                _ => None,
+            });
+            let Some(gateway) = gateway else { continue };
+            for pod in objects.pods.iter().filter(|p| selects(&gateway.selector, &p.metadata.labels)) {
+                let covered = authn
+                    .get("istio-system")
+                    .into_iter()
+                    .flatten()
+                    .chain(authn.get(pod.metadata.ns()).into_iter().flatten())
+                    .any(|sel| selects(sel, &pod.metadata.labels));
+                if !covered {
+                    let text = format!(
+                        "The virtual service uses the JWT claim based routing (key: {key}) but found no request authentication for the gateway ({gw_ns}/{gw_name}) pod ({}). The request authentication must first be applied for the gateway pods to validate the JWT token and make the claims available for routing.",
+                        pod.metadata.name
+                    );
+                    out.push(Message::new(o, "VirtualService", JWT_CLAIM_ROUTE_WITHOUT_AUTHN, text));
+                }
+            }
+        }
+    }
+}

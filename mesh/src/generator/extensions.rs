@@ -124,7 +124,7 @@ pub(crate) fn body(
         Kind::ExtensionConfig => match ecds(m, class, name)? {
             Ecds::Added(applied, i) => {
                 let value = applied.of(istiod_envoyfilter::filters::ApplyTo::ExtensionConfig)[i].value.as_ref()?;
-                Some(Bytes::from(value.encode_to_vec()))
+                Some(Bytes::from(istiod_envoyfilter::canonical::encode(value)))
             }
             Ecds::Wasm(e, secret) => {
                 let secret = secret.map(String::from_utf8_lossy);

@@ -15,7 +15,6 @@ use istiod_envoyfilter::filters::{Applied, ApplyTo, Context, Operation, Patch, P
 use istiod_envoyfilter::listener as listeners;
 use istiod_envoyfilter::route as routes;
 use istiod_xds_api::snapshot::{Kind, Snapshot};
-use prost::Message;
 use prost_reflect::DynamicMessage;
 
 use super::{MeshInput, is_grpc, mesh, mix};
@@ -245,7 +244,7 @@ pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &s
     let built = if t.removed { None } else { base(snap, class, kind, name) };
     let Some(bytes) = built else {
         let c = added(&applied, class, kind).into_iter().find(|c| &*name_of(c) == name)?;
-        return Some(Bytes::from(c.encode_to_vec()));
+        return Some(Bytes::from(istiod_envoyfilter::canonical::encode(c)));
     };
     if t.patches.is_empty() {
         return Some(bytes);
@@ -279,5 +278,5 @@ pub fn body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &s
         _ => Some(routes::apply(&applied, t.ctx, resource, &t.ports, &mut outcomes)),
     };
     istiod_envoyfilter::status::record(&outcomes);
-    patched.map(|c| Bytes::from(c.encode_to_vec()))
+    patched.map(|c| Bytes::from(istiod_envoyfilter::canonical::encode(&c)))
 }

@@ -162,6 +162,7 @@ fn form(
         // istiod's applyMetadataExchange (cluster_builder.go): the peer's
         // metadata over ALPN istio-peer-exchange, for TCP telemetry.
         filters: super::telemetry::cluster_filters(mesh),
+        metadata: telemetry_metadata(mesh, [svc]),
         ..Default::default()
     };
     let (admits, panic) = Takes::of(mesh, svc, policy.as_ref());
@@ -202,7 +203,12 @@ fn form(
         Resolution::Dns | Resolution::DnsRoundRobin => {
             c.load_assignment = Some(load_assignment(&name, svc, port, labels, admits));
             resolve_by_dns(&mut c, mesh);
-            if svc.resolution == Resolution::Dns {
+            if svc.race_first_connect {
+                // istiod's RACE_FIRST_TCP_CONNECT: LOGICAL_DNS over both
+                // families, whatever the proxy's.
+                c.dns_lookup_family = cluster::DnsLookupFamily::All as i32;
+            }
+            if svc.resolution == Resolution::Dns && !svc.race_first_connect {
                 cluster::DiscoveryType::StrictDns
             } else {
                 cluster::DiscoveryType::LogicalDns
@@ -368,6 +374,36 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
     for c in std::iter::once(black_hole).chain(passthroughs).chain(dfp) {
         out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
     }
+}
+
+/// istiod's `addTelemetryMetadata` (with `PILOT_ENABLE_TELEMETRY_LABEL`):
+/// the services a cluster is for, as `istio.services` (`host`, `name`,
+/// `namespace`; a ServiceEntry's name is its host), for the stats
+/// filter's destination labels.
+pub(crate) fn telemetry_metadata<'a>(
+    mesh: &crate::meshconfig::MeshSettings,
+    services: impl IntoIterator<Item = &'a crate::model::Service>,
+) -> Option<core::Metadata> {
+    use istiod_proto::prost_types::{ListValue, Struct, Value, value::Kind};
+    if !mesh.telemetry_labels.0 {
+        return None;
+    }
+    let text = |s: &str| Value { kind: Some(Kind::StringValue(s.to_owned())) };
+    let list: Vec<Value> = services
+        .into_iter()
+        .map(|svc| {
+            let name = if svc.kubernetes { svc.name.as_str() } else { &svc.hostname };
+            let fields = BTreeMap::from([
+                ("host".to_owned(), text(&svc.hostname)),
+                ("name".to_owned(), text(name)),
+                ("namespace".to_owned(), text(&svc.namespace)),
+            ]);
+            Value { kind: Some(Kind::StructValue(Struct { fields })) }
+        })
+        .collect();
+    let services = Value { kind: Some(Kind::ListValue(ListValue { values: list })) };
+    let istio = Struct { fields: BTreeMap::from([("services".to_owned(), services)]) };
+    Some(core::Metadata { filter_metadata: BTreeMap::from([("istio".to_owned(), istio)]), ..Default::default() })
 }
 
 /// The DNS lookup family of a DNS cluster as served to IPv4 proxies (and

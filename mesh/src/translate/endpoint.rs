@@ -26,6 +26,10 @@ pub(crate) struct Takes<'a> {
     /// `PILOT_DRAINING_LABEL`: an endpoint whose workload carries it
     /// (non-empty) is draining, whatever its conditions say (empty: none).
     pub(crate) draining_label: &'a str,
+    /// With `PILOT_ENABLE_TELEMETRY_LABEL` and
+    /// `PILOT_ENDPOINT_TELEMETRY_LABEL`: the mesh's cluster, for each
+    /// endpoint's `istio.workload` metadata.
+    pub(crate) telemetry: Option<&'a str>,
 }
 
 impl<'a> Takes<'a> {
@@ -54,7 +58,8 @@ impl<'a> Takes<'a> {
         // does not keep them).
         let label = &mesh.persistent_session_labels[0];
         let draining = !label.is_empty() && svc.labels.get(label).is_some_and(|v| !v.is_empty());
-        (Takes { unhealthy, draining, draining_label: &mesh.draining_label }, panic)
+        let telemetry = (mesh.telemetry_labels == (true, true)).then_some(mesh.networks.cluster_id.as_str());
+        (Takes { unhealthy, draining, draining_label: &mesh.draining_label, telemetry }, panic)
     }
 
     /// An endpoint's health as sent (istiod's `buildEnvoyLbEndpoint`: the
@@ -75,6 +80,27 @@ impl<'a> Takes<'a> {
             Health::Terminating => false,
         }
     }
+}
+
+/// An endpoint's metadata (istiod's `AppendLbEndpointMetadata`): its
+/// `tlsMode` where it takes mesh mTLS, and, given the mesh's cluster
+/// (`telemetry`), `istio.workload`: `<workload>;<namespace>;<canonical
+/// service>;<canonical revision, empty for latest>;<cluster>`.
+fn endpoint_metadata(ep: &crate::model::Endpoint, telemetry: Option<&str>) -> Option<core::Metadata> {
+    use istiod_proto::prost_types::{Struct, Value, value::Kind};
+    let mut md = (ep.tls_mode == "istio").then(super::envoy::istio_tls_metadata);
+    if let Some(mesh_cluster) = telemetry {
+        let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(mesh_cluster, String::as_str);
+        let (workload, namespace) = (&*ep.workload.0, &*ep.workload.1);
+        let (name, revision) = istiod_config::workload::canonical_service(&ep.labels, workload);
+        let revision = if revision == "latest" { "" } else { revision.as_str() };
+        let text = format!("{workload};{namespace};{name};{revision};{cluster}");
+        let value = Value { kind: Some(Kind::StringValue(text)) };
+        md.get_or_insert_with(Default::default)
+            .filter_metadata
+            .insert("istio".to_owned(), Struct { fields: BTreeMap::from([("workload".to_owned(), value)]) });
+    }
+    md
 }
 
 /// The load assignment of `cluster`: `svc`'s endpoints on `port` that it
@@ -136,8 +162,9 @@ pub(crate) fn placed(
             })),
             health_status: health as i32,
             load_balancing_weight: Some(1),
-            // Picks the cluster's transport socket (auto mTLS).
-            metadata: (ep.tls_mode == "istio").then(super::envoy::istio_tls_metadata),
+            // Picks the cluster's transport socket (auto mTLS); and the
+            // workload for the stats filter's labels.
+            metadata: endpoint_metadata(ep, takes.telemetry),
         };
         by_locality.entry(&ep.locality).or_default().push((lb, place));
     }

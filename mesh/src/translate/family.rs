@@ -179,8 +179,11 @@ pub fn adapt(
             Some(cluster::ClusterDiscoveryType::Type(t))
                 if t == cluster::DiscoveryType::StrictDns as i32 || t == cluster::DiscoveryType::LogicalDns as i32
         );
-        if dns {
+        if dns && c.dns_lookup_family != cluster::DnsLookupFamily::All as i32 {
+            // (A RACE_FIRST_TCP_CONNECT service's ALL stays.)
             c.dns_lookup_family = mode.dns_lookup_family(mesh.dual_stack) as i32;
+        } else if dns {
+            return body;
         } else if name == "InboundPassthroughCluster" {
             // istiod's buildInboundPassthroughCluster: from ::6 without
             // IPv4, and from both on a dual-stack proxy (with or without

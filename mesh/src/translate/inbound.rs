@@ -289,6 +289,12 @@ pub(crate) fn inbound_cluster(model: &Model, p: &InboundPort, class: &ProxyClass
     // downstream's on a sniffed port), circuit breakers, the mesh's TCP
     // keepalive: istiod's buildCluster and applyConnectionPool.
     let up = super::traffic_policy::Upstream { protocol: p.protocol, sniffs: true, outbound: false };
+    // The workload's services on the port (none for a Sidecar ingress
+    // listener no service backs: istiod's dummy service is mesh-external).
+    if p.service.is_some() {
+        let hosts = inbound_hosts(model, class, p.port);
+        c.metadata = super::cluster::telemetry_metadata(mesh, hosts.iter().filter_map(|h| model.services.get(h)));
+    }
     let policy = inbound_policy(model, p, class);
     let (cp, budget) = (policy.connection_pool.as_ref(), policy.retry_budget.as_ref());
     super::traffic_policy::connection(&mut c, mesh, up, cp, budget);

@@ -40,6 +40,7 @@ fn svc(
         endpoints: Vec::new(),
         auto_addresses: Vec::new(),
         prefers_near: false,
+        race_first_connect: false,
     }
 }
 
@@ -74,6 +75,7 @@ fn instance(s: &mut Service, pod: (&str, &str, &str, &str), dns: Option<&str>, h
             network: network.into(),
             dns_name: dns.map(Arc::from),
             extra_addresses: Vec::new(),
+            workload: (Arc::from(""), Arc::from("")),
         });
     }
 }

@@ -235,3 +235,20 @@ fn wildcard_listeners_follow_the_proxys_family() {
         assert_eq!(extra(&l), additional, "{ips:?}");
     }
 }
+
+/// istiod's `istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT` on a DNS
+/// ServiceEntry (cluster_builder.go `buildCluster`, `convertResolution`):
+/// a LOGICAL_DNS cluster resolving both families, for every proxy.
+#[test]
+fn race_first_connect_resolves_both_families() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\n\
+        metadata: {name: api, namespace: default, annotations: {istio.io/connect-strategy: RACE_FIRST_TCP_CONNECT}}\n\
+        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n";
+    let model = Arc::new(Model::build_in(&objects(yaml), "cluster.local", Arc::new(Default::default())));
+    for ips in [V4, V6, DUAL] {
+        let c = cluster_of(&model, ips, "outbound|443||api.example.com");
+        let logical = cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::LogicalDns as i32);
+        assert_eq!(c.cluster_discovery_type, Some(logical), "{ips:?}");
+        assert_eq!(c.dns_lookup_family, cluster::DnsLookupFamily::All as i32, "{ips:?}");
+    }
+}

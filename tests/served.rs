@@ -1283,7 +1283,9 @@ fn a_dual_stack_sidecar_is_served_both_families() {
 /// a ServiceEntry's name is its host), outbound and inbound; endpoints
 /// their workload (`istio.workload`: the Deployment behind the Pod, its
 /// namespace, canonical service and revision, the cluster). Off with
-/// `PILOT_ENABLE_TELEMETRY_LABEL=false`.
+/// `PILOT_ENABLE_TELEMETRY_LABEL=false`. And the other `istio` keys:
+/// `alpn_override` under TLS origination, `external` for a mesh-external
+/// service.
 #[test]
 fn telemetry_metadata_is_served_as_istiod_serves_it() {
     let objects = "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\n\
@@ -1297,7 +1299,9 @@ fn telemetry_metadata_is_served_as_istiod_serves_it() {
         addressType: IPv4\nports: [{name: http, port: 9080}]\n\
         endpoints: [{addresses: [10.1.0.5], targetRef: {kind: Pod, name: reviews-v1-7d9c5-x2k4p, namespace: default}}]\n---\n\
         apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\n\
-        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n";
+        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n---\n\
+        apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: default}\n\
+        spec: {host: api.example.com, trafficPolicy: {tls: {mode: SIMPLE}}}\n";
     let labels = json!({"app": "reviews", "version": "v1"});
     let env = [("PGV", "1"), ("EDS", "1")];
     let got = served_with("sidecar", objects, "", "default", labels.clone(), "10.1.0.5", &env);
@@ -1308,6 +1312,13 @@ fn telemetry_metadata_is_served_as_istiod_serves_it() {
     assert_eq!(services(&got["clusters"]["inbound|9080||"]), reviews);
     let api = &got["clusters"]["outbound|443||api.example.com"];
     assert_eq!(services(api), json!([{"host": "api.example.com", "name": "api.example.com", "namespace": "default"}]));
+    // TLS origination keeps the application's ALPN (AddALPNOverrideToMetadata);
+    // a mesh-external service is marked for metadata exchange.
+    let istio = &api["metadata"]["filterMetadata"]["istio"];
+    assert_eq!((&istio["alpn_override"], &istio["external"]), (&json!("false"), &json!(true)), "{istio}");
+    let reviews_md =
+        &got["clusters"]["outbound|9080||reviews.default.svc.cluster.local"]["metadata"]["filterMetadata"]["istio"];
+    assert_eq!((reviews_md.get("alpn_override"), reviews_md.get("external")), (None, None), "{reviews_md}");
     let workload = |lb: &Value| lb["metadata"]["filterMetadata"]["istio"]["workload"].clone();
     let eds = &got["endpoints"]["outbound|9080||reviews.default.svc.cluster.local"];
     assert_eq!(workload(&eds["endpoints"][0]["lbEndpoints"][0]), "reviews-v1;default;reviews;v1;Kubernetes", "{eds}");

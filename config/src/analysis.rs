@@ -1076,6 +1076,7 @@ mod tests {
         );
         let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/gateway-secrets-validation.yaml"));
         let msgs = analyze(&parse_objects(&yaml), &Value::Null);
+        assert!(msgs.iter().filter(|m| m.code == "IST0161").all(|m| m.kind == "Gateway"), "on the Gateway: {msgs:#?}");
         let mut invalid: Vec<&str> = msgs.iter().filter(|m| m.code == "IST0161").map(|m| m.text.as_str()).collect();
         invalid.sort_unstable();
         let text = |gw: &str| {

@@ -131,8 +131,8 @@ pub struct MeshSettings {
     pub tcp_keepalive: Option<crate::istio::networking::TcpKeepalive>,
     /// `defaultTrafficPolicy`: the connection pool and outlier detection
     /// every cluster takes where its DestinationRule sets none (istiod's
-    /// `applyDefaultTrafficPolicy`; the pool also caps the passthrough
-    /// cluster and inbound clusters).
+    /// `applyDefaultTrafficPolicy`; the pool also caps inbound clusters
+    /// and the passthrough clusters' circuit breakers).
     pub default_traffic_policy: DefaultTrafficPolicy,
     /// `PILOT_DISABLE_MX_ALPN` (false): mesh mTLS offers no
     /// `istio-peer-exchange` ALPN.

@@ -1098,7 +1098,8 @@ pub fn service_entry(
             IstioSpec::WorkloadEntry(we) if we.serves() => {
                 let mut we = we.clone();
                 we.labels.extend(o.meta.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-                let name = istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &we.labels);
+                let name =
+                    istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &o.meta.labels);
                 Some((we, &o.meta.annotations, name))
             }
             _ => None,
@@ -1115,7 +1116,7 @@ pub fn service_entry(
                 IstioSpec::WorkloadEntry(we) if we.serves() => Some((
                     we,
                     &o.meta.annotations,
-                    istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &we.labels),
+                    istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &o.meta.labels),
                 )),
                 _ => None,
             })
@@ -1129,7 +1130,12 @@ pub fn service_entry(
             .enumerate()
             .map(|(i, we)| {
                 let name = format!("{}-{i}", meta.name);
-                (we, &no_annotations, istiod_config::workload::entry_workload_name(&name, &no_annotations, &we.labels))
+                // (Its metadata labels, which an inline endpoint has none of.)
+                (
+                    we,
+                    &no_annotations,
+                    istiod_config::workload::entry_workload_name(&name, &no_annotations, &no_annotations),
+                )
             })
             .collect(),
     };
@@ -1437,7 +1443,7 @@ pub fn select_workload_entries(s: &mut Service, svc: &KubeService, entries: &[&I
             };
             let Some(port) = port else { continue };
             let mut loc = we.locality.splitn(3, '/');
-            let name = istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &labels);
+            let name = istiod_config::workload::entry_workload_name(&o.meta.name, &o.meta.annotations, &o.meta.labels);
             s.endpoints.push(Endpoint {
                 extra_addresses: Vec::new(),
                 workload: (Arc::from(name), Arc::from(o.meta.ns())),

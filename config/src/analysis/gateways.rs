@@ -57,7 +57,14 @@ pub(super) fn ingress_gateway_ports(objects: &Objects, out: &mut Vec<Message>) {
                 .filter(|s| s.metadata.ns() == pod.metadata.ns() && selects(&s.spec.selector, &pod.metadata.labels));
             // (The API server defaults a port's protocol to TCP.)
             for p in services.flat_map(|s| &s.spec.ports).filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP") {
-                match &p.target_port {
+                // (Go's IntValue: a string target port that is a number
+                // counts as one.)
+                let target = match &p.target_port {
+                    Some(IntOrString::Int(t)) => *t,
+                    Some(IntOrString::String(s)) => s.parse().unwrap_or(0),
+                    None => 0,
+                };
+                match Some(IntOrString::Int(target)).as_ref() {
                     Some(IntOrString::Int(t)) if *t != 0 => {
                         targets.insert(*t as u32);
                         mapped.insert(u32::from(p.port));
@@ -177,8 +184,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 /// istiod's `gateway.SecretAnalyzer`: a TLS server's `credentialName` no
 /// Secret of the gateway workload's namespace has (IST0101 on the
 /// Gateway), or one that holds no currently valid certificate (IST0161,
-/// reported on the Secret, which istiod only logs); a selector matching
-/// no pod (IST0101).
+/// on the Gateway too); a selector matching no pod (IST0101).
 pub(super) fn gateway_secrets(objects: &Objects, now: i64, out: &mut Vec<Message>) {
     for (o, gw) in gateways(&objects.istio) {
         // The namespace of the first pod the selector matches.
@@ -204,14 +210,7 @@ pub(super) fn gateway_secrets(objects: &Objects, now: i64, out: &mut Vec<Message
                     "The credential referenced by the Gateway {} in namespace {ns} is invalid, which can cause the traffic not to work as expected.",
                     o.meta.name
                 );
-                out.push(Message {
-                    kind: "Secret",
-                    namespace: secret.metadata.ns().to_owned(),
-                    name: secret.metadata.name.clone(),
-                    code: INVALID_GATEWAY_CREDENTIAL.code,
-                    level: INVALID_GATEWAY_CREDENTIAL.level,
-                    text,
-                });
+                out.push(Message::new(o, "Gateway", INVALID_GATEWAY_CREDENTIAL, text));
             }
         }
     }

@@ -482,7 +482,16 @@ pub(super) fn kubernetes_gateway_selectors(objects: &Objects, out: &mut Vec<Mess
 /// istiod's `jwt.ToRoutingClaim(...).Match`: a header key naming a JWT
 /// claim (`@request.auth.claims.<name>` or `@request.auth.claims[<name>]`).
 fn routes_on_claim(key: &str) -> bool {
-    key.strip_prefix("@request.auth.claims").is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+    const PREFIX: &str = "@request.auth.claims";
+    let Some(rest) = key.get(..PREFIX.len()).filter(|p| p.eq_ignore_ascii_case(PREFIX)).map(|_| &key[PREFIX.len()..])
+    else {
+        return false;
+    };
+    match rest.as_bytes().first() {
+        Some(b'.') => rest.len() > 1,
+        Some(b'[') => rest.ends_with(']') && rest.len() > 2,
+        _ => false,
+    }
 }
 
 /// istiod's `virtualservice.JWTClaimRouteAnalyzer`: a VirtualService that

@@ -15,6 +15,7 @@ use istiod_proto::envoy::config::core::v3 as core;
 use istiod_proto::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use istiod_proto::prost::Message;
 use istiod_proto::prost_types::Duration;
+use istiod_proto::prost_types::value::Kind as Kind_;
 use istiod_xds_api::snapshot::Kind;
 
 use super::endpoint::{Takes, load_assignment, placed};
@@ -165,7 +166,12 @@ fn form(
         metadata: telemetry_metadata(mesh, [svc]),
         ..Default::default()
     };
-    let (admits, panic) = Takes::of(mesh, svc, policy.as_ref());
+    // (Which endpoints are sent, and locality failover, follow the rule
+    // alone: istiod's endpoint builder reads it without the mesh's
+    // baseline.)
+    let unseeded = rule.map(|r| traffic_policy::effective(&r.rule, port, subset, &Default::default()));
+    let (admits, _) = Takes::of(mesh, svc, unseeded.as_ref());
+    let (_, panic) = Takes::of(mesh, svc, policy.as_ref());
     let mut endpoints = None;
     let mut split = None;
     // istiod's convertResolution: a Kubernetes headless service is EDS
@@ -245,6 +251,19 @@ fn form(
         c.common_lb_config.get_or_insert_with(Default::default).override_host_status =
             Some(HealthStatusSet { statuses: statuses.map(|s| s as i32).to_vec() });
     }
+    // istiod's AddALPNOverrideToMetadata (TLS origination keeps the
+    // application's ALPN: the ALPN filter reads it) and the mesh-external
+    // mark metadata exchange reads.
+    let originates = policy.as_ref().and_then(|p| p.tls.as_ref()).is_some_and(|t| {
+        use istiod_config::istio::networking::ClientTlsMode;
+        matches!(t.mode, ClientTlsMode::Simple | ClientTlsMode::Mutual)
+    });
+    if originates {
+        istio_field(&mut c, "alpn_override", Kind_::StringValue("false".into()));
+    }
+    if svc.mesh_external {
+        istio_field(&mut c, "external", Kind_::BoolValue(true));
+    }
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset, alpn(h2));
     }
@@ -291,7 +310,7 @@ fn form(
         })
         .filter(|r| *r != c)
         .map(|r| Bytes::from(r.encode_to_vec()));
-    let outlier_detection = policy.as_ref().is_some_and(|p| p.outlier_detection.is_some());
+    let outlier_detection = unseeded.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -369,11 +388,28 @@ pub fn fixed(mesh: &crate::meshconfig::MeshSettings, out: &mut super::Resources)
             )]);
         }
         let up = traffic_policy::Upstream { protocol: Protocol::Tcp, sniffs: false, outbound: false };
-        traffic_policy::connection(c, mesh, up, None, None);
+        // The passthrough clusters are capped by the mesh's baseline pool
+        // (buildDefaultPassthroughCluster; the dynamic forward proxy's not).
+        // Only its circuit breakers, connect timeout and keepalive: istiod
+        // applies it to a throwaway wrapper, keeping the passthrough HTTP
+        // options.
+        let pool =
+            (c.name != super::dfp::CLUSTER).then_some(mesh.default_traffic_policy.connection_pool.as_ref()).flatten();
+        let options = c.typed_extension_protocol_options.clone();
+        traffic_policy::connection(c, mesh, up, pool, None);
+        c.typed_extension_protocol_options = options;
     }
     for c in std::iter::once(black_hole).chain(passthroughs).chain(dfp) {
         out.insert((Kind::Cluster, c.name.as_str().into()), Bytes::from(c.encode_to_vec()));
     }
+}
+
+/// Sets `key` in the cluster's `istio` metadata (istiod's
+/// `getOrCreateIstioMetadata`).
+fn istio_field(c: &mut Cluster, key: &str, value: Kind_) {
+    let md = c.metadata.get_or_insert_with(Default::default);
+    let istio = md.filter_metadata.entry("istio".to_owned()).or_default();
+    istio.fields.insert(key.to_owned(), istiod_proto::prost_types::Value { kind: Some(value) });
 }
 
 /// istiod's `addTelemetryMetadata` (with `PILOT_ENABLE_TELEMETRY_LABEL`):

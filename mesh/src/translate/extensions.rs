@@ -246,7 +246,10 @@ pub fn ecds_config(e: &Extension, pull_secret: Option<&str>) -> Option<Vec<u8>> 
             }
             let typed = core::TypedExtensionConfig {
                 name: e.resource_name.clone(),
-                typed_config: Some(Any { type_url: type_url.into(), value: wasm.encode_to_vec() }),
+                typed_config: Some(Any {
+                    type_url: type_url.into(),
+                    value: istiod_envoyfilter::canonical::encode(&wasm),
+                }),
             };
             Some(typed.encode_to_vec())
         }

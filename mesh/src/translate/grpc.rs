@@ -100,6 +100,9 @@ pub fn for_grpc_client(
     c.filters.clear();
     c.typed_extension_protocol_options.clear();
     c.upstream_connection_options = None;
+    // (grpcgen's clusters carry no Istio metadata nor outlier detection.)
+    c.metadata = None;
+    c.outlier_detection = None;
     let kept = match LbPolicy::try_from(c.lb_policy) {
         Ok(LbPolicy::LeastRequest) => least_request,
         Ok(LbPolicy::RingHash | LbPolicy::Maglev) => true,

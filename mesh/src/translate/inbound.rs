@@ -291,9 +291,19 @@ pub(crate) fn inbound_cluster(model: &Model, p: &InboundPort, class: &ProxyClass
     let up = super::traffic_policy::Upstream { protocol: p.protocol, sniffs: true, outbound: false };
     // The workload's services on the port (none for a Sidecar ingress
     // listener no service backs: istiod's dummy service is mesh-external).
-    if p.service.is_some() {
-        let hosts = inbound_hosts(model, class, p.port);
-        c.metadata = super::cluster::telemetry_metadata(mesh, hosts.iter().filter_map(|h| model.services.get(h)));
+    // istiod lists the first one's and those of the same service port
+    // (addTelemetryMetadata), none where the first is mesh-external; a
+    // Sidecar ingress port, its one service.
+    if let Some((first, service_port)) = &p.service
+        && let Some(svc) = model.services.get(first).filter(|s| !s.mesh_external)
+    {
+        let others = match p.ingress {
+            Some(_) => Vec::new(),
+            None => inbound_hosts(model, class, p.port),
+        };
+        let same_port = |s: &&crate::model::Service| s.ports.iter().any(|sp| sp.port == *service_port);
+        let rest = others.iter().filter(|h| *h != first).filter_map(|h| model.services.get(h)).filter(same_port);
+        c.metadata = super::cluster::telemetry_metadata(mesh, std::iter::once(svc).chain(rest));
     }
     let policy = inbound_policy(model, p, class);
     let (cp, budget) = (policy.connection_pool.as_ref(), policy.retry_budget.as_ref());

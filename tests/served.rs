@@ -1154,6 +1154,8 @@ spec:
   - {port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}
   - {port: {number: 27017, name: mongo, protocol: MONGO}, hosts: ['*']}
   - {port: {number: 9443, name: tls-mesh, protocol: TLS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL}}
+  - {port: {number: 9000, name: tcp-split, protocol: TCP}, hosts: ['*']}
+  - {port: {number: 15443, name: tls-auto, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}
 ---
 apiVersion: v1
 kind: Service
@@ -1174,6 +1176,10 @@ spec:
     route: [{destination: {host: db.shop.svc.cluster.local, port: {number: 27017}}}]
   - match: [{port: 9443}]
     route: [{destination: {host: db.shop.svc.cluster.local, port: {number: 27017}}}]
+  - match: [{port: 9000}]
+    route:
+    - {destination: {host: db.shop.svc.cluster.local, port: {number: 27017}}, weight: 100}
+    - {destination: {host: web.shop.svc.cluster.local, port: {number: 80}}, weight: 0}
 ";
     let mesh = "defaultProviders: {metrics: [prometheus]}\naccessLogFile: /dev/stdout\n";
     let got =
@@ -1216,6 +1222,25 @@ spec:
         let tcp = &filters.last().unwrap()["typedConfig"];
         assert_eq!(tcp["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{tcp}");
         assert_eq!(tcp["cluster"], "outbound|27017||db.shop.svc.cluster.local", "{tcp}");
+    }
+    // A weighted route: stat prefix `<VirtualService>.<namespace>`, the
+    // weight-0 destination left out (buildOutboundNetworkFiltersWithWeightedClusters).
+    let split = &got["listeners"]["0.0.0.0_9000"]["filterChains"][0]["filters"];
+    let tcp = &split.as_array().and_then(|f| f.last()).unwrap_or_else(|| panic!("{split}"))["typedConfig"];
+    assert_eq!(tcp["statPrefix"], "db.shop", "{tcp}");
+    assert_eq!(
+        tcp["weightedClusters"]["clusters"],
+        json!([{"name": "outbound|27017||db.shop.svc.cluster.local", "weight": 100}])
+    );
+    // AUTO_PASSTHROUGH chains: no authorization, the stats filter and the
+    // access log (builtAutoPassthroughFilterChains).
+    let auto = got["listeners"]["0.0.0.0_15443"]["filterChains"].as_array().cloned().unwrap_or_default();
+    assert!(!auto.is_empty(), "{}", got["listeners"]["0.0.0.0_15443"]);
+    for chain in &auto {
+        let names: Vec<&str> =
+            chain["filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["istio.stats", "envoy.filters.network.tcp_proxy"], "{chain}");
+        assert_eq!(chain["filters"][1]["typedConfig"]["accessLog"][0]["typedConfig"]["path"], "/dev/stdout", "{chain}");
     }
 }
 

@@ -32,7 +32,7 @@ use istiod_proto::envoy::extensions::filters::network::http_connection_manager::
 use istiod_proto::envoy::extensions::transport_sockets::tls::v3 as tls;
 use istiod_proto::prost_types::Duration;
 
-use super::envoy::{ads, any, http_connection_manager, http_filter, router, sds, socket, tcp_proxy};
+use super::envoy::{ads, any, http_connection_manager, http_filter, router, sds, socket};
 use crate::model::gateway::{MergedGateway, MergedServer, ServerPort, bound_gateways, is_http};
 
 /// A listener's name: `<bind or 0.0.0.0>_<port>`.
@@ -387,8 +387,12 @@ const ISTIO_MTLS_ALPNS: [&str; 5] = ["istio", "istio-peer-exchange", "istio-http
 
 /// `builtAutoPassthroughFilterChains`: per SNI-DNAT cluster, a chain
 /// matching its name as SNI and Istio's mTLS ALPNs, proxying TCP to it,
-/// with no TLS context (the TLS passes through).
+/// with no TLS context (the TLS passes through); no authorization, the
+/// stats filter and the access log (`buildOutboundNetworkFiltersWithSingleDestination`
+/// of a listener builder without authz).
 fn auto_passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer) -> Vec<FilterChain> {
+    let telemetry = inputs.policies.map(|p| &p.telemetry);
+    let log = telemetry.map(|t| t.log.as_slice()).unwrap_or_default();
     (inputs.auto_passthrough)(&s.sni_hosts)
         .into_iter()
         .map(|name| FilterChain {
@@ -397,7 +401,12 @@ fn auto_passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer) -> Vec<Filte
                 application_protocols: ISTIO_MTLS_ALPNS.iter().map(|a| a.to_string()).collect(),
                 ..Default::default()
             }),
-            filters: vec![tcp_proxy(&name, &name)],
+            filters: telemetry
+                .and_then(|t| t.stats.as_ref())
+                .map(super::telemetry::stats_network)
+                .into_iter()
+                .chain([super::envoy::tcp_proxy_logged(&name, &name, log)])
+                .collect(),
             ..Default::default()
         })
         .collect()
@@ -409,7 +418,7 @@ fn auto_passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer) -> Vec<Filte
 /// filter (Mongo, Redis) and the `tcp_proxy` with the access logs.
 fn l4_filters(
     inputs: &L4Inputs<'_>,
-    vs_ns: &str,
+    vs: &IstioObject,
     route: &[RouteDestination],
     s: &MergedServer,
     mx: bool,
@@ -417,7 +426,7 @@ fn l4_filters(
     let declared = s.server.port.as_ref().map_or(0, |p| p.number);
     let policies = inputs.policies;
     let log = policies.map(|p| p.telemetry.log.as_slice()).unwrap_or_default();
-    let (tcp, stat_prefix, cluster) = l4_proxy(inputs, vs_ns, route, declared, log)?;
+    let (tcp, stat_prefix, cluster) = l4_proxy(inputs, vs, route, declared, log)?;
     let mut out: Vec<Filter> = Vec::new();
     if mx {
         out.extend(policies.and_then(|p| p.mx.as_deref()).map(super::telemetry::mx_network));
@@ -433,11 +442,12 @@ fn l4_filters(
 }
 
 /// `tcp_proxy` to a route's destinations (`buildOutboundNetworkFilters`):
-/// one cluster, or weighted clusters; with its stat prefix and (first)
+/// one cluster, or weighted clusters (those of a positive weight, stat
+/// prefix `<VirtualService>.<namespace>`); with its stat prefix and (first)
 /// cluster.
 fn l4_proxy(
     inputs: &L4Inputs<'_>,
-    vs_ns: &str,
+    vs: &IstioObject,
     route: &[RouteDestination],
     server_port: u32,
     log: &[istiod_proto::envoy::config::accesslog::v3::AccessLog],
@@ -446,7 +456,7 @@ fn l4_proxy(
         .iter()
         .filter_map(|d| {
             let dest = d.destination.as_ref()?;
-            let host = (inputs.resolve_host)(&dest.host, vs_ns);
+            let host = (inputs.resolve_host)(&dest.host, vs.meta.ns());
             let port =
                 dest.port.as_ref().map(|p| p.number).or_else(|| (inputs.single_port)(&host)).unwrap_or(server_port);
             Some((format!("outbound|{port}|{}|{host}", dest.subset), d.weight.max(0) as u32))
@@ -458,8 +468,13 @@ fn l4_proxy(
         many => {
             use istiod_proto::envoy::extensions::filters::network::tcp_proxy::v3 as tcp;
             let all_zero = many.iter().all(|(_, w)| *w == 0);
+            // (istiod leaves out weight-0 destinations; ours keeps all of
+            // them at weight 1 where every weight is 0, which its
+            // validation refuses.)
+            let many: Vec<&(String, u32)> = many.iter().filter(|(_, w)| all_zero || *w > 0).collect();
+            let stat_prefix = format!("{}.{}", vs.meta.name, vs.meta.ns());
             let t = tcp::TcpProxy {
-                stat_prefix: many[0].0.clone(),
+                stat_prefix: stat_prefix.clone(),
                 cluster_specifier: Some(tcp::tcp_proxy::ClusterSpecifier::WeightedClusters(
                     tcp::tcp_proxy::WeightedCluster {
                         clusters: many
@@ -479,7 +494,7 @@ fn l4_proxy(
                 name: "envoy.filters.network.tcp_proxy".into(),
                 config_type: Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any(&t))),
             };
-            Some((filter, many[0].0.clone(), many[0].0.clone()))
+            Some((filter, stat_prefix, many[0].0.clone()))
         }
     }
 }
@@ -516,7 +531,7 @@ fn tcp_chain(inputs: &L4Inputs<'_>, s: &MergedServer) -> Option<FilterChain> {
         for r in &vs.tcp {
             let applies =
                 r.matches.is_empty() || r.matches.iter().any(|m| l4_applies(&m.gateways, m.port, o.meta.ns(), s));
-            if applies && let Some(filters) = l4_filters(inputs, o.meta.ns(), &r.route, s, mx) {
+            if applies && let Some(filters) = l4_filters(inputs, o, &r.route, s, mx) {
                 return Some(FilterChain { filters, ..Default::default() });
             }
         }
@@ -536,7 +551,7 @@ fn passthrough_chains(inputs: &L4Inputs<'_>, s: &MergedServer, seen_sni: &mut Ve
                     continue;
                 }
                 let sni = m.sni_hosts.clone();
-                let Some(filters) = l4_filters(inputs, o.meta.ns(), &r.route, s, false) else { continue };
+                let Some(filters) = l4_filters(inputs, o, &r.route, s, false) else { continue };
                 seen_sni.extend(sni.iter().cloned());
                 let mut sorted = sni;
                 sorted.sort();

@@ -189,6 +189,15 @@ fn split_horizon_eds_through_east_west_gateways() {
         ]
     );
     assert_eq!(localities, [6]);
+    // A gateway endpoint's telemetry metadata, as istiod's ep_filters.go
+    // appends it: no workload, the gateway's cluster.
+    let cla = eds(&s, Some("network1"));
+    let gateway = cla["endpoints"][0]["lbEndpoints"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["endpoint"]["address"]["socketAddress"]["portValue"] == 15443))
+        .unwrap_or_else(|| panic!("{cla:#}"))
+        .clone();
+    assert_eq!(gateway["metadata"]["filterMetadata"]["istio"]["workload"], ";;;;Kubernetes", "{gateway:#}");
 
     let (eps, localities) = endpoints(&eds(&s, Some("network2")));
     assert_eq!(

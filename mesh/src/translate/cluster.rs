@@ -193,7 +193,8 @@ fn form(
                         .map_or(!p.refused, |t| t.mode == istiod_config::istio::networking::ClientTlsMode::IstioMutual);
                     let mtls = |e: &crate::model::Endpoint| takes && e.tls_mode == "istio" && !e.tunnel;
                     let (cla, places) = placed(&name, svc, port, labels, admits, &mesh.networks.cluster_id, &mtls);
-                    split = Some(Arc::new(super::network::Split::new(places, p.gateways, p.cluster_local)));
+                    let telemetry = mesh.telemetry_labels == (true, true);
+                    split = Some(Arc::new(super::network::Split::new(places, p.gateways, p.cluster_local, telemetry)));
                     cla
                 }
                 None => load_assignment(&name, svc, port, labels, admits),

@@ -37,16 +37,20 @@ pub struct Split {
     /// Whether the host is cluster-local (istiod's `clusterLocal`): a
     /// proxy sees its own cluster's endpoints only.
     pub cluster_local: bool,
+    /// With the telemetry labels on (`PILOT_ENABLE_TELEMETRY_LABEL` and
+    /// `PILOT_ENDPOINT_TELEMETRY_LABEL`): gateway endpoints carry
+    /// `istio.workload` as istiod's (`;;;;<gateway's cluster>`).
+    pub telemetry: bool,
     /// Changes when the places or the gateways do.
     pub digest: u64,
 }
 
 impl Split {
     /// `places` under `gateways`.
-    pub fn new(places: Vec<Vec<Place>>, gateways: &NetworkGateways, cluster_local: bool) -> Split {
+    pub fn new(places: Vec<Vec<Place>>, gateways: &NetworkGateways, cluster_local: bool, telemetry: bool) -> Split {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&places, &gateways.all, cluster_local).hash(&mut h);
-        Split { places, cluster_local, digest: h.finish() }
+        (&places, &gateways.all, cluster_local, telemetry).hash(&mut h);
+        Split { places, cluster_local, telemetry, digest: h.finish() }
     }
 }
 
@@ -98,7 +102,7 @@ pub fn split(
         let mut by_address: Vec<(&NetworkGateway, u32)> = through.into_iter().collect();
         by_address.sort_by(|a, b| (&a.0.addr, a.0.port).cmp(&(&b.0.addr, b.0.port)));
         for (g, w) in by_address {
-            lb_endpoints.push(gateway_endpoint(g, w.max(1)));
+            lb_endpoints.push(gateway_endpoint(g, w.max(1), split.telemetry));
         }
         let total: u32 = lb_endpoints.iter().map(|e| e.load_balancing_weight.unwrap_or(1)).sum();
         out.endpoints.push(istiod_proto::envoy::config::endpoint::v3::LocalityLbEndpoints {
@@ -111,15 +115,24 @@ pub fn split(
 }
 
 /// A gateway as an endpoint: its address and mTLS port, `tlsMode: istio`
-/// (what reaches it is mTLS).
-fn gateway_endpoint(g: &NetworkGateway, weight: u32) -> LbEndpoint {
+/// (what reaches it is mTLS), and with `telemetry` its (empty) workload
+/// and cluster (`ep_filters.go`: `AppendLbEndpointMetadata` of the
+/// gateway's cluster).
+fn gateway_endpoint(g: &NetworkGateway, weight: u32, telemetry: bool) -> LbEndpoint {
+    let mut metadata = super::envoy::istio_tls_metadata();
+    if telemetry {
+        use istiod_proto::prost_types::{Struct, Value, value::Kind};
+        let workload = Value { kind: Some(Kind::StringValue(format!(";;;;{}", g.cluster))) };
+        let fields = std::collections::BTreeMap::from([("workload".to_owned(), workload)]);
+        metadata.filter_metadata.insert("istio".to_owned(), Struct { fields });
+    }
     LbEndpoint {
         host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
             address: super::envoy::socket(&g.addr, u32::from(g.port)),
             ..Default::default()
         })),
         load_balancing_weight: Some(weight),
-        metadata: Some(super::envoy::istio_tls_metadata()),
+        metadata: Some(metadata),
         ..Default::default()
     }
 }
@@ -158,7 +171,7 @@ mod tests {
             ..Default::default()
         };
         let places = eps.iter().map(|&(_, n, c, mtls)| Place { network: n.into(), cluster: c.into(), mtls }).collect();
-        (cla, Split::new(vec![places], gws, false))
+        (cla, Split::new(vec![places], gws, false, false))
     }
 
     /// (address, weight) of each endpoint, in order, and the group's weight.

@@ -503,7 +503,7 @@ impl Generator for MeshGenerator {
     /// `pilot_k8s_proxies_with_no_service_targets`.
     fn connected(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) {
         let Some(m) = mesh(snap) else { return };
-        if let Some(reason) = crate::translate::inbound::missing_service_targets(&m.model, class) {
+        if let Some(reason) = crate::translate::inbound::missing_service_targets_cached(snap.version, m, class) {
             crate::counters::no_service_targets(reason);
         }
     }

@@ -1550,3 +1550,63 @@ fn a_sidecar_is_served_one_unnamed_name_table() {
     .unwrap();
     assert!(t.table.contains_key("reviews.bookinfo.svc.cluster.local"), "{t:?}");
 }
+
+/// The per-core cache of `pilot_k8s_proxies_with_no_service_targets`
+/// answers (`missing_service_targets_cached`) agrees with the full walk:
+/// for a second pod of the same labels, for a proxy a selector-less
+/// service claims by address, and after a new snapshot adds a service.
+#[test]
+fn cached_service_target_answers_agree_with_the_full_walk() {
+    use crate::translate::inbound::{missing_service_targets, missing_service_targets_cached};
+    let m = bookinfo();
+    let input = MeshInput::new(m.clone());
+    let pod = |ns: &str, labels: &[(&str, &str)], ip: &str| {
+        let mut c = class(ns, labels);
+        c.ips = vec![Arc::from(ip)];
+        c
+    };
+    let reviews = pod("bookinfo", &[("app", "reviews")], "10.0.0.1");
+    let stray = pod("bookinfo", &[("app", "nothing-selects-me")], "10.0.0.2");
+    let stray2 = pod("bookinfo", &[("app", "nothing-selects-me")], "10.0.0.3");
+    for c in [&reviews, &stray, &stray2, &stray] {
+        assert_eq!(missing_service_targets_cached(7, &input, c), missing_service_targets(&m, c));
+    }
+    assert_eq!(missing_service_targets_cached(7, &input, &stray2), Some("no_matching_services"));
+    assert_eq!(missing_service_targets_cached(7, &input, &reviews), None);
+    // A later snapshot with a service selecting the stray pods, and a
+    // selector-less one claiming a VM's address.
+    let mut m2 = (*m).clone();
+    let more = crate::testing::model_in(
+        "",
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: stray, namespace: bookinfo}
+spec:
+  selector: {app: nothing-selects-me}
+  ports: [{port: 80, name: http}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: vm, namespace: bookinfo}
+spec:
+  hosts: [vm.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: STATIC
+  endpoints: [{address: 10.0.0.9}]
+"#,
+    );
+    for (h, s) in more.services.iter() {
+        m2.services.insert(h.clone(), s.clone());
+    }
+    let m2 = Arc::new(m2);
+    let input2 = MeshInput::new(m2.clone());
+    let vm = pod("bookinfo", &[], "10.0.0.9");
+    for c in [&stray, &stray2, &vm, &reviews] {
+        assert_eq!(missing_service_targets_cached(8, &input2, c), missing_service_targets(&m2, c), "{c:?}");
+    }
+    assert_eq!(missing_service_targets_cached(8, &input2, &stray2), None);
+    // The ServiceEntry is not a Kubernetes Service: istiod's Kubernetes
+    // registry does not answer for it.
+    assert_eq!(missing_service_targets_cached(8, &input2, &vm), Some("no_matching_metadata"));
+}

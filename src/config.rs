@@ -206,6 +206,9 @@ pub struct Config {
     /// `PILOT_HTTP10`, `PILOT_SIDECAR_USE_REMOTE_ADDRESS`,
     /// `ENABLE_HCM_INTERNAL_NETWORKS` (all false).
     pub http_switches: (bool, bool, bool),
+    /// The switches each read in one place of translation
+    /// (`PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN`, ...).
+    pub features: istiod_mesh::meshconfig::Features,
     /// `PILOT_ENABLE_METADATA_EXCHANGE` (true), `PILOT_ENABLE_ALPN_FILTER`
     /// (true), `PILOT_MX_ADDITIONAL_LABELS` (comma-separated; sorted, each
     /// once, as istiod's).
@@ -1023,6 +1026,17 @@ impl Config {
                     labels.split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect();
                 set.into_iter().collect()
             }),
+            features: {
+                let d = istiod_mesh::meshconfig::Features::default();
+                istiod_mesh::meshconfig::Features {
+                    absolute_fqdn_vhost: vars.bool("PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN", d.absolute_fqdn_vhost)?,
+                    locality_weighted_lb: vars.bool("ENABLE_LOCALITY_WEIGHTED_LB_CONFIG", d.locality_weighted_lb)?,
+                    ipv4_outbound_for_ipv6: vars
+                        .bool("ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS", d.ipv4_outbound_for_ipv6)?,
+                    selector_k8s_gateway_policy: vars
+                        .bool("ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY", d.selector_k8s_gateway_policy)?,
+                }
+            },
             http_switches: (
                 vars.bool("PILOT_HTTP10", false)?,
                 vars.bool("PILOT_SIDECAR_USE_REMOTE_ADDRESS", false)?,

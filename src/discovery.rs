@@ -196,6 +196,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let (no_mx_alpn, track_remaining) = (config.disable_mx_alpn, config.track_remaining);
         let (protocol_filters, http_defaults) = (config.protocol_filters, config.http_defaults);
         let (eds_for_headless, http_switches) = (config.eds_for_headless, config.http_switches);
+        let features = config.features;
         let mx = config.mx.clone();
         let (multiroot, roots, last_good) = (config.multiroot_mesh, ca_roots.clone(), mesh_anchors.clone());
         Rc::new(move |mesh: &mut istiod_mesh::meshconfig::MeshSettings| {
@@ -223,6 +224,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             mesh.eds_for_headless = eds_for_headless;
             (mesh.dual_stack, mesh.dns_resolver, mesh.telemetry_labels) = (dual_stack, dns_resolver, telemetry_labels);
             (mesh.http10, mesh.sidecar_use_remote_address, mesh.hcm_internal_networks) = http_switches;
+            mesh.features = features;
             (mesh.metadata_exchange, mesh.alpn_filter) = (mx.0, mx.1);
             mesh.mx_additional_labels.clone_from(&mx.2);
             (mesh.proxy_100_continue, mesh.disable_shadow_host_suffix, mesh.max_accept_per_event) = http_defaults;

@@ -1356,3 +1356,100 @@ fn telemetry_metadata_is_served_as_istiod_serves_it() {
     let eds = &got["endpoints"]["outbound|9080||reviews.default.svc.cluster.local"];
     assert_eq!(workload(&eds["endpoints"][0]["lbEndpoints"][0]), Value::Null);
 }
+
+/// istiod's feature switches read in one place each, served (Envoy's
+/// field rules checked), each against istiod's default:
+/// `PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN` (httproute.go
+/// `GenerateAltVirtualHosts`: no `<fqdn>.` domain when off),
+/// `ENABLE_LOCALITY_WEIGHTED_LB_CONFIG` (loadbalancer.go `ApplyToCluster`:
+/// every outbound cluster weighs localities when on),
+/// `ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS` (an IPv6
+/// proxy's `virtualOutbound` also on 0.0.0.0), and
+/// `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (policyattachment.go
+/// `ShouldAttachPolicy`: off, a Gateway API gateway's deployment takes no
+/// policy without `targetRefs`; a sidecar still does).
+#[test]
+fn feature_switches_are_served_as_istiod_serves_them() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.5.10
+  selector: {app: web}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  selector: {gateway.networking.k8s.io/gateway-name: gw}
+  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-admin, namespace: shop}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+";
+    let on = [
+        ("PGV", "1"),
+        ("PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN", "false"),
+        ("ENABLE_LOCALITY_WEIGHTED_LB_CONFIG", "true"),
+        ("ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS", "true"),
+        ("ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY", "false"),
+    ];
+    let rbac_names = |got: &Value, listener: &str| -> Vec<String> {
+        got["listeners"][listener]["filterChains"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+            .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+            .flat_map(|f| f["typedConfig"]["httpFilters"].as_array().cloned().unwrap_or_default())
+            .filter(|f| f["name"] == "envoy.filters.http.rbac")
+            .flat_map(|f| {
+                f["typedConfig"]["rules"]["policies"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>())
+            })
+            .flatten()
+            .collect()
+    };
+    for (env, switched) in [(&on[..], true), (&on[..1], false)] {
+        let sidecar = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "10.1.5.1", env);
+        assert_eq!(sidecar["pgv_errors"], json!([]), "{sidecar}");
+        let domains = sidecar["routes"]["80"]["virtualHosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "web.shop.svc.cluster.local:80")
+            .map(|v| v["domains"].clone())
+            .unwrap_or_else(|| panic!("{}", sidecar["routes"]["80"]));
+        assert_eq!(domains.as_array().unwrap().contains(&json!("web.shop.svc.cluster.local.")), !switched, "{domains}");
+        let cluster = &sidecar["clusters"]["outbound|80||web.shop.svc.cluster.local"];
+        assert_eq!(cluster["commonLbConfig"]["localityWeightedLbConfig"].is_object(), switched, "{cluster}");
+        // The sidecar takes the namespace's policy either way.
+        assert_eq!(
+            rbac_names(&sidecar, "virtualInbound").contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()),
+            true
+        );
+        let v6 = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "fd00::5:1", env);
+        let extra: Vec<Value> = v6["listeners"]["virtualOutbound"]["additionalAddresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a["address"]["socketAddress"]["address"].clone())
+            .collect();
+        assert_eq!(
+            extra,
+            if switched { vec![json!("0.0.0.0")] } else { vec![] },
+            "{}",
+            v6["listeners"]["virtualOutbound"]
+        );
+        let labels = json!({"gateway.networking.k8s.io/gateway-name": "gw"});
+        let router = served_with("router", objects, "", "shop", labels, "10.1.5.9", env);
+        assert_eq!(router["pgv_errors"], json!([]), "{router}");
+        let rbac = rbac_names(&router, "0.0.0.0_8080");
+        assert_eq!(rbac.is_empty(), switched, "{rbac:?}");
+    }
+}

@@ -141,10 +141,11 @@ impl Extension {
         }
     }
 
-    /// istiod's `ShouldAttachPolicy` for a sidecar or gateway.
-    pub fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)]) -> bool {
+    /// istiod's `ShouldAttachPolicy` for a sidecar or gateway
+    /// (`gateway_selectors`: `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`).
+    pub fn attaches(&self, namespace: &str, labels: &[(Arc<str>, Arc<str>)], gateway_selectors: bool) -> bool {
         let label = |k: &str| labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
-        should_attach(&self.namespace, self.selector.as_ref(), &self.target_refs, namespace, label)
+        should_attach(&self.namespace, self.selector.as_ref(), &self.target_refs, namespace, label, gateway_selectors)
     }
 
     /// istiod's `matchTrafficExtensionSelectors`.
@@ -166,6 +167,9 @@ impl Extension {
 pub struct Extensions {
     by_namespace: BTreeMap<String, Vec<Arc<Extension>>>,
     root: String,
+    /// Not `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (true): Gateway API
+    /// gateways take only extensions with `targetRefs`.
+    pub no_gateway_selectors: bool,
     /// Objects dropped as istiod drops them: (kind, namespace, name, why).
     pub dropped: Vec<(&'static str, String, String, String)>,
 }
@@ -196,7 +200,7 @@ impl Extensions {
         for (_, e) in all {
             by_namespace.entry(e.namespace.clone()).or_default().push(Arc::new(e));
         }
-        Extensions { by_namespace, root: root.to_owned(), dropped }
+        Extensions { by_namespace, root: root.to_owned(), no_gateway_selectors: false, dropped }
     }
 
     /// None exists.
@@ -230,7 +234,10 @@ impl Extensions {
     ) -> Vec<(Phase, Vec<Arc<Extension>>)> {
         let mut out: Vec<(Phase, Vec<Arc<Extension>>)> = Vec::new();
         for e in self.lookup(namespace) {
-            if e.for_chain(chain) && e.attaches(namespace, labels) && e.matches_listener(class, port) {
+            if e.for_chain(chain)
+                && e.attaches(namespace, labels, !self.no_gateway_selectors)
+                && e.matches_listener(class, port)
+            {
                 match out.iter_mut().find(|(p, _)| *p == e.phase) {
                     Some((_, list)) => list.push(e.clone()),
                     None => out.push((e.phase, vec![e.clone()])),
@@ -251,7 +258,7 @@ impl Extensions {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         let mut any = false;
-        for e in self.lookup(namespace).filter(|e| e.attaches(namespace, labels)) {
+        for e in self.lookup(namespace).filter(|e| e.attaches(namespace, labels, !self.no_gateway_selectors)) {
             e.digest.hash(&mut h);
             any = true;
         }
@@ -487,7 +494,7 @@ mod tests {
         ];
         for (i, (selector, matches, class, want)) in cases.into_iter().enumerate() {
             let e = ext(serde_json::json!({"selector": selector, "match": matches, "lua": lua}));
-            let got = e.attaches("ns", &labels) && e.matches_listener(class, 1234);
+            let got = e.attaches("ns", &labels, true) && e.matches_listener(class, 1234);
             assert_eq!(got, want, "case {i}");
         }
     }
@@ -566,7 +573,7 @@ mod tests {
         assert_eq!(e.resource_name, "extensions.istio.io/trafficextension/ns.p~istio-translated-wasmplugin");
         // A gateway of that Gateway in the namespace only.
         let gw: Vec<(Arc<str>, Arc<str>)> = vec![(istiod_envoyfilter::filters::GATEWAY_NAME.into(), "gw".into())];
-        assert!(e.attaches("ns", &gw) && !e.attaches("other", &gw) && !e.attaches("ns", &[]));
+        assert!(e.attaches("ns", &gw, true) && !e.attaches("other", &gw, true) && !e.attaches("ns", &[], true));
         // No priority sorts last (istiod's math.MinInt32).
         assert_eq!(ext(serde_json::json!({"lua": {"inlineCode": "x"}})).priority, i64::from(i32::MIN));
     }

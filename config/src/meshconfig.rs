@@ -39,6 +39,38 @@ impl OutboundPolicy {
     }
 }
 
+/// istiod's environment switches read in one place of translation each
+/// (pilot/pkg/features), at istiod's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// `PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN` (true): a service's
+    /// virtual host also answers its absolute name (`<fqdn>.`).
+    pub absolute_fqdn_vhost: bool,
+    /// `ENABLE_LOCALITY_WEIGHTED_LB_CONFIG` (false): every outbound
+    /// cluster balances by locality weight, not only those whose locality
+    /// setting distributes or fails over.
+    pub locality_weighted_lb: bool,
+    /// `ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS` (false): an
+    /// IPv6 proxy's `virtualOutbound` also listens on `0.0.0.0`, and its
+    /// DNS clusters look up both families.
+    pub ipv4_outbound_for_ipv6: bool,
+    /// `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (true): policies with a
+    /// workload selector (no `targetRef`) apply to Gateway API gateways'
+    /// deployments too.
+    pub selector_k8s_gateway_policy: bool,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features {
+            absolute_fqdn_vhost: true,
+            locality_weighted_lb: false,
+            ipv4_outbound_for_ipv6: false,
+            selector_k8s_gateway_policy: true,
+        }
+    }
+}
+
 /// The mesh settings translation uses (from the mesh configuration, and
 /// the few istiod environment variables that shape translation).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +203,9 @@ pub struct MeshSettings {
     /// listener addresses, passthrough bind addresses and DNS lookups, and
     /// endpoints carry every address of their pod.
     pub dual_stack: bool,
+    /// istiod's feature switches that shape translation in one place each
+    /// ([`Features`]).
+    pub features: Features,
     /// `PILOT_HTTP10` (false): HTTP managers accept HTTP/1.0, and
     /// plaintext HTTP is told by `http/1.0` too.
     pub http10: bool,
@@ -451,6 +486,7 @@ impl Default for MeshSettings {
             dual_stack: false,
             telemetry_labels: (true, true),
             eds_for_headless: false,
+            features: Features::default(),
             http10: false,
             sidecar_use_remote_address: false,
             hcm_internal_networks: false,

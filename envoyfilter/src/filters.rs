@@ -364,17 +364,22 @@ pub const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
 /// selects by `selector` or attaches by `target_refs`, and a workload of
 /// `namespace` whose labels `label` reads (waypoints, which take Service
 /// targets, do not exist yet): a Gateway API gateway takes the policies
-/// that name its Gateway in its namespace, and selectors
-/// (`ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`); any other workload only
-/// selectors.
+/// that name its Gateway in its namespace, and those without targets
+/// (selectors or namespace-wide) only under
+/// `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (`gateway_selectors`); any
+/// other workload only those without targets.
 pub fn should_attach<'a>(
     policy_namespace: &str,
     selector: Option<&BTreeMap<String, String>>,
     target_refs: &[crate::spec::TargetRef],
     namespace: &str,
     label: impl Fn(&str) -> Option<&'a str>,
+    gateway_selectors: bool,
 ) -> bool {
     if target_refs.is_empty() {
+        if !gateway_selectors && label(GATEWAY_NAME).is_some() {
+            return false;
+        }
         return selector.is_none_or(|s| s.iter().all(|(k, v)| label(k) == Some(v.as_str())));
     }
     let Some(gateway) = label(GATEWAY_NAME) else { return false };
@@ -389,9 +394,9 @@ pub fn should_attach<'a>(
 
 /// [`should_attach`] for an EnvoyFilter of the proxy's namespace or the
 /// root's.
-fn attaches(f: &Filter, proxy: &Proxy<'_>) -> bool {
+fn attaches(f: &Filter, proxy: &Proxy<'_>, gateway_selectors: bool) -> bool {
     let selector = f.spec.workload_selector.as_ref().map(|s| &s.labels);
-    should_attach(&f.namespace, selector, &f.spec.target_refs, proxy.namespace, |k| proxy.label(k))
+    should_attach(&f.namespace, selector, &f.spec.target_refs, proxy.namespace, |k| proxy.label(k), gateway_selectors)
 }
 
 /// Whether a patch's proxy match holds (`proxyMatch`).
@@ -417,6 +422,9 @@ pub struct EnvoyFilters {
     pub root: String,
     /// The filters, by namespace.
     pub by_namespace: BTreeMap<String, Vec<Arc<Filter>>>,
+    /// Not `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (true): Gateway API
+    /// gateways take only filters with `targetRefs` ([`should_attach`]).
+    pub no_gateway_selectors: bool,
     /// What applies to proxies already asked about, by a hash of what
     /// selects (namespace, labels, version, metadata): every resource of a
     /// proxy asks, the answer is the same.
@@ -460,7 +468,12 @@ impl Selected {
 
 impl Clone for EnvoyFilters {
     fn clone(&self) -> Self {
-        EnvoyFilters { root: self.root.clone(), by_namespace: self.by_namespace.clone(), memo: Default::default() }
+        EnvoyFilters {
+            root: self.root.clone(),
+            by_namespace: self.by_namespace.clone(),
+            no_gateway_selectors: self.no_gateway_selectors,
+            memo: Default::default(),
+        }
     }
 }
 
@@ -514,7 +527,7 @@ impl EnvoyFilters {
         for (ns, name, created, spec) in filters {
             by_namespace.entry(ns.to_owned()).or_default().push(Arc::new(Filter::read(ns, name, created, spec)));
         }
-        EnvoyFilters { root: root.to_owned(), by_namespace, memo: Default::default() }
+        EnvoyFilters { root: root.to_owned(), by_namespace, no_gateway_selectors: false, memo: Default::default() }
     }
 
     /// Whether there are none.
@@ -564,7 +577,13 @@ impl EnvoyFilters {
 
     fn compute(&self, proxy: &Proxy<'_>) -> Applied {
         let of = |ns: &str| {
-            self.by_namespace.get(ns).into_iter().flatten().filter(|f| attaches(f, proxy)).cloned().collect::<Vec<_>>()
+            self.by_namespace
+                .get(ns)
+                .into_iter()
+                .flatten()
+                .filter(|f| attaches(f, proxy, !self.no_gateway_selectors))
+                .cloned()
+                .collect::<Vec<_>>()
         };
         let mut matched = if self.root.is_empty() { Vec::new() } else { of(&self.root) };
         if proxy.namespace != self.root {
@@ -622,6 +641,85 @@ pub fn check_value(apply_to: &str, value: &serde_json::Value) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    /// Upstream `TestPolicyMatcher` (pilot/pkg/model/policyattachment_test.go),
+    /// its cases for workloads that are not waypoints (waypoints are
+    /// `istiod-waypoint`'s), with `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`
+    /// as each case sets it.
+    #[test]
+    fn upstream_policy_matcher() {
+        use super::{GATEWAY_NAME, should_attach};
+        use crate::spec::TargetRef;
+        use std::collections::BTreeMap;
+        let gateway = |name: &str| TargetRef {
+            group: "gateway.networking.k8s.io".into(),
+            kind: "Gateway".into(),
+            name: name.into(),
+            namespace: String::new(),
+        };
+        let (sample, waypoint) = (gateway("sample-gateway"), gateway("sample-waypoint"));
+        let app: BTreeMap<String, String> = [("app".to_owned(), "my-app".to_owned())].into();
+        let gw_selector: BTreeMap<String, String> = [(GATEWAY_NAME.to_owned(), "sample-gateway".to_owned())].into();
+        let regular = [("app", "my-app")];
+        let sample_gateway = [(GATEWAY_NAME, "sample-gateway")];
+        let attach = |labels: &[(&'static str, &'static str)],
+                      selector: Option<&BTreeMap<String, String>>,
+                      refs: &[TargetRef],
+                      flag: bool| {
+            let labels = labels.to_vec();
+            should_attach(
+                "default",
+                selector,
+                refs,
+                "default",
+                move |k| labels.iter().find(|(l, _)| *l == k).map(|(_, v)| *v),
+                flag,
+            )
+        };
+        let cases = [
+            (
+                "non-gateway API workload and a targetRef",
+                attach(&regular, None, std::slice::from_ref(&sample), true),
+                false,
+            ),
+            ("non-gateway API workload and a selector", attach(&regular, Some(&app), &[], true), true),
+            (
+                "non-gateway API workload and both a targetRef and a selector",
+                attach(&regular, Some(&app), std::slice::from_ref(&sample), true),
+                false,
+            ),
+            ("non-gateway API workload and no targetRef or selector", attach(&regular, None, &[], true), true),
+            (
+                "gateway API ingress and a targetRef",
+                attach(&sample_gateway, None, std::slice::from_ref(&sample), false),
+                true,
+            ),
+            ("gateway API ingress and a selector", attach(&sample_gateway, Some(&gw_selector), &[], true), true),
+            (
+                "gateway API ingress and a selector (policy attachment only)",
+                attach(&sample_gateway, Some(&gw_selector), &[], false),
+                false,
+            ),
+            (
+                "gateway API ingress and both a targetRef and a selector",
+                attach(&sample_gateway, Some(&gw_selector), std::slice::from_ref(&sample), false),
+                true,
+            ),
+            (
+                "gateway API ingress and non-matching targetRef",
+                attach(&sample_gateway, None, std::slice::from_ref(&waypoint), true),
+                false,
+            ),
+            ("gateway API ingress and no targetRef or selector", attach(&sample_gateway, None, &[], true), true),
+        ];
+        for (name, got, want) in cases {
+            assert_eq!(got, want, "{name}");
+        }
+        // (And with the flag off, a namespace-wide policy does not attach
+        // to a gateway either: ShouldAttachPolicy's len(targetRefs) == 0.)
+        assert!(!attach(&sample_gateway, None, &[], false));
+        assert!(attach(&regular, None, &[], false));
+    }
 
     #[test]
     fn values_that_do_not_read_are_refused_as_istiod_refuses_them() {

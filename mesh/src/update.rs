@@ -230,9 +230,8 @@ impl MeshInput {
     /// TrafficExtensions are read again with them: they are inserted per
     /// proxy in the same way. A pass over the Istio objects, not a rebuild.
     pub fn with_filters_and_extensions(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
-        let root = &self.model.mesh.root_namespace;
-        let filters = crate::model::envoy_filters_of(objs, root);
-        let extensions = crate::model::extensions::Extensions::of(objs, root);
+        let filters = crate::model::envoy_filters_of(objs, &self.model.mesh);
+        let extensions = crate::model::extensions_of(objs, &self.model.mesh);
         let model = Arc::new(Model {
             envoy_filters: Arc::new(filters),
             extensions: Arc::new(extensions),

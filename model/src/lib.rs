@@ -483,8 +483,21 @@ pub fn secrets_of(objs: &Objects) -> Secrets {
         .collect()
 }
 
-/// The EnvoyFilters of `objs`, read, the mesh's root namespace being `root`.
-pub fn envoy_filters_of(objs: &Objects, root: &str) -> istiod_envoyfilter::filters::EnvoyFilters {
+/// The WasmPlugins and TrafficExtensions of `objs`, read, under `mesh`
+/// (its root namespace, `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`).
+pub fn extensions_of(objs: &Objects, mesh: &istiod_config::meshconfig::MeshSettings) -> extensions::Extensions {
+    let mut e = extensions::Extensions::of(objs, &mesh.root_namespace);
+    e.no_gateway_selectors = !mesh.features.selector_k8s_gateway_policy;
+    e
+}
+
+/// The EnvoyFilters of `objs`, read, under `mesh` (its root namespace,
+/// `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`).
+pub fn envoy_filters_of(
+    objs: &Objects,
+    mesh: &istiod_config::meshconfig::MeshSettings,
+) -> istiod_envoyfilter::filters::EnvoyFilters {
+    let root = mesh.root_namespace.as_str();
     let filters = objs.istio.iter().filter_map(|o| match &o.spec {
         IstioSpec::Ext(istiod_config::istio::IstioKind::EnvoyFilter, s) => {
             Some((o.meta.ns(), o.meta.name.as_str(), o.meta.creation_timestamp.as_deref().unwrap_or(""), &s.0))
@@ -492,7 +505,9 @@ pub fn envoy_filters_of(objs: &Objects, root: &str) -> istiod_envoyfilter::filte
         _ => None,
     });
     // What cannot be read is reported (/debug/config_report, logged once).
-    istiod_envoyfilter::filters::EnvoyFilters::new(root, filters)
+    let mut read = istiod_envoyfilter::filters::EnvoyFilters::new(root, filters);
+    read.no_gateway_selectors = !mesh.features.selector_k8s_gateway_policy;
+    read
 }
 
 /// The ConfigMaps of `objs`, held as Secrets are (their values as bytes).
@@ -902,8 +917,8 @@ impl Model {
             ))
         });
         model.telemetries = Arc::new(telemetries);
-        model.envoy_filters = Arc::new(envoy_filters_of(objs, &model.mesh.root_namespace));
-        model.extensions = Arc::new(extensions::Extensions::of(objs, &model.mesh.root_namespace));
+        model.envoy_filters = Arc::new(envoy_filters_of(objs, &model.mesh));
+        model.extensions = Arc::new(extensions_of(objs, &model.mesh));
         let mut gateways = sorted(objs, |s| matches!(s, IstioSpec::Gateway(_)));
         gateways.extend(api.gateways);
         gateways.extend(ingress.gateways);

@@ -44,6 +44,12 @@ pub fn spec(o: &IstioObject) -> Option<&Value> {
 /// sidecars (`ShouldAttachPolicy`).
 pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Arc<str>, Arc<str>)]>) -> Vec<&'a Value> {
     let root = model.mesh.root_namespace.as_str();
+    // ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY off: a Gateway API
+    // gateway takes no Telemetry without targets (ShouldAttachPolicy).
+    let gateway = labels.is_some_and(|l| l.iter().any(|(k, _)| &**k == istiod_envoyfilter::filters::GATEWAY_NAME));
+    if gateway && !model.mesh.features.selector_k8s_gateway_policy {
+        return Vec::new();
+    }
     let of_ns = |ns: &'a str| {
         model.telemetries.iter().filter(move |o| o.meta.ns() == ns).filter_map(spec).filter(|s| !has_target_refs(s))
     };

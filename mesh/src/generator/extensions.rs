@@ -78,7 +78,7 @@ fn ecds<'a>(m: &'a MeshInput, class: &ProxyClass, name: &str) -> Option<Ecds<'a>
     // A pull secret goes only with an extension that attaches to the
     // proxy (istiod's `referencedSecrets` reads `TrafficExtensions(proxy)`);
     // the resource itself is served by name (`TrafficExtensionsByName`).
-    let attached = e.attaches(&class.namespace, &class.labels);
+    let attached = e.attaches(&class.namespace, &class.labels, !model.extensions.no_gateway_selectors);
     let secret =
         w.pull_secret.as_ref().filter(|(ns, _)| attached && class.verified && !ns.is_empty()).and_then(|(ns, n)| {
             let s = model.secrets.get(&(ns.clone(), n.clone()))?;

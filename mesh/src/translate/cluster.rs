@@ -280,11 +280,11 @@ fn form(
                 || l.enabled == Some(false)
         })
     });
-    if from_rule.is_none() {
-        // The mesh's, weighted as a rule's (loadbalancer.go applies it
-        // whatever its source).
-        traffic_policy::weigh_localities(&mut c, locality.as_ref());
-    }
+    // (The mesh's weighs as a rule's: loadbalancer.go applies it whatever
+    // its source.)
+    let (effective, forced) =
+        traffic_policy::effective_locality(from_rule.as_ref(), svc.prefers_near, mesh.locality_lb_setting.as_ref());
+    traffic_policy::weigh_localities(&mut c, effective.as_deref(), forced, mesh.features.locality_weighted_lb);
     // A router does not sniff: an unnamed port's cluster speaks HTTP/1.1
     // upstream unless upgraded, and offers `h2` over mTLS when it is.
     // istiod's convertResolution: a router's headless service is EDS.

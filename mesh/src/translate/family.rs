@@ -64,11 +64,11 @@ impl IpMode {
     }
 
     /// istiod's `SelectDNSLookupFamily`: V4_ONLY, V6_ONLY for an IPv6
-    /// proxy, ALL for a dual-stack one under `ISTIO_DUAL_STACK`
-    /// (`ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS`, which
-    /// would make an IPv6 proxy's ALL, is not read).
-    pub fn dns_lookup_family(self, dual_stack: bool) -> cluster::DnsLookupFamily {
+    /// proxy (ALL under `ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS`,
+    /// `v4_for_v6`), ALL for a dual-stack one under `ISTIO_DUAL_STACK`.
+    pub fn dns_lookup_family(self, dual_stack: bool, v4_for_v6: bool) -> cluster::DnsLookupFamily {
         match self {
+            IpMode::V6 if v4_for_v6 => cluster::DnsLookupFamily::All,
             IpMode::V6 => cluster::DnsLookupFamily::V6Only,
             IpMode::Dual if dual_stack => cluster::DnsLookupFamily::All,
             _ => cluster::DnsLookupFamily::V4Only,
@@ -181,7 +181,7 @@ pub fn adapt(
         );
         if dns && c.dns_lookup_family != cluster::DnsLookupFamily::All as i32 {
             // (A RACE_FIRST_TCP_CONNECT service's ALL stays.)
-            c.dns_lookup_family = mode.dns_lookup_family(mesh.dual_stack) as i32;
+            c.dns_lookup_family = mode.dns_lookup_family(mesh.dual_stack, mesh.features.ipv4_outbound_for_ipv6) as i32;
         } else if dns {
             return body;
         } else if name == "InboundPassthroughCluster" {
@@ -202,10 +202,13 @@ pub fn adapt(
     let wildcards = mode.wildcards();
     if name == super::listener::VIRTUAL_OUTBOUND {
         // buildVirtualOutboundListener: the first wildcard, the others
-        // only under ISTIO_DUAL_STACK.
+        // only under ISTIO_DUAL_STACK; an IPv6 proxy's IPv4 one under
+        // ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS.
         l.address = super::envoy::socket(wildcards[0], port);
-        if mesh.dual_stack {
+        if mesh.dual_stack && wildcards.len() > 1 {
             l.additional_addresses = additional(&wildcards[1..], port);
+        } else if mesh.features.ipv4_outbound_for_ipv6 && mode == IpMode::V6 {
+            l.additional_addresses = additional(IpMode::V4.wildcards(), port);
         }
         return Bytes::from(l.encode_to_vec());
     }

@@ -43,7 +43,11 @@ pub(crate) fn domains(model: &Model, svc: &Service, port: u16, proxy_ns: &str, f
     // generateVirtualHostDomains over the hostname and `Aliases`).
     let aliases = model.aliases.get(&svc.hostname).map(Vec::as_slice).unwrap_or_default();
     for host in std::iter::once(&svc.hostname).chain(aliases) {
-        names.extend([host.to_string(), format!("{host}.")]);
+        names.push(host.to_string());
+        // PILOT_ENABLE_ABSOLUTE_FQDN_VHOST_DOMAIN (GenerateAltVirtualHosts).
+        if model.mesh.features.absolute_fqdn_vhost {
+            names.push(format!("{host}."));
+        }
         if let Some((name, ns)) = host.strip_suffix(&suffix).and_then(|short| short.split_once('.'))
             && !ns.contains('.')
         {

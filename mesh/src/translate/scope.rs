@@ -296,6 +296,12 @@ pub fn policy_applies(
     selector: Option<&std::collections::BTreeMap<String, String>>,
     targeted: bool,
 ) -> bool {
+    // ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY off: a Gateway API
+    // gateway takes no policy without targets (ShouldAttachPolicy).
+    let gateway = || class.labels.iter().any(|(k, _)| &**k == istiod_envoyfilter::filters::GATEWAY_NAME);
+    if !targeted && !model.mesh.features.selector_k8s_gateway_policy && gateway() {
+        return false;
+    }
     (ns == &*class.namespace || ns == model.mesh.root_namespace)
         && match selector.filter(|m| !m.is_empty()) {
             Some(sel) => crate::model::has_labels(&class.labels, sel),

@@ -342,18 +342,59 @@ pub fn effective(
     }
 }
 
-/// Locality-weighted balancing for a `localityLbSetting` that
-/// distributes (a rule's or the mesh's): the weights come with the
-/// endpoints (`locality.rs`).
+/// istiod's `LocalityLBSettings.ApplyToCluster`, the cluster's part
+/// (loadbalancer.go): locality-weighted balancing where the effective
+/// `localityLbSetting` distributes, or fails over (`failover` or
+/// `failoverPriority`) with failover on (outlier detection, or `forced`
+/// by a Service preferring near endpoints); on every cluster under
+/// `ENABLE_LOCALITY_WEIGHTED_LB_CONFIG` (`always`). The weights come with
+/// the endpoints (`locality.rs`).
 pub(super) fn weigh_localities(
     c: &mut Cluster,
     setting: Option<&istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+    forced: bool,
+    always: bool,
 ) {
-    if setting.is_some_and(|l| !l.distribute.is_empty()) {
+    let failover = forced || c.outlier_detection.is_some();
+    let weighed = setting.is_some_and(|l| {
+        !l.distribute.is_empty() || failover && (!l.failover.is_empty() || !l.failover_priority.is_empty())
+    });
+    if always || weighed {
         c.common_lb_config.get_or_insert_with(Default::default).locality_config_specifier =
             Some(cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(
                 cluster::common_lb_config::LocalityWeightedLbConfig {},
             ));
+    }
+}
+
+/// istiod's `GetEffectiveLbSetting` for locality: the rule's setting,
+/// else (a Service preferring near endpoints) failover by topology,
+/// forced, else the mesh's; a disabled one is none. Returns the setting
+/// and whether failover is forced.
+pub(super) fn effective_locality<'a>(
+    rule: Option<&'a istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+    prefers_near: bool,
+    mesh: Option<&'a istiod_config::istio::networking::LocalityLoadBalancerSetting>,
+) -> (Option<std::borrow::Cow<'a, istiod_config::istio::networking::LocalityLoadBalancerSetting>>, bool) {
+    use std::borrow::Cow;
+    let on = |l: &&istiod_config::istio::networking::LocalityLoadBalancerSetting| l.enabled != Some(false);
+    match rule {
+        Some(l) => (Some(l).filter(on).map(Cow::Borrowed), false),
+        None if prefers_near => {
+            let near = istiod_config::istio::networking::LocalityLoadBalancerSetting {
+                enabled: Some(true),
+                failover_priority: [
+                    "topology.istio.io/network",
+                    "topology.kubernetes.io/region",
+                    "topology.kubernetes.io/zone",
+                ]
+                .map(String::from)
+                .to_vec(),
+                ..Default::default()
+            };
+            (Some(Cow::Owned(near)), true)
+        }
+        None => (mesh.filter(on).map(Cow::Borrowed), false),
     }
 }
 
@@ -363,9 +404,6 @@ pub(super) fn weigh_localities(
 /// PASSTHROUGH makes the cluster an original-destination one; else
 /// LEAST_REQUEST; a consistent hash as RING_HASH or MAGLEV on top.
 pub fn balance(c: &mut Cluster, lb: Option<&LoadBalancerSettings>, redis: bool) {
-    if let Some(l) = lb.and_then(|lb| lb.locality_lb_setting.as_ref()) {
-        weigh_localities(c, Some(l));
-    }
     let original_dst = cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::OriginalDst as i32);
     if c.cluster_discovery_type.as_ref() == Some(&original_dst) {
         c.lb_policy = cluster::LbPolicy::ClusterProvided as i32;

@@ -264,6 +264,47 @@ fn upstream_apply_load_balancer() {
     assert_eq!(policy(Eds, None, false).0, LeastRequest as i32, "Send Unhealthy Endpoints enabled");
 }
 
+/// `TestApplyLoadBalancer` (cluster_test.go), each case's
+/// `expectedLocalityWeightedConfig`, with the `ENABLE_LOCALITY_WEIGHTED_LB_CONFIG`
+/// and near-preferring Service cases of loadbalancer.go's `ApplyToCluster`
+/// and `GetEffectiveLbSetting`.
+#[test]
+fn upstream_apply_load_balancer_locality_weighted_config() {
+    use istiod_config::istio::networking::LoadBalancerSettings;
+    let lb = |y: &str| serde_yaml_ng::from_str::<LoadBalancerSettings>(y).expect("lb");
+    let weighed = |lb: Option<&LoadBalancerSettings>, outlier: bool, near: bool, always: bool| {
+        let mut c = Cluster {
+            cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(cluster::DiscoveryType::Eds as i32)),
+            outlier_detection: outlier.then(Default::default),
+            ..Default::default()
+        };
+        balance(&mut c, lb, false);
+        let (setting, forced) = effective_locality(lb.and_then(|l| l.locality_lb_setting.as_ref()), near, None);
+        weigh_localities(&mut c, setting.as_deref(), forced, always);
+        c.common_lb_config.and_then(|l| l.locality_config_specifier).is_some()
+    };
+    let distribute =
+        lb("localityLbSetting: {distribute: [{from: region1/zone1/subzone1, to: {region1/zone1/subzone1: 100}}]}");
+    let priority = lb(
+        "localityLbSetting: {enabled: true, failoverPriority: [topology.kubernetes.io/region, topology.kubernetes.io/zone]}",
+    );
+    assert!(!weighed(None, false, false, false), "ORIGINAL_DST discovery type is a no op");
+    assert!(weighed(Some(&distribute), false, false, false), "Loadbalancer has distribute");
+    assert!(!weighed(None, false, false, false), "Send Unhealthy Endpoints enabled");
+    assert!(
+        weighed(Some(&priority), true, false, false),
+        "Failover priority with nil wrapped endpoints should not panic"
+    );
+    // Failover only with outlier detection (ApplyToCluster's enableFailover).
+    assert!(!weighed(Some(&priority), false, false, false));
+    // A Service preferring near endpoints forces failover by topology,
+    // unless the rule has its own setting.
+    assert!(weighed(None, false, true, false));
+    assert!(!weighed(Some(&lb("localityLbSetting: {enabled: false}")), false, true, false));
+    // ENABLE_LOCALITY_WEIGHTED_LB_CONFIG: every cluster.
+    assert!(weighed(None, false, false, true));
+}
+
 /// `constructUpstreamTLS` (cluster_tls.go): SIMPLE and MUTUAL origination
 /// offers `h2` on an HTTP/2 cluster, nothing otherwise.
 #[test]

@@ -122,6 +122,35 @@ fn upstream_cluster_dns_lookup_family() {
     }
 }
 
+/// Upstream `TestAdditionalAddressesForIPv6`: under
+/// `ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS` an IPv6 proxy's
+/// `virtualOutbound` takes one additional (IPv4) address; and its DNS
+/// clusters look up both families (util.go `SelectDNSLookupFamily`). An
+/// IPv4 or dual-stack proxy's are unchanged.
+#[test]
+fn upstream_additional_addresses_for_ipv6() {
+    use cluster::DnsLookupFamily::{All, V4Only};
+    let on = {
+        let mut m = (*mesh(false)).clone();
+        m.mesh = Arc::new(crate::meshconfig::MeshSettings {
+            features: crate::meshconfig::Features { ipv4_outbound_for_ipv6: true, ..Default::default() },
+            ..(*m.mesh).clone()
+        });
+        Arc::new(m)
+    };
+    let l = listener_of(&on, &["1111:2222::1"], "virtualOutbound");
+    assert_eq!(ip(&l.address), ":::15001");
+    assert_eq!(extra(&l), vec!["0.0.0.0:15001"], "expected additional ipv4 bind addresses");
+    let c = cluster_of(&on, V6, "outbound|443||api.example.com");
+    assert_eq!(c.dns_lookup_family, All as i32);
+    for ips in [V4, DUAL] {
+        assert!(extra(&listener_of(&on, ips, "virtualOutbound")).is_empty(), "{ips:?}");
+        assert_eq!(cluster_of(&on, ips, "outbound|443||api.example.com").dns_lookup_family, V4Only as i32);
+    }
+    // Off (istiod's default): no additional address.
+    assert!(extra(&listener_of(&mesh(false), V6, "virtualOutbound")).is_empty());
+}
+
 /// Upstream `TestGetDualStackActualWildcard` and the virtual listeners of
 /// `buildVirtualOutboundListener` / `buildInboundListener`: the proxy's
 /// wildcard, and `::` as an additional address of a dual-stack proxy's

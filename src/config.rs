@@ -226,16 +226,35 @@ pub struct Config {
     /// `PILOT_ENVOY_FILTER_STATS` (features/pilot.go, false):
     /// `pilot_envoy_filter_status` is recorded.
     pub envoy_filter_stats: bool,
+    /// `PILOT_GATEWAY_API_CONTROLLER_NAME` (`istio.io/gateway-controller`)
+    /// and `PILOT_GATEWAY_API_DEFAULT_GATEWAYCLASS_NAME` (`istio`): the
+    /// controller the GatewayClasses handled name, and the default class.
+    pub gateway_api_names: (String, String),
+    /// `ISTIO_WATCH_NAMESPACE` (empty: all): the one namespace whose
+    /// namespaced objects are read, and whose root ConfigMap is kept.
+    pub watch_namespace: String,
+    /// `K_REVISION` set (istiod runs in Knative): the first xDS stream is
+    /// refused with `Unavailable` (ads.go `firstRequest`).
+    pub knative: bool,
+    /// `DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES` (comma-separated, as
+    /// istiod splits it): callers of these namespaces reach every debug
+    /// path, as the root namespace's do.
+    pub debug_allowed_namespaces: Vec<String>,
     /// Environment values that did not parse, each replaced by its default
     /// (logged at start, as istiod's `env` package logs them).
     pub env_warnings: Vec<String>,
     /// The kinds read: `PILOT_ENABLE_GATEWAY_API` (true),
     /// `PILOT_IGNORE_RESOURCES`, `PILOT_INCLUDE_RESOURCES`.
     pub read_filter: istiod_config::objects::ReadFilter,
-    /// `PILOT_ENABLE_ANALYSIS` (false): istiod's analyzers run on every
-    /// change; their messages go to the log, `/debug/config_report` and,
+    /// `PILOT_ENABLE_ANALYSIS` (false): istiod's analyzers run after
+    /// changes; their messages go to the log, `/debug/config_report` and,
     /// in a cluster, the objects' `status.validationMessages`.
     pub analysis: bool,
+    /// `PILOT_ANALYSIS_INTERVAL` (10s): the analysis runs once changes have
+    /// been quiet for a second, or this long after the first of them
+    /// (istiod's debouncer); under a second is taken as 10s, with
+    /// istiod's warning.
+    pub analysis_interval: Duration,
     /// `PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS` (false): the taint
     /// (`PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME`) removed from nodes
     /// whose istio-cni pod is ready.
@@ -1035,6 +1054,10 @@ impl Config {
                         .bool("ISTIO_ENABLE_IPV4_OUTBOUND_LISTENER_FOR_IPV6_CLUSTERS", d.ipv4_outbound_for_ipv6)?,
                     selector_k8s_gateway_policy: vars
                         .bool("ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY", d.selector_k8s_gateway_policy)?,
+                    strict_gateway_merging: vars
+                        .bool("PILOT_ENABLE_STRICT_GATEWAY_MERGING", d.strict_gateway_merging)?,
+                    sidecar_inbound_merge: vars
+                        .bool("PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE", d.sidecar_inbound_merge)?,
                 }
             },
             http_switches: (
@@ -1064,6 +1087,18 @@ impl Config {
                 ip_autoallocate: vars.bool("PILOT_ENABLE_IP_AUTOALLOCATE", true)?,
             },
             envoy_filter_stats: vars.bool("PILOT_ENVOY_FILTER_STATS", false)?,
+            knative: vars.raw("K_REVISION").is_some(),
+            watch_namespace: vars.string("ISTIO_WATCH_NAMESPACE", ""),
+            gateway_api_names: (
+                vars.string("PILOT_GATEWAY_API_CONTROLLER_NAME", "istio.io/gateway-controller"),
+                vars.string("PILOT_GATEWAY_API_DEFAULT_GATEWAYCLASS_NAME", "istio"),
+            ),
+            debug_allowed_namespaces: vars
+                .string("DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES", "")
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect(),
             // istiod (features/telemetry.go): outside 0..=100 it warns and
             // keeps the default.
             trace_sampling: match vars.float("PILOT_TRACE_SAMPLING", 1.0)? {
@@ -1084,6 +1119,15 @@ impl Config {
             discover_gateway_api_gateways: vars.bool("PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API", true)?,
             multiroot_mesh: vars.bool("ISTIO_MULTIROOT_MESH", false)?,
             analysis: vars.bool("PILOT_ENABLE_ANALYSIS", false)?,
+            analysis_interval: match vars.duration("PILOT_ANALYSIS_INTERVAL", Duration::from_secs(10))? {
+                d if d < Duration::from_secs(1) => {
+                    vars.warn(format!(
+                        "PILOT_ANALYSIS_INTERVAL {d:?} is too small, it will be set to default 10 seconds"
+                    ));
+                    Duration::from_secs(10)
+                }
+                d => d,
+            },
             node_untaint: vars
                 .bool("PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS", false)?
                 .then(|| vars.string("PILOT_NODE_UNTAINT_CONTROLLERS_TAINT_NAME", "cni.istio.io/not-ready")),

@@ -76,6 +76,19 @@ pub mod metrics {
         }
     }
 
+    /// Counts, as events, what the generators noted since the last
+    /// scrape: Gateways strict merging left out as routers' resources were
+    /// generated (istiod's `RecordRejectedConfig`). Before the events are
+    /// collected.
+    pub fn count_noted() {
+        for name in istiod_mesh::counters::take_rejected_gateways() {
+            istiod_xds::metrics::count_event(
+                "pilot_total_rejected_configs",
+                vec![("type", "gateway".to_owned()), ("name", name)],
+            );
+        }
+    }
+
     /// Adds the control thread's series.
     pub fn collect(out: &mut istiod_xds::metrics::Exposition) {
         out.counter(

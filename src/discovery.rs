@@ -130,6 +130,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     istiod_ca::jwks::set_blocked_cidrs(&config.jwks_blocked_cidrs);
     istiod_config::objects::set_read_filter(config.read_filter.clone());
     istiod_kubewatch::kube_source::set_config_cluster(&config.cluster_id);
+    istiod_kubewatch::kube_source::set_watch_namespace(&config.watch_namespace);
+    istiod_config::gateway_convert::set_names(&config.gateway_api_names.0, &config.gateway_api_names.1);
     istiod_mesh::node::set_ambient(config.ambient);
     for invalid in &config.env_warnings {
         tracing::warn!(target: "default", "invalid environment variable value: {invalid}");
@@ -334,6 +336,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let (reports_tx, reports_rx) = async_channel::bounded(4096);
     let lifecycle_tx = istiod_xds::ads::LifecycleTx { streams: streams_tx, reports: reports_tx };
     let lifecycle_rx = (streams_rx, reports_rx);
+    if config.knative {
+        ads::refuse_first_stream();
+    }
     let factory = AdsFactory::new(
         Arc::new(istiod_waypoint::generator::WithWaypoints),
         receivers,
@@ -576,6 +581,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             unsafe_admin: config.unsafe_admin_endpoints,
             on_http: config.debug_on_http,
             endpoint_auth: config.debug_endpoint_auth,
+            allowed_namespaces: config.debug_allowed_namespaces.clone(),
             authn: ca_server.clone(),
             profile: config.profile,
             updates: tx.clone(),
@@ -675,6 +681,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         // always; statuses written by the `istio-analyze-leader` in a cluster.
         if config.analysis {
             state.borrow_mut().analysis = Some(Default::default());
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            state.borrow_mut().analysis_input = Some(tx);
+            tokio::task::spawn_local(sources::analysis_loop(state.clone(), rx, config.analysis_interval));
             if let Some(client) = &kube {
                 let (tx, rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
                 state.borrow_mut().analysis_status = Some(tx);

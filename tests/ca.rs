@@ -47,6 +47,11 @@ fn py_json(script: &str, args: &[String], env: &[(&str, &str)]) -> serde_json::V
 /// Starts the binary with its CA: `JWT_RULE` for an issuer served on
 /// loopback, the CA kept in `ca_dir` (self-signed) or plugged in from it.
 fn start(issuer: &Issuer, ca_env: (&str, &str)) -> (Server, std::net::SocketAddr, String) {
+    start_with(issuer, ca_env, &[])
+}
+
+/// [`start`] with more environment.
+fn start_with(issuer: &Issuer, ca_env: (&str, &str), more: &[(&str, &str)]) -> (Server, std::net::SocketAddr, String) {
     let uri = http_body_server(Arc::new(Mutex::new(issuer.jwks.clone())));
     let iss = "https://issuer.test".to_owned();
     let rule = format!(r#"{{"issuer":"{iss}","jwks_uri":"{uri}","audiences":["istio-ca"]}}"#);
@@ -54,7 +59,7 @@ fn start(issuer: &Issuer, ca_env: (&str, &str)) -> (Server, std::net::SocketAddr
     let s = Server::start(
         std::path::Path::new(BOOKINFO),
         &["--secureGRPCAddr", &secure.to_string()],
-        &[("JWT_RULE", &rule), ca_env],
+        &[&[("JWT_RULE", rule.as_str()), ca_env][..], more].concat(),
         None,
     );
     server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
@@ -195,12 +200,13 @@ fn debug_callers_off_loopback_authenticate_with_a_token() {
     let s = Server::start(
         std::path::Path::new(BOOKINFO),
         &["--httpAddr", &format!("0.0.0.0:{http}"), "--monitoringAddr", &format!("0.0.0.0:{monitoring}")],
-        &[("JWT_RULE", &rule)],
+        &[("JWT_RULE", &rule), ("DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES", "monitoring")],
         None,
     );
     server::wait_for("the JWT_RULE key set", Duration::from_secs(20), || s.log().contains("JWT_RULE key set fetched"));
     let admin = issuer.token(iss, "system:serviceaccount:istio-system:istioctl");
     let viewer = issuer.token(iss, "system:serviceaccount:bookinfo:viewer");
+    let allowed = issuer.token(iss, "system:serviceaccount:monitoring:prom");
     for port in [http, monitoring] {
         let there = std::net::SocketAddr::new(ip, port);
         assert_eq!(server::get(there, "/debug/syncz").map(|r| r.0), Some(401), "port {port}");
@@ -210,6 +216,9 @@ fn debug_callers_off_loopback_authenticate_with_a_token() {
         assert_eq!(get_as(there, "/debug/syncz", &admin), (200, "[]".into()), "port {port}");
         assert_eq!(get_as(there, "/debug/syncz", &viewer).0, 403);
         assert_eq!(get_as(there, "/debug/configz", &viewer).0, 403);
+        // DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES: every path (AuthorizeDebugRequest).
+        assert_eq!(get_as(there, "/debug/syncz", &allowed), (200, "[]".into()), "port {port}");
+        assert_eq!(get_as(there, "/debug/configz", &allowed).0, 200);
         let (code, body) = get_as(there, "/debug/config_dump?proxyID=a.bookinfo", &viewer);
         assert_eq!(
             (code, body.as_str()),
@@ -225,11 +234,16 @@ fn debug_callers_off_loopback_authenticate_with_a_token() {
 /// proxy), `istio.io/debug/config_dump` (its dump's parts) and
 /// `istio.io/debug` (debuggen.go: a debug path's body). A caller outside
 /// the root namespace sees its namespace only and none of the other paths;
-/// an unauthenticated one nothing.
+/// an unauthenticated one nothing. One of `DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES`
+/// sees every namespace's syncz and config_dump (`callerNamespaceFilter`)
+/// but still none of `istio.io/debug`'s other paths (debuggen.go reads
+/// only the root namespace).
 #[test]
 fn debug_over_xds_answers_istioctl() {
     let issuer = Issuer::new();
-    let (dir, s, secure, iss) = start_self_signed(&issuer);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ("ISTIOD_RS_SELF_SIGNED_CA_DIR", dir.path().to_str().unwrap());
+    let (s, secure, iss) = start_with(&issuer, ca, &[("DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES", "monitoring,x")]);
     let root = dir.path().join("ca-cert.pem");
     let sidecar = issuer.token(&iss, "system:serviceaccount:bookinfo:reviews");
     let run = |sa: &str, ns: &str| {
@@ -277,6 +291,10 @@ fn debug_over_xds_answers_istioctl() {
     assert_eq!(own["debug"]["adsz"]["code"], "PERMISSION_DENIED", "{own}");
     assert_eq!(own["debug"]["syncz"]["code"], "PERMISSION_DENIED", "{own}");
     assert!(own["debug"]["config_dump?proxyID=app-1.bookinfo"]["body"]["configs"].is_array(), "{own}");
+    let allowed = run("prom", "monitoring");
+    assert_eq!(allowed["syncz"]["rows"].as_array().unwrap().len(), 1, "every namespace's: {allowed}");
+    assert_eq!(allowed["config_dump"].as_array().unwrap().len(), 7, "{allowed}");
+    assert_eq!(allowed["debug"]["adsz"]["code"], "PERMISSION_DENIED", "{allowed}");
     let other = run("viewer", "default");
     assert_eq!(other["syncz"]["rows"], serde_json::json!([]), "{other}");
     assert_eq!(other["config_dump"], serde_json::json!([]), "not this caller's proxy: {other}");
@@ -1459,4 +1477,26 @@ fn the_kubernetes_signer_signs_workload_certificates_through_the_csr_api() {
         let (ok, log) = run(&["--kubeconfig", kubeconfig.to_str().unwrap()], &ra_env);
         assert!(!ok && log.contains("error processing Certificate Bundle for Kubernetes RA"), "{log}");
     }
+}
+
+/// istiod under Knative (`K_REVISION` set, pilot/pkg/xds/ads.go
+/// `firstRequest`): the process's first ADS stream is refused with
+/// UNAVAILABLE "server warmup not complete; try again"; the next, of
+/// either variant, is served. Without it the first is served.
+#[test]
+fn under_knative_the_first_xds_stream_is_refused() {
+    let s = Server::start(std::path::Path::new(BOOKINFO), &[], &[("K_REVISION", "istiod-00001")], None);
+    let first = ads(s.grpc, "-", "-", "bookinfo", true, &[]);
+    assert_eq!(
+        (first["code"].as_str(), first["details"].as_str()),
+        (Some("UNAVAILABLE"), Some("server warmup not complete; try again")),
+        "{first}\n{}",
+        s.log()
+    );
+    for delta in [false, true] {
+        let next = ads(s.grpc, "-", "-", "bookinfo", delta, &[]);
+        assert_eq!(next["code"], "OK", "delta={delta}: {next}");
+    }
+    let plain = Server::start(std::path::Path::new(BOOKINFO), &[], &[], None);
+    assert_eq!(ads(plain.grpc, "-", "-", "bookinfo", false, &[])["code"], "OK");
 }

@@ -502,3 +502,52 @@ fn a_malformed_environment_value_is_logged_and_defaulted() {
     assert!(log.contains("--cores is above the CPUs"), "{log}");
     assert_eq!(get(server.http, "/ready").map(|r| r.0), Some(200));
 }
+
+/// `ISTIO_WATCH_NAMESPACE` (istiod's `kclient` informers, `ToOpts`): the
+/// namespaced kinds are listed and watched in that namespace only, so
+/// another namespace's Service is never read, before or after a change;
+/// cluster-scoped kinds (Nodes, which readiness waits for) are read whole.
+#[test]
+fn istio_watch_namespace_reads_one_namespace() {
+    use istiod_kubewatch::fake::core_resources;
+    let api = support::fake_api();
+    for r in core_resources() {
+        api.install(r);
+    }
+    let service = |name: &str, ns: &str, ip: &str| {
+        serde_json::json!({"metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterIP": ip, "ports": [{"name": "http", "port": 80}]}})
+    };
+    api.apply("services", service("web", "shop", "10.96.0.5"));
+    api.apply("services", service("api", "other", "10.96.0.6"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
+        .env("ISTIO_WATCH_NAMESPACE", "shop")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child };
+    wait_for("ready", || get(http, "/ready").map(|r| r.0) == Some(200));
+    wait_for("the service", || get(http, "/debug/registryz").unwrap().1.contains("web.shop.svc.cluster.local"));
+    api.apply("services", service("web2", "shop", "10.96.0.7"));
+    api.apply("services", service("api2", "other", "10.96.0.8"));
+    wait_for("the new service", || get(http, "/debug/registryz").unwrap().1.contains("web2.shop.svc.cluster.local"));
+    let registry = get(http, "/debug/registryz").unwrap().1;
+    assert!(!registry.contains(".other.svc"), "{registry}");
+    assert!(server.terminate().success());
+}

@@ -487,6 +487,40 @@ fn a_gateway_api_gateway_routes_as_its_http_and_grpc_routes_say() {
     );
     assert!(problems.iter().any(|p| p["reason"] == "RefNotPermitted"), "{problems:?}");
     assert!(problems.iter().any(|p| p["listenerSet"] == "other/stray" && p["reason"] == "NotAllowed"), "{problems:?}");
+
+    // PILOT_ENABLE_STRICT_GATEWAY_MERGING (istiod's default,
+    // filterStrictGatewayMerging): an Istio Gateway of another namespace
+    // that selects the managed Gateway API gateway's pods is left out (no
+    // other namespace's servers or credentials on its listeners), counted
+    // in pilot_total_rejected_configs; one of the Gateway's own namespace
+    // joins.
+    let classic = |name: &str, ns: &str, port: u16| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+             spec:\n  selector: {{gateway.networking.k8s.io/gateway-name: gw}}\n\
+             \x20 servers: [{{port: {{number: {port}, name: http, protocol: HTTP}}, hosts: ['*']}}]\n"
+        )
+    };
+    let gateways = || {
+        let (_, body) = server::get(g.server.http, "/debug/config_report").unwrap();
+        serde_json::from_str::<Value>(&body).unwrap()["istioConfig"]["Gateway"].as_u64().unwrap_or(0)
+    };
+    let before = gateways();
+    let extra = [classic("intruder", "other", 9090), classic("neighbour", "gateways", 9091)].join("---\n");
+    std::fs::write(g.dir.path().join("config/strict.yaml"), extra).unwrap();
+    server::wait_for("the Istio Gateways read", Duration::from_secs(20), || gateways() == before + 2);
+    let mut c =
+        client_of(g.secure, &g.root, &g.token, ("gateways", labels), &[], &[("SERVICE_ACCOUNT", "gw-istio".into())]);
+    let report = first_report(&mut c, &g.server);
+    let listeners: Vec<&String> = report["listeners"].as_object().unwrap().keys().collect();
+    assert_eq!(listeners, ["0.0.0.0_8080", "0.0.0.0_8443", "0.0.0.0_9091"], "{report}");
+    let _ = c.wait();
+    let (_, metrics) = server::get(g.server.monitoring, "/metrics").unwrap();
+    assert!(
+        metrics.contains("pilot_total_rejected_configs{type=\"gateway\",name=\"other/intruder\"} 1"),
+        "{}",
+        metrics.lines().filter(|l| l.contains("rejected")).collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// The Gateway API's status in Kubernetes (istiod's conditions.go, written

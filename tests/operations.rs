@@ -486,7 +486,8 @@ fn cache_resources_pushcontext_and_push_debug_paths() {
 /// create wins, the other's conflict is fine), a class that exists is left
 /// as its owner wrote it, and a deleted one comes back; with
 /// `PILOT_ENABLE_GATEWAY_API_GATEWAYCLASS_CONTROLLER=false` none is made,
-/// and with `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false` no `istio-remote`.
+/// and with `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false` no `istio-remote`;
+/// the default class's name and controller follow their variables.
 #[test]
 fn the_builtin_gateway_classes_are_created_and_kept() {
     let api = server::fake_api();
@@ -531,6 +532,21 @@ fn the_builtin_gateway_classes_are_created_and_kept() {
     wait_for("the default class again", Duration::from_secs(20), || api.get("gatewayclasses", "", "istio").is_some());
     std::thread::sleep(Duration::from_secs(3));
     assert!(api.get("gatewayclasses", "", "istio-remote").is_none(), "PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API=false");
+    drop(_c);
+    // PILOT_GATEWAY_API_DEFAULT_GATEWAYCLASS_NAME and
+    // PILOT_GATEWAY_API_CONTROLLER_NAME: the default class under its name
+    // and controller (istiod's classinfo.go, gatewayclass.go).
+    let _d = start(
+        "istiod-d",
+        &[
+            ("PILOT_GATEWAY_API_DEFAULT_GATEWAYCLASS_NAME", "corp"),
+            ("PILOT_GATEWAY_API_CONTROLLER_NAME", "example.com/corp-gateways"),
+        ],
+    );
+    wait_for("the renamed default class", Duration::from_secs(20), || api.get("gatewayclasses", "", "corp").is_some());
+    let corp = api.get("gatewayclasses", "", "corp").unwrap();
+    assert_eq!(corp["spec"]["controllerName"], "example.com/corp-gateways", "{corp}");
+    assert_eq!(corp["spec"]["description"], "The default Istio GatewayClass");
 }
 
 /// istiod's node untaint controller (`PILOT_ENABLE_NODE_UNTAINT_CONTROLLERS`):

@@ -44,10 +44,16 @@ pub(crate) fn served_with(
     std::fs::write(&mesh_file, mesh).unwrap();
     // The client's settings go to the server too (PILOT_ENABLE_AMBIENT).
     let s = Server::start(&config, &["--meshConfig", mesh_file.to_str().unwrap()], env, None);
-    let node = json!({
+    let mut node = json!({
         "id": format!("{kind}~{ip}~app-0.{namespace}~{namespace}.svc.cluster.local"),
         "metadata": {"NAMESPACE": namespace, "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": ip, "LABELS": labels},
     });
+    // `NODE_META_<KEY>` entries of `env` are the node's metadata too.
+    for (k, v) in env {
+        if let Some(key) = k.strip_prefix("NODE_META_") {
+            node["metadata"][key] = json!(v);
+        }
+    }
     let out = std::process::Command::new(python::python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
         .arg(s.grpc.to_string())
@@ -1047,6 +1053,24 @@ spec:
             .map(|c| c["filterChainMatch"]["applicationProtocols"].clone());
         assert_eq!(sniffed, Some(want), "the outbound sniffed port");
     }
+    // A proxy's HTTP10 metadata (istiod's enableHTTP10): its managers
+    // accept HTTP/1.0, outbound and inbound; sniffing does not take
+    // `http/1.0` (PILOT_HTTP10's alone).
+    let asked = [("PGV", "1"), ("NODE_META_HTTP10", "1")];
+    let got = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "10.1.4.1", &asked);
+    assert_eq!(got["pgv_errors"], json!([]), "{got}");
+    for listener in ["0.0.0.0_80", "virtualInbound"] {
+        let m = managers(&got, listener);
+        assert!(!m.is_empty() && m.iter().all(|m| m.0 == json!({"acceptHttp10": true})), "{listener}: {m:?}");
+    }
+    let plaintext = got["listeners"]["virtualInbound"]["filterChains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["filterChainMatch"]["transportProtocol"] == "raw_buffer")
+        .filter_map(|c| c["filterChainMatch"]["applicationProtocols"].as_array().cloned())
+        .collect::<Vec<_>>();
+    assert!(!plaintext.is_empty() && plaintext.iter().all(|a| !a.contains(&json!("http/1.0"))), "{plaintext:?}");
     let gateway = [
         "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: shop}\n",
         "spec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]\n",
@@ -1057,6 +1081,8 @@ spec:
     assert_eq!(router["pgv_errors"], json!([]), "{router}");
     let gw = managers(&router, "0.0.0.0_8080");
     assert_eq!(gw, [(json!({"acceptHttp10": true}), json!(true))]);
+    let router = served_with("router", &objects, "", "shop", json!({"istio": "ingressgateway"}), "10.1.9.9", &asked);
+    assert_eq!(managers(&router, "0.0.0.0_8080"), [(json!({"acceptHttp10": true}), json!(true))], "HTTP10 metadata");
 }
 
 /// `PILOT_ENABLE_METADATA_EXCHANGE`, `PILOT_ENABLE_ALPN_FILTER` and
@@ -1429,10 +1455,8 @@ spec:
         let cluster = &sidecar["clusters"]["outbound|80||web.shop.svc.cluster.local"];
         assert_eq!(cluster["commonLbConfig"]["localityWeightedLbConfig"].is_object(), switched, "{cluster}");
         // The sidecar takes the namespace's policy either way.
-        assert_eq!(
-            rbac_names(&sidecar, "virtualInbound").contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()),
-            true
-        );
+        let inbound = rbac_names(&sidecar, "virtualInbound");
+        assert!(inbound.contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()), "{inbound:?}");
         let v6 = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "fd00::5:1", env);
         let extra: Vec<Value> = v6["listeners"]["virtualOutbound"]["additionalAddresses"]
             .as_array()

@@ -145,6 +145,11 @@ async fn upsert_all(
     let mut wrote = 0;
     for ns in namespaces["items"].as_array().into_iter().flatten() {
         let Some(name) = ns["metadata"]["name"].as_str() else { continue };
+        // ISTIO_WATCH_NAMESPACE: that namespace only (istiod's namespace
+        // controller sees the others' events no more than their objects).
+        if istiod_kubewatch::kube_source::watch_namespace().is_some_and(|w| w != name) {
+            continue;
+        }
         if IGNORED.contains(&name) || ns["status"]["phase"] == "Terminating" {
             continue;
         }

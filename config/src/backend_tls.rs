@@ -435,7 +435,7 @@ pub fn convert(objs: &Objects, domain: &str) -> Converted {
         for (_, name) in &policy_gateways {
             ancestors.push(json!({
                 "ancestorRef": {"group": GROUP, "kind": "Gateway", "name": name},
-                "controllerName": crate::gateway_convert::CONTROLLER,
+                "controllerName": crate::gateway_convert::controller(),
                 "conditions": conds.json(),
             }));
         }
@@ -618,7 +618,8 @@ data: {not-ca.crt: hello}
                 let mut w: Value = serde_json::to_value(&w["status"]).unwrap();
                 // Other controllers' ancestors are kept by the writer.
                 w["ancestors"].as_array_mut().unwrap().retain(|a| {
-                    a["controllerName"] == MESH_CONTROLLER || a["controllerName"] == crate::gateway_convert::CONTROLLER
+                    a["controllerName"] == MESH_CONTROLLER
+                        || a["controllerName"] == crate::gateway_convert::controller()
                 });
                 for a in w["ancestors"].as_array_mut().unwrap() {
                     for c in a["conditions"].as_array_mut().unwrap() {

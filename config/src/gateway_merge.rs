@@ -11,7 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::gateway_convert::{GATEWAY_SERVICE, PARENT_NAMESPACE, host_intersection};
+use crate::gateway_convert::{
+    GATEWAY_SEMANTICS, GATEWAY_SERVICE, PARENT_NAMESPACE, SERVICE_ACCOUNT, host_intersection,
+};
 use crate::istio::networking::{Gateway, Server, ServerTlsMode};
 use crate::istio::{IstioObject, IstioSpec};
 
@@ -181,6 +183,28 @@ pub fn parent_namespace(o: &IstioObject) -> &str {
 /// [`GATEWAY_SERVICE`] annotation), if it is one.
 pub fn gateway_services(o: &IstioObject) -> Option<Vec<&str>> {
     o.meta.annotations.get(GATEWAY_SERVICE).map(|s| s.split(',').filter(|x| !x.is_empty()).collect())
+}
+
+/// istiod's `filterStrictGatewayMerging` (`PILOT_ENABLE_STRICT_GATEWAY_MERGING`,
+/// on by default): where a Gateway API Gateway with a managed deployment
+/// (`internal.istio.io/gateway-semantics: gateway` and a service account)
+/// is among `selected`, only the Gateway API ones and those of a managed
+/// one's namespace stay, so that no other namespace's servers (and TLS
+/// credentials) join its listeners. Returns what stays, and the names
+/// (`namespace/name`) of what is dropped.
+pub fn strict<'a>(selected: Vec<(&'a IstioObject, &'a Gateway)>) -> (Vec<(&'a IstioObject, &'a Gateway)>, Vec<String>) {
+    let api = |o: &IstioObject| o.meta.annotations.get(GATEWAY_SEMANTICS).is_some_and(|v| v == "gateway");
+    let managed: BTreeSet<&str> = selected
+        .iter()
+        .filter(|(o, _)| api(o) && o.meta.annotations.get(SERVICE_ACCOUNT).is_some_and(|sa| !sa.is_empty()))
+        .map(|(o, _)| o.meta.ns())
+        .collect();
+    if managed.is_empty() {
+        return (selected, Vec::new());
+    }
+    let (kept, dropped): (Vec<_>, Vec<_>) =
+        selected.into_iter().partition(|(o, _)| api(o) || managed.contains(o.meta.ns()));
+    (kept, dropped.into_iter().map(|(o, _)| format!("{}/{}", o.meta.ns(), o.meta.name)).collect())
 }
 
 /// `addPlainTextServer`: a plaintext server as a key of its own on a port
@@ -552,6 +576,66 @@ mod tests {
         let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: n, creationTimestamp: null}\nspec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}\n";
         let o = crate::istio::parse(&serde_yaml_ng::from_str(doc).unwrap()).unwrap();
         assert_eq!(o.meta.creation_timestamp, None);
+    }
+
+    /// Upstream `TestFilterStrictGatewayMerging` (pilot/pkg/model/gateway_test.go).
+    #[test]
+    fn upstream_filter_strict_gateway_merging() {
+        let server = "{selector: {istio: ingressgateway}, servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}]}";
+        let internal = |name: &str, ns: &str, sa: &str| {
+            let mut o = gw(name, ns, "", server);
+            o.meta.annotations.insert(GATEWAY_SEMANTICS.to_owned(), "gateway".to_owned());
+            o.meta.annotations.insert(SERVICE_ACCOUNT.to_owned(), sa.to_owned());
+            o
+        };
+        let istio_a = gw("istio-gw1", "ns-a", "", server);
+        let istio_b = gw("istio-gw2", "ns-b", "", server);
+        let managed_a = internal("gwapi-gw1", "ns-a", "sa");
+        let unmanaged_b = internal("gwapi-gw2", "ns-b", "");
+        let managed_b = internal("gwapi-gw3", "ns-b", "sa");
+        let run = |input: &[&IstioObject]| {
+            let selected: Vec<(&IstioObject, &Gateway)> = input
+                .iter()
+                .map(|o| match &o.spec {
+                    IstioSpec::Gateway(g) => (*o, g),
+                    _ => unreachable!(),
+                })
+                .collect();
+            let mut kept: Vec<String> =
+                strict(selected).0.iter().map(|(o, _)| format!("{}/{}", o.meta.ns(), o.meta.name)).collect();
+            kept.sort();
+            kept
+        };
+        let cases: [(&str, Vec<&IstioObject>, Vec<&str>); 7] = [
+            ("no gwapi gateways - no filtering", vec![&istio_a, &istio_b], vec!["ns-a/istio-gw1", "ns-b/istio-gw2"]),
+            (
+                "only unmanaged gwapi - no filtering",
+                vec![&istio_a, &istio_b, &unmanaged_b],
+                vec!["ns-a/istio-gw1", "ns-b/istio-gw2", "ns-b/gwapi-gw2"],
+            ),
+            (
+                "managed gwapi in ns-a - keep istio in ns-a, drop istio in ns-b",
+                vec![&managed_a, &istio_a, &istio_b],
+                vec!["ns-a/gwapi-gw1", "ns-a/istio-gw1"],
+            ),
+            (
+                "managed gwapi in ns-a - keep all gwapi regardless of namespace",
+                vec![&managed_a, &unmanaged_b, &istio_a, &istio_b],
+                vec!["ns-a/gwapi-gw1", "ns-b/gwapi-gw2", "ns-a/istio-gw1"],
+            ),
+            (
+                "managed gwapi in both namespaces - keep all",
+                vec![&managed_a, &managed_b, &istio_a, &istio_b],
+                vec!["ns-a/gwapi-gw1", "ns-b/gwapi-gw3", "ns-a/istio-gw1", "ns-b/istio-gw2"],
+            ),
+            ("only managed gwapi - keep all", vec![&managed_a, &managed_b], vec!["ns-a/gwapi-gw1", "ns-b/gwapi-gw3"]),
+            ("order does not matter", vec![&istio_b, &istio_a, &managed_a], vec!["ns-a/istio-gw1", "ns-a/gwapi-gw1"]),
+        ];
+        for (name, input, want) in cases {
+            let mut want: Vec<String> = want.into_iter().map(str::to_owned).collect();
+            want.sort();
+            assert_eq!(run(&input), want, "{name}");
+        }
     }
 
     #[test]

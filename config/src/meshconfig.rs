@@ -58,6 +58,14 @@ pub struct Features {
     /// workload selector (no `targetRef`) apply to Gateway API gateways'
     /// deployments too.
     pub selector_k8s_gateway_policy: bool,
+    /// `PILOT_ENABLE_STRICT_GATEWAY_MERGING` (true): a router behind a
+    /// Gateway API Gateway with a managed deployment takes no other
+    /// namespace's Istio Gateways (`gateway_merge::strict`).
+    pub strict_gateway_merging: bool,
+    /// `PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE` (false): a
+    /// Sidecar's `ingress` listeners come with the workload's services'
+    /// other ports (chains and clusters), not instead of them.
+    pub sidecar_inbound_merge: bool,
 }
 
 impl Default for Features {
@@ -67,6 +75,8 @@ impl Default for Features {
             locality_weighted_lb: false,
             ipv4_outbound_for_ipv6: false,
             selector_k8s_gateway_policy: true,
+            strict_gateway_merging: true,
+            sidecar_inbound_merge: false,
         }
     }
 }

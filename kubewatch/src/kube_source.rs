@@ -226,6 +226,26 @@ pub async fn run_registry(client: kube::Client, out: Arc<Updates>, cluster: Arc<
     }
 }
 
+/// `ISTIO_WATCH_NAMESPACE`: the one namespace whose namespaced objects are
+/// read (istiod's `kclient` informers' `ToOpts`); cluster-scoped kinds
+/// are read whole. Set once, before the first watch.
+static WATCH_NAMESPACE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Reads namespaced kinds in `namespace` only (`ISTIO_WATCH_NAMESPACE`).
+pub fn set_watch_namespace(namespace: &str) {
+    if !namespace.is_empty() {
+        let _ = WATCH_NAMESPACE.set(namespace.to_owned());
+    }
+}
+
+/// The namespace set by [`set_watch_namespace`], if any.
+pub fn watch_namespace() -> Option<&'static str> {
+    WATCH_NAMESPACE.get().map(String::as_str)
+}
+
+/// The kinds of [`KINDS`] that are cluster-scoped.
+const CLUSTER_SCOPED: [&str; 4] = ["Node", "Namespace", "GatewayClass", "IngressClass"];
+
 /// The watches of one source: aborted together when it is dropped.
 struct Watches(Vec<tokio::task::JoinHandle<()>>);
 
@@ -251,7 +271,10 @@ async fn run_kinds(client: kube::Client, out: Arc<Updates>, watched: fn(usize) -
             let client = client.clone();
             move |version: &str| {
                 let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                let api: Api<DynamicObject> = match watch_namespace() {
+                    Some(ns) if !CLUSTER_SCOPED.contains(&kind) => Api::namespaced_with(client.clone(), ns, &ar),
+                    _ => Api::all_with(client.clone(), &ar),
+                };
                 let mut config = watcher::Config::default();
                 if kind == "Secret" {
                     // istiod's informer: Helm releases (up to 1 MiB each) and

@@ -662,6 +662,8 @@ impl Generator for MeshGenerator {
                         || kind == Kind::Listener
                             && !m.auto_listeners.is_empty()
                             && matches!(&**k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
+                        // (Its HTTP managers accept HTTP/1.0.)
+                        || kind == Kind::Listener && &**k == "HTTP10" && !m.model.mesh.http10
                         || kind == Kind::Endpoint
                             && m.model.network_gateways.enabled()
                             && crate::translate::network::NODE_KEYS.contains(&&**k)
@@ -758,6 +760,7 @@ fn family_of(class: &ProxyClass, kind: Kind, name: &str) -> Option<crate::transl
 /// EnvoyFilters: the shared resource's, and the family it is adapted to.
 fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<u64> {
     let generation = shared_family_generation(snap, class, kind, name)?;
+    let generation = if asks_http10(snap, class, kind) { mix((generation, "HTTP10")) } else { generation };
     Some(match (family_of(class, kind, name), mesh(snap)) {
         (Some(mode), Some(m)) => {
             // (A dual-stack Service's other cluster IPs are not in the
@@ -769,11 +772,29 @@ fn unpatched_generation(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Ki
     })
 }
 
+/// Whether `class`'s listeners are adapted to its `HTTP10` metadata
+/// (istiod's `enableHTTP10`, where `PILOT_HTTP10` does not already make
+/// every manager accept HTTP/1.0; not proxyless gRPC).
+fn asks_http10(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> bool {
+    kind == Kind::Listener
+        && !is_grpc(class)
+        && crate::translate::listener::http10_metadata(class)
+        && mesh(snap).is_some_and(|m| !m.model.mesh.http10)
+}
+
 /// What [`MeshGenerator::generate`] makes before extensions and
 /// EnvoyFilters: the IPv4 proxies' resource, adapted to the class's
 /// family.
 fn unpatched_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind, name: &str) -> Option<Bytes> {
     let body = shared_family_body(snap, class, kind, name)?;
+    // A proxy's HTTP10 metadata: its HTTP managers accept HTTP/1.0.
+    let body = match asks_http10(snap, class, kind) {
+        true => istiod_proto::envoy::config::listener::v3::Listener::decode(body.clone())
+            .ok()
+            .and_then(crate::translate::listener::accepting_http10)
+            .map_or(body, |l| Bytes::from(l.encode_to_vec())),
+        false => body,
+    };
     match (family_of(class, kind, name), mesh(snap)) {
         (Some(mode), Some(m)) => {
             let dual = &m.dual_vips;

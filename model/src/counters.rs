@@ -1,8 +1,9 @@
 //! Counts istiod keeps where configuration is generated, kept here (the
 //! crate does no I/O) and read by the metrics handler:
 //! `pilot_sds_certificate_errors_total`,
-//! `provider_lookup_cluster_failures{type}` and
-//! `pilot_k8s_proxies_with_no_service_targets{reason}`.
+//! `provider_lookup_cluster_failures{type}`,
+//! `pilot_k8s_proxies_with_no_service_targets{reason}`, and the Gateways
+//! strict merging leaves out (`pilot_total_rejected_configs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -75,4 +76,19 @@ pub fn no_service_targets_counted() -> Vec<(&'static str, u64)> {
         .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
         .filter(|(_, n)| *n > 0)
         .collect()
+}
+
+/// Gateways left out by strict merging, not yet counted.
+static REJECTED_GATEWAYS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A Gateway (`namespace/name`) strict gateway merging left out of a
+/// router's configuration (istiod's `RecordRejectedConfig`).
+pub fn rejected_gateway(name: &str) {
+    REJECTED_GATEWAYS.lock().unwrap_or_else(|e| e.into_inner()).push(name.to_owned());
+}
+
+/// The Gateways left out since the last call (the metrics handler counts
+/// them in `pilot_total_rejected_configs{type="gateway"}`).
+pub fn take_rejected_gateways() -> Vec<String> {
+    std::mem::take(&mut *REJECTED_GATEWAYS.lock().unwrap_or_else(|e| e.into_inner()))
 }

@@ -182,6 +182,13 @@ fn bad_environment_values_name_the_variable() {
     assert_eq!(c.push.debounce_after, std::time::Duration::from_millis(100), "the default");
     assert!(c.ca.xds_auth, "the default");
     assert_eq!(c.env_warnings.len(), 2, "{:?}", c.env_warnings);
+    // istiod's PILOT_ANALYSIS_INTERVAL: under a second is 10s, with its
+    // warning; a second or more stands.
+    let c = build(&[], &[("PILOT_ANALYSIS_INTERVAL", "500ms")]).unwrap();
+    assert_eq!(c.analysis_interval, std::time::Duration::from_secs(10));
+    assert_eq!(c.env_warnings, ["PILOT_ANALYSIS_INTERVAL 500ms is too small, it will be set to default 10 seconds"]);
+    let c = build(&[], &[("PILOT_ANALYSIS_INTERVAL", "2s")]).unwrap();
+    assert_eq!((c.analysis_interval, c.env_warnings.len()), (std::time::Duration::from_secs(2), 0));
     // A trusted node account without `/` is skipped with a word, as istiod
     // skips it; the others stand.
     let c = build(&[], &[("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel, ztunnel")]).unwrap();

@@ -32,6 +32,11 @@ pub(super) struct Debug {
     /// `ENABLE_DEBUG_ENDPOINT_AUTH`: an authenticated caller outside the
     /// root namespace is limited to its namespace.
     pub(super) endpoint_auth: bool,
+    /// `DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES`: callers of these
+    /// namespaces reach every path (their per-proxy lookups stay in their
+    /// namespace over HTTP, as istiod's `getDebugConnection`; over xDS
+    /// syncz and config_dump see every namespace, `callerNamespaceFilter`).
+    pub(super) allowed_namespaces: Vec<String>,
     /// The authenticators of xDS and the CA, for debug callers not on
     /// loopback.
     pub(super) authn: Option<Arc<istiod_ca::CaServer>>,
@@ -94,7 +99,12 @@ async fn authorize(req: &Request, d: &Debug) -> Result<Option<String>, Response>
     let path = req.path.trim_start_matches("/debug/");
     match namespace {
         Some(ns) if ns == d.mesh().root_namespace => Ok(None),
-        Some(ns) if istiod_mesh::generator::NAMESPACE_DEBUGGERS.contains(&path) => Ok(Some(ns.to_owned())),
+        Some(ns)
+            if d.allowed_namespaces.iter().any(|a| a == ns)
+                || istiod_mesh::generator::NAMESPACE_DEBUGGERS.contains(&path) =>
+        {
+            Ok(Some(ns.to_owned()))
+        }
         _ => {
             tracing::warn!(target: "default", identities = ?ids, path = %req.path, "Unauthorized debug request");
             Err(Response::text(403, ""))
@@ -296,9 +306,9 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             Response::json(&ads_clients(clients))
         }
         // istiod's `Syncz`: a SyncStatus per proxy, `?namespace=` keeps
-        // that namespace's.
+        // that namespace's (a caller allowed here sees every namespace's).
         "/debug/syncz" => {
-            let namespace = caller.or(req.param("namespace").filter(|n| !n.is_empty()));
+            let namespace = req.param("namespace").filter(|n| !n.is_empty());
             let mut rows: Vec<Value> =
                 syncz_rows(publisher, namespace).await.into_iter().map(|mut r| r["status"].take()).collect();
             rows.sort_by(|a, b| a["proxy"].as_str().cmp(&b["proxy"].as_str()));
@@ -586,6 +596,7 @@ pub(super) async fn monitoring(
     }
     let stats = publisher.query(DebugQuery::Stats).await;
     let mut out = istiod_xds::metrics::Exposition::new();
+    crate::control::metrics::count_noted();
     istiod_xds::metrics::collect(&mut out);
     crate::version::collect_metrics(&crate::version::BUILD, &mut out);
     crate::control::metrics::collect(&mut out);

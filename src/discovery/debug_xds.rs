@@ -44,15 +44,19 @@ pub(super) async fn serve(rx: async_channel::Receiver<Forwarded<ProxyClass>>, d:
 }
 
 /// The namespace a caller is limited to: its own, unless it is the root
-/// namespace's or `ENABLE_DEBUG_ENDPOINT_AUTH` is off.
-fn caller_namespace(d: &Debug, class: &ProxyClass) -> Option<String> {
+/// namespace's or `ENABLE_DEBUG_ENDPOINT_AUTH` is off; for the status
+/// types (`status`: syncz, config_dump) also unless it is one of
+/// `DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES` (istiod's
+/// `callerNamespaceFilter`; its debug generator reads only the root).
+fn caller_namespace(d: &Debug, class: &ProxyClass, status: bool) -> Option<String> {
     let mesh = d.mesh();
-    (mesh.debug_endpoint_auth && class.verified && *class.namespace != *mesh.root_namespace)
+    let allowed = status && d.allowed_namespaces.iter().any(|a| **a == *class.namespace);
+    (mesh.debug_endpoint_auth && class.verified && *class.namespace != *mesh.root_namespace && !allowed)
         .then(|| class.namespace.to_string())
 }
 
 async fn answer(f: &Forwarded<ProxyClass>, d: &Debug) -> Vec<ForwardedResource> {
-    let caller = caller_namespace(d, &f.class);
+    let caller = caller_namespace(d, &f.class, f.type_url != DEBUG_TYPE);
     let caller = caller.as_deref();
     match f.type_url.strip_prefix(DEBUG_PREFIX) {
         // Proxies only (istiod's `isProxy`): streams that watch no xDS type,

@@ -21,8 +21,13 @@ use super::sources::State;
 /// `GetClassInfos`).
 pub(super) type Class = (&'static str, &'static str, &'static str);
 
-/// The default class (`istio`, `istio.io/gateway-controller`).
-const DEFAULT: Class = ("istio", "istio.io/gateway-controller", "The default Istio GatewayClass");
+/// The default class (`istio`, `istio.io/gateway-controller`, unless
+/// `PILOT_GATEWAY_API_DEFAULT_GATEWAYCLASS_NAME` and
+/// `PILOT_GATEWAY_API_CONTROLLER_NAME` say otherwise).
+fn default() -> Class {
+    use istiod_config::gateway_convert::{controller, default_class};
+    (default_class(), controller(), "The default Istio GatewayClass")
+}
 /// `istio-remote` (istiod's `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`,
 /// on by default).
 const REMOTE: Class =
@@ -34,7 +39,7 @@ const WAYPOINT: Class = ("istio-waypoint", "istio.io/mesh-controller", "The defa
 /// (`AMBIENT_ENABLE_MULTI_NETWORK`, not supported); `istio-remote` with
 /// `PILOT_MULTI_NETWORK_DISCOVER_GATEWAY_API`.
 pub(super) fn builtin(remote: bool, ambient_waypoints: bool) -> Vec<Class> {
-    let mut out = vec![DEFAULT];
+    let mut out = vec![default()];
     if remote {
         out.push(REMOTE);
     }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use istiod_config::backend_tls::MESH_CONTROLLER;
-use istiod_config::gateway_convert::{CONTROLLER, ObjectStatus};
+use istiod_config::gateway_convert::{ObjectStatus, controller};
 use istiod_kubewatch::kapi::{Api, Write};
 use istiod_kubewatch::leader::{Elector, Leadership, Lock, Timings};
 
@@ -128,14 +128,18 @@ fn next_status(object: &Value, desired: &Value, shared: bool) -> Option<Value> {
     }
     // Keep other controllers' route parents.
     if let Some(parents) = want.get_mut("parents").and_then(Value::as_array_mut) {
-        let others =
-            existing["parents"].as_array().into_iter().flatten().filter(|p| p["controllerName"] != CONTROLLER).cloned();
+        let others = existing["parents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["controllerName"] != controller())
+            .cloned();
         parents.extend(others.collect::<Vec<_>>());
     }
     // A policy's ancestors: other controllers' first, as they were, then
     // ours; 16 at most (istiod's mergeAncestors).
     if let Some(ancestors) = want.get_mut("ancestors").and_then(Value::as_array_mut) {
-        let ours = [CONTROLLER, MESH_CONTROLLER];
+        let ours = [controller(), MESH_CONTROLLER];
         let mut merged: Vec<Value> = existing["ancestors"]
             .as_array()
             .into_iter()
@@ -318,7 +322,7 @@ mod tests {
     #[test]
     fn other_controllers_route_parents_are_kept() {
         let desired =
-            json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": CONTROLLER, "conditions": []}]});
+            json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": controller(), "conditions": []}]});
         let object = json!({"status": {"parents": [{"parentRef": {"name": "other"}, "controllerName": "example.com/gw", "conditions": []}]}});
         let s = next_status(&object, &desired, false).unwrap();
         assert_eq!(s["parents"].as_array().unwrap().len(), 2);

@@ -18,6 +18,10 @@ use istiod_mesh::generator::MeshInput;
 use istiod_mesh::translate;
 use istiod_mesh::update::update;
 
+/// What the in-cluster analysis reads: the objects and the mesh
+/// configuration, as of the last change it concerns.
+pub(super) type AnalysisInput = Option<Arc<(istiod_config::objects::Objects, Value)>>;
+
 /// What the control thread keeps between changes, and the debug endpoints
 /// show.
 #[derive(Default)]
@@ -67,6 +71,10 @@ pub(super) struct State {
     /// in a cluster: the `istio-analyze-leader` writes them).
     pub(super) analysis_status:
         Option<tokio::sync::watch::Sender<Arc<Vec<istiod_config::gateway_convert::ObjectStatus>>>>,
+    /// `PILOT_ENABLE_ANALYSIS`: what the analysis reads, as of the last
+    /// change it concerns (the objects and the mesh configuration); the
+    /// debouncing task ([`analysis_loop`]) runs it.
+    pub(super) analysis_input: Option<tokio::sync::watch::Sender<AnalysisInput>>,
     /// `PILOT_ENABLE_ANALYSIS`: the last messages, by object path (logged
     /// when new; an object whose messages went away is written empty).
     pub(super) analysis: Option<BTreeMap<String, Vec<istiod_config::analysis::Message>>>,
@@ -159,11 +167,46 @@ fn endpoints_without_pods(
     out
 }
 
+/// istiod's in-cluster analysis controller (`incluster/controller.go`):
+/// the analysis runs once what it reads has not changed for a second, or
+/// `interval` (`PILOT_ANALYSIS_INTERVAL`) after the first change of a
+/// burst, whichever comes first (istiod's `Debouncer`), on the latest
+/// objects; never while nothing changes. Off the publishing path: a
+/// change is pushed without waiting for it.
+pub(super) async fn analysis_loop(
+    state: Rc<RefCell<State>>,
+    mut rx: tokio::sync::watch::Receiver<AnalysisInput>,
+    interval: std::time::Duration,
+) {
+    const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+    loop {
+        if rx.changed().await.is_err() {
+            return;
+        }
+        let first = tokio::time::Instant::now();
+        let mut last = first;
+        loop {
+            let deadline = std::cmp::min(last + QUIET, first + interval);
+            tokio::select! {
+                changed = rx.changed() => match changed {
+                    Ok(()) => last = tokio::time::Instant::now(),
+                    Err(_) => return,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        let input = rx.borrow_and_update().clone();
+        if let Some(input) = input {
+            analyze(&state, &input.0, &input.1);
+        }
+    }
+}
+
 /// istiod's in-cluster analysis: the messages in `/debug/config_report`,
 /// new ones logged (`Configuration analysis: ...`), and, in a cluster,
 /// each object's `status.validationMessages` (emptied where its messages
 /// went away).
-fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value, configz: &mut Value) {
+fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value) {
     let mut s = state.borrow_mut();
     let Some(previous) = s.analysis.take() else { return };
     let messages = istiod_config::analysis::analyze(objects, mesh);
@@ -182,7 +225,7 @@ fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, me
             }
         }
     }
-    configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
+    s.configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
     // Objects gone are forgotten: their status is gone with them.
     let present: std::collections::BTreeSet<String> = objects
         .istio
@@ -521,9 +564,12 @@ pub(super) fn apply(
                     | "WasmPlugin"
             )
         })
-    }) {
-        analyze(state, &objects, &settings.raw, &mut configz);
-    } else if state.borrow().analysis.is_some() {
+    }) && let Some(tx) = &state.borrow().analysis_input
+    {
+        // (A copy: the analysis runs later, on the latest of a burst.)
+        tx.send_replace(Some(Arc::new((objects.clone(), settings.raw.clone()))));
+    }
+    if state.borrow().analysis.is_some() {
         configz["analysis"] = state.borrow().configz["analysis"].clone();
     }
     // (Only when ServiceEntries may have changed.)

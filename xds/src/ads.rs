@@ -1087,9 +1087,23 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     }
 }
 
+/// istiod's Knative warm-up (`K_REVISION` set, ads.go `firstRequest`):
+/// the process's first ADS stream, of either variant, on any core, is
+/// refused with `Unavailable`; the client retries, and Knative's loading
+/// request (concurrency 1) does not stay open for the stream's life.
+static REFUSE_FIRST_STREAM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Refuses the next ADS stream (once), as istiod does under `K_REVISION`.
+pub fn refuse_first_stream() {
+    REFUSE_FIRST_STREAM.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
     fn open(&mut self, conn: &mut GrpcConnection, call: &Call) -> Result<(), Status> {
         let protocol = self.router.lookup(&call.request.path)?;
+        if REFUSE_FIRST_STREAM.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Status::new(Code::Unavailable, "server warmup not complete; try again"));
+        }
         let id = conn.info.id;
         let mut stream = AdsStream::new(protocol, Instant::now());
         stream.verified = call.verified;

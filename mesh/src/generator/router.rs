@@ -68,8 +68,20 @@ pub fn merged(model: &Model, class: &ProxyClass) -> MergedGateway {
     let labels = labels(class);
     let targets = targets(model, class);
     let hosts: Vec<&str> = targets.iter().map(|s| &*s.hostname).collect();
-    let selected =
+    let mut selected =
         select(model.gateways.iter(), &class.namespace, &labels, model.mesh.scope_gateway_to_namespace, &hosts);
+    if model.mesh.features.strict_gateway_merging {
+        let dropped;
+        (selected, dropped) = crate::model::gateway::strict(selected);
+        for name in dropped {
+            // istiod's filterStrictGatewayMerging: logged, and counted in
+            // pilot_total_rejected_configs (here once per gateway).
+            if first_time(format!("strict {name}")) {
+                tracing::info!(target: "model", "strict gateway merging: skipping gateway {name} not in managed GatewayAPI namespace");
+                crate::counters::rejected_gateway(&name);
+            }
+        }
+    }
     if selected.is_empty() {
         return MergedGateway::default();
     }

@@ -181,8 +181,9 @@ fn reason(class: &ProxyClass) -> &'static str {
 pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
     let mut ports: BTreeMap<u16, InboundPort> = BTreeMap::new();
     // A Sidecar with `ingress` listeners replaces the services' ports
-    // (`buildInboundChainConfigs`; PILOT_ENABLE_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE
-    // is off by default).
+    // (`buildInboundChainConfigs`), unless
+    // PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE (off by default)
+    // adds the services' other target ports (the Sidecar's win).
     let ingress = super::scope::sidecar(model, class).map(|sc| sc.ingress.as_slice()).unwrap_or_default();
     if !ingress.is_empty() {
         for i in ingress {
@@ -212,7 +213,9 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                     .map(|s| (s.hostname.clone(), number)),
             });
         }
-        return ports.into_values().collect();
+        if !model.mesh.features.sidecar_inbound_merge {
+            return ports.into_values().collect();
+        }
     }
     for svc in model
         .services
@@ -861,6 +864,31 @@ pub fn virtual_inbound(model: &Model, class: &ProxyClass) -> Listener {
 #[cfg(test)]
 mod tests {
     use crate::meshconfig::{CertificateData, MeshSettings};
+
+    /// `PILOT_ALLOW_SIDECAR_SERVICE_INBOUND_LISTENER_MERGE`
+    /// (listener_inbound.go `getFilterChainsByServicePort`, cluster.go
+    /// `buildInboundClusters`): off, a Sidecar's `ingress` ports are the
+    /// workload's only ones; on, its services' other target ports join,
+    /// and a port in both is the Sidecar's (as upstream's "merge sidecar
+    /// ingress ports and service ports" cases).
+    #[test]
+    fn sidecar_ingress_merges_service_ports_under_the_switch() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+            spec: {clusterIP: 10.0.0.1, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}, {name: http-admin, port: 81, targetPort: 9000}]}\n---\n\
+            apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: web, namespace: shop}\n\
+            spec:\n  workloadSelector: {labels: {app: web}}\n  ingress: [{port: {number: 9000, protocol: HTTP, name: admin}, defaultEndpoint: '127.0.0.1:9001'}]\n";
+        let class = crate::testing::class("shop", &[("app", "web")]);
+        for (merge, want) in [(false, vec![(9000, true)]), (true, vec![(8080, false), (9000, true)])] {
+            let mut m = crate::testing::model_in("", yaml);
+            m.mesh = std::sync::Arc::new(MeshSettings {
+                features: crate::meshconfig::Features { sidecar_inbound_merge: merge, ..Default::default() },
+                ..(*m.mesh).clone()
+            });
+            let got: Vec<(u16, bool)> =
+                super::inbound_ports(&m, &class).iter().map(|p| (p.port, p.ingress.is_some())).collect();
+            assert_eq!(got, want, "merge={merge}");
+        }
+    }
 
     /// Upstream `TestTrustDomainsForValidation`
     /// (pilot/pkg/networking/plugin/authn/util_test.go), every case, and

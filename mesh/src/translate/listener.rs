@@ -238,6 +238,37 @@ struct ChainOpts {
 const PLAINTEXT_HTTP_ALPNS: [&str; 2] = ["http/1.1", "h2c"];
 
 /// `plaintextHTTPALPNs` as `PILOT_HTTP10` makes them.
+/// Whether a proxy's node asks for HTTP/1.0 (`HTTP10` metadata `"1"`,
+/// istiod's `enableHTTP10`): its HTTP managers accept it, as under
+/// `PILOT_HTTP10` (whose sniffing `http/1.0` ALPN it does not add).
+pub fn http10_metadata(class: &crate::node::ProxyClass) -> bool {
+    class.metadata.iter().any(|(k, v)| &**k == "HTTP10" && &**v == "1")
+}
+
+/// `l` with every HTTP manager accepting HTTP/1.0 (a proxy's `HTTP10`
+/// metadata on the listeners it shares with others); `None` when it has
+/// no HTTP manager or all accept it already.
+pub fn accepting_http10(mut l: Listener) -> Option<Listener> {
+    let mut changed = false;
+    for c in l.filter_chains.iter_mut().chain(l.default_filter_chain.as_mut()) {
+        for f in c.filters.iter_mut().filter(|f| f.name == "envoy.filters.network.http_connection_manager") {
+            let Some(istiod_proto::envoy::config::listener::v3::filter::ConfigType::TypedConfig(a)) =
+                &mut f.config_type
+            else {
+                continue;
+            };
+            let Ok(mut m) = hcm::HttpConnectionManager::decode(a.value.as_slice()) else { continue };
+            let options = m.http_protocol_options.get_or_insert_with(Default::default);
+            if !options.accept_http_10 {
+                options.accept_http_10 = true;
+                a.value = m.encode_to_vec();
+                changed = true;
+            }
+        }
+    }
+    changed.then_some(l)
+}
+
 pub(crate) fn plaintext_http_alpns(http10: bool) -> &'static [&'static str] {
     const WITH_HTTP10: [&str; 3] = ["http/1.0", "http/1.1", "h2c"];
     if http10 { &WITH_HTTP10 } else { &PLAINTEXT_HTTP_ALPNS }

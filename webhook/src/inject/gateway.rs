@@ -15,7 +15,7 @@ use super::{
     set_default, string_map,
 };
 
-pub use istiod_config::gateway_convert::CONTROLLER;
+pub use istiod_config::gateway_convert::controller;
 /// The class's template.
 pub const TEMPLATE: &str = "kube-gateway";
 /// The waypoint class's controller (`ManagedGatewayMeshController`).
@@ -54,7 +54,7 @@ pub fn class_info(gw: &Json) -> ClassInfo {
             service_type: "ClusterIP",
         },
         false => {
-            ClassInfo { controller: CONTROLLER, template: TEMPLATE, name_suffix: true, service_type: "LoadBalancer" }
+            ClassInfo { controller: controller(), template: TEMPLATE, name_suffix: true, service_type: "LoadBalancer" }
         }
     }
 }

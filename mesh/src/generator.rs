@@ -325,6 +325,48 @@ pub(crate) fn inbound_part(s: &crate::model::Service) -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MeshGenerator;
 
+thread_local! {
+    /// Per core: whether some Kubernetes Service of a namespace selects a
+    /// label set, for the snapshot version it was answered in. A connect
+    /// storm of a deployment's pods asks once, not once per pod
+    /// (`missing_service_targets` walks every service).
+    static SELECTED: std::cell::RefCell<(u64, std::collections::HashMap<u64, bool>)> =
+        std::cell::RefCell::new((0, std::collections::HashMap::new()));
+}
+
+/// [`crate::translate::inbound::missing_service_targets`] at a proxy's connection, on a serving
+/// core: a proxy that no service claims by address (`claimed_ips`, the
+/// rare case, answered in full) is answered from a per-core cache of
+/// (namespace, labels) for the snapshot `version`.
+pub fn missing_service_targets_cached(version: u64, m: &MeshInput, class: &ProxyClass) -> Option<&'static str> {
+    if class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
+        return crate::translate::inbound::missing_service_targets(&m.model, class);
+    }
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&class.namespace, &class.labels, &class.cluster_id, class.ips.is_empty()).hash(&mut h);
+        class
+            .metadata
+            .iter()
+            .any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
+            .hash(&mut h);
+        h.finish()
+    };
+    SELECTED.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if cache.0 != version || cache.1.len() >= 4096 {
+            *cache = (version, std::collections::HashMap::new());
+        }
+        if let Some(missing) = cache.1.get(&key) {
+            return missing.then(|| crate::translate::inbound::reason(class));
+        }
+        let answer = crate::translate::inbound::missing_service_targets(&m.model, class);
+        cache.1.insert(key, answer.is_some());
+        answer
+    })
+}
+
 fn mesh(snap: &Snapshot<MeshInput>) -> Option<&MeshInput> {
     snap.mesh.as_deref()
 }
@@ -503,7 +545,7 @@ impl Generator for MeshGenerator {
     /// `pilot_k8s_proxies_with_no_service_targets`.
     fn connected(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) {
         let Some(m) = mesh(snap) else { return };
-        if let Some(reason) = crate::translate::inbound::missing_service_targets_cached(snap.version, m, class) {
+        if let Some(reason) = missing_service_targets_cached(snap.version, m, class) {
             crate::counters::no_service_targets(reason);
         }
     }

@@ -1557,7 +1557,7 @@ fn a_sidecar_is_served_one_unnamed_name_table() {
 /// service claims by address, and after a new snapshot adds a service.
 #[test]
 fn cached_service_target_answers_agree_with_the_full_walk() {
-    use crate::translate::inbound::{missing_service_targets, missing_service_targets_cached};
+    use crate::translate::inbound::missing_service_targets;
     let m = bookinfo();
     let input = MeshInput::new(m.clone());
     let pod = |ns: &str, labels: &[(&str, &str)], ip: &str| {

@@ -124,53 +124,9 @@ pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'st
     Some(reason(class))
 }
 
-thread_local! {
-    /// Per core: whether some Kubernetes Service of a namespace selects a
-    /// label set, for the snapshot version it was answered in. A connect
-    /// storm of a deployment's pods asks once, not once per pod
-    /// (`missing_service_targets` walks every service).
-    static SELECTED: std::cell::RefCell<(u64, std::collections::HashMap<u64, bool>)> =
-        std::cell::RefCell::new((0, std::collections::HashMap::new()));
-}
-
-/// [`missing_service_targets`] at a proxy's connection, on a serving
-/// core: a proxy that no service claims by address (`claimed_ips`, the
-/// rare case, answered in full) is answered from a per-core cache of
-/// (namespace, labels) for the snapshot `version`.
-pub fn missing_service_targets_cached(
-    version: u64,
-    m: &crate::generator::MeshInput,
-    class: &ProxyClass,
-) -> Option<&'static str> {
-    if class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) {
-        return missing_service_targets(&m.model, class);
-    }
-    let key = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&class.namespace, &class.labels, &class.cluster_id, class.ips.is_empty()).hash(&mut h);
-        class
-            .metadata
-            .iter()
-            .any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
-            .hash(&mut h);
-        h.finish()
-    };
-    SELECTED.with(|cell| {
-        let mut cache = cell.borrow_mut();
-        if cache.0 != version || cache.1.len() >= 4096 {
-            *cache = (version, std::collections::HashMap::new());
-        }
-        if let Some(missing) = cache.1.get(&key) {
-            return missing.then(|| reason(class));
-        }
-        let answer = missing_service_targets(&m.model, class);
-        cache.1.insert(key, answer.is_some());
-        answer
-    })
-}
-
-fn reason(class: &ProxyClass) -> &'static str {
+/// istiod's `reason` for a proxy without service targets: a VM's or a
+/// proxy without labels `no_matching_metadata`, else `no_matching_services`.
+pub(crate) fn reason(class: &ProxyClass) -> &'static str {
     let vm =
         class.metadata.iter().any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty());
     if vm || class.labels.is_empty() { "no_matching_metadata" } else { "no_matching_services" }

@@ -22,7 +22,6 @@
 //!   credential Secret or ConfigMap holds).
 #![forbid(unsafe_code)]
 
-pub mod analysis;
 pub mod backend_tls;
 pub mod credentials;
 pub mod delegate;

@@ -77,7 +77,7 @@ pub(super) struct State {
     pub(super) analysis_input: Option<tokio::sync::watch::Sender<AnalysisInput>>,
     /// `PILOT_ENABLE_ANALYSIS`: the last messages, by object path (logged
     /// when new; an object whose messages went away is written empty).
-    pub(super) analysis: Option<BTreeMap<String, Vec<istiod_config::analysis::Message>>>,
+    pub(super) analysis: Option<BTreeMap<String, Vec<istiod_analysis::Message>>>,
     /// Every object that had analysis messages while this replica ran:
     /// its status is kept emptied while it has none (the writer writes a
     /// status once per change, and only while it leads).
@@ -209,8 +209,8 @@ pub(super) async fn analysis_loop(
 fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value) {
     let mut s = state.borrow_mut();
     let Some(previous) = s.analysis.take() else { return };
-    let messages = istiod_config::analysis::analyze(objects, mesh);
-    let mut by_path: BTreeMap<String, Vec<istiod_config::analysis::Message>> = BTreeMap::new();
+    let messages = istiod_analysis::analyze(objects, mesh);
+    let mut by_path: BTreeMap<String, Vec<istiod_analysis::Message>> = BTreeMap::new();
     for m in messages {
         let Some((g, v, _, plural)) = istiod_config::objects::KINDS.iter().find(|k| k.2 == m.kind) else { continue };
         by_path.entry(format!("/apis/{g}/{v}/namespaces/{}/{plural}/{}", m.namespace, m.name)).or_default().push(m);

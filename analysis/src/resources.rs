@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{Message, MessageType};
-use crate::istio::networking::ServerTlsSettings;
-use crate::istio::{IstioKind, IstioObject, IstioSpec};
-use crate::objects::Objects;
+use istiod_config::istio::networking::ServerTlsSettings;
+use istiod_config::istio::{IstioKind, IstioObject, IstioSpec};
+use istiod_config::objects::Objects;
 
 /// `Deprecated`.
 pub const DEPRECATED: MessageType = MessageType { code: "IST0002", level: "Warning" };
@@ -55,7 +55,7 @@ fn same_certificate(a: &ServerTlsSettings, b: &ServerTlsSettings) -> bool {
 /// one certificate, the other's selector covering this one's (any Gateway
 /// when this one selects nothing).
 pub(super) fn gateway_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
-    let gateways: Vec<(&IstioObject, &crate::istio::networking::Gateway)> = istio
+    let gateways: Vec<(&IstioObject, &istiod_config::istio::networking::Gateway)> = istio
         .iter()
         .filter_map(|o| match &o.spec {
             IstioSpec::Gateway(g) => Some((o, g)),
@@ -362,7 +362,7 @@ pub(super) fn telemetry_selectors(objects: &Objects, out: &mut Vec<Message>) {
 /// istiod's `PodInMesh` as its in-cluster analysis sees a pod (its
 /// containers stripped): the pod's `sidecar.istio.io/inject` label, else
 /// annotation, else its namespace's `istio-injection=enabled`.
-fn pod_in_mesh(pod: &crate::objects::Pod, namespaces: &BTreeMap<&str, &BTreeMap<String, String>>) -> bool {
+fn pod_in_mesh(pod: &istiod_config::objects::Pod, namespaces: &BTreeMap<&str, &BTreeMap<String, String>>) -> bool {
     let key = "sidecar.istio.io/inject";
     if let Some(v) = pod.metadata.labels.get(key).or_else(|| pod.metadata.annotations.get(key)) {
         return v == "true";
@@ -444,7 +444,7 @@ pub const JWT_CLAIM_ROUTE_WITHOUT_AUTHN: MessageType = MessageType { code: "IST0
 /// `targetRef`).
 pub(super) fn kubernetes_gateway_selectors(objects: &Objects, out: &mut Vec<Message>) {
     const GATEWAY_NAME: &str = "gateway.networking.k8s.io/gateway-name";
-    let gateway_pods: Vec<&crate::objects::Pod> =
+    let gateway_pods: Vec<&istiod_config::objects::Pod> =
         objects.pods.iter().filter(|p| p.metadata.labels.contains_key(GATEWAY_NAME)).collect();
     for o in &objects.istio {
         // (kind, selector's labels) of a policy with a selector and no

@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{Message, MessageType};
-use crate::istio::networking::{Destination, VirtualService};
-use crate::istio::{IstioObject, IstioSpec};
-use crate::objects::Objects;
+use istiod_config::istio::networking::{Destination, VirtualService};
+use istiod_config::istio::{IstioObject, IstioSpec};
+use istiod_config::objects::Objects;
 
 /// `VirtualServiceDestinationPortSelectorRequired`.
 pub const PORT_SELECTOR_REQUIRED: MessageType = MessageType { code: "IST0112", level: "Error" };
@@ -228,7 +228,7 @@ pub(super) fn destination_hosts(objects: &Objects, out: &mut Vec<Message>) {
 /// A pod's labels with its node's topology (istiod's
 /// `SubsetSelectPodAnalyzer` augments them so subsets may select by
 /// locality and host).
-fn pod_labels(pod: &crate::objects::Pod, nodes: &HashMap<&str, &crate::objects::Node>) -> BTreeMap<String, String> {
+fn pod_labels(pod: &istiod_config::objects::Pod, nodes: &HashMap<&str, &istiod_config::objects::Node>) -> BTreeMap<String, String> {
     let mut labels = pod.metadata.labels.clone();
     let node_name = pod.spec.node_name.as_deref().unwrap_or_default();
     if let Some(node) = nodes.get(node_name) {
@@ -261,7 +261,7 @@ fn pod_labels(pod: &crate::objects::Pod, nodes: &HashMap<&str, &crate::objects::
 /// no pod anywhere.
 pub(super) fn subsets_select_pods(objects: &Objects, out: &mut Vec<Message>) {
     let hosts = Hosts::new(objects);
-    let nodes: HashMap<&str, &crate::objects::Node> =
+    let nodes: HashMap<&str, &istiod_config::objects::Node> =
         objects.nodes.iter().map(|n| (n.metadata.name.as_str(), n)).collect();
     let pods: Vec<BTreeMap<String, String>> = objects.pods.iter().map(|p| pod_labels(p, &nodes)).collect();
     for o in &objects.istio {

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::{Message, MessageType};
-use crate::istio::networking::Gateway;
-use crate::istio::{IstioObject, IstioSpec};
-use crate::objects::{IntOrString, Objects, Pod};
+use istiod_config::istio::networking::Gateway;
+use istiod_config::istio::{IstioObject, IstioSpec};
+use istiod_config::objects::{IntOrString, Objects, Pod};
 
 /// `GatewayPortNotDefinedOnService`.
 pub const GATEWAY_PORT_NOT_ON_SERVICE: MessageType = MessageType { code: "IST0162", level: "Warning" };
@@ -202,9 +202,9 @@ pub(super) fn gateway_secrets(objects: &Objects, now: i64, out: &mut Vec<Message
                 out.push(Message::new(o, "Gateway", super::REFERENCED_RESOURCE_NOT_FOUND, text));
                 continue;
             };
-            let data: crate::credentials::SecretData =
+            let data: istiod_config::credentials::SecretData =
                 secret.data.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect();
-            let valid = crate::credentials::cert_info(&data).is_ok_and(|c| valid_certificate(&c.cert, now));
+            let valid = istiod_config::credentials::cert_info(&data).is_ok_and(|c| valid_certificate(&c.cert, now));
             if !valid {
                 let text = format!(
                     "The credential referenced by the Gateway {} in namespace {ns} is invalid, which can cause the traffic not to work as expected.",

@@ -26,9 +26,9 @@ pub mod gateways;
 pub mod hosts;
 pub mod resources;
 
-use crate::gateway_api::{GatewayApiObject, GatewayApiSpec};
-use crate::istio::networking::{Destination, VirtualService};
-use crate::istio::{IstioObject, IstioSpec};
+use istiod_config::gateway_api::{GatewayApiObject, GatewayApiSpec};
+use istiod_config::istio::networking::{Destination, VirtualService};
+use istiod_config::istio::{IstioObject, IstioSpec};
 
 /// The docs of the Istio release whose analyzers these are (istiod's
 /// `url.ConfigAnalysis` names its own minor version).
@@ -327,7 +327,7 @@ fn service_entry_addresses(istio: &[IstioObject], mesh: &Value, out: &mut Vec<Me
 /// (at the destination, or on a port) without `caCertificates`, unless a
 /// `credentialName` serves them to a selected workload.
 fn ca_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
-    use crate::istio::networking::{ClientTlsMode, ClientTlsSettings};
+    use istiod_config::istio::networking::{ClientTlsMode, ClientTlsSettings};
     for o in istio {
         let IstioSpec::DestinationRule(dr) = &o.spec else { continue };
         let Some(policy) = &dr.traffic_policy else { continue };
@@ -366,7 +366,7 @@ fn ca_certificates(istio: &[IstioObject], out: &mut Vec<Message>) {
 fn telemetry_default_selectors(istio: &[IstioObject], out: &mut Vec<Message>) {
     let mut by_ns: std::collections::BTreeMap<&str, Vec<&IstioObject>> = Default::default();
     for o in istio {
-        let IstioSpec::Ext(crate::istio::IstioKind::Telemetry, spec) = &o.spec else { continue };
+        let IstioSpec::Ext(istiod_config::istio::IstioKind::Telemetry, spec) = &o.spec else { continue };
         if spec.0.get("selector").is_none_or(Value::is_null) {
             by_ns.entry(o.meta.ns()).or_default().push(o);
         }
@@ -434,7 +434,7 @@ fn conflicting_service_entry_protocols(istio: &[IstioObject], out: &mut Vec<Mess
 
 /// Every analyzer's messages, ordered by object then code, each once
 /// (istiod's `SortedDedupedCopy`).
-pub fn analyze(objects: &crate::objects::Objects, mesh: &Value) -> Vec<Message> {
+pub fn analyze(objects: &istiod_config::objects::Objects, mesh: &Value) -> Vec<Message> {
     let (istio, gateway_api) = (&objects.istio[..], &objects.gateway_api[..]);
     let mut out = Vec::new();
     hosts::destination_hosts(objects, &mut out);
@@ -479,7 +479,7 @@ mod tests {
         serde_yaml_ng::Deserializer::from_str(yaml)
             .map(|d| serde_yaml_ng::Value::deserialize(d).unwrap())
             .filter(|v| !v.is_null())
-            .map(|v| crate::istio::read(&v).unwrap())
+            .map(|v| istiod_config::istio::read(&v).unwrap())
             .collect()
     }
 
@@ -491,7 +491,7 @@ mod tests {
     /// its `testdata/virtualservice_destinationrules.yaml`.
     #[test]
     fn upstream_virtual_service_destination_rules() {
-        let objs = parse(include_str!("analysis/virtualservice_destinationrules.yaml"));
+        let objs = parse(include_str!("virtualservice_destinationrules.yaml"));
         let mut msgs = Vec::new();
         destination_rules(&objs, &mut msgs);
         assert_eq!(
@@ -519,7 +519,7 @@ mod tests {
     /// alone (the reference is not also reported as not found).
     #[test]
     fn upstream_virtual_service_internal_gateway_ref() {
-        let objs = parse(include_str!("analysis/virtualservice_internal_gateway_ref.yaml"));
+        let objs = parse(include_str!("virtualservice_internal_gateway_ref.yaml"));
         let mut msgs = Vec::new();
         gateways(&objs, &[], &mut msgs);
         assert_eq!(found(&msgs), [("IST0165", "default/httpbin".to_owned())]);
@@ -535,7 +535,7 @@ mod tests {
     /// them).
     #[test]
     fn upstream_virtual_service_gateways() {
-        let objs = parse(include_str!("analysis/virtualservice_gateways.yaml"));
+        let objs = parse(include_str!("virtualservice_gateways.yaml"));
         let mut msgs = Vec::new();
         gateways(&objs, &[], &mut msgs);
         let mut got = found(&msgs);
@@ -567,7 +567,7 @@ mod tests {
             got.sort();
             (got, msgs)
         };
-        let (got, msgs) = run(include_str!("analysis/virtualservice_conflictingmeshgatewayhosts.yaml"));
+        let (got, msgs) = run(include_str!("virtualservice_conflictingmeshgatewayhosts.yaml"));
         let mut want = vec![
             "team3/ratings",
             "team4/ratings",
@@ -581,7 +581,7 @@ mod tests {
         assert_eq!(got, want);
         let foo = msgs.iter().find(|m| m.namespace == "foo" && m.name == "productpage").unwrap();
         assert!(foo.text.starts_with("The VirtualServices foo/bogus-productpage,foo/productpage associated with mesh gateway define the same host */"), "{}", foo.text);
-        let (got, _) = run(include_str!("analysis/virtualservice_conflictingmeshgatewayhosts_with_exportto.yaml"));
+        let (got, _) = run(include_str!("virtualservice_conflictingmeshgatewayhosts_with_exportto.yaml"));
         let mut want = vec![
             "foo/productpage",
             "bar/productpage",
@@ -612,18 +612,18 @@ mod tests {
             got.dedup();
             got
         };
-        let missing = include_str!("analysis/serviceentry-missing-addresses-protocol.yaml");
+        let missing = include_str!("serviceentry-missing-addresses-protocol.yaml");
         assert_eq!(
             run(missing, Value::Null),
             ["default/service-entry-test-03", "default/service-entry-test-04", "default/service-entry-test-07"]
         );
         let auto = json!({"defaultConfig": {"proxyMetadata": {"ISTIO_META_DNS_CAPTURE": "true", "ISTIO_META_DNS_AUTO_ALLOCATE": "true"}}});
         assert!(run(missing, auto).is_empty());
-        let lower = include_str!("analysis/serviceentry-address-required-lowercase.yaml");
+        let lower = include_str!("serviceentry-address-required-lowercase.yaml");
         assert_eq!(run(lower, Value::Null), ["default/address-missing-lowercase"]);
-        let upper = include_str!("analysis/serviceentry-address-required-uppercase.yaml");
+        let upper = include_str!("serviceentry-address-required-uppercase.yaml");
         assert_eq!(run(upper, Value::Null), ["default/address-missing-uppercase"]);
-        let allocated = include_str!("analysis/serviceentry-address-allocated.yaml");
+        let allocated = include_str!("serviceentry-address-allocated.yaml");
         let capture = json!({"defaultConfig": {"proxyMetadata": {"ISTIO_META_DNS_CAPTURE": "true"}}});
         assert!(run(allocated, capture).is_empty(), "addresses in its status");
     }
@@ -633,30 +633,30 @@ mod tests {
     #[test]
     fn upstream_destination_rule_ca_certificates() {
         let cases: [(&str, &str, &[&str]); 8] = [
-            ("simple-destination", include_str!("analysis/destinationrule-simple-destination.yaml"), &["IST0128"]),
-            ("mutual-destination", include_str!("analysis/destinationrule-mutual-destination.yaml"), &["IST0128"]),
-            ("simple-port", include_str!("analysis/destinationrule-simple-port.yaml"), &["IST0129"]),
+            ("simple-destination", include_str!("destinationrule-simple-destination.yaml"), &["IST0128"]),
+            ("mutual-destination", include_str!("destinationrule-mutual-destination.yaml"), &["IST0128"]),
+            ("simple-port", include_str!("destinationrule-simple-port.yaml"), &["IST0129"]),
             (
                 "credentialname, no selector",
-                include_str!("analysis/destinationrule-simple-destination-credentialname.yaml"),
+                include_str!("destinationrule-simple-destination-credentialname.yaml"),
                 &["IST0128"],
             ),
             (
                 "credentialname, selector",
-                include_str!("analysis/destinationrule-simple-destination-credentialname-selector.yaml"),
+                include_str!("destinationrule-simple-destination-credentialname-selector.yaml"),
                 &[],
             ),
             (
                 "port credentialname, no selector",
-                include_str!("analysis/destinationrule-simple-port-credentialname.yaml"),
+                include_str!("destinationrule-simple-port-credentialname.yaml"),
                 &["IST0129"],
             ),
             (
                 "port credentialname, selector",
-                include_str!("analysis/destinationrule-simple-port-credentialname-selector.yaml"),
+                include_str!("destinationrule-simple-port-credentialname-selector.yaml"),
                 &[],
             ),
-            ("mutual-port", include_str!("analysis/destinationrule-mutual-port.yaml"), &["IST0129"]),
+            ("mutual-port", include_str!("destinationrule-mutual-port.yaml"), &["IST0129"]),
         ];
         for (name, yaml, want) in cases {
             let mut msgs = Vec::new();
@@ -665,7 +665,7 @@ mod tests {
             assert_eq!(got, want, "{name}");
         }
         let mut msgs = Vec::new();
-        ca_certificates(&parse(include_str!("analysis/destinationrule-simple-port.yaml")), &mut msgs);
+        ca_certificates(&parse(include_str!("destinationrule-simple-port.yaml")), &mut msgs);
         assert!(
             msgs[0].text.starts_with(
                 "DestinationRule default/db-tls in namespace default has TLS mode set to SIMPLE but no caCertificates"
@@ -680,7 +680,7 @@ mod tests {
     #[test]
     fn upstream_telemetry_default_selector() {
         let mut msgs = Vec::new();
-        telemetry_default_selectors(&parse(include_str!("analysis/telemetry-default-selector.yaml")), &mut msgs);
+        telemetry_default_selectors(&parse(include_str!("telemetry-default-selector.yaml")), &mut msgs);
         let mut got = found(&msgs);
         got.sort();
         assert_eq!(got, [("IST0160", "ns2/has-conflict-1".to_owned()), ("IST0160", "ns2/has-conflict-2".to_owned())]);
@@ -702,32 +702,32 @@ mod tests {
             got.sort();
             (got, msgs)
         };
-        let (got, msgs) = run(include_str!("analysis/serviceentry-conflicting-protocol.yaml"));
+        let (got, msgs) = run(include_str!("serviceentry-conflicting-protocol.yaml"));
         assert_eq!(got, [("IST0177", "default/se-http".to_owned()), ("IST0177", "default/se-https".to_owned())]);
         assert_eq!(
             msgs[0].text,
             "Multiple ServiceEntries (default/se-http, default/se-https) define the same host \"example.com\" and port 13835 with conflicting protocols (HTTP, HTTPS)."
         );
-        assert!(run(include_str!("analysis/serviceentry-no-conflict-protocol.yaml")).0.is_empty());
-        assert!(run(include_str!("analysis/serviceentry-conflicting-exportto.yaml")).0.is_empty());
+        assert!(run(include_str!("serviceentry-no-conflict-protocol.yaml")).0.is_empty());
+        assert!(run(include_str!("serviceentry-conflicting-exportto.yaml")).0.is_empty());
     }
 
     /// Every object of an upstream testdata file: Istio kinds typed, not
     /// validated; Kubernetes kinds (Services, Pods, Nodes, Namespaces) as
     /// the sources read them; the rest (Secrets, QuotaSpecs) left out.
-    fn parse_objects(yaml: &str) -> crate::objects::Objects {
+    fn parse_objects(yaml: &str) -> istiod_config::objects::Objects {
         use serde::Deserialize as _;
-        let mut objects = crate::objects::Objects::default();
+        let mut objects = istiod_config::objects::Objects::default();
         for v in serde_yaml_ng::Deserializer::from_str(yaml).map(|d| serde_yaml_ng::Value::deserialize(d).unwrap()) {
             if v.is_null() {
                 continue;
             }
             let api = v.get("apiVersion").and_then(serde_yaml_ng::Value::as_str).unwrap_or_default();
             if api.contains("istio.io/") {
-                if let Ok(o) = crate::istio::read(&v) {
+                if let Ok(o) = istiod_config::istio::read(&v) {
                     objects.istio.push(o);
                 }
-            } else if let Ok(o) = crate::manifest::parse_value(v) {
+            } else if let Ok(o) = istiod_config::manifest::parse_value(v) {
                 objects.push(o);
             }
         }
@@ -755,7 +755,7 @@ mod tests {
     /// VirtualService exported where the service is not.
     #[test]
     fn upstream_virtual_service_destination_hosts() {
-        let yaml = include_str!("analysis/virtualservice_destinationhosts.yaml");
+        let yaml = include_str!("virtualservice_destinationhosts.yaml");
         let msgs = analyze(&parse_objects(yaml), &Value::Null);
         // (The DestinationRuleAnalyzer's messages about subsets left out.)
         let ours: Vec<&Message> = msgs
@@ -801,7 +801,7 @@ mod tests {
     /// `testdata/virtualservice_route_rule_no_effects_ingress.yaml`.
     #[test]
     fn upstream_route_rule_no_effect_on_ingress() {
-        let yaml = include_str!("analysis/virtualservice_route_rule_no_effects_ingress.yaml");
+        let yaml = include_str!("virtualservice_route_rule_no_effects_ingress.yaml");
         let msgs = analyze(&parse_objects(yaml), &Value::Null);
         let ingress: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0140").collect();
         assert_eq!(ingress.len(), 1, "{msgs:?}");
@@ -823,28 +823,28 @@ mod tests {
     #[test]
     fn upstream_destination_rule_hosts_and_subsets() {
         let codes = ["IST0173", "IST0174"];
-        let fake = include_str!("analysis/destinationrule-with-fake-host.yaml");
+        let fake = include_str!("destinationrule-with-fake-host.yaml");
         assert_eq!(analyzed(fake, &codes), expect(&[("IST0174", "default/fake-host")]));
         let msgs = analyze(&parse_objects(fake), &Value::Null);
         assert_eq!(
             msgs.iter().find(|m| m.code == "IST0174").unwrap().text,
             "The host fake-svc.default.svc.cluster.local defined in the DestinationRule does not match any services in the mesh."
         );
-        let subsets = include_str!("analysis/destinationrule-subsets-not-select-pods.yaml");
+        let subsets = include_str!("destinationrule-subsets-not-select-pods.yaml");
         assert_eq!(analyzed(subsets, &codes), expect(&[("IST0173", "default/subsets-not-select-pods")]));
         let msgs = analyze(&parse_objects(subsets), &Value::Null);
         assert_eq!(
             msgs.iter().find(|m| m.code == "IST0173").unwrap().text,
             "The Subset fake defined in the DestinationRule does not select any pods. Which may lead to 503 UH (NoHealthyUpstream)."
         );
-        assert_eq!(analyzed(include_str!("analysis/destinationrule-subsets-with-topology-labels.yaml"), &codes), []);
+        assert_eq!(analyzed(include_str!("destinationrule-subsets-with-topology-labels.yaml"), &codes), []);
     }
 
     /// Upstream `certificate duplication in Gateway`, on
     /// `testdata/gateway-duplicate-certificate.yaml`.
     #[test]
     fn upstream_gateway_duplicate_certificates() {
-        let got = analyzed(include_str!("analysis/gateway-duplicate-certificate.yaml"), &["IST0138"]);
+        let got = analyzed(include_str!("gateway-duplicate-certificate.yaml"), &["IST0138"]);
         assert_eq!(
             got,
             expect(&[
@@ -854,7 +854,7 @@ mod tests {
                 ("IST0138", "default/gateway-01-test-03"),
             ])
         );
-        let msgs = analyze(&parse_objects(include_str!("analysis/gateway-duplicate-certificate.yaml")), &Value::Null);
+        let msgs = analyze(&parse_objects(include_str!("gateway-duplicate-certificate.yaml")), &Value::Null);
         let m = msgs.iter().find(|m| m.name == "gateway-01-test-01").unwrap();
         assert_eq!(
             m.text,
@@ -871,7 +871,7 @@ mod tests {
         let codes = ["IST0151", "IST0152", "IST0153", "IST0154", "IST0155"];
         let cases: [(&str, &[(&str, &str)]); 6] = [
             (
-                include_str!("analysis/relative-envoy-filter-operation.yaml"),
+                include_str!("relative-envoy-filter-operation.yaml"),
                 &[
                     ("IST0151", "bookinfo/test-relative-1"),
                     ("IST0151", "bookinfo/test-relative-2"),
@@ -879,10 +879,10 @@ mod tests {
                     ("IST0155", "bookinfo/test-relative-3"),
                 ],
             ),
-            (include_str!("analysis/envoy-filter-filterchain.yaml"), &[]),
-            (include_str!("analysis/absolute-envoy-filter-operation.yaml"), &[]),
+            (include_str!("envoy-filter-filterchain.yaml"), &[]),
+            (include_str!("absolute-envoy-filter-operation.yaml"), &[]),
             (
-                include_str!("analysis/envoy-filter-replace-operation.yaml"),
+                include_str!("envoy-filter-replace-operation.yaml"),
                 &[
                     ("IST0152", "bookinfo/test-replace-1"),
                     ("IST0155", "bookinfo/test-replace-3"),
@@ -890,11 +890,11 @@ mod tests {
                 ],
             ),
             (
-                include_str!("analysis/envoy-filter-add-operation.yaml"),
+                include_str!("envoy-filter-add-operation.yaml"),
                 &[("IST0153", "bookinfo/test-auth-2"), ("IST0153", "bookinfo/test-auth-3")],
             ),
             (
-                include_str!("analysis/envoy-filter-remove-operation.yaml"),
+                include_str!("envoy-filter-remove-operation.yaml"),
                 &[
                     ("IST0151", "bookinfo/test-remove-1"),
                     ("IST0154", "bookinfo/test-remove-2"),
@@ -911,7 +911,7 @@ mod tests {
     /// Upstream `Analyze invalid telemetry` (both files) and `deprecation`.
     #[test]
     fn upstream_telemetry_providers_and_deprecations() {
-        let msgs = analyze(&parse_objects(include_str!("analysis/telemetry-invalid-provider.yaml")), &Value::Null);
+        let msgs = analyze(&parse_objects(include_str!("telemetry-invalid-provider.yaml")), &Value::Null);
         let invalid: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0157").collect();
         assert_eq!(invalid.len(), 1, "{msgs:?}");
         assert_eq!((invalid[0].namespace.as_str(), invalid[0].name.as_str()), ("istio-system", "mesh-default"));
@@ -919,9 +919,9 @@ mod tests {
             invalid[0].text,
             "The Telemetry mesh-default in namespace \"istio-system\" with empty providers will be ignored."
         );
-        assert_eq!(analyzed(include_str!("analysis/telemetry-disable-provider.yaml"), &["IST0157"]), []);
+        assert_eq!(analyzed(include_str!("telemetry-disable-provider.yaml"), &["IST0157"]), []);
         assert_eq!(
-            analyzed(include_str!("analysis/deprecation.yaml"), &["IST0002"]),
+            analyzed(include_str!("deprecation.yaml"), &["IST0002"]),
             expect(&[("IST0002", "foo/productpage"), ("IST0002", "default/no-selector")])
         );
     }
@@ -932,7 +932,7 @@ mod tests {
     fn upstream_sidecar_selectors() {
         let codes = ["IST0101", "IST0110", "IST0111", "IST0167"];
         assert_eq!(
-            analyzed(include_str!("analysis/sidecar-default-selector.yaml"), &codes),
+            analyzed(include_str!("sidecar-default-selector.yaml"), &codes),
             expect(&[
                 ("IST0111", "ns2/has-conflict-2"),
                 ("IST0111", "ns2/has-conflict-1"),
@@ -940,7 +940,7 @@ mod tests {
                 ("IST0167", "ns-ambient/pod-scoped"),
             ])
         );
-        let yaml = include_str!("analysis/sidecar-selector.yaml");
+        let yaml = include_str!("sidecar-selector.yaml");
         assert_eq!(
             analyzed(yaml, &codes),
             expect(&[
@@ -966,7 +966,7 @@ mod tests {
     /// testdata files.
     #[test]
     fn upstream_telemetry_selectors_and_authorization_policies() {
-        let yaml = include_str!("analysis/telemetry-selector.yaml");
+        let yaml = include_str!("telemetry-selector.yaml");
         assert_eq!(
             analyzed(yaml, &["IST0101", "IST0159"]),
             expect(&[
@@ -978,7 +978,7 @@ mod tests {
                 ("IST0159", "default/overlap-2"),
             ])
         );
-        let yaml = include_str!("analysis/authorizationpolicies.yaml");
+        let yaml = include_str!("authorizationpolicies.yaml");
         assert_eq!(
             analyzed(yaml, &["IST0101", "IST0127"]),
             expect(&[
@@ -1027,21 +1027,21 @@ mod tests {
     fn upstream_ingress_gateway_ports() {
         let codes = ["IST0101", "IST0162"];
         let cases: [(&str, &[(&str, &str)]); 8] = [
-            (include_str!("analysis/gateway-no-workload.yaml"), &[("IST0101", "default/httpbin-gateway")]),
-            (include_str!("analysis/gateway-no-port.yaml"), &[("IST0162", "default/httpbin-gateway")]),
-            (include_str!("analysis/gateway-correct-port.yaml"), &[]),
-            (include_str!("analysis/gateway-custom-ingressgateway.yaml"), &[]),
+            (include_str!("gateway-no-workload.yaml"), &[("IST0101", "default/httpbin-gateway")]),
+            (include_str!("gateway-no-port.yaml"), &[("IST0162", "default/httpbin-gateway")]),
+            (include_str!("gateway-correct-port.yaml"), &[]),
+            (include_str!("gateway-custom-ingressgateway.yaml"), &[]),
             (
-                include_str!("analysis/gateway-custom-ingressgateway-badport.yaml"),
+                include_str!("gateway-custom-ingressgateway-badport.yaml"),
                 &[("IST0162", "default/httpbin-gateway")],
             ),
             (
-                include_str!("analysis/gateway-custom-ingressgateway-badport-notarget.yaml"),
+                include_str!("gateway-custom-ingressgateway-badport-notarget.yaml"),
                 &[("IST0162", "default/httpbin-gateway")],
             ),
-            (include_str!("analysis/gateway-custom-ingressgateway-translation.yaml"), &[]),
+            (include_str!("gateway-custom-ingressgateway-translation.yaml"), &[]),
             (
-                include_str!("analysis/gateway-custom-ingressgateway-svcselector.yaml"),
+                include_str!("gateway-custom-ingressgateway-svcselector.yaml"),
                 &[("IST0162", "default/httpbin8002-gateway")],
             ),
         ];
@@ -1053,7 +1053,7 @@ mod tests {
             assert_eq!(got, expect(want), "case {i}: {msgs:#?}");
         }
         let msgs = analyze(
-            &parse_objects(&format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/gateway-no-port.yaml"))),
+            &parse_objects(&format!("{}\n{DEFAULT_INGRESS}", include_str!("gateway-no-port.yaml"))),
             &Value::Null,
         );
         let m = msgs.iter().find(|m| m.code == "IST0162").unwrap();
@@ -1067,14 +1067,14 @@ mod tests {
     #[test]
     fn upstream_gateway_secrets() {
         assert_eq!(
-            analyzed_with_defaults(include_str!("analysis/gateway-secrets.yaml"), &["IST0101", "IST0161"]),
+            analyzed_with_defaults(include_str!("gateway-secrets.yaml"), &["IST0101", "IST0161"]),
             expect(&[
                 ("IST0101", "default/defaultgateway-bogusCredentialName"),
                 ("IST0101", "default/customgateway-wrongnamespace"),
                 ("IST0101", "default/bogusgateway"),
             ])
         );
-        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/gateway-secrets-validation.yaml"));
+        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("gateway-secrets-validation.yaml"));
         let msgs = analyze(&parse_objects(&yaml), &Value::Null);
         assert!(msgs.iter().filter(|m| m.code == "IST0161").all(|m| m.kind == "Gateway"), "on the Gateway: {msgs:#?}");
         let mut invalid: Vec<&str> = msgs.iter().filter(|m| m.code == "IST0161").map(|m| m.text.as_str()).collect();
@@ -1112,16 +1112,16 @@ mod tests {
     fn upstream_conflicting_gateways() {
         let cases: [(&str, &[(&str, &str)]); 4] = [
             (
-                include_str!("analysis/conflicting-gateways.yaml"),
+                include_str!("conflicting-gateways.yaml"),
                 &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
             ),
-            (include_str!("analysis/gateway-different-port.yaml"), &[]),
+            (include_str!("gateway-different-port.yaml"), &[]),
             (
-                include_str!("analysis/conflicting-gateways-multiple-ports.yaml"),
+                include_str!("conflicting-gateways-multiple-ports.yaml"),
                 &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
             ),
             (
-                include_str!("analysis/conflicting-gateways-subSelector.yaml"),
+                include_str!("conflicting-gateways-subSelector.yaml"),
                 &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
             ),
         ];
@@ -1134,7 +1134,7 @@ mod tests {
     #[test]
     fn upstream_kubernetes_gateway_selectors_and_jwt_claim_routes() {
         assert_eq!(
-            analyzed_with_defaults(include_str!("analysis/k8sgateway-selector.yaml"), &["IST0166"]),
+            analyzed_with_defaults(include_str!("k8sgateway-selector.yaml"), &["IST0166"]),
             expect(&[
                 ("IST0166", "default/ra-ineffective"),
                 ("IST0166", "default/ap-ineffective"),
@@ -1142,7 +1142,7 @@ mod tests {
                 ("IST0166", "default/telemetry-ineffective"),
             ])
         );
-        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("analysis/virtualservice_jwtclaimroute.yaml"));
+        let yaml = format!("{}\n{DEFAULT_INGRESS}", include_str!("virtualservice_jwtclaimroute.yaml"));
         let msgs = analyze(&parse_objects(&yaml), &Value::Null);
         let jwt: Vec<&Message> = msgs.iter().filter(|m| m.code == "IST0149").collect();
         assert_eq!(jwt.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["foo"], "{msgs:#?}");

@@ -295,6 +295,13 @@ fn debug_over_xds_answers_istioctl() {
     assert_eq!(allowed["syncz"]["rows"].as_array().unwrap().len(), 1, "every namespace's: {allowed}");
     assert_eq!(allowed["config_dump"].as_array().unwrap().len(), 7, "{allowed}");
     assert_eq!(allowed["debug"]["adsz"]["code"], "PERMISSION_DENIED", "{allowed}");
+    // A proxy of another namespace through a debug path: not this caller's
+    // (istiod's getDebugConnection).
+    assert_eq!(
+        allowed["debug"]["config_dump?proxyID=app-1.bookinfo"]["body"],
+        "Proxy not connected to this Pilot instance. It may be connected to another instance.\n",
+        "{allowed}"
+    );
     let other = run("viewer", "default");
     assert_eq!(other["syncz"]["rows"], serde_json::json!([]), "{other}");
     assert_eq!(other["config_dump"], serde_json::json!([]), "not this caller's proxy: {other}");

@@ -1393,7 +1393,9 @@ fn telemetry_metadata_is_served_as_istiod_serves_it() {
 /// proxy's `virtualOutbound` also on 0.0.0.0), and
 /// `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY` (policyattachment.go
 /// `ShouldAttachPolicy`: off, a Gateway API gateway's deployment takes no
-/// policy without `targetRefs`; a sidecar still does).
+/// policy without `targetRefs`; a sidecar still does; a policy attached to
+/// the Gateway by `targetRefs` is the gateway's either way, never a
+/// sidecar's).
 #[test]
 fn feature_switches_are_served_as_istiod_serves_them() {
     let objects = "\
@@ -1418,6 +1420,14 @@ metadata: {name: deny-admin, namespace: shop}
 spec:
   action: DENY
   rules: [{to: [{operation: {paths: [/admin]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-debug, namespace: shop}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  action: DENY
+  rules: [{to: [{operation: {paths: [/debug]}}]}]
 ";
     let on = [
         ("PGV", "1"),
@@ -1457,6 +1467,8 @@ spec:
         // The sidecar takes the namespace's policy either way.
         let inbound = rbac_names(&sidecar, "virtualInbound");
         assert!(inbound.contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()), "{inbound:?}");
+        // A policy attached to a Gateway is not a sidecar's (ShouldAttachPolicy).
+        assert!(!inbound.iter().any(|p| p.contains("deny-debug")), "{inbound:?}");
         let v6 = served_with("sidecar", objects, "", "shop", json!({"app": "web"}), "fd00::5:1", env);
         let extra: Vec<Value> = v6["listeners"]["virtualOutbound"]["additionalAddresses"]
             .as_array()
@@ -1474,6 +1486,9 @@ spec:
         let router = served_with("router", objects, "", "shop", labels, "10.1.5.9", env);
         assert_eq!(router["pgv_errors"], json!([]), "{router}");
         let rbac = rbac_names(&router, "0.0.0.0_8080");
-        assert_eq!(rbac.is_empty(), switched, "{rbac:?}");
+        // The policy attached to its Gateway by targetRefs, always; the
+        // namespace-wide one only under the switch's default.
+        assert!(rbac.contains(&"ns[shop]-policy[deny-debug]-rule[0]".to_owned()), "{rbac:?}");
+        assert_eq!(rbac.contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()), !switched, "{rbac:?}");
     }
 }

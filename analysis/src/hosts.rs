@@ -228,7 +228,10 @@ pub(super) fn destination_hosts(objects: &Objects, out: &mut Vec<Message>) {
 /// A pod's labels with its node's topology (istiod's
 /// `SubsetSelectPodAnalyzer` augments them so subsets may select by
 /// locality and host).
-fn pod_labels(pod: &istiod_config::objects::Pod, nodes: &HashMap<&str, &istiod_config::objects::Node>) -> BTreeMap<String, String> {
+fn pod_labels(
+    pod: &istiod_config::objects::Pod,
+    nodes: &HashMap<&str, &istiod_config::objects::Node>,
+) -> BTreeMap<String, String> {
     let mut labels = pod.metadata.labels.clone();
     let node_name = pod.spec.node_name.as_deref().unwrap_or_default();
     if let Some(node) = nodes.get(node_name) {

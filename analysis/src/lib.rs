@@ -1031,10 +1031,7 @@ mod tests {
             (include_str!("gateway-no-port.yaml"), &[("IST0162", "default/httpbin-gateway")]),
             (include_str!("gateway-correct-port.yaml"), &[]),
             (include_str!("gateway-custom-ingressgateway.yaml"), &[]),
-            (
-                include_str!("gateway-custom-ingressgateway-badport.yaml"),
-                &[("IST0162", "default/httpbin-gateway")],
-            ),
+            (include_str!("gateway-custom-ingressgateway-badport.yaml"), &[("IST0162", "default/httpbin-gateway")]),
             (
                 include_str!("gateway-custom-ingressgateway-badport-notarget.yaml"),
                 &[("IST0162", "default/httpbin-gateway")],
@@ -1111,10 +1108,7 @@ mod tests {
     #[test]
     fn upstream_conflicting_gateways() {
         let cases: [(&str, &[(&str, &str)]); 4] = [
-            (
-                include_str!("conflicting-gateways.yaml"),
-                &[("IST0145", "default/alpha"), ("IST0145", "default/beta")],
-            ),
+            (include_str!("conflicting-gateways.yaml"), &[("IST0145", "default/alpha"), ("IST0145", "default/beta")]),
             (include_str!("gateway-different-port.yaml"), &[]),
             (
                 include_str!("conflicting-gateways-multiple-ports.yaml"),

@@ -130,8 +130,14 @@ async fn upsert_all(
     lead_until: Instant,
 ) -> Result<usize, String> {
     let namespaces = api.get("/api/v1/namespaces").await?.ok_or("cannot list namespaces")?;
+    // (Under ISTIO_WATCH_NAMESPACE, that namespace's only: a namespaced
+    // RBAC role may allow no more.)
+    let collection = match istiod_kubewatch::kube_source::watch_namespace() {
+        Some(ns) => format!("/api/v1/namespaces/{ns}/configmaps"),
+        None => "/api/v1/configmaps".to_owned(),
+    };
     let maps = api
-        .get(&format!("/api/v1/configmaps?fieldSelector=metadata.name%3D{cm_name}"))
+        .get(&format!("{collection}?fieldSelector=metadata.name%3D{cm_name}"))
         .await?
         .ok_or("cannot list configmaps")?;
     let mut existing: BTreeMap<String, Value> = BTreeMap::new();

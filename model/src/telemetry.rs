@@ -23,7 +23,7 @@ fn selector(spec: &Value) -> Option<BTreeMap<String, String>> {
 }
 
 /// Whether a Telemetry is attached to resources (`targetRef(s)`).
-fn has_target_refs(spec: &Value) -> bool {
+pub fn has_target_refs(spec: &Value) -> bool {
     spec.get("targetRef").is_some_and(|v| !v.is_null())
         || spec.get("targetRefs").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
@@ -36,34 +36,46 @@ pub fn spec(o: &IstioObject) -> Option<&Value> {
     }
 }
 
-/// istiod's `applicableTelemetries` for a sidecar in `namespace` with
-/// `labels` (`None`: the namespace-wide ones only): the root namespace's
-/// namespace-wide Telemetry (the oldest), then the proxy namespace's, then
-/// every one of that namespace whose selector matches, oldest first.
-/// Telemetries with `targetRef(s)` apply to waypoints and gateways, not
-/// sidecars (`ShouldAttachPolicy`).
+/// A Telemetry's targets as istiod's `GetTargetRefs` reads them:
+/// `targetRefs`, else the one `targetRef`.
+fn target_refs(spec: &Value) -> Vec<istiod_envoyfilter::spec::TargetRef> {
+    let read = |v: &Value| serde_json::from_value::<istiod_envoyfilter::spec::TargetRef>(v.clone()).ok();
+    match spec.get("targetRefs").and_then(Value::as_array).filter(|a| !a.is_empty()) {
+        Some(refs) => refs.iter().filter_map(read).collect(),
+        None => spec.get("targetRef").filter(|v| !v.is_null()).and_then(read).into_iter().collect(),
+    }
+}
+
+/// istiod's `applicableTelemetries` for a sidecar or gateway in
+/// `namespace` with `labels` (`None`: the namespace-wide ones only): the
+/// root namespace's namespace-wide Telemetry (the oldest), then the proxy
+/// namespace's, then every one of that namespace with a selector or
+/// targets that attaches to the workload (`ShouldAttachPolicy`: a Gateway
+/// API gateway's deployment takes those naming its Gateway, and selectors
+/// under `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`; any other workload
+/// selectors only), oldest first.
 pub fn applicable<'a>(model: &'a Model, namespace: &'a str, labels: Option<&[(Arc<str>, Arc<str>)]>) -> Vec<&'a Value> {
     let root = model.mesh.root_namespace.as_str();
-    // ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY off: a Gateway API
-    // gateway takes no Telemetry without targets (ShouldAttachPolicy).
-    let gateway = labels.is_some_and(|l| l.iter().any(|(k, _)| &**k == istiod_envoyfilter::filters::GATEWAY_NAME));
-    if gateway && !model.mesh.features.selector_k8s_gateway_policy {
-        return Vec::new();
-    }
-    let of_ns = |ns: &'a str| {
-        model.telemetries.iter().filter(move |o| o.meta.ns() == ns).filter_map(spec).filter(|s| !has_target_refs(s))
-    };
-    let wide = |ns: &'a str| of_ns(ns).find(|s| selector(s).is_none());
+    let of_ns = |ns: &'a str| model.telemetries.iter().filter(move |o| o.meta.ns() == ns).filter_map(spec);
+    let wide = |ns: &'a str| of_ns(ns).find(|s| selector(s).is_none() && !has_target_refs(s));
     let mut out: Vec<&Value> = Vec::new();
     if namespace != root {
         out.extend(wide(root));
     }
     out.extend(wide(namespace));
     if let Some(labels) = labels {
-        out.extend(of_ns(namespace).filter(|s| {
-            selector(s).is_some_and(|sel| {
-                sel.iter().all(|(k, v)| labels.iter().any(|(lk, lv)| &**lk == k && &**lv == v.as_str()))
-            })
+        let label = |k: &str| labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
+        let gateway_selectors = model.mesh.features.selector_k8s_gateway_policy;
+        out.extend(of_ns(namespace).filter(|s| selector(s).is_some() || has_target_refs(s)).filter(|s| {
+            let sel = selector(s);
+            istiod_envoyfilter::filters::should_attach(
+                namespace,
+                sel.as_ref(),
+                &target_refs(s),
+                namespace,
+                label,
+                gateway_selectors,
+            )
         }));
     }
     out

@@ -249,6 +249,14 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
     let publisher = &d.publisher;
     let state = &d.state;
     let model = || state.borrow().mesh.as_ref().map(|m| m.model.clone());
+    // istiod's getDebugConnection: a caller outside the root namespace (one
+    // of DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES too) reaches its own
+    // namespace's proxies only, whatever the path.
+    if let (Some(ns), Some(id)) = (caller, req.param("proxyID").filter(|id| !id.is_empty()))
+        && proxy_class(publisher, id).await.is_some_and(|c| *c.namespace != *ns)
+    {
+        return not_connected();
+    }
     match req.path.as_str() {
         "/ready" => readiness(&d.ready, &d.draining),
         // istiod's `--profile` handlers (Go's net/http/pprof): CPU

@@ -197,19 +197,45 @@ pub(super) async fn analysis_loop(
         }
         let input = rx.borrow_and_update().clone();
         if let Some(input) = input {
-            analyze(&state, &input.0, &input.1);
+            // The analyzers run on a blocking thread: the control thread
+            // goes on publishing meanwhile.
+            let ran = tokio::task::spawn_blocking(move || {
+                let messages = istiod_analysis::analyze(&input.0, &input.1);
+                (messages, present_paths(&input.0))
+            })
+            .await;
+            match ran {
+                Ok((messages, present)) => record_analysis(&state, messages, &present),
+                Err(e) => tracing::error!(target: "analysis", error = %e, "the analysis did not finish"),
+            }
         }
     }
+}
+
+/// The API paths of the Istio objects in force.
+fn present_paths(objects: &istiod_config::objects::Objects) -> std::collections::BTreeSet<String> {
+    objects
+        .istio
+        .iter()
+        .filter_map(|o| {
+            let kind = o.kind().name();
+            let (g, v, _, plural) = istiod_config::objects::KINDS.iter().find(|k| k.2 == kind)?;
+            Some(format!("/apis/{g}/{v}/namespaces/{}/{plural}/{}", o.meta.ns(), o.meta.name))
+        })
+        .collect()
 }
 
 /// istiod's in-cluster analysis: the messages in `/debug/config_report`,
 /// new ones logged (`Configuration analysis: ...`), and, in a cluster,
 /// each object's `status.validationMessages` (emptied where its messages
 /// went away).
-fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, mesh: &Value) {
+fn record_analysis(
+    state: &RefCell<State>,
+    messages: Vec<istiod_analysis::Message>,
+    present: &std::collections::BTreeSet<String>,
+) {
     let mut s = state.borrow_mut();
     let Some(previous) = s.analysis.take() else { return };
-    let messages = istiod_analysis::analyze(objects, mesh);
     let mut by_path: BTreeMap<String, Vec<istiod_analysis::Message>> = BTreeMap::new();
     for m in messages {
         let Some((g, v, _, plural)) = istiod_config::objects::KINDS.iter().find(|k| k.2 == m.kind) else { continue };
@@ -227,15 +253,6 @@ fn analyze(state: &RefCell<State>, objects: &istiod_config::objects::Objects, me
     }
     s.configz["analysis"] = json!(by_path.values().flatten().map(|m| m.line()).collect::<Vec<_>>());
     // Objects gone are forgotten: their status is gone with them.
-    let present: std::collections::BTreeSet<String> = objects
-        .istio
-        .iter()
-        .filter_map(|o| {
-            let kind = o.kind().name();
-            let (g, v, _, plural) = istiod_config::objects::KINDS.iter().find(|k| k.2 == kind)?;
-            Some(format!("/apis/{g}/{v}/namespaces/{}/{plural}/{}", o.meta.ns(), o.meta.name))
-        })
-        .collect();
     s.analysis_ever.retain(|p| present.contains(p));
     s.analysis_ever.extend(by_path.keys().cloned());
     if let Some(tx) = &s.analysis_status {

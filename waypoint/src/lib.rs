@@ -259,12 +259,17 @@ impl<'a> View<'a> {
                 if !attaches(&refs, o.meta.ns(), root, self.namespace, &self.gateway, target) {
                     return None;
                 }
-                // As one selecting this waypoint in its namespace.
+                // As one attached to this waypoint's Gateway in its
+                // namespace (a selector would not do: waypoints take none,
+                // nor does ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY=false).
                 let mut spec = spec.clone();
                 if let Some(m) = spec.as_object_mut() {
                     m.remove("targetRef");
-                    m.remove("targetRefs");
-                    m.insert("selector".into(), serde_json::json!({"matchLabels": {GATEWAY_NAME: self.gateway}}));
+                    m.remove("selector");
+                    m.insert(
+                        "targetRefs".into(),
+                        serde_json::json!([{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": self.gateway}]),
+                    );
                 }
                 let mut o = o.clone();
                 o.meta.namespace = Some(self.namespace.to_owned());
@@ -276,7 +281,16 @@ impl<'a> View<'a> {
             return std::borrow::Cow::Borrowed(self.telemetry());
         }
         let mut model = self.model.clone();
-        let mut telemetries: Vec<istiod_config::istio::IstioObject> = model.telemetries.iter().cloned().collect();
+        // (The attached ones stand for every Telemetry with targets.)
+        let mut telemetries: Vec<istiod_config::istio::IstioObject> = model
+            .telemetries
+            .iter()
+            .filter(|o| {
+                istiod_mesh::model::telemetry::spec(o)
+                    .is_none_or(|s| !istiod_mesh::model::telemetry::has_target_refs(s))
+            })
+            .cloned()
+            .collect();
         telemetries.extend(attached);
         model.telemetries = Arc::new(telemetries);
         // The waypoint is selected by its Gateway's label.

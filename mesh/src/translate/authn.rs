@@ -82,8 +82,8 @@ pub fn jwt_rules(model: &Model, class: &ProxyClass) -> Vec<JwtRule> {
     for o in model.security.iter() {
         let IstioSpec::RequestAuthentication(ra) = &o.spec else { continue };
         let selector = ra.selector.as_ref().map(|s| &s.match_labels);
-        let targeted = ra.target_ref.is_some() || !ra.target_refs.is_empty();
-        let selected = super::scope::policy_applies(model, class, o.meta.ns(), selector, targeted);
+        let refs = super::scope::target_refs(ra.target_ref.as_ref(), &ra.target_refs);
+        let selected = super::scope::policy_applies(model, class, o.meta.ns(), selector, &refs);
         if selected {
             rules.extend(ra.jwt_rules.iter().cloned());
         }

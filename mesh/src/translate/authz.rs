@@ -760,8 +760,8 @@ fn applies<'m>(model: &'m Model, class: &ProxyClass) -> Vec<(&'m IstioObject, &'
     for o in model.security.iter() {
         let IstioSpec::AuthorizationPolicy(ap) = &o.spec else { continue };
         let selector = ap.selector.as_ref().map(|s| &s.match_labels);
-        let targeted = ap.target_ref.is_some() || !ap.target_refs.is_empty();
-        if super::scope::policy_applies(model, class, o.meta.ns(), selector, targeted) {
+        let refs = super::scope::target_refs(ap.target_ref.as_ref(), &ap.target_refs);
+        if super::scope::policy_applies(model, class, o.meta.ns(), selector, &refs) {
             out.push((o, ap));
         }
     }

@@ -285,28 +285,51 @@ pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usi
 }
 
 /// Whether a workload policy of namespace `ns` applies to `class`, as
-/// istiod's `getConfigsForWorkload` decides for AuthorizationPolicy and
-/// RequestAuthentication alike: of the workload's namespace or the root
-/// namespace; with a selector, when it matches the workload's labels;
-/// without, when it is not attached to a resource (`targetRef(s)`).
+/// istiod's `getConfigsForWorkload` and `ShouldAttachPolicy` decide for
+/// AuthorizationPolicy and RequestAuthentication alike: of the workload's
+/// namespace or the root namespace; then, for a Gateway API gateway's
+/// deployment (`gateway.networking.k8s.io/gateway-name`), one whose
+/// `targetRef(s)` name its Gateway (same namespace), or without targets
+/// one whose selector matches under `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`;
+/// for any other workload, one without targets whose selector matches (or
+/// that has none). `refs`: `targetRefs`, else `targetRef` (`GetTargetRefs`).
 pub fn policy_applies(
     model: &Model,
     class: &ProxyClass,
     ns: &str,
     selector: Option<&std::collections::BTreeMap<String, String>>,
-    targeted: bool,
+    refs: &[&istiod_config::istio::PolicyTargetReference],
 ) -> bool {
-    // ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY off: a Gateway API
-    // gateway takes no policy without targets (ShouldAttachPolicy).
-    let gateway = || class.labels.iter().any(|(k, _)| &**k == istiod_envoyfilter::filters::GATEWAY_NAME);
-    if !targeted && !model.mesh.features.selector_k8s_gateway_policy && gateway() {
+    if ns != &*class.namespace && ns != model.mesh.root_namespace {
         return false;
     }
-    (ns == &*class.namespace || ns == model.mesh.root_namespace)
-        && match selector.filter(|m| !m.is_empty()) {
-            Some(sel) => crate::model::has_labels(&class.labels, sel),
-            None => !targeted,
-        }
+    let refs: Vec<istiod_envoyfilter::spec::TargetRef> = refs
+        .iter()
+        .map(|r| istiod_envoyfilter::spec::TargetRef {
+            group: r.group.clone(),
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+            namespace: r.namespace.clone(),
+        })
+        .collect();
+    let label = |k: &str| class.labels.iter().find(|(l, _)| &**l == k).map(|(_, v)| &**v);
+    istiod_envoyfilter::filters::should_attach(
+        ns,
+        selector,
+        &refs,
+        &class.namespace,
+        label,
+        model.mesh.features.selector_k8s_gateway_policy,
+    )
+}
+
+/// A policy's targets as istiod's `GetTargetRefs` reads them:
+/// `targetRefs`, else the one `targetRef`.
+pub fn target_refs<'a>(
+    target_ref: Option<&'a istiod_config::istio::PolicyTargetReference>,
+    target_refs: &'a [istiod_config::istio::PolicyTargetReference],
+) -> Vec<&'a istiod_config::istio::PolicyTargetReference> {
+    if target_refs.is_empty() { target_ref.into_iter().collect() } else { target_refs.iter().collect() }
 }
 
 #[cfg(test)]

@@ -749,6 +749,19 @@ mod tests {
         assert_eq!(applicable(&m, "shop", Some(&web)).len(), 3, "root, namespace, selector");
         assert_eq!(applicable(&m, "shop", Some(&db)).len(), 2, "the selector does not match");
         assert_eq!(applicable(&m, "other", Some(&db)).len(), 1, "only the root's");
+        // A Gateway API gateway's deployment (ShouldAttachPolicy): the
+        // Telemetry attached to its Gateway by targetRefs, with the root's
+        // and the namespace's; a selector one under
+        // ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY only.
+        let gw = labels(&[("gateway.networking.k8s.io/gateway-name", "waypoint"), ("app", "web")]);
+        assert_eq!(applicable(&m, "shop", Some(&gw)).len(), 4, "root, namespace, selector, targetRefs");
+        let mut off = m.clone();
+        off.mesh = std::sync::Arc::new(crate::meshconfig::MeshSettings {
+            features: crate::meshconfig::Features { selector_k8s_gateway_policy: false, ..Default::default() },
+            ..(*m.mesh).clone()
+        });
+        assert_eq!(applicable(&off, "shop", Some(&gw)).len(), 3, "root, namespace, targetRefs");
+        assert_eq!(applicable(&off, "shop", Some(&web)).len(), 3, "a sidecar's are as they were");
         let removed = MetricConfig {
             name: "requests_total".into(),
             tags_to_remove: vec!["request_protocol".into()],

@@ -348,27 +348,7 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
         "services",
         serde_json::json!({"metadata": {"name": "web", "namespace": "shop"}, "spec": {"clusterIP": "10.96.0.5", "ports": [{"name": "http", "port": 80}]}}),
     );
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n",
-            api.url()
-        ),
-    )
-    .unwrap();
-    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-        .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server { child };
+    let (_dir, server, http, monitoring) = on_fake_api(&api, &[]);
     wait_for("the debug port", || get(http, "/ready").is_some());
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(get(http, "/ready").unwrap().0, 503, "nodes have not synced: not ready");
@@ -391,6 +371,37 @@ fn serves_from_kubernetes_and_is_ready_only_after_every_kind_synced() {
     }
     assert!(!metrics.contains("pilot_k8s_cfg_events{"), "no Istio config in this cluster:\n{metrics}");
     assert!(server.terminate().success());
+}
+
+/// The binary on the fake API server `api` (one core, no TLS ports), with
+/// `env`: the kubeconfig's directory, the server, its debug and
+/// monitoring addresses.
+fn on_fake_api(
+    api: &istiod_kubewatch::fake::FakeApi,
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, Server, std::net::SocketAddr, std::net::SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\n\
+             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
+        .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
+        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (dir, Server { child }, http, monitoring)
 }
 
 use support::copy_dir;
@@ -520,28 +531,7 @@ fn istio_watch_namespace_reads_one_namespace() {
     };
     api.apply("services", service("web", "shop", "10.96.0.5"));
     api.apply("services", service("api", "other", "10.96.0.6"));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\n\
-             users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n",
-            api.url()
-        ),
-    )
-    .unwrap();
-    let (grpc, http, monitoring) = (free_port(), free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_pilot-discovery"))
-        .args(["discovery", "--kubeconfig", kubeconfig.to_str().unwrap()])
-        .args(["--grpcAddr", &grpc.to_string(), "--httpAddr", &http.to_string()])
-        .args(["--monitoringAddr", &monitoring.to_string(), "--secureGRPCAddr", "", "--httpsAddr", "", "--cores", "1"])
-        .env("ISTIO_WATCH_NAMESPACE", "shop")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server { child };
+    let (_dir, server, http, _) = on_fake_api(&api, &[("ISTIO_WATCH_NAMESPACE", "shop")]);
     wait_for("ready", || get(http, "/ready").map(|r| r.0) == Some(200));
     wait_for("the service", || get(http, "/debug/registryz").unwrap().1.contains("web.shop.svc.cluster.local"));
     api.apply("services", service("web2", "shop", "10.96.0.7"));

@@ -485,6 +485,35 @@ fn convergence_is_recorded_on_ack() {
     });
 }
 
+/// Each change's convergence counts from that change, not from an
+/// earlier one the stream already took: after two changes 300 ms apart,
+/// no ACK is counted as 300 ms late (`pilot_proxy_convergence_time`
+/// once counted every push from the stream's first change).
+#[test]
+fn convergence_counts_from_each_change() {
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut c = connect(s.addr, false).await;
+        c.sotw(cds(true, 11));
+        let r = c.recv().await;
+        c.ack(&r, &[]);
+        for (i, version) in [5, 6, 7].into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            s.apply(vec![(Kind::Cluster, "a", Some(cluster("a", version)))]);
+            let p = c.recv().await;
+            c.ack(&p, &[]);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let stats = s.publisher.query(DebugQuery::Stats).await;
+        let conv = &stats[0]["convergence_us"];
+        assert_eq!(conv["count"], 3, "{stats:?}");
+        assert!(conv["max"].as_f64().unwrap() < 250_000.0, "{conv}");
+    });
+}
+
 /// One proxy stops reading; a hundred others keep converging on every
 /// change, and the stuck one holds at most one push's worth of queued
 /// bytes however many snapshots go by.

@@ -369,6 +369,12 @@ impl<C: super::Class> AdsStream<C> {
     /// `changed_at`, may have changed for this stream; the push it owes
     /// counts its convergence from the oldest such change.
     pub fn on_delta_update(&mut self, delta: &Delta, changed_at: Instant, forced: bool) {
+        // A stream with nothing owed has no older cause: its last push went
+        // out whole (the core stops flushing once the stream is clean, so
+        // `flush_next` never got to forget the cause).
+        if !self.is_dirty() {
+            self.owed_cause = None;
+        }
         for kind in Kind::ALL {
             let Some(w) = self.watches[kind as usize].as_mut() else { continue };
             if !w.wildcard && w.names.is_empty() {

@@ -187,10 +187,30 @@ pub struct ConfigDir {
     dir: PathBuf,
     limits: Limits,
     last_good: BTreeMap<(PathBuf, usize), Object>,
-    /// Each file's parse, with its stamp, when the stamp can be trusted
-    /// (written well before it was parsed): a reload re-reads only the
-    /// files that changed.
-    parsed: std::collections::HashMap<PathBuf, (Stamp, FileDocs)>,
+    /// Each file's last parse: a reload re-reads only the files that
+    /// changed, and re-parses only those whose text changed.
+    parsed: std::collections::HashMap<PathBuf, Parsed>,
+}
+
+/// A file's parse, with what tells whether it still holds.
+#[derive(Debug)]
+struct Parsed {
+    /// The file's stamp when it was read.
+    stamp: Stamp,
+    /// The stamp can be trusted: the file was last written well before it
+    /// was read (else a later write within the same clock tick could leave
+    /// the stamp unchanged, and the text is compared instead).
+    trusted: bool,
+    /// A hash of the text parsed.
+    text: u64,
+    docs: FileDocs,
+}
+
+fn text_hash(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 impl ConfigDir {
@@ -216,23 +236,36 @@ impl ConfigDir {
     /// the cached parse of an unchanged file).
     fn parse(&mut self, file: &Path) -> std::io::Result<(FileDocs, bool)> {
         let before = stamp(file);
-        if let (Some(st), Some((cached, docs))) = (before, self.parsed.get(file))
-            && st == *cached
+        if let (Some(st), Some(cached)) = (before, self.parsed.get(file))
+            && cached.trusted
+            && st == cached.stamp
         {
-            return Ok((docs.clone(), false));
+            return Ok((cached.docs.clone(), false));
         }
         let started = std::time::SystemTime::now();
         let text = read_manifest(file, &self.limits)?;
-        let docs = parse_file_limited(&text, self.limits.max_documents);
-        // Trust the stamp only if the file did not change while it was
-        // read and was last written well before.
-        match (before, stamp(file)) {
-            (Some(a), Some(b))
-                if a == b && a.mtime.is_some_and(|m| started.duration_since(m).is_ok_and(|d| d > RACY)) =>
-            {
-                self.parsed.insert(file.to_owned(), (a, docs.clone()));
+        let hash = text_hash(&text);
+        let after = stamp(file);
+        // Trust the stamp next time only if the file did not change while
+        // it was read and was last written well before.
+        let trusted = matches!((before, after), (Some(a), Some(b))
+            if a == b && a.mtime.is_some_and(|m| started.duration_since(m).is_ok_and(|d| d > RACY)));
+        // The same text as the last parse (a stamp not trusted, or touched
+        // without a change): that parse stands, and nothing changed.
+        if let Some(cached) = self.parsed.get_mut(file).filter(|c| c.text == hash) {
+            if let Some(st) = before.filter(|_| before == after) {
+                (cached.stamp, cached.trusted) = (st, trusted);
+            } else {
+                cached.trusted = false;
             }
-            _ => {
+            return Ok((cached.docs.clone(), false));
+        }
+        let docs = parse_file_limited(&text, self.limits.max_documents);
+        match before.filter(|_| before == after) {
+            Some(st) => {
+                self.parsed.insert(file.to_owned(), Parsed { stamp: st, trusted, text: hash, docs: docs.clone() });
+            }
+            None => {
                 self.parsed.remove(file);
             }
         }

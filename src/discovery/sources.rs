@@ -783,9 +783,24 @@ pub(super) async fn watch_dir(
     state: Rc<RefCell<State>>,
     domain: String,
 ) {
+    // Editors write in several steps: a burst of events is read as one
+    // once it has been quiet for QUIET, or after MOST at the latest (a
+    // rename into place is one event: it is read QUIET after it).
+    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
+    const MOST: std::time::Duration = std::time::Duration::from_millis(20);
     while let Some(mut whole) = wake.recv().await {
-        // Editors write in several steps: let the burst settle.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let until = tokio::time::Instant::now() + MOST;
+        loop {
+            let quiet = (tokio::time::Instant::now() + QUIET).min(until);
+            match tokio::time::timeout_at(quiet, wake.recv()).await {
+                Ok(Some(w)) => whole |= w,
+                Ok(None) => return,
+                Err(_) => break,
+            }
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+        }
         while let Ok(w) = wake.try_recv() {
             whole |= w;
         }

@@ -140,16 +140,24 @@ fn unchanged_files_are_not_parsed_again_and_changed_ones_always_are() {
     std::fs::write(&a, SVC).unwrap();
     std::fs::write(&b, SVC.replace("name: a", "name: b")).unwrap();
     let mut src = ConfigDir::new(dir.path());
-    // Written just now: too recent for the stamps to be trusted.
+    // Written just now: too recent for the stamps to be trusted; the
+    // parses are kept with their text's hash.
     assert_eq!(names(&src.reload().unwrap()), vec!["a", "b"]);
-    assert!(src.parsed.is_empty());
+    assert!(src.parsed.values().all(|p| !p.trusted));
+    // Read again, the same text: the parse stands, nothing changed.
+    assert!(src.reload().unwrap().changed.is_empty());
     std::thread::sleep(RACY * 2);
     src.reload().unwrap();
-    assert_eq!(src.parsed.len(), 2, "stable files are remembered");
+    assert_eq!(src.parsed.values().filter(|p| p.trusted).count(), 2, "stable files are trusted");
     // An in-place edit of the same length, right after: seen.
     std::fs::write(&a, SVC.replace("name: a", "name: c")).unwrap();
     assert_eq!(names(&src.reload().unwrap()), vec!["c", "b"]);
-    assert!(!src.parsed.contains_key(&a), "too recent to remember");
+    assert!(!src.parsed[&a].trusted, "too recent to trust");
+    // Edited again within the same clock tick, the same length: the
+    // untrusted stamp is not believed, the text is compared.
+    std::fs::write(&a, SVC.replace("name: a", "name: e")).unwrap();
+    assert_eq!(names(&src.reload().unwrap()), vec!["e", "b"]);
+    std::fs::write(&a, SVC.replace("name: a", "name: c")).unwrap();
     // Renamed into place: a new inode, seen.
     let tmp = dir.path().join("b.yaml.tmp");
     std::fs::write(&tmp, SVC.replace("name: a", "name: d")).unwrap();

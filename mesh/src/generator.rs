@@ -346,11 +346,7 @@ pub fn missing_service_targets_cached(version: u64, m: &MeshInput, class: &Proxy
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&class.namespace, &class.labels, &class.cluster_id, class.ips.is_empty()).hash(&mut h);
-        class
-            .metadata
-            .iter()
-            .any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
-            .hash(&mut h);
+        crate::translate::inbound::vm_proxy(class).hash(&mut h);
         h.finish()
     };
     SELECTED.with(|cell| {
@@ -554,11 +550,7 @@ impl Generator for MeshGenerator {
     /// WorkloadEntry they keep healthy (`WORKLOAD_ENTRY`): the
     /// application registers them and records their health.
     fn tracks(&self, class: &ProxyClass) -> bool {
-        class.node_type != NodeType::Ztunnel
-            && class
-                .metadata
-                .iter()
-                .any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
+        class.node_type != NodeType::Ztunnel && crate::translate::inbound::vm_proxy(class)
     }
 
     /// istiod's `AdsClient.labels` and `locality` (a `core.Locality` as Go's

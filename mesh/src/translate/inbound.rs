@@ -124,12 +124,16 @@ pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'st
     Some(reason(class))
 }
 
+/// A VM's proxy: one of a WorkloadGroup (`AUTO_REGISTER_GROUP`) or of a
+/// WorkloadEntry it keeps healthy (`WORKLOAD_ENTRY`).
+pub(crate) fn vm_proxy(class: &ProxyClass) -> bool {
+    class.metadata.iter().any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty())
+}
+
 /// istiod's `reason` for a proxy without service targets: a VM's or a
 /// proxy without labels `no_matching_metadata`, else `no_matching_services`.
 pub(crate) fn reason(class: &ProxyClass) -> &'static str {
-    let vm =
-        class.metadata.iter().any(|(k, v)| matches!(&**k, "AUTO_REGISTER_GROUP" | "WORKLOAD_ENTRY") && !v.is_empty());
-    if vm || class.labels.is_empty() { "no_matching_metadata" } else { "no_matching_services" }
+    if vm_proxy(class) || class.labels.is_empty() { "no_matching_metadata" } else { "no_matching_services" }
 }
 
 /// The workload's inbound ports: target ports of the services in its

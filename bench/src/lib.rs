@@ -337,3 +337,123 @@ pub mod sansio {
         c
     }
 }
+
+/// The instruction-count gate's arithmetic (`benches/icount.rs` measures,
+/// under valgrind's callgrind; `scripts/icount` runs it in CI): checked-in
+/// baselines, and which cases regressed past the threshold.
+pub mod icount {
+    use std::collections::BTreeMap;
+
+    /// How much more than its baseline a case may count before the gate
+    /// fails, in percent.
+    pub const THRESHOLD_PERCENT: u64 = 10;
+
+    /// The baselines file: one `case instructions` a line; `#` starts a
+    /// comment.
+    pub fn parse(text: &str) -> Result<BTreeMap<String, u64>, String> {
+        let mut out = BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(name), Some(count), None) = (words.next(), words.next(), words.next()) else {
+                return Err(format!("line {}: expected `case instructions`, got {line:?}", i + 1));
+            };
+            let count = count.parse().map_err(|e| format!("line {}: {count:?}: {e}", i + 1))?;
+            if out.insert(name.to_owned(), count).is_some() {
+                return Err(format!("line {}: {name} twice", i + 1));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The baselines file for `counts`, with `header` as its comment.
+    pub fn render(header: &str, counts: &BTreeMap<String, u64>) -> String {
+        let mut out: String = header.lines().map(|l| format!("# {l}\n")).collect();
+        for (name, n) in counts {
+            out.push_str(&format!("{name} {n}\n"));
+        }
+        out
+    }
+
+    /// One case's verdict.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Verdict {
+        /// Within the threshold (the change as a fraction, + is more).
+        Within(f64),
+        /// More than the threshold over its baseline.
+        Regressed(f64),
+        /// Less than the threshold under: the baseline should be updated
+        /// (not a failure).
+        Improved(f64),
+        /// No baseline for this case.
+        New,
+    }
+
+    /// `now` against `baseline`: more than `percent` over it regressed,
+    /// more than `percent` under it improved (in whole instructions, so
+    /// that exactly the threshold is within it).
+    pub fn judge(baseline: Option<u64>, now: u64, percent: u64) -> Verdict {
+        let Some(base) = baseline else { return Verdict::New };
+        let change = if base == 0 { f64::INFINITY } else { now as f64 / base as f64 - 1.0 };
+        let (now100, base100) = (u128::from(now) * 100, u128::from(base));
+        if now100 > base100 * u128::from(100 + percent) {
+            Verdict::Regressed(change)
+        } else if now100 < base100 * u128::from(100u64.saturating_sub(percent)) {
+            Verdict::Improved(change)
+        } else {
+            Verdict::Within(if base == 0 { 0.0 } else { change })
+        }
+    }
+
+    /// The instructions a callgrind output file counted (its `summary:`
+    /// or, failing that, `totals:` line).
+    pub fn callgrind_total(text: &str) -> Option<u64> {
+        let find = |key: &str| {
+            text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok())
+        };
+        find("summary:").or_else(|| find("totals:"))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_gate_fails_past_ten_percent_only() {
+            let t = THRESHOLD_PERCENT;
+            assert_eq!(t, 10, "the issue's threshold");
+            assert!(matches!(judge(Some(1000), 1100, t), Verdict::Within(_)), "exactly 10% is within");
+            assert!(matches!(judge(Some(1000), 1101, t), Verdict::Regressed(_)));
+            assert!(matches!(judge(Some(1_000_000_000), 1_100_000_001, t), Verdict::Regressed(_)));
+            assert!(matches!(judge(Some(1000), 1000, t), Verdict::Within(_)));
+            assert!(matches!(judge(Some(1000), 900, t), Verdict::Within(_)));
+            assert!(matches!(judge(Some(1000), 899, t), Verdict::Improved(_)));
+            assert_eq!(judge(None, 5, t), Verdict::New);
+            assert!(matches!(judge(Some(0), 1, t), Verdict::Regressed(_)));
+            assert!(matches!(judge(Some(0), 0, t), Verdict::Within(_)));
+        }
+
+        #[test]
+        fn baselines_round_trip_and_refuse_garbage() {
+            let counts: BTreeMap<String, u64> = [("a/b".to_owned(), 12), ("c".to_owned(), 3)].into();
+            let text = render("made by\nscripts/icount --update", &counts);
+            assert!(text.starts_with("# made by\n# scripts/icount --update\n"));
+            assert_eq!(parse(&text).unwrap(), counts);
+            assert!(parse("a 1 2").unwrap_err().contains("line 1"));
+            assert!(parse("a x").is_err());
+            assert!(parse("a 1\na 2").unwrap_err().contains("twice"));
+        }
+
+        #[test]
+        fn reads_callgrinds_totals() {
+            let out =
+                "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nfn=(1) x\n3 5\nsummary: 123456\ntotals: 123456\n";
+            assert_eq!(callgrind_total(out), Some(123456));
+            assert_eq!(callgrind_total("totals: 77\n"), Some(77));
+            assert_eq!(callgrind_total("events: Ir\n"), None);
+        }
+    }
+}

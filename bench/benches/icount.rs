@@ -1,0 +1,267 @@
+//! Instruction counts of the hot paths (issue #40): the figures CI can
+//! gate on, since a shared, noisy machine cannot time them but counts the
+//! same instructions for the same binary and inputs. Criterion
+//! (`benches/mesh.rs`, `ca.rs`, `inject.rs`) keeps the wall-clock figures.
+//!
+//! Each case sets up natively, warms up once, then runs its work once
+//! inside [`measured`]; valgrind's callgrind counts only that function
+//! (`--collect-atstart=no --toggle-collect`), one process per case.
+//!
+//! ```sh
+//! scripts/icount                 # measure, compare with bench/icount.baseline, fail past +10%
+//! scripts/icount --update        # write the baselines from this build
+//! scripts/icount --self-test     # a deliberately slowed build must fail the gate
+//! ```
+//!
+//! Run without `--bench` (as `cargo nextest` runs it, or bare), every
+//! case's work runs once natively, so a case that breaks fails the tests.
+
+// A command-line tool: its table is its output.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::Instant;
+
+use istiod_bench::icount::{self, Verdict};
+use istiod_mesh::meshconfig::MeshSettings;
+use istiod_mesh::update;
+use istiod_xds::ads::Kind;
+use support::mesh::*;
+
+/// The work callgrind counts: everything `work` does, called from here.
+/// The slowed build (`--features slowed-for-gate-test`, only for
+/// `scripts/icount --self-test`) does it twice, as a regression would.
+#[inline(never)]
+fn measured<R>(work: &mut dyn FnMut() -> R) -> R {
+    #[cfg(feature = "slowed-for-gate-test")]
+    std::hint::black_box(work());
+    std::hint::black_box(work())
+}
+
+/// The symbol callgrind toggles collection on.
+const MEASURED: &str = "*icount::measured*";
+
+/// A case: its name and its setup, which returns the work to count.
+type Case = (&'static str, fn() -> Box<dyn FnMut()>);
+
+const CASES: &[Case] = &[
+    ("change/one_endpoint/large", one_endpoint_change_large),
+    ("snapshot/build/large", build_large),
+    ("assemble/cds/cached", cds_from_warm_cache),
+    ("core/one_endpoint_change_1000_streams", push_to_1000_streams),
+    ("ca/verify_and_sign_ecdsa_p256", sign_one_csr),
+    ("inject/hello_deployment_pod", inject_one_pod),
+];
+
+/// One EndpointSlice loses an endpoint on `large` (10,000 pods): the
+/// source's change to the snapshot the cores receive.
+fn one_endpoint_change_large() -> Box<dyn FnMut()> {
+    let mut change = Change::new("large", drop_endpoint);
+    Box::new(move || {
+        let (n, incremental) = change.step();
+        assert!(incremental && n > 0, "an incremental update that changes something");
+    })
+}
+
+/// A full rebuild of `large` from its objects (what a change no fast path
+/// takes costs).
+fn build_large() -> Box<dyn FnMut()> {
+    let objs = objects("large");
+    let settings = Arc::new(MeshSettings::default());
+    Box::new(move || {
+        let built = update::build(&objs, "cluster.local", &settings);
+        assert!(!built.translation.resources.is_empty());
+    })
+}
+
+/// One sidecar's CDS state of the world from a warm per-core cache
+/// (`istio-perf`).
+fn cds_from_warm_cache() -> Box<dyn FnMut()> {
+    let mut a = assemble_setup("istio-perf");
+    Box::new(move || {
+        let names = &a.names[Kind::Cluster as usize];
+        let out = response(&mut a.warm, &a.snap, &a.class, Kind::Cluster, names);
+        assert!(out.len() > 1000, "a CDS response");
+    })
+}
+
+/// A serving core applies one endpoint change to 1,000 SotW streams and
+/// builds their pushes.
+fn push_to_1000_streams() -> Box<dyn FnMut()> {
+    let mut core = core_setup();
+    let now = Instant::now();
+    let mut seq = 0u64;
+    let mut nonce = move || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    Box::new(move || {
+        assert!(core.push_one_change(now, &mut nonce) > 0);
+    })
+}
+
+/// One CreateCertificate's work: verify a P-256 CSR and sign its leaf.
+fn sign_one_csr() -> Box<dyn FnMut()> {
+    let ca = istiod_pki::Ca::generate(istiod_pki::Settings::default()).unwrap();
+    let csr = support::ca::csrs(1).remove(0);
+    let ids = [support::ca::ID.to_owned()];
+    Box::new(move || {
+        let chain = ca.sign(csr.as_bytes(), &ids, 3600).unwrap();
+        assert_eq!(chain.len(), 2);
+    })
+}
+
+/// `/inject`'s answer to one Deployment's pod.
+fn inject_one_pod() -> Box<dyn FnMut()> {
+    let inj = support::inject::injector();
+    let body = support::inject::review();
+    Box::new(move || {
+        assert!(support::inject::answer(&inj, &body).len() > 1000, "a patch is returned");
+    })
+}
+
+/// Runs one case under callgrind's eye: set up, warm up (twice, so that a
+/// case alternating between two states is measured from the same one),
+/// then the counted run.
+fn run_case(name: &str) -> Result<(), String> {
+    let (_, setup) = CASES.iter().find(|(n, _)| *n == name).ok_or_else(|| format!("no case {name}"))?;
+    let mut work = setup();
+    work();
+    work();
+    measured(&mut *work);
+    Ok(())
+}
+
+/// Counts one case's instructions in a callgrind child process.
+fn count(exe: &Path, out_dir: &Path, name: &str) -> Result<u64, String> {
+    let out = out_dir.join(format!("{}.callgrind", name.replace('/', "_")));
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg("--collect-atstart=no")
+        .arg(format!("--toggle-collect={MEASURED}"))
+        .arg("--quiet")
+        .arg(exe)
+        .args(["--case", name])
+        .status()
+        .map_err(|e| format!("valgrind: {e} (Debian's valgrind package)"))?;
+    if !status.success() {
+        return Err(format!("{name}: valgrind exited {status}"));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    match icount::callgrind_total(&text) {
+        Some(0) | None => Err(format!("{name}: callgrind counted nothing in {MEASURED} ({})", out.display())),
+        Some(n) => Ok(n),
+    }
+}
+
+fn baseline_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("icount.baseline")
+}
+
+/// Measures the cases (all, or `--only a,b`), compares them with the
+/// baselines and says which regressed; `--update` writes the baselines,
+/// `--expect-regression` (the gate's self-test) succeeds only if every
+/// measured case regressed.
+fn drive(args: &[String]) -> Result<ExitCode, String> {
+    let update = args.iter().any(|a| a == "--update");
+    let expect_regression = args.iter().any(|a| a == "--expect-regression");
+    let only: Option<Vec<&str>> =
+        args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(|v| v.split(',').collect());
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/icount");
+    std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let path = baseline_path();
+    let baseline = match std::fs::read_to_string(&path) {
+        Ok(text) => icount::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+        Err(_) if update => BTreeMap::new(),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut counts = BTreeMap::new();
+    let mut regressed = Vec::new();
+    let mut measured_n = 0;
+    println!("{:<40} {:>15} {:>15} {:>8}", "case", "baseline", "now", "change");
+    for (name, _) in CASES {
+        if only.as_ref().is_some_and(|o| !o.contains(name)) {
+            continue;
+        }
+        let started = Instant::now();
+        let n = count(&exe, &out_dir, name)?;
+        measured_n += 1;
+        counts.insert((*name).to_owned(), n);
+        let base = baseline.get(*name).copied();
+        let verdict = icount::judge(base, n, icount::THRESHOLD_PERCENT);
+        let (change, note) = match verdict {
+            Verdict::Within(c) => (format!("{:+.1}%", c * 100.0), ""),
+            Verdict::Regressed(c) => (format!("{:+.1}%", c * 100.0), "  REGRESSED"),
+            Verdict::Improved(c) => (format!("{:+.1}%", c * 100.0), "  improved: update the baseline"),
+            Verdict::New => ("new".to_owned(), ""),
+        };
+        if matches!(verdict, Verdict::Regressed(_)) {
+            regressed.push(*name);
+        }
+        let base = base.map_or("-".to_owned(), |b| b.to_string());
+        println!("{name:<40} {base:>15} {n:>15} {change:>8}{note}  ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    if update {
+        let mut all = baseline;
+        all.extend(counts);
+        let header = "Instructions each case of bench/benches/icount.rs counts under callgrind (valgrind 3.19,\nrelease build). scripts/icount fails when one counts more than 10% over its line;\nscripts/icount --update rewrites this file.";
+        std::fs::write(&path, icount::render(header, &all)).map_err(|e| e.to_string())?;
+        println!("wrote {}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if expect_regression {
+        return if measured_n > 0 && regressed.len() == measured_n {
+            println!("icount self-test: the slowed build failed the gate on all {measured_n} cases, as it should");
+            Ok(ExitCode::SUCCESS)
+        } else {
+            println!(
+                "icount self-test FAILED: the slowed build passed the gate on {} of {measured_n} cases",
+                measured_n - regressed.len()
+            );
+            Ok(ExitCode::FAILURE)
+        };
+    }
+    if regressed.is_empty() {
+        println!("icount: {measured_n} cases within {}% of their baselines", icount::THRESHOLD_PERCENT);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "icount: {} regressed more than {}%: {} (if intended, scripts/icount --update and say why in the commit)",
+            regressed.len(),
+            icount::THRESHOLD_PERCENT,
+            regressed.join(", ")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // A test runner's listing (nextest's protocol): one test that runs
+    // every case once.
+    if args.iter().any(|a| a == "--list") {
+        if !args.iter().any(|a| a == "--ignored") {
+            println!("every_case_runs: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let result = if let Some(i) = args.iter().position(|a| a == "--case") {
+        run_case(args.get(i + 1).map_or("", String::as_str)).map(|()| ExitCode::SUCCESS)
+    } else if args.iter().any(|a| a == "--bench") {
+        drive(&args)
+    } else {
+        // Under a test runner: each case's work once, natively.
+        CASES.iter().try_for_each(|(name, _)| run_case(name)).map(|()| ExitCode::SUCCESS)
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("icount: {e}");
+        ExitCode::FAILURE
+    })
+}

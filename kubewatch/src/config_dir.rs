@@ -186,7 +186,9 @@ const RACY: std::time::Duration = std::time::Duration::from_millis(50);
 pub struct ConfigDir {
     dir: PathBuf,
     limits: Limits,
-    last_good: BTreeMap<(PathBuf, usize), Object>,
+    /// Each file's last good documents by index: a reload replaces only
+    /// the files read anew, so an unchanged file costs no copy.
+    last_good: BTreeMap<PathBuf, BTreeMap<usize, Object>>,
     /// Each file's last parse: a reload re-reads only the files that
     /// changed, and re-parses only those whose text changed.
     parsed: std::collections::HashMap<PathBuf, Parsed>,
@@ -203,7 +205,17 @@ struct Parsed {
     trusted: bool,
     /// A hash of the text parsed.
     text: u64,
-    docs: FileDocs,
+    /// The documents it rejected, reported again on every read while the
+    /// file stays as it is.
+    errors: Vec<DocError>,
+}
+
+/// What reading a file found.
+enum Read {
+    /// The same as the last parse: its documents in force stand.
+    Unchanged,
+    /// Read and parsed anew.
+    Fresh(FileDocs),
 }
 
 fn text_hash(text: &str) -> u64 {
@@ -230,17 +242,15 @@ impl ConfigDir {
         self
     }
 
-    /// A file's documents: from the last parse if its stamp is unchanged,
-    /// else read and parsed now.
-    /// The documents of `file`, and whether they were read anew (not
-    /// the cached parse of an unchanged file).
-    fn parse(&mut self, file: &Path) -> std::io::Result<(FileDocs, bool)> {
+    /// `file`'s documents if it changed since the last parse: unchanged
+    /// when its stamp is (and can be trusted), or when its text is.
+    fn parse(&mut self, file: &Path) -> std::io::Result<Read> {
         let before = stamp(file);
         if let (Some(st), Some(cached)) = (before, self.parsed.get(file))
             && cached.trusted
             && st == cached.stamp
         {
-            return Ok((cached.docs.clone(), false));
+            return Ok(Read::Unchanged);
         }
         let started = std::time::SystemTime::now();
         let text = read_manifest(file, &self.limits)?;
@@ -258,18 +268,19 @@ impl ConfigDir {
             } else {
                 cached.trusted = false;
             }
-            return Ok((cached.docs.clone(), false));
+            return Ok(Read::Unchanged);
         }
         let docs = parse_file_limited(&text, self.limits.max_documents);
         match before.filter(|_| before == after) {
             Some(st) => {
-                self.parsed.insert(file.to_owned(), Parsed { stamp: st, trusted, text: hash, docs: docs.clone() });
+                let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new() };
+                self.parsed.insert(file.to_owned(), parsed);
             }
             None => {
                 self.parsed.remove(file);
             }
         }
-        Ok((docs, true))
+        Ok(Read::Fresh(docs))
     }
 
     /// Reads the directory again and returns what is in force.
@@ -279,82 +290,85 @@ impl ConfigDir {
         files(&self.dir, &mut paths, &mut errors, &mut Default::default())
             .map_err(|source| LoadError::Dir { dir: self.dir.clone(), source })?;
         paths.sort();
-        let mut next: BTreeMap<(PathBuf, usize), Object> = BTreeMap::new();
-        // A manifest that became something else than a regular file keeps
-        // what it held.
-        for e in &errors {
-            self.keep_from(&e.file, 0, &mut next);
-        }
         self.parsed.retain(|f, _| paths.binary_search(f).is_ok());
-        // Files whose documents may differ from the last read: read anew,
-        // or gone.
-        let mut dirty: std::collections::BTreeSet<PathBuf> =
-            self.last_good.keys().map(|(f, _)| f.clone()).filter(|f| paths.binary_search(f).is_err()).collect();
+        let mut changed = std::collections::BTreeSet::new();
+        // A file gone takes its objects with it; a manifest that became
+        // something else than a regular file (reported by `files`) keeps
+        // what it held. Kinds not read change nothing served, so a
+        // ConfigMap edit does not cost a rebuild.
+        let gone: Vec<PathBuf> = self
+            .last_good
+            .keys()
+            .filter(|f| paths.binary_search(f).is_err() && !errors.iter().any(|e: &DocError| &e.file == *f))
+            .cloned()
+            .collect();
+        for file in gone {
+            for o in self.last_good.remove(&file).unwrap_or_default().values() {
+                if !matches!(o, Object::Skipped(_)) {
+                    changed.insert(ObjectRef::of(o));
+                }
+            }
+        }
         for file in paths {
             let parsed = match self.parse(&file) {
-                Ok((p, fresh)) => {
-                    if fresh {
-                        dirty.insert(file.clone());
-                    }
-                    p
+                Ok(Read::Fresh(p)) => p,
+                Ok(Read::Unchanged) => {
+                    errors.extend(self.parsed.get(&file).map(|p| p.errors.clone()).unwrap_or_default());
+                    continue;
                 }
                 Err(e) => {
                     // Unreadable now (e.g. replaced mid-read): keep it as it was.
                     errors.push(DocError { file: file.clone(), index: 0, message: e.to_string() });
-                    self.keep_from(&file, 0, &mut next);
                     continue;
                 }
             };
+            let old = self.last_good.remove(&file).unwrap_or_default();
+            let mut new = BTreeMap::new();
+            let mut rejected = Vec::new();
             for (index, doc) in parsed.docs.into_iter().enumerate() {
                 match doc {
                     Ok(Some(obj)) => {
-                        next.insert((file.clone(), index), obj);
+                        new.insert(index, obj);
                     }
                     Ok(None) => {}
                     Err(message) => {
-                        errors.push(DocError { file: file.clone(), index, message });
-                        if let Some(old) = self.last_good.get(&(file.clone(), index)) {
-                            next.insert((file.clone(), index), old.clone());
+                        rejected.push(DocError { file: file.clone(), index, message });
+                        if let Some(o) = old.get(&index) {
+                            new.insert(index, o.clone());
                         }
                     }
                 }
             }
+            // A syntax error ends the readable part: every document from
+            // there on keeps its last good version.
             if let Some((index, message)) = parsed.syntax_error {
-                errors.push(DocError { file: file.clone(), index, message });
-                self.keep_from(&file, index, &mut next);
+                rejected.push(DocError { file: file.clone(), index, message });
+                new.extend(old.range(index..).map(|(i, o)| (*i, o.clone())));
             }
-        }
-        let mut changed = std::collections::BTreeSet::new();
-        for file in &dirty {
             // A document whose object differs (or is gone, or new) names
-            // that object; kinds not read change nothing served, so a
-            // ConfigMap edit does not cost a rebuild.
-            for (m, other) in [(&self.last_good, &next), (&next, &self.last_good)] {
-                for ((_, i), o) in m.range((file.clone(), 0)..=(file.clone(), usize::MAX)) {
-                    if !matches!(o, Object::Skipped(_)) && other.get(&(file.clone(), *i)) != Some(o) {
+            // that object.
+            for (m, other) in [(&old, &new), (&new, &old)] {
+                for (i, o) in m {
+                    if !matches!(o, Object::Skipped(_)) && other.get(i) != Some(o) {
                         changed.insert(ObjectRef::of(o));
                     }
                 }
             }
+            if let Some(p) = self.parsed.get_mut(&file) {
+                p.errors.clone_from(&rejected);
+            }
+            errors.extend(rejected);
+            if !new.is_empty() {
+                self.last_good.insert(file, new);
+            }
         }
-        self.last_good = next;
         let mut loaded = Loaded { errors, changed: changed.into_iter().collect(), ..Loaded::default() };
-        for obj in self.last_good.values() {
+        for obj in self.last_good.values().flat_map(BTreeMap::values) {
             if !loaded.objects.push(obj.clone()) {
                 loaded.skipped += 1;
             }
         }
         Ok(loaded)
-    }
-
-    /// Keeps the last good documents of `file` from `index` on.
-    fn keep_from(&self, file: &Path, index: usize, next: &mut BTreeMap<(PathBuf, usize), Object>) {
-        for ((f, i), obj) in self.last_good.range((file.to_owned(), index)..) {
-            if f != file {
-                break;
-            }
-            next.insert((f.clone(), *i), obj.clone());
-        }
     }
 
     /// Watches the directory (inotify); every change sends `()` on the

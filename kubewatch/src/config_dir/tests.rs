@@ -74,6 +74,16 @@ fn a_broken_document_keeps_its_last_good_version() {
     assert_eq!(l.objects.services[0].spec.ports[0].port, 81);
     assert_eq!(l.objects.services[1].spec.ports[0].port, 80, "last good version of the broken document");
     assert!(l.errors[0].to_string().contains("s.yaml: document 1:"), "{:?}", l.errors);
+    // Read again unchanged (by its text's hash, then, once the stamp can
+    // be trusted, by its stamp alone): the error is still reported and the
+    // last good version still stands.
+    for wait in [0, 120, 0] {
+        std::thread::sleep(std::time::Duration::from_millis(wait));
+        let again = src.reload().unwrap();
+        assert_eq!(again.errors, l.errors, "after {wait} ms");
+        assert!(again.changed.is_empty(), "after {wait} ms: {:?}", again.changed);
+        assert_eq!(again.objects.services[1].spec.ports[0].port, 80);
+    }
 }
 
 #[test]

@@ -687,3 +687,45 @@ fn vms_register_at_once_and_are_cleaned_up() {
     }
     assert!(f["deletedSecondsAfterLeaving"].as_f64().unwrap() >= 1.0, "not before the grace period: {f}");
 }
+
+/// loadgen spreads its proxies over loopback source addresses (so one
+/// machine can hold more connections than one address's ephemeral ports):
+/// the server sees each proxy from its address in turn, and all sync.
+#[test]
+fn proxies_connect_from_several_loopback_addresses() {
+    assert!(run::loopback_sources("127.0.0.1:1".parse().unwrap(), 20_000, 0).unwrap().is_empty());
+    assert_eq!(run::loopback_sources("127.0.0.1:1".parse().unwrap(), 50_000, 0).unwrap().len(), 3);
+    let err = run::loopback_sources("[::1]:1".parse().unwrap(), 10, 2).unwrap_err();
+    assert!(err.contains("127.0.0.0/8"), "{err}");
+    let s = small();
+    let dir = tempfile::tempdir().unwrap();
+    mesh::write(&s, dir.path()).unwrap();
+    let server = support::Server::start(dir.path(), &[], &[], None);
+    let mut o = Options::new(server.grpc, 12);
+    o.sources = run::loopback_sources(server.grpc, 12, 3).unwrap();
+    assert_eq!(o.sources.len(), 3);
+    o.hold = Duration::from_secs(5);
+    o.duration = Duration::from_secs(30);
+    let http = server.http;
+    let runner = std::thread::spawn(move || block_on(run::run(&s, &o)));
+    // While the proxies hold their streams: the addresses the server saw
+    // them connect from.
+    let mut peers = Vec::new();
+    support::wait_for("the server to list the 12 proxies' connections", Duration::from_secs(20), || {
+        let Some((200, body)) = support::get(http, "/debug/connections") else { return false };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        peers = v["clients"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["address"].as_str().map(str::to_owned))
+            .collect();
+        peers.len() == 12
+    });
+    let mut ips: Vec<String> = peers.iter().map(|p| p.rsplit_once(':').unwrap().0.to_owned()).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips, vec!["127.0.0.1", "127.0.0.2", "127.0.0.3"], "{peers:?}");
+    let report = runner.join().unwrap();
+    assert_eq!(report.live.synced, 12, "{:?}", report.live.errors);
+}

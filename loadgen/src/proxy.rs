@@ -55,6 +55,11 @@ pub struct Tls {
 pub struct Shared {
     /// The server's address.
     pub server: SocketAddr,
+    /// Local addresses the proxies connect from, in turn (empty: the
+    /// kernel's choice). One address and port pair to the server holds at
+    /// most the ephemeral port range (about 28,000 here); several
+    /// loopback addresses hold more.
+    pub sources: Vec<std::net::IpAddr>,
     /// Plaintext runs with the `h2` crate instead of the lean client.
     pub h2_client: bool,
     /// Delta xDS (else state of the world).
@@ -649,7 +654,8 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
         if *stop.borrow() || Instant::now() >= shared.deadline {
             break;
         }
-        let end = session(&mut st, &shared, &mut permit).await;
+        let source = (!shared.sources.is_empty()).then(|| shared.sources[i as usize % shared.sources.len()]);
+        let end = session(&mut st, &shared, source, &mut permit).await;
         let End::Lost(why) = end else { break };
         if let Ok(mut l) = shared.live.lock() {
             if st.connected_once {
@@ -683,10 +689,22 @@ pub async fn run(i: u32, node: Node, shared: Arc<Shared>, gate: Arc<tokio::sync:
     st.pull_changes(&shared.changes, &shared.live);
 }
 
-async fn session(st: &mut State, shared: &Shared, permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> End {
+/// Connects to `server`, from `source` when given.
+async fn connect(server: SocketAddr, source: Option<std::net::IpAddr>) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(ip) = source else { return tokio::net::TcpStream::connect(server).await };
+    let socket = if ip.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.bind(SocketAddr::new(ip, 0))?;
+    socket.connect(server).await
+}
+
+async fn session(
+    st: &mut State,
+    shared: &Shared,
+    source: Option<std::net::IpAddr>,
+    permit: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+) -> End {
     let started = Instant::now();
-    let tcp = match tokio::time::timeout_at(shared.deadline.into(), tokio::net::TcpStream::connect(shared.server)).await
-    {
+    let tcp = match tokio::time::timeout_at(shared.deadline.into(), connect(shared.server, source)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return End::Lost(format!("connect {}: {e}", shared.server)),
         Err(_) => return End::Stopped,

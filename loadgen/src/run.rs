@@ -122,6 +122,27 @@ pub struct Options {
     pub threads: usize,
     /// Plaintext proxies use the `h2` crate (else the lean client).
     pub h2_client: bool,
+    /// Local addresses the proxies connect from, in turn (empty: the
+    /// kernel's choice).
+    pub sources: Vec<std::net::IpAddr>,
+}
+
+/// The loopback addresses `proxies` connect from: `count` of them from
+/// 127.0.0.1 on (0: one per 20,000 proxies), none (the kernel's choice)
+/// when one is enough.
+pub fn loopback_sources(server: SocketAddr, proxies: u32, count: u32) -> Result<Vec<std::net::IpAddr>, String> {
+    let count = if count == 0 { proxies.div_ceil(20_000) } else { count };
+    if count <= 1 {
+        return Ok(Vec::new());
+    }
+    if !matches!(server.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback()) {
+        return Err(format!("{count} source addresses need a server on 127.0.0.0/8, not {server}"));
+    }
+    if count > 65_535 {
+        return Err(format!("{count} is more than 127.0.0.0/8 has room for here"));
+    }
+    let first = u32::from(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    Ok((0..count).map(|k| std::net::IpAddr::V4((first + k).into())).collect())
 }
 
 impl Options {
@@ -136,6 +157,7 @@ impl Options {
             nack_fraction: 0.0,
             tls: None,
             h2_client: false,
+            sources: Vec::new(),
             config_dir: None,
             churn: None,
             churn_for: Duration::from_secs(10),
@@ -183,6 +205,7 @@ pub async fn run_with(sc: &Scenario, o: &Options, stepper: Option<crate::churn::
     let (changed_tx, changed_rx) = tokio::sync::watch::channel(0u32);
     let shared = Arc::new(Shared {
         server: o.server,
+        sources: o.sources.clone(),
         h2_client: o.h2_client,
         delta: o.delta,
         nack_fraction: o.nack_fraction,

@@ -374,9 +374,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
         ..Limits::default()
     };
     let mut listeners = Vec::new();
-    if let Some(a) = &config.listen.grpc {
-        listeners.push(ListenerConfig { addr: resolve("grpcAddr", a)?, tls: None });
-    }
+    // Plaintext gRPC (15010) is accepted on a thread with istiod's backlog
+    // and handed to the cores (server::accept_on_thread says why).
+    let (grpc_accepted, mut grpc_accept_thread) = match &config.listen.grpc {
+        Some(a) => {
+            let (addr, rx, thread) = server::accept_on_thread(resolve("grpcAddr", a)?)?;
+            (Some((addr, rx)), Some(thread))
+        }
+        None => (None, None),
+    };
     // istiod's own certificate for :15012 and the webhooks, from its CA
     // (no flags needed), or the files given; kept current by
     // `store::serve_tls`.
@@ -482,7 +488,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Some(tx), Some(rx))
         }
-        _ => (None, None),
+        _ => (None, grpc_accepted.as_ref().map(|(_, rx)| rx.clone())),
     };
     let handle = server::start(
         ServerConfig {
@@ -500,9 +506,10 @@ pub fn run(config: Config) -> Result<(), StartError> {
         },
         factory,
     )?;
-    for a in handle.addrs() {
+    for a in grpc_accepted.iter().map(|(a, _)| a).chain(handle.addrs()) {
         tracing::info!(target: "default", addr = %a, cores, "serving xDS");
     }
+    drop(grpc_accepted);
 
     let mut cores = Some(handle);
     let local = tokio::task::LocalSet::new();
@@ -1014,11 +1021,15 @@ pub fn run(config: Config) -> Result<(), StartError> {
         // The cores stop accepting and drain their connections over
         // --shutdownDuration; the debug port answers meanwhile (`/ready`
         // says 503).
+        if let Some(t) = grpc_accept_thread.as_mut() {
+            t.stop();
+        }
         if let Some(h) = cores.take() {
             let _ = tokio::task::spawn_blocking(move || h.shutdown()).await;
         }
         Ok::<(), StartError>(())
     });
+    drop(grpc_accept_thread);
     if let Some(h) = cores.take() {
         h.shutdown();
     }

@@ -317,6 +317,85 @@ async fn run_core<F: ServiceFactory>(
     }
 }
 
+/// Listens on `addr` with the kernel's largest backlog (`somaxconn`, as
+/// Go's listeners and so istiod's) and accepts on a thread of its own,
+/// handing each connection to whichever serving core takes it first (pass
+/// the receiver as [`ServerConfig::handoff`]). A core's own listener has
+/// glommio's fixed backlog of 1,024 and accepts only between its other
+/// tasks: a connect storm of 10,000 proxies overflowed it (the kernel
+/// counted 20,961 listen overflows, and 424 proxies were reset and
+/// retried). [`AcceptThread::stop`] (or dropping it) closes the port, as
+/// a core's listener closes when the server stops.
+pub fn accept_on_thread(addr: SocketAddr) -> Result<(SocketAddr, Handoff, AcceptThread), ServerError> {
+    use socket2::{Domain, Socket, Type};
+    let bind_err = |source: std::io::Error| ServerError::Bind { addr, source };
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(bind_err)?;
+    // As std's listeners: a restart is not refused for its predecessor's
+    // connections in TIME_WAIT, and another listener still is.
+    socket.set_reuse_address(true).map_err(bind_err)?;
+    socket.bind(&addr.into()).map_err(bind_err)?;
+    // The kernel caps the backlog at somaxconn.
+    socket.listen(65_535).map_err(bind_err)?;
+    let stopper = socket.try_clone().map_err(bind_err)?;
+    let listener: std::net::TcpListener = socket.into();
+    let bound = listener.local_addr().map_err(bind_err)?;
+    let (tx, rx) = async_channel::bounded::<std::net::TcpStream>(4096);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    std::thread::Builder::new()
+        .name("istiod-accept".into())
+        .spawn(move || {
+            loop {
+                let accepted = listener.accept();
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                match accepted {
+                    Ok((stream, _)) => {
+                        if tx.send_blocking(stream).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        if tx.is_closed() {
+                            return;
+                        }
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(target: "grpc", error = %e, "accept failed");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })
+        .map_err(|e| ServerError::Bind { addr, source: e })?;
+    Ok((bound, rx, AcceptThread { stop, socket: Some(stopper) }))
+}
+
+/// The thread [`accept_on_thread`] started.
+#[derive(Debug)]
+pub struct AcceptThread {
+    stop: Arc<AtomicBool>,
+    /// The listening socket (a second descriptor of it).
+    socket: Option<socket2::Socket>,
+}
+
+impl AcceptThread {
+    /// Closes the port: the thread's `accept` returns at once (a listening
+    /// socket shut down wakes it) and it ends with its descriptor.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.socket.take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for AcceptThread {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Serves connections another thread accepted (see [`ServerConfig::handoff`]).
 async fn serve_handed_off<S: Service + 'static>(rx: Handoff, registry: Rc<Registry>, svc: Rc<RefCell<S>>) {
     while let Ok(std_stream) = rx.recv().await {
@@ -381,5 +460,41 @@ async fn accept_loop<S: Service + 'static>(
             }
         })
         .detach();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The accept thread hands every connection on, takes the kernel's
+    /// largest backlog, and closes the port when stopped.
+    #[test]
+    fn the_accept_thread_hands_connections_on_and_closes_the_port_when_stopped() {
+        let (addr, rx, mut thread) = accept_on_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert_ne!(addr.port(), 0);
+        // More than glommio's backlog of 1,024, and no core taking any:
+        // the thread accepted them all.
+        let clients: Vec<_> = (0..1500).map(|_| std::net::TcpStream::connect(addr).unwrap()).collect();
+        let mut taken = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while taken.len() < clients.len() {
+            assert!(std::time::Instant::now() < deadline, "{} of {} handed on", taken.len(), clients.len());
+            match rx.try_recv() {
+                Ok(s) => taken.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        let mut peers: Vec<SocketAddr> = taken.iter().map(|s| s.peer_addr().unwrap()).collect();
+        let mut locals: Vec<SocketAddr> = clients.iter().map(|c| c.local_addr().unwrap()).collect();
+        peers.sort();
+        locals.sort();
+        assert_eq!(peers, locals, "each connection handed on once");
+        thread.stop();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(addr).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "the port still accepts after stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -27,7 +27,11 @@ type WildcardNames<C> = HashMap<(Kind, Arc<C>), (SnapId, Arc<[Arc<str>]>)>;
 
 /// Reduced classes by (type, address of the proxy's class), with the
 /// snapshot and the class they were computed for.
-type Reduced<C> = HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>)>;
+/// Looked up once per name a proxy is sent: its key is hashed with
+/// [`AddrHasher`] (SipHash of it was a third of a warm CDS response's
+/// instructions, `scripts/icount`).
+type Reduced<C> =
+    HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>), std::hash::BuildHasherDefault<AddrHasher>>;
 
 fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
@@ -128,7 +132,7 @@ impl<C> Default for Cache<C> {
             map: HashMap::new(),
             wildcard: HashMap::new(),
             shared_wildcard: HashMap::new(),
-            reduced: HashMap::new(),
+            reduced: Reduced::default(),
             interned: HashMap::new(),
             memo: Memo::default(),
             memo_of: (0, 0),

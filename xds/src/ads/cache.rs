@@ -30,8 +30,7 @@ type WildcardNames<C> = HashMap<(Kind, Arc<C>), (SnapId, Arc<[Arc<str>]>)>;
 /// Looked up once per name a proxy is sent: its key is hashed with
 /// [`AddrHasher`] (SipHash of it was a third of a warm CDS response's
 /// instructions, `scripts/icount`).
-type Reduced<C> =
-    HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>), std::hash::BuildHasherDefault<AddrHasher>>;
+type Reduced<C> = HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>), std::hash::BuildHasherDefault<AddrHasher>>;
 
 fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)

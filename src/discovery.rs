@@ -509,7 +509,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     for a in grpc_accepted.iter().map(|(a, _)| a).chain(handle.addrs()) {
         tracing::info!(target: "default", addr = %a, cores, "serving xDS");
     }
-    drop(grpc_accepted);
+    // What the accept thread queued and no core took when the port closes
+    // is closed with it, as a closed listener's queue is.
+    let grpc_queue = grpc_accepted.map(|(_, rx)| rx);
 
     let mut cores = Some(handle);
     let local = tokio::task::LocalSet::new();
@@ -1023,6 +1025,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         // says 503).
         if let Some(t) = grpc_accept_thread.as_mut() {
             t.stop();
+        }
+        while let Some(Ok(queued)) = grpc_queue.as_ref().map(|q| q.try_recv()) {
+            drop(queued);
         }
         if let Some(h) = cores.take() {
             let _ = tokio::task::spawn_blocking(move || h.shutdown()).await;

@@ -697,6 +697,8 @@ fn proxies_connect_from_several_loopback_addresses() {
     assert_eq!(run::loopback_sources("127.0.0.1:1".parse().unwrap(), 50_000, 0).unwrap().len(), 3);
     let err = run::loopback_sources("[::1]:1".parse().unwrap(), 10, 2).unwrap_err();
     assert!(err.contains("127.0.0.0/8"), "{err}");
+    // Automatic against another server: the kernel's choice, as before.
+    assert!(run::loopback_sources("[::1]:1".parse().unwrap(), 50_000, 0).unwrap().is_empty());
     let s = small();
     let dir = tempfile::tempdir().unwrap();
     mesh::write(&s, dir.path()).unwrap();

@@ -13,8 +13,11 @@
 //! scripts/icount --self-test     # a deliberately slowed build must fail the gate
 //! ```
 //!
-//! Run without `--bench` (as `cargo nextest` runs it, or bare), every
-//! case's work runs once natively, so a case that breaks fails the tests.
+//! The gate runs only when asked (`--gate`, as `scripts/icount` asks):
+//! `cargo bench -p istiod-bench` passes this target `--bench` alone, and
+//! gets a line saying so. Run without `--bench` (as `cargo nextest` runs
+//! it, or bare), every case's work runs once natively, so a case that
+//! breaks fails the tests.
 
 // A command-line tool: its table is its output.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -173,6 +176,10 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
     let expect_regression = args.iter().any(|a| a == "--expect-regression");
     let only: Option<Vec<&str>> =
         args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(|v| v.split(',').collect());
+    if let Some(unknown) = only.iter().flatten().find(|o| !CASES.iter().any(|(n, _)| n == *o)) {
+        let known: Vec<&str> = CASES.iter().map(|(n, _)| *n).collect();
+        return Err(format!("--only: no case {unknown:?} (cases: {})", known.join(", ")));
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/icount");
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
@@ -184,6 +191,7 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
     };
     let mut counts = BTreeMap::new();
     let mut regressed = Vec::new();
+    let mut missing = Vec::new();
     let mut measured_n = 0;
     println!("{:<40} {:>15} {:>15} {:>8}", "case", "baseline", "now", "change");
     for (name, _) in CASES {
@@ -205,13 +213,23 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
         if matches!(verdict, Verdict::Regressed(_)) {
             regressed.push(*name);
         }
+        if verdict == Verdict::New {
+            missing.push(*name);
+        }
         let base = base.map_or("-".to_owned(), |b| b.to_string());
         println!("{name:<40} {base:>15} {n:>15} {change:>8}{note}  ({:.0} s)", started.elapsed().as_secs_f64());
     }
+    if measured_n == 0 {
+        return Err("no case measured".into());
+    }
+    // A baseline line no case has any more (a case renamed or removed) is
+    // a gate that silently stopped checking.
+    let stale: Vec<&String> = baseline.keys().filter(|b| !CASES.iter().any(|(n, _)| n == b)).collect();
     if update {
-        let mut all = baseline;
+        let mut all: BTreeMap<String, u64> =
+            baseline.iter().filter(|(b, _)| !stale.contains(b)).map(|(b, n)| (b.clone(), *n)).collect();
         all.extend(counts);
-        let header = "Instructions each case of bench/benches/icount.rs counts under callgrind (valgrind 3.19,\nrelease build). scripts/icount fails when one counts more than 10% over its line;\nscripts/icount --update rewrites this file.";
+        let header = "Instructions each case of bench/benches/icount.rs counts under valgrind's callgrind\n(release build, the system allocator). scripts/icount fails when one counts more than\n10% over its line, or a case and a line do not match; scripts/icount --update rewrites\nthis file.";
         std::fs::write(&path, icount::render(header, &all)).map_err(|e| e.to_string())?;
         println!("wrote {}", path.display());
         return Ok(ExitCode::SUCCESS);
@@ -227,6 +245,14 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::FAILURE)
         };
+    }
+    if !missing.is_empty() || !stale.is_empty() {
+        println!(
+            "icount: cases without a baseline: [{}]; baselines without a case: [{}] (scripts/icount --update writes them)",
+            missing.join(", "),
+            stale.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        return Ok(ExitCode::FAILURE);
     }
     if regressed.is_empty() {
         println!("icount: {measured_n} cases within {}% of their baselines", icount::THRESHOLD_PERCENT);
@@ -254,8 +280,11 @@ fn main() -> ExitCode {
     }
     let result = if let Some(i) = args.iter().position(|a| a == "--case") {
         run_case(args.get(i + 1).map_or("", String::as_str)).map(|()| ExitCode::SUCCESS)
-    } else if args.iter().any(|a| a == "--bench") {
+    } else if args.iter().any(|a| a == "--gate") {
         drive(&args)
+    } else if args.iter().any(|a| a == "--bench") {
+        println!("icount: instruction counts run under valgrind with scripts/icount (bench/README.md)");
+        Ok(ExitCode::SUCCESS)
     } else {
         // Under a test runner: each case's work once, natively.
         CASES.iter().try_for_each(|(name, _)| run_case(name)).map(|()| ExitCode::SUCCESS)

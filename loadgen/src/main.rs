@@ -321,7 +321,9 @@ struct RunArgs {
     /// Loopback addresses the proxies connect from, in turn (127.0.0.1,
     /// 127.0.0.2, ...): one address holds at most the ephemeral port range
     /// of connections to one server (about 28,000). 0: one per 20,000
-    /// proxies, and the kernel's choice below that.
+    /// proxies against a server on 127.0.0.0/8 (the kernel's choice below
+    /// that, and against any other server); more than 1 needs a server on
+    /// 127.0.0.0/8.
     #[arg(long, default_value_t = 0)]
     source_addresses: u32,
     /// Upper bound of the whole run, in seconds.

@@ -128,14 +128,21 @@ pub struct Options {
 }
 
 /// The loopback addresses `proxies` connect from: `count` of them from
-/// 127.0.0.1 on (0: one per 20,000 proxies), none (the kernel's choice)
-/// when one is enough.
+/// 127.0.0.1 on; none (the kernel's choice) when one is enough. `count`
+/// 0 is one per 20,000 proxies against a server on 127.0.0.0/8, and the
+/// kernel's choice against any other (only loopback addresses reach a
+/// loopback server, and none other can be assumed).
 pub fn loopback_sources(server: SocketAddr, proxies: u32, count: u32) -> Result<Vec<std::net::IpAddr>, String> {
-    let count = if count == 0 { proxies.div_ceil(20_000) } else { count };
+    let loopback = matches!(server.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback());
+    let count = match count {
+        0 if loopback => proxies.div_ceil(20_000),
+        0 => 1,
+        n => n,
+    };
     if count <= 1 {
         return Ok(Vec::new());
     }
-    if !matches!(server.ip(), std::net::IpAddr::V4(ip) if ip.is_loopback()) {
+    if !loopback {
         return Err(format!("{count} source addresses need a server on 127.0.0.0/8, not {server}"));
     }
     if count > 65_535 {

@@ -329,11 +329,25 @@ async fn run_core<F: ServiceFactory>(
 pub fn accept_on_thread(addr: SocketAddr) -> Result<(SocketAddr, Handoff, AcceptThread), ServerError> {
     use socket2::{Domain, Socket, Type};
     let bind_err = |source: std::io::Error| ServerError::Bind { addr, source };
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(bind_err)?;
-    // As std's listeners: a restart is not refused for its predecessor's
-    // connections in TIME_WAIT, and another listener still is.
-    socket.set_reuse_address(true).map_err(bind_err)?;
-    socket.bind(&addr.into()).map_err(bind_err)?;
+    let listen_on = |reuse_port: bool| -> std::io::Result<Socket> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        // As std's listeners: a restart is not refused for its
+        // predecessor's connections in TIME_WAIT, and another listener
+        // still is.
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(reuse_port)?;
+        socket.bind(&addr.into())?;
+        Ok(socket)
+    };
+    // The connections a build whose cores listened here left in TIME_WAIT
+    // took that listener's SO_REUSEPORT and refuse a bind without it for a
+    // minute (see `start_cores`): with nobody listening, bind as they did.
+    let socket = match listen_on(false) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && addr.port() != 0 && !someone_listens(addr) => {
+            listen_on(true).map_err(bind_err)?
+        }
+        other => other.map_err(bind_err)?,
+    };
     // The kernel caps the backlog at somaxconn.
     socket.listen(65_535).map_err(bind_err)?;
     let stopper = socket.try_clone().map_err(bind_err)?;
@@ -353,11 +367,16 @@ pub fn accept_on_thread(addr: SocketAddr) -> Result<(SocketAddr, Handoff, Accept
                 match accepted {
                     Ok((stream, _)) => {
                         if tx.send_blocking(stream).is_err() {
+                            // No core takes connections any more: the port
+                            // closes (the stopper's descriptor would keep it
+                            // listening, with nobody accepting).
+                            let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
                             return;
                         }
                     }
                     Err(e) => {
                         if tx.is_closed() {
+                            let _ = socket2::SockRef::from(&listener).shutdown(std::net::Shutdown::Both);
                             return;
                         }
                         // EMFILE and friends: back off instead of spinning.
@@ -494,6 +513,17 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::net::TcpStream::connect(addr).is_ok() {
             assert!(std::time::Instant::now() < deadline, "the port still accepts after stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // No core taking connections any more (every receiver gone): the
+        // next connection is the last the port takes, though the handle
+        // still holds a descriptor of the socket.
+        let (addr, rx, _thread) = accept_on_thread("127.0.0.1:0".parse().unwrap()).unwrap();
+        drop(rx);
+        let _last = std::net::TcpStream::connect(addr);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(addr).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "the port still listens with no core to take connections");
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -376,12 +376,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let mut listeners = Vec::new();
     // Plaintext gRPC (15010) is accepted on a thread with istiod's backlog
     // and handed to the cores (server::accept_on_thread says why).
-    let (grpc_accepted, mut grpc_accept_thread) = match &config.listen.grpc {
-        Some(a) => {
-            let (addr, rx, thread) = server::accept_on_thread(resolve("grpcAddr", a)?)?;
-            (Some((addr, rx)), Some(thread))
-        }
-        None => (None, None),
+    let mut grpc_accept = match &config.listen.grpc {
+        Some(a) => Some(server::accept_on_thread(resolve("grpcAddr", a)?)?),
+        None => None,
     };
     // istiod's own certificate for :15012 and the webhooks, from its CA
     // (no flags needed), or the files given; kept current by
@@ -488,7 +485,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             }
             (Some(tx), Some(rx))
         }
-        _ => (None, grpc_accepted.as_ref().map(|(_, rx)| rx.clone())),
+        _ => (None, grpc_accept.as_ref().map(|(_, rx, _)| rx.clone())),
     };
     let handle = server::start(
         ServerConfig {
@@ -506,12 +503,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         },
         factory,
     )?;
-    for a in grpc_accepted.iter().map(|(a, _)| a).chain(handle.addrs()) {
+    for a in grpc_accept.iter().map(|(a, _, _)| a).chain(handle.addrs()) {
         tracing::info!(target: "default", addr = %a, cores, "serving xDS");
     }
-    // What the accept thread queued and no core took when the port closes
-    // is closed with it, as a closed listener's queue is.
-    let grpc_queue = grpc_accepted.map(|(_, rx)| rx);
 
     let mut cores = Some(handle);
     let local = tokio::task::LocalSet::new();
@@ -1023,18 +1017,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
         // The cores stop accepting and drain their connections over
         // --shutdownDuration; the debug port answers meanwhile (`/ready`
         // says 503).
-        if let Some(t) = grpc_accept_thread.as_mut() {
-            t.stop();
-        }
-        while let Some(Ok(queued)) = grpc_queue.as_ref().map(|q| q.try_recv()) {
-            drop(queued);
+        if let Some((_, queue, thread)) = grpc_accept.as_mut() {
+            thread.stop();
+            // What it queued and no core took is closed with the port, as
+            // a closed listener's queue is.
+            while let Ok(queued) = queue.try_recv() {
+                drop(queued);
+            }
         }
         if let Some(h) = cores.take() {
             let _ = tokio::task::spawn_blocking(move || h.shutdown()).await;
         }
         Ok::<(), StartError>(())
     });
-    drop(grpc_accept_thread);
+    drop(grpc_accept);
     if let Some(h) = cores.take() {
         h.shutdown();
     }

@@ -199,12 +199,47 @@ impl MeshInput {
     /// translation is kept and only the namespaces whose policies changed
     /// are recorded. A pass over the Istio objects, not a rebuild.
     pub fn with_security(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
-        let model = self.model.with_security_of(objs);
+        let model = Arc::new(self.model.with_security_of(objs));
         let mut changes = self.changes.next();
         let root = model.mesh.root_namespace.as_str();
         deps::touch_lists(&mut changes, Dep::Security, &self.model.security, &model.security, root);
-        MeshInput { model: Arc::new(model), changes, ..self.clone() }
+        let mut next = MeshInput { model: model.clone(), changes, ..self.clone() };
+        // Auto mTLS reads PeerAuthentications too: a service whose
+        // workloads are now known to refuse mTLS (or no longer are) gets its
+        // clusters and load assignments anew.
+        for host in mtls_moved(&self.model, &model) {
+            next.translation.update_service(&model, &host);
+        }
+        next
     }
+}
+
+/// The services whose mTLS mode as clients infer it
+/// (`authn::service_mtls_mode`, on some port) differs between `old` and
+/// `new`: only in the namespaces whose PeerAuthentications changed, or
+/// everywhere when the root namespace's did.
+fn mtls_moved(old: &Model, new: &Model) -> Vec<Arc<str>> {
+    use std::collections::BTreeMap;
+    fn peer(m: &Model) -> BTreeMap<&str, Vec<&istiod_config::istio::IstioObject>> {
+        let mut by_ns: BTreeMap<&str, Vec<_>> = BTreeMap::new();
+        for o in m.security.iter().filter(|o| o.kind().name() == "PeerAuthentication") {
+            by_ns.entry(o.meta.ns()).or_default().push(o);
+        }
+        by_ns
+    }
+    let (a, b) = (peer(old), peer(new));
+    let moved: std::collections::BTreeSet<&str> =
+        a.keys().chain(b.keys()).filter(|ns| a.get(*ns) != b.get(*ns)).copied().collect();
+    let everywhere = moved.contains(new.mesh.root_namespace.as_str());
+    let mode = |m: &Model, s: &crate::model::Service| {
+        s.ports.iter().map(|p| crate::translate::authn::service_mtls_mode(m, s, p.port)).collect::<Vec<_>>()
+    };
+    new.services
+        .iter()
+        .filter(|(_, s)| everywhere || moved.contains(s.namespace.as_str()))
+        .filter(|(h, s)| old.services.get(*h).is_none_or(|o| mode(old, o) != mode(new, s)))
+        .map(|(h, _)| h.clone())
+        .collect()
 }
 
 // Secrets.

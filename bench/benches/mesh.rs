@@ -138,6 +138,17 @@ fn change(c: &mut Criterion) {
                 n
             });
         });
+        // A Helm install and uninstall of one app, by turns: Services,
+        // Pods, EndpointSlices, DestinationRules and VirtualServices at once.
+        let mut setup = None;
+        g.bench_function(format!("install_app/{scenario}"), |b| {
+            let st = setup.get_or_insert_with(|| Change::of_many(scenario, install_app));
+            b.iter(|| {
+                let (n, incremental) = st.step();
+                assert!(incremental && n > 0, "an incremental update that changes something");
+                n
+            });
+        });
         let mut setup = None;
         g.bench_function(format!("one_service_address/{scenario}"), |b| {
             let st = setup.get_or_insert_with(|| Change::new(scenario, readdress_service));

@@ -145,12 +145,16 @@ impl Translation {
             }
         }
         // Route configuration 80 reads the VirtualServices naming services
-        // without port 80 (their hosts get virtual hosts there).
-        if let Some(t) = tables.get_mut("80") {
-            let digest = route::special_virtual_services_digest(model, 80);
+        // without port 80 (their hosts get virtual hosts there); every
+        // table, the special ones, which a change of services earlier in a
+        // mixed change may have made (a Service uninstalled before its
+        // VirtualService).
+        let digests = route::special_virtual_services_digests(model, tables.contains_key("80"));
+        for (name, t) in tables.iter_mut().filter(|(_, t)| t.flavor == route::Flavor::Envoy) {
+            let digest = name.parse().map_or(t.vs_digest, |port| route::special_digest_of(port, digests));
             if t.vs_digest != digest {
                 t.vs_digest = digest;
-                touched.insert(Arc::from("80"));
+                touched.insert(name.clone());
             }
         }
         for name in touched {

@@ -9,8 +9,9 @@
 //! - security policies, Secrets, Sidecars, fetched JWT key sets and the
 //!   API server's Secret access answers: below.
 //!
-//! [`update`] picks the group; anything else (Namespaces, Nodes,
-//! WorkloadEntries, a mix of groups, a new mesh configuration) rebuilds.
+//! [`update`] applies each group a change touches, one after another;
+//! anything else (Namespaces, Nodes, WorkloadEntries, a new mesh
+//! configuration) rebuilds.
 
 pub(crate) mod routing;
 mod services;
@@ -43,17 +44,21 @@ pub fn build_with(
 
 /// The mesh built from `objects`, given the previous one (`prev`) and the
 /// objects the source says changed since (`None`: it does not know, after a
-/// first list or a relist): only Services, ServiceEntries, EndpointSlices
-/// and Pods -> only the services they concern are rebuilt and
-/// re-translated (their listeners and virtual hosts too where their
-/// addresses or ports changed); only VirtualServices and DestinationRules
-/// -> only the virtual hosts and clusters of their hosts; only security
-/// policies -> only the policy list; only Sidecars -> only the scoping;
-/// only EnvoyFilters, WasmPlugins and TrafficExtensions -> only those
-/// (applied per proxy).
-/// None of these rebuilds the model or the translation. Anything else
-/// (Namespaces, Nodes, a mix of groups, an unknown change)
-/// does, and so does a new mesh configuration. Says which it did.
+/// first list or a relist). A change is taken group by group ([`Group`]),
+/// each applied in place to what the previous group left: Services,
+/// ServiceEntries, EndpointSlices and Pods -> only the services they
+/// concern are rebuilt and re-translated (their listeners and virtual hosts
+/// too where their addresses or ports changed); VirtualServices and
+/// DestinationRules -> only the virtual hosts and clusters of their hosts;
+/// security policies -> the policy list (and the clusters of services
+/// whose inferred mTLS mode moved); Sidecars -> the scoping; EnvoyFilters,
+/// WasmPlugins and TrafficExtensions -> only those (applied per proxy);
+/// Secrets and ConfigMaps -> only those. So a mix of these (a Helm install:
+/// Services, Pods, EndpointSlices, DestinationRules and VirtualServices
+/// together) rebuilds neither the model nor the translation. Anything else
+/// (Namespaces, Nodes, WorkloadEntries, an unknown change), a group whose
+/// in-place update does not cover the change (see [`step`]) or a new mesh
+/// configuration rebuilds everything. Says which it did.
 pub fn update(
     prev: Option<&Arc<MeshInput>>,
     objects: &Objects,
@@ -62,14 +67,109 @@ pub fn update(
     settings: &Arc<crate::meshconfig::MeshSettings>,
     jwks: &Arc<crate::model::FetchedJwks>,
 ) -> (Arc<MeshInput>, bool) {
-    let all = |kinds: &[&str]| changed.filter(|c| c.iter().all(|r| kinds.contains(&r.kind.as_str())));
     // The fast paths keep the previous model's key sets, which are `jwks`:
     // the resolver replaces both together (jwks.rs `publish`).
     // A new mesh configuration may change anything: no fast path.
     let fast = prev.filter(|m| m.model.mesh == *settings).and_then(|m| {
-        // (A ref names no cluster: a remote cluster's objects change through
-        // here too, their hosts rebuilt from every cluster.)
-        if let Some(refs) = all(&Model::SERVICE_KINDS) {
+        let changed = changed?;
+        let mut groups: std::collections::BTreeMap<Group, Vec<ObjectRef>> = std::collections::BTreeMap::new();
+        for r in changed {
+            groups.entry(Group::of(&r.kind)?).or_default().push(r.clone());
+        }
+        // An uninstall removes a VirtualService with its Service: removed
+        // first, it never names a host that is no service (which would
+        // re-translate every listener).
+        let removes_routes = groups.get(&Group::Routing).is_some_and(|refs| {
+            refs.iter().any(|r| {
+                r.kind == "VirtualService"
+                    && !objects.istio.iter().any(|o| {
+                        o.meta.name == r.name && o.meta.ns() == r.namespace && o.kind().name() == "VirtualService"
+                    })
+            })
+        });
+        let mut order: Vec<Group> = groups.keys().copied().collect();
+        if removes_routes {
+            order.sort_by_key(|g| (*g != Group::Security, *g != Group::Routing, *g));
+        }
+        let mut at: Option<MeshInput> = None;
+        for group in order {
+            let refs = &groups[&group];
+            let mut next = step(group, at.as_ref().unwrap_or(m), &m.model, objects, refs, domain, settings)?;
+            if let Some(earlier) = &at {
+                next.changes = next.changes.within(&earlier.changes);
+            }
+            at = Some(next);
+        }
+        // (Nothing changed: a new update that touched nothing.)
+        let next = at.unwrap_or_else(|| MeshInput { changes: m.changes.next(), ..(**m).clone() });
+        // A VirtualService read beyond its services' virtual hosts after
+        // the change: rebuilt whole (see `step`).
+        let keys = groups.get(&Group::Routing).map(|refs| routing_keys(refs)).unwrap_or_default();
+        (!special(&next.model, &keys)).then_some(next)
+    });
+    match (fast, prev) {
+        (Some(m), _) => (Arc::new(m), true),
+        (None, Some(prev)) => {
+            let mut model = Model::build_in(objects, domain, settings.clone());
+            model.jwks = jwks.clone();
+            model.secret_access = prev.model.secret_access.clone();
+            (Arc::new(MeshInput::after(prev, Arc::new(model))), false)
+        }
+        (None, None) => (build_with(objects, domain, settings, jwks), false),
+    }
+}
+
+/// A group of kinds whose change is applied in place, in the order a mixed
+/// change applies them: security first (the services then translate
+/// under the new policies), services before routing (a new VirtualService
+/// never names a host its Service, in the same change, has not brought
+/// yet; where the change removes a VirtualService, routing goes first) and
+/// Sidecars after both (their scoping reads the services).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    Security,
+    Services,
+    Routing,
+    Sidecars,
+    Filters,
+    Secrets,
+    ConfigMaps,
+}
+
+impl Group {
+    /// The group of kind `kind`, if its change may be applied in place.
+    fn of(kind: &str) -> Option<Group> {
+        Some(match kind {
+            k if Model::SERVICE_KINDS.contains(&k) => Group::Services,
+            "PeerAuthentication" | "AuthorizationPolicy" | "RequestAuthentication" => Group::Security,
+            "VirtualService" | "DestinationRule" => Group::Routing,
+            "Sidecar" => Group::Sidecars,
+            "EnvoyFilter" | "WasmPlugin" | "TrafficExtension" => Group::Filters,
+            "Secret" => Group::Secrets,
+            "ConfigMap" => Group::ConfigMaps,
+            _ => return None,
+        })
+    }
+}
+
+/// `m` after the objects `refs` of `group` changed in `objects` (every
+/// other group already as `objects` has it, or unchanged), or `None` where
+/// the change reaches beyond what the group's in-place update covers.
+/// `origin`: the model before the whole change (of which `m` may be a
+/// step).
+fn step(
+    group: Group,
+    m: &MeshInput,
+    origin: &Model,
+    objects: &Objects,
+    refs: &[ObjectRef],
+    domain: &str,
+    settings: &Arc<crate::meshconfig::MeshSettings>,
+) -> Option<MeshInput> {
+    match group {
+        Group::Services => {
+            // (A ref names no cluster: a remote cluster's objects change
+            // through here too, their hosts rebuilt from every cluster.)
             // An Ingress's named backend port is read from its Service; an
             // ExternalName Service aliases another's virtual host.
             let external_name = |s: &istiod_config::objects::Service| s.spec.kind.as_deref() == Some("ExternalName");
@@ -118,12 +218,10 @@ pub fn update(
             {
                 return None;
             }
-            return Some(m.with_services(objects, refs));
+            Some(m.with_services(objects, refs))
         }
-        if all(&["PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication"]).is_some() {
-            return Some(m.with_security(objects));
-        }
-        if let Some(refs) = all(&["Secret"]) {
+        Group::Security => Some(m.with_security(objects)),
+        Group::Secrets => {
             // Whether a Gateway API listener is served depends on its
             // Secret (istiod's buildSecretReference): rebuilt whole.
             let named = |r: &&ObjectRef| {
@@ -132,9 +230,9 @@ pub fn update(
             if refs.iter().any(|r| named(&r)) {
                 return None;
             }
-            return Some(m.with_secrets(objects));
+            Some(m.with_secrets(objects))
         }
-        if let Some(refs) = all(&["ConfigMap"]) {
+        Group::ConfigMaps => {
             // A BackendTLSPolicy's CA decides its rules' credential (a
             // missing or empty one blocks traffic) and its status: rebuilt
             // whole when one names a changed ConfigMap.
@@ -142,52 +240,46 @@ pub fn update(
             if refs.iter().any(|r| named(&r)) {
                 return None;
             }
-            return Some(m.with_config_maps(objects));
+            Some(m.with_config_maps(objects))
         }
-        if all(&["EnvoyFilter", "WasmPlugin", "TrafficExtension"]).is_some() {
-            return Some(m.with_filters_and_extensions(objects));
+        Group::Filters => Some(m.with_filters_and_extensions(objects)),
+        Group::Sidecars => Some(m.with_sidecars(objects)),
+        Group::Routing => {
+            // A delegate's change reaches the VirtualServices that delegate
+            // to it: merged whole, by the full rebuild.
+            if crate::model::delegate::any_delegating(&objects.istio) {
+                return None;
+            }
+            // tcp/tls routes shape the shared outbound listeners: rebuilt
+            // whole while any VirtualService had or has them.
+            let l4 = |o: &istiod_config::istio::IstioObject| matches!(&o.spec, istiod_config::istio::IstioSpec::VirtualService(vs) if !vs.tcp.is_empty() || !vs.tls.is_empty());
+            if objects.istio.iter().any(l4) || m.model.routing.iter().any(l4) {
+                return None;
+            }
+            let keys = routing_keys(refs);
+            // A VirtualService read beyond its services' virtual hosts (a
+            // wildcard or unknown host, a host another one names): rebuilt
+            // whole, before or after the change. Before: as the mesh was
+            // served, not as an earlier group of the same change left it;
+            // after: once every group is applied ([`update`]).
+            if special(origin, &keys) {
+                return None;
+            }
+            Some(m.with_routing(objects, &keys))
         }
-        if all(&["Sidecar"]).is_some() {
-            return Some(m.with_sidecars(objects));
-        }
-        let refs = all(&["VirtualService", "DestinationRule"])?;
-        // A delegate's change reaches the VirtualServices that delegate to
-        // it: merged whole, by the full rebuild.
-        if crate::model::delegate::any_delegating(&objects.istio) {
-            return None;
-        }
-        // tcp/tls routes shape the shared outbound listeners: rebuilt whole
-        // while any VirtualService had or has them.
-        let l4 = |o: &istiod_config::istio::IstioObject| {
-            matches!(&o.spec, istiod_config::istio::IstioSpec::VirtualService(vs) if !vs.tcp.is_empty() || !vs.tls.is_empty())
-        };
-        if objects.istio.iter().any(l4) || m.model.routing.iter().any(l4) {
-            return None;
-        }
-        let keys: Vec<(String, String, String)> =
-            refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect();
-        // A VirtualService read beyond its services' virtual hosts (a
-        // wildcard or unknown host, a host another one names): rebuilt
-        // whole, before or after.
-        let special = |model: &Model| {
-            model.routing_named(&keys).any(|o| crate::translate::route::is_special_virtual_service(model, o))
-        };
-        if special(&m.model) {
-            return None;
-        }
-        let next = m.with_routing(objects, &keys);
-        (!special(&next.model)).then_some(next)
-    });
-    match (fast, prev) {
-        (Some(m), _) => (Arc::new(m), true),
-        (None, Some(prev)) => {
-            let mut model = Model::build_in(objects, domain, settings.clone());
-            model.jwks = jwks.clone();
-            model.secret_access = prev.model.secret_access.clone();
-            (Arc::new(MeshInput::after(prev, Arc::new(model))), false)
-        }
-        (None, None) => (build_with(objects, domain, settings, jwks), false),
     }
+}
+
+/// (kind, namespace, name) of the routing objects `refs`.
+fn routing_keys(refs: &[ObjectRef]) -> Vec<(String, String, String)> {
+    refs.iter().map(|r| (r.kind.clone(), r.namespace.clone(), r.name.clone())).collect()
+}
+
+/// Whether one of the routing objects `keys` is a VirtualService `model`
+/// reads beyond its services' virtual hosts
+/// (`route::is_special_virtual_service`).
+fn special(model: &Model, keys: &[(String, String, String)]) -> bool {
+    !keys.is_empty() && model.routing_named(keys).any(|o| crate::translate::route::is_special_virtual_service(model, o))
 }
 
 // Security policies (PeerAuthentication, AuthorizationPolicy, RequestAuthentication).

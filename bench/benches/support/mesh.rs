@@ -298,10 +298,18 @@ pub(crate) struct Change {
 
 impl Change {
     pub(crate) fn new(scenario: &str, edit: fn(&mut Objects) -> istiod_config::manifest::ObjectRef) -> Change {
+        Change::of_many(scenario, |o| vec![edit(o)])
+    }
+
+    /// A change of several objects at once (`edit` says which).
+    pub(crate) fn of_many(
+        scenario: &str,
+        edit: impl FnOnce(&mut Objects) -> Vec<istiod_config::manifest::ObjectRef>,
+    ) -> Change {
         let settings = Arc::new(MeshSettings::default());
         let a = objects(scenario);
         let mut b = a.clone();
-        let refs = vec![edit(&mut b)];
+        let refs = edit(&mut b);
         assert!(a != b, "the edit changes something");
         let builts = [update::build(&a, "cluster.local", &settings), update::build(&b, "cluster.local", &settings)];
         let (model, _) = SimpleModel::default()
@@ -370,4 +378,55 @@ pub(crate) fn readdress_service(o: &mut Objects) -> istiod_config::manifest::Obj
     svc.spec.cluster_ip = Some("10.255.255.254".into());
     svc.spec.cluster_ips = vec!["10.255.255.254".into()];
     istiod_config::manifest::ObjectRef::of(&istiod_config::manifest::Object::Service(svc.clone()))
+}
+
+/// A Helm install of one app (a mixed change): its Service, ten Pods, their
+/// EndpointSlice, a DestinationRule with two subsets and a VirtualService
+/// splitting between them, in the first namespace.
+pub(crate) fn install_app(o: &mut Objects) -> Vec<istiod_config::manifest::ObjectRef> {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    use std::fmt::Write;
+    let ns = o.services.first().expect("a Service").metadata.ns().to_owned();
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: helm-app, namespace: {ns}}}\n\
+         spec: {{clusterIP: 10.255.255.253, ports: [{{name: http, port: 8080}}], selector: {{app: helm-app}}}}\n"
+    );
+    let mut endpoints = String::new();
+    for k in 0..10u32 {
+        let version = if k.is_multiple_of(2) { "v1" } else { "v2" };
+        let _ = write!(
+            yaml,
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: helm-app-{k}, namespace: {ns}, \
+             labels: {{app: helm-app, version: {version}, security.istio.io/tlsMode: istio}}}}\n\
+             spec: {{serviceAccountName: helm-app}}\nstatus: {{podIP: 10.255.254.{k}}}\n"
+        );
+        let _ = write!(
+            endpoints,
+            "- {{addresses: [10.255.254.{k}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: helm-app-{k}, namespace: {ns}}}}}\n"
+        );
+    }
+    let _ = write!(
+        yaml,
+        "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: helm-app-1, namespace: {ns}, \
+         labels: {{kubernetes.io/service-name: helm-app}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\n\
+         endpoints:\n{endpoints}\
+         ---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: helm-app, namespace: {ns}}}\n\
+         spec: {{host: helm-app, subsets: [{{name: v1, labels: {{version: v1}}}}, {{name: v2, labels: {{version: v2}}}}]}}\n\
+         ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: helm-app, namespace: {ns}}}\n\
+         spec: {{hosts: [helm-app], http: [{{route: [{{destination: {{host: helm-app, subset: v1}}, weight: 90}}, \
+         {{destination: {{host: helm-app, subset: v2}}, weight: 10}}]}}]}}\n"
+    );
+    let mut refs = Vec::new();
+    for doc in parse_file(&yaml).docs {
+        let obj = doc.expect("the app's objects parse").expect("an object");
+        refs.push(ObjectRef::of(&obj));
+        match obj {
+            Object::Service(s) => o.services.push(s),
+            Object::Pod(p) => o.pods.push(p),
+            Object::EndpointSlice(s) => o.endpoint_slices.push(s),
+            Object::Istio(x) => o.istio.push(x),
+            other => panic!("not the app's: {other:?}"),
+        }
+    }
+    refs
 }

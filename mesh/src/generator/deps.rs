@@ -86,6 +86,26 @@ impl Changes {
         Changes { epoch: fresh(), ..self.clone() }
     }
 
+    /// This update as the continuation of `earlier`, an update of the same
+    /// change (a mixed change applies its groups one after another): what
+    /// this one touched is recorded under `earlier`'s epoch, so the change
+    /// is one update, as a rebuild would record it.
+    pub(crate) fn within(mut self, earlier: &Changes) -> Changes {
+        let (from, to) = (self.epoch, earlier.epoch);
+        for e in self.everywhere.iter_mut().chain(self.latest.iter_mut()) {
+            if *e == from {
+                *e = to;
+            }
+        }
+        let moved: Vec<(Dep, Arc<str>)> =
+            self.by_ns.iter().filter(|(_, e)| **e == from).map(|(k, _)| k.clone()).collect();
+        for k in moved {
+            self.by_ns.insert(k, to);
+        }
+        self.epoch = to;
+        self
+    }
+
     /// Records a change of `dep` in namespace `ns`; `root` is the mesh's
     /// root namespace, whose configuration applies to every namespace.
     pub fn touch(&mut self, dep: Dep, ns: &str, root: &str) {

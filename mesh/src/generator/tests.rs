@@ -1176,6 +1176,140 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
     }
 }
 
+/// A mixed change (a Helm install brings Services, Pods, EndpointSlices,
+/// DestinationRules and VirtualServices together; issue #40) is applied in
+/// place group by group and serves what a full rebuild serves: an app
+/// installed whole (its VirtualService names a host only the same change
+/// brings); an app's routes, endpoints, namespace policy and the Sidecar
+/// edited at once; an app uninstalled whole; a Service replaced by another
+/// that takes over its VirtualService. A mix with a kind no group covers (a
+/// Node) rebuilds.
+#[test]
+fn a_mixed_change_updated_in_place_equals_a_rebuild() {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let old = crate::update::build(&before, "cluster.local", &settings);
+    fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
+        let mut refs = Vec::new();
+        for doc in parse_file(yaml).docs {
+            let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
+            refs.push(ObjectRef::of(&obj));
+            match obj {
+                Object::Service(s) => o.services.push(s),
+                Object::Pod(p) => o.pods.push(p),
+                Object::EndpointSlice(s) => o.endpoint_slices.push(s),
+                Object::Istio(x) => o.istio.push(x),
+                other => panic!("{other:?}"),
+            }
+        }
+        refs
+    }
+    fn istio(o: &istiod_config::objects::Objects, kind: &str, name: &str) -> usize {
+        o.istio.iter().position(|x| x.meta.name == name && x.kind().name() == kind).unwrap()
+    }
+    type Edit = fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>;
+    let edits: [Edit; 4] = [
+        |o| {
+            add(
+                o,
+                "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: bookinfo}\n\
+                 spec: {clusterIP: 10.96.99.2, ports: [{name: http, port: 8080}], selector: {app: web}}\n\
+                 ---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-v1-0, namespace: bookinfo, \
+                 labels: {app: web, version: v1, security.istio.io/tlsMode: istio}}\n\
+                 spec: {nodeName: worker-b, serviceAccountName: web}\nstatus: {podIP: 10.244.9.1}\n\
+                 ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: bookinfo, \
+                 labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nports: [{name: http, port: 8080}]\n\
+                 endpoints: [{addresses: [10.244.9.1], conditions: {ready: true}, \
+                 targetRef: {kind: Pod, name: web-v1-0, namespace: bookinfo}}]\n\
+                 ---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: web, namespace: bookinfo}\n\
+                 spec: {host: web, subsets: [{name: v1, labels: {version: v1}}]}\n\
+                 ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: web, namespace: bookinfo}\n\
+                 spec: {hosts: [web], http: [{route: [{destination: {host: web, subset: v1}}]}]}\n",
+            )
+        },
+        |o| {
+            let mut refs = Vec::new();
+            let vs = o.istio.remove(istio(o, "VirtualService", "reviews"));
+            refs.push(ObjectRef::of(&Object::Istio(vs)));
+            refs.extend(add(
+                o,
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: bookinfo}\n\
+                 spec: {hosts: [reviews], http: [{route: [{destination: {host: reviews, subset: v3}}]}]}\n\
+                 ---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: off, namespace: bookinfo}\n\
+                 spec: {mtls: {mode: DISABLE}}\n",
+            ));
+            let s = o.endpoint_slices.iter_mut().find(|s| s.service_name() == Some("reviews")).unwrap();
+            s.endpoints.pop();
+            refs.push(ObjectRef::of(&Object::EndpointSlice(s.clone())));
+            let sidecar = o.istio.remove(istio(o, "Sidecar", "default"));
+            refs.push(ObjectRef::of(&Object::Istio(sidecar)));
+            refs
+        },
+        |o| {
+            let mut refs = Vec::new();
+            let i = o.services.iter().position(|s| s.metadata.name == "ratings").unwrap();
+            refs.push(ObjectRef::of(&Object::Service(o.services.remove(i))));
+            while let Some(i) = o.endpoint_slices.iter().position(|s| s.service_name() == Some("ratings")) {
+                refs.push(ObjectRef::of(&Object::EndpointSlice(o.endpoint_slices.remove(i))));
+            }
+            while let Some(i) = o.pods.iter().position(|p| p.metadata.name.starts_with("ratings-")) {
+                refs.push(ObjectRef::of(&Object::Pod(o.pods.remove(i))));
+            }
+            for kind in ["DestinationRule", "VirtualService"] {
+                refs.push(ObjectRef::of(&Object::Istio(o.istio.remove(istio(o, kind, "ratings")))));
+            }
+            refs
+        },
+        // details is replaced by web2, its VirtualService moved over: on
+        // the way (services first), the VirtualService names a host that
+        // is no service, which every route table reads.
+        |o| {
+            let i = o.services.iter().position(|s| s.metadata.name == "details").unwrap();
+            let mut refs = vec![ObjectRef::of(&Object::Service(o.services.remove(i)))];
+            o.istio.remove(istio(o, "VirtualService", "details"));
+            refs.extend(add(
+                o,
+                "apiVersion: v1\nkind: Service\nmetadata: {name: web2, namespace: bookinfo}\n\
+                 spec: {clusterIP: 10.96.99.3, ports: [{name: http, port: 9080}], selector: {app: details}}\n\
+                 ---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: details, namespace: bookinfo}\n\
+                 spec: {hosts: [web2], http: [{route: [{destination: {host: web2}}]}]}\n",
+            ));
+            refs
+        },
+    ];
+    for (k, edit) in edits.into_iter().enumerate() {
+        let mut after = before.clone();
+        let refs = edit(&mut after);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "edit {k}: every kind has its group");
+        let full = rebuilt(&old, &after, &settings);
+        assert_eq!(fast.model.services, full.model.services, "edit {k}");
+        assert_eq!(fast.model.routing, full.model.routing, "edit {k}");
+        assert_eq!(fast.model.security, full.model.security, "edit {k}");
+        assert_eq!(fast.model.sidecars, full.model.sidecars, "edit {k}");
+        let (a, b) = (&fast.translation.resources, &full.translation.resources);
+        let differ: Vec<_> = a.keys().chain(b.keys()).filter(|n| a.get(*n) != b.get(*n)).collect();
+        assert!(differ.is_empty(), "edit {k}: {differ:?}");
+        assert_eq!(fast.translation.routes, full.translation.routes, "edit {k}");
+        assert_eq!(fast.translation.api_listeners, full.translation.api_listeners, "edit {k}");
+        assert_eq!(fast.translation.by_host, full.translation.by_host, "edit {k}");
+        assert_eq!(fast.changes.touched(), full.changes.touched(), "edit {k}");
+        assert_ne!(fast.translation.resources, old.translation.resources, "edit {k} shows");
+        serves_alike(&fast, &full);
+    }
+    // A Node with the rest: rebuilt.
+    let mut after = before.clone();
+    let vs = after.istio.remove(istio(&after, "VirtualService", "reviews"));
+    let node = ObjectRef { kind: "Node".into(), namespace: String::new(), name: "worker-b".into(), service: None };
+    let refs = [ObjectRef::of(&Object::Istio(vs)), node];
+    let (_, incremental) =
+        crate::update::update(Some(&old), &after, Some(&refs), "cluster.local", &settings, &Arc::default());
+    assert!(!incremental, "a Node is in no group");
+}
+
 /// The checks before a debug request over xDS is forwarded (statusgen.go,
 /// debuggen.go): authentication, one name, the root namespace for all but
 /// config_dump/edsz/ndsz, and a caller whose node names no namespace sees

@@ -171,12 +171,9 @@ pub fn translate(model: &Model, t: &mut super::Translation) {
     for (address, port) in keys {
         set_listener(model, &address, port, &side, t);
     }
-    let (vs_digest, vs_digest_80) = (
-        super::route::special_virtual_services_digest(model, 0),
-        super::route::special_virtual_services_digest(model, 80),
-    );
+    let digests = super::route::special_virtual_services_digests(model, http_ports.contains(&80));
     for port in http_ports {
-        route_table(model, port, if port == 80 { vs_digest_80 } else { vs_digest }, t);
+        route_table(model, port, super::route::special_digest_of(port, digests), t);
     }
 }
 
@@ -209,6 +206,12 @@ fn route_table(model: &Model, port: u16, vs_digest: u64, t: &mut super::Translat
     let rt = RouteTable { name: table.to_string(), flavor: Flavor::Envoy, hosts: http, vs_digest };
     t.resources.insert((Kind::Route, table.clone()), rt.digest());
     routes.insert(table, rt);
+}
+
+/// Whether route configuration 80 exists: some service's port 80 may be
+/// HTTP.
+fn serves_80(model: &Model) -> bool {
+    model.services.values().any(|s| s.ports.iter().any(|p| p.port == 80 && has_routes(p)))
 }
 
 /// Whether a port's traffic may be HTTP, routed by route table `"<port>"`.
@@ -542,12 +545,11 @@ fn build_outbound(
 /// hosts' virtual hosts replaced.
 pub fn update_hosts(old: &Model, new: &Model, hosts: &[Arc<str>], t: &mut super::Translation) {
     let side = telemetry::outbound(new);
-    let digests = |m: &Model| {
-        (super::route::special_virtual_services_digest(m, 0), super::route::special_virtual_services_digest(m, 80))
-    };
-    let (vs_digest, vs_digest_80) = digests(new);
-    update_hosts_only(old, new, hosts, &side, (vs_digest, vs_digest_80), t);
-    if (vs_digest, vs_digest_80) != digests(old) {
+    // (Route configuration 80's digest only where there is one.)
+    let with_80 = serves_80(old) || serves_80(new);
+    let digests = super::route::special_virtual_services_digests(new, with_80);
+    update_hosts_only(old, new, hosts, &side, digests, t);
+    if digests != super::route::special_virtual_services_digests(old, with_80) {
         // A VirtualService's host became or stopped being a service: the
         // route tables read it beyond the services' own virtual hosts.
         translate(new, t);
@@ -564,7 +566,7 @@ fn update_hosts_only(
     new: &Model,
     hosts: &[Arc<str>],
     side: &Side,
-    (vs_digest, vs_digest_80): (u64, u64),
+    digests: (u64, u64),
     t: &mut super::Translation,
 ) {
     let mut keys: BTreeSet<(String, u16)> = BTreeSet::new();
@@ -584,7 +586,7 @@ fn update_hosts_only(
         let http = |m: &Model| m.services.values().any(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)));
         let table: Arc<str> = port.to_string().into();
         if !(http(old) && http(new) && t.routes.contains_key(&table)) {
-            route_table(new, port, if port == 80 { vs_digest_80 } else { vs_digest }, t);
+            route_table(new, port, super::route::special_digest_of(port, digests), t);
             continue;
         }
         // Still HTTP: replace the hosts' virtual hosts, in hostname order.

@@ -175,7 +175,7 @@ pub struct RouteTable {
     /// tables: a change replaces the hosts it touches).
     pub hosts: Vec<Arc<ServiceRoutes>>,
     /// A digest of the VirtualServices rendering reads beyond the
-    /// services' own ([`special_virtual_services_digest`]).
+    /// services' own ([`special_virtual_services_digests`]).
     pub vs_digest: u64,
 }
 
@@ -209,20 +209,34 @@ fn on_route_80(model: &Model, o: &istiod_config::istio::IstioObject) -> bool {
     })
 }
 
-/// A digest of the VirtualServices route configuration `port` reads
-/// beyond its services' own virtual hosts: the special ones
-/// ([`is_special_virtual_service`]), and on 80 those naming a service
-/// without port 80; in istiod's order.
-pub fn special_virtual_services_digest(model: &Model, port: u16) -> u64 {
+/// Digests of the VirtualServices the route configurations read beyond
+/// their services' own virtual hosts, in istiod's order: every table's
+/// (the special ones, [`is_special_virtual_service`]) and route
+/// configuration 80's (those and the ones naming a service without port
+/// 80; only `with_80`, else 0: every VirtualService of a mesh whose
+/// services are on other ports is one). One pass over the VirtualServices.
+pub fn special_virtual_services_digests(model: &Model, with_80: bool) -> (u64, u64) {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut any = std::collections::hash_map::DefaultHasher::new();
+    let mut on_80 = std::collections::hash_map::DefaultHasher::new();
     for &i in model.mesh_virtual_services().iter() {
         let o = &model.routing[i];
-        if is_special_virtual_service(model, o) || (port == 80 && on_route_80(model, o)) {
-            (o.meta.ns(), &o.meta.name, &o.meta.creation_timestamp, format!("{:?}", o.spec)).hash(&mut h);
+        let special = is_special_virtual_service(model, o);
+        if special || (with_80 && on_route_80(model, o)) {
+            let id = (o.meta.ns(), &o.meta.name, &o.meta.creation_timestamp, format!("{:?}", o.spec));
+            id.hash(&mut on_80);
+            if special {
+                id.hash(&mut any);
+            }
         }
     }
-    h.finish()
+    (any.finish(), if with_80 { on_80.finish() } else { 0 })
+}
+
+/// The VirtualServices digest of route configuration `port`
+/// ([`special_virtual_services_digests`]).
+pub fn special_digest_of(port: u16, (any, on_80): (u64, u64)) -> u64 {
+    if port == 80 { on_80 } else { any }
 }
 
 impl RouteTable {

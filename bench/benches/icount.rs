@@ -72,13 +72,17 @@ fn one_endpoint_change_large() -> Box<dyn FnMut()> {
 }
 
 /// A full rebuild of `large` from its objects (what a change no fast path
-/// takes costs).
+/// takes costs). What it builds is kept, not freed in the count: the
+/// server frees the mesh a change replaced on a thread of its own
+/// (`src/discovery/sources.rs` `reap`).
 fn build_large() -> Box<dyn FnMut()> {
     let objs = objects("large");
     let settings = Arc::new(MeshSettings::default());
+    let mut kept = Vec::with_capacity(4);
     Box::new(move || {
         let built = update::build(&objs, "cluster.local", &settings);
         assert!(!built.translation.resources.is_empty());
+        kept.push(built);
     })
 }
 

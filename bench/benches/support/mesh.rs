@@ -400,9 +400,9 @@ pub(crate) fn install_app(o: &mut Objects) -> Vec<istiod_config::manifest::Objec
              labels: {{app: helm-app, version: {version}, security.istio.io/tlsMode: istio}}}}\n\
              spec: {{serviceAccountName: helm-app}}\nstatus: {{podIP: 10.255.254.{k}}}\n"
         );
-        let _ = write!(
+        let _ = writeln!(
             endpoints,
-            "- {{addresses: [10.255.254.{k}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: helm-app-{k}, namespace: {ns}}}}}\n"
+            "- {{addresses: [10.255.254.{k}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: helm-app-{k}, namespace: {ns}}}}}"
         );
     }
     let _ = write!(

@@ -18,7 +18,7 @@ use istiod_proto::prost_types::Duration;
 use istiod_proto::prost_types::value::Kind as Kind_;
 use istiod_xds_api::snapshot::Kind;
 
-use super::endpoint::{Takes, load_assignment, placed};
+use super::endpoint::{Encoded, Takes, encoded_load_assignment, load_assignment, placed};
 use super::envoy::socket;
 use super::traffic_policy;
 use crate::model::{Model, Protocol, Resolution};
@@ -98,6 +98,8 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
     let rules = model.destination_rules();
     let mut out: BTreeMap<Arc<str>, ClusterForms> = BTreeMap::new();
     let choices = std::iter::once(None).chain(rules.candidates(&svc.hostname).into_iter().map(|i| Some(rules.get(i))));
+    // (Each endpoint encoded once for all of the service's clusters.)
+    let mut memo = Encoded::default();
     for rule in choices {
         let subsets = rule.map_or(&[][..], |r| r.rule.subsets.as_slice());
         for port in svc.ports.iter().filter(|p| p.protocol != Protocol::Udp) {
@@ -115,7 +117,8 @@ pub fn outbound_of(model: &Model, svc: &crate::model::Service) -> Vec<(Arc<str>,
             });
             let plain = std::iter::once(("", None));
             for (subset, labels) in plain.chain(subsets.iter().map(|s| (s.name.as_str(), Some(&s.labels)))) {
-                let (name, form) = form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls, networks);
+                let (name, form) =
+                    form(&model.mesh, svc, port.port, subset, labels, rule, auto_mtls, networks, &mut memo);
                 out.entry(name)
                     .or_insert_with(|| ClusterForms { host: svc.hostname.clone(), forms: Vec::new() })
                     .forms
@@ -148,6 +151,7 @@ fn form(
     rule: Option<&crate::model::destination_rules::AppliedRule>,
     auto_mtls: bool,
     networks: Option<Placing<'_>>,
+    memo: &mut Encoded,
 ) -> (Arc<str>, ClusterForm) {
     // (istiod seeds the mesh's defaultTrafficPolicy below the rule, and
     // where no rule applies.)
@@ -172,7 +176,30 @@ fn form(
     let unseeded = rule.map(|r| traffic_policy::effective(&r.rule, port, subset, &Default::default()));
     let (admits, _) = Takes::of(mesh, svc, unseeded.as_ref());
     let (_, panic) = Takes::of(mesh, svc, policy.as_ref());
-    let mut endpoints = None;
+    // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
+    // The mesh's counts only where it says something: istiod's default
+    // `{enabled: true}` is the same as none.
+    let from_rule = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
+    let locality = from_rule.clone().or_else(|| {
+        mesh.locality_lb_setting.clone().filter(|l| {
+            !l.distribute.is_empty()
+                || !l.failover.is_empty()
+                || !l.failover_priority.is_empty()
+                || l.enabled == Some(false)
+        })
+    });
+    let outlier_detection = unseeded.as_ref().is_some_and(|p| p.outlier_detection.is_some());
+    // The load assignment itself where the per-proxy variants read it,
+    // else only its bytes, from the service's endpoints encoded once.
+    let mut endpoints: Option<Arc<ClusterLoadAssignment>> = None;
+    let mut encoded: Option<Bytes> = None;
+    let mut assign = |endpoints: &mut Option<Arc<ClusterLoadAssignment>>, memo: &mut Encoded| {
+        if locality.is_some() || outlier_detection {
+            *endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels, admits)));
+        } else {
+            encoded = Some(encoded_load_assignment(&name, svc, port, labels, admits, memo));
+        }
+    };
     let mut split = None;
     // istiod's convertResolution: a Kubernetes headless service is EDS
     // under PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES.
@@ -184,7 +211,7 @@ fn form(
         Resolution::ClientSideLb => {
             c.eds_cluster_config =
                 Some(cluster::EdsClusterConfig { eds_config: super::envoy::ads(), service_name: name.to_string() });
-            endpoints = Some(Arc::new(match networks {
+            match networks {
                 // istiod's mtlsChecker: the rule's TLS mode where it sets
                 // one, else what the workloads' policy allows.
                 Some(p) => {
@@ -195,16 +222,16 @@ fn form(
                     let (cla, places) = placed(&name, svc, port, labels, admits, &mesh.networks.cluster_id, &mtls);
                     let telemetry = mesh.telemetry_labels == (true, true);
                     split = Some(Arc::new(super::network::Split::new(places, p.gateways, p.cluster_local, telemetry)));
-                    cla
+                    endpoints = Some(Arc::new(cla));
                 }
-                None => load_assignment(&name, svc, port, labels, admits),
-            }));
+                None => assign(&mut endpoints, memo),
+            }
             cluster::DiscoveryType::Eds
         }
         Resolution::Passthrough => {
             // Headless: connect to the address the application dialed
             // (a router, which cannot, balances over the endpoints).
-            endpoints = Some(Arc::new(load_assignment(&name, svc, port, labels, admits)));
+            assign(&mut endpoints, memo);
             cluster::DiscoveryType::OriginalDst
         }
         Resolution::Dns | Resolution::DnsRoundRobin => {
@@ -268,18 +295,6 @@ fn form(
     if auto_mtls && policy.as_ref().is_none_or(|p| p.tls.is_none()) {
         traffic_policy::auto_mtls(&mut c, &svc.hostname, port, subset, alpn(h2));
     }
-    // The rule's setting, else the mesh's (istiod's getLocalityLbSetting).
-    // The mesh's counts only where it says something: istiod's default
-    // `{enabled: true}` is the same as none.
-    let from_rule = policy.as_ref().and_then(|p| p.load_balancer.as_ref()?.locality_lb_setting.clone());
-    let locality = from_rule.clone().or_else(|| {
-        mesh.locality_lb_setting.clone().filter(|l| {
-            !l.distribute.is_empty()
-                || !l.failover.is_empty()
-                || !l.failover_priority.is_empty()
-                || l.enabled == Some(false)
-        })
-    });
     // (The mesh's weighs as a rule's: loadbalancer.go applies it whatever
     // its source.)
     let (effective, forced) =
@@ -311,7 +326,6 @@ fn form(
         })
         .filter(|r| *r != c)
         .map(|r| Bytes::from(r.encode_to_vec()));
-    let outlier_detection = unseeded.as_ref().is_some_and(|p| p.outlier_detection.is_some());
     let selection = rule.map_or(0, |r| {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -328,7 +342,7 @@ fn form(
             l.consistent_hash.is_none() && matches!(l.simple, Some(SimpleLb::LeastRequest))
         }),
         cluster: Arc::new(c),
-        endpoints: endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec())),
+        endpoints: encoded.or_else(|| endpoints.as_ref().map(|e| Bytes::from(e.encode_to_vec()))),
         endpoints_typed: endpoints.filter(|_| locality.is_some() || outlier_detection || split.is_some()),
         split,
         locality,

@@ -103,6 +103,116 @@ fn endpoint_metadata(ep: &crate::model::Endpoint, telemetry: Option<&str>) -> Op
     md
 }
 
+/// `svc`'s endpoints on `port` that a cluster taking `takes` sends, those
+/// of the subset with `subset` labels when given.
+/// With each one's index in `Service::endpoints`.
+fn taken<'s>(
+    svc: &'s Service,
+    port: u16,
+    subset: Option<&'s BTreeMap<String, String>>,
+    takes: Takes<'s>,
+) -> impl Iterator<Item = (usize, &'s crate::model::Endpoint)> {
+    let in_subset =
+        move |e: &crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
+    svc.endpoints
+        .iter()
+        .enumerate()
+        .filter(move |(_, e)| e.service_port == port && takes.admits(takes.health_of(e)) && in_subset(e))
+}
+
+/// One endpoint as a load assignment sends it: what it reads of `takes` is
+/// mesh-wide (the draining label, the telemetry cluster), so every cluster
+/// of a service sends the same bytes for it.
+fn lb_endpoint(ep: &crate::model::Endpoint, takes: Takes<'_>) -> LbEndpoint {
+    let health = match takes.health_of(ep) {
+        Health::Healthy => core::HealthStatus::Healthy,
+        Health::Draining => core::HealthStatus::Draining,
+        Health::Unhealthy | Health::Terminating => core::HealthStatus::Unhealthy,
+    };
+    LbEndpoint {
+        host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+            address: Some(core::Address {
+                address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                    address: ep.address.clone(),
+                    port_specifier: Some(core::socket_address::PortSpecifier::PortValue(u32::from(ep.port))),
+                    ..Default::default()
+                })),
+            }),
+            // A dual-stack Pod's other IPs (istiod's buildLbEndpoint
+            // under ISTIO_DUAL_STACK).
+            additional_addresses: ep
+                .extra_addresses
+                .iter()
+                .map(|a| istiod_proto::envoy::config::endpoint::v3::endpoint::AdditionalAddress {
+                    address: super::envoy::socket(a, u32::from(ep.port)),
+                })
+                .collect(),
+            ..Default::default()
+        })),
+        health_status: health as i32,
+        load_balancing_weight: Some(1),
+        // Picks the cluster's transport socket (auto mTLS); and the
+        // workload for the stats filter's labels.
+        metadata: endpoint_metadata(ep, takes.telemetry),
+    }
+}
+
+/// Each endpoint of one service encoded once (by its index in
+/// `Service::endpoints`), for all the service's load assignments: valid
+/// for one service and one mesh configuration.
+#[derive(Default)]
+pub(crate) struct Encoded(Vec<Option<bytes::Bytes>>);
+
+/// [`load_assignment`] encoded, byte for byte as prost encodes it, from
+/// each endpoint's bytes in `memo` (made once per service: its plain and
+/// subset clusters, under each rule, send the same endpoints).
+pub(crate) fn encoded_load_assignment(
+    cluster: &str,
+    svc: &Service,
+    port: u16,
+    subset: Option<&BTreeMap<String, String>>,
+    takes: Takes<'_>,
+    memo: &mut Encoded,
+) -> bytes::Bytes {
+    use istiod_proto::prost::Message;
+    use istiod_proto::prost::encoding::{self, WireType};
+    memo.0.resize(svc.endpoints.len(), None);
+    let mut by_locality: BTreeMap<&Locality, Vec<usize>> = BTreeMap::new();
+    for (i, ep) in taken(svc, port, subset, takes) {
+        if memo.0[i].is_none() {
+            memo.0[i] = Some(lb_endpoint(ep, takes).encode_to_vec().into());
+        }
+        by_locality.entry(&ep.locality).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    if !cluster.is_empty() {
+        encoding::encode_key(1, WireType::LengthDelimited, &mut out);
+        encoding::encode_varint(cluster.len() as u64, &mut out);
+        out.extend_from_slice(cluster.as_bytes());
+    }
+    for (l, eps) in by_locality {
+        let locality = core::Locality { region: l.region.clone(), zone: l.zone.clone(), sub_zone: l.subzone.clone() };
+        let weight = eps.len() as u32;
+        let bytes = |i: &usize| memo.0[*i].as_ref().expect("encoded above");
+        let len = encoding::message::encoded_len(1, &locality)
+            + eps
+                .iter()
+                .map(|i| encoding::key_len(2) + encoding::encoded_len_varint(bytes(i).len() as u64) + bytes(i).len())
+                .sum::<usize>()
+            + encoding::message::encoded_len(3, &weight);
+        encoding::encode_key(2, WireType::LengthDelimited, &mut out);
+        encoding::encode_varint(len as u64, &mut out);
+        encoding::message::encode(1, &locality, &mut out);
+        for i in &eps {
+            encoding::encode_key(2, WireType::LengthDelimited, &mut out);
+            encoding::encode_varint(bytes(i).len() as u64, &mut out);
+            out.extend_from_slice(bytes(i));
+        }
+        encoding::message::encode(3, &weight, &mut out);
+    }
+    out.into()
+}
+
 /// The load assignment of `cluster`: `svc`'s endpoints on `port` that it
 /// `takes`, those of the subset with `subset` labels when given.
 pub(crate) fn load_assignment(
@@ -128,44 +238,10 @@ pub(crate) fn placed(
     mtls: &dyn Fn(&crate::model::Endpoint) -> bool,
 ) -> (ClusterLoadAssignment, Vec<Vec<Place>>) {
     let mut by_locality: BTreeMap<&Locality, Vec<(LbEndpoint, Place)>> = BTreeMap::new();
-    let in_subset =
-        |e: &&crate::model::Endpoint| subset.is_none_or(|l| l.iter().all(|(k, v)| e.labels.get(k) == Some(v)));
-    for ep in
-        svc.endpoints.iter().filter(|e| e.service_port == port && takes.admits(takes.health_of(e))).filter(in_subset)
-    {
-        let health = match takes.health_of(ep) {
-            Health::Healthy => core::HealthStatus::Healthy,
-            Health::Draining => core::HealthStatus::Draining,
-            Health::Unhealthy | Health::Terminating => core::HealthStatus::Unhealthy,
-        };
+    for (_, ep) in taken(svc, port, subset, takes) {
         let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(cluster_id, String::as_str);
         let place = Place { network: ep.network.clone(), cluster: cluster.to_owned(), mtls: mtls(ep) };
-        let lb = LbEndpoint {
-            host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-                address: Some(core::Address {
-                    address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                        address: ep.address.clone(),
-                        port_specifier: Some(core::socket_address::PortSpecifier::PortValue(u32::from(ep.port))),
-                        ..Default::default()
-                    })),
-                }),
-                // A dual-stack Pod's other IPs (istiod's buildLbEndpoint
-                // under ISTIO_DUAL_STACK).
-                additional_addresses: ep
-                    .extra_addresses
-                    .iter()
-                    .map(|a| istiod_proto::envoy::config::endpoint::v3::endpoint::AdditionalAddress {
-                        address: super::envoy::socket(a, u32::from(ep.port)),
-                    })
-                    .collect(),
-                ..Default::default()
-            })),
-            health_status: health as i32,
-            load_balancing_weight: Some(1),
-            // Picks the cluster's transport socket (auto mTLS); and the
-            // workload for the stats filter's labels.
-            metadata: endpoint_metadata(ep, takes.telemetry),
-        };
+        let lb = lb_endpoint(ep, takes);
         by_locality.entry(&ep.locality).or_default().push((lb, place));
     }
     let mut places = Vec::with_capacity(by_locality.len());

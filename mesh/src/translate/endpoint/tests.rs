@@ -259,3 +259,42 @@ status: {podIP: 10.0.0.1}
     let (eps, _) = served(&model(pod, "", off));
     assert!(eps.contains(&("10.0.0.1".into(), HealthStatus::Healthy)), "{eps:?}");
 }
+
+/// Ours: a load assignment assembled from its endpoints' bytes
+/// (`encoded_load_assignment`, one encoding per endpoint shared by a
+/// service's clusters) is, byte for byte, prost's encoding of the typed
+/// one, for bookinfo's services (endpoints in several localities, subsets
+/// by version, dual-stack and not) and the unhealthy, terminating and
+/// draining endpoints of `example`, with and without the telemetry label,
+/// and with one memo shared across every cluster of a service.
+#[test]
+fn load_assignments_assembled_from_encoded_endpoints_are_prosts_bytes() {
+    use prost::Message;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let objects = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let telemetry = MeshSettings { telemetry_labels: (true, true), draining_label: "drain".into(), ..mesh(true, true) };
+    let mut compared = 0;
+    for settings in [MeshSettings::default(), telemetry, mesh(false, false)] {
+        let settings = std::sync::Arc::new(settings);
+        let bookinfo = Model::build_in(&objects, "cluster.local", settings.clone());
+        let example = model(&dr(0), "", (*settings).clone());
+        for m in [&bookinfo, &example] {
+            for svc in m.services.values() {
+                let mut memo = super::Encoded::default();
+                let v1 = std::collections::BTreeMap::from([("version".to_owned(), "v1".to_owned())]);
+                let none = std::collections::BTreeMap::from([("version".to_owned(), "none".to_owned())]);
+                for port in &svc.ports {
+                    for subset in [None, Some(&v1), Some(&none)] {
+                        let (takes, _) = super::Takes::of(&m.mesh, svc, None);
+                        let name = format!("outbound|{}||{}", port.port, svc.hostname);
+                        let typed = super::load_assignment(&name, svc, port.port, subset, takes).encode_to_vec();
+                        let assembled = super::encoded_load_assignment(&name, svc, port.port, subset, takes, &mut memo);
+                        assert_eq!(&assembled[..], &typed[..], "{name} {subset:?}");
+                        compared += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 30, "{compared}");
+}

@@ -1,17 +1,18 @@
 //! What a change does to the served mesh, one place per kind group: the
-//! generators' input (model and translation) is rebuilt or, when only one
-//! group of kinds changed, updated in place, and the dependency keys the
+//! generators' input (model and translation) is updated in place, group by
+//! group, or rebuilt, and the dependency keys the
 //! change touched are recorded (`generator/deps.rs`). Each group is
 //! described once, model, translation and keys side by side:
-//! - services (Services, ServiceEntries, EndpointSlices, Pods):
+//! - services (Services, ServiceEntries, EndpointSlices, Pods,
+//!   WorkloadEntries):
 //!   `update/services.rs`;
 //! - routing (VirtualServices, DestinationRules): `update/routing.rs`;
 //! - security policies, Secrets, Sidecars, fetched JWT key sets and the
 //!   API server's Secret access answers: below.
 //!
 //! [`update`] applies each group a change touches, one after another;
-//! anything else (Namespaces, Nodes, WorkloadEntries, a new mesh
-//! configuration) rebuilds.
+//! anything else (Namespaces, Nodes, Gateways, a new mesh configuration)
+//! rebuilds.
 
 pub(crate) mod routing;
 mod services;
@@ -53,10 +54,11 @@ pub fn build_with(
 /// security policies -> the policy list (and the clusters of services
 /// whose inferred mTLS mode moved); Sidecars -> the scoping; EnvoyFilters,
 /// WasmPlugins and TrafficExtensions -> only those (applied per proxy);
-/// Secrets and ConfigMaps -> only those. So a mix of these (a Helm install:
-/// Services, Pods, EndpointSlices, DestinationRules and VirtualServices
-/// together) rebuilds neither the model nor the translation. Anything else
-/// (Namespaces, Nodes, WorkloadEntries, an unknown change), a group whose
+/// Secrets and ConfigMaps -> only those. (WorkloadEntries go with the
+/// services.) So a mix of these (a Helm install: Services, Pods,
+/// EndpointSlices, DestinationRules and VirtualServices together) rebuilds
+/// neither the model nor the translation. Anything else (Namespaces,
+/// Nodes, Gateways, an unknown change), a group whose
 /// in-place update does not cover the change (see [`step`]) or a new mesh
 /// configuration rebuilds everything. Says which it did.
 pub fn update(
@@ -80,12 +82,16 @@ pub fn update(
         // first, it never names a host that is no service (which would
         // re-translate every listener).
         let removes_routes = groups.get(&Group::Routing).is_some_and(|refs| {
-            refs.iter().any(|r| {
-                r.kind == "VirtualService"
-                    && !objects.istio.iter().any(|o| {
-                        o.meta.name == r.name && o.meta.ns() == r.namespace && o.kind().name() == "VirtualService"
-                    })
-            })
+            let mut named = refs.iter().filter(|r| r.kind == "VirtualService").peekable();
+            named.peek().is_some() && {
+                let present: std::collections::HashSet<(&str, &str)> = objects
+                    .istio
+                    .iter()
+                    .filter(|o| o.kind().name() == "VirtualService")
+                    .map(|o| (o.meta.ns(), o.meta.name.as_str()))
+                    .collect();
+                named.any(|r| !present.contains(&(r.namespace.as_str(), r.name.as_str())))
+            }
         });
         let mut order: Vec<Group> = groups.keys().copied().collect();
         if removes_routes {
@@ -152,9 +158,11 @@ impl Group {
     }
 }
 
-/// `m` after the objects `refs` of `group` changed in `objects` (every
-/// other group already as `objects` has it, or unchanged), or `None` where
-/// the change reaches beyond what the group's in-place update covers.
+/// `m` after the objects `refs` of `group` changed in `objects`, or `None`
+/// where the change reaches beyond what the group's in-place update covers.
+/// In `m`, the groups applied before this one are as `objects` has them;
+/// those applied after are as before the change, and their own steps
+/// re-translate what they touch.
 /// `origin`: the model before the whole change (of which `m` may be a
 /// step).
 fn step(
@@ -286,10 +294,12 @@ fn special(model: &Model, keys: &[(String, String, String)]) -> bool {
 
 impl MeshInput {
     /// The mesh after security policies (PeerAuthentication,
-    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`, and
-    /// nothing else: only the inbound resources read them, so the shared
-    /// translation is kept and only the namespaces whose policies changed
-    /// are recorded. A pass over the Istio objects, not a rebuild.
+    /// AuthorizationPolicy, RequestAuthentication) changed in `objs`: the
+    /// inbound resources read them (the namespaces whose policies changed
+    /// are recorded), and auto mTLS reads PeerAuthentications (the
+    /// clusters of the services whose inferred mode moved are
+    /// re-translated); the rest of the shared translation is kept. A pass
+    /// over the Istio objects, not a rebuild.
     pub fn with_security(&self, objs: &istiod_config::objects::Objects) -> MeshInput {
         let model = Arc::new(self.model.with_security_of(objs));
         let mut changes = self.changes.next();

@@ -669,34 +669,40 @@ pub(super) fn apply(
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons, full: false });
     }
     drop(s);
-    reap(prev);
+    // (After an update in place the old mesh shares nearly everything
+    // with the new one: freed here, at once.)
+    reap(prev.filter(|_| !incremental));
 }
 
-/// Hands the mesh a change replaced to a thread that drops it a second
-/// later. After a full rebuild nothing of it is shared with its successor,
-/// and freeing it (tens of milliseconds on a mesh of 10,000 pods) would
-/// hold up the control thread's next change, or the proxies of a serving
-/// core, were that core the last to let go of it; a second on, the cores
-/// hold the new one.
+/// Hands the mesh a full rebuild replaced to a thread that frees it once
+/// nothing else holds it (the cores let go of it as they take the new
+/// one), waiting at most a second for them. Nothing of it is shared with
+/// its successor, and freeing it (tens of milliseconds on a mesh of 10,000
+/// pods) would hold up the control thread's next change, or the proxies
+/// of a serving core, were that core the last to let go of it. At most two
+/// wait: past that (rebuilds back to back), it is freed here, as before.
 fn reap(old: Option<Arc<MeshInput>>) {
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
-    type Replaced = (Instant, Arc<MeshInput>);
-    static REAPER: std::sync::OnceLock<Option<mpsc::Sender<Replaced>>> = std::sync::OnceLock::new();
+    static REAPER: std::sync::OnceLock<Option<mpsc::SyncSender<Arc<MeshInput>>>> = std::sync::OnceLock::new();
     let Some(old) = old else { return };
     let reaper = REAPER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Replaced>();
+        let (tx, rx) = mpsc::sync_channel::<Arc<MeshInput>>(2);
         let spawned = std::thread::Builder::new().name("mesh-reaper".into()).spawn(move || {
-            for (at, mesh) in rx {
-                std::thread::sleep((at + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+            for mesh in rx {
+                let until = Instant::now() + Duration::from_secs(1);
+                while Arc::strong_count(&mesh) > 1 && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 drop(mesh);
             }
         });
         spawned.ok().map(|_| tx)
     });
-    // (No thread: dropped here, as before.)
-    if let Some(tx) = reaper {
-        let _ = tx.send((Instant::now(), old));
+    match reaper {
+        // (Full, or no thread: freed here.)
+        Some(tx) => drop(tx.try_send(old)),
+        None => drop(old),
     }
 }
 

@@ -90,11 +90,7 @@ fn endpoint_metadata(ep: &crate::model::Endpoint, telemetry: Option<&str>) -> Op
     use istiod_proto::prost_types::{Struct, Value, value::Kind};
     let mut md = (ep.tls_mode == "istio").then(super::envoy::istio_tls_metadata);
     if let Some(mesh_cluster) = telemetry {
-        let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(mesh_cluster, String::as_str);
-        let (workload, namespace) = (&*ep.workload.0, &*ep.workload.1);
-        let (name, revision) = istiod_config::workload::canonical_service(&ep.labels, workload);
-        let revision = if revision == "latest" { "" } else { revision.as_str() };
-        let text = format!("{workload};{namespace};{name};{revision};{cluster}");
+        let text = workload_text(ep, mesh_cluster);
         let value = Value { kind: Some(Kind::StringValue(text)) };
         md.get_or_insert_with(Default::default)
             .filter_metadata
@@ -104,8 +100,8 @@ fn endpoint_metadata(ep: &crate::model::Endpoint, telemetry: Option<&str>) -> Op
 }
 
 /// `svc`'s endpoints on `port` that a cluster taking `takes` sends, those
-/// of the subset with `subset` labels when given.
-/// With each one's index in `Service::endpoints`.
+/// of the subset with `subset` labels when given, each with its index in
+/// `Service::endpoints`.
 fn taken<'s>(
     svc: &'s Service,
     port: u16,
@@ -124,6 +120,11 @@ fn taken<'s>(
 /// mesh-wide (the draining label, the telemetry cluster), so every cluster
 /// of a service sends the same bytes for it.
 fn lb_endpoint(ep: &crate::model::Endpoint, takes: Takes<'_>) -> LbEndpoint {
+    lb_endpoint_of(ep, takes, endpoint_metadata(ep, takes.telemetry))
+}
+
+/// [`lb_endpoint`] with `metadata`.
+fn lb_endpoint_of(ep: &crate::model::Endpoint, takes: Takes<'_>, metadata: Option<core::Metadata>) -> LbEndpoint {
     let health = match takes.health_of(ep) {
         Health::Healthy => core::HealthStatus::Healthy,
         Health::Draining => core::HealthStatus::Draining,
@@ -153,8 +154,89 @@ fn lb_endpoint(ep: &crate::model::Endpoint, takes: Takes<'_>) -> LbEndpoint {
         load_balancing_weight: Some(1),
         // Picks the cluster's transport socket (auto mTLS); and the
         // workload for the stats filter's labels.
-        metadata: endpoint_metadata(ep, takes.telemetry),
+        metadata,
     }
+}
+
+/// [`lb_endpoint`] encoded, byte for byte as prost encodes it, with its
+/// metadata written directly: the `tlsMode` entry is the same for every
+/// endpoint that takes mesh mTLS (encoded once), and `istio.workload` is
+/// one string. (Building and encoding the metadata's structs was most of
+/// an endpoint's cost.)
+fn encoded_lb_endpoint(ep: &crate::model::Endpoint, takes: Takes<'_>) -> bytes::Bytes {
+    use istiod_proto::prost::Message;
+    use istiod_proto::prost::encoding::{self, WireType};
+    /// The size of a length-delimited field of `len` bytes (tags under 16).
+    fn field(len: usize) -> usize {
+        1 + encoding::encoded_len_varint(len as u64) + len
+    }
+    /// Writes the key and length of such a field.
+    fn head(tag: u32, len: usize, out: &mut Vec<u8>) {
+        encoding::encode_key(tag, WireType::LengthDelimited, out);
+        encoding::encode_varint(len as u64, out);
+    }
+    // Metadata.filter_metadata["envoy.transport_socket_match"] =
+    // {tlsMode: "istio"}, as its map entry.
+    static TLS_MODE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let tls_mode = TLS_MODE.get_or_init(|| {
+        let md = super::envoy::istio_tls_metadata();
+        let mut out = Vec::new();
+        encoding::btree_map::encode(
+            encoding::string::encode,
+            encoding::string::encoded_len,
+            encoding::message::encode,
+            encoding::message::encoded_len,
+            1,
+            &md.filter_metadata,
+            &mut out,
+        );
+        out
+    });
+    let tls = ep.tls_mode == "istio";
+    // filter_metadata["istio"] = {workload: <text>}: the entry's nested
+    // sizes, innermost first (Value.string_value 3; the Struct's fields
+    // entry; the Struct; the metadata's entry).
+    let text = takes.telemetry.map(|cluster| workload_text(ep, cluster));
+    let sizes = text.as_ref().map(|t| {
+        let value = field(t.len());
+        let fields_entry = field("workload".len()) + field(value);
+        let structure = field(fields_entry);
+        let entry = field("istio".len()) + field(structure);
+        (value, fields_entry, structure, entry)
+    });
+    let metadata = if tls { tls_mode.len() } else { 0 } + sizes.map_or(0, |s| field(s.3));
+    let bare = lb_endpoint_of(ep, takes, None);
+    // (prost encodes fields in tag order: the endpoint 1, health 2,
+    // metadata 3, weight 4.)
+    let mut out = Vec::with_capacity(bare.encoded_len() + field(metadata));
+    if let Some(lb_endpoint::HostIdentifier::Endpoint(e)) = &bare.host_identifier {
+        encoding::message::encode(1, e, &mut out);
+    }
+    if bare.health_status != 0 {
+        encoding::int32::encode(2, &bare.health_status, &mut out);
+    }
+    if metadata > 0 {
+        head(3, metadata, &mut out);
+        if tls {
+            out.extend_from_slice(tls_mode);
+        }
+        if let (Some(text), Some((value, fields_entry, structure, entry))) = (&text, sizes) {
+            head(1, entry, &mut out);
+            head(1, "istio".len(), &mut out);
+            out.extend_from_slice(b"istio");
+            head(2, structure, &mut out);
+            head(1, fields_entry, &mut out);
+            head(1, "workload".len(), &mut out);
+            out.extend_from_slice(b"workload");
+            head(2, value, &mut out);
+            head(3, text.len(), &mut out);
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+    if let Some(w) = &bare.load_balancing_weight {
+        encoding::message::encode(4, w, &mut out);
+    }
+    out.into()
 }
 
 /// Each endpoint of one service encoded once (by its index in
@@ -174,13 +256,12 @@ pub(crate) fn encoded_load_assignment(
     takes: Takes<'_>,
     memo: &mut Encoded,
 ) -> bytes::Bytes {
-    use istiod_proto::prost::Message;
     use istiod_proto::prost::encoding::{self, WireType};
     memo.0.resize(svc.endpoints.len(), None);
     let mut by_locality: BTreeMap<&Locality, Vec<usize>> = BTreeMap::new();
     for (i, ep) in taken(svc, port, subset, takes) {
         if memo.0[i].is_none() {
-            memo.0[i] = Some(lb_endpoint(ep, takes).encode_to_vec().into());
+            memo.0[i] = Some(encoded_lb_endpoint(ep, takes));
         }
         by_locality.entry(&ep.locality).or_default().push(i);
     }
@@ -211,6 +292,17 @@ pub(crate) fn encoded_load_assignment(
         encoding::message::encode(3, &weight, &mut out);
     }
     out.into()
+}
+
+/// An endpoint's `istio.workload` metadata: `<workload>;<namespace>;
+/// <canonical service>;<canonical revision, empty for latest>;<cluster>`
+/// (`mesh_cluster` unless the endpoint's labels name its own).
+fn workload_text(ep: &crate::model::Endpoint, mesh_cluster: &str) -> String {
+    let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(mesh_cluster, String::as_str);
+    let (workload, namespace) = (&*ep.workload.0, &*ep.workload.1);
+    let (name, revision) = istiod_config::workload::canonical_service(&ep.labels, workload);
+    let revision = if revision == "latest" { "" } else { revision.as_str() };
+    format!("{workload};{namespace};{name};{revision};{cluster}")
 }
 
 /// The load assignment of `cluster`: `svc`'s endpoints on `port` that it

@@ -273,8 +273,9 @@ fn load_assignments_assembled_from_encoded_endpoints_are_prosts_bytes() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let objects = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let telemetry = MeshSettings { telemetry_labels: (true, true), draining_label: "drain".into(), ..mesh(true, true) };
+    let without = MeshSettings { telemetry_labels: (false, true), ..mesh(false, false) };
     let mut compared = 0;
-    for settings in [MeshSettings::default(), telemetry, mesh(false, false)] {
+    for settings in [MeshSettings::default(), telemetry, without] {
         let settings = std::sync::Arc::new(settings);
         let bookinfo = Model::build_in(&objects, "cluster.local", settings.clone());
         let example = model(&dr(0), "", (*settings).clone());

@@ -686,6 +686,25 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     assert!(!crate::update::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
 }
 
+/// Adds the objects of manifests `yaml` (Services, Pods, EndpointSlices,
+/// Istio config) to `o`; returns their references, as a source names them.
+fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<istiod_config::manifest::ObjectRef> {
+    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    let mut refs = Vec::new();
+    for doc in parse_file(yaml).docs {
+        let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
+        refs.push(ObjectRef::of(&obj));
+        match obj {
+            Object::Service(s) => o.services.push(s),
+            Object::Pod(p) => o.pods.push(p),
+            Object::EndpointSlice(s) => o.endpoint_slices.push(s),
+            Object::Istio(x) => o.istio.push(x),
+            other => panic!("{other:?}"),
+        }
+    }
+    refs
+}
+
 /// The service fast path (`MeshInput::with_services`) serves what a full
 /// rebuild serves when Services and ServiceEntries come, go or change
 /// shape: an HTTP port added to reviews (a new port listener and route
@@ -695,24 +714,11 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
 /// Kubernetes Service of the same name (the Service wins, as in istiod).
 #[test]
 fn a_service_change_updated_in_place_equals_a_rebuild() {
-    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
-        let mut refs = Vec::new();
-        for doc in parse_file(yaml).docs {
-            let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
-            refs.push(ObjectRef::of(&obj));
-            match obj {
-                Object::Service(s) => o.services.push(s),
-                Object::Istio(x) => o.istio.push(x),
-                other => panic!("{other:?}"),
-            }
-        }
-        refs
-    }
     fn service<'a>(o: &'a mut istiod_config::objects::Objects, name: &str) -> &'a mut istiod_config::objects::Service {
         o.services.iter_mut().find(|s| s.metadata.name == name).unwrap()
     }
@@ -1186,26 +1192,11 @@ fn a_sidecar_change_updated_in_place_equals_a_rebuild() {
 /// Node) rebuilds.
 #[test]
 fn a_mixed_change_updated_in_place_equals_a_rebuild() {
-    use istiod_config::manifest::{Object, ObjectRef, parse_file};
+    use istiod_config::manifest::{Object, ObjectRef};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
     let settings = Arc::new(crate::meshconfig::MeshSettings::default());
     let old = crate::update::build(&before, "cluster.local", &settings);
-    fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<ObjectRef> {
-        let mut refs = Vec::new();
-        for doc in parse_file(yaml).docs {
-            let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
-            refs.push(ObjectRef::of(&obj));
-            match obj {
-                Object::Service(s) => o.services.push(s),
-                Object::Pod(p) => o.pods.push(p),
-                Object::EndpointSlice(s) => o.endpoint_slices.push(s),
-                Object::Istio(x) => o.istio.push(x),
-                other => panic!("{other:?}"),
-            }
-        }
-        refs
-    }
     fn istio(o: &istiod_config::objects::Objects, kind: &str, name: &str) -> usize {
         o.istio.iter().position(|x| x.meta.name == name && x.kind().name() == kind).unwrap()
     }

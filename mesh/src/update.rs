@@ -321,17 +321,8 @@ impl MeshInput {
 /// `new`: only in the namespaces whose PeerAuthentications changed, or
 /// everywhere when the root namespace's did.
 fn mtls_moved(old: &Model, new: &Model) -> Vec<Arc<str>> {
-    use std::collections::BTreeMap;
-    fn peer(m: &Model) -> BTreeMap<&str, Vec<&istiod_config::istio::IstioObject>> {
-        let mut by_ns: BTreeMap<&str, Vec<_>> = BTreeMap::new();
-        for o in m.security.iter().filter(|o| o.kind().name() == "PeerAuthentication") {
-            by_ns.entry(o.meta.ns()).or_default().push(o);
-        }
-        by_ns
-    }
-    let (a, b) = (peer(old), peer(new));
-    let moved: std::collections::BTreeSet<&str> =
-        a.keys().chain(b.keys()).filter(|ns| a.get(*ns) != b.get(*ns)).copied().collect();
+    let peer = |o: &&istiod_config::istio::IstioObject| o.kind().name() == "PeerAuthentication";
+    let moved = deps::changed_namespaces(old.security.iter().filter(peer), new.security.iter().filter(peer));
     let everywhere = moved.contains(new.mesh.root_namespace.as_str());
     let mode = |m: &Model, s: &crate::model::Service| {
         s.ports.iter().map(|p| crate::translate::authn::service_mtls_mode(m, s, p.port)).collect::<Vec<_>>()

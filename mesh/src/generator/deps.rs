@@ -156,7 +156,7 @@ impl Changes {
 }
 
 /// Objects of a list sorted by (namespace, name), grouped by namespace.
-fn by_namespace(list: &[IstioObject]) -> BTreeMap<&str, Vec<&IstioObject>> {
+fn by_namespace<'a>(list: impl IntoIterator<Item = &'a IstioObject>) -> BTreeMap<&'a str, Vec<&'a IstioObject>> {
     let mut out: BTreeMap<&str, Vec<&IstioObject>> = BTreeMap::new();
     for o in list {
         out.entry(o.meta.ns()).or_default().push(o);
@@ -164,14 +164,21 @@ fn by_namespace(list: &[IstioObject]) -> BTreeMap<&str, Vec<&IstioObject>> {
     out
 }
 
+/// The namespaces whose objects differ between the lists `old` and `new`
+/// (each sorted by namespace and name).
+pub(crate) fn changed_namespaces<'a>(
+    old: impl IntoIterator<Item = &'a IstioObject>,
+    new: impl IntoIterator<Item = &'a IstioObject>,
+) -> std::collections::BTreeSet<&'a str> {
+    let (a, b) = (by_namespace(old), by_namespace(new));
+    a.keys().chain(b.keys()).filter(|ns| a.get(*ns) != b.get(*ns)).copied().collect()
+}
+
 /// Records `dep` changed in every namespace whose objects differ between
 /// `old` and `new`.
 pub(crate) fn touch_lists(changes: &mut Changes, dep: Dep, old: &[IstioObject], new: &[IstioObject], root: &str) {
-    let (a, b) = (by_namespace(old), by_namespace(new));
-    for ns in a.keys().chain(b.keys()) {
-        if a.get(ns) != b.get(ns) {
-            changes.touch(dep, ns, root);
-        }
+    for ns in changed_namespaces(old, new) {
+        changes.touch(dep, ns, root);
     }
 }
 

@@ -155,6 +155,11 @@ fn count(exe: &Path, out_dir: &Path, name: &str) -> Result<u64, String> {
         .arg("--quiet")
         .arg(exe)
         .args(["--case", name])
+        // jemalloc (the server's allocator, `benches/support`) without its
+        // heap sampling: a sample's backtrace (~37,000 instructions) lands
+        // in a case's count or not by chance, as allocations before it
+        // move with any change.
+        .env("_RJEM_MALLOC_CONF", "prof_active:false")
         .status()
         .map_err(|e| format!("valgrind: {e} (Debian's valgrind package)"))?;
     if !status.success() {
@@ -233,7 +238,7 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
         let mut all: BTreeMap<String, u64> =
             baseline.iter().filter(|(b, _)| !stale.contains(b)).map(|(b, n)| (b.clone(), *n)).collect();
         all.extend(counts);
-        let header = "Instructions each case of bench/benches/icount.rs counts under valgrind's callgrind\n(release build, the system allocator). scripts/icount fails when one counts more than\n10% over its line, or a case and a line do not match; scripts/icount --update rewrites\nthis file.";
+        let header = "Instructions each case of bench/benches/icount.rs counts under valgrind's callgrind\n(release build, jemalloc without heap sampling). scripts/icount fails when one counts more than\n10% over its line, or a case and a line do not match; scripts/icount --update rewrites\nthis file.";
         std::fs::write(&path, icount::render(header, &all)).map_err(|e| e.to_string())?;
         println!("wrote {}", path.display());
         return Ok(ExitCode::SUCCESS);

@@ -29,7 +29,12 @@ pub fn workload_name(pod: &Pod) -> String {
                     if let Some(h) = label(hash)
                         && r.name.ends_with(h.as_str())
                     {
-                        name = r.name.strip_suffix(&format!("-{h}")).unwrap_or(&r.name).to_owned();
+                        name = r
+                            .name
+                            .strip_suffix(h.as_str())
+                            .and_then(|n| n.strip_suffix('-'))
+                            .unwrap_or(&r.name)
+                            .to_owned();
                         break;
                     }
                 }
@@ -56,10 +61,16 @@ pub fn workload_name(pod: &Pod) -> String {
 
 /// The canonical service name and revision (`kubelabels.CanonicalService`).
 pub fn canonical_service(labels: &BTreeMap<String, String>, workload: &str) -> (String, String) {
-    let first = |keys: &[&str]| keys.iter().find_map(|k| labels.get(*k).cloned());
+    let (name, rev) = canonical_service_of(labels, workload);
+    (name.to_owned(), rev.to_owned())
+}
+
+/// [`canonical_service`], borrowed.
+pub fn canonical_service_of<'a>(labels: &'a BTreeMap<String, String>, workload: &'a str) -> (&'a str, &'a str) {
+    let first = |keys: &[&str]| keys.iter().find_map(|k| labels.get(*k).map(String::as_str));
     let name = first(&["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"]);
     let rev = first(&["service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"]);
-    (name.unwrap_or_else(|| workload.to_owned()), rev.unwrap_or_else(|| "latest".into()))
+    (name.unwrap_or(workload), rev.unwrap_or("latest"))
 }
 
 /// A WorkloadEntry's workload name (`WorkloadNameFromWorkloadEntry`): its

@@ -543,17 +543,18 @@ pub fn vs_export(vs: &networking::VirtualService, ns: &str) -> Option<Vec<String
 /// The VirtualServices of `routing` bound to the mesh, in istiod's order
 /// (`sortConfigByCreationTime`: creation time, name, namespace).
 fn mesh_order(routing: &imbl::Vector<IstioObject>) -> Vec<usize> {
-    let mut order: Vec<usize> = routing
+    // (Each key borrowed once: cloning three strings per comparison, and
+    // indexing the persistent vector, was most of a full rebuild's sort.)
+    type Key<'a> = (Option<&'a str>, &'a str, &'a str);
+    let mut keyed: Vec<(Key<'_>, usize)> = routing
         .iter()
         .enumerate()
         .filter(|(_, o)| matches!(&o.spec, IstioSpec::VirtualService(vs) if for_mesh(vs, o.meta.ns())))
-        .map(|(i, _)| i)
+        .map(|(i, o)| ((o.meta.creation_timestamp.as_deref(), o.meta.name.as_str(), o.meta.ns()), i))
         .collect();
-    order.sort_by(|&a, &b| {
-        let key = |o: &IstioObject| (o.meta.creation_timestamp.clone(), o.meta.name.clone(), o.meta.ns().to_owned());
-        key(&routing[a]).cmp(&key(&routing[b]))
-    });
-    order
+    // (Stable: equal keys keep the objects' order, as before.)
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 impl Model {
@@ -710,7 +711,12 @@ impl Model {
         if host.is_empty() || host == "*" || host.contains('.') || host.parse::<std::net::IpAddr>().is_ok() {
             return host.to_owned();
         }
-        format!("{host}.{ns}.svc.{}", self.domain)
+        // (One allocation of the right size; `format!` grew its string.)
+        let mut full = String::with_capacity(host.len() + ns.len() + self.domain.len() + 6);
+        for part in [host, ".", ns, ".svc.", &self.domain] {
+            full.push_str(part);
+        }
+        full
     }
 }
 

@@ -80,7 +80,7 @@ impl ClusterForms {
     /// settings alone is found by the DestinationRules' generation.)
     pub fn digest(&self, kind: Kind) -> Bytes {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::digester();
         for f in &self.forms {
             (&f.rule, f.selection).hash(&mut h);
             match kind {

@@ -300,9 +300,19 @@ pub(crate) fn encoded_load_assignment(
 fn workload_text(ep: &crate::model::Endpoint, mesh_cluster: &str) -> String {
     let cluster = ep.labels.get(crate::model::network::CLUSTER_LABEL).map_or(mesh_cluster, String::as_str);
     let (workload, namespace) = (&*ep.workload.0, &*ep.workload.1);
-    let (name, revision) = istiod_config::workload::canonical_service(&ep.labels, workload);
-    let revision = if revision == "latest" { "" } else { revision.as_str() };
-    format!("{workload};{namespace};{name};{revision};{cluster}")
+    let (name, revision) = istiod_config::workload::canonical_service_of(&ep.labels, workload);
+    let revision = if revision == "latest" { "" } else { revision };
+    // (Written into one allocation of the right size: `format!` grew its
+    // string several times, a twentieth of a full rebuild.)
+    let parts = [workload, namespace, name, revision, cluster];
+    let mut text = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            text.push(';');
+        }
+        text.push_str(p);
+    }
+    text
 }
 
 /// The load assignment of `cluster`: `svc`'s endpoints on `port` that it

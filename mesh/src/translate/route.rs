@@ -152,7 +152,7 @@ impl ServiceRoutes {
     pub fn new(model: &Model, svc: &Service, port: u16, flavor: Flavor) -> Arc<ServiceRoutes> {
         use std::hash::{Hash, Hasher};
         let routes = routes(model, svc, port, flavor);
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::digester();
         (&svc.hostname, port, &svc.vips, svc.resolution == crate::model::Resolution::Passthrough, svc.kubernetes)
             .hash(&mut h);
         model.aliases.get(&svc.hostname).hash(&mut h);
@@ -244,7 +244,7 @@ impl RouteTable {
     /// thread compares digests to find changed route configurations).
     pub fn digest(&self) -> Bytes {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::digester();
         (&self.name, self.flavor, self.vs_digest).hash(&mut h);
         for vh in &self.hosts {
             vh.digest.hash(&mut h);

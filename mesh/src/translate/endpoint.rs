@@ -265,22 +265,35 @@ pub(crate) fn encoded_load_assignment(
         }
         by_locality.entry(&ep.locality).or_default().push(i);
     }
-    let mut out = Vec::new();
+    let bytes = |i: &usize| memo.0[*i].as_ref().expect("encoded above");
+    let groups: Vec<(core::Locality, Vec<usize>, usize)> = by_locality
+        .into_iter()
+        .map(|(l, eps)| {
+            let locality =
+                core::Locality { region: l.region.clone(), zone: l.zone.clone(), sub_zone: l.subzone.clone() };
+            let len = encoding::message::encoded_len(1, &locality)
+                + eps
+                    .iter()
+                    .map(|i| {
+                        encoding::key_len(2) + encoding::encoded_len_varint(bytes(i).len() as u64) + bytes(i).len()
+                    })
+                    .sum::<usize>()
+                + encoding::message::encoded_len(3, &(eps.len() as u32));
+            (locality, eps, len)
+        })
+        .collect();
+    // (Written into one allocation of the right size, not grown.)
+    let field = |len: usize| encoding::key_len(1) + encoding::encoded_len_varint(len as u64) + len;
+    let total = if cluster.is_empty() { 0 } else { field(cluster.len()) }
+        + groups.iter().map(|(_, _, len)| field(*len)).sum::<usize>();
+    let mut out = Vec::with_capacity(total);
     if !cluster.is_empty() {
         encoding::encode_key(1, WireType::LengthDelimited, &mut out);
         encoding::encode_varint(cluster.len() as u64, &mut out);
         out.extend_from_slice(cluster.as_bytes());
     }
-    for (l, eps) in by_locality {
-        let locality = core::Locality { region: l.region.clone(), zone: l.zone.clone(), sub_zone: l.subzone.clone() };
+    for (locality, eps, len) in groups {
         let weight = eps.len() as u32;
-        let bytes = |i: &usize| memo.0[*i].as_ref().expect("encoded above");
-        let len = encoding::message::encoded_len(1, &locality)
-            + eps
-                .iter()
-                .map(|i| encoding::key_len(2) + encoding::encoded_len_varint(bytes(i).len() as u64) + bytes(i).len())
-                .sum::<usize>()
-            + encoding::message::encoded_len(3, &weight);
         encoding::encode_key(2, WireType::LengthDelimited, &mut out);
         encoding::encode_varint(len as u64, &mut out);
         encoding::message::encode(1, &locality, &mut out);
@@ -291,6 +304,7 @@ pub(crate) fn encoded_load_assignment(
         }
         encoding::message::encode(3, &weight, &mut out);
     }
+    debug_assert_eq!(out.len(), total);
     out.into()
 }
 

@@ -90,10 +90,27 @@ pub fn mx_cluster(labels: &[String]) -> cluster::Filter {
 /// The cluster filters of an outbound cluster: metadata exchange unless
 /// `PILOT_ENABLE_METADATA_EXCHANGE` is off.
 pub fn cluster_filters(mesh: &crate::meshconfig::MeshSettings) -> Vec<cluster::Filter> {
-    match mesh.metadata_exchange {
-        true => vec![mx_cluster(&mesh.mx_additional_labels)],
-        false => Vec::new(),
+    // (The same filter for every cluster of a mesh: built once per thread
+    // and its labels, not through JSON for each of a full rebuild's
+    // clusters, 4% of it.)
+    thread_local! {
+        static MX: std::cell::RefCell<Option<(Vec<String>, cluster::Filter)>> = const { std::cell::RefCell::new(None) };
     }
+    if !mesh.metadata_exchange {
+        return Vec::new();
+    }
+    let labels = &mesh.mx_additional_labels;
+    MX.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        match &*memo {
+            Some((l, f)) if l == labels => vec![f.clone()],
+            _ => {
+                let f = mx_cluster(labels);
+                *memo = Some((labels.clone(), f.clone()));
+                vec![f]
+            }
+        }
+    })
 }
 
 /// `SidecarInboundMetadataFilter` / `SidecarOutboundMetadataFilter`:

@@ -488,3 +488,21 @@ fn upstream_connection_pool_settings() {
         }
     }
 }
+
+/// Auto mTLS's socket, its common context encoded once and its SNI
+/// appended, is byte for byte the socket built and encoded whole, for
+/// each ALPN (the memo keeps one per ALPN) and a one- and two-byte SNI
+/// length.
+#[test]
+fn istio_mutual_socket_is_the_socket_built_whole() {
+    let istio = ClientTlsSettings { mode: ClientTlsMode::IstioMutual, ..ClientTlsSettings::default() };
+    let long = format!("outbound_.8080_._.{}.svc.cluster.local", "x".repeat(300));
+    for alpn in [istio_alpn(true, true), istio_alpn(false, true), istio_alpn(false, false), &[][..]] {
+        for sni in ["outbound_.9080_.v1_.reviews.default.svc.cluster.local", long.as_str(), ""] {
+            // The first from scratch, the second from the memo.
+            for _ in 0..2 {
+                assert_eq!(istio_mutual_socket(sni, alpn), transport_socket(&istio, sni, alpn), "{sni} {alpn:?}");
+            }
+        }
+    }
+}

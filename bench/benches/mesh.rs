@@ -51,6 +51,23 @@ fn build(c: &mut Criterion) {
             });
         });
     }
+    // The same on one thread: a full translation builds its clusters on
+    // as many threads as the machine has (at most four).
+    let mut setup = None;
+    g.bench_function("build+diff/large/one_thread", |b| {
+        let (objs, prev) = setup.get_or_insert_with(|| {
+            let objs = objects("large");
+            let prev = update::build(&objs, "cluster.local", &settings);
+            (objs, prev)
+        });
+        istiod_mesh::model::set_rebuild_threads(1);
+        b.iter_with_large_drop(|| {
+            let next = update::build(objs, "cluster.local", &settings);
+            let n = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len();
+            (next, n)
+        });
+        istiod_mesh::model::set_rebuild_threads(0);
+    });
     g.finish();
 }
 

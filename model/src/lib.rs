@@ -22,6 +22,8 @@ pub use istiod_config::extensions;
 pub use istiod_config::gateway_merge as gateway;
 pub use istiod_config::ingress;
 pub mod network;
+mod parallel;
+pub use parallel::{MAX_THREADS, par_map, set_rebuild_threads};
 pub mod report;
 pub mod telemetry;
 
@@ -940,7 +942,9 @@ impl Model {
         let workloads = Workloads::all(objs);
         let slices = slices_by_service(objs);
         let entries_by_ns = workload_entries_by_namespace(objs);
-        for svc in &objs.services {
+        // (Each Service on its own: built on several threads.)
+        let services: Vec<&KubeService> = objs.services.iter().collect();
+        let built = par_map(&services, |svc| {
             let key = (svc.metadata.ns(), svc.metadata.name.as_str());
             let dual_stack = model.mesh.dual_stack;
             let mut s = service(svc, domain, slices.get(&key).map_or(&[][..], Vec::as_slice), &workloads, dual_stack);
@@ -948,12 +952,14 @@ impl Model {
                 let none = Vec::new();
                 select_workload_entries(&mut s, svc, entries_by_ns.get(svc.metadata.ns()).unwrap_or(&none));
             }
-            let s = network::place(
+            network::place(
                 export_default(s, &model.mesh),
                 &model.mesh,
                 &model.namespaces,
                 &model.mesh.networks.cluster_id,
-            );
+            )
+        });
+        for s in built {
             model.services.insert(s.hostname.clone(), s);
         }
         remote_services(&mut model, objs, domain);

@@ -24,8 +24,10 @@ use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 /// Adds the gRPC listeners and route configurations of every service port.
 pub fn translate(model: &Model, t: &mut super::Translation) {
     // (ExternalName aliases have none: their concrete service serves them.)
-    for svc in model.services.values().filter(|s| !model.is_alias(&s.hostname)) {
-        add_service(model, svc, t);
+    let services: Vec<&crate::model::Service> =
+        model.services.values().filter(|s| !model.is_alias(&s.hostname)).collect();
+    for parts in crate::model::par_map(&services, |svc| service_parts(model, svc)) {
+        add_parts(parts, t);
     }
 }
 
@@ -52,6 +54,30 @@ fn names(svc: &crate::model::Service, port: u16) -> (String, String) {
 }
 
 fn add_service(model: &Model, svc: &crate::model::Service, t: &mut super::Translation) {
+    add_parts(service_parts(model, svc), t);
+}
+
+/// What one port of a service adds: its API listener (name, bytes) and
+/// its route configuration.
+struct PortParts {
+    listener: Arc<str>,
+    bytes: Bytes,
+    table: RouteTable,
+}
+
+fn add_parts(parts: Vec<PortParts>, t: &mut super::Translation) {
+    for PortParts { listener, bytes, table } in parts {
+        Arc::make_mut(&mut t.api_listeners).insert(listener.clone());
+        t.resources.insert((Kind::Listener, listener), bytes);
+        let route: Arc<str> = table.name.as_str().into();
+        t.resources.insert((Kind::Route, route.clone()), table.digest());
+        Arc::make_mut(&mut t.routes).insert(route, table);
+    }
+}
+
+/// [`PortParts`] of each of `svc`'s ports: reads only the model.
+fn service_parts(model: &Model, svc: &crate::model::Service) -> Vec<PortParts> {
+    let mut parts = Vec::with_capacity(svc.ports.len());
     for port in &svc.ports {
         let (listener_name, route_name) = names(svc, port.port);
         let manager = hcm::HttpConnectionManager {
@@ -68,14 +94,14 @@ fn add_service(model: &Model, svc: &crate::model::Service, t: &mut super::Transl
             api_listener: Some(ApiListener { api_listener: Some(any(&manager)) }),
             ..Default::default()
         };
-        let listener_name: Arc<str> = listener_name.into();
-        Arc::make_mut(&mut t.api_listeners).insert(listener_name.clone());
-        t.resources.insert((Kind::Listener, listener_name), Bytes::from(listener.encode_to_vec()));
         let hosts = vec![ServiceRoutes::new(model, svc, port.port, Flavor::Grpc)];
-        let table = RouteTable { name: route_name.clone(), flavor: Flavor::Grpc, hosts, vs_digest: 0 };
-        t.resources.insert((Kind::Route, route_name.as_str().into()), table.digest());
-        Arc::make_mut(&mut t.routes).insert(route_name.into(), table);
+        parts.push(PortParts {
+            listener: listener_name.into(),
+            bytes: Bytes::from(listener.encode_to_vec()),
+            table: RouteTable { name: route_name, flavor: Flavor::Grpc, hosts, vs_digest: 0 },
+        });
     }
+    parts
 }
 
 /// A shared (Envoy) cluster as istiod's gRPC generator would send it:

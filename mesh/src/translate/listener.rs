@@ -191,12 +191,13 @@ fn set_listener(model: &Model, address: &str, port: u16, side: &Side, t: &mut su
 /// service with an HTTP or sniffed port `port`.
 fn route_table(model: &Model, port: u16, vs_digest: u64, t: &mut super::Translation) {
     let table: Arc<str> = port.to_string().into();
-    let http: Vec<Arc<ServiceRoutes>> = model
+    let services: Vec<&crate::model::Service> = model
         .services
         .values()
         .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)) && !model.is_alias(&s.hostname))
-        .map(|s| ServiceRoutes::new(model, s, port, Flavor::Envoy))
         .collect();
+    let http: Vec<Arc<ServiceRoutes>> =
+        crate::model::par_map(&services, |s| ServiceRoutes::new(model, s, port, Flavor::Envoy));
     let routes = Arc::make_mut(&mut t.routes);
     if http.is_empty() {
         routes.remove(&table);

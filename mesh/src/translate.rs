@@ -85,18 +85,17 @@ impl Translation {
     }
 
     /// Replaces the outbound clusters of `host` with `after`.
-    fn set_service(&mut self, host: &Arc<str>, after: Vec<(Arc<str>, cluster::ClusterForms)>) {
+    fn set_service(&mut self, host: &Arc<str>, after: Vec<Outbound>) {
         for name in self.by_host.get(host).cloned().unwrap_or_default() {
-            if !after.iter().any(|(a, _)| *a == name) {
+            if !after.iter().any(|o| o.name == name) {
                 self.clusters.remove(&name);
                 self.set((Kind::Cluster, name.clone()), None);
                 self.set((Kind::Endpoint, name), None);
             }
         }
-        let names: Vec<Arc<str>> = after.iter().map(|(n, _)| n.clone()).collect();
-        for (name, forms) in after {
-            self.set((Kind::Cluster, name.clone()), Some(forms.digest(Kind::Cluster)));
-            let eds = forms.forms.iter().any(|f| f.endpoints.is_some()).then(|| forms.digest(Kind::Endpoint));
+        let names: Vec<Arc<str>> = after.iter().map(|o| o.name.clone()).collect();
+        for Outbound { name, forms, cds, eds } in after {
+            self.set((Kind::Cluster, name.clone()), Some(cds));
             self.set((Kind::Endpoint, name.clone()), eds);
             self.clusters.insert(name, forms);
         }
@@ -178,19 +177,33 @@ pub fn translate(model: &Model) -> Translation {
 }
 
 /// The outbound clusters of `host` in `model`, each in its forms.
-fn outbound(model: &Model, host: &Arc<str>) -> Vec<(Arc<str>, cluster::ClusterForms)> {
+fn outbound(model: &Model, host: &Arc<str>) -> Vec<Outbound> {
     // (An ExternalName alias has no clusters: cluster.go skips Alias.)
-    model
-        .services
-        .get(host)
-        .filter(|_| !model.is_alias(host))
-        .map(|svc| cluster::outbound_of(model, svc))
-        .unwrap_or_default()
+    let Some(svc) = model.services.get(host).filter(|_| !model.is_alias(host)) else { return Vec::new() };
+    cluster::outbound_of(model, svc)
+        .into_iter()
+        .map(|(name, forms)| Outbound {
+            cds: forms.digest(Kind::Cluster),
+            eds: forms.forms.iter().any(|f| f.endpoints.is_some()).then(|| forms.digest(Kind::Endpoint)),
+            name,
+            forms,
+        })
+        .collect()
+}
+
+/// One outbound cluster of a service, with its CDS digest and, where it
+/// is sent over EDS, its load assignment's (digested where it is built,
+/// on the build's threads).
+struct Outbound {
+    name: Arc<str>,
+    forms: cluster::ClusterForms,
+    cds: Bytes,
+    eds: Option<Bytes>,
 }
 
 /// [`outbound`] of every host, in order: most of a full translation of a
 /// large mesh, one service at a time and each independent of the others.
-fn outbound_all(model: &Model, hosts: &[&Arc<str>]) -> Vec<Vec<(Arc<str>, cluster::ClusterForms)>> {
+fn outbound_all(model: &Model, hosts: &[&Arc<str>]) -> Vec<Vec<Outbound>> {
     crate::model::par_map(hosts, |h| outbound(model, h))
 }
 

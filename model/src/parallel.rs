@@ -26,31 +26,51 @@ fn threads() -> usize {
 }
 
 /// `f` of each of `items`, in order, on up to [`set_rebuild_threads`]'s
-/// count of scoped threads (contiguous parts; this thread takes the first). For the parts
-/// of a full translation that read only the model: the result is the same
-/// whatever the split (the per-thread memos are keyed by what they hold).
+/// count of scoped threads (this one among them). The items are taken in
+/// small runs from a shared counter, so that a thread that drew costly
+/// items (the services of a namespace may cluster) does not hold up the
+/// rest; the runs are put back in order. For the parts of a full build
+/// that read only what is built: the result is the same whatever the
+/// split (the per-thread memos are keyed by what they hold).
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     // Below this many items a thread costs more than it saves.
     const LEAST_PER_THREAD: usize = 256;
     let threads = threads().min(items.len() / LEAST_PER_THREAD).max(1);
-    let f = &f;
-    let build = move |part: &[T]| part.iter().map(f).collect::<Vec<R>>();
     if threads == 1 {
-        return build(items);
+        return items.iter().map(f).collect();
     }
-    let per = items.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let rest: Vec<_> = items.chunks(per).skip(1).map(|part| s.spawn(move || build(part))).collect();
-        let mut all = build(&items[..per]);
-        for handle in rest {
+    // About sixteen runs a thread.
+    let run = items.len().div_ceil(threads * 16);
+    let runs = items.len().div_ceil(run);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done: Vec<(usize, Vec<R>)> = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= runs {
+                return done;
+            }
+            done.push((i, items[i * run..((i + 1) * run).min(items.len())].iter().map(&f).collect()));
+        }
+    };
+    let mut done = std::thread::scope(|s| {
+        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut done = work();
+        for handle in helpers {
             match handle.join() {
-                Ok(part) => all.extend(part),
+                Ok(part) => done.extend(part),
                 // As if the panic had happened on this thread.
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
-        all
-    })
+        done
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    let mut all = Vec::with_capacity(items.len());
+    for (_, part) in done {
+        all.extend(part);
+    }
+    all
 }
 
 #[cfg(test)]
@@ -64,12 +84,15 @@ mod tests {
         set_rebuild_threads(3);
         let items: Vec<u32> = (0..1000).collect();
         let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+        // (Each item takes a little while, so that the helpers, which
+        // take runs as they come, get some: at least 67 ms of work.)
         let out = par_map(&items, |i| {
             seen.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_micros(200));
             i * 2
         });
         assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
-        assert_eq!(seen.lock().unwrap().len(), 3, "three threads");
+        assert!(seen.lock().unwrap().len() > 1, "helpers took part");
         // Too few items for a second thread: all on this one.
         let here = std::thread::current().id();
         assert!(par_map(&items[..300], |_| std::thread::current().id() == here).into_iter().all(|b| b));

@@ -3,7 +3,9 @@
 //!
 //! - `snapshot/build+diff/*`: objects -> model -> shared resources ->
 //!   per-class inputs -> diff against the previous build (what the control
-//!   thread does for every change, before the debounced publish);
+//!   thread does for every change, before the debounced publish), on as
+//!   many threads as the server would use (the machine's, at most four);
+//!   `snapshot/build+diff/large/one_thread` the same on one;
 //! - `assemble/*`: a sidecar's CDS/EDS/LDS/RDS state-of-the-world response,
 //!   from a warm per-core cache and from scratch (empty cache);
 //! - `core/one_endpoint_change_1000_streams`: a serving core applying a

@@ -33,9 +33,12 @@ pub mod update;
 /// The hasher of digests that stand for encoded resources within this
 /// process (a changed digest is a changed resource): foldhash's quality
 /// variant, a 64-bit hash with full avalanche, several times faster than
-/// SipHash over the kilobytes of a cluster. Fixed seed: equal input,
-/// equal digest, on every core and across rebuilds.
+/// SipHash over the kilobytes of a cluster. Its seeds are drawn once per
+/// process (equal input, equal digest, on every thread and across
+/// rebuilds), so that no one writing a config can aim at a collision
+/// with seeds known in advance.
 pub(crate) fn digester() -> impl std::hash::Hasher {
     use std::hash::BuildHasher;
-    foldhash::quality::FixedState::with_seed(0x6973_7469_6f64_2d72).build_hasher()
+    static STATE: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    STATE.get_or_init(foldhash::quality::RandomState::default).build_hasher()
 }

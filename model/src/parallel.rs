@@ -1,6 +1,11 @@
-//! Building a full mesh on several threads: the parts of a full build
-//! (the model's services, their clusters and routes) that read only what
-//! is already built, split over scoped threads.
+//! Building a mesh on several threads: the parts of a full build (the
+//! model's Services, their clusters and routes, the copies of the Istio
+//! objects it keeps) that read only what is already built, split over
+//! scoped threads. In-place updates that rebuild a whole list of that size
+//! (a route table, 512 or more security policies or Sidecars) take them
+//! too. The threads are not pinned: for the tens of milliseconds of a
+//! large rebuild they take their share of the cores the serving executors
+//! run on.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -19,8 +24,11 @@ pub fn set_rebuild_threads(n: usize) {
 }
 
 fn threads() -> usize {
+    // (The machine's, asked once: the standard library reads the affinity
+    // mask and the cgroup's quota on every call.)
+    static MACHINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     match THREADS.load(Ordering::Relaxed) {
-        0 => std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS),
+        0 => *MACHINE.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS)),
         n => n.min(MAX_THREADS),
     }
 }
@@ -31,10 +39,14 @@ fn threads() -> usize {
 /// items (the services of a namespace may cluster) does not hold up the
 /// rest; the runs are put back in order. For the parts of a full build
 /// that read only what is built: the result is the same whatever the
-/// split (the per-thread memos are keyed by what they hold).
+/// split (the per-thread memos are keyed by what they hold, or hold what
+/// is set once at start, as the compliance policy).
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     // Below this many items a thread costs more than it saves.
     const LEAST_PER_THREAD: usize = 256;
+    if items.len() < 2 * LEAST_PER_THREAD {
+        return items.iter().map(f).collect();
+    }
     let threads = threads().min(items.len() / LEAST_PER_THREAD).max(1);
     if threads == 1 {
         return items.iter().map(f).collect();
@@ -54,7 +66,11 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
         }
     };
     let mut done = std::thread::scope(|s| {
-        let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        // A thread the system refuses (a process or cgroup limit) is done
+        // without: this one takes every run left.
+        let helpers: Vec<_> = (1..threads)
+            .map_while(|_| std::thread::Builder::new().name("mesh-build".into()).spawn_scoped(s, work).ok())
+            .collect();
         let mut done = work();
         for handle in helpers {
             match handle.join() {

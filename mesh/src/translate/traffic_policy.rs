@@ -137,29 +137,30 @@ pub(crate) fn istio_mutual_socket(sni: &str, alpn: &[&str]) -> Option<core::Tran
         static COMMON: std::cell::RefCell<Vec<(Vec<String>, Option<core::TransportSocket>)>> =
             const { std::cell::RefCell::new(Vec::new()) };
     }
-    let mut socket = COMMON.with(|memo| {
+    use core::transport_socket::ConfigType;
+    COMMON.with(|memo| {
         let mut memo = memo.borrow_mut();
-        if let Some((_, s)) = memo.iter().find(|(a, _)| a.iter().map(String::as_str).eq(alpn.iter().copied())) {
-            return s.clone();
+        let i = match memo.iter().position(|(a, _)| a.iter().map(String::as_str).eq(alpn.iter().copied())) {
+            Some(i) => i,
+            None => {
+                let istio = ClientTlsSettings { mode: ClientTlsMode::IstioMutual, ..ClientTlsSettings::default() };
+                // (No SNI: the context alone, field 1.)
+                memo.push((alpn.iter().map(|a| (*a).to_owned()).collect(), transport_socket(&istio, "", alpn)));
+                memo.len() - 1
+            }
+        };
+        let base = memo[i].1.as_ref()?;
+        let Some(ConfigType::TypedConfig(any)) = &base.config_type else { return Some(base.clone()) };
+        let mut value = Vec::with_capacity(any.value.len() + sni.len() + 6);
+        value.extend_from_slice(&any.value);
+        if !sni.is_empty() {
+            value.push(0x12);
+            prost::encoding::encode_varint(sni.len() as u64, &mut value);
+            value.extend_from_slice(sni.as_bytes());
         }
-        let istio = ClientTlsSettings { mode: ClientTlsMode::IstioMutual, ..ClientTlsSettings::default() };
-        // (No SNI: the context alone, field 1.)
-        let s = transport_socket(&istio, "", alpn);
-        memo.push((alpn.iter().map(|a| (*a).to_owned()).collect(), s.clone()));
-        s
-    });
-    if !sni.is_empty()
-        && let Some(core::TransportSocket {
-            config_type: Some(core::transport_socket::ConfigType::TypedConfig(any)),
-            ..
-        }) = socket.as_mut()
-    {
-        any.value.reserve(sni.len() + 6);
-        any.value.push(0x12);
-        prost::encoding::encode_varint(sni.len() as u64, &mut any.value);
-        any.value.extend_from_slice(sni.as_bytes());
-    }
-    socket
+        let any = istiod_proto::prost_types::Any { type_url: any.type_url.clone(), value };
+        Some(core::TransportSocket { name: base.name.clone(), config_type: Some(ConfigType::TypedConfig(any)) })
+    })
 }
 
 /// Applies `policy`'s outlier detection and TLS to `c` (its connection

@@ -34,15 +34,22 @@ fn build(c: &mut Criterion) {
     let settings = Arc::new(MeshSettings::default());
     let mut g = c.benchmark_group("snapshot");
     g.sample_size(10);
-    for scenario in ["istio-perf", "istio-perf+100ef", "large"] {
-        // Set up only when this benchmark runs (not when filtered out).
-        let mut setup = None;
-        g.bench_function(format!("build+diff/{scenario}"), |b| {
-            let (objs, prev) = setup.get_or_insert_with(|| {
+    // Each scenario on as many threads as the server would use (0: the
+    // machine's, at most four); `large` also on one. Set up only when a
+    // benchmark of the scenario runs (not when filtered out), once.
+    let mut setups = std::collections::HashMap::new();
+    for (scenario, threads) in [("istio-perf", 0), ("istio-perf+100ef", 0), ("large", 0), ("large", 1)] {
+        let id = match threads {
+            1 => format!("build+diff/{scenario}/one_thread"),
+            _ => format!("build+diff/{scenario}"),
+        };
+        g.bench_function(id, |b| {
+            let (objs, prev) = setups.entry(scenario).or_insert_with(|| {
                 let objs = objects(scenario);
                 let prev = update::build(&objs, "cluster.local", &settings);
                 (objs, prev)
             });
+            istiod_mesh::model::set_rebuild_threads(threads);
             // (The mesh built is freed outside the timing: the server frees
             // the one a change replaced on a thread of its own.)
             b.iter_with_large_drop(|| {
@@ -51,25 +58,9 @@ fn build(c: &mut Criterion) {
                     istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len();
                 (next, n)
             });
+            istiod_mesh::model::set_rebuild_threads(0);
         });
     }
-    // The same on one thread: a full translation builds its clusters on
-    // as many threads as the machine has (at most four).
-    let mut setup = None;
-    g.bench_function("build+diff/large/one_thread", |b| {
-        let (objs, prev) = setup.get_or_insert_with(|| {
-            let objs = objects("large");
-            let prev = update::build(&objs, "cluster.local", &settings);
-            (objs, prev)
-        });
-        istiod_mesh::model::set_rebuild_threads(1);
-        b.iter_with_large_drop(|| {
-            let next = update::build(objs, "cluster.local", &settings);
-            let n = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources).len();
-            (next, n)
-        });
-        istiod_mesh::model::set_rebuild_threads(0);
-    });
     g.finish();
 }
 

@@ -58,6 +58,19 @@ pub fn objects(yaml: &str) -> istiod_config::objects::Objects {
     o
 }
 
+/// Adds the objects of manifests `yaml` to `o` (every document must read
+/// as a kind the objects keep); returns their references, as a source
+/// names a change.
+pub fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<istiod_config::manifest::ObjectRef> {
+    let mut refs = Vec::new();
+    for doc in istiod_config::manifest::parse_file(yaml).docs {
+        let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).expect("an object");
+        refs.push(istiod_config::manifest::ObjectRef::of(&obj));
+        assert!(o.push(obj), "a kind the objects do not keep: {refs:?}");
+    }
+    refs
+}
+
 /// A snapshot serving `model`, as the control thread publishes it: the
 /// translation's resources in the engine's model, and the mesh input.
 pub fn snapshot(model: &Arc<Model>) -> Snapshot<MeshInput> {

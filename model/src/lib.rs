@@ -713,12 +713,9 @@ impl Model {
         if host.is_empty() || host == "*" || host.contains('.') || host.parse::<std::net::IpAddr>().is_ok() {
             return host.to_owned();
         }
-        // (One allocation of the right size; `format!` grew its string.)
-        let mut full = String::with_capacity(host.len() + ns.len() + self.domain.len() + 6);
-        for part in [host, ".", ns, ".svc.", &self.domain] {
-            full.push_str(part);
-        }
-        full
+        // (`concat` sizes its one allocation first; `format!` grew its
+        // string.)
+        [host, ".", ns, ".svc.", &self.domain].concat()
     }
 }
 

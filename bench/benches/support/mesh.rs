@@ -384,7 +384,6 @@ pub(crate) fn readdress_service(o: &mut Objects) -> istiod_config::manifest::Obj
 /// EndpointSlice, a DestinationRule with two subsets and a VirtualService
 /// splitting between them, in the first namespace.
 pub(crate) fn install_app(o: &mut Objects) -> Vec<istiod_config::manifest::ObjectRef> {
-    use istiod_config::manifest::{Object, ObjectRef, parse_file};
     use std::fmt::Write;
     let ns = o.services.first().expect("a Service").metadata.ns().to_owned();
     let mut yaml = format!(
@@ -416,17 +415,5 @@ pub(crate) fn install_app(o: &mut Objects) -> Vec<istiod_config::manifest::Objec
          spec: {{hosts: [helm-app], http: [{{route: [{{destination: {{host: helm-app, subset: v1}}, weight: 90}}, \
          {{destination: {{host: helm-app, subset: v2}}, weight: 10}}]}}]}}\n"
     );
-    let mut refs = Vec::new();
-    for doc in parse_file(&yaml).docs {
-        let obj = doc.expect("the app's objects parse").expect("an object");
-        refs.push(ObjectRef::of(&obj));
-        match obj {
-            Object::Service(s) => o.services.push(s),
-            Object::Pod(p) => o.pods.push(p),
-            Object::EndpointSlice(s) => o.endpoint_slices.push(s),
-            Object::Istio(x) => o.istio.push(x),
-            other => panic!("not the app's: {other:?}"),
-        }
-    }
-    refs
+    istiod_mesh::testing::add(o, &yaml)
 }

@@ -11,6 +11,7 @@ use istiod_proto::envoy::config::route::v3 as route;
 
 use super::*;
 use crate::model::Protocol;
+use crate::testing::add;
 use crate::translate::authn::{mtls_mode, service_mtls_mode};
 use crate::translate::inbound::InboundPort;
 
@@ -684,25 +685,6 @@ fn an_endpoint_change_updated_in_place_equals_a_rebuild() {
     let other = before.clone();
     assert!(!crate::update::update(Some(&old), &other, Some(&refs), "cluster.local", &settings, &Arc::default()).1);
     assert!(!crate::update::update(Some(&old), &before, None, "cluster.local", &settings, &Arc::default()).1);
-}
-
-/// Adds the objects of manifests `yaml` (Services, Pods, EndpointSlices,
-/// Istio config) to `o`; returns their references, as a source names them.
-fn add(o: &mut istiod_config::objects::Objects, yaml: &str) -> Vec<istiod_config::manifest::ObjectRef> {
-    use istiod_config::manifest::{Object, ObjectRef, parse_file};
-    let mut refs = Vec::new();
-    for doc in parse_file(yaml).docs {
-        let obj = doc.unwrap_or_else(|e| panic!("{e:?}")).unwrap();
-        refs.push(ObjectRef::of(&obj));
-        match obj {
-            Object::Service(s) => o.services.push(s),
-            Object::Pod(p) => o.pods.push(p),
-            Object::EndpointSlice(s) => o.endpoint_slices.push(s),
-            Object::Istio(x) => o.istio.push(x),
-            other => panic!("{other:?}"),
-        }
-    }
-    refs
 }
 
 /// The service fast path (`MeshInput::with_services`) serves what a full

@@ -299,6 +299,76 @@ pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
     FileDocs { docs, syntax_error }
 }
 
+/// Whether `line` is a document start marker: `---` alone or followed by
+/// a blank (YAML's `c-directives-end`, at the start of a line).
+fn is_marker(line: &str) -> bool {
+    line.strip_prefix("---").is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+}
+
+/// `text` cut into the texts of its documents, one per document the parser
+/// reads, where the cut can be made at marker lines alone: a `---` at the
+/// start of a line starts a document wherever it stands (YAML forbids it
+/// inside a scalar), and what comes before the first one is a document
+/// unless it is blank or comments. `None` where the cut would need more
+/// than that: directives (`%`), document end markers (`...`), a byte
+/// order mark. Each text keeps its marker line, so it reads alone as it
+/// reads in the file (see [`parse_split`]).
+pub fn split_documents(text: &str) -> Option<Vec<&str>> {
+    if text.starts_with('\u{feff}') {
+        return None;
+    }
+    let mut pieces = Vec::new();
+    let (mut start, mut offset) = (0, 0);
+    for line in text.split_inclusive('\n') {
+        if line.starts_with('%') || line.strip_prefix("...").is_some_and(|r| r.trim().is_empty()) {
+            return None;
+        }
+        if is_marker(line) && offset > 0 {
+            pieces.push(&text[start..offset]);
+            start = offset;
+        }
+        offset += line.len();
+    }
+    pieces.push(&text[start..]);
+    // Blank or comments before the first marker: no document (a file of
+    // nothing else reads as one empty document).
+    let blank = |t: &str| t.lines().all(|l| matches!(l.trim_start().as_bytes().first(), None | Some(b'#')));
+    if pieces.len() > 1 && !is_marker(pieces[0]) && blank(pieces[0]) {
+        pieces.remove(0);
+    }
+    Some(pieces)
+}
+
+/// [`parse_file_limited`] of the file whose documents' texts `pieces` are
+/// ([`split_documents`]), one document at a time: a document `known` gives
+/// (by its index and text) is taken as it is and not parsed. `None` where
+/// the file must be read whole to read as it does: a document that does
+/// not read alone as exactly one (a syntax error, whose line would be
+/// counted from the document, or a marker inside a flow collection), or
+/// more documents than `max_documents`.
+pub fn parse_split(
+    pieces: &[&str],
+    max_documents: usize,
+    mut known: impl FnMut(usize, &str) -> Option<Option<Object>>,
+) -> Option<FileDocs> {
+    if pieces.len() > max_documents {
+        return None;
+    }
+    let mut docs = Vec::with_capacity(pieces.len());
+    for (index, piece) in pieces.iter().enumerate() {
+        if let Some(doc) = known(index, piece) {
+            docs.push(Ok(doc));
+            continue;
+        }
+        let mut read = parse_file_limited(piece, 2);
+        if read.syntax_error.is_some() || read.docs.len() != 1 {
+            return None;
+        }
+        docs.push(read.docs.pop()?);
+    }
+    Some(FileDocs { docs, syntax_error: None })
+}
+
 /// The byte offset of the last `---` marker line up to `line` (from 1,
 /// that line included: `--- [[[…`): where the document holding it starts,
 /// or 0.
@@ -309,7 +379,7 @@ fn document_start(text: &str, line: usize) -> usize {
         if n + 1 > line {
             break;
         }
-        if (l.starts_with("---") && l[3..].starts_with([' ', '\t', '\r', '\n'])) || l == "---" {
+        if is_marker(l) {
             start = offset;
         }
         offset += l.len();

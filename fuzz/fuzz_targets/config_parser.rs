@@ -1,6 +1,7 @@
 //! Fuzz target: the --configDir parser (multi-document YAML/JSON into typed
-//! objects) on arbitrary text: errors, never panics. What it reads is then
-//! built into a model (the Gateway API translated into Istio objects) and a
+//! objects) on arbitrary text: errors, never panics, and the same documents
+//! whether the file is read whole or a document at a time. What it reads is
+//! then built into a model (the Gateway API translated into Istio objects) and a
 //! router's listeners and routes: never a panic either. The text is also
 //! read as mesh networks, each line as an RFC 3339 time (WorkloadEntry
 //! annotations), and the model's services give a name table.
@@ -12,6 +13,15 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         // A syntax error ends the file: no document is reported after it.
         if let Some((index, _)) = parsed.syntax_error {
             assert_eq!(index, parsed.docs.len());
+        }
+        // Read a document at a time (what --configDir does when a file
+        // changes), the file reads as it reads whole.
+        if let Some(pieces) = istiod_config::manifest::split_documents(text) {
+            let max = istiod_config::manifest::DEFAULT_MAX_DOCUMENTS;
+            if let Some(read) = istiod_config::manifest::parse_split(&pieces, max, |_, _| None) {
+                assert!(parsed.syntax_error.is_none(), "{text:?}");
+                assert_eq!(read.docs, parsed.docs, "{text:?}");
+            }
         }
         let mut objects = istiod_config::objects::Objects::default();
         for doc in parsed.docs.into_iter().flatten().flatten() {

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use istiod_config::manifest::{DEFAULT_MAX_DOCUMENTS, FileDocs, Object, ObjectRef, parse_file_limited};
+use istiod_config::manifest::{
+    DEFAULT_MAX_DOCUMENTS, FileDocs, Object, ObjectRef, parse_file_limited, parse_split, split_documents,
+};
 use istiod_config::objects::Objects;
 
 /// A document that could not be used.
@@ -192,6 +194,11 @@ pub struct ConfigDir {
     /// Each file's last parse: a reload re-reads only the files that
     /// changed, and re-parses only those whose text changed.
     parsed: std::collections::HashMap<PathBuf, Parsed>,
+    /// Hashes documents' texts (keys drawn per process: a file cannot be
+    /// written to make two documents' hashes meet).
+    hasher: std::hash::RandomState,
+    /// Documents parsed so far (not those taken unchanged).
+    documents_parsed: std::cell::Cell<u64>,
 }
 
 /// A file's parse, with what tells whether it still holds.
@@ -208,6 +215,11 @@ struct Parsed {
     /// The documents it rejected, reported again on every read while the
     /// file stays as it is.
     errors: Vec<DocError>,
+    /// The index of each document that was read (not rejected) by the hash
+    /// of its text, where the file could be read a document at a time: a
+    /// document whose text comes again is taken from the documents in force
+    /// instead of parsed (an edit of one document of a hundred parses one).
+    docs: std::collections::HashMap<u64, usize>,
 }
 
 /// What reading a file found.
@@ -233,6 +245,8 @@ impl ConfigDir {
             limits: Limits::default(),
             last_good: BTreeMap::new(),
             parsed: std::collections::HashMap::new(),
+            hasher: std::hash::RandomState::new(),
+            documents_parsed: std::cell::Cell::new(0),
         }
     }
 
@@ -270,10 +284,10 @@ impl ConfigDir {
             }
             return Ok(Read::Unchanged);
         }
-        let docs = parse_file_limited(&text, self.limits.max_documents);
+        let (docs, by_text) = self.parse_documents(file, &text);
         match before.filter(|_| before == after) {
             Some(st) => {
-                let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new() };
+                let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new(), docs: by_text };
                 self.parsed.insert(file.to_owned(), parsed);
             }
             None => {
@@ -281,6 +295,41 @@ impl ConfigDir {
             }
         }
         Ok(Read::Fresh(docs))
+    }
+
+    /// `text`'s documents, a document at a time where the file can be read
+    /// so: one whose text was read from `file` last time is taken from the
+    /// documents in force. With the read documents' indexes by the hash of
+    /// their text (empty where the file was read whole).
+    fn parse_documents(&self, file: &Path, text: &str) -> (FileDocs, std::collections::HashMap<u64, usize>) {
+        use std::hash::BuildHasher as _;
+        let whole = || {
+            let docs = parse_file_limited(text, self.limits.max_documents);
+            self.documents_parsed.set(self.documents_parsed.get() + docs.docs.len() as u64);
+            (docs, Default::default())
+        };
+        let Some(pieces) = split_documents(text).filter(|p| p.len() > 1) else { return whole() };
+        let hashes: Vec<u64> = pieces.iter().map(|p| self.hasher.hash_one(p)).collect();
+        let before = self.parsed.get(file).map(|p| &p.docs);
+        let in_force = self.last_good.get(file);
+        let known = |index: usize, _: &str| {
+            let Some(old) = before.and_then(|b| b.get(&hashes[index])) else {
+                self.documents_parsed.set(self.documents_parsed.get() + 1);
+                return None;
+            };
+            // Read last time, so what is in force at its index is what it
+            // read (nothing for an empty document).
+            Some(in_force.and_then(|m| m.get(old)).cloned())
+        };
+        let Some(docs) = parse_split(&pieces, self.limits.max_documents, known) else { return whole() };
+        let by_text = hashes.iter().enumerate().filter(|(i, _)| docs.docs[*i].is_ok()).map(|(i, h)| (*h, i)).collect();
+        (docs, by_text)
+    }
+
+    /// Documents parsed so far: a document whose text was read before is
+    /// not parsed again.
+    pub fn documents_parsed(&self) -> u64 {
+        self.documents_parsed.get()
     }
 
     /// Reads the directory again and returns what is in force.

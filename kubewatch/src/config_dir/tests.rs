@@ -345,3 +345,66 @@ fn edits_to_kinds_not_read_name_no_object() {
     assert_eq!(l.changed.len(), 1, "{:?}", l.changed);
     assert_eq!(l.changed[0].kind, "ConfigMap");
 }
+
+/// An edit of one document of many parses that one (issue #40: a file of a
+/// hundred Pods, one scaled away, re-parsed all of them): the others are
+/// taken from what is in force by their text, wherever they moved, and
+/// what is read is what a reading of the whole file gives.
+#[test]
+fn an_edit_parses_only_the_documents_it_changed() {
+    let svc = |name: &str, port: i32| SVC.replace("name: a", &format!("name: {name}")).replace("80", &port.to_string());
+    let file = |docs: &[String]| docs.join("---\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    let mut src = ConfigDir::new(dir.path());
+    let ports = |l: &Loaded| {
+        l.objects.services.iter().map(|s| format!("{}:{}", s.metadata.name, s.spec.ports[0].port)).collect::<Vec<_>>()
+    };
+    let mut docs: Vec<String> = (0..20).map(|i| svc(&format!("s{i}"), 80)).collect();
+    std::fs::write(&path, file(&docs)).unwrap();
+    src.reload().unwrap();
+    assert_eq!(src.documents_parsed(), 20);
+    // One document changed, one removed from the middle (the rest move).
+    docs[3] = svc("s3", 81);
+    docs.remove(10);
+    std::fs::write(&path, file(&docs)).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(src.documents_parsed(), 21, "only the changed document is parsed");
+    let mut want: Vec<String> = (0..20).filter(|i| *i != 10).map(|i| format!("s{i}:80")).collect();
+    want[3] = "s3:81".into();
+    assert_eq!(ports(&l), want);
+    assert!(l.changed.iter().any(|r| r.name == "s3") && l.changed.iter().any(|r| r.name == "s10"));
+    // A broken document keeps its last good version and is parsed again
+    // on every edit (its error stands); an empty document reads as one.
+    docs[5] = "kind: Service\nmetadata: {name: s5, namespace: x}\nspec: {ports: [{port: -1}]}\n".into();
+    docs.push(String::new());
+    std::fs::write(&path, file(&docs)).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(src.documents_parsed(), 23);
+    assert_eq!(ports(&l), want, "s5 keeps its last good version");
+    assert!(l.errors[0].to_string().contains("s.yaml: document 5:"), "{:?}", l.errors);
+    docs[0] = svc("s0", 82);
+    std::fs::write(&path, file(&docs)).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(src.documents_parsed(), 25, "the edited one and the broken one");
+    want[0] = "s0:82".into();
+    assert_eq!(ports(&l), want);
+    assert_eq!(l.errors.len(), 1);
+    // What is in force is what a fresh reading of the directory finds
+    // (but for the broken document, which a fresh reading has no last
+    // good version of).
+    docs[5] = svc("s5", 80);
+    std::fs::write(&path, file(&docs)).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(l.objects, load(dir.path()).unwrap().objects);
+    // A file that reads only whole (a syntax error) is read whole, and
+    // read a document at a time again once mended.
+    std::fs::write(&path, format!("{}---\nkind: [\n", file(&docs))).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(ports(&l).len(), 19, "nothing lost: {:?}", l.errors);
+    let before = src.documents_parsed();
+    std::fs::write(&path, file(&docs)).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(src.documents_parsed() - before, 20, "no documents known from a file read whole");
+    assert_eq!(l.objects, load(dir.path()).unwrap().objects);
+}

@@ -13,7 +13,7 @@ pub mod names;
 pub mod stream;
 pub mod wire;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
 use crate::h2::SendError;
 use crate::server::{Registry, ServiceFactory};
-use cache::Cache;
+use cache::{Cache, IdMap, IdSet};
 // The contract with generators lives below the serving layer, in
 // istiod-xds-api, so that a generator links it without the server.
 pub use istiod_xds_api::snapshot::{
@@ -337,9 +337,9 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             retired_classes: 0,
             max_node_bytes: self.max_node_bytes,
             max_names: self.max_names,
-            streams: HashMap::new(),
-            by_conn: HashMap::new(),
-            deferred: HashSet::new(),
+            streams: IdMap::default(),
+            by_conn: IdMap::default(),
+            deferred: IdSet::default(),
             registry,
             router: Router::new()
                 .route(paths::STREAM_AGGREGATED_RESOURCES, Protocol::Sotw)
@@ -375,7 +375,7 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
     let mut queue: std::collections::VecDeque<(u64, Instant)> = std::collections::VecDeque::new();
     // What each queued connection's push is for (merged when a newer
     // snapshot marks it again, as istiod's push queue merges requests).
-    let mut owed: HashMap<u64, istiod_xds_api::Reasons> = HashMap::new();
+    let mut owed: IdMap<u64, istiod_xds_api::Reasons> = IdMap::default();
     loop {
         // Wait for news only when no push is owed.
         let first = if queue.is_empty() {
@@ -471,10 +471,10 @@ pub struct AdsService<M = (), C = ()> {
     retired_classes: usize,
     max_node_bytes: usize,
     max_names: usize,
-    streams: HashMap<(u64, u32), AdsStream<C>>,
-    by_conn: HashMap<u64, Vec<u32>>,
+    streams: IdMap<(u64, u32), AdsStream<C>>,
+    by_conn: IdMap<u64, Vec<u32>>,
     /// Connections with a push waiting for their queue to drain.
-    deferred: HashSet<u64>,
+    deferred: IdSet<u64>,
     registry: Rc<Registry>,
     router: Router<Protocol>,
     nonce_seq: u64,

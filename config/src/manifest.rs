@@ -305,22 +305,27 @@ fn is_marker(line: &str) -> bool {
     line.strip_prefix("---").is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
 }
 
-/// `text` cut into the texts of its documents, one per document the parser
-/// reads, where the cut can be made at marker lines alone: a `---` at the
-/// start of a line starts a document wherever it stands (YAML forbids it
-/// inside a scalar), and what comes before the first one is a document
-/// unless it is blank or comments. `None` where the cut would need more
-/// than that: directives (`%`), document end markers (`...`), a byte
-/// order mark. Each text keeps its marker line, so it reads alone as it
-/// reads in the file (see [`parse_split`]).
+/// `text` cut at its marker lines, into texts each meant to read alone as
+/// one document: a `---` at the start of a line starts a document wherever
+/// it stands (YAML forbids it inside a scalar), and what comes before the
+/// first one is left out when it is plain blank lines and comments (ASCII
+/// spaces, printable ASCII, `\n`). Each text keeps its marker line.
+/// `None` where the cut at `\n` alone could miss what the parser reads:
+/// directives (`%`), document end markers (`...`), a byte order mark,
+/// line breaks other than `\n` and `\r\n`, nesting too deep for the file
+/// ([`crate::yaml::check_depth`] reads the file, not each document).
+/// [`parse_split`] then checks that each text does read as one document.
 pub fn split_documents(text: &str) -> Option<Vec<&str>> {
-    if text.starts_with('\u{feff}') {
+    let other_break = |c: char| matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}');
+    if text.contains(other_break) || text.split('\r').skip(1).any(|after| !after.starts_with('\n')) {
         return None;
     }
+    crate::yaml::check_depth(text).ok()?;
     let mut pieces = Vec::new();
     let (mut start, mut offset) = (0, 0);
     for line in text.split_inclusive('\n') {
-        if line.starts_with('%') || line.strip_prefix("...").is_some_and(|r| r.trim().is_empty()) {
+        let end = line.strip_prefix("...").is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t', '\r', '\n']));
+        if line.starts_with('%') || end {
             return None;
         }
         if is_marker(line) && offset > 0 {
@@ -330,9 +335,14 @@ pub fn split_documents(text: &str) -> Option<Vec<&str>> {
         offset += line.len();
     }
     pieces.push(&text[start..]);
-    // Blank or comments before the first marker: no document (a file of
-    // nothing else reads as one empty document).
-    let blank = |t: &str| t.lines().all(|l| matches!(l.trim_start().as_bytes().first(), None | Some(b'#')));
+    // Blank lines or comments before the first marker: no document (a file
+    // of nothing else reads as one empty document). Only plainly so: a tab,
+    // a control character or a space of another kind may be an error or a
+    // scalar to the parser.
+    let blank = |t: &str| {
+        t.bytes().all(|b| b == b'\n' || (b' '..=b'~').contains(&b))
+            && t.lines().all(|l| matches!(l.trim_start_matches(' ').as_bytes().first(), None | Some(b'#')))
+    };
     if pieces.len() > 1 && !is_marker(pieces[0]) && blank(pieces[0]) {
         pieces.remove(0);
     }
@@ -344,8 +354,10 @@ pub fn split_documents(text: &str) -> Option<Vec<&str>> {
 /// (by its index and text) is taken as it is and not parsed. `None` where
 /// the file must be read whole to read as it does: a document that does
 /// not read alone as exactly one (a syntax error, whose line would be
-/// counted from the document, or a marker inside a flow collection), or
-/// more documents than `max_documents`.
+/// counted from the document, or a marker inside a flow collection), a
+/// text before the first marker that reads alone as an empty document (in
+/// the file it may be no document, or an error), or more documents than
+/// `max_documents`.
 pub fn parse_split(
     pieces: &[&str],
     max_documents: usize,
@@ -364,7 +376,11 @@ pub fn parse_split(
         if read.syntax_error.is_some() || read.docs.len() != 1 {
             return None;
         }
-        docs.push(read.docs.pop()?);
+        let doc = read.docs.pop()?;
+        if index == 0 && !is_marker(piece) && matches!(doc, Ok(None)) {
+            return None;
+        }
+        docs.push(doc);
     }
     Some(FileDocs { docs, syntax_error: None })
 }

@@ -197,7 +197,8 @@ pub struct ConfigDir {
     /// Hashes documents' texts (keys drawn per process: a file cannot be
     /// written to make two documents' hashes meet).
     hasher: std::hash::RandomState,
-    /// Documents parsed so far (not those taken unchanged).
+    /// Documents parsed so far (not those taken unchanged; a file read a
+    /// document at a time and then, failing that, whole counts both).
     documents_parsed: std::cell::Cell<u64>,
 }
 

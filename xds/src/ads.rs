@@ -28,8 +28,9 @@ use serde_json::{Value, json};
 
 use crate::grpc::{Call, Code, GrpcConnection, Router, Service, Status};
 use crate::h2::SendError;
+use crate::hash::{IdMap, IdSet};
 use crate::server::{Registry, ServiceFactory};
-use cache::{Cache, IdMap, IdSet};
+use cache::Cache;
 // The contract with generators lives below the serving layer, in
 // istiod-xds-api, so that a generator links it without the server.
 pub use istiod_xds_api::snapshot::{
@@ -337,7 +338,7 @@ impl<M: Send + Sync + 'static, C: Class> ServiceFactory for AdsFactory<M, C> {
             retired_classes: 0,
             max_node_bytes: self.max_node_bytes,
             max_names: self.max_names,
-            streams: IdMap::default(),
+            streams: HashMap::new(),
             by_conn: IdMap::default(),
             deferred: IdSet::default(),
             registry,
@@ -471,7 +472,8 @@ pub struct AdsService<M = (), C = ()> {
     retired_classes: usize,
     max_node_bytes: usize,
     max_names: usize,
-    streams: IdMap<(u64, u32), AdsStream<C>>,
+    /// By connection and stream id (SipHash: the peer picks stream ids).
+    streams: HashMap<(u64, u32), AdsStream<C>>,
     by_conn: IdMap<u64, Vec<u32>>,
     /// Connections with a push waiting for their queue to drain.
     deferred: IdSet<u64>,

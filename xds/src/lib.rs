@@ -20,5 +20,6 @@ pub mod ads;
 pub mod fuzzing;
 pub mod grpc;
 pub mod h2;
+mod hash;
 pub mod metrics;
 pub mod server;

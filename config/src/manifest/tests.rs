@@ -91,6 +91,20 @@ fn a_file_read_a_document_at_a_time_reads_as_it_reads_whole() {
         format!("{ns}\r---\r{SVC}"),
         format!("{}---\n{SVC}", ns.replace('\n', "\r\n")),
         "{\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"j\"}}\n".into(),
+        format!("{ns}... # end\n{SVC}"),
+        // Heads the parser reads otherwise than as nothing: a comment a
+        // lone carriage return ends, a no-break space, a tab, a control
+        // character, a byte order mark past the start.
+        format!("# c\r{ns}---\n{SVC}"),
+        format!("\u{a0}\n---\n{SVC}"),
+        format!("\t\n---\n{SVC}"),
+        format!("\x0c\n---\n{SVC}"),
+        format!("# \x01\n---\n{SVC}"),
+        format!("\n\u{feff}\n---\n{SVC}"),
+        format!("# only a comment\r\n---\n{SVC}"),
+        // Nesting the file's depth check counts across documents.
+        format!("a: x\r  {}\n---\nb: y\r  {}\n", "[".repeat(65), "[".repeat(65)),
+        format!("a: x\n  {}\n---\nb: y\n  {}\n", "[".repeat(65), "[".repeat(65)),
     ];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/config_parser");
     for e in std::fs::read_dir(dir).unwrap() {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::snapshot::{Aliases, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
+use crate::hash::AddrHasher;
 
 type Key<C> = (Kind, Arc<str>, Arc<C>);
 
@@ -67,39 +68,6 @@ impl<C> std::hash::Hash for MemoKey<C> {
         h.write_usize(self.kind as usize);
         h.write_usize(name);
         h.write_usize(class);
-    }
-}
-
-/// FxHash's step, for keys that are addresses (SipHash costs more than
-/// the lookup it guards, and addresses are not chosen by a peer), or ids
-/// this server hands out (connection ids; a peer's stream ids only ever
-/// meet its own, which the connection's limits bound).
-#[derive(Default)]
-pub(crate) struct AddrHasher(u64);
-
-/// A map by addresses or ids this server hands out ([`AddrHasher`]).
-pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddrHasher>>;
-
-/// A set of ids this server hands out ([`AddrHasher`]).
-pub(crate) type IdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<AddrHasher>>;
-
-impl std::hash::Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_usize(usize::from(b));
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_usize(n as usize);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.write_usize(n as usize);
-    }
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
 

@@ -70,7 +70,7 @@ pub struct Registry {
     limits: Limits,
     grpc: GrpcLimits,
     next_id: Cell<u64>,
-    conns: RefCell<crate::ads::cache::IdMap<u64, Weak<ConnShared>>>,
+    conns: RefCell<crate::hash::IdMap<u64, Weak<ConnShared>>>,
 }
 
 impl Registry {

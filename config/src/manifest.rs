@@ -299,10 +299,15 @@ pub fn parse_file_limited(text: &str, max_documents: usize) -> FileDocs {
     FileDocs { docs, syntax_error }
 }
 
-/// Whether `line` is a document start marker: `---` alone or followed by
-/// a blank (YAML's `c-directives-end`, at the start of a line).
+/// Whether `line` starts with `indicator` standing alone: followed by a
+/// blank or nothing (YAML's `---` and `...` at the start of a line).
+fn starts_with_indicator(line: &str, indicator: &str) -> bool {
+    line.strip_prefix(indicator).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+}
+
+/// Whether `line` is a document start marker (YAML's `c-directives-end`).
 fn is_marker(line: &str) -> bool {
-    line.strip_prefix("---").is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+    starts_with_indicator(line, "---")
 }
 
 /// `text` cut at its marker lines, into texts each meant to read alone as
@@ -324,8 +329,7 @@ pub fn split_documents(text: &str) -> Option<Vec<&str>> {
     let mut pieces = Vec::new();
     let (mut start, mut offset) = (0, 0);
     for line in text.split_inclusive('\n') {
-        let end = line.strip_prefix("...").is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t', '\r', '\n']));
-        if line.starts_with('%') || end {
+        if line.starts_with('%') || starts_with_indicator(line, "...") {
             return None;
         }
         if is_marker(line) && offset > 0 {
@@ -368,15 +372,18 @@ pub fn parse_split(
     }
     let mut docs = Vec::with_capacity(pieces.len());
     for (index, piece) in pieces.iter().enumerate() {
-        if let Some(doc) = known(index, piece) {
-            docs.push(Ok(doc));
-            continue;
-        }
-        let mut read = parse_file_limited(piece, 2);
-        if read.syntax_error.is_some() || read.docs.len() != 1 {
-            return None;
-        }
-        let doc = read.docs.pop()?;
+        let doc = match known(index, piece) {
+            Some(doc) => Ok(doc),
+            None => {
+                let mut read = parse_file_limited(piece, 2);
+                if read.syntax_error.is_some() || read.docs.len() != 1 {
+                    return None;
+                }
+                read.docs.pop()?
+            }
+        };
+        // (Also for a known answer: whatever `known` says, such a head
+        // does not read a document at a time.)
         if index == 0 && !is_marker(piece) && matches!(doc, Ok(None)) {
             return None;
         }

@@ -151,6 +151,12 @@ fn a_known_document_is_not_parsed_again() {
     assert_eq!(asked.iter().map(|a| a.0).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(asked[1].1, "---\nkind: [\n");
     assert!(matches!(read.docs[..], [Ok(Some(Object::Service(_))), Ok(None), Ok(Some(Object::Service(_)))]));
+    // A head said to be empty is refused all the same: in the file it may
+    // be no document at all.
+    let text = format!("# only a comment\r\n---\n{SVC}");
+    let pieces = split_documents(&text).unwrap();
+    assert_eq!(pieces.len(), 2);
+    assert!(parse_split(&pieces, 10, |i, _| (i == 0).then_some(None)).is_none());
 }
 
 proptest::proptest! {

@@ -28,7 +28,7 @@ use istiod_proto::envoy::config::endpoint::v3::{
 use istiod_proto::envoy::service::discovery::v3::DiscoveryRequest;
 use istiod_proto::prost::Message;
 use istiod_xds::ads::cache::Cache;
-use istiod_xds::ads::stream::{AdsStream, Ctx, Protocol};
+use istiod_xds::ads::stream::{AdsStream, Changes, Ctx, Protocol};
 use istiod_xds::ads::wire::{self, Encoded};
 use istiod_xds::ads::{Kind, SimpleGenerator, SimpleModel, Snapshot};
 use istiod_xds::grpc::GrpcConnection;
@@ -256,8 +256,9 @@ fn core_push(c: &mut Criterion) {
                 };
                 let mut written = 0;
                 let mut pushed = 0;
+                let changes = Changes::of(&delta);
                 for (st, conn) in &mut core.streams {
-                    st.on_delta_update(&delta, now, false);
+                    st.on_delta_update(&changes, now, false);
                     let mut body = 0;
                     for o in st.flush(&mut ctx) {
                         body += 5 + o.bytes.len();

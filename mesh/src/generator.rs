@@ -735,6 +735,33 @@ impl Generator for MeshGenerator {
         })
     }
 
+    fn reduction_inputs(&self, snap: &Snapshot<MeshInput>) -> Option<u64> {
+        use std::hash::BuildHasher;
+        // Keys drawn at start: EnvoyFilter authors write the metadata keys.
+        static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        let m = mesh(snap)?;
+        let filters = &m.model.envoy_filters;
+        // Everything `reduce` reads of the snapshot for a class that is not
+        // a router (a router's reads the claimed addresses too).
+        let read = (
+            m.source_matching,
+            m.selecting_sidecars,
+            filters.reads_labels(),
+            filters.reads_version(),
+            filters.metadata_keys(),
+            m.model.extensions.reads_labels(),
+            m.auto_listeners.is_empty(),
+            m.model.mesh.http10,
+            m.model.network_gateways.enabled(),
+            m.model.remote_clusters,
+        );
+        Some(KEYS.get_or_init(std::hash::RandomState::new).hash_one(read))
+    }
+
+    fn reduction_reads_more(&self, class: &ProxyClass, kind: Kind) -> bool {
+        ambient(class, kind).is_none() && is_router(class)
+    }
+
     fn whole_class(&self, kind: Kind, name: &str) -> bool {
         inbound_name(kind, name)
     }

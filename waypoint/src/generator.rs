@@ -333,6 +333,19 @@ impl Generator for WithWaypoints {
         })
     }
 
+    fn reduction_inputs(&self, snap: &Snapshot<MeshInput>) -> Option<u64> {
+        // (Covers the EnvoyFilters' version and metadata keys a
+        // waypoint's reduction reads.)
+        MeshGenerator.reduction_inputs(snap)
+    }
+
+    fn reduction_reads_more(&self, class: &ProxyClass, kind: Kind) -> bool {
+        match !waypoint(class) || kind == Kind::ExtensionConfig {
+            true => MeshGenerator.reduction_reads_more(class, kind),
+            false => false,
+        }
+    }
+
     fn whole_class(&self, kind: Kind, name: &str) -> bool {
         MeshGenerator.whole_class(kind, name)
     }

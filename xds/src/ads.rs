@@ -457,6 +457,50 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
     }
 }
 
+/// Drops `value` on a thread of its own (a snapshot the core let go of
+/// may hold the last reference to a whole model); inline if that thread
+/// cannot be started.
+fn drop_elsewhere<T: Send + 'static>(value: T) {
+    type Garbage = Box<dyn Send>;
+    static BIN: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Garbage>>> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Garbage>();
+        let started = std::thread::Builder::new().name("istiod-drop".into()).spawn(move || {
+            while let Ok(g) = rx.recv() {
+                drop(g);
+            }
+        });
+        started.is_ok().then_some(tx)
+    });
+    if let Some(tx) = bin {
+        // (Dropped here if the thread is gone.)
+        let _ = tx.send(Box::new(value));
+    }
+}
+
+/// A response's nonce, `<core>-<connection>-<sequence>`, unique on the
+/// core (written without `format!`: one is made per response).
+fn nonce_text(core: usize, conn: u64, seq: u64) -> Arc<str> {
+    let mut buf = [0u8; 64];
+    let mut at = buf.len();
+    for (i, n) in [seq, conn, core as u64].into_iter().enumerate() {
+        if i > 0 {
+            at -= 1;
+            buf[at] = b'-';
+        }
+        let mut n = n;
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    Arc::from(std::str::from_utf8(&buf[at..]).expect("ASCII digits"))
+}
+
 /// The ADS service of one core.
 pub struct AdsService<M = (), C = ()> {
     core: usize,
@@ -774,16 +818,16 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             return;
         }
         self.deferred.remove(&id);
-        let Some(stream_ids) = self.by_conn.get(&id).cloned() else { return };
+        let Some(stream_ids) = self.by_conn.get(&id) else { return };
         let now = Instant::now();
         let core = self.core;
         let seq = &mut self.nonce_seq;
         let mut nonce = move || -> Arc<str> {
             *seq += 1;
-            format!("{core}-{id}-{seq}").into()
+            nonce_text(core, id, *seq)
         };
         let mut ended = Vec::new();
-        'streams: for sid in stream_ids {
+        'streams: for &sid in stream_ids {
             let Some(stream) = self.streams.get_mut(&(id, sid)) else { continue };
             while stream.is_dirty() {
                 if !conn.has_room() {
@@ -854,10 +898,14 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     /// owing it until their next response, whatever snapshot follows.
     pub fn mark(&mut self, snap: Arc<Snapshot<M>>, delta: Delta, forced: bool) -> Vec<u64> {
         let changed_at = snap.changed_at;
-        self.snap = snap;
+        // The snapshot replaced may be the last reference to a whole
+        // model: freed off the serving core (it was 1.3% of a core pushing
+        // one change to 1,000 proxies, before the first push).
+        drop_elsewhere(std::mem::replace(&mut self.snap, snap));
+        let changes = stream::Changes::of(&delta);
         let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {
-            s.on_delta_update(&delta, changed_at, forced);
+            s.on_delta_update(&changes, changed_at, forced);
             if s.is_dirty() {
                 touched.push(*conn);
             }

@@ -17,7 +17,7 @@ use istiod_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryRes
 use istiod_proto::prost::Message;
 use istiod_xds::ads::cache::Cache;
 use istiod_xds::ads::node::Peer;
-use istiod_xds::ads::stream::{AdsStream, Ctx, Protocol};
+use istiod_xds::ads::stream::{AdsStream, Changes, Ctx, Protocol};
 use istiod_xds::ads::wire::{self, Encoded};
 use istiod_xds::ads::{Kind, SimpleModel, Snapshot};
 
@@ -209,8 +209,9 @@ impl Core {
         let mut ctx = core_ctx(&snap, &mut self.cache, nonce, now);
         let mut bytes = 0;
         let mut pushed = 0;
+        let changes = Changes::of(&delta);
         for st in &mut self.streams {
-            st.on_delta_update(&delta, now, false);
+            st.on_delta_update(&changes, now, false);
             if st.is_dirty() {
                 pushed += 1;
                 bytes += st.flush(&mut ctx).iter().map(|o| o.bytes.len()).sum::<usize>();

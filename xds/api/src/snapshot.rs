@@ -281,6 +281,23 @@ pub trait Generator: Send + Sync + 'static {
         None
     }
 
+    /// What [`Generator::reduce`] reads of `snap` besides the class, as a
+    /// value that differs whenever that does, for the classes and types of
+    /// which it reads nothing else
+    /// ([`Generator::reduction_reads_more`]): their reductions are kept
+    /// from one snapshot to the next while the value stays. `None` (the
+    /// default): every class is reduced again in every snapshot.
+    fn reduction_inputs(&self, _snap: &Snapshot<Self::Mesh>) -> Option<u64> {
+        None
+    }
+
+    /// Whether [`Generator::reduce`] of `class` for `kind` reads more of a
+    /// snapshot than [`Generator::reduction_inputs`] says (then it is
+    /// reduced again in every snapshot). Default: it does.
+    fn reduction_reads_more(&self, _class: &Self::Class, _kind: Kind) -> bool {
+        true
+    }
+
     /// What `/debug/adsz` shows of a class beside its connection:
     /// istiod's `AdsClient` fields `labels`, `metadata`, `locality`.
     fn describe(&self, _class: &Self::Class) -> serde_json::Map<String, serde_json::Value> {

@@ -26,12 +26,20 @@ type SnapId = (u64, usize);
 /// Wildcard names by (type, class), with the snapshot they come from.
 type WildcardNames<C> = HashMap<(Kind, Arc<C>), (SnapId, Arc<[Arc<str>]>)>;
 
-/// Reduced classes by (type, address of the proxy's class), with the
-/// snapshot and the class they were computed for.
+/// What a reduced class was computed from: one snapshot, or every
+/// snapshot whose [`Generator::reduction_inputs`] are these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReducedIn {
+    Snapshot(SnapId),
+    Inputs(u64),
+}
+
+/// Reduced classes by (type, address of the proxy's class), with what
+/// they were computed from and the class they were computed for.
 /// Looked up once per name a proxy is sent: its key is hashed with
 /// [`AddrHasher`] (SipHash of it was a third of a warm CDS response's
 /// instructions, `scripts/icount`).
-type Reduced<C> = HashMap<(Kind, bool, usize), (SnapId, Arc<C>, Arc<C>), std::hash::BuildHasherDefault<AddrHasher>>;
+type Reduced<C> = HashMap<(Kind, bool, usize), (ReducedIn, Arc<C>, Arc<C>), std::hash::BuildHasherDefault<AddrHasher>>;
 
 fn snap_id<M>(snap: &Snapshot<M>) -> SnapId {
     (snap.version, Arc::as_ptr(&snap.model) as usize)
@@ -86,6 +94,9 @@ pub struct Cache<C = ()> {
     /// The reduced class of each proxy class, per type (see
     /// `Generator::reduce`), and one `Arc` per distinct reduced class.
     reduced: Reduced<C>,
+    /// The snapshot's [`Generator::reduction_inputs`], for the snapshot
+    /// they were asked for.
+    reduction_inputs: (SnapId, Option<u64>),
     interned: HashMap<C, Arc<C>>,
     /// The answers [`Cache::get`] gave for the snapshot `memo_of`: a
     /// connect storm asks the same (kind, name, reduced class) once per
@@ -114,6 +125,7 @@ impl<C> Default for Cache<C> {
             wildcard: HashMap::new(),
             shared_wildcard: HashMap::new(),
             reduced: Reduced::default(),
+            reduction_inputs: ((0, 0), None),
             interned: HashMap::new(),
             memo: Memo::default(),
             memo_of: (0, 0),
@@ -261,11 +273,25 @@ impl<C: super::Class> Cache<C> {
     ) -> Arc<C> {
         let whole = generator.whole_class(kind, name);
         let id = snap_id(snap);
+        if self.reduction_inputs.0 != id {
+            self.reduction_inputs = (id, generator.reduction_inputs(snap));
+        }
+        // A reduction kept from an earlier snapshot whose reduction inputs
+        // were these (never for whole-class names: see below).
+        let inputs = self.reduction_inputs.1.filter(|_| !whole);
         let key = (kind, whole, Arc::as_ptr(class) as usize);
         if let Some((at, of, reduced)) = self.reduced.get(&key)
-            && *at == id
+            && (*at == ReducedIn::Snapshot(id) || inputs.is_some_and(|i| *at == ReducedIn::Inputs(i)))
             && Arc::ptr_eq(of, class)
         {
+            #[cfg(debug_assertions)]
+            if *at != ReducedIn::Snapshot(id) {
+                let fresh = generator.reduce(snap, class, kind);
+                assert!(
+                    fresh.as_ref().unwrap_or(class) == &**reduced,
+                    "the reduction of a class for {kind:?} kept from an earlier snapshot differs from a fresh one"
+                );
+            }
             return reduced.clone();
         }
         let reduced =
@@ -281,7 +307,13 @@ impl<C: super::Class> Cache<C> {
         if self.reduced.len() >= MAX_ENTRIES / 10 {
             self.reduced.clear();
         }
-        self.reduced.insert(key, (id, class.clone(), reduced.clone()));
+        // Whole-class names read the snapshot's claimed addresses and the
+        // proxy's Sidecar: reduced again in every snapshot.
+        let at = match inputs {
+            Some(i) if !generator.reduction_reads_more(class, kind) => ReducedIn::Inputs(i),
+            _ => ReducedIn::Snapshot(id),
+        };
+        self.reduced.insert(key, (at, class.clone(), reduced.clone()));
         reduced
     }
 

@@ -34,8 +34,9 @@ pub enum Dirty {
     Clean,
     /// Everything subscribed.
     All,
-    /// Only these names.
-    Names(BTreeSet<Arc<str>>),
+    /// Only these names (shared by the streams that take all of a
+    /// snapshot's changed names of the type, see [`Changes`]).
+    Names(Arc<BTreeSet<Arc<str>>>),
 }
 
 impl Dirty {
@@ -44,7 +45,39 @@ impl Dirty {
             (_, Dirty::Clean) | (Dirty::All, _) => {}
             (s, Dirty::All) => *s = Dirty::All,
             (Dirty::Clean, n) => *self = n,
-            (Dirty::Names(a), Dirty::Names(b)) => a.extend(b),
+            (Dirty::Names(a), Dirty::Names(b)) => {
+                if !Arc::ptr_eq(a, &b) {
+                    Arc::make_mut(a).extend(b.iter().cloned());
+                }
+            }
+        }
+    }
+
+    fn names(names: BTreeSet<Arc<str>>) -> Self {
+        Dirty::Names(Arc::new(names))
+    }
+}
+
+/// A snapshot's [`Delta`] by type, made once for all of a core's streams:
+/// the streams that take every changed name of a type share its set.
+#[derive(Debug, Default)]
+pub struct Changes {
+    full: bool,
+    by_kind: [Option<Arc<BTreeSet<Arc<str>>>>; Kind::ALL.len()],
+}
+
+impl Changes {
+    /// `delta` by type.
+    pub fn of(delta: &Delta) -> Self {
+        match delta {
+            Delta::Full => Changes { full: true, ..Changes::default() },
+            Delta::Resources(r) => {
+                let mut sets: [BTreeSet<Arc<str>>; Kind::ALL.len()] = Default::default();
+                for (kind, name) in r {
+                    sets[*kind as usize].insert(name.clone());
+                }
+                Changes { full: false, by_kind: sets.map(|s| (!s.is_empty()).then(|| Arc::new(s))) }
+            }
         }
     }
 }
@@ -293,7 +326,7 @@ impl<C: super::Class> AdsStream<C> {
             w.sent.retain(|n| names.contains(n));
             // New names must be sent; for SotW named types, the response
             // carries what changed (istiod's incremental EDS).
-            w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::Names(added) });
+            w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::names(added) });
             w.requested = true;
         } else if std::mem::take(&mut w.always_respond) {
             w.dirty.add(Dirty::All);
@@ -360,7 +393,7 @@ impl<C: super::Class> AdsStream<C> {
         w.sent.remove_many(&gone);
         if !added.is_empty() {
             w.lookups.extend(added.iter().cloned());
-            w.dirty.add(Dirty::Names(added));
+            w.dirty.add(Dirty::names(added));
         }
         Ok(acked)
     }
@@ -368,7 +401,7 @@ impl<C: super::Class> AdsStream<C> {
     /// Marks what a new snapshot's delta, for a change made at
     /// `changed_at`, may have changed for this stream; the push it owes
     /// counts its convergence from the oldest such change.
-    pub fn on_delta_update(&mut self, delta: &Delta, changed_at: Instant, forced: bool) {
+    pub fn on_delta_update(&mut self, changes: &Changes, changed_at: Instant, forced: bool) {
         // A stream with nothing owed has no older cause: its last push went
         // out whole (the core stops flushing once the stream is clean, so
         // `flush_next` never got to forget the cause).
@@ -381,22 +414,32 @@ impl<C: super::Class> AdsStream<C> {
                 continue;
             }
             w.forced |= forced;
-            let dirty = match delta {
-                Delta::Full => Dirty::All,
-                Delta::Resources(r) => {
-                    let changed: BTreeSet<Arc<str>> = r
-                        .iter()
-                        .filter(|(k, n)| {
-                            *k == kind && (w.wildcard || w.aliased || w.names.contains(n) || w.sent.contains(n))
-                        })
-                        .map(|(_, n)| n.clone())
-                        .collect();
-                    if changed.is_empty() {
-                        Dirty::Clean
-                    } else if self.protocol == Protocol::Sotw && kind.is_wildcard() {
-                        Dirty::All // SotW CDS/LDS responses carry the whole set
-                    } else {
-                        Dirty::Names(changed)
+            // SotW CDS/LDS responses carry the whole set.
+            let whole_set = self.protocol == Protocol::Sotw && kind.is_wildcard();
+            let dirty = match &changes.by_kind[kind as usize] {
+                _ if changes.full => Dirty::All,
+                None => Dirty::Clean,
+                Some(changed) => {
+                    let takes_all = w.wildcard || w.aliased;
+                    // One look at each name; the names taken are copied
+                    // only once one is not.
+                    let mut some: Option<BTreeSet<Arc<str>>> = None;
+                    for (i, n) in changed.iter().enumerate() {
+                        let taken = takes_all || w.names.contains(n) || w.sent.contains(n);
+                        match (&mut some, taken) {
+                            (Some(s), true) => {
+                                s.insert(n.clone());
+                            }
+                            (None, false) => some = Some(changed.iter().take(i).cloned().collect()),
+                            _ => {}
+                        }
+                    }
+                    match some {
+                        None if whole_set => Dirty::All,
+                        None => Dirty::Names(changed.clone()),
+                        Some(s) if s.is_empty() => Dirty::Clean,
+                        Some(_) if whole_set => Dirty::All,
+                        Some(s) => Dirty::names(s),
                     }
                 }
             };

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use super::cache::Cache;
 use super::node::Peer;
 use super::snapshot::{Delta, Kind, SimpleGenerator, SimpleModel, Snapshot};
-use super::stream::{AdsStream, Ctx, Protocol};
+use super::stream::{AdsStream, Changes, Ctx, Protocol};
 
 fn intern(node: Option<&Node>) -> Result<(Peer, Arc<()>), String> {
     use super::snapshot::Generator;
@@ -82,7 +82,7 @@ proptest! {
             }
             model = m;
             snap = Snapshot::new(version, Instant::now(), Arc::new(model.clone()));
-            s.on_delta_update(&delta, Instant::now(), false);
+            s.on_delta_update(&Changes::of(&delta), Instant::now(), false);
         }
         let out = s.flush(&mut Ctx { generator: &generator, snap: &snap, cache: &mut cache, nonce: &mut nonce, control_plane: "t", now: Instant::now() });
         let want: BTreeSet<String> = changed.into_iter().filter(|n| watched.contains(n)).collect();
@@ -139,17 +139,131 @@ fn a_forced_push_outlives_a_newer_snapshot() {
         assert_eq!(s.flush(&mut ctx).len(), 1);
         // The forced snapshot, then a newer one that changes nothing
         // watched, both before the connection's turn.
-        s.on_delta_update(&Delta::Full, Instant::now(), forced);
-        s.on_delta_update(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("9"))]), Instant::now(), false);
+        s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), forced);
+        s.on_delta_update(
+            &Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("9"))])),
+            Instant::now(),
+            false,
+        );
         let out = s.flush(&mut ctx);
         if forced {
             assert_eq!(out.len(), 1, "the forced push is sent");
             let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
             assert_eq!(r.resources.len(), 5, "with every watched resource, unchanged as they are");
-            s.on_delta_update(&Delta::Full, Instant::now(), false);
+            s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
             assert!(s.flush(&mut ctx).is_empty(), "and owed once only");
         } else {
             assert!(out.is_empty(), "nothing changed for the proxy: nothing is sent");
         }
+    }
+}
+
+#[test]
+fn a_nonce_reads_core_connection_and_sequence() {
+    for (core, conn, seq) in [(0, 0, 0), (1, 42, 7), (usize::MAX, u64::MAX, u64::MAX), (3, 10, 1_000_000)] {
+        assert_eq!(&*super::nonce_text(core, conn, seq), format!("{core}-{conn}-{seq}"));
+    }
+}
+
+/// Reduces a class `c` to `c % 2` plus ten times what the snapshot says,
+/// and counts its reductions; classes from 100 up read more of the
+/// snapshot than `reduction_inputs` says.
+/// `lie`: its reduction inputs say nothing changed, whatever the
+/// snapshot says.
+#[derive(Default)]
+struct CountingReductions {
+    reductions: std::sync::atomic::AtomicUsize,
+    lie: bool,
+}
+
+impl super::snapshot::Generator for CountingReductions {
+    type Mesh = u32;
+    type Class = u32;
+    fn classify(&self, _: Option<&Node>, _: bool) -> Result<super::node::Classified<u32>, String> {
+        Err("not served".into())
+    }
+    fn wildcard_names(&self, _: &Snapshot<u32>, _: &u32, _: Kind) -> Vec<Arc<str>> {
+        Vec::new()
+    }
+    fn input_generation(&self, snap: &Snapshot<u32>, _: &u32, _: Kind, _: &str) -> Option<u64> {
+        snap.mesh.as_deref().map(|m| u64::from(*m))
+    }
+    fn generate(&self, snap: &Snapshot<u32>, class: &u32, _: Kind, _: &str) -> Option<Bytes> {
+        Some(Bytes::from(format!("{}-{}", class % 2, snap.mesh.as_deref().copied().unwrap_or(0))))
+    }
+    fn reduce(&self, snap: &Snapshot<u32>, class: &u32, _: Kind) -> Option<u32> {
+        self.reductions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(class % 2 + 10 * snap.mesh.as_deref().copied().unwrap_or(0))
+    }
+    fn reduction_inputs(&self, snap: &Snapshot<u32>) -> Option<u64> {
+        if self.lie {
+            return Some(0);
+        }
+        snap.mesh.as_deref().map(|m| u64::from(*m))
+    }
+    fn reduction_reads_more(&self, class: &u32, _: Kind) -> bool {
+        *class >= 100
+    }
+}
+
+#[test]
+fn a_reduction_is_kept_while_its_inputs_are() {
+    let g = CountingReductions::default();
+    let reductions = || g.reductions.load(std::sync::atomic::Ordering::Relaxed);
+    let mut cache: Cache<u32> = Cache::default();
+    let snap = |version: u64, says: u32| {
+        let mut s = Snapshot::new(version, Instant::now(), Arc::default());
+        s.mesh = Some(Arc::new(says));
+        s
+    };
+    let (a, b, wide) = (Arc::new(3u32), Arc::new(4u32), Arc::new(101u32));
+    let name: Arc<str> = Arc::from("r");
+    let ask = |cache: &mut Cache<u32>, s: &Snapshot<u32>, c: &Arc<u32>| cache.get(&g, s, c, Kind::Endpoint, &name);
+    let first = snap(1, 5);
+    for c in [&a, &b, &wide] {
+        ask(&mut cache, &first, c);
+    }
+    let after_first = reductions();
+    // A newer snapshot with the same reduction inputs: only the class that
+    // reads more is reduced again (debug builds check the kept ones
+    // against a fresh reduction, which counts too).
+    let same = snap(2, 5);
+    for c in [&a, &b, &wide] {
+        ask(&mut cache, &same, c);
+    }
+    let kept_checks = if cfg!(debug_assertions) { 2 } else { 0 };
+    assert_eq!(reductions() - after_first, 1 + kept_checks);
+    // Other inputs: every class is reduced again, and the answer follows.
+    let other = snap(3, 6);
+    let before = reductions();
+    assert_eq!(ask(&mut cache, &other, &a).map(|e| e.any), ask(&mut cache, &snap(4, 6), &a).map(|e| e.any));
+    assert!(reductions() > before);
+    let answer = |e: Option<super::wire::Encoded>| e.map(|e| e.any);
+    assert_ne!(answer(ask(&mut cache, &snap(5, 7), &a)), answer(ask(&mut cache, &same, &a)));
+}
+
+#[test]
+fn a_kept_reduction_that_a_fresh_one_contradicts_fails_debug_builds() {
+    let g = CountingReductions { lie: true, ..Default::default() };
+    let mut cache: Cache<u32> = Cache::default();
+    let snap = |version: u64, says: u32| {
+        let mut s = Snapshot::new(version, Instant::now(), Arc::default());
+        s.mesh = Some(Arc::new(says));
+        s
+    };
+    let (class, name) = (Arc::new(3u32), Arc::<str>::from("r"));
+    cache.get(&g, &snap(1, 5), &class, Kind::Endpoint, &name);
+    let later = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cache.get(&g, &snap(2, 6), &class, Kind::Endpoint, &name).map(|e| e.any)
+    }));
+    match (later, cfg!(debug_assertions)) {
+        // Kept: reduced once, for the first snapshot.
+        (Ok(_), false) => assert_eq!(g.reductions.load(std::sync::atomic::Ordering::Relaxed), 1),
+        (Err(e), true) => {
+            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("kept from an earlier snapshot differs"), "{msg}");
+        }
+        (Ok(_), true) => panic!("debug builds check a kept reduction"),
+        (Err(_), false) => panic!("only debug builds check a kept reduction"),
     }
 }

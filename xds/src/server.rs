@@ -130,7 +130,17 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 /// of pending polls, which has `2^(log2(2 * depth) - 5)` chains, at most
 /// 256: at 128, eight chains for a core's thousands of connections, and
 /// that walk was 4.5% of a core pushing to 1,000 proxies.
+/// `ISTIOD_RS_RING_DEPTH` sets it otherwise (1 to 32,768), for
+/// measuring.
 const RING_DEPTH: usize = 4096;
+
+fn ring_depth() -> usize {
+    std::env::var("ISTIOD_RS_RING_DEPTH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|d| (1..=32_768).contains(d))
+        .unwrap_or(RING_DEPTH)
+}
 
 /// What an executor thread panicked with while starting (glommio panics
 /// when io_uring cannot be set up), kept for the start error instead of
@@ -224,7 +234,7 @@ fn start_cores<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<Serve
             // glommio registers this much memory with io_uring; it counts
             // against RLIMIT_MEMLOCK, which is small in containers.
             .io_memory(256 << 10)
-            .ring_depth(RING_DEPTH)
+            .ring_depth(ring_depth())
             .spawn(move || async move { run_core(core, cfg, bind, factory, stop, tx).await })
             .map_err(|e| ServerError::Executor { core, reason: executor_error(&e.to_string()) })?;
         match rx.recv() {

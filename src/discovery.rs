@@ -851,8 +851,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let files_changed = wake_tx.clone();
                 std::thread::spawn(move || {
                     let _watcher = watcher;
-                    while let Ok(e) = events.recv() {
-                        if files_changed.send(sources::Wake::Files(e)).is_err() {
+                    while events.recv().is_ok() {
+                        if files_changed.send(false).is_err() {
                             return;
                         }
                     }
@@ -867,7 +867,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     config.domain.clone(),
                 ));
                 rebuild_on(&state, move || {
-                    let _ = rebuild.send(sources::Wake::Rebuild);
+                    let _ = rebuild.send(true);
                 })
             }
             (Source::Kubernetes { .. }, _) => {

@@ -421,69 +421,20 @@ impl ConfigDir {
         Ok(loaded)
     }
 
-    /// Watches the directory (inotify); every event that may change what
-    /// is read sends what it says ([`DirEvent`], see [`classify`]) on the
+    /// Watches the directory (inotify); every change sends `()` on the
     /// returned channel. Keep the watcher alive as long as events matter.
-    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<DirEvent>), LoadError> {
+    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<()>), LoadError> {
         use notify::Watcher;
         let (tx, rx) = mpsc::channel();
         let err = |e: notify::Error| LoadError::Watch { dir: self.dir.clone(), message: e.to_string() };
         let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            // An error of the watcher itself (its queue overflowed, a
-            // watch failed): read everything again.
-            let said = match ev {
-                Ok(e) => classify(&e, |p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file())),
-                Err(_) => Some(DirEvent::Ready),
-            };
-            if let Some(said) = said {
-                let _ = tx.send(said);
+            if ev.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.send(());
             }
         })
         .map_err(err)?;
         w.watch(&self.dir, notify::RecursiveMode::Recursive).map_err(err)?;
         Ok((w, rx))
-    }
-}
-
-/// What one file event in the directory says about when to read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DirEvent {
-    /// A change that is whole as it is seen (a file renamed into place or
-    /// away, removed, a directory or link made, attributes changed): the
-    /// directory can be read now.
-    Ready,
-    /// A manifest is being written (made, written to or truncated): read
-    /// it once it is closed, or once its writer has been quiet a while.
-    Writing(PathBuf),
-    /// A manifest was closed after writing.
-    Written(PathBuf),
-}
-
-/// What `event` says about reading the directory, or `None` when it
-/// changes nothing read: a read (our own included), or a file that is not
-/// a manifest being made or written, as a manifest written aside before it
-/// is renamed into place. `regular_file` says whether a path is a regular
-/// file now (a made link or directory may lead to manifests, whatever its
-/// name).
-pub fn classify(event: &notify::Event, regular_file: impl Fn(&Path) -> bool) -> Option<DirEvent> {
-    use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
-    let one = match event.paths.as_slice() {
-        [p] => Some(p),
-        _ => None,
-    };
-    match event.kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => match one {
-            Some(p) if is_manifest(p) => Some(DirEvent::Written(p.clone())),
-            Some(_) => None,
-            None => Some(DirEvent::Ready),
-        },
-        EventKind::Access(_) => None,
-        EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) => match one {
-            Some(p) if is_manifest(p) => Some(DirEvent::Writing(p.clone())),
-            Some(p) if regular_file(p) => None,
-            _ => Some(DirEvent::Ready),
-        },
-        _ => Some(DirEvent::Ready),
     }
 }
 

@@ -809,74 +809,27 @@ fn push_reasons(changed: Option<&[istiod_config::manifest::ObjectRef]>) -> istio
 
 pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;
 
-/// Why the `--configDir` watch reads the directory again.
-pub(super) enum Wake {
-    /// A file event.
-    Files(istiod_kubewatch::config_dir::DirEvent),
-    /// A new mesh configuration: everything is rebuilt.
-    Rebuild,
-}
-
-/// The events of one read of the directory.
-#[derive(Default)]
-struct Burst {
-    /// A new mesh configuration among them.
-    whole: bool,
-    /// Manifests being written and not yet closed.
-    writing: std::collections::HashSet<std::path::PathBuf>,
-}
-
-impl Burst {
-    fn add(&mut self, w: Wake) {
-        use istiod_kubewatch::config_dir::DirEvent;
-        match w {
-            Wake::Rebuild => self.whole = true,
-            Wake::Files(DirEvent::Ready) => {}
-            Wake::Files(DirEvent::Writing(p)) => {
-                self.writing.insert(p);
-            }
-            Wake::Files(DirEvent::Written(p)) => {
-                self.writing.remove(&p);
-            }
-        }
-    }
-}
-
-/// Reloads the directory on every burst of file events; a new mesh
-/// configuration rebuilds from every object.
+/// Reloads the directory on every burst of file events; `true` (a new
+/// mesh configuration) rebuilds from every object.
 pub(super) async fn watch_dir(
     mut source: ConfigDir,
     dir: std::path::PathBuf,
-    mut wake: mpsc::UnboundedReceiver<Wake>,
+    mut wake: mpsc::UnboundedReceiver<bool>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
 ) {
-    // A change that is whole as it is seen (a file renamed into place,
-    // removed, closed after writing) is read at once, with whatever else
-    // has arrived by then; what arrives during the read is read next. A
-    // manifest being written is read once it is closed, or once it has
-    // been quiet for QUIET (a writer that keeps its file open), and after
-    // MOST at the latest.
+    // Editors write in several steps: a burst of events is read as one
+    // once it has been quiet for QUIET, or after MOST at the latest (a
+    // rename into place is one event: it is read QUIET after it).
     const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     const MOST: std::time::Duration = std::time::Duration::from_millis(20);
-    while let Some(first) = wake.recv().await {
-        let mut burst = Burst::default();
-        burst.add(first);
-        // The rest of one rename's events (from, to) come on the heels of
-        // the first.
-        tokio::task::yield_now().await;
+    while let Some(mut whole) = wake.recv().await {
         let until = tokio::time::Instant::now() + MOST;
         loop {
-            while let Ok(w) = wake.try_recv() {
-                burst.add(w);
-            }
-            if burst.writing.is_empty() {
-                break;
-            }
             let quiet = (tokio::time::Instant::now() + QUIET).min(until);
             match tokio::time::timeout_at(quiet, wake.recv()).await {
-                Ok(Some(w)) => burst.add(w),
+                Ok(Some(w)) => whole |= w,
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -884,7 +837,9 @@ pub(super) async fn watch_dir(
                 break;
             }
         }
-        let whole = burst.whole;
+        while let Ok(w) = wake.try_recv() {
+            whole |= w;
+        }
         // Reading and parsing the files runs on a blocking thread: a large
         // or hostile file must not hold the control thread (readiness,
         // debug, publishing).

@@ -30,6 +30,9 @@ impl std::hash::Hasher for AddrHasher {
         self.write_usize(n as usize);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits follow the key's: addresses aligned to 16
+        // would leave hashbrown's low bucket bits unused. The rotate brings
+        // the well-mixed high bits down (as rustc-hash 2 does).
+        self.0.rotate_left(26)
     }
 }

@@ -466,6 +466,10 @@ pub struct PushTuning {
     /// heads, longer ones written from where they are (shared by every
     /// connection). A huge value copies everything into one buffer.
     pub write_copy_below: usize,
+    /// `ISTIOD_RS_RING_DEPTH` (4096; istiod-rs only, for benchmarks):
+    /// submission entries of each of a serving core's io_uring rings, 1 to
+    /// 32768 (`istiod_xds::server::RING_DEPTH`).
+    pub ring_depth: usize,
 }
 
 /// Names and namespace of this istiod.
@@ -870,6 +874,16 @@ impl Config {
                 write_copy_below: vars
                     .int::<i64>("ISTIOD_RS_WRITE_COPY_BELOW", istiod_xds::h2::out::COPY_BELOW as i64)?
                     .max(0) as usize,
+                ring_depth: match vars.int("ISTIOD_RS_RING_DEPTH", istiod_xds::server::RING_DEPTH)? {
+                    d @ 1..=istiod_xds::server::MAX_RING_DEPTH => d,
+                    d => {
+                        return Err(ConfigError::Env {
+                            name: "ISTIOD_RS_RING_DEPTH",
+                            value: d.to_string(),
+                            reason: format!("must be 1 to {}", istiod_xds::server::MAX_RING_DEPTH),
+                        });
+                    }
+                },
             },
             identity: Identity {
                 pod_name: vars.string("POD_NAME", ""),

@@ -491,6 +491,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         ServerConfig {
             cores,
             pin: false,
+            ring_depth: config.push.ring_depth,
             listeners,
             limits,
             grpc: GrpcLimits {

@@ -45,6 +45,7 @@ fn fanout(c: &mut Criterion) {
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
         handoff: None,
+        ring_depth: istiod_xds::server::RING_DEPTH,
     };
     let server = server::start(cfg, factory).unwrap();
     let mut version = 1;

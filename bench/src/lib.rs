@@ -60,6 +60,7 @@ pub fn start_glommio() -> ServerHandle {
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
         handoff: None,
+        ring_depth: istiod_xds::server::RING_DEPTH,
     };
     server::start(cfg, EchoFactory).expect("glommio server starts")
 }

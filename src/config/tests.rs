@@ -368,3 +368,22 @@ fn every_istiod_variable_has_its_state() {
     }
     assert!(wrong.is_empty(), "docs/environment.md disagrees with the sources:\n{}", wrong.join("\n"));
 }
+
+#[test]
+fn the_ring_depth_is_a_benchmark_knob_within_io_urings_bounds() {
+    assert_eq!(build(&[], &[]).unwrap().push.ring_depth, 4096);
+    assert_eq!(build(&[], &[("ISTIOD_RS_RING_DEPTH", "128")]).unwrap().push.ring_depth, 128);
+    assert_eq!(build(&[], &[("ISTIOD_RS_RING_DEPTH", "32768")]).unwrap().push.ring_depth, 32768);
+    // A number out of io_uring's range is refused at start.
+    for bad in ["0", "32769"] {
+        let e = build(&[], &[("ISTIOD_RS_RING_DEPTH", bad)]).unwrap_err().to_string();
+        assert!(e.contains("ISTIOD_RS_RING_DEPTH") && e.contains("must be 1 to 32768"), "{bad}: {e}");
+    }
+    // What is not a number is warned about and the default taken, as for
+    // every variable read through the environment.
+    for bad in ["-1", "deep"] {
+        let c = build(&[], &[("ISTIOD_RS_RING_DEPTH", bad)]).unwrap();
+        assert_eq!(c.push.ring_depth, 4096);
+        assert!(c.env_warnings.iter().any(|w| w.contains("ISTIOD_RS_RING_DEPTH")), "{bad}: {:?}", c.env_warnings);
+    }
+}

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// takes each first (istiod multiplexes gRPC on its HTTP port when
     /// `--grpcAddr` is empty).
     pub handoff: Option<Handoff>,
+    /// Submission entries of each of a core's io_uring rings, 1 to
+    /// [`MAX_RING_DEPTH`] ([`RING_DEPTH`] says why the default is deep).
+    pub ring_depth: usize,
 }
 
 /// See [`ServerConfig::handoff`].
@@ -124,23 +127,17 @@ impl ServerHandle {
 /// How often a core checks the stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// Submission entries of each of a core's io_uring rings (glommio's
+/// Submission entries of each of a core's io_uring rings by default (glommio's
 /// default is 128). Every cancellation the reactor submits (it re-arms its
 /// preemption timers on each wait) walks one chain of the kernel's table
 /// of pending polls, which has `2^(log2(2 * depth) - 5)` chains, at most
 /// 256: at 128, eight chains for a core's thousands of connections, and
 /// that walk was 4.5% of a core pushing to 1,000 proxies.
-/// `ISTIOD_RS_RING_DEPTH` sets it otherwise (1 to 32,768), for
-/// measuring.
-const RING_DEPTH: usize = 4096;
+/// The default of [`ServerConfig::ring_depth`].
+pub const RING_DEPTH: usize = 4096;
 
-fn ring_depth() -> usize {
-    std::env::var("ISTIOD_RS_RING_DEPTH")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|d| (1..=32_768).contains(d))
-        .unwrap_or(RING_DEPTH)
-}
+/// The deepest ring io_uring sets up (`IORING_MAX_ENTRIES`).
+pub const MAX_RING_DEPTH: usize = 32_768;
 
 /// What an executor thread panicked with while starting (glommio panics
 /// when io_uring cannot be set up), kept for the start error instead of
@@ -234,7 +231,7 @@ fn start_cores<F: ServiceFactory>(cfg: ServerConfig, factory: F) -> Result<Serve
             // glommio registers this much memory with io_uring; it counts
             // against RLIMIT_MEMLOCK, which is small in containers.
             .io_memory(256 << 10)
-            .ring_depth(ring_depth())
+            .ring_depth(cfg.ring_depth.clamp(1, MAX_RING_DEPTH))
             .spawn(move || async move { run_core(core, cfg, bind, factory, stop, tx).await })
             .map_err(|e| ServerError::Executor { core, reason: executor_error(&e.to_string()) })?;
         match rx.recv() {

@@ -51,6 +51,7 @@ impl TestServer {
             grpc: GrpcLimits::default(),
             shutdown: std::time::Duration::from_secs(10),
             handoff: None,
+            ring_depth: istiod_xds::server::RING_DEPTH,
         };
         let handle = server::start(cfg, factory).expect("server starts");
         let addr = handle.addrs()[0];

@@ -169,6 +169,7 @@ pub(crate) fn start(cores: usize, limits: Limits, tls: Option<Arc<rustls::Server
         grpc: GrpcLimits::default(),
         shutdown: std::time::Duration::from_secs(10),
         handoff: None,
+        ring_depth: istiod_xds::server::RING_DEPTH,
     };
     server::start(cfg, EchoFactory).expect("server starts")
 }

@@ -78,15 +78,15 @@ pub struct Shared {
     pub changed: tokio::sync::watch::Receiver<u32>,
     /// Counters and histograms.
     pub live: Arc<Mutex<Live>>,
-    /// Names decoded from resources, by the resources' bytes.
-    pub decoded: Mutex<Decoded>,
 }
 
 /// Cluster and listener names decoded from resources, by a hash of the
 /// resource's bytes: thousands of proxies receive the same resources, and
 /// one loadgen core must keep up with what one server sends all of them.
+/// One per thread ([`DECODED`]): a lock shared by the runtime's threads,
+/// taken for every resource, cost more than decoding twice.
 #[derive(Debug, Default)]
-pub struct Decoded {
+struct Decoded {
     clusters: HashMap<(u64, usize), ClusterNames>,
     listeners: HashMap<(u64, usize), ListenerNames>,
     /// Whether a resource carries a change, by (resource, change id).
@@ -99,11 +99,21 @@ type ClusterNames = (u32, u32);
 /// A listener's name and its RDS names.
 type ListenerNames = (Arc<str>, Arc<[u32]>);
 
+thread_local! {
+    static DECODED: std::cell::RefCell<Decoded> = std::cell::RefCell::default();
+}
+
+/// Runs `f` on this thread's [`Decoded`].
+fn decoded<T>(f: impl FnOnce(&mut Decoded) -> T) -> T {
+    DECODED.with(|d| f(&mut d.borrow_mut()))
+}
+
+/// A resource's key: a fast hash of its bytes (SipHash over every byte a
+/// proxy receives was a tenth of loadgen's time in a connect storm) and
+/// their length.
 fn key(bytes: &[u8]) -> (u64, usize) {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    (h.finish(), bytes.len())
+    use std::hash::BuildHasher;
+    (foldhash::quality::FixedState::with_seed(0x5eed).hash_one(bytes), bytes.len())
 }
 
 impl Decoded {
@@ -155,20 +165,39 @@ struct Ids {
 
 static IDS: std::sync::LazyLock<std::sync::RwLock<Ids>> = std::sync::LazyLock::new(Default::default);
 
+thread_local! {
+    /// This thread's copy of the numbers it has looked up: a number never
+    /// changes, and the shared table's lock, taken twice for every
+    /// resource a proxy received, was a fifth of loadgen's time in a
+    /// connect storm.
+    static LOCAL_IDS: std::cell::RefCell<HashMap<Arc<str>, u32, foldhash::fast::RandomState>> =
+        std::cell::RefCell::default();
+}
+
 /// The number of `s`, given one if it has none.
 fn id(s: &str) -> u32 {
-    if let Some(i) = lookup(s) {
+    if let Some(i) = LOCAL_IDS.with(|l| l.borrow().get(s).copied()) {
         return i;
     }
+    let (i, a) = shared_id(s);
+    LOCAL_IDS.with(|l| l.borrow_mut().insert(a, i));
+    i
+}
+
+/// The number of `s` in the shared table, and its string.
+fn shared_id(s: &str) -> (u32, Arc<str>) {
+    if let Some((a, i)) = IDS.read().unwrap_or_else(std::sync::PoisonError::into_inner).index.get_key_value(s) {
+        return (*i, a.clone());
+    }
     let mut ids = IDS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(i) = ids.index.get(s) {
-        return *i;
+    if let Some((a, i)) = ids.index.get_key_value(s) {
+        return (*i, a.clone());
     }
     let i = ids.names.len() as u32;
     let a: Arc<str> = Arc::from(s);
     ids.names.push(a.clone());
-    ids.index.insert(a, i);
-    i
+    ids.index.insert(a.clone(), i);
+    (i, a)
 }
 
 /// The number of `s`, if it has one.
@@ -316,21 +345,21 @@ fn rds_names(l: &Listener) -> Vec<String> {
 /// Whether `bytes` (a resource of `change`'s type) is `change.resource`
 /// and carries what the change expects; decoded once per distinct
 /// resource and change (every proxy receives the same bytes).
-fn carries(change: &Change, name: Option<&str>, bytes: &[u8], decoded: &Mutex<Decoded>) -> bool {
+fn carries(change: &Change, name: Option<&str>, bytes: &[u8]) -> bool {
     if name.is_some_and(|n| n != change.resource) {
         return false;
     }
     let k = (key(bytes), change.id);
-    if let Some(known) = decoded.lock().ok().and_then(|d| d.carries.get(&k).copied()) {
+    if let Some(known) = decoded(|d| d.carries.get(&k).copied()) {
         return known;
     }
     let answer = carries_decoded(change, bytes);
-    if let Ok(mut d) = decoded.lock() {
+    decoded(|d| {
         if d.carries.len() >= Decoded::MAX {
             d.carries.clear();
         }
         d.carries.insert(k, answer);
-    }
+    });
     answer
 }
 
@@ -549,32 +578,25 @@ impl Requests {
     /// 2, type 4, nonce 5; delta: resource 2, type 4, nonce 5, removed 6)
     /// into `r`. A resource is decoded here, as far as the proxy needs it,
     /// and dropped: its bytes are slices of what arrived, never a copy.
-    fn field(
-        &self,
-        r: &mut Reading,
-        number: u32,
-        value: Bytes,
-        st: &State,
-        decoded: &Mutex<Decoded>,
-    ) -> Result<(), String> {
+    fn field(&self, r: &mut Reading, number: u32, value: Bytes, st: &State) -> Result<(), String> {
         let bad = |e: wire::Error| format!("decode: {e}");
         match (self.delta, number) {
             (false, 1) => r.version = text(&value)?,
             (_, 4) => r.type_url = text(&value)?,
             (_, 5) => r.nonce = text(&value)?,
-            (false, 2) => self.resource(r, &value, None, st, decoded).map_err(bad)?,
+            (false, 2) => self.resource(r, &value, None, st).map_err(bad)?,
             // Resource: version (1), resource Any (2), name (3).
             (true, 2) => {
-                let (mut name, mut v, mut any) = (String::new(), String::new(), Bytes::new());
+                let (mut name, mut v, mut any) = (Bytes::new(), Bytes::new(), Bytes::new());
                 for f in wire::fields(&value) {
                     match f.map_err(bad)? {
-                        (1, b) => v = text(&b)?,
+                        (1, b) => v = b,
                         (2, b) => any = b,
-                        (3, b) => name = text(&b)?,
+                        (3, b) => name = b,
                         _ => {}
                     }
                 }
-                self.resource(r, &any, Some((name, v)), st, decoded).map_err(bad)?;
+                self.resource(r, &any, Some((utf8(&name)?, utf8(&v)?)), st).map_err(bad)?;
             }
             (true, 6) => r.removed.push(text(&value)?),
             _ => {}
@@ -587,9 +609,8 @@ impl Requests {
         &self,
         r: &mut Reading,
         any: &Bytes,
-        named: Option<(String, String)>,
+        named: Option<(&str, &str)>,
         st: &State,
-        decoded: &Mutex<Decoded>,
     ) -> Result<(), wire::Error> {
         let (mut url, mut body) = (Bytes::new(), Bytes::new());
         for f in wire::fields(any) {
@@ -599,18 +620,18 @@ impl Requests {
                 _ => {}
             }
         }
-        let name = named.as_ref().map(|(n, _)| n.as_str());
-        if let Some((n, v)) = &named {
+        let name = named.map(|(n, _)| n);
+        if let Some((n, v)) = named {
             r.versions.push((id(n), id(v)));
         }
         let Some(t) = self.urls.iter().position(|u| u.as_bytes() == &url[..]) else { return Ok(()) };
         match t {
-            CDS => r.clusters.extend(decoded.lock().ok().and_then(|mut d| d.cluster(&body))),
-            LDS => r.listeners.extend(decoded.lock().ok().and_then(|mut d| d.listener(&body))),
+            CDS => r.clusters.extend(decoded(|d| d.cluster(&body))),
+            LDS => r.listeners.extend(decoded(|d| d.listener(&body))),
             _ => {
                 for c in &st.pending {
                     let ct = if matches!(c.expect, Expect::Endpoints(_)) { EDS } else { RDS };
-                    if ct == t && carries(c, name, &body, decoded) {
+                    if ct == t && carries(c, name, &body) {
                         r.carried.push(c.id);
                     }
                 }
@@ -638,7 +659,11 @@ impl Requests {
 }
 
 fn text(b: &Bytes) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|_| "decode: a string is not UTF-8".to_owned())
+    utf8(b).map(str::to_owned)
+}
+
+fn utf8(b: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(b).map_err(|_| "decode: a string is not UTF-8".to_owned())
 }
 
 /// Runs proxy `i` until the run stops: connects, syncs (holding a
@@ -952,7 +977,7 @@ async fn follow(
                         st.pull_changes(&shared.changes, &shared.live);
                         Reading::default()
                     });
-                    if let Err(e) = rq.field(r, number, value, st, &shared.decoded) {
+                    if let Err(e) = rq.field(r, number, value, st) {
                         return End::Lost(e);
                     }
                     continue;

@@ -222,7 +222,6 @@ pub async fn run_with(sc: &Scenario, o: &Options, stepper: Option<crate::churn::
         changes: changes.clone(),
         changed: changed_rx,
         live: live.clone(),
-        decoded: Mutex::default(),
     });
     let sampler = o.server_pid.map(|pid| tokio::spawn(stats::sample(pid, Duration::from_millis(250), stop_rx.clone())));
     // loadgen's own CPU and memory, reported next to the server's: a

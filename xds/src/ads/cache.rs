@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::names::NameMap;
 use super::snapshot::{Aliases, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
 use crate::hash::AddrHasher;
@@ -81,6 +82,86 @@ impl<C> std::hash::Hash for MemoKey<C> {
 
 type Memo<C> = HashMap<MemoKey<C>, Option<Encoded>, std::hash::BuildHasherDefault<AddrHasher>>;
 
+/// A first response every stream sent the same resources, for the same
+/// reduced classes, is sent apart from its nonce (see
+/// `stream::shared_first_delta`).
+#[derive(Debug)]
+pub struct FirstResponse {
+    /// The encoded response without its nonce.
+    pub body: bytes::Bytes,
+    /// What a stream sent it holds.
+    pub sent: NameMap,
+}
+
+/// The reductions and names a first response was asked for with, and the
+/// response once a second stream asked the same.
+#[derive(Debug)]
+struct FirstSeen<C> {
+    reduced: Arc<C>,
+    whole: Option<Arc<C>>,
+    names: Arc<[Arc<str>]>,
+    response: Option<Arc<FirstResponse>>,
+}
+
+/// First responses of one snapshot by (type, reduced class's address,
+/// whole-class reduction's address, hash of the names).
+#[derive(Debug)]
+struct FirstResponses<C> {
+    of: SnapId,
+    seen: HashMap<(Kind, usize, usize, u64), FirstSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
+    /// Body bytes held, bounded by [`MAX_FIRST_BYTES`].
+    bytes: usize,
+}
+
+impl<C> Default for FirstResponses<C> {
+    fn default() -> Self {
+        FirstResponses { of: (0, 0), seen: HashMap::default(), bytes: 0 }
+    }
+}
+
+/// Subscriptions remembered per snapshot, and the bytes of first
+/// responses kept, above which the record starts again (a mesh of
+/// thousands of distinct classes keeps little for long, and pays a lookup
+/// per first response).
+const MAX_FIRST: usize = 4096;
+const MAX_FIRST_BYTES: usize = 32 << 20;
+
+fn first_key<C>(
+    kind: Kind,
+    (reduced, whole): &(Arc<C>, Option<Arc<C>>),
+    names: &[Arc<str>],
+) -> (Kind, usize, usize, u64) {
+    (
+        kind,
+        Arc::as_ptr(reduced) as *const u8 as usize,
+        whole.as_ref().map_or(0, |w| Arc::as_ptr(w) as *const u8 as usize),
+        names_hash(names),
+    )
+}
+
+/// What [`Cache::first_response`] found.
+pub enum First {
+    /// The response, kept.
+    Kept(Arc<FirstResponse>),
+    /// The second stream to ask: build the response and
+    /// [`Cache::keep_first_response`] it.
+    Build,
+    /// The first to ask (remembered): answer as usual.
+    Unseen,
+}
+
+/// A hash of names by their addresses (the core's interned names: equal
+/// names share them).
+fn names_hash(names: &[Arc<str>]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = AddrHasher::default();
+    h.write_usize(names.len());
+    for n in names {
+        h.write_usize(Arc::as_ptr(n) as *const u8 as usize);
+    }
+    h.finish()
+}
+
 /// One core's cache, for proxy classes `C`.
 #[derive(Debug)]
 pub struct Cache<C = ()> {
@@ -107,6 +188,10 @@ pub struct Cache<C = ()> {
     /// Aliases per type, for the snapshot they were computed from (see
     /// `Generator::aliases`).
     aliases: HashMap<Kind, (SnapId, Option<Arc<Aliases>>)>,
+    /// First responses shared by the streams of a class.
+    first: FirstResponses<C>,
+    /// First responses sent from `first` (tests, `/debug/cachez`).
+    pub first_shared: u64,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -130,6 +215,8 @@ impl<C> Default for Cache<C> {
             memo: Memo::default(),
             memo_of: (0, 0),
             aliases: HashMap::new(),
+            first: FirstResponses::default(),
+            first_shared: 0,
             hits: 0,
             misses: 0,
             evicted_clear: 0,
@@ -272,6 +359,18 @@ impl<C: super::Class> Cache<C> {
         name: &str,
     ) -> Arc<C> {
         let whole = generator.whole_class(kind, name);
+        self.reduced_class(generator, snap, class, kind, whole)
+    }
+
+    /// The reduction of `class` for `kind`, or for its whole-class names.
+    fn reduced_class<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        class: &Arc<C>,
+        kind: Kind,
+        whole: bool,
+    ) -> Arc<C> {
         let id = snap_id(snap);
         if self.reduction_inputs.0 != id {
             self.reduction_inputs = (id, generator.reduction_inputs(snap));
@@ -379,6 +478,86 @@ impl<C: super::Class> Cache<C> {
         a
     }
 
+    /// The classes `names` of `kind` are generated for, for a proxy of
+    /// `class`: its reduction, and its whole-class reduction where one of
+    /// the names reads the whole class (`Generator::whole_class`).
+    pub fn reductions<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        class: &Arc<C>,
+        kind: Kind,
+        names: &[Arc<str>],
+    ) -> (Arc<C>, Option<Arc<C>>) {
+        let reduced = self.reduced_class(generator, snap, class, kind, false);
+        let whole = names
+            .iter()
+            .any(|n| generator.whole_class(kind, n))
+            .then(|| self.reduced_class(generator, snap, class, kind, true));
+        (reduced, whole)
+    }
+
+    /// The first response of `kind` with resources `names`, generated for
+    /// `reductions` (from [`Cache::reductions`]) in `snap`, if one was
+    /// kept; or whether to build and keep it (a second stream asked the
+    /// same).
+    pub fn first_response<M>(
+        &mut self,
+        snap: &Snapshot<M>,
+        kind: Kind,
+        reductions: &(Arc<C>, Option<Arc<C>>),
+        names: &[Arc<str>],
+    ) -> First {
+        let id = snap_id(snap);
+        let f = &mut self.first;
+        if f.of != id || f.seen.len() >= MAX_FIRST || f.bytes >= MAX_FIRST_BYTES {
+            *f = FirstResponses { of: id, ..FirstResponses::default() };
+        }
+        let (reduced, whole) = reductions;
+        let key = first_key(kind, reductions, names);
+        match f.seen.get(&key) {
+            Some(s)
+                if Arc::ptr_eq(&s.reduced, reduced)
+                    && s.whole.as_ref().map(Arc::as_ptr) == whole.as_ref().map(Arc::as_ptr)
+                    && *s.names == *names =>
+            {
+                match &s.response {
+                    Some(r) => {
+                        self.first_shared += 1;
+                        First::Kept(r.clone())
+                    }
+                    None => First::Build,
+                }
+            }
+            Some(_) => First::Unseen, // a hash collision: left to the first
+            None => {
+                let seen =
+                    FirstSeen { reduced: reduced.clone(), whole: whole.clone(), names: names.into(), response: None };
+                f.seen.insert(key, seen);
+                First::Unseen
+            }
+        }
+    }
+
+    /// Keeps a first response built after [`First::Build`].
+    pub fn keep_first_response(
+        &mut self,
+        kind: Kind,
+        reductions: &(Arc<C>, Option<Arc<C>>),
+        names: &[Arc<str>],
+        r: Arc<FirstResponse>,
+    ) {
+        let f = &mut self.first;
+        if let Some(s) = f.seen.get_mut(&first_key(kind, reductions, names))
+            && Arc::ptr_eq(&s.reduced, &reductions.0)
+            && *s.names == *names
+            && s.response.is_none()
+        {
+            f.bytes += r.body.len();
+            s.response = Some(r);
+        }
+    }
+
     /// Forgets everything generated for classes that are neither in
     /// `live` (addresses of the classes of open streams) nor the reduction
     /// of one that is: a class whose last stream closed leaves nothing
@@ -386,6 +565,7 @@ impl<C: super::Class> Cache<C> {
     pub fn retain_classes(&mut self, live: std::collections::HashSet<usize>) {
         let ptr = |c: &Arc<C>| Arc::as_ptr(c) as usize;
         self.memo = Memo::default();
+        self.first = FirstResponses::default();
         self.reduced.retain(|(_, _, of), _| live.contains(of));
         self.wildcard.retain(|(_, c), _| live.contains(&ptr(c)));
         // What live classes reduce to stays too.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::Cache;
+use super::cache::{Cache, First, FirstResponse};
 use istiod_proto::envoy::config::core::v3::Node;
 
 use super::names::{NameMap, NameSet, intern};
@@ -591,6 +591,9 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
 ) -> Option<(crate::grpc::Chain, Arc<str>)> {
+    if let Some(shared) = shared_first_delta(w, kind, dirty, class, ctx) {
+        return Some(shared);
+    }
     let mut candidates = names_for(w, kind, dirty, class, ctx);
     if *dirty == Dirty::All {
         // Anything the proxy has may have gone away.
@@ -681,4 +684,77 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     let removed_refs: Vec<&str> = removed.iter().map(|n| &**n).collect();
     let version = ctx.snap.version.to_string();
     Some((wire::delta_response(&version, kind.type_url(), &nonce, &refs, &removed_refs, ctx.control_plane), nonce))
+}
+
+/// A stream's first delta response of a type, where it is the one every
+/// stream sent the same resources for the same reduced classes is sent
+/// (nothing held, no names that stand for others): built once per
+/// snapshot when a second such stream asks, then shared by the rest, apart
+/// from the nonce at its end. A connect storm sends thousands of proxies of
+/// a few kinds the same first responses; looking up each resource again
+/// for each of them was most of the serving core's work. `None`: answer as
+/// usual.
+fn shared_first_delta<M: Send + Sync + 'static, C: super::Class>(
+    w: &mut Watch,
+    kind: Kind,
+    dirty: &Dirty,
+    class: &Arc<C>,
+    ctx: &mut Ctx<'_, M, C>,
+) -> Option<(crate::grpc::Chain, Arc<str>)> {
+    if *dirty != Dirty::All || w.sent_nonce.is_some() || !w.sent.is_empty() || w.forced || w.aliased {
+        return None;
+    }
+    if !w.wildcard && ctx.cache.aliases(ctx.generator, ctx.snap, kind).is_some() {
+        return None;
+    }
+    let names: Vec<Arc<str>> = names_for(w, kind, &Dirty::All, class, ctx).into_iter().collect();
+    let reductions = ctx.cache.reductions(ctx.generator, ctx.snap, class, kind, &names);
+    let shared = match ctx.cache.first_response(ctx.snap, kind, &reductions, &names) {
+        First::Unseen => return None,
+        First::Kept(r) => {
+            #[cfg(debug_assertions)]
+            {
+                let counts = (ctx.cache.hits, ctx.cache.misses);
+                let fresh = first_delta(&names, kind, class, ctx);
+                (ctx.cache.hits, ctx.cache.misses) = counts;
+                assert!(
+                    fresh.body == r.body && fresh.sent == r.sent,
+                    "a shared first {kind:?} response differs from the stream's own"
+                );
+            }
+            r
+        }
+        First::Build => {
+            let r = Arc::new(first_delta(&names, kind, class, ctx));
+            ctx.cache.keep_first_response(kind, &reductions, &names, r.clone());
+            r
+        }
+    };
+    // Names asked for are answered here as on the usual path (no aliases).
+    w.lookups.clear();
+    w.sent = shared.sent.clone();
+    let nonce = (ctx.nonce)();
+    Some((crate::grpc::Chain(vec![shared.body.clone(), wire::nonce_field(&nonce)]), nonce))
+}
+
+/// What [`delta_response`] sends a stream that holds nothing, on a full
+/// push, where its type has no aliases: every subscribed resource
+/// (`names`, sorted) that exists.
+fn first_delta<M: Send + Sync + 'static, C: super::Class>(
+    names: &[Arc<str>],
+    kind: Kind,
+    class: &Arc<C>,
+    ctx: &mut Ctx<'_, M, C>,
+) -> FirstResponse {
+    let mut resources: Vec<(&Arc<str>, Encoded)> = Vec::with_capacity(names.len());
+    for n in names {
+        if let Some(e) = ctx.cache.get(ctx.generator, ctx.snap, class, kind, n) {
+            resources.push((n, e));
+        }
+    }
+    let sent: NameMap = resources.iter().map(|(n, e)| ((*n).clone(), e.version.clone())).collect();
+    let refs: Vec<(&str, &Encoded, &[&str])> = resources.iter().map(|(n, e)| (&***n, e, &[][..])).collect();
+    let version = ctx.snap.version.to_string();
+    let body = wire::delta_response_body(&version, kind.type_url(), &refs, &[], ctx.control_plane).to_bytes();
+    FirstResponse { body, sent }
 }

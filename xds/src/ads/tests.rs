@@ -267,3 +267,148 @@ fn a_kept_reduction_that_a_fresh_one_contradicts_fails_debug_builds() {
         (Err(_), false) => panic!("only debug builds check a kept reduction"),
     }
 }
+
+/// Streams of one class with the same subscription share their first
+/// delta response (built when the second asks, shared from the third),
+/// and receive exactly what a stream answered on its own does, each with
+/// its own nonce; a stream sent the shared response then follows changes
+/// as any other. Another subscription is answered on its own.
+#[test]
+fn first_delta_responses_are_shared_by_a_class() {
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    let generator = SimpleGenerator;
+    let all: Vec<(Kind, Arc<str>, Option<Bytes>)> =
+        (0..10u8).map(|n| (Kind::Endpoint, Arc::from(n.to_string()), Some(Bytes::from(vec![n])))).collect();
+    let (model, _) = SimpleModel::default().apply(1, all);
+    let snap = Snapshot::new(1, Instant::now(), Arc::new(model.clone()));
+    let mut cache = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let class = Arc::new(());
+    let mut same_class = |node: Option<&Node>| -> Result<(Peer, Arc<()>), String> {
+        use super::snapshot::Generator;
+        Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+    };
+    let subscribe = |names: &[&str]| DeltaDiscoveryRequest {
+        node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+        type_url: Kind::Endpoint.type_url().into(),
+        resource_names_subscribe: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    };
+    let mut streams = Vec::new();
+    let mut answers = Vec::new();
+    for names in [&["1", "3", "5"][..], &["1", "3", "5"], &["5", "3", "1"], &["1", "3"], &["1", "3", "5"]] {
+        let mut s = AdsStream::new(Protocol::Delta, Instant::now());
+        s.on_delta(subscribe(names), &mut same_class, Instant::now()).unwrap();
+        let mut ctx = Ctx {
+            generator: &generator,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let out = s.flush(&mut ctx);
+        assert_eq!(out.len(), 1);
+        answers.push(DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap());
+        streams.push(s);
+    }
+    let names = |r: &DeltaDiscoveryResponse| r.resources.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&answers[0]), ["1", "3", "5"]);
+    assert_eq!(names(&answers[3]), ["1", "3"]);
+    for r in &answers[1..] {
+        if names(r).len() == 3 {
+            assert_eq!(r.resources, answers[0].resources);
+        }
+        assert_eq!(r.system_version_info, answers[0].system_version_info);
+    }
+    let nonces: BTreeSet<&str> = answers.iter().map(|r| r.nonce.as_str()).collect();
+    assert_eq!(nonces.len(), answers.len(), "each response has its own nonce");
+    // The second stream built it; the third and the fifth were sent it.
+    assert_eq!(cache.first_shared, 2);
+
+    // A change to one of the names reaches a stream sent the shared
+    // response, with that name only.
+    let (model2, delta) = model.apply(2, vec![(Kind::Endpoint, Arc::from("3"), Some(Bytes::from_static(b"new")))]);
+    let snap2 = Snapshot::new(2, Instant::now(), Arc::new(model2));
+    let s = &mut streams[4];
+    s.on_delta(
+        DeltaDiscoveryRequest {
+            type_url: Kind::Endpoint.type_url().into(),
+            response_nonce: answers[4].nonce.clone(),
+            ..Default::default()
+        },
+        &mut same_class,
+        Instant::now(),
+    )
+    .unwrap();
+    s.on_delta_update(&Changes::of(&delta), Instant::now(), false);
+    let mut ctx = Ctx {
+        generator: &generator,
+        snap: &snap2,
+        cache: &mut cache,
+        nonce: &mut nonce,
+        control_plane: "t",
+        now: Instant::now(),
+    };
+    let out = s.flush(&mut ctx);
+    assert_eq!(out.len(), 1);
+    let r = DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
+    assert_eq!(names(&r), ["3"]);
+    assert!(r.removed_resources.is_empty());
+}
+
+/// Proxies of distinct classes that reduce to one class share their first
+/// responses; a class that reduces to another does not.
+#[test]
+fn first_delta_responses_are_shared_by_a_reduced_class() {
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    let g = CountingReductions::default();
+    let mut snap = Snapshot::new(1, Instant::now(), Arc::default());
+    snap.mesh = Some(Arc::new(5u32));
+    let mut cache: Cache<u32> = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let mut bodies = Vec::new();
+    // 3, 5 and 7 reduce to 51; 4 to 50.
+    for class in [3u32, 5, 4, 7] {
+        let class = Arc::new(class);
+        let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
+            use super::snapshot::Generator;
+            Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+        };
+        let mut s = AdsStream::new(Protocol::Delta, Instant::now());
+        let request = DeltaDiscoveryRequest {
+            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+            type_url: Kind::Endpoint.type_url().into(),
+            resource_names_subscribe: vec!["a".into(), "b".into()],
+            ..Default::default()
+        };
+        s.on_delta(request, &mut identify, Instant::now()).unwrap();
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let out = s.flush(&mut ctx);
+        assert_eq!(out.len(), 1);
+        let r = DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
+        let values: Vec<Vec<u8>> = r.resources.iter().map(|r| r.resource.clone().unwrap().value).collect();
+        bodies.push(values);
+    }
+    assert_eq!(bodies[0], vec![b"1-5".to_vec(), b"1-5".to_vec()]);
+    assert_eq!(bodies[1], bodies[0]);
+    assert_eq!(bodies[3], bodies[0]);
+    assert_eq!(bodies[2], vec![b"0-5".to_vec(), b"0-5".to_vec()]);
+    // 5 built it (3 was the first), 7 was sent it; 4 was answered alone.
+    assert_eq!(cache.first_shared, 1);
+}

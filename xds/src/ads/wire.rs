@@ -116,12 +116,27 @@ pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&E
 
 /// A `DeltaDiscoveryResponse`: system_version_info (1), resources (2, each a
 /// `Resource` with version 1, resource 2, name 3, aliases 4), type_url (4),
-/// nonce (5), removed_resources (6), control_plane (7). Each resource
-/// comes with the names it was asked for by (its aliases; usually none).
+/// removed_resources (6), control_plane (7), and last the nonce (5), so
+/// that streams sent the same response share all of it but its end
+/// ([`delta_response_body`], [`nonce_field`]). Each resource comes with
+/// the names it was asked for by (its aliases; usually none).
 pub fn delta_response(
     system_version: &str,
     type_url: &str,
     nonce: &str,
+    resources: &[(&str, &Encoded, &[&str])],
+    removed: &[&str],
+    control_plane: &str,
+) -> Chain {
+    let mut chain = delta_response_body(system_version, type_url, resources, removed, control_plane);
+    chain.0.push(nonce_field(nonce));
+    chain
+}
+
+/// A `DeltaDiscoveryResponse` without its nonce ([`delta_response`]).
+pub fn delta_response_body(
+    system_version: &str,
+    type_url: &str,
     resources: &[(&str, &Encoded, &[&str])],
     removed: &[&str],
     control_plane: &str,
@@ -132,7 +147,7 @@ pub fn delta_response(
             + field_len(3, name.len())
             + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
     };
-    let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len()) + field_len(5, nonce.len());
+    let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len());
     len += resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum::<usize>();
     len += removed.iter().map(|n| field_len(6, n.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
@@ -151,7 +166,6 @@ pub fn delta_response(
         }
     }
     field_bytes(&mut c.small, 4, type_url.as_bytes());
-    field_bytes(&mut c.small, 5, nonce.as_bytes());
     for n in removed {
         field_bytes(&mut c.small, 6, n.as_bytes());
     }
@@ -161,6 +175,13 @@ pub fn delta_response(
     let chain = c.finish();
     debug_assert_eq!(chain.len(), len);
     chain
+}
+
+/// A response's nonce field (5, in both protocols' responses).
+pub fn nonce_field(nonce: &str) -> Bytes {
+    let mut b = BytesMut::with_capacity(field_len(5, nonce.len()));
+    field_bytes(&mut b, 5, nonce.as_bytes());
+    b.freeze()
 }
 
 #[cfg(test)]

@@ -82,33 +82,33 @@ impl<C> std::hash::Hash for MemoKey<C> {
 
 type Memo<C> = HashMap<MemoKey<C>, Option<Encoded>, std::hash::BuildHasherDefault<AddrHasher>>;
 
-/// A first response every stream sent the same resources, for the same
-/// reduced classes, is sent apart from its nonce (see
-/// `stream::shared_first_delta`).
+/// The part of a first response every stream sent the same resources for
+/// the same reduced class is sent: all but the nonce and the resources
+/// that read the whole class (see `stream::shared_first`).
 #[derive(Debug)]
 pub struct FirstResponse {
-    /// The encoded response without its nonce.
+    /// The encoded response without its nonce (and without the class's
+    /// own resources).
     pub body: bytes::Bytes,
     /// What a stream sent it holds.
     pub sent: NameMap,
 }
 
-/// The reductions and names a first response was asked for with, and the
-/// response once a second stream asked the same.
+/// The reduced class and names a first response was asked for with, and
+/// the response once a second stream asked the same.
 #[derive(Debug)]
 struct FirstSeen<C> {
     reduced: Arc<C>,
-    whole: Option<Arc<C>>,
     names: Arc<[Arc<str>]>,
     response: Option<Arc<FirstResponse>>,
 }
 
-/// First responses of one snapshot by (type, reduced class's address,
-/// whole-class reduction's address, hash of the names).
+/// First responses of one snapshot by (type, SotW, reduced class's
+/// address, hash of the names).
 #[derive(Debug)]
 struct FirstResponses<C> {
     of: SnapId,
-    seen: HashMap<(Kind, usize, usize, u64), FirstSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
+    seen: HashMap<(Kind, bool, usize, u64), FirstSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
     /// Body bytes held, bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
 }
@@ -126,17 +126,8 @@ impl<C> Default for FirstResponses<C> {
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
 
-fn first_key<C>(
-    kind: Kind,
-    (reduced, whole): &(Arc<C>, Option<Arc<C>>),
-    names: &[Arc<str>],
-) -> (Kind, usize, usize, u64) {
-    (
-        kind,
-        Arc::as_ptr(reduced) as *const u8 as usize,
-        whole.as_ref().map_or(0, |w| Arc::as_ptr(w) as *const u8 as usize),
-        names_hash(names),
-    )
+fn first_key<C>(kind: Kind, sotw: bool, reduced: &Arc<C>, names: &[Arc<str>]) -> (Kind, bool, usize, u64) {
+    (kind, sotw, Arc::as_ptr(reduced) as *const u8 as usize, names_hash(names))
 }
 
 /// What [`Cache::first_response`] found.
@@ -478,34 +469,28 @@ impl<C: super::Class> Cache<C> {
         a
     }
 
-    /// The classes `names` of `kind` are generated for, for a proxy of
-    /// `class`: its reduction, and its whole-class reduction where one of
-    /// the names reads the whole class (`Generator::whole_class`).
-    pub fn reductions<M: Send + Sync + 'static>(
+    /// The class the resources of `kind` that do not read the whole class
+    /// are generated for, for a proxy of `class` (`Generator::reduce`).
+    pub fn reduced_for<M: Send + Sync + 'static>(
         &mut self,
         generator: &dyn Generator<Mesh = M, Class = C>,
         snap: &Snapshot<M>,
         class: &Arc<C>,
         kind: Kind,
-        names: &[Arc<str>],
-    ) -> (Arc<C>, Option<Arc<C>>) {
-        let reduced = self.reduced_class(generator, snap, class, kind, false);
-        let whole = names
-            .iter()
-            .any(|n| generator.whole_class(kind, n))
-            .then(|| self.reduced_class(generator, snap, class, kind, true));
-        (reduced, whole)
+    ) -> Arc<C> {
+        self.reduced_class(generator, snap, class, kind, false)
     }
 
-    /// The first response of `kind` with resources `names`, generated for
-    /// `reductions` (from [`Cache::reductions`]) in `snap`, if one was
-    /// kept; or whether to build and keep it (a second stream asked the
-    /// same).
+    /// The shared part of the first response (SotW or delta) of `kind`
+    /// with resources `names` (none of them whole-class), generated for
+    /// `reduced` (from [`Cache::reduced_for`]) in `snap`, if one was kept;
+    /// or whether to build and keep it (a second stream asked the same).
     pub fn first_response<M>(
         &mut self,
         snap: &Snapshot<M>,
         kind: Kind,
-        reductions: &(Arc<C>, Option<Arc<C>>),
+        sotw: bool,
+        reduced: &Arc<C>,
         names: &[Arc<str>],
     ) -> First {
         let id = snap_id(snap);
@@ -513,27 +498,18 @@ impl<C: super::Class> Cache<C> {
         if f.of != id || f.seen.len() >= MAX_FIRST || f.bytes >= MAX_FIRST_BYTES {
             *f = FirstResponses { of: id, ..FirstResponses::default() };
         }
-        let (reduced, whole) = reductions;
-        let key = first_key(kind, reductions, names);
+        let key = first_key(kind, sotw, reduced, names);
         match f.seen.get(&key) {
-            Some(s)
-                if Arc::ptr_eq(&s.reduced, reduced)
-                    && s.whole.as_ref().map(Arc::as_ptr) == whole.as_ref().map(Arc::as_ptr)
-                    && *s.names == *names =>
-            {
-                match &s.response {
-                    Some(r) => {
-                        self.first_shared += 1;
-                        First::Kept(r.clone())
-                    }
-                    None => First::Build,
+            Some(s) if Arc::ptr_eq(&s.reduced, reduced) && *s.names == *names => match &s.response {
+                Some(r) => {
+                    self.first_shared += 1;
+                    First::Kept(r.clone())
                 }
-            }
+                None => First::Build,
+            },
             Some(_) => First::Unseen, // a hash collision: left to the first
             None => {
-                let seen =
-                    FirstSeen { reduced: reduced.clone(), whole: whole.clone(), names: names.into(), response: None };
-                f.seen.insert(key, seen);
+                f.seen.insert(key, FirstSeen { reduced: reduced.clone(), names: names.into(), response: None });
                 First::Unseen
             }
         }
@@ -543,13 +519,14 @@ impl<C: super::Class> Cache<C> {
     pub fn keep_first_response(
         &mut self,
         kind: Kind,
-        reductions: &(Arc<C>, Option<Arc<C>>),
+        sotw: bool,
+        reduced: &Arc<C>,
         names: &[Arc<str>],
         r: Arc<FirstResponse>,
     ) {
         let f = &mut self.first;
-        if let Some(s) = f.seen.get_mut(&first_key(kind, reductions, names))
-            && Arc::ptr_eq(&s.reduced, &reductions.0)
+        if let Some(s) = f.seen.get_mut(&first_key(kind, sotw, reduced, names))
+            && Arc::ptr_eq(&s.reduced, reduced)
             && *s.names == *names
             && s.response.is_none()
         {

@@ -544,6 +544,9 @@ fn sotw_response<M: Send + Sync + 'static, C: super::Class>(
 ) -> Option<(crate::grpc::Chain, Arc<str>)> {
     // CDS/LDS: the response is the whole set. EDS/RDS: the named ones that
     // changed (or all subscribed on a full push).
+    if let Some(shared) = shared_first(Protocol::Sotw, w, kind, dirty, class, ctx) {
+        return Some(shared);
+    }
     let names = if kind.is_wildcard() {
         names_for(w, kind, &Dirty::All, class, ctx)
     } else {
@@ -591,7 +594,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     class: &Arc<C>,
     ctx: &mut Ctx<'_, M, C>,
 ) -> Option<(crate::grpc::Chain, Arc<str>)> {
-    if let Some(shared) = shared_first_delta(w, kind, dirty, class, ctx) {
+    if let Some(shared) = shared_first(Protocol::Delta, w, kind, dirty, class, ctx) {
         return Some(shared);
     }
     let mut candidates = names_for(w, kind, dirty, class, ctx);
@@ -686,15 +689,18 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
     Some((wire::delta_response(&version, kind.type_url(), &nonce, &refs, &removed_refs, ctx.control_plane), nonce))
 }
 
-/// A stream's first delta response of a type, where it is the one every
-/// stream sent the same resources for the same reduced classes is sent
-/// (nothing held, no names that stand for others): built once per
-/// snapshot when a second such stream asks, then shared by the rest, apart
-/// from the nonce at its end. A connect storm sends thousands of proxies of
-/// a few kinds the same first responses; looking up each resource again
-/// for each of them was most of the serving core's work. `None`: answer as
-/// usual.
-fn shared_first_delta<M: Send + Sync + 'static, C: super::Class>(
+/// A stream's first response of a type, where it holds nothing and (delta)
+/// its type has no names that stand for others. Every stream sent the same
+/// resources for the same reduced class is sent the same response but for
+/// the resources that read the whole class (a sidecar's inbound side) and
+/// the nonce: that shared part is built once per snapshot when a second
+/// such stream asks, and sent by reference to the rest, followed by the
+/// stream's own resources and nonce. A connect storm sends thousands of
+/// proxies of a few kinds the same first responses; looking up each
+/// resource again for each of them was most of the serving core's work.
+/// `None`: answer as usual.
+fn shared_first<M: Send + Sync + 'static, C: super::Class>(
+    protocol: Protocol,
     w: &mut Watch,
     kind: Kind,
     dirty: &Dirty,
@@ -704,18 +710,27 @@ fn shared_first_delta<M: Send + Sync + 'static, C: super::Class>(
     if *dirty != Dirty::All || w.sent_nonce.is_some() || !w.sent.is_empty() || w.forced || w.aliased {
         return None;
     }
-    if !w.wildcard && ctx.cache.aliases(ctx.generator, ctx.snap, kind).is_some() {
+    if protocol == Protocol::Delta && !w.wildcard && ctx.cache.aliases(ctx.generator, ctx.snap, kind).is_some() {
         return None;
     }
-    let names: Vec<Arc<str>> = names_for(w, kind, &Dirty::All, class, ctx).into_iter().collect();
-    let reductions = ctx.cache.reductions(ctx.generator, ctx.snap, class, kind, &names);
-    let shared = match ctx.cache.first_response(ctx.snap, kind, &reductions, &names) {
+    let mut names: Vec<Arc<str>> = w.names.keys().cloned().collect();
+    if w.wildcard {
+        names.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
+        // Mostly sorted already: a stable sort finds the runs.
+        names.sort();
+        names.dedup();
+    }
+    let (own, names): (Vec<Arc<str>>, Vec<Arc<str>>) =
+        names.into_iter().partition(|n| ctx.generator.whole_class(kind, n));
+    let reduced = ctx.cache.reduced_for(ctx.generator, ctx.snap, class, kind);
+    let sotw = protocol == Protocol::Sotw;
+    let shared = match ctx.cache.first_response(ctx.snap, kind, sotw, &reduced, &names) {
         First::Unseen => return None,
         First::Kept(r) => {
             #[cfg(debug_assertions)]
             {
                 let counts = (ctx.cache.hits, ctx.cache.misses);
-                let fresh = first_delta(&names, kind, class, ctx);
+                let fresh = first_response(protocol, &names, kind, class, ctx);
                 (ctx.cache.hits, ctx.cache.misses) = counts;
                 assert!(
                     fresh.body == r.body && fresh.sent == r.sent,
@@ -725,22 +740,39 @@ fn shared_first_delta<M: Send + Sync + 'static, C: super::Class>(
             r
         }
         First::Build => {
-            let r = Arc::new(first_delta(&names, kind, class, ctx));
-            ctx.cache.keep_first_response(kind, &reductions, &names, r.clone());
+            let r = Arc::new(first_response(protocol, &names, kind, class, ctx));
+            ctx.cache.keep_first_response(kind, sotw, &reduced, &names, r.clone());
             r
         }
     };
+    let mut resources: Vec<(Arc<str>, Encoded)> = Vec::with_capacity(own.len());
+    for n in own {
+        if let Some(e) = ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n) {
+            resources.push((n, e));
+        }
+    }
     // Names asked for are answered here as on the usual path (no aliases).
     w.lookups.clear();
     w.sent = shared.sent.clone();
+    let mut chain = vec![shared.body.clone()];
+    if !resources.is_empty() {
+        w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
+        chain.extend(match protocol {
+            Protocol::Sotw => wire::sotw_resources(&resources.iter().map(|(_, e)| e).collect::<Vec<_>>()).0,
+            Protocol::Delta => {
+                wire::delta_resources(&resources.iter().map(|(n, e)| (&**n, e, &[][..])).collect::<Vec<_>>()).0
+            }
+        });
+    }
     let nonce = (ctx.nonce)();
-    Some((crate::grpc::Chain(vec![shared.body.clone(), wire::nonce_field(&nonce)]), nonce))
+    chain.push(wire::nonce_field(&nonce));
+    Some((crate::grpc::Chain(chain), nonce))
 }
 
-/// What [`delta_response`] sends a stream that holds nothing, on a full
-/// push, where its type has no aliases: every subscribed resource
-/// (`names`, sorted) that exists.
-fn first_delta<M: Send + Sync + 'static, C: super::Class>(
+/// What a stream that holds nothing is sent on a full push: every
+/// subscribed resource (`names`, sorted) that exists, with no nonce.
+fn first_response<M: Send + Sync + 'static, C: super::Class>(
+    protocol: Protocol,
     names: &[Arc<str>],
     kind: Kind,
     class: &Arc<C>,
@@ -753,8 +785,16 @@ fn first_delta<M: Send + Sync + 'static, C: super::Class>(
         }
     }
     let sent: NameMap = resources.iter().map(|(n, e)| ((*n).clone(), e.version.clone())).collect();
-    let refs: Vec<(&str, &Encoded, &[&str])> = resources.iter().map(|(n, e)| (&***n, e, &[][..])).collect();
     let version = ctx.snap.version.to_string();
-    let body = wire::delta_response_body(&version, kind.type_url(), &refs, &[], ctx.control_plane).to_bytes();
-    FirstResponse { body, sent }
+    let body = match protocol {
+        Protocol::Sotw => {
+            let refs: Vec<&Encoded> = resources.iter().map(|(_, e)| e).collect();
+            wire::sotw_response_body(&version, kind.type_url(), &refs, ctx.control_plane)
+        }
+        Protocol::Delta => {
+            let refs: Vec<(&str, &Encoded, &[&str])> = resources.iter().map(|(n, e)| (&***n, e, &[][..])).collect();
+            wire::delta_response_body(&version, kind.type_url(), &refs, &[], ctx.control_plane)
+        }
+    };
+    FirstResponse { body: body.to_bytes(), sent }
 }

@@ -188,8 +188,13 @@ impl super::snapshot::Generator for CountingReductions {
     fn input_generation(&self, snap: &Snapshot<u32>, _: &u32, _: Kind, _: &str) -> Option<u64> {
         snap.mesh.as_deref().map(|m| u64::from(*m))
     }
-    fn generate(&self, snap: &Snapshot<u32>, class: &u32, _: Kind, _: &str) -> Option<Bytes> {
-        Some(Bytes::from(format!("{}-{}", class % 2, snap.mesh.as_deref().copied().unwrap_or(0))))
+    fn generate(&self, snap: &Snapshot<u32>, class: &u32, _: Kind, name: &str) -> Option<Bytes> {
+        let class = if name.starts_with("own") { *class } else { class % 2 };
+        Some(Bytes::from(format!("{class}-{}", snap.mesh.as_deref().copied().unwrap_or(0))))
+    }
+    /// Names starting `own` read the whole class.
+    fn whole_class(&self, _: Kind, name: &str) -> bool {
+        name.starts_with("own")
     }
     fn reduce(&self, snap: &Snapshot<u32>, class: &u32, _: Kind) -> Option<u32> {
         self.reductions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -362,7 +367,8 @@ fn first_delta_responses_are_shared_by_a_class() {
 }
 
 /// Proxies of distinct classes that reduce to one class share their first
-/// responses; a class that reduces to another does not.
+/// responses, each with its own resources that read the whole class; a
+/// class that reduces to another does not.
 #[test]
 fn first_delta_responses_are_shared_by_a_reduced_class() {
     use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
@@ -387,7 +393,7 @@ fn first_delta_responses_are_shared_by_a_reduced_class() {
         let request = DeltaDiscoveryRequest {
             node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
             type_url: Kind::Endpoint.type_url().into(),
-            resource_names_subscribe: vec!["a".into(), "b".into()],
+            resource_names_subscribe: vec!["a".into(), "own".into(), "b".into()],
             ..Default::default()
         };
         s.on_delta(request, &mut identify, Instant::now()).unwrap();
@@ -402,13 +408,104 @@ fn first_delta_responses_are_shared_by_a_reduced_class() {
         let out = s.flush(&mut ctx);
         assert_eq!(out.len(), 1);
         let r = DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
-        let values: Vec<Vec<u8>> = r.resources.iter().map(|r| r.resource.clone().unwrap().value).collect();
+        let mut values: Vec<(String, String)> = r
+            .resources
+            .iter()
+            .map(|r| (r.name.clone(), String::from_utf8(r.resource.clone().unwrap().value).unwrap()))
+            .collect();
+        values.sort();
         bodies.push(values);
+        // What it holds now: a change to one of them is sent as usual.
+        s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        assert!(s.flush(&mut ctx).is_empty(), "holds every resource as it is");
     }
-    assert_eq!(bodies[0], vec![b"1-5".to_vec(), b"1-5".to_vec()]);
-    assert_eq!(bodies[1], bodies[0]);
-    assert_eq!(bodies[3], bodies[0]);
-    assert_eq!(bodies[2], vec![b"0-5".to_vec(), b"0-5".to_vec()]);
+    let expect = |shared: &str, own: &str| {
+        [("a", shared), ("b", shared), ("own", own)].map(|(n, v)| (n.to_owned(), v.to_owned())).to_vec()
+    };
+    assert_eq!(bodies[0], expect("1-5", "3-5"));
+    assert_eq!(bodies[1], expect("1-5", "5-5"));
+    assert_eq!(bodies[3], expect("1-5", "7-5"));
+    assert_eq!(bodies[2], expect("0-5", "4-5"));
     // 5 built it (3 was the first), 7 was sent it; 4 was answered alone.
+    assert_eq!(cache.first_shared, 1);
+}
+
+/// The same for state-of-the-world streams.
+#[test]
+fn first_sotw_responses_are_shared_by_a_reduced_class() {
+    let g = CountingReductions::default();
+    let mut snap = Snapshot::new(1, Instant::now(), Arc::default());
+    snap.mesh = Some(Arc::new(5u32));
+    let mut cache: Cache<u32> = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let mut answers = Vec::new();
+    for class in [3u32, 5, 4, 7] {
+        let class = Arc::new(class);
+        let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
+            use super::snapshot::Generator;
+            Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+        };
+        let mut s = AdsStream::new(Protocol::Sotw, Instant::now());
+        let request = DiscoveryRequest {
+            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+            type_url: Kind::Endpoint.type_url().into(),
+            resource_names: vec!["a".into(), "own".into(), "b".into()],
+            ..Default::default()
+        };
+        s.on_sotw(request, &mut identify, Instant::now()).unwrap();
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let out = s.flush(&mut ctx);
+        assert_eq!(out.len(), 1);
+        let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
+        let mut values: Vec<String> = r.resources.iter().map(|a| String::from_utf8(a.value.clone()).unwrap()).collect();
+        values.sort();
+        answers.push((values, r.nonce, r.version_info, r.control_plane.map(|c| c.identifier)));
+        // What it holds now: nothing changed, nothing is sent.
+        s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        assert!(s.flush(&mut ctx).is_empty(), "holds every resource as it is");
+    }
+    let values = |shared: &str, own: &str| {
+        let mut v = vec![shared.to_owned(), shared.to_owned(), own.to_owned()];
+        v.sort();
+        v
+    };
+    assert_eq!(answers[0].0, values("1-5", "3-5"));
+    assert_eq!(answers[1].0, values("1-5", "5-5"));
+    assert_eq!(answers[3].0, values("1-5", "7-5"));
+    assert_eq!(answers[2].0, values("0-5", "4-5"));
+    for (_, nonce, version, cp) in &answers {
+        assert!(!nonce.is_empty());
+        assert_eq!(version, "1");
+        assert_eq!(cp.as_deref(), Some("t"));
+    }
+    let nonces: BTreeSet<&str> = answers.iter().map(|a| a.1.as_str()).collect();
+    assert_eq!(nonces.len(), 4);
     assert_eq!(cache.first_shared, 1);
 }

@@ -92,9 +92,17 @@ impl ChainBuilder {
 }
 
 /// A state-of-the-world `DiscoveryResponse`: version_info (1), resources
-/// (2), type_url (4), nonce (5), control_plane.identifier (6.1).
+/// (2), type_url (4), control_plane.identifier (6.1), and last the nonce
+/// (5), as [`delta_response`] writes it.
 pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&Encoded], control_plane: &str) -> Chain {
-    let mut len = field_len(1, version.len()) + field_len(4, type_url.len()) + field_len(5, nonce.len());
+    let mut chain = sotw_response_body(version, type_url, resources, control_plane);
+    chain.0.push(nonce_field(nonce));
+    chain
+}
+
+/// A `DiscoveryResponse` without its nonce ([`sotw_response`]).
+pub fn sotw_response_body(version: &str, type_url: &str, resources: &[&Encoded], control_plane: &str) -> Chain {
+    let mut len = field_len(1, version.len()) + field_len(4, type_url.len());
     len += resources.iter().map(|r| field_len(2, r.any.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(6, cp_inner);
@@ -105,13 +113,22 @@ pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&E
         c.share_field(2, &r.any);
     }
     field_bytes(&mut c.small, 4, type_url.as_bytes());
-    field_bytes(&mut c.small, 5, nonce.as_bytes());
     varint(&mut c.small, u64::from(6u32 << 3 | 2));
     varint(&mut c.small, cp_inner as u64);
     field_bytes(&mut c.small, 1, control_plane.as_bytes());
     let chain = c.finish();
     debug_assert_eq!(chain.len(), len);
     chain
+}
+
+/// Resources of a `DiscoveryResponse` (2), to follow a shared part of one.
+pub fn sotw_resources(resources: &[&Encoded]) -> Chain {
+    let len: usize = resources.iter().map(|r| field_len(2, r.any.len()) - r.any.len()).sum();
+    let mut c = ChainBuilder::new(len, resources.len());
+    for r in resources {
+        c.share_field(2, &r.any);
+    }
+    c.finish()
 }
 
 /// A `DeltaDiscoveryResponse`: system_version_info (1), resources (2, each a
@@ -175,6 +192,31 @@ pub fn delta_response_body(
     let chain = c.finish();
     debug_assert_eq!(chain.len(), len);
     chain
+}
+
+/// Resources of a `DeltaDiscoveryResponse` (2, as [`delta_response`]
+/// writes them), to follow a shared part of one.
+pub fn delta_resources(resources: &[(&str, &Encoded, &[&str])]) -> Chain {
+    let inner = |name: &str, r: &Encoded, aliases: &[&str]| {
+        field_len(1, r.version.len())
+            + field_len(2, r.any.len())
+            + field_len(3, name.len())
+            + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
+    };
+    let len: usize = resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum();
+    let shared: usize = resources.iter().map(|(_, r, _)| r.any.len()).sum();
+    let mut c = ChainBuilder::new(len - shared, resources.len());
+    for (name, r, aliases) in resources {
+        varint(&mut c.small, u64::from(2u32 << 3 | 2));
+        varint(&mut c.small, inner(name, r, aliases) as u64);
+        field_bytes(&mut c.small, 1, r.version.as_bytes());
+        c.share_field(2, &r.any);
+        field_bytes(&mut c.small, 3, name.as_bytes());
+        for a in *aliases {
+            field_bytes(&mut c.small, 4, a.as_bytes());
+        }
+    }
+    c.finish()
 }
 
 /// A response's nonce field (5, in both protocols' responses).

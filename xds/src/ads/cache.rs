@@ -181,7 +181,7 @@ pub struct Cache<C = ()> {
     aliases: HashMap<Kind, (SnapId, Option<Arc<Aliases>>)>,
     /// First responses shared by the streams of a class.
     first: FirstResponses<C>,
-    /// First responses sent from `first` (tests, `/debug/cachez`).
+    /// First responses sent from `first` (tests).
     pub first_shared: u64,
     /// Lookups answered from the cache.
     pub hits: u64,

@@ -95,14 +95,17 @@ impl ChainBuilder {
 /// (2), type_url (4), control_plane.identifier (6.1), and last the nonce
 /// (5), as [`delta_response`] writes it.
 pub fn sotw_response(version: &str, type_url: &str, nonce: &str, resources: &[&Encoded], control_plane: &str) -> Chain {
-    let mut chain = sotw_response_body(version, type_url, resources, control_plane);
-    chain.0.push(nonce_field(nonce));
-    chain
+    sotw(version, type_url, Some(nonce), resources, control_plane)
 }
 
 /// A `DiscoveryResponse` without its nonce ([`sotw_response`]).
 pub fn sotw_response_body(version: &str, type_url: &str, resources: &[&Encoded], control_plane: &str) -> Chain {
+    sotw(version, type_url, None, resources, control_plane)
+}
+
+fn sotw(version: &str, type_url: &str, nonce: Option<&str>, resources: &[&Encoded], control_plane: &str) -> Chain {
     let mut len = field_len(1, version.len()) + field_len(4, type_url.len());
+    len += nonce.map_or(0, |n| field_len(5, n.len()));
     len += resources.iter().map(|r| field_len(2, r.any.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(6, cp_inner);
@@ -116,6 +119,9 @@ pub fn sotw_response_body(version: &str, type_url: &str, resources: &[&Encoded],
     varint(&mut c.small, u64::from(6u32 << 3 | 2));
     varint(&mut c.small, cp_inner as u64);
     field_bytes(&mut c.small, 1, control_plane.as_bytes());
+    if let Some(n) = nonce {
+        field_bytes(&mut c.small, 5, n.as_bytes());
+    }
     let chain = c.finish();
     debug_assert_eq!(chain.len(), len);
     chain
@@ -145,15 +151,24 @@ pub fn delta_response(
     removed: &[&str],
     control_plane: &str,
 ) -> Chain {
-    let mut chain = delta_response_body(system_version, type_url, resources, removed, control_plane);
-    chain.0.push(nonce_field(nonce));
-    chain
+    delta(system_version, type_url, Some(nonce), resources, removed, control_plane)
 }
 
 /// A `DeltaDiscoveryResponse` without its nonce ([`delta_response`]).
 pub fn delta_response_body(
     system_version: &str,
     type_url: &str,
+    resources: &[(&str, &Encoded, &[&str])],
+    removed: &[&str],
+    control_plane: &str,
+) -> Chain {
+    delta(system_version, type_url, None, resources, removed, control_plane)
+}
+
+fn delta(
+    system_version: &str,
+    type_url: &str,
+    nonce: Option<&str>,
     resources: &[(&str, &Encoded, &[&str])],
     removed: &[&str],
     control_plane: &str,
@@ -165,6 +180,7 @@ pub fn delta_response_body(
             + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
     };
     let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len());
+    len += nonce.map_or(0, |n| field_len(5, n.len()));
     len += resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum::<usize>();
     len += removed.iter().map(|n| field_len(6, n.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
@@ -189,6 +205,9 @@ pub fn delta_response_body(
     varint(&mut c.small, u64::from(7u32 << 3 | 2));
     varint(&mut c.small, cp_inner as u64);
     field_bytes(&mut c.small, 1, control_plane.as_bytes());
+    if let Some(n) = nonce {
+        field_bytes(&mut c.small, 5, n.as_bytes());
+    }
     let chain = c.finish();
     debug_assert_eq!(chain.len(), len);
     chain

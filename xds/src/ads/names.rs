@@ -84,7 +84,7 @@ impl<V> Names<V> {
     /// and merge, not a shifting insert each (a first push of thousands of
     /// resources, or a subscribe of 100,000 names, moved the tail that
     /// many times). The last value of a name given twice wins. Returns the
-    /// names that were new.
+    /// names that were new, sorted.
     pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, V)>) -> Vec<Arc<str>> {
         let mut new: Vec<(Arc<str>, V)> = entries.into_iter().collect();
         if new.len() <= 8 {

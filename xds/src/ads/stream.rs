@@ -379,11 +379,9 @@ impl<C: super::Class> AdsStream<C> {
             w.dirty.add(Dirty::All);
         }
         // Many names at once: one merge, not a shifting insert each.
-        let added: BTreeSet<Arc<str>> = w
+        let added: Vec<Arc<str>> = w
             .names
-            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())))
-            .into_iter()
-            .collect();
+            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())));
         if req.resource_names_unsubscribe.iter().any(|n| n == "*") {
             w.wildcard = false;
         }
@@ -392,8 +390,16 @@ impl<C: super::Class> AdsStream<C> {
         // The proxy drops them; forget that it has them.
         w.sent.remove_many(&gone);
         if !added.is_empty() {
-            w.lookups.extend(added.iter().cloned());
-            w.dirty.add(Dirty::names(added));
+            // (Sorted: a first subscription's sets are built in bulk, and
+            // none where everything is owed anyway.)
+            if w.dirty != Dirty::All {
+                w.dirty.add(Dirty::names(added.iter().cloned().collect()));
+            }
+            if w.lookups.is_empty() {
+                w.lookups = added.into_iter().collect();
+            } else {
+                w.lookups.extend(added);
+            }
         }
         Ok(acked)
     }

@@ -905,6 +905,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         // model: freed off the serving core (it was 1.3% of a core pushing
         // one change to 1,000 proxies, before the first push).
         drop_elsewhere(std::mem::replace(&mut self.snap, snap));
+        // So are the first responses kept for it (up to 32 MiB).
+        drop_elsewhere(self.cache.take_first_responses());
         let changes = stream::Changes::of(&delta);
         let mut touched: Vec<u64> = Vec::new();
         for ((conn, _), s) in self.streams.iter_mut() {

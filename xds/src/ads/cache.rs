@@ -515,6 +515,12 @@ impl<C: super::Class> Cache<C> {
         }
     }
 
+    /// Lets go of the first responses kept (a new snapshot replaces the
+    /// one they were built from), to be dropped off the serving core.
+    pub fn take_first_responses(&mut self) -> impl Send + 'static {
+        std::mem::take(&mut self.first)
+    }
+
     /// Keeps a first response built after [`First::Build`].
     pub fn keep_first_response(
         &mut self,

@@ -379,9 +379,8 @@ impl<C: super::Class> AdsStream<C> {
             w.dirty.add(Dirty::All);
         }
         // Many names at once: one merge, not a shifting insert each.
-        let added: Vec<Arc<str>> = w
-            .names
-            .insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())));
+        let added: Vec<Arc<str>> =
+            w.names.insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())));
         if req.resource_names_unsubscribe.iter().any(|n| n == "*") {
             w.wildcard = false;
         }

@@ -366,11 +366,13 @@ fn first_delta_responses_are_shared_by_a_class() {
     assert!(r.removed_resources.is_empty());
 }
 
-/// Proxies of distinct classes that reduce to one class share their first
-/// responses, each with its own resources that read the whole class; a
-/// class that reduces to another does not.
-#[test]
-fn first_delta_responses_are_shared_by_a_reduced_class() {
+/// Streams of classes 3, 5, 4 and 7 (`CountingReductions`: 3, 5 and 7
+/// reduce to one class, 4 to another) subscribe to endpoints `a`, `own`
+/// (which reads the whole class) and `b`; each is flushed once and then
+/// after a full push. Returns each first response's resources (values,
+/// with their names for delta), sorted, and its nonce, and how many were
+/// sent a shared part.
+fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, String)>, u64) {
     use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
     let g = CountingReductions::default();
     let mut snap = Snapshot::new(1, Instant::now(), Arc::default());
@@ -381,75 +383,8 @@ fn first_delta_responses_are_shared_by_a_reduced_class() {
         seq += 1;
         seq.to_string().into()
     };
-    let mut bodies = Vec::new();
-    // 3, 5 and 7 reduce to 51; 4 to 50.
-    for class in [3u32, 5, 4, 7] {
-        let class = Arc::new(class);
-        let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
-            use super::snapshot::Generator;
-            Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
-        };
-        let mut s = AdsStream::new(Protocol::Delta, Instant::now());
-        let request = DeltaDiscoveryRequest {
-            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
-            type_url: Kind::Endpoint.type_url().into(),
-            resource_names_subscribe: vec!["a".into(), "own".into(), "b".into()],
-            ..Default::default()
-        };
-        s.on_delta(request, &mut identify, Instant::now()).unwrap();
-        let mut ctx = Ctx {
-            generator: &g,
-            snap: &snap,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "t",
-            now: Instant::now(),
-        };
-        let out = s.flush(&mut ctx);
-        assert_eq!(out.len(), 1);
-        let r = DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
-        let mut values: Vec<(String, String)> = r
-            .resources
-            .iter()
-            .map(|r| (r.name.clone(), String::from_utf8(r.resource.clone().unwrap().value).unwrap()))
-            .collect();
-        values.sort();
-        bodies.push(values);
-        // What it holds now: a change to one of them is sent as usual.
-        s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
-        let mut ctx = Ctx {
-            generator: &g,
-            snap: &snap,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "t",
-            now: Instant::now(),
-        };
-        assert!(s.flush(&mut ctx).is_empty(), "holds every resource as it is");
-    }
-    let expect = |shared: &str, own: &str| {
-        [("a", shared), ("b", shared), ("own", own)].map(|(n, v)| (n.to_owned(), v.to_owned())).to_vec()
-    };
-    assert_eq!(bodies[0], expect("1-5", "3-5"));
-    assert_eq!(bodies[1], expect("1-5", "5-5"));
-    assert_eq!(bodies[3], expect("1-5", "7-5"));
-    assert_eq!(bodies[2], expect("0-5", "4-5"));
-    // 5 built it (3 was the first), 7 was sent it; 4 was answered alone.
-    assert_eq!(cache.first_shared, 1);
-}
-
-/// The same for state-of-the-world streams.
-#[test]
-fn first_sotw_responses_are_shared_by_a_reduced_class() {
-    let g = CountingReductions::default();
-    let mut snap = Snapshot::new(1, Instant::now(), Arc::default());
-    snap.mesh = Some(Arc::new(5u32));
-    let mut cache: Cache<u32> = Cache::default();
-    let mut seq = 0u64;
-    let mut nonce = || -> Arc<str> {
-        seq += 1;
-        seq.to_string().into()
-    };
+    let node = Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() });
+    let names: Vec<String> = ["a", "own", "b"].map(String::from).to_vec();
     let mut answers = Vec::new();
     for class in [3u32, 5, 4, 7] {
         let class = Arc::new(class);
@@ -457,14 +392,28 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
             use super::snapshot::Generator;
             Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
         };
-        let mut s = AdsStream::new(Protocol::Sotw, Instant::now());
-        let request = DiscoveryRequest {
-            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
-            type_url: Kind::Endpoint.type_url().into(),
-            resource_names: vec!["a".into(), "own".into(), "b".into()],
-            ..Default::default()
-        };
-        s.on_sotw(request, &mut identify, Instant::now()).unwrap();
+        let mut s = AdsStream::new(protocol, Instant::now());
+        let type_url = Kind::Endpoint.type_url().to_owned();
+        match protocol {
+            Protocol::Sotw => {
+                let r = DiscoveryRequest {
+                    node: node.clone(),
+                    type_url,
+                    resource_names: names.clone(),
+                    ..Default::default()
+                };
+                s.on_sotw(r, &mut identify, Instant::now()).unwrap();
+            }
+            Protocol::Delta => {
+                let r = DeltaDiscoveryRequest {
+                    node: node.clone(),
+                    type_url,
+                    resource_names_subscribe: names.clone(),
+                    ..Default::default()
+                };
+                s.on_delta(r, &mut identify, Instant::now()).unwrap();
+            }
+        }
         let mut ctx = Ctx {
             generator: &g,
             snap: &snap,
@@ -475,10 +424,24 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
         };
         let out = s.flush(&mut ctx);
         assert_eq!(out.len(), 1);
-        let r = DiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
-        let mut values: Vec<String> = r.resources.iter().map(|a| String::from_utf8(a.value.clone()).unwrap()).collect();
+        let bytes = out[0].bytes.to_bytes();
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        let (mut values, nonce_text) = match protocol {
+            Protocol::Sotw => {
+                let r = DiscoveryResponse::decode(bytes).unwrap();
+                assert_eq!((r.version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), ("1", "t"));
+                (r.resources.iter().map(|a| text(&a.value)).collect::<Vec<_>>(), r.nonce)
+            }
+            Protocol::Delta => {
+                let r = DeltaDiscoveryResponse::decode(bytes).unwrap();
+                assert_eq!((r.system_version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), ("1", "t"));
+                let values =
+                    r.resources.iter().map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)));
+                (values.collect(), r.nonce)
+            }
+        };
         values.sort();
-        answers.push((values, r.nonce, r.version_info, r.control_plane.map(|c| c.identifier)));
+        answers.push((values, nonce_text));
         // What it holds now: nothing changed, nothing is sent.
         s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
         let mut ctx = Ctx {
@@ -491,21 +454,39 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
         };
         assert!(s.flush(&mut ctx).is_empty(), "holds every resource as it is");
     }
-    let values = |shared: &str, own: &str| {
+    let nonces: BTreeSet<&str> = answers.iter().map(|a| a.1.as_str()).collect();
+    assert_eq!(nonces.len(), answers.len(), "each response has its own nonce");
+    (answers, cache.first_shared)
+}
+
+/// Proxies of distinct classes that reduce to one class share their first
+/// responses, each with its own resources that read the whole class; a
+/// class that reduces to another does not.
+#[test]
+fn first_delta_responses_are_shared_by_a_reduced_class() {
+    let (answers, shared) = first_responses_of_reduced_classes(Protocol::Delta);
+    let expect = |shared: &str, own: &str| vec![format!("a={shared}"), format!("b={shared}"), format!("own={own}")];
+    assert_eq!(answers[0].0, expect("1-5", "3-5"));
+    assert_eq!(answers[1].0, expect("1-5", "5-5"));
+    assert_eq!(answers[3].0, expect("1-5", "7-5"));
+    assert_eq!(answers[2].0, expect("0-5", "4-5"));
+    // 5 built the shared part (3 was the first), 7 was sent it; 4 was
+    // answered alone.
+    assert_eq!(shared, 1);
+}
+
+/// The same for state-of-the-world streams.
+#[test]
+fn first_sotw_responses_are_shared_by_a_reduced_class() {
+    let (answers, shared) = first_responses_of_reduced_classes(Protocol::Sotw);
+    let expect = |shared: &str, own: &str| {
         let mut v = vec![shared.to_owned(), shared.to_owned(), own.to_owned()];
         v.sort();
         v
     };
-    assert_eq!(answers[0].0, values("1-5", "3-5"));
-    assert_eq!(answers[1].0, values("1-5", "5-5"));
-    assert_eq!(answers[3].0, values("1-5", "7-5"));
-    assert_eq!(answers[2].0, values("0-5", "4-5"));
-    for (_, nonce, version, cp) in &answers {
-        assert!(!nonce.is_empty());
-        assert_eq!(version, "1");
-        assert_eq!(cp.as_deref(), Some("t"));
-    }
-    let nonces: BTreeSet<&str> = answers.iter().map(|a| a.1.as_str()).collect();
-    assert_eq!(nonces.len(), 4);
-    assert_eq!(cache.first_shared, 1);
+    assert_eq!(answers[0].0, expect("1-5", "3-5"));
+    assert_eq!(answers[1].0, expect("1-5", "5-5"));
+    assert_eq!(answers[3].0, expect("1-5", "7-5"));
+    assert_eq!(answers[2].0, expect("0-5", "4-5"));
+    assert_eq!(shared, 1);
 }

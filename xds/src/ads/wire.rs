@@ -173,31 +173,16 @@ fn delta(
     removed: &[&str],
     control_plane: &str,
 ) -> Chain {
-    let inner = |name: &str, r: &Encoded, aliases: &[&str]| {
-        field_len(1, r.version.len())
-            + field_len(2, r.any.len())
-            + field_len(3, name.len())
-            + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
-    };
     let mut len = field_len(1, system_version.len()) + field_len(4, type_url.len());
     len += nonce.map_or(0, |n| field_len(5, n.len()));
-    len += resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum::<usize>();
+    len += resources.iter().map(|(n, r, a)| field_len(2, delta_resource_len(n, r, a))).sum::<usize>();
     len += removed.iter().map(|n| field_len(6, n.len())).sum::<usize>();
     let cp_inner = field_len(1, control_plane.len());
     len += field_len(7, cp_inner);
     let shared: usize = resources.iter().map(|(_, r, _)| r.any.len()).sum();
     let mut c = ChainBuilder::new(len - shared, resources.len());
     field_bytes(&mut c.small, 1, system_version.as_bytes());
-    for (name, r, aliases) in resources {
-        varint(&mut c.small, u64::from(2u32 << 3 | 2));
-        varint(&mut c.small, inner(name, r, aliases) as u64);
-        field_bytes(&mut c.small, 1, r.version.as_bytes());
-        c.share_field(2, &r.any);
-        field_bytes(&mut c.small, 3, name.as_bytes());
-        for a in *aliases {
-            field_bytes(&mut c.small, 4, a.as_bytes());
-        }
-    }
+    put_delta_resources(&mut c, resources);
     field_bytes(&mut c.small, 4, type_url.as_bytes());
     for n in removed {
         field_bytes(&mut c.small, 6, n.as_bytes());
@@ -216,18 +201,27 @@ fn delta(
 /// Resources of a `DeltaDiscoveryResponse` (2, as [`delta_response`]
 /// writes them), to follow a shared part of one.
 pub fn delta_resources(resources: &[(&str, &Encoded, &[&str])]) -> Chain {
-    let inner = |name: &str, r: &Encoded, aliases: &[&str]| {
-        field_len(1, r.version.len())
-            + field_len(2, r.any.len())
-            + field_len(3, name.len())
-            + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
-    };
-    let len: usize = resources.iter().map(|(n, r, a)| field_len(2, inner(n, r, a))).sum();
+    let len: usize = resources.iter().map(|(n, r, a)| field_len(2, delta_resource_len(n, r, a))).sum();
     let shared: usize = resources.iter().map(|(_, r, _)| r.any.len()).sum();
     let mut c = ChainBuilder::new(len - shared, resources.len());
+    put_delta_resources(&mut c, resources);
+    c.finish()
+}
+
+/// The length of a delta `Resource`: version 1, resource 2, name 3,
+/// aliases 4.
+fn delta_resource_len(name: &str, r: &Encoded, aliases: &[&str]) -> usize {
+    field_len(1, r.version.len())
+        + field_len(2, r.any.len())
+        + field_len(3, name.len())
+        + aliases.iter().map(|a| field_len(4, a.len())).sum::<usize>()
+}
+
+/// Writes each resource as field 2 of a `DeltaDiscoveryResponse`.
+fn put_delta_resources(c: &mut ChainBuilder, resources: &[(&str, &Encoded, &[&str])]) {
     for (name, r, aliases) in resources {
         varint(&mut c.small, u64::from(2u32 << 3 | 2));
-        varint(&mut c.small, inner(name, r, aliases) as u64);
+        varint(&mut c.small, delta_resource_len(name, r, aliases) as u64);
         field_bytes(&mut c.small, 1, r.version.as_bytes());
         c.share_field(2, &r.any);
         field_bytes(&mut c.small, 3, name.as_bytes());
@@ -235,7 +229,6 @@ pub fn delta_resources(resources: &[(&str, &Encoded, &[&str])]) -> Chain {
             field_bytes(&mut c.small, 4, a.as_bytes());
         }
     }
-    c.finish()
 }
 
 /// A response's nonce field (5, in both protocols' responses).

@@ -1128,6 +1128,8 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                         "misses": self.cache.misses,
                         "evicted_clear": self.cache.evicted_clear,
                         "evicted_size": self.cache.evicted_size,
+                        // First responses sent from a shared part.
+                        "first_shared": self.cache.first_shared,
                     },
                     "convergence_us": {
                         "count": h.len(),

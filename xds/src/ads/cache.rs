@@ -100,7 +100,17 @@ pub struct FirstResponse {
 struct FirstSeen<C> {
     reduced: Arc<C>,
     names: Arc<[Arc<str>]>,
-    response: Option<Arc<FirstResponse>>,
+    response: Held,
+}
+
+/// Where a first response seen once stands.
+#[derive(Debug)]
+enum Held {
+    /// Asked for once: the next to ask builds it.
+    Seen,
+    Kept(Arc<FirstResponse>),
+    /// Built, but over the bound: answered as usual from then on.
+    TooBig,
 }
 
 /// First responses of one snapshot by (type, SotW, reduced class's
@@ -109,7 +119,8 @@ struct FirstSeen<C> {
 struct FirstResponses<C> {
     of: SnapId,
     seen: HashMap<(Kind, bool, usize, u64), FirstSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
-    /// Body bytes held, bounded by [`MAX_FIRST_BYTES`].
+    /// Bytes held (bodies, records of what was sent, lists of names),
+    /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
 }
 
@@ -119,10 +130,11 @@ impl<C> Default for FirstResponses<C> {
     }
 }
 
-/// Subscriptions remembered per snapshot, and the bytes of first
-/// responses kept, above which the record starts again (a mesh of
-/// thousands of distinct classes keeps little for long, and pays a lookup
-/// per first response).
+/// Subscriptions remembered per snapshot, and the bytes held for them
+/// (responses, records of what was sent, lists of names), beyond which
+/// nothing more is remembered until the next snapshot: a mesh of thousands
+/// of distinct classes pays a lookup per first response, and what was
+/// kept stays kept.
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
 
@@ -181,7 +193,7 @@ pub struct Cache<C = ()> {
     aliases: HashMap<Kind, (SnapId, Option<Arc<Aliases>>)>,
     /// First responses shared by the streams of a class.
     first: FirstResponses<C>,
-    /// First responses sent from `first` (tests).
+    /// First responses sent from `first` (the cores' stats).
     pub first_shared: u64,
     /// Lookups answered from the cache.
     pub hits: u64,
@@ -495,21 +507,27 @@ impl<C: super::Class> Cache<C> {
     ) -> First {
         let id = snap_id(snap);
         let f = &mut self.first;
-        if f.of != id || f.seen.len() >= MAX_FIRST || f.bytes >= MAX_FIRST_BYTES {
+        if f.of != id {
             *f = FirstResponses { of: id, ..FirstResponses::default() };
         }
         let key = first_key(kind, sotw, reduced, names);
         match f.seen.get(&key) {
             Some(s) if Arc::ptr_eq(&s.reduced, reduced) && *s.names == *names => match &s.response {
-                Some(r) => {
+                Held::Kept(r) => {
                     self.first_shared += 1;
                     First::Kept(r.clone())
                 }
-                None => First::Build,
+                Held::Seen => First::Build,
+                Held::TooBig => First::Unseen,
             },
             Some(_) => First::Unseen, // a hash collision: left to the first
             None => {
-                f.seen.insert(key, FirstSeen { reduced: reduced.clone(), names: names.into(), response: None });
+                let size = std::mem::size_of_val(names);
+                if f.seen.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
+                    f.bytes += size;
+                    f.seen
+                        .insert(key, FirstSeen { reduced: reduced.clone(), names: names.into(), response: Held::Seen });
+                }
                 First::Unseen
             }
         }
@@ -534,10 +552,15 @@ impl<C: super::Class> Cache<C> {
         if let Some(s) = f.seen.get_mut(&first_key(kind, sotw, reduced, names))
             && Arc::ptr_eq(&s.reduced, reduced)
             && *s.names == *names
-            && s.response.is_none()
+            && matches!(s.response, Held::Seen)
         {
-            f.bytes += r.body.len();
-            s.response = Some(r);
+            let size = r.body.len() + r.sent.len() * std::mem::size_of::<(Arc<str>, Arc<str>)>();
+            if f.bytes + size <= MAX_FIRST_BYTES {
+                f.bytes += size;
+                s.response = Held::Kept(r);
+            } else {
+                s.response = Held::TooBig;
+            }
         }
     }
 

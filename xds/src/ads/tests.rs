@@ -490,3 +490,57 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
     assert_eq!(answers[2].0, expect("0-5", "4-5"));
     assert_eq!(shared, 1);
 }
+
+/// A first response over the bound on what a core keeps for shared first
+/// responses is built once, not kept, and from then on answered as usual:
+/// it neither resets what is kept nor is built again for each stream.
+#[test]
+fn a_first_response_too_big_to_keep_is_answered_as_usual() {
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    let generator = SimpleGenerator;
+    let big = Bytes::from(vec![7u8; 33 << 20]);
+    let all = vec![
+        (Kind::Endpoint, Arc::from("big"), Some(big.clone())),
+        (Kind::Endpoint, Arc::from("small"), Some(Bytes::from_static(b"s"))),
+    ];
+    let (model, _) = SimpleModel::default().apply(1, all);
+    let snap = Snapshot::new(1, Instant::now(), Arc::new(model));
+    let mut cache = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let class = Arc::new(());
+    let mut same_class = |node: Option<&Node>| -> Result<(Peer, Arc<()>), String> {
+        use super::snapshot::Generator;
+        Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+    };
+    let mut sizes = Vec::new();
+    for name in ["small", "small", "big", "big", "big", "big", "small"] {
+        let mut s = AdsStream::new(Protocol::Delta, Instant::now());
+        let request = DeltaDiscoveryRequest {
+            node: Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+            type_url: Kind::Endpoint.type_url().into(),
+            resource_names_subscribe: vec![name.into()],
+            ..Default::default()
+        };
+        s.on_delta(request, &mut same_class, Instant::now()).unwrap();
+        let mut ctx = Ctx {
+            generator: &generator,
+            snap: &snap,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let out = s.flush(&mut ctx);
+        let r = DeltaDiscoveryResponse::decode(out[0].bytes.to_bytes()).unwrap();
+        assert_eq!(r.resources.len(), 1);
+        sizes.push(r.resources[0].resource.as_ref().unwrap().value.len());
+    }
+    assert_eq!(sizes, [1, 1, 33 << 20, 33 << 20, 33 << 20, 33 << 20, 1]);
+    // Only the last "small" was sent the kept response: the big one was
+    // built by the second to ask and never kept.
+    assert_eq!(cache.first_shared, 1);
+}

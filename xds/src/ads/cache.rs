@@ -95,7 +95,7 @@ pub struct FirstResponse {
 }
 
 /// The reduced class and names a first response was asked for with, and
-/// the response once a second stream asked the same.
+/// what became of it once a second stream asked the same ([`Held`]).
 #[derive(Debug)]
 struct FirstSeen<C> {
     reduced: Arc<C>,
@@ -132,9 +132,10 @@ impl<C> Default for FirstResponses<C> {
 
 /// Subscriptions remembered per snapshot, and the bytes held for them
 /// (responses, records of what was sent, lists of names), beyond which
-/// nothing more is remembered until the next snapshot: a mesh of thousands
-/// of distinct classes pays a lookup per first response, and what was
-/// kept stays kept.
+/// nothing more is remembered until the next snapshot (or until classes
+/// are pruned, `Cache::retain_classes`, which starts the record again): a
+/// mesh of thousands of distinct classes pays a lookup per first response,
+/// and what was kept stays kept.
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
 
@@ -149,7 +150,8 @@ pub enum First {
     /// The second stream to ask: build the response and
     /// [`Cache::keep_first_response`] it.
     Build,
-    /// The first to ask (remembered): answer as usual.
+    /// Answer as usual: the first to ask (remembered, if within the
+    /// bound), or a response too big to keep, or a hash collision.
     Unseen,
 }
 
@@ -195,6 +197,8 @@ pub struct Cache<C = ()> {
     first: FirstResponses<C>,
     /// First responses sent from `first` (the cores' stats).
     pub first_shared: u64,
+    /// Shared parts built (tests: one per key and snapshot at most).
+    pub first_built: u64,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -220,6 +224,7 @@ impl<C> Default for Cache<C> {
             aliases: HashMap::new(),
             first: FirstResponses::default(),
             first_shared: 0,
+            first_built: 0,
             hits: 0,
             misses: 0,
             evicted_clear: 0,
@@ -539,7 +544,8 @@ impl<C: super::Class> Cache<C> {
         std::mem::take(&mut self.first)
     }
 
-    /// Keeps a first response built after [`First::Build`].
+    /// Keeps a first response built after [`First::Build`], or marks it
+    /// too big to keep ([`Held::TooBig`]) where it would pass the bound.
     pub fn keep_first_response(
         &mut self,
         kind: Kind,
@@ -548,6 +554,7 @@ impl<C: super::Class> Cache<C> {
         names: &[Arc<str>],
         r: Arc<FirstResponse>,
     ) {
+        self.first_built += 1;
         let f = &mut self.first;
         if let Some(s) = f.seen.get_mut(&first_key(kind, sotw, reduced, names))
             && Arc::ptr_eq(&s.reduced, reduced)

@@ -541,6 +541,7 @@ fn a_first_response_too_big_to_keep_is_answered_as_usual() {
     }
     assert_eq!(sizes, [1, 1, 33 << 20, 33 << 20, 33 << 20, 33 << 20, 1]);
     // Only the last "small" was sent the kept response: the big one was
-    // built by the second to ask and never kept.
+    // built by the second to ask, once, and never kept.
     assert_eq!(cache.first_shared, 1);
+    assert_eq!(cache.first_built, 2, "one build of each");
 }

@@ -54,6 +54,11 @@ pub(crate) fn served_with(
             node["metadata"][key] = json!(v);
         }
     }
+    fetch(&s, &node, env)
+}
+
+/// What `node` is served by `s`, fetched by grpcio (`tests/py/ads_fetch.py`).
+fn fetch(s: &Server, node: &Value, env: &[(&str, &str)]) -> Value {
     let out = std::process::Command::new(python::python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
         .arg(s.grpc.to_string())
@@ -1491,4 +1496,55 @@ spec:
         assert!(rbac.contains(&"ns[shop]-policy[deny-debug]-rule[0]".to_owned()), "{rbac:?}");
         assert_eq!(rbac.contains(&"ns[shop]-policy[deny-admin]-rule[0]".to_owned()), !switched, "{rbac:?}");
     }
+}
+
+/// Three pods of one workload connect in turn (issue #40): the second
+/// builds the shared part of each first response, the third is sent it.
+/// What grpcio decodes is the same for all three, with the outbound and
+/// inbound clusters a sidecar of the workload is served.
+#[test]
+fn pods_of_one_workload_are_served_the_shared_first_responses() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 9999}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  clusterIP: 10.96.0.11
+  selector: {app: db}
+  ports: [{name: tcp, port: 5432}]
+";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), objects).unwrap();
+    // One serving core: the three connections meet on it.
+    let s = Server::start(dir.path(), &["--cores", "1"], &[], None);
+    let got: Vec<Value> = ["10.1.2.3", "10.1.2.4", "10.1.2.5"]
+        .iter()
+        .map(|ip| {
+            let node = json!({
+                "id": format!("sidecar~{ip}~web-{ip}.shop~shop.svc.cluster.local"),
+                "metadata": {"NAMESPACE": "shop", "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": ip, "LABELS": {"app": "web"}},
+            });
+            fetch(&s, &node, &[])
+        })
+        .collect();
+    for g in &got {
+        for name in
+            ["outbound|80||web.shop.svc.cluster.local", "outbound|5432||db.shop.svc.cluster.local", "inbound|9999||"]
+        {
+            assert!(g["clusters"].get(name).is_some(), "{name} missing: {}", g["clusters"]);
+        }
+        assert_eq!(g["clusters"], got[0]["clusters"]);
+        assert_eq!(g["listeners"], got[0]["listeners"]);
+    }
+    let stats: Value = serde_json::from_str(&crate::server::get(s.http, "/debug/stats").unwrap().1).unwrap();
+    let shared: u64 = stats.as_array().unwrap().iter().map(|c| c["cache"]["first_shared"].as_u64().unwrap()).sum();
+    assert!(shared >= 2, "the third pod's CDS and LDS come from shared parts: {stats}");
 }

@@ -296,4 +296,34 @@ mod tests {
         assert_eq!(Cluster::decode(any.value.as_slice()).unwrap().name, "a");
         assert_eq!(r.control_plane.unwrap().identifier, "cp");
     }
+
+    /// A shared part with the nonce after it is byte for byte the whole
+    /// response, and a part followed by more resources decodes as one
+    /// response holding all of them: what a stream sent a shared first
+    /// response receives.
+    #[test]
+    fn a_body_and_its_nonce_are_the_response() {
+        let (a, b, own) = (cluster("a"), cluster("b"), cluster("own"));
+        let joined = |parts: Vec<Chain>| Chain(parts.into_iter().flat_map(|c| c.0).collect()).to_bytes();
+        let whole = sotw_response("3", type_url::CLUSTER, "n-9", &[&a, &b], "cp").to_bytes();
+        let body = sotw_response_body("3", type_url::CLUSTER, &[&a, &b], "cp");
+        assert_eq!(joined(vec![body.clone(), nonce_field("n-9").into()]), whole);
+        let with_own = joined(vec![body, sotw_resources(&[&own]), nonce_field("n-9").into()]);
+        let r = DiscoveryResponse::decode(with_own).unwrap();
+        let names: Vec<String> =
+            r.resources.iter().map(|a| Cluster::decode(a.value.as_slice()).unwrap().name).collect();
+        assert_eq!(names, ["a", "b", "own"]);
+        assert_eq!((r.version_info.as_str(), r.nonce.as_str()), ("3", "n-9"));
+
+        let refs: [(&str, &Encoded, &[&str]); 2] = [("a", &a, &[]), ("b", &b, &["by-alias"])];
+        let whole = delta_response("3", type_url::CLUSTER, "n-9", &refs, &["gone"], "cp").to_bytes();
+        let body = delta_response_body("3", type_url::CLUSTER, &refs, &["gone"], "cp");
+        assert_eq!(joined(vec![body.clone(), nonce_field("n-9").into()]), whole);
+        let with_own = joined(vec![body, delta_resources(&[("own", &own, &[])]), nonce_field("n-9").into()]);
+        let r = DeltaDiscoveryResponse::decode(with_own).unwrap();
+        let names: Vec<&str> = r.resources.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "own"]);
+        assert_eq!(r.resources[1].aliases, ["by-alias"]);
+        assert_eq!((r.nonce.as_str(), r.removed_resources.as_slice()), ("n-9", &["gone".to_owned()][..]));
+    }
 }

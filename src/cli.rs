@@ -32,6 +32,52 @@ pub enum Command {
     Discovery(Box<DiscoveryArgs>),
     /// Print build information.
     Version(VersionArgs),
+    /// Ask a running istiod-rs what a config change would do, before it
+    /// is applied (beyond istiod): which proxies' configuration changes,
+    /// and how. Exit status: 0 the change is valid and stays within the
+    /// allowed namespaces; 1 an object is invalid; 2 it reaches a
+    /// namespace not allowed; 3 the server could not be asked.
+    Whatif(WhatifArgs),
+}
+
+/// Flags of `pilot-discovery whatif`.
+#[derive(Debug, Args)]
+pub struct WhatifArgs {
+    /// Files of Kubernetes or Istio objects (YAML or JSON, several
+    /// documents each); `-` reads standard input.
+    #[arg(long = "filename", short = 'f', required = true)]
+    pub files: Vec<String>,
+    /// The server's debug address (`--httpAddr`).
+    #[arg(long = "server", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// Ask about deleting the objects instead of creating or replacing
+    /// them.
+    #[arg(long = "delete")]
+    pub delete: bool,
+    /// Namespaces the change may reach (comma-separated or repeated):
+    /// reaching a proxy or pod in another makes the exit status 2.
+    #[arg(long = "allow-namespace", value_delimiter = ',')]
+    pub allow_namespaces: Vec<String>,
+    /// Which page of the classes reached (the server's
+    /// `ISTIOD_RS_WHATIF_MAX_CLASSES` per page).
+    #[arg(long = "page", default_value_t = 0)]
+    pub page: usize,
+    /// Leave out the diffs of changed resources.
+    #[arg(long = "no-diff")]
+    pub no_diff: bool,
+    /// Output: `text` (a summary table and the diffs) or `json` (the
+    /// server's answer).
+    #[arg(long = "output", short = 'o', default_value = "text")]
+    pub output: WhatifOutput,
+}
+
+/// `whatif -o` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WhatifOutput {
+    /// A table and diffs.
+    Text,
+    /// The answer as the server gave it.
+    Json,
 }
 
 /// Flags of `pilot-discovery discovery`, istiod's names and defaults.

@@ -240,6 +240,10 @@ pub struct Config {
     /// istiod splits it): callers of these namespaces reach every debug
     /// path, as the root namespace's do.
     pub debug_allowed_namespaces: Vec<String>,
+    /// `ISTIOD_RS_WHATIF_MAX_CLASSES` (50; istiod-rs only): the classes of
+    /// proxies one page of a what-if answer (`/debug/whatif`) carries in
+    /// full; the rest are counted and paged (`?page=`).
+    pub whatif_max_classes: usize,
     /// Environment values that did not parse, each replaced by its default
     /// (logged at start, as istiod's `env` package logs them).
     pub env_warnings: Vec<String>,
@@ -1113,6 +1117,7 @@ impl Config {
                 .filter(|n| !n.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            whatif_max_classes: vars.int::<usize>("ISTIOD_RS_WHATIF_MAX_CLASSES", 50)?.max(1),
             // istiod (features/telemetry.go): outside 0..=100 it warns and
             // keeps the default.
             trace_sampling: match vars.float("PILOT_TRACE_SAMPLING", 1.0)? {

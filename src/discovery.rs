@@ -21,6 +21,7 @@ mod revisions;
 mod secret_access;
 mod sources;
 mod untaint;
+pub mod whatif;
 
 use debug::{Debug, monitoring, serve_http};
 use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
@@ -589,6 +590,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
             authn: ca_server.clone(),
             profile: config.profile,
             updates: tx.clone(),
+            domain: config.domain.clone(),
+            whatif_max_classes: config.whatif_max_classes,
         });
         tokio::task::spawn_local(debug_xds::serve(forward_rx, dbg.clone()));
         let tokio_listener = |l: std::net::TcpListener| {
@@ -615,7 +618,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let shared = shared.clone();
                 let hooks = hooks.clone();
                 Box::pin(async move {
-                    if req.method == ::http::Method::POST {
+                    if req.method == ::http::Method::POST && req.path != http::WHATIF_PATH {
                         return match hooks {
                             Some(hooks) if istiod_webhook::is_webhook_path(&req.path) => {
                                 webhook_on_http(hooks, req).await
@@ -635,7 +638,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
             let quick: http::Quick =
                 Arc::new(move |req| (req.path == "/ready").then(|| debug::readiness(&ready, &draining)));
             let addr = l.local_addr().map_err(|source| StartError::Listen { addr: ([0, 0, 0, 0], 0).into(), source })?;
-            let options = http::Options { put: false, post: webhooks_on_http, grpc: grpc_on_http.clone() };
+            let options = http::Options { put: false, post: webhooks_on_http, grpc: grpc_on_http.clone(), whatif: true };
             http::spawn_with(l, "istiod-debug-http", handler, quick, options)
                 .map_err(|source| StartError::Listen { addr, source })?;
             tracing::info!(target: "default", %addr, "serving debug HTTP");
@@ -655,7 +658,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let addr = l.local_addr()?;
                 let quick: http::Quick = Arc::new(move |req| Some(crate::control::ctrlz::answer(req, &scopes)));
                 let unused: http::Handler = Rc::new(|_| Box::pin(async { http::Response::text(404, "") }));
-                http::spawn_with(l, "istiod-ctrlz", unused, quick, http::Options { put: true, post: false, grpc: None }).map(|()| addr)
+                http::spawn_with(l, "istiod-ctrlz", unused, quick, http::Options { put: true, post: false, grpc: None, whatif: false }).map(|()| addr)
             });
             match started {
                 Ok(addr) => tracing::info!(target: "default", %addr, "ControlZ available"),
@@ -762,7 +765,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     let watched = state.clone();
                     let lookup = Rc::new(move |kind: &str, ns: &str, name: &str| {
                         let st = watched.borrow();
-                        st.config.0.iter().find(|o| o.meta.ns() == ns && o.meta.name == name && o.kind().name() == kind)
+                        st.objects.istio.iter().find(|o| o.meta.ns() == ns && o.meta.name == name && o.kind().name() == kind)
                             .and_then(|o| o.raw.value())
                     });
                     let store = autoregister::CachedApi { api: istiod_kubewatch::kapi::Api::new(client.clone()), lookup };

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Discovery(args) => discovery(&args, &ignored),
+        Command::Whatif(args) => ExitCode::from(istiod::discovery::whatif::client::run(&args)),
     }
 }
 

@@ -166,7 +166,14 @@ pub struct Options {
     /// Cleartext HTTP/2 connections are handed to the xDS cores (gRPC on
     /// the HTTP port, `--grpcAddr=""`); HTTP/1.1 is served here.
     pub grpc: Option<async_channel::Sender<std::net::TcpStream>>,
+    /// `POST` of [`WHATIF_PATH`] (a what-if question, bodies of the
+    /// webhooks' limit at most): the debug port.
+    pub whatif: bool,
 }
+
+/// The what-if path (`discovery/whatif.rs`), the one debug path that takes
+/// a body.
+pub const WHATIF_PATH: &str = "/debug/whatif";
 
 /// [`spawn`] with [`Options`].
 pub fn spawn_with(
@@ -209,7 +216,7 @@ pub fn spawn_with(
 /// Serves `listener` forever on the current (local) runtime, answering
 /// with `quick` or through `forward`.
 async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: Options) {
-    let (put, post) = (options.put, options.post);
+    let (put, post, whatif) = (options.put, options.post, options.whatif);
     let conns = istiod_httpd::conns::Registry::new(istiod_httpd::conns::Limits {
         max: MAX_CONNECTIONS,
         first_request: FIRST_REQUEST,
@@ -251,7 +258,7 @@ async fn serve(listener: TcpListener, forward: Forward, quick: Quick, options: O
                 async move {
                     // Busy until the body is written (a slow reader of a
                     // large answer is not idle).
-                    let mut r = respond(req, peer, &forward, &quick, &large, &posts, (put, post)).await;
+                    let mut r = respond(req, peer, &forward, &quick, &large, &posts, (put, post, whatif)).await;
                     r.body_mut()._busy = Some(busy);
                     Ok::<_, std::convert::Infallible>(r)
                 }
@@ -361,14 +368,15 @@ async fn respond(
     quick: &Quick,
     large: &Rc<std::cell::Cell<usize>>,
     posts: &Rc<std::cell::Cell<usize>>,
-    (put, post): (bool, bool),
+    (put, post, whatif): (bool, bool, bool),
 ) -> hyper::Response<Body> {
     use http_body_util::BodyExt as _;
     let method = req.method().clone();
+    let whatif = whatif && req.uri().path() == WHATIF_PATH;
     let allowed = method == http::Method::GET
         || method == http::Method::HEAD
         || (put && method == http::Method::PUT)
-        || (post && method == http::Method::POST);
+        || ((post || whatif) && method == http::Method::POST);
     let gzip = req
         .headers()
         .get_all(http::header::ACCEPT_ENCODING)
@@ -395,10 +403,10 @@ async fn respond(
         // POST bodies (webhook reviews, up to 6 MiB) are read for the
         // webhooks' paths only, a few at once.
         let _posting = if method == http::Method::POST { Slot::take(posts, MAX_POSTS) } else { None };
-        let body = if method == http::Method::POST && !webhook_path {
+        let body = if method == http::Method::POST && !webhook_path && !whatif {
             Err(Response::text(405, "only GET and HEAD are supported here\n"))
         } else if method == http::Method::POST && _posting.is_none() {
-            Err(Response::text(503, format!("more than {MAX_POSTS} webhook requests in flight; retry\n")))
+            Err(Response::text(503, format!("more than {MAX_POSTS} POST requests in flight; retry\n")))
         } else if method == http::Method::PUT || method == http::Method::POST {
             let max = if method == http::Method::POST { istiod_webhook::MAX_BODY } else { MAX_PUT_BODY };
             let limited = http_body_util::Limited::new(req.into_body(), max);
@@ -429,7 +437,7 @@ async fn respond(
             }
         }
     };
-    finish(resp, &method, gzip, large, (put, post))
+    finish(resp, &method, gzip, large, (put, post || whatif))
 }
 
 /// The answer of `quick`, or of the control thread.

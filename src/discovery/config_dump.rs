@@ -209,6 +209,27 @@ pub(super) fn message_json<T: Message + Name>(msg: &T) -> Value {
     }
 }
 
+/// One resource of `kind` as proto3 JSON, as a config dump shows it
+/// (Secrets without their private key). What does not decode says why.
+pub(super) fn resource_json(kind: Kind, body: &Bytes) -> Value {
+    let body = if kind == Kind::Secret { redact(body.clone()) } else { body.clone() };
+    let name = kind.type_url().rsplit('/').next().unwrap_or_default();
+    let Some(desc) = pool().get_message_by_name(name) else {
+        return json!({"error": format!("no descriptor for {name}")});
+    };
+    match DynamicMessage::decode(desc, body) {
+        Ok(m) => {
+            let opts = SerializeOptions::new().stringify_64_bit_integers(true);
+            let mut ser = serde_json::Serializer::new(Vec::new());
+            match m.serialize_with_options(&mut ser, &opts) {
+                Ok(()) => serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null),
+                Err(e) => json!({"error": e.to_string()}),
+            }
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
 /// A Secret with its private key replaced by `[redacted]`, as istiod's
 /// dump shows it (`getConfigDumpByResourceType`).
 fn redact(body: Bytes) -> Bytes {

@@ -45,6 +45,10 @@ pub(super) struct Debug {
     /// The control thread's input (`/debug/adsz?push=true` asks it to
     /// push everything).
     pub(super) updates: super::sources::Tx,
+    /// `--domain`: what-if builds its model with it.
+    pub(super) domain: String,
+    /// `ISTIOD_RS_WHATIF_MAX_CLASSES`.
+    pub(super) whatif_max_classes: usize,
 }
 
 /// An HTTP request on the debug port (8080) or the monitoring port's debug
@@ -147,6 +151,7 @@ const HANDLERS: &[(&str, &str)] = &[
     ("/debug/stats", "Per-core push, cache and convergence counters (istiod-rs)"),
     ("/debug/syncz", "Synchronization status of all Envoys connected to this Pilot instance"),
     ("/debug/telemetryz", "Debug Telemetry configuration"),
+    ("/debug/whatif", "What a config change would do before it is applied: POST the objects (istiod-rs)"),
 ];
 
 const FORCE_DISCONNECT: (&str, &str) = ("/debug/force_disconnect", "Disconnects a proxy from this Pilot");
@@ -277,6 +282,8 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             Response::text(200, format!("Pushed to {n} servers\n"))
         }
         "/debug/cachez" => cachez(&req, publisher).await,
+        // Beyond istiod: what a config change would do (whatif.rs).
+        crate::control::http::WHATIF_PATH => super::whatif::answer(&req, d, caller).await,
         // istiod's `resourcez`: the config kinds read.
         "/debug/resourcesz" => Response::json(&Value::Array(
             istiod_config::objects::KINDS[6..]
@@ -368,7 +375,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
             match (proxy_class(publisher, id).await, model()) {
                 (Some(class), Some(m)) => {
                     let state = state.borrow();
-                    Response::json(&super::debugz::explain(&m, &state.config.0, &class, kind, name))
+                    Response::json(&super::debugz::explain(&m, &state.objects.istio, &class, kind, name))
                 }
                 _ => not_connected(),
             }
@@ -425,7 +432,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         // istiod's `configz`: every config object in its Kubernetes form
         // (`kubernetesConfig`, crd.ConvertConfig), by kind then
         // namespace and name.
-        "/debug/configz" => Response::json(&configz(&state.borrow().config)),
+        "/debug/configz" => Response::json(&configz(&state.borrow().objects)),
         // What the source read and refused: counts, rejected documents
         // (file and index, or object and reason), gateway problems.
         "/debug/config_report" => Response::json(&state.borrow().configz),
@@ -516,6 +523,20 @@ pub(super) async fn proxies(publisher: &Publisher<istiod_mesh::generator::MeshIn
         .collect()
 }
 
+/// The connected proxies' node ids and classes (what-if compares theirs).
+pub(super) async fn connected_classes(
+    publisher: &Publisher<istiod_mesh::generator::MeshInput>,
+) -> Vec<(String, istiod_mesh::node::ProxyClass)> {
+    clients(publisher)
+        .await
+        .iter()
+        .filter_map(|c| {
+            let class = istiod_mesh::node::ProxyClass::from_detail(&c["istiodRs"]["class"])?;
+            Some((c["istiodRs"]["node"].as_str()?.to_owned(), class))
+        })
+        .collect()
+}
+
 /// The class of the proxy `id` names, from its `/debug/adsz` row.
 async fn proxy_class(
     publisher: &Publisher<istiod_mesh::generator::MeshInput>,
@@ -527,9 +548,8 @@ async fn proxy_class(
 }
 
 /// istiod's `/debug/configz` array.
-fn configz(
-    (istio, gateway_api): &(Vec<istiod_config::istio::IstioObject>, Vec<istiod_config::gateway_api::GatewayApiObject>),
-) -> Value {
+fn configz(objects: &istiod_config::objects::Objects) -> Value {
+    let (istio, gateway_api) = (&objects.istio, &objects.gateway_api);
     let mut items: Vec<Value> =
         istio.iter().map(|o| &o.raw).chain(gateway_api.iter().map(|o| &o.raw)).filter_map(|r| r.value()).collect();
     let key = |v: &Value| {
@@ -636,7 +656,7 @@ pub(super) async fn monitoring(
     // Duplicate clusters and domains, from the configuration in force.
     {
         let domain = model.as_ref().map_or_else(|| "cluster.local".to_owned(), |m| m.domain.clone());
-        let (clusters, domains) = super::debugz::duplicates(&state.borrow().config.0, &domain);
+        let (clusters, domains) = super::debugz::duplicates(&state.borrow().objects.istio, &domain);
         out.gauge(
             "pilot_duplicate_envoy_clusters",
             "Duplicate envoy clusters caused by service entries with same hostname",

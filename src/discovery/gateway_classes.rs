@@ -78,8 +78,8 @@ pub(super) async fn run(api: Api, state: Rc<RefCell<State>>, classes: Vec<Class>
                 continue;
             }
             let present: std::collections::BTreeSet<&str> = s
-                .config
-                .1
+                .objects
+                .gateway_api
                 .iter()
                 .filter(|o| matches!(o.spec, GatewayApiSpec::GatewayClass(_)))
                 .map(|o| o.meta.name.as_str())

@@ -29,8 +29,10 @@ pub(super) struct State {
     /// What `/debug/config_report` shows of the source: counts, rejected
     /// documents, gateway problems.
     pub(super) configz: Value,
-    /// The Istio and Gateway API objects in force, for `/debug/configz`.
-    pub(super) config: (Vec<istiod_config::istio::IstioObject>, Vec<istiod_config::gateway_api::GatewayApiObject>),
+    /// The objects the model was last built from (after the discovery
+    /// filter): `/debug/configz` shows their Istio and Gateway API ones,
+    /// and what-if predictions (`whatif.rs`) change a copy.
+    pub(super) objects: Arc<istiod_config::objects::Objects>,
     /// EndpointSlice endpoints whose Pod is not known, by service host
     /// (istiod's `endpoint_no_pod`, `pilot_k8s_endpoints_pending_pod`).
     pub(super) pending_pods: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -652,7 +654,7 @@ pub(super) fn apply(
     let mut s = state.borrow_mut();
     let first = s.configz.is_null();
     s.configz = configz;
-    s.config = (objects.istio, objects.gateway_api);
+    s.objects = Arc::new(objects);
     s.mesh = Some(mesh.clone());
     if first || !changes.is_empty() || !touched.is_empty() {
         tracing::info!(

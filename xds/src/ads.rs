@@ -150,11 +150,15 @@ pub struct ForwardedResource {
 #[derive(Debug)]
 pub struct Publisher<M = ()> {
     cores: Vec<async_channel::Sender<Update<M>>>,
+    /// The snapshot published last (what-if predictions start from what
+    /// is served). Weak: the cores' holds decide when it is freed, and
+    /// where (never on the publishing thread).
+    latest: Arc<Mutex<std::sync::Weak<Snapshot<M>>>>,
 }
 
 impl<M> Clone for Publisher<M> {
     fn clone(&self) -> Self {
-        Publisher { cores: self.cores.clone() }
+        Publisher { cores: self.cores.clone(), latest: self.latest.clone() }
     }
 }
 
@@ -176,7 +180,10 @@ impl<M> Receivers<M> {
 /// several updates at once and merges their deltas.
 pub fn channels<M>(cores: usize) -> (Publisher<M>, Receivers<M>) {
     let (tx, rx): (Vec<_>, Vec<_>) = (0..cores.max(1)).map(|_| async_channel::unbounded()).unzip();
-    (Publisher { cores: tx }, Receivers(Mutex::new(rx.into_iter().map(Some).collect())))
+    (
+        Publisher { cores: tx, latest: Arc::new(Mutex::new(std::sync::Weak::new())) },
+        Receivers(Mutex::new(rx.into_iter().map(Some).collect())),
+    )
 }
 
 impl<M> Publisher<M> {
@@ -185,6 +192,12 @@ impl<M> Publisher<M> {
         for c in &self.cores {
             let _ = c.try_send(Update::Snapshot(snap.clone(), delta.clone()));
         }
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&snap);
+    }
+
+    /// The snapshot published last, while a core holds it.
+    pub fn latest(&self) -> Option<Arc<Snapshot<M>>> {
+        self.latest.lock().unwrap_or_else(|e| e.into_inner()).upgrade()
     }
 
     /// Asks every core and collects the answers (cores that are gone are

@@ -1,0 +1,888 @@
+//! What a config change will do, before it is applied (`/debug/whatif`,
+//! and `istio.io/debug` naming `whatif?config=...` over xDS).
+//!
+//! A question is one or more Kubernetes or Istio objects (YAML or JSON,
+//! as `kubectl apply --dry-run` sends them) to create or replace, or with
+//! `?delete=true` to delete. Each is judged as the validation webhook
+//! judges it (`/validate`, istiod's words); an invalid one refuses the
+//! whole question (400). Otherwise the answer is computed off the control
+//! thread, on a copy of the objects the model was built from and of the
+//! snapshot the cores serve: the model is updated as the source's change
+//! would update it (`istiod_mesh::update`), and for every class of proxy
+//! (the connected ones, and the pods not connected, as the sidecars or
+//! gateways they would be) each resource is compared, before and after,
+//! with the same generator the cores serve from. A resource whose input
+//! generation did not move is not generated again (the generation is the
+//! cores' cache key: the same generation is the same bytes).
+//!
+//! The answer says, per class reached: its proxies and pods, and by type
+//! the resources added, removed and changed, with a line diff of each
+//! changed one as a config dump renders it (proto3 JSON). Classes are
+//! paged (`ISTIOD_RS_WHATIF_MAX_CLASSES` per page, `?page=`); the counts
+//! cover them all. Warnings: istiod's analysis messages that the change
+//! brings (or that its objects carry), and, when nobody's configuration
+//! changes, why that may be (a selector matching no pod, a host no service
+//! has, an `exportTo` hiding the object). What is served does not change.
+//!
+//! Not predicted: ambient (ztunnels' and waypoints' bindings are the
+//! ambient index's, which is not copied; they are taken as they are),
+//! SDS and ECDS, and remote clusters' objects (taken as they are).
+
+pub mod client;
+mod diff;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use istiod_config::manifest::{Object, ObjectRef};
+use istiod_config::objects::Objects;
+use istiod_mesh::generator::MeshInput;
+use istiod_mesh::node::{NodeType, ProxyClass};
+use istiod_proto::prost::{Message, Name};
+use istiod_xds::ads::{Kind, Snapshot};
+use istiod_xds_api::snapshot::Generator;
+use serde_json::{Value, json};
+
+use super::debug::Debug;
+use crate::control::http::{Request, Response};
+
+/// The generator the cores serve with.
+const GENERATOR: istiod_waypoint::generator::WithWaypoints = istiod_waypoint::generator::WithWaypoints;
+
+/// Lines of a changed resource's diff shown, at most.
+const MAX_DIFF_LINES: usize = 400;
+
+/// The types compared: the ones a proxy is served by name or whole that
+/// its listeners and clusters decide (SDS and ECDS are not predicted).
+const KINDS: [Kind; 8] = [
+    Kind::Cluster,
+    Kind::Endpoint,
+    Kind::Listener,
+    Kind::Route,
+    Kind::Address,
+    Kind::Authorization,
+    Kind::NameTable,
+    Kind::ProxyConfig,
+];
+
+/// One object of a question, judged.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// What it names.
+    pub head: ObjectRef,
+    /// `apiVersion`.
+    pub api_version: String,
+    /// The object read, for a create or replace.
+    pub object: Option<Object>,
+    /// The webhook's warnings.
+    pub warnings: Vec<String>,
+}
+
+/// Why a question is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// Each object's verdict (`error` set on the refused ones).
+    pub objects: Vec<Value>,
+}
+
+/// Reads and judges a question's objects: every document of `text`, to
+/// create or replace, or (`delete`) to delete. `namespace`: the one
+/// namespace the caller may change (debug callers limited to theirs).
+pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<Asked>, Refused> {
+    use serde::Deserialize as _;
+    let mut asked = Vec::new();
+    let mut verdicts = Vec::new();
+    let mut refused = false;
+    let docs = serde_yaml_ng::Deserializer::from_str(text);
+    for (index, doc) in docs.enumerate() {
+        let value = match serde_yaml_ng::Value::deserialize(doc) {
+            Ok(v) if v.is_null() => continue,
+            Ok(v) => v,
+            Err(e) => {
+                verdicts.push(json!({"document": index, "error": format!("cannot decode configuration: {e}")}));
+                refused = true;
+                break;
+            }
+        };
+        let json = serde_json::to_value(&value).unwrap_or(Value::Null);
+        let s = |p: &str| json.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let (api_version, kind, name) = (s("/apiVersion"), s("/kind"), s("/metadata/name"));
+        let ns = json.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default").to_owned();
+        let mut verdict =
+            json!({"document": index, "apiVersion": api_version, "kind": kind, "namespace": ns, "name": name});
+        let mut fail = |verdict: &mut Value, e: String| {
+            verdict["error"] = e.into();
+            refused = true;
+        };
+        if kind.is_empty() || name.is_empty() {
+            fail(&mut verdict, "an object needs a kind and metadata.name".into());
+            verdicts.push(verdict);
+            continue;
+        }
+        if let Some(limit) = namespace.filter(|n| **n != ns) {
+            fail(&mut verdict, format!("this caller may only ask about namespace {limit}"));
+            verdicts.push(verdict);
+            continue;
+        }
+        let mut warnings = Vec::new();
+        // istiod's webhook judges Istio kinds (a delete is not judged).
+        let group = api_version.split_once('/').map_or("", |(g, _)| g);
+        if !delete && group.ends_with(".istio.io") {
+            let answer = match review(&json, &ns) {
+                Some(r) => istiod_webhook::validate::validate(&r, &mut Default::default()),
+                None => istiod_webhook::admission::AdmissionResponse::deny("cannot decode configuration"),
+            };
+            if !answer.allowed {
+                fail(&mut verdict, answer.message.unwrap_or_default());
+                verdicts.push(verdict);
+                continue;
+            }
+            warnings = answer.warnings;
+        }
+        let object = if delete {
+            None
+        } else {
+            match istiod_config::manifest::parse_value(value) {
+                Ok(Object::Skipped(k)) => {
+                    warnings.push(format!("{k} is not read by istiod-rs: it changes nothing served"));
+                    None
+                }
+                Ok(o) => Some(o),
+                Err(e) => {
+                    fail(&mut verdict, e);
+                    verdicts.push(verdict);
+                    continue;
+                }
+            }
+        };
+        if !warnings.is_empty() {
+            verdict["warnings"] = json!(warnings);
+        }
+        verdicts.push(verdict);
+        let head = match &object {
+            Some(o) => ObjectRef::of(o),
+            None => ObjectRef { kind: ref_kind(&api_version, &kind), namespace: ns, name, service: None },
+        };
+        asked.push(Asked { head, api_version, object, warnings });
+    }
+    if refused {
+        return Err(Refused { objects: verdicts });
+    }
+    if asked.is_empty() && !delete {
+        return Err(Refused { objects: vec![json!({"error": "the question names no object"})] });
+    }
+    Ok(asked)
+}
+
+/// The kind as [`ObjectRef`] names it (Gateway API kinds carry their
+/// group).
+fn ref_kind(api_version: &str, kind: &str) -> String {
+    if istiod_config::gateway_api::is_gateway_api(api_version) {
+        format!("{kind}.{}", istiod_config::gateway_api::GROUP)
+    } else {
+        kind.to_owned()
+    }
+}
+
+/// The admission request the webhook would be sent for creating `object`.
+fn review(object: &Value, namespace: &str) -> Option<istiod_webhook::admission::AdmissionRequest> {
+    let api = object["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api.split_once('/').unwrap_or(("", api));
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let resource = format!("{}s", kind.to_ascii_lowercase());
+    serde_json::from_value(json!({
+        "uid": "whatif",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "namespace": namespace,
+        "operation": "CREATE",
+        "dryRun": true,
+        "object": object,
+    }))
+    .ok()
+}
+
+/// What a prediction reads of the running server.
+pub struct World {
+    /// The objects the model was last built from.
+    pub objects: Arc<Objects>,
+    /// The snapshot the cores serve.
+    pub snapshot: Arc<Snapshot<MeshInput>>,
+    /// `--domain`.
+    pub domain: String,
+    /// `CLUSTER_ID` (pods' classes carry it, as their injected proxies).
+    pub cluster_id: String,
+    /// The connected proxies: id and class.
+    pub connected: Vec<(String, ProxyClass)>,
+    /// The one namespace the caller may see (debug callers limited to
+    /// theirs).
+    pub namespace: Option<String>,
+}
+
+/// How much of the answer to render.
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    /// Classes per page.
+    pub size: usize,
+    /// Which page (from 0).
+    pub index: usize,
+    /// Render diffs of changed resources.
+    pub diffs: bool,
+}
+
+/// What one class would see change, by type.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ClassChanges {
+    /// By type: names added, removed, and changed with their bytes before
+    /// and after.
+    pub kinds: BTreeMap<Kind, KindChanges>,
+}
+
+/// One type's changes for one class.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct KindChanges {
+    /// Names served after and not before.
+    pub added: Vec<(Arc<str>, Bytes)>,
+    /// Names served before and not after.
+    pub removed: Vec<Arc<str>>,
+    /// Names served both times, with different bytes: (name, before, after).
+    pub changed: Vec<(Arc<str>, Bytes, Bytes)>,
+}
+
+impl KindChanges {
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// One class the question considers: who has it, and what changes.
+#[derive(Debug, Clone)]
+pub struct Reached {
+    /// The class.
+    pub class: ProxyClass,
+    /// Connected proxies of the class.
+    pub proxies: Vec<String>,
+    /// Pods of the class without a connected proxy (`name.namespace`).
+    pub pods: Vec<String>,
+    /// What changes.
+    pub changes: ClassChanges,
+}
+
+/// The server after the change, and what the change was.
+pub struct After {
+    /// The snapshot the cores would serve.
+    pub snapshot: Arc<Snapshot<MeshInput>>,
+    /// The objects.
+    pub objects: Objects,
+    /// What each asked object did: `created`, `updated`, `unchanged`,
+    /// `deleted` or `not found`.
+    pub operations: Vec<&'static str>,
+}
+
+/// Applies the asked objects to a copy of the world's objects and builds
+/// the snapshot that would follow.
+pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
+    let prev = world.snapshot.mesh.clone()?;
+    let mut objects = (*world.objects).clone();
+    let mut refs = Vec::new();
+    let mut operations = Vec::new();
+    for a in asked {
+        let op = match &a.object {
+            Some(o) => replace(&mut objects, o.clone()),
+            None => remove(&mut objects, &a.head),
+        };
+        operations.push(op);
+        refs.push(a.head.clone());
+    }
+    refs.sort();
+    refs.dedup();
+    let settings = prev.model.mesh.clone();
+    let (mut next, _) =
+        istiod_mesh::update::update(Some(&prev), &objects, Some(&refs), &world.domain, &settings, &prev.model.jwks);
+    if !Arc::ptr_eq(&next.model.secret_access, &prev.model.secret_access) {
+        next = Arc::new(next.with_secret_access(prev.model.secret_access.clone()));
+    }
+    // The ambient bindings are the ambient index's: as they are.
+    if next.waypoints != prev.waypoints
+        || next.ingress_waypoints != prev.ingress_waypoints
+        || next.waypoint_workloads != prev.waypoint_workloads
+    {
+        let mut with = (*next).clone();
+        with.waypoints = prev.waypoints.clone();
+        with.ingress_waypoints = prev.ingress_waypoints.clone();
+        with.waypoint_workloads = prev.waypoint_workloads.clone();
+        next = Arc::new(with);
+    }
+    let changes = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources);
+    let version = world.snapshot.version + 1;
+    let (model, _) = world.snapshot.model.apply(version, changes);
+    let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
+    snap.mesh = Some(next);
+    Some(After { snapshot: Arc::new(snap), objects, operations })
+}
+
+/// Puts `o` in place of the element `is` finds, or adds it.
+fn put<T: PartialEq>(list: &mut Vec<T>, o: T, is: impl Fn(&T) -> bool) -> &'static str {
+    match list.iter().position(is) {
+        Some(i) if list[i] == o => "unchanged",
+        Some(i) => {
+            list[i] = o;
+            "updated"
+        }
+        None => {
+            list.push(o);
+            "created"
+        }
+    }
+}
+
+/// Puts `obj` in place of the object it names, or adds it.
+fn replace(objects: &mut Objects, obj: Object) -> &'static str {
+    let r = ObjectRef::of(&obj);
+    let m = |meta: &istiod_config::meta::Meta| meta.ns() == r.namespace && meta.name == r.name;
+    match obj {
+        Object::Service(o) => put(&mut objects.services, o, |x| m(&x.metadata)),
+        Object::EndpointSlice(o) => put(&mut objects.endpoint_slices, o, |x| m(&x.metadata)),
+        Object::Pod(o) => put(&mut objects.pods, o, |x| m(&x.metadata)),
+        Object::Node(o) => put(&mut objects.nodes, o, |x| m(&x.metadata)),
+        Object::Namespace(o) => put(&mut objects.namespaces, o, |x| m(&x.metadata)),
+        Object::Secret(o) => put(&mut objects.secrets, o, |x| m(&x.metadata)),
+        Object::Ingress(o) => put(&mut objects.ingresses, o, |x| m(&x.metadata)),
+        Object::IngressClass(o) => put(&mut objects.ingress_classes, o, |x| m(&x.metadata)),
+        Object::ConfigMap(o) => put(&mut objects.config_maps, o, |x| m(&x.metadata)),
+        Object::GatewayApi(o) => {
+            let kind = o.kind();
+            put(&mut objects.gateway_api, o, |x| x.kind() == kind && m(&x.meta))
+        }
+        Object::Istio(o) => {
+            let kind = o.kind();
+            put(&mut objects.istio, o, |x| x.kind() == kind && m(&x.meta))
+        }
+        Object::Skipped(_) => "unchanged",
+    }
+}
+
+/// Removes the object `r` names.
+fn remove(objects: &mut Objects, r: &ObjectRef) -> &'static str {
+    let m = |meta: &istiod_config::meta::Meta| meta.ns() == r.namespace && meta.name == r.name;
+    fn drop_where<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool) -> bool {
+        let before = list.len();
+        list.retain(|x| !is(x));
+        before != list.len()
+    }
+    let removed = match r.kind.as_str() {
+        "Service" => drop_where(&mut objects.services, |x| m(&x.metadata)),
+        "EndpointSlice" => drop_where(&mut objects.endpoint_slices, |x| m(&x.metadata)),
+        "Pod" => drop_where(&mut objects.pods, |x| m(&x.metadata)),
+        "Node" => drop_where(&mut objects.nodes, |x| m(&x.metadata)),
+        "Namespace" => drop_where(&mut objects.namespaces, |x| m(&x.metadata)),
+        "Secret" => drop_where(&mut objects.secrets, |x| m(&x.metadata)),
+        "Ingress" => drop_where(&mut objects.ingresses, |x| m(&x.metadata)),
+        "IngressClass" => drop_where(&mut objects.ingress_classes, |x| m(&x.metadata)),
+        "ConfigMap" => drop_where(&mut objects.config_maps, |x| m(&x.metadata)),
+        k => match k.strip_suffix(istiod_config::gateway_api::GROUP).and_then(|k| k.strip_suffix('.')) {
+            Some(kind) => drop_where(&mut objects.gateway_api, |x| x.kind() == kind && m(&x.meta)),
+            None => drop_where(&mut objects.istio, |x| x.kind().name() == k && m(&x.meta)),
+        },
+    };
+    if removed { "deleted" } else { "not found" }
+}
+
+/// The classes to compare: the connected proxies', then the pods' that no
+/// connected proxy stands for (as the sidecar, or the gateway a Gateway
+/// selects, each would run), one class per namespace, labels and service
+/// account. Pods of `objects` before and after the change.
+pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
+    let mut out: Vec<Reached> = Vec::new();
+    let mut index: HashMap<ProxyClass, usize> = HashMap::new();
+    let visible = |ns: &str| world.namespace.as_deref().is_none_or(|n| n == ns);
+    for (id, class) in &world.connected {
+        if !visible(&class.namespace) {
+            continue;
+        }
+        let i = *index.entry(class.clone()).or_insert_with(|| {
+            out.push(Reached {
+                class: class.clone(),
+                proxies: Vec::new(),
+                pods: Vec::new(),
+                changes: Default::default(),
+            });
+            out.len() - 1
+        });
+        out[i].proxies.push(id.clone());
+    }
+    // `pod.namespace` of the connected proxies (the node id's third field).
+    let connected: BTreeSet<&str> = world.connected.iter().filter_map(|(id, _)| id.split('~').nth(2)).collect();
+    let selectors: Vec<&BTreeMap<String, String>> = after
+        .istio
+        .iter()
+        .chain(&world.objects.istio)
+        .filter_map(|o| match &o.spec {
+            istiod_config::istio::IstioSpec::Gateway(g) if !g.selector.is_empty() => Some(&g.selector),
+            _ => None,
+        })
+        .collect();
+    let mut by_key: HashMap<(NodeType, String, Vec<(String, String)>, String), usize> = HashMap::new();
+    let mut seen = BTreeSet::new();
+    for pod in after.pods.iter().chain(&world.objects.pods) {
+        let ns = pod.metadata.ns();
+        let name = format!("{}.{ns}", pod.metadata.name);
+        if !visible(ns) || pod.spec.host_network || connected.contains(name.as_str()) || !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(ip) = pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()) else { continue };
+        let labels = &pod.metadata.labels;
+        let router = labels.contains_key("gateway.networking.k8s.io/gateway-name")
+            || selectors.iter().any(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)));
+        let node_type = if router { NodeType::Router } else { NodeType::Sidecar };
+        let sa = pod.spec.service_account_name.clone().unwrap_or_else(|| "default".into());
+        let key = (node_type, ns.to_owned(), labels.clone().into_iter().collect::<Vec<_>>(), sa.clone());
+        if let Some(i) = by_key.get(&key) {
+            out[*i].pods.push(name);
+            continue;
+        }
+        let class = ProxyClass {
+            node_type,
+            namespace: ns.into(),
+            generator: "".into(),
+            labels: labels.iter().map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str()))).collect(),
+            locality: "".into(),
+            verified: false,
+            service_account: sa.into(),
+            ips: vec![ip.into()],
+            mesh_id: "".into(),
+            cluster_id: world.cluster_id.as_str().into(),
+            version: "".into(),
+            metadata: Vec::new(),
+        };
+        by_key.insert(key, out.len());
+        out.push(Reached { class, proxies: Vec::new(), pods: vec![name], changes: Default::default() });
+    }
+    out
+}
+
+/// A resource's bytes for a class, generated once per (type, name, input
+/// generation, the class the cores would key it by): the cores' own cache
+/// key, so two classes that share an entry there share one here.
+#[derive(Default)]
+struct Memo {
+    bodies: HashMap<(Kind, Arc<str>, u64, ProxyClass, bool), Option<Bytes>>,
+    reduced: HashMap<(ProxyClass, Kind, bool), ProxyClass>,
+    routes: HashMap<Bytes, Vec<Arc<str>>>,
+}
+
+/// One side of the comparison.
+struct Side<'a> {
+    snap: &'a Snapshot<MeshInput>,
+    after: bool,
+}
+
+impl Memo {
+    fn key_class(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind, name: &str) -> ProxyClass {
+        if GENERATOR.whole_class(kind, name) {
+            return class.clone();
+        }
+        self.reduced
+            .entry((class.clone(), kind, side.after))
+            .or_insert_with(|| GENERATOR.reduce(side.snap, class, kind).unwrap_or_else(|| class.clone()))
+            .clone()
+    }
+
+    fn body(
+        &mut self,
+        side: &Side<'_>,
+        class: &ProxyClass,
+        kind: Kind,
+        name: &Arc<str>,
+        generation: u64,
+    ) -> Option<Bytes> {
+        let key_class = self.key_class(side, class, kind, name);
+        self.bodies
+            .entry((kind, name.clone(), generation, key_class, side.after))
+            .or_insert_with(|| GENERATOR.generate(side.snap, class, kind, name))
+            .clone()
+    }
+
+    /// The RDS names of a listener.
+    fn routes(&mut self, listener: &Bytes) -> Vec<Arc<str>> {
+        self.routes.entry(listener.clone()).or_insert_with(|| rds_names(listener)).clone()
+    }
+}
+
+/// The names of `kind` a proxy of `class` is served: wildcard types whole,
+/// load assignments for its clusters that have one, route configurations
+/// its listeners name.
+fn names(memo: &mut Memo, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> BTreeSet<Arc<str>> {
+    match kind {
+        Kind::Endpoint => GENERATOR
+            .wildcard_names(side.snap, class, Kind::Cluster)
+            .into_iter()
+            .filter(|n| GENERATOR.input_generation(side.snap, class, Kind::Endpoint, n).is_some())
+            .collect(),
+        Kind::Route => {
+            let mut out = BTreeSet::new();
+            for l in GENERATOR.wildcard_names(side.snap, class, Kind::Listener) {
+                let Some(g) = GENERATOR.input_generation(side.snap, class, Kind::Listener, &l) else { continue };
+                if let Some(body) = memo.body(side, class, Kind::Listener, &l, g) {
+                    out.extend(memo.routes(&body));
+                }
+            }
+            out
+        }
+        k if k.is_wildcard() => GENERATOR.wildcard_names(side.snap, class, k).into_iter().collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+/// The RDS names of a listener's HTTP connection managers.
+fn rds_names(body: &Bytes) -> Vec<Arc<str>> {
+    use istiod_proto::envoy::config::listener::v3::{Listener, filter};
+    use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpConnectionManager, http_connection_manager::RouteSpecifier,
+    };
+    let Ok(l) = Listener::decode(body.clone()) else { return Vec::new() };
+    l.filter_chains
+        .iter()
+        .chain(l.default_filter_chain.as_ref())
+        .flat_map(|fc| &fc.filters)
+        .filter_map(|f| match &f.config_type {
+            Some(filter::ConfigType::TypedConfig(a)) if a.type_url == HttpConnectionManager::type_url() => {
+                HttpConnectionManager::decode(a.value.as_slice()).ok()
+            }
+            _ => None,
+        })
+        .filter_map(|h| match h.route_specifier {
+            Some(RouteSpecifier::Rds(r)) => Some(Arc::from(r.route_config_name.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What changes for `class` between `before` and `after`.
+fn compare(
+    memo: &mut Memo,
+    before: &Snapshot<MeshInput>,
+    after: &Snapshot<MeshInput>,
+    class: &ProxyClass,
+) -> ClassChanges {
+    let (b, a) = (Side { snap: before, after: false }, Side { snap: after, after: true });
+    let mut out = ClassChanges::default();
+    for kind in KINDS {
+        let (old, new) = (names(memo, &b, class, kind), names(memo, &a, class, kind));
+        let mut k = KindChanges::default();
+        for name in old.union(&new) {
+            let og = old.contains(name).then(|| GENERATOR.input_generation(before, class, kind, name)).flatten();
+            let ng = new.contains(name).then(|| GENERATOR.input_generation(after, class, kind, name)).flatten();
+            match (og, ng) {
+                (None, None) => {}
+                (Some(_), None) => k.removed.push(name.clone()),
+                (None, Some(g)) => {
+                    if let Some(body) = memo.body(&a, class, kind, name, g) {
+                        k.added.push((name.clone(), body));
+                    }
+                }
+                (Some(o), Some(n)) if o == n => {}
+                (Some(o), Some(n)) => {
+                    let (ob, nb) = (memo.body(&b, class, kind, name, o), memo.body(&a, class, kind, name, n));
+                    match (ob, nb) {
+                        (Some(ob), Some(nb)) if ob != nb => k.changed.push((name.clone(), ob, nb)),
+                        (Some(_), None) => k.removed.push(name.clone()),
+                        (None, Some(nb)) => k.added.push((name.clone(), nb)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if !k.is_empty() {
+            out.kinds.insert(kind, k);
+        }
+    }
+    out
+}
+
+/// Computes what changes for every class, and the analysis messages the
+/// change brings.
+pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
+    let started = Instant::now();
+    let Some(after) = apply(world, asked) else {
+        return json!({"error": "no model built yet"});
+    };
+    let mut reached = classes(world, &after.objects);
+    let mut memo = Memo::default();
+    for r in &mut reached {
+        r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &r.class);
+    }
+    let computed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let warnings = warnings(world, asked, &after, &reached);
+    render(world, asked, &after, reached, warnings, page, computed_ms)
+}
+
+/// istiod's analysis messages the change brings (new after it) or that
+/// its objects carry, and why it reaches nobody when it does.
+fn warnings(world: &World, asked: &[Asked], after: &After, reached: &[Reached]) -> Vec<String> {
+    let raw = world.snapshot.mesh.as_ref().map(|m| m.model.mesh.raw.clone()).unwrap_or(Value::Null);
+    let before: BTreeSet<String> = istiod_analysis::analyze(&world.objects, &raw).iter().map(|m| m.line()).collect();
+    let mine = |m: &istiod_analysis::Message| {
+        asked.iter().any(|a| a.head.kind == m.kind && a.head.namespace == m.namespace && a.head.name == m.name)
+    };
+    let mut out: Vec<String> = istiod_analysis::analyze(&after.objects, &raw)
+        .iter()
+        .filter(|m| mine(m) || !before.contains(&m.line()))
+        .map(|m| m.line())
+        .collect();
+    if reached.iter().all(|r| r.changes.kinds.is_empty()) {
+        for a in asked {
+            out.push(format!(
+                "{} {}/{} changes no proxy's configuration{}",
+                a.head.kind,
+                a.head.namespace,
+                a.head.name,
+                why_nobody(world, a, &after.objects)
+            ));
+        }
+    }
+    out
+}
+
+/// Why an object may reach nobody: a selector matching no pod, hosts no
+/// service has, an `exportTo` that hides it.
+fn why_nobody(world: &World, a: &Asked, objects: &Objects) -> String {
+    use istiod_config::istio::IstioSpec;
+    let Some(Object::Istio(o)) = &a.object else { return String::new() };
+    let raw = o.raw.value().unwrap_or(Value::Null);
+    let spec = &raw["spec"];
+    let mut why = Vec::new();
+    let selector = spec["workloadSelector"]["labels"].as_object().or(spec["selector"]["matchLabels"].as_object());
+    if let Some(sel) = selector.filter(|s| !s.is_empty()) {
+        let root = world.snapshot.mesh.as_ref().map(|m| m.model.mesh.root_namespace.clone()).unwrap_or_default();
+        let ns = o.meta.ns();
+        let matches = objects.pods.iter().any(|p| {
+            (ns == root || p.metadata.ns() == ns)
+                && sel.iter().all(|(k, v)| p.metadata.labels.get(k).map(String::as_str) == v.as_str())
+        });
+        if !matches {
+            let shown: Vec<String> =
+                sel.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect();
+            why.push(format!("its selector {} matches no pod", shown.join(",")));
+        }
+    }
+    let hosts: Vec<String> = match &o.spec {
+        IstioSpec::VirtualService(_) => {
+            spec["hosts"].as_array().into_iter().flatten().filter_map(|h| h.as_str().map(str::to_owned)).collect()
+        }
+        IstioSpec::DestinationRule(_) => spec["host"].as_str().map(|h| vec![h.to_owned()]).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if let Some(m) = world.snapshot.mesh.as_ref() {
+        let known = |h: &str| {
+            let full = if h.contains('.') { h.to_owned() } else { format!("{h}.{}.svc.{}", o.meta.ns(), world.domain) };
+            h.contains('*') || m.model.services.contains_key(full.as_str()) || m.model.services.contains_key(h)
+        };
+        let unknown: Vec<&String> = hosts.iter().filter(|h| !known(h)).collect();
+        if !unknown.is_empty() && !matches!(&o.spec, IstioSpec::VirtualService(_) if !spec["gateways"].is_null()) {
+            why.push(format!(
+                "no service has host {}",
+                unknown.iter().map(|h| h.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    if let Some(export) = spec["exportTo"].as_array().filter(|e| !e.iter().any(|x| x == "*")) {
+        let shown: Vec<&str> = export.iter().filter_map(Value::as_str).collect();
+        why.push(format!("its exportTo [{}] hides it from other namespaces", shown.join(",")));
+    }
+    if why.is_empty() { String::new() } else { format!(": {}", why.join("; ")) }
+}
+
+/// The answer.
+fn render(
+    world: &World,
+    asked: &[Asked],
+    after: &After,
+    reached: Vec<Reached>,
+    warnings: Vec<String>,
+    page: Page,
+    computed_ms: f64,
+) -> Value {
+    let considered = reached.len();
+    let mut hit: Vec<Reached> = reached.into_iter().filter(|r| !r.changes.kinds.is_empty()).collect();
+    // Connected proxies first, then by namespace and labels.
+    hit.sort_by(|a, b| {
+        (a.proxies.is_empty(), &a.class.namespace, &a.class.labels).cmp(&(
+            b.proxies.is_empty(),
+            &b.class.namespace,
+            &b.class.labels,
+        ))
+    });
+    let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut namespaces = BTreeSet::new();
+    for r in &hit {
+        namespaces.insert(r.class.namespace.to_string());
+        for (k, c) in &r.changes.kinds {
+            *by_type.entry(k.short()).or_default() += c.added.len() + c.removed.len() + c.changed.len();
+        }
+    }
+    let pages = hit.len().div_ceil(page.size.max(1)).max(1);
+    // Diffs are listed once and named by number: classes that share a
+    // resource's change share its diff.
+    let mut diffs = Diffs::default();
+    let shown: Vec<Value> = hit
+        .iter()
+        .skip(page.index.saturating_mul(page.size))
+        .take(page.size)
+        .map(|r| class_json(r, page.diffs.then_some(&mut diffs)))
+        .collect();
+    let objects: Vec<Value> = asked
+        .iter()
+        .zip(&after.operations)
+        .map(|(a, op)| {
+            let mut v = json!({
+                "apiVersion": a.api_version,
+                "kind": a.head.kind,
+                "namespace": a.head.namespace,
+                "name": a.head.name,
+                "operation": op,
+            });
+            if !a.warnings.is_empty() {
+                v["warnings"] = json!(a.warnings);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "valid": true,
+        "objects": objects,
+        "summary": {
+            "classesConsidered": considered,
+            "classesReached": hit.len(),
+            "proxiesReached": hit.iter().map(|r| r.proxies.len()).sum::<usize>(),
+            "podsReached": hit.iter().map(|r| r.pods.len()).sum::<usize>(),
+            "namespacesReached": namespaces,
+            "resourcesByType": by_type,
+            "computeMillis": (computed_ms * 1000.0).round() / 1000.0,
+        },
+        "page": page.index,
+        "pages": pages,
+        "classes": shown,
+        "diffs": diffs.list,
+        "warnings": warnings,
+        "servedVersion": world.snapshot.version,
+        "notPredicted": ["SDS", "ECDS", "ambient bindings (taken as they are)"],
+    })
+}
+
+/// The diffs of an answer, each once: by (type, before, after).
+#[derive(Default)]
+struct Diffs {
+    index: HashMap<(Kind, Bytes, Bytes), usize>,
+    list: Vec<Value>,
+}
+
+impl Diffs {
+    /// The number of the diff of `name` from `before` to `after`.
+    fn of(&mut self, kind: Kind, name: &str, before: &Bytes, after: &Bytes) -> usize {
+        let next = self.list.len();
+        let list = &mut self.list;
+        *self.index.entry((kind, before.clone(), after.clone())).or_insert_with(|| {
+            let (b, a) = (pretty(kind, before), pretty(kind, after));
+            list.push(json!({
+                "id": next,
+                "type": kind.short(),
+                "name": name,
+                "diff": diff::unified(&b, &a, 3, MAX_DIFF_LINES),
+            }));
+            next
+        })
+    }
+}
+
+/// One class of the answer; its changed resources name their diffs in
+/// `diffs` (none without).
+fn class_json(r: &Reached, mut diffs: Option<&mut Diffs>) -> Value {
+    let mut kinds = serde_json::Map::new();
+    for (kind, c) in &r.changes.kinds {
+        let changed: Vec<Value> = c
+            .changed
+            .iter()
+            .map(|(name, before, after)| {
+                let mut v = json!({"name": &**name});
+                if let Some(d) = diffs.as_deref_mut() {
+                    v["diff"] = d.of(*kind, name, before, after).into();
+                }
+                v
+            })
+            .collect();
+        kinds.insert(
+            kind.short().to_owned(),
+            json!({
+                "added": c.added.iter().map(|(n, _)| &**n).collect::<Vec<_>>(),
+                "removed": c.removed.iter().map(|n| &**n).collect::<Vec<_>>(),
+                "changed": changed,
+            }),
+        );
+    }
+    json!({
+        "class": {
+            "nodeType": r.class.node_type.as_str(),
+            "namespace": &*r.class.namespace,
+            "labels": r.class.labels.iter().map(|(k, v)| (k.to_string(), Value::from(&**v))).collect::<serde_json::Map<_, _>>(),
+            "serviceAccount": &*r.class.service_account,
+        },
+        "proxies": r.proxies,
+        "pods": r.pods,
+        "changes": kinds,
+    })
+}
+
+/// A resource as a config dump shows it, pretty-printed.
+fn pretty(kind: Kind, body: &Bytes) -> String {
+    serde_json::to_string_pretty(&super::config_dump::resource_json(kind, body)).unwrap_or_default()
+}
+
+/// Answers `/debug/whatif`: the question from the body (or `?config=`),
+/// judged here, predicted off this thread.
+pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Response {
+    let text = if req.body.is_empty() {
+        req.param("config").unwrap_or_default().to_owned()
+    } else {
+        String::from_utf8_lossy(&req.body).into_owned()
+    };
+    if text.trim().is_empty() {
+        return Response::text(
+            400,
+            "a what-if question names objects: POST them (YAML or JSON) to /debug/whatif, or pass them as ?config=\n",
+        );
+    }
+    let delete = req.param("delete").is_some_and(|v| v == "true" || v == "1");
+    let asked = match judge(&text, delete, caller) {
+        Ok(a) => a,
+        Err(r) => {
+            let mut resp = Response::json(&json!({"valid": false, "objects": r.objects}));
+            resp.status = 400;
+            return resp;
+        }
+    };
+    let page = Page {
+        size: d.whatif_max_classes,
+        index: req.param("page").and_then(|p| p.parse().ok()).unwrap_or(0),
+        diffs: req.param("diff").is_none_or(|v| v != "false" && v != "0"),
+    };
+    let Some(snapshot) = d.publisher.latest().filter(|s| s.mesh.is_some()) else {
+        return Response::text(503, "not ready: no model built yet\n");
+    };
+    let objects = d.state.borrow().objects.clone();
+    let connected = super::debug::connected_classes(&d.publisher).await;
+    let world = World {
+        objects,
+        snapshot,
+        domain: d.domain.clone(),
+        cluster_id: d.cluster_id.clone(),
+        connected,
+        namespace: caller.map(str::to_owned),
+    };
+    match tokio::task::spawn_blocking(move || predict(&world, &asked, page)).await {
+        Ok(v) => Response::json(&v),
+        Err(e) => Response::text(500, format!("the prediction failed: {e}\n")),
+    }
+}

@@ -1,0 +1,306 @@
+//! `pilot-discovery whatif -f change.yaml`: asks a running server's
+//! `/debug/whatif` and prints the answer for people (a table of the
+//! classes reached, the diffs, the warnings) or as JSON, with an exit
+//! status CI can use.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cli::{WhatifArgs, WhatifOutput};
+
+/// Exit statuses.
+const INVALID: u8 = 1;
+const OUTSIDE: u8 = 2;
+const UNASKED: u8 = 3;
+
+/// How long the server may take to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs the command; the exit status.
+pub fn run(args: &WhatifArgs) -> u8 {
+    let mut text = String::new();
+    for f in &args.files {
+        let read = if f == "-" {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map(|_| s)
+        } else {
+            std::fs::read_to_string(f)
+        };
+        match read {
+            Ok(s) => {
+                text.push_str("\n---\n");
+                text.push_str(&s);
+            }
+            Err(e) => {
+                eprintln!("pilot-discovery whatif: {f}: {e}");
+                return UNASKED;
+            }
+        }
+    }
+    let mut path = format!("{}?page={}", crate::control::http::WHATIF_PATH, args.page);
+    if args.delete {
+        path.push_str("&delete=true");
+    }
+    if args.no_diff {
+        path.push_str("&diff=false");
+    }
+    let (status, body) = match post(&args.server, &path, text.as_bytes()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pilot-discovery whatif: cannot ask {}: {e}", args.server);
+            return UNASKED;
+        }
+    };
+    let answer: Value = match serde_json::from_slice(&body) {
+        Ok(v) if status == 200 || status == 400 => v,
+        _ => {
+            eprintln!(
+                "pilot-discovery whatif: the server answered {status}: {}",
+                String::from_utf8_lossy(&body).trim()
+            );
+            return UNASKED;
+        }
+    };
+    let out = match args.output {
+        WhatifOutput::Json => serde_json::to_string_pretty(&answer).unwrap_or_default() + "\n",
+        WhatifOutput::Text => render(&answer, &args.allow_namespaces),
+    };
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    exit_status(&answer, &args.allow_namespaces)
+}
+
+/// 1 when an object was refused, 2 when the change reaches a namespace
+/// outside `allowed` (when some are given), else 0.
+pub fn exit_status(answer: &Value, allowed: &[String]) -> u8 {
+    if answer["valid"] == false {
+        return INVALID;
+    }
+    if outside(answer, allowed).is_empty() { 0 } else { OUTSIDE }
+}
+
+/// The namespaces reached that `allowed` does not name (none when it is
+/// empty).
+fn outside(answer: &Value, allowed: &[String]) -> Vec<String> {
+    if allowed.is_empty() {
+        return Vec::new();
+    }
+    answer["summary"]["namespacesReached"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|ns| !allowed.iter().any(|a| a == ns))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The answer for people.
+pub fn render(answer: &Value, allowed: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let _ = writeln!(out, "OBJECT{:<50}RESULT", "");
+    for o in answer["objects"].as_array().into_iter().flatten() {
+        let name = format!("{} {}/{}", s(&o["kind"]), s(&o["namespace"]), s(&o["name"]));
+        let result = match o.get("error").and_then(Value::as_str) {
+            Some(e) => format!("refused: {e}"),
+            None => s(&o["operation"]),
+        };
+        let _ = writeln!(out, "{name:<56}{result}");
+        for w in o["warnings"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  warning: {}", s(w));
+        }
+    }
+    if answer["valid"] == false {
+        return out;
+    }
+    let sum = &answer["summary"];
+    let n = |k: &str| sum[k].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\nreaches {} of {} classes: {} connected proxies, {} pods not connected; namespaces: {}",
+        n("classesReached"),
+        n("classesConsidered"),
+        n("proxiesReached"),
+        n("podsReached"),
+        sum["namespacesReached"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    );
+    let types = ["CDS", "EDS", "LDS", "RDS", "WDS", "WADS", "NDS", "PCDS"];
+    let classes = answer["classes"].as_array().cloned().unwrap_or_default();
+    // A class by its first proxy or pod, its type and namespace, and the
+    // labels people name workloads by.
+    let describe = |c: &Value| {
+        let class = &c["class"];
+        let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
+        let who = first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default();
+        let more = c["proxies"].as_array().map_or(0, Vec::len) + c["pods"].as_array().map_or(0, Vec::len);
+        let more = if more > 1 { format!(" (+{})", more - 1) } else { String::new() };
+        let labels: Vec<String> = ["app", "version", "istio"]
+            .iter()
+            .filter_map(|k| class["labels"][k].as_str().map(|v| format!("{k}={v}")))
+            .collect();
+        let mut d = format!("{} {}{more} {}", s(&class["nodeType"]), who, labels.join(","));
+        if d.len() > 58 {
+            d = d.chars().take(55).collect::<String>() + "...";
+        }
+        d
+    };
+    if !classes.is_empty() {
+        let _ = write!(out, "\n{:<60}{:>8}{:>6}", "CLASS", "PROXIES", "PODS");
+        for t in types {
+            let _ = write!(out, "{t:>6}");
+        }
+        out.push('\n');
+        for c in &classes {
+            let count = |v: &Value| v.as_array().map_or(0, Vec::len);
+            let _ = write!(out, "{:<60}{:>8}{:>6}", describe(c), count(&c["proxies"]), count(&c["pods"]));
+            for t in types {
+                let k = &c["changes"][t];
+                let _ = write!(out, "{:>6}", count(&k["added"]) + count(&k["removed"]) + count(&k["changed"]));
+            }
+            out.push('\n');
+        }
+        let (page, pages) = (answer["page"].as_u64().unwrap_or(0), answer["pages"].as_u64().unwrap_or(1));
+        if pages > 1 {
+            let _ = writeln!(out, "(page {page} of 0..{}: --page N for the others)", pages - 1);
+        }
+    }
+    // Each change once, with the classes it reaches.
+    let mut listed: Vec<(String, Vec<String>)> = Vec::new();
+    let who = |c: &Value| {
+        let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
+        first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default()
+    };
+    let mut note = |line: String, class: String| match listed.iter_mut().find(|(l, _)| *l == line) {
+        Some((_, classes)) => classes.push(class),
+        None => listed.push((line, vec![class])),
+    };
+    for c in &classes {
+        for t in types {
+            let k = &c["changes"][t];
+            for (what, list) in [("added", &k["added"]), ("removed", &k["removed"])] {
+                for name in list.as_array().into_iter().flatten() {
+                    note(format!("{t} {what}: {}", s(name)), who(c));
+                }
+            }
+            for ch in k["changed"].as_array().into_iter().flatten() {
+                let diff = ch["diff"].as_u64().and_then(|id| {
+                    answer["diffs"].as_array()?.iter().find(|d| d["id"].as_u64() == Some(id))?["diff"].as_str()
+                });
+                note(format!("{t} changed: {}\n{}", s(&ch["name"]), diff.unwrap_or_default()), who(c));
+            }
+        }
+    }
+    for (line, classes) in &listed {
+        let (head, rest) = line.split_once('\n').unwrap_or((line, ""));
+        let shown = match classes.len() {
+            1..=3 => classes.join(", "),
+            n => format!("{}, ... ({n} classes)", classes[..2].join(", ")),
+        };
+        let _ = writeln!(out, "\n{head}  [{shown}]");
+        out.push_str(rest);
+    }
+    let warnings = answer["warnings"].as_array().cloned().unwrap_or_default();
+    if !warnings.is_empty() {
+        out.push_str("\nwarnings:\n");
+        for w in &warnings {
+            let _ = writeln!(out, "  {}", s(w));
+        }
+    }
+    let outside = outside(answer, allowed);
+    if !outside.is_empty() {
+        let _ = writeln!(out, "\nreaches namespaces not allowed: {}", outside.join(", "));
+    }
+    out
+}
+
+/// POSTs `body` to `path` of `server` (`http://host:port`) over HTTP/1.1;
+/// the status and the body.
+fn post(server: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let authority = server.strip_prefix("http://").unwrap_or(server).trim_end_matches('/');
+    if authority.contains('/') || server.starts_with("https://") {
+        return Err("the server is named http://host:port".into());
+    }
+    let with_port = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port.to_socket_addrs().map_err(|e| e.to_string())?.next().ok_or("no address")?;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(|e| e.to_string())?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/yaml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).map_err(|e| e.to_string())?;
+    parse_response(&answer)
+}
+
+/// An HTTP/1.1 response's status and body (de-chunked).
+fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or("no complete answer")?;
+    let head = String::from_utf8_lossy(&raw[..end]);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an HTTP answer: {}", head.lines().next().unwrap_or_default()))?;
+    let body = &raw[end + 4..];
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if !chunked {
+        return Ok((status, body.to_vec()));
+    }
+    let mut out = Vec::new();
+    let mut rest = body;
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").ok_or("a chunk cut short")?;
+        let size_text = String::from_utf8_lossy(&rest[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| format!("a bad chunk size {size_text:?}"))?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Ok((status, out));
+        }
+        if rest.len() < size + 2 {
+            return Err("a chunk cut short".into());
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_are_read_plain_and_chunked() {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+        assert_eq!(parse_response(plain).unwrap(), (200, b"{}".to_vec()));
+        let chunked = b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse_response(chunked).unwrap(), (400, b"abcde".to_vec()));
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab").is_err());
+    }
+
+    #[test]
+    fn the_exit_status_says_invalid_or_outside() {
+        let ok = json!({"valid": true, "summary": {"namespacesReached": ["shop"]}});
+        assert_eq!(exit_status(&ok, &[]), 0);
+        assert_eq!(exit_status(&ok, &["shop".into()]), 0);
+        assert_eq!(exit_status(&ok, &["bank".into()]), OUTSIDE);
+        assert_eq!(exit_status(&json!({"valid": false}), &[]), INVALID);
+        assert!(render(&ok, &["bank".into()]).contains("reaches namespaces not allowed: shop"));
+    }
+}

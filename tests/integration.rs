@@ -25,6 +25,7 @@ mod simulation;
 mod vms;
 mod waypoint;
 mod webhook;
+mod whatif;
 
 // What several areas share, loaded once.
 #[path = "../xds/tests/support/ads_client.rs"]

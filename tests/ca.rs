@@ -281,6 +281,12 @@ fn debug_over_xds_answers_istioctl() {
     assert!(debug["adsz"]["body"]["totalClients"].as_u64().unwrap() >= 2, "the sidecar and istioctl: {debug}");
     let dump = &debug["config_dump?proxyID=app-1.bookinfo"]["body"];
     assert_eq!(dump["configs"].as_array().unwrap().len(), 7, "{dump}");
+    // What-if over xDS (istiod-rs): the question in the name's query.
+    let whatif = &debug["whatif"]["body"];
+    assert_eq!(whatif["valid"], true, "{debug}");
+    assert_eq!(whatif["objects"][0]["kind"], "PeerAuthentication", "{whatif}");
+    assert_eq!(whatif["objects"][0]["operation"], "created", "{whatif}");
+    assert!(whatif["summary"]["classesConsidered"].as_u64().unwrap() >= 1, "the sidecar at least: {whatif}");
     assert_eq!(admin["plaintext_syncz"]["code"], "UNAUTHENTICATED", "{admin}");
     assert_eq!(admin["plaintext_syncz"]["details"], "authentication required");
 
@@ -290,6 +296,7 @@ fn debug_over_xds_answers_istioctl() {
     assert_eq!(own["config_dump"].as_array().unwrap().len(), 7, "{own}");
     assert_eq!(own["debug"]["adsz"]["code"], "PERMISSION_DENIED", "{own}");
     assert_eq!(own["debug"]["syncz"]["code"], "PERMISSION_DENIED", "{own}");
+    assert_eq!(own["debug"]["whatif"]["code"], "PERMISSION_DENIED", "{own}");
     assert!(own["debug"]["config_dump?proxyID=app-1.bookinfo"]["body"]["configs"].is_array(), "{own}");
     let allowed = run("prom", "monitoring");
     assert_eq!(allowed["syncz"]["rows"].as_array().unwrap().len(), 1, "every namespace's: {allowed}");

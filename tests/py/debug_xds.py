@@ -7,7 +7,8 @@ so there is someone to report on. The caller (CALLER_TOKEN, of CALLER_NS)
 then asks:
 - istio.io/debug/syncz (statusgen.go): ClientConfigs, unpacked;
 - istio.io/debug/config_dump for the sidecar: the types of its parts;
-- istio.io/debug "syncz" and "adsz" (debuggen.go): the body, or the status.
+- istio.io/debug "syncz" and "adsz" (debuggen.go): the body, or the status;
+  and istiod-rs's "whatif?config=..." (a PeerAuthentication), under "whatif".
 Over PLAIN_ADDR (no TLS, no token) it asks istio.io/debug/syncz once more.
 
 Prints one JSON object.
@@ -22,6 +23,7 @@ import queue
 import sys
 import threading
 import time
+import urllib.parse
 
 import grpc
 from envoy.config.core.v3 import base_pb2
@@ -129,11 +131,15 @@ def main():
     out["config_dump"] = err or [a.type_url for a in resp.resources]
 
     out["debug"] = {}
-    for name in ("syncz", "adsz", f"config_dump?proxyID={SIDECAR}"):
+    # istiod-rs's what-if (beyond istiod): the question in ?config=.
+    question = ("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\n"
+                "metadata: {name: whatif, namespace: bookinfo}\nspec: {mtls: {mode: STRICT}}\n")
+    whatif = "whatif?diff=false&config=" + urllib.parse.quote(question, safe="")
+    for name in ("syncz", "adsz", f"config_dump?proxyID={SIDECAR}", whatif):
         resp, err = ask(stub, caller_token, discovery_pb2.DiscoveryRequest(
             node=me, type_url="istio.io/debug", resource_names=[name]))
         if err:
-            out["debug"][name] = err
+            out["debug"][name.split("?")[0] if name is whatif else name] = err
         else:
             r = resp.resources[0]
             text = r.value.decode()
@@ -141,7 +147,7 @@ def main():
                 body = json.loads(text)
             except ValueError:
                 body = text
-            out["debug"][name] = {"type_url": r.type_url, "body": body}
+            out["debug"][name.split("?")[0] if name is whatif else name] = {"type_url": r.type_url, "body": body}
 
     plain = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel(plain_addr, None))
     _, err = ask(plain, None, discovery_pb2.DiscoveryRequest(node=me, type_url="istio.io/debug/syncz"))

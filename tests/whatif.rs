@@ -176,8 +176,7 @@ fn differences(before: &Value, after: &Value) -> std::collections::BTreeMap<Stri
     let mut out = std::collections::BTreeMap::new();
     for (key, t) in [("clusters", "CDS"), ("listeners", "LDS"), ("routes", "RDS")] {
         let (b, a) = (before[key].as_object().unwrap(), after[key].as_object().unwrap());
-        let mut names: Vec<String> =
-            b.keys().chain(a.keys()).filter(|n| b.get(*n) != a.get(*n)).cloned().collect();
+        let mut names: Vec<String> = b.keys().chain(a.keys()).filter(|n| b.get(*n) != a.get(*n)).cloned().collect();
         names.sort();
         names.dedup();
         if !names.is_empty() {
@@ -220,32 +219,33 @@ fn a_virtual_service_change_is_predicted_and_then_served_as_predicted() {
         let mut c = connect(s.grpc, false).await;
         let mut n = crate::ads_client::node(db_id);
         n.metadata = Some(istiod_proto::prost_types::Struct {
-            fields: [
-                ("NAMESPACE", "shop"),
-                ("INSTANCE_IPS", "10.1.0.2"),
-                ("SERVICE_ACCOUNT", "db"),
-            ]
-            .into_iter()
-            .map(|(k, v)| {
-                (k.to_owned(), istiod_proto::prost_types::Value {
-                    kind: Some(istiod_proto::prost_types::value::Kind::StringValue(v.into())),
+            fields: [("NAMESPACE", "shop"), ("INSTANCE_IPS", "10.1.0.2"), ("SERVICE_ACCOUNT", "db")]
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_owned(),
+                        istiod_proto::prost_types::Value {
+                            kind: Some(istiod_proto::prost_types::value::Kind::StringValue(v.into())),
+                        },
+                    )
                 })
-            })
-            .chain([(
-                "LABELS".to_owned(),
-                istiod_proto::prost_types::Value {
-                    kind: Some(istiod_proto::prost_types::value::Kind::StructValue(istiod_proto::prost_types::Struct {
-                        fields: [(
-                            "app".to_owned(),
-                            istiod_proto::prost_types::Value {
-                                kind: Some(istiod_proto::prost_types::value::Kind::StringValue("db".into())),
+                .chain([(
+                    "LABELS".to_owned(),
+                    istiod_proto::prost_types::Value {
+                        kind: Some(istiod_proto::prost_types::value::Kind::StructValue(
+                            istiod_proto::prost_types::Struct {
+                                fields: [(
+                                    "app".to_owned(),
+                                    istiod_proto::prost_types::Value {
+                                        kind: Some(istiod_proto::prost_types::value::Kind::StringValue("db".into())),
+                                    },
+                                )]
+                                .into(),
                             },
-                        )]
-                        .into(),
-                    })),
-                },
-            )])
-            .collect(),
+                        )),
+                    },
+                )])
+                .collect(),
         });
         c.sotw(DiscoveryRequest {
             node: Some(n),
@@ -389,14 +389,22 @@ spec:
     let (_, answer) = whatif(&s, nobody, &[]);
     assert_eq!(answer["summary"]["classesReached"], 0, "{answer}");
     let w = answer["warnings"].to_string();
-    assert!(w.contains("PeerAuthentication shop/ghost changes no proxy's configuration: its selector app=ghost matches no pod"), "{w}");
+    assert!(
+        w.contains(
+            "PeerAuthentication shop/ghost changes no proxy's configuration: its selector app=ghost matches no pod"
+        ),
+        "{w}"
+    );
     // A host no service has.
     let dr = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: nosuch, namespace: shop}\n\
               spec: {host: nosuch, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}\n";
     let (_, answer) = whatif(&s, dr, &[]);
     assert_eq!(answer["summary"]["classesReached"], 0, "{answer}");
     let w = answer["warnings"].to_string();
-    assert!(w.contains("DestinationRule shop/nosuch changes no proxy's configuration: no service has host nosuch"), "{w}");
+    assert!(
+        w.contains("DestinationRule shop/nosuch changes no proxy's configuration: no service has host nosuch"),
+        "{w}"
+    );
     // The analysis says so of a VirtualService routing to it
     // (ReferencedResourceNotFound, msg/messages.yaml).
     let (_, answer) = whatif(&s, &VS_TIMEOUT.replace("web", "nosuch"), &[]);

@@ -705,6 +705,27 @@ impl Model {
         best.map(|(_, i)| i)
     }
 
+    /// [`Model::pick_virtual_service`] for many hosts against one `order`:
+    /// the VirtualServices' hosts resolved once, exact ones looked up.
+    pub fn virtual_service_picker(&self, order: &[usize]) -> VirtualServicePicker {
+        let mut exact = std::collections::HashMap::new();
+        let mut wildcards = Vec::new();
+        for &i in order {
+            let IstioSpec::VirtualService(vs) = &self.routing[i].spec else { continue };
+            let ns = self.routing[i].meta.ns();
+            for h in &vs.hosts {
+                let h = self.resolve_host(h, ns);
+                if h.starts_with('*') {
+                    wildcards.push((h.clone(), i));
+                }
+                // The first in `order` naming it (a wildcard service's
+                // host too, as written).
+                exact.entry(h).or_insert(i);
+            }
+        }
+        VirtualServicePicker { exact, wildcards }
+    }
+
     /// The FQDN a host written in config means, as istiod's
     /// `ResolveShortnameToFQDN` resolves it: `reviews` in namespace `ns` is
     /// `reviews.ns.svc.<domain>`; a name with a dot (`reviews.ns`,
@@ -716,6 +737,32 @@ impl Model {
         // (`concat` sizes its one allocation first; `format!` grew its
         // string.)
         [host, ".", ns, ".svc.", &self.domain].concat()
+    }
+}
+
+/// The VirtualService [`Model::pick_virtual_service`] picks for a host,
+/// for many hosts ([`Model::virtual_service_picker`]).
+#[derive(Debug, Clone)]
+pub struct VirtualServicePicker {
+    exact: std::collections::HashMap<String, usize>,
+    /// Wildcard hosts in the order they are met.
+    wildcards: Vec<(String, usize)>,
+}
+
+impl VirtualServicePicker {
+    /// The first VirtualService naming `host`, else the first naming the
+    /// most specific wildcard covering it.
+    pub fn pick(&self, host: &str) -> Option<usize> {
+        if let Some(i) = self.exact.get(host) {
+            return Some(*i);
+        }
+        let mut best: Option<(usize, usize)> = None;
+        for (h, i) in &self.wildcards {
+            if destination_rules::host_matches(h, host) && best.is_none_or(|(len, _)| h.len() > len) {
+                best = Some((h.len(), *i));
+            }
+        }
+        best.map(|(_, i)| i)
     }
 }
 

@@ -412,114 +412,7 @@ pub(super) fn apply(
     let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
     let mut changes = translate::diff_maps(old, new);
     changes.extend(ambient_changes);
-    // Per-class resources are generated on the cores: if their inputs
-    // changed, mark every name they may have, before and after.
-    let mut touched = Vec::new();
-    let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
-    if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
-        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::all_names(&p.model)).unwrap_or_default());
-        touched.extend(istiod_mesh::generator::all_names(&mesh.model));
-    }
-    // Waypoints' resources read services, routes and endpoints: every
-    // name they may have, before and after (generations tell whose changed).
-    // Only where some waypoint exists, and only when something changed:
-    // an update that changes nothing publishes nothing.
-    let exist = |m: &MeshInput| !m.waypoints.is_empty() || !m.waypoint_workloads.is_empty();
-    let waypoints_exist = exist(&mesh) || prev.as_ref().is_some_and(|p| exist(p));
-    let changed_anything = prev
-        .as_ref()
-        .is_none_or(|p| p.waypoints != mesh.waypoints || !changes.is_empty() || !mesh.changes.touched().is_empty());
-    if waypoints_exist && changed_anything {
-        touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
-        touched.extend(istiod_waypoint::all_names(&mesh));
-    }
-    // Sidecars' and gateways' load assignments whose HBONE endpoints (or
-    // ingress waypoints) changed.
-    if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
-        touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
-    }
-    let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
-        touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());
-    };
-    // DestinationRules changed: endpoints balanced by locality, and the
-    // hash policies routes are rendered with per class, may differ.
-    if differs(MeshInput::routing_generation) {
-        touch(&|k| matches!(k, ads::Kind::Endpoint | ads::Kind::Route));
-    }
-    // What each proxy may see changed: every outbound name may have
-    // appeared or gone for some of them.
-    if differs(MeshInput::scope_generation) {
-        touch(&|_| true);
-    }
-    // EnvoyFilters and extensions are applied per proxy as resources are
-    // generated: when they change, every name they may touch, before and
-    // after (generations then tell which ones changed for whom).
-    let patched = |p: &MeshInput| {
-        p.model.envoy_filters != mesh.model.envoy_filters || p.model.extensions != mesh.model.extensions
-    };
-    if let Some(p) = prev.as_ref().filter(|p| patched(p)) {
-        touch(&|k| matches!(k, ads::Kind::Cluster | ads::Kind::Listener | ads::Kind::Route));
-        for m in [p, &mesh] {
-            touched.extend(istiod_mesh::generator::all_names(&m.model));
-            touched.extend(istiod_mesh::generator::router::all_names(&m.model));
-            touched.extend(istiod_mesh::generator::extensions::all_names(&m.model));
-            // Waypoints take EnvoyFilters and extensions too.
-            touched.extend(istiod_waypoint::all_names(m));
-        }
-    }
-    // A new mesh configuration reaches the HBONE originate resources
-    // (connect timeout, trust domains) and every waypoint resource.
-    if let Some(p) = prev.as_ref().filter(|p| p.model.mesh != mesh.model.mesh) {
-        for kind in [ads::Kind::Cluster, ads::Kind::Listener] {
-            touched.push((kind, Arc::from(istiod_waypoint::CONNECT_ORIGINATE)));
-        }
-        touched.extend(istiod_waypoint::all_names(p));
-        touched.extend(istiod_waypoint::all_names(&mesh));
-    }
-    // PCDS's one ProxyConfig reads the trust bundle alone.
-    if prev.as_ref().is_none_or(|p| p.model.mesh.trust_bundle != mesh.model.mesh.trust_bundle) {
-        touched.push((ads::Kind::ProxyConfig, Arc::from(istiod_mesh::generator::PROXY_CONFIG)));
-    }
-    // Name tables read the services, the scoping and the mesh's DNS
-    // switches: their one name, whenever any of those may have changed
-    // (generations tell whose table did).
-    let dns = |p: &MeshInput| (p.dns_digest, p.scope_generation(), p.model.mesh.dns);
-    if prev.as_ref().is_none_or(|p| dns(p) != dns(&mesh) || !mesh.changes.touched().is_empty()) {
-        touched.push((ads::Kind::NameTable, Arc::from(istiod_mesh::generator::NAME_TABLE)));
-    }
-    // What routers read changed: every listener and route name a router
-    // may have, before and after.
-    if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
-        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::router::all_names(&p.model)).unwrap_or_default());
-        touched.extend(istiod_mesh::generator::router::all_names(&mesh.model));
-        // PILOT_FILTER_GATEWAY_CLUSTER_CONFIG: which clusters a router is
-        // sent follows its routes; every outbound cluster name may have
-        // come or gone (other proxies' unchanged ones are not re-sent).
-        if istiod_mesh::generator::router::filtering_clusters() {
-            touched.extend(old.keys().chain(new.keys()).filter(|k| k.0 == ads::Kind::Cluster).cloned());
-        }
-    }
-    // AUTO_PASSTHROUGH routers' SNI-DNAT clusters copy outbound clusters:
-    // when any cluster or what routers read changed, every such name.
-    let clusters_changed = changes.iter().any(|(k, _, _)| *k == ads::Kind::Cluster);
-    if clusters_changed || prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
-        touched.extend(
-            prev.as_ref().map(|p| istiod_mesh::generator::router::all_sni_dnat_names(&p.model)).unwrap_or_default(),
-        );
-        touched.extend(istiod_mesh::generator::router::all_sni_dnat_names(&mesh.model));
-    }
-    // Secrets: the SDS names of the ones that changed, and only those.
-    if let Some(p) = &prev {
-        touched.extend(istiod_mesh::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
-        // Wasm pull secrets ride in ECDS resources.
-        if p.model.secrets != mesh.model.secrets {
-            touched.extend(istiod_mesh::generator::extensions::pulling_names(&mesh.model));
-        }
-        touched.extend(istiod_mesh::generator::router::changed_config_map_names(
-            &p.model.config_maps,
-            &mesh.model.config_maps,
-        ));
-    }
+    let touched = touched_names(prev.as_ref(), &mesh, &changes);
     let mut configz = configz;
     let gateways = istiod_mesh::generator::router::report(&mesh.model);
     if state.borrow().configz.get("gateways") != Some(&gateways) {
@@ -674,6 +567,126 @@ pub(super) fn apply(
     // (After an update in place the old mesh shares nearly everything
     // with the new one: freed here, at once.)
     reap(prev.filter(|_| !incremental));
+}
+
+/// The per-class resources whose inputs may have changed from `prev` to
+/// `mesh` (`changes`: the shared resources that did): every name they
+/// may have, before and after. The cores generate them, so only their
+/// names are known here; with `changes` they are the snapshot's delta.
+pub(super) fn touched_names(
+    prev: Option<&Arc<MeshInput>>,
+    mesh: &Arc<MeshInput>,
+    changes: &[translate::Change],
+) -> Vec<(ads::Kind, Arc<str>)> {
+    let empty = translate::Resources::default();
+    let (old, new) = (prev.map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
+    let mut touched = Vec::new();
+    let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
+    if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
+        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::all_names(&p.model)).unwrap_or_default());
+        touched.extend(istiod_mesh::generator::all_names(&mesh.model));
+    }
+    // Waypoints' resources read services, routes and endpoints: every
+    // name they may have, before and after (generations tell whose changed).
+    // Only where some waypoint exists, and only when something changed:
+    // an update that changes nothing publishes nothing.
+    let exist = |m: &MeshInput| !m.waypoints.is_empty() || !m.waypoint_workloads.is_empty();
+    let waypoints_exist = exist(&mesh) || prev.as_ref().is_some_and(|p| exist(p));
+    let changed_anything = prev
+        .as_ref()
+        .is_none_or(|p| p.waypoints != mesh.waypoints || !changes.is_empty() || !mesh.changes.touched().is_empty());
+    if waypoints_exist && changed_anything {
+        touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
+        touched.extend(istiod_waypoint::all_names(&mesh));
+    }
+    // Sidecars' and gateways' load assignments whose HBONE endpoints (or
+    // ingress waypoints) changed.
+    if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
+        touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
+    }
+    let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
+        touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());
+    };
+    // DestinationRules changed: endpoints balanced by locality, and the
+    // hash policies routes are rendered with per class, may differ.
+    if differs(MeshInput::routing_generation) {
+        touch(&|k| matches!(k, ads::Kind::Endpoint | ads::Kind::Route));
+    }
+    // What each proxy may see changed: every outbound name may have
+    // appeared or gone for some of them.
+    if differs(MeshInput::scope_generation) {
+        touch(&|_| true);
+    }
+    // EnvoyFilters and extensions are applied per proxy as resources are
+    // generated: when they change, every name they may touch, before and
+    // after (generations then tell which ones changed for whom).
+    let patched = |p: &MeshInput| {
+        p.model.envoy_filters != mesh.model.envoy_filters || p.model.extensions != mesh.model.extensions
+    };
+    if let Some(p) = prev.as_ref().filter(|p| patched(p)) {
+        touch(&|k| matches!(k, ads::Kind::Cluster | ads::Kind::Listener | ads::Kind::Route));
+        for m in [p, &mesh] {
+            touched.extend(istiod_mesh::generator::all_names(&m.model));
+            touched.extend(istiod_mesh::generator::router::all_names(&m.model));
+            touched.extend(istiod_mesh::generator::extensions::all_names(&m.model));
+            // Waypoints take EnvoyFilters and extensions too.
+            touched.extend(istiod_waypoint::all_names(m));
+        }
+    }
+    // A new mesh configuration reaches the HBONE originate resources
+    // (connect timeout, trust domains) and every waypoint resource.
+    if let Some(p) = prev.as_ref().filter(|p| p.model.mesh != mesh.model.mesh) {
+        for kind in [ads::Kind::Cluster, ads::Kind::Listener] {
+            touched.push((kind, Arc::from(istiod_waypoint::CONNECT_ORIGINATE)));
+        }
+        touched.extend(istiod_waypoint::all_names(p));
+        touched.extend(istiod_waypoint::all_names(&mesh));
+    }
+    // PCDS's one ProxyConfig reads the trust bundle alone.
+    if prev.as_ref().is_none_or(|p| p.model.mesh.trust_bundle != mesh.model.mesh.trust_bundle) {
+        touched.push((ads::Kind::ProxyConfig, Arc::from(istiod_mesh::generator::PROXY_CONFIG)));
+    }
+    // Name tables read the services, the scoping and the mesh's DNS
+    // switches: their one name, whenever any of those may have changed
+    // (generations tell whose table did).
+    let dns = |p: &MeshInput| (p.dns_digest, p.scope_generation(), p.model.mesh.dns);
+    if prev.as_ref().is_none_or(|p| dns(p) != dns(&mesh) || !mesh.changes.touched().is_empty()) {
+        touched.push((ads::Kind::NameTable, Arc::from(istiod_mesh::generator::NAME_TABLE)));
+    }
+    // What routers read changed: every listener and route name a router
+    // may have, before and after.
+    if prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
+        touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::router::all_names(&p.model)).unwrap_or_default());
+        touched.extend(istiod_mesh::generator::router::all_names(&mesh.model));
+        // PILOT_FILTER_GATEWAY_CLUSTER_CONFIG: which clusters a router is
+        // sent follows its routes; every outbound cluster name may have
+        // come or gone (other proxies' unchanged ones are not re-sent).
+        if istiod_mesh::generator::router::filtering_clusters() {
+            touched.extend(old.keys().chain(new.keys()).filter(|k| k.0 == ads::Kind::Cluster).cloned());
+        }
+    }
+    // AUTO_PASSTHROUGH routers' SNI-DNAT clusters copy outbound clusters:
+    // when any cluster or what routers read changed, every such name.
+    let clusters_changed = changes.iter().any(|(k, _, _)| *k == ads::Kind::Cluster);
+    if clusters_changed || prev.as_ref().is_none_or(|p| p.router_generation() != mesh.router_generation()) {
+        touched.extend(
+            prev.as_ref().map(|p| istiod_mesh::generator::router::all_sni_dnat_names(&p.model)).unwrap_or_default(),
+        );
+        touched.extend(istiod_mesh::generator::router::all_sni_dnat_names(&mesh.model));
+    }
+    // Secrets: the SDS names of the ones that changed, and only those.
+    if let Some(p) = &prev {
+        touched.extend(istiod_mesh::generator::router::changed_secret_names(&p.model.secrets, &mesh.model.secrets));
+        // Wasm pull secrets ride in ECDS resources.
+        if p.model.secrets != mesh.model.secrets {
+            touched.extend(istiod_mesh::generator::extensions::pulling_names(&mesh.model));
+        }
+        touched.extend(istiod_mesh::generator::router::changed_config_map_names(
+            &p.model.config_maps,
+            &mesh.model.config_maps,
+        ));
+    }
+    touched
 }
 
 /// Hands the mesh a full rebuild replaced to a thread that frees it once

@@ -279,6 +279,8 @@ pub struct After {
     /// What each asked object did: `created`, `updated`, `unchanged`,
     /// `deleted` or `not found`.
     pub operations: Vec<&'static str>,
+    /// The resources that may have changed (the cores' delta).
+    pub delta: Delta,
 }
 
 /// Applies the asked objects to a copy of the world's objects and builds
@@ -316,11 +318,16 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
         next = Arc::new(with);
     }
     let changes = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources);
+    let mut delta = Delta::new();
+    let touched = super::sources::touched_names(Some(&prev), &next, &changes);
+    for (kind, name) in changes.iter().map(|(k, n, _)| (*k, n.clone())).chain(touched) {
+        delta.entry(kind).or_default().insert(name);
+    }
     let version = world.snapshot.version + 1;
     let (model, _) = world.snapshot.model.apply(version, changes);
     let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
     snap.mesh = Some(next);
-    Some(After { snapshot: Arc::new(snap), objects, operations })
+    Some(After { snapshot: Arc::new(snap), objects, operations, delta })
 }
 
 /// Puts `o` in place of the element `is` finds, or adds it.
@@ -463,14 +470,22 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
     out
 }
 
-/// A resource's bytes for a class, generated once per (type, name, input
-/// generation, the class the cores would key it by): the cores' own cache
-/// key, so two classes that share an entry there share one here.
+/// What a comparison remembers across classes, keyed as the cores' cache
+/// keys it (so two classes that share an entry there share one here): a
+/// resource's bytes by (type, name, input generation, the class the cores
+/// key it by); a class's reduction per type; the wildcard names shared by
+/// a reduced class; the route configurations a reduced class's listeners
+/// name. Each on both sides (`false` before, `true` after).
 #[derive(Default)]
 struct Memo {
     bodies: HashMap<(Kind, Arc<str>, u64, ProxyClass, bool), Option<Bytes>>,
-    reduced: HashMap<(ProxyClass, Kind, bool), ProxyClass>,
-    routes: HashMap<Bytes, Vec<Arc<str>>>,
+    reduced: HashMap<(ProxyClass, Kind, bool), Option<ProxyClass>>,
+    shared: HashMap<(Kind, ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
+    routes: HashMap<(ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
+    listener_routes: HashMap<Bytes, Vec<Arc<str>>>,
+    /// The changes of the names that do not read the whole class, by
+    /// type and the reductions that decide them.
+    compared: HashMap<(Kind, Vec<ProxyClass>), Arc<KindChanges>>,
 }
 
 /// One side of the comparison.
@@ -479,15 +494,33 @@ struct Side<'a> {
     after: bool,
 }
 
+/// A class's wildcard names of one type: the part its reduced class
+/// shares, and its own.
+struct Names {
+    shared: Arc<BTreeSet<Arc<str>>>,
+    own: BTreeSet<Arc<str>>,
+}
+
+impl Names {
+    fn contains(&self, name: &str) -> bool {
+        self.shared.contains(name) || self.own.contains(name)
+    }
+}
+
 impl Memo {
+    /// `reduce` of `class` for `kind` (`None`: the whole class matters).
+    fn reduced(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
+        self.reduced
+            .entry((class.clone(), kind, side.after))
+            .or_insert_with(|| GENERATOR.reduce(side.snap, class, kind))
+            .clone()
+    }
+
     fn key_class(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind, name: &str) -> ProxyClass {
         if GENERATOR.whole_class(kind, name) {
             return class.clone();
         }
-        self.reduced
-            .entry((class.clone(), kind, side.after))
-            .or_insert_with(|| GENERATOR.reduce(side.snap, class, kind).unwrap_or_else(|| class.clone()))
-            .clone()
+        self.reduced(side, class, kind).unwrap_or_else(|| class.clone())
     }
 
     fn body(
@@ -505,34 +538,68 @@ impl Memo {
             .clone()
     }
 
-    /// The RDS names of a listener.
-    fn routes(&mut self, listener: &Bytes) -> Vec<Arc<str>> {
-        self.routes.entry(listener.clone()).or_insert_with(|| rds_names(listener)).clone()
-    }
-}
-
-/// The names of `kind` a proxy of `class` is served: wildcard types whole,
-/// load assignments for its clusters that have one, route configurations
-/// its listeners name.
-fn names(memo: &mut Memo, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> BTreeSet<Arc<str>> {
-    match kind {
-        Kind::Endpoint => GENERATOR
-            .wildcard_names(side.snap, class, Kind::Cluster)
-            .into_iter()
-            .filter(|n| GENERATOR.input_generation(side.snap, class, Kind::Endpoint, n).is_some())
-            .collect(),
-        Kind::Route => {
-            let mut out = BTreeSet::new();
-            for l in GENERATOR.wildcard_names(side.snap, class, Kind::Listener) {
-                let Some(g) = GENERATOR.input_generation(side.snap, class, Kind::Listener, &l) else { continue };
-                if let Some(body) = memo.body(side, class, Kind::Listener, &l, g) {
-                    out.extend(memo.routes(&body));
-                }
+    /// The wildcard names of `kind` a proxy of `class` is served, as the
+    /// cores' cache finds them (`Cache::wildcard_names`).
+    fn wildcard(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> Names {
+        match self.reduced(side, class, kind) {
+            None => Names {
+                shared: Arc::default(),
+                own: GENERATOR.wildcard_names(side.snap, class, kind).into_iter().collect(),
+            },
+            Some(reduced) => {
+                let shared = self
+                    .shared
+                    .entry((kind, reduced.clone(), side.after))
+                    .or_insert_with(|| {
+                        Arc::new(GENERATOR.shared_wildcard_names(side.snap, &reduced, kind).into_iter().collect())
+                    })
+                    .clone();
+                Names { shared, own: GENERATOR.class_wildcard_names(side.snap, class, kind).into_iter().collect() }
             }
-            out
         }
-        k if k.is_wildcard() => GENERATOR.wildcard_names(side.snap, class, k).into_iter().collect(),
-        _ => BTreeSet::new(),
+    }
+
+    /// The wildcard names of `kind` a reduced class shares, without the
+    /// class's own.
+    fn shared_only(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> Names {
+        match self.reduced(side, class, kind) {
+            None => self.wildcard(side, class, kind),
+            Some(reduced) => {
+                let shared = self
+                    .shared
+                    .entry((kind, reduced.clone(), side.after))
+                    .or_insert_with(|| {
+                        Arc::new(GENERATOR.shared_wildcard_names(side.snap, &reduced, kind).into_iter().collect())
+                    })
+                    .clone();
+                Names { shared, own: BTreeSet::new() }
+            }
+        }
+    }
+
+    /// The route configurations the listeners of `class` name. The
+    /// listeners that depend on the whole class (inbound) carry their
+    /// routes inline: those of the reduced class's listeners.
+    fn route_names(&mut self, side: &Side<'_>, class: &ProxyClass) -> Arc<BTreeSet<Arc<str>>> {
+        let key = self.reduced(side, class, Kind::Listener).unwrap_or_else(|| class.clone());
+        if let Some(r) = self.routes.get(&(key.clone(), side.after)) {
+            return r.clone();
+        }
+        let listeners = self.wildcard(side, class, Kind::Listener);
+        let mut out = BTreeSet::new();
+        for l in listeners.shared.iter().chain(&listeners.own) {
+            if GENERATOR.whole_class(Kind::Listener, l) {
+                continue;
+            }
+            let Some(g) = GENERATOR.input_generation(side.snap, class, Kind::Listener, l) else { continue };
+            if let Some(body) = self.body(side, class, Kind::Listener, l, g) {
+                let names = self.listener_routes.entry(body.clone()).or_insert_with(|| rds_names(&body));
+                out.extend(names.iter().cloned());
+            }
+        }
+        let out = Arc::new(out);
+        self.routes.insert((key, side.after), out.clone());
+        out
     }
 }
 
@@ -560,46 +627,210 @@ fn rds_names(body: &Bytes) -> Vec<Arc<str>> {
         .collect()
 }
 
-/// What changes for `class` between `before` and `after`.
+/// The resources that may have changed, by type: the snapshot delta the
+/// cores would be sent.
+pub type Delta = BTreeMap<Kind, BTreeSet<Arc<str>>>;
+
+/// What changes for `class` between `before` and `after`. Per type: the
+/// names `delta` holds (the cores would look at those and no others) and
+/// those the class gains or loses. The part that depends on the reduced
+/// class only (`Generator::reduce`, the cores' cache key) is compared
+/// once per reduced class and shared; names that read the whole class
+/// (`Generator::whole_class`: a sidecar's inbound) per class.
 fn compare(
     memo: &mut Memo,
     before: &Snapshot<MeshInput>,
     after: &Snapshot<MeshInput>,
+    delta: &Delta,
     class: &ProxyClass,
 ) -> ClassChanges {
     let (b, a) = (Side { snap: before, after: false }, Side { snap: after, after: true });
     let mut out = ClassChanges::default();
     for kind in KINDS {
-        let (old, new) = (names(memo, &b, class, kind), names(memo, &a, class, kind));
-        let mut k = KindChanges::default();
-        for name in old.union(&new) {
-            let og = old.contains(name).then(|| GENERATOR.input_generation(before, class, kind, name)).flatten();
-            let ng = new.contains(name).then(|| GENERATOR.input_generation(after, class, kind, name)).flatten();
-            match (og, ng) {
-                (None, None) => {}
-                (Some(_), None) => k.removed.push(name.clone()),
-                (None, Some(g)) => {
-                    if let Some(body) = memo.body(&a, class, kind, name, g) {
-                        k.added.push((name.clone(), body));
-                    }
-                }
-                (Some(o), Some(n)) if o == n => {}
-                (Some(o), Some(n)) => {
-                    let (ob, nb) = (memo.body(&b, class, kind, name, o), memo.body(&a, class, kind, name, n));
-                    match (ob, nb) {
-                        (Some(ob), Some(nb)) if ob != nb => k.changed.push((name.clone(), ob, nb)),
-                        (Some(_), None) => k.removed.push(name.clone()),
-                        (None, Some(nb)) => k.added.push((name.clone(), nb)),
-                        _ => {}
-                    }
+        let touched = delta.get(&kind);
+        // The reductions that decide this type's answer: the type's own,
+        // and for load assignments the clusters', for routes the
+        // listeners' (which name them).
+        let decides = match kind {
+            Kind::Endpoint => Some(Kind::Cluster),
+            Kind::Route => Some(Kind::Listener),
+            _ => None,
+        };
+        // Nothing of the type, or of what decides it, may have changed:
+        // the cores would push none of it.
+        let may = |k: Kind| delta.get(&k).is_some_and(|d| !d.is_empty());
+        if !may(kind) && !decides.is_some_and(may) {
+            continue;
+        }
+        let mut key = Vec::with_capacity(4);
+        let mut whole = false;
+        for k in std::iter::once(kind).chain(decides) {
+            for side in [&b, &a] {
+                match memo.reduced(side, class, k) {
+                    Some(r) => key.push(r),
+                    None => whole = true,
                 }
             }
         }
-        if !k.is_empty() {
-            out.kinds.insert(kind, k);
+        // The shared part, once per reduced class (or per class where the
+        // type does not reduce).
+        let shared_key = if whole { (kind, vec![class.clone()]) } else { (kind, key) };
+        let shared = match memo.compared.get(&shared_key) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Arc::new(compare_names(memo, &b, &a, kind, class, delta, false));
+                memo.compared.insert(shared_key, c.clone());
+                c
+            }
+        };
+        // The class's own names, where the delta holds some.
+        let own = match touched {
+            Some(t) if !whole && t.iter().any(|n| GENERATOR.whole_class(kind, n)) => {
+                compare_names(memo, &b, &a, kind, class, delta, true)
+            }
+            _ => KindChanges::default(),
+        };
+        if shared.is_empty() && own.is_empty() {
+            continue;
         }
+        let mut k = (*shared).clone();
+        k.added.extend(own.added);
+        k.removed.extend(own.removed);
+        k.changed.extend(own.changed);
+        out.kinds.insert(kind, k);
     }
     out
+}
+
+/// The changes of `kind` for `class`: of the names that do not read the
+/// whole class (`own` false; every name where the class does not reduce),
+/// or of those that do (`own` true).
+///
+/// A name's input generations are compared first; what the class is
+/// served (its wildcard names, its clusters, the routes its listeners
+/// name) is computed only where they differ, or where the delta says
+/// those sets may have changed (it holds names of the type that decides
+/// them): where it does not, no proxy's set changes, as the cores assume.
+fn compare_names(
+    memo: &mut Memo,
+    b: &Side<'_>,
+    a: &Side<'_>,
+    kind: Kind,
+    class: &ProxyClass,
+    delta: &Delta,
+    own: bool,
+) -> KindChanges {
+    let reduces = memo.reduced(b, class, kind).is_some() && memo.reduced(a, class, kind).is_some();
+    // Which part a name belongs to.
+    let mine = |name: &str| !reduces || GENERATOR.whole_class(kind, name) == own;
+    let deciding = match kind {
+        Kind::Endpoint => Kind::Cluster,
+        Kind::Route => Kind::Listener,
+        k => k,
+    };
+    let sets_may_differ = delta.get(&deciding).is_some_and(|d| !d.is_empty());
+    let mut candidates: BTreeSet<Arc<str>> =
+        delta.get(&kind).into_iter().flatten().filter(|n| mine(n)).cloned().collect();
+    let mut served: Option<Served> = None;
+    let served_of = |memo: &mut Memo| -> Served {
+        match kind {
+            Kind::Endpoint => {
+                Served::Endpoints(memo.wildcard(b, class, Kind::Cluster), memo.wildcard(a, class, Kind::Cluster))
+            }
+            Kind::Route => Served::Routes(memo.route_names(b, class), memo.route_names(a, class)),
+            // A class's own names are looked at only where the delta says
+            // its own resources may have changed (then it names them).
+            k if own || !reduces => Served::Wildcard(memo.wildcard(b, class, k), memo.wildcard(a, class, k)),
+            k => Served::Wildcard(memo.shared_only(b, class, k), memo.shared_only(a, class, k)),
+        }
+    };
+    if sets_may_differ {
+        // The names the class gains or loses are candidates too.
+        let s = served_of(memo);
+        match &s {
+            Served::Wildcard(old, new) | Served::Endpoints(old, new) => {
+                if old.shared != new.shared {
+                    candidates.extend(old.shared.symmetric_difference(&new.shared).filter(|n| mine(n)).cloned());
+                }
+                candidates.extend(old.own.symmetric_difference(&new.own).filter(|n| mine(n)).cloned());
+            }
+            Served::Routes(old, new) => {
+                if old != new {
+                    candidates.extend(old.symmetric_difference(new).filter(|n| mine(n)).cloned());
+                }
+            }
+        }
+        served = Some(s);
+    }
+    let mut k = KindChanges::default();
+    for name in &candidates {
+        let (og, ng) = (
+            GENERATOR.input_generation(b.snap, class, kind, name),
+            GENERATOR.input_generation(a.snap, class, kind, name),
+        );
+        if og.is_none() && ng.is_none() || (og == ng && !sets_may_differ) {
+            continue;
+        }
+        let served = served.get_or_insert_with(|| served_of(memo));
+        let og = og.filter(|_| served.has(b, class, name));
+        let ng = ng.filter(|_| served.has(a, class, name));
+        match (og, ng) {
+            (None, None) => {}
+            (Some(_), None) => k.removed.push(name.clone()),
+            (None, Some(g)) => {
+                if let Some(body) = memo.body(a, class, kind, name, g) {
+                    k.added.push((name.clone(), body));
+                }
+            }
+            (Some(o), Some(n)) if o == n => {}
+            (Some(o), Some(n)) => {
+                let (ob, nb) = (memo.body(b, class, kind, name, o), memo.body(a, class, kind, name, n));
+                match (ob, nb) {
+                    (Some(ob), Some(nb)) if ob != nb => k.changed.push((name.clone(), ob, nb)),
+                    (Some(_), None) => k.removed.push(name.clone()),
+                    (None, Some(nb)) => k.added.push((name.clone(), nb)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    k
+}
+
+/// What a class is served of one type, before and after.
+enum Served {
+    /// Wildcard types: their names.
+    Wildcard(Names, Names),
+    /// Load assignments: those of its clusters (these) that have one.
+    Endpoints(Names, Names),
+    /// Route configurations: those its listeners name.
+    Routes(Arc<BTreeSet<Arc<str>>>, Arc<BTreeSet<Arc<str>>>),
+}
+
+impl Served {
+    /// Whether the class is served `name` on `side`.
+    fn has(&self, side: &Side<'_>, class: &ProxyClass, name: &str) -> bool {
+        match self {
+            Served::Wildcard(old, new) => {
+                if side.after {
+                    new.contains(name)
+                } else {
+                    old.contains(name)
+                }
+            }
+            Served::Routes(old, new) => {
+                if side.after {
+                    new.contains(name)
+                } else {
+                    old.contains(name)
+                }
+            }
+            Served::Endpoints(old, new) => {
+                let cluster = if side.after { new.contains(name) } else { old.contains(name) };
+                cluster && GENERATOR.input_generation(side.snap, class, Kind::Endpoint, name).is_some()
+            }
+        }
+    }
 }
 
 /// Computes what changes for every class, and the analysis messages the
@@ -609,13 +840,19 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
     let Some(after) = apply(world, asked) else {
         return json!({"error": "no model built yet"});
     };
+    let applied = started.elapsed();
     let mut reached = classes(world, &after.objects);
+    let classified = started.elapsed();
     let mut memo = Memo::default();
     for r in &mut reached {
-        r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &r.class);
+        r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &after.delta, &r.class);
     }
-    let computed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let compared = started.elapsed();
     let warnings = warnings(world, asked, &after, &reached);
+    let computed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    tracing::debug!(target: "model", classes = reached.len(), generated = memo.bodies.len(),
+        apply_ms = applied.as_secs_f64() * 1000.0, classes_ms = (classified - applied).as_secs_f64() * 1000.0,
+        compare_ms = (compared - classified).as_secs_f64() * 1000.0, total_ms = computed_ms, "what-if answered");
     render(world, asked, &after, reached, warnings, page, computed_ms)
 }
 
@@ -868,6 +1105,18 @@ pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Re
         index: req.param("page").and_then(|p| p.parse().ok()).unwrap_or(0),
         diffs: req.param("diff").is_none_or(|v| v != "false" && v != "0"),
     };
+    // One question at a time: each may take a core for a while.
+    static ANSWERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    struct Answering;
+    impl Drop for Answering {
+        fn drop(&mut self) {
+            ANSWERING.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+    if ANSWERING.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return Response::text(503, "another what-if is being answered; retry\n");
+    }
+    let answering = Answering;
     let Some(snapshot) = d.publisher.latest().filter(|s| s.mesh.is_some()) else {
         return Response::text(503, "not ready: no model built yet\n");
     };
@@ -881,7 +1130,12 @@ pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Re
         connected,
         namespace: caller.map(str::to_owned),
     };
-    match tokio::task::spawn_blocking(move || predict(&world, &asked, page)).await {
+    match tokio::task::spawn_blocking(move || {
+        let _answering = answering;
+        predict(&world, &asked, page)
+    })
+    .await
+    {
         Ok(v) => Response::json(&v),
         Err(e) => Response::text(500, format!("the prediction failed: {e}\n")),
     }

@@ -482,8 +482,8 @@ fn plan_virtual_hosts(
         false => model.services.get(h).is_some_and(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)),
     };
     // The proxy's choice for each service, and whether it is the shared one.
-    let chosen: Vec<Option<usize>> =
-        services.iter().map(|(_, s)| model.pick_virtual_service(&order, &s.hostname)).collect();
+    let picker = model.virtual_service_picker(&order);
+    let chosen: Vec<Option<usize>> = services.iter().map(|(_, s)| picker.pick(&s.hostname)).collect();
     let mut out = Vec::new();
     for &i in order.iter() {
         let o = &model.routing[i];

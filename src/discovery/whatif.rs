@@ -479,7 +479,10 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
 #[derive(Default)]
 struct Memo {
     bodies: HashMap<(Kind, Arc<str>, u64, ProxyClass, bool), Option<Bytes>>,
-    reduced: HashMap<(ProxyClass, Kind, bool), Option<ProxyClass>>,
+    /// By the class being compared (its index), type and side.
+    reduced: HashMap<(usize, Kind, bool), Option<ProxyClass>>,
+    /// The class being compared.
+    current: usize,
     shared: HashMap<(Kind, ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
     routes: HashMap<(ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
     listener_routes: HashMap<Bytes, Vec<Arc<str>>>,
@@ -511,7 +514,7 @@ impl Memo {
     /// `reduce` of `class` for `kind` (`None`: the whole class matters).
     fn reduced(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> Option<ProxyClass> {
         self.reduced
-            .entry((class.clone(), kind, side.after))
+            .entry((self.current, kind, side.after))
             .or_insert_with(|| GENERATOR.reduce(side.snap, class, kind))
             .clone()
     }
@@ -844,7 +847,8 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
     let mut reached = classes(world, &after.objects);
     let classified = started.elapsed();
     let mut memo = Memo::default();
-    for r in &mut reached {
+    for (i, r) in reached.iter_mut().enumerate() {
+        memo.current = i;
         r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &after.delta, &r.class);
     }
     let compared = started.elapsed();
@@ -860,7 +864,21 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
 /// its objects carry, and why it reaches nobody when it does.
 fn warnings(world: &World, asked: &[Asked], after: &After, reached: &[Reached]) -> Vec<String> {
     let raw = world.snapshot.mesh.as_ref().map(|m| m.model.mesh.raw.clone()).unwrap_or(Value::Null);
-    let before: BTreeSet<String> = istiod_analysis::analyze(&world.objects, &raw).iter().map(|m| m.line()).collect();
+    // The messages of what is served, kept while it is (questions come
+    // in a row about one state).
+    type Analyzed = Option<(usize, u64, Arc<BTreeSet<String>>)>;
+    static BEFORE: std::sync::Mutex<Analyzed> = std::sync::Mutex::new(None);
+    let key = (Arc::as_ptr(&world.objects) as usize, world.snapshot.version);
+    let kept = BEFORE.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|(p, v, _)| (*p, *v) == key);
+    let before = match kept {
+        Some((_, _, b)) => b,
+        None => {
+            let b: Arc<BTreeSet<String>> =
+                Arc::new(istiod_analysis::analyze(&world.objects, &raw).iter().map(|m| m.line()).collect());
+            *BEFORE.lock().unwrap_or_else(|e| e.into_inner()) = Some((key.0, key.1, b.clone()));
+            b
+        }
+    };
     let mine = |m: &istiod_analysis::Message| {
         asked.iter().any(|a| a.head.kind == m.kind && a.head.namespace == m.namespace && a.head.name == m.name)
     };

@@ -11,7 +11,7 @@ fn args(flags: &[&str]) -> DiscoveryArgs {
     argv.extend_from_slice(flags);
     match Cli::try_parse_from(argv).expect("flags parse").command {
         Command::Discovery(a) => *a,
-        Command::Version(_) => unreachable!(),
+        Command::Version(_) | Command::Whatif(_) => unreachable!(),
     }
 }
 

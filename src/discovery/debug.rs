@@ -283,7 +283,17 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         }
         "/debug/cachez" => cachez(&req, publisher).await,
         // Beyond istiod: what a config change would do (whatif.rs).
-        crate::control::http::WHATIF_PATH => super::whatif::answer(&req, d, caller).await,
+        crate::control::http::WHATIF_PATH => {
+            let objects = state.borrow().objects.clone();
+            let server = super::whatif::Server {
+                publisher,
+                objects,
+                domain: &d.domain,
+                cluster_id: &d.cluster_id,
+                max_classes: d.whatif_max_classes,
+            };
+            super::whatif::answer(&req, &server, caller).await
+        }
         // istiod's `resourcez`: the config kinds read.
         "/debug/resourcesz" => Response::json(&Value::Array(
             istiod_config::objects::KINDS[6..]
@@ -519,20 +529,6 @@ pub(super) async fn proxies(publisher: &Publisher<istiod_mesh::generator::MeshIn
                 addresses: p[1].as_str()?.split(',').map(str::to_owned).collect(),
                 sidecar: p[2] == "sidecar",
             })
-        })
-        .collect()
-}
-
-/// The connected proxies' node ids and classes (what-if compares theirs).
-pub(super) async fn connected_classes(
-    publisher: &Publisher<istiod_mesh::generator::MeshInput>,
-) -> Vec<(String, istiod_mesh::node::ProxyClass)> {
-    clients(publisher)
-        .await
-        .iter()
-        .filter_map(|c| {
-            let class = istiod_mesh::node::ProxyClass::from_detail(&c["istiodRs"]["class"])?;
-            Some((c["istiodRs"]["node"].as_str()?.to_owned(), class))
         })
         .collect()
 }

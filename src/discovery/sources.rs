@@ -581,7 +581,7 @@ pub(super) fn touched_names(
     let empty = translate::Resources::default();
     let (old, new) = (prev.map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);
     let mut touched = Vec::new();
-    let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(&mesh));
+    let differs = |f: fn(&MeshInput) -> u64| prev.as_ref().is_some_and(|p| f(p) != f(mesh));
     if prev.as_ref().is_none_or(|p| p.inbound_generation() != mesh.inbound_generation()) {
         touched.extend(prev.as_ref().map(|p| istiod_mesh::generator::all_names(&p.model)).unwrap_or_default());
         touched.extend(istiod_mesh::generator::all_names(&mesh.model));
@@ -591,18 +591,18 @@ pub(super) fn touched_names(
     // Only where some waypoint exists, and only when something changed:
     // an update that changes nothing publishes nothing.
     let exist = |m: &MeshInput| !m.waypoints.is_empty() || !m.waypoint_workloads.is_empty();
-    let waypoints_exist = exist(&mesh) || prev.as_ref().is_some_and(|p| exist(p));
+    let waypoints_exist = exist(mesh) || prev.as_ref().is_some_and(|p| exist(p));
     let changed_anything = prev
         .as_ref()
         .is_none_or(|p| p.waypoints != mesh.waypoints || !changes.is_empty() || !mesh.changes.touched().is_empty());
     if waypoints_exist && changed_anything {
         touched.extend(prev.as_ref().map(|p| istiod_waypoint::all_names(p)).unwrap_or_default());
-        touched.extend(istiod_waypoint::all_names(&mesh));
+        touched.extend(istiod_waypoint::all_names(mesh));
     }
     // Sidecars' and gateways' load assignments whose HBONE endpoints (or
     // ingress waypoints) changed.
     if let Some(p) = prev.as_ref().filter(|_| istiod_mesh::node::ambient()) {
-        touched.extend(istiod_waypoint::hbone::changed(p, &mesh));
+        touched.extend(istiod_waypoint::hbone::changed(p, mesh));
     }
     let mut touch = |wanted: &dyn Fn(ads::Kind) -> bool| {
         touched.extend(old.keys().chain(new.keys()).filter(|k| wanted(k.0)).cloned());
@@ -640,7 +640,7 @@ pub(super) fn touched_names(
             touched.push((kind, Arc::from(istiod_waypoint::CONNECT_ORIGINATE)));
         }
         touched.extend(istiod_waypoint::all_names(p));
-        touched.extend(istiod_waypoint::all_names(&mesh));
+        touched.extend(istiod_waypoint::all_names(mesh));
     }
     // PCDS's one ProxyConfig reads the trust bundle alone.
     if prev.as_ref().is_none_or(|p| p.model.mesh.trust_bundle != mesh.model.mesh.trust_bundle) {
@@ -650,7 +650,7 @@ pub(super) fn touched_names(
     // switches: their one name, whenever any of those may have changed
     // (generations tell whose table did).
     let dns = |p: &MeshInput| (p.dns_digest, p.scope_generation(), p.model.mesh.dns);
-    if prev.as_ref().is_none_or(|p| dns(p) != dns(&mesh) || !mesh.changes.touched().is_empty()) {
+    if prev.as_ref().is_none_or(|p| dns(p) != dns(mesh) || !mesh.changes.touched().is_empty()) {
         touched.push((ads::Kind::NameTable, Arc::from(istiod_mesh::generator::NAME_TABLE)));
     }
     // What routers read changed: every listener and route name a router

@@ -10,10 +10,14 @@
 //! snapshot the cores serve: the model is updated as the source's change
 //! would update it (`istiod_mesh::update`), and for every class of proxy
 //! (the connected ones, and the pods not connected, as the sidecars or
-//! gateways they would be) each resource is compared, before and after,
-//! with the same generator the cores serve from. A resource whose input
-//! generation did not move is not generated again (the generation is the
-//! cores' cache key: the same generation is the same bytes).
+//! gateways they would be) the change's delta (what the cores would be
+//! sent: `sources::touched_names` and the shared resources that change)
+//! is compared, before and after, with the same generator the cores serve
+//! from. A resource whose input generation did not move is not generated
+//! again (the generation is the cores' cache key: the same generation is
+//! the same bytes); a type with nothing in the delta is not looked at;
+//! names that do not read the whole class are compared once per reduced
+//! class.
 //!
 //! The answer says, per class reached: its proxies and pods, and by type
 //! the resources added, removed and changed, with a line diff of each
@@ -45,7 +49,6 @@ use istiod_xds::ads::{Kind, Snapshot};
 use istiod_xds_api::snapshot::Generator;
 use serde_json::{Value, json};
 
-use super::debug::Debug;
 use crate::control::http::{Request, Response};
 
 /// The generator the cores serve with.
@@ -431,7 +434,9 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
             _ => None,
         })
         .collect();
-    let mut by_key: HashMap<(NodeType, String, Vec<(String, String)>, String), usize> = HashMap::new();
+    // (type, namespace, labels, service account) -> the class's place.
+    type PodKey = (NodeType, String, Vec<(String, String)>, String);
+    let mut by_key: HashMap<PodKey, usize> = HashMap::new();
     let mut seen = BTreeSet::new();
     for pod in after.pods.iter().chain(&world.objects.pods) {
         let ns = pod.metadata.ns();
@@ -478,18 +483,24 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
 /// name. Each on both sides (`false` before, `true` after).
 #[derive(Default)]
 struct Memo {
-    bodies: HashMap<(Kind, Arc<str>, u64, ProxyClass, bool), Option<Bytes>>,
+    bodies: HashMap<BodyKey, Option<Bytes>>,
     /// By the class being compared (its index), type and side.
     reduced: HashMap<(usize, Kind, bool), Option<ProxyClass>>,
     /// The class being compared.
     current: usize,
-    shared: HashMap<(Kind, ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
+    shared: HashMap<(Kind, ProxyClass, bool), NameSet>,
     routes: HashMap<(ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
     listener_routes: HashMap<Bytes, Vec<Arc<str>>>,
     /// The changes of the names that do not read the whole class, by
     /// type and the reductions that decide them.
     compared: HashMap<(Kind, Vec<ProxyClass>), Arc<KindChanges>>,
 }
+
+/// (type, name, input generation, the class the cores key it by, side).
+type BodyKey = (Kind, Arc<str>, u64, ProxyClass, bool);
+
+/// A set of names, shared.
+type NameSet = Arc<BTreeSet<Arc<str>>>;
 
 /// One side of the comparison.
 struct Side<'a> {
@@ -1095,9 +1106,36 @@ fn pretty(kind: Kind, body: &Bytes) -> String {
     serde_json::to_string_pretty(&super::config_dump::resource_json(kind, body)).unwrap_or_default()
 }
 
+/// What an answer reads of the running server.
+pub(super) struct Server<'a> {
+    /// The cores: the snapshot they serve, their connected proxies.
+    pub(super) publisher: &'a istiod_xds::ads::Publisher<MeshInput>,
+    /// The objects the model was last built from.
+    pub(super) objects: Arc<Objects>,
+    /// `--domain`.
+    pub(super) domain: &'a str,
+    /// `CLUSTER_ID`.
+    pub(super) cluster_id: &'a str,
+    /// `ISTIOD_RS_WHATIF_MAX_CLASSES`.
+    pub(super) max_classes: usize,
+}
+
+/// The connected proxies' node ids and classes, from every core.
+async fn connected_classes(publisher: &istiod_xds::ads::Publisher<MeshInput>) -> Vec<(String, ProxyClass)> {
+    let cores = publisher.query(istiod_xds::ads::DebugQuery::Adsz).await;
+    cores
+        .iter()
+        .flat_map(|c| c["clients"].as_array().into_iter().flatten())
+        .filter_map(|c| {
+            let class = ProxyClass::from_detail(&c["istiodRs"]["class"])?;
+            Some((c["istiodRs"]["node"].as_str()?.to_owned(), class))
+        })
+        .collect()
+}
+
 /// Answers `/debug/whatif`: the question from the body (or `?config=`),
 /// judged here, predicted off this thread.
-pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Response {
+pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) -> Response {
     let text = if req.body.is_empty() {
         req.param("config").unwrap_or_default().to_owned()
     } else {
@@ -1119,7 +1157,7 @@ pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Re
         }
     };
     let page = Page {
-        size: d.whatif_max_classes,
+        size: d.max_classes,
         index: req.param("page").and_then(|p| p.parse().ok()).unwrap_or(0),
         diffs: req.param("diff").is_none_or(|v| v != "false" && v != "0"),
     };
@@ -1138,13 +1176,13 @@ pub(super) async fn answer(req: &Request, d: &Debug, caller: Option<&str>) -> Re
     let Some(snapshot) = d.publisher.latest().filter(|s| s.mesh.is_some()) else {
         return Response::text(503, "not ready: no model built yet\n");
     };
-    let objects = d.state.borrow().objects.clone();
-    let connected = super::debug::connected_classes(&d.publisher).await;
+    let objects = d.objects.clone();
+    let connected = connected_classes(d.publisher).await;
     let world = World {
         objects,
         snapshot,
-        domain: d.domain.clone(),
-        cluster_id: d.cluster_id.clone(),
+        domain: d.domain.to_owned(),
+        cluster_id: d.cluster_id.to_owned(),
         connected,
         namespace: caller.map(str::to_owned),
     };

@@ -35,7 +35,7 @@ pub fn run(args: &WhatifArgs) -> u8 {
                 text.push_str(&s);
             }
             Err(e) => {
-                eprintln!("pilot-discovery whatif: {f}: {e}");
+                let _ = writeln!(std::io::stderr(), "pilot-discovery whatif: {f}: {e}");
                 return UNASKED;
             }
         }
@@ -50,14 +50,15 @@ pub fn run(args: &WhatifArgs) -> u8 {
     let (status, body) = match post(&args.server, &path, text.as_bytes()) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("pilot-discovery whatif: cannot ask {}: {e}", args.server);
+            let _ = writeln!(std::io::stderr(), "pilot-discovery whatif: cannot ask {}: {e}", args.server);
             return UNASKED;
         }
     };
     let answer: Value = match serde_json::from_slice(&body) {
         Ok(v) if status == 200 || status == 400 => v,
         _ => {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "pilot-discovery whatif: the server answered {status}: {}",
                 String::from_utf8_lossy(&body).trim()
             );

@@ -119,13 +119,18 @@ mod tests {
 
     #[test]
     fn distant_changes_are_separate_hunks_and_near_ones_merge() {
-        let before: String = (1..=20).map(|i| format!("{i}\n")).collect();
-        let after = before.replace("2\n", "two\n").replace("18\n", "eighteen\n");
+        let lines = |swap: &[(u32, &str)]| -> String {
+            (1..=20u32)
+                .map(|i| swap.iter().find(|(at, _)| *at == i).map_or(format!("{i}\n"), |(_, s)| format!("{s}\n")))
+                .collect()
+        };
+        let before = lines(&[]);
+        let after = lines(&[(2, "two"), (18, "eighteen")]);
         let d = unified(&before, &after, 2, 100);
         assert_eq!(d.matches("@@").count(), 4, "two hunks: {d}");
         assert!(d.starts_with("@@ -1,4 +1,4 @@\n 1\n-2\n+two\n 3\n 4\n"), "{d}");
         assert!(d.contains("@@ -16,5 +16,5 @@\n 16\n 17\n-18\n+eighteen\n 19\n 20\n"), "{d}");
-        let near = before.replace("5\n", "five\n").replace("8\n", "eight\n");
+        let near = lines(&[(5, "five"), (8, "eight")]);
         assert_eq!(unified(&before, &near, 2, 100).matches("@@").count(), 2, "one hunk");
     }
 

@@ -58,7 +58,7 @@ pub(crate) fn served_with(
 }
 
 /// What `node` is served by `s`, fetched by grpcio (`tests/py/ads_fetch.py`).
-fn fetch(s: &Server, node: &Value, env: &[(&str, &str)]) -> Value {
+pub(crate) fn fetch(s: &Server, node: &Value, env: &[(&str, &str)]) -> Value {
     let out = std::process::Command::new(python::python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
         .arg(s.grpc.to_string())

@@ -8,7 +8,6 @@
 //! and, for validation and analysis, from istiod's own words
 //! (`pkg/config/validation/validation.go`, `msg/messages.yaml`).
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -131,14 +130,7 @@ fn node(pod: &str, ip: &str, labels: Value) -> Value {
 
 /// What `node` is served, fetched by grpcio.
 fn fetch(s: &Server, node: &Value) -> Value {
-    let out = Command::new(python::python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ads_fetch.py"))
-        .arg(s.grpc.to_string())
-        .arg(node.to_string())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}\n{}", python::text(&out), s.log());
-    serde_json::from_slice(&out.stdout).unwrap()
+    crate::served::fetch(s, node, &[])
 }
 
 /// The classes of an answer by their first pod or proxy: `{who: {type:

@@ -560,17 +560,22 @@ impl Memo {
                 shared: Arc::default(),
                 own: GENERATOR.wildcard_names(side.snap, class, kind).into_iter().collect(),
             },
-            Some(reduced) => {
-                let shared = self
-                    .shared
-                    .entry((kind, reduced.clone(), side.after))
-                    .or_insert_with(|| {
-                        Arc::new(GENERATOR.shared_wildcard_names(side.snap, &reduced, kind).into_iter().collect())
-                    })
-                    .clone();
-                Names { shared, own: GENERATOR.class_wildcard_names(side.snap, class, kind).into_iter().collect() }
-            }
+            Some(reduced) => Names {
+                shared: self.shared_set(side, reduced, kind),
+                own: GENERATOR.class_wildcard_names(side.snap, class, kind).into_iter().collect(),
+            },
         }
+    }
+
+    /// The wildcard names of `kind` that `reduced` shares.
+    fn shared_set(&mut self, side: &Side<'_>, reduced: ProxyClass, kind: Kind) -> NameSet {
+        let snap = side.snap;
+        self.shared
+            .entry((kind, reduced, side.after))
+            .or_insert_with_key(|(_, r, _)| {
+                Arc::new(GENERATOR.shared_wildcard_names(snap, r, kind).into_iter().collect())
+            })
+            .clone()
     }
 
     /// The wildcard names of `kind` a reduced class shares, without the
@@ -578,16 +583,7 @@ impl Memo {
     fn shared_only(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> Names {
         match self.reduced(side, class, kind) {
             None => self.wildcard(side, class, kind),
-            Some(reduced) => {
-                let shared = self
-                    .shared
-                    .entry((kind, reduced.clone(), side.after))
-                    .or_insert_with(|| {
-                        Arc::new(GENERATOR.shared_wildcard_names(side.snap, &reduced, kind).into_iter().collect())
-                    })
-                    .clone();
-                Names { shared, own: BTreeSet::new() }
-            }
+            Some(reduced) => Names { shared: self.shared_set(side, reduced, kind), own: BTreeSet::new() },
         }
     }
 

@@ -345,7 +345,9 @@ spec:
     );
     assert!(!warnings.contains("Subset v1"), "v1 selects web-1: {warnings}");
     // Every workload that sees web gets the two subsets' clusters.
-    for (who, changes) in reached(&answer) {
+    let got = reached(&answer);
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["db-1.shop", "teller-1.bank", "web-1.shop"], "{answer}");
+    for (who, changes) in got {
         for subset in ["v1", "v9"] {
             let name = format!("outbound|80|{subset}|web.shop.svc.cluster.local");
             assert!(changes["CDS"]["added"].as_array().unwrap().contains(&json!(name)), "{who}: {changes}");
@@ -461,4 +463,120 @@ fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, String) {
     c.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
     (head.split_whitespace().nth(1).unwrap().parse().unwrap(), body.to_owned())
+}
+
+/// A gateway (istio-system's ingress pod, which a Gateway selects) and
+/// web's EndpointSlice, on top of [`MESH`].
+const WITH_GATEWAY: &str = "\
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: istio-system}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: istio-ingressgateway, namespace: istio-system}
+spec:
+  clusterIP: 10.96.9.9
+  selector: {istio: ingressgateway}
+  ports: [{name: http, port: 80, targetPort: 8080}, {name: alt, port: 9090, targetPort: 9090}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ingress-1, namespace: istio-system, labels: {istio: ingressgateway}}
+spec: {serviceAccountName: ingress, containers: [{name: istio-proxy}]}
+status: {phase: Running, podIP: 10.1.9.9, conditions: [{type: Ready, status: 'True'}]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: public, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-abc, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.1.0.1]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: web-1, namespace: shop}
+";
+
+#[test]
+fn a_gateways_listeners_and_an_endpoint_slice_delete_are_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mesh.yaml"), format!("{MESH}{WITH_GATEWAY}")).unwrap();
+    let s = Server::start(dir.path(), &[], &[], None);
+    // A second server on the Gateway: the gateway's own listeners (not
+    // shared by any reduced class) gain it, and nobody else's change.
+    let gateway = "\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: public, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - {port: {number: 80, name: http, protocol: HTTP}, hosts: ['*']}
+  - {port: {number: 9090, name: alt, protocol: HTTP}, hosts: ['*']}
+";
+    let (code, answer) = whatif(&s, gateway, &["--no-diff"]);
+    assert_eq!(code, 0, "{answer}");
+    let got = reached(&answer);
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["ingress-1.istio-system"], "{answer}");
+    let class = &answer["classes"][0];
+    assert_eq!(class["class"]["nodeType"], "router", "{class}");
+    let lds = &got["ingress-1.istio-system"]["LDS"];
+    assert_eq!(lds["added"].as_array().map(Vec::len), Some(1), "one listener for the new port: {answer}");
+    assert!(lds["added"][0].as_str().unwrap().ends_with("9090"), "{answer}");
+    // The gateway's routes for port 9090 (istiod's `http.<port>`).
+    assert_eq!(got["ingress-1.istio-system"]["RDS"]["added"], json!(["http.9090"]), "{answer}");
+
+    // Deleting web's EndpointSlice empties web's load assignment for
+    // whoever sees web (its Service, hence its clusters, stays).
+    let slice = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-abc, namespace: shop}\n";
+    let (code, answer) = whatif(&s, slice, &["--delete"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["objects"][0]["operation"], "deleted");
+    let got = reached(&answer);
+    assert!(got.contains_key("web-1.shop") && got.contains_key("teller-1.bank"), "{answer}");
+    for (who, changes) in &got {
+        assert_eq!(
+            changes.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["EDS"],
+            "{who}: only load assignments change: {answer}"
+        );
+        assert!(
+            changes["EDS"]["changed"].as_array().unwrap().contains(&json!("outbound|80||web.shop.svc.cluster.local")),
+            "{who}: {answer}"
+        );
+    }
+    let d = diff_of(&answer, "EDS", "outbound|80||web.shop.svc.cluster.local");
+    assert!(d.lines().any(|l| l.starts_with('-') && l.contains("10.1.0.1")), "the endpoint goes: {d}");
+}
+
+#[test]
+fn answers_are_paged_and_anchors_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mesh.yaml"), MESH).unwrap();
+    let s = Server::start(dir.path(), &[], &[("ISTIOD_RS_WHATIF_MAX_CLASSES", "1")], None);
+    let (_, first) = whatif(&s, VS_TIMEOUT, &["--no-diff"]);
+    let (_, second) = whatif(&s, VS_TIMEOUT, &["--no-diff", "--page", "1"]);
+    assert_eq!((first["pages"].as_u64(), first["summary"]["classesReached"].as_u64()), (Some(2), Some(2)), "{first}");
+    let (a, b) = (reached(&first), reached(&second));
+    assert_eq!((a.len(), b.len()), (1, 1), "{first}\n{second}");
+    let mut both: Vec<&String> = a.keys().chain(b.keys()).collect();
+    both.sort();
+    assert_eq!(both, ["db-1.shop", "web-1.shop"], "each page its own class");
+    // An alias could stand for more than memory holds: refused.
+    let bomb = "a: &x [1, 2]\nb: [*x, *x]\n";
+    let (code, answer) = whatif(&s, bomb, &[]);
+    assert_eq!(code, 1, "{answer}");
+    assert!(
+        answer["objects"][0]["error"].as_str().unwrap().contains("anchors and aliases are not accepted"),
+        "{answer}"
+    );
 }

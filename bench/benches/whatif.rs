@@ -48,6 +48,7 @@ fn whatif(c: &mut Criterion) {
                 cluster_id: "Kubernetes".into(),
                 connected: Vec::new(),
                 namespace: None,
+                namespace_filter: false,
             }
         });
         let asked = judge(QUESTION, false, None).expect("a valid question");

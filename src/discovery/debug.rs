@@ -284,10 +284,14 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         "/debug/cachez" => cachez(&req, publisher).await,
         // Beyond istiod: what a config change would do (whatif.rs).
         crate::control::http::WHATIF_PATH => {
-            let objects = state.borrow().objects.clone();
+            let (objects, namespace_filter) = {
+                let s = state.borrow();
+                (s.published.clone(), s.namespace_filter)
+            };
             let server = super::whatif::Server {
                 publisher,
                 objects,
+                namespace_filter,
                 domain: &d.domain,
                 cluster_id: &d.cluster_id,
                 max_classes: d.whatif_max_classes,

@@ -54,6 +54,14 @@ use crate::control::http::{Request, Response};
 /// The generator the cores serve with.
 const GENERATOR: istiod_waypoint::generator::WithWaypoints = istiod_waypoint::generator::WithWaypoints;
 
+/// How long a question may compare classes: past it, the rest are left
+/// out and the answer says so (the debug port answers within 30 s).
+const MAX_COMPARING: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Names listed per class, type and change (added, removed, changed), at
+/// most; `counts` has them all.
+const MAX_NAMES: usize = 100;
+
 /// Lines of a changed resource's diff shown, at most.
 const MAX_DIFF_LINES: usize = 400;
 
@@ -81,6 +89,9 @@ pub struct Asked {
     pub object: Option<Object>,
     /// The webhook's warnings.
     pub warnings: Vec<String>,
+    /// A kind the server reads (others change nothing and are only
+    /// reported).
+    pub read: bool,
 }
 
 /// Why a question is refused.
@@ -95,6 +106,12 @@ pub struct Refused {
 /// namespace the caller may change (debug callers limited to theirs).
 pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<Asked>, Refused> {
     use serde::Deserialize as _;
+    // An alias expands where it is read: a few bytes can stand for more
+    // than memory holds. A question carries none.
+    if has_anchor(text) {
+        let e = "cannot decode configuration: YAML anchors and aliases are not accepted in a what-if question";
+        return Err(Refused { objects: vec![json!({"error": e})] });
+    }
     let mut asked = Vec::new();
     let mut verdicts = Vec::new();
     let mut refused = false;
@@ -124,12 +141,14 @@ pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<As
             verdicts.push(verdict);
             continue;
         }
-        if let Some(limit) = namespace.filter(|n| **n != ns) {
+        let explicit = json.pointer("/metadata/namespace").and_then(Value::as_str);
+        if let Some(limit) = namespace.filter(|n| explicit != Some(*n)) {
             fail(&mut verdict, format!("this caller may only ask about namespace {limit}"));
             verdicts.push(verdict);
             continue;
         }
         let mut warnings = Vec::new();
+        let mut read = true;
         // istiod's webhook judges Istio kinds (a delete is not judged).
         let group = api_version.split_once('/').map_or("", |(g, _)| g);
         if !delete && group.ends_with(".istio.io") {
@@ -150,6 +169,7 @@ pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<As
             match istiod_config::manifest::parse_value(value) {
                 Ok(Object::Skipped(k)) => {
                     warnings.push(format!("{k} is not read by istiod-rs: it changes nothing served"));
+                    read = false;
                     None
                 }
                 Ok(o) => Some(o),
@@ -168,7 +188,7 @@ pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<As
             Some(o) => ObjectRef::of(o),
             None => ObjectRef { kind: ref_kind(&api_version, &kind), namespace: ns, name, service: None },
         };
-        asked.push(Asked { head, api_version, object, warnings });
+        asked.push(Asked { head, api_version, object, warnings, read });
     }
     if refused {
         return Err(Refused { objects: verdicts });
@@ -177,6 +197,19 @@ pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<As
         return Err(Refused { objects: vec![json!({"error": "the question names no object"})] });
     }
     Ok(asked)
+}
+
+/// Whether `text` may define a YAML anchor: an `&` that starts a token
+/// (at the start, or after a blank, `[`, `{`, `,`, `-` or `:`) and is
+/// followed by a name. (An `&` inside a word, as in a URL's query, is
+/// not one.)
+fn has_anchor(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.iter().enumerate().any(|(i, c)| {
+        *c == b'&'
+            && (i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',' | b'-' | b':'))
+            && b.get(i + 1).is_some_and(|n| !n.is_ascii_whitespace())
+    })
 }
 
 /// The kind as [`ObjectRef`] names it (Gateway API kinds carry their
@@ -222,6 +255,9 @@ pub struct World {
     /// The one namespace the caller may see (debug callers limited to
     /// theirs).
     pub namespace: Option<String>,
+    /// The source is filtered by the mesh's `discoverySelectors`
+    /// (Kubernetes).
+    pub namespace_filter: bool,
 }
 
 /// How much of the answer to render.
@@ -247,7 +283,7 @@ pub struct ClassChanges {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct KindChanges {
     /// Names served after and not before.
-    pub added: Vec<(Arc<str>, Bytes)>,
+    pub added: Vec<Arc<str>>,
     /// Names served before and not after.
     pub removed: Vec<Arc<str>>,
     /// Names served both times, with different bytes: (name, before, after).
@@ -294,16 +330,32 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
     let mut refs = Vec::new();
     let mut operations = Vec::new();
     for a in asked {
+        if !a.read {
+            operations.push("not read");
+            continue;
+        }
         let op = match &a.object {
-            Some(o) => replace(&mut objects, o.clone()),
-            None => remove(&mut objects, &a.head),
+            Some(o) => {
+                refs.push(a.head.clone());
+                replace(&mut objects, o.clone())
+            }
+            None => {
+                // The removed object's own reference (an EndpointSlice's
+                // names its Service).
+                let (op, removed) = remove(&mut objects, &a.head);
+                refs.push(removed.unwrap_or_else(|| a.head.clone()));
+                op
+            }
         };
         operations.push(op);
-        refs.push(a.head.clone());
+    }
+    let settings = prev.model.mesh.clone();
+    // As the source reads them: outside the discovery selectors, nothing.
+    if world.namespace_filter {
+        super::sources::discovery_filter(&mut objects, Some(&mut refs), &settings);
     }
     refs.sort();
     refs.dedup();
-    let settings = prev.model.mesh.clone();
     let (mut next, _) =
         istiod_mesh::update::update(Some(&prev), &objects, Some(&refs), &world.domain, &settings, &prev.model.jwks);
     if !Arc::ptr_eq(&next.model.secret_access, &prev.model.secret_access) {
@@ -374,13 +426,20 @@ fn replace(objects: &mut Objects, obj: Object) -> &'static str {
     }
 }
 
-/// Removes the object `r` names.
-fn remove(objects: &mut Objects, r: &ObjectRef) -> &'static str {
+/// Removes the object `r` names; with its own reference when it was
+/// there.
+fn remove(objects: &mut Objects, r: &ObjectRef) -> (&'static str, Option<ObjectRef>) {
     let m = |meta: &istiod_config::meta::Meta| meta.ns() == r.namespace && meta.name == r.name;
     fn drop_where<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool) -> bool {
         let before = list.len();
         list.retain(|x| !is(x));
         before != list.len()
+    }
+    if r.kind == "EndpointSlice"
+        && let Some(i) = objects.endpoint_slices.iter().position(|x| m(&x.metadata))
+    {
+        let slice = objects.endpoint_slices.remove(i);
+        return ("deleted", Some(ObjectRef::of(&Object::EndpointSlice(slice))));
     }
     let removed = match r.kind.as_str() {
         "Service" => drop_where(&mut objects.services, |x| m(&x.metadata)),
@@ -397,7 +456,7 @@ fn remove(objects: &mut Objects, r: &ObjectRef) -> &'static str {
             None => drop_where(&mut objects.istio, |x| x.kind().name() == k && m(&x.meta)),
         },
     };
-    if removed { "deleted" } else { "not found" }
+    if removed { ("deleted", Some(r.clone())) } else { ("not found", None) }
 }
 
 /// The classes to compare: the connected proxies', then the pods' that no
@@ -645,8 +704,10 @@ pub type Delta = BTreeMap<Kind, BTreeSet<Arc<str>>>;
 /// names `delta` holds (the cores would look at those and no others) and
 /// those the class gains or loses. The part that depends on the reduced
 /// class only (`Generator::reduce`, the cores' cache key) is compared
-/// once per reduced class and shared; names that read the whole class
-/// (`Generator::whole_class`: a sidecar's inbound) per class.
+/// once per reduced class and shared; the class's own names
+/// (`Generator::class_wildcard_names`: a sidecar's inbound, a gateway's
+/// listeners, the name table, names EnvoyFilters add) and those that read
+/// the whole class (`Generator::whole_class`) per class.
 fn compare(
     memo: &mut Memo,
     before: &Snapshot<MeshInput>,
@@ -657,7 +718,6 @@ fn compare(
     let (b, a) = (Side { snap: before, after: false }, Side { snap: after, after: true });
     let mut out = ClassChanges::default();
     for kind in KINDS {
-        let touched = delta.get(&kind);
         // The reductions that decide this type's answer: the type's own,
         // and for load assignments the clusters', for routes the
         // listeners' (which name them).
@@ -682,23 +742,38 @@ fn compare(
                 }
             }
         }
-        // The shared part, once per reduced class (or per class where the
-        // type does not reduce).
+        // The shared part, once per reduced class (or, where the type
+        // does not reduce, everything, per class).
         let shared_key = if whole { (kind, vec![class.clone()]) } else { (kind, key) };
         let shared = match memo.compared.get(&shared_key) {
             Some(c) => c.clone(),
             None => {
-                let c = Arc::new(compare_names(memo, &b, &a, kind, class, delta, false));
+                let c = Arc::new(compare_names(memo, &b, &a, kind, class, delta, Part::Shared { whole }));
                 memo.compared.insert(shared_key, c.clone());
                 c
             }
         };
-        // The class's own names, where the delta holds some.
-        let own = match touched {
-            Some(t) if !whole && t.iter().any(|n| GENERATOR.whole_class(kind, n)) => {
-                compare_names(memo, &b, &a, kind, class, delta, true)
+        // The class's own part.
+        let own = if whole {
+            KindChanges::default()
+        } else {
+            let names = if kind.is_wildcard() {
+                let set = |side: &Side<'_>| -> BTreeSet<Arc<str>> {
+                    GENERATOR.class_wildcard_names(side.snap, class, kind).into_iter().collect()
+                };
+                Some((set(&b), set(&a)))
+            } else {
+                None
+            };
+            let touches_own = delta.get(&kind).into_iter().flatten().any(|n| {
+                GENERATOR.whole_class(kind, n) || names.as_ref().is_some_and(|(o, n2)| o.contains(n) || n2.contains(n))
+            });
+            let moved = names.as_ref().is_some_and(|(o, n)| o != n);
+            if touches_own || moved {
+                compare_names(memo, &b, &a, kind, class, delta, Part::Own(names))
+            } else {
+                KindChanges::default()
             }
-            _ => KindChanges::default(),
         };
         if shared.is_empty() && own.is_empty() {
             continue;
@@ -712,9 +787,20 @@ fn compare(
     out
 }
 
-/// The changes of `kind` for `class`: of the names that do not read the
-/// whole class (`own` false; every name where the class does not reduce),
-/// or of those that do (`own` true).
+/// A class's own wildcard names of one type, before and after.
+type BeforeAfter = (BTreeSet<Arc<str>>, BTreeSet<Arc<str>>);
+
+/// Which names of a type [`compare_names`] compares.
+enum Part {
+    /// Those the reduced class shares (`whole`: every name, where the
+    /// type does not reduce).
+    Shared { whole: bool },
+    /// The class's own: its own wildcard names before and after (wildcard
+    /// types), and the names that read the whole class.
+    Own(Option<BeforeAfter>),
+}
+
+/// The changes of `kind` for `class`, of the names `part` says.
 ///
 /// A name's input generations are compared first; what the class is
 /// served (its wildcard names, its clusters, the routes its listeners
@@ -728,68 +814,77 @@ fn compare_names(
     kind: Kind,
     class: &ProxyClass,
     delta: &Delta,
-    own: bool,
+    part: Part,
 ) -> KindChanges {
-    let reduces = memo.reduced(b, class, kind).is_some() && memo.reduced(a, class, kind).is_some();
-    // Which part a name belongs to.
-    let mine = |name: &str| !reduces || GENERATOR.whole_class(kind, name) == own;
     let deciding = match kind {
         Kind::Endpoint => Kind::Cluster,
         Kind::Route => Kind::Listener,
         k => k,
     };
     let sets_may_differ = delta.get(&deciding).is_some_and(|d| !d.is_empty());
-    let mut candidates: BTreeSet<Arc<str>> =
-        delta.get(&kind).into_iter().flatten().filter(|n| mine(n)).cloned().collect();
+    let touched = delta.get(&kind).into_iter().flatten();
+    let mut candidates: BTreeSet<Arc<str>>;
     let mut served: Option<Served> = None;
-    let served_of = |memo: &mut Memo| -> Served {
-        match kind {
-            Kind::Endpoint => {
-                Served::Endpoints(memo.wildcard(b, class, Kind::Cluster), memo.wildcard(a, class, Kind::Cluster))
-            }
-            Kind::Route => Served::Routes(memo.route_names(b, class), memo.route_names(a, class)),
-            // A class's own names are looked at only where the delta says
-            // its own resources may have changed (then it names them).
-            k if own || !reduces => Served::Wildcard(memo.wildcard(b, class, k), memo.wildcard(a, class, k)),
-            k => Served::Wildcard(memo.shared_only(b, class, k), memo.shared_only(a, class, k)),
+    match &part {
+        Part::Own(Some((old, new))) => {
+            // Wildcard types: the class's own names, before and after.
+            candidates = touched
+                .filter(|n| GENERATOR.whole_class(kind, n) || old.contains(*n) || new.contains(*n))
+                .cloned()
+                .collect();
+            candidates.extend(old.symmetric_difference(new).cloned());
+            let names = |own: &BTreeSet<Arc<str>>| Names { shared: Arc::default(), own: own.clone() };
+            served = Some(Served::Wildcard(names(old), names(new)));
         }
-    };
-    if sets_may_differ {
-        // The names the class gains or loses are candidates too.
-        let s = served_of(memo);
-        match &s {
-            Served::Wildcard(old, new) | Served::Endpoints(old, new) => {
-                if old.shared != new.shared {
-                    candidates.extend(old.shared.symmetric_difference(&new.shared).filter(|n| mine(n)).cloned());
+        Part::Own(None) => {
+            candidates = touched.filter(|n| GENERATOR.whole_class(kind, n)).cloned().collect();
+        }
+        Part::Shared { whole } => {
+            let whole = *whole;
+            candidates = touched.filter(|n| whole || !GENERATOR.whole_class(kind, n)).cloned().collect();
+            if sets_may_differ {
+                // The names the class gains or loses are candidates too.
+                let s = served_of(memo, b, a, kind, class, whole);
+                match &s {
+                    Served::Wildcard(old, new) | Served::Endpoints(old, new) => {
+                        if old.shared != new.shared {
+                            candidates.extend(old.shared.symmetric_difference(&new.shared).cloned());
+                        }
+                        candidates.extend(old.own.symmetric_difference(&new.own).cloned());
+                    }
+                    Served::Routes(old, new) => {
+                        if old != new {
+                            candidates.extend(old.symmetric_difference(new).cloned());
+                        }
+                    }
                 }
-                candidates.extend(old.own.symmetric_difference(&new.own).filter(|n| mine(n)).cloned());
-            }
-            Served::Routes(old, new) => {
-                if old != new {
-                    candidates.extend(old.symmetric_difference(new).filter(|n| mine(n)).cloned());
-                }
+                candidates.retain(|n| whole || !GENERATOR.whole_class(kind, n));
+                served = Some(s);
             }
         }
-        served = Some(s);
     }
+    let must_look = sets_may_differ || matches!(part, Part::Own(Some(_)));
     let mut k = KindChanges::default();
     for name in &candidates {
         let (og, ng) = (
             GENERATOR.input_generation(b.snap, class, kind, name),
             GENERATOR.input_generation(a.snap, class, kind, name),
         );
-        if og.is_none() && ng.is_none() || (og == ng && !sets_may_differ) {
+        if og.is_none() && ng.is_none() || (og == ng && !must_look) {
             continue;
         }
-        let served = served.get_or_insert_with(|| served_of(memo));
+        let served = served.get_or_insert_with(|| {
+            let whole = matches!(part, Part::Shared { whole: true });
+            served_of(memo, b, a, kind, class, whole)
+        });
         let og = og.filter(|_| served.has(b, class, name));
         let ng = ng.filter(|_| served.has(a, class, name));
         match (og, ng) {
             (None, None) => {}
             (Some(_), None) => k.removed.push(name.clone()),
             (None, Some(g)) => {
-                if let Some(body) = memo.body(a, class, kind, name, g) {
-                    k.added.push((name.clone(), body));
+                if memo.body(a, class, kind, name, g).is_some() {
+                    k.added.push(name.clone());
                 }
             }
             (Some(o), Some(n)) if o == n => {}
@@ -798,13 +893,26 @@ fn compare_names(
                 match (ob, nb) {
                     (Some(ob), Some(nb)) if ob != nb => k.changed.push((name.clone(), ob, nb)),
                     (Some(_), None) => k.removed.push(name.clone()),
-                    (None, Some(nb)) => k.added.push((name.clone(), nb)),
+                    (None, Some(_)) => k.added.push(name.clone()),
                     _ => {}
                 }
             }
         }
     }
     k
+}
+
+/// What a class is served of `kind` before and after, for the shared part
+/// (`whole`: the type does not reduce, every name).
+fn served_of(memo: &mut Memo, b: &Side<'_>, a: &Side<'_>, kind: Kind, class: &ProxyClass, whole: bool) -> Served {
+    match kind {
+        Kind::Endpoint => {
+            Served::Endpoints(memo.wildcard(b, class, Kind::Cluster), memo.wildcard(a, class, Kind::Cluster))
+        }
+        Kind::Route => Served::Routes(memo.route_names(b, class), memo.route_names(a, class)),
+        k if whole => Served::Wildcard(memo.wildcard(b, class, k), memo.wildcard(a, class, k)),
+        k => Served::Wildcard(memo.shared_only(b, class, k), memo.shared_only(a, class, k)),
+    }
 }
 
 /// What a class is served of one type, before and after.
@@ -854,12 +962,27 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
     let mut reached = classes(world, &after.objects);
     let classified = started.elapsed();
     let mut memo = Memo::default();
+    let mut stopped = None;
     for (i, r) in reached.iter_mut().enumerate() {
+        if started.elapsed() > MAX_COMPARING {
+            stopped = Some(i);
+            break;
+        }
         memo.current = i;
         r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &after.delta, &r.class);
     }
     let compared = started.elapsed();
-    let warnings = warnings(world, asked, &after, &reached);
+    let mut warnings = warnings(world, asked, &after, &reached);
+    if let Some(n) = stopped {
+        warnings.insert(
+            0,
+            format!(
+                "the comparison stopped after {} s with {n} of {} classes compared: the answer covers those only",
+                MAX_COMPARING.as_secs(),
+                reached.len()
+            ),
+        );
+    }
     let computed_ms = started.elapsed().as_secs_f64() * 1000.0;
     tracing::debug!(target: "model", classes = reached.len(), generated = memo.bodies.len(),
         apply_ms = applied.as_secs_f64() * 1000.0, classes_ms = (classified - applied).as_secs_f64() * 1000.0,
@@ -1067,6 +1190,7 @@ fn class_json(r: &Reached, mut diffs: Option<&mut Diffs>) -> Value {
         let changed: Vec<Value> = c
             .changed
             .iter()
+            .take(MAX_NAMES)
             .map(|(name, before, after)| {
                 let mut v = json!({"name": &**name});
                 if let Some(d) = diffs.as_deref_mut() {
@@ -1078,9 +1202,10 @@ fn class_json(r: &Reached, mut diffs: Option<&mut Diffs>) -> Value {
         kinds.insert(
             kind.short().to_owned(),
             json!({
-                "added": c.added.iter().map(|(n, _)| &**n).collect::<Vec<_>>(),
-                "removed": c.removed.iter().map(|n| &**n).collect::<Vec<_>>(),
+                "added": c.added.iter().take(MAX_NAMES).map(|n| &**n).collect::<Vec<_>>(),
+                "removed": c.removed.iter().take(MAX_NAMES).map(|n| &**n).collect::<Vec<_>>(),
                 "changed": changed,
+                "counts": {"added": c.added.len(), "removed": c.removed.len(), "changed": c.changed.len()},
             }),
         );
     }
@@ -1106,14 +1231,17 @@ fn pretty(kind: Kind, body: &Bytes) -> String {
 pub(super) struct Server<'a> {
     /// The cores: the snapshot they serve, their connected proxies.
     pub(super) publisher: &'a istiod_xds::ads::Publisher<MeshInput>,
-    /// The objects the model was last built from.
-    pub(super) objects: Arc<Objects>,
+    /// The model sent to the cores last (its address) and the objects it
+    /// was built from.
+    pub(super) objects: Option<(usize, Arc<Objects>)>,
     /// `--domain`.
     pub(super) domain: &'a str,
     /// `CLUSTER_ID`.
     pub(super) cluster_id: &'a str,
     /// `ISTIOD_RS_WHATIF_MAX_CLASSES`.
     pub(super) max_classes: usize,
+    /// The source is filtered by `discoverySelectors`.
+    pub(super) namespace_filter: bool,
 }
 
 /// The connected proxies' node ids and classes, from every core.
@@ -1144,20 +1272,13 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
         );
     }
     let delete = req.param("delete").is_some_and(|v| v == "true" || v == "1");
-    let asked = match judge(&text, delete, caller) {
-        Ok(a) => a,
-        Err(r) => {
-            let mut resp = Response::json(&json!({"valid": false, "objects": r.objects}));
-            resp.status = 400;
-            return resp;
-        }
-    };
     let page = Page {
         size: d.max_classes,
         index: req.param("page").and_then(|p| p.parse().ok()).unwrap_or(0),
         diffs: req.param("diff").is_none_or(|v| v != "false" && v != "0"),
     };
-    // One question at a time: each may take a core for a while.
+    // One question at a time: each may take a core for a while (judging
+    // it too: a body of megabytes).
     static ANSWERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     struct Answering;
     impl Drop for Answering {
@@ -1169,10 +1290,28 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
         return Response::text(503, "another what-if is being answered; retry\n");
     }
     let answering = Answering;
+    let limit = caller.map(str::to_owned);
+    let judged = tokio::task::spawn_blocking(move || judge(&text, delete, limit.as_deref())).await;
+    let asked = match judged {
+        Ok(Ok(a)) => a,
+        Ok(Err(r)) => {
+            let mut resp = Response::json(&json!({"valid": false, "objects": r.objects}));
+            resp.status = 400;
+            return resp;
+        }
+        Err(e) => return Response::text(500, format!("the question could not be read: {e}\n")),
+    };
     let Some(snapshot) = d.publisher.latest().filter(|s| s.mesh.is_some()) else {
         return Response::text(503, "not ready: no model built yet\n");
     };
-    let objects = d.objects.clone();
+    // The objects the served model was built from: a change the source
+    // has read and the cores have not been sent yet (debouncing) would
+    // be taken for the question's.
+    let served = snapshot.mesh.as_ref().map(|m| Arc::as_ptr(m) as usize);
+    let objects = match &d.objects {
+        Some((mesh, objects)) if Some(*mesh) == served => objects.clone(),
+        _ => return Response::text(503, "a change is being published; retry\n"),
+    };
     let connected = connected_classes(d.publisher).await;
     let world = World {
         objects,
@@ -1181,6 +1320,7 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
         cluster_id: d.cluster_id.to_owned(),
         connected,
         namespace: caller.map(str::to_owned),
+        namespace_filter: d.namespace_filter,
     };
     match tokio::task::spawn_blocking(move || {
         let _answering = answering;

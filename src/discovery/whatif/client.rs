@@ -16,6 +16,9 @@ const INVALID: u8 = 1;
 const OUTSIDE: u8 = 2;
 const UNASKED: u8 = 3;
 
+/// Changes printed, at most.
+const MAX_CHANGES_SHOWN: usize = 200;
+
 /// How long the server may take to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -160,7 +163,8 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
             let _ = write!(out, "{:<60}{:>8}{:>6}", describe(c), count(&c["proxies"]), count(&c["pods"]));
             for t in types {
                 let k = &c["changes"][t];
-                let _ = write!(out, "{:>6}", count(&k["added"]) + count(&k["removed"]) + count(&k["changed"]));
+                let n = |what: &str| k["counts"][what].as_u64().map_or_else(|| count(&k[what]), |n| n as usize);
+                let _ = write!(out, "{:>6}", n("added") + n("removed") + n("changed"));
             }
             out.push('\n');
         }
@@ -171,20 +175,30 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
     }
     // Each change once, with the classes it reaches.
     let mut listed: Vec<(String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let who = |c: &Value| {
         let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
         first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default()
     };
-    let mut note = |line: String, class: String| match listed.iter_mut().find(|(l, _)| *l == line) {
-        Some((_, classes)) => classes.push(class),
-        None => listed.push((line, vec![class])),
+    let mut note = |line: String, class: String| match index.get(&line) {
+        Some(i) => listed[*i].1.push(class),
+        None => {
+            index.insert(line.clone(), listed.len());
+            listed.push((line, vec![class]));
+        }
     };
     for c in &classes {
         for t in types {
             let k = &c["changes"][t];
             for (what, list) in [("added", &k["added"]), ("removed", &k["removed"])] {
-                for name in list.as_array().into_iter().flatten() {
+                let names = list.as_array().map_or(&[][..], Vec::as_slice);
+                for name in names {
                     note(format!("{t} {what}: {}", s(name)), who(c));
+                }
+                // The server lists 100 of each.
+                let unlisted = k["counts"][what].as_u64().unwrap_or(0).saturating_sub(names.len() as u64);
+                if unlisted > 0 {
+                    note(format!("{t} {what}: {unlisted} more not listed"), who(c));
                 }
             }
             for ch in k["changed"].as_array().into_iter().flatten() {
@@ -195,7 +209,9 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
             }
         }
     }
-    for (line, classes) in &listed {
+    // (Every change is in `-o json`.)
+    let more = listed.len().saturating_sub(MAX_CHANGES_SHOWN);
+    for (line, classes) in listed.iter().take(MAX_CHANGES_SHOWN) {
         let (head, rest) = line.split_once('\n').unwrap_or((line, ""));
         let shown = match classes.len() {
             1..=3 => classes.join(", "),
@@ -203,6 +219,9 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
         };
         let _ = writeln!(out, "\n{head}  [{shown}]");
         out.push_str(rest);
+    }
+    if more > 0 {
+        let _ = writeln!(out, "\n... and {more} more changes (-o json lists them)");
     }
     let warnings = answer["warnings"].as_array().cloned().unwrap_or_default();
     if !warnings.is_empty() {
@@ -272,7 +291,7 @@ fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
         if size == 0 {
             return Ok((status, out));
         }
-        if rest.len() < size + 2 {
+        if size.checked_add(2).is_none_or(|n| rest.len() < n) {
             return Err("a chunk cut short".into());
         }
         out.extend_from_slice(&rest[..size]);
@@ -293,6 +312,8 @@ mod tests {
         assert_eq!(parse_response(chunked).unwrap(), (400, b"abcde".to_vec()));
         assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab").is_err());
+        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab";
+        assert!(parse_response(huge).is_err(), "a chunk size past memory is an error, not an overflow");
     }
 
     #[test]

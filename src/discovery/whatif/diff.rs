@@ -62,7 +62,19 @@ pub(super) fn unified(before: &str, after: &str, context: usize, max_lines: usiz
     let (a, b): (Vec<&str>, Vec<&str>) = (before.lines().collect(), after.lines().collect());
     let ops = script(&a, &b);
     let changed: Vec<usize> = ops.iter().enumerate().filter(|(_, (op, _))| *op != Op::Same).map(|(i, _)| i).collect();
+    // Lines of each side before each op (line numbers of hunks).
+    let (mut before_a, mut before_b) = (Vec::with_capacity(ops.len() + 1), Vec::with_capacity(ops.len() + 1));
+    let (mut na, mut nb) = (0, 0);
+    for (op, _) in &ops {
+        before_a.push(na);
+        before_b.push(nb);
+        na += usize::from(*op != Op::Added);
+        nb += usize::from(*op != Op::Removed);
+    }
+    before_a.push(na);
+    before_b.push(nb);
     let mut lines: Vec<String> = Vec::new();
+    let mut more = 0;
     let mut k = 0;
     while k < changed.len() {
         // A hunk: changes less than 2 * context + 1 apart go together.
@@ -74,10 +86,14 @@ pub(super) fn unified(before: &str, after: &str, context: usize, max_lines: usiz
         }
         k += 1;
         let end = (last + context + 1).min(ops.len());
+        if lines.len() >= max_lines {
+            // Past the cut: only counted.
+            more += 1 + end - start;
+            continue;
+        }
         // Line numbers (from 1) where the hunk starts on each side.
-        let count = |upto: usize, skip: Op| ops[..upto].iter().filter(|(op, _)| *op != skip).count();
-        let (from_a, from_b) = (count(start, Op::Added), count(start, Op::Removed));
-        let (len_a, len_b) = (count(end, Op::Added) - from_a, count(end, Op::Removed) - from_b);
+        let (from_a, from_b) = (before_a[start], before_b[start]);
+        let (len_a, len_b) = (before_a[end] - from_a, before_b[end] - from_b);
         lines.push(format!("@@ -{},{len_a} +{},{len_b} @@", from_a + 1, from_b + 1));
         for (op, l) in &ops[start..end] {
             let sign = match op {
@@ -88,7 +104,7 @@ pub(super) fn unified(before: &str, after: &str, context: usize, max_lines: usiz
             lines.push(format!("{sign}{l}"));
         }
     }
-    let more = lines.len().saturating_sub(max_lines);
+    more += lines.len().saturating_sub(max_lines);
     lines.truncate(max_lines);
     if more > 0 {
         lines.push(format!("... {more} more lines"));

@@ -125,7 +125,7 @@ fn publish(state: &RefCell<State>, tx: &Tx, keys: Arc<FetchedJwks>) {
     }
     let next = Arc::new(prev.with_jwks(keys));
     s.mesh = Some(next.clone());
-    s.published = Some((Arc::as_ptr(&next) as usize, s.objects.clone()));
+    s.published = Some((Arc::downgrade(&next), s.objects.clone()));
     let touched = istiod_mesh::generator::all_names(&next.model);
     let _ = tx.send(crate::control::Input {
         changes: Vec::new(),

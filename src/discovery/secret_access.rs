@@ -172,7 +172,7 @@ fn publish(
     let Some(prev) = s.mesh.clone() else { return };
     let next = Arc::new(prev.with_secret_access(access));
     s.mesh = Some(next.clone());
-    s.published = Some((Arc::as_ptr(&next) as usize, s.objects.clone()));
+    s.published = Some((Arc::downgrade(&next), s.objects.clone()));
     let touched =
         namespace.map(|ns| istiod_mesh::generator::router::secret_names_in(&next.model, ns)).unwrap_or_default();
     let _ = tx.send(crate::control::Input {

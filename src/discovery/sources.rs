@@ -33,10 +33,11 @@ pub(super) struct State {
     /// filter): `/debug/configz` shows their Istio and Gateway API ones,
     /// and what-if predictions (`whatif.rs`) change a copy.
     pub(super) objects: Arc<istiod_config::objects::Objects>,
-    /// The model last sent to the cores (its address: the cores' snapshot
-    /// carries it) and the objects it was built from: what-if starts from
-    /// what is served.
-    pub(super) published: Option<(usize, Arc<istiod_config::objects::Objects>)>,
+    /// The model last sent to the cores (weak: only to know it again in
+    /// the cores' snapshot; its allocation, hence its address, outlives
+    /// it) and the objects it was built from: what-if starts from what is
+    /// served.
+    pub(super) published: Option<(std::sync::Weak<MeshInput>, Arc<istiod_config::objects::Objects>)>,
     /// EndpointSlice endpoints whose Pod is not known, by service host
     /// (istiod's `endpoint_no_pod`, `pilot_k8s_endpoints_pending_pod`).
     pub(super) pending_pods: BTreeMap<String, std::collections::BTreeSet<String>>,
@@ -563,7 +564,7 @@ pub(super) fn apply(
             "mesh changed"
         );
         crate::control::metrics::PUSHCONTEXT_INIT.record(started.elapsed());
-        s.published = Some((Arc::as_ptr(&mesh) as usize, s.objects.clone()));
+        s.published = Some((Arc::downgrade(&mesh), s.objects.clone()));
         // The first publish is a full push.
         let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons, full: false });

@@ -107,9 +107,9 @@ pub struct Refused {
 pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<Asked>, Refused> {
     use serde::Deserialize as _;
     // An alias expands where it is read: a few bytes can stand for more
-    // than memory holds. A question carries none.
-    if has_anchor(text) {
-        let e = "cannot decode configuration: YAML anchors and aliases are not accepted in a what-if question";
+    // than memory holds. A question uses none.
+    if has_alias(text) {
+        let e = "cannot decode configuration: YAML aliases are not accepted in a what-if question";
         return Err(Refused { objects: vec![json!({"error": e})] });
     }
     let mut asked = Vec::new();
@@ -199,17 +199,83 @@ pub fn judge(text: &str, delete: bool, namespace: Option<&str>) -> Result<Vec<As
     Ok(asked)
 }
 
-/// Whether `text` may define a YAML anchor: an `&` that starts a token
-/// (at the start, or after a blank, `[`, `{`, `,`, `-` or `:`) and is
-/// followed by a name. (An `&` inside a word, as in a URL's query, is
-/// not one.)
-fn has_anchor(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.iter().enumerate().any(|(i, c)| {
-        *c == b'&'
-            && (i == 0 || matches!(b[i - 1], b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',' | b'-' | b':'))
-            && b.get(i + 1).is_some_and(|n| !n.is_ascii_whitespace())
-    })
+/// Whether `text` may use a YAML alias: a `*` that starts a token outside
+/// quotes and comments (at the start of the text, or after a blank, a
+/// line break of any of YAML's kinds, `[`, `{` or `,`) and is followed by
+/// a name. (Anchors alone expand nothing; an alias needs one, and a `*`
+/// in a quoted string or inside a word, as in `*.example.com` quoted or a
+/// regex, is none.)
+fn has_alias(text: &str) -> bool {
+    let breaks = |c: char| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}');
+    let blank = |c: char| c == ' ' || c == '\t' || breaks(c);
+    let chars: Vec<char> = text.chars().collect();
+    let mut quote: Option<char> = None;
+    let mut prev = '\n';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        match quote {
+            Some('"') if c == '\\' => {
+                // An escaped character, whatever it is.
+                prev = 'x';
+                i += 2;
+                continue;
+            }
+            Some('\'') if c == '\'' && next == Some('\'') => {
+                i += 2;
+                continue;
+            }
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => {
+                let starts = blank(prev) || matches!(prev, '[' | '{' | ',');
+                if c == '#' && blank(prev) {
+                    // A comment, to the end of its line.
+                    while i < chars.len() && !breaks(chars[i]) {
+                        i += 1;
+                    }
+                    prev = '\n';
+                    continue;
+                }
+                if starts && (c == '"' || c == '\'') {
+                    quote = Some(c);
+                } else if starts
+                    && c == '*'
+                    && next.is_some_and(|n| !blank(n) && !matches!(n, ',' | '[' | ']' | '{' | '}'))
+                {
+                    return true;
+                }
+            }
+        }
+        prev = c;
+        i += 1;
+    }
+    false
+}
+
+#[cfg(test)]
+mod alias_tests {
+    use super::has_alias;
+
+    #[test]
+    fn aliases_are_found_and_ordinary_text_is_not_one() {
+        for yes in ["a: &x [1]\nb: *x\n", "[&x 1, *x]", "b:\u{2028}*x", "- *x", "{a: *x}"] {
+            assert!(has_alias(yes), "{yes:?}");
+        }
+        for no in [
+            "expression: response.code >= 400 && request.path != '/x'\n",
+            "command: [sh, -c, \"a && b\"]\n",
+            "hosts: ['*.example.com', \"*\"]\n",
+            "regex: \".*foo *bar\"\n",
+            "url: http://x/?a=1&b=2\n",
+            "{\"hosts\": [\"*\"], \"x\": \"a *b\"}",
+            "# a comment with *x\nkey: 2 * 3\n",
+            "'it''s *x'",
+        ] {
+            assert!(!has_alias(no), "{no:?}");
+        }
+    }
 }
 
 /// The kind as [`ObjectRef`] names it (Gateway API kinds carry their
@@ -337,6 +403,16 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
         let op = match &a.object {
             Some(o) => {
                 refs.push(a.head.clone());
+                // A slice moved to another Service: the one it leaves too.
+                if let Object::EndpointSlice(new) = o
+                    && let Some(old) = objects
+                        .endpoint_slices
+                        .iter()
+                        .find(|x| x.metadata.ns() == new.metadata.ns() && x.metadata.name == new.metadata.name)
+                    && old.service_name() != new.service_name()
+                {
+                    refs.push(ObjectRef::of(&Object::EndpointSlice(old.clone())));
+                }
                 replace(&mut objects, o.clone())
             }
             None => {
@@ -782,6 +858,17 @@ fn compare(
         k.added.extend(own.added);
         k.removed.extend(own.removed);
         k.changed.extend(own.changed);
+        // A name served by one part before and the other after (an
+        // EnvoyFilter's added cluster a new ServiceEntry now makes) is
+        // served both times: not added, not removed.
+        let both: BTreeSet<Arc<str>> = k.added.iter().filter(|n| k.removed.contains(n)).cloned().collect();
+        if !both.is_empty() {
+            k.added.retain(|n| !both.contains(n));
+            k.removed.retain(|n| !both.contains(n));
+        }
+        if k.is_empty() {
+            continue;
+        }
         out.kinds.insert(kind, k);
     }
     out
@@ -972,7 +1059,7 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
         r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &after.delta, &r.class);
     }
     let compared = started.elapsed();
-    let mut warnings = warnings(world, asked, &after, &reached);
+    let mut warnings = warnings(world, asked, &after, &reached, stopped.is_none());
     if let Some(n) = stopped {
         warnings.insert(
             0,
@@ -992,7 +1079,7 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
 
 /// istiod's analysis messages the change brings (new after it) or that
 /// its objects carry, and why it reaches nobody when it does.
-fn warnings(world: &World, asked: &[Asked], after: &After, reached: &[Reached]) -> Vec<String> {
+fn warnings(world: &World, asked: &[Asked], after: &After, reached: &[Reached], complete: bool) -> Vec<String> {
     let raw = world.snapshot.mesh.as_ref().map(|m| m.model.mesh.raw.clone()).unwrap_or(Value::Null);
     // The messages of what is served, kept while it is (questions come
     // in a row about one state).
@@ -1017,7 +1104,7 @@ fn warnings(world: &World, asked: &[Asked], after: &After, reached: &[Reached]) 
         .filter(|m| mine(m) || !before.contains(&m.line()))
         .map(|m| m.line())
         .collect();
-    if reached.iter().all(|r| r.changes.kinds.is_empty()) {
+    if complete && reached.iter().all(|r| r.changes.kinds.is_empty()) {
         for a in asked {
             out.push(format!(
                 "{} {}/{} changes no proxy's configuration{}",
@@ -1227,13 +1314,17 @@ fn pretty(kind: Kind, body: &Bytes) -> String {
     serde_json::to_string_pretty(&super::config_dump::resource_json(kind, body)).unwrap_or_default()
 }
 
+/// The answer while the source's change is on its way to the cores (the
+/// client asks again).
+pub(super) const PUBLISHING: &str = "a change is being published; retry";
+
 /// What an answer reads of the running server.
 pub(super) struct Server<'a> {
     /// The cores: the snapshot they serve, their connected proxies.
     pub(super) publisher: &'a istiod_xds::ads::Publisher<MeshInput>,
-    /// The model sent to the cores last (its address) and the objects it
-    /// was built from.
-    pub(super) objects: Option<(usize, Arc<Objects>)>,
+    /// The model sent to the cores last and the objects it was built
+    /// from.
+    pub(super) objects: Option<(std::sync::Weak<MeshInput>, Arc<Objects>)>,
     /// `--domain`.
     pub(super) domain: &'a str,
     /// `CLUSTER_ID`.
@@ -1307,10 +1398,10 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
     // The objects the served model was built from: a change the source
     // has read and the cores have not been sent yet (debouncing) would
     // be taken for the question's.
-    let served = snapshot.mesh.as_ref().map(|m| Arc::as_ptr(m) as usize);
+    let served = snapshot.mesh.as_ref().map(Arc::as_ptr);
     let objects = match &d.objects {
-        Some((mesh, objects)) if Some(*mesh) == served => objects.clone(),
-        _ => return Response::text(503, "a change is being published; retry\n"),
+        Some((mesh, objects)) if Some(mesh.as_ptr()) == served => objects.clone(),
+        _ => return Response::text(503, format!("{PUBLISHING}\n")),
     };
     let connected = connected_classes(d.publisher).await;
     let world = World {

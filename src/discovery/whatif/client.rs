@@ -19,6 +19,16 @@ const UNASKED: u8 = 3;
 /// Changes printed, at most.
 const MAX_CHANGES_SHOWN: usize = 200;
 
+/// Questions asked at most while the server says to retry, and the pause
+/// between them.
+const RETRIES: usize = 20;
+const RETRY_AFTER: Duration = Duration::from_millis(250);
+
+/// Whether a 503's text asks to retry.
+fn is_retry(body: &[u8]) -> bool {
+    String::from_utf8_lossy(body).trim_end().ends_with("retry")
+}
+
 /// How long the server may take to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -50,11 +60,18 @@ pub fn run(args: &WhatifArgs) -> u8 {
     if args.no_diff {
         path.push_str("&diff=false");
     }
-    let (status, body) = match post(&args.server, &path, text.as_bytes()) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "pilot-discovery whatif: cannot ask {}: {e}", args.server);
-            return UNASKED;
+    // While a change is on its way to the cores, or another question is
+    // answered, the server asks to retry: a few times, a moment apart.
+    let mut tries = 0;
+    let (status, body) = loop {
+        tries += 1;
+        match post(&args.server, &path, text.as_bytes()) {
+            Ok((503, body)) if tries < RETRIES && is_retry(&body) => std::thread::sleep(RETRY_AFTER),
+            Ok(r) => break r,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "pilot-discovery whatif: cannot ask {}: {e}", args.server);
+                return UNASKED;
+            }
         }
     };
     let answer: Value = match serde_json::from_slice(&body) {

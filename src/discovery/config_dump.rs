@@ -196,7 +196,13 @@ pub(super) fn message_json<T: Message + Name>(msg: &T) -> Value {
     let Some(desc) = pool().get_message_by_name(&T::full_name()) else {
         return json!({"error": format!("no descriptor for {}", T::full_name())});
     };
-    match DynamicMessage::decode(desc, msg.encode_to_vec().as_slice()) {
+    decoded_json(desc, msg.encode_to_vec().as_slice())
+}
+
+/// The message `desc` describes, encoded in `bytes`, as proto3 JSON
+/// ([`message_json`]'s options); what does not decode says why.
+fn decoded_json(desc: prost_reflect::MessageDescriptor, bytes: impl bytes::Buf) -> Value {
+    match DynamicMessage::decode(desc, bytes) {
         Ok(m) => {
             let opts = SerializeOptions::new().stringify_64_bit_integers(true);
             let mut ser = serde_json::Serializer::new(Vec::new());
@@ -217,17 +223,7 @@ pub(super) fn resource_json(kind: Kind, body: &Bytes) -> Value {
     let Some(desc) = pool().get_message_by_name(name) else {
         return json!({"error": format!("no descriptor for {name}")});
     };
-    match DynamicMessage::decode(desc, body) {
-        Ok(m) => {
-            let opts = SerializeOptions::new().stringify_64_bit_integers(true);
-            let mut ser = serde_json::Serializer::new(Vec::new());
-            match m.serialize_with_options(&mut ser, &opts) {
-                Ok(()) => serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null),
-                Err(e) => json!({"error": e.to_string()}),
-            }
-        }
-        Err(e) => json!({"error": e.to_string()}),
-    }
+    decoded_json(desc, body)
 }
 
 /// A Secret with its private key replaced by `[redacted]`, as istiod's

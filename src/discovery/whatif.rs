@@ -308,7 +308,7 @@ fn review(object: &Value, namespace: &str) -> Option<istiod_webhook::admission::
 
 /// What a prediction reads of the running server.
 pub struct World {
-    /// The objects the model was last built from.
+    /// The objects the served model was built from.
     pub objects: Arc<Objects>,
     /// The snapshot the cores serve.
     pub snapshot: Arc<Snapshot<MeshInput>>,
@@ -964,8 +964,9 @@ fn compare_names(
             let whole = matches!(part, Part::Shared { whole: true });
             served_of(memo, b, a, kind, class, whole)
         });
-        let og = og.filter(|_| served.has(b, class, name));
-        let ng = ng.filter(|_| served.has(a, class, name));
+        // (A generation is the resource's existence for the class.)
+        let og = og.filter(|_| served.has(b, name));
+        let ng = ng.filter(|_| served.has(a, name));
         match (og, ng) {
             (None, None) => {}
             (Some(_), None) => k.removed.push(name.clone()),
@@ -1013,10 +1014,12 @@ enum Served {
 }
 
 impl Served {
-    /// Whether the class is served `name` on `side`.
-    fn has(&self, side: &Side<'_>, class: &ProxyClass, name: &str) -> bool {
+    /// Whether the class is served `name` on `side`, given that the
+    /// resource exists there (a load assignment: that its cluster is
+    /// served).
+    fn has(&self, side: &Side<'_>, name: &str) -> bool {
         match self {
-            Served::Wildcard(old, new) => {
+            Served::Wildcard(old, new) | Served::Endpoints(old, new) => {
                 if side.after {
                     new.contains(name)
                 } else {
@@ -1029,10 +1032,6 @@ impl Served {
                 } else {
                     old.contains(name)
                 }
-            }
-            Served::Endpoints(old, new) => {
-                let cluster = if side.after { new.contains(name) } else { old.contains(name) };
-                cluster && GENERATOR.input_generation(side.snap, class, Kind::Endpoint, name).is_some()
             }
         }
     }
@@ -1148,10 +1147,8 @@ fn why_nobody(world: &World, a: &Asked, objects: &Objects) -> String {
         _ => Vec::new(),
     };
     if let Some(m) = world.snapshot.mesh.as_ref() {
-        let known = |h: &str| {
-            let full = if h.contains('.') { h.to_owned() } else { format!("{h}.{}.svc.{}", o.meta.ns(), world.domain) };
-            h.contains('*') || m.model.services.contains_key(full.as_str()) || m.model.services.contains_key(h)
-        };
+        let known =
+            |h: &str| h.contains('*') || m.model.services.contains_key(m.model.resolve_host(h, o.meta.ns()).as_str());
         let unknown: Vec<&String> = hosts.iter().filter(|h| !known(h)).collect();
         if !unknown.is_empty() && !matches!(&o.spec, IstioSpec::VirtualService(_) if !spec["gateways"].is_null()) {
             why.push(format!(

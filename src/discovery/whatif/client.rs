@@ -153,10 +153,14 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
     let classes = answer["classes"].as_array().cloned().unwrap_or_default();
     // A class by its first proxy or pod, its type and namespace, and the
     // labels people name workloads by.
+    // A class by its first proxy (`pod.namespace` of its node id) or pod.
+    let who = |c: &Value| {
+        let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
+        first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default()
+    };
     let describe = |c: &Value| {
         let class = &c["class"];
-        let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
-        let who = first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default();
+        let who = who(c);
         let more = c["proxies"].as_array().map_or(0, Vec::len) + c["pods"].as_array().map_or(0, Vec::len);
         let more = if more > 1 { format!(" (+{})", more - 1) } else { String::new() };
         let labels: Vec<String> = ["app", "version", "istio"]
@@ -193,10 +197,6 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
     // Each change once, with the classes it reaches.
     let mut listed: Vec<(String, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let who = |c: &Value| {
-        let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
-        first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default()
-    };
     let mut note = |line: String, class: String| match index.get(&line) {
         Some(i) => listed[*i].1.push(class),
         None => {

@@ -534,7 +534,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         state.borrow_mut().settings = Some(mesh_rx.clone());
         if config.ambient {
             state.borrow_mut().ambient = Some(sources::Ambient {
-                index: istiod_ambient::Index::new(),
+                index: Default::default(),
                 cluster_id: config.cluster_id.clone(),
                 network: config.network.clone(),
                 system_namespace: config.identity.namespace.clone(),

@@ -267,14 +267,14 @@ impl Inputs {
 }
 
 /// The services the index serves, one per namespace and hostname.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Services {
     map: BTreeMap<Key, ServiceOut>,
     /// The namespaces holding a service of each hostname.
     host_namespaces: HashMap<String, BTreeSet<String>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ServiceOut {
     name: Arc<str>,
     bytes: Bytes,
@@ -306,8 +306,9 @@ fn policy_kind(o: &IstioObject) -> Option<&'static str> {
 }
 
 /// The ambient index: inputs and outputs, changed together by
-/// [`Index::apply`].
-#[derive(Debug, Default)]
+/// [`Index::apply`]. A clone is an independent index (what-if predictions
+/// apply a change to one).
+#[derive(Debug, Default, Clone)]
 pub struct Index {
     settings: Option<Settings>,
     inputs: Inputs,

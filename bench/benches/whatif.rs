@@ -49,6 +49,7 @@ fn whatif(c: &mut Criterion) {
                 connected: Vec::new(),
                 namespace: None,
                 namespace_filter: false,
+                ambient: None,
             }
         });
         let asked = judge(QUESTION, false, None).expect("a valid question");

@@ -284,14 +284,19 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         "/debug/cachez" => cachez(&req, publisher).await,
         // Beyond istiod: what a config change would do (whatif.rs).
         crate::control::http::WHATIF_PATH => {
-            let (objects, namespace_filter) = {
+            let (objects, namespace_filter, ambient) = {
                 let s = state.borrow();
-                (s.published.clone(), s.namespace_filter)
+                // (The index changes with the objects, in the same step
+                // that publishes them.)
+                let mesh = s.settings.as_ref().map(|r| r.borrow().clone()).unwrap_or_default();
+                let ambient = s.ambient.as_ref().map(|a| (a.index.clone(), a.settings(&d.domain, &mesh)));
+                (s.published.clone(), s.namespace_filter, ambient)
             };
             let server = super::whatif::Server {
                 publisher,
                 objects,
                 namespace_filter,
+                ambient,
                 domain: &d.domain,
                 cluster_id: &d.cluster_id,
                 max_classes: d.whatif_max_classes,

@@ -114,10 +114,47 @@ pub(super) struct State {
 /// The ambient index and the names it is built with that come from the
 /// flags (the rest come from the mesh configuration in force).
 pub(super) struct Ambient {
-    pub(super) index: istiod_ambient::Index,
+    /// Shared with a what-if prediction while one runs (it applies its
+    /// change to a copy); changed in place otherwise.
+    pub(super) index: Arc<istiod_ambient::Index>,
     pub(super) cluster_id: String,
     pub(super) network: String,
     pub(super) system_namespace: String,
+}
+
+impl Ambient {
+    /// The names the index is built with, under the mesh settings `mesh`.
+    pub(super) fn settings(
+        &self,
+        domain: &str,
+        mesh: &istiod_mesh::meshconfig::MeshSettings,
+    ) -> istiod_ambient::Settings {
+        istiod_ambient::Settings {
+            cluster_id: self.cluster_id.clone(),
+            domain: domain.to_owned(),
+            trust_domain: mesh.trust_domain.clone(),
+            root_namespace: mesh.root_namespace.clone(),
+            network: self.network.clone(),
+            system_namespace: self.system_namespace.clone(),
+        }
+    }
+}
+
+/// `mesh` with the waypoint bindings `index` makes (the services each
+/// waypoint serves, the ingress waypoints, the waypoints' workloads), for
+/// waypoint proxies; `mesh` itself when they are the same.
+pub(super) fn with_waypoints(mesh: Arc<MeshInput>, index: &istiod_ambient::Index) -> Arc<MeshInput> {
+    let waypoints = istiod_waypoint::attachments(index);
+    let ingress = istiod_waypoint::ingress_waypoints(index);
+    let workloads = index.waypoint_workloads();
+    if *mesh.waypoints == waypoints && *mesh.ingress_waypoints == ingress && *mesh.waypoint_workloads == workloads {
+        return mesh;
+    }
+    let mut with = (*mesh).clone();
+    with.waypoints = Arc::new(waypoints);
+    with.ingress_waypoints = Arc::new(ingress);
+    with.waypoint_workloads = Arc::new(workloads);
+    Arc::new(with)
 }
 
 /// `/debug/config_report` for a config directory (its errors are logged
@@ -387,31 +424,16 @@ pub(super) fn apply(
         pods.update(&objects, changed.as_deref());
     }
     if let Some(a) = state.borrow_mut().ambient.as_mut() {
-        let s = istiod_ambient::Settings {
-            cluster_id: a.cluster_id.clone(),
-            domain: domain.to_owned(),
-            trust_domain: settings.trust_domain.clone(),
-            root_namespace: settings.root_namespace.clone(),
-            network: a.network.clone(),
-            system_namespace: a.system_namespace.clone(),
-        };
+        let s = a.settings(domain, &settings);
         let started = std::time::Instant::now();
-        let (ambient, rebuilt) = a.index.apply_counted(&objects, changed.as_deref(), &s);
+        // (A copy only while a what-if prediction holds the index.)
+        let index = Arc::make_mut(&mut a.index);
+        let (ambient, rebuilt) = index.apply_counted(&objects, changed.as_deref(), &s);
         if !ambient.is_empty() {
             tracing::debug!(target: "ambient", changes = ambient.len(), ?rebuilt, us = started.elapsed().as_micros() as u64, "ambient index changed");
         }
         ambient_changes = ambient;
-        // The services each waypoint serves, for waypoint proxies.
-        let waypoints = istiod_waypoint::attachments(&a.index);
-        let ingress = istiod_waypoint::ingress_waypoints(&a.index);
-        let workloads = a.index.waypoint_workloads();
-        if *mesh.waypoints != waypoints || *mesh.ingress_waypoints != ingress || *mesh.waypoint_workloads != workloads {
-            let mut with = (*mesh).clone();
-            with.waypoints = Arc::new(waypoints);
-            with.ingress_waypoints = Arc::new(ingress);
-            with.waypoint_workloads = Arc::new(workloads);
-            mesh = Arc::new(with);
-        }
+        mesh = with_waypoints(mesh, &a.index);
     }
     let empty = translate::Resources::default();
     let (old, new) = (prev.as_ref().map_or(&empty, |p| &p.translation.resources), &mesh.translation.resources);

@@ -28,9 +28,11 @@
 //! changes, why that may be (a selector matching no pod, a host no service
 //! has, an `exportTo` hiding the object). What is served does not change.
 //!
-//! Not predicted: ambient (ztunnels' and waypoints' bindings are the
-//! ambient index's, which is not copied; they are taken as they are),
-//! SDS and ECDS, and remote clusters' objects (taken as they are).
+//! Every type is predicted: secrets and extension configs by the names the
+//! class's listeners and clusters give; ambient by applying the change to
+//! a copy of the ambient index (ztunnels' workloads, services and
+//! policies, and the waypoint bindings waypoint proxies read). Not
+//! predicted: remote clusters' objects (taken as they are).
 
 pub mod client;
 mod diff;
@@ -65,13 +67,15 @@ const MAX_NAMES: usize = 100;
 /// Lines of a changed resource's diff shown, at most.
 const MAX_DIFF_LINES: usize = 400;
 
-/// The types compared: the ones a proxy is served by name or whole that
-/// its listeners and clusters decide (SDS and ECDS are not predicted).
-const KINDS: [Kind; 8] = [
+/// The types compared: every type istiod serves (by name, those its
+/// listeners and clusters name).
+const KINDS: [Kind; 10] = [
     Kind::Cluster,
     Kind::Endpoint,
     Kind::Listener,
     Kind::Route,
+    Kind::Secret,
+    Kind::ExtensionConfig,
     Kind::Address,
     Kind::Authorization,
     Kind::NameTable,
@@ -324,6 +328,9 @@ pub struct World {
     /// The source is filtered by the mesh's `discoverySelectors`
     /// (Kubernetes).
     pub namespace_filter: bool,
+    /// The ambient index the served snapshot was built with, and the names
+    /// it is built with (`PILOT_ENABLE_AMBIENT`).
+    pub ambient: Option<(Arc<istiod_ambient::Index>, istiod_ambient::Settings)>,
 }
 
 /// How much of the answer to render.
@@ -437,18 +444,31 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
     if !Arc::ptr_eq(&next.model.secret_access, &prev.model.secret_access) {
         next = Arc::new(next.with_secret_access(prev.model.secret_access.clone()));
     }
-    // The ambient bindings are the ambient index's: as they are.
-    if next.waypoints != prev.waypoints
-        || next.ingress_waypoints != prev.ingress_waypoints
-        || next.waypoint_workloads != prev.waypoint_workloads
-    {
-        let mut with = (*next).clone();
-        with.waypoints = prev.waypoints.clone();
-        with.ingress_waypoints = prev.ingress_waypoints.clone();
-        with.waypoint_workloads = prev.waypoint_workloads.clone();
-        next = Arc::new(with);
+    // Ambient: the change applied to a copy of the index, as the source
+    // applies it (ztunnels' workloads, services and policies; the waypoint
+    // bindings waypoint proxies read).
+    let mut ambient = Vec::new();
+    match &world.ambient {
+        Some((index, settings)) => {
+            let mut index = (**index).clone();
+            ambient = index.apply(&objects, Some(&refs), settings);
+            next = super::sources::with_waypoints(next, &index);
+        }
+        // Without an index the bindings stay what they are (none).
+        None if next.waypoints != prev.waypoints
+            || next.ingress_waypoints != prev.ingress_waypoints
+            || next.waypoint_workloads != prev.waypoint_workloads =>
+        {
+            let mut with = (*next).clone();
+            with.waypoints = prev.waypoints.clone();
+            with.ingress_waypoints = prev.ingress_waypoints.clone();
+            with.waypoint_workloads = prev.waypoint_workloads.clone();
+            next = Arc::new(with);
+        }
+        None => {}
     }
-    let changes = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources);
+    let mut changes = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources);
+    changes.extend(ambient);
     let mut delta = Delta::new();
     let touched = super::sources::touched_names(Some(&prev), &next, &changes);
     for (kind, name) in changes.iter().map(|(k, n, _)| (*k, n.clone())).chain(touched) {
@@ -580,6 +600,14 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
             continue;
         }
         let Some(ip) = pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()) else { continue };
+        // Not proxies: a pod ztunnel captures (ambient: it runs no
+        // sidecar; its changes reach the ztunnels), a finished one.
+        let captured =
+            pod.metadata.annotations.get(istiod_ambient::workload::REDIRECTION).is_some_and(|v| v == "enabled");
+        let finished = matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if captured || finished {
+            continue;
+        }
         let labels = &pod.metadata.labels;
         let router = labels.contains_key("gateway.networking.k8s.io/gateway-name")
             || selectors.iter().any(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)));
@@ -596,7 +624,8 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
             generator: "".into(),
             labels: labels.iter().map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str()))).collect(),
             locality: "".into(),
-            verified: false,
+            // Its proxy would connect with the pod's identity.
+            verified: true,
             service_account: sa.into(),
             ips: vec![ip.into()],
             mesh_id: "".into(),
@@ -614,8 +643,8 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
 /// keys it (so two classes that share an entry there share one here): a
 /// resource's bytes by (type, name, input generation, the class the cores
 /// key it by); a class's reduction per type; the wildcard names shared by
-/// a reduced class; the route configurations a reduced class's listeners
-/// name. Each on both sides (`false` before, `true` after).
+/// a reduced class; the names of the types served by name a class's
+/// listeners and clusters name. Each on both sides (`false` before, `true` after).
 #[derive(Default)]
 struct Memo {
     bodies: HashMap<BodyKey, Option<Bytes>>,
@@ -624,8 +653,15 @@ struct Memo {
     /// The class being compared.
     current: usize,
     shared: HashMap<(Kind, ProxyClass, bool), NameSet>,
-    routes: HashMap<(ProxyClass, bool), Arc<BTreeSet<Arc<str>>>>,
-    listener_routes: HashMap<Bytes, Vec<Arc<str>>>,
+    /// The names of a type served by name a class's listeners (and
+    /// clusters) name, by type, class (reduced, for routes) and side.
+    named: HashMap<(Kind, ProxyClass, bool), NameSet>,
+    /// What each listener and cluster names, as [`Memo::body`] keys it,
+    /// and by its bytes (classes with different keys often share them).
+    refs: HashMap<BodyKey, Arc<Refs>>,
+    refs_by_body: HashMap<Bytes, Arc<Refs>>,
+    /// Whether the model has extension configs, before or after.
+    extensions: Option<bool>,
     /// The changes of the names that do not read the whole class, by
     /// type and the reductions that decide them.
     compared: HashMap<(Kind, Vec<ProxyClass>), Arc<KindChanges>>,
@@ -722,54 +758,171 @@ impl Memo {
         }
     }
 
-    /// The route configurations the listeners of `class` name. The
-    /// listeners that depend on the whole class (inbound) carry their
-    /// routes inline: those of the reduced class's listeners.
-    fn route_names(&mut self, side: &Side<'_>, class: &ProxyClass) -> Arc<BTreeSet<Arc<str>>> {
-        let key = self.reduced(side, class, Kind::Listener).unwrap_or_else(|| class.clone());
-        if let Some(r) = self.routes.get(&(key.clone(), side.after)) {
+    /// The names of `kind` (a type served by name) the listeners, and for
+    /// secrets the clusters, of `class` name. Route configurations: of
+    /// the reduced class's listeners (those that depend on the whole
+    /// class, inbound, carry their routes inline). Secrets and extension
+    /// configs: of every listener and cluster of the class.
+    fn named(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind) -> NameSet {
+        let key = match kind {
+            Kind::Route => self.reduced(side, class, Kind::Listener).unwrap_or_else(|| class.clone()),
+            _ => class.clone(),
+        };
+        if let Some(r) = self.named.get(&(kind, key.clone(), side.after)) {
             return r.clone();
         }
-        let listeners = self.wildcard(side, class, Kind::Listener);
         let mut out = BTreeSet::new();
-        for l in listeners.shared.iter().chain(&listeners.own) {
-            if GENERATOR.whole_class(Kind::Listener, l) {
-                continue;
-            }
-            let Some(g) = GENERATOR.input_generation(side.snap, class, Kind::Listener, l) else { continue };
-            if let Some(body) = self.body(side, class, Kind::Listener, l, g) {
-                let names = self.listener_routes.entry(body.clone()).or_insert_with(|| rds_names(&body));
-                out.extend(names.iter().cloned());
+        for &by in deciding(kind) {
+            let served = self.wildcard(side, class, by);
+            for name in served.shared.iter().chain(&served.own) {
+                if kind == Kind::Route && GENERATOR.whole_class(by, name) {
+                    continue;
+                }
+                if let Some(refs) = self.refs(side, class, by, name) {
+                    out.extend(refs.of(kind).iter().cloned());
+                }
             }
         }
         let out = Arc::new(out);
-        self.routes.insert((key, side.after), out.clone());
+        self.named.insert((kind, key, side.after), out.clone());
         out
+    }
+
+    /// Whether `class` may be served any resource of `kind` (a secret or
+    /// an extension config) on either side: secrets go to verified
+    /// gateways only, extension configs exist only with WasmPlugins or
+    /// EnvoyFilters that add them.
+    fn may_name(&mut self, b: &Side<'_>, a: &Side<'_>, class: &ProxyClass, kind: Kind) -> bool {
+        match kind {
+            Kind::Secret => class.verified && class.node_type == NodeType::Router,
+            Kind::ExtensionConfig => *self.extensions.get_or_insert_with(|| {
+                [b, a].iter().any(|side| {
+                    side.snap
+                        .mesh
+                        .as_ref()
+                        .is_some_and(|m| !istiod_mesh::generator::extensions::all_names(&m.model).is_empty())
+                })
+            }),
+            _ => true,
+        }
+    }
+
+    /// What listener or cluster `name` of `class` names on `side` (`None`:
+    /// the class is not served it).
+    fn refs(&mut self, side: &Side<'_>, class: &ProxyClass, kind: Kind, name: &Arc<str>) -> Option<Arc<Refs>> {
+        let g = GENERATOR.input_generation(side.snap, class, kind, name)?;
+        let key = (kind, name.clone(), g, self.key_class(side, class, kind, name), side.after);
+        if let Some(r) = self.refs.get(&key) {
+            return Some(r.clone());
+        }
+        let body = self.body(side, class, kind, name, g)?;
+        let refs = self.refs_by_body.entry(body).or_insert_with_key(|b| Arc::new(Refs::of_resource(kind, b))).clone();
+        self.refs.insert(key, refs.clone());
+        Some(refs)
     }
 }
 
-/// The RDS names of a listener's HTTP connection managers.
-fn rds_names(body: &Bytes) -> Vec<Arc<str>> {
-    use istiod_proto::envoy::config::listener::v3::{Listener, filter};
-    use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
-        HttpConnectionManager, http_connection_manager::RouteSpecifier,
-    };
-    let Ok(l) = Listener::decode(body.clone()) else { return Vec::new() };
-    l.filter_chains
-        .iter()
-        .chain(l.default_filter_chain.as_ref())
-        .flat_map(|fc| &fc.filters)
-        .filter_map(|f| match &f.config_type {
-            Some(filter::ConfigType::TypedConfig(a)) if a.type_url == HttpConnectionManager::type_url() => {
-                HttpConnectionManager::decode(a.value.as_slice()).ok()
+/// What a listener or cluster names of the types served by name.
+#[derive(Debug, Default, PartialEq)]
+struct Refs {
+    /// Route configurations (an HTTP connection manager's RDS).
+    routes: Vec<Arc<str>>,
+    /// Secrets (its TLS contexts' SDS configs).
+    secrets: Vec<Arc<str>>,
+    /// Extension configs (filters configured by discovery: ECDS).
+    extensions: Vec<Arc<str>>,
+}
+
+impl Refs {
+    fn of(&self, kind: Kind) -> &[Arc<str>] {
+        match kind {
+            Kind::Route => &self.routes,
+            Kind::Secret => &self.secrets,
+            Kind::ExtensionConfig => &self.extensions,
+            _ => &[],
+        }
+    }
+
+    /// The names an encoded listener or cluster holds (nothing for what
+    /// does not decode).
+    fn of_resource(kind: Kind, body: &Bytes) -> Refs {
+        use istiod_proto::envoy::config::cluster::v3::Cluster;
+        use istiod_proto::envoy::config::core::v3::{TransportSocket, transport_socket};
+        use istiod_proto::envoy::config::listener::v3::{Listener, filter, listener_filter};
+        use istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::{
+            HttpConnectionManager, http_connection_manager::RouteSpecifier, http_filter,
+        };
+        use istiod_proto::envoy::extensions::transport_sockets::tls::v3::{
+            CommonTlsContext, DownstreamTlsContext, UpstreamTlsContext, common_tls_context::ValidationContextType,
+        };
+        let mut out = Refs::default();
+        let tls = |socket: Option<&TransportSocket>, out: &mut Refs| {
+            let Some(transport_socket::ConfigType::TypedConfig(a)) = socket.and_then(|t| t.config_type.as_ref()) else {
+                return;
+            };
+            let common: Option<CommonTlsContext> = if a.type_url == DownstreamTlsContext::type_url() {
+                DownstreamTlsContext::decode(a.value.as_slice()).ok().and_then(|t| t.common_tls_context)
+            } else if a.type_url == UpstreamTlsContext::type_url() {
+                UpstreamTlsContext::decode(a.value.as_slice()).ok().and_then(|t| t.common_tls_context)
+            } else {
+                None
+            };
+            let Some(c) = common else { return };
+            let validation = match &c.validation_context_type {
+                Some(ValidationContextType::ValidationContextSdsSecretConfig(v)) => Some(&v.name),
+                Some(ValidationContextType::CombinedValidationContext(v)) => {
+                    v.validation_context_sds_secret_config.as_ref().map(|v| &v.name)
+                }
+                _ => None,
+            };
+            let certificates = c.tls_certificate_sds_secret_configs.iter().map(|c| &c.name);
+            out.secrets.extend(certificates.chain(validation).map(|n| Arc::from(n.as_str())));
+        };
+        match kind {
+            Kind::Cluster => {
+                let Ok(c) = Cluster::decode(body.clone()) else { return out };
+                tls(c.transport_socket.as_ref(), &mut out);
+                for m in &c.transport_socket_matches {
+                    tls(m.transport_socket.as_ref(), &mut out);
+                }
             }
-            _ => None,
-        })
-        .filter_map(|h| match h.route_specifier {
-            Some(RouteSpecifier::Rds(r)) => Some(Arc::from(r.route_config_name.as_str())),
-            _ => None,
-        })
-        .collect()
+            Kind::Listener => {
+                let Ok(l) = Listener::decode(body.clone()) else { return out };
+                for f in &l.listener_filters {
+                    if let Some(listener_filter::ConfigType::ConfigDiscovery(_)) = f.config_type {
+                        out.extensions.push(Arc::from(f.name.as_str()));
+                    }
+                }
+                for fc in l.filter_chains.iter().chain(l.default_filter_chain.as_ref()) {
+                    tls(fc.transport_socket.as_ref(), &mut out);
+                    for f in &fc.filters {
+                        let a = match &f.config_type {
+                            Some(filter::ConfigType::ConfigDiscovery(_)) => {
+                                out.extensions.push(Arc::from(f.name.as_str()));
+                                continue;
+                            }
+                            Some(filter::ConfigType::TypedConfig(a)) => a,
+                            None => continue,
+                        };
+                        if a.type_url != HttpConnectionManager::type_url() {
+                            continue;
+                        }
+                        let Ok(h) = HttpConnectionManager::decode(a.value.as_slice()) else { continue };
+                        if let Some(RouteSpecifier::Rds(r)) = &h.route_specifier {
+                            out.routes.push(Arc::from(r.route_config_name.as_str()));
+                        }
+                        for f in &h.http_filters {
+                            if let Some(http_filter::ConfigType::ConfigDiscovery(_)) = f.config_type {
+                                out.extensions.push(Arc::from(f.name.as_str()));
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        out
+    }
 }
 
 /// The resources that may have changed, by type: the snapshot delta the
@@ -795,28 +948,28 @@ fn compare(
     let mut out = ClassChanges::default();
     for kind in KINDS {
         // The reductions that decide this type's answer: the type's own,
-        // and for load assignments the clusters', for routes the
-        // listeners' (which name them).
-        let decides = match kind {
-            Kind::Endpoint => Some(Kind::Cluster),
-            Kind::Route => Some(Kind::Listener),
-            _ => None,
-        };
+        // and those of the types that name its resources.
+        let decides = deciding(kind);
         // Nothing of the type, or of what decides it, may have changed:
         // the cores would push none of it.
-        let may = |k: Kind| delta.get(&k).is_some_and(|d| !d.is_empty());
-        if !may(kind) && !decides.is_some_and(may) {
+        let may = |k: &Kind| delta.get(k).is_some_and(|d| !d.is_empty());
+        if !may(&kind) && !decides.iter().any(may) {
             continue;
         }
-        let mut key = Vec::with_capacity(4);
+        let mut key = Vec::with_capacity(6);
         let mut whole = false;
-        for k in std::iter::once(kind).chain(decides) {
+        for &k in std::iter::once(&kind).chain(decides) {
             for side in [&b, &a] {
                 match memo.reduced(side, class, k) {
                     Some(r) => key.push(r),
                     None => whole = true,
                 }
             }
+        }
+        // Secrets and extension configs: what the class's own listeners
+        // (inbound) name too, so per class.
+        if matches!(kind, Kind::Secret | Kind::ExtensionConfig) {
+            whole = true;
         }
         // The shared part, once per reduced class (or, where the type
         // does not reduce, everything, per class).
@@ -874,6 +1027,19 @@ fn compare(
     out
 }
 
+/// The types whose resources name those of `kind`, deciding which of
+/// them a proxy is served: clusters their load assignments, listeners
+/// their route configurations and extension configs, listeners and
+/// clusters their secrets.
+fn deciding(kind: Kind) -> &'static [Kind] {
+    match kind {
+        Kind::Endpoint => &[Kind::Cluster],
+        Kind::Route | Kind::ExtensionConfig => &[Kind::Listener],
+        Kind::Secret => &[Kind::Listener, Kind::Cluster],
+        _ => &[],
+    }
+}
+
 /// A class's own wildcard names of one type, before and after.
 type BeforeAfter = (BTreeSet<Arc<str>>, BTreeSet<Arc<str>>);
 
@@ -903,12 +1069,11 @@ fn compare_names(
     delta: &Delta,
     part: Part,
 ) -> KindChanges {
-    let deciding = match kind {
-        Kind::Endpoint => Kind::Cluster,
-        Kind::Route => Kind::Listener,
-        k => k,
+    let decides = match deciding(kind) {
+        [] => std::slice::from_ref(&kind),
+        d => d,
     };
-    let sets_may_differ = delta.get(&deciding).is_some_and(|d| !d.is_empty());
+    let sets_may_differ = decides.iter().any(|k| delta.get(k).is_some_and(|d| !d.is_empty()));
     let touched = delta.get(&kind).into_iter().flatten();
     let mut candidates: BTreeSet<Arc<str>>;
     let mut served: Option<Served> = None;
@@ -929,7 +1094,22 @@ fn compare_names(
         Part::Shared { whole } => {
             let whole = *whole;
             candidates = touched.filter(|n| whole || !GENERATOR.whole_class(kind, n)).cloned().collect();
-            if sets_may_differ {
+            if sets_may_differ && matches!(kind, Kind::Secret | Kind::ExtensionConfig) {
+                // A secret or extension config the class gains or loses is
+                // named by one of its listeners or clusters that changed:
+                // those are read (every one only for a name that exists).
+                if memo.may_name(b, a, class, kind) {
+                    for &by in decides {
+                        for n in delta.get(&by).into_iter().flatten() {
+                            for side in [b, a] {
+                                if let Some(r) = memo.refs(side, class, by, n) {
+                                    candidates.extend(r.of(kind).iter().cloned());
+                                }
+                            }
+                        }
+                    }
+                }
+            } else if sets_may_differ {
                 // The names the class gains or loses are candidates too.
                 let s = served_of(memo, b, a, kind, class, whole);
                 match &s {
@@ -939,7 +1119,7 @@ fn compare_names(
                         }
                         candidates.extend(old.own.symmetric_difference(&new.own).cloned());
                     }
-                    Served::Routes(old, new) => {
+                    Served::Named(old, new) => {
                         if old != new {
                             candidates.extend(old.symmetric_difference(new).cloned());
                         }
@@ -997,7 +1177,9 @@ fn served_of(memo: &mut Memo, b: &Side<'_>, a: &Side<'_>, kind: Kind, class: &Pr
         Kind::Endpoint => {
             Served::Endpoints(memo.wildcard(b, class, Kind::Cluster), memo.wildcard(a, class, Kind::Cluster))
         }
-        Kind::Route => Served::Routes(memo.route_names(b, class), memo.route_names(a, class)),
+        Kind::Route | Kind::Secret | Kind::ExtensionConfig => {
+            Served::Named(memo.named(b, class, kind), memo.named(a, class, kind))
+        }
         k if whole => Served::Wildcard(memo.wildcard(b, class, k), memo.wildcard(a, class, k)),
         k => Served::Wildcard(memo.shared_only(b, class, k), memo.shared_only(a, class, k)),
     }
@@ -1009,8 +1191,8 @@ enum Served {
     Wildcard(Names, Names),
     /// Load assignments: those of its clusters (these) that have one.
     Endpoints(Names, Names),
-    /// Route configurations: those its listeners name.
-    Routes(Arc<BTreeSet<Arc<str>>>, Arc<BTreeSet<Arc<str>>>),
+    /// Types served by name: those its listeners (and clusters) name.
+    Named(NameSet, NameSet),
 }
 
 impl Served {
@@ -1026,7 +1208,7 @@ impl Served {
                     old.contains(name)
                 }
             }
-            Served::Routes(old, new) => {
+            Served::Named(old, new) => {
                 if side.after {
                     new.contains(name)
                 } else {
@@ -1237,7 +1419,7 @@ fn render(
         "diffs": diffs.list,
         "warnings": warnings,
         "servedVersion": world.snapshot.version,
-        "notPredicted": ["SDS", "ECDS", "ambient bindings (taken as they are)"],
+        "notPredicted": ["remote clusters' objects (taken as they are)"],
     })
 }
 
@@ -1330,6 +1512,8 @@ pub(super) struct Server<'a> {
     pub(super) max_classes: usize,
     /// The source is filtered by `discoverySelectors`.
     pub(super) namespace_filter: bool,
+    /// The ambient index as published, and the names it is built with.
+    pub(super) ambient: Option<(Arc<istiod_ambient::Index>, istiod_ambient::Settings)>,
 }
 
 /// The connected proxies' node ids and classes, from every core.
@@ -1402,6 +1586,7 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
     };
     let connected = connected_classes(d.publisher).await;
     let world = World {
+        ambient: d.ambient.clone(),
         objects,
         snapshot,
         domain: d.domain.to_owned(),

@@ -859,3 +859,145 @@ fn a_waypoints_status_addresses_bind_the_services_that_use_it() {
     assert_eq!(wp["services"], json!(["default/web.default.svc.cluster.local"]), "{ambientz:#}");
     assert!(wp["address"].to_string().contains("waypoint.default.svc.cluster.local"), "{wp}");
 }
+
+/// What-if (issue #41) with a real ztunnel connected: a pod that ztunnel
+/// will capture is predicted as the workload the ztunnel gains (and taken
+/// for no sidecar), a namespace's `istio.io/use-waypoint` as the change
+/// of its service's waypoint; asking serves nothing, and applying each
+/// change then brings the ztunnel what was predicted.
+#[test]
+fn what_if_predicts_what_a_real_ztunnel_is_then_served() {
+    let Some(bin) = ztunnel() else {
+        eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
+        return;
+    };
+    use istiod_kubewatch::fake::{
+        K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources, write_resources,
+    };
+    let api = server::fake_api();
+    for r in
+        core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()).chain(write_resources())
+    {
+        api.install(r);
+    }
+    for ns in ["istio-system", "default"] {
+        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    api.apply("nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));
+    api.apply("pods", pod("ztunnel-abc", "istio-system", "ztunnel", "node-a", "10.0.0.2", false, "ztunnel"));
+    api.apply("pods", pod("web-0", "default", "web", "node-a", "10.0.0.10", true, "web"));
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "selector": {"app": "web"},
+                        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    );
+    // A waypoint no namespace uses yet (with an endpoint: its Gateway
+    // then has addresses).
+    api.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
+               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
+               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
+    );
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
+                        "selector": {"gateway.networking.k8s.io/gateway-name": "waypoint"},
+                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
+    );
+    api.apply(
+        K8S_GATEWAYS,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"gatewayClassName": "istio-waypoint",
+                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
+    );
+    api.add_pod_token(
+        "zt-token",
+        "system:serviceaccount:istio-system:ztunnel",
+        &["istio-ca"],
+        "ztunnel-abc",
+        "uid-ztunnel-abc",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
+    let ca_dir = dir.path().join("ca");
+    let secure = free_port();
+    let s = Server::start_on(
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        &["--secureGRPCAddr", &secure.to_string()],
+        &[
+            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+            ("PILOT_ENABLE_AMBIENT", "true"),
+            ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
+        ],
+        None,
+    );
+    let root = ca_dir.join("ca-cert.pem");
+    let mut zt = Ztunnel::start(&bin, secure, root.to_str().unwrap(), "zt-token", "node-a");
+    if zt.lacks_capabilities() {
+        eprintln!("SKIPPED: ztunnel's shared mode needs CAP_SYS_ADMIN and CAP_NET_ADMIN:\n{}", zt.log());
+        return;
+    }
+    let within = Duration::from_secs(60);
+    let web = "default/web.default.svc.cluster.local";
+    wait_for("web-0 and web's service in ztunnel", within, || {
+        let d = zt.dump();
+        by(&d["workloads"], "uid", "Kubernetes//Pod/default/web-0").is_some()
+            && by(&d["services"], "hostname", "web.default.svc.cluster.local").is_some()
+    });
+    wait_for("the waypoint's status addresses", within, || {
+        let gw = api.get(K8S_GATEWAYS, "default", "waypoint").unwrap_or_default();
+        gw["status"]["addresses"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    // The ztunnel's class is the only one: web-0 is captured (no sidecar)
+    // and the ztunnel's own pod is connected.
+    let ztunnel_class = |answer: &Value| -> Value {
+        let classes = answer["classes"].as_array().unwrap();
+        assert_eq!(classes.len(), 1, "{answer}");
+        assert_eq!(classes[0]["class"]["nodeType"], "ztunnel", "{answer}");
+        assert!(classes[0]["proxies"][0].as_str().unwrap().contains("ztunnel-abc.istio-system"), "{answer}");
+        crate::whatif::reached(answer).into_values().next().unwrap()
+    };
+
+    // A pod ztunnel will capture: its workload is added.
+    let web2 = pod("web-2", "default", "web", "node-a", "10.0.0.13", true, "web");
+    let (code, answer) = crate::whatif::whatif(&s, &web2.to_string(), &["--no-diff"]);
+    assert_eq!(code, 0, "{answer}");
+    let got = ztunnel_class(&answer);
+    assert_eq!(got["WDS"]["added"], json!(["Kubernetes//Pod/default/web-2"]), "{answer}");
+    assert_eq!(got["WDS"]["removed"], json!([]), "{answer}");
+    std::thread::sleep(Duration::from_millis(500));
+    let d = zt.dump();
+    assert!(by(&d["workloads"], "uid", "Kubernetes//Pod/default/web-2").is_none(), "a question serves nothing");
+    api.apply("pods", web2);
+    wait_for("web-2 in ztunnel once applied", within, || {
+        by(&zt.dump()["workloads"], "uid", "Kubernetes//Pod/default/web-2").is_some()
+    });
+
+    // The namespace uses the waypoint: web's service changes, its diff
+    // names the waypoint.
+    let labelled = json!({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": "default", "labels": {"istio.io/use-waypoint": "waypoint"}}});
+    let (code, answer) = crate::whatif::whatif(&s, &labelled.to_string(), &[]);
+    assert_eq!(code, 0, "{answer}");
+    let got = ztunnel_class(&answer);
+    assert!(got["WDS"]["changed"].as_array().unwrap().contains(&json!(web)), "{answer}");
+    let d = crate::whatif::diff_of(&answer, "WDS", web);
+    assert!(d.lines().any(|l| l.starts_with('+') && l.contains("waypoint")), "{d}");
+    let web_waypoint = |zt: &mut Ztunnel| {
+        let d = zt.dump();
+        by(&d["services"], "hostname", "web.default.svc.cluster.local")
+            .map(|s| s["waypoint"].clone())
+            .unwrap_or_default()
+    };
+    assert!(web_waypoint(&mut zt).is_null(), "a question serves nothing");
+    api.apply("namespaces", labelled);
+    wait_for("web's waypoint in ztunnel once applied", within, || {
+        web_waypoint(&mut zt).to_string().contains("waypoint.default.svc.cluster.local")
+    });
+    assert!(!nacked(&zt.log()), "{}", zt_log_tail(&zt));
+}

@@ -105,7 +105,7 @@ fn start() -> (tempfile::TempDir, Server) {
 
 /// `pilot-discovery whatif -o json` with `args` and `objects` as the file:
 /// the exit status and the answer.
-fn whatif(s: &Server, objects: &str, args: &[&str]) -> (i32, Value) {
+pub(crate) fn whatif(s: &Server, objects: &str, args: &[&str]) -> (i32, Value) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("change.yaml");
     std::fs::write(&file, objects).unwrap();
@@ -135,7 +135,7 @@ fn fetch(s: &Server, node: &Value) -> Value {
 
 /// The classes of an answer by their first pod or proxy: `{who: {type:
 /// {"added": [..], "removed": [..], "changed": [..]}}}`, names only.
-fn reached(answer: &Value) -> std::collections::BTreeMap<String, Value> {
+pub(crate) fn reached(answer: &Value) -> std::collections::BTreeMap<String, Value> {
     answer["classes"]
         .as_array()
         .unwrap()
@@ -153,7 +153,7 @@ fn reached(answer: &Value) -> std::collections::BTreeMap<String, Value> {
 }
 
 /// The diff an answer lists for the change of `name` of type `t`.
-fn diff_of<'a>(answer: &'a Value, t: &str, name: &str) -> &'a str {
+pub(crate) fn diff_of<'a>(answer: &'a Value, t: &str, name: &str) -> &'a str {
     let id = answer["classes"]
         .as_array()
         .unwrap()
@@ -166,8 +166,9 @@ fn diff_of<'a>(answer: &'a Value, t: &str, name: &str) -> &'a str {
 /// The names whose resources differ between two fetches, by type.
 fn differences(before: &Value, after: &Value) -> std::collections::BTreeMap<String, Vec<String>> {
     let mut out = std::collections::BTreeMap::new();
-    for (key, t) in [("clusters", "CDS"), ("listeners", "LDS"), ("routes", "RDS")] {
-        let (b, a) = (before[key].as_object().unwrap(), after[key].as_object().unwrap());
+    for (key, t) in [("clusters", "CDS"), ("listeners", "LDS"), ("routes", "RDS"), ("extension_configs", "ECDS")] {
+        let empty = serde_json::Map::new();
+        let (b, a) = (before[key].as_object().unwrap_or(&empty), after[key].as_object().unwrap_or(&empty));
         let mut names: Vec<String> = b.keys().chain(a.keys()).filter(|n| b.get(*n) != a.get(*n)).cloned().collect();
         names.sort();
         names.dedup();
@@ -576,4 +577,105 @@ fn answers_are_paged_and_anchors_refused() {
     let (code, answer) = whatif(&s, bomb, &[]);
     assert_eq!(code, 1, "{answer}");
     assert!(answer["objects"][0]["error"].as_str().unwrap().contains("aliases are not accepted"), "{answer}");
+}
+
+/// A TLS certificate and key for `host`, as a `kubernetes.io/tls`
+/// Secret's `stringData` (PEM).
+fn tls_secret(name: &str, ns: &str, host: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![host.to_owned()]).unwrap().self_signed(&key).unwrap();
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {ns}}}\ntype: kubernetes.io/tls\n\
+         stringData:\n  tls.crt: {:?}\n  tls.key: {:?}\n",
+        cert.pem(),
+        key.serialize_pem()
+    );
+    (secret, key.serialize_pem())
+}
+
+/// SDS: a gateway's credential rotated reaches the gateway that names it
+/// (istiod serves `kubernetes://<name>` to a gateway whose server's
+/// `credentialName` names a Secret of its namespace), as a change of
+/// that name alone, with the key redacted in the diff as `config_dump`
+/// redacts it; nobody else's configuration changes.
+#[test]
+fn a_rotated_gateway_credential_is_predicted_for_its_gateway_only() {
+    let (secret, _) = tls_secret("shop-cert", "istio-system", "shop.example.com");
+    let tls_gateway = "\
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: tls, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 443, name: https, protocol: HTTPS}
+    hosts: ['shop.example.com']
+    tls: {mode: SIMPLE, credentialName: shop-cert}
+";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mesh.yaml"), format!("{MESH}{WITH_GATEWAY}{tls_gateway}---\n{secret}")).unwrap();
+    let s = Server::start(dir.path(), &[], &[], None);
+    let (rotated, new_key) = tls_secret("shop-cert", "istio-system", "shop.example.com");
+    let (code, answer) = whatif(&s, &rotated, &[]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["objects"][0]["operation"], "updated", "{answer}");
+    let got = reached(&answer);
+    assert_eq!(
+        got,
+        [(
+            "ingress-1.istio-system".to_owned(),
+            json!({"SDS": {"added": [], "removed": [], "changed": ["kubernetes://shop-cert"]}})
+        )]
+        .into(),
+        "{answer}"
+    );
+    let d = diff_of(&answer, "SDS", "kubernetes://shop-cert");
+    assert!(d.lines().any(|l| l.starts_with('+') && l.contains("inlineBytes")), "the new chain: {d}");
+    let text = answer.to_string();
+    let key_line = new_key.lines().nth(1).unwrap();
+    assert!(!text.contains(key_line), "a private key is never shown: {d}");
+    assert!(d.contains("W3JlZGFjdGVkXQ=="), "redacted as config_dump redacts it: {d}");
+}
+
+/// ECDS: a WasmPlugin selecting web reaches web's class alone: its
+/// listeners gain the filter that names the plugin's extension config
+/// (`<phase-ordered> configDiscovery`), and the extension config is
+/// added; once applied, what grpcio is served differs by exactly those
+/// names (istiod's resource name, `extensions.istio.io/wasmplugin/` in
+/// `pilot/pkg/model/extensions.go`, here under TrafficExtension's
+/// translation as `tests/extensions.rs` checks it).
+#[test]
+fn a_wasm_plugin_is_predicted_as_its_listeners_and_extension_config_and_then_served() {
+    let (dir, s) = start();
+    let web = node("web-1.shop", "10.1.0.1", json!({"app": "web", "version": "v1"}));
+    let before = fetch(&s, &web);
+    let plugin = "\
+apiVersion: extensions.istio.io/v1alpha1
+kind: WasmPlugin
+metadata: {name: auth, namespace: shop}
+spec:
+  selector: {matchLabels: {app: web}}
+  url: oci://example.com/auth:1
+  phase: AUTHN
+";
+    let name = "extensions.istio.io/trafficextension/shop.auth~istio-translated-wasmplugin";
+    let (code, answer) = whatif(&s, plugin, &["--no-diff"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["objects"][0]["operation"], "created", "{answer}");
+    let got = reached(&answer);
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["web-1.shop"], "db and teller are not selected: {answer}");
+    assert_eq!(got["web-1.shop"]["ECDS"], json!({"added": [name], "removed": [], "changed": []}), "{answer}");
+    assert!(!got["web-1.shop"]["LDS"]["changed"].as_array().unwrap().is_empty(), "{answer}");
+    assert_eq!(fetch(&s, &web), before, "a question changes nothing served");
+
+    // Applied: what is served changes by the predicted names.
+    std::fs::write(dir.path().join("plugin.yaml"), plugin).unwrap();
+    let mut after = before.clone();
+    wait_for("the plugin served", Duration::from_secs(20), || {
+        after = fetch(&s, &web);
+        after["extension_configs"].get(name).is_some()
+    });
+    let want = predicted(&got["web-1.shop"]);
+    assert_eq!(differences(&before, &after), want, "{answer}");
 }

@@ -18,6 +18,7 @@ pub mod inject;
 pub mod jsonpatch;
 pub mod patch;
 pub mod proxy_config;
+pub mod question;
 pub mod smp;
 pub mod validate;
 

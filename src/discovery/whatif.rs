@@ -366,6 +366,8 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
     type PodKey = (NodeType, String, Vec<(String, String)>, String);
     let mut by_key: HashMap<PodKey, usize> = HashMap::new();
     let mut seen = BTreeSet::new();
+    let namespaces: HashMap<&str, &istiod_config::objects::Namespace> =
+        after.namespaces.iter().map(|n| (n.metadata.name.as_str(), n)).collect();
     for pod in after.pods.iter().chain(&world.objects.pods) {
         let ns = pod.metadata.ns();
         let name = format!("{}.{ns}", pod.metadata.name);
@@ -373,12 +375,7 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
             continue;
         }
         let Some(ip) = pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()) else { continue };
-        // Not proxies: a pod ztunnel captures (ambient: it runs no
-        // sidecar; its changes reach the ztunnels), a finished one.
-        let captured =
-            pod.metadata.annotations.get(istiod_ambient::workload::REDIRECTION).is_some_and(|v| v == "enabled");
-        let finished = matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"));
-        if captured || finished {
+        if !runs_proxy(pod, namespaces.get(ns).copied()) {
             continue;
         }
         let labels = &pod.metadata.labels;
@@ -410,6 +407,61 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
         out.push(Reached { class, proxies: Vec::new(), pods: vec![name], changes: Default::default() });
     }
     out
+}
+
+/// Whether `pod` (of namespace `ns`) may run a proxy, unless something
+/// says it runs none: ztunnel captures it (ambient: what it changes
+/// reaches the ztunnels), injection is turned off for it or its namespace,
+/// or it has finished. (Pods are otherwise taken to be injected: a
+/// configuration directory lists them without the injected container.)
+fn runs_proxy(pod: &istiod_config::objects::Pod, ns: Option<&istiod_config::objects::Namespace>) -> bool {
+    let (labels, annotations) = (&pod.metadata.labels, &pod.metadata.annotations);
+    let ns_labels = ns.map(|n| &n.metadata.labels);
+    let ns_label = |k: &str| ns_labels.and_then(|l| l.get(k)).map(String::as_str);
+    let captured = annotations.get(istiod_ambient::workload::REDIRECTION).is_some_and(|v| v == "enabled")
+        || match labels.get("istio.io/dataplane-mode").map(String::as_str) {
+            Some(mode) => mode == "ambient",
+            None => ns_label("istio.io/dataplane-mode") == Some("ambient"),
+        };
+    let off = |v: Option<&String>| v.is_some_and(|v| v == "false");
+    let not_injected = off(labels.get("sidecar.istio.io/inject"))
+        || off(annotations.get("sidecar.istio.io/inject"))
+        || ns_label("istio-injection") == Some("disabled");
+    let finished = matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    !(captured || not_injected || finished)
+}
+
+#[cfg(test)]
+mod runs_proxy_tests {
+    use super::runs_proxy;
+    use istiod_config::objects::{Namespace, Pod};
+
+    fn pod(meta: &str) -> Pod {
+        serde_yaml_ng::from_str(&format!("metadata: {{name: p, namespace: n{meta}}}\nstatus: {{phase: Running}}"))
+            .unwrap()
+    }
+
+    fn ns(labels: &str) -> Namespace {
+        serde_yaml_ng::from_str(&format!("metadata: {{name: n, labels: {{{labels}}}}}")).unwrap()
+    }
+
+    #[test]
+    fn pods_without_a_proxy_are_known_by_what_says_so() {
+        assert!(runs_proxy(&pod(""), None));
+        assert!(runs_proxy(&pod(""), Some(&ns("istio-injection: enabled"))));
+        assert!(!runs_proxy(&pod(", annotations: {ambient.istio.io/redirection: enabled}"), None));
+        assert!(!runs_proxy(&pod(""), Some(&ns("istio.io/dataplane-mode: ambient"))));
+        assert!(runs_proxy(
+            &pod(", labels: {istio.io/dataplane-mode: none}"),
+            Some(&ns("istio.io/dataplane-mode: ambient"))
+        ));
+        assert!(!runs_proxy(&pod(", labels: {sidecar.istio.io/inject: 'false'}"), None));
+        assert!(!runs_proxy(&pod(", annotations: {sidecar.istio.io/inject: 'false'}"), None));
+        assert!(!runs_proxy(&pod(""), Some(&ns("istio-injection: disabled"))));
+        let mut done = pod("");
+        done.status.phase = Some("Succeeded".into());
+        assert!(!runs_proxy(&done, None));
+    }
 }
 
 /// What a comparison remembers across classes, keyed as the cores' cache

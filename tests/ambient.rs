@@ -866,6 +866,7 @@ fn a_waypoints_status_addresses_bind_the_services_that_use_it() {
 /// of its service's waypoint; asking serves nothing, and applying each
 /// change then brings the ztunnel what was predicted.
 #[test]
+#[allow(clippy::print_stderr, reason = "a skip says why")]
 fn what_if_predicts_what_a_real_ztunnel_is_then_served() {
     let Some(bin) = ztunnel() else {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");

@@ -351,8 +351,10 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
         });
         out[i].proxies.push(id.clone());
     }
-    // `pod.namespace` of the connected proxies (the node id's third field).
-    let connected: BTreeSet<&str> = world.connected.iter().filter_map(|(id, _)| id.split('~').nth(2)).collect();
+    // `pod.namespace` of the connected proxies (the node id's third field;
+    // a namespace has no dot).
+    let connected: std::collections::HashSet<(&str, &str)> =
+        world.connected.iter().filter_map(|(id, _)| id.split('~').nth(2)?.rsplit_once('.')).collect();
     let selectors: Vec<&BTreeMap<String, String>> = after
         .istio
         .iter()
@@ -363,15 +365,15 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
         })
         .collect();
     // (type, namespace, labels, service account) -> the class's place.
-    type PodKey = (NodeType, String, Vec<(String, String)>, String);
-    let mut by_key: HashMap<PodKey, usize> = HashMap::new();
-    let mut seen = BTreeSet::new();
+    type PodKey<'a> = (NodeType, &'a str, &'a BTreeMap<String, String>, &'a str);
+    let mut by_key: HashMap<PodKey<'_>, usize> = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
     let namespaces: HashMap<&str, &istiod_config::objects::Namespace> =
         after.namespaces.iter().map(|n| (n.metadata.name.as_str(), n)).collect();
     for pod in after.pods.iter().chain(&world.objects.pods) {
         let ns = pod.metadata.ns();
-        let name = format!("{}.{ns}", pod.metadata.name);
-        if !visible(ns) || pod.spec.host_network || connected.contains(name.as_str()) || !seen.insert(name.clone()) {
+        let at = (pod.metadata.name.as_str(), ns);
+        if !visible(ns) || pod.spec.host_network || connected.contains(&at) || !seen.insert(at) {
             continue;
         }
         let Some(ip) = pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()) else { continue };
@@ -382,8 +384,9 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
         let router = labels.contains_key("gateway.networking.k8s.io/gateway-name")
             || selectors.iter().any(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)));
         let node_type = if router { NodeType::Router } else { NodeType::Sidecar };
-        let sa = pod.spec.service_account_name.clone().unwrap_or_else(|| "default".into());
-        let key = (node_type, ns.to_owned(), labels.clone().into_iter().collect::<Vec<_>>(), sa.clone());
+        let sa = pod.spec.service_account_name.as_deref().unwrap_or("default");
+        let name = format!("{}.{ns}", pod.metadata.name);
+        let key = (node_type, ns, labels, sa);
         if let Some(i) = by_key.get(&key) {
             out[*i].pods.push(name);
             continue;

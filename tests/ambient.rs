@@ -124,6 +124,80 @@ fn by<'a>(list: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|v| v[key] == value)
 }
 
+/// A fake API server for a real ztunnel's tests: the resources istiod
+/// reads and writes, the namespaces `istio-system` and `default`, the
+/// ztunnel's pod on `node-a` and its token (`zt-token`); and where the
+/// binary started on it keeps its CA and serves its secure port.
+struct ZtunnelCluster {
+    api: istiod_kubewatch::fake::FakeApi,
+    dir: tempfile::TempDir,
+    secure: std::net::SocketAddr,
+}
+
+impl ZtunnelCluster {
+    fn new() -> ZtunnelCluster {
+        use istiod_kubewatch::fake::{core_resources, gateway_api_resources, istio_resources, write_resources};
+        let api = server::fake_api();
+        for r in core_resources()
+            .into_iter()
+            .chain(istio_resources())
+            .chain(gateway_api_resources())
+            .chain(write_resources())
+        {
+            api.install(r);
+        }
+        for ns in ["istio-system", "default"] {
+            api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        }
+        api.apply("pods", pod("ztunnel-abc", "istio-system", "ztunnel", "node-a", "10.0.0.2", false, "ztunnel"));
+        api.add_pod_token(
+            "zt-token",
+            "system:serviceaccount:istio-system:ztunnel",
+            &["istio-ca"],
+            "ztunnel-abc",
+            "uid-ztunnel-abc",
+        );
+        ZtunnelCluster { api, dir: tempfile::tempdir().unwrap(), secure: free_port() }
+    }
+
+    /// The binary on the API server, with ambient on and the ztunnel's
+    /// service account trusted to ask for its node's pods' certificates.
+    fn start(&self) -> Server {
+        let kubeconfig = server::kubeconfig(self.dir.path(), &self.api.url());
+        let ca_dir = self.dir.path().join("ca");
+        Server::start_on(
+            &["--kubeconfig", kubeconfig.to_str().unwrap()],
+            &["--secureGRPCAddr", &self.secure.to_string()],
+            &[
+                ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
+                ("PILOT_ENABLE_AMBIENT", "true"),
+                ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
+            ],
+            None,
+        )
+    }
+
+    /// The mesh root's PEM file (once started).
+    fn root(&self) -> String {
+        self.dir.path().join("ca/ca-cert.pem").to_str().unwrap().to_owned()
+    }
+
+    /// A ztunnel on `node-a`, or `None` (having said why) where this
+    /// runner lacks the capabilities its shared mode needs.
+    #[allow(clippy::print_stderr, reason = "a skip says why")]
+    fn ztunnel(&self, bin: &PathBuf) -> Option<Ztunnel> {
+        let mut zt = Ztunnel::start(bin, self.secure, &self.root(), "zt-token", "node-a");
+        if zt.lacks_capabilities() {
+            eprintln!(
+                "SKIPPED: ztunnel's shared mode needs CAP_SYS_ADMIN and CAP_NET_ADMIN, which this runner lacks:\n{}",
+                zt.log()
+            );
+            return None;
+        }
+        Some(zt)
+    }
+}
+
 /// A ztunnel on node `node-a` gets the pods, the Service with its VIP,
 /// ports and endpoints, and the AuthorizationPolicy as istiod describes
 /// them; it holds an `Available` certificate for the HBONE pod on its
@@ -137,25 +211,15 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
         return;
     };
-    use istiod_kubewatch::fake::{
-        K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources, write_resources,
-    };
-    let api = server::fake_api();
-    for r in
-        core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()).chain(write_resources())
-    {
-        api.install(r);
-    }
-    for ns in ["istio-system", "default"] {
-        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
-    }
+    use istiod_kubewatch::fake::K8S_GATEWAYS;
+    let cluster = ZtunnelCluster::new();
+    let api = &cluster.api;
     for (n, zone) in [("node-a", "zone-a"), ("node-b", "zone-b")] {
         api.apply(
             "nodes",
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"topology.kubernetes.io/region": "r1", "topology.kubernetes.io/zone": zone}}}),
         );
     }
-    api.apply("pods", pod("ztunnel-abc", "istio-system", "ztunnel", "node-a", "10.0.0.2", false, "ztunnel"));
     api.apply("pods", pod("web-0", "default", "web", "node-a", "10.0.0.10", true, "web"));
     api.apply("pods", pod("web-1", "default", "web-b", "node-b", "10.0.0.11", true, "web"));
     api.apply("pods", pod("tcp-0", "default", "tcp", "node-a", "10.0.0.12", false, "web"));
@@ -178,40 +242,9 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
                "metadata": {"name": "deny-get", "namespace": "default"},
                "spec": {"action": "DENY", "rules": [{"to": [{"operation": {"methods": ["GET"], "ports": ["9090"]}}]}]}}),
     );
-    api.add_pod_token(
-        "zt-token",
-        "system:serviceaccount:istio-system:ztunnel",
-        &["istio-ca"],
-        "ztunnel-abc",
-        "uid-ztunnel-abc",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
-    let ca_dir = dir.path().join("ca");
-    let secure = free_port();
-    let start = || {
-        Server::start_on(
-            &["--kubeconfig", kubeconfig.to_str().unwrap()],
-            &["--secureGRPCAddr", &secure.to_string()],
-            &[
-                ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
-                ("PILOT_ENABLE_AMBIENT", "true"),
-                ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
-            ],
-            None,
-        )
-    };
-    let s = start();
-    let root = ca_dir.join("ca-cert.pem");
-    let root = root.to_str().unwrap().to_owned();
-    let mut zt = Ztunnel::start(&bin, secure, &root, "zt-token", "node-a");
-    if zt.lacks_capabilities() {
-        eprintln!(
-            "SKIPPED: ztunnel's shared mode needs CAP_SYS_ADMIN and CAP_NET_ADMIN, which this runner lacks:\n{}",
-            zt.log()
-        );
-        return;
-    }
+    let s = cluster.start();
+    let (root, secure) = (cluster.root(), cluster.secure);
+    let Some(mut zt) = cluster.ztunnel(&bin) else { return };
 
     let web_id = "spiffe://cluster.local/ns/default/sa/web";
     let mut dump = Value::Null;
@@ -447,7 +480,7 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     // server no longer has; the rest it keeps.
     drop(s);
     api.delete("pods", "default", "web-1");
-    let s = start();
+    let s = cluster.start();
     wait_for("web-1 gone from ztunnel after the restart", within, || {
         by(&zt.dump()["workloads"], "uid", "Kubernetes//Pod/default/web-1").is_none()
     });
@@ -872,20 +905,10 @@ fn what_if_predicts_what_a_real_ztunnel_is_then_served() {
         eprintln!("SKIPPED: no ../shared/peers/build-ztunnel to build ztunnel with");
         return;
     };
-    use istiod_kubewatch::fake::{
-        K8S_GATEWAYS, core_resources, gateway_api_resources, istio_resources, write_resources,
-    };
-    let api = server::fake_api();
-    for r in
-        core_resources().into_iter().chain(istio_resources()).chain(gateway_api_resources()).chain(write_resources())
-    {
-        api.install(r);
-    }
-    for ns in ["istio-system", "default"] {
-        api.apply("namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
-    }
+    use istiod_kubewatch::fake::K8S_GATEWAYS;
+    let cluster = ZtunnelCluster::new();
+    let api = &cluster.api;
     api.apply("nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}));
-    api.apply("pods", pod("ztunnel-abc", "istio-system", "ztunnel", "node-a", "10.0.0.2", false, "ztunnel"));
     api.apply("pods", pod("web-0", "default", "web", "node-a", "10.0.0.10", true, "web"));
     api.apply(
         "services",
@@ -916,33 +939,8 @@ fn what_if_predicts_what_a_real_ztunnel_is_then_served() {
                "spec": {"gatewayClassName": "istio-waypoint",
                         "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
     );
-    api.add_pod_token(
-        "zt-token",
-        "system:serviceaccount:istio-system:ztunnel",
-        &["istio-ca"],
-        "ztunnel-abc",
-        "uid-ztunnel-abc",
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = server::kubeconfig(dir.path(), &api.url());
-    let ca_dir = dir.path().join("ca");
-    let secure = free_port();
-    let s = Server::start_on(
-        &["--kubeconfig", kubeconfig.to_str().unwrap()],
-        &["--secureGRPCAddr", &secure.to_string()],
-        &[
-            ("ISTIOD_RS_SELF_SIGNED_CA_DIR", ca_dir.to_str().unwrap()),
-            ("PILOT_ENABLE_AMBIENT", "true"),
-            ("CA_TRUSTED_NODE_ACCOUNTS", "istio-system/ztunnel"),
-        ],
-        None,
-    );
-    let root = ca_dir.join("ca-cert.pem");
-    let mut zt = Ztunnel::start(&bin, secure, root.to_str().unwrap(), "zt-token", "node-a");
-    if zt.lacks_capabilities() {
-        eprintln!("SKIPPED: ztunnel's shared mode needs CAP_SYS_ADMIN and CAP_NET_ADMIN:\n{}", zt.log());
-        return;
-    }
+    let s = cluster.start();
+    let Some(mut zt) = cluster.ztunnel(&bin) else { return };
     let within = Duration::from_secs(60);
     let web = "default/web.default.svc.cluster.local";
     wait_for("web-0 and web's service in ztunnel", within, || {

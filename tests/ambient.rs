@@ -124,6 +124,33 @@ fn by<'a>(list: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|v| v[key] == value)
 }
 
+/// The waypoint `default/waypoint` (Gateway class `istio-waypoint`), its
+/// Service (10.96.0.99, HBONE on 15008) and an endpoint of it (its
+/// Gateway then gets addresses).
+fn apply_waypoint(api: &istiod_kubewatch::fake::FakeApi) {
+    api.apply(
+        "services",
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
+                        "selector": {"gateway.networking.k8s.io/gateway-name": "waypoint"},
+                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
+    );
+    api.apply(
+        "endpointslices",
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
+               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
+               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
+    );
+    api.apply(
+        istiod_kubewatch::fake::K8S_GATEWAYS,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "waypoint", "namespace": "default"},
+               "spec": {"gatewayClassName": "istio-waypoint",
+                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
+    );
+}
+
 /// A fake API server for a real ztunnel's tests: the resources istiod
 /// reads and writes, the namespaces `istio-system` and `default`, the
 /// ztunnel's pod on `node-a` and its token (`zt-token`); and where the
@@ -411,27 +438,7 @@ fn a_real_ztunnel_gets_its_nodes_workloads_policies_and_certificates() {
     // endpoint, istiod-rs writes the Gateway's addresses (as istiod's
     // status controller), and the Service carries the waypoint; without
     // the label, it does not.
-    api.apply(
-        "services",
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
-               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
-                        "selector": {"gateway.networking.k8s.io/gateway-name": "waypoint"},
-                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
-    );
-    api.apply(
-        "endpointslices",
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
-               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
-               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
-    );
-    api.apply(
-        K8S_GATEWAYS,
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "waypoint", "namespace": "default"},
-               "spec": {"gatewayClassName": "istio-waypoint",
-                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
-    );
+    apply_waypoint(api);
     wait_for("the waypoint's status addresses", within, || {
         let gw = api.get(K8S_GATEWAYS, "default", "waypoint").unwrap_or_default();
         gw["status"]["addresses"]
@@ -916,29 +923,8 @@ fn what_if_predicts_what_a_real_ztunnel_is_then_served() {
                "spec": {"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10"], "selector": {"app": "web"},
                         "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
     );
-    // A waypoint no namespace uses yet (with an endpoint: its Gateway
-    // then has addresses).
-    api.apply(
-        "endpointslices",
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": "waypoint-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "waypoint"}},
-               "addressType": "IPv4", "ports": [{"name": "mesh", "port": 15008}],
-               "endpoints": [{"addresses": ["10.0.0.30"], "conditions": {"ready": true}}]}),
-    );
-    api.apply(
-        "services",
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "waypoint", "namespace": "default"},
-               "spec": {"clusterIP": "10.96.0.99", "clusterIPs": ["10.96.0.99"],
-                        "selector": {"gateway.networking.k8s.io/gateway-name": "waypoint"},
-                        "ports": [{"name": "mesh", "port": 15008, "appProtocol": "hbone"}]}}),
-    );
-    api.apply(
-        K8S_GATEWAYS,
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "waypoint", "namespace": "default"},
-               "spec": {"gatewayClassName": "istio-waypoint",
-                        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]}}),
-    );
+    // A waypoint no namespace uses yet.
+    apply_waypoint(api);
     let s = cluster.start();
     let Some(mut zt) = cluster.ztunnel(&bin) else { return };
     let within = Duration::from_secs(60);

@@ -40,6 +40,10 @@ struct Ztunnel {
     admin: std::net::SocketAddr,
     log: PathBuf,
     _dir: tempfile::TempDir,
+    /// A ztunnel binds fixed ports (15001, 15006, 15008, 15021, 15053):
+    /// one runs at a time in this process (nextest runs its tests apart,
+    /// `cargo test` on threads).
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Drop for Ztunnel {
@@ -51,6 +55,8 @@ impl Drop for Ztunnel {
 
 impl Ztunnel {
     fn start(bin: &PathBuf, secure: std::net::SocketAddr, root: &str, token: &str, node: &str) -> Ztunnel {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let one_at_a_time = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().unwrap();
         // No trailing newline: ztunnel sends the file as it is.
         std::fs::write(dir.path().join("token"), token).unwrap();
@@ -81,7 +87,7 @@ impl Ztunnel {
             .stderr(Stdio::null())
             .spawn()
             .expect("start ztunnel");
-        Ztunnel { child, admin, log, _dir: dir }
+        Ztunnel { child, admin, log, _dir: dir, _one_at_a_time: one_at_a_time }
     }
 
     fn log(&self) -> String {

@@ -631,10 +631,12 @@ spec:
         "{answer}"
     );
     let d = diff_of(&answer, "SDS", "kubernetes://shop-cert");
-    assert!(d.lines().any(|l| l.starts_with('+') && l.contains("inlineBytes")), "the new chain: {d}");
-    let text = answer.to_string();
-    let key_line = new_key.lines().nth(1).unwrap();
-    assert!(!text.contains(key_line), "a private key is never shown: {d}");
+    // Proto3 JSON shows bytes in base64: a PEM's first line, encoded.
+    const CERTIFICATE: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"; // -----BEGIN CERTIFICATE-----
+    const KEY: &str = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t"; // -----BEGIN PRIVATE KEY-----
+    assert!(new_key.starts_with("-----BEGIN PRIVATE KEY-----"), "{new_key}");
+    assert!(d.lines().any(|l| l.starts_with('+') && l.contains(CERTIFICATE)), "the new chain: {d}");
+    assert!(!answer.to_string().contains(KEY), "a private key is never shown: {d}");
     assert!(d.contains("W3JlZGFjdGVkXQ=="), "redacted as config_dump redacts it: {d}");
 }
 
@@ -678,4 +680,22 @@ spec:
     });
     let want = predicted(&got["web-1.shop"]);
     assert_eq!(differences(&before, &after), want, "{answer}");
+
+    // With an image pull secret: the extension config carries the
+    // secret's `.dockerconfigjson` (istiod's
+    // `ISTIO_META_WASM_IMAGE_PULL_SECRET`); a what-if shows it redacted.
+    let pull = "\
+apiVersion: v1
+kind: Secret
+metadata: {name: pull, namespace: shop}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{\"auths\":{\"example.com\":{\"auth\":\"c2VjcmV0LXRva2Vu\"}}}'}
+";
+    std::fs::write(dir.path().join("pull.yaml"), pull).unwrap();
+    let pulling = format!("{plugin}  imagePullSecret: pull\n");
+    let (code, answer) = whatif(&s, &pulling, &[]);
+    assert_eq!(code, 0, "{answer}");
+    let d = diff_of(&answer, "ECDS", name);
+    assert!(d.contains("ISTIO_META_WASM_IMAGE_PULL_SECRET") && d.contains("[redacted]"), "{d}\n{answer}");
+    assert!(!answer.to_string().contains("c2VjcmV0LXRva2Vu"), "the pull secret is never shown: {d}");
 }

@@ -226,6 +226,17 @@ impl PartialEq for Answer {
 }
 
 impl SecretAccess {
+    /// A copy that asks the API server nothing: the answers in force (not
+    /// marked read), none for a service account not asked about yet.
+    /// What-if predictions generate with it: what they generate is not
+    /// served. (Equal to `self`: the same answers.)
+    pub fn quiet(&self) -> SecretAccess {
+        SecretAccess {
+            asks: self.asks.as_ref().map(|_| Asks::new(|_, _| {})),
+            answers: self.answers.iter().map(|(k, a)| (k.clone(), Answer::new(a.allowed))).collect(),
+        }
+    }
+
     /// Whether service account `sa` of `namespace` may read its
     /// namespace's Secrets: `None` while the API server has not said (it
     /// is asked; the answer is pushed when it comes).

@@ -12,7 +12,7 @@ use istiod_proto::envoy::admin::v3 as admin;
 use istiod_proto::prost::{Message, Name};
 use istiod_proto::prost_types::Any;
 use istiod_xds_api::snapshot::Kind;
-use prost_reflect::{DescriptorPool, DynamicMessage, SerializeOptions};
+use prost_reflect::{DescriptorPool, DynamicMessage, ReflectMessage, SerializeOptions};
 use serde_json::{Value, json};
 
 fn pool() -> &'static DescriptorPool {
@@ -202,16 +202,67 @@ pub(super) fn message_json<T: Message + Name>(msg: &T) -> Value {
 /// The message `desc` describes, encoded in `bytes`, as proto3 JSON
 /// ([`message_json`]'s options); what does not decode says why.
 fn decoded_json(desc: prost_reflect::MessageDescriptor, bytes: impl bytes::Buf) -> Value {
+    let serialize = |m: &DynamicMessage| {
+        let opts = SerializeOptions::new().stringify_64_bit_integers(true);
+        let mut ser = serde_json::Serializer::new(Vec::new());
+        m.serialize_with_options(&mut ser, &opts)
+            .map(|()| serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null))
+    };
     match DynamicMessage::decode(desc, bytes) {
-        Ok(m) => {
-            let opts = SerializeOptions::new().stringify_64_bit_integers(true);
-            let mut ser = serde_json::Serializer::new(Vec::new());
-            match m.serialize_with_options(&mut ser, &opts) {
-                Ok(()) => serde_json::from_slice(&ser.into_inner()).unwrap_or(Value::Null),
-                Err(e) => json!({"error": e.to_string()}),
-            }
-        }
+        Ok(mut m) => serialize(&m).unwrap_or_else(|e| {
+            // An empty `Any` (no type: istiod sends a Wasm filter's absent
+            // plugin configuration so) has no JSON form: shown absent.
+            clear_empty_anys(&mut m, 0);
+            serialize(&m).unwrap_or_else(|_| json!({"error": e.to_string()}))
+        }),
         Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
+/// Clears the `Any` fields of `m` that name no type, at any depth (inside
+/// other `Any`s too, which are decoded, cleared and encoded again).
+fn clear_empty_anys(m: &mut DynamicMessage, depth: usize) {
+    const ANY: &str = "google.protobuf.Any";
+    // (Envoy's messages nest a few dozen levels at most.)
+    if depth > 64 {
+        return;
+    }
+    let is_empty_any = |x: &DynamicMessage| {
+        x.descriptor().full_name() == ANY
+            && x.get_field_by_name("type_url").is_none_or(|u| u.as_str().is_none_or(str::is_empty))
+    };
+    let nested = |x: &mut DynamicMessage| {
+        if x.descriptor().full_name() != ANY {
+            return clear_empty_anys(x, depth + 1);
+        }
+        let url = x.get_field_by_name("type_url").and_then(|u| u.as_str().map(str::to_owned)).unwrap_or_default();
+        let Some(desc) = pool().get_message_by_name(url.rsplit('/').next().unwrap_or_default()) else { return };
+        let Some(value) = x.get_field_by_name("value").and_then(|v| v.as_bytes().cloned()) else { return };
+        if let Ok(mut inner) = DynamicMessage::decode(desc, value) {
+            clear_empty_anys(&mut inner, depth + 1);
+            x.set_field_by_name("value", prost_reflect::Value::Bytes(inner.encode_to_vec().into()));
+        }
+    };
+    let mut empty = Vec::new();
+    for (fd, v) in m.fields_mut() {
+        match v {
+            prost_reflect::Value::Message(x) if is_empty_any(x) => empty.push(fd.clone()),
+            prost_reflect::Value::Message(x) => nested(x),
+            prost_reflect::Value::List(items) => items.iter_mut().for_each(|i| {
+                if let prost_reflect::Value::Message(x) = i {
+                    nested(x)
+                }
+            }),
+            prost_reflect::Value::Map(map) => map.values_mut().for_each(|i| {
+                if let prost_reflect::Value::Message(x) = i {
+                    nested(x)
+                }
+            }),
+            _ => {}
+        }
+    }
+    for fd in empty {
+        m.clear_field(&fd);
     }
 }
 
@@ -259,6 +310,34 @@ mod tests {
     use istiod_proto::envoy::config::cluster::v3::Cluster;
 
     use super::*;
+
+    /// istiod sends a Wasm filter without a plugin configuration with an
+    /// empty `Any` (`buildDataSource`'s `&anypb.Any{}`): the resource is
+    /// shown, without it.
+    #[test]
+    fn an_empty_any_is_shown_absent() {
+        use prost_reflect::Value as V;
+        let desc = |n: &str| pool().get_message_by_name(n).unwrap();
+        let mut config = DynamicMessage::new(desc("envoy.extensions.wasm.v3.PluginConfig"));
+        config.set_field_by_name("name", V::String("auth".into()));
+        config.set_field_by_name("configuration", V::Message(DynamicMessage::new(desc("google.protobuf.Any"))));
+        let mut wasm = DynamicMessage::new(desc("envoy.extensions.filters.http.wasm.v3.Wasm"));
+        wasm.set_field_by_name("config", V::Message(config));
+        let mut ecds = DynamicMessage::new(desc("envoy.config.core.v3.TypedExtensionConfig"));
+        ecds.set_field_by_name("name", V::String("auth".into()));
+        let typed = Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm".into(),
+            value: wasm.encode_to_vec(),
+        };
+        let mut any = DynamicMessage::new(desc("google.protobuf.Any"));
+        any.set_field_by_name("type_url", V::String(typed.type_url.clone()));
+        any.set_field_by_name("value", V::Bytes(typed.value.clone().into()));
+        ecds.set_field_by_name("typed_config", V::Message(any));
+        let v = resource_json(Kind::ExtensionConfig, &Bytes::from(ecds.encode_to_vec()));
+        assert_eq!(v["typedConfig"]["config"]["name"], "auth", "{v}");
+        assert!(v["typedConfig"]["config"].get("configuration").is_none(), "{v}");
+        assert_eq!(v["typedConfig"]["@type"], typed.type_url, "{v}");
+    }
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()

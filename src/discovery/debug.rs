@@ -286,10 +286,10 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         crate::control::http::WHATIF_PATH => {
             let (objects, namespace_filter, ambient) = {
                 let s = state.borrow();
-                // (The index changes with the objects, in the same step
-                // that publishes them.)
-                let mesh = s.settings.as_ref().map(|r| r.borrow().clone()).unwrap_or_default();
-                let ambient = s.ambient.as_ref().map(|a| (a.index.clone(), a.settings(&d.domain, &mesh)));
+                // (The index follows the objects; what it was given since
+                // they were published changed nothing served. Its mesh
+                // settings are taken from the served model.)
+                let ambient = s.ambient.as_ref().map(|a| (a.index.clone(), a.settings(&d.domain, &Default::default())));
                 (s.published.clone(), s.namespace_filter, ambient)
             };
             let server = super::whatif::Server {

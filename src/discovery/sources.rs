@@ -590,6 +590,11 @@ pub(super) fn apply(
         // The first publish is a full push.
         let reasons = if first { push_reasons(None) } else { push_reasons(changed.as_deref()) };
         let _ = tx.send(crate::control::Input { changes, mesh: Some(mesh), touched, reasons, full: false });
+    } else if let Some((served, _)) = s.published.take() {
+        // Nothing served changed: what is served is these objects' too
+        // (what-if starts from them, and from the ambient index that has
+        // taken them in).
+        s.published = Some((served, s.objects.clone()));
     }
     drop(s);
     // (After an update in place the old mesh shares nearly everything

@@ -101,9 +101,12 @@ pub struct World {
     /// The source is filtered by the mesh's `discoverySelectors`
     /// (Kubernetes).
     pub namespace_filter: bool,
-    /// The ambient index the served snapshot was built with, and the names
-    /// it is built with (`PILOT_ENABLE_AMBIENT`).
-    pub ambient: Option<(Arc<istiod_ambient::Index>, istiod_ambient::Settings)>,
+    /// The ambient index the served snapshot was built with
+    /// (`PILOT_ENABLE_AMBIENT`), taken (and let go of) once copied: while
+    /// it is held, a change the control thread applies copies it there.
+    /// With the names it is built with that come from the flags (those of
+    /// the mesh are the served model's).
+    pub ambient: Option<(std::sync::Mutex<Option<Arc<istiod_ambient::Index>>>, istiod_ambient::Settings)>,
 }
 
 /// How much of the answer to render.
@@ -159,6 +162,9 @@ pub struct Reached {
 pub struct After {
     /// The snapshot the cores would serve.
     pub snapshot: Arc<Snapshot<MeshInput>>,
+    /// The snapshot the cores serve, generating as `snapshot` does (asking
+    /// the API server nothing).
+    pub before: Arc<Snapshot<MeshInput>>,
     /// The objects.
     pub objects: Objects,
     /// What each asked object did: `created`, `updated`, `unchanged`,
@@ -214,17 +220,30 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
     refs.dedup();
     let (mut next, _) =
         istiod_mesh::update::update(Some(&prev), &objects, Some(&refs), &world.domain, &settings, &prev.model.jwks);
-    if !Arc::ptr_eq(&next.model.secret_access, &prev.model.secret_access) {
-        next = Arc::new(next.with_secret_access(prev.model.secret_access.clone()));
-    }
+    // Both sides generate with a copy of the API server's answers on who
+    // may read Secrets that asks nothing: a prediction makes no request.
+    let quiet = Arc::new(prev.model.secret_access.quiet());
+    next = Arc::new(next.with_secret_access(quiet.clone()));
+    let mut before = Snapshot::new(world.snapshot.version, world.snapshot.changed_at, world.snapshot.model.clone());
+    before.mesh = Some(Arc::new(prev.with_secret_access(quiet)));
     // Ambient: the change applied to a copy of the index, as the source
     // applies it (ztunnels' workloads, services and policies; the waypoint
     // bindings waypoint proxies read).
     let mut ambient = Vec::new();
     match &world.ambient {
-        Some((index, settings)) => {
-            let mut index = (**index).clone();
-            ambient = index.apply(&objects, Some(&refs), settings);
+        Some((index, names)) => {
+            let taken = index.lock().unwrap_or_else(|e| e.into_inner()).take();
+            // The copy is this prediction's own where the control thread
+            // has copied it since.
+            let mut index = taken.map(Arc::unwrap_or_clone).unwrap_or_default();
+            // As the served model was built: its mesh settings.
+            let settings = istiod_ambient::Settings {
+                domain: world.domain.clone(),
+                trust_domain: settings.trust_domain.clone(),
+                root_namespace: settings.root_namespace.clone(),
+                ..names.clone()
+            };
+            ambient = index.apply(&objects, Some(&refs), &settings);
             next = super::sources::with_waypoints(next, &index);
         }
         // Without an index the bindings stay what they are (none).
@@ -251,7 +270,7 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
     let (model, _) = world.snapshot.model.apply(version, changes);
     let mut snap = Snapshot::new(version, Instant::now(), Arc::new(model));
     snap.mesh = Some(next);
-    Some(After { snapshot: Arc::new(snap), objects, operations, delta })
+    Some(After { snapshot: Arc::new(snap), before: Arc::new(before), objects, operations, delta })
 }
 
 /// Puts `o` in place of the element `is` finds, or adds it.
@@ -368,8 +387,13 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
     type PodKey<'a> = (NodeType, &'a str, &'a BTreeMap<String, String>, &'a str);
     let mut by_key: HashMap<PodKey<'_>, usize> = HashMap::new();
     let mut seen = std::collections::HashSet::new();
-    let namespaces: HashMap<&str, &istiod_config::objects::Namespace> =
-        after.namespaces.iter().map(|n| (n.metadata.name.as_str(), n)).collect();
+    // Namespaces before and after: a pod that ran a proxy under its
+    // namespace's labels before keeps it (until it is restarted).
+    type Namespaces<'a> = HashMap<&'a str, &'a istiod_config::objects::Namespace>;
+    fn by_name(o: &Objects) -> Namespaces<'_> {
+        o.namespaces.iter().map(|n| (n.metadata.name.as_str(), n)).collect()
+    }
+    let (ns_before, ns_after) = (by_name(&world.objects), by_name(after));
     for pod in after.pods.iter().chain(&world.objects.pods) {
         let ns = pod.metadata.ns();
         let at = (pod.metadata.name.as_str(), ns);
@@ -377,12 +401,13 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
             continue;
         }
         let Some(ip) = pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()) else { continue };
-        if !runs_proxy(pod, namespaces.get(ns).copied()) {
-            continue;
-        }
         let labels = &pod.metadata.labels;
         let router = labels.contains_key("gateway.networking.k8s.io/gateway-name")
             || selectors.iter().any(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)));
+        let runs = |namespaces: &Namespaces<'_>| runs_proxy(pod, namespaces.get(ns).copied(), router);
+        if !runs(&ns_before) && !runs(&ns_after) {
+            continue;
+        }
         let node_type = if router { NodeType::Router } else { NodeType::Sidecar };
         let sa = pod.spec.service_account_name.as_deref().unwrap_or("default");
         let name = format!("{}.{ns}", pod.metadata.name);
@@ -414,10 +439,12 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
 
 /// Whether `pod` (of namespace `ns`) may run a proxy, unless something
 /// says it runs none: ztunnel captures it (ambient: what it changes
-/// reaches the ztunnels), injection is turned off for it or its namespace,
-/// or it has finished. (Pods are otherwise taken to be injected: a
-/// configuration directory lists them without the injected container.)
-fn runs_proxy(pod: &istiod_config::objects::Pod, ns: Option<&istiod_config::objects::Namespace>) -> bool {
+/// reaches the ztunnels), injection is turned off for it or its namespace
+/// (a gateway's, `router`, is not injected: its deployment names the
+/// proxy, and turns injection off), or it has finished. (Pods are
+/// otherwise taken to be injected: a configuration directory lists them
+/// without the injected container.)
+fn runs_proxy(pod: &istiod_config::objects::Pod, ns: Option<&istiod_config::objects::Namespace>, router: bool) -> bool {
     let (labels, annotations) = (&pod.metadata.labels, &pod.metadata.annotations);
     let ns_labels = ns.map(|n| &n.metadata.labels);
     let ns_label = |k: &str| ns_labels.and_then(|l| l.get(k)).map(String::as_str);
@@ -427,11 +454,12 @@ fn runs_proxy(pod: &istiod_config::objects::Pod, ns: Option<&istiod_config::obje
             None => ns_label("istio.io/dataplane-mode") == Some("ambient"),
         };
     let off = |v: Option<&String>| v.is_some_and(|v| v == "false");
-    let not_injected = off(labels.get("sidecar.istio.io/inject"))
-        || off(annotations.get("sidecar.istio.io/inject"))
-        || ns_label("istio-injection") == Some("disabled");
+    let not_injected = !router
+        && (off(labels.get("sidecar.istio.io/inject"))
+            || off(annotations.get("sidecar.istio.io/inject"))
+            || ns_label("istio-injection") == Some("disabled"));
     let finished = matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"));
-    !(captured || not_injected || finished)
+    !(captured && !router || not_injected || finished)
 }
 
 #[cfg(test)]
@@ -450,20 +478,24 @@ mod runs_proxy_tests {
 
     #[test]
     fn pods_without_a_proxy_are_known_by_what_says_so() {
-        assert!(runs_proxy(&pod(""), None));
-        assert!(runs_proxy(&pod(""), Some(&ns("istio-injection: enabled"))));
-        assert!(!runs_proxy(&pod(", annotations: {ambient.istio.io/redirection: enabled}"), None));
-        assert!(!runs_proxy(&pod(""), Some(&ns("istio.io/dataplane-mode: ambient"))));
+        assert!(runs_proxy(&pod(""), None, false));
+        assert!(runs_proxy(&pod(""), Some(&ns("istio-injection: enabled")), false));
+        assert!(!runs_proxy(&pod(", annotations: {ambient.istio.io/redirection: enabled}"), None, false));
+        assert!(!runs_proxy(&pod(""), Some(&ns("istio.io/dataplane-mode: ambient")), false));
         assert!(runs_proxy(
             &pod(", labels: {istio.io/dataplane-mode: none}"),
-            Some(&ns("istio.io/dataplane-mode: ambient"))
+            Some(&ns("istio.io/dataplane-mode: ambient")),
+            false
         ));
-        assert!(!runs_proxy(&pod(", labels: {sidecar.istio.io/inject: 'false'}"), None));
-        assert!(!runs_proxy(&pod(", annotations: {sidecar.istio.io/inject: 'false'}"), None));
-        assert!(!runs_proxy(&pod(""), Some(&ns("istio-injection: disabled"))));
+        assert!(!runs_proxy(&pod(", labels: {sidecar.istio.io/inject: 'false'}"), None, false));
+        assert!(!runs_proxy(&pod(", annotations: {sidecar.istio.io/inject: 'false'}"), None, false));
+        assert!(!runs_proxy(&pod(""), Some(&ns("istio-injection: disabled")), false));
+        // A gateway's deployment turns injection off and names the proxy.
+        let gateway = pod(", labels: {sidecar.istio.io/inject: 'false', gateway.networking.k8s.io/gateway-name: gw}");
+        assert!(runs_proxy(&gateway, Some(&ns("istio.io/dataplane-mode: ambient")), true));
         let mut done = pod("");
         done.status.phase = Some("Succeeded".into());
-        assert!(!runs_proxy(&done, None));
+        assert!(!runs_proxy(&done, None, false));
     }
 }
 
@@ -487,9 +519,11 @@ struct Memo {
     /// What each listener and cluster names, as [`Memo::body`] keys it,
     /// and by its bytes (classes with different keys often share them).
     refs: HashMap<BodyKey, Arc<Refs>>,
-    refs_by_body: HashMap<Bytes, Arc<Refs>>,
+    refs_by_body: HashMap<(Kind, Bytes), Arc<Refs>>,
     /// Whether the model has extension configs, before or after.
     extensions: Option<bool>,
+    /// Whether the model has ConfigMaps (CAs), before or after.
+    config_maps: Option<bool>,
     /// The changes of the names that do not read the whole class, by
     /// type and the reductions that decide them.
     compared: HashMap<(Kind, Vec<ProxyClass>), Arc<KindChanges>>,
@@ -618,11 +652,16 @@ impl Memo {
 
     /// Whether `class` may be served any resource of `kind` (a secret or
     /// an extension config) on either side: secrets go to verified
-    /// gateways only, extension configs exist only with WasmPlugins or
+    /// gateways, and a ConfigMap's CA (a BackendTLSPolicy's) to any
+    /// verified proxy; extension configs exist only with WasmPlugins or
     /// EnvoyFilters that add them.
     fn may_name(&mut self, b: &Side<'_>, a: &Side<'_>, class: &ProxyClass, kind: Kind) -> bool {
         match kind {
-            Kind::Secret => class.verified && class.node_type == NodeType::Router,
+            Kind::Secret if !class.verified => false,
+            Kind::Secret if class.node_type == NodeType::Router => true,
+            Kind::Secret => *self.config_maps.get_or_insert_with(|| {
+                [b, a].iter().any(|side| side.snap.mesh.as_ref().is_some_and(|m| !m.model.config_maps.is_empty()))
+            }),
             Kind::ExtensionConfig => *self.extensions.get_or_insert_with(|| {
                 [b, a].iter().any(|side| {
                     side.snap
@@ -644,7 +683,11 @@ impl Memo {
             return Some(r.clone());
         }
         let body = self.body(side, class, kind, name, g)?;
-        let refs = self.refs_by_body.entry(body).or_insert_with_key(|b| Arc::new(Refs::of_resource(kind, b))).clone();
+        let refs = self
+            .refs_by_body
+            .entry((kind, body))
+            .or_insert_with_key(|(k, b)| Arc::new(Refs::of_resource(*k, b)))
+            .clone();
         self.refs.insert(key, refs.clone());
         Some(refs)
     }
@@ -929,6 +972,14 @@ fn compare_names(
                 if memo.may_name(b, a, class, kind) {
                     for &by in decides {
                         for n in delta.get(&by).into_iter().flatten() {
+                            // (The same generation, the same names.)
+                            let (og, ng) = (
+                                GENERATOR.input_generation(b.snap, class, by, n),
+                                GENERATOR.input_generation(a.snap, class, by, n),
+                            );
+                            if og == ng {
+                                continue;
+                            }
                             for side in [b, a] {
                                 if let Some(r) = memo.refs(side, class, by, n) {
                                     candidates.extend(r.of(kind).iter().cloned());
@@ -1050,6 +1101,12 @@ impl Served {
 /// Computes what changes for every class, and the analysis messages the
 /// change brings.
 pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
+    // (Credential problems met while generating are not the served ones:
+    // neither counted nor logged.)
+    istiod_mesh::generator::router::quietly(|| predict_quietly(world, asked, page))
+}
+
+fn predict_quietly(world: &World, asked: &[Asked], page: Page) -> Value {
     let started = Instant::now();
     let Some(after) = apply(world, asked) else {
         return json!({"error": "no model built yet"});
@@ -1065,7 +1122,7 @@ pub fn predict(world: &World, asked: &[Asked], page: Page) -> Value {
             break;
         }
         memo.current = i;
-        r.changes = compare(&mut memo, &world.snapshot, &after.snapshot, &after.delta, &r.class);
+        r.changes = compare(&mut memo, &after.before, &after.snapshot, &after.delta, &r.class);
     }
     let compared = started.elapsed();
     let mut warnings = warnings(world, asked, &after, &reached, stopped.is_none());
@@ -1247,7 +1304,12 @@ fn render(
         "diffs": diffs.list,
         "warnings": warnings,
         "servedVersion": world.snapshot.version,
-        "notPredicted": ["remote clusters' objects (taken as they are)"],
+        "notPredicted": [
+            "remote clusters' objects (taken as they are)",
+            "ztunnels asking on demand (compared as subscribed to everything)",
+            "namespaces newly selected by discoverySelectors (their objects were never read)",
+            "credentials of gateways whose service account the API server has not been asked about yet (what-if asks nothing)",
+        ],
     })
 }
 
@@ -1316,9 +1378,32 @@ fn class_json(r: &Reached, mut diffs: Option<&mut Diffs>) -> Value {
     })
 }
 
-/// A resource as a config dump shows it, pretty-printed.
+/// A resource as a config dump shows it, pretty-printed, with what a
+/// credential holds redacted (a secret's private key, as the config dump
+/// redacts it; a Wasm extension's image pull secret).
 fn pretty(kind: Kind, body: &Bytes) -> String {
-    serde_json::to_string_pretty(&super::config_dump::resource_json(kind, body)).unwrap_or_default()
+    let mut v = super::config_dump::resource_json(kind, body);
+    if kind == Kind::ExtensionConfig {
+        redact_key(&mut v, istiod_mesh::translate::extensions::PULL_SECRET_ENV);
+    }
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}
+
+/// Replaces the value of every field named `key`, at any depth.
+fn redact_key(v: &mut Value, key: &str) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if k == key {
+                    *x = Value::String("[redacted]".into());
+                } else {
+                    redact_key(x, key);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_key(x, key)),
+        _ => {}
+    }
 }
 
 /// The answer while the source's change is on its way to the cores (the
@@ -1414,7 +1499,7 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
     };
     let connected = connected_classes(d.publisher).await;
     let world = World {
-        ambient: d.ambient.clone(),
+        ambient: d.ambient.clone().map(|(index, names)| (std::sync::Mutex::new(Some(index)), names)),
         objects,
         snapshot,
         domain: d.domain.to_owned(),

@@ -119,10 +119,31 @@ fn warn_once(r: &crate::model::gateway::Rejected) {
     }
 }
 
+thread_local! {
+    /// Set while a what-if prediction generates on this thread.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with credential problems neither counted nor logged on this
+/// thread: a what-if prediction, whose resources are not served.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            QUIET.set(self.0);
+        }
+    }
+    let _reset = Reset(QUIET.replace(true));
+    f()
+}
+
 /// Whether `what` is said for the first time (in this process, among the
 /// last 4096 things said): a problem found on every push of every proxy
 /// is logged once, not per push and per resource built.
 fn first_time(what: String) -> bool {
+    if QUIET.get() {
+        return false;
+    }
     static SAID: std::sync::Mutex<Option<std::collections::HashSet<String>>> = std::sync::Mutex::new(None);
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     let set = said.get_or_insert_with(Default::default);
@@ -573,7 +594,9 @@ fn inline(bytes: &[u8]) -> Option<DataSource> {
 /// cannot be served (missing, invalid, not authorized), counted when its
 /// resource is generated (istiod counts each SDS generation).
 fn sds_error() {
-    crate::counters::sds_error();
+    if !QUIET.get() {
+        crate::counters::sds_error();
+    }
 }
 
 pub fn secret(model: &Model, class: &ProxyClass, name: &str) -> Option<(u64, tls::Secret)> {

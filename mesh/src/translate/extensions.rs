@@ -23,7 +23,7 @@ const RBAC_HTTP: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.
 const RBAC_NETWORK: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
 const HCM: &str = "envoy.filters.network.http_connection_manager";
 /// The pull secret's variable, carrying the secret's `.dockerconfigjson`.
-const PULL_SECRET_ENV: &str = "ISTIO_META_WASM_IMAGE_PULL_SECRET";
+pub const PULL_SECRET_ENV: &str = "ISTIO_META_WASM_IMAGE_PULL_SECRET";
 
 /// The ECDS source istiod's filters name: ADS, with no initial fetch
 /// timeout (a listener waits for its extensions).

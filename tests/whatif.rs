@@ -683,7 +683,8 @@ spec:
 
     // With an image pull secret: the extension config carries the
     // secret's `.dockerconfigjson` (istiod's
-    // `ISTIO_META_WASM_IMAGE_PULL_SECRET`); a what-if shows it redacted.
+    // `ISTIO_META_WASM_IMAGE_PULL_SECRET`, here not empty: the diff shows
+    // it set); a what-if shows it redacted.
     let pull = "\
 apiVersion: v1
 kind: Secret
@@ -691,11 +692,40 @@ metadata: {name: pull, namespace: shop}
 type: kubernetes.io/dockerconfigjson
 stringData: {.dockerconfigjson: '{\"auths\":{\"example.com\":{\"auth\":\"c2VjcmV0LXRva2Vu\"}}}'}
 ";
-    std::fs::write(dir.path().join("pull.yaml"), pull).unwrap();
-    let pulling = format!("{plugin}  imagePullSecret: pull\n");
+    // (Asked with the plugin: the answer does not wait on the file watch.)
+    let pulling = format!("{pull}---\n{plugin}  imagePullSecret: pull\n");
     let (code, answer) = whatif(&s, &pulling, &[]);
     assert_eq!(code, 0, "{answer}");
     let d = diff_of(&answer, "ECDS", name);
-    assert!(d.contains("ISTIO_META_WASM_IMAGE_PULL_SECRET") && d.contains("[redacted]"), "{d}\n{answer}");
+    assert!(
+        d.lines()
+            .any(|l| l.starts_with('+') && l.contains("ISTIO_META_WASM_IMAGE_PULL_SECRET") && l.contains("[redacted]")),
+        "{d}\n{answer}"
+    );
     assert!(!answer.to_string().contains("c2VjcmV0LXRva2Vu"), "the pull secret is never shown: {d}");
+}
+
+/// Which pods stand for proxies: one the question creates in a namespace
+/// it turns injection off for runs none; those already there keep the
+/// sidecar they run (until restarted).
+#[test]
+fn pods_are_judged_by_their_namespace_as_they_run() {
+    let (_dir, s) = start();
+    let web2 = "\
+apiVersion: v1
+kind: Pod
+metadata: {name: web-2, namespace: shop, labels: {app: web, version: v2}}
+spec: {serviceAccountName: web, containers: [{name: web, ports: [{containerPort: 8080}]}]}
+status: {phase: Running, podIP: 10.1.0.3, conditions: [{type: Ready, status: 'True'}]}
+";
+    let considered = |answer: &Value| answer["summary"]["classesConsidered"].as_u64();
+    let (code, alone) = whatif(&s, web2, &["--no-diff"]);
+    assert_eq!(code, 0, "{alone}");
+    assert_eq!(considered(&alone), Some(4), "web-1, db-1, teller-1 and the new web-2: {alone}");
+    let disabled = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop, labels: {{istio-injection: disabled}}}}\n---\n{web2}"
+    );
+    let (code, answer) = whatif(&s, &disabled, &["--no-diff"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(considered(&answer), Some(3), "web-2 runs no proxy; web-1 and db-1 keep theirs: {answer}");
 }

@@ -296,7 +296,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
                 publisher,
                 objects,
                 namespace_filter,
-                ambient,
+                ambient: std::cell::Cell::new(ambient),
                 domain: &d.domain,
                 cluster_id: &d.cluster_id,
                 max_classes: d.whatif_max_classes,

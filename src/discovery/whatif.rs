@@ -231,11 +231,13 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
     // bindings waypoint proxies read).
     let mut ambient = Vec::new();
     match &world.ambient {
-        Some((index, names)) => {
-            let taken = index.lock().unwrap_or_else(|e| e.into_inner()).take();
-            // The copy is this prediction's own where the control thread
-            // has copied it since.
-            let mut index = taken.map(Arc::unwrap_or_clone).unwrap_or_default();
+        // (Taken: a world is applied once; were it applied again, its
+        // bindings would stay as they are.)
+        Some((index, names)) if let Some(taken) = index.lock().unwrap_or_else(|e| e.into_inner()).take() => {
+            // Copied, and let go of: the control thread then changes its
+            // own in place again (the copy is this prediction's own where
+            // the control thread has copied it since).
+            let mut index = Arc::unwrap_or_clone(taken);
             // As the served model was built: its mesh settings.
             let settings = istiod_ambient::Settings {
                 domain: world.domain.clone(),
@@ -246,8 +248,8 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
             ambient = index.apply(&objects, Some(&refs), &settings);
             next = super::sources::with_waypoints(next, &index);
         }
-        // Without an index the bindings stay what they are (none).
-        None if next.waypoints != prev.waypoints
+        // Without an index the bindings stay what they are.
+        _ if next.waypoints != prev.waypoints
             || next.ingress_waypoints != prev.ingress_waypoints
             || next.waypoint_workloads != prev.waypoint_workloads =>
         {
@@ -257,7 +259,7 @@ pub fn apply(world: &World, asked: &[Asked]) -> Option<After> {
             with.waypoint_workloads = prev.waypoint_workloads.clone();
             next = Arc::new(with);
         }
-        None => {}
+        _ => {}
     }
     let mut changes = istiod_mesh::translate::diff_maps(&prev.translation.resources, &next.translation.resources);
     changes.extend(ambient);
@@ -387,8 +389,9 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
     type PodKey<'a> = (NodeType, &'a str, &'a BTreeMap<String, String>, &'a str);
     let mut by_key: HashMap<PodKey<'_>, usize> = HashMap::new();
     let mut seen = std::collections::HashSet::new();
-    // Namespaces before and after: a pod that ran a proxy under its
-    // namespace's labels before keeps it (until it is restarted).
+    // Namespaces before and after, and the pods before.
+    let before_pods: HashMap<(&str, &str), &istiod_config::objects::Pod> =
+        world.objects.pods.iter().map(|p| ((p.metadata.name.as_str(), p.metadata.ns()), p)).collect();
     type Namespaces<'a> = HashMap<&'a str, &'a istiod_config::objects::Namespace>;
     fn by_name(o: &Objects) -> Namespaces<'_> {
         o.namespaces.iter().map(|n| (n.metadata.name.as_str(), n)).collect()
@@ -404,8 +407,12 @@ pub fn classes(world: &World, after: &Objects) -> Vec<Reached> {
         let labels = &pod.metadata.labels;
         let router = labels.contains_key("gateway.networking.k8s.io/gateway-name")
             || selectors.iter().any(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)));
-        let runs = |namespaces: &Namespaces<'_>| runs_proxy(pod, namespaces.get(ns).copied(), router);
-        if !runs(&ns_before) && !runs(&ns_after) {
+        // A pod that was there runs what its namespace gave it then (a
+        // sidecar stays until the pod restarts); one the question creates
+        // or changes, what its namespace gives it after.
+        let was_there = before_pods.get(&at).is_some_and(|old| *old == pod);
+        let namespaces = if was_there { &ns_before } else { &ns_after };
+        if !runs_proxy(pod, namespaces.get(ns).copied(), router) {
             continue;
         }
         let node_type = if router { NodeType::Router } else { NodeType::Sidecar };
@@ -460,6 +467,26 @@ fn runs_proxy(pod: &istiod_config::objects::Pod, ns: Option<&istiod_config::obje
             || ns_label("istio-injection") == Some("disabled"));
     let finished = matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed"));
     !(captured && !router || not_injected || finished)
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use serde_json::json;
+
+    /// The pull secret sits in the Wasm VM's environment, a map in the
+    /// extension config's JSON; every field of that name goes.
+    #[test]
+    fn a_pull_secret_is_redacted_at_any_depth() {
+        let mut v = json!({"typedConfig": {"config": {"vmConfig": {"environmentVariables": {"keyValues": {
+            "ISTIO_META_WASM_IMAGE_PULL_SECRET": "{\"auths\":{\"x\":{\"auth\":\"dG9rZW4=\"}}}",
+            "ISTIO_META_WASM_IMAGE_PULL_POLICY": "Always"}}}}}, "list": [{"ISTIO_META_WASM_IMAGE_PULL_SECRET": "x"}]});
+        super::redact_key(&mut v, istiod_mesh::translate::extensions::PULL_SECRET_ENV);
+        let env = &v["typedConfig"]["config"]["vmConfig"]["environmentVariables"]["keyValues"];
+        assert_eq!(env["ISTIO_META_WASM_IMAGE_PULL_SECRET"], "[redacted]");
+        assert_eq!(env["ISTIO_META_WASM_IMAGE_PULL_POLICY"], "Always");
+        assert_eq!(v["list"][0]["ISTIO_META_WASM_IMAGE_PULL_SECRET"], "[redacted]");
+        assert!(!v.to_string().contains("dG9rZW4="));
+    }
 }
 
 #[cfg(test)]
@@ -522,8 +549,6 @@ struct Memo {
     refs_by_body: HashMap<(Kind, Bytes), Arc<Refs>>,
     /// Whether the model has extension configs, before or after.
     extensions: Option<bool>,
-    /// Whether the model has ConfigMaps (CAs), before or after.
-    config_maps: Option<bool>,
     /// The changes of the names that do not read the whole class, by
     /// type and the reductions that decide them.
     compared: HashMap<(Kind, Vec<ProxyClass>), Arc<KindChanges>>,
@@ -650,18 +675,15 @@ impl Memo {
         out
     }
 
-    /// Whether `class` may be served any resource of `kind` (a secret or
-    /// an extension config) on either side: secrets go to verified
-    /// gateways, and a ConfigMap's CA (a BackendTLSPolicy's) to any
-    /// verified proxy; extension configs exist only with WasmPlugins or
-    /// EnvoyFilters that add them.
+    /// Whether the secrets or extension configs (`kind`) `class` is
+    /// served may change by its listeners and clusters naming others:
+    /// secrets are credentials of verified gateways (a sidecar's ConfigMap
+    /// CA, a BackendTLSPolicy's, is predicted when it changes, not when a
+    /// sidecar comes to name one); extension configs exist only with
+    /// WasmPlugins or EnvoyFilters that add them.
     fn may_name(&mut self, b: &Side<'_>, a: &Side<'_>, class: &ProxyClass, kind: Kind) -> bool {
         match kind {
-            Kind::Secret if !class.verified => false,
-            Kind::Secret if class.node_type == NodeType::Router => true,
-            Kind::Secret => *self.config_maps.get_or_insert_with(|| {
-                [b, a].iter().any(|side| side.snap.mesh.as_ref().is_some_and(|m| !m.model.config_maps.is_empty()))
-            }),
+            Kind::Secret => class.verified && class.node_type == NodeType::Router,
             Kind::ExtensionConfig => *self.extensions.get_or_insert_with(|| {
                 [b, a].iter().any(|side| {
                     side.snap
@@ -971,13 +993,17 @@ fn compare_names(
                 // those are read (every one only for a name that exists).
                 if memo.may_name(b, a, class, kind) {
                     for &by in decides {
+                        // A listener or cluster the class is served on one
+                        // side only names what it gains or loses, whatever
+                        // its generation.
+                        let (wb, wa) = (memo.wildcard(b, class, by), memo.wildcard(a, class, by));
                         for n in delta.get(&by).into_iter().flatten() {
                             // (The same generation, the same names.)
                             let (og, ng) = (
                                 GENERATOR.input_generation(b.snap, class, by, n),
                                 GENERATOR.input_generation(a.snap, class, by, n),
                             );
-                            if og == ng {
+                            if og == ng && wb.contains(n) == wa.contains(n) {
                                 continue;
                             }
                             for side in [b, a] {
@@ -1426,7 +1452,9 @@ pub(super) struct Server<'a> {
     /// The source is filtered by `discoverySelectors`.
     pub(super) namespace_filter: bool,
     /// The ambient index as published, and the names it is built with.
-    pub(super) ambient: Option<(Arc<istiod_ambient::Index>, istiod_ambient::Settings)>,
+    /// (Moved into the prediction: no other reference of this request's
+    /// keeps the control thread copying it.)
+    pub(super) ambient: std::cell::Cell<Option<(Arc<istiod_ambient::Index>, istiod_ambient::Settings)>>,
 }
 
 /// The connected proxies' node ids and classes, from every core.
@@ -1499,7 +1527,7 @@ pub(super) async fn answer(req: &Request, d: &Server<'_>, caller: Option<&str>) 
     };
     let connected = connected_classes(d.publisher).await;
     let world = World {
-        ambient: d.ambient.clone().map(|(index, names)| (std::sync::Mutex::new(Some(index)), names)),
+        ambient: d.ambient.take().map(|(index, names)| (std::sync::Mutex::new(Some(index)), names)),
         objects,
         snapshot,
         domain: d.domain.to_owned(),

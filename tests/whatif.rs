@@ -644,9 +644,10 @@ spec:
 /// listeners gain the filter that names the plugin's extension config
 /// (`<phase-ordered> configDiscovery`), and the extension config is
 /// added; once applied, what grpcio is served differs by exactly those
-/// names (istiod's resource name, `extensions.istio.io/wasmplugin/` in
-/// `pilot/pkg/model/extensions.go`, here under TrafficExtension's
-/// translation as `tests/extensions.rs` checks it).
+/// names (istiod's resource name since WasmPlugins are translated to
+/// TrafficExtensions: `extensions.istio.io/trafficextension/<ns>.<name>`
+/// with `translateWasmPlugin`'s `syntheticMarker`,
+/// `~istio-translated-wasmplugin`, as `tests/extensions.rs` checks it).
 #[test]
 fn a_wasm_plugin_is_predicted_as_its_listeners_and_extension_config_and_then_served() {
     let (dir, s) = start();

@@ -312,8 +312,9 @@ mod tests {
     use super::*;
 
     /// istiod sends a Wasm filter without a plugin configuration with an
-    /// empty `Any` (`buildDataSource`'s `&anypb.Any{}`): the resource is
-    /// shown, without it.
+    /// empty `Any` (`cfg := &anypb.Any{}` in `buildPluginConfig`,
+    /// `pilot/pkg/model/extensions.go`): the resource is shown, without it
+    /// (istiod's protojson writes `{}` there).
     #[test]
     fn an_empty_any_is_shown_absent() {
         use prost_reflect::Value as V;

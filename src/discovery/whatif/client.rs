@@ -149,15 +149,16 @@ pub fn render(answer: &Value, allowed: &[String]) -> String {
         n("podsReached"),
         sum["namespacesReached"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default()
     );
-    let types = ["CDS", "EDS", "LDS", "RDS", "WDS", "WADS", "NDS", "PCDS"];
+    // Every type the server compares, as the answer names them.
+    let types = super::KINDS.map(|k| k.short());
     let classes = answer["classes"].as_array().cloned().unwrap_or_default();
-    // A class by its first proxy or pod, its type and namespace, and the
-    // labels people name workloads by.
     // A class by its first proxy (`pod.namespace` of its node id) or pod.
     let who = |c: &Value| {
         let first = c["proxies"][0].as_str().map(|p| p.split('~').nth(2).unwrap_or(p).to_owned());
         first.or_else(|| c["pods"][0].as_str().map(str::to_owned)).unwrap_or_default()
     };
+    // ... with its type and namespace, and the labels people name
+    // workloads by.
     let describe = |c: &Value| {
         let class = &c["class"];
         let who = who(c);
@@ -292,5 +293,24 @@ mod tests {
         assert_eq!(exit_status(&ok, &["bank".into()]), OUTSIDE);
         assert_eq!(exit_status(&json!({"valid": false}), &[]), INVALID);
         assert!(render(&ok, &["bank".into()]).contains("reaches namespaces not allowed: shop"));
+    }
+
+    /// Every type the server compares has its column and its changes
+    /// listed (a rotated credential is an SDS change, a Wasm plugin an
+    /// ECDS one).
+    #[test]
+    fn secrets_and_extension_configs_are_shown_too() {
+        let answer = json!({"valid": true, "summary": {"namespacesReached": ["istio-system"]},
+            "classes": [{"class": {"nodeType": "router", "labels": {}}, "proxies": [], "pods": ["ingress-1.istio-system"],
+                "changes": {
+                    "SDS": {"added": [], "removed": [], "changed": [{"name": "kubernetes://shop-cert", "diff": 0}]},
+                    "ECDS": {"added": ["extensions.istio.io/trafficextension/a.b"], "removed": [], "changed": []}}}],
+            "diffs": [{"id": 0, "diff": "-old\n+new\n"}]});
+        let text = render(&answer, &[]);
+        let header = text.lines().find(|l| l.starts_with("CLASS")).unwrap();
+        assert!(header.contains(" SDS") && header.contains(" ECDS"), "{text}");
+        assert!(text.contains("SDS changed: kubernetes://shop-cert"), "{text}");
+        assert!(text.contains("+new"), "{text}");
+        assert!(text.contains("ECDS added: extensions.istio.io/trafficextension/a.b"), "{text}");
     }
 }

@@ -144,6 +144,21 @@ fn run_case(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// jemalloc (the server's allocator, `benches/support`) as the counts
+/// need it: the same instructions for the same inputs, on any machine at
+/// any speed.
+/// - No heap sampling: a sample's backtrace (~37,000 instructions) lands
+///   in a case's count or not by chance, as allocations before it move
+///   with any change.
+/// - The thread cache's garbage collection by bytes allocated, not by
+///   time: the default (`experimental_tcache_gc`) collects when 10 ms have
+///   passed, and under callgrind whether 10 ms pass inside a case depends
+///   on how busy the host is. A collection in the count cost
+///   `assemble/cds/cached` ~11,000 instructions (+12%) on a loaded host.
+/// - No purging of unused pages, which is paced by time as well
+///   (`dirty_decay_ms`, `muzzy_decay_ms`).
+const ALLOCATOR_CONF: &str = "prof_active:false,experimental_tcache_gc:false,dirty_decay_ms:-1,muzzy_decay_ms:-1";
+
 /// Counts one case's instructions in a callgrind child process.
 fn count(exe: &Path, out_dir: &Path, name: &str) -> Result<u64, String> {
     let out = out_dir.join(format!("{}.callgrind", name.replace('/', "_")));
@@ -155,11 +170,7 @@ fn count(exe: &Path, out_dir: &Path, name: &str) -> Result<u64, String> {
         .arg("--quiet")
         .arg(exe)
         .args(["--case", name])
-        // jemalloc (the server's allocator, `benches/support`) without its
-        // heap sampling: a sample's backtrace (~37,000 instructions) lands
-        // in a case's count or not by chance, as allocations before it
-        // move with any change.
-        .env("_RJEM_MALLOC_CONF", "prof_active:false")
+        .env("_RJEM_MALLOC_CONF", ALLOCATOR_CONF)
         .status()
         .map_err(|e| format!("valgrind: {e} (Debian's valgrind package)"))?;
     if !status.success() {
@@ -169,6 +180,24 @@ fn count(exe: &Path, out_dir: &Path, name: &str) -> Result<u64, String> {
     match icount::callgrind_total(&text) {
         Some(0) | None => Err(format!("{name}: callgrind counted nothing in {MEASURED} ({})", out.display())),
         Some(n) => Ok(n),
+    }
+}
+
+/// Where a regressed case's instructions went: callgrind_annotate's
+/// costliest functions, so that a CI log (a host no one can log in to)
+/// tells what to look at.
+fn print_profile(out_dir: &Path, name: &str) {
+    let file = out_dir.join(format!("{}.callgrind", name.replace('/', "_")));
+    match Command::new("callgrind_annotate").arg("--inclusive=no").arg(&file).output() {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            // The function table follows the line of program totals.
+            let table = text.lines().skip_while(|l| !l.contains("PROGRAM TOTALS")).skip(5);
+            for line in table.take(25) {
+                println!("    {line}");
+            }
+        }
+        Err(e) => println!("    callgrind_annotate: {e}"),
     }
 }
 
@@ -227,6 +256,9 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
         }
         let base = base.map_or("-".to_owned(), |b| b.to_string());
         println!("{name:<40} {base:>15} {n:>15} {change:>8}{note}  ({:.0} s)", started.elapsed().as_secs_f64());
+        if matches!(verdict, Verdict::Regressed(_)) && !expect_regression {
+            print_profile(&out_dir, name);
+        }
     }
     if measured_n == 0 {
         return Err("no case measured".into());
@@ -238,7 +270,7 @@ fn drive(args: &[String]) -> Result<ExitCode, String> {
         let mut all: BTreeMap<String, u64> =
             baseline.iter().filter(|(b, _)| !stale.contains(b)).map(|(b, n)| (b.clone(), *n)).collect();
         all.extend(counts);
-        let header = "Instructions each case of bench/benches/icount.rs counts under valgrind's callgrind\n(release build, jemalloc without heap sampling). scripts/icount fails when one counts more than\n10% over its line, or a case and a line do not match; scripts/icount --update rewrites\nthis file.";
+        let header = "Instructions each case of bench/benches/icount.rs counts under valgrind's callgrind\n(release build, jemalloc paced by bytes, not time: ALLOCATOR_CONF). scripts/icount fails when one counts more than\n10% over its line, or a case and a line do not match; scripts/icount --update rewrites\nthis file.";
         std::fs::write(&path, icount::render(header, &all)).map_err(|e| e.to_string())?;
         println!("wrote {}", path.display());
         return Ok(ExitCode::SUCCESS);

@@ -37,8 +37,17 @@ pub fn intern(name: &str) -> Arc<str> {
 
 /// Names, sorted, each with a value: a set of names is `Names<()>` (16
 /// bytes an entry), names to versions `Names<Arc<str>>` (32 bytes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names<V>(Vec<(Arc<str>, V)>);
+///
+/// Shared until changed: a clone is a reference count, and the first
+/// change of a clone copies its entries. Streams sent the same first
+/// response (a connect storm's thousands of proxies of a few kinds) hold
+/// one record of what they were sent until each is sent something else;
+/// copying that record for each of them was 4% of a storm's serving core.
+#[derive(Debug, Clone)]
+pub struct Names<V>(Option<Arc<Entries<V>>>);
+
+/// A [`Names`]' entries, sorted by name.
+type Entries<V> = Vec<(Arc<str>, V)>;
 
 /// Subscribed names.
 pub type NameSet = Names<()>;
@@ -47,18 +56,31 @@ pub type NameMap = Names<Arc<str>>;
 
 impl<V> Default for Names<V> {
     fn default() -> Self {
-        Names(Vec::new())
+        Names(None)
     }
 }
 
+impl<V: PartialEq> PartialEq for Names<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries() == other.entries()
+    }
+}
+
+impl<V: Eq> Eq for Names<V> {}
+
 impl<V> Names<V> {
+    /// The entries, in name order.
+    fn entries(&self) -> &[(Arc<str>, V)] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
     fn find(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(n, _)| (**n).cmp(name))
+        self.entries().binary_search_by(|(n, _)| (**n).cmp(name))
     }
 
     /// The value of `name`.
     pub fn get(&self, name: &str) -> Option<&V> {
-        self.find(name).ok().map(|i| &self.0[i].1)
+        self.find(name).ok().map(|i| &self.entries()[i].1)
     }
 
     /// Whether `name` is in.
@@ -66,15 +88,58 @@ impl<V> Names<V> {
         self.find(name).is_ok()
     }
 
+    /// Empties it (and gives back its memory, or its share).
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// Entries.
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// No entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries().is_empty()
+    }
+
+    /// (name, value), in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &V)> {
+        self.entries().iter().map(|(n, v)| (n, v))
+    }
+
+    /// The names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.entries().iter().map(|(n, _)| n)
+    }
+
+    /// The names of `self` not in `other`.
+    pub fn keys_not_in<'a, W>(&'a self, other: &'a Names<W>) -> impl Iterator<Item = &'a Arc<str>> {
+        self.keys().filter(|n| !other.contains(n))
+    }
+
+    /// Whether `self` and `other` share their entries (one is a clone of
+    /// the other, and neither changed since).
+    pub fn shares_with(&self, other: &Self) -> bool {
+        matches!((&self.0, &other.0), (Some(a), Some(b)) if Arc::ptr_eq(a, b))
+    }
+}
+
+impl<V: Clone> Names<V> {
+    /// The entries to change: copied first if shared.
+    fn entries_mut(&mut self) -> &mut Entries<V> {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+
     /// Sets `name` to `value`; whether the name was new.
     pub fn insert(&mut self, name: Arc<str>, value: V) -> bool {
         match self.find(&name) {
             Ok(i) => {
-                self.0[i].1 = value;
+                self.entries_mut()[i].1 = value;
                 false
             }
             Err(i) => {
-                self.0.insert(i, (name, value));
+                self.entries_mut().insert(i, (name, value));
                 true
             }
         }
@@ -102,8 +167,10 @@ impl<V> Names<V> {
         new.sort_by(|a, b| a.0.cmp(&b.0));
         new.dedup_by(|a, b| a.0 == b.0);
         let mut added = Vec::new();
-        let mut out = Vec::with_capacity(self.0.len() + new.len());
-        let (mut a, mut b) = (std::mem::take(&mut self.0).into_iter().peekable(), new.into_iter().peekable());
+        let mut out = Vec::with_capacity(self.len() + new.len());
+        // Taken whole if this is the only holder, copied if shared.
+        let old = self.0.take().map(Arc::unwrap_or_clone).unwrap_or_default();
+        let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
         loop {
             match (a.peek(), b.peek()) {
                 (Some(x), Some(y)) => match x.0.cmp(&y.0) {
@@ -126,7 +193,7 @@ impl<V> Names<V> {
             }
         }
         out.shrink_to_fit();
-        self.0 = out;
+        self.0 = Some(Arc::new(out));
         added
     }
 
@@ -134,7 +201,7 @@ impl<V> Names<V> {
     pub fn remove(&mut self, name: &str) -> bool {
         match self.find(name) {
             Ok(i) => {
-                self.0.remove(i);
+                self.entries_mut().remove(i);
                 true
             }
             Err(_) => false,
@@ -148,46 +215,21 @@ impl<V> Names<V> {
         }
         let mut gone: Vec<&str> = names.to_vec();
         gone.sort_unstable();
-        self.0.retain(|(n, _)| gone.binary_search(&&**n).is_err());
+        if self.keys().any(|n| gone.binary_search(&&**n).is_ok()) {
+            self.entries_mut().retain(|(n, _)| gone.binary_search(&&**n).is_err());
+        }
     }
 
-    /// Keeps the names `keep` says.
+    /// Keeps the names `keep` says (asked twice of a name when some go:
+    /// entries shared are copied only then).
     pub fn retain(&mut self, mut keep: impl FnMut(&Arc<str>) -> bool) {
-        self.0.retain(|(n, _)| keep(n));
-    }
-
-    /// Empties it (and gives back its memory).
-    pub fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    /// Entries.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// No entries.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// (name, value), in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &V)> {
-        self.0.iter().map(|(n, v)| (n, v))
-    }
-
-    /// The names, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.0.iter().map(|(n, _)| n)
-    }
-
-    /// The names of `self` not in `other`.
-    pub fn keys_not_in<'a, W>(&'a self, other: &'a Names<W>) -> impl Iterator<Item = &'a Arc<str>> {
-        self.keys().filter(|n| !other.contains(n))
+        if self.keys().any(|n| !keep(n)) {
+            self.entries_mut().retain(|(n, _)| keep(n));
+        }
     }
 }
 
-impl<V> FromIterator<(Arc<str>, V)> for Names<V> {
+impl<V: Clone> FromIterator<(Arc<str>, V)> for Names<V> {
     fn from_iter<I: IntoIterator<Item = (Arc<str>, V)>>(iter: I) -> Self {
         let mut n = Names::default();
         n.insert_many(iter);
@@ -204,6 +246,32 @@ impl FromIterator<Arc<str>> for NameSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clone_is_shared_until_one_of_them_changes() {
+        let sent: NameMap = ["a", "b", "c"].into_iter().map(|n| (intern(n), Arc::from("1"))).collect();
+        let mut mine = sent.clone();
+        assert!(mine.shares_with(&sent));
+        // Nothing removed, nothing copied.
+        mine.retain(|_| true);
+        mine.remove_many(&["z"]);
+        assert!(!mine.remove("z") && mine.shares_with(&sent));
+        // A change copies: the other keeps what it had.
+        mine.insert(intern("b"), Arc::from("2"));
+        assert!(!mine.shares_with(&sent));
+        assert_eq!(sent.get("b").map(|v| &**v), Some("1"));
+        assert_eq!(mine.get("b").map(|v| &**v), Some("2"));
+        let mut other = sent.clone();
+        other.insert_many((0..20).map(|i| (intern(&format!("m{i:02}")), Arc::from("3"))));
+        other.retain(|n| &**n != "a");
+        assert_eq!((sent.len(), other.len()), (3, 22));
+        assert!(sent.contains("a") && !other.contains("a"));
+        // Emptied either way, equal.
+        let mut emptied = sent.clone();
+        emptied.remove_many(&["a", "b", "c"]);
+        assert_eq!(emptied, NameMap::default());
+        assert_eq!(sent.len(), 3);
+    }
 
     #[test]
     fn sets_and_maps_behave_as_the_btree_ones_they_replace() {

@@ -1110,7 +1110,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     .filter_map(|c| c.conn.try_borrow().ok().map(|c| c.queued()))
                     .sum();
                 // What the streams track per resource name (memory per
-                // proxy grows with it).
+                // proxy grows with it; records of what was sent that
+                // streams share with a first response are counted for
+                // each of them, their memory once).
                 let (mut sent, mut names) = (0usize, 0usize);
                 for st in self.streams.values() {
                     for w in st.watches.iter().flatten() {

@@ -126,20 +126,33 @@ impl<V> Names<V> {
 }
 
 impl<V: Clone> Names<V> {
-    /// The entries to change: copied first if shared.
-    fn entries_mut(&mut self) -> &mut Entries<V> {
-        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    /// The entries to change, with room for `room` more: copied first if
+    /// shared.
+    fn entries_mut(&mut self, room: usize) -> &mut Entries<V> {
+        let arc = self.0.get_or_insert_with(Default::default);
+        if Arc::get_mut(arc).is_none() {
+            let mut copy = Vec::with_capacity(arc.len() + room);
+            copy.extend_from_slice(arc);
+            *arc = Arc::new(copy);
+        }
+        // Not shared now: no copy.
+        Arc::make_mut(arc)
+    }
+
+    /// Whether another holder shares the entries.
+    fn shared(&self) -> bool {
+        self.0.as_ref().is_some_and(|a| Arc::strong_count(a) > 1)
     }
 
     /// Sets `name` to `value`; whether the name was new.
     pub fn insert(&mut self, name: Arc<str>, value: V) -> bool {
         match self.find(&name) {
             Ok(i) => {
-                self.entries_mut()[i].1 = value;
+                self.entries_mut(0)[i].1 = value;
                 false
             }
             Err(i) => {
-                self.entries_mut().insert(i, (name, value));
+                self.entries_mut(1).insert(i, (name, value));
                 true
             }
         }
@@ -152,7 +165,7 @@ impl<V: Clone> Names<V> {
     /// names that were new, sorted.
     pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, V)>) -> Vec<Arc<str>> {
         let mut new: Vec<(Arc<str>, V)> = entries.into_iter().collect();
-        if new.len() <= 8 {
+        if new.len() <= 8 && !self.shared() {
             // A few: shifting in place costs less than a new vector.
             let mut added = Vec::new();
             for (n, v) in new {
@@ -166,33 +179,17 @@ impl<V: Clone> Names<V> {
         new.reverse();
         new.sort_by(|a, b| a.0.cmp(&b.0));
         new.dedup_by(|a, b| a.0 == b.0);
-        let mut added = Vec::new();
-        let mut out = Vec::with_capacity(self.len() + new.len());
-        // Taken whole if this is the only holder, copied if shared.
-        let old = self.0.take().map(Arc::unwrap_or_clone).unwrap_or_default();
-        let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
-        loop {
-            match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) => match x.0.cmp(&y.0) {
-                    std::cmp::Ordering::Less => out.extend(a.next()),
-                    std::cmp::Ordering::Greater => {
-                        added.extend(b.peek().map(|y| y.0.clone()));
-                        out.extend(b.next());
-                    }
-                    std::cmp::Ordering::Equal => {
-                        a.next();
-                        out.extend(b.next());
-                    }
-                },
-                (Some(_), None) => out.extend(a.next()),
-                (None, Some(y)) => {
-                    added.push(y.0.clone());
-                    out.extend(b.next());
-                }
-                (None, None) => break,
+        // Moved out if this is the only holder, read in place if shared (a
+        // sidecar adding its own resources to a shared first response's
+        // record): one new vector of the right size either way.
+        let (out, added) = match self.0.take().map(Arc::try_unwrap) {
+            None => merge(Vec::new().into_iter(), new, 0),
+            Some(Ok(old)) => {
+                let len = old.len();
+                merge(old.into_iter(), new, len)
             }
-        }
-        out.shrink_to_fit();
+            Some(Err(shared)) => merge(shared.iter().cloned(), new, shared.len()),
+        };
         self.0 = Some(Arc::new(out));
         added
     }
@@ -201,7 +198,7 @@ impl<V: Clone> Names<V> {
     pub fn remove(&mut self, name: &str) -> bool {
         match self.find(name) {
             Ok(i) => {
-                self.entries_mut().remove(i);
+                self.entries_mut(0).remove(i);
                 true
             }
             Err(_) => false,
@@ -215,16 +212,17 @@ impl<V: Clone> Names<V> {
         }
         let mut gone: Vec<&str> = names.to_vec();
         gone.sort_unstable();
-        if self.keys().any(|n| gone.binary_search(&&**n).is_ok()) {
-            self.entries_mut().retain(|(n, _)| gone.binary_search(&&**n).is_err());
+        // Shared entries are copied only if some go.
+        if !self.shared() || self.keys().any(|n| gone.binary_search(&&**n).is_ok()) {
+            self.entries_mut(0).retain(|(n, _)| gone.binary_search(&&**n).is_err());
         }
     }
 
-    /// Keeps the names `keep` says (asked twice of a name when some go:
-    /// entries shared are copied only then).
+    /// Keeps the names `keep` says. Shared entries are copied only if
+    /// some go (`keep` is then asked twice of a name).
     pub fn retain(&mut self, mut keep: impl FnMut(&Arc<str>) -> bool) {
-        if self.keys().any(|n| !keep(n)) {
-            self.entries_mut().retain(|(n, _)| keep(n));
+        if self.0.is_some() && (!self.shared() || self.keys().any(|n| !keep(n))) {
+            self.entries_mut(0).retain(|(n, _)| keep(n));
         }
     }
 }
@@ -241,6 +239,42 @@ impl FromIterator<Arc<str>> for NameSet {
     fn from_iter<I: IntoIterator<Item = Arc<str>>>(iter: I) -> Self {
         iter.into_iter().map(|n| (n, ())).collect()
     }
+}
+
+/// `old` (sorted, `len` entries) with `new` (sorted, no name twice)
+/// merged in, a name in both taking `new`'s value; and the names that
+/// were not in `old`.
+fn merge<V>(
+    old: impl Iterator<Item = (Arc<str>, V)>,
+    new: Vec<(Arc<str>, V)>,
+    len: usize,
+) -> (Entries<V>, Vec<Arc<str>>) {
+    let mut added = Vec::new();
+    let mut out = Vec::with_capacity(len + new.len());
+    let (mut a, mut b) = (old.peekable(), new.into_iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                std::cmp::Ordering::Less => out.extend(a.next()),
+                std::cmp::Ordering::Greater => {
+                    added.extend(b.peek().map(|y| y.0.clone()));
+                    out.extend(b.next());
+                }
+                std::cmp::Ordering::Equal => {
+                    a.next();
+                    out.extend(b.next());
+                }
+            },
+            (Some(_), None) => out.extend(a.next()),
+            (None, Some(y)) => {
+                added.push(y.0.clone());
+                out.extend(b.next());
+            }
+            (None, None) => break,
+        }
+    }
+    out.shrink_to_fit();
+    (out, added)
 }
 
 #[cfg(test)]
@@ -266,6 +300,16 @@ mod tests {
         other.retain(|n| &**n != "a");
         assert_eq!((sent.len(), other.len()), (3, 22));
         assert!(sent.contains("a") && !other.contains("a"));
+        // A few names added to a shared record: one copy of the right size.
+        let mut few = sent.clone();
+        let added = few.insert_many([(intern("d"), Arc::from("4")), (intern("a"), Arc::from("5"))]);
+        assert_eq!(added.iter().map(|n| &**n).collect::<Vec<_>>(), ["d"]);
+        assert_eq!(
+            few.iter().map(|(n, v)| (&**n, &**v)).collect::<Vec<_>>(),
+            [("a", "5"), ("b", "1"), ("c", "1"), ("d", "4")]
+        );
+        assert_eq!(few.0.as_ref().map(|v| v.capacity()), Some(4));
+        assert_eq!(sent.get("a").map(|v| &**v), Some("1"));
         // Emptied either way, equal.
         let mut emptied = sent.clone();
         emptied.remove_many(&["a", "b", "c"]);
@@ -318,6 +362,9 @@ mod tests {
         for round in 0..2_000 {
             let name = |i: u64| format!("n{i}");
             let batch: Vec<String> = (0..next(20)).map(|_| name(next(200))).collect();
+            // Every other round a clone shares the entries being changed:
+            // it must keep what it had.
+            let kept = (round % 2 == 0).then(|| (set.clone(), map.clone(), bset.clone(), bmap.clone()));
             match next(6) {
                 0 => {
                     let added = set.insert_many(batch.iter().map(|n| (intern(n), ())));
@@ -369,6 +416,13 @@ mod tests {
                 map.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<Vec<_>>(),
                 bmap.iter().map(|(n, v)| (n.clone(), v.clone())).collect::<Vec<_>>()
             );
+            if let Some((set, map, bset, bmap)) = kept {
+                assert_eq!(set.keys().map(|n| n.to_string()).collect::<Vec<_>>(), bset.into_iter().collect::<Vec<_>>());
+                assert_eq!(
+                    map.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect::<Vec<_>>(),
+                    bmap.into_iter().collect::<Vec<_>>()
+                );
+            }
         }
     }
 

@@ -119,6 +119,15 @@ enum Held {
 struct FirstResponses<C> {
     of: SnapId,
     seen: HashMap<(Kind, bool, usize, u64), FirstSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
+    /// The names of a wildcard first response by (type, class's address),
+    /// see [`Cache::wildcard_first_names`].
+    wildcard: HashMap<(Kind, usize), WildcardFirst<C>, std::hash::BuildHasherDefault<AddrHasher>>,
+    /// The shared wildcard names of a reduced class by (type, its
+    /// address), sorted, held by the wildcard first names of each class
+    /// that reduces to it; `None` where one of them reads the whole class.
+    #[allow(clippy::type_complexity)]
+    wildcard_rest:
+        HashMap<(Kind, usize), (Arc<C>, Option<Arc<[Arc<str>]>>), std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
@@ -126,8 +135,26 @@ struct FirstResponses<C> {
 
 impl<C> Default for FirstResponses<C> {
     fn default() -> Self {
-        FirstResponses { of: (0, 0), seen: HashMap::default(), bytes: 0 }
+        FirstResponses {
+            of: (0, 0),
+            seen: HashMap::default(),
+            wildcard: HashMap::default(),
+            wildcard_rest: HashMap::default(),
+            bytes: 0,
+        }
     }
+}
+
+/// A class's wildcard first names, sorted: its own (those that read the
+/// whole class) and the rest. The class is held so that its address
+/// names no other class while this is kept.
+#[derive(Debug)]
+struct WildcardFirst<C> {
+    _class: Arc<C>,
+    own: Arc<[Arc<str>]>,
+    rest: Arc<[Arc<str>]>,
+    /// [`names_hash`] of `rest`.
+    hash: u64,
 }
 
 /// Subscriptions remembered per snapshot, and the bytes held for them
@@ -139,9 +166,43 @@ impl<C> Default for FirstResponses<C> {
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
 
-fn first_key<C>(kind: Kind, sotw: bool, reduced: &Arc<C>, names: &[Arc<str>]) -> (Kind, bool, usize, u64) {
-    (kind, sotw, Arc::as_ptr(reduced) as *const u8 as usize, names_hash(names))
+fn first_key<C>(kind: Kind, sotw: bool, reduced: &Arc<C>, names: &FirstNames<'_>) -> (Kind, bool, usize, u64) {
+    (kind, sotw, Arc::as_ptr(reduced) as *const u8 as usize, names.hash)
 }
+
+/// The names of a first response's shared part, sorted, with their hash,
+/// and the list itself where one is kept (by
+/// [`Cache::wildcard_first_names`]): a kept list is remembered as it is
+/// and compared by its address, where other lists are copied and compared
+/// name by name.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstNames<'a> {
+    /// The names.
+    pub names: &'a [Arc<str>],
+    hash: u64,
+    kept: Option<&'a Arc<[Arc<str>]>>,
+}
+
+impl<'a> FirstNames<'a> {
+    /// Names collected for one stream.
+    pub fn new(names: &'a [Arc<str>]) -> Self {
+        FirstNames { names, hash: names_hash(names), kept: None }
+    }
+
+    /// Names kept by [`Cache::wildcard_first_names`], with their hash.
+    pub fn kept(names: &'a Arc<[Arc<str>]>, hash: u64) -> Self {
+        FirstNames { names, hash, kept: Some(names) }
+    }
+
+    /// Whether `kept` holds these names.
+    fn are(&self, kept: &Arc<[Arc<str>]>) -> bool {
+        self.kept.is_some_and(|k| Arc::ptr_eq(k, kept)) || **kept == *self.names
+    }
+}
+
+/// A class's wildcard first names ([`Cache::wildcard_first_names`]): its
+/// own, and the rest with their hash.
+pub type WildcardFirstNames = (Arc<[Arc<str>]>, Arc<[Arc<str>]>, u64);
 
 /// What [`Cache::first_response`] found.
 pub enum First {
@@ -446,17 +507,7 @@ impl<C: super::Class> Cache<C> {
             // Not reduced: the generator's names for the whole class.
             generator.wildcard_names(snap, class, kind).into()
         } else {
-            let shared = match self.shared_wildcard.get(&(kind, reduced.clone())) {
-                Some((at, names)) if *at == id => names.clone(),
-                _ => {
-                    let names: Arc<[Arc<str>]> = generator.shared_wildcard_names(snap, &reduced, kind).into();
-                    if self.shared_wildcard.len() >= MAX_ENTRIES / 10 {
-                        self.shared_wildcard.clear();
-                    }
-                    self.shared_wildcard.insert((kind, reduced), (id, names.clone()));
-                    names
-                }
-            };
+            let shared = self.shared_wildcard_names(generator, snap, reduced, kind);
             let own = generator.class_wildcard_names(snap, class, kind);
             if own.is_empty() { shared } else { shared.iter().cloned().chain(own).collect() }
         };
@@ -465,6 +516,29 @@ impl<C: super::Class> Cache<C> {
         }
         self.wildcard.insert(key, (id, names.clone()));
         names
+    }
+
+    /// The wildcard names of `kind` that depend only on `reduced`, a
+    /// reduced class, once per snapshot.
+    fn shared_wildcard_names<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        reduced: Arc<C>,
+        kind: Kind,
+    ) -> Arc<[Arc<str>]> {
+        let id = snap_id(snap);
+        match self.shared_wildcard.get(&(kind, reduced.clone())) {
+            Some((at, names)) if *at == id => names.clone(),
+            _ => {
+                let names: Arc<[Arc<str>]> = generator.shared_wildcard_names(snap, &reduced, kind).into();
+                if self.shared_wildcard.len() >= MAX_ENTRIES / 10 {
+                    self.shared_wildcard.clear();
+                }
+                self.shared_wildcard.insert((kind, reduced), (id, names.clone()));
+                names
+            }
+        }
     }
 
     /// The names of `kind` that stand for other resources in `snap`, or
@@ -508,16 +582,16 @@ impl<C: super::Class> Cache<C> {
         kind: Kind,
         sotw: bool,
         reduced: &Arc<C>,
-        names: &[Arc<str>],
+        names: FirstNames<'_>,
     ) -> First {
         let id = snap_id(snap);
         let f = &mut self.first;
         if f.of != id {
             *f = FirstResponses { of: id, ..FirstResponses::default() };
         }
-        let key = first_key(kind, sotw, reduced, names);
+        let key = first_key(kind, sotw, reduced, &names);
         match f.seen.get(&key) {
-            Some(s) if Arc::ptr_eq(&s.reduced, reduced) && *s.names == *names => match &s.response {
+            Some(s) if Arc::ptr_eq(&s.reduced, reduced) && names.are(&s.names) => match &s.response {
                 Held::Kept(r) => {
                     self.first_shared += 1;
                     First::Kept(r.clone())
@@ -527,15 +601,97 @@ impl<C: super::Class> Cache<C> {
             },
             Some(_) => First::Unseen, // a hash collision: left to the first
             None => {
-                let size = std::mem::size_of_val(names);
+                // (A kept list is counted twice: here and where it is kept.)
+                let size = std::mem::size_of_val(names.names);
                 if f.seen.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
                     f.bytes += size;
-                    f.seen
-                        .insert(key, FirstSeen { reduced: reduced.clone(), names: names.into(), response: Held::Seen });
+                    let list = names.kept.cloned().unwrap_or_else(|| names.names.into());
+                    f.seen.insert(key, FirstSeen { reduced: reduced.clone(), names: list, response: Held::Seen });
                 }
                 First::Unseen
             }
         }
+    }
+
+    /// The names of the first response to a wildcard subscription to
+    /// `kind` that names nothing else, for `class` in `snap`: sorted, and
+    /// split into those that read the whole class (the class's own) and
+    /// the rest. Computed once per class and snapshot (within the bound
+    /// on what is kept for first responses): a connect storm asks this
+    /// for every stream, and collecting, sorting and splitting a few
+    /// hundred names each time was a twentieth of the serving core.
+    pub fn wildcard_first_names<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        class: &Arc<C>,
+        kind: Kind,
+    ) -> WildcardFirstNames {
+        let id = snap_id(snap);
+        if self.first.of != id {
+            self.first = FirstResponses { of: id, ..FirstResponses::default() };
+        }
+        let key = (kind, Arc::as_ptr(class) as *const u8 as usize);
+        if let Some(w) = self.first.wildcard.get(&key) {
+            return (w.own.clone(), w.rest.clone(), w.hash);
+        }
+        let whole = |n: &Arc<str>| generator.whole_class(kind, n);
+        // The class the shared wildcard names are read for (as
+        // `wildcard_names` reads them).
+        let reduced = self.class_for(generator, snap, class, kind, "");
+        let mut split = None;
+        if !Arc::ptr_eq(&reduced, class) {
+            // The shared names, sorted once per reduced class, are the
+            // rest, and the class's own are its own, when none of the
+            // shared names reads the whole class and every own name does
+            // (what a generator's split means; anything else is split
+            // name by name below).
+            let rest_key = (kind, Arc::as_ptr(&reduced) as *const u8 as usize);
+            let rest = match self.first.wildcard_rest.get(&rest_key) {
+                Some((_, rest)) => rest.clone(),
+                None => {
+                    let mut shared = self.shared_wildcard_names(generator, snap, reduced.clone(), kind).to_vec();
+                    shared.sort();
+                    shared.dedup();
+                    let rest: Option<Arc<[Arc<str>]>> = (!shared.iter().any(whole)).then(|| shared.into());
+                    let size = rest.as_ref().map_or(0, |r| std::mem::size_of_val(&**r));
+                    let f = &mut self.first;
+                    if f.wildcard_rest.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
+                        f.bytes += size;
+                        f.wildcard_rest.insert(rest_key, (reduced, rest.clone()));
+                    }
+                    rest
+                }
+            };
+            if let Some(rest) = rest {
+                let mut own = generator.class_wildcard_names(snap, class, kind);
+                if own.iter().all(whole) {
+                    own.sort();
+                    own.dedup();
+                    split = Some((Arc::<[Arc<str>]>::from(own), rest));
+                }
+            }
+        }
+        let (own, rest) = match split {
+            Some(split) => split,
+            None => {
+                let mut names = self.wildcard_names(generator, snap, class, kind).to_vec();
+                // Mostly sorted already: a stable sort finds the runs.
+                names.sort();
+                names.dedup();
+                let (own, rest): (Vec<Arc<str>>, Vec<Arc<str>>) = names.into_iter().partition(whole);
+                (own.into(), rest.into())
+            }
+        };
+        let hash = names_hash(&rest);
+        let f = &mut self.first;
+        let size = std::mem::size_of_val(&*own) + std::mem::size_of::<WildcardFirst<C>>();
+        if f.wildcard.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
+            f.bytes += size;
+            let w = WildcardFirst { _class: class.clone(), own: own.clone(), rest: rest.clone(), hash };
+            f.wildcard.insert(key, w);
+        }
+        (own, rest, hash)
     }
 
     /// Lets go of the first responses kept (a new snapshot replaces the
@@ -551,14 +707,14 @@ impl<C: super::Class> Cache<C> {
         kind: Kind,
         sotw: bool,
         reduced: &Arc<C>,
-        names: &[Arc<str>],
+        names: FirstNames<'_>,
         r: Arc<FirstResponse>,
     ) {
         self.first_built += 1;
         let f = &mut self.first;
-        if let Some(s) = f.seen.get_mut(&first_key(kind, sotw, reduced, names))
+        if let Some(s) = f.seen.get_mut(&first_key(kind, sotw, reduced, &names))
             && Arc::ptr_eq(&s.reduced, reduced)
-            && *s.names == *names
+            && names.are(&s.names)
             && matches!(s.response, Held::Seen)
         {
             let size = r.body.len() + r.sent.len() * std::mem::size_of::<(Arc<str>, Arc<str>)>();

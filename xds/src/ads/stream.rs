@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::{Cache, First, FirstResponse};
+use super::cache::{Cache, First, FirstNames, FirstResponse};
 use istiod_proto::envoy::config::core::v3::Node;
 
 use super::names::{NameMap, NameSet, intern};
@@ -718,24 +718,33 @@ fn shared_first<M: Send + Sync + 'static, C: super::Class>(
     if protocol == Protocol::Delta && !w.wildcard && ctx.cache.aliases(ctx.generator, ctx.snap, kind).is_some() {
         return None;
     }
-    let mut names: Vec<Arc<str>> = w.names.keys().cloned().collect();
-    if w.wildcard {
-        names.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
-        // Mostly sorted already: a stable sort finds the runs.
-        names.sort();
-        names.dedup();
-    }
-    let (own, names): (Vec<Arc<str>>, Vec<Arc<str>>) =
-        names.into_iter().partition(|n| ctx.generator.whole_class(kind, n));
+    let wildcard_only = (w.wildcard && w.names.is_empty())
+        .then(|| ctx.cache.wildcard_first_names(ctx.generator, ctx.snap, class, kind));
+    let collected: (Vec<Arc<str>>, Vec<Arc<str>>);
+    let (own, first_names): (&[Arc<str>], FirstNames<'_>) = match &wildcard_only {
+        Some((own, rest, hash)) => (own, FirstNames::kept(rest, *hash)),
+        None => {
+            let mut names: Vec<Arc<str>> = w.names.keys().cloned().collect();
+            if w.wildcard {
+                names.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
+                // Mostly sorted already: a stable sort finds the runs.
+                names.sort();
+                names.dedup();
+            }
+            collected = names.into_iter().partition(|n| ctx.generator.whole_class(kind, n));
+            (&collected.0, FirstNames::new(&collected.1))
+        }
+    };
+    let names = first_names.names;
     let reduced = ctx.cache.reduced_for(ctx.generator, ctx.snap, class, kind);
     let sotw = protocol == Protocol::Sotw;
-    let shared = match ctx.cache.first_response(ctx.snap, kind, sotw, &reduced, &names) {
+    let shared = match ctx.cache.first_response(ctx.snap, kind, sotw, &reduced, first_names) {
         First::Unseen => return None,
         First::Kept(r) => {
             #[cfg(debug_assertions)]
             {
                 let counts = (ctx.cache.hits, ctx.cache.misses);
-                let fresh = first_response(protocol, &names, kind, class, ctx);
+                let fresh = first_response(protocol, names, kind, class, ctx);
                 (ctx.cache.hits, ctx.cache.misses) = counts;
                 assert!(
                     fresh.body == r.body && fresh.sent == r.sent,
@@ -745,15 +754,15 @@ fn shared_first<M: Send + Sync + 'static, C: super::Class>(
             r
         }
         First::Build => {
-            let r = Arc::new(first_response(protocol, &names, kind, class, ctx));
-            ctx.cache.keep_first_response(kind, sotw, &reduced, &names, r.clone());
+            let r = Arc::new(first_response(protocol, names, kind, class, ctx));
+            ctx.cache.keep_first_response(kind, sotw, &reduced, first_names, r.clone());
             r
         }
     };
     let mut resources: Vec<(Arc<str>, Encoded)> = Vec::with_capacity(own.len());
     for n in own {
-        if let Some(e) = ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n) {
-            resources.push((n, e));
+        if let Some(e) = ctx.cache.get(ctx.generator, ctx.snap, class, kind, n) {
+            resources.push((n.clone(), e));
         }
     }
     // Names asked for are answered here as on the usual path (no aliases).

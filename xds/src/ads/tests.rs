@@ -182,8 +182,23 @@ impl super::snapshot::Generator for CountingReductions {
     fn classify(&self, _: Option<&Node>, _: bool) -> Result<super::node::Classified<u32>, String> {
         Err("not served".into())
     }
-    fn wildcard_names(&self, _: &Snapshot<u32>, _: &u32, _: Kind) -> Vec<Arc<str>> {
-        Vec::new()
+    /// `a`, `b` and the class's own `own<class>`.
+    fn wildcard_names(&self, snap: &Snapshot<u32>, class: &u32, kind: Kind) -> Vec<Arc<str>> {
+        let mut names = self.shared_wildcard_names(snap, class, kind);
+        names.extend(self.class_wildcard_names(snap, class, kind));
+        names
+    }
+    /// `a` and `b`, and for an even reduced class `ownshared` too (a
+    /// name that reads the whole class, where a generator would not put it).
+    fn shared_wildcard_names(&self, _: &Snapshot<u32>, reduced: &u32, _: Kind) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+        if reduced % 2 == 0 {
+            names.push("ownshared".into());
+        }
+        names
+    }
+    fn class_wildcard_names(&self, _: &Snapshot<u32>, class: &u32, _: Kind) -> Vec<Arc<str>> {
+        vec![format!("own{class}").into()]
     }
     fn input_generation(&self, snap: &Snapshot<u32>, _: &u32, _: Kind, _: &str) -> Option<u64> {
         snap.mesh.as_deref().map(|m| u64::from(*m))
@@ -489,6 +504,94 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
     assert_eq!(answers[3].0, expect("1-5", "7-5"));
     assert_eq!(answers[2].0, expect("0-5", "4-5"));
     assert_eq!(shared, 1);
+}
+
+/// Wildcard streams of classes that reduce to one class share the first
+/// response's names and its shared part, and each is sent its own class's
+/// resources too, whichever class asked first; the next snapshot's names
+/// are its own. A shared name that reads the whole class (class 4's
+/// `ownshared`) is the class's own.
+#[test]
+fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    for protocol in [Protocol::Delta, Protocol::Sotw] {
+        let g = CountingReductions::default();
+        let mut cache: Cache<u32> = Cache::default();
+        let mut seq = 0u64;
+        let mut nonce = || -> Arc<str> {
+            seq += 1;
+            seq.to_string().into()
+        };
+        let node = Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() });
+        let classes: Vec<Arc<u32>> = [3u32, 5, 7, 4, 6].into_iter().map(Arc::new).collect();
+        for mesh in [5u32, 6] {
+            let mut snap = Snapshot::new(u64::from(mesh), Instant::now(), Arc::default());
+            snap.mesh = Some(Arc::new(mesh));
+            let shared_before = cache.first_shared;
+            for i in [0usize, 1, 0, 2, 1, 3, 4, 3] {
+                let class = classes[i].clone();
+                let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
+                    use super::snapshot::Generator;
+                    Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+                };
+                let mut s = AdsStream::new(protocol, Instant::now());
+                let type_url = Kind::Listener.type_url().to_owned();
+                match protocol {
+                    Protocol::Sotw => {
+                        let r = DiscoveryRequest { node: node.clone(), type_url, ..Default::default() };
+                        s.on_sotw(r, &mut identify, Instant::now()).unwrap();
+                    }
+                    Protocol::Delta => {
+                        let r = DeltaDiscoveryRequest { node: node.clone(), type_url, ..Default::default() };
+                        s.on_delta(r, &mut identify, Instant::now()).unwrap();
+                    }
+                }
+                let mut ctx = Ctx {
+                    generator: &g,
+                    snap: &snap,
+                    cache: &mut cache,
+                    nonce: &mut nonce,
+                    control_plane: "t",
+                    now: Instant::now(),
+                };
+                let out = s.flush(&mut ctx);
+                assert_eq!(out.len(), 1);
+                let bytes = out[0].bytes.to_bytes();
+                let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+                let mut got: Vec<String> = match protocol {
+                    Protocol::Sotw => {
+                        DiscoveryResponse::decode(bytes).unwrap().resources.iter().map(|a| text(&a.value)).collect()
+                    }
+                    Protocol::Delta => DeltaDiscoveryResponse::decode(bytes)
+                        .unwrap()
+                        .resources
+                        .iter()
+                        .map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)))
+                        .collect(),
+                };
+                got.sort();
+                let c = *classes[i];
+                let shared = format!("{}-{mesh}", c % 2);
+                let own = format!("{c}-{mesh}");
+                let mut want = match protocol {
+                    Protocol::Sotw => vec![shared.clone(), shared, own.clone()],
+                    Protocol::Delta => vec![format!("a={shared}"), format!("b={shared}"), format!("own{c}={own}")],
+                };
+                if c % 2 == 0 {
+                    want.push(match protocol {
+                        Protocol::Sotw => own,
+                        Protocol::Delta => format!("ownshared={own}"),
+                    });
+                }
+                want.sort();
+                assert_eq!(got, want, "{protocol:?}, class {c}, mesh {mesh}");
+            }
+            // Of the five streams of classes 3, 5 and 7 (one reduced
+            // class), the second built the shared part and the other three
+            // were sent it; of the three of 4 and 6 (another), the last.
+            assert_eq!(cache.first_shared - shared_before, 4, "{protocol:?}, mesh {mesh}");
+        }
+    }
 }
 
 /// A first response over the bound on what a core keeps for shared first

@@ -1226,7 +1226,8 @@ mod tests {
             let want = vec![(id("outbound|80||seen-a.test.svc.cluster.local"), id("seen-a-eds"))];
             assert_eq!(first.clusters, want);
             assert_eq!(again.clusters, want);
-            let versions = if delta { vec![(id("outbound|80||seen-a.test.svc.cluster.local"), id("c1"))] } else { vec![] };
+            let versions =
+                if delta { vec![(id("outbound|80||seen-a.test.svc.cluster.local"), id("c1"))] } else { vec![] };
             assert_eq!(first.versions, versions);
             assert_eq!(again.versions, versions, "the version of a resource read again");
 

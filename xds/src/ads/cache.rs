@@ -126,8 +126,7 @@ struct FirstResponses<C> {
     /// address), sorted, held by the wildcard first names of each class
     /// that reduces to it; `None` where one of them reads the whole class.
     #[allow(clippy::type_complexity)]
-    wildcard_rest:
-        HashMap<(Kind, usize), (Arc<C>, Option<Arc<[Arc<str>]>>), std::hash::BuildHasherDefault<AddrHasher>>,
+    wildcard_rest: HashMap<(Kind, usize), (Arc<C>, Option<Arc<[Arc<str>]>>), std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,

@@ -192,7 +192,7 @@ impl super::snapshot::Generator for CountingReductions {
     /// name that reads the whole class, where a generator would not put it).
     fn shared_wildcard_names(&self, _: &Snapshot<u32>, reduced: &u32, _: Kind) -> Vec<Arc<str>> {
         let mut names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
-        if reduced % 2 == 0 {
+        if reduced.is_multiple_of(2) {
             names.push("ownshared".into());
         }
         names
@@ -577,7 +577,7 @@ fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
                     Protocol::Sotw => vec![shared.clone(), shared, own.clone()],
                     Protocol::Delta => vec![format!("a={shared}"), format!("b={shared}"), format!("own{c}={own}")],
                 };
-                if c % 2 == 0 {
+                if c.is_multiple_of(2) {
                     want.push(match protocol {
                         Protocol::Sotw => own,
                         Protocol::Delta => format!("ownshared={own}"),

@@ -122,6 +122,7 @@ impl<V> Names<V> {
 
     /// Whether `self` and `other` share their entries (one is a clone of
     /// the other, and neither changed since).
+    #[cfg(test)]
     pub fn shares_with(&self, other: &Self) -> bool {
         matches!((&self.0, &other.0), (Some(a), Some(b)) if Arc::ptr_eq(a, b))
     }
@@ -185,12 +186,9 @@ impl<V: Clone> Names<V> {
         // sidecar adding its own resources to a shared first response's
         // record): one new vector of the right size either way.
         let (out, added) = match self.0.take().map(Arc::try_unwrap) {
-            None => merge(Vec::new().into_iter(), new, 0),
-            Some(Ok(old)) => {
-                let len = old.len();
-                merge(old.into_iter(), new, len)
-            }
-            Some(Err(shared)) => merge(shared.iter().cloned(), new, shared.len()),
+            None => merge(std::iter::empty(), new),
+            Some(Ok(old)) => merge(old.into_iter(), new),
+            Some(Err(shared)) => merge(shared.iter().cloned(), new),
         };
         self.0 = Some(Arc::new(out));
         added
@@ -243,16 +241,11 @@ impl FromIterator<Arc<str>> for NameSet {
     }
 }
 
-/// `old` (sorted, `len` entries) with `new` (sorted, no name twice)
-/// merged in, a name in both taking `new`'s value; and the names that
-/// were not in `old`.
-fn merge<V>(
-    old: impl Iterator<Item = (Arc<str>, V)>,
-    new: Vec<(Arc<str>, V)>,
-    len: usize,
-) -> (Entries<V>, Vec<Arc<str>>) {
+/// `old` (sorted) with `new` (sorted, no name twice) merged in, a name in
+/// both taking `new`'s value; and the names that were not in `old`.
+fn merge<V>(old: impl Iterator<Item = (Arc<str>, V)>, new: Vec<(Arc<str>, V)>) -> (Entries<V>, Vec<Arc<str>>) {
     let mut added = Vec::new();
-    let mut out = Vec::with_capacity(len + new.len());
+    let mut out = Vec::with_capacity(old.size_hint().0 + new.len());
     let (mut a, mut b) = (old.peekable(), new.into_iter().peekable());
     loop {
         match (a.peek(), b.peek()) {

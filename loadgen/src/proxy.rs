@@ -1157,21 +1157,7 @@ mod tests {
     use super::*;
 
     fn state(pending: Vec<Arc<Change>>) -> State {
-        State {
-            node: Bytes::new(),
-            rng: 1,
-            synced_once: false,
-            connected_once: false,
-            clusters: Vec::new(),
-            listeners: BTreeMap::new(),
-            versions: Default::default(),
-            acked: Default::default(),
-            nonce: Default::default(),
-            eds: Vec::new(),
-            rds: Vec::new(),
-            cursor: 0,
-            pending,
-        }
+        State { pending, ..State::new(&Node::default(), 1) }
     }
 
     /// A delta `Resource` (or, with no name, a SotW `Any`) of `msg`.

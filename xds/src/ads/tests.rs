@@ -381,6 +381,59 @@ fn first_delta_responses_are_shared_by_a_class() {
     assert!(r.removed_resources.is_empty());
 }
 
+/// A new stream of `class` subscribed to `kind` under `protocol`, to
+/// `names` (none: a wildcard subscription).
+fn subscribed(protocol: Protocol, class: &Arc<u32>, kind: Kind, names: &[String]) -> AdsStream<u32> {
+    use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    let node = Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() });
+    let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
+        use super::snapshot::Generator;
+        Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
+    };
+    let mut s = AdsStream::new(protocol, Instant::now());
+    let type_url = kind.type_url().to_owned();
+    match protocol {
+        Protocol::Sotw => {
+            let r = DiscoveryRequest { node, type_url, resource_names: names.to_vec(), ..Default::default() };
+            s.on_sotw(r, &mut identify, Instant::now()).unwrap();
+        }
+        Protocol::Delta => {
+            let r = DeltaDiscoveryRequest {
+                node,
+                type_url,
+                resource_names_subscribe: names.to_vec(),
+                ..Default::default()
+            };
+            s.on_delta(r, &mut identify, Instant::now()).unwrap();
+        }
+    }
+    s
+}
+
+/// The resources of response `bytes` (values, with their names for
+/// delta), sorted, and its nonce; its version must be `version` and its
+/// control plane `t`.
+fn answer(protocol: Protocol, bytes: Bytes, version: &str) -> (Vec<String>, String) {
+    use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryResponse;
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    let (mut values, nonce) = match protocol {
+        Protocol::Sotw => {
+            let r = DiscoveryResponse::decode(bytes).unwrap();
+            assert_eq!((r.version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), (version, "t"));
+            (r.resources.iter().map(|a| text(&a.value)).collect::<Vec<_>>(), r.nonce)
+        }
+        Protocol::Delta => {
+            let r = DeltaDiscoveryResponse::decode(bytes).unwrap();
+            assert_eq!((r.system_version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), (version, "t"));
+            let values =
+                r.resources.iter().map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)));
+            (values.collect(), r.nonce)
+        }
+    };
+    values.sort();
+    (values, nonce)
+}
+
 /// Streams of classes 3, 5, 4 and 7 (`CountingReductions`: 3, 5 and 7
 /// reduce to one class, 4 to another) subscribe to endpoints `a`, `own`
 /// (which reads the whole class) and `b`; each is flushed once and then
@@ -388,7 +441,6 @@ fn first_delta_responses_are_shared_by_a_class() {
 /// with their names for delta), sorted, and its nonce, and how many were
 /// sent a shared part.
 fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, String)>, u64) {
-    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
     let g = CountingReductions::default();
     let mut snap = Snapshot::new(1, Instant::now(), Arc::default());
     snap.mesh = Some(Arc::new(5u32));
@@ -398,37 +450,10 @@ fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, 
         seq += 1;
         seq.to_string().into()
     };
-    let node = Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() });
     let names: Vec<String> = ["a", "own", "b"].map(String::from).to_vec();
     let mut answers = Vec::new();
     for class in [3u32, 5, 4, 7] {
-        let class = Arc::new(class);
-        let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
-            use super::snapshot::Generator;
-            Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
-        };
-        let mut s = AdsStream::new(protocol, Instant::now());
-        let type_url = Kind::Endpoint.type_url().to_owned();
-        match protocol {
-            Protocol::Sotw => {
-                let r = DiscoveryRequest {
-                    node: node.clone(),
-                    type_url,
-                    resource_names: names.clone(),
-                    ..Default::default()
-                };
-                s.on_sotw(r, &mut identify, Instant::now()).unwrap();
-            }
-            Protocol::Delta => {
-                let r = DeltaDiscoveryRequest {
-                    node: node.clone(),
-                    type_url,
-                    resource_names_subscribe: names.clone(),
-                    ..Default::default()
-                };
-                s.on_delta(r, &mut identify, Instant::now()).unwrap();
-            }
-        }
+        let mut s = subscribed(protocol, &Arc::new(class), Kind::Endpoint, &names);
         let mut ctx = Ctx {
             generator: &g,
             snap: &snap,
@@ -439,24 +464,7 @@ fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, 
         };
         let out = s.flush(&mut ctx);
         assert_eq!(out.len(), 1);
-        let bytes = out[0].bytes.to_bytes();
-        let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-        let (mut values, nonce_text) = match protocol {
-            Protocol::Sotw => {
-                let r = DiscoveryResponse::decode(bytes).unwrap();
-                assert_eq!((r.version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), ("1", "t"));
-                (r.resources.iter().map(|a| text(&a.value)).collect::<Vec<_>>(), r.nonce)
-            }
-            Protocol::Delta => {
-                let r = DeltaDiscoveryResponse::decode(bytes).unwrap();
-                assert_eq!((r.system_version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), ("1", "t"));
-                let values =
-                    r.resources.iter().map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)));
-                (values.collect(), r.nonce)
-            }
-        };
-        values.sort();
-        answers.push((values, nonce_text));
+        answers.push(answer(protocol, out[0].bytes.to_bytes(), "1"));
         // What it holds now: nothing changed, nothing is sent.
         s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
         let mut ctx = Ctx {
@@ -513,7 +521,6 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
 /// `ownshared`) is the class's own.
 #[test]
 fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
-    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
     for protocol in [Protocol::Delta, Protocol::Sotw] {
         let g = CountingReductions::default();
         let mut cache: Cache<u32> = Cache::default();
@@ -522,30 +529,13 @@ fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
             seq += 1;
             seq.to_string().into()
         };
-        let node = Some(Node { id: "sidecar~1.1.1.1~a.ns~ns.svc.cluster.local".into(), ..Default::default() });
         let classes: Vec<Arc<u32>> = [3u32, 5, 7, 4, 6].into_iter().map(Arc::new).collect();
         for mesh in [5u32, 6] {
             let mut snap = Snapshot::new(u64::from(mesh), Instant::now(), Arc::default());
             snap.mesh = Some(Arc::new(mesh));
             let shared_before = cache.first_shared;
             for i in [0usize, 1, 0, 2, 1, 3, 4, 3] {
-                let class = classes[i].clone();
-                let mut identify = |node: Option<&Node>| -> Result<(Peer, Arc<u32>), String> {
-                    use super::snapshot::Generator;
-                    Ok((SimpleGenerator.classify(node, false)?.peer, class.clone()))
-                };
-                let mut s = AdsStream::new(protocol, Instant::now());
-                let type_url = Kind::Listener.type_url().to_owned();
-                match protocol {
-                    Protocol::Sotw => {
-                        let r = DiscoveryRequest { node: node.clone(), type_url, ..Default::default() };
-                        s.on_sotw(r, &mut identify, Instant::now()).unwrap();
-                    }
-                    Protocol::Delta => {
-                        let r = DeltaDiscoveryRequest { node: node.clone(), type_url, ..Default::default() };
-                        s.on_delta(r, &mut identify, Instant::now()).unwrap();
-                    }
-                }
+                let mut s = subscribed(protocol, &classes[i], Kind::Listener, &[]);
                 let mut ctx = Ctx {
                     generator: &g,
                     snap: &snap,
@@ -556,20 +546,7 @@ fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
                 };
                 let out = s.flush(&mut ctx);
                 assert_eq!(out.len(), 1);
-                let bytes = out[0].bytes.to_bytes();
-                let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-                let mut got: Vec<String> = match protocol {
-                    Protocol::Sotw => {
-                        DiscoveryResponse::decode(bytes).unwrap().resources.iter().map(|a| text(&a.value)).collect()
-                    }
-                    Protocol::Delta => DeltaDiscoveryResponse::decode(bytes)
-                        .unwrap()
-                        .resources
-                        .iter()
-                        .map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)))
-                        .collect(),
-                };
-                got.sort();
+                let (got, _) = answer(protocol, out[0].bytes.to_bytes(), &mesh.to_string());
                 let c = *classes[i];
                 let shared = format!("{}-{mesh}", c % 2);
                 let own = format!("{c}-{mesh}");

@@ -8,8 +8,10 @@ use clap::{ArgAction, Parser, Subcommand};
 use istiod_loadgen::scenario::{Churn, ChurnKind, Scenario};
 use istiod_loadgen::{mesh, proxy, run};
 
-/// jemalloc, as the server has it: the proxies' many small buffers freed
-/// on other threads than they were made on cost glibc's malloc more.
+/// jemalloc, as the server has it (with its heap sampling, which
+/// `_RJEM_MALLOC_CONF=prof_active:false` turns off): the proxies' many
+/// small buffers freed on other threads than they were made on cost
+/// glibc's malloc more.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

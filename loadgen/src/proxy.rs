@@ -1151,6 +1151,7 @@ pub fn tls(ca_file: &std::path::Path, server_name: &str) -> Result<Tls, String> 
 mod tests {
     use istiod_proto::envoy::config::cluster::v3::cluster::EdsClusterConfig;
     use istiod_proto::envoy::config::endpoint::v3::{LbEndpoint, LocalityLbEndpoints};
+    use istiod_proto::envoy::config::listener::v3::{Filter, FilterChain};
     use istiod_proto::envoy::service::discovery::v3::Resource;
     use istiod_proto::prost_types::Any;
 
@@ -1228,7 +1229,47 @@ mod tests {
             assert!(read(&rq, &e, &state(vec![three])).carried.is_empty());
             // And the quiet proxy still gets the version.
             let again = read(&rq, &e, &quiet);
-            assert_eq!(again.versions.len(), usize::from(delta));
+            let versions = if delta { vec![(id("seen-b-eds"), id("e1"))] } else { vec![] };
+            assert_eq!(again.versions, versions);
+
+            // A listener and its RDS names, read twice.
+            let hcm = HttpConnectionManager {
+                route_specifier: Some(http_connection_manager::RouteSpecifier::Rds(
+                    istiod_proto::envoy::extensions::filters::network::http_connection_manager::v3::Rds {
+                        route_config_name: "seen-route".into(),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            };
+            let listener = Listener {
+                name: "seen-listener".into(),
+                filter_chains: vec![FilterChain {
+                    filters: vec![Filter {
+                        name: "hcm".into(),
+                        config_type: Some(filter::ConfigType::TypedConfig(Any {
+                            type_url: HttpConnectionManager::type_url(),
+                            value: hcm.encode_to_vec(),
+                        })),
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let l = wrapped(name("seen-listener"), "l1", &listener);
+            for r in [read(&rq, &l, &quiet), read(&rq, &l, &quiet)] {
+                let names: Vec<(String, Vec<u32>)> =
+                    r.listeners.iter().map(|(n, rds)| (n.to_string(), rds.to_vec())).collect();
+                assert_eq!(names, [("seen-listener".to_owned(), vec![id("seen-route")])]);
+            }
+
+            // The second read is the kept one: what is kept is what it
+            // tells.
+            let k = (key(&c), delta);
+            decoded(|d| d.seen.get_mut(&k).expect("the cluster is kept").cluster = Some((NONE, NONE)));
+            assert_eq!(read(&rq, &c, &quiet).clusters, [(NONE, NONE)]);
+            decoded(|d| d.seen.remove(&k));
+            assert_eq!(read(&rq, &c, &quiet).clusters, want, "read anew once forgotten");
         }
     }
 }

@@ -125,8 +125,10 @@ struct FirstResponses<C> {
     /// The shared wildcard names of a reduced class by (type, its
     /// address), sorted, held by the wildcard first names of each class
     /// that reduces to it; `None` where one of them reads the whole class.
+    /// With the list's hash ([`names_hash`]).
     #[allow(clippy::type_complexity)]
-    wildcard_rest: HashMap<(Kind, usize), (Arc<C>, Option<Arc<[Arc<str>]>>), std::hash::BuildHasherDefault<AddrHasher>>,
+    wildcard_rest:
+        HashMap<(Kind, usize), (Arc<C>, Option<(Arc<[Arc<str>]>, u64)>), std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
@@ -156,12 +158,14 @@ struct WildcardFirst<C> {
     hash: u64,
 }
 
-/// Subscriptions remembered per snapshot, and the bytes held for them
-/// (responses, records of what was sent, lists of names), beyond which
-/// nothing more is remembered until the next snapshot (or until classes
-/// are pruned, `Cache::retain_classes`, which starts the record again): a
-/// mesh of thousands of distinct classes pays a lookup per first response,
-/// and what was kept stays kept.
+/// Subscriptions remembered per snapshot (and, separately, classes'
+/// wildcard first names and reduced classes' shared names: up to three
+/// times this many entries), and the bytes held for them all (responses,
+/// records of what was sent, lists of names), beyond which nothing more
+/// is remembered until the next snapshot (or until classes are pruned,
+/// `Cache::retain_classes`, which starts the record again): a mesh of
+/// thousands of distinct classes pays a lookup per first response, and
+/// what was kept stays kept.
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
 
@@ -189,7 +193,7 @@ impl<'a> FirstNames<'a> {
     }
 
     /// Names kept by [`Cache::wildcard_first_names`], with their hash.
-    pub fn kept(names: &'a Arc<[Arc<str>]>, hash: u64) -> Self {
+    pub(super) fn kept(names: &'a Arc<[Arc<str>]>, hash: u64) -> Self {
         FirstNames { names, hash, kept: Some(names) }
     }
 
@@ -600,7 +604,8 @@ impl<C: super::Class> Cache<C> {
             },
             Some(_) => First::Unseen, // a hash collision: left to the first
             None => {
-                // (A kept list is counted twice: here and where it is kept.)
+                // Counted here whether or not `Cache::wildcard_first_names`
+                // counted it too (a list it keeps is then counted twice).
                 let size = std::mem::size_of_val(names.names);
                 if f.seen.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
                     f.bytes += size;
@@ -646,20 +651,28 @@ impl<C: super::Class> Cache<C> {
             // (what a generator's split means; anything else is split
             // name by name below).
             let rest_key = (kind, Arc::as_ptr(&reduced) as *const u8 as usize);
+            // The list, its hash, and whether `wildcard_rest` keeps (and
+            // counted) it.
             let rest = match self.first.wildcard_rest.get(&rest_key) {
-                Some((_, rest)) => rest.clone(),
+                Some((_, rest)) => rest.clone().map(|(r, h)| (r, h, true)),
                 None => {
                     let mut shared = self.shared_wildcard_names(generator, snap, reduced.clone(), kind).to_vec();
                     shared.sort();
                     shared.dedup();
-                    let rest: Option<Arc<[Arc<str>]>> = (!shared.iter().any(whole)).then(|| shared.into());
-                    let size = rest.as_ref().map_or(0, |r| std::mem::size_of_val(&**r));
+                    let rest: Option<(Arc<[Arc<str>]>, u64)> = if shared.iter().any(whole) {
+                        None
+                    } else {
+                        let hash = names_hash(&shared);
+                        Some((shared.into(), hash))
+                    };
+                    let size = rest.as_ref().map_or(0, |(r, _)| std::mem::size_of_val(&**r));
                     let f = &mut self.first;
-                    if f.wildcard_rest.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
+                    let kept = f.wildcard_rest.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES;
+                    if kept {
                         f.bytes += size;
                         f.wildcard_rest.insert(rest_key, (reduced, rest.clone()));
                     }
-                    rest
+                    rest.map(|(r, h)| (r, h, kept))
                 }
             };
             if let Some(rest) = rest {
@@ -671,7 +684,7 @@ impl<C: super::Class> Cache<C> {
                 }
             }
         }
-        let (own, rest) = match split {
+        let (own, (rest, hash, counted)) = match split {
             Some(split) => split,
             None => {
                 let mut names = self.wildcard_names(generator, snap, class, kind).to_vec();
@@ -679,12 +692,15 @@ impl<C: super::Class> Cache<C> {
                 names.sort();
                 names.dedup();
                 let (own, rest): (Vec<Arc<str>>, Vec<Arc<str>>) = names.into_iter().partition(whole);
-                (own.into(), rest.into())
+                let hash = names_hash(&rest);
+                (own.into(), (rest.into(), hash, false))
             }
         };
-        let hash = names_hash(&rest);
         let f = &mut self.first;
-        let size = std::mem::size_of_val(&*own) + std::mem::size_of::<WildcardFirst<C>>();
+        // A list of the rest not kept for its reduced class is this
+        // class's alone, and counted with it.
+        let rest_size = if counted { 0 } else { std::mem::size_of_val(&*rest) };
+        let size = std::mem::size_of_val(&*own) + rest_size + std::mem::size_of::<WildcardFirst<C>>();
         if f.wildcard.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
             f.bytes += size;
             let w = WildcardFirst { _class: class.clone(), own: own.clone(), rest: rest.clone(), hash };

@@ -182,23 +182,32 @@ impl super::snapshot::Generator for CountingReductions {
     fn classify(&self, _: Option<&Node>, _: bool) -> Result<super::node::Classified<u32>, String> {
         Err("not served".into())
     }
-    /// `a`, `b` and the class's own `own<class>`.
+    /// The shared names and the class's own.
     fn wildcard_names(&self, snap: &Snapshot<u32>, class: &u32, kind: Kind) -> Vec<Arc<str>> {
         let mut names = self.shared_wildcard_names(snap, class, kind);
         names.extend(self.class_wildcard_names(snap, class, kind));
         names
     }
-    /// `a` and `b`, and for an even reduced class `ownshared` too (a
-    /// name that reads the whole class, where a generator would not put it).
-    fn shared_wildcard_names(&self, _: &Snapshot<u32>, reduced: &u32, _: Kind) -> Vec<Arc<str>> {
-        let mut names: Vec<Arc<str>> = vec!["a".into(), "b".into()];
+    /// `a`, `b` and `m<mesh>` (a name of this snapshot's), and for an
+    /// even reduced class `ownshared` too (a name that reads the whole
+    /// class, where a generator would not put it).
+    fn shared_wildcard_names(&self, snap: &Snapshot<u32>, reduced: &u32, _: Kind) -> Vec<Arc<str>> {
+        let mesh = snap.mesh.as_deref().copied().unwrap_or(0);
+        let mut names: Vec<Arc<str>> =
+            vec!["m".to_owned() + &mesh.to_string(), "a".into(), "b".into()].into_iter().map(Arc::from).collect();
         if reduced.is_multiple_of(2) {
             names.push("ownshared".into());
         }
         names
     }
+    /// `own<class>`, and for class 7 `c7` too (a name that does not read
+    /// the whole class, where a generator would not put it).
     fn class_wildcard_names(&self, _: &Snapshot<u32>, class: &u32, _: Kind) -> Vec<Arc<str>> {
-        vec![format!("own{class}").into()]
+        let mut names: Vec<Arc<str>> = vec![format!("own{class}").into()];
+        if *class == 7 {
+            names.push("c7".into());
+        }
+        names
     }
     fn input_generation(&self, snap: &Snapshot<u32>, _: &u32, _: Kind, _: &str) -> Option<u64> {
         snap.mesh.as_deref().map(|m| u64::from(*m))
@@ -411,12 +420,12 @@ fn subscribed(protocol: Protocol, class: &Arc<u32>, kind: Kind, names: &[String]
 }
 
 /// The resources of response `bytes` (values, with their names for
-/// delta), sorted, and its nonce; its version must be `version` and its
+/// delta), in order, and its nonce; its version must be `version` and its
 /// control plane `t`.
 fn answer(protocol: Protocol, bytes: Bytes, version: &str) -> (Vec<String>, String) {
     use istiod_proto::envoy::service::discovery::v3::DeltaDiscoveryResponse;
     let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-    let (mut values, nonce) = match protocol {
+    match protocol {
         Protocol::Sotw => {
             let r = DiscoveryResponse::decode(bytes).unwrap();
             assert_eq!((r.version_info.as_str(), r.control_plane.unwrap().identifier.as_str()), (version, "t"));
@@ -429,9 +438,7 @@ fn answer(protocol: Protocol, bytes: Bytes, version: &str) -> (Vec<String>, Stri
                 r.resources.iter().map(|r| format!("{}={}", r.name, text(&r.resource.as_ref().unwrap().value)));
             (values.collect(), r.nonce)
         }
-    };
-    values.sort();
-    (values, nonce)
+    }
 }
 
 /// Streams of classes 3, 5, 4 and 7 (`CountingReductions`: 3, 5 and 7
@@ -464,7 +471,9 @@ fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, 
         };
         let out = s.flush(&mut ctx);
         assert_eq!(out.len(), 1);
-        answers.push(answer(protocol, out[0].bytes.to_bytes(), "1"));
+        let (mut values, nonce_text) = answer(protocol, out[0].bytes.to_bytes(), "1");
+        values.sort();
+        answers.push((values, nonce_text));
         // What it holds now: nothing changed, nothing is sent.
         s.on_delta_update(&Changes::of(&Delta::Full), Instant::now(), false);
         let mut ctx = Ctx {
@@ -517,8 +526,10 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
 /// Wildcard streams of classes that reduce to one class share the first
 /// response's names and its shared part, and each is sent its own class's
 /// resources too, whichever class asked first; the next snapshot's names
-/// are its own. A shared name that reads the whole class (class 4's
-/// `ownshared`) is the class's own.
+/// are its own. A shared name that reads the whole class (class 4's and
+/// 6's `ownshared`) is the class's own, and an own name that does not
+/// (class 7's `c7`) is not. The shared part comes first, sorted, then the
+/// class's own, sorted.
 #[test]
 fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
     for protocol in [Protocol::Delta, Protocol::Sotw] {
@@ -548,25 +559,37 @@ fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
                 assert_eq!(out.len(), 1);
                 let (got, _) = answer(protocol, out[0].bytes.to_bytes(), &mesh.to_string());
                 let c = *classes[i];
-                let shared = format!("{}-{mesh}", c % 2);
-                let own = format!("{c}-{mesh}");
-                let mut want = match protocol {
-                    Protocol::Sotw => vec![shared.clone(), shared, own.clone()],
-                    Protocol::Delta => vec![format!("a={shared}"), format!("b={shared}"), format!("own{c}={own}")],
-                };
-                if c.is_multiple_of(2) {
-                    want.push(match protocol {
-                        Protocol::Sotw => own,
-                        Protocol::Delta => format!("ownshared={own}"),
-                    });
+                // Names in order, each with the class it is generated for.
+                let mut rest = vec!["a", "b", "m"];
+                let mut own = vec!["own"];
+                if c == 7 {
+                    rest.insert(2, "c7");
                 }
-                want.sort();
+                if c.is_multiple_of(2) {
+                    own.push("ownshared");
+                }
+                let name = |n: &str| match n {
+                    "m" => format!("m{mesh}"),
+                    "own" => format!("own{c}"),
+                    n => n.to_owned(),
+                };
+                let want: Vec<String> = rest
+                    .iter()
+                    .map(|n| (name(n), c % 2))
+                    .chain(own.iter().map(|n| (name(n), c)))
+                    .map(|(n, of)| match protocol {
+                        Protocol::Sotw => format!("{of}-{mesh}"),
+                        Protocol::Delta => format!("{n}={of}-{mesh}"),
+                    })
+                    .collect();
                 assert_eq!(got, want, "{protocol:?}, class {c}, mesh {mesh}");
             }
-            // Of the five streams of classes 3, 5 and 7 (one reduced
-            // class), the second built the shared part and the other three
-            // were sent it; of the three of 4 and 6 (another), the last.
-            assert_eq!(cache.first_shared - shared_before, 4, "{protocol:?}, mesh {mesh}");
+            // Of the four streams of classes 3 and 5 (one reduced class,
+            // with the same names), the second built the shared part and
+            // the other two were sent it (7, of the same reduced class,
+            // has other names: answered alone); of the three of 4 and 6
+            // (another), the last.
+            assert_eq!(cache.first_shared - shared_before, 3, "{protocol:?}, mesh {mesh}");
         }
     }
 }

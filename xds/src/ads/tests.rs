@@ -528,8 +528,9 @@ fn first_sotw_responses_are_shared_by_a_reduced_class() {
 /// resources too, whichever class asked first; the next snapshot's names
 /// are its own. A shared name that reads the whole class (class 4's and
 /// 6's `ownshared`) is the class's own, and an own name that does not
-/// (class 7's `c7`) is not. The shared part comes first, sorted, then the
-/// class's own, sorted.
+/// (class 7's `c7`) is not. Each response holds the names sorted, the
+/// shared part before the class's own (which here also sort last, so a
+/// response answered alone, sorted as a whole, reads the same).
 #[test]
 fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
     for protocol in [Protocol::Delta, Protocol::Sotw] {

@@ -203,6 +203,23 @@ impl<'a> FirstNames<'a> {
     }
 }
 
+/// `names` (sorted and without repeats unless `sort`) split into those
+/// that read the whole class and the rest, both sorted: the two parts of
+/// a first response.
+pub fn split_first_names<M: Send + Sync + 'static, C: super::Class>(
+    generator: &dyn Generator<Mesh = M, Class = C>,
+    kind: Kind,
+    mut names: Vec<Arc<str>>,
+    sort: bool,
+) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+    if sort {
+        // Mostly sorted already: a stable sort finds the runs.
+        names.sort();
+        names.dedup();
+    }
+    names.into_iter().partition(|n| generator.whole_class(kind, n))
+}
+
 /// A class's wildcard first names ([`Cache::wildcard_first_names`]): its
 /// own, and the rest with their hash.
 pub type WildcardFirstNames = (Arc<[Arc<str>]>, Arc<[Arc<str>]>, u64);
@@ -687,11 +704,8 @@ impl<C: super::Class> Cache<C> {
         let (own, (rest, hash, counted)) = match split {
             Some(split) => split,
             None => {
-                let mut names = self.wildcard_names(generator, snap, class, kind).to_vec();
-                // Mostly sorted already: a stable sort finds the runs.
-                names.sort();
-                names.dedup();
-                let (own, rest): (Vec<Arc<str>>, Vec<Arc<str>>) = names.into_iter().partition(whole);
+                let names = self.wildcard_names(generator, snap, class, kind).to_vec();
+                let (own, rest) = split_first_names(generator, kind, names, true);
                 let hash = names_hash(&rest);
                 (own.into(), (rest.into(), hash, false))
             }

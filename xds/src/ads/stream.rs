@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::{Cache, First, FirstNames, FirstResponse};
+use super::cache::{Cache, First, FirstNames, FirstResponse, split_first_names};
 use istiod_proto::envoy::config::core::v3::Node;
 
 use super::names::{NameMap, NameSet, intern};
@@ -727,11 +727,9 @@ fn shared_first<M: Send + Sync + 'static, C: super::Class>(
             let mut names: Vec<Arc<str>> = w.names.keys().cloned().collect();
             if w.wildcard {
                 names.extend(ctx.cache.wildcard_names(ctx.generator, ctx.snap, class, kind).iter().cloned());
-                // Mostly sorted already: a stable sort finds the runs.
-                names.sort();
-                names.dedup();
             }
-            collected = names.into_iter().partition(|n| ctx.generator.whole_class(kind, n));
+            // A stream's own names are sorted and unique already.
+            collected = split_first_names(ctx.generator, kind, names, w.wildcard);
             (&collected.0, FirstNames::new(&collected.1))
         }
     };

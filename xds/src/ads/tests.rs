@@ -441,6 +441,21 @@ fn answer(protocol: Protocol, bytes: Bytes, version: &str) -> (Vec<String>, Stri
     }
 }
 
+/// What stream `s` of a `CountingReductions` class is sent on a flush of
+/// `snap`: one response, its bytes.
+fn flushed_once(
+    s: &mut AdsStream<u32>,
+    g: &CountingReductions,
+    snap: &Snapshot<u32>,
+    cache: &mut Cache<u32>,
+    nonce: &mut dyn FnMut() -> Arc<str>,
+) -> Bytes {
+    let mut ctx = Ctx { generator: g, snap, cache, nonce, control_plane: "t", now: Instant::now() };
+    let out = s.flush(&mut ctx);
+    assert_eq!(out.len(), 1);
+    out[0].bytes.to_bytes()
+}
+
 /// Streams of classes 3, 5, 4 and 7 (`CountingReductions`: 3, 5 and 7
 /// reduce to one class, 4 to another) subscribe to endpoints `a`, `own`
 /// (which reads the whole class) and `b`; each is flushed once and then
@@ -461,17 +476,8 @@ fn first_responses_of_reduced_classes(protocol: Protocol) -> (Vec<(Vec<String>, 
     let mut answers = Vec::new();
     for class in [3u32, 5, 4, 7] {
         let mut s = subscribed(protocol, &Arc::new(class), Kind::Endpoint, &names);
-        let mut ctx = Ctx {
-            generator: &g,
-            snap: &snap,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "t",
-            now: Instant::now(),
-        };
-        let out = s.flush(&mut ctx);
-        assert_eq!(out.len(), 1);
-        let (mut values, nonce_text) = answer(protocol, out[0].bytes.to_bytes(), "1");
+        let bytes = flushed_once(&mut s, &g, &snap, &mut cache, &mut nonce);
+        let (mut values, nonce_text) = answer(protocol, bytes, "1");
         values.sort();
         answers.push((values, nonce_text));
         // What it holds now: nothing changed, nothing is sent.
@@ -548,17 +554,8 @@ fn wildcard_first_responses_of_reduced_classes_each_have_their_own_names() {
             let shared_before = cache.first_shared;
             for i in [0usize, 1, 0, 2, 1, 3, 4, 3] {
                 let mut s = subscribed(protocol, &classes[i], Kind::Listener, &[]);
-                let mut ctx = Ctx {
-                    generator: &g,
-                    snap: &snap,
-                    cache: &mut cache,
-                    nonce: &mut nonce,
-                    control_plane: "t",
-                    now: Instant::now(),
-                };
-                let out = s.flush(&mut ctx);
-                assert_eq!(out.len(), 1);
-                let (got, _) = answer(protocol, out[0].bytes.to_bytes(), &mesh.to_string());
+                let bytes = flushed_once(&mut s, &g, &snap, &mut cache, &mut nonce);
+                let (got, _) = answer(protocol, bytes, &mesh.to_string());
                 let c = *classes[i];
                 // Names in order, each with the class it is generated for.
                 let mut rest = vec!["a", "b", "m"];

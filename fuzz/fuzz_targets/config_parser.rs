@@ -41,7 +41,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         let model = istiod_mesh::model::Model::build(&objects, "cluster.local");
         // Name tables: every name an address, every address an IP.
         let ips: Vec<std::sync::Arc<str>> = vec!["10.0.0.1".into(), "fd00::1".into()];
-        let legacy = istiod_mesh::translate::dns::legacy_allocation(model.services.values());
+        let legacy = istiod_mesh::translate::dns::legacy_allocation(model.services.values().map(|s| &**s));
         for dual_stack in [false, true] {
             let asker = istiod_mesh::translate::dns::Asker {
                 ips: &ips,
@@ -51,7 +51,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 legacy: dual_stack.then_some(&legacy),
             };
             let flags = istiod_mesh::translate::dns::Flags { multicluster_headless: true, dual_stack };
-            let t = istiod_mesh::translate::dns::name_table(model.services.values(), &asker, flags);
+            let t = istiod_mesh::translate::dns::name_table(model.services.values().map(|s| &**s), &asker, flags);
             for info in t.table.values() {
                 assert!(!info.ips.is_empty());
                 assert!(info.ips.iter().all(|ip| ip.parse::<std::net::IpAddr>().is_ok()), "{info:?}");

@@ -99,7 +99,7 @@ pub type LegacyAllocation = std::collections::HashMap<Arc<str>, Vec<String>>;
 /// The legacy allocation of `model`'s services, when the mesh uses it.
 pub(crate) fn legacy_allocation_of(model: &Model) -> Option<Arc<LegacyAllocation>> {
     (!model.mesh.dns.ip_autoallocate)
-        .then(|| Arc::new(crate::translate::dns::legacy_allocation(model.services.values())))
+        .then(|| Arc::new(crate::translate::dns::legacy_allocation(model.services.values().map(Arc::as_ref))))
 }
 
 /// Waypoint (`<ns>/<name>`) -> the `(namespace, hostname)` of the services
@@ -1026,6 +1026,7 @@ fn shared_family_body(snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind
         let visible = model
             .services
             .values()
+            .map(Arc::as_ref)
             .filter(|svc| !m.scoping.active || crate::translate::scope::visible_on(model, class, svc, None));
         let mut asker = name_table_asker(m, class);
         let dns = model.mesh.dns;

@@ -198,7 +198,7 @@ impl Model {
         let mut model = self.clone();
         for host in &hosts {
             match self.service_for_host(objs, host) {
-                Some(s) => model.services.insert(host.clone(), s),
+                Some(s) => model.services.insert(host.clone(), Arc::new(s)),
                 None => model.services.remove(host),
             };
         }
@@ -225,7 +225,7 @@ impl Model {
                 // selects workloads (its labels before the change are not
                 // kept), as it was and as it is.
                 "WorkloadEntry" => {
-                    let selecting = |s: &&Service| s.namespace == ns && (!s.selector.is_empty() || !s.kubernetes);
+                    let selecting = |s: &&Arc<Service>| s.namespace == ns && (!s.selector.is_empty() || !s.kubernetes);
                     hosts.extend(self.services.values().filter(selecting).map(|s| s.hostname.clone()));
                     for svc in objs.services.iter().filter(|s| s.metadata.ns() == ns && !s.spec.selector.is_empty()) {
                         hosts.insert(kube(ns, &svc.metadata.name));

@@ -458,7 +458,7 @@ pub(super) async fn debug(req: Request, d: &Debug, caller: Option<&str>) -> Resp
         "/debug/registryz" => {
             let mesh = state.borrow().mesh.clone();
             let services: Vec<&istiod_mesh::model::Service> =
-                mesh.as_ref().map(|m| m.model.services.values().collect()).unwrap_or_default();
+                mesh.as_ref().map(|m| m.model.services.values().map(|s| &**s).collect()).unwrap_or_default();
             Response::json(&serde_json::to_value(services).unwrap_or_default())
         }
         // istiod's `list`: the handlers' names, without `list` itself.

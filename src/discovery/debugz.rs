@@ -100,8 +100,12 @@ fn sidecar_object<'a>(model: &'a Model, class: &ProxyClass) -> Option<&'a IstioO
 /// consolidated rules as empty objects; here each names its rule).
 pub(super) fn sidecarz(model: &Model, class: &ProxyClass) -> Value {
     let object = sidecar_object(model, class);
-    let services: Vec<&Service> =
-        model.services.values().filter(|s| istiod_mesh::translate::scope::visible(model, class, s)).collect();
+    let services: Vec<&Service> = model
+        .services
+        .values()
+        .map(|s| &**s)
+        .filter(|s| istiod_mesh::translate::scope::visible(model, class, s))
+        .collect();
     let jsons: Vec<Value> = services.iter().map(|s| service_json(s)).collect();
     let by_host: Map<String, Value> =
         services.iter().zip(&jsons).map(|(s, j)| (s.hostname.to_string(), j.clone())).collect();

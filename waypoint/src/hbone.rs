@@ -231,7 +231,7 @@ pub fn changed(prev: &MeshInput, next: &MeshInput) -> Vec<(istiod_xds_api::snaps
             s.map(|s| s.endpoints.iter().map(|e| (e.address.clone(), e.port, e.service_port, e.tunnel)).collect())
                 .unwrap_or_default()
         };
-        if marks(before) != marks(after) {
+        if marks(before.map(|s| &**s)) != marks(after.map(|s| &**s)) {
             hosts.insert(host.clone());
         }
     }

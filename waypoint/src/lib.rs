@@ -308,7 +308,7 @@ impl<'a> View<'a> {
     }
 
     fn resolve(&self, ns: &str, host: &str) -> Option<&'a Service> {
-        self.model.services.get(host).filter(|s| s.namespace == ns)
+        self.model.services.get(host).map(|s| &**s).filter(|s| s.namespace == ns)
     }
 
     /// The service `host` if this waypoint serves it.
@@ -367,7 +367,7 @@ impl<'a> View<'a> {
         }
         hosts
             .iter()
-            .filter_map(|h| self.model.services.get(h.as_str()))
+            .filter_map(|h| self.model.services.get(h.as_str()).map(|s| &**s))
             .filter(|s| self.owns(&s.hostname).is_none_or(|o| o.mesh_external))
             .collect()
     }

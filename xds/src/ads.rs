@@ -474,9 +474,9 @@ async fn updates<M: Send + Sync + 'static, C: Class>(
 }
 
 /// Drops `value` on a thread of its own (a snapshot the core let go of
-/// may hold the last reference to a whole model); inline if that thread
-/// cannot be started.
-fn drop_elsewhere<T: Send + 'static>(value: T) {
+/// may hold the last reference to a whole model; the control thread's
+/// objects a change replaced); inline if that thread cannot be started.
+pub fn drop_elsewhere<T: Send + 'static>(value: T) {
     type Garbage = Box<dyn Send>;
     static BIN: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Garbage>>> = std::sync::OnceLock::new();
     let bin = BIN.get_or_init(|| {

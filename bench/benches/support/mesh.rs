@@ -270,7 +270,7 @@ pub(crate) fn core_setup() -> Core {
     // control thread would build it after that EndpointSlice changed.
     let host = target.rsplit('|').next().unwrap().to_owned();
     let mut fewer = (*built.model).clone();
-    let svc = fewer.services.get_mut(host.as_str()).unwrap();
+    let svc = Arc::make_mut(fewer.services.get_mut(host.as_str()).unwrap());
     let drop_ip = svc.endpoints[0].address.clone();
     svc.endpoints.retain(|e| e.address != drop_ip);
     let scaled: Built = Arc::new(MeshInput::new(Arc::new(fewer)));

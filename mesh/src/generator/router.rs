@@ -12,6 +12,7 @@
 //! DestinationRules; its credentials on the Secrets they name.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use istiod_config::istio::{IstioObject, IstioSpec};
 use istiod_proto::envoy::config::core::v3::{DataSource, data_source::Specifier};
@@ -48,6 +49,7 @@ fn targets<'a>(model: &'a Model, class: &ProxyClass) -> Vec<&'a Service> {
     model
         .services
         .values()
+        .map(Arc::as_ref)
         .filter(|s| {
             (s.namespace == *class.namespace
                 && !s.selector.is_empty()

@@ -160,18 +160,18 @@ fn an_update_records_exactly_the_keys_it_changed() {
     let host = "reviews.bookinfo.svc.cluster.local";
     let reviews = class("bookinfo", &[("app", "reviews"), ("version", "v1")]);
     let mut scaled = (*m).clone();
-    let svc = scaled.services.get_mut(host).unwrap();
+    let svc = Arc::make_mut(scaled.services.get_mut(host).unwrap());
     assert!(svc.ports.iter().all(|p| p.target_port.is_some()), "{:?}", svc.ports);
     svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
     assert_eq!(touched(&scaled), vec![]);
     assert_eq!(inbound_ports(&m, &reviews), inbound_ports(&scaled, &reviews), "the Service's port, endpoint or not");
     // A named target port that resolves to 9999 on the pods.
     let mut named = (*m).clone();
-    let svc = named.services.get_mut(host).unwrap();
+    let svc = Arc::make_mut(named.services.get_mut(host).unwrap());
     svc.ports.iter_mut().for_each(|p| p.target_port = None);
     svc.endpoints.iter_mut().for_each(|e| e.port = 9999);
     let mut named_scaled = named.clone();
-    let svc = named_scaled.services.get_mut(host).unwrap();
+    let svc = Arc::make_mut(named_scaled.services.get_mut(host).unwrap());
     svc.endpoints.retain(|e| e.labels.get("version").map(String::as_str) != Some("v1"));
     let named_input = MeshInput::after(&old, Arc::new(named.clone()));
     let step = MeshInput::after(&named_input, Arc::new(named_scaled.clone())).changes.touched();
@@ -229,16 +229,16 @@ fn scoped_proxies_get_only_what_their_sidecar_lets_them_see() {
     // Bookinfo plus a service in another namespace: bookinfo's Sidecar
     // (`./*`, `istio-system/*`) hides it from bookinfo's proxies.
     let mut model = (*bookinfo()).clone();
-    let mut other = model.services["reviews.bookinfo.svc.cluster.local"].clone();
+    let mut other = (*model.services["reviews.bookinfo.svc.cluster.local"]).clone();
     other.hostname = "reviews.other.svc.cluster.local".into();
     other.namespace = "other".into();
     other.vips = vec!["10.96.99.99".into()];
-    model.services.insert(other.hostname.clone(), other);
-    let mut db = model.services["mongodb.bookinfo.svc.cluster.local"].clone();
+    model.services.insert(other.hostname.clone(), Arc::new(other));
+    let mut db = (*model.services["mongodb.bookinfo.svc.cluster.local"]).clone();
     db.hostname = "mongodb.other.svc.cluster.local".into();
     db.namespace = "other".into();
     db.vips = vec!["10.96.99.98".into()];
-    model.services.insert(db.hostname.clone(), db);
+    model.services.insert(db.hostname.clone(), Arc::new(db));
     let model = Arc::new(model);
     let snap = snapshot(&model);
 

@@ -25,7 +25,7 @@ use super::route::{FAULT_FILTER, Flavor, RouteTable, ServiceRoutes};
 pub fn translate(model: &Model, t: &mut super::Translation) {
     // (ExternalName aliases have none: their concrete service serves them.)
     let services: Vec<&crate::model::Service> =
-        model.services.values().filter(|s| !model.is_alias(&s.hostname)).collect();
+        model.services.values().map(Arc::as_ref).filter(|s| !model.is_alias(&s.hostname)).collect();
     for parts in crate::model::par_map(&services, |svc| service_parts(model, svc)) {
         add_parts(parts, t);
     }

@@ -118,7 +118,7 @@ pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'st
     let serves = |s: &crate::model::Service| {
         s.kubernetes && ((s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
     };
-    if model.services.values().any(serves) {
+    if model.services.values().map(Arc::as_ref).any(serves) {
         return None;
     }
     Some(reason(class))
@@ -308,14 +308,18 @@ pub(crate) fn inbound_cluster(model: &Model, p: &InboundPort, class: &ProxyClass
     // (addTelemetryMetadata), none where the first is mesh-external; a
     // Sidecar ingress port, its one service.
     if let Some((first, service_port)) = &p.service
-        && let Some(svc) = model.services.get(first).filter(|s| !s.mesh_external)
+        && let Some(svc) = model.services.get(first).map(Arc::as_ref).filter(|s| !s.mesh_external)
     {
         let others = match p.ingress {
             Some(_) => Vec::new(),
             None => inbound_hosts(model, class, p.port),
         };
         let same_port = |s: &&crate::model::Service| s.ports.iter().any(|sp| sp.port == *service_port);
-        let rest = others.iter().filter(|h| *h != first).filter_map(|h| model.services.get(h)).filter(same_port);
+        let rest = others
+            .iter()
+            .filter(|h| *h != first)
+            .filter_map(|h| model.services.get(h).map(Arc::as_ref))
+            .filter(same_port);
         c.metadata = super::cluster::telemetry_metadata(mesh, std::iter::once(svc).chain(rest));
     }
     let policy = inbound_policy(model, p, class);

@@ -194,6 +194,7 @@ fn route_table(model: &Model, port: u16, vs_digest: u64, t: &mut super::Translat
     let services: Vec<&crate::model::Service> = model
         .services
         .values()
+        .map(Arc::as_ref)
         .filter(|s| s.ports.iter().any(|p| p.port == port && has_routes(p)) && !model.is_alias(&s.hostname))
         .collect();
     let http: Vec<Arc<ServiceRoutes>> =

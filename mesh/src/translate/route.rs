@@ -268,7 +268,7 @@ impl RouteTable {
         let services: Vec<(&Arc<ServiceRoutes>, &Service)> = self
             .hosts
             .iter()
-            .filter_map(|vh| model.services.get(&vh.host).filter(|s| visible(s, vh.port)).map(|s| (vh, s)))
+            .filter_map(|vh| model.services.get(&vh.host).filter(|s| visible(s, vh.port)).map(|s| (vh, &**s)))
             .collect();
         let mut hosts = Hosts { seen: Default::default(), names: Default::default(), out: Vec::new() };
         let flavor = self.flavor;
@@ -474,7 +474,12 @@ fn plan_virtual_hosts(
     let registry: std::cell::OnceCell<Vec<&Service>> = std::cell::OnceCell::new();
     let registry = || {
         registry.get_or_init(|| {
-            model.services.values().filter(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port)).collect()
+            model
+                .services
+                .values()
+                .map(Arc::as_ref)
+                .filter(|s| s.ports.iter().any(|p| p.port == port) && visible(s, port))
+                .collect()
         })
     };
     let in_registry = |h: &str| match h.starts_with('*') {

@@ -242,7 +242,10 @@ pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usi
         // (A parent Service that does not exist takes no route.)
         let parent = |s: &Service| s.kubernetes && (ns == proxy_ns || s.namespace == ns);
         if gateway_semantics
-            && !vs.hosts.iter().any(|h| model.services.get(model.resolve_host(h, ns).as_str()).is_some_and(parent))
+            && !vs
+                .hosts
+                .iter()
+                .any(|h| model.services.get(model.resolve_host(h, ns).as_str()).is_some_and(|s| parent(s)))
         {
             continue;
         }

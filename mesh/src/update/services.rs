@@ -30,10 +30,11 @@ impl MeshInput {
         let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
         let mut reshaped = Vec::new();
         for host in &hosts {
-            let dns = |m: &Model| m.services.get(host).map_or(0, crate::translate::dns::digest);
+            let dns = |m: &Model| m.services.get(host).map_or(0, |s| crate::translate::dns::digest(s));
             next.dns_digest ^= dns(&self.model) ^ dns(&model);
             next.translation.update_service(&model, host);
-            let (before, after) = (self.model.services.get(host), model.services.get(host));
+            let (before, after) =
+                (self.model.services.get(host).map(Arc::as_ref), model.services.get(host).map(Arc::as_ref));
             if before.map(deps::shape) != after.map(deps::shape) {
                 reshaped.push(host.clone());
             }

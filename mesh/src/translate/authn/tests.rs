@@ -163,7 +163,7 @@ fn request_principals_and_claims_match_the_verified_payload() {
 fn served_tcp_rbac(m: &Arc<Model>, action: rbac::rbac::Action) -> Option<rbac::Rbac> {
     use istiod_proto::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
     let mut m = (**m).clone();
-    let s = m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap();
+    let s = Arc::make_mut(m.services.get_mut("reviews.bookinfo.svc.cluster.local").unwrap());
     for p in &mut s.ports {
         p.protocol = crate::model::Protocol::Tcp;
     }

@@ -460,12 +460,12 @@ spec:
     let mut mesh = crate::meshconfig::MeshSettings::default();
     mesh.dns.ip_autoallocate = false;
     let model = crate::model::Model::build_in(&loaded.objects, "cluster.local", Arc::new(mesh));
-    let legacy = legacy_allocation(model.services.values());
+    let legacy = legacy_allocation(model.services.values().map(Arc::as_ref));
     let ips: Vec<Arc<str>> = vec!["1.1.1.1".into()];
     let table = |auto: bool| -> BTreeMap<String, (Vec<String>, String)> {
         let asker =
             Asker { ips: &ips, network: "", cluster: "", auto_allocated: auto, legacy: auto.then_some(&legacy) };
-        let t = name_table(model.services.values(), &asker, Flags::default());
+        let t = name_table(model.services.values().map(Arc::as_ref), &asker, Flags::default());
         t.table.into_iter().map(|(h, i)| (h, (i.ips, i.registry))).collect()
     };
     let row = |ip: &str| (vec![ip.to_owned()], "External".to_owned());

@@ -97,10 +97,10 @@ fn egress_host_syntax() {
 fn the_bundled_sidecar_keeps_bookinfo_to_its_namespace_and_the_root() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
     let mut m = Model::build(&istiod_kubewatch::config_dir::load(&dir).unwrap().objects, "cluster.local");
-    let mut ext = m.services[REVIEWS].clone();
+    let mut ext = (*m.services[REVIEWS]).clone();
     ext.hostname = "api.other.svc.cluster.local".into();
     ext.namespace = "other".into();
-    m.services.insert(ext.hostname.clone(), ext);
+    m.services.insert(ext.hostname.clone(), Arc::new(ext));
     let s = Scoping::new(&m);
     let reviews = class("bookinfo", &[("app", "reviews")]);
     assert!(s.allows(&m, &reviews, Kind::Cluster, &format!("outbound|9080||{RATINGS}")));
@@ -116,7 +116,7 @@ fn an_egress_port_limits_its_hosts_to_that_port() {
          {hosts: [\"./ratings.bookinfo.svc.cluster.local\"]}]}\n",
     );
     // reviews also listens on 9090 for this test.
-    let reviews = m.services.get_mut(REVIEWS).unwrap();
+    let reviews = Arc::make_mut(m.services.get_mut(REVIEWS).unwrap());
     let mut extra = reviews.ports[0].clone();
     extra.port = 9090;
     reviews.ports.push(extra);

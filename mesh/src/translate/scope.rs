@@ -245,7 +245,7 @@ pub fn virtual_services(model: &Model, class: &ProxyClass, port: u16) -> Vec<usi
             && !vs
                 .hosts
                 .iter()
-                .any(|h| model.services.get(model.resolve_host(h, ns).as_str()).is_some_and(|s| parent(s)))
+                .any(|h| model.services.get(model.resolve_host(h, ns).as_str()).map(Arc::as_ref).is_some_and(parent))
         {
             continue;
         }

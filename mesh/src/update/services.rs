@@ -30,7 +30,7 @@ impl MeshInput {
         let mut next = MeshInput { model: model.clone(), changes: self.changes.next(), ..self.clone() };
         let mut reshaped = Vec::new();
         for host in &hosts {
-            let dns = |m: &Model| m.services.get(host).map_or(0, |s| crate::translate::dns::digest(s));
+            let dns = |m: &Model| m.services.get(host).map(Arc::as_ref).map_or(0, crate::translate::dns::digest);
             next.dns_digest ^= dns(&self.model) ^ dns(&model);
             next.translation.update_service(&model, host);
             let (before, after) =

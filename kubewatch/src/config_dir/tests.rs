@@ -350,6 +350,60 @@ fn edits_to_kinds_not_read_name_no_object() {
 /// hundred Pods, one scaled away, re-parsed all of them): the others are
 /// taken from what is in force by their text, wherever they moved, and
 /// what is read is what a reading of the whole file gives.
+/// What a file read a document at a time reports and keeps where its
+/// documents move, repeat, or are refused at an index another document
+/// came from: the cases a reuse of the objects in force (instead of a
+/// copy of each) has to keep as they are.
+#[test]
+fn moved_repeated_and_refused_documents_keep_what_is_in_force() {
+    let svc = |name: &str, port: i32| SVC.replace("name: a", &format!("name: {name}")).replace("80", &port.to_string());
+    let bad = |name: &str| {
+        format!("kind: Service\nmetadata: {{name: {name}, namespace: x}}\nspec: {{ports: [{{port: -1}}]}}\n")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.yaml");
+    let mut src = ConfigDir::new(dir.path());
+    let changed = |l: &Loaded| l.changed.iter().map(|r| r.name.clone()).collect::<std::collections::BTreeSet<_>>();
+    // Documents after a removed one move up an index: the removed one is
+    // named, none before it is.
+    let mut docs: Vec<String> = (0..12).map(|i| svc(&format!("s{i}"), 80)).collect();
+    std::fs::write(&path, docs.join("---\n")).unwrap();
+    src.reload().unwrap();
+    docs.remove(6);
+    std::fs::write(&path, docs.join("---\n")).unwrap();
+    let l = src.reload().unwrap();
+    let named = changed(&l);
+    assert!(named.contains("s6"), "{named:?}");
+    assert!((0..6).all(|i| !named.contains(&format!("s{i}"))), "{named:?}");
+    assert_eq!(l.objects, load(dir.path()).unwrap().objects);
+    // One text twice: both read, and both still there after an edit
+    // elsewhere (read once, in force twice).
+    let docs = [svc("d", 80), svc("d", 80), svc("e", 80)];
+    std::fs::write(&path, docs.join("---\n")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), ["d", "d", "e"]);
+    std::fs::write(&path, [svc("d", 80), svc("d", 80), svc("e", 81)].join("---\n")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), ["d", "d", "e"]);
+    assert_eq!(changed(&l).into_iter().collect::<Vec<_>>(), ["e"]);
+    assert_eq!(l.objects, load(dir.path()).unwrap().objects);
+    // [A, B] -> [refused, A]: the refused document keeps A, its last good
+    // version, and A's text, now second, reads A again; B is gone.
+    std::fs::write(&path, [svc("ra", 80), svc("rb", 80)].join("---\n")).unwrap();
+    src.reload().unwrap();
+    std::fs::write(&path, [bad("ra"), svc("ra", 80)].join("---\n")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), ["ra", "ra"]);
+    assert!(l.errors.iter().any(|e| e.to_string().contains("s.yaml: document 0:")), "{:?}", l.errors);
+    let named = changed(&l);
+    assert!(named.contains("rb") && named.contains("ra"), "{named:?}");
+    // Mended: each document reads as a fresh reading does.
+    std::fs::write(&path, [svc("ra", 80), svc("rc", 80)].join("---\n")).unwrap();
+    let l = src.reload().unwrap();
+    assert_eq!(names(&l), ["ra", "rc"]);
+    assert_eq!(l.objects, load(dir.path()).unwrap().objects);
+}
+
 #[test]
 fn an_edit_parses_only_the_documents_it_changed() {
     let svc = |name: &str, port: i32| SVC.replace("name: a", &format!("name: {name}")).replace("80", &port.to_string());

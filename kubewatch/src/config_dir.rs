@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use istiod_config::manifest::{
     DEFAULT_MAX_DOCUMENTS, FileDocs, Object, ObjectRef, parse_file_limited, parse_split, split_documents,
@@ -189,8 +189,10 @@ pub struct ConfigDir {
     dir: PathBuf,
     limits: Limits,
     /// Each file's last good documents by index: a reload replaces only
-    /// the files read anew, so an unchanged file costs no copy.
-    last_good: BTreeMap<PathBuf, BTreeMap<usize, Object>>,
+    /// the files read anew, so an unchanged file costs no copy, and in a
+    /// file read anew a document whose text was read before is shared,
+    /// not copied.
+    last_good: BTreeMap<PathBuf, BTreeMap<usize, Arc<Object>>>,
     /// Each file's last parse: a reload re-reads only the files that
     /// changed, and re-parses only those whose text changed.
     parsed: std::collections::HashMap<PathBuf, Parsed>,
@@ -227,9 +229,15 @@ struct Parsed {
 enum Read {
     /// The same as the last parse: its documents in force stand.
     Unchanged,
-    /// Read and parsed anew.
-    Fresh(FileDocs),
+    /// Read and parsed anew. A document whose text was read before is
+    /// neither parsed nor copied: its result is a placeholder, and the
+    /// second field names the index in force it is taken from.
+    Fresh(FileDocs, Reused),
 }
+
+/// For each document of a file read anew, the index of the document in
+/// force it is (its text read before), if any.
+type Reused = Vec<Option<usize>>;
 
 fn text_hash(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -285,7 +293,7 @@ impl ConfigDir {
             }
             return Ok(Read::Unchanged);
         }
-        let (docs, by_text) = self.parse_documents(file, &text);
+        let (docs, by_text, reused) = self.parse_documents(file, &text);
         match before.filter(|_| before == after) {
             Some(st) => {
                 let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new(), docs: by_text };
@@ -295,36 +303,44 @@ impl ConfigDir {
                 self.parsed.remove(file);
             }
         }
-        Ok(Read::Fresh(docs))
+        Ok(Read::Fresh(docs, reused))
     }
 
     /// `text`'s documents, a document at a time where the file can be read
-    /// so: one whose text was read from `file` last time is taken from the
-    /// documents in force. With the read documents' indexes by the hash of
-    /// their text (empty where the file was read whole).
-    fn parse_documents(&self, file: &Path, text: &str) -> (FileDocs, std::collections::HashMap<u64, usize>) {
+    /// so: one whose text was read from `file` last time is the document in
+    /// force at the index it was read from (a placeholder in the results,
+    /// the index in [`Reused`]). With the read documents' indexes by the
+    /// hash of their text (empty where the file was read whole).
+    fn parse_documents(&self, file: &Path, text: &str) -> (FileDocs, std::collections::HashMap<u64, usize>, Reused) {
         use std::hash::BuildHasher as _;
         let whole = || {
             let docs = parse_file_limited(text, self.limits.max_documents);
             self.documents_parsed.set(self.documents_parsed.get() + docs.docs.len() as u64);
-            (docs, Default::default())
+            (docs, Default::default(), Vec::new())
         };
         let Some(pieces) = split_documents(text).filter(|p| p.len() > 1) else { return whole() };
         let hashes: Vec<u64> = pieces.iter().map(|p| self.hasher.hash_one(p)).collect();
         let before = self.parsed.get(file).map(|p| &p.docs);
         let in_force = self.last_good.get(file);
+        let mut reused = vec![None; pieces.len()];
         let known = |index: usize, _: &str| {
             let Some(old) = before.and_then(|b| b.get(&hashes[index])) else {
                 self.documents_parsed.set(self.documents_parsed.get() + 1);
                 return None;
             };
             // Read last time, so what is in force at its index is what it
-            // read (nothing for an empty document).
-            Some(in_force.and_then(|m| m.get(old)).cloned())
+            // read (nothing for an empty document). Not copied: `reload`
+            // shares it in place of this placeholder (not empty, as what it
+            // stands for is not).
+            if !in_force.is_some_and(|m| m.contains_key(old)) {
+                return Some(None);
+            }
+            reused[index] = Some(*old);
+            Some(Some(Object::Skipped(String::new())))
         };
         let Some(docs) = parse_split(&pieces, self.limits.max_documents, known) else { return whole() };
         let by_text = hashes.iter().enumerate().filter(|(i, _)| docs.docs[*i].is_ok()).map(|(i, h)| (*h, i)).collect();
-        (docs, by_text)
+        (docs, by_text, reused)
     }
 
     /// Documents parsed so far: a document whose text was read before is
@@ -354,14 +370,14 @@ impl ConfigDir {
             .collect();
         for file in gone {
             for o in self.last_good.remove(&file).unwrap_or_default().values() {
-                if !matches!(o, Object::Skipped(_)) {
+                if !matches!(**o, Object::Skipped(_)) {
                     changed.insert(ObjectRef::of(o));
                 }
             }
         }
         for file in paths {
-            let parsed = match self.parse(&file) {
-                Ok(Read::Fresh(p)) => p,
+            let (parsed, reused) = match self.parse(&file) {
+                Ok(Read::Fresh(p, r)) => (p, r),
                 Ok(Read::Unchanged) => {
                     errors.extend(self.parsed.get(&file).map(|p| p.errors.clone()).unwrap_or_default());
                     continue;
@@ -377,15 +393,17 @@ impl ConfigDir {
             let mut rejected = Vec::new();
             for (index, doc) in parsed.docs.into_iter().enumerate() {
                 match doc {
+                    // A text read before: the document in force it read.
+                    Ok(Some(_)) if let Some(Some(at)) = reused.get(index) => {
+                        new.extend(old.get(at).map(|o| (index, o.clone())));
+                    }
                     Ok(Some(obj)) => {
-                        new.insert(index, obj);
+                        new.insert(index, Arc::new(obj));
                     }
                     Ok(None) => {}
                     Err(message) => {
                         rejected.push(DocError { file: file.clone(), index, message });
-                        if let Some(o) = old.get(&index) {
-                            new.insert(index, o.clone());
-                        }
+                        new.extend(old.get(&index).map(|o| (index, o.clone())));
                     }
                 }
             }
@@ -396,10 +414,14 @@ impl ConfigDir {
                 new.extend(old.range(index..).map(|(i, o)| (*i, o.clone())));
             }
             // A document whose object differs (or is gone, or new) names
-            // that object.
+            // that object; the same one taken as it is does not.
             for (m, other) in [(&old, &new), (&new, &old)] {
                 for (i, o) in m {
-                    if !matches!(o, Object::Skipped(_)) && other.get(i) != Some(o) {
+                    let there = other.get(i);
+                    if !matches!(**o, Object::Skipped(_))
+                        && !there.is_some_and(|t| Arc::ptr_eq(t, o))
+                        && there != Some(o)
+                    {
                         changed.insert(ObjectRef::of(o));
                     }
                 }
@@ -414,7 +436,7 @@ impl ConfigDir {
         }
         let mut loaded = Loaded { errors, changed: changed.into_iter().collect(), ..Loaded::default() };
         for obj in self.last_good.values().flat_map(BTreeMap::values) {
-            if !loaded.objects.push(obj.clone()) {
+            if !loaded.objects.push(Object::clone(obj)) {
                 loaded.skipped += 1;
             }
         }

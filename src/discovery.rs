@@ -24,7 +24,7 @@ mod untaint;
 pub mod whatif;
 
 use debug::{Debug, monitoring, serve_http};
-use sources::{State, Wake, apply, configz, kube_client, watch_dir, watch_kube};
+use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
 
 use std::cell::RefCell;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -855,8 +855,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let files_changed = wake_tx.clone();
                 std::thread::spawn(move || {
                     let _watcher = watcher;
-                    while let Ok(landed) = events.recv() {
-                        if files_changed.send(Wake::Files { landed }).is_err() {
+                    while events.recv().is_ok() {
+                        if files_changed.send(false).is_err() {
                             return;
                         }
                     }
@@ -871,7 +871,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     config.domain.clone(),
                 ));
                 rebuild_on(&state, move || {
-                    let _ = rebuild.send(Wake::Mesh);
+                    let _ = rebuild.send(true);
                 })
             }
             (Source::Kubernetes { .. }, _) => {

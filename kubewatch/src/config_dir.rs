@@ -443,42 +443,21 @@ impl ConfigDir {
         Ok(loaded)
     }
 
-    /// Watches the directory (inotify); every change sends on the returned
-    /// channel: `true` where a manifest landed whole (renamed into place,
-    /// or closed after a write: it can be read at once), `false` for any
-    /// other change (a write under way may be half done). Keep the watcher
-    /// alive as long as events matter.
-    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<bool>), LoadError> {
+    /// Watches the directory (inotify); every change sends `()` on the
+    /// returned channel. Keep the watcher alive as long as events matter.
+    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<()>), LoadError> {
         use notify::Watcher;
-        use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
         let (tx, rx) = mpsc::channel();
         let err = |e: notify::Error| LoadError::Watch { dir: self.dir.clone(), message: e.to_string() };
-        let dir = self.dir.clone();
         let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            let Ok(e) = ev else { return };
-            let landed = matches!(
-                e.kind,
-                EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
-                    | EventKind::Access(AccessKind::Close(AccessMode::Write))
-            ) && e.paths.last().is_some_and(|p| read_here(&dir, p));
-            if landed || !e.kind.is_access() {
-                let _ = tx.send(landed);
+            if ev.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.send(());
             }
         })
         .map_err(err)?;
         w.watch(&self.dir, notify::RecursiveMode::Recursive).map_err(err)?;
         Ok((w, rx))
     }
-}
-
-/// Whether `path` (below `dir`) names a manifest a reload reads by that
-/// name: not hidden, nor below a hidden directory (a ConfigMap mount's
-/// `..<timestamp>` files are read through its links once they swap).
-fn read_here(dir: &Path, path: &Path) -> bool {
-    is_manifest(path)
-        && path
-            .strip_prefix(dir)
-            .is_ok_and(|rel| rel.components().all(|c| !c.as_os_str().as_encoded_bytes().starts_with(b".")))
 }
 
 /// Reads every manifest below `dir` once.

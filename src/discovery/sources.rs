@@ -862,43 +862,27 @@ fn push_reasons(changed: Option<&[istiod_config::manifest::ObjectRef]>) -> istio
 
 pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;
 
-/// What wakes the config directory's watch.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Wake {
-    /// Files changed; `landed`: a manifest was renamed into place or
-    /// closed after a write, so it can be read at once.
-    Files { landed: bool },
-    /// A new mesh configuration: reload, and rebuild from every object.
-    Mesh,
-}
-
-/// Reloads the directory on every burst of file events; a new mesh
-/// configuration rebuilds from every object.
+/// Reloads the directory on every burst of file events; `true` (a new
+/// mesh configuration) rebuilds from every object.
 pub(super) async fn watch_dir(
     mut source: ConfigDir,
     dir: std::path::PathBuf,
-    mut wake: mpsc::UnboundedReceiver<Wake>,
+    mut wake: mpsc::UnboundedReceiver<bool>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
 ) {
     // Editors write in several steps: a burst of events is read as one
-    // once it has been quiet for QUIET, or after MOST at the latest. A
-    // manifest that landed whole (renamed into place, or closed after a
-    // write) is read at once: nothing of it is still to come.
+    // once it has been quiet for QUIET, or after MOST at the latest (a
+    // rename into place is one event: it is read QUIET after it).
     const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     const MOST: std::time::Duration = std::time::Duration::from_millis(20);
-    while let Some(first) = wake.recv().await {
-        let mut whole = matches!(first, Wake::Mesh);
-        let mut landed = matches!(first, Wake::Files { landed: true });
+    while let Some(mut whole) = wake.recv().await {
         let until = tokio::time::Instant::now() + MOST;
-        while !landed {
+        loop {
             let quiet = (tokio::time::Instant::now() + QUIET).min(until);
             match tokio::time::timeout_at(quiet, wake.recv()).await {
-                Ok(Some(w)) => {
-                    whole |= matches!(w, Wake::Mesh);
-                    landed = matches!(w, Wake::Files { landed: true });
-                }
+                Ok(Some(w)) => whole |= w,
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -907,7 +891,7 @@ pub(super) async fn watch_dir(
             }
         }
         while let Ok(w) = wake.try_recv() {
-            whole |= matches!(w, Wake::Mesh);
+            whole |= w;
         }
         // Reading and parsing the files runs on a blocking thread: a large
         // or hostile file must not hold the control thread (readiness,

@@ -158,7 +158,9 @@ fn reload_one_endpoint_fanout() -> Box<dyn FnMut()> {
     Box::new(move || {
         std::fs::write(&file, &texts[turn % 2]).unwrap();
         turn += 1;
+        let parsed = source.documents_parsed();
         let loaded = source.reload().unwrap();
+        assert_eq!(source.documents_parsed(), parsed + 1, "only the changed document is parsed");
         assert_eq!(loaded.changed.len(), 1, "the EndpointSlice changed: {:?}", loaded.changed);
         assert_eq!(loaded.objects.pods.len(), 1000);
         // What was read is kept, not freed in the count (the server hands

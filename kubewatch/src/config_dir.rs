@@ -395,6 +395,8 @@ impl ConfigDir {
                 match doc {
                     // A text read before: the document in force it read.
                     Ok(Some(_)) if let Some(Some(at)) = reused.get(index) => {
+                        // (In force when the text was found: `old` is it.)
+                        debug_assert!(old.contains_key(at), "document {index} taken from {at}, not in force");
                         new.extend(old.get(at).map(|o| (index, o.clone())));
                     }
                     Ok(Some(obj)) => {

@@ -24,7 +24,7 @@ mod untaint;
 pub mod whatif;
 
 use debug::{Debug, monitoring, serve_http};
-use sources::{State, apply, configz, kube_client, watch_dir, watch_kube};
+use sources::{State, Wake, apply, configz, forward_dir_events, kube_client, watch_dir, watch_kube};
 
 use std::cell::RefCell;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -855,11 +855,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                 let files_changed = wake_tx.clone();
                 std::thread::spawn(move || {
                     let _watcher = watcher;
-                    while events.recv().is_ok() {
-                        if files_changed.send(false).is_err() {
-                            return;
-                        }
-                    }
+                    forward_dir_events(&events, &files_changed);
                 });
                 let rebuild = wake_tx.clone();
                 tokio::task::spawn_local(watch_dir(
@@ -871,7 +867,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
                     config.domain.clone(),
                 ));
                 rebuild_on(&state, move || {
-                    let _ = rebuild.send(true);
+                    let _ = rebuild.send(Wake::Mesh);
                 })
             }
             (Source::Kubernetes { .. }, _) => {

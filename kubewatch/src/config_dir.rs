@@ -445,21 +445,93 @@ impl ConfigDir {
         Ok(loaded)
     }
 
-    /// Watches the directory (inotify); every change sends `()` on the
-    /// returned channel. Keep the watcher alive as long as events matter.
-    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<()>), LoadError> {
+    /// Watches the directory (inotify); every change sends what it is
+    /// ([`DirEvent`]) on the returned channel. Keep the watcher alive as
+    /// long as events matter.
+    pub fn watch(&self) -> Result<(notify::RecommendedWatcher, mpsc::Receiver<DirEvent>), LoadError> {
         use notify::Watcher;
         let (tx, rx) = mpsc::channel();
         let err = |e: notify::Error| LoadError::Watch { dir: self.dir.clone(), message: e.to_string() };
+        // The watcher names paths below the directory as it watches it:
+        // made absolute as notify makes it (the working directory joined).
+        let dir = match std::env::current_dir() {
+            Ok(cwd) if self.dir.is_relative() => cwd.join(&self.dir),
+            _ => self.dir.clone(),
+        };
         let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            if ev.is_ok_and(|e| !e.kind.is_access()) {
-                let _ = tx.send(());
+            if let Some(said) = DirEvent::of(&dir, ev) {
+                let _ = tx.send(said);
             }
         })
         .map_err(err)?;
         w.watch(&self.dir, notify::RecursiveMode::Recursive).map_err(err)?;
         Ok((w, rx))
     }
+}
+
+/// What one file event in a watched directory is, for telling a change
+/// whole as it stands from a step of several (see `watch_dir` in the
+/// binary): only files written aside and then renamed into place are
+/// whole for sure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirEvent {
+    /// A file not read (not a manifest, or hidden) made or written to:
+    /// written aside, if it is then renamed away.
+    Aside(PathBuf),
+    /// A file not read renamed away (where it went is another event).
+    AsideMoved(PathBuf),
+    /// A manifest renamed into place.
+    Landed,
+    /// Anything else: a manifest written in place, removed or moved away;
+    /// a directory made; a file not read renamed into place (a directory
+    /// of manifests, maybe); the watcher's own error.
+    Other,
+}
+
+impl DirEvent {
+    /// What `ev` (below `dir`) is, or `None` where it changes nothing
+    /// (a read, an open, a close: what was written said so already).
+    fn of(dir: &Path, ev: notify::Result<notify::Event>) -> Option<DirEvent> {
+        use notify::event::{CreateKind, EventKind, ModifyKind, RenameMode};
+        let Ok(e) = ev else { return Some(DirEvent::Other) };
+        if e.kind.is_access() {
+            return None;
+        }
+        let read = |p: &PathBuf| read_here(dir, p);
+        // (A directory with a manifest's name, renamed into place, is not
+        // one: its files may be read before they are watched.)
+        let landed = |p: &PathBuf| read(p) && !p.is_dir();
+        let [path] = e.paths.as_slice() else {
+            // Both ends of a rename: its two ends came as events of their own.
+            return Some(match e.kind {
+                EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if e.paths.last().is_some_and(landed) => {
+                    DirEvent::Landed
+                }
+                _ => DirEvent::Other,
+            });
+        };
+        Some(match e.kind {
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)) if landed(path) => DirEvent::Landed,
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)) if !read(path) => DirEvent::AsideMoved(path.clone()),
+            EventKind::Create(CreateKind::File)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_) | ModifyKind::Any)
+                if !read(path) =>
+            {
+                DirEvent::Aside(path.clone())
+            }
+            _ => DirEvent::Other,
+        })
+    }
+}
+
+/// Whether `path` (below `dir`) names a manifest a reload reads by that
+/// name: not hidden, nor below a hidden directory (a ConfigMap mount's
+/// `..<timestamp>` files are read through its links).
+fn read_here(dir: &Path, path: &Path) -> bool {
+    is_manifest(path)
+        && path
+            .strip_prefix(dir)
+            .is_ok_and(|rel| rel.components().all(|c| !c.as_os_str().as_encoded_bytes().starts_with(b".")))
 }
 
 /// Reads every manifest below `dir` once.

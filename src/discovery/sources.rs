@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use istiod_kubewatch::config_dir::{ConfigDir, Loaded};
+use istiod_kubewatch::config_dir::{ConfigDir, DirEvent, Loaded};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -862,27 +862,133 @@ fn push_reasons(changed: Option<&[istiod_config::manifest::ObjectRef]>) -> istio
 
 pub(super) type Tx = mpsc::UnboundedSender<crate::control::Input>;
 
-/// Reloads the directory on every burst of file events; `true` (a new
-/// mesh configuration) rebuilds from every object.
+/// What wakes the config directory's watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// Files changed; `whole`: what changed since the last quiet period
+    /// was only files written aside and renamed into place, and nothing
+    /// followed them ([`forward_dir_events`]), so it can be read at once.
+    Files { whole: bool },
+    /// A new mesh configuration: reload, and rebuild from every object.
+    Mesh,
+}
+
+/// A burst of file events as [`forward_dir_events`] follows it.
+#[derive(Default)]
+struct Burst {
+    /// Files not read written to and not (yet) renamed away.
+    aside: std::collections::HashSet<std::path::PathBuf>,
+    /// A manifest was renamed into place.
+    landed: bool,
+    /// Anything else came.
+    other: bool,
+}
+
+impl Burst {
+    fn add(&mut self, e: DirEvent) {
+        match e {
+            DirEvent::Aside(p) => {
+                self.aside.insert(p);
+            }
+            // A file not read that was not written in this burst (a
+            // directory of manifests, maybe) renamed away: not known whole.
+            DirEvent::AsideMoved(p) => self.other |= !self.aside.remove(&p),
+            DirEvent::Landed => self.landed = true,
+            DirEvent::Other => self.other = true,
+        }
+    }
+
+    fn whole(&self) -> bool {
+        self.landed && !self.other && self.aside.is_empty()
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.landed && !self.other && self.aside.is_empty()
+    }
+}
+
+/// Forwards the config directory's file events to [`watch_dir`] until
+/// either side is gone: each as it comes (the reload waits for QUIET
+/// after the last), and, where a burst was whole, that it was once nothing
+/// more came for `SETTLE`, so that it is read at once. Whole is only
+/// files written aside and renamed into place: a manifest written in
+/// place may be appended to in another open, an editor's save moves the
+/// manifest away before writing it anew. Several files renamed in a row
+/// (`mv *.yaml`, `sed -i` over two files: the next file's write aside
+/// starts at once) are one burst. Timed here, on a thread, to the
+/// microsecond: tokio's timers tick in milliseconds.
+pub(super) fn forward_dir_events(events: &std::sync::mpsc::Receiver<DirEvent>, to: &mpsc::UnboundedSender<Wake>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    const SETTLE: std::time::Duration = std::time::Duration::from_micros(300);
+    // A burst ends after this much quiet, as `watch_dir`'s.
+    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
+    let mut burst = Burst::default();
+    loop {
+        let next = if burst.is_empty() {
+            events.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            events.recv_timeout(if burst.whole() { SETTLE } else { QUIET })
+        };
+        match next {
+            Ok(e) => {
+                burst.add(e);
+                if to.send(Wake::Files { whole: false }).is_err() {
+                    return;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if burst.whole() && to.send(Wake::Files { whole: true }).is_err() {
+                    return;
+                }
+                burst = Burst::default();
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Reloads the directory on every burst of file events; a new mesh
+/// configuration rebuilds from every object.
 pub(super) async fn watch_dir(
     mut source: ConfigDir,
     dir: std::path::PathBuf,
-    mut wake: mpsc::UnboundedReceiver<bool>,
+    mut wake: mpsc::UnboundedReceiver<Wake>,
     tx: Tx,
     state: Rc<RefCell<State>>,
     domain: String,
 ) {
     // Editors write in several steps: a burst of events is read as one
-    // once it has been quiet for QUIET, or after MOST at the latest (a
-    // rename into place is one event: it is read QUIET after it).
+    // once it has been quiet for QUIET, or after MOST at the latest; a
+    // burst of files written aside and renamed into place, at once
+    // ([`forward_dir_events`]).
     const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     const MOST: std::time::Duration = std::time::Duration::from_millis(20);
-    while let Some(mut whole) = wake.recv().await {
+    // A read taken at once that more events followed while it ran (the
+    // next step of the same change, maybe): put off, for MOST at most
+    // since the first, and applied with the next read, which names what
+    // both changed (or, should that read fail, as it is). With whether
+    // it was to rebuild everything, and when the first was put off.
+    let mut put_off: Option<(Loaded, bool, std::time::Instant)> = None;
+    while let Some(first) = wake.recv().await {
+        let mut whole = first == Wake::Mesh;
+        let mut now = first == Wake::Files { whole: true };
         let until = tokio::time::Instant::now() + MOST;
         loop {
+            // At once only if nothing came after the burst was said whole
+            // (what is queued behind it may be another change begun).
+            while let Ok(w) = wake.try_recv() {
+                whole |= w == Wake::Mesh;
+                now = w == Wake::Files { whole: true };
+            }
+            if now {
+                break;
+            }
             let quiet = (tokio::time::Instant::now() + QUIET).min(until);
             match tokio::time::timeout_at(quiet, wake.recv()).await {
-                Ok(Some(w)) => whole |= w,
+                Ok(Some(w)) => {
+                    whole |= w == Wake::Mesh;
+                    now = w == Wake::Files { whole: true };
+                }
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -890,8 +996,10 @@ pub(super) async fn watch_dir(
                 break;
             }
         }
-        while let Ok(w) = wake.try_recv() {
-            whole |= w;
+        if !now {
+            while let Ok(w) = wake.try_recv() {
+                whole |= w == Wake::Mesh;
+            }
         }
         // Reading and parsing the files runs on a blocking thread: a large
         // or hostile file must not hold the control thread (readiness,
@@ -910,13 +1018,31 @@ pub(super) async fn watch_dir(
         };
         source = back;
         match reloaded {
-            Ok(loaded) => {
+            Ok(mut loaded) => {
+                let mut since = std::time::Instant::now();
+                if let Some((earlier, w, first)) = put_off.take() {
+                    loaded.changed.extend(earlier.changed);
+                    loaded.changed.sort();
+                    loaded.changed.dedup();
+                    whole |= w;
+                    since = first;
+                }
+                if now && !wake.is_empty() && since.elapsed() < MOST {
+                    put_off = Some((loaded, whole, since));
+                    continue;
+                }
                 let configz = configz(&dir, &loaded);
                 let changed = (!whole).then_some(loaded.changed);
                 apply(&state, loaded.objects, changed, configz, &domain, &tx)
             }
             Err(e) => {
-                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state")
+                tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state");
+                // What was read before it and put off is in force.
+                if let Some((loaded, whole, _)) = put_off.take() {
+                    let configz = configz(&dir, &loaded);
+                    let changed = (!whole).then_some(loaded.changed);
+                    apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                }
             }
         }
     }
@@ -962,4 +1088,79 @@ pub(super) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<
         None => kube::Config::infer().await.map_err(|e| err(format!("no kubeconfig and not in a cluster: {e}")))?,
     };
     istiod_kubewatch::limit::client(config).map_err(|e| err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `forward_dir_events` says a burst of `events` (all queued
+    /// before it starts, so that no pause between them can end the burst
+    /// early) was whole.
+    fn whole(events: &[DirEvent]) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for e in events {
+            tx.send(e.clone()).unwrap();
+        }
+        let (to, mut woken) = mpsc::unbounded_channel();
+        let forwarder = std::thread::spawn(move || forward_dir_events(&rx, &to));
+        // Every event is forwarded as it comes; then, if whole, that it
+        // was. Time for a whole burst to be said so (generous: a busy
+        // machine), then the channel closes.
+        let said = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            std::iter::from_fn(|| woken.try_recv().ok()).any(|w| w == Wake::Files { whole: true })
+        });
+        drop(tx);
+        forwarder.join().unwrap();
+        let mut rest = std::iter::from_fn(|| woken.try_recv().ok());
+        said || rest.any(|w| w == Wake::Files { whole: true })
+    }
+
+    #[test]
+    fn a_burst_is_whole_only_when_files_written_aside_were_renamed_into_place() {
+        use DirEvent::*;
+        let tmp = |n: &str| std::path::PathBuf::from(format!("/d/{n}.yaml.tmp"));
+        // Written aside and renamed into place (the rename's end and its
+        // pair are two events).
+        let one = [Aside(tmp("a")), Aside(tmp("a")), AsideMoved(tmp("a")), Landed, Landed];
+        assert!(whole(&one));
+        // Two files so, in a row.
+        let two = [Aside(tmp("a")), AsideMoved(tmp("a")), Landed, Aside(tmp("b")), AsideMoved(tmp("b")), Landed];
+        assert!(whole(&two));
+        // Moved in from elsewhere.
+        assert!(whole(&[Landed]));
+        // Anything else in the burst: read after the quiet period, as ever.
+        assert!(!whole(&[Other, Landed]));
+        assert!(!whole(&[Landed, Landed, Other]));
+        // A file written aside and not renamed (yet), or renamed away
+        // without being written in the burst; nothing renamed into place.
+        assert!(!whole(&[Aside(tmp("b")), Aside(tmp("a")), AsideMoved(tmp("a")), Landed]));
+        assert!(!whole(&[AsideMoved(tmp("c")), Landed]));
+        assert!(!whole(&[Aside(tmp("a")), AsideMoved(tmp("a"))]));
+    }
+
+    #[test]
+    fn bursts_apart_are_each_their_own() {
+        use DirEvent::*;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (to, mut woken) = mpsc::unbounded_channel();
+        let forwarder = std::thread::spawn(move || forward_dir_events(&rx, &to));
+        let said = |woken: &mut mpsc::UnboundedReceiver<Wake>| {
+            (0..500).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                std::iter::from_fn(|| woken.try_recv().ok()).any(|w| w == Wake::Files { whole: true })
+            })
+        };
+        // Something else, then (once quiet) a file renamed into place: the
+        // second burst is whole.
+        tx.send(Other).unwrap();
+        assert!(!said(&mut woken), "something else is not whole");
+        tx.send(Landed).unwrap();
+        assert!(said(&mut woken), "a burst after quiet is its own");
+        tx.send(Landed).unwrap();
+        assert!(said(&mut woken), "and so is the next");
+        drop(tx);
+        forwarder.join().unwrap();
+    }
 }

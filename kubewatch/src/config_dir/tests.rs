@@ -115,6 +115,74 @@ fn the_watcher_reports_changes() {
     rx.recv_timeout(Duration::from_secs(5)).expect("an event for the new file");
 }
 
+/// The events that come within `wait` of each other.
+fn events(rx: &std::sync::mpsc::Receiver<DirEvent>, wait: Duration) -> Vec<DirEvent> {
+    std::iter::from_fn(|| rx.recv_timeout(wait).ok()).collect()
+}
+
+#[test]
+fn the_watcher_tells_files_written_aside_and_renamed_into_place_from_the_rest() {
+    use DirEvent::*;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("..2026_12_07")).unwrap();
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    let src = ConfigDir::new(dir.path());
+    let (_w, rx) = src.watch().unwrap();
+    let wait = Duration::from_millis(300);
+    // Written aside, then renamed into place.
+    std::fs::write(dir.path().join("t.yaml.tmp"), SVC).unwrap();
+    std::fs::rename(dir.path().join("t.yaml.tmp"), dir.path().join("t.yaml")).unwrap();
+    let got = events(&rx, wait);
+    let tmp = dir.path().join("t.yaml.tmp");
+    assert!(got.iter().all(|e| matches!(e, Aside(p) | AsideMoved(p) if *p == tmp) || *e == Landed), "{got:?}");
+    assert!(got.contains(&Aside(tmp.clone())) && got.contains(&AsideMoved(tmp)) && got.contains(&Landed), "{got:?}");
+    // Written in place, moved away (an editor's save starts so), removed:
+    // steps of several, none whole for sure.
+    std::fs::write(dir.path().join("s.yaml"), SVC).unwrap();
+    let got = events(&rx, wait);
+    assert!(!got.is_empty() && got.iter().all(|e| *e == Other), "written in place: {got:?}");
+    std::fs::rename(dir.path().join("s.yaml"), dir.path().join("s.yaml~")).unwrap();
+    let got = events(&rx, wait);
+    assert!(got.contains(&Other) && !got.contains(&Landed), "moved away: {got:?}");
+    std::fs::remove_file(dir.path().join("t.yaml")).unwrap();
+    assert_eq!(events(&rx, wait), [Other], "removed");
+    // A directory made.
+    std::fs::create_dir(dir.path().join("ns")).unwrap();
+    assert_eq!(events(&rx, wait), [Other], "a directory made");
+    // Renamed to a hidden name, or below a hidden directory: not read by
+    // that name, so not landed.
+    for to in [dir.path().join(".u.yaml"), dir.path().join("..2026_12_07").join("u.yaml")] {
+        std::fs::write(dir.path().join("u.tmp"), SVC).unwrap();
+        std::fs::rename(dir.path().join("u.tmp"), &to).unwrap();
+        let got = events(&rx, wait);
+        assert!(got.contains(&Other) && !got.contains(&Landed), "{}: {got:?}", to.display());
+    }
+}
+
+#[test]
+fn a_relative_directory_is_matched_as_the_watcher_names_it() {
+    // The watcher names a relative directory's paths absolute. (A path
+    // relative to the working directory that leads to a temporary one:
+    // nothing is written into the source tree.)
+    let dir = tempfile::tempdir().unwrap();
+    let up =
+        std::env::current_dir().unwrap().components().filter(|c| matches!(c, std::path::Component::Normal(_))).count();
+    let rel: PathBuf =
+        std::iter::repeat_n(std::path::Path::new(".."), up).chain([dir.path().strip_prefix("/").unwrap()]).collect();
+    assert!(rel.is_relative() && rel.join("..").exists(), "{}", rel.display());
+    let src = ConfigDir::new(&rel);
+    let (_w, rx) = src.watch().unwrap();
+    std::fs::write(rel.join("t.tmp"), SVC).unwrap();
+    std::fs::rename(rel.join("t.tmp"), rel.join("t.yaml")).unwrap();
+    let got = events(&rx, Duration::from_millis(300));
+    assert!(got.contains(&DirEvent::Landed), "{got:?}");
+    // A directory with a manifest's name renamed into place is not one.
+    std::fs::create_dir(rel.join("d.tmp")).unwrap();
+    std::fs::rename(rel.join("d.tmp"), rel.join("d.yaml")).unwrap();
+    let got = events(&rx, Duration::from_millis(300));
+    assert!(got.contains(&DirEvent::Other) && !got.contains(&DirEvent::Landed), "{got:?}");
+}
+
 #[test]
 fn istio_config_is_read_and_validated_with_field_paths() {
     let dir = tempfile::tempdir().unwrap();

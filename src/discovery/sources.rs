@@ -964,15 +964,20 @@ pub(super) async fn watch_dir(
     const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     const MOST: std::time::Duration = std::time::Duration::from_millis(20);
     // A read taken at once that more events followed while it ran (the
-    // next step of the same change, maybe): put off, for MOST at most
-    // since the first, and applied with the next read, which names what
-    // both changed (or, should that read fail, as it is). With whether
-    // it was to rebuild everything, and when the first was put off.
+    // next step of the same change, maybe): put off, until MOST after the
+    // first such read at most, and applied with the next read, which names
+    // what both changed (or, should that read fail, as it is). With
+    // whether it was to rebuild everything, and when the first was read.
     let mut put_off: Option<(Loaded, bool, std::time::Instant)> = None;
+    // A rebuild asked for whose read failed: owed to the next read.
+    let mut owed = false;
     while let Some(first) = wake.recv().await {
-        let mut whole = first == Wake::Mesh;
+        let mut whole = std::mem::take(&mut owed) || first == Wake::Mesh;
         let mut now = first == Wake::Files { whole: true };
-        let until = tokio::time::Instant::now() + MOST;
+        let mut until = tokio::time::Instant::now() + MOST;
+        if let Some((_, _, since)) = &put_off {
+            until = until.min(tokio::time::Instant::from_std(*since + MOST));
+        }
         loop {
             // At once only if nothing came after the burst was said whole
             // (what is queued behind it may be another change begun).
@@ -1013,6 +1018,12 @@ pub(super) async fn watch_dir(
             Ok(done) => done,
             Err(e) => {
                 tracing::error!(target: "model", error = %e, "--configDir reload failed; no longer watching");
+                // What was read before it and put off is in force.
+                if let Some((loaded, w, _)) = put_off.take() {
+                    let configz = configz(&dir, &loaded);
+                    let changed = (!(whole || w)).then_some(loaded.changed);
+                    apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                }
                 return;
             }
         };
@@ -1038,10 +1049,13 @@ pub(super) async fn watch_dir(
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state");
                 // What was read before it and put off is in force.
-                if let Some((loaded, whole, _)) = put_off.take() {
-                    let configz = configz(&dir, &loaded);
-                    let changed = (!whole).then_some(loaded.changed);
-                    apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                match put_off.take() {
+                    Some((loaded, w, _)) => {
+                        let configz = configz(&dir, &loaded);
+                        let changed = (!(whole || w)).then_some(loaded.changed);
+                        apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                    }
+                    None => owed = whole,
                 }
             }
         }

@@ -414,10 +414,6 @@ fn edits_to_kinds_not_read_name_no_object() {
     assert_eq!(l.changed[0].kind, "ConfigMap");
 }
 
-/// An edit of one document of many parses that one (issue #40: a file of a
-/// hundred Pods, one scaled away, re-parsed all of them): the others are
-/// taken from what is in force by their text, wherever they moved, and
-/// what is read is what a reading of the whole file gives.
 /// What a file read a document at a time reports and keeps where its
 /// documents move, repeat, or are refused at an index another document
 /// came from: the cases a reuse of the objects in force (instead of a
@@ -472,6 +468,10 @@ fn moved_repeated_and_refused_documents_keep_what_is_in_force() {
     assert_eq!(l.objects, load(dir.path()).unwrap().objects);
 }
 
+/// An edit of one document of many parses that one (issue #40: a file of a
+/// hundred Pods, one scaled away, re-parsed all of them): the others are
+/// taken from what is in force by their text, wherever they moved, and
+/// what is read is what a reading of the whole file gives.
 #[test]
 fn an_edit_parses_only_the_documents_it_changed() {
     let svc = |name: &str, port: i32| SVC.replace("name: a", &format!("name: {name}")).replace("80", &port.to_string());

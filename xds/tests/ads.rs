@@ -593,6 +593,135 @@ fn a_stuck_reader_holds_bounded_memory_while_others_converge() {
     drop(stuck);
 }
 
+/// A push the socket does not take whole (a proxy that reads slowly, a
+/// small socket buffer) is written as room appears, whole and in order,
+/// and the connection goes on after it.
+#[test]
+fn a_push_the_socket_cannot_take_at_once_arrives_whole() {
+    use std::io::{Read, Write};
+
+    use istiod_proto::envoy::config::cluster::v3::Cluster;
+    use istiod_proto::envoy::service::discovery::v3::DiscoveryResponse;
+    use istiod_proto::prost::Message;
+    use istiod_xds::h2::frame::{self, Frame, Head, encode};
+
+    let (mut s, handoff) = TestServer::start_handing_off(Limits { max_queued_bytes: 4 << 20, ..Limits::default() });
+    let cluster = |i: usize, v: u32, pad: usize| {
+        let c = Cluster {
+            name: format!("c{i}"),
+            alt_stat_name: "x".repeat(pad),
+            per_connection_buffer_limit_bytes: Some(v),
+            ..Default::default()
+        };
+        bytes::Bytes::from(c.encode_to_vec())
+    };
+    let names: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+    let all = |v: u32, pad: usize| -> Vec<(Kind, &str, Option<bytes::Bytes>)> {
+        names.iter().enumerate().map(|(i, n)| (Kind::Cluster, n.as_str(), Some(cluster(i, v, pad)))).collect()
+    };
+    s.apply_sync(all(0, 10));
+
+    // Both ends of the socket buffer little (the server's side is accepted
+    // here and handed to the server), and the proxy opens its HTTP/2
+    // windows wide: only the socket holds a push back.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&listener.local_addr().unwrap().into()).unwrap();
+    let mut tcp: std::net::TcpStream = sock.into();
+    let server_side = socket2::Socket::from(listener.accept().unwrap().0);
+    server_side.set_send_buffer_size(16 * 1024).unwrap();
+    handoff.try_send(server_side.into()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let grpc = |m: &DiscoveryRequest, out: &mut Vec<u8>| {
+        let body = m.encode_to_vec();
+        let mut msg = vec![0];
+        msg.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        msg.extend_from_slice(&body);
+        encode::data_head(out, 1, msg.len(), false);
+        out.extend_from_slice(&msg);
+    };
+    let mut out = frame::PREFACE.to_vec();
+    encode::settings(&mut out, &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW)]);
+    encode::settings_ack(&mut out);
+    encode::window_update(&mut out, 0, frame::MAX_WINDOW - 65_535);
+    let block = istiod_xds::h2::hpack::Encoder::new()
+        .field(b":method", b"POST")
+        .field(b":scheme", b"http")
+        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
+        .field(b"content-type", b"application/grpc")
+        .finish();
+    encode::headers(&mut out, 1, &block, false, 16384);
+    grpc(&cds(true, 1), &mut out);
+    tcp.write_all(&out).unwrap();
+
+    // Frames in, stream 1's bytes gathered, one gRPC message out.
+    let mut wire = Vec::new();
+    let mut stream = Vec::new();
+    let mut response = |tcp: &mut std::net::TcpStream| -> DiscoveryResponse {
+        let mut chunk = vec![0u8; 65536];
+        loop {
+            if stream.len() >= 5 {
+                let len = u32::from_be_bytes(stream[1..5].try_into().unwrap()) as usize;
+                if stream.len() >= 5 + len {
+                    let r = DiscoveryResponse::decode(&stream[5..5 + len]).expect("a whole response, in order");
+                    stream.drain(..5 + len);
+                    return r;
+                }
+            }
+            if wire.len() >= 9 {
+                let head = Head::parse(wire[..9].try_into().unwrap());
+                let end = 9 + head.len as usize;
+                if wire.len() >= end {
+                    let f = Frame::decode(head, bytes::Bytes::copy_from_slice(&wire[9..end])).unwrap();
+                    wire.drain(..end);
+                    if let Frame::Data { stream: 1, data, .. } = f {
+                        stream.extend_from_slice(&data);
+                    }
+                    continue;
+                }
+            }
+            let n = tcp.read(&mut chunk).expect("the server keeps writing");
+            assert!(n > 0, "the server closed the connection");
+            wire.extend_from_slice(&chunk[..n]);
+        }
+    };
+    let ack = |r: &DiscoveryResponse, tcp: &mut std::net::TcpStream| {
+        let mut out = Vec::new();
+        let req = DiscoveryRequest {
+            type_url: type_url::CLUSTER.into(),
+            version_info: r.version_info.clone(),
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        };
+        grpc(&req, &mut out);
+        tcp.write_all(&out).unwrap();
+    };
+    let first = response(&mut tcp);
+    assert_eq!(first.resources.len(), 40);
+    ack(&first, &mut tcp);
+    std::thread::sleep(QUIET);
+
+    // About 1 MB of clusters while the proxy does not read: the server's
+    // 32 KiB socket buffer (16 KiB doubled) takes a few percent of it.
+    let v = s.apply_sync(all(1, 25_000));
+    std::thread::sleep(QUIET);
+    let r = response(&mut tcp);
+    assert_eq!(r.version_info, v.to_string());
+    assert_eq!(r.resources.len(), 40);
+    for res in &r.resources {
+        let c = Cluster::decode(&res.value[..]).unwrap();
+        assert_eq!((c.alt_stat_name.len(), c.per_connection_buffer_limit_bytes), (25_000, Some(1)), "{}", c.name);
+    }
+    ack(&r, &mut tcp);
+    // The connection goes on: the next push arrives after it.
+    let v = s.apply(vec![(Kind::Cluster, "c0", Some(cluster(0, 2, 10)))]);
+    let r = response(&mut tcp);
+    assert_eq!(r.version_info, v.to_string());
+    let c0 = r.resources.iter().map(|res| Cluster::decode(&res.value[..]).unwrap()).find(|c| c.name == "c0");
+    assert_eq!(c0.and_then(|c| c.per_connection_buffer_limit_bytes), Some(2));
+}
+
 #[test]
 fn a_response_larger_than_the_queue_cap_is_sent_and_pushes_go_on() {
     // Issue #19, item 2: a CDS over the per-connection queue cap was never

@@ -39,6 +39,18 @@ impl TestServer {
     /// A server whose cores push a snapshot to `throttle` connections at a
     /// time (`PILOT_PUSH_THROTTLE`).
     pub(crate) fn start_throttled(cores: usize, limits: Limits, throttle: usize) -> Self {
+        Self::start_with(cores, limits, throttle, None)
+    }
+
+    /// A one-core server that also serves the connections sent on the
+    /// returned channel (`ServerConfig::handoff`): a test accepts them
+    /// itself, to set options on the server's side of the socket.
+    pub(crate) fn start_handing_off(limits: Limits) -> (Self, async_channel::Sender<std::net::TcpStream>) {
+        let (tx, rx) = async_channel::unbounded();
+        (Self::start_with(1, limits, 25, Some(rx)), tx)
+    }
+
+    fn start_with(cores: usize, limits: Limits, throttle: usize, handoff: Option<server::Handoff>) -> Self {
         let (publisher, receivers) = ads::channels(cores);
         let initial = Arc::new(Snapshot::empty(Instant::now()));
         let factory =
@@ -50,7 +62,7 @@ impl TestServer {
             limits,
             grpc: GrpcLimits::default(),
             shutdown: std::time::Duration::from_secs(10),
-            handoff: None,
+            handoff,
             ring_depth: istiod_xds::server::RING_DEPTH,
         };
         let handle = server::start(cfg, factory).expect("server starts");

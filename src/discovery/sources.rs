@@ -1119,12 +1119,25 @@ mod tests {
         let (to, mut woken) = mpsc::unbounded_channel();
         let forwarder = std::thread::spawn(move || forward_dir_events(&rx, &to));
         // Every event is forwarded as it comes; then, if whole, that it
-        // was. Time for a whole burst to be said so (generous: a busy
-        // machine), then the channel closes.
-        let said = (0..500).any(|_| {
+        // was, 300 µs later. Time for a whole burst to be said so: 100 ms
+        // after the last event was forwarded, 1 s at most (generous: a
+        // busy machine), then the channel closes.
+        let (mut forwarded, mut said) = (0, false);
+        let start = std::time::Instant::now();
+        let mut all_at: Option<std::time::Instant> = None;
+        while !said
+            && start.elapsed() < std::time::Duration::from_secs(1)
+            && all_at.is_none_or(|t| t.elapsed() < std::time::Duration::from_millis(100))
+        {
             std::thread::sleep(std::time::Duration::from_millis(2));
-            std::iter::from_fn(|| woken.try_recv().ok()).any(|w| w == Wake::Files { whole: true })
-        });
+            while let Ok(w) = woken.try_recv() {
+                said |= w == Wake::Files { whole: true };
+                forwarded += usize::from(w == Wake::Files { whole: false });
+            }
+            if forwarded == events.len() && all_at.is_none() {
+                all_at = Some(std::time::Instant::now());
+            }
+        }
         drop(tx);
         forwarder.join().unwrap();
         let mut rest = std::iter::from_fn(|| woken.try_recv().ok());
@@ -1152,6 +1165,79 @@ mod tests {
         assert!(!whole(&[Aside(tmp("b")), Aside(tmp("a")), AsideMoved(tmp("a")), Landed]));
         assert!(!whole(&[AsideMoved(tmp("c")), Landed]));
         assert!(!whole(&[Aside(tmp("a")), AsideMoved(tmp("a"))]));
+    }
+
+    /// A Service named `name` on `port`, as a manifest.
+    fn service(name: &str, port: u16) -> String {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  selector:\n    app: {name}\n  ports:\n  - name: http\n    port: {port}\n"
+        )
+    }
+
+    /// `watch_dir`'s own decisions, woken by hand (no file watch): a burst
+    /// is read and applied naming what changed, a new mesh configuration
+    /// rebuilds from every object, and one asked for while the directory
+    /// cannot be read is owed to the next read that can. Observed as the
+    /// push reasons of what reaches the control loop: "global" is a
+    /// rebuild from every object, "service" a change applied by name.
+    #[test]
+    fn watch_dir_applies_what_changed_and_owes_a_rebuild_a_failed_read_asked_for() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("mesh");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("a.yaml"), service("a", 80)).unwrap();
+        std::fs::write(dir.join("b.yaml"), service("b", 80)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let mut source = ConfigDir::new(&dir);
+            let loaded = source.reload().unwrap();
+            let state = Rc::new(RefCell::new(State::default()));
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let domain = "cluster.local".to_owned();
+            let configz = configz(&dir, &loaded);
+            apply(&state, loaded.objects, Some(loaded.changed), configz, &domain, &tx);
+            assert!(rx.recv().await.is_some(), "the first read is published");
+            let (wake, woken) = mpsc::unbounded_channel();
+            let watch = tokio::task::spawn_local(watch_dir(source, dir.clone(), woken, tx, state.clone(), domain));
+            let next = async |rx: &mut mpsc::UnboundedReceiver<crate::control::Input>| {
+                let input = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+                    .await
+                    .expect("a change reaches the control loop")
+                    .expect("the watch goes on");
+                input.reasons.iter().collect::<Vec<_>>()
+            };
+            // A file renamed into place, said whole: read and named.
+            std::fs::write(dir.join("a.yaml"), service("a", 81)).unwrap();
+            wake.send(Wake::Files { whole: true }).unwrap();
+            assert_eq!(next(&mut rx).await, vec![("service", 1)]);
+            // A burst not said whole: read once it is quiet, also named.
+            std::fs::write(dir.join("b.yaml"), service("b", 81)).unwrap();
+            wake.send(Wake::Files { whole: false }).unwrap();
+            wake.send(Wake::Files { whole: false }).unwrap();
+            assert_eq!(next(&mut rx).await, vec![("service", 1)]);
+            // A new mesh configuration: every object again.
+            std::fs::write(dir.join("a.yaml"), service("a", 82)).unwrap();
+            wake.send(Wake::Mesh).unwrap();
+            assert_eq!(next(&mut rx).await, vec![("global", 1)]);
+            // Asked for while the directory is gone: nothing is applied,
+            // and the rebuild is owed to the next read, whatever wakes it.
+            let aside = root.path().join("away");
+            std::fs::rename(&dir, &aside).unwrap();
+            wake.send(Wake::Mesh).unwrap();
+            let nothing = tokio::time::timeout(std::time::Duration::from_millis(300), rx.recv()).await;
+            assert!(nothing.is_err(), "a failed read applies nothing");
+            std::fs::rename(&aside, &dir).unwrap();
+            std::fs::write(dir.join("b.yaml"), service("b", 82)).unwrap();
+            wake.send(Wake::Files { whole: true }).unwrap();
+            assert_eq!(next(&mut rx).await, vec![("global", 1)]);
+            // Owed once: the next change is named again.
+            std::fs::write(dir.join("a.yaml"), service("a", 83)).unwrap();
+            wake.send(Wake::Files { whole: true }).unwrap();
+            assert_eq!(next(&mut rx).await, vec![("service", 1)]);
+            assert_eq!(state.borrow().objects.services.len(), 2);
+            drop(wake);
+            watch.await.unwrap();
+        });
     }
 
     #[test]

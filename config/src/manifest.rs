@@ -365,8 +365,21 @@ pub fn split_documents(text: &str) -> Option<Vec<&str>> {
 pub fn parse_split(
     pieces: &[&str],
     max_documents: usize,
-    mut known: impl FnMut(usize, &str) -> Option<Option<Object>>,
+    known: impl FnMut(usize, &str) -> Option<Option<Object>>,
 ) -> Option<FileDocs> {
+    let docs = parse_split_as(pieces, max_documents, known, |o| o)?;
+    Some(FileDocs { docs, syntax_error: None })
+}
+
+/// [`parse_split`] into the caller's own document type: `known` answers
+/// in it (a reference to a document the caller holds, say), and what is
+/// parsed is made one with `read`.
+pub fn parse_split_as<D>(
+    pieces: &[&str],
+    max_documents: usize,
+    mut known: impl FnMut(usize, &str) -> Option<Option<D>>,
+    mut read: impl FnMut(Object) -> D,
+) -> Option<Vec<Result<Option<D>, String>>> {
     if pieces.len() > max_documents {
         return None;
     }
@@ -375,11 +388,11 @@ pub fn parse_split(
         let doc = match known(index, piece) {
             Some(doc) => Ok(doc),
             None => {
-                let mut read = parse_file_limited(piece, 2);
-                if read.syntax_error.is_some() || read.docs.len() != 1 {
+                let mut parsed = parse_file_limited(piece, 2);
+                if parsed.syntax_error.is_some() || parsed.docs.len() != 1 {
                     return None;
                 }
-                read.docs.pop()?
+                parsed.docs.pop()?.map(|d| d.map(&mut read))
             }
         };
         // (Also for a known answer: whatever `known` says, such a head
@@ -389,7 +402,7 @@ pub fn parse_split(
         }
         docs.push(doc);
     }
-    Some(FileDocs { docs, syntax_error: None })
+    Some(docs)
 }
 
 /// The byte offset of the last `---` marker line up to `line` (from 1,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 
 use istiod_config::manifest::{
-    DEFAULT_MAX_DOCUMENTS, FileDocs, Object, ObjectRef, parse_file_limited, parse_split, split_documents,
+    DEFAULT_MAX_DOCUMENTS, Object, ObjectRef, parse_file_limited, parse_split_as, split_documents,
 };
 use istiod_config::objects::Objects;
 
@@ -229,15 +229,19 @@ struct Parsed {
 enum Read {
     /// The same as the last parse: its documents in force stand.
     Unchanged,
-    /// Read and parsed anew. A document whose text was read before is
-    /// neither parsed nor copied: its result is a placeholder, and the
-    /// second field names the index in force it is taken from.
-    Fresh(FileDocs, Reused),
+    /// Read anew: its documents in order (up to a syntax error), and the
+    /// index of the document where a syntax error ended the file.
+    Fresh(Vec<Result<Option<Doc>, String>>, Option<(usize, String)>),
 }
 
-/// For each document of a file read anew, the index of the document in
-/// force it is (its text read before), if any.
-type Reused = Vec<Option<usize>>;
+/// A document of a file read anew.
+enum Doc {
+    /// Parsed (shared from here on, as what is in force is).
+    Read(Arc<Object>),
+    /// Its text was read before: neither parsed nor copied, it is the
+    /// document in force at this index.
+    InForce(usize),
+}
 
 fn text_hash(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -293,7 +297,7 @@ impl ConfigDir {
             }
             return Ok(Read::Unchanged);
         }
-        let (docs, by_text, reused) = self.parse_documents(file, &text);
+        let (docs, syntax_error, by_text) = self.parse_documents(file, &text);
         match before.filter(|_| before == after) {
             Some(st) => {
                 let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new(), docs: by_text };
@@ -303,44 +307,44 @@ impl ConfigDir {
                 self.parsed.remove(file);
             }
         }
-        Ok(Read::Fresh(docs, reused))
+        Ok(Read::Fresh(docs, syntax_error))
     }
 
-    /// `text`'s documents, a document at a time where the file can be read
-    /// so: one whose text was read from `file` last time is the document in
-    /// force at the index it was read from (a placeholder in the results,
-    /// the index in [`Reused`]). With the read documents' indexes by the
-    /// hash of their text (empty where the file was read whole).
-    fn parse_documents(&self, file: &Path, text: &str) -> (FileDocs, std::collections::HashMap<u64, usize>, Reused) {
+    /// `text`'s documents (and where a syntax error ended it), a document
+    /// at a time where the file can be read so: one whose text was read
+    /// from `file` last time is the document in force at the index it was
+    /// read from. With the read documents' indexes by the hash of their
+    /// text (empty where the file was read whole).
+    #[allow(clippy::type_complexity, reason = "the parts of one read, named where they are taken apart")]
+    fn parse_documents(
+        &self,
+        file: &Path,
+        text: &str,
+    ) -> (Vec<Result<Option<Doc>, String>>, Option<(usize, String)>, std::collections::HashMap<u64, usize>) {
         use std::hash::BuildHasher as _;
         let whole = || {
-            let docs = parse_file_limited(text, self.limits.max_documents);
-            self.documents_parsed.set(self.documents_parsed.get() + docs.docs.len() as u64);
-            (docs, Default::default(), Vec::new())
+            let read = parse_file_limited(text, self.limits.max_documents);
+            self.documents_parsed.set(self.documents_parsed.get() + read.docs.len() as u64);
+            let docs = read.docs.into_iter().map(|d| d.map(|o| o.map(|o| Doc::Read(Arc::new(o))))).collect();
+            (docs, read.syntax_error, Default::default())
         };
         let Some(pieces) = split_documents(text).filter(|p| p.len() > 1) else { return whole() };
         let hashes: Vec<u64> = pieces.iter().map(|p| self.hasher.hash_one(p)).collect();
         let before = self.parsed.get(file).map(|p| &p.docs);
         let in_force = self.last_good.get(file);
-        let mut reused = vec![None; pieces.len()];
         let known = |index: usize, _: &str| {
             let Some(old) = before.and_then(|b| b.get(&hashes[index])) else {
                 self.documents_parsed.set(self.documents_parsed.get() + 1);
                 return None;
             };
             // Read last time, so what is in force at its index is what it
-            // read (nothing for an empty document). Not copied: `reload`
-            // shares it in place of this placeholder (not empty, as what it
-            // stands for is not).
-            if !in_force.is_some_and(|m| m.contains_key(old)) {
-                return Some(None);
-            }
-            reused[index] = Some(*old);
-            Some(Some(Object::Skipped(String::new())))
+            // read (nothing for an empty document), and `reload` shares it.
+            Some(in_force.is_some_and(|m| m.contains_key(old)).then_some(Doc::InForce(*old)))
         };
-        let Some(docs) = parse_split(&pieces, self.limits.max_documents, known) else { return whole() };
-        let by_text = hashes.iter().enumerate().filter(|(i, _)| docs.docs[*i].is_ok()).map(|(i, h)| (*h, i)).collect();
-        (docs, by_text, reused)
+        let read = |o| Doc::Read(Arc::new(o));
+        let Some(docs) = parse_split_as(&pieces, self.limits.max_documents, known, read) else { return whole() };
+        let by_text = hashes.iter().enumerate().filter(|(i, _)| docs[*i].is_ok()).map(|(i, h)| (*h, i)).collect();
+        (docs, None, by_text)
     }
 
     /// Documents parsed so far: a document whose text was read before is
@@ -376,8 +380,8 @@ impl ConfigDir {
             }
         }
         for file in paths {
-            let (parsed, reused) = match self.parse(&file) {
-                Ok(Read::Fresh(p, r)) => (p, r),
+            let (docs, syntax_error) = match self.parse(&file) {
+                Ok(Read::Fresh(docs, syntax_error)) => (docs, syntax_error),
                 Ok(Read::Unchanged) => {
                     errors.extend(self.parsed.get(&file).map(|p| p.errors.clone()).unwrap_or_default());
                     continue;
@@ -391,16 +395,16 @@ impl ConfigDir {
             let old = self.last_good.remove(&file).unwrap_or_default();
             let mut new = BTreeMap::new();
             let mut rejected = Vec::new();
-            for (index, doc) in parsed.docs.into_iter().enumerate() {
+            for (index, doc) in docs.into_iter().enumerate() {
                 match doc {
                     // A text read before: the document in force it read.
-                    Ok(Some(_)) if let Some(Some(at)) = reused.get(index) => {
+                    Ok(Some(Doc::InForce(at))) => {
                         // (In force when the text was found: `old` is it.)
-                        debug_assert!(old.contains_key(at), "document {index} taken from {at}, not in force");
-                        new.extend(old.get(at).map(|o| (index, o.clone())));
+                        debug_assert!(old.contains_key(&at), "document {index} taken from {at}, not in force");
+                        new.extend(old.get(&at).map(|o| (index, o.clone())));
                     }
-                    Ok(Some(obj)) => {
-                        new.insert(index, Arc::new(obj));
+                    Ok(Some(Doc::Read(obj))) => {
+                        new.insert(index, obj);
                     }
                     Ok(None) => {}
                     Err(message) => {
@@ -411,7 +415,7 @@ impl ConfigDir {
             }
             // A syntax error ends the readable part: every document from
             // there on keeps its last good version.
-            if let Some((index, message)) = parsed.syntax_error {
+            if let Some((index, message)) = syntax_error {
                 rejected.push(DocError { file: file.clone(), index, message });
                 new.extend(old.range(index..).map(|(i, o)| (*i, o.clone())));
             }

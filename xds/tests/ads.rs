@@ -514,6 +514,34 @@ fn convergence_counts_from_each_change() {
     });
 }
 
+/// A raw client's opening of an ADS stream (stream 1) that opens its
+/// HTTP/2 windows wide: only the socket holds the server's writes back.
+fn raw_ads_opening(out: &mut Vec<u8>) {
+    use istiod_xds::h2::frame::{self, encode};
+    out.extend_from_slice(frame::PREFACE);
+    encode::settings(out, &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW)]);
+    encode::settings_ack(out);
+    encode::window_update(out, 0, frame::MAX_WINDOW - 65_535);
+    let block = istiod_xds::h2::hpack::Encoder::new()
+        .field(b":method", b"POST")
+        .field(b":scheme", b"http")
+        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
+        .field(b"content-type", b"application/grpc")
+        .finish();
+    encode::headers(out, 1, &block, false, 16384);
+}
+
+/// A request as a gRPC message in a DATA frame on stream 1.
+fn raw_request(req: &DiscoveryRequest, out: &mut Vec<u8>) {
+    use istiod_proto::prost::Message;
+    let body = req.encode_to_vec();
+    let mut msg = vec![0];
+    msg.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    msg.extend_from_slice(&body);
+    istiod_xds::h2::frame::encode::data_head(out, 1, msg.len(), false);
+    out.extend_from_slice(&msg);
+}
+
 /// One proxy stops reading; a hundred others keep converging on every
 /// change, and the stuck one holds at most one push's worth of queued
 /// bytes however many snapshots go by.
@@ -522,7 +550,6 @@ fn a_stuck_reader_holds_bounded_memory_while_others_converge() {
     use std::io::Write;
 
     use istiod_proto::prost::Message;
-    use istiod_xds::h2::frame::{self, encode};
 
     let limits = Limits { max_queued_bytes: 4 << 20, send_timeout: Duration::from_secs(120), ..Limits::default() };
     let mut s = TestServer::start(1, limits);
@@ -542,22 +569,9 @@ fn a_stuck_reader_holds_bounded_memory_while_others_converge() {
 
     // The stuck proxy: asks for CDS with wide-open windows, never reads.
     let mut stuck = std::net::TcpStream::connect(s.addr).unwrap();
-    let mut out = frame::PREFACE.to_vec();
-    encode::settings(&mut out, &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW)]);
-    encode::window_update(&mut out, 0, frame::MAX_WINDOW - 65_535);
-    let block = istiod_xds::h2::hpack::Encoder::new()
-        .field(b":method", b"POST")
-        .field(b":scheme", b"http")
-        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
-        .field(b"content-type", b"application/grpc")
-        .finish();
-    encode::headers(&mut out, 1, &block, false, 16384);
-    let req = cds(true, 999).encode_to_vec();
-    let mut msg = vec![0];
-    msg.extend_from_slice(&(req.len() as u32).to_be_bytes());
-    msg.extend_from_slice(&req);
-    encode::data_head(&mut out, 1, msg.len(), false);
-    out.extend_from_slice(&msg);
+    let mut out = Vec::new();
+    raw_ads_opening(&mut out);
+    raw_request(&cds(true, 999), &mut out);
     stuck.write_all(&out).unwrap();
 
     runtime().block_on(async {
@@ -603,7 +617,7 @@ fn a_push_the_socket_cannot_take_at_once_arrives_whole() {
     use istiod_proto::envoy::config::cluster::v3::Cluster;
     use istiod_proto::envoy::service::discovery::v3::DiscoveryResponse;
     use istiod_proto::prost::Message;
-    use istiod_xds::h2::frame::{self, Frame, Head, encode};
+    use istiod_xds::h2::frame::{Frame, Head};
 
     let (mut s, handoff) = TestServer::start_handing_off(Limits { max_queued_bytes: 4 << 20, ..Limits::default() });
     let cluster = |i: usize, v: u32, pad: usize| {
@@ -633,26 +647,9 @@ fn a_push_the_socket_cannot_take_at_once_arrives_whole() {
     server_side.set_send_buffer_size(16 * 1024).unwrap();
     handoff.try_send(server_side.into()).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let grpc = |m: &DiscoveryRequest, out: &mut Vec<u8>| {
-        let body = m.encode_to_vec();
-        let mut msg = vec![0];
-        msg.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        msg.extend_from_slice(&body);
-        encode::data_head(out, 1, msg.len(), false);
-        out.extend_from_slice(&msg);
-    };
-    let mut out = frame::PREFACE.to_vec();
-    encode::settings(&mut out, &[(frame::setting::INITIAL_WINDOW_SIZE, frame::MAX_WINDOW)]);
-    encode::settings_ack(&mut out);
-    encode::window_update(&mut out, 0, frame::MAX_WINDOW - 65_535);
-    let block = istiod_xds::h2::hpack::Encoder::new()
-        .field(b":method", b"POST")
-        .field(b":scheme", b"http")
-        .field(b":path", b"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources")
-        .field(b"content-type", b"application/grpc")
-        .finish();
-    encode::headers(&mut out, 1, &block, false, 16384);
-    grpc(&cds(true, 1), &mut out);
+    let mut out = Vec::new();
+    raw_ads_opening(&mut out);
+    raw_request(&cds(true, 1), &mut out);
     tcp.write_all(&out).unwrap();
 
     // Frames in, stream 1's bytes gathered, one gRPC message out.
@@ -694,7 +691,7 @@ fn a_push_the_socket_cannot_take_at_once_arrives_whole() {
             response_nonce: r.nonce.clone(),
             ..Default::default()
         };
-        grpc(&req, &mut out);
+        raw_request(&req, &mut out);
         tcp.write_all(&out).unwrap();
     };
     let first = response(&mut tcp);

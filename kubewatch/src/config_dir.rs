@@ -297,7 +297,7 @@ impl ConfigDir {
             }
             return Ok(Read::Unchanged);
         }
-        let (docs, syntax_error, by_text) = self.parse_documents(file, &text);
+        let (read, by_text) = self.parse_documents(file, &text);
         match before.filter(|_| before == after) {
             Some(st) => {
                 let parsed = Parsed { stamp: st, trusted, text: hash, errors: Vec::new(), docs: by_text };
@@ -307,26 +307,21 @@ impl ConfigDir {
                 self.parsed.remove(file);
             }
         }
-        Ok(Read::Fresh(docs, syntax_error))
+        Ok(read)
     }
 
-    /// `text`'s documents (and where a syntax error ended it), a document
-    /// at a time where the file can be read so: one whose text was read
-    /// from `file` last time is the document in force at the index it was
-    /// read from. With the read documents' indexes by the hash of their
-    /// text (empty where the file was read whole).
-    #[allow(clippy::type_complexity, reason = "the parts of one read, named where they are taken apart")]
-    fn parse_documents(
-        &self,
-        file: &Path,
-        text: &str,
-    ) -> (Vec<Result<Option<Doc>, String>>, Option<(usize, String)>, std::collections::HashMap<u64, usize>) {
+    /// `text`'s documents ([`Read::Fresh`]), a document at a time where the
+    /// file can be read so: one whose text was read from `file` last time
+    /// is the document in force at the index it was read from. With the
+    /// read documents' indexes by the hash of their text (empty where the
+    /// file was read whole).
+    fn parse_documents(&self, file: &Path, text: &str) -> (Read, std::collections::HashMap<u64, usize>) {
         use std::hash::BuildHasher as _;
         let whole = || {
             let read = parse_file_limited(text, self.limits.max_documents);
             self.documents_parsed.set(self.documents_parsed.get() + read.docs.len() as u64);
             let docs = read.docs.into_iter().map(|d| d.map(|o| o.map(|o| Doc::Read(Arc::new(o))))).collect();
-            (docs, read.syntax_error, Default::default())
+            (Read::Fresh(docs, read.syntax_error), Default::default())
         };
         let Some(pieces) = split_documents(text).filter(|p| p.len() > 1) else { return whole() };
         let hashes: Vec<u64> = pieces.iter().map(|p| self.hasher.hash_one(p)).collect();
@@ -344,7 +339,7 @@ impl ConfigDir {
         let read = |o| Doc::Read(Arc::new(o));
         let Some(docs) = parse_split_as(&pieces, self.limits.max_documents, known, read) else { return whole() };
         let by_text = hashes.iter().enumerate().filter(|(i, _)| docs[*i].is_ok()).map(|(i, h)| (*h, i)).collect();
-        (docs, None, by_text)
+        (Read::Fresh(docs, None), by_text)
     }
 
     /// Documents parsed so far: a document whose text was read before is

@@ -873,6 +873,10 @@ pub(super) enum Wake {
     Mesh,
 }
 
+/// A burst of file events ends after this much quiet: [`watch_dir`]
+/// reads it then, and [`forward_dir_events`] starts a new one.
+const DIR_QUIET: std::time::Duration = std::time::Duration::from_millis(3);
+
 /// A burst of file events as [`forward_dir_events`] follows it.
 #[derive(Default)]
 struct Burst {
@@ -908,8 +912,8 @@ impl Burst {
 }
 
 /// Forwards the config directory's file events to [`watch_dir`] until
-/// either side is gone: each as it comes (the reload waits for QUIET
-/// after the last), and, where a burst was whole, that it was once nothing
+/// either side is gone: each as it comes (the reload waits for
+/// [`DIR_QUIET`] after the last), and, where a burst was whole, that it was once nothing
 /// more came for `SETTLE`, so that it is read at once. Whole is only
 /// files written aside and renamed into place: a manifest written in
 /// place may be appended to in another open, an editor's save moves the
@@ -920,14 +924,12 @@ impl Burst {
 pub(super) fn forward_dir_events(events: &std::sync::mpsc::Receiver<DirEvent>, to: &mpsc::UnboundedSender<Wake>) {
     use std::sync::mpsc::RecvTimeoutError;
     const SETTLE: std::time::Duration = std::time::Duration::from_micros(300);
-    // A burst ends after this much quiet, as `watch_dir`'s.
-    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     let mut burst = Burst::default();
     loop {
         let next = if burst.is_empty() {
             events.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
-            events.recv_timeout(if burst.whole() { SETTLE } else { QUIET })
+            events.recv_timeout(if burst.whole() { SETTLE } else { DIR_QUIET })
         };
         match next {
             Ok(e) => {
@@ -958,10 +960,9 @@ pub(super) async fn watch_dir(
     domain: String,
 ) {
     // Editors write in several steps: a burst of events is read as one
-    // once it has been quiet for QUIET, or after MOST at the latest; a
+    // once it has been quiet for DIR_QUIET, or after MOST at the latest; a
     // burst of files written aside and renamed into place, at once
     // ([`forward_dir_events`]).
-    const QUIET: std::time::Duration = std::time::Duration::from_millis(3);
     const MOST: std::time::Duration = std::time::Duration::from_millis(20);
     // A read taken at once that more events followed while it ran (the
     // next step of the same change, maybe): put off, until MOST after the
@@ -971,6 +972,12 @@ pub(super) async fn watch_dir(
     let mut put_off: Option<(Loaded, bool, std::time::Instant)> = None;
     // A rebuild asked for whose read failed: owed to the next read.
     let mut owed = false;
+    // What a read found is in force: named, or (`whole`) rebuilt from.
+    let put_in_force = |loaded: Loaded, whole: bool| {
+        let configz = configz(&dir, &loaded);
+        let changed = (!whole).then_some(loaded.changed);
+        apply(&state, loaded.objects, changed, configz, &domain, &tx)
+    };
     while let Some(first) = wake.recv().await {
         let mut whole = std::mem::take(&mut owed) || first == Wake::Mesh;
         let mut now = first == Wake::Files { whole: true };
@@ -988,7 +995,7 @@ pub(super) async fn watch_dir(
             if now {
                 break;
             }
-            let quiet = (tokio::time::Instant::now() + QUIET).min(until);
+            let quiet = (tokio::time::Instant::now() + DIR_QUIET).min(until);
             match tokio::time::timeout_at(quiet, wake.recv()).await {
                 Ok(Some(w)) => {
                     whole |= w == Wake::Mesh;
@@ -1020,9 +1027,7 @@ pub(super) async fn watch_dir(
                 tracing::error!(target: "model", error = %e, "--configDir reload failed; no longer watching");
                 // What was read before it and put off is in force.
                 if let Some((loaded, w, _)) = put_off.take() {
-                    let configz = configz(&dir, &loaded);
-                    let changed = (!(whole || w)).then_some(loaded.changed);
-                    apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                    put_in_force(loaded, whole || w);
                 }
                 return;
             }
@@ -1042,19 +1047,13 @@ pub(super) async fn watch_dir(
                     put_off = Some((loaded, whole, since));
                     continue;
                 }
-                let configz = configz(&dir, &loaded);
-                let changed = (!whole).then_some(loaded.changed);
-                apply(&state, loaded.objects, changed, configz, &domain, &tx)
+                put_in_force(loaded, whole);
             }
             Err(e) => {
                 tracing::warn!(target: "model", error = %e, "cannot reload --configDir; keeping the current state");
                 // What was read before it and put off is in force.
                 match put_off.take() {
-                    Some((loaded, w, _)) => {
-                        let configz = configz(&dir, &loaded);
-                        let changed = (!(whole || w)).then_some(loaded.changed);
-                        apply(&state, loaded.objects, changed, configz, &domain, &tx)
-                    }
+                    Some((loaded, w, _)) => put_in_force(loaded, whole || w),
                     None => owed = whole,
                 }
             }
@@ -1184,8 +1183,10 @@ mod tests {
     /// is read and applied naming what changed, a new mesh configuration
     /// rebuilds from every object, and one asked for while the directory
     /// cannot be read is owed to the next read that can. Observed as the
-    /// push reasons of what reaches the control loop: "global" is a
-    /// rebuild from every object, "service" a change applied by name.
+    /// push reasons of what reaches the control loop, istiod's trigger
+    /// reasons (`TriggerReason` in pilot/pkg/model/push_context.go):
+    /// "global" is a rebuild from every object, "service" a change applied
+    /// by name.
     #[test]
     fn watch_dir_applies_what_changed_and_owes_a_rebuild_a_failed_read_asked_for() {
         let root = tempfile::tempdir().unwrap();

@@ -73,8 +73,10 @@ impl Changes {
             Delta::Full => Changes { full: true, ..Changes::default() },
             Delta::Resources(r) => {
                 let mut sets: [BTreeSet<Arc<str>>; Kind::ALL.len()] = Default::default();
+                // As the core's streams hold them (`intern`): a stream
+                // finds a changed name among its own by address.
                 for (kind, name) in r {
-                    sets[*kind as usize].insert(name.clone());
+                    sets[*kind as usize].insert(intern(name));
                 }
                 Changes { full: false, by_kind: sets.map(|s| (!s.is_empty()).then(|| Arc::new(s))) }
             }

@@ -1145,6 +1145,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                         "evicted_size": self.cache.evicted_size,
                         // First responses sent from a shared part.
                         "first_shared": self.cache.first_shared,
+                        // Pushes of a change sent from one built for the
+                        // streams of their reduced class.
+                        "changed_shared": self.cache.changed_shared,
                     },
                     "convergence_us": {
                         "count": h.len(),

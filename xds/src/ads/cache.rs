@@ -5,7 +5,7 @@
 //! hit and compare: a cache key that misses an input is a bug that would
 //! leak one proxy's configuration to another.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::names::NameMap;
@@ -94,6 +94,31 @@ pub struct FirstResponse {
     pub sent: NameMap,
 }
 
+/// A push of one change's resources of a type, as every stream of a
+/// reduced class that holds an older version of each (and subscribes to
+/// each that exists) is sent it: all but the nonce. A change pushed to
+/// 1,000 streams looked each changed resource up and encoded the response
+/// again for each.
+#[derive(Debug)]
+pub struct ChangedResponse {
+    /// The changed names, each with what it is for the reduced class
+    /// (`None`: it does not exist for it), in name order.
+    pub resources: Vec<(Arc<str>, Option<Encoded>)>,
+    /// The encoded response without its nonce: the resources that exist.
+    /// `None` where none does (nothing is sent).
+    pub body: Option<bytes::Bytes>,
+}
+
+/// A change's names and the reduced class a [`ChangedResponse`] was asked
+/// for with (held, so their addresses name nothing else while this is
+/// kept), and what became of it.
+#[derive(Debug)]
+struct ChangedSeen<C> {
+    _names: Arc<BTreeSet<Arc<str>>>,
+    _reduced: Arc<C>,
+    response: Held<ChangedResponse>,
+}
+
 /// The reduced class and names a first response was asked for with, and
 /// what became of it once a second stream asked the same ([`Held`]).
 #[derive(Debug)]
@@ -103,12 +128,13 @@ struct FirstSeen<C> {
     response: Held,
 }
 
-/// Where a first response seen once stands.
+/// Where a first response (or a change's, [`ChangedResponse`]) seen once
+/// stands.
 #[derive(Debug)]
-enum Held {
+enum Held<R = FirstResponse> {
     /// Asked for once: the next to ask builds it.
     Seen,
-    Kept(Arc<FirstResponse>),
+    Kept(Arc<R>),
     /// Built, but over the bound: answered as usual from then on.
     TooBig,
 }
@@ -129,6 +155,9 @@ struct FirstResponses<C> {
     #[allow(clippy::type_complexity)]
     wildcard_rest:
         HashMap<(Kind, usize), (Arc<C>, Option<(Arc<[Arc<str>]>, u64)>), std::hash::BuildHasherDefault<AddrHasher>>,
+    /// Responses to a change by (type, SotW, address of its names, reduced
+    /// class's address), see [`Cache::changed_response`].
+    changed: HashMap<(Kind, bool, usize, usize), ChangedSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
@@ -141,6 +170,7 @@ impl<C> Default for FirstResponses<C> {
             seen: HashMap::default(),
             wildcard: HashMap::default(),
             wildcard_rest: HashMap::default(),
+            changed: HashMap::default(),
             bytes: 0,
         }
     }
@@ -168,6 +198,15 @@ struct WildcardFirst<C> {
 /// what was kept stays kept.
 const MAX_FIRST: usize = 4096;
 const MAX_FIRST_BYTES: usize = 32 << 20;
+
+fn changed_key<C>(
+    kind: Kind,
+    sotw: bool,
+    names: &Arc<BTreeSet<Arc<str>>>,
+    reduced: &Arc<C>,
+) -> (Kind, bool, usize, usize) {
+    (kind, sotw, Arc::as_ptr(names) as usize, Arc::as_ptr(reduced) as *const u8 as usize)
+}
 
 fn first_key<C>(kind: Kind, sotw: bool, reduced: &Arc<C>, names: &FirstNames<'_>) -> (Kind, bool, usize, u64) {
     (kind, sotw, Arc::as_ptr(reduced) as *const u8 as usize, names.hash)
@@ -224,10 +263,10 @@ pub fn split_first_names<M: Send + Sync + 'static, C: super::Class>(
 /// own, and the rest with their hash.
 pub type WildcardFirstNames = (Arc<[Arc<str>]>, Arc<[Arc<str>]>, u64);
 
-/// What [`Cache::first_response`] found.
-pub enum First {
+/// What [`Cache::first_response`] (or [`Cache::changed_response`]) found.
+pub enum First<R = FirstResponse> {
     /// The response, kept.
-    Kept(Arc<FirstResponse>),
+    Kept(Arc<R>),
     /// The second stream to ask: build the response and
     /// [`Cache::keep_first_response`] it.
     Build,
@@ -280,6 +319,9 @@ pub struct Cache<C = ()> {
     pub first_shared: u64,
     /// Shared parts built (tests: one per key and snapshot at most).
     pub first_built: u64,
+    /// Pushes of a change sent from a kept [`ChangedResponse`] (not
+    /// counting the one it was built for).
+    pub changed_shared: u64,
     /// Lookups answered from the cache.
     pub hits: u64,
     /// Lookups that generated.
@@ -306,6 +348,7 @@ impl<C> Default for Cache<C> {
             first: FirstResponses::default(),
             first_shared: 0,
             first_built: 0,
+            changed_shared: 0,
             hits: 0,
             misses: 0,
             evicted_clear: 0,
@@ -630,6 +673,65 @@ impl<C: super::Class> Cache<C> {
                     f.seen.insert(key, FirstSeen { reduced: reduced.clone(), names: list, response: Held::Seen });
                 }
                 First::Unseen
+            }
+        }
+    }
+
+    /// The shared push (SotW or delta) of a change's names `names` of
+    /// `kind` to the streams of `reduced` (from [`Cache::reduced_for`]; no name reads the
+    /// whole class) in `snap`, if one was kept; or whether to build and
+    /// keep it (a second stream asked the same). Within the bounds of the
+    /// first responses, and let go with them.
+    pub fn changed_response<M>(
+        &mut self,
+        snap: &Snapshot<M>,
+        kind: Kind,
+        sotw: bool,
+        names: &Arc<BTreeSet<Arc<str>>>,
+        reduced: &Arc<C>,
+    ) -> First<ChangedResponse> {
+        let id = snap_id(snap);
+        let f = &mut self.first;
+        if f.of != id {
+            *f = FirstResponses { of: id, ..FirstResponses::default() };
+        }
+        let key = changed_key(kind, sotw, names, reduced);
+        match f.changed.get(&key).map(|s| &s.response) {
+            Some(Held::Kept(r)) => First::Kept(r.clone()),
+            Some(Held::Seen) => First::Build,
+            Some(Held::TooBig) => First::Unseen,
+            None => {
+                if f.changed.len() < MAX_FIRST {
+                    let seen = ChangedSeen { _names: names.clone(), _reduced: reduced.clone(), response: Held::Seen };
+                    f.changed.insert(key, seen);
+                }
+                First::Unseen
+            }
+        }
+    }
+
+    /// Keeps a change's response built after [`First::Build`], or marks
+    /// it too big to keep.
+    pub fn keep_changed_response(
+        &mut self,
+        kind: Kind,
+        sotw: bool,
+        names: &Arc<BTreeSet<Arc<str>>>,
+        reduced: &Arc<C>,
+        r: Arc<ChangedResponse>,
+    ) {
+        let f = &mut self.first;
+        let key = changed_key(kind, sotw, names, reduced);
+        if let Some(s) = f.changed.get_mut(&key)
+            && matches!(s.response, Held::Seen)
+        {
+            let size = r.body.as_ref().map_or(0, bytes::Bytes::len)
+                + r.resources.len() * std::mem::size_of::<(Arc<str>, Option<Encoded>)>();
+            if f.bytes + size <= MAX_FIRST_BYTES {
+                f.bytes += size;
+                s.response = Held::Kept(r);
+            } else {
+                s.response = Held::TooBig;
             }
         }
     }

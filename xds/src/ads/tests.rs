@@ -646,3 +646,140 @@ fn a_first_response_too_big_to_keep_is_answered_as_usual() {
     assert_eq!(cache.first_shared, 1);
     assert_eq!(cache.first_built, 2, "one build of each");
 }
+
+/// A change pushed to the streams of one reduced class is built once and
+/// sent to the rest but for the nonce, byte for byte what each would be
+/// sent on its own (delta, and SotW for a type whose responses carry what
+/// changed); a stream that does not take it as the others do (it was sent
+/// the new version already) is answered as usual, and a stream of another
+/// reduced class is sent its own.
+#[test]
+fn a_change_is_pushed_to_a_reduced_class_once_built() {
+    for protocol in [Protocol::Delta, Protocol::Sotw] {
+        a_change_pushed_to_a_reduced_class(protocol);
+    }
+}
+
+fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
+    use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+    // A response's resources (name and value) and the rest of it but for
+    // its nonce, and its nonce.
+    let read = |bytes: Bytes| -> (Vec<(String, Vec<u8>)>, String, String) {
+        match protocol {
+            Protocol::Delta => {
+                let mut r = DeltaDiscoveryResponse::decode(bytes).unwrap();
+                let values = r.resources.iter().map(|x| (x.name.clone(), x.resource.as_ref().unwrap().value.to_vec()));
+                let values = values.collect();
+                let nonce = std::mem::take(&mut r.nonce);
+                (values, format!("{r:?}"), nonce)
+            }
+            Protocol::Sotw => {
+                let mut r = DiscoveryResponse::decode(bytes).unwrap();
+                let values = r.resources.iter().map(|x| (String::new(), x.value.to_vec())).collect();
+                let nonce = std::mem::take(&mut r.nonce);
+                (values, format!("{r:?}"), nonce)
+            }
+        }
+    };
+    let g = CountingReductions::default();
+    let snap = |version: u64, mesh: u32| {
+        let mut s = Snapshot::new(version, Instant::now(), Arc::default());
+        s.mesh = Some(Arc::new(mesh));
+        s
+    };
+    let (first, second) = (snap(1, 5), snap(2, 6));
+    let mut cache: Cache<u32> = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let ab = ["a".to_owned(), "b".to_owned()];
+    // Classes 3, 5, 7 and 9 reduce to one class, 4 to another; 9 was sent
+    // the second snapshot's resources first.
+    let sent_first = |c: u32| if c == 9 { &second } else { &first };
+    let mut streams: Vec<(u32, AdsStream<u32>)> = [3u32, 5, 7, 4, 9]
+        .into_iter()
+        .map(|c| {
+            let mut s = subscribed(protocol, &Arc::new(c), Kind::Endpoint, &ab);
+            let (_, _, nonce) = read(flushed_once(&mut s, &g, sent_first(c), &mut cache, &mut nonce));
+            let type_url = Kind::Endpoint.type_url().to_owned();
+            let mut known = |_: Option<&Node>| Err("known".to_owned());
+            match protocol {
+                Protocol::Delta => {
+                    let ack = DeltaDiscoveryRequest { type_url, response_nonce: nonce, ..Default::default() };
+                    s.on_delta(ack, &mut known, Instant::now()).unwrap();
+                }
+                Protocol::Sotw => {
+                    let names = ab.to_vec();
+                    let ack = DiscoveryRequest {
+                        type_url,
+                        response_nonce: nonce,
+                        resource_names: names,
+                        ..Default::default()
+                    };
+                    s.on_sotw(ack, &mut known, Instant::now()).unwrap();
+                }
+            }
+            (c, s)
+        })
+        .collect();
+    // The streams of the same classes, each on its own: the change's names
+    // are theirs alone.
+    let alone: Vec<Option<Bytes>> = [3u32, 5, 7, 4, 9]
+        .into_iter()
+        .map(|c| {
+            let mut s = subscribed(protocol, &Arc::new(c), Kind::Endpoint, &ab);
+            let mut own = Cache::default();
+            flushed_once(&mut s, &g, sent_first(c), &mut own, &mut nonce);
+            let change = Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a"))]));
+            s.on_delta_update(&change, Instant::now(), false);
+            drop(change);
+            let mut ctx = Ctx {
+                generator: &g,
+                snap: &second,
+                cache: &mut own,
+                nonce: &mut nonce,
+                control_plane: "t",
+                now: Instant::now(),
+            };
+            s.flush(&mut ctx).pop().map(|o| o.bytes.to_bytes())
+        })
+        .collect();
+    assert_eq!(cache.changed_shared, 0);
+    // `a` changes (and with the mesh, every resource's bytes).
+    let changes = Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a"))]));
+    for (_, s) in &mut streams {
+        s.on_delta_update(&changes, Instant::now(), false);
+    }
+    drop(changes);
+    let mut nonces = BTreeSet::new();
+    for ((class, s), alone) in streams.iter_mut().map(|(c, s)| (*c, s)).zip(alone) {
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &second,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let got = s.flush(&mut ctx).pop().map(|o| o.bytes.to_bytes());
+        if class == 9 {
+            assert!(got.is_none() && alone.is_none(), "{protocol:?}: class 9 has the new a: nothing to send");
+            continue;
+        }
+        let (values, rest, nonce) = read(got.unwrap());
+        let (alone_values, alone_rest, _) = read(alone.unwrap());
+        assert!(nonces.insert(nonce), "each push has its own nonce");
+        let name = if protocol == Protocol::Delta { "a" } else { "" };
+        assert_eq!(values, [(name.to_owned(), format!("{}-6", class % 2).into_bytes())], "{protocol:?}, class {class}");
+        assert_eq!(
+            (values, rest),
+            (alone_values, alone_rest),
+            "{protocol:?}, class {class}: as it would be sent on its own"
+        );
+    }
+    // 3 saw it, 5 built it, 7 was sent it (4 is the first of its class,
+    // 9 found it and did not take it).
+    assert_eq!(cache.changed_shared, 1, "{protocol:?}");
+}

@@ -101,9 +101,9 @@ pub struct FirstResponse {
 /// again for each.
 #[derive(Debug)]
 pub struct ChangedResponse {
-    /// The changed names, each with what it is for the reduced class
-    /// (`None`: it does not exist for it), in name order.
-    pub resources: Vec<(Arc<str>, Option<Encoded>)>,
+    /// The changed names, each with the version it has for the reduced
+    /// class (`None`: it does not exist for it), in name order.
+    pub versions: Vec<(Arc<str>, Option<Arc<str>>)>,
     /// The encoded response without its nonce: the resources that exist.
     /// `None` where none does (nothing is sent).
     pub body: Option<bytes::Bytes>,
@@ -726,7 +726,7 @@ impl<C: super::Class> Cache<C> {
             && matches!(s.response, Held::Seen)
         {
             let size = r.body.as_ref().map_or(0, bytes::Bytes::len)
-                + r.resources.len() * std::mem::size_of::<(Arc<str>, Option<Encoded>)>();
+                + r.versions.len() * std::mem::size_of::<(Arc<str>, Option<Arc<str>>)>();
             if f.bytes + size <= MAX_FIRST_BYTES {
                 f.bytes += size;
                 s.response = Held::Kept(r);

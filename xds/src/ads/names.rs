@@ -35,6 +35,13 @@ pub fn intern(name: &str) -> Arc<str> {
     })
 }
 
+/// `name` as the core's one allocation for it where the core has one, or
+/// `name` itself (a name no stream holds is not made one: a change of
+/// thousands of names would fill the table for nothing).
+pub fn interned(name: &Arc<str>) -> Arc<str> {
+    NAMES.with(|n| n.borrow().0.get(&**name).cloned()).unwrap_or_else(|| name.clone())
+}
+
 /// Sets up to this size are looked in by address first (`Names::find`).
 const SCAN_BELOW: usize = 32;
 
@@ -289,6 +296,17 @@ fn merge<V>(old: impl Iterator<Item = (Arc<str>, V)>, new: Vec<(Arc<str>, V)>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_made_the_cores_only_where_the_core_has_it() {
+        let held = intern("outbound|80||held.svc");
+        let same: Arc<str> = Arc::from("outbound|80||held.svc");
+        assert!(Arc::ptr_eq(&interned(&same), &held), "the core's allocation");
+        let other: Arc<str> = Arc::from("outbound|80||nobody-holds-this.svc");
+        assert!(Arc::ptr_eq(&interned(&other), &other), "the name itself");
+        let in_table = NAMES.with(|n| n.borrow().0.contains(&*other));
+        assert!(!in_table, "and not put in the table");
+    }
 
     #[test]
     fn a_name_is_found_by_its_address_or_by_its_text() {

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::cache::{Cache, ChangedResponse, First, FirstNames, FirstResponse, split_first_names};
 use istiod_proto::envoy::config::core::v3::Node;
 
-use super::names::{NameMap, NameSet, intern};
+use super::names::{NameMap, NameSet, intern, interned};
 use super::node::Peer;
 use super::snapshot::{Delta, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
@@ -73,10 +73,10 @@ impl Changes {
             Delta::Full => Changes { full: true, ..Changes::default() },
             Delta::Resources(r) => {
                 let mut sets: [BTreeSet<Arc<str>>; Kind::ALL.len()] = Default::default();
-                // As the core's streams hold them (`intern`): a stream
+                // As the core's streams hold them (`interned`): a stream
                 // finds a changed name among its own by address.
                 for (kind, name) in r {
-                    sets[*kind as usize].insert(intern(name));
+                    sets[*kind as usize].insert(interned(name));
                 }
                 Changes { full: false, by_kind: sets.map(|s| (!s.is_empty()).then(|| Arc::new(s))) }
             }
@@ -828,11 +828,11 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
             #[cfg(debug_assertions)]
             {
                 let counts = (ctx.cache.hits, ctx.cache.misses);
-                for (n, e) in &r.resources {
+                for (n, version) in &r.versions {
                     let fresh = ctx.cache.get(ctx.generator, ctx.snap, class, kind, n);
                     assert_eq!(
-                        fresh.as_ref(),
-                        e.as_ref(),
+                        fresh.map(|e| e.version).as_ref(),
+                        version.as_ref(),
                         "a shared change's {kind:?} {n} differs from the stream's own"
                     );
                 }
@@ -858,13 +858,14 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
                 };
                 body.to_bytes()
             });
-            let r = Arc::new(ChangedResponse { resources, body });
+            let versions = resources.iter().map(|(n, e)| (n.clone(), e.as_ref().map(|e| e.version.clone()))).collect();
+            let r = Arc::new(ChangedResponse { versions, body });
             ctx.cache.keep_changed_response(kind, sotw, names, &reduced, r.clone());
             (r, true)
         }
     };
-    let takes = r.resources.iter().all(|(n, e)| match e {
-        Some(e) => (w.wildcard || w.names.contains(n)) && w.sent.get(n) != Some(&e.version),
+    let takes = r.versions.iter().all(|(n, version)| match version {
+        Some(v) => (w.wildcard || w.names.contains(n)) && w.sent.get(n) != Some(v),
         None => !w.sent.contains(n),
     });
     if !takes {
@@ -874,7 +875,7 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
     if !first {
         ctx.cache.changed_shared += 1;
     }
-    w.sent.insert_many(r.resources.iter().filter_map(|(n, e)| Some((n.clone(), e.as_ref()?.version.clone()))));
+    w.sent.insert_many(r.versions.iter().filter_map(|(n, v)| Some((n.clone(), v.clone()?))));
     let nonce = (ctx.nonce)();
     Some(Some((crate::grpc::Chain(vec![body.clone(), wire::nonce_field(&nonce)]), nonce)))
 }

@@ -662,24 +662,23 @@ fn a_change_is_pushed_to_a_reduced_class_once_built() {
 
 fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     use istiod_proto::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
-    // A response's resources (name and value) and the rest of it but for
-    // its nonce, and its nonce.
-    let read = |bytes: Bytes| -> (Vec<(String, Vec<u8>)>, String, String) {
-        match protocol {
+    // A response's resources (name and value), its bytes but for its
+    // nonce (the last field, 5 in both messages), and its nonce.
+    let read = |bytes: Bytes| -> (Vec<(String, Vec<u8>)>, Bytes, String) {
+        let (values, nonce): (Vec<(String, Vec<u8>)>, String) = match protocol {
             Protocol::Delta => {
-                let mut r = DeltaDiscoveryResponse::decode(bytes).unwrap();
+                let r = DeltaDiscoveryResponse::decode(bytes.clone()).unwrap();
                 let values = r.resources.iter().map(|x| (x.name.clone(), x.resource.as_ref().unwrap().value.to_vec()));
-                let values = values.collect();
-                let nonce = std::mem::take(&mut r.nonce);
-                (values, format!("{r:?}"), nonce)
+                (values.collect(), r.nonce)
             }
             Protocol::Sotw => {
-                let mut r = DiscoveryResponse::decode(bytes).unwrap();
-                let values = r.resources.iter().map(|x| (String::new(), x.value.to_vec())).collect();
-                let nonce = std::mem::take(&mut r.nonce);
-                (values, format!("{r:?}"), nonce)
+                let r = DiscoveryResponse::decode(bytes.clone()).unwrap();
+                (r.resources.iter().map(|x| (String::new(), x.value.to_vec())).collect(), r.nonce)
             }
-        }
+        };
+        let field = [&[5 << 3 | 2, nonce.len() as u8][..], nonce.as_bytes()].concat();
+        assert!(bytes.ends_with(&field), "the nonce is the last field");
+        (values, bytes.slice(..bytes.len() - field.len()), nonce)
     };
     let g = CountingReductions::default();
     let snap = |version: u64, mesh: u32| {

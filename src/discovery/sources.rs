@@ -913,8 +913,8 @@ impl Burst {
 
 /// Forwards the config directory's file events to [`watch_dir`] until
 /// either side is gone: each as it comes (the reload waits for
-/// [`DIR_QUIET`] after the last), and, where a burst was whole, that it was once nothing
-/// more came for `SETTLE`, so that it is read at once. Whole is only
+/// [`DIR_QUIET`] after the last), and, where a burst was whole, that it
+/// was once nothing more came for `SETTLE`, so that it is read at once. Whole is only
 /// files written aside and renamed into place: a manifest written in
 /// place may be appended to in another open, an editor's save moves the
 /// manifest away before writing it anew. Several files renamed in a row

@@ -135,7 +135,8 @@ enum Held<R = FirstResponse> {
     /// Asked for once: the next to ask builds it.
     Seen,
     Kept(Arc<R>),
-    /// Built, but over the bound: answered as usual from then on.
+    /// Built, but over the bound (or, for a change's, not to be shared):
+    /// answered as usual from then on.
     TooBig,
 }
 
@@ -161,6 +162,18 @@ struct FirstResponses<C> {
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
+}
+
+impl<C> FirstResponses<C> {
+    /// What is kept for `snap` (what was kept for another snapshot is let
+    /// go).
+    fn of_snapshot<M>(&mut self, snap: &Snapshot<M>) -> &mut Self {
+        let id = snap_id(snap);
+        if self.of != id {
+            *self = FirstResponses { of: id, ..FirstResponses::default() };
+        }
+        self
+    }
 }
 
 impl<C> Default for FirstResponses<C> {
@@ -267,8 +280,8 @@ pub type WildcardFirstNames = (Arc<[Arc<str>]>, Arc<[Arc<str>]>, u64);
 pub enum First<R = FirstResponse> {
     /// The response, kept.
     Kept(Arc<R>),
-    /// The second stream to ask: build the response and
-    /// [`Cache::keep_first_response`] it.
+    /// The second stream to ask: build the response and keep it
+    /// ([`Cache::keep_first_response`], [`Cache::keep_changed_response`]).
     Build,
     /// Answer as usual: the first to ask (remembered, if within the
     /// bound), or a response too big to keep, or a hash collision.
@@ -647,11 +660,7 @@ impl<C: super::Class> Cache<C> {
         reduced: &Arc<C>,
         names: FirstNames<'_>,
     ) -> First {
-        let id = snap_id(snap);
-        let f = &mut self.first;
-        if f.of != id {
-            *f = FirstResponses { of: id, ..FirstResponses::default() };
-        }
+        let f = self.first.of_snapshot(snap);
         let key = first_key(kind, sotw, reduced, &names);
         match f.seen.get(&key) {
             Some(s) if Arc::ptr_eq(&s.reduced, reduced) && names.are(&s.names) => match &s.response {
@@ -678,10 +687,10 @@ impl<C: super::Class> Cache<C> {
     }
 
     /// The shared push (SotW or delta) of a change's names `names` of
-    /// `kind` to the streams of `reduced` (from [`Cache::reduced_for`]; no name reads the
-    /// whole class) in `snap`, if one was kept; or whether to build and
-    /// keep it (a second stream asked the same). Within the bounds of the
-    /// first responses, and let go with them.
+    /// `kind` to the streams of `reduced` (from [`Cache::reduced_for`]) in
+    /// `snap`, if one was kept; or whether to build and keep it (a second
+    /// stream asked the same). Within the bounds of the first responses,
+    /// and let go with them.
     pub fn changed_response<M>(
         &mut self,
         snap: &Snapshot<M>,
@@ -690,11 +699,7 @@ impl<C: super::Class> Cache<C> {
         names: &Arc<BTreeSet<Arc<str>>>,
         reduced: &Arc<C>,
     ) -> First<ChangedResponse> {
-        let id = snap_id(snap);
-        let f = &mut self.first;
-        if f.of != id {
-            *f = FirstResponses { of: id, ..FirstResponses::default() };
-        }
+        let f = self.first.of_snapshot(snap);
         let key = changed_key(kind, sotw, names, reduced);
         match f.changed.get(&key).map(|s| &s.response) {
             Some(Held::Kept(r)) => First::Kept(r.clone()),
@@ -711,28 +716,33 @@ impl<C: super::Class> Cache<C> {
     }
 
     /// Keeps a change's response built after [`First::Build`], or marks
-    /// it too big to keep.
+    /// it not kept: too big to keep, or `None` (not to be shared: a name
+    /// reads the whole class). Either way the streams that ask next are
+    /// answered as usual.
     pub fn keep_changed_response(
         &mut self,
         kind: Kind,
         sotw: bool,
         names: &Arc<BTreeSet<Arc<str>>>,
         reduced: &Arc<C>,
-        r: Arc<ChangedResponse>,
+        r: Option<Arc<ChangedResponse>>,
     ) {
         let f = &mut self.first;
         let key = changed_key(kind, sotw, names, reduced);
         if let Some(s) = f.changed.get_mut(&key)
             && matches!(s.response, Held::Seen)
         {
-            let size = r.body.as_ref().map_or(0, bytes::Bytes::len)
-                + r.versions.len() * std::mem::size_of::<(Arc<str>, Option<Arc<str>>)>();
-            if f.bytes + size <= MAX_FIRST_BYTES {
-                f.bytes += size;
-                s.response = Held::Kept(r);
-            } else {
-                s.response = Held::TooBig;
-            }
+            let size = |r: &ChangedResponse| {
+                r.body.as_ref().map_or(0, bytes::Bytes::len)
+                    + r.versions.len() * std::mem::size_of::<(Arc<str>, Option<Arc<str>>)>()
+            };
+            s.response = match r {
+                Some(r) if f.bytes + size(&r) <= MAX_FIRST_BYTES => {
+                    f.bytes += size(&r);
+                    Held::Kept(r)
+                }
+                _ => Held::TooBig,
+            };
         }
     }
 
@@ -750,10 +760,7 @@ impl<C: super::Class> Cache<C> {
         class: &Arc<C>,
         kind: Kind,
     ) -> WildcardFirstNames {
-        let id = snap_id(snap);
-        if self.first.of != id {
-            self.first = FirstResponses { of: id, ..FirstResponses::default() };
-        }
+        self.first.of_snapshot(snap);
         let key = (kind, Arc::as_ptr(class) as *const u8 as usize);
         if let Some(w) = self.first.wildcard.get(&key) {
             return (w.own.clone(), w.rest.clone(), w.hash);

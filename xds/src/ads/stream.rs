@@ -817,9 +817,6 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
     if protocol == Protocol::Delta && !w.wildcard && ctx.cache.aliases(ctx.generator, ctx.snap, kind).is_some() {
         return None;
     }
-    if names.iter().any(|n| ctx.generator.whole_class(kind, n)) {
-        return None;
-    }
     let reduced = ctx.cache.reduced_for(ctx.generator, ctx.snap, class, kind);
     let sotw = protocol == Protocol::Sotw;
     let (r, first) = match ctx.cache.changed_response(ctx.snap, kind, sotw, names, &reduced) {
@@ -839,6 +836,12 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
                 (ctx.cache.hits, ctx.cache.misses) = counts;
             }
             (r, false)
+        }
+        First::Build if names.iter().any(|n| ctx.generator.whole_class(kind, n)) => {
+            // Generated for each stream's whole class: not shared (decided
+            // once for the change and reduced class).
+            ctx.cache.keep_changed_response(kind, sotw, names, &reduced, None);
+            return None;
         }
         First::Build => {
             let resources: Vec<(Arc<str>, Option<Encoded>)> =
@@ -860,7 +863,7 @@ fn shared_change<M: Send + Sync + 'static, C: super::Class>(
             });
             let versions = resources.iter().map(|(n, e)| (n.clone(), e.as_ref().map(|e| e.version.clone()))).collect();
             let r = Arc::new(ChangedResponse { versions, body });
-            ctx.cache.keep_changed_response(kind, sotw, names, &reduced, r.clone());
+            ctx.cache.keep_changed_response(kind, sotw, names, &reduced, Some(r.clone()));
             (r, true)
         }
     };

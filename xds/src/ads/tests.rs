@@ -652,7 +652,8 @@ fn a_first_response_too_big_to_keep_is_answered_as_usual() {
 /// sent on its own (delta, and SotW for a type whose responses carry what
 /// changed); a stream that does not take it as the others do (it was sent
 /// the new version already) is answered as usual, and a stream of another
-/// reduced class is sent its own.
+/// reduced class is sent its own. A change of a name that reads the whole
+/// class is not shared: each stream is sent its own class's.
 #[test]
 fn a_change_is_pushed_to_a_reduced_class_once_built() {
     for protocol in [Protocol::Delta, Protocol::Sotw] {
@@ -693,7 +694,8 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
         seq += 1;
         seq.to_string().into()
     };
-    let ab = ["a".to_owned(), "b".to_owned()];
+    // `own` reads the whole class (`CountingReductions`).
+    let ab = ["a".to_owned(), "b".to_owned(), "own".to_owned()];
     // Classes 3, 5, 7 and 9 reduce to one class, 4 to another; 9 was sent
     // the second snapshot's resources first.
     let sent_first = |c: u32| if c == 9 { &second } else { &first };
@@ -781,4 +783,29 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     // 3 saw it, 5 built it, 7 was sent it (4 is the first of its class,
     // 9 found it and did not take it).
     assert_eq!(cache.changed_shared, 1, "{protocol:?}");
+
+    // `a` and `own` change: every stream is sent its own `own`.
+    let third = snap(3, 7);
+    let changes =
+        Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a")), (Kind::Endpoint, Arc::from("own"))]));
+    for (_, s) in &mut streams {
+        s.on_delta_update(&changes, Instant::now(), false);
+    }
+    drop(changes);
+    for (class, s) in &mut streams {
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &third,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let (values, _, _) = read(s.flush(&mut ctx).pop().unwrap().bytes.to_bytes());
+        let name = |n: &str| if protocol == Protocol::Delta { n.to_owned() } else { String::new() };
+        let want =
+            [(name("a"), format!("{}-7", *class % 2).into_bytes()), (name("own"), format!("{class}-7").into_bytes())];
+        assert_eq!(values, want, "{protocol:?}, class {class}");
+    }
+    assert_eq!(cache.changed_shared, 1, "{protocol:?}: none shared");
 }

@@ -191,16 +191,14 @@ fn churn(kind: ChurnKind, delta: bool) {
         triggers >= u64::from(expected) && triggers <= most,
         "{triggers} {reason} triggers for {expected} proxy-changes, at most {most}"
     );
-    // The proxies of a namespace take an endpoint change alike: its push
-    // was built once and sent to the rest of them (what they decoded is
-    // checked above).
-    if kind == ChurnKind::Eds {
-        let stats: serde_json::Value =
-            serde_json::from_str(&support::get(server.http, "/debug/stats").unwrap().1).unwrap();
-        let cores = stats.as_array().unwrap();
-        let shared: u64 = cores.iter().map(|c| c["cache"]["changed_shared"].as_u64().unwrap()).sum();
-        assert!(shared > 0, "no change's push was shared: {stats}");
-    }
+    // The proxies of a namespace take a change alike (an endpoint
+    // change's cluster, a VirtualService change's route configuration):
+    // its push was built once and sent to the rest of them (what they
+    // decoded is checked above).
+    let stats: serde_json::Value = serde_json::from_str(&support::get(server.http, "/debug/stats").unwrap().1).unwrap();
+    let cores = stats.as_array().unwrap();
+    let shared: u64 = cores.iter().map(|c| c["cache"]["changed_shared"].as_u64().unwrap()).sum();
+    assert!(shared > 0, "no change's push was shared: {stats}");
     let j = report.json();
     assert!(j["convergence_ms"]["p99"].as_f64().unwrap() > 0.0);
     assert_eq!(j["per_change"].as_array().unwrap().len(), report.changes.len());

@@ -34,7 +34,7 @@ pub enum Dirty {
     Clean,
     /// Everything subscribed.
     All,
-    /// Only these names (shared by the streams that take all of a
+    /// Only these names (shared by the streams that take the same of a
     /// snapshot's changed names of the type, see [`Changes`]).
     Names(Arc<BTreeSet<Arc<str>>>),
 }
@@ -59,12 +59,26 @@ impl Dirty {
 }
 
 /// A snapshot's [`Delta`] by type, made once for all of a core's streams:
-/// the streams that take every changed name of a type share its set.
+/// the streams that take every changed name of a type share its set, and
+/// those that take the same part of it share that part's.
 #[derive(Debug, Default)]
 pub struct Changes {
     full: bool,
     by_kind: [Option<Arc<BTreeSet<Arc<str>>>>; Kind::ALL.len()],
+    /// The parts taken so far, by type and which of its changed names
+    /// (a bit each, for a type of at most 64 changed names): a change of
+    /// a route configuration every sidecar holds and one only a few do
+    /// marks the sidecars' streams with one set, so that their push is
+    /// built once ([`shared_change`]) rather than each with its own.
+    parts: std::cell::RefCell<Vec<(Kind, u64, ChangedSet)>>,
 }
+
+/// A type's changed names, shared by the streams that take them.
+type ChangedSet = Arc<BTreeSet<Arc<str>>>;
+
+/// How many parts of a snapshot's changes are kept to be shared: a core's
+/// streams fall into a few classes, and each class takes the same part.
+const MAX_PARTS: usize = 64;
 
 impl Changes {
     /// `delta` by type.
@@ -78,9 +92,29 @@ impl Changes {
                 for (kind, name) in r {
                     sets[*kind as usize].insert(interned(name));
                 }
-                Changes { full: false, by_kind: sets.map(|s| (!s.is_empty()).then(|| Arc::new(s))) }
+                Changes {
+                    full: false,
+                    by_kind: sets.map(|s| (!s.is_empty()).then(|| Arc::new(s))),
+                    parts: Default::default(),
+                }
             }
         }
+    }
+
+    /// The part of `changed` (the changes of `kind`) whose bits are set
+    /// in `taken`: the same set for every stream that takes that part.
+    fn part(&self, kind: Kind, changed: &BTreeSet<Arc<str>>, taken: u64) -> ChangedSet {
+        let mut parts = self.parts.borrow_mut();
+        if let Some((_, _, set)) = parts.iter().find(|(k, t, _)| *k == kind && *t == taken) {
+            return set.clone();
+        }
+        let set: Arc<BTreeSet<Arc<str>>> = Arc::new(
+            changed.iter().enumerate().filter(|(i, _)| taken & (1 << i) != 0).map(|(_, n)| n.clone()).collect(),
+        );
+        if parts.len() < MAX_PARTS {
+            parts.push((kind, taken, set.clone()));
+        }
+        set
     }
 }
 
@@ -426,6 +460,22 @@ impl<C: super::Class> AdsStream<C> {
             let dirty = match &changes.by_kind[kind as usize] {
                 _ if changes.full => Dirty::All,
                 None => Dirty::Clean,
+                Some(changed) if changed.len() <= 64 && !(w.wildcard || w.aliased) => {
+                    // Which names the stream takes, a bit each: streams
+                    // that take the same ones share one set.
+                    let mut taken = 0u64;
+                    for (i, n) in changed.iter().enumerate() {
+                        if w.names.contains(n) || w.sent.contains(n) {
+                            taken |= 1 << i;
+                        }
+                    }
+                    match taken {
+                        0 => Dirty::Clean,
+                        _ if whole_set => Dirty::All,
+                        t if t.count_ones() as usize == changed.len() => Dirty::Names(changed.clone()),
+                        t => Dirty::Names(changes.part(kind, changed, t)),
+                    }
+                }
                 Some(changed) => {
                     let takes_all = w.wildcard || w.aliased;
                     // One look at each name; the names taken are copied
@@ -800,7 +850,7 @@ fn shared_first<M: Send + Sync + 'static, C: super::Class>(
 /// nonce ([`ChangedResponse`]), where looking each resource up and
 /// encoding the response again for each of 1,000 streams was a tenth of
 /// the serving core. Only for a change's names shared by streams (those
-/// that take every changed name of the type, see [`Changes`]).
+/// that take the same of the type's changed names, see [`Changes`]).
 /// `None`: answer as usual; `Some(None)`: nothing to send.
 fn shared_change<M: Send + Sync + 'static, C: super::Class>(
     protocol: Protocol,

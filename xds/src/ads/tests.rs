@@ -808,4 +808,35 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
         assert_eq!(values, want, "{protocol:?}, class {class}");
     }
     assert_eq!(cache.changed_shared, 1, "{protocol:?}: none shared");
+
+    // `a` and `z` change, `z` held and asked for by none: the streams take
+    // the same part of the change (`a`), and share its push as when `a`
+    // changed alone (a VirtualService's change of a sidecar's route
+    // configuration `8080` and of one only a gateway asks for).
+    let fourth = snap(4, 8);
+    let changes =
+        Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a")), (Kind::Endpoint, Arc::from("z"))]));
+    for (_, s) in &mut streams {
+        s.on_delta_update(&changes, Instant::now(), false);
+    }
+    drop(changes);
+    for (class, s) in &mut streams {
+        let mut ctx = Ctx {
+            generator: &g,
+            snap: &fourth,
+            cache: &mut cache,
+            nonce: &mut nonce,
+            control_plane: "t",
+            now: Instant::now(),
+        };
+        let (values, _, _) = read(s.flush(&mut ctx).pop().unwrap().bytes.to_bytes());
+        let name = if protocol == Protocol::Delta { "a" } else { "" };
+        assert_eq!(
+            values,
+            [(name.to_owned(), format!("{}-8", *class % 2).into_bytes())],
+            "{protocol:?}, class {class}"
+        );
+    }
+    // 3 saw it, 5 built it, 7 and 9 were sent it (4 is its class's first).
+    assert_eq!(cache.changed_shared, 3, "{protocol:?}: a part of a change shared");
 }

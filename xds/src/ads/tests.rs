@@ -812,7 +812,7 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     // `a` and `z` change, `z` held and asked for by none: the streams take
     // the same part of the change (`a`), and share its push as when `a`
     // changed alone (a VirtualService's change of a sidecar's route
-    // configuration `8080` and of one only a gateway asks for).
+    // configuration `8080` and of the proxyless gRPC clients' one for the host).
     let fourth = snap(4, 8);
     let changes =
         Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a")), (Kind::Endpoint, Arc::from("z"))]));

@@ -262,6 +262,120 @@ impl FromIterator<Arc<str>> for NameSet {
     }
 }
 
+/// What a stream was sent of a type, name to version: a [`NameMap`] and,
+/// beside it until the record next changes, the few names that are the
+/// stream's own. A connect storm's sidecars are each sent a shared first
+/// response (its record shared by reference) and their own inbound
+/// listener and clusters: adding those to the shared record copied all of
+/// it (two reference counts a name, for each of 10,000 proxies), where
+/// they now sit beside it. Any other change takes them into the record.
+#[derive(Debug, Default, Clone)]
+pub struct Sent {
+    map: NameMap,
+    /// Names not in `map`, sorted.
+    own: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl Sent {
+    /// `map` shared, and `own` beside it.
+    pub fn with_own(map: NameMap, mut own: Vec<(Arc<str>, Arc<str>)>) -> Self {
+        own.sort_by(|a, b| a.0.cmp(&b.0));
+        own.dedup_by(|a, b| a.0 == b.0);
+        if own.iter().any(|(n, _)| map.contains(n)) {
+            // Not beside it: in it.
+            let mut s = Sent { map, own: Vec::new() };
+            s.map.insert_many(own);
+            return s;
+        }
+        Sent { map, own }
+    }
+
+    fn own_index(&self, name: &str) -> Option<usize> {
+        self.own
+            .iter()
+            .position(|(n, _)| (std::ptr::eq(n.as_ptr(), name.as_ptr()) && n.len() == name.len()) || **n == *name)
+    }
+
+    /// The version sent of `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<str>> {
+        match self.own_index(name) {
+            Some(i) => Some(&self.own[i].1),
+            None => self.map.get(name),
+        }
+    }
+
+    /// Whether `name` was sent.
+    pub fn contains(&self, name: &str) -> bool {
+        self.own_index(name).is_some() || self.map.contains(name)
+    }
+
+    /// Names sent.
+    pub fn len(&self) -> usize {
+        self.map.len() + self.own.len()
+    }
+
+    /// Nothing sent.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty() && self.own.is_empty()
+    }
+
+    /// (name, version), in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>)> {
+        let (mut a, mut b) = (self.map.iter().peekable(), self.own.iter().map(|(n, v)| (n, v)).peekable());
+        std::iter::from_fn(move || match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.0 < y.0 => a.next(),
+            (Some(_), Some(_)) | (None, _) => b.next(),
+            (Some(_), None) => a.next(),
+        })
+    }
+
+    /// The names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.iter().map(|(n, _)| n)
+    }
+
+    /// The record with the stream's own names in it, to change.
+    fn whole(&mut self) -> &mut NameMap {
+        if !self.own.is_empty() {
+            let own = std::mem::take(&mut self.own);
+            self.map.insert_many(own);
+        }
+        &mut self.map
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.own.clear();
+    }
+
+    /// Sets many names at once ([`Names::insert_many`]); the names that
+    /// were new, sorted.
+    pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) -> Vec<Arc<str>> {
+        self.whole().insert_many(entries)
+    }
+
+    /// Removes many names at once.
+    pub fn remove_many(&mut self, names: &[&str]) {
+        if names.iter().any(|n| self.contains(n)) {
+            self.whole().remove_many(names);
+        }
+    }
+
+    /// Keeps the names `keep` says (`keep` may be asked twice of a name).
+    pub fn retain(&mut self, mut keep: impl FnMut(&Arc<str>) -> bool) {
+        if self.own.is_empty() || self.keys().any(|n| !keep(n)) {
+            self.whole().retain(keep);
+        }
+    }
+}
+
+impl FromIterator<(Arc<str>, Arc<str>)> for Sent {
+    fn from_iter<I: IntoIterator<Item = (Arc<str>, Arc<str>)>>(iter: I) -> Self {
+        Sent { map: iter.into_iter().collect(), own: Vec::new() }
+    }
+}
+
 /// `old` (sorted) with `new` (sorted, no name twice) merged in, a name in
 /// both taking `new`'s value; and the names that were not in `old`.
 fn merge<V>(old: impl Iterator<Item = (Arc<str>, V)>, new: Vec<(Arc<str>, V)>) -> (Entries<V>, Vec<Arc<str>>) {
@@ -362,6 +476,77 @@ mod tests {
         emptied.remove_many(&["a", "b", "c"]);
         assert_eq!(emptied, NameMap::default());
         assert_eq!(sent.len(), 3);
+    }
+
+    #[test]
+    fn a_streams_own_names_sit_beside_a_shared_record_until_it_changes() {
+        use std::collections::BTreeMap;
+        let v = |s: &str| -> Arc<str> { Arc::from(s) };
+        let shared: NameMap = ["b", "d", "f"].into_iter().map(|n| (intern(n), v("1"))).collect();
+        let own = vec![(intern("e"), v("own-e")), (intern("a"), v("own-a"))];
+        let mut sent = Sent::with_own(shared.clone(), own);
+        assert!(sent.map.shares_with(&shared), "the record is not copied");
+        let listed = |s: &Sent| s.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>();
+        assert_eq!(listed(&sent), ["a=own-a", "b=1", "d=1", "e=own-e", "f=1"]);
+        assert_eq!(sent.keys().map(|n| &**n).collect::<Vec<_>>(), ["a", "b", "d", "e", "f"]);
+        assert_eq!(sent.len(), 5);
+        assert_eq!(sent.get("e").map(|v| &**v), Some("own-e"));
+        assert_eq!(sent.get(&String::from("a")).map(|v| &**v), Some("own-a"), "by text too");
+        assert_eq!(sent.get("b").map(|v| &**v), Some("1"));
+        assert!(sent.contains("f") && !sent.contains("c"));
+        // Asked to drop nothing it holds: still shared.
+        sent.remove_many(&["c", "z"]);
+        sent.retain(|_| true);
+        assert!(sent.map.shares_with(&shared) && sent.own.len() == 2);
+        // A change takes the own names in; the shared record is untouched.
+        let mut changed = sent.clone();
+        changed.insert_many([(intern("b"), v("2"))]);
+        assert!(!changed.map.shares_with(&shared) && changed.own.is_empty());
+        assert_eq!(listed(&changed), ["a=own-a", "b=2", "d=1", "e=own-e", "f=1"]);
+        assert_eq!(shared.len(), 3);
+        assert_eq!(shared.get("b").map(|v| &**v), Some("1"));
+        // An own name already in the record goes into it.
+        let into = Sent::with_own(shared.clone(), vec![(intern("d"), v("own-d"))]);
+        assert!(into.own.is_empty());
+        assert_eq!(listed(&into), ["b=1", "d=own-d", "f=1"]);
+        // Random changes match a B-tree map, each from a fresh record.
+        let mut x: u64 = 0x2545f4914f6cdd1d;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..500 {
+            let name = |i: u64| format!("n{i}");
+            let base: NameMap = (0..next(12)).map(|_| (intern(&name(next(40))), v("b"))).collect();
+            let own: Vec<(Arc<str>, Arc<str>)> = (0..next(4)).map(|_| (intern(&name(next(40))), v("o"))).collect();
+            let mut want: BTreeMap<String, String> = base.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            want.extend(own.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+            let mut got = Sent::with_own(base.clone(), own);
+            let batch: Vec<String> = (0..next(5)).map(|_| name(next(40))).collect();
+            match next(4) {
+                0 => {
+                    got.insert_many(batch.iter().map(|n| (intern(n), v("i"))));
+                    want.extend(batch.iter().map(|n| (n.clone(), "i".to_owned())));
+                }
+                1 => {
+                    got.remove_many(&batch.iter().map(String::as_str).collect::<Vec<_>>());
+                    want.retain(|n, _| !batch.contains(n));
+                }
+                2 => {
+                    got.retain(|n| !batch.iter().any(|b| **b == **n));
+                    want.retain(|n, _| !batch.contains(n));
+                }
+                _ => {}
+            }
+            let listed: Vec<(String, String)> = got.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            assert_eq!(listed, want.clone().into_iter().collect::<Vec<_>>(), "round {round}");
+            assert_eq!(got.len(), want.len());
+            for i in 0..40 {
+                assert_eq!(got.get(&name(i)).map(|v| v.to_string()), want.get(&name(i)).cloned(), "round {round}");
+            }
+        }
     }
 
     #[test]

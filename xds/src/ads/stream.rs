@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::cache::{Cache, ChangedResponse, First, FirstNames, FirstResponse, split_first_names};
 use istiod_proto::envoy::config::core::v3::Node;
 
-use super::names::{NameMap, NameSet, intern, interned};
+use super::names::{NameMap, NameSet, Sent, intern, interned};
 use super::node::Peer;
 use super::snapshot::{Delta, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
@@ -126,7 +126,7 @@ pub struct Watch {
     /// Explicitly subscribed names.
     pub names: NameSet,
     /// What the proxy has, by our account: name to version.
-    pub sent: NameMap,
+    pub sent: Sent,
     /// Nonce of the last response.
     pub sent_nonce: Option<Arc<str>>,
     /// Snapshot version of the last response.
@@ -825,10 +825,11 @@ fn shared_first<M: Send + Sync + 'static, C: super::Class>(
     }
     // Names asked for are answered here as on the usual path (no aliases).
     w.lookups.clear();
-    w.sent = shared.sent.clone();
+    // The shared record, and the stream's own beside it (not copied in).
+    w.sent =
+        Sent::with_own(shared.sent.clone(), resources.iter().map(|(n, e)| (n.clone(), e.version.clone())).collect());
     let mut chain = vec![shared.body.clone()];
     if !resources.is_empty() {
-        w.sent.insert_many(resources.iter().map(|(n, e)| (n.clone(), e.version.clone())));
         chain.extend(match protocol {
             Protocol::Sotw => wire::sotw_resources(&resources.iter().map(|(_, e)| e).collect::<Vec<_>>()).0,
             Protocol::Delta => {

@@ -42,6 +42,78 @@ pub fn interned(name: &Arc<str>) -> Arc<str> {
     NAMES.with(|n| n.borrow().0.get(&**name).cloned()).unwrap_or_else(|| name.clone())
 }
 
+thread_local! {
+    /// The core's recent subscriptions ([`subscription`]).
+    static SUBSCRIPTIONS: RefCell<Subscriptions> = RefCell::default();
+}
+
+/// Subscriptions of this many names or more are kept to be shared.
+const SUBSCRIPTION_SHARED: usize = 16;
+/// Subscriptions kept, and their names at most each.
+const SUBSCRIPTIONS_KEPT: usize = 32;
+const SUBSCRIPTION_MAX: usize = 20_000;
+
+#[derive(Default)]
+struct Subscriptions {
+    kept: Vec<Subscription>,
+    /// The next one replaced when all are taken.
+    next: usize,
+    /// Keyed per process: a peer cannot choose names that collide.
+    hasher: std::hash::RandomState,
+}
+
+struct Subscription {
+    kind: usize,
+    hash: u64,
+    /// The names as asked, in the request's order.
+    asked: Vec<Arc<str>>,
+    set: NameSet,
+}
+
+/// The names `asked` for a type (`kind`, its index), "*" left out, as a
+/// set: the one made for the last request that asked for the same names
+/// in the same order, shared (a connect storm's thousands of proxies of a
+/// few kinds ask for the same hundreds of names each: finding each name
+/// in the core's table, sorting and merging them was a tenth of the
+/// serving core; a state-of-the-world proxy asks again with every ACK).
+/// Checked name by name against what it was made from.
+pub fn subscription(kind: usize, asked: &[String]) -> NameSet {
+    let set_of = |names: &mut dyn Iterator<Item = Arc<str>>| -> NameSet {
+        names.filter(|n| &**n != "*").map(|n| (n, ())).collect()
+    };
+    if asked.len() < SUBSCRIPTION_SHARED || asked.len() > SUBSCRIPTION_MAX {
+        return set_of(&mut asked.iter().map(|n| intern(n)));
+    }
+    SUBSCRIPTIONS.with(|s| {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let s = &mut *s.borrow_mut();
+        let mut h = s.hasher.build_hasher();
+        for n in asked {
+            n.hash(&mut h);
+        }
+        let hash = h.finish();
+        let same = |k: &Subscription| {
+            k.kind == kind
+                && k.hash == hash
+                && k.asked.len() == asked.len()
+                && k.asked.iter().zip(asked).all(|(a, b)| **a == **b)
+        };
+        if let Some(k) = s.kept.iter().find(|k| same(k)) {
+            return k.set.clone();
+        }
+        let interned: Vec<Arc<str>> = asked.iter().map(|n| intern(n)).collect();
+        let set = set_of(&mut interned.iter().cloned());
+        let k = Subscription { kind, hash, asked: interned, set: set.clone() };
+        if s.kept.len() < SUBSCRIPTIONS_KEPT {
+            s.kept.push(k);
+        } else {
+            s.kept[s.next] = k;
+            s.next = (s.next + 1) % SUBSCRIPTIONS_KEPT;
+        }
+        set
+    })
+}
+
 /// Sets up to this size are looked in by address first (`Names::find`).
 const SCAN_BELOW: usize = 32;
 
@@ -74,7 +146,7 @@ impl<V> Default for Names<V> {
 
 impl<V: PartialEq> PartialEq for Names<V> {
     fn eq(&self, other: &Self) -> bool {
-        self.entries() == other.entries()
+        matches!((&self.0, &other.0), (Some(a), Some(b)) if Arc::ptr_eq(a, b)) || self.entries() == other.entries()
     }
 }
 
@@ -476,6 +548,50 @@ mod tests {
         emptied.remove_many(&["a", "b", "c"]);
         assert_eq!(emptied, NameMap::default());
         assert_eq!(sent.len(), 3);
+    }
+
+    #[test]
+    fn a_subscription_asked_again_is_the_set_made_before() {
+        let names =
+            |n: usize, tag: &str| -> Vec<String> { (0..n).map(|i| format!("outbound|80||{tag}{i}.svc")).collect() };
+        let asked = names(40, "s");
+        let first = subscription(2, &asked);
+        assert_eq!(first.len(), 40);
+        assert!(first.keys().zip(first.keys().skip(1)).all(|(a, b)| a < b), "sorted");
+        assert!(subscription(2, &asked.clone()).shares_with(&first), "the same names asked again: shared");
+        // Another type, another order, a name more or "*" among them: a set
+        // of its own, each with what was asked.
+        assert!(!subscription(3, &asked).shares_with(&first));
+        let mut reversed = asked.clone();
+        reversed.reverse();
+        let other = subscription(2, &reversed);
+        assert!(!other.shares_with(&first) && other == first);
+        let mut more = asked.clone();
+        more.push("outbound|80||extra.svc".into());
+        assert_eq!(subscription(2, &more).len(), 41);
+        let mut star = asked.clone();
+        star.insert(3, "*".into());
+        let starred = subscription(2, &star);
+        assert!(!starred.contains("*") && starred == first);
+        // One name differs at the end: not the set made before.
+        let mut last = asked.clone();
+        *last.last_mut().unwrap() = "outbound|80||other.svc".into();
+        let differs = subscription(2, &last);
+        assert!(differs.contains("outbound|80||other.svc") && !differs.contains(&asked[39]));
+        // A few names are not kept; a set of its own each time.
+        let few = names(3, "f");
+        assert!(!subscription(2, &few).shares_with(&subscription(2, &few)));
+        // Kept up to a bound: after as many others, made anew, still right.
+        for i in 0..SUBSCRIPTIONS_KEPT {
+            subscription(2, &names(20, &format!("k{i}-")));
+        }
+        let again = subscription(2, &asked);
+        assert!(!again.shares_with(&first) && again == first);
+        // A set shared by two holders: a change to one leaves the other.
+        let mut mine = subscription(2, &asked);
+        let theirs = subscription(2, &asked);
+        mine.remove_many(&[&asked[0]]);
+        assert_eq!((mine.len(), theirs.len()), (39, 40));
     }
 
     #[test]

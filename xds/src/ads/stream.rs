@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::cache::{Cache, ChangedResponse, First, FirstNames, FirstResponse, split_first_names};
 use istiod_proto::envoy::config::core::v3::Node;
 
-use super::names::{NameMap, NameSet, Sent, intern, interned};
+use super::names::{NameMap, NameSet, Sent, intern, interned, subscription};
 use super::node::Peer;
 use super::snapshot::{Delta, Generator, Kind, Snapshot};
 use super::wire::{self, Encoded};
@@ -156,7 +156,7 @@ pub struct Watch {
     /// Names subscribed since the last response: for a type with aliases,
     /// one that names nothing is answered as removed (on-demand clients
     /// wait for an answer).
-    pub lookups: BTreeSet<Arc<str>>,
+    pub lookups: NameSet,
     /// Subscribed by name to a type with aliases: every change of the type
     /// is looked at, for what its implicit names stand for.
     pub aliased: bool,
@@ -316,7 +316,8 @@ impl<C: super::Class> AdsStream<C> {
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
-        let names: NameSet = req.resource_names.iter().map(|n| intern(n)).collect();
+        // ("*" is left out of the set: it is read from the request.)
+        let names: NameSet = subscription(kind as usize, &req.resource_names);
         let nonce: Arc<str> = req.response_nonce.as_str().into();
         let first = w.sent_nonce.is_none();
         if !req.response_nonce.is_empty() && !first && w.sent_nonce.as_ref() != Some(&nonce) {
@@ -334,26 +335,24 @@ impl<C: super::Class> AdsStream<C> {
             acked.nacks += 1;
             return Ok(acked);
         }
-        let wildcard = kind.is_wildcard() && (names.is_empty() || names.contains("*"));
+        let wildcard = kind.is_wildcard() && (names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
         if req.response_nonce.is_empty() || first {
             // Initial request (or a reconnect carrying an old nonce).
             w.wildcard = wildcard;
             w.names = names;
-            w.names.remove("*");
             w.dirty = Dirty::All;
             w.requested = true;
             return Ok(acked);
         }
         Self::record_ack(w, &nonce, now, &mut acked);
-        if !kind.is_wildcard() && names.is_empty() {
+        if !kind.is_wildcard() && req.resource_names.is_empty() {
             // Unsubscribe from everything of a named type.
             w.names.clear();
             w.sent.clear();
             w.dirty = Dirty::Clean;
             return Ok(acked);
         }
-        let mut wanted = names;
-        wanted.remove("*");
+        let wanted = names;
         if wildcard != w.wildcard || wanted != w.names {
             let added: BTreeSet<Arc<str>> = wanted.keys_not_in(&w.names).cloned().collect();
             w.wildcard = wildcard;
@@ -414,9 +413,15 @@ impl<C: super::Class> AdsStream<C> {
             w.wildcard = true;
             w.dirty.add(Dirty::All);
         }
-        // Many names at once: one merge, not a shifting insert each.
-        let added: Vec<Arc<str>> =
-            w.names.insert_many(req.resource_names_subscribe.iter().filter(|n| *n != "*").map(|n| (intern(n), ())));
+        // Many names at once: one merge, not a shifting insert each; a
+        // first subscription as another stream's of the same names, shared.
+        let added: NameSet = if w.names.is_empty() {
+            w.names = subscription(kind as usize, &req.resource_names_subscribe);
+            w.names.clone()
+        } else {
+            let subscribe = req.resource_names_subscribe.iter().filter(|n| *n != "*");
+            w.names.insert_many(subscribe.map(|n| (intern(n), ()))).into_iter().map(|n| (n, ())).collect()
+        };
         if req.resource_names_unsubscribe.iter().any(|n| n == "*") {
             w.wildcard = false;
         }
@@ -428,12 +433,12 @@ impl<C: super::Class> AdsStream<C> {
             // (Sorted: a first subscription's sets are built in bulk, and
             // none where everything is owed anyway.)
             if w.dirty != Dirty::All {
-                w.dirty.add(Dirty::names(added.iter().cloned().collect()));
+                w.dirty.add(Dirty::names(added.keys().cloned().collect()));
             }
             if w.lookups.is_empty() {
-                w.lookups = added.into_iter().collect();
+                w.lookups = added;
             } else {
-                w.lookups.extend(added);
+                w.lookups.insert_many(added.iter().map(|(n, ())| (n.clone(), ())));
             }
         }
         Ok(acked)
@@ -693,7 +698,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
         let resolve: Vec<Arc<str>> = if *dirty == Dirty::All {
             w.names.keys().filter(|n| table.stands_for.contains_key(*n)).cloned().collect()
         } else {
-            lookups.iter().chain(&w.implicit).filter(|n| table.stands_for.contains_key(*n)).cloned().collect()
+            lookups.keys().chain(&w.implicit).filter(|n| table.stands_for.contains_key(*n)).cloned().collect()
         };
         for n in resolve {
             for t in &table.stands_for[&n] {
@@ -706,9 +711,9 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
                 candidates.insert(t.clone());
             }
         }
-        for n in lookups {
-            if !table.stands_for.contains_key(&n) && ctx.cache.get(ctx.generator, ctx.snap, class, kind, &n).is_none() {
-                unresolved.push(n);
+        for n in lookups.keys() {
+            if !table.stands_for.contains_key(n) && ctx.cache.get(ctx.generator, ctx.snap, class, kind, n).is_none() {
+                unresolved.push(n.clone());
             }
         }
     }

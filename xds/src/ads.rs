@@ -1230,7 +1230,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
                 let _ = tx.streams.try_send(Lifecycle::Connected { conn, class, identities, at });
             }
         }
-        let names = s.subscribed();
+        let names = if acked.subscribed { s.subscribed() } else { 0 };
         if names > self.max_names {
             return Err(Status::new(
                 Code::ResourceExhausted,

@@ -784,6 +784,35 @@ fn a_stream_subscribing_to_too_many_names_is_ended_others_go_on() {
 }
 
 #[test]
+fn a_sotw_stream_asking_for_too_many_names_with_an_ack_is_ended() {
+    // The bound is held where a request adds names: a state-of-the-world
+    // ACK that asks for more is held to it as a first request is.
+    let mut s = TestServer::start(1, Limits::default());
+    mesh(&mut s);
+    runtime().block_on(async {
+        let mut bad = connect(s.addr, false).await;
+        bad.sotw(cds(true, 1));
+        let r = bad.recv().await;
+        bad.ack(&r, &[]);
+        bad.sotw(eds(&[A]));
+        let e = bad.recv().await;
+        // The same names again: an ACK, answered by nothing.
+        bad.ack(&e, &[A]);
+        bad.expect_silence(QUIET).await;
+        let names: Vec<String> = (0..=istiod_xds::ads::DEFAULT_MAX_NAMES).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        bad.ack(&e, &refs);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(20), bad.status()).await;
+        let (code, msg) = ended.expect("the stream is ended");
+        assert_eq!(code, "8", "RESOURCE_EXHAUSTED: {msg}");
+        assert!(msg.contains("200001 resource names"), "{msg}");
+        let mut good = connect(s.addr, false).await;
+        good.sotw(cds(true, 2));
+        assert_eq!(names_of(&good.recv().await), vec!["a", "b"]);
+    });
+}
+
+#[test]
 fn adsz_lists_a_few_names_per_watch_and_counts_the_rest() {
     // Issue #19: /debug/adsz of one stream with millions of names was 43.7 MB,
     // built on a serving core.

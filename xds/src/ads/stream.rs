@@ -240,6 +240,10 @@ pub struct Acked {
     /// type's first (no response nonce): the generator decides the answer
     /// ([`super::Generator::unknown_type`]).
     pub unknown: Option<Unknown>,
+    /// The request subscribed to names the stream did not have (its
+    /// subscriptions are to be held to their bound again; an ACK's are
+    /// not, for each of 1,000 proxies a change is pushed to).
+    pub subscribed: bool,
 }
 
 /// A request for a type this server does not serve.
@@ -342,6 +346,7 @@ impl<C: super::Class> AdsStream<C> {
             w.names = names;
             w.dirty = Dirty::All;
             w.requested = true;
+            acked.subscribed = true;
             return Ok(acked);
         }
         Self::record_ack(w, &nonce, now, &mut acked);
@@ -361,6 +366,7 @@ impl<C: super::Class> AdsStream<C> {
             w.sent.retain(|n| names.contains(n));
             // New names must be sent; for SotW named types, the response
             // carries what changed (istiod's incremental EDS).
+            acked.subscribed = !added.is_empty();
             w.dirty.add(if kind.is_wildcard() { Dirty::All } else { Dirty::names(added) });
             w.requested = true;
         } else if std::mem::take(&mut w.always_respond) {
@@ -430,6 +436,7 @@ impl<C: super::Class> AdsStream<C> {
         // The proxy drops them; forget that it has them.
         w.sent.remove_many(&gone);
         if !added.is_empty() {
+            acked.subscribed = true;
             // (Sorted: a first subscription's sets are built in bulk, and
             // none where everything is owed anyway.)
             if w.dirty != Dirty::All {

@@ -1230,7 +1230,9 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
                 let _ = tx.streams.try_send(Lifecycle::Connected { conn, class, identities, at });
             }
         }
-        let names = if acked.subscribed { s.subscribed() } else { 0 };
+        // Held to the bound where names came: this request's, or the
+        // server's own since the last (what an alias stands for).
+        let names = if s.take_grown() | acked.subscribed { s.subscribed() } else { 0 };
         if names > self.max_names {
             return Err(Status::new(
                 Code::ResourceExhausted,

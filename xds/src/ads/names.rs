@@ -49,16 +49,21 @@ thread_local! {
 
 /// Subscriptions of this many names or more are kept to be shared.
 const SUBSCRIPTION_SHARED: usize = 16;
-/// Subscriptions kept, and their names at most each.
+/// Subscriptions kept on a core at most.
 const SUBSCRIPTIONS_KEPT: usize = 32;
-const SUBSCRIPTION_MAX: usize = 20_000;
+/// The bytes they hold at most on a core (their names' text, and two
+/// references a name): what a peer's lists can pin after it is gone. A
+/// list of more is not kept.
+const SUBSCRIPTIONS_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 struct Subscriptions {
     kept: Vec<Subscription>,
-    /// The next one replaced when all are taken.
-    next: usize,
-    /// Keyed per process: a peer cannot choose names that collide.
+    /// Their bytes ([`Subscription::bytes`]).
+    bytes: usize,
+    /// Where the search for one to let go starts.
+    hand: usize,
+    /// Keyed per core: a peer cannot choose names that collide.
     hasher: std::hash::RandomState,
 }
 
@@ -68,20 +73,42 @@ struct Subscription {
     /// The names as asked, in the request's order.
     asked: Vec<Arc<str>>,
     set: NameSet,
+    /// Asked for again since the hand last passed (second chance).
+    used: bool,
+}
+
+impl Subscription {
+    fn bytes(asked: &[String]) -> usize {
+        asked.iter().map(|n| n.len() + 32).sum()
+    }
+}
+
+/// The kept subscription that is `asked`, in its order, for `kind`: by
+/// hash, then name by name.
+fn kept_index(kept: &[Subscription], kind: usize, hash: u64, asked: &[String]) -> Option<usize> {
+    kept.iter().position(|k| {
+        k.kind == kind
+            && k.hash == hash
+            && k.asked.len() == asked.len()
+            && k.asked.iter().zip(asked).all(|(a, b)| **a == **b)
+    })
 }
 
 /// The names `asked` for a type (`kind`, its index), "*" left out, as a
-/// set: the one made for the last request that asked for the same names
-/// in the same order, shared (a connect storm's thousands of proxies of a
-/// few kinds ask for the same hundreds of names each: finding each name
-/// in the core's table, sorting and merging them was a tenth of the
-/// serving core; a state-of-the-world proxy asks again with every ACK).
-/// Checked name by name against what it was made from.
+/// set: the one made for an earlier request that asked for the same
+/// names in the same order, shared, while the core keeps it (a connect
+/// storm's thousands of proxies of a few kinds ask for the same hundreds
+/// of names each: finding each name in the core's table, sorting and
+/// merging them was a tenth of the serving core; a state-of-the-world
+/// proxy asks again with every ACK). Checked name by name against what it
+/// was made from. The core keeps 32 lists of 16 names or more, within 4
+/// MiB; one not asked for again since the last look goes first.
 pub fn subscription(kind: usize, asked: &[String]) -> NameSet {
     let set_of = |names: &mut dyn Iterator<Item = Arc<str>>| -> NameSet {
         names.filter(|n| &**n != "*").map(|n| (n, ())).collect()
     };
-    if asked.len() < SUBSCRIPTION_SHARED || asked.len() > SUBSCRIPTION_MAX {
+    let bytes = Subscription::bytes(asked);
+    if asked.len() < SUBSCRIPTION_SHARED || bytes > SUBSCRIPTIONS_BYTES / 4 {
         return set_of(&mut asked.iter().map(|n| intern(n)));
     }
     SUBSCRIPTIONS.with(|s| {
@@ -92,24 +119,29 @@ pub fn subscription(kind: usize, asked: &[String]) -> NameSet {
             n.hash(&mut h);
         }
         let hash = h.finish();
-        let same = |k: &Subscription| {
-            k.kind == kind
-                && k.hash == hash
-                && k.asked.len() == asked.len()
-                && k.asked.iter().zip(asked).all(|(a, b)| **a == **b)
-        };
-        if let Some(k) = s.kept.iter().find(|k| same(k)) {
-            return k.set.clone();
+        if let Some(i) = kept_index(&s.kept, kind, hash, asked) {
+            s.kept[i].used = true;
+            return s.kept[i].set.clone();
         }
         let interned: Vec<Arc<str>> = asked.iter().map(|n| intern(n)).collect();
         let set = set_of(&mut interned.iter().cloned());
-        let k = Subscription { kind, hash, asked: interned, set: set.clone() };
-        if s.kept.len() < SUBSCRIPTIONS_KEPT {
-            s.kept.push(k);
-        } else {
-            s.kept[s.next] = k;
-            s.next = (s.next + 1) % SUBSCRIPTIONS_KEPT;
+        // Room: the hand goes round, and the first it finds not asked for
+        // again since it last passed goes (a clock's second chance).
+        while !s.kept.is_empty() && (s.kept.len() >= SUBSCRIPTIONS_KEPT || s.bytes + bytes > SUBSCRIPTIONS_BYTES) {
+            s.hand %= s.kept.len();
+            let k = &mut s.kept[s.hand];
+            if std::mem::take(&mut k.used) {
+                s.hand += 1;
+                continue;
+            }
+            let gone = s.kept.remove(s.hand);
+            s.bytes -= gone.asked.iter().map(|n| n.len() + 32).sum::<usize>();
         }
+        // Behind the hand: looked at last.
+        let at = s.hand.min(s.kept.len());
+        s.kept.insert(at, Subscription { kind, hash, asked: interned, set: set.clone(), used: false });
+        s.hand = at + 1;
+        s.bytes += bytes;
         set
     })
 }
@@ -351,6 +383,8 @@ pub struct Sent {
 impl Sent {
     /// `map` shared, and `own` beside it.
     pub fn with_own(map: NameMap, mut own: Vec<(Arc<str>, Arc<str>)>) -> Self {
+        // The last of a name given twice wins, as in `Names::insert_many`.
+        own.reverse();
         own.sort_by(|a, b| a.0.cmp(&b.0));
         own.dedup_by(|a, b| a.0 == b.0);
         if own.iter().any(|(n, _)| map.contains(n)) {
@@ -363,9 +397,9 @@ impl Sent {
     }
 
     fn own_index(&self, name: &str) -> Option<usize> {
-        self.own
-            .iter()
-            .position(|(n, _)| (std::ptr::eq(n.as_ptr(), name.as_ptr()) && n.len() == name.len()) || **n == *name)
+        // By address first, as `Names::find`: no name's text is read.
+        let at = |(n, _): &(Arc<str>, Arc<str>)| std::ptr::eq(n.as_ptr(), name.as_ptr()) && n.len() == name.len();
+        self.own.iter().position(at).or_else(|| self.own.binary_search_by(|(n, _)| (**n).cmp(name)).ok())
     }
 
     /// The version sent of `name`.
@@ -424,7 +458,14 @@ impl Sent {
     /// Sets many names at once ([`Names::insert_many`]); the names that
     /// were new, sorted.
     pub fn insert_many(&mut self, entries: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) -> Vec<Arc<str>> {
-        self.whole().insert_many(entries)
+        // The own names and the new ones in one merge (the new win); the
+        // own names were not new.
+        let own = std::mem::take(&mut self.own);
+        let mut added = self.map.insert_many(own.iter().cloned().chain(entries));
+        if !own.is_empty() {
+            added.retain(|n| own.binary_search_by(|(o, _)| o.cmp(n)).is_err());
+        }
+        added
     }
 
     /// Removes many names at once.
@@ -581,17 +622,55 @@ mod tests {
         // A few names are not kept; a set of its own each time.
         let few = names(3, "f");
         assert!(!subscription(2, &few).shares_with(&subscription(2, &few)));
-        // Kept up to a bound: after as many others, made anew, still right.
-        for i in 0..SUBSCRIPTIONS_KEPT {
+        // Kept up to a bound: after enough others, made anew, still right.
+        for i in 0..3 * SUBSCRIPTIONS_KEPT {
             subscription(2, &names(20, &format!("k{i}-")));
         }
         let again = subscription(2, &asked);
         assert!(!again.shares_with(&first) && again == first);
+        // One asked for again while others come is kept (second chance).
+        for i in 0..3 * SUBSCRIPTIONS_KEPT {
+            subscription(2, &names(20, &format!("h{i}-")));
+            assert!(subscription(2, &asked).shares_with(&again), "after {i} others");
+        }
+        // Within the bytes bound: a list of more than a quarter of it is
+        // not kept, and lists just under it fill it no further.
+        let long = |tag: &str, size: usize| -> Vec<String> {
+            (0..20).map(|i| format!("{tag}{i}-{}", "x".repeat(size))).collect()
+        };
+        let huge = long("huge", 60_000);
+        assert!(!subscription(2, &huge).shares_with(&subscription(2, &huge)));
+        for i in 0..10 {
+            let b = long(&format!("b{i}-"), 50_000);
+            assert!(subscription(2, &b).shares_with(&subscription(2, &b)), "kept");
+            let held = SUBSCRIPTIONS.with(|s| s.borrow().bytes);
+            assert!(held <= SUBSCRIPTIONS_BYTES, "{held} bytes held");
+        }
         // A set shared by two holders: a change to one leaves the other.
         let mut mine = subscription(2, &asked);
         let theirs = subscription(2, &asked);
         mine.remove_many(&[&asked[0]]);
         assert_eq!((mine.len(), theirs.len()), (39, 40));
+    }
+
+    #[test]
+    fn a_kept_subscription_is_the_one_asked_name_by_name_not_by_hash_alone() {
+        let asked: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
+        let kept = |names: &[String]| Subscription {
+            kind: 2,
+            hash: 7,
+            asked: names.iter().map(|n| intern(n)).collect(),
+            set: NameSet::default(),
+            used: false,
+        };
+        let mut other = asked.clone();
+        other[19] = "m19".into();
+        // The same hash, another list (a collision): not it.
+        assert_eq!(kept_index(&[kept(&other)], 2, 7, &asked), None);
+        assert_eq!(kept_index(&[kept(&other), kept(&asked)], 2, 7, &asked), Some(1));
+        assert_eq!(kept_index(&[kept(&asked)], 3, 7, &asked), None, "another type");
+        assert_eq!(kept_index(&[kept(&asked)], 2, 8, &asked), None, "another hash");
+        assert_eq!(kept_index(&[kept(&asked[..19])], 2, 7, &asked), None, "a name fewer");
     }
 
     #[test]
@@ -636,14 +715,19 @@ mod tests {
         for round in 0..500 {
             let name = |i: u64| format!("n{i}");
             let base: NameMap = (0..next(12)).map(|_| (intern(&name(next(40))), v("b"))).collect();
-            let own: Vec<(Arc<str>, Arc<str>)> = (0..next(4)).map(|_| (intern(&name(next(40))), v("o"))).collect();
+            let own: Vec<(Arc<str>, Arc<str>)> =
+                (0..next(4)).map(|i| (intern(&name(next(40))), Arc::from(format!("o{i}")))).collect();
             let mut want: BTreeMap<String, String> = base.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
             want.extend(own.iter().map(|(n, v)| (n.to_string(), v.to_string())));
             let mut got = Sent::with_own(base.clone(), own);
             let batch: Vec<String> = (0..next(5)).map(|_| name(next(40))).collect();
             match next(4) {
                 0 => {
-                    got.insert_many(batch.iter().map(|n| (intern(n), v("i"))));
+                    let added = got.insert_many(batch.iter().map(|n| (intern(n), v("i"))));
+                    let mut new: Vec<String> = batch.iter().filter(|n| !want.contains_key(*n)).cloned().collect();
+                    new.sort();
+                    new.dedup();
+                    assert_eq!(added.iter().map(|n| n.to_string()).collect::<Vec<_>>(), new, "round {round}");
                     want.extend(batch.iter().map(|n| (n.clone(), "i".to_owned())));
                 }
                 1 => {

@@ -162,6 +162,10 @@ pub struct Watch {
     pub aliased: bool,
     /// The names it is subscribed to unasked (`Generator::implicit_names`).
     pub implicit: Vec<Arc<str>>,
+    /// The server subscribed it to names since the stream's subscriptions
+    /// were last held to their bound (implicit names, what an alias stands
+    /// for).
+    pub grew: bool,
 }
 
 /// Why a request ends the stream.
@@ -240,9 +244,10 @@ pub struct Acked {
     /// type's first (no response nonce): the generator decides the answer
     /// ([`super::Generator::unknown_type`]).
     pub unknown: Option<Unknown>,
-    /// The request subscribed to names the stream did not have (its
-    /// subscriptions are to be held to their bound again; an ACK's are
-    /// not, for each of 1,000 proxies a change is pushed to).
+    /// The request may have subscribed to names the stream did not have
+    /// (a first request, or one naming new ones): its subscriptions are to
+    /// be held to their bound again. A plain ACK's are not, for each of
+    /// 1,000 proxies a change is pushed to.
     pub subscribed: bool,
 }
 
@@ -320,8 +325,6 @@ impl<C: super::Class> AdsStream<C> {
             return Ok(acked);
         };
         let w = self.watches[kind as usize].get_or_insert_with(Watch::default);
-        // ("*" is left out of the set: it is read from the request.)
-        let names: NameSet = subscription(kind as usize, &req.resource_names);
         let nonce: Arc<str> = req.response_nonce.as_str().into();
         let first = w.sent_nonce.is_none();
         if !req.response_nonce.is_empty() && !first && w.sent_nonce.as_ref() != Some(&nonce) {
@@ -339,6 +342,8 @@ impl<C: super::Class> AdsStream<C> {
             acked.nacks += 1;
             return Ok(acked);
         }
+        // ("*" is left out of the set: it is read from the request.)
+        let names: NameSet = subscription(kind as usize, &req.resource_names);
         let wildcard = kind.is_wildcard() && (names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
         if req.response_nonce.is_empty() || first {
             // Initial request (or a reconnect carrying an old nonce).
@@ -519,6 +524,12 @@ impl<C: super::Class> AdsStream<C> {
         }
     }
 
+    /// Whether the server subscribed the stream to names since this was
+    /// last asked ([`Watch::grew`]).
+    pub fn take_grown(&mut self) -> bool {
+        self.watches.iter_mut().flatten().fold(false, |grew, w| std::mem::take(&mut w.grew) | grew)
+    }
+
     /// Names the stream subscribes to, over every type.
     pub fn subscribed(&self) -> usize {
         self.watches.iter().flatten().map(|w| w.names.len()).sum()
@@ -695,7 +706,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
             w.aliased = true;
             w.implicit = ctx.generator.implicit_names(class, kind).iter().map(|n| intern(n)).collect();
             for n in &w.implicit {
-                w.names.insert(n.clone(), ());
+                w.grew |= w.names.insert(n.clone(), ());
             }
         }
         // The aliases to resolve: those just asked for (istiod resolves a
@@ -713,7 +724,7 @@ fn delta_response<M: Send + Sync + 'static, C: super::Class>(
                     asked_now.insert(t.clone());
                 }
                 if !w.names.contains(t) {
-                    w.names.insert(intern(t), ());
+                    w.grew |= w.names.insert(intern(t), ());
                 }
                 candidates.insert(t.clone());
             }

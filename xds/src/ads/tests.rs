@@ -840,3 +840,104 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     // 3 saw it, 5 built it, 7 and 9 were sent it (4 is its class's first).
     assert_eq!(cache.changed_shared, 3, "{protocol:?}: a part of a change shared");
 }
+
+/// Delta clients of an on-demand type subscribe by a name that stands for
+/// others (`Aliases`): `vip` here, for `w1` to `w3`.
+struct Aliasing;
+
+impl super::snapshot::Generator for Aliasing {
+    type Mesh = u32;
+    type Class = u32;
+    fn classify(&self, _: Option<&Node>, _: bool) -> Result<super::node::Classified<u32>, String> {
+        Err("not served".into())
+    }
+    fn wildcard_names(&self, _: &Snapshot<u32>, _: &u32, _: Kind) -> Vec<Arc<str>> {
+        Vec::new()
+    }
+    fn input_generation(&self, _: &Snapshot<u32>, _: &u32, _: Kind, _: &str) -> Option<u64> {
+        Some(1)
+    }
+    fn generate(&self, _: &Snapshot<u32>, _: &u32, _: Kind, name: &str) -> Option<Bytes> {
+        name.starts_with('w').then(|| Bytes::from(name.to_owned()))
+    }
+    fn aliases(&self, _: &Snapshot<u32>, _: Kind) -> Option<super::snapshot::Aliases> {
+        let workloads: Vec<Arc<str>> = ["w1", "w2", "w3"].into_iter().map(Arc::from).collect();
+        let stands_for = [(Arc::from("vip"), workloads.clone())].into_iter().collect();
+        let of = workloads.into_iter().map(|w| (w, vec![Arc::from("vip")])).collect();
+        Some(super::snapshot::Aliases { stands_for, of })
+    }
+}
+
+#[test]
+fn names_the_server_subscribes_a_stream_to_are_told_once() {
+    // What an alias stands for joins the stream's subscriptions in the
+    // response: the names' bound (ISTIOD_RS_MAX_NAMES_PER_STREAM) is held
+    // again at the stream's next request, as a request's own are.
+    let snap = Snapshot::new(1, Instant::now(), Arc::default());
+    let mut cache: Cache<u32> = Cache::default();
+    let mut seq = 0u64;
+    let mut nonce = || -> Arc<str> {
+        seq += 1;
+        seq.to_string().into()
+    };
+    let mut s = subscribed(Protocol::Delta, &Arc::new(1), Kind::Endpoint, &["vip".to_owned()]);
+    assert_eq!(s.subscribed(), 1);
+    assert!(!s.take_grown(), "the request's own name is the request's");
+    let mut ctx = Ctx {
+        generator: &Aliasing,
+        snap: &snap,
+        cache: &mut cache,
+        nonce: &mut nonce,
+        control_plane: "t",
+        now: Instant::now(),
+    };
+    assert_eq!(s.flush(&mut ctx).len(), 1);
+    assert_eq!(s.subscribed(), 4, "vip and the three it stands for");
+    assert!(s.take_grown(), "the server's names are told");
+    assert!(!s.take_grown(), "once");
+}
+
+#[test]
+fn streams_that_take_the_same_part_of_a_change_share_its_set() {
+    // `a`, `b` and `c` change in endpoints and in routes. Streams taking
+    // the same names of a type are marked with one set, that part alone;
+    // those taking other names, or the same names of another type, with
+    // their own.
+    let names = |ns: &[&str]| ns.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let mut streams: Vec<AdsStream<u32>> = [&["a", "x"][..], &["a", "y"], &["b"], &["a", "b", "c"]]
+        .into_iter()
+        .map(|ns| {
+            let mut s = subscribed(Protocol::Delta, &Arc::new(1), Kind::Endpoint, &names(ns));
+            s.watches[Kind::Endpoint as usize].as_mut().unwrap().dirty = Default::default();
+            s
+        })
+        .collect();
+    let mut route = subscribed(Protocol::Delta, &Arc::new(1), Kind::Route, &names(&["a"]));
+    route.watches[Kind::Route as usize].as_mut().unwrap().dirty = Default::default();
+    let changed: Vec<(Kind, Arc<str>)> = [Kind::Endpoint, Kind::Route]
+        .into_iter()
+        .flat_map(|k| ["a", "b", "c"].into_iter().map(move |n| (k, Arc::from(n))))
+        .collect();
+    let changes = Changes::of(&Delta::Resources(changed));
+    for s in streams.iter_mut().chain([&mut route]) {
+        s.on_delta_update(&changes, Instant::now(), false);
+    }
+    drop(changes);
+    let set = |s: &AdsStream<u32>, kind: Kind| match &s.watches[kind as usize].as_ref().unwrap().dirty {
+        super::stream::Dirty::Names(n) => n.clone(),
+        other => panic!("{other:?}"),
+    };
+    let listed = |n: &Arc<BTreeSet<Arc<str>>>| n.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let (a1, a2, b, abc) = (
+        set(&streams[0], Kind::Endpoint),
+        set(&streams[1], Kind::Endpoint),
+        set(&streams[2], Kind::Endpoint),
+        set(&streams[3], Kind::Endpoint),
+    );
+    assert!(Arc::ptr_eq(&a1, &a2), "the same part: one set");
+    assert_eq!((listed(&a1), listed(&b), listed(&abc)), (names(&["a"]), names(&["b"]), names(&["a", "b", "c"])));
+    assert!(!Arc::ptr_eq(&a1, &b) && !Arc::ptr_eq(&a1, &abc));
+    let r = set(&route, Kind::Route);
+    assert_eq!(listed(&r), names(&["a"]));
+    assert!(!Arc::ptr_eq(&a1, &r), "the same names of another type: its own");
+}

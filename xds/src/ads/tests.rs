@@ -784,27 +784,33 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     // 9 found it and did not take it).
     assert_eq!(cache.changed_shared, 1, "{protocol:?}");
 
+    // A change of `names` in `snap`: each stream's pushed values, by class.
+    let mut change = |snap: &Snapshot<u32>, names: &[&str], cache: &mut Cache<u32>| {
+        let changes = Changes::of(&Delta::Resources(names.iter().map(|n| (Kind::Endpoint, Arc::from(*n))).collect()));
+        for (_, s) in &mut streams {
+            s.on_delta_update(&changes, Instant::now(), false);
+        }
+        drop(changes);
+        let mut pushed = Vec::new();
+        for (class, s) in &mut streams {
+            let mut ctx = Ctx {
+                generator: &g,
+                snap,
+                cache: &mut *cache,
+                nonce: &mut nonce,
+                control_plane: "t",
+                now: Instant::now(),
+            };
+            pushed.push((*class, read(s.flush(&mut ctx).pop().unwrap().bytes.to_bytes()).0));
+        }
+        pushed
+    };
+    let name = |n: &str| if protocol == Protocol::Delta { n.to_owned() } else { String::new() };
+
     // `a` and `own` change: every stream is sent its own `own`.
-    let third = snap(3, 7);
-    let changes =
-        Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a")), (Kind::Endpoint, Arc::from("own"))]));
-    for (_, s) in &mut streams {
-        s.on_delta_update(&changes, Instant::now(), false);
-    }
-    drop(changes);
-    for (class, s) in &mut streams {
-        let mut ctx = Ctx {
-            generator: &g,
-            snap: &third,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "t",
-            now: Instant::now(),
-        };
-        let (values, _, _) = read(s.flush(&mut ctx).pop().unwrap().bytes.to_bytes());
-        let name = |n: &str| if protocol == Protocol::Delta { n.to_owned() } else { String::new() };
+    for (class, values) in change(&snap(3, 7), &["a", "own"], &mut cache) {
         let want =
-            [(name("a"), format!("{}-7", *class % 2).into_bytes()), (name("own"), format!("{class}-7").into_bytes())];
+            [(name("a"), format!("{}-7", class % 2).into_bytes()), (name("own"), format!("{class}-7").into_bytes())];
         assert_eq!(values, want, "{protocol:?}, class {class}");
     }
     assert_eq!(cache.changed_shared, 1, "{protocol:?}: none shared");
@@ -813,29 +819,8 @@ fn a_change_pushed_to_a_reduced_class(protocol: Protocol) {
     // the same part of the change (`a`), and share its push as when `a`
     // changed alone (a VirtualService's change of a sidecar's route
     // configuration `8080` and of the proxyless gRPC clients' one for the host).
-    let fourth = snap(4, 8);
-    let changes =
-        Changes::of(&Delta::Resources(vec![(Kind::Endpoint, Arc::from("a")), (Kind::Endpoint, Arc::from("z"))]));
-    for (_, s) in &mut streams {
-        s.on_delta_update(&changes, Instant::now(), false);
-    }
-    drop(changes);
-    for (class, s) in &mut streams {
-        let mut ctx = Ctx {
-            generator: &g,
-            snap: &fourth,
-            cache: &mut cache,
-            nonce: &mut nonce,
-            control_plane: "t",
-            now: Instant::now(),
-        };
-        let (values, _, _) = read(s.flush(&mut ctx).pop().unwrap().bytes.to_bytes());
-        let name = if protocol == Protocol::Delta { "a" } else { "" };
-        assert_eq!(
-            values,
-            [(name.to_owned(), format!("{}-8", *class % 2).into_bytes())],
-            "{protocol:?}, class {class}"
-        );
+    for (class, values) in change(&snap(4, 8), &["a", "z"], &mut cache) {
+        assert_eq!(values, [(name("a"), format!("{}-8", class % 2).into_bytes())], "{protocol:?}, class {class}");
     }
     // 3 saw it, 5 built it, 7 and 9 were sent it (4 is its class's first).
     assert_eq!(cache.changed_shared, 3, "{protocol:?}: a part of a change shared");

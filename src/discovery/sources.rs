@@ -914,12 +914,12 @@ impl Burst {
 /// Forwards the config directory's file events to [`watch_dir`] until
 /// either side is gone: each as it comes (the reload waits for
 /// [`DIR_QUIET`] after the last), and, where a burst was whole, that it
-/// was once nothing more came for `SETTLE`, so that it is read at once. Whole is only
-/// files written aside and renamed into place: a manifest written in
-/// place may be appended to in another open, an editor's save moves the
-/// manifest away before writing it anew. Several files renamed in a row
-/// (`mv *.yaml`, `sed -i` over two files: the next file's write aside
-/// starts at once) are one burst. Timed here, on a thread, to the
+/// was once nothing more came for `SETTLE`, so that it is read at once.
+/// Whole is only files written aside and renamed into place: a manifest
+/// written in place may be appended to in another open, an editor's save
+/// moves the manifest away before writing it anew. Several files renamed
+/// in a row (`mv *.yaml`, `sed -i` over two files: the next file's write
+/// aside starts at once) are one burst. Timed here, on a thread, to the
 /// microsecond: tokio's timers tick in milliseconds.
 pub(super) fn forward_dir_events(events: &std::sync::mpsc::Receiver<DirEvent>, to: &mpsc::UnboundedSender<Wake>) {
     use std::sync::mpsc::RecvTimeoutError;

@@ -78,8 +78,9 @@ struct Subscription {
 }
 
 impl Subscription {
-    fn bytes(asked: &[String]) -> usize {
-        asked.iter().map(|n| n.len() + 32).sum()
+    /// What a list of `names` holds kept.
+    fn bytes<S: AsRef<str>>(names: &[S]) -> usize {
+        names.iter().map(|n| n.as_ref().len() + 32).sum()
     }
 }
 
@@ -135,7 +136,7 @@ pub fn subscription(kind: usize, asked: &[String]) -> NameSet {
                 continue;
             }
             let gone = s.kept.remove(s.hand);
-            s.bytes -= gone.asked.iter().map(|n| n.len() + 32).sum::<usize>();
+            s.bytes -= Subscription::bytes(&gone.asked);
         }
         // Behind the hand: looked at last.
         let at = s.hand.min(s.kept.len());

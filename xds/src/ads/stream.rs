@@ -64,7 +64,7 @@ impl Dirty {
 #[derive(Debug, Default)]
 pub struct Changes {
     full: bool,
-    by_kind: [Option<Arc<BTreeSet<Arc<str>>>>; Kind::ALL.len()],
+    by_kind: [Option<ChangedSet>; Kind::ALL.len()],
     /// The parts taken so far, by type and which of its changed names
     /// (a bit each, for a type of at most 64 changed names): a change of
     /// a route configuration every sidecar holds and one only a few do
@@ -101,6 +101,44 @@ impl Changes {
         }
     }
 
+    /// What a stream takes of the changes of `kind` (`changed`), `takes`
+    /// saying it of each name: `None` if none, the type's set if all, else
+    /// that part of it. For a type of at most 64 changed names, the part
+    /// is found by which names it holds (a bit each) and is one set for
+    /// every stream that takes the same; of more, the stream's own copy.
+    fn taken(&self, kind: Kind, changed: &ChangedSet, takes: impl Fn(&Arc<str>) -> bool) -> Option<ChangedSet> {
+        if changed.len() <= 64 {
+            let mut bits = 0u64;
+            for (i, n) in changed.iter().enumerate() {
+                if takes(n) {
+                    bits |= 1 << i;
+                }
+            }
+            return match bits {
+                0 => None,
+                b if b.count_ones() as usize == changed.len() => Some(changed.clone()),
+                b => Some(self.part(kind, changed, b)),
+            };
+        }
+        // One look at each name; the names taken are copied only once one
+        // is not.
+        let mut some: Option<BTreeSet<Arc<str>>> = None;
+        for (i, n) in changed.iter().enumerate() {
+            match (&mut some, takes(n)) {
+                (Some(s), true) => {
+                    s.insert(n.clone());
+                }
+                (None, false) => some = Some(changed.iter().take(i).cloned().collect()),
+                _ => {}
+            }
+        }
+        match some {
+            None => Some(changed.clone()),
+            Some(s) if s.is_empty() => None,
+            Some(s) => Some(Arc::new(s)),
+        }
+    }
+
     /// The part of `changed` (the changes of `kind`) whose bits are set
     /// in `taken`: the same set for every stream that takes that part.
     fn part(&self, kind: Kind, changed: &BTreeSet<Arc<str>>, taken: u64) -> ChangedSet {
@@ -108,7 +146,7 @@ impl Changes {
         if let Some((_, _, set)) = parts.iter().find(|(k, t, _)| *k == kind && *t == taken) {
             return set.clone();
         }
-        let set: Arc<BTreeSet<Arc<str>>> = Arc::new(
+        let set: ChangedSet = Arc::new(
             changed.iter().enumerate().filter(|(i, _)| taken & (1 << i) != 0).map(|(_, n)| n.clone()).collect(),
         );
         if parts.len() < MAX_PARTS {
@@ -477,43 +515,12 @@ impl<C: super::Class> AdsStream<C> {
             let dirty = match &changes.by_kind[kind as usize] {
                 _ if changes.full => Dirty::All,
                 None => Dirty::Clean,
-                Some(changed) if changed.len() <= 64 && !(w.wildcard || w.aliased) => {
-                    // Which names the stream takes, a bit each: streams
-                    // that take the same ones share one set.
-                    let mut taken = 0u64;
-                    for (i, n) in changed.iter().enumerate() {
-                        if w.names.contains(n) || w.sent.contains(n) {
-                            taken |= 1 << i;
-                        }
-                    }
-                    match taken {
-                        0 => Dirty::Clean,
-                        _ if whole_set => Dirty::All,
-                        t if t.count_ones() as usize == changed.len() => Dirty::Names(changed.clone()),
-                        t => Dirty::Names(changes.part(kind, changed, t)),
-                    }
-                }
                 Some(changed) => {
                     let takes_all = w.wildcard || w.aliased;
-                    // One look at each name; the names taken are copied
-                    // only once one is not.
-                    let mut some: Option<BTreeSet<Arc<str>>> = None;
-                    for (i, n) in changed.iter().enumerate() {
-                        let taken = takes_all || w.names.contains(n) || w.sent.contains(n);
-                        match (&mut some, taken) {
-                            (Some(s), true) => {
-                                s.insert(n.clone());
-                            }
-                            (None, false) => some = Some(changed.iter().take(i).cloned().collect()),
-                            _ => {}
-                        }
-                    }
-                    match some {
-                        None if whole_set => Dirty::All,
-                        None => Dirty::Names(changed.clone()),
-                        Some(s) if s.is_empty() => Dirty::Clean,
+                    match changes.taken(kind, changed, |n| takes_all || w.names.contains(n) || w.sent.contains(n)) {
+                        None => Dirty::Clean,
                         Some(_) if whole_set => Dirty::All,
-                        Some(s) => Dirty::names(s),
+                        Some(taken) => Dirty::Names(taken),
                     }
                 }
             };

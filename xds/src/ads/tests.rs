@@ -925,4 +925,23 @@ fn streams_that_take_the_same_part_of_a_change_share_its_set() {
     let r = set(&route, Kind::Route);
     assert_eq!(listed(&r), names(&["a"]));
     assert!(!Arc::ptr_eq(&a1, &r), "the same names of another type: its own");
+
+    // Of more than 64 changed names: each stream its own copy of what it
+    // takes, none where it takes nothing, the type's set where it takes all.
+    let many: Vec<String> = (0..70).map(|i| format!("n{i:02}")).collect();
+    let mut part = subscribed(Protocol::Delta, &Arc::new(1), Kind::Endpoint, &names(&["n03", "n65"]));
+    let mut none = subscribed(Protocol::Delta, &Arc::new(1), Kind::Endpoint, &names(&["other"]));
+    let mut all = subscribed(Protocol::Delta, &Arc::new(1), Kind::Endpoint, &many);
+    for s in [&mut part, &mut none, &mut all] {
+        s.watches[Kind::Endpoint as usize].as_mut().unwrap().dirty = Default::default();
+    }
+    let changes =
+        Changes::of(&Delta::Resources(many.iter().map(|n| (Kind::Endpoint, Arc::from(n.as_str()))).collect()));
+    for s in [&mut part, &mut none, &mut all] {
+        s.on_delta_update(&changes, Instant::now(), false);
+    }
+    drop(changes);
+    assert_eq!(listed(&set(&part, Kind::Endpoint)), names(&["n03", "n65"]));
+    assert_eq!(none.watches[Kind::Endpoint as usize].as_ref().unwrap().dirty, super::stream::Dirty::Clean);
+    assert_eq!(listed(&set(&all, Kind::Endpoint)), many);
 }

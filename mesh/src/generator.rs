@@ -767,7 +767,12 @@ impl Generator for MeshGenerator {
     }
 
     /// The inbound side reads the proxy's addresses only where a service
-    /// claims one of them by endpoint.
+    /// claims one of them by endpoint. A sidecar's reads its namespace,
+    /// labels, generator, the family of its addresses, and its mesh and
+    /// cluster (tracing tags); of the rest only what EnvoyFilters match
+    /// (metadata keys, version) and `HTTP10`: the replicas of a
+    /// Deployment, which differ in addresses, names, locality and the like,
+    /// share one build.
     fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
         let m = mesh(snap)?;
         // A Sidecar ingress `defaultEndpoint: 0.0.0.0:<port>` names the
@@ -781,7 +786,28 @@ impl Generator for MeshGenerator {
         match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) || own_address() {
             true => None,
             // (virtualInbound and the inbound clusters read the family.)
-            false => Some(ProxyClass { ips: crate::translate::dns::family_markers(&class.ips), ..class.clone() }),
+            false if class.node_type != NodeType::Sidecar => {
+                Some(ProxyClass { ips: crate::translate::dns::family_markers(&class.ips), ..class.clone() })
+            }
+            false => {
+                let filters = &m.model.envoy_filters;
+                let keys = filters.metadata_keys();
+                let http10 = !m.model.mesh.http10;
+                Some(ProxyClass {
+                    ips: crate::translate::dns::family_markers(&class.ips),
+                    version: if filters.reads_version() { class.version.clone() } else { Arc::from("") },
+                    metadata: class
+                        .metadata
+                        .iter()
+                        .filter(|(k, _)| keys.contains(&**k) || http10 && &**k == "HTTP10")
+                        .cloned()
+                        .collect(),
+                    locality: Arc::from(""),
+                    service_account: Arc::from(""),
+                    verified: false,
+                    ..class.clone()
+                })
+            }
         }
     }
 

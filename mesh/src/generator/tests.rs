@@ -594,6 +594,75 @@ fn proxies_that_differ_only_in_labels_share_outbound_resources() {
     assert_ne!(a.any, b.any);
 }
 
+/// The replicas of a Deployment (one namespace, one set of labels; their
+/// own addresses, pod names, locality, service account and proxy version)
+/// share one build of their inbound listener and clusters, each of them
+/// byte for byte what is generated for the replica's whole class. What an
+/// EnvoyFilter matches of the proxy (a metadata key, `proxyVersion`) and
+/// `HTTP10` keep them apart.
+#[test]
+fn replicas_share_their_inbound_resources_unless_a_filter_or_http10_tells_them_apart() {
+    use istiod_xds::ads::cache::Cache;
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+        spec: {clusterIP: 10.0.0.1, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}\n";
+    let filter = |matching: &str| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: shop}}\n\
+             spec: {{configPatches: [{{applyTo: LISTENER, match: {{context: SIDECAR_INBOUND, proxy: {matching}}}, \
+             patch: {{operation: MERGE, value: {{per_connection_buffer_limit_bytes: 4096}}}}}}]}}\n"
+        )
+    };
+    let replica = |n: u8, version: &str, team: &str, http10: bool| {
+        let ip: Arc<str> = format!("10.1.0.{n}").into();
+        let mut metadata: Vec<(Arc<str>, Arc<str>)> = vec![
+            ("INSTANCE_IPS".into(), ip.clone()),
+            ("TEAM".into(), team.into()),
+            ("WORKLOAD_NAME".into(), format!("web-{n}").into()),
+        ];
+        if http10 {
+            metadata.insert(0, ("HTTP10".into(), "1".into()));
+        }
+        Arc::new(ProxyClass {
+            ips: vec![ip],
+            locality: format!("region/zone-{n}").into(),
+            service_account: format!("web-{n}").into(),
+            version: version.into(),
+            metadata,
+            ..class("shop", &[("app", "web")])
+        })
+    };
+    let names: [Arc<str>; 2] = [VIRTUAL_INBOUND.into(), "inbound|8080||".into()];
+    let a = replica(1, "1.24.0", "blue", false);
+    // (name, the mesh, the second replica, whether one build serves both)
+    let cases = [
+        ("replicas", String::new(), replica(2, "1.25.0", "red", false), true),
+        ("a metadata key matched", filter("{metadata: {TEAM: blue}}"), replica(2, "1.24.0", "red", false), false),
+        ("a version matched", filter("{proxyVersion: '^1\\.24.*'}"), replica(2, "1.25.0", "blue", false), false),
+        ("HTTP10", String::new(), replica(2, "1.24.0", "blue", true), false),
+    ];
+    for (case, extra, b, shared) in cases {
+        let model = Arc::new(crate::testing::model_in("", &format!("{service}{extra}")));
+        let snap = snapshot(&model);
+        let mut cache = Cache::default();
+        for (kind, name) in [(Kind::Listener, &names[0]), (Kind::Cluster, &names[1])] {
+            let misses = cache.misses;
+            let x = cache.get(&MeshGenerator, &snap, &a, kind, name).expect("served");
+            let y = cache.get(&MeshGenerator, &snap, &b, kind, name).expect("served");
+            let builds = if shared { 1 } else { 2 };
+            assert_eq!(cache.misses, misses + builds, "{case}: {name} built {builds} time(s)");
+            for (c, got) in [(&a, &x), (&b, &y)] {
+                let whole = MeshGenerator.generate(&snap, c, kind, name).expect("generated");
+                assert!(got.any.ends_with(&whole), "{case}: {name} as generated for the replica's whole class");
+            }
+            // The listener tells the cases apart (a patch, HTTP/1.0); the
+            // filters patch no cluster.
+            if kind == Kind::Listener {
+                assert_eq!(x.any == y.any, shared, "{case}: {name}");
+            }
+        }
+    }
+}
+
 /// Two builds serve the same bytes to two classes for every name.
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(

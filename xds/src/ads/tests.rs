@@ -945,3 +945,28 @@ fn streams_that_take_the_same_part_of_a_change_share_its_set() {
     assert_eq!(none.watches[Kind::Endpoint as usize].as_ref().unwrap().dirty, super::stream::Dirty::Clean);
     assert_eq!(listed(&set(&all, Kind::Endpoint)), many);
 }
+
+/// A mass disconnection of proxies of classes of their own: the cache is
+/// pruned about log N times, the walks together about 5 N (a pruning
+/// every 16 classes walked about N * N / 32), and what retired classes
+/// leave in it is never more than a quarter of the live classes' (or 16).
+#[test]
+fn a_mass_disconnection_prunes_the_cache_a_logarithmic_number_of_times() {
+    let n = 10_000;
+    let (mut live, mut retired, mut prunings, mut walked) = (n, 0, 0, 0);
+    while live > 0 {
+        live -= 1;
+        retired += 1;
+        if super::prune_due(retired, live) {
+            // The walk: the live classes and everything still cached.
+            walked += live + retired;
+            prunings += 1;
+            retired = 0;
+        }
+        assert!(retired < 16.max(live / 4) + 1, "{retired} retired classes kept beside {live} live");
+    }
+    assert!(prunings <= 40, "{prunings} prunings");
+    assert!(walked <= 6 * n, "{walked} classes walked");
+    // A steady trickle still prunes every 16.
+    assert!(super::prune_due(16, 10) && !super::prune_due(15, 10));
+}

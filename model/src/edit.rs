@@ -196,11 +196,21 @@ impl Model {
     pub fn with_services_of(&self, objs: &Objects, changed: &[ObjectRef]) -> (Model, Vec<Arc<str>>) {
         let hosts = self.hosts_of(objs, changed);
         let mut model = self.clone();
+        // Whether a service came, went or moved to another namespace (a
+        // ServiceEntry's host): the namespaces' index starts again.
+        let mut moved = false;
         for host in &hosts {
+            let before = model.services.get(host).map(|s| s.namespace.clone());
             match self.service_for_host(objs, host) {
-                Some(s) => model.services.insert(host.clone(), Arc::new(s)),
-                None => model.services.remove(host),
+                Some(s) => {
+                    moved |= before.as_ref() != Some(&s.namespace);
+                    model.services.insert(host.clone(), Arc::new(s));
+                }
+                None => moved |= model.services.remove(host).is_some(),
             };
+        }
+        if moved {
+            model.services_index = crate::ServicesIndex::default();
         }
         (model, hosts.into_iter().collect())
     }

@@ -414,6 +414,24 @@ pub struct Model {
     /// back to a scan. Lookups per service made translation quadratic.
     #[serde(skip)]
     pub routing_index: LazyIndex,
+    /// The hostnames of each namespace's services, in `services`' order,
+    /// built on first use (`services_in`): a sidecar's inbound side reads
+    /// only its namespace's services, and walking all of them was a tenth
+    /// of the serving core in a connect storm of `large`. Edits that add,
+    /// remove or move a service start it again; one that changes a
+    /// service's endpoints keeps it.
+    #[serde(skip)]
+    pub services_index: ServicesIndex,
+}
+
+/// See `Model::services_index`: a cache, equal whether built or not.
+#[derive(Debug, Clone, Default)]
+pub struct ServicesIndex(Arc<std::sync::OnceLock<(usize, HashMap<Arc<str>, Vec<Arc<str>>>)>>);
+
+impl PartialEq for ServicesIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A cache, not part of the model's value: equal whether built or not.
@@ -592,10 +610,43 @@ impl Model {
         (index.len == self.routing.len()).then_some(index)
     }
 
-    /// Forgets the indexes, after a test edited `routing` in place.
+    /// The services of namespace `ns`, in hostname order (the order of
+    /// `services`).
+    pub fn services_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<Service>> + 'a {
+        let (len, by_ns) = self.services_index.0.get_or_init(|| {
+            let mut by_ns: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+            for (host, s) in self.services.iter() {
+                match by_ns.get_mut(s.namespace.as_str()) {
+                    Some(hosts) => hosts.push(host.clone()),
+                    None => {
+                        by_ns.insert(Arc::from(s.namespace.as_str()), vec![host.clone()]);
+                    }
+                }
+            }
+            (self.services.len(), by_ns)
+        });
+        // A model whose services were added or removed in place without
+        // starting the index again (a test's edit) is walked whole.
+        let (indexed, scan) = match *len == self.services.len() {
+            true => (by_ns.get(ns).map(Vec::as_slice).unwrap_or_default(), None),
+            false => (&[][..], Some(self.services.values().filter(move |s| s.namespace == ns))),
+        };
+        #[cfg(debug_assertions)]
+        if scan.is_none() {
+            let want: Vec<&Arc<str>> =
+                self.services.values().filter(|s| s.namespace == ns).map(|s| &s.hostname).collect();
+            let got: Vec<&Arc<str>> = indexed.iter().collect();
+            assert_eq!(got, want, "the services index of {ns} is not the services'");
+        }
+        indexed.iter().filter_map(|h| self.services.get(h)).chain(scan.into_iter().flatten())
+    }
+
+    /// Forgets the indexes, after a test edited `routing` or `services` in
+    /// place.
     #[doc(hidden)]
     pub fn reindex(&mut self) {
         self.routing_index = LazyIndex::default();
+        self.services_index = ServicesIndex::default();
     }
 
     /// What istiod reports of a push context as gauges

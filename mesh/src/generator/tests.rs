@@ -663,6 +663,68 @@ fn replicas_share_their_inbound_resources_unless_a_filter_or_http10_tells_them_a
     }
 }
 
+/// `Model::services_in`, the namespaces' index of services, through the
+/// service fast path: it is built, then a ServiceEntry's host moves to
+/// another namespace (as many services as before), then a Service is
+/// added; in each model every namespace's services are those a walk of
+/// all of them finds, in the same order.
+#[test]
+fn the_namespaces_index_of_services_follows_the_service_fast_path() {
+    use istiod_config::manifest::{Object, ObjectRef};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/bookinfo");
+    let mut before = istiod_kubewatch::config_dir::load(&dir).unwrap().objects;
+    let entry = |ns: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: ext, namespace: {ns}}}\n\
+             spec: {{hosts: [api.example.com], ports: [{{number: 443, name: tls, protocol: TLS}}], resolution: DNS}}\n"
+        )
+    };
+    add(&mut before, &entry("bookinfo"));
+    let settings = Arc::new(crate::meshconfig::MeshSettings::default());
+    let mut old = crate::update::build(&before, "cluster.local", &settings);
+    let agrees = |m: &Model| {
+        for ns in ["bookinfo", "other", "default"] {
+            let indexed: Vec<&str> = m.services_in(ns).map(|s| &*s.hostname).collect();
+            let walked: Vec<&str> = m.services.values().filter(|s| s.namespace == ns).map(|s| &*s.hostname).collect();
+            assert_eq!(indexed, walked, "{ns}");
+        }
+    };
+    agrees(&old.model);
+    let mut objects = before.clone();
+    type Edit = Box<dyn Fn(&mut istiod_config::objects::Objects) -> Vec<ObjectRef>>;
+    let edits: [(Edit, usize); 2] = [
+        (
+            Box::new(move |o| {
+                let i = o.istio.iter().position(|x| x.meta.name == "ext").unwrap();
+                let mut refs = vec![ObjectRef::of(&Object::Istio(o.istio.remove(i)))];
+                refs.extend(add(o, &entry("other")));
+                refs
+            }),
+            0,
+        ),
+        (
+            Box::new(|o| {
+                add(
+                    o,
+                    "apiVersion: v1\nkind: Service\nmetadata: {name: mongo, namespace: bookinfo}\n\
+                     spec: {clusterIP: 10.96.99.1, ports: [{name: tcp-mongo, port: 27017}], selector: {app: mongo}}\n",
+                )
+            }),
+            1,
+        ),
+    ];
+    for (edit, grown) in edits {
+        let refs = edit(&mut objects);
+        let (fast, incremental) =
+            crate::update::update(Some(&old), &objects, Some(&refs), "cluster.local", &settings, &Arc::default());
+        assert!(incremental, "only a ServiceEntry or a Service changed");
+        assert_eq!(fast.model.services.len(), old.model.services.len() + grown);
+        agrees(&fast.model);
+        old = fast;
+    }
+    assert!(old.model.services_in("other").any(|s| &*s.hostname == "api.example.com"));
+}
+
 /// Two builds serve the same bytes to two classes for every name.
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(

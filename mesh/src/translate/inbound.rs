@@ -118,7 +118,7 @@ pub fn missing_service_targets(model: &Model, class: &ProxyClass) -> Option<&'st
     let serves = |s: &crate::model::Service| {
         s.kubernetes && ((s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
     };
-    if model.services.values().map(Arc::as_ref).any(serves) {
+    if model.services_in(&class.namespace).map(Arc::as_ref).any(serves) {
         return None;
     }
     Some(reason(class))
@@ -164,8 +164,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
                 // whose target port is the listener's, at the listener's
                 // port number.
                 service: model
-                    .services
-                    .values()
+                    .services_in(&class.namespace)
                     .filter(|s| {
                         (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class)
                     })
@@ -178,8 +177,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
         }
     }
     for svc in model
-        .services
-        .values()
+        .services_in(&class.namespace)
         .filter(|s| (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
     {
         for p in &svc.ports {
@@ -214,8 +212,7 @@ pub fn inbound_ports(model: &Model, class: &ProxyClass) -> Vec<InboundPort> {
 /// inbound cluster's services, for EnvoyFilter cluster matches).
 pub(crate) fn inbound_hosts(model: &Model, class: &ProxyClass, port: u16) -> Vec<std::sync::Arc<str>> {
     model
-        .services
-        .values()
+        .services_in(&class.namespace)
         .filter(|s| (s.namespace == *class.namespace && selects(&s.selector, &class.labels)) || claims(s, class))
         .filter(|s| {
             s.ports.iter().any(|p| {

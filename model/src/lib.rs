@@ -426,7 +426,10 @@ pub struct Model {
 
 /// See `Model::services_index`: a cache, equal whether built or not.
 #[derive(Debug, Clone, Default)]
-pub struct ServicesIndex(Arc<std::sync::OnceLock<(usize, HashMap<Arc<str>, Vec<Arc<str>>>)>>);
+pub struct ServicesIndex(Arc<std::sync::OnceLock<(usize, HostsByNamespace)>>);
+
+/// Each namespace's hostnames.
+type HostsByNamespace = HashMap<Arc<str>, Vec<Arc<str>>>;
 
 impl PartialEq for ServicesIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -614,7 +617,7 @@ impl Model {
     /// `services`).
     pub fn services_in<'a>(&'a self, ns: &'a str) -> impl Iterator<Item = &'a Arc<Service>> + 'a {
         let (len, by_ns) = self.services_index.0.get_or_init(|| {
-            let mut by_ns: HashMap<Arc<str>, Vec<Arc<str>>> = HashMap::new();
+            let mut by_ns = HostsByNamespace::new();
             for (host, s) in self.services.iter() {
                 match by_ns.get_mut(s.namespace.as_str()) {
                     Some(hosts) => hosts.push(host.clone()),

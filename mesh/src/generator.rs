@@ -775,12 +775,14 @@ impl Generator for MeshGenerator {
     /// share one build.
     fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
         let m = mesh(snap)?;
-        // A Sidecar ingress `defaultEndpoint: 0.0.0.0:<port>` names the
-        // workload's own address too, and an ingress listener without
-        // `bind` is named after it.
+        // A Sidecar ingress `defaultEndpoint: 0.0.0.0:<port>` (or
+        // `[::]:<port>`) names the workload's own address too, and an
+        // ingress listener without `bind` is named after it.
         let own_address = || {
             crate::translate::scope::sidecar(&m.model, class).is_some_and(|sc| {
-                sc.ingress.iter().any(|i| i.bind.is_empty() || i.default_endpoint.starts_with("0.0.0.0:"))
+                sc.ingress.iter().any(|i| {
+                    i.bind.is_empty() || crate::translate::inbound::default_endpoint_is_own(&i.default_endpoint)
+                })
             })
         };
         match class.ips.iter().any(|ip| m.claimed_ips.contains(ip)) || own_address() {

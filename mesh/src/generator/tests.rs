@@ -725,6 +725,46 @@ fn the_namespaces_index_of_services_follows_the_service_fast_path() {
     assert!(old.model.services_in("other").any(|s| &*s.hostname == "api.example.com"));
 }
 
+/// A Sidecar ingress listener whose `defaultEndpoint` is the workload's
+/// own address (`[::]:<port>`, as `0.0.0.0:<port>`): each replica's
+/// inbound cluster is sent to its own address, not to the first one's.
+#[test]
+fn replicas_whose_ingress_names_their_own_address_keep_their_own_clusters() {
+    use istiod_proto::envoy::config::core::v3::address::Address;
+    use istiod_proto::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    use istiod_xds::ads::cache::Cache;
+    for (ip, endpoint) in [("fd00::", "[::]:8080"), ("10.1.0.", "0.0.0.0:8080")] {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: shop}}\n\
+             spec: {{clusterIP: 10.0.0.1, selector: {{app: web}}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}\n---\n\
+             apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: web, namespace: shop}}\n\
+             spec: {{workloadSelector: {{labels: {{app: web}}}}, ingress: [{{port: {{number: 8080, protocol: HTTP, name: http}}, \
+             bind: '::', defaultEndpoint: '{endpoint}'}}]}}\n"
+        );
+        let snap = snapshot(&Arc::new(crate::testing::model_in("", &yaml)));
+        let mut cache = Cache::default();
+        let name: Arc<str> = "inbound|8080||".into();
+        for n in 1..=2 {
+            let own: Arc<str> = format!("{ip}{n}").into();
+            let replica = Arc::new(ProxyClass {
+                ips: vec![own.clone()],
+                metadata: vec![("INSTANCE_IPS".into(), own.clone())],
+                ..class("shop", &[("app", "web")])
+            });
+            let e = cache.get(&MeshGenerator, &snap, &replica, Kind::Cluster, &name).expect("served");
+            let any = istiod_proto::prost_types::Any::decode(e.any).unwrap();
+            let c = Cluster::decode(any.value.as_slice()).unwrap();
+            let cla = c.load_assignment.expect("static");
+            let lb = &cla.endpoints[0].lb_endpoints[0];
+            let Some(HostIdentifier::Endpoint(ep)) = &lb.host_identifier else { panic!("{lb:?}") };
+            let Some(Address::SocketAddress(a)) = ep.address.as_ref().and_then(|a| a.address.as_ref()) else {
+                panic!("{ep:?}")
+            };
+            assert_eq!(a.address, *own, "{endpoint}: replica {n} sends to its own address");
+        }
+    }
+}
+
 /// Two builds serve the same bytes to two classes for every name.
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(

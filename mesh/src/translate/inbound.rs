@@ -224,6 +224,19 @@ pub(crate) fn inbound_hosts(model: &Model, class: &ProxyClass, port: u16) -> Vec
         .collect()
 }
 
+/// A Sidecar ingress `defaultEndpoint`'s host (brackets off) and port.
+fn default_endpoint_host(e: &str) -> (&str, &str) {
+    let (host, n) = e.rsplit_once(':').unwrap_or((e, ""));
+    (host.trim_start_matches('[').trim_end_matches(']'), n)
+}
+
+/// Whether a Sidecar ingress `defaultEndpoint` names the workload's own
+/// address (`0.0.0.0:<port>`, `[::]:<port>`), which its inbound cluster
+/// is sent to.
+pub(crate) fn default_endpoint_is_own(e: &str) -> bool {
+    !e.starts_with("unix://") && matches!(default_endpoint_host(e).0, "0.0.0.0" | "::")
+}
+
 /// `inbound|<port>||` (cluster.go `buildInboundClustersFromServiceInstances`,
 /// cluster_builder.go `buildInboundCluster`): to the address the
 /// connection was for, leaving from 127.0.0.6 so iptables lets it through;
@@ -250,8 +263,7 @@ pub(crate) fn inbound_cluster(model: &Model, p: &InboundPort, class: &ProxyClass
             })),
         }),
         e => {
-            let (host, n) = e.rsplit_once(':').unwrap_or((e, ""));
-            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let (host, n) = default_endpoint_host(e);
             let host = match host {
                 "0.0.0.0" | "::" => class.ips.first().map(|s| s.to_string()).unwrap_or_else(|| "127.0.0.1".into()),
                 h => h.to_owned(),

@@ -622,6 +622,15 @@ impl Generator for MeshGenerator {
         node.filter(|n| !n.is_empty()).map(|n| vec![workload_api::node_alias(n)]).unwrap_or_default()
     }
 
+    /// A sidecar's own names (its inbound ports' clusters, virtualInbound,
+    /// what EnvoyFilters add) read its namespace, labels, node type and
+    /// generator, the addresses a service claims or its Sidecar's ingress
+    /// names (then `reduce_whole` keeps the class), and what EnvoyFilters
+    /// match (which `reduce_whole` keeps).
+    fn own_names_read_whole(&self, class: &ProxyClass, kind: Kind) -> bool {
+        per_class(class) && ambient(class, kind).is_none()
+    }
+
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
         if ambient(class, kind).is_some() {
             return Vec::new();

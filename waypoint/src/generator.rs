@@ -298,6 +298,12 @@ impl Generator for WithWaypoints {
         }
     }
 
+    /// A waypoint's are its own; anyone else's are the mesh's, and the
+    /// HBONE cluster reads the node type and generator.
+    fn own_names_read_whole(&self, class: &ProxyClass, kind: Kind) -> bool {
+        !waypoint(class) && MeshGenerator.own_names_read_whole(class, kind)
+    }
+
     fn aliases(&self, snap: &Snapshot<MeshInput>, kind: Kind) -> Option<Aliases> {
         MeshGenerator.aliases(snap, kind)
     }

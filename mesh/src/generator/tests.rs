@@ -765,6 +765,43 @@ fn replicas_whose_ingress_names_their_own_address_keep_their_own_clusters() {
     }
 }
 
+/// A wildcard's own names of a replica (its inbound clusters, what an
+/// EnvoyFilter adds for the metadata it matches) are those the generator
+/// gives its whole class, though replicas that reduce alike share them.
+#[test]
+fn replicas_own_wildcard_names_are_each_replicas() {
+    use istiod_xds::ads::cache::Cache;
+    let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+        spec: {clusterIP: 10.0.0.1, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}, {name: http-admin, port: 81, targetPort: 9000}]}\n---\n\
+        apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: f, namespace: shop}\n\
+        spec: {configPatches: [{applyTo: CLUSTER, match: {context: SIDECAR_OUTBOUND, proxy: {metadata: {TEAM: blue}}}, \
+        patch: {operation: ADD, value: {name: added-blue, type: STATIC, connect_timeout: 1s}}}]}\n";
+    let snap = snapshot(&Arc::new(crate::testing::model_in("", yaml)));
+    let replica = |n: u8, team: &str| {
+        let ip: Arc<str> = format!("10.1.0.{n}").into();
+        Arc::new(ProxyClass {
+            ips: vec![ip.clone()],
+            locality: format!("region/zone-{n}").into(),
+            metadata: vec![("INSTANCE_IPS".into(), ip), ("TEAM".into(), team.into())],
+            ..class("shop", &[("app", "web")])
+        })
+    };
+    let mut cache = Cache::default();
+    for (r, added) in [(replica(1, "blue"), true), (replica(2, "red"), false), (replica(3, "blue"), true)] {
+        for kind in [Kind::Cluster, Kind::Listener] {
+            let mut got = cache.wildcard_names(&MeshGenerator, &snap, &r, kind).to_vec();
+            let mut want = MeshGenerator.wildcard_names(&snap, &r, kind);
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{kind:?} of {:?}", r.ips);
+            if kind == Kind::Cluster {
+                assert!(got.iter().any(|n| &**n == "inbound|9000||"));
+                assert_eq!(got.iter().any(|n| &**n == "added-blue"), added, "{:?}", r.metadata);
+            }
+        }
+    }
+}
+
 /// Two builds serve the same bytes to two classes for every name.
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(

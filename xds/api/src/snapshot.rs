@@ -361,6 +361,14 @@ pub trait Generator: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether [`Generator::class_wildcard_names`] of `class` for `kind`
+    /// reads nothing [`Generator::reduce_whole`] leaves out of it: then a
+    /// class's own names are those of its whole-class reduction, and
+    /// classes that reduce alike share them. Default: no.
+    fn own_names_read_whole(&self, _class: &Self::Class, _kind: Kind) -> bool {
+        false
+    }
+
     /// For a type whose clients subscribe by names other than the
     /// resources' own (istiod's on-demand workload API: a `<network>/<ip>`,
     /// a service's name standing for its workloads too), what each such

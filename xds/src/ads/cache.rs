@@ -159,6 +159,10 @@ struct FirstResponses<C> {
     /// Responses to a change by (type, SotW, address of its names, reduced
     /// class's address), see [`Cache::changed_response`].
     changed: HashMap<(Kind, bool, usize, usize), ChangedSeen<C>, std::hash::BuildHasherDefault<AddrHasher>>,
+    /// A class's own wildcard names by (type, address of its whole-class
+    /// reduction), where the generator reads no more for them
+    /// ([`Generator::own_names_read_whole`]), see [`Cache::own_wildcard_names`].
+    own: HashMap<(Kind, usize), (Arc<C>, Arc<[Arc<str>]>), std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].
     bytes: usize,
@@ -184,6 +188,7 @@ impl<C> Default for FirstResponses<C> {
             wildcard: HashMap::default(),
             wildcard_rest: HashMap::default(),
             changed: HashMap::default(),
+            own: HashMap::default(),
             bytes: 0,
         }
     }
@@ -584,13 +589,50 @@ impl<C: super::Class> Cache<C> {
             generator.wildcard_names(snap, class, kind).into()
         } else {
             let shared = self.shared_wildcard_names(generator, snap, reduced, kind);
-            let own = generator.class_wildcard_names(snap, class, kind);
+            let own = self.own_wildcard_names(generator, snap, class, kind);
             if own.is_empty() { shared } else { shared.iter().cloned().chain(own).collect() }
         };
         if self.wildcard.len() >= MAX_ENTRIES / 10 {
             self.wildcard.clear();
         }
         self.wildcard.insert(key, (id, names.clone()));
+        names
+    }
+
+    /// The generator's own wildcard names of `class`
+    /// ([`Generator::class_wildcard_names`]): where they read nothing its
+    /// whole-class reduction leaves out, those of the reduction, once per
+    /// snapshot (within the bound on what is kept for first responses):
+    /// the replicas of a Deployment, each of its own class, ask once.
+    fn own_wildcard_names<M: Send + Sync + 'static>(
+        &mut self,
+        generator: &dyn Generator<Mesh = M, Class = C>,
+        snap: &Snapshot<M>,
+        class: &Arc<C>,
+        kind: Kind,
+    ) -> Vec<Arc<str>> {
+        if !generator.own_names_read_whole(class, kind) {
+            return generator.class_wildcard_names(snap, class, kind);
+        }
+        let whole = self.reduced_class(generator, snap, class, kind, true);
+        self.first.of_snapshot(snap);
+        let key = (kind, Arc::as_ptr(&whole) as *const u8 as usize);
+        if let Some((_, names)) = self.first.own.get(&key) {
+            #[cfg(debug_assertions)]
+            assert_eq!(
+                **names,
+                *generator.class_wildcard_names(snap, class, kind),
+                "the own names of a class's whole-class reduction differ from the class's"
+            );
+            return names.to_vec();
+        }
+        let names = generator.class_wildcard_names(snap, &whole, kind);
+        let size = std::mem::size_of_val(&*names);
+        let f = &mut self.first;
+        if f.own.len() < MAX_FIRST && f.bytes + size <= MAX_FIRST_BYTES {
+            f.bytes += size;
+            f.own.insert(key, (whole, names.clone().into()));
+        }
         names
     }
 
@@ -802,7 +844,7 @@ impl<C: super::Class> Cache<C> {
                 }
             };
             if let Some(rest) = rest {
-                let mut own = generator.class_wildcard_names(snap, class, kind);
+                let mut own = self.own_wildcard_names(generator, snap, class, kind);
                 if own.iter().all(whole) {
                     own.sort();
                     own.dedup();

@@ -162,6 +162,7 @@ struct FirstResponses<C> {
     /// A class's own wildcard names by (type, address of its whole-class
     /// reduction), where the generator reads no more for them
     /// ([`Generator::own_names_read_whole`]), see [`Cache::own_wildcard_names`].
+    #[allow(clippy::type_complexity)]
     own: HashMap<(Kind, usize), (Arc<C>, Arc<[Arc<str>]>), std::hash::BuildHasherDefault<AddrHasher>>,
     /// Bytes held (bodies, records of what was sent, lists of names),
     /// bounded by [`MAX_FIRST_BYTES`].

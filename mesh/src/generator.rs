@@ -625,10 +625,11 @@ impl Generator for MeshGenerator {
     /// A sidecar's own names (its inbound ports' clusters, virtualInbound,
     /// what EnvoyFilters add) read its namespace, labels, node type and
     /// generator, the addresses a service claims or its Sidecar's ingress
-    /// names (then `reduce_whole` keeps the class), and what EnvoyFilters
-    /// match (which `reduce_whole` keeps).
+    /// names (then `reduce_whole` keeps the class), what EnvoyFilters
+    /// match, and whether it is served allocated addresses' listeners
+    /// (which `reduce_whole` keeps). Other types have none of their own.
     fn own_names_read_whole(&self, class: &ProxyClass, kind: Kind) -> bool {
-        per_class(class) && ambient(class, kind).is_none()
+        per_class(class) && matches!(kind, Kind::Cluster | Kind::Listener)
     }
 
     fn class_wildcard_names(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass, kind: Kind) -> Vec<Arc<str>> {
@@ -779,7 +780,8 @@ impl Generator for MeshGenerator {
     /// claims one of them by endpoint. A sidecar's reads its namespace,
     /// labels, generator, the family of its addresses, and its mesh and
     /// cluster (tracing tags); of the rest only what EnvoyFilters match
-    /// (metadata keys, version) and `HTTP10`: the replicas of a
+    /// (metadata keys, version), `HTTP10`, and (for its own names) its DNS
+    /// capture where addresses are allocated: the replicas of a
     /// Deployment, which differ in addresses, names, locality and the like,
     /// share one build.
     fn reduce_whole(&self, snap: &Snapshot<MeshInput>, class: &ProxyClass) -> Option<ProxyClass> {
@@ -804,13 +806,21 @@ impl Generator for MeshGenerator {
                 let filters = &m.model.envoy_filters;
                 let keys = filters.metadata_keys();
                 let http10 = !m.model.mesh.http10;
+                // Whether an allocated address's listener is the proxy's
+                // (`MeshInput::serves`), which its own names read: an
+                // EnvoyFilter's ADD of that name is not added again.
+                let dns = !m.auto_listeners.is_empty();
                 Some(ProxyClass {
                     ips: crate::translate::dns::family_markers(&class.ips),
                     version: if filters.reads_version() { class.version.clone() } else { Arc::from("") },
                     metadata: class
                         .metadata
                         .iter()
-                        .filter(|(k, _)| keys.contains(&**k) || http10 && &**k == "HTTP10")
+                        .filter(|(k, _)| {
+                            keys.contains(&**k)
+                                || http10 && &**k == "HTTP10"
+                                || dns && matches!(&**k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
+                        })
                         .cloned()
                         .collect(),
                     locality: Arc::from(""),

@@ -802,6 +802,43 @@ fn replicas_own_wildcard_names_are_each_replicas() {
     }
 }
 
+/// Replicas that capture DNS are served an allocated address's listener;
+/// one that does not is not, and an EnvoyFilter's ADD of a listener of
+/// that name is its own: each replica's LDS names are the generator's
+/// for its whole class, each name once, whatever replica asked first.
+#[test]
+fn replicas_that_capture_dns_and_one_that_does_not_each_get_their_own_listener_names() {
+    use istiod_xds::ads::cache::Cache;
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: shop}\n\
+        spec: {hosts: [api.example.com], ports: [{number: 443, name: tls, protocol: TLS}], resolution: DNS}\n\
+        status: {addresses: [{host: api.example.com, value: 240.240.0.7}]}\n---\n\
+        apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: f, namespace: shop}\n\
+        spec: {configPatches: [{applyTo: LISTENER, match: {context: SIDECAR_OUTBOUND}, \
+        patch: {operation: ADD, value: {name: 240.240.0.7_443, address: {socket_address: {address: 240.240.0.7, port_value: 443}}}}}]}\n";
+    let model = Arc::new(crate::testing::model_in("", yaml));
+    assert!(!crate::translate::listener::auto_listeners(&model).is_empty(), "an allocated address's listener");
+    let snap = snapshot(&model);
+    let replica = |n: u8, capture: bool| {
+        let ip: Arc<str> = format!("10.1.0.{n}").into();
+        let mut metadata: Vec<(Arc<str>, Arc<str>)> = vec![("INSTANCE_IPS".into(), ip.clone())];
+        if capture {
+            metadata.insert(0, ("DNS_CAPTURE".into(), "true".into()));
+        }
+        Arc::new(ProxyClass { ips: vec![ip], metadata, ..class("shop", &[("app", "web")]) })
+    };
+    let mut cache = Cache::default();
+    for r in [replica(1, true), replica(2, false), replica(3, true), replica(4, false)] {
+        let got = cache.wildcard_names(&MeshGenerator, &snap, &r, Kind::Listener).to_vec();
+        let mut want = MeshGenerator.wildcard_names(&snap, &r, Kind::Listener);
+        let mut sorted = got.clone();
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want, "{:?}", r.metadata);
+        let n = got.iter().filter(|n| &***n == "240.240.0.7_443").count();
+        assert_eq!(n, 1, "the listener once, to {:?}: {got:?}", r.metadata);
+    }
+}
+
 /// Two builds serve the same bytes to two classes for every name.
 /// The mesh a full rebuild makes of `after`, following `old`.
 fn rebuilt(

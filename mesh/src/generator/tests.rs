@@ -828,6 +828,11 @@ fn replicas_that_capture_dns_and_one_that_does_not_each_get_their_own_listener_n
     };
     let mut cache = Cache::default();
     for r in [replica(1, true), replica(2, false), replica(3, true), replica(4, false)] {
+        // (The listener is served to the replicas that capture DNS: what
+        // the EnvoyFilter's ADD of its name is left out of.)
+        let shared = MeshGenerator.shared_wildcard_names(&snap, &r, Kind::Listener);
+        let capture = r.metadata.iter().any(|(k, _)| &**k == "DNS_CAPTURE");
+        assert_eq!(shared.iter().any(|n| &**n == "240.240.0.7_443"), capture, "{:?}", r.metadata);
         let got = cache.wildcard_names(&MeshGenerator, &snap, &r, Kind::Listener).to_vec();
         let mut want = MeshGenerator.wildcard_names(&snap, &r, Kind::Listener);
         let mut sorted = got.clone();

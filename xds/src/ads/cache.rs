@@ -207,9 +207,10 @@ struct WildcardFirst<C> {
     hash: u64,
 }
 
-/// Subscriptions remembered per snapshot (and, separately, classes'
-/// wildcard first names, reduced classes' shared names and whole-class
-/// reductions' own names: up to four times this many entries), and the bytes held for them all (responses,
+/// First responses and responses to a change remembered per snapshot
+/// (and, separately, classes' wildcard first names, reduced classes'
+/// shared names and whole-class reductions' own names: up to five times
+/// this many entries), and the bytes held for them all (responses,
 /// records of what was sent, lists of names), beyond which nothing more
 /// is remembered until the next snapshot (or until classes are pruned,
 /// `Cache::retain_classes`, which starts the record again): a mesh of

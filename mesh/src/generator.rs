@@ -465,6 +465,17 @@ fn per_class(class: &ProxyClass) -> bool {
     class.node_type == NodeType::Sidecar && !is_grpc(class)
 }
 
+/// Whether a sidecar's listeners read its metadata key `k`: one an
+/// EnvoyFilter matches (`keys`), its DNS capture where an address is
+/// allocated (an allocated address's listener is served only to a proxy
+/// that captures, `MeshInput::serves`), and `HTTP10` where the mesh does
+/// not accept HTTP/1.0 itself (its HTTP managers then do).
+fn listener_reads(m: &MeshInput, keys: &std::collections::BTreeSet<&str>, k: &str) -> bool {
+    keys.contains(k)
+        || !m.auto_listeners.is_empty() && matches!(k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
+        || k == "HTTP10" && !m.model.mesh.http10
+}
+
 fn inbound_name(kind: Kind, name: &str) -> bool {
     (kind == Kind::Listener && name == VIRTUAL_INBOUND) || (kind == Kind::Cluster && name.starts_with("inbound|"))
 }
@@ -703,11 +714,7 @@ impl Generator for MeshGenerator {
                 .iter()
                 .filter(|(k, _)| {
                     keys.contains(&**k)
-                        || kind == Kind::Listener
-                            && !m.auto_listeners.is_empty()
-                            && matches!(&**k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
-                        // (Its HTTP managers accept HTTP/1.0.)
-                        || kind == Kind::Listener && &**k == "HTTP10" && !m.model.mesh.http10
+                        || kind == Kind::Listener && listener_reads(m, &keys, k)
                         || kind == Kind::Endpoint
                             && m.model.network_gateways.enabled()
                             && crate::translate::network::NODE_KEYS.contains(&&**k)
@@ -805,24 +812,12 @@ impl Generator for MeshGenerator {
             false => {
                 let filters = &m.model.envoy_filters;
                 let keys = filters.metadata_keys();
-                let http10 = !m.model.mesh.http10;
-                // Whether an allocated address's listener is the proxy's
-                // (`MeshInput::serves`), which its own names read: an
-                // EnvoyFilter's ADD of that name is not added again.
-                let dns = !m.auto_listeners.is_empty();
                 Some(ProxyClass {
                     ips: crate::translate::dns::family_markers(&class.ips),
                     version: if filters.reads_version() { class.version.clone() } else { Arc::from("") },
-                    metadata: class
-                        .metadata
-                        .iter()
-                        .filter(|(k, _)| {
-                            keys.contains(&**k)
-                                || http10 && &**k == "HTTP10"
-                                || dns && matches!(&**k, "DNS_CAPTURE" | "DNS_AUTO_ALLOCATE")
-                        })
-                        .cloned()
-                        .collect(),
+                    // (virtualInbound is a listener; the own names read
+                    // what every listener does.)
+                    metadata: class.metadata.iter().filter(|(k, _)| listener_reads(m, &keys, k)).cloned().collect(),
                     locality: Arc::from(""),
                     service_account: Arc::from(""),
                     verified: false,

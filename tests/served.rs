@@ -1548,3 +1548,95 @@ spec:
     let shared: u64 = stats.as_array().unwrap().iter().map(|c| c["cache"]["first_shared"].as_u64().unwrap()).sum();
     assert!(shared >= 2, "the third pod's CDS and LDS come from shared parts: {stats}");
 }
+
+/// Pods of two workloads connect to one server in turn (issue #40): each
+/// is served, over the wire, what a server that never saw the others
+/// serves it. The second and third pod of `web` take the shared first
+/// responses and the inbound resources built for the first; one of them
+/// does not capture DNS, so the listener of an address allocated to a
+/// ServiceEntry host is the capturing pods' alone. The `api` pods' Sidecar
+/// sends inbound traffic to the pod's own address (`0.0.0.0:<port>`), so
+/// their inbound clusters are each pod's own. What each pod must get is
+/// what it gets alone; sharing must not change it.
+#[test]
+fn each_pod_is_served_what_it_is_served_alone() {
+    let objects = "\
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 9999}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec:
+  clusterIP: 10.96.0.12
+  selector: {app: api}
+  ports: [{name: http, port: 81, targetPort: 8081}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: api, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: api}}
+  ingress:
+  - port: {number: 8081, protocol: HTTP, name: http}
+    defaultEndpoint: 0.0.0.0:8081
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: shop}
+spec:
+  hosts: [ext.example.com]
+  ports: [{number: 9000, name: tcp, protocol: TCP}]
+  resolution: DNS
+status:
+  addresses: [{host: ext.example.com, value: 240.240.0.5}]
+";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), objects).unwrap();
+    let pod = |app: &str, ip: &str, capture: bool| {
+        let mut node = json!({
+            "id": format!("sidecar~{ip}~{app}-{ip}.shop~shop.svc.cluster.local"),
+            "metadata": {"NAMESPACE": "shop", "ISTIO_VERSION": "1.28.0", "INSTANCE_IPS": ip,
+                         "WORKLOAD_NAME": app, "LABELS": {"app": app}},
+        });
+        if capture {
+            node["metadata"]["DNS_CAPTURE"] = json!("true");
+        }
+        node
+    };
+    let pods = [
+        pod("web", "10.1.0.1", true),
+        pod("web", "10.1.0.2", false),
+        pod("web", "10.1.0.3", true),
+        pod("api", "10.2.0.1", false),
+        pod("api", "10.2.0.2", false),
+    ];
+    // One serving core: every pod meets the others' cache.
+    let shared = Server::start(dir.path(), &["--cores", "1"], &[], None);
+    let together: Vec<Value> = pods.iter().map(|p| fetch(&shared, p, &[])).collect();
+    let stats: Value = serde_json::from_str(&crate::server::get(shared.http, "/debug/stats").unwrap().1).unwrap();
+    let first_shared: u64 =
+        stats.as_array().unwrap().iter().map(|c| c["cache"]["first_shared"].as_u64().unwrap()).sum();
+    assert!(first_shared >= 2, "later pods of a workload take shared first responses: {stats}");
+    drop(shared);
+    for (p, got) in pods.iter().zip(&together) {
+        let alone = Server::start(dir.path(), &["--cores", "1"], &[], None);
+        let want = fetch(&alone, p, &[]);
+        for part in ["clusters", "listeners", "routes"] {
+            assert_eq!(got[part], want[part], "{part} of {} differ from what it is served alone", p["id"]);
+        }
+    }
+    // The cases the test is for are there (else it could pass on a mesh
+    // where nothing differs between pods).
+    let listeners = |i: usize| together[i]["listeners"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let allocated = "240.240.0.5_9000".to_owned();
+    assert!(listeners(0).contains(&allocated) && listeners(2).contains(&allocated), "{:?}", listeners(0));
+    assert!(!listeners(1).contains(&allocated), "a pod that does not capture DNS: {:?}", listeners(1));
+    let endpoint = |i: usize| together[i]["clusters"]["inbound|8081||"].to_string();
+    assert!(endpoint(3).contains("10.2.0.1") && endpoint(4).contains("10.2.0.2"), "{}\n{}", endpoint(3), endpoint(4));
+}

@@ -831,8 +831,10 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
     }
 
     /// Builds and queues what is pending for the streams of one connection,
-    /// unless an earlier push is still queued there.
-    fn flush_conn(&mut self, conn: &mut GrpcConnection) {
+    /// unless an earlier push is still queued there. `now`: the clock as
+    /// the caller read it (one read serves the whole connection: a push to
+    /// 1,000 proxies read it five times a proxy).
+    fn flush_conn(&mut self, conn: &mut GrpcConnection, now: Instant) {
         let id = conn.info.id;
         if self.snap.version == 0 {
             // Nothing published yet (the server is still reading its
@@ -847,8 +849,10 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         }
         self.deferred.remove(&id);
         let Some(stream_ids) = self.by_conn.get(&id) else { return };
-        let now = Instant::now();
         let core = self.core;
+        // When the response being built was started: the end of the one
+        // before (its build and queueing are timed by the same reads).
+        let mut started = now;
         let seq = &mut self.nonce_seq;
         let mut nonce = move || -> Arc<str> {
             *seq += 1;
@@ -873,15 +877,16 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                     control_plane: &self.control_plane,
                     now,
                 };
-                let started = Instant::now();
                 let Some(out) = stream.flush_next(&mut ctx) else { break };
                 let kind = out.kind;
                 let size = out.bytes.len();
-                match conn.send_admitted(sid, out.bytes) {
+                let built = Instant::now();
+                match conn.send_admitted_at(sid, out.bytes, built) {
                     Ok(()) => {
                         self.pushes += 1;
                         crate::metrics::PUSHES[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        crate::metrics::PUSH_TIME[kind as usize].record(started.elapsed());
+                        crate::metrics::PUSH_TIME[kind as usize].record(built.saturating_duration_since(started));
+                        started = built;
                         crate::metrics::CONFIG_SIZE[kind as usize].observe(size as f64);
                     }
                     Err(SendError::TooLarge { len, limit }) => {
@@ -953,8 +958,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
             self.deferred.insert(id);
             return;
         };
-        crate::metrics::QUEUE_TIME.record(queued_at.elapsed());
-        self.flush_conn(&mut conn);
+        let now = Instant::now();
+        crate::metrics::QUEUE_TIME.record(now.saturating_duration_since(queued_at));
+        self.flush_conn(&mut conn, now);
         drop(conn);
         shared.wake();
     }
@@ -1263,7 +1269,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
             self.unknown_type(conn, stream, unknown)?;
         }
         if self.streams.get(&key).is_some_and(AdsStream::is_dirty) {
-            self.flush_conn(conn);
+            self.flush_conn(conn, Instant::now());
         }
         Ok(())
     }
@@ -1281,7 +1287,7 @@ impl<M: Send + Sync + 'static, C: Class> Service for AdsService<M, C> {
 
     fn drained(&mut self, conn: &mut GrpcConnection) {
         if self.deferred.contains(&conn.info.id) {
-            self.flush_conn(conn);
+            self.flush_conn(conn, Instant::now());
         }
     }
 }

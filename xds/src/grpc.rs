@@ -344,32 +344,40 @@ impl GrpcConnection {
     /// cannot send). Up to the send limit, the message is queued whatever
     /// its size.
     pub fn send_admitted(&mut self, id: u32, msg: impl Into<Chain>) -> Result<(), SendError> {
+        self.send_admitted_at(id, msg, Instant::now())
+    }
+
+    /// [`Self::send_admitted`], queued at `now` (when the caller last read
+    /// the clock: `pilot_xds_send_time` counts from there).
+    pub fn send_admitted_at(&mut self, id: u32, msg: impl Into<Chain>, now: Instant) -> Result<(), SendError> {
         let msg = msg.into();
-        let call = self.calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
+        // One look-up of the call (its map is keyed by the peer's stream
+        // ids, so hashed with SipHash): the connection's parts borrowed
+        // apart.
+        let Self { h2, limits, calls, response_headers, .. } = self;
+        let call = calls.get_mut(&id).ok_or(SendError::StreamClosed)?;
         if call.finished {
             return Err(SendError::StreamClosed);
         }
         let len = msg.len();
-        if len > self.limits.max_send_message {
-            return Err(SendError::TooLarge { len, limit: self.limits.max_send_message });
+        if len > limits.max_send_message {
+            return Err(SendError::TooLarge { len, limit: limits.max_send_message });
         }
         if !call.headers_sent {
             call.headers_sent = true;
-            self.h2.send_headers(id, self.response_headers.clone(), false)?;
+            h2.send_headers(id, response_headers.clone(), false)?;
         }
         let mut prefix = BytesMut::with_capacity(5);
         prefix.put_u8(0);
         prefix.put_u32(len as u32);
-        self.h2.reserve_pieces(id, msg.0.len() + 1);
-        self.h2.send_data_uncapped(id, prefix.freeze())?;
+        h2.reserve_pieces(id, msg.0.len() + 1);
+        h2.send_data_uncapped(id, prefix.freeze())?;
         // The pieces as they are: shared bytes stay shared until framed.
         for piece in msg.0 {
-            self.h2.send_data_uncapped(id, piece)?;
+            h2.send_data_uncapped(id, piece)?;
         }
-        if let Some(call) = self.calls.get_mut(&id) {
-            call.enqueued += 5 + len as u64;
-            call.sends.push_back((call.enqueued, Instant::now()));
-        }
+        call.enqueued += 5 + len as u64;
+        call.sends.push_back((call.enqueued, now));
         Ok(())
     }
 
@@ -420,11 +428,14 @@ impl GrpcConnection {
     /// from when it was queued (the connection frames only once its socket
     /// took what was framed before).
     fn record_sent(&mut self) {
-        let now = Instant::now();
+        // The clock is read once a message is found framed, not on every
+        // transmit (most find none: a turn that only reads an ACK).
+        let mut now = None;
         for (id, c) in self.calls.iter_mut().filter(|(_, c)| !c.sends.is_empty()) {
             let sent = c.enqueued.saturating_sub(self.h2.stream_queued(*id).unwrap_or(0) as u64);
             while c.sends.front().is_some_and(|(end, _)| *end <= sent) {
                 if let Some((_, at)) = c.sends.pop_front() {
+                    let now = *now.get_or_insert_with(Instant::now);
                     crate::metrics::SEND_TIME.record(now.saturating_duration_since(at));
                 }
             }

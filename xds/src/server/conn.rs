@@ -232,8 +232,19 @@ pub(super) async fn serve<IO, S>(
                 if let Poll::Ready(r) = Pin::new(&mut io).poll_write_vectored(cx, &iov[..n]) {
                     return Poll::Ready(Ev::Wrote(r));
                 }
-            } else if unflushed && let Poll::Ready(r) = Pin::new(&mut io).poll_flush(cx) {
-                return Poll::Ready(Ev::Flushed(r));
+            } else if unflushed {
+                // A flush that is done at once (a plaintext socket's always
+                // is: `sendmsg` keeps nothing back) goes on to the read in
+                // the same turn instead of taking a turn of the loop for
+                // itself (a turn per push per proxy).
+                match Pin::new(&mut io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) if !closed => {
+                        unflushed = false;
+                        last_progress = now;
+                    }
+                    Poll::Ready(r) => return Poll::Ready(Ev::Flushed(r)),
+                    Poll::Pending => {}
+                }
             }
             if !closed && let Poll::Ready(r) = READ.with(|b| Pin::new(&mut io).poll_read(cx, &mut b.borrow_mut()[..])) {
                 return Poll::Ready(Ev::Read(r));

@@ -1555,8 +1555,9 @@ spec:
 /// responses and the inbound resources built for the first; one of them
 /// does not capture DNS, so the listener of an address allocated to a
 /// ServiceEntry host is the capturing pods' alone. The `api` pods' Sidecar
-/// sends inbound traffic to the pod's own address (`0.0.0.0:<port>`), so
-/// their inbound clusters are each pod's own. What each pod must get is
+/// ingress is bound to `0.0.0.0` but sends to the pod's own address
+/// (`defaultEndpoint: 0.0.0.0:<port>`), so their inbound clusters are each
+/// pod's own. What each pod must get is
 /// what it gets alone; sharing must not change it.
 #[test]
 fn each_pod_is_served_what_it_is_served_alone() {
@@ -1584,6 +1585,7 @@ spec:
   workloadSelector: {labels: {app: api}}
   ingress:
   - port: {number: 8081, protocol: HTTP, name: http}
+    bind: 0.0.0.0
     defaultEndpoint: 0.0.0.0:8081
 ---
 apiVersion: networking.istio.io/v1

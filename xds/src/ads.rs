@@ -850,8 +850,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
         self.deferred.remove(&id);
         let Some(stream_ids) = self.by_conn.get(&id) else { return };
         let core = self.core;
-        // When the response being built was started: the end of the one
-        // before (its build and queueing are timed by the same reads).
+        // When the response being built was started: when the one before
+        // was built (one clock read ends a build, starts the next and is
+        // the built response's send time).
         let mut started = now;
         let seq = &mut self.nonce_seq;
         let mut nonce = move || -> Arc<str> {
@@ -881,12 +882,12 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
                 let kind = out.kind;
                 let size = out.bytes.len();
                 let built = Instant::now();
+                let took = built.saturating_duration_since(std::mem::replace(&mut started, built));
                 match conn.send_admitted_at(sid, out.bytes, built) {
                     Ok(()) => {
                         self.pushes += 1;
                         crate::metrics::PUSHES[kind as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        crate::metrics::PUSH_TIME[kind as usize].record(built.saturating_duration_since(started));
-                        started = built;
+                        crate::metrics::PUSH_TIME[kind as usize].record(took);
                         crate::metrics::CONFIG_SIZE[kind as usize].observe(size as f64);
                     }
                     Err(SendError::TooLarge { len, limit }) => {

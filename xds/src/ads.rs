@@ -832,8 +832,9 @@ impl<M: Send + Sync + 'static, C: Class> AdsService<M, C> {
 
     /// Builds and queues what is pending for the streams of one connection,
     /// unless an earlier push is still queued there. `now`: the clock as
-    /// the caller read it (one read serves the whole connection: a push to
-    /// 1,000 proxies read it five times a proxy).
+    /// the caller read it, the streams' time and the start of the first
+    /// response's build; each response built reads it once more (its
+    /// build's end, its send time and the next one's start).
     fn flush_conn(&mut self, conn: &mut GrpcConnection, now: Instant) {
         let id = conn.info.id;
         if self.snap.version == 0 {
